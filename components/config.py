@@ -1,0 +1,238 @@
+"""The typed stack configuration: one model, validated once, before any resource is registered.
+
+Everything a stack file can say lives in `StackConfig`. Structural checks (types, ranges, unknown keys)
+come from pydantic; checks that need the price catalog or cross several keys are plain functions that
+return `ConfigIssue`s. Either way the user gets one message that names the stack file, the key (as
+written in the stack file, camelCase), the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, Field, ValidationError
+
+from components.aws.config import AwsSection
+from components.config_base import (
+    MISSING,
+    CAPACITIES,
+    CLOUDS,
+    NAMESPACE,
+    SUPPORTED_KUBERNETES_VERSIONS,
+    Cidr,
+    ConfigError,
+    ConfigIssue,
+    DnsLabel,
+    Email,
+    Model,
+    NodeLabels,
+    stack_file,
+)
+from components.gcp.config import GcpSection
+from components.linode.config import LinodeSection
+from components.platform.config import PlatformSection
+
+__all__ = ["CAPACITIES", "CLOUDS", "NAMESPACE", "ConfigError", "ConfigIssue", "GpuPool", "StackConfig",
+           "load_from_pulumi", "parse_config", "stack_file"]
+
+# ---------------------------------------------------------------------------------------------
+# Sections shared by every cloud
+# ---------------------------------------------------------------------------------------------
+
+
+class GpuPool(Model):
+    """One pool of GPU nodes. GPUs per node and prices come from the catalog, not from here."""
+
+    name: DnsLabel
+    instance_type: str = Field(min_length=1)
+    capacity: Literal["spot", "preemptible", "on-demand"]
+    min_nodes: int = Field(default=0, ge=0, le=1000)
+    max_nodes: int = Field(ge=1, le=1000)
+    labels: NodeLabels = Field(default_factory=dict)
+    # Policy knob: an on-demand GPU pool is a deliberate, reviewed decision, not a default.
+    approved_on_demand: bool = False
+
+
+class PriceOverride(Model):
+    """Replace the catalog's $/hour for one instance type (e.g. a negotiated discount)."""
+
+    on_demand: Optional[float] = Field(default=None, gt=0)
+    spot: Optional[float] = Field(default=None, gt=0)
+    preemptible: Optional[float] = Field(default=None, gt=0)
+
+
+class StackConfig(Model):
+    """The whole `gpu-platform:*` namespace of one stack."""
+
+    cloud: Literal["linode", "gcp", "aws"]
+    environment: DnsLabel = "dev"
+    owner: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
+    cost_center: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
+    monthly_budget_usd: float = Field(gt=0, le=10_000_000)
+    alert_emails: list[Email] = Field(default_factory=list)
+    admin_cidrs: list[Cidr] = Field(default_factory=list)
+    kubernetes_version: Literal[SUPPORTED_KUBERNETES_VERSIONS] = "1.33"  # type: ignore[valid-type]
+    gpu_pools: list[GpuPool] = Field(min_length=1)
+    linode: Optional[LinodeSection] = None
+    gcp: Optional[GcpSection] = None
+    aws: Optional[AwsSection] = None
+    platform: PlatformSection = Field(default_factory=PlatformSection)
+    price_overrides: dict[str, PriceOverride] = Field(default_factory=dict)
+
+    @property
+    def name_prefix(self) -> str:
+        """Prefix of every cloud resource name: gpu-<environment>."""
+        return f"gpu-{self.environment}"
+
+    @property
+    def cloud_section(self) -> Any:
+        return getattr(self, self.cloud)
+
+    def catalog_overrides(self) -> dict[str, dict[str, float]]:
+        """price_overrides in the catalog's form: {"<cloud>/<type>": {"onDemand": ..}}."""
+        out: dict[str, dict[str, float]] = {}
+        for type_name, o in self.price_overrides.items():
+            out[f"{self.cloud}/{type_name}"] = o.model_dump(by_alias=True, exclude_none=True)
+        return out
+
+
+# Keys whose value is structured (the CLI hands the program those as JSON strings).
+STRUCTURED_KEYS = {
+    StackConfig.model_fields[f].alias or f
+    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "platform", "price_overrides")
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_config(raw: dict[str, Any], stack: str) -> StackConfig:
+    """Validate the `gpu-platform` namespace of a stack. `raw` maps bare keys (no namespace) to
+    values, either typed (from YAML) or as the CLI passes them (strings, JSON for structures).
+    Raises ConfigError listing every problem found."""
+    values: dict[str, Any] = {}
+    issues: list[ConfigIssue] = []
+    for key, value in raw.items():
+        if key in STRUCTURED_KEYS and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                issues.append(ConfigIssue(key, value, "a structured value (YAML list or map), not a string"))
+                continue
+        values[key] = value
+    if issues:
+        raise ConfigError(stack, issues)
+    try:
+        cfg = StackConfig.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(stack, [_issue_from_pydantic(e, values) for e in exc.errors()]) from None
+    issues = semantic_issues(cfg)
+    if issues:
+        raise ConfigError(stack, issues)
+    return cfg
+
+
+def _issue_from_pydantic(err: dict[str, Any], values: dict[str, Any]) -> ConfigIssue:
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-after["))]
+    # Literal/union errors append the branch name; drop a trailing non-key element pydantic adds.
+    key = _format_loc(loc)
+    kind = err["type"]
+    if kind == "missing":
+        return ConfigIssue(key, MISSING, "required")
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = sorted(f.alias or n for n, f in parent.model_fields.items()) if parent else []
+        return ConfigIssue(key, err.get("input"), f"unknown key; allowed keys here: {', '.join(allowed)}")
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = "must be " + msg[len("Value error, "):]
+    return ConfigIssue(key, err.get("input"), msg)
+
+
+def _format_loc(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(root)"
+
+
+def _model_at(loc: list[Any]) -> Optional[type[BaseModel]]:
+    """The model class that a config path points into, for listing its allowed keys."""
+    model: Any = StackConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        model = _model_of(field.annotation)
+        if model is None:
+            return None
+    return model
+
+
+def _model_of(annotation: Any) -> Optional[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
+    """Checks that span keys or need the catalog; per-cloud rules live beside each cloud."""
+    from components.aws.config import check_stack as check_aws
+    from components.gcp.config import check_stack as check_gcp
+    from components.linode.config import check_stack as check_linode
+    from costs.catalog import load_catalog
+
+    issues: list[ConfigIssue] = []
+    if cfg.cloud_section is None:
+        issues.append(ConfigIssue(cfg.cloud, MISSING, f"required when cloud is {cfg.cloud}"))
+        return issues
+
+    names = [p.name for p in cfg.gpu_pools]
+    for i, name in enumerate(names):
+        if names.index(name) != i:
+            issues.append(ConfigIssue(f"gpuPools[{i}].name", name, "unique among gpuPools"))
+
+    catalog = load_catalog(cfg.catalog_overrides() or None)
+    known = sorted(t.name for t in catalog.gpu_instances(cfg.cloud))
+    for i, pool in enumerate(cfg.gpu_pools):
+        if pool.min_nodes > pool.max_nodes:
+            issues.append(ConfigIssue(f"gpuPools[{i}].minNodes", pool.min_nodes, f"at most maxNodes ({pool.max_nodes})"))
+        itype = catalog.instance(cfg.cloud, pool.instance_type)
+        if itype is None or not itype.is_gpu:
+            what = "has no GPU" if itype is not None else f"is not a {cfg.cloud} GPU type in the catalog"
+            issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
+                                      f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
+
+    for key in cfg.price_overrides:
+        if catalog.instance(cfg.cloud, key) is None:
+            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"a {cfg.cloud} instance type in the catalog"))
+
+    checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
+    issues += checks[cfg.cloud](cfg, catalog)
+    return issues
+
+
+def load_from_pulumi() -> StackConfig:
+    """Read and validate the stack's `gpu-platform` namespace from the running Pulumi program.
+    On a bad stack file raises pulumi.RunError, which the CLI prints without a traceback."""
+    import pulumi
+    from pulumi.runtime import get_config_env
+
+    prefix = f"{NAMESPACE}:"
+    raw = {k[len(prefix):]: v for k, v in get_config_env().items() if k.startswith(prefix)}
+    try:
+        return parse_config(raw, pulumi.get_stack())
+    except ConfigError as exc:
+        raise pulumi.RunError(str(exc)) from None

@@ -1,0 +1,79 @@
+"""The `linode` section of the stack config and the rules only Linode has."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, field_validator
+
+from components.config_base import Cidr, ConfigIssue, Model, pool_issue_capacity
+
+if TYPE_CHECKING:
+    from components.config import StackConfig
+    from costs.catalog import Catalog
+
+SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/=]+( .*)?$")
+
+
+class LinodeControlPlane(Model):
+    type: str = "g6-standard-4"
+    # 1 for dev; 3 for HA behind a NodeBalancer (etcd needs an odd quorum).
+    count: Literal[1, 3] = 1
+
+
+class LinodeSection(Model):
+    region: str = Field(min_length=2)
+    control_plane: LinodeControlPlane = Field(default_factory=LinodeControlPlane)
+    image: str = "linode/ubuntu24.04"
+    # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
+    subnet_cidr: Cidr = "10.0.0.0/24"
+    pod_cidr: Cidr = "10.244.0.0/16"
+    service_cidr: Cidr = "10.96.0.0/12"
+    cni: Literal["cilium", "calico"] = "cilium"
+    # SSH stays closed unless keys are given; then it opens to adminCidrs only.
+    ssh_authorized_keys: list[str] = Field(default_factory=list)
+    disk_encryption: bool = True
+    checkpoint_bucket_versioning: bool = True
+
+    @field_validator("ssh_authorized_keys")
+    @classmethod
+    def _ssh_keys(cls, keys: list[str]) -> list[str]:
+        for k in keys:
+            if not SSH_KEY.match(k.strip()):
+                raise ValueError("OpenSSH public keys (ssh-ed25519 AAAA..., ssh-rsa AAAA...)")
+        return keys
+
+
+def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
+    for i, pool in enumerate(cfg.gpu_pools):
+        if pool.min_nodes != pool.max_nodes:
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].minNodes", pool.min_nodes,
+                f"equal to maxNodes ({pool.max_nodes}): Linode GPU pools of a kubeadm cluster do not autoscale"))
+        itype = catalog.instance("linode", pool.instance_type)
+        if itype is not None and itype.regions is not None and section.region not in itype.regions:
+            issues.append(ConfigIssue(
+                "linode.region", section.region,
+                f"a region offering {pool.instance_type} (gpuPools[{i}]): {', '.join(itype.regions)}"))
+    cp = catalog.instance("linode", section.control_plane.type)
+    if cp is None or cp.is_gpu:
+        plans = sorted(t.name for t in catalog.instances("linode") if not t.is_gpu and t.name.startswith("g6-"))
+        issues.append(ConfigIssue("linode.controlPlane.type", section.control_plane.type,
+                                  f"a non-GPU Linode plan in the catalog: {', '.join(plans)}"))
+    elif cp.vcpus < 2 or cp.memory_gib < 4:
+        issues.append(ConfigIssue("linode.controlPlane.type", section.control_plane.type,
+                                  "a plan with at least 2 vCPUs and 4 GiB (kubeadm's minimum for a control plane)"))
+    nets = {k: ipaddress.ip_network(getattr(section, a)) for k, a in
+            (("linode.subnetCidr", "subnet_cidr"), ("linode.podCidr", "pod_cidr"), ("linode.serviceCidr", "service_cidr"))}
+    keys = list(nets)
+    for a in range(len(keys)):
+        for b in range(a + 1, len(keys)):
+            if nets[keys[a]].overlaps(nets[keys[b]]):
+                issues.append(ConfigIssue(keys[b], str(nets[keys[b]]), f"a range that does not overlap {keys[a]} ({nets[keys[a]]})"))
+    if nets["linode.subnetCidr"].version != 4 or not nets["linode.subnetCidr"].is_private:
+        issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr, "a private IPv4 range (RFC 1918), as Linode VPCs require"))
+    return issues

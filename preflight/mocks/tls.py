@@ -1,0 +1,80 @@
+"""Real throwaway key material for pulumi-tls, so rendered artifacts (kubeconfig, join hashes) are
+exercised end to end offline. Nothing here leaves preflight: plan.json redacts secrets."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+
+_KEYS: dict[str, Any] = {}
+
+
+def _private_key(inputs: dict[str, Any], name: str) -> dict[str, Any]:
+    if inputs.get("algorithm", "RSA") == "ECDSA":
+        key = ec.generate_private_key(ec.SECP256R1())
+    else:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=int(inputs.get("rsaBits", 2048)))
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                        serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    _KEYS[pem] = key
+    return {"privateKeyPem": pem, "privateKeyPemPkcs8": pem, "publicKeyPem": pub}
+
+
+def _load_key(pem: str):
+    return _KEYS.get(pem) or serialization.load_pem_private_key(pem.encode(), password=None)
+
+
+def _name(subject: dict[str, Any] | None) -> x509.Name:
+    subject = subject or {}
+    attrs = []
+    if subject.get("commonName"):
+        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, subject["commonName"]))
+    for org in ([subject["organization"]] if isinstance(subject.get("organization"), str) else []):
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def _build(subject: x509.Name, issuer: x509.Name, public_key, signer, inputs: dict[str, Any]) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    hours = int(inputs.get("validityPeriodHours", 8760))
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+               .public_key(public_key).serial_number(x509.random_serial_number())
+               .not_valid_before(now).not_valid_after(now + datetime.timedelta(hours=hours)))
+    if inputs.get("isCaCertificate"):
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    cert = builder.sign(signer, hashes.SHA256())
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _self_signed(inputs: dict[str, Any], name: str) -> dict[str, Any]:
+    key = _load_key(inputs["privateKeyPem"])
+    subject = _name(inputs.get("subject"))
+    return {"certPem": _build(subject, subject, key.public_key(), key, inputs)}
+
+
+def _cert_request(inputs: dict[str, Any], name: str) -> dict[str, Any]:
+    key = _load_key(inputs["privateKeyPem"])
+    csr = x509.CertificateSigningRequestBuilder().subject_name(_name(inputs.get("subject"))).sign(key, hashes.SHA256())
+    return {"certRequestPem": csr.public_bytes(serialization.Encoding.PEM).decode()}
+
+
+def _locally_signed(inputs: dict[str, Any], name: str) -> dict[str, Any]:
+    csr = x509.load_pem_x509_csr(inputs["certRequestPem"].encode())
+    ca = x509.load_pem_x509_certificate(inputs["caCertPem"].encode())
+    ca_key = _load_key(inputs["caPrivateKeyPem"])
+    return {"certPem": _build(csr.subject, ca.subject, csr.public_key(), ca_key, inputs)}
+
+
+RESOURCES = {
+    "tls:index/privateKey:PrivateKey": _private_key,
+    "tls:index/selfSignedCert:SelfSignedCert": _self_signed,
+    "tls:index/certRequest:CertRequest": _cert_request,
+    "tls:index/locallySignedCert:LocallySignedCert": _locally_signed,
+}

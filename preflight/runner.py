@@ -1,0 +1,279 @@
+"""Run the real Pulumi program offline, under the SDK's mock monitor, and record what it registers.
+
+This is what `pulumi preview` would hand the engine, minus the providers: every resource with its
+type, name, parent and inputs (camelCase, exactly as serialized for the engine), plus stack outputs.
+Outputs of resources and invokes come from `preflight.mocks` (never from the program).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "gpu-platform"
+
+# Sentinels of the Pulumi wire format (sdk/python/lib/pulumi/runtime/rpc.py).
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+REDACTED = "[secret]"
+UNKNOWN_TEXT = "[unknown]"
+# A `secure:` value preflight cannot decrypt stands in as this (always marked secret).
+UNDECRYPTABLE = "preflight-cannot-decrypt-secure-value"
+
+
+# ---------------------------------------------------------------------------------------------
+# Stack files
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StackInput:
+    """The config the CLI would hand the program: namespaced keys -> strings, and which are secret."""
+
+    stack: str
+    config: dict[str, str]
+    secret_keys: set[str]
+    raw: dict[str, Any]  # bare `gpu-platform` keys -> typed YAML values (for error messages and costs)
+
+
+def _cli_string(value: Any) -> str:
+    """How the Pulumi CLI passes a config value to a program: scalars as text, structures as JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def load_project(root: Path = ROOT) -> dict[str, Any]:
+    return yaml.safe_load((root / "Pulumi.yaml").read_text())
+
+
+def schema_defaults(project: dict[str, Any]) -> dict[str, Any]:
+    """`config:` defaults of Pulumi.yaml, keyed like stack files (`gpu-platform:key`)."""
+    out = {}
+    for key, decl in (project.get("config") or {}).items():
+        full = key if ":" in key else f"{project['name']}:{key}"
+        if isinstance(decl, dict) and "default" in decl:
+            out[full] = decl["default"]
+        elif not isinstance(decl, dict):
+            out[full] = decl
+    return out
+
+
+def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: Optional[dict[str, Any]] = None) -> StackInput:
+    """Apply Pulumi.yaml defaults to a stack's `config:` mapping as the CLI would."""
+    project = project or load_project()
+    merged: dict[str, Any] = dict(schema_defaults(project))
+    secret_keys: set[str] = set()
+    for key, value in (stack_config or {}).items():
+        full = key if ":" in key else f"{project['name']}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            # Encrypted with the stack's key: unknown here; the program sees it only as a secret.
+            value = UNDECRYPTABLE
+            secret_keys.add(full)
+        merged[full] = value
+    prefix = f"{PROJECT}:"
+    raw = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
+    return StackInput(stack, {k: _cli_string(v) for k, v in merged.items()}, secret_keys, raw)
+
+
+def load_stack(stack: str, root: Path = ROOT) -> StackInput:
+    path = root / "stacks" / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (root / "stacks").glob("Pulumi.*.yaml"))
+        raise FileNotFoundError(f"no stack file {path.relative_to(root)}; stacks: {', '.join(known)}")
+    doc = yaml.safe_load(path.read_text()) or {}
+    return stack_input_from_mapping(stack, doc.get("config") or {}, load_project(root))
+
+
+# ---------------------------------------------------------------------------------------------
+# What the program registered
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PlannedResource:
+    urn: str
+    type: str
+    name: str
+    parent: Optional[str]
+    custom: bool
+    provider: Optional[str]
+    dependencies: list[str]
+    wire_inputs: dict[str, Any]  # as serialized for the engine (secret/unknown sentinels kept)
+    outputs: dict[str, Any] = field(default_factory=dict)  # what the mocks answered
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """Inputs with secrets redacted and unknowns marked: safe to print and to write."""
+        return redact(self.wire_inputs)
+
+    @property
+    def plain_inputs(self) -> dict[str, Any]:
+        """Inputs with secret values unwrapped (what a policy sees); unknowns stay marked."""
+        return unwrap(self.wire_inputs)
+
+
+def _is_secret(v: Any) -> bool:
+    return isinstance(v, dict) and v.get(SIG_KEY) == SECRET_SIG
+
+
+def _is_resource_ref(v: Any) -> bool:
+    return isinstance(v, dict) and v.get(SIG_KEY) == RESOURCE_SIG
+
+
+def redact(v: Any) -> Any:
+    if _is_secret(v):
+        return REDACTED
+    if _is_resource_ref(v):
+        return {"resourceRef": v.get("urn")}
+    if v == UNKNOWN:
+        return UNKNOWN_TEXT
+    if isinstance(v, dict):
+        return {k: redact(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [redact(x) for x in v]
+    return v
+
+
+def unwrap(v: Any) -> Any:
+    if _is_secret(v):
+        return unwrap(v.get("value"))
+    if _is_resource_ref(v):
+        return {"resourceRef": v.get("urn")}
+    if v == UNKNOWN:
+        return UNKNOWN_TEXT
+    if isinstance(v, dict):
+        return {k: unwrap(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [unwrap(x) for x in v]
+    return v
+
+
+@dataclass
+class Plan:
+    stack: str
+    resources: list[PlannedResource]
+    outputs: dict[str, Any]  # stack exports, wire form
+
+    def by_type(self, type_token: str) -> list[PlannedResource]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def one(self, type_token: str, name_contains: str = "") -> PlannedResource:
+        found = [r for r in self.by_type(type_token) if name_contains in r.name]
+        if len(found) != 1:
+            names = [r.name for r in self.by_type(type_token)]
+            raise LookupError(f"expected one {type_token} named *{name_contains}*, found {len(found)}: {names}")
+        return found[0]
+
+    def children_of(self, urn: str) -> list[PlannedResource]:
+        return [r for r in self.resources if r.parent == urn]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "resources": [
+                {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent,
+                 "custom": r.custom, "inputs": r.inputs}
+                for r in self.resources
+            ],
+            "outputs": redact(self.outputs),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the program
+# ---------------------------------------------------------------------------------------------
+
+
+class ProgramError(Exception):
+    """The program raised while running under mocks (a bug, or a pulumi.RunError)."""
+
+
+def _recording_monitor(mocks: Any, sink: list[PlannedResource], outputs: dict[str, Any]):
+    from google.protobuf import json_format
+    from pulumi.runtime.mocks import MockMonitor
+
+    class RecordingMonitor(MockMonitor):
+        def RegisterResource(self, request):  # noqa: N802 (gRPC name)
+            response = super().RegisterResource(request)
+            if request.type != "pulumi:pulumi:Stack":
+                sink.append(PlannedResource(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent or None,
+                    custom=bool(request.custom),
+                    provider=request.provider or None,
+                    dependencies=list(request.dependencies),
+                    wire_inputs=json_format.MessageToDict(request.object),
+                    outputs=json_format.MessageToDict(response.object) if response.object else {},
+                ))
+            return response
+
+        def RegisterResourceOutputs(self, request):  # noqa: N802
+            if request.urn.endswith("::pulumi:pulumi:Stack::" + request.urn.split("::")[-1]) and "pulumi:pulumi:Stack" in request.urn:
+                outputs.update(json_format.MessageToDict(request.outputs))
+            return super().RegisterResourceOutputs(request)
+
+    return RecordingMonitor(mocks)
+
+
+def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] = None, preview: bool = True) -> Plan:
+    """Run `program` (default: the project's __main__.py) under mocks; return what it registered."""
+    import pulumi
+    from pulumi.runtime import settings
+    from pulumi.runtime.mocks import MockEngine, MockSettings
+    from pulumi.runtime.stack import run_in_stack
+
+    from preflight.mocks import PreflightMocks
+
+    resources: list[PlannedResource] = []
+    outputs: dict[str, Any] = {}
+    monitor = _recording_monitor(PreflightMocks(), resources, outputs)
+
+    # Fresh runtime state for every run (tests run many programs in one process).
+    settings.reset_options()
+    pulumi.runtime.set_all_config(stack_input.config, sorted(stack_input.secret_keys))
+    settings.configure(MockSettings(
+        monitor=monitor,
+        monitor_features=set(monitor.GetDeploymentInfo(None).supportedFeatures),
+        engine=MockEngine(None),
+        project=PROJECT,
+        stack=stack_input.stack,
+        dry_run=preview,
+        organization="organization",
+        callbacks=None,
+    ))
+    settings.set_root_resource(None)  # type: ignore[arg-type]
+
+    if program is None:
+        def program() -> None:
+            sys.path.insert(0, str(ROOT)) if str(ROOT) not in sys.path else None
+            runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_program__")
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    old_cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        loop.run_until_complete(run_in_stack(program))
+    except pulumi.RunError as exc:
+        raise ProgramError(str(exc)) from None
+    finally:
+        os.chdir(old_cwd)
+        loop.close()
+        asyncio.set_event_loop(None)
+    return Plan(stack_input.stack, resources, outputs)
