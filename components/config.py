@@ -69,7 +69,7 @@ class StackConfig(Model):
     environment: DnsLabel = "dev"
     owner: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
     cost_center: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
-    monthly_budget_usd: float = Field(gt=0, le=10_000_000)
+    monthly_budget_usd: int = Field(gt=0, le=10_000_000)
     alert_emails: list[Email] = Field(default_factory=list)
     admin_cidrs: list[Cidr] = Field(default_factory=list)
     kubernetes_version: Literal[SUPPORTED_KUBERNETES_VERSIONS] = "1.33"  # type: ignore[valid-type]
@@ -204,7 +204,11 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
         if names.index(name) != i:
             issues.append(ConfigIssue(f"gpuPools[{i}].name", name, "unique among gpuPools"))
 
-    catalog = load_catalog(cfg.catalog_overrides() or None)
+    base = load_catalog()
+    for key in cfg.price_overrides:
+        if base.instance(cfg.cloud, key) is None:
+            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"a {cfg.cloud} instance type in the catalog"))
+    catalog = load_catalog(cfg.catalog_overrides()) if cfg.price_overrides and not issues else base
     known = sorted(t.name for t in catalog.gpu_instances(cfg.cloud))
     for i, pool in enumerate(cfg.gpu_pools):
         if pool.min_nodes > pool.max_nodes:
@@ -215,10 +219,6 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
             issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
                                       f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
 
-    for key in cfg.price_overrides:
-        if catalog.instance(cfg.cloud, key) is None:
-            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"a {cfg.cloud} instance type in the catalog"))
-
     checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
     issues += checks[cfg.cloud](cfg, catalog)
     return issues
@@ -228,10 +228,12 @@ def load_from_pulumi() -> StackConfig:
     """Read and validate the stack's `gpu-platform` namespace from the running Pulumi program.
     On a bad stack file raises pulumi.RunError, which the CLI prints without a traceback."""
     import pulumi
-    from pulumi.runtime import get_config_env
+    from pulumi.runtime import config as runtime_config
 
+    # The language host passes config in PULUMI_CONFIG; tests and preflight set it in-process.
+    everything = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     prefix = f"{NAMESPACE}:"
-    raw = {k[len(prefix):]: v for k, v in get_config_env().items() if k.startswith(prefix)}
+    raw = {k[len(prefix):]: v for k, v in everything.items() if k.startswith(prefix)}
     try:
         return parse_config(raw, pulumi.get_stack())
     except ConfigError as exc:

@@ -94,7 +94,18 @@ def load_stack(stack: str, root: Path = ROOT) -> StackInput:
     if not path.exists():
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (root / "stacks").glob("Pulumi.*.yaml"))
         raise FileNotFoundError(f"no stack file {path.relative_to(root)}; stacks: {', '.join(known)}")
+    return load_stack_file(path, root)
+
+
+def load_stack_file(path: Path, root: Path = ROOT) -> StackInput:
+    """A stack file anywhere; Pulumi.<stack>.yaml names the stack."""
+    if not path.exists():
+        raise FileNotFoundError(f"no stack file {path}")
+    name = path.name
+    stack = name[len("Pulumi."):-len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
     doc = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(doc, dict) or not isinstance(doc.get("config") or {}, dict):
+        raise FileNotFoundError(f"{path} is not a Pulumi stack file (a mapping with a `config:` mapping)")
     return stack_input_from_mapping(stack, doc.get("config") or {}, load_project(root))
 
 
@@ -274,6 +285,5 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
         raise ProgramError(str(exc)) from None
     finally:
         os.chdir(old_cwd)
-        loop.close()
         asyncio.set_event_loop(None)
     return Plan(stack_input.stack, resources, outputs)

@@ -15,10 +15,19 @@ import pulumi
 
 _PACKAGES = ("tls", "random", "linode", "gcp", "aws", "kubernetes", "command")
 
+# Secret-looking values the mocks made up (keys, tokens); preflight masks them in written artifacts.
+SENSITIVE: set[str] = set()
 
-def _load() -> tuple[dict[str, Callable[..., dict]], dict[str, Callable[..., dict]]]:
+
+def sensitive(value: str) -> str:
+    SENSITIVE.add(value)
+    return value
+
+
+def _load() -> tuple[dict[str, Callable[..., dict]], dict[str, Callable[..., dict]], dict[str, Callable[[str], str]]]:
     resources: dict[str, Callable[..., dict]] = {}
     invokes: dict[str, Callable[..., dict]] = {}
+    ids: dict[str, Callable[[str], str]] = {}
     for pkg in _PACKAGES:
         try:
             mod = importlib.import_module(f"preflight.mocks.{pkg}")
@@ -28,7 +37,10 @@ def _load() -> tuple[dict[str, Callable[..., dict]], dict[str, Callable[..., dic
             continue
         resources.update(getattr(mod, "RESOURCES", {}))
         invokes.update(getattr(mod, "INVOKES", {}))
-    return resources, invokes
+        # Optional: provider packages whose ids have a shape (Linode's are integers).
+        if hasattr(mod, "resource_id"):
+            ids[f"{pkg}:"] = mod.resource_id
+    return resources, invokes, ids
 
 
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
@@ -52,14 +64,15 @@ class MissingInvokeMock(Exception):
 
 class PreflightMocks(pulumi.runtime.Mocks):
     def __init__(self) -> None:
-        self.resources, self.invokes = _load()
+        self.resources, self.invokes, self.ids = _load()
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         state = dict(args.inputs)
         fn = self.resources.get(args.typ)
         if fn is not None:
             state.update(fn(plain(args.inputs), args.name))
-        return f"{args.name}-id", state
+        make_id = self.ids.get(args.typ.split(":", 1)[0] + ":")
+        return (make_id(args.name) if make_id else f"{args.name}-id"), state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list]:
         fn = self.invokes.get(args.token)

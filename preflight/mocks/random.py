@@ -6,6 +6,8 @@ import secrets
 import string
 from typing import Any
 
+from preflight.mocks import sensitive
+
 
 def _random_string(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     alphabet = ""
@@ -18,11 +20,12 @@ def _random_string(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     if inputs.get("special", True):
         alphabet += inputs.get("overrideSpecial") or "!@#$%&*()-_=+[]{}<>:?"
     length = int(inputs.get("length", 16))
-    return {"result": "".join(secrets.choice(alphabet) for _ in range(length))}
+    return {"result": sensitive("".join(secrets.choice(alphabet) for _ in range(length)))}
 
 
 def _random_id(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     raw = secrets.token_bytes(int(inputs.get("byteLength", 8)))
+    sensitive(raw.hex())
     return {"hex": raw.hex(), "b64Url": raw.hex(), "b64Std": raw.hex(), "dec": str(int.from_bytes(raw, "big"))}
 
 

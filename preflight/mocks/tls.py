@@ -11,6 +11,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from preflight.mocks import sensitive
+
 _KEYS: dict[str, Any] = {}
 
 
@@ -24,6 +26,7 @@ def _private_key(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     pub = key.public_key().public_bytes(serialization.Encoding.PEM,
                                         serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     _KEYS[pem] = key
+    sensitive(pem)
     return {"privateKeyPem": pem, "privateKeyPemPkcs8": pem, "publicKeyPem": pub}
 
 

@@ -1,0 +1,31 @@
+"""Every version the Linode cluster installs, pinned in one place (listed in the README)."""
+
+# kubeadm/kubelet/kubectl from pkgs.k8s.io, one patch release per supported minor.
+KUBERNETES_PATCH = {
+    "1.31": "1.31.14",
+    "1.32": "1.32.10",
+    "1.33": "1.33.6",
+    "1.34": "1.34.2",
+}
+# Debian revision of the pkgs.k8s.io packages.
+KUBERNETES_DEB_REVISION = "1.1"
+
+# NVIDIA server driver branch (Ubuntu's signed, precompiled-capable -server packages) and the
+# container toolkit that wires it into containerd.
+NVIDIA_DRIVER_BRANCH = "570"
+NVIDIA_CONTAINER_TOOLKIT = "1.17.8-1"
+
+# Helm charts installed through the cluster's Kubernetes provider.
+CILIUM_CHART = {"chart": "cilium", "version": "1.18.2", "repo": "https://helm.cilium.io"}
+CALICO_CHART = {"chart": "tigera-operator", "version": "v3.30.3", "repo": "https://docs.tigera.io/calico/charts"}
+LINODE_CCM_CHART = {"chart": "ccm-linode", "version": "v0.7.1",
+                    "repo": "https://linode.github.io/linode-cloud-controller-manager/"}
+LINODE_CSI_CHART = {"chart": "linode-blockstorage-csi-driver", "version": "v1.0.6",
+                    "repo": "https://linode.github.io/linode-blockstorage-csi-driver/"}
+NVIDIA_DEVICE_PLUGIN_CHART = {"chart": "nvidia-device-plugin", "version": "0.17.4",
+                              "repo": "https://nvidia.github.io/k8s-device-plugin"}
+
+
+def kubernetes_package_version(minor: str) -> str:
+    """The apt version string of kubeadm/kubelet/kubectl for a Kubernetes minor (e.g. 1.33.6-1.1)."""
+    return f"{KUBERNETES_PATCH[minor]}-{KUBERNETES_DEB_REVISION}"

@@ -1,0 +1,70 @@
+"""The readable plan: resource counts by type, then a tree with the inputs a reviewer cares about."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from preflight.runner import Plan, PlannedResource
+
+# Inputs worth a reviewer's eye, by resource type suffix or anywhere (first match wins per key).
+INTERESTING = (
+    "region", "location", "zone", "type", "instanceType", "machineType", "label", "image",
+    "inboundPolicy", "outboundPolicy", "inbounds", "diskEncryption", "ipv4", "port",
+    "chart", "version", "namespace", "minSize", "maxSize", "desiredCapacity",
+    "initialNodeCount", "autoscaling", "nodeConfig", "privateClusterConfig",
+    "masterAuthorizedNetworksConfig", "amount", "thresholdRules", "threshold", "metricName",
+    "vpcConfig", "metadataOptions", "blockDeviceMappings", "mixedInstancesPolicy", "capacityRebalance",
+    "versioning", "acl", "provisioner", "reclaimPolicy",
+)
+MAX_VALUE = 160
+
+
+def counts(plan: Plan) -> list[tuple[str, int]]:
+    return sorted(Counter(r.type for r in plan.resources).items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 3] + "..."
+
+
+def highlights(r: PlannedResource) -> list[str]:
+    inputs = r.inputs
+    if r.type.startswith("kubernetes:helm.sh"):
+        repo = (inputs.get("repositoryOpts") or {}).get("repo", "")
+        return [f"chart={inputs.get('chart')}@{inputs.get('version')} repo={repo} namespace={inputs.get('namespace')}"]
+    out = []
+    for key in INTERESTING:
+        if key in inputs and inputs[key] not in (None, "", [], {}):
+            out.append(f"{key}={_short(inputs[key])}")
+    return out
+
+
+def tree(plan: Plan) -> list[str]:
+    children: dict[str | None, list[PlannedResource]] = {}
+    urns = {r.urn for r in plan.resources}
+    for r in plan.resources:
+        parent = r.parent if r.parent in urns else None
+        children.setdefault(parent, []).append(r)
+    lines: list[str] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for r in children.get(parent, []):
+            short_type = r.type.split(":")[-1]
+            lines.append(f"{'  ' * depth}- {r.name} ({short_type})")
+            for h in highlights(r):
+                lines.append(f"{'  ' * depth}    {h}")
+            walk(r.urn, depth + 1)
+
+    walk(None, 0)
+    return lines
+
+
+def render_plan(plan: Plan) -> str:
+    lines = [f"Plan for stack {plan.stack}: {len(plan.resources)} resources", "", "Resources by type:"]
+    width = max((len(t) for t, _ in counts(plan)), default=10)
+    lines += [f"  {n:>4}  {t:<{width}}" for t, n in counts(plan)]
+    lines += ["", "Resource tree:"] + ["  " + line for line in tree(plan)]
+    return "\n".join(lines)
