@@ -17,9 +17,11 @@ MASK = "<masked-by-preflight>"
 
 
 def mask(text: str, sensitive: Iterable[str]) -> str:
-    for value in sorted(sensitive, key=len, reverse=True):
-        if len(value) >= 6:
-            text = text.replace(value, MASK)
+    """Mask every line of every made-up secret (line by line: YAML re-indents multi-line PEM)."""
+    pieces = {line.strip() for value in sensitive for line in value.splitlines()}
+    for piece in sorted(pieces, key=len, reverse=True):
+        if len(piece) >= 6 and not piece.startswith("-----"):
+            text = text.replace(piece, MASK)
     return text
 
 

@@ -15,6 +15,6 @@ def cost_section(cfg: StackConfig, out: Path) -> str:
     shape = StackShape.from_config(cfg)
     est = estimate(shape, load_catalog(cfg.catalog_overrides() or None))
     report.write_cost_json(est, out / "cost.json")
-    report.draw_cost_chart(est, report.alternatives_for(est), out / "cost.png")
+    report.draw_cost_chart(est, report.default_alternatives(est), out / "cost.png")
     return "\n".join([report.render_cost_summary(est),
                       f"Wrote {out / 'cost.json'} and {out / 'cost.png'}"])

@@ -283,6 +283,18 @@ class File:
     permissions: str = "0600"
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, configs, PEM) as literal blocks: readable, and diff-friendly."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str_representer)
+
+
 def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) -> str:
     """A #cloud-config document (validated by `cloud-init schema` in the tests)."""
     doc = {
@@ -296,7 +308,7 @@ def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) 
                         for f in files],
         "runcmd": [list(c.split(" ")) for c in commands],
     }
-    return "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False, width=10_000)
+    return "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=10_000)
 
 
 def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool,

@@ -1,0 +1,326 @@
+"""The Linode kubeadm cluster as planned offline: what gets created, and every rendered artifact
+checked by a real validator (cloud-init schema, shellcheck, openssl)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.x509.oid import NameOID
+
+from components.cluster import GPU_TAINT, POOL_LABEL
+from components.linode import render, versions
+from components.linode.addons import DEFAULT_STORAGE_CLASS
+from components.linode.cluster import firewall_rules
+from preflight.runner import SECRET_SIG, SIG_KEY
+from tests.conftest import plan_config, plan_stack, stack_config
+
+INSTANCE = "linode:index/instance:Instance"
+FIREWALL = "linode:index/firewall:Firewall"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return plan_stack("linode-dev")
+
+
+@pytest.fixture(scope="module")
+def ha():
+    return plan_stack("linode-ha")
+
+
+def user_data(resource) -> str:
+    return base64.b64decode(resource.plain_inputs["metadatas"][0]["userData"]).decode()
+
+
+def all_user_data(plan) -> dict[str, str]:
+    return {r.plain_inputs["label"]: user_data(r) for r in plan.by_type(INSTANCE)}
+
+
+# --- what linode-dev creates ------------------------------------------------------------------
+
+
+def test_dev_has_one_control_plane_and_one_rtx6000_worker(dev):
+    instances = {r.inputs["label"]: r.inputs for r in dev.by_type(INSTANCE)}
+    assert instances["gpu-dev-cp-0"]["type"] == "g6-standard-4"
+    assert instances["gpu-dev-rtx6000-0"]["type"] == "g1-gpu-rtx6000-1"
+    assert set(instances) == {"gpu-dev-cp-0", "gpu-dev-rtx6000-0"}
+    for inputs in instances.values():
+        assert inputs["region"] == "us-east"
+        assert inputs["diskEncryption"] == "enabled"
+        assert {"owner:ml-platform", "cost-center:research", "environment:dev"} <= set(inputs["tags"])
+        assert inputs["metadatas"][0]["userData"] == "[secret]"
+        assert "authorizedKeys" not in inputs  # no SSH keys configured: no SSH at all
+
+
+def test_firewall_drops_by_default_and_opens_the_api_only_to_admins_and_the_vpc(dev):
+    fw = dev.one(FIREWALL).inputs
+    assert fw["inboundPolicy"] == "DROP"
+    rules = fw["inbounds"]
+    api = [r for r in rules if r.get("ports") == "6443"]
+    assert api == [{"label": "admin-kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": "6443",
+                    "ipv4s": ["203.0.113.0/24"]}]
+    assert not [r for r in rules if r.get("ports") == "22"]
+    world = [r for r in rules if "0.0.0.0/0" in r.get("ipv4s", []) or "::/0" in r.get("ipv6s", [])]
+    assert world == []
+    # Everything without a port list (kubelet 10250, etcd 2379-2380, VXLAN) is VPC/pod-network only.
+    for r in rules:
+        if "ports" not in r:
+            assert r["ipv4s"] == ["10.0.0.0/24", "10.244.0.0/16"]
+
+
+def test_ssh_opens_only_with_keys_and_only_to_admin_cidrs():
+    rules = firewall_rules(["203.0.113.0/24", "2001:db8::/48"], "10.0.0.0/24", "10.244.0.0/16", ssh_enabled=True)
+    ssh = [r for r in rules if r.get("ports") == "22"]
+    assert ssh == [{"label": "admin-ssh", "action": "ACCEPT", "protocol": "TCP", "ports": "22",
+                    "ipv4s": ["203.0.113.0/24"], "ipv6s": ["2001:db8::/48"]}]
+    assert not [r for r in firewall_rules([], "10.0.0.0/24", "10.244.0.0/16", ssh_enabled=True) if r.get("ports")]
+
+
+def test_ssh_keys_reach_the_instances_when_given():
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:linode"]["sshAuthorizedKeys"] = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample ops@example.com"]
+    plan = plan_config(cfg)
+    assert all(r.inputs["authorizedKeys"] for r in plan.by_type(INSTANCE))
+    assert [r for r in plan.one(FIREWALL).inputs["inbounds"] if r.get("ports") == "22"]
+
+
+def test_dev_has_a_vpc_and_workers_on_fixed_vpc_addresses(dev):
+    subnet = dev.one("linode:index/vpcSubnet:VpcSubnet").inputs
+    assert subnet["ipv4"] == "10.0.0.0/24"
+    assert dev.one("linode:index/vpc:Vpc").inputs["region"] == "us-east"
+    vpc_ips = {r.inputs["label"]: r.inputs["interfaces"][1]["ipv4"]["vpc"] for r in dev.by_type(INSTANCE)}
+    assert vpc_ips == {"gpu-dev-cp-0": "10.0.0.10", "gpu-dev-rtx6000-0": "10.0.0.100"}
+
+
+def test_addons_are_pinned_helm_releases(dev):
+    charts = {r.inputs["chart"]: r.inputs["version"] for r in dev.by_type(RELEASE)}
+    assert charts["cilium"] == versions.CILIUM_CHART["version"]
+    assert charts["ccm-linode"] == versions.LINODE_CCM_CHART["version"]
+    assert charts["linode-blockstorage-csi-driver"] == versions.LINODE_CSI_CHART["version"]
+    assert charts["nvidia-device-plugin"] == versions.NVIDIA_DEVICE_PLUGIN_CHART["version"]
+    token = dev.one("kubernetes:core/v1:Secret", "linode-api").inputs
+    assert token["stringData"] == "[secret]"  # the Linode API token never shows in a plan
+    sc = dev.one("kubernetes:storage.k8s.io/v1:StorageClass").inputs
+    assert sc["metadata"]["name"] == DEFAULT_STORAGE_CLASS
+    assert sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
+    assert sc["parameters"]["linodebs.csi.linode.com/encrypted"] == "true"
+
+
+def test_device_plugin_tolerates_the_gpu_taint(dev):
+    values = next(r for r in dev.by_type(RELEASE) if r.inputs["chart"] == "nvidia-device-plugin").inputs["values"]
+    assert GPU_TAINT.toleration() in values["tolerations"]
+
+
+def test_kubeconfig_is_a_secret_signed_by_the_cluster_ca_for_cluster_admins(dev):
+    wire = dev.outputs["kubeconfig"]
+    assert wire[SIG_KEY] == SECRET_SIG
+    kubeconfig = yaml.safe_load(wire["value"])
+    assert kubeconfig["clusters"][0]["cluster"]["server"].endswith(":6443")
+    ca = x509.load_pem_x509_certificate(base64.b64decode(kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"]))
+    client = x509.load_pem_x509_certificate(base64.b64decode(kubeconfig["users"][0]["user"]["client-certificate-data"]))
+    assert client.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "kubeadm:cluster-admins"
+    assert client.issuer == ca.subject
+    client.verify_directly_issued_by(ca)
+
+
+def test_checkpoint_bucket_is_private_with_a_scoped_key(dev):
+    bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket").inputs
+    assert bucket["acl"] == "private" and bucket["versioning"] is True
+    key = dev.one("linode:index/objectStorageKey:ObjectStorageKey").inputs
+    assert key["bucketAccesses"][0]["permissions"] == "read_write"
+
+
+# --- linode-ha ----------------------------------------------------------------------------------
+
+
+def test_ha_puts_three_control_planes_behind_a_firewalled_nodebalancer(ha):
+    labels = sorted(r.inputs["label"] for r in ha.by_type(INSTANCE))
+    assert labels == ["gpu-staging-ada-0", "gpu-staging-ada-1", "gpu-staging-cp-0", "gpu-staging-cp-1", "gpu-staging-cp-2"]
+    assert {r.inputs["type"] for r in ha.by_type(INSTANCE) if "-ada-" in r.inputs["label"]} == {"g2-gpu-rtx4000a1-m"}
+    assert ha.one("linode:index/nodeBalancerConfig:NodeBalancerConfig").inputs["port"] == 6443
+    nodes = ha.by_type("linode:index/nodeBalancerNode:NodeBalancerNode")
+    assert sorted(n.inputs["address"] for n in nodes) == ["10.0.0.10:6443", "10.0.0.11:6443", "10.0.0.12:6443"]
+    lb_fw = ha.one(FIREWALL, "api-lb-firewall").inputs
+    assert lb_fw["inboundPolicy"] == "DROP"
+    rule = lb_fw["inbounds"][0]
+    assert "203.0.113.0/24" in rule["ipv4s"] and rule["ipv6s"] == ["2001:db8::/48"]
+    assert ha.one("linode:index/firewallDevice:FirewallDevice").inputs["entityType"] == "nodebalancer"
+
+
+def test_ha_control_planes_join_with_the_certificate_key(ha):
+    docs = all_user_data(ha)
+    join_cp = yaml.safe_load(next(f["content"] for f in yaml.safe_load(docs["gpu-staging-cp-1"])["write_files"]
+                                  if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")[0])
+    init = [yaml.safe_load(d) for d in next(f["content"] for f in yaml.safe_load(docs["gpu-staging-cp-0"])["write_files"]
+                                            if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")]
+    assert join_cp["kind"] == "JoinConfiguration"
+    assert join_cp["controlPlane"]["certificateKey"] == init[0]["certificateKey"]
+    assert re.fullmatch(r"[0-9a-f]{64}", join_cp["controlPlane"]["certificateKey"])
+    assert init[1]["controlPlaneEndpoint"] == join_cp["discovery"]["bootstrapToken"]["apiServerEndpoint"]
+
+
+# --- rendered artifacts, checked by real validators ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def documents(dev, ha):
+    return {**all_user_data(dev), **all_user_data(ha)}
+
+
+@pytest.mark.skipif(shutil.which("cloud-init") is None, reason="Debian package cloud-init not installed (.ci/run installs it)")
+def test_every_cloud_init_document_passes_cloud_init_schema(documents, tmp_path):
+    assert len(documents) == 7
+    for label, doc in documents.items():
+        path = tmp_path / f"{label}.yaml"
+        path.write_text(doc)
+        run = subprocess.run(["cloud-init", "schema", "--config-file", str(path)], capture_output=True, text=True)
+        assert run.returncode == 0, f"{label}: {run.stdout}{run.stderr}"
+        assert "Valid cloud-config" in run.stdout or "Valid schema" in run.stdout
+
+
+def test_cloud_init_schema_rejects_a_broken_document(tmp_path):
+    if shutil.which("cloud-init") is None:
+        pytest.skip("Debian package cloud-init not installed")
+    path = tmp_path / "broken.yaml"
+    path.write_text("#cloud-config\nruncmd: 5\nwrite_files: [{content: x}]\n")
+    assert subprocess.run(["cloud-init", "schema", "--config-file", str(path)], capture_output=True).returncode != 0
+
+
+def embedded_scripts(documents) -> dict[str, str]:
+    scripts = {"wait-for-api.sh": render.wait_for_api_script()}
+    for label, doc in documents.items():
+        for f in yaml.safe_load(doc)["write_files"]:
+            if f["path"].endswith(".sh"):
+                scripts[f"{label}:{f['path']}"] = f["content"]
+    return scripts
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="Debian package shellcheck not installed (.ci/run installs it)")
+def test_every_embedded_shell_script_passes_shellcheck(documents, tmp_path):
+    scripts = embedded_scripts(documents)
+    assert len(scripts) >= 1 + 7 * 2
+    for i, (name, content) in enumerate(scripts.items()):
+        path = tmp_path / f"script-{i}.sh"
+        path.write_text(content)
+        run = subprocess.run(["shellcheck", "--severity=style", str(path)], capture_output=True, text=True)
+        assert run.returncode == 0, f"{name}:\n{run.stdout}"
+
+
+def test_gpu_worker_boots_with_driver_toolkit_and_joins_tainted_and_labelled(dev):
+    doc = yaml.safe_load(all_user_data(dev)["gpu-dev-rtx6000-0"])
+    paths = [f["path"] for f in doc["write_files"]]
+    assert doc["runcmd"] == [[render.INSTALL_SCRIPT_PATH], [render.NVIDIA_SCRIPT_PATH], [render.BOOTSTRAP_SCRIPT_PATH]]
+    nvidia = next(f["content"] for f in doc["write_files"] if f["path"] == render.NVIDIA_SCRIPT_PATH)
+    assert f"nvidia-headless-{versions.NVIDIA_DRIVER_BRANCH}-server" in nvidia
+    assert f"nvidia-container-toolkit={versions.NVIDIA_CONTAINER_TOOLKIT}" in nvidia
+    assert "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in nvidia
+    install = next(f["content"] for f in doc["write_files"] if f["path"] == render.INSTALL_SCRIPT_PATH)
+    assert f"kubeadm={versions.kubernetes_package_version('1.33')}" in install
+    assert "SystemdCgroup = true" in install
+    join = [yaml.safe_load(d) for d in next(f["content"] for f in doc["write_files"]
+                                            if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")]
+    assert join[0]["apiVersion"] == "kubeadm.k8s.io/v1beta4" and join[0]["kind"] == "JoinConfiguration"
+    reg = join[0]["nodeRegistration"]
+    assert reg["name"] == "gpu-dev-rtx6000-0"  # node name = Linode label (the CCM matches on it)
+    assert reg["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    args = {a["name"]: a["value"] for a in reg["kubeletExtraArgs"]}
+    assert args["cloud-provider"] == "external" and args["node-ip"] == "10.0.0.100"
+    assert f"{POOL_LABEL}=rtx6000" in args["node-labels"]
+    assert join[1]["cgroupDriver"] == "systemd"
+    token = join[0]["discovery"]["bootstrapToken"]
+    assert re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", token["token"])
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", token["caCertHashes"][0])
+    assert token["apiServerEndpoint"] == "10.0.0.10:6443"
+    assert "/etc/kubernetes/pki/ca.key" not in paths  # only the first control plane holds the CA key
+
+
+def test_first_control_plane_inits_with_external_cloud_provider(dev):
+    doc = yaml.safe_load(all_user_data(dev)["gpu-dev-cp-0"])
+    files = {f["path"]: f for f in doc["write_files"]}
+    assert files["/etc/kubernetes/pki/ca.key"]["permissions"] == "0600"
+    init, cluster, kubelet = [yaml.safe_load(d) for d in files[render.KUBEADM_CONFIG_PATH]["content"].split("---\n")]
+    assert init["kind"] == "InitConfiguration" and cluster["kind"] == "ClusterConfiguration"
+    assert cluster["kubernetesVersion"] == "v" + versions.KUBERNETES_PATCH["1.33"]
+    assert {"name": "cloud-provider", "value": "external"} in cluster["controllerManager"]["extraArgs"]
+    assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12", "dnsDomain": "cluster.local"}
+    assert init["bootstrapTokens"][0]["token"] == re.search(r"[a-z0-9]{6}\.[a-z0-9]{16}", files[render.KUBEADM_CONFIG_PATH]["content"]).group(0)
+    assert "kubeadm init --config" in files[render.BOOTSTRAP_SCRIPT_PATH]["content"]
+    assert kubelet["cgroupDriver"] == "systemd"
+
+
+def test_worker_join_hash_is_the_hash_of_the_cluster_ca(dev):
+    worker = yaml.safe_load(all_user_data(dev)["gpu-dev-rtx6000-0"])
+    cp = yaml.safe_load(all_user_data(dev)["gpu-dev-cp-0"])
+    ca_pem = next(f["content"] for f in cp["write_files"] if f["path"] == "/etc/kubernetes/pki/ca.crt")
+    join = yaml.safe_load(next(f["content"] for f in worker["write_files"] if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")[0])
+    assert join["discovery"]["bootstrapToken"]["caCertHashes"] == [render.discovery_hash(ca_pem)]
+
+
+def _self_signed_ca(key) -> str:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    import datetime
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+@pytest.mark.parametrize("kind", ["rsa", "ecdsa"])
+def test_discovery_hash_matches_the_kubeadm_docs_openssl_pipeline(kind, tmp_path):
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048) if kind == "rsa" else ec.generate_private_key(ec.SECP256R1())
+    pem = _self_signed_ca(key)
+    (tmp_path / "ca.crt").write_text(pem)
+    # kubeadm docs: openssl x509 -pubkey -in ca.crt | openssl rsa -pubin -outform der | openssl dgst -sha256 -hex
+    # (`openssl pkey` is the same step for an ECDSA CA).
+    der_step = "openssl rsa -pubin -outform der" if kind == "rsa" else "openssl pkey -pubin -outform der"
+    out = subprocess.run(f"openssl x509 -pubkey -in ca.crt | {der_step} 2>/dev/null | openssl dgst -sha256 -hex | sed 's/^.* //'",
+                         shell=True, cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert render.discovery_hash(pem) == f"sha256:{out}"
+
+
+def test_bootstrap_token_form_is_enforced():
+    assert render.bootstrap_token("abc123", "0123456789abcdef") == "abc123.0123456789abcdef"
+    for bad in (("ABC123", "0123456789abcdef"), ("abc12", "0123456789abcdef"), ("abc123", "0123456789abcde!")):
+        with pytest.raises(ValueError):
+            render.bootstrap_token(*bad)
+
+
+# --- preflight's files --------------------------------------------------------------------------
+
+
+def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
+    from preflight.__main__ import main
+    from preflight.mocks import SENSITIVE
+
+    assert main(["linode-dev", "--out", str(tmp_path), "--no-policies", "--quiet"]) == 0
+    out = tmp_path / "linode-dev"
+    plan_text = (out / "plan.json").read_text()
+    plan = json.loads(plan_text)
+    types = {r["type"] for r in plan["resources"]}
+    assert {INSTANCE, FIREWALL, "linode:index/vpc:Vpc", RELEASE} <= types
+    assert [r for r in plan["resources"] if r["type"] == FIREWALL][0]["inputs"]["inboundPolicy"] == "DROP"
+    assert "PRIVATE KEY" not in plan_text
+    assert SENSITIVE and not [s for s in SENSITIVE if len(s) >= 6 and s in plan_text]
+    assert plan["outputs"]["kubeconfig"] == "[secret]"
+    artifacts = sorted(p.relative_to(out / "artifacts").as_posix() for p in (out / "artifacts").rglob("*") if p.is_file())
+    assert "cloud-init/gpu-dev-cp-0.yaml" in artifacts and "kubeadm/gpu-dev-rtx6000-0.yaml" in artifacts
+    pieces = {line.strip() for s in SENSITIVE for line in s.splitlines() if len(line.strip()) >= 6 and not line.startswith("-----")}
+    ca_key = (out / "artifacts" / "cloud-init" / "gpu-dev-cp-0.yaml").read_text()
+    assert "BEGIN PRIVATE KEY" in ca_key and "<masked-by-preflight>" in ca_key
+    for p in (out / "artifacts").rglob("*"):
+        if p.is_file():
+            text = p.read_text()
+            assert not [s for s in pieces if s in text], p
+    assert (out / "cost.json").exists()
