@@ -1,0 +1,37 @@
+# gpu-platform developer commands. `make preflight` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STACK ?= linode-dev
+STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
+
+.PHONY: venv preflight preflight-all test test-live bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+## Plan a stack offline: resources, policies, cost (STACK=linode-dev by default).
+preflight: venv
+	$(PY) -m preflight $(STACK)
+
+preflight-all: venv
+	@for s in $(STACKS); do $(PY) -m preflight $$s --quiet || exit $$?; done
+
+## The whole offline test suite (live cloud tests are skipped without credentials).
+test: venv
+	$(PY) -m pytest -q -n 2 tests
+
+test-live: venv
+	$(PY) -m pytest -q -m live tests
+
+## Preflight wall time per stack (target: under 3 s each on 2 cores).
+bench: venv
+	$(PY) -m preflight.bench $(STACKS)
+
+clean:
+	rm -rf build .pytest_cache

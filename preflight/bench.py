@@ -1,0 +1,39 @@
+"""`python -m preflight.bench [stack ...]`: preflight's wall time per stack, each in a fresh process
+(as a user or CI runs it), best of three. Target: under 3 s per stack on a 2-core machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_S = 3.0
+RUNS = 3
+
+
+def time_stack(stack: str) -> tuple[float, int]:
+    best, code = float("inf"), 0
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        code = subprocess.run([sys.executable, "-m", "preflight", stack, "--quiet", "--out", str(ROOT / "build" / "bench")],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        best = min(best, time.perf_counter() - start)
+    return best, code
+
+
+def main(stacks: list[str]) -> int:
+    stacks = stacks or sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+    print(f"{'stack':<16} {'best of ' + str(RUNS):>10}  exit  target {TARGET_S:.1f}s")
+    slow = 0
+    for stack in stacks:
+        seconds, code = time_stack(stack)
+        ok = seconds < TARGET_S
+        slow += not ok
+        print(f"{stack:<16} {seconds:>9.2f}s  {code:>4}  {'ok' if ok else 'SLOW'}")
+    return 1 if slow else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
