@@ -221,6 +221,9 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
 
     checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
     issues += checks[cfg.cloud](cfg, catalog)
+    from components.platform.config import check_stack as check_platform
+
+    issues += check_platform(cfg)
     return issues
 
 

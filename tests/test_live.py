@@ -31,6 +31,6 @@ def test_pulumi_preview_against_the_real_cloud(stack):
         pytest.skip("no Pulumi state backend (PULUMI_ACCESS_TOKEN or PULUMI_BACKEND_URL unset)")
     from pulumi import automation as auto
 
-    ws = auto.select_stack(stack_name=stack, work_dir=str(ROOT))
+    ws = auto.create_or_select_stack(stack_name=stack, work_dir=str(ROOT))
     result = ws.preview(on_output=print)
     assert result.change_summary, "preview planned nothing"

@@ -1,16 +1,83 @@
-"""The `platform` section: which parts of the ML platform a stack gets, and their knobs."""
+"""The `platform` section: which parts of the ML platform a stack gets, and their knobs.
+
+Every knob has a safe default, so `platform: {}` (or no section at all) gives the whole platform.
+Cross-key rules (a gpuQuota naming a pool that does not exist, e-mail alerts without an SMTP relay)
+live in `check_stack`, which `components.config.semantic_issues` runs for every cloud.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Literal, Optional
+
 from pydantic import Field
 
-from components.config_base import Model
+from components.config_base import ConfigIssue, DnsLabel, Email, Model
+
+if TYPE_CHECKING:
+    from components.config import StackConfig
+
+
+class AlertSmtp(Model):
+    """The SMTP relay Alertmanager sends `alertEmails` through."""
+
+    smarthost: str = Field(min_length=3, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")  # host:port
+    from_address: Email = Field(alias="from")
+    username: Optional[str] = None
+    # Name of a Secret in the monitoring namespace with key `password` (created out of band, so the
+    # password never passes through the stack file). Mounted into Alertmanager.
+    password_secret: Optional[DnsLabel] = None
+    require_tls: bool = True
 
 
 class PlatformSection(Model):
+    # --- parts (each switchable) -----------------------------------------------------------
     kubeflow: bool = True
     notebooks: bool = True
     queue: bool = True
     monitoring: bool = True
+
+    # --- idle GPU alerts ---------------------------------------------------------------------
     # A GPU held by a pod but idle this long (or a GPU node without GPU pods) raises an alert.
     idle_gpu_minutes: int = Field(default=120, ge=5, le=24 * 60)
+    # "Idle" means DCGM_FI_DEV_GPU_UTIL below this percentage.
+    idle_gpu_util_percent: int = Field(default=10, ge=1, le=100)
+    alert_smtp: Optional[AlertSmtp] = None
+
+    # --- job queue (Kueue) -------------------------------------------------------------------
+    # GPUs the training queue may admit per pool; default: the pool's maxNodes x GPUs per node.
+    gpu_quota: dict[DnsLabel, int] = Field(default_factory=dict)
+    # StrictFIFO: the head job blocks the queue until it fits (runs jobs strictly one after another);
+    # BestEffortFIFO: a smaller job behind it may start when the head does not fit.
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    # A job whose pods are not all running this long after admission (a lost spot node, an image
+    # that never pulls) is evicted and requeued.
+    pods_ready_timeout_minutes: int = Field(default=10, ge=1, le=24 * 60)
+
+    # --- notebooks (JupyterHub) --------------------------------------------------------------
+    notebook_idle_cull_minutes: int = Field(default=60, ge=10, le=7 * 24 * 60)
+    notebook_storage_gib: int = Field(default=20, ge=1, le=4096)
+    # Usernames that administer the hub (they approve sign-ups of everyone else).
+    notebook_admin_users: list[DnsLabel] = Field(default_factory=lambda: ["admin"])
+
+    # --- monitoring --------------------------------------------------------------------------
+    prometheus_retention_days: int = Field(default=15, ge=1, le=365)
+    prometheus_storage_gib: int = Field(default=50, ge=5, le=10_000)
+
+
+def check_stack(cfg: "StackConfig") -> list[ConfigIssue]:
+    """Platform rules that need other keys of the stack config."""
+    p = cfg.platform
+    issues: list[ConfigIssue] = []
+    pools = {pool.name for pool in cfg.gpu_pools}
+    for pool_name, quota in p.gpu_quota.items():
+        if pool_name not in pools:
+            issues.append(ConfigIssue(f"platform.gpuQuota.{pool_name}", quota,
+                                      f"a key naming one of gpuPools: {', '.join(sorted(pools))}"))
+        elif quota < 0:
+            issues.append(ConfigIssue(f"platform.gpuQuota.{pool_name}", quota, "a number of GPUs >= 0"))
+    if p.monitoring and cfg.alert_emails and p.alert_smtp is None:
+        issues.append(ConfigIssue(
+            "platform.alertSmtp", None,
+            "an SMTP relay {smarthost: host:port, from: address} so Alertmanager can mail alertEmails "
+            "(or remove alertEmails, or set platform.monitoring: false)"))
+    return issues
