@@ -312,6 +312,9 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
     assert {INSTANCE, FIREWALL, "linode:index/vpc:Vpc", RELEASE} <= types
     assert [r for r in plan["resources"] if r["type"] == FIREWALL][0]["inputs"]["inboundPolicy"] == "DROP"
     assert "PRIVATE KEY" not in plan_text
+    # linode:token is a `secure:` value preflight cannot decrypt: planned as a secret, never shown.
+    from preflight.runner import UNDECRYPTABLE
+    assert UNDECRYPTABLE not in plan_text
     assert SENSITIVE and not [s for s in SENSITIVE if len(s) >= 6 and s in plan_text]
     assert plan["outputs"]["kubeconfig"] == "[secret]"
     artifacts = sorted(p.relative_to(out / "artifacts").as_posix() for p in (out / "artifacts").rglob("*") if p.is_file())
