@@ -58,22 +58,31 @@ def policy_config_path(stack: str, root: Path = ROOT) -> Path:
     return root / "stacks" / f"policy.{stack}.yaml"
 
 
-def load_policy_config(stack: str, root: Path = ROOT) -> Optional[dict[str, Any]]:
-    """The stack's policy config (stacks/policy.<stack>.yaml), or None when the stack has none.
+def load_policy_config(stack: str, path: "str | Path | None" = None, *, root: Path = ROOT) -> Optional[dict[str, Any]]:
+    """The stack's policy config: `path` when given (it must exist), else stacks/policy.<stack>.yaml
+    when present, else None (the pack's defaults).
 
     Same shape as the CLI's `--policy-pack-config` JSON file: policy name (or "all") -> an
-    enforcement level, or a mapping of `enforcementLevel` and the policy's knobs."""
-    path = policy_config_path(stack, root)
-    if not path.exists():
-        return None
+    enforcement level, or a mapping of `enforcementLevel` and the policy's settings. Levels and the
+    shape are checked here; policy names and settings against the pack's schemas in `analyze`."""
+    if path is None:
+        file = policy_config_path(stack, root)
+        if not file.exists():
+            return None
+    else:
+        file = Path(path)
+        if not file.exists():
+            raise PolicyConfigError(f"policy config file {file} does not exist")
+    shown = file.relative_to(root) if file.is_absolute() and file.is_relative_to(root) else file
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(file.read_text())
     except yaml.YAMLError as exc:
-        raise PolicyConfigError(f"{path.relative_to(root)}: not valid YAML: {exc}") from None
+        raise PolicyConfigError(f"{shown}: not valid YAML: {exc}") from None
     if doc is None:
         return None
     if not isinstance(doc, dict):
-        raise PolicyConfigError(f"{path.relative_to(root)}: must map policy names to a level or a mapping")
+        raise PolicyConfigError(f"{shown}: must map policy names to a level or a mapping")
+    _parse_config(doc, str(shown))
     return doc
 
 
@@ -567,6 +576,6 @@ def analyze_plan(plan: Plan, policy_config: Optional[Mapping[str, Any]] = None, 
             stack_config = load_stack(plan.stack).config
         except FileNotFoundError:
             stack_config = {}
-    where = str(policy_config_path(plan.stack).relative_to(ROOT))
+    where = f"policy config of stack {plan.stack}"
     with Analyzer(pack_dir, stack=plan.stack, stack_config=stack_config) as analyzer:
         return analyzer.analyze(plan, policy_config, where=where)

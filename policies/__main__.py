@@ -1,0 +1,23 @@
+"""Builds the gpu-platform policy pack; `pulumi preview --policy-pack policies` (or preflight) runs it.
+
+The pack reads the project's price catalog and estimator (costs/), so the repository root goes on
+sys.path first: the CLI starts packs with the pack directory as the program, preflight with
+`python -m pulumi.policy <engine> policies` from the repository root.
+"""
+
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from pulumi_policy import PolicyPack  # noqa: E402
+
+from policies import cost_rules, hygiene_rules, security_rules  # noqa: E402
+
+PolicyPack(
+    name="gpu-platform-guardrails",
+    description="GPU cost ceilings and security guardrails for gpu-platform stacks.",
+    policies=cost_rules.POLICIES + security_rules.POLICIES + hygiene_rules.POLICIES,
+)

@@ -1,0 +1,131 @@
+"""Reading resource properties the way the analyzer hands them to a policy.
+
+pulumi_policy wraps properties in read-only proxies (Mapping/Sequence, not dict/list) that raise
+UnknownValueError when a value is unknown during preview; these helpers only use the Mapping and
+Sequence interfaces, so an unknown value that a rule actually needs surfaces as the pack's own
+"can't run policy during preview" advisory instead of a wrong verdict. Numbers arrive as floats.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from typing import Any, Iterable, Optional
+
+WORLD_V4 = "0.0.0.0/0"
+WORLD_V6 = "::/0"
+
+
+def get(props: Any, path: str, default: Any = None) -> Any:
+    """props["a"]["b"][0]... for a dotted path ("a.b.0"); default where any step is absent."""
+    cur = props
+    for part in path.split("."):
+        if isinstance(cur, Mapping):
+            if part not in cur:
+                return default
+            cur = cur[part]
+        elif isinstance(cur, Sequence) and not isinstance(cur, str) and part.isdigit():
+            i = int(part)
+            if i >= len(cur):
+                return default
+            cur = cur[i]
+        else:
+            return default
+        if cur is None:
+            return default
+    return cur
+
+
+def as_list(value: Any) -> list[Any]:
+    if value is None or isinstance(value, (str, bytes)):
+        return [] if value is None else [value]
+    if isinstance(value, Sequence):
+        return [value[i] for i in range(len(value))]
+    return []
+
+
+def as_map(value: Any) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return {k: value[k] for k in value}
+    return {}
+
+
+def as_int(value: Any, default: Optional[int] = None) -> Optional[int]:
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def is_true(value: Any) -> bool:
+    """Booleans as providers accept them: True or "true" (AWS launch templates use strings)."""
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def is_false(value: Any) -> bool:
+    return value is False or (isinstance(value, str) and value.strip().lower() == "false")
+
+
+def is_world(cidr: Any) -> bool:
+    """0.0.0.0/0, ::/0 or any other prefix of length 0 (e.g. "0.0.0.0/0" written as "0/0")."""
+    if not isinstance(cidr, str):
+        return False
+    text = cidr.strip()
+    if text in (WORLD_V4, WORLD_V6):
+        return True
+    try:
+        return ipaddress.ip_network(text, strict=False).prefixlen == 0
+    except ValueError:
+        return False
+
+
+def world_cidrs(cidrs: Iterable[Any]) -> list[str]:
+    return [str(c) for c in cidrs if is_world(c)]
+
+
+def port_ranges(spec: Any) -> Optional[list[tuple[int, int]]]:
+    """Linode/GCP port specs ("22", "80,443", "1-65535", ["22", "1000-2000"]) as ranges.
+    None means "all ports" (the spec is absent or empty)."""
+    items: list[str] = []
+    for entry in as_list(spec):
+        items += [p.strip() for p in str(entry).split(",") if p.strip()]
+    if not items:
+        return None
+    out = []
+    for item in items:
+        lo, _, hi = item.partition("-")
+        lo_i, hi_i = as_int(lo), as_int(hi or lo)
+        if lo_i is None or hi_i is None:
+            continue
+        out.append((lo_i, hi_i))
+    return out
+
+
+def covers(ranges: Optional[list[tuple[int, int]]], port: int) -> bool:
+    return ranges is None or any(lo <= port <= hi for lo, hi in ranges)
+
+
+def tags_from_list(tags: Any) -> dict[str, str]:
+    """Linode-style tags ["owner:ml", "cost-center:research"] (and AWS ASG [{key, value}]) as a dict."""
+    out: dict[str, str] = {}
+    for t in as_list(tags):
+        if isinstance(t, Mapping):
+            k = t.get("key")
+            if k is not None:
+                out[str(k)] = "" if t.get("value") is None else str(t.get("value"))
+        elif isinstance(t, str):
+            k, sep, v = t.partition(":")
+            if not sep:
+                k, sep, v = t.partition("=")
+            out[k.strip()] = v.strip()
+    return out
+
+
+def tags_of(props: Any, key: str = "tags") -> dict[str, str]:
+    """Tags/labels of a resource whatever their shape: a map, a list of "k:v" strings, or [{key, value}]."""
+    value = get(props, key)
+    if isinstance(value, Mapping):
+        return {str(k): "" if value[k] is None else str(value[k]) for k in value}
+    return tags_from_list(value)

@@ -1,0 +1,559 @@
+"""The policy pack, run by the real pulumi_policy analyzer process over gRPC (preflight.analyzer).
+
+Each policy gets a resource set built with the real provider SDK classes under preflight's mocks that
+violates it (the report names the policy at its enforcement level) and a compliant variant that
+passes. One pack process serves the whole module; only the failure tests start their own.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+import pulumi_linode as linode
+import pytest
+
+from preflight.analyzer import (
+    PACK_DIR,
+    Analyzer,
+    PolicyConfigError,
+    PolicyPackError,
+    PolicyReport,
+    analyze_plan,
+    load_policy_config,
+)
+from preflight.runner import ROOT, Plan, load_stack, run_program, stack_input_from_mapping
+
+ADMIN = "203.0.113.0/24"
+LABELS = {"owner": "ml-platform", "cost-center": "research", "environment": "test"}
+ALL_POLICIES = {
+    "gpu-interruptible-capacity": "mandatory",
+    "gpu-pools-scale-to-zero": "mandatory",
+    "gpu-count-ceiling": "mandatory",
+    "monthly-cost-ceiling": "mandatory",
+    "budget-alerts-required": "mandatory",
+    "no-public-admin-access": "mandatory",
+    "aws-imdsv2-encrypted-volumes": "mandatory",
+    "linode-disk-encryption": "mandatory",
+    "gke-node-hardening": "mandatory",
+    "cost-allocation-tags": "advisory",
+}
+
+
+@pytest.fixture(scope="module")
+def analyzer():
+    with Analyzer() as a:
+        yield a
+
+
+def plan_of(program: Callable[[], None], cloud: str = "gcp") -> Plan:
+    return run_program(stack_input_from_mapping("policy-test", {"gpu-platform:cloud": cloud}), program=program)
+
+
+def merged(base: dict[str, Any], *changes: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """base with each of `changes` applied; a None value deletes the key; nested dicts merge."""
+    if len(changes) != 1:
+        for change in changes:
+            base = merged(base, change)
+        return base
+    out = dict(base)
+    for k, v in (changes[0] or {}).items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merged(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Compliant resource sets, one per cloud, with knobs to break them
+# ---------------------------------------------------------------------------------------------
+
+
+def gke(cluster: Optional[dict] = None, pool: Optional[dict] = None, budget: bool = True,
+        extra: Optional[Callable[[], None]] = None) -> Callable[[], None]:
+    def program() -> None:
+        c = gcp.container.Cluster("gke", **merged(dict(
+            location="us-central1", remove_default_node_pool=True, initial_node_count=1,
+            private_cluster_config={"enable_private_nodes": True, "master_ipv4_cidr_block": "172.16.0.0/28"},
+            master_authorized_networks_config={"cidr_blocks": [{"cidr_block": ADMIN, "display_name": "admins"}]},
+            workload_identity_config={"workload_pool": "my-ml-project.svc.id.goog"},
+            resource_labels=LABELS), cluster))
+        gcp.container.NodePool("gke-a100", **merged(dict(
+            cluster=c.id, location="us-central1", node_locations=["us-central1-a", "us-central1-b"],
+            autoscaling={"total_min_node_count": 0, "total_max_node_count": 8, "location_policy": "ANY"},
+            node_config={
+                "machine_type": "a2-highgpu-1g", "preemptible": True,
+                "guest_accelerators": [{"type": "nvidia-tesla-a100", "count": 1}],
+                "resource_labels": {**LABELS, "gpu-pool": "a100", "on-demand-approved": "false"},
+                "workload_metadata_config": {"mode": "GKE_METADATA"},
+                "shielded_instance_config": {"enable_secure_boot": True, "enable_integrity_monitoring": True},
+            }), pool))
+        if budget:
+            gcp.billing.Budget("budget", billing_account="012345-6789AB-CDEF01",
+                               amount={"specified_amount": {"currency_code": "USD", "units": "5000"}},
+                               threshold_rules=[{"threshold_percent": 0.5}, {"threshold_percent": 1.0}])
+        if extra:
+            extra()
+    return program
+
+
+def eks(lt: Optional[dict] = None, asg: Optional[dict] = None, cluster: Optional[dict] = None,
+        budget: str = "budget", extra: Optional[Callable[[], None]] = None,
+        single_type: bool = False) -> Callable[[], None]:
+    """single_type: the ASG uses the launch template directly (no mixed-instances policy: on-demand)."""
+    tags = {**LABELS, "gpu-pool": "g5", "on-demand-approved": "false"}
+
+    def program() -> None:
+        aws.eks.Cluster("eks", **merged(dict(
+            role_arn="arn:aws:iam::123456789012:role/eks",
+            vpc_config={"subnet_ids": ["subnet-1", "subnet-2"], "endpoint_public_access": True,
+                        "endpoint_private_access": True, "public_access_cidrs": [ADMIN]},
+            tags=LABELS), cluster))
+        template = aws.ec2.LaunchTemplate("gpu-lt", **merged(dict(
+            instance_type="g5.xlarge",
+            metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2},
+            block_device_mappings=[{"device_name": "/dev/xvda",
+                                    "ebs": {"encrypted": "true", "volume_size": 200, "volume_type": "gp3"}}]), lt))
+        aws.autoscaling.Group("gpu-asg", **merged(dict(
+            min_size=0, max_size=4, vpc_zone_identifiers=["subnet-1", "subnet-2"], capacity_rebalance=True,
+            mixed_instances_policy={
+                "instances_distribution": {"on_demand_base_capacity": 0, "on_demand_percentage_above_base_capacity": 0,
+                                           "spot_allocation_strategy": "price-capacity-optimized"},
+                "launch_template": {"launch_template_specification": {"launch_template_id": template.id,
+                                                                      "version": "$Latest"},
+                                    "overrides": [{"instance_type": "g5.xlarge"}, {"instance_type": "g6.xlarge"}]}},
+            tags=[{"key": k, "value": v, "propagate_at_launch": True} for k, v in tags.items()]),
+            {"mixed_instances_policy": None, "launch_template": {"id": template.id, "version": "$Latest"}}
+            if single_type else None, asg))
+        if budget == "budget":
+            aws.budgets.Budget("budget", budget_type="COST", limit_amount="5000", limit_unit="USD", time_unit="MONTHLY",
+                               notifications=[{"comparison_operator": "GREATER_THAN", "threshold": 100,
+                                               "threshold_type": "PERCENTAGE", "notification_type": "FORECASTED",
+                                               "subscriber_email_addresses": ["ops@example.com"]}])
+        elif budget == "alarm":
+            topic = aws.sns.Topic("billing")
+            aws.cloudwatch.MetricAlarm("billing-100", namespace="AWS/Billing", metric_name="EstimatedCharges",
+                                       statistic="Maximum", period=21600, evaluation_periods=1, threshold=5000,
+                                       comparison_operator="GreaterThanOrEqualToThreshold",
+                                       dimensions={"Currency": "USD"}, alarm_actions=[topic.arn])
+        if extra:
+            extra()
+    return program
+
+
+def kubeadm(instance: Optional[dict] = None, firewall: Optional[dict] = None, spend_rule: bool = True,
+            extra: Optional[Callable[[], None]] = None) -> Callable[[], None]:
+    def program() -> None:
+        linode.Firewall("nodes-fw", **merged(dict(
+            label="gpu-test-nodes", inbound_policy="DROP", outbound_policy="ACCEPT",
+            inbounds=[{"label": "vpc-tcp", "action": "ACCEPT", "protocol": "TCP", "ipv4s": ["10.0.0.0/24"]},
+                      {"label": "admin-kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": "6443",
+                       "ipv4s": [ADMIN]},
+                      {"label": "admin-ssh", "action": "ACCEPT", "protocol": "TCP", "ports": "22", "ipv4s": [ADMIN]}],
+            tags=[f"{k}:{v}" for k, v in LABELS.items()]), firewall))
+        linode.Instance("cp-0", label="gpu-test-cp-0", region="us-east", type="g6-standard-4",
+                        disk_encryption="enabled", tags=[f"{k}:{v}" for k, v in LABELS.items()])
+        linode.Instance("rtx-0", **merged(dict(
+            label="gpu-test-rtx-0", region="us-east", type="g1-gpu-rtx6000-1", disk_encryption="enabled",
+            tags=[f"{k}:{v}" for k, v in {**LABELS, "gpu-pool": "rtx", "on-demand-approved": "true"}.items()]),
+            instance))
+        if spend_rule:
+            k8s.apiextensions.CustomResource(
+                "spend-rule", api_version="monitoring.coreos.com/v1", kind="PrometheusRule",
+                metadata={"name": "gpu-spend-run-rate", "namespace": "monitoring"},
+                spec={"groups": [{"name": "gpu-spend-run-rate", "rules": [
+                    {"alert": "GpuSpendRunRateOver100Percent", "expr": "gpu_platform:gpu_spend_usd_per_hour * 730 > 1500"}]}]})
+        if extra:
+            extra()
+    return program
+
+
+def assert_violates(report: PolicyReport, policy: str, level: str, *fragments: str) -> None:
+    result = report.result(policy)
+    assert result.status == level, report.render()
+    text = "\n".join(m.message for m in result.messages)
+    for fragment in fragments:
+        assert fragment in text, report.render()
+
+
+def assert_only(report: PolicyReport, *expected: str) -> None:
+    """Exactly these policies report (every other one passes)."""
+    failing = {r.name for r in report.results if r.status != "pass"}
+    assert failing == set(expected), report.render()
+
+
+# ---------------------------------------------------------------------------------------------
+# The pack as the CLI sees it
+# ---------------------------------------------------------------------------------------------
+
+
+def test_pack_declares_every_policy_with_level_description_and_knob_schema(analyzer):
+    info = {p.name: p for p in analyzer.info.policies}
+    assert set(info) == set(ALL_POLICIES)
+    levels = {0: "advisory", 1: "mandatory"}
+    for name, level in ALL_POLICIES.items():
+        assert levels[info[name].enforcementLevel] == level, name
+        assert len(info[name].description) > 30, name
+    knobs = {name: set(p.configSchema.properties.keys()) for name, p in info.items()}
+    assert knobs["gpu-count-ceiling"] == {"maxGpus"}
+    assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd"}
+    assert knobs["gpu-pools-scale-to-zero"] == {"exemptPools"}
+    assert knobs["no-public-admin-access"] == {"sshPorts", "kubeApiPorts"}
+    assert knobs["cost-allocation-tags"] == {"requiredKeys"}
+
+
+@pytest.mark.parametrize("program,cloud", [(gke(), "gcp"), (eks(), "aws"), (kubeadm(), "linode")],
+                         ids=["gke", "eks", "kubeadm"])
+def test_compliant_resource_sets_pass_every_policy(analyzer, program, cloud):
+    report = analyzer.analyze(plan_of(program, cloud))
+    assert_only(report)
+    assert report.mandatory_violations == 0
+    assert "gpu-count-ceiling" in report.render() and "pass" in report.render()
+
+
+# ---------------------------------------------------------------------------------------------
+# Cost policies
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("program,cloud,pool", [
+    (gke(pool={"node_config": {"preemptible": False}}), "gcp", "a100"),
+    (eks(asg={"mixed_instances_policy": {"instances_distribution": {"on_demand_percentage_above_base_capacity": 50}}}),
+     "aws", "g5"),
+    (eks(single_type=True), "aws", "g5"),
+    (kubeadm(instance={"tags": [f"{k}:{v}" for k, v in {**LABELS, "gpu-pool": "rtx"}.items()]}), "linode", "rtx"),
+], ids=["gke-on-demand", "eks-half-on-demand", "eks-launch-template-on-demand", "linode-unapproved"])
+def test_unapproved_on_demand_gpu_pool_is_mandatory_violation(analyzer, program, cloud, pool):
+    report = analyzer.analyze(plan_of(program, cloud))
+    assert_violates(report, "gpu-interruptible-capacity", "mandatory", f"GPU pool '{pool}'")
+    assert_only(report, "gpu-interruptible-capacity")
+
+
+def test_on_demand_pool_approved_by_label_passes(analyzer):
+    program = gke(pool={"node_config": {"preemptible": False, "resource_labels": {"on-demand-approved": "true"}}})
+    assert_only(analyzer.analyze(plan_of(program)))
+
+
+@pytest.mark.parametrize("program,cloud,fragment", [
+    (gke(pool={"autoscaling": {"total_min_node_count": 2}}), "gcp", "keeps at least 2 node(s)"),
+    (gke(pool={"autoscaling": None, "node_count": 1}), "gcp", "fixed size of 2 nodes"),
+    (eks(asg={"min_size": 1}), "aws", "keeps at least 1 node(s)"),
+], ids=["gke-min-2", "gke-fixed", "asg-min-1"])
+def test_gpu_pool_that_cannot_scale_to_zero_is_mandatory_violation(analyzer, program, cloud, fragment):
+    report = analyzer.analyze(plan_of(program, cloud))
+    assert_violates(report, "gpu-pools-scale-to-zero", "mandatory", fragment)
+
+
+def test_exempt_pool_knob_allows_a_warm_floor(analyzer):
+    plan = plan_of(eks(asg={"min_size": 1}), "aws")
+    assert analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": ["g5"]}}).result(
+        "gpu-pools-scale-to-zero").status == "pass"
+
+
+def test_gpu_ceiling_counts_max_nodes_times_gpus_per_node(analyzer):
+    # a2-highgpu-8g carries 8 A100s (catalog): 9 nodes = 72 GPUs, over the default ceiling of 64.
+    program = gke(pool={"node_config": {"machine_type": "a2-highgpu-8g", "guest_accelerators": [
+        {"type": "nvidia-tesla-a100", "count": 8}]}, "autoscaling": {"total_max_node_count": 9}})
+    plan = plan_of(program)
+    report = analyzer.analyze(plan, {"monthly-cost-ceiling": {"maxMonthlyUsd": 10_000_000}})
+    assert_violates(report, "gpu-count-ceiling", "mandatory", "72 GPUs", "a100: 9 x 8")
+    assert_only(report, "gpu-count-ceiling")
+    raised = analyzer.analyze(plan, {"gpu-count-ceiling": {"maxGpus": 72},
+                                     "monthly-cost-ceiling": {"maxMonthlyUsd": 10_000_000}})
+    assert_only(raised)
+
+
+def test_gke_per_zone_autoscaling_limits_multiply_by_zones(analyzer):
+    # maxNodeCount is per zone: 2 zones x 5 nodes x 8 GPUs = 80 GPUs.
+    program = gke(pool={"node_config": {"machine_type": "a2-highgpu-8g", "guest_accelerators": [
+        {"type": "nvidia-tesla-a100", "count": 8}]}, "autoscaling": {
+            "total_min_node_count": None, "total_max_node_count": None, "min_node_count": 0, "max_node_count": 5}})
+    report = analyzer.analyze(plan_of(program), {"monthly-cost-ceiling": {"maxMonthlyUsd": 10_000_000}})
+    assert_violates(report, "gpu-count-ceiling", "mandatory", "80 GPUs")
+
+
+def test_monthly_cost_ceiling_reads_the_estimator(analyzer):
+    # Ten on-demand p4d.24xlarge (approved) at ~$22/h: about $160k a month, over the $50k default.
+    program = eks(single_type=True, asg={"max_size": 10, "tags": [{"key": k, "value": v, "propagate_at_launch": True} for k, v in
+                                                {**LABELS, "gpu-pool": "p4d", "on-demand-approved": "true"}.items()]},
+                  lt={"instance_type": "p4d.24xlarge"})
+    report = analyzer.analyze(plan_of(program, "aws"))
+    assert_violates(report, "monthly-cost-ceiling", "mandatory", "gpu pool p4d (p4d.24xlarge, on-demand)",
+                    "$50,000 (maxMonthlyUsd)")
+    assert_only(report, "monthly-cost-ceiling", "gpu-count-ceiling")
+
+
+def test_monthly_cost_ceiling_knob(analyzer):
+    plan = plan_of(gke())  # 8 preemptible a2-highgpu-1g: about $11k a month at full capacity
+    assert_violates(analyzer.analyze(plan, {"monthly-cost-ceiling": {"maxMonthlyUsd": 5000}}),
+                    "monthly-cost-ceiling", "mandatory", "over the ceiling of $5,000")
+    assert_only(analyzer.analyze(plan, {"monthly-cost-ceiling": {"maxMonthlyUsd": 20000}}))
+
+
+@pytest.mark.parametrize("program,cloud,fragment", [
+    (gke(budget=False), "gcp", "on gcp but no budget alert"),
+    (eks(budget="none"), "aws", "on aws but no budget alert"),
+    (kubeadm(spend_rule=False), "linode", "gpu-spend-run-rate"),
+], ids=["gcp", "aws", "linode"])
+def test_gpu_stack_without_budget_alerts_is_mandatory_violation(analyzer, program, cloud, fragment):
+    report = analyzer.analyze(plan_of(program, cloud))
+    assert_violates(report, "budget-alerts-required", "mandatory", fragment)
+    assert_only(report, "budget-alerts-required")
+
+
+def test_aws_billing_alarm_counts_as_budget_alert(analyzer):
+    assert_only(analyzer.analyze(plan_of(eks(budget="alarm"), "aws")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Security policies
+# ---------------------------------------------------------------------------------------------
+
+
+def _world_rules() -> list[tuple[Callable[[], None], str, str]]:
+    return [
+        (kubeadm(firewall={"inbounds": [{"label": "ssh", "action": "ACCEPT", "protocol": "TCP", "ports": "22",
+                                         "ipv4s": ["0.0.0.0/0"]}]}), "linode", "SSH (port 22) to 0.0.0.0/0"),
+        (kubeadm(firewall={"inbounds": [{"label": "api", "action": "ACCEPT", "protocol": "TCP", "ports": "443,6000-7000",
+                                         "ipv6s": ["::/0"]}]}), "linode", "the Kubernetes API (port 6443) to ::/0"),
+        (kubeadm(firewall={"inbound_policy": "ACCEPT", "inbounds": None}), "linode", "inboundPolicy is ACCEPT"),
+        (eks(extra=lambda: aws.ec2.SecurityGroup("bastion", ingress=[
+            {"protocol": "tcp", "from_port": 22, "to_port": 22, "cidr_blocks": ["0.0.0.0/0"]}], tags=LABELS)),
+         "aws", "SSH (port 22) to 0.0.0.0/0"),
+        (eks(extra=lambda: aws.ec2.SecurityGroupRule("all-v6", type="ingress", security_group_id="sg-1",
+                                                     protocol="-1", from_port=0, to_port=0, ipv6_cidr_blocks=["::/0"])),
+         "aws", "SSH (port 22), the Kubernetes API (port 443), the Kubernetes API (port 6443) to ::/0"),
+        (eks(extra=lambda: aws.vpc.SecurityGroupIngressRule("api", security_group_id="sg-1", ip_protocol="tcp",
+                                                            from_port=6443, to_port=6443, cidr_ipv4="0.0.0.0/0")),
+         "aws", "the Kubernetes API (port 6443)"),
+        (eks(cluster={"vpc_config": {"public_access_cidrs": None}}), "aws", "no publicAccessCidrs"),
+        (eks(cluster={"vpc_config": {"public_access_cidrs": [ADMIN, "0.0.0.0/0"]}}), "aws", "open to 0.0.0.0/0"),
+        (gke(cluster={"master_authorized_networks_config": None}), "gcp", "no masterAuthorizedNetworksConfig"),
+        (gke(cluster={"master_authorized_networks_config": {"cidr_blocks": [{"cidr_block": "0.0.0.0/0"}]}}), "gcp",
+         "authorizes 0.0.0.0/0"),
+        (gke(extra=lambda: gcp.compute.Firewall("ssh", network="vpc", source_ranges=["0.0.0.0/0"],
+                                                allows=[{"protocol": "tcp", "ports": ["22"]}])), "gcp",
+         "SSH (port 22) to 0.0.0.0/0"),
+    ]
+
+
+@pytest.mark.parametrize("program,cloud,fragment", _world_rules(), ids=[
+    "linode-ssh", "linode-api-v6-range", "linode-accept-policy", "aws-sg", "aws-sg-rule-all-v6", "aws-vpc-rule",
+    "eks-no-cidrs", "eks-world-cidr", "gke-no-authorized-networks", "gke-world-network", "gcp-firewall-ssh"])
+def test_ssh_or_kube_api_open_to_the_world_is_mandatory_violation(analyzer, program, cloud, fragment):
+    report = analyzer.analyze(plan_of(program, cloud))
+    assert_violates(report, "no-public-admin-access", "mandatory", fragment)
+
+
+def test_world_open_non_admin_port_and_private_endpoint_pass(analyzer):
+    web = eks(extra=lambda: aws.ec2.SecurityGroup("web", ingress=[
+        {"protocol": "tcp", "from_port": 80, "to_port": 80, "cidr_blocks": ["0.0.0.0/0"]}], tags=LABELS))
+    assert_only(analyzer.analyze(plan_of(web, "aws")))
+    private = eks(cluster={"vpc_config": {"endpoint_public_access": False, "public_access_cidrs": None}})
+    assert_only(analyzer.analyze(plan_of(private, "aws")))
+
+
+def test_ssh_ports_knob(analyzer):
+    program = eks(extra=lambda: aws.ec2.SecurityGroup("alt-ssh", ingress=[
+        {"protocol": "tcp", "from_port": 2222, "to_port": 2222, "cidr_blocks": ["0.0.0.0/0"]}], tags=LABELS))
+    plan = plan_of(program, "aws")
+    assert analyzer.analyze(plan).result("no-public-admin-access").status == "pass"
+    assert_violates(analyzer.analyze(plan, {"no-public-admin-access": {"sshPorts": [22, 2222]}}),
+                    "no-public-admin-access", "mandatory", "SSH (port 2222)")
+
+
+@pytest.mark.parametrize("lt,fragment", [
+    ({"metadata_options": {"http_tokens": "optional"}}, "IMDSv1"),
+    ({"metadata_options": None}, "httpTokens: required"),
+    ({"block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {"volume_size": 200}}]}, "/dev/xvda is not encrypted"),
+    ({"block_device_mappings": None}, "no block device mapping"),
+], ids=["imds-optional", "imds-default", "unencrypted", "no-root-volume"])
+def test_launch_template_without_imdsv2_or_encryption_is_mandatory_violation(analyzer, lt, fragment):
+    report = analyzer.analyze(plan_of(eks(lt=lt), "aws"))
+    assert_violates(report, "aws-imdsv2-encrypted-volumes", "mandatory", fragment)
+    assert_only(report, "aws-imdsv2-encrypted-volumes")
+
+
+def test_linode_disk_encryption_disabled_is_mandatory_violation(analyzer):
+    report = analyzer.analyze(plan_of(kubeadm(instance={"disk_encryption": "disabled"}), "linode"))
+    assert_violates(report, "linode-disk-encryption", "mandatory", "diskEncryption is disabled")
+    assert_only(report, "linode-disk-encryption")
+
+
+def test_secret_inputs_reach_the_pack_as_the_cli_sends_them(analyzer):
+    # The CLI marshals secrets as secret-signature objects (KeepSecrets); the pack unwraps them.
+    def program() -> None:
+        kubeadm(instance={"disk_encryption": pulumi.Output.secret("disabled")})()
+
+    plan = plan_of(program, "linode")
+    gpu = plan.one("linode:index/instance:Instance", "rtx")
+    assert gpu.wire_inputs["diskEncryption"]["4dabf18193072939515e22adb298388d"] == "1b47061264138c4ac30d75fd1eb44270"
+    assert_violates(analyzer.analyze(plan), "linode-disk-encryption", "mandatory", "diskEncryption is disabled")
+
+
+@pytest.mark.parametrize("cluster,pool,fragment", [
+    (None, {"node_config": {"workload_metadata_config": None}}, "GKE metadata server"),
+    (None, {"node_config": {"shielded_instance_config": {"enable_secure_boot": False}}}, "Secure Boot"),
+    ({"private_cluster_config": None}, None, "public IP addresses"),
+    ({"workload_identity_config": None}, None, "no Workload Identity"),
+], ids=["metadata", "secure-boot", "public-nodes", "no-workload-identity"])
+def test_gke_node_without_hardening_is_mandatory_violation(analyzer, cluster, pool, fragment):
+    report = analyzer.analyze(plan_of(gke(cluster=cluster, pool=pool)))
+    assert_violates(report, "gke-node-hardening", "mandatory", fragment)
+
+
+def test_gke_private_nodes_on_the_pool_alone_pass(analyzer):
+    program = gke(cluster={"private_cluster_config": None}, pool={"network_config": {"enable_private_nodes": True}})
+    assert analyzer.analyze(plan_of(program)).result("gke-node-hardening").status == "pass"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hygiene
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("program,cloud,fragment", [
+    (kubeadm(instance={"tags": ["owner:ml-platform", "gpu-pool:rtx", "on-demand-approved:true"]}), "linode",
+     "lack cost-center, environment"),
+    (eks(asg={"tags": [{"key": k, "value": v, "propagate_at_launch": k != "owner"}
+                       for k, v in {**LABELS, "gpu-pool": "g5"}.items()]}), "aws", "launch (tags) lack owner"),
+    (gke(pool={"node_config": {"resource_labels": {"environment": None}}}), "gcp", "lack environment"),
+], ids=["linode-tags", "asg-not-propagated", "gke-labels"])
+def test_billable_resource_without_cost_tags_is_advisory(analyzer, program, cloud, fragment):
+    report = analyzer.analyze(plan_of(program, cloud))
+    assert_violates(report, "cost-allocation-tags", "advisory", fragment)
+    assert report.mandatory_violations == 0
+
+
+def test_aws_provider_default_tags_count_and_cost_center_spellings_match(analyzer):
+    def program() -> None:
+        prov = aws.Provider("aws", region="us-east-1", default_tags={"tags": {"owner": "ml", "environment": "t"}})
+        aws.eks.Cluster("eks", role_arn="arn", vpc_config={"subnet_ids": ["s"], "public_access_cidrs": [ADMIN]},
+                        tags={"costCenter": "research"}, opts=pulumi.ResourceOptions(provider=prov))
+    assert analyzer.analyze(plan_of(program, "aws")).result("cost-allocation-tags").status == "pass"
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy config (stacks/policy.<stack>.yaml) and the CLI's reconciliation rules
+# ---------------------------------------------------------------------------------------------
+
+
+def test_all_and_per_policy_levels_apply_like_the_cli(analyzer):
+    plan = plan_of(kubeadm(instance={"disk_encryption": "disabled"}), "linode")
+    report = analyzer.analyze(plan, {"all": "advisory"})
+    assert_violates(report, "linode-disk-encryption", "advisory", "diskEncryption is disabled")
+    assert report.mandatory_violations == 0
+    report = analyzer.analyze(plan, {"all": "advisory", "linode-disk-encryption": {"enforcementLevel": "mandatory"}})
+    assert report.mandatory_violations == 1
+    report = analyzer.analyze(plan, {"linode-disk-encryption": "disabled"})
+    assert report.result("linode-disk-encryption").status == "disabled"
+    assert report.mandatory_violations == 0
+
+
+@pytest.mark.parametrize("config,fragment", [
+    ({"gpu-count-limit": {"maxGpus": 8}}, "unknown policy 'gpu-count-limit'"),
+    ({"gpu-count-ceiling": {"maxGPUs": 8}}, "unknown setting(s) maxGPUs; settings: maxGpus"),
+    ({"gpu-count-ceiling": {"maxGpus": "eight"}}, "gpu-count-ceiling.maxGpus: 'eight' is not of type 'integer'"),
+    ({"gpu-count-ceiling": "strict"}, "'strict' is not an enforcement level"),
+], ids=["unknown-policy", "unknown-knob", "bad-type", "bad-level"])
+def test_bad_policy_config_is_rejected_with_the_key(analyzer, config, fragment):
+    with pytest.raises(PolicyConfigError) as err:
+        analyzer.analyze(plan_of(gke()), config)
+    assert fragment in str(err.value)
+
+
+def test_policy_config_file_per_stack(tmp_path):
+    (tmp_path / "stacks").mkdir()
+    assert load_policy_config("gcp-prod", root=tmp_path) is None
+    (tmp_path / "stacks" / "policy.gcp-prod.yaml").write_text(
+        "gpu-count-ceiling:\n  maxGpus: 16\ncost-allocation-tags: mandatory\n")
+    assert load_policy_config("gcp-prod", root=tmp_path) == {"gpu-count-ceiling": {"maxGpus": 16},
+                                                             "cost-allocation-tags": "mandatory"}
+    (tmp_path / "stacks" / "policy.bad.yaml").write_text("- not a mapping\n")
+    with pytest.raises(PolicyConfigError, match="policy.bad.yaml"):
+        load_policy_config("bad", root=tmp_path)
+    (tmp_path / "strict.yaml").write_text("all: blocking\n")
+    with pytest.raises(PolicyConfigError, match="'blocking' is not an enforcement level"):
+        load_policy_config("gcp-prod", tmp_path / "strict.yaml")  # preflight --policy-config PATH
+    with pytest.raises(PolicyConfigError, match="does not exist"):
+        load_policy_config("gcp-prod", tmp_path / "missing.yaml")
+
+
+def test_shipped_policy_config_files_are_valid(analyzer):
+    for path in sorted((ROOT / "stacks").glob("policy.*.yaml")):
+        stack = path.name[len("policy."):-len(".yaml")]
+        assert (ROOT / "stacks" / f"Pulumi.{stack}.yaml").exists(), f"{path.name} has no stack file"
+        analyzer.configure(load_policy_config(stack), where=path.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every shipped stack passes every mandatory policy
+# ---------------------------------------------------------------------------------------------
+
+
+SHIPPED = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+
+
+@pytest.mark.parametrize("stack", SHIPPED)
+def test_shipped_stack_passes_every_mandatory_policy(stack):
+    plan = run_program(load_stack(stack))
+    report = analyze_plan(plan, load_policy_config(stack))  # its own pack process, with the stack's config
+    assert report.mandatory_violations == 0, report.render()
+    assert {r.name for r in report.results} == set(ALL_POLICIES)
+    assert report.resources_analyzed == len(plan.resources) + 1  # + the root Stack resource
+
+
+# ---------------------------------------------------------------------------------------------
+# Starting the pack: loud failures, logs surfaced
+# ---------------------------------------------------------------------------------------------
+
+
+def _copy_pack(tmp_path: Path) -> Path:
+    pack = tmp_path / "pack"
+    shutil.copytree(PACK_DIR, pack, ignore=shutil.ignore_patterns("__pycache__"))
+    return pack
+
+
+def test_pack_that_cannot_load_fails_loudly_with_its_stderr(tmp_path):
+    pack = _copy_pack(tmp_path)
+    main = pack / "__main__.py"
+    main.write_text("import policies_module_that_does_not_exist\n" + main.read_text())
+    with pytest.raises(PolicyPackError) as err:
+        analyze_plan(plan_of(gke()), pack_dir=pack)
+    assert "failed to start" in str(err.value)
+    assert "policies_module_that_does_not_exist" in str(err.value)
+
+
+def test_pack_without_manifest_fails_loudly(tmp_path):
+    pack = _copy_pack(tmp_path)
+    (pack / "PulumiPolicy.yaml").unlink()
+    with pytest.raises(PolicyPackError, match="failed to load Pulumi policy project"):
+        Analyzer(pack).start()
+
+
+def test_pack_logs_are_surfaced_in_the_report(tmp_path):
+    pack = tmp_path / "logging-pack"
+    pack.mkdir()
+    (pack / "PulumiPolicy.yaml").write_text("runtime: python\nversion: 9.9.9\n")
+    (pack / "__main__.py").write_text(
+        "import pulumi\n"
+        "from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy\n"
+        "def validate(args, report_violation):\n"
+        "    pulumi.log.warn('pack saw ' + args.resource_type)\n"
+        "PolicyPack('logging-pack', [ResourceValidationPolicy('log-everything', 'Logs each resource.', validate,\n"
+        "                                                      EnforcementLevel.ADVISORY)])\n")
+    plan = plan_of(kubeadm(), "linode")
+    with Analyzer(pack) as a:
+        report = a.analyze(plan)
+    assert report.version == "9.9.9"  # PulumiPolicy.yaml's version wins, as in the CLI
+    assert report.result("log-everything").status == "pass"
+    assert any("pack saw linode:index/instance:Instance" in line for line in report.logs), report.logs
+    assert "pack log: warning: pack saw linode:index/firewall:Firewall" in report.render()
