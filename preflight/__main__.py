@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,37 @@ from preflight.runner import ROOT, ProgramError, load_stack, load_stack_file, ru
 
 EXIT_CONFIG = 2
 EXIT_POLICY = 3
+
+
+class BackgroundAnalyzer:
+    """Starts the policy pack in a thread so its start-up overlaps the program run."""
+
+    def __init__(self, stack: str, stack_config: dict[str, str]):
+        from preflight.analyzer import Analyzer
+
+        self.analyzer = Analyzer(stack=stack, stack_config=stack_config)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._start, daemon=True)
+        self.thread.start()
+
+    def _start(self) -> None:
+        try:
+            self.analyzer.start()
+        except BaseException as exc:  # noqa: BLE001 re-raised in analyze()
+            self.error = exc
+
+    def analyze(self, plan, policy_config):
+        self.thread.join()
+        try:
+            if self.error is not None:
+                raise self.error
+            return self.analyzer.analyze(plan, policy_config, where=f"policy config of stack {plan.stack}")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.thread.join()
+        self.analyzer.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,10 +82,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"preflight: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
+    policies = None
+    if not args.no_policies:
+        from preflight.analyzer import PolicyConfigError, load_policy_config
+
+        try:
+            policy_config = load_policy_config(args.stack, args.policy_config)
+        except (PolicyConfigError, FileNotFoundError) as exc:
+            print(f"preflight: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        # The pack takes a second to start: start it now, while the program runs.
+        policies = BackgroundAnalyzer(args.stack, stack_input.config)
+
     try:
         plan = run_program(stack_input)
     except ProgramError as exc:
         print(f"preflight: the program failed: {exc}", file=sys.stderr)
+        if policies is not None:
+            policies.close()
         return 1
 
     out = Path(args.out) / args.stack
@@ -72,11 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     print(cost_section(cfg, out))
 
     status = 0
-    if not args.no_policies:
-        from preflight.analyzer import analyze_plan, load_policy_config
+    if policies is not None:
+        from preflight.analyzer import PolicyConfigError, PolicyPackError
 
-        policy_config = load_policy_config(args.stack, args.policy_config)
-        report = analyze_plan(plan, policy_config)
+        try:
+            report = policies.analyze(plan, policy_config)
+        except PolicyConfigError as exc:
+            print(f"preflight: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        except PolicyPackError as exc:
+            print(f"preflight: the policy pack failed: {exc}", file=sys.stderr)
+            return 1
+        (out / "policy.json").write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
         print()
         print(report.render())
         if report.mandatory_violations:
