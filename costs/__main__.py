@@ -1,0 +1,78 @@
+"""Command line of the cost model.
+
+    python -m costs simulate examples/seed-scenario.yaml [--prices current|seed-era-2022]
+    python -m costs seed-check
+    python -m costs refresh --linode [--from-file F] [--dry-run]
+    python -m costs check-catalog
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m costs", description="gpu-platform cost model")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sim = sub.add_parser("simulate", help="run a workload scenario on several platforms and compare the bills")
+    sim.add_argument("scenario")
+    sim.add_argument("--prices", default=None, help="'current' or an override set such as seed-era-2022 "
+                     "(default: the scenario's own 'prices')")
+    sub.add_parser("seed-check", help="the estimator's figures next to the seed story's, differences explained")
+    ref = sub.add_parser("refresh", help="rewrite catalog prices from a cloud's public price API")
+    ref.add_argument("--linode", action="store_true", required=True, help="refresh Linode (the only one supported)")
+    ref.add_argument("--from-file", default=None, help="a saved response of https://api.linode.com/v4/linode/types")
+    ref.add_argument("--dry-run", action="store_true", help="report the changes without writing the catalog")
+    sub.add_parser("check-catalog", help="validate every catalog file (every price has a source and a date)")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "simulate":
+        from costs.simulator import ScenarioError, load_scenario, render_report, simulate
+
+        try:
+            print(render_report(simulate(load_scenario(args.scenario), args.prices)))
+        except (ScenarioError, OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if args.cmd == "seed-check":
+        from costs.seedcheck import seed_check
+
+        print(seed_check())
+        return 0
+    if args.cmd == "refresh":
+        from costs.refresh import LINODE_TYPES_URL, fetch_linode_types, refresh_linode
+
+        if args.from_file:
+            with open(args.from_file, encoding="utf-8") as f:
+                response = json.load(f)
+            source = f"{LINODE_TYPES_URL} (saved response {args.from_file})"
+        else:
+            try:
+                response = fetch_linode_types()
+            except OSError as exc:
+                print(f"error: cannot read {LINODE_TYPES_URL}: {exc}", file=sys.stderr)
+                return 2
+            source = LINODE_TYPES_URL
+        print(refresh_linode(response, source=source, write=not args.dry_run).render())
+        return 0
+    if args.cmd == "check-catalog":
+        from costs.catalog import catalog_files, read_document, validate_document, validate_override_set
+
+        bad = 0
+        for p in catalog_files():
+            doc = read_document(p)
+            problems = validate_override_set(doc, p.name) if "overrides" in doc else validate_document(doc, p.name)
+            print(f"{p.name}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+            for pr in problems:
+                print(f"  {pr}")
+            bad += len(problems)
+        return 1 if bad else 0
+    return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":
+    sys.exit(main())
