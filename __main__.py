@@ -4,11 +4,13 @@ import pulumi
 
 from components.clouds import cloud_module
 from components.config import load_from_pulumi
+from components.platform import MlPlatform, PlatformArgs
 
 cfg = load_from_pulumi()
 cloud = cloud_module(cfg.cloud)
 
 cluster = cloud.create_cluster(cfg)
+platform = MlPlatform("platform", PlatformArgs(cfg=cfg, cluster=cluster))
 billing_alerts = cloud.create_billing_alerts(cfg)
 
 pulumi.export("cloud", cfg.cloud)
@@ -17,8 +19,22 @@ pulumi.export("kubeconfig", cluster.kubeconfig)
 if cluster.endpoint is not None:
     pulumi.export("apiEndpoint", cluster.endpoint)
 pulumi.export("checkpointBucket", cluster.checkpoint.url)
+pulumi.export("platformParts", platform.parts)
+pulumi.export("trainingQueue", platform.local_queue)
+pulumi.export("gpuQuota", platform.gpu_quota)
 pulumi.export("gpuPools", [
     {"name": p.name, "instanceType": p.instance_type, "gpusPerNode": p.gpus_per_node,
      "minNodes": p.min_nodes, "maxNodes": p.max_nodes, "capacity": p.capacity}
     for p in cluster.gpu_pools
 ])
+
+# What this stack costs (catalog prices, 730 h/month): the same figures preflight prints.
+from costs.estimator import StackShape, estimate  # noqa: E402
+
+cost = estimate(StackShape.from_config(cfg))
+pulumi.export("costEstimate", {
+    "idleMonthlyUsd": round(cost.idle_monthly_usd, 2),
+    "fullCapacityMonthlyUsd": round(cost.full_monthly_usd, 2),
+    "usdPerGpuHourAtFullUse": None if cost.usd_per_gpu_hour is None else round(cost.usd_per_gpu_hour, 4),
+    "monthlyBudgetUsd": cfg.monthly_budget_usd,
+})

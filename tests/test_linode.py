@@ -327,3 +327,10 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
             text = p.read_text()
             assert not [s for s in pieces if s in text], p
     assert (out / "cost.json").exists()
+
+
+def test_stack_exports_the_cost_estimate(dev):
+    cost = dev.outputs["costEstimate"]
+    # One RTX 6000 (Linode's $1,000 monthly cap) + one g6-standard-4 control plane, pools fixed-size.
+    assert cost["idleMonthlyUsd"] == cost["fullCapacityMonthlyUsd"] == 1048.0
+    assert cost["monthlyBudgetUsd"] == 1500
