@@ -1,0 +1,81 @@
+"""GPU enablement: the NVIDIA device plugin where the cloud does not run one, and the DCGM exporter.
+
+Both run only on GPU nodes (required node affinity on the pools' selectors) and tolerate exactly
+the GPU pools' taints, so nothing else lands on a GPU node by accident.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pulumi
+
+from components.cluster import ClusterHandle, GpuPoolSpec
+from components.platform import versions
+from components.platform.common import (
+    GPU_NAMESPACE, apply_object, helm_release, k8s_opts, pool_node_affinity, render_namespace, unique_tolerations,
+)
+
+DCGM_RELEASE = "dcgm-exporter"
+DCGM_METRICS_PORT = 9400
+# Labels of the DCGM exporter's Service (the chart's selector labels), for the ServiceMonitor.
+DCGM_SERVICE_LABELS = {"app.kubernetes.io/name": "dcgm-exporter", "app.kubernetes.io/instance": DCGM_RELEASE}
+
+
+def _require_pools(pools: Sequence[GpuPoolSpec]) -> None:
+    if not pools:
+        raise ValueError("GPU enablement needs at least one GPU pool")
+
+
+def device_plugin_values(pools: Sequence[GpuPoolSpec]) -> dict[str, Any]:
+    """Values of the nvidia-device-plugin chart: on GPU pool nodes only, tolerating their taints."""
+    _require_pools(pools)
+    return {
+        "affinity": pool_node_affinity(pools),
+        "tolerations": unique_tolerations(pools),
+        "gfd": {"enabled": False},
+        "nfd": {"enabled": False},
+        "priorityClassName": "system-node-critical",
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+    }
+
+
+def dcgm_exporter_values(pools: Sequence[GpuPoolSpec]) -> dict[str, Any]:
+    """Values of the dcgm-exporter chart. The ServiceMonitor is the monitoring part's (it needs the
+    Prometheus Operator CRDs); the exporter maps each GPU to the pod holding it (pod/namespace labels)."""
+    _require_pools(pools)
+    return {
+        "affinity": pool_node_affinity(pools),
+        "tolerations": unique_tolerations(pools),
+        "serviceMonitor": {"enabled": False},
+        "service": {"enable": True, "port": DCGM_METRICS_PORT},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}},
+    }
+
+
+@dataclass
+class GpuEnablementArgs:
+    cluster: ClusterHandle
+
+
+class GpuEnablement(pulumi.ComponentResource):
+    """Device plugin (only if the cluster has none) + DCGM exporter, in the gpu-system namespace."""
+
+    def __init__(self, name: str, args: GpuEnablementArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:platform:GpuEnablement", name, None, opts)
+        cluster = args.cluster
+        ns = apply_object(f"{name}-namespace", render_namespace(GPU_NAMESPACE, "privileged"), k8s_opts(cluster, self))
+        self.namespace = GPU_NAMESPACE
+        self.device_plugin = None
+        if not cluster.gpu_device_plugin_installed:
+            self.device_plugin = helm_release(
+                f"{name}-device-plugin", "nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN, GPU_NAMESPACE,
+                device_plugin_values(cluster.gpu_pools), k8s_opts(cluster, self, [ns]))
+        self.dcgm_exporter = helm_release(
+            f"{name}-dcgm-exporter", DCGM_RELEASE, versions.DCGM_EXPORTER, GPU_NAMESPACE,
+            dcgm_exporter_values(cluster.gpu_pools),
+            k8s_opts(cluster, self, [ns] + ([self.device_plugin] if self.device_plugin else [])))
+        self.ready = [r for r in (self.device_plugin, self.dcgm_exporter) if r is not None]
+        self.register_outputs({"namespace": GPU_NAMESPACE,
+                               "devicePluginInstalledHere": self.device_plugin is not None})

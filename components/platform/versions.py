@@ -1,0 +1,62 @@
+"""Every chart, manifest source and image the ML platform installs, pinned in one place.
+
+Bump a version here (and in the README's pinned-versions table); when Kueue or Kubeflow Trainer
+move, validate against that release's CRDs (../shared/crds/<project>-<version>/).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Chart:
+    chart: str  # chart name, or a full oci:// reference
+    version: str
+    repo: str | None = None  # classic Helm repository URL; None for OCI charts
+
+    @property
+    def ref(self) -> str:
+        return self.chart if self.repo is None else f"{self.repo} {self.chart}"
+
+
+# --- GPU enablement -----------------------------------------------------------------------------
+NVIDIA_DEVICE_PLUGIN = Chart("nvidia-device-plugin", "0.20.0", "https://nvidia.github.io/k8s-device-plugin")
+DCGM_EXPORTER = Chart("dcgm-exporter", "4.8.2", "https://nvidia.github.io/dcgm-exporter/helm-charts")
+
+# --- Job queue ----------------------------------------------------------------------------------
+KUEUE = Chart("oci://registry.k8s.io/kueue/charts/kueue", "0.19.2")
+KUEUE_CRDS = "kueue-v0.19.2"  # folder in ../shared/crds the rendered objects validate against
+
+# --- Kubeflow -----------------------------------------------------------------------------------
+KUBEFLOW_TRAINER = Chart("oci://ghcr.io/kubeflow/charts/kubeflow-trainer", "2.3.0")
+TRAINER_CRDS = "kubeflow-trainer-v2.3.0"
+KATIB_VERSION = "v0.19.0"
+KATIB_STANDALONE = f"https://github.com/kubeflow/katib/tree/{KATIB_VERSION}/manifests/v1beta1/installs/katib-standalone"
+PIPELINES_VERSION = "2.17.0"
+PIPELINES_CLUSTER_SCOPED = (f"https://github.com/kubeflow/pipelines/tree/{PIPELINES_VERSION}"
+                            "/manifests/kustomize/cluster-scoped-resources")
+PIPELINES_PLATFORM_AGNOSTIC = (f"https://github.com/kubeflow/pipelines/tree/{PIPELINES_VERSION}"
+                               "/manifests/kustomize/env/platform-agnostic")
+
+# --- Notebooks ----------------------------------------------------------------------------------
+JUPYTERHUB = Chart("jupyterhub", "4.4.0", "https://hub.jupyter.org/helm-chart/")
+NOTEBOOK_CPU_IMAGE = ("quay.io/jupyter/scipy-notebook", "python-3.13")
+NOTEBOOK_GPU_IMAGE = ("quay.io/jupyter/pytorch-notebook", "cuda12-python-3.13")
+
+# --- Monitoring ---------------------------------------------------------------------------------
+KUBE_PROMETHEUS_STACK = Chart("kube-prometheus-stack", "88.5.3", "https://prometheus-community.github.io/helm-charts")
+
+ALL_CHARTS: dict[str, Chart] = {
+    "nvidia-device-plugin": NVIDIA_DEVICE_PLUGIN,
+    "dcgm-exporter": DCGM_EXPORTER,
+    "kueue": KUEUE,
+    "kubeflow-trainer": KUBEFLOW_TRAINER,
+    "jupyterhub": JUPYTERHUB,
+    "kube-prometheus-stack": KUBE_PROMETHEUS_STACK,
+}
+KUSTOMIZE_SOURCES: dict[str, str] = {
+    "katib-standalone": KATIB_STANDALONE,
+    "pipelines-cluster-scoped": PIPELINES_CLUSTER_SCOPED,
+    "pipelines-platform-agnostic": PIPELINES_PLATFORM_AGNOSTIC,
+}
