@@ -1,0 +1,231 @@
+"""What the AWS components render, checked by parsing it back and by real validators
+(shellcheck, kubernetes-validate strict), without running Pulumi."""
+
+from __future__ import annotations
+
+import email
+import ipaddress
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.aws import versions
+from components.aws.autoscaler import autoscaler_policy, helm_values as ca_values
+from components.aws.billing import (alerts_key_policy, billing_thresholds, budget_notifications, idle_evaluation_periods,
+                                    topic_policy)
+from components.aws.bucket import tls_only_policy, trainer_policy
+from components.aws.eks import render_kubeconfig
+from components.aws.gpu_asg import (asg_tag_list, autoscaler_tags, render_cloudwatch_agent_config, render_cloudwatch_agent_script,
+                                    render_nodeadm_config, render_user_data)
+from components.aws.iam import irsa_trust_policy, partition
+from components.aws.network import plan_subnets
+from components.aws.nth import EVENT_RULES, handler_policy, helm_values as nth_values, queue_policy
+from components.aws.protection import cluster_role_rules, protection_policy, render_deployment, source_files
+from components.cluster import GPU_TAINT, GpuPoolSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+ENDPOINT = "https://ABC.gr7.us-east-1.eks.amazonaws.com"
+SPEC = GpuPoolSpec(name="a10g", instance_type="g5.xlarge", gpu_model="NVIDIA A10G", gpus_per_node=1, min_nodes=0, max_nodes=8,
+                   capacity="spot", node_labels={"gpu-platform.io/pool": "a10g", "nvidia.com/gpu.present": "true", "team": "nlp"})
+
+
+def test_nodeadm_config_joins_with_labels_and_gpu_taint():
+    doc = yaml.safe_load(render_nodeadm_config("gpu-prod", ENDPOINT, "Q0E=", "172.20.0.0/16", SPEC.node_labels, SPEC.taints))
+    assert doc["apiVersion"] == "node.eks.aws/v1alpha1" and doc["kind"] == "NodeConfig"
+    assert doc["spec"]["cluster"] == {"name": "gpu-prod", "apiServerEndpoint": ENDPOINT, "certificateAuthority": "Q0E=",
+                                      "cidr": "172.20.0.0/16"}
+    assert doc["spec"]["kubelet"]["config"]["registerWithTaints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    (flag,) = doc["spec"]["kubelet"]["flags"]
+    labels = dict(kv.split("=") for kv in flag.removeprefix("--node-labels=").split(","))
+    assert labels == SPEC.node_labels
+    assert set(doc["spec"]) == {"cluster", "kubelet"}
+
+
+def test_user_data_is_mime_multipart_with_nodeadm_and_script():
+    nodeadm = render_nodeadm_config("gpu-prod", ENDPOINT, "Q0E=", "172.20.0.0/16", SPEC.node_labels, SPEC.taints)
+    msg = email.message_from_string(render_user_data(nodeadm, render_cloudwatch_agent_script()))
+    assert msg.is_multipart() and msg.get_content_type() == "multipart/mixed"
+    parts = {p.get_content_type(): p.get_payload() for p in msg.get_payload()}
+    assert set(parts) == {"application/node.eks.aws", "text/x-shellscript"}
+    assert yaml.safe_load(parts["application/node.eks.aws"])["kind"] == "NodeConfig"
+    assert parts["text/x-shellscript"].startswith("#!/bin/bash\n")
+
+
+def test_embedded_shell_passes_shellcheck(tmp_path):
+    script = tmp_path / "cloudwatch-agent.sh"
+    script.write_text(render_cloudwatch_agent_script())
+    out = subprocess.run(["shellcheck", "--severity=style", "--shell=bash", str(script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_controller_liveness_probe_shell_passes_shellcheck(tmp_path):
+    manifest = render_deployment("arn:aws:iam::1:role/r", ["g"], "us-east-1", 900)
+    probe = manifest["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["exec"]["command"]
+    assert probe[:2] == ["sh", "-c"]
+    script = tmp_path / "probe.sh"
+    script.write_text("#!/bin/sh\n" + probe[2] + "\n")
+    out = subprocess.run(["shellcheck", "--severity=style", "--shell=sh", str(script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_cloudwatch_agent_config_is_the_json_the_script_writes():
+    script = render_cloudwatch_agent_script()
+    body = re.search(r"<<'JSON'\n(.*)\nJSON\n", script, re.S).group(1)
+    config = json.loads(body)
+    assert config == render_cloudwatch_agent_config()
+    assert config["metrics"]["aggregation_dimensions"] == [["AutoScalingGroupName"]]
+    assert "utilization_gpu" in config["metrics"]["metrics_collected"]["nvidia_gpu"]["measurement"]
+
+
+def test_autoscaler_tags_describe_the_node_for_scale_from_zero():
+    tags = autoscaler_tags("gpu-prod", SPEC)
+    p = "k8s.io/cluster-autoscaler/node-template"
+    assert tags["k8s.io/cluster-autoscaler/enabled"] == "true" and tags["k8s.io/cluster-autoscaler/gpu-prod"] == "owned"
+    assert tags[f"{p}/label/gpu-platform.io/pool"] == "a10g" and tags[f"{p}/label/team"] == "nlp"
+    assert tags[f"{p}/taint/{GPU_TAINT.key}"] == "present:NoSchedule"
+    assert tags[f"{p}/resources/nvidia.com/gpu"] == "1"
+    listed = asg_tag_list({"owner": "ml"}, "gpu-prod", SPEC, approved_on_demand=False)
+    by_key = {t["key"]: t for t in listed}
+    assert by_key["on-demand-approved"]["value"] == "false" and by_key["gpu-pool"]["propagate_at_launch"]
+    assert not by_key[f"{p}/resources/nvidia.com/gpu"]["propagate_at_launch"]
+    assert by_key["aws-node-termination-handler/managed"]["propagate_at_launch"]
+
+
+def test_too_many_tags_are_refused():
+    many = GpuPoolSpec(**{**SPEC.__dict__, "node_labels": {f"l{i}": "x" for i in range(45)}})
+    with pytest.raises(ValueError, match="at most 50"):
+        asg_tag_list({}, "gpu-prod", many, False)
+
+
+def test_kubeconfig_uses_aws_eks_get_token():
+    doc = yaml.safe_load(render_kubeconfig("gpu-prod", ENDPOINT, "Q0E=", "eu-west-1"))
+    (user,) = doc["users"]
+    assert user["user"]["exec"]["command"] == "aws"
+    assert user["user"]["exec"]["args"] == ["eks", "get-token", "--cluster-name", "gpu-prod", "--region", "eu-west-1", "--output", "json"]
+    assert doc["clusters"][0]["cluster"] == {"server": ENDPOINT, "certificate-authority-data": "Q0E="}
+    assert doc["current-context"] == "gpu-prod"
+    assert "token" not in json.dumps(doc).replace("get-token", "")
+
+
+def test_irsa_trust_is_scoped_to_one_service_account():
+    doc = irsa_trust_policy("arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC",
+                            "https://oidc.eks.us-east-1.amazonaws.com/id/ABC", "training", "trainer")
+    (st,) = doc["Statement"]
+    assert st["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert st["Condition"]["StringEquals"] == {
+        "oidc.eks.us-east-1.amazonaws.com/id/ABC:sub": "system:serviceaccount:training:trainer",
+        "oidc.eks.us-east-1.amazonaws.com/id/ABC:aud": "sts.amazonaws.com"}
+
+
+def test_least_privilege_policies():
+    arns = ["arn:aws:autoscaling:us-east-1:1:autoScalingGroup:x:autoScalingGroupName/a"]
+    prot = protection_policy(arns)["Statement"]
+    assert prot[0]["Action"] == ["autoscaling:SetInstanceProtection"] and prot[0]["Resource"] == arns
+    assert all(s["Resource"] != "*" for s in prot if any("Set" in a for a in s["Action"]))
+    nth = handler_policy("arn:q", arns)["Statement"]
+    assert nth[0]["Resource"] == ["arn:q"] and nth[1]["Resource"] == arns
+    ca = autoscaler_policy("gpu-prod")["Statement"][0]
+    assert ca["Condition"] == {"StringEquals": {"aws:ResourceTag/k8s.io/cluster-autoscaler/gpu-prod": "owned"}}
+    trainer = trainer_policy("arn:aws:s3:::b")["Statement"]
+    assert {tuple(s["Resource"]) for s in trainer} == {("arn:aws:s3:::b",), ("arn:aws:s3:::b/*",)}
+    assert tls_only_policy("arn:aws:s3:::b")["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    q = queue_policy("arn:q", ["arn:r1"])["Statement"][0]
+    assert q["Condition"] == {"ArnEquals": {"aws:SourceArn": ["arn:r1"]}}
+
+
+def test_event_rules_cover_the_five_event_kinds():
+    kinds = {p["detail-type"][0] for p in EVENT_RULES.values()}
+    assert kinds == {"EC2 Instance-terminate Lifecycle Action", "EC2 Spot Instance Interruption Warning",
+                     "EC2 Instance Rebalance Recommendation", "EC2 Instance State-change Notification", "AWS Health Event"}
+    assert EVENT_RULES["scheduled-change"]["detail"] == {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]}
+
+
+def test_billing_thresholds_and_budget_notifications():
+    assert billing_thresholds(5000) == [(25, 1250.0), (50, 2500.0), (75, 3750.0), (100, 5000.0)]
+    notes = budget_notifications("arn:t")
+    assert [(n["notification_type"], n["threshold"]) for n in notes] == [
+        ("ACTUAL", 25.0), ("ACTUAL", 50.0), ("ACTUAL", 75.0), ("ACTUAL", 100.0), ("FORECASTED", 100.0)]
+    key = alerts_key_policy("123456789012", "aws")["Statement"][1]
+    assert set(key["Principal"]["Service"]) == {"cloudwatch.amazonaws.com", "budgets.amazonaws.com"}
+    assert topic_policy("arn:t", "123456789012")["Statement"][1]["Action"] == "SNS:Publish"
+    assert idle_evaluation_periods(120) == 24 and idle_evaluation_periods(7) == 2
+
+
+@pytest.mark.parametrize("cidr,zones", [("10.40.0.0/16", ["a", "b", "c"]), ("10.0.0.0/22", ["a", "b", "c", "d", "e", "f"])])
+def test_subnet_plan_does_not_overlap(cidr, zones):
+    plan = plan_subnets(cidr, zones)
+    nets = [ipaddress.ip_network(n) for _, priv, pub in plan for n in (priv, pub)]
+    vpc = ipaddress.ip_network(cidr)
+    assert all(n.subnet_of(vpc) and n.prefixlen <= 28 for n in nets)
+    assert all(not a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
+
+
+def test_partition_follows_region():
+    assert (partition("us-east-1"), partition("us-gov-west-1")) == ("aws", "aws-us-gov")
+
+
+def test_controller_deployment_is_valid_and_hardened():
+    manifest = render_deployment("arn:aws:iam::1:role/r", ["gpu-prod-gpu-a10g", "gpu-prod-gpu-l4x4"], "us-east-1", 900)
+    kubernetes_validate.validate(manifest, "1.33.0", strict=True)
+    pod = manifest["spec"]["template"]["spec"]
+    for c in pod["containers"] + pod["initContainers"]:
+        assert c["image"] == versions.CONTROLLER_IMAGE
+        assert c["securityContext"]["readOnlyRootFilesystem"] and c["securityContext"]["runAsNonRoot"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["ASG_NAMES"] == "gpu-prod-gpu-a10g,gpu-prod-gpu-l4x4" and env["GRACE_SECONDS"] == "900"
+    assert "--require-hashes" in pod["initContainers"][0]["command"]
+    for rule in cluster_role_rules():
+        kubernetes_validate.validate({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                                      "metadata": {"name": "x"}, "rules": [rule]}, "1.33.0", strict=True)
+        assert set(rule["verbs"]) <= {"list", "patch"}
+
+
+def test_controller_ships_its_source_and_hash_pinned_requirements():
+    files = source_files()
+    assert files["controller.py"] == (ROOT / "controllers/scale_in_protection/controller.py").read_text()
+    lines = files["requirements.txt"].splitlines()
+    assert {l.split("==")[0] for l in lines} == set(versions.CONTROLLER_WHEELS)
+    assert all(re.fullmatch(r"[a-z0-9-]+==[\w.]+ --hash=sha256:[0-9a-f]{64}", l) for l in lines)
+    # The controller runs with nothing but the standard library and boto3.
+    imports = set(re.findall(r"^\s*(?:import|from) ([a-z_0-9]+)", files["controller.py"], re.M))
+    assert imports <= {"__future__", "json", "logging", "os", "random", "ssl", "sys", "time", "urllib", "dataclasses",
+                       "typing", "boto3", "botocore"}
+
+
+def test_controller_wheels_match_the_tested_versions():
+    from importlib.metadata import version
+    for name, (pinned, _) in versions.CONTROLLER_WHEELS.items():
+        assert version(name) == pinned, f"{name}: tests ran against {version(name)}, the cluster installs {pinned}"
+
+
+def test_helm_values():
+    n = nth_values("https://sqs/q", "us-east-1", "arn:role")
+    assert n["enableSqsTerminationDraining"] is True and n["queueURL"] == "https://sqs/q"
+    assert n["serviceAccount"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:role"}
+    c = ca_values("gpu-prod", "us-east-1", "arn:role", "1.33", 15)
+    assert c["autoDiscovery"] == {"clusterName": "gpu-prod"}
+    assert c["image"]["tag"] == versions.CLUSTER_AUTOSCALER_IMAGE_TAGS["1.33"]
+    assert c["extraArgs"]["scale-down-unneeded-time"] == "15m"
+
+
+def test_every_supported_kubernetes_version_has_an_autoscaler_image():
+    from components.config_base import SUPPORTED_KUBERNETES_VERSIONS
+    assert set(SUPPORTED_KUBERNETES_VERSIONS) <= set(versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)
+    for k in SUPPORTED_KUBERNETES_VERSIONS:
+        assert versions.CLUSTER_AUTOSCALER_IMAGE_TAGS[k].startswith(f"v{k}.")
+
+
+def test_readme_lists_the_aws_pins_and_quickstart():
+    readme = (ROOT / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("|") and "components/aws/versions.py" in line]
+    table = "\n".join(rows)
+    for pin in (versions.NTH_CHART_VERSION, versions.NTH_CHART, versions.CLUSTER_AUTOSCALER_CHART_VERSION,
+                *versions.CLUSTER_AUTOSCALER_IMAGE_TAGS.values(), versions.CONTROLLER_IMAGE, versions.CONTROLLER_WHEELS["boto3"][0]):
+        assert pin in table, f"README pinned-versions table lacks {pin}"
+    quickstart = readme.split("## Quickstart: AWS", 1)[1].split("\n## ", 1)[0]
+    assert "pulumi up -s aws-prod" in quickstart and "billing alerts" in quickstart.lower() and "Quotas" in quickstart

@@ -1,0 +1,349 @@
+"""The scale-in protection controller against moto's Auto Scaling API and recorded pod lists.
+
+moto emulates Auto Scaling but is lenient where AWS is strict: it accepts more than 50 instance IDs
+per SetInstanceProtection call and silently ignores IDs that are not in the group. `StrictAutoScaling`
+wraps the moto client and enforces both rules as AWS does (ValidationError), so the controller's
+batching and its handling of instances that left the group are really exercised.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from controllers.scale_in_protection import (
+    MAX_BATCH,
+    SCALE_DOWN_DISABLED,
+    Controller,
+    InClusterKube,
+    busy_node_names,
+    instance_id,
+    pod_requests_gpu,
+)
+
+DATA = Path(__file__).parent / "data"
+REGION = "us-east-1"
+GRACE = 900.0
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    return json.loads((DATA / name).read_text())["items"]
+
+
+class Clock:
+    def __init__(self, t: float = 1_800_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class RecordedKube:
+    """KubeReader over recorded `kubectl get -o json` lists; node providerIDs point at moto instances."""
+
+    def __init__(self, nodes: list[dict], pods: list[dict]):
+        self.nodes = nodes
+        self.pods = pods
+        self.patches: list[tuple[str, str, Optional[str]]] = []
+
+    def list_pods(self) -> list[dict]:
+        return copy.deepcopy(self.pods)
+
+    def list_nodes(self) -> list[dict]:
+        return copy.deepcopy(self.nodes)
+
+    def set_node_annotation(self, node: str, key: str, value: Optional[str]) -> None:
+        self.patches.append((node, key, value))
+        for n in self.nodes:
+            if n["metadata"]["name"] == node:
+                ann = n["metadata"].setdefault("annotations", {})
+                if value is None:
+                    ann.pop(key, None)
+                else:
+                    ann[key] = value
+
+
+class StrictAutoScaling:
+    """The moto client with AWS's SetInstanceProtection rules, call recording and fault injection."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.protection_calls: list[list[str]] = []
+        self.throttle_next = 0
+        self.before_set: Optional[Any] = None  # hook run before a SetInstanceProtection call (races)
+
+    def describe_auto_scaling_groups(self, **kwargs: Any) -> dict:
+        return self.client.describe_auto_scaling_groups(**kwargs)
+
+    def set_instance_protection(self, **kwargs: Any) -> dict:
+        if self.before_set is not None:
+            hook, self.before_set = self.before_set, None
+            hook()
+        ids = kwargs["InstanceIds"]
+        self.protection_calls.append(list(ids))
+        if self.throttle_next:
+            self.throttle_next -= 1
+            raise ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "SetInstanceProtection")
+        if len(ids) > MAX_BATCH:
+            raise ClientError({"Error": {"Code": "ValidationError", "Message": "at most 50 instance IDs"}}, "SetInstanceProtection")
+        members = {i["InstanceId"] for i in self.client.describe_auto_scaling_groups(
+            AutoScalingGroupNames=[kwargs["AutoScalingGroupName"]])["AutoScalingGroups"][0]["Instances"]}
+        for i in ids:
+            if i not in members:
+                raise ClientError({"Error": {"Code": "ValidationError",
+                                             "Message": f"The instance {i} is not part of Auto Scaling group {kwargs['AutoScalingGroupName']}."}},
+                                  "SetInstanceProtection")
+        return self.client.set_instance_protection(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def moto_aws():
+    """One emulated account for the module (starting moto's EC2 takes seconds); each test gets its own group."""
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name=REGION)
+        lt = ec2.create_launch_template(LaunchTemplateName="gpu", LaunchTemplateData={"ImageId": "ami-12c6146b",
+                                                                                     "InstanceType": "g5.xlarge"})
+        yield boto3.client("autoscaling", region_name=REGION), lt["LaunchTemplate"]["LaunchTemplateId"]
+
+
+@pytest.fixture
+def aws(moto_aws, request):
+    """(autoscaling client, launch template ID, a group name of this test's own)."""
+    client, lt = moto_aws
+    return client, lt, f"gpu-prod-gpu-{request.node.name[5:45].replace('_', '-')}"
+
+
+def make_group(client: Any, lt_id: str, name: str, size: int, protected: bool = True) -> list[str]:
+    client.create_auto_scaling_group(
+        AutoScalingGroupName=name, MinSize=0, MaxSize=max(size, 1), DesiredCapacity=size,
+        LaunchTemplate={"LaunchTemplateId": lt_id, "Version": "$Latest"}, AvailabilityZones=["us-east-1a"],
+        NewInstancesProtectedFromScaleIn=protected)
+    return sorted(i["InstanceId"] for i in client.describe_auto_scaling_groups(AutoScalingGroupNames=[name])
+                  ["AutoScalingGroups"][0]["Instances"])
+
+
+def protection(client: Any, name: str) -> dict[str, bool]:
+    g = client.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+    return {i["InstanceId"]: i["ProtectedFromScaleIn"] for i in g["Instances"]}
+
+
+def recorded_nodes(instance_ids: list[str]) -> list[dict]:
+    """The recorded nodes, their providerIDs pointed at the moto instances (in order)."""
+    nodes = load("scale_in_nodes.json")
+    for node, iid in zip(nodes, instance_ids):
+        zone = node["spec"]["providerID"].split("/")[3]
+        node["spec"]["providerID"] = f"aws:///{zone}/{iid}"
+    return nodes
+
+
+def node_names() -> list[str]:
+    return [n["metadata"]["name"] for n in load("scale_in_nodes.json")]
+
+
+# --- the pure parts, on the recorded pod list -----------------------------------------------
+
+
+def test_recorded_pod_list_busy_nodes():
+    pods = load("scale_in_pods_busy.json")
+    n1, n2, n3 = node_names()
+    # n1: running GPU job; n3: GPU only through an init container's limit; n2: a finished GPU job,
+    # daemonsets and a pod asking for 0 GPUs; the unscheduled GPU pod counts for no node.
+    assert busy_node_names(pods) == {n1, n3}
+    assert busy_node_names(load("scale_in_pods_all_done.json")) == set()
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    assert pod_requests_gpu(by_name["llm-eval-0"])
+    assert not pod_requests_gpu(by_name["dcgm-exporter-x7d2q"])
+
+
+def test_instance_id_from_provider_id():
+    assert instance_id({"spec": {"providerID": "aws:///us-east-1a/i-0abc123def4567890"}}) == "i-0abc123def4567890"
+    assert instance_id({"spec": {"providerID": "gce://project/zone/vm"}}) is None
+    assert instance_id({"spec": {}}) is None
+
+
+# --- against moto -----------------------------------------------------------------------------
+
+
+def test_busy_node_stays_protected_and_idle_node_waits_for_grace(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=True)
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json"))
+    clock = Clock()
+    ctl = Controller(StrictAutoScaling(client), kube, [group], GRACE, clock=clock, sleep=lambda s: None)
+    n1, n2, n3 = node_names()
+
+    first = ctl.reconcile()
+    assert first.unprotected == []  # the idle node's grace period starts now
+    assert protection(client, group) == {ids[0]: True, ids[1]: True, ids[2]: True}
+    assert kube.nodes[0]["metadata"]["annotations"][SCALE_DOWN_DISABLED] == "true"
+
+    clock.advance(GRACE - 1)
+    assert ctl.reconcile().unprotected == []
+    assert protection(client, group)[ids[1]] is True
+
+    clock.advance(2)
+    result = ctl.reconcile()
+    assert result.unprotected == [ids[1]]
+    assert protection(client, group) == {ids[0]: True, ids[1]: False, ids[2]: True}
+    assert SCALE_DOWN_DISABLED not in kube.nodes[1]["metadata"]["annotations"]
+    assert (n2, SCALE_DOWN_DISABLED, None) in kube.patches
+    # busy nodes keep both protections however long they run
+    clock.advance(10 * GRACE)
+    assert ctl.reconcile().unprotected == []
+    assert protection(client, group)[ids[0]] is True and protection(client, group)[ids[2]] is True
+
+
+def test_node_idle_after_jobs_finish_loses_protection_only_after_grace(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=False)
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json"))
+    clock = Clock()
+    ctl = Controller(StrictAutoScaling(client), kube, [group], GRACE, clock=clock, sleep=lambda s: None)
+
+    assert ctl.reconcile().protected == sorted([ids[0], ids[2]])  # busy nodes get protected
+    assert protection(client, group) == {ids[0]: True, ids[1]: False, ids[2]: True}
+
+    kube.pods = load("scale_in_pods_all_done.json")  # the jobs finished
+    clock.advance(60)
+    assert ctl.reconcile().unprotected == []
+    clock.advance(GRACE - 61)
+    assert ctl.reconcile().unprotected == []
+    clock.advance(2)
+    assert sorted(ctl.reconcile().unprotected) == sorted([ids[0], ids[2]])
+    assert set(protection(client, group).values()) == {False}
+
+
+def test_a_new_job_restarts_the_grace_period(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=True)
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_all_done.json"))
+    clock = Clock()
+    ctl = Controller(StrictAutoScaling(client), kube, [group], GRACE, clock=clock, sleep=lambda s: None)
+    ctl.reconcile()
+    clock.advance(GRACE - 10)
+    kube.pods = load("scale_in_pods_busy.json")  # node 1 picks up a job just in time
+    ctl.reconcile()
+    kube.pods = load("scale_in_pods_all_done.json")
+    clock.advance(20)
+    released = ctl.reconcile().unprotected
+    assert ids[0] not in released and ids[1] in released
+
+
+def test_more_than_fifty_instances_are_protected_in_batches(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 120, protected=False)
+    template = next(p for p in load("scale_in_pods_busy.json") if p["metadata"]["name"] == "bert-finetune-7xk2p-worker-0")
+    base_node = load("scale_in_nodes.json")[0]
+    nodes, pods = [], []
+    for k, iid in enumerate(ids):
+        node = copy.deepcopy(base_node)
+        node["metadata"]["name"] = f"ip-10-40-1-{k}.ec2.internal"
+        node["spec"]["providerID"] = f"aws:///us-east-1a/{iid}"
+        nodes.append(node)
+        pod = copy.deepcopy(template)
+        pod["metadata"]["name"] = f"sweep-{k}"
+        pod["spec"]["nodeName"] = node["metadata"]["name"]
+        pods.append(pod)
+    strict = StrictAutoScaling(client)
+    ctl = Controller(strict, RecordedKube(nodes, pods), [group], GRACE, clock=Clock(), sleep=lambda s: None)
+    result = ctl.reconcile()
+    assert sorted(result.protected) == ids
+    assert set(protection(client, group).values()) == {True}
+    assert [len(c) for c in strict.protection_calls] == [50, 50, 20]
+
+
+def test_instance_that_left_the_group_is_skipped(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=False)
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json"))
+    strict = StrictAutoScaling(client)
+    ctl = Controller(strict, kube, [group], GRACE, clock=Clock(), sleep=lambda s: None)
+    # Between the describe and the protection call, node 1's instance is detached: AWS rejects the batch.
+    strict.before_set = lambda: client.detach_instances(InstanceIds=[ids[0]], AutoScalingGroupName=group,
+                                                        ShouldDecrementDesiredCapacity=True)
+    result = ctl.reconcile()
+    assert result.left_group == [ids[0]]
+    assert result.protected == [ids[2]]
+    assert protection(client, group) == {ids[1]: False, ids[2]: True}
+    assert strict.protection_calls == [[ids[0], ids[2]], [ids[2]]]
+    # Next cycle: the instance is simply gone; nothing is called for it and its state is forgotten.
+    strict.protection_calls.clear()
+    ctl.reconcile()
+    assert strict.protection_calls == []
+    assert ids[0] not in ctl.last_busy
+
+
+def test_throttled_call_is_retried_with_backoff(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=False)
+    strict = StrictAutoScaling(client)
+    strict.throttle_next = 1
+    sleeps: list[float] = []
+    ctl = Controller(strict, RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json")), [group], GRACE,
+                     clock=Clock(), sleep=sleeps.append)
+    result = ctl.reconcile()
+    assert result.protected == sorted([ids[0], ids[2]])
+    assert protection(client, group)[ids[0]] is True
+    assert len(strict.protection_calls) == 2 and len(sleeps) == 1 and 0 < sleeps[0] <= 20
+
+
+def test_persistent_throttling_gives_up_and_other_errors_are_not_retried(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=False)
+    strict = StrictAutoScaling(client)
+    strict.throttle_next = 100
+    sleeps: list[float] = []
+    ctl = Controller(strict, RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json")), [group], GRACE,
+                     clock=Clock(), sleep=sleeps.append, max_attempts=4)
+    with pytest.raises(ClientError, match="Throttling"):
+        ctl.reconcile()
+    assert len(strict.protection_calls) == 4 and len(sleeps) == 3
+    assert sleeps == sorted(sleeps) or max(sleeps) <= 20  # capped exponential backoff
+
+    ctl2 = Controller(strict, RecordedKube([], []), ["no-such-group"], GRACE, clock=Clock(), sleep=sleeps.append)
+    assert ctl2.reconcile().protected == []  # an unknown group describes as empty, no error
+
+
+def test_in_cluster_reader_paginates_and_patches(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("tok-1\n")
+    seen: list[Any] = []
+    pages = {None: {"items": [{"n": 1}], "metadata": {"continue": "c2"}}, "c2": {"items": [{"n": 2}], "metadata": {}}}
+
+    class Resp(io.BytesIO):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    def urlopen(req):
+        seen.append(req)
+        from urllib.parse import parse_qs, urlparse
+        q = parse_qs(urlparse(req.full_url).query)
+        if req.get_method() == "GET":
+            return Resp(json.dumps(pages[q.get("continue", [None])[0]]).encode())
+        return Resp(b"{}")
+
+    kube = InClusterKube(base_url="https://k8s.test", token_file=str(token), urlopen=urlopen, node_selector="gpu-platform.io/pool")
+    assert kube.list_pods() == [{"n": 1}, {"n": 2}]
+    assert "fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded" in seen[0].full_url
+    assert seen[0].headers["Authorization"] == "Bearer tok-1"
+    kube.list_nodes()
+    assert "labelSelector=gpu-platform.io%2Fpool" in seen[2].full_url
+    kube.set_node_annotation("ip-1", SCALE_DOWN_DISABLED, None)
+    patch = seen[-1]
+    assert patch.get_method() == "PATCH" and patch.full_url == "https://k8s.test/api/v1/nodes/ip-1"
+    assert patch.headers["Content-type"] == "application/merge-patch+json"
+    assert json.loads(patch.data) == {"metadata": {"annotations": {SCALE_DOWN_DISABLED: None}}}
