@@ -1,0 +1,178 @@
+"""The `gcp` section: what a user may write, what is rejected offline, and with which message."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import pytest
+
+from components.config import ConfigError, parse_config
+from components.gcp.config import effective_deletion_protection, gpu_pool_zone_map
+from costs.catalog import load_catalog
+
+
+def base() -> dict[str, Any]:
+    return {
+        "cloud": "gcp",
+        "environment": "prod",
+        "owner": "ml-platform",
+        "costCenter": "research",
+        "monthlyBudgetUsd": 5000,
+        "alertEmails": ["ops@example.com"],
+        "adminCidrs": ["203.0.113.0/24"],
+        "gpuPools": [{"name": "a100", "instanceType": "a2-highgpu-1g", "capacity": "preemptible",
+                      "minNodes": 0, "maxNodes": 8}],
+        "gcp": {"project": "my-ml-project", "region": "us-central1",
+                "zones": ["us-central1-a", "us-central1-b", "us-central1-c"],
+                "billingAccount": "012345-6789AB-CDEF01"},
+        "platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "gpu-alerts@example.com"}},
+    }
+
+
+def with_(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    raw = copy.deepcopy(base())
+    change(raw)
+    return raw
+
+
+def gcp(**kv: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda raw: raw["gcp"].update(kv)
+
+
+def top(**kv: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda raw: raw.update(kv)
+
+
+def pool(**kv: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda raw: raw["gpuPools"][0].update(kv)
+
+
+def drop(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda raw: raw["gcp"].pop(key)
+
+
+def test_the_documented_example_is_valid_with_secure_defaults():
+    cfg = parse_config(base(), "gcp-prod")
+    section = cfg.gcp
+    assert section.release_channel == "REGULAR"
+    assert section.gpu_driver_version == "LATEST"
+    assert section.private_endpoint is False
+    assert section.system_pool.machine_type == "e2-standard-4"
+    assert (section.system_pool.min_nodes, section.system_pool.max_nodes) == (1, 3)
+    assert section.master_cidr.endswith("/28")
+    assert section.checkpoint_retention_days == 30
+
+
+def test_every_gcp_key_is_camel_case_in_yaml():
+    raw = with_(gcp(networkCidr="10.0.0.0/20", podsCidr="10.4.0.0/14", servicesCidr="10.8.0.0/20",
+                    masterCidr="172.16.32.0/28", releaseChannel="STABLE", deletionProtection=False,
+                    systemPool={"machineType": "n2-standard-4", "minNodes": 2, "maxNodes": 4},
+                    gpuDriverVersion="DEFAULT", checkpointRetentionDays=7, privateEndpoint=False))
+    s = parse_config(raw, "t").gcp
+    assert (s.network_cidr, s.pods_cidr, s.services_cidr, s.master_cidr) == (
+        "10.0.0.0/20", "10.4.0.0/14", "10.8.0.0/20", "172.16.32.0/28")
+    assert s.release_channel == "STABLE" and s.gpu_driver_version == "DEFAULT"
+    assert s.system_pool.machine_type == "n2-standard-4" and s.checkpoint_retention_days == 7
+
+
+@pytest.mark.parametrize("environment,setting,expected", [
+    ("prod", None, True),
+    ("production", None, True),
+    ("dev", None, False),
+    ("staging", None, False),
+    ("prod", False, False),
+    ("dev", True, True),
+])
+def test_deletion_protection_defaults_on_for_production_only(environment, setting, expected):
+    raw = with_(top(environment=environment))
+    if setting is not None:
+        raw["gcp"]["deletionProtection"] = setting
+    assert effective_deletion_protection(parse_config(raw, "t")) is expected
+
+
+def test_l4_and_h100_pools_with_every_capacity_are_accepted():
+    raw = with_(top(gpuPools=[
+        {"name": "l4", "instanceType": "g2-standard-8", "capacity": "spot", "minNodes": 0, "maxNodes": 4},
+        {"name": "h100", "instanceType": "a3-highgpu-8g", "capacity": "on-demand", "approvedOnDemand": True,
+         "minNodes": 0, "maxNodes": 1},
+        {"name": "a100", "instanceType": "a2-highgpu-2g", "capacity": "preemptible", "minNodes": 0, "maxNodes": 2},
+    ]))
+    cfg = parse_config(raw, "t")
+    assert [p.capacity for p in cfg.gpu_pools] == ["spot", "on-demand", "preemptible"]
+
+
+def test_pools_run_only_in_the_zones_offering_their_gpu():
+    # A100 80GB (a2-ultragpu) is offered in us-central1-a and -c only (catalog); the A100 40GB in a, b, c.
+    raw = with_(top(gpuPools=[
+        {"name": "a100", "instanceType": "a2-highgpu-1g", "capacity": "spot", "minNodes": 0, "maxNodes": 2},
+        {"name": "a100-80", "instanceType": "a2-ultragpu-1g", "capacity": "spot", "minNodes": 0, "maxNodes": 2},
+        {"name": "h100", "instanceType": "a3-highgpu-8g", "capacity": "spot", "minNodes": 0, "maxNodes": 1},
+    ]))
+    zones = gpu_pool_zone_map(parse_config(raw, "t"), load_catalog())
+    assert zones["a100"] == ["us-central1-a", "us-central1-b", "us-central1-c"]
+    assert zones["a100-80"] == ["us-central1-a", "us-central1-c"]
+    # The catalog does not know where H100s are: no narrowing, no error.
+    assert zones["h100"] == ["us-central1-a", "us-central1-b", "us-central1-c"]
+
+
+MALFORMED = [
+    ("project not an ID", gcp(project="My_Project"), "gcp.project"),
+    ("region given as a zone", gcp(region="us-central1-a"), "gcp.region"),
+    ("zone of another region", gcp(zones=["us-central1-a", "us-east1-b"]), "gcp.zones[1]"),
+    ("zone listed twice", gcp(zones=["us-central1-a", "us-central1-a"]), "gcp.zones[1]"),
+    ("no zones", gcp(zones=[]), "gcp.zones"),
+    ("billing account with prefix", gcp(billingAccount="billingAccounts/012345-6789AB-CDEF01"), "gcp.billingAccount"),
+    ("billing account lowercase", gcp(billingAccount="012345-6789ab-cdef01"), "gcp.billingAccount"),
+    ("billing account missing", drop("billingAccount"), "gcp.billingAccount"),
+    ("unknown key (typo)", gcp(zone="us-central1-a"), "gcp.zone"),
+    ("master range not a /28", gcp(masterCidr="172.16.0.0/24"), "gcp.masterCidr"),
+    ("pods overlap nodes", gcp(networkCidr="10.16.0.0/20"), "gcp.podsCidr"),
+    ("public node range", gcp(networkCidr="8.8.0.0/20"), "gcp.networkCidr"),
+    ("pod range too small for the pools", gcp(podsCidr="10.16.0.0/22"), "gcp.podsCidr"),
+    ("not a CIDR", gcp(servicesCidr="10.20.0.0/33"), "gcp.servicesCidr"),
+    ("release channel", gcp(releaseChannel="FAST"), "gcp.releaseChannel"),
+    ("driver version", gcp(gpuDriverVersion="535.129"), "gcp.gpuDriverVersion"),
+    ("system pool min > max", gcp(systemPool={"minNodes": 4, "maxNodes": 3}), "gcp.systemPool.minNodes"),
+    ("system pool of GPUs", gcp(systemPool={"machineType": "a2-highgpu-1g"}), "gcp.systemPool.machineType"),
+    ("system pool of zero nodes", gcp(systemPool={"minNodes": 0}), "gcp.systemPool.minNodes"),
+    ("retention 0 days", gcp(checkpointRetentionDays=0), "gcp.checkpointRetentionDays"),
+    ("deletion protection not a bool", gcp(deletionProtection="maybe"), "gcp.deletionProtection"),
+    ("only a zone without A100s", gcp(zones=["us-central1-d"]), "gpuPools[0].instanceType"),
+    ("one zone without A100s", gcp(zones=["us-central1-a", "us-central1-d"]), "gcp.zones[1]"),
+    ("region without A100s", gcp(region="us-west2", zones=["us-west2-a"]), "gcp.region"),
+    ("private endpoint, public admin range", gcp(privateEndpoint=True), "adminCidrs[0]"),
+    ("gcp section missing", lambda raw: raw.pop("gcp"), "gcp"),
+    ("pool named like the system pool", pool(name="system"), "gpuPools[0].name"),
+    ("a Linode type on GCP", pool(instanceType="g1-gpu-rtx6000-1"), "gpuPools[0].instanceType"),
+    ("a type without GPU", pool(instanceType="e2-standard-4"), "gpuPools[0].instanceType"),
+    ("unknown capacity", pool(capacity="reserved"), "gpuPools[0].capacity"),
+    ("no admin range", top(adminCidrs=[]), "adminCidrs"),
+    ("control plane open to the internet", top(adminCidrs=["0.0.0.0/0"]), "adminCidrs[0]"),
+    ("more e-mails than a budget notifies", top(alertEmails=[f"a{i}@example.com" for i in range(6)]), "alertEmails"),
+]
+
+
+@pytest.mark.parametrize("change,key", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+def test_malformed_gcp_config_is_rejected_naming_the_key(change, key):
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_(change), "gcp-prod")
+    message = str(err.value)
+    assert "stacks/Pulumi.gcp-prod.yaml" in message
+    assert f"gpu-platform:{key}: " in message, message
+    assert any(i.key == key for i in err.value.issues), [i.key for i in err.value.issues]
+
+
+def test_messages_say_what_is_allowed():
+    def message(change):
+        with pytest.raises(ConfigError) as err:
+            parse_config(with_(change), "gcp-prod")
+        return str(err.value)
+
+    assert "us-central1-a" in message(gcp(zones=["us-east1-b"]))  # suggests a zone of the region
+    assert "012345-6789AB-CDEF01" in message(gcp(billingAccount="nope"))
+    assert "RAPID" in message(gcp(releaseChannel="FAST"))
+    # Names the zones that do offer the GPU.
+    offered = message(gcp(zones=["us-central1-d"]))
+    assert "us-central1-a" in offered and "nvidia-tesla-a100" in offered
+    assert "/20 or larger" in message(gcp(podsCidr="10.16.0.0/22"))
