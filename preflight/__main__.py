@@ -113,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print(f"Wrote {out / 'plan.json'} and {len(written)} artifact(s) under {out / 'artifacts'}")
 
-    from preflight.costs import cost_section
+    from preflight.costs import CostReport
 
-    print(cost_section(cfg, out))
+    costs = CostReport(cfg, out)
+    print(costs.summary)
 
     status = 0
     if policies is not None:
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"preflight: {report.mandatory_violations} mandatory policy violation(s)", file=sys.stderr)
             status = EXIT_POLICY
 
+    print(costs.finish())
     print(f"\npreflight {args.stack}: {'OK' if status == 0 else 'FAILED'} in {time.monotonic() - started:.2f}s")
     return status
 
