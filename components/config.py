@@ -9,6 +9,7 @@ written in the stack file, camelCase), the bad value and what is allowed.
 from __future__ import annotations
 
 import json
+import typing
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, Field, ValidationError
@@ -165,12 +166,16 @@ def _format_loc(loc: list[Any]) -> str:
 def _model_at(loc: list[Any]) -> Optional[type[BaseModel]]:
     """The model class that a config path points into, for listing its allowed keys."""
     model: Any = StackConfig
-    for part in loc:
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
         if isinstance(part, int):
             continue
         field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
         if field is None:
             return None
+        if typing.get_origin(field.annotation) is dict and parts:
+            parts.pop(0)  # the user's own key (e.g. a pool name) under a mapping of models
         model = _model_of(field.annotation)
         if model is None:
             return None

@@ -178,3 +178,12 @@ def test_pulumi_yaml_schema_matches_the_model():
         else:
             default = field.get_default(call_default_factory=True)
             assert decl["default"] == default, alias
+
+
+def test_unknown_key_under_a_mapping_of_sections_lists_the_allowed_keys():
+    cfg = stack_config("aws-prod")
+    pools = cfg["gpu-platform:aws"]["pools"]
+    pools[next(iter(pools))]["bogus"] = 1
+    with pytest.raises(ConfigError) as err:
+        parse_config(bare(cfg), "aws-prod")
+    assert "bogus: 1 -> unknown key; allowed keys here: instanceTypes" in str(err.value)
