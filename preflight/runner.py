@@ -145,32 +145,27 @@ def _is_resource_ref(v: Any) -> bool:
     return isinstance(v, dict) and v.get(SIG_KEY) == RESOURCE_SIG
 
 
-def redact(v: Any) -> Any:
+def _walk(v: Any, on_secret: Callable[[Any], Any]) -> Any:
+    """Wire value -> plain value: resource refs shown by URN, unknowns marked, secrets via on_secret."""
     if _is_secret(v):
-        return REDACTED
+        return on_secret(v.get("value"))
     if _is_resource_ref(v):
         return {"resourceRef": v.get("urn")}
     if v == UNKNOWN:
         return UNKNOWN_TEXT
     if isinstance(v, dict):
-        return {k: redact(x) for k, x in v.items()}
+        return {k: _walk(x, on_secret) for k, x in v.items()}
     if isinstance(v, list):
-        return [redact(x) for x in v]
+        return [_walk(x, on_secret) for x in v]
     return v
+
+
+def redact(v: Any) -> Any:
+    return _walk(v, lambda _: REDACTED)
 
 
 def unwrap(v: Any) -> Any:
-    if _is_secret(v):
-        return unwrap(v.get("value"))
-    if _is_resource_ref(v):
-        return {"resourceRef": v.get("urn")}
-    if v == UNKNOWN:
-        return UNKNOWN_TEXT
-    if isinstance(v, dict):
-        return {k: unwrap(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [unwrap(x) for x in v]
-    return v
+    return _walk(v, unwrap)
 
 
 @dataclass
