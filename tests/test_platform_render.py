@@ -1,0 +1,248 @@
+"""Pure rendering of the ML platform: queue, GPU enablement, notebooks, monitoring and cost rules."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from components.cluster import GPU_TAINT, POOL_LABEL, TRAINING_NAMESPACE, GpuPoolSpec, Taint
+from components.config import ConfigError, parse_config
+from components.platform import versions
+from components.platform.config import AlertSmtp
+from components.platform.gpu import dcgm_exporter_values, device_plugin_values
+from components.platform.kubeflow import trainer_values
+from components.platform.monitoring import (
+    SPEND_RECORD, SPEND_RULE_NAME, alertmanager_config, kube_prometheus_stack_values, pool_hourly_prices,
+    render_dashboard_configmap, render_idle_rules, render_spend_rule,
+)
+from components.platform.notebooks import gpu_profile, jupyterhub_values
+from components.platform.queue import (
+    CLUSTER_QUEUE, PoolCapacity, gpu_quotas, kueue_manager_config, pool_capacities, render_cluster_queue,
+    render_local_queue, render_resource_flavor,
+)
+from components.platform.training import render_checkpoint_configmap, render_resource_quota
+
+
+def pool(name: str, gpus: int = 1, max_nodes: int = 2, instance: str = "g1-gpu-rtx6000-1",
+         capacity: str = "on-demand") -> GpuPoolSpec:
+    return GpuPoolSpec(name=name, instance_type=instance, gpu_model="Quadro RTX 6000", gpus_per_node=gpus,
+                       min_nodes=0, max_nodes=max_nodes, capacity=capacity,
+                       node_labels={POOL_LABEL: name, "nvidia.com/gpu.present": "true"})
+
+
+TWO = [pool("rtx", gpus=1, max_nodes=3), pool("rtx4", gpus=4, max_nodes=2, instance="g1-gpu-rtx6000-4")]
+SMTP = AlertSmtp(smarthost="smtp.example.com:587", from_address="alerts@example.com")
+
+
+def flavor_quota(cq: dict, flavor: str, resource: str):
+    (group,) = cq["spec"]["resourceGroups"]
+    fl = next(f for f in group["flavors"] if f["name"] == flavor)
+    return next(r["nominalQuota"] for r in fl["resources"] if r["name"] == resource)
+
+
+# --- queue -------------------------------------------------------------------------------------
+
+
+def test_two_pools_get_two_flavors_and_the_gpu_quota_of_both() -> None:
+    flavors = [render_resource_flavor(p) for p in TWO]
+    assert [f["metadata"]["name"] for f in flavors] == ["rtx", "rtx4"]
+    cq = render_cluster_queue(TWO, pool_capacities("linode", TWO), gpu_quotas(TWO))
+    assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == ["rtx", "rtx4"]
+    assert flavor_quota(cq, "rtx", "nvidia.com/gpu") == 3  # 3 nodes x 1 GPU
+    assert flavor_quota(cq, "rtx4", "nvidia.com/gpu") == 8  # 2 nodes x 4 GPUs
+    # CPU/memory: all the pool's nodes have (catalog: rtx6000-1 = 8 vCPU / 32 GiB per node)
+    assert flavor_quota(cq, "rtx", "cpu") == 24
+    assert flavor_quota(cq, "rtx", "memory") == "96Gi"
+    assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": TRAINING_NAMESPACE}}
+
+
+def test_flavor_targets_the_pool_nodes_and_tolerates_their_taint() -> None:
+    tainted = GpuPoolSpec("a100", "x", "A100", 1, 0, 1, "spot", {POOL_LABEL: "a100"},
+                          taints=(GPU_TAINT, Taint("cloud.google.com/gke-spot", "true", "NoSchedule")))
+    spec = render_resource_flavor(tainted)["spec"]
+    assert spec["nodeLabels"] == {POOL_LABEL: "a100"}
+    assert spec["nodeTaints"] == [GPU_TAINT.as_k8s(), {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}]
+    assert GPU_TAINT.toleration() in spec["tolerations"] and len(spec["tolerations"]) == 2
+
+
+def test_gpu_quota_override_and_unknown_pool() -> None:
+    assert gpu_quotas(TWO, {"rtx4": 4}) == {"rtx": 3, "rtx4": 4}
+    with pytest.raises(ValueError, match="unknown pools: nope"):
+        gpu_quotas(TWO, {"nope": 1})
+
+
+@pytest.mark.parametrize("strategy", ["StrictFIFO", "BestEffortFIFO"])
+def test_queueing_strategy_is_configurable(strategy: str) -> None:
+    caps = {p.name: PoolCapacity(8, 32) for p in TWO}
+    assert render_cluster_queue(TWO, caps, gpu_quotas(TWO), strategy)["spec"]["queueingStrategy"] == strategy
+    with pytest.raises(ValueError):
+        render_cluster_queue(TWO, caps, gpu_quotas(TWO), "FIFO")
+
+
+def test_preemption_suits_interruptible_capacity() -> None:
+    spec = render_cluster_queue(TWO, pool_capacities("linode", TWO), gpu_quotas(TWO))["spec"]
+    assert spec["preemption"]["withinClusterQueue"] == "LowerPriority"
+    assert spec["flavorFungibility"]["whenCanPreempt"] == "TryNextFlavor"
+
+
+def test_kueue_requeues_evicted_jobs_and_manages_jobs_and_trainjobs() -> None:
+    conf = kueue_manager_config(7)
+    wfpr = conf["waitForPodsReady"]
+    assert wfpr["timeout"] == "7m"
+    assert wfpr["requeuingStrategy"]["timestamp"] == "Eviction"
+    assert "backoffLimitCount" not in wfpr["requeuingStrategy"]  # null = requeue without limit
+    assert {"batch/job", "trainer.kubeflow.org/trainjob"} <= set(conf["integrations"]["frameworks"])
+    assert render_local_queue()["spec"]["clusterQueue"] == CLUSTER_QUEUE
+
+
+# --- GPU enablement ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values_fn", [device_plugin_values, dcgm_exporter_values])
+def test_gpu_daemons_run_only_on_gpu_pools_and_tolerate_the_gpu_taint(values_fn) -> None:
+    values = values_fn(TWO)
+    terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [n]}]} for n in ("rtx", "rtx4")]
+    assert values["tolerations"] == [GPU_TAINT.toleration()]
+
+
+# --- notebooks ---------------------------------------------------------------------------------
+
+
+def test_notebook_gpu_profile_tolerates_the_taint_and_requests_a_gpu() -> None:
+    over = gpu_profile(TWO[1])["kubespawner_override"]
+    assert GPU_TAINT.toleration() in over["tolerations"]
+    assert over["extra_resource_limits"] == {"nvidia.com/gpu": "1"}
+    assert over["node_selector"] == {POOL_LABEL: "rtx4"}
+
+
+def test_jupyterhub_values_storage_profiles_and_culling() -> None:
+    v = jupyterhub_values(TWO, "standard-rwo", storage_gib=50, idle_cull_minutes=45, admin_users=["alice"])
+    storage = v["singleuser"]["storage"]
+    assert storage["dynamic"]["storageClass"] == "standard-rwo" and storage["capacity"] == "50Gi"
+    slugs = [p["slug"] for p in v["singleuser"]["profileList"]]
+    assert slugs == ["cpu", "gpu-rtx", "gpu-rtx4"]
+    cpu = v["singleuser"]["profileList"][0]["kubespawner_override"]
+    assert "tolerations" not in cpu and "extra_resource_limits" not in cpu
+    assert v["cull"]["enabled"] is True and v["cull"]["timeout"] == 45 * 60
+    assert v["proxy"]["service"]["type"] == "ClusterIP"
+    assert v["hub"]["config"]["NativeAuthenticator"]["open_signup"] is False
+
+
+# --- monitoring and cost -----------------------------------------------------------------------
+
+
+def test_spend_rule_prices_pools_from_the_catalog_and_alerts_at_half_and_full_budget() -> None:
+    prices = pool_hourly_prices("linode", TWO)
+    from costs.catalog import load_catalog
+
+    cat = load_catalog()
+    assert prices == {"rtx": cat.instance("linode", "g1-gpu-rtx6000-1").price("on-demand").usd_per_hour,
+                      "rtx4": cat.instance("linode", "g1-gpu-rtx6000-4").price("on-demand").usd_per_hour}
+    rule = render_spend_rule(prices, 3000)
+    assert rule["metadata"]["name"] == SPEND_RULE_NAME == "gpu-spend-run-rate"
+    rules = rule["spec"]["groups"][0]["rules"]
+    record = next(r for r in rules if r.get("record") == SPEND_RECORD)
+    for name, price in prices.items():
+        assert f'label_gpu_platform_io_pool="{name}"}}) or vector(0)) * {price:g}' in record["expr"]
+    alerts = {r["alert"]: r for r in rules if "alert" in r}
+    assert alerts["GpuSpendRunRateOver50Percent"]["expr"] == f"{SPEND_RECORD} * 730 > 1500"
+    assert alerts["GpuSpendRunRateOver100Percent"]["expr"] == f"{SPEND_RECORD} * 730 > 3000"
+
+
+def test_spend_rule_follows_price_overrides() -> None:
+    prices = pool_hourly_prices("linode", TWO[:1], {"linode/g1-gpu-rtx6000-1": {"onDemand": 0.75}})
+    assert prices == {"rtx": 0.75}
+
+
+def test_idle_rules_use_the_configured_threshold_and_duration() -> None:
+    rules = {r["alert"]: r for r in render_idle_rules(90, 15)["spec"]["groups"][0]["rules"]}
+    held = rules["GpuIdleWhileAllocated"]
+    assert held["expr"] == 'DCGM_FI_DEV_GPU_UTIL{exported_pod!=""} < 15' and held["for"] == "90m"
+    empty = rules["GpuNodeWithoutGpuPods"]
+    assert empty["for"] == "90m" and "nvidia_com_gpu" in empty["expr"] and "label_gpu_platform_io_pool" in empty["expr"]
+
+
+def test_alertmanager_mails_every_alert_email() -> None:
+    conf = alertmanager_config(["a@example.com", "b@example.com"], SMTP)
+    assert conf["route"]["receiver"] == "email"
+    email = next(r for r in conf["receivers"] if r["name"] == "email")
+    assert [c["to"] for c in email["email_configs"]] == ["a@example.com", "b@example.com"]
+    assert conf["global"]["smtp_smarthost"] == "smtp.example.com:587"
+    assert alertmanager_config([], None)["route"]["receiver"] == "null"
+    with pytest.raises(ValueError, match="SMTP"):
+        alertmanager_config(["a@example.com"], None)
+
+
+def test_prometheus_picks_up_our_rules_and_exports_the_pool_label() -> None:
+    v = kube_prometheus_stack_values("standard-rwo", [], None, retention_days=30, storage_gib=80)
+    spec = v["prometheus"]["prometheusSpec"]
+    assert spec["ruleSelectorNilUsesHelmValues"] is False and spec["serviceMonitorSelectorNilUsesHelmValues"] is False
+    assert spec["retention"] == "30d"
+    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"]["requests"]["storage"] == "80Gi"
+    assert v["kube-state-metrics"]["metricLabelsAllowlist"] == [f"nodes=[{POOL_LABEL}]"]
+    assert "adminPassword" not in v["grafana"]  # from a Secret, never in values
+
+
+def test_grafana_dashboard_is_labelled_for_the_sidecar() -> None:
+    cm = render_dashboard_configmap()
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    import json
+
+    dash = json.loads(next(iter(cm["data"].values())))
+    assert any("DCGM_FI_DEV_GPU_UTIL" in t["expr"] for p in dash["panels"] for t in p["targets"])
+
+
+# --- training namespace, Trainer, versions, config ---------------------------------------------
+
+
+def test_training_quota_and_checkpoint_config() -> None:
+    q = render_resource_quota(11, 40, 160.5)["spec"]["hard"]
+    assert q["requests.nvidia.com/gpu"] == "11" and q["requests.memory"] == "161Gi"
+    cm = render_checkpoint_configmap("s3://b", {"AWS_REGION": "us-east"})
+    assert cm["data"] == {"CHECKPOINT_URL": "s3://b", "AWS_REGION": "us-east"}
+
+
+def test_trainer_installs_its_default_runtimes() -> None:
+    assert trainer_values()["runtimes"]["defaultEnabled"] is True
+
+
+def test_versions_are_pinned_exactly() -> None:
+    semver = re.compile(r"^v?\d+\.\d+\.\d+$")
+    for name, chart in versions.ALL_CHARTS.items():
+        assert semver.match(chart.version), name
+    assert versions.KUEUE.version == "0.19.2" and versions.KUBEFLOW_TRAINER.version == "2.3.0"
+    for name, url in versions.KUSTOMIZE_SOURCES.items():
+        assert re.search(r"/tree/v?\d+\.\d+\.\d+/", url), name
+    for image, tag in (versions.NOTEBOOK_CPU_IMAGE, versions.NOTEBOOK_GPU_IMAGE):
+        assert tag and tag != "latest"
+
+
+def _raw(**platform) -> dict:
+    return {"cloud": "linode", "owner": "ml", "costCenter": "r", "monthlyBudgetUsd": 1000,
+            "alertEmails": ["ops@example.com"], "linode": {"region": "us-east"},
+            "gpuPools": [{"name": "rtx", "instanceType": "g1-gpu-rtx6000-1", "capacity": "on-demand",
+                          "minNodes": 1, "maxNodes": 1}],
+            "platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "a@example.com"}, **platform}}
+
+
+def test_platform_knobs_parse_from_camel_case() -> None:
+    cfg = parse_config(_raw(queueingStrategy="StrictFIFO", gpuQuota={"rtx": 0}, idleGpuUtilPercent=5,
+                            notebookIdleCullMinutes=30, notebookStorageGib=100), "t")
+    p = cfg.platform
+    assert (p.queueing_strategy, p.gpu_quota, p.idle_gpu_util_percent) == ("StrictFIFO", {"rtx": 0}, 5)
+    assert (p.notebook_idle_cull_minutes, p.notebook_storage_gib) == (30, 100)
+
+
+def test_platform_config_errors_name_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"platform\.gpuQuota\.nope"):
+        parse_config(_raw(gpuQuota={"nope": 2}), "t")
+    with pytest.raises(ConfigError, match=r"platform\.queueingStrategy"):
+        parse_config(_raw(queueingStrategy="LIFO"), "t")
+    raw = _raw()
+    del raw["platform"]["alertSmtp"]
+    with pytest.raises(ConfigError, match=r"platform\.alertSmtp"):
+        parse_config(raw, "t")
+    raw["platform"]["monitoring"] = False
+    assert parse_config(raw, "t").platform.monitoring is False

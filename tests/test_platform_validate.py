@@ -1,0 +1,194 @@
+"""The platform's rendered objects, checked by real validators:
+- Kueue and Kubeflow Trainer objects against the upstream CRD schemas (../shared/crds/, the pinned
+  versions), made strict: an unknown field is an error, as a typo would silently be pruned by the API server;
+- every core Kubernetes manifest with kubernetes-validate (strict, Kubernetes 1.33);
+- all of them with checkov; a failed check fails the test unless the README justifies it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.cluster import POOL_LABEL, GpuPoolSpec
+from components.platform import versions
+from components.platform.common import (
+    GPU_NAMESPACE, JUPYTERHUB_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, TRAINER_NAMESPACE, render_namespace,
+)
+from components.platform.monitoring import (
+    render_dashboard_configmap, render_dcgm_service_monitor, render_grafana_admin_secret, render_idle_rules,
+    render_spend_rule,
+)
+from components.platform.queue import (
+    gpu_quotas, pool_capacities, render_cluster_queue, render_local_queue, render_resource_flavor,
+)
+from components.platform.training import (
+    render_checkpoint_configmap, render_checkpoint_secret, render_limit_range, render_resource_quota,
+    render_training_namespace, render_training_service_account,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+CRDS = ROOT / ".." / "shared" / "crds"
+EXAMPLE = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
+README = ROOT / "README.md"
+
+POOLS = [
+    GpuPoolSpec("rtx", "g1-gpu-rtx6000-1", "Quadro RTX 6000", 1, 2, 2, "on-demand", {POOL_LABEL: "rtx"}),
+    GpuPoolSpec("rtx4", "g1-gpu-rtx6000-4", "Quadro RTX 6000", 4, 1, 1, "on-demand", {POOL_LABEL: "rtx4"}),
+]
+
+
+def kueue_objects() -> list[dict[str, Any]]:
+    return ([render_resource_flavor(p) for p in POOLS]
+            + [render_cluster_queue(POOLS, pool_capacities("linode", POOLS), gpu_quotas(POOLS), "StrictFIFO"),
+               render_local_queue()])
+
+
+def core_objects() -> list[dict[str, Any]]:
+    return [
+        render_training_namespace(),
+        render_training_service_account({"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/trainer"}),
+        render_checkpoint_configmap("s3://bucket", {"AWS_REGION": "us-east"}),
+        render_checkpoint_secret({"AWS_ACCESS_KEY_ID": "example", "AWS_SECRET_ACCESS_KEY": "example"}),
+        render_resource_quota(5, 16, 64),
+        render_limit_range(),
+        render_dashboard_configmap(),
+        render_grafana_admin_secret("example-password"),
+        *[render_namespace(ns, psa) for ns, psa in ((GPU_NAMESPACE, "privileged"), (KUEUE_NAMESPACE, "restricted"),
+                                                     (TRAINER_NAMESPACE, "baseline"), (JUPYTERHUB_NAMESPACE, "baseline"),
+                                                     (MONITORING_NAMESPACE, "privileged"))],
+    ]
+
+
+def monitoring_objects() -> list[dict[str, Any]]:
+    return [render_dcgm_service_monitor(), render_idle_rules(120, 10), render_spend_rule({"rtx": 1.5, "rtx4": 6.0}, 3000)]
+
+
+def example_trainjob() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+# --- CRD schemas ---------------------------------------------------------------------------------
+
+
+def _strict(schema: Any) -> Any:
+    """additionalProperties: false wherever the schema lists properties and allows nothing else."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if ("properties" in out and "additionalProperties" not in out
+                and not out.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def crd_schema(folder: str, group: str, kind: str, version: str) -> dict[str, Any]:
+    if not CRDS.is_dir():
+        pytest.skip(f"upstream CRDs not found at {CRDS.resolve()} (the shared checkout's crds/ folder)")
+    for path in sorted((CRDS / folder).glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == kind:
+            for v in crd["spec"]["versions"]:
+                if v["name"] == version:
+                    return _strict(v["schema"]["openAPIV3Schema"])
+    raise AssertionError(f"no CRD for {group}/{version} {kind} in {CRDS / folder}")
+
+
+def validate_cr(obj: dict[str, Any]) -> None:
+    group, version = obj["apiVersion"].split("/")
+    folder = {"kueue.x-k8s.io": versions.KUEUE_CRDS, "trainer.kubeflow.org": versions.TRAINER_CRDS}[group]
+    schema = crd_schema(folder, group, obj["kind"], version)
+    body = {k: v for k, v in obj.items() if k != "metadata"}  # metadata is validated by the API server itself
+    jsonschema.validate(body, schema, cls=jsonschema.Draft7Validator)
+
+
+@pytest.mark.parametrize("obj", kueue_objects(), ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")
+def test_kueue_objects_match_the_pinned_crds(obj: dict[str, Any]) -> None:
+    validate_cr(obj)
+
+
+def test_example_trainjob_matches_the_trainer_crd_and_uses_the_platform_queue() -> None:
+    job = example_trainjob()
+    validate_cr(job)
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == render_local_queue()["metadata"]["name"]
+    assert job["metadata"]["namespace"] == render_local_queue()["metadata"]["namespace"]
+    env = {e["name"]: e for e in job["spec"]["trainer"]["env"]}
+    assert env["CHECKPOINT_URL"]["valueFrom"]["configMapKeyRef"]["name"] == render_checkpoint_configmap("x", {})["metadata"]["name"]
+    patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    assert patch["template"]["spec"]["template"]["spec"]["serviceAccountName"] == "trainer"
+
+
+def test_strict_crd_validation_rejects_a_typo() -> None:
+    bad = copy.deepcopy(render_cluster_queue(POOLS, pool_capacities("linode", POOLS), gpu_quotas(POOLS)))
+    bad["spec"]["queueingStrategey"] = "StrictFIFO"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_cr(bad)
+    bad = copy.deepcopy(render_cluster_queue(POOLS, pool_capacities("linode", POOLS), gpu_quotas(POOLS)))
+    bad["spec"]["queueingStrategy"] = "FIFO"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_cr(bad)
+
+
+# --- kubernetes-validate ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("obj", core_objects(), ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")
+def test_core_manifests_pass_kubernetes_validate_strict(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(obj, "1.33", strict=True)
+
+
+# --- checkov ---------------------------------------------------------------------------------------
+
+
+def checkov_bin() -> str:
+    for candidate in (os.environ.get("CHECKOV_BIN"), str(ROOT / ".venv-checkov" / "bin" / "checkov"), shutil.which("checkov")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.fail("checkov not found: python3 -m venv .venv-checkov && .venv-checkov/bin/pip install -r "
+                "requirements-checkov.txt (or set CHECKOV_BIN)")
+
+
+def justified_checks() -> set[str]:
+    """Check ids the README's ML platform section justifies (lines `- CKV_K8S_n: why`)."""
+    text = README.read_text() if README.exists() else ""
+    section = text.split("<!-- platform-checkov-skips -->")
+    if len(section) < 3:
+        return set()
+    return set(re.findall(r"^- (CKV2?_K8S_\d+):", section[1], flags=re.M))
+
+
+def _dump(tmp: Path) -> Iterator[Path]:
+    objs = core_objects() + kueue_objects() + monitoring_objects() + [example_trainjob()]
+    for i, obj in enumerate(objs):
+        path = tmp / f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump(obj, sort_keys=False))
+        yield path
+
+
+def test_checkov_finds_no_unjustified_failure(tmp_path: Path) -> None:
+    files = list(_dump(tmp_path))
+    proc = subprocess.run([checkov_bin(), "-d", str(tmp_path), "--framework", "kubernetes", "-o", "json",
+                           "--quiet", "--compact", "--skip-download"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    report = json.loads(proc.stdout or "{}")
+    reports = report if isinstance(report, list) else [report]
+    failed = [c for r in reports for c in r.get("results", {}).get("failed_checks", [])]
+    summary = {k: sum(r.get("summary", {}).get(k, 0) for r in reports) for k in ("resource_count", "parsing_errors")}
+    assert summary["resource_count"] == len(files) and summary["parsing_errors"] == 0, proc.stdout[:1000]
+    allowed = justified_checks()
+    unjustified = sorted({f"{c['check_id']} {c['file_path']}: {c['check_name']}" for c in failed
+                          if c["check_id"] not in allowed})
+    assert not unjustified, "checkov failures not justified in README.md:\n" + "\n".join(unjustified)
