@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STACK ?= linode-dev
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: venv preflight preflight-all test test-live bench clean
+.PHONY: venv checkov-venv preflight preflight-all test test-live bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,15 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 venv: $(VENV)/.installed
 
+# checkov pins boto3/packaging versions that clash with ours: it gets a virtualenv of its own.
+.venv-checkov/.installed: requirements-checkov.txt
+	$(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/python -m pip install --quiet --upgrade pip
+	.venv-checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
+	touch $@
+
+checkov-venv: .venv-checkov/.installed
+
 ## Plan a stack offline: resources, policies, cost (STACK=linode-dev by default).
 preflight: venv
 	$(PY) -m preflight $(STACK)
@@ -23,7 +32,7 @@ preflight-all: venv
 	@for s in $(STACKS); do $(PY) -m preflight $$s --quiet || exit $$?; done
 
 ## The whole offline test suite (live cloud tests are skipped without credentials).
-test: venv
+test: venv checkov-venv
 	$(PY) -m pytest -q -n 2 tests
 
 test-live: venv

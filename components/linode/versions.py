@@ -1,5 +1,7 @@
 """Every version the Linode cluster installs, pinned in one place (listed in the README)."""
 
+from components.platform.versions import NVIDIA_DEVICE_PLUGIN as _PLATFORM_DEVICE_PLUGIN
+
 # kubeadm/kubelet/kubectl from pkgs.k8s.io, one patch release per supported minor.
 KUBERNETES_PATCH = {
     "1.31": "1.31.14",
@@ -22,8 +24,9 @@ LINODE_CCM_CHART = {"chart": "ccm-linode", "version": "v0.7.1",
                     "repo": "https://linode.github.io/linode-cloud-controller-manager/"}
 LINODE_CSI_CHART = {"chart": "linode-blockstorage-csi-driver", "version": "v1.0.6",
                     "repo": "https://linode.github.io/linode-blockstorage-csi-driver/"}
-NVIDIA_DEVICE_PLUGIN_CHART = {"chart": "nvidia-device-plugin", "version": "0.17.4",
-                              "repo": "https://nvidia.github.io/k8s-device-plugin"}
+# Same chart and version the platform layer installs on other clouds (one pin, in platform/versions.py).
+NVIDIA_DEVICE_PLUGIN_CHART = {"chart": _PLATFORM_DEVICE_PLUGIN.chart, "version": _PLATFORM_DEVICE_PLUGIN.version,
+                              "repo": _PLATFORM_DEVICE_PLUGIN.repo}
 
 
 def kubernetes_package_version(minor: str) -> str:
