@@ -214,7 +214,7 @@ def test_versions_are_pinned_exactly() -> None:
         assert semver.match(chart.version), name
     assert versions.KUEUE.version == "0.19.2" and versions.KUBEFLOW_TRAINER.version == "2.3.0"
     for name, url in versions.KUSTOMIZE_SOURCES.items():
-        assert re.search(r"/tree/v?\d+\.\d+\.\d+/", url), name
+        assert re.search(r"\?ref=v?\d+\.\d+\.\d+$", url), name
     for image, tag in (versions.NOTEBOOK_CPU_IMAGE, versions.NOTEBOOK_GPU_IMAGE):
         assert tag and tag != "latest"
 

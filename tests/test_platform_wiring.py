@@ -174,8 +174,9 @@ def test_kubeflow_kustomizations_are_registered_pinned_and_ordered(full_plan: Pl
     assert cluster_scoped.inputs["directory"] == versions.PIPELINES_CLUSTER_SCOPED
     assert dirs["platform-kubeflow-pipelines"].inputs["directory"] == versions.PIPELINES_PLATFORM_AGNOSTIC
     assert dirs["platform-kubeflow-katib"].inputs["directory"] == versions.KATIB_STANDALONE
-    for later in ("platform-kubeflow-pipelines", "platform-kubeflow-katib"):
-        assert cluster_scoped.urn in dirs[later].dependencies
+    assert cluster_scoped.urn in dirs["platform-kubeflow-pipelines"].dependencies
+    # Katib after Pipelines: both ship the `kubeflow` Namespace.
+    assert dirs["platform-kubeflow-pipelines"].urn in dirs["platform-kubeflow-katib"].dependencies
     # registered, not expanded: nothing was fetched, no child of the kustomizations exists
     for d in dirs.values():
         assert not full_plan.children_of(d.urn)

@@ -64,7 +64,9 @@ class Kubeflow(pulumi.ComponentResource):
         self.pipelines = kustomize.Directory(
             f"{name}-pipelines", directory=versions.PIPELINES_PLATFORM_AGNOSTIC,
             opts=k8s_opts(cluster, self, [self.pipelines_cluster]))
+        # Katib and Pipelines both ship the `kubeflow` Namespace: apply Katib second, so its copy
+        # is a server-side-apply update of the existing namespace rather than a racing create.
         self.katib = kustomize.Directory(
             f"{name}-katib", directory=versions.KATIB_STANDALONE,
-            opts=k8s_opts(cluster, self, [self.pipelines_cluster]))
+            opts=k8s_opts(cluster, self, [self.pipelines]))
         self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": list(DEFAULT_RUNTIMES)})

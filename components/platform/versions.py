@@ -32,12 +32,11 @@ KUEUE_CRDS = "kueue-v0.19.2"  # folder in ../shared/crds the rendered objects va
 KUBEFLOW_TRAINER = Chart("oci://ghcr.io/kubeflow/charts/kubeflow-trainer", "2.3.0")
 TRAINER_CRDS = "kubeflow-trainer-v2.3.0"
 KATIB_VERSION = "v0.19.0"
-KATIB_STANDALONE = f"https://github.com/kubeflow/katib/tree/{KATIB_VERSION}/manifests/v1beta1/installs/katib-standalone"
+# kustomize remote targets in the form the upstream install docs use (`kubectl apply -k ...?ref=`).
+KATIB_STANDALONE = f"github.com/kubeflow/katib.git/manifests/v1beta1/installs/katib-standalone?ref={KATIB_VERSION}"
 PIPELINES_VERSION = "2.17.0"
-PIPELINES_CLUSTER_SCOPED = (f"https://github.com/kubeflow/pipelines/tree/{PIPELINES_VERSION}"
-                            "/manifests/kustomize/cluster-scoped-resources")
-PIPELINES_PLATFORM_AGNOSTIC = (f"https://github.com/kubeflow/pipelines/tree/{PIPELINES_VERSION}"
-                               "/manifests/kustomize/env/platform-agnostic")
+PIPELINES_CLUSTER_SCOPED = f"github.com/kubeflow/pipelines/manifests/kustomize/cluster-scoped-resources?ref={PIPELINES_VERSION}"
+PIPELINES_PLATFORM_AGNOSTIC = f"github.com/kubeflow/pipelines/manifests/kustomize/env/platform-agnostic?ref={PIPELINES_VERSION}"
 
 # --- Notebooks ----------------------------------------------------------------------------------
 JUPYTERHUB = Chart("jupyterhub", "4.4.0", "https://hub.jupyter.org/helm-chart/")
