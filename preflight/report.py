@@ -16,7 +16,8 @@ INTERESTING = (
     "initialNodeCount", "autoscaling", "nodeConfig", "privateClusterConfig",
     "masterAuthorizedNetworksConfig", "amount", "thresholdRules", "threshold", "metricName",
     "vpcConfig", "metadataOptions", "blockDeviceMappings", "mixedInstancesPolicy", "capacityRebalance",
-    "versioning", "acl", "provisioner", "reclaimPolicy",
+    "versioning", "acl", "provisioner", "reclaimPolicy", "imageId", "limitAmount", "notifications",
+    "eventPattern", "kmsMasterKeyId", "spec",
 )
 MAX_VALUE = 160
 
@@ -38,8 +39,17 @@ def highlights(r: PlannedResource) -> list[str]:
     out = []
     for key in INTERESTING:
         if key in inputs and inputs[key] not in (None, "", [], {}):
-            out.append(f"{key}={_short(inputs[key])}")
+            out += _lines(key, inputs[key])
     return out
+
+
+def _lines(key: str, value: Any, depth: int = 0) -> list[str]:
+    """key=value, or one line per sub-key when a mapping is too long to read on one line."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if len(text) <= MAX_VALUE or not isinstance(value, dict) or depth >= 2:
+        return [f"{key}={_short(value)}"]
+    return [line for sub, v in sorted(value.items()) if v not in (None, "", [], {})
+            for line in _lines(f"{key}.{sub}", v, depth + 1)]
 
 
 def tree(plan: Plan) -> list[str]:
