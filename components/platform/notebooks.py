@@ -88,7 +88,7 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
             "adminUsers": True,
             "removeNamedServers": False,
         },
-        # No placeholder pods, no image pulling on every node: nothing reserves capacity unasked.
+        # No userPlaceholder pods, no image pulling on every node: nothing reserves capacity unasked.
         "scheduling": {"userScheduler": {"enabled": False}, "userPlaceholder": {"enabled": False},
                        "podPriority": {"enabled": False}},
         "prePuller": {"hook": {"enabled": False}, "continuous": {"enabled": False}},

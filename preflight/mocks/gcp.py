@@ -1,7 +1,7 @@
 """pulumi-gcp answers: the outputs GCP computes (endpoints, e-mails, URLs, resource names) derived
 from the inputs, so the program's applies (kubeconfig, IAM members, budget channels) run offline.
 
-Addresses are from documentation ranges (RFC 5737) and the CA is a placeholder, never a real key.
+Addresses are from documentation ranges (RFC 5737) and the CA is a stand-in string, never a real key.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 PLACEHOLDER_PROJECT = "preflight-project"
 # Not a certificate: base64 of a marker, enough for a kubeconfig to be well-formed.
-PLACEHOLDER_CA = base64.b64encode(b"preflight placeholder cluster CA (no key material)").decode()
+MOCK_CA = base64.b64encode(b"preflight stand-in cluster CA (no key material)").decode()
 
 
 def _number(text: str, digits: int = 12) -> str:
@@ -32,7 +32,7 @@ def _cluster(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     return {
         "name": cluster,
         "endpoint": "198.51.100.10",
-        "masterAuth": {**(inputs.get("masterAuth") or {}), "clusterCaCertificate": PLACEHOLDER_CA},
+        "masterAuth": {**(inputs.get("masterAuth") or {}), "clusterCaCertificate": MOCK_CA},
         "privateClusterConfig": private,
         "masterVersion": f"{inputs.get('minMasterVersion', '1.33')}.1-gke.1000",
         "selfLink": f"https://container.googleapis.com/v1/projects/{_project(inputs)}/locations/{location}/clusters/{cluster}",
