@@ -32,9 +32,6 @@ class Taint:
     value: str
     effect: str  # NoSchedule | PreferNoSchedule | NoExecute
 
-    def as_kubelet_flag(self) -> str:
-        return f"{self.key}={self.value}:{self.effect}"
-
     def as_k8s(self) -> dict[str, str]:
         return {"key": self.key, "value": self.value, "effect": self.effect}
 

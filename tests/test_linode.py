@@ -104,10 +104,10 @@ def test_dev_has_a_vpc_and_workers_on_fixed_vpc_addresses(dev):
 
 def test_addons_are_pinned_helm_releases(dev):
     charts = {r.inputs["chart"]: r.inputs["version"] for r in dev.by_type(RELEASE)}
-    assert charts["cilium"] == versions.CILIUM_CHART["version"]
-    assert charts["ccm-linode"] == versions.LINODE_CCM_CHART["version"]
-    assert charts["linode-blockstorage-csi-driver"] == versions.LINODE_CSI_CHART["version"]
-    assert charts["nvidia-device-plugin"] == versions.NVIDIA_DEVICE_PLUGIN_CHART["version"]
+    assert charts["cilium"] == versions.CILIUM_CHART.version
+    assert charts["ccm-linode"] == versions.LINODE_CCM_CHART.version
+    assert charts["linode-blockstorage-csi-driver"] == versions.LINODE_CSI_CHART.version
+    assert charts["nvidia-device-plugin"] == versions.NVIDIA_DEVICE_PLUGIN_CHART.version
     token = dev.one("kubernetes:core/v1:Secret", "linode-api").inputs
     assert token["stringData"] == "[secret]"  # the Linode API token never shows in a plan
     sc = dev.one("kubernetes:storage.k8s.io/v1:StorageClass").inputs

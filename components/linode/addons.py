@@ -11,6 +11,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import GPU_TAINT, POOL_LABEL
+from components.helm import Chart, helm_release
 from components.linode import versions
 
 TOKEN_SECRET = "linode-api"
@@ -81,21 +82,11 @@ def storage_class_manifest() -> dict[str, Any]:
     }
 
 
-def _release(name: str, chart: dict[str, str], namespace: str, values: dict[str, Any],
+def _release(name: str, chart: Chart, namespace: str, values: dict[str, Any],
              opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
-    return k8s.helm.v3.Release(
-        name,
-        chart=chart["chart"],
-        version=chart["version"],
-        repository_opts={"repo": chart["repo"]},
-        namespace=namespace,
-        create_namespace=namespace not in ("kube-system", "default"),
-        values=values,
-        atomic=True,
-        cleanup_on_fail=True,
-        timeout=900,
-        opts=opts,
-    )
+    """Add-ons roll back as a whole if an install fails: a half-installed CNI or CCM breaks every node."""
+    return helm_release(name, chart, namespace, values, opts, atomic=True,
+                        create_namespace=namespace not in ("kube-system", "default"))
 
 
 class LinodeAddons(pulumi.ComponentResource):

@@ -1,6 +1,7 @@
 """Every version the Linode cluster installs, pinned in one place (listed in the README)."""
 
-from components.platform.versions import NVIDIA_DEVICE_PLUGIN as _PLATFORM_DEVICE_PLUGIN
+from components.helm import Chart
+from components.platform.versions import NVIDIA_DEVICE_PLUGIN
 
 # kubeadm/kubelet/kubectl from pkgs.k8s.io, one patch release per supported minor.
 KUBERNETES_PATCH = {
@@ -18,15 +19,13 @@ NVIDIA_DRIVER_BRANCH = "570"
 NVIDIA_CONTAINER_TOOLKIT = "1.17.8-1"
 
 # Helm charts installed through the cluster's Kubernetes provider.
-CILIUM_CHART = {"chart": "cilium", "version": "1.18.2", "repo": "https://helm.cilium.io"}
-CALICO_CHART = {"chart": "tigera-operator", "version": "v3.30.3", "repo": "https://docs.tigera.io/calico/charts"}
-LINODE_CCM_CHART = {"chart": "ccm-linode", "version": "v0.7.1",
-                    "repo": "https://linode.github.io/linode-cloud-controller-manager/"}
-LINODE_CSI_CHART = {"chart": "linode-blockstorage-csi-driver", "version": "v1.0.6",
-                    "repo": "https://linode.github.io/linode-blockstorage-csi-driver/"}
+CILIUM_CHART = Chart("cilium", "1.18.2", "https://helm.cilium.io")
+CALICO_CHART = Chart("tigera-operator", "v3.30.3", "https://docs.tigera.io/calico/charts")
+LINODE_CCM_CHART = Chart("ccm-linode", "v0.7.1", "https://linode.github.io/linode-cloud-controller-manager/")
+LINODE_CSI_CHART = Chart("linode-blockstorage-csi-driver", "v1.0.6",
+                         "https://linode.github.io/linode-blockstorage-csi-driver/")
 # Same chart and version the platform layer installs on other clouds (one pin, in platform/versions.py).
-NVIDIA_DEVICE_PLUGIN_CHART = {"chart": _PLATFORM_DEVICE_PLUGIN.chart, "version": _PLATFORM_DEVICE_PLUGIN.version,
-                              "repo": _PLATFORM_DEVICE_PLUGIN.repo}
+NVIDIA_DEVICE_PLUGIN_CHART = NVIDIA_DEVICE_PLUGIN
 
 
 def kubernetes_package_version(minor: str) -> str:

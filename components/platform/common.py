@@ -12,7 +12,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.cluster import ClusterHandle
-from components.platform.versions import Chart
+from components.helm import Chart
+from components.helm import helm_release as shared_helm_release
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "gpu-platform"}
 
@@ -81,23 +82,8 @@ def apply_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions
 
 def helm_release(name: str, release_name: str, chart: Chart, namespace: str, values: Any,
                  opts: pulumi.ResourceOptions, timeout_s: int = 900) -> k8s.helm.v3.Release:
-    """A Helm release of a pinned chart. helm.v3.Release (not v4.Chart) because Kueue, Trainer and
-    JupyterHub rely on Helm hooks (runtime installer, image puller) and `helm upgrade` semantics."""
-    return k8s.helm.v3.Release(
-        name,
-        name=release_name,
-        chart=chart.chart,
-        version=chart.version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo) if chart.repo else None,
-        namespace=namespace,
-        create_namespace=False,
-        values=values,
-        atomic=False,
-        cleanup_on_fail=True,
-        max_history=5,
-        timeout=timeout_s,
-        opts=opts,
-    )
+    """A platform release: named after the part, namespace created by the platform itself."""
+    return shared_helm_release(name, chart, namespace, values, opts, release_name=release_name, timeout_s=timeout_s)
 
 
 def pool_node_affinity(pools) -> dict[str, Any]:

@@ -6,18 +6,7 @@ move, validate against that release's CRDs (../shared/crds/<project>-<version>/)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Chart:
-    chart: str  # chart name, or a full oci:// reference
-    version: str
-    repo: str | None = None  # classic Helm repository URL; None for OCI charts
-
-    @property
-    def ref(self) -> str:
-        return self.chart if self.repo is None else f"{self.repo} {self.chart}"
+from components.helm import Chart
 
 
 # --- GPU enablement -----------------------------------------------------------------------------
