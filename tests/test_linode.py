@@ -49,11 +49,12 @@ def all_user_data(plan) -> dict[str, str]:
 # --- what linode-dev creates ------------------------------------------------------------------
 
 
-def test_dev_has_one_control_plane_and_one_rtx6000_worker(dev):
+def test_dev_has_one_control_plane_one_system_worker_and_one_rtx6000_worker(dev):
     instances = {r.inputs["label"]: r.inputs for r in dev.by_type(INSTANCE)}
     assert instances["gpu-dev-cp-0"]["type"] == "g6-standard-4"
+    assert instances["gpu-dev-system-0"]["type"] == "g6-standard-4"
     assert instances["gpu-dev-rtx6000-0"]["type"] == "g1-gpu-rtx6000-1"
-    assert set(instances) == {"gpu-dev-cp-0", "gpu-dev-rtx6000-0"}
+    assert set(instances) == {"gpu-dev-cp-0", "gpu-dev-system-0", "gpu-dev-rtx6000-0"}
     for inputs in instances.values():
         assert inputs["region"] == "us-east"
         assert inputs["diskEncryption"] == "enabled"
@@ -99,7 +100,7 @@ def test_dev_has_a_vpc_and_workers_on_fixed_vpc_addresses(dev):
     assert subnet["ipv4"] == "10.0.0.0/24"
     assert dev.one("linode:index/vpc:Vpc").inputs["region"] == "us-east"
     vpc_ips = {r.inputs["label"]: r.inputs["interfaces"][1]["ipv4"]["vpc"] for r in dev.by_type(INSTANCE)}
-    assert vpc_ips == {"gpu-dev-cp-0": "10.0.0.10", "gpu-dev-rtx6000-0": "10.0.0.100"}
+    assert vpc_ips == {"gpu-dev-cp-0": "10.0.0.10", "gpu-dev-system-0": "10.0.0.20", "gpu-dev-rtx6000-0": "10.0.0.100"}
 
 
 def test_addons_are_pinned_helm_releases(dev):
@@ -145,7 +146,8 @@ def test_checkpoint_bucket_is_private_with_a_scoped_key(dev):
 
 def test_ha_puts_three_control_planes_behind_a_firewalled_nodebalancer(ha):
     labels = sorted(r.inputs["label"] for r in ha.by_type(INSTANCE))
-    assert labels == ["gpu-staging-ada-0", "gpu-staging-ada-1", "gpu-staging-cp-0", "gpu-staging-cp-1", "gpu-staging-cp-2"]
+    assert labels == ["gpu-staging-ada-0", "gpu-staging-ada-1", "gpu-staging-cp-0", "gpu-staging-cp-1", "gpu-staging-cp-2",
+                      "gpu-staging-system-0"]
     assert {r.inputs["type"] for r in ha.by_type(INSTANCE) if "-ada-" in r.inputs["label"]} == {"g2-gpu-rtx4000a1-m"}
     assert ha.one("linode:index/nodeBalancerConfig:NodeBalancerConfig").inputs["port"] == 6443
     nodes = ha.by_type("linode:index/nodeBalancerNode:NodeBalancerNode")
@@ -179,7 +181,7 @@ def documents(dev, ha):
 
 @pytest.mark.skipif(shutil.which("cloud-init") is None, reason="Debian package cloud-init not installed (.ci/run installs it)")
 def test_every_cloud_init_document_passes_cloud_init_schema(documents, tmp_path):
-    assert len(documents) == 7
+    assert len(documents) == 9
     for label, doc in documents.items():
         path = tmp_path / f"{label}.yaml"
         path.write_text(doc)
@@ -208,7 +210,7 @@ def embedded_scripts(documents) -> dict[str, str]:
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="Debian package shellcheck not installed (.ci/run installs it)")
 def test_every_embedded_shell_script_passes_shellcheck(documents, tmp_path):
     scripts = embedded_scripts(documents)
-    assert len(scripts) >= 1 + 7 * 2
+    assert len(scripts) >= 1 + 9 * 2
     for i, (name, content) in enumerate(scripts.items()):
         path = tmp_path / f"script-{i}.sh"
         path.write_text(content)
@@ -331,6 +333,52 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
 
 def test_stack_exports_the_cost_estimate(dev):
     cost = dev.outputs["costEstimate"]
-    # One RTX 6000 (Linode's $1,000 monthly cap) + one g6-standard-4 control plane, pools fixed-size.
-    assert cost["idleMonthlyUsd"] == cost["fullCapacityMonthlyUsd"] == 1048.0
+    # One RTX 6000 (Linode's $1,000 monthly cap) + a g6-standard-4 control plane and system worker
+    # ($48 each), pools fixed-size.
+    assert cost["idleMonthlyUsd"] == cost["fullCapacityMonthlyUsd"] == 1096.0
     assert cost["monthlyBudgetUsd"] == 1500
+
+
+# --- the system (CPU) pool ----------------------------------------------------------------------
+
+
+def test_system_workers_join_untainted_labelled_and_without_the_gpu_driver(dev):
+    doc = yaml.safe_load(all_user_data(dev)["gpu-dev-system-0"])
+    paths = [f["path"] for f in doc["write_files"]]
+    assert render.NVIDIA_SCRIPT_PATH not in paths
+    assert "/etc/kubernetes/pki/ca.key" not in paths
+    join, kubelet = [yaml.safe_load(d) for d in next(f["content"] for f in doc["write_files"]
+                                                     if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")]
+    reg = join["nodeRegistration"]
+    assert join["kind"] == "JoinConfiguration" and "controlPlane" not in join
+    assert reg["name"] == "gpu-dev-system-0" and reg["taints"] == []
+    args = {a["name"]: a["value"] for a in reg["kubeletExtraArgs"]}
+    assert args["node-labels"] == f"{render.ROLE_LABEL}={render.SYSTEM_ROLE}"
+    assert POOL_LABEL not in args["node-labels"] and "nvidia.com" not in args["node-labels"]
+    assert kubelet["kubeReserved"] == render.KUBE_RESERVED and kubelet["evictionHard"] == render.EVICTION_HARD
+
+
+def test_system_pool_type_and_count_come_from_the_stack():
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:linode"]["systemPool"] = {"type": "g6-standard-8", "count": 2}
+    plan = plan_config(cfg)
+    system = {r.inputs["label"]: r.inputs for r in plan.by_type(INSTANCE) if "-system-" in r.inputs["label"]}
+    assert set(system) == {"gpu-dev-system-0", "gpu-dev-system-1"}
+    assert {i["type"] for i in system.values()} == {"g6-standard-8"}
+    assert [i["interfaces"][1]["ipv4"]["vpc"] for i in system.values()] == ["10.0.0.20", "10.0.0.21"]
+
+
+def test_system_pool_defaults_to_one_four_vcpu_plan():
+    from components.linode.config import LinodeSection
+    from costs.catalog import load_catalog
+
+    section = LinodeSection.model_validate({"region": "us-east"})
+    plan = load_catalog().instance("linode", section.system_pool.type)
+    assert section.system_pool.count == 1 and plan.vcpus == 4 and not plan.is_gpu
+
+
+def test_kubelet_reservations_set_every_hard_eviction_default():
+    # Any evictionHard entry replaces the kubelet's defaults: all four must be restated.
+    assert set(render.EVICTION_HARD) == {"memory.available", "nodefs.available", "imagefs.available", "nodefs.inodesFree"}
+    kubelet = render._kubelet_configuration()
+    assert kubelet["systemReserved"] == render.SYSTEM_RESERVED and kubelet["maxPods"] == render.MAX_PODS

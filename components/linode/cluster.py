@@ -83,7 +83,9 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         tags = linode_tags(cfg)
         pools = gpu_pool_specs(cfg)
         cp_count = section.control_plane.count
-        cp_ips, pool_ips = render.vpc_addresses(section.subnet_cidr, cp_count, [p.max_nodes for p in pools])
+        addresses = render.vpc_addresses(section.subnet_cidr, cp_count, section.system_pool.count,
+                                         [p.max_nodes for p in pools])
+        cp_ips, pool_ips = addresses.control_planes, addresses.gpu_pools
 
         # --- PKI and join secrets ------------------------------------------------------------
         ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
@@ -211,8 +213,20 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                     label=f"cp-{i}", address=f"{cp_ips[i]}:{API_PORT}", subnet_id=subnet.id.apply(int), mode="accept",
                     opts=child)
 
-        # --- GPU workers ---------------------------------------------------------------------
+        # --- System (CPU) workers: untainted, where ordinary platform pods run -----------------
         workers: list[linode.Instance] = []
+        for i, ip in enumerate(addresses.system):
+            label = f"{cfg.name_prefix}-system-{i}"
+            node = render.NodeSpec(name=label, vpc_ip=ip, labels={render.ROLE_LABEL: render.SYSTEM_ROLE})
+            doc = pulumi.Output.secret(pulumi.Output.all(public_api_ip, token, ca_hash).apply(
+                lambda v, node=node: render.node_user_data(
+                    "join", node, render.kubeadm_join_config(cluster_spec(v[0]), node, v[1], v[2]),
+                    cfg.kubernetes_version, gpu=False)))
+            self.user_data[f"system-{i}"] = doc
+            workers.append(instance(f"system-{i}", label, section.system_pool.type, ip, doc,
+                                    {"role": "system-worker"}, control_planes[:1]))
+
+        # --- GPU workers ---------------------------------------------------------------------
         for pool, ips in zip(pools, pool_ips):
             for i, ip in enumerate(ips):
                 label = f"{cfg.name_prefix}-{pool.name}-{i}"

@@ -23,9 +23,23 @@ class LinodeControlPlane(Model):
     count: Literal[1, 3] = 1
 
 
+class LinodeSystemPool(Model):
+    """Untainted CPU workers for ordinary pods (Kueue, Kubeflow controllers, monitoring, JupyterHub):
+    control planes carry the control-plane taint and GPU workers the GPU taint."""
+
+    type: str = "g6-standard-4"
+    count: int = Field(default=1, ge=1, le=20)
+
+    @property
+    def instance_type(self) -> str:
+        """The name costs.estimator reads for a system pool (it counts `count` nodes of it)."""
+        return self.type
+
+
 class LinodeSection(Model):
     region: str = Field(min_length=2)
     control_plane: LinodeControlPlane = Field(default_factory=LinodeControlPlane)
+    system_pool: LinodeSystemPool = Field(default_factory=LinodeSystemPool)
     image: str = "linode/ubuntu24.04"
     # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
     subnet_cidr: Cidr = "10.0.0.0/24"
@@ -67,6 +81,14 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     elif cp.vcpus < 2 or cp.memory_gib < 4:
         issues.append(ConfigIssue("linode.controlPlane.type", section.control_plane.type,
                                   "a plan with at least 2 vCPUs and 4 GiB (kubeadm's minimum for a control plane)"))
+    sys_plan = catalog.instance("linode", section.system_pool.type)
+    if sys_plan is None or sys_plan.is_gpu:
+        plans = sorted(t.name for t in catalog.instances("linode") if not t.is_gpu and t.name.startswith("g6-"))
+        issues.append(ConfigIssue("linode.systemPool.type", section.system_pool.type,
+                                  f"a non-GPU Linode plan in the catalog: {', '.join(plans)}"))
+    elif sys_plan.vcpus < 2 or sys_plan.memory_gib < 4:
+        issues.append(ConfigIssue("linode.systemPool.type", section.system_pool.type,
+                                  "a plan with at least 2 vCPUs and 4 GiB (the platform's controllers run there)"))
     nets = {k: ipaddress.ip_network(getattr(section, a)) for k, a in
             (("linode.subnetCidr", "subnet_cidr"), ("linode.podCidr", "pod_cidr"), ("linode.serviceCidr", "service_cidr"))}
     keys = list(nets)

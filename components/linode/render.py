@@ -27,6 +27,22 @@ INSTALL_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-install-kubernetes.sh"
 NVIDIA_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-install-nvidia.sh"
 BOOTSTRAP_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-bootstrap.sh"
 
+# Label of the untainted CPU workers where ordinary platform pods run (Kueue, Kubeflow controllers,
+# monitoring, JupyterHub): control planes carry the control-plane taint, GPU workers the GPU taint.
+ROLE_LABEL = "gpu-platform.io/role"
+SYSTEM_ROLE = "system"
+
+# Kubelet reservations on every node (KubeletConfiguration kubeReserved/systemReserved/evictionHard).
+# components/capacity.py subtracts them from the plan's size to get Linode allocatable. Sized for
+# containerd + kubelet at the default 110 pods (the same order as GKE's and EKS's smallest tiers).
+KUBE_RESERVED = {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+SYSTEM_RESERVED = {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "1Gi"}
+# Setting any evictionHard threshold drops the kubelet's other defaults (they become 0), so all four
+# defaults are restated here (kubelet docs, "Node-pressure Eviction": hard eviction thresholds).
+EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
+                 "nodefs.inodesFree": "5%"}
+MAX_PODS = 110
+
 
 # ---------------------------------------------------------------------------------------------
 # PKI helpers
@@ -53,16 +69,27 @@ def bootstrap_token(token_id: str, token_secret: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def vpc_addresses(subnet_cidr: str, control_planes: int, pool_sizes: Sequence[int]) -> tuple[list[str], list[list[str]]]:
-    """Control planes from .10, GPU pools in blocks of 50 from .100 (room to grow each pool)."""
+@dataclass(frozen=True)
+class Addresses:
+    control_planes: list[str]
+    system: list[str]
+    gpu_pools: list[list[str]]
+
+
+def vpc_addresses(subnet_cidr: str, control_planes: int, system_nodes: int, pool_sizes: Sequence[int]) -> Addresses:
+    """Control planes from .10, system workers from .20 (up to 20), GPU pools in blocks of 50 from
+    .100 (room to grow each pool). Fixed per node index, so configs render before boot."""
     net = ipaddress.ip_network(subnet_cidr)
     hosts = list(net.hosts())
     needed = 100 + 50 * len(pool_sizes)
-    if len(hosts) < needed or any(s > 50 for s in pool_sizes):
-        raise ValueError(f"subnet {subnet_cidr} too small for {control_planes} control planes and pools {list(pool_sizes)}")
-    cps = [str(hosts[9 + i]) for i in range(control_planes)]
-    pools = [[str(hosts[99 + 50 * p + i]) for i in range(size)] for p, size in enumerate(pool_sizes)]
-    return cps, pools
+    if len(hosts) < needed or control_planes > 10 or system_nodes > 20 or any(s > 50 for s in pool_sizes):
+        raise ValueError(f"subnet {subnet_cidr} too small for {control_planes} control planes, "
+                         f"{system_nodes} system workers and pools {list(pool_sizes)}")
+    return Addresses(
+        control_planes=[str(hosts[9 + i]) for i in range(control_planes)],
+        system=[str(hosts[19 + i]) for i in range(system_nodes)],
+        gpu_pools=[[str(hosts[99 + 50 * p + i]) for i in range(size)] for p, size in enumerate(pool_sizes)],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,6 +158,10 @@ def _kubelet_configuration() -> dict:
         "readOnlyPort": 0,
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}},
         "authorization": {"mode": "Webhook"},
+        "maxPods": MAX_PODS,
+        "kubeReserved": dict(KUBE_RESERVED),
+        "systemReserved": dict(SYSTEM_RESERVED),
+        "evictionHard": dict(EVICTION_HARD),
     }
 
 
