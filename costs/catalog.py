@@ -337,8 +337,9 @@ def load_override_set(name_or_path: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def catalog_files() -> list[Path]:
-    """Every data file of the catalog (the three clouds and the override sets)."""
-    return sorted(CATALOG_DIR.glob("*.yaml"))
+    """Every price data file of the catalog (the three clouds and the override sets). The Kubernetes version
+    calendar lives beside them but has its own schema (components/versions_calendar.py validates it)."""
+    return sorted(p for p in CATALOG_DIR.glob("*.yaml") if p.name != "kubernetes-versions.yaml")
 
 
 __all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "Catalog", "CatalogError",

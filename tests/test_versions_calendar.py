@@ -1,0 +1,90 @@
+"""The Kubernetes version calendar: sourced, dated rows and the rules derived from them."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+
+import pytest
+import yaml
+
+from components import versions_calendar as vc
+
+DAY = "2026-11-23"  # the day the shipped stacks were reviewed
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict:
+    with open(vc.CALENDAR_FILE, encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=yaml.BaseLoader)
+
+
+def test_every_row_has_a_source_and_iso_dates(raw):
+    assert vc.validate_document(vc._numbers(raw)) == []
+    rows = [r for s in ("upstream", "eks", "gke") for r in raw[s]]
+    assert len(rows) >= 14
+    for r in rows:
+        assert r["source"].startswith("http"), r
+        dt.date.fromisoformat(r["retrieved"])
+        for k, v in r.items():
+            if k not in ("minor", "source", "retrieved", "derived") and v != "null":
+                dt.date.fromisoformat(v)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["eks"][0].pop("source"), "eks[0].source"),
+    (lambda d: d["gke"][1].__setitem__("retrieved", "23 Nov 2026"), "gke[1].retrieved"),
+    (lambda d: d["upstream"][0].__setitem__("endOfLife", "2025-13-01x"), "upstream[0].endOfLife"),
+    (lambda d: d["eks"].append(dict(d["eks"][0])), "appears twice"),
+    (lambda d: d["eks"][2].__setitem__("endOfExtended", d["eks"][2]["release"]), "must not follow"),
+    (lambda d: d["fees"]["eks"].pop("retrieved"), "fees.eks.retrieved"),
+])
+def test_a_broken_row_is_refused(raw, mutate, message):
+    doc = copy.deepcopy(vc._numbers(raw))
+    mutate(doc)
+    with pytest.raises(vc.CalendarError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        vc.parse_calendar(doc)
+
+
+def test_allowed_minors_today():
+    cal = vc.load_calendar()
+    # EKS: 1.33 left standard support on 2026-07-29; 1.34 is still inside it (until 2026-12-02).
+    assert cal.allowed_minors("aws", DAY) == ("1.34", "1.35", "1.36")
+    assert "1.33" in cal.allowed_minors("aws", DAY, extended=True)
+    # GKE: 1.34 ended standard support on 2026-10-01; 1.33 too.
+    assert cal.allowed_minors("gcp", DAY) == ("1.35", "1.36")
+    # kubeadm follows upstream patch support: 1.34 reached end of life on 2026-10-27.
+    assert cal.allowed_minors("linode", DAY) == ("1.35", "1.36")
+    assert cal.allowed_minors("linode", DAY, extended=True) == ("1.35", "1.36")
+
+
+def test_status_moves_with_the_date():
+    cal = vc.load_calendar()
+    assert cal.status("aws", "1.36", "2026-06-01") == "unreleased"
+    assert cal.status("aws", "1.36", "2026-06-02") == "standard"
+    assert cal.status("aws", "1.34", "2026-12-01") == "standard"
+    assert cal.status("aws", "1.34", "2026-12-02") == "extended"
+    assert cal.status("aws", "1.34", "2027-12-02") == "unsupported"
+    assert cal.status("linode", "1.34", "2026-10-27") == "unsupported"
+    assert cal.status("aws", "1.20", DAY) is None
+    assert cal.days_to_end_of_standard("aws", "1.34", DAY) == 9
+    assert cal.days_to_end_of_standard("gcp", "1.35", DAY) == (dt.date(2027, 4, 11) - dt.date(2026, 11, 23)).days
+
+
+def test_today_can_be_pinned(monkeypatch):
+    monkeypatch.setenv(vc.TODAY_ENV, "2027-03-01")
+    assert vc.today() == dt.date(2027, 3, 1)
+    assert vc.load_calendar().allowed_minors("aws") == ("1.35", "1.36")
+    monkeypatch.setenv(vc.TODAY_ENV, "April 1st")
+    with pytest.raises(vc.CalendarError, match=vc.TODAY_ENV):
+        vc.today()
+
+
+def test_extended_support_fee():
+    assert vc.extended_support_fee_per_hour("aws", "1.33", DAY) == pytest.approx(0.50)
+    assert vc.extended_support_fee_per_hour("aws", "1.35", DAY) == 0.0
+    assert vc.extended_support_fee_per_hour("gcp", "1.34", DAY) == pytest.approx(0.50)
+    assert vc.extended_support_fee_per_hour("linode", "1.34", DAY) == 0.0
+    assert vc.extended_support_fee_per_hour("aws", "1.31", "2026-11-26") == 0.0  # past extended: unsupported
+    fees = vc.load_calendar().fees("aws")
+    assert fees.extended_usd_per_hour == pytest.approx(fees.standard_usd_per_hour + fees.extra_usd_per_hour)
