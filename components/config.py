@@ -12,20 +12,21 @@ import json
 import typing
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 
 from components.aws.config import AwsSection
 from components.config_base import (
     MISSING,
+    SECRET,
     CAPACITIES,
     CLOUDS,
     NAMESPACE,
-    SUPPORTED_KUBERNETES_VERSIONS,
     Cidr,
     ConfigError,
     ConfigIssue,
     DnsLabel,
     Email,
+    KubernetesMinor,
     Model,
     NodeLabels,
     stack_file,
@@ -35,7 +36,7 @@ from components.linode.config import LinodeSection
 from components.platform.config import PlatformSection
 
 __all__ = ["CAPACITIES", "CLOUDS", "NAMESPACE", "ConfigError", "ConfigIssue", "GpuPool", "StackConfig",
-           "load_from_pulumi", "parse_config", "stack_file"]
+           "config_warnings", "load_from_pulumi", "parse_config", "stack_file"]
 
 # ---------------------------------------------------------------------------------------------
 # Sections shared by every cloud
@@ -73,13 +74,33 @@ class StackConfig(Model):
     monthly_budget_usd: int = Field(gt=0, le=10_000_000)
     alert_emails: list[Email] = Field(default_factory=list)
     admin_cidrs: list[Cidr] = Field(default_factory=list)
-    kubernetes_version: Literal[SUPPORTED_KUBERNETES_VERSIONS] = "1.33"  # type: ignore[valid-type]
+    # Checked per cloud against the dated version calendar (components/kubernetes_version.py). Unset: the
+    # newest minor in the cloud's standard support today (on GKE nothing is pinned: the release channel picks).
+    kubernetes_version: KubernetesMinor = None  # type: ignore[assignment]
     gpu_pools: list[GpuPool] = Field(min_length=1)
     linode: Optional[LinodeSection] = None
     gcp: Optional[GcpSection] = None
     aws: Optional[AwsSection] = None
     platform: PlatformSection = Field(default_factory=PlatformSection)
     price_overrides: dict[str, PriceOverride] = Field(default_factory=dict)
+    _kubernetes_version_pinned: bool = PrivateAttr(default=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _default_kubernetes_version(cls, data: Any, handler: Any) -> "StackConfig":
+        pinned = not isinstance(data, dict) or data.get("kubernetesVersion", data.get("kubernetes_version")) is not None
+        if not pinned and data.get("cloud") in CLOUDS:
+            from components.kubernetes_version import default_minor
+
+            data = {**data, "kubernetesVersion": default_minor(data["cloud"])}
+        model = handler(data)
+        model._kubernetes_version_pinned = pinned
+        return model
+
+    @property
+    def kubernetes_version_pinned(self) -> bool:
+        """Whether the stack file sets kubernetesVersion (GKE pins the control plane only then)."""
+        return self._kubernetes_version_pinned
 
     @property
     def name_prefix(self) -> str:
@@ -110,34 +131,49 @@ STRUCTURED_KEYS = {
 # ---------------------------------------------------------------------------------------------
 
 
-def parse_config(raw: dict[str, Any], stack: str) -> StackConfig:
+def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
+                 secret_keys: "typing.Iterable[str]" = ()) -> StackConfig:
     """Validate the `gpu-platform` namespace of a stack. `raw` maps bare keys (no namespace) to
     values, either typed (from YAML) or as the CLI passes them (strings, JSON for structures).
-    Raises ConfigError listing every problem found."""
+    `source` is the file the values came from (messages name it); `secret_keys` the bare keys that
+    are Pulumi secrets. Raises ConfigError listing every problem found."""
     values: dict[str, Any] = {}
     issues: list[ConfigIssue] = []
+    secret = set(secret_keys)
     for key, value in raw.items():
+        if key in secret:
+            # Every gpu-platform value ends up in clear in resource names, tags, labels or cloud API fields
+            # (none of which a provider stores as a secret), so a secret here would be leaked, not kept.
+            issues.append(ConfigIssue(key, SECRET, SECRET_REFUSED))
+            continue
         if key in STRUCTURED_KEYS and isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 issues.append(ConfigIssue(key, value, "a structured value (YAML list or map), not a string"))
                 continue
         values[key] = value
     if issues:
-        raise ConfigError(stack, issues)
+        raise ConfigError(stack, issues, source)
     try:
         cfg = StackConfig.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(stack, [_issue_from_pydantic(e, values) for e in exc.errors()]) from None
+        raise ConfigError(stack, [_issue_from_pydantic(e, values) for e in exc.errors()], source) from None
+    except RecursionError:
+        raise ConfigError(stack, [ConfigIssue("(root)", "...", "values nested less deeply")], source) from None
     issues = semantic_issues(cfg)
     if issues:
-        raise ConfigError(stack, issues)
+        raise ConfigError(stack, issues, source)
     return cfg
 
 
+SECRET_REFUSED = ("a plain value, not a secret: every gpu-platform value is written in clear into resource names, "
+                  "tags, labels or cloud settings, so it cannot stay secret (set it with `pulumi config set` "
+                  "without --secret; keep real secrets such as provider tokens in their provider's namespace)")
+
+
 def _issue_from_pydantic(err: dict[str, Any], values: dict[str, Any]) -> ConfigIssue:
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-after["))]
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-after[", "function-before[")))]
     # Literal/union errors append the branch name; drop a trailing non-key element pydantic adds.
     key = _format_loc(loc)
     kind = err["type"]
@@ -232,6 +268,13 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
     return issues
 
 
+def config_warnings(cfg: StackConfig) -> list[str]:
+    """Problems that do not stop a deploy but need a person soon (e.g. a version near end of support)."""
+    from components.kubernetes_version import version_warnings
+
+    return version_warnings(cfg)
+
+
 def load_from_pulumi() -> StackConfig:
     """Read and validate the stack's `gpu-platform` namespace from the running Pulumi program.
     On a bad stack file raises pulumi.RunError, which the CLI prints without a traceback."""
@@ -242,7 +285,13 @@ def load_from_pulumi() -> StackConfig:
     everything = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     prefix = f"{NAMESPACE}:"
     raw = {k[len(prefix):]: v for k, v in everything.items() if k.startswith(prefix)}
+    # Secret keys: PULUMI_CONFIG_SECRET_KEYS from the language host, or set_all_config's list in-process.
+    secret = {k for k in everything if runtime_config.is_config_secret(k)}
+    secret |= set(runtime_config.get_config_secret_keys_env())
     try:
-        return parse_config(raw, pulumi.get_stack())
+        cfg = parse_config(raw, pulumi.get_stack(), secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)})
     except ConfigError as exc:
         raise pulumi.RunError(str(exc)) from None
+    for warning in config_warnings(cfg):
+        pulumi.log.warn(warning)
+    return cfg

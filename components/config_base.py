@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
+import types
+import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 if TYPE_CHECKING:
@@ -48,20 +51,50 @@ class ConfigIssue:
 MISSING = object()
 
 
+# Stands in for a secret value in messages: neither its plaintext nor its ciphertext is shown.
+SECRET = object()
+
+
 def _short(value: Any) -> str:
     if value is MISSING:
         return "(missing)"
-    text = json.dumps(value, default=str)
+    if value is SECRET:
+        return "(a secret value)"
+    try:
+        # Bounded: a huge or deeply nested input is cut, never serialized whole.
+        text = json.dumps(_clip(value, 3), default=str)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(type(value).__name__)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class ConfigError(Exception):
-    """The stack file is not a valid gpu-platform configuration. str() is the user-facing message."""
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
 
-    def __init__(self, stack: str, issues: list[ConfigIssue]):
+
+def _clip(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return value[:100]
+    if _non_finite(value):
+        return str(value)
+    if depth <= 0 and isinstance(value, (dict, list)):
+        return "..."
+    if isinstance(value, dict):
+        return {str(k)[:40]: _clip(v, depth - 1) for k, v in list(value.items())[:10]}
+    if isinstance(value, list):
+        return [_clip(v, depth - 1) for v in value[:10]]
+    return value
+
+
+class ConfigError(Exception):
+    """The stack file is not a valid gpu-platform configuration. str() is the user-facing message.
+    `source`: the file actually read (preflight --stack-file); default stacks/Pulumi.<stack>.yaml."""
+
+    def __init__(self, stack: str, issues: list[ConfigIssue], source: "str | None" = None):
         self.stack = stack
         self.issues = issues
-        lines = [f"invalid configuration in {stack_file(stack)} ({len(issues)} problem(s)):"]
+        self.source = source or stack_file(stack)
+        lines = [f"invalid configuration in {self.source} ({len(issues)} problem(s)):"]
         lines += [i.render() for i in issues]
         lines.append("Fix the key(s) above with `pulumi config set` or by editing the stack file.")
         super().__init__("\n".join(lines))
@@ -71,14 +104,15 @@ class ConfigError(Exception):
 # Reusable field types
 # ---------------------------------------------------------------------------------------------
 
-DNS1123_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
+# Every pattern is used with fullmatch: `$` alone also matches before a trailing newline.
+DNS1123_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 
 
 def _dns_label(value: str) -> str:
-    if len(value) > 30 or not DNS1123_LABEL.match(value):
+    if len(value) > 30 or not DNS1123_LABEL.fullmatch(value):
         raise ValueError("a DNS-1123 label: lowercase letters, digits and '-', starting with a letter, at most 30 characters")
     return value
 
@@ -92,35 +126,88 @@ def _cidr(value: str) -> str:
 
 
 def _email(value: str) -> str:
-    if not EMAIL.match(value):
+    if not EMAIL.fullmatch(value):
         raise ValueError("an e-mail address such as ops@example.com")
     return value
 
 
 def _labels(value: dict[str, str]) -> dict[str, str]:
     for k, v in value.items():
-        if len(k) > 63 + 254 or not LABEL_KEY.match(k):
+        if len(k) > 63 + 254 or not LABEL_KEY.fullmatch(k):
             raise ValueError(f"Kubernetes label keys ([prefix/]name); {k!r} is not one")
-        if len(v) > 63 or not LABEL_VALUE.match(v):
+        if len(v) > 63 or not LABEL_VALUE.fullmatch(v):
             raise ValueError(f"Kubernetes label values (at most 63 of [A-Za-z0-9-_.]); {v!r} is not one")
     return value
 
 
+def _minor_from_number(value: Any) -> Any:
+    """An unquoted `kubernetesVersion: 1.33` is a YAML float: take it as "1.33" when that is what the
+    number prints as. 1.30 prints as 1.3, so a number that is not a known minor asks for quotes."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    text = repr(float(value)) if isinstance(value, float) else str(value)
+    from components.kubernetes_version import known_minors
+
+    if isinstance(value, float) and text in known_minors():
+        return text
+    raise ValueError(f"a quoted version string: the unquoted number {text} is ambiguous (YAML reads 1.30 as 1.3); "
+                     f"write it in quotes, e.g. kubernetesVersion: \"{text}0\" or \"{text}\"")
+
+
+def _kubernetes_minor(value: str) -> str:
+    from components.kubernetes_version import known_minors
+
+    known = known_minors()
+    if value not in known:
+        raise ValueError("a quoted Kubernetes minor the version calendar (costs/catalog/kubernetes-versions.yaml) "
+                         f"lists: {', '.join(repr(m) for m in known)}; which of them a cloud accepts today depends "
+                         "on its support dates")
+    return value
+
+
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+KubernetesMinor = Annotated[str, BeforeValidator(_minor_from_number), AfterValidator(_kubernetes_minor)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
 Email = Annotated[str, AfterValidator(_email)]
 NodeLabels = Annotated[dict[str, str], AfterValidator(_labels)]
 
 
+def _kinds(annotation: Any) -> set[type]:
+    """The scalar types a field annotation admits (int, float, bool, str), through Optional/Annotated."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _kinds(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_kinds(a) for a in typing.get_args(annotation)))
+    if origin is Literal:
+        return {type(a) for a in typing.get_args(annotation)}
+    return {annotation} if annotation in (int, float, bool, str) else set()
+
+
 class Model(BaseModel):
-    """Base for every config section: camelCase keys, unknown keys rejected, immutable."""
+    """Base for every config section: camelCase keys, unknown keys rejected, immutable; no infinities
+    or NaN; a boolean is never read as a number (true as 1 node) nor a number as a boolean."""
 
     model_config = ConfigDict(
         extra="forbid",
         alias_generator=to_camel,
         populate_by_name=True,
         frozen=True,
+        allow_inf_nan=False,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_number_confusion(cls, value: Any, info: ValidationInfo) -> Any:
+        kinds = _kinds(cls.model_fields[info.field_name].annotation) if info.field_name else set()
+        numeric = kinds & {int, float}
+        if isinstance(value, bool) and numeric and bool not in kinds:
+            raise ValueError("a number, not true/false")
+        if bool in kinds and not numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError("true or false, not a number")
+        if _non_finite(value):
+            raise ValueError("a finite number")
+        return value
 
 
 

@@ -17,10 +17,17 @@ from pathlib import Path
 from components.config import ConfigError, parse_config
 from preflight import artifacts
 from preflight.report import render_plan
-from preflight.runner import ROOT, ProgramError, load_stack, load_stack_file, run_program
+from preflight.runner import ROOT, ProgramError, StackFileError, StackNotFound, load_stack, load_stack_file, run_program
 
 EXIT_CONFIG = 2
 EXIT_POLICY = 3
+EXIT_USAGE = 4  # a stack or file that does not exist, bad arguments
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2, which here means a bad stack config
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 class BackgroundAnalyzer:
@@ -55,13 +62,23 @@ class BackgroundAnalyzer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m preflight", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["charts"]:  # `python -m preflight charts pull|list`: the chart cache
+        from preflight.fit.pull import main as charts_main
+
+        return charts_main(argv[1:])
+    parser = _Parser(prog="python -m preflight", description=__doc__.splitlines()[0])
     parser.add_argument("stack", nargs="?", help="stack name: stacks/Pulumi.<stack>.yaml")
     parser.add_argument("--stack-file", help="plan this stack file instead (its name gives the stack name)")
     parser.add_argument("--out", default=str(ROOT / "build"), help="output folder (default: build/)")
     parser.add_argument("--no-policies", action="store_true", help="skip the policy pack")
     parser.add_argument("--policy-config", help="policy config file (default: stacks/policy.<stack>.yaml if present)")
     parser.add_argument("--quiet", action="store_true", help="print only the summary lines")
+    parser.add_argument("--charts", action="append", metavar="DIR",
+                        help="chart directory to render from (repeatable; default: $GPU_PLATFORM_CHARTS or "
+                             "../shared/charts; fill one with `python -m preflight charts pull`)")
+    parser.add_argument("--allow-missing-chart", action="append", default=[], metavar="NAME",
+                        help="report releases of this chart as NOT RENDERED instead of failing (repeatable)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     if bool(args.stack) == bool(args.stack_file):
@@ -73,14 +90,22 @@ def main(argv: list[str] | None = None) -> int:
             args.stack = stack_input.stack
         else:
             stack_input = load_stack(args.stack)
-    except FileNotFoundError as exc:
+    except StackNotFound as exc:
+        print(f"preflight: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StackFileError as exc:
         print(f"preflight: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        cfg = parse_config(stack_input.raw, args.stack)
+        cfg = parse_config(stack_input.raw, args.stack, source=stack_input.source,
+                           secret_keys=stack_input.bare_secret_keys)
     except ConfigError as exc:
         print(f"preflight: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    from components.config import config_warnings
+
+    for warning in config_warnings(cfg):
+        print(f"preflight: warning: {warning}", file=sys.stderr)
 
     policies = None
     if not args.no_policies:
@@ -103,7 +128,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     out = Path(args.out) / args.stack
+    if out.resolve().parent != Path(args.out).resolve():  # stack names are validated; belt and braces
+        print(f"preflight: stack name {args.stack!r} would write outside {args.out}", file=sys.stderr)
+        return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
+    # Render the charts and check the fit in a thread while the policy pack analyses the plan.
+    from preflight.fit.run import FitWorker, default_chart_dirs
+
+    chart_dirs = [Path(d) for d in args.charts] if args.charts else default_chart_dirs()
+    missing_dirs = [str(d) for d in chart_dirs if not d.is_dir()]
+    if missing_dirs:
+        print(f"preflight: chart directory {', '.join(missing_dirs)} does not exist "
+              "(--charts DIR, $GPU_PLATFORM_CHARTS; fill one with `python -m preflight charts pull --dest DIR`)",
+              file=sys.stderr)
+        if policies is not None:
+            policies.close()
+        return EXIT_USAGE
+    fit = FitWorker(cfg, plan, out, chart_dirs, args.allow_missing_chart)
     (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
     from preflight.mocks import SENSITIVE
 
@@ -136,6 +177,20 @@ def main(argv: list[str] | None = None) -> int:
         if report.mandatory_violations:
             print(f"preflight: {report.mandatory_violations} mandatory policy violation(s)", file=sys.stderr)
             status = EXIT_POLICY
+
+    from preflight.fit.render import ChartError
+
+    try:
+        fit_result = fit.result()
+    except ChartError as exc:
+        print(f"preflight: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print()
+    print(fit_result.render())
+    print(f"Wrote {len(fit_result.files)} rendered release(s) under {out / 'rendered'} and {out / 'fit.json'}")
+    if fit_result.failed:
+        print(f"preflight: {len(fit_result.report.problems)} cluster fit problem(s)", file=sys.stderr)
+        status = EXIT_POLICY
 
     print(costs.finish())
     print(f"\npreflight {args.stack}: {'OK' if status == 0 else 'FAILED'} in {time.monotonic() - started:.2f}s")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import runpy
 import sys
 from dataclasses import dataclass, field
@@ -37,6 +38,31 @@ UNDECRYPTABLE = "preflight-cannot-decrypt-secure-value"
 # ---------------------------------------------------------------------------------------------
 
 
+# Pulumi's own rule for stack names (pulumi/pulumi sdk/go/common/workspace: validateStackName,
+# ^[A-Za-z0-9_.-]{1,100}$); names of dots only are refused too: the stack name is a folder under build/.
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+# Linux caps one environment string at 32 pages (MAX_ARG_STRLEN, 128 KiB), and the Pulumi language host
+# hands the program its whole config in one: PULUMI_CONFIG=<json> (pulumi-language-python main.go).
+MAX_CONFIG_ENV = 128 * 1024 - 1
+
+
+class StackNotFound(FileNotFoundError):
+    """No such stack or stack file (a usage error: exit 4)."""
+
+
+class StackFileError(ValueError):
+    """The stack file exists but is not a usable Pulumi stack file (exit 2). str() names the file."""
+
+
+def valid_stack_name(name: str) -> bool:
+    return bool(STACK_NAME.fullmatch(name)) and set(name) != {"."}
+
+
+def _stack_name_problem(name: str) -> str:
+    return (f"{name!r} is not a valid stack name: 1 to 100 letters, digits, '-', '_' or '.' (Pulumi's rule), "
+            "and not only dots")
+
+
 @dataclass
 class StackInput:
     """The config the CLI would hand the program: namespaced keys -> strings, and which are secret."""
@@ -45,6 +71,13 @@ class StackInput:
     config: dict[str, str]
     secret_keys: set[str]
     raw: dict[str, Any]  # bare `gpu-platform` keys -> typed YAML values (for error messages and costs)
+    source: Optional[str] = None  # the stack file as the user named it (for error messages)
+
+    @property
+    def bare_secret_keys(self) -> set[str]:
+        """Secret keys of the `gpu-platform` namespace, without the namespace."""
+        prefix = f"{PROJECT}:"
+        return {k[len(prefix):] for k in self.secret_keys if k.startswith(prefix)}
 
 
 def _cli_string(value: Any) -> str:
@@ -52,7 +85,7 @@ def _cli_string(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list)):
-        return json.dumps(value)
+        return json.dumps(value, allow_nan=False)
     return str(value)
 
 
@@ -72,41 +105,92 @@ def schema_defaults(project: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: Optional[dict[str, Any]] = None) -> StackInput:
+def _is_secure(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"secure"}
+
+
+def _without_ciphertext(value: Any) -> tuple[Any, bool]:
+    """`secure:` values (also nested, from `pulumi config set --secret --path`) replaced by a stand-in;
+    whether there was one. The ciphertext never goes further than this function."""
+    if _is_secure(value):
+        return UNDECRYPTABLE, True
+    if isinstance(value, dict):
+        found = False
+        out = {}
+        for k, v in value.items():
+            out[k], f = _without_ciphertext(v)
+            found = found or f
+        return out, found
+    if isinstance(value, list):
+        pairs = [_without_ciphertext(v) for v in value]
+        return [v for v, _ in pairs], any(f for _, f in pairs)
+    return value, False
+
+
+def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: Optional[dict[str, Any]] = None,
+                             source: Optional[str] = None) -> StackInput:
     """Apply Pulumi.yaml defaults to a stack's `config:` mapping as the CLI would."""
     project = project or load_project()
     merged: dict[str, Any] = dict(schema_defaults(project))
     secret_keys: set[str] = set()
     for key, value in (stack_config or {}).items():
         full = key if ":" in key else f"{project['name']}:{key}"
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            # Encrypted with the stack's key: unknown here; the program sees it only as a secret.
-            value = UNDECRYPTABLE
+        # Encrypted with the stack's key: unknown here; the program sees it only as a secret.
+        value, secret = _without_ciphertext(value)
+        if secret:
             secret_keys.add(full)
         merged[full] = value
     prefix = f"{PROJECT}:"
     raw = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
-    return StackInput(stack, {k: _cli_string(v) for k, v in merged.items()}, secret_keys, raw)
+    config = {k: _cli_string(v) for k, v in merged.items()}
+    size = len("PULUMI_CONFIG=") + len(json.dumps(config))
+    if size > MAX_CONFIG_ENV:
+        biggest = max(config, key=lambda k: len(config[k]))
+        raise StackFileError(
+            f"{source or stack_file_name(stack)}: the config is {size // 1024} KiB as the Pulumi CLI passes it to the "
+            f"program (one PULUMI_CONFIG environment variable, which Linux limits to 128 KiB); the largest value is "
+            f"{biggest} ({len(config[biggest]) // 1024} KiB): move large values out of the stack file")
+    return StackInput(stack, config, secret_keys, raw, source)
+
+
+def stack_file_name(stack: str) -> str:
+    return f"stacks/Pulumi.{stack}.yaml"
 
 
 def load_stack(stack: str, root: Path = ROOT) -> StackInput:
+    if not valid_stack_name(stack):
+        raise StackNotFound(_stack_name_problem(stack))
     path = root / "stacks" / f"Pulumi.{stack}.yaml"
-    if not path.exists():
+    if not path.is_file():
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (root / "stacks").glob("Pulumi.*.yaml"))
-        raise FileNotFoundError(f"no stack file {path.relative_to(root)}; stacks: {', '.join(known)}")
-    return load_stack_file(path, root)
+        raise StackNotFound(f"no stack file {path.relative_to(root)}; stacks: {', '.join(known)}")
+    return load_stack_file(path, root, shown=str(path.relative_to(root)))
 
 
-def load_stack_file(path: Path, root: Path = ROOT) -> StackInput:
-    """A stack file anywhere; Pulumi.<stack>.yaml names the stack."""
-    if not path.exists():
-        raise FileNotFoundError(f"no stack file {path}")
+def load_stack_file(path: Path, root: Path = ROOT, shown: Optional[str] = None) -> StackInput:
+    """A stack file anywhere; Pulumi.<stack>.yaml names the stack. Hostile content raises
+    StackFileError naming `shown` (default: the path as given), never anything else."""
+    from preflight.safe_yaml import YamlInputError, load_yaml_file
+
+    shown = shown or str(path)
+    if not os.path.lexists(path):
+        raise StackNotFound(f"no stack file {shown}")
     name = path.name
     stack = name[len("Pulumi."):-len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
-    doc = yaml.safe_load(path.read_text()) or {}
+    if not valid_stack_name(stack):
+        raise StackFileError(f"{shown}: the file name gives the stack name {_stack_name_problem(stack)}; "
+                             "name the file Pulumi.<stack>.yaml")
+    try:
+        doc = load_yaml_file(path, shown)
+    except YamlInputError as exc:
+        raise StackFileError(str(exc)) from None
+    doc = {} if doc is None else doc
     if not isinstance(doc, dict) or not isinstance(doc.get("config") or {}, dict):
-        raise FileNotFoundError(f"{path} is not a Pulumi stack file (a mapping with a `config:` mapping)")
-    return stack_input_from_mapping(stack, doc.get("config") or {}, load_project(root))
+        raise StackFileError(f"{shown}: not a Pulumi stack file (a mapping with a `config:` mapping)")
+    for key in doc.get("config") or {}:
+        if ":" in key and not key.split(":", 1)[0]:
+            raise StackFileError(f"{shown}: config key {key!r}: a namespace before ':' (e.g. {PROJECT}:cloud)")
+    return stack_input_from_mapping(stack, doc.get("config") or {}, load_project(root), source=shown)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +209,8 @@ class PlannedResource:
     dependencies: list[str]
     wire_inputs: dict[str, Any]  # as serialized for the engine (secret/unknown sentinels kept)
     outputs: dict[str, Any] = field(default_factory=dict)  # what the mocks answered
+    # input property -> URNs its value came from (RegisterResource's propertyDependencies)
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -224,6 +310,7 @@ def _recording_monitor(mocks: Any, sink: list[PlannedResource], outputs: dict[st
                     custom=bool(request.custom),
                     provider=request.provider or None,
                     dependencies=list(request.dependencies),
+                    property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
                     wire_inputs=json_format.MessageToDict(request.object),
                     outputs=json_format.MessageToDict(response.object) if response.object else {},
                 ))
