@@ -37,11 +37,33 @@ class CatalogError(ValueError):
     """A catalog file or an override set that breaks the catalog's rules."""
 
 
+# How far a price has been checked. "recorded": computed by `python -m costs refresh` from a recorded file in
+# the repository; "verified": the source states this number; "secondary": a third-party catalog states it;
+# "derived": arithmetic on sourced numbers (the source says how); "unverified": kept from an earlier edit,
+# no reachable source states it today; "estimate": a rule of thumb.
+PRICE_STATUSES = ("recorded", "verified", "secondary", "derived", "unverified", "estimate")
+# What a price is per: an hour of an instance or service, a GiB stored for a month, a GB processed.
+PRICE_UNITS = ("hour", "GiB-month", "GB")
+
+
 @dataclass(frozen=True)
 class Price:
-    usd_per_hour: float
+    usd_per_hour: float  # USD per `unit` (an hour unless unit says otherwise)
     source: str  # URL or document name
     date: str  # ISO date the figure was read or published
+    low: Optional[float] = None  # spread of the observations behind a market (spot) price
+    high: Optional[float] = None
+    observed: Optional[str] = None  # when the observations were made: "YYYY-MM-DD" or "YYYY-MM-DD..YYYY-MM-DD"
+    samples: Optional[int] = None  # how many observations (e.g. availability zones)
+    status: Optional[str] = None  # one of PRICE_STATUSES; None = not stated
+    unit: str = "hour"
+
+    @property
+    def spread(self) -> Optional[str]:
+        if self.low is None or self.high is None:
+            return None
+        return f"${self.low:g}-{self.high:g}" + (f" over {self.samples} samples" if self.samples else "") + \
+            (f", observed {self.observed}" if self.observed else "")
 
 
 @dataclass(frozen=True)
@@ -147,7 +169,24 @@ def _price_problems(where: str, value: Any) -> list[str]:
             _dt.date.fromisoformat(date)
         except ValueError:
             problems.append(f"{where}.date: not a real date: {date!r}")
-    extra = set(value) - {"usdPerHour", "source", "date"}
+    for key in ("low", "high"):
+        v = value.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            problems.append(f"{where}.{key}: a non-negative number, got {v!r}")
+    lo, hi = value.get("low"), value.get("high")
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and isinstance(usd, (int, float)) \
+            and not (lo - 1e-9 <= usd <= hi + 1e-9):
+        problems.append(f"{where}: usdPerHour {usd} lies outside its spread {lo}..{hi}")
+    obs = value.get("observed")
+    if obs is not None and not (isinstance(obs, str) and all(_ISO_DATE.match(x) for x in obs.split(".."))):
+        problems.append(f"{where}.observed: 'YYYY-MM-DD' or 'YYYY-MM-DD..YYYY-MM-DD', got {obs!r}")
+    if value.get("samples") is not None and (not isinstance(value["samples"], int) or value["samples"] < 1):
+        problems.append(f"{where}.samples: a positive integer, got {value['samples']!r}")
+    if value.get("status") is not None and value["status"] not in PRICE_STATUSES:
+        problems.append(f"{where}.status: one of {', '.join(PRICE_STATUSES)}, got {value['status']!r}")
+    if value.get("unit", "hour") not in PRICE_UNITS:
+        problems.append(f"{where}.unit: one of {', '.join(PRICE_UNITS)}, got {value.get('unit')!r}")
+    extra = set(value) - {"usdPerHour", "source", "date", "low", "high", "observed", "samples", "status", "unit"}
     if extra:
         problems.append(f"{where}: unknown keys {sorted(extra)}")
     return problems
@@ -196,6 +235,12 @@ def validate_document(doc: Any, name: str = "catalog") -> list[str]:
             v = e.get(key)
             if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
                 problems.append(f"{where}.{key}: a list of names or null")
+    for acc, prices in (doc.get("gpuOnlyPrices") or {}).items():
+        for cap, p in (prices or {}).items():
+            if cap not in _YAML_TO_ATTR:
+                problems.append(f"{name}.gpuOnlyPrices.{acc}.{cap}: one of onDemand, spot, preemptible")
+            else:
+                problems += _price_problems(f"{name}.gpuOnlyPrices.{acc}.{cap}", p)
     fixed = doc.get("fixedCosts") or {}
     if not isinstance(fixed, Mapping):
         problems.append(f"{name}.fixedCosts: a mapping of name -> price")
@@ -231,7 +276,11 @@ def validate_override_set(doc: Any, name: str = "override set") -> list[str]:
 
 def _price(v: Mapping[str, Any]) -> Price:
     d = v["date"]
-    return Price(float(v["usdPerHour"]), str(v["source"]), d.isoformat() if isinstance(d, _dt.date) else str(d))
+    return Price(float(v["usdPerHour"]), str(v["source"]), d.isoformat() if isinstance(d, _dt.date) else str(d),
+                 low=None if v.get("low") is None else float(v["low"]),
+                 high=None if v.get("high") is None else float(v["high"]),
+                 observed=v.get("observed"), samples=v.get("samples"), status=v.get("status"),
+                 unit=str(v.get("unit", "hour")))
 
 
 def _tuple(v: Any) -> Optional[tuple[str, ...]]:
