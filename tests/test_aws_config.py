@@ -21,7 +21,9 @@ def test_shipped_stack_is_valid():
     cfg = parse_config(raw_config(), "aws-prod")
     assert cfg.cloud == "aws" and cfg.aws.region == "us-east-1"
     assert all(p.capacity == "spot" and p.min_nodes == 0 for p in cfg.gpu_pools)
-    assert instance_types_of(cfg, 0) == ["g5.xlarge", "g6.xlarge", "g5.2xlarge", "g6.2xlarge"]
+    # One GPU model and one shape per pool: no catalog type matches g5.xlarge, so no alternatives (issue 12).
+    assert instance_types_of(cfg, 0) == ["g5.xlarge"]
+    assert cfg.aws.support_type == "STANDARD" and cfg.aws.account_billing is True
     assert on_demand_split(cfg, 0) == (0, 0)
 
 
@@ -98,12 +100,18 @@ MALFORMED = [
     ("alternative-not-gpu", _set("aws.pools.a10g.instanceTypes", ["m6i.large"]), "aws.pools.a10g.instanceTypes[0]",
      "an AWS GPU instance type in the catalog"),
     ("alternative-unknown", _set("aws.pools.a10g.instanceTypes", ["g9.mega"]), "aws.pools.a10g.instanceTypes[0]", "g5.xlarge"),
-    ("alternative-gpu-count", _set("aws.pools.a10g.instanceTypes", ["g6.xlarge", "g5.12xlarge"]), "aws.pools.a10g.instanceTypes[1]",
-     "1 GPU(s) per node"),
-    ("alternative-repeats-main", _set("aws.pools.l4x4.instanceTypes", ["g6.24xlarge", "g5.12xlarge", "g6.12xlarge"]),
-     "aws.pools.l4x4.instanceTypes[2]", "not the pool's own instanceType"),
-    ("alternative-smaller-shape", _both(_set("gpuPools.0.instanceType", "g5.2xlarge"), _set("aws.pools.a10g.instanceTypes", ["g6.xlarge"])),
-     "aws.pools.a10g.instanceTypes[0]", "at least as large as g5.2xlarge"),
+    ("alternative-gpu-count", _set("aws.pools.a10g.instanceTypes", ["g5.12xlarge"]), "aws.pools.a10g.instanceTypes[0]",
+     "differs in GPU count, vCPUs, memory"),
+    ("alternative-other-gpu-model", _set("aws.pools.a10g.instanceTypes", ["g6.xlarge"]), "aws.pools.a10g.instanceTypes[0]",
+     "g6.xlarge has 1 x NVIDIA L4, 4 vCPUs, 16 GiB (differs in GPU model)"),
+    ("alternative-names-main-shape", _set("aws.pools.a10g.instanceTypes", ["g6.xlarge"]), "aws.pools.a10g.instanceTypes[0]",
+     "the shape of g5.xlarge (1 x NVIDIA A10G, 4 vCPUs, 16 GiB)"),
+    ("alternative-repeats-main", _set("aws.pools.l4x4.instanceTypes", ["g6.12xlarge"]),
+     "aws.pools.l4x4.instanceTypes[0]", "not the pool's own instanceType"),
+    ("alternative-bigger-shape", _set("aws.pools.a10g.instanceTypes", ["g5.2xlarge"]),
+     "aws.pools.a10g.instanceTypes[0]", "differs in vCPUs, memory"),
+    ("alternative-smaller-shape", _both(_set("gpuPools.0.instanceType", "g5.2xlarge"), _set("aws.pools.a10g.instanceTypes", ["g5.xlarge"])),
+     "aws.pools.a10g.instanceTypes[0]", "the shape of g5.2xlarge"),
     ("pool-extras-for-unknown-pool", _set("aws.pools.h100", {"rootVolumeGiB": 500}), "aws.pools.h100", "a pool in gpuPools"),
     ("root-volume-too-small", _set("aws.pools.a10g.rootVolumeGiB", 8), "aws.pools.a10g.rootVolumeGiB", "greater than or equal to 50"),
     ("on-demand-base-above-max", _set("aws.pools.a10g.onDemandBaseCapacity", 9), "aws.pools.a10g.onDemandBaseCapacity",

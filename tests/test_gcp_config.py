@@ -176,3 +176,88 @@ def test_messages_say_what_is_allowed():
     offered = message(gcp(zones=["us-central1-d"]))
     assert "us-central1-a" in offered and "nvidia-tesla-a100" in offered
     assert "/20 or larger" in message(gcp(podsCidr="10.16.0.0/22"))
+
+
+# ---------------------------------------------------------------------------------------------
+# kubernetesVersion against the version calendar (GKE rows); tests run on 2026-11-23 (tests/conftest.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_unpinned_version_lets_the_release_channel_pick():
+    cfg = parse_config(base(), "gcp-prod")
+    assert cfg.kubernetes_version_pinned is False
+    assert cfg.kubernetes_version == "1.36"  # the newest minor in GKE standard support, for rendering and fit checks
+
+
+def test_version_past_end_of_standard_support_is_refused_naming_key_date_and_choices():
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_(top(kubernetesVersion="1.34")), "gcp-prod")
+    message = str(err.value)
+    assert 'gpu-platform:kubernetesVersion: "1.34"' in message
+    assert "2026-10-01" in message and "1.35, 1.36" in message
+    assert "gcp.releaseChannel: EXTENDED" in message
+
+
+def test_extended_channel_accepts_a_version_in_extended_support_and_warns_about_the_fee():
+    from components.config import config_warnings
+
+    cfg = parse_config(with_(lambda raw: (raw.update(kubernetesVersion="1.34"), raw["gcp"].update(releaseChannel="EXTENDED"))),
+                       "gcp-prod")
+    warnings = config_warnings(cfg)
+    assert len(warnings) == 1 and "extended support" in warnings[0] and "$0.50" in warnings[0]
+    assert "2027-09-30" in warnings[0]
+
+
+def test_version_with_ample_standard_support_has_no_warning():
+    from components.config import config_warnings
+
+    cfg = parse_config(with_(top(kubernetesVersion="1.35")), "gcp-prod")
+    assert cfg.kubernetes_version_pinned and config_warnings(cfg) == []
+
+
+def test_version_within_60_days_of_end_of_standard_support_warns_with_the_date(monkeypatch):
+    from components.config import config_warnings
+
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2027-03-01")  # 1.35 leaves GKE standard support on 2027-04-11
+    cfg = parse_config(with_(top(kubernetesVersion="1.35")), "gcp-prod")
+    [warning] = config_warnings(cfg)
+    assert "2027-04-11" in warning and "41 day(s)" in warning and "1.36" in warning
+
+
+def test_unknown_minor_is_a_structural_error_listing_the_calendar():
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_(top(kubernetesVersion="1.29")), "gcp-prod")
+    assert "'1.35'" in str(err.value) and "kubernetes-versions.yaml" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Maintenance window and exclusions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_default_maintenance_is_weekends_only():
+    m = parse_config(base(), "gcp-prod").gcp.maintenance
+    assert (m.days, m.start_hour_utc, m.hours, m.exclusions) == (["SA", "SU"], 0, 24, [])
+
+
+@pytest.mark.parametrize("maintenance,key,text", [
+    ({"days": ["SU"], "hours": 4}, "gcp.maintenance.hours", "at least 12"),
+    ({"days": ["SA", "SA"]}, "gcp.maintenance.days[1]", "each day once"),
+    ({"days": ["Saturday"]}, "gcp.maintenance.days[0]", "'SA'"),
+    ({"hours": 2}, "gcp.maintenance.hours", "greater than or equal to 4"),
+    ({"exclusions": [{"name": "x", "start": "2026-12-01", "scope": "NO_MINOR_UPGRADES"}]},
+     "gcp.maintenance.exclusions[0].start", "RFC 3339"),
+    ({"exclusions": [{"name": "x", "start": "2026-12-01T00:00:00Z", "scope": "NO_UPGRADES"}]},
+     "gcp.maintenance.exclusions[0].end", "at most 30 days"),
+    ({"exclusions": [{"name": "x", "start": "2026-12-01T00:00:00Z", "end": "2027-02-01T00:00:00Z", "scope": "NO_UPGRADES"}]},
+     "gcp.maintenance.exclusions[0].end", "NO_MINOR_OR_NODE_UPGRADES for longer"),
+    ({"exclusions": [{"name": "x", "start": "2026-12-01T00:00:00Z", "end": "2026-11-01T00:00:00Z"}]},
+     "gcp.maintenance.exclusions[0].end", "after start"),
+    ({"exclusions": [{"name": "x", "start": "2026-12-01T00:00:00Z"}, {"name": "x", "start": "2027-01-01T00:00:00Z"}]},
+     "gcp.maintenance.exclusions[1].name", "used once"),
+])
+def test_bad_maintenance_is_refused_naming_the_key(maintenance, key, text):
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_(gcp(maintenance=maintenance)), "gcp-prod")
+    message = str(err.value)
+    assert f"gpu-platform:{key}: " in message and text in message, message

@@ -92,6 +92,43 @@ def test_a100_pool_is_preemptible_scales_0_to_8_and_is_tainted(prod):
     assert p["management"] == {"autoRepair": True, "autoUpgrade": True}
 
 
+def test_cluster_is_created_through_the_release_channel_with_the_pinned_supported_minor(prod):
+    c = prod.one(CLUSTER).inputs
+    assert c["releaseChannel"] == {"channel": "REGULAR"}
+    # gcp-prod pins 1.35, inside GKE standard support on 2026-11-23 (costs/catalog/kubernetes-versions.yaml).
+    assert c["minMasterVersion"] == "1.35"
+
+
+def test_unpinned_stack_sends_no_version_and_lets_the_channel_pick():
+    config = stack_config("gcp-prod")
+    config.pop("gpu-platform:kubernetesVersion")
+    c = run_program(stack_input_from_mapping("gcp-prod", config)).one(CLUSTER).inputs
+    assert "minMasterVersion" not in c and c["releaseChannel"] == {"channel": "REGULAR"}
+
+
+def test_upgrades_only_in_the_weekend_window_and_gpu_nodes_replaced_first(prod):
+    policy = prod.one(CLUSTER).inputs["maintenancePolicy"]
+    assert policy == {"recurringWindow": {"startTime": "2026-01-03T00:00:00Z", "endTime": "2026-01-04T00:00:00Z",
+                                          "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU"}}
+    gpu = next(p.inputs for p in prod.by_type(NODE_POOL) if p.inputs["name"] == "a100")
+    assert gpu["upgradeSettings"] == {"strategy": "SURGE", "maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_maintenance_exclusions_reach_the_cluster():
+    config = stack_config("gcp-prod")
+    config["gpu-platform:gcp"]["maintenance"] = {"days": ["FR", "SA"], "startHourUTC": 20, "hours": 10, "exclusions": [
+        {"name": "paper-deadline", "start": "2026-12-01T00:00:00Z", "end": "2026-12-20T00:00:00Z", "scope": "NO_UPGRADES"},
+        {"name": "hold-nodes", "start": "2027-01-01T00:00:00Z"}]}
+    policy = run_program(stack_input_from_mapping("gcp-prod", config)).one(CLUSTER).inputs["maintenancePolicy"]
+    assert policy["recurringWindow"] == {"startTime": "2026-01-03T20:00:00Z", "endTime": "2026-01-04T06:00:00Z",
+                                         "recurrence": "FREQ=WEEKLY;BYDAY=FR,SA"}
+    assert policy["maintenanceExclusions"] == [
+        {"exclusionName": "paper-deadline", "startTime": "2026-12-01T00:00:00Z", "endTime": "2026-12-20T00:00:00Z",
+         "exclusionOptions": {"scope": "NO_UPGRADES"}},
+        {"exclusionName": "hold-nodes", "startTime": "2027-01-01T00:00:00Z",
+         "exclusionOptions": {"scope": "NO_MINOR_OR_NODE_UPGRADES", "endTimeBehavior": "UNTIL_END_OF_SUPPORT"}}]
+
+
 def test_budget_has_its_five_thresholds_and_emails_the_alert_addresses(prod):
     b = prod.one(BUDGET).inputs
     assert sorted((r["thresholdPercent"], r["spendBasis"]) for r in b["thresholdRules"]) == sorted([
@@ -291,6 +328,8 @@ def test_switching_cloud_from_linode_to_gcp_needs_only_the_cloud_key_and_a_gcp_s
     switched["gpu-platform:cloud"] = "gcp"
     switched["gpu-platform:gcp"] = gcp["gpu-platform:gcp"]
     switched["gpu-platform:gpuPools"] = gcp["gpu-platform:gpuPools"]  # instance types are per cloud
+    # Supported minors are per cloud too (the version calendar): GKE's release channel picks when unset.
+    switched.pop("gpu-platform:kubernetesVersion", None)
     plan = plan_config(switched, stack="linode-dev")
     assert not [r for r in plan.resources if r.type.startswith("linode:")]
     c = plan.one(CLUSTER).inputs

@@ -83,8 +83,9 @@ def test_gpu_node_config_carries_accelerator_driver_taint_and_policy_labels():
         assert k == k.lower() and v == v.lower()
 
 
-def test_gpu_pools_upgrade_without_needing_spare_gpu_quota():
-    assert gpu_upgrade_settings()["max_surge"] == 0
+def test_gpu_pools_upgrade_replacement_first_so_the_pool_never_shrinks():
+    # Intended change (issue 12): a replacement node before any drain, one node at a time.
+    assert gpu_upgrade_settings() == {"strategy": "SURGE", "max_surge": 1, "max_unavailable": 0}
 
 
 @pytest.mark.parametrize("min_nodes,zones,per_zone", [(0, 3, 0), (1, 3, 1), (4, 3, 2), (3, 3, 1), (2, 1, 2)])

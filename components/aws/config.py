@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Literal, Optional
 from pydantic import Field
 
 from components.config_base import Cidr, ConfigIssue, Model, pool_issue_capacity
+from components.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
     from components.config import StackConfig
-    from costs.catalog import Catalog
+    from costs.catalog import Catalog, InstanceType
 
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$"
 ARN_PRINCIPAL = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+$"
@@ -34,6 +35,19 @@ class SystemNodes(Model):
     instance_type: str = Field(default="m6i.large", min_length=1)
     min: int = Field(default=2, ge=1, le=20)
     max: int = Field(default=3, ge=1, le=20)
+
+
+class ScaleInController(Model):
+    """The job-aware scale-in protection controller (components/aws/protection.py)."""
+
+    # Off: no controller; cluster-autoscaler alone removes idle GPU nodes after scaleDownGraceMinutes,
+    # and nothing marks busy nodes (see README, "Scale-in protection").
+    enabled: bool = True
+    # Its image by digest, as published by .github/workflows/controller-image.yml on a release tag:
+    # ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex>. Required when enabled.
+    image: Optional[str] = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$")
 
 
 class AwsPool(Model):
@@ -68,9 +82,20 @@ class AwsSection(Model):
     pools: dict[str, AwsPool] = Field(default_factory=dict)
     # A GPU node without GPU pods keeps its scale-in protection this long before it may go.
     scale_down_grace_minutes: int = Field(default=15, ge=1, le=24 * 60)
+    scale_in_controller: ScaleInController = Field(default_factory=ScaleInController)
+    # The longest terminationGracePeriodSeconds a GPU pod gets when its node is drained for a scale-in
+    # or Spot rebalance (time to write a checkpoint); NTH's drain and lifecycle heartbeats cover it.
+    drain_grace_seconds: int = Field(default=600, ge=30, le=7200)
     # Old (non-current) checkpoint versions are deleted after this many days.
     checkpoint_retention_days: int = Field(default=30, ge=1, le=3650)
     log_retention_days: int = 90
+    # EKS upgrade policy (upgrade_policy.support_type). STANDARD: the cluster is upgraded automatically when its
+    # version leaves standard support (no extended-support fee); EXTENDED: it may stay, billed the extended fee.
+    # A kubernetesVersion past the end of standard support is accepted only with EXTENDED.
+    support_type: Literal["STANDARD", "EXTENDED"] = "STANDARD"
+    # CloudWatch billing alarms and the AWS Budget watch the whole account. Exactly one stack per account
+    # should create them: set false on every other stack in the same account.
+    account_billing: bool = True
 
     def pool(self, name: str) -> AwsPool:
         return self.pools.get(name) or AwsPool()
@@ -107,8 +132,14 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _check_network(section)
     issues += _check_pools(cfg, section, catalog)
     issues += _check_system_nodes(section, catalog)
+    if section.scale_in_controller.enabled and section.scale_in_controller.image is None:
+        issues.append(ConfigIssue("aws.scaleInController.image", None,
+                                  "the controller image by digest, ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex> "
+                                  "(published by .github/workflows/controller-image.yml on a v* tag; README: "
+                                  "'Scale-in protection controller image'), or aws.scaleInController.enabled: false"))
+    issues += version_issues(cfg)
     for i, arn in enumerate(section.admin_principal_arns):
-        if not re.match(ARN_PRINCIPAL, arn):
+        if not re.fullmatch(ARN_PRINCIPAL, arn):
             issues.append(ConfigIssue(f"aws.adminPrincipalArns[{i}]", arn, "an IAM role or user ARN: arn:aws:iam::123456789012:role/name"))
     if section.log_retention_days not in LOG_RETENTION_DAYS:
         issues.append(ConfigIssue("aws.logRetentionDays", section.log_retention_days,
@@ -136,7 +167,7 @@ def _check_network(section: AwsSection) -> list[ConfigIssue]:
         if len(zones) > 6:
             issues.append(ConfigIssue("aws.availabilityZones", zones, "at most six zones"))
         for i, zone in enumerate(zones):
-            if not re.match(rf"^{re.escape(section.region)}[a-z]$", zone):
+            if not re.fullmatch(rf"^{re.escape(section.region)}[a-z]$", zone):
                 issues.append(ConfigIssue(f"aws.availabilityZones[{i}]", zone,
                                           f"a zone of region {section.region} ({section.region}a, {section.region}b, ...)"))
             elif zones.index(zone) != i:
@@ -146,7 +177,7 @@ def _check_network(section: AwsSection) -> list[ConfigIssue]:
             issues.append(ConfigIssue("aws.vpcCidr", section.effective_vpc_cidr,
                                       "a private IPv4 range (RFC 1918) from /16 to /22, e.g. 10.40.0.0/16"))
     for i, subnet in enumerate(section.private_subnet_ids):
-        if not re.match(r"^subnet-[0-9a-f]{8,17}$", subnet):
+        if not re.fullmatch(r"^subnet-[0-9a-f]{8,17}$", subnet):
             issues.append(ConfigIssue(f"aws.privateSubnetIds[{i}]", subnet, "a subnet ID: subnet- and 8 or 17 hex digits"))
     return issues
 
@@ -183,12 +214,13 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
                 continue
             if main is None or not main.is_gpu:
                 continue  # the main type's own error is reported by components.config
-            if alt.gpus != main.gpus:
-                issues.append(ConfigIssue(key, name, f"a type with {main.gpus} GPU(s) per node like {pool.instance_type} ({name} has {alt.gpus}): "
-                                                     "pods request whole nodes' GPUs and the autoscaler sizes the pool from one shape"))
-            elif alt.vcpus < main.vcpus or alt.memory_gib < main.memory_gib:
-                issues.append(ConfigIssue(key, name, f"a type at least as large as {pool.instance_type} ({main.vcpus} vCPUs, {main.memory_gib:g} GiB): "
-                                                     "the cluster-autoscaler plans with the first type's shape"))
+            differs = shape_differences(main, alt)
+            if differs:
+                issues.append(ConfigIssue(key, name, (
+                    f"a type with the shape of {pool.instance_type} ({describe_shape(main)}); {name} has "
+                    f"{describe_shape(alt)} (differs in {', '.join(differs)}). One GPU model and one CPU/memory shape "
+                    "per pool: the cluster-autoscaler plans every node of a group as the first type, and the "
+                    "accelerator label is per GPU model; put other types in their own gpuPools entry")))
             elif alt.regions is not None and section.region not in alt.regions:
                 issues.append(ConfigIssue(key, name, f"a type offered in {section.region} (catalog: {', '.join(alt.regions)})"))
         if extra.on_demand_base_capacity > pool.max_nodes:
@@ -198,6 +230,24 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
             issues.append(ConfigIssue(f"{base}.onDemandPercentageAboveBase", pct,
                                       f"100 or unset for an on-demand pool (gpuPools[{i}].capacity); use capacity: spot for a Spot share"))
     return issues
+
+
+def shape_differences(main: "InstanceType", alt: "InstanceType") -> list[str]:
+    """What makes `alt` a different node shape from `main` (empty: interchangeable in one ASG)."""
+    out = []
+    if alt.gpu_model != main.gpu_model:
+        out.append("GPU model")
+    if alt.gpus != main.gpus:
+        out.append("GPU count")
+    if alt.vcpus != main.vcpus:
+        out.append("vCPUs")
+    if alt.memory_gib != main.memory_gib:
+        out.append("memory")
+    return out
+
+
+def describe_shape(t: "InstanceType") -> str:
+    return f"{t.gpus} x {t.gpu_model}, {t.vcpus} vCPUs, {t.memory_gib:g} GiB"
 
 
 def _check_system_nodes(section: AwsSection, catalog: "Catalog") -> list[ConfigIssue]:

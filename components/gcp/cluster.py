@@ -7,6 +7,7 @@ its node pools and the checkpoint bucket. `handle` is the cluster contract for t
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
@@ -19,7 +20,7 @@ from pulumi_gcp import container, projects, serviceaccount
 
 from components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
 from components.gcp.bucket import WORKLOAD_IDENTITY_ANNOTATION, CheckpointBucket, CheckpointBucketArgs, account_id
-from components.gcp.config import GcpSection, SystemPool, effective_deletion_protection, pool_zones
+from components.gcp.config import GcpSection, Maintenance, SystemPool, effective_deletion_protection, pool_zones
 from components.gcp.network import PODS_RANGE, SERVICES_RANGE, GcpNetwork, NetworkArgs
 from components.gcp.nodepool import GkeGpuPool, create_gpu_pool, create_system_pool, system_node_config
 
@@ -42,7 +43,7 @@ class GkeClusterArgs:
     region: str
     zones: tuple[str, ...]
     resource_prefix: str  # GCP names: cluster, VPC, service accounts, bucket start with it
-    kubernetes_version: str
+    kubernetes_version: Optional[str]  # a pinned minor ("1.35"); None: the release channel picks
     release_channel: str
     admin_cidrs: tuple[str, ...]
     private_endpoint: bool
@@ -56,6 +57,7 @@ class GkeClusterArgs:
     gpu_driver_version: str
     checkpoint_retention_days: int
     labels: Mapping[str, str] = field(default_factory=dict)
+    maintenance: Maintenance = field(default_factory=Maintenance)
 
     @property
     def node_tag(self) -> str:
@@ -80,13 +82,15 @@ class GkeClusterArgs:
                                     approved_on_demand=pool.approved_on_demand))
         return cls(
             project=section.project, region=section.region, zones=tuple(section.zones),
-            resource_prefix=cfg.name_prefix, kubernetes_version=cfg.kubernetes_version,
+            resource_prefix=cfg.name_prefix,
+            kubernetes_version=cfg.kubernetes_version if cfg.kubernetes_version_pinned else None,
             release_channel=section.release_channel, admin_cidrs=tuple(cfg.admin_cidrs),
             private_endpoint=section.private_endpoint, network_cidr=section.network_cidr,
             pods_cidr=section.pods_cidr, services_cidr=section.services_cidr, master_cidr=section.master_cidr,
             deletion_protection=effective_deletion_protection(cfg), system_pool=section.system_pool,
             gpu_pools=tuple(pools), gpu_driver_version=section.gpu_driver_version,
             checkpoint_retention_days=section.checkpoint_retention_days, labels=common_labels(cfg),
+            maintenance=section.maintenance,
         )
 
 
@@ -111,6 +115,40 @@ def master_authorized_networks(admin_cidrs: Sequence[str]) -> dict[str, Any]:
         # Not "any VM on Google Cloud": only the listed ranges.
         "gcp_public_cidrs_access_enabled": False,
     }
+
+
+# The recurring window's first occurrence: a fixed Saturday in the past. GKE uses its date only as the day
+# the recurrence starts and (end - start) as the window length; a fixed value keeps `pulumi preview` quiet.
+WINDOW_ANCHOR = dt.datetime(2026, 1, 3, tzinfo=dt.timezone.utc)
+
+
+def _rfc3339(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def maintenance_policy(m: Maintenance) -> dict[str, Any]:
+    """A weekly recurring window on the configured days (default Saturday and Sunday, all day UTC) and the
+    configured exclusions. Automatic upgrades of the control plane and of every node pool, GPU pools included,
+    happen only inside the window (GKE overrides it only for end of support and critical security fixes)."""
+    start = WINDOW_ANCHOR + dt.timedelta(hours=m.start_hour_utc)
+    exclusions = []
+    for e in m.exclusions:
+        item: dict[str, Any] = {"exclusion_name": e.name, "start_time": e.start}
+        options: dict[str, Any] = {"scope": e.scope}
+        if e.end is None:
+            options["end_time_behavior"] = "UNTIL_END_OF_SUPPORT"
+        else:
+            item["end_time"] = e.end
+        item["exclusion_options"] = options
+        exclusions.append(item)
+    policy: dict[str, Any] = {"recurring_window": {
+        "start_time": _rfc3339(start),
+        "end_time": _rfc3339(start + dt.timedelta(hours=m.hours)),
+        "recurrence": "FREQ=WEEKLY;BYDAY=" + ",".join(d for d in ("MO", "TU", "WE", "TH", "FR", "SA", "SU") if d in m.days),
+    }}
+    if exclusions:
+        policy["maintenance_exclusions"] = exclusions
+    return policy
 
 
 def _slug(role: str) -> str:
@@ -200,12 +238,18 @@ class GkeCluster(pulumi.ComponentResource):
             private_cluster_config=private_cluster_config(args),
             master_authorized_networks_config=master_authorized_networks(args.admin_cidrs),
             master_auth={"client_certificate_config": {"issue_client_certificate": False}},
+            # Created and upgraded through the release channel. A minor is sent only when the stack pins one (the
+            # config allows only minors the version calendar lists as available); GKE then creates the newest
+            # patch of it in the channel. Never a stale default: unset, GKE picks the channel's default version.
             release_channel={"channel": args.release_channel},
             min_master_version=args.kubernetes_version,
+            maintenance_policy=maintenance_policy(args.maintenance),
             workload_identity_config={"workload_pool": args.workload_pool},
             enable_shielded_nodes=True,
             enable_legacy_abac=False,
-            # Dataplane V2: NetworkPolicy enforcement built in.
+            # Dataplane V2: NetworkPolicy enforcement built in (no network_policy block: that is Calico, for the
+            # legacy datapath). The datapath is fixed at creation: changing it replaces the cluster, so an existing
+            # cluster created with the legacy datapath keeps it (see README, GKE).
             datapath_provider="ADVANCED_DATAPATH",
             # Node auto-provisioning stays off (pools are explicit); the autoscaler removes idle nodes fast.
             cluster_autoscaling={"enabled": False, "autoscaling_profile": AUTOSCALING_PROFILE},

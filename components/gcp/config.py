@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 from pydantic import Field, field_validator
 
 from components.config_base import Cidr, ConfigIssue, Model, pool_issue_capacity
+from components.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
     from components.config import StackConfig
@@ -55,9 +56,48 @@ class SystemPool(Model):
     @field_validator("machine_type")
     @classmethod
     def _machine_type(cls, value: str) -> str:
-        if not MACHINE_TYPE.match(value):
+        if not MACHINE_TYPE.fullmatch(value):
             raise ValueError("a Compute Engine machine type such as e2-standard-4")
         return value
+
+
+WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
+RFC3339_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+# GKE: a maintenance window must allow at least 48 hours of maintenance in any 32 days; 32 days hold at
+# least 4 of each weekday (https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions).
+MIN_WINDOW_HOURS_PER_32_DAYS = 48
+MAX_EXCLUSIONS = 20  # per cluster (provider docstring of maintenance_exclusions)
+MAX_NO_UPGRADES_DAYS = 30  # a NO_UPGRADES exclusion lasts at most 30 days
+
+
+class MaintenanceExclusion(Model):
+    """A period without automatic upgrades (e.g. before a deadline). `end` unset: until the minor's end of support."""
+
+    name: str = Field(min_length=1, max_length=63)
+    start: str  # RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z
+    end: Optional[str] = None
+    # NO_MINOR_OR_NODE_UPGRADES: no minor upgrades and no node upgrades (patches of the control plane go on);
+    # NO_MINOR_UPGRADES: no minor upgrades; NO_UPGRADES: nothing (at most 30 days).
+    scope: Literal["NO_UPGRADES", "NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES"] = "NO_MINOR_OR_NODE_UPGRADES"
+
+    @field_validator("start", "end")
+    @classmethod
+    def _rfc3339(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not RFC3339_Z.match(value):
+            raise ValueError("an RFC 3339 UTC time such as 2026-12-01T00:00:00Z (GKE returns UTC; another form diffs forever)")
+        return value
+
+
+class Maintenance(Model):
+    """When GKE may upgrade the cluster and its nodes (control plane and every node pool).
+
+    Default: weekends only (Saturday and Sunday, UTC), so no automatic upgrade drains a GPU node during the
+    working week. GKE still acts outside the window for end of support and critical security fixes."""
+
+    days: list[Literal["MO", "TU", "WE", "TH", "FR", "SA", "SU"]] = Field(default_factory=lambda: ["SA", "SU"], min_length=1)
+    start_hour_utc: int = Field(default=0, ge=0, le=23, alias="startHourUTC")
+    hours: int = Field(default=24, ge=4, le=24)  # each day's window; GKE needs at least 4 h contiguous
+    exclusions: list[MaintenanceExclusion] = Field(default_factory=list)
 
 
 class GcpSection(Model):
@@ -71,7 +111,9 @@ class GcpSection(Model):
     services_cidr: Cidr = "10.20.0.0/20"
     # The /28 the private GKE control plane lives in (peered into the VPC).
     master_cidr: Cidr = "172.16.0.16/28"
-    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    # The cluster is created and upgraded through this channel. EXTENDED keeps a minor up to ~24 months
+    # (paid extended support after the end of standard support); the only way to use such a minor.
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
     # None: on when environment is prod or production (see effective_deletion_protection).
     deletion_protection: Optional[bool] = None
     system_pool: SystemPool = Field(default_factory=SystemPool)
@@ -81,11 +123,12 @@ class GcpSection(Model):
     # True: the control plane has no public endpoint; adminCidrs must then be internal ranges
     # (VPN, Interconnect, a bastion in the VPC).
     private_endpoint: bool = False
+    maintenance: Maintenance = Field(default_factory=Maintenance)
 
     @field_validator("project")
     @classmethod
     def _project(cls, value: str) -> str:
-        if not PROJECT_ID.match(value):
+        if not PROJECT_ID.fullmatch(value):
             raise ValueError("a GCP project ID: 6 to 30 lowercase letters, digits or '-', starting with a letter "
                              "(e.g. my-ml-project; the ID, not the display name or number)")
         return value
@@ -93,14 +136,14 @@ class GcpSection(Model):
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
-        if not REGION.match(value):
+        if not REGION.fullmatch(value):
             raise ValueError("a GCP region such as us-central1 (a region, not a zone)")
         return value
 
     @field_validator("billing_account")
     @classmethod
     def _billing_account(cls, value: str) -> str:
-        if not BILLING_ACCOUNT.match(value):
+        if not BILLING_ACCOUNT.fullmatch(value):
             raise ValueError("a billing account ID like 012345-6789AB-CDEF01 (uppercase hex, as `gcloud billing "
                              "accounts list` prints it, without the billingAccounts/ prefix)")
         return value
@@ -138,6 +181,9 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _network_issues(cfg, section)
     issues += _access_issues(cfg, section)
     issues += _system_pool_issues(section, catalog)
+    issues += _maintenance_issues(section.maintenance)
+    if cfg.kubernetes_version_pinned:
+        issues += version_issues(cfg)
     if len(cfg.alert_emails) > MAX_BUDGET_CHANNELS:
         issues.append(ConfigIssue("alertEmails", cfg.alert_emails,
                                   f"at most {MAX_BUDGET_CHANNELS} addresses on GCP (a billing budget notifies at most "
@@ -149,7 +195,7 @@ def _zone_issues(section: GcpSection) -> list[ConfigIssue]:
     issues = []
     zone_re = re.compile(rf"^{re.escape(section.region)}-[a-z]$")
     for i, zone in enumerate(section.zones):
-        if not zone_re.match(zone):
+        if not zone_re.fullmatch(zone):
             issues.append(ConfigIssue(f"gcp.zones[{i}]", zone,
                                       f"a zone of gcp.region {section.region}, such as {section.region}-a"))
         elif section.zones.index(zone) != i:
@@ -271,11 +317,44 @@ def _system_pool_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigI
     return issues
 
 
+def _maintenance_issues(m: Maintenance) -> list[ConfigIssue]:
+    import datetime as dt
+
+    issues: list[ConfigIssue] = []
+    for i, day in enumerate(m.days):
+        if m.days.index(day) != i:
+            issues.append(ConfigIssue(f"gcp.maintenance.days[{i}]", day, "each day once"))
+    if len(set(m.days)) * m.hours * 4 < MIN_WINDOW_HOURS_PER_32_DAYS:
+        issues.append(ConfigIssue("gcp.maintenance.hours", m.hours,
+                                  f"enough hours for GKE's minimum of {MIN_WINDOW_HOURS_PER_32_DAYS} h of maintenance in any "
+                                  f"32 days: days x hours must be at least 12 (now {len(set(m.days))} x {m.hours})"))
+    if len(m.exclusions) > MAX_EXCLUSIONS:
+        issues.append(ConfigIssue("gcp.maintenance.exclusions", len(m.exclusions), f"at most {MAX_EXCLUSIONS} exclusions"))
+    names = [e.name for e in m.exclusions]
+    for i, e in enumerate(m.exclusions):
+        key = f"gcp.maintenance.exclusions[{i}]"
+        if names.index(e.name) != i:
+            issues.append(ConfigIssue(f"{key}.name", e.name, "a name used once"))
+        if e.end is None:
+            if e.scope == "NO_UPGRADES":
+                issues.append(ConfigIssue(f"{key}.end", None, "an end time: a NO_UPGRADES exclusion lasts at most "
+                                                              f"{MAX_NO_UPGRADES_DAYS} days (only the other scopes may run until end of support)"))
+            continue
+        start = dt.datetime.fromisoformat(e.start.replace("Z", "+00:00"))
+        end = dt.datetime.fromisoformat(e.end.replace("Z", "+00:00"))
+        if end <= start:
+            issues.append(ConfigIssue(f"{key}.end", e.end, f"a time after start ({e.start})"))
+        elif e.scope == "NO_UPGRADES" and end - start > dt.timedelta(days=MAX_NO_UPGRADES_DAYS):
+            issues.append(ConfigIssue(f"{key}.end", e.end, f"at most {MAX_NO_UPGRADES_DAYS} days after start for scope "
+                                                           "NO_UPGRADES; use NO_MINOR_OR_NODE_UPGRADES for longer"))
+    return issues
+
+
 def gpu_pool_zone_map(cfg: "StackConfig", catalog: "Catalog") -> dict[str, list[str]]:
     """Pool name -> the zones its nodes run in (see pool_zones)."""
     section: GcpSection = cfg.gcp  # type: ignore[assignment]
     return {p.name: pool_zones(section, catalog.instance("gcp", p.instance_type)) for p in cfg.gpu_pools}
 
 
-__all__ = ["GcpSection", "SystemPool", "check_stack", "effective_deletion_protection", "gpu_pool_zone_map",
+__all__ = ["GcpSection", "Maintenance", "MaintenanceExclusion", "SystemPool", "check_stack", "effective_deletion_protection", "gpu_pool_zone_map",
            "pool_zones", "PRODUCTION_ENVIRONMENTS", "SYSTEM_POOL_NAME"]

@@ -118,8 +118,12 @@ def initial_gpu_nodes_per_zone(min_nodes: int, zone_count: int) -> int:
 
 
 def gpu_upgrade_settings() -> dict[str, Any]:
-    """Replace GPU nodes one at a time without a surge node: a surge node needs spare GPU quota."""
-    return {"strategy": "SURGE", "max_surge": 0, "max_unavailable": 1}
+    """One GPU node at a time, the replacement first: max_unavailable 0 means GKE adds an upgraded node before it
+    drains an old one, so the pool never shrinks and an evicted job restarts (from its checkpoint) at once instead
+    of waiting for a node. Draining still evicts the pods of the node being replaced (GKE honours
+    PodDisruptionBudgets for up to an hour); *when* that may happen is decided by the cluster's maintenance window
+    (default: weekends only) and exclusions. The surge node needs one node's GPU quota during an upgrade."""
+    return {"strategy": "SURGE", "max_surge": 1, "max_unavailable": 0}
 
 
 def create_system_pool(name: str, cluster: container.Cluster, location: str, zones: Sequence[str],

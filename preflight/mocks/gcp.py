@@ -34,9 +34,16 @@ def _cluster(inputs: dict[str, Any], name: str) -> dict[str, Any]:
         "endpoint": "198.51.100.10",
         "masterAuth": {**(inputs.get("masterAuth") or {}), "clusterCaCertificate": MOCK_CA},
         "privateClusterConfig": private,
-        "masterVersion": f"{inputs.get('minMasterVersion', '1.33')}.1-gke.1000",
+        # Pinned minor, or what the REGULAR channel would pick (the newest minor in standard support).
+        "masterVersion": f"{inputs.get('minMasterVersion') or _channel_minor()}.1-gke.1000",
         "selfLink": f"https://container.googleapis.com/v1/projects/{_project(inputs)}/locations/{location}/clusters/{cluster}",
     }
+
+
+def _channel_minor() -> str:
+    from components.kubernetes_version import default_minor
+
+    return default_minor("gcp") or "none-in-standard-support"
 
 
 def _node_pool(inputs: dict[str, Any], name: str) -> dict[str, Any]:
