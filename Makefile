@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STACK ?= linode-dev
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: venv checkov-venv preflight preflight-all test test-live bench clean
+.PHONY: venv checkov-venv training-venv preflight preflight-all test test-live bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,16 @@ venv: $(VENV)/.installed
 
 checkov-venv: .venv-checkov/.installed
 
+# The example training program (torch, fsspec/s3fs) runs in its own virtualenv, as in its image:
+# s3fs's aiobotocore pins a botocore that clashes with the program's boto3.
+.venv-training/.installed: examples/training/requirements.txt
+	$(PYTHON) -m venv .venv-training
+	.venv-training/bin/python -m pip install --quiet --upgrade pip
+	.venv-training/bin/python -m pip install --quiet -r examples/training/requirements.txt
+	touch $@
+
+training-venv: .venv-training/.installed
+
 ## Plan a stack offline: resources, policies, cost (STACK=linode-dev by default).
 preflight: venv
 	$(PY) -m preflight $(STACK)
@@ -32,7 +42,7 @@ preflight-all: venv
 	@for s in $(STACKS); do $(PY) -m preflight $$s --quiet || exit $$?; done
 
 ## The whole offline test suite (live cloud tests are skipped without credentials).
-test: venv checkov-venv
+test: venv checkov-venv training-venv
 	$(PY) -m pytest -q -n 2 tests
 
 test-live: venv
