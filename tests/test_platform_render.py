@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 import pytest
+import yaml
 
 from components.cluster import GPU_TAINT, POOL_LABEL, TRAINING_NAMESPACE, GpuPoolSpec, Taint
 from components.config import ConfigError, parse_config
@@ -22,6 +25,8 @@ from components.platform.queue import (
     render_local_queue, render_resource_flavor,
 )
 from components.platform.training import render_checkpoint_configmap, render_resource_quota
+from components.capacity import GI, MI, allocatable
+from components.platform.queue import NODE_DAEMONS, QUEUE_NAMESPACE_LABEL
 
 
 def pool(name: str, gpus: int = 1, max_nodes: int = 2, instance: str = "g1-gpu-rtx6000-1",
@@ -51,10 +56,27 @@ def test_two_pools_get_two_flavors_and_the_gpu_quota_of_both() -> None:
     assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == ["rtx", "rtx4"]
     assert flavor_quota(cq, "rtx", "nvidia.com/gpu") == 3  # 3 nodes x 1 GPU
     assert flavor_quota(cq, "rtx4", "nvidia.com/gpu") == 8  # 2 nodes x 4 GPUs
-    # CPU/memory: all the pool's nodes have (catalog: rtx6000-1 = 8 vCPU / 32 GiB per node)
-    assert flavor_quota(cq, "rtx", "cpu") == 24
-    assert flavor_quota(cq, "rtx", "memory") == "96Gi"
-    assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": TRAINING_NAMESPACE}}
+    assert cq["spec"]["namespaceSelector"] == {"matchLabels": {QUEUE_NAMESPACE_LABEL: "enabled"}}
+
+
+def test_cpu_and_memory_quotas_come_from_allocatable_not_nominal_size() -> None:
+    """Before: 8 vCPU x 3 nodes = 24 CPUs and 96Gi, more than the kubelet lets pods have."""
+    cq = render_cluster_queue(TWO, pool_capacities("linode", TWO), gpu_quotas(TWO))
+    alloc = allocatable("linode", "g1-gpu-rtx6000-1")  # 8 vCPU / 32 GiB nominal
+    per_node_cpu = (alloc.cpu_millis - NODE_DAEMONS["cpu_millis"]) * 95 // 100
+    assert flavor_quota(cq, "rtx", "cpu") == f"{per_node_cpu * 3}m"
+    per_node_mem = (alloc.memory_bytes - NODE_DAEMONS["memory_bytes"]) * 95 // 100 // MI
+    assert flavor_quota(cq, "rtx", "memory") == f"{per_node_mem * 3}Mi"
+    assert per_node_cpu * 3 < alloc.cpu_millis * 3 < 24_000
+    assert per_node_mem * MI * 3 < alloc.memory_bytes * 3 < 96 * GI
+
+
+def test_a_mixed_instance_pool_is_sized_by_its_smallest_type() -> None:
+    (a10g,) = [pool("a10g", gpus=1, max_nodes=8, instance="g5.xlarge")]
+    big_first = pool_capacities("aws", [a10g], {"a10g": ["g5.2xlarge", "g5.xlarge"]})["a10g"]
+    alone = pool_capacities("aws", [a10g])["a10g"]
+    assert big_first == alone  # g5.xlarge (4 vCPU) decides, not g5.2xlarge (8 vCPU)
+    assert alone.cpu_millis < allocatable("aws", "g5.xlarge").cpu_millis
 
 
 def test_flavor_targets_the_pool_nodes_and_tolerates_their_taint() -> None:
@@ -74,7 +96,7 @@ def test_gpu_quota_override_and_unknown_pool() -> None:
 
 @pytest.mark.parametrize("strategy", ["StrictFIFO", "BestEffortFIFO"])
 def test_queueing_strategy_is_configurable(strategy: str) -> None:
-    caps = {p.name: PoolCapacity(8, 32) for p in TWO}
+    caps = {p.name: PoolCapacity(8000, 32 * GI, p.gpus_per_node) for p in TWO}
     assert render_cluster_queue(TWO, caps, gpu_quotas(TWO), strategy)["spec"]["queueingStrategy"] == strategy
     with pytest.raises(ValueError):
         render_cluster_queue(TWO, caps, gpu_quotas(TWO), "FIFO")
@@ -166,13 +188,46 @@ def test_idle_rules_use_the_configured_threshold_and_duration() -> None:
 
 def test_alertmanager_mails_every_alert_email() -> None:
     conf = alertmanager_config(["a@example.com", "b@example.com"], SMTP)
-    assert conf["route"]["receiver"] == "email"
     email = next(r for r in conf["receivers"] if r["name"] == "email")
     assert [c["to"] for c in email["email_configs"]] == ["a@example.com", "b@example.com"]
     assert conf["global"]["smtp_smarthost"] == "smtp.example.com:587"
-    assert alertmanager_config([], None)["route"]["receiver"] == "null"
     with pytest.raises(ValueError, match="SMTP"):
         alertmanager_config(["a@example.com"], None)
+
+
+def amtool_route(conf: dict, labels: str, tmp_path) -> str:
+    """The receiver Alertmanager's own routing tree picks (amtool, Debian prometheus-alertmanager)."""
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.fail("amtool not found: apt-get install prometheus-alertmanager (see .ci/run)")
+    path = tmp_path / "alertmanager.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    check = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+    out = subprocess.run([amtool, "config", "routes", "test", f"--config.file={path}", *labels.split()],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("labels,receiver", [
+    ("alertname=Watchdog severity=none", "null"),
+    ("alertname=InfoInhibitor severity=none", "null"),
+    ("alertname=CPUThrottlingHigh severity=info", "null"),
+    ("alertname=Something", "null"),
+    ("alertname=GpuSpendRunRateOver100Percent severity=critical", "email"),
+    ("alertname=GpuIdleWhileAllocated severity=warning", "email"),
+])
+def test_alerts_are_routed_by_severity(labels: str, receiver: str, tmp_path) -> None:
+    """Before: every alert (Watchdog and info included) went to e-mail."""
+    assert amtool_route(alertmanager_config(["a@example.com"], SMTP), labels, tmp_path) == receiver
+    assert amtool_route(alertmanager_config([], None), labels, tmp_path) == "null"
+
+
+def test_critical_repeats_more_often_than_warning() -> None:
+    routes = {r["matchers"][0]: r for r in alertmanager_config(["a@example.com"], SMTP)["route"]["routes"]}
+    assert routes['severity = "critical"']["repeat_interval"] == "4h"
+    assert routes['severity = "warning"']["repeat_interval"] == "24h"
 
 
 def test_prometheus_picks_up_our_rules_and_exports_the_pool_label() -> None:
@@ -198,8 +253,9 @@ def test_grafana_dashboard_is_labelled_for_the_sidecar() -> None:
 
 
 def test_training_quota_and_checkpoint_config() -> None:
-    q = render_resource_quota(11, 40, 160.5)["spec"]["hard"]
-    assert q["requests.nvidia.com/gpu"] == "11" and q["requests.memory"] == "161Gi"
+    q = render_resource_quota(11, 40_500, 160 * GI + 512 * MI)["spec"]["hard"]
+    assert q["requests.nvidia.com/gpu"] == "11" and q["requests.memory"] == "164352Mi"
+    assert q["requests.cpu"] == "40500m"
     cm = render_checkpoint_configmap("s3://b", {"AWS_REGION": "us-east"})
     assert cm["data"] == {"CHECKPOINT_URL": "s3://b", "AWS_REGION": "us-east"}
 

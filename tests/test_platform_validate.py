@@ -32,9 +32,10 @@ from components.platform.monitoring import (
 from components.platform.queue import (
     gpu_quotas, pool_capacities, render_cluster_queue, render_local_queue, render_resource_flavor,
 )
+from components.platform.notebooks import render_notebooks_namespace
 from components.platform.training import (
-    render_checkpoint_configmap, render_checkpoint_secret, render_limit_range, render_resource_quota,
-    render_training_namespace, render_training_service_account,
+    render_checkpoint_configmap, render_checkpoint_secret, render_limit_range, render_network_policy,
+    render_resource_quota, render_training_namespace, render_training_service_account,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,8 +61,10 @@ def core_objects() -> list[dict[str, Any]]:
         render_training_service_account({"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/trainer"}),
         render_checkpoint_configmap("s3://bucket", {"AWS_REGION": "us-east"}),
         render_checkpoint_secret({"AWS_ACCESS_KEY_ID": "example", "AWS_SECRET_ACCESS_KEY": "example"}),
-        render_resource_quota(5, 16, 64),
-        render_limit_range(),
+        render_resource_quota(5, 16_000, 64 * 1024 ** 3),
+        render_limit_range(23_000, 120 * 1024 ** 3),
+        render_network_policy("linode"),
+        render_notebooks_namespace(),
         render_dashboard_configmap(),
         render_grafana_admin_secret("example-password"),
         *[render_namespace(ns, psa) for ns, psa in ((GPU_NAMESPACE, "privileged"), (KUEUE_NAMESPACE, "restricted"),

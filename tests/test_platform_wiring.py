@@ -127,13 +127,22 @@ def test_switching_a_part_off_removes_it_and_nothing_else(full_plan: Plan, part:
     plan = plan_platform(config({part: False}))
     assert not plan.by_type(PART_COMPONENTS[part])
     removed = names(full_plan) - names(plan)
-    assert removed and all(n.startswith(PART_PREFIX[part]) for n in removed), removed
+    # GPU notebooks are queued: without the queue their LocalQueue goes and the GPU profiles lose the
+    # queue label (the only coupling between parts)
+    coupled = {"platform-notebooks-local-queue"} if part == "queue" else set()
+    assert removed and all(n.startswith(PART_PREFIX[part]) for n in removed - coupled), removed
+    assert coupled <= removed
     assert not names(plan) - names(full_plan)
     # what stays is registered with the same inputs
     before = {r.name: r.inputs for r in platform_children(full_plan)}
     for r in platform_children(plan):
-        if r.type != "random:index/randomPassword:RandomPassword":
-            assert r.inputs == before[r.name], r.name
+        if r.type == "random:index/randomPassword:RandomPassword":
+            continue
+        if part == "queue" and r.name == "platform-notebooks-jupyterhub":
+            profiles = r.inputs["values"]["singleuser"]["profileList"]
+            assert not any("extra_labels" in p["kubespawner_override"] for p in profiles)
+            continue
+        assert r.inputs == before[r.name], r.name
 
 
 def test_training_namespace_and_gpu_enablement_are_always_there() -> None:
@@ -186,14 +195,47 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
     kueue = full_plan.one(RELEASE, "platform-queue-kueue")
     flavor = full_plan.one(CR.replace("apiextensions.k8s.io:CustomResource", "kueue.x-k8s.io/v1beta2:ResourceFlavor"))
     cq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
-    lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue")
+    lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "platform-queue")
     assert kueue.urn in flavor.dependencies and kueue.urn in cq.dependencies and flavor.urn in cq.dependencies
     training_ns = full_plan.one("kubernetes:core/v1:Namespace", "platform-training")
     assert training_ns.urn in lq.dependencies and lq.inputs["metadata"]["namespace"] == TRAINING_NAMESPACE
+    notebooks_lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "notebooks")
+    assert notebooks_lq.inputs["metadata"]["namespace"] == "jupyterhub" and cq.urn in notebooks_lq.dependencies
     res = cq.inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert {r["name"]: r["nominalQuota"] for r in res}["nvidia.com/gpu"] == 2  # 2 nodes x 1 RTX 6000
     assert flavor.inputs["spec"]["tolerations"] == [GPU_TAINT.toleration()]
     assert full_plan.outputs["localQueue"] == "gpu-queue"
+
+
+def test_releases_in_queue_namespaces_install_after_kueue_and_kueue_after_trainer(full_plan: Plan) -> None:
+    """Kueue's job webhooks (failurePolicy Fail) see the queue's namespaces only; JupyterHub lives in
+    one (its GPU notebooks are queued), so it installs after Kueue; Kueue after Trainer's CRDs."""
+    kueue = full_plan.one(RELEASE, "platform-queue-kueue")
+    hub = full_plan.one(RELEASE, "platform-notebooks-jupyterhub")
+    trainer = full_plan.one(RELEASE, "platform-kubeflow-trainer")
+    assert kueue.urn in hub.dependencies
+    assert trainer.urn in kueue.dependencies
+    labelled = {r.inputs["metadata"]["name"] for r in full_plan.by_type("kubernetes:core/v1:Namespace")
+                if r.inputs["metadata"]["labels"].get("gpu-platform.io/queue") == "enabled"}
+    assert labelled == {"training", "jupyterhub"}
+
+
+def test_quotas_follow_allocatable_and_the_limit_range_has_no_default_limits(full_plan: Plan) -> None:
+    from components.capacity import allocatable
+
+    alloc = allocatable("linode", "g1-gpu-rtx6000-1")
+    quota = full_plan.one("kubernetes:core/v1:ResourceQuota")
+    cpu = quota.inputs["spec"]["hard"]["requests.cpu"]
+    assert cpu.endswith("m") and int(cpu[:-1]) <= 2 * alloc.cpu_millis  # 2 nodes' allocatable at most
+    lr = full_plan.one("kubernetes:core/v1:LimitRange")
+    (item,) = lr.inputs["spec"]["limits"]
+    assert "default" not in item and "nvidia.com/gpu" not in item["max"]
+    assert int(item["max"]["cpu"][:-1]) <= alloc.cpu_millis
+
+
+def test_training_egress_policy_where_the_metadata_server_is_not_workload_identity(full_plan: Plan) -> None:
+    policy = full_plan.one("kubernetes:networking.k8s.io/v1:NetworkPolicy", "platform-training")
+    assert policy.inputs["spec"]["egress"][1]["to"][0]["ipBlock"]["except"] == ["169.254.169.254/32"]
 
 
 def test_two_pool_stack_gets_two_flavors_and_both_quotas() -> None:

@@ -25,6 +25,12 @@ KUBEFLOW_NAMESPACE = "kubeflow"
 JUPYTERHUB_NAMESPACE = "jupyterhub"
 MONITORING_NAMESPACE = "monitoring"
 
+# Katib's pod webhook injects its metrics collector into trials only in namespaces with this label
+# (katib-standalone v0.19.0, MutatingWebhookConfiguration katib.kubeflow.org namespaceSelector).
+KATIB_METRICS_COLLECTOR_LABEL = "katib.kubeflow.org/metrics-collector-injection"
+# The cloud metadata address on Linode, EKS and GKE.
+CLOUD_METADATA_CIDR = "169.254.169.254/32"
+
 
 def render_namespace(name: str, pod_security: str, labels: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
     """A Namespace with Pod Security Admission enforced at `pod_security` (restricted | baseline |
@@ -44,6 +50,25 @@ def render_namespace(name: str, pod_security: str, labels: Optional[Mapping[str,
                 "pod-security.kubernetes.io/warn": "restricted",
                 "pod-security.kubernetes.io/warn-version": "latest",
             },
+        },
+    }
+
+
+def render_metadata_block_policy(namespace: str, name: str) -> dict[str, Any]:
+    """A NetworkPolicy for every pod of `namespace`: egress to any pod in the cluster (DNS, services,
+    peers of a distributed job) and to any address but the cloud metadata server. Kubernetes
+    NetworkPolicies only allow; selecting the pods for Egress denies what no rule allows."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"namespaceSelector": {}}]},
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [CLOUD_METADATA_CIDR]}}]},
+            ],
         },
     }
 
@@ -74,6 +99,8 @@ def apply_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions
         return k8s.core.v1.ResourceQuota(name, metadata=meta, spec=obj["spec"], opts=opts)
     if kind == "LimitRange":
         return k8s.core.v1.LimitRange(name, metadata=meta, spec=obj["spec"], opts=opts)
+    if kind == "NetworkPolicy":
+        return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
     if set(obj) - {"apiVersion", "kind", "metadata", "spec"}:
         raise ValueError(f"{kind} {meta.get('name')}: only apiVersion/kind/metadata/spec are supported for custom resources")
     return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=kind,

@@ -235,11 +235,17 @@ def render_grafana_admin_secret(password: Any, namespace: str = MONITORING_NAMES
 
 
 def alertmanager_config(emails: Sequence[str], smtp: Optional[AlertSmtp]) -> dict[str, Any]:
-    """Everything goes to one e-mail receiver with every address of `alertEmails` (nowhere if none)."""
+    """Routing by severity: critical and warning alerts mail every address of `alertEmails`
+    (critical re-sent every 4 h while firing, warning once a day); Watchdog, InfoInhibitor, info and
+    severity "none" go nowhere (the null receiver), as does everything when there is no address."""
     if emails and smtp is None:
         raise ValueError("alert e-mails need an SMTP relay (platform.alertSmtp)")
     cfg: dict[str, Any] = {"global": {"resolve_timeout": "5m"}}
     receivers: list[dict[str, Any]] = [{"name": "null"}]
+    routes: list[dict[str, Any]] = [
+        {"receiver": "null", "matchers": ['alertname =~ "Watchdog|InfoInhibitor"']},
+        {"receiver": "null", "matchers": ['severity =~ "none|info"']},
+    ]
     if emails:
         assert smtp is not None
         cfg["global"].update({"smtp_smarthost": smtp.smarthost, "smtp_from": smtp.from_address,
@@ -250,25 +256,51 @@ def alertmanager_config(emails: Sequence[str], smtp: Optional[AlertSmtp]) -> dic
             cfg["global"]["smtp_auth_password_file"] = f"/etc/alertmanager/secrets/{smtp.password_secret}/password"
         receivers.append({"name": "email",
                           "email_configs": [{"to": e, "send_resolved": True} for e in emails]})
+        routes += [
+            {"receiver": "email", "matchers": ['severity = "critical"'], "repeat_interval": "4h"},
+            {"receiver": "email", "matchers": ['severity = "warning"'], "repeat_interval": "24h"},
+        ]
     cfg["route"] = {
-        "receiver": "email" if emails else "null",
+        "receiver": "null",  # anything without a known severity
         "group_by": ["alertname", "namespace"],
-        "group_wait": "30s", "group_interval": "5m", "repeat_interval": "12h",
-        "routes": [{"receiver": "null", "matchers": ['alertname = "Watchdog"']},
-                   {"receiver": "null", "matchers": ['alertname = "InfoInhibitor"']}],
+        "group_wait": "30s", "group_interval": "5m", "repeat_interval": "24h",
+        "routes": routes,
     }
     cfg["receivers"] = receivers
-    cfg["inhibit_rules"] = [{"source_matchers": ['severity = "critical"'], "target_matchers": ['severity = "warning"'],
-                             "equal": ["alertname", "namespace"]}]
+    cfg["inhibit_rules"] = [
+        {"source_matchers": ['severity = "critical"'], "target_matchers": ['severity =~ "warning|info"'],
+         "equal": ["alertname", "namespace"]},
+        # kube-prometheus-stack's InfoInhibitor silences info alerts while a warning/critical fires.
+        {"source_matchers": ['alertname = "InfoInhibitor"'], "target_matchers": ['severity = "info"'],
+         "equal": ["namespace"]},
+    ]
     return cfg
 
 
+# Control-plane components kube-prometheus-stack would scrape (and alert on when it cannot).
+CONTROL_PLANE_COMPONENTS = ("kubeScheduler", "kubeControllerManager", "kubeEtcd", "kubeProxy")
+
+
+def control_plane_scrapes(cloud: str) -> dict[str, bool]:
+    """Which control-plane scrapes (and their *Down alerts/rules) are on. None is scrapeable here:
+    - gcp: GKE runs scheduler, controller-manager and etcd out of reach; Dataplane V2 has no kube-proxy;
+    - aws: EKS's control plane is AWS's; the kube-proxy add-on serves metrics on 127.0.0.1:10249 only;
+    - linode: kubeadm binds scheduler (10259), controller-manager (10257), etcd metrics (2381) and
+      kube-proxy metrics (10249) to 127.0.0.1 by default, and the cluster keeps those defaults."""
+    if cloud not in ("gcp", "aws", "linode"):
+        raise ValueError(f"unknown cloud {cloud!r}")
+    return {component: False for component in CONTROL_PLANE_COMPONENTS}
+
+
 def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp: Optional[AlertSmtp],
-                                 retention_days: int = 15, storage_gib: int = 50) -> dict[str, Any]:
+                                 retention_days: int = 15, storage_gib: int = 50,
+                                 cloud: str = "linode") -> dict[str, Any]:
     am_spec: dict[str, Any] = {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}}
     if smtp is not None and smtp.password_secret:
         am_spec["secrets"] = [smtp.password_secret]
     return {
+        # enabled: false drops the component's Service/ServiceMonitor and its default rules
+        **{component: {"enabled": on} for component, on in control_plane_scrapes(cloud).items()},
         "alertmanager": {"config": alertmanager_config(emails, smtp), "alertmanagerSpec": am_spec},
         "grafana": {
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": "admin-user", "passwordKey": "admin-password"},
@@ -277,6 +309,9 @@ def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp
             "service": {"type": "ClusterIP"},
         },
         "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{POOL_LABEL}]"]},
+        # on every node, GPU nodes included (queue.NODE_DAEMONS counts this request)
+        "prometheus-node-exporter": {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                                   "limits": {"memory": "128Mi"}}},
         "prometheus": {"prometheusSpec": {
             # Pick up every ServiceMonitor/PrometheusRule in the cluster, not only this release's.
             "serviceMonitorSelectorNilUsesHelmValues": False,
@@ -324,7 +359,7 @@ class Monitoring(pulumi.ComponentResource):
                              string_data=pulumi.Output.secret(password.result.apply(
                                  lambda pw: {"admin-user": "admin", "admin-password": pw})))
         values = kube_prometheus_stack_values(cluster.default_storage_class, args.alert_emails, args.alert_smtp,
-                                              args.retention_days, args.storage_gib)
+                                              args.retention_days, args.storage_gib, cluster.cloud)
         self.stack = helm_release(f"{name}-kube-prometheus-stack", RELEASE, versions.KUBE_PROMETHEUS_STACK,
                                   MONITORING_NAMESPACE, values, k8s_opts(cluster, self, [ns, admin]))
         after = k8s_opts(cluster, self, [self.stack])

@@ -1,19 +1,27 @@
-"""The job queue: Kueue, a ResourceFlavor per GPU pool, one ClusterQueue, a LocalQueue for training.
+"""The job queue: Kueue, a ResourceFlavor per GPU pool, one ClusterQueue, LocalQueues for training
+(and GPU notebooks).
 
-Quotas come from the pools (GPUs = maxNodes x GPUs per node, CPU and memory = what the pool's nodes
-have, from the price catalog), so the queue never admits more than the pools can hold and jobs wait
-in the queue instead of as Pending pods on a cluster that cannot grow.
+Quotas come from what the pools' nodes can really hand to pods (components.capacity.allocatable:
+the catalog's size minus kubelet/system reservations, per cloud), less the platform's own GPU-node
+daemons and a small headroom. So the queue never admits more CPU/memory than the pools can hold, and
+jobs wait in the queue instead of as Pending pods. Kueue quotas are per flavor in aggregate: a single
+pod larger than one node is caught by the training LimitRange's `max` (one node's share, see
+training.py), which Kueue checks before admitting.
+
+Kueue's webhooks (many with failurePolicy Fail) are scoped to namespaces labelled
+QUEUE_NAMESPACE_LABEL (managedJobsNamespaceSelector, which the chart uses as every job webhook's
+namespaceSelector), so the other releases' hook Jobs never wait for Kueue.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 import yaml
 
+from components.capacity import MI, Allocatable, allocatable
 from components.cluster import TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
 from components.platform import versions
 from components.platform.common import (
@@ -25,28 +33,62 @@ CLUSTER_QUEUE = "gpu-training"
 LOCAL_QUEUE = "gpu-queue"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
-# Workload kinds Kueue manages: plain batch Jobs and Kubeflow TrainJobs (and the JobSets Trainer makes).
-INTEGRATIONS = ("batch/job", "trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset")
+# Namespaces whose workloads Kueue manages (and whose jobs its webhooks see) carry this label; the
+# ClusterQueue admits from the same namespaces. Set on `training` (and `jupyterhub` for GPU notebooks).
+QUEUE_NAMESPACE_LABEL = "gpu-platform.io/queue"
+QUEUE_NAMESPACE_VALUE = "enabled"
+QUEUE_NAMESPACE_SELECTOR = {"matchLabels": {QUEUE_NAMESPACE_LABEL: QUEUE_NAMESPACE_VALUE}}
+# Workload kinds Kueue manages: plain batch Jobs, Kubeflow TrainJobs (and the JobSets Trainer makes),
+# and plain Pods (GPU notebooks, which carry the queue-name label).
+INTEGRATIONS = ("batch/job", "trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset", "pod")
+
+# Requests of the platform's own DaemonSets on every GPU node (gpu.py: DCGM exporter and, where the
+# cloud has none, the device plugin; monitoring.py: node-exporter), plus headroom for the cloud's
+# node agents (CNI, kube-proxy, CSI node plugin, log agents) whose requests the program does not set.
+# capacity.allocatable is an upper bound by a few percent (catalog size vs. MemTotal).
+NODE_DAEMONS = {"cpu_millis": 100 + 50 + 50, "memory_bytes": (128 + 64 + 64) * MI}
+HEADROOM_PERCENT = 5
 
 
 @dataclass(frozen=True)
 class PoolCapacity:
-    """What one node of a pool has, for CPU and memory quotas (from the price catalog)."""
+    """What the queue may hand out on one node of a pool (the smallest of its instance types)."""
 
-    vcpus: int
-    memory_gib: float
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+
+    @property
+    def cpu(self) -> str:
+        return f"{self.cpu_millis}m"
+
+    @property
+    def memory(self) -> str:
+        return f"{self.memory_bytes // MI}Mi"
 
 
-def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec]) -> dict[str, PoolCapacity]:
-    from costs.catalog import load_catalog
+def node_share(a: Allocatable) -> PoolCapacity:
+    """One node's allocatable less the platform's GPU-node daemons and HEADROOM_PERCENT."""
+    cpu = (a.cpu_millis - NODE_DAEMONS["cpu_millis"]) * (100 - HEADROOM_PERCENT) // 100
+    mem = (a.memory_bytes - NODE_DAEMONS["memory_bytes"]) * (100 - HEADROOM_PERCENT) // 100
+    if cpu <= 0 or mem <= 0:
+        raise ValueError(f"a node with {a} leaves nothing for jobs after the node daemons")
+    return PoolCapacity(cpu, mem // MI * MI, a.gpus)
 
-    catalog = load_catalog()
+
+def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec],
+                    instance_types: Optional[Mapping[str, Sequence[str]]] = None) -> dict[str, PoolCapacity]:
+    """Per pool, one node's share for jobs. `instance_types`: every type a node of the pool may be
+    (EKS mixed-instances pools); the smallest decides, since a job may land on any of them."""
     out: dict[str, PoolCapacity] = {}
     for p in pools:
-        itype = catalog.instance(cloud, p.instance_type)
-        if itype is None:
-            raise ValueError(f"GPU pool {p.name}: {cloud} instance type {p.instance_type} is not in the price catalog")
-        out[p.name] = PoolCapacity(itype.vcpus, itype.memory_gib)
+        types = list((instance_types or {}).get(p.name) or [p.instance_type])
+        try:
+            shares = [node_share(allocatable(cloud, t)) for t in types]
+        except ValueError as e:
+            raise ValueError(f"GPU pool {p.name}: {e}") from None
+        out[p.name] = PoolCapacity(min(s.cpu_millis for s in shares), min(s.memory_bytes for s in shares),
+                                   min(s.gpus for s in shares))
     return out
 
 
@@ -75,8 +117,10 @@ def render_resource_flavor(pool: GpuPoolSpec) -> dict[str, Any]:
 
 def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, PoolCapacity],
                          quotas: Mapping[str, int], queueing_strategy: str = "BestEffortFIFO",
-                         namespace: str = TRAINING_NAMESPACE) -> dict[str, Any]:
-    """The one ClusterQueue: GPU quota per flavor, CPU/memory as much as the pool's nodes have.
+                         ) -> dict[str, Any]:
+    """The one ClusterQueue: GPU quota per flavor, CPU/memory what the pool's nodes can hand to jobs
+    at the pool's maximum size (allocatable, not nominal size). Admits from every namespace labelled
+    QUEUE_NAMESPACE_LABEL.
 
     Preemption suits interruptible capacity: a higher-priority job may preempt a lower one in the
     queue; nothing is reclaimed across cohorts (there are none); when a flavor is full the next pool
@@ -89,8 +133,8 @@ def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, 
         flavors.append({
             "name": p.name,
             "resources": [
-                {"name": "cpu", "nominalQuota": cap.vcpus * p.max_nodes},
-                {"name": "memory", "nominalQuota": f"{math.ceil(cap.memory_gib * p.max_nodes)}Gi"},
+                {"name": "cpu", "nominalQuota": f"{cap.cpu_millis * p.max_nodes}m"},
+                {"name": "memory", "nominalQuota": f"{cap.memory_bytes * p.max_nodes // MI}Mi"},
                 {"name": GPU_RESOURCE, "nominalQuota": quotas[p.name]},
             ],
         })
@@ -99,7 +143,7 @@ def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, 
         "kind": "ClusterQueue",
         "metadata": {"name": CLUSTER_QUEUE, "labels": dict(MANAGED_BY)},
         "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
             "queueingStrategy": queueing_strategy,
             "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU_RESOURCE], "flavors": flavors}],
             "preemption": {
@@ -134,7 +178,7 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10) -> dict[str, Any]
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
         "controller": {"groupKindConcurrency": {
-            "Job.batch": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
+            "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
             "ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1}},
         "clientConnection": {"qps": 50, "burst": 100},
         "waitForPodsReady": {
@@ -145,6 +189,10 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10) -> dict[str, Any]
         },
         # Only jobs that name a queue are managed; everything else schedules as usual.
         "manageJobsWithoutQueueName": False,
+        # Kueue's job/pod webhooks and integrations only see the queue's namespaces: no other
+        # release's (hook) Jobs depend on Kueue serving (the chart copies this selector into every
+        # job webhook's namespaceSelector).
+        "managedJobsNamespaceSelector": QUEUE_NAMESPACE_SELECTOR,
         "integrations": {"frameworks": list(INTEGRATIONS)},
     }
 
@@ -167,6 +215,10 @@ class JobQueueArgs:
     gpu_quota: Mapping[str, int] | None = None
     pods_ready_timeout_minutes: int = 10
     training_namespace: Optional[pulumi.Resource] = None  # the LocalQueue waits for it
+    # Every instance type a node of a pool may be (EKS mixed-instances pools); default: the pool's own.
+    instance_types: Optional[Mapping[str, Sequence[str]]] = None
+    # Releases Kueue starts after (Kubeflow Trainer: the TrainJob/JobSet CRDs its integrations watch).
+    after: Sequence[pulumi.Resource] = ()
 
 
 class JobQueue(pulumi.ComponentResource):
@@ -174,10 +226,11 @@ class JobQueue(pulumi.ComponentResource):
         super().__init__("gpu-platform:platform:JobQueue", name, None, opts)
         cluster = args.cluster
         quotas = gpu_quotas(cluster.gpu_pools, args.gpu_quota)
-        capacities = pool_capacities(cluster.cloud, cluster.gpu_pools)
+        capacities = pool_capacities(cluster.cloud, cluster.gpu_pools, args.instance_types)
         ns = apply_object(f"{name}-namespace", render_namespace(KUEUE_NAMESPACE, "restricted"), k8s_opts(cluster, self))
         self.kueue = helm_release(f"{name}-kueue", "kueue", versions.KUEUE, KUEUE_NAMESPACE,
-                                  kueue_values(args.pods_ready_timeout_minutes), k8s_opts(cluster, self, [ns]))
+                                  kueue_values(args.pods_ready_timeout_minutes),
+                                  k8s_opts(cluster, self, [ns, *args.after]))
         after_kueue = k8s_opts(cluster, self, [self.kueue])
         self.flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)
                         for p in cluster.gpu_pools]
