@@ -180,12 +180,16 @@ def test_kubeflow_kustomizations_are_registered_pinned_and_ordered(full_plan: Pl
     assert set(dirs) == {"platform-kubeflow-pipelines-cluster-scoped", "platform-kubeflow-pipelines",
                          "platform-kubeflow-katib"}
     cluster_scoped = dirs["platform-kubeflow-pipelines-cluster-scoped"]
-    assert cluster_scoped.inputs["directory"] == versions.PIPELINES_CLUSTER_SCOPED
-    assert dirs["platform-kubeflow-pipelines"].inputs["directory"] == versions.PIPELINES_PLATFORM_AGNOSTIC
-    assert dirs["platform-kubeflow-katib"].inputs["directory"] == versions.KATIB_STANDALONE
+    overlays = versions.KUSTOMIZE_OVERLAYS
+    assert cluster_scoped.inputs["directory"] == overlays["pipelines-cluster-scoped"]
+    assert dirs["platform-kubeflow-pipelines"].inputs["directory"] == overlays["pipelines-platform-agnostic"]
+    assert dirs["platform-kubeflow-katib"].inputs["directory"] == overlays["katib-standalone"]
     assert cluster_scoped.urn in dirs["platform-kubeflow-pipelines"].dependencies
-    # Katib after Pipelines: both ship the `kubeflow` Namespace.
-    assert dirs["platform-kubeflow-pipelines"].urn in dirs["platform-kubeflow-katib"].dependencies
+    # one owner of the `kubeflow` Namespace (the program), before both installs
+    ns = full_plan.one("kubernetes:core/v1:Namespace", "platform-kubeflow-namespace")
+    assert ns.inputs["metadata"]["name"] == "kubeflow"
+    for d in dirs.values():
+        assert ns.urn in d.dependencies, d.name
     # registered, not expanded: nothing was fetched, no child of the kustomizations exists
     for d in dirs.values():
         assert not full_plan.children_of(d.urn)

@@ -1,10 +1,18 @@
 """Kubeflow: Trainer v2 (Helm, with its default ClusterTrainingRuntimes), Katib standalone for
 hyperparameter search, and Kubeflow Pipelines standalone.
 
-Katib and Pipelines ship as kustomizations at pinned upstream tags; they are applied by the
-Kubernetes provider at `pulumi up` (never at test time; under preflight's mocks they are registered
-components, not expanded). Order, as the upstream docs require: Pipelines' cluster-scoped resources
-(CRDs, the `kubeflow` namespace) before its platform-agnostic env; Katib after that namespace exists.
+Katib and Pipelines ship as kustomizations at pinned upstream tags; the program applies local
+overlays of them (components/platform/kustomize/*: the pinned remote target plus `$patch: delete`
+patches) with the Kubernetes provider at `pulumi up` (never at test time; under preflight's mocks
+they are registered components, not expanded; preflight renders the overlays from the pre-built
+upstream YAML). The overlays drop:
+- the `kubeflow` Namespace from both installs: one owner, this program, with Pod Security baseline
+  (as Pipelines' upstream namespace) and Katib's metrics-collector label (as Katib's);
+- Pipelines' v1 cache webhook (cache deployer + cache server) on every cloud: its deployer asks for a
+  `kubernetes.io/kubelet-serving` certificate, which EKS does not sign, so it never completes there;
+  v2 pipelines cache through the API server without it.
+Order: the `kubeflow` Namespace, then Pipelines' cluster-scoped resources (CRDs) before its env, and
+Katib after the namespace.
 
 Resource needs (upstream defaults): Trainer + JobSet controllers ~0.2 CPU / 0.5 GiB; Katib
 (controller, DB manager, MySQL 10 GiB PVC, UI) ~1 CPU / 2 GiB; Pipelines (API server, Argo, MySQL
@@ -22,7 +30,8 @@ from pulumi_kubernetes.kustomize import v2 as kustomize
 from components.cluster import ClusterHandle
 from components.platform import versions
 from components.platform.common import (
-    TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts, render_namespace,
+    KATIB_METRICS_COLLECTOR_LABEL, KUBEFLOW_NAMESPACE, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
+    render_namespace,
 )
 
 # The ClusterTrainingRuntimes the chart's installer applies (runtimes.defaultEnabled).
@@ -45,6 +54,11 @@ def trainer_values() -> dict[str, Any]:
     }
 
 
+def render_kubeflow_namespace() -> dict[str, Any]:
+    """The namespace Pipelines and Katib share, owned here (both upstream installs ship one)."""
+    return render_namespace(KUBEFLOW_NAMESPACE, "baseline", {KATIB_METRICS_COLLECTOR_LABEL: "enabled"})
+
+
 @dataclass
 class KubeflowArgs:
     cluster: ClusterHandle
@@ -58,15 +72,16 @@ class Kubeflow(pulumi.ComponentResource):
                           k8s_opts(cluster, self))
         self.trainer = helm_release(f"{name}-trainer", "kubeflow-trainer", versions.KUBEFLOW_TRAINER,
                                     TRAINER_NAMESPACE, trainer_values(), k8s_opts(cluster, self, [ns]))
+        self.kubeflow_namespace = apply_object(f"{name}-namespace", render_kubeflow_namespace(),
+                                               k8s_opts(cluster, self))
+        overlays = versions.KUSTOMIZE_OVERLAYS
         self.pipelines_cluster = kustomize.Directory(
-            f"{name}-pipelines-cluster-scoped", directory=versions.PIPELINES_CLUSTER_SCOPED,
-            opts=k8s_opts(cluster, self))
+            f"{name}-pipelines-cluster-scoped", directory=overlays["pipelines-cluster-scoped"],
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
         self.pipelines = kustomize.Directory(
-            f"{name}-pipelines", directory=versions.PIPELINES_PLATFORM_AGNOSTIC,
-            opts=k8s_opts(cluster, self, [self.pipelines_cluster]))
-        # Katib and Pipelines both ship the `kubeflow` Namespace: apply Katib second, so its copy
-        # is a server-side-apply update of the existing namespace rather than a racing create.
+            f"{name}-pipelines", directory=overlays["pipelines-platform-agnostic"],
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster]))
         self.katib = kustomize.Directory(
-            f"{name}-katib", directory=versions.KATIB_STANDALONE,
-            opts=k8s_opts(cluster, self, [self.pipelines]))
+            f"{name}-katib", directory=overlays["katib-standalone"],
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
         self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": list(DEFAULT_RUNTIMES)})

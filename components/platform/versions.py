@@ -43,6 +43,13 @@ ALL_CHARTS: dict[str, Chart] = {
     "jupyterhub": JUPYTERHUB,
     "kube-prometheus-stack": KUBE_PROMETHEUS_STACK,
 }
+# What the program applies: local overlays (in this repository, paths relative to its root) whose only
+# resource is the pinned remote target above, with patches (see each kustomization.yaml).
+KUSTOMIZE_OVERLAYS: dict[str, str] = {
+    "katib-standalone": "components/platform/kustomize/katib",
+    "pipelines-cluster-scoped": "components/platform/kustomize/pipelines-cluster-scoped",
+    "pipelines-platform-agnostic": "components/platform/kustomize/pipelines",
+}
 KUSTOMIZE_SOURCES: dict[str, str] = {
     "katib-standalone": KATIB_STANDALONE,
     "pipelines-cluster-scoped": PIPELINES_CLUSTER_SCOPED,
