@@ -26,7 +26,7 @@ from typing import Any, Iterable, Optional
 from components.capacity import GI
 from preflight.fit.model import ClusterModel, NodeGroup
 from preflight.fit.pods import (
-    GPU, PodTemplate, _amount, effective_requests, fmt_amount, object_id,
+    GPU, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
     parse_amounts, pod_templates,
 )
 
