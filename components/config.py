@@ -265,6 +265,10 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
     from components.platform.config import check_stack as check_platform
 
     issues += check_platform(cfg)
+    if not issues:  # names are built from keys already valid on their own
+        from components.names import name_issues
+
+        issues += name_issues(cfg)
     return issues
 
 

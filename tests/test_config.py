@@ -192,3 +192,120 @@ def test_unknown_key_under_a_mapping_of_sections_lists_the_allowed_keys():
     with pytest.raises(ConfigError) as err:
         parse_config(bare(cfg), "aws-prod")
     assert "bogus: 1 -> unknown key; allowed keys here: instanceTypes" in str(err.value)
+
+
+# --- Derived cloud names (components/names.py) -------------------------------------------------
+
+def _raw(stack: str, **changes) -> dict:
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items() if k.startswith("gpu-platform:")}
+    raw.update(changes)
+    return raw
+
+
+def _issue(stack: str, **changes) -> str:
+    with pytest.raises(ConfigError) as err:
+        parse_config(_raw(stack, **changes), stack)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha", "gcp-prod", "aws-prod"])
+def test_every_derived_name_is_the_name_the_program_registers(stack):
+    """names.py computes names as the components do: each must appear among the registered names/labels,
+    so a component that changes its naming without names.py fails here."""
+    from components.names import K8S_NODE_NAME, derived_names
+    from tests.conftest import plan_stack
+
+    cfg = parse_config(_raw(stack), stack)
+    plan = plan_stack(stack)
+    registered = {str(r.inputs.get(k)) for r in plan.resources
+                  for k in ("label", "name", "bucketPrefix", "accountId") if r.inputs.get(k) is not None}
+    missing = [n.value for n in derived_names(cfg) if n.rule is not K8S_NODE_NAME and n.value not in registered]
+    assert not missing, f"derived names the program does not register: {missing}"
+
+
+@pytest.mark.parametrize("stack,changes,fragment", [
+    # Linode: instance label gpu-<env>-<pool>-<i> over 64 characters
+    ("linode-dev", {"environment": "e" * 30, "gpuPools": [{"name": "p" * 30, "instanceType": "g1-gpu-rtx6000-1",
+                                                          "capacity": "on-demand", "minNodes": 1, "maxNodes": 1}]},
+     "gpu-platform:gpuPools[0].name"),
+    ("linode-dev", {"owner": "ml_platform"}, "gpu-platform:owner: \"ml_platform\" -> a value that gives the checkpoint bucket"),
+    ("linode-dev", {"environment": "abcdefghijklmnopqrstuvwxyz"}, "a Linode Firewall label must have 3 to 32"),
+    ("linode-ha", {"environment": "abcdefghijklmnopqrstuvwxyz"}, "a Linode Firewall label must have 3 to 32"),
+    ("aws-prod", {"environment": "abcdefghijklmnopqrstuvwxyz"}, "an S3 bucket_prefix must have 1 to 37"),
+])
+def test_names_the_cloud_refuses_are_config_errors_naming_the_key(stack, changes, fragment):
+    assert fragment in _issue(stack, **changes)
+
+
+def test_longest_environment_on_gcp_gives_names_within_every_limit():
+    """GCP names are shortened where needed (service accounts, bucket): a 30-character environment fits."""
+    from components.names import derived_names
+
+    cfg = parse_config(_raw("gcp-prod", environment="e" * 30), "gcp-prod")
+    assert [n.value for n in derived_names(cfg) if n.rule.problem(n.value)] == []
+
+
+def test_gcs_bucket_name_may_not_contain_google():
+    gcp = {**stack_config("gcp-prod")["gpu-platform:gcp"], "project": "google-ml-proj"}
+    assert "gpu-platform:gcp.project: \"google-ml-proj\"" in _issue("gcp-prod", gcp=gcp)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("environment", "dev\n"), ("alertEmails", ["ops@example.com\n"]), ("owner", "ml-platform\n"),
+])
+def test_a_trailing_newline_is_refused(key, value):
+    """Patterns are matched with fullmatch: `$` alone also matches before a final newline."""
+    assert f"gpu-platform:{key}" in _issue("linode-dev", **{key: value})
+
+
+def test_a_trailing_newline_in_gcp_project_and_zones_is_refused():
+    base = stack_config("gcp-prod")["gpu-platform:gcp"]
+    assert "gcp.project" in _issue("gcp-prod", gcp={**base, "project": "my-ml-project\n"})
+    assert "gcp.zones[0]" in _issue("gcp-prod", gcp={**base, "zones": ["us-central1-a\n"]})
+
+
+def test_smarthost_port_in_range_and_image_not_empty():
+    platform = {**stack_config("linode-dev")["gpu-platform:platform"],
+                "alertSmtp": {"smarthost": "smtp.example.com:99999", "from": "a@example.com"}}
+    assert "1 to 65535" in _issue("linode-dev", platform=platform)
+    linode = {**stack_config("linode-dev")["gpu-platform:linode"], "image": ""}
+    assert "gpu-platform:linode.image" in _issue("linode-dev", linode=linode)
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("monthlyBudgetUsd", True, "a number, not true/false"),
+    ("gpuPools", [{"name": "rtx6000", "instanceType": "g1-gpu-rtx6000-1", "capacity": "on-demand",
+                   "minNodes": 1, "maxNodes": True}], "gpu-platform:gpuPools[0].maxNodes: true"),
+    ("kubernetesVersion", 1.3, "quoted version string"),
+    ("priceOverrides", {"g1-gpu-rtx6000-1": {"onDemand": float("inf")}}, "finite number"),
+])
+def test_bool_as_number_nonfinite_and_ambiguous_versions_are_refused(key, value, fragment):
+    assert fragment in _issue("linode-dev", **{key: value})
+
+
+def test_unquoted_kubernetes_version_is_read_as_its_text():
+    cfg = parse_config(_raw("linode-dev", kubernetesVersion=1.33), "linode-dev")
+    assert cfg.kubernetes_version == "1.33"
+
+
+def test_a_secret_gpu_platform_key_is_refused_without_showing_it():
+    err = str(_secret_issue())
+    assert "gpu-platform:owner: (a secret value) -> a plain value, not a secret" in err
+    assert "s3cr3t" not in err
+
+
+def _secret_issue():
+    with pytest.raises(ConfigError) as err:
+        parse_config(_raw("linode-dev", owner="s3cr3t"), "linode-dev", secret_keys={"owner"})
+    return err.value
+
+
+def test_the_program_refuses_a_key_the_cli_marks_secret():
+    """Under the CLI a `--secret` key reaches the program in PULUMI_CONFIG_SECRET_KEYS (in-process:
+    set_all_config's list); the program must not read it as a plain value."""
+    si = stack_input_from_mapping("linode-dev", stack_config("linode-dev"))
+    si.secret_keys.add("gpu-platform:costCenter")
+    from preflight.runner import run_program
+
+    with pytest.raises(ProgramError, match=r"gpu-platform:costCenter: \(a secret value\)"):
+        run_program(si)

@@ -40,7 +40,8 @@ class LinodeSection(Model):
     region: str = Field(min_length=2)
     control_plane: LinodeControlPlane = Field(default_factory=LinodeControlPlane)
     system_pool: LinodeSystemPool = Field(default_factory=LinodeSystemPool)
-    image: str = "linode/ubuntu24.04"
+    # A Linode image ID: a public image (linode/...) or one of the account's own (private/<id>).
+    image: str = Field(default="linode/ubuntu24.04", pattern=r"^(linode|private)/[A-Za-z0-9._-]+$")
     # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
     subnet_cidr: Cidr = "10.0.0.0/24"
     pod_cidr: Cidr = "10.244.0.0/16"
@@ -50,12 +51,17 @@ class LinodeSection(Model):
     ssh_authorized_keys: list[str] = Field(default_factory=list)
     disk_encryption: bool = True
     checkpoint_bucket_versioning: bool = True
+    # A single control plane's public API address: a Linode Reserved IP (kept when cp-0 is replaced;
+    # not every account can reserve IPs) or, false, cp-0's own address.
+    reserved_api_ip: bool = False
+    # `protect` on control-plane instances: `pulumi destroy` and replacements stop until unprotected.
+    protect_control_planes: bool = True
 
     @field_validator("ssh_authorized_keys")
     @classmethod
     def _ssh_keys(cls, keys: list[str]) -> list[str]:
         for k in keys:
-            if not SSH_KEY.match(k.strip()):
+            if not SSH_KEY.fullmatch(k.strip()):
                 raise ValueError("OpenSSH public keys (ssh-ed25519 AAAA..., ssh-rsa AAAA...)")
         return keys
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from components.config_base import ConfigIssue, DnsLabel, Email, Model
 
@@ -21,6 +21,13 @@ class AlertSmtp(Model):
     """The SMTP relay Alertmanager sends `alertEmails` through."""
 
     smarthost: str = Field(min_length=3, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")  # host:port
+
+    @field_validator("smarthost")
+    @classmethod
+    def _port_in_range(cls, value: str) -> str:
+        if not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
+            raise ValueError("host:port with a TCP port from 1 to 65535, e.g. smtp.example.com:587")
+        return value
     from_address: Email = Field(alias="from")
     username: Optional[str] = None
     # Name of a Secret in the monitoring namespace with key `password` (created out of band, so the
