@@ -91,7 +91,9 @@ def auth_config(admin_users: Sequence[str]) -> dict[str, Any]:
     if not admin_users:
         raise ValueError("notebooks need at least one admin user (platform.notebookAdminUsers)")
     return {
-        "JupyterHub": {"authenticator_class": "nativeauthenticator.NativeAuthenticator"},
+        # null drops the chart's default `admin_access: true` (deprecated since JupyterHub 2.0: what
+        # admins may do is the admin role's scopes), so the hub never sees the setting.
+        "JupyterHub": {"authenticator_class": "nativeauthenticator.NativeAuthenticator", "admin_access": None},
         "Authenticator": {"admin_users": list(admin_users), "allow_all": True},
         "NativeAuthenticator": {"open_signup": False, "minimum_password_length": 12,
                                 "check_common_password": True},
