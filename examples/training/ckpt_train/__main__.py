@@ -39,7 +39,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="steps between periodic checkpoints; env CHECKPOINT_EVERY_STEPS")
     p.add_argument("--keep", type=int, default=int(_env("KEEP_CHECKPOINTS", 3)),
                    help="complete checkpoints kept (older ones are deleted); env KEEP_CHECKPOINTS")
-    p.add_argument("--batch-size", type=int, default=int(_env("BATCH_SIZE", 256)))
+    p.add_argument("--batch-size", type=int, default=int(_env("BATCH_SIZE", 512)))
     p.add_argument("--width", type=int, default=int(_env("MODEL_WIDTH", 64)),
                    help="channels of the first stage (the network is 4x wider at the end)")
     p.add_argument("--lr", type=float, default=float(_env("LEARNING_RATE", 0.05)))

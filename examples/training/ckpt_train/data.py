@@ -27,7 +27,7 @@ class SyntheticImages:
         kw = {"generator": g, "device": self.device}
         labels = torch.randint(0, self.num_classes, (batch_size,), **kw)
         shifts = [int(v) for v in torch.randint(-4, 5, (2,), **kw)]
-        scale = 0.5 + torch.rand(batch_size, 1, 1, 1, **kw)
+        scale = 0.15 + 0.5 * torch.rand(batch_size, 1, 1, 1, **kw)  # faint patterns: not learnt in a few steps
         noise = torch.randn(batch_size, 3, self.size, self.size, **kw)
         images = torch.roll(self.patterns[labels], shifts=shifts, dims=(2, 3)) * scale + noise
         return images, labels
