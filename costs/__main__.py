@@ -23,6 +23,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sim.add_argument("scenario")
     sim.add_argument("--prices", default=None, help="'current' or an override set such as seed-era-2022 "
                      "(default: the scenario's own 'prices')")
+    sim.add_argument("--seeds", type=int, default=None, help="Monte Carlo: run N seeds and print mean and spread")
     sub.add_parser("seed-check", help="the estimator's figures next to the seed story's, differences explained")
     ref = sub.add_parser("refresh", help="rewrite catalog prices from a cloud's public price API")
     which = ref.add_mutually_exclusive_group(required=True)
@@ -41,10 +42,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     if args.cmd == "simulate":
-        from costs.simulator import ScenarioError, load_scenario, render_report, simulate
+        from costs.simulator import ScenarioError, load_scenario, render_report, simulate, simulate_many
 
         try:
-            print(render_report(simulate(load_scenario(args.scenario), args.prices)))
+            doc = load_scenario(args.scenario)
+            if args.seeds:
+                print(simulate_many(doc, args.seeds, args.prices).render())
+            else:
+                print(render_report(simulate(doc, args.prices)))
         except (ScenarioError, OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
