@@ -302,3 +302,49 @@ def test_platform_config_errors_name_the_key() -> None:
         parse_config(raw, "t")
     raw["platform"]["monitoring"] = False
     assert parse_config(raw, "t").platform.monitoring is False
+
+
+# --- training LimitRange, applied as the API server applies it -------------------------------------
+
+
+def admit_container(limit_range: dict, resources: dict) -> tuple[bool, dict]:
+    """The API server's handling of one container against a Container LimitRange item: defaulting
+    of the item (k8s.io/kubernetes pkg/apis/core/v1/defaults.go SetDefaults_LimitRangeItem: a
+    missing `default` limit comes from `max`, a missing `defaultRequest` from `default`), the
+    LimitRanger admission plugin (missing requests/limits filled from defaultRequest/default, then
+    limit <= max), and pod validation (request <= limit)."""
+    from components.capacity import parse_quantity
+
+    (item,) = limit_range["spec"]["limits"]
+    default = {**item.get("max", {}), **item.get("default", {})}
+    default_request = {**default, **item.get("defaultRequest", {})}
+    requests = dict(resources.get("requests", {}))
+    limits = dict(resources.get("limits", {}))
+    for k, v in default_request.items():
+        requests.setdefault(k, limits.get(k, v))
+    for k, v in default.items():
+        limits.setdefault(k, v)
+    ok = all(parse_quantity(requests[k]) <= parse_quantity(limits[k]) for k in requests if k in limits)
+    ok = ok and all(parse_quantity(limits[k]) <= parse_quantity(v) for k, v in item.get("max", {}).items())
+    return ok, {"requests": requests, "limits": limits}
+
+
+def test_multi_gpu_pod_setting_only_requests_is_admitted() -> None:
+    """Before: default limits 4 CPU / 16Gi made a 16-CPU request invalid (request > limit)."""
+    from components.platform.training import render_limit_range
+
+    caps = pool_capacities("linode", TWO)
+    lr = render_limit_range(max(c.cpu_millis for c in caps.values()), max(c.memory_bytes for c in caps.values()))
+    ok, applied = admit_container(lr, {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}})
+    assert ok, applied
+    assert "nvidia.com/gpu" not in applied["limits"] or applied["limits"]["nvidia.com/gpu"] == "4"
+    # a container stating nothing gets the modest request and no GPU
+    ok, applied = admit_container(lr, {})
+    assert ok and applied["requests"] == {"cpu": "500m", "memory": "1Gi"}
+    # a container no node can hold is refused (Kueue checks the LimitRange before admitting)
+    ok, _ = admit_container(lr, {"requests": {"cpu": "64", "memory": "64Gi"}})
+    assert not ok
+    # the old LimitRange refused the multi-GPU pod
+    old = {"spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+                                "default": {"cpu": "4", "memory": "16Gi"}}]}}
+    assert not admit_container(old, {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}})[0]

@@ -32,6 +32,7 @@ from components.platform.monitoring import (
 from components.platform.queue import (
     gpu_quotas, pool_capacities, render_cluster_queue, render_local_queue, render_resource_flavor,
 )
+from components.platform.kubeflow import render_kubeflow_namespace
 from components.platform.notebooks import render_notebooks_namespace
 from components.platform.training import (
     render_checkpoint_configmap, render_checkpoint_secret, render_limit_range, render_network_policy,
@@ -65,6 +66,7 @@ def core_objects() -> list[dict[str, Any]]:
         render_limit_range(23_000, 120 * 1024 ** 3),
         render_network_policy("linode"),
         render_notebooks_namespace(),
+        render_kubeflow_namespace(),
         render_dashboard_configmap(),
         render_grafana_admin_secret("example-password"),
         *[render_namespace(ns, psa) for ns, psa in ((GPU_NAMESPACE, "privileged"), (KUEUE_NAMESPACE, "restricted"),
