@@ -685,3 +685,29 @@ def test_report_render_and_json():
 def test_problem_check_names_are_the_interface_ones():
     with pytest.raises(ValueError):
         C.Problem("scheduling", "r", "o", "x", "y")
+
+
+def test_daemonset_for_an_optional_gpu_feature_no_group_has_is_idle_not_a_problem():
+    mps = daemonset("mps-control-daemon", "gpu-system", pod_spec(
+        nodeSelector={"nvidia.com/gpu.present": "true", "nvidia.com/mps.capable": "true"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]))
+    assert check_fit(model(gpu_group()), [rel("r", [mps])]).ok
+    # selecting GPU presence alone: meant for GPU nodes, reported when no GPU group carries the label
+    dcgm = daemonset("dcgm", "gpu-system", pod_spec(nodeSelector={"nvidia.com/gpu.present": "true"},
+                                                     tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]))
+    unlabelled = group("a10g", "gpu", [GPU_TAINT], {"gpu-platform.io/pool": "a10g"}, gpus=1)
+    assert checks_of(check_fit(model(unlabelled), [rel("r", [dcgm])]), "schedulable")
+    assert check_fit(model(gpu_group()), [rel("r", [dcgm])]).ok
+    only_feature = daemonset("mps-control-daemon", "gpu-system", pod_spec(
+        nodeSelector={"nvidia.com/mps.capable": "true"}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]))
+    assert check_fit(model(gpu_group()), [rel("r", [only_feature])]).ok
+
+
+def test_trainer_runtimes_shipped_in_the_installer_configmap_are_found():
+    import yaml
+
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kubeflow-trainer-runtimes-installer",
+                                                                "namespace": "kubeflow-system"},
+          "data": {"runtimes.yaml": "---\n# license\n" + yaml.safe_dump(RUNTIME)}}
+    pts, issues = pod_templates([rel("kubeflow-trainer", [cm]), rel("example", [trainjob()], source="example")])
+    assert issues == [] and {pt.podset for pt in pts} == {"node", "dataset-initializer"}

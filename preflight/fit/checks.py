@@ -561,18 +561,32 @@ def _self_anti_affinity(pt: PodTemplate) -> bool:
                for t in terms)
 
 
-def _ds_meant_to_run(pod: _Pod) -> bool:
-    """A DaemonSet that matches no group is a problem only when it is meant to run somewhere: it asks for
-    a GPU, targets GPU nodes (selector, affinity or a GPU toleration), or selects nothing but the OS."""
+# Labels that say "this node has an NVIDIA GPU" (ours, GKE's, NFD's PCI vendor label, GPU operator's),
+# as opposed to optional GPU feature labels (nvidia.com/mps.capable, mig.capable, gpu.product).
+GPU_PRESENCE_KEYS = frozenset({"gpu-platform.io/pool", "nvidia.com/gpu.present", "nvidia.com/gpu",
+                               "cloud.google.com/gke-accelerator", "k8s.amazonaws.com/accelerator",
+                               "feature.node.kubernetes.io/pci-10de.present", "nvidia.com/gpu.deploy.device-plugin",
+                               "nvidia.com/gpu.deploy.dcgm-exporter"})
+
+
+def _ds_meant_to_run(pod: _Pod, groups: list[NodeGroup]) -> bool:
+    """A DaemonSet that lands on no group is a problem only when it is meant to run somewhere: it asks
+    for a GPU, selects nodes by GPU presence, selects a group by labels but cannot tolerate its taints,
+    or selects nothing but the OS/arch. One that also selects a feature label no group carries (MPS,
+    MIG capable) or another OS is simply idle."""
     if pod.requests.get(GPU):
         return True
-    keys = set(pod.node_selector) | _affinity_keys(pod.affinity)
     if any(pod.node_selector.get(k, "linux") != "linux" for k in ("kubernetes.io/os", "beta.kubernetes.io/os")):
         return False
-    if any(("gpu" in k or "nvidia" in k or "accelerator" in k) for k in keys):
+    keys = set(pod.node_selector) | _affinity_keys(pod.affinity)
+    carried = {k for g in groups for k in g.labels}
+    if keys - carried - GPU_PRESENCE_KEYS - set(WELL_KNOWN_OS_KEYS):
+        return False  # selects an optional feature label no group has
+    if keys & GPU_PRESENCE_KEYS:
         return True
-    if any("gpu" in (t.get("key") or "") or "nvidia" in (t.get("key") or "") for t in pod.pt.spec.get("tolerations") or []):
-        return True
+    if any(all(g.labels.get(k) == str(v) for k, v in pod.node_selector.items())
+           and node_affinity_matches(pod.affinity, g.labels) for g in groups):
+        return True  # the labels select a group; only its taints keep the DaemonSet off
     return not (keys - set(WELL_KNOWN_OS_KEYS))
 
 
@@ -739,7 +753,7 @@ class _Checker:
                           and all(g.labels.get(k) == str(v) for k, v in pod.node_selector.items())
                           and node_affinity_matches(pod.affinity, g.labels)]
                 if not groups:
-                    if _ds_meant_to_run(pod):
+                    if _ds_meant_to_run(pod, self.model.node_groups):
                         self.unschedulable(pod)
                     continue
                 for g in groups:

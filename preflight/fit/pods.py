@@ -22,7 +22,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+import yaml
+
 from components.capacity import cpu_millis, memory_bytes, parse_quantity
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 HOOK_ANNOTATION = "helm.sh/hook"
 TEST_HOOKS = frozenset({"test", "test-success", "test-failure"})
@@ -118,10 +122,26 @@ def _merge_resources(base: dict, override: dict) -> dict:
     return out
 
 
+def _installer_payloads(obj: dict) -> list[dict]:
+    """Objects a chart ships inside a ConfigMap for a hook Job to `kubectl apply` (the kubeflow-trainer
+    chart's runtimes-installer: files/runtimes/*.yaml in ConfigMap <release>-runtimes-installer, applied
+    by its post-install/post-upgrade Job)."""
+    out = []
+    for text in (obj.get("data") or {}).values():
+        if isinstance(text, str) and "TrainingRuntime" in text:
+            try:
+                out += [d for d in yaml.load_all(text, Loader=_Loader) if isinstance(d, dict)]
+            except yaml.YAMLError:
+                continue
+    return out
+
+
 def _runtime_index(releases: Iterable[Any]) -> dict[tuple[str, Optional[str], str], dict]:
     idx: dict[tuple[str, Optional[str], str], dict] = {}
     for rel in releases:
-        for obj in rel.objects:
+        objs = list(rel.objects)
+        objs += [d for o in rel.objects if o.get("kind") == "ConfigMap" for d in _installer_payloads(o)]
+        for obj in objs:
             if obj.get("kind") in ("ClusterTrainingRuntime", "TrainingRuntime") and \
                     str(obj.get("apiVersion", "")).startswith("trainer.kubeflow.org/"):
                 meta = obj.get("metadata") or {}
