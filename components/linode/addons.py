@@ -26,6 +26,8 @@ class AddonsArgs:
     region: str
     api_token: pulumi.Input[str]
     api_host: str
+    vpc_label: str = ""
+    subnet_label: str = ""
 
 
 def cni_values(cni: str, pod_cidr: str) -> dict[str, Any]:
@@ -41,9 +43,15 @@ def cni_values(cni: str, pod_cidr: str) -> dict[str, Any]:
     return {"installation": {"calicoNetwork": {"ipPools": [{"cidr": pod_cidr, "encapsulation": "VXLAN"}]}}}
 
 
-def ccm_values() -> dict[str, Any]:
+def ccm_values(vpc_label: str, subnet_label: str) -> dict[str, Any]:
+    """Nodes register with their VPC address (kubelet --node-ip): the CCM must know the VPC to report
+    it (ccm-linode v0.7.1 --vpc-names/--subnet-names). LoadBalancer Services then get NodeBalancer
+    backends on each node's private IPv4, which the CCM annotates (node.k8s.linode.com/private-ip):
+    no VPC-backend NodeBalancers (a limited-availability, v4beta feature) are needed."""
     return {
         "secretRef": {"name": TOKEN_SECRET, "apiTokenRef": "apiToken", "regionRef": "region"},
+        "vpcNames": vpc_label,
+        "subnetNames": subnet_label,
         # Nodes start tainted "uninitialized" until the CCM runs: it must tolerate everything.
         "tolerations": [{"operator": "Exists"}],
     }
@@ -108,7 +116,7 @@ class LinodeAddons(pulumi.ComponentResource):
             opts=child,
         )
         after_token = pulumi.ResourceOptions(parent=self, depends_on=[cni, token])
-        ccm = _release(f"{name}-ccm", versions.LINODE_CCM_CHART, "kube-system", ccm_values(), after_token)
+        ccm = _release(f"{name}-ccm", versions.LINODE_CCM_CHART, "kube-system", ccm_values(args.vpc_label, args.subnet_label), after_token)
         csi = _release(f"{name}-csi", versions.LINODE_CSI_CHART, "kube-system", csi_values(),
                        pulumi.ResourceOptions(parent=self, depends_on=[ccm]))
         storage = k8s.storage.v1.StorageClass(

@@ -8,6 +8,7 @@ schema` and shellcheck.
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import ipaddress
 from dataclasses import dataclass, field
@@ -93,8 +94,51 @@ def vpc_addresses(subnet_cidr: str, control_planes: int, system_nodes: int, pool
 
 
 # ---------------------------------------------------------------------------------------------
+# PKI: every CA is the program's (pulumi-tls), placed on control planes before kubeadm runs, so
+# kubeadm uses them instead of generating its own (kubeadm "custom certificates" mode). No join ever
+# depends on kubeadm's uploaded-certs Secret, which expires two hours after `kubeadm init`.
+# ---------------------------------------------------------------------------------------------
+
+PKI_DIR = "/etc/kubernetes/pki"
+
+
+@dataclass(frozen=True)
+class ControlPlanePki:
+    """PEM material of one cluster: what every control plane needs and nothing a worker gets."""
+
+    ca_cert: str
+    ca_key: str
+    front_proxy_ca_cert: str
+    front_proxy_ca_key: str
+    etcd_ca_cert: str
+    etcd_ca_key: str
+    service_account_key: str
+    service_account_pub: str
+
+
+def pki_files(pki: ControlPlanePki) -> list["File"]:
+    """The files kubeadm expects in its certificatesDir (names from kubeadm's constants)."""
+    return [
+        File(f"{PKI_DIR}/ca.crt", pki.ca_cert, "0644"),
+        File(f"{PKI_DIR}/ca.key", pki.ca_key, "0600"),
+        File(f"{PKI_DIR}/front-proxy-ca.crt", pki.front_proxy_ca_cert, "0644"),
+        File(f"{PKI_DIR}/front-proxy-ca.key", pki.front_proxy_ca_key, "0600"),
+        File(f"{PKI_DIR}/etcd/ca.crt", pki.etcd_ca_cert, "0644"),
+        File(f"{PKI_DIR}/etcd/ca.key", pki.etcd_ca_key, "0600"),
+        File(f"{PKI_DIR}/sa.key", pki.service_account_key, "0600"),
+        File(f"{PKI_DIR}/sa.pub", pki.service_account_pub, "0644"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
 # kubeadm configuration (v1beta4)
 # ---------------------------------------------------------------------------------------------
+
+# Control planes join with file discovery: a kubeconfig the node mints at boot from the cluster CA
+# (a one-day client certificate for system:node:<name>), so no bootstrap token is needed.
+DISCOVERY_KUBECONFIG_PATH = "/etc/kubernetes/discovery-kubeconfig.conf"
+# cp-0 holds both: it initialises a new cluster, or joins one that already answers (a replaced cp-0).
+KUBEADM_JOIN_CONFIG_PATH = "/etc/kubernetes/kubeadm-join-config.yaml"
 
 
 @dataclass(frozen=True)
@@ -136,6 +180,7 @@ def _cluster_configuration(cluster: ClusterSpec) -> dict:
         "clusterName": cluster.name,
         "kubernetesVersion": "v" + versions.KUBERNETES_PATCH[cluster.kubernetes_minor],
         "controlPlaneEndpoint": cluster.control_plane_endpoint,
+        "certificatesDir": PKI_DIR,
         "networking": {"podSubnet": cluster.pod_cidr, "serviceSubnet": cluster.service_cidr, "dnsDomain": "cluster.local"},
         "apiServer": {
             "certSANs": list(cluster.cert_sans),
@@ -144,6 +189,7 @@ def _cluster_configuration(cluster: ClusterSpec) -> dict:
         "controllerManager": {"extraArgs": [{"name": "cloud-provider", "value": "external"},
                                             {"name": "profiling", "value": "false"}]},
         "scheduler": {"extraArgs": [{"name": "profiling", "value": "false"}]},
+        "etcd": {"local": {"dataDir": "/var/lib/etcd"}},
         "encryptionAlgorithm": "ECDSA-P256",
     }
 
@@ -154,6 +200,9 @@ def _kubelet_configuration() -> dict:
         "kind": "KubeletConfiguration",
         "cgroupDriver": "systemd",
         "serverTLSBootstrap": False,
+        # The kubelet renews its own client certificate before it expires (kubeadm binds the
+        # auto-approval of those CSRs); kubeadm's control-plane certificates renew on a timer.
+        "rotateCertificates": True,
         "protectKernelDefaults": True,
         "readOnlyPort": 0,
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}},
@@ -169,37 +218,78 @@ def _dump(docs: list[dict]) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
 
 
-def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, token: str, certificate_key: str) -> str:
-    """InitConfiguration + ClusterConfiguration + KubeletConfiguration for the first control plane."""
+def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec) -> str:
+    """InitConfiguration + ClusterConfiguration + KubeletConfiguration for the first control plane.
+
+    No bootstrapTokens and no certificateKey: workers join with the token the program manages as a
+    Secret (with an expiry), control planes with their own copy of the CAs. kubeadm still creates
+    its default 24-hour token (not printed: --skip-token-print); it expires unused."""
     init = {
         "apiVersion": KUBEADM_API,
         "kind": "InitConfiguration",
-        # Never expires: nodes are added declaratively long after init. The token is a Pulumi
-        # secret and joining also needs the CA hash and a network path the firewall allows.
-        "bootstrapTokens": [{"token": token, "ttl": "0s", "usages": ["signing", "authentication"],
-                             "groups": ["system:bootstrappers:kubeadm:default-node-token"],
-                             "description": "gpu-platform declarative node join"}],
         "nodeRegistration": _node_registration(node, control_plane=True),
         "localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443},
-        "certificateKey": certificate_key,
     }
     return _dump([init, _cluster_configuration(cluster), _kubelet_configuration()])
 
 
-def kubeadm_join_config(cluster: ClusterSpec, node: NodeSpec, token: str, ca_hash: str,
-                        control_plane_certificate_key: Optional[str] = None) -> str:
-    """JoinConfiguration for a worker, or for a further control plane when given the certificate key."""
+def kubeadm_control_plane_join_config(cluster: ClusterSpec, node: NodeSpec) -> str:
+    """JoinConfiguration for a further (or replaced) control plane: file discovery with the minted
+    node kubeconfig, certificates from the node's own pki directory (no certificateKey)."""
+    join = {
+        "apiVersion": KUBEADM_API,
+        "kind": "JoinConfiguration",
+        "discovery": {"file": {"kubeConfigPath": DISCOVERY_KUBECONFIG_PATH}, "timeout": "15m0s"},
+        "nodeRegistration": _node_registration(node, control_plane=True),
+        "controlPlane": {"localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443}},
+    }
+    return _dump([join, _kubelet_configuration()])
+
+
+def kubeadm_worker_join_config(cluster: ClusterSpec, node: NodeSpec, token: str, ca_hash: str) -> str:
+    """JoinConfiguration for a worker: the program's bootstrap token, pinned to the cluster CA."""
     join: dict = {
         "apiVersion": KUBEADM_API,
         "kind": "JoinConfiguration",
         "discovery": {"bootstrapToken": {"apiServerEndpoint": cluster.control_plane_endpoint, "token": token,
-                                         "caCertHashes": [ca_hash]}},
-        "nodeRegistration": _node_registration(node, control_plane=control_plane_certificate_key is not None),
+                                         "caCertHashes": [ca_hash]}, "timeout": "15m0s"},
+        "nodeRegistration": _node_registration(node, control_plane=False),
     }
-    if control_plane_certificate_key is not None:
-        join["controlPlane"] = {"localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443},
-                                "certificateKey": control_plane_certificate_key}
     return _dump([join, _kubelet_configuration()])
+
+
+def bootstrap_token_secret(token_id: str, token_secret: str, expiration: str) -> dict:
+    """The `bootstrap.kubernetes.io/token` Secret a worker's join authenticates with (kube-system,
+    named bootstrap-token-<id>; kubeadm's node-join groups; the token cleaner deletes it at expiry)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"bootstrap-token-{token_id}", "namespace": "kube-system"},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "token-id": token_id,
+            "token-secret": token_secret,
+            "expiration": expiration,
+            "usage-bootstrap-authentication": "true",
+            "usage-bootstrap-signing": "true",
+            "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+            "description": "gpu-platform worker join (rotated by pulumi up)",
+        },
+    }
+
+
+def token_window(now: "datetime.datetime", days: int) -> tuple[str, "datetime.datetime"]:
+    """The rotation window `now` falls in: (window id, window end). A new window = a new token on the
+    next `pulumi up`; the token stays valid one more window after its own ends, so a node created
+    just before a rotation still joins."""
+    epoch = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
+    index = (now - epoch).days // days
+    end = epoch + datetime.timedelta(days=(index + 1) * days)
+    return f"w{index}", end
+
+
+def token_expiration(window_end: "datetime.datetime", days: int) -> str:
+    return (window_end + datetime.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,12 +321,14 @@ SYSCTL
 sysctl --system
 
 apt-get update -q
-apt-get install -y -q apt-transport-https ca-certificates curl gpg containerd
+apt-get install -y -q apt-transport-https ca-certificates curl gpg openssl containerd
 mkdir -p /etc/containerd /etc/apt/keyrings
-containerd config default > /etc/containerd/config.toml
-# kubelet and containerd must agree on the cgroup driver (systemd on Ubuntu 24.04).
-sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' /etc/containerd/config.toml
-systemctl restart containerd
+if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null; then
+  containerd config default > /etc/containerd/config.toml
+  # kubelet and containerd must agree on the cgroup driver (systemd on Ubuntu 24.04).
+  sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' /etc/containerd/config.toml
+  systemctl restart containerd
+fi
 systemctl enable containerd
 
 curl -fsSL https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/Release.key \\
@@ -244,23 +336,40 @@ curl -fsSL https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/Release.key
 echo 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/ /' \\
   > /etc/apt/sources.list.d/kubernetes.list
 apt-get update -q
-apt-get install -y -q kubelet={pkg} kubeadm={pkg} kubectl={pkg}
+apt-get install -y -q --allow-change-held-packages kubelet={pkg} kubeadm={pkg} kubectl={pkg}
+# Kubernetes moves only through `python -m components.linode.upgrade` (kubeadm upgrade), never apt.
 apt-mark hold kubelet kubeadm kubectl containerd
 systemctl enable kubelet
 """
 
 
 def install_nvidia_script() -> str:
-    """Pinned NVIDIA server driver and container toolkit; containerd gets the nvidia runtime as default."""
+    """NVIDIA driver from Ubuntu's signed, precompiled modules for the running kernel (no DKMS build,
+    no headers), every NVIDIA package held, and `nvidia-smi` must work before the node may join."""
     branch = versions.NVIDIA_DRIVER_BRANCH
     toolkit = versions.NVIDIA_CONTAINER_TOOLKIT
     return f"""#!/usr/bin/env bash
-# Installs the NVIDIA server driver {branch} and container toolkit {toolkit}, then makes the nvidia
-# runtime containerd's default so the device plugin and GPU pods need no runtimeClassName.
+# Installs the NVIDIA {branch} server driver for the running kernel and container toolkit {toolkit},
+# then makes the nvidia runtime containerd's default so the device plugin and GPU pods need no
+# runtimeClassName. Exits non-zero (and the node does not join) unless nvidia-smi sees the GPU.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
+branch={branch}
+kernel=$(uname -r)
 
-apt-get install -y -q "nvidia-headless-{branch}-server" "nvidia-utils-{branch}-server"
+apt-get update -q
+# Ubuntu builds and signs the module for each kernel (source linux-restricted-modules): it loads
+# under Secure Boot and needs no compiler. Without a build for this kernel, fall back to DKMS
+# against this kernel's own headers.
+if apt-cache show "linux-modules-nvidia-${{branch}}-server-${{kernel}}" >/dev/null 2>&1; then
+  apt-get install -y -q --no-install-recommends \\
+    "linux-modules-nvidia-${{branch}}-server-${{kernel}}" \\
+    "nvidia-headless-no-dkms-${{branch}}-server" "nvidia-utils-${{branch}}-server"
+else
+  echo "no precompiled NVIDIA ${{branch}} modules for kernel ${{kernel}}: building with DKMS" >&2
+  apt-get install -y -q --no-install-recommends "linux-headers-${{kernel}}" \\
+    "nvidia-dkms-${{branch}}-server" "nvidia-headless-no-dkms-${{branch}}-server" "nvidia-utils-${{branch}}-server"
+fi
 modprobe nvidia
 nvidia-smi -L
 
@@ -270,36 +379,206 @@ curl -fsSL https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-contai
   | sed 's#deb https://#deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.gpg] https://#' \\
   > /etc/apt/sources.list.d/nvidia-container-toolkit.list
 apt-get update -q
-apt-get install -y -q \\
+apt-get install -y -q --allow-change-held-packages \\
   "nvidia-container-toolkit={toolkit}" "nvidia-container-toolkit-base={toolkit}" \\
   "libnvidia-container-tools={toolkit}" "libnvidia-container1={toolkit}"
-apt-mark hold "nvidia-headless-{branch}-server" nvidia-container-toolkit
+# Driver, NVML and kernel module must move together: hold every NVIDIA package and the kernel
+# (a new kernel would boot without this driver's module). Nodes change through replacement.
+dpkg-query -W -f='${{binary:Package}}\\n' 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' \\
+  'linux-image-*' 'linux-generic*' 'linux-headers-*' 2>/dev/null | xargs --no-run-if-empty apt-mark hold
 nvidia-ctk runtime configure --runtime=containerd --set-as-default
 systemctl restart containerd
+nvidia-smi -L
 """
 
 
-def bootstrap_script(role: str) -> str:
-    """Runs kubeadm once: init on the first control plane, join elsewhere. Marker file = done."""
-    if role == "init":
-        kubeadm = f"kubeadm init --config {KUBEADM_CONFIG_PATH} --upload-certs"
-    elif role in ("join", "join-control-plane"):
-        kubeadm = f"kubeadm join --config {KUBEADM_CONFIG_PATH}"
-    else:
+def mint_discovery_kubeconfig_script(node_name: str, endpoint: str) -> str:
+    """Shell that writes DISCOVERY_KUBECONFIG_PATH: a one-day client certificate for
+    system:node:<name> (group system:nodes) signed with the cluster CA this control plane holds.
+    kubeadm join uses it for discovery and the kubelet's TLS bootstrap (the node authorizer and
+    kubeadm's auto-approval of node client certificates accept it), so no token is involved."""
+    return f"""mint_discovery_kubeconfig() {{
+  local tmp
+  tmp=$(mktemp -d)
+  openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/node.key"
+  openssl req -new -key "$tmp/node.key" -subj "/O=system:nodes/CN=system:node:{node_name}" -out "$tmp/node.csr"
+  printf 'keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth\\n' > "$tmp/ext.cnf"
+  openssl x509 -req -in "$tmp/node.csr" -CA "{PKI_DIR}/ca.crt" -CAkey "{PKI_DIR}/ca.key" \\
+    -set_serial "0x$(openssl rand -hex 16)" -days 1 -sha256 -extfile "$tmp/ext.cnf" -out "$tmp/node.crt" 2>/dev/null
+  umask 077
+  cat > "{DISCOVERY_KUBECONFIG_PATH}" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubernetes
+  cluster:
+    server: https://{endpoint}
+    certificate-authority-data: $(base64 -w0 < "{PKI_DIR}/ca.crt")
+users:
+- name: system:node:{node_name}
+  user:
+    client-certificate-data: $(base64 -w0 < "$tmp/node.crt")
+    client-key-data: $(base64 -w0 < "$tmp/node.key")
+contexts:
+- name: join
+  context:
+    cluster: kubernetes
+    user: system:node:{node_name}
+current-context: join
+KUBECONFIG
+  rm -rf "$tmp"
+}}
+"""
+
+
+# A replaced cp-0 of an HA cluster must join the survivors, never initialise a second cluster: it
+# looks for an answering peer this long before it concludes the cluster is new (on a first deploy the
+# peers wait for cp-0, so this only delays that first boot).
+PEER_WAIT_SECONDS = 180
+
+
+def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: Sequence[str] = (),
+                     gpu: bool = False) -> str:
+    """The node's whole bootstrap, run by BOOTSTRAP_UNIT until it succeeds: install, driver (GPU
+    nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join."""
+    if role not in ("init", "join-control-plane", "join"):
         raise ValueError(f"unknown role {role!r}")
+    steps = [INSTALL_SCRIPT_PATH] + ([NVIDIA_SCRIPT_PATH] if gpu else [])
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Brings this node into the cluster ({role}). Run by {BOOTSTRAP_UNIT}, which retries until this",
+        "# exits 0; every step is idempotent, and the marker file makes later boots a no-op.",
+        "set -euo pipefail",
+        f"marker={JOINED_MARKER}",
+        'if [ -f "$marker" ]; then',
+        "  exit 0",
+        "fi",
+        "mkdir -p /var/lib/gpu-platform",
+        *steps,
+        "# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
+        "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote).",
+        *([f"[ -d {PKI_SEED} ] || cp -a {PKI_DIR} {PKI_SEED}"] if role != "join" else []),
+        "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then",
+        "  kubeadm reset --force",
+        *([f"  cp -a {PKI_SEED}/. {PKI_DIR}/"] if role != "join" else []),
+        "fi",
+    ]
+    if role == "join":
+        lines += [
+            "# kubeadm's preflight refuses a kubelet newer than the control plane (version skew).",
+            f"kubeadm join --config {KUBEADM_CONFIG_PATH}",
+            "# The config holds the bootstrap token: it is useless once joined, and expires anyway.",
+            f"shred -u {KUBEADM_CONFIG_PATH}",
+        ]
+    else:
+        lines.append(mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"))
+        join = [
+            "mint_discovery_kubeconfig",
+            f"kubeadm join --config {KUBEADM_JOIN_CONFIG_PATH if role == 'init' else KUBEADM_CONFIG_PATH}",
+            f"rm -f {DISCOVERY_KUBECONFIG_PATH}",
+        ]
+        if role == "join-control-plane":
+            lines += join
+        else:
+            lines += [
+                f"peers=({' '.join(peers)})",
+                "peer_answers() {",
+                f"  local ip deadline=$((SECONDS + {PEER_WAIT_SECONDS if peers else 0}))",
+                "  while :; do",
+                '    for ip in "${peers[@]}"; do',
+                f'      if curl --silent --fail --max-time 5 --cacert {PKI_DIR}/ca.crt "https://$ip:6443/readyz" >/dev/null; then',
+                "        return 0",
+                "      fi",
+                "    done",
+                '    [ "$SECONDS" -lt "$deadline" ] || return 1',
+                "    sleep 10",
+                "  done",
+                "}",
+                "if peer_answers; then",
+                "  echo 'a control plane of this cluster answers: joining it (replaced cp-0)'",
+                *[f"  {line}" for line in join],
+                "else",
+                f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
+                "fi",
+            ]
+    lines.append('touch "$marker"')
+    return "\n".join(lines) + "\n"
+
+
+def renew_certs_script() -> str:
+    """Control planes: renew kubeadm's certificates (1-year validity) monthly, then restart the
+    static pods one at a time so they load them (kubeadm docs, "Certificate Management with kubeadm",
+    manual renewal). Certificates signed by the program's CAs (valid 10 years)."""
     return f"""#!/usr/bin/env bash
-# Brings this node into the cluster with kubeadm ({role}); safe to re-run after a reboot.
+# Renews every kubeadm-managed certificate of this control plane and restarts its static pods.
 set -euo pipefail
-marker=/var/lib/gpu-platform/kubeadm-done
-if [ -f "$marker" ]; then
-  exit 0
-fi
-mkdir -p /var/lib/gpu-platform
-{kubeadm}
-# The kubeadm config holds the bootstrap token: keep it only as long as needed.
-shred -u {KUBEADM_CONFIG_PATH}
-touch "$marker"
+[ -f {JOINED_MARKER} ] || exit 0
+kubeadm certs renew all
+for component in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+  mv "/etc/kubernetes/manifests/${{component}}.yaml" "/etc/kubernetes/${{component}}.yaml.renewing"
+  sleep 20
+  mv "/etc/kubernetes/${{component}}.yaml.renewing" "/etc/kubernetes/manifests/${{component}}.yaml"
+  sleep 40
+done
+kubeadm certs check-expiration
 """
+
+
+# ---------------------------------------------------------------------------------------------
+# systemd units and cloud-init
+# ---------------------------------------------------------------------------------------------
+
+BOOTSTRAP_UNIT = "gpu-platform-bootstrap.service"
+RENEW_UNIT = "gpu-platform-renew-certs.service"
+RENEW_TIMER = "gpu-platform-renew-certs.timer"
+RENEW_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-renew-certs.sh"
+JOINED_MARKER = "/var/lib/gpu-platform/joined"
+PKI_SEED = "/var/lib/gpu-platform/pki"
+
+
+def bootstrap_unit() -> str:
+    """Retries the bootstrap every 30 s until it succeeds (apt mirrors, the API or the token may not
+    be there yet on first boot); `journalctl -u gpu-platform-bootstrap` shows why a node waits."""
+    return f"""[Unit]
+Description=gpu-platform: install Kubernetes (and the NVIDIA driver) and join the cluster
+Wants=network-online.target
+After=network-online.target
+ConditionPathExists=!{JOINED_MARKER}
+StartLimitIntervalSec=0
+
+[Service]
+Type=oneshot
+ExecStart={BOOTSTRAP_SCRIPT_PATH}
+Restart=on-failure
+RestartSec=30
+TimeoutStartSec=3600
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def renew_units() -> tuple[str, str]:
+    service = f"""[Unit]
+Description=gpu-platform: renew kubeadm certificates
+ConditionPathExists={JOINED_MARKER}
+
+[Service]
+Type=oneshot
+ExecStart={RENEW_SCRIPT_PATH}
+"""
+    timer = """[Unit]
+Description=gpu-platform: renew kubeadm certificates monthly (they are valid for one year)
+
+[Timer]
+OnCalendar=monthly
+RandomizedDelaySec=12h
+Persistent=true
+
+[Install]
+WantedBy=timers.target
+"""
+    return service, timer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,24 +621,39 @@ def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) 
     return "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=10_000)
 
 
-def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool,
-                   ca_cert_pem: Optional[str] = None, ca_key_pem: Optional[str] = None) -> str:
-    """The whole first-boot document of one node. role: init | join-control-plane | join."""
+def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool, *,
+                   endpoint: str = "", peers: Sequence[str] = (), pki: Optional[ControlPlanePki] = None,
+                   join_config: Optional[str] = None) -> str:
+    """The whole first-boot document of one node. role: init | join-control-plane | join.
+
+    What each role carries: control planes the CAs (they sign the cluster's certificates and mint
+    their own join credential); cp-0 also the join config it uses when replaced; workers only a
+    bootstrap token with an expiry and the CA's hash. The bootstrap runs as a systemd unit that
+    retries until it succeeds."""
+    control_plane = role in ("init", "join-control-plane")
+    if control_plane and pki is None:
+        raise ValueError("a control plane needs the cluster PKI")
+    if role == "init" and join_config is None:
+        raise ValueError("cp-0 needs its join configuration (used when it replaces a lost cp-0)")
     files = [
         File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor), "0700"),
-        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role), "0700"),
+        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
+        File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
     ]
-    if role == "init":
-        if not (ca_cert_pem and ca_key_pem):
-            raise ValueError("the first control plane needs the cluster CA")
-        files += [File("/etc/kubernetes/pki/ca.crt", ca_cert_pem, "0644"),
-                  File("/etc/kubernetes/pki/ca.key", ca_key_pem, "0600")]
-    commands = [INSTALL_SCRIPT_PATH]
+    commands = ["systemctl daemon-reload", f"systemctl enable --now --no-block {BOOTSTRAP_UNIT}"]
     if gpu:
         files.append(File(NVIDIA_SCRIPT_PATH, install_nvidia_script(), "0700"))
-        commands.append(NVIDIA_SCRIPT_PATH)
-    commands.append(BOOTSTRAP_SCRIPT_PATH)
+    if control_plane:
+        assert pki is not None
+        files += pki_files(pki)
+        service, timer = renew_units()
+        files += [File(RENEW_SCRIPT_PATH, renew_certs_script(), "0700"),
+                  File(f"/etc/systemd/system/{RENEW_UNIT}", service, "0644"),
+                  File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
+        commands.insert(1, f"systemctl enable {RENEW_TIMER}")
+    if join_config is not None:
+        files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
     return cloud_config(node.name, files, commands)
 
 
@@ -379,7 +673,9 @@ def admin_kubeconfig(cluster_name: str, server: str, ca_cert_pem: str, client_ce
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": {"server": server, "certificate-authority-data": b64(ca_cert_pem)}}],
+        # The API certificate always names "kubernetes"; the public address may not be one of its SANs.
+        "clusters": [{"name": cluster_name, "cluster": {"server": server, "certificate-authority-data": b64(ca_cert_pem),
+                                                        "tls-server-name": "kubernetes"}}],
         "users": [{"name": user, "user": {"client-certificate-data": b64(client_cert_pem),
                                           "client-key-data": b64(client_key_pem)}}],
         "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": user}}],
@@ -397,7 +693,9 @@ ca_file=$(mktemp)
 trap 'rm -f "$ca_file"' EXIT
 printf '%s' "$CLUSTER_CA_PEM" > "$ca_file"
 deadline=$((SECONDS + 1800))
-until curl --silent --fail --cacert "$ca_file" --max-time 5 "https://${API_HOST}:6443/readyz" >/dev/null; do
+# Verify the certificate for the name "kubernetes" (always a SAN), reached at the public address.
+until curl --silent --fail --cacert "$ca_file" --max-time 5 --resolve "kubernetes:6443:${API_HOST}" \
+    "https://kubernetes:6443/readyz" >/dev/null; do
   if [ "$SECONDS" -ge "$deadline" ]; then
     echo "API server at ${API_HOST}:6443 not ready after 30 minutes; check the instances' console (Lish)" >&2
     exit 1

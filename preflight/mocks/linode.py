@@ -19,7 +19,12 @@ def resource_id(name: str) -> str:
 def _instance(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     reserved = inputs.get("ipv4s") or []
     ip = reserved[0] if reserved else next(_addresses)
-    return {"ipAddress": ip, "ipv4s": [ip], "status": "running"}
+    out = {"ipAddress": ip, "ipv4s": [ip], "status": "running"}
+    if inputs.get("privateIp"):
+        # Linode private IPv4s come from 192.168.128.0/17; stable per name.
+        n = int(hashlib.sha256(name.encode()).hexdigest()[:6], 16) % (128 * 256 - 2) + 1
+        out["privateIpAddress"] = f"192.168.{128 + n // 256}.{n % 256}"
+    return out
 
 
 def _bucket(inputs: dict[str, Any], name: str) -> dict[str, Any]:
