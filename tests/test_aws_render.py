@@ -20,16 +20,19 @@ from components.aws.billing import (alerts_key_policy, billing_thresholds, budge
                                     topic_policy)
 from components.aws.bucket import tls_only_policy, trainer_policy
 from components.aws.eks import render_kubeconfig
-from components.aws.gpu_asg import (asg_tag_list, autoscaler_tags, render_cloudwatch_agent_config, render_cloudwatch_agent_script,
-                                    render_nodeadm_config, render_user_data)
+from components.aws.gpu_asg import (ACCELERATOR_LABEL, ACCELERATOR_VALUES, accelerator_value, asg_tag_list, autoscaler_tags,
+                                    gpu_launch_template_args, node_labels, render_cloudwatch_agent_config,
+                                    render_cloudwatch_agent_script, render_nodeadm_config, render_user_data)
 from components.aws.iam import irsa_trust_policy, partition
 from components.aws.network import plan_subnets
-from components.aws.nth import EVENT_RULES, handler_policy, helm_values as nth_values, queue_policy
-from components.aws.protection import cluster_role_rules, protection_policy, render_deployment, source_files
+from components.aws.nth import EVENT_RULES, handler_policy, helm_values as nth_values, queue_policy, termination_timing
+from components.aws.protection import cluster_role_rules, protection_policy, render_deployment
+from components.aws.scale_down import UNNEEDED_TIME_TAG, scale_down_timing
 from components.cluster import GPU_TAINT, GpuPoolSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 ENDPOINT = "https://ABC.gr7.us-east-1.eks.amazonaws.com"
+IMAGE = "ghcr.io/example-org/gpu-platform-scale-in@sha256:" + "ab" * 32  # a well-formed reference for rendering
 SPEC = GpuPoolSpec(name="a10g", instance_type="g5.xlarge", gpu_model="NVIDIA A10G", gpus_per_node=1, min_nodes=0, max_nodes=8,
                    capacity="spot", node_labels={"gpu-platform.io/pool": "a10g", "nvidia.com/gpu.present": "true", "team": "nlp"})
 
@@ -63,8 +66,29 @@ def test_embedded_shell_passes_shellcheck(tmp_path):
     assert out.returncode == 0, out.stdout
 
 
+def test_gpu_nodes_register_with_the_accelerator_label():
+    labels = node_labels(SPEC)
+    assert labels[ACCELERATOR_LABEL] == "nvidia-a10g" and {k: labels[k] for k in SPEC.node_labels} == SPEC.node_labels
+    doc = yaml.safe_load(render_nodeadm_config("gpu-prod", ENDPOINT, "Q0E=", "172.20.0.0/16", labels, SPEC.taints))
+    assert "k8s.amazonaws.com/accelerator=nvidia-a10g" in doc["spec"]["kubelet"]["flags"][0].split("=", 1)[1].split(",")
+
+
+def test_every_catalog_gpu_model_has_an_accelerator_value():
+    from costs.catalog import load_catalog
+    models = {t.gpu_model for t in load_catalog().gpu_instances("aws") if t.gpu_model}
+    assert models and models <= set(ACCELERATOR_VALUES)
+    assert accelerator_value("NVIDIA L4") == "nvidia-l4" and accelerator_value("NVIDIA V100 32GB") == "nvidia-tesla-v100"
+    with pytest.raises(ValueError, match="ACCELERATOR_VALUES"):
+        accelerator_value("NVIDIA B200")
+
+
+def test_gpu_launch_template_blocks_pods_from_imds():
+    meta = gpu_launch_template_args(200, {"owner": "ml"})["metadata_options"]
+    assert meta["http_put_response_hop_limit"] == 1 and meta["http_tokens"] == "required"
+
+
 def test_controller_liveness_probe_shell_passes_shellcheck(tmp_path):
-    manifest = render_deployment("arn:aws:iam::1:role/r", ["g"], "us-east-1", 900)
+    manifest = render_deployment(IMAGE, "arn:aws:iam::1:role/r", ["g"], "us-east-1", scale_down_timing(900))
     probe = manifest["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["exec"]["command"]
     assert probe[:2] == ["sh", "-c"]
     script = tmp_path / "probe.sh"
@@ -83,13 +107,16 @@ def test_cloudwatch_agent_config_is_the_json_the_script_writes():
 
 
 def test_autoscaler_tags_describe_the_node_for_scale_from_zero():
-    tags = autoscaler_tags("gpu-prod", SPEC)
+    tags = autoscaler_tags("gpu-prod", SPEC, "2m0s")
     p = "k8s.io/cluster-autoscaler/node-template"
     assert tags["k8s.io/cluster-autoscaler/enabled"] == "true" and tags["k8s.io/cluster-autoscaler/gpu-prod"] == "owned"
     assert tags[f"{p}/label/gpu-platform.io/pool"] == "a10g" and tags[f"{p}/label/team"] == "nlp"
     assert tags[f"{p}/taint/{GPU_TAINT.key}"] == "present:NoSchedule"
     assert tags[f"{p}/resources/nvidia.com/gpu"] == "1"
-    listed = asg_tag_list({"owner": "ml"}, "gpu-prod", SPEC, approved_on_demand=False)
+    # the GPU model before the device plugin reports GPUs: no overshoot while a new node starts
+    assert tags[f"{p}/label/k8s.amazonaws.com/accelerator"] == "nvidia-a10g"
+    assert tags[f"{p}/autoscaling-options/scaledownunneededtime"] == "2m0s" == tags[UNNEEDED_TIME_TAG]
+    listed = asg_tag_list({"owner": "ml"}, "gpu-prod", SPEC, approved_on_demand=False, unneeded_time="2m0s")
     by_key = {t["key"]: t for t in listed}
     assert by_key["on-demand-approved"]["value"] == "false" and by_key["gpu-pool"]["propagate_at_launch"]
     assert not by_key[f"{p}/resources/nvidia.com/gpu"]["propagate_at_launch"]
@@ -99,7 +126,7 @@ def test_autoscaler_tags_describe_the_node_for_scale_from_zero():
 def test_too_many_tags_are_refused():
     many = GpuPoolSpec(**{**SPEC.__dict__, "node_labels": {f"l{i}": "x" for i in range(45)}})
     with pytest.raises(ValueError, match="at most 50"):
-        asg_tag_list({}, "gpu-prod", many, False)
+        asg_tag_list({}, "gpu-prod", many, False, "2m0s")
 
 
 def test_kubeconfig_uses_aws_eks_get_token():
@@ -169,48 +196,56 @@ def test_partition_follows_region():
     assert (partition("us-east-1"), partition("us-gov-west-1")) == ("aws", "aws-us-gov")
 
 
-def test_controller_deployment_is_valid_and_hardened():
-    manifest = render_deployment("arn:aws:iam::1:role/r", ["gpu-prod-gpu-a10g", "gpu-prod-gpu-l4x4"], "us-east-1", 900)
+def test_controller_deployment_is_valid_hardened_and_installs_nothing():
+    timing = scale_down_timing(900)
+    manifest = render_deployment(IMAGE, "arn:aws:iam::1:role/r", ["gpu-prod-gpu-a10g", "gpu-prod-gpu-l4x4"], "us-east-1", timing)
     kubernetes_validate.validate(manifest, "1.33.0", strict=True)
     pod = manifest["spec"]["template"]["spec"]
-    for c in pod["containers"] + pod["initContainers"]:
-        assert c["image"] == versions.CONTROLLER_IMAGE
-        assert c["securityContext"]["readOnlyRootFilesystem"] and c["securityContext"]["runAsNonRoot"]
-    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
-    assert env["ASG_NAMES"] == "gpu-prod-gpu-a10g,gpu-prod-gpu-l4x4" and env["GRACE_SECONDS"] == "900"
-    assert "--require-hashes" in pod["initContainers"][0]["command"]
+    (c,) = pod["containers"]
+    assert "initContainers" not in pod and c["image"] == IMAGE and "@sha256:" in c["image"]
+    # no install step: the image's entrypoint runs the controller
+    assert "command" not in c and "args" not in c
+    assert not re.search(r"pip|install|requirements", json.dumps(manifest))
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["ASG_NAMES"] == "gpu-prod-gpu-a10g,gpu-prod-gpu-l4x4"
+    assert env["GRACE_SECONDS"] == str(timing.controller_grace_seconds) == "780"
     for rule in cluster_role_rules():
         kubernetes_validate.validate({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                                       "metadata": {"name": "x"}, "rules": [rule]}, "1.33.0", strict=True)
         assert set(rule["verbs"]) <= {"list", "patch"}
 
 
-def test_controller_ships_its_source_and_hash_pinned_requirements():
-    files = source_files()
-    assert files["controller.py"] == (ROOT / "controllers/scale_in_protection/controller.py").read_text()
-    lines = files["requirements.txt"].splitlines()
-    assert {l.split("==")[0] for l in lines} == set(versions.CONTROLLER_WHEELS)
-    assert all(re.fullmatch(r"[a-z0-9-]+==[\w.]+ --hash=sha256:[0-9a-f]{64}", l) for l in lines)
-    # The controller runs with nothing but the standard library and boto3.
-    imports = set(re.findall(r"^\s*(?:import|from) ([a-z_0-9]+)", files["controller.py"], re.M))
-    assert imports <= {"__future__", "json", "logging", "os", "random", "ssl", "sys", "time", "urllib", "dataclasses",
-                       "typing", "boto3", "botocore"}
+def test_controller_pod_meets_the_restricted_pod_security_standard():
+    """The "restricted" profile's checks (kubernetes.io/docs/concepts/security/pod-security-standards)."""
+    pod = render_deployment(IMAGE, "arn:r", ["g"], "us-east-1", scale_down_timing(900))["spec"]["template"]["spec"]
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert all(set(v) <= {"name", "emptyDir", "configMap", "secret", "projected", "persistentVolumeClaim"} for v in pod["volumes"])
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
+        assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"]["type"] == "RuntimeDefault"
+        assert not sc.get("privileged") and "ports" not in c
 
 
-def test_controller_wheels_match_the_tested_versions():
-    from importlib.metadata import version
-    for name, (pinned, _) in versions.CONTROLLER_WHEELS.items():
-        assert version(name) == pinned, f"{name}: tests ran against {version(name)}, the cluster installs {pinned}"
+@pytest.mark.parametrize("bad", ["python:3.12.8-slim-bookworm", "ghcr.io/o/i:v1", "ghcr.io/o/i@sha256:abc",
+                                 "gpu-platform-scale-in@sha256:" + "a" * 64])
+def test_controller_image_must_be_a_digest_reference(bad):
+    with pytest.raises(ValueError, match="by digest"):
+        render_deployment(bad, "arn:r", ["g"], "us-east-1", scale_down_timing(900))
 
 
 def test_helm_values():
-    n = nth_values("https://sqs/q", "us-east-1", "arn:role")
+    n = nth_values("https://sqs/q", "us-east-1", "arn:role", termination_timing(600))
     assert n["enableSqsTerminationDraining"] is True and n["queueURL"] == "https://sqs/q"
     assert n["serviceAccount"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:role"}
-    c = ca_values("gpu-prod", "us-east-1", "arn:role", "1.33", 15)
+    assert (n["nodeTerminationGracePeriod"], n["heartbeatInterval"], n["heartbeatUntil"]) == (660, 60, 720)
+    c = ca_values("gpu-prod", "us-east-1", "arn:role", "1.33")
     assert c["autoDiscovery"] == {"clusterName": "gpu-prod"}
     assert c["image"]["tag"] == versions.CLUSTER_AUTOSCALER_IMAGE_TAGS["1.33"]
-    assert c["extraArgs"]["scale-down-unneeded-time"] == "15m"
+    # the default for untagged groups (system nodes); GPU groups carry their own tag
+    assert c["extraArgs"]["scale-down-unneeded-time"] == "10m"
 
 
 def test_every_supported_kubernetes_version_has_an_autoscaler_image():
@@ -224,8 +259,10 @@ def test_readme_lists_the_aws_pins_and_quickstart():
     readme = (ROOT / "README.md").read_text()
     rows = [line for line in readme.splitlines() if line.startswith("|") and "components/aws/versions.py" in line]
     table = "\n".join(rows)
-    for pin in (versions.NTH_CHART_VERSION, versions.NTH_CHART, versions.CLUSTER_AUTOSCALER_CHART_VERSION,
-                *versions.CLUSTER_AUTOSCALER_IMAGE_TAGS.values(), versions.CONTROLLER_IMAGE, versions.CONTROLLER_WHEELS["boto3"][0]):
+    base = re.search(r"^FROM (\S+) AS deps$", (ROOT / "controllers/scale_in_protection/Dockerfile").read_text(), re.M).group(1)
+    boto3_pin = re.search(r"^boto3==(\S+) ", (ROOT / "controllers/scale_in_protection/requirements.txt").read_text(), re.M).group(1)
+    for pin in (versions.NTH_CHART_VERSION, versions.NTH_CHART, versions.NTH_APP_VERSION, versions.CLUSTER_AUTOSCALER_CHART_VERSION,
+                *versions.CLUSTER_AUTOSCALER_IMAGE_TAGS.values(), base.split("@")[0], base.split("@")[1][:19], boto3_pin):
         assert pin in table, f"README pinned-versions table lacks {pin}"
     quickstart = readme.split("## Quickstart: AWS", 1)[1].split("\n## ", 1)[0]
     assert "pulumi up -s aws-prod" in quickstart and "billing alerts" in quickstart.lower() and "Quotas" in quickstart

@@ -75,16 +75,29 @@ class RecordedKube:
 
 
 class StrictAutoScaling:
-    """The moto client with AWS's SetInstanceProtection rules, call recording and fault injection."""
+    """The moto client with AWS's SetInstanceProtection rules, call recording and fault injection.
+
+    `states` overrides an instance's LifecycleState as DescribeAutoScalingGroups reports it (moto
+    does not run lifecycle hooks, so it never shows Terminating:Wait); SetInstanceProtection then
+    refuses that instance with a ValidationError, as AWS refuses instances that are not in service."""
 
     def __init__(self, client: Any):
         self.client = client
         self.protection_calls: list[list[str]] = []
         self.throttle_next = 0
+        self.throttle_groups: set[str] = set()  # every call on these groups is throttled
+        self.fail_describe = False
+        self.states: dict[str, str] = {}
         self.before_set: Optional[Any] = None  # hook run before a SetInstanceProtection call (races)
 
     def describe_auto_scaling_groups(self, **kwargs: Any) -> dict:
-        return self.client.describe_auto_scaling_groups(**kwargs)
+        if self.fail_describe:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "not authorized"}}, "DescribeAutoScalingGroups")
+        page = self.client.describe_auto_scaling_groups(**kwargs)
+        for g in page["AutoScalingGroups"]:
+            for inst in g["Instances"]:
+                inst["LifecycleState"] = self.states.get(inst["InstanceId"], inst["LifecycleState"])
+        return page
 
     def set_instance_protection(self, **kwargs: Any) -> dict:
         if self.before_set is not None:
@@ -92,6 +105,8 @@ class StrictAutoScaling:
             hook()
         ids = kwargs["InstanceIds"]
         self.protection_calls.append(list(ids))
+        if kwargs["AutoScalingGroupName"] in self.throttle_groups:
+            raise ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "SetInstanceProtection")
         if self.throttle_next:
             self.throttle_next -= 1
             raise ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "SetInstanceProtection")
@@ -100,6 +115,10 @@ class StrictAutoScaling:
         members = {i["InstanceId"] for i in self.client.describe_auto_scaling_groups(
             AutoScalingGroupNames=[kwargs["AutoScalingGroupName"]])["AutoScalingGroups"][0]["Instances"]}
         for i in ids:
+            if self.states.get(i, "InService") != "InService":
+                raise ClientError({"Error": {"Code": "ValidationError",
+                                             "Message": f"The instance {i} is not in InService or EnteringStandby or Standby."}},
+                                  "SetInstanceProtection")
             if i not in members:
                 raise ClientError({"Error": {"Code": "ValidationError",
                                              "Message": f"The instance {i} is not part of Auto Scaling group {kwargs['AutoScalingGroupName']}."}},
@@ -216,8 +235,8 @@ def test_node_idle_after_jobs_finish_loses_protection_only_after_grace(aws):
 
     kube.pods = load("scale_in_pods_all_done.json")  # the jobs finished
     clock.advance(60)
-    assert ctl.reconcile().unprotected == []
-    clock.advance(GRACE - 61)
+    assert ctl.reconcile().unprotected == []  # first seen idle: the grace period starts now
+    clock.advance(GRACE - 1)
     assert ctl.reconcile().unprotected == []
     clock.advance(2)
     assert sorted(ctl.reconcile().unprotected) == sorted([ids[0], ids[2]])
@@ -281,7 +300,7 @@ def test_instance_that_left_the_group_is_skipped(aws):
     strict.protection_calls.clear()
     ctl.reconcile()
     assert strict.protection_calls == []
-    assert ids[0] not in ctl.last_busy
+    assert ids[0] not in ctl.idle_since
 
 
 def test_throttled_call_is_retried_with_backoff(aws):
@@ -306,8 +325,11 @@ def test_persistent_throttling_gives_up_and_other_errors_are_not_retried(aws):
     sleeps: list[float] = []
     ctl = Controller(strict, RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json")), [group], GRACE,
                      clock=Clock(), sleep=sleeps.append, max_attempts=4)
-    with pytest.raises(ClientError, match="Throttling"):
-        ctl.reconcile()
+    # The group's failure is reported, not raised: the cycle still annotates the busy nodes.
+    result = ctl.reconcile()
+    assert "Throttling" in result.errors[group] and result.protected == []
+    n1, _, n3 = node_names()
+    assert result.annotated == {n1: "true", n3: "true"}
     assert len(strict.protection_calls) == 4 and len(sleeps) == 3
     assert sleeps == sorted(sleeps) or max(sleeps) <= 20  # capped exponential backoff
 
@@ -347,3 +369,206 @@ def test_in_cluster_reader_paginates_and_patches(tmp_path):
     assert patch.get_method() == "PATCH" and patch.full_url == "https://k8s.test/api/v1/nodes/ip-1"
     assert patch.headers["Content-type"] == "application/merge-patch+json"
     assert json.loads(patch.data) == {"metadata": {"annotations": {SCALE_DOWN_DISABLED: None}}}
+
+
+# --- instances that are not in service, failures that must not cost the busy nodes their guard ---------
+
+
+def test_instance_entering_terminating_wait_mid_cycle_does_not_block_the_rest(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=False)
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json"))
+    strict = StrictAutoScaling(client)
+    ctl = Controller(strict, kube, [group], GRACE, clock=Clock(), sleep=lambda s: None)
+    # A Spot interruption puts node 1's instance into Terminating:Wait between the describe and the call.
+    strict.before_set = lambda: strict.states.update({ids[0]: "Terminating:Wait"})
+    result = ctl.reconcile()
+    assert strict.protection_calls == [[ids[0], ids[2]], [ids[2]]]  # retried with the in-service one only
+    assert result.protected == [ids[2]] and result.left_group == [ids[0]] and result.errors == {}
+    assert protection(client, group)[ids[2]] is True
+    n1, _, n3 = node_names()
+    assert kube.nodes[0]["metadata"]["annotations"][SCALE_DOWN_DISABLED] == "true"  # busy: guarded all along
+    assert kube.nodes[2]["metadata"]["annotations"][SCALE_DOWN_DISABLED] == "true"
+    # Next cycle: the terminating instance is not touched at all.
+    strict.protection_calls.clear()
+    assert ctl.reconcile().errors == {} and strict.protection_calls == []
+
+
+def test_a_second_refusal_costs_only_the_refused_instance(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=False)
+    strict = StrictAutoScaling(client)
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json"))
+    ctl = Controller(strict, kube, [group], GRACE, clock=Clock(), sleep=lambda s: None)
+
+    def first():  # node 1 starts terminating; then, before the retry, node 3 too
+        strict.states[ids[0]] = "Terminating:Wait"
+        strict.before_set = second
+
+    def second():
+        strict.states[ids[2]] = "Terminating:Wait"
+
+    strict.before_set = first
+    result = ctl.reconcile()
+    assert result.errors == {} and result.protected == [] and sorted(result.left_group) == [ids[0], ids[2]]
+    assert strict.protection_calls == [[ids[0], ids[2]], [ids[2]], [ids[2]]]
+
+
+def test_terminating_instance_is_left_alone_and_its_busy_node_stays_annotated(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=False)
+    strict = StrictAutoScaling(client)
+    strict.states[ids[0]] = "Terminating:Wait"
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json"))
+    result = Controller(strict, kube, [group], GRACE, clock=Clock(), sleep=lambda s: None).reconcile()
+    assert strict.protection_calls == [[ids[2]]] and result.protected == [ids[2]]
+    assert kube.nodes[0]["metadata"]["annotations"][SCALE_DOWN_DISABLED] == "true"
+
+
+def test_one_failing_group_leaves_the_other_groups_busy_nodes_protected(aws):
+    client, lt, group = aws
+    other = group[:40] + "-b"
+    ids_a = make_group(client, lt, group, 3, protected=False)
+    ids_b = make_group(client, lt, other, 3, protected=False)
+    nodes = recorded_nodes(ids_a) + recorded_nodes(ids_b)
+    for n in nodes[3:]:
+        n["metadata"]["name"] += "-b"
+    pods = load("scale_in_pods_busy.json")
+    pods_b = json.loads(json.dumps(pods))
+    for pod in pods_b:
+        if pod["spec"].get("nodeName"):
+            pod["spec"]["nodeName"] += "-b"
+    strict = StrictAutoScaling(client)
+    first, second = sorted([group, other])
+    strict.throttle_groups = {first}
+    ctl = Controller(strict, RecordedKube(nodes, pods + pods_b), [group, other], GRACE, clock=Clock(), sleep=lambda s: None,
+                     max_attempts=2)
+    result = ctl.reconcile()
+    ids_second = ids_a if second == group else ids_b
+    assert set(result.errors) == {first} and sorted(result.protected) == sorted([ids_second[0], ids_second[2]])
+    assert protection(client, second)[ids_second[0]] is True
+    busy = {n["metadata"]["name"] for i, n in enumerate(nodes) if i % 3 != 1}
+    assert {n for n, v in result.annotated.items() if v == "true"} == busy  # both groups' busy nodes guarded
+
+
+def test_describe_failure_still_marks_busy_nodes(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=False)
+    strict = StrictAutoScaling(client)
+    strict.fail_describe = True
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json"))
+    result = Controller(strict, kube, [group], GRACE, clock=Clock(), sleep=lambda s: None).reconcile()
+    n1, _, n3 = node_names()
+    assert "AccessDenied" in result.errors["describe"] and result.annotated == {n1: "true", n3: "true"}
+    assert strict.protection_calls == []
+
+
+def test_a_failed_release_keeps_the_annotation(aws):
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=True)
+    strict = StrictAutoScaling(client)
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_all_done.json"))
+    clock = Clock()
+    ctl = Controller(strict, kube, [group], GRACE, clock=clock, sleep=lambda s: None, max_attempts=1)
+    ctl.reconcile()
+    assert all(n["metadata"]["annotations"][SCALE_DOWN_DISABLED] == "true" for n in kube.nodes)
+    clock.advance(GRACE + 1)
+    strict.throttle_groups = {group}
+    result = ctl.reconcile()
+    assert group in result.errors and result.unprotected == []
+    assert all(n["metadata"]["annotations"][SCALE_DOWN_DISABLED] == "true" for n in kube.nodes)
+    strict.throttle_groups = set()
+    assert sorted(ctl.reconcile().unprotected) == ids
+    assert all(SCALE_DOWN_DISABLED not in n["metadata"]["annotations"] for n in kube.nodes)
+
+
+# --- the controller's grace and the autoscaler's unneeded-time, played against each other -----------
+
+
+class AutoscalerModel:
+    """cluster-autoscaler's scale-down as its FAQ describes it, for one group: every scan, a node that
+    carries scale-down-disabled=true, or runs a GPU pod, is not unneeded (its count restarts); any
+    other node is unneeded from the first scan that sees it so, and is deleted at the first scan
+    where it has been unneeded for the group's unneeded-time (read from the rendered ASG tag)."""
+
+    def __init__(self, kube: RecordedKube, unneeded_seconds: float):
+        self.kube = kube
+        self.unneeded_seconds = unneeded_seconds
+        self.since: dict[str, float] = {}
+        self.deleted: dict[str, float] = {}
+
+    def scan(self, now: float) -> None:
+        busy = busy_node_names(self.kube.pods)
+        for node in self.kube.nodes:
+            name = node["metadata"]["name"]
+            held = (node["metadata"].get("annotations") or {}).get(SCALE_DOWN_DISABLED) == "true"
+            if name in self.deleted or held or name in busy:
+                self.since.pop(name, None)
+                continue
+            start = self.since.setdefault(name, now)
+            if now - start >= self.unneeded_seconds:
+                self.deleted[name] = now
+
+
+def play(aws, timing, idle_after: float = 600.0) -> float:
+    """Run the controller (every controller interval) and the autoscaler model (every scan) on one
+    clock; the jobs finish at `idle_after`. Returns how long node 1 lived after going idle."""
+    from components.aws.gpu_asg import autoscaler_tags
+    from components.aws.scale_down import UNNEEDED_TIME_TAG, parse_go_duration
+    from components.cluster import GpuPoolSpec
+
+    client, lt, group = aws
+    ids = make_group(client, lt, group, 3, protected=True)
+    kube = RecordedKube(recorded_nodes(ids), load("scale_in_pods_busy.json"))
+    spec = GpuPoolSpec(name="a10g", instance_type="g5.xlarge", gpu_model="NVIDIA A10G", gpus_per_node=1, min_nodes=0,
+                       max_nodes=8, capacity="spot", node_labels={"gpu-platform.io/pool": "a10g"})
+    tag = autoscaler_tags("gpu-prod", spec, timing.unneeded_tag_value())[UNNEEDED_TIME_TAG]
+    ca = AutoscalerModel(kube, parse_go_duration(tag))
+    clock = Clock(0.0)
+    ctl = Controller(StrictAutoScaling(client), kube, [group], timing.controller_grace_seconds, clock=clock,
+                     sleep=lambda s: None)
+    n1 = kube.nodes[0]["metadata"]["name"]
+    # The jobs end between two controller cycles (the worst case: noticed one interval late).
+    idle_at = idle_after + 1
+    while n1 not in ca.deleted and clock.t < idle_at + 4 * timing.grace_seconds:
+        if clock.t >= idle_at:
+            kube.pods = load("scale_in_pods_all_done.json")
+        if clock.t % timing.controller_interval_seconds == 0:
+            ctl.reconcile()
+        if clock.t % timing.scan_interval_seconds == 0:
+            ca.scan(clock.t)
+        clock.advance(1)
+    assert n1 in ca.deleted, "the idle node was never removed"
+    return ca.deleted[n1] - idle_at
+
+
+def test_scale_down_timing_splits_the_grace_period():
+    from components.aws.scale_down import parse_go_duration, scale_down_timing
+
+    t = scale_down_timing(900)
+    assert (t.controller_grace_seconds, t.autoscaler_unneeded_seconds) == (780, 120)
+    assert t.controller_grace_seconds + t.autoscaler_unneeded_seconds == 900
+    assert t.unneeded_tag_value() == "2m0s" and parse_go_duration("2m0s") == 120 and parse_go_duration("10m") == 600
+    short = scale_down_timing(60)
+    assert (short.controller_grace_seconds, short.autoscaler_unneeded_seconds) == (0, 60)
+    alone = scale_down_timing(900, controller_enabled=False)
+    assert (alone.controller_grace_seconds, alone.autoscaler_unneeded_seconds) == (0, 900)
+    with pytest.raises(ValueError):
+        scale_down_timing(30)
+
+
+@pytest.mark.parametrize("grace", [60, 900, 3600])
+def test_idle_node_leaves_after_one_grace_period(aws, grace):
+    from components.aws.scale_down import scale_down_timing
+
+    timing = scale_down_timing(grace)
+    lived = play(aws, timing)
+    assert grace <= lived <= grace + timing.slack_seconds, lived
+
+
+def test_the_old_composition_kept_idle_nodes_twice_the_grace_period(aws):
+    """Controller grace and unneeded-time both set to the grace period: the defect issue 12 names."""
+    from components.aws.scale_down import ScaleDownTiming
+
+    lived = play(aws, ScaleDownTiming(900, controller_grace_seconds=900, autoscaler_unneeded_seconds=900))
+    assert lived >= 2 * 900

@@ -1,9 +1,11 @@
 """cluster-autoscaler: scales the GPU groups (and the system group) from pending pods, down to zero.
 
-It discovers the groups by their tags, scales a GPU pool up from zero from the node-template tags,
-and honours the protection controller: a node the controller marks busy carries
-`cluster-autoscaler.kubernetes.io/scale-down-disabled=true`, and its unneeded time equals the
-stack's scale-down grace period.
+It discovers the groups by their tags and scales a GPU pool up from zero from the node-template
+tags (labels, taint, GPUs, the accelerator label). It never removes a node the protection
+controller holds (`cluster-autoscaler.kubernetes.io/scale-down-disabled=true`); each GPU group
+carries its own scale-down-unneeded-time tag, the part of the stack's grace period the controller
+leaves to the autoscaler (components/aws/scale_down.py), so an idle GPU node goes after the grace
+period once, not twice. The flag below is the default for groups without the tag (the system nodes).
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ def autoscaler_policy(cluster_name: str) -> dict:
     )
 
 
-def helm_values(cluster_name: str, region: str, role_arn: str, kubernetes_version: str, grace_minutes: int) -> dict:
+# Groups without their own tag (EKS's system node group): the autoscaler's default.
+DEFAULT_UNNEEDED_TIME = "10m"
+
+
+def helm_values(cluster_name: str, region: str, role_arn: str, kubernetes_version: str) -> dict:
     return {
         "cloudProvider": "aws",
         "awsRegion": region,
@@ -50,7 +56,7 @@ def helm_values(cluster_name: str, region: str, role_arn: str, kubernetes_versio
         "extraArgs": {
             "balance-similar-node-groups": True,
             "expander": "least-waste",
-            "scale-down-unneeded-time": f"{grace_minutes}m",
+            "scale-down-unneeded-time": DEFAULT_UNNEEDED_TIME,
             "scale-down-delay-after-add": "10m",
             "skip-nodes-with-local-storage": False,
             "skip-nodes-with-system-pods": True,
@@ -65,7 +71,6 @@ class ClusterAutoscalerArgs:
     cluster_name: str
     region: str
     kubernetes_version: str
-    grace_minutes: int
     oidc_provider_arn: pulumi.Input[str]
     oidc_issuer_url: pulumi.Input[str]
     k8s_provider: k8s.Provider
@@ -85,8 +90,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             version=versions.CLUSTER_AUTOSCALER_CHART_VERSION,
             repository_opts={"repo": versions.CLUSTER_AUTOSCALER_REPO},
             namespace=NAMESPACE,
-            values=role.arn.apply(lambda arn: helm_values(args.cluster_name, args.region, arn, args.kubernetes_version,
-                                                          args.grace_minutes)),
+            values=role.arn.apply(lambda arn: helm_values(args.cluster_name, args.region, arn, args.kubernetes_version)),
             atomic=True,
             opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider),
         )

@@ -12,10 +12,11 @@ from components.aws.billing import IdleGpuAlarms, IdleGpuAlarmsArgs
 from components.aws.bucket import CheckpointBucket, CheckpointBucketArgs
 from components.aws.config import instance_types_of, on_demand_split
 from components.aws.eks import STORAGE_CLASS, EksCluster, EksClusterArgs
-from components.aws.gpu_asg import GpuNodeGroup, GpuNodeGroupArgs, asg_name
+from components.aws.gpu_asg import CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs, asg_name
 from components.aws.network import Network, NetworkArgs
-from components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs
+from components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs, termination_timing
 from components.aws.protection import ScaleInProtection, ScaleInProtectionArgs
+from components.aws.scale_down import scale_down_timing
 from components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ class AwsCluster(pulumi.ComponentResource):
             system_max=section.system_nodes.max, log_retention_days=section.log_retention_days, tags=tags), opts=child)
 
         specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})
+        controller = section.scale_in_controller
+        scale_down = scale_down_timing(section.scale_down_grace_minutes * 60, controller_enabled=controller.enabled)
+        termination = termination_timing(section.drain_grace_seconds)
         groups: list[GpuNodeGroup] = []
         for i, (pool, spec) in enumerate(zip(cfg.gpu_pools, specs)):
             base, pct = on_demand_split(cfg, i)
@@ -62,21 +66,26 @@ class AwsCluster(pulumi.ComponentResource):
                 approved_on_demand=pool.approved_on_demand, root_volume_gib=section.pool(pool.name).root_volume_gib,
                 subnet_ids=subnet_ids, security_group_id=eks.cluster_security_group_id,
                 instance_profile_arn=eks.gpu_instance_profile.arn, endpoint=eks.endpoint, ca_data=eks.ca_data,
-                service_cidr=eks.service_cidr, tags=tags, depends_on=[eks.gpu_node_access, *eks.ready[:1]]), opts=child))
+                service_cidr=eks.service_cidr, tags=tags, scale_down_unneeded_time=scale_down.unneeded_tag_value(),
+                protect_from_scale_in=controller.enabled, lifecycle_hook_timeout_seconds=termination.hook_timeout_seconds,
+                depends_on=[eks.gpu_node_access, *eks.ready[:1]]), opts=child))
         asg_arns = [g.asg_arn for g in groups]
         names = [asg_name(cluster_name, p.name) for p in cfg.gpu_pools]
 
         nth = NodeTerminationHandler(f"{name}-nth", NodeTerminationHandlerArgs(
             cluster_name=cluster_name, region=region, asg_arns=asg_arns, oidc_provider_arn=eks.oidc_provider_arn,
-            oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags), opts=child)
+            oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags, timing=termination,
+            capacity_rebalance=CAPACITY_REBALANCE), opts=child)
         ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(
             cluster_name=cluster_name, region=region, kubernetes_version=cfg.kubernetes_version,
-            grace_minutes=section.scale_down_grace_minutes, oidc_provider_arn=eks.oidc_provider_arn,
+            oidc_provider_arn=eks.oidc_provider_arn,
             oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags), opts=child)
-        ScaleInProtection(f"{name}-scale-in-protection", ScaleInProtectionArgs(
-            region=region, asg_names=names, asg_arns=asg_arns, grace_minutes=section.scale_down_grace_minutes,
-            oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider,
-            tags=tags), opts=child)
+        if controller.enabled:
+            assert controller.image is not None, "validated by components.aws.config"
+            ScaleInProtection(f"{name}-scale-in-protection", ScaleInProtectionArgs(
+                region=region, asg_names=names, asg_arns=asg_arns, image=controller.image, timing=scale_down,
+                oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url,
+                k8s_provider=eks.k8s_provider, tags=tags), opts=child)
         bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
             cluster_name=cluster_name, retention_days=section.checkpoint_retention_days,
             oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url, tags=tags), opts=child)

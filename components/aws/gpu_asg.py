@@ -9,9 +9,18 @@ pure and tested directly; `GpuNodeGroup` only wires resources.
   the plan shows exactly which parameter is used, and the deployer needs no ssm:GetParameter.
 - Nodes join with nodeadm (NodeConfig), carrying the pool's labels and the nvidia.com/gpu taint.
 - Spot with price-capacity-optimized allocation over several instance types, capacity rebalancing,
-  a termination lifecycle hook (completed by the node termination handler after draining), new
-  instances protected from scale-in (the protection controller drops it once a node is idle).
-- Tags the cluster-autoscaler reads to scale a pool up from zero (labels, taint, GPU count).
+  a termination lifecycle hook (completed by the node termination handler after draining, which
+  renews it with heartbeats meanwhile), new instances protected from scale-in when the protection
+  controller runs (it drops the protection once a node is idle).
+- Tags the cluster-autoscaler reads to scale a pool up from zero (labels, taint, GPU count, the
+  accelerator label) and the group's own scale-down-unneeded-time (components/aws/scale_down.py).
+- The accelerator label `k8s.amazonaws.com/accelerator` on the node from its first registration:
+  cluster-autoscaler's AWS provider treats a node with that label as a GPU node that is not ready
+  until its GPUs are allocatable, so it does not launch more nodes for the same pending pod while
+  the device plugin starts ("Special note on GPU instances", cluster-autoscaler's AWS README).
+- IMDSv2 with a hop limit of 1: pods on the pod network cannot reach the node's instance role;
+  nodeadm, kubelet, the CloudWatch agent and host-network add-ons (VPC CNI) run in the host's
+  network namespace, one hop away. Pods use IRSA.
 """
 
 from __future__ import annotations
@@ -25,14 +34,35 @@ import pulumi
 import yaml
 from pulumi_aws import autoscaling, ec2
 
+from components.config_base import approval_tags
 from components.aws import versions
 from components.aws.eks import secure_launch_template_args
+from components.aws.scale_down import UNNEEDED_TIME_TAG
 from components.cluster import GPU_TAINT, GpuPoolSpec, Taint
 
 MIME_BOUNDARY = "==GPU-PLATFORM-BOUNDARY=="
 NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
 LIFECYCLE_HOOK = "nth-drain-on-terminate"
-LIFECYCLE_HEARTBEAT_SECONDS = 300
+# Spot capacity is rebalanced by the group (replacement first, then the old instance through the
+# terminate lifecycle hook); the termination handler's rules depend on it (nth.event_rules).
+CAPACITY_REBALANCE = True
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
+# Every AWS GPU model of the catalog (costs/catalog/aws.yaml gpuModel; a test keeps them covered)
+# -> the name cluster-autoscaler's AWS provider lists for it (availableGPUTypes in
+# cloudprovider/aws/aws_cloud_provider.go, tag cluster-autoscaler-1.36.1). The autoscaler needs only
+# the label's presence; the value names the GPU in its metrics and GPU limits. H100 is not in its
+# list and gets the same pattern.
+ACCELERATOR_VALUES = {
+    "NVIDIA A10G": "nvidia-a10g",
+    "NVIDIA L4": "nvidia-l4",
+    "NVIDIA L40S": "nvidia-l40s",
+    "NVIDIA V100 16GB": "nvidia-tesla-v100",
+    "NVIDIA V100 32GB": "nvidia-tesla-v100",
+    "NVIDIA A100 40GB": "nvidia-tesla-a100",
+    "NVIDIA H100 80GB": "nvidia-h100",
+}
+# Pods on the pod network are two hops from IMDS; the host (nodeadm, kubelet, agents) one.
+GPU_IMDS_HOP_LIMIT = 1
 CW_AGENT_CONFIG_PATH = "/opt/aws/amazon-cloudwatch-agent/etc/gpu-platform.json"
 GPU_UTIL_METRIC = "nvidia_smi_utilization_gpu"
 GPU_METRIC_NAMESPACE = "CWAgent"
@@ -41,6 +71,26 @@ GPU_METRIC_NAMESPACE = "CWAgent"
 def asg_name(cluster_name: str, pool: str) -> str:
     """Deterministic, so alarms and the protection controller can name the group before it exists."""
     return f"{cluster_name}-gpu-{pool}"
+
+
+def accelerator_value(gpu_model: str) -> str:
+    """The `k8s.amazonaws.com/accelerator` value for a catalog GPU model."""
+    if gpu_model in ACCELERATOR_VALUES:
+        return ACCELERATOR_VALUES[gpu_model]
+    raise ValueError(f"no accelerator label value for GPU model {gpu_model!r}; add it to "
+                     f"components/aws/gpu_asg.ACCELERATOR_VALUES ({', '.join(sorted(ACCELERATOR_VALUES))})")
+
+
+def node_labels(spec: GpuPoolSpec) -> dict[str, str]:
+    """Every label a GPU node of this pool registers with (also the autoscaler's template labels)."""
+    return {**spec.node_labels, ACCELERATOR_LABEL: accelerator_value(spec.gpu_model)}
+
+
+def gpu_launch_template_args(root_volume_gib: int, tags: Mapping[str, str]) -> dict:
+    """The shared hardened launch-template settings with the GPU nodes' IMDS hop limit of 1."""
+    args = secure_launch_template_args(root_volume_gib, tags)
+    args["metadata_options"] = {**args["metadata_options"], "http_put_response_hop_limit": GPU_IMDS_HOP_LIMIT}
+    return args
 
 
 def render_nodeadm_config(cluster_name: str, endpoint: str, ca_data: str, service_cidr: str,
@@ -113,13 +163,15 @@ def render_user_data(nodeadm_config: str, shell_script: str) -> str:
     )
 
 
-def autoscaler_tags(cluster_name: str, spec: GpuPoolSpec) -> dict[str, str]:
-    """Auto-discovery plus the node-template tags that let cluster-autoscaler scale from zero: it
-    cannot read labels, taints or GPUs from a node that does not exist yet."""
+def autoscaler_tags(cluster_name: str, spec: GpuPoolSpec, unneeded_time: str) -> dict[str, str]:
+    """Auto-discovery plus the node-template tags that let cluster-autoscaler scale from zero (it
+    cannot read labels, taints or GPUs from a node that does not exist yet), and the group's
+    scale-down-unneeded-time (a Go duration, see components/aws/scale_down.py)."""
     prefix = "k8s.io/cluster-autoscaler/node-template"
     tags = {"k8s.io/cluster-autoscaler/enabled": "true", f"k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
-    tags.update({f"{prefix}/label/{k}": v for k, v in spec.node_labels.items()})
+    tags.update({f"{prefix}/label/{k}": v for k, v in node_labels(spec).items()})
     tags.update({f"{prefix}/taint/{t.key}": f"{t.value}:{t.effect}" for t in spec.taints})
+    tags[UNNEEDED_TIME_TAG] = unneeded_time
     tags[f"{prefix}/resources/nvidia.com/gpu"] = str(spec.gpus_per_node)
     return tags
 
@@ -127,16 +179,18 @@ def autoscaler_tags(cluster_name: str, spec: GpuPoolSpec) -> dict[str, str]:
 def pool_tags(spec: GpuPoolSpec, approved_on_demand: bool) -> dict[str, str]:
     """What the policy pack and cost reports read on a GPU group."""
     return {"gpu-pool": spec.name, "capacity": spec.capacity,
-            "on-demand-approved": "true" if approved_on_demand else "false"}
+            **approval_tags(approved_on_demand, "aws")}  # with approver and reason (policy pack)
 
 
-def asg_tag_list(common: Mapping[str, str], cluster_name: str, spec: GpuPoolSpec, approved_on_demand: bool) -> list[dict]:
+def asg_tag_list(common: Mapping[str, str], cluster_name: str, spec: GpuPoolSpec, approved_on_demand: bool,
+                 unneeded_time: str) -> list[dict]:
     """All ASG tags. Owner/pool tags and the NTH/cluster-ownership tags propagate to instances;
     autoscaler tags stay on the group."""
     propagated = {**common, **pool_tags(spec, approved_on_demand), "Name": f"{asg_name(cluster_name, spec.name)}",
                   f"kubernetes.io/cluster/{cluster_name}": "owned", NTH_MANAGED_TAG: "true"}
     out = [{"key": k, "value": v, "propagate_at_launch": True} for k, v in propagated.items()]
-    out += [{"key": k, "value": v, "propagate_at_launch": False} for k, v in autoscaler_tags(cluster_name, spec).items()]
+    out += [{"key": k, "value": v, "propagate_at_launch": False}
+            for k, v in autoscaler_tags(cluster_name, spec, unneeded_time).items()]
     if len(out) > 50:
         raise ValueError(f"{len(out)} tags on {asg_name(cluster_name, spec.name)}; an ASG holds at most 50")
     return out
@@ -159,6 +213,12 @@ class GpuNodeGroupArgs:
     ca_data: pulumi.Input[str]
     service_cidr: pulumi.Input[str]
     tags: Mapping[str, str]
+    # The group's cluster-autoscaler scale-down-unneeded-time (scale_down.ScaleDownTiming.unneeded_tag_value()).
+    scale_down_unneeded_time: str
+    # New instances protected from scale-in: only with the protection controller, which releases them.
+    protect_from_scale_in: bool
+    # Termination lifecycle hook timeout; NTH's heartbeats renew it while it drains (nth.TerminationTiming).
+    lifecycle_hook_timeout_seconds: int
     depends_on: Optional[Sequence[pulumi.Resource]] = None
 
 
@@ -173,7 +233,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         script = render_cloudwatch_agent_script()
         user_data = pulumi.Output.all(args.endpoint, args.ca_data, args.service_cidr).apply(
             lambda a: base64.b64encode(render_user_data(
-                render_nodeadm_config(args.cluster_name, a[0], a[1], a[2], spec.node_labels, spec.taints), script
+                render_nodeadm_config(args.cluster_name, a[0], a[1], a[2], node_labels(spec), spec.taints), script
             ).encode()).decode())
 
         lt = ec2.LaunchTemplate(
@@ -183,7 +243,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             iam_instance_profile={"arn": args.instance_profile_arn},
             vpc_security_group_ids=[args.security_group_id],
             user_data=user_data,
-            **secure_launch_template_args(args.root_volume_gib, instance_tags),
+            **gpu_launch_template_args(args.root_volume_gib, instance_tags),
             opts=pulumi.ResourceOptions(parent=self),
         )
         asg = autoscaling.Group(
@@ -192,8 +252,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             min_size=spec.min_nodes,
             max_size=spec.max_nodes,
             vpc_zone_identifiers=list(args.subnet_ids),
-            capacity_rebalance=True,
-            protect_from_scale_in=True,
+            capacity_rebalance=CAPACITY_REBALANCE,
+            protect_from_scale_in=args.protect_from_scale_in,
             health_check_type="EC2",
             health_check_grace_period=300,
             default_instance_warmup=300,
@@ -213,11 +273,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 "name": LIFECYCLE_HOOK,
                 "lifecycle_transition": "autoscaling:EC2_INSTANCE_TERMINATING",
                 "default_result": "CONTINUE",
-                "heartbeat_timeout": LIFECYCLE_HEARTBEAT_SECONDS,
+                "heartbeat_timeout": args.lifecycle_hook_timeout_seconds,
             }],
             enabled_metrics=["GroupDesiredCapacity", "GroupInServiceInstances", "GroupPendingInstances",
                              "GroupTerminatingInstances", "GroupTotalInstances"],
-            tags=asg_tag_list(args.tags, args.cluster_name, spec, args.approved_on_demand),
+            tags=asg_tag_list(args.tags, args.cluster_name, spec, args.approved_on_demand, args.scale_down_unneeded_time),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on or []),
                                         # The cluster-autoscaler owns the desired size.
                                         ignore_changes=["desiredCapacity"]),

@@ -1,10 +1,18 @@
 """Deploys the job-aware scale-in protection controller (controllers/scale_in_protection).
 
-No image is built: the controller is one Python file shipped in a ConfigMap and run by a pinned
-public python image. Its only dependency, boto3 (with its own dependencies), is installed by an init
-container from PyPI with `pip --require-hashes` into an emptyDir: every wheel pinned by version and
-SHA-256 in components/aws/versions.py, so what runs is exactly what was reviewed, with no registry
-of our own to build, push to or secure. The pod runs as non-root with a read-only root filesystem.
+The controller runs from its own image, built from controllers/scale_in_protection/Dockerfile
+(python slim base pinned by digest, boto3 and its dependencies installed at build time with
+--require-hashes) by .github/workflows/controller-image.yml, published to the repository's GHCR on
+a release tag, and deployed here by digest (aws.scaleInController.image). Nothing is installed
+when the pod starts, so a cluster without internet egress is protected like any other. The pod
+meets the Kubernetes "restricted" Pod Security Standard: non-root, no privilege escalation, all
+capabilities dropped, RuntimeDefault seccomp, read-only root filesystem.
+
+What each guard stops (README, "Scale-in protection"): the node annotation
+`cluster-autoscaler.kubernetes.io/scale-down-disabled` is what keeps the cluster-autoscaler off a
+busy node; instance scale-in protection only stops the group's own scale-in (a lowered desired
+capacity, AZ rebalancing) - not TerminateInstanceInAutoScalingGroup (how the autoscaler removes a
+node), Spot interruptions or health-check replacements.
 
 IAM (IRSA): SetInstanceProtection on the GPU groups only, DescribeAutoScalingGroups (not scopable).
 Kubernetes RBAC: list pods, list nodes, patch nodes (the scale-down-disabled annotation).
@@ -12,24 +20,25 @@ Kubernetes RBAC: list pods, list nodes, patch nodes (the scale-down-disabled ann
 
 from __future__ import annotations
 
-import hashlib
 import json
+import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_aws import iam
 
-from components.aws import versions
 from components.aws.iam import irsa_role, policy, statement
+from components.aws.scale_down import ScaleDownTiming
 from components.cluster import POOL_LABEL
 
 NAMESPACE = "kube-system"
 NAME = "gpu-scale-in-protection"
-CONTROLLER_SOURCE = Path(__file__).resolve().parents[2] / "controllers" / "scale_in_protection" / "controller.py"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "gpu-platform"}
+# registry/repository[:tag]@sha256:<64 hex>; the registry host is required (no Docker Hub shorthand).
+IMAGE_BY_DIGEST = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$"
+RUN_AS = 65532  # the image's USER (controllers/scale_in_protection/Dockerfile)
 
 
 def protection_policy(asg_arns: Sequence[str]) -> dict:
@@ -46,25 +55,16 @@ def cluster_role_rules() -> list[dict]:
     ]
 
 
-def source_files() -> dict[str, str]:
-    """What the ConfigMap ships: the controller module and its hash-pinned requirements."""
-    return {"controller.py": CONTROLLER_SOURCE.read_text(encoding="utf-8"),
-            "requirements.txt": versions.controller_requirements()}
-
-
-def render_deployment(role_arn: str, asg_names: Sequence[str], region: str, grace_seconds: int,
-                      interval_seconds: int = 30) -> dict:
-    """The controller's Deployment manifest (validated strictly in the tests). The pod template
-    carries a hash of the shipped source, so a new controller version rolls the pod."""
-    digest = hashlib.sha256(json.dumps(source_files(), sort_keys=True).encode()).hexdigest()
+def render_deployment(image: str, role_arn: str, asg_names: Sequence[str], region: str, timing: ScaleDownTiming) -> dict:
+    """The controller's Deployment manifest (validated strictly in the tests). The image is taken
+    by digest, so a new controller version is a new digest in the stack config and rolls the pod."""
+    if not re.match(IMAGE_BY_DIGEST, image):
+        raise ValueError(f"controller image {image!r}: a reference by digest, registry/repository@sha256:<64 hex>")
     hardened = {
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
-        "runAsUser": 65532, "runAsGroup": 65532, "capabilities": {"drop": ["ALL"]},
+        "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
-    deps = {"name": "deps", "mountPath": "/deps"}
-    app = {"name": "app", "mountPath": "/app", "readOnly": True}
-    tmp = {"name": "tmp", "mountPath": "/tmp"}
-    env_common = [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, {"name": "HOME", "value": "/tmp"}]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -74,49 +74,35 @@ def render_deployment(role_arn: str, asg_names: Sequence[str], region: str, grac
             "strategy": {"type": "Recreate"},  # one writer of protection state at a time
             "selector": {"matchLabels": dict(LABELS)},
             "template": {
-                "metadata": {"labels": dict(LABELS), "annotations": {"gpu-platform.io/role-arn": role_arn,
-                                                                 "gpu-platform.io/source-sha256": digest}},
+                "metadata": {"labels": dict(LABELS), "annotations": {"gpu-platform.io/role-arn": role_arn}},
                 "spec": {
                     "serviceAccountName": NAME,
                     "automountServiceAccountToken": True,
                     "priorityClassName": "system-cluster-critical",
                     "nodeSelector": {"gpu-platform.io/role": "system"},
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "fsGroup": 65532},
-                    "initContainers": [{
-                        "name": "install-deps",
-                        "image": versions.CONTROLLER_IMAGE,
-                        "command": ["python", "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--require-hashes",
-                                    "--only-binary=:all:", "--target", "/deps", "-r", "/app/requirements.txt"],
-                        "env": env_common + [{"name": "PIP_DISABLE_PIP_VERSION_CHECK", "value": "1"}],
-                        "securityContext": hardened,
-                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
-                        "volumeMounts": [deps, app, tmp],
-                    }],
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{
                         "name": "controller",
-                        "image": versions.CONTROLLER_IMAGE,
-                        "command": ["python", "/app/controller.py"],
-                        "env": env_common + [
-                            {"name": "PYTHONPATH", "value": "/deps"},
+                        "image": image,
+                        # The image's entrypoint runs the controller; nothing is installed at start.
+                        "env": [
                             {"name": "ASG_NAMES", "value": ",".join(asg_names)},
-                            {"name": "GRACE_SECONDS", "value": str(grace_seconds)},
-                            {"name": "INTERVAL_SECONDS", "value": str(interval_seconds)},
+                            {"name": "GRACE_SECONDS", "value": str(timing.controller_grace_seconds)},
+                            {"name": "INTERVAL_SECONDS", "value": str(timing.controller_interval_seconds)},
                             {"name": "AWS_REGION", "value": region},
                             {"name": "NODE_SELECTOR", "value": POOL_LABEL},
                         ],
                         "securityContext": hardened,
                         "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
                         "livenessProbe": {
+                            # The controller touches /tmp/heartbeat after every successful cycle.
                             "exec": {"command": ["sh", "-c", "test $(( $(date +%s) - $(stat -c %Y /tmp/heartbeat) )) -lt 600"]},
                             "initialDelaySeconds": 120, "periodSeconds": 60,
                         },
-                        "volumeMounts": [deps, app, tmp],
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                     }],
-                    "volumes": [
-                        {"name": "app", "configMap": {"name": NAME}},
-                        {"name": "deps", "emptyDir": {"sizeLimit": "256Mi"}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
-                    ],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
                 },
             },
         },
@@ -128,7 +114,8 @@ class ScaleInProtectionArgs:
     region: str
     asg_names: Sequence[str]
     asg_arns: Sequence[pulumi.Input[str]]
-    grace_minutes: int
+    image: str  # by digest (aws.scaleInController.image)
+    timing: ScaleDownTiming
     oidc_provider_arn: pulumi.Input[str]
     oidc_issuer_url: pulumi.Input[str]
     k8s_provider: k8s.Provider
@@ -153,9 +140,8 @@ class ScaleInProtection(pulumi.ComponentResource):
             f"{name}-cluster-role-binding", metadata={"name": NAME, "labels": dict(LABELS)},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
             subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}], opts=kube)
-        cm = k8s.core.v1.ConfigMap(f"{name}-source", metadata=meta, data=source_files(), opts=kube)
-        manifest = role.arn.apply(lambda arn: render_deployment(arn, list(args.asg_names), args.region, args.grace_minutes * 60))
+        manifest = role.arn.apply(lambda arn: render_deployment(args.image, arn, list(args.asg_names), args.region, args.timing))
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=meta, spec=manifest.apply(lambda m: m["spec"]),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[sa, cr, crb, cm]))
+            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[sa, cr, crb]))
         self.register_outputs({"roleArn": role.arn})

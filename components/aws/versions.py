@@ -10,6 +10,12 @@ from __future__ import annotations
 # https://github.com/aws/aws-node-termination-handler/tree/main/config/helm/aws-node-termination-handler
 NTH_CHART = "oci://public.ecr.aws/aws-ec2/helm/aws-node-termination-handler"
 NTH_CHART_VERSION = "0.27.6"  # appVersion 1.25.6
+# v1.25.6 (2026-04-02) is the newest NTH release (aws/aws-node-termination-handler tags, snapshot of
+# 2026-07-21), so there is no newer image to override the chart's with. Its README compatibility table
+# lists Kubernetes 1.29-1.32 only; the maintainers confirmed 1.33 in issue #1167 (2025-08-13); no
+# statement for 1.34+ (aws/containers-roadmap#2756, open). Recorded here, shown in the README.
+NTH_APP_VERSION = "v1.25.6"
+NTH_TESTED_KUBERNETES = ("1.29", "1.30", "1.31", "1.32", "1.33")
 
 # cluster-autoscaler (chart from the kubernetes/autoscaler repository). The image tag must match the
 # cluster's Kubernetes minor version, so the chart's default image is overridden per version.
@@ -17,11 +23,18 @@ CLUSTER_AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
 CLUSTER_AUTOSCALER_CHART = "cluster-autoscaler"
 CLUSTER_AUTOSCALER_CHART_VERSION = "9.47.0"
 CLUSTER_AUTOSCALER_IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
+# Newest patch release per minor: tags cluster-autoscaler-<version> of github.com/kubernetes/autoscaler
+# (1.36.1, 1.35.2, 1.34.5, 1.33.6 and 1.32.7 tagged 2026-07-22; 1.31.5 earlier), read 2026-11-23 from the
+# repository snapshot of 2026-08-22. Images: registry.k8s.io/autoscaling/cluster-autoscaler:v<version>.
+# Every release here reads the per-ASG `autoscaling-options/scaledownunneededtime` tag
+# (cloudprovider/aws/aws_manager.go) and the `k8s.amazonaws.com/accelerator` GPU label.
 CLUSTER_AUTOSCALER_IMAGE_TAGS = {
-    "1.31": "v1.31.0",
-    "1.32": "v1.32.3",
-    "1.33": "v1.33.1",
-    "1.34": "v1.34.0",
+    "1.31": "v1.31.5",
+    "1.32": "v1.32.7",
+    "1.33": "v1.33.6",
+    "1.34": "v1.34.5",
+    "1.35": "v1.35.2",
+    "1.36": "v1.36.1",
 }
 
 # EKS-optimized Amazon Linux 2023 NVIDIA AMI (driver + container toolkit preinstalled), resolved at
@@ -34,19 +47,11 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # created; the provider then holds that version until it is set here deliberately.
 EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver")
 
-# The scale-in protection controller runs this public image; its only dependencies (boto3 and what
-# boto3 needs) are installed by an init container from PyPI with pip --require-hashes, pinned below.
-CONTROLLER_IMAGE = "python:3.12.8-slim-bookworm"
-CONTROLLER_WHEELS = {
-    # name: (version, sha256 of the py3-none-any wheel)
-    "boto3": ("1.44.5", "70c3e0409794b29ec1900bcaff0695b73234a2d32ffaed35045b94caa26212a5"),
-    "botocore": ("1.44.5", "8f16a56d1dff125dd65322ae021efa7ba5195a6db5102b96862566055b748921"),
-    "s3transfer": ("0.19.3", "24eb7535804306355e31c952a90022bf5b2f9d760f9a11062c7493a217c08553"),
-    "jmespath": ("1.1.0", "a5663118de4908c91729bea0acadca56526eb2698e83de10cd116ae0f4e97c64"),
-    "python-dateutil": ("2.9.0.post0", "a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427"),
-    "six": ("1.17.0", "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274"),
-    "urllib3": ("2.8.0", "0cf3cae568d36aa9576b28dfb35f11328f1cb974ca7647d9475ebb86c75ac6e3"),
-}
+# The scale-in protection controller's image is built from controllers/scale_in_protection/Dockerfile
+# (base image and wheels pinned there) by .github/workflows/controller-image.yml and published to
+# ghcr.io/<owner>/gpu-platform-scale-in on release tags; stacks deploy it by digest
+# (aws.scaleInController.image).
+CONTROLLER_IMAGE_NAME = "gpu-platform-scale-in"
 
 # CloudWatch agent on GPU nodes (nvidia_gpu metrics for the idle-GPU alarms): the
 # amazon-cloudwatch-agent RPM of the AMI's Amazon Linux 2023 release (AL2023 repositories are
@@ -61,7 +66,3 @@ def gpu_ami_parameter(kubernetes_version: str) -> str:
 def cluster_autoscaler_image_tag(kubernetes_version: str) -> str:
     return CLUSTER_AUTOSCALER_IMAGE_TAGS[kubernetes_version]
 
-
-def controller_requirements() -> str:
-    """requirements.txt for the controller's init container: every wheel pinned by version and hash."""
-    return "".join(f"{name}=={ver} --hash=sha256:{sha}\n" for name, (ver, sha) in CONTROLLER_WHEELS.items())

@@ -3,20 +3,26 @@
 A GPU node is *busy* while a pod that requests `nvidia.com/gpu` is bound to it and not finished.
 Each cycle the controller:
 
-1. lists the instances of its Auto Scaling groups (DescribeAutoScalingGroups);
-2. lists the cluster's nodes and pods (Kubernetes API, read through `KubeReader`);
-3. keeps busy instances protected from scale-in, and removes protection from an instance only once
+1. lists the cluster's GPU nodes and pods and marks every busy node
+   `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` first: the cluster-autoscaler removes
+   nodes with TerminateInstanceInAutoScalingGroup, which instance scale-in protection does not stop,
+   but it never picks a node carrying that annotation. This step needs no AWS call, so a failing AWS
+   API never leaves a busy node unguarded;
+2. lists the instances of its Auto Scaling groups (DescribeAutoScalingGroups) and considers only
+   those InService (Pending, Terminating:Wait, Standby, ... are left alone: AWS refuses to change
+   their protection, and a node that is already going needs none);
+3. keeps busy instances protected from scale-in (which stops the group's own scale-in: a lowered
+   desired capacity, AZ rebalancing) and releases an instance, and removes the annotation, only once
    its node has been idle for the grace period (the clock starts when the controller first sees it
    idle, so a restart never shortens a grace period);
 4. calls SetInstanceProtection in batches of at most 50 instances per group (the API's limit),
-   retrying throttled calls with backoff and re-reading the group when an instance has left it;
-5. mirrors the state on the node as `cluster-autoscaler.kubernetes.io/scale-down-disabled`, because
-   the cluster-autoscaler terminates chosen instances directly (TerminateInstanceInAutoScalingGroup
-   ignores scale-in protection) but honours that annotation.
+   retrying throttled calls with backoff and re-reading the group when an instance has left it or
+   stopped being InService. A group whose calls still fail is reported and skipped: the other groups
+   and the annotations are still reconciled, and an instance whose release failed keeps its annotation.
 
-Runs in-cluster as a single file with only boto3 besides the standard library (see
-components/aws/protection.py for how it is deployed). Configuration from the environment:
-ASG_NAMES (comma-separated), GRACE_SECONDS, INTERVAL_SECONDS, AWS_REGION.
+Runs in-cluster from the image built by controllers/scale_in_protection/Dockerfile: the standard
+library and boto3 only. Configuration from the environment: ASG_NAMES (comma-separated),
+GRACE_SECONDS, INTERVAL_SECONDS, AWS_REGION, NODE_SELECTOR.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 MAX_BATCH = 50  # SetInstanceProtection accepts at most 50 instance IDs per call
 TERMINAL_PHASES = {"Succeeded", "Failed"}
+IN_SERVICE = "InService"  # the only lifecycle state whose protection the controller changes
 RETRYABLE_CODES = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
                    "RequestThrottled", "ServiceUnavailable", "InternalFailure"}
 HEARTBEAT_FILE = "/tmp/heartbeat"
@@ -164,8 +171,9 @@ class GroupInstance:
 class CycleResult:
     protected: list[str] = field(default_factory=list)
     unprotected: list[str] = field(default_factory=list)
-    left_group: list[str] = field(default_factory=list)
+    left_group: list[str] = field(default_factory=list)  # left the group or stopped being InService mid-cycle
     annotated: dict[str, Optional[str]] = field(default_factory=dict)  # node -> annotation value set (None = removed)
+    errors: dict[str, str] = field(default_factory=dict)  # group, "describe" or node -> what failed this cycle
 
 
 def _error_code(exc: Exception) -> Optional[str]:
@@ -194,7 +202,7 @@ class Controller:
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
-        self.last_busy: dict[str, float] = {}  # instance -> last time seen busy (or first seen idle)
+        self.idle_since: dict[str, float] = {}  # instance -> when the controller first saw it idle
 
     # --- AWS calls -----------------------------------------------------------------------------
 
@@ -232,72 +240,126 @@ class Controller:
         return out
 
     def _set_protection(self, group: str, ids: list[str], protect: bool, result: CycleResult) -> list[str]:
-        """Apply protection in batches; returns the IDs actually changed. An instance that left the
-        group in the meantime makes AWS reject the whole batch: re-read the group and retry with the
-        instances still in it."""
+        """Apply protection in batches; returns the IDs actually changed. AWS rejects a whole batch
+        (ValidationError) when one instance has left the group or is no longer InService (e.g.
+        Terminating:Wait after a Spot interruption): re-read the group and retry with the instances
+        still InService in it; if that is refused too, go one by one so one bad instance costs only
+        itself."""
         done: list[str] = []
         for batch in batches(ids):
             try:
                 self._call(self.autoscaling.set_instance_protection, InstanceIds=batch, AutoScalingGroupName=group,
                            ProtectedFromScaleIn=protect)
                 done += batch
+                continue
             except Exception as exc:
                 if _error_code(exc) != "ValidationError":
                     raise
-                current = self.describe([group])
-                still = [i for i in batch if i in current and current[i].group == group]
-                gone = [i for i in batch if i not in still]
-                result.left_group += gone
-                log.info("%s: %s left the group; retrying the rest", group, ", ".join(gone) or "(none)")
-                if still:
-                    self._call(self.autoscaling.set_instance_protection, InstanceIds=still, AutoScalingGroupName=group,
-                               ProtectedFromScaleIn=protect)
-                    done += still
+            current = self.describe([group])
+            still = [i for i in batch if i in current and current[i].group == group
+                     and current[i].lifecycle_state == IN_SERVICE]
+            gone = [i for i in batch if i not in still]
+            result.left_group += gone
+            log.info("%s: %s left the group or service; retrying the rest", group, ", ".join(gone) or "(none)")
+            if not still:
+                continue
+            try:
+                self._call(self.autoscaling.set_instance_protection, InstanceIds=still, AutoScalingGroupName=group,
+                           ProtectedFromScaleIn=protect)
+                done += still
+            except Exception as exc:
+                if _error_code(exc) != "ValidationError":
+                    raise
+                for iid in still:  # the state changed again between the two calls
+                    try:
+                        self._call(self.autoscaling.set_instance_protection, InstanceIds=[iid],
+                                   AutoScalingGroupName=group, ProtectedFromScaleIn=protect)
+                        done.append(iid)
+                    except Exception as one:
+                        if _error_code(one) != "ValidationError":
+                            raise
+                        result.left_group.append(iid)
+                        log.info("%s: %s refused (%s); skipped this cycle", group, iid, one)
         return done
+
+    def _annotate(self, node: dict[str, Any], desired: Optional[str], result: CycleResult) -> None:
+        name = node["metadata"]["name"]
+        current = (node["metadata"].get("annotations") or {}).get(SCALE_DOWN_DISABLED)
+        if current == desired:
+            return
+        try:
+            self.kube.set_node_annotation(name, SCALE_DOWN_DISABLED, desired)
+        except Exception as exc:  # one node's failed patch must not stop the others
+            result.errors[name] = f"annotation: {exc}"
+            log.warning("%s: could not set %s=%s: %s", name, SCALE_DOWN_DISABLED, desired, exc)
+            return
+        node["metadata"].setdefault("annotations", {})[SCALE_DOWN_DISABLED] = desired
+        result.annotated[name] = desired
 
     # --- one cycle -----------------------------------------------------------------------------
 
     def reconcile(self) -> CycleResult:
         now = self.clock()
         result = CycleResult()
-        instances = {i: g for i, g in self.describe().items() if g.lifecycle_state == "InService"}
-        nodes = {iid: n for n in self.kube.list_nodes() if (iid := instance_id(n))}
+        node_list = self.kube.list_nodes()
         busy_nodes = busy_node_names(self.kube.list_pods())
+
+        # 1. The real guard first, from the Kubernetes API alone.
+        for node in node_list:
+            if node["metadata"]["name"] in busy_nodes:
+                self._annotate(node, "true", result)
+
+        # 2. The groups' instances; only InService ones are ours to change.
+        try:
+            described = self.describe()
+        except Exception as exc:
+            result.errors["describe"] = str(exc)
+            log.warning("DescribeAutoScalingGroups failed (%s); busy nodes are annotated, the rest waits a cycle", exc)
+            return result
+        instances = {i: g for i, g in described.items() if g.lifecycle_state == IN_SERVICE}
+        nodes = {iid: n for n in node_list if (iid := instance_id(n))}
 
         want: dict[str, bool] = {}
         for iid, inst in instances.items():
             node = nodes.get(iid)
             busy = node is not None and node["metadata"]["name"] in busy_nodes
-            if busy or iid not in self.last_busy:
-                self.last_busy[iid] = now
-            idle_for = now - self.last_busy[iid]
+            if busy:
+                self.idle_since.pop(iid, None)
+            else:
+                self.idle_since.setdefault(iid, now)
+            idle_for = 0.0 if busy else now - self.idle_since[iid]
             want[iid] = busy or (inst.protected and idle_for < self.grace_seconds)
 
-        for gone in set(self.last_busy) - set(instances):
-            del self.last_busy[gone]
+        for gone in set(self.idle_since) - set(instances):
+            del self.idle_since[gone]
 
+        # 3. Instance protection, group by group; a group that fails is reported, not fatal.
         final = {iid: inst.protected for iid, inst in instances.items()}
         for group in self.group_names:
             to_protect = sorted(i for i, w in want.items() if w and not instances[i].protected and instances[i].group == group)
             to_release = sorted(i for i, w in want.items() if not w and instances[i].protected and instances[i].group == group)
             for ids, protect, record in ((to_protect, True, result.protected), (to_release, False, result.unprotected)):
-                if ids:
+                if not ids:
+                    continue
+                try:
                     changed = self._set_protection(group, ids, protect, result)
-                    record += changed
-                    final.update({i: protect for i in changed})
+                except Exception as exc:
+                    result.errors[group] = str(exc)
+                    log.warning("%s: SetInstanceProtection failed (%s); retrying next cycle", group, exc)
+                    continue
+                record += changed
+                final.update({i: protect for i in changed})
         for iid in result.left_group:
             final.pop(iid, None)
-            self.last_busy.pop(iid, None)
+            want.pop(iid, None)
+            self.idle_since.pop(iid, None)
 
+        # 4. The annotation follows: kept while wanted (busy or in grace) or while the instance is
+        #    still protected because its release failed; removed only once the node may go.
         for iid, protected in final.items():
             node = nodes.get(iid)
-            if node is None:
-                continue
-            current = (node["metadata"].get("annotations") or {}).get(SCALE_DOWN_DISABLED)
-            desired = "true" if protected else None
-            if current != desired:
-                self.kube.set_node_annotation(node["metadata"]["name"], SCALE_DOWN_DISABLED, desired)
-                result.annotated[node["metadata"]["name"]] = desired
+            if node is not None:
+                self._annotate(node, "true" if (want.get(iid) or protected) else None, result)
         if result.protected or result.unprotected:
             log.info("protected %s; released %s", result.protected, result.unprotected)
         return result
