@@ -379,3 +379,69 @@ def test_cluster_handle_for_the_platform_layer():
     assert pool.tolerations() == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                                    "effect": "NoSchedule"}]
     assert len(handle.ready) == 2 and handle.provider is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Control plane -> node ports: derived from the pinned charts as rendered (issue 10)
+# ---------------------------------------------------------------------------------------------
+
+
+def _control_plane_backends(objects: list[dict]) -> dict[str, int]:
+    """'<kind>/<name>' -> the node (container) port the API server calls, for every webhook, CRD conversion
+    webhook and aggregated APIService backed by an in-cluster Service."""
+    services = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects if o.get("kind") == "Service"}
+    workloads = [o for o in objects if o.get("kind") in ("Deployment", "StatefulSet", "DaemonSet")]
+
+    def node_port(ref: dict) -> int:
+        svc = services[(ref["namespace"], ref["name"])]
+        port = next(p for p in svc["spec"]["ports"] if p["port"] == ref.get("port", 443))
+        target = port.get("targetPort", port["port"])
+        if isinstance(target, int) or str(target).isdigit():
+            return int(target)
+        selector = svc["spec"]["selector"]
+        for w in workloads:
+            labels = w["spec"]["template"]["metadata"].get("labels") or {}
+            if w["metadata"].get("namespace") == ref["namespace"] and all(labels.get(k) == v for k, v in selector.items()):
+                for c in w["spec"]["template"]["spec"]["containers"]:
+                    for cp in c.get("ports") or []:
+                        if cp.get("name") == target:
+                            return int(cp["containerPort"])
+        raise AssertionError(f"named port {target} of Service {ref['namespace']}/{ref['name']} not found")
+
+    out: dict[str, int] = {}
+    for o in objects:
+        kind, name = o.get("kind"), o.get("metadata", {}).get("name")
+        refs = []
+        if kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            refs = [w["clientConfig"].get("service") for w in o.get("webhooks") or []]
+        elif kind == "APIService":
+            refs = [o["spec"].get("service")]
+        elif kind == "CustomResourceDefinition" and (o["spec"].get("conversion") or {}).get("strategy") == "Webhook":
+            refs = [o["spec"]["conversion"]["webhook"]["clientConfig"].get("service")]
+        for ref in refs:
+            if ref:
+                out[f"{kind}/{name}"] = node_port(ref)
+    return out
+
+
+def test_firewall_admits_every_port_the_control_plane_calls_in_the_rendered_charts(prod):
+    from components.gcp.network import CONTROL_PLANE_TO_NODE_PORTS
+    from tests.fit_support import need_charts, rendered
+
+    need_charts()
+    objects = [o for r in rendered("gcp-prod") for o in r.objects]
+    backends = _control_plane_backends(objects)
+    assert backends["APIService/v1beta1.visibility.kueue.x-k8s.io"] == 8082  # the port issue 10 found closed
+    needed = set(backends.values()) - {443}  # 443: GKE's own rule
+    # Exactly the ports the charts need: a chart update that adds one fails here, and no port stays open for nothing.
+    assert needed == {int(p) for p in CONTROL_PLANE_TO_NODE_PORTS}, backends
+    fw = prod.one("gcp:compute/firewall:Firewall").inputs
+    assert fw["allows"] == [{"protocol": "tcp", "ports": list(CONTROL_PLANE_TO_NODE_PORTS)}]
+    assert fw["sourceRanges"] == ["172.16.0.16/28"] and fw["direction"] == "INGRESS"
+
+
+def test_network_policy_is_enforced_by_dataplane_v2(prod):
+    c = prod.one(CLUSTER).inputs
+    # Dataplane V2 enforces NetworkPolicy itself; the legacy Calico add-on (networkPolicy) must stay off with it.
+    assert c["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert "networkPolicy" not in c or not c["networkPolicy"].get("enabled")

@@ -1,5 +1,10 @@
-"""Billing guardrails: CloudWatch alarms on the account's estimated charges at every quarter of the
-monthly budget, an AWS Budget with actual and forecast notifications, and idle-GPU alarms.
+"""Billing guardrails: an AWS Budget for this stack's own spend (actual and forecast notifications), CloudWatch
+alarms on the account's estimated charges at every quarter of the monthly budget (account-wide: created by the
+one stack per account that sets `aws.accountBilling: true`), and idle-GPU alarms.
+
+The stack budget counts only costs tagged with the stack's `cluster` tag (every resource the stack creates
+carries it), so two stacks in one account each watch their own spend. AWS Budgets see a tag only after it is
+activated as a cost allocation tag (Billing console, Cost allocation tags, `cluster`; up to 24 hours).
 
 AWS publishes `AWS/Billing EstimatedCharges` only in us-east-1 (and only after "Receive Billing
 Alerts" is enabled in the account's billing preferences), so the billing alarms and their SNS topic
@@ -22,6 +27,7 @@ from components.aws.gpu_asg import GPU_METRIC_NAMESPACE, GPU_UTIL_METRIC
 from components.aws.iam import partition
 
 BILLING_REGION = "us-east-1"
+STACK_TAG_KEY = "cluster"  # the tag every resource of the stack carries (components/aws/cluster.py)
 BILLING_PERCENTS = (25, 50, 75, 100)
 FORECAST_PERCENT = 100
 IDLE_PERIOD_SECONDS = 300
@@ -38,6 +44,11 @@ def budget_notifications(topic_arn: pulumi.Input[str]) -> list[dict]:
     forecast = [{"comparison_operator": "GREATER_THAN", "notification_type": "FORECASTED", "threshold": float(FORECAST_PERCENT),
                  "threshold_type": "PERCENTAGE", "subscriber_sns_topic_arns": [topic_arn]}]
     return actual + forecast
+
+
+def stack_cost_filter(tag_value: str) -> list[dict]:
+    """Budget cost filter: only costs carrying the stack's cost allocation tag (user:<key>$<value>)."""
+    return [{"name": "TagKeyValue", "values": [f"user:{STACK_TAG_KEY}${tag_value}"]}]
 
 
 def alerts_key_policy(account_id: str, part: str) -> dict:
@@ -105,11 +116,13 @@ class BillingAlertsArgs:
     monthly_budget_usd: float
     emails: Sequence[str]
     tags: Mapping[str, str]
+    stack_tag_value: str  # value of the stack's `cluster` tag: what the budget counts
+    account_alarms: bool = True  # aws.accountBilling: the account-wide EstimatedCharges alarms
 
 
 class BillingAlerts(pulumi.ComponentResource):
-    """Four EstimatedCharges alarms (25/50/75/100 % of the budget) and a monthly cost Budget
-    (actual at the same steps, forecast at 100 %), all to one SNS topic in us-east-1."""
+    """A monthly cost Budget for the stack's tagged spend (actual at 25/50/75/100 %, forecast at 100 %) and, with
+    account_alarms, four EstimatedCharges alarms for the whole account; all to one SNS topic in us-east-1."""
 
     def __init__(self, name: str, args: BillingAlertsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:aws:BillingAlerts", name, None, opts)
@@ -119,7 +132,8 @@ class BillingAlerts(pulumi.ComponentResource):
         topic = AlertTopic(f"{name}-alerts", AlertTopicArgs(f"{args.name_prefix}-billing-alerts", BILLING_REGION, args.emails, tags),
                            opts=child)
         self.alarms = []
-        for pct, usd in billing_thresholds(args.monthly_budget_usd):
+        # EstimatedCharges has no per-stack dimension: these alarms watch the account, so only one stack makes them.
+        for pct, usd in billing_thresholds(args.monthly_budget_usd) if args.account_alarms else ():
             self.alarms.append(cloudwatch.MetricAlarm(
                 f"{name}-estimated-charges-{pct}pct",
                 alarm_description=f"{args.name_prefix}: estimated charges this month reached {pct} % of the "
@@ -130,7 +144,8 @@ class BillingAlerts(pulumi.ComponentResource):
                 alarm_actions=[topic.topic_arn], region=BILLING_REGION, tags=tags, opts=child))
         self.budget = budgets.Budget(
             f"{name}-budget", name=f"{args.name_prefix}-monthly", budget_type="COST", limit_amount=f"{args.monthly_budget_usd:.2f}",
-            limit_unit="USD", time_unit="MONTHLY", notifications=budget_notifications(topic.topic_arn), tags=tags, opts=child)
+            limit_unit="USD", time_unit="MONTHLY", cost_filters=stack_cost_filter(args.stack_tag_value),
+            notifications=budget_notifications(topic.topic_arn), tags=tags, opts=child)
         self.register_outputs({"topicArn": topic.topic_arn})
 
 

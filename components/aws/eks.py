@@ -2,17 +2,21 @@
 
 API authentication mode with access entries (no aws-auth ConfigMap), Kubernetes secrets encrypted
 with a customer-managed KMS key, every control-plane log type to CloudWatch, the public endpoint
-limited to adminCidrs (or none), an OIDC provider for IRSA, the managed add-ons (VPC CNI, kube-proxy,
-CoreDNS, EBS CSI driver) and the default `gp3` StorageClass.
+limited to adminCidrs (or none), an OIDC provider for IRSA, the managed add-ons (VPC CNI with NetworkPolicy
+enforcement and its own IRSA role, kube-proxy, CoreDNS, EBS CSI driver) and the default `gp3` StorageClass.
+Node roles carry no CNI permissions and nodes answer IMDS only to the host (hop limit 1): a pod cannot borrow
+the node's credentials to manage the VPC's network interfaces.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import yaml
 from pulumi_aws import cloudwatch, ec2, eks, iam, kms
@@ -23,8 +27,18 @@ from components.aws.iam import irsa_role, managed_policy_arn, partition, service
 CONTROL_PLANE_LOGS = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 STORAGE_CLASS = "gp3"
 EBS_CSI_SERVICE_ACCOUNT = ("kube-system", "ebs-csi-controller-sa")
-NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly",
-                 "AmazonSSMManagedInstanceCore")
+# The VPC CNI's own identity (the aws-node DaemonSet's service account), not the node role's: AWS recommends it
+# (EKS user guide, "Configure Amazon VPC CNI plugin to use IRSA") so that pods cannot use ENI permissions.
+VPC_CNI_SERVICE_ACCOUNT = ("kube-system", "aws-node")
+VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
+# Node roles: join the cluster, pull images, SSM. No AmazonEKS_CNI_Policy (see VPC_CNI_SERVICE_ACCOUNT).
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonSSMManagedInstanceCore")
+# vpc-cni add-on configuration (schema: `aws eks describe-addon-configuration --addon-name vpc-cni`, add-on
+# v1.14.0-eksbuild.3 or later): the network policy agent enforces Kubernetes NetworkPolicies.
+VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
+# IMDSv2 answers are not forwarded past the node's own network namespace: pods (one hop further) get no
+# node credentials. Nothing on these nodes needs IMDS from a pod (add-ons use IRSA).
+IMDS_HOP_LIMIT = 1
 
 
 def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
@@ -46,18 +60,45 @@ def render_kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: st
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def secure_launch_template_args(root_gib: int, tags: Mapping[str, str]) -> dict:
-    """Launch-template settings every node gets: IMDSv2 only (hop limit 2 so pods on the node can
-    still reach it through the container network), encrypted gp3 root volume, tagged instances."""
+def secure_launch_template_args(root_gib: int, tags: Mapping[str, str], hop_limit: int = IMDS_HOP_LIMIT) -> dict:
+    """Launch-template settings every node gets: IMDSv2 only, reachable from the host only (hop limit 1),
+    encrypted gp3 root volume, tagged instances."""
     return {
-        "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 2,
-                             "instance_metadata_tags": "disabled"},
+        "metadata_options": {"http_endpoint": "enabled", "http_tokens": "required",
+                             "http_put_response_hop_limit": hop_limit, "instance_metadata_tags": "disabled"},
         "block_device_mappings": [{"device_name": "/dev/xvda", "ebs": {
             "volume_size": root_gib, "volume_type": "gp3", "encrypted": "true", "delete_on_termination": "true"}}],
         "tag_specifications": [{"resource_type": rt, "tags": dict(tags)} for rt in ("instance", "volume", "network-interface")],
         "tags": dict(tags),
         "update_default_version": True,
     }
+
+
+_STS_ROLE = re.compile(r"^arn:(?P<part>aws[a-z-]*):sts::(?P<acct>\d{12}):assumed-role/(?P<role>[^/]+)/.+$")
+_IAM_PRINCIPAL = re.compile(r"^arn:(?P<part>aws[a-z-]*):iam::(?P<acct>\d{12}):(?P<kind>role|user)/(?:.*/)?(?P<name>[^/]+)$")
+
+
+def principal_key(arn: str) -> Optional[tuple[str, str, str, str]]:
+    """(partition, account, kind, name) of an IAM role/user ARN or of an STS assumed-role session ARN (the form
+    sts:GetCallerIdentity returns for a role; it has no role path, so paths are ignored)."""
+    m = _STS_ROLE.match(arn)
+    if m:
+        return m["part"], m["acct"], "role", m["role"]
+    m = _IAM_PRINCIPAL.match(arn)
+    if m:
+        return m["part"], m["acct"], m["kind"], m["name"]
+    return None
+
+
+def admin_principals(admin_arns: Sequence[str], deployer_arn: str) -> tuple[list[str], list[str]]:
+    """(ARNs that get an admin access entry, ARNs skipped because they are the deployer). EKS gives the
+    cluster creator an access entry with cluster-admin itself (bootstrap_cluster_creator_admin_permissions);
+    a second entry for the same principal fails with ResourceInUseException ("already exists")."""
+    deployer = principal_key(deployer_arn)
+    kept, skipped = [], []
+    for arn in admin_arns:
+        (skipped if deployer is not None and principal_key(arn) == deployer else kept).append(arn)
+    return kept, skipped
 
 
 @dataclass
@@ -73,6 +114,7 @@ class EksClusterArgs:
     system_max: int
     log_retention_days: int
     tags: Mapping[str, str]
+    support_type: str = "STANDARD"  # upgrade_policy.support_type: STANDARD | EXTENDED (aws.supportType)
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -113,7 +155,9 @@ class EksCluster(pulumi.ComponentResource):
             access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=list(CONTROL_PLANE_LOGS),
-            upgrade_policy={"support_type": "STANDARD"},  # no silent extended-support fee ($0.60/h)
+            # STANDARD unless the stack chose EXTENDED (aws.supportType): the config admits a version past the end
+            # of standard support only with EXTENDED, which AWS requires for such a version (and bills).
+            upgrade_policy={"support_type": args.support_type},
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[attach, logs]),
         )
@@ -129,7 +173,13 @@ class EksCluster(pulumi.ComponentResource):
                                          tags=tags, opts=child)
         self.oidc_provider_arn = oidc.arn
 
-        for i, arn in enumerate(args.admin_principal_arns):
+        # The deployer (the cluster's creator) is admin already; an access entry for it would fail.
+        deployer = aws.get_caller_identity(opts=pulumi.InvokeOptions(parent=self)).arn
+        admins, skipped = admin_principals(args.admin_principal_arns, deployer)
+        for arn in skipped:
+            pulumi.log.warn(f"aws.adminPrincipalArns: {arn} is the deployer ({deployer}); EKS makes the cluster creator "
+                            "admin itself, so no access entry is created for it", resource=self)
+        for i, arn in enumerate(admins):
             entry = eks.AccessEntry(f"{name}-admin-{i}", cluster_name=cluster.name, principal_arn=arn, type="STANDARD",
                                     tags=tags, opts=child)
             eks.AccessPolicyAssociation(
@@ -149,8 +199,16 @@ class EksCluster(pulumi.ComponentResource):
 
         # --- add-ons that nodes need before they are Ready -------------------------------------
         addon_opts = pulumi.ResourceOptions(parent=self)
+        cni_role = irsa_role(f"{name}-vpc-cni-role", self.oidc_provider_arn, self.oidc_issuer_url, *VPC_CNI_SERVICE_ACCOUNT,
+                             tags=tags, opts=child)
+        cni_policy = iam.RolePolicyAttachment(f"{name}-vpc-cni-policy", role=cni_role.name,
+                                              policy_arn=managed_policy_arn(region, VPC_CNI_POLICY), opts=child)
+        self.vpc_cni_role = cni_role
         vpc_cni = eks.Addon(f"{name}-addon-vpc-cni", cluster_name=cluster.name, addon_name="vpc-cni",
-                            resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags, opts=addon_opts)
+                            service_account_role_arn=cni_role.arn,
+                            configuration_values=json.dumps(VPC_CNI_CONFIGURATION),
+                            resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,
+                            opts=pulumi.ResourceOptions(parent=self, depends_on=[cni_policy]))
         kube_proxy = eks.Addon(f"{name}-addon-kube-proxy", cluster_name=cluster.name, addon_name="kube-proxy",
                                resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags, opts=addon_opts)
 

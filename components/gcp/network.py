@@ -1,6 +1,6 @@
 """A VPC-native network for a private GKE cluster: one subnet with secondary ranges for pods and
 services, Cloud NAT so private nodes can still pull images, and the firewall rule private clusters
-need for admission webhooks."""
+need for webhooks and aggregated APIs."""
 
 from __future__ import annotations
 
@@ -12,10 +12,17 @@ from pulumi_gcp import compute
 
 PODS_RANGE = "pods"
 SERVICES_RANGE = "services"
-# Ports the GKE control plane must reach on nodes for admission webhooks of the ML platform (Kueue and
-# the Kubeflow training operator serve on 9443, several operators on 8443). GKE's own firewall rule for
-# a private cluster opens only 443 and 10250; without this one, webhook calls time out.
-WEBHOOK_PORTS = ("8443", "9443")
+# Ports the GKE control plane calls on nodes (webhooks, CRD conversion, aggregated APIs) for the platform's pinned
+# charts, read from what they render (components/platform/versions.py; tests/test_gcp_plan.py re-derives them from
+# the rendered charts and fails when a chart update needs another port). GKE's own rule for a private cluster
+# opens only 443 and 10250; without ours, these calls time out (webhooks refuse objects, an unreachable APIService
+# turns FailedDiscoveryCheck and namespace deletion, `pulumi destroy` included, hangs).
+#   8082  Kueue visibility API server (APIService v1beta1/v1beta2.visibility.kueue.x-k8s.io)
+#   8443  Katib controller webhooks
+#   9443  Kueue webhooks and CRD conversion; JobSet and Kubeflow Trainer webhooks
+#   10250 kube-prometheus-stack operator admission webhook (also in GKE's own rule; listed so the set is complete)
+CONTROL_PLANE_TO_NODE_PORTS = ("8082", "8443", "9443", "10250")
+WEBHOOK_PORTS = CONTROL_PLANE_TO_NODE_PORTS  # the former name
 
 
 @dataclass(frozen=True)
@@ -95,8 +102,8 @@ class GcpNetwork(pulumi.ComponentResource):
             direction="INGRESS",
             source_ranges=[args.master_cidr],
             target_tags=[args.node_tag],
-            allows=[{"protocol": "tcp", "ports": list(WEBHOOK_PORTS)}],
-            description="gpu-platform: GKE control plane to admission webhooks on nodes",
+            allows=[{"protocol": "tcp", "ports": list(CONTROL_PLANE_TO_NODE_PORTS)}],
+            description="gpu-platform: GKE control plane to webhooks and aggregated APIs on nodes",
             opts=child,
         )
         self.network_id = self.network.id

@@ -133,9 +133,13 @@ RESOURCES = {
 }
 
 
+# Who runs `pulumi up` under preflight: a CI/deploy role, as sts:GetCallerIdentity reports an assumed role.
+DEPLOYER_ROLE = "preflight-deployer"
+DEPLOYER_ARN = f"arn:aws:sts::{ACCOUNT}:assumed-role/{DEPLOYER_ROLE}/preflight"
+
+
 def _caller_identity(args: dict[str, Any]) -> dict[str, Any]:
-    return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/preflight", "userId": "AIDAPREFLIGHT0000000",
-            "id": ACCOUNT}
+    return {"accountId": ACCOUNT, "arn": DEPLOYER_ARN, "userId": "AROAPREFLIGHT0000000:preflight", "id": ACCOUNT}
 
 
 INVOKES = {

@@ -1,0 +1,201 @@
+"""EKS cluster parts of issue 12 and issue 10 under preflight's mocks: versions and support type, the VPC CNI's
+own identity and NetworkPolicy enforcement, IMDS hop limit, admin access entries vs the deployer, and billing
+alarms once per account."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from components.aws.billing import stack_cost_filter
+from components.aws.eks import (
+    IMDS_HOP_LIMIT,
+    NODE_POLICIES,
+    VPC_CNI_CONFIGURATION,
+    admin_principals,
+    principal_key,
+    secure_launch_template_args,
+)
+from components.config import ConfigError, config_warnings, parse_config
+from preflight.mocks.aws import ACCOUNT, DEPLOYER_ARN, DEPLOYER_ROLE
+from preflight.runner import run_program, stack_input_from_mapping
+from tests.conftest import plan_stack, stack_config
+
+ADDON = "aws:eks/addon:Addon"
+ROLE = "aws:iam/role:Role"
+ATTACH = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+ENTRY = "aws:eks/accessEntry:AccessEntry"
+ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+BUDGET = "aws:budgets/budget:Budget"
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return plan_stack("aws-prod")
+
+
+def raw(**changes: Any) -> dict[str, Any]:
+    out = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
+    out.update(changes)
+    return out
+
+
+def with_aws(**changes: Any) -> dict[str, Any]:
+    out = raw()
+    out["aws"] = {**out["aws"], **changes}
+    return out
+
+
+def plan_with(**aws_changes: Any):
+    config = stack_config("aws-prod")
+    config["gpu-platform:aws"] = {**config["gpu-platform:aws"], **aws_changes}
+    return run_program(stack_input_from_mapping("aws-prod", config))
+
+
+# ---------------------------------------------------------------------------------------------
+# kubernetesVersion on EKS (calendar rows; tests run on 2026-11-23, tests/conftest.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_shipped_version_is_inside_standard_support_and_the_cluster_asks_for_standard(plan):
+    cfg = parse_config(raw(), "aws-prod")
+    assert cfg.kubernetes_version == "1.35" and config_warnings(cfg) == []
+    c = plan.one("aws:eks/cluster:Cluster").inputs
+    assert c["version"] == "1.35" and c["upgradePolicy"] == {"supportType": "STANDARD"}
+
+
+def test_version_past_standard_support_is_refused_naming_key_end_date_and_choices():
+    # the issue's case: 1.33 left EKS standard support on 2026-07-29 and STANDARD is refused by AWS for it
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw(kubernetesVersion="1.33"), "aws-prod")
+    message = str(err.value)
+    assert "stacks/Pulumi.aws-prod.yaml" in message and 'gpu-platform:kubernetesVersion: "1.33"' in message
+    assert "2026-07-29" in message and "1.34, 1.35, 1.36" in message and "aws.supportType: EXTENDED" in message
+    assert "$0.50 per cluster-hour" in message
+
+
+def test_extended_support_chosen_explicitly_is_accepted_warned_and_sent_to_eks():
+    cfg = parse_config({**with_aws(supportType="EXTENDED"), "kubernetesVersion": "1.33"}, "aws-prod")
+    [warning] = config_warnings(cfg)
+    assert "extended support" in warning and "2027-07-29" in warning and "$0.50" in warning
+    config = stack_config("aws-prod")
+    config["gpu-platform:kubernetesVersion"] = "1.33"
+    config["gpu-platform:aws"] = {**config["gpu-platform:aws"], "supportType": "EXTENDED"}
+    c = run_program(stack_input_from_mapping("aws-prod", config)).one("aws:eks/cluster:Cluster").inputs
+    assert c["upgradePolicy"] == {"supportType": "EXTENDED"} and c["version"] == "1.33"
+
+
+def test_version_within_60_days_warns_with_the_date():
+    cfg = parse_config(raw(kubernetesVersion="1.34"), "aws-prod")
+    [warning] = config_warnings(cfg)
+    assert "2026-12-02" in warning and "in 9 day(s)" in warning and "1.35 or 1.36" in warning
+    assert "aws.supportType: STANDARD" in warning
+
+
+def test_version_past_extended_support_is_refused(monkeypatch):
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-12-01")  # 1.31's extended support ended on 2026-11-26
+    with pytest.raises(ConfigError) as err:
+        parse_config({**with_aws(supportType="EXTENDED"), "kubernetesVersion": "1.31"}, "aws-prod")
+    assert "2026-11-26" in str(err.value) and "new clusters are refused" in str(err.value)
+
+
+def test_unset_version_is_the_newest_in_eks_standard_support():
+    cfg = parse_config({k: v for k, v in raw().items() if k != "kubernetesVersion"}, "aws-prod")
+    assert cfg.kubernetes_version == "1.36" and not cfg.kubernetes_version_pinned
+
+
+# ---------------------------------------------------------------------------------------------
+# VPC CNI: own IRSA role, NetworkPolicy enforcement; node roles without the CNI policy; IMDS hop limit
+# ---------------------------------------------------------------------------------------------
+
+
+def test_node_roles_carry_no_cni_policy_and_the_cni_has_its_own_irsa_role(plan):
+    assert "AmazonEKS_CNI_Policy" not in NODE_POLICIES
+    node_attachments = [a.inputs["policyArn"] for a in plan.by_type(ATTACH) if "node-role" in a.name]
+    assert node_attachments and not [p for p in node_attachments if p.endswith("AmazonEKS_CNI_Policy")]
+    (cni_attach,) = [a for a in plan.by_type(ATTACH) if a.inputs["policyArn"].endswith("/AmazonEKS_CNI_Policy")]
+    assert "vpc-cni" in cni_attach.name
+    role = plan.one(ROLE, "vpc-cni-role")
+    trust = json.loads(role.inputs["assumeRolePolicy"])
+    (stmt,) = trust["Statement"]
+    assert stmt["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert "system:serviceaccount:kube-system:aws-node" in stmt["Condition"]["StringEquals"].values()
+    addon = next(a.inputs for a in plan.by_type(ADDON) if a.inputs["addonName"] == "vpc-cni")
+    assert addon["serviceAccountRoleArn"] == role.outputs["arn"]
+
+
+def test_vpc_cni_enforces_network_policies(plan):
+    addon = next(a.inputs for a in plan.by_type(ADDON) if a.inputs["addonName"] == "vpc-cni")
+    assert json.loads(addon["configurationValues"]) == {"enableNetworkPolicy": "true"} == VPC_CNI_CONFIGURATION
+
+
+def test_system_nodes_answer_imds_to_the_host_only(plan):
+    assert IMDS_HOP_LIMIT == 1 and secure_launch_template_args(50, {})["metadata_options"]["http_put_response_hop_limit"] == 1
+    lt = plan.one("aws:ec2/launchTemplate:LaunchTemplate", "system").inputs
+    assert lt["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1,
+                                     "instanceMetadataTags": "disabled"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Admin access entries and the deployer
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("admin, deployer, same", [
+    (f"arn:aws:iam::{ACCOUNT}:role/ops", f"arn:aws:sts::{ACCOUNT}:assumed-role/ops/session-1", True),
+    (f"arn:aws:iam::{ACCOUNT}:role/teams/ops", f"arn:aws:sts::{ACCOUNT}:assumed-role/ops/ci", True),  # STS drops the path
+    (f"arn:aws:iam::{ACCOUNT}:user/alice", f"arn:aws:iam::{ACCOUNT}:user/alice", True),
+    (f"arn:aws:iam::{ACCOUNT}:role/ops", f"arn:aws:iam::{ACCOUNT}:user/ops", False),  # a user is not a role
+    (f"arn:aws:iam::{ACCOUNT}:role/ops", "arn:aws:sts::210987654321:assumed-role/ops/s", False),  # other account
+    (f"arn:aws:iam::{ACCOUNT}:role/ops", f"arn:aws:sts::{ACCOUNT}:assumed-role/ops-admin/s", False),
+])
+def test_deployer_matching(admin, deployer, same):
+    kept, skipped = admin_principals([admin], deployer)
+    assert (skipped == [admin]) is same and (kept == [admin]) is not same
+    assert principal_key(deployer) is not None
+
+
+def test_the_deployer_gets_no_second_access_entry():
+    deployer_role = f"arn:aws:iam::{ACCOUNT}:role/{DEPLOYER_ROLE}"
+    ops = f"arn:aws:iam::{ACCOUNT}:role/ops"
+    plan = plan_with(adminPrincipalArns=[deployer_role, ops])
+    admins = [e.inputs for e in plan.by_type(ENTRY) if e.inputs.get("type") == "STANDARD"]
+    assert [e["principalArn"] for e in admins] == [ops]  # the deployer is admin through EKS's creator entry
+    (assoc,) = plan.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    assert assoc.inputs["principalArn"] == ops and assoc.inputs["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+    c = plan.one("aws:eks/cluster:Cluster").inputs
+    assert c["accessConfig"]["bootstrapClusterCreatorAdminPermissions"] is True
+    assert DEPLOYER_ARN.startswith(f"arn:aws:sts::{ACCOUNT}:assumed-role/{DEPLOYER_ROLE}/")
+
+
+# ---------------------------------------------------------------------------------------------
+# Billing: the stack's own budget always; account-wide alarms on one stack per account
+# ---------------------------------------------------------------------------------------------
+
+
+def test_stack_budget_counts_only_the_stacks_tagged_costs(plan):
+    budget = plan.one(BUDGET).inputs
+    assert budget["costFilters"] == [{"name": "TagKeyValue", "values": ["user:cluster$gpu-prod"]}]
+    assert stack_cost_filter("gpu-prod") == [{"name": "TagKeyValue", "values": ["user:cluster$gpu-prod"]}]
+    # every resource of the stack carries that tag (the EKS cluster as an example)
+    assert plan.one("aws:eks/cluster:Cluster").inputs["tags"]["cluster"] == "gpu-prod"
+
+
+def test_account_billing_alarms_only_where_accountbilling_is_true(plan):
+    billing = [a for a in plan.by_type(ALARM) if a.inputs.get("namespace") == "AWS/Billing"]
+    assert len(billing) == 4  # aws-prod: accountBilling: true
+    second = plan_with(accountBilling=False)
+    assert not [a for a in second.by_type(ALARM) if a.inputs.get("namespace") == "AWS/Billing"]
+    (budget,) = second.by_type(BUDGET)  # the stack keeps its own budget (and the policy pack its guardrail)
+    assert budget.inputs["notifications"] and budget.inputs["costFilters"][0]["name"] == "TagKeyValue"
+
+
+def test_account_billing_must_be_a_boolean():
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_aws(accountBilling="sometimes"), "aws-prod")
+    assert "gpu-platform:aws.accountBilling" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_aws(supportType="LONG"), "aws-prod")
+    assert "gpu-platform:aws.supportType" in str(err.value) and "EXTENDED" in str(err.value)
