@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import typing
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 
@@ -29,13 +29,16 @@ from components.config_base import (
     KubernetesMinor,
     Model,
     NodeLabels,
+    OnDemandApproval,
+    approval_tags,
     stack_file,
 )
 from components.gcp.config import GcpSection
 from components.linode.config import LinodeSection
 from components.platform.config import PlatformSection
 
-__all__ = ["CAPACITIES", "CLOUDS", "NAMESPACE", "ConfigError", "ConfigIssue", "GpuPool", "StackConfig",
+__all__ = ["CAPACITIES", "CLOUDS", "NAMESPACE", "ConfigError", "ConfigIssue", "GpuPool", "OnDemandApproval",
+           "StackConfig", "approval_tags",
            "config_warnings", "load_from_pulumi", "parse_config", "stack_file"]
 
 # ---------------------------------------------------------------------------------------------
@@ -52,8 +55,10 @@ class GpuPool(Model):
     min_nodes: int = Field(default=0, ge=0, le=1000)
     max_nodes: int = Field(ge=1, le=1000)
     labels: NodeLabels = Field(default_factory=dict)
-    # Policy knob: an on-demand GPU pool is a deliberate, reviewed decision, not a default.
-    approved_on_demand: bool = False
+    # Policy knob: an on-demand GPU pool is a deliberate, reviewed decision, not a default:
+    # {reason, approver} (recorded in tags/labels). A bare `true` is still read, but carries no
+    # reason or approver, so the policy pack does not accept it as an approval.
+    approved_on_demand: Union[bool, OnDemandApproval] = False
 
 
 class PriceOverride(Model):
@@ -62,6 +67,15 @@ class PriceOverride(Model):
     on_demand: Optional[float] = Field(default=None, gt=0)
     spot: Optional[float] = Field(default=None, gt=0)
     preemptible: Optional[float] = Field(default=None, gt=0)
+
+
+class CostsSection(Model):
+    """What the cost estimate cannot read from the program (costs/estimator.py): expected use and sizes."""
+
+    # Average share of the month the GPU pools are busy; preflight compares the bill at this use with the budget.
+    expected_utilization: float = Field(default=0.3, ge=0, le=1)
+    checkpoint_gib: float = Field(default=100, ge=0, le=10_000_000)  # average size of the checkpoint bucket
+    nat_gib_per_month: float = Field(default=200, ge=0, le=10_000_000)  # traffic through the NAT at full capacity
 
 
 class StackConfig(Model):
@@ -83,6 +97,7 @@ class StackConfig(Model):
     aws: Optional[AwsSection] = None
     platform: PlatformSection = Field(default_factory=PlatformSection)
     price_overrides: dict[str, PriceOverride] = Field(default_factory=dict)
+    costs: CostsSection = Field(default_factory=CostsSection)
     _kubernetes_version_pinned: bool = PrivateAttr(default=True)
 
     @model_validator(mode="wrap")
@@ -122,7 +137,7 @@ class StackConfig(Model):
 # Keys whose value is structured (the CLI hands the program those as JSON strings).
 STRUCTURED_KEYS = {
     StackConfig.model_fields[f].alias or f
-    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "platform", "price_overrides")
+    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "platform", "price_overrides", "costs")
 }
 
 

@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 if TYPE_CHECKING:
@@ -209,6 +209,37 @@ class Model(BaseModel):
             raise ValueError("a finite number")
         return value
 
+
+
+class OnDemandApproval(Model):
+    """Why a GPU pool may run on-demand, and who said so: lands in tags/labels and preflight's report."""
+
+    reason: str = Field(min_length=10, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+    approver: str = Field(min_length=2, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+
+
+# Characters each cloud accepts in a tag/label value, and the most it takes (key:value on Linode).
+_TAG_RULES = {
+    # GCP label values: lowercase letters, digits, '_' and '-', at most 63 (cloud.google.com resource labels).
+    "gcp": (re.compile(r"[^a-z0-9_-]"), 63, str.lower),
+    # AWS tag values: letters, digits, spaces and _ . : / = + - @, at most 256 (AWS tagging rules).
+    "aws": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 256, str),
+    # Linode tags are one "key:value" string of 3 to 50 characters (Cloud Manager's tag validation).
+    "linode": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 50, str),
+}
+
+
+def approval_tags(approval: "bool | OnDemandApproval", cloud: str) -> dict[str, str]:
+    """Tags/labels that record a pool's on-demand approval; the policy pack accepts an approval only
+    with an approver and a reason. Values are cut to what the cloud accepts (the full text is in the
+    stack file and in preflight's report)."""
+    tags = {"on-demand-approved": "true" if approval else "false"}
+    if isinstance(approval, OnDemandApproval):
+        bad, limit, case = _TAG_RULES[cloud]
+        for key, value in (("on-demand-approver", approval.approver), ("on-demand-reason", approval.reason)):
+            room = limit - (len(key) + 1 if cloud == "linode" else 0)
+            tags[key] = bad.sub("_", case(value))[:room].strip() or "_"
+    return tags
 
 
 def pool_issue_capacity(cfg: "StackConfig", allowed: tuple[str, ...], why: str) -> list[ConfigIssue]:

@@ -4,6 +4,7 @@ monthly bill at full capacity, and budget alerts on every stack with GPUs."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from typing import Any, Optional
@@ -33,20 +34,23 @@ def _validate_interruptible(args, report_violation) -> None:
         if pool.capacity in ("spot", "preemptible") or pool.on_demand_approved:
             continue
         what = "an on-demand share" if pool.capacity == "mixed" else "on-demand capacity"
+        approve = "approvedOnDemand: {reason: ..., approver: ...} on the pool"
         hint = {
-            "linode": "Linode has no spot market: set approvedOnDemand: true on the pool (tag on-demand-approved:true)",
-            "gcp": "set capacity: spot or preemptible, or approvedOnDemand: true (label on-demand-approved=true)",
-            "aws": "set capacity: spot (mixed-instances, 0 % on-demand), or approvedOnDemand: true (tag on-demand-approved=true)",
+            "linode": f"Linode has no spot market: set {approve}",
+            "gcp": f"set capacity: spot or preemptible, or {approve}",
+            "aws": f"set capacity: spot (mixed-instances, 0 % on-demand), or {approve}",
         }[pool.cloud]
+        why = f" ({pool.approval_problem})" if pool.approval_problem else ""
         report_violation(
             f"GPU pool '{pool.name}' ({pool.cloud}, {', '.join(pool.instance_types) or 'unknown type'}) runs {what} "
-            f"without approval; {hint}.", pool.urn)
+            f"without approval{why}; {hint}.", pool.urn)
 
 
 interruptible_gpu_capacity = StackValidationPolicy(
     name="gpu-interruptible-capacity",
     description="GPU pools use interruptible capacity (spot or preemptible) unless the pool is explicitly "
-                "approved for on-demand (pool option approvedOnDemand: label/tag on-demand-approved=true).",
+                "approved for on-demand with a reason and an approver (pool option approvedOnDemand: {reason, "
+                "approver}; tags/labels on-demand-approved, on-demand-approver, on-demand-reason).",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_validate_interruptible,
 )
@@ -57,17 +61,37 @@ interruptible_gpu_capacity = StackValidationPolicy(
 # ---------------------------------------------------------------------------------------------
 
 
+def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """exemptPools entries: {pool, reason, approver} exempt a pool; a bare name (or an entry missing the
+    reason or approver) exempts nothing and is reported."""
+    valid: dict[str, dict[str, str]] = {}
+    unexplained: list[str] = []
+    for e in entries or []:
+        if isinstance(e, str):
+            unexplained.append(e)
+            continue
+        pool, reason, approver = (str(e.get(k) or "").strip() for k in ("pool", "reason", "approver"))
+        if pool and reason and approver:
+            valid[pool] = {"reason": reason, "approver": approver}
+        else:
+            unexplained.append(pool or "?")
+    return valid, unexplained
+
+
 def _validate_scale_to_zero(args, report_violation) -> None:
-    exempt = set(_config(args, "exemptPools", []))
+    exempt, unexplained = exemptions(_config(args, "exemptPools", []))
     for pool in gpu_pools(stack_nodes(args.resources)):
         if pool.cloud == "linode" or pool.name in exempt:
             continue  # kubeadm pools on Linode are fixed-size by design (components.linode.config)
+        note = (" Its exemptPools entry has no reason and approver, so it exempts nothing: write it as "
+                "{pool, reason, approver}." if pool.name in unexplained else "")
         if not pool.autoscaled:
             report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) has a fixed size of {pool.max_nodes} nodes; "
-                             "give it autoscaling with a minimum of 0.", pool.urn)
+                             f"give it autoscaling with a minimum of 0.{note}", pool.urn)
         elif pool.min_nodes != 0:
             report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) keeps at least {pool.min_nodes} node(s) "
-                             "running when idle; set minNodes: 0 (or list the pool in exemptPools).", pool.urn)
+                             f"running when idle; set minNodes: 0 (or list the pool in exemptPools with a reason "
+                             f"and an approver).{note}", pool.urn)
 
 
 gpu_pools_scale_to_zero = StackValidationPolicy(
@@ -75,8 +99,15 @@ gpu_pools_scale_to_zero = StackValidationPolicy(
     description="GPU node pools on GKE and AWS autoscale down to zero nodes when no job needs them.",
     enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(properties={
-        "exemptPools": {"type": "array", "items": {"type": "string"}, "default": [],
-                        "description": "Pool names allowed to keep a warm floor of nodes."},
+        "exemptPools": {"type": "array", "default": [],
+                        "items": {"anyOf": [
+                            {"type": "string"},
+                            {"type": "object", "required": ["pool", "reason", "approver"], "additionalProperties": False,
+                             "properties": {"pool": {"type": "string", "minLength": 1},
+                                            "reason": {"type": "string", "minLength": 10},
+                                            "approver": {"type": "string", "minLength": 2}}}]},
+                        "description": "Pools allowed to keep a warm floor of nodes: {pool, reason, approver} "
+                                       "(a bare name exempts nothing and is reported)."},
     }),
     validate=_validate_scale_to_zero,
 )
@@ -120,21 +151,84 @@ gpu_count_ceiling = StackValidationPolicy(
 # ---------------------------------------------------------------------------------------------
 
 
-def _price_overrides() -> dict[str, dict[str, Any]]:
-    """The stack's priceOverrides (gpu-platform:priceOverrides in PULUMI_CONFIG, as the CLI hands a
-    policy pack the stack config), in the catalog's {"<cloud>/<type>": {...}} form."""
+# Preflight passes the stack config in this file rather than in PULUMI_CONFIG (an environment string
+# is capped at 128 KiB on Linux); the CLI passes PULUMI_CONFIG.
+CONFIG_FILE_ENV = "GPU_PLATFORM_STACK_CONFIG_FILE"
+CAPACITY_KEYS = {"onDemand": "on-demand", "spot": "spot", "preemptible": "preemptible"}
+DEFAULT_MIN_OVERRIDE_RATIO = 0.5
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number the pack accepts")
+
+
+def _stack_config() -> dict[str, Any]:
     try:
-        config = json.loads(os.environ.get("PULUMI_CONFIG") or "{}")
-        raw = config.get("gpu-platform:priceOverrides")
-        raw = json.loads(raw) if isinstance(raw, str) else raw
-    except (TypeError, ValueError):
+        path = os.environ.get(CONFIG_FILE_ENV)
+        if path:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        else:
+            text = os.environ.get("PULUMI_CONFIG") or "{}"
+        config = json.loads(text, parse_constant=_refuse_constant)
+    except (OSError, ValueError):
         return {}
-    cloud = config.get("gpu-platform:cloud")
+    return config if isinstance(config, dict) else {}
+
+
+def _raw_price_overrides() -> tuple[Optional[str], dict[str, Any]]:
+    config = _stack_config()
+    try:
+        raw = config.get("gpu-platform:priceOverrides")
+        raw = json.loads(raw, parse_constant=_refuse_constant) if isinstance(raw, str) else raw
+    except ValueError:
+        return config.get("gpu-platform:cloud"), {"(unreadable)": None}
+    return config.get("gpu-platform:cloud"), raw if isinstance(raw, dict) else {}
+
+
+def _usable(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _price_overrides() -> dict[str, dict[str, Any]]:
+    """The stack's priceOverrides (gpu-platform:priceOverrides in the stack config the pack is handed),
+    in the catalog's {"<cloud>/<type>": {...}} form; only finite positive prices (others are reported
+    by the monthly-cost-ceiling policy, never passed on)."""
+    cloud, raw = _raw_price_overrides()
     out = {}
-    for key, value in (raw or {}).items():
+    for key, value in raw.items():
         if isinstance(value, dict):
-            out[key if "/" in key else f"{cloud}/{key}"] = value
+            clean = {k: v for k, v in value.items() if k in CAPACITY_KEYS and _usable(v)}
+            if clean:
+                out[key if "/" in key else f"{cloud}/{key}"] = clean
     return out
+
+
+def override_problems(min_ratio: float) -> list[str]:
+    """Overrides that are not prices, or far below what the catalog says the cheapest interruptible
+    capacity costs (a typo or a wish would otherwise talk the cost ceiling around)."""
+    from costs.catalog import load_catalog
+
+    cloud, raw = _raw_price_overrides()
+    base = load_catalog()
+    problems = []
+    for type_name, value in sorted(raw.items()):
+        if not isinstance(value, dict):
+            problems.append(f"priceOverrides.{type_name} is not a mapping of capacity to $/hour")
+            continue
+        t = base.instance(str(cloud), type_name.split("/", 1)[-1])
+        floor_prices = [p.usd_per_hour for c in ("spot", "preemptible") if t is not None and (p := t.price(c))]
+        if t is not None and not floor_prices and t.price("on-demand"):
+            floor_prices = [t.price("on-demand").usd_per_hour]
+        for key, price in sorted(value.items()):
+            where = f"priceOverrides.{type_name}.{key}"
+            if not _usable(price):
+                problems.append(f"{where} = {price!r} is not a positive finite $/hour")
+            elif floor_prices and price < min_ratio * min(floor_prices):
+                problems.append(f"{where} = ${price:g}/hour is below {min_ratio:.0%} of the catalog's cheapest "
+                                f"interruptible price for {type_name} (${min(floor_prices):g}/hour); update the "
+                                "catalog with a sourced price instead (minOverrideRatio)")
+    return problems
 
 
 def _dearest(cloud: str, types: list[str], capacity: str, catalog) -> Optional[str]:
@@ -202,6 +296,8 @@ def _validate_monthly_cost(args, report_violation) -> None:
     from costs.estimator import EstimateError, estimate
 
     limit = float(_config(args, "maxMonthlyUsd", DEFAULT_MAX_MONTHLY_USD))
+    for problem in override_problems(float(_config(args, "minOverrideRatio", DEFAULT_MIN_OVERRIDE_RATIO))):
+        report_violation(f"{problem}.")
     nodes = stack_nodes(args.resources)
     try:
         estimates = [estimate(shape) for shape in stack_shapes(nodes)]
@@ -224,6 +320,9 @@ monthly_cost_ceiling = StackValidationPolicy(
     config_schema=PolicyConfigSchema(properties={
         "maxMonthlyUsd": {"type": "number", "minimum": 0, "default": DEFAULT_MAX_MONTHLY_USD,
                           "description": "Most USD per month the stack may cost at full capacity."},
+        "minOverrideRatio": {"type": "number", "minimum": 0, "maximum": 1, "default": DEFAULT_MIN_OVERRIDE_RATIO,
+                             "description": "A priceOverrides price below this share of the catalog's cheapest "
+                                            "interruptible price for the type is a violation."},
     }),
     validate=_validate_monthly_cost,
 )

@@ -24,6 +24,19 @@ AWS_EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 
 POOL_KEY = "gpu-pool"
 APPROVAL_KEY = "on-demand-approved"
+# An approval counts only with who approved it and why (components.config_base.approval_tags).
+APPROVER_KEY = "on-demand-approver"
+REASON_KEY = "on-demand-reason"
+
+
+def approval_of(tags: dict[str, str]) -> tuple[bool, Optional[str]]:
+    """(approved, why not): approved needs on-demand-approved=true plus a non-empty approver and reason."""
+    if tags.get(APPROVAL_KEY, "").lower() != "true":
+        return False, None
+    if not tags.get(APPROVER_KEY, "").strip() or not tags.get(REASON_KEY, "").strip():
+        return False, (f"it is tagged {APPROVAL_KEY}=true but without {APPROVER_KEY} and {REASON_KEY} "
+                       "(approvedOnDemand needs {reason, approver})")
+    return True, None
 # A GCP zone (us-central1-a) as opposed to a region (us-central1).
 _GCP_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 # GKE spreads a regional cluster's pool over three zones unless node locations say otherwise.
@@ -71,6 +84,7 @@ class GpuPool:
     on_demand_approved: bool
     autoscaled: bool
     problems: list[str] = field(default_factory=list)
+    approval_problem: Optional[str] = None  # an approval tag without approver/reason
 
     @property
     def urn(self) -> str:
@@ -124,7 +138,9 @@ def _linode_pools(nodes: list[Node]) -> list[GpuPool]:
         # Linode has no spot market: every GPU instance is on-demand, one node per instance.
         pool.min_nodes += 1
         pool.max_nodes += 1
-        pool.on_demand_approved = pool.on_demand_approved and tags.get(APPROVAL_KEY, "").lower() == "true"
+        approved, why = approval_of(tags)
+        pool.on_demand_approved = pool.on_demand_approved and approved
+        pool.approval_problem = pool.approval_problem or why
     return list(groups.values())
 
 
@@ -191,7 +207,7 @@ def _gke_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
             resource_type=n.type, instance_types=[str(machine)] if machine else [],
             gpus_per_node=gpus if gpus else (0 if from_catalog == 0 else None),
             min_nodes=lo, max_nodes=hi, capacity=capacity,
-            on_demand_approved=labels.get(APPROVAL_KEY, "").lower() == "true",
+            on_demand_approved=approval_of(labels)[0], approval_problem=approval_of(labels)[1],
             autoscaled=auto is not None, problems=problems))
     return out
 
@@ -251,7 +267,8 @@ def _aws_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
         out.append(GpuPool(
             cloud="aws", name=tags.get(POOL_KEY) or n.name, urns=[n.urn], resource_type=n.type, instance_types=types,
             gpus_per_node=None if problems and not gpus else gpus, min_nodes=lo, max_nodes=hi, capacity=capacity,
-            on_demand_approved=tags.get(APPROVAL_KEY, "").lower() == "true", autoscaled=autoscaled, problems=problems))
+            on_demand_approved=approval_of(tags)[0], approval_problem=approval_of(tags)[1], autoscaled=autoscaled,
+            problems=problems))
     return out
 
 

@@ -85,6 +85,62 @@ def world_cidrs(cidrs: Iterable[Any]) -> list[str]:
     return [str(c) for c in cidrs if is_world(c)]
 
 
+# Ranges that are not the public internet: RFC 1918, shared (RFC 6598), loopback, link-local,
+# documentation (RFC 5737/3849), unique-local. Python's `is_private` is no use here: it calls
+# 0.0.0.0/1 private because both of its ends (0.0.0.0 and 127.255.255.255) are.
+NON_PUBLIC = tuple(ipaddress.ip_network(n) for n in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+    "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24",
+    "::1/128", "fc00::/7", "fe80::/10", "2001:db8::/32"))
+DEFAULT_MIN_PREFIX = {4: 16, 6: 32}
+# The union of a rule's public ranges may cover at most as many addresses as one prefix of this length.
+DEFAULT_MAX_UNION_PREFIX = {4: 12, 6: 28}
+
+
+def _network(cidr: Any):
+    if not isinstance(cidr, str):
+        return None
+    try:
+        return ipaddress.ip_network(cidr.strip(), strict=False)
+    except ValueError:
+        return None
+
+
+def _is_public(net) -> bool:
+    return not any(net.version == r.version and net.subnet_of(r) for r in NON_PUBLIC)
+
+
+def too_open(cidrs: Iterable[Any], min_prefix: Optional[dict[int, int]] = None,
+             max_union_prefix: Optional[dict[int, int]] = None) -> list[str]:
+    """Why a set of source ranges opens too much of the internet (empty when it does not): any public
+    range shorter than the minimum prefix (default /16 IPv4, /32 IPv6), or public ranges whose union
+    covers more addresses than one prefix of max_union_prefix (default /12, /28) - so 0.0.0.0/1 plus
+    128.0.0.0/1 counts as what it is, the whole internet."""
+    min_prefix = {**DEFAULT_MIN_PREFIX, **(min_prefix or {})}
+    max_union_prefix = {**DEFAULT_MAX_UNION_PREFIX, **(max_union_prefix or {})}
+    reasons: list[str] = []
+    public = {4: [], 6: []}
+    for c in cidrs:
+        net = _network(c)
+        if net is None or not _is_public(net):
+            continue
+        public[net.version].append(net)
+        if net.prefixlen < min_prefix[net.version]:
+            reasons.append(f"{c} (a public /{net.prefixlen}, shorter than /{min_prefix[net.version]})")
+    for version, nets in public.items():
+        if len(nets) < 2:
+            continue
+        union = sum(n.num_addresses for n in ipaddress.collapse_addresses(nets))
+        bits = 32 if version == 4 else 128
+        limit = 2 ** (bits - max_union_prefix[version])
+        if union > limit:
+            share = union / 2 ** bits
+            shown = ", ".join(str(n) for n in nets[:4]) + (f" and {len(nets) - 4} more" if len(nets) > 4 else "")
+            reasons.append(f"together {shown} ({union:,} IPv{version} addresses, "
+                           f"{share:.2%} of the address space; at most one /{max_union_prefix[version]} allowed)")
+    return reasons
+
+
 def port_ranges(spec: Any) -> Optional[list[tuple[int, int]]]:
     """Linode/GCP port specs ("22", "80,443", "1-65535", ["22", "1000-2000"]) as ranges.
     None means "all ports" (the spec is absent or empty)."""

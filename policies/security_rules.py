@@ -21,7 +21,7 @@ from policies.props import (
     is_false,
     is_true,
     port_ranges,
-    world_cidrs,
+    too_open,
 )
 
 DEFAULT_SSH_PORTS = [22]
@@ -31,6 +31,14 @@ DEFAULT_KUBE_API_PORTS = [443, 6443]
 # ---------------------------------------------------------------------------------------------
 # Network exposure
 # ---------------------------------------------------------------------------------------------
+
+
+def _opened(args: Any, cidrs: list) -> str:
+    """What a set of source ranges opens, in words; empty when it is narrow enough (props.too_open)."""
+    cfg = args.get_config() or {}
+    reasons = too_open(cidrs, {4: int(cfg.get("minPrefixV4", 16)), 6: int(cfg.get("minPrefixV6", 32))},
+                       {4: int(cfg.get("maxUnionPrefixV4", 12)), 6: int(cfg.get("maxUnionPrefixV6", 28))})
+    return "; ".join(reasons)
 
 
 def _protected(args: Any) -> dict[int, str]:
@@ -59,7 +67,7 @@ def _aws_ranges(protocol: Any, from_port: Any, to_port: Any) -> Optional[list[tu
     return [(lo if lo is not None else hi, hi if hi is not None else lo)]
 
 
-def _check_linode_firewall(props, protected, report) -> None:
+def _check_linode_firewall(args, props, protected, report) -> None:
     if str(get(props, "inboundPolicy", "")).upper() == "ACCEPT":
         report("inboundPolicy is ACCEPT: every port (SSH and the Kubernetes API included) is open to the "
                "internet unless a rule drops it; use DROP and allow adminCidrs only.")
@@ -68,24 +76,24 @@ def _check_linode_firewall(props, protected, report) -> None:
             continue
         if str(get(rule, "protocol", "TCP")).upper() != "TCP":
             continue
-        world = world_cidrs(as_list(get(rule, "ipv4s")) + as_list(get(rule, "ipv6s")))
+        world = _opened(args, as_list(get(rule, "ipv4s")) + as_list(get(rule, "ipv6s")))
         exposed = _exposed(port_ranges(get(rule, "ports")), protected)
         if world and exposed:
-            report(f"inbound rule '{get(rule, 'label', '?')}' opens {', '.join(exposed)} to {', '.join(world)}; "
+            report(f"inbound rule '{get(rule, 'label', '?')}' opens {', '.join(exposed)} to {world}; "
                    "allow adminCidrs only.")
 
 
-def _check_aws_rule(label: str, protocol, from_port, to_port, cidrs: list, protected, report) -> None:
-    world = world_cidrs(cidrs)
+def _check_aws_rule(args, label: str, protocol, from_port, to_port, cidrs: list, protected, report) -> None:
+    world = _opened(args, cidrs)
     exposed = _exposed(_aws_ranges(protocol, from_port, to_port), protected) if world else []
     if world and exposed:
-        report(f"{label} opens {', '.join(exposed)} to {', '.join(world)}; allow adminCidrs only.")
+        report(f"{label} opens {', '.join(exposed)} to {world}; allow adminCidrs only.")
 
 
-def _check_gcp_firewall(props, protected, report) -> None:
+def _check_gcp_firewall(args, props, protected, report) -> None:
     if str(get(props, "direction", "INGRESS")).upper() != "INGRESS" or is_true(get(props, "disabled")):
         return
-    world = world_cidrs(as_list(get(props, "sourceRanges")))
+    world = _opened(args, as_list(get(props, "sourceRanges")))
     if not world:
         return
     for allow in as_list(get(props, "allows")):
@@ -94,7 +102,7 @@ def _check_gcp_firewall(props, protected, report) -> None:
             continue
         exposed = _exposed(port_ranges(get(allow, "ports")), protected)
         if exposed:
-            report(f"firewall rule opens {', '.join(exposed)} to {', '.join(world)}; allow adminCidrs only.")
+            report(f"firewall rule opens {', '.join(exposed)} to {world}; allow adminCidrs only.")
 
 
 def _validate_network(args, report_violation) -> None:
@@ -105,17 +113,17 @@ def _validate_network(args, report_violation) -> None:
         report_violation(msg, None)
 
     if t == "linode:index/firewall:Firewall":
-        _check_linode_firewall(props, protected, report)
+        _check_linode_firewall(args, props, protected, report)
     elif t == "aws:ec2/securityGroup:SecurityGroup":
         for i, rule in enumerate(as_list(get(props, "ingress"))):
-            _check_aws_rule(f"ingress[{i}]", get(rule, "protocol"), get(rule, "fromPort"), get(rule, "toPort"),
+            _check_aws_rule(args, f"ingress[{i}]", get(rule, "protocol"), get(rule, "fromPort"), get(rule, "toPort"),
                             as_list(get(rule, "cidrBlocks")) + as_list(get(rule, "ipv6CidrBlocks")), protected, report)
     elif t == "aws:ec2/securityGroupRule:SecurityGroupRule":
         if str(get(props, "type", "")).lower() == "ingress":
-            _check_aws_rule("the ingress rule", get(props, "protocol"), get(props, "fromPort"), get(props, "toPort"),
+            _check_aws_rule(args, "the ingress rule", get(props, "protocol"), get(props, "fromPort"), get(props, "toPort"),
                             as_list(get(props, "cidrBlocks")) + as_list(get(props, "ipv6CidrBlocks")), protected, report)
     elif t == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule":
-        _check_aws_rule("the ingress rule", get(props, "ipProtocol"), get(props, "fromPort"), get(props, "toPort"),
+        _check_aws_rule(args, "the ingress rule", get(props, "ipProtocol"), get(props, "fromPort"), get(props, "toPort"),
                         [c for c in (get(props, "cidrIpv4"), get(props, "cidrIpv6")) if c], protected, report)
     elif t == "aws:eks/cluster:Cluster":
         vpc = get(props, "vpcConfig", {})
@@ -124,8 +132,8 @@ def _validate_network(args, report_violation) -> None:
             if not cidrs:
                 report("the EKS API endpoint is public with no publicAccessCidrs (AWS then allows 0.0.0.0/0); "
                        "set publicAccessCidrs to adminCidrs or disable public access.")
-            elif world_cidrs(cidrs):
-                report(f"the EKS API endpoint is open to {', '.join(world_cidrs(cidrs))}; "
+            elif _opened(args, cidrs):
+                report(f"the EKS API endpoint is open to {_opened(args, cidrs)}; "
                        "set publicAccessCidrs to adminCidrs.")
     elif t == GKE_CLUSTER:
         if is_true(get(props, "privateClusterConfig.enablePrivateEndpoint")):
@@ -136,24 +144,35 @@ def _validate_network(args, report_violation) -> None:
                    "authorize adminCidrs only.")
             return
         cidrs = [get(b, "cidrBlock") for b in as_list(get(man, "cidrBlocks"))]
-        if world_cidrs(cidrs):
-            report(f"masterAuthorizedNetworksConfig authorizes {', '.join(world_cidrs(cidrs))}; authorize adminCidrs only.")
+        if _opened(args, cidrs):
+            report(f"masterAuthorizedNetworksConfig authorizes {_opened(args, cidrs)}; authorize adminCidrs only.")
         if is_true(get(man, "gcpPublicCidrsAccessEnabled")):
             report("gcpPublicCidrsAccessEnabled lets any Google Cloud VM's public address reach the control plane.")
     elif t == "gcp:compute/firewall:Firewall":
-        _check_gcp_firewall(props, protected, report)
+        _check_gcp_firewall(args, props, protected, report)
 
 
 no_public_admin_access = ResourceValidationPolicy(
     name="no-public-admin-access",
-    description="Neither SSH nor the Kubernetes API is open to 0.0.0.0/0 or ::/0 (Linode firewalls, AWS security "
-                "groups, EKS public access CIDRs, GKE master authorized networks, GCP firewalls).",
+    description="Neither SSH nor the Kubernetes API is open to a large part of the internet: no public source range "
+                "shorter than /16 (IPv4) or /32 (IPv6), and no set of ranges whose union is larger than one /12 "
+                "(IPv4) or /28 (IPv6) (Linode firewalls, AWS security groups, EKS public access CIDRs, GKE master "
+                "authorized networks, GCP firewalls).",
     enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(properties={
         "sshPorts": {"type": "array", "items": {"type": "integer"}, "default": DEFAULT_SSH_PORTS,
                      "description": "TCP ports treated as SSH."},
         "kubeApiPorts": {"type": "array", "items": {"type": "integer"}, "default": DEFAULT_KUBE_API_PORTS,
                          "description": "TCP ports treated as the Kubernetes API."},
+        "minPrefixV4": {"type": "integer", "minimum": 8, "maximum": 32, "default": 16,
+                        "description": "Shortest public IPv4 prefix a rule may open SSH or the API to."},
+        "minPrefixV6": {"type": "integer", "minimum": 16, "maximum": 128, "default": 32,
+                        "description": "Shortest public IPv6 prefix a rule may open SSH or the API to."},
+        "maxUnionPrefixV4": {"type": "integer", "minimum": 8, "maximum": 32, "default": 12,
+                             "description": "The public IPv4 ranges of one rule together cover at most one prefix "
+                                            "of this length."},
+        "maxUnionPrefixV6": {"type": "integer", "minimum": 16, "maximum": 128, "default": 28,
+                             "description": "The same for IPv6."},
     }),
     validate=_validate_network,
 )

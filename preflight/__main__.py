@@ -156,18 +156,21 @@ def main(argv: list[str] | None = None) -> int:
 
     from preflight.costs import CostReport
 
-    costs = CostReport(cfg, out)
-    print(costs.summary)
+    # Printed once the charts are rendered: the storage they request is part of the bill.
+    costs = CostReport(cfg, out, plan)
 
     status = 0
     if policies is not None:
-        from preflight.analyzer import PolicyConfigError, PolicyPackError
+        from preflight.analyzer import PolicyConfigError, PolicyPackError, PolicyPackIncomplete, PolicyTimeout
 
         try:
             report = policies.analyze(plan, policy_config)
         except PolicyConfigError as exc:
             print(f"preflight: {exc}", file=sys.stderr)
             return EXIT_CONFIG
+        except (PolicyPackIncomplete, PolicyTimeout) as exc:  # no verdict is a failed verdict
+            print(f"preflight: {exc}", file=sys.stderr)
+            return EXIT_POLICY
         except PolicyPackError as exc:
             print(f"preflight: the policy pack failed: {exc}", file=sys.stderr)
             return 1
@@ -192,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"preflight: {len(fit_result.report.problems)} cluster fit problem(s)", file=sys.stderr)
         status = EXIT_POLICY
 
+    print()
+    print(costs.report([r for r in fit_result.releases if r.rendered]))
     print(costs.finish())
     print(f"\npreflight {args.stack}: {'OK' if status == 0 else 'FAILED'} in {time.monotonic() - started:.2f}s")
     return status

@@ -49,6 +49,85 @@ class PolicyConfigError(ValueError):
     """A policy config (stacks/policy.<stack>.yaml) names an unknown policy, level or knob."""
 
 
+class PolicyPackIncomplete(PolicyPackError):
+    """The pack that ran lacks a policy the project ships (policies/enforcement.yaml): no verdict."""
+
+
+class PolicyTimeout(PolicyPackError):
+    """An analyzer call passed its deadline; the message names the policy that was running."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The project's enforcement rules (policies/enforcement.yaml)
+# ---------------------------------------------------------------------------------------------
+
+ENFORCEMENT_FILE = ROOT / "policies" / "enforcement.yaml"
+RANK = {"disabled": 0, "advisory": 1, "remediate": 2, "mandatory": 2}
+# Settings of locked policies and when a value is looser than the pack's default.
+_LOOSER = {
+    "minPrefixV4": lambda new, old: new < old, "minPrefixV6": lambda new, old: new < old,
+    "maxUnionPrefixV4": lambda new, old: new < old, "maxUnionPrefixV6": lambda new, old: new < old,
+    "sshPorts": lambda new, old: not set(old) <= set(new), "kubeApiPorts": lambda new, old: not set(old) <= set(new),
+}
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    shipped: tuple[str, ...]
+    locked: tuple[str, ...]
+    exceptions: tuple[dict, ...]
+
+
+def load_enforcement(path: Path = ENFORCEMENT_FILE) -> Enforcement:
+    from preflight.safe_yaml import YamlInputError, load_yaml_file
+
+    try:
+        doc = load_yaml_file(path) or {}
+    except YamlInputError as exc:
+        raise PolicyPackError(f"cannot read the pack's enforcement rules: {exc}") from None
+    exceptions = tuple(doc.get("exceptions") or ())
+    for e in exceptions:
+        missing = [k for k in ("stack", "policy", "level", "reason", "approver") if not str(e.get(k) or "").strip()]
+        if missing:
+            raise PolicyPackError(f"{path}: exception {e!r} lacks {', '.join(missing)}")
+    return Enforcement(tuple(doc.get("shipped") or ()), tuple(doc.get("locked") or ()), exceptions)
+
+
+def enforce_locks(reconciled: dict[str, tuple[str, dict[str, Any]]], defaults: dict[str, tuple[str, dict[str, Any]]],
+                  stack: str, enforcement: Enforcement, where: str) -> tuple[dict[str, list[str]], list[str]]:
+    """Undo what a stack's policy config does to locked policies, unless an exception allows it.
+    Returns (refusals per policy, exceptions applied) and fixes `reconciled` in place."""
+    refused: dict[str, list[str]] = {}
+    applied: list[str] = []
+    for name in enforcement.locked:
+        if name not in reconciled or name not in defaults:
+            continue
+        level, props = reconciled[name]
+        base_level, base_props = defaults[name]
+        looser = sorted(k for k, v in props.items() if k in base_props and k in _LOOSER
+                        and _LOOSER[k](v, base_props[k]))
+        looser += sorted(k for k in props if k not in _LOOSER and props[k] != base_props.get(k))
+        weaker = RANK.get(level, 0) < RANK.get(base_level, 2)
+        if not weaker and not looser:
+            continue
+        allowed = next((e for e in enforcement.exceptions if e["stack"] == stack and e["policy"] == name
+                        and RANK.get(str(e["level"]), 2) <= RANK.get(level, 0)), None)
+        if allowed is not None:
+            applied.append(f"{name}: {level} for stack {stack} by exception (reason: {allowed['reason']}; "
+                           f"approver: {allowed['approver']})")
+            continue
+        what = []
+        if weaker:
+            what.append(f"sets it to {level}")
+        if looser:
+            what.append(f"loosens {', '.join(looser)}")
+        refused[name] = [f"{where} {' and '.join(what)}, but {name} is a locked security policy: it stays "
+                         f"{base_level} with its default settings. Only an entry in policies/enforcement.yaml "
+                         "(exceptions, with a reason and an approver) can change it."]
+        reconciled[name] = (base_level, dict(base_props))
+    return refused, applied
+
+
 # ---------------------------------------------------------------------------------------------
 # Policy config files
 # ---------------------------------------------------------------------------------------------
@@ -190,6 +269,9 @@ class PolicyReport:
     resources_analyzed: int
     results: list[PolicyResult]
     logs: list[str] = field(default_factory=list)  # what the pack logged (engine Log calls, stderr)
+    # Exemptions and approvals in force for this run (exceptions to locked policies, exemptPools with
+    # their reasons, on-demand approvals recorded on the resources): reviewers see who allowed what.
+    approvals: list[str] = field(default_factory=list)
 
     @property
     def mandatory_violations(self) -> int:
@@ -220,6 +302,8 @@ class PolicyReport:
                 lines.append(f"  [{m.level}] {r.name}: {text}")
                 if m.urn:
                     lines.append(f"      resource: {m.urn}")
+        for a in self.approvals:
+            lines.append(f"  approved: {a}")
         for log in self.logs:
             lines.append(f"  pack log: {log}")
         verdict = (f"{self.mandatory_violations} mandatory violation(s)" if self.mandatory_violations
@@ -231,6 +315,7 @@ class PolicyReport:
         return {
             "pack": self.pack, "version": self.version, "stack": self.stack,
             "resourcesAnalyzed": self.resources_analyzed, "mandatoryViolations": self.mandatory_violations,
+            "approvals": list(self.approvals),
             "policies": [{"name": r.name, "enforcementLevel": r.enforcement_level, "status": r.status,
                           "violations": [{"level": m.level, "message": m.message, "urn": m.urn} for m in r.messages]}
                          for r in self.results],
@@ -301,7 +386,17 @@ class Analyzer:
 
     def __init__(self, pack_dir: Path = PACK_DIR, *, stack: str = "preflight",
                  stack_config: Optional[Mapping[str, str]] = None, startup_timeout: float = 60.0,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, call_timeout: float = 120.0,
+                 enforcement: Optional[Enforcement] = None) -> None:
+        """`call_timeout`: deadline of every analyzer call (a hung rule fails the run naming itself).
+        `enforcement`: shipped/locked policies; default: policies/enforcement.yaml for the project's
+        own pack, none for another pack (tests build their own)."""
+        self.call_timeout = call_timeout
+        self.enforcement = enforcement if enforcement is not None else (
+            load_enforcement() if Path(pack_dir).resolve() == PACK_DIR.resolve() else Enforcement((), (), ()))
+        self._config_dir: Optional[str] = None
+        self.refused: dict[str, list[str]] = {}
+        self.exceptions_applied: list[str] = []
         self.pack_dir = Path(pack_dir).resolve()
         self.stack = stack
         self.stack_config = dict(stack_config or {})
@@ -355,7 +450,18 @@ class Analyzer:
                     "PULUMI_ORGANIZATION": "organization"})
         env.pop("PULUMI_CONFIG", None)
         if self.stack_config:
-            env["PULUMI_CONFIG"] = json.dumps(self.stack_config)
+            # In a file: one environment string is capped at 128 KiB (E2BIG); PULUMI_CONFIG as well, as
+            # the CLI passes it, when it fits.
+            import tempfile
+
+            self._config_dir = tempfile.mkdtemp(prefix="gpu-platform-policy-")
+            config_file = os.path.join(self._config_dir, "stack-config.json")
+            with open(os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+                json.dump(self.stack_config, f)
+            env["GPU_PLATFORM_STACK_CONFIG_FILE"] = config_file
+            text = json.dumps(self.stack_config)
+            if len(text) < 100 * 1024:
+                env["PULUMI_CONFIG"] = text
         try:
             program = str(self.pack_dir.relative_to(ROOT))
         except ValueError:
@@ -363,6 +469,10 @@ class Analyzer:
         self._proc = subprocess.Popen(
             [self.python, "-u", "-m", "pulumi.policy", self.engine_address, program],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # No orphan: whatever ends this process (an exception, sys.exit), the pack goes with it.
+        import atexit
+
+        atexit.register(self._stop_process)
         lines: "queue.Queue[Optional[str]]" = queue.Queue()
         threading.Thread(target=self._pump, args=(self._proc.stdout, lines), daemon=True).start()
         self._stderr_thread = threading.Thread(target=self._pump_stderr, daemon=True)
@@ -384,6 +494,12 @@ class Analyzer:
         self.stub = analyzer_pb2_grpc.AnalyzerStub(self._channel)
         self._handshake()
         self.info = self._call("GetAnalyzerInfo", _empty())
+        missing = sorted(set(self.enforcement.shipped) - {p.name for p in self.info.policies})
+        if missing:
+            self.close()
+            raise PolicyPackIncomplete(
+                f"the policy pack {self.pack_dir} lacks {len(missing)} polic{'y' if len(missing) == 1 else 'ies'} "
+                f"the project ships: {', '.join(missing)} (policies/enforcement.yaml lists them); no verdict")
 
     def _pump(self, stream, lines: "queue.Queue[Optional[str]]") -> None:
         first = True
@@ -429,6 +545,11 @@ class Analyzer:
         if self._engine is not None:
             self._engine.stop(None)
             self._engine = None
+        if self._config_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._config_dir, ignore_errors=True)
+            self._config_dir = None
         self._proc = None
         return "\n".join(self._stderr).strip()
 
@@ -440,14 +561,41 @@ class Analyzer:
 
     # -- RPCs -----------------------------------------------------------------------------------
 
-    def _call(self, method: str, request: Any) -> Any:
+    def _running_policies(self) -> str:
+        """Ask the pack which policy it is in (policies/running.py answers SIGUSR1 on stderr)."""
+        import time
+
+        from policies.running import MARKER
+
+        proc = self._proc
+        if proc is None or proc.poll() is not None or not hasattr(signal, "SIGUSR1"):
+            return ""
+        seen = len(self._stderr)
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            for line in self._stderr[seen:]:
+                if line.startswith(MARKER):
+                    return line[len(MARKER):].strip()
+            time.sleep(0.05)
+        return ""
+
+    def _call(self, method: str, request: Any, what: str = "") -> Any:
         import grpc
 
         if self.stub is None:
             raise PolicyPackError("the policy pack is not running (call start() or use `with Analyzer()`)")
         try:
-            return getattr(self.stub, method)(request)
+            return getattr(self.stub, method)(request, timeout=self.call_timeout)
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                running = self._running_policies()
+                if self._proc is not None and self._proc.poll() is None:
+                    self._proc.kill()  # a rule in a loop never returns; SIGINT would wait on it
+                self.close()
+                raise PolicyTimeout(
+                    f"policy {running or '(unknown: the pack did not say)'} did not finish {method}"
+                    f"{' of ' + what if what else ''} within {self.call_timeout:g}s; the pack was stopped") from None
             crashed = self._proc is None or self._proc.poll() is not None
             stderr = "\n".join(self._stderr[-40:]).strip()
             raise PolicyPackError(f"policy pack {method} failed: {exc.code().name}: {exc.details()}"
@@ -462,7 +610,7 @@ class Analyzer:
                                                     root_directory=str(self.pack_dir),
                                                     program_directory=str(self.pack_dir))
         try:
-            self.stub.Handshake(req)
+            self.stub.Handshake(req, timeout=self.call_timeout)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.UNIMPLEMENTED:  # the CLI falls back when unimplemented
                 raise PolicyPackError(f"policy pack Handshake failed: {exc.code().name}: {exc.details()}") from None
@@ -474,6 +622,8 @@ class Analyzer:
         levels = {"advisory": analyzer_pb2.ADVISORY, "mandatory": analyzer_pb2.MANDATORY,
                   "remediate": analyzer_pb2.REMEDIATE, "disabled": analyzer_pb2.DISABLED}
         reconciled = reconcile_config(self.info, policy_config, where)
+        self.refused, self.exceptions_applied = enforce_locks(
+            reconciled, reconcile_config(self.info, None), self.stack, self.enforcement, where)
         request = analyzer_pb2.ConfigureAnalyzerRequest()
         for name, (level, props) in reconciled.items():
             request.policyConfig[name].CopyFrom(
@@ -514,7 +664,7 @@ class Analyzer:
             provider = self._provider(r, by_urn)
             if provider is not None:
                 request.provider.CopyFrom(provider)
-            collect(self._call("Analyze", request), r.urn)
+            collect(self._call("Analyze", request, r.urn), r.urn)
 
         stack_request = analyzer_pb2.AnalyzeStackRequest()
         for r in resources:
@@ -530,8 +680,11 @@ class Analyzer:
             stack_request.resources.append(res)
         collect(self._call("AnalyzeStack", stack_request), None)
 
+        for name, messages in self.refused.items():
+            results[name].messages += [PolicyMessage("mandatory", m, None) for m in messages]
+        approvals = list(self.exceptions_applied) + _approvals(plan, reconciled)
         order = [p.name for p in self.info.policies]
-        return PolicyReport(pack=self.info.name, version=self.version or self.info.version, stack=plan.stack,
+        return PolicyReport(approvals=approvals,pack=self.info.name, version=self.version or self.info.version, stack=plan.stack,
                             resources_analyzed=len(resources),
                             results=sorted(results.values(), key=lambda x: order.index(x.name) if x.name in order else len(order)),
                             logs=list(self.logs))
@@ -555,6 +708,31 @@ class Analyzer:
             return None
         return analyzer_pb2.AnalyzerProviderResource(type=prov.type, properties=_struct(prov.wire_inputs),
                                                      urn=prov.urn, name=prov.name)
+
+
+def _approvals(plan: Plan, reconciled: Mapping[str, tuple[str, dict[str, Any]]]) -> list[str]:
+    """Exemptions from the policy config and on-demand approvals recorded on the plan's resources."""
+    from policies.pools import APPROVER_KEY, REASON_KEY, POOL_KEY
+    from policies.props import tags_of
+
+    out = []
+    exempt = reconciled.get("gpu-pools-scale-to-zero", ("", {}))[1].get("exemptPools") or []
+    for e in exempt:
+        if isinstance(e, Mapping):
+            out.append(f"gpu-pools-scale-to-zero exempts pool {e.get('pool')} (reason: {e.get('reason')}; "
+                       f"approver: {e.get('approver')})")
+    seen = set()
+    for r in plan.resources:
+        for where in ("tags", "labels", "nodeConfig.resourceLabels"):
+            props: Any = r.inputs
+            for part in where.split(".")[:-1]:
+                props = props.get(part) if isinstance(props, Mapping) else None
+            tags = tags_of(props or {}, where.split(".")[-1])
+            if tags.get(APPROVER_KEY) and tags.get(REASON_KEY) and tags.get(POOL_KEY) not in seen:
+                seen.add(tags.get(POOL_KEY))
+                out.append(f"GPU pool {tags.get(POOL_KEY)} runs on-demand (reason: {tags[REASON_KEY]}; "
+                           f"approver: {tags[APPROVER_KEY]})")
+    return out
 
 
 def _empty():

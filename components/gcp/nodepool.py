@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional, Sequence
 import pulumi
 from pulumi_gcp import container
 
+from components.config_base import approval_tags
 from components.cluster import GpuPoolSpec, Taint
 
 # GKE's spelling of the Kubernetes taint effects.
@@ -61,7 +62,7 @@ def gpu_resource_labels(common: Mapping[str, str], pool: GkeGpuPool) -> dict[str
     return {
         **common,
         "gpu-pool": pool.spec.name,
-        "on-demand-approved": "true" if pool.approved_on_demand else "false",
+        **approval_tags(pool.approved_on_demand, "gcp"),  # with approver and reason (policy pack)
     }
 
 
