@@ -232,6 +232,92 @@ def trainjob_pods(release: str, trainjob: dict, runtimes: dict) -> tuple[list[Po
     return out, None
 
 
+# ---------------------------------------------------------------------------------------------
+# JupyterHub user servers: pods the hub spawns (KubeSpawner), which no manifest shows
+# ---------------------------------------------------------------------------------------------
+
+
+def _cfg(values: dict, path: str, default: Any = None) -> Any:
+    cur: Any = values
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return default
+        cur = cur[part]
+    return cur
+
+
+def jupyterhub_user_pods(release: str, namespace: Optional[str], values: dict) -> list[PodTemplate]:
+    """One user server pod per profile (one if there are none), as the zero-to-jupyterhub 4.4.0 hub
+    configures KubeSpawner (files/hub/jupyterhub_config.py): image, uid/fsGid, cpu/memory guarantee ->
+    requests and limit -> limits, extraResource, nodeSelector, tolerations (scheduling.userPods +
+    singleuser.extraTolerations), required node affinity, singleuser.initContainers, extraLabels,
+    allowPrivilegeEscalation, and with singleuser.cloudMetadata.blockWithIptables the privileged
+    NET_ADMIN `block-cloud-metadata` init container; each profile's kubespawner_override on top.
+    `values`: the release's values coalesced with the chart's defaults."""
+    su = values.get("singleuser") or {}
+    base: dict[str, Any] = {
+        "image": f"{_cfg(su, 'image.name', '')}:{_cfg(su, 'image.tag', '')}".rstrip(":"),
+        "uid": su.get("uid"), "fs_gid": su.get("fsGid"),
+        "cpu_guarantee": _cfg(su, "cpu.guarantee"), "cpu_limit": _cfg(su, "cpu.limit"),
+        "mem_guarantee": _cfg(su, "memory.guarantee"), "mem_limit": _cfg(su, "memory.limit"),
+        "extra_resource_guarantees": dict(_cfg(su, "extraResource.guarantees", {}) or {}),
+        "extra_resource_limits": dict(_cfg(su, "extraResource.limits", {}) or {}),
+        "node_selector": dict(su.get("nodeSelector") or {}),
+        "tolerations": list(_cfg(values, "scheduling.userPods.tolerations", []) or []) + list(su.get("extraTolerations") or []),
+        "node_affinity_required": list(_cfg(su, "extraNodeAffinity.required", []) or []),
+        "init_containers": copy.deepcopy(list(su.get("initContainers") or [])),
+        "extra_labels": dict(su.get("extraLabels") or {}),
+        "allow_privilege_escalation": su.get("allowPrivilegeEscalation"),
+    }
+    if _cfg(values, "scheduling.userPods.nodeAffinity.matchNodePurpose") == "require":
+        base["node_affinity_required"].append({"matchExpressions": [
+            {"key": "hub.jupyter.org/node-purpose", "operator": "In", "values": ["user"]}]})
+    if _cfg(su, "cloudMetadata.blockWithIptables") is True:
+        base["init_containers"].append({
+            "name": "block-cloud-metadata",
+            "image": f"{_cfg(su, 'networkTools.image.name')}:{_cfg(su, 'networkTools.image.tag')}",
+            "command": ["iptables", "--append", "OUTPUT", "--protocol", "tcp", "--destination",
+                        str(_cfg(su, "cloudMetadata.ip")), "--destination-port", "80", "--jump", "DROP"],
+            "securityContext": {"privileged": True, "runAsUser": 0, "capabilities": {"add": ["NET_ADMIN"]}},
+            "resources": _cfg(su, "networkTools.resources", {}) or {},
+        })
+    profiles = list(su.get("profileList") or []) or [{"slug": "default"}]
+    out = []
+    for prof in profiles:
+        cfg = {**base, **copy.deepcopy(prof.get("kubespawner_override") or {})}
+        requests = {k: v for k, v in (("cpu", cfg.get("cpu_guarantee")), ("memory", cfg.get("mem_guarantee"))) if v}
+        limits = {k: v for k, v in (("cpu", cfg.get("cpu_limit")), ("memory", cfg.get("mem_limit"))) if v}
+        requests.update(cfg.get("extra_resource_guarantees") or {})
+        limits.update(cfg.get("extra_resource_limits") or {})
+        sc: dict[str, Any] = {}
+        if cfg.get("uid") is not None:
+            sc["runAsUser"] = cfg["uid"]
+        if cfg.get("allow_privilege_escalation") is not None:
+            sc["allowPrivilegeEscalation"] = cfg["allow_privilege_escalation"]
+        spec: dict[str, Any] = {
+            "containers": [{"name": "notebook", "image": cfg.get("image"), "securityContext": sc,
+                            "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v}}],
+            "initContainers": cfg.get("init_containers") or [],
+            "nodeSelector": cfg.get("node_selector") or {},
+            "tolerations": cfg.get("tolerations") or [],
+            "securityContext": {"fsGroup": cfg["fs_gid"]} if cfg.get("fs_gid") is not None else {},
+        }
+        if cfg.get("node_affinity_required"):
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": cfg["node_affinity_required"]}}}
+        labels = {"app": "jupyterhub", "component": "singleuser-server", "release": release,
+                  "hub.jupyter.org/network-access-hub": "true", **(cfg.get("extra_labels") or {})}
+        owner = f"Pod/{namespace}/jupyter-<user> (profile {prof.get('slug') or prof.get('display_name')})"
+        out.append(PodTemplate(release, owner, "Pod", namespace, labels, {}, spec, 1,
+                               queue_name=labels.get(QUEUE_NAME_LABEL), workload=owner))
+    return out
+
+
+def _is_jupyterhub(rel: Any) -> bool:
+    chart = str(getattr(rel, "chart", "") or "")
+    return chart.rstrip("/").rsplit("/", 1)[-1] == "jupyterhub"
+
+
 def pod_templates(releases: Iterable[Any]) -> tuple[list[PodTemplate], list[RenderIssue]]:
     """Every pod template of every release, and what could not be resolved (a TrainJob's runtime)."""
     releases = list(releases)
@@ -239,6 +325,9 @@ def pod_templates(releases: Iterable[Any]) -> tuple[list[PodTemplate], list[Rend
     out: list[PodTemplate] = []
     issues: list[RenderIssue] = []
     for rel in releases:
+        values = getattr(rel, "values", None)
+        if _is_jupyterhub(rel) and isinstance(values, dict):
+            out.extend(jupyterhub_user_pods(rel.name, rel.namespace, values))
         for obj in rel.objects:
             kind = obj.get("kind")
             spec = obj.get("spec") or {}

@@ -1,0 +1,149 @@
+"""Issue 10's defects reproduced on the real rendered stacks (real charts from ../shared/charts, the
+real node model from the plan). Where the shipped code already fixes a defect, the defect's input is
+rebuilt (a model without the system pool, Kueue's chart-default webhook scope, the issue's quotas and
+TrainJob, default limits in the LimitRange, blockWithIptables on): each test fails if its check is
+removed, and the shipped input passes the same check."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+
+import pytest
+
+from tests.fit_support import CHARTS, need_charts, rendered, stack_plan
+from components.config import parse_config
+from preflight.fit.checks import check_fit
+from preflight.fit.nodes import cluster_model
+from preflight.runner import load_stack
+
+pytestmark = pytest.mark.usefixtures("charts")
+
+
+@pytest.fixture(scope="module")
+def charts():
+    need_charts()
+
+
+def _stack(stack: str):
+    cfg = parse_config(load_stack(stack).raw, stack)
+    model = cluster_model(cfg, stack_plan(stack))
+    releases = [copy.deepcopy(r) for r in rendered(stack) if r.rendered]
+    return model, releases
+
+
+def _release(releases, name):
+    return next(r for r in releases if r.name == name)
+
+
+def _objects(releases, kind, name=None):
+    return [o for r in releases for o in r.objects if o.get("kind") == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def _problems(report, check, **match):
+    return [p for p in report.problems if p.check == check and all(v in getattr(p, k) for k, v in match.items())]
+
+
+def test_linode_ordinary_pods_have_nowhere_to_go_without_the_system_pool():
+    model, releases = _stack("linode-dev")
+    assert not _problems(check_fit(model, releases), "schedulable")
+    without = dataclasses.replace(model, node_groups=[g for g in model.node_groups if g.role != "system"])
+    report = check_fit(without, releases)
+    stuck = _problems(report, "schedulable")
+    owners = {p.object for p in stuck}
+    assert any(o.startswith("Deployment/kueue-system/") for o in owners), owners
+    assert any(o.startswith("Deployment/jupyterhub/hub") for o in owners), owners
+    assert any(p.release == "kube-prometheus-stack" for p in stuck)
+    assert all("untainted" in p.fix for p in stuck if "needs" not in p.reason)
+
+
+def test_kueue_job_webhook_at_the_chart_default_scope_races_the_other_releases_hook_jobs():
+    model, releases = _stack("gcp-prod")
+    assert not _problems(check_fit(model, releases), "ordering", reason="release kueue")
+    chart_default = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                           "values": ["kube-system", "kueue-system"]}]}
+    for cfg in _objects([_release(releases, "kueue")], "MutatingWebhookConfiguration") + \
+            _objects([_release(releases, "kueue")], "ValidatingWebhookConfiguration"):
+        for wh in cfg["webhooks"]:
+            if wh.get("namespaceSelector"):
+                wh["namespaceSelector"] = chart_default
+    report = check_fit(model, releases)
+    races = _problems(report, "ordering", reason="release kueue")
+    assert any(p.object == "Job/monitoring/kube-prometheus-stack-admission-create" for p in races), \
+        [(p.release, p.object) for p in races]
+    assert any("mjob.kb.io" in p.reason for p in races)
+
+
+def test_gke_private_cluster_without_port_8082_cannot_reach_kueue_visibility():
+    model, releases = _stack("gcp-prod")
+    assert model.control_plane_ports is not None and 8082 in model.control_plane_ports
+    assert not _problems(check_fit(model, releases), "reachable")
+    closed = dataclasses.replace(model, control_plane_ports=model.control_plane_ports - {8082})
+    [*probs] = _problems(check_fit(closed, releases), "reachable")
+    assert probs and all(p.object.startswith("APIService/") and "visibility.kueue" in p.object for p in probs)
+    assert "targetPort 8082" in probs[0].reason and "open TCP 8082" in probs[0].fix
+
+
+def test_trainjob_admitted_to_a_g5_xlarge_pool_whose_allocatable_is_smaller():
+    model, releases = _stack("aws-prod")
+    assert not _problems(check_fit(model, releases), "queue-fit")
+    # the issue's inputs: quotas = nominal instance size x max nodes, the TrainJob asks 4 CPU / 16 Gi
+    [cq] = _objects(releases, "ClusterQueue")
+    for fl in cq["spec"]["resourceGroups"][0]["flavors"]:
+        if fl["name"] == "a10g":
+            fl["resources"] = [{"name": "cpu", "nominalQuota": "32"}, {"name": "memory", "nominalQuota": "128Gi"},
+                               {"name": "nvidia.com/gpu", "nominalQuota": 8}]
+    [tj] = _objects(releases, "TrainJob")
+    tj["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                                                 "limits": {"memory": "24Gi", "nvidia.com/gpu": "1"}}
+    report = check_fit(model, releases)
+    assert _problems(report, "queue-fit", object="ClusterQueue/gpu-training", reason="flavor a10g: nominal quota cpu 32")
+    [misfit] = _problems(report, "queue-fit", object="TrainJob/training/resnet-checkpointed[node]")
+    assert "flavor a10g" in misfit.reason and "cpu 4" in misfit.reason and "re-admitted forever" in misfit.reason
+
+
+def test_limitrange_default_limits_refuse_a_multi_gpu_pod_that_sets_only_requests():
+    model, releases = _stack("aws-prod")
+    [tj] = _objects(releases, "TrainJob")
+    tj["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"},
+                                                 "limits": {"nvidia.com/gpu": "4"}}
+    assert not _problems(check_fit(model, releases), "admission", object="TrainJob/")
+    [lr] = _objects(releases, "LimitRange", "training-defaults")
+    lr["spec"]["limits"][0]["default"] = {"cpu": "4", "memory": "16Gi"}  # the issue's default limits
+    refused = _problems(check_fit(model, releases), "admission", object="TrainJob/training/resnet-checkpointed[node]")
+    assert any("cpu request 16 exceeds its limit 4" in p.reason for p in refused), refused
+    assert any("memory request 64.00Gi exceeds its limit 16.00Gi" in p.reason for p in refused)
+
+
+def _hub_values(stack: str, releases, **singleuser):
+    import helm_python
+
+    plan = stack_plan(stack)
+    hub = next(r for r in plan.by_type("kubernetes:helm.sh/v3:Release") if r.plain_inputs.get("name") == "jupyterhub")
+    values = copy.deepcopy(hub.plain_inputs.get("values") or {})
+    values.setdefault("singleuser", {}).update(singleuser)
+    chart = helm_python.Chart.load(str(CHARTS / f"jupyterhub-{hub.plain_inputs['version']}.tgz"))
+    return chart.merge_values(values)
+
+
+def test_jupyterhub_net_admin_init_container_is_refused_under_baseline():
+    model, releases = _stack("gcp-prod")
+    rel = _release(releases, "jupyterhub")
+    rel.values = _hub_values("gcp-prod", releases)
+    shipped = check_fit(model, releases)
+    assert not _problems(shipped, "admission", object="Pod/jupyterhub/jupyter-<user>")
+    assert any(pl.object.startswith("Pod/jupyterhub/jupyter-<user>") for pl in shipped.placements)
+    rel.values = _hub_values("gcp-prod", releases, cloudMetadata={"blockWithIptables": True})
+    refused = _problems(check_fit(model, releases), "admission", object="Pod/jupyterhub/jupyter-<user>")
+    assert refused and all("Pod Security 'baseline'" in p.reason for p in refused)
+    assert "block-cloud-metadata adds NET_ADMIN" in refused[0].reason and "privileged: true" in refused[0].reason
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod", "aws-prod"])
+def test_checks_on_a_whole_stack_take_well_under_a_second(stack):
+    model, releases = _stack(stack)
+    start = time.perf_counter()
+    report = check_fit(model, releases)
+    assert time.perf_counter() - start < 1.0
+    assert report.pods > 20 and report.releases == len(releases)
