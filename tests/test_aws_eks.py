@@ -104,6 +104,10 @@ def test_version_past_extended_support_is_refused(monkeypatch):
 def test_unset_version_is_the_newest_in_eks_standard_support():
     cfg = parse_config({k: v for k, v in raw().items() if k != "kubernetesVersion"}, "aws-prod")
     assert cfg.kubernetes_version == "1.36" and not cfg.kubernetes_version_pinned
+    # a stack outside the repository without the key plans end to end on that version
+    config = {k: v for k, v in stack_config("aws-prod").items() if k != "gpu-platform:kubernetesVersion"}
+    plan = run_program(stack_input_from_mapping("eks-unpinned", config))
+    assert plan.one("aws:eks/cluster:Cluster").inputs["version"] == "1.36"
 
 
 # ---------------------------------------------------------------------------------------------
