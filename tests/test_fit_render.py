@@ -1,0 +1,439 @@
+"""Cluster fit, rendering half: every Helm release, kustomize install and plain object of every shipped
+stack rendered with the real pinned charts (Helm's Go SDK), and the errors a user can hit."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from preflight.fit import kustomize, render
+from preflight.fit.render import ChartError, RenderedRelease, render_plan, write_rendered
+from preflight.runner import SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
+from tests.fit_support import (
+    CHARTS, STACKS, allowed_missing, make_chart, need_charts, release_resource, rendered, stack_plan,
+)
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+DIRECTORY = "kubernetes:kustomize/v2:Directory"
+
+
+@pytest.fixture(autouse=True)
+def _charts() -> None:
+    need_charts()
+
+
+def by_name(stack: str) -> dict[str, RenderedRelease]:
+    return {r.name: r for r in rendered(stack)}
+
+
+# --- every shipped stack ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_release_and_kustomize_install_of_the_stack_renders(stack: str) -> None:
+    plan = stack_plan(stack)
+    releases = rendered(stack)
+    helm = [r for r in releases if r.source == "helm"]
+    assert sorted(r.urn for r in helm) == sorted(r.urn for r in plan.by_type(RELEASE))
+    assert sorted(r.urn for r in releases if r.source == "kustomize") == sorted(r.urn for r in plan.by_type(DIRECTORY))
+    for rel in helm:
+        if rel.chart in allowed_missing(stack):
+            assert not rel.rendered and rel.objects == []
+            continue
+        assert rel.rendered and rel.objects, rel.name
+        kinds = {o["kind"] for o in rel.objects}
+        assert kinds & {"Deployment", "DaemonSet", "StatefulSet"}, (rel.name, kinds)
+    for rel in releases:
+        for obj in rel.objects:
+            assert obj["apiVersion"] and obj["kind"] and obj["metadata"]["name"], (rel.name, obj)
+    # Only the charts the shared folder lacks stay unrendered, and only where allowed.
+    assert {r.chart for r in releases if not r.rendered} == set(allowed_missing(stack)) & {r.chart for r in helm}
+    assert [r.source for r in releases].count("example") == 1
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_plain_objects_are_grouped_by_component_and_namespaced(stack: str) -> None:
+    plan = stack_plan(stack)
+    plain = [r for r in plan.resources if r.custom and r.type.startswith("kubernetes:")
+             and r.type not in (RELEASE, DIRECTORY)]
+    manifests = [r for r in rendered(stack) if r.source == "manifest"]
+    assert sum(len(m.objects) for m in manifests) == len(plain)
+    by_parent = {m.urn: m for m in manifests}
+    for r in plain:
+        group = by_parent[r.parent]
+        kind = r.type.rsplit(":", 1)[1]
+        assert any(o["kind"] == kind and o["metadata"]["name"] == (r.plain_inputs.get("metadata") or {}).get("name", o["metadata"]["name"])
+                   for o in group.objects)
+    objs = [o for m in manifests for o in m.objects]
+    namespaced = [o for o in objs if o["kind"] in ("ConfigMap", "LimitRange", "ResourceQuota", "LocalQueue")]
+    assert namespaced and all(o["metadata"].get("namespace") for o in namespaced)
+    cluster = [o for o in objs if o["kind"] in ("Namespace", "ClusterQueue", "ResourceFlavor")]
+    assert cluster and not any("namespace" in o["metadata"] for o in cluster)
+
+
+def test_release_names_and_namespaces_are_what_the_program_passes() -> None:
+    gcp = by_name("gcp-prod")
+    assert gcp["kueue"].namespace == "kueue-system"
+    deployments = [o for o in gcp["kueue"].objects if o["kind"] == "Deployment"]
+    assert deployments and all(o["metadata"]["namespace"] == "kueue-system" for o in deployments)
+    assert any(o["metadata"]["name"].startswith("kueue-") for o in deployments)
+    # Linode add-ons pass no release name: pulumi-kubernetes autonames `<resource name>-<8 hex>`.
+    dev = [r for r in rendered("linode-dev") if r.resource_name.endswith("addons-ccm")][0]
+    assert re.fullmatch(r"gpu-dev-addons-ccm-[0-9a-f]{8}", dev.name)
+    again = render_plan(stack_plan("linode-dev"), [CHARTS], allow_missing=allowed_missing("linode-dev"))
+    assert dev.name in {r.name for r in again}
+
+
+def test_values_reach_the_chart_exactly() -> None:
+    plan = stack_plan("gcp-prod")
+    values = plan.one(RELEASE, "dcgm-exporter").plain_inputs["values"]
+    ds = [o for o in by_name("gcp-prod")["dcgm-exporter"].objects if o["kind"] == "DaemonSet"][0]
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["affinity"] == values["affinity"]
+    container = [c for c in pod["containers"] if c["name"] == "exporter"][0]
+    assert container["resources"] == values["resources"]
+
+
+def test_release_dependencies_are_transitive() -> None:
+    releases = {r.resource_name: r for r in rendered("gcp-prod")}
+    plan = stack_plan("gcp-prod")
+    ns = plan.one("kubernetes:core/v1:Namespace", "queue-namespace").urn
+    assert ns in releases["platform-queue-kueue"].depends_on
+    pipelines = releases["platform-kubeflow-pipelines"].depends_on
+    assert releases["platform-kubeflow-pipelines-cluster-scoped"].urn in pipelines
+    assert releases["platform-kubeflow-pipelines-cluster-scoped"].urn not in releases["platform-queue-kueue"].depends_on
+    # Whatever a dependency waits for, the dependent waits for too.
+    by_urn = {r.urn: r for r in releases.values()}
+    checked = 0
+    for rel in releases.values():
+        for urn in rel.depends_on & set(by_urn):
+            assert by_urn[urn].depends_on <= rel.depends_on, (rel.name, urn)
+            checked += 1
+    assert checked
+
+
+def test_dependency_on_a_component_means_its_children() -> None:
+    comp = PlannedResource("urn:c", "gpu-platform:x:Comp", "comp", None, False, None, [], {})
+    child = PlannedResource("urn:c-child", "kubernetes:core/v1:Namespace", "child", "urn:c", True, None, ["urn:far"], {})
+    far = PlannedResource("urn:far", "kubernetes:core/v1:Namespace", "far", None, True, None, [], {})
+    user = PlannedResource("urn:u", "kubernetes:core/v1:Namespace", "u", None, True, None, [], {},
+                           property_dependencies={"metadata": ["urn:c"]})
+    deps = render._Deps(Plan("t", [comp, child, far, user], {}))
+    assert deps.of(deps.direct(user)) == {"urn:c", "urn:c-child", "urn:far"}
+
+
+def test_crds_of_disabled_subcharts_are_not_installed(tmp_path: Path) -> None:
+    def crds(values):
+        plan = Plan("t", [release_resource("kps", "kube-prometheus-stack", "88.5.3", "monitoring", values, "kps")], {})
+        rel = render_plan(plan, [CHARTS], kubernetes_version="1.33", example=None)[0]
+        return [o for o in rel.objects if o["kind"] == "CustomResourceDefinition"]
+
+    assert {c["spec"]["group"] for c in crds({})} == {"monitoring.coreos.com"}
+    assert crds({"crds": {"enabled": False}}) == []
+
+
+# --- synthetic charts: capabilities, hooks, secrets, errors ------------------------------------------
+
+CAPS = {"cm.yaml": """\
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: {{ .Release.Name }}-caps
+    data:
+      kube: {{ .Capabilities.KubeVersion.Version | quote }}
+      monitoring: {{ .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor" | quote }}
+      apps: {{ .Capabilities.APIVersions.Has "apps/v1" | quote }}
+      token: {{ .Values.token | quote }}
+      later: {{ .Values.later | quote }}
+    """,
+        "hooks.yaml": """\
+    apiVersion: batch/v1
+    kind: Job
+    metadata:
+      name: {{ .Release.Name }}-pre-install
+      annotations: {"helm.sh/hook": "pre-install,pre-upgrade"}
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{name: x, image: busybox}]
+    ---
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: {{ .Release.Name }}-test
+      annotations: {"helm.sh/hook": "test"}
+    spec:
+      containers: [{name: x, image: busybox}]
+    """,
+        "NOTES.txt": "installed {{ .Release.Name }}\n"}
+
+
+def _crd(group: str, kind: str, plural: str, version: str = "v1") -> dict:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced", "names": {"kind": kind, "plural": plural},
+                     "versions": [{"name": version, "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+
+
+def _crd_resource(crd: dict) -> PlannedResource:
+    return PlannedResource("urn:crd", "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition", "crd",
+                           None, True, None, [], crd)
+
+
+def test_capabilities_secrets_unknowns_and_hooks(tmp_path: Path) -> None:
+    make_chart(tmp_path, "caps", "1.0.0", CAPS)
+    values = {"token": {SIG_KEY: SECRET_SIG, "value": "s3cr3t"}, "later": UNKNOWN}
+    rel_res = release_resource("caps-release", "oci://example.org/charts/caps", "1.0.0", "team", values, "caps")
+
+    plain = render_plan(Plan("t", [rel_res], {}), [tmp_path], kubernetes_version="1.33", example=None)[0]
+    cm = [o for o in plain.objects if o["kind"] == "ConfigMap"][0]
+    assert cm["metadata"] == {"name": "caps-caps", "namespace": "team"}
+    assert cm["data"] == {"kube": "v1.33.0", "monitoring": "false", "apps": "true",
+                          "token": render.SECRET_PLACEHOLDER, "later": render.UNKNOWN_PLACEHOLDER}
+    jobs = [o for o in plain.objects if o["kind"] == "Job"]
+    assert jobs and jobs[0]["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert not [o for o in plain.objects if o["kind"] == "Pod"], "test hooks never run on install"
+    assert "s3cr3t" not in json.dumps([o for o in plain.objects])
+
+    # With the ServiceMonitor CRD in the plan, capability-gated templates render as on the cluster.
+    crd = _crd_resource(_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"))
+    with_crd = render_plan(Plan("t", [crd, rel_res], {}), [tmp_path], kubernetes_version="1.34", example=None)
+    cm = [o for r in with_crd for o in r.objects if o["kind"] == "ConfigMap"][0]
+    assert cm["data"]["monitoring"] == "true" and cm["data"]["kube"] == "v1.34.0"
+
+
+def test_missing_chart_names_the_release_the_chart_and_the_dirs(tmp_path: Path) -> None:
+    plan = Plan("t", [release_resource("x", "oci://example.org/charts/nothere", "1.2.3", "ns", {}, "my-release")], {})
+    with pytest.raises(ChartError) as err:
+        render_plan(plan, [tmp_path], example=None)
+    msg = str(err.value)
+    assert err.value.release == "my-release"
+    assert "nothere-1.2.3.tgz" in msg and str(tmp_path) in msg and "charts pull" in msg
+    # Allowed: reported as not rendered, never silently dropped.
+    rel = render_plan(plan, [tmp_path], allow_missing=["nothere"], example=None)[0]
+    assert not rel.rendered and rel.name == "my-release"
+
+
+def test_a_template_failure_names_the_release(tmp_path: Path) -> None:
+    plan = Plan("t", [release_resource("ccm", "ccm-linode", "v0.7.1", "kube-system", {}, "ccm")], {})
+    with pytest.raises(ChartError) as err:
+        render_plan(plan, [CHARTS], example=None)
+    assert err.value.release == "ccm" and "apiToken required" in str(err.value)
+
+
+def test_values_the_schema_rejects_name_the_release(tmp_path: Path) -> None:
+    schema = json.dumps({"type": "object", "properties": {"replicas": {"type": "integer", "minimum": 1}}})
+    make_chart(tmp_path, "strict", "0.1.0", {"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"},
+               values="replicas: 1\n", schema=schema)
+    ok = Plan("t", [release_resource("s", "strict", "0.1.0", "ns", {"replicas": 2}, "strict-ok")], {})
+    assert render_plan(ok, [tmp_path], example=None)[0].objects
+    bad = Plan("t", [release_resource("s", "strict", "0.1.0", "ns", {"replicas": 0}, "strict-bad")], {})
+    with pytest.raises(ChartError) as err:
+        render_plan(bad, [tmp_path], example=None)
+    assert err.value.release == "strict-bad" and "/replicas" in str(err.value) and "minimum" in str(err.value)
+
+
+def test_rendered_files_are_deterministic(tmp_path: Path) -> None:
+    releases = list(rendered("gcp-prod"))
+    files = write_rendered(releases, tmp_path / "a")
+    write_rendered(list(render_plan(stack_plan("gcp-prod"), [CHARTS], kubernetes_version="1.33")), tmp_path / "b")
+    assert {p.name for p in files} == {p.name for p in (tmp_path / "b").iterdir()}
+    assert "kueue.yaml" in {p.name for p in files}
+    for p in files:
+        assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes(), p.name
+    docs = [d for d in yaml.safe_load_all((tmp_path / "a" / "kueue.yaml").read_text()) if d]
+    assert len(docs) == len(by_name("gcp-prod")["kueue"].objects)
+
+
+# --- preflight end to end: exit 2 naming the release ---------------------------------------------------
+
+
+def _chart_dir_without(tmp_path: Path, *names: str) -> Path:
+    d = tmp_path / "charts"
+    d.mkdir()
+    for p in CHARTS.glob("*.tgz"):
+        if not any(p.name.startswith(f"{n}-") for n in names):
+            (d / p.name).symlink_to(p)
+    (d / "kustomize").symlink_to(CHARTS / "kustomize")
+    return d
+
+
+def _preflight(capsys, *argv: str) -> tuple[int, str, str]:
+    from preflight.__main__ import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_preflight_exits_2_naming_a_release_whose_chart_is_missing(tmp_path: Path, capsys) -> None:
+    charts = _chart_dir_without(tmp_path, "kueue")
+    code, out, err = _preflight(capsys, "gcp-prod", "--no-policies", "--quiet", "--out", str(tmp_path / "b"),
+                                "--charts", str(charts))
+    assert code == 2, err
+    assert "release kueue" in err and "kueue-0.19.2.tgz" in err and str(charts) in err
+    assert "Traceback" not in err + out
+
+
+def test_preflight_exits_2_naming_a_release_whose_chart_fails_or_refuses_values(tmp_path: Path, capsys) -> None:
+    charts = _chart_dir_without(tmp_path, "dcgm-exporter")
+    make_chart(charts, "dcgm-exporter", "4.8.2", {"x.yaml": '{{ fail "this chart is broken" }}\n'})
+    code, out, err = _preflight(capsys, "gcp-prod", "--no-policies", "--quiet", "--out", str(tmp_path / "b"),
+                                "--charts", str(charts))
+    assert code == 2 and "release dcgm-exporter" in err and "this chart is broken" in err, err
+    assert "Traceback" not in err + out
+
+    (charts / "dcgm-exporter-4.8.2.tgz").unlink()
+    (charts / "dcgm-exporter-4.8.2.tgz").symlink_to(CHARTS / "dcgm-exporter-4.8.2.tgz")
+    # A jupyterhub whose schema refuses the `cull` block the program passes.
+    (charts / "jupyterhub-4.4.0.tgz").unlink()
+    make_chart(charts, "jupyterhub", "4.4.0", {"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"},
+               schema=json.dumps({"type": "object", "properties": {"cull": {"type": "string"}}}))
+    code, out, err = _preflight(capsys, "gcp-prod", "--no-policies", "--quiet", "--out", str(tmp_path / "c"),
+                                "--charts", str(charts))
+    assert code == 2 and "release jupyterhub" in err and "/cull" in err, err
+    assert "Traceback" not in err + out
+
+
+# --- kustomize overlays ----------------------------------------------------------------------------------
+
+BASE = [
+    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "kubeflow"},
+     "spec": {"template": {"spec": {"containers": [
+         {"name": "api", "image": "a:1", "resources": {"requests": {"cpu": "1"}}},
+         {"name": "sidecar", "image": "s:1"}]}}}},
+    {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "cache-deployer", "namespace": "kubeflow"}},
+]
+
+
+def test_strategic_merge_patch_merges_containers_by_name_and_deletes() -> None:
+    objs = json.loads(json.dumps(BASE))
+    objs = kustomize.apply_patch(objs, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api"},
+                                        "spec": {"template": {"spec": {"containers": [
+                                            {"name": "api", "resources": {"requests": {"cpu": "250m"}}},
+                                            {"name": "sidecar", "$patch": "delete"}]}}}}, None)
+    containers = objs[0]["spec"]["template"]["spec"]["containers"]
+    assert containers == [{"name": "api", "image": "a:1", "resources": {"requests": {"cpu": "250m"}}}]
+    objs = kustomize.apply_patch(objs, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "cache-deployer"},
+                                        "$patch": "delete"}, None)
+    assert [o["kind"] for o in objs] == ["Deployment"]
+    with pytest.raises(ValueError):
+        kustomize.apply_patch(objs, {"kind": "Job", "metadata": {"name": "nope"}, "$patch": "delete"}, None)
+
+
+def test_json6902_patch() -> None:
+    objs = json.loads(json.dumps(BASE))
+    kustomize.apply_patch(objs, [
+        {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "a:2"},
+        {"op": "add", "path": "/spec/template/spec/containers/0/args", "value": ["--x"]},
+        {"op": "remove", "path": "/spec/template/spec/containers/1"},
+        {"op": "test", "path": "/metadata/name", "value": "api"},
+    ], {"kind": "Deployment", "name": "api"})
+    assert objs[0]["spec"]["template"]["spec"]["containers"] == [
+        {"name": "api", "image": "a:2", "resources": {"requests": {"cpu": "1"}}, "args": ["--x"]}]
+    with pytest.raises(ValueError):
+        kustomize.apply_patch(objs, [{"op": "test", "path": "/metadata/name", "value": "other"}], {"kind": "Deployment"})
+
+
+def test_local_overlay_of_a_pinned_remote_target(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": ["github.com/kubeflow/katib.git/manifests/v1beta1/installs/katib-standalone?ref=v0.19.0"],
+        "patches": [
+            {"path": "drop-ui.yaml"},
+            {"target": {"kind": "Deployment", "name": "katib-controller"},
+             "patch": yaml.safe_dump([{"op": "add", "path": "/metadata/labels/patched", "value": "yes"}])},
+        ]}))
+    (overlay / "drop-ui.yaml").write_text(yaml.safe_dump({"apiVersion": "apps/v1", "kind": "Deployment",
+                                                          "metadata": {"name": "katib-ui", "namespace": "kubeflow"},
+                                                          "$patch": "delete"}))
+    base = render.load_kustomize("github.com/kubeflow/katib.git/manifests/v1beta1/installs/katib-standalone?ref=v0.19.0",
+                                 "katib", [CHARTS])
+    objs = render.load_kustomize(str(overlay), "katib", [CHARTS], base=tmp_path)
+    names = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert ("Deployment", "katib-ui") in {(o["kind"], o["metadata"]["name"]) for o in base}
+    assert ("Deployment", "katib-ui") not in names and len(objs) == len(base) - 1
+    ctrl = [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "katib-controller"][0]
+    assert ctrl["metadata"]["labels"]["patched"] == "yes"
+
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [], "replacements": []}))
+    with pytest.raises(ChartError, match="replacements"):
+        render.load_kustomize(str(overlay), "katib", [CHARTS], base=tmp_path)
+
+
+def test_unknown_kustomize_target_names_the_release(tmp_path: Path) -> None:
+    with pytest.raises(ChartError) as err:
+        render.load_kustomize("github.com/kubeflow/katib.git/manifests/v1beta1/installs/other?ref=v9", "katib", [tmp_path])
+    assert err.value.release == "katib" and "katib-v9-other.yaml" in str(err.value)
+
+
+# --- charts pull -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_repo(tmp_path: Path):
+    """A classic Helm repository on localhost made from ../shared/charts (index by Helm itself)."""
+    import helm_python
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for p in CHARTS.glob("*.tgz"):
+        shutil.copy(p, repo / p.name)
+    helm_python.repo_index_generate(repo)
+    handler = functools.partial(_QuietHandler, directory=str(repo))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # noqa: D401
+        pass
+
+
+def test_charts_pull_fills_a_cache_at_the_pinned_versions(tmp_path: Path, local_repo: str, capsys) -> None:
+    from preflight.fit.pull import pinned_charts
+
+    dest = tmp_path / "cache"
+    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(dest), "--mirror", local_repo)
+    pins = {p.file_name for p in pinned_charts()}
+    missing = {"cilium-1.18.2.tgz", "tigera-operator-v3.30.3.tgz"}
+    assert code == 1 and all(m in err for m in missing), err
+    assert {p.name for p in dest.glob("*.tgz")} == pins - missing
+    for p in dest.glob("*.tgz"):
+        assert p.read_bytes() == (CHARTS / p.name).read_bytes()
+    # The pulled cache renders a stack.
+    (dest / "kustomize").symlink_to(CHARTS / "kustomize")
+    releases = render_plan(stack_plan("aws-prod"), [dest], kubernetes_version="1.33")
+    assert all(r.rendered for r in releases)
+    # A second run keeps what is there; --only limits; an unknown name is a usage error.
+    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(dest), "--mirror", local_repo, "--only", "kueue")
+    assert code == 0 and "kueue-0.19.2.tgz" in out
+    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(dest), "--only", "nosuch")
+    assert code == 2 and "nosuch" in err
+
+
+def test_pinned_charts_cover_every_release_the_stacks_install() -> None:
+    from preflight.fit.pull import pinned_charts
+
+    pins = {(p.name, p.version) for p in pinned_charts()}
+    for stack in STACKS:
+        for r in stack_plan(stack).by_type(RELEASE):
+            i = r.plain_inputs
+            assert (i["chart"].rsplit("/", 1)[-1], i["version"]) in pins, (stack, r.name)
