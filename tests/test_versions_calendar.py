@@ -88,3 +88,44 @@ def test_extended_support_fee():
     assert vc.extended_support_fee_per_hour("aws", "1.31", "2026-11-26") == 0.0  # past extended: unsupported
     fees = vc.load_calendar().fees("aws")
     assert fees.extended_usd_per_hour == pytest.approx(fees.standard_usd_per_hour + fees.extra_usd_per_hour)
+
+
+# --- the kubernetesVersion rule (components/kubernetes_version.py), per cloud -------------------------------
+
+def _cfg(cloud: str, minor: str, extended: bool = False):
+    from types import SimpleNamespace
+
+    aws = SimpleNamespace(support_type="EXTENDED" if extended else "STANDARD") if cloud == "aws" else None
+    gcp = SimpleNamespace(release_channel="EXTENDED" if extended else "REGULAR") if cloud == "gcp" else None
+    return SimpleNamespace(cloud=cloud, kubernetes_version=minor, aws=aws, gcp=gcp)
+
+
+def test_kubeadm_rule_follows_upstream_end_of_life_and_has_no_extended_option():
+    from components.kubernetes_version import default_minor, version_issues, version_warnings
+
+    [issue] = version_issues(_cfg("linode", "1.34"), DAY)
+    assert issue.key == "kubernetesVersion" and "2026-10-27" in issue.allowed and "1.35, 1.36" in issue.allowed
+    assert "EXTENDED" not in issue.allowed and "new clusters are refused" in issue.allowed
+    assert version_issues(_cfg("linode", "1.35"), DAY) == [] and version_warnings(_cfg("linode", "1.35"), DAY) == []
+    [warning] = version_warnings(_cfg("linode", "1.35"), "2027-01-15")  # upstream end of life 2027-02-28
+    assert "2027-02-28" in warning and "44 day(s)" in warning
+    assert default_minor("linode", DAY) == "1.36"
+
+
+def test_unreleased_and_unknown_minors_are_refused_with_the_choices():
+    from components.kubernetes_version import version_issues
+
+    [issue] = version_issues(_cfg("aws", "1.36"), "2026-05-01")
+    assert "from 2026-06-02" in issue.allowed and "1.33, 1.34, 1.35" in issue.allowed
+    [issue] = version_issues(_cfg("gcp", "1.31"), DAY)  # the calendar has no GKE row for it
+    assert "no GKE row for 1.31" in issue.allowed and "1.35, 1.36" in issue.allowed
+
+
+def test_extended_opt_in_is_per_cloud():
+    from components.kubernetes_version import extended_support_fee_per_hour, version_issues
+
+    assert "aws.supportType: EXTENDED" in version_issues(_cfg("aws", "1.33"), DAY)[0].allowed
+    assert version_issues(_cfg("aws", "1.33", extended=True), DAY) == []
+    assert "gcp.releaseChannel: EXTENDED" in version_issues(_cfg("gcp", "1.34"), DAY)[0].allowed
+    assert version_issues(_cfg("gcp", "1.34", extended=True), DAY) == []
+    assert extended_support_fee_per_hour(_cfg("aws", "1.33", extended=True), DAY) == pytest.approx(0.5)
