@@ -95,25 +95,32 @@ def version_warnings(cfg: "StackConfig", on: DateLike = None, calendar: Optional
         return []
     name = CLOUD_NAMES[cloud]
     state = row.status(day)
+    out: list[str] = []
+    channel = getattr(cfg.gcp, "release_channel", None) if cloud == "gcp" else None
+    if channel in ("RAPID", "STABLE") and getattr(cfg, "kubernetes_version_pinned", True):
+        # The calendar holds Regular-channel availability; a minor enters Stable later and leaves Rapid earlier.
+        out.append(f"{KEY} {minor} is checked against GKE's Regular channel (available there from "
+                   f"{row.available.isoformat()}); gcp.releaseChannel is {channel}: if GKE refuses the version, "
+                   "check the channel's available versions (`gcloud container get-server-config`) or unset the key")
     newer = [m for m in cal.allowed_minors(cloud, day) if _key(m) > _key(minor)]
     upgrade = f"upgrade to {' or '.join(newer)}" if newer else "upgrade when a newer minor is released"
     if state == "standard":
         days = row.days_to_end_of_standard(day)
         if days > WARN_DAYS:
-            return []
+            return out
         after = {"aws": "then EKS " + ("bills extended support" if extended_chosen(cfg)
                                        else "upgrades the control plane automatically (aws.supportType: STANDARD)"),
                  "gcp": "then GKE upgrades the cluster automatically" + (
                      "" if extended_chosen(cfg) else " (unless gcp.releaseChannel: EXTENDED)"),
                  "linode": "then upstream publishes no more patches"}[cloud]
-        return [f"{KEY} {minor} leaves {name} standard support on {row.end_of_standard.isoformat()} "
-                f"(in {days} day(s)); {after}. Plan to {upgrade}."]
+        return out + [f"{KEY} {minor} leaves {name} standard support on {row.end_of_standard.isoformat()} "
+                      f"(in {days} day(s)); {after}. Plan to {upgrade}."]
     if state == "extended":
         fee = cal.fees(cloud)
         price = f" (+${fee.extra_usd_per_hour:.2f} per cluster-hour)" if fee else ""
-        return [f"{KEY} {minor} is in paid {name} extended support{price} until "
-                f"{row.end_of_extended.isoformat()}; {upgrade}."]  # type: ignore[union-attr]
-    return []
+        return out + [f"{KEY} {minor} is in paid {name} extended support{price} until "
+                      f"{row.end_of_extended.isoformat()}; {upgrade}."]  # type: ignore[union-attr]
+    return out
 
 
 def _key(minor: str) -> tuple[int, ...]:

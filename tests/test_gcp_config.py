@@ -261,3 +261,13 @@ def test_bad_maintenance_is_refused_naming_the_key(maintenance, key, text):
         parse_config(with_(gcp(maintenance=maintenance)), "gcp-prod")
     message = str(err.value)
     assert f"gpu-platform:{key}: " in message and text in message, message
+
+
+def test_pinned_version_on_stable_channel_warns_that_the_calendar_tracks_regular():
+    from components.config import config_warnings
+
+    cfg = parse_config(with_(lambda raw: (raw.update(kubernetesVersion="1.36"), raw["gcp"].update(releaseChannel="STABLE"))),
+                       "gcp-prod")
+    [warning] = config_warnings(cfg)
+    assert "Regular channel" in warning and "2026-06-09" in warning and "STABLE" in warning
+    assert config_warnings(parse_config(with_(gcp(releaseChannel="STABLE")), "gcp-prod")) == []  # unpinned: nothing to warn
