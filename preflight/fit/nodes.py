@@ -40,6 +40,7 @@ import yaml
 
 from components.capacity import Allocatable, CapacityError, allocatable
 from components.cluster import GPU_TAINT, POOL_LABEL
+from components.linode.render import ROLE_LABEL  # the system pools' label (GKE and EKS set the same key)
 from preflight.fit.model import ClusterModel, NodeGroup
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect":
 KUBEADM_CONTROL_PLANE_LABELS = {"node-role.kubernetes.io/control-plane": "",
                                 "node.kubernetes.io/exclude-from-external-load-balancers": ""}
 GKE_MASTER_PORTS = frozenset({443, 10250})
-ROLE_LABEL = "gpu-platform.io/role"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
