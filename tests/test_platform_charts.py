@@ -276,15 +276,15 @@ def test_pipelines_run_without_the_cache_webhook_and_its_kubelet_serving_certifi
                     assert s["name"] in service_accounts, (o["metadata"]["name"], s["name"])
 
 
-def test_the_kubeflow_namespace_has_one_owner_with_katib_and_pod_security_labels() -> None:
-    from components.platform.common import KATIB_METRICS_COLLECTOR_LABEL
+def test_katib_injects_its_metrics_collector_in_training_and_leaves_kubeflow_alone() -> None:
+    """Before: `training` lacked the label, so trials there got no metrics collector. The program-owned
+    `kubeflow` Namespace does not carry it: Katib's pod webhook (failurePolicy Fail by default) would
+    otherwise intercept Pipelines' and Katib's own pods and refuse them until Katib serves."""
     from components.platform.kubeflow import render_kubeflow_namespace
 
-    labels = render_kubeflow_namespace()["metadata"]["labels"]
-    assert labels[KATIB_METRICS_COLLECTOR_LABEL] == "enabled"
-    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert render_kubeflow_namespace()["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
     katib_hook = next(w for o in overlay("katib-standalone") if o["kind"] == "MutatingWebhookConfiguration"
                       for w in o["webhooks"] if w["name"] == "mutator.pod.katib.kubeflow.org")
-    # Katib's metrics collector is injected into trials in `training` and `kubeflow`
+    assert katib_hook.get("failurePolicy", "Fail") == "Fail"
     assert selector_matches(katib_hook["namespaceSelector"], ns_labels(render_training_namespace()))
-    assert selector_matches(katib_hook["namespaceSelector"], ns_labels(render_kubeflow_namespace()))
+    assert not selector_matches(katib_hook["namespaceSelector"], ns_labels(render_kubeflow_namespace()))

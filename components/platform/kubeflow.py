@@ -7,7 +7,7 @@ patches) with the Kubernetes provider at `pulumi up` (never at test time; under 
 they are registered components, not expanded; preflight renders the overlays from the pre-built
 upstream YAML). The overlays drop:
 - the `kubeflow` Namespace from both installs: one owner, this program, with Pod Security baseline
-  (as Pipelines' upstream namespace) and Katib's metrics-collector label (as Katib's);
+  (as Pipelines' upstream namespace), without Katib's metrics-collector label (render_kubeflow_namespace);
 - Pipelines' v1 cache webhook (cache deployer + cache server) on every cloud: its deployer asks for a
   `kubernetes.io/kubelet-serving` certificate, which EKS does not sign, so it never completes there;
   v2 pipelines cache through the API server without it.
@@ -30,7 +30,7 @@ from pulumi_kubernetes.kustomize import v2 as kustomize
 from components.cluster import ClusterHandle
 from components.platform import versions
 from components.platform.common import (
-    KATIB_METRICS_COLLECTOR_LABEL, KUBEFLOW_NAMESPACE, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
+    KUBEFLOW_NAMESPACE, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
     render_namespace,
 )
 
@@ -55,8 +55,12 @@ def trainer_values() -> dict[str, Any]:
 
 
 def render_kubeflow_namespace() -> dict[str, Any]:
-    """The namespace Pipelines and Katib share, owned here (both upstream installs ship one)."""
-    return render_namespace(KUBEFLOW_NAMESPACE, "baseline", {KATIB_METRICS_COLLECTOR_LABEL: "enabled"})
+    """The namespace Pipelines and Katib share, owned here (both upstream installs ship one):
+    Pipelines' Pod Security level (baseline). Not Katib's metrics-collector label, which Katib's copy
+    carries: its pod webhook (failurePolicy Fail) would then intercept every pod created here,
+    Pipelines' and Katib's own included, and refuse them until Katib serves. Trials run in `training`,
+    which carries the label."""
+    return render_namespace(KUBEFLOW_NAMESPACE, "baseline")
 
 
 @dataclass
