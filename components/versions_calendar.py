@@ -171,7 +171,7 @@ def validate_document(doc: Any) -> list[str]:
                 errors.append(f"{where}.minor: {minor} appears twice")
             seen.add(minor)
             errors += _sourced(where, row)
-            date_keys = [k for k, v in row.items() if k not in ("minor", "source", "retrieved", "derived")]
+            date_keys = [k for k, v in row.items() if k not in ("minor", "source", "retrieved", "derived", "note")]
             for key in date_keys:
                 value = row[key]
                 if value is None and key in ("rapid", "stable"):

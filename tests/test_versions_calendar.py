@@ -27,7 +27,7 @@ def test_every_row_has_a_source_and_iso_dates(raw):
         assert r["source"].startswith("http"), r
         dt.date.fromisoformat(r["retrieved"])
         for k, v in r.items():
-            if k not in ("minor", "source", "retrieved", "derived") and v != "null":
+            if k not in ("minor", "source", "retrieved", "derived", "note") and v != "null":
                 dt.date.fromisoformat(v)
 
 
