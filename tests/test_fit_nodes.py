@@ -118,3 +118,18 @@ def test_unreadable_node_config_is_a_model_error():
         {"userData": base64.b64encode(yaml.safe_dump({"write_files": []}).encode()).decode()}]})
     with pytest.raises(ModelError, match="no readable kubeadm configuration"):
         cluster_model(Cfg(), Plan("t", [bad], {}))
+
+
+def test_eks_gpu_launch_template_without_the_cluster_security_group_is_unreachable():
+    from preflight.fit import nodes
+
+    cluster = _res("aws:eks/cluster:Cluster", "c", {})
+    cluster.outputs = {"vpcConfig": {"clusterSecurityGroupId": "sg-cluster"}}
+    good = _res("aws:ec2/launchTemplate:LaunchTemplate", "lt", {"vpcSecurityGroupIds": ["sg-cluster", "sg-x"]})
+    system = _res("aws:ec2/launchTemplate:LaunchTemplate", "sys", {})
+    assert nodes._eks_ports(Plan("t", [cluster, good, system], {}), []) is None
+    bad = _res("aws:ec2/launchTemplate:LaunchTemplate", "lt2", {"vpcSecurityGroupIds": ["sg-x"]})
+    notes: list[str] = []
+    assert nodes._eks_ports(Plan("t", [cluster, good, bad], {}), notes) == frozenset()
+    assert "without the cluster security group sg-cluster" in notes[0]
+

@@ -335,8 +335,26 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
                          "smallest of them per resource (the ASG may launch any)")
     notes.append("aws: managed node group labels from its inputs plus eks.amazonaws.com/nodegroup and capacityType; GPU "
                  "groups' labels/taints decoded from the nodeadm NodeConfig in their launch templates; "
-                 "ExtendedResourceToleration on; cluster security group allows all traffic between control plane and nodes")
+                 "ExtendedResourceToleration on")
     return out
+
+
+def _eks_ports(plan: "Plan", notes: list[str]) -> Optional[frozenset[int]]:
+    """Every node port, if every node carries the cluster security group (inbound All from itself, which
+    the control plane ENIs carry): managed nodes get it when their launch template names no security
+    group; our GPU launch templates must name it."""
+    clusters = plan.by_type("aws:eks/cluster:Cluster")
+    sg = ((clusters[0].outputs.get("vpcConfig") or {}).get("clusterSecurityGroupId")) if clusters else None
+    for lt in plan.by_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        groups = lt.plain_inputs.get("vpcSecurityGroupIds") or [
+            g for ni in lt.plain_inputs.get("networkInterfaces") or [] for g in ni.get("securityGroups") or []]
+        if groups and sg and sg not in groups:
+            notes.append(f"aws: launch template {lt.name} names security groups {groups} without the cluster security "
+                         f"group {sg}: the control plane is not known to reach any port on those nodes")
+            return frozenset()
+    notes.append("aws: every node carries the EKS cluster security group (inbound All from itself, the control plane "
+                 "ENIs carry it): the control plane reaches every node port")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,7 +375,7 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
             ert = True
         elif cfg.cloud == "aws":
             groups = _eks_groups(cfg, plan, notes)
-            ports = None
+            ports = _eks_ports(plan, notes)
             ert = True
         else:
             raise ModelError(f"unknown cloud {cfg.cloud!r}")
