@@ -615,15 +615,15 @@ class Analyzer:
             if exc.code() != grpc.StatusCode.UNIMPLEMENTED:  # the CLI falls back when unimplemented
                 raise PolicyPackError(f"policy pack Handshake failed: {exc.code().name}: {exc.details()}") from None
 
-    def configure(self, policy_config: Optional[Mapping[str, Any]] = None, where: str = "policy config"
-                  ) -> dict[str, tuple[str, dict[str, Any]]]:
+    def configure(self, policy_config: Optional[Mapping[str, Any]] = None, where: str = "policy config",
+                  stack: Optional[str] = None) -> dict[str, tuple[str, dict[str, Any]]]:
         from pulumi.runtime.proto import analyzer_pb2
 
         levels = {"advisory": analyzer_pb2.ADVISORY, "mandatory": analyzer_pb2.MANDATORY,
                   "remediate": analyzer_pb2.REMEDIATE, "disabled": analyzer_pb2.DISABLED}
         reconciled = reconcile_config(self.info, policy_config, where)
         self.refused, self.exceptions_applied = enforce_locks(
-            reconciled, reconcile_config(self.info, None), self.stack, self.enforcement, where)
+            reconciled, reconcile_config(self.info, None), stack or self.stack, self.enforcement, where)
         request = analyzer_pb2.ConfigureAnalyzerRequest()
         for name, (level, props) in reconciled.items():
             request.policyConfig[name].CopyFrom(
@@ -636,7 +636,7 @@ class Analyzer:
         """Configure the pack, then Analyze every resource and AnalyzeStack once; the report."""
         from pulumi.runtime.proto import analyzer_pb2
 
-        reconciled = self.configure(policy_config, where)
+        reconciled = self.configure(policy_config, where, plan.stack)
         self._call("ConfigureStack", analyzer_pb2.AnalyzerStackConfigureRequest(
             stack=plan.stack, project=PROJECT, organization="organization", dry_run=True,
             config=_struct(self.stack_config)))

@@ -7,6 +7,7 @@ passes. One pack process serves the whole module; only the failure tests start t
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -28,6 +29,7 @@ from preflight.analyzer import (
     load_policy_config,
 )
 from preflight.runner import ROOT, Plan, load_stack, run_program, stack_input_from_mapping
+from tests.conftest import stack_config
 
 ADMIN = "203.0.113.0/24"
 LABELS = {"owner": "ml-platform", "cost-center": "research", "environment": "test"}
@@ -163,7 +165,9 @@ def kubeadm(instance: Optional[dict] = None, firewall: Optional[dict] = None, sp
                         disk_encryption="enabled", tags=[f"{k}:{v}" for k, v in LABELS.items()])
         linode.Instance("rtx-0", **merged(dict(
             label="gpu-test-rtx-0", region="us-east", type="g1-gpu-rtx6000-1", disk_encryption="enabled",
-            tags=[f"{k}:{v}" for k, v in {**LABELS, "gpu-pool": "rtx", "on-demand-approved": "true"}.items()]),
+            tags=[f"{k}:{v}" for k, v in {**LABELS, "gpu-pool": "rtx", "on-demand-approved": "true",
+                                          "on-demand-approver": "jane@example.com",
+                                          "on-demand-reason": "Linode has no spot market"}.items()]),
             instance))
         if spend_rule:
             k8s.apiextensions.CustomResource(
@@ -204,9 +208,10 @@ def test_pack_declares_every_policy_with_level_description_and_knob_schema(analy
         assert len(info[name].description) > 30, name
     knobs = {name: set(p.configSchema.properties.keys()) for name, p in info.items()}
     assert knobs["gpu-count-ceiling"] == {"maxGpus"}
-    assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd"}
+    assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd", "minOverrideRatio"}
     assert knobs["gpu-pools-scale-to-zero"] == {"exemptPools"}
-    assert knobs["no-public-admin-access"] == {"sshPorts", "kubeApiPorts"}
+    assert knobs["no-public-admin-access"] == {"sshPorts", "kubeApiPorts", "minPrefixV4", "minPrefixV6",
+                                               "maxUnionPrefixV4", "maxUnionPrefixV6"}
     assert knobs["cost-allocation-tags"] == {"requiredKeys"}
 
 
@@ -237,9 +242,22 @@ def test_unapproved_on_demand_gpu_pool_is_mandatory_violation(analyzer, program,
     assert_only(report, "gpu-interruptible-capacity")
 
 
-def test_on_demand_pool_approved_by_label_passes(analyzer):
+APPROVAL = {"on-demand-approved": "true", "on-demand-approver": "jane_example_com",
+            "on-demand-reason": "h100_capacity_for_the_q4_launch"}
+
+
+def test_on_demand_pool_approved_by_label_with_approver_and_reason_passes(analyzer):
+    program = gke(pool={"node_config": {"preemptible": False, "resource_labels": APPROVAL}})
+    report = analyzer.analyze(plan_of(program))
+    assert_only(report)
+    assert any("approver: jane_example_com" in a for a in report.approvals), report.render()
+
+
+def test_on_demand_approval_without_approver_or_reason_is_mandatory_violation(analyzer):
+    """`approvedOnDemand: true` used to be enough: an approval now names who and why."""
     program = gke(pool={"node_config": {"preemptible": False, "resource_labels": {"on-demand-approved": "true"}}})
-    assert_only(analyzer.analyze(plan_of(program)))
+    assert_violates(analyzer.analyze(plan_of(program)), "gpu-interruptible-capacity", "mandatory",
+                    "without on-demand-approver and on-demand-reason")
 
 
 @pytest.mark.parametrize("program,cloud,fragment", [
@@ -252,10 +270,19 @@ def test_gpu_pool_that_cannot_scale_to_zero_is_mandatory_violation(analyzer, pro
     assert_violates(report, "gpu-pools-scale-to-zero", "mandatory", fragment)
 
 
-def test_exempt_pool_knob_allows_a_warm_floor(analyzer):
+def test_exempt_pool_knob_allows_a_warm_floor_with_reason_and_approver(analyzer):
     plan = plan_of(eks(asg={"min_size": 1}), "aws")
-    assert analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": ["g5"]}}).result(
-        "gpu-pools-scale-to-zero").status == "pass"
+    exempt = {"pool": "g5", "reason": "keeps one node warm for the demo", "approver": "jane@example.com"}
+    report = analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": [exempt]}})
+    assert report.result("gpu-pools-scale-to-zero").status == "pass"
+    assert any("exempts pool g5 (reason: keeps one node warm for the demo; approver: jane@example.com)" in a
+               for a in report.approvals), report.render()
+
+
+def test_an_unexplained_exemption_exempts_nothing(analyzer):
+    plan = plan_of(eks(asg={"min_size": 1}), "aws")
+    assert_violates(analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": ["g5"]}}),
+                    "gpu-pools-scale-to-zero", "mandatory", "has no reason and approver, so it exempts nothing")
 
 
 def test_gpu_ceiling_counts_max_nodes_times_gpus_per_node(analyzer):
@@ -283,7 +310,9 @@ def test_gke_per_zone_autoscaling_limits_multiply_by_zones(analyzer):
 def test_monthly_cost_ceiling_reads_the_estimator(analyzer):
     # Ten on-demand p4d.24xlarge (approved) at ~$22/h: about $160k a month, over the $50k default.
     program = eks(single_type=True, asg={"max_size": 10, "tags": [{"key": k, "value": v, "propagate_at_launch": True} for k, v in
-                                                {**LABELS, "gpu-pool": "p4d", "on-demand-approved": "true"}.items()]},
+                                                {**LABELS, "gpu-pool": "p4d", "on-demand-approved": "true",
+                                                 "on-demand-approver": "jane@example.com",
+                                                 "on-demand-reason": "reserved capacity"}.items()]},
                   lt={"instance_type": "p4d.24xlarge"})
     report = analyzer.analyze(plan_of(program, "aws"))
     assert_violates(report, "monthly-cost-ceiling", "mandatory", "gpu pool p4d (p4d.24xlarge, on-demand)",
@@ -421,7 +450,8 @@ def test_gke_private_nodes_on_the_pool_alone_pass(analyzer):
 
 
 @pytest.mark.parametrize("program,cloud,fragment", [
-    (kubeadm(instance={"tags": ["owner:ml-platform", "gpu-pool:rtx", "on-demand-approved:true"]}), "linode",
+    (kubeadm(instance={"tags": ["owner:ml-platform", "gpu-pool:rtx", "on-demand-approved:true",
+                                "on-demand-approver:jane@example.com", "on-demand-reason:no spot on Linode"]}), "linode",
      "lack cost-center, environment"),
     (eks(asg={"tags": [{"key": k, "value": v, "propagate_at_launch": k != "owner"}
                        for k, v in {**LABELS, "gpu-pool": "g5"}.items()]}), "aws", "launch (tags) lack owner"),
@@ -447,15 +477,58 @@ def test_aws_provider_default_tags_count_and_cost_center_spellings_match(analyze
 
 
 def test_all_and_per_policy_levels_apply_like_the_cli(analyzer):
-    plan = plan_of(kubeadm(instance={"disk_encryption": "disabled"}), "linode")
+    """Levels reconcile like the CLI's ("all" first, then per policy) for policies that are not locked."""
+    plan = plan_of(eks(asg={"min_size": 1}), "aws")
     report = analyzer.analyze(plan, {"all": "advisory"})
+    assert_violates(report, "gpu-pools-scale-to-zero", "advisory", "keeps at least 1 node(s)")
+    # "all" reaches the locked security policies too: each stays mandatory and reports the attempt.
+    locked = [m for r in report.results for m in r.messages if m.level == "mandatory"]
+    assert len(locked) == 4 and all("is a locked security policy" in m.message for m in locked), report.render()
+    report = analyzer.analyze(plan, {"all": "advisory", "gpu-pools-scale-to-zero": {"enforcementLevel": "mandatory"}})
+    assert report.result("gpu-pools-scale-to-zero").status == "mandatory"
+    report = analyzer.analyze(plan, {"gpu-pools-scale-to-zero": "disabled"})
+    assert report.result("gpu-pools-scale-to-zero").status == "disabled"
+    assert report.mandatory_violations == 0
+
+
+@pytest.mark.parametrize("config", [
+    {"linode-disk-encryption": "disabled"}, {"all": "advisory"}, {"all": "disabled"},
+    {"linode-disk-encryption": {"enforcementLevel": "advisory"}},
+], ids=["disabled", "all-advisory", "all-disabled", "advisory"])
+def test_a_stack_policy_config_cannot_downgrade_a_locked_security_policy(analyzer, config):
+    plan = plan_of(kubeadm(instance={"disk_encryption": "disabled"}), "linode")
+    report = analyzer.analyze(plan, config)
+    result = report.result("linode-disk-encryption")
+    assert result.enforcement_level == "mandatory"
+    assert_violates(report, "linode-disk-encryption", "mandatory", "diskEncryption is disabled",
+                    "is a locked security policy")
+
+
+def test_a_locked_policy_settings_cannot_be_loosened(analyzer):
+    program = eks(cluster={"vpc_config": {"public_access_cidrs": ["198.18.0.0/15"]}})
+    plan = plan_of(program, "aws")
+    assert_violates(analyzer.analyze(plan), "no-public-admin-access", "mandatory", "shorter than /16")
+    report = analyzer.analyze(plan, {"no-public-admin-access": {"minPrefixV4": 8, "kubeApiPorts": []}})
+    assert_violates(report, "no-public-admin-access", "mandatory", "loosens kubeApiPorts, minPrefixV4",
+                    "shorter than /16")
+
+
+def test_an_exception_in_the_pack_allows_a_downgrade_with_its_reason(analyzer):
+    from preflight.analyzer import Enforcement
+
+    plan = plan_of(kubeadm(instance={"disk_encryption": "disabled"}), "linode")
+    saved = analyzer.enforcement
+    analyzer.enforcement = Enforcement(saved.shipped, saved.locked, ({
+        "stack": plan.stack, "policy": "linode-disk-encryption", "level": "advisory",
+        "reason": "benchmark nodes without data", "approver": "security-lead@example.com"},))
+    try:
+        report = analyzer.analyze(plan, {"linode-disk-encryption": "advisory"})
+    finally:
+        analyzer.enforcement = saved
     assert_violates(report, "linode-disk-encryption", "advisory", "diskEncryption is disabled")
     assert report.mandatory_violations == 0
-    report = analyzer.analyze(plan, {"all": "advisory", "linode-disk-encryption": {"enforcementLevel": "mandatory"}})
-    assert report.mandatory_violations == 1
-    report = analyzer.analyze(plan, {"linode-disk-encryption": "disabled"})
-    assert report.result("linode-disk-encryption").status == "disabled"
-    assert report.mandatory_violations == 0
+    assert any("by exception (reason: benchmark nodes without data; approver: security-lead@example.com)" in a
+               for a in report.approvals), report.render()
 
 
 @pytest.mark.parametrize("config,fragment", [
@@ -557,3 +630,107 @@ def test_pack_logs_are_surfaced_in_the_report(tmp_path):
     assert report.result("log-everything").status == "pass"
     assert any("pack saw linode:index/instance:Instance" in line for line in report.logs), report.logs
     assert "pack log: warning: pack saw linode:index/firewall:Firewall" in report.render()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bypasses that must not pass (issue 13)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("program,cloud,fragment", [
+    (eks(cluster={"vpc_config": {"public_access_cidrs": ["0.0.0.0/1", "128.0.0.0/1"]}}), "aws", "100.00%"),
+    (gke(cluster={"master_authorized_networks_config": {"cidr_blocks": [
+        {"cidr_block": "0.0.0.0/1"}, {"cidr_block": "128.0.0.0/1"}]}}), "gcp", "shorter than /16"),
+    (kubeadm(firewall={"inbounds": [{"label": "api", "action": "ACCEPT", "protocol": "TCP", "ports": "6443",
+                                     "ipv6s": ["::/1", "8000::/1"]}]}), "linode", "shorter than /32"),
+    (kubeadm(firewall={"inbounds": [{"label": "ssh", "action": "ACCEPT", "protocol": "TCP", "ports": "22",
+                                     "ipv4s": [f"{i}.0.0.0/16" for i in range(1, 40)]}]}), "linode",
+     "at most one /12 allowed"),
+], ids=["eks-split-v4", "gke-split-v4", "linode-split-v6", "linode-many-16s"])
+def test_split_or_wide_cidr_sets_are_measured_by_the_address_space_they_open(analyzer, program, cloud, fragment):
+    assert_violates(analyzer.analyze(plan_of(program, cloud)), "no-public-admin-access", "mandatory", fragment)
+
+
+def test_a_narrow_public_range_and_private_ranges_pass(analyzer):
+    program = eks(cluster={"vpc_config": {"public_access_cidrs": ["198.51.100.0/24", "81.2.0.0/16"]}})
+    assert analyzer.analyze(plan_of(program, "aws")).result("no-public-admin-access").status == "pass"
+
+
+def _price_plan(override: dict) -> tuple[Plan, dict[str, str]]:
+    cfg = stack_config("gcp-prod")
+    cfg["gpu-platform:priceOverrides"] = override
+    si = stack_input_from_mapping("gcp-prod", cfg)
+    return run_program(si), si.config
+
+
+def test_a_price_override_far_below_the_catalog_is_a_violation():
+    """$0.0001/h for an A100 would take a $22.9k/month stack under a $15k ceiling."""
+    plan, config = _price_plan({"a2-highgpu-1g": {"preemptible": 0.0001}})
+    with Analyzer(stack="gcp-prod", stack_config=config) as a:
+        report = a.analyze(plan, {"monthly-cost-ceiling": {"maxMonthlyUsd": 15000}})
+    assert_violates(report, "monthly-cost-ceiling", "mandatory",
+                    "priceOverrides.a2-highgpu-1g.preemptible = $0.0001/hour is below 50%")
+
+
+def test_infinity_in_price_overrides_never_reaches_the_pack_as_a_price():
+    """Config validation refuses it first; a pack handed one anyway (the CLI path) reports it instead of
+    serializing Infinity into protobuf."""
+    from components.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match="finite number"):
+        parse_config({**{k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items()
+                         if k.startswith("gpu-platform:")}, "priceOverrides": {"a2-highgpu-1g": {"spot": float("inf")}}},
+                     "gcp-prod")
+    plan, config = _price_plan({})
+    config["gpu-platform:priceOverrides"] = '{"a2-highgpu-1g": {"spot": Infinity}}'
+    with Analyzer(stack="gcp-prod", stack_config=config) as a:
+        report = a.analyze(plan)
+    assert report.result("monthly-cost-ceiling").status != "pass"
+
+
+def _pack_with(tmp_path, extra_policy: str, track_all: bool = True):
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "PulumiPolicy.yaml").write_text("runtime: python\nversion: 0.0.1\n")
+    (pack / "__main__.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy\n"
+        "from policies import cost_rules, running\n"
+        + extra_policy +
+        "PolicyPack('test-pack', running.track(cost_rules.POLICIES + EXTRA))\n")
+    return pack
+
+
+def test_a_hung_rule_fails_the_run_naming_it_and_the_pack_is_stopped(tmp_path):
+    pack = _pack_with(tmp_path, (
+        "def spin(args, report_violation):\n"
+        "    while True:\n"
+        "        pass\n"
+        "EXTRA = [ResourceValidationPolicy('spin-forever', 'A rule stuck in a loop.', spin, EnforcementLevel.MANDATORY)]\n"))
+    from preflight.analyzer import PolicyTimeout
+
+    a = Analyzer(pack, call_timeout=3)
+    a.start()
+    pid = a._proc.pid
+    with pytest.raises(PolicyTimeout, match="policy spin-forever did not finish Analyze"):
+        a.analyze(plan_of(gke()))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped: no orphan
+
+
+def test_a_pack_missing_a_shipped_policy_fails_loudly(tmp_path):
+    from preflight.analyzer import PolicyPackIncomplete, load_enforcement
+
+    pack = _pack_with(tmp_path, "EXTRA = []\n")
+    with pytest.raises(PolicyPackIncomplete, match="lacks 5 policies the project ships: .*no-public-admin-access"):
+        Analyzer(pack, enforcement=load_enforcement()).start()
+
+
+def test_the_shipped_list_is_the_pack_the_project_builds(analyzer):
+    from preflight.analyzer import load_enforcement
+
+    enforcement = load_enforcement()
+    assert sorted(enforcement.shipped) == sorted(p.name for p in analyzer.info.policies)
+    from policies import security_rules
+
+    assert sorted(enforcement.locked) == sorted(p.name for p in security_rules.POLICIES)
