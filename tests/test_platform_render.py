@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from components.cluster import GPU_TAINT, POOL_LABEL, TRAINING_NAMESPACE, GpuPoolSpec, Taint
+from components.cluster import GPU_TAINT, POOL_LABEL, GpuPoolSpec, Taint
 from components.config import ConfigError, parse_config
 from components.platform import versions
 from components.platform.config import AlertSmtp
