@@ -881,13 +881,18 @@ class _Checker:
                 for wh in cfg.get("webhooks") or []:
                     if (wh.get("failurePolicy") or "Fail") != "Fail":
                         continue
+                    matched: dict[tuple[str, str, bool], bool] = {}
                     for rel in self.releases:
                         if rel is wrel or rel.source == "example" or wrel.urn in rel.depends_on or rel.urn in wrel.depends_on:
                             continue
                         hits = []
                         for group, resource, ns, labels, oid in records.get(rel.name, []):
                             namespaced = ns is not None
-                            if not any(self._rule_matches(r, group, resource, namespaced) for r in wh.get("rules") or []):
+                            key = (group, resource, namespaced)
+                            if key not in matched:
+                                matched[key] = any(self._rule_matches(r, group, resource, namespaced)
+                                                   for r in wh.get("rules") or [])
+                            if not matched[key]:
                                 continue
                             if namespaced:
                                 ns_labels = self.idx.ns_labels.get(ns, {NAMESPACE_NAME_LABEL: ns})
