@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 
 from components.aws.config import AwsSection
+from components.bucket_lifecycle import OnDestroy
 from components.config_base import (
     MISSING,
     SECRET,
@@ -69,6 +70,13 @@ class PriceOverride(Model):
     preemptible: Optional[float] = Field(default=None, gt=0)
 
 
+class CheckpointBucketSection(Model):
+    """What `pulumi destroy` does with the checkpoint bucket (components/bucket_lifecycle.py, docs/destroy.md)."""
+
+    # retain: destroy succeeds and the bucket and its checkpoints stay; delete: emptied (every version) and deleted.
+    on_destroy: OnDestroy = "retain"
+
+
 class CostsSection(Model):
     """What the cost estimate cannot read from the program (costs/estimator.py): expected use and sizes."""
 
@@ -98,6 +106,7 @@ class StackConfig(Model):
     platform: PlatformSection = Field(default_factory=PlatformSection)
     price_overrides: dict[str, PriceOverride] = Field(default_factory=dict)
     costs: CostsSection = Field(default_factory=CostsSection)
+    checkpoint_bucket: CheckpointBucketSection = Field(default_factory=CheckpointBucketSection)
     _kubernetes_version_pinned: bool = PrivateAttr(default=True)
 
     @model_validator(mode="wrap")
@@ -137,7 +146,8 @@ class StackConfig(Model):
 # Keys whose value is structured (the CLI hands the program those as JSON strings).
 STRUCTURED_KEYS = {
     StackConfig.model_fields[f].alias or f
-    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "platform", "price_overrides", "costs")
+    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "platform", "price_overrides", "costs",
+              "checkpoint_bucket")
 }
 
 

@@ -388,9 +388,36 @@ def load_override_set(name_or_path: str | Path) -> dict[str, dict[str, Any]]:
 def catalog_files() -> list[Path]:
     """Every price data file of the catalog (the three clouds and the override sets). The Kubernetes version
     calendar lives beside them but has its own schema (components/versions_calendar.py validates it)."""
-    return sorted(p for p in CATALOG_DIR.glob("*.yaml") if p.name != "kubernetes-versions.yaml")
+    return sorted(p for p in CATALOG_DIR.glob("*.yaml") if p.name not in NON_PRICE_FILES)
+
+
+NON_PRICE_FILES = ("kubernetes-versions.yaml", "gpu-speed.yaml")
+
+
+@dataclass(frozen=True)
+class GpuSpeeds:
+    """Relative training speed per GPU model (reference GPU = 1.0) with the benchmark it comes from."""
+
+    reference: str
+    source: str
+    date: str
+    speeds: Mapping[str, Optional[float]]  # model -> relative speed; None = not benchmarked
+
+    def speed(self, model: Optional[str]) -> Optional[float]:
+        return self.speeds.get(model) if model else None
+
+
+@lru_cache(maxsize=1)
+def load_gpu_speeds() -> GpuSpeeds:
+    """costs/catalog/gpu-speed.yaml: images/s of each model over the reference model's."""
+    doc = read_document(CATALOG_DIR / "gpu-speed.yaml")
+    bench = doc["benchmark"]
+    ref = float(bench[doc["reference"]]["imagesPerSecond"])
+    speeds = {m: (None if v is None else round(float(v["imagesPerSecond"]) / ref, 3)) for m, v in bench.items()}
+    return GpuSpeeds(str(doc["reference"]), str(doc["source"]), str(doc["date"]), speeds)
 
 
 __all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "Catalog", "CatalogError",
-           "InstanceType", "Price", "apply_overrides", "catalog_files", "load_catalog", "load_override_set",
+           "GpuSpeeds", "InstanceType", "PRICE_STATUSES", "Price", "apply_overrides", "catalog_files", "load_catalog",
+           "load_gpu_speeds", "load_override_set",
            "parse_document", "read_document", "validate_document", "validate_override_set"]

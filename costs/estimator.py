@@ -102,6 +102,7 @@ class StackShape:
     nat_gib_per_month: Optional[float] = None  # traffic through the NAT (image pulls, datasets, pip)
     extended_support_usd_per_hour: Optional[float] = None  # extra control-plane fee; 0 = standard support
     extended_support_basis: str = ""
+    extra_not_modelled: tuple[str, ...] = ()  # stack-specific items the caller knows are left out
     expected_utilization: Optional[float] = None  # 0..1, for the budget comparison
 
     @classmethod
@@ -517,13 +518,14 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         fee = shape.extended_support_usd_per_hour
         if fee is None:
             not_modelled.append("extended-support fee (support status of the Kubernetes version not given)")
-        elif fee > 0:
+        else:  # a zero line too: the bill says why no extended-support fee is charged
             lines.append(CostLine(name="extended support fee", kind="support", resource="extended-support",
                                   capacity=None, idle_quantity=1, quantity=1, unit_usd_per_hour=fee,
                                   idle_monthly_usd=fee * HOURS_PER_MONTH, monthly_usd=fee * HOURS_PER_MONTH,
                                   gpus_per_unit=0, source=shape.extended_support_basis or "version calendar",
                                   date=_dt.date.today().isoformat(),
-                                  assumption="the Kubernetes minor is past standard support on this day"))
+                                  assumption=("the Kubernetes minor is past standard support: "
+                                              if fee > 0 else "none: ") + (shape.extended_support_basis or "")))
 
     ref = cat.reference_region(cloud)
     if shape.region and ref and shape.region != ref:
@@ -533,7 +535,8 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
     full = sum(line.monthly_usd for line in lines)
     return Estimate(name=shape.name or f"{cloud}-stack", cloud=cloud, region=shape.region, lines=tuple(lines),
                     idle_monthly_usd=idle, full_monthly_usd=full, idle_gpus=idle_gpus, full_gpus=full_gpus,
-                    warnings=tuple(warnings), not_modelled=tuple(not_modelled) + ALWAYS_NOT_MODELLED,
+                    warnings=tuple(warnings),
+                    not_modelled=tuple(not_modelled) + tuple(shape.extra_not_modelled) + ALWAYS_NOT_MODELLED,
                     gpu_models=tuple(gpu_models), capacities=tuple(dict.fromkeys(p.capacity for p in shape.gpu_pools)),
                     expected_utilization=shape.expected_utilization)
 

@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         fit_result = fit.result()
     except ChartError as exc:
         print(f"preflight: {exc}", file=sys.stderr)
+        print(costs.report(None))  # the bill without chart storage (listed as not modelled)
+        print(costs.finish())
         return EXIT_CONFIG
     print()
     print(fit_result.render())

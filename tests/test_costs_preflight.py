@@ -1,0 +1,77 @@
+"""Preflight's cost section: the whole bill from the config, the plan and the rendered charts, for every
+shipped stack, with the budget comparison and the catalog age; cost.json holds every line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+import pytest
+
+from components.config import parse_config
+from preflight.costs import CostReport, gib, load_balancer_services, stack_shape, storage_requests
+from tests.conftest import plan_stack, stack_config
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+TODAY = dt.date(2026, 11, 23)
+
+
+def _cfg(stack: str):
+    raw = stack_config(stack)
+    return parse_config({k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("gpu-platform:")}, stack)
+
+
+def test_storage_quantities():
+    assert gib("10Gi") == 10 and gib("500Mi") == pytest.approx(500 / 1024) and gib("1Ti") == 1024
+    assert gib("20G") == pytest.approx(20e9 / 2**30) and gib("lots") is None
+
+
+def test_pvcs_statefulset_claims_and_load_balancers_from_rendered_objects():
+    rel = NS(name="monitoring", objects=[
+        {"kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": "m"},
+         "spec": {"resources": {"requests": {"storage": "8Gi"}}}},
+        {"kind": "StatefulSet", "metadata": {"name": "prometheus", "namespace": "m"},
+         "spec": {"replicas": 2, "volumeClaimTemplates": [
+             {"metadata": {"name": "db"}, "spec": {"resources": {"requests": {"storage": "50Gi"}}}}]}},
+        {"kind": "Service", "metadata": {"name": "proxy-public", "namespace": "m"}, "spec": {"type": "LoadBalancer"}},
+        {"kind": "Service", "metadata": {"name": "hub", "namespace": "m"}, "spec": {"type": "ClusterIP"}},
+    ])
+    assert storage_requests([rel]) == [("monitoring: PVC m/data", 8.0), ("monitoring: StatefulSet m/prometheus x2 db", 100.0)]
+    assert load_balancer_services([rel]) == ["monitoring: m/proxy-public"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_shipped_stack_gets_the_whole_bill_budget_and_catalog_age(stack, tmp_path):
+    cfg = _cfg(stack)
+    plan = plan_stack(stack)
+    rep = CostReport(cfg, tmp_path, plan, today=TODAY)
+    pvc = NS(name="charts", objects=[{"kind": "PersistentVolumeClaim", "metadata": {"name": "x", "namespace": "n"},
+                                      "spec": {"resources": {"requests": {"storage": "20Gi"}}}}])
+    text = rep.report([pvc])
+    est = rep.estimate
+    assert "the whole bill:" in text and "not modelled" in text
+    assert f"budget (monthlyBudgetUsd): ${cfg.monthly_budget_usd:,.2f}" in text and "GPU utilisation" in text
+    assert "catalog age: prices dated" in text
+    kinds = {ln.kind for ln in est.lines}
+    assert "gpu-pool" in kinds and "storage" in kinds  # the PVC and the checkpoint bucket
+    if cfg.cloud in ("aws", "gcp"):
+        assert "disk" in kinds and "network-data" in kinds and "support" in kinds
+    if stack == "linode-ha":
+        assert any(ln.resource == "nodebalancer" for ln in est.lines)
+    doc = json.loads((tmp_path / "cost.json").read_text())
+    assert [ln["name"] for ln in doc["lines"]] == [ln.name for ln in est.lines]
+    assert doc["budget"]["monthlyBudgetUsd"] == cfg.monthly_budget_usd and "ageDays" in doc["catalogAge"]
+    assert rep.finish().endswith("cost.png")
+    assert (tmp_path / "cost.png").stat().st_size > 5000
+
+
+def test_aws_boot_disks_come_from_the_pools_and_the_system_launch_template():
+    cfg = _cfg("aws-prod")
+    shape = stack_shape(cfg, plan_stack("aws-prod"), [], TODAY)
+    assert {p.name: p.boot_disk_gib for p in shape.gpu_pools} == {p.name: cfg.aws.pool(p.name).root_volume_gib
+                                                                   for p in cfg.gpu_pools}
+    assert shape.system_nodes[0].boot_disk_gib == 50
+    assert shape.extended_support_usd_per_hour is not None and "support on 2026-11-23" in shape.extended_support_basis
