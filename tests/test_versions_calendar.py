@@ -129,3 +129,15 @@ def test_extended_opt_in_is_per_cloud():
     assert "gcp.releaseChannel: EXTENDED" in version_issues(_cfg("gcp", "1.34"), DAY)[0].allowed
     assert version_issues(_cfg("gcp", "1.34", extended=True), DAY) == []
     assert extended_support_fee_per_hour(_cfg("aws", "1.33", extended=True), DAY) == pytest.approx(0.5)
+
+
+def test_every_minor_a_stack_can_choose_has_its_per_cloud_pins():
+    """When the calendar gains a minor, the components that install per-minor artifacts must follow."""
+    from components.aws.versions import CLUSTER_AUTOSCALER_IMAGE_TAGS
+    from components.linode.versions import KUBERNETES_PATCH
+
+    cal = vc.load_calendar()
+    assert set(cal.minors("aws")) <= set(CLUSTER_AUTOSCALER_IMAGE_TAGS)  # cluster-autoscaler image per EKS minor
+    assert set(cal.minors("linode")) <= set(KUBERNETES_PATCH)  # kubeadm/kubelet packages per upstream minor
+    for minor in cal.allowed_minors("aws", DAY, extended=True):
+        assert CLUSTER_AUTOSCALER_IMAGE_TAGS[minor].startswith(f"v{minor}.")
