@@ -711,3 +711,14 @@ def test_trainer_runtimes_shipped_in_the_installer_configmap_are_found():
           "data": {"runtimes.yaml": "---\n# license\n" + yaml.safe_dump(RUNTIME)}}
     pts, issues = pod_templates([rel("kubeflow-trainer", [cm]), rel("example", [trainjob()], source="example")])
     assert issues == [] and {pt.podset for pt in pts} == {"node", "dataset-initializer"}
+
+
+def test_local_queue_in_a_namespace_its_cluster_queue_does_not_admit_from():
+    objs = _queue_objects()
+    objs[1]["spec"]["namespaceSelector"] = {"matchLabels": {"gpu-platform.io/queue": "enabled"}}
+    bad = check_fit(_queue_model(), [rel("kueue", objs + [namespace("training")])])
+    [p] = checks_of(bad, "queue-fit")
+    assert p.object == "LocalQueue/training/gpu-queue" and "never admitted" in p.reason
+    good = check_fit(_queue_model(), [rel("kueue", objs + [namespace("training", {"gpu-platform.io/queue": "enabled"})])])
+    assert good.ok, good.problems
+

@@ -992,6 +992,17 @@ class _Checker:
                                          f"{', '.join(g.name for g in groups)} can allocate at maximum size "
                                          f"({fmt_amount(name, cap[name])}): Kueue admits jobs that never schedule",
                                          "compute quotas from allocatable (components.capacity) x max nodes")
+        # every LocalQueue's namespace must be one its ClusterQueue admits from
+        for (ns, name), lq in self.idx.local_queues.items():
+            cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
+            if cq is None:
+                continue
+            sel = (cq.get("spec") or {}).get("namespaceSelector")
+            if not label_selector_matches(sel, self.idx.ns_labels.get(ns, {NAMESPACE_NAME_LABEL: ns})):
+                self.problem("queue-fit", self.idx.release_of.get(object_id(lq), "?"), object_id(lq),
+                             f"ClusterQueue {cq['metadata']['name']} admits only from namespaces matching {sel}; "
+                             f"namespace {ns} does not match, so its workloads are never admitted",
+                             "label the namespace for the ClusterQueue's namespaceSelector")
         # each queued job vs the flavors that may admit it
         jobs: dict[str, list[PodTemplate]] = {}
         for pt in self.templates:
