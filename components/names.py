@@ -98,6 +98,7 @@ class DerivedName:
     rule: Rule
     keys: tuple[str, ...]  # the config keys the name is made of (as the user writes them)
     resource: str  # what carries it, for the message
+    random_suffix: int = 0  # trailing characters chosen at deploy time (a stand-in of that length here)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,14 +108,18 @@ class DerivedName:
 
 def linode_names(cfg: "StackConfig") -> list[DerivedName]:
     """components/linode/cluster.py: labels of instances, network, firewalls, balancer and bucket."""
+    from components.linode.config import BUCKET_SUFFIX_LENGTH, bucket_label as linode_bucket_label
+
     prefix, env = cfg.name_prefix, ("environment",)
     section = cfg.linode
     out = [
         DerivedName(f"{prefix}-vpc", LINODE_VPC_LABEL, env, "the VPC"),
         DerivedName(f"{prefix}-nodes", LINODE_VPC_LABEL, env, "the VPC subnet"),
         DerivedName(f"{prefix}-nodes", LINODE_FIREWALL_LABEL, env, "the node firewall"),
-        DerivedName(f"{prefix}-checkpoints-{cfg.owner}", LINODE_BUCKET_LABEL, ("environment", "owner"),
-                    "the checkpoint bucket"),
+        # The bucket label ends in a random suffix (bucket names are global across customers):
+        # checked here with a stand-in of the suffix's length.
+        DerivedName(linode_bucket_label(prefix, cfg.owner, "x" * BUCKET_SUFFIX_LENGTH, check=False), LINODE_BUCKET_LABEL,
+                    ("environment", "owner"), "the checkpoint bucket", random_suffix=BUCKET_SUFFIX_LENGTH),
     ]
     cp_count = section.control_plane.count if section is not None else 1
     if cp_count > 1:

@@ -211,6 +211,9 @@ class PlannedResource:
     outputs: dict[str, Any] = field(default_factory=dict)  # what the mocks answered
     # input property -> URNs its value came from (RegisterResource's propertyDependencies)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    # resource options the engine acts on at replacement/deletion: protect, deleteBeforeReplace,
+    # ignoreChanges, replaceOnChanges, retainOnDelete
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -313,6 +316,10 @@ def _recording_monitor(mocks: Any, sink: list[PlannedResource], outputs: dict[st
                     property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
                     wire_inputs=json_format.MessageToDict(request.object),
                     outputs=json_format.MessageToDict(response.object) if response.object else {},
+                    options={"protect": bool(request.protect), "deleteBeforeReplace": bool(request.deleteBeforeReplace),
+                             "ignoreChanges": list(request.ignoreChanges),
+                             "replaceOnChanges": list(request.replaceOnChanges),
+                             "retainOnDelete": bool(request.retainOnDelete)},
                 ))
             return response
 

@@ -178,7 +178,7 @@ def test_ha_control_planes_join_with_their_own_pki_and_file_discovery(ha):
     assert join_cp["kind"] == "JoinConfiguration"
     # No uploaded certificates (they expire 2 h after init) and no bootstrap token anywhere.
     assert "certificateKey" not in join_cp["controlPlane"] and "certificateKey" not in init[0]
-    assert join_cp["discovery"] == {"file": {"kubeConfigPath": render.DISCOVERY_KUBECONFIG_PATH}, "timeout": "15m0s"}
+    assert join_cp["discovery"] == {"file": {"kubeConfigPath": render.DISCOVERY_KUBECONFIG_PATH}}
     assert "bootstrapTokens" not in init[0]
     paths = {f["path"] for f in cp1["write_files"]}
     assert {f"{render.PKI_DIR}/{p}" for p in ("ca.key", "front-proxy-ca.key", "etcd/ca.key", "sa.key", "sa.pub")} <= paths
@@ -368,8 +368,9 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
 def test_stack_exports_the_cost_estimate(dev):
     cost = dev.outputs["costEstimate"]
     # One RTX 6000 (Linode's $1,000 monthly cap) + a g6-standard-4 control plane and system worker
-    # ($48 each), pools fixed-size.
-    assert cost["idleMonthlyUsd"] == cost["fullCapacityMonthlyUsd"] == 1096.0
+    # ($48 each), pools fixed-size; the estimator may add smaller items (storage, transfer).
+    assert cost["idleMonthlyUsd"] == cost["fullCapacityMonthlyUsd"]
+    assert 1096.0 <= cost["idleMonthlyUsd"] < 1200
     assert cost["monthlyBudgetUsd"] == 1500
 
 

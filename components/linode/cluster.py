@@ -15,7 +15,6 @@ import datetime
 import ipaddress
 import json
 import os
-import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,7 +33,9 @@ from components.cluster import (
     gpu_pool_specs,
 )
 from components.config import StackConfig
+from components.bucket_lifecycle import BucketDeletion
 from components.linode import addons, render
+from components.linode.config import BUCKET_SUFFIX_LENGTH, bucket_label
 
 API_PORT = 6443
 # NodeBalancers reach their backends from this range over the private network (Akamai/Linode LKE
@@ -102,20 +103,6 @@ def balancer_rules(admin_cidrs: list[str], node_cidrs: list[str]) -> list[dict]:
     v4 = v4 + list(node_cidrs)
     return [{"label": "kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": str(API_PORT),
              **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})}]
-
-
-_BUCKET_LABEL = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
-
-
-def bucket_label(prefix: str, owner: str, suffix: str) -> str:
-    """Object Storage bucket names are global across all Linode customers: <prefix>-ckpt-<owner>-<random>,
-    within Linode's rules (3-63 characters, lower-case letters, digits and dashes, starting and ending
-    with a letter or digit, not an IP address)."""
-    base = re.sub(r"[^a-z0-9-]", "-", f"{prefix}-ckpt-{owner}".lower())
-    label = f"{base[:63 - len(suffix) - 1].rstrip('-')}-{suffix}"
-    if not _BUCKET_LABEL.match(label) or "--" in label:
-        raise ValueError(f"bucket label {label!r} breaks Linode's bucket naming rules")
-    return label
 
 
 def now_utc() -> datetime.datetime:
@@ -375,8 +362,12 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # --- Checkpoint bucket ---------------------------------------------------------------
         # Versioning and lifecycle rules need object-storage keys: a provider that makes temporary
         # keys at apply time from the deployer's token (pulumi-linode `obj_use_temp_keys`).
-        objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True, opts=child)
-        suffix = random.RandomString(f"{name}-bucket-suffix", length=8, upper=False, special=False, opts=child)
+        # checkpointBucket.onDestroy (components/bucket_lifecycle.py): `retain` keeps the bucket out of the
+        # provider's hands at destroy; `delete` lets the provider empty it (objects and versions) first.
+        deletion = BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)
+        objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True,
+                                  obj_bucket_force_delete=deletion.force_destroy, opts=child)
+        suffix = random.RandomString(f"{name}-bucket-suffix", length=BUCKET_SUFFIX_LENGTH, upper=False, special=False, opts=child)
         bucket = linode.ObjectStorageBucket(
             f"{name}-checkpoints", region=section.region,
             label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s)),
@@ -384,7 +375,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             lifecycle_rules=[{"id": "expire-old-checkpoint-versions", "enabled": True,
                               "noncurrent_version_expiration": {"days": 30},
                               "abort_incomplete_multipart_upload_days": 7}],
-            opts=pulumi.ResourceOptions(parent=self, provider=objects))
+            opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
         # What training pods use: a key limited to this bucket.
         bucket_key = linode.ObjectStorageKey(
             f"{name}-checkpoints-key", label=f"{cfg.name_prefix}-checkpoints",

@@ -14,6 +14,22 @@ if TYPE_CHECKING:
     from components.config import StackConfig
     from costs.catalog import Catalog
 
+# Object Storage bucket names are global across all Linode customers: <prefix>-ckpt-<owner>-<random>.
+BUCKET_SUFFIX_LENGTH = 8
+_BUCKET_LABEL = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+
+
+def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True) -> str:
+    """The checkpoint bucket's label within Linode's rules (3-63 characters of lower-case letters,
+    digits and dashes, starting and ending with a letter or digit, not an IP address); the owner part
+    is shortened when needed, the random suffix never is."""
+    base = f"{prefix}-ckpt-{owner}"
+    label = f"{base[:63 - len(suffix) - 1].rstrip('-')}-{suffix}"
+    if check and (not _BUCKET_LABEL.match(label) or "--" in label):
+        raise ValueError(f"bucket label {label!r} breaks Linode's bucket naming rules")
+    return label
+
+
 SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/=]+( .*)?$")
 
 

@@ -239,7 +239,7 @@ def kubeadm_control_plane_join_config(cluster: ClusterSpec, node: NodeSpec) -> s
     join = {
         "apiVersion": KUBEADM_API,
         "kind": "JoinConfiguration",
-        "discovery": {"file": {"kubeConfigPath": DISCOVERY_KUBECONFIG_PATH}, "timeout": "15m0s"},
+        "discovery": {"file": {"kubeConfigPath": DISCOVERY_KUBECONFIG_PATH}},
         "nodeRegistration": _node_registration(node, control_plane=True),
         "controlPlane": {"localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443}},
     }
@@ -252,7 +252,7 @@ def kubeadm_worker_join_config(cluster: ClusterSpec, node: NodeSpec, token: str,
         "apiVersion": KUBEADM_API,
         "kind": "JoinConfiguration",
         "discovery": {"bootstrapToken": {"apiServerEndpoint": cluster.control_plane_endpoint, "token": token,
-                                         "caCertHashes": [ca_hash]}, "timeout": "15m0s"},
+                                         "caCertHashes": [ca_hash]}},
         "nodeRegistration": _node_registration(node, control_plane=False),
     }
     return _dump([join, _kubelet_configuration()])

@@ -1,0 +1,368 @@
+"""The Linode cluster over months: joins that never expire, tokens that do, safe replacement options,
+kubeadm configs that stay inside the v1beta4 schema, the readiness gate, the bucket name rules."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from components.linode import readiness, render
+from components.linode.cluster import NODE_IGNORE_CHANGES, TOKEN_ROTATION_DAYS
+from components.linode.config import bucket_label
+from tests.conftest import plan_config, plan_stack, stack_config
+
+INSTANCE = "linode:index/instance:Instance"
+
+
+@pytest.fixture(scope="module")
+def ha():
+    return plan_stack("linode-ha")
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return plan_stack("linode-dev")
+
+
+def docs_of(plan) -> dict[str, dict]:
+    return {r.plain_inputs["label"]: yaml.safe_load(base64.b64decode(r.plain_inputs["metadatas"][0]["userData"]).decode())
+            for r in plan.by_type(INSTANCE)}
+
+
+def files_of(doc: dict) -> dict[str, str]:
+    return {f["path"]: f["content"] for f in doc["write_files"]}
+
+
+# --- a control plane created a week after init ---------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+def test_control_plane_created_a_week_after_init_joins_from_its_own_user_data(ha, tmp_path):
+    """Simulated: no kubeadm-certs Secret exists (it expired 2 h after init) and every token of the
+    first week has expired. cp-2's user data alone must carry what its join needs."""
+    files = files_of(docs_of(ha)["gpu-staging-cp-2"])
+    join = [yaml.safe_load(d) for d in files[render.KUBEADM_CONFIG_PATH].split("---\n")][0]
+    # Nothing from the uploaded-certs path, nothing time-limited from init.
+    text = "\n".join(files.values())
+    assert "certificateKey" not in text and "--upload-certs" not in text and "kubeadm-certs" not in text
+    assert "bootstrapToken" not in join["discovery"] and "tlsBootstrapToken" not in join["discovery"]
+    assert join["discovery"]["file"]["kubeConfigPath"] == render.DISCOVERY_KUBECONFIG_PATH
+    # Every shared key kubeadm would otherwise download: cluster, front-proxy and etcd CAs, SA keys.
+    for name in ("ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key",
+                 "sa.key", "sa.pub"):
+        assert f"{render.PKI_DIR}/{name}" in files, name
+    ca = x509.load_pem_x509_certificate(files[f"{render.PKI_DIR}/ca.crt"].encode())
+    week_later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=7)
+    assert ca.not_valid_after_utc > week_later + datetime.timedelta(days=365)
+
+    # Run the node's own credential minting (real openssl) with that CA, a week later: the result
+    # is a client certificate kubeadm's discovery and the kubelet's TLS bootstrap accept.
+    bootstrap = files[render.BOOTSTRAP_SCRIPT_PATH]
+    func = bootstrap[bootstrap.index("mint_discovery_kubeconfig() {"):bootstrap.index("\n}\n") + 3]
+    pki = tmp_path / "pki"
+    (pki / "etcd").mkdir(parents=True)
+    for rel in ("ca.crt", "ca.key"):
+        (pki / rel).write_text(files[f"{render.PKI_DIR}/{rel}"])
+    out = tmp_path / "discovery.conf"
+    script = func.replace(render.PKI_DIR, str(pki)).replace(render.DISCOVERY_KUBECONFIG_PATH, str(out))
+    subprocess.run(["bash", "-c", f"set -euo pipefail\n{script}\nmint_discovery_kubeconfig"], check=True, cwd=tmp_path)
+    kubeconfig = yaml.safe_load(out.read_text())
+    user = kubeconfig["users"][0]["user"]
+    cert = x509.load_pem_x509_certificate(base64.b64decode(user["client-certificate-data"]))
+    cert.verify_directly_issued_by(ca)
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:gpu-staging-cp-2"
+    assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert cert.not_valid_after_utc - cert.not_valid_before_utc <= datetime.timedelta(days=1)
+    assert base64.b64decode(kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"]).decode() == \
+        files[f"{render.PKI_DIR}/ca.crt"]
+    endpoint = yaml.safe_load(files[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
+    assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("https://")
+    assert "controlPlane" in endpoint
+
+
+def test_replaced_cp0_joins_the_survivors_instead_of_initialising(ha, dev):
+    ha_cp0 = files_of(docs_of(ha)["gpu-staging-cp-0"])
+    script = ha_cp0[render.BOOTSTRAP_SCRIPT_PATH]
+    assert "peers=(10.0.0.11 10.0.0.12)" in script
+    assert script.index("if peer_answers; then") < script.index("kubeadm join") < script.index("kubeadm init")
+    assert f"SECONDS + {render.PEER_WAIT_SECONDS}" in script
+    join = yaml.safe_load(ha_cp0[render.KUBEADM_JOIN_CONFIG_PATH].split("---\n")[0])
+    assert join["kind"] == "JoinConfiguration" and "controlPlane" in join
+    # A single control plane has nobody to join: it initialises at once (no wait).
+    dev_script = files_of(docs_of(dev)["gpu-dev-cp-0"])[render.BOOTSTRAP_SCRIPT_PATH]
+    assert "peers=()" in dev_script and "SECONDS + 0" in dev_script
+
+
+# --- the worker token: a Secret with an expiry, rotated -------------------------------------------
+
+
+def test_worker_token_is_a_bootstrap_secret_with_an_expiry_and_no_token_lives_forever(dev):
+    secret = next(r for r in dev.by_type("kubernetes:core/v1:Secret") if r.inputs.get("type") == "bootstrap.kubernetes.io/token")
+    data = secret.plain_inputs["stringData"]
+    assert secret.inputs["stringData"] == "[secret]"
+    assert secret.plain_inputs["metadata"] == {"name": f"bootstrap-token-{data['token-id']}", "namespace": "kube-system"}
+    expiry = datetime.datetime.strptime(data["expiration"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert now < expiry <= now + datetime.timedelta(days=2 * TOKEN_ROTATION_DAYS)
+    assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
+    # The worker joins with exactly this token; nothing anywhere has ttl 0.
+    worker = files_of(docs_of(dev)["gpu-dev-rtx6000-0"])
+    join = yaml.safe_load(worker[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
+    assert join["discovery"]["bootstrapToken"]["token"] == f"{data['token-id']}.{data['token-secret']}"
+    for doc in docs_of(dev).values():
+        assert 'ttl: 0s' not in yaml.safe_dump(doc) and "bootstrapTokens" not in yaml.safe_dump(doc)
+
+
+def test_token_rotates_per_window_and_overlaps_the_next():
+    day = datetime.datetime(2026, 11, 23, 12, tzinfo=datetime.timezone.utc)
+    w1, end1 = render.token_window(day, 7)
+    w2, end2 = render.token_window(day + datetime.timedelta(days=7), 7)
+    same, _ = render.token_window(end1 - datetime.timedelta(seconds=1), 7)
+    assert w1 != w2 and same == w1 and end2 - end1 == datetime.timedelta(days=7)
+    assert day < end1 <= day + datetime.timedelta(days=7)
+    # Valid through the next window: a node created just before rotation still joins.
+    assert render.token_expiration(end1, 7) == (end1 + datetime.timedelta(days=7)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_token_rotation_follows_the_clock(monkeypatch):
+    cfg = stack_config("linode-dev")
+    keepers = []
+    for day in ("2026-11-23", "2026-12-07"):
+        monkeypatch.setenv("GPU_PLATFORM_TODAY", day)
+        plan = plan_config(cfg)
+        keepers.append(next(r.plain_inputs["keepers"] for r in plan.by_type("random:index/randomString:RandomString")
+                            if r.name.endswith("join-token-id")))
+    assert keepers[0] != keepers[1]
+
+
+def test_workers_carry_no_ca_key_and_control_planes_no_worker_token(dev):
+    docs = docs_of(dev)
+    token = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
+    for label, doc in docs.items():
+        files = files_of(doc)
+        if "-cp-" in label:
+            assert not token.search(files[render.KUBEADM_CONFIG_PATH])
+        else:
+            assert not [p for p in files if p.startswith(render.PKI_DIR)], label
+            assert "PRIVATE KEY" not in "\n".join(files.values()), label
+
+
+# --- replacement and scaling, asserted on the registered resources --------------------------------
+
+
+def test_nodes_are_replaced_delete_first_never_for_ssh_keys_and_control_planes_are_protected(dev, ha):
+    from components.linode.cluster import LinodeKubeadmCluster  # noqa: F401  (the options live there)
+
+    for plan in (dev, ha):
+        for r in plan.by_type(INSTANCE):
+            opts = r.options
+            assert opts["deleteBeforeReplace"] is True, r.name
+            assert set(opts["ignoreChanges"]) == set(NODE_IGNORE_CHANGES)
+            assert {"authorizedKeys", "metadatas", "image"} <= set(opts["ignoreChanges"])
+            assert opts["protect"] is ("-cp-" in r.plain_inputs["label"]), r.name
+
+
+def test_adding_an_ssh_key_changes_only_ignored_inputs(dev):
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:linode"]["sshAuthorizedKeys"] = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample ops@example.com"]
+    with_key = plan_config(cfg)
+    before = {r.plain_inputs["label"]: r.plain_inputs for r in dev.by_type(INSTANCE)}
+    for r in with_key.by_type(INSTANCE):
+        old = before[r.plain_inputs["label"]]
+        changed = {k for k in set(old) | set(r.plain_inputs) if old.get(k) != r.plain_inputs.get(k)}
+        # metadatas differ only through fresh random test keys; both are ignored on existing nodes.
+        assert changed <= set(NODE_IGNORE_CHANGES) | {"metadatas"}, (r.name, changed)
+
+
+def test_growing_a_gpu_pool_adds_nodes_without_touching_the_others(dev):
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:gpuPools"][0]["minNodes"] = cfg["gpu-platform:gpuPools"][0]["maxNodes"] = 2
+    grown = plan_config(cfg)
+    old = {r.name: r.plain_inputs for r in dev.by_type(INSTANCE)}
+    new = {r.name: r.plain_inputs for r in grown.by_type(INSTANCE)}
+    assert set(new) - set(old) == {next(n for n in new if n.endswith("rtx6000-1"))}
+    added = new[next(n for n in new if n.endswith("rtx6000-1"))]
+    assert added["interfaces"][1]["ipv4"]["vpc"] == "10.0.0.101"
+    for name in old:
+        assert new[name]["interfaces"] == old[name]["interfaces"] and new[name]["label"] == old[name]["label"]
+    gate = next(r for r in grown.by_type("command:local:Command") if r.name.endswith("nodes-ready"))
+    assert '"gpu-dev-rtx6000-1"' in gate.plain_inputs["environment"]["GATE_EXPECTED"]
+
+
+# --- kubeadm v1beta4 schema (https://kubernetes.io/docs/reference/config-api/kubeadm-config.v1beta4/) --
+
+V1BETA4 = {
+    "InitConfiguration": {"apiVersion", "kind", "bootstrapTokens", "dryRun", "nodeRegistration", "localAPIEndpoint",
+                          "certificateKey", "skipPhases", "patches", "timeouts"},
+    "ClusterConfiguration": {"apiVersion", "kind", "etcd", "networking", "kubernetesVersion", "controlPlaneEndpoint",
+                             "apiServer", "controllerManager", "scheduler", "dns", "proxy", "certificatesDir",
+                             "imageRepository", "featureGates", "clusterName", "encryptionAlgorithm",
+                             "certificateValidityPeriod", "caCertificateValidityPeriod"},
+    "JoinConfiguration": {"apiVersion", "kind", "dryRun", "nodeRegistration", "caCertPath", "discovery", "controlPlane",
+                          "skipPhases", "patches", "timeouts"},
+}
+NESTED = {
+    "nodeRegistration": {"name", "criSocket", "taints", "kubeletExtraArgs", "ignorePreflightErrors", "imagePullPolicy",
+                         "imagePullSerial"},
+    "localAPIEndpoint": {"advertiseAddress", "bindPort"},
+    "discovery": {"bootstrapToken", "file", "tlsBootstrapToken"},
+    "file": {"kubeConfigPath"},
+    "bootstrapToken": {"token", "apiServerEndpoint", "caCertHashes", "unsafeSkipCAVerification"},
+    "controlPlane": {"localAPIEndpoint", "certificateKey"},
+    "apiServer": {"extraArgs", "extraVolumes", "extraEnvs", "certSANs"},
+    "controllerManager": {"extraArgs", "extraVolumes", "extraEnvs"},
+    "scheduler": {"extraArgs", "extraVolumes", "extraEnvs"},
+    "networking": {"serviceSubnet", "podSubnet", "dnsDomain"},
+    "etcd": {"local", "external"},
+    "local": {"imageRepository", "imageTag", "dataDir", "extraArgs", "extraEnvs", "serverCertSANs", "peerCertSANs"},
+}
+ENCRYPTION_ALGORITHMS = {"RSA-2048", "RSA-3072", "RSA-4096", "ECDSA-P256", "ECDSA-P384"}
+
+
+def _schema_problems(doc: dict) -> list[str]:
+    out = [f"{doc['kind']}.{k}" for k in set(doc) - V1BETA4[doc["kind"]]]
+
+    def walk(node, path):
+        for key, value in node.items():
+            if key in NESTED and isinstance(value, dict):
+                out.extend(f"{path}.{key}.{k}" for k in set(value) - NESTED[key])
+                walk(value, f"{path}.{key}")
+    walk(doc, doc["kind"])
+    for arg in doc.get("nodeRegistration", {}).get("kubeletExtraArgs", []):
+        if set(arg) != {"name", "value"}:
+            out.append(f"kubeletExtraArgs {arg}")  # v1beta4: a list of {name, value}
+    return out
+
+
+def test_kubeadm_configs_use_only_v1beta4_fields(dev, ha):
+    seen = set()
+    for plan in (dev, ha):
+        for label, doc in docs_of(plan).items():
+            files = files_of(doc)
+            for path in (render.KUBEADM_CONFIG_PATH, render.KUBEADM_JOIN_CONFIG_PATH):
+                if path not in files:
+                    continue
+                for d in files[path].split("---\n"):
+                    d = yaml.safe_load(d)
+                    if d["apiVersion"] != render.KUBEADM_API:
+                        continue
+                    seen.add(d["kind"])
+                    assert _schema_problems(d) == [], (label, path)
+                    if d["kind"] == "ClusterConfiguration":
+                        assert d["encryptionAlgorithm"] in ENCRYPTION_ALGORITHMS
+                        assert d["certificatesDir"] == render.PKI_DIR
+    assert seen == set(V1BETA4)
+
+
+def test_schema_check_catches_a_v1beta3_style_field():
+    bad = {"apiVersion": render.KUBEADM_API, "kind": "JoinConfiguration", "discovery": {"file": {"kubeConfigPath": "x"},
+                                                                                       "timeout": "5m"},
+           "nodeRegistration": {"kubeletExtraArgs": {"node-ip": "10.0.0.1"}}}
+    assert _schema_problems(bad)
+
+
+# --- systemd and the rendered units ---------------------------------------------------------------
+
+
+def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certificates(dev):
+    docs = docs_of(dev)
+    for label, doc in docs.items():
+        files = files_of(doc)
+        unit = files[f"/etc/systemd/system/{render.BOOTSTRAP_UNIT}"]
+        assert "Restart=on-failure" in unit and "StartLimitIntervalSec=0" in unit
+        assert f"ExecStart={render.BOOTSTRAP_SCRIPT_PATH}" in unit
+        assert ["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT] in doc["runcmd"]
+        control_plane = "-cp-" in label
+        assert (f"/etc/systemd/system/{render.RENEW_TIMER}" in files) is control_plane
+        if control_plane:
+            assert "OnCalendar=monthly" in files[f"/etc/systemd/system/{render.RENEW_TIMER}"]
+            assert "kubeadm certs renew all" in files[render.RENEW_SCRIPT_PATH]
+            assert ["systemctl", "enable", render.RENEW_TIMER] in doc["runcmd"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_units_pass_systemd_analyze_verify(tmp_path):
+    service, timer = render.renew_units()
+    for name, text in ((render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
+                       (render.RENEW_TIMER, timer)):
+        (tmp_path / name).write_text(text.replace("/usr/local/sbin/", "/bin/true #"))
+    run = subprocess.run(["systemd-analyze", "verify", *[str(p) for p in tmp_path.iterdir()]],
+                         capture_output=True, text=True)
+    errors = [l for l in run.stderr.splitlines() if "Unknown" in l or "Invalid" in l or "bad" in l.lower()]
+    assert errors == [], run.stderr
+
+
+# --- the readiness gate ----------------------------------------------------------------------------
+
+
+def _node(name, ready=True, gpus=None):
+    status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if gpus is not None:
+        status["allocatable"] = {"nvidia.com/gpu": str(gpus)}
+    return {"metadata": {"name": name}, "status": status}
+
+
+def test_readiness_gate_names_missing_unready_and_gpu_less_nodes():
+    expected = [{"name": "cp-0", "gpus": 0}, {"name": "sys-0", "gpus": 0}, {"name": "gpu-0", "gpus": 1},
+                {"name": "gpu-1", "gpus": 2}]
+    nodes = [_node("cp-0"), _node("sys-0", ready=False), _node("gpu-0", gpus=0), _node("gpu-1", gpus=2)]
+    found = readiness.problems(nodes, expected)
+    assert len(found) == 2
+    assert found[0].startswith("sys-0: joined but not Ready")
+    assert found[1].startswith("gpu-0: GPU node advertises 0 nvidia.com/gpu, expected 1")
+    assert readiness.problems(nodes[:1], expected)[0].startswith("sys-0: has not joined")
+    fixed = [_node("cp-0"), _node("sys-0"), _node("gpu-0", gpus=1), _node("gpu-1", gpus=2)]
+    assert readiness.problems(fixed, expected) == []
+
+
+def test_readiness_gate_is_registered_after_the_add_ons_with_every_node(dev):
+    gate = next(r for r in dev.by_type("command:local:Command") if r.name.endswith("nodes-ready"))
+    expected = {e["name"]: e["gpus"] for e in __import__("json").loads(gate.plain_inputs["environment"]["GATE_EXPECTED"])}
+    assert expected == {"gpu-dev-cp-0": 0, "gpu-dev-system-0": 0, "gpu-dev-rtx6000-0": 1}
+    assert gate.plain_inputs["create"] == "python3 components/linode/readiness.py"
+    assert Path(__file__).resolve().parent.parent.joinpath("components/linode/readiness.py").exists()
+    deps = set(gate.dependencies)
+    releases = {r.urn for r in dev.by_type("kubernetes:helm.sh/v3:Release") if "-addons-" in r.name}
+    assert releases and releases <= deps
+    assert {r.urn for r in dev.by_type(INSTANCE) if "-cp-" not in r.plain_inputs["label"]} <= deps
+
+
+def test_readiness_gate_runs_with_the_system_python_alone():
+    # The Command runs `python3 components/linode/readiness.py`: stdlib only, no project imports.
+    source = Path(readiness.__file__).read_text()
+    imports = set(re.findall(r"^\s*(?:from|import) ([a-z_.]+)", source, re.M))
+    assert not {i for i in imports if i.split(".")[0] in ("components", "pulumi", "yaml", "cryptography")}
+
+
+# --- the checkpoint bucket -------------------------------------------------------------------------
+
+
+def test_bucket_gets_a_random_suffix_within_linode_naming_rules(dev):
+    bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket")
+    label = bucket.plain_inputs["label"]
+    assert re.fullmatch(r"gpu-dev-ckpt-ml-platform-[a-z0-9]{8}", label)
+    # Versioning and lifecycle rules need keys: the bucket's provider makes temporary ones.
+    provider = next(r for r in dev.resources if r.type == "pulumi:providers:linode" and r.name.endswith("-objects"))
+    assert provider.plain_inputs["objUseTempKeys"] in (True, "true")
+    assert bucket.provider and bucket.provider.startswith(provider.urn)
+
+
+@pytest.mark.parametrize("prefix,owner", [("gpu-dev", "ml-platform"), ("gpu-" + "x" * 40, "y" * 40)])
+def test_bucket_label_rules(prefix, owner):
+    label = bucket_label(prefix, owner, "abc12345")
+    assert 3 <= len(label) <= 63 and re.fullmatch(r"[a-z0-9][a-z0-9-]*[a-z0-9]", label) and label.endswith("-abc12345")
+
+
+def test_bucket_label_refuses_characters_linode_refuses():
+    with pytest.raises(ValueError, match="naming rules"):
+        bucket_label("gpu-a", "b_c", "abc12345")
