@@ -163,7 +163,7 @@ def test_checkpoint_bucket_is_private_with_lifecycle_and_workload_identity(prod)
     assert b["name"] == "my-ml-project-gpu-prod-checkpoints"
     assert b["uniformBucketLevelAccess"] is True and b["publicAccessPrevention"] == "enforced"
     assert {"action": {"type": "Delete"}, "condition": {"age": 30}} in b["lifecycleRules"]
-    assert b["forceDestroy"] is False  # production keeps checkpoints
+    assert b["forceDestroy"] is False  # checkpointBucket.onDestroy defaults to retain
     grant = prod.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs
     assert grant["role"] == "roles/storage.objectUser"
     assert grant["bucket"] == "my-ml-project-gpu-prod-checkpoints"
@@ -294,7 +294,8 @@ def test_dev_environment_without_deletion_protection_and_with_options():
     c = plan.one(CLUSTER).inputs
     assert c["deletionProtection"] is False and c["name"] == "gpu-dev"
     assert c["releaseChannel"] == {"channel": "RAPID"}
-    assert plan.one(BUCKET).inputs["forceDestroy"] is True
+    # The bucket follows checkpointBucket.onDestroy (default retain), not the environment (tests/test_destroy.py).
+    assert plan.one(BUCKET).inputs["forceDestroy"] is False and plan.one(BUCKET).options["retainOnDelete"] is True
     assert {"action": {"type": "Delete"}, "condition": {"age": 7}} in plan.one(BUCKET).inputs["lifecycleRules"]
     system = plan.one(NODE_POOL, "system").inputs
     assert system["nodeConfig"]["machineType"] == "n2-standard-4"

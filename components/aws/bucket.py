@@ -14,6 +14,7 @@ import pulumi
 from pulumi_aws import iam, s3
 
 from components.aws.iam import irsa_role, policy, statement
+from components.bucket_lifecycle import BucketDeletion
 from components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 
 
@@ -40,6 +41,7 @@ class CheckpointBucketArgs:
     oidc_provider_arn: pulumi.Input[str]
     oidc_issuer_url: pulumi.Input[str]
     tags: Mapping[str, str]
+    deletion: BucketDeletion  # checkpointBucket.onDestroy
 
 
 class CheckpointBucket(pulumi.ComponentResource):
@@ -48,20 +50,24 @@ class CheckpointBucket(pulumi.ComponentResource):
     def __init__(self, name: str, args: CheckpointBucketArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:aws:CheckpointBucket", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        # onDestroy retain: the bucket and the settings that keep it private, encrypted and TLS-only stay
+        # as they are (deleting the public access block or the policy would loosen a bucket that keeps data).
+        kept = pulumi.ResourceOptions(parent=self, retain_on_delete=args.deletion.retain_on_delete)
         tags = dict(args.tags)
-        bucket = s3.Bucket(f"{name}-bucket", bucket_prefix=f"{args.cluster_name}-checkpoints-", force_destroy=False,
-                           tags=tags, opts=child)
+        # force_destroy empties every object version and delete marker before deleting (onDestroy delete).
+        bucket = s3.Bucket(f"{name}-bucket", bucket_prefix=f"{args.cluster_name}-checkpoints-",
+                           force_destroy=args.deletion.force_destroy, tags=tags, opts=kept)
         s3.BucketOwnershipControls(f"{name}-ownership", bucket=bucket.id, rule={"object_ownership": "BucketOwnerEnforced"},
-                                   opts=child)
+                                   opts=kept)
         block = s3.BucketPublicAccessBlock(f"{name}-public-access-block", bucket=bucket.id, block_public_acls=True,
                                            block_public_policy=True, ignore_public_acls=True, restrict_public_buckets=True,
-                                           opts=child)
+                                           opts=kept)
         s3.BucketServerSideEncryptionConfiguration(
             f"{name}-encryption", bucket=bucket.id,
             rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "AES256"}, "bucket_key_enabled": True}],
-            opts=child)
+            opts=kept)
         versioning = s3.BucketVersioning(f"{name}-versioning", bucket=bucket.id,
-                                         versioning_configuration={"status": "Enabled"}, opts=child)
+                                         versioning_configuration={"status": "Enabled"}, opts=kept)
         s3.BucketLifecycleConfiguration(
             f"{name}-lifecycle", bucket=bucket.id,
             rules=[
@@ -70,9 +76,9 @@ class CheckpointBucket(pulumi.ComponentResource):
                 {"id": "abort-incomplete-uploads", "status": "Enabled", "filter": {},
                  "abort_incomplete_multipart_upload": {"days_after_initiation": 7}},
             ],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[versioning]))
+            opts=pulumi.ResourceOptions.merge(kept, pulumi.ResourceOptions(depends_on=[versioning])))
         s3.BucketPolicy(f"{name}-policy", bucket=bucket.id, policy=bucket.arn.apply(lambda a: json.dumps(tls_only_policy(a))),
-                        opts=pulumi.ResourceOptions(parent=self, depends_on=[block]))
+                        opts=pulumi.ResourceOptions.merge(kept, pulumi.ResourceOptions(depends_on=[block])))
 
         role = irsa_role(f"{name}-trainer-role", args.oidc_provider_arn, args.oidc_issuer_url, TRAINING_NAMESPACE,
                          TRAINING_SERVICE_ACCOUNT, tags, child)

@@ -10,6 +10,7 @@ import pulumi_aws as aws
 from components.aws.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from components.aws.billing import IdleGpuAlarms, IdleGpuAlarmsArgs
 from components.aws.bucket import CheckpointBucket, CheckpointBucketArgs
+from components.bucket_lifecycle import BucketDeletion
 from components.aws.config import instance_types_of, on_demand_split
 from components.aws.eks import STORAGE_CLASS, EksCluster, EksClusterArgs
 from components.aws.gpu_asg import CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs, asg_name
@@ -89,7 +90,8 @@ class AwsCluster(pulumi.ComponentResource):
                 k8s_provider=eks.k8s_provider, tags=tags), opts=child)
         bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
             cluster_name=cluster_name, retention_days=section.checkpoint_retention_days,
-            oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url, tags=tags), opts=child)
+            oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url, tags=tags,
+            deletion=BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)), opts=child)
         IdleGpuAlarms(f"{name}-idle-gpu", IdleGpuAlarmsArgs(
             name_prefix=cluster_name, region=region, asg_names=dict(zip([p.name for p in cfg.gpu_pools], names)),
             idle_minutes=cfg.platform.idle_gpu_minutes, util_percent=cfg.platform.idle_gpu_util_percent,

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 import pulumi
 from pulumi_gcp import serviceaccount, storage
 
+from components.bucket_lifecycle import BucketDeletion
 from components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 
 OBJECT_ROLE = "roles/storage.objectUser"
@@ -61,8 +62,7 @@ class CheckpointBucketArgs:
     resource_prefix: str
     retention_days: int
     labels: Mapping[str, str]
-    # Production keeps its checkpoints when the stack is destroyed; elsewhere the bucket goes with it.
-    force_destroy: bool
+    deletion: BucketDeletion  # checkpointBucket.onDestroy: kept by Pulumi, or emptied and deleted by GCS
 
 
 class CheckpointBucket(pulumi.ComponentResource):
@@ -82,9 +82,10 @@ class CheckpointBucket(pulumi.ComponentResource):
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
             lifecycle_rules=lifecycle_rules(args.retention_days),
-            force_destroy=args.force_destroy,
+            # force_destroy: GCS deletes every object (then the bucket); otherwise it refuses a non-empty bucket.
+            force_destroy=args.deletion.force_destroy,
             labels=dict(args.labels),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=args.deletion.retain_on_delete),
         )
         self.service_account = serviceaccount.Account(
             f"{name}-gsa",

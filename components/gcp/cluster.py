@@ -19,6 +19,7 @@ import yaml
 from pulumi_gcp import container, projects, serviceaccount
 
 from components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
+from components.bucket_lifecycle import BucketDeletion
 from components.gcp.bucket import WORKLOAD_IDENTITY_ANNOTATION, CheckpointBucket, CheckpointBucketArgs, account_id
 from components.gcp.config import GcpSection, Maintenance, SystemPool, effective_deletion_protection, pool_zones
 from components.gcp.network import PODS_RANGE, SERVICES_RANGE, GcpNetwork, NetworkArgs
@@ -57,6 +58,7 @@ class GkeClusterArgs:
     gpu_driver_version: str
     checkpoint_retention_days: int
     labels: Mapping[str, str] = field(default_factory=dict)
+    checkpoint_deletion: BucketDeletion = BucketDeletion.of("retain")  # checkpointBucket.onDestroy
     maintenance: Maintenance = field(default_factory=Maintenance)
 
     @property
@@ -91,6 +93,7 @@ class GkeClusterArgs:
             gpu_pools=tuple(pools), gpu_driver_version=section.gpu_driver_version,
             checkpoint_retention_days=section.checkpoint_retention_days, labels=common_labels(cfg),
             maintenance=section.maintenance,
+            checkpoint_deletion=BucketDeletion.of(cfg.checkpoint_bucket.on_destroy),
         )
 
 
@@ -282,7 +285,7 @@ class GkeCluster(pulumi.ComponentResource):
             f"{name}-checkpoints",
             CheckpointBucketArgs(project=args.project, region=args.region, resource_prefix=args.resource_prefix,
                                  retention_days=args.checkpoint_retention_days, labels=args.labels,
-                                 force_destroy=not args.deletion_protection),
+                                 deletion=args.checkpoint_deletion),
             depends_on_cluster=self.cluster,
             opts=pulumi.ResourceOptions(parent=self, providers={"gcp": self.gcp_provider}))
 

@@ -60,7 +60,7 @@ def ccm_values(vpc_label: str, subnet_label: str) -> dict[str, Any]:
 def csi_values() -> dict[str, Any]:
     return {
         "secretRef": {"name": TOKEN_SECRET, "apiTokenRef": "apiToken", "regionRef": "region"},
-        # We ship our own default (encrypted, retained) class below.
+        # We ship our own default (encrypted, deleted with its claim) class below.
         "defaultStorageClass": "",
     }
 
@@ -76,7 +76,9 @@ def device_plugin_values() -> dict[str, Any]:
 
 
 def storage_class_manifest() -> dict[str, Any]:
-    """The default StorageClass: encrypted Linode volumes, kept when a claim goes (notebooks keep work)."""
+    """The default StorageClass: encrypted Linode volumes, deleted with their claim. A claim outlives its
+    pods (a notebook's work survives server restarts and culling); Retain would leave a billed volume behind
+    every deleted claim and every `pulumi destroy` (docs/destroy.md: delete the claims first)."""
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
@@ -84,7 +86,7 @@ def storage_class_manifest() -> dict[str, Any]:
                      "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
         "provisioner": CSI_PROVISIONER,
         "parameters": {"linodebs.csi.linode.com/encrypted": "true"},
-        "reclaimPolicy": "Retain",
+        "reclaimPolicy": "Delete",
         "allowVolumeExpansion": True,
         "volumeBindingMode": "WaitForFirstConsumer",
     }
@@ -122,7 +124,8 @@ class LinodeAddons(pulumi.ComponentResource):
         storage = k8s.storage.v1.StorageClass(
             f"{name}-default-storage",
             **_storage_class_args(storage_class_manifest()),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[csi]),
+            # reclaimPolicy is immutable: a change replaces the class, and its fixed name must be free first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[csi], delete_before_replace=True),
         )
         device_plugin = _release(f"{name}-nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                                  "nvidia-device-plugin", device_plugin_values(),
