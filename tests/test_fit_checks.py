@@ -722,3 +722,13 @@ def test_local_queue_in_a_namespace_its_cluster_queue_does_not_admit_from():
     good = check_fit(_queue_model(), [rel("kueue", objs + [namespace("training", {"gpu-platform.io/queue": "enabled"})])])
     assert good.ok, good.problems
 
+
+def test_unreadable_quantities_are_render_problems_not_tracebacks():
+    d = deployment("d", spec=pod_spec(container(cpu="preflight-unknown-value")))
+    objs = _queue_objects(cpu_quota="preflight-secret-value")
+    r = check_fit(_queue_model(ports=frozenset({443})), [rel("r", [d] + objs + [RUNTIME]),
+                                                         rel("example", [trainjob()], source="example")])
+    assert {p.check for p in r.problems} >= {"render"}
+    assert any(p.object == "Deployment/apps/d" and "cannot be read" in p.reason for p in r.problems)
+    assert [p.object for p in r.problems if "nominalQuota of cpu" in p.reason] == ["ClusterQueue/gpu-training"]
+

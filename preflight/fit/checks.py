@@ -598,9 +598,17 @@ class _Checker:
         self.problems: list[Problem] = []
         self.notes: list[str] = list(model.notes) + self.idx.notes
         self.rel_by_name = {r.name: r for r in releases}
+        self.unreadable: set[tuple] = set()
 
     def problem(self, check: str, release: str, obj: str, reason: str, fix: str) -> None:
         self.problems.append(Problem(check, release, obj, reason, fix))
+
+    def guarded(self, stage, what: str) -> None:
+        """Run a stage; a quantity it cannot read becomes one render problem, never a traceback."""
+        try:
+            stage()
+        except (ValueError, TypeError, ZeroDivisionError) as exc:
+            self.problem("render", "?", what, f"cannot be read: {exc}", "use valid Kubernetes quantities")
 
     # --- pods -------------------------------------------------------------------------------
     def build_pods(self) -> list[_Pod]:
@@ -610,9 +618,14 @@ class _Checker:
         self.templates = templates
         pods = []
         for pt in templates:
-            res, lr_errors = apply_limit_ranges(pt.spec, self.idx.limit_ranges.get(pt.namespace, []))
-            self.admission(pt, res, lr_errors)
-            reqs = effective_requests(pt.spec, res)
+            try:
+                res, lr_errors = apply_limit_ranges(pt.spec, self.idx.limit_ranges.get(pt.namespace, []))
+                self.admission(pt, res, lr_errors)
+                reqs = effective_requests(pt.spec, res)
+            except (ValueError, TypeError, ZeroDivisionError) as exc:
+                self.problem("render", pt.release, pt.owner, f"resources of its pods (or of its namespace's "
+                             f"LimitRange/ResourceQuota) cannot be read: {exc}", "use valid Kubernetes quantities")
+                continue
             tolerations = list(pt.spec.get("tolerations") or [])
             if self.model.extended_resource_toleration and reqs.get(GPU):
                 tolerations.append({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
@@ -696,7 +709,17 @@ class _Checker:
         out = []
         for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
             for fl in rg.get("flavors") or []:
-                quotas = {r["name"]: _amount(r["name"], r.get("nominalQuota", 0)) for r in fl.get("resources") or []}
+                quotas = {}
+                for r in fl.get("resources") or []:
+                    try:
+                        quotas[r["name"]] = _amount(r["name"], r.get("nominalQuota", 0))
+                    except (ValueError, TypeError):
+                        key = (object_id(cq), fl.get("name"), r.get("name"))
+                        if key not in self.unreadable:
+                            self.unreadable.add(key)
+                            self.problem("render", self.idx.release_of.get(object_id(cq), "?"), object_id(cq),
+                                         f"flavor {fl.get('name')}: nominalQuota of {r.get('name')} cannot be read: "
+                                         f"{r.get('nominalQuota')!r}", "use a valid Kubernetes quantity")
                 out.append((fl.get("name"), self.idx.flavors.get(fl.get("name")) or {}, quotas))
         return out
 
@@ -727,7 +750,7 @@ class _Checker:
     # --- main --------------------------------------------------------------------------------
     def run(self) -> FitReport:
         pods = self.build_pods()
-        self.quota_totals(pods)
+        self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")
         placed: list[_Pod] = []
         daemonsets: list[tuple[_Pod, list[NodeGroup]]] = []
         for pod in pods:
@@ -772,7 +795,7 @@ class _Checker:
         pod_count = ds_pods + sum(pt.replicas for pt in self.templates if not pt.daemonset)
         self.ordering()
         self.reachable()
-        self.queue_fit()
+        self.guarded(self.queue_fit, "Kueue quotas")
         return FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count)
 
     # --- packing -----------------------------------------------------------------------------
@@ -916,12 +939,12 @@ class _Checker:
                                 "webhook away from it (namespaceSelector/objectSelector)")
 
     # --- reachable ----------------------------------------------------------------------------
-    def _target_port(self, ns: str, name: str, port: int) -> tuple[Optional[int], str]:
+    def _target_port(self, ns: str, name: str, port: Any) -> tuple[Optional[int], str]:
         svc = self.idx.services.get((ns, name))
         if svc is None:
             return None, f"Service {ns}/{name} is not among the rendered objects"
         spec = svc.get("spec") or {}
-        entry = next((p for p in spec.get("ports") or [] if int(p.get("port", 0)) == port), None)
+        entry = next((p for p in spec.get("ports") or [] if str(p.get("port", "")) == str(port)), None)
         if entry is None:
             return None, f"Service {ns}/{name} has no port {port}"
         target = entry.get("targetPort", port)
@@ -931,7 +954,7 @@ class _Checker:
             if pt.namespace == ns and spec.get("selector") and label_selector_matches({"matchLabels": spec["selector"]}, pt.labels):
                 for c in pt.containers():
                     for cp in c.get("ports") or []:
-                        if cp.get("name") == target:
+                        if cp.get("name") == target and str(cp.get("containerPort", "")).isdigit():
                             return int(cp["containerPort"]), f"Service {ns}/{name}:{port} -> {target} -> containerPort {cp['containerPort']}"
         return None, f"Service {ns}/{name}:{port} targets port name {target!r}, which no selected pod declares"
 
@@ -953,7 +976,7 @@ class _Checker:
                     if svc:
                         targets.append(("APIService", svc))
                 for what, svc in targets:
-                    port, path = self._target_port(svc.get("namespace"), svc.get("name"), int(svc.get("port") or 443))
+                    port, path = self._target_port(svc.get("namespace"), svc.get("name"), svc.get("port") or 443)
                     if port is None:
                         self.problem("reachable", rel.name, object_id(obj), f"{what}: {path}; reachability unproven",
                                      "render the Service and its pods with the release, or check the backend by hand")
@@ -985,7 +1008,15 @@ class _Checker:
                         name = r.get("name")
                         if name not in cap:
                             continue
-                        q = _amount(name, r.get("nominalQuota", 0))
+                        try:
+                            q = _amount(name, r.get("nominalQuota", 0))
+                        except (ValueError, TypeError):
+                            key = (object_id(cq), fname, name)
+                            if key not in self.unreadable:
+                                self.unreadable.add(key)
+                                self.problem("render", rel, object_id(cq), f"flavor {fname}: nominalQuota of {name} "
+                                             f"cannot be read: {r.get('nominalQuota')!r}", "use a valid Kubernetes quantity")
+                            continue
                         if q > cap[name]:
                             self.problem("queue-fit", rel, object_id(cq),
                                          f"flavor {fname}: nominal quota {name} {fmt_amount(name, q)} exceeds what "
