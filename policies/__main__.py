@@ -14,11 +14,12 @@ if _ROOT not in sys.path:
 
 from pulumi_policy import PolicyPack  # noqa: E402
 
-from policies import cost_rules, hygiene_rules, running, security_rules  # noqa: E402
+from policies import budget_rules, cost_rules, hygiene_rules, running, security_rules  # noqa: E402
 
 PolicyPack(
     name="gpu-platform-guardrails",
     description="GPU cost ceilings and security guardrails for gpu-platform stacks.",
     # running.track: preflight can name the policy a hung Analyze call is stuck in.
-    policies=running.track(cost_rules.POLICIES + security_rules.POLICIES + hygiene_rules.POLICIES),
+    policies=running.track(cost_rules.POLICIES + security_rules.POLICIES + hygiene_rules.POLICIES
+                            + budget_rules.POLICIES),
 )

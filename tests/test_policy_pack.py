@@ -44,6 +44,7 @@ ALL_POLICIES = {
     "linode-disk-encryption": "mandatory",
     "gke-node-hardening": "mandatory",
     "cost-allocation-tags": "advisory",
+    "idle-floor-budget-share": "advisory",
 }
 
 
