@@ -677,6 +677,7 @@ def test_report_render_and_json():
                                                       rel("k", [deployment("k", "kueue-system", spec=pod_spec(container(cpu="9")))])])
     text = r.render(verbose=True)
     assert text.startswith("Cluster fit: 2 releases, 3 pods, 1 problem(s)")
+    assert "    1 x x" in text
     assert "system" in text and "2 x Deployment/apps/web (r)" in text and "[schedulable] Deployment/kueue-system/k (k)" in text
     doc = json.loads(json.dumps(r.to_json()))
     assert doc["ok"] is False and doc["problems"][0]["check"] == "schedulable" and doc["headroom"]["system"]["nodes"] == 1

@@ -87,12 +87,14 @@ class FitReport:
 
     def render(self, verbose: bool = False) -> str:
         lines = [f"Cluster fit: {self.releases} releases, {self.pods} pods, "
-                 f"{'no problems' if self.ok else f'{len(self.problems)} problem(s)'}"]
+                 f"{'no problems' if self.ok else f'{len(self.problems)} problem(s)'} "
+                 "(node groups at maximum size: pods placed, headroom left)"]
         per_group: dict[str, int] = {}
         for pl in self.placements:
             per_group[pl.group] = per_group.get(pl.group, 0) + pl.pods
         for name, h in self.headroom.items():
-            lines.append(f"  {name:<16} {h['nodes']:>3} x {h['instanceType']:<24} {per_group.get(name, 0):>4} pods   "
+            size = f"{h.get('minNodes', h['nodes'])}-{h['nodes']}" if h.get("minNodes", h["nodes"]) != h["nodes"] else str(h["nodes"])
+            lines.append(f"  {name:<16} {size:>5} x {h['instanceType']:<24} {per_group.get(name, 0):>4} pods   "
                          f"headroom {h['cpuMillis'] / 1000:.1f} CPU, {h['memoryBytes'] / GI:.1f} GiB, "
                          f"{h['gpus']} GPU, {h['pods']} pod slots")
             if verbose:
@@ -859,7 +861,7 @@ class _Checker:
         headroom: dict[str, dict[str, Any]] = {}
         for g in self.model.node_groups:
             mine = [n for n in nodes if n["group"] is g]
-            headroom[g.name] = {"nodes": g.max_nodes, "instanceType": g.instance_type, "role": g.role,
+            headroom[g.name] = {"nodes": g.max_nodes, "minNodes": g.min_nodes, "instanceType": g.instance_type, "role": g.role,
                                 "cpuMillis": sum(n["free"]["cpu"] for n in mine),
                                 "memoryBytes": sum(n["free"]["memory"] for n in mine),
                                 "gpus": sum(n["free"][GPU] for n in mine), "pods": sum(n["free"]["pods"] for n in mine)}
