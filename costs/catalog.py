@@ -126,6 +126,12 @@ class Catalog:
     def fixed_costs(self, cloud: str) -> dict[str, Price]:
         return dict(self._fixed.get(cloud, {}))
 
+    def gpu_only_price(self, cloud: str, accelerator: str, capacity: str) -> Optional[Price]:
+        """The GPU-only price of an accelerator (GCP prices A2 machines as host + GPUs), if the catalog has it."""
+        key = _CAPACITY_FIELDS[capacity][1]
+        v = ((self._meta.get(cloud, {}).get("gpuOnlyPrices") or {}).get(accelerator) or {}).get(key)
+        return _price(v) if v else None
+
     def reference_region(self, cloud: str) -> Optional[str]:
         """The region the catalog's prices are quoted for (us-east, us-central1, us-east-1)."""
         return self._meta.get(cloud, {}).get("referenceRegion")
@@ -325,7 +331,7 @@ def _base_catalog() -> Catalog:
         if doc.get("cloud") != cloud:
             raise CatalogError(f"{path}: cloud must be {cloud!r}")
         instances[cloud], fixed[cloud] = parse_document(doc, path.name)
-        meta[cloud] = {k: doc.get(k) for k in ("referenceRegion", "billing", "currency")}
+        meta[cloud] = {k: doc.get(k) for k in ("referenceRegion", "billing", "currency", "gpuOnlyPrices")}
     return Catalog(instances, fixed, meta)
 
 
@@ -360,8 +366,7 @@ def apply_overrides(base: Catalog, overrides: Mapping[str, Mapping[str, Any]]) -
                 continue
             changes[attr] = _override_price(key, cap_key, value, today)
         instances[cloud][name] = replace(t, **changes)
-    return Catalog(instances, {c: base.fixed_costs(c) for c in CLOUDS},
-                   {c: {"referenceRegion": base.reference_region(c)} for c in CLOUDS})
+    return Catalog(instances, {c: base.fixed_costs(c) for c in CLOUDS}, base._meta)
 
 
 def load_catalog(overrides: dict | None = None) -> Catalog:

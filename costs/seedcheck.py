@@ -56,6 +56,7 @@ def seed_check() -> str:
     now = estimate(StackShape("gcp", "us-central1", (PoolShape("a100", "a2-highgpu-8g", "preemptible", 1, 1),),
                               system_nodes=(), nat_gateways=0, managed_control_plane=False, name="8xA100-now"), now_cat)
     year = HOURS_PER_YEAR / HOURS_PER_MONTH
+    gpu_now = now_cat.gpu_only_price("gcp", "nvidia-tesla-a100", "preemptible")
     gpu_only = SEED_A100_PER_GPU_HOUR * 8 * HOURS_PER_YEAR
     machine_year = machine.full_monthly_usd * year
     host_year = machine_year - gpu_only
@@ -72,6 +73,9 @@ def seed_check() -> str:
         f"figure ({_money(gpu_only)}) and the whole machine ({_money(machine_year)}): a rounded GPU-plus-part-of-host number.",
         f"   at today's catalog prices (Spot = preemptible, {now.lines[0].unit_usd_per_hour:.4f} $/h) the same machine costs "
         f"{_money(now.full_monthly_usd * year)} per year.",
+        f"   the A100 GPU alone, preemptible/Spot, today: ${gpu_now.usd_per_hour:.4f}/GPU-hour = "
+        f"{gpu_now.usd_per_hour / SEED_A100_PER_GPU_HOUR:.2f}x the seed's ${SEED_A100_PER_GPU_HOUR}"
+        f" ({gpu_now.status}: {gpu_now.source}).",
         "",
         "Sources: every price above carries its source and date in costs/catalog/*.yaml; run "
         "`python -m costs simulate examples/seed-scenario.yaml` for the 8x story as a simulated month.",

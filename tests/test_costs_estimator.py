@@ -155,3 +155,61 @@ def test_autoscaled_system_pool_counts_min_at_idle_and_max_at_full():
              price_overrides={})
     line = next(ln for ln in estimate(aws).lines if ln.kind == "system")
     assert (line.resource, line.idle_quantity, line.quantity) == ("m7i.large", 2, 3)
+
+
+# --- the whole bill --------------------------------------------------------------------------------------
+
+
+def test_a_pool_with_alternative_types_is_priced_at_the_dearest():
+    cat = load_catalog()
+    est = estimate(StackShape("aws", "us-east-1", (PoolShape("a10g", "g5.xlarge", "spot", 0, 8,
+                                                             alternatives=("g6.xlarge", "g5.2xlarge")),)))
+    line = est.lines[0]
+    rates = {t: cat.instance("aws", t).spot.usd_per_hour for t in ("g5.xlarge", "g6.xlarge", "g5.2xlarge")}
+    dearest = max(rates, key=rates.get)
+    assert line.resource == dearest and line.unit_usd_per_hour == rates[dearest]
+    assert "dearest type the pool may launch (g5.xlarge, g6.xlarge, g5.2xlarge)" in line.assumption
+    assert line.monthly_usd == pytest.approx(8 * rates[dearest] * H)
+
+
+def test_boot_disks_pvcs_bucket_nat_data_and_extended_support_lines():
+    """aws, one pool 0..4 x 200 GiB, system 2..3 x 50 GiB: boot disks idle 100 GiB, full 800 + 150 GiB at
+    $0.08/GiB-month; PVCs 30 GiB gp3; bucket 500 GiB S3 at $0.023; NAT 1000 GB at $0.045 (a quarter idle);
+    extended support +$0.50/h."""
+    cat = load_catalog()
+    est = estimate(StackShape(
+        "aws", "us-east-1", (PoolShape("g5", "g5.xlarge", "spot", 0, 4, boot_disk_gib=200),),
+        system_nodes=(NodeGroup("system", "m6i.large", 2, max_count=3, boot_disk_gib=50),),
+        pvc_gib=(("a", 10.0), ("b", 20.0)), checkpoint_gib=500, nat_gib_per_month=1000,
+        extended_support_usd_per_hour=0.5, extended_support_basis="1.33 in extended support"))
+    by = {ln.name: ln for ln in est.lines}
+    gp3 = cat.fixed_costs("aws")["ebs-gp3"].usd_per_hour
+    assert gp3 == 0.08 and cat.fixed_costs("aws")["ebs-gp3"].unit == "GiB-month"
+    pool_disk = by["boot disks gpu pool g5 (ebs-gp3)"]
+    assert (pool_disk.idle_monthly_usd, pool_disk.monthly_usd) == (0, pytest.approx(800 * gp3))
+    sys_disk = by["boot disks system nodes (ebs-gp3)"]
+    assert (sys_disk.idle_monthly_usd, sys_disk.monthly_usd) == (pytest.approx(100 * gp3), pytest.approx(150 * gp3))
+    assert by["persistent volumes (ebs-gp3)"].monthly_usd == pytest.approx(30 * gp3)
+    assert by["checkpoint bucket (s3-standard)"].monthly_usd == pytest.approx(500 * 0.023)
+    nat = by["NAT data processing"]
+    assert (nat.idle_monthly_usd, nat.monthly_usd) == (pytest.approx(250 * 0.045), pytest.approx(1000 * 0.045))
+    assert by["extended support fee"].monthly_usd == pytest.approx(0.5 * H)
+    assert est.full_monthly_usd == pytest.approx(sum(ln.monthly_usd for ln in est.lines))
+    # disks of the GPU pool follow the pool in the utilisation curve
+    assert est.monthly_at_utilisation(0.5) == pytest.approx(
+        est.idle_monthly_usd + 0.5 * (by["gpu pool g5 (g5.xlarge, spot)"].monthly_usd + pool_disk.monthly_usd)
+        + 0.5 * (sum(ln.monthly_usd - ln.idle_monthly_usd for ln in est.lines if ln.scales_with == "system")))
+
+
+def test_what_is_not_given_is_listed_as_not_modelled_never_guessed():
+    est = estimate(StackShape("gcp", "us-central1", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 2),)))
+    text = " | ".join(est.not_modelled)
+    for item in ("boot disks of gpu pool a100", "persistent volumes", "checkpoint bucket", "NAT data processing",
+                 "extended-support fee", "internet egress"):
+        assert item in text
+    assert not any(ln.kind in ("disk", "storage", "network-data", "support") for ln in est.lines)
+
+
+def test_spot_without_a_recorded_price_is_refused_not_estimated():
+    with pytest.raises(EstimateError, match="p3.2xlarge has no spot price"):
+        estimate(StackShape("aws", "us-east-1", (PoolShape("v100", "p3.2xlarge", "spot", 0, 1),)))

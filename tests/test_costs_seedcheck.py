@@ -24,3 +24,12 @@ def test_seed_check_prints_both_figures_and_explains_the_gaps(capsys):
     assert "estimator : $77,207 per year for the machine" in out
     assert "ESTIMATED" in out and "between the GPU-only" in out
     assert "at today's catalog prices" in out
+
+
+def test_seed_check_states_todays_a100_gpu_only_price_against_the_seeds():
+    from costs.seedcheck import seed_check
+
+    out = seed_check()
+    # $1.92802 machine - (12 x 0.01264 + 85 x 0.001695) host = $1.632265 per GPU-hour = 1.85 x $0.88
+    assert "the A100 GPU alone, preemptible/Spot, today: $1.6323/GPU-hour = 1.85x the seed's $0.88" in out
+    assert "derived" in out and "cloud.google.com/spot-vms/pricing" in out
