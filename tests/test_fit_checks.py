@@ -733,3 +733,17 @@ def test_unreadable_quantities_are_render_problems_not_tracebacks():
     assert any(p.object == "Deployment/apps/d" and "cannot be read" in p.reason for p in r.problems)
     assert [p.object for p in r.problems if "nominalQuota of cpu" in p.reason] == ["ClusterQueue/gpu-training"]
 
+
+def test_crd_conversion_webhook_port_must_be_reachable():
+    kueue = _kueue_release()
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "workloads.kueue.x-k8s.io"},
+           "spec": {"group": "kueue.x-k8s.io", "names": {"kind": "Workload", "plural": "workloads"}, "scope": "Namespaced",
+                    "conversion": {"strategy": "Webhook", "webhook": {"clientConfig": {"service": {
+                        "namespace": "kueue-system", "name": "kueue-webhook-service", "path": "/convert"}}}}}}
+    kueue.objects.append(crd)
+    bad = check_fit(model(group("system"), ports=frozenset({443, 10250, 8082})), [kueue])
+    assert any(p.object == "CustomResourceDefinition/workloads.kueue.x-k8s.io" and "conversion webhook" in p.reason
+               for p in checks_of(bad, "reachable"))
+    assert check_fit(model(group("system"), ports=frozenset({443, 10250, 8082, 9443})), [kueue]).ok
+

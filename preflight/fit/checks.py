@@ -9,8 +9,8 @@
   (defaults, min/max, maxLimitRequestRatio, request <= limit after defaulting) and ResourceQuota.
 - ordering: a Validating/MutatingWebhookConfiguration with failurePolicy Fail whose rules and selectors
   match objects (or pods) of another release requires that release to depend on the webhook's release.
-- reachable: every webhook and APIService backend port (Service port -> targetPort -> container port)
-  is one the control plane may open on nodes.
+- reachable: every admission webhook, CRD conversion webhook and APIService backend port (Service port ->
+  targetPort -> container port) is one the control plane may open on nodes.
 - queue-fit: each Kueue flavor's nominal quota fits its nodes at maximum size, and every job the queue
   may admit to a flavor fits there (each pod on one node, all pods at maximum size).
 
@@ -977,6 +977,11 @@ class _Checker:
                     svc = (obj.get("spec") or {}).get("service")
                     if svc:
                         targets.append(("APIService", svc))
+                elif kind == "CustomResourceDefinition":
+                    conv = (obj.get("spec") or {}).get("conversion") or {}
+                    svc = ((conv.get("webhook") or {}).get("clientConfig") or {}).get("service")
+                    if conv.get("strategy") == "Webhook" and svc:
+                        targets.append(("conversion webhook", svc))
                 for what, svc in targets:
                     port, path = self._target_port(svc.get("namespace"), svc.get("name"), svc.get("port") or 443)
                     if port is None:
