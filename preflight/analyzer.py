@@ -153,10 +153,12 @@ def load_policy_config(stack: str, path: "str | Path | None" = None, *, root: Pa
         if not file.exists():
             raise PolicyConfigError(f"policy config file {file} does not exist")
     shown = file.relative_to(root) if file.is_absolute() and file.is_relative_to(root) else file
+    from preflight.safe_yaml import YamlInputError, load_yaml_file
+
     try:
-        doc = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as exc:
-        raise PolicyConfigError(f"{shown}: not valid YAML: {exc}") from None
+        doc = load_yaml_file(file, str(shown))
+    except YamlInputError as exc:
+        raise PolicyConfigError(str(exc)) from None
     if doc is None:
         return None
     if not isinstance(doc, dict):

@@ -69,7 +69,7 @@ MALFORMED = [
     ("gpuPools.0.maxNodes", "two", "gpuPools[0].maxNodes", "valid integer"),
     ("gpuPools.0.name", "RTX_6000", "gpuPools[0].name", "DNS-1123 label"),
     ("linode", None, "gpu-platform:linode", "required when cloud is linode"),
-    ("linode.region", "us-ord", "linode.region", "a region offering g1-gpu-rtx6000-1"),
+    ("linode.region", "us-east", "linode.region", "a region offering g2-gpu-rtx4000a1-m"),
     ("linode.controlPlane.count", 2, "linode.controlPlane.count", "1 or 3"),
     ("linode.controlPlane.type", "g1-gpu-rtx6000-1", "linode.controlPlane.type", "non-GPU Linode plan"),
     ("linode.podCidr", "10.0.0.0/16", "linode.podCidr", "does not overlap"),

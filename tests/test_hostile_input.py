@@ -1,0 +1,200 @@
+"""Hostile and wrong stack files (tests/data/bad-stacks/cases.yaml): each gives its exit code and a message
+naming the key and the file actually read, fast and without a traceback (issue 13).
+
+Exit 2 and 4 cases run preflight's real entry point in-process (they stop before the program runs);
+exit 3 cases run the program and the real policy pack (the analyzer protocol, as preflight does) on
+the stack; exit 0 cases validate and plan the stack.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, stack_config
+
+CASES_FILE = ROOT / "tests" / "data" / "bad-stacks" / "cases.yaml"
+CASES = yaml.safe_load(CASES_FILE.read_text())
+FAST_LIMIT_S = 10.0
+CIPHERTEXT = "AAABAMvbf0TQl7pq2dKk4oS0b0MHYb3j4nLJrmWbVJt4rYQ4yjV2iJ8y"
+
+
+def _laughs(key: str, value_key: str) -> str:
+    lines = ["config:", f"  {key}:", "    a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    prev = "a"
+    for name in "bcdefghi":
+        lines.append(f"    {name}: &{name} [{', '.join(['*' + prev] * 9)}]")
+        prev = name
+    lines.append(f"  {value_key}: *{prev}")
+    return "\n".join(lines) + "\n"
+
+
+def _generate(kind: str, path: Path) -> Path:
+    base = (ROOT / "stacks" / "Pulumi.linode-dev.yaml").read_text()
+    if kind == "binary":
+        path.write_bytes(bytes(range(256)) * 64)
+    elif kind == "latin1":
+        path.write_bytes(base.replace("ml-platform", "caf\u00e9").encode("latin-1"))
+    elif kind == "utf16":
+        path.write_bytes(base.encode("utf-16"))
+    elif kind == "utf32":
+        path.write_bytes(base.encode("utf-32"))
+    elif kind == "deep-nesting":
+        path.write_text("config:\n  x:y: " + "[" * 20000 + "]" * 20000 + "\n")
+    elif kind == "deep-block-nesting":
+        path.write_text("config:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(100)) + "  " * 101 + "v: 1\n")
+    elif kind == "huge-value":
+        with open(path, "w") as f:
+            f.write(base + "  other:blob: ")
+            f.write("x" * (50 * 1024 * 1024))
+            f.write("\n")
+    elif kind == "env-sized-value":
+        path.write_text(base + "  other:blob: " + "x" * (200 * 1024) + "\n")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "laughs-alert-emails":
+        path.write_text(_laughs("x:anchors", "gpu-platform:alertEmails"))
+    elif kind == "laughs-other-namespace":
+        path.write_text(_laughs("other:bomb", "other:value"))
+    elif kind == "policy-laughs":
+        path.write_text(base)
+    else:
+        raise AssertionError(f"unknown generator {kind}")
+    return path
+
+
+def _set(doc: Any, keys: list, value: Any) -> None:
+    for k in keys[:-1]:
+        doc = doc[k]
+    doc[keys[-1]] = value
+
+
+def build(case: dict, tmp_path: Path) -> tuple[Path, Path | None]:
+    """The stack file of a case (and its policy config file, if any)."""
+    if "path" in case:
+        return Path(case["path"]), None
+    path = tmp_path / case.get("filename", f"Pulumi.{case['id']}.yaml")
+    if "generate" in case and case["generate"] != "policy-laughs":
+        return _generate(case["generate"], path), None
+    if "text" in case:
+        path.write_text(case["text"])
+    elif "base" in case:
+        config = copy.deepcopy(stack_config(case["base"]))
+        for keys, value in case.get("set", []):
+            _set(config, keys, value)
+        text = yaml.safe_dump({"config": config}, sort_keys=False, allow_unicode=True) + case.get("append", "")
+        path.write_text(text)
+    policy = None
+    if "policy_text" in case:
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(case["policy_text"])
+    elif case.get("generate") == "policy-laughs":
+        _generate("policy-laughs", path)
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(_laughs("x", "monthly-cost-ceiling").split("\n", 1)[1].replace("\n  ", "\n").strip() + "\n")
+    return path, policy
+
+
+def run_main(args: list[str], capsys) -> tuple[int, str, float]:
+    from preflight.__main__ import main
+
+    started = time.monotonic()
+    code = main(args)
+    taken = time.monotonic() - started
+    out = capsys.readouterr()
+    return code, out.err + out.out, taken
+
+
+def test_the_corpus_has_every_kind_of_case():
+    assert len(CASES) >= 60
+    assert {c["exit"] for c in CASES} == {0, 2, 3, 4}
+    assert len({c["id"] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["exit"] in (2, 4)], ids=lambda c: c["id"])
+def test_bad_input_exits_fast_with_one_message_naming_the_file(case, tmp_path, capsys):
+    path, policy = build(case, tmp_path)
+    args = ["--stack-file", str(path), "--quiet", "--out", str(tmp_path / "build")]
+    args += ["--policy-config", str(policy)] if policy else ["--no-policies"]
+    code, text, taken = run_main(args, capsys)
+    assert code == case["exit"], text
+    assert case["message"] in text, text
+    assert "Traceback" not in text
+    assert taken < FAST_LIMIT_S, f"{case['id']} took {taken:.1f}s"
+    if code == 2 and policy is None:
+        assert str(path) in text, "the message names the file actually read"
+    assert CIPHERTEXT not in text, "a secure value's ciphertext is never printed"
+    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").iterdir()), "nothing written"
+
+
+def _plan(case: dict, tmp_path: Path):
+    from components.config import parse_config
+    from preflight.runner import load_stack_file, run_program
+
+    path, _ = build(case, tmp_path)
+    si = load_stack_file(path)
+    parse_config(si.raw, si.stack, source=str(path), secret_keys=si.bare_secret_keys)
+    return si, run_program(si)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["exit"] == 0], ids=lambda c: c["id"])
+def test_input_that_is_right_is_accepted(case, tmp_path):
+    si, plan = _plan(case, tmp_path)
+    assert plan.resources
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["exit"] == 3], ids=lambda c: c["id"])
+def test_policy_bypasses_are_mandatory_violations_of_the_named_policy(case, tmp_path):
+    from preflight.analyzer import Analyzer
+
+    si, plan = _plan(case, tmp_path)
+    with Analyzer(stack=si.stack, stack_config=si.config) as analyzer:
+        report = analyzer.analyze(plan, case.get("policy_config"))
+    result = report.result(case["policy"])
+    mandatory = [m.message for m in result.messages if m.level == "mandatory"]
+    assert any(case["message"] in m for m in mandatory), report.render()
+    assert report.mandatory_violations > 0
+
+
+def test_preflight_exits_3_on_a_bypass_end_to_end(tmp_path):
+    """One bypass through the real command line (subprocess): exit 3, the policy named, no traceback."""
+    import subprocess
+    import sys
+
+    case = next(c for c in CASES if c["id"] == "split-cidr-v4")
+    path, _ = build(case, tmp_path)
+    run = subprocess.run([sys.executable, "-m", "preflight", "--stack-file", str(path), "--quiet",
+                          "--out", str(tmp_path / "build")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 3, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "no-public-admin-access" in run.stdout and "Traceback" not in run.stdout + run.stderr
+
+
+def test_secure_values_never_reach_any_output_in_clear(tmp_path, capsys):
+    """A `secure:` value in another namespace (the provider token) and its stand-in: plan.json, artifacts
+    and everything else preflight writes or prints carry neither the ciphertext nor a clear copy."""
+    from preflight.runner import UNDECRYPTABLE
+
+    config = stack_config("linode-dev")
+    config["linode:token"] = {"secure": CIPHERTEXT}
+    config["other:nested"] = {"inner": {"secure": CIPHERTEXT}}
+    path = tmp_path / "Pulumi.secrets.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    out = tmp_path / "build"
+    code, text, _ = run_main(["--stack-file", str(path), "--quiet", "--no-policies", "--out", str(out)], capsys)
+    # 0, or a cluster-fit verdict (2/3) from the charts available here: the config itself is valid.
+    assert code in (0, 2, 3) and "invalid configuration" not in text, text
+    assert CIPHERTEXT not in text and UNDECRYPTABLE not in text
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.name == "plan.json" for p in written)
+    for p in written:
+        data = p.read_bytes()
+        assert CIPHERTEXT.encode() not in data, p
+        assert UNDECRYPTABLE.encode() not in data, f"{p} holds a secret's stand-in in clear"
+        assert base64.b64encode(UNDECRYPTABLE.encode()) not in data, p
