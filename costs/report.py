@@ -360,13 +360,14 @@ def render_figure(data: ChartData):
 
 def draw_cost_chart(est: Estimate, alternatives: Optional[Alternatives], path_png: Union[str, Path],
                     budget_usd: Optional[float] = None, overhead: Overhead = Overhead()) -> Path:
-    """The decision chart as a PNG (and its data as <name>.json beside it)."""
+    """The decision chart as a PNG, and its data as <name>.chart.json beside it (not <name>.json: preflight's
+    cost.json sits beside cost.png)."""
     data = chart_data(est, alternatives, budget_usd, overhead)
     fig = render_figure(data)
     p = Path(path_png)
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(p, format="png")
-    p.with_suffix(".json").write_text(json.dumps(data.as_dict(), indent=2) + "\n", encoding="utf-8")
+    p.with_suffix(".chart.json").write_text(json.dumps(data.as_dict(), indent=2) + "\n", encoding="utf-8")
     return p
 
 

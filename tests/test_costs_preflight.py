@@ -75,3 +75,20 @@ def test_aws_boot_disks_come_from_the_pools_and_the_system_launch_template():
                                                                    for p in cfg.gpu_pools}
     assert shape.system_nodes[0].boot_disk_gib == 50
     assert shape.extended_support_usd_per_hour is not None and "support on 2026-11-23" in shape.extended_support_basis
+
+
+def test_preflight_prints_the_bill_with_the_charts_storage_and_writes_every_line(tmp_path, capsys):
+    """The real `python -m preflight gcp-prod`: the PVC line comes from the rendered charts (Katib and
+    Pipelines MySQL, SeaweedFS, the hub database), and cost.json holds each printed line."""
+    from preflight.__main__ import main
+
+    code = main(["gcp-prod", "--no-policies", "--quiet", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "the whole bill:" in out and "persistent volumes (pd-balanced)" in out and "kubeflow/katib-mysql" in out
+    assert "budget (monthlyBudgetUsd): $5,000.00" in out and "the budget is reached at" in out
+    assert "catalog age: prices dated" in out
+    doc = json.loads((tmp_path / "gcp-prod" / "cost.json").read_text())
+    for ln in doc["lines"]:
+        assert ln["name"] in out
+    assert (tmp_path / "gcp-prod" / "cost.png").stat().st_size > 5000

@@ -122,7 +122,7 @@ def test_chart_png_and_the_figure_show_the_data(est, tmp_path):
     assert [t.get_text().replace("\n", " ") for t in legend.get_texts()] == [s.label for s in data.series] + [data.budget_label]
     p = draw_cost_chart(est, None, tmp_path / "chart.png", 5000)
     assert _png_size(p) == (1200, 560)
-    assert json.loads(p.with_suffix(".json").read_text())["series"][0]["label"] == data.series[0].label
+    assert json.loads(p.with_suffix(".chart.json").read_text())["series"][0]["label"] == data.series[0].label
 
 
 def test_report_module_does_not_import_matplotlib_or_pulumi():
