@@ -1,0 +1,202 @@
+"""The README and the day-2 guides in docs/ stay true to the repository.
+
+Every guide is linked from the README; every relative link (and #anchor) resolves; every stack key
+the docs name (`gpu-platform:<key>`, YAML stack-file blocks, and `platform.x` / `aws.x`-style keys in
+the guides) exists in the config model; every repository path and `python -m` module the guides name
+exists. A renamed key, file or heading fails here instead of misleading a reader.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from components.config import StackConfig, _model_of
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+NAMESPACED_KEY = re.compile(r"gpu-platform:([A-Za-z][A-Za-z0-9_.<>\[\]-]*)")
+# `platform.idleGpuMinutes`, `aws.pools.<pool>`, `checkpointBucket.onDestroy` in backticks.
+DOTTED_KEY = re.compile(r"`((?:platform|aws|gcp|linode|costs|checkpointBucket)\.[A-Za-z<>][A-Za-z0-9_.<>\[\]]*)`")
+REPO_PATH = re.compile(r"`((?:\.github|components|costs|examples|preflight|policies|controllers|stacks|tests|docs)"
+                       r"/[A-Za-z0-9_./-]+)`")
+PYTHON_MODULE = re.compile(r"python -m ([A-Za-z_][A-Za-z0-9_.]*)")
+REPO_PACKAGES = {"components", "costs", "preflight", "policies", "controllers"}
+
+
+def _prose(text: str) -> list[str]:
+    """Lines outside fenced code blocks."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out.append(line)
+    return out
+
+
+def _code_blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^\s*```{lang}\n(.*?)^\s*```", text, re.M | re.S)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^a-z0-9 -]", "", text).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    return {_slug(line.lstrip("#")) for line in _prose(page.read_text()) if re.match(r"^#{1,6} ", line)}
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Optional[X] -> X."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is typing.Union and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _fields(model: type[BaseModel]) -> dict[str, Any]:
+    return {(f.alias or n): f.annotation for n, f in model.model_fields.items()}
+
+
+def key_problem(path: str) -> Optional[str]:
+    """None if `path` (e.g. `aws.pools.<pool>.rootVolumeGiB`, `adminCidrs[0]`) names a key of the model."""
+    parts = re.sub(r"\[[^\]]*\]", "", path).split(".")
+    model: Optional[type[BaseModel]] = StackConfig
+    i = 0
+    while i < len(parts):
+        if model is None:
+            return f"{'.'.join(parts[:i])} has no sub-keys"
+        fields = _fields(model)
+        if parts[i] not in fields:
+            return f"{parts[i]!r} is not a key of {model.__name__}; keys: {', '.join(sorted(fields))}"
+        annotation = _unwrap(fields[parts[i]])
+        i += 1
+        if typing.get_origin(annotation) is dict:
+            i += 1  # the user's own key (a pool name), then the value's keys
+            annotation = typing.get_args(annotation)[1]
+        model = _model_of(annotation)
+    return None
+
+
+def yaml_key_problems(value: Any, model: Optional[type[BaseModel]], where: str) -> list[str]:
+    """Keys of a stack-file YAML value that the model does not have."""
+    if model is None or not isinstance(value, dict):
+        return []
+    problems, fields = [], _fields(model)
+    for key, sub in value.items():
+        if key not in fields:
+            problems.append(f"{where}.{key}: not a key of {model.__name__}")
+            continue
+        annotation = _unwrap(fields[key])
+        if typing.get_origin(annotation) is dict and isinstance(sub, dict):
+            inner = _model_of(typing.get_args(annotation)[1])
+            for user_key, item in sub.items():
+                problems += yaml_key_problems(item, inner, f"{where}.{key}.{user_key}")
+        elif isinstance(sub, list):
+            for n, item in enumerate(sub):
+                problems += yaml_key_problems(item, _model_of(annotation), f"{where}.{key}[{n}]")
+        else:
+            problems += yaml_key_problems(sub, _model_of(annotation), f"{where}.{key}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_there_are_guides_and_each_is_linked_from_the_readme():
+    assert len(DOCS) >= 8, [d.name for d in DOCS]
+    linked = {(README.parent / target.split("#")[0]).resolve()
+              for target in LINK.findall("\n".join(_prose(README.read_text()))) if not target.startswith(("http", "#"))}
+    missing = [d.name for d in DOCS if d.resolve() not in linked]
+    assert not missing, f"docs not linked from README.md: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_and_anchors_resolve(page):
+    problems = []
+    for target in LINK.findall("\n".join(_prose(page.read_text()))):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            problems.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            problems.append(f"{target}: no heading #{anchor} in {dest.name}")
+    assert not problems, f"{page.name}: {problems}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_namespaced_config_key_exists(page):
+    text = page.read_text()
+    problems = [f"gpu-platform:{k}: {p}" for k in sorted(set(NAMESPACED_KEY.findall(text)))
+                if (p := key_problem(k.rstrip(".")))]
+    for block in _code_blocks(text, "yaml"):
+        doc = yaml.safe_load(block)
+        config = doc.get("config") if isinstance(doc, dict) else None
+        for key, value in (config or {}).items():
+            if isinstance(key, str) and key.startswith("gpu-platform:"):
+                bare = key[len("gpu-platform:"):]
+                problem = key_problem(bare)
+                if problem:
+                    problems.append(f"{key}: {problem}")
+                else:
+                    owner = StackConfig
+                    annotation = _unwrap(_fields(owner)[bare])
+                    model = _model_of(annotation)
+                    items = value if isinstance(value, list) else [value]
+                    for item in items:
+                        problems += yaml_key_problems(item, model, key)
+    assert not problems, f"{page.name}: {problems}"
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_every_dotted_config_key_in_the_guides_exists(page):
+    keys = sorted(set(DOTTED_KEY.findall(page.read_text())))
+    problems = [f"{k}: {p}" for k in keys if (p := key_problem(k))]
+    assert not problems, f"{page.name}: {problems}"
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_every_repository_path_and_module_in_the_guides_exists(page):
+    text = page.read_text()
+    problems = []
+    for path in sorted(set(REPO_PATH.findall(text))):
+        if "<" in path or "*" in path:
+            continue  # a pattern (`stacks/Pulumi.<stack>.yaml`), not one file
+        if not (ROOT / path.rstrip("/")).exists():
+            problems.append(f"{path}: no such path")
+    for module in sorted(set(PYTHON_MODULE.findall(text))):
+        if module.split(".")[0] not in REPO_PACKAGES:
+            continue
+        base = ROOT / module.replace(".", "/")
+        if not ((base / "__main__.py").exists() or base.with_suffix(".py").exists()):
+            problems.append(f"python -m {module}: no such module in the repository")
+    assert not problems, f"{page.name}: {problems}"
+
+
+def test_the_checks_catch_what_they_should():
+    assert key_problem("checkpointBucket.onDestroy") is None
+    assert key_problem("aws.pools.<pool>.rootVolumeGiB") is None
+    assert key_problem("adminCidrs[0]") is None
+    assert key_problem("platform.notebookAdminUsers") is None
+    assert "onDelete" in key_problem("checkpointBucket.onDelete")
+    assert key_problem("gcp.deletionProtection.x") is not None
+    assert yaml_key_problems({"pools": {"a10g": {"rootVolumeGib": 1}}}, _model_of(_fields(StackConfig)["aws"]), "aws")
+    assert _slug("Quickstart: GCP") == "quickstart-gcp"
+    assert _slug("Scale-in protection (AWS)") == "scale-in-protection-aws"
