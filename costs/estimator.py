@@ -399,6 +399,8 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         others = [t for t in pool.allowed_types if t != itype]
         why = (f"{pool.min_nodes}..{pool.max_nodes} nodes; priced at the dearest type the pool may launch "
                f"({', '.join(pool.allowed_types)})" if others else f"{pool.min_nodes}..{pool.max_nodes} nodes")
+        if cloud == "linode":
+            why += "; its disk is included in the Linode plan"
         if unpriced:
             warnings.append(f"gpu pool {pool.name}: no {pool.capacity} price for {', '.join(unpriced)}; "
                             f"priced at {itype}")
