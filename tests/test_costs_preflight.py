@@ -92,3 +92,17 @@ def test_preflight_prints_the_bill_with_the_charts_storage_and_writes_every_line
     for ln in doc["lines"]:
         assert ln["name"] in out
     assert (tmp_path / "gcp-prod" / "cost.png").stat().st_size > 5000
+
+
+def test_costs_keys_are_validated_with_the_key_named():
+    from components.config import ConfigError
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
+    cfg = parse_config(dict(raw, costs={"expectedUtilization": 0.5, "checkpointGib": 2000, "natGibPerMonth": 0}), "gcp-prod")
+    assert (cfg.costs.expected_utilization, cfg.costs.checkpoint_gib, cfg.costs.nat_gib_per_month) == (0.5, 2000, 0)
+    with pytest.raises(ConfigError) as err:
+        parse_config(dict(raw, costs={"expectedUtilization": 1.5}), "gcp-prod")
+    assert "costs.expectedUtilization" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_config(dict(raw, costs={"bucketGib": 5}), "gcp-prod")
+    assert "bucketGib" in str(err.value) and "checkpointGib" in str(err.value)  # the allowed keys are listed
