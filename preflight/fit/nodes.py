@@ -54,6 +54,14 @@ GKE_MASTER_PORTS = frozenset({443, 10250})
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# Per cloud, node agents no rendered release shows (installed by the cloud or as managed add-ons).
+_CLOUD_AGENTS = {
+    "gcp": "GKE's fluentbit, gke-metadata-server, anetd/Dataplane V2, pdcsi-node, GPU driver installer",
+    "aws": "the vpc-cni (aws-node), kube-proxy and EBS CSI node add-ons",
+    "linode": "kube-proxy and, unless its chart is rendered, the CNI",
+}
+
+
 class ModelError(ValueError):
     """The plan lacks what the model needs (a node group the config promises, an unreadable node config)."""
 
@@ -383,6 +391,8 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
         raise ModelError(str(exc)) from None
     if not groups:
         raise ModelError(f"{cfg.cloud}: the plan registers no node group")
+    notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
+                 "releases: their requests are not counted, so the headroom shown is an upper bound")
     for g in groups:
         notes.append(f"{g.name}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
                      f"allocatable per node {g.allocatable}")
