@@ -181,11 +181,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"preflight: {report.mandatory_violations} mandatory policy violation(s)", file=sys.stderr)
             status = EXIT_POLICY
 
+    from preflight.fit.nodes import ModelError
     from preflight.fit.render import ChartError
 
     try:
         fit_result = fit.result()
-    except ChartError as exc:
+    except (ChartError, ModelError) as exc:
         print(f"preflight: {exc}", file=sys.stderr)
         print(costs.report(None))  # the bill without chart storage (listed as not modelled)
         print(costs.finish())

@@ -65,6 +65,9 @@ _CLOUD_AGENTS = {
 class ModelError(ValueError):
     """The plan lacks what the model needs (a node group the config promises, an unreadable node config)."""
 
+    def __init__(self, message: str):
+        super().__init__(f"cluster fit node model: {message}")
+
 
 def _well_known(instance_type: str) -> dict[str, str]:
     return {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": instance_type}

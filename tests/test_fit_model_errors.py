@@ -1,0 +1,30 @@
+"""A node model that cannot be built is one clear error (preflight prints it and exits 2), never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.fit import nodes
+from preflight.runner import Plan, PlannedResource
+
+
+class _Cfg:
+    cloud = "aws"
+    kubernetes_version = "1.33"
+    gpu_pools = ()
+
+
+def test_an_instance_type_without_allocatable_data_is_a_model_error_naming_it(monkeypatch):
+    from components import capacity
+
+    ng = PlannedResource(urn="urn:ng", type="aws:eks/nodeGroup:NodeGroup", name="system", parent=None, custom=True,
+                         provider=None, dependencies=[], wire_inputs={"instanceTypes": ["m6i.large"],
+                                                                      "scalingConfig": {"minSize": 1, "maxSize": 2}})
+    monkeypatch.delitem(capacity.EKS_ENI, "m6i.large")
+    with pytest.raises(nodes.ModelError, match=r"^cluster fit node model: aws/m6i.large: no ENI data"):
+        nodes.cluster_model(_Cfg(), Plan("t", [ng], {}))
+
+
+def test_a_plan_without_node_groups_is_a_model_error():
+    with pytest.raises(nodes.ModelError, match="registers no node group"):
+        nodes.cluster_model(_Cfg(), Plan("t", [], {}))
