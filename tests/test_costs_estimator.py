@@ -211,5 +211,5 @@ def test_what_is_not_given_is_listed_as_not_modelled_never_guessed():
 
 
 def test_spot_without_a_recorded_price_is_refused_not_estimated():
-    with pytest.raises(EstimateError, match="p3.2xlarge has no spot price"):
-        estimate(StackShape("aws", "us-east-1", (PoolShape("v100", "p3.2xlarge", "spot", 0, 1),)))
+    with pytest.raises(EstimateError, match="p4d.24xlarge has no spot price"):
+        estimate(StackShape("aws", "us-east-1", (PoolShape("a100", "p4d.24xlarge", "spot", 0, 1),)))

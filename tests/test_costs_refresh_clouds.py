@@ -62,8 +62,8 @@ def test_refresh_from_recorded_csv_rewrites_a_catalog_copy(tmp_path):
     doc = yaml.safe_load(copy.read_text())
     g5 = next(e for e in doc["instances"] if e["name"] == "g5.xlarge")
     g5["spot"] = {"usdPerHour": 0.1, "source": "a guess", "date": "2020-01-01", "status": "estimate"}
-    p3 = next(e for e in doc["instances"] if e["name"] == "p3.2xlarge")
-    p3["spot"] = {"usdPerHour": 0.918, "source": "ESTIMATE 30 %", "date": "2020-01-01", "status": "estimate"}
+    p4d = next(e for e in doc["instances"] if e["name"] == "p4d.24xlarge")
+    p4d["spot"] = {"usdPerHour": 9.880939, "source": "ESTIMATE 45 %", "date": "2020-01-01", "status": "estimate"}
     copy.write_text(yaml.safe_dump(doc, sort_keys=False))
     spot = read_skypilot_vms_csv(RECORDED, "us-east-1")
     res = apply_aws(spot, catalog_path=copy, today="2030-01-02", drop_untraced_spot=True)
@@ -71,8 +71,10 @@ def test_refresh_from_recorded_csv_rewrites_a_catalog_copy(tmp_path):
     assert validate_document(read_document(copy)) == []
     assert after["g5.xlarge"]["spot"]["usdPerHour"] == pytest.approx(0.4028)  # median of 0.397..0.4177 (5 AZs)
     assert after["g5.xlarge"]["spot"]["date"] == "2030-01-02" and after["g5.xlarge"]["spot"]["samples"] == 5
-    assert after["p3.2xlarge"]["spot"] is None  # an untraceable Spot price is dropped, not kept
-    assert any("p3.2xlarge: spot 0.918 removed" in c for c in res.changed)
+    assert after["p4d.24xlarge"]["spot"] is None  # an untraceable Spot price is dropped, not kept
+    assert any("p4d.24xlarge: spot 9.880939 removed" in c for c in res.changed)
+    # p3.2xlarge: the old 30 %-of-On-Demand rule said $0.918; the recorded zones say median $0.6929 (+32 %)
+    assert after["p3.2xlarge"]["spot"]["usdPerHour"] == pytest.approx((0.6827 + 0.7031) / 2)
 
 
 def test_describe_spot_price_history_shape_gives_spread_over_zones_and_time():
