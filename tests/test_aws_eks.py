@@ -142,6 +142,14 @@ def test_system_nodes_answer_imds_to_the_host_only(plan):
                                      "instanceMetadataTags": "disabled"}
 
 
+def test_system_node_group_follows_the_control_plane_version(plan):
+    """Without `version` the provider never upgrades the group: after a control-plane upgrade the
+    system nodes would stay a minor behind (EKS NodeGroup docs: drift detection only when set)."""
+    group = plan.one("aws:eks/nodeGroup:NodeGroup", "system")
+    cluster = plan.one("aws:eks/cluster:Cluster")
+    assert group.inputs["version"] == cluster.inputs["version"] == "1.35"
+
+
 # ---------------------------------------------------------------------------------------------
 # Admin access entries and the deployer
 # ---------------------------------------------------------------------------------------------

@@ -226,6 +226,9 @@ class EksCluster(pulumi.ComponentResource):
             instance_types=[args.system_instance_type],
             capacity_type="ON_DEMAND",
             ami_type=versions.SYSTEM_AMI_TYPE,
+            # Follow the control plane: without a value the provider never updates the group, and a
+            # control-plane upgrade would leave the system nodes a minor behind (until skew breaks them).
+            version=cluster.version,
             scaling_config={"min_size": args.system_min, "max_size": args.system_max, "desired_size": args.system_min},
             update_config={"max_unavailable": 1},
             launch_template={"id": system_lt.id, "version": system_lt.latest_version.apply(str)},
