@@ -747,3 +747,14 @@ def test_crd_conversion_webhook_port_must_be_reachable():
                for p in checks_of(bad, "reachable"))
     assert check_fit(model(group("system"), ports=frozenset({443, 10250, 8082, 9443})), [kueue]).ok
 
+
+def test_delete_hooks_do_not_race_and_zero_replica_workloads_are_not_checked():
+    m = model(group("system"))
+    pre_delete = _hook_job()
+    pre_delete["metadata"]["annotations"]["helm.sh/hook"] = "pre-delete"
+    assert check_fit(m, [rel("kueue", [_webhook()]), rel("kps", [pre_delete])]).ok
+    assert checks_of(check_fit(m, [rel("kueue", [_webhook()]), rel("kps", [_hook_job()])]), "ordering")
+    idle = deployment("idle", spec=pod_spec(container(cpu="64")), replicas=0)
+    assert check_fit(m, [rel("r", [idle])]).ok
+    assert checks_of(check_fit(m, [rel("r", [deployment("busy", spec=pod_spec(container(cpu="64")))])]), "schedulable")
+

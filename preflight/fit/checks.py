@@ -26,7 +26,7 @@ from typing import Any, Iterable, Optional
 from components.capacity import GI
 from preflight.fit.model import ClusterModel, NodeGroup
 from preflight.fit.pods import (
-    GPU, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
+    GPU, INSTALL_HOOKS, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
     parse_amounts, pod_templates,
 )
 
@@ -620,6 +620,8 @@ class _Checker:
         self.templates = templates
         pods = []
         for pt in templates:
+            if pt.replicas <= 0:
+                continue  # scaled to zero: no pod is created, nothing to schedule or admit
             try:
                 res, lr_errors = apply_limit_ranges(pt.spec, self.idx.limit_ranges.get(pt.namespace, []))
                 self.admission(pt, res, lr_errors)
@@ -874,6 +876,10 @@ class _Checker:
         for rel in self.releases:
             recs = out.setdefault(rel.name, [])
             for obj in rel.objects:
+                hooks = {h.strip() for h in str(((obj.get("metadata") or {}).get("annotations") or {})
+                                                 .get("helm.sh/hook", "")).split(",") if h.strip()}
+                if hooks and not hooks & INSTALL_HOOKS:
+                    continue  # delete/rollback/test hooks: created long after every webhook serves
                 api = str(obj.get("apiVersion", ""))
                 group = api.split("/")[0] if "/" in api else ""
                 kind = obj.get("kind", "")
@@ -881,7 +887,8 @@ class _Checker:
                 meta = obj.get("metadata") or {}
                 recs.append((group, plural, meta.get("namespace"), dict(meta.get("labels") or {}), object_id(obj)))
         for pt in self.templates:
-            out.setdefault(pt.release, []).append(("", "pods", pt.namespace, pt.labels, f"pods of {pt.owner}"))
+            if pt.install_time:
+                out.setdefault(pt.release, []).append(("", "pods", pt.namespace, pt.labels, f"pods of {pt.owner}"))
         return out
 
     @staticmethod

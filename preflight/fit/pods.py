@@ -30,6 +30,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 HOOK_ANNOTATION = "helm.sh/hook"
 TEST_HOOKS = frozenset({"test", "test-success", "test-failure"})
+INSTALL_HOOKS = frozenset({"pre-install", "post-install", "pre-upgrade", "post-upgrade"})
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 TRAINJOB_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_ANCESTOR = "trainer"
@@ -49,6 +50,7 @@ class PodTemplate:
     replicas: int  # pods of this template running at once (per node for a DaemonSet: 1)
     daemonset: bool = False
     hook: bool = False
+    install_time: bool = True  # created on install/upgrade (False: a pre/post-delete or rollback hook only)
     job: bool = False  # runs to completion (Job, CronJob, JobSet, TrainJob)
     queue_name: Optional[str] = None  # Kueue LocalQueue the workload names
     multi_node: bool = False  # one of several pods of one job that run together (numNodes > 1, JobSet)
@@ -335,6 +337,7 @@ def pod_templates(releases: Iterable[Any]) -> tuple[list[PodTemplate], list[Rend
             if hooks and hooks <= TEST_HOOKS:
                 continue  # helm test hooks never run on install/upgrade
             hook = bool(hooks)
+            n_out = len(out)
             api = str(obj.get("apiVersion", ""))
             if kind in ("Deployment", "ReplicaSet", "StatefulSet") and api.startswith("apps/"):
                 out.append(_from_pod_template(rel.name, obj, spec.get("template") or {}, _int(spec.get("replicas"), 1), hook=hook))
@@ -371,6 +374,9 @@ def pod_templates(releases: Iterable[Any]) -> tuple[list[PodTemplate], list[Rend
                 out.extend(pts)
                 if issue:
                     issues.append(issue)
+            if hooks and not hooks & INSTALL_HOOKS:
+                for pt in out[n_out:]:
+                    pt.install_time = False
     return out, issues
 
 
