@@ -231,7 +231,7 @@ def test_every_derived_name_is_the_name_the_program_registers(stack):
 
 @pytest.mark.parametrize("stack,changes,fragment", [
     # Linode: instance label gpu-<env>-<pool>-<i> over 64 characters
-    ("linode-dev", {"environment": "e" * 30, "gpuPools": [{"name": "p" * 30, "instanceType": "g1-gpu-rtx6000-1",
+    ("linode-dev", {"environment": "e" * 30, "gpuPools": [{"name": "p" * 30, "instanceType": "g2-gpu-rtx4000a1-m",
                                                           "capacity": "on-demand", "minNodes": 1, "maxNodes": 1}]},
      "gpu-platform:gpuPools[0].name"),
     ("linode-dev", {"owner": "ml_platform"}, "gpu-platform:owner: \"ml_platform\" -> a value that gives the checkpoint bucket"),

@@ -25,13 +25,13 @@ def test_linode_groups_come_from_the_kubeadm_configs_in_the_user_data():
 
     m = _model("linode-dev")
     assert not m.extended_resource_toleration
-    cp, system, gpu = (m.group(n) for n in ("control-plane", "system", "rtx6000"))
+    cp, system, gpu = (m.group(n) for n in ("control-plane", "system", "ada"))
     assert cp.role == "control-plane" and cp.taints == [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
     assert cp.labels["node-role.kubernetes.io/control-plane"] == ""
     assert system.role == "system" and system.taints == [] and system.labels[ROLE_LABEL] == SYSTEM_ROLE
-    assert gpu.role == "gpu" and gpu.taints == [GPU_TAINT.as_k8s()] and gpu.labels[POOL_LABEL] == "rtx6000"
-    assert gpu.labels["node.kubernetes.io/instance-type"] == "g1-gpu-rtx6000-1"
-    assert gpu.allocatable == capacity.allocatable("linode", "g1-gpu-rtx6000-1")
+    assert gpu.role == "gpu" and gpu.taints == [GPU_TAINT.as_k8s()] and gpu.labels[POOL_LABEL] == "ada"
+    assert gpu.labels["node.kubernetes.io/instance-type"] == "g2-gpu-rtx4000a1-m"
+    assert gpu.allocatable == capacity.allocatable("linode", "g2-gpu-rtx4000a1-m")
     assert (gpu.min_nodes, gpu.max_nodes) == (1, 1)
     # the node firewall accepts every TCP port from the VPC subnet
     assert m.control_plane_ports is None

@@ -49,14 +49,14 @@ def all_user_data(plan) -> dict[str, str]:
 # --- what linode-dev creates ------------------------------------------------------------------
 
 
-def test_dev_has_one_control_plane_one_system_worker_and_one_rtx6000_worker(dev):
+def test_dev_has_one_control_plane_one_system_worker_and_one_rtx4000_ada_worker(dev):
     instances = {r.inputs["label"]: r.inputs for r in dev.by_type(INSTANCE)}
     assert instances["gpu-dev-cp-0"]["type"] == "g6-standard-4"
     assert instances["gpu-dev-system-0"]["type"] == "g6-standard-4"
-    assert instances["gpu-dev-rtx6000-0"]["type"] == "g1-gpu-rtx6000-1"
-    assert set(instances) == {"gpu-dev-cp-0", "gpu-dev-system-0", "gpu-dev-rtx6000-0"}
+    assert instances["gpu-dev-ada-0"]["type"] == "g2-gpu-rtx4000a1-m"
+    assert set(instances) == {"gpu-dev-cp-0", "gpu-dev-system-0", "gpu-dev-ada-0"}
     for inputs in instances.values():
-        assert inputs["region"] == "us-east"
+        assert inputs["region"] == "us-ord"
         assert inputs["diskEncryption"] == "enabled"
         assert {"owner:ml-platform", "cost-center:research", "environment:dev"} <= set(inputs["tags"])
         assert inputs["metadatas"][0]["userData"] == "[secret]"
@@ -99,9 +99,9 @@ def test_ssh_keys_reach_the_instances_when_given():
 def test_dev_has_a_vpc_and_workers_on_fixed_vpc_addresses(dev):
     subnet = dev.one("linode:index/vpcSubnet:VpcSubnet").inputs
     assert subnet["ipv4"] == "10.0.0.0/24"
-    assert dev.one("linode:index/vpc:Vpc").inputs["region"] == "us-east"
+    assert dev.one("linode:index/vpc:Vpc").inputs["region"] == "us-ord"
     vpc_ips = {r.inputs["label"]: r.inputs["interfaces"][1]["ipv4"]["vpc"] for r in dev.by_type(INSTANCE)}
-    assert vpc_ips == {"gpu-dev-cp-0": "10.0.0.10", "gpu-dev-system-0": "10.0.0.20", "gpu-dev-rtx6000-0": "10.0.0.100"}
+    assert vpc_ips == {"gpu-dev-cp-0": "10.0.0.10", "gpu-dev-system-0": "10.0.0.20", "gpu-dev-ada-0": "10.0.0.100"}
 
 
 def test_addons_are_pinned_helm_releases(dev):
@@ -234,7 +234,7 @@ def test_every_embedded_shell_script_passes_shellcheck(documents, tmp_path):
 
 
 def test_gpu_worker_boots_with_driver_toolkit_and_joins_tainted_and_labelled(dev):
-    doc = yaml.safe_load(all_user_data(dev)["gpu-dev-rtx6000-0"])
+    doc = yaml.safe_load(all_user_data(dev)["gpu-dev-ada-0"])
     paths = [f["path"] for f in doc["write_files"]]
     assert doc["runcmd"] == [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT]]
     nvidia = next(f["content"] for f in doc["write_files"] if f["path"] == render.NVIDIA_SCRIPT_PATH)
@@ -249,17 +249,17 @@ def test_gpu_worker_boots_with_driver_toolkit_and_joins_tainted_and_labelled(dev
     assert f"nvidia-container-toolkit={versions.NVIDIA_CONTAINER_TOOLKIT}" in nvidia
     assert "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in nvidia
     install = next(f["content"] for f in doc["write_files"] if f["path"] == render.INSTALL_SCRIPT_PATH)
-    assert f"kubeadm={versions.kubernetes_package_version('1.33')}" in install
+    assert f"kubeadm={versions.kubernetes_package_version('1.35')}" in install
     assert "SystemdCgroup = true" in install
     join = [yaml.safe_load(d) for d in next(f["content"] for f in doc["write_files"]
                                             if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")]
     assert join[0]["apiVersion"] == "kubeadm.k8s.io/v1beta4" and join[0]["kind"] == "JoinConfiguration"
     reg = join[0]["nodeRegistration"]
-    assert reg["name"] == "gpu-dev-rtx6000-0"  # node name = Linode label (the CCM matches on it)
+    assert reg["name"] == "gpu-dev-ada-0"  # node name = Linode label (the CCM matches on it)
     assert reg["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     args = {a["name"]: a["value"] for a in reg["kubeletExtraArgs"]}
     assert args["cloud-provider"] == "external" and args["node-ip"] == "10.0.0.100"
-    assert f"{POOL_LABEL}=rtx6000" in args["node-labels"]
+    assert f"{POOL_LABEL}=ada" in args["node-labels"]
     assert join[1]["cgroupDriver"] == "systemd"
     token = join[0]["discovery"]["bootstrapToken"]
     assert re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", token["token"])
@@ -274,7 +274,7 @@ def test_first_control_plane_inits_with_external_cloud_provider(dev):
     assert files["/etc/kubernetes/pki/ca.key"]["permissions"] == "0600"
     init, cluster, kubelet = [yaml.safe_load(d) for d in files[render.KUBEADM_CONFIG_PATH]["content"].split("---\n")]
     assert init["kind"] == "InitConfiguration" and cluster["kind"] == "ClusterConfiguration"
-    assert cluster["kubernetesVersion"] == "v" + versions.KUBERNETES_PATCH["1.33"]
+    assert cluster["kubernetesVersion"] == "v" + versions.KUBERNETES_PATCH["1.35"]
     assert {"name": "cloud-provider", "value": "external"} in cluster["controllerManager"]["extraArgs"]
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12", "dnsDomain": "cluster.local"}
     assert "bootstrapTokens" not in init and "certificateKey" not in init
@@ -285,7 +285,7 @@ def test_first_control_plane_inits_with_external_cloud_provider(dev):
 
 
 def test_worker_join_hash_is_the_hash_of_the_cluster_ca(dev):
-    worker = yaml.safe_load(all_user_data(dev)["gpu-dev-rtx6000-0"])
+    worker = yaml.safe_load(all_user_data(dev)["gpu-dev-ada-0"])
     cp = yaml.safe_load(all_user_data(dev)["gpu-dev-cp-0"])
     ca_pem = next(f["content"] for f in cp["write_files"] if f["path"] == "/etc/kubernetes/pki/ca.crt")
     join = yaml.safe_load(next(f["content"] for f in worker["write_files"] if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")[0])
@@ -354,7 +354,7 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
     assert SENSITIVE and not [s for s in SENSITIVE - public if len(s) >= 6 and s in plan_text]
     assert plan["outputs"]["kubeconfig"] == "[secret]"
     artifacts = sorted(p.relative_to(out / "artifacts").as_posix() for p in (out / "artifacts").rglob("*") if p.is_file())
-    assert "cloud-init/gpu-dev-cp-0.yaml" in artifacts and "kubeadm/gpu-dev-rtx6000-0.yaml" in artifacts
+    assert "cloud-init/gpu-dev-cp-0.yaml" in artifacts and "kubeadm/gpu-dev-ada-0.yaml" in artifacts
     pieces = {line.strip() for s in SENSITIVE for line in s.splitlines() if len(line.strip()) >= 6 and not line.startswith("-----")}
     ca_key = (out / "artifacts" / "cloud-init" / "gpu-dev-cp-0.yaml").read_text()
     assert "BEGIN PRIVATE KEY" in ca_key and "<masked-by-preflight>" in ca_key
@@ -367,10 +367,10 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
 
 def test_stack_exports_the_cost_estimate(dev):
     cost = dev.outputs["costEstimate"]
-    # One RTX 6000 (Linode's $1,000 monthly cap) + a g6-standard-4 control plane and system worker
-    # ($48 each), pools fixed-size; the estimator may add smaller items (storage, transfer).
+    # One RTX 4000 Ada x1 Medium (Linode's $446 monthly cap) + a g6-standard-4 control plane and system
+    # worker ($48 each), pools fixed-size; the estimator may add smaller items (storage, transfer).
     assert cost["idleMonthlyUsd"] == cost["fullCapacityMonthlyUsd"]
-    assert 1096.0 <= cost["idleMonthlyUsd"] < 1200
+    assert 542.0 <= cost["idleMonthlyUsd"] < 650
     assert cost["monthlyBudgetUsd"] == 1500
 
 

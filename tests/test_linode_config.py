@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -40,3 +41,61 @@ def test_shipped_linode_stacks_have_a_system_pool():
     for stack in ("linode-dev", "linode-ha"):
         cfg = parse_config(stack_input_from_mapping(stack, stack_config(stack)).raw, stack)
         assert cfg.linode.system_pool.count >= 1
+
+
+# --- regions: the dated capability table ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("region,capability", [
+    ("us-east", "VPCs"),            # RTX 6000 regions have no VPCs (regions.yaml)
+    ("us-iad", "GPU Linodes"),
+    ("ap-west", "VPCs"),
+])
+def test_region_without_a_needed_capability_is_rejected_naming_it(region, capability):
+    message = _reject(_linode(region=region))
+    assert "linode.region" in message and f"a region with {capability}" in message, message
+    assert "us-ord" in message  # the regions that have everything are listed
+
+
+def test_unknown_region_is_rejected_with_the_known_ones():
+    message = _reject(_linode(region="mars-1"))
+    assert "a Linode core region" in message and "us-ord" in message
+
+
+def test_nodebalancer_needed_only_for_ha(monkeypatch):
+    from components.linode import config as linode_config
+
+    section = linode_config.LinodeSection.model_validate({"region": "us-ord", "controlPlane": {"count": 3}})
+    assert "NodeBalancers" in linode_config.required_capabilities(section)
+    section = linode_config.LinodeSection.model_validate({"region": "us-ord", "diskEncryption": False})
+    assert "NodeBalancers" not in linode_config.required_capabilities(section)
+    assert "Disk Encryption" not in linode_config.required_capabilities(section)
+
+
+def test_region_table_is_dated_and_sourced():
+    import yaml
+
+    from components.linode.config import REGIONS_FILE, region_capabilities
+
+    doc = yaml.safe_load(REGIONS_FILE.read_text())
+    assert doc["source"].startswith("https://api.linode.com/") and doc["retrieved"] == "2026-11-23"
+    table = region_capabilities()
+    assert {"Metadata", "VPCs", "Block Storage Encryption", "GPU Linodes"} <= table["us-ord"]
+
+
+def test_ssh_keys_without_admin_cidrs_are_rejected():
+    cfg = _linode(sshAuthorizedKeys=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample ops@example.com"])
+    cfg["gpu-platform:adminCidrs"] = []
+    message = _reject(cfg)
+    assert "linode.sshAuthorizedKeys" in message and "adminCidrs" in message
+
+
+def test_every_minor_the_calendar_allows_on_linode_has_a_pinned_release():
+    from components.linode import versions
+    from components.versions_calendar import allowed_minors
+
+    allowed = allowed_minors("linode")
+    assert allowed and set(allowed) <= set(versions.KUBERNETES_PATCH)
+    for minor in allowed:
+        assert re.fullmatch(rf"{re.escape(minor)}\.\d+", versions.KUBERNETES_PATCH[minor])
+    assert "1.35" in versions.KUBERNETES_PATCH

@@ -116,7 +116,7 @@ def test_worker_token_is_a_bootstrap_secret_with_an_expiry_and_no_token_lives_fo
     assert now < expiry <= now + datetime.timedelta(days=2 * TOKEN_ROTATION_DAYS)
     assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
     # The worker joins with exactly this token; nothing anywhere has ttl 0.
-    worker = files_of(docs_of(dev)["gpu-dev-rtx6000-0"])
+    worker = files_of(docs_of(dev)["gpu-dev-ada-0"])
     join = yaml.safe_load(worker[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
     assert join["discovery"]["bootstrapToken"]["token"] == f"{data['token-id']}.{data['token-secret']}"
     for doc in docs_of(dev).values():
@@ -190,13 +190,13 @@ def test_growing_a_gpu_pool_adds_nodes_without_touching_the_others(dev):
     grown = plan_config(cfg)
     old = {r.name: r.plain_inputs for r in dev.by_type(INSTANCE)}
     new = {r.name: r.plain_inputs for r in grown.by_type(INSTANCE)}
-    assert set(new) - set(old) == {next(n for n in new if n.endswith("rtx6000-1"))}
-    added = new[next(n for n in new if n.endswith("rtx6000-1"))]
+    assert set(new) - set(old) == {next(n for n in new if n.endswith("ada-1"))}
+    added = new[next(n for n in new if n.endswith("ada-1"))]
     assert added["interfaces"][1]["ipv4"]["vpc"] == "10.0.0.101"
     for name in old:
         assert new[name]["interfaces"] == old[name]["interfaces"] and new[name]["label"] == old[name]["label"]
     gate = next(r for r in grown.by_type("command:local:Command") if r.name.endswith("nodes-ready"))
-    assert '"gpu-dev-rtx6000-1"' in gate.plain_inputs["environment"]["GATE_EXPECTED"]
+    assert '"gpu-dev-ada-1"' in gate.plain_inputs["environment"]["GATE_EXPECTED"]
 
 
 # --- kubeadm v1beta4 schema (https://kubernetes.io/docs/reference/config-api/kubeadm-config.v1beta4/) --
@@ -328,7 +328,7 @@ def test_readiness_gate_names_missing_unready_and_gpu_less_nodes():
 def test_readiness_gate_is_registered_after_the_add_ons_with_every_node(dev):
     gate = next(r for r in dev.by_type("command:local:Command") if r.name.endswith("nodes-ready"))
     expected = {e["name"]: e["gpus"] for e in __import__("json").loads(gate.plain_inputs["environment"]["GATE_EXPECTED"])}
-    assert expected == {"gpu-dev-cp-0": 0, "gpu-dev-system-0": 0, "gpu-dev-rtx6000-0": 1}
+    assert expected == {"gpu-dev-cp-0": 0, "gpu-dev-system-0": 0, "gpu-dev-ada-0": 1}
     assert gate.plain_inputs["create"] == "python3 components/linode/readiness.py"
     assert Path(__file__).resolve().parent.parent.joinpath("components/linode/readiness.py").exists()
     deps = set(gate.dependencies)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import yaml
 from pydantic import Field, field_validator
 
 from components.config_base import Cidr, ConfigIssue, Model, pool_issue_capacity
@@ -82,9 +85,66 @@ class LinodeSection(Model):
         return keys
 
 
+REGIONS_FILE = Path(__file__).resolve().parent / "regions.yaml"
+
+
+@lru_cache(maxsize=1)
+def region_capabilities() -> dict[str, frozenset[str]]:
+    """Region id -> capabilities, from the dated region table (regions.yaml, see its header)."""
+    doc = yaml.safe_load(REGIONS_FILE.read_text())
+    if not doc.get("source") or not doc.get("retrieved"):
+        raise ValueError(f"{REGIONS_FILE}: the region table must name its source and retrieval date")
+    return {r["id"]: frozenset(r["capabilities"]) for r in doc["regions"]}
+
+
+def required_capabilities(section: "LinodeSection") -> dict[str, str]:
+    """Capability -> why this stack needs it."""
+    need = {
+        "Metadata": "cloud-init user data bootstraps every node",
+        "VPCs": "nodes talk over a VPC subnet (linode.subnetCidr)",
+        "Block Storage Encryption": "the default StorageClass asks the CSI driver for encrypted volumes",
+        "Object Storage": "the checkpoint bucket",
+        "Cloud Firewall": "the node firewall",
+    }
+    if section.disk_encryption:
+        need["Disk Encryption"] = "linode.diskEncryption is true"
+    if section.control_plane.count > 1:
+        need["NodeBalancers"] = "linode.controlPlane.count 3 puts the API behind a NodeBalancer"
+    return need
+
+
+def region_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    table = region_capabilities()
+    caps = table.get(section.region)
+    if caps is None:
+        return [ConfigIssue("linode.region", section.region, f"a Linode core region: {', '.join(sorted(table))}")]
+    issues = []
+    need = required_capabilities(section)
+    if cfg.gpu_pools:
+        need["GPU Linodes"] = "gpuPools"
+    for cap, why in need.items():
+        if cap not in caps:
+            ok = sorted(r for r, c in table.items() if set(need) <= c)
+            issues.append(ConfigIssue("linode.region", section.region,
+                                      f"a region with {cap} ({why}); regions with everything this stack needs: "
+                                      f"{', '.join(ok) or 'none'}"))
+    return issues
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
+    issues += region_issues(cfg)
+    if section.ssh_authorized_keys and not cfg.admin_cidrs:
+        issues.append(ConfigIssue("linode.sshAuthorizedKeys", f"{len(section.ssh_authorized_keys)} key(s)",
+                                  "empty unless gpu-platform:adminCidrs names who may reach SSH (the firewall "
+                                  "opens port 22 to adminCidrs only)"))
+    from components.linode import versions
+
+    if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
+        issues.append(ConfigIssue("gpu-platform:kubernetesVersion", cfg.kubernetes_version,
+                                  f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
     for i, pool in enumerate(cfg.gpu_pools):
         if pool.min_nodes != pool.max_nodes:
             issues.append(ConfigIssue(
