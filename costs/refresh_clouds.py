@@ -80,11 +80,21 @@ def _header_date(text: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
+def _observed_date(text: str) -> Optional[str]:
+    """The 'observed-no-later-than: YYYY-MM-DD' a recorded file's header states (when the capture date itself
+    is unknown, the latest date the observations can be from)."""
+    import re
+
+    m = re.search(r"observed-no-later-than: (\d{4}-\d{2}-\d{2})", text)
+    return m.group(1) if m else None
+
+
 def read_skypilot_vms_csv(path: Path, region: str) -> dict[str, Observations]:
     """Spot prices per type from a recorded SkyPilot catalog (catalogs/v7/aws/vms.csv): one row per
-    availability zone; rows without a SpotPrice are skipped. Its date is the 'read' date in the header."""
+    availability zone; rows without a SpotPrice are skipped. Their date is the header's
+    'observed-no-later-than' date if it states one, else the 'read' date."""
     text = Path(path).read_text(encoding="utf-8")
-    date = _header_date(text) or _dt.date.fromtimestamp(Path(path).stat().st_mtime).isoformat()
+    date = _observed_date(text) or _header_date(text) or _dt.date.fromtimestamp(Path(path).stat().st_mtime).isoformat()
     by_type: dict[str, list[float]] = {}
     for row in csv.DictReader(io.StringIO(_skip_comments(text))):
         if row.get("Region") != region or not row.get("SpotPrice"):
@@ -167,11 +177,14 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
         name = inst["name"]
         if name in spot:
             o = spot[name]
-            new = {"usdPerHour": o.median, "source": f"{o.source}; median of {len(o.prices)} observations "
-                   "(refreshed by python -m costs refresh)", "date": today, "low": min(o.prices), "high": max(o.prices),
+            # `date` is when the observations were made (not when they were copied): the catalog-age check
+            # must see how old a market price really is.
+            new = {"usdPerHour": o.median, "source": f"{o.source}; median of {len(o.prices)} observations, made no "
+                   f"later than {o.last} (refreshed by python -m costs refresh on {today})", "date": o.last,
+                   "low": min(o.prices), "high": max(o.prices),
                    "observed": o.observed, "samples": len(o.prices), "status": "recorded"}
             old = inst.get("spot") or {}
-            if old.get("usdPerHour") != new["usdPerHour"] or old.get("low") != new["low"] or old.get("high") != new["high"]:
+            if any(old.get(k) != new[k] for k in ("usdPerHour", "low", "high", "date", "observed")):
                 res.changed.append(f"{name}: spot {old.get('usdPerHour')} -> {new['usdPerHour']} $/h "
                                    f"(range {new['low']}-{new['high']}, {new['samples']} samples)")
                 inst["spot"] = new

@@ -70,7 +70,9 @@ def test_refresh_from_recorded_csv_rewrites_a_catalog_copy(tmp_path):
     after = {e["name"]: e for e in read_document(copy)["instances"]}
     assert validate_document(read_document(copy)) == []
     assert after["g5.xlarge"]["spot"]["usdPerHour"] == pytest.approx(0.4028)  # median of 0.397..0.4177 (5 AZs)
-    assert after["g5.xlarge"]["spot"]["date"] == "2030-01-02" and after["g5.xlarge"]["spot"]["samples"] == 5
+    # dated when observed (no later than the header's date), not when copied: the age check sees how old it is
+    assert after["g5.xlarge"]["spot"]["date"] == "2025-06-30" and after["g5.xlarge"]["spot"]["samples"] == 5
+    assert "refreshed by python -m costs refresh on 2030-01-02" in after["g5.xlarge"]["spot"]["source"]
     assert after["p4d.24xlarge"]["spot"] is None  # an untraceable Spot price is dropped, not kept
     assert any("p4d.24xlarge: spot 9.880939 removed" in c for c in res.changed)
     # p3.2xlarge: the old 30 %-of-On-Demand rule said $0.918; the recorded zones say median $0.6929 (+32 %)
