@@ -28,3 +28,24 @@ def test_an_instance_type_without_allocatable_data_is_a_model_error_naming_it(mo
 def test_a_plan_without_node_groups_is_a_model_error():
     with pytest.raises(nodes.ModelError, match="registers no node group"):
         nodes.cluster_model(_Cfg(), Plan("t", [], {}))
+
+
+def test_gke_pool_sizes_per_zone_when_not_total():
+    class Cfg:
+        cloud = "gcp"
+        kubernetes_version = "1.33"
+        gpu_pools = ()
+
+    def res(type_, name, inputs):
+        return PlannedResource(urn=f"urn:{name}", type=type_, name=name, parent=None, custom=True, provider=None,
+                               dependencies=[], wire_inputs=inputs)
+
+    cluster = res("gcp:container/cluster:Cluster", "c", {"privateClusterConfig": {"enablePrivateNodes": False}})
+    fixed = res("gcp:container/nodePool:NodePool", "a", {"name": "a", "nodeCount": 2, "nodeLocations": ["z1", "z2", "z3"],
+                                                          "nodeConfig": {"machineType": "e2-standard-4"}})
+    per_zone = res("gcp:container/nodePool:NodePool", "b", {"name": "b", "nodeLocations": ["z1", "z2"],
+                                                             "autoscaling": {"minNodeCount": 0, "maxNodeCount": 4},
+                                                             "nodeConfig": {"machineType": "e2-standard-4"}})
+    m = nodes.cluster_model(Cfg(), Plan("t", [cluster, fixed, per_zone], {}))
+    assert (m.group("a").min_nodes, m.group("a").max_nodes) == (6, 6)
+    assert (m.group("b").min_nodes, m.group("b").max_nodes) == (0, 8)

@@ -213,8 +213,13 @@ def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         nc = i.get("nodeConfig") or {}
         itype = nc.get("machineType")
         auto = i.get("autoscaling") or {}
-        lo = _num(auto.get("totalMinNodeCount", i.get("initialNodeCount", 1)))
-        hi = _num(auto.get("totalMaxNodeCount", lo))
+        if "totalMaxNodeCount" in auto:
+            lo, hi = _num(auto.get("totalMinNodeCount")), _num(auto.get("totalMaxNodeCount"))
+        else:  # a fixed-size pool or per-zone limits: counts are per zone of the pool's node locations
+            zones = max(1, len(i.get("nodeLocations") or []))
+            fixed = _num(i.get("nodeCount", i.get("initialNodeCount", 1)), 1)
+            lo = _num(auto.get("minNodeCount"), fixed) * zones if auto else fixed * zones
+            hi = _num(auto.get("maxNodeCount"), fixed) * zones if auto else fixed * zones
         labels = {**_well_known(itype), **(nc.get("labels") or {})}
         labels["cloud.google.com/gke-nodepool"] = i.get("name") or pool.name
         labels["cloud.google.com/machine-family"] = str(itype).split("-")[0]
