@@ -69,6 +69,9 @@ _CoreResolver.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:
 class _StrictConstructor(SafeConstructor):
     def construct_core_int(self, node: yaml.ScalarNode) -> int:
         text = self.construct_scalar(node)
+        if len(text) > 40:  # Python refuses to convert over 4300 digits; no config number needs 40
+            raise yaml.constructor.ConstructorError(None, None, f"a number of {len(text)} digits is not a usable value",
+                                                    node.start_mark)
         if text.startswith(("0o", "0x")):
             return int(text, 0)
         return int(text, 10)
@@ -254,7 +257,10 @@ def check_plain(value: Any, shown: str, where: str = "") -> None:
         v, path, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise YamlInputError(shown, f"{path or '(root)'}: nested deeper than {MAX_DEPTH} levels (or recursive)")
-        if isinstance(v, bool) or v is None or isinstance(v, (str, int)):
+        if isinstance(v, str):
+            _check_text(v, shown, path)
+            continue
+        if isinstance(v, bool) or v is None or isinstance(v, int):
             continue
         if isinstance(v, float):
             if not math.isfinite(v):
@@ -265,6 +271,7 @@ def check_plain(value: Any, shown: str, where: str = "") -> None:
             for k, x in v.items():
                 if not isinstance(k, str):
                     raise YamlInputError(shown, f"{path or '(root)'}: the key {k!r} must be a string (quote it)")
+                _check_text(k, shown, path)
                 stack.append((x, f"{path}.{k}" if path else k, depth + 1))
             continue
         if isinstance(v, list):
@@ -272,3 +279,12 @@ def check_plain(value: Any, shown: str, where: str = "") -> None:
                 stack.append((x, f"{path}[{i}]", depth + 1))
             continue
         raise YamlInputError(shown, f"{path or '(root)'}: a {type(v).__name__} value is not allowed")
+
+
+def _check_text(text: str, shown: str, path: str) -> None:
+    """A "\\ud800" escape gives a lone surrogate: not Unicode text any tool downstream can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise YamlInputError(shown, f"{path or '(root)'}: an escape gives invalid Unicode (a lone surrogate such "
+                                    "as \\ud800); write the character itself") from None

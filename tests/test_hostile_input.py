@@ -57,6 +57,8 @@ def _generate(kind: str, path: Path) -> Path:
             f.write("\n")
     elif kind == "env-sized-value":
         path.write_text(base + "  other:blob: " + "x" * (200 * 1024) + "\n")
+    elif kind == "long-integer":
+        path.write_text(base + "  other:number: " + "9" * 5000 + "\n")
     elif kind == "directory":
         path.mkdir()
     elif kind == "laughs-alert-emails":

@@ -1,0 +1,140 @@
+"""Property test: random mutations of the shipped stacks never crash preflight's front half.
+
+Each example mutates one value of a valid stack file (replace, delete, wrap, stringify, secure,
+duplicate, huge, unicode, or a raw byte), writes it, and runs what `python -m preflight --stack-file`
+runs before policies and cluster fit: the strict loader, config validation, and (when the config is
+valid) the real program under mocks. The outcome must be a clean verdict (0: plans, 2: a config
+error naming the file) within 10 s; anything else (a traceback, a program error after validation
+passed, a hang) fails. Fixed seed (derandomize) and a bounded number of examples keep it a CI test.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import stack_config
+
+BASES = ("linode-dev", "aws-prod")
+LIMIT_S = 10.0
+
+
+def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+def _get(doc: Any, path: tuple) -> Any:
+    for p in path:
+        doc = doc[p]
+    return doc
+
+
+def _put(doc: Any, path: tuple, value: Any) -> None:
+    _get(doc, path[:-1])[path[-1]] = value
+
+
+def _delete(doc: Any, path: tuple) -> None:
+    parent = _get(doc, path[:-1])
+    del parent[path[-1]]
+
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10 ** 30), max_value=10 ** 30),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40),
+    st.sampled_from(["", " ", "0", "true", "yes", "1.30", "0.0.0.0/0", "a\n", "é", "../..", "-", "a" * 300]))
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                       st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                      max_leaves=6)
+KINDS = ("replace", "delete", "wrap", "stringify", "secure", "duplicate", "huge", "unicode", "byte")
+
+
+@st.composite
+def mutated_stack(draw) -> tuple[str, bytes]:
+    # A seeded Random picks the base, key and kind uniformly (sampled_from would favour the first ones).
+    rnd = draw(st.randoms(use_true_random=False))
+    base = rnd.choice(BASES)
+    config = copy.deepcopy(stack_config(base))
+    paths = [p for p in _paths(config) if str(p[0]).startswith("gpu-platform:")]
+    path = rnd.choice(paths)
+    kind = rnd.choice(KINDS)
+    current = _get(config, path)
+    if kind == "replace":
+        _put(config, path, draw(values))
+    elif kind == "delete":
+        _delete(config, path)
+    elif kind == "wrap":
+        _put(config, path, draw(st.sampled_from([[current], {"value": current}])))
+    elif kind == "stringify":
+        _put(config, path, str(current))
+    elif kind == "secure":
+        _put(config, path, {"secure": "AAABAMvbf0TQl7pq2dKk4oS0b0MHYb3j4nLJrmWbVJt4rYQ4yjV2iJ8y"})
+    elif kind == "huge":
+        _put(config, path, draw(st.sampled_from(["x" * 200_000, 10 ** 400, [current] * 5000])))
+    elif kind == "unicode":
+        _put(config, path, draw(st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=30)))
+    text = yaml.safe_dump({"config": config}, sort_keys=False, allow_unicode=True)
+    if kind == "duplicate":
+        text += f"  {path[0]}: {draw(st.sampled_from(['x', '1', '[a]']))}\n"
+    data = text.encode("utf-8")
+    if kind == "byte":
+        i = draw(st.integers(min_value=0, max_value=len(data) - 1))
+        data = data[:i] + bytes([draw(st.integers(min_value=0, max_value=255))]) + data[i + 1:]
+    return f"{base}-{kind}-{'.'.join(map(str, path))}", data
+
+
+def preflight_front_half(path: Path) -> tuple[int, str]:
+    """What `python -m preflight --stack-file` does before policies and cluster fit, with its exit code."""
+    from components.config import ConfigError, parse_config
+    from preflight.runner import StackFileError, StackNotFound, load_stack_file, run_program
+
+    try:
+        si = load_stack_file(path)
+        parse_config(si.raw, si.stack, source=str(path), secret_keys=si.bare_secret_keys)
+    except StackNotFound as exc:
+        return 4, str(exc)
+    except (StackFileError, ConfigError) as exc:
+        return 2, str(exc)
+    run_program(si)  # a ProgramError here means validation let a bad config through: the test fails
+    return 0, ""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_imports():
+    """Import the program's modules once, so the per-example limit measures the work, not imports."""
+    from preflight.runner import load_stack, run_program
+
+    for base in BASES:
+        run_program(load_stack(base))
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(mutated_stack())
+def test_mutated_stacks_give_a_clean_verdict_fast(tmp_path_factory, case):
+    name, data = case
+    path = tmp_path_factory.mktemp("mutant") / "Pulumi.mutant.yaml"
+    path.write_bytes(data)
+    started = time.monotonic()
+    code, message = preflight_front_half(path)
+    taken = time.monotonic() - started
+    assert code in (0, 2), (name, code, message)
+    if code == 2:
+        assert str(path) in message, message
+        assert "AAABAMvbf0TQl7pq2dKk4oS0b0MHYb3j4nLJrmWbVJt4rYQ4yjV2iJ8y" not in message
+    assert taken < LIMIT_S, f"{name}: {taken:.1f}s"
+    assert not math.isnan(taken)
