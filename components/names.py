@@ -70,6 +70,9 @@ LINODE_FIREWALL_LABEL = Rule("a Linode Firewall label", 3, 32, _LINODE_LABEL,
 LINODE_NODEBALANCER_LABEL = Rule("a Linode NodeBalancer label", 3, 32, re.compile(r"[A-Za-z0-9_-]+"),
                                  "letters, digits, '-' or '_'")
 LINODE_VPC_LABEL = Rule("a Linode VPC label", 1, 64, re.compile(r"[A-Za-z0-9-]+"), "ASCII letters, digits and '-'")
+# Linode tags are single strings ("owner:ml-platform") of 3 to 50 characters (Cloud Manager's tag
+# validation, linode/manager: "Tags must be between 3 and 50 characters").
+LINODE_TAG = Rule("a Linode tag (key:value)", 3, 50, re.compile(r"[^\x00-\x1f]+"), "printable characters")
 LINODE_BUCKET_LABEL = Rule("a Linode Object Storage bucket label", 3, 63, re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"),
                            "lowercase letters, digits and '-', alphanumeric at both ends")
 GKE_NAME = Rule("a GKE cluster or node pool name", 1, 40, re.compile(r"[a-z](?:[-a-z0-9]*[a-z0-9])?"),
@@ -121,6 +124,10 @@ def linode_names(cfg: "StackConfig") -> list[DerivedName]:
         DerivedName(linode_bucket_label(prefix, cfg.owner, "x" * BUCKET_SUFFIX_LENGTH, check=False), LINODE_BUCKET_LABEL,
                     ("environment", "owner"), "the checkpoint bucket", random_suffix=BUCKET_SUFFIX_LENGTH),
     ]
+    # Tags on every instance, volume and firewall (components.cluster.common_labels as key:value).
+    out += [DerivedName(f"owner:{cfg.owner}", LINODE_TAG, ("owner",), "the owner tag"),
+            DerivedName(f"cost-center:{cfg.cost_center}", LINODE_TAG, ("costCenter",), "the cost-center tag"),
+            DerivedName(f"environment:{cfg.environment}", LINODE_TAG, ("environment",), "the environment tag")]
     cp_count = section.control_plane.count if section is not None else 1
     if cp_count > 1:
         out += [DerivedName(f"{prefix}-api", LINODE_NODEBALANCER_LABEL, env, "the API NodeBalancer"),

@@ -220,6 +220,7 @@ def test_every_derived_name_is_the_name_the_program_registers(stack):
     plan = plan_stack(stack)
     registered = {str(r.inputs.get(k)) for r in plan.resources
                   for k in ("label", "name", "bucketPrefix", "accountId") if r.inputs.get(k) is not None}
+    registered |= {t for r in plan.resources for t in (r.inputs.get("tags") or []) if isinstance(t, str)}
     # The Linode bucket label ends in a random suffix; names.py stands it in with x's of its length.
     registered |= {re.sub(r"-[a-z0-9]{8}$", "-" + "x" * 8, r.inputs["label"]) for r in plan.resources
                    if r.type == "linode:index/objectStorageBucket:ObjectStorageBucket"}
