@@ -48,7 +48,7 @@ test: venv checkov-venv training-venv
 test-live: venv
 	$(PY) -m pytest -q -m live tests
 
-## Preflight wall time per stack (target: under 3 s each on 2 cores).
+## Preflight wall time per stack, chart rendering included (target: under 6 s each on 2 cores).
 bench: venv
 	$(PY) -m preflight.bench $(STACKS)
 

@@ -1,5 +1,6 @@
 """`python -m preflight.bench [stack ...]`: preflight's wall time per stack, each in a fresh process
-(as a user or CI runs it), best of three. Target: under 3 s per stack on a 2-core machine."""
+(as a user or CI runs it), best of three. Target (issue 10): under 6 s per stack on a 2-core machine,
+chart rendering and the cluster-fit checks included."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET_S = 3.0
+TARGET_S = 6.0
+# ../shared/charts has no Cilium or Calico chart yet: the Linode stacks are timed with those releases
+# reported NOT RENDERED (otherwise preflight stops early with exit 2 and the time means nothing).
+ALLOW_MISSING = {"linode": ("cilium", "tigera-operator")}
 RUNS = 3
 
 
@@ -17,7 +21,9 @@ def time_stack(stack: str) -> tuple[float, int]:
     best, code = float("inf"), 0
     for _ in range(RUNS):
         start = time.perf_counter()
-        code = subprocess.run([sys.executable, "-m", "preflight", stack, "--quiet", "--out", str(ROOT / "build" / "bench")],
+        allow = [a for prefix, charts in ALLOW_MISSING.items() if stack.startswith(prefix)
+                 for chart in charts for a in ("--allow-missing-chart", chart)]
+        code = subprocess.run([sys.executable, "-m", "preflight", stack, "--quiet", "--out", str(ROOT / "build" / "bench"), *allow],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
         best = min(best, time.perf_counter() - start)
     return best, code

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,28 +209,55 @@ class ChartInfo:
         return helm_python.Chart.load_archive(self.data) if self.data is not None else helm_python.Chart.load(self.path)
 
 
-_CHARTS: dict[Path, ChartInfo] = {}
+_CHARTS: dict[tuple[Path, int, int], ChartInfo] = {}
+
+
+def _read_chart(path: Path, data: Optional[bytes], release: str) -> dict[str, Any]:
+    """Metadata, crds/ files and whether templates ask for API versions, from a pristine load."""
+    import helm_python
+
+    try:
+        chart = helm_python.Chart.load_archive(data) if data is not None else helm_python.Chart.load(path)
+    except helm_python.HelmError as exc:
+        raise ChartError(release, f"chart at {path} does not load: {exc}") from None
+    with chart:
+        meta = chart.metadata
+        return {"name": str(meta.get("name", "")), "version": str(meta.get("version", "")),
+                "dependencies": list(meta.get("dependencies") or []),
+                "crds": [[c.get("filename") or c["name"], c["data"]]
+                         for c in sorted(chart.crds, key=lambda c: c.get("filename") or c["name"])],
+                "usesApiVersions": any("APIVersions" in t.get("data", "") for t in chart.templates)}
 
 
 def chart_info(path: Path, release: str) -> ChartInfo:
-    import helm_python
-
-    key = path.resolve()
+    stat = path.stat()
+    key = (path.resolve(), stat.st_mtime_ns, stat.st_size)
     if key not in _CHARTS:
         data = path.read_bytes() if path.is_file() else None
-        try:
-            chart = helm_python.Chart.load_archive(data) if data is not None else helm_python.Chart.load(path)
-        except helm_python.HelmError as exc:
-            raise ChartError(release, f"chart at {path} does not load: {exc}") from None
-        with chart:
-            meta = chart.metadata
-            crds = []
-            for c in sorted(chart.crds, key=lambda c: c.get("filename") or c["name"]):
-                texts: list[Optional[str]] = []
-                crds.append((c.get("filename") or c["name"], _load_docs(c["data"], release, c["name"], texts), texts))
-            uses = any("APIVersions" in t.get("data", "") for t in chart.templates)
-        _CHARTS[key] = ChartInfo(path, data, str(meta.get("name", "")), str(meta.get("version", "")),
-                                 list(meta.get("dependencies") or []), crds, uses)
+        facts = None
+        folder = _CACHE_DIR[0]
+        cache = folder / f"chart-{hashlib.sha256(data).hexdigest()}.json" if folder is not None and data is not None else None
+        if cache is not None and cache.is_file():
+            try:
+                facts = json.loads(cache.read_text())
+            except ValueError:
+                facts = None
+        if facts is None:
+            facts = _read_chart(path, data, release)
+            if cache is not None:
+                try:
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(facts))
+                    tmp.replace(cache)
+                except OSError:
+                    pass
+        crds = []
+        for fname, text in facts["crds"]:
+            texts: list[Optional[str]] = []
+            crds.append((fname, _load_docs(text, release, fname, texts), texts))
+        _CHARTS[key] = ChartInfo(path, data, facts["name"], facts["version"], facts["dependencies"], crds,
+                                 facts["usesApiVersions"])
     return _CHARTS[key]
 
 
@@ -288,16 +316,49 @@ def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespac
 _DOC_SEPARATOR = re.compile(r"(?m)^---(?:[ \t].*)?$")
 
 
+# Parsed big documents (CRDs: megabytes of schema, the same text every run), content-addressed.
+BIG_DOC = 32 * 1024
+_PARSED: dict[str, str] = {}  # sha256 of the text -> JSON, this process
+_CACHE_DIR: list[Optional[Path]] = [None]  # and on disk when render_plan is given a cache folder
+
+
+def _parse_doc(doc: str) -> Any:
+    import helm_python
+
+    if len(doc) < BIG_DOC:
+        return helm_python.values_from_yaml(doc)
+    key = hashlib.sha256(doc.encode()).hexdigest()
+    cached = _PARSED.get(key)
+    folder = _CACHE_DIR[0]
+    if cached is None and folder is not None and (folder / f"{key}.json").is_file():
+        cached = (folder / f"{key}.json").read_text()
+    if cached is not None:
+        try:
+            return json.loads(cached)
+        except ValueError:
+            pass  # a damaged cache file: parse again
+    parsed = helm_python.values_from_yaml(doc)
+    _PARSED[key] = text = json.dumps(parsed)
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".{key}.{os.getpid()}.tmp"
+            tmp.write_text(text)
+            tmp.replace(folder / f"{key}.json")
+        except OSError:
+            pass  # a read-only or full disk only costs speed
+    return parsed
+
+
 def parse_yaml_docs(text: str) -> list[tuple[str, Any]]:
     """Multi-document YAML parsed by Go's YAML library (the one Helm and kubectl use, through
     helm-c), returned as JSON: ~20x faster than PyYAML on the multi-megabyte CRDs, and the same
-    scalar typing the API server sees. (document text, value) pairs; empty documents are dropped."""
-    import helm_python
-
+    scalar typing the API server sees. (document text, value) pairs; empty documents are dropped.
+    Big documents are parsed once and kept by content hash (each call returns a fresh copy)."""
     out = []
     for doc in _DOC_SEPARATOR.split(text):
         if doc.strip():
-            parsed = helm_python.values_from_yaml(doc)
+            parsed = _parse_doc(doc)
             if parsed:
                 out.append((doc, parsed))
     return out
@@ -431,10 +492,12 @@ def _plain_object(r: PlannedResource) -> dict[str, Any]:
 
 
 def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optional[str] = None,
-                allow_missing: Iterable[str] = (), example: Optional[Path] = EXAMPLE_TRAINJOB) -> list[RenderedRelease]:
+                allow_missing: Iterable[str] = (), example: Optional[Path] = EXAMPLE_TRAINJOB,
+                cache_dir: Optional[Path] = None) -> list[RenderedRelease]:
     """Every release the program registers, rendered. `kubernetes_version` ("1.33") sets Helm's
     capabilities; `allow_missing` names charts (chart name) whose absence is reported as not rendered
-    instead of failing."""
+    instead of failing. `cache_dir` keeps parsed big documents between runs (content-addressed)."""
+    _CACHE_DIR[0] = cache_dir
     chart_dirs = [Path(d) for d in chart_dirs]
     allow = set(allow_missing)
     deps = _Deps(plan)

@@ -76,7 +76,8 @@ class FitWorker:
 def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = ()) -> FitResult:
     from preflight.fit.render import release_file_names, render_plan, write_rendered
 
-    releases = render_plan(plan, chart_dirs, kubernetes_version=cfg.kubernetes_version, allow_missing=allow_missing)
+    releases = render_plan(plan, chart_dirs, kubernetes_version=cfg.kubernetes_version, allow_missing=allow_missing,
+                           cache_dir=out.parent / ".cache" / "parsed-yaml")
     files = write_rendered(releases, out / "rendered")
     from preflight.fit.checks import check_fit
     from preflight.fit.nodes import cluster_model
