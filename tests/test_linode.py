@@ -400,7 +400,8 @@ def test_system_pool_type_and_count_come_from_the_stack():
     system = {r.inputs["label"]: r.inputs for r in plan.by_type(INSTANCE) if "-system-" in r.inputs["label"]}
     assert set(system) == {"gpu-dev-system-0", "gpu-dev-system-1"}
     assert {i["type"] for i in system.values()} == {"g6-standard-8"}
-    assert [i["interfaces"][1]["ipv4"]["vpc"] for i in system.values()] == ["10.0.0.20", "10.0.0.21"]
+    assert {k: i["interfaces"][1]["ipv4"]["vpc"] for k, i in system.items()} == {"gpu-dev-system-0": "10.0.0.20",
+                                                                         "gpu-dev-system-1": "10.0.0.21"}
 
 
 def test_system_pool_defaults_to_one_four_vcpu_plan():

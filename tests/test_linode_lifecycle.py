@@ -366,3 +366,91 @@ def test_bucket_label_rules(prefix, owner):
 def test_bucket_label_refuses_characters_linode_refuses():
     with pytest.raises(ValueError, match="naming rules"):
         bucket_label("gpu-a", "b_c", "abc12345")
+
+
+# --- leaving the cluster: drain on pool shrink, etcd member of a replaced control plane -----------
+
+
+class FakeApi:
+    """The few API calls a drain makes, with a PodDisruptionBudget that lets one eviction through per round."""
+
+    def __init__(self, pods, pdb_blocks=0):
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.pdb_blocks = pdb_blocks
+        self.calls = []
+
+    def __call__(self, method, path, body):
+        self.calls.append((method, path))
+        if method == "GET":
+            return 200, {"items": list(self.pods.values())}
+        if method == "POST" and path.endswith("/eviction"):
+            if self.pdb_blocks:
+                self.pdb_blocks -= 1
+                return 429, {}
+            self.pods.pop(body["metadata"]["name"], None)
+            return 201, {}
+        return 200, {}
+
+
+def _pod(name, owner=None, mirror=False, phase="Running"):
+    meta = {"name": name, "namespace": "training"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "x"}]
+    if mirror:
+        meta["annotations"] = {"kubernetes.io/config.mirror": "abc"}
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_drain_cordons_evicts_all_but_daemonsets_and_mirror_pods_then_deletes_the_node():
+    from components.linode import nodeops
+
+    api = FakeApi([_pod("job-0", "Job"), _pod("cilium-x", "DaemonSet"), _pod("etcd", mirror=True),
+                   _pod("done", "Job", phase="Succeeded")], pdb_blocks=1)
+    assert nodeops.leave(api, "gpu-dev-ada-1", deadline_s=100) == 0
+    assert api.calls[0] == ("PATCH", "/api/v1/nodes/gpu-dev-ada-1")
+    evicted = [p for m, p in api.calls if m == "POST"]
+    assert evicted and all(p == "/api/v1/namespaces/training/pods/job-0/eviction" for p in evicted)
+    assert len(evicted) == 2  # refused once by the budget, then through
+    assert api.calls[-1] == ("DELETE", "/api/v1/nodes/gpu-dev-ada-1")
+
+
+def test_drain_that_cannot_finish_fails_naming_the_pods_and_keeps_the_node(capsys):
+    from components.linode import nodeops
+
+    api = FakeApi([_pod("job-0", "Job")], pdb_blocks=10**6)
+    ticks = iter(range(0, 10**6, 50))
+    assert nodeops.drain(api, "n", deadline_s=100, sleep=lambda s: None, clock=lambda: next(ticks)) == ["training/job-0"]
+    api = FakeApi([_pod("job-0", "Job")], pdb_blocks=10**6)
+    assert nodeops.leave(api, "n", deadline_s=0) == 1
+    assert "training/job-0" in capsys.readouterr().err
+    assert ("DELETE", "/api/v1/nodes/n") not in api.calls
+
+
+def test_unreachable_api_does_not_block_a_destroy(capsys):
+    from components.linode import nodeops
+
+    env = {"GATE_SERVER": "https://127.0.0.1:9", "GATE_CA_PEM": "", "GATE_CLIENT_CERT_PEM": "", "GATE_CLIENT_KEY_PEM": ""}
+    assert nodeops.main(["leave", "n"], env) == 0
+    assert "not reachable" in capsys.readouterr().err
+
+
+def test_every_worker_has_a_leave_hook_and_control_planes_outlive_it(dev):
+    hooks = {r.name: r for r in dev.by_type("command:local:Command") if r.name.endswith("-leave")}
+    workers = [r for r in dev.by_type(INSTANCE) if "-cp-" not in r.plain_inputs["label"]]
+    cps = {r.urn for r in dev.by_type(INSTANCE) if "-cp-" in r.plain_inputs["label"]}
+    assert len(hooks) == len(workers) == 2
+    for w in workers:
+        hook = hooks[f"{w.name}-leave"]
+        assert hook.plain_inputs["delete"] == f"python3 components/linode/nodeops.py leave {w.plain_inputs['label']}"
+        assert "create" not in hook.plain_inputs
+        assert {w.urn} | cps <= set(hook.dependencies)
+        assert hook.inputs["environment"]["GATE_CLIENT_KEY_PEM"] == "[secret]"
+
+
+def test_a_joining_control_plane_first_removes_the_etcd_member_of_the_node_it_replaces(ha):
+    script = files_of(docs_of(ha)["gpu-staging-cp-1"])[render.BOOTSTRAP_SCRIPT_PATH]
+    assert "peers=(10.0.0.10 10.0.0.12)" in script
+    body = script[script.index("peers=(10.0.0.10"):]
+    assert body.index("remove_stale_etcd_member") < body.index("kubeadm join")
+    assert """-v name="gpu-staging-cp-1" '$3 == name""" in script and 'member remove "$id"' in script
+    assert f"kubeadm config images list --kubernetes-version v{__import__('components.linode.versions', fromlist=['x']).KUBERNETES_PATCH['1.35']}" in script

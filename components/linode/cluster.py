@@ -260,11 +260,12 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                         gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint, peers=peers, pki=v[1],
                         join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node)))
             else:
+                peers = [ip for j, ip in enumerate(cp_ips) if j != i]
                 doc = pulumi.Output.all(endpoint_host, pki).apply(
-                    lambda v, node=node: render.node_user_data(
+                    lambda v, node=node, peers=peers: render.node_user_data(
                         "join-control-plane", node, render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node),
                         cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
-                        pki=v[1]))
+                        peers=peers, pki=v[1]))
             doc = pulumi.Output.secret(doc)
             self.user_data[f"control-plane-{i}"] = doc
             # Later control planes retry their join until cp-0 answers (systemd unit).
@@ -345,6 +346,23 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             environment={"API_HOST": public_api_ip, "CLUSTER_CA_PEM": ca_cert.cert_pem},
             opts=pulumi.ResourceOptions(parent=self, depends_on=control_planes),
         )
+        gate_env = {
+            "GATE_SERVER": server,
+            "GATE_CA_PEM": ca_cert.cert_pem,
+            "GATE_CLIENT_CERT_PEM": admin_cert.cert_pem,
+            "GATE_CLIENT_KEY_PEM": pulumi.Output.secret(admin_key.private_key_pem),
+        }
+        # Removing a worker (a smaller pool, a replaced node) drains it and deletes its Node first:
+        # the hook runs before Linode deletes the instance, while the control planes still run.
+        for worker in workers:
+            label = worker.label
+            command.local.Command(
+                f"{worker.pulumi_resource_name}-leave",
+                delete=label.apply(lambda n: f"python3 components/linode/nodeops.py leave {n}"),
+                environment=gate_env,
+                triggers=[worker.id],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[worker, *control_planes]),
+            )
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[api_ready]))
 
@@ -395,13 +413,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         nodes_ready = command.local.Command(
             f"{name}-nodes-ready",
             create="python3 components/linode/readiness.py",
-            environment={
-                "GATE_SERVER": server,
-                "GATE_CA_PEM": ca_cert.cert_pem,
-                "GATE_CLIENT_CERT_PEM": admin_cert.cert_pem,
-                "GATE_CLIENT_KEY_PEM": pulumi.Output.secret(admin_key.private_key_pem),
-                "GATE_EXPECTED": expected_json,
-            },
+            environment={**gate_env, "GATE_EXPECTED": expected_json},
             # Runs again whenever the set of nodes changes (scaling, replacement).
             triggers=[expected_json, *[n.id for n in control_planes + workers]],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*workers, *installed.ready, self.join_token]),

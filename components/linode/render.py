@@ -431,6 +431,42 @@ KUBECONFIG
 """
 
 
+def remove_stale_etcd_member_script(node_name: str, kubernetes_minor: str) -> str:
+    """Shell: before a control plane joins, remove an etcd member that still carries its name (the
+    node it replaces), asking each surviving peer in turn. Uses etcdctl from the etcd image kubeadm
+    runs (through containerd) and a one-day client certificate from the etcd CA this node holds.
+    Nothing to remove (a first deploy) or no peer answering is not an error: kubeadm join decides."""
+    patch = "v" + versions.KUBERNETES_PATCH[kubernetes_minor]
+    return f"""etcd_peer() {{
+  ctr -n k8s.io run --rm --net-host --mount "type=bind,src=$etcd_tmp,dst=/certs,options=rbind:ro" \\
+    "$etcd_image" "etcdctl-$$-$RANDOM" etcdctl --endpoints "https://$1:2379" --cacert /certs/ca.crt \\
+    --cert /certs/client.crt --key /certs/client.key "${{@:2}}"
+}}
+remove_stale_etcd_member() {{
+  local ip id
+  etcd_tmp=$(mktemp -d)
+  openssl ecparam -name prime256v1 -genkey -noout -out "$etcd_tmp/client.key"
+  openssl req -new -key "$etcd_tmp/client.key" -subj "/CN=gpu-platform-etcd-member-cleanup" -out "$etcd_tmp/client.csr"
+  printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' > "$etcd_tmp/ext.cnf"
+  openssl x509 -req -in "$etcd_tmp/client.csr" -CA "{PKI_DIR}/etcd/ca.crt" -CAkey "{PKI_DIR}/etcd/ca.key" \\
+    -set_serial "0x$(openssl rand -hex 16)" -days 1 -sha256 -extfile "$etcd_tmp/ext.cnf" -out "$etcd_tmp/client.crt" 2>/dev/null
+  cp "{PKI_DIR}/etcd/ca.crt" "$etcd_tmp/ca.crt"
+  etcd_image=$(kubeadm config images list --kubernetes-version {patch} | grep '/etcd:')
+  ctr -n k8s.io images pull "$etcd_image" >/dev/null
+  for ip in "${{peers[@]}}"; do
+    if id=$(etcd_peer "$ip" member list | awk -F', ' -v name="{node_name}" '$3 == name {{print $1}}'); then
+      if [ -n "$id" ]; then
+        echo "removing the etcd member $id left by the {node_name} this node replaces"
+        etcd_peer "$ip" member remove "$id"
+      fi
+      break
+    fi
+  done
+  rm -rf "$etcd_tmp"
+}}
+"""
+
+
 # A replaced cp-0 of an HA cluster must join the survivors, never initialise a second cluster: it
 # looks for an answering peer this long before it concludes the cluster is new (on a first deploy the
 # peers wait for cp-0, so this only delays that first boot).
@@ -438,7 +474,7 @@ PEER_WAIT_SECONDS = 180
 
 
 def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: Sequence[str] = (),
-                     gpu: bool = False) -> str:
+                     gpu: bool = False, kubernetes_minor: str = "") -> str:
     """The node's whole bootstrap, run by BOOTSTRAP_UNIT until it succeeds: install, driver (GPU
     nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join."""
     if role not in ("init", "join-control-plane", "join"):
@@ -472,13 +508,16 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
         ]
     else:
         lines.append(mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"))
+        if kubernetes_minor:
+            lines.append(remove_stale_etcd_member_script(node_name, kubernetes_minor).rstrip("\n"))
         join = [
             "mint_discovery_kubeconfig",
+            *(["remove_stale_etcd_member"] if kubernetes_minor and peers else []),
             f"kubeadm join --config {KUBEADM_JOIN_CONFIG_PATH if role == 'init' else KUBEADM_CONFIG_PATH}",
             f"rm -f {DISCOVERY_KUBECONFIG_PATH}",
         ]
         if role == "join-control-plane":
-            lines += join
+            lines += [f"peers=({' '.join(peers)})", *join]
         else:
             lines += [
                 f"peers=({' '.join(peers)})",
@@ -637,7 +676,7 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         raise ValueError("cp-0 needs its join configuration (used when it replaces a lost cp-0)")
     files = [
         File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor), "0700"),
-        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu), "0700"),
+        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
         File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
     ]
