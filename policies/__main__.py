@@ -14,7 +14,11 @@ if _ROOT not in sys.path:
 
 from pulumi_policy import PolicyPack  # noqa: E402
 
-from policies import budget_rules, cost_rules, hygiene_rules, running, security_rules  # noqa: E402
+from policies import budget_rules, cost_rules, hygiene_rules, locks, running, security_rules  # noqa: E402
+
+# locks.install: the pack itself refuses a policy config that lowers or loosens a locked security policy
+# (policies/enforcement.yaml), so `pulumi preview --policy-pack-config` cannot either.
+locks.install(cost_rules.POLICIES + security_rules.POLICIES + hygiene_rules.POLICIES + budget_rules.POLICIES)
 
 PolicyPack(
     name="gpu-platform-guardrails",

@@ -61,36 +61,16 @@ class PolicyTimeout(PolicyPackError):
 # The project's enforcement rules (policies/enforcement.yaml)
 # ---------------------------------------------------------------------------------------------
 
-ENFORCEMENT_FILE = ROOT / "policies" / "enforcement.yaml"
-RANK = {"disabled": 0, "advisory": 1, "remediate": 2, "mandatory": 2}
-# Settings of locked policies and when a value is looser than the pack's default.
-_LOOSER = {
-    "minPrefixV4": lambda new, old: new < old, "minPrefixV6": lambda new, old: new < old,
-    "maxUnionPrefixV4": lambda new, old: new < old, "maxUnionPrefixV6": lambda new, old: new < old,
-    "sshPorts": lambda new, old: not set(old) <= set(new), "kubeApiPorts": lambda new, old: not set(old) <= set(new),
-}
-
-
-@dataclass(frozen=True)
-class Enforcement:
-    shipped: tuple[str, ...]
-    locked: tuple[str, ...]
-    exceptions: tuple[dict, ...]
+from policies.locks import ENFORCEMENT_FILE, Enforcement, exception_for, parse_enforcement, refusal, weakened  # noqa: E402
 
 
 def load_enforcement(path: Path = ENFORCEMENT_FILE) -> Enforcement:
     from preflight.safe_yaml import YamlInputError, load_yaml_file
 
     try:
-        doc = load_yaml_file(path) or {}
-    except YamlInputError as exc:
+        return parse_enforcement(load_yaml_file(path), str(path))
+    except (YamlInputError, ValueError) as exc:
         raise PolicyPackError(f"cannot read the pack's enforcement rules: {exc}") from None
-    exceptions = tuple(doc.get("exceptions") or ())
-    for e in exceptions:
-        missing = [k for k in ("stack", "policy", "level", "reason", "approver") if not str(e.get(k) or "").strip()]
-        if missing:
-            raise PolicyPackError(f"{path}: exception {e!r} lacks {', '.join(missing)}")
-    return Enforcement(tuple(doc.get("shipped") or ()), tuple(doc.get("locked") or ()), exceptions)
 
 
 def enforce_locks(reconciled: dict[str, tuple[str, dict[str, Any]]], defaults: dict[str, tuple[str, dict[str, Any]]],
@@ -104,26 +84,15 @@ def enforce_locks(reconciled: dict[str, tuple[str, dict[str, Any]]], defaults: d
             continue
         level, props = reconciled[name]
         base_level, base_props = defaults[name]
-        looser = sorted(k for k, v in props.items() if k in base_props and k in _LOOSER
-                        and _LOOSER[k](v, base_props[k]))
-        looser += sorted(k for k in props if k not in _LOOSER and props[k] != base_props.get(k))
-        weaker = RANK.get(level, 0) < RANK.get(base_level, 2)
-        if not weaker and not looser:
+        what = weakened(level, props, base_level, base_props)
+        if not what:
             continue
-        allowed = next((e for e in enforcement.exceptions if e["stack"] == stack and e["policy"] == name
-                        and RANK.get(str(e["level"]), 2) <= RANK.get(level, 0)), None)
+        allowed = exception_for(enforcement, stack, name, level)
         if allowed is not None:
             applied.append(f"{name}: {level} for stack {stack} by exception (reason: {allowed['reason']}; "
                            f"approver: {allowed['approver']})")
             continue
-        what = []
-        if weaker:
-            what.append(f"sets it to {level}")
-        if looser:
-            what.append(f"loosens {', '.join(looser)}")
-        refused[name] = [f"{where} {' and '.join(what)}, but {name} is a locked security policy: it stays "
-                         f"{base_level} with its default settings. Only an entry in policies/enforcement.yaml "
-                         "(exceptions, with a reason and an approver) can change it."]
+        refused[name] = [refusal(where, name, what, base_level)]
         reconciled[name] = (base_level, dict(base_props))
     return refused, applied
 
@@ -638,10 +607,11 @@ class Analyzer:
         """Configure the pack, then Analyze every resource and AnalyzeStack once; the report."""
         from pulumi.runtime.proto import analyzer_pb2
 
-        reconciled = self.configure(policy_config, where, plan.stack)
+        # The CLI configures the stack when it loads the pack, then the policies.
         self._call("ConfigureStack", analyzer_pb2.AnalyzerStackConfigureRequest(
             stack=plan.stack, project=PROJECT, organization="organization", dry_run=True,
             config=_struct(self.stack_config)))
+        reconciled = self.configure(policy_config, where, plan.stack)
 
         resources = [_stack_resource(plan)] + list(plan.resources)
         by_urn = {r.urn: r for r in resources}

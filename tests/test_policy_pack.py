@@ -514,22 +514,47 @@ def test_a_locked_policy_settings_cannot_be_loosened(analyzer):
                     "shorter than /16")
 
 
-def test_an_exception_in_the_pack_allows_a_downgrade_with_its_reason(analyzer):
-    from preflight.analyzer import Enforcement
+def _pack_with_enforcement(tmp_path: Path, enforcement_text: str) -> tuple[Path, Path]:
+    """The project's policies in a pack whose locks read `enforcement_text` (both sides of the lock)."""
+    rules = tmp_path / "enforcement.yaml"
+    rules.write_text(enforcement_text)
+    pack = tmp_path / "locked-pack"
+    pack.mkdir()
+    (pack / "PulumiPolicy.yaml").write_text("runtime: python\nversion: 0.0.1\n")
+    (pack / "__main__.py").write_text(
+        f"import sys\nfrom pathlib import Path\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "from pulumi_policy import PolicyPack\n"
+        "from policies import locks, security_rules\n"
+        f"locks.install(security_rules.POLICIES, Path({str(rules)!r}))\n"
+        "PolicyPack('locked-pack', security_rules.POLICIES)\n")
+    return pack, rules
+
+
+def test_an_exception_in_enforcement_yaml_allows_a_downgrade_with_its_reason(tmp_path):
+    from preflight.analyzer import load_enforcement
 
     plan = plan_of(kubeadm(instance={"disk_encryption": "disabled"}), "linode")
-    saved = analyzer.enforcement
-    analyzer.enforcement = Enforcement(saved.shipped, saved.locked, ({
-        "stack": plan.stack, "policy": "linode-disk-encryption", "level": "advisory",
-        "reason": "benchmark nodes without data", "approver": "security-lead@example.com"},))
-    try:
-        report = analyzer.analyze(plan, {"linode-disk-encryption": "advisory"})
-    finally:
-        analyzer.enforcement = saved
+    pack, rules = _pack_with_enforcement(tmp_path, (
+        "locked: [linode-disk-encryption]\n"
+        "exceptions:\n"
+        f"  - {{stack: {plan.stack}, policy: linode-disk-encryption, level: advisory,\n"
+        "     reason: benchmark nodes without data, approver: security-lead@example.com}\n"))
+    with Analyzer(pack, enforcement=load_enforcement(rules)) as a:
+        report = a.analyze(plan, {"linode-disk-encryption": "advisory"})
     assert_violates(report, "linode-disk-encryption", "advisory", "diskEncryption is disabled")
     assert report.mandatory_violations == 0
     assert any("by exception (reason: benchmark nodes without data; approver: security-lead@example.com)" in a
                for a in report.approvals), report.render()
+
+
+def test_the_pack_itself_refuses_a_downgrade_as_the_cli_would_send_it():
+    """Without preflight's own check (as under `pulumi preview --policy-pack-config`), the pack's
+    Configure refuses to weaken a locked policy, so the preview fails instead of passing."""
+    from preflight.analyzer import Enforcement
+
+    with Analyzer(enforcement=Enforcement((), (), ())) as a:
+        with pytest.raises(PolicyPackError, match="FAILED_PRECONDITION: .*no-public-admin-access is a locked"):
+            a.analyze(plan_of(gke()), {"no-public-admin-access": "disabled"})
 
 
 @pytest.mark.parametrize("config,fragment", [
