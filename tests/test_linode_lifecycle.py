@@ -454,3 +454,68 @@ def test_a_joining_control_plane_first_removes_the_etcd_member_of_the_node_it_re
     assert body.index("remove_stale_etcd_member") < body.index("kubeadm join")
     assert """-v name="gpu-staging-cp-1" '$3 == name""" in script and 'member remove "$id"' in script
     assert f"kubeadm config images list --kubernetes-version v{__import__('components.linode.versions', fromlist=['x']).KUBERNETES_PATCH['1.35']}" in script
+
+
+# --- the CCM, rendered with the pinned chart --------------------------------------------------------
+
+CHARTS = Path(__file__).resolve().parents[2] / "shared" / "charts"
+
+
+@pytest.mark.skipif(not (CHARTS / "ccm-linode-v0.7.1.tgz").exists(), reason="../shared/charts not present")
+def test_ccm_chart_gets_the_vpc_and_subnet_the_nodes_use(dev):
+    from helm_python import Chart
+
+    from components.linode import versions
+
+    release = next(r for r in dev.by_type("kubernetes:helm.sh/v3:Release") if r.plain_inputs["chart"] == "ccm-linode")
+    values = release.plain_inputs["values"]
+    assert values["vpcNames"] == dev.one("linode:index/vpc:Vpc").plain_inputs["label"]
+    assert values["subnetNames"] == dev.one("linode:index/vpcSubnet:VpcSubnet").plain_inputs["label"]
+    assert "nodeBalancerBackendIPv4Subnet" not in values  # private-IP backends: no VPC NodeBalancer needed
+    chart = Chart.load(str(CHARTS / f"ccm-linode-{versions.LINODE_CCM_CHART.version}.tgz"))
+    rendered = "\n".join(chart.render(values, name="ccm", namespace="kube-system").values())
+    assert f"--vpc-names={values['vpcNames']}" in rendered and f"--subnet-names={values['subnetNames']}" in rendered
+    # Every node has a private IPv4: the CCM puts LoadBalancer backends there (node.k8s.linode.com/private-ip).
+    assert all(r.plain_inputs["privateIp"] is True for r in dev.by_type(INSTANCE))
+    fw = next(r.plain_inputs for r in dev.by_type("linode:index/firewall:Firewall") if r.plain_inputs["label"].endswith("-nodes"))
+    assert {"label": "nodebalancer-nodeports", "action": "ACCEPT", "protocol": "TCP", "ports": "30000-32767",
+            "ipv4s": ["192.168.255.0/24"]} in fw["inbounds"]
+
+
+def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_path):
+    from preflight.__main__ import main
+
+    stack = yaml.safe_load((Path(__file__).resolve().parents[1] / "stacks" / "Pulumi.linode-dev.yaml").read_text())
+    stack["config"]["gpu-platform:environment"] = "ha3"
+    stack["config"]["gpu-platform:linode"]["controlPlane"]["count"] = 3
+    stack["config"]["gpu-platform:linode"]["reservedApiIp"] = True  # ignored with a NodeBalancer
+    path = tmp_path / "Pulumi.linode-ha3.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    code = main(["--stack-file", str(path), "--out", str(tmp_path / "build"), "--no-policies", "--quiet",
+                 "--allow-missing-chart", "cilium"])
+    assert code == 0
+    plan = __import__("json").loads((tmp_path / "build" / "linode-ha3" / "plan.json").read_text())
+    types = [r["type"] for r in plan["resources"]]
+    assert types.count(INSTANCE) == 5 and "linode:index/nodeBalancer:NodeBalancer" in types
+    assert "linode:index/reservedIp:ReservedIp" not in types
+    token = [r for r in plan["resources"] if r["type"] == "kubernetes:core/v1:Secret"
+             and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]
+    assert len(token) == 1 and token[0]["inputs"]["stringData"] == "[secret]"
+
+
+def test_reserved_ip_is_optional_and_the_api_is_verified_by_name(dev):
+    # Default: no Reserved IP (not every account has them); admins reach cp-0's own address.
+    assert not dev.by_type("linode:index/reservedIp:ReservedIp")
+    kubeconfig = yaml.safe_load(dev.outputs["kubeconfig"]["value"])
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    cp0 = next(r for r in dev.by_type(INSTANCE) if r.plain_inputs["label"] == "gpu-dev-cp-0")
+    assert cluster["server"] == f"https://{cp0.outputs['ipv4s'][0]}:6443"
+    assert cluster["tls-server-name"] == "kubernetes"  # a SAN kubeadm always puts on the API certificate
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:linode"]["reservedApiIp"] = True
+    plan = plan_config(cfg)
+    reserved = plan.one("linode:index/reservedIp:ReservedIp")
+    cp0 = next(r for r in plan.by_type(INSTANCE) if r.plain_inputs["label"] == "gpu-dev-cp-0")
+    assert cp0.plain_inputs["ipv4s"] == [reserved.outputs["address"]]
+    init = yaml.safe_load(files_of(docs_of(plan)["gpu-dev-cp-0"])[render.KUBEADM_CONFIG_PATH].split("---\n")[1])
+    assert reserved.outputs["address"] in init["apiServer"]["certSANs"]
