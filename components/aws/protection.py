@@ -58,7 +58,7 @@ def cluster_role_rules() -> list[dict]:
 def render_deployment(image: str, role_arn: str, asg_names: Sequence[str], region: str, timing: ScaleDownTiming) -> dict:
     """The controller's Deployment manifest (validated strictly in the tests). The image is taken
     by digest, so a new controller version is a new digest in the stack config and rolls the pod."""
-    if not re.match(IMAGE_BY_DIGEST, image):
+    if not re.fullmatch(IMAGE_BY_DIGEST, image):
         raise ValueError(f"controller image {image!r}: a reference by digest, registry/repository@sha256:<64 hex>")
     hardened = {
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,

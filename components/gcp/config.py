@@ -62,7 +62,7 @@ class SystemPool(Model):
 
 
 WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
-RFC3339_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+RFC3339_Z = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")  # fullmatch; \d is any Unicode digit
 # GKE: a maintenance window must allow at least 48 hours of maintenance in any 32 days; 32 days hold at
 # least 4 of each weekday (https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions).
 MIN_WINDOW_HOURS_PER_32_DAYS = 48
@@ -83,7 +83,7 @@ class MaintenanceExclusion(Model):
     @field_validator("start", "end")
     @classmethod
     def _rfc3339(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not RFC3339_Z.match(value):
+        if value is not None and not RFC3339_Z.fullmatch(value):
             raise ValueError("an RFC 3339 UTC time such as 2026-12-01T00:00:00Z (GKE returns UTC; another form diffs forever)")
         return value
 

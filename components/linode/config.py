@@ -28,7 +28,7 @@ def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True) -> st
     is shortened when needed, the random suffix never is."""
     base = f"{prefix}-ckpt-{owner}"
     label = f"{base[:63 - len(suffix) - 1].rstrip('-')}-{suffix}"
-    if check and (not _BUCKET_LABEL.match(label) or "--" in label):
+    if check and (not _BUCKET_LABEL.fullmatch(label) or "--" in label):
         raise ValueError(f"bucket label {label!r} breaks Linode's bucket naming rules")
     return label
 
