@@ -168,6 +168,17 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return size
 
 
+def _largest_path(node: yaml.Node, memo: dict[int, int]) -> str:
+    """The key path of the biggest value (by expanded size), two levels down: config.<key>."""
+    path = []
+    for _ in range(2):
+        if not isinstance(node, yaml.MappingNode) or not node.value:
+            break
+        key, node = max(node.value, key=lambda kv: memo.get(id(kv[1]), 0))
+        path.append(str(key.value) if isinstance(key, yaml.ScalarNode) else "?")
+    return ".".join(path) or "(root)"
+
+
 # ---------------------------------------------------------------------------------------------
 # Bytes -> text
 # ---------------------------------------------------------------------------------------------
@@ -220,9 +231,11 @@ def load_yaml_text(text: str, shown: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        if _expanded_size(node, {}) > MAX_NODES:
-            raise YamlInputError(shown, f"aliases expand to more than {MAX_NODES} values (an alias bomb?); write "
-                                        "the values out or use fewer aliases")
+        memo: dict[int, int] = {}
+        if _expanded_size(node, memo) > MAX_NODES:
+            where = _largest_path(node, memo)
+            raise YamlInputError(shown, f"{where}: aliases expand to more than {MAX_NODES} values (an alias bomb?); "
+                                        "write the values out or use fewer aliases")
         data = loader.construct_document(node)
     except _Recursive:
         raise YamlInputError(shown, "an alias refers to its own anchor (a recursive structure); write the values "
