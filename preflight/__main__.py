@@ -38,6 +38,7 @@ class BackgroundAnalyzer:
 
         self.analyzer = Analyzer(stack=stack, stack_config=stack_config)
         self.error: BaseException | None = None
+        self.where: str | None = None
         self.thread = threading.Thread(target=self._start, daemon=True)
         self.thread.start()
 
@@ -52,7 +53,7 @@ class BackgroundAnalyzer:
         try:
             if self.error is not None:
                 raise self.error
-            return self.analyzer.analyze(plan, policy_config, where=f"policy config of stack {plan.stack}")
+            return self.analyzer.analyze(plan, policy_config, where=self.where or f"policy config of stack {plan.stack}")
         finally:
             self.close()
 
@@ -118,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_CONFIG
         # The pack takes a second to start: start it now, while the program runs.
         policies = BackgroundAnalyzer(args.stack, stack_input.config)
+        from preflight.analyzer import policy_config_path
+
+        # Messages about the policy config name the file read.
+        shown = args.policy_config or (policy_config_path(args.stack) if policy_config is not None else None)
+        policies.where = f"policy config {shown}" if shown else None
 
     try:
         plan = run_program(stack_input)
