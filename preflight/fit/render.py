@@ -201,7 +201,8 @@ class ChartInfo:
     version: str
     dependencies: list[dict[str, Any]]  # Chart.yaml `dependencies` (name, condition)
     crds: list[tuple[str, list[dict[str, Any]], list[Optional[str]]]]  # (file in the archive, objects, texts)
-    uses_api_versions: bool  # some template asks .Capabilities.APIVersions
+    # what templates (subcharts included) ask .Capabilities.APIVersions.Has; None: not only literals
+    api_version_queries: Optional[list[str]]
 
     def load(self):
         import helm_python
@@ -226,7 +227,33 @@ def _read_chart(path: Path, data: Optional[bytes], release: str) -> dict[str, An
                 "dependencies": list(meta.get("dependencies") or []),
                 "crds": [[c.get("filename") or c["name"], c["data"]]
                          for c in sorted(chart.crds, key=lambda c: c.get("filename") or c["name"])],
-                "usesApiVersions": any("APIVersions" in t.get("data", "") for t in chart.templates)}
+                "apiVersionQueries": api_version_queries(path, data)}
+
+
+_HAS = re.compile(r'APIVersions\.Has\s+"([^"]+)"')
+
+
+def api_version_queries(path: Path, data: Optional[bytes]) -> Optional[list[str]]:
+    """The API versions the chart's templates (subcharts included) ask `.Capabilities.APIVersions.Has`
+    about, when every use is such a literal; None when some template uses APIVersions otherwise."""
+    import io
+    import tarfile
+
+    texts: list[str] = []
+    if data is not None:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            for member in tar.getmembers():
+                if member.isfile() and "/templates/" in member.name:
+                    texts.append(tar.extractfile(member).read().decode("utf-8", "replace"))
+    else:
+        texts = [f.read_text(errors="replace") for f in path.rglob("*") if f.is_file() and "templates" in f.parts]
+    found: set[str] = set()
+    for text in texts:
+        literal = _HAS.findall(text)
+        if text.count("APIVersions") != len(literal):
+            return None
+        found.update(literal)
+    return sorted(found)
 
 
 def chart_info(path: Path, release: str) -> ChartInfo:
@@ -236,7 +263,7 @@ def chart_info(path: Path, release: str) -> ChartInfo:
         data = path.read_bytes() if path.is_file() else None
         facts = None
         folder = _CACHE_DIR[0]
-        cache = folder / f"chart-{hashlib.sha256(data).hexdigest()}.json" if folder is not None and data is not None else None
+        cache = folder / f"chart-v2-{hashlib.sha256(data).hexdigest()}.json" if folder is not None and data is not None else None
         if cache is not None and cache.is_file():
             try:
                 facts = json.loads(cache.read_text())
@@ -257,7 +284,7 @@ def chart_info(path: Path, release: str) -> ChartInfo:
             texts: list[Optional[str]] = []
             crds.append((fname, _load_docs(text, release, fname, texts), texts))
         _CHARTS[key] = ChartInfo(path, data, facts["name"], facts["version"], facts["dependencies"], crds,
-                                 facts["usesApiVersions"])
+                                 facts["apiVersionQueries"])
     return _CHARTS[key]
 
 
@@ -570,10 +597,10 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
         rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions)
     rendered_crds = [o for rel, _, _ in helm for o in rel.objects]
     extra = sorted(set(crd_api_versions(rendered_crds)) - set(api_versions))
-    if extra:  # CRDs rendered from templates (not crds/): render again so capability checks see them
+    if extra:  # CRDs rendered from templates (not crds/): render again the charts that ask for them
         api_versions = sorted(set(api_versions) | set(extra))
         for rel, info, values in helm:
-            if info.uses_api_versions:
+            if info.api_version_queries is None or set(info.api_version_queries) & set(extra):
                 rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions)
 
     # The program registers resources concurrently: order what it registered by identity, not by arrival.
