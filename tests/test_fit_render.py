@@ -437,3 +437,22 @@ def test_pinned_charts_cover_every_release_the_stacks_install() -> None:
         for r in stack_plan(stack).by_type(RELEASE):
             i = r.plain_inputs
             assert (i["chart"].rsplit("/", 1)[-1], i["version"]) in pins, (stack, r.name)
+
+
+def test_crds_rendered_from_another_charts_templates_reach_capability_checks(tmp_path: Path) -> None:
+    crd = yaml.safe_dump(_crd("example.org", "Widget", "widgets"))
+    make_chart(tmp_path, "provider", "1.0.0", {"crd.yaml": crd})
+    make_chart(tmp_path, "consumer", "1.0.0", {"cm.yaml": """\
+        apiVersion: v1
+        kind: ConfigMap
+        metadata: {name: consumer}
+        data:
+          widgets: {{ .Capabilities.APIVersions.Has "example.org/v1/Widget" | quote }}
+        """})
+    plan = Plan("t", [release_resource("c", "consumer", "1.0.0", "ns", {}, "consumer"),
+                      release_resource("p", "provider", "1.0.0", "ns", {}, "provider")], {})
+    releases = {r.name: r for r in render_plan(plan, [tmp_path], kubernetes_version="1.33", example=None)}
+    assert [o["kind"] for o in releases["provider"].objects] == ["CustomResourceDefinition"]
+    assert releases["consumer"].objects[0]["data"]["widgets"] == "true"
+    alone = Plan("t", [release_resource("c", "consumer", "1.0.0", "ns", {}, "consumer")], {})
+    assert render_plan(alone, [tmp_path], example=None)[0].objects[0]["data"]["widgets"] == "false"
