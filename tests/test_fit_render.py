@@ -8,6 +8,7 @@ import http.server
 import json
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import yaml
 
 from preflight.fit import kustomize, render
 from preflight.fit.render import ChartError, RenderedRelease, render_plan, write_rendered
-from preflight.runner import SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
+from preflight.runner import ROOT, SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
 from tests.fit_support import (
     CHARTS, STACKS, allowed_missing, make_chart, need_charts, release_resource, rendered, stack_plan,
 )
@@ -411,15 +412,22 @@ def test_charts_pull_fills_a_cache_at_the_pinned_versions(tmp_path: Path, local_
     from preflight.fit.pull import pinned_charts
 
     dest = tmp_path / "cache"
-    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(dest), "--mirror", local_repo)
+    # Stands in for `kubectl kustomize URL` offline: prints the pre-built YAML of the target it is given.
+    fake = tmp_path / "fake_kustomize.py"
+    fake.write_text("import sys\nfrom pathlib import Path\nfrom preflight.fit.render import kustomize_file_name\n"
+                    f"print((Path({str(CHARTS / 'kustomize')!r}) / kustomize_file_name(sys.argv[1])).read_text())\n")
+    kustomize = f"env PYTHONPATH={ROOT} {sys.executable} {fake}"
+    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(dest), "--mirror", local_repo,
+                                "--kustomize", kustomize)
     pins = {p.file_name for p in pinned_charts()}
     missing = {"cilium-1.18.2.tgz", "tigera-operator-v3.30.3.tgz"}
     assert code == 1 and all(m in err for m in missing), err
+    assert "FAILED  github.com" not in err, err
     assert {p.name for p in dest.glob("*.tgz")} == pins - missing
     for p in dest.glob("*.tgz"):
         assert p.read_bytes() == (CHARTS / p.name).read_bytes()
+    assert sorted(p.name for p in (dest / "kustomize").iterdir()) == sorted(p.name for p in (CHARTS / "kustomize").iterdir())
     # The pulled cache renders a stack.
-    (dest / "kustomize").symlink_to(CHARTS / "kustomize")
     releases = render_plan(stack_plan("aws-prod"), [dest], kubernetes_version="1.33")
     assert all(r.rendered for r in releases)
     # A second run keeps what is there; --only limits; an unknown name is a usage error.
@@ -427,6 +435,10 @@ def test_charts_pull_fills_a_cache_at_the_pinned_versions(tmp_path: Path, local_
     assert code == 0 and "kueue-0.19.2.tgz" in out
     code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(dest), "--only", "nosuch")
     assert code == 2 and "nosuch" in err
+    # A kustomize build that fails is reported by target, not skipped.
+    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(tmp_path / "other"), "--mirror", local_repo,
+                                "--kustomize", "false")
+    assert code == 1 and "FAILED  github.com/kubeflow/katib.git" in err, err
 
 
 def test_pinned_charts_cover_every_release_the_stacks_install() -> None:

@@ -5,19 +5,25 @@ components/aws/versions.py) at its pinned version with Helm's Go SDK (helm_pytho
 repositories through their index.yaml, `oci://` references from the registry), into DIR as
 `NAME-VERSION.tgz`, the layout `--charts DIR` reads. `--mirror URL` pulls every chart by name from one
 classic Helm repository instead (an internal mirror, or a local one in tests). A chart already in DIR
-whose Chart.yaml matches is kept. Exit 0 when every chart is there, 1 when any could not be pulled.
+whose Chart.yaml matches is kept. The pinned kustomize remote targets (components/platform/versions.py
+KUSTOMIZE_SOURCES) are built into DIR/kustomize/REPO-REF-NAME.yaml with `kubectl kustomize` (or
+`kustomize build`, `--kustomize CMD` to choose); Helm has no kustomize. Exit 0 when everything is
+there, 1 when anything could not be pulled or built.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from preflight.fit.render import chart_file_name
+from preflight.fit.render import chart_file_name, kustomize_file_name
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,39 @@ def pull_chart(pin: PinnedChart, dest: Path, mirror: Optional[str] = None) -> Pa
     return target
 
 
+def pinned_kustomize_targets() -> list[str]:
+    from components.platform import versions
+
+    return sorted(set(versions.KUSTOMIZE_SOURCES.values()))
+
+
+def default_kustomize() -> Optional[list[str]]:
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    return None
+
+
+def build_kustomize(target: str, dest: Path, command: list[str]) -> Path:
+    """`<command> https://<target>` into dest/kustomize/<file>; raises RuntimeError."""
+    fname = kustomize_file_name(target)
+    if fname is None:
+        raise RuntimeError(f"{target} is not a github.com/ORG/REPO/PATH?ref=REF target")
+    out = dest / "kustomize" / fname
+    if out.exists() and out.stat().st_size:
+        return out
+    url = target if target.startswith("https://") else f"https://{target}"
+    proc = subprocess.run([*command, url], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"{' '.join(command)} {url} failed: {proc.stderr.strip()[-500:]}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(proc.stdout)
+    tmp.replace(out)
+    return out
+
+
 def main(argv: list[str]) -> int:
     from preflight.fit.run import default_chart_dirs
 
@@ -95,6 +134,8 @@ def main(argv: list[str]) -> int:
     pull.add_argument("--dest", help=f"cache folder (default: the first of {', '.join(map(str, default_chart_dirs()))})")
     pull.add_argument("--mirror", help="pull every chart by name from this classic Helm repository URL instead")
     pull.add_argument("--only", action="append", default=[], metavar="NAME", help="only this chart (repeatable)")
+    pull.add_argument("--kustomize", metavar="CMD",
+                      help="command that builds a kustomize URL to stdout (default: `kubectl kustomize`, else `kustomize build`)")
     sub.add_parser("list", help="list the pinned charts")
     args = parser.parse_args(argv)
 
@@ -113,6 +154,17 @@ def main(argv: list[str]) -> int:
     import helm_python
 
     failed = []
+    failed_targets = []
+    if not args.only:
+        command = shlex.split(args.kustomize) if args.kustomize else default_kustomize()
+        for target in pinned_kustomize_targets():
+            try:
+                if command is None:
+                    raise RuntimeError("neither kubectl nor kustomize is on PATH (--kustomize CMD)")
+                print(f"ok      {build_kustomize(target, dest, command)}")
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                failed_targets.append(target)
+                print(f"FAILED  {target}: {exc}", file=sys.stderr)
     for pin in pins:
         if args.only and pin.name not in args.only:
             continue
@@ -122,8 +174,8 @@ def main(argv: list[str]) -> int:
         except (helm_python.HelmError, RuntimeError, OSError) as exc:
             failed.append(pin)
             print(f"FAILED  {pin.file_name}: {exc}", file=sys.stderr)
-    if failed:
-        print(f"preflight charts pull: {len(failed)} chart(s) not pulled: {', '.join(p.file_name for p in failed)}",
+    if failed or failed_targets:
+        print(f"preflight charts pull: not pulled: {', '.join([p.file_name for p in failed] + failed_targets)}",
               file=sys.stderr)
         return 1
     return 0
