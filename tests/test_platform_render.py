@@ -191,8 +191,9 @@ def test_alertmanager_mails_every_alert_email() -> None:
     email = next(r for r in conf["receivers"] if r["name"] == "email")
     assert [c["to"] for c in email["email_configs"]] == ["a@example.com", "b@example.com"]
     assert conf["global"]["smtp_smarthost"] == "smtp.example.com:587"
-    with pytest.raises(ValueError, match="SMTP"):
-        alertmanager_config(["a@example.com"], None)
+    # No relay: nothing can be mailed, so everything goes to the null receiver (config warns).
+    no_relay = alertmanager_config(["a@example.com"], None)
+    assert [r["name"] for r in no_relay["receivers"]] == ["null"] and "smtp_smarthost" not in no_relay["global"]
 
 
 def amtool_route(conf: dict, labels: str, tmp_path) -> str:
@@ -277,8 +278,8 @@ def test_versions_are_pinned_exactly() -> None:
 
 def _raw(**platform) -> dict:
     return {"cloud": "linode", "owner": "ml", "costCenter": "r", "monthlyBudgetUsd": 1000,
-            "alertEmails": ["ops@example.com"], "linode": {"region": "us-east"},
-            "gpuPools": [{"name": "rtx", "instanceType": "g1-gpu-rtx6000-1", "capacity": "on-demand",
+            "alertEmails": ["ops@example.com"], "linode": {"region": "us-ord"},
+            "gpuPools": [{"name": "rtx", "instanceType": "g2-gpu-rtx4000a1-m", "capacity": "on-demand",
                           "minNodes": 1, "maxNodes": 1}],
             "platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "a@example.com"}, **platform}}
 
@@ -296,12 +297,22 @@ def test_platform_config_errors_name_the_key() -> None:
         parse_config(_raw(gpuQuota={"nope": 2}), "t")
     with pytest.raises(ConfigError, match=r"platform\.queueingStrategy"):
         parse_config(_raw(queueingStrategy="LIFO"), "t")
+
+
+
+def test_alert_emails_without_smtp_plan_with_a_warning_naming_the_key() -> None:
+    """Budget and billing alerts go through the cloud's own channels, so alertEmails alone is not a
+    config error; what needs SMTP (Alertmanager's mail) is named in a warning instead."""
+    from components.config import config_warnings
+
     raw = _raw()
     del raw["platform"]["alertSmtp"]
-    with pytest.raises(ConfigError, match=r"platform\.alertSmtp"):
-        parse_config(raw, "t")
+    cfg = parse_config(raw, "t")
+    warnings = [w for w in config_warnings(cfg) if "platform.alertSmtp" in w]
+    assert len(warnings) == 1 and "run-rate" in warnings[0] and "no billing-alert API" in warnings[0]
+    assert not [w for w in config_warnings(parse_config(_raw(), "t")) if "alertSmtp" in w]  # relay set
     raw["platform"]["monitoring"] = False
-    assert parse_config(raw, "t").platform.monitoring is False
+    assert not [w for w in config_warnings(parse_config(raw, "t")) if "alertSmtp" in w]
 
 
 # --- training LimitRange, applied as the API server applies it -------------------------------------

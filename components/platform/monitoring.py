@@ -237,17 +237,17 @@ def render_grafana_admin_secret(password: Any, namespace: str = MONITORING_NAMES
 def alertmanager_config(emails: Sequence[str], smtp: Optional[AlertSmtp]) -> dict[str, Any]:
     """Routing by severity: critical and warning alerts mail every address of `alertEmails`
     (critical re-sent every 4 h while firing, warning once a day); Watchdog, InfoInhibitor, info and
-    severity "none" go nowhere (the null receiver), as does everything when there is no address."""
-    if emails and smtp is None:
-        raise ValueError("alert e-mails need an SMTP relay (platform.alertSmtp)")
+    severity "none" go nowhere (the null receiver), as does everything when there is no address or no
+    SMTP relay to send through (config warns about the latter: platform_warnings)."""
+    if smtp is None:
+        emails = []
     cfg: dict[str, Any] = {"global": {"resolve_timeout": "5m"}}
     receivers: list[dict[str, Any]] = [{"name": "null"}]
     routes: list[dict[str, Any]] = [
         {"receiver": "null", "matchers": ['alertname =~ "Watchdog|InfoInhibitor"']},
         {"receiver": "null", "matchers": ['severity =~ "none|info"']},
     ]
-    if emails:
-        assert smtp is not None
+    if emails and smtp is not None:
         cfg["global"].update({"smtp_smarthost": smtp.smarthost, "smtp_from": smtp.from_address,
                               "smtp_require_tls": smtp.require_tls})
         if smtp.username:
