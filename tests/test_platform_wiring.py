@@ -24,14 +24,15 @@ BASE: dict[str, Any] = {
     "gpu-platform:monthlyBudgetUsd": 3000,
     "gpu-platform:alertEmails": ["ops@example.com", "ml@example.com"],
     "gpu-platform:gpuPools": [
-        {"name": "rtx", "instanceType": "g1-gpu-rtx6000-1", "capacity": "on-demand", "minNodes": 2, "maxNodes": 2},
+        {"name": "rtx", "instanceType": "g2-gpu-rtx4000a1-m", "capacity": "on-demand", "minNodes": 2, "maxNodes": 2},
     ],
-    "gpu-platform:linode": {"region": "us-east"},
+    # A region with VPCs and these GPU plans (components/linode/regions.yaml).
+    "gpu-platform:linode": {"region": "us-ord"},
     "gpu-platform:platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "alerts@example.com"}},
 }
 TWO_POOLS = [
-    {"name": "rtx", "instanceType": "g1-gpu-rtx6000-1", "capacity": "on-demand", "minNodes": 2, "maxNodes": 2},
-    {"name": "rtx4", "instanceType": "g1-gpu-rtx6000-4", "capacity": "on-demand", "minNodes": 1, "maxNodes": 1},
+    {"name": "rtx", "instanceType": "g2-gpu-rtx4000a1-m", "capacity": "on-demand", "minNodes": 2, "maxNodes": 2},
+    {"name": "rtx4", "instanceType": "g2-gpu-rtx4000a4-m", "capacity": "on-demand", "minNodes": 1, "maxNodes": 1},
 ]
 CR = "kubernetes:apiextensions.k8s.io:CustomResource"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -227,7 +228,7 @@ def test_releases_in_queue_namespaces_install_after_kueue_and_kueue_after_traine
 def test_quotas_follow_allocatable_and_the_limit_range_has_no_default_limits(full_plan: Plan) -> None:
     from components.capacity import allocatable
 
-    alloc = allocatable("linode", "g1-gpu-rtx6000-1")
+    alloc = allocatable("linode", "g2-gpu-rtx4000a1-m")
     quota = full_plan.one("kubernetes:core/v1:ResourceQuota")
     cpu = quota.inputs["spec"]["hard"]["requests.cpu"]
     assert cpu.endswith("m") and int(cpu[:-1]) <= 2 * alloc.cpu_millis  # 2 nodes' allocatable at most
