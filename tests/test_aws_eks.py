@@ -211,3 +211,24 @@ def test_account_billing_must_be_a_boolean():
     with pytest.raises(ConfigError) as err:
         parse_config(with_aws(supportType="LONG"), "aws-prod")
     assert "gpu-platform:aws.supportType" in str(err.value) and "EXTENDED" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# A new VPC without availabilityZones (issue 16: the program asks the region)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_new_vpc_without_zones_spans_the_regions_first_three():
+    config = stack_config("aws-prod")
+    aws_section = dict(config["gpu-platform:aws"])
+    aws_section.pop("availabilityZones")
+    config["gpu-platform:aws"] = aws_section
+    parse_config({k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpu-platform:")}, "aws-prod")
+    plan = run_program(stack_input_from_mapping("aws-prod", config))
+    subnets = [r.inputs for r in plan.by_type("aws:ec2/subnet:Subnet") if "private" in r.name]
+    assert sorted(s["availabilityZone"] for s in subnets) == ["us-east-1a", "us-east-1b", "us-east-1c"]
+
+
+def test_one_zone_is_still_refused_with_the_key():
+    with pytest.raises(ConfigError, match=r"aws\.availabilityZones.*at least two zones"):
+        parse_config(with_aws(availabilityZones=["us-east-1a"]), "aws-prod")

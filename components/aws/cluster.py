@@ -14,7 +14,7 @@ from components.bucket_lifecycle import BucketDeletion
 from components.aws.config import instance_types_of, on_demand_split
 from components.aws.eks import STORAGE_CLASS, EksCluster, EksClusterArgs
 from components.aws.gpu_asg import CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs, asg_name
-from components.aws.network import Network, NetworkArgs
+from components.aws.network import Network, NetworkArgs, default_zones
 from components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs, termination_timing
 from components.aws.protection import ScaleInProtection, ScaleInProtectionArgs
 from components.aws.scale_down import scale_down_timing
@@ -41,7 +41,8 @@ class AwsCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, providers={"aws": provider})
 
         if section.new_vpc:
-            net = Network(f"{name}-network", NetworkArgs(cluster_name, section.effective_vpc_cidr, section.availability_zones,
+            zones = list(section.availability_zones) or default_zones(provider)
+            net = Network(f"{name}-network", NetworkArgs(cluster_name, section.effective_vpc_cidr, zones,
                                                          section.nat_gateways == "per-az", tags), opts=child)
             subnet_ids = net.private_subnet_ids
         else:

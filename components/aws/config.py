@@ -161,9 +161,10 @@ def _check_network(section: AwsSection) -> list[ConfigIssue]:
             issues.append(ConfigIssue("aws.privateSubnetIds", section.private_subnet_ids,
                                       "only with vpcId (an existing VPC); for a new VPC give vpcCidr and availabilityZones"))
         zones = section.availability_zones
-        if len(zones) < 2:
+        if len(zones) == 1:  # none: the region's first zones at deploy time (network.default_zones)
             issues.append(ConfigIssue("aws.availabilityZones", zones,
-                                      f"at least two zones of {section.region} for a new VPC, e.g. [{section.region}a, {section.region}b]"))
+                                      f"at least two zones of {section.region} for a new VPC, e.g. [{section.region}a, {section.region}b] "
+                                      "(or none: the region's first three)"))
         if len(zones) > 6:
             issues.append(ConfigIssue("aws.availabilityZones", zones, "at most six zones"))
         for i, zone in enumerate(zones):

@@ -11,7 +11,24 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import pulumi
+import pulumi_aws as aws
 from pulumi_aws import ec2
+
+# A new VPC without aws.availabilityZones spans the region's first three zones (two where it has two).
+DEFAULT_ZONE_COUNT = 3
+
+
+def default_zones(provider: pulumi.ProviderResource) -> list[str]:
+    """The region's first zones that need no opt-in (no Local or Wavelength Zones), asked of AWS at
+    deploy time so a stack need not name them; sorted, so the choice is stable between runs."""
+    found = aws.get_availability_zones(
+        state="available", filters=[{"name": "opt-in-status", "values": ["opt-in-not-required"]}],
+        opts=pulumi.InvokeOptions(provider=provider))
+    zones = sorted(found.names)[:DEFAULT_ZONE_COUNT]
+    if len(zones) < 2:
+        raise ValueError(f"EKS needs subnets in two zones; the region offers {zones}: set aws.vpcId and "
+                         "aws.privateSubnetIds, or another aws.region")
+    return zones
 
 
 def plan_subnets(vpc_cidr: str, zones: Sequence[str]) -> list[tuple[str, str, str]]:

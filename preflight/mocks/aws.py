@@ -142,6 +142,17 @@ def _caller_identity(args: dict[str, Any]) -> dict[str, Any]:
     return {"accountId": ACCOUNT, "arn": DEPLOYER_ARN, "userId": "AROAPREFLIGHT0000000:preflight", "id": ACCOUNT}
 
 
+def _availability_zones(args: dict[str, Any]) -> dict[str, Any]:
+    """The zones of the stack's region as EC2 lists them (us-east-1 has six; the program takes three)."""
+    import pulumi
+
+    region = (pulumi.Config("gpu-platform").get_object("aws") or {}).get("region", "us-east-1")
+    names = [f"{region}{letter}" for letter in "abcdef"]
+    return {"names": names, "zoneIds": [f"{region[:2]}{region.split('-')[1][0]}{region[-1]}-az{i + 1}" for i in range(6)],
+            "state": "available", "id": region, "groupNames": [region] * 6}
+
+
 INVOKES = {
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
+    "aws:index/getAvailabilityZones:getAvailabilityZones": _availability_zones,
 }
