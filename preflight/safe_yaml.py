@@ -2,9 +2,9 @@
 
 `load_yaml_file` turns any file into plain data (dict, list, str, int, float, bool, None) or raises
 `YamlInputError` with the path and, where known, the line and the key. The limits keep a hostile file
-from exhausting memory or time: the file is read up to `max_bytes` only (`/dev/zero` ends there), it
-must be UTF-8 (the Pulumi CLI reads stack files as UTF-8), nesting stops at `MAX_DEPTH` (the composer
-recurses per level), and aliases count towards `MAX_NODES` as if expanded (a billion-laughs file
+from exhausting memory or time: only regular files are read (not /dev/zero, pipes or sockets), up to
+`max_bytes`; it must be UTF-8 (the Pulumi CLI reads stack files as UTF-8), nesting stops at `MAX_DEPTH`
+(the composer recurses per level), and aliases count towards `MAX_NODES` as if expanded (a billion-laughs file
 expands to ~10^9 nodes in anything that walks it, json.dumps included).
 
 Scalars resolve like YAML 1.2's core schema, which is what the CLI's Go YAML library does for config
@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -204,11 +205,15 @@ def decode_utf8(data: bytes, shown: str) -> str:
 
 
 def read_limited(path: Path, shown: str, max_bytes: int = MAX_BYTES) -> bytes:
-    """At most max_bytes of `path`; a larger file (or an endless device) is refused, not read."""
+    """At most max_bytes of `path`; a larger file is refused, not read. Only regular files: a device
+    (/dev/zero never ends), a pipe or a socket (reading would wait forever) is refused before opening."""
     try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise YamlInputError(shown, "is a directory, not a stack file")
+        if not stat.S_ISREG(mode):
+            raise YamlInputError(shown, "is not a regular file (a device, pipe or socket); give a stack file")
         with open(path, "rb") as f:
-            if os.path.isdir(path):
-                raise YamlInputError(shown, "is a directory, not a stack file")
             data = f.read(max_bytes + 1)
     except IsADirectoryError:
         raise YamlInputError(shown, "is a directory, not a stack file") from None

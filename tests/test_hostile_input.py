@@ -59,6 +59,10 @@ def _generate(kind: str, path: Path) -> Path:
         path.write_text(base + "  other:blob: " + "x" * (200 * 1024) + "\n")
     elif kind == "long-integer":
         path.write_text(base + "  other:number: " + "9" * 5000 + "\n")
+    elif kind == "fifo":
+        os.mkfifo(path)  # opening it to read would wait for a writer forever
+    elif kind == "big-comment":
+        path.write_text(base + "# " + "x" * (1024 * 1024) + "\n")
     elif kind == "directory":
         path.mkdir()
     elif kind == "laughs-alert-emails":
