@@ -282,6 +282,12 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
         assert "Restart=on-failure" in unit and "StartLimitIntervalSec=0" in unit
         assert f"ExecStart={render.BOOTSTRAP_SCRIPT_PATH}" in unit
         assert ["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT] in doc["runcmd"]
+        # Pods are kept off the metadata service (where this user data stays readable) on every node.
+        block = files[f"/etc/systemd/system/{render.METADATA_BLOCK_UNIT}"]
+        assert "iptables -I FORWARD -d 169.254.169.254/32 -j DROP" in block and "Before=kubelet.service" in block
+        runcmd = doc["runcmd"]
+        assert runcmd.index(["systemctl", "enable", "--now", render.METADATA_BLOCK_UNIT]) < \
+            runcmd.index(["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT])
         control_plane = "-cp-" in label
         assert (f"/etc/systemd/system/{render.RENEW_TIMER}" in files) is control_plane
         if control_plane:
@@ -294,12 +300,16 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
 def test_units_pass_systemd_analyze_verify(tmp_path):
     service, timer = render.renew_units()
     for name, text in ((render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
-                       (render.RENEW_TIMER, timer)):
+                       (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit())):
         (tmp_path / name).write_text(text.replace("/usr/local/sbin/", "/bin/true #"))
     run = subprocess.run(["systemd-analyze", "verify", *[str(p) for p in tmp_path.iterdir()]],
                          capture_output=True, text=True)
     errors = [l for l in run.stderr.splitlines() if "Unknown" in l or "Invalid" in l or "bad" in l.lower()]
     assert errors == [], run.stderr
+    # The check itself catches a misspelt directive (systemd only warns and ignores it).
+    (tmp_path / "typo.service").write_text(render.bootstrap_unit().replace("Restart=", "Restartt="))
+    typo = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "typo.service")], capture_output=True, text=True)
+    assert "Unknown key 'Restartt'" in typo.stderr
 
 
 # --- the readiness gate ----------------------------------------------------------------------------

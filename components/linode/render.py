@@ -597,6 +597,30 @@ WantedBy=multi-user.target
 """
 
 
+METADATA_BLOCK_UNIT = "gpu-platform-block-metadata.service"
+METADATA_ADDRESS = "169.254.169.254"
+
+
+def metadata_block_unit() -> str:
+    """Pods never need Linode's metadata service, and a node's user data stays readable there for the
+    node's lifetime (Linode cannot delete it): drop forwarded (pod) traffic to it on every node, before
+    the kubelet starts, on every boot. The node itself (cloud-init, root) still reaches it."""
+    rule = f"FORWARD -d {METADATA_ADDRESS}/32 -j DROP"
+    return f"""[Unit]
+Description=gpu-platform: keep pods off the instance metadata service
+Before=kubelet.service
+After=network-pre.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'iptables -C {rule} 2>/dev/null || iptables -I {rule}'
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def renew_units() -> tuple[str, str]:
     service = f"""[Unit]
 Description=gpu-platform: renew kubeadm certificates
@@ -679,8 +703,10 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
         File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
+        File(f"/etc/systemd/system/{METADATA_BLOCK_UNIT}", metadata_block_unit(), "0644"),
     ]
-    commands = ["systemctl daemon-reload", f"systemctl enable --now --no-block {BOOTSTRAP_UNIT}"]
+    commands = ["systemctl daemon-reload", f"systemctl enable --now {METADATA_BLOCK_UNIT}",
+                f"systemctl enable --now --no-block {BOOTSTRAP_UNIT}"]
     if gpu:
         files.append(File(NVIDIA_SCRIPT_PATH, install_nvidia_script(), "0700"))
     if control_plane:
@@ -690,7 +716,7 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         files += [File(RENEW_SCRIPT_PATH, renew_certs_script(), "0700"),
                   File(f"/etc/systemd/system/{RENEW_UNIT}", service, "0644"),
                   File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
-        commands.insert(1, f"systemctl enable {RENEW_TIMER}")
+        commands.insert(2, f"systemctl enable {RENEW_TIMER}")
     if join_config is not None:
         files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
     return cloud_config(node.name, files, commands)
