@@ -468,3 +468,10 @@ def test_crds_rendered_from_another_charts_templates_reach_capability_checks(tmp
     assert releases["consumer"].objects[0]["data"]["widgets"] == "true"
     alone = Plan("t", [release_resource("c", "consumer", "1.0.0", "ns", {}, "consumer")], {})
     assert render_plan(alone, [tmp_path], example=None)[0].objects[0]["data"]["widgets"] == "false"
+
+
+def test_without_helms_sdk_rendering_stops_with_a_chart_error(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "helm_python", None)  # `import helm_python` raises ImportError
+    plan = Plan("t", [release_resource("x", "kueue", "0.19.2", "ns", {}, "kueue")], {})
+    with pytest.raises(ChartError, match="helm-python-sdk"):
+        render_plan(plan, [CHARTS], example=None)

@@ -524,6 +524,11 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
     """Every release the program registers, rendered. `kubernetes_version` ("1.33") sets Helm's
     capabilities; `allow_missing` names charts (chart name) whose absence is reported as not rendered
     instead of failing. `cache_dir` keeps parsed big documents between runs (content-addressed)."""
+    try:
+        import helm_python  # noqa: F401  (loads Helm's native library)
+    except Exception as exc:  # noqa: BLE001 ImportError, or helm-c's HelmLibraryError
+        raise ChartError("(none rendered)", f"Helm's SDK is not usable: {exc}; install it with "
+                                            "`pip install -r requirements.txt` (helm-python-sdk)") from None
     _CACHE_DIR[0] = cache_dir
     chart_dirs = [Path(d) for d in chart_dirs]
     allow = set(allow_missing)
