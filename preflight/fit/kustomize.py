@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import yaml
 
@@ -23,18 +23,29 @@ MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name",
               "volumeMounts": "mountPath", "ports": "containerPort", "imagePullSecrets": "name", "args": None}
 
 
-def build(kfile: Path, release: str, load_remote: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dict[str, Any]]],
+          texts: Optional[list] = None) -> list[dict[str, Any]]:
+    """The overlay's objects; `texts` gets each one's source YAML where no patch changed it (else None).
+    `load_remote(target, texts)` returns freshly parsed objects of a pinned remote target."""
     doc = yaml.safe_load(kfile.read_text()) or {}
     unknown = sorted(set(doc) - SUPPORTED)
     if unknown:
         raise ChartError(release, f"{kfile}: kustomization fields {unknown} are not supported by preflight (supported: {sorted(SUPPORTED)})")
     objects: list[dict[str, Any]] = []
+    sources: list[Optional[str]] = []
     for res in doc.get("resources") or []:
         local = kfile.parent / res
         if local.is_file():
-            objects.extend(o for o in yaml.safe_load_all(local.read_text()) if o)
+            loaded = [o for o in yaml.safe_load_all(local.read_text()) if o]
+            objects.extend(loaded)
+            sources.extend([None] * len(loaded))
         else:
-            objects.extend(copy.deepcopy(load_remote(res)))
+            res_texts: list = []
+            loaded = load_remote(res, res_texts)
+            objects.extend(loaded)
+            sources.extend(res_texts if len(res_texts) == len(loaded) else [None] * len(loaded))
+    source_of = {id(o): t for o, t in zip(objects, sources)}
+    touched: set[int] = set()
 
     patches: list[tuple[Any, dict[str, Any] | None]] = []  # (patch body, target selector)
     for p in doc.get("patches") or []:
@@ -49,13 +60,16 @@ def build(kfile: Path, release: str, load_remote: Callable[[str], list[dict[str,
 
     for body, target in patches:
         try:
-            objects = apply_patch(objects, body, target)
+            objects = apply_patch(objects, body, target, touched)
         except (KeyError, IndexError, ValueError, TypeError) as exc:
             raise ChartError(release, f"{kfile}: a patch does not apply: {exc}") from None
     if doc.get("namespace"):
         for o in objects:
             if o.get("kind") not in ("Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"):
                 o.setdefault("metadata", {})["namespace"] = doc["namespace"]
+                touched.add(id(o))
+    if texts is not None:
+        texts.extend(None if id(o) in touched else source_of.get(id(o)) for o in objects)
     return objects
 
 
@@ -76,7 +90,10 @@ def _matches(obj: dict[str, Any], target: dict[str, Any]) -> bool:
     return True
 
 
-def apply_patch(objects: list[dict[str, Any]], body: Any, target: dict[str, Any] | None) -> list[dict[str, Any]]:
+def apply_patch(objects: list[dict[str, Any]], body: Any, target: dict[str, Any] | None,
+                touched: Optional[set[int]] = None) -> list[dict[str, Any]]:
+    """Apply one patch in place (JSON 6902 list, or strategic merge); ids of changed objects go to `touched`."""
+    touched = set() if touched is None else touched
     if isinstance(body, list):  # JSON 6902: applies to every object the target selects
         if not target:
             raise ValueError("a JSON 6902 patch needs a target")
@@ -85,6 +102,7 @@ def apply_patch(objects: list[dict[str, Any]], body: Any, target: dict[str, Any]
             raise ValueError(f"target {target} selects no object")
         for o in hits:
             json6902(o, body)
+            touched.add(id(o))
         return objects
     # Strategic merge: the patch names its object (kind + metadata.name), a target may widen it.
     sel = dict(target or {})
@@ -104,6 +122,7 @@ def apply_patch(objects: list[dict[str, Any]], body: Any, target: dict[str, Any]
         merged = strategic_merge(o, patch)
         o.clear()
         o.update(merged)
+        touched.add(id(o))
     return objects
 
 

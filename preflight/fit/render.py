@@ -446,7 +446,7 @@ def load_kustomize(target: str, release: str, chart_dirs: list[Path], base: Path
         raise ChartError(release, f"kustomize directory {target} is neither a pinned remote target nor a local kustomization")
     from preflight.fit.kustomize import build
 
-    return build(kfile, release, lambda t: load_kustomize(t, release, chart_dirs, local))
+    return build(kfile, release, lambda t, tx: load_kustomize(t, release, chart_dirs, local, texts=tx), texts)
 
 
 # ---------------------------------------------------------------------------------------------
