@@ -54,8 +54,9 @@ def test_plan_upgrades_the_control_plane_first_then_each_node_in_turn():
         assert not later or w < later[0], node
     pkg = versions.kubernetes_package_version("1.36")
     assert f"kubelet={pkg}" in text[kubelets[0]] and "apt-mark hold kubelet kubectl" in text[kubelets[0]]
-    assert steps[-1] == upgrade.Step(LOCAL, "pulumi config set gpu-platform:kubernetesVersion 1.36 -s linode-ha",
-                                     steps[-1].why)
+    assert [s.command for s in steps[-2:]] == [
+        "pulumi config set --path gpu-platform:linode.controlPlaneVersion 1.36 -s linode-ha",
+        "pulumi config set gpu-platform:kubernetesVersion 1.36 -s linode-ha"]
 
 
 def test_cli_prints_the_plan_and_refuses_a_skip_naming_the_key(capsys):
@@ -66,3 +67,24 @@ def test_cli_prints_the_plan_and_refuses_a_skip_naming_the_key(capsys):
     assert upgrade.main(["--stack", "linode-dev", "--to", "1.37"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kubernetesVersion: 1.35 -> 1.37 skips a minor")
+
+
+def test_a_hand_edited_kubernetes_version_is_refused_before_anything_is_registered():
+    """kubernetesVersion ahead of what the control plane runs would give new nodes a newer kubelet."""
+    import copy
+
+    from components.config import ConfigError, parse_config
+    from preflight.runner import stack_input_from_mapping
+    from tests.conftest import stack_config
+
+    cfg = copy.deepcopy(stack_config("linode-dev"))
+    assert cfg["gpu-platform:linode"]["controlPlaneVersion"] == cfg["gpu-platform:kubernetesVersion"]
+    cfg["gpu-platform:kubernetesVersion"] = "1.36"
+    with pytest.raises(ConfigError) as err:
+        parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev")
+    message = str(err.value)
+    assert "gpu-platform:kubernetesVersion" in message and "linode.controlPlaneVersion" in message
+    assert "python -m components.linode.upgrade" in message
+    # What the upgrade tool writes (both keys) is accepted.
+    cfg["gpu-platform:linode"]["controlPlaneVersion"] = "1.36"
+    assert parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev").kubernetes_version == "1.36"

@@ -6,7 +6,7 @@ import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Optional
 
 import yaml
 from pydantic import Field, field_validator
@@ -75,6 +75,10 @@ class LinodeSection(Model):
     reserved_api_ip: bool = False
     # `protect` on control-plane instances: `pulumi destroy` and replacements stop until unprotected.
     protect_control_planes: bool = True
+    # The minor the running control plane has: written by `python -m components.linode.upgrade` after
+    # `kubeadm upgrade apply`, together with kubernetesVersion. A kubernetesVersion that differs from
+    # it would give new nodes a kubelet the control plane does not run (refused).
+    control_plane_version: Optional[str] = Field(default=None, pattern=r"^1\.\d{1,2}$")
 
     @field_validator("ssh_authorized_keys")
     @classmethod
@@ -142,6 +146,12 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   "opens port 22 to adminCidrs only)"))
     from components.linode import versions
 
+    running = section.control_plane_version
+    if running is not None and running != cfg.kubernetes_version:
+        issues.append(ConfigIssue("gpu-platform:kubernetesVersion", cfg.kubernetes_version,
+                                  f"{running}, the minor the control plane runs (linode.controlPlaneVersion): "
+                                  f"change it with `python -m components.linode.upgrade --stack <stack> --to <minor>`, "
+                                  "which upgrades the cluster one minor at a time and then sets both"))
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
         issues.append(ConfigIssue("gpu-platform:kubernetesVersion", cfg.kubernetes_version,
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))

@@ -115,8 +115,10 @@ def upgrade_plan(stack: str, current: str, target: str, control_planes: Sequence
             Step(LOCAL, f"kubectl wait --for=condition=Ready node/{node} --timeout=10m",
                  "one node at a time: the next waits until this one is back"),
         ]
-    steps.append(Step(LOCAL, f"pulumi config set gpu-platform:kubernetesVersion {target} -s {stack}",
-                      "record the new minor: nodes created from now on install it"))
+    steps += [Step(LOCAL, f"pulumi config set --path gpu-platform:linode.controlPlaneVersion {target} -s {stack}",
+                   "record what the control plane now runs"),
+              Step(LOCAL, f"pulumi config set gpu-platform:kubernetesVersion {target} -s {stack}",
+                   "record the new minor: nodes created from now on install it")]
     return steps
 
 
