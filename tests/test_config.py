@@ -291,8 +291,9 @@ def test_bool_as_number_nonfinite_and_ambiguous_versions_are_refused(key, value,
 
 
 def test_unquoted_kubernetes_version_is_read_as_its_text():
-    cfg = parse_config(_raw("linode-dev", kubernetesVersion=1.33), "linode-dev")
-    assert cfg.kubernetes_version == "1.33"
+    # 1.35: the minor linode-dev's control plane runs (linode.controlPlaneVersion must agree).
+    cfg = parse_config(_raw("linode-dev", kubernetesVersion=1.35), "linode-dev")
+    assert cfg.kubernetes_version == "1.35"
 
 
 def test_a_secret_gpu_platform_key_is_refused_without_showing_it():

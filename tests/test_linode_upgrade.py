@@ -83,7 +83,7 @@ def test_a_hand_edited_kubernetes_version_is_refused_before_anything_is_register
     with pytest.raises(ConfigError) as err:
         parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev")
     message = str(err.value)
-    assert "gpu-platform:kubernetesVersion" in message and "linode.controlPlaneVersion" in message
+    assert "gpu-platform:kubernetesVersion: \"1.36\" -> 1.35" in message and "linode.controlPlaneVersion" in message
     assert "python -m components.linode.upgrade" in message
     # What the upgrade tool writes (both keys) is accepted.
     cfg["gpu-platform:linode"]["controlPlaneVersion"] = "1.36"

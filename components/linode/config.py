@@ -148,12 +148,12 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
 
     running = section.control_plane_version
     if running is not None and running != cfg.kubernetes_version:
-        issues.append(ConfigIssue("gpu-platform:kubernetesVersion", cfg.kubernetes_version,
+        issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
                                   f"{running}, the minor the control plane runs (linode.controlPlaneVersion): "
                                   f"change it with `python -m components.linode.upgrade --stack <stack> --to <minor>`, "
                                   "which upgrades the cluster one minor at a time and then sets both"))
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
-        issues.append(ConfigIssue("gpu-platform:kubernetesVersion", cfg.kubernetes_version,
+        issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
     for i, pool in enumerate(cfg.gpu_pools):
         if pool.min_nodes != pool.max_nodes:
