@@ -150,7 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         if policies is not None:
             policies.close()
         return EXIT_USAGE
-    fit = FitWorker(cfg, plan, out, chart_dirs, args.allow_missing_chart)
+    from preflight.costs import CostReport
+
+    # Printed once the charts are rendered: the storage they request is part of the bill. The fit
+    # thread prices it as soon as the charts are rendered, so the cost chart is drawn (in a child
+    # process) while the policy pack is still analysing.
+    costs = CostReport(cfg, out, plan)
+    fit = FitWorker(cfg, plan, out, chart_dirs, args.allow_missing_chart,
+                    then=lambda result: costs.report([r for r in result.releases if r.rendered]))
     (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
     from preflight.mocks import SENSITIVE
 
@@ -159,11 +166,6 @@ def main(argv: list[str] | None = None) -> int:
         print(render_plan(plan))
         print()
     print(f"Wrote {out / 'plan.json'} and {len(written)} artifact(s) under {out / 'artifacts'}")
-
-    from preflight.costs import CostReport
-
-    # Printed once the charts are rendered: the storage they request is part of the bill.
-    costs = CostReport(cfg, out, plan)
 
     status = 0
     if policies is not None:
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         status = EXIT_POLICY
 
     print()
-    print(costs.report([r for r in fit_result.releases if r.rendered]))
+    print(fit.then_result())
     print(costs.finish())
     print(f"\npreflight {args.stack}: {'OK' if status == 0 else 'FAILED'} in {time.monotonic() - started:.2f}s")
     return status

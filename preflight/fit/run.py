@@ -11,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from preflight.runner import ROOT
 
@@ -49,11 +49,16 @@ class FitResult:
 
 
 class FitWorker:
-    """render_plan + cluster_model + check_fit in a thread; `result()` joins and re-raises."""
+    """render_plan + cluster_model + check_fit in a thread; `result()` joins and re-raises. `then`, if
+    given, runs in the thread on the result (e.g. pricing the rendered storage); `then_result()`."""
 
-    def __init__(self, cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = ()):
+    def __init__(self, cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = (),
+                 then: Optional[Callable[[FitResult], Any]] = None):
         self.cfg, self.plan, self.out = cfg, plan, out
         self.chart_dirs, self.allow_missing = chart_dirs, list(allow_missing)
+        self._then = then
+        self._then_value: Any = None
+        self._then_error: Optional[BaseException] = None
         self._result: Optional[FitResult] = None
         self._error: Optional[BaseException] = None
         self.thread = threading.Thread(target=self._run, name="cluster-fit", daemon=True)
@@ -64,6 +69,18 @@ class FitWorker:
             self._result = run_fit(self.cfg, self.plan, self.out, self.chart_dirs, self.allow_missing)
         except BaseException as exc:  # noqa: BLE001 re-raised in result()
             self._error = exc
+            return
+        if self._then is not None:
+            try:
+                self._then_value = self._then(self._result)
+            except BaseException as exc:  # noqa: BLE001 re-raised in then_result()
+                self._then_error = exc
+
+    def then_result(self) -> Any:
+        self.result()
+        if self._then_error is not None:
+            raise self._then_error
+        return self._then_value
 
     def result(self) -> FitResult:
         self.thread.join()
