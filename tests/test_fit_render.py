@@ -479,3 +479,11 @@ def test_without_helms_sdk_rendering_stops_with_a_chart_error(monkeypatch) -> No
     plan = Plan("t", [release_resource("x", "kueue", "0.19.2", "ns", {}, "kueue")], {})
     with pytest.raises(ChartError, match="helm-python-sdk"):
         render_plan(plan, [CHARTS], example=None)
+
+
+def test_an_archive_holding_another_chart_is_refused(tmp_path: Path) -> None:
+    built = make_chart(tmp_path, "other", "1.0.0", {"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"})
+    built.rename(tmp_path / "wanted-1.0.0.tgz")
+    plan = Plan("t", [release_resource("w", "wanted", "1.0.0", "ns", {}, "wanted")], {})
+    with pytest.raises(ChartError, match="holds chart other 1.0.0, not wanted 1.0.0"):
+        render_plan(plan, [tmp_path], example=None)
