@@ -299,10 +299,11 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
 
 def config_warnings(cfg: StackConfig) -> list[str]:
     """Problems that do not stop a deploy but need a person soon (e.g. a version near end of support)."""
+    from components.config_base import system_pool_warnings
     from components.kubernetes_version import version_warnings
     from components.platform.config import platform_warnings
 
-    return version_warnings(cfg) + platform_warnings(cfg)
+    return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg)
 
 
 def load_from_pulumi() -> StackConfig:

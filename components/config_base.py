@@ -14,7 +14,9 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      ValidationInfo, field_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic.alias_generators import to_camel
 
 if TYPE_CHECKING:
@@ -249,3 +251,96 @@ def pool_issue_capacity(cfg: "StackConfig", allowed: tuple[str, ...], why: str) 
         for i, p in enumerate(cfg.gpu_pools)
         if p.capacity not in allowed
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The system pool: one shape on every cloud (the keys gpuPools use)
+# ---------------------------------------------------------------------------------------------
+
+
+class SystemPool(Model):
+    """The small CPU pool for cluster add-ons, the job queue and the ML platform's controllers (never GPU
+    work). Written `<cloud>.systemPool: {instanceType, minNodes, maxNodes}`; a key left out takes the
+    cloud's default (SYSTEM_POOL_DEFAULTS). Per-cloud rules (non-GPU type, Linode's fixed size) live
+    in each cloud's check_stack."""
+
+    instance_type: str = Field(min_length=1, max_length=63)
+    min_nodes: int = Field(ge=1, le=100)
+    max_nodes: int = Field(ge=1, le=100)
+
+
+SYSTEM_POOL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gcp": {"instanceType": "e2-standard-4", "minNodes": 1, "maxNodes": 3},
+    "aws": {"instanceType": "m6i.large", "minNodes": 2, "maxNodes": 3},
+    # A kubeadm pool on Linode is a fixed set of instances: min == max (check_stack).
+    "linode": {"instanceType": "g6-standard-4", "minNodes": 1, "maxNodes": 1},
+}
+
+# Spellings of the last release, accepted with a warning for one more release:
+# cloud -> (section key holding the pool, {old sub-key: new sub-key}).
+_DEPRECATED_SYSTEM_POOL: dict[str, tuple[str, dict[str, str]]] = {
+    "gcp": ("systemPool", {"machineType": "instanceType"}),
+    "aws": ("systemNodes", {"instanceType": "instanceType", "min": "minNodes", "max": "maxNodes"}),
+}
+
+
+def _both_given(cloud: str, old: str, new: str, loc: tuple[str, ...], value: Any) -> ValidationError:
+    """A ValidationError located at the deprecated key (parse_config names it), naming both keys."""
+    error = PydanticCustomError(
+        "deprecated_and_new_key",
+        "only one of {new} and {old} (the deprecated spelling of {new}); both are set: keep {new}",
+        {"old": f"{cloud}.{old}", "new": f"{cloud}.{new}"})
+    return ValidationError.from_exception_data(
+        "SystemPool", [InitErrorDetails(type=error, loc=loc, input=value)])
+
+
+def system_pool_input(cloud: str, data: Any) -> tuple[Any, tuple[tuple[str, str], ...]]:
+    """A cloud section's raw input with its system pool in the current shape and the cloud's defaults
+    filled in, plus the deprecated keys it was written with ((old, new) pairs, for config_warnings).
+    Old and new spelling of the same key together -> a ValidationError at the old key."""
+    if not isinstance(data, dict):
+        return data, ()
+    data = dict(data)
+    renamed: list[tuple[str, str]] = []
+    legacy = _DEPRECATED_SYSTEM_POOL.get(cloud)
+    if legacy is not None:
+        old_section, keys = legacy
+        if old_section != "systemPool" and old_section in data:
+            if "systemPool" in data:
+                raise _both_given(cloud, old_section, "systemPool", (old_section,), data[old_section])
+            renamed.append((f"{cloud}.{old_section}{{{','.join(keys)}}}",
+                            f"{cloud}.systemPool{{{','.join(keys.values())}}}"))
+            old = data.pop(old_section)
+            data["systemPool"] = {keys.get(k, k): v for k, v in old.items()} if isinstance(old, dict) else old
+        elif old_section == "systemPool" and isinstance(data.get("systemPool"), dict):
+            pool = dict(data["systemPool"])
+            for old_key, new_key in keys.items():
+                if old_key in pool:
+                    if new_key in pool:
+                        raise _both_given(cloud, f"systemPool.{old_key}", f"systemPool.{new_key}",
+                                          ("systemPool", old_key), pool[old_key])
+                    renamed.append((f"{cloud}.systemPool.{old_key}", f"{cloud}.systemPool.{new_key}"))
+                    pool[new_key] = pool.pop(old_key)
+            data["systemPool"] = pool
+    pool = data.get("systemPool", {})
+    if isinstance(pool, dict):
+        data["systemPool"] = {**SYSTEM_POOL_DEFAULTS[cloud], **pool}
+    return data, tuple(renamed)
+
+
+def validate_system_pool(cloud: str, data: Any, handler: Any) -> Any:
+    """Body of each cloud section's wrap validator: migrate, validate, and remember what was renamed in the
+    section's private `_system_pool_renamed` (not on the pool, so old and new spelling give equal pools)."""
+    data, renamed = system_pool_input(cloud, data)
+    section = handler(data)
+    if renamed:
+        section._system_pool_renamed = renamed
+    return section
+
+
+def system_pool_warnings(cfg: "StackConfig") -> list[str]:
+    """One warning per deprecated system-pool key the stack file uses, naming the key that replaces it."""
+    renamed = getattr(cfg.cloud_section, "_system_pool_renamed", None) or ()
+    return [f"{NAMESPACE}:{old} is deprecated and will be refused in the next release: write {NAMESPACE}:{new} "
+            f"(one system-pool shape on every cloud: systemPool {{instanceType, minNodes, maxNodes}}, as in gpuPools)"
+            for old, new in renamed]

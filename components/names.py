@@ -134,7 +134,7 @@ def linode_names(cfg: "StackConfig") -> list[DerivedName]:
                 DerivedName(f"{prefix}-api-lb", LINODE_FIREWALL_LABEL, env, "the API NodeBalancer's firewall")]
     labels = [(f"{prefix}-cp-{i}", env) for i in range(cp_count)]
     system = getattr(section, "system_pool", None)
-    labels += [(f"{prefix}-system-{i}", env) for i in range(system.count if system is not None else 0)]
+    labels += [(f"{prefix}-system-{i}", env) for i in range(system.max_nodes if system is not None else 0)]
     for p, pool in enumerate(cfg.gpu_pools):
         for i in range(pool.max_nodes):
             labels.append((f"{prefix}-{pool.name}-{i}", ("environment", f"gpuPools[{p}].name", f"gpuPools[{p}].maxNodes")))

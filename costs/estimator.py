@@ -145,20 +145,18 @@ def _aws_pool(section: Any, name: str) -> Any:
 
 
 def _system_nodes_from(section: Any) -> Optional[tuple[NodeGroup, ...]]:
-    """The system pool a cloud section describes: GCP `system_pool` (machine_type, min_nodes, max_nodes),
-    AWS `system_nodes` (instance_type, min, max); anything else: the cloud default."""
+    """The system pool a cloud section describes: `system_pool` (instance_type, min_nodes, max_nodes), the
+    one shape every cloud's config has; without one: the cloud default."""
     if section is None:
         return None
-    sp = getattr(section, "system_pool", None) or getattr(section, "system_nodes", None)
+    sp = getattr(section, "system_pool", None)
     if sp is None:
         return None
-    itype = getattr(sp, "machine_type", None) or getattr(sp, "instance_type", None)
-    lo = next((v for v in (getattr(sp, a, None) for a in ("min_nodes", "min", "node_count", "count"))
-               if isinstance(v, int)), None)
-    hi = next((v for v in (getattr(sp, a, None) for a in ("max_nodes", "max")) if isinstance(v, int)), None)
-    if not isinstance(itype, str) or lo is None:
+    itype = getattr(sp, "instance_type", None)
+    lo, hi = getattr(sp, "min_nodes", None), getattr(sp, "max_nodes", None)
+    if not isinstance(itype, str) or not isinstance(lo, int):
         return None
-    return (NodeGroup("system", itype, lo, max_count=hi),)
+    return (NodeGroup("system", itype, lo, max_count=hi if isinstance(hi, int) else None),)
 
 
 def _overrides_from(cfg: Any) -> dict[str, dict[str, Any]]:

@@ -121,9 +121,14 @@ MALFORMED = [
      "aws.pools.a10g.onDemandPercentageAboveBase", "100 or unset"),
     ("percentage-over-100", _set("aws.pools.a10g.onDemandPercentageAboveBase", 150), "aws.pools.a10g.onDemandPercentageAboveBase",
      "less than or equal to 100"),
-    ("system-nodes-gpu", _set("aws.systemNodes.instanceType", "g5.xlarge"), "aws.systemNodes.instanceType", "non-GPU"),
-    ("system-nodes-min-above-max", _set("aws.systemNodes", {"instanceType": "m6i.large", "min": 4, "max": 3}),
-     "aws.systemNodes.min", "at most systemNodes.max"),
+    ("system-pool-gpu", _set("aws.systemPool.instanceType", "g5.xlarge"), "aws.systemPool.instanceType", "non-GPU"),
+    ("system-pool-min-above-max", _set("aws.systemPool", {"instanceType": "m6i.large", "minNodes": 4, "maxNodes": 3}),
+     "aws.systemPool.minNodes", "at most aws.systemPool.maxNodes"),
+    ("system-pool-too-big", _set("aws.systemPool.maxNodes", 21), "aws.systemPool.maxNodes", "at most 20"),
+    ("system-pool-old-key-gpu", _both(_set("aws.systemPool", _DELETE), _set("aws.systemNodes", {"instanceType": "g5.xlarge"})),
+     "aws.systemPool.instanceType", "non-GPU"),
+    ("system-pool-old-and-new-key", _set("aws.systemNodes", {"instanceType": "m6i.large", "min": 2, "max": 3}),
+     "aws.systemNodes", "only one of aws.systemPool and aws.systemNodes"),
     ("grace-zero", _set("aws.scaleDownGraceMinutes", 0), "aws.scaleDownGraceMinutes", "greater than or equal to 1"),
     ("log-retention", _set("aws.logRetentionDays", 45), "aws.logRetentionDays", "a CloudWatch Logs retention"),
     ("admin-arn", _set("aws.adminPrincipalArns", ["arn:aws:iam::123:role/x"]), "aws.adminPrincipalArns[0]", "an IAM role or user ARN"),
@@ -143,3 +148,37 @@ def test_malformed_aws_section_names_the_key(mutate, key, text):
     assert "stacks/Pulumi.aws-prod.yaml" in message
     assert f"gpu-platform:{key}:" in message, message
     assert text in message, message
+
+
+# --- one system-pool shape on every cloud; last release's systemNodes{instanceType,min,max} still read ----
+
+
+def test_system_pool_new_shape_and_defaults():
+    from components.config import config_warnings
+
+    cfg = parse_config(raw_config(), "aws-prod")
+    assert (cfg.aws.system_pool.instance_type, cfg.aws.system_pool.min_nodes, cfg.aws.system_pool.max_nodes) == (
+        "m6i.large", 2, 3)
+    assert not [w for w in config_warnings(cfg) if "system" in w]
+    raw = raw_config()
+    raw["aws"].pop("systemPool")
+    assert parse_config(raw, "aws-prod").aws.system_pool == cfg.aws.system_pool  # defaults: m6i.large 2..3
+    raw["aws"]["systemPool"] = {"maxNodes": 5}
+    assert parse_config(raw, "aws-prod").aws.system_pool.model_dump() == {
+        "instance_type": "m6i.large", "min_nodes": 2, "max_nodes": 5}
+
+
+def test_deprecated_system_nodes_is_read_with_a_warning_and_gives_the_same_pool():
+    from components.config import config_warnings
+
+    raw = raw_config()
+    raw["aws"]["systemPool"] = {"instanceType": "m7i.large", "minNodes": 3, "maxNodes": 6}
+    new = parse_config(raw, "aws-prod")
+    raw["aws"].pop("systemPool")
+    raw["aws"]["systemNodes"] = {"instanceType": "m7i.large", "min": 3, "max": 6}
+    old = parse_config(raw, "aws-prod")
+    assert old.aws.system_pool == new.aws.system_pool
+    [warning] = [w for w in config_warnings(old) if "system" in w]
+    assert "gpu-platform:aws.systemNodes{instanceType,min,max} is deprecated" in warning
+    assert "gpu-platform:aws.systemPool{instanceType,minNodes,maxNodes}" in warning
+    assert not [w for w in config_warnings(new) if "system" in w]

@@ -144,14 +144,14 @@ def test_every_shipped_stack_file_can_be_estimated():
 def test_autoscaled_system_pool_counts_min_at_idle_and_max_at_full():
     cfg = NS(cloud="gcp", name_prefix="gpu-prod",
              gpu_pools=[NS(name="a100", instance_type="a2-highgpu-1g", capacity="spot", min_nodes=0, max_nodes=2)],
-             gcp=NS(region="us-central1", system_pool=NS(machine_type="n2-standard-4", min_nodes=1, max_nodes=3)),
+             gcp=NS(region="us-central1", system_pool=NS(instance_type="n2-standard-4", min_nodes=1, max_nodes=3)),
              price_overrides={})
     est = estimate(cfg)
     sys_line = next(ln for ln in est.lines if ln.kind == "system")
     n2 = load_catalog().instance("gcp", "n2-standard-4").on_demand.usd_per_hour
     assert (sys_line.idle_quantity, sys_line.quantity) == (1, 3)
     assert sys_line.idle_monthly_usd == pytest.approx(n2 * H) and sys_line.monthly_usd == pytest.approx(3 * n2 * H)
-    aws = NS(cloud="aws", gpu_pools=[], aws=NS(region="us-east-1", system_nodes=NS(instance_type="m7i.large", min=2, max=3)),
+    aws = NS(cloud="aws", gpu_pools=[], aws=NS(region="us-east-1", system_pool=NS(instance_type="m7i.large", min_nodes=2, max_nodes=3)),
              price_overrides={})
     line = next(ln for ln in estimate(aws).lines if ln.kind == "system")
     assert (line.resource, line.idle_quantity, line.quantity) == ("m7i.large", 2, 3)

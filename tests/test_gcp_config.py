@@ -58,7 +58,7 @@ def test_the_documented_example_is_valid_with_secure_defaults():
     assert section.release_channel == "REGULAR"
     assert section.gpu_driver_version == "LATEST"
     assert section.private_endpoint is False
-    assert section.system_pool.machine_type == "e2-standard-4"
+    assert section.system_pool.instance_type == "e2-standard-4"
     assert (section.system_pool.min_nodes, section.system_pool.max_nodes) == (1, 3)
     assert section.master_cidr.endswith("/28")
     assert section.checkpoint_retention_days == 30
@@ -67,13 +67,13 @@ def test_the_documented_example_is_valid_with_secure_defaults():
 def test_every_gcp_key_is_camel_case_in_yaml():
     raw = with_(gcp(networkCidr="10.0.0.0/20", podsCidr="10.4.0.0/14", servicesCidr="10.8.0.0/20",
                     masterCidr="172.16.32.0/28", releaseChannel="STABLE", deletionProtection=False,
-                    systemPool={"machineType": "n2-standard-4", "minNodes": 2, "maxNodes": 4},
+                    systemPool={"instanceType": "n2-standard-4", "minNodes": 2, "maxNodes": 4},
                     gpuDriverVersion="DEFAULT", checkpointRetentionDays=7, privateEndpoint=False))
     s = parse_config(raw, "t").gcp
     assert (s.network_cidr, s.pods_cidr, s.services_cidr, s.master_cidr) == (
         "10.0.0.0/20", "10.4.0.0/14", "10.8.0.0/20", "172.16.32.0/28")
     assert s.release_channel == "STABLE" and s.gpu_driver_version == "DEFAULT"
-    assert s.system_pool.machine_type == "n2-standard-4" and s.checkpoint_retention_days == 7
+    assert s.system_pool.instance_type == "n2-standard-4" and s.checkpoint_retention_days == 7
 
 
 @pytest.mark.parametrize("environment,setting,expected", [
@@ -134,7 +134,11 @@ MALFORMED = [
     ("release channel", gcp(releaseChannel="FAST"), "gcp.releaseChannel"),
     ("driver version", gcp(gpuDriverVersion="535.129"), "gcp.gpuDriverVersion"),
     ("system pool min > max", gcp(systemPool={"minNodes": 4, "maxNodes": 3}), "gcp.systemPool.minNodes"),
-    ("system pool of GPUs", gcp(systemPool={"machineType": "a2-highgpu-1g"}), "gcp.systemPool.machineType"),
+    ("system pool of GPUs", gcp(systemPool={"instanceType": "a2-highgpu-1g"}), "gcp.systemPool.instanceType"),
+    ("system pool type not a machine type", gcp(systemPool={"instanceType": "E2 standard"}), "gcp.systemPool.instanceType"),
+    ("system pool: old and new key", gcp(systemPool={"machineType": "e2-standard-4", "instanceType": "e2-standard-4"}),
+     "gcp.systemPool.machineType"),
+    ("system pool: old key of GPUs", gcp(systemPool={"machineType": "a2-highgpu-1g"}), "gcp.systemPool.instanceType"),
     ("system pool of zero nodes", gcp(systemPool={"minNodes": 0}), "gcp.systemPool.minNodes"),
     ("retention 0 days", gcp(checkpointRetentionDays=0), "gcp.checkpointRetentionDays"),
     ("deletion protection not a bool", gcp(deletionProtection="maybe"), "gcp.deletionProtection"),
@@ -271,3 +275,34 @@ def test_pinned_version_on_stable_channel_warns_that_the_calendar_tracks_regular
     [warning] = config_warnings(cfg)
     assert "Regular channel" in warning and "2026-06-09" in warning and "STABLE" in warning
     assert config_warnings(parse_config(with_(gcp(releaseChannel="STABLE")), "gcp-prod")) == []  # unpinned: nothing to warn
+
+
+# --- one system-pool shape on every cloud; last release's machineType still read, with a warning ---------
+
+
+def test_system_pool_new_shape_parses_without_warnings():
+    from components.config import config_warnings
+
+    cfg = parse_config(with_(gcp(systemPool={"instanceType": "n2-standard-4", "minNodes": 2, "maxNodes": 5})), "t")
+    assert (cfg.gcp.system_pool.instance_type, cfg.gcp.system_pool.min_nodes, cfg.gcp.system_pool.max_nodes) == (
+        "n2-standard-4", 2, 5)
+    assert not [w for w in config_warnings(cfg) if "systemPool" in w]
+
+
+def test_deprecated_machine_type_is_read_with_a_warning_and_gives_the_same_pool():
+    from components.config import config_warnings
+
+    new = parse_config(with_(gcp(systemPool={"instanceType": "n2-standard-4", "minNodes": 2, "maxNodes": 5})), "t")
+    old = parse_config(with_(gcp(systemPool={"machineType": "n2-standard-4", "minNodes": 2, "maxNodes": 5})), "t")
+    assert old.gcp.system_pool == new.gcp.system_pool
+    [warning] = [w for w in config_warnings(old) if "systemPool" in w]
+    assert "gpu-platform:gcp.systemPool.machineType is deprecated" in warning
+    assert "gpu-platform:gcp.systemPool.instanceType" in warning
+
+
+def test_old_and_new_system_pool_key_together_is_an_error_naming_both():
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_(gcp(systemPool={"machineType": "e2-standard-4", "instanceType": "n2-standard-4"})), "t")
+    message = str(err.value)
+    assert "gpu-platform:gcp.systemPool.machineType:" in message
+    assert "gcp.systemPool.instanceType" in message and "Traceback" not in message

@@ -289,7 +289,7 @@ def test_dev_environment_without_deletion_protection_and_with_options():
     config = gcp_prod_with(environment="dev")
     config["gpu-platform:gcp"] = {**config["gpu-platform:gcp"], "releaseChannel": "RAPID",
                                   "gpuDriverVersion": "DEFAULT", "checkpointRetentionDays": 7,
-                                  "systemPool": {"machineType": "n2-standard-4", "minNodes": 2, "maxNodes": 5}}
+                                  "systemPool": {"instanceType": "n2-standard-4", "minNodes": 2, "maxNodes": 5}}
     plan = plan_config(config)
     c = plan.one(CLUSTER).inputs
     assert c["deletionProtection"] is False and c["name"] == "gpu-dev"

@@ -396,7 +396,7 @@ def test_system_workers_join_untainted_labelled_and_without_the_gpu_driver(dev):
 
 def test_system_pool_type_and_count_come_from_the_stack():
     cfg = stack_config("linode-dev")
-    cfg["gpu-platform:linode"]["systemPool"] = {"type": "g6-standard-8", "count": 2}
+    cfg["gpu-platform:linode"]["systemPool"] = {"instanceType": "g6-standard-8", "minNodes": 2, "maxNodes": 2}
     plan = plan_config(cfg)
     system = {r.inputs["label"]: r.inputs for r in plan.by_type(INSTANCE) if "-system-" in r.inputs["label"]}
     assert set(system) == {"gpu-dev-system-0", "gpu-dev-system-1"}
@@ -410,8 +410,8 @@ def test_system_pool_defaults_to_one_four_vcpu_plan():
     from costs.catalog import load_catalog
 
     section = LinodeSection.model_validate({"region": "us-east"})
-    plan = load_catalog().instance("linode", section.system_pool.type)
-    assert section.system_pool.count == 1 and plan.vcpus == 4 and not plan.is_gpu
+    plan = load_catalog().instance("linode", section.system_pool.instance_type)
+    assert section.system_pool.min_nodes == section.system_pool.max_nodes == 1 and plan.vcpus == 4 and not plan.is_gpu
 
 
 def test_kubelet_reservations_set_every_hard_eviction_default():

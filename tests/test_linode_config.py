@@ -27,10 +27,15 @@ def _reject(cfg: dict, stack: str = "linode-dev") -> str:
 
 
 @pytest.mark.parametrize("pool,key,allowed", [
-    ({"type": "g1-gpu-rtx6000-1", "count": 1}, "linode.systemPool.type", "non-GPU Linode plan"),
-    ({"type": "g6-nonexistent", "count": 1}, "linode.systemPool.type", "g6-standard-4"),
-    ({"type": "g6-standard-4", "count": 0}, "linode.systemPool.count", "greater than or equal to 1"),
-    ({"type": "g6-standard-4", "size": 2}, "linode.systemPool.size", "unknown key"),
+    ({"instanceType": "g1-gpu-rtx6000-1"}, "linode.systemPool.instanceType", "non-GPU Linode plan"),
+    ({"instanceType": "g6-nonexistent"}, "linode.systemPool.instanceType", "g6-standard-4"),
+    ({"minNodes": 0, "maxNodes": 0}, "linode.systemPool.minNodes", "greater than or equal to 1"),
+    ({"minNodes": 21, "maxNodes": 21}, "linode.systemPool.maxNodes", "at most 20"),
+    ({"instanceType": "g6-standard-4", "size": 2}, "linode.systemPool.size", "unknown key"),
+    # Fixed-size kubeadm pool: no autoscaler grows it.
+    ({"minNodes": 1, "maxNodes": 3}, "linode.systemPool.minNodes", "equal to linode.systemPool.maxNodes (3)"),
+    # The shape of this week's (unreleased) Linode key is not carried over.
+    ({"type": "g6-standard-4", "count": 1}, "linode.systemPool.type", "unknown key"),
 ])
 def test_bad_system_pool_is_rejected_naming_the_key(pool, key, allowed):
     message = _reject(_linode(systemPool=pool))
@@ -40,7 +45,20 @@ def test_bad_system_pool_is_rejected_naming_the_key(pool, key, allowed):
 def test_shipped_linode_stacks_have_a_system_pool():
     for stack in ("linode-dev", "linode-ha"):
         cfg = parse_config(stack_input_from_mapping(stack, stack_config(stack)).raw, stack)
-        assert cfg.linode.system_pool.count >= 1
+        pool = cfg.linode.system_pool
+        assert pool.min_nodes == pool.max_nodes >= 1 and pool.instance_type == "g6-standard-4"
+
+
+def test_system_pool_new_shape_parses_and_defaults_to_one_fixed_node():
+    from components.config import config_warnings
+    from components.linode.config import LinodeSection
+
+    cfg = parse_config(stack_input_from_mapping("linode-dev", _linode(
+        systemPool={"instanceType": "g6-standard-8", "minNodes": 2, "maxNodes": 2})).raw, "linode-dev")
+    assert cfg.linode.system_pool.model_dump() == {"instance_type": "g6-standard-8", "min_nodes": 2, "max_nodes": 2}
+    assert not [w for w in config_warnings(cfg) if "systemPool" in w]
+    assert LinodeSection.model_validate({"region": "us-ord"}).system_pool.model_dump() == {
+        "instance_type": "g6-standard-4", "min_nodes": 1, "max_nodes": 1}
 
 
 # --- regions: the dated capability table ---------------------------------------------------------

@@ -52,8 +52,8 @@ class AwsCluster(pulumi.ComponentResource):
         eks = EksCluster(f"{name}-eks", EksClusterArgs(
             cluster_name=cluster_name, region=region, kubernetes_version=cfg.kubernetes_version, subnet_ids=subnet_ids,
             public_access_cidrs=public_cidrs, admin_principal_arns=section.admin_principal_arns,
-            system_instance_type=section.system_nodes.instance_type, system_min=section.system_nodes.min,
-            system_max=section.system_nodes.max, log_retention_days=section.log_retention_days, tags=tags,
+            system_instance_type=section.system_pool.instance_type, system_min=section.system_pool.min_nodes,
+            system_max=section.system_pool.max_nodes, log_retention_days=section.log_retention_days, tags=tags,
             support_type=section.support_type), opts=child)
 
         specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})

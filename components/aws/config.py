@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr, model_validator
 
-from components.config_base import Cidr, ConfigIssue, Model, pool_issue_capacity
+from components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
+                                    validate_system_pool)
 from components.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
@@ -27,14 +28,8 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 # An ASG holds at most 50 tags; the fixed ones (owner, pool, autoscaler, NTH, ...) use about 20.
 MAX_POOL_LABELS = 25
 MAX_ALTERNATIVES = 10
-
-
-class SystemNodes(Model):
-    """The small on-demand managed node group that runs cluster add-ons (never GPU work)."""
-
-    instance_type: str = Field(default="m6i.large", min_length=1)
-    min: int = Field(default=2, ge=1, le=20)
-    max: int = Field(default=3, ge=1, le=20)
+# The system managed node group's most nodes (add-ons only; a bigger one means work landed on the wrong pool).
+MAX_SYSTEM_NODES = 20
 
 
 class ScaleInController(Model):
@@ -78,7 +73,9 @@ class AwsSection(Model):
     endpoint_private_only: bool = False
     # IAM roles/users made cluster admins through EKS access entries (the deployer always is).
     admin_principal_arns: list[str] = Field(default_factory=list)
-    system_nodes: SystemNodes = Field(default_factory=SystemNodes)
+    # aws.systemPool {instanceType, minNodes, maxNodes}: the small on-demand managed node group for add-ons.
+    # Last release's aws.systemNodes {instanceType, min, max} is read with a deprecation warning.
+    system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["aws"]))
     pools: dict[str, AwsPool] = Field(default_factory=dict)
     # A GPU node without GPU pods keeps its scale-in protection this long before it may go.
     scale_down_grace_minutes: int = Field(default=15, ge=1, le=24 * 60)
@@ -96,6 +93,13 @@ class AwsSection(Model):
     # CloudWatch billing alarms and the AWS Budget watch the whole account. Exactly one stack per account
     # should create them: set false on every other stack in the same account.
     account_billing: bool = True
+
+    _system_pool_renamed: tuple[tuple[str, str], ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _system_pool_shape(cls, data: Any, handler: Any) -> "AwsSection":
+        return validate_system_pool("aws", data, handler)
 
     def pool(self, name: str) -> AwsPool:
         return self.pools.get(name) or AwsPool()
@@ -131,7 +135,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues = pool_issue_capacity(cfg, ("spot", "on-demand"), "EC2 has Spot and On-Demand capacity; 'preemptible' is GCP's term, use spot")
     issues += _check_network(section)
     issues += _check_pools(cfg, section, catalog)
-    issues += _check_system_nodes(section, catalog)
+    issues += _check_system_pool(section, catalog)
     if section.scale_in_controller.enabled and section.scale_in_controller.image is None:
         issues.append(ConfigIssue("aws.scaleInController.image", None,
                                   "the controller image by digest, ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex> "
@@ -251,16 +255,19 @@ def describe_shape(t: "InstanceType") -> str:
     return f"{t.gpus} x {t.gpu_model}, {t.vcpus} vCPUs, {t.memory_gib:g} GiB"
 
 
-def _check_system_nodes(section: AwsSection, catalog: "Catalog") -> list[ConfigIssue]:
+def _check_system_pool(section: AwsSection, catalog: "Catalog") -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
-    nodes = section.system_nodes
-    itype = catalog.instance("aws", nodes.instance_type)
+    pool = section.system_pool
+    itype = catalog.instance("aws", pool.instance_type)
     if itype is None or itype.is_gpu:
         plain = ", ".join(sorted(t.name for t in catalog.instances("aws") if not t.is_gpu))
-        issues.append(ConfigIssue("aws.systemNodes.instanceType", nodes.instance_type,
+        issues.append(ConfigIssue("aws.systemPool.instanceType", pool.instance_type,
                                   f"a non-GPU AWS instance type in the catalog (system nodes run add-ons, not training): {plain}"))
     elif itype.vcpus < 2 or itype.memory_gib < 4:
-        issues.append(ConfigIssue("aws.systemNodes.instanceType", nodes.instance_type, "a type with at least 2 vCPUs and 4 GiB"))
-    if nodes.min > nodes.max:
-        issues.append(ConfigIssue("aws.systemNodes.min", nodes.min, f"at most systemNodes.max ({nodes.max})"))
+        issues.append(ConfigIssue("aws.systemPool.instanceType", pool.instance_type, "a type with at least 2 vCPUs and 4 GiB"))
+    if pool.min_nodes > pool.max_nodes:
+        issues.append(ConfigIssue("aws.systemPool.minNodes", pool.min_nodes, f"at most aws.systemPool.maxNodes ({pool.max_nodes})"))
+    if pool.max_nodes > MAX_SYSTEM_NODES:
+        issues.append(ConfigIssue("aws.systemPool.maxNodes", pool.max_nodes,
+                                  f"at most {MAX_SYSTEM_NODES} (the system node group runs add-ons only; GPU work has gpuPools)"))
     return issues

@@ -237,7 +237,7 @@ class GkeCluster(pulumi.ComponentResource):
             # It still gets our node identity: the Compute Engine default account may be disabled.
             remove_default_node_pool=True,
             initial_node_count=1,
-            node_config=system_node_config(args.system_pool.machine_type, node_sa, args.node_tag, args.labels),
+            node_config=system_node_config(args.system_pool.instance_type, node_sa, args.node_tag, args.labels),
             private_cluster_config=private_cluster_config(args),
             master_authorized_networks_config=master_authorized_networks(args.admin_cidrs),
             master_auth={"client_certificate_config": {"issue_client_certificate": False}},
@@ -273,7 +273,7 @@ class GkeCluster(pulumi.ComponentResource):
         )
 
         self.system_pool = create_system_pool(
-            f"{name}-system", self.cluster, args.region, args.zones, args.system_pool.machine_type,
+            f"{name}-system", self.cluster, args.region, args.zones, args.system_pool.instance_type,
             args.system_pool.min_nodes, args.system_pool.max_nodes, node_sa, args.node_tag, args.labels, opts=child)
         self.gpu_node_pools = [
             create_gpu_pool(f"{name}-gpu-{p.spec.name}", self.cluster, args.region, p, node_sa, args.node_tag,

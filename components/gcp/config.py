@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from components.config_base import Cidr, ConfigIssue, Model, pool_issue_capacity
+from components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
+                                    validate_system_pool)
 from components.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
@@ -44,21 +45,6 @@ INTERNAL_TEXT = "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10"
 
 def is_internal(net: "ipaddress.IPv4Network | ipaddress.IPv6Network") -> bool:
     return net.version == 4 and any(net.subnet_of(r) for r in INTERNAL_RANGES)  # type: ignore[arg-type]
-
-
-class SystemPool(Model):
-    """The small on-demand pool for cluster add-ons, the job queue and the ML platform's controllers."""
-
-    machine_type: str = "e2-standard-4"
-    min_nodes: int = Field(default=1, ge=1, le=100)
-    max_nodes: int = Field(default=3, ge=1, le=100)
-
-    @field_validator("machine_type")
-    @classmethod
-    def _machine_type(cls, value: str) -> str:
-        if not MACHINE_TYPE.fullmatch(value):
-            raise ValueError("a Compute Engine machine type such as e2-standard-4")
-        return value
 
 
 WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
@@ -116,7 +102,8 @@ class GcpSection(Model):
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
     # None: on when environment is prod or production (see effective_deletion_protection).
     deletion_protection: Optional[bool] = None
-    system_pool: SystemPool = Field(default_factory=SystemPool)
+    # gcp.systemPool {instanceType, minNodes, maxNodes}; machineType is last release's name of instanceType.
+    system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["gcp"]))
     gpu_driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = "LATEST"
     # Checkpoints older than this are deleted by a bucket lifecycle rule.
     checkpoint_retention_days: int = Field(default=30, ge=1, le=3650)
@@ -124,6 +111,13 @@ class GcpSection(Model):
     # (VPN, Interconnect, a bastion in the VPC).
     private_endpoint: bool = False
     maintenance: Maintenance = Field(default_factory=Maintenance)
+
+    _system_pool_renamed: tuple[tuple[str, str], ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _system_pool_shape(cls, data: Any, handler: Any) -> "GcpSection":
+        return validate_system_pool("gcp", data, handler)
 
     @field_validator("project")
     @classmethod
@@ -309,10 +303,13 @@ def _system_pool_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigI
     if pool.min_nodes > pool.max_nodes:
         issues.append(ConfigIssue("gcp.systemPool.minNodes", pool.min_nodes,
                                   f"at most gcp.systemPool.maxNodes ({pool.max_nodes})"))
-    itype = catalog.instance("gcp", pool.machine_type)
+    if not MACHINE_TYPE.fullmatch(pool.instance_type):
+        issues.append(ConfigIssue("gcp.systemPool.instanceType", pool.instance_type,
+                                  "a Compute Engine machine type such as e2-standard-4"))
+    itype = catalog.instance("gcp", pool.instance_type)
     if itype is not None and itype.is_gpu:
         plain = sorted(t.name for t in catalog.instances("gcp") if not t.is_gpu)
-        issues.append(ConfigIssue("gcp.systemPool.machineType", pool.machine_type,
+        issues.append(ConfigIssue("gcp.systemPool.instanceType", pool.instance_type,
                                   f"a machine type without GPUs (system pods must not hold GPU nodes), e.g. {', '.join(plain)}"))
     return issues
 

@@ -139,7 +139,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         tags = linode_tags(cfg)
         pools = gpu_pool_specs(cfg)
         cp_count = section.control_plane.count
-        addresses = render.vpc_addresses(section.subnet_cidr, cp_count, section.system_pool.count,
+        addresses = render.vpc_addresses(section.subnet_cidr, cp_count, section.system_pool.max_nodes,
                                          [p.max_nodes for p in pools])
         cp_ips = addresses.control_planes
 
@@ -297,7 +297,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             node = render.NodeSpec(name=label, vpc_ip=ip, labels={render.ROLE_LABEL: render.SYSTEM_ROLE})
             doc = worker_doc(node, gpu=False)
             self.user_data[f"system-{i}"] = doc
-            workers.append(instance(f"system-{i}", label, section.system_pool.type, ip, doc,
+            workers.append(instance(f"system-{i}", label, section.system_pool.instance_type, ip, doc,
                                     {"role": "system-worker"}, control_planes[:1], control_plane=False))
             expected.append({"name": label, "gpus": 0})
 

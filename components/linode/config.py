@@ -6,12 +6,13 @@ import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from components.config_base import Cidr, ConfigIssue, Model, pool_issue_capacity
+from components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
+                                    validate_system_pool)
 
 if TYPE_CHECKING:
     from components.config import StackConfig
@@ -42,23 +43,12 @@ class LinodeControlPlane(Model):
     count: Literal[1, 3] = 1
 
 
-class LinodeSystemPool(Model):
-    """Untainted CPU workers for ordinary pods (Kueue, Kubeflow controllers, monitoring, JupyterHub):
-    control planes carry the control-plane taint and GPU workers the GPU taint."""
-
-    type: str = "g6-standard-4"
-    count: int = Field(default=1, ge=1, le=20)
-
-    @property
-    def instance_type(self) -> str:
-        """The name costs.estimator reads for a system pool (it counts `count` nodes of it)."""
-        return self.type
-
-
 class LinodeSection(Model):
     region: str = Field(min_length=2)
     control_plane: LinodeControlPlane = Field(default_factory=LinodeControlPlane)
-    system_pool: LinodeSystemPool = Field(default_factory=LinodeSystemPool)
+    # Untainted CPU workers for ordinary pods (Kueue, Kubeflow controllers, monitoring, JupyterHub): control
+    # planes carry the control-plane taint and GPU workers the GPU taint. Fixed size: minNodes == maxNodes.
+    system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["linode"]))
     # A Linode image ID: a public image (linode/...) or one of the account's own (private/<id>).
     image: str = Field(default="linode/ubuntu24.04", pattern=r"^(linode|private)/[A-Za-z0-9._-]+$")
     # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
@@ -87,6 +77,15 @@ class LinodeSection(Model):
             if not SSH_KEY.fullmatch(k.strip()):
                 raise ValueError("OpenSSH public keys (ssh-ed25519 AAAA..., ssh-rsa AAAA...)")
         return keys
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _system_pool_shape(cls, data: Any, handler: Any) -> "LinodeSection":
+        return validate_system_pool("linode", data, handler)
+
+
+# The VPC addressing plan (render.vpc_addresses) has room for this many system workers.
+MAX_SYSTEM_NODES = 20
 
 
 REGIONS_FILE = Path(__file__).resolve().parent / "regions.yaml"
@@ -173,13 +172,22 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     elif cp.vcpus < 2 or cp.memory_gib < 4:
         issues.append(ConfigIssue("linode.controlPlane.type", section.control_plane.type,
                                   "a plan with at least 2 vCPUs and 4 GiB (kubeadm's minimum for a control plane)"))
-    sys_plan = catalog.instance("linode", section.system_pool.type)
+    system = section.system_pool
+    if system.min_nodes != system.max_nodes:
+        issues.append(ConfigIssue(
+            "linode.systemPool.minNodes", system.min_nodes,
+            f"equal to linode.systemPool.maxNodes ({system.max_nodes}): the system pool of a kubeadm cluster is a "
+            "fixed set of Linodes and does not autoscale"))
+    if system.max_nodes > MAX_SYSTEM_NODES:
+        issues.append(ConfigIssue("linode.systemPool.maxNodes", system.max_nodes,
+                                  f"at most {MAX_SYSTEM_NODES} (the VPC subnet's address plan reserves that many system workers)"))
+    sys_plan = catalog.instance("linode", system.instance_type)
     if sys_plan is None or sys_plan.is_gpu:
         plans = sorted(t.name for t in catalog.instances("linode") if not t.is_gpu and t.name.startswith("g6-"))
-        issues.append(ConfigIssue("linode.systemPool.type", section.system_pool.type,
+        issues.append(ConfigIssue("linode.systemPool.instanceType", system.instance_type,
                                   f"a non-GPU Linode plan in the catalog: {', '.join(plans)}"))
     elif sys_plan.vcpus < 2 or sys_plan.memory_gib < 4:
-        issues.append(ConfigIssue("linode.systemPool.type", section.system_pool.type,
+        issues.append(ConfigIssue("linode.systemPool.instanceType", system.instance_type,
                                   "a plan with at least 2 vCPUs and 4 GiB (the platform's controllers run there)"))
     nets = {k: ipaddress.ip_network(getattr(section, a)) for k, a in
             (("linode.subnetCidr", "subnet_cidr"), ("linode.podCidr", "pod_cidr"), ("linode.serviceCidr", "service_cidr"))}
