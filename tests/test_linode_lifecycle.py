@@ -293,7 +293,7 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
         if control_plane:
             assert "OnCalendar=monthly" in files[f"/etc/systemd/system/{render.RENEW_TIMER}"]
             assert "kubeadm certs renew all" in files[render.RENEW_SCRIPT_PATH]
-            assert ["systemctl", "enable", render.RENEW_TIMER] in doc["runcmd"]
+            assert ["systemctl", "enable", "--now", render.RENEW_TIMER] in doc["runcmd"]
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")

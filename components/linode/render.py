@@ -716,7 +716,7 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         files += [File(RENEW_SCRIPT_PATH, renew_certs_script(), "0700"),
                   File(f"/etc/systemd/system/{RENEW_UNIT}", service, "0644"),
                   File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
-        commands.insert(2, f"systemctl enable {RENEW_TIMER}")
+        commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
     if join_config is not None:
         files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
     return cloud_config(node.name, files, commands)
