@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -419,3 +420,23 @@ def test_kubelet_reservations_set_every_hard_eviction_default():
     assert set(render.EVICTION_HARD) == {"memory.available", "nodefs.available", "imagefs.available", "nodefs.inodesFree"}
     kubelet = render._kubelet_configuration()
     assert kubelet["systemReserved"] == render.SYSTEM_RESERVED and kubelet["maxPods"] == render.MAX_PODS
+
+
+def test_ccm_and_csi_images_are_pinned_to_their_chart_release():
+    """Both charts default their own image to `latest` (appVersion is set only when Linode publishes
+    them): the rendered pods must name the image of the pinned release instead."""
+    import helm_python
+
+    from components.linode import versions
+    from components.linode.addons import ccm_values, csi_values
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "charts"
+    for chart, values in ((versions.LINODE_CCM_CHART, ccm_values("vpc", "nodes")), (versions.LINODE_CSI_CHART, csi_values())):
+        loaded = helm_python.Chart.load_archive((shared / f"{chart.chart}-{chart.version}.tgz").read_bytes())
+        images = set()
+        for text in loaded.render(values, name=chart.chart, namespace="kube-system").values():
+            for doc in yaml.safe_load_all(text):
+                for pod in ((doc or {}).get("spec", {}).get("template", {}).get("spec", {}),):
+                    images |= {c["image"] for c in pod.get("containers", []) + pod.get("initContainers", [])}
+        linode_images = {i for i in images if i.startswith("linode/")}
+        assert linode_images and all(i.endswith(f":{chart.version}") for i in linode_images), images

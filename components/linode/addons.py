@@ -50,6 +50,9 @@ def ccm_values(vpc_label: str, subnet_label: str) -> dict[str, Any]:
     no VPC-backend NodeBalancers (a limited-availability, v4beta feature) are needed."""
     return {
         "secretRef": {"name": TOKEN_SECRET, "apiTokenRef": "apiToken", "regionRef": "region"},
+        # The chart's own default is `latest` (appVersion is only set when Linode publishes it): pin the
+        # image of the chart's release tag, so a pod restart never pulls a different CCM.
+        "image": {"tag": versions.LINODE_CCM_CHART.version},
         "vpcNames": vpc_label,
         "subnetNames": subnet_label,
         # Nodes start tainted "uninitialized" until the CCM runs: it must tolerate everything.
@@ -60,6 +63,8 @@ def ccm_values(vpc_label: str, subnet_label: str) -> dict[str, Any]:
 def csi_values() -> dict[str, Any]:
     return {
         "secretRef": {"name": TOKEN_SECRET, "apiTokenRef": "apiToken", "regionRef": "region"},
+        # Pinned like the CCM: the plugin image of the chart's release tag, not the chart's `latest`.
+        "csiLinodePlugin": {"tag": versions.LINODE_CSI_CHART.version},
         # We ship our own default (encrypted, deleted with its claim) class below.
         "defaultStorageClass": "",
     }
