@@ -332,10 +332,43 @@ def validate_system_pool(cloud: str, data: Any, handler: Any) -> Any:
     """Body of each cloud section's wrap validator: migrate, validate, and remember what was renamed in the
     section's private `_system_pool_renamed` (not on the pool, so old and new spelling give equal pools)."""
     data, renamed = system_pool_input(cloud, data)
-    section = handler(data)
+    try:
+        section = handler(data)
+    except ValidationError as exc:
+        if not renamed:
+            raise
+        raise _at_old_keys(cloud, exc) from None
     if renamed:
         section._system_pool_renamed = renamed
     return section
+
+
+def _at_old_keys(cloud: str, exc: ValidationError) -> ValidationError:
+    """The same errors, located at the deprecated keys the user wrote (aws.systemNodes.min, not
+    aws.systemPool.minNodes), so the message names a key that is in the stack file."""
+    old_section, keys = _DEPRECATED_SYSTEM_POOL[cloud]
+    back = {new: old for old, new in keys.items()}
+    details = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        # An unknown key stays under systemPool, where the message can list the keys allowed there.
+        if loc[:1] == ("systemPool",) and err["type"] != "extra_forbidden":
+            loc = (old_section, *(back.get(str(k), k) for k in loc[1:2]), *loc[2:])
+        details.append(InitErrorDetails(type=err["type"], loc=loc, input=err["input"], ctx=err.get("ctx", {})))
+    try:
+        return ValidationError.from_exception_data(exc.title, details)
+    except (KeyError, TypeError, ValueError):
+        return exc  # an error type that cannot be rebuilt: the new key's location is still right
+
+
+def system_pool_key(cloud: str, section: Any, key: str) -> str:
+    """How the stack file spells `<cloud>.systemPool.<key>`: the deprecated spelling when it was written
+    that way, so a rule's message names a key the user can find."""
+    if getattr(section, "_system_pool_renamed", None):
+        old_section, keys = _DEPRECATED_SYSTEM_POOL[cloud]
+        back = {new: old for old, new in keys.items()}
+        return f"{cloud}.{old_section}.{back.get(key, key)}"
+    return f"{cloud}.systemPool.{key}"
 
 
 def system_pool_warnings(cfg: "StackConfig") -> list[str]:

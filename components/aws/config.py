@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 from pydantic import Field, PrivateAttr, model_validator
 
 from components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
-                                    validate_system_pool)
+                                    system_pool_key, validate_system_pool)
 from components.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
@@ -258,16 +258,17 @@ def describe_shape(t: "InstanceType") -> str:
 def _check_system_pool(section: AwsSection, catalog: "Catalog") -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     pool = section.system_pool
+    key = lambda k: system_pool_key("aws", section, k)  # noqa: E731 - the spelling the stack file uses
     itype = catalog.instance("aws", pool.instance_type)
     if itype is None or itype.is_gpu:
         plain = ", ".join(sorted(t.name for t in catalog.instances("aws") if not t.is_gpu))
-        issues.append(ConfigIssue("aws.systemPool.instanceType", pool.instance_type,
+        issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
                                   f"a non-GPU AWS instance type in the catalog (system nodes run add-ons, not training): {plain}"))
     elif itype.vcpus < 2 or itype.memory_gib < 4:
-        issues.append(ConfigIssue("aws.systemPool.instanceType", pool.instance_type, "a type with at least 2 vCPUs and 4 GiB"))
+        issues.append(ConfigIssue(key("instanceType"), pool.instance_type, "a type with at least 2 vCPUs and 4 GiB"))
     if pool.min_nodes > pool.max_nodes:
-        issues.append(ConfigIssue("aws.systemPool.minNodes", pool.min_nodes, f"at most aws.systemPool.maxNodes ({pool.max_nodes})"))
+        issues.append(ConfigIssue(key("minNodes"), pool.min_nodes, f"at most {key('maxNodes')} ({pool.max_nodes})"))
     if pool.max_nodes > MAX_SYSTEM_NODES:
-        issues.append(ConfigIssue("aws.systemPool.maxNodes", pool.max_nodes,
+        issues.append(ConfigIssue(key("maxNodes"), pool.max_nodes,
                                   f"at most {MAX_SYSTEM_NODES} (the system node group runs add-ons only; GPU work has gpuPools)"))
     return issues

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
-                                    validate_system_pool)
+                                    system_pool_key, validate_system_pool)
 from components.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
@@ -299,17 +299,17 @@ def _access_issues(cfg: "StackConfig", section: GcpSection) -> list[ConfigIssue]
 
 def _system_pool_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigIssue]:
     pool = section.system_pool
+    key = lambda k: system_pool_key("gcp", section, k)  # noqa: E731 - the spelling the stack file uses
     issues = []
     if pool.min_nodes > pool.max_nodes:
-        issues.append(ConfigIssue("gcp.systemPool.minNodes", pool.min_nodes,
-                                  f"at most gcp.systemPool.maxNodes ({pool.max_nodes})"))
+        issues.append(ConfigIssue(key("minNodes"), pool.min_nodes, f"at most {key('maxNodes')} ({pool.max_nodes})"))
     if not MACHINE_TYPE.fullmatch(pool.instance_type):
-        issues.append(ConfigIssue("gcp.systemPool.instanceType", pool.instance_type,
+        issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
                                   "a Compute Engine machine type such as e2-standard-4"))
     itype = catalog.instance("gcp", pool.instance_type)
     if itype is not None and itype.is_gpu:
         plain = sorted(t.name for t in catalog.instances("gcp") if not t.is_gpu)
-        issues.append(ConfigIssue("gcp.systemPool.instanceType", pool.instance_type,
+        issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
                                   f"a machine type without GPUs (system pods must not hold GPU nodes), e.g. {', '.join(plain)}"))
     return issues
 
