@@ -26,16 +26,29 @@ def counts(plan: Plan) -> list[tuple[str, int]]:
     return sorted(Counter(r.type for r in plan.resources).items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+def whole_numbers(value: Any) -> Any:
+    """Integral floats as integers (the engine's protobuf Struct carries every number as a double:
+    `minSize=0.0` is printed `minSize=0`), recursively; other values unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
+
+
 def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    text = json.dumps(whole_numbers(value), sort_keys=True, separators=(",", ":"))
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 3] + "..."
 
 
 def highlights(r: PlannedResource) -> list[str]:
     inputs = r.inputs
     if r.type.startswith("kubernetes:helm.sh"):
-        repo = (inputs.get("repositoryOpts") or {}).get("repo", "")
-        return [f"chart={inputs.get('chart')}@{inputs.get('version')} repo={repo} namespace={inputs.get('namespace')}"]
+        repo = (inputs.get("repositoryOpts") or {}).get("repo")
+        where = f" repo={repo}" if repo else ""  # OCI charts carry their registry in the chart reference
+        return [f"chart={inputs.get('chart')}@{inputs.get('version')}{where} namespace={inputs.get('namespace')}"]
     out = []
     for key in INTERESTING:
         if key in inputs and inputs[key] not in (None, "", [], {}):
@@ -45,7 +58,7 @@ def highlights(r: PlannedResource) -> list[str]:
 
 def _lines(key: str, value: Any, depth: int = 0) -> list[str]:
     """key=value, or one line per sub-key when a mapping is too long to read on one line."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    text = json.dumps(whole_numbers(value), sort_keys=True, separators=(",", ":"))
     if len(text) <= MAX_VALUE or not isinstance(value, dict) or depth >= 2:
         return [f"{key}={_short(value)}"]
     return [line for sub, v in sorted(value.items()) if v not in (None, "", [], {})
@@ -61,7 +74,8 @@ def tree(plan: Plan) -> list[str]:
     lines: list[str] = []
 
     def walk(parent: str | None, depth: int) -> None:
-        for r in children.get(parent, []):
+        # Sorted: registration order depends on when outputs resolve, and plans are diffed in review.
+        for r in sorted(children.get(parent, []), key=lambda c: (c.name, c.type)):
             short_type = r.type.split(":")[-1]
             lines.append(f"{'  ' * depth}- {r.name} ({short_type})")
             for h in highlights(r):
@@ -73,7 +87,8 @@ def tree(plan: Plan) -> list[str]:
 
 
 def render_plan(plan: Plan) -> str:
-    lines = [f"Plan for stack {plan.stack}: {len(plan.resources)} resources", "", "Resources by type:"]
+    lines = [f"Plan for stack {plan.stack}: {len(plan.resources)} resource{'s' if len(plan.resources) != 1 else ''}",
+             "", "Resources by type:"]
     width = max((len(t) for t, _ in counts(plan)), default=10)
     lines += [f"  {n:>4}  {t:<{width}}" for t, n in counts(plan)]
     lines += ["", "Resource tree:"] + ["  " + line for line in tree(plan)]

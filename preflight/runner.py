@@ -262,6 +262,9 @@ class Plan:
     stack: str
     resources: list[PlannedResource]
     outputs: dict[str, Any]  # stack exports, wire form
+    # What the program logged at warning level or above (pulumi.log.warn/error), in order: the CLI
+    # would print these; preflight shows them once, in its verdict.
+    warnings: list[str] = field(default_factory=list)
 
     def by_type(self, type_token: str) -> list[PlannedResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -279,13 +282,21 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         return {
             "stack": self.stack,
+            # Sorted by URN with whole numbers as integers: two runs of the same stack write the same
+            # bytes (registration order varies with output resolution), so plans diff cleanly in review.
             "resources": [
                 {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent,
-                 "custom": r.custom, "inputs": r.inputs}
-                for r in self.resources
+                 "custom": r.custom, "inputs": _whole_numbers(r.inputs)}
+                for r in sorted(self.resources, key=lambda r: r.urn)
             ],
-            "outputs": redact(self.outputs),
+            "outputs": _whole_numbers(redact(self.outputs)),
         }
+
+
+def _whole_numbers(value: Any) -> Any:
+    from preflight.report import whole_numbers
+
+    return whole_numbers(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,7 +353,15 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
 
     resources: list[PlannedResource] = []
     outputs: dict[str, Any] = {}
+    logged: list[str] = []
     monitor = _recording_monitor(PreflightMocks(), resources, outputs)
+
+    class RecordingEngine(MockEngine):
+        def Log(self, request):  # noqa: N802 (gRPC name)
+            from pulumi.runtime.proto import engine_pb2
+
+            if request.severity in (engine_pb2.WARNING, engine_pb2.ERROR):
+                logged.append(request.message)
 
     # Fresh runtime state for every run (tests run many programs in one process).
     settings.reset_options()
@@ -350,7 +369,7 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
     settings.configure(MockSettings(
         monitor=monitor,
         monitor_features=set(monitor.GetDeploymentInfo(None).supportedFeatures),
-        engine=MockEngine(None),
+        engine=RecordingEngine(None),
         project=PROJECT,
         stack=stack_input.stack,
         dry_run=preview,
@@ -375,4 +394,4 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
     finally:
         os.chdir(old_cwd)
         asyncio.set_event_loop(None)
-    return Plan(stack_input.stack, resources, outputs)
+    return Plan(stack_input.stack, resources, outputs, logged)

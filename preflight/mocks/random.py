@@ -1,12 +1,23 @@
-"""pulumi-random answers that honour the requested character classes and length."""
+"""pulumi-random answers that honour the requested character classes and length.
+
+Seeded by the resource's name and inputs (keepers included): the same stack gives the same plan on
+every run (plans are diffed in review), and a changed keeper gives a new value, as the provider does.
+The values are throwaway all the same: preflight masks them wherever it writes them."""
 
 from __future__ import annotations
 
-import secrets
+import hashlib
+import json
+import random
 import string
 from typing import Any
 
 from preflight.mocks import sensitive
+
+
+def _rng(inputs: dict[str, Any], name: str) -> random.Random:
+    seed = hashlib.sha256(f"{name}|{json.dumps(inputs, sort_keys=True, default=str)}".encode()).digest()
+    return random.Random(seed)
 
 
 def _random_string(inputs: dict[str, Any], name: str) -> dict[str, Any]:
@@ -20,11 +31,12 @@ def _random_string(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     if inputs.get("special", True):
         alphabet += inputs.get("overrideSpecial") or "!@#$%&*()-_=+[]{}<>:?"
     length = int(inputs.get("length", 16))
-    return {"result": sensitive("".join(secrets.choice(alphabet) for _ in range(length)))}
+    rng = _rng(inputs, name)
+    return {"result": sensitive("".join(rng.choice(alphabet) for _ in range(length)))}
 
 
 def _random_id(inputs: dict[str, Any], name: str) -> dict[str, Any]:
-    raw = secrets.token_bytes(int(inputs.get("byteLength", 8)))
+    raw = _rng(inputs, name).randbytes(int(inputs.get("byteLength", 8)))
     sensitive(raw.hex())
     return {"hex": raw.hex(), "b64Url": raw.hex(), "b64Std": raw.hex(), "dec": str(int.from_bytes(raw, "big"))}
 
