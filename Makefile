@@ -2,15 +2,16 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STACK ?= linode-dev
+STACK ?= gcp-prod
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: venv checkov-venv training-venv preflight preflight-all test test-live bench clean
+.PHONY: venv checkov-venv training-venv preflight preflight-all preflight-ci test test-live bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
+	@echo "Building $(VENV) from requirements-dev.txt (first run only, a few minutes; pip prints what it installs)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --progress-bar off -r requirements-dev.txt
 	touch $@
 
 venv: $(VENV)/.installed
@@ -34,12 +35,19 @@ checkov-venv: .venv-checkov/.installed
 
 training-venv: .venv-training/.installed
 
-## Plan a stack offline: resources, policies, cost (STACK=linode-dev by default).
+## Plan a stack offline: the verdict (policies, cluster fit, cost vs budget) first; STACK=gcp-prod by default.
+PREFLIGHT_FLAGS ?=
 preflight: venv
-	$(PY) -m preflight $(STACK)
+	$(PY) -m preflight $(STACK) $(PREFLIGHT_FLAGS)
 
 preflight-all: venv
 	@for s in $(STACKS); do $(PY) -m preflight $$s --quiet || exit $$?; done
+
+## CI (network): pull the pinned charts, then preflight every stack, each writing
+## build/<stack>/preflight.json (`python -m preflight summary build` tabulates them); fails if any fails.
+preflight-ci: venv
+	$(PY) -m preflight charts pull --dest build/charts
+	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m preflight $$s || rc=1; done; exit $$rc
 
 ## The whole offline test suite (live cloud tests are skipped without credentials).
 test: venv checkov-venv training-venv

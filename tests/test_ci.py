@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,6 +14,7 @@ import yaml
 from tests.conftest import ROOT
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+ZIZMOR = str(Path(sys.executable).parent / "zizmor")  # requirements-dev.txt: the binary wheel
 
 
 @pytest.mark.parametrize("workflow", WORKFLOWS, ids=[w.name for w in WORKFLOWS])
@@ -30,12 +32,85 @@ def test_the_schema_check_rejects_a_broken_workflow(tmp_path):
     assert run.returncode != 0
 
 
-def test_workflows_preflight_and_preview_every_shipped_stack():
-    stacks = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
-    for name in ("ci.yml", "preview.yml"):
-        doc = yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
-        job = next(iter(doc["jobs"].values())) if name == "preview.yml" else doc["jobs"]["preflight"]
-        assert sorted(job["strategy"]["matrix"]["stack"]) == stacks, name
+def shipped_stacks() -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+
+
+def workflow(name: str) -> dict:
+    return yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "deploy.yml", "drift.yml"])
+def test_cloud_workflows_cover_every_shipped_stack(name):
+    job = next(iter(workflow(name)["jobs"].values()))
+    assert sorted(job["strategy"]["matrix"]["stack"]) == shipped_stacks(), name
+
+
+def test_one_preflight_job_plans_every_stack_and_writes_the_summary():
+    steps = workflow("ci.yml")["jobs"]["preflight"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+    assert "make preflight-ci" in runs and any("preflight summary build" in r and "GITHUB_STEP_SUMMARY" in r for r in runs)
+    makefile = (ROOT / "Makefile").read_text()
+    assert "STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))" in makefile
+    target = makefile.split("preflight-ci: venv", 1)[1].split("\n\n", 1)[0]
+    assert "charts pull" in target and "for s in $(STACKS)" in target
+
+
+def uses_lines() -> list[tuple[str, str]]:
+    out = []
+    for wf in WORKFLOWS:
+        for line in wf.read_text().splitlines():
+            line = line.strip().removeprefix("- ")
+            if line.startswith("uses:"):
+                out.append((wf.name, line.split("uses:", 1)[1].split("#")[0].strip()))
+    return out
+
+
+def test_every_action_is_pinned_by_commit_sha():
+    refs = uses_lines()
+    assert refs
+    unpinned = [(wf, ref) for wf, ref in refs if not ref.startswith("./") and not re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", ref)]
+    assert not unpinned, unpinned
+
+
+def test_no_workflow_holds_a_long_lived_cloud_key():
+    forbidden = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "GOOGLE_CREDENTIALS", "GOOGLE_APPLICATION_CREDENTIALS",
+                 "credentials_json", "LINODE_TOKEN:")
+    for wf in WORKFLOWS:
+        text = wf.read_text()
+        assert not [f for f in forbidden if f in text], wf.name
+    for name in ("preview.yml", "deploy.yml", "drift.yml"):
+        job = next(iter(workflow(name)["jobs"].values()))
+        assert job["permissions"]["id-token"] == "write", name  # OIDC to AWS and GCP
+        assert "environment" in job, name  # secrets live in a GitHub Environment per stack
+
+
+def test_pulumi_cli_matches_the_sdk_pin():
+    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    versions = re.findall(r"pulumi-version:\s*(\S+)", "".join(wf.read_text() for wf in WORKFLOWS))
+    assert versions and set(versions) == {sdk}
+
+
+def test_zizmor_finds_nothing_in_the_workflows():
+    """zizmor (static analysis for GitHub Actions, offline audits): unpinned actions, excessive
+    permissions, template injection, credential persistence, Dependabot cooldown."""
+    run = subprocess.run([ZIZMOR, "--offline", "--no-progress", str(ROOT / ".github")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_zizmor_catches_an_unpinned_action(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("on: push\npermissions: {}\njobs:\n  x:\n    runs-on: ubuntu-24.04\n    steps:\n"
+                   "      - uses: actions/checkout@v4\n        with: {persist-credentials: false}\n")
+    run = subprocess.run([ZIZMOR, "--offline", "--no-progress", str(bad)], capture_output=True, text=True)
+    assert run.returncode != 0 and "unpinned" in run.stdout + run.stderr
+
+
+def test_dependabot_config_is_valid():
+    run = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.dependabot",
+                          str(ROOT / ".github" / "dependabot.yml")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_preview_runs_only_for_same_repository_pull_requests():
