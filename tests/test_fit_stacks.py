@@ -141,6 +141,27 @@ def test_jupyterhub_net_admin_init_container_is_refused_under_baseline():
 
 
 @pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod", "aws-prod"])
+def test_preflight_places_every_notebook_profile_from_the_rendered_values(stack):
+    """JupyterHub's user servers are in no manifest: the renderer hands the fit check the chart's
+    coalesced values, from which one pod per profile (CPU, one per GPU pool) is built and placed; a
+    GPU profile's pod is queued (Kueue pod integration) when the pool's GPUs are taken."""
+    from preflight.fit.pods import pod_templates
+
+    model, releases = _stack(stack)
+    hub = _release(releases, "jupyterhub")
+    assert hub.values is not None and hub.values["singleuser"]["cloudMetadata"]["blockWithIptables"] is False
+    gpu_groups = {g.name for g in model.node_groups if g.role == "gpu"}
+    users = {t.owner: t for t in pod_templates([hub])[0] if t.owner.startswith("Pod/jupyterhub/jupyter-<user>")}
+    assert set(users) == {"Pod/jupyterhub/jupyter-<user> (profile cpu)"} | {
+        f"Pod/jupyterhub/jupyter-<user> (profile gpu-{g})" for g in gpu_groups}
+    placed = {pl.object: pl.group for pl in check_fit(model, releases).placements if pl.object in users}
+    assert placed["Pod/jupyterhub/jupyter-<user> (profile cpu)"] == "system"
+    for g in gpu_groups:
+        owner = f"Pod/jupyterhub/jupyter-<user> (profile gpu-{g})"
+        assert placed.get(owner) == g or users[owner].queue_name == "gpu-queue"
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod", "aws-prod"])
 def test_checks_on_a_whole_stack_take_well_under_a_second(stack):
     model, releases = _stack(stack)
     start = time.perf_counter()

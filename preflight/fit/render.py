@@ -76,6 +76,9 @@ class RenderedRelease:
     # The YAML text each object was parsed from, where preflight did not change it (None where it did):
     # written verbatim, which spares re-serialising megabytes of CRDs.
     texts: list[Optional[str]] = field(default_factory=list, repr=False, compare=False)
+    # The release's values coalesced with the chart's defaults, for charts whose pods are not in any
+    # manifest (JupyterHub's user servers come from the hub's KubeSpawner config): see fit/pods.py.
+    values: Optional[dict[str, Any]] = field(default=None, repr=False, compare=False)
 
     def to_yaml(self) -> str:
         dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -297,6 +300,21 @@ def _subchart_enabled(condition: Optional[str], values: dict[str, Any]) -> bool:
         if isinstance(node, bool):
             return node
     return True
+
+
+# Charts whose pods the cluster-fit check builds from their values rather than from a manifest.
+VALUES_NEEDED = frozenset({"jupyterhub"})
+
+
+def coalesced_values(info: ChartInfo, values: dict[str, Any]) -> dict[str, Any]:
+    """The values Helm renders with: the release's over the chart's defaults."""
+    from helm_python import HelmError
+
+    try:
+        with info.load() as chart:
+            return chart.merge_values(values)
+    except HelmError as exc:
+        raise ChartError(info.name, f"chart {info.name} {info.version}: values do not merge: {exc}") from None
 
 
 def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespace: str,
@@ -600,6 +618,8 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
     api_versions = crd_api_versions(static + charts_crds)
     for rel, info, values in helm:
         rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions)
+        if info.name in VALUES_NEEDED:
+            rel.values = coalesced_values(info, values)
     rendered_crds = [o for rel, _, _ in helm for o in rel.objects]
     extra = sorted(set(crd_api_versions(rendered_crds)) - set(api_versions))
     if extra:  # CRDs rendered from templates (not crds/): render again the charts that ask for them
