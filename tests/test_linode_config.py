@@ -117,3 +117,21 @@ def test_every_minor_the_calendar_allows_on_linode_has_a_pinned_release():
     for minor in allowed:
         assert re.fullmatch(rf"{re.escape(minor)}\.\d+", versions.KUBERNETES_PATCH[minor])
     assert "1.35" in versions.KUBERNETES_PATCH
+
+
+def test_the_vpc_address_plan_is_checked_before_any_resource():
+    """Four GPU pools do not fit the default /24 and a pool over 50 nodes has no room in its block:
+    config errors naming the key, not a ValueError half-way through the program."""
+    from components.config import ConfigError, parse_config
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("linode-dev").items() if k.startswith("gpu-platform:")}
+    pool = raw["gpuPools"][0]
+    raw["gpuPools"] = [{**pool, "name": f"p{i}"} for i in range(4)]
+    with pytest.raises(ConfigError, match=r"linode\.subnetCidr.*at least 300 host addresses for 4 GPU pools"):
+        parse_config(raw, "linode-dev")
+    raw["gpuPools"] = [{**pool, "minNodes": 51, "maxNodes": 51}]
+    with pytest.raises(ConfigError, match=r"gpuPools\[0\]\.maxNodes.*at most 50 nodes"):
+        parse_config(raw, "linode-dev")
+    raw["gpuPools"] = [{**pool, "name": f"p{i}"} for i in range(3)]
+    parse_config(raw, "linode-dev")  # three pools fit a /24

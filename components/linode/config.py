@@ -135,10 +135,35 @@ def region_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     return issues
 
 
+# The node address plan of components/linode/render.vpc_addresses: GPU pools get blocks of this many
+# fixed VPC addresses from host .100 on, in the order of gpuPools.
+GPU_POOL_BLOCK = 50
+GPU_POOLS_FIRST_HOST = 100
+
+
+def address_plan_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """What the fixed VPC address plan can hold, checked before any resource exists (otherwise the
+    program would fail half-way with a bare ValueError from the address plan)."""
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    issues = [ConfigIssue(f"gpuPools[{i}].maxNodes", pool.max_nodes,
+                          f"at most {GPU_POOL_BLOCK} nodes per Linode GPU pool (each pool has a block of "
+                          f"{GPU_POOL_BLOCK} fixed VPC addresses)")
+              for i, pool in enumerate(cfg.gpu_pools) if pool.max_nodes > GPU_POOL_BLOCK]
+    hosts = ipaddress.ip_network(section.subnet_cidr).num_addresses - 2
+    needed = GPU_POOLS_FIRST_HOST + GPU_POOL_BLOCK * len(cfg.gpu_pools)
+    if hosts < needed:
+        issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr,
+                                  f"a subnet with at least {needed} host addresses for {len(cfg.gpu_pools)} GPU pools "
+                                  f"(control planes and system nodes below .{GPU_POOLS_FIRST_HOST}, then "
+                                  f"{GPU_POOL_BLOCK} per pool), e.g. a /23"))
+    return issues
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
     issues += region_issues(cfg)
+    issues += address_plan_issues(cfg)
     if section.ssh_authorized_keys and not cfg.admin_cidrs:
         issues.append(ConfigIssue("linode.sshAuthorizedKeys", f"{len(section.ssh_authorized_keys)} key(s)",
                                   "empty unless gpu-platform:adminCidrs names who may reach SSH (the firewall "
