@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STACK ?= gcp-prod
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: venv checkov-venv training-venv preflight preflight-all preflight-ci test test-live bench clean
+.PHONY: venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci test test-live bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@echo "Building $(VENV) from requirements-dev.txt (first run only, a few minutes; pip prints what it installs)"
@@ -35,6 +35,15 @@ checkov-venv: .venv-checkov/.installed
 
 training-venv: .venv-training/.installed
 
+# The JupyterHub login test runs the real hub from its own virtualenv (requirements-jupyterhub.txt says why).
+.venv-jupyterhub/.installed: requirements-jupyterhub.txt
+	$(PYTHON) -m venv .venv-jupyterhub
+	.venv-jupyterhub/bin/python -m pip install --quiet --upgrade pip
+	.venv-jupyterhub/bin/python -m pip install --quiet -r requirements-jupyterhub.txt
+	touch $@
+
+jupyterhub-venv: .venv-jupyterhub/.installed
+
 ## Plan a stack offline: the verdict (policies, cluster fit, cost vs budget) first; STACK=gcp-prod by default.
 PREFLIGHT_FLAGS ?=
 preflight: venv
@@ -50,7 +59,7 @@ preflight-ci: venv
 	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m preflight $$s || rc=1; done; exit $$rc
 
 ## The whole offline test suite (live cloud tests are skipped without credentials).
-test: venv checkov-venv training-venv
+test: venv checkov-venv training-venv jupyterhub-venv
 	$(PY) -m pytest -q -n 2 tests
 
 test-live: venv

@@ -29,8 +29,8 @@ from components.platform.common import JUPYTERHUB_NAMESPACE
 from components.platform.notebooks import jupyterhub_values
 
 requests = pytest.importorskip("requests")
-pytest.importorskip("jupyterhub")
-pytest.importorskip("nativeauthenticator")
+# The hub runs from its own virtualenv (requirements-jupyterhub.txt; `make jupyterhub-venv`, which make test runs).
+HUB_PYTHON = Path(os.environ.get("JUPYTERHUB_PYTHON", Path(__file__).resolve().parents[1] / ".venv-jupyterhub" / "bin" / "python"))
 helm_python = pytest.importorskip("helm_python")
 
 CHART = Path(__file__).resolve().parent.parent / ".." / "shared" / "charts" / f"jupyterhub-{versions.JUPYTERHUB.version}.tgz"
@@ -142,7 +142,9 @@ def hub(tmp_path_factory) -> Iterator[Hub]:
                                                               public_port=public_port, state=state))
     log = state / "hub.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(state / "jupyterhub_config.py")],
+        if not HUB_PYTHON.exists():
+            pytest.fail(f"{HUB_PYTHON} is missing: run `make jupyterhub-venv` (make test does)")
+        proc = subprocess.Popen([str(HUB_PYTHON), "-m", "jupyterhub", "-f", str(state / "jupyterhub_config.py")],
                                 cwd=state, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{hub_port}"
