@@ -98,7 +98,7 @@ class FitReport:
                          f"headroom {h['cpuMillis'] / 1000:.1f} CPU, {h['memoryBytes'] / GI:.1f} GiB, "
                          f"{h['gpus']} GPU, {h['pods']} pod slots")
             if verbose:
-                for pl in self.placements:
+                for pl in sorted(self.placements, key=lambda p: (p.object, p.release)):
                     if pl.group == name:
                         lines.append(f"      {pl.pods:>3} x {pl.object} ({pl.release})")
         shown = self.problems if verbose else self.problems[:25]

@@ -401,6 +401,10 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
         raise ModelError(f"{cfg.cloud}: the plan registers no node group")
     notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
                  "releases: their requests are not counted, so the headroom shown is an upper bound")
+    # The plan registers resources in the order their outputs resolve: order the groups by role, then
+    # name, so packing, the report and fit.json are the same on every run.
+    roles = {"control-plane": 0, "system": 1, "gpu": 2}
+    groups = sorted(groups, key=lambda g: (roles.get(g.role, 3), g.name))
     for g in groups:
         notes.append(f"{g.name}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
                      f"allocatable per node {g.allocatable}")
