@@ -225,7 +225,7 @@ def load_calendar(path: Optional[Path] = None) -> Calendar:
     target = Path(path) if path else CALENDAR_FILE
     with open(target, encoding="utf-8") as fh:
         # BaseLoader keeps every scalar a string: a YAML date or an unquoted 1.30 (a float) cannot slip through.
-        doc = yaml.load(fh, Loader=yaml.BaseLoader)
+        doc = yaml.load(fh, Loader=getattr(yaml, "CBaseLoader", yaml.BaseLoader))
     return parse_calendar(_numbers(doc))
 
 

@@ -295,7 +295,8 @@ def _tuple(v: Any) -> Optional[tuple[str, ...]]:
 
 def read_document(path: Path) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        # libyaml's parser (same safe resolver), ~10x faster than the pure-Python one on the catalogs
+        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def parse_document(doc: Mapping[str, Any], name: str = "catalog") -> tuple[dict[str, InstanceType], dict[str, Price]]:

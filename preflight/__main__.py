@@ -139,6 +139,7 @@ class Run:
         self.warnings: list[str] = []
         self.cfg: Any = None
         self.sections: dict[str, Any] = {}
+        self.costs: Any = None
 
     # --- messages and the end of a run ------------------------------------------------------
 
@@ -148,6 +149,9 @@ class Run:
 
     def finish(self, code: int, out: Optional[Path], error: Optional[str] = None) -> int:
         from preflight import verdict
+
+        if self.costs is not None and code not in (0, EXIT_POLICY):
+            self.costs.abandon()
 
         doc = verdict.document(self.args.stack or "?", self.cfg, code, warnings=tuple(self.warnings), error=error,
                                **self.sections)
@@ -241,7 +245,7 @@ class Run:
 
         # The fit thread prices the rendered storage as soon as the charts are rendered, so the cost
         # chart is drawn (in a child process) while the policy pack is still analysing.
-        costs = CostReport(self.cfg, out, plan)
+        costs = self.costs = CostReport(self.cfg, out, plan)
         fit = FitWorker(self.cfg, plan, out, chart_dirs, args.allow_missing_chart,
                         then=lambda result: costs.report([r for r in result.releases if r.rendered]))
         (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")

@@ -159,7 +159,11 @@ class CostReport:
         self.json_path = out / "cost.json"
         self.png_path = out / "cost.png"
         self._summary: Optional[str] = None
-        self._chart: Optional[subprocess.Popen] = None
+        # The chart is drawn in a child process started now: it imports matplotlib (about a second)
+        # while the program, the charts and the policies are worked out, then waits for the data.
+        self._chart: Optional[subprocess.Popen] = subprocess.Popen(
+            [sys.executable, "-m", "preflight.costs", str(self.png_path)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._sent = False
 
     def report(self, releases: Optional[list[Any]] = None) -> str:
         from costs import report
@@ -180,10 +184,10 @@ class CostReport:
         budget = float(self.cfg.monthly_budget_usd)
         report.write_cost_json(self.estimate, self.json_path, budget, self.overhead, self.today)
         self._summary = report.render_cost_summary(self.estimate, budget, self.overhead, self.today)
-        self._chart = subprocess.Popen([sys.executable, "-m", "preflight.costs", str(self.png_path)],
-                                       stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._chart.stdin.write(pickle.dumps((self.estimate, budget, self.overhead)))
-        self._chart.stdin.close()
+        if not self._sent:
+            self._sent = True
+            self._chart.stdin.write(pickle.dumps((self.estimate, budget, self.overhead)))
+            self._chart.stdin.close()
         return self._summary
 
     @property
@@ -192,7 +196,7 @@ class CostReport:
 
     def finish(self) -> str:
         """Wait for the chart; raise if it could not be drawn."""
-        if self._chart is None:
+        if not self._sent:
             self.report(None)
         err = self._chart.stderr.read().decode()
         if self._chart.wait() != 0:
@@ -200,10 +204,30 @@ class CostReport:
         return f"Wrote {self.json_path} and {self.png_path}"
 
 
+    def abandon(self) -> None:
+        """The run ended before the bill (an error): let the waiting child go."""
+        if self._chart is not None and self._chart.poll() is None:
+            self._chart.kill()
+            self._chart.wait()
+
+
 def _draw_from_stdin(png: str) -> None:
+    # Everything slow happens before the data arrives, while the parent is still busy: import
+    # matplotlib and the report, and draw a throwaway figure once (font cache, text layout).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     from costs import report
 
-    est, budget, overhead = pickle.load(sys.stdin.buffer)
+    warm = Figure(figsize=(2, 1))
+    FigureCanvasAgg(warm)
+    warm.text(0.5, 0.5, "$0 GPU 100 %")
+    warm.canvas.draw()
+
+    try:
+        est, budget, overhead = pickle.load(sys.stdin.buffer)
+    except EOFError:  # the parent ended before it had a bill (an error): nothing to draw
+        return
     report.draw_cost_chart(est, report.default_alternatives(est), png, budget, overhead)
 
 

@@ -90,7 +90,7 @@ def _cli_string(value: Any) -> str:
 
 
 def load_project(root: Path = ROOT) -> dict[str, Any]:
-    return yaml.safe_load((root / "Pulumi.yaml").read_text())
+    return yaml.load((root / "Pulumi.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def schema_defaults(project: dict[str, Any]) -> dict[str, Any]:

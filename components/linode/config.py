@@ -94,7 +94,7 @@ REGIONS_FILE = Path(__file__).resolve().parent / "regions.yaml"
 @lru_cache(maxsize=1)
 def region_capabilities() -> dict[str, frozenset[str]]:
     """Region id -> capabilities, from the dated region table (regions.yaml, see its header)."""
-    doc = yaml.safe_load(REGIONS_FILE.read_text())
+    doc = yaml.load(REGIONS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     if not doc.get("source") or not doc.get("retrieved"):
         raise ValueError(f"{REGIONS_FILE}: the region table must name its source and retrieval date")
     return {r["id"]: frozenset(r["capabilities"]) for r in doc["regions"]}
