@@ -16,32 +16,25 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 venv: $(VENV)/.installed
 
-# checkov pins boto3/packaging versions that clash with ours: it gets a virtualenv of its own.
-.venv-checkov/.installed: requirements-checkov.txt
-	$(PYTHON) -m venv .venv-checkov
-	.venv-checkov/bin/python -m pip install --quiet --upgrade pip
-	.venv-checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
-	touch $@
+# Tools whose dependencies clash with the program's get a virtualenv each, built by one recipe:
+# $(1) folder, $(2) requirements file.
+define side_venv
+$(1)/.installed: $(2)
+	$$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet -r $(2)
+	touch $$@
+endef
+# checkov pins boto3 and packaging versions that clash with ours.
+$(eval $(call side_venv,.venv-checkov,requirements-checkov.txt))
+# The example training program (torch, fsspec/s3fs), as in its image: s3fs's aiobotocore pins a
+# botocore that clashes with the program's boto3.
+$(eval $(call side_venv,.venv-training,examples/training/requirements.txt))
+# The JupyterHub login test's real hub (requirements-jupyterhub.txt says why).
+$(eval $(call side_venv,.venv-jupyterhub,requirements-jupyterhub.txt))
 
 checkov-venv: .venv-checkov/.installed
-
-# The example training program (torch, fsspec/s3fs) runs in its own virtualenv, as in its image:
-# s3fs's aiobotocore pins a botocore that clashes with the program's boto3.
-.venv-training/.installed: examples/training/requirements.txt
-	$(PYTHON) -m venv .venv-training
-	.venv-training/bin/python -m pip install --quiet --upgrade pip
-	.venv-training/bin/python -m pip install --quiet -r examples/training/requirements.txt
-	touch $@
-
 training-venv: .venv-training/.installed
-
-# The JupyterHub login test runs the real hub from its own virtualenv (requirements-jupyterhub.txt says why).
-.venv-jupyterhub/.installed: requirements-jupyterhub.txt
-	$(PYTHON) -m venv .venv-jupyterhub
-	.venv-jupyterhub/bin/python -m pip install --quiet --upgrade pip
-	.venv-jupyterhub/bin/python -m pip install --quiet -r requirements-jupyterhub.txt
-	touch $@
-
 jupyterhub-venv: .venv-jupyterhub/.installed
 
 ## Plan a stack offline: the verdict (policies, cluster fit, cost vs budget) first; STACK=gcp-prod by default.
