@@ -95,20 +95,20 @@ class RenderedRelease:
 # ---------------------------------------------------------------------------------------------
 
 
-def _placeholders(v: Any, text: str) -> Any:
+def _stand_ins(v: Any, text: str) -> Any:
     """Same structure, every scalar leaf replaced by `text` (a secret map stays a map)."""
     if isinstance(v, dict):
-        return {k: _placeholders(x, text) for k, x in v.items() if k != SIG_KEY}
+        return {k: _stand_ins(x, text) for k, x in v.items() if k != SIG_KEY}
     if isinstance(v, list):
-        return [_placeholders(x, text) for x in v]
+        return [_stand_ins(x, text) for x in v]
     return text
 
 
 def plain_values(v: Any) -> Any:
-    """Wire value -> what the chart sees, with secrets and unknowns replaced by fixed placeholders."""
+    """Wire value -> what the chart sees, with secrets and unknowns replaced by fixed stand-in strings."""
     if isinstance(v, dict) and v.get(SIG_KEY) == SECRET_SIG:
         inner = v.get("value")
-        return _placeholders(inner, SECRET_PLACEHOLDER) if inner != UNKNOWN else SECRET_PLACEHOLDER
+        return _stand_ins(inner, SECRET_PLACEHOLDER) if inner != UNKNOWN else SECRET_PLACEHOLDER
     if isinstance(v, dict) and v.get(SIG_KEY) == RESOURCE_SIG:
         return v.get("urn")
     if v == UNKNOWN:
