@@ -67,7 +67,10 @@ def test_control_plane_created_a_week_after_init_joins_from_its_own_user_data(ha
     # Run the node's own credential minting (real openssl) with that CA, a week later: the result
     # is a client certificate kubeadm's discovery and the kubelet's TLS bootstrap accept.
     bootstrap = files[render.BOOTSTRAP_SCRIPT_PATH]
-    func = bootstrap[bootstrap.index("mint_discovery_kubeconfig() {"):bootstrap.index("\n}\n") + 3]
+    # The user data's own functions: the certificate minting helper, then the kubeconfig writer.
+    start = bootstrap.index("mint_client_cert() {")
+    end = bootstrap.index("\n}\n", bootstrap.index("mint_discovery_kubeconfig() {")) + 3
+    func = bootstrap[start:end]
     pki = tmp_path / "pki"
     (pki / "etcd").mkdir(parents=True)
     for rel in ("ca.crt", "ca.key"):

@@ -392,6 +392,21 @@ nvidia-smi -L
 """
 
 
+def mint_client_cert_script() -> str:
+    """Shell: `mint_client_cert <ca path without .crt/.key> <subject> <out path without .key/.crt>`
+    writes a P-256 key and a one-day client certificate signed by that CA. Control planes use it for
+    their discovery kubeconfig (cluster CA) and the etcd member clean-up (etcd CA)."""
+    return """mint_client_cert() {
+  local ca=$1 subject=$2 out=$3
+  openssl ecparam -name prime256v1 -genkey -noout -out "$out.key"
+  openssl req -new -key "$out.key" -subj "$subject" -out "$out.csr"
+  printf 'keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth\\n' > "$out.ext"
+  openssl x509 -req -in "$out.csr" -CA "$ca.crt" -CAkey "$ca.key" \\
+    -set_serial "0x$(openssl rand -hex 16)" -days 1 -sha256 -extfile "$out.ext" -out "$out.crt" 2>/dev/null
+}
+"""
+
+
 def mint_discovery_kubeconfig_script(node_name: str, endpoint: str) -> str:
     """Shell that writes DISCOVERY_KUBECONFIG_PATH: a one-day client certificate for
     system:node:<name> (group system:nodes) signed with the cluster CA this control plane holds.
@@ -400,11 +415,7 @@ def mint_discovery_kubeconfig_script(node_name: str, endpoint: str) -> str:
     return f"""mint_discovery_kubeconfig() {{
   local tmp
   tmp=$(mktemp -d)
-  openssl ecparam -name prime256v1 -genkey -noout -out "$tmp/node.key"
-  openssl req -new -key "$tmp/node.key" -subj "/O=system:nodes/CN=system:node:{node_name}" -out "$tmp/node.csr"
-  printf 'keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth\\n' > "$tmp/ext.cnf"
-  openssl x509 -req -in "$tmp/node.csr" -CA "{PKI_DIR}/ca.crt" -CAkey "{PKI_DIR}/ca.key" \\
-    -set_serial "0x$(openssl rand -hex 16)" -days 1 -sha256 -extfile "$tmp/ext.cnf" -out "$tmp/node.crt" 2>/dev/null
+  mint_client_cert "{PKI_DIR}/ca" "/O=system:nodes/CN=system:node:{node_name}" "$tmp/node"
   umask 077
   cat > "{DISCOVERY_KUBECONFIG_PATH}" <<KUBECONFIG
 apiVersion: v1
@@ -445,11 +456,7 @@ def remove_stale_etcd_member_script(node_name: str, kubernetes_minor: str) -> st
 remove_stale_etcd_member() {{
   local ip id
   etcd_tmp=$(mktemp -d)
-  openssl ecparam -name prime256v1 -genkey -noout -out "$etcd_tmp/client.key"
-  openssl req -new -key "$etcd_tmp/client.key" -subj "/CN=gpu-platform-etcd-member-cleanup" -out "$etcd_tmp/client.csr"
-  printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' > "$etcd_tmp/ext.cnf"
-  openssl x509 -req -in "$etcd_tmp/client.csr" -CA "{PKI_DIR}/etcd/ca.crt" -CAkey "{PKI_DIR}/etcd/ca.key" \\
-    -set_serial "0x$(openssl rand -hex 16)" -days 1 -sha256 -extfile "$etcd_tmp/ext.cnf" -out "$etcd_tmp/client.crt" 2>/dev/null
+  mint_client_cert "{PKI_DIR}/etcd/ca" "/CN=gpu-platform-etcd-member-cleanup" "$etcd_tmp/client"
   cp "{PKI_DIR}/etcd/ca.crt" "$etcd_tmp/ca.crt"
   etcd_image=$(kubeadm config images list --kubernetes-version {patch} | grep '/etcd:')
   ctr -n k8s.io images pull "$etcd_image" >/dev/null
@@ -507,6 +514,7 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
             f"shred -u {KUBEADM_CONFIG_PATH}",
         ]
     else:
+        lines.append(mint_client_cert_script().rstrip("\n"))
         lines.append(mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"))
         if kubernetes_minor:
             lines.append(remove_stale_etcd_member_script(node_name, kubernetes_minor).rstrip("\n"))
