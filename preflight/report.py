@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from preflight.runner import Plan, PlannedResource
+from preflight.runner import Plan, PlannedResource, whole_numbers
 
 # Inputs worth a reviewer's eye, by resource type suffix or anywhere (first match wins per key).
 INTERESTING = (
@@ -24,18 +24,6 @@ MAX_VALUE = 160
 
 def counts(plan: Plan) -> list[tuple[str, int]]:
     return sorted(Counter(r.type for r in plan.resources).items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def whole_numbers(value: Any) -> Any:
-    """Integral floats as integers (the engine's protobuf Struct carries every number as a double:
-    `minSize=0.0` is printed `minSize=0`), recursively; other values unchanged."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: whole_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [whole_numbers(v) for v in value]
-    return value
 
 
 def _short(value: Any) -> str:

@@ -286,17 +286,23 @@ class Plan:
             # bytes (registration order varies with output resolution), so plans diff cleanly in review.
             "resources": [
                 {"urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent,
-                 "custom": r.custom, "inputs": _whole_numbers(r.inputs)}
+                 "custom": r.custom, "inputs": whole_numbers(r.inputs)}
                 for r in sorted(self.resources, key=lambda r: r.urn)
             ],
-            "outputs": _whole_numbers(redact(self.outputs)),
+            "outputs": whole_numbers(redact(self.outputs)),
         }
 
 
-def _whole_numbers(value: Any) -> Any:
-    from preflight.report import whole_numbers
-
-    return whole_numbers(value)
+def whole_numbers(value: Any) -> Any:
+    """Integral floats as integers (the engine's protobuf Struct carries every number as a double:
+    `minSize=0.0` is shown `minSize=0`), recursively; other values unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
