@@ -19,6 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
+from components.versions_calendar import today as calendar_today
+
 if TYPE_CHECKING:
     from components.config import StackConfig
 
@@ -116,7 +118,7 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
     """The estimator's StackShape of a configured stack with what the program and its charts add."""
     from costs.estimator import StackShape
 
-    day = today or _dt.date.today()
+    day = today or calendar_today()
     shape = StackShape.from_config(cfg)
     pool_disks, system_disk = _boot_disks(cfg, plan)
     pools = tuple(replace(p, boot_disk_gib=pool_disks.get(p.name, p.boot_disk_gib)) for p in shape.gpu_pools)
@@ -155,7 +157,7 @@ class CostReport:
 
     def __init__(self, cfg: "StackConfig", out: Path, plan: Any = None, today: Optional[_dt.date] = None):
         self.cfg, self.out, self.plan = cfg, out, plan
-        self.today = today or _dt.date.today()
+        self.today = today or calendar_today()  # GPU_PLATFORM_TODAY, like the config checks
         self.json_path = out / "cost.json"
         self.png_path = out / "cost.png"
         self._summary: Optional[str] = None
