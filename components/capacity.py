@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from costs.catalog import Catalog
@@ -232,9 +232,3 @@ def allocatable(cloud: str, instance_type: str, catalog: Optional["Catalog"] = N
 def scale(a: Allocatable, nodes: int) -> Allocatable:
     """What `nodes` such nodes offer together (quota maths)."""
     return Allocatable(a.cpu_millis * nodes, a.memory_bytes * nodes, a.gpus * nodes, a.pods * nodes)
-
-
-def as_quantities(a: Allocatable) -> Mapping[str, str]:
-    """Kubernetes quantity strings (for Kueue ResourceFlavor quotas): whole MiB, rounded down."""
-    return {"cpu": f"{a.cpu_millis}m", "memory": f"{a.memory_bytes // MI}Mi", "nvidia.com/gpu": str(a.gpus),
-            "pods": str(a.pods)}

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 NAMESPACE = "gpu-platform"
 CLOUDS = ("linode", "gcp", "aws")
 CAPACITIES = ("spot", "preemptible", "on-demand")
-SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34")
 
 
 def stack_file(stack: str) -> str:

@@ -248,13 +248,6 @@ def test_helm_values():
     assert c["extraArgs"]["scale-down-unneeded-time"] == "10m"
 
 
-def test_every_supported_kubernetes_version_has_an_autoscaler_image():
-    from components.config_base import SUPPORTED_KUBERNETES_VERSIONS
-    assert set(SUPPORTED_KUBERNETES_VERSIONS) <= set(versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)
-    for k in SUPPORTED_KUBERNETES_VERSIONS:
-        assert versions.CLUSTER_AUTOSCALER_IMAGE_TAGS[k].startswith(f"v{k}.")
-
-
 def test_readme_lists_the_aws_pins_and_quickstart():
     readme = (ROOT / "README.md").read_text()
     rows = [line for line in readme.splitlines() if line.startswith("|") and "components/aws/versions.py" in line]

@@ -47,7 +47,6 @@ def is_internal(net: "ipaddress.IPv4Network | ipaddress.IPv6Network") -> bool:
     return net.version == 4 and any(net.subnet_of(r) for r in INTERNAL_RANGES)  # type: ignore[arg-type]
 
 
-WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 RFC3339_Z = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")  # fullmatch; \d is any Unicode digit
 # GKE: a maintenance window must allow at least 48 hours of maintenance in any 32 days; 32 days hold at
 # least 4 of each weekday (https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions).

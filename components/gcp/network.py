@@ -22,7 +22,6 @@ SERVICES_RANGE = "services"
 #   9443  Kueue webhooks and CRD conversion; JobSet and Kubeflow Trainer webhooks
 #   10250 kube-prometheus-stack operator admission webhook (also in GKE's own rule; listed so the set is complete)
 CONTROL_PLANE_TO_NODE_PORTS = ("8082", "8443", "9443", "10250")
-WEBHOOK_PORTS = CONTROL_PLANE_TO_NODE_PORTS  # the former name
 
 
 @dataclass(frozen=True)
