@@ -40,16 +40,16 @@ jupyterhub-venv: .venv-jupyterhub/.installed
 ## Plan a stack offline: the verdict (policies, cluster fit, cost vs budget) first; STACK=gcp-prod by default.
 PREFLIGHT_FLAGS ?=
 preflight: venv
-	$(PY) -m preflight $(STACK) $(PREFLIGHT_FLAGS)
+	$(PY) -m gpu_platform.preflight $(STACK) $(PREFLIGHT_FLAGS)
 
 preflight-all: venv
-	@for s in $(STACKS); do $(PY) -m preflight $$s --quiet || exit $$?; done
+	@for s in $(STACKS); do $(PY) -m gpu_platform.preflight $$s --quiet || exit $$?; done
 
 ## CI (network): pull the pinned charts, then preflight every stack, each writing
-## build/<stack>/preflight.json (`python -m preflight summary build` tabulates them); fails if any fails.
+## build/<stack>/preflight.json (`python -m gpu_platform.preflight summary build` tabulates them); fails if any fails.
 preflight-ci: venv
-	$(PY) -m preflight charts pull --dest build/charts
-	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m preflight $$s || rc=1; done; exit $$rc
+	$(PY) -m gpu_platform.preflight charts pull --dest build/charts
+	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m gpu_platform.preflight $$s || rc=1; done; exit $$rc
 
 ## The whole offline test suite (live cloud tests are skipped without credentials).
 test: venv checkov-venv training-venv jupyterhub-venv
@@ -60,7 +60,7 @@ test-live: venv
 
 ## Preflight wall time per stack, chart rendering included (target: under 6 s each on 2 cores).
 bench: venv
-	$(PY) -m preflight.bench $(STACKS)
+	$(PY) -m gpu_platform.preflight.bench $(STACKS)
 
 clean:
 	rm -rf build .pytest_cache

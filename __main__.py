@@ -2,9 +2,9 @@
 
 import pulumi
 
-from components.clouds import cloud_module
-from components.config import load_from_pulumi
-from components.platform import MlPlatform, PlatformArgs
+from gpu_platform.components.clouds import cloud_module
+from gpu_platform.components.config import load_from_pulumi
+from gpu_platform.components.platform import MlPlatform, PlatformArgs
 
 cfg = load_from_pulumi()
 cloud = cloud_module(cfg.cloud)
@@ -29,7 +29,7 @@ pulumi.export("gpuPools", [
 ])
 
 # What this stack costs (catalog prices, 730 h/month): the same figures preflight prints.
-from costs.estimator import StackShape, estimate  # noqa: E402
+from gpu_platform.costs.estimator import StackShape, estimate  # noqa: E402
 
 cost = estimate(StackShape.from_config(cfg))
 pulumi.export("costEstimate", {

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from preflight.runner import Plan, load_stack, run_program, stack_input_from_mapping  # noqa: E402
+from gpu_platform.preflight.runner import Plan, load_stack, run_program, stack_input_from_mapping  # noqa: E402
 
 # Version support moves with the calendar: tests judge the shipped stacks on the day they were reviewed, so a
 # later run does not fail for the date alone (preflight and `pulumi up` use the real date).

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from preflight.fit.render import RenderedRelease, render_plan
-from preflight.runner import ROOT, Plan, PlannedResource, load_stack, run_program
+from gpu_platform.preflight.fit.render import RenderedRelease, render_plan
+from gpu_platform.preflight.runner import ROOT, Plan, PlannedResource, load_stack, run_program
 
 CHARTS = ROOT.parent / "shared" / "charts"
 STACKS = ("linode-dev", "linode-ha", "gcp-prod", "aws-prod")
@@ -34,7 +34,7 @@ def stack_plan(stack: str) -> Plan:
 
 @functools.lru_cache(maxsize=None)
 def rendered(stack: str) -> tuple[RenderedRelease, ...]:
-    from components.config import parse_config
+    from gpu_platform.components.config import parse_config
 
     stack_input = load_stack(stack)
     cfg = parse_config(stack_input.raw, stack)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from components.aws.billing import stack_cost_filter
-from components.aws.eks import (
+from gpu_platform.components.aws.billing import stack_cost_filter
+from gpu_platform.components.aws.eks import (
     IMDS_HOP_LIMIT,
     NODE_POLICIES,
     VPC_CNI_CONFIGURATION,
@@ -18,9 +18,9 @@ from components.aws.eks import (
     principal_key,
     secure_launch_template_args,
 )
-from components.config import ConfigError, config_warnings, parse_config
-from preflight.mocks.aws import ACCOUNT, DEPLOYER_ARN, DEPLOYER_ROLE
-from preflight.runner import run_program, stack_input_from_mapping
+from gpu_platform.components.config import ConfigError, config_warnings, parse_config
+from gpu_platform.preflight.mocks.aws import ACCOUNT, DEPLOYER_ARN, DEPLOYER_ROLE
+from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
 from tests.conftest import plan_stack, stack_config
 
 ADDON = "aws:eks/addon:Addon"

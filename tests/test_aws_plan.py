@@ -11,8 +11,8 @@ import pulumi
 import pytest
 import yaml
 
-from components.aws import versions
-from preflight.runner import REDACTED, SECRET_SIG, SIG_KEY, run_program, stack_input_from_mapping
+from gpu_platform.components.aws import versions
+from gpu_platform.preflight.runner import REDACTED, SECRET_SIG, SIG_KEY, run_program, stack_input_from_mapping
 from tests.conftest import plan_config, plan_stack, stack_config
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -215,8 +215,8 @@ def test_existing_vpc_and_private_endpoint():
 
 
 def test_cluster_handle_contract():
-    from components.aws import create_cluster
-    from components.config import parse_config
+    from gpu_platform.components.aws import create_cluster
+    from gpu_platform.components.config import parse_config
     raw = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
     cfg = parse_config(copy.deepcopy(raw), "aws-prod")
     seen: dict = {}

@@ -14,21 +14,21 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.aws import versions
-from components.aws.autoscaler import autoscaler_policy, helm_values as ca_values
-from components.aws.billing import (alerts_key_policy, billing_thresholds, budget_notifications, idle_evaluation_periods,
+from gpu_platform.components.aws import versions
+from gpu_platform.components.aws.autoscaler import autoscaler_policy, helm_values as ca_values
+from gpu_platform.components.aws.billing import (alerts_key_policy, billing_thresholds, budget_notifications, idle_evaluation_periods,
                                     topic_policy)
-from components.aws.bucket import tls_only_policy, trainer_policy
-from components.aws.eks import render_kubeconfig
-from components.aws.gpu_asg import (ACCELERATOR_LABEL, ACCELERATOR_VALUES, accelerator_value, asg_tag_list, autoscaler_tags,
+from gpu_platform.components.aws.bucket import tls_only_policy, trainer_policy
+from gpu_platform.components.aws.eks import render_kubeconfig
+from gpu_platform.components.aws.gpu_asg import (ACCELERATOR_LABEL, ACCELERATOR_VALUES, accelerator_value, asg_tag_list, autoscaler_tags,
                                     gpu_launch_template_args, node_labels, render_cloudwatch_agent_config,
                                     render_cloudwatch_agent_script, render_nodeadm_config, render_user_data)
-from components.aws.iam import irsa_trust_policy, partition
-from components.aws.network import plan_subnets
-from components.aws.nth import EVENT_RULES, handler_policy, helm_values as nth_values, queue_policy, termination_timing
-from components.aws.protection import cluster_role_rules, protection_policy, render_deployment
-from components.aws.scale_down import UNNEEDED_TIME_TAG, scale_down_timing
-from components.cluster import GPU_TAINT, GpuPoolSpec
+from gpu_platform.components.aws.iam import irsa_trust_policy, partition
+from gpu_platform.components.aws.network import plan_subnets
+from gpu_platform.components.aws.nth import EVENT_RULES, handler_policy, helm_values as nth_values, queue_policy, termination_timing
+from gpu_platform.components.aws.protection import cluster_role_rules, protection_policy, render_deployment
+from gpu_platform.components.aws.scale_down import UNNEEDED_TIME_TAG, scale_down_timing
+from gpu_platform.components.cluster import GPU_TAINT, GpuPoolSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 ENDPOINT = "https://ABC.gr7.us-east-1.eks.amazonaws.com"
@@ -74,7 +74,7 @@ def test_gpu_nodes_register_with_the_accelerator_label():
 
 
 def test_every_catalog_gpu_model_has_an_accelerator_value():
-    from costs.catalog import load_catalog
+    from gpu_platform.costs.catalog import load_catalog
     models = {t.gpu_model for t in load_catalog().gpu_instances("aws") if t.gpu_model}
     assert models and models <= set(ACCELERATOR_VALUES)
     assert accelerator_value("NVIDIA L4") == "nvidia-l4" and accelerator_value("NVIDIA V100 32GB") == "nvidia-tesla-v100"
@@ -250,10 +250,10 @@ def test_helm_values():
 
 def test_readme_lists_the_aws_pins_and_quickstart():
     readme = (ROOT / "README.md").read_text()
-    rows = [line for line in readme.splitlines() if line.startswith("|") and "components/aws/versions.py" in line]
+    rows = [line for line in readme.splitlines() if line.startswith("|") and "gpu_platform/components/aws/versions.py" in line]
     table = "\n".join(rows)
-    base = re.search(r"^FROM (\S+) AS deps$", (ROOT / "controllers/scale_in_protection/Dockerfile").read_text(), re.M).group(1)
-    boto3_pin = re.search(r"^boto3==(\S+) ", (ROOT / "controllers/scale_in_protection/requirements.txt").read_text(), re.M).group(1)
+    base = re.search(r"^FROM (\S+) AS deps$", (ROOT / "gpu_platform/controllers/scale_in_protection/Dockerfile").read_text(), re.M).group(1)
+    boto3_pin = re.search(r"^boto3==(\S+) ", (ROOT / "gpu_platform/controllers/scale_in_protection/requirements.txt").read_text(), re.M).group(1)
     for pin in (versions.NTH_CHART_VERSION, versions.NTH_CHART, versions.NTH_APP_VERSION, versions.CLUSTER_AUTOSCALER_CHART_VERSION,
                 *versions.CLUSTER_AUTOSCALER_IMAGE_TAGS.values(), base.split("@")[0], base.split("@")[1][:19], boto3_pin):
         assert pin in table, f"README pinned-versions table lacks {pin}"

@@ -11,13 +11,13 @@ from importlib.metadata import version
 import pytest
 import yaml
 
-from components.aws import protection
-from components.aws.config import ScaleInController
-from components.config import ConfigError, parse_config
+from gpu_platform.components.aws import protection
+from gpu_platform.components.aws.config import ScaleInController
+from gpu_platform.components.config import ConfigError, parse_config
 from tests.conftest import ROOT, stack_config
 from tests.test_platform_validate import checkov_bin
 
-CTL = ROOT / "controllers" / "scale_in_protection"
+CTL = ROOT / "gpu_platform" / "controllers" / "scale_in_protection"
 DIGEST = "ghcr.io/example-org/gpu-platform-scale-in@sha256:" + "0123456789abcdef" * 4
 WORKFLOW = ROOT / ".github" / "workflows" / "controller-image.yml"
 
@@ -87,8 +87,8 @@ def test_workflow_publishes_on_release_tags_with_pinned_actions_and_minimal_perm
         if "uses" in step:
             assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), f"{step['uses']}: pin actions by commit"
     build = next(s for s in job["steps"] if s["uses"].startswith("docker/build-push-action@") if "uses" in s)
-    assert build["with"]["context"] == "controllers/scale_in_protection"
-    assert build["with"]["file"] == "controllers/scale_in_protection/Dockerfile"
+    assert build["with"]["context"] == "gpu_platform/controllers/scale_in_protection"
+    assert build["with"]["file"] == "gpu_platform/controllers/scale_in_protection/Dockerfile"
     assert build["with"]["push"] == "${{ env.PUBLISH == 'true' }}"
     assert job["env"]["PUBLISH"] == "${{ github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v') }}"
     meta = next(s for s in job["steps"] if s.get("uses", "").startswith("docker/metadata-action@"))

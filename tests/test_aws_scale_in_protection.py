@@ -19,7 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from controllers.scale_in_protection import (
+from gpu_platform.controllers.scale_in_protection import (
     MAX_BATCH,
     SCALE_DOWN_DISABLED,
     Controller,
@@ -513,9 +513,9 @@ class AutoscalerModel:
 def play(aws, timing, idle_after: float = 600.0) -> float:
     """Run the controller (every controller interval) and the autoscaler model (every scan) on one
     clock; the jobs finish at `idle_after`. Returns how long node 1 lived after going idle."""
-    from components.aws.gpu_asg import autoscaler_tags
-    from components.aws.scale_down import UNNEEDED_TIME_TAG, parse_go_duration
-    from components.cluster import GpuPoolSpec
+    from gpu_platform.components.aws.gpu_asg import autoscaler_tags
+    from gpu_platform.components.aws.scale_down import UNNEEDED_TIME_TAG, parse_go_duration
+    from gpu_platform.components.cluster import GpuPoolSpec
 
     client, lt, group = aws
     ids = make_group(client, lt, group, 3, protected=True)
@@ -543,7 +543,7 @@ def play(aws, timing, idle_after: float = 600.0) -> float:
 
 
 def test_scale_down_timing_splits_the_grace_period():
-    from components.aws.scale_down import parse_go_duration, scale_down_timing
+    from gpu_platform.components.aws.scale_down import parse_go_duration, scale_down_timing
 
     t = scale_down_timing(900)
     assert (t.controller_grace_seconds, t.autoscaler_unneeded_seconds) == (780, 120)
@@ -559,7 +559,7 @@ def test_scale_down_timing_splits_the_grace_period():
 
 @pytest.mark.parametrize("grace", [60, 900, 3600])
 def test_idle_node_leaves_after_one_grace_period(aws, grace):
-    from components.aws.scale_down import scale_down_timing
+    from gpu_platform.components.aws.scale_down import scale_down_timing
 
     timing = scale_down_timing(grace)
     lived = play(aws, timing)
@@ -568,7 +568,7 @@ def test_idle_node_leaves_after_one_grace_period(aws, grace):
 
 def test_the_old_composition_kept_idle_nodes_twice_the_grace_period(aws):
     """Controller grace and unneeded-time both set to the grace period: the defect issue 12 names."""
-    from components.aws.scale_down import ScaleDownTiming
+    from gpu_platform.components.aws.scale_down import ScaleDownTiming
 
     lived = play(aws, ScaleDownTiming(900, controller_grace_seconds=900, autoscaler_unneeded_seconds=900))
     assert lived >= 2 * 900

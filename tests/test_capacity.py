@@ -1,12 +1,12 @@
-"""Node allocatable per cloud (components/capacity.py), against values computed by hand from each
+"""Node allocatable per cloud (gpu_platform/components/capacity.py), against values computed by hand from each
 cloud's documented formula (see the module docstring for the sources)."""
 
 from __future__ import annotations
 
 import pytest
 
-from components import capacity
-from components.capacity import MI, Allocatable, CapacityError, allocatable, cpu_millis, memory_bytes, parse_quantity
+from gpu_platform.components import capacity
+from gpu_platform.components.capacity import MI, Allocatable, CapacityError, allocatable, cpu_millis, memory_bytes, parse_quantity
 
 
 def _mib(a: Allocatable) -> float:
@@ -61,14 +61,14 @@ def test_eks_m6i_xlarge_system_node_group():
 
 
 def test_every_catalog_aws_type_has_eni_data():
-    from costs.catalog import load_catalog
+    from gpu_platform.costs.catalog import load_catalog
 
     for t in load_catalog().instances("aws"):
         assert allocatable("aws", t.name).pods > 0
 
 
 def test_linode_without_reservations_is_capacity_minus_default_eviction(monkeypatch):
-    from components.linode import render
+    from gpu_platform.components.linode import render
 
     for name in ("KUBE_RESERVED", "SYSTEM_RESERVED", "EVICTION_HARD", "MAX_PODS"):
         monkeypatch.delattr(render, name, raising=False)
@@ -77,7 +77,7 @@ def test_linode_without_reservations_is_capacity_minus_default_eviction(monkeypa
 
 
 def test_linode_reads_the_kubelet_reservations_from_the_linode_renderer(monkeypatch):
-    from components.linode import render
+    from gpu_platform.components.linode import render
 
     monkeypatch.setattr(render, "KUBE_RESERVED", {"cpu": "100m", "memory": "512Mi"}, raising=False)
     monkeypatch.setattr(render, "SYSTEM_RESERVED", {"cpu": "0.1", "memory": "256Mi"}, raising=False)
@@ -92,7 +92,7 @@ def test_linode_reads_the_kubelet_reservations_from_the_linode_renderer(monkeypa
 
 def test_linode_reservations_match_the_rendered_kubelet_configuration():
     """One source of truth: what capacity subtracts is what the KubeletConfiguration really sets."""
-    from components.linode import render
+    from gpu_platform.components.linode import render
 
     kube, system, eviction, max_pods = capacity.linode_kubelet_reservations()
     rendered = render._kubelet_configuration()

@@ -11,8 +11,8 @@ import typing
 import pytest
 import yaml
 
-from components.config import STRUCTURED_KEYS, ConfigError, StackConfig, parse_config
-from preflight.runner import ProgramError, stack_input_from_mapping
+from gpu_platform.components.config import STRUCTURED_KEYS, ConfigError, StackConfig, parse_config
+from gpu_platform.preflight.runner import ProgramError, stack_input_from_mapping
 from tests.conftest import ROOT, plan_config, stack_config
 
 
@@ -126,7 +126,7 @@ def test_preflight_cli_exits_2_with_one_message_and_no_traceback(tmp_path):
     cfg = _set(stack_config("linode-dev"), "gpuPools.0.minNodes", 5)
     bad = tmp_path / "Pulumi.broken.yaml"
     bad.write_text(yaml.safe_dump({"config": cfg}))
-    run = subprocess.run([sys.executable, "-m", "preflight", "--stack-file", str(bad), "--no-policies"],
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "--stack-file", str(bad), "--no-policies"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2, run.stderr
     # The file actually read, not stacks/Pulumi.<name>.yaml.
@@ -137,7 +137,7 @@ def test_preflight_cli_exits_2_with_one_message_and_no_traceback(tmp_path):
 
 def test_unknown_stack_name_exits_4():
     # Issue 16's exit codes: an unknown stack is a usage error (4), not a bad config (2).
-    run = subprocess.run([sys.executable, "-m", "preflight", "no-such-stack"], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "no-such-stack"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 4 and "linode-dev" in run.stderr
 
@@ -195,7 +195,7 @@ def test_unknown_key_under_a_mapping_of_sections_lists_the_allowed_keys():
     assert "bogus: 1 -> unknown key; allowed keys here: instanceTypes" in str(err.value)
 
 
-# --- Derived cloud names (components/names.py) -------------------------------------------------
+# --- Derived cloud names (gpu_platform/components/names.py) -------------------------------------------------
 
 def _raw(stack: str, **changes) -> dict:
     raw = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items() if k.startswith("gpu-platform:")}
@@ -213,7 +213,7 @@ def _issue(stack: str, **changes) -> str:
 def test_every_derived_name_is_the_name_the_program_registers(stack):
     """names.py computes names as the components do: each must appear among the registered names/labels,
     so a component that changes its naming without names.py fails here."""
-    from components.names import K8S_NODE_NAME, derived_names
+    from gpu_platform.components.names import K8S_NODE_NAME, derived_names
     from tests.conftest import plan_stack
 
     cfg = parse_config(_raw(stack), stack)
@@ -246,7 +246,7 @@ def test_names_the_cloud_refuses_are_config_errors_naming_the_key(stack, changes
 
 def test_longest_environment_on_gcp_gives_names_within_every_limit():
     """GCP names are shortened where needed (service accounts, bucket): a 30-character environment fits."""
-    from components.names import derived_names
+    from gpu_platform.components.names import derived_names
 
     cfg = parse_config(_raw("gcp-prod", environment="e" * 30), "gcp-prod")
     assert [n.value for n in derived_names(cfg) if n.rule.problem(n.value)] == []
@@ -313,7 +313,7 @@ def test_the_program_refuses_a_key_the_cli_marks_secret():
     set_all_config's list); the program must not read it as a plain value."""
     si = stack_input_from_mapping("linode-dev", stack_config("linode-dev"))
     si.secret_keys.add("gpu-platform:costCenter")
-    from preflight.runner import run_program
+    from gpu_platform.preflight.runner import run_program
 
     with pytest.raises(ProgramError, match=r"gpu-platform:costCenter: \(a secret value\)"):
         run_program(si)

@@ -1,7 +1,7 @@
 """Property test: random mutations of the shipped stacks never crash preflight's front half.
 
 Each example mutates one value of a valid stack file (replace, delete, wrap, stringify, secure,
-duplicate, huge, unicode, or a raw byte), writes it, and runs what `python -m preflight --stack-file`
+duplicate, huge, unicode, or a raw byte), writes it, and runs what `python -m gpu_platform.preflight --stack-file`
 runs before policies and cluster fit: the strict loader, config validation, and (when the config is
 valid) the real program under mocks. The outcome must be a clean verdict (0: plans, 2: a config
 error naming the file) within 10 s; anything else (a traceback, a program error after validation
@@ -98,9 +98,9 @@ def mutated_stack(draw) -> tuple[str, bytes]:
 
 
 def preflight_front_half(path: Path) -> tuple[int, str]:
-    """What `python -m preflight --stack-file` does before policies and cluster fit, with its exit code."""
-    from components.config import ConfigError, parse_config
-    from preflight.runner import StackFileError, StackNotFound, load_stack_file, run_program
+    """What `python -m gpu_platform.preflight --stack-file` does before policies and cluster fit, with its exit code."""
+    from gpu_platform.components.config import ConfigError, parse_config
+    from gpu_platform.preflight.runner import StackFileError, StackNotFound, load_stack_file, run_program
 
     try:
         si = load_stack_file(path)
@@ -116,7 +116,7 @@ def preflight_front_half(path: Path) -> tuple[int, str]:
 @pytest.fixture(scope="module", autouse=True)
 def warm_imports():
     """Import the program's modules once, so the per-example limit measures the work, not imports."""
-    from preflight.runner import load_stack, run_program
+    from gpu_platform.preflight.runner import load_stack, run_program
 
     for base in BASES:
         run_program(load_stack(base))

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from costs.catalog import (
+from gpu_platform.costs.catalog import (
     CLOUDS, Catalog, CatalogError, InstanceType, Price, catalog_files, load_catalog, load_override_set,
     parse_document, read_document, validate_document, validate_override_set,
 )

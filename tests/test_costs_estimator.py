@@ -6,8 +6,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from costs.catalog import load_catalog
-from costs.estimator import EstimateError, NodeGroup, PoolShape, StackShape, estimate
+from gpu_platform.costs.catalog import load_catalog
+from gpu_platform.costs.estimator import EstimateError, NodeGroup, PoolShape, StackShape, estimate
 
 H = 730.0
 
@@ -100,7 +100,7 @@ def test_from_config_duck_types_the_stack_config():
 
 
 def test_from_config_on_the_real_stack_config():
-    parse_config = pytest.importorskip("components.config").parse_config
+    parse_config = pytest.importorskip("gpu_platform.components.config").parse_config
     cfg = parse_config({
         "cloud": "gcp", "owner": "ml", "costCenter": "research", "monthlyBudgetUsd": 5000,
         "adminCidrs": ["203.0.113.0/24"],
@@ -126,7 +126,7 @@ def test_every_shipped_stack_file_can_be_estimated():
     import yaml
     from pathlib import Path
 
-    config_mod = pytest.importorskip("components.config")
+    config_mod = pytest.importorskip("gpu_platform.components.config")
     stacks = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
     if not stacks:
         pytest.skip("no stack files shipped yet")

@@ -10,8 +10,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from components.config import parse_config
-from preflight.costs import CostReport, gib, load_balancer_services, stack_shape, storage_requests
+from gpu_platform.components.config import parse_config
+from gpu_platform.preflight.costs import CostReport, gib, load_balancer_services, stack_shape, storage_requests
 from tests.conftest import plan_stack, stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,9 +78,9 @@ def test_aws_boot_disks_come_from_the_pools_and_the_system_launch_template():
 
 
 def test_preflight_prints_the_bill_with_the_charts_storage_and_writes_every_line(tmp_path, capsys):
-    """The real `python -m preflight gcp-prod`: the PVC line comes from the rendered charts (Katib and
+    """The real `python -m gpu_platform.preflight gcp-prod`: the PVC line comes from the rendered charts (Katib and
     Pipelines MySQL, SeaweedFS, the hub database), and cost.json holds each printed line."""
-    from preflight.__main__ import main
+    from gpu_platform.preflight.__main__ import main
 
     code = main(["gcp-prod", "--no-policies", "--quiet", "--out", str(tmp_path)])
     out = capsys.readouterr().out
@@ -95,7 +95,7 @@ def test_preflight_prints_the_bill_with_the_charts_storage_and_writes_every_line
 
 
 def test_costs_keys_are_validated_with_the_key_named():
-    from components.config import ConfigError
+    from gpu_platform.components.config import ConfigError
 
     raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
     cfg = parse_config(dict(raw, costs={"expectedUtilization": 0.5, "checkpointGib": 2000, "natGibPerMonth": 0}), "gcp-prod")

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from costs.__main__ import main
-from costs.catalog import CATALOG_DIR, parse_document, read_document, validate_document
-from costs.refresh import refresh_linode
+from gpu_platform.costs.__main__ import main
+from gpu_platform.costs.catalog import CATALOG_DIR, parse_document, read_document, validate_document
+from gpu_platform.costs.refresh import refresh_linode
 
 DATA = Path(__file__).resolve().parent / "data" / "linode-types-response.json"
 
@@ -31,7 +31,7 @@ def test_refresh_rewrites_changed_prices_and_keeps_sources_and_dates(catalog_cop
     after = {e["name"]: e for e in after_doc["instances"]}
     # the recorded response raises RTX6000 x1 to $1.65/h, $1100/month
     rtx = after["g1-gpu-rtx6000-1"]
-    assert rtx["onDemand"] == {"usdPerHour": 1.65, "source": "recorded response (base price, refreshed by python -m costs refresh)",
+    assert rtx["onDemand"] == {"usdPerHour": 1.65, "source": "recorded response (base price, refreshed by python -m gpu_platform.costs refresh)",
                                "date": "2030-01-02"}
     assert rtx["monthlyCapUsd"] == 1100.0
     assert any(c.startswith("g1-gpu-rtx6000-1: 1.5 -> 1.65") for c in res.changed)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from costs.__main__ import main
-from costs.catalog import CATALOG_DIR, load_catalog, read_document, validate_document
-from costs.refresh_clouds import (apply_aws, apply_gcp, gcp_a2_prices, read_ec2_price_list, read_gcp_skus,
+from gpu_platform.costs.__main__ import main
+from gpu_platform.costs.catalog import CATALOG_DIR, load_catalog, read_document, validate_document
+from gpu_platform.costs.refresh_clouds import (apply_aws, apply_gcp, gcp_a2_prices, read_ec2_price_list, read_gcp_skus,
                                   read_skypilot_vms_csv, read_spot_price_history)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def test_refresh_from_recorded_csv_rewrites_a_catalog_copy(tmp_path):
     assert after["g5.xlarge"]["spot"]["usdPerHour"] == pytest.approx(0.4028)  # median of 0.397..0.4177 (5 AZs)
     # dated when observed (no later than the header's date), not when copied: the age check sees how old it is
     assert after["g5.xlarge"]["spot"]["date"] == "2025-06-30" and after["g5.xlarge"]["spot"]["samples"] == 5
-    assert "refreshed by python -m costs refresh on 2030-01-02" in after["g5.xlarge"]["spot"]["source"]
+    assert "refreshed by python -m gpu_platform.costs refresh on 2030-01-02" in after["g5.xlarge"]["spot"]["source"]
     assert after["p4d.24xlarge"]["spot"] is None  # an untraceable Spot price is dropped, not kept
     assert any("p4d.24xlarge: spot 9.880939 removed" in c for c in res.changed)
     # p3.2xlarge: the old 30 %-of-On-Demand rule said $0.918; the recorded zones say median $0.6929 (+32 %)

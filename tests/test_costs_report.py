@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from costs.catalog import load_catalog, load_gpu_speeds
-from costs.estimator import NodeGroup, PoolShape, StackShape, estimate
-from costs.report import (CHART_UTILISATIONS, UTILISATIONS, Overhead, chart_data, default_alternatives, draw_cost_chart,
+from gpu_platform.costs.catalog import load_catalog, load_gpu_speeds
+from gpu_platform.costs.estimator import NodeGroup, PoolShape, StackShape, estimate
+from gpu_platform.costs.report import (CHART_UTILISATIONS, UTILISATIONS, Overhead, chart_data, default_alternatives, draw_cost_chart,
                           render_cost_summary, render_figure, write_cost_json)
 
 TODAY = dt.date(2026, 11, 23)
@@ -75,7 +75,7 @@ def test_json_has_every_line_budget_and_catalog_age(est, tmp_path):
 
 
 def test_alternatives_do_the_same_work_not_the_same_gpu_count(est):
-    """8 A100 40GB = 8 x 2.39 V100 of work (resnet50 FP32, costs/catalog/gpu-speed.yaml) = 19.1 -> 20 V100,
+    """8 A100 40GB = 8 x 2.39 V100 of work (resnet50 FP32, gpu_platform/costs/catalog/gpu-speed.yaml) = 19.1 -> 20 V100,
     25.7 -> 26 RTX 6000."""
     speeds = load_gpu_speeds()
     assert speeds.speed("NVIDIA A100 40GB") == pytest.approx(882 / 369, abs=1e-3)
@@ -128,8 +128,8 @@ def test_chart_png_and_the_figure_show_the_data(est, tmp_path):
 def test_report_module_does_not_import_matplotlib_or_pulumi():
     import subprocess
 
-    code = ("import sys, costs.report, costs.estimator, costs.simulator, costs.catalog, costs.refresh, costs.seedcheck, "
-            "costs.refresh_clouds; "
+    code = ("import sys, gpu_platform.costs.report, gpu_platform.costs.estimator, gpu_platform.costs.simulator, gpu_platform.costs.catalog, gpu_platform.costs.refresh, gpu_platform.costs.seedcheck, "
+            "gpu_platform.costs.refresh_clouds; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'pulumi', 'components')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,11 +1,11 @@
-"""`python -m costs seed-check`: the estimator next to the seed's figures, every gap explained."""
+"""`python -m gpu_platform.costs seed-check`: the estimator next to the seed's figures, every gap explained."""
 
 from __future__ import annotations
 
 import re
 
-from costs.__main__ import main
-from costs.seedcheck import seed_check
+from gpu_platform.costs.__main__ import main
+from gpu_platform.costs.seedcheck import seed_check
 
 
 def test_seed_check_prints_both_figures_and_explains_the_gaps(capsys):
@@ -27,7 +27,7 @@ def test_seed_check_prints_both_figures_and_explains_the_gaps(capsys):
 
 
 def test_seed_check_states_todays_a100_gpu_only_price_against_the_seeds():
-    from costs.seedcheck import seed_check
+    from gpu_platform.costs.seedcheck import seed_check
 
     out = seed_check()
     # $1.92802 machine - (12 x 0.01264 + 85 x 0.001695) host = $1.632265 per GPU-hour = 1.85 x $0.88

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from costs.__main__ import main
-from costs.catalog import load_catalog
-from costs.simulator import Job, Platform, ScenarioError, load_scenario, render_report, simulate, simulate_platform
+from gpu_platform.costs.__main__ import main
+from gpu_platform.costs.catalog import load_catalog
+from gpu_platform.costs.simulator import Job, Platform, ScenarioError, load_scenario, render_report, simulate, simulate_platform
 
 SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "seed-scenario.yaml"
 
@@ -108,7 +108,7 @@ def test_scenario_errors_are_reported():
 
 # --- issue 14 item 4 / issue 15 item 4: an honest simulator ------------------------------------------------
 
-from costs.simulator import PREEMPTION_NOTICE_S, simulate_many  # noqa: E402
+from gpu_platform.costs.simulator import PREEMPTION_NOTICE_S, simulate_many  # noqa: E402
 
 
 def _jobs2(*specs):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from components.config import StackConfig, _model_of
+from gpu_platform.components.config import StackConfig, _model_of
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -29,10 +29,10 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 NAMESPACED_KEY = re.compile(r"gpu-platform:([A-Za-z][A-Za-z0-9_.<>\[\]-]*)")
 # `platform.idleGpuMinutes`, `aws.pools.<pool>`, `checkpointBucket.onDestroy` in backticks.
 DOTTED_KEY = re.compile(r"`((?:platform|aws|gcp|linode|costs|checkpointBucket)\.[A-Za-z<>][A-Za-z0-9_.<>\[\]]*)`")
-REPO_PATH = re.compile(r"`((?:\.github|components|costs|examples|preflight|policies|controllers|stacks|tests|docs)"
+REPO_PATH = re.compile(r"`((?:\.github|gpu_platform|examples|stacks|tests|docs)"
                        r"/[A-Za-z0-9_./-]+)`")
 PYTHON_MODULE = re.compile(r"python -m ([A-Za-z_][A-Za-z0-9_.]*)")
-REPO_PACKAGES = {"components", "costs", "preflight", "policies", "controllers"}
+REPO_PACKAGES = {"gpu_platform"}
 
 
 def _prose(text: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Cluster-fit checks (preflight/fit/checks.py, pods.py) on small synthetic objects: for every check a
+"""Cluster-fit checks (gpu_platform/preflight/fit/checks.py, pods.py) on small synthetic objects: for every check a
 violating case is reported and the fixed case passes. Pure functions, no rendering."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from typing import Optional
 
 import pytest
 
-from components.capacity import GI, MI, Allocatable
-from preflight.fit import checks as C
-from preflight.fit.checks import check_fit, pss_violations
-from preflight.fit.model import ClusterModel, NodeGroup
-from preflight.fit.pods import effective_requests, pod_templates, trainjob_pods
+from gpu_platform.components.capacity import GI, MI, Allocatable
+from gpu_platform.preflight.fit import checks as C
+from gpu_platform.preflight.fit.checks import check_fit, pss_violations
+from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
+from gpu_platform.preflight.fit.pods import effective_requests, pod_templates, trainjob_pods
 
 @dataclass
 class RenderedRelease:
-    """The fields of preflight.fit.render.RenderedRelease the checks read (the interface in
+    """The fields of gpu_platform.preflight.fit.render.RenderedRelease the checks read (the interface in
     notes/fit-interface.md); the real class is exercised by the rendered-stack tests."""
 
     name: str

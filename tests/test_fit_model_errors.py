@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.fit import nodes
-from preflight.runner import Plan, PlannedResource
+from gpu_platform.preflight.fit import nodes
+from gpu_platform.preflight.runner import Plan, PlannedResource
 
 
 class _Cfg:
@@ -15,7 +15,7 @@ class _Cfg:
 
 
 def test_an_instance_type_without_allocatable_data_is_a_model_error_naming_it(monkeypatch):
-    from components import capacity
+    from gpu_platform.components import capacity
 
     ng = PlannedResource(urn="urn:ng", type="aws:eks/nodeGroup:NodeGroup", name="system", parent=None, custom=True,
                          provider=None, dependencies=[], wire_inputs={"instanceTypes": ["m6i.large"],

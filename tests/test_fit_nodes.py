@@ -1,4 +1,4 @@
-"""The cluster-fit node model (preflight/fit/nodes.py): node groups, labels, taints and allocatable read
+"""The cluster-fit node model (gpu_platform/preflight/fit/nodes.py): node groups, labels, taints and allocatable read
 from what the program registers, and the control plane's reach into the nodes per cloud."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import base64
 import pytest
 import yaml
 
-from components import capacity
-from components.cluster import GPU_TAINT, POOL_LABEL
-from components.config import parse_config
-from preflight.fit.nodes import ModelError, cluster_model
-from preflight.runner import Plan, PlannedResource, load_stack
+from gpu_platform.components import capacity
+from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
+from gpu_platform.components.config import parse_config
+from gpu_platform.preflight.fit.nodes import ModelError, cluster_model
+from gpu_platform.preflight.runner import Plan, PlannedResource, load_stack
 from tests.fit_support import stack_plan
 
 
@@ -21,7 +21,7 @@ def _model(stack: str):
 
 
 def test_linode_groups_come_from_the_kubeadm_configs_in_the_user_data():
-    from components.linode.render import ROLE_LABEL, SYSTEM_ROLE
+    from gpu_platform.components.linode.render import ROLE_LABEL, SYSTEM_ROLE
 
     m = _model("linode-dev")
     assert not m.extended_resource_toleration
@@ -38,7 +38,7 @@ def test_linode_groups_come_from_the_kubeadm_configs_in_the_user_data():
 
 
 def test_gke_groups_with_gke_labels_gpu_taint_and_firewall_reach():
-    from components.gcp.network import CONTROL_PLANE_TO_NODE_PORTS
+    from gpu_platform.components.gcp.network import CONTROL_PLANE_TO_NODE_PORTS
 
     m = _model("gcp-prod")
     assert m.extended_resource_toleration
@@ -121,7 +121,7 @@ def test_unreadable_node_config_is_a_model_error():
 
 
 def test_eks_gpu_launch_template_without_the_cluster_security_group_is_unreachable():
-    from preflight.fit import nodes
+    from gpu_platform.preflight.fit import nodes
 
     cluster = _res("aws:eks/cluster:Cluster", "c", {})
     cluster.outputs = {"vpcConfig": {"clusterSecurityGroupId": "sg-cluster"}}

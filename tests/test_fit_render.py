@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from preflight.fit import kustomize, render
-from preflight.fit.render import ChartError, RenderedRelease, render_plan, write_rendered
-from preflight.runner import ROOT, SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
+from gpu_platform.preflight.fit import kustomize, render
+from gpu_platform.preflight.fit.render import ChartError, RenderedRelease, render_plan, write_rendered
+from gpu_platform.preflight.runner import ROOT, SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
 from tests.fit_support import (
     CHARTS, STACKS, allowed_missing, make_chart, need_charts, release_resource, rendered, stack_plan,
 )
@@ -274,7 +274,7 @@ def _chart_dir_without(tmp_path: Path, *names: str) -> Path:
 
 
 def _preflight(capsys, *argv: str) -> tuple[int, str, str]:
-    from preflight.__main__ import main
+    from gpu_platform.preflight.__main__ import main
 
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -413,12 +413,12 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def test_charts_pull_fills_a_cache_at_the_pinned_versions(tmp_path: Path, local_repo: str, capsys) -> None:
-    from preflight.fit.pull import pinned_charts
+    from gpu_platform.preflight.fit.pull import pinned_charts
 
     dest = tmp_path / "cache"
     # Stands in for `kubectl kustomize URL` offline: prints the pre-built YAML of the target it is given.
     fake = tmp_path / "fake_kustomize.py"
-    fake.write_text("import sys\nfrom pathlib import Path\nfrom preflight.fit.render import kustomize_file_name\n"
+    fake.write_text("import sys\nfrom pathlib import Path\nfrom gpu_platform.preflight.fit.render import kustomize_file_name\n"
                     f"print((Path({str(CHARTS / 'kustomize')!r}) / kustomize_file_name(sys.argv[1])).read_text())\n")
     kustomize = f"env PYTHONPATH={ROOT} {sys.executable} {fake}"
     code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(dest), "--mirror", local_repo,
@@ -446,7 +446,7 @@ def test_charts_pull_fills_a_cache_at_the_pinned_versions(tmp_path: Path, local_
 
 
 def test_pinned_charts_cover_every_release_the_stacks_install() -> None:
-    from preflight.fit.pull import pinned_charts
+    from gpu_platform.preflight.fit.pull import pinned_charts
 
     pins = {(p.name, p.version) for p in pinned_charts()}
     for stack in STACKS:

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from tests.fit_support import CHARTS, need_charts, rendered, stack_plan
-from components.config import parse_config
-from preflight.fit.checks import check_fit
-from preflight.fit.nodes import cluster_model
-from preflight.runner import load_stack
+from gpu_platform.components.config import parse_config
+from gpu_platform.preflight.fit.checks import check_fit
+from gpu_platform.preflight.fit.nodes import cluster_model
+from gpu_platform.preflight.runner import load_stack
 
 pytestmark = pytest.mark.usefixtures("charts")
 
@@ -145,7 +145,7 @@ def test_preflight_places_every_notebook_profile_from_the_rendered_values(stack)
     """JupyterHub's user servers are in no manifest: the renderer hands the fit check the chart's
     coalesced values, from which one pod per profile (CPU, one per GPU pool) is built and placed; a
     GPU profile's pod is queued (Kueue pod integration) when the pool's GPUs are taken."""
-    from preflight.fit.pods import pod_templates
+    from gpu_platform.preflight.fit.pods import pod_templates
 
     model, releases = _stack(stack)
     hub = _release(releases, "jupyterhub")

@@ -23,8 +23,8 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 from referencing import Registry, Resource
 
-from components.config import parse_config
-from preflight.runner import load_stack
+from gpu_platform.components.config import parse_config
+from gpu_platform.preflight.runner import load_stack
 from tests.fit_support import STACKS, need_charts, rendered
 from tests.test_platform_validate import README, checkov_bin, justified_checks
 

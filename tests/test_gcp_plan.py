@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import plan_config, plan_stack, stack_config
-from preflight.runner import Plan, run_program, stack_input_from_mapping
+from gpu_platform.preflight.runner import Plan, run_program, stack_input_from_mapping
 
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -95,7 +95,7 @@ def test_a100_pool_is_preemptible_scales_0_to_8_and_is_tainted(prod):
 def test_cluster_is_created_through_the_release_channel_with_the_pinned_supported_minor(prod):
     c = prod.one(CLUSTER).inputs
     assert c["releaseChannel"] == {"channel": "REGULAR"}
-    # gcp-prod pins 1.35, inside GKE standard support on 2026-11-23 (costs/catalog/kubernetes-versions.yaml).
+    # gcp-prod pins 1.35, inside GKE standard support on 2026-11-23 (gpu_platform/costs/catalog/kubernetes-versions.yaml).
     assert c["minMasterVersion"] == "1.35"
 
 
@@ -349,8 +349,8 @@ def test_switching_cloud_from_linode_to_gcp_needs_only_the_cloud_key_and_a_gcp_s
 
 
 def test_cluster_handle_for_the_platform_layer():
-    from components.config import parse_config
-    from components.gcp import create_cluster
+    from gpu_platform.components.config import parse_config
+    from gpu_platform.components.gcp import create_cluster
 
     config = stack_config("gcp-prod")
     stack_input = stack_input_from_mapping("gcp-prod", config)
@@ -426,7 +426,7 @@ def _control_plane_backends(objects: list[dict]) -> dict[str, int]:
 
 
 def test_firewall_admits_every_port_the_control_plane_calls_in_the_rendered_charts(prod):
-    from components.gcp.network import CONTROL_PLANE_TO_NODE_PORTS
+    from gpu_platform.components.gcp.network import CONTROL_PLANE_TO_NODE_PORTS
     from tests.fit_support import need_charts, rendered
 
     need_charts()

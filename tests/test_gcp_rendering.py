@@ -7,11 +7,11 @@ import re
 import pytest
 import yaml
 
-from components.cluster import GPU_TAINT, GpuPoolSpec, Taint
-from components.gcp.bucket import account_id, bucket_name, lifecycle_rules, workload_identity_member
-from components.gcp.budget import budget_amount, budget_display_name, threshold_rules
-from components.gcp.cluster import context_name, master_authorized_networks, render_kubeconfig
-from components.gcp.nodepool import (
+from gpu_platform.components.cluster import GPU_TAINT, GpuPoolSpec, Taint
+from gpu_platform.components.gcp.bucket import account_id, bucket_name, lifecycle_rules, workload_identity_member
+from gpu_platform.components.gcp.budget import budget_amount, budget_display_name, threshold_rules
+from gpu_platform.components.gcp.cluster import context_name, master_authorized_networks, render_kubeconfig
+from gpu_platform.components.gcp.nodepool import (
     GkeGpuPool,
     autoscaling,
     capacity_flags,

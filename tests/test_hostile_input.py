@@ -109,7 +109,7 @@ def build(case: dict, tmp_path: Path) -> tuple[Path, Path | None]:
 
 
 def run_main(args: list[str], capsys) -> tuple[int, str, float]:
-    from preflight.__main__ import main
+    from gpu_platform.preflight.__main__ import main
 
     started = time.monotonic()
     code = main(args)
@@ -141,8 +141,8 @@ def test_bad_input_exits_fast_with_one_message_naming_the_file(case, tmp_path, c
 
 
 def _plan(case: dict, tmp_path: Path):
-    from components.config import parse_config
-    from preflight.runner import load_stack_file, run_program
+    from gpu_platform.components.config import parse_config
+    from gpu_platform.preflight.runner import load_stack_file, run_program
 
     path, _ = build(case, tmp_path)
     si = load_stack_file(path)
@@ -158,7 +158,7 @@ def test_input_that_is_right_is_accepted(case, tmp_path):
 
 @pytest.mark.parametrize("case", [c for c in CASES if c["exit"] == 3], ids=lambda c: c["id"])
 def test_policy_bypasses_are_mandatory_violations_of_the_named_policy(case, tmp_path):
-    from preflight.analyzer import Analyzer
+    from gpu_platform.preflight.analyzer import Analyzer
 
     si, plan = _plan(case, tmp_path)
     with Analyzer(stack=si.stack, stack_config=si.config) as analyzer:
@@ -176,7 +176,7 @@ def test_preflight_exits_3_on_a_bypass_end_to_end(tmp_path):
 
     case = next(c for c in CASES if c["id"] == "split-cidr-v4")
     path, _ = build(case, tmp_path)
-    run = subprocess.run([sys.executable, "-m", "preflight", "--stack-file", str(path), "--quiet",
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "--stack-file", str(path), "--quiet",
                           "--out", str(tmp_path / "build")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 3, run.stdout[-3000:] + run.stderr[-3000:]
     assert "no-public-admin-access" in run.stdout and "Traceback" not in run.stdout + run.stderr
@@ -185,7 +185,7 @@ def test_preflight_exits_3_on_a_bypass_end_to_end(tmp_path):
 def test_secure_values_never_reach_any_output_in_clear(tmp_path, capsys):
     """A `secure:` value in another namespace (the provider token) and its stand-in: plan.json, artifacts
     and everything else preflight writes or prints carry neither the ciphertext nor a clear copy."""
-    from preflight.runner import UNDECRYPTABLE
+    from gpu_platform.preflight.runner import UNDECRYPTABLE
 
     config = stack_config("linode-dev")
     config["linode:token"] = {"secure": CIPHERTEXT}

@@ -17,11 +17,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 
-from components.cluster import GPU_TAINT, POOL_LABEL
-from components.linode import render, versions
-from components.linode.addons import DEFAULT_STORAGE_CLASS
-from components.linode.cluster import firewall_rules
-from preflight.runner import SECRET_SIG, SIG_KEY
+from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
+from gpu_platform.components.linode import render, versions
+from gpu_platform.components.linode.addons import DEFAULT_STORAGE_CLASS
+from gpu_platform.components.linode.cluster import firewall_rules
+from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY
 from tests.conftest import plan_config, plan_stack, stack_config
 
 INSTANCE = "linode:index/instance:Instance"
@@ -329,8 +329,8 @@ def test_bootstrap_token_form_is_enforced():
 
 
 def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
-    from preflight.__main__ import main
-    from preflight.mocks import SENSITIVE
+    from gpu_platform.preflight.__main__ import main
+    from gpu_platform.preflight.mocks import SENSITIVE
 
     # ../shared/charts has no Cilium chart: its release is reported NOT RENDERED (cluster-fit engine).
     # Exit 3 = cluster-fit problems of the platform layer (checked by the fit engine's own tests);
@@ -344,7 +344,7 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
     assert [r for r in plan["resources"] if r["type"] == FIREWALL][0]["inputs"]["inboundPolicy"] == "DROP"
     assert "PRIVATE KEY" not in plan_text
     # linode:token is a `secure:` value preflight cannot decrypt: planned as a secret, never shown.
-    from preflight.runner import UNDECRYPTABLE
+    from gpu_platform.preflight.runner import UNDECRYPTABLE
     assert UNDECRYPTABLE not in plan_text
     # Two random strings are names, public by design: the bucket suffix and the bootstrap token's id
     # (kubeadm: the id is public, only the token secret is secret; it names the Secret).
@@ -407,8 +407,8 @@ def test_system_pool_type_and_count_come_from_the_stack():
 
 
 def test_system_pool_defaults_to_one_four_vcpu_plan():
-    from components.linode.config import LinodeSection
-    from costs.catalog import load_catalog
+    from gpu_platform.components.linode.config import LinodeSection
+    from gpu_platform.costs.catalog import load_catalog
 
     section = LinodeSection.model_validate({"region": "us-east"})
     plan = load_catalog().instance("linode", section.system_pool.instance_type)
@@ -427,8 +427,8 @@ def test_ccm_and_csi_images_are_pinned_to_their_chart_release():
     them): the rendered pods must name the image of the pinned release instead."""
     import helm_python
 
-    from components.linode import versions
-    from components.linode.addons import ccm_values, csi_values
+    from gpu_platform.components.linode import versions
+    from gpu_platform.components.linode.addons import ccm_values, csi_values
 
     shared = Path(__file__).resolve().parents[2] / "shared" / "charts"
     for chart, values in ((versions.LINODE_CCM_CHART, ccm_values("vpc", "nodes")), (versions.LINODE_CSI_CHART, csi_values())):

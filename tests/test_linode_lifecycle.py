@@ -15,9 +15,9 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from components.linode import readiness, render
-from components.linode.cluster import NODE_IGNORE_CHANGES, TOKEN_ROTATION_DAYS
-from components.linode.config import bucket_label
+from gpu_platform.components.linode import readiness, render
+from gpu_platform.components.linode.cluster import NODE_IGNORE_CHANGES, TOKEN_ROTATION_DAYS
+from gpu_platform.components.linode.config import bucket_label
 from tests.conftest import plan_config, plan_stack, stack_config
 
 INSTANCE = "linode:index/instance:Instance"
@@ -164,7 +164,7 @@ def test_workers_carry_no_ca_key_and_control_planes_no_worker_token(dev):
 
 
 def test_nodes_are_replaced_delete_first_never_for_ssh_keys_and_control_planes_are_protected(dev, ha):
-    from components.linode.cluster import LinodeKubeadmCluster  # noqa: F401  (the options live there)
+    from gpu_platform.components.linode.cluster import LinodeKubeadmCluster  # noqa: F401  (the options live there)
 
     for plan in (dev, ha):
         for r in plan.by_type(INSTANCE):
@@ -342,8 +342,8 @@ def test_readiness_gate_is_registered_after_the_add_ons_with_every_node(dev):
     gate = next(r for r in dev.by_type("command:local:Command") if r.name.endswith("nodes-ready"))
     expected = {e["name"]: e["gpus"] for e in __import__("json").loads(gate.plain_inputs["environment"]["GATE_EXPECTED"])}
     assert expected == {"gpu-dev-cp-0": 0, "gpu-dev-system-0": 0, "gpu-dev-ada-0": 1}
-    assert gate.plain_inputs["create"] == "python3 components/linode/readiness.py"
-    assert Path(__file__).resolve().parent.parent.joinpath("components/linode/readiness.py").exists()
+    assert gate.plain_inputs["create"] == "python3 gpu_platform/components/linode/readiness.py"
+    assert Path(__file__).resolve().parent.parent.joinpath("gpu_platform/components/linode/readiness.py").exists()
     deps = set(gate.dependencies)
     releases = {r.urn for r in dev.by_type("kubernetes:helm.sh/v3:Release") if "-addons-" in r.name}
     assert releases and releases <= deps
@@ -351,10 +351,10 @@ def test_readiness_gate_is_registered_after_the_add_ons_with_every_node(dev):
 
 
 def test_readiness_gate_runs_with_the_system_python_alone():
-    # The Command runs `python3 components/linode/readiness.py`: stdlib only, no project imports.
+    # The Command runs `python3 gpu_platform/components/linode/readiness.py`: stdlib only, no project imports.
     source = Path(readiness.__file__).read_text()
     imports = set(re.findall(r"^\s*(?:from|import) ([a-z_.]+)", source, re.M))
-    assert not {i for i in imports if i.split(".")[0] in ("components", "pulumi", "yaml", "cryptography")}
+    assert not {i for i in imports if i.split(".")[0] in ("gpu_platform", "pulumi", "yaml", "cryptography")}
 
 
 # --- the checkpoint bucket -------------------------------------------------------------------------
@@ -415,7 +415,7 @@ def _pod(name, owner=None, mirror=False, phase="Running"):
 
 
 def test_drain_cordons_evicts_all_but_daemonsets_and_mirror_pods_then_deletes_the_node():
-    from components.linode import nodeops
+    from gpu_platform.components.linode import nodeops
 
     api = FakeApi([_pod("job-0", "Job"), _pod("cilium-x", "DaemonSet"), _pod("etcd", mirror=True),
                    _pod("done", "Job", phase="Succeeded")], pdb_blocks=1)
@@ -428,7 +428,7 @@ def test_drain_cordons_evicts_all_but_daemonsets_and_mirror_pods_then_deletes_th
 
 
 def test_drain_that_cannot_finish_fails_naming_the_pods_and_keeps_the_node(capsys):
-    from components.linode import nodeops
+    from gpu_platform.components.linode import nodeops
 
     api = FakeApi([_pod("job-0", "Job")], pdb_blocks=10**6)
     ticks = iter(range(0, 10**6, 50))
@@ -440,7 +440,7 @@ def test_drain_that_cannot_finish_fails_naming_the_pods_and_keeps_the_node(capsy
 
 
 def test_unreachable_api_does_not_block_a_destroy(capsys):
-    from components.linode import nodeops
+    from gpu_platform.components.linode import nodeops
 
     env = {"GATE_SERVER": "https://127.0.0.1:9", "GATE_CA_PEM": "", "GATE_CLIENT_CERT_PEM": "", "GATE_CLIENT_KEY_PEM": ""}
     assert nodeops.main(["leave", "n"], env) == 0
@@ -454,7 +454,7 @@ def test_every_worker_has_a_leave_hook_and_control_planes_outlive_it(dev):
     assert len(hooks) == len(workers) == 2
     for w in workers:
         hook = hooks[f"{w.name}-leave"]
-        assert hook.plain_inputs["delete"] == f"python3 components/linode/nodeops.py leave {w.plain_inputs['label']}"
+        assert hook.plain_inputs["delete"] == f"python3 gpu_platform/components/linode/nodeops.py leave {w.plain_inputs['label']}"
         assert "create" not in hook.plain_inputs
         assert {w.urn} | cps <= set(hook.dependencies)
         assert hook.inputs["environment"]["GATE_CLIENT_KEY_PEM"] == "[secret]"
@@ -466,7 +466,7 @@ def test_a_joining_control_plane_first_removes_the_etcd_member_of_the_node_it_re
     body = script[script.index("peers=(10.0.0.10"):]
     assert body.index("remove_stale_etcd_member") < body.index("kubeadm join")
     assert """-v name="gpu-staging-cp-1" '$3 == name""" in script and 'member remove "$id"' in script
-    assert f"kubeadm config images list --kubernetes-version v{__import__('components.linode.versions', fromlist=['x']).KUBERNETES_PATCH['1.35']}" in script
+    assert f"kubeadm config images list --kubernetes-version v{__import__('gpu_platform.components.linode.versions', fromlist=['x']).KUBERNETES_PATCH['1.35']}" in script
 
 
 # --- the CCM, rendered with the pinned chart --------------------------------------------------------
@@ -478,7 +478,7 @@ CHARTS = Path(__file__).resolve().parents[2] / "shared" / "charts"
 def test_ccm_chart_gets_the_vpc_and_subnet_the_nodes_use(dev):
     from helm_python import Chart
 
-    from components.linode import versions
+    from gpu_platform.components.linode import versions
 
     release = next(r for r in dev.by_type("kubernetes:helm.sh/v3:Release") if r.plain_inputs["chart"] == "ccm-linode")
     values = release.plain_inputs["values"]
@@ -496,7 +496,7 @@ def test_ccm_chart_gets_the_vpc_and_subnet_the_nodes_use(dev):
 
 
 def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_path):
-    from preflight.__main__ import main
+    from gpu_platform.preflight.__main__ import main
 
     stack = yaml.safe_load((Path(__file__).resolve().parents[1] / "stacks" / "Pulumi.linode-dev.yaml").read_text())
     stack["config"]["gpu-platform:environment"] = "ha3"

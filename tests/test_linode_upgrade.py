@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.linode import upgrade, versions
-from components.linode.upgrade import LOCAL, UpgradeError, check_upgrade, upgrade_plan
+from gpu_platform.components.linode import upgrade, versions
+from gpu_platform.components.linode.upgrade import LOCAL, UpgradeError, check_upgrade, upgrade_plan
 
 CPS = ["gpu-staging-cp-0", "gpu-staging-cp-1", "gpu-staging-cp-2"]
 WORKERS = ["gpu-staging-ada-0", "gpu-staging-ada-1", "gpu-staging-system-0"]
@@ -73,8 +73,8 @@ def test_a_hand_edited_kubernetes_version_is_refused_before_anything_is_register
     """kubernetesVersion ahead of what the control plane runs would give new nodes a newer kubelet."""
     import copy
 
-    from components.config import ConfigError, parse_config
-    from preflight.runner import stack_input_from_mapping
+    from gpu_platform.components.config import ConfigError, parse_config
+    from gpu_platform.preflight.runner import stack_input_from_mapping
     from tests.conftest import stack_config
 
     cfg = copy.deepcopy(stack_config("linode-dev"))
@@ -84,7 +84,7 @@ def test_a_hand_edited_kubernetes_version_is_refused_before_anything_is_register
         parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev")
     message = str(err.value)
     assert "gpu-platform:kubernetesVersion: \"1.36\" -> 1.35" in message and "linode.controlPlaneVersion" in message
-    assert "python -m components.linode.upgrade" in message
+    assert "python -m gpu_platform.components.linode.upgrade" in message
     # What the upgrade tool writes (both keys) is accepted.
     cfg["gpu-platform:linode"]["controlPlaneVersion"] = "1.36"
     assert parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev").kubernetes_version == "1.36"

@@ -23,10 +23,10 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from components.cluster import POOL_LABEL, GpuPoolSpec
-from components.platform import versions
-from components.platform.common import JUPYTERHUB_NAMESPACE
-from components.platform.notebooks import jupyterhub_values
+from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE
+from gpu_platform.components.platform.notebooks import jupyterhub_values
 
 requests = pytest.importorskip("requests")
 # The hub runs from its own virtualenv (requirements-jupyterhub.txt; `make jupyterhub-venv`, which make test runs).

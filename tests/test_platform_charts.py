@@ -11,18 +11,18 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from components.cluster import POOL_LABEL, GpuPoolSpec
-from components.platform import versions
-from components.platform.common import (
+from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, JUPYTERHUB_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, TRAINER_NAMESPACE, render_namespace,
 )
-from components.platform.config import AlertSmtp
-from components.platform.gpu import dcgm_exporter_values
-from components.platform.monitoring import RELEASE as KPS_RELEASE
-from components.platform.monitoring import kube_prometheus_stack_values
-from components.platform.notebooks import jupyterhub_values, render_notebooks_namespace
-from components.platform.queue import LOCAL_QUEUE, QUEUE_NAME_LABEL, kueue_values
-from components.platform.training import render_training_namespace
+from gpu_platform.components.platform.config import AlertSmtp
+from gpu_platform.components.platform.gpu import dcgm_exporter_values
+from gpu_platform.components.platform.monitoring import RELEASE as KPS_RELEASE
+from gpu_platform.components.platform.monitoring import kube_prometheus_stack_values
+from gpu_platform.components.platform.notebooks import jupyterhub_values, render_notebooks_namespace
+from gpu_platform.components.platform.queue import LOCAL_QUEUE, QUEUE_NAME_LABEL, kueue_values
+from gpu_platform.components.platform.training import render_training_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 CHARTS = ROOT / ".." / "shared" / "charts"
@@ -237,7 +237,7 @@ def test_no_control_plane_scrapes_or_alerts(cloud: str) -> None:
 
 def overlay(name: str) -> list[dict[str, Any]]:
     """The overlay as preflight renders it (resources from the pre-built upstream YAML + patches)."""
-    from preflight.fit.render import ChartError, load_kustomize
+    from gpu_platform.preflight.fit.render import ChartError, load_kustomize
 
     if not (CHARTS / "kustomize").is_dir():
         pytest.skip(f"pre-built kustomize YAML not found at {(CHARTS / 'kustomize').resolve()}")
@@ -275,7 +275,7 @@ def test_katib_injects_its_metrics_collector_in_training_and_leaves_kubeflow_alo
     """Before: `training` lacked the label, so trials there got no metrics collector. The program-owned
     `kubeflow` Namespace does not carry it: Katib's pod webhook (failurePolicy Fail by default) would
     otherwise intercept Pipelines' and Katib's own pods and refuse them until Katib serves."""
-    from components.platform.kubeflow import render_kubeflow_namespace
+    from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
 
     assert render_kubeflow_namespace()["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
     katib_hook = next(w for o in overlay("katib-standalone") if o["kind"] == "MutatingWebhookConfiguration"

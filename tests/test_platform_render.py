@@ -9,24 +9,24 @@ import subprocess
 import pytest
 import yaml
 
-from components.cluster import GPU_TAINT, POOL_LABEL, GpuPoolSpec, Taint
-from components.config import ConfigError, parse_config
-from components.platform import versions
-from components.platform.config import AlertSmtp
-from components.platform.gpu import dcgm_exporter_values, device_plugin_values
-from components.platform.kubeflow import trainer_values
-from components.platform.monitoring import (
+from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL, GpuPoolSpec, Taint
+from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.config import AlertSmtp
+from gpu_platform.components.platform.gpu import dcgm_exporter_values, device_plugin_values
+from gpu_platform.components.platform.kubeflow import trainer_values
+from gpu_platform.components.platform.monitoring import (
     SPEND_RECORD, SPEND_RULE_NAME, alertmanager_config, kube_prometheus_stack_values, pool_hourly_prices,
     render_dashboard_configmap, render_idle_rules, render_spend_rule,
 )
-from components.platform.notebooks import gpu_profile, jupyterhub_values
-from components.platform.queue import (
+from gpu_platform.components.platform.notebooks import gpu_profile, jupyterhub_values
+from gpu_platform.components.platform.queue import (
     CLUSTER_QUEUE, PoolCapacity, gpu_quotas, kueue_manager_config, pool_capacities, render_cluster_queue,
     render_local_queue, render_resource_flavor,
 )
-from components.platform.training import render_checkpoint_configmap, render_resource_quota
-from components.capacity import GI, MI, allocatable
-from components.platform.queue import NODE_DAEMONS, QUEUE_NAMESPACE_LABEL
+from gpu_platform.components.platform.training import render_checkpoint_configmap, render_resource_quota
+from gpu_platform.components.capacity import GI, MI, allocatable
+from gpu_platform.components.platform.queue import NODE_DAEMONS, QUEUE_NAMESPACE_LABEL
 
 
 def pool(name: str, gpus: int = 1, max_nodes: int = 2, instance: str = "g1-gpu-rtx6000-1",
@@ -157,7 +157,7 @@ def test_jupyterhub_values_storage_profiles_and_culling() -> None:
 
 def test_spend_rule_prices_pools_from_the_catalog_and_alerts_at_half_and_full_budget() -> None:
     prices = pool_hourly_prices("linode", TWO)
-    from costs.catalog import load_catalog
+    from gpu_platform.costs.catalog import load_catalog
 
     cat = load_catalog()
     assert prices == {"rtx": cat.instance("linode", "g1-gpu-rtx6000-1").price("on-demand").usd_per_hour,
@@ -303,7 +303,7 @@ def test_platform_config_errors_name_the_key() -> None:
 def test_alert_emails_without_smtp_plan_with_a_warning_naming_the_key() -> None:
     """Budget and billing alerts go through the cloud's own channels, so alertEmails alone is not a
     config error; what needs SMTP (Alertmanager's mail) is named in a warning instead."""
-    from components.config import config_warnings
+    from gpu_platform.components.config import config_warnings
 
     raw = _raw()
     del raw["platform"]["alertSmtp"]
@@ -324,7 +324,7 @@ def admit_container(limit_range: dict, resources: dict) -> tuple[bool, dict]:
     missing `default` limit comes from `max`, a missing `defaultRequest` from `default`), the
     LimitRanger admission plugin (missing requests/limits filled from defaultRequest/default, then
     limit <= max), and pod validation (request <= limit)."""
-    from components.capacity import parse_quantity
+    from gpu_platform.components.capacity import parse_quantity
 
     (item,) = limit_range["spec"]["limits"]
     default = {**item.get("max", {}), **item.get("default", {})}
@@ -342,7 +342,7 @@ def admit_container(limit_range: dict, resources: dict) -> tuple[bool, dict]:
 
 def test_multi_gpu_pod_setting_only_requests_is_admitted() -> None:
     """Before: default limits 4 CPU / 16Gi made a 16-CPU request invalid (request > limit)."""
-    from components.platform.training import render_limit_range
+    from gpu_platform.components.platform.training import render_limit_range
 
     caps = pool_capacities("linode", TWO)
     lr = render_limit_range(max(c.cpu_millis for c in caps.values()), max(c.memory_bytes for c in caps.values()))

@@ -20,21 +20,21 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.cluster import POOL_LABEL, GpuPoolSpec
-from components.platform import versions
-from components.platform.common import (
+from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, JUPYTERHUB_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, TRAINER_NAMESPACE, render_namespace,
 )
-from components.platform.monitoring import (
+from gpu_platform.components.platform.monitoring import (
     render_dashboard_configmap, render_dcgm_service_monitor, render_grafana_admin_secret, render_idle_rules,
     render_spend_rule,
 )
-from components.platform.queue import (
+from gpu_platform.components.platform.queue import (
     gpu_quotas, pool_capacities, render_cluster_queue, render_local_queue, render_resource_flavor,
 )
-from components.platform.kubeflow import render_kubeflow_namespace
-from components.platform.notebooks import render_notebooks_namespace
-from components.platform.training import (
+from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
+from gpu_platform.components.platform.notebooks import render_notebooks_namespace
+from gpu_platform.components.platform.training import (
     render_checkpoint_configmap, render_checkpoint_secret, render_limit_range, render_network_policy,
     render_resource_quota, render_training_namespace, render_training_service_account,
 )

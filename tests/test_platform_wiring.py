@@ -10,11 +10,11 @@ from typing import Any, Optional
 import pulumi
 import pytest
 
-from components.cluster import GPU_TAINT, TRAINING_NAMESPACE, CheckpointStore, ClusterHandle, gpu_pool_specs
-from components.config import parse_config
-from components.platform import versions
+from gpu_platform.components.cluster import GPU_TAINT, TRAINING_NAMESPACE, CheckpointStore, ClusterHandle, gpu_pool_specs
+from gpu_platform.components.config import parse_config
+from gpu_platform.components.platform import versions
 from tests.conftest import ROOT, plan_stack, stack_config
-from preflight.runner import Plan, run_program, stack_input_from_mapping
+from gpu_platform.preflight.runner import Plan, run_program, stack_input_from_mapping
 
 BASE: dict[str, Any] = {
     "gpu-platform:cloud": "linode",
@@ -26,7 +26,7 @@ BASE: dict[str, Any] = {
     "gpu-platform:gpuPools": [
         {"name": "rtx", "instanceType": "g2-gpu-rtx4000a1-m", "capacity": "on-demand", "minNodes": 2, "maxNodes": 2},
     ],
-    # A region with VPCs and these GPU plans (components/linode/regions.yaml).
+    # A region with VPCs and these GPU plans (gpu_platform/components/linode/regions.yaml).
     "gpu-platform:linode": {"region": "us-ord"},
     "gpu-platform:platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "alerts@example.com"}},
 }
@@ -59,7 +59,7 @@ def plan_platform(raw: dict[str, Any], device_plugin_installed: bool = True, ide
     def program() -> None:
         import pulumi_kubernetes as k8s
 
-        from components.platform import MlPlatform, PlatformArgs
+        from gpu_platform.components.platform import MlPlatform, PlatformArgs
 
         provider = k8s.Provider("fake-cluster", kubeconfig=pulumi.Output.secret("apiVersion: v1\nkind: Config\n"))
         ready = k8s.core.v1.ConfigMap("cluster-ready", metadata={"name": "ready", "namespace": "kube-system"},
@@ -226,7 +226,7 @@ def test_releases_in_queue_namespaces_install_after_kueue_and_kueue_after_traine
 
 
 def test_quotas_follow_allocatable_and_the_limit_range_has_no_default_limits(full_plan: Plan) -> None:
-    from components.capacity import allocatable
+    from gpu_platform.components.capacity import allocatable
 
     alloc = allocatable("linode", "g2-gpu-rtx4000a1-m")
     quota = full_plan.one("kubernetes:core/v1:ResourceQuota")

@@ -1,21 +1,21 @@
 """idle-floor-budget-share: advisory when the idle floor alone takes more than a share of monthlyBudgetUsd,
-mandatory when the stack's policy config says so. Run through the real pack process (preflight.analyzer)."""
+mandatory when the stack's policy config says so. Run through the real pack process (gpu_platform.preflight.analyzer)."""
 
 from __future__ import annotations
 
 import pytest
 
-from preflight.analyzer import Analyzer
+from gpu_platform.preflight.analyzer import Analyzer
 from tests.test_policy_pack import gke, plan_of
 
 POLICY = "idle-floor-budget-share"
 
 
 def _idle_floor(program) -> float:
-    """The idle floor the policy computes, from the same plan (costs.estimator via policies.cost_rules)."""
-    from costs.estimator import estimate
-    from policies.cost_rules import stack_shapes
-    from policies.pools import stack_nodes
+    """The idle floor the policy computes, from the same plan (gpu_platform.costs.estimator via gpu_platform.policies.cost_rules)."""
+    from gpu_platform.costs.estimator import estimate
+    from gpu_platform.policies.cost_rules import stack_shapes
+    from gpu_platform.policies.pools import stack_nodes
 
     class R:  # the shape of a pulumi_policy resource that stack_nodes reads
         def __init__(self, r):

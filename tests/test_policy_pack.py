@@ -1,4 +1,4 @@
-"""The policy pack, run by the real pulumi_policy analyzer process over gRPC (preflight.analyzer).
+"""The policy pack, run by the real pulumi_policy analyzer process over gRPC (gpu_platform.preflight.analyzer).
 
 Each policy gets a resource set built with the real provider SDK classes under preflight's mocks that
 violates it (the report names the policy at its enforcement level) and a compliant variant that
@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 import pulumi_linode as linode
 import pytest
 
-from preflight.analyzer import (
+from gpu_platform.preflight.analyzer import (
     PACK_DIR,
     Analyzer,
     PolicyConfigError,
@@ -28,7 +28,7 @@ from preflight.analyzer import (
     analyze_plan,
     load_policy_config,
 )
-from preflight.runner import ROOT, Plan, load_stack, run_program, stack_input_from_mapping
+from gpu_platform.preflight.runner import ROOT, Plan, load_stack, run_program, stack_input_from_mapping
 from tests.conftest import stack_config
 
 ADMIN = "203.0.113.0/24"
@@ -524,14 +524,14 @@ def _pack_with_enforcement(tmp_path: Path, enforcement_text: str) -> tuple[Path,
     (pack / "__main__.py").write_text(
         f"import sys\nfrom pathlib import Path\nsys.path.insert(0, {str(ROOT)!r})\n"
         "from pulumi_policy import PolicyPack\n"
-        "from policies import locks, security_rules\n"
+        "from gpu_platform.policies import locks, security_rules\n"
         f"locks.install(security_rules.POLICIES, Path({str(rules)!r}))\n"
         "PolicyPack('locked-pack', security_rules.POLICIES)\n")
     return pack, rules
 
 
 def test_an_exception_in_enforcement_yaml_allows_a_downgrade_with_its_reason(tmp_path):
-    from preflight.analyzer import load_enforcement
+    from gpu_platform.preflight.analyzer import load_enforcement
 
     plan = plan_of(kubeadm(instance={"disk_encryption": "disabled"}), "linode")
     pack, rules = _pack_with_enforcement(tmp_path, (
@@ -550,7 +550,7 @@ def test_an_exception_in_enforcement_yaml_allows_a_downgrade_with_its_reason(tmp
 def test_the_pack_itself_refuses_a_downgrade_as_the_cli_would_send_it():
     """Without preflight's own check (as under `pulumi preview --policy-pack-config`), the pack's
     Configure refuses to weaken a locked policy, so the preview fails instead of passing."""
-    from preflight.analyzer import Enforcement
+    from gpu_platform.preflight.analyzer import Enforcement
 
     with Analyzer(enforcement=Enforcement((), (), ())) as a:
         with pytest.raises(PolicyPackError, match="FAILED_PRECONDITION: .*no-public-admin-access is a locked"):
@@ -701,7 +701,7 @@ def test_a_price_override_far_below_the_catalog_is_a_violation():
 def test_infinity_in_price_overrides_never_reaches_the_pack_as_a_price():
     """Config validation refuses it first; a pack handed one anyway (the CLI path) reports it instead of
     serializing Infinity into protobuf."""
-    from components.config import ConfigError, parse_config
+    from gpu_platform.components.config import ConfigError, parse_config
 
     with pytest.raises(ConfigError, match="finite number"):
         parse_config({**{k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items()
@@ -721,7 +721,7 @@ def _pack_with(tmp_path, extra_policy: str, track_all: bool = True):
     (pack / "__main__.py").write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
         "from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy\n"
-        "from policies import cost_rules, running\n"
+        "from gpu_platform.policies import cost_rules, running\n"
         + extra_policy +
         "PolicyPack('test-pack', running.track(cost_rules.POLICIES + EXTRA))\n")
     return pack
@@ -733,7 +733,7 @@ def test_a_hung_rule_fails_the_run_naming_it_and_the_pack_is_stopped(tmp_path):
         "    while True:\n"
         "        pass\n"
         "EXTRA = [ResourceValidationPolicy('spin-forever', 'A rule stuck in a loop.', spin, EnforcementLevel.MANDATORY)]\n"))
-    from preflight.analyzer import PolicyTimeout
+    from gpu_platform.preflight.analyzer import PolicyTimeout
 
     a = Analyzer(pack, call_timeout=3)
     a.start()
@@ -745,7 +745,7 @@ def test_a_hung_rule_fails_the_run_naming_it_and_the_pack_is_stopped(tmp_path):
 
 
 def test_a_pack_missing_a_shipped_policy_fails_loudly(tmp_path):
-    from preflight.analyzer import PolicyPackIncomplete, load_enforcement
+    from gpu_platform.preflight.analyzer import PolicyPackIncomplete, load_enforcement
 
     pack = _pack_with(tmp_path, "EXTRA = []\n")
     with pytest.raises(PolicyPackIncomplete, match="policies the project ships: .*no-public-admin-access"):
@@ -753,10 +753,10 @@ def test_a_pack_missing_a_shipped_policy_fails_loudly(tmp_path):
 
 
 def test_the_shipped_list_is_the_pack_the_project_builds(analyzer):
-    from preflight.analyzer import load_enforcement
+    from gpu_platform.preflight.analyzer import load_enforcement
 
     enforcement = load_enforcement()
     assert sorted(enforcement.shipped) == sorted(p.name for p in analyzer.info.policies)
-    from policies import security_rules
+    from gpu_platform.policies import security_rules
 
     assert sorted(enforcement.locked) == sorted(p.name for p in security_rules.POLICIES)

@@ -13,14 +13,14 @@ import sys
 import jsonschema
 import pytest
 
-from preflight import verdict
+from gpu_platform.preflight import verdict
 from tests.conftest import ROOT
 
 LINODE = ["--allow-missing-chart", "cilium"]  # ../shared/charts has no Cilium chart yet
 
 
 def run(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "preflight", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gpu_platform.preflight", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -88,7 +88,7 @@ def test_colour_only_when_asked_and_never_with_no_color(tmp_path):
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "preflight", "aws-prod", "-vv", "--no-policies", "--out", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_platform.preflight", "aws-prod", "-vv", "--no-policies", "--out", str(tmp_path)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().startswith("preflight aws-prod")
     proc.stdout.close()  # like `| head -1`

@@ -1,1 +1,0 @@
-"""Controllers this repository runs inside the clusters it builds (shipped as source, see components/)."""

@@ -1,0 +1,40 @@
+"""EKS with GPU Auto Scaling groups: the AWS implementation of the cluster contract.
+
+`create_cluster(cfg)` builds the network (unless an existing VPC is given), the EKS cluster, one GPU
+Auto Scaling group per pool, spot interruption handling, the cluster-autoscaler, the scale-in
+protection controller, the checkpoint bucket and the idle-GPU alarms, and returns a ClusterHandle.
+`create_billing_alerts(cfg)` builds the stack's budget and, with `aws.accountBilling`, the account's billing
+alarms (us-east-1).
+
+All AWS resources go through an explicit provider for the region of the `aws` section, so the region
+the config validated is the region used (`aws:region` in the stack file only serves CLI tools).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported lazily: gpu_platform.components.config loads this package for its config module
+    import pulumi
+
+    from gpu_platform.components.cluster import ClusterHandle
+    from gpu_platform.components.config import StackConfig
+
+__all__ = ["create_billing_alerts", "create_cluster"]
+
+
+def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
+    from gpu_platform.components.aws.cluster import AwsCluster
+
+    return AwsCluster(cfg.name_prefix, cfg).handle
+
+
+def create_billing_alerts(cfg: "StackConfig") -> "list[pulumi.Resource]":
+    from gpu_platform.components.aws.billing import BillingAlerts, BillingAlertsArgs
+    from gpu_platform.components.cluster import common_labels
+
+    assert cfg.aws is not None, "validated by gpu_platform.components.config"
+    # The stack's budget counts the `cluster` tag AwsCluster puts on everything (its value: the cluster name).
+    return [BillingAlerts(f"{cfg.name_prefix}-billing", BillingAlertsArgs(
+        name_prefix=cfg.name_prefix, monthly_budget_usd=cfg.monthly_budget_usd, emails=cfg.alert_emails,
+        tags=common_labels(cfg), stack_tag_value=cfg.name_prefix, account_alarms=cfg.aws.account_billing))]

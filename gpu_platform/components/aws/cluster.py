@@ -1,0 +1,120 @@
+"""The AwsCluster component: network, EKS, GPU groups and what keeps them cheap and safe."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pulumi
+import pulumi_aws as aws
+
+from gpu_platform.components.aws.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from gpu_platform.components.aws.billing import IdleGpuAlarms, IdleGpuAlarmsArgs
+from gpu_platform.components.aws.bucket import CheckpointBucket, CheckpointBucketArgs
+from gpu_platform.components.bucket_lifecycle import BucketDeletion
+from gpu_platform.components.aws.config import instance_types_of, on_demand_split
+from gpu_platform.components.aws.eks import STORAGE_CLASS, EksCluster, EksClusterArgs
+from gpu_platform.components.aws.gpu_asg import CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs, asg_name
+from gpu_platform.components.aws.network import Network, NetworkArgs, default_zones
+from gpu_platform.components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs, termination_timing
+from gpu_platform.components.aws.protection import ScaleInProtection, ScaleInProtectionArgs
+from gpu_platform.components.aws.scale_down import scale_down_timing
+from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
+
+if TYPE_CHECKING:
+    from gpu_platform.components.config import StackConfig
+
+CAPACITY_LABEL = "gpu-platform.io/capacity"
+
+
+class AwsCluster(pulumi.ComponentResource):
+    """The whole EKS side of a stack. Outputs: cluster_name, endpoint, kubeconfig (secret),
+    checkpoint_url, asg_names; `handle` is the ClusterHandle."""
+
+    def __init__(self, name: str, cfg: "StackConfig", opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:aws:Cluster", name, None, opts)
+        section = cfg.aws
+        assert section is not None, "validated by gpu_platform.components.config"
+        cluster_name = cfg.name_prefix
+        region = section.region
+        tags = {**common_labels(cfg), "cluster": cluster_name}
+        provider = aws.Provider(f"{name}-aws", region=region, opts=pulumi.ResourceOptions(parent=self))
+        child = pulumi.ResourceOptions(parent=self, providers={"aws": provider})
+
+        if section.new_vpc:
+            zones = list(section.availability_zones) or default_zones(provider)
+            net = Network(f"{name}-network", NetworkArgs(cluster_name, section.effective_vpc_cidr, zones,
+                                                         section.nat_gateways == "per-az", tags), opts=child)
+            subnet_ids = net.private_subnet_ids
+        else:
+            subnet_ids = list(section.private_subnet_ids)
+
+        public_cidrs = [] if section.endpoint_private_only else list(cfg.admin_cidrs)
+        eks = EksCluster(f"{name}-eks", EksClusterArgs(
+            cluster_name=cluster_name, region=region, kubernetes_version=cfg.kubernetes_version, subnet_ids=subnet_ids,
+            public_access_cidrs=public_cidrs, admin_principal_arns=section.admin_principal_arns,
+            system_instance_type=section.system_pool.instance_type, system_min=section.system_pool.min_nodes,
+            system_max=section.system_pool.max_nodes, log_retention_days=section.log_retention_days, tags=tags,
+            support_type=section.support_type), opts=child)
+
+        specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})
+        controller = section.scale_in_controller
+        scale_down = scale_down_timing(section.scale_down_grace_minutes * 60, controller_enabled=controller.enabled)
+        termination = termination_timing(section.drain_grace_seconds)
+        groups: list[GpuNodeGroup] = []
+        for i, (pool, spec) in enumerate(zip(cfg.gpu_pools, specs)):
+            base, pct = on_demand_split(cfg, i)
+            groups.append(GpuNodeGroup(f"{name}-gpu-{pool.name}", GpuNodeGroupArgs(
+                cluster_name=cluster_name, kubernetes_version=cfg.kubernetes_version, spec=spec,
+                instance_types=instance_types_of(cfg, i), on_demand_base=base, on_demand_pct_above_base=pct,
+                approved_on_demand=pool.approved_on_demand, root_volume_gib=section.pool(pool.name).root_volume_gib,
+                subnet_ids=subnet_ids, security_group_id=eks.cluster_security_group_id,
+                instance_profile_arn=eks.gpu_instance_profile.arn, endpoint=eks.endpoint, ca_data=eks.ca_data,
+                service_cidr=eks.service_cidr, tags=tags, scale_down_unneeded_time=scale_down.unneeded_tag_value(),
+                protect_from_scale_in=controller.enabled, lifecycle_hook_timeout_seconds=termination.hook_timeout_seconds,
+                depends_on=[eks.gpu_node_access, *eks.ready[:1]]), opts=child))
+        asg_arns = [g.asg_arn for g in groups]
+        names = [asg_name(cluster_name, p.name) for p in cfg.gpu_pools]
+
+        nth = NodeTerminationHandler(f"{name}-nth", NodeTerminationHandlerArgs(
+            cluster_name=cluster_name, region=region, asg_arns=asg_arns, oidc_provider_arn=eks.oidc_provider_arn,
+            oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags, timing=termination,
+            capacity_rebalance=CAPACITY_REBALANCE), opts=child)
+        ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(
+            cluster_name=cluster_name, region=region, kubernetes_version=cfg.kubernetes_version,
+            oidc_provider_arn=eks.oidc_provider_arn,
+            oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags), opts=child)
+        if controller.enabled:
+            assert controller.image is not None, "validated by gpu_platform.components.aws.config"
+            ScaleInProtection(f"{name}-scale-in-protection", ScaleInProtectionArgs(
+                region=region, asg_names=names, asg_arns=asg_arns, image=controller.image, timing=scale_down,
+                oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url,
+                k8s_provider=eks.k8s_provider, tags=tags), opts=child)
+        bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
+            cluster_name=cluster_name, retention_days=section.checkpoint_retention_days,
+            oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url, tags=tags,
+            deletion=BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)), opts=child)
+        IdleGpuAlarms(f"{name}-idle-gpu", IdleGpuAlarmsArgs(
+            name_prefix=cluster_name, region=region, asg_names=dict(zip([p.name for p in cfg.gpu_pools], names)),
+            idle_minutes=cfg.platform.idle_gpu_minutes, util_percent=cfg.platform.idle_gpu_util_percent,
+            emails=cfg.alert_emails, tags=tags), opts=pulumi.ResourceOptions(parent=self, providers={"aws": provider},
+                                                                             depends_on=groups))
+
+        self.handle = ClusterHandle(
+            cloud="aws",
+            name=cluster_name,
+            kubeconfig=eks.kubeconfig,
+            provider=eks.k8s_provider,
+            gpu_pools=specs,
+            default_storage_class=STORAGE_CLASS,
+            checkpoint=CheckpointStore(
+                url=bucket.url,
+                service_account_annotations={"eks.amazonaws.com/role-arn": bucket.role_arn},
+                env={"AWS_REGION": region},
+            ),
+            # The AL2023 NVIDIA AMI has the driver and container toolkit; the platform layer installs the device plugin.
+            gpu_device_plugin_installed=False,
+            ready=[*eks.ready, nth.release],
+            endpoint=eks.endpoint,
+        )
+        self.register_outputs({"clusterName": cluster_name, "endpoint": eks.endpoint, "kubeconfig": eks.kubeconfig,
+                               "checkpointUrl": bucket.url, "asgNames": names})

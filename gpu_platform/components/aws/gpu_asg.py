@@ -1,0 +1,287 @@
+"""One GPU Auto Scaling Group per pool: launch template + mixed-instances ASG.
+
+Rendering (nodeadm NodeConfig, the MIME user data, the CloudWatch agent script, the ASG tags) is
+pure and tested directly; `GpuNodeGroup` only wires resources.
+
+- AMI: the EKS-optimized AL2023 NVIDIA AMI (driver and container toolkit preinstalled), as
+  `resolve:ssm:<public parameter>`: EC2 resolves it at each launch, so nodes of an ephemeral
+  scale-from-zero pool always boot the current patched AMI for the cluster's Kubernetes version,
+  the plan shows exactly which parameter is used, and the deployer needs no ssm:GetParameter.
+- Nodes join with nodeadm (NodeConfig), carrying the pool's labels and the nvidia.com/gpu taint.
+- Spot with price-capacity-optimized allocation over several instance types, capacity rebalancing,
+  a termination lifecycle hook (completed by the node termination handler after draining, which
+  renews it with heartbeats meanwhile), new instances protected from scale-in when the protection
+  controller runs (it drops the protection once a node is idle).
+- Tags the cluster-autoscaler reads to scale a pool up from zero (labels, taint, GPU count, the
+  accelerator label) and the group's own scale-down-unneeded-time (gpu_platform/components/aws/scale_down.py).
+- The accelerator label `k8s.amazonaws.com/accelerator` on the node from its first registration:
+  cluster-autoscaler's AWS provider treats a node with that label as a GPU node that is not ready
+  until its GPUs are allocatable, so it does not launch more nodes for the same pending pod while
+  the device plugin starts ("Special note on GPU instances", cluster-autoscaler's AWS README).
+- IMDSv2 with a hop limit of 1: pods on the pod network cannot reach the node's instance role;
+  nodeadm, kubelet, the CloudWatch agent and host-network add-ons (VPC CNI) run in the host's
+  network namespace, one hop away. Pods use IRSA.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import pulumi
+import yaml
+from pulumi_aws import autoscaling, ec2
+
+from gpu_platform.components.config_base import approval_tags
+from gpu_platform.components.aws import versions
+from gpu_platform.components.aws.eks import secure_launch_template_args
+from gpu_platform.components.aws.scale_down import UNNEEDED_TIME_TAG
+from gpu_platform.components.cluster import GPU_TAINT, GpuPoolSpec, Taint
+
+MIME_BOUNDARY = "==GPU-PLATFORM-BOUNDARY=="
+NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
+LIFECYCLE_HOOK = "nth-drain-on-terminate"
+# Spot capacity is rebalanced by the group (replacement first, then the old instance through the
+# terminate lifecycle hook); the termination handler's rules depend on it (nth.event_rules).
+CAPACITY_REBALANCE = True
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
+# Every AWS GPU model of the catalog (gpu_platform/costs/catalog/aws.yaml gpuModel; a test keeps them covered)
+# -> the name cluster-autoscaler's AWS provider lists for it (availableGPUTypes in
+# cloudprovider/aws/aws_cloud_provider.go, tag cluster-autoscaler-1.36.1). The autoscaler needs only
+# the label's presence; the value names the GPU in its metrics and GPU limits. H100 is not in its
+# list and gets the same pattern.
+ACCELERATOR_VALUES = {
+    "NVIDIA A10G": "nvidia-a10g",
+    "NVIDIA L4": "nvidia-l4",
+    "NVIDIA L40S": "nvidia-l40s",
+    "NVIDIA V100 16GB": "nvidia-tesla-v100",
+    "NVIDIA V100 32GB": "nvidia-tesla-v100",
+    "NVIDIA A100 40GB": "nvidia-tesla-a100",
+    "NVIDIA H100 80GB": "nvidia-h100",
+}
+# Pods on the pod network are two hops from IMDS; the host (nodeadm, kubelet, agents) one.
+GPU_IMDS_HOP_LIMIT = 1
+CW_AGENT_CONFIG_PATH = "/opt/aws/amazon-cloudwatch-agent/etc/gpu-platform.json"
+GPU_UTIL_METRIC = "nvidia_smi_utilization_gpu"
+GPU_METRIC_NAMESPACE = "CWAgent"
+
+
+def asg_name(cluster_name: str, pool: str) -> str:
+    """Deterministic, so alarms and the protection controller can name the group before it exists."""
+    return f"{cluster_name}-gpu-{pool}"
+
+
+def accelerator_value(gpu_model: str) -> str:
+    """The `k8s.amazonaws.com/accelerator` value for a catalog GPU model."""
+    if gpu_model in ACCELERATOR_VALUES:
+        return ACCELERATOR_VALUES[gpu_model]
+    raise ValueError(f"no accelerator label value for GPU model {gpu_model!r}; add it to "
+                     f"gpu_platform/components/aws/gpu_asg.ACCELERATOR_VALUES ({', '.join(sorted(ACCELERATOR_VALUES))})")
+
+
+def node_labels(spec: GpuPoolSpec) -> dict[str, str]:
+    """Every label a GPU node of this pool registers with (also the autoscaler's template labels)."""
+    return {**spec.node_labels, ACCELERATOR_LABEL: accelerator_value(spec.gpu_model)}
+
+
+def gpu_launch_template_args(root_volume_gib: int, tags: Mapping[str, str]) -> dict:
+    """The shared hardened launch-template settings with the GPU nodes' IMDS hop limit of 1."""
+    args = secure_launch_template_args(root_volume_gib, tags)
+    args["metadata_options"] = {**args["metadata_options"], "http_put_response_hop_limit": GPU_IMDS_HOP_LIMIT}
+    return args
+
+
+def render_nodeadm_config(cluster_name: str, endpoint: str, ca_data: str, service_cidr: str,
+                          labels: Mapping[str, str], taints: Sequence[Taint]) -> str:
+    """The nodeadm NodeConfig (AL2023) that joins a node to the cluster with labels and taints."""
+    doc = {
+        "apiVersion": "node.eks.aws/v1alpha1",
+        "kind": "NodeConfig",
+        "spec": {
+            "cluster": {"name": cluster_name, "apiServerEndpoint": endpoint, "certificateAuthority": ca_data,
+                        "cidr": service_cidr},
+            "kubelet": {
+                "config": {"registerWithTaints": [t.as_k8s() for t in taints]},
+                "flags": ["--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items()))],
+            },
+        },
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def render_cloudwatch_agent_config(metrics_interval: int = 60) -> dict:
+    """CloudWatch agent: per-GPU utilisation from nvidia-smi, also aggregated per Auto Scaling group
+    (the dimension the idle-GPU alarm watches)."""
+    return {
+        "agent": {"metrics_collection_interval": metrics_interval, "run_as_user": "root"},
+        "metrics": {
+            "namespace": GPU_METRIC_NAMESPACE,
+            "append_dimensions": {"AutoScalingGroupName": "${aws:AutoScalingGroupName}", "InstanceId": "${aws:InstanceId}"},
+            "aggregation_dimensions": [["AutoScalingGroupName"]],
+            "metrics_collected": {"nvidia_gpu": {
+                "measurement": ["utilization_gpu", "utilization_memory", "memory_used", "memory_total"],
+                "metrics_collection_interval": metrics_interval,
+            }},
+        },
+    }
+
+
+def render_cloudwatch_agent_script() -> str:
+    """Shell part of the user data (run by cloud-init): install and start the CloudWatch agent."""
+    config = json.dumps(render_cloudwatch_agent_config(), indent=2)
+    return f"""#!/bin/bash
+# GPU utilisation metrics for the idle-GPU alarms (CloudWatch agent, nvidia_gpu plugin).
+set -euo pipefail
+dnf install -y {versions.CLOUDWATCH_AGENT_PACKAGE}
+install -d -m 0755 "$(dirname {CW_AGENT_CONFIG_PATH})"
+cat > {CW_AGENT_CONFIG_PATH} <<'JSON'
+{config}
+JSON
+/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl -a fetch-config -m ec2 -s -c file:{CW_AGENT_CONFIG_PATH}
+"""
+
+
+def render_user_data(nodeadm_config: str, shell_script: str) -> str:
+    """MIME multipart user data: nodeadm reads the application/node.eks.aws part, cloud-init runs the script."""
+    return (
+        "MIME-Version: 1.0\n"
+        f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n'
+        "\n"
+        f"--{MIME_BOUNDARY}\n"
+        "Content-Type: application/node.eks.aws\n"
+        "\n"
+        f"{nodeadm_config}"
+        "\n"
+        f"--{MIME_BOUNDARY}\n"
+        'Content-Type: text/x-shellscript; charset="us-ascii"\n'
+        "\n"
+        f"{shell_script}"
+        "\n"
+        f"--{MIME_BOUNDARY}--\n"
+    )
+
+
+def autoscaler_tags(cluster_name: str, spec: GpuPoolSpec, unneeded_time: str) -> dict[str, str]:
+    """Auto-discovery plus the node-template tags that let cluster-autoscaler scale from zero (it
+    cannot read labels, taints or GPUs from a node that does not exist yet), and the group's
+    scale-down-unneeded-time (a Go duration, see gpu_platform/components/aws/scale_down.py)."""
+    prefix = "k8s.io/cluster-autoscaler/node-template"
+    tags = {"k8s.io/cluster-autoscaler/enabled": "true", f"k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
+    tags.update({f"{prefix}/label/{k}": v for k, v in node_labels(spec).items()})
+    tags.update({f"{prefix}/taint/{t.key}": f"{t.value}:{t.effect}" for t in spec.taints})
+    tags[UNNEEDED_TIME_TAG] = unneeded_time
+    tags[f"{prefix}/resources/nvidia.com/gpu"] = str(spec.gpus_per_node)
+    return tags
+
+
+def pool_tags(spec: GpuPoolSpec, approved_on_demand: bool) -> dict[str, str]:
+    """What the policy pack and cost reports read on a GPU group."""
+    return {"gpu-pool": spec.name, "capacity": spec.capacity,
+            **approval_tags(approved_on_demand, "aws")}  # with approver and reason (policy pack)
+
+
+def asg_tag_list(common: Mapping[str, str], cluster_name: str, spec: GpuPoolSpec, approved_on_demand: bool,
+                 unneeded_time: str) -> list[dict]:
+    """All ASG tags. Owner/pool tags and the NTH/cluster-ownership tags propagate to instances;
+    autoscaler tags stay on the group."""
+    propagated = {**common, **pool_tags(spec, approved_on_demand), "Name": f"{asg_name(cluster_name, spec.name)}",
+                  f"kubernetes.io/cluster/{cluster_name}": "owned", NTH_MANAGED_TAG: "true"}
+    out = [{"key": k, "value": v, "propagate_at_launch": True} for k, v in propagated.items()]
+    out += [{"key": k, "value": v, "propagate_at_launch": False}
+            for k, v in autoscaler_tags(cluster_name, spec, unneeded_time).items()]
+    if len(out) > 50:
+        raise ValueError(f"{len(out)} tags on {asg_name(cluster_name, spec.name)}; an ASG holds at most 50")
+    return out
+
+
+@dataclass
+class GpuNodeGroupArgs:
+    cluster_name: str
+    kubernetes_version: str
+    spec: GpuPoolSpec
+    instance_types: Sequence[str]
+    on_demand_base: int
+    on_demand_pct_above_base: int
+    approved_on_demand: bool
+    root_volume_gib: int
+    subnet_ids: Sequence[pulumi.Input[str]]
+    security_group_id: pulumi.Input[str]
+    instance_profile_arn: pulumi.Input[str]
+    endpoint: pulumi.Input[str]
+    ca_data: pulumi.Input[str]
+    service_cidr: pulumi.Input[str]
+    tags: Mapping[str, str]
+    # The group's cluster-autoscaler scale-down-unneeded-time (scale_down.ScaleDownTiming.unneeded_tag_value()).
+    scale_down_unneeded_time: str
+    # New instances protected from scale-in: only with the protection controller, which releases them.
+    protect_from_scale_in: bool
+    # Termination lifecycle hook timeout; NTH's heartbeats renew it while it drains (nth.TerminationTiming).
+    lifecycle_hook_timeout_seconds: int
+    depends_on: Optional[Sequence[pulumi.Resource]] = None
+
+
+class GpuNodeGroup(pulumi.ComponentResource):
+    """Outputs: asg_name, asg_arn."""
+
+    def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:aws:GpuNodeGroup", name, None, opts)
+        spec = args.spec
+        group = asg_name(args.cluster_name, spec.name)
+        instance_tags = {**args.tags, **pool_tags(spec, args.approved_on_demand), "Name": group}
+        script = render_cloudwatch_agent_script()
+        user_data = pulumi.Output.all(args.endpoint, args.ca_data, args.service_cidr).apply(
+            lambda a: base64.b64encode(render_user_data(
+                render_nodeadm_config(args.cluster_name, a[0], a[1], a[2], node_labels(spec), spec.taints), script
+            ).encode()).decode())
+
+        lt = ec2.LaunchTemplate(
+            f"{name}-launch-template",
+            description=f"GPU pool {spec.name} of {args.cluster_name}",
+            image_id=f"resolve:ssm:{versions.gpu_ami_parameter(args.kubernetes_version)}",
+            iam_instance_profile={"arn": args.instance_profile_arn},
+            vpc_security_group_ids=[args.security_group_id],
+            user_data=user_data,
+            **gpu_launch_template_args(args.root_volume_gib, instance_tags),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        asg = autoscaling.Group(
+            f"{name}-asg",
+            name=group,
+            min_size=spec.min_nodes,
+            max_size=spec.max_nodes,
+            vpc_zone_identifiers=list(args.subnet_ids),
+            capacity_rebalance=CAPACITY_REBALANCE,
+            protect_from_scale_in=args.protect_from_scale_in,
+            health_check_type="EC2",
+            health_check_grace_period=300,
+            default_instance_warmup=300,
+            mixed_instances_policy={
+                "instances_distribution": {
+                    "on_demand_base_capacity": args.on_demand_base,
+                    "on_demand_percentage_above_base_capacity": args.on_demand_pct_above_base,
+                    "on_demand_allocation_strategy": "lowest-price",
+                    "spot_allocation_strategy": "price-capacity-optimized",
+                },
+                "launch_template": {
+                    "launch_template_specification": {"launch_template_id": lt.id, "version": "$Latest"},
+                    "overrides": [{"instance_type": t} for t in args.instance_types],
+                },
+            },
+            initial_lifecycle_hooks=[{
+                "name": LIFECYCLE_HOOK,
+                "lifecycle_transition": "autoscaling:EC2_INSTANCE_TERMINATING",
+                "default_result": "CONTINUE",
+                "heartbeat_timeout": args.lifecycle_hook_timeout_seconds,
+            }],
+            enabled_metrics=["GroupDesiredCapacity", "GroupInServiceInstances", "GroupPendingInstances",
+                             "GroupTerminatingInstances", "GroupTotalInstances"],
+            tags=asg_tag_list(args.tags, args.cluster_name, spec, args.approved_on_demand, args.scale_down_unneeded_time),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on or []),
+                                        # The cluster-autoscaler owns the desired size.
+                                        ignore_changes=["desiredCapacity"]),
+        )
+        self.asg_name = asg.name
+        self.asg_arn = asg.arn
+        self.register_outputs({"asgName": asg.name, "asgArn": asg.arn, "launchTemplateId": lt.id})

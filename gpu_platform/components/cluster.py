@@ -1,0 +1,139 @@
+"""The contract every cluster component fulfils, so the platform layer never asks which cloud it is on.
+
+A cluster component (Linode kubeadm, GKE, EKS) returns a `ClusterHandle`: how to reach the cluster
+(a secret kubeconfig and a Kubernetes provider built from it), its GPU pools as data (what pods need
+to land on them), the default StorageClass, and the checkpoint store with what a pod needs to use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+
+import pulumi
+
+if TYPE_CHECKING:
+    import pulumi_kubernetes as k8s
+
+    from gpu_platform.components.config import StackConfig
+
+# Namespace and service account that training jobs run as; cloud IAM is bound to this identity
+# (GKE Workload Identity, EKS IRSA), so both sides must agree on the names.
+TRAINING_NAMESPACE = "training"
+TRAINING_SERVICE_ACCOUNT = "trainer"
+
+# Label every GPU node carries with its pool name, on every cloud.
+POOL_LABEL = "gpu-platform.io/pool"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+    def as_k8s(self) -> dict[str, str]:
+        return {"key": self.key, "value": self.value, "effect": self.effect}
+
+    def toleration(self) -> dict[str, str]:
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+
+
+# Only pods that tolerate this land on GPU nodes: an idle GPU is the most expensive thing we run.
+GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
+
+
+@dataclass(frozen=True)
+class GpuPoolSpec:
+    """A GPU node pool as the platform layer sees it."""
+
+    name: str
+    instance_type: str
+    gpu_model: str
+    gpus_per_node: int
+    min_nodes: int
+    max_nodes: int
+    capacity: str  # spot | preemptible | on-demand
+    node_labels: Mapping[str, str]
+    taints: Sequence[Taint] = (GPU_TAINT,)
+
+    @property
+    def max_gpus(self) -> int:
+        return self.max_nodes * self.gpus_per_node
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return {POOL_LABEL: self.name}
+
+    def tolerations(self) -> list[dict[str, str]]:
+        return [t.toleration() for t in self.taints]
+
+
+@dataclass(frozen=True)
+class CheckpointStore:
+    """Where training writes checkpoints and how a pod in the training namespace reaches it.
+
+    url: bucket URL (s3://…, gs://…). service_account_annotations: put on the training service
+    account (IRSA role ARN, GKE Workload Identity). env: plain environment for pods (endpoint,
+    region). credentials: secret environment (e.g. S3 keys on Linode), None where identity-based.
+    """
+
+    url: pulumi.Output[str]
+    service_account_annotations: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    credentials: Optional[pulumi.Output[Mapping[str, str]]] = None
+
+
+@dataclass(frozen=True)
+class ClusterHandle:
+    cloud: str
+    name: str
+    kubeconfig: pulumi.Output[str]  # always a secret
+    provider: "k8s.Provider"
+    gpu_pools: Sequence[GpuPoolSpec]
+    default_storage_class: str
+    checkpoint: CheckpointStore
+    # True where the cloud or the cluster component already runs the NVIDIA device plugin (GKE).
+    gpu_device_plugin_installed: bool
+    # Resources the platform must wait for (CNI, CSI, a reachable API server).
+    ready: Sequence[pulumi.Resource] = ()
+    endpoint: Optional[pulumi.Output[str]] = None
+
+    @property
+    def max_gpus(self) -> int:
+        return sum(p.max_gpus for p in self.gpu_pools)
+
+
+def common_labels(cfg: "StackConfig") -> dict[str, str]:
+    """Owner/cost labels for every billable resource (keys valid as GCP labels, AWS and k8s tags)."""
+    return {
+        "owner": cfg.owner,
+        "cost-center": cfg.cost_center,
+        "environment": cfg.environment,
+        "managed-by": "pulumi",
+        "app": "gpu-platform",
+    }
+
+
+def gpu_pool_specs(cfg: "StackConfig", extra_labels: Optional[Mapping[str, Mapping[str, str]]] = None) -> list[GpuPoolSpec]:
+    """GpuPoolSpecs from the config and the catalog (GPUs per node, GPU model)."""
+    from gpu_platform.costs.catalog import load_catalog
+
+    catalog = load_catalog()
+    specs = []
+    for pool in cfg.gpu_pools:
+        itype = catalog.instance(cfg.cloud, pool.instance_type)
+        assert itype is not None, "validated by gpu_platform.components.config"
+        labels = {**pool.labels, POOL_LABEL: pool.name, "nvidia.com/gpu.present": "true"}
+        labels.update((extra_labels or {}).get(pool.name, {}))
+        specs.append(GpuPoolSpec(
+            name=pool.name,
+            instance_type=pool.instance_type,
+            gpu_model=itype.gpu_model or "unknown",
+            gpus_per_node=itype.gpus,
+            min_nodes=pool.min_nodes,
+            max_nodes=pool.max_nodes,
+            capacity=pool.capacity,
+            node_labels=labels,
+        ))
+    return specs

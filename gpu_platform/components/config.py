@@ -1,0 +1,328 @@
+"""The typed stack configuration: one model, validated once, before any resource is registered.
+
+Everything a stack file can say lives in `StackConfig`. Structural checks (types, ranges, unknown keys)
+come from pydantic; checks that need the price catalog or cross several keys are plain functions that
+return `ConfigIssue`s. Either way the user gets one message that names the stack file, the key (as
+written in the stack file, camelCase), the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
+
+from gpu_platform.components.aws.config import AwsSection
+from gpu_platform.components.bucket_lifecycle import OnDestroy
+from gpu_platform.components.config_base import (
+    MISSING,
+    SECRET,
+    CAPACITIES,
+    CLOUDS,
+    NAMESPACE,
+    Cidr,
+    ConfigError,
+    ConfigIssue,
+    DnsLabel,
+    Email,
+    KubernetesMinor,
+    Model,
+    NodeLabels,
+    OnDemandApproval,
+    approval_tags,
+    stack_file,
+)
+from gpu_platform.components.gcp.config import GcpSection
+from gpu_platform.components.linode.config import LinodeSection
+from gpu_platform.components.platform.config import PlatformSection
+
+__all__ = ["CAPACITIES", "CLOUDS", "NAMESPACE", "ConfigError", "ConfigIssue", "GpuPool", "OnDemandApproval",
+           "StackConfig", "approval_tags",
+           "config_warnings", "load_from_pulumi", "parse_config", "stack_file"]
+
+# ---------------------------------------------------------------------------------------------
+# Sections shared by every cloud
+# ---------------------------------------------------------------------------------------------
+
+
+class GpuPool(Model):
+    """One pool of GPU nodes. GPUs per node and prices come from the catalog, not from here."""
+
+    name: DnsLabel
+    instance_type: str = Field(min_length=1)
+    capacity: Literal["spot", "preemptible", "on-demand"]
+    min_nodes: int = Field(default=0, ge=0, le=1000)
+    max_nodes: int = Field(ge=1, le=1000)
+    labels: NodeLabels = Field(default_factory=dict)
+    # Policy knob: an on-demand GPU pool is a deliberate, reviewed decision, not a default:
+    # {reason, approver} (recorded in tags/labels). A bare `true` is still read, but carries no
+    # reason or approver, so the policy pack does not accept it as an approval.
+    approved_on_demand: Union[bool, OnDemandApproval] = False
+
+
+class PriceOverride(Model):
+    """Replace the catalog's $/hour for one instance type (e.g. a negotiated discount)."""
+
+    on_demand: Optional[float] = Field(default=None, gt=0)
+    spot: Optional[float] = Field(default=None, gt=0)
+    preemptible: Optional[float] = Field(default=None, gt=0)
+
+
+class CheckpointBucketSection(Model):
+    """What `pulumi destroy` does with the checkpoint bucket (gpu_platform/components/bucket_lifecycle.py, docs/destroy.md)."""
+
+    # retain: destroy succeeds and the bucket and its checkpoints stay; delete: emptied (every version) and deleted.
+    on_destroy: OnDestroy = "retain"
+
+
+class CostsSection(Model):
+    """What the cost estimate cannot read from the program (gpu_platform/costs/estimator.py): expected use and sizes."""
+
+    # Average share of the month the GPU pools are busy; preflight compares the bill at this use with the budget.
+    expected_utilization: float = Field(default=0.3, ge=0, le=1)
+    checkpoint_gib: float = Field(default=100, ge=0, le=10_000_000)  # average size of the checkpoint bucket
+    nat_gib_per_month: float = Field(default=200, ge=0, le=10_000_000)  # traffic through the NAT at full capacity
+
+
+class StackConfig(Model):
+    """The whole `gpu-platform:*` namespace of one stack."""
+
+    cloud: Literal["linode", "gcp", "aws"]
+    environment: DnsLabel = "dev"
+    owner: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
+    cost_center: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
+    monthly_budget_usd: int = Field(gt=0, le=10_000_000)
+    alert_emails: list[Email] = Field(default_factory=list)
+    admin_cidrs: list[Cidr] = Field(default_factory=list)
+    # Checked per cloud against the dated version calendar (gpu_platform/components/kubernetes_version.py). Unset: the
+    # newest minor in the cloud's standard support today (on GKE nothing is pinned: the release channel picks).
+    kubernetes_version: KubernetesMinor = None  # type: ignore[assignment]
+    gpu_pools: list[GpuPool] = Field(min_length=1)
+    linode: Optional[LinodeSection] = None
+    gcp: Optional[GcpSection] = None
+    aws: Optional[AwsSection] = None
+    platform: PlatformSection = Field(default_factory=PlatformSection)
+    price_overrides: dict[str, PriceOverride] = Field(default_factory=dict)
+    costs: CostsSection = Field(default_factory=CostsSection)
+    checkpoint_bucket: CheckpointBucketSection = Field(default_factory=CheckpointBucketSection)
+    _kubernetes_version_pinned: bool = PrivateAttr(default=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _default_kubernetes_version(cls, data: Any, handler: Any) -> "StackConfig":
+        pinned = not isinstance(data, dict) or data.get("kubernetesVersion", data.get("kubernetes_version")) is not None
+        if not pinned and data.get("cloud") in CLOUDS:
+            from gpu_platform.components.kubernetes_version import default_minor
+
+            data = {**data, "kubernetesVersion": default_minor(data["cloud"])}
+        model = handler(data)
+        model._kubernetes_version_pinned = pinned
+        return model
+
+    @property
+    def kubernetes_version_pinned(self) -> bool:
+        """Whether the stack file sets kubernetesVersion (GKE pins the control plane only then)."""
+        return self._kubernetes_version_pinned
+
+    @property
+    def name_prefix(self) -> str:
+        """Prefix of every cloud resource name: gpu-<environment>."""
+        return f"gpu-{self.environment}"
+
+    @property
+    def cloud_section(self) -> Any:
+        return getattr(self, self.cloud)
+
+    def catalog_overrides(self) -> dict[str, dict[str, float]]:
+        """price_overrides in the catalog's form: {"<cloud>/<type>": {"onDemand": ..}}."""
+        out: dict[str, dict[str, float]] = {}
+        for type_name, o in self.price_overrides.items():
+            out[f"{self.cloud}/{type_name}"] = o.model_dump(by_alias=True, exclude_none=True)
+        return out
+
+
+# Keys whose value is structured (the CLI hands the program those as JSON strings).
+STRUCTURED_KEYS = {
+    StackConfig.model_fields[f].alias or f
+    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "platform", "price_overrides", "costs",
+              "checkpoint_bucket")
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
+                 secret_keys: "typing.Iterable[str]" = ()) -> StackConfig:
+    """Validate the `gpu-platform` namespace of a stack. `raw` maps bare keys (no namespace) to
+    values, either typed (from YAML) or as the CLI passes them (strings, JSON for structures).
+    `source` is the file the values came from (messages name it); `secret_keys` the bare keys that
+    are Pulumi secrets. Raises ConfigError listing every problem found."""
+    values: dict[str, Any] = {}
+    issues: list[ConfigIssue] = []
+    secret = set(secret_keys)
+    for key, value in raw.items():
+        if key in secret:
+            # Every gpu-platform value ends up in clear in resource names, tags, labels or cloud API fields
+            # (none of which a provider stores as a secret), so a secret here would be leaked, not kept.
+            issues.append(ConfigIssue(key, SECRET, SECRET_REFUSED))
+            continue
+        if key in STRUCTURED_KEYS and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except (json.JSONDecodeError, RecursionError):
+                issues.append(ConfigIssue(key, value, "a structured value (YAML list or map), not a string"))
+                continue
+        values[key] = value
+    if issues:
+        raise ConfigError(stack, issues, source)
+    try:
+        cfg = StackConfig.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(stack, [_issue_from_pydantic(e, values) for e in exc.errors()], source) from None
+    except RecursionError:
+        raise ConfigError(stack, [ConfigIssue("(root)", "...", "values nested less deeply")], source) from None
+    issues = semantic_issues(cfg)
+    if issues:
+        raise ConfigError(stack, issues, source)
+    return cfg
+
+
+SECRET_REFUSED = ("a plain value, not a secret: every gpu-platform value is written in clear into resource names, "
+                  "tags, labels or cloud settings, so it cannot stay secret (set it with `pulumi config set` "
+                  "without --secret; keep real secrets such as provider tokens in their provider's namespace)")
+
+
+def _issue_from_pydantic(err: dict[str, Any], values: dict[str, Any]) -> ConfigIssue:
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-after[", "function-before[")))]
+    # Literal/union errors append the branch name; drop a trailing non-key element pydantic adds.
+    key = _format_loc(loc)
+    kind = err["type"]
+    if kind == "missing":
+        return ConfigIssue(key, MISSING, "required")
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = sorted(f.alias or n for n, f in parent.model_fields.items()) if parent else []
+        return ConfigIssue(key, err.get("input"), f"unknown key; allowed keys here: {', '.join(allowed)}")
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = "must be " + msg[len("Value error, "):]
+    return ConfigIssue(key, err.get("input"), msg)
+
+
+def _format_loc(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(root)"
+
+
+def _model_at(loc: list[Any]) -> Optional[type[BaseModel]]:
+    """The model class that a config path points into, for listing its allowed keys."""
+    model: Any = StackConfig
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        if typing.get_origin(field.annotation) is dict and parts:
+            parts.pop(0)  # the user's own key (e.g. a pool name) under a mapping of models
+        model = _model_of(field.annotation)
+        if model is None:
+            return None
+    return model
+
+
+def _model_of(annotation: Any) -> Optional[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
+    """Checks that span keys or need the catalog; per-cloud rules live beside each cloud."""
+    from gpu_platform.components.aws.config import check_stack as check_aws
+    from gpu_platform.components.gcp.config import check_stack as check_gcp
+    from gpu_platform.components.linode.config import check_stack as check_linode
+    from gpu_platform.costs.catalog import load_catalog
+
+    issues: list[ConfigIssue] = []
+    if cfg.cloud_section is None:
+        issues.append(ConfigIssue(cfg.cloud, MISSING, f"required when cloud is {cfg.cloud}"))
+        return issues
+
+    names = [p.name for p in cfg.gpu_pools]
+    for i, name in enumerate(names):
+        if names.index(name) != i:
+            issues.append(ConfigIssue(f"gpuPools[{i}].name", name, "unique among gpuPools"))
+
+    base = load_catalog()
+    for key in cfg.price_overrides:
+        if base.instance(cfg.cloud, key) is None:
+            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"a {cfg.cloud} instance type in the catalog"))
+    catalog = load_catalog(cfg.catalog_overrides()) if cfg.price_overrides and not issues else base
+    known = sorted(t.name for t in catalog.gpu_instances(cfg.cloud))
+    for i, pool in enumerate(cfg.gpu_pools):
+        if pool.min_nodes > pool.max_nodes:
+            issues.append(ConfigIssue(f"gpuPools[{i}].minNodes", pool.min_nodes, f"at most maxNodes ({pool.max_nodes})"))
+        itype = catalog.instance(cfg.cloud, pool.instance_type)
+        if itype is None or not itype.is_gpu:
+            what = "has no GPU" if itype is not None else f"is not a {cfg.cloud} GPU type in the catalog"
+            issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
+                                      f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
+
+    checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
+    issues += checks[cfg.cloud](cfg, catalog)
+    from gpu_platform.components.platform.config import check_stack as check_platform
+
+    issues += check_platform(cfg)
+    if not issues:  # names are built from keys already valid on their own
+        from gpu_platform.components.names import name_issues
+
+        issues += name_issues(cfg)
+    return issues
+
+
+def config_warnings(cfg: StackConfig) -> list[str]:
+    """Problems that do not stop a deploy but need a person soon (e.g. a version near end of support)."""
+    from gpu_platform.components.config_base import system_pool_warnings
+    from gpu_platform.components.kubernetes_version import version_warnings
+    from gpu_platform.components.platform.config import platform_warnings
+
+    return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg)
+
+
+def load_from_pulumi() -> StackConfig:
+    """Read and validate the stack's `gpu-platform` namespace from the running Pulumi program.
+    On a bad stack file raises pulumi.RunError, which the CLI prints without a traceback."""
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+
+    # The language host passes config in PULUMI_CONFIG; tests and preflight set it in-process.
+    everything = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    prefix = f"{NAMESPACE}:"
+    raw = {k[len(prefix):]: v for k, v in everything.items() if k.startswith(prefix)}
+    # Secret keys: PULUMI_CONFIG_SECRET_KEYS from the language host, or set_all_config's list in-process.
+    secret = {k for k in everything if runtime_config.is_config_secret(k)}
+    secret |= set(runtime_config.get_config_secret_keys_env())
+    try:
+        cfg = parse_config(raw, pulumi.get_stack(), secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)})
+    except ConfigError as exc:
+        raise pulumi.RunError(str(exc)) from None
+    for warning in config_warnings(cfg):
+        pulumi.log.warn(warning)
+    return cfg

@@ -1,0 +1,378 @@
+"""Building blocks of the stack config: the error type, validated field types, the base model.
+
+Kept apart from `gpu_platform.components.config` so the per-cloud section modules can import them without a cycle.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      ValidationInfo, field_validator)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic.alias_generators import to_camel
+
+if TYPE_CHECKING:
+    from gpu_platform.components.config import StackConfig
+
+NAMESPACE = "gpu-platform"
+CLOUDS = ("linode", "gcp", "aws")
+CAPACITIES = ("spot", "preemptible", "on-demand")
+
+
+def stack_file(stack: str) -> str:
+    return f"stacks/Pulumi.{stack}.yaml"
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem with one key. `key` is the path as the user writes it: gpuPools[0].capacity."""
+
+    key: str
+    value: Any
+    allowed: str
+
+    def render(self) -> str:
+        shown = _short(self.value)
+        return f"  {NAMESPACE}:{self.key}: {shown} -> {self.allowed}"
+
+
+MISSING = object()
+
+
+# Stands in for a secret value in messages: neither its plaintext nor its ciphertext is shown.
+SECRET = object()
+
+
+def _short(value: Any) -> str:
+    if value is MISSING:
+        return "(missing)"
+    if value is SECRET:
+        return "(a secret value)"
+    try:
+        # Bounded: a huge or deeply nested input is cut, never serialized whole.
+        text = json.dumps(_clip(value, 3), default=str)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(type(value).__name__)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _clip(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return value[:100]
+    if _non_finite(value):
+        return str(value)
+    if depth <= 0 and isinstance(value, (dict, list)):
+        return "..."
+    if isinstance(value, dict):
+        return {str(k)[:40]: _clip(v, depth - 1) for k, v in list(value.items())[:10]}
+    if isinstance(value, list):
+        return [_clip(v, depth - 1) for v in value[:10]]
+    return value
+
+
+class ConfigError(Exception):
+    """The stack file is not a valid gpu-platform configuration. str() is the user-facing message.
+    `source`: the file actually read (preflight --stack-file); default stacks/Pulumi.<stack>.yaml."""
+
+    def __init__(self, stack: str, issues: list[ConfigIssue], source: "str | None" = None):
+        self.stack = stack
+        self.issues = issues
+        self.source = source or stack_file(stack)
+        lines = [f"invalid configuration in {self.source} ({len(issues)} problem(s)):"]
+        lines += [i.render() for i in issues]
+        lines.append("Fix the key(s) above with `pulumi config set` or by editing the stack file.")
+        super().__init__("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reusable field types
+# ---------------------------------------------------------------------------------------------
+
+# Every pattern is used with fullmatch: `$` alone also matches before a trailing newline.
+DNS1123_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 30 or not DNS1123_LABEL.fullmatch(value):
+        raise ValueError("a DNS-1123 label: lowercase letters, digits and '-', starting with a letter, at most 30 characters")
+    return value
+
+
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"a CIDR block such as 203.0.113.0/24 with no host bits set ({exc})") from None
+    return value
+
+
+def _email(value: str) -> str:
+    if not EMAIL.fullmatch(value):
+        raise ValueError("an e-mail address such as ops@example.com")
+    return value
+
+
+def _labels(value: dict[str, str]) -> dict[str, str]:
+    for k, v in value.items():
+        if len(k) > 63 + 254 or not LABEL_KEY.fullmatch(k):
+            raise ValueError(f"Kubernetes label keys ([prefix/]name); {k!r} is not one")
+        if len(v) > 63 or not LABEL_VALUE.fullmatch(v):
+            raise ValueError(f"Kubernetes label values (at most 63 of [A-Za-z0-9-_.]); {v!r} is not one")
+    return value
+
+
+def _minor_from_number(value: Any) -> Any:
+    """An unquoted `kubernetesVersion: 1.33` is a YAML float: take it as "1.33" when that is what the
+    number prints as. 1.30 prints as 1.3, so a number that is not a known minor asks for quotes."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    text = repr(float(value)) if isinstance(value, float) else str(value)
+    from gpu_platform.components.kubernetes_version import known_minors
+
+    if isinstance(value, float) and text in known_minors():
+        return text
+    raise ValueError(f"a quoted version string: the unquoted number {text} is ambiguous (YAML reads 1.30 as 1.3); "
+                     f"write it in quotes, e.g. kubernetesVersion: \"{text}0\" or \"{text}\"")
+
+
+def _kubernetes_minor(value: str) -> str:
+    from gpu_platform.components.kubernetes_version import known_minors
+
+    known = known_minors()
+    if value not in known:
+        raise ValueError("a quoted Kubernetes minor the version calendar (gpu_platform/costs/catalog/kubernetes-versions.yaml) "
+                         f"lists: {', '.join(repr(m) for m in known)}; which of them a cloud accepts today depends "
+                         "on its support dates")
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+KubernetesMinor = Annotated[str, BeforeValidator(_minor_from_number), AfterValidator(_kubernetes_minor)]
+Cidr = Annotated[str, AfterValidator(_cidr)]
+Email = Annotated[str, AfterValidator(_email)]
+NodeLabels = Annotated[dict[str, str], AfterValidator(_labels)]
+
+
+def _kinds(annotation: Any) -> set[type]:
+    """The scalar types a field annotation admits (int, float, bool, str), through Optional/Annotated."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _kinds(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_kinds(a) for a in typing.get_args(annotation)))
+    if origin is Literal:
+        return {type(a) for a in typing.get_args(annotation)}
+    return {annotation} if annotation in (int, float, bool, str) else set()
+
+
+class Model(BaseModel):
+    """Base for every config section: camelCase keys, unknown keys rejected, immutable; no infinities
+    or NaN; a boolean is never read as a number (true as 1 node) nor a number as a boolean."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        allow_inf_nan=False,
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_number_confusion(cls, value: Any, info: ValidationInfo) -> Any:
+        kinds = _kinds(cls.model_fields[info.field_name].annotation) if info.field_name else set()
+        numeric = kinds & {int, float}
+        if isinstance(value, bool) and numeric and bool not in kinds:
+            raise ValueError("a number, not true/false")
+        if bool in kinds and not numeric and isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError("true or false, not a number")
+        if _non_finite(value):
+            raise ValueError("a finite number")
+        return value
+
+
+
+class OnDemandApproval(Model):
+    """Why a GPU pool may run on-demand, and who said so: lands in tags/labels and preflight's report."""
+
+    reason: str = Field(min_length=10, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
+    approver: str = Field(min_length=2, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+
+
+# Characters each cloud accepts in a tag/label value, and the most it takes (key:value on Linode).
+_TAG_RULES = {
+    # GCP label values: lowercase letters, digits, '_' and '-', at most 63 (cloud.google.com resource labels).
+    "gcp": (re.compile(r"[^a-z0-9_-]"), 63, str.lower),
+    # AWS tag values: letters, digits, spaces and _ . : / = + - @, at most 256 (AWS tagging rules).
+    "aws": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 256, str),
+    # Linode tags are one "key:value" string of 3 to 50 characters (Cloud Manager's tag validation).
+    "linode": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 50, str),
+}
+
+
+def approval_tags(approval: "bool | OnDemandApproval", cloud: str) -> dict[str, str]:
+    """Tags/labels that record a pool's on-demand approval; the policy pack accepts an approval only
+    with an approver and a reason. Values are cut to what the cloud accepts (the full text is in the
+    stack file and in preflight's report)."""
+    tags = {"on-demand-approved": "true" if approval else "false"}
+    if isinstance(approval, OnDemandApproval):
+        bad, limit, case = _TAG_RULES[cloud]
+        for key, value in (("on-demand-approver", approval.approver), ("on-demand-reason", approval.reason)):
+            room = limit - (len(key) + 1 if cloud == "linode" else 0)
+            tags[key] = bad.sub("_", case(value))[:room].strip() or "_"
+    return tags
+
+
+def pool_issue_capacity(cfg: "StackConfig", allowed: tuple[str, ...], why: str) -> list[ConfigIssue]:
+    """Shared by the cloud checks: every pool's capacity must be one the cloud offers."""
+    return [
+        ConfigIssue(f"gpuPools[{i}].capacity", p.capacity, f"one of {', '.join(allowed)} ({why})")
+        for i, p in enumerate(cfg.gpu_pools)
+        if p.capacity not in allowed
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The system pool: one shape on every cloud (the keys gpuPools use)
+# ---------------------------------------------------------------------------------------------
+
+
+class SystemPool(Model):
+    """The small CPU pool for cluster add-ons, the job queue and the ML platform's controllers (never GPU
+    work). Written `<cloud>.systemPool: {instanceType, minNodes, maxNodes}`; a key left out takes the
+    cloud's default (SYSTEM_POOL_DEFAULTS). Per-cloud rules (non-GPU type, Linode's fixed size) live
+    in each cloud's check_stack."""
+
+    instance_type: str = Field(min_length=1, max_length=63)
+    min_nodes: int = Field(ge=1, le=100)
+    max_nodes: int = Field(ge=1, le=100)
+
+
+SYSTEM_POOL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gcp": {"instanceType": "e2-standard-4", "minNodes": 1, "maxNodes": 3},
+    "aws": {"instanceType": "m6i.large", "minNodes": 2, "maxNodes": 3},
+    # A kubeadm pool on Linode is a fixed set of instances: min == max (check_stack).
+    "linode": {"instanceType": "g6-standard-4", "minNodes": 1, "maxNodes": 1},
+}
+
+# Spellings of the last release, accepted with a warning for one more release:
+# cloud -> (section key holding the pool, {old sub-key: new sub-key}).
+_DEPRECATED_SYSTEM_POOL: dict[str, tuple[str, dict[str, str]]] = {
+    "gcp": ("systemPool", {"machineType": "instanceType"}),
+    "aws": ("systemNodes", {"instanceType": "instanceType", "min": "minNodes", "max": "maxNodes"}),
+}
+
+
+def _both_given(cloud: str, old: str, new: str, loc: tuple[str, ...], value: Any) -> ValidationError:
+    """A ValidationError located at the deprecated key (parse_config names it), naming both keys."""
+    error = PydanticCustomError(
+        "deprecated_and_new_key",
+        "only one of {new} and {old} (the deprecated spelling of {new}); both are set: keep {new}",
+        {"old": f"{cloud}.{old}", "new": f"{cloud}.{new}"})
+    return ValidationError.from_exception_data(
+        "SystemPool", [InitErrorDetails(type=error, loc=loc, input=value)])
+
+
+def system_pool_input(cloud: str, data: Any) -> tuple[Any, tuple[tuple[str, str], ...]]:
+    """A cloud section's raw input with its system pool in the current shape and the cloud's defaults
+    filled in, plus the deprecated keys it was written with ((old, new) pairs, for config_warnings).
+    Old and new spelling of the same key together -> a ValidationError at the old key."""
+    if not isinstance(data, dict):
+        return data, ()
+    data = dict(data)
+    renamed: list[tuple[str, str]] = []
+    legacy = _DEPRECATED_SYSTEM_POOL.get(cloud)
+    if legacy is not None:
+        old_section, keys = legacy
+        if old_section != "systemPool" and old_section in data:
+            if "systemPool" in data:
+                raise _both_given(cloud, old_section, "systemPool", (old_section,), data[old_section])
+            renamed.append((f"{cloud}.{old_section}{{{','.join(keys)}}}",
+                            f"{cloud}.systemPool{{{','.join(keys.values())}}}"))
+            old = data.pop(old_section)
+            data["systemPool"] = {keys.get(k, k): v for k, v in old.items()} if isinstance(old, dict) else old
+        elif old_section == "systemPool" and isinstance(data.get("systemPool"), dict):
+            pool = dict(data["systemPool"])
+            for old_key, new_key in keys.items():
+                if old_key in pool:
+                    if new_key in pool:
+                        raise _both_given(cloud, f"systemPool.{old_key}", f"systemPool.{new_key}",
+                                          ("systemPool", old_key), pool[old_key])
+                    renamed.append((f"{cloud}.systemPool.{old_key}", f"{cloud}.systemPool.{new_key}"))
+                    pool[new_key] = pool.pop(old_key)
+            data["systemPool"] = pool
+    pool = data.get("systemPool", {})
+    if isinstance(pool, dict):
+        data["systemPool"] = {**SYSTEM_POOL_DEFAULTS[cloud], **pool}
+    return data, tuple(renamed)
+
+
+def validate_system_pool(cloud: str, data: Any, handler: Any) -> Any:
+    """Body of each cloud section's wrap validator: migrate, validate, and remember what was renamed in the
+    section's private `_system_pool_renamed` (not on the pool, so old and new spelling give equal pools)."""
+    data, renamed = system_pool_input(cloud, data)
+    try:
+        section = handler(data)
+    except ValidationError as exc:
+        if not renamed:
+            raise
+        raise _at_old_keys(cloud, exc) from None
+    if renamed:
+        section._system_pool_renamed = renamed
+    return section
+
+
+def _at_old_keys(cloud: str, exc: ValidationError) -> ValidationError:
+    """The same errors, located at the deprecated keys the user wrote (aws.systemNodes.min, not
+    aws.systemPool.minNodes), so the message names a key that is in the stack file."""
+    old_section, keys = _DEPRECATED_SYSTEM_POOL[cloud]
+    back = {new: old for old, new in keys.items()}
+    details = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        # An unknown key stays under systemPool, where the message can list the keys allowed there.
+        if loc[:1] == ("systemPool",) and err["type"] != "extra_forbidden":
+            loc = (old_section, *(back.get(str(k), k) for k in loc[1:2]), *loc[2:])
+        details.append(InitErrorDetails(type=err["type"], loc=loc, input=err["input"], ctx=err.get("ctx", {})))
+    try:
+        return ValidationError.from_exception_data(exc.title, details)
+    except (KeyError, TypeError, ValueError):
+        return exc  # an error type that cannot be rebuilt: the new key's location is still right
+
+
+def system_pool_key(cloud: str, section: Any, key: str) -> str:
+    """How the stack file spells `<cloud>.systemPool.<key>`: the deprecated spelling when it was written
+    that way, so a rule's message names a key the user can find."""
+    if getattr(section, "_system_pool_renamed", None):
+        old_section, keys = _DEPRECATED_SYSTEM_POOL[cloud]
+        back = {new: old for old, new in keys.items()}
+        return f"{cloud}.{old_section}.{back.get(key, key)}"
+    return f"{cloud}.systemPool.{key}"
+
+
+def system_pool_warnings(cfg: "StackConfig") -> list[str]:
+    """One warning per deprecated system-pool key the stack file uses, naming the key that replaces it."""
+    renamed = getattr(cfg.cloud_section, "_system_pool_renamed", None) or ()
+    return [f"{NAMESPACE}:{old} is deprecated and will be refused in the next release: write {NAMESPACE}:{new} "
+            f"(one system-pool shape on every cloud: systemPool {{instanceType, minNodes, maxNodes}}, as in gpuPools)"
+            for old, new in renamed]

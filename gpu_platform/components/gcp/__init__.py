@@ -1,0 +1,35 @@
+"""GKE for gpu-platform: a private cluster with preemptible/Spot GPU pools that scale to zero, a
+checkpoint bucket reached through Workload Identity, and a Cloud Billing budget.
+
+`create_cluster(cfg)` and `create_billing_alerts(cfg)` are what `gpu_platform.components.clouds` dispatches to.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pulumi
+
+from gpu_platform.components.cluster import ClusterHandle, common_labels
+
+if TYPE_CHECKING:
+    from gpu_platform.components.config import StackConfig
+
+
+def create_cluster(cfg: "StackConfig") -> ClusterHandle:
+    from gpu_platform.components.gcp.cluster import GkeCluster, GkeClusterArgs
+
+    return GkeCluster(cfg.name_prefix, GkeClusterArgs.from_config(cfg)).handle
+
+
+def create_billing_alerts(cfg: "StackConfig") -> list[pulumi.Resource]:
+    """The budget on the project and its e-mail notification channels."""
+    from gpu_platform.components.gcp.budget import BudgetArgs, GcpBudget
+
+    section = cfg.gcp
+    assert section is not None, "validated by gpu_platform.components.config"
+    budget = GcpBudget(f"{cfg.name_prefix}-billing", BudgetArgs(
+        project=section.project, billing_account=section.billing_account,
+        monthly_budget_usd=cfg.monthly_budget_usd, alert_emails=tuple(cfg.alert_emails),
+        resource_prefix=cfg.name_prefix, labels=common_labels(cfg)))
+    return budget.alerts

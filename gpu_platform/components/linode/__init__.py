@@ -1,0 +1,39 @@
+"""Linode: a self-managed kubeadm GPU cluster (Linode's managed Kubernetes offers no GPU nodes)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pulumi
+
+if TYPE_CHECKING:  # gpu_platform.components.config imports this package's config module: no import cycle.
+    from gpu_platform.components.cluster import ClusterHandle
+    from gpu_platform.components.config import StackConfig
+
+
+# Config namespace of the CCM/CSI token (not the provider's `linode:` namespace).
+CLUSTER_TOKEN_NAMESPACE = "linode-cluster"
+
+
+def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
+    from gpu_platform.components.linode.cluster import LinodeClusterArgs, LinodeKubeadmCluster
+
+    # The deployer's token (`pulumi config set --secret linode:token ...`) creates the resources; the
+    # in-cluster CCM/CSI driver gets its own, narrower token (`linode-cluster:token`, README "Linode
+    # API tokens"), falling back to the deployer's with a warning.
+    deploy_token = pulumi.Config("linode").require_secret("token")
+    cluster_token = pulumi.Config(CLUSTER_TOKEN_NAMESPACE).get_secret("token")
+    if cluster_token is None:
+        pulumi.log.warn(f"{CLUSTER_TOKEN_NAMESPACE}:token is not set: the CCM and CSI driver get the deployer's "
+                        "linode:token. Create a token limited to Linodes, NodeBalancers, Volumes, VPCs and IPs "
+                        "(README, Linode API tokens).")
+        cluster_token = deploy_token
+    cluster = LinodeKubeadmCluster(cfg.name_prefix, LinodeClusterArgs(config=cfg, api_token=cluster_token,
+                                                                      deploy_token=deploy_token))
+    return cluster.handle
+
+
+def create_billing_alerts(cfg: "StackConfig") -> list[pulumi.Resource]:
+    """Linode has no budget or billing-alarm API. The platform's Prometheus rule
+    `gpu-spend-run-rate` alerts on the cluster's spend run-rate against monthlyBudgetUsd instead."""
+    return []

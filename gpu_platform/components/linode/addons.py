@@ -1,0 +1,150 @@
+"""What a kubeadm cluster on Linode needs before workloads run: a CNI, the Linode cloud controller
+manager (node lifecycle, LoadBalancer Services), the block-storage CSI driver with a default
+encrypted StorageClass, and the NVIDIA device plugin on the GPU nodes. Charts pinned in versions.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
+from gpu_platform.components.helm import Chart, helm_release
+from gpu_platform.components.linode import versions
+
+TOKEN_SECRET = "linode-api"
+DEFAULT_STORAGE_CLASS = "linode-block-storage-encrypted"
+CSI_PROVISIONER = "linodebs.csi.linode.com"
+
+
+@dataclass(frozen=True)
+class AddonsArgs:
+    cni: str  # cilium | calico
+    pod_cidr: str
+    region: str
+    api_token: pulumi.Input[str]
+    api_host: str
+    vpc_label: str = ""
+    subnet_label: str = ""
+
+
+def cni_values(cni: str, pod_cidr: str) -> dict[str, Any]:
+    if cni == "cilium":
+        return {
+            "ipam": {"mode": "cluster-pool", "operator": {"clusterPoolIPv4PodCIDRList": [pod_cidr]}},
+            "routingMode": "tunnel",
+            "tunnelProtocol": "vxlan",
+            "operator": {"replicas": 1},
+            # Cilium must run everywhere, the tainted GPU nodes included.
+            "tolerations": [{"operator": "Exists"}],
+        }
+    return {"installation": {"calicoNetwork": {"ipPools": [{"cidr": pod_cidr, "encapsulation": "VXLAN"}]}}}
+
+
+def ccm_values(vpc_label: str, subnet_label: str) -> dict[str, Any]:
+    """Nodes register with their VPC address (kubelet --node-ip): the CCM must know the VPC to report
+    it (ccm-linode v0.7.1 --vpc-names/--subnet-names). LoadBalancer Services then get NodeBalancer
+    backends on each node's private IPv4, which the CCM annotates (node.k8s.linode.com/private-ip):
+    no VPC-backend NodeBalancers (a limited-availability, v4beta feature) are needed."""
+    return {
+        "secretRef": {"name": TOKEN_SECRET, "apiTokenRef": "apiToken", "regionRef": "region"},
+        # The chart's own default is `latest` (appVersion is only set when Linode publishes it): pin the
+        # image of the chart's release tag, so a pod restart never pulls a different CCM.
+        "image": {"tag": versions.LINODE_CCM_CHART.version},
+        "vpcNames": vpc_label,
+        "subnetNames": subnet_label,
+        # Nodes start tainted "uninitialized" until the CCM runs: it must tolerate everything.
+        "tolerations": [{"operator": "Exists"}],
+    }
+
+
+def csi_values() -> dict[str, Any]:
+    return {
+        "secretRef": {"name": TOKEN_SECRET, "apiTokenRef": "apiToken", "regionRef": "region"},
+        # Pinned like the CCM: the plugin image of the chart's release tag, not the chart's `latest`.
+        "csiLinodePlugin": {"tag": versions.LINODE_CSI_CHART.version},
+        # We ship our own default (encrypted, deleted with its claim) class below.
+        "defaultStorageClass": "",
+    }
+
+
+def device_plugin_values() -> dict[str, Any]:
+    return {
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "tolerations": [GPU_TAINT.toleration(), {"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}},
+        "priorityClassName": "system-node-critical",
+    }
+
+
+def storage_class_manifest() -> dict[str, Any]:
+    """The default StorageClass: encrypted Linode volumes, deleted with their claim. A claim outlives its
+    pods (a notebook's work survives server restarts and culling); Retain would leave a billed volume behind
+    every deleted claim and every `pulumi destroy` (docs/destroy.md: delete the claims first)."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": DEFAULT_STORAGE_CLASS,
+                     "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": CSI_PROVISIONER,
+        "parameters": {"linodebs.csi.linode.com/encrypted": "true"},
+        "reclaimPolicy": "Delete",
+        "allowVolumeExpansion": True,
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+
+
+def _release(name: str, chart: Chart, namespace: str, values: dict[str, Any],
+             opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
+    """Add-ons roll back as a whole if an install fails: a half-installed CNI or CCM breaks every node."""
+    return helm_release(name, chart, namespace, values, opts, atomic=True,
+                        create_namespace=namespace not in ("kube-system", "default"))
+
+
+class LinodeAddons(pulumi.ComponentResource):
+    """Outputs: `ready` (what the platform layer waits for)."""
+
+    def __init__(self, name: str, args: AddonsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-platform:linode:Addons", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        cni_chart = versions.CILIUM_CHART if args.cni == "cilium" else versions.CALICO_CHART
+        cni = _release(f"{name}-cni", cni_chart, "kube-system" if args.cni == "cilium" else "tigera-operator",
+                       cni_values(args.cni, args.pod_cidr), child)
+
+        token = k8s.core.v1.Secret(
+            f"{name}-linode-api",
+            metadata={"name": TOKEN_SECRET, "namespace": "kube-system"},
+            type="Opaque",
+            string_data={"apiToken": pulumi.Output.secret(args.api_token), "region": args.region},
+            opts=child,
+        )
+        after_token = pulumi.ResourceOptions(parent=self, depends_on=[cni, token])
+        ccm = _release(f"{name}-ccm", versions.LINODE_CCM_CHART, "kube-system", ccm_values(args.vpc_label, args.subnet_label), after_token)
+        csi = _release(f"{name}-csi", versions.LINODE_CSI_CHART, "kube-system", csi_values(),
+                       pulumi.ResourceOptions(parent=self, depends_on=[ccm]))
+        storage = k8s.storage.v1.StorageClass(
+            f"{name}-default-storage",
+            **_storage_class_args(storage_class_manifest()),
+            # reclaimPolicy is immutable: a change replaces the class, and its fixed name must be free first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[csi], delete_before_replace=True),
+        )
+        device_plugin = _release(f"{name}-nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN_CHART,
+                                 "nvidia-device-plugin", device_plugin_values(),
+                                 pulumi.ResourceOptions(parent=self, depends_on=[cni]))
+        self.ready = [cni, ccm, csi, storage, device_plugin]
+        self.register_outputs({})
+
+
+def _storage_class_args(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": manifest["metadata"],
+        "provisioner": manifest["provisioner"],
+        "parameters": manifest["parameters"],
+        "reclaim_policy": manifest["reclaimPolicy"],
+        "allow_volume_expansion": manifest["allowVolumeExpansion"],
+        "volume_binding_mode": manifest["volumeBindingMode"],
+    }

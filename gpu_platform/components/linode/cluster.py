@@ -1,0 +1,441 @@
+"""A self-managed kubeadm GPU cluster on Linode, joined declaratively through cloud-init (no SSH).
+
+Linode's managed Kubernetes has no GPU nodes, so this builds what LKE would: every CA from pulumi-tls
+(control planes get them and join on their own, any time), a rotating worker bootstrap token the
+program keeps as a `bootstrap.kubernetes.io/token` Secret with an expiry, control planes (1, or 3
+behind a NodeBalancer with private-IP backends), untainted system workers and GPU workers on a VPC
+behind a DROP-by-default firewall, the add-ons a cloud cluster needs (CNI, Linode CCM and CSI, NVIDIA
+device plugin, a default StorageClass), and a readiness gate that fails `pulumi up` naming any node
+that did not join.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import pulumi
+import pulumi_command as command
+import pulumi_kubernetes as k8s
+import pulumi_linode as linode
+import pulumi_random as random
+import pulumi_tls as tls
+
+from gpu_platform.components.config_base import approval_tags
+from gpu_platform.components.cluster import (
+    CheckpointStore,
+    ClusterHandle,
+    common_labels,
+    gpu_pool_specs,
+)
+from gpu_platform.components.config import StackConfig
+from gpu_platform.components.bucket_lifecycle import BucketDeletion
+from gpu_platform.components.linode import addons, render
+from gpu_platform.components.linode.config import BUCKET_SUFFIX_LENGTH, bucket_label
+
+API_PORT = 6443
+# NodeBalancers reach their backends from this range over the private network (Akamai/Linode LKE
+# firewall docs: "allowed-nodebalancers" rules accept 192.168.255.0/24).
+NODEBALANCER_SOURCE_CIDR = "192.168.255.0/24"
+NODE_PORTS = "30000-32767"
+# A new worker bootstrap token every this many days (on the next `pulumi up`); each stays valid for
+# one more period, then the token cleaner deletes it.
+TOKEN_ROTATION_DAYS = 7
+# Node inputs the Linode provider can only change by re-creating the node (ForceNew in
+# terraform-provider-linode's instance schema): later edits apply to new nodes only, never silently
+# replace a running one. `metadatas` = first-boot user data (also ForceNew).
+NODE_IGNORE_CHANGES = ["metadatas", "authorizedKeys", "image", "diskEncryption", "firewallId"]
+
+
+@dataclass(frozen=True)
+class LinodeClusterArgs:
+    config: StackConfig
+    # Token for the in-cluster CCM and CSI driver (a secret): scoped to Linodes, NodeBalancers,
+    # Volumes, VPCs and IPs (README "Linode API tokens").
+    api_token: pulumi.Input[str]
+    # The deployer's token (linode:token), for the object-storage provider that uses temporary keys.
+    deploy_token: Optional[pulumi.Input[str]] = None
+
+
+def linode_tags(cfg: StackConfig, **extra: str) -> list[str]:
+    """Linode tags are flat strings: owner:ml-platform, cost-center:research, ..."""
+    labels = {**common_labels(cfg), **extra}
+    return [f"{k}:{v}" for k, v in labels.items()]
+
+
+def _split(cidrs: list[str]) -> tuple[list[str], list[str]]:
+    return ([c for c in cidrs if ipaddress.ip_network(c).version == 4],
+            [c for c in cidrs if ipaddress.ip_network(c).version == 6])
+
+
+def firewall_rules(admin_cidrs: list[str], vpc_cidr: str, pod_cidr: str, ssh_enabled: bool,
+                   api_balancer: bool = False) -> list[dict]:
+    """Inbound rules of the node firewall (policy DROP). Pure, so tests check it directly."""
+    v4, v6 = _split(admin_cidrs)
+    rules: list[dict] = [
+        # Nodes talk to each other (kubelet, etcd, CNI) only over the VPC.
+        {"label": "vpc-tcp", "action": "ACCEPT", "protocol": "TCP", "ipv4s": [vpc_cidr, pod_cidr]},
+        {"label": "vpc-udp", "action": "ACCEPT", "protocol": "UDP", "ipv4s": [vpc_cidr, pod_cidr]},
+        {"label": "vpc-icmp", "action": "ACCEPT", "protocol": "ICMP", "ipv4s": [vpc_cidr, pod_cidr]},
+        # NodeBalancers (LoadBalancer Services; the HA API) reach backends on their private IPs.
+        {"label": "nodebalancer-nodeports", "action": "ACCEPT", "protocol": "TCP", "ports": NODE_PORTS,
+         "ipv4s": [NODEBALANCER_SOURCE_CIDR]},
+    ]
+    if api_balancer:
+        rules.append({"label": "nodebalancer-kube-api", "action": "ACCEPT", "protocol": "TCP",
+                      "ports": str(API_PORT), "ipv4s": [NODEBALANCER_SOURCE_CIDR]})
+    if v4 or v6:
+        rules.append({"label": "admin-kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": str(API_PORT),
+                      **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})})
+        if ssh_enabled:
+            rules.append({"label": "admin-ssh", "action": "ACCEPT", "protocol": "TCP", "ports": "22",
+                          **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})})
+    return rules
+
+
+def balancer_rules(admin_cidrs: list[str], node_cidrs: list[str]) -> list[dict]:
+    """Inbound rules of the API NodeBalancer's firewall (policy DROP)."""
+    v4, v6 = _split(admin_cidrs)
+    v4 = v4 + list(node_cidrs)
+    return [{"label": "kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": str(API_PORT),
+             **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})}]
+
+
+def now_utc() -> datetime.datetime:
+    """Wall-clock time for token rotation; GPU_PLATFORM_TODAY (ISO date) pins it for tests and previews."""
+    pinned = os.environ.get("GPU_PLATFORM_TODAY")
+    if pinned:
+        return datetime.datetime.fromisoformat(pinned).replace(tzinfo=datetime.timezone.utc)
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _ca(name: str, common_name: str, opts: pulumi.ResourceOptions) -> tuple[tls.PrivateKey, tls.SelfSignedCert]:
+    key = tls.PrivateKey(f"{name}-key", algorithm="ECDSA", ecdsa_curve="P256", opts=opts)
+    cert = tls.SelfSignedCert(
+        name,
+        private_key_pem=key.private_key_pem,
+        is_ca_certificate=True,
+        validity_period_hours=10 * 365 * 24,
+        allowed_uses=["cert_signing", "crl_signing", "digital_signature", "key_encipherment"],
+        subject={"common_name": common_name, "organization": "gpu-platform"},
+        opts=opts,
+    )
+    return key, cert
+
+
+class LinodeKubeadmCluster(pulumi.ComponentResource):
+    """Outputs: `handle` (ClusterHandle), `api_endpoint`, `kubeconfig` (secret), `user_data` (per node)."""
+
+    def __init__(self, name: str, args: LinodeClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-platform:linode:KubeadmCluster", name, None, opts)
+        cfg = args.config
+        section = cfg.linode
+        assert section is not None, "validated by gpu_platform.components.config"
+        child = pulumi.ResourceOptions(parent=self)
+        tags = linode_tags(cfg)
+        pools = gpu_pool_specs(cfg)
+        cp_count = section.control_plane.count
+        addresses = render.vpc_addresses(section.subnet_cidr, cp_count, section.system_pool.max_nodes,
+                                         [p.max_nodes for p in pools])
+        cp_ips = addresses.control_planes
+
+        # --- PKI: every CA kubeadm uses, owned by the program -------------------------------------
+        ca_key, ca_cert = _ca(f"{name}-ca", "kubernetes", child)
+        fp_key, fp_cert = _ca(f"{name}-front-proxy-ca", "front-proxy-ca", child)
+        etcd_key, etcd_cert = _ca(f"{name}-etcd-ca", "etcd-ca", child)
+        sa_key = tls.PrivateKey(f"{name}-service-account-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        pki = pulumi.Output.all(ca_cert.cert_pem, ca_key.private_key_pem, fp_cert.cert_pem, fp_key.private_key_pem,
+                                etcd_cert.cert_pem, etcd_key.private_key_pem, sa_key.private_key_pem,
+                                sa_key.public_key_pem).apply(lambda v: render.ControlPlanePki(*v))
+        ca_hash = ca_cert.cert_pem.apply(render.discovery_hash)
+
+        # Worker bootstrap token: a new one every TOKEN_ROTATION_DAYS (keepers), valid one more period.
+        window, window_end = render.token_window(now_utc(), TOKEN_ROTATION_DAYS)
+        expiration = render.token_expiration(window_end, TOKEN_ROTATION_DAYS)
+        token_id = random.RandomString(f"{name}-join-token-id", length=6, upper=False, special=False,
+                                       keepers={"window": window}, opts=child)
+        token_secret = random.RandomString(f"{name}-join-token-secret", length=16, upper=False, special=False,
+                                           keepers={"window": window}, opts=child)
+        token = pulumi.Output.secret(pulumi.Output.all(token_id.result, token_secret.result)
+                                     .apply(lambda t: render.bootstrap_token(t[0], t[1])))
+
+        admin_key = tls.PrivateKey(f"{name}-admin-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        admin_csr = tls.CertRequest(
+            f"{name}-admin-csr", private_key_pem=admin_key.private_key_pem,
+            # kubeadm binds this group to cluster-admin (kubeadm >= 1.29).
+            subject={"common_name": "gpu-platform-admin", "organization": "kubeadm:cluster-admins"}, opts=child)
+        admin_cert = tls.LocallySignedCert(
+            f"{name}-admin-cert", cert_request_pem=admin_csr.cert_request_pem,
+            ca_cert_pem=ca_cert.cert_pem, ca_private_key_pem=ca_key.private_key_pem,
+            validity_period_hours=365 * 24, early_renewal_hours=30 * 24,
+            allowed_uses=["digital_signature", "key_encipherment", "client_auth"], opts=child)
+
+        # --- Network -------------------------------------------------------------------------
+        vpc = linode.Vpc(f"{name}-vpc", label=f"{cfg.name_prefix}-vpc", region=section.region,
+                         description=f"gpu-platform {cfg.environment} node network", opts=child)
+        subnet = linode.VpcSubnet(f"{name}-subnet", vpc_id=vpc.id.apply(int), label=f"{cfg.name_prefix}-nodes",
+                                  ipv4=section.subnet_cidr, opts=child)
+        ssh_enabled = bool(section.ssh_authorized_keys)
+        firewall = linode.Firewall(
+            f"{name}-firewall",
+            label=f"{cfg.name_prefix}-nodes",
+            inbound_policy="DROP",
+            outbound_policy="ACCEPT",
+            inbounds=firewall_rules(cfg.admin_cidrs, section.subnet_cidr, section.pod_cidr, ssh_enabled,
+                                    api_balancer=cp_count > 1),
+            tags=tags,
+            opts=child,
+        )
+
+        # --- API endpoint --------------------------------------------------------------------
+        # HA: a NodeBalancer whose backends are the control planes' private IPs (works on every
+        # account; VPC backends need the v4beta API and account access). Single control plane: a
+        # reserved IP if the account has them (linode.reservedApiIp), else cp-0's own address.
+        balancer: Optional[linode.NodeBalancer] = None
+        reserved_ip: Optional[linode.ReservedIp] = None
+        if cp_count > 1:
+            balancer = linode.NodeBalancer(
+                f"{name}-api-lb", label=f"{cfg.name_prefix}-api", region=section.region,
+                client_conn_throttle=20, tags=tags, opts=child)
+            endpoint_host: pulumi.Output[str] = balancer.ipv4
+        elif section.reserved_api_ip:
+            reserved_ip = linode.ReservedIp(f"{name}-api-ip", region=section.region, tags=tags, opts=child)
+            endpoint_host = reserved_ip.address
+        else:
+            endpoint_host = pulumi.Output.from_input(cp_ips[0])
+
+        def cluster_spec(host: str) -> render.ClusterSpec:
+            # Nodes use the VPC address of a single control plane (the firewall keeps 6443 off the
+            # internet) and the NodeBalancer of an HA one. Admin clients verify the name
+            # "kubernetes" (always in the certificate), so the public address need not be a SAN.
+            endpoint = f"{host}:{API_PORT}" if balancer is not None else f"{cp_ips[0]}:{API_PORT}"
+            sans = [host, *cp_ips] if host not in cp_ips else list(cp_ips)
+            return render.ClusterSpec(
+                name=cfg.name_prefix, kubernetes_minor=cfg.kubernetes_version, control_plane_endpoint=endpoint,
+                pod_cidr=section.pod_cidr, service_cidr=section.service_cidr, cert_sans=sans)
+
+        def instance(role_name: str, label: str, plan: str, vpc_ip: str, user_data: pulumi.Output[str],
+                     extra_tags: dict[str, str], depends: list[pulumi.Resource], control_plane: bool) -> linode.Instance:
+            return linode.Instance(
+                f"{name}-{role_name}",
+                label=label,
+                region=section.region,
+                type=plan,
+                image=section.image,
+                tags=linode_tags(cfg, **extra_tags),
+                disk_encryption="enabled" if section.disk_encryption else "disabled",
+                firewall_id=firewall.id.apply(int),
+                authorized_keys=section.ssh_authorized_keys or None,
+                # A private IPv4: NodeBalancer backends (API, LoadBalancer Services via the CCM).
+                private_ip=True,
+                ipv4s=[reserved_ip.address] if (reserved_ip is not None and role_name == "cp-0") else None,
+                interfaces=[
+                    {"purpose": "public"},
+                    {"purpose": "vpc", "subnet_id": subnet.id.apply(int), "ipv4": {"vpc": vpc_ip}},
+                ],
+                metadatas=[{"user_data": pulumi.Output.secret(user_data.apply(render.encode_user_data))}],
+                booted=True,
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=depends, ignore_changes=NODE_IGNORE_CHANGES,
+                    # Label and VPC address are fixed per node: the old node must go first.
+                    delete_before_replace=True,
+                    protect=control_plane and section.protect_control_planes),
+            )
+
+        # --- Control planes ------------------------------------------------------------------
+        self.user_data: dict[str, pulumi.Output[str]] = {}
+        control_planes: list[linode.Instance] = []
+        for i in range(cp_count):
+            label = f"{cfg.name_prefix}-cp-{i}"
+            node = render.NodeSpec(name=label, vpc_ip=cp_ips[i])
+            if i == 0:
+                peers = cp_ips[1:]
+                doc = pulumi.Output.all(endpoint_host, pki).apply(
+                    lambda v, node=node, peers=peers: render.node_user_data(
+                        "init", node, render.kubeadm_init_config(cluster_spec(v[0]), node), cfg.kubernetes_version,
+                        gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint, peers=peers, pki=v[1],
+                        join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node)))
+            else:
+                peers = [ip for j, ip in enumerate(cp_ips) if j != i]
+                doc = pulumi.Output.all(endpoint_host, pki).apply(
+                    lambda v, node=node, peers=peers: render.node_user_data(
+                        "join-control-plane", node, render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node),
+                        cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
+                        peers=peers, pki=v[1]))
+            doc = pulumi.Output.secret(doc)
+            self.user_data[f"control-plane-{i}"] = doc
+            # Later control planes retry their join until cp-0 answers (systemd unit).
+            control_planes.append(instance(f"cp-{i}", label, section.control_plane.type, cp_ips[i], doc,
+                                           {"role": "control-plane"}, control_planes[:1], control_plane=True))
+
+        if balancer is not None:
+            api_config = linode.NodeBalancerConfig(
+                f"{name}-api-lb-6443", nodebalancer_id=balancer.id.apply(int), port=API_PORT, protocol="tcp",
+                algorithm="leastconn", check="connection", check_interval=10, check_timeout=5, check_attempts=3,
+                opts=child)
+            for i, cp in enumerate(control_planes):
+                linode.NodeBalancerNode(
+                    f"{name}-api-lb-cp-{i}", nodebalancer_id=balancer.id.apply(int), config_id=api_config.id.apply(int),
+                    label=f"cp-{i}", address=cp.private_ip_address.apply(lambda ip: f"{ip}:{API_PORT}"),
+                    mode="accept", opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
+
+        # --- Workers: system (untainted CPU) and GPU -----------------------------------------
+        def worker_doc(node: render.NodeSpec, gpu: bool) -> pulumi.Output[str]:
+            return pulumi.Output.secret(pulumi.Output.all(endpoint_host, token, ca_hash).apply(
+                lambda v: render.node_user_data(
+                    "join", node, render.kubeadm_worker_join_config(cluster_spec(v[0]), node, v[1], v[2]),
+                    cfg.kubernetes_version, gpu=gpu)))
+
+        workers: list[linode.Instance] = []
+        expected: list[dict] = [{"name": f"{cfg.name_prefix}-cp-{i}", "gpus": 0} for i in range(cp_count)]
+        for i, ip in enumerate(addresses.system):
+            label = f"{cfg.name_prefix}-system-{i}"
+            node = render.NodeSpec(name=label, vpc_ip=ip, labels={render.ROLE_LABEL: render.SYSTEM_ROLE})
+            doc = worker_doc(node, gpu=False)
+            self.user_data[f"system-{i}"] = doc
+            workers.append(instance(f"system-{i}", label, section.system_pool.instance_type, ip, doc,
+                                    {"role": "system-worker"}, control_planes[:1], control_plane=False))
+            expected.append({"name": label, "gpus": 0})
+
+        for pool, ips in zip(pools, addresses.gpu_pools):
+            for i, ip in enumerate(ips):
+                label = f"{cfg.name_prefix}-{pool.name}-{i}"
+                node = render.NodeSpec(name=label, vpc_ip=ip, labels=dict(pool.node_labels), taints=list(pool.taints))
+                doc = worker_doc(node, gpu=True)
+                self.user_data[f"gpu-{pool.name}-{i}"] = doc
+                workers.append(instance(
+                    f"{pool.name}-{i}", label, pool.instance_type, ip, doc,
+                    {"role": "gpu-worker", "gpu-pool": pool.name, "capacity": pool.capacity,
+                     **approval_tags(next(p.approved_on_demand for p in cfg.gpu_pools if p.name == pool.name), "linode")},
+                    control_planes[:1], control_plane=False))
+                expected.append({"name": label, "gpus": pool.gpus_per_node})
+
+        if balancer is not None:
+            # The NodeBalancer proxies, so the node firewall cannot see who called: it gets its own
+            # firewall with the admins and the nodes themselves (kubelets use the balanced endpoint).
+            nodes = control_planes + workers
+            node_ips = pulumi.Output.all(*[n.ipv4s.apply(lambda ips: ips[0]) for n in nodes]).apply(lambda ips: [f"{ip}/32" for ip in ips])
+            lb_firewall = linode.Firewall(
+                f"{name}-api-lb-firewall",
+                label=f"{cfg.name_prefix}-api-lb",
+                inbound_policy="DROP",
+                outbound_policy="ACCEPT",
+                inbounds=node_ips.apply(lambda ips: balancer_rules(cfg.admin_cidrs, ips)),
+                tags=tags,
+                opts=child,
+            )
+            linode.FirewallDevice(f"{name}-api-lb-firewall-attach", firewall_id=lb_firewall.id.apply(int),
+                                  entity_id=balancer.id.apply(int), entity_type="nodebalancer", opts=child)
+
+        # --- Kubeconfig, API wait, provider --------------------------------------------------
+        public_api_ip: pulumi.Output[str] = (balancer.ipv4 if balancer is not None else
+                                             reserved_ip.address if reserved_ip is not None else
+                                             control_planes[0].ipv4s.apply(lambda ips: ips[0]))
+        server = public_api_ip.apply(lambda ip: f"https://{ip}:{API_PORT}")
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(server, ca_cert.cert_pem, admin_cert.cert_pem,
+                                                                 admin_key.private_key_pem).apply(
+            lambda v: render.admin_kubeconfig(cfg.name_prefix, v[0], v[1], v[2], v[3])))
+        api_ready = command.local.Command(
+            f"{name}-wait-for-api",
+            create=render.wait_for_api_script(),
+            interpreter=["/bin/bash", "-c"],
+            environment={"API_HOST": public_api_ip, "CLUSTER_CA_PEM": ca_cert.cert_pem},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=control_planes),
+        )
+        gate_env = {
+            "GATE_SERVER": server,
+            "GATE_CA_PEM": ca_cert.cert_pem,
+            "GATE_CLIENT_CERT_PEM": admin_cert.cert_pem,
+            "GATE_CLIENT_KEY_PEM": pulumi.Output.secret(admin_key.private_key_pem),
+        }
+        # Removing a worker (a smaller pool, a replaced node) drains it and deletes its Node first:
+        # the hook runs before Linode deletes the instance, while the control planes still run.
+        for worker in workers:
+            label = worker.label
+            command.local.Command(
+                f"{worker.pulumi_resource_name}-leave",
+                delete=label.apply(lambda n: f"python3 gpu_platform/components/linode/nodeops.py leave {n}"),
+                environment=gate_env,
+                triggers=[worker.id],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[worker, *control_planes]),
+            )
+        provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
+                                opts=pulumi.ResourceOptions(parent=self, depends_on=[api_ready]))
+
+        # The worker join token, as kubeadm reads it: a Secret with an expiry (rotated above).
+        token_doc = pulumi.Output.all(token_id.result, token_secret.result).apply(
+            lambda t: render.bootstrap_token_secret(t[0], t[1], expiration))
+        self.join_token = k8s.core.v1.Secret(
+            f"{name}-join-token",
+            metadata=token_doc.apply(lambda d: d["metadata"]),
+            type="bootstrap.kubernetes.io/token",
+            string_data=pulumi.Output.secret(token_doc.apply(lambda d: d["stringData"])),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+
+        # --- Checkpoint bucket ---------------------------------------------------------------
+        # Versioning and lifecycle rules need object-storage keys: a provider that makes temporary
+        # keys at apply time from the deployer's token (pulumi-linode `obj_use_temp_keys`).
+        # checkpointBucket.onDestroy (gpu_platform/components/bucket_lifecycle.py): `retain` keeps the bucket out of the
+        # provider's hands at destroy; `delete` lets the provider empty it (objects and versions) first.
+        deletion = BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)
+        objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True,
+                                  obj_bucket_force_delete=deletion.force_destroy, opts=child)
+        suffix = random.RandomString(f"{name}-bucket-suffix", length=BUCKET_SUFFIX_LENGTH, upper=False, special=False, opts=child)
+        bucket = linode.ObjectStorageBucket(
+            f"{name}-checkpoints", region=section.region,
+            label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s)),
+            acl="private", versioning=section.checkpoint_bucket_versioning,
+            lifecycle_rules=[{"id": "expire-old-checkpoint-versions", "enabled": True,
+                              "noncurrent_version_expiration": {"days": 30},
+                              "abort_incomplete_multipart_upload_days": 7}],
+            opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
+        # What training pods use: a key limited to this bucket.
+        bucket_key = linode.ObjectStorageKey(
+            f"{name}-checkpoints-key", label=f"{cfg.name_prefix}-checkpoints",
+            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
+            opts=child)
+        endpoint_url = bucket.s3_endpoint.apply(lambda e: f"https://{e}") if bucket.s3_endpoint is not None else None
+
+        # --- Add-ons, then the readiness gate ------------------------------------------------
+        installed = addons.LinodeAddons(
+            f"{name}-addons",
+            addons.AddonsArgs(cni=section.cni, pod_cidr=section.pod_cidr, region=section.region,
+                              api_token=args.api_token, api_host=cp_ips[0],
+                              vpc_label=f"{cfg.name_prefix}-vpc", subnet_label=f"{cfg.name_prefix}-nodes"),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[api_ready, vpc, subnet]),
+        )
+        expected_json = json.dumps(expected, sort_keys=True)
+        nodes_ready = command.local.Command(
+            f"{name}-nodes-ready",
+            create="python3 gpu_platform/components/linode/readiness.py",
+            environment={**gate_env, "GATE_EXPECTED": expected_json},
+            # Runs again whenever the set of nodes changes (scaling, replacement).
+            triggers=[expected_json, *[n.id for n in control_planes + workers]],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*workers, *installed.ready, self.join_token]),
+        )
+
+        self.api_endpoint = server
+        self.handle = ClusterHandle(
+            cloud="linode",
+            name=cfg.name_prefix,
+            kubeconfig=self.kubeconfig,
+            provider=provider,
+            gpu_pools=pools,
+            default_storage_class=addons.DEFAULT_STORAGE_CLASS,
+            checkpoint=CheckpointStore(
+                url=bucket.label.apply(lambda b: f"s3://{b}"),
+                env={"AWS_ENDPOINT_URL_S3": endpoint_url, "AWS_REGION": section.region} if endpoint_url is not None
+                else {"AWS_REGION": section.region},
+                credentials=pulumi.Output.secret(pulumi.Output.all(bucket_key.access_key, bucket_key.secret_key).apply(
+                    lambda k: {"AWS_ACCESS_KEY_ID": k[0], "AWS_SECRET_ACCESS_KEY": k[1]})),
+            ),
+            gpu_device_plugin_installed=True,
+            ready=[*installed.ready, nodes_ready],
+            endpoint=server,
+        )
+        self.register_outputs({"apiEndpoint": server, "kubeconfig": self.kubeconfig})

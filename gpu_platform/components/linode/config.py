@@ -1,0 +1,226 @@
+"""The `linode` section of the stack config and the rules only Linode has."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from gpu_platform.components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
+                                    validate_system_pool)
+
+if TYPE_CHECKING:
+    from gpu_platform.components.config import StackConfig
+    from gpu_platform.costs.catalog import Catalog
+
+# Object Storage bucket names are global across all Linode customers: <prefix>-ckpt-<owner>-<random>.
+BUCKET_SUFFIX_LENGTH = 8
+_BUCKET_LABEL = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+
+
+def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True) -> str:
+    """The checkpoint bucket's label within Linode's rules (3-63 characters of lower-case letters,
+    digits and dashes, starting and ending with a letter or digit, not an IP address); the owner part
+    is shortened when needed, the random suffix never is."""
+    base = f"{prefix}-ckpt-{owner}"
+    label = f"{base[:63 - len(suffix) - 1].rstrip('-')}-{suffix}"
+    if check and (not _BUCKET_LABEL.fullmatch(label) or "--" in label):
+        raise ValueError(f"bucket label {label!r} breaks Linode's bucket naming rules")
+    return label
+
+
+SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/=]+( .*)?$")
+
+
+class LinodeControlPlane(Model):
+    type: str = "g6-standard-4"
+    # 1 for dev; 3 for HA behind a NodeBalancer (etcd needs an odd quorum).
+    count: Literal[1, 3] = 1
+
+
+class LinodeSection(Model):
+    region: str = Field(min_length=2)
+    control_plane: LinodeControlPlane = Field(default_factory=LinodeControlPlane)
+    # Untainted CPU workers for ordinary pods (Kueue, Kubeflow controllers, monitoring, JupyterHub): control
+    # planes carry the control-plane taint and GPU workers the GPU taint. Fixed size: minNodes == maxNodes.
+    system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["linode"]))
+    # A Linode image ID: a public image (linode/...) or one of the account's own (private/<id>).
+    image: str = Field(default="linode/ubuntu24.04", pattern=r"^(linode|private)/[A-Za-z0-9._-]+$")
+    # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
+    subnet_cidr: Cidr = "10.0.0.0/24"
+    pod_cidr: Cidr = "10.244.0.0/16"
+    service_cidr: Cidr = "10.96.0.0/12"
+    cni: Literal["cilium", "calico"] = "cilium"
+    # SSH stays closed unless keys are given; then it opens to adminCidrs only.
+    ssh_authorized_keys: list[str] = Field(default_factory=list)
+    disk_encryption: bool = True
+    checkpoint_bucket_versioning: bool = True
+    # A single control plane's public API address: a Linode Reserved IP (kept when cp-0 is replaced;
+    # not every account can reserve IPs) or, false, cp-0's own address.
+    reserved_api_ip: bool = False
+    # `protect` on control-plane instances: `pulumi destroy` and replacements stop until unprotected.
+    protect_control_planes: bool = True
+    # The minor the running control plane has: written by `python -m gpu_platform.components.linode.upgrade` after
+    # `kubeadm upgrade apply`, together with kubernetesVersion. A kubernetesVersion that differs from
+    # it would give new nodes a kubelet the control plane does not run (refused).
+    control_plane_version: Optional[str] = Field(default=None, pattern=r"^1\.\d{1,2}$")
+
+    @field_validator("ssh_authorized_keys")
+    @classmethod
+    def _ssh_keys(cls, keys: list[str]) -> list[str]:
+        for k in keys:
+            if not SSH_KEY.fullmatch(k.strip()):
+                raise ValueError("OpenSSH public keys (ssh-ed25519 AAAA..., ssh-rsa AAAA...)")
+        return keys
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _system_pool_shape(cls, data: Any, handler: Any) -> "LinodeSection":
+        return validate_system_pool("linode", data, handler)
+
+
+# The VPC addressing plan (render.vpc_addresses) has room for this many system workers.
+MAX_SYSTEM_NODES = 20
+
+
+REGIONS_FILE = Path(__file__).resolve().parent / "regions.yaml"
+
+
+@lru_cache(maxsize=1)
+def region_capabilities() -> dict[str, frozenset[str]]:
+    """Region id -> capabilities, from the dated region table (regions.yaml, see its header)."""
+    doc = yaml.load(REGIONS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    if not doc.get("source") or not doc.get("retrieved"):
+        raise ValueError(f"{REGIONS_FILE}: the region table must name its source and retrieval date")
+    return {r["id"]: frozenset(r["capabilities"]) for r in doc["regions"]}
+
+
+def required_capabilities(section: "LinodeSection") -> dict[str, str]:
+    """Capability -> why this stack needs it."""
+    need = {
+        "Metadata": "cloud-init user data bootstraps every node",
+        "VPCs": "nodes talk over a VPC subnet (linode.subnetCidr)",
+        "Block Storage Encryption": "the default StorageClass asks the CSI driver for encrypted volumes",
+        "Object Storage": "the checkpoint bucket",
+        "Cloud Firewall": "the node firewall",
+    }
+    if section.disk_encryption:
+        need["Disk Encryption"] = "linode.diskEncryption is true"
+    if section.control_plane.count > 1:
+        need["NodeBalancers"] = "linode.controlPlane.count 3 puts the API behind a NodeBalancer"
+    return need
+
+
+def region_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    table = region_capabilities()
+    caps = table.get(section.region)
+    if caps is None:
+        return [ConfigIssue("linode.region", section.region, f"a Linode core region: {', '.join(sorted(table))}")]
+    issues = []
+    need = required_capabilities(section)
+    if cfg.gpu_pools:
+        need["GPU Linodes"] = "gpuPools"
+    for cap, why in need.items():
+        if cap not in caps:
+            ok = sorted(r for r, c in table.items() if set(need) <= c)
+            issues.append(ConfigIssue("linode.region", section.region,
+                                      f"a region with {cap} ({why}); regions with everything this stack needs: "
+                                      f"{', '.join(ok) or 'none'}"))
+    return issues
+
+
+# The node address plan of gpu_platform/components/linode/render.vpc_addresses: GPU pools get blocks of this many
+# fixed VPC addresses from host .100 on, in the order of gpuPools.
+GPU_POOL_BLOCK = 50
+GPU_POOLS_FIRST_HOST = 100
+
+
+def address_plan_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """What the fixed VPC address plan can hold, checked before any resource exists (otherwise the
+    program would fail half-way with a bare ValueError from the address plan)."""
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    issues = [ConfigIssue(f"gpuPools[{i}].maxNodes", pool.max_nodes,
+                          f"at most {GPU_POOL_BLOCK} nodes per Linode GPU pool (each pool has a block of "
+                          f"{GPU_POOL_BLOCK} fixed VPC addresses)")
+              for i, pool in enumerate(cfg.gpu_pools) if pool.max_nodes > GPU_POOL_BLOCK]
+    hosts = ipaddress.ip_network(section.subnet_cidr).num_addresses - 2
+    needed = GPU_POOLS_FIRST_HOST + GPU_POOL_BLOCK * len(cfg.gpu_pools)
+    if hosts < needed:
+        issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr,
+                                  f"a subnet with at least {needed} host addresses for {len(cfg.gpu_pools)} GPU pools "
+                                  f"(control planes and system nodes below .{GPU_POOLS_FIRST_HOST}, then "
+                                  f"{GPU_POOL_BLOCK} per pool), e.g. a /23"))
+    return issues
+
+
+def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
+    issues += region_issues(cfg)
+    issues += address_plan_issues(cfg)
+    if section.ssh_authorized_keys and not cfg.admin_cidrs:
+        issues.append(ConfigIssue("linode.sshAuthorizedKeys", f"{len(section.ssh_authorized_keys)} key(s)",
+                                  "empty unless gpu-platform:adminCidrs names who may reach SSH (the firewall "
+                                  "opens port 22 to adminCidrs only)"))
+    from gpu_platform.components.linode import versions
+
+    running = section.control_plane_version
+    if running is not None and running != cfg.kubernetes_version:
+        issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
+                                  f"{running}, the minor the control plane runs (linode.controlPlaneVersion): "
+                                  f"change it with `python -m gpu_platform.components.linode.upgrade --stack <stack> --to <minor>`, "
+                                  "which upgrades the cluster one minor at a time and then sets both"))
+    if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
+        issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
+                                  f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
+    for i, pool in enumerate(cfg.gpu_pools):
+        if pool.min_nodes != pool.max_nodes:
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].minNodes", pool.min_nodes,
+                f"equal to maxNodes ({pool.max_nodes}): Linode GPU pools of a kubeadm cluster do not autoscale"))
+        itype = catalog.instance("linode", pool.instance_type)
+        if itype is not None and itype.regions is not None and section.region not in itype.regions:
+            issues.append(ConfigIssue(
+                "linode.region", section.region,
+                f"a region offering {pool.instance_type} (gpuPools[{i}]): {', '.join(itype.regions)}"))
+    cp = catalog.instance("linode", section.control_plane.type)
+    if cp is None or cp.is_gpu:
+        plans = sorted(t.name for t in catalog.instances("linode") if not t.is_gpu and t.name.startswith("g6-"))
+        issues.append(ConfigIssue("linode.controlPlane.type", section.control_plane.type,
+                                  f"a non-GPU Linode plan in the catalog: {', '.join(plans)}"))
+    elif cp.vcpus < 2 or cp.memory_gib < 4:
+        issues.append(ConfigIssue("linode.controlPlane.type", section.control_plane.type,
+                                  "a plan with at least 2 vCPUs and 4 GiB (kubeadm's minimum for a control plane)"))
+    system = section.system_pool
+    if system.min_nodes != system.max_nodes:
+        issues.append(ConfigIssue(
+            "linode.systemPool.minNodes", system.min_nodes,
+            f"equal to linode.systemPool.maxNodes ({system.max_nodes}): the system pool of a kubeadm cluster is a "
+            "fixed set of Linodes and does not autoscale"))
+    if system.max_nodes > MAX_SYSTEM_NODES:
+        issues.append(ConfigIssue("linode.systemPool.maxNodes", system.max_nodes,
+                                  f"at most {MAX_SYSTEM_NODES} (the VPC subnet's address plan reserves that many system workers)"))
+    sys_plan = catalog.instance("linode", system.instance_type)
+    if sys_plan is None or sys_plan.is_gpu:
+        plans = sorted(t.name for t in catalog.instances("linode") if not t.is_gpu and t.name.startswith("g6-"))
+        issues.append(ConfigIssue("linode.systemPool.instanceType", system.instance_type,
+                                  f"a non-GPU Linode plan in the catalog: {', '.join(plans)}"))
+    elif sys_plan.vcpus < 2 or sys_plan.memory_gib < 4:
+        issues.append(ConfigIssue("linode.systemPool.instanceType", system.instance_type,
+                                  "a plan with at least 2 vCPUs and 4 GiB (the platform's controllers run there)"))
+    nets = {k: ipaddress.ip_network(getattr(section, a)) for k, a in
+            (("linode.subnetCidr", "subnet_cidr"), ("linode.podCidr", "pod_cidr"), ("linode.serviceCidr", "service_cidr"))}
+    keys = list(nets)
+    for a in range(len(keys)):
+        for b in range(a + 1, len(keys)):
+            if nets[keys[a]].overlaps(nets[keys[b]]):
+                issues.append(ConfigIssue(keys[b], str(nets[keys[b]]), f"a range that does not overlap {keys[a]} ({nets[keys[a]]})"))
+    if nets["linode.subnetCidr"].version != 4 or not nets["linode.subnetCidr"].is_private:
+        issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr, "a private IPv4 range (RFC 1918), as Linode VPCs require"))
+    return issues

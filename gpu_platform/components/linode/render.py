@@ -1,0 +1,778 @@
+"""Pure rendering for the Linode kubeadm cluster: kubeadm v1beta4 configs, node scripts, cloud-init.
+
+Nothing here touches Pulumi: the component feeds resolved values in (inside an `apply`) and tests
+call these functions directly, then check the results with kubeadm's schema rules, `cloud-init
+schema` and shellcheck.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from gpu_platform.components.cluster import Taint
+from gpu_platform.components.linode import versions
+
+KUBEADM_API = "kubeadm.k8s.io/v1beta4"
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+KUBEADM_CONFIG_PATH = "/etc/kubernetes/kubeadm-config.yaml"
+INSTALL_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-install-kubernetes.sh"
+NVIDIA_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-install-nvidia.sh"
+BOOTSTRAP_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-bootstrap.sh"
+
+# Label of the untainted CPU workers where ordinary platform pods run (Kueue, Kubeflow controllers,
+# monitoring, JupyterHub): control planes carry the control-plane taint, GPU workers the GPU taint.
+ROLE_LABEL = "gpu-platform.io/role"
+SYSTEM_ROLE = "system"
+
+# Kubelet reservations on every node (KubeletConfiguration kubeReserved/systemReserved/evictionHard).
+# gpu_platform/components/capacity.py subtracts them from the plan's size to get Linode allocatable. Sized for
+# containerd + kubelet at the default 110 pods (the same order as GKE's and EKS's smallest tiers).
+KUBE_RESERVED = {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+SYSTEM_RESERVED = {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "1Gi"}
+# Setting any evictionHard threshold drops the kubelet's other defaults (they become 0), so all four
+# defaults are restated here (kubelet docs, "Node-pressure Eviction": hard eviction thresholds).
+EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
+                 "nodefs.inodesFree": "5%"}
+MAX_PODS = 110
+
+
+# ---------------------------------------------------------------------------------------------
+# PKI helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def discovery_hash(ca_cert_pem: str) -> str:
+    """kubeadm's --discovery-token-ca-cert-hash: sha256 of the CA's DER SubjectPublicKeyInfo."""
+    cert = x509.load_pem_x509_certificate(ca_cert_pem.encode())
+    spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return "sha256:" + hashlib.sha256(spki).hexdigest()
+
+
+def bootstrap_token(token_id: str, token_secret: str) -> str:
+    """kubeadm's bootstrap token form [a-z0-9]{6}.[a-z0-9]{16}."""
+    token = f"{token_id}.{token_secret}"
+    if len(token_id) != 6 or len(token_secret) != 16 or not token.replace(".", "").isalnum() or token.lower() != token:
+        raise ValueError("bootstrap token must match [a-z0-9]{6}.[a-z0-9]{16}")
+    return token
+
+
+# ---------------------------------------------------------------------------------------------
+# Addressing: every node gets a fixed VPC address, so configs can be rendered before boot
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Addresses:
+    control_planes: list[str]
+    system: list[str]
+    gpu_pools: list[list[str]]
+
+
+def vpc_addresses(subnet_cidr: str, control_planes: int, system_nodes: int, pool_sizes: Sequence[int]) -> Addresses:
+    """Control planes from .10, system workers from .20 (up to 20), GPU pools in blocks of 50 from
+    .100 (room to grow each pool). Fixed per node index, so configs render before boot."""
+    net = ipaddress.ip_network(subnet_cidr)
+    hosts = list(net.hosts())
+    needed = 100 + 50 * len(pool_sizes)
+    if len(hosts) < needed or control_planes > 10 or system_nodes > 20 or any(s > 50 for s in pool_sizes):
+        raise ValueError(f"subnet {subnet_cidr} too small for {control_planes} control planes, "
+                         f"{system_nodes} system workers and pools {list(pool_sizes)}")
+    return Addresses(
+        control_planes=[str(hosts[9 + i]) for i in range(control_planes)],
+        system=[str(hosts[19 + i]) for i in range(system_nodes)],
+        gpu_pools=[[str(hosts[99 + 50 * p + i]) for i in range(size)] for p, size in enumerate(pool_sizes)],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# PKI: every CA is the program's (pulumi-tls), placed on control planes before kubeadm runs, so
+# kubeadm uses them instead of generating its own (kubeadm "custom certificates" mode). No join ever
+# depends on kubeadm's uploaded-certs Secret, which expires two hours after `kubeadm init`.
+# ---------------------------------------------------------------------------------------------
+
+PKI_DIR = "/etc/kubernetes/pki"
+
+
+@dataclass(frozen=True)
+class ControlPlanePki:
+    """PEM material of one cluster: what every control plane needs and nothing a worker gets."""
+
+    ca_cert: str
+    ca_key: str
+    front_proxy_ca_cert: str
+    front_proxy_ca_key: str
+    etcd_ca_cert: str
+    etcd_ca_key: str
+    service_account_key: str
+    service_account_pub: str
+
+
+def pki_files(pki: ControlPlanePki) -> list["File"]:
+    """The files kubeadm expects in its certificatesDir (names from kubeadm's constants)."""
+    return [
+        File(f"{PKI_DIR}/ca.crt", pki.ca_cert, "0644"),
+        File(f"{PKI_DIR}/ca.key", pki.ca_key, "0600"),
+        File(f"{PKI_DIR}/front-proxy-ca.crt", pki.front_proxy_ca_cert, "0644"),
+        File(f"{PKI_DIR}/front-proxy-ca.key", pki.front_proxy_ca_key, "0600"),
+        File(f"{PKI_DIR}/etcd/ca.crt", pki.etcd_ca_cert, "0644"),
+        File(f"{PKI_DIR}/etcd/ca.key", pki.etcd_ca_key, "0600"),
+        File(f"{PKI_DIR}/sa.key", pki.service_account_key, "0600"),
+        File(f"{PKI_DIR}/sa.pub", pki.service_account_pub, "0644"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# kubeadm configuration (v1beta4)
+# ---------------------------------------------------------------------------------------------
+
+# Control planes join with file discovery: a kubeconfig the node mints at boot from the cluster CA
+# (a one-day client certificate for system:node:<name>), so no bootstrap token is needed.
+DISCOVERY_KUBECONFIG_PATH = "/etc/kubernetes/discovery-kubeconfig.conf"
+# cp-0 holds both: it initialises a new cluster, or joins one that already answers (a replaced cp-0).
+KUBEADM_JOIN_CONFIG_PATH = "/etc/kubernetes/kubeadm-join-config.yaml"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    kubernetes_minor: str
+    control_plane_endpoint: str  # host:port every node uses (VPC IP or the NodeBalancer)
+    pod_cidr: str
+    service_cidr: str
+    cert_sans: Sequence[str]
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str  # = the Linode label, so the Linode CCM can match node and instance
+    vpc_ip: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: Sequence[Taint] = ()
+
+
+def _kubelet_args(node: NodeSpec) -> list[dict[str, str]]:
+    args = [{"name": "cloud-provider", "value": "external"}, {"name": "node-ip", "value": node.vpc_ip}]
+    if node.labels:
+        args.append({"name": "node-labels", "value": ",".join(f"{k}={v}" for k, v in sorted(node.labels.items()))})
+    return args
+
+
+def _node_registration(node: NodeSpec, control_plane: bool) -> dict:
+    taints = [t.as_k8s() for t in node.taints]
+    if control_plane:
+        taints.append({"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"})
+    return {"name": node.name, "criSocket": CRI_SOCKET, "kubeletExtraArgs": _kubelet_args(node), "taints": taints}
+
+
+def _cluster_configuration(cluster: ClusterSpec) -> dict:
+    return {
+        "apiVersion": KUBEADM_API,
+        "kind": "ClusterConfiguration",
+        "clusterName": cluster.name,
+        "kubernetesVersion": "v" + versions.KUBERNETES_PATCH[cluster.kubernetes_minor],
+        "controlPlaneEndpoint": cluster.control_plane_endpoint,
+        "certificatesDir": PKI_DIR,
+        "networking": {"podSubnet": cluster.pod_cidr, "serviceSubnet": cluster.service_cidr, "dnsDomain": "cluster.local"},
+        "apiServer": {
+            "certSANs": list(cluster.cert_sans),
+            "extraArgs": [{"name": "profiling", "value": "false"}],
+        },
+        "controllerManager": {"extraArgs": [{"name": "cloud-provider", "value": "external"},
+                                            {"name": "profiling", "value": "false"}]},
+        "scheduler": {"extraArgs": [{"name": "profiling", "value": "false"}]},
+        "etcd": {"local": {"dataDir": "/var/lib/etcd"}},
+        "encryptionAlgorithm": "ECDSA-P256",
+    }
+
+
+def _kubelet_configuration() -> dict:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cgroupDriver": "systemd",
+        "serverTLSBootstrap": False,
+        # The kubelet renews its own client certificate before it expires (kubeadm binds the
+        # auto-approval of those CSRs); kubeadm's control-plane certificates renew on a timer.
+        "rotateCertificates": True,
+        "protectKernelDefaults": True,
+        "readOnlyPort": 0,
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}},
+        "authorization": {"mode": "Webhook"},
+        "maxPods": MAX_PODS,
+        "kubeReserved": dict(KUBE_RESERVED),
+        "systemReserved": dict(SYSTEM_RESERVED),
+        "evictionHard": dict(EVICTION_HARD),
+    }
+
+
+def _dump(docs: list[dict]) -> str:
+    return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+
+
+def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec) -> str:
+    """InitConfiguration + ClusterConfiguration + KubeletConfiguration for the first control plane.
+
+    No bootstrapTokens and no certificateKey: workers join with the token the program manages as a
+    Secret (with an expiry), control planes with their own copy of the CAs. kubeadm still creates
+    its default 24-hour token (not printed: --skip-token-print); it expires unused."""
+    init = {
+        "apiVersion": KUBEADM_API,
+        "kind": "InitConfiguration",
+        "nodeRegistration": _node_registration(node, control_plane=True),
+        "localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443},
+    }
+    return _dump([init, _cluster_configuration(cluster), _kubelet_configuration()])
+
+
+def kubeadm_control_plane_join_config(cluster: ClusterSpec, node: NodeSpec) -> str:
+    """JoinConfiguration for a further (or replaced) control plane: file discovery with the minted
+    node kubeconfig, certificates from the node's own pki directory (no certificateKey)."""
+    join = {
+        "apiVersion": KUBEADM_API,
+        "kind": "JoinConfiguration",
+        "discovery": {"file": {"kubeConfigPath": DISCOVERY_KUBECONFIG_PATH}},
+        "nodeRegistration": _node_registration(node, control_plane=True),
+        "controlPlane": {"localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443}},
+    }
+    return _dump([join, _kubelet_configuration()])
+
+
+def kubeadm_worker_join_config(cluster: ClusterSpec, node: NodeSpec, token: str, ca_hash: str) -> str:
+    """JoinConfiguration for a worker: the program's bootstrap token, pinned to the cluster CA."""
+    join: dict = {
+        "apiVersion": KUBEADM_API,
+        "kind": "JoinConfiguration",
+        "discovery": {"bootstrapToken": {"apiServerEndpoint": cluster.control_plane_endpoint, "token": token,
+                                         "caCertHashes": [ca_hash]}},
+        "nodeRegistration": _node_registration(node, control_plane=False),
+    }
+    return _dump([join, _kubelet_configuration()])
+
+
+def bootstrap_token_secret(token_id: str, token_secret: str, expiration: str) -> dict:
+    """The `bootstrap.kubernetes.io/token` Secret a worker's join authenticates with (kube-system,
+    named bootstrap-token-<id>; kubeadm's node-join groups; the token cleaner deletes it at expiry)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"bootstrap-token-{token_id}", "namespace": "kube-system"},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "token-id": token_id,
+            "token-secret": token_secret,
+            "expiration": expiration,
+            "usage-bootstrap-authentication": "true",
+            "usage-bootstrap-signing": "true",
+            "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+            "description": "gpu-platform worker join (rotated by pulumi up)",
+        },
+    }
+
+
+def token_window(now: "datetime.datetime", days: int) -> tuple[str, "datetime.datetime"]:
+    """The rotation window `now` falls in: (window id, window end). A new window = a new token on the
+    next `pulumi up`; the token stays valid one more window after its own ends, so a node created
+    just before a rotation still joins."""
+    epoch = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
+    index = (now - epoch).days // days
+    end = epoch + datetime.timedelta(days=(index + 1) * days)
+    return f"w{index}", end
+
+
+def token_expiration(window_end: "datetime.datetime", days: int) -> str:
+    return (window_end + datetime.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Node scripts (each passes shellcheck; see tests)
+# ---------------------------------------------------------------------------------------------
+
+
+def install_kubernetes_script(kubernetes_minor: str) -> str:
+    """containerd (systemd cgroups) and pinned kubeadm/kubelet/kubectl from pkgs.k8s.io."""
+    pkg = versions.kubernetes_package_version(kubernetes_minor)
+    return f"""#!/usr/bin/env bash
+# Installs containerd and pinned Kubernetes packages; idempotent so a re-run is harmless.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+swapoff -a
+sed -i '/ swap / s/^/#/' /etc/fstab
+printf 'overlay\\nbr_netfilter\\n' > /etc/modules-load.d/k8s.conf
+modprobe overlay
+modprobe br_netfilter
+cat > /etc/sysctl.d/99-kubernetes.conf <<'SYSCTL'
+net.bridge.bridge-nf-call-iptables = 1
+net.bridge.bridge-nf-call-ip6tables = 1
+net.ipv4.ip_forward = 1
+vm.overcommit_memory = 1
+kernel.panic = 10
+kernel.panic_on_oops = 1
+SYSCTL
+sysctl --system
+
+apt-get update -q
+apt-get install -y -q apt-transport-https ca-certificates curl gpg openssl containerd
+mkdir -p /etc/containerd /etc/apt/keyrings
+if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null; then
+  containerd config default > /etc/containerd/config.toml
+  # kubelet and containerd must agree on the cgroup driver (systemd on Ubuntu 24.04).
+  sed -i 's/SystemdCgroup = false/SystemdCgroup = true/' /etc/containerd/config.toml
+  systemctl restart containerd
+fi
+systemctl enable containerd
+
+curl -fsSL https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/Release.key \\
+  | gpg --dearmor --batch --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
+echo 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/ /' \\
+  > /etc/apt/sources.list.d/kubernetes.list
+apt-get update -q
+apt-get install -y -q --allow-change-held-packages kubelet={pkg} kubeadm={pkg} kubectl={pkg}
+# Kubernetes moves only through `python -m gpu_platform.components.linode.upgrade` (kubeadm upgrade), never apt.
+apt-mark hold kubelet kubeadm kubectl containerd
+systemctl enable kubelet
+"""
+
+
+def install_nvidia_script() -> str:
+    """NVIDIA driver from Ubuntu's signed, precompiled modules for the running kernel (no DKMS build,
+    no headers), every NVIDIA package held, and `nvidia-smi` must work before the node may join."""
+    branch = versions.NVIDIA_DRIVER_BRANCH
+    toolkit = versions.NVIDIA_CONTAINER_TOOLKIT
+    return f"""#!/usr/bin/env bash
+# Installs the NVIDIA {branch} server driver for the running kernel and container toolkit {toolkit},
+# then makes the nvidia runtime containerd's default so the device plugin and GPU pods need no
+# runtimeClassName. Exits non-zero (and the node does not join) unless nvidia-smi sees the GPU.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+branch={branch}
+kernel=$(uname -r)
+
+apt-get update -q
+# Ubuntu builds and signs the module for each kernel (source linux-restricted-modules): it loads
+# under Secure Boot and needs no compiler. Without a build for this kernel, fall back to DKMS
+# against this kernel's own headers.
+if apt-cache show "linux-modules-nvidia-${{branch}}-server-${{kernel}}" >/dev/null 2>&1; then
+  apt-get install -y -q --no-install-recommends \\
+    "linux-modules-nvidia-${{branch}}-server-${{kernel}}" \\
+    "nvidia-headless-no-dkms-${{branch}}-server" "nvidia-utils-${{branch}}-server"
+else
+  echo "no precompiled NVIDIA ${{branch}} modules for kernel ${{kernel}}: building with DKMS" >&2
+  apt-get install -y -q --no-install-recommends "linux-headers-${{kernel}}" \\
+    "nvidia-dkms-${{branch}}-server" "nvidia-headless-no-dkms-${{branch}}-server" "nvidia-utils-${{branch}}-server"
+fi
+modprobe nvidia
+nvidia-smi -L
+
+curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey \\
+  | gpg --dearmor --batch --yes -o /etc/apt/keyrings/nvidia-container-toolkit.gpg
+curl -fsSL https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-container-toolkit.list \\
+  | sed 's#deb https://#deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.gpg] https://#' \\
+  > /etc/apt/sources.list.d/nvidia-container-toolkit.list
+apt-get update -q
+apt-get install -y -q --allow-change-held-packages \\
+  "nvidia-container-toolkit={toolkit}" "nvidia-container-toolkit-base={toolkit}" \\
+  "libnvidia-container-tools={toolkit}" "libnvidia-container1={toolkit}"
+# Driver, NVML and kernel module must move together: hold every NVIDIA package and the kernel
+# (a new kernel would boot without this driver's module). Nodes change through replacement.
+dpkg-query -W -f='${{binary:Package}}\\n' 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' \\
+  'linux-image-*' 'linux-generic*' 'linux-headers-*' 2>/dev/null | xargs --no-run-if-empty apt-mark hold
+nvidia-ctk runtime configure --runtime=containerd --set-as-default
+systemctl restart containerd
+nvidia-smi -L
+"""
+
+
+def mint_client_cert_script() -> str:
+    """Shell: `mint_client_cert <ca path without .crt/.key> <subject> <out path without .key/.crt>`
+    writes a P-256 key and a one-day client certificate signed by that CA. Control planes use it for
+    their discovery kubeconfig (cluster CA) and the etcd member clean-up (etcd CA)."""
+    return """mint_client_cert() {
+  local ca=$1 subject=$2 out=$3
+  openssl ecparam -name prime256v1 -genkey -noout -out "$out.key"
+  openssl req -new -key "$out.key" -subj "$subject" -out "$out.csr"
+  printf 'keyUsage=critical,digitalSignature,keyEncipherment\\nextendedKeyUsage=clientAuth\\n' > "$out.ext"
+  openssl x509 -req -in "$out.csr" -CA "$ca.crt" -CAkey "$ca.key" \\
+    -set_serial "0x$(openssl rand -hex 16)" -days 1 -sha256 -extfile "$out.ext" -out "$out.crt" 2>/dev/null
+}
+"""
+
+
+def mint_discovery_kubeconfig_script(node_name: str, endpoint: str) -> str:
+    """Shell that writes DISCOVERY_KUBECONFIG_PATH: a one-day client certificate for
+    system:node:<name> (group system:nodes) signed with the cluster CA this control plane holds.
+    kubeadm join uses it for discovery and the kubelet's TLS bootstrap (the node authorizer and
+    kubeadm's auto-approval of node client certificates accept it), so no token is involved."""
+    return f"""mint_discovery_kubeconfig() {{
+  local tmp
+  tmp=$(mktemp -d)
+  mint_client_cert "{PKI_DIR}/ca" "/O=system:nodes/CN=system:node:{node_name}" "$tmp/node"
+  umask 077
+  cat > "{DISCOVERY_KUBECONFIG_PATH}" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubernetes
+  cluster:
+    server: https://{endpoint}
+    certificate-authority-data: $(base64 -w0 < "{PKI_DIR}/ca.crt")
+users:
+- name: system:node:{node_name}
+  user:
+    client-certificate-data: $(base64 -w0 < "$tmp/node.crt")
+    client-key-data: $(base64 -w0 < "$tmp/node.key")
+contexts:
+- name: join
+  context:
+    cluster: kubernetes
+    user: system:node:{node_name}
+current-context: join
+KUBECONFIG
+  rm -rf "$tmp"
+}}
+"""
+
+
+def remove_stale_etcd_member_script(node_name: str, kubernetes_minor: str) -> str:
+    """Shell: before a control plane joins, remove an etcd member that still carries its name (the
+    node it replaces), asking each surviving peer in turn. Uses etcdctl from the etcd image kubeadm
+    runs (through containerd) and a one-day client certificate from the etcd CA this node holds.
+    Nothing to remove (a first deploy) or no peer answering is not an error: kubeadm join decides."""
+    patch = "v" + versions.KUBERNETES_PATCH[kubernetes_minor]
+    return f"""etcd_peer() {{
+  ctr -n k8s.io run --rm --net-host --mount "type=bind,src=$etcd_tmp,dst=/certs,options=rbind:ro" \\
+    "$etcd_image" "etcdctl-$$-$RANDOM" etcdctl --endpoints "https://$1:2379" --cacert /certs/ca.crt \\
+    --cert /certs/client.crt --key /certs/client.key "${{@:2}}"
+}}
+remove_stale_etcd_member() {{
+  local ip id
+  etcd_tmp=$(mktemp -d)
+  mint_client_cert "{PKI_DIR}/etcd/ca" "/CN=gpu-platform-etcd-member-cleanup" "$etcd_tmp/client"
+  cp "{PKI_DIR}/etcd/ca.crt" "$etcd_tmp/ca.crt"
+  etcd_image=$(kubeadm config images list --kubernetes-version {patch} | grep '/etcd:')
+  ctr -n k8s.io images pull "$etcd_image" >/dev/null
+  for ip in "${{peers[@]}}"; do
+    if id=$(etcd_peer "$ip" member list | awk -F', ' -v name="{node_name}" '$3 == name {{print $1}}'); then
+      if [ -n "$id" ]; then
+        echo "removing the etcd member $id left by the {node_name} this node replaces"
+        etcd_peer "$ip" member remove "$id"
+      fi
+      break
+    fi
+  done
+  rm -rf "$etcd_tmp"
+}}
+"""
+
+
+# A replaced cp-0 of an HA cluster must join the survivors, never initialise a second cluster: it
+# looks for an answering peer this long before it concludes the cluster is new (on a first deploy the
+# peers wait for cp-0, so this only delays that first boot).
+PEER_WAIT_SECONDS = 180
+
+
+def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: Sequence[str] = (),
+                     gpu: bool = False, kubernetes_minor: str = "") -> str:
+    """The node's whole bootstrap, run by BOOTSTRAP_UNIT until it succeeds: install, driver (GPU
+    nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join."""
+    if role not in ("init", "join-control-plane", "join"):
+        raise ValueError(f"unknown role {role!r}")
+    steps = [INSTALL_SCRIPT_PATH] + ([NVIDIA_SCRIPT_PATH] if gpu else [])
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Brings this node into the cluster ({role}). Run by {BOOTSTRAP_UNIT}, which retries until this",
+        "# exits 0; every step is idempotent, and the marker file makes later boots a no-op.",
+        "set -euo pipefail",
+        f"marker={JOINED_MARKER}",
+        'if [ -f "$marker" ]; then',
+        "  exit 0",
+        "fi",
+        "mkdir -p /var/lib/gpu-platform",
+        *steps,
+        "# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
+        "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote).",
+        *([f"[ -d {PKI_SEED} ] || cp -a {PKI_DIR} {PKI_SEED}"] if role != "join" else []),
+        "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then",
+        "  kubeadm reset --force",
+        *([f"  cp -a {PKI_SEED}/. {PKI_DIR}/"] if role != "join" else []),
+        "fi",
+    ]
+    if role == "join":
+        lines += [
+            "# kubeadm's preflight refuses a kubelet newer than the control plane (version skew).",
+            f"kubeadm join --config {KUBEADM_CONFIG_PATH}",
+            "# The config holds the bootstrap token: it is useless once joined, and expires anyway.",
+            f"shred -u {KUBEADM_CONFIG_PATH}",
+        ]
+    else:
+        lines.append(mint_client_cert_script().rstrip("\n"))
+        lines.append(mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"))
+        if kubernetes_minor:
+            lines.append(remove_stale_etcd_member_script(node_name, kubernetes_minor).rstrip("\n"))
+        join = [
+            "mint_discovery_kubeconfig",
+            *(["remove_stale_etcd_member"] if kubernetes_minor and peers else []),
+            f"kubeadm join --config {KUBEADM_JOIN_CONFIG_PATH if role == 'init' else KUBEADM_CONFIG_PATH}",
+            f"rm -f {DISCOVERY_KUBECONFIG_PATH}",
+        ]
+        if role == "join-control-plane":
+            lines += [f"peers=({' '.join(peers)})", *join]
+        else:
+            lines += [
+                f"peers=({' '.join(peers)})",
+                "peer_answers() {",
+                f"  local ip deadline=$((SECONDS + {PEER_WAIT_SECONDS if peers else 0}))",
+                "  while :; do",
+                '    for ip in "${peers[@]}"; do',
+                f'      if curl --silent --fail --max-time 5 --cacert {PKI_DIR}/ca.crt "https://$ip:6443/readyz" >/dev/null; then',
+                "        return 0",
+                "      fi",
+                "    done",
+                '    [ "$SECONDS" -lt "$deadline" ] || return 1',
+                "    sleep 10",
+                "  done",
+                "}",
+                "if peer_answers; then",
+                "  echo 'a control plane of this cluster answers: joining it (replaced cp-0)'",
+                *[f"  {line}" for line in join],
+                "else",
+                f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
+                "fi",
+            ]
+    lines.append('touch "$marker"')
+    return "\n".join(lines) + "\n"
+
+
+def renew_certs_script() -> str:
+    """Control planes: renew kubeadm's certificates (1-year validity) monthly, then restart the
+    static pods one at a time so they load them (kubeadm docs, "Certificate Management with kubeadm",
+    manual renewal). Certificates signed by the program's CAs (valid 10 years)."""
+    return f"""#!/usr/bin/env bash
+# Renews every kubeadm-managed certificate of this control plane and restarts its static pods.
+set -euo pipefail
+[ -f {JOINED_MARKER} ] || exit 0
+kubeadm certs renew all
+for component in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+  mv "/etc/kubernetes/manifests/${{component}}.yaml" "/etc/kubernetes/${{component}}.yaml.renewing"
+  sleep 20
+  mv "/etc/kubernetes/${{component}}.yaml.renewing" "/etc/kubernetes/manifests/${{component}}.yaml"
+  sleep 40
+done
+kubeadm certs check-expiration
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# systemd units and cloud-init
+# ---------------------------------------------------------------------------------------------
+
+BOOTSTRAP_UNIT = "gpu-platform-bootstrap.service"
+RENEW_UNIT = "gpu-platform-renew-certs.service"
+RENEW_TIMER = "gpu-platform-renew-certs.timer"
+RENEW_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-renew-certs.sh"
+JOINED_MARKER = "/var/lib/gpu-platform/joined"
+PKI_SEED = "/var/lib/gpu-platform/pki"
+
+
+def bootstrap_unit() -> str:
+    """Retries the bootstrap every 30 s until it succeeds (apt mirrors, the API or the token may not
+    be there yet on first boot); `journalctl -u gpu-platform-bootstrap` shows why a node waits."""
+    return f"""[Unit]
+Description=gpu-platform: install Kubernetes (and the NVIDIA driver) and join the cluster
+Wants=network-online.target
+After=network-online.target
+ConditionPathExists=!{JOINED_MARKER}
+StartLimitIntervalSec=0
+
+[Service]
+Type=oneshot
+ExecStart={BOOTSTRAP_SCRIPT_PATH}
+Restart=on-failure
+RestartSec=30
+TimeoutStartSec=3600
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+METADATA_BLOCK_UNIT = "gpu-platform-block-metadata.service"
+METADATA_ADDRESS = "169.254.169.254"
+
+
+def metadata_block_unit() -> str:
+    """Pods never need Linode's metadata service, and a node's user data stays readable there for the
+    node's lifetime (Linode cannot delete it): drop forwarded (pod) traffic to it on every node, before
+    the kubelet starts, on every boot. The node itself (cloud-init, root) still reaches it."""
+    rule = f"FORWARD -d {METADATA_ADDRESS}/32 -j DROP"
+    return f"""[Unit]
+Description=gpu-platform: keep pods off the instance metadata service
+Before=kubelet.service
+After=network-pre.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'iptables -C {rule} 2>/dev/null || iptables -I {rule}'
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def renew_units() -> tuple[str, str]:
+    service = f"""[Unit]
+Description=gpu-platform: renew kubeadm certificates
+ConditionPathExists={JOINED_MARKER}
+
+[Service]
+Type=oneshot
+ExecStart={RENEW_SCRIPT_PATH}
+"""
+    timer = """[Unit]
+Description=gpu-platform: renew kubeadm certificates monthly (they are valid for one year)
+
+[Timer]
+OnCalendar=monthly
+RandomizedDelaySec=12h
+Persistent=true
+
+[Install]
+WantedBy=timers.target
+"""
+    return service, timer
+
+
+# ---------------------------------------------------------------------------------------------
+# cloud-init
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class File:
+    path: str
+    content: str
+    permissions: str = "0600"
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, configs, PEM) as literal blocks: readable, and diff-friendly."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str_representer)
+
+
+def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) -> str:
+    """A #cloud-config document (validated by `cloud-init schema` in the tests)."""
+    doc = {
+        "hostname": hostname,
+        "preserve_hostname": False,
+        "package_update": True,
+        "package_upgrade": False,
+        "ssh_pwauth": False,
+        "disable_root": False,
+        "write_files": [{"path": f.path, "content": f.content, "owner": "root:root", "permissions": f.permissions}
+                        for f in files],
+        "runcmd": [list(c.split(" ")) for c in commands],
+    }
+    return "#cloud-config\n" + yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=10_000)
+
+
+def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool, *,
+                   endpoint: str = "", peers: Sequence[str] = (), pki: Optional[ControlPlanePki] = None,
+                   join_config: Optional[str] = None) -> str:
+    """The whole first-boot document of one node. role: init | join-control-plane | join.
+
+    What each role carries: control planes the CAs (they sign the cluster's certificates and mint
+    their own join credential); cp-0 also the join config it uses when replaced; workers only a
+    bootstrap token with an expiry and the CA's hash. The bootstrap runs as a systemd unit that
+    retries until it succeeds."""
+    control_plane = role in ("init", "join-control-plane")
+    if control_plane and pki is None:
+        raise ValueError("a control plane needs the cluster PKI")
+    if role == "init" and join_config is None:
+        raise ValueError("cp-0 needs its join configuration (used when it replaces a lost cp-0)")
+    files = [
+        File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor), "0700"),
+        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
+        File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
+        File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
+        File(f"/etc/systemd/system/{METADATA_BLOCK_UNIT}", metadata_block_unit(), "0644"),
+    ]
+    commands = ["systemctl daemon-reload", f"systemctl enable --now {METADATA_BLOCK_UNIT}",
+                f"systemctl enable --now --no-block {BOOTSTRAP_UNIT}"]
+    if gpu:
+        files.append(File(NVIDIA_SCRIPT_PATH, install_nvidia_script(), "0700"))
+    if control_plane:
+        assert pki is not None
+        files += pki_files(pki)
+        service, timer = renew_units()
+        files += [File(RENEW_SCRIPT_PATH, renew_certs_script(), "0700"),
+                  File(f"/etc/systemd/system/{RENEW_UNIT}", service, "0644"),
+                  File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
+        commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
+    if join_config is not None:
+        files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
+    return cloud_config(node.name, files, commands)
+
+
+def encode_user_data(document: str) -> str:
+    """Linode's metadata service takes user data base64-encoded."""
+    return base64.b64encode(document.encode()).decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Admin kubeconfig
+# ---------------------------------------------------------------------------------------------
+
+
+def admin_kubeconfig(cluster_name: str, server: str, ca_cert_pem: str, client_cert_pem: str, client_key_pem: str) -> str:
+    b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+    user = f"{cluster_name}-admin"
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        # The API certificate always names "kubernetes"; the public address may not be one of its SANs.
+        "clusters": [{"name": cluster_name, "cluster": {"server": server, "certificate-authority-data": b64(ca_cert_pem),
+                                                        "tls-server-name": "kubernetes"}}],
+        "users": [{"name": user, "user": {"client-certificate-data": b64(client_cert_pem),
+                                          "client-key-data": b64(client_key_pem)}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": user}}],
+        "current-context": cluster_name,
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def wait_for_api_script() -> str:
+    """Run on the operator's machine (pulumi-command) until the new API server answers /readyz."""
+    return """#!/usr/bin/env bash
+# Waits up to 30 minutes for the API server to come up (first boot installs drivers and kubeadm).
+set -euo pipefail
+ca_file=$(mktemp)
+trap 'rm -f "$ca_file"' EXIT
+printf '%s' "$CLUSTER_CA_PEM" > "$ca_file"
+deadline=$((SECONDS + 1800))
+# Verify the certificate for the name "kubernetes" (always a SAN), reached at the public address.
+until curl --silent --fail --cacert "$ca_file" --max-time 5 --resolve "kubernetes:6443:${API_HOST}" \
+    "https://kubernetes:6443/readyz" >/dev/null; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "API server at ${API_HOST}:6443 not ready after 30 minutes; check the instances' console (Lish)" >&2
+    exit 1
+  fi
+  sleep 10
+done
+"""

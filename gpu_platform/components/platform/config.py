@@ -1,0 +1,105 @@
+"""The `platform` section: which parts of the ML platform a stack gets, and their knobs.
+
+Every knob has a safe default, so `platform: {}` (or no section at all) gives the whole platform.
+Cross-key rules (a gpuQuota naming a pool that does not exist, e-mail alerts without an SMTP relay)
+live in `check_stack`, which `gpu_platform.components.config.semantic_issues` runs for every cloud.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import Field, field_validator
+
+from gpu_platform.components.config_base import ConfigIssue, DnsLabel, Email, Model
+
+if TYPE_CHECKING:
+    from gpu_platform.components.config import StackConfig
+
+
+class AlertSmtp(Model):
+    """The SMTP relay Alertmanager sends `alertEmails` through."""
+
+    smarthost: str = Field(min_length=3, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")  # host:port
+
+    @field_validator("smarthost")
+    @classmethod
+    def _port_in_range(cls, value: str) -> str:
+        if not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
+            raise ValueError("host:port with a TCP port from 1 to 65535, e.g. smtp.example.com:587")
+        return value
+    from_address: Email = Field(alias="from")
+    username: Optional[str] = None
+    # Name of a Secret in the monitoring namespace with key `password` (created out of band, so the
+    # password never passes through the stack file). Mounted into Alertmanager.
+    password_secret: Optional[DnsLabel] = None
+    require_tls: bool = True
+
+
+class PlatformSection(Model):
+    # --- parts (each switchable) -----------------------------------------------------------
+    kubeflow: bool = True
+    notebooks: bool = True
+    queue: bool = True
+    monitoring: bool = True
+
+    # --- idle GPU alerts ---------------------------------------------------------------------
+    # A GPU held by a pod but idle this long (or a GPU node without GPU pods) raises an alert.
+    idle_gpu_minutes: int = Field(default=120, ge=5, le=24 * 60)
+    # "Idle" means DCGM_FI_DEV_GPU_UTIL below this percentage.
+    idle_gpu_util_percent: int = Field(default=10, ge=1, le=100)
+    alert_smtp: Optional[AlertSmtp] = None
+
+    # --- job queue (Kueue) -------------------------------------------------------------------
+    # GPUs the training queue may admit per pool; default: the pool's maxNodes x GPUs per node.
+    gpu_quota: dict[DnsLabel, int] = Field(default_factory=dict)
+    # StrictFIFO: the head job blocks the queue until it fits (runs jobs strictly one after another);
+    # BestEffortFIFO: a smaller job behind it may start when the head does not fit.
+    queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
+    # A job whose pods are not all running this long after admission (a lost spot node, an image
+    # that never pulls) is evicted and requeued.
+    pods_ready_timeout_minutes: int = Field(default=10, ge=1, le=24 * 60)
+
+    # --- notebooks (JupyterHub) --------------------------------------------------------------
+    notebook_idle_cull_minutes: int = Field(default=60, ge=10, le=7 * 24 * 60)
+    notebook_storage_gib: int = Field(default=20, ge=1, le=4096)
+    # Usernames that administer the hub (they approve sign-ups of everyone else).
+    notebook_admin_users: list[DnsLabel] = Field(default_factory=lambda: ["admin"])
+
+    # --- monitoring --------------------------------------------------------------------------
+    prometheus_retention_days: int = Field(default=15, ge=1, le=365)
+    prometheus_storage_gib: int = Field(default=50, ge=5, le=10_000)
+
+
+def check_stack(cfg: "StackConfig") -> list[ConfigIssue]:
+    """Platform rules that need other keys of the stack config."""
+    p = cfg.platform
+    issues: list[ConfigIssue] = []
+    pools = {pool.name for pool in cfg.gpu_pools}
+    for pool_name, quota in p.gpu_quota.items():
+        if pool_name not in pools:
+            issues.append(ConfigIssue(f"platform.gpuQuota.{pool_name}", quota,
+                                      f"a key naming one of gpuPools: {', '.join(sorted(pools))}"))
+        elif quota < 0:
+            issues.append(ConfigIssue(f"platform.gpuQuota.{pool_name}", quota, "a number of GPUs >= 0"))
+    return issues
+
+
+# Where each cloud's budget and billing alerts go without any SMTP relay (the cloud sends them).
+CLOUD_BILLING_CHANNELS = {
+    "aws": "AWS Budgets and CloudWatch billing alarms mail them through SNS",
+    "gcp": "the GCP billing budget mails them through Cloud Monitoring e-mail channels",
+    "linode": "Linode has no billing-alert API: the GPU spend run-rate rule in Prometheus is the only budget alert",
+}
+
+
+def platform_warnings(cfg: "StackConfig") -> list[str]:
+    """alertEmails without an SMTP relay is allowed: the cloud's own budget and billing alerts do not
+    need one. What is lost is mail from Alertmanager (idle GPUs, GPU spend run-rate, platform
+    alerts), which this warning says, naming the key that restores it."""
+    p = cfg.platform
+    if not (p.monitoring and cfg.alert_emails and p.alert_smtp is None):
+        return []
+    return [f"platform.alertSmtp is not set: Alertmanager's alerts (idle GPUs, GPU spend run-rate, platform "
+            f"health) reach no one; {CLOUD_BILLING_CHANNELS[cfg.cloud]}. Set platform.alertSmtp "
+            "{smarthost: host:port, from: address} to mail them to alertEmails."]

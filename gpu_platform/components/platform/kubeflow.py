@@ -1,0 +1,91 @@
+"""Kubeflow: Trainer v2 (Helm, with its default ClusterTrainingRuntimes), Katib standalone for
+hyperparameter search, and Kubeflow Pipelines standalone.
+
+Katib and Pipelines ship as kustomizations at pinned upstream tags; the program applies local
+overlays of them (gpu_platform/components/platform/kustomize/*: the pinned remote target plus `$patch: delete`
+patches) with the Kubernetes provider at `pulumi up` (never at test time; under preflight's mocks
+they are registered components, not expanded; preflight renders the overlays from the pre-built
+upstream YAML). The overlays drop:
+- the `kubeflow` Namespace from both installs: one owner, this program, with Pod Security baseline
+  (as Pipelines' upstream namespace), without Katib's metrics-collector label (render_kubeflow_namespace);
+- Pipelines' v1 cache webhook (cache deployer + cache server) on every cloud: its deployer asks for a
+  `kubernetes.io/kubelet-serving` certificate, which EKS does not sign, so it never completes there;
+  v2 pipelines cache through the API server without it.
+Order: the `kubeflow` Namespace, then Pipelines' cluster-scoped resources (CRDs) before its env, and
+Katib after the namespace.
+
+Resource needs (upstream defaults): Trainer + JobSet controllers ~0.2 CPU / 0.5 GiB; Katib
+(controller, DB manager, MySQL 10 GiB PVC, UI) ~1 CPU / 2 GiB; Pipelines (API server, Argo, MySQL
+20 GiB PVC, SeaweedFS 20 GiB PVC, UI, cache, metadata) ~2.5 CPU / 6 GiB. All run on CPU nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi_kubernetes.kustomize import v2 as kustomize
+
+from gpu_platform.components.cluster import ClusterHandle
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.common import (
+    KUBEFLOW_NAMESPACE, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
+    render_namespace,
+)
+
+# The ClusterTrainingRuntimes the chart's installer applies (runtimes.defaultEnabled).
+DEFAULT_RUNTIMES = ("torch-distributed", "deepspeed-distributed", "mlx-distributed", "jax-distributed",
+                    "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b",
+                    "xgboost-distributed")
+
+
+def trainer_values() -> dict[str, Any]:
+    """Values of the kubeflow-trainer chart: CRDs, JobSet, and the default training runtimes."""
+    return {
+        "crds": {"enabled": True},
+        "jobset": {"install": True},
+        "runtimes": {"defaultEnabled": True},
+        "manager": {
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        },
+        "webhook": {"failurePolicy": "Fail"},
+        "dataCache": {"enabled": False},
+    }
+
+
+def render_kubeflow_namespace() -> dict[str, Any]:
+    """The namespace Pipelines and Katib share, owned here (both upstream installs ship one):
+    Pipelines' Pod Security level (baseline). Not Katib's metrics-collector label, which Katib's copy
+    carries: its pod webhook (failurePolicy Fail) would then intercept every pod created here,
+    Pipelines' and Katib's own included, and refuse them until Katib serves. Trials run in `training`,
+    which carries the label."""
+    return render_namespace(KUBEFLOW_NAMESPACE, "baseline")
+
+
+@dataclass
+class KubeflowArgs:
+    cluster: ClusterHandle
+
+
+class Kubeflow(pulumi.ComponentResource):
+    def __init__(self, name: str, args: KubeflowArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:platform:Kubeflow", name, None, opts)
+        cluster = args.cluster
+        ns = apply_object(f"{name}-trainer-namespace", render_namespace(TRAINER_NAMESPACE, "baseline"),
+                          k8s_opts(cluster, self))
+        self.trainer = helm_release(f"{name}-trainer", "kubeflow-trainer", versions.KUBEFLOW_TRAINER,
+                                    TRAINER_NAMESPACE, trainer_values(), k8s_opts(cluster, self, [ns]))
+        self.kubeflow_namespace = apply_object(f"{name}-namespace", render_kubeflow_namespace(),
+                                               k8s_opts(cluster, self))
+        overlays = versions.KUSTOMIZE_OVERLAYS
+        self.pipelines_cluster = kustomize.Directory(
+            f"{name}-pipelines-cluster-scoped", directory=overlays["pipelines-cluster-scoped"],
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
+        self.pipelines = kustomize.Directory(
+            f"{name}-pipelines", directory=overlays["pipelines-platform-agnostic"],
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster]))
+        self.katib = kustomize.Directory(
+            f"{name}-katib", directory=overlays["katib-standalone"],
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
+        self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": list(DEFAULT_RUNTIMES)})

@@ -1,0 +1,168 @@
+"""Notebooks that keep their work: JupyterHub with a persistent volume per user, a CPU profile and a
+GPU profile per GPU pool (tolerating its taint, asking for one GPU), and idle culling so a forgotten
+GPU notebook stops costing money.
+
+Secure defaults: the hub is reachable only inside the cluster (ClusterIP; `kubectl port-forward` or
+an Ingress you add), sign-up needs an admin's approval (NativeAuthenticator), network policies on.
+
+Login (JupyterHub 5): `Authenticator.allow_all` defaults to False there and NativeAuthenticator does
+not set it, so nobody could log in. NativeAuthenticator itself refuses users an admin has not
+approved (and users listed in `admin_users` are approved when they sign up), so `allow_all: true`
+lets exactly the approved users in. First admin: right after the deploy, the admin signs up under
+the name in `platform.notebookAdminUsers` (through `kubectl port-forward`, the hub has no public
+address) and logs in; everyone else signs up and waits for that admin's approval at /hub/authorize.
+
+Cloud metadata: the chart's `blockWithIptables` init container needs NET_ADMIN and privilege, which
+the namespace's Pod Security level (baseline) refuses, so every spawn would fail. The chart's own
+NetworkPolicies block 169.254.169.254 instead (egressAllowRules.cloudMetadataServer: false for user
+pods, the hub and the proxy), on every cloud: notebooks need no cloud identity, not even on GKE.
+
+GPU notebooks are queued: the GPU profiles label their pods with the queue name, Kueue's pod
+integration (the namespace carries the queue label) holds each pod until the ClusterQueue has a GPU
+of that pool for it, so notebooks and training jobs share one GPU quota.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import pulumi
+
+from gpu_platform.components.cluster import ClusterHandle, GpuPoolSpec
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, apply_object, helm_release, k8s_opts, render_namespace
+from gpu_platform.components.platform.queue import (
+    LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE, JobQueue, render_local_queue,
+)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def render_notebooks_namespace() -> dict[str, Any]:
+    """baseline Pod Security; labelled for the queue (inert while the queue is off)."""
+    return render_namespace(JUPYTERHUB_NAMESPACE, "baseline", {QUEUE_NAMESPACE_LABEL: QUEUE_NAMESPACE_VALUE})
+
+
+def cpu_profile() -> dict[str, Any]:
+    image, tag = versions.NOTEBOOK_CPU_IMAGE
+    return {
+        "display_name": "CPU notebook (up to 2 vCPU, 8 GiB)",
+        "slug": "cpu",
+        "description": "Data exploration and small experiments; no GPU is billed.",
+        "default": True,
+        "kubespawner_override": {
+            "image": f"{image}:{tag}",
+            "cpu_guarantee": 0.5, "cpu_limit": 2,
+            "mem_guarantee": "2G", "mem_limit": "8G",
+        },
+    }
+
+
+def gpu_profile(pool: GpuPoolSpec, queue_name: Optional[str] = None) -> dict[str, Any]:
+    """One GPU of `pool`: the pod lands on the pool's nodes and tolerates their taints; with a queue,
+    Kueue admits it against the pool's GPU quota first."""
+    image, tag = versions.NOTEBOOK_GPU_IMAGE
+    profile = {
+        "display_name": f"GPU notebook: 1x {pool.gpu_model} ({pool.name} pool)",
+        "slug": f"gpu-{pool.name}",
+        "description": "Billed per hour while running; stopped automatically when idle.",
+        "kubespawner_override": {
+            "image": f"{image}:{tag}",
+            "cpu_guarantee": 1, "cpu_limit": 4,
+            "mem_guarantee": "8G", "mem_limit": "24G",
+            "extra_resource_guarantees": {GPU_RESOURCE: "1"},
+            "extra_resource_limits": {GPU_RESOURCE: "1"},
+            "node_selector": dict(pool.node_selector),
+            "tolerations": pool.tolerations(),
+        },
+    }
+    if queue_name:
+        profile["kubespawner_override"]["extra_labels"] = {QUEUE_NAME_LABEL: queue_name}
+    return profile
+
+
+# Every pod of the chart is kept from the cloud metadata server by the chart's NetworkPolicies.
+NO_METADATA = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": False}}
+
+
+def auth_config(admin_users: Sequence[str]) -> dict[str, Any]:
+    """hub.config: NativeAuthenticator with admin approval (see the module docstring)."""
+    if not admin_users:
+        raise ValueError("notebooks need at least one admin user (platform.notebookAdminUsers)")
+    return {
+        # null drops the chart's default `admin_access: true` (deprecated since JupyterHub 2.0: what
+        # admins may do is the admin role's scopes), so the hub never sees the setting.
+        "JupyterHub": {"authenticator_class": "nativeauthenticator.NativeAuthenticator", "admin_access": None},
+        "Authenticator": {"admin_users": list(admin_users), "allow_all": True},
+        "NativeAuthenticator": {"open_signup": False, "minimum_password_length": 12,
+                                "check_common_password": True},
+    }
+
+
+def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_gib: int = 20,
+                      idle_cull_minutes: int = 60, admin_users: Sequence[str] = ("admin",),
+                      queue_name: Optional[str] = None) -> dict[str, Any]:
+    if idle_cull_minutes < 1:
+        raise ValueError("idle_cull_minutes must be at least 1")
+    return {
+        "hub": {
+            "config": auth_config(admin_users),
+            "networkPolicy": NO_METADATA,
+        },
+        "proxy": {"service": {"type": "ClusterIP"}, "chp": {"networkPolicy": NO_METADATA},
+                  "traefik": {"networkPolicy": NO_METADATA}},
+        "singleuser": {
+            "cloudMetadata": {"blockWithIptables": False},
+            "storage": {
+                "type": "dynamic",
+                "capacity": f"{storage_gib}Gi",
+                "dynamic": {"storageClass": storage_class, "storageAccessModes": ["ReadWriteOnce"]},
+            },
+            "profileList": [cpu_profile()] + [gpu_profile(p, queue_name) for p in pools],
+            "networkPolicy": NO_METADATA,
+            "allowPrivilegeEscalation": False,
+            "startTimeout": 600,  # GPU images are large
+        },
+        "cull": {
+            "enabled": True,
+            "timeout": idle_cull_minutes * 60,
+            "every": min(300, idle_cull_minutes * 30),
+            "users": False,
+            "adminUsers": True,
+            "removeNamedServers": False,
+        },
+        # No userPlaceholder pods, no image pulling on every node: nothing reserves capacity unasked.
+        "scheduling": {"userScheduler": {"enabled": False}, "userPlaceholder": {"enabled": False},
+                       "podPriority": {"enabled": False}},
+        "prePuller": {"hook": {"enabled": False}, "continuous": {"enabled": False}},
+    }
+
+
+@dataclass
+class NotebooksArgs:
+    cluster: ClusterHandle
+    storage_gib: int = 20
+    idle_cull_minutes: int = 60
+    admin_users: Sequence[str] = ("admin",)
+    queue: Optional[JobQueue] = None  # GPU notebooks are admitted by it (and the hub installs after Kueue)
+
+
+class Notebooks(pulumi.ComponentResource):
+    def __init__(self, name: str, args: NotebooksArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:platform:Notebooks", name, None, opts)
+        cluster = args.cluster
+        ns = apply_object(f"{name}-namespace", render_notebooks_namespace(), k8s_opts(cluster, self))
+        queue = args.queue
+        values = jupyterhub_values(cluster.gpu_pools, cluster.default_storage_class, args.storage_gib,
+                                   args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None)
+        self.local_queue = None
+        if queue is not None:
+            self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE),
+                                            k8s_opts(cluster, self, [ns, queue.kueue, queue.cluster_queue]))
+        # In a namespace Kueue's webhooks watch: install after Kueue serves.
+        self.jupyterhub = helm_release(f"{name}-jupyterhub", "jupyterhub", versions.JUPYTERHUB,
+                                       JUPYTERHUB_NAMESPACE, values,
+                                       k8s_opts(cluster, self, [ns] + ([queue.kueue] if queue else [])))
+        self.register_outputs({"namespace": JUPYTERHUB_NAMESPACE,
+                               "profiles": [p["slug"] for p in values["singleuser"]["profileList"]]})

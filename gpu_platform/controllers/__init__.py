@@ -1,0 +1,1 @@
+"""Controllers this repository runs inside the clusters it builds (shipped as source, see gpu_platform/components/)."""

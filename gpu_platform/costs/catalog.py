@@ -1,0 +1,429 @@
+"""The price catalog: dated, sourced instance prices per cloud, read from `gpu_platform/costs/catalog/<cloud>.yaml`.
+
+Every price is data with a source (URL or document name) and a date (ISO); `validate_document`
+refuses a catalog file with a price lacking either. Nothing here imports Pulumi.
+
+Overrides replace prices for one stack (negotiated discounts, or the seed-era price set):
+    load_catalog({"gcp/a2-highgpu-1g": {"onDemand": 2.5, "spot": 0.9, "preemptible": 0.9}})
+A bare number gets the source "stack config override"; a mapping {usdPerHour, source, date}
+(as in `gpu_platform/costs/catalog/seed-era-2022.yaml`) keeps its own source and date.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
+CLOUDS = ("linode", "gcp", "aws")
+CAPACITIES = ("on-demand", "spot", "preemptible")
+HOURS_PER_MONTH = 730.0
+OVERRIDE_SOURCE = "stack config override"
+
+# capacity name -> (dataclass attribute, YAML key)
+_CAPACITY_FIELDS = {"on-demand": ("on_demand", "onDemand"), "spot": ("spot", "spot"),
+                    "preemptible": ("preemptible", "preemptible")}
+_YAML_TO_ATTR = {yaml_key: attr for attr, yaml_key in _CAPACITY_FIELDS.values()}
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class CatalogError(ValueError):
+    """A catalog file or an override set that breaks the catalog's rules."""
+
+
+# How far a price has been checked. "recorded": computed by `python -m gpu_platform.costs refresh` from a recorded file in
+# the repository; "verified": the source states this number; "secondary": a third-party catalog states it;
+# "derived": arithmetic on sourced numbers (the source says how); "unverified": kept from an earlier edit,
+# no reachable source states it today; "estimate": a rule of thumb.
+PRICE_STATUSES = ("recorded", "verified", "secondary", "derived", "unverified", "estimate")
+# What a price is per: an hour of an instance or service, a GiB stored for a month, a GB processed.
+PRICE_UNITS = ("hour", "GiB-month", "GB")
+
+
+@dataclass(frozen=True)
+class Price:
+    usd_per_hour: float  # USD per `unit` (an hour unless unit says otherwise)
+    source: str  # URL or document name
+    date: str  # ISO date the figure was read or published
+    low: Optional[float] = None  # spread of the observations behind a market (spot) price
+    high: Optional[float] = None
+    observed: Optional[str] = None  # when the observations were made: "YYYY-MM-DD" or "YYYY-MM-DD..YYYY-MM-DD"
+    samples: Optional[int] = None  # how many observations (e.g. availability zones)
+    status: Optional[str] = None  # one of PRICE_STATUSES; None = not stated
+    unit: str = "hour"
+
+    @property
+    def spread(self) -> Optional[str]:
+        if self.low is None or self.high is None:
+            return None
+        return f"${self.low:g}-{self.high:g}" + (f" over {self.samples} samples" if self.samples else "") + \
+            (f", observed {self.observed}" if self.observed else "")
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    cloud: str
+    name: str
+    gpus: int
+    gpu_model: Optional[str]
+    gpu_memory_gib: Optional[int]
+    vcpus: int
+    memory_gib: float
+    accelerator: Optional[str]  # GCP accelerator type; None elsewhere
+    on_demand: Price
+    spot: Optional[Price]  # GCP Spot VM / AWS Spot (typical) price
+    preemptible: Optional[Price]  # GCP preemptible (legacy) price; None elsewhere
+    regions: Optional[tuple[str, ...]]  # regions where offered; None = unknown (no check)
+    zones: Optional[tuple[str, ...]]  # GCP zones offering the accelerator; None = unknown
+    # Linode bills hourly up to a monthly cap per instance; None = no cap (GCP, AWS).
+    monthly_cap_usd: Optional[float] = None
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpus > 0
+
+    def price(self, capacity: str) -> Optional[Price]:
+        """The price for a capacity type ("on-demand" | "spot" | "preemptible"); None if not offered."""
+        if capacity not in _CAPACITY_FIELDS:
+            raise ValueError(f"capacity must be one of {', '.join(CAPACITIES)}, not {capacity!r}")
+        return getattr(self, _CAPACITY_FIELDS[capacity][0])
+
+    def monthly_cost(self, capacity: str, hours: float = HOURS_PER_MONTH) -> Optional[float]:
+        """What one instance running `hours` in a month is billed (Linode's monthly cap applied)."""
+        p = self.price(capacity)
+        if p is None:
+            return None
+        cost = p.usd_per_hour * hours
+        if self.monthly_cap_usd is not None:
+            cost = min(cost, self.monthly_cap_usd)
+        return cost
+
+
+class Catalog:
+    """All instance types and fixed costs of the three clouds."""
+
+    def __init__(self, instances: Mapping[str, Mapping[str, InstanceType]],
+                 fixed: Mapping[str, Mapping[str, Price]], meta: Mapping[str, Mapping[str, Any]] | None = None):
+        self._instances = {c: dict(v) for c, v in instances.items()}
+        self._fixed = {c: dict(v) for c, v in fixed.items()}
+        self._meta = {c: dict(v) for c, v in (meta or {}).items()}
+
+    def instance(self, cloud: str, name: str) -> Optional[InstanceType]:
+        return self._instances.get(cloud, {}).get(name)
+
+    def instances(self, cloud: str) -> list[InstanceType]:
+        return list(self._instances.get(cloud, {}).values())
+
+    def gpu_instances(self, cloud: str) -> list[InstanceType]:
+        return [t for t in self.instances(cloud) if t.is_gpu]
+
+    def fixed_costs(self, cloud: str) -> dict[str, Price]:
+        return dict(self._fixed.get(cloud, {}))
+
+    def gpu_only_price(self, cloud: str, accelerator: str, capacity: str) -> Optional[Price]:
+        """The GPU-only price of an accelerator (GCP prices A2 machines as host + GPUs), if the catalog has it."""
+        key = _CAPACITY_FIELDS[capacity][1]
+        v = ((self._meta.get(cloud, {}).get("gpuOnlyPrices") or {}).get(accelerator) or {}).get(key)
+        return _price(v) if v else None
+
+    def reference_region(self, cloud: str) -> Optional[str]:
+        """The region the catalog's prices are quoted for (us-east, us-central1, us-east-1)."""
+        return self._meta.get(cloud, {}).get("referenceRegion")
+
+    def all_prices(self) -> list[tuple[str, Price]]:
+        """(where, price) for every price in the catalog, for reports and checks."""
+        out: list[tuple[str, Price]] = []
+        for cloud in self._instances:
+            for t in self._instances[cloud].values():
+                for cap in CAPACITIES:
+                    p = t.price(cap)
+                    if p is not None:
+                        out.append((f"{cloud}/{t.name}/{cap}", p))
+            for name, p in self._fixed.get(cloud, {}).items():
+                out.append((f"{cloud}/fixed/{name}", p))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation of catalog documents
+# ---------------------------------------------------------------------------------------------
+
+
+def _price_problems(where: str, value: Any) -> list[str]:
+    if not isinstance(value, Mapping):
+        return [f"{where}: a price must be a mapping with usdPerHour, source and date, got {value!r}"]
+    problems = []
+    usd = value.get("usdPerHour")
+    if isinstance(usd, bool) or not isinstance(usd, (int, float)) or usd < 0:
+        problems.append(f"{where}.usdPerHour: a non-negative number, got {usd!r}")
+    src = value.get("source")
+    if not isinstance(src, str) or not src.strip():
+        problems.append(f"{where}.source: missing (every price needs a URL or document name)")
+    date = value.get("date")
+    if isinstance(date, _dt.date):
+        date = date.isoformat()
+    if not isinstance(date, str) or not _ISO_DATE.match(date):
+        problems.append(f"{where}.date: missing or not an ISO date (YYYY-MM-DD), got {date!r}")
+    else:
+        try:
+            _dt.date.fromisoformat(date)
+        except ValueError:
+            problems.append(f"{where}.date: not a real date: {date!r}")
+    for key in ("low", "high"):
+        v = value.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            problems.append(f"{where}.{key}: a non-negative number, got {v!r}")
+    lo, hi = value.get("low"), value.get("high")
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and isinstance(usd, (int, float)) \
+            and not (lo - 1e-9 <= usd <= hi + 1e-9):
+        problems.append(f"{where}: usdPerHour {usd} lies outside its spread {lo}..{hi}")
+    obs = value.get("observed")
+    if obs is not None and not (isinstance(obs, str) and all(_ISO_DATE.match(x) for x in obs.split(".."))):
+        problems.append(f"{where}.observed: 'YYYY-MM-DD' or 'YYYY-MM-DD..YYYY-MM-DD', got {obs!r}")
+    if value.get("samples") is not None and (not isinstance(value["samples"], int) or value["samples"] < 1):
+        problems.append(f"{where}.samples: a positive integer, got {value['samples']!r}")
+    if value.get("status") is not None and value["status"] not in PRICE_STATUSES:
+        problems.append(f"{where}.status: one of {', '.join(PRICE_STATUSES)}, got {value['status']!r}")
+    if value.get("unit", "hour") not in PRICE_UNITS:
+        problems.append(f"{where}.unit: one of {', '.join(PRICE_UNITS)}, got {value.get('unit')!r}")
+    extra = set(value) - {"usdPerHour", "source", "date", "low", "high", "observed", "samples", "status", "unit"}
+    if extra:
+        problems.append(f"{where}: unknown keys {sorted(extra)}")
+    return problems
+
+
+def validate_document(doc: Any, name: str = "catalog") -> list[str]:
+    """Problems in one parsed catalog file (empty list = valid): every price has a number, a source
+    and an ISO date; instance entries have the fields the loader needs."""
+    if not isinstance(doc, Mapping):
+        return [f"{name}: top level must be a mapping"]
+    problems: list[str] = []
+    cloud = doc.get("cloud")
+    if cloud not in CLOUDS:
+        problems.append(f"{name}.cloud: one of {', '.join(CLOUDS)}, got {cloud!r}")
+    instances = doc.get("instances")
+    if not isinstance(instances, list) or not instances:
+        problems.append(f"{name}.instances: a non-empty list")
+        instances = []
+    seen: set[str] = set()
+    for i, e in enumerate(instances):
+        where = f"{name}.instances[{i}]"
+        if not isinstance(e, Mapping):
+            problems.append(f"{where}: a mapping")
+            continue
+        n = e.get("name")
+        if not isinstance(n, str) or not n:
+            problems.append(f"{where}.name: required")
+        elif n in seen:
+            problems.append(f"{where}.name: duplicate {n!r}")
+        else:
+            seen.add(n)
+            where = f"{name}.instances[{n}]"
+        for key in ("gpus", "vcpus"):
+            if not isinstance(e.get(key), int) or e.get(key) < 0:
+                problems.append(f"{where}.{key}: a non-negative integer, got {e.get(key)!r}")
+        if not isinstance(e.get("memoryGib"), (int, float)):
+            problems.append(f"{where}.memoryGib: a number, got {e.get('memoryGib')!r}")
+        if isinstance(e.get("gpus"), int) and e["gpus"] > 0 and not e.get("gpuModel"):
+            problems.append(f"{where}.gpuModel: required for a GPU type")
+        if "onDemand" not in e:
+            problems.append(f"{where}.onDemand: required")
+        for key in ("onDemand", "spot", "preemptible"):
+            if key in e and (key == "onDemand" or e[key] is not None):
+                problems += _price_problems(f"{where}.{key}", e[key])
+        for key in ("regions", "zones"):
+            v = e.get(key)
+            if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+                problems.append(f"{where}.{key}: a list of names or null")
+    for acc, prices in (doc.get("gpuOnlyPrices") or {}).items():
+        for cap, p in (prices or {}).items():
+            if cap not in _YAML_TO_ATTR:
+                problems.append(f"{name}.gpuOnlyPrices.{acc}.{cap}: one of onDemand, spot, preemptible")
+            else:
+                problems += _price_problems(f"{name}.gpuOnlyPrices.{acc}.{cap}", p)
+    fixed = doc.get("fixedCosts") or {}
+    if not isinstance(fixed, Mapping):
+        problems.append(f"{name}.fixedCosts: a mapping of name -> price")
+    else:
+        for k, v in fixed.items():
+            problems += _price_problems(f"{name}.fixedCosts.{k}", v)
+    return problems
+
+
+def validate_override_set(doc: Any, name: str = "override set") -> list[str]:
+    """Problems in an override-set file such as seed-era-2022.yaml (every price sourced and dated)."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("overrides"), Mapping):
+        return [f"{name}: needs a mapping 'overrides' of '<cloud>/<type>' -> prices"]
+    problems: list[str] = []
+    for key, prices in doc["overrides"].items():
+        if not isinstance(key, str) or key.split("/", 1)[0] not in CLOUDS or "/" not in key:
+            problems.append(f"{name}.overrides.{key}: key must be '<cloud>/<type>'")
+        if not isinstance(prices, Mapping) or not prices:
+            problems.append(f"{name}.overrides.{key}: a mapping of onDemand/spot/preemptible prices")
+            continue
+        for cap, p in prices.items():
+            if cap not in _YAML_TO_ATTR:
+                problems.append(f"{name}.overrides.{key}.{cap}: one of onDemand, spot, preemptible")
+            else:
+                problems += _price_problems(f"{name}.overrides.{key}.{cap}", p)
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+def _price(v: Mapping[str, Any]) -> Price:
+    d = v["date"]
+    return Price(float(v["usdPerHour"]), str(v["source"]), d.isoformat() if isinstance(d, _dt.date) else str(d),
+                 low=None if v.get("low") is None else float(v["low"]),
+                 high=None if v.get("high") is None else float(v["high"]),
+                 observed=v.get("observed"), samples=v.get("samples"), status=v.get("status"),
+                 unit=str(v.get("unit", "hour")))
+
+
+def _tuple(v: Any) -> Optional[tuple[str, ...]]:
+    return None if v is None else tuple(v)
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        # libyaml's parser (same safe resolver), ~10x faster than the pure-Python one on the catalogs
+        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def parse_document(doc: Mapping[str, Any], name: str = "catalog") -> tuple[dict[str, InstanceType], dict[str, Price]]:
+    problems = validate_document(doc, name)
+    if problems:
+        raise CatalogError("invalid price catalog:\n  " + "\n  ".join(problems))
+    cloud = doc["cloud"]
+    instances: dict[str, InstanceType] = {}
+    for e in doc["instances"]:
+        gpus = int(e["gpus"])
+        instances[e["name"]] = InstanceType(
+            cloud=cloud, name=e["name"], gpus=gpus,
+            gpu_model=e.get("gpuModel") if gpus else None,
+            gpu_memory_gib=e.get("gpuMemoryGib") if gpus else None,
+            vcpus=int(e["vcpus"]), memory_gib=float(e["memoryGib"]),
+            accelerator=e.get("accelerator"),
+            on_demand=_price(e["onDemand"]),
+            spot=_price(e["spot"]) if e.get("spot") else None,
+            preemptible=_price(e["preemptible"]) if e.get("preemptible") else None,
+            regions=_tuple(e.get("regions")), zones=_tuple(e.get("zones")),
+            monthly_cap_usd=float(e["monthlyCapUsd"]) if e.get("monthlyCapUsd") is not None else None,
+        )
+    fixed = {k: _price(v) for k, v in (doc.get("fixedCosts") or {}).items()}
+    return instances, fixed
+
+
+@lru_cache(maxsize=1)
+def _base_catalog() -> Catalog:
+    instances, fixed, meta = {}, {}, {}
+    for cloud in CLOUDS:
+        path = CATALOG_DIR / f"{cloud}.yaml"
+        doc = read_document(path)
+        if doc.get("cloud") != cloud:
+            raise CatalogError(f"{path}: cloud must be {cloud!r}")
+        instances[cloud], fixed[cloud] = parse_document(doc, path.name)
+        meta[cloud] = {k: doc.get(k) for k in ("referenceRegion", "billing", "currency", "gpuOnlyPrices")}
+    return Catalog(instances, fixed, meta)
+
+
+def _override_price(key: str, cap_key: str, value: Any, today: str) -> Price:
+    if isinstance(value, Mapping):
+        problems = _price_problems(f"overrides.{key}.{cap_key}", value)
+        if problems:
+            raise CatalogError("invalid price override:\n  " + "\n  ".join(problems))
+        return _price(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise CatalogError(f"price override {key}.{cap_key}: a positive $/hour, got {value!r}")
+    return Price(float(value), OVERRIDE_SOURCE, today)
+
+
+def apply_overrides(base: Catalog, overrides: Mapping[str, Mapping[str, Any]]) -> Catalog:
+    """A new catalog with the given prices replaced. Keys '<cloud>/<type>', values map onDemand /
+    spot / preemptible to a $/hour number or a {usdPerHour, source, date} mapping."""
+    today = _dt.date.today().isoformat()
+    instances = {c: {t.name: t for t in base.instances(c)} for c in CLOUDS}
+    for key, prices in overrides.items():
+        cloud, _, name = str(key).partition("/")
+        t = instances.get(cloud, {}).get(name)
+        if t is None:
+            raise CatalogError(f"price override {key!r}: no such instance type in the catalog "
+                               f"(keys are '<cloud>/<type>', cloud one of {', '.join(CLOUDS)})")
+        changes: dict[str, Price] = {}
+        for cap_key, value in (prices or {}).items():
+            attr = _YAML_TO_ATTR.get(cap_key) or (_CAPACITY_FIELDS[cap_key][0] if cap_key in _CAPACITY_FIELDS else None)
+            if attr is None:
+                raise CatalogError(f"price override {key}.{cap_key}: one of onDemand, spot, preemptible")
+            if value is None:
+                continue
+            changes[attr] = _override_price(key, cap_key, value, today)
+        instances[cloud][name] = replace(t, **changes)
+    return Catalog(instances, {c: base.fixed_costs(c) for c in CLOUDS}, base._meta)
+
+
+def load_catalog(overrides: dict | None = None) -> Catalog:
+    """The catalog from gpu_platform/costs/catalog/*.yaml (cached), with `overrides` applied when given."""
+    base = _base_catalog()
+    if not overrides:
+        return base
+    return apply_overrides(base, overrides)
+
+
+def load_override_set(name_or_path: str | Path) -> dict[str, dict[str, Any]]:
+    """An override set file (e.g. "seed-era-2022", a file in gpu_platform/costs/catalog/) as an overrides dict
+    for load_catalog."""
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = CATALOG_DIR / f"{name_or_path}.yaml"
+    doc = read_document(p)
+    problems = validate_override_set(doc, p.name)
+    if problems:
+        raise CatalogError("invalid override set:\n  " + "\n  ".join(problems))
+    return {k: dict(v) for k, v in doc["overrides"].items()}
+
+
+def catalog_files() -> list[Path]:
+    """Every price data file of the catalog (the three clouds and the override sets). The Kubernetes version
+    calendar lives beside them but has its own schema (gpu_platform/components/versions_calendar.py validates it)."""
+    return sorted(p for p in CATALOG_DIR.glob("*.yaml") if p.name not in NON_PRICE_FILES)
+
+
+NON_PRICE_FILES = ("kubernetes-versions.yaml", "gpu-speed.yaml")
+
+
+@dataclass(frozen=True)
+class GpuSpeeds:
+    """Relative training speed per GPU model (reference GPU = 1.0) with the benchmark it comes from."""
+
+    reference: str
+    source: str
+    date: str
+    speeds: Mapping[str, Optional[float]]  # model -> relative speed; None = not benchmarked
+
+    def speed(self, model: Optional[str]) -> Optional[float]:
+        return self.speeds.get(model) if model else None
+
+
+@lru_cache(maxsize=1)
+def load_gpu_speeds() -> GpuSpeeds:
+    """gpu_platform/costs/catalog/gpu-speed.yaml: images/s of each model over the reference model's."""
+    doc = read_document(CATALOG_DIR / "gpu-speed.yaml")
+    bench = doc["benchmark"]
+    ref = float(bench[doc["reference"]]["imagesPerSecond"])
+    speeds = {m: (None if v is None else round(float(v["imagesPerSecond"]) / ref, 3)) for m, v in bench.items()}
+    return GpuSpeeds(str(doc["reference"]), str(doc["source"]), str(doc["date"]), speeds)
+
+
+__all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "Catalog", "CatalogError",
+           "GpuSpeeds", "InstanceType", "PRICE_STATUSES", "Price", "apply_overrides", "catalog_files", "load_catalog",
+           "load_gpu_speeds", "load_override_set",
+           "parse_document", "read_document", "validate_document", "validate_override_set"]

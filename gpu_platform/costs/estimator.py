@@ -1,0 +1,552 @@
+"""What a stack costs per month: the whole bill, line by line, each line with its assumption.
+
+Input is a plain `StackShape` (no Pulumi, no components import): the cloud, region, GPU pools with min/max
+nodes and the instance types a pool may launch, the control plane and system nodes, boot disks, the
+storage the platform creates (PVC sizes from the rendered charts), the checkpoint bucket, NAT traffic,
+load balancers and the extended-support fee. `StackShape.from_config(cfg)` reads the lead's StackConfig
+by duck typing; preflight fills in what needs the program (disk sizes, PVCs, the version calendar).
+
+Model (730 hours a month):
+- idle floor    = everything that runs with no job: control plane, system nodes at their minimum, GPU pools
+                  at minNodes, their boot disks, PVCs, the bucket, NAT hours, load balancers, fees;
+- full capacity = the same with every pool at maxNodes all month (and its boot disks), NAT data included;
+- a GPU pool that may launch several instance types is priced at the DEAREST of them (the autoscaler may
+  pick any); Linode bills hourly up to a monthly cap per instance, so a node-month is min(rate x 730, cap);
+- what the model leaves out is listed in `Estimate.not_modelled` (and printed as its own line).
+Prices are the catalog's reference-region prices; a stack elsewhere gets a warning, not a different number.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional
+
+from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, load_catalog
+
+# Storage the platform's PVCs land on, per cloud (the default StorageClass each cluster sets up):
+# EKS: gp3 (gpu_platform/components/aws/eks.py STORAGE_CLASS); GKE: standard-rwo = pd-balanced; Linode: Block Storage (CSI).
+PVC_STORAGE = {"aws": "ebs-gp3", "gcp": "pd-balanced", "linode": "block-storage"}
+BOOT_DISK_STORAGE = {"aws": "ebs-gp3", "gcp": "pd-balanced"}  # Linode: the plan includes its disk
+BUCKET_STORAGE = {"aws": "s3-standard", "gcp": "gcs-standard", "linode": "object-storage"}
+NAT_DATA = {"aws": "nat-gateway-data", "gcp": "cloud-nat-data"}
+# What no line below prices, whatever the stack (kept short and concrete; the README explains each).
+ALWAYS_NOT_MODELLED = (
+    "internet egress and cross-zone traffic",
+    "load-balancer traffic charges (AWS LCUs, GCP forwarding-rule data)",
+    "disk and bucket operations, snapshots, IOPS/throughput above the gp3/pd-balanced baseline",
+    "logs and metrics shipped to the cloud (CloudWatch, Cloud Logging/Monitoring)",
+    "container registry storage and image pulls",
+    "taxes, support plans, committed-use or savings-plan discounts",
+)
+class EstimateError(ValueError):
+    """The shape names something the catalog cannot price."""
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    name: str
+    instance_type: str
+    capacity: str  # on-demand | spot | preemptible
+    min_nodes: int
+    max_nodes: int
+    alternatives: tuple[str, ...] = ()  # other types the pool may launch (AWS instanceTypes); priced at the dearest
+    boot_disk_gib: Optional[int] = None  # per node; None = not known (listed as not modelled)
+
+    @property
+    def allowed_types(self) -> tuple[str, ...]:
+        return (self.instance_type,) + tuple(t for t in self.alternatives if t != self.instance_type)
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Non-GPU nodes that run all month (GKE/EKS system pool, Linode control plane)."""
+
+    role: str
+    instance_type: str
+    count: int  # nodes at the idle floor
+    capacity: str = "on-demand"
+    max_count: Optional[int] = None  # nodes at full capacity (an autoscaled system pool); None = count
+    boot_disk_gib: Optional[int] = None
+
+    @property
+    def full_count(self) -> int:
+        return self.count if self.max_count is None else max(self.max_count, self.count)
+
+
+# Cloud defaults for the parts a stack file does not spell out. Overridable per StackShape.
+DEFAULT_SYSTEM_NODES: dict[str, tuple[NodeGroup, ...]] = {
+    "linode": (),  # kubeadm: platform pods run on the control-plane nodes, counted separately
+    "gcp": (NodeGroup("system", "e2-standard-4", 1),),
+    "aws": (NodeGroup("system", "m6i.large", 2),),
+}
+
+
+@dataclass(frozen=True)
+class StackShape:
+    cloud: str
+    region: Optional[str]
+    gpu_pools: tuple[PoolShape, ...]
+    control_plane_type: Optional[str] = None  # Linode kubeadm control plane plan
+    control_plane_count: int = 0
+    system_nodes: Optional[tuple[NodeGroup, ...]] = None  # None = the cloud's default
+    load_balancers: Optional[int] = None  # None = cloud default (Linode: a NodeBalancer for an HA control plane)
+    nat_gateways: Optional[int] = None  # None = cloud default (GCP: 1 Cloud NAT, AWS: 1 NAT gateway)
+    managed_control_plane: bool = True  # GKE/EKS cluster fee; False for bare VMs (e.g. the seed's AWS fleet)
+    price_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    name: str = ""
+    # --- the rest of the bill (None = not known: listed as not modelled, never guessed) -----------
+    pvc_gib: Optional[tuple[tuple[str, float], ...]] = None  # (what, GiB) per PVC the platform creates
+    pvc_basis: str = ""  # where the PVC sizes come from (rendered charts, or a fallback)
+    checkpoint_gib: Optional[float] = None  # expected size of the checkpoint bucket
+    nat_gib_per_month: Optional[float] = None  # traffic through the NAT (image pulls, datasets, pip)
+    extended_support_usd_per_hour: Optional[float] = None  # extra control-plane fee; 0 = standard support
+    extended_support_basis: str = ""
+    extra_not_modelled: tuple[str, ...] = ()  # stack-specific items the caller knows are left out
+    expected_utilization: Optional[float] = None  # 0..1, for the budget comparison
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "StackShape":
+        """Duck-typed read of gpu_platform.components.config.StackConfig (or anything with the same attributes)."""
+        cloud = cfg.cloud
+        section = getattr(cfg, cloud, None)
+        pools = []
+        for p in cfg.gpu_pools:
+            extra = _aws_pool(section, p.name)
+            pools.append(PoolShape(p.name, p.instance_type, p.capacity, int(p.min_nodes), int(p.max_nodes),
+                                   alternatives=tuple(getattr(extra, "instance_types", None) or ()),
+                                   boot_disk_gib=getattr(extra, "root_volume_gib", None)))
+        region = getattr(section, "region", None)
+        cp_type, cp_count = None, 0
+        if cloud == "linode" and section is not None:
+            cp = getattr(section, "control_plane", None)
+            if cp is not None:
+                cp_type, cp_count = cp.type, int(cp.count)
+        system = _system_nodes_from(section)
+        name = getattr(cfg, "name_prefix", "") or ""
+        costs = getattr(cfg, "costs", None)
+        return cls(cloud=cloud, region=region, gpu_pools=tuple(pools), control_plane_type=cp_type,
+                   control_plane_count=cp_count, system_nodes=system,
+                   price_overrides=_overrides_from(cfg), name=str(name),
+                   checkpoint_gib=_num(costs, "checkpoint_gib"), nat_gib_per_month=_num(costs, "nat_gib_per_month"),
+                   expected_utilization=_num(costs, "expected_utilization"))
+
+
+def _num(obj: Any, attr: str) -> Optional[float]:
+    v = getattr(obj, attr, None) if obj is not None else None
+    return None if v is None or isinstance(v, bool) else float(v)
+
+
+def _aws_pool(section: Any, name: str) -> Any:
+    pools = getattr(section, "pools", None)
+    if isinstance(pools, Mapping):
+        return pools.get(name)
+    return None
+
+
+def _system_nodes_from(section: Any) -> Optional[tuple[NodeGroup, ...]]:
+    """The system pool a cloud section describes: `system_pool` (instance_type, min_nodes, max_nodes), the
+    one shape every cloud's config has; without one: the cloud default."""
+    if section is None:
+        return None
+    sp = getattr(section, "system_pool", None)
+    if sp is None:
+        return None
+    itype = getattr(sp, "instance_type", None)
+    lo, hi = getattr(sp, "min_nodes", None), getattr(sp, "max_nodes", None)
+    if not isinstance(itype, str) or not isinstance(lo, int):
+        return None
+    return (NodeGroup("system", itype, lo, max_count=hi if isinstance(hi, int) else None),)
+
+
+def _overrides_from(cfg: Any) -> dict[str, dict[str, Any]]:
+    fn = getattr(cfg, "catalog_overrides", None)
+    if callable(fn):
+        return dict(fn() or {})
+    raw = getattr(cfg, "price_overrides", None) or {}
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in raw.items():
+        k = key if "/" in key else f"{cfg.cloud}/{key}"
+        if hasattr(value, "model_dump"):
+            value = value.model_dump(by_alias=True, exclude_none=True)
+        elif not isinstance(value, Mapping):
+            value = {yk: getattr(value, attr) for attr, yk in
+                     (("on_demand", "onDemand"), ("spot", "spot"), ("preemptible", "preemptible"))
+                     if getattr(value, attr, None) is not None}
+        out[k] = dict(value)
+    return out
+
+
+@dataclass(frozen=True)
+class CostLine:
+    name: str  # e.g. "gpu pool a100 (a2-highgpu-1g, spot)"
+    kind: str  # gpu-pool | control-plane | system | fixed | disk | storage | network-data | support
+    resource: str  # instance type or fixed-cost key
+    capacity: Optional[str]
+    idle_quantity: float
+    quantity: float  # at full capacity
+    unit_usd_per_hour: float  # USD per unit of the price (an hour unless `unit` says otherwise)
+    idle_monthly_usd: float
+    monthly_usd: float  # at full capacity
+    gpus_per_unit: int
+    source: str
+    date: str
+    assumption: str = ""  # what the line assumes, in words
+    scales_with: str = "fixed"  # gpu (nodes follow GPU demand) | system (between idle and full) | fixed
+    unit: str = "hour"
+    status: Optional[str] = None  # the price's verification status (gpu_platform.costs.catalog.PRICE_STATUSES)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    name: str
+    cloud: str
+    region: Optional[str]
+    lines: tuple[CostLine, ...]
+    idle_monthly_usd: float
+    full_monthly_usd: float
+    idle_gpus: int
+    full_gpus: int
+    warnings: tuple[str, ...] = ()
+    not_modelled: tuple[str, ...] = ()
+    gpu_models: tuple[str, ...] = ()  # GPU models of the pools (as priced)
+    capacities: tuple[str, ...] = ()
+    expected_utilization: Optional[float] = None
+
+    @property
+    def fixed_monthly_usd(self) -> float:
+        """Everything but GPU pools (control plane, system nodes, fees, NAT, load balancers), at full capacity."""
+        return sum(line.monthly_usd for line in self.lines if line.kind != "gpu-pool")
+
+    @property
+    def gpu_monthly_full_usd(self) -> float:
+        return sum(line.monthly_usd for line in self.lines if line.kind == "gpu-pool")
+
+    @property
+    def usd_per_gpu_hour(self) -> Optional[float]:
+        """Full-capacity monthly cost over GPU-hours at full use (fixed parts included)."""
+        if self.full_gpus == 0:
+            return None
+        return self.full_monthly_usd / (self.full_gpus * HOURS_PER_MONTH)
+
+    @property
+    def gpu_only_usd_per_gpu_hour(self) -> Optional[float]:
+        if self.full_gpus == 0:
+            return None
+        return self.gpu_monthly_full_usd / (self.full_gpus * HOURS_PER_MONTH)
+
+    def price_dates(self) -> list[str]:
+        return sorted({ln.date for ln in self.lines})
+
+    def monthly_at_utilisation(self, utilisation: float, overhead: float = 1.0) -> float:
+        """Monthly cost when the GPU pools are busy `utilisation` (0..1) of the time, assuming the
+        autoscaler runs max(min, utilisation x overhead x max) nodes on average. `overhead` >= 1 is the
+        billed/busy ratio of a real autoscaler (boot and scale-down delays, preemption rework), e.g. from
+        the simulator; 1 = a perfect autoscaler. Pools with min == max cost the same at any utilisation."""
+        u = min(max(utilisation, 0.0), 1.0)
+        g = min(u * max(overhead, 1.0), 1.0)
+        total = 0.0
+        for line in self.lines:
+            if line.scales_with == "gpu":
+                qty = max(line.idle_quantity, g * line.quantity)
+                per = line.monthly_usd / line.quantity if line.quantity else 0.0
+                total += qty * per
+            elif line.scales_with == "system":  # system pool / NAT grow with load between idle and full
+                total += line.idle_monthly_usd + g * (line.monthly_usd - line.idle_monthly_usd)
+            else:
+                total += line.monthly_usd
+        return total
+
+    def utilisation_at_budget(self, budget: float, overhead: float = 1.0) -> Optional[float]:
+        """The GPU utilisation (0..1) at which the month costs `budget`; 0.0 if the idle floor already
+        exceeds it, None if even full capacity stays under it."""
+        if self.monthly_at_utilisation(0.0, overhead) >= budget:
+            return 0.0
+        if self.monthly_at_utilisation(1.0, overhead) <= budget:
+            return None
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if self.monthly_at_utilisation(mid, overhead) < budget:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "cloud": self.cloud, "region": self.region,
+            "idleMonthlyUsd": round(self.idle_monthly_usd, 2), "fullMonthlyUsd": round(self.full_monthly_usd, 2),
+            "idleGpus": self.idle_gpus, "fullGpus": self.full_gpus, "gpuModels": list(self.gpu_models),
+            "capacities": list(self.capacities),
+            "usdPerGpuHourAtFullUse": None if self.usd_per_gpu_hour is None else round(self.usd_per_gpu_hour, 4),
+            "hoursPerMonth": HOURS_PER_MONTH,
+            "lines": [{
+                "name": ln.name, "kind": ln.kind, "resource": ln.resource, "capacity": ln.capacity,
+                "idleQuantity": ln.idle_quantity, "quantity": ln.quantity,
+                "unitUsd": round(ln.unit_usd_per_hour, 6), "unit": ln.unit,
+                "unitUsdPerHour": round(ln.unit_usd_per_hour, 6) if ln.unit == "hour" else None,
+                "idleMonthlyUsd": round(ln.idle_monthly_usd, 2), "monthlyUsd": round(ln.monthly_usd, 2),
+                "gpusPerUnit": ln.gpus_per_unit, "assumption": ln.assumption, "scalesWith": ln.scales_with,
+                "source": ln.source, "date": ln.date, "priceStatus": ln.status,
+            } for ln in self.lines],
+            "notModelled": list(self.not_modelled),
+            "warnings": list(self.warnings),
+        }
+
+
+def _node_month(t: InstanceType, p: Price) -> float:
+    cost = p.usd_per_hour * HOURS_PER_MONTH
+    if t.monthly_cap_usd is not None:
+        cost = min(cost, t.monthly_cap_usd)
+    return cost
+
+
+def _lookup(catalog: Catalog, cloud: str, name: str, what: str) -> InstanceType:
+    t = catalog.instance(cloud, name)
+    if t is None:
+        known = ", ".join(sorted(x.name for x in catalog.instances(cloud)))
+        raise EstimateError(f"{what}: {name!r} is not a {cloud} instance type in the price catalog; known: {known}")
+    return t
+
+
+def _price_of(t: InstanceType, capacity: str, cloud: str, label: str) -> Price:
+    p = t.price(capacity)
+    if p is None:
+        offered = [c for c in ("on-demand", "spot", "preemptible") if t.price(c) is not None]
+        raise EstimateError(f"{label}: {t.name} has no {capacity} price on {cloud} in the catalog (priced capacities: "
+                            f"{', '.join(offered)}); a price is added only from recorded data (python -m gpu_platform.costs refresh)")
+    return p
+
+
+def _node_line(catalog: Catalog, cloud: str, kind: str, label: str, itype: str, capacity: str,
+               idle_n: float, full_n: float, assumption: str = "", scales_with: str = "fixed") -> CostLine:
+    t = _lookup(catalog, cloud, itype, label)
+    p = _price_of(t, capacity, cloud, label)
+    per_node = _node_month(t, p)
+    spread = f"; observed {p.spread}" if p.spread else ""
+    return CostLine(name=label, kind=kind, resource=itype, capacity=capacity, idle_quantity=idle_n, quantity=full_n,
+                    unit_usd_per_hour=p.usd_per_hour, idle_monthly_usd=per_node * idle_n,
+                    monthly_usd=per_node * full_n, gpus_per_unit=t.gpus, source=p.source, date=p.date,
+                    assumption=(assumption + spread).lstrip("; "), scales_with=scales_with, status=p.status)
+
+
+def _fixed_price(catalog: Catalog, cloud: str, key: str, label: str) -> Price:
+    fixed = catalog.fixed_costs(cloud)
+    if key not in fixed:
+        raise EstimateError(f"{label}: the catalog has no fixed cost {key!r} for {cloud}")
+    return fixed[key]
+
+
+def _fixed_line(catalog: Catalog, cloud: str, key: str, label: str, qty: float, per_hour: Optional[float] = None,
+                assumption: str = "") -> CostLine:
+    p = _fixed_price(catalog, cloud, key, label)
+    rate = p.usd_per_hour if per_hour is None else per_hour
+    monthly = rate * HOURS_PER_MONTH * qty
+    return CostLine(name=label, kind="fixed", resource=key, capacity=None, idle_quantity=qty, quantity=qty,
+                    unit_usd_per_hour=rate, idle_monthly_usd=monthly, monthly_usd=monthly, gpus_per_unit=0,
+                    source=p.source, date=p.date, assumption=assumption, status=p.status)
+
+
+def _volume_line(catalog: Catalog, cloud: str, key: str, kind: str, label: str, idle_gib: float, full_gib: float,
+                 assumption: str, scales_with: str) -> CostLine:
+    """A line priced per GiB-month (disks, buckets) or per GB (traffic)."""
+    p = _fixed_price(catalog, cloud, key, label)
+    if p.unit == "hour":
+        raise EstimateError(f"{label}: catalog fixed cost {key!r} is per hour, expected per GiB-month or GB")
+    return CostLine(name=label, kind=kind, resource=key, capacity=None, idle_quantity=idle_gib, quantity=full_gib,
+                    unit_usd_per_hour=p.usd_per_hour, idle_monthly_usd=p.usd_per_hour * idle_gib,
+                    monthly_usd=p.usd_per_hour * full_gib, gpus_per_unit=0, source=p.source, date=p.date,
+                    assumption=assumption, scales_with=scales_with, unit=p.unit, status=p.status)
+
+
+def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape) -> tuple[str, list[str]]:
+    """(the pool's dearest allowed type for its capacity, the allowed types with no price for it)."""
+    best, best_rate, unpriced = None, -1.0, []
+    for name in pool.allowed_types:
+        t = _lookup(catalog, cloud, name, f"gpu pool {pool.name}")
+        p = t.price(pool.capacity)
+        if p is None:
+            unpriced.append(name)
+            continue
+        if p.usd_per_hour > best_rate:
+            best, best_rate = name, p.usd_per_hour
+    if best is None:
+        _price_of(_lookup(catalog, cloud, pool.instance_type, f"gpu pool {pool.name}"), pool.capacity, cloud,
+                  f"gpu pool {pool.name}")
+    return best or pool.instance_type, unpriced
+
+
+def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate:
+    """The monthly cost estimate of a stack. Accepts a StackShape or anything StackShape.from_config reads."""
+    shape = stack_cfg_like if isinstance(stack_cfg_like, StackShape) else StackShape.from_config(stack_cfg_like)
+    if shape.cloud not in ("linode", "gcp", "aws"):
+        raise EstimateError(f"cloud must be linode, gcp or aws, not {shape.cloud!r}")
+    cat = catalog if catalog is not None else load_catalog(dict(shape.price_overrides) or None)
+    cloud = shape.cloud
+    lines: list[CostLine] = []
+    warnings: list[str] = []
+    not_modelled: list[str] = []
+    gpu_models: list[str] = []
+
+    idle_gpus = full_gpus = 0
+    for pool in shape.gpu_pools:
+        if pool.min_nodes > pool.max_nodes:
+            raise EstimateError(f"gpu pool {pool.name}: minNodes {pool.min_nodes} > maxNodes {pool.max_nodes}")
+        itype, unpriced = dearest_type(cat, cloud, pool)
+        others = [t for t in pool.allowed_types if t != itype]
+        why = (f"{pool.min_nodes}..{pool.max_nodes} nodes; priced at the dearest type the pool may launch "
+               f"({', '.join(pool.allowed_types)})" if others else f"{pool.min_nodes}..{pool.max_nodes} nodes")
+        if cloud == "linode":
+            why += "; its disk is included in the Linode plan"
+        if unpriced:
+            warnings.append(f"gpu pool {pool.name}: no {pool.capacity} price for {', '.join(unpriced)}; "
+                            f"priced at {itype}")
+        line = _node_line(cat, cloud, "gpu-pool", f"gpu pool {pool.name} ({itype}, {pool.capacity})",
+                          itype, pool.capacity, pool.min_nodes, pool.max_nodes, assumption=why, scales_with="gpu")
+        t = cat.instance(cloud, itype)
+        if t is not None and not t.is_gpu:
+            warnings.append(f"gpu pool {pool.name}: {itype} has no GPU")
+        if t is not None and shape.region and t.regions is not None and shape.region not in t.regions:
+            warnings.append(f"gpu pool {pool.name}: the catalog does not list {itype} in {shape.region}")
+        if t is not None and t.gpu_model and t.gpu_model not in gpu_models:
+            gpu_models.append(t.gpu_model)
+        lines.append(line)
+        idle_gpus += line.gpus_per_unit * pool.min_nodes
+        full_gpus += line.gpus_per_unit * pool.max_nodes
+
+    if cloud == "linode" and shape.control_plane_count:
+        cp = shape.control_plane_type or "g6-standard-4"
+        lines.append(_node_line(cat, cloud, "control-plane", f"control plane ({cp} x{shape.control_plane_count})", cp,
+                                "on-demand", shape.control_plane_count, shape.control_plane_count,
+                                assumption="kubeadm control-plane Linodes, always on"))
+
+    system = DEFAULT_SYSTEM_NODES[cloud] if shape.system_nodes is None else shape.system_nodes
+    for g in system:
+        if g.full_count:
+            n = f"x{g.count}" if g.full_count == g.count else f"x{g.count}..{g.full_count}"
+            lines.append(_node_line(cat, cloud, "system", f"{g.role} nodes ({g.instance_type} {n})",
+                                    g.instance_type, g.capacity, g.count, g.full_count,
+                                    assumption=f"{g.count} at idle, {g.full_count} at full capacity",
+                                    scales_with="system" if g.full_count != g.count else "fixed"))
+
+    # --- boot disks (Linode plans include theirs) ---------------------------------------------------
+    if cloud in BOOT_DISK_STORAGE:
+        key = BOOT_DISK_STORAGE[cloud]
+        for pool in shape.gpu_pools:
+            if pool.boot_disk_gib is None:
+                not_modelled.append(f"boot disks of gpu pool {pool.name} (size not given)")
+                continue
+            lines.append(_volume_line(cat, cloud, key, "disk", f"boot disks gpu pool {pool.name} ({key})",
+                                      pool.min_nodes * pool.boot_disk_gib, pool.max_nodes * pool.boot_disk_gib,
+                                      f"{pool.boot_disk_gib} GiB per node, {pool.min_nodes}..{pool.max_nodes} nodes, "
+                                      "billed while the node exists", "gpu"))
+        for g in system:
+            if not g.full_count:
+                continue
+            if g.boot_disk_gib is None:
+                not_modelled.append(f"boot disks of the {g.role} nodes (size not given)")
+                continue
+            lines.append(_volume_line(cat, cloud, key, "disk", f"boot disks {g.role} nodes ({key})",
+                                      g.count * g.boot_disk_gib, g.full_count * g.boot_disk_gib,
+                                      f"{g.boot_disk_gib} GiB per node, {g.count}..{g.full_count} nodes",
+                                      "system" if g.full_count != g.count else "fixed"))
+
+    # --- storage the platform creates ---------------------------------------------------------------
+    if shape.pvc_gib is None:
+        not_modelled.append("persistent volumes of the platform (sizes not given)")
+    elif shape.pvc_gib:
+        total = sum(g for _, g in shape.pvc_gib)
+        parts = ", ".join(f"{n} {g:g}" for n, g in shape.pvc_gib)
+        lines.append(_volume_line(cat, cloud, PVC_STORAGE[cloud], "storage", f"persistent volumes ({PVC_STORAGE[cloud]})",
+                                  total, total, f"{total:g} GiB requested ({parts}) GiB; {shape.pvc_basis}".rstrip("; "),
+                                  "fixed"))
+    if shape.checkpoint_gib is None:
+        not_modelled.append("checkpoint bucket (expected size not given: costs.checkpointGib)")
+    elif shape.checkpoint_gib > 0:
+        lines.append(_volume_line(cat, cloud, BUCKET_STORAGE[cloud], "storage", f"checkpoint bucket ({BUCKET_STORAGE[cloud]})",
+                                  shape.checkpoint_gib, shape.checkpoint_gib,
+                                  f"{shape.checkpoint_gib:g} GiB stored on average (costs.checkpointGib)", "fixed"))
+
+    # --- network and fees ----------------------------------------------------------------------------
+    if cloud == "linode":
+        lbs = shape.load_balancers if shape.load_balancers is not None else (1 if shape.control_plane_count > 1 else 0)
+        if lbs:
+            lines.append(_fixed_line(cat, cloud, "nodebalancer", f"NodeBalancer x{lbs}", lbs,
+                                     assumption="in front of the HA control plane's API servers"))
+    elif cloud == "gcp":
+        if shape.managed_control_plane:
+            lines.append(_fixed_line(cat, cloud, "gke-control-plane-fee", "GKE cluster management fee", 1,
+                                     assumption="one regional cluster; the free-tier credit is not applied"))
+        nats = 1 if shape.nat_gateways is None else shape.nat_gateways
+        if nats:
+            fixed = cat.fixed_costs(cloud)
+            per_vm, cap = fixed["cloud-nat-per-vm"].usd_per_hour, fixed["cloud-nat-gateway-max"].usd_per_hour
+            idle_vms = sum(g.count for g in system) + sum(p.min_nodes for p in shape.gpu_pools)
+            full_vms = sum(g.full_count for g in system) + sum(p.max_nodes for p in shape.gpu_pools)
+            idle_rate, full_rate = min(idle_vms * per_vm, cap), min(full_vms * per_vm, cap)
+            p = fixed["cloud-nat-per-vm"]
+            lines.append(CostLine(
+                name=f"Cloud NAT x{nats} ({idle_vms}-{full_vms} VMs x ${per_vm}/h, at most ${cap}/h)", kind="fixed",
+                resource="cloud-nat-per-vm", capacity=None, idle_quantity=nats, quantity=nats,
+                unit_usd_per_hour=full_rate, idle_monthly_usd=idle_rate * HOURS_PER_MONTH * nats,
+                monthly_usd=full_rate * HOURS_PER_MONTH * nats, gpus_per_unit=0, source=p.source, date=p.date,
+                assumption="every node reaches the internet through Cloud NAT (private nodes)", scales_with="system",
+                status=p.status))
+        if shape.load_balancers:
+            not_modelled.append(f"{shape.load_balancers} GCP load balancer(s)")
+    elif cloud == "aws":
+        if shape.managed_control_plane:
+            lines.append(_fixed_line(cat, cloud, "eks-control-plane-fee", "EKS control plane fee", 1,
+                                     assumption="one cluster, standard support rate"))
+        nats = 1 if shape.nat_gateways is None else shape.nat_gateways
+        if nats:
+            lines.append(_fixed_line(cat, cloud, "nat-gateway", f"NAT gateway x{nats}", nats,
+                                     assumption="hours of the gateway(s), all month"))
+        if shape.load_balancers:
+            lines.append(_fixed_line(cat, cloud, "network-load-balancer", f"Network Load Balancer x{shape.load_balancers}",
+                                     shape.load_balancers, assumption="hours only"))
+    if cloud in NAT_DATA and (shape.nat_gateways is None or shape.nat_gateways):
+        if shape.nat_gib_per_month is None:
+            not_modelled.append("NAT data processing (traffic not given: costs.natGibPerMonth)")
+        elif shape.nat_gib_per_month > 0:
+            gb = shape.nat_gib_per_month
+            lines.append(_volume_line(cat, cloud, NAT_DATA[cloud], "network-data", "NAT data processing", gb * 0.25, gb,
+                                      f"{gb:g} GB/month at full capacity (costs.natGibPerMonth), a quarter of it at idle",
+                                      "system"))
+    if shape.managed_control_plane and cloud in ("aws", "gcp"):
+        fee = shape.extended_support_usd_per_hour
+        if fee is None:
+            not_modelled.append("extended-support fee (support status of the Kubernetes version not given)")
+        else:  # a zero line too: the bill says why no extended-support fee is charged
+            lines.append(CostLine(name="extended support fee", kind="support", resource="extended-support",
+                                  capacity=None, idle_quantity=1, quantity=1, unit_usd_per_hour=fee,
+                                  idle_monthly_usd=fee * HOURS_PER_MONTH, monthly_usd=fee * HOURS_PER_MONTH,
+                                  gpus_per_unit=0, source=shape.extended_support_basis or "version calendar",
+                                  date=_dt.date.today().isoformat(),
+                                  assumption=("the Kubernetes minor is past standard support: "
+                                              if fee > 0 else "none: ") + (shape.extended_support_basis or "")))
+
+    ref = cat.reference_region(cloud)
+    if shape.region and ref and shape.region != ref:
+        warnings.append(f"prices are the catalog's {ref} reference prices; {shape.region} may differ")
+
+    idle = sum(line.idle_monthly_usd for line in lines)
+    full = sum(line.monthly_usd for line in lines)
+    return Estimate(name=shape.name or f"{cloud}-stack", cloud=cloud, region=shape.region, lines=tuple(lines),
+                    idle_monthly_usd=idle, full_monthly_usd=full, idle_gpus=idle_gpus, full_gpus=full_gpus,
+                    warnings=tuple(warnings),
+                    not_modelled=tuple(not_modelled) + tuple(shape.extra_not_modelled) + ALWAYS_NOT_MODELLED,
+                    gpu_models=tuple(gpu_models), capacities=tuple(dict.fromkeys(p.capacity for p in shape.gpu_pools)),
+                    expected_utilization=shape.expected_utilization)
+
+
+def catalog_age(dates: list[str], today: Optional[_dt.date] = None) -> tuple[int, str]:
+    """(age in days of the OLDEST of the price dates, that date): how stale the estimate's prices can be."""
+    day = today or _dt.date.today()
+    oldest = min(dates)
+    return (day - _dt.date.fromisoformat(oldest)).days, oldest
+
+
+__all__ = ["ALWAYS_NOT_MODELLED", "CostLine", "DEFAULT_SYSTEM_NODES", "Estimate", "EstimateError", "NodeGroup",
+           "PoolShape", "StackShape", "catalog_age", "dearest_type", "estimate"]

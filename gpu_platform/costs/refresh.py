@@ -1,0 +1,147 @@
+"""Refresh the Linode prices of the catalog from Linode's public types API (no auth).
+
+    python -m gpu_platform.costs refresh --linode                 # GET https://api.linode.com/v4/linode/types
+    python -m gpu_platform.costs refresh --linode --from-file F   # a saved response (tests use tests/data/)
+
+Only prices change: for every catalog type found in the response, the hourly price (onDemand)
+and the monthly cap are rewritten; a changed price gets the API as its source and today's date,
+an unchanged one keeps its source and date. Types in the response but not in the catalog are
+reported, not added (their regions must be checked by a person). Where the base price is 0 or
+missing (the API has returned $0 for GPU classes priced per region) the catalog's reference
+region price from `region_prices` is used, or the type is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from gpu_platform.costs.catalog import CATALOG_DIR, validate_document
+
+LINODE_TYPES_URL = "https://api.linode.com/v4/linode/types"
+
+
+@dataclass
+class RefreshResult:
+    changed: list[str] = field(default_factory=list)  # "g1-gpu-rtx6000-1: 1.5 -> 1.6 $/h"
+    unchanged: list[str] = field(default_factory=list)
+    not_in_catalog: list[str] = field(default_factory=list)
+    missing_from_response: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def render(self) -> str:
+        out = [f"changed: {len(self.changed)}, unchanged: {len(self.unchanged)}"]
+        out += [f"  ~ {c}" for c in self.changed]
+        if self.missing_from_response:
+            out.append("in the catalog but not in the response (kept as is): " + ", ".join(self.missing_from_response))
+        if self.not_in_catalog:
+            out.append("GPU types in the response but not in the catalog (add by hand, with regions): "
+                       + ", ".join(self.not_in_catalog))
+        out += [f"note: {n}" for n in self.notes]
+        return "\n".join(out)
+
+
+def fetch_linode_types(url: str = LINODE_TYPES_URL, timeout: float = 30.0) -> dict[str, Any]:
+    """All pages of the public types endpoint (no token needed)."""
+    data: list[Any] = []
+    page, pages = 1, 1
+    while page <= pages:
+        req = urllib.request.Request(f"{url}?page={page}&page_size=500",
+                                     headers={"Accept": "application/json", "User-Agent": "gpu-platform-costs"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - fixed https URL
+            body = json.load(resp)
+        data += body.get("data", [])
+        pages = int(body.get("pages", 1) or 1)
+        page += 1
+    return {"data": data, "page": 1, "pages": 1, "results": len(data)}
+
+
+def _pick_price(entry: Mapping[str, Any], region: Optional[str]) -> tuple[Optional[float], Optional[float], str]:
+    price = entry.get("price") or {}
+    hourly, monthly = price.get("hourly"), price.get("monthly")
+    if hourly:
+        return float(hourly), (float(monthly) if monthly else None), "base price"
+    for rp in entry.get("region_prices") or []:
+        if rp.get("id") == region and rp.get("hourly"):
+            return float(rp["hourly"]), (float(rp["monthly"]) if rp.get("monthly") else None), f"{region} region price"
+    return None, None, "no price"
+
+
+class _FlowList(list):
+    pass
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def _flow_lists(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: _flow_lists(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        if all(isinstance(x, str) for x in doc):
+            return _FlowList(doc)
+        return [_flow_lists(x) for x in doc]
+    return doc
+
+
+def refresh_linode(response: Mapping[str, Any], catalog_path: Path | None = None, today: Optional[str] = None,
+                   source: str = LINODE_TYPES_URL, write: bool = True) -> RefreshResult:
+    """Rewrite the Linode catalog file's prices from a types API response."""
+    path = catalog_path or CATALOG_DIR / "linode.yaml"
+    text = path.read_text(encoding="utf-8")
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    doc = yaml.safe_load(text)
+    today = today or _dt.date.today().isoformat()
+    region = doc.get("referenceRegion")
+    by_id = {e["id"]: e for e in response.get("data", []) if isinstance(e, Mapping) and "id" in e}
+    res = RefreshResult()
+    catalog_names = set()
+    for inst in doc["instances"]:
+        name = inst["name"]
+        catalog_names.add(name)
+        entry = by_id.get(name)
+        if entry is None:
+            res.missing_from_response.append(name)
+            continue
+        hourly, monthly, how = _pick_price(entry, region)
+        if hourly is None:
+            res.notes.append(f"{name}: the response has no usable price (base 0, no {region} region price); kept")
+            continue
+        old = inst["onDemand"]
+        old_cap = inst.get("monthlyCapUsd")
+        if abs(float(old["usdPerHour"]) - hourly) > 1e-9 or (monthly is not None and old_cap != monthly):
+            inst["onDemand"] = {"usdPerHour": hourly, "source": f"{source} ({how}, refreshed by python -m gpu_platform.costs refresh)",
+                                "date": today}
+            if monthly is not None:
+                inst["monthlyCapUsd"] = monthly
+            res.changed.append(f"{name}: {old['usdPerHour']} -> {hourly} $/h"
+                               + (f", cap {old_cap} -> {monthly} $/month" if monthly is not None and old_cap != monthly else ""))
+        else:
+            res.unchanged.append(name)
+        for key, api_key, conv in (("vcpus", "vcpus", int), ("gpus", "gpus", int)):
+            if entry.get(api_key) is not None and conv(entry[api_key]) != inst.get(key):
+                res.notes.append(f"{name}: {key} is {inst.get(key)} in the catalog, {entry[api_key]} in the API (not changed)")
+    res.not_in_catalog = sorted(i for i, e in by_id.items()
+                                if i not in catalog_names and (e.get("gpus") or 0) > 0)
+    problems = validate_document(doc, path.name)
+    if problems:
+        raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
+    if write and res.changed:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(header)
+            yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+    return res
+
+
+__all__ = ["LINODE_TYPES_URL", "RefreshResult", "fetch_linode_types", "refresh_linode"]

@@ -1,0 +1,312 @@
+"""Refresh AWS and GCP prices of the catalog from recorded price data (no network, no credentials).
+
+    python -m gpu_platform.costs refresh --aws-spot gpu_platform/costs/catalog/recorded/skypilot-aws-vms-us-east-1.csv
+    python -m gpu_platform.costs refresh --aws-spot-history FILE.json     # `aws ec2 describe-spot-price-history` output
+    python -m gpu_platform.costs refresh --aws-price-list FILE.json       # the public EC2 price list (offer file) for a region
+    python -m gpu_platform.costs refresh --gcp-skus FILE.json             # Cloud Billing Catalog API services/6F81-5844-456A/skus
+
+Readers turn each documented response shape into plain observations; `apply_aws` / `apply_gcp` write them
+into gpu_platform/costs/catalog/<cloud>.yaml with the file as the source, today's date, and for market prices (AWS Spot)
+the spread and date range of the observations. The catalog value of a Spot price is the MEDIAN over the
+availability zones (and times) observed: an ASG with capacity-optimized allocation may land in any of them.
+Only prices change; types missing from the data keep their row and are reported.
+
+Response shapes (documented by the clouds):
+- describe-spot-price-history: {"SpotPriceHistory": [{"AvailabilityZone", "InstanceType", "ProductDescription",
+  "SpotPrice": "0.4177", "Timestamp": "2026-11-20T08:00:00+00:00"}, ...]}
+  (https://docs.aws.amazon.com/cli/latest/reference/ec2/describe-spot-price-history.html)
+- EC2 offer file: {"products": {sku: {"attributes": {"instanceType", "regionCode", "operatingSystem",
+  "tenancy", "preInstalledSw", "capacitystatus"}}}, "terms": {"OnDemand": {sku: {code: {"priceDimensions":
+  {code: {"unit": "Hrs", "pricePerUnit": {"USD": "1.0060000000"}}}}}}}}
+  (https://docs.aws.amazon.com/awsaccountbilling/latest/aboutv2/reading-an-offer.html)
+- Cloud Billing skus: {"skus": [{"description", "category": {"resourceGroup", "usageType"}, "serviceRegions",
+  "pricingInfo": [{"effectiveTime", "pricingExpression": {"usageUnit", "tieredRates": [{"unitPrice":
+  {"units": "1", "nanos": 632265000}}]}}]}]} (https://cloud.google.com/billing/v1/how-tos/catalog-api)
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+import yaml
+
+from gpu_platform.costs.catalog import CATALOG_DIR, validate_document
+from gpu_platform.costs.refresh import RefreshResult, _Dumper, _flow_lists
+
+REPO_ROOT = CATALOG_DIR.parents[2]
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Price observations of one instance type: the catalog value is their median."""
+
+    instance_type: str
+    prices: tuple[float, ...]
+    first: str  # ISO date of the earliest observation
+    last: str
+    source: str
+
+    @property
+    def median(self) -> float:
+        return round(statistics.median(self.prices), 6)
+
+    @property
+    def observed(self) -> str:
+        return self.first if self.first == self.last else f"{self.first}..{self.last}"
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _skip_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+
+
+def _header_date(text: str) -> Optional[str]:
+    """The 'read YYYY-MM-DD' date a recorded file's comment header states."""
+    import re
+
+    m = re.search(r"read (\d{4}-\d{2}-\d{2})", "\n".join(line for line in text.splitlines() if line.startswith("#")))
+    return m.group(1) if m else None
+
+
+def _observed_date(text: str) -> Optional[str]:
+    """The 'observed-no-later-than: YYYY-MM-DD' a recorded file's header states (when the capture date itself
+    is unknown, the latest date the observations can be from)."""
+    import re
+
+    m = re.search(r"observed-no-later-than: (\d{4}-\d{2}-\d{2})", text)
+    return m.group(1) if m else None
+
+
+def read_skypilot_vms_csv(path: Path, region: str) -> dict[str, Observations]:
+    """Spot prices per type from a recorded SkyPilot catalog (catalogs/v7/aws/vms.csv): one row per
+    availability zone; rows without a SpotPrice are skipped. Their date is the header's
+    'observed-no-later-than' date if it states one, else the 'read' date."""
+    text = Path(path).read_text(encoding="utf-8")
+    date = _observed_date(text) or _header_date(text) or _dt.date.fromtimestamp(Path(path).stat().st_mtime).isoformat()
+    by_type: dict[str, list[float]] = {}
+    for row in csv.DictReader(io.StringIO(_skip_comments(text))):
+        if row.get("Region") != region or not row.get("SpotPrice"):
+            continue
+        by_type.setdefault(row["InstanceType"], []).append(float(row["SpotPrice"]))
+    src = f"{_rel(path)} (SkyPilot catalog rows, {region}, one per availability zone)"
+    return {t: Observations(t, tuple(sorted(p)), date, date, src) for t, p in by_type.items()}
+
+
+def read_skypilot_on_demand(path: Path, region: str) -> dict[str, float]:
+    text = Path(path).read_text(encoding="utf-8")
+    out: dict[str, float] = {}
+    for row in csv.DictReader(io.StringIO(_skip_comments(text))):
+        if row.get("Region") == region and row.get("Price"):
+            out[row["InstanceType"]] = float(row["Price"])
+    return out
+
+
+def read_spot_price_history(doc: Mapping[str, Any], region: str, source: str,
+                            product: str = "Linux/UNIX") -> dict[str, Observations]:
+    """Spot prices per type from `aws ec2 describe-spot-price-history` output (one region's AZs, any
+    time window): every sample counts, so the spread covers zones and time."""
+    by_type: dict[str, list[tuple[float, str]]] = {}
+    for e in doc.get("SpotPriceHistory") or []:
+        if e.get("ProductDescription") != product or not str(e.get("AvailabilityZone", "")).startswith(region):
+            continue
+        by_type.setdefault(e["InstanceType"], []).append((float(e["SpotPrice"]), str(e["Timestamp"])[:10]))
+    out = {}
+    for t, samples in by_type.items():
+        dates = sorted(d for _, d in samples)
+        out[t] = Observations(t, tuple(sorted(p for p, _ in samples)), dates[0], dates[-1], source)
+    return out
+
+
+def read_ec2_price_list(doc: Mapping[str, Any], region: str) -> dict[str, float]:
+    """On-Demand $/hour per type from an EC2 offer file: Linux, shared tenancy, no pre-installed software,
+    capacitystatus Used (the rows AWS's own pricing page shows)."""
+    skus = {}
+    for sku, p in (doc.get("products") or {}).items():
+        a = p.get("attributes") or {}
+        if (a.get("regionCode") == region and a.get("operatingSystem") == "Linux" and a.get("tenancy") == "Shared"
+                and a.get("preInstalledSw", "NA") == "NA" and a.get("capacitystatus", "Used") == "Used"
+                and a.get("instanceType")):
+            skus[sku] = a["instanceType"]
+    out: dict[str, float] = {}
+    for sku, terms in ((doc.get("terms") or {}).get("OnDemand") or {}).items():
+        if sku not in skus:
+            continue
+        for term in terms.values():
+            for dim in (term.get("priceDimensions") or {}).values():
+                if dim.get("unit") == "Hrs":
+                    out[skus[sku]] = float(dim["pricePerUnit"]["USD"])
+    return out
+
+
+def _write(path: Path, doc: Mapping[str, Any]) -> None:
+    text = path.read_text(encoding="utf-8")
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    problems = validate_document(doc, path.name)
+    if problems:
+        raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(header)
+        yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+
+
+def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping[str, float] | None = None,
+              on_demand_source: str = "", catalog_path: Path | None = None, today: Optional[str] = None,
+              write: bool = True, drop_untraced_spot: bool = False) -> RefreshResult:
+    """Rewrite aws.yaml: Spot prices (median, spread, date range) from `spot`; On-Demand prices from
+    `on_demand`. With `drop_untraced_spot`, a Spot price of a type absent from `spot` is removed (set to
+    null) unless it already traces to recorded data: the catalog then holds no Spot price it cannot trace."""
+    path = catalog_path or CATALOG_DIR / "aws.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    today = today or _dt.date.today().isoformat()
+    res = RefreshResult()
+    spot = spot or {}
+    on_demand = on_demand or {}
+    for inst in doc["instances"]:
+        name = inst["name"]
+        if name in spot:
+            o = spot[name]
+            # `date` is when the observations were made (not when they were copied): the catalog-age check
+            # must see how old a market price really is.
+            new = {"usdPerHour": o.median, "source": f"{o.source}; median of {len(o.prices)} observations, made no "
+                   f"later than {o.last} (refreshed by python -m gpu_platform.costs refresh on {today})", "date": o.last,
+                   "low": min(o.prices), "high": max(o.prices),
+                   "observed": o.observed, "samples": len(o.prices), "status": "recorded"}
+            old = inst.get("spot") or {}
+            if any(old.get(k) != new[k] for k in ("usdPerHour", "low", "high", "date", "observed")):
+                res.changed.append(f"{name}: spot {old.get('usdPerHour')} -> {new['usdPerHour']} $/h "
+                                   f"(range {new['low']}-{new['high']}, {new['samples']} samples)")
+                inst["spot"] = new
+            else:
+                res.unchanged.append(name)
+        elif drop_untraced_spot and inst.get("spot") and inst["spot"].get("status") != "recorded":
+            res.changed.append(f"{name}: spot {inst['spot']['usdPerHour']} removed (no recorded observation)")
+            inst["spot"] = None
+        elif int(inst.get("gpus") or 0) > 0 and spot:
+            res.missing_from_response.append(name)
+        if name in on_demand:
+            price = on_demand[name]
+            old = inst["onDemand"]
+            if abs(float(old["usdPerHour"]) - price) > 1e-9:
+                res.changed.append(f"{name}: on-demand {old['usdPerHour']} -> {price} $/h")
+                inst["onDemand"] = {"usdPerHour": price, "source": f"{on_demand_source} (refreshed by python -m gpu_platform.costs refresh)",
+                                    "date": today, "status": "recorded"}
+            elif old.get("status") not in ("recorded", "verified"):
+                inst["onDemand"] = dict(old, status="recorded",
+                                        source=f"{old['source']}; matches {on_demand_source} ({today})")
+                res.notes.append(f"{name}: on-demand {price} confirmed by {on_demand_source}")
+    if write and (res.changed or res.notes):
+        _write(path, doc)
+    elif not write:
+        problems = validate_document(doc, path.name)
+        if problems:
+            raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# GCP: Cloud Billing Catalog API
+# ---------------------------------------------------------------------------------------------
+
+# Which SKU descriptions price which part of a machine (Compute Engine service 6F81-5844-456A).
+# Preemptible and Spot VMs share the "Preemptible" usage type SKUs.
+_GCP_PARTS = {
+    "a2-core": ("A2 Instance Core", "CPU"),
+    "a2-ram": ("A2 Instance Ram", "RAM"),
+    "gpu-a100": ("Nvidia Tesla A100 GPU", "GPU"),
+}
+
+
+def _unit_price(sku: Mapping[str, Any]) -> tuple[float, str]:
+    info = (sku.get("pricingInfo") or [{}])[0]
+    rates = info.get("pricingExpression", {}).get("tieredRates") or []
+    rate = rates[-1]["unitPrice"] if rates else {"units": "0", "nanos": 0}
+    return int(rate.get("units") or 0) + int(rate.get("nanos") or 0) / 1e9, str(info.get("effectiveTime", ""))[:10]
+
+
+def read_gcp_skus(doc: Mapping[str, Any], region: str) -> dict[tuple[str, str], tuple[float, str]]:
+    """{(part, "OnDemand"|"Preemptible"): ($/unit-hour, effective date)} for the parts in _GCP_PARTS
+    offered in `region` (the part names: a2-core per vCPU-hour, a2-ram per GiB-hour, gpu-a100 per GPU-hour)."""
+    out: dict[tuple[str, str], tuple[float, str]] = {}
+    for sku in doc.get("skus") or []:
+        if region not in (sku.get("serviceRegions") or []):
+            continue
+        cat = sku.get("category") or {}
+        usage = cat.get("usageType")
+        if usage not in ("OnDemand", "Preemptible"):
+            continue
+        desc = str(sku.get("description", ""))
+        for part, (needle, group) in _GCP_PARTS.items():
+            if needle in desc and cat.get("resourceGroup") == group and "Commit" not in desc:
+                out[(part, usage)] = _unit_price(sku)
+    return out
+
+
+def gcp_a2_prices(parts: Mapping[tuple[str, str], tuple[float, str]], vcpus: int, memory_gib: float,
+                  gpus: int) -> dict[str, float]:
+    """Machine $/hour of an A2 type from its parts: vCPU x core + GiB x ram + GPUs x A100, per usage type."""
+    out = {}
+    for usage in ("OnDemand", "Preemptible"):
+        keys = [("a2-core", usage), ("a2-ram", usage), ("gpu-a100", usage)]
+        if all(k in parts for k in keys):
+            out[usage] = round(vcpus * parts[keys[0]][0] + memory_gib * parts[keys[1]][0] + gpus * parts[keys[2]][0], 6)
+    return out
+
+
+def apply_gcp(parts: Mapping[tuple[str, str], tuple[float, str]], source: str, catalog_path: Path | None = None,
+              today: Optional[str] = None, write: bool = True) -> RefreshResult:
+    """Rewrite the A100 (a2-highgpu-*) machine prices of gcp.yaml from their parts. Spot = preemptible
+    (one SKU set). The A100 GPU-only prices go to the file's top-level `gpuOnlyPrices` for reports."""
+    path = catalog_path or CATALOG_DIR / "gcp.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    today = today or _dt.date.today().isoformat()
+    res = RefreshResult()
+    for inst in doc["instances"]:
+        if not str(inst["name"]).startswith("a2-highgpu-"):
+            continue
+        prices = gcp_a2_prices(parts, int(inst["vcpus"]), float(inst["memoryGib"]), int(inst["gpus"]))
+        if not prices:
+            res.missing_from_response.append(inst["name"])
+            continue
+        for usage, keys in (("OnDemand", ("onDemand",)), ("Preemptible", ("spot", "preemptible"))):
+            if usage not in prices:
+                continue
+            for key in keys:
+                old = inst.get(key) or {}
+                if old.get("usdPerHour") is not None and abs(float(old["usdPerHour"]) - prices[usage]) <= 1e-6:
+                    res.unchanged.append(f"{inst['name']} {key}")
+                    continue
+                res.changed.append(f"{inst['name']}: {key} {old.get('usdPerHour')} -> {prices[usage]} $/h")
+                inst[key] = {"usdPerHour": prices[usage], "date": today, "status": "recorded",
+                             "source": f"{source}: {inst['vcpus']} vCPU x A2 core + {inst['memoryGib']} GiB x A2 ram + "
+                                       f"{inst['gpus']} x A100 ({usage} SKUs; refreshed by python -m gpu_platform.costs refresh)"}
+    gpu = {}
+    for usage, key in (("OnDemand", "onDemand"), ("Preemptible", "preemptible")):
+        if ("gpu-a100", usage) in parts:
+            rate, eff = parts[("gpu-a100", usage)]
+            gpu[key] = {"usdPerHour": round(rate, 6), "source": f"{source} (A100 GPU SKU, {usage}, effective {eff})",
+                        "date": today, "status": "recorded"}
+    if gpu:
+        old = (doc.get("gpuOnlyPrices") or {}).get("nvidia-tesla-a100") or {}
+        for key, new in gpu.items():
+            if (old.get(key) or {}).get("usdPerHour") != new["usdPerHour"]:
+                res.changed.append(f"A100 GPU-only {key}: {(old.get(key) or {}).get('usdPerHour')} -> {new['usdPerHour']} $/h")
+                doc.setdefault("gpuOnlyPrices", {}).setdefault("nvidia-tesla-a100", {})[key] = new
+    if write and res.changed:
+        _write(path, doc)
+    return res
+
+
+__all__ = ["Observations", "apply_aws", "apply_gcp", "gcp_a2_prices", "read_ec2_price_list", "read_gcp_skus",
+           "read_skypilot_on_demand", "read_skypilot_vms_csv", "read_spot_price_history"]

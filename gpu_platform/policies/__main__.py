@@ -1,0 +1,29 @@
+"""Builds the gpu-platform policy pack; `pulumi preview --policy-pack gpu_platform/policies` (or preflight) runs it.
+
+The pack reads the project's price catalog and estimator (gpu_platform/costs/), so the repository root goes on
+sys.path first: the CLI starts packs with the pack directory as the program, preflight with
+`python -m pulumi.policy <engine> gpu_platform/policies` from the repository root.
+"""
+
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from pulumi_policy import PolicyPack  # noqa: E402
+
+from gpu_platform.policies import budget_rules, cost_rules, hygiene_rules, locks, running, security_rules  # noqa: E402
+
+# locks.install: the pack itself refuses a policy config that lowers or loosens a locked security policy
+# (gpu_platform/policies/enforcement.yaml), so `pulumi preview --policy-pack-config` cannot either.
+locks.install(cost_rules.POLICIES + security_rules.POLICIES + hygiene_rules.POLICIES + budget_rules.POLICIES)
+
+PolicyPack(
+    name="gpu-platform-guardrails",
+    description="GPU cost ceilings and security guardrails for gpu-platform stacks.",
+    # running.track: preflight can name the policy a hung Analyze call is stuck in.
+    policies=running.track(cost_rules.POLICIES + security_rules.POLICIES + hygiene_rules.POLICIES
+                            + budget_rules.POLICIES),
+)

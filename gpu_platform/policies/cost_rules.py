@@ -1,0 +1,386 @@
+"""Cost guardrails: interruptible GPU capacity, pools that scale to zero, ceilings on GPUs and on the
+monthly bill at full capacity, and budget alerts on every stack with GPUs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from typing import Any, Optional
+
+from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
+
+from gpu_platform.policies.pools import GKE_CLUSTER, LINODE_INSTANCE, Node, clouds_of, gpu_pools, node_groups, stack_nodes
+from gpu_platform.policies.props import get
+
+DEFAULT_MAX_GPUS = 64
+DEFAULT_MAX_MONTHLY_USD = 50_000
+SPEND_RULE_NAME = "gpu-spend-run-rate"  # the Linode budget guardrail, created by the platform layer
+
+
+def _config(args: Any, key: str, default: Any) -> Any:
+    value = (args.get_config() or {}).get(key)
+    return default if value is None else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Interruptible capacity
+# ---------------------------------------------------------------------------------------------
+
+
+def _validate_interruptible(args, report_violation) -> None:
+    for pool in gpu_pools(stack_nodes(args.resources)):
+        if pool.capacity in ("spot", "preemptible") or pool.on_demand_approved:
+            continue
+        what = "an on-demand share" if pool.capacity == "mixed" else "on-demand capacity"
+        approve = "approvedOnDemand: {reason: ..., approver: ...} on the pool"
+        hint = {
+            "linode": f"Linode has no spot market: set {approve}",
+            "gcp": f"set capacity: spot or preemptible, or {approve}",
+            "aws": f"set capacity: spot (mixed-instances, 0 % on-demand), or {approve}",
+        }[pool.cloud]
+        why = f" ({pool.approval_problem})" if pool.approval_problem else ""
+        report_violation(
+            f"GPU pool '{pool.name}' ({pool.cloud}, {', '.join(pool.instance_types) or 'unknown type'}) runs {what} "
+            f"without approval{why}; {hint}.", pool.urn)
+
+
+interruptible_gpu_capacity = StackValidationPolicy(
+    name="gpu-interruptible-capacity",
+    description="GPU pools use interruptible capacity (spot or preemptible) unless the pool is explicitly "
+                "approved for on-demand with a reason and an approver (pool option approvedOnDemand: {reason, "
+                "approver}; tags/labels on-demand-approved, on-demand-approver, on-demand-reason).",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=_validate_interruptible,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scale to zero
+# ---------------------------------------------------------------------------------------------
+
+
+def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """exemptPools entries: {pool, reason, approver} exempt a pool; a bare name (or an entry missing the
+    reason or approver) exempts nothing and is reported."""
+    valid: dict[str, dict[str, str]] = {}
+    unexplained: list[str] = []
+    for e in entries or []:
+        if isinstance(e, str):
+            unexplained.append(e)
+            continue
+        pool, reason, approver = (str(e.get(k) or "").strip() for k in ("pool", "reason", "approver"))
+        if pool and reason and approver:
+            valid[pool] = {"reason": reason, "approver": approver}
+        else:
+            unexplained.append(pool or "?")
+    return valid, unexplained
+
+
+def _validate_scale_to_zero(args, report_violation) -> None:
+    exempt, unexplained = exemptions(_config(args, "exemptPools", []))
+    for pool in gpu_pools(stack_nodes(args.resources)):
+        if pool.cloud == "linode" or pool.name in exempt:
+            continue  # kubeadm pools on Linode are fixed-size by design (gpu_platform.components.linode.config)
+        note = (" Its exemptPools entry has no reason and approver, so it exempts nothing: write it as "
+                "{pool, reason, approver}." if pool.name in unexplained else "")
+        if not pool.autoscaled:
+            report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) has a fixed size of {pool.max_nodes} nodes; "
+                             f"give it autoscaling with a minimum of 0.{note}", pool.urn)
+        elif pool.min_nodes != 0:
+            report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) keeps at least {pool.min_nodes} node(s) "
+                             f"running when idle; set minNodes: 0 (or list the pool in exemptPools with a reason "
+                             f"and an approver).{note}", pool.urn)
+
+
+gpu_pools_scale_to_zero = StackValidationPolicy(
+    name="gpu-pools-scale-to-zero",
+    description="GPU node pools on GKE and AWS autoscale down to zero nodes when no job needs them.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=PolicyConfigSchema(properties={
+        "exemptPools": {"type": "array", "default": [],
+                        "items": {"anyOf": [
+                            {"type": "string"},
+                            {"type": "object", "required": ["pool", "reason", "approver"], "additionalProperties": False,
+                             "properties": {"pool": {"type": "string", "minLength": 1},
+                                            "reason": {"type": "string", "minLength": 10},
+                                            "approver": {"type": "string", "minLength": 2}}}]},
+                        "description": "Pools allowed to keep a warm floor of nodes: {pool, reason, approver} "
+                                       "(a bare name exempts nothing and is reported)."},
+    }),
+    validate=_validate_scale_to_zero,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU ceiling
+# ---------------------------------------------------------------------------------------------
+
+
+def _validate_gpu_ceiling(args, report_violation) -> None:
+    limit = int(_config(args, "maxGpus", DEFAULT_MAX_GPUS))
+    pools = gpu_pools(stack_nodes(args.resources))
+    total = 0
+    for pool in pools:
+        if pool.max_gpus is None:
+            report_violation(f"GPU pool '{pool.name}': cannot count its GPUs ({'; '.join(pool.problems)}); "
+                             "use an instance type from the price catalog (gpu_platform/costs/catalog).", pool.urn)
+            continue
+        total += pool.max_gpus
+    if total > limit:
+        parts = ", ".join(f"{p.name}: {p.max_nodes} x {p.gpus_per_node}" for p in pools if p.max_gpus is not None)
+        report_violation(f"The stack can scale to {total} GPUs ({parts}), over the ceiling of {limit} (maxGpus).")
+
+
+gpu_count_ceiling = StackValidationPolicy(
+    name="gpu-count-ceiling",
+    description="The stack's GPU pools at full size (max nodes x GPUs per node, from the catalog) stay "
+                "under a ceiling on total GPUs.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=PolicyConfigSchema(properties={
+        "maxGpus": {"type": "integer", "minimum": 0, "default": DEFAULT_MAX_GPUS,
+                    "description": "Most GPUs the stack may scale to."},
+    }),
+    validate=_validate_gpu_ceiling,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Monthly cost ceiling (reads gpu_platform.costs.estimator)
+# ---------------------------------------------------------------------------------------------
+
+
+# Preflight passes the stack config in this file rather than in PULUMI_CONFIG (an environment string
+# is capped at 128 KiB on Linux); the CLI passes PULUMI_CONFIG.
+CONFIG_FILE_ENV = "GPU_PLATFORM_STACK_CONFIG_FILE"
+CAPACITY_KEYS = {"onDemand": "on-demand", "spot": "spot", "preemptible": "preemptible"}
+DEFAULT_MIN_OVERRIDE_RATIO = 0.5
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number the pack accepts")
+
+
+def _stack_config() -> dict[str, Any]:
+    try:
+        path = os.environ.get(CONFIG_FILE_ENV)
+        if path:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        else:
+            text = os.environ.get("PULUMI_CONFIG") or "{}"
+        config = json.loads(text, parse_constant=_refuse_constant)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _raw_price_overrides() -> tuple[Optional[str], dict[str, Any]]:
+    config = _stack_config()
+    try:
+        raw = config.get("gpu-platform:priceOverrides")
+        raw = json.loads(raw, parse_constant=_refuse_constant) if isinstance(raw, str) else raw
+    except ValueError:
+        return config.get("gpu-platform:cloud"), {"(unreadable)": None}
+    return config.get("gpu-platform:cloud"), raw if isinstance(raw, dict) else {}
+
+
+def _usable(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _price_overrides() -> dict[str, dict[str, Any]]:
+    """The stack's priceOverrides (gpu-platform:priceOverrides in the stack config the pack is handed),
+    in the catalog's {"<cloud>/<type>": {...}} form; only finite positive prices (others are reported
+    by the monthly-cost-ceiling policy, never passed on)."""
+    cloud, raw = _raw_price_overrides()
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            clean = {k: v for k, v in value.items() if k in CAPACITY_KEYS and _usable(v)}
+            if clean:
+                out[key if "/" in key else f"{cloud}/{key}"] = clean
+    return out
+
+
+def override_problems(min_ratio: float) -> list[str]:
+    """Overrides that are not prices, or far below what the catalog says the cheapest interruptible
+    capacity costs (a typo or a wish would otherwise talk the cost ceiling around)."""
+    from gpu_platform.costs.catalog import load_catalog
+
+    cloud, raw = _raw_price_overrides()
+    base = load_catalog()
+    problems = []
+    for type_name, value in sorted(raw.items()):
+        if not isinstance(value, dict):
+            problems.append(f"priceOverrides.{type_name} is not a mapping of capacity to $/hour")
+            continue
+        t = base.instance(str(cloud), type_name.split("/", 1)[-1])
+        floor_prices = [p.usd_per_hour for c in ("spot", "preemptible") if t is not None and (p := t.price(c))]
+        if t is not None and not floor_prices and t.price("on-demand"):
+            floor_prices = [t.price("on-demand").usd_per_hour]
+        for key, price in sorted(value.items()):
+            where = f"priceOverrides.{type_name}.{key}"
+            if not _usable(price):
+                problems.append(f"{where} = {price!r} is not a positive finite $/hour")
+            elif floor_prices and price < min_ratio * min(floor_prices):
+                problems.append(f"{where} = ${price:g}/hour is below {min_ratio:.0%} of the catalog's cheapest "
+                                f"interruptible price for {type_name} (${min(floor_prices):g}/hour); update the "
+                                "catalog with a sourced price instead (minOverrideRatio)")
+    return problems
+
+
+def _dearest(cloud: str, types: list[str], capacity: str, catalog) -> Optional[str]:
+    """The instance type of a multi-type pool that costs most per node (the worst case)."""
+    best, best_price = None, -1.0
+    for name in types:
+        t = catalog.instance(cloud, name)
+        p = t.price(capacity) if t is not None else None
+        if t is not None and p is None:
+            p = t.on_demand
+        if p is not None and p.usd_per_hour > best_price:
+            best, best_price = name, p.usd_per_hour
+    return best
+
+
+def stack_shapes(nodes: list[Node]):
+    """One gpu_platform.costs.estimator.StackShape per cloud the stack runs on, read from its resources."""
+    from gpu_platform.costs.catalog import load_catalog
+    from gpu_platform.costs.estimator import NodeGroup, PoolShape, StackShape
+
+    overrides = _price_overrides()
+    catalog = load_catalog(overrides or None)
+    shapes = []
+    for cloud in sorted(clouds_of(nodes)):
+        pools, system = [], []
+        for group in node_groups(nodes) + ([p for p in gpu_pools(nodes) if p.cloud == "linode"]):
+            if group.cloud != cloud:
+                continue
+            capacity = "on-demand" if group.capacity == "mixed" else group.capacity
+            itype = _dearest(cloud, group.instance_types, capacity, catalog)
+            if itype is None:
+                raise ValueError(f"pool '{group.name}': no instance type of {group.instance_types} is in the price catalog")
+            t = catalog.instance(cloud, itype)
+            if t.price(capacity) is None:
+                capacity = "on-demand"
+            if group.gpus_per_node:
+                pools.append(PoolShape(group.name, itype, capacity, group.min_nodes, group.max_nodes))
+            elif group.max_nodes:
+                system.append(NodeGroup(group.name, itype, group.max_nodes, capacity))
+        region = None
+        if cloud == "linode":
+            gpu_urns = {u for p in gpu_pools(nodes) for u in p.urns}
+            plain = Counter(str(get(n.props, "type")) for n in nodes if n.type == LINODE_INSTANCE and n.urn not in gpu_urns)
+            system += [NodeGroup("control-plane and system", t, c) for t, c in sorted(plain.items())]
+            region = next((get(n.props, "region") for n in nodes if n.type == LINODE_INSTANCE), None)
+            lbs = sum(1 for n in nodes if n.type == "linode:index/nodeBalancer:NodeBalancer")
+            shapes.append(StackShape(cloud, region, tuple(pools), system_nodes=tuple(system), load_balancers=lbs,
+                                     price_overrides=overrides))
+        elif cloud == "gcp":
+            location = next((get(n.props, "location") for n in nodes if n.type == GKE_CLUSTER), None)
+            nats = sum(1 for n in nodes if n.type == "gcp:compute/routerNat:RouterNat")
+            shapes.append(StackShape(cloud, location, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
+                                     managed_control_plane=any(n.type == GKE_CLUSTER for n in nodes),
+                                     price_overrides=overrides))
+        else:
+            nats = sum(1 for n in nodes if n.type == "aws:ec2/natGateway:NatGateway")
+            lbs = sum(1 for n in nodes if n.type in ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer"))
+            shapes.append(StackShape(cloud, None, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
+                                     load_balancers=lbs, managed_control_plane=any(n.type == "aws:eks/cluster:Cluster" for n in nodes),
+                                     price_overrides=overrides))
+    return [s for s in shapes if s.gpu_pools or s.system_nodes]
+
+
+def _validate_monthly_cost(args, report_violation) -> None:
+    from gpu_platform.costs.estimator import EstimateError, estimate
+
+    limit = float(_config(args, "maxMonthlyUsd", DEFAULT_MAX_MONTHLY_USD))
+    for problem in override_problems(float(_config(args, "minOverrideRatio", DEFAULT_MIN_OVERRIDE_RATIO))):
+        report_violation(f"{problem}.")
+    nodes = stack_nodes(args.resources)
+    try:
+        estimates = [estimate(shape) for shape in stack_shapes(nodes)]
+    except (EstimateError, ValueError) as exc:
+        report_violation(f"Cannot estimate the stack's monthly cost: {exc}.")
+        return
+    total = sum(e.full_monthly_usd for e in estimates)
+    if total > limit:
+        lines = sorted((ln for e in estimates for ln in e.lines), key=lambda ln: -ln.monthly_usd)
+        top = "; ".join(f"{ln.name}: ${ln.monthly_usd:,.0f}" for ln in lines[:4])
+        report_violation(f"At full capacity the stack costs about ${total:,.0f}/month, over the ceiling of "
+                         f"${limit:,.0f} (maxMonthlyUsd). Largest items: {top}.")
+
+
+monthly_cost_ceiling = StackValidationPolicy(
+    name="monthly-cost-ceiling",
+    description="The estimated monthly cost at full capacity (every pool at max nodes all month, plus fixed "
+                "parts, priced by gpu_platform/costs/estimator from the catalog) stays under a ceiling.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=PolicyConfigSchema(properties={
+        "maxMonthlyUsd": {"type": "number", "minimum": 0, "default": DEFAULT_MAX_MONTHLY_USD,
+                          "description": "Most USD per month the stack may cost at full capacity."},
+        "minOverrideRatio": {"type": "number", "minimum": 0, "maximum": 1, "default": DEFAULT_MIN_OVERRIDE_RATIO,
+                             "description": "A priceOverrides price below this share of the catalog's cheapest "
+                                            "interruptible price for the type is a violation."},
+    }),
+    validate=_validate_monthly_cost,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Budget alerts
+# ---------------------------------------------------------------------------------------------
+
+
+def _length(value: Any) -> int:
+    try:
+        return len(value) if value is not None and not isinstance(value, str) else 0
+    except TypeError:
+        return 0
+
+
+def _has_budget_alerts(cloud: str, nodes: list[Node]) -> bool:
+    for n in nodes:
+        if cloud == "linode" and n.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule":
+            if get(n.props, "metadata.name") == SPEND_RULE_NAME and _length(get(n.props, "spec.groups")):
+                return True
+        if cloud == "gcp" and n.type == "gcp:billing/budget:Budget":
+            if _length(get(n.props, "thresholdRules")):
+                return True
+        if cloud == "aws" and n.type == "aws:budgets/budget:Budget":
+            if _length(get(n.props, "notifications")):
+                return True
+        if cloud == "aws" and n.type == "aws:cloudwatch/metricAlarm:MetricAlarm":
+            if (get(n.props, "namespace") == "AWS/Billing" and get(n.props, "metricName") == "EstimatedCharges"
+                    and _length(get(n.props, "alarmActions"))):
+                return True
+    return False
+
+
+_BUDGET_HINT = {
+    "linode": f"a PrometheusRule named {SPEND_RULE_NAME} (Linode has no billing API; the platform's monitoring must be on)",
+    "gcp": "a gcp.billing.Budget with threshold rules",
+    "aws": "an aws.budgets.Budget with notifications, or a CloudWatch alarm with actions on AWS/Billing EstimatedCharges",
+}
+
+
+def _validate_budget_alerts(args, report_violation) -> None:
+    nodes = stack_nodes(args.resources)
+    for cloud in sorted({p.cloud for p in gpu_pools(nodes)}):
+        if not _has_budget_alerts(cloud, nodes):
+            report_violation(f"The stack has GPU capacity on {cloud} but no budget alert: it needs {_BUDGET_HINT[cloud]}.")
+
+
+budget_alerts_required = StackValidationPolicy(
+    name="budget-alerts-required",
+    description="A stack with GPU capacity has budget alerts: a GCP billing budget, an AWS budget or billing "
+                "alarm, or on Linode the platform's gpu-spend-run-rate Prometheus rule.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=_validate_budget_alerts,
+)
+
+
+POLICIES = [interruptible_gpu_capacity, gpu_pools_scale_to_zero, gpu_count_ceiling, monthly_cost_ceiling,
+            budget_alerts_required]
+

@@ -1,0 +1,325 @@
+"""`python -m gpu_platform.preflight <stack>`: what a stack creates, whether it passes policy, what it costs.
+
+Offline and without credentials: the real program runs under Pulumi's mocks (preview mode), the
+policy pack runs in its own process through the analyzer protocol, every chart is rendered and
+checked against a model of the cluster's nodes, and costs come from the catalog. The verdict comes
+first, then the bill; `-v` adds the policy table and the cluster fit (always shown when they fail),
+`-vv` the resource tree;
+`--format json` prints one document (gpu_platform/preflight/preflight.schema.json) instead.
+Exit codes: 0 ok, 2 a wrong stack config / policy config / chart, 3 a mandatory policy violated or a
+workload that would not fit, 4 usage (unknown stack, missing file or folder, bad arguments),
+1 an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.preflight import artifacts
+from gpu_platform.preflight.report import render_plan
+from gpu_platform.preflight.runner import ROOT, ProgramError, StackFileError, StackNotFound, load_stack, load_stack_file, run_program
+
+EXIT_CONFIG = 2
+EXIT_POLICY = 3
+EXIT_USAGE = 4  # a stack or file that does not exist, bad arguments
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2, which here means a bad stack config
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class BackgroundAnalyzer:
+    """Starts the policy pack in a thread so its start-up overlaps the program run."""
+
+    def __init__(self, stack: str, stack_config: dict[str, str]):
+        from gpu_platform.preflight.analyzer import Analyzer
+
+        self.analyzer = Analyzer(stack=stack, stack_config=stack_config)
+        self.error: BaseException | None = None
+        self.where: str | None = None
+        self.thread = threading.Thread(target=self._start, daemon=True)
+        self.thread.start()
+
+    def _start(self) -> None:
+        try:
+            self.analyzer.start()
+        except BaseException as exc:  # noqa: BLE001 re-raised in analyze()
+            self.error = exc
+
+    def analyze(self, plan, policy_config):
+        self.thread.join()
+        try:
+            if self.error is not None:
+                raise self.error
+            return self.analyzer.analyze(plan, policy_config, where=self.where or f"policy config of stack {plan.stack}")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.thread.join()
+        self.analyzer.close()
+
+
+def _consoles() -> tuple[Any, Any]:
+    """stdout for the report, stderr for progress and messages. rich colours only a terminal and
+    honours NO_COLOR; piped output is plain text."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich exits 1 here; the caller decides (the verdict's code)
+            raise BrokenPipeError
+
+    return _Console(file=sys.stdout, soft_wrap=True), _Console(file=sys.stderr, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def _step(err: Any, label: str, enabled: bool) -> Iterator[None]:
+    """A spinner on stderr while a step runs (terminals only; nothing in pipes, CI logs or JSON)."""
+    if enabled and err.is_terminal:
+        with err.status(label, spinner="dots"):
+            yield
+    else:
+        yield
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["charts"]:  # `python -m gpu_platform.preflight charts pull|list`: the chart cache
+        from gpu_platform.preflight.fit.pull import main as charts_main
+
+        return charts_main(argv[1:])
+    if argv[:1] == ["summary"]:  # `python -m gpu_platform.preflight summary DIR`: Markdown of every stack's verdict
+        from gpu_platform.preflight.verdict import summary_main
+
+        return summary_main(argv[1:])
+    parser = _Parser(prog="python -m gpu_platform.preflight", description=__doc__.splitlines()[0],
+                     epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure, 4 usage, 1 bug")
+    parser.add_argument("stack", nargs="?", help="stack name: stacks/Pulumi.<stack>.yaml")
+    parser.add_argument("--stack-file", help="plan this stack file instead (its name gives the stack name)")
+    parser.add_argument("--out", default=str(ROOT / "build"), help="output folder (default: build/)")
+    parser.add_argument("--no-policies", action="store_true", help="skip the policy pack")
+    parser.add_argument("--policy-config", help="policy config file (default: stacks/policy.<stack>.yaml if present)")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="-v: the policy table and the cluster fit; -vv: also the resource tree")
+    parser.add_argument("--quiet", action="store_true", help="the verdict and the bill only (the default; overrides -v)")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: one document on stdout (schema: gpu_platform/preflight/preflight.schema.json)")
+    parser.add_argument("--charts", action="append", metavar="DIR",
+                        help="chart directory to render from (repeatable; default: $GPU_PLATFORM_CHARTS or "
+                             "../shared/charts; fill one with `python -m gpu_platform.preflight charts pull`)")
+    parser.add_argument("--allow-missing-chart", action="append", default=[], metavar="NAME",
+                        help="report releases of this chart as NOT RENDERED instead of failing (repeatable)")
+    args = parser.parse_args(argv)
+    if bool(args.stack) == bool(args.stack_file):
+        parser.error("give a stack name or --stack-file, not both")
+    return Run(args).execute()
+
+
+class Run:
+    """One preflight run: plan, policies and cluster fit in parallel, then the verdict."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.json = args.format == "json"
+        self.verbose = 0 if args.quiet else args.verbose
+        self.out_console, self.err = _consoles()
+        self.started = time.monotonic()
+        self.details: list[str] = []
+        self.warnings: list[str] = []
+        self.cfg: Any = None
+        self.sections: dict[str, Any] = {}
+        self.costs: Any = None
+
+    # --- messages and the end of a run ------------------------------------------------------
+
+    def fail(self, code: int, message: str, out: Optional[Path] = None) -> int:
+        print(f"preflight: {message}", file=sys.stderr)
+        return self.finish(code, out, error=message)
+
+    def finish(self, code: int, out: Optional[Path], error: Optional[str] = None) -> int:
+        from gpu_platform.preflight import verdict
+
+        if self.costs is not None and code not in (0, EXIT_POLICY):
+            self.costs.abandon()
+
+        doc = verdict.document(self.args.stack or "?", self.cfg, code, warnings=tuple(self.warnings), error=error,
+                               **self.sections)
+        verdict.validate(doc)
+        if out is not None and out.is_dir():
+            (out / verdict.DOCUMENT).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        try:
+            if self.json:
+                sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+            elif self.sections:
+                verdict.render_summary(doc, self.out_console)
+                for block in self.details:
+                    self.out_console.print()
+                    self.out_console.print(block, highlight=False, markup=False)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `preflight aws-prod | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # The time goes to stderr: stdout is the same bytes for the same stack on every run.
+        print(f"preflight {self.args.stack}: {doc['verdict'].upper()} in {time.monotonic() - self.started:.1f}s",
+              file=sys.stderr)
+        return code
+
+    # --- the run ------------------------------------------------------------------------------
+
+    def execute(self) -> int:
+        args = self.args
+        try:
+            if args.stack_file:
+                stack_input = load_stack_file(Path(args.stack_file))
+                args.stack = stack_input.stack
+            else:
+                stack_input = load_stack(args.stack)
+        except StackNotFound as exc:
+            return self.fail(EXIT_USAGE, str(exc))
+        except StackFileError as exc:
+            return self.fail(EXIT_CONFIG, str(exc))
+        try:
+            self.cfg = parse_config(stack_input.raw, args.stack, source=stack_input.source,
+                                    secret_keys=stack_input.bare_secret_keys)
+        except ConfigError as exc:
+            return self.fail(EXIT_CONFIG, str(exc))
+        from gpu_platform.components.config import config_warnings
+
+        # Shown once, in the verdict (and the JSON document's `warnings`).
+        self.warnings = list(config_warnings(self.cfg))
+
+        policies = None
+        policy_config = None
+        if not args.no_policies:
+            from gpu_platform.preflight.analyzer import PolicyConfigError, load_policy_config
+
+            try:
+                policy_config = load_policy_config(args.stack, args.policy_config)
+            except (PolicyConfigError, FileNotFoundError) as exc:
+                return self.fail(EXIT_CONFIG, str(exc))
+            # The pack takes a second to start: start it now, while the program runs.
+            policies = BackgroundAnalyzer(args.stack, stack_input.config)
+            from gpu_platform.preflight.analyzer import policy_config_path
+
+            # Messages about the policy config name the file read.
+            shown = args.policy_config or (policy_config_path(args.stack) if policy_config is not None else None)
+            policies.where = f"policy config {shown}" if shown else None
+
+        try:
+            with _step(self.err, "running the program under mocks", not self.json):
+                plan = run_program(stack_input)
+        except ProgramError as exc:
+            if policies is not None:
+                policies.close()
+            return self.fail(1, f"the program failed: {exc}")
+        self.sections["plan"] = plan
+        # The program's own warnings (e.g. a fallback it took), once, beside the config's.
+        self.warnings += [w for w in plan.warnings if w not in self.warnings]
+
+        out = Path(args.out) / args.stack
+        if out.resolve().parent != Path(args.out).resolve():  # stack names are validated; belt and braces
+            return self.fail(EXIT_USAGE, f"stack name {args.stack!r} would write outside {args.out}")
+        out.mkdir(parents=True, exist_ok=True)
+        # Render the charts and check the fit in a thread while the policy pack analyses the plan.
+        from gpu_platform.preflight.fit.run import FitWorker, default_chart_dirs
+
+        chart_dirs = [Path(d) for d in args.charts] if args.charts else default_chart_dirs()
+        missing_dirs = [str(d) for d in chart_dirs if not d.is_dir()]
+        if missing_dirs:
+            if policies is not None:
+                policies.close()
+            return self.fail(EXIT_USAGE, f"chart directory {', '.join(missing_dirs)} does not exist "
+                             "(--charts DIR, $GPU_PLATFORM_CHARTS; fill one with `python -m gpu_platform.preflight charts pull --dest DIR`)",
+                             out)
+        from gpu_platform.preflight.costs import CostReport
+
+        # The fit thread prices the rendered storage as soon as the charts are rendered, so the cost
+        # chart is drawn (in a child process) while the policy pack is still analysing.
+        costs = self.costs = CostReport(self.cfg, out, plan)
+        fit = FitWorker(self.cfg, plan, out, chart_dirs, args.allow_missing_chart,
+                        then=lambda result: costs.report([r for r in result.releases if r.rendered]))
+        (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
+        from gpu_platform.preflight.mocks import SENSITIVE
+
+        written = artifacts.write(plan, out / "artifacts", SENSITIVE)
+        if self.verbose >= 2:
+            self.details.append(render_plan(plan))
+        files = [f"{out / 'plan.json'}", f"{len(written)} artifact(s) under {out / 'artifacts'}"]
+
+        status = 0
+        if policies is not None:
+            from gpu_platform.preflight.analyzer import PolicyConfigError, PolicyPackError, PolicyPackIncomplete, PolicyTimeout
+            from gpu_platform.preflight.verdict import policy_section
+
+            try:
+                with _step(self.err, "analysing the plan with the policy pack", not self.json):
+                    report = policies.analyze(plan, policy_config)
+            except PolicyConfigError as exc:
+                return self.fail(EXIT_CONFIG, str(exc), out)
+            except (PolicyPackIncomplete, PolicyTimeout) as exc:  # no verdict is a failed verdict
+                return self.fail(EXIT_POLICY, str(exc), out)
+            except PolicyPackError as exc:
+                return self.fail(1, f"the policy pack failed: {exc}", out)
+            (out / "policy.json").write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+            files.append(str(out / "policy.json"))
+            self.sections["policies"] = policy_section(report)
+            if report.mandatory_violations or self.verbose:
+                self.details.append(report.render())
+            if report.mandatory_violations:
+                status = EXIT_POLICY
+
+        from gpu_platform.preflight.fit.nodes import ModelError
+        from gpu_platform.preflight.fit.render import ChartError
+        from gpu_platform.preflight.verdict import cost_section, fit_section
+
+        try:
+            with _step(self.err, "rendering the charts and checking the cluster fit", not self.json):
+                fit_result = fit.result()
+        except (ChartError, ModelError) as exc:
+            self.details.append(costs.report(None))  # the bill without chart storage (listed as not modelled)
+            costs.finish()
+            self.sections["cost"] = cost_section(costs.json_path)
+            return self.fail(EXIT_CONFIG, str(exc), out)
+        self.sections["fit"] = fit_section(fit_result)
+        if fit_result.failed or fit_result.not_rendered or self.verbose:
+            self.details.append(fit_result.render(verbose=self.verbose >= 1))
+        files.append(f"{len(fit_result.files)} rendered release(s) under {out / 'rendered'} and {out / 'fit.json'}")
+        if fit_result.failed:
+            status = EXIT_POLICY
+
+        bill = fit.then_result()
+        with _step(self.err, "drawing the cost chart", not self.json):
+            files.append(costs.finish())
+        self.sections["cost"] = cost_section(costs.json_path)
+        # The bill is always shown, after the verdict: line by line with its assumptions, the budget
+        # comparison and the catalog's age (what a finance reviewer checks).
+        self.details.append(bill)
+        if self.verbose:
+            self.details.append("Wrote " + "; ".join(files))
+        return self.finish(status, out)
+
+
+def _run_cli() -> int:
+    """The console entry: a closed pipe (`preflight aws-prod | head`) ends quietly, not in a traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout again at exit
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_run_cli())

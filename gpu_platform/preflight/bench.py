@@ -1,0 +1,45 @@
+"""`python -m gpu_platform.preflight.bench [stack ...]`: preflight's wall time per stack, each in a fresh process
+(as a user or CI runs it), best of three. Target (issue 10): under 6 s per stack on a 2-core machine,
+chart rendering and the cluster-fit checks included."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET_S = 6.0
+# ../shared/charts has no Cilium or Calico chart yet: the Linode stacks are timed with those releases
+# reported NOT RENDERED (otherwise preflight stops early with exit 2 and the time means nothing).
+ALLOW_MISSING = {"linode": ("cilium", "tigera-operator")}
+RUNS = 3
+
+
+def time_stack(stack: str) -> tuple[float, int]:
+    best, code = float("inf"), 0
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        allow = [a for prefix, charts in ALLOW_MISSING.items() if stack.startswith(prefix)
+                 for chart in charts for a in ("--allow-missing-chart", chart)]
+        code = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", stack, "--quiet", "--out", str(ROOT / "build" / "bench"), *allow],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        best = min(best, time.perf_counter() - start)
+    return best, code
+
+
+def main(stacks: list[str]) -> int:
+    stacks = stacks or sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+    print(f"{'stack':<16} {'best of ' + str(RUNS):>10}  exit  target {TARGET_S:.1f}s")
+    slow = 0
+    for stack in stacks:
+        seconds, code = time_stack(stack)
+        ok = seconds < TARGET_S
+        slow += not ok
+        print(f"{stack:<16} {seconds:>9.2f}s  {code:>4}  {'ok' if ok else 'SLOW'}")
+    return 1 if slow else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,237 @@
+"""The cost part of preflight: the stack's whole monthly bill, the budget comparison, the catalog's age,
+cost.json and the decision chart.
+
+The estimator (gpu_platform/costs/estimator.py) is pure; this module feeds it what only the program knows: boot-disk
+sizes (the node pools and launch templates the program registers), the storage the platform's charts
+request (PVCs and StatefulSet volumeClaimTemplates in the rendered releases of gpu_platform/preflight/fit/render.py),
+the Services of type LoadBalancer those charts create, and the extended-support fee of the Kubernetes
+version on the day (gpu_platform/components/versions_calendar.py). The chart is drawn in a child process
+(`python -m gpu_platform.preflight.costs`, the data piped in) so matplotlib's import runs on the other core."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import pickle
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from gpu_platform.components.versions_calendar import today as calendar_today
+
+if TYPE_CHECKING:
+    from gpu_platform.components.config import StackConfig
+
+_QUANTITY = re.compile(r"^([0-9.]+)\s*([KMGTPE]i?)?$")
+_FACTORS = {None: 1 / 2**30, "K": 1e3 / 2**30, "M": 1e6 / 2**30, "G": 1e9 / 2**30, "T": 1e12 / 2**30,
+            "Ki": 1 / 2**20, "Mi": 1 / 2**10, "Gi": 1.0, "Ti": 2**10, "Pi": 2**20}
+
+
+def gib(quantity: Any) -> Optional[float]:
+    """A Kubernetes storage quantity ("10Gi", "500Mi", "20G") in GiB; None if not a quantity."""
+    m = _QUANTITY.match(str(quantity).strip())
+    if not m or m.group(2) not in _FACTORS:
+        return None
+    return float(m.group(1)) * _FACTORS[m.group(2)]
+
+
+def _storage(spec: Any) -> Optional[float]:
+    try:
+        return gib(spec["resources"]["requests"]["storage"])
+    except (KeyError, TypeError):
+        return None
+
+
+def storage_requests(releases: Iterable[Any]) -> list[tuple[str, float]]:
+    """(Kind/namespace/name, GiB) of every PersistentVolumeClaim and StatefulSet volumeClaimTemplate (times
+    its replicas) in the rendered releases; Helm hook objects included (they run too)."""
+    out: list[tuple[str, float]] = []
+    for rel in releases:
+        for obj in getattr(rel, "objects", None) or []:
+            if not isinstance(obj, dict):
+                continue
+            kind, meta = obj.get("kind"), obj.get("metadata") or {}
+            where = f"{meta.get('namespace', '-')}/{meta.get('name', '?')}"
+            if kind == "PersistentVolumeClaim":
+                size = _storage(obj.get("spec") or {})
+                if size:
+                    out.append((f"{rel.name}: PVC {where}", size))
+            elif kind == "StatefulSet":
+                spec = obj.get("spec") or {}
+                replicas = spec.get("replicas", 1)
+                replicas = replicas if isinstance(replicas, int) else 1
+                for tpl in spec.get("volumeClaimTemplates") or []:
+                    size = _storage((tpl or {}).get("spec") or {})
+                    if size:
+                        out.append((f"{rel.name}: StatefulSet {where} x{replicas} "
+                                    f"{(tpl.get('metadata') or {}).get('name', '')}", size * replicas))
+    return out
+
+
+def load_balancer_services(releases: Iterable[Any]) -> list[str]:
+    out = []
+    for rel in releases:
+        for obj in getattr(rel, "objects", None) or []:
+            if isinstance(obj, dict) and obj.get("kind") == "Service" and (obj.get("spec") or {}).get("type") == "LoadBalancer":
+                meta = obj.get("metadata") or {}
+                out.append(f"{rel.name}: {meta.get('namespace', '-')}/{meta.get('name', '?')}")
+    return out
+
+
+def _boot_disks(cfg: "StackConfig", plan: Any):
+    """(GPU pool boot disk GiB by pool name, system node boot disk GiB) as the program registers them."""
+    pools: dict[str, int] = {}
+    system: Optional[int] = None
+    if cfg.cloud == "gcp":
+        from gpu_platform.components.gcp.nodepool import GPU_DISK_GB, SYSTEM_DISK_GB
+
+        pools = {p.name: GPU_DISK_GB for p in cfg.gpu_pools}
+        system = SYSTEM_DISK_GB
+    elif cfg.cloud == "aws":
+        pools = {p.name: cfg.aws.pool(p.name).root_volume_gib for p in cfg.gpu_pools} if cfg.aws else {}
+        for r in (plan.by_type("aws:ec2/launchTemplate:LaunchTemplate") if plan is not None else []):
+            if "system" in r.name:
+                for bdm in r.plain_inputs.get("blockDeviceMappings") or []:
+                    size = (bdm.get("ebs") or {}).get("volumeSize")
+                    if isinstance(size, (int, float)):
+                        system = int(size)
+    return pools, system
+
+
+def _extended_support(cfg: "StackConfig", today: _dt.date) -> tuple[Optional[float], str]:
+    try:
+        from gpu_platform.components.versions_calendar import load_calendar
+    except ImportError:  # the calendar module is absent: say so rather than guess a fee
+        return None, ""
+    cal = load_calendar()
+    status = cal.status(cfg.cloud, cfg.kubernetes_version, today)
+    fee = cal.extended_support_fee_per_hour(cfg.cloud, cfg.kubernetes_version, today)
+    fees = cal.fees(cfg.cloud)
+    src = f"{fees.source} (retrieved {fees.retrieved})" if fees else "gpu_platform/costs/catalog/kubernetes-versions.yaml"
+    return fee, f"{cfg.kubernetes_version} is in {status} support on {today.isoformat()}; {src}"
+
+
+def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[Any]] = None,
+                today: Optional[_dt.date] = None):
+    """The estimator's StackShape of a configured stack with what the program and its charts add."""
+    from gpu_platform.costs.estimator import StackShape
+
+    day = today or calendar_today()
+    shape = StackShape.from_config(cfg)
+    pool_disks, system_disk = _boot_disks(cfg, plan)
+    pools = tuple(replace(p, boot_disk_gib=pool_disks.get(p.name, p.boot_disk_gib)) for p in shape.gpu_pools)
+    system = shape.system_nodes
+    if system is not None and system_disk is not None:
+        system = tuple(replace(g, boot_disk_gib=system_disk) for g in system)
+    fee, fee_basis = _extended_support(cfg, day)
+    changes: dict[str, Any] = dict(gpu_pools=pools, system_nodes=system, extended_support_usd_per_hour=fee,
+                                   extended_support_basis=fee_basis)
+    extra = []
+    for r in (plan.by_type("kubernetes:helm.sh/v3:Release") if plan is not None else []):
+        values = r.plain_inputs.get("values") or {}
+        cap = ((values.get("singleuser") or {}).get("storage") or {}).get("capacity") if isinstance(values, dict) else None
+        if cap:
+            extra.append(f"notebook home volumes: {cap} per user, created when a user first starts a server "
+                         "(the number of users is not known)")
+    changes["extra_not_modelled"] = tuple(extra)
+    if releases is not None:
+        pvcs = storage_requests(releases)
+        changes.update(pvc_gib=tuple(pvcs), pvc_basis="requests in the rendered charts (gpu_platform/preflight/fit/render.py)")
+        lbs = load_balancer_services(releases)
+        plan_lbs = 0
+        if plan is not None:
+            plan_lbs = len(plan.by_type("linode:index/nodeBalancer:NodeBalancer")) if cfg.cloud == "linode" else \
+                len(plan.by_type("aws:lb/loadBalancer:LoadBalancer")) if cfg.cloud == "aws" else 0
+        if cfg.cloud == "linode":
+            base = plan_lbs if plan is not None else (1 if shape.control_plane_count > 1 else 0)
+            changes["load_balancers"] = base + len(lbs)
+        elif lbs or plan_lbs:
+            changes["load_balancers"] = plan_lbs + len(lbs)
+    return replace(shape, **changes)
+
+
+class CostReport:
+    """Build with the config and the plan; `report(releases)` once the charts are rendered prints the bill."""
+
+    def __init__(self, cfg: "StackConfig", out: Path, plan: Any = None, today: Optional[_dt.date] = None):
+        self.cfg, self.out, self.plan = cfg, out, plan
+        self.today = today or calendar_today()  # GPU_PLATFORM_TODAY, like the config checks
+        self.json_path = out / "cost.json"
+        self.png_path = out / "cost.png"
+        self._summary: Optional[str] = None
+        # The chart is drawn in a child process started now: it imports matplotlib (about a second)
+        # while the program, the charts and the policies are worked out, then waits for the data.
+        self._chart: Optional[subprocess.Popen] = subprocess.Popen(
+            [sys.executable, "-m", "gpu_platform.preflight.costs", str(self.png_path)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._sent = False
+
+    def report(self, releases: Optional[list[Any]] = None) -> str:
+        from gpu_platform.costs import report
+        from gpu_platform.costs.catalog import load_catalog
+        from gpu_platform.costs.estimator import estimate
+
+        catalog = load_catalog(self.cfg.catalog_overrides() or None)
+        shape = stack_shape(self.cfg, self.plan, releases, self.today)
+        self.estimate = estimate(shape, catalog)
+        autoscaled = [p for p in shape.gpu_pools if p.max_nodes > p.min_nodes]
+        if autoscaled:
+            # the pool with the most GPUs at full size sets the overhead of the stack's curve
+            pool = max(autoscaled, key=lambda p: catalog.instance(shape.cloud, p.instance_type).gpus * p.max_nodes)
+            down = getattr(getattr(self.cfg, "aws", None), "scale_down_grace_minutes", None) or 10.0
+            self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down))
+        else:
+            self.overhead = report.Overhead(1.0, "fixed-size pools: billed all month whatever the use")
+        budget = float(self.cfg.monthly_budget_usd)
+        report.write_cost_json(self.estimate, self.json_path, budget, self.overhead, self.today)
+        self._summary = report.render_cost_summary(self.estimate, budget, self.overhead, self.today)
+        if not self._sent:
+            self._sent = True
+            self._chart.stdin.write(pickle.dumps((self.estimate, budget, self.overhead)))
+            self._chart.stdin.close()
+        return self._summary
+
+    @property
+    def summary(self) -> str:
+        return self._summary if self._summary is not None else self.report(None)
+
+    def finish(self) -> str:
+        """Wait for the chart; raise if it could not be drawn."""
+        if not self._sent:
+            self.report(None)
+        err = self._chart.stderr.read().decode()
+        if self._chart.wait() != 0:
+            raise RuntimeError(f"drawing {self.png_path} failed:\n{err}")
+        return f"Wrote {self.json_path} and {self.png_path}"
+
+
+    def abandon(self) -> None:
+        """The run ended before the bill (an error): let the waiting child go."""
+        if self._chart is not None and self._chart.poll() is None:
+            self._chart.kill()
+            self._chart.wait()
+
+
+def _draw_from_stdin(png: str) -> None:
+    # Everything slow happens before the data arrives, while the parent is still busy: import
+    # matplotlib and the report, and draw a throwaway figure once (font cache, text layout).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from gpu_platform.costs import report
+
+    warm = Figure(figsize=(2, 1))
+    FigureCanvasAgg(warm)
+    warm.text(0.5, 0.5, "$0 GPU 100 %")
+    warm.canvas.draw()
+
+    try:
+        est, budget, overhead = pickle.load(sys.stdin.buffer)
+    except EOFError:  # the parent ended before it had a bill (an error): nothing to draw
+        return
+    report.draw_cost_chart(est, report.default_alternatives(est), png, budget, overhead)
+
+
+if __name__ == "__main__":
+    _draw_from_stdin(sys.argv[1])

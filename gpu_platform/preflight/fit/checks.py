@@ -1,0 +1,1121 @@
+"""Whole-cluster checks over every pod the rendered releases make, against the node model.
+
+- schedulable: some node group at its maximum size tolerates the pod's taints (NoSchedule/NoExecute),
+  satisfies its nodeSelector and required node affinity, and has allocatable >= its effective requests
+  after the namespace's LimitRange defaults; DaemonSets land on the groups they are meant for.
+- packing: first-fit decreasing of all pods onto the nodes of every group at maximum size, DaemonSets
+  first on every node they match; headroom left per group.
+- admission: Pod Security Standards (the namespace's enforce level and version), LimitRange
+  (defaults, min/max, maxLimitRequestRatio, request <= limit after defaulting) and ResourceQuota.
+- ordering: a Validating/MutatingWebhookConfiguration with failurePolicy Fail whose rules and selectors
+  match objects (or pods) of another release requires that release to depend on the webhook's release.
+- reachable: every admission webhook, CRD conversion webhook and APIService backend port (Service port ->
+  targetPort -> container port) is one the control plane may open on nodes.
+- queue-fit: each Kueue flavor's nominal quota fits its nodes at maximum size, and every job the queue
+  may admit to a flavor fits there (each pod on one node, all pods at maximum size).
+
+Semantics follow the Kubernetes docs/sources named at each function. Pure functions; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Optional
+
+from gpu_platform.components.capacity import GI
+from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
+from gpu_platform.preflight.fit.pods import (
+    GPU, INSTALL_HOOKS, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
+    parse_amounts, pod_templates,
+)
+
+CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "render")
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
+PSS_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+WELL_KNOWN_OS_KEYS = ("kubernetes.io/os", "kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/arch")
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Problem:
+    check: str
+    release: str
+    object: str  # Kind/namespace/name
+    reason: str
+    fix: str
+
+    def __post_init__(self) -> None:
+        if self.check not in CHECKS:
+            raise ValueError(f"unknown check {self.check!r}")
+
+
+@dataclass
+class Placement:
+    release: str
+    object: str
+    group: str
+    pods: int
+
+
+@dataclass
+class FitReport:
+    problems: list[Problem]
+    placements: list[Placement]
+    headroom: dict[str, dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    releases: int = 0
+    pods: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def by_check(self, check: str) -> list[Problem]:
+        return [p for p in self.problems if p.check == check]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "releases": self.releases, "pods": self.pods,
+                "problems": [asdict(p) for p in self.problems], "placements": [asdict(p) for p in self.placements],
+                "headroom": self.headroom, "notes": list(self.notes)}
+
+    def render(self, verbose: bool = False) -> str:
+        lines = [f"Cluster fit: {self.releases} releases, {self.pods} pods, "
+                 f"{'no problems' if self.ok else f'{len(self.problems)} problem(s)'} "
+                 "(node groups at maximum size: pods placed, headroom left)"]
+        per_group: dict[str, int] = {}
+        for pl in self.placements:
+            per_group[pl.group] = per_group.get(pl.group, 0) + pl.pods
+        for name, h in self.headroom.items():
+            size = f"{h.get('minNodes', h['nodes'])}-{h['nodes']}" if h.get("minNodes", h["nodes"]) != h["nodes"] else str(h["nodes"])
+            lines.append(f"  {name:<16} {size:>5} x {h['instanceType']:<24} {per_group.get(name, 0):>4} pods   "
+                         f"headroom {h['cpuMillis'] / 1000:.1f} CPU, {h['memoryBytes'] / GI:.1f} GiB, "
+                         f"{h['gpus']} GPU, {h['pods']} pod slots")
+            if verbose:
+                for pl in sorted(self.placements, key=lambda p: (p.object, p.release)):
+                    if pl.group == name:
+                        lines.append(f"      {pl.pods:>3} x {pl.object} ({pl.release})")
+        shown = self.problems if verbose else self.problems[:25]
+        for p in shown:
+            lines.append(f"  ! [{p.check}] {p.object} ({p.release}): {p.reason}")
+            lines.append(f"      fix: {p.fix}")
+        if len(shown) < len(self.problems):
+            lines.append(f"  ... {len(self.problems) - len(shown)} more (--verbose or fit.json)")
+        if verbose:
+            lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Selectors, taints, affinity (k8s.io/component-helpers scheduling/corev1, apimachinery labels)
+# ---------------------------------------------------------------------------------------------
+
+
+def tolerates(toleration: dict, taint: dict) -> bool:
+    """v1.Toleration.ToleratesTaint: empty effect matches every effect; operator Exists with an empty
+    key matches every taint; Equal (the default) compares values."""
+    eff = toleration.get("effect") or ""
+    if eff and eff != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    op = toleration.get("operator") or "Equal"
+    if key and key != taint.get("key"):
+        return False
+    if not key and op != "Exists":
+        return False
+    if op == "Exists":
+        return True
+    return (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated(taints: list[dict], tolerations: list[dict]) -> list[dict]:
+    return [t for t in taints if t.get("effect") in BLOCKING_EFFECTS and not any(tolerates(x, t) for x in tolerations)]
+
+
+def _match_expression(labels: dict[str, str], expr: dict) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+    present = key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except (KeyError, ValueError, IndexError):
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def label_selector_matches(selector: Optional[dict], labels: dict[str, str]) -> bool:
+    """metav1.LabelSelector: None or {} matches everything."""
+    if not selector:
+        return True
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != str(v):
+            return False
+    return all(_match_expression(labels, e) for e in selector.get("matchExpressions") or [])
+
+
+def node_affinity_matches(affinity: Optional[dict], labels: dict[str, str]) -> bool:
+    """requiredDuringSchedulingIgnoredDuringExecution: terms ORed, expressions ANDed; a term with no
+    expressions matches nothing (matchFields are per node name and cannot be judged per group: ignored)."""
+    req = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not req:
+        return True
+    for term in req.get("nodeSelectorTerms") or []:
+        exprs = term.get("matchExpressions") or []
+        if not exprs and not term.get("matchFields"):
+            continue
+        if all(_match_expression(labels, e) for e in exprs):
+            return True
+    return False
+
+
+def _affinity_keys(affinity: Optional[dict]) -> set[str]:
+    req = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return {e.get("key") for t in req.get("nodeSelectorTerms") or [] for e in t.get("matchExpressions") or []}
+
+
+# ---------------------------------------------------------------------------------------------
+# Pod Security Standards (https://kubernetes.io/docs/concepts/security/pod-security-standards/)
+# ---------------------------------------------------------------------------------------------
+
+BASELINE_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                                   "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
+SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
+# Safe sysctls by the PSS version that allowed them.
+SAFE_SYSCTLS = ((0, ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                     "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range")),
+                (27, ("net.ipv4.ip_local_reserved_ports",)),
+                (29, ("net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                      "net.ipv4.tcp_keepalive_probes")),
+                (32, ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")))
+RESTRICTED_VOLUMES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                                "projected", "secret"})
+LEVELS = {"privileged": 0, "baseline": 1, "restricted": 2}
+
+
+def _minor(version: str, cluster_version: str) -> int:
+    v = cluster_version if version in ("", "latest", None) else version
+    try:
+        return int(str(v).lstrip("v").split(".")[1])
+    except (IndexError, ValueError):
+        return int(str(cluster_version).split(".")[1])
+
+
+def pss_violations(spec: dict, annotations: dict[str, str], level: str, minor: int = 33) -> list[str]:
+    """The controls of `level` (baseline, restricted) the pod spec violates, one line each."""
+    if LEVELS.get(level, 0) == 0:
+        return []
+    out: list[str] = []
+    psc = spec.get("securityContext") or {}
+    containers = [(c.get("name"), c, c.get("securityContext") or {})
+                  for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                  + (spec.get("ephemeralContainers") or [])]
+    # --- baseline -------------------------------------------------------------------------
+    if (psc.get("windowsOptions") or {}).get("hostProcess") or any(
+            (sc.get("windowsOptions") or {}).get("hostProcess") for _, _, sc in containers):
+        out.append("HostProcess: windowsOptions.hostProcess must not be true")
+    for ns in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(ns):
+            out.append(f"Host namespaces: {ns} must not be true")
+    for name, _, sc in containers:
+        if sc.get("privileged"):
+            out.append(f"Privileged containers: container {name} sets privileged: true")
+        added = set((sc.get("capabilities") or {}).get("add") or [])
+        bad = sorted(added - BASELINE_CAPABILITIES)
+        if bad:
+            out.append(f"Capabilities: container {name} adds {', '.join(bad)} (beyond the baseline set)")
+    for v in spec.get("volumes") or []:
+        if "hostPath" in v:
+            out.append(f"HostPath volumes: volume {v.get('name')} is a hostPath")
+    for name, c, _ in containers:
+        for p in c.get("ports") or []:
+            if p.get("hostPort") not in (None, 0):
+                out.append(f"Host ports: container {name} uses hostPort {p['hostPort']}")
+    for where, sc in [("pod", psc)] + [(f"container {n}", s) for n, _, s in containers]:
+        aa = (sc.get("appArmorProfile") or {}).get("type")
+        if aa not in (None, "RuntimeDefault", "Localhost"):
+            out.append(f"AppArmor: {where} sets appArmorProfile {aa}")
+        se = sc.get("seLinuxOptions") or {}
+        if se.get("type", "") not in SELINUX_TYPES or se.get("user") or se.get("role"):
+            out.append(f"SELinux: {where} sets seLinuxOptions {se}")
+        if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
+            out.append(f"Seccomp: {where} sets seccompProfile Unconfined")
+    for k, v in (annotations or {}).items():
+        if k.startswith("container.apparmor.security.beta.kubernetes.io/") and not (
+                v == "runtime/default" or str(v).startswith("localhost/")):
+            out.append(f"AppArmor: annotation {k}={v}")
+    for name, _, sc in containers:
+        if sc.get("procMount") not in (None, "Default"):
+            out.append(f"/proc mount type: container {name} sets procMount {sc['procMount']}")
+    safe = {s for since, names in SAFE_SYSCTLS if minor >= since for s in names}
+    for s in psc.get("sysctls") or []:
+        if s.get("name") not in safe:
+            out.append(f"Sysctls: {s.get('name')} is not in the safe set")
+    if level != "restricted":
+        return out
+    # --- restricted -----------------------------------------------------------------------
+    for v in spec.get("volumes") or []:
+        kinds = [k for k in v if k != "name"]
+        if kinds and kinds[0] not in RESTRICTED_VOLUMES:
+            out.append(f"Volume types: volume {v.get('name')} is {kinds[0]}")
+    for name, _, sc in containers:
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"Privilege escalation: container {name} must set allowPrivilegeEscalation: false")
+    pod_nonroot = psc.get("runAsNonRoot")
+    for name, _, sc in containers:
+        c_nonroot = sc.get("runAsNonRoot")
+        if c_nonroot is False or (c_nonroot is None and pod_nonroot is not True):
+            out.append(f"Running as Non-root: container {name} must run with runAsNonRoot: true (pod or container)")
+    if minor >= 23:
+        if psc.get("runAsUser") == 0:
+            out.append("Running as Non-root user: pod sets runAsUser 0")
+        for name, _, sc in containers:
+            if sc.get("runAsUser") == 0:
+                out.append(f"Running as Non-root user: container {name} sets runAsUser 0")
+    pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
+    for name, _, sc in containers:
+        t = (sc.get("seccompProfile") or {}).get("type") or pod_seccomp
+        if t not in ("RuntimeDefault", "Localhost"):
+            out.append(f"Seccomp: container {name} needs seccompProfile RuntimeDefault or Localhost (pod or container)")
+    for name, _, sc in containers:
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"Capabilities: container {name} must drop ALL")
+        extra = sorted(set(caps.get("add") or []) - {"NET_BIND_SERVICE"})
+        if extra:
+            out.append(f"Capabilities: container {name} may add only NET_BIND_SERVICE, adds {', '.join(extra)}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster's admission and queue objects, indexed once
+# ---------------------------------------------------------------------------------------------
+
+
+def _plural(kind: str) -> str:
+    low = kind.lower()
+    if low in ("endpoints",):
+        return low
+    if low.endswith("y") and not low.endswith(("ay", "ey", "oy", "uy")):
+        return low[:-1] + "ies"
+    if low.endswith(("s", "x", "ch", "sh")):
+        return low + "es"
+    return low + "s"
+
+
+@dataclass
+class _Index:
+    ns_labels: dict[str, dict[str, str]]
+    limit_ranges: dict[str, list[dict]]
+    quotas: dict[str, list[dict]]
+    plurals: dict[tuple[str, str], tuple[str, str]]  # (group, kind) -> (plural, scope)
+    services: dict[tuple[str, str], dict]
+    local_queues: dict[tuple[str, str], dict]
+    cluster_queues: dict[str, dict]
+    flavors: dict[str, dict]
+    release_of: dict[str, str]  # object id -> release name
+    notes: list[str]
+
+
+def _index(releases: list[Any]) -> _Index:
+    idx = _Index({}, {}, {}, {}, {}, {}, {}, {}, {}, [])
+    owners: dict[str, list[str]] = {}
+    for rel in releases:
+        for obj in rel.objects:
+            kind, meta = obj.get("kind"), obj.get("metadata") or {}
+            api = str(obj.get("apiVersion", ""))
+            ns, name = meta.get("namespace"), meta.get("name")
+            idx.release_of.setdefault(object_id(obj), rel.name)
+            if kind == "Namespace" and api == "v1":
+                owners.setdefault(name, []).append(rel.name)
+                labels = idx.ns_labels.setdefault(name, {NAMESPACE_NAME_LABEL: name})
+                for k, v in (meta.get("labels") or {}).items():
+                    if k == PSS_ENFORCE and k in labels and LEVELS.get(labels[k], 0) > LEVELS.get(str(v), 0):
+                        continue  # two owners disagree: the stricter level is what one of them will apply
+                    labels[k] = str(v)
+            elif kind == "LimitRange" and api == "v1":
+                idx.limit_ranges.setdefault(ns, []).append(obj)
+            elif kind == "ResourceQuota" and api == "v1":
+                idx.quotas.setdefault(ns, []).append(obj)
+            elif kind == "Service" and api == "v1":
+                idx.services[(ns, name)] = obj
+            elif kind == "CustomResourceDefinition":
+                s = obj.get("spec") or {}
+                idx.plurals[(s.get("group", ""), (s.get("names") or {}).get("kind", ""))] = (
+                    (s.get("names") or {}).get("plural", ""), s.get("scope", "Namespaced"))
+            elif api.startswith("kueue.x-k8s.io/"):
+                if kind == "LocalQueue":
+                    idx.local_queues[(ns, name)] = obj
+                elif kind == "ClusterQueue":
+                    idx.cluster_queues[name] = obj
+                elif kind == "ResourceFlavor":
+                    idx.flavors[name] = obj
+    for ns, rels in owners.items():
+        if len(set(rels)) > 1:
+            idx.notes.append(f"namespace {ns} is declared by several releases ({', '.join(sorted(set(rels)))}): "
+                             "labels merged, the stricter Pod Security level taken")
+    return idx
+
+
+# ---------------------------------------------------------------------------------------------
+# LimitRange (plugin/pkg/admission/limitranger, LimitRangeItem defaulting in pkg/apis/core/v1)
+# ---------------------------------------------------------------------------------------------
+
+
+def _lr_item_defaults(item: dict) -> tuple[dict[str, int], dict[str, int]]:
+    """Defaulting of a Container LimitRangeItem: default <- max where unset; defaultRequest <-
+    default, then <- min where unset."""
+    mx, mn = parse_amounts(item.get("max")), parse_amounts(item.get("min"))
+    default = parse_amounts(item.get("default"))
+    for k, v in mx.items():
+        default.setdefault(k, v)
+    default_req = parse_amounts(item.get("defaultRequest"))
+    for k, v in default.items():
+        default_req.setdefault(k, v)
+    for k, v in mn.items():
+        default_req.setdefault(k, v)
+    return default, default_req
+
+
+def apply_limit_ranges(spec: dict, limit_ranges: list[dict]) -> tuple[list[tuple[dict, dict]], list[str]]:
+    """(requests, limits) per container (initContainers then containers) after the namespace's
+    LimitRange defaults, and every reason the API server would refuse the pod."""
+    inits = list(spec.get("initContainers") or [])
+    apps = list(spec.get("containers") or [])
+    res = [container_resources(c) for c in inits + apps]
+    errors: list[str] = []
+    items = [(lr, it) for lr in limit_ranges for it in ((lr.get("spec") or {}).get("limits") or [])]
+    for lr, it in items:
+        if it.get("type") != "Container":
+            continue
+        default, default_req = _lr_item_defaults(it)
+        for req, lim in res:
+            for k, v in default.items():
+                lim.setdefault(k, v)
+            for k, v in default_req.items():
+                req.setdefault(k, v)
+    names = [c.get("name") for c in inits + apps]
+    for name, (req, lim) in zip(names, res):
+        for k in req:
+            if k in lim and req[k] > lim[k]:
+                errors.append(f"container {name}: {k} request {fmt_amount(k, req[k])} exceeds its limit "
+                              f"{fmt_amount(k, lim[k])} (a LimitRange default limit when the pod sets none)")
+    for lr, it in items:
+        lname = (lr.get("metadata") or {}).get("name")
+        mn, mx = parse_amounts(it.get("min")), parse_amounts(it.get("max"))
+        ratio = {k: float(v) for k, v in (it.get("maxLimitRequestRatio") or {}).items()}
+        if it.get("type") == "Container":
+            for name, (req, lim) in zip(names, res):
+                for k, v in mn.items():
+                    if k not in req or req[k] < v:
+                        errors.append(f"container {name}: LimitRange {lname} minimum {k} is {fmt_amount(k, v)}, "
+                                      f"request {fmt_amount(k, req[k]) if k in req else 'unset'}")
+                for k, v in mx.items():
+                    if k not in lim or lim[k] > v:
+                        errors.append(f"container {name}: LimitRange {lname} maximum {k} is {fmt_amount(k, v)}, "
+                                      f"limit {fmt_amount(k, lim[k]) if k in lim else 'unset'}")
+                for k, r in ratio.items():
+                    if not req.get(k) or k not in lim:
+                        errors.append(f"container {name}: LimitRange {lname} maxLimitRequestRatio on {k} needs "
+                                      "both a request and a limit")
+                    elif lim[k] / req[k] > r:
+                        errors.append(f"container {name}: {k} limit/request {lim[k] / req[k]:.2f} > {r} (LimitRange {lname})")
+        elif it.get("type") == "Pod":
+            pod_req = effective_requests(spec, res)
+            app_lims = [lim for _, lim in res[len(inits):]]
+            for k, v in mn.items():
+                if pod_req.get(k, 0) < v:
+                    errors.append(f"pod: LimitRange {lname} minimum {k} per pod is {fmt_amount(k, v)}")
+            for k, v in mx.items():
+                if not all(k in lim for lim in app_lims) or sum(lim[k] for lim in app_lims) > v:
+                    errors.append(f"pod: LimitRange {lname} maximum {k} per pod is {fmt_amount(k, v)}")
+    return res, errors
+
+
+# ---------------------------------------------------------------------------------------------
+# ResourceQuota (pkg/quota/v1/evaluator/core/pods.go)
+# ---------------------------------------------------------------------------------------------
+
+_QUOTA_REQ = {"cpu": "cpu", "requests.cpu": "cpu", "memory": "memory", "requests.memory": "memory"}
+_QUOTA_LIM = {"limits.cpu": "cpu", "limits.memory": "memory"}
+
+
+def _res(key: str) -> str:
+    """The resource a quota key counts: requests.cpu -> cpu, limits.memory -> memory, pods -> pods."""
+    return key.split(".", 1)[1] if key.startswith(("requests.", "limits.")) else key
+
+
+def _quota_hard(quota: dict) -> dict[str, int]:
+    """The pod-related hard limits of a ResourceQuota, as integer amounts (CPU in millicores)."""
+    out = {}
+    for k, v in ((quota.get("spec") or {}).get("hard") or {}).items():
+        if k in ("pods", "cpu", "memory") or k.startswith(("requests.", "limits.")):
+            if "storage" not in k:
+                out[k] = _amount(_res(k), v)
+    return out
+
+
+def _quota_scope_matches(quota: dict, pt: PodTemplate, reqs_or_limits: bool) -> bool:
+    spec = quota.get("spec") or {}
+    scopes = list(spec.get("scopes") or [])
+    for sel in ((spec.get("scopeSelector") or {}).get("matchExpressions") or []):
+        if sel.get("scopeName") == "PriorityClass":
+            pc = pt.spec.get("priorityClassName")
+            if not _match_expression({"p": pc} if pc else {}, {**sel, "key": "p"}):
+                return False
+        else:
+            scopes.append(sel.get("scopeName"))
+    terminating = pt.spec.get("activeDeadlineSeconds") is not None
+    for s in scopes:
+        if (s == "Terminating" and not terminating) or (s == "NotTerminating" and terminating):
+            return False
+        if (s == "BestEffort" and reqs_or_limits) or (s == "NotBestEffort" and not reqs_or_limits):
+            return False
+    return True
+
+
+def _pod_quota_usage(pt: PodTemplate, res: list[tuple[dict, dict]]) -> dict[str, int]:
+    req = effective_requests(pt.spec, res)
+    inits = len(pt.spec.get("initContainers") or [])
+    lim_app: dict[str, int] = {}
+    for _, lim in res[inits:]:
+        for k, v in lim.items():
+            lim_app[k] = lim_app.get(k, 0) + v
+    lim_init: dict[str, int] = {}
+    for _, lim in res[:inits]:
+        for k, v in lim.items():
+            lim_init[k] = max(lim_init.get(k, 0), v)
+    usage = {"pods": 1}
+    for k in ("cpu", "memory"):
+        if k in req:
+            usage[k] = usage[f"requests.{k}"] = req[k]
+        lim = max(lim_app.get(k, 0), lim_init.get(k, 0))
+        if lim:
+            usage[f"limits.{k}"] = lim
+    for k, v in req.items():
+        if k not in ("cpu", "memory"):
+            usage[f"requests.{k}"] = v
+    return usage
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Pod:
+    pt: PodTemplate
+    requests: dict[str, int]
+    tolerations: list[dict]
+    node_selector: dict[str, str]
+    affinity: Optional[dict]
+    flavor: Optional[str] = None
+
+
+def _resource_shortfall(group: NodeGroup, requests: dict[str, int]) -> list[str]:
+    a = group.allocatable
+    have = {"cpu": a.cpu_millis, "memory": a.memory_bytes, GPU: a.gpus}
+    out = []
+    for k, v in requests.items():
+        if v <= 0 or k == "ephemeral-storage":
+            continue
+        h = have.get(k, 0)
+        if v > h:
+            out.append(f"{k} {fmt_amount(k, v)} > {fmt_amount(k, h)} allocatable")
+    return out
+
+
+def _why_not(group: NodeGroup, pod: _Pod) -> Optional[str]:
+    bad = untolerated(group.taints, pod.tolerations)
+    if bad:
+        return "taint " + ", ".join(f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}" for t in bad) \
+            + " not tolerated"
+    missing = {k: v for k, v in pod.node_selector.items() if group.labels.get(k) != str(v)}
+    if missing:
+        return "nodeSelector " + ", ".join(f"{k}={v}" for k, v in missing.items()) + " not on its nodes"
+    if not node_affinity_matches(pod.affinity, group.labels):
+        return "required node affinity not satisfied"
+    short = _resource_shortfall(group, pod.requests)
+    if short:
+        return "needs " + "; ".join(short)
+    return None
+
+
+def _self_anti_affinity(pt: PodTemplate) -> bool:
+    terms = (((pt.spec.get("affinity") or {}).get("podAntiAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    return any(t.get("topologyKey") == "kubernetes.io/hostname" and label_selector_matches(t.get("labelSelector"), pt.labels)
+               for t in terms)
+
+
+# Labels that say "this node has an NVIDIA GPU" (ours, GKE's, NFD's PCI vendor label, GPU operator's),
+# as opposed to optional GPU feature labels (nvidia.com/mps.capable, mig.capable, gpu.product).
+GPU_PRESENCE_KEYS = frozenset({"gpu-platform.io/pool", "nvidia.com/gpu.present", "nvidia.com/gpu",
+                               "cloud.google.com/gke-accelerator", "k8s.amazonaws.com/accelerator",
+                               "feature.node.kubernetes.io/pci-10de.present", "nvidia.com/gpu.deploy.device-plugin",
+                               "nvidia.com/gpu.deploy.dcgm-exporter"})
+
+
+def _ds_meant_to_run(pod: _Pod, groups: list[NodeGroup]) -> bool:
+    """A DaemonSet that lands on no group is a problem only when it is meant to run somewhere: it asks
+    for a GPU, selects nodes by GPU presence, selects a group by labels but cannot tolerate its taints,
+    or selects nothing but the OS/arch. One that also selects a feature label no group carries (MPS,
+    MIG capable) or another OS is simply idle."""
+    if pod.requests.get(GPU):
+        return True
+    if any(pod.node_selector.get(k, "linux") != "linux" for k in ("kubernetes.io/os", "beta.kubernetes.io/os")):
+        return False
+    keys = set(pod.node_selector) | _affinity_keys(pod.affinity)
+    carried = {k for g in groups for k in g.labels}
+    if keys - carried - GPU_PRESENCE_KEYS - set(WELL_KNOWN_OS_KEYS):
+        return False  # selects an optional feature label no group has
+    if keys & GPU_PRESENCE_KEYS:
+        return True
+    if any(all(g.labels.get(k) == str(v) for k, v in pod.node_selector.items())
+           and node_affinity_matches(pod.affinity, g.labels) for g in groups):
+        return True  # the labels select a group; only its taints keep the DaemonSet off
+    return not (keys - set(WELL_KNOWN_OS_KEYS))
+
+
+class _Checker:
+    def __init__(self, model: ClusterModel, releases: list[Any]):
+        self.model = model
+        self.releases = releases
+        self.idx = _index(releases)
+        self.problems: list[Problem] = []
+        self.notes: list[str] = list(model.notes) + self.idx.notes
+        self.rel_by_name = {r.name: r for r in releases}
+        self.unreadable: set[tuple] = set()
+
+    def problem(self, check: str, release: str, obj: str, reason: str, fix: str) -> None:
+        self.problems.append(Problem(check, release, obj, reason, fix))
+
+    def guarded(self, stage, what: str) -> None:
+        """Run a stage; a quantity it cannot read becomes one render problem, never a traceback."""
+        try:
+            stage()
+        except (ValueError, TypeError, ZeroDivisionError) as exc:
+            self.problem("render", "?", what, f"cannot be read: {exc}", "use valid Kubernetes quantities")
+
+    # --- pods -------------------------------------------------------------------------------
+    def build_pods(self) -> list[_Pod]:
+        templates, issues = pod_templates(self.releases)
+        for i in issues:
+            self.problem("render", i.release, i.object, i.reason, i.fix)
+        self.templates = templates
+        pods = []
+        for pt in templates:
+            if pt.replicas <= 0:
+                continue  # scaled to zero: no pod is created, nothing to schedule or admit
+            try:
+                res, lr_errors = apply_limit_ranges(pt.spec, self.idx.limit_ranges.get(pt.namespace, []))
+                self.admission(pt, res, lr_errors)
+                reqs = effective_requests(pt.spec, res)
+            except (ValueError, TypeError, ZeroDivisionError) as exc:
+                self.problem("render", pt.release, pt.owner, f"resources of its pods (or of its namespace's "
+                             f"LimitRange/ResourceQuota) cannot be read: {exc}", "use valid Kubernetes quantities")
+                continue
+            tolerations = list(pt.spec.get("tolerations") or [])
+            if self.model.extended_resource_toleration and reqs.get(GPU):
+                tolerations.append({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
+            pods.append(_Pod(pt, reqs, tolerations, dict(pt.spec.get("nodeSelector") or {}), pt.spec.get("affinity")))
+        return pods
+
+    # --- admission --------------------------------------------------------------------------
+    def admission(self, pt: PodTemplate, res: list[tuple[dict, dict]], lr_errors: list[str]) -> None:
+        for e in lr_errors:
+            self.problem("admission", pt.release, pt.owner, f"the API server refuses its pods: {e}",
+                         "set limits >= requests on every container (or drop the LimitRange default limits that "
+                         "undercut them), and stay within the LimitRange min/max")
+        labels = self.idx.ns_labels.get(pt.namespace or "", {})
+        level = labels.get(PSS_ENFORCE, "privileged")
+        if LEVELS.get(level, 0):
+            version = labels.get(PSS_ENFORCE_VERSION, "latest")
+            minor = _minor(version, self.model.kubernetes_version)
+            v = pss_violations(pt.spec, pt.annotations, level, minor)
+            if v:
+                self.problem("admission", pt.release, pt.owner,
+                             f"namespace {pt.namespace} enforces Pod Security '{level}' ({version}): " + "; ".join(v),
+                             f"make the pod spec meet '{level}' (or run it in a namespace whose level allows it)")
+        reqs_or_limits = any(req or lim for req, lim in res)
+        for q in self.idx.quotas.get(pt.namespace, []):
+            if not _quota_scope_matches(q, pt, reqs_or_limits):
+                continue
+            hard = _quota_hard(q)
+            qname = (q.get("metadata") or {}).get("name")
+            names = [c.get("name") for c in (pt.spec.get("initContainers") or []) + (pt.spec.get("containers") or [])]
+            for key, r in {**_QUOTA_REQ, **_QUOTA_LIM}.items():
+                if key not in hard:
+                    continue
+                part = 0 if key in _QUOTA_REQ else 1
+                lacking = [n for n, rl in zip(names, res) if r not in rl[part]]
+                if lacking:
+                    self.problem("admission", pt.release, pt.owner,
+                                 f"ResourceQuota {qname} tracks {key}: containers {', '.join(lacking)} set none "
+                                 "(nor does a LimitRange default it), so the pod is refused",
+                                 f"set {'requests' if part == 0 else 'limits'}.{r} on every container or a LimitRange default")
+            usage = _pod_quota_usage(pt, res)
+            over = [f"{k} {fmt_amount(_res(k), usage[k])} > {fmt_amount(_res(k), h)}"
+                    for k, h in hard.items() if k in usage and usage[k] > h]
+            if over:
+                self.problem("admission", pt.release, pt.owner,
+                             f"one pod exceeds ResourceQuota {qname} on its own: " + ", ".join(over),
+                             "raise the quota or lower the pod's requests/limits")
+
+    def quota_totals(self, pods: list[_Pod]) -> None:
+        for ns, quotas in self.idx.quotas.items():
+            for q in quotas:
+                hard = _quota_hard(q)
+                total: dict[str, int] = {}
+                for pod in pods:
+                    pt = pod.pt
+                    if pt.namespace != ns or pt.hook or pt.daemonset:
+                        continue
+                    res, _ = apply_limit_ranges(pt.spec, self.idx.limit_ranges.get(ns, []))
+                    if not _quota_scope_matches(q, pt, any(a or b for a, b in res)):
+                        continue
+                    for k, v in _pod_quota_usage(pt, res).items():
+                        total[k] = total.get(k, 0) + v * pt.replicas
+                for k, hv in hard.items():
+                    if k in total:
+                        if total[k] > hv:
+                            qname = (q.get("metadata") or {}).get("name")
+                            rel = self.idx.release_of.get(object_id(q), "?")
+                            self.problem("admission", rel, object_id(q),
+                                         f"the namespace's pods together need {k} "
+                                         f"{fmt_amount(_res(k), total[k])}, quota {qname} allows {fmt_amount(_res(k), hv)}",
+                                         "raise the quota or lower the pods' requests")
+
+    # --- queue (Kueue) ----------------------------------------------------------------------
+    def queue_flavors(self, pt: PodTemplate) -> Optional[list[tuple[str, dict, dict]]]:
+        """(flavor name, ResourceFlavor, flavor quotas) of the ClusterQueue behind the pod's LocalQueue."""
+        lq = self.idx.local_queues.get((pt.namespace, pt.queue_name))
+        if lq is None:
+            return None
+        cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
+        if cq is None:
+            return None
+        out = []
+        for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+            for fl in rg.get("flavors") or []:
+                quotas = {}
+                for r in fl.get("resources") or []:
+                    try:
+                        quotas[r["name"]] = _amount(r["name"], r.get("nominalQuota", 0))
+                    except (ValueError, TypeError):
+                        key = (object_id(cq), fl.get("name"), r.get("name"))
+                        if key not in self.unreadable:
+                            self.unreadable.add(key)
+                            self.problem("render", self.idx.release_of.get(object_id(cq), "?"), object_id(cq),
+                                         f"flavor {fl.get('name')}: nominalQuota of {r.get('name')} cannot be read: "
+                                         f"{r.get('nominalQuota')!r}", "use a valid Kubernetes quantity")
+                out.append((fl.get("name"), self.idx.flavors.get(fl.get("name")) or {}, quotas))
+        return out
+
+    @staticmethod
+    def with_flavor(pod: _Pod, name: str, flavor: dict) -> _Pod:
+        spec = flavor.get("spec") or {}
+        return _Pod(pod.pt, pod.requests, pod.tolerations + list(spec.get("tolerations") or []),
+                    {**pod.node_selector, **(spec.get("nodeLabels") or {})}, pod.affinity, name)
+
+    # --- schedulable -------------------------------------------------------------------------
+    def candidates(self, pod: _Pod) -> list[NodeGroup]:
+        return [g for g in self.model.node_groups if _why_not(g, pod) is None]
+
+    def unschedulable(self, pod: _Pod, extra: str = "") -> None:
+        reasons = {g.name: _why_not(g, pod) for g in self.model.node_groups}
+        by_taint = all("taint" in (r or "") for r in reasons.values())
+        by_size = any("needs" in (r or "") for r in reasons.values())
+        if by_taint:
+            fix = "no untainted node group: add one for ordinary pods (e.g. a CPU system pool) or tolerate the taint"
+        elif by_size:
+            fix = "lower the pod's requests or use an instance type whose allocatable covers them"
+        else:
+            fix = "make nodeSelector/affinity match a node group's labels (or label the group)"
+        what = "DaemonSet pods land on no node group" if pod.pt.daemonset else "no node group can run its pods"
+        self.problem("schedulable", pod.pt.release, pod.pt.owner,
+                     f"{what}{extra}: " + "; ".join(f"{g}: {r}" for g, r in reasons.items()), fix)
+
+    # --- main --------------------------------------------------------------------------------
+    def run(self) -> FitReport:
+        pods = self.build_pods()
+        self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")
+        placed: list[_Pod] = []
+        daemonsets: list[tuple[_Pod, list[NodeGroup]]] = []
+        for pod in pods:
+            pt = pod.pt
+            if pt.queue_name:
+                flavors = self.queue_flavors(pt)
+                if flavors is None:
+                    self.problem("queue-fit", pt.release, pt.owner,
+                                 f"names LocalQueue {pt.namespace}/{pt.queue_name}, which no release renders "
+                                 "(or its ClusterQueue is missing): Kueue never admits it",
+                                 "create the LocalQueue/ClusterQueue or fix the queue-name label")
+                    continue
+                ok = [self.with_flavor(pod, n, f) for n, f, _ in flavors]
+                ok = [p for p in ok if self.candidates(p)]
+                if not ok:
+                    self.unschedulable(pod, " under any flavor of its queue")
+                    continue
+                placed.append(ok[0])
+                continue
+            if pt.daemonset:
+                groups = [g for g in self.model.node_groups
+                          if not untolerated(g.taints, pod.tolerations)
+                          and all(g.labels.get(k) == str(v) for k, v in pod.node_selector.items())
+                          and node_affinity_matches(pod.affinity, g.labels)]
+                if not groups:
+                    if _ds_meant_to_run(pod, self.model.node_groups):
+                        self.unschedulable(pod)
+                    continue
+                for g in groups:
+                    short = _resource_shortfall(g, pod.requests)
+                    if short:
+                        self.problem("schedulable", pt.release, pt.owner,
+                                     f"DaemonSet pods do not fit a {g.name} node: needs " + "; ".join(short),
+                                     "lower the DaemonSet's requests or use a larger instance type")
+                daemonsets.append((pod, [g for g in groups if not _resource_shortfall(g, pod.requests)]))
+                continue
+            if not self.candidates(pod):
+                self.unschedulable(pod)
+                continue
+            placed.append(pod)
+        placements, headroom, ds_pods = self.pack(daemonsets, placed)
+        pod_count = ds_pods + sum(pt.replicas for pt in self.templates if not pt.daemonset)
+        self.ordering()
+        self.reachable()
+        self.guarded(self.queue_fit, "Kueue quotas")
+        return FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count)
+
+    # --- packing -----------------------------------------------------------------------------
+    def pack(self, daemonsets: list[tuple[_Pod, list[NodeGroup]]], pods: list[_Pod]):
+        nodes: list[dict[str, Any]] = []
+        for g in self.model.node_groups:
+            a = g.allocatable
+            for i in range(g.max_nodes):
+                nodes.append({"group": g, "free": {"cpu": a.cpu_millis, "memory": a.memory_bytes, GPU: a.gpus, "pods": a.pods},
+                              "hosts": set()})
+        counts: dict[tuple[str, str, str], int] = {}
+        total = 0
+
+        def take(node: dict, req: dict[str, int]) -> bool:
+            free = node["free"]
+            need = {"pods": 1, **{k: v for k, v in req.items() if k in ("cpu", "memory", GPU)}}
+            if any(free.get(k, 0) < v for k, v in need.items()):
+                return False
+            for k, v in need.items():
+                free[k] -= v
+            return True
+
+        for pod, groups in daemonsets:
+            names = {g.name for g in groups}
+            for node in nodes:
+                if node["group"].name in names:
+                    total += 1
+                    if take(node, pod.requests):
+                        key = (pod.pt.release, pod.pt.owner, node["group"].name)
+                        counts[key] = counts.get(key, 0) + 1
+                    else:
+                        self.problem("packing", pod.pt.release, pod.pt.owner,
+                                     f"a {node['group'].name} node has no room left for this DaemonSet's pod "
+                                     f"({', '.join(f'{k} {fmt_amount(k, v)}' for k, v in pod.requests.items())})",
+                                     "lower DaemonSet requests or use a larger instance type for the group")
+                        break
+        order = sorted(pods, key=lambda p: (-p.requests.get(GPU, 0), -p.requests.get("cpu", 0), -p.requests.get("memory", 0)))
+        for pod in order:
+            if pod.pt.hook:
+                continue  # hook Jobs run before/after the release's pods, not beside them
+            groups = {g.name for g in self.candidates(pod)}
+            spread = _self_anti_affinity(pod.pt)
+            missing = 0
+            for _ in range(pod.pt.replicas):
+                for node in nodes:
+                    if node["group"].name not in groups or (spread and id(pod.pt) in node["hosts"]):
+                        continue
+                    if take(node, pod.requests):
+                        node["hosts"].add(id(pod.pt))
+                        key = (pod.pt.release, pod.pt.owner, node["group"].name)
+                        counts[key] = counts.get(key, 0) + 1
+                        break
+                else:
+                    missing += 1
+            if missing and not pod.pt.queue_name:
+                self.problem("packing", pod.pt.release, pod.pt.owner,
+                             f"{missing} of {pod.pt.replicas} pods find no room when every pod is placed "
+                             f"(groups {', '.join(sorted(groups))} at maximum size)",
+                             "add nodes (raise the group's maximum or count) or lower requests")
+        placements = [Placement(r, o, g, n) for (r, o, g), n in counts.items()]
+        headroom: dict[str, dict[str, Any]] = {}
+        for g in self.model.node_groups:
+            mine = [n for n in nodes if n["group"] is g]
+            headroom[g.name] = {"nodes": g.max_nodes, "minNodes": g.min_nodes, "instanceType": g.instance_type, "role": g.role,
+                                "cpuMillis": sum(n["free"]["cpu"] for n in mine),
+                                "memoryBytes": sum(n["free"]["memory"] for n in mine),
+                                "gpus": sum(n["free"][GPU] for n in mine), "pods": sum(n["free"]["pods"] for n in mine)}
+        return placements, headroom, total
+
+    # --- ordering -----------------------------------------------------------------------------
+    def _object_records(self) -> dict[str, list[tuple[str, str, Optional[str], dict[str, str], str]]]:
+        """Per release: (group, resource, namespace, labels, object id) for every object and pod it creates."""
+        out: dict[str, list] = {}
+        for rel in self.releases:
+            recs = out.setdefault(rel.name, [])
+            for obj in rel.objects:
+                hooks = {h.strip() for h in str(((obj.get("metadata") or {}).get("annotations") or {})
+                                                 .get("helm.sh/hook", "")).split(",") if h.strip()}
+                if hooks and not hooks & INSTALL_HOOKS:
+                    continue  # delete/rollback/test hooks: created long after every webhook serves
+                api = str(obj.get("apiVersion", ""))
+                group = api.split("/")[0] if "/" in api else ""
+                kind = obj.get("kind", "")
+                plural = self.idx.plurals.get((group, kind), (_plural(kind), None))[0]
+                meta = obj.get("metadata") or {}
+                recs.append((group, plural, meta.get("namespace"), dict(meta.get("labels") or {}), object_id(obj)))
+        for pt in self.templates:
+            if pt.install_time:
+                out.setdefault(pt.release, []).append(("", "pods", pt.namespace, pt.labels, f"pods of {pt.owner}"))
+        return out
+
+    @staticmethod
+    def _rule_matches(rule: dict, group: str, resource: str, namespaced: bool) -> bool:
+        ops = rule.get("operations") or []
+        if not ("CREATE" in ops or "*" in ops):
+            return False
+        if not any(g in ("*", group) for g in rule.get("apiGroups") or []):
+            return False
+        resources = rule.get("resources") or []
+        if not any(r in ("*", "*/*", resource) for r in resources):
+            return False
+        scope = rule.get("scope") or "*"
+        return scope == "*" or (scope == "Namespaced") == namespaced
+
+    def ordering(self) -> None:
+        records = self._object_records()
+        for wrel in self.releases:
+            for cfg in wrel.objects:
+                if cfg.get("kind") not in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+                    continue
+                for wh in cfg.get("webhooks") or []:
+                    if (wh.get("failurePolicy") or "Fail") != "Fail":
+                        continue
+                    matched: dict[tuple[str, str, bool], bool] = {}
+                    for rel in self.releases:
+                        if rel is wrel or rel.source == "example" or wrel.urn in rel.depends_on or rel.urn in wrel.depends_on:
+                            continue
+                        hits = []
+                        for group, resource, ns, labels, oid in records.get(rel.name, []):
+                            namespaced = ns is not None
+                            key = (group, resource, namespaced)
+                            if key not in matched:
+                                matched[key] = any(self._rule_matches(r, group, resource, namespaced)
+                                                   for r in wh.get("rules") or [])
+                            if not matched[key]:
+                                continue
+                            if namespaced:
+                                ns_labels = self.idx.ns_labels.get(ns, {NAMESPACE_NAME_LABEL: ns})
+                                if not label_selector_matches(wh.get("namespaceSelector"), ns_labels):
+                                    continue
+                            elif resource == "namespaces" and not label_selector_matches(wh.get("namespaceSelector"), labels):
+                                continue
+                            if not label_selector_matches(wh.get("objectSelector"), labels):
+                                continue
+                            hits.append(oid)
+                        if hits:
+                            cond = " (its matchConditions are CEL and were not evaluated: assumed to match)" \
+                                if wh.get("matchConditions") else ""
+                            self.problem(
+                                "ordering", rel.name, hits[0],
+                                f"{cfg['kind']} {(cfg.get('metadata') or {}).get('name')} webhook {wh.get('name')} "
+                                f"(failurePolicy Fail, release {wrel.name}) intercepts {len(hits)} object(s) of release "
+                                f"{rel.name}, e.g. {', '.join(hits[:3])}{cond}; installed in parallel they are refused "
+                                f"until the webhook serves",
+                                f"make {rel.resource_name} depend on {wrel.resource_name} (dependsOn), or scope the "
+                                "webhook away from it (namespaceSelector/objectSelector)")
+
+    # --- reachable ----------------------------------------------------------------------------
+    def _target_port(self, ns: str, name: str, port: Any) -> tuple[Optional[int], str]:
+        svc = self.idx.services.get((ns, name))
+        if svc is None:
+            return None, f"Service {ns}/{name} is not among the rendered objects"
+        spec = svc.get("spec") or {}
+        entry = next((p for p in spec.get("ports") or [] if str(p.get("port", "")) == str(port)), None)
+        if entry is None:
+            return None, f"Service {ns}/{name} has no port {port}"
+        target = entry.get("targetPort", port)
+        if isinstance(target, int) or str(target).isdigit():
+            return int(target), f"Service {ns}/{name}:{port} -> targetPort {target}"
+        for pt in self.templates:
+            if pt.namespace == ns and spec.get("selector") and label_selector_matches({"matchLabels": spec["selector"]}, pt.labels):
+                for c in pt.containers():
+                    for cp in c.get("ports") or []:
+                        if cp.get("name") == target and str(cp.get("containerPort", "")).isdigit():
+                            return int(cp["containerPort"]), f"Service {ns}/{name}:{port} -> {target} -> containerPort {cp['containerPort']}"
+        return None, f"Service {ns}/{name}:{port} targets port name {target!r}, which no selected pod declares"
+
+    def reachable(self) -> None:
+        ports = self.model.control_plane_ports
+        if ports is None:
+            return
+        for rel in self.releases:
+            for obj in rel.objects:
+                kind = obj.get("kind")
+                targets = []
+                if kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+                    for wh in obj.get("webhooks") or []:
+                        svc = (wh.get("clientConfig") or {}).get("service")
+                        if svc:
+                            targets.append((f"webhook {wh.get('name')}", svc))
+                elif kind == "APIService":
+                    svc = (obj.get("spec") or {}).get("service")
+                    if svc:
+                        targets.append(("APIService", svc))
+                elif kind == "CustomResourceDefinition":
+                    conv = (obj.get("spec") or {}).get("conversion") or {}
+                    svc = ((conv.get("webhook") or {}).get("clientConfig") or {}).get("service")
+                    if conv.get("strategy") == "Webhook" and svc:
+                        targets.append(("conversion webhook", svc))
+                for what, svc in targets:
+                    port, path = self._target_port(svc.get("namespace"), svc.get("name"), svc.get("port") or 443)
+                    if port is None:
+                        self.problem("reachable", rel.name, object_id(obj), f"{what}: {path}; reachability unproven",
+                                     "render the Service and its pods with the release, or check the backend by hand")
+                    elif port not in ports:
+                        self.problem("reachable", rel.name, object_id(obj),
+                                     f"{what}: {path}, but the {self.model.cloud} control plane reaches nodes only on TCP "
+                                     f"{', '.join(str(p) for p in sorted(ports))}: calls time out",
+                                     f"open TCP {port} from the control plane to the nodes (firewall rule from the master "
+                                     "CIDR) or serve the backend on an allowed port")
+
+    # --- queue fit ----------------------------------------------------------------------------
+    def queue_fit(self) -> None:
+        # nominal quota vs what the flavor's nodes can allocate at max size
+        for cq_name, cq in self.idx.cluster_queues.items():
+            rel = self.idx.release_of.get(object_id(cq), "?")
+            for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+                for fl in rg.get("flavors") or []:
+                    fname = fl.get("name")
+                    groups = self._flavor_groups(fname)
+                    if not groups:
+                        self.problem("queue-fit", rel, object_id(cq),
+                                     f"flavor {fname}: no node group carries its nodeLabels",
+                                     "give the ResourceFlavor the labels of a node group (pool selector)")
+                        continue
+                    cap = {"cpu": sum(g.allocatable.cpu_millis * g.max_nodes for g in groups),
+                           "memory": sum(g.allocatable.memory_bytes * g.max_nodes for g in groups),
+                           GPU: sum(g.allocatable.gpus * g.max_nodes for g in groups)}
+                    for r in fl.get("resources") or []:
+                        name = r.get("name")
+                        if name not in cap:
+                            continue
+                        try:
+                            q = _amount(name, r.get("nominalQuota", 0))
+                        except (ValueError, TypeError):
+                            key = (object_id(cq), fname, name)
+                            if key not in self.unreadable:
+                                self.unreadable.add(key)
+                                self.problem("render", rel, object_id(cq), f"flavor {fname}: nominalQuota of {name} "
+                                             f"cannot be read: {r.get('nominalQuota')!r}", "use a valid Kubernetes quantity")
+                            continue
+                        if q > cap[name]:
+                            self.problem("queue-fit", rel, object_id(cq),
+                                         f"flavor {fname}: nominal quota {name} {fmt_amount(name, q)} exceeds what "
+                                         f"{', '.join(g.name for g in groups)} can allocate at maximum size "
+                                         f"({fmt_amount(name, cap[name])}): Kueue admits jobs that never schedule",
+                                         "compute quotas from allocatable (gpu_platform.components.capacity) x max nodes")
+        # every LocalQueue's namespace must be one its ClusterQueue admits from
+        for (ns, name), lq in self.idx.local_queues.items():
+            cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
+            if cq is None:
+                continue
+            sel = (cq.get("spec") or {}).get("namespaceSelector")
+            if not label_selector_matches(sel, self.idx.ns_labels.get(ns, {NAMESPACE_NAME_LABEL: ns})):
+                self.problem("queue-fit", self.idx.release_of.get(object_id(lq), "?"), object_id(lq),
+                             f"ClusterQueue {cq['metadata']['name']} admits only from namespaces matching {sel}; "
+                             f"namespace {ns} does not match, so its workloads are never admitted",
+                             "label the namespace for the ClusterQueue's namespaceSelector")
+        # each queued job vs the flavors that may admit it
+        jobs: dict[str, list[PodTemplate]] = {}
+        for pt in self.templates:
+            if pt.queue_name and pt.workload:
+                jobs.setdefault(pt.workload, []).append(pt)
+        for wl, pts in jobs.items():
+            flavors = self.queue_flavors(pts[0])
+            if not flavors:
+                continue
+            lr = self.idx.limit_ranges.get(pts[0].namespace, [])
+            per_pod = []
+            for pt in pts:
+                res, _ = apply_limit_ranges(pt.spec, lr)
+                per_pod.append((pt, effective_requests(pt.spec, res)))
+            totals: dict[str, int] = {}
+            for pt, req in per_pod:
+                for k, v in req.items():
+                    totals[k] = totals.get(k, 0) + v * pt.replicas
+            for fname, flavor, quota in flavors:
+                if any(totals.get(k, 0) > q for k, q in quota.items()):
+                    continue  # the flavor's quota cannot hold the job: Kueue does not admit it there
+                if any(v > 0 and k not in quota and k in ("cpu", "memory", GPU) for k, v in totals.items()):
+                    continue
+                groups = self._flavor_groups(fname, flavor)
+                for pt, req in per_pod:
+                    probe = self.with_flavor(_Pod(pt, req, list(pt.spec.get("tolerations") or []) + (
+                        [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+                        if self.model.extended_resource_toleration and req.get(GPU) else []),
+                        dict(pt.spec.get("nodeSelector") or {}), pt.spec.get("affinity")), fname, flavor)
+                    why = {g.name: _why_not(g, probe) for g in groups}
+                    fits = [g for g in groups if why[g.name] is None]
+                    if not fits:
+                        self.problem("queue-fit", pt.release, pt.owner,
+                                     f"Kueue may admit it to flavor {fname} (its quota covers the job) but one pod needs "
+                                     + ", ".join(f"{k} {fmt_amount(k, v)}" for k, v in req.items() if v)
+                                     + " and no node of the flavor fits it (" + "; ".join(f"{g}: {r}" for g, r in why.items())
+                                     + "): it never schedules and is evicted and re-admitted forever",
+                                     "size the job to one node's allocatable (or a multi-node job whose pods each fit), "
+                                     "or bound per-pod requests with a LimitRange max so Kueue refuses it")
+                        continue
+                    nodes = sum(g.max_nodes for g in fits)
+                    if pt.replicas > nodes and all(
+                            _per_node_capacity(g, req) * g.max_nodes < pt.replicas for g in fits):
+                        self.problem("queue-fit", pt.release, pt.owner,
+                                     f"flavor {fname}: {pt.replicas} pods of {fmt_amount('cpu', req.get('cpu', 0))} CPU do "
+                                     f"not all fit on {nodes} nodes at maximum size",
+                                     "lower numNodes or raise the pool's maximum size")
+
+    def _flavor_groups(self, name: str, flavor: Optional[dict] = None) -> list[NodeGroup]:
+        flavor = flavor if flavor is not None else self.idx.flavors.get(name) or {}
+        labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
+        return [g for g in self.model.node_groups if all(g.labels.get(k) == str(v) for k, v in labels.items())]
+
+
+def _per_node_capacity(g: NodeGroup, req: dict[str, int]) -> int:
+    a = g.allocatable
+    have = {"cpu": a.cpu_millis, "memory": a.memory_bytes, GPU: a.gpus}
+    n = a.pods
+    for k, v in req.items():
+        if v > 0 and k in have:
+            n = min(n, have[k] // v)
+    return n
+
+
+def check_fit(model: ClusterModel, releases: Iterable[Any]) -> FitReport:
+    """All checks over the rendered releases (gpu_platform.preflight.fit.render.RenderedRelease) on `model`."""
+    return _Checker(model, list(releases)).run()
+
+
+def report_json(report: FitReport) -> str:
+    return json.dumps(report.to_json(), indent=2, sort_keys=True)

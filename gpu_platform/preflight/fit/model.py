@@ -1,0 +1,64 @@
+"""The cluster-fit node model: every node group of a stack with what the scheduler sees on its nodes.
+
+Built by `gpu_platform.preflight.fit.nodes.cluster_model` from the stack config and the mocked plan; read by
+`gpu_platform.preflight.fit.checks`. Plain data, no Pulumi.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from gpu_platform.components.capacity import Allocatable
+
+ROLES = ("control-plane", "system", "gpu")
+
+
+@dataclass(frozen=True, eq=False)
+class NodeGroup:
+    name: str
+    role: str  # control-plane | system | gpu
+    min_nodes: int
+    max_nodes: int
+    labels: dict[str, str]  # every label a node of the group carries (ours, the cloud's, well-known ones)
+    taints: list[dict]  # Kubernetes form: {key, value?, effect}
+    allocatable: Allocatable  # per node (the smallest instance type where a group mixes several)
+    instance_type: str  # "g5.xlarge" or "g5.xlarge|g6.xlarge" for a mixed-instances group
+    capacity: str  # on-demand | spot | preemptible
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"node group {self.name}: role {self.role!r} not one of {ROLES}")
+        if not 0 <= self.min_nodes <= self.max_nodes:
+            raise ValueError(f"node group {self.name}: min {self.min_nodes} / max {self.max_nodes}")
+
+    def to_json(self) -> dict[str, Any]:
+        a = self.allocatable
+        return {"name": self.name, "role": self.role, "minNodes": self.min_nodes, "maxNodes": self.max_nodes,
+                "labels": dict(self.labels), "taints": list(self.taints), "instanceType": self.instance_type,
+                "capacity": self.capacity,
+                "allocatable": {"cpuMillis": a.cpu_millis, "memoryBytes": a.memory_bytes, "gpus": a.gpus, "pods": a.pods}}
+
+
+@dataclass(eq=False)
+class ClusterModel:
+    cloud: str
+    kubernetes_version: str
+    node_groups: list[NodeGroup]
+    control_plane_ports: Optional[frozenset[int]]  # None = the control plane reaches every node port
+    notes: list[str] = field(default_factory=list)
+    # The API server runs the ExtendedResourceToleration admission plugin: a pod requesting an extended
+    # resource (nvidia.com/gpu) gets a toleration for the taint of the same key (GKE, EKS; not kubeadm's default).
+    extended_resource_toleration: bool = False
+
+    def group(self, name: str) -> NodeGroup:
+        for g in self.node_groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cloud": self.cloud, "kubernetesVersion": self.kubernetes_version,
+                "nodeGroups": [g.to_json() for g in self.node_groups],
+                "controlPlanePorts": None if self.control_plane_ports is None else sorted(self.control_plane_ports),
+                "extendedResourceToleration": self.extended_resource_toleration, "notes": list(self.notes)}

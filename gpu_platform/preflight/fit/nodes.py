@@ -1,0 +1,412 @@
+"""The node model of a stack, read from what the program really registers (the mocked plan).
+
+Labels and taints come from the rendered node configuration in the plan (kubeadm configs in the
+Linode user data, GKE node pool inputs, the EKS node group inputs and the nodeadm NodeConfig in the
+GPU launch templates), decoded with the constants the cluster components write them with. To those
+the model adds what the cloud itself puts on every node (documented below with sources), and
+allocatable per node from `gpu_platform.components.capacity`.
+
+Facts used (also written into ClusterModel.notes so a reader of fit.json sees them):
+- GKE adds cloud.google.com/gke-nodepool, gke-accelerator, gke-spot / gke-preemptible,
+  gke-gpu-driver-version, machine-family, gke-os-distribution labels, and the nvidia.com/gpu=present:
+  NoSchedule taint on GPU nodes; its ExtendedResourceToleration admission controller adds the matching
+  toleration to pods requesting nvidia.com/gpu (GKE "Run GPUs in Standard node pools", "About GPUs").
+  A private cluster's control plane reaches nodes on TCP 443 and 10250 only (GKE's own
+  gke-<cluster>-<id>-master firewall rule), plus what our firewall rules from the master CIDR open
+  (GKE "Add firewall rules for specific use cases" / private clusters).
+- EKS managed node groups label nodes eks.amazonaws.com/nodegroup and eks.amazonaws.com/capacityType;
+  every EKS platform version enables ExtendedResourceToleration (EKS User Guide, "View Amazon EKS
+  platform versions"); the cluster security group EKS creates allows all traffic between its members
+  (EKS "View Amazon EKS security group requirements for clusters": inbound All/All from itself), the
+  control plane ENIs carry it, managed nodes get it when their launch template names no security
+  group, and our GPU launch templates name it explicitly.
+- kubeadm labels control-plane nodes node-role.kubernetes.io/control-plane and
+  node.kubernetes.io/exclude-from-external-load-balancers; the API server's default admission plugins do
+  not include ExtendedResourceToleration (kube-apiserver --enable-admission-plugins default list).
+- Every node: kubernetes.io/os=linux, kubernetes.io/arch=amd64 (kubelet) and
+  node.kubernetes.io/instance-type (the cloud controller manager).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email
+import ipaddress
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+import yaml
+
+from gpu_platform.components.capacity import Allocatable, CapacityError, allocatable
+from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
+from gpu_platform.components.linode.render import ROLE_LABEL  # the system pools' label (GKE and EKS set the same key)
+from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
+
+if TYPE_CHECKING:
+    from gpu_platform.components.config import StackConfig
+    from gpu_platform.preflight.runner import Plan, PlannedResource
+
+CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+KUBEADM_CONTROL_PLANE_LABELS = {"node-role.kubernetes.io/control-plane": "",
+                                "node.kubernetes.io/exclude-from-external-load-balancers": ""}
+GKE_MASTER_PORTS = frozenset({443, 10250})
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+# Per cloud, node agents no rendered release shows (installed by the cloud or as managed add-ons).
+_CLOUD_AGENTS = {
+    "gcp": "GKE's fluentbit, gke-metadata-server, anetd/Dataplane V2, pdcsi-node, GPU driver installer",
+    "aws": "the vpc-cni (aws-node), kube-proxy and EBS CSI node add-ons",
+    "linode": "kube-proxy and, unless its chart is rendered, the CNI",
+}
+
+
+class ModelError(ValueError):
+    """The plan lacks what the model needs (a node group the config promises, an unreadable node config)."""
+
+    def __init__(self, message: str):
+        super().__init__(f"cluster fit node model: {message}")
+
+
+def _well_known(instance_type: str) -> dict[str, str]:
+    return {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": instance_type}
+
+
+def _num(v: Any, default: int = 0) -> int:
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        return default
+
+
+def _add_taint(taints: list[dict], taint: dict) -> None:
+    key = (taint.get("key"), taint.get("effect"))
+    if not any((t.get("key"), t.get("effect")) == key for t in taints):
+        taints.append(taint)
+
+
+def _min_allocatable(items: Iterable[Allocatable]) -> Allocatable:
+    items = list(items)
+    return Allocatable(min(a.cpu_millis for a in items), min(a.memory_bytes for a in items),
+                       min(a.gpus for a in items), min(a.pods for a in items))
+
+
+def _role(labels: dict[str, str], taints: list[dict]) -> str:
+    if any(t.get("key") == CONTROL_PLANE_TAINT["key"] for t in taints) or "node-role.kubernetes.io/control-plane" in labels:
+        return "control-plane"
+    if POOL_LABEL in labels or any(t.get("key") == GPU_TAINT.key for t in taints):
+        return "gpu"
+    return "system"
+
+
+# ---------------------------------------------------------------------------------------------
+# Linode (kubeadm): the kubeadm configuration inside each instance's user data
+# ---------------------------------------------------------------------------------------------
+
+
+def _kubeadm_docs(instance: "PlannedResource") -> Optional[list[dict]]:
+    from gpu_platform.components.linode.render import KUBEADM_CONFIG_PATH
+
+    metas = instance.plain_inputs.get("metadatas") or []
+    data = metas[0].get("userData") if metas and isinstance(metas[0], dict) else None
+    if not isinstance(data, str):
+        return None
+    try:
+        cloud_config = yaml.load(base64.b64decode(data).decode(), Loader=_Loader)
+    except (binascii.Error, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    for f in (cloud_config or {}).get("write_files", []):
+        if f.get("path") == KUBEADM_CONFIG_PATH:
+            return [d for d in yaml.safe_load_all(f["content"]) if isinstance(d, dict)]
+    return None
+
+
+def _linode_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[NodeGroup]:
+    groups: "OrderedDict[tuple, dict]" = OrderedDict()
+    for inst in plan.by_type("linode:index/instance:Instance"):
+        docs = _kubeadm_docs(inst)
+        if docs is None:
+            raise ModelError(f"{inst.name}: no readable kubeadm configuration in the instance's user data")
+        reg = next((d["nodeRegistration"] for d in docs if "nodeRegistration" in d), {})
+        control_plane = any(d.get("kind") == "InitConfiguration" or "controlPlane" in d for d in docs)
+        labels: dict[str, str] = {}
+        for arg in reg.get("kubeletExtraArgs") or []:
+            if arg.get("name") == "node-labels" and arg.get("value"):
+                labels.update(kv.split("=", 1) for kv in arg["value"].split(","))
+        taints = [dict(t) for t in reg.get("taints") or []]
+        if control_plane:
+            labels.update(KUBEADM_CONTROL_PLANE_LABELS)
+        itype = inst.plain_inputs.get("type")
+        key = (itype, tuple(sorted(labels.items())), tuple(sorted((t.get("key"), t.get("value"), t.get("effect")) for t in taints)))
+        entry = groups.setdefault(key, {"type": itype, "labels": labels, "taints": taints, "count": 0})
+        entry["count"] += 1
+    out = []
+    pool_capacity = {p.name: p.capacity for p in cfg.gpu_pools}
+    for entry in groups.values():
+        labels, taints, itype = entry["labels"], entry["taints"], entry["type"]
+        role = _role(labels, taints)
+        name = {"control-plane": "control-plane", "system": labels.get(ROLE_LABEL, "workers")}.get(role) or labels.get(POOL_LABEL, itype)
+        out.append(NodeGroup(
+            name=name, role=role, min_nodes=entry["count"], max_nodes=entry["count"],
+            labels={**_well_known(itype), **labels}, taints=taints, allocatable=allocatable("linode", itype),
+            instance_type=itype, capacity=pool_capacity.get(labels.get(POOL_LABEL, ""), "on-demand")))
+    notes.append("linode: node groups, labels and taints decoded from each instance's kubeadm config (user data); "
+                 "fixed sizes (no autoscaler): min = max = instances in the plan")
+    return out
+
+
+def _linode_ports(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> Optional[frozenset[int]]:
+    """Ports the control-plane nodes may open on other nodes over the VPC, per the node Cloud Firewall."""
+    subnet = ipaddress.ip_network(cfg.linode.subnet_cidr) if cfg.linode else None
+    firewalls = plan.by_type("linode:index/firewall:Firewall")
+    if subnet is None or not firewalls:
+        notes.append("linode: no node firewall in the plan: every node port is reachable")
+        return None
+    ports: set[int] = set()
+    for fw in firewalls:
+        inputs = fw.plain_inputs
+        if str(inputs.get("inboundPolicy", "ACCEPT")).upper() == "ACCEPT":
+            notes.append(f"linode: firewall {fw.name} accepts inbound by default: every node port is reachable")
+            return None
+        for rule in inputs.get("inbounds") or []:
+            if str(rule.get("action", "")).upper() != "ACCEPT" or str(rule.get("protocol", "")).upper() != "TCP":
+                continue
+            if not any(subnet.subnet_of(ipaddress.ip_network(c)) for c in rule.get("ipv4s") or []
+                       if ipaddress.ip_network(c).version == 4):
+                continue
+            if not rule.get("ports"):
+                notes.append(f"linode: firewall {fw.name} rule {rule.get('label')} accepts all TCP from the VPC "
+                             f"subnet {subnet}: the control planes reach every node port")
+                return None
+            ports |= _port_set(str(rule["ports"]).split(","))
+    notes.append(f"linode: control planes reach node TCP ports {sorted(ports)} over the VPC (node firewall)")
+    return frozenset(ports)
+
+
+# ---------------------------------------------------------------------------------------------
+# GKE
+# ---------------------------------------------------------------------------------------------
+
+
+def _port_set(specs: Iterable[str]) -> set[int]:
+    out: set[int] = set()
+    for s in specs:
+        s = str(s).strip()
+        if not s:
+            continue
+        if "-" in s:
+            lo, hi = s.split("-", 1)
+            out.update(range(int(lo), int(hi) + 1))
+        else:
+            out.add(int(s))
+    return out
+
+
+def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[NodeGroup]:
+    from gpu_platform.components.gcp.nodepool import GKE_TAINT_EFFECTS
+
+    effect = {v: k for k, v in GKE_TAINT_EFFECTS.items()}
+    out = []
+    for pool in plan.by_type("gcp:container/nodePool:NodePool"):
+        i = pool.plain_inputs
+        nc = i.get("nodeConfig") or {}
+        itype = nc.get("machineType")
+        auto = i.get("autoscaling") or {}
+        if "totalMaxNodeCount" in auto:
+            lo, hi = _num(auto.get("totalMinNodeCount")), _num(auto.get("totalMaxNodeCount"))
+        else:  # a fixed-size pool or per-zone limits: counts are per zone of the pool's node locations
+            zones = max(1, len(i.get("nodeLocations") or []))
+            fixed = _num(i.get("nodeCount", i.get("initialNodeCount", 1)), 1)
+            lo = _num(auto.get("minNodeCount"), fixed) * zones if auto else fixed * zones
+            hi = _num(auto.get("maxNodeCount"), fixed) * zones if auto else fixed * zones
+        labels = {**_well_known(itype), **(nc.get("labels") or {})}
+        labels["cloud.google.com/gke-nodepool"] = i.get("name") or pool.name
+        labels["cloud.google.com/machine-family"] = str(itype).split("-")[0]
+        labels["cloud.google.com/gke-os-distribution"] = "cos" if str(nc.get("imageType", "")).startswith("COS") else "ubuntu"
+        capacity = "on-demand"
+        if nc.get("spot"):
+            labels["cloud.google.com/gke-spot"] = "true"
+            capacity = "spot"
+        if nc.get("preemptible"):
+            labels["cloud.google.com/gke-preemptible"] = "true"
+            capacity = "preemptible"
+        taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
+                  for t in nc.get("taints") or []]
+        accels = nc.get("guestAccelerators") or []
+        if accels:
+            labels["cloud.google.com/gke-accelerator"] = accels[0]["type"]
+            driver = (accels[0].get("gpuDriverInstallationConfig") or {}).get("gpuDriverVersion")
+            if driver and driver != "INSTALLATION_DISABLED":
+                labels["cloud.google.com/gke-gpu-driver-version"] = str(driver).lower()
+            _add_taint(taints, GPU_TAINT.as_k8s())
+        out.append(NodeGroup(name=labels["cloud.google.com/gke-nodepool"], role=_role(labels, taints), min_nodes=lo,
+                             max_nodes=hi, labels=labels, taints=taints, allocatable=allocatable("gcp", itype),
+                             instance_type=itype, capacity=capacity))
+    notes.append("gcp: node pools from the plan's NodePool inputs plus GKE's own labels (gke-nodepool, gke-accelerator, "
+                 "gke-spot/gke-preemptible) and GPU taint; ExtendedResourceToleration on (GPU pods get the toleration)")
+    return out
+
+
+def _gke_ports(plan: "Plan", notes: list[str]) -> Optional[frozenset[int]]:
+    clusters = plan.by_type("gcp:container/cluster:Cluster")
+    if not clusters:
+        raise ModelError("no GKE cluster in the plan")
+    pcc = clusters[0].plain_inputs.get("privateClusterConfig") or {}
+    if not pcc.get("enablePrivateNodes"):
+        notes.append("gcp: nodes are not private: GKE opens the control plane to every node port")
+        return None
+    master = ipaddress.ip_network(pcc["masterIpv4CidrBlock"])
+    node_tags: set[str] = set()
+    for pool in plan.by_type("gcp:container/nodePool:NodePool"):
+        node_tags.update((pool.plain_inputs.get("nodeConfig") or {}).get("tags") or [])
+    ports = set(GKE_MASTER_PORTS)
+    opened = []
+    for fw in plan.by_type("gcp:compute/firewall:Firewall"):
+        i = fw.plain_inputs
+        if str(i.get("direction", "INGRESS")).upper() != "INGRESS" or i.get("disabled"):
+            continue
+        if not any(master.subnet_of(ipaddress.ip_network(r)) for r in i.get("sourceRanges") or []):
+            continue
+        targets = set(i.get("targetTags") or [])
+        if targets and not targets & node_tags:
+            continue
+        for allow in i.get("allows") or []:
+            if str(allow.get("protocol")).lower() not in ("tcp", "all", "6"):
+                continue
+            if not allow.get("ports"):
+                notes.append(f"gcp: firewall {i.get('name', fw.name)} opens every TCP port to the control plane")
+                return None
+            found = _port_set(allow["ports"])
+            ports |= found
+            opened.append(f"{i.get('name', fw.name)}: {','.join(str(p) for p in allow['ports'])}")
+    notes.append(f"gcp: private cluster, master CIDR {master}: control plane reaches nodes on TCP 443, 10250 (GKE's rule)"
+                 + (f" and {'; '.join(opened)} (our firewall rules)" if opened else ""))
+    return frozenset(ports)
+
+
+# ---------------------------------------------------------------------------------------------
+# EKS
+# ---------------------------------------------------------------------------------------------
+
+
+def _nodeadm_config(user_data: str) -> Optional[dict]:
+    try:
+        text = base64.b64decode(user_data).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    msg = email.message_from_string(text)
+    for part in msg.walk() if msg.is_multipart() else [msg]:
+        if part.get_content_type() == "application/node.eks.aws":
+            doc = yaml.safe_load(part.get_payload())
+            return doc if isinstance(doc, dict) else None
+    return None
+
+
+def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[NodeGroup]:
+    effect = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute"}
+    out = []
+    for ng in plan.by_type("aws:eks/nodeGroup:NodeGroup"):
+        i = ng.plain_inputs
+        types = list(i.get("instanceTypes") or [])
+        sc = i.get("scalingConfig") or {}
+        labels = {**_well_known(types[0]), **(i.get("labels") or {})}
+        name = i.get("nodeGroupName") or ng.name
+        labels["eks.amazonaws.com/nodegroup"] = name
+        cap = str(i.get("capacityType", "ON_DEMAND"))
+        labels["eks.amazonaws.com/capacityType"] = cap
+        taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
+                  for t in i.get("taints") or []]
+        alloc = _min_allocatable(allocatable("aws", t, managed_node_group=True) for t in types)
+        out.append(NodeGroup(name=labels.get(ROLE_LABEL, name), role=_role(labels, taints), min_nodes=_num(sc.get("minSize")),
+                             max_nodes=_num(sc.get("maxSize")), labels=labels, taints=taints, allocatable=alloc,
+                             instance_type="|".join(types), capacity="spot" if cap == "SPOT" else "on-demand"))
+    templates = {lt.parent: lt for lt in plan.by_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    for asg in plan.by_type("aws:autoscaling/group:Group"):
+        i = asg.plain_inputs
+        lt = templates.get(asg.parent)
+        node_config = _nodeadm_config(lt.plain_inputs.get("userData", "")) if lt is not None else None
+        if node_config is None:
+            raise ModelError(f"{asg.name}: no nodeadm NodeConfig in its launch template's user data")
+        kubelet = (node_config.get("spec") or {}).get("kubelet") or {}
+        labels: dict[str, str] = {}
+        for flag in kubelet.get("flags") or []:
+            if flag.startswith("--node-labels="):
+                labels.update(kv.split("=", 1) for kv in flag.split("=", 1)[1].split(","))
+        taints = [dict(t) for t in (kubelet.get("config") or {}).get("registerWithTaints") or []]
+        mip = i.get("mixedInstancesPolicy") or {}
+        types = [o["instanceType"] for o in (mip.get("launchTemplate") or {}).get("overrides") or [] if o.get("instanceType")]
+        if not types and (lt.plain_inputs.get("instanceType")):
+            types = [lt.plain_inputs["instanceType"]]
+        dist = mip.get("instancesDistribution") or {}
+        on_demand = _num(dist.get("onDemandPercentageAboveBaseCapacity"), 100) >= 100
+        alloc = _min_allocatable(allocatable("aws", t) for t in types)
+        labels = {**_well_known(types[0]), **labels}
+        out.append(NodeGroup(name=labels.get(POOL_LABEL, asg.name), role=_role(labels, taints),
+                             min_nodes=_num(i.get("minSize")), max_nodes=_num(i.get("maxSize")), labels=labels,
+                             taints=taints, allocatable=alloc, instance_type="|".join(types),
+                             capacity="on-demand" if on_demand else "spot"))
+        if len(types) > 1:
+            notes.append(f"aws: GPU group {labels.get(POOL_LABEL, asg.name)} mixes {', '.join(types)}: allocatable is the "
+                         "smallest of them per resource (the ASG may launch any)")
+    notes.append("aws: managed node group labels from its inputs plus eks.amazonaws.com/nodegroup and capacityType; GPU "
+                 "groups' labels/taints decoded from the nodeadm NodeConfig in their launch templates; "
+                 "ExtendedResourceToleration on")
+    return out
+
+
+def _eks_ports(plan: "Plan", notes: list[str]) -> Optional[frozenset[int]]:
+    """Every node port, if every node carries the cluster security group (inbound All from itself, which
+    the control plane ENIs carry): managed nodes get it when their launch template names no security
+    group; our GPU launch templates must name it."""
+    clusters = plan.by_type("aws:eks/cluster:Cluster")
+    sg = ((clusters[0].outputs.get("vpcConfig") or {}).get("clusterSecurityGroupId")) if clusters else None
+    for lt in plan.by_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        groups = lt.plain_inputs.get("vpcSecurityGroupIds") or [
+            g for ni in lt.plain_inputs.get("networkInterfaces") or [] for g in ni.get("securityGroups") or []]
+        if groups and sg and sg not in groups:
+            notes.append(f"aws: launch template {lt.name} names security groups {groups} without the cluster security "
+                         f"group {sg}: the control plane is not known to reach any port on those nodes")
+            return frozenset()
+    notes.append("aws: every node carries the EKS cluster security group (inbound All from itself, the control plane "
+                 "ENIs carry it): the control plane reaches every node port")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+
+def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
+    notes: list[str] = []
+    try:
+        if cfg.cloud == "linode":
+            groups = _linode_groups(cfg, plan, notes)
+            ports = _linode_ports(cfg, plan, notes)
+            ert = False
+        elif cfg.cloud == "gcp":
+            groups = _gke_groups(cfg, plan, notes)
+            ports = _gke_ports(plan, notes)
+            ert = True
+        elif cfg.cloud == "aws":
+            groups = _eks_groups(cfg, plan, notes)
+            ports = _eks_ports(plan, notes)
+            ert = True
+        else:
+            raise ModelError(f"unknown cloud {cfg.cloud!r}")
+    except CapacityError as exc:
+        raise ModelError(str(exc)) from None
+    if not groups:
+        raise ModelError(f"{cfg.cloud}: the plan registers no node group")
+    notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
+                 "releases: their requests are not counted, so the headroom shown is an upper bound")
+    # The plan registers resources in the order their outputs resolve: order the groups by role, then
+    # name, so packing, the report and fit.json are the same on every run.
+    roles = {"control-plane": 0, "system": 1, "gpu": 2}
+    groups = sorted(groups, key=lambda g: (roles.get(g.role, 3), g.name))
+    for g in groups:
+        notes.append(f"{g.name}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
+                     f"allocatable per node {g.allocatable}")
+    return ClusterModel(cloud=cfg.cloud, kubernetes_version=cfg.kubernetes_version, node_groups=groups,
+                        control_plane_ports=ports, notes=notes, extended_resource_toleration=ert)

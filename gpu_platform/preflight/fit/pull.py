@@ -1,0 +1,181 @@
+"""`python -m gpu_platform.preflight charts pull [--dest DIR] [--mirror URL] [--only NAME]`: fill a chart cache.
+
+Pulls every chart the project pins (gpu_platform/components/platform/versions.py, gpu_platform/components/linode/versions.py,
+gpu_platform/components/aws/versions.py) at its pinned version with Helm's Go SDK (helm_python.pull: classic
+repositories through their index.yaml, `oci://` references from the registry), into DIR as
+`NAME-VERSION.tgz`, the layout `--charts DIR` reads. `--mirror URL` pulls every chart by name from one
+classic Helm repository instead (an internal mirror, or a local one in tests). A chart already in DIR
+whose Chart.yaml matches is kept. The pinned kustomize remote targets (gpu_platform/components/platform/versions.py
+KUSTOMIZE_SOURCES) are built into DIR/kustomize/REPO-REF-NAME.yaml with `kubectl kustomize` (or
+`kustomize build`, `--kustomize CMD` to choose); Helm has no kustomize. Exit 0 when everything is
+there, 1 when anything could not be pulled or built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from gpu_platform.preflight.fit.render import chart_file_name, kustomize_file_name
+
+
+@dataclass(frozen=True)
+class PinnedChart:
+    chart: str  # chart name or oci:// reference
+    version: str
+    repo: Optional[str]  # classic repository URL; None for OCI
+
+    @property
+    def name(self) -> str:
+        return self.chart.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def file_name(self) -> str:
+        return chart_file_name(self.chart, self.version)
+
+
+def pinned_charts() -> list[PinnedChart]:
+    """Every chart pin of the three version modules (Chart objects, and the AWS module's name/version
+    constants), each once, sorted by name."""
+    from gpu_platform.components.aws import versions as aws
+    from gpu_platform.components.helm import Chart
+    from gpu_platform.components.linode import versions as linode
+    from gpu_platform.components.platform import versions as platform
+
+    found: dict[tuple[str, str], PinnedChart] = {}
+    for module in (platform, linode, aws):
+        for value in vars(module).values():
+            if isinstance(value, Chart):
+                found[(value.chart, value.version)] = PinnedChart(value.chart, value.version, value.repo)
+    found[(aws.NTH_CHART, aws.NTH_CHART_VERSION)] = PinnedChart(aws.NTH_CHART, aws.NTH_CHART_VERSION, None)
+    found[(aws.CLUSTER_AUTOSCALER_CHART, aws.CLUSTER_AUTOSCALER_CHART_VERSION)] = PinnedChart(
+        aws.CLUSTER_AUTOSCALER_CHART, aws.CLUSTER_AUTOSCALER_CHART_VERSION, aws.CLUSTER_AUTOSCALER_REPO)
+    return sorted(found.values(), key=lambda c: (c.name, c.version))
+
+
+def _matches(path: Path, pin: PinnedChart) -> bool:
+    import helm_python
+
+    try:
+        with helm_python.Chart.load(path) as chart:
+            return chart.name == pin.name and chart.version == pin.version
+    except helm_python.HelmError:
+        return False
+
+
+def pull_chart(pin: PinnedChart, dest: Path, mirror: Optional[str] = None) -> Path:
+    """Pull one chart into dest; raises helm_python.HelmError or RuntimeError."""
+    import helm_python
+
+    target = dest / pin.file_name
+    if target.exists() and _matches(target, pin):
+        return target
+    # Pull into a scratch folder first: a failed or foreign download never lands in the cache.
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:
+        if mirror:
+            helm_python.pull(pin.name, repo_url=mirror, version=pin.version, destination=tmp)
+        elif pin.repo:
+            helm_python.pull(pin.name, repo_url=pin.repo, version=pin.version, destination=tmp)
+        else:
+            helm_python.pull(pin.chart, version=pin.version, destination=tmp)
+        got = sorted(Path(tmp).glob("*.tgz"))
+        if len(got) != 1 or not _matches(got[0], pin):
+            raise RuntimeError(f"the download is not chart {pin.name} {pin.version}: {[p.name for p in got]}")
+        got[0].replace(target)
+    return target
+
+
+def pinned_kustomize_targets() -> list[str]:
+    from gpu_platform.components.platform import versions
+
+    return sorted(set(versions.KUSTOMIZE_SOURCES.values()))
+
+
+def default_kustomize() -> Optional[list[str]]:
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    return None
+
+
+def build_kustomize(target: str, dest: Path, command: list[str]) -> Path:
+    """`<command> https://<target>` into dest/kustomize/<file>; raises RuntimeError."""
+    fname = kustomize_file_name(target)
+    if fname is None:
+        raise RuntimeError(f"{target} is not a github.com/ORG/REPO/PATH?ref=REF target")
+    out = dest / "kustomize" / fname
+    if out.exists() and out.stat().st_size:
+        return out
+    url = target if target.startswith("https://") else f"https://{target}"
+    proc = subprocess.run([*command, url], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"{' '.join(command)} {url} failed: {proc.stderr.strip()[-500:]}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(proc.stdout)
+    tmp.replace(out)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    from gpu_platform.preflight.fit.run import default_chart_dirs
+
+    parser = argparse.ArgumentParser(prog="python -m gpu_platform.preflight charts", description="the chart cache preflight renders from")
+    sub = parser.add_subparsers(dest="command", required=True)
+    pull = sub.add_parser("pull", help="pull every pinned chart at its pinned version")
+    pull.add_argument("--dest", help=f"cache folder (default: the first of {', '.join(map(str, default_chart_dirs()))})")
+    pull.add_argument("--mirror", help="pull every chart by name from this classic Helm repository URL instead")
+    pull.add_argument("--only", action="append", default=[], metavar="NAME", help="only this chart (repeatable)")
+    pull.add_argument("--kustomize", metavar="CMD",
+                      help="command that builds a kustomize URL to stdout (default: `kubectl kustomize`, else `kustomize build`)")
+    sub.add_parser("list", help="list the pinned charts")
+    args = parser.parse_args(argv)
+
+    pins = pinned_charts()
+    if args.command == "list":
+        for p in pins:
+            print(f"{p.file_name:<48} {p.repo or p.chart}")
+        return 0
+    unknown = sorted(set(args.only) - {p.name for p in pins})
+    if unknown:
+        print(f"preflight charts pull: --only {', '.join(unknown)}: not a pinned chart; pinned: "
+              f"{', '.join(p.name for p in pins)}", file=sys.stderr)
+        return 2
+    dest = Path(args.dest) if args.dest else default_chart_dirs()[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    import helm_python
+
+    failed = []
+    failed_targets = []
+    if not args.only:
+        command = shlex.split(args.kustomize) if args.kustomize else default_kustomize()
+        for target in pinned_kustomize_targets():
+            try:
+                if command is None:
+                    raise RuntimeError("neither kubectl nor kustomize is on PATH (--kustomize CMD)")
+                print(f"ok      {build_kustomize(target, dest, command)}")
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                failed_targets.append(target)
+                print(f"FAILED  {target}: {exc}", file=sys.stderr)
+    for pin in pins:
+        if args.only and pin.name not in args.only:
+            continue
+        try:
+            path = pull_chart(pin, dest, args.mirror)
+            print(f"ok      {path}")
+        except (helm_python.HelmError, RuntimeError, OSError) as exc:
+            failed.append(pin)
+            print(f"FAILED  {pin.file_name}: {exc}", file=sys.stderr)
+    if failed or failed_targets:
+        print(f"preflight charts pull: not pulled: {', '.join([p.file_name for p in failed] + failed_targets)}",
+              file=sys.stderr)
+        return 1
+    return 0

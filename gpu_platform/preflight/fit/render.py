@@ -1,0 +1,701 @@
+"""Render what the cluster will really run: every Helm release, kustomize install and plain object the
+program registers, plus the example TrainJob, as fully rendered Kubernetes objects.
+
+Helm charts are rendered by Helm's own Go SDK (PyPI `helm-python-sdk`, the `helm template` engine:
+values coalesced with the chart's defaults, values.schema.json enforced, subchart conditions applied,
+`lookup` returning nothing as in `helm template`), with the stack's Kubernetes version and the API
+versions the cluster will serve as capabilities. Charts come from local chart directories
+(`NAME-VERSION.tgz`, OCI references by their last path element); kustomize remote targets map to the
+pre-built YAML in `<chart dir>/kustomize/`. Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import yaml
+
+from gpu_platform.preflight.runner import ROOT, SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource
+
+RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+KUSTOMIZE_TYPES = ("kubernetes:kustomize/v2:Directory", "kubernetes:kustomize:Directory")
+# Resources of the kubernetes provider that are not objects in the cluster.
+NOT_OBJECTS = {"pulumi:providers:kubernetes", "kubernetes:helm.sh/v3:Chart", "kubernetes:helm.sh/v4:Chart",
+               "kubernetes:yaml/v2:ConfigGroup", "kubernetes:yaml/v2:ConfigFile", *KUSTOMIZE_TYPES, RELEASE_TYPE}
+EXAMPLE_TRAINJOB = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
+EXAMPLE_NAMESPACE = "training"
+
+# Stand-ins for values preflight cannot or must not know: secrets never reach rendered files.
+SECRET_PLACEHOLDER = "preflight-secret-value"
+UNKNOWN_PLACEHOLDER = "preflight-unknown-value"
+
+SOURCES = ("helm", "kustomize", "manifest", "example")
+# Built-in kinds that are not namespaced (kubectl api-resources --namespaced=false, Kubernetes 1.33).
+CLUSTER_SCOPED_KINDS = frozenset({
+    "Namespace", "Node", "PersistentVolume", "ComponentStatus", "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "CustomResourceDefinition", "APIService",
+    "TokenReview", "SelfSubjectAccessReview", "SelfSubjectRulesReview", "SubjectAccessReview",
+    "SelfSubjectReview", "CertificateSigningRequest", "ClusterTrustBundle", "FlowSchema",
+    "PriorityLevelConfiguration", "IngressClass", "RuntimeClass", "ClusterRole", "ClusterRoleBinding",
+    "PriorityClass", "CSIDriver", "CSINode", "StorageClass", "VolumeAttachment", "VolumeAttributesClass",
+    "DeviceClass", "ResourceSlice", "IPAddress", "ServiceCIDR", "StorageVersionMigration",
+})
+# Hooks that `helm install/upgrade` (and so a Pulumi Release) never runs: only `helm test` does.
+TEST_HOOKS = frozenset({"test", "test-success", "test-failure"})
+
+
+class ChartError(Exception):
+    """A release that cannot be rendered: chart missing, template failure, values refused by its schema."""
+
+    def __init__(self, release: str, message: str):
+        super().__init__(f"release {release}: {message}")
+        self.release = release
+        self.message = message
+
+
+@dataclass
+class RenderedRelease:
+    name: str  # Helm release name / kustomize or manifest set name
+    resource_name: str  # Pulumi logical name
+    urn: str
+    source: str  # helm | kustomize | manifest | example
+    chart: Optional[str]
+    version: Optional[str]
+    namespace: Optional[str]
+    objects: list[dict[str, Any]]  # namespace filled in for namespaced kinds, hooks kept (annotation)
+    depends_on: frozenset[str] = frozenset()  # URNs this release waits for (transitively)
+    rendered: bool = True  # False: chart allowed to be missing (--allow-missing-chart), objects empty
+    # The YAML text each object was parsed from, where preflight did not change it (None where it did):
+    # written verbatim, which spares re-serialising megabytes of CRDs.
+    texts: list[Optional[str]] = field(default_factory=list, repr=False, compare=False)
+    # The release's values coalesced with the chart's defaults, for charts whose pods are not in any
+    # manifest (JupyterHub's user servers come from the hub's KubeSpawner config): see fit/pods.py.
+    values: Optional[dict[str, Any]] = field(default=None, repr=False, compare=False)
+
+    def to_yaml(self) -> str:
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        texts = self.texts if len(self.texts) == len(self.objects) else [None] * len(self.objects)
+        docs = []
+        for obj, text in zip(self.objects, texts):
+            body = text if text is not None else yaml.dump(obj, Dumper=dumper, sort_keys=True, default_flow_style=False)
+            docs.append("---\n" + body.strip("\n") + "\n")
+        return "".join(docs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values as the program registered them
+# ---------------------------------------------------------------------------------------------
+
+
+def _stand_ins(v: Any, text: str) -> Any:
+    """Same structure, every scalar leaf replaced by `text` (a secret map stays a map)."""
+    if isinstance(v, dict):
+        return {k: _stand_ins(x, text) for k, x in v.items() if k != SIG_KEY}
+    if isinstance(v, list):
+        return [_stand_ins(x, text) for x in v]
+    return text
+
+
+def plain_values(v: Any) -> Any:
+    """Wire value -> what the chart sees, with secrets and unknowns replaced by fixed stand-in strings."""
+    if isinstance(v, dict) and v.get(SIG_KEY) == SECRET_SIG:
+        inner = v.get("value")
+        return _stand_ins(inner, SECRET_PLACEHOLDER) if inner != UNKNOWN else SECRET_PLACEHOLDER
+    if isinstance(v, dict) and v.get(SIG_KEY) == RESOURCE_SIG:
+        return v.get("urn")
+    if v == UNKNOWN:
+        return UNKNOWN_PLACEHOLDER
+    if isinstance(v, dict):
+        return {k: plain_values(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [plain_values(x) for x in v]
+    return v
+
+
+def _auto_name(resource_name: str, urn: str) -> str:
+    """pulumi-kubernetes autonaming (`<resource name>-<8 hex>`, random there): a stable suffix here."""
+    return f"{resource_name}-{hashlib.sha256(urn.encode()).hexdigest()[:8]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Dependencies
+# ---------------------------------------------------------------------------------------------
+
+
+class _Deps:
+    """What each resource waits for: its dependencies and property dependencies, transitively; a
+    dependency on a component means its whole subtree (the SDK expands components to children)."""
+
+    def __init__(self, plan: Plan):
+        self.by_urn = {r.urn: r for r in plan.resources}
+        self.children: dict[str, list[str]] = {}
+        for r in plan.resources:
+            if r.parent:
+                self.children.setdefault(r.parent, []).append(r.urn)
+        self._memo: dict[str, frozenset[str]] = {}
+
+    def direct(self, r: PlannedResource) -> set[str]:
+        out = set(r.dependencies)
+        for urns in r.property_dependencies.values():
+            out.update(urns)
+        return out
+
+    def subtree(self, urn: str) -> set[str]:
+        out, todo = set(), [urn]
+        while todo:
+            u = todo.pop()
+            if u in out:
+                continue
+            out.add(u)
+            todo.extend(self.children.get(u, ()))
+        return out
+
+    def of(self, urns: Iterable[str]) -> frozenset[str]:
+        seen: set[str] = set()
+        todo = list(urns)
+        while todo:
+            u = todo.pop()
+            for v in self.subtree(u):
+                if v in seen:
+                    continue
+                seen.add(v)
+                r = self.by_urn.get(v)
+                if r is not None:
+                    todo.extend(self.direct(r))
+        return frozenset(seen)
+
+
+# ---------------------------------------------------------------------------------------------
+# Charts
+# ---------------------------------------------------------------------------------------------
+
+
+def chart_file_name(chart: str, version: str) -> str:
+    """`oci://host/path/NAME`, `repo/NAME` or `NAME` at `version` -> `NAME-VERSION.tgz`."""
+    return f"{chart.rstrip('/').rsplit('/', 1)[-1]}-{version}.tgz"
+
+
+def find_chart(chart: str, version: str, chart_dirs: list[Path]) -> Optional[Path]:
+    name = chart_file_name(chart, version)
+    for d in chart_dirs:
+        for candidate in (d / name, d / name[: -len(".tgz")]):
+            if candidate.exists():
+                return candidate
+    return None
+
+
+@dataclass
+class ChartInfo:
+    """What preflight needs of a chart archive besides rendering it, read once per process from a
+    pristine load (helm-c's render drops disabled subcharts from the loaded chart it is given, so a
+    loaded chart is never rendered twice: every render loads the archive afresh)."""
+
+    path: Path
+    data: Optional[bytes]  # archive bytes; None for an unpacked chart folder
+    name: str
+    version: str
+    dependencies: list[dict[str, Any]]  # Chart.yaml `dependencies` (name, condition)
+    crds: list[tuple[str, list[dict[str, Any]], list[Optional[str]]]]  # (file in the archive, objects, texts)
+    # what templates (subcharts included) ask .Capabilities.APIVersions.Has; None: not only literals
+    api_version_queries: Optional[list[str]]
+
+    def load(self):
+        import helm_python
+
+        return helm_python.Chart.load_archive(self.data) if self.data is not None else helm_python.Chart.load(self.path)
+
+
+_CHARTS: dict[tuple[Path, int, int], ChartInfo] = {}
+
+
+def _read_chart(path: Path, data: Optional[bytes], release: str) -> dict[str, Any]:
+    """Metadata, crds/ files and whether templates ask for API versions, from a pristine load."""
+    import helm_python
+
+    try:
+        chart = helm_python.Chart.load_archive(data) if data is not None else helm_python.Chart.load(path)
+    except helm_python.HelmError as exc:
+        raise ChartError(release, f"chart at {path} does not load: {exc}") from None
+    with chart:
+        meta = chart.metadata
+        return {"name": str(meta.get("name", "")), "version": str(meta.get("version", "")),
+                "dependencies": list(meta.get("dependencies") or []),
+                "crds": [[c.get("filename") or c["name"], c["data"]]
+                         for c in sorted(chart.crds, key=lambda c: c.get("filename") or c["name"])],
+                "apiVersionQueries": api_version_queries(path, data)}
+
+
+_HAS = re.compile(r'APIVersions\.Has\s+"([^"]+)"')
+
+
+def api_version_queries(path: Path, data: Optional[bytes]) -> Optional[list[str]]:
+    """The API versions the chart's templates (subcharts included) ask `.Capabilities.APIVersions.Has`
+    about, when every use is such a literal; None when some template uses APIVersions otherwise."""
+    import io
+    import tarfile
+
+    texts: list[str] = []
+    if data is not None:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            for member in tar.getmembers():
+                if member.isfile() and "/templates/" in member.name:
+                    texts.append(tar.extractfile(member).read().decode("utf-8", "replace"))
+    else:
+        texts = [f.read_text(errors="replace") for f in path.rglob("*") if f.is_file() and "templates" in f.parts]
+    found: set[str] = set()
+    for text in texts:
+        literal = _HAS.findall(text)
+        if text.count("APIVersions") != len(literal):
+            return None
+        found.update(literal)
+    return sorted(found)
+
+
+def chart_info(path: Path, release: str) -> ChartInfo:
+    stat = path.stat()
+    key = (path.resolve(), stat.st_mtime_ns, stat.st_size)
+    if key not in _CHARTS:
+        data = path.read_bytes() if path.is_file() else None
+        facts = None
+        folder = _CACHE_DIR[0]
+        cache = folder / f"chart-v2-{hashlib.sha256(data).hexdigest()}.json" if folder is not None and data is not None else None
+        if cache is not None and cache.is_file():
+            try:
+                facts = json.loads(cache.read_text())
+            except ValueError:
+                facts = None
+        if facts is None:
+            facts = _read_chart(path, data, release)
+            if cache is not None:
+                try:
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+                    tmp.write_text(json.dumps(facts))
+                    tmp.replace(cache)
+                except OSError:
+                    pass
+        crds = []
+        for fname, text in facts["crds"]:
+            texts: list[Optional[str]] = []
+            crds.append((fname, _load_docs(text, release, fname, texts), texts))
+        _CHARTS[key] = ChartInfo(path, data, facts["name"], facts["version"], facts["dependencies"], crds,
+                                 facts["apiVersionQueries"])
+    return _CHARTS[key]
+
+
+def _subchart_enabled(condition: Optional[str], values: dict[str, Any]) -> bool:
+    """Helm's dependency `condition`: the first path that resolves to a bool decides; none -> enabled."""
+    for path in (condition or "").split(","):
+        node: Any = values
+        for part in path.strip().split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, bool):
+            return node
+    return True
+
+
+# Charts whose pods the cluster-fit check builds from their values rather than from a manifest.
+VALUES_NEEDED = frozenset({"jupyterhub"})
+
+
+def coalesced_values(info: ChartInfo, values: dict[str, Any]) -> dict[str, Any]:
+    """The values Helm renders with: the release's over the chart's defaults."""
+    from helm_python import HelmError
+
+    try:
+        with info.load() as chart:
+            return chart.merge_values(values)
+    except HelmError as exc:
+        raise ChartError(info.name, f"chart {info.name} {info.version}: values do not merge: {exc}") from None
+
+
+def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespace: str,
+                 kube_version: Optional[str], api_versions: list[str]) -> tuple[list[dict[str, Any]], list[Optional[str]]]:
+    """The objects `helm install` creates: crds/ of the chart and its enabled subcharts, then the
+    rendered templates (hooks included, test hooks left out), namespace filled in by the caller."""
+    from helm_python import HelmError, _native
+
+    opts: dict[str, Any] = {"name": release, "namespace": namespace, "is_install": True, "api_versions": api_versions}
+    if kube_version:
+        opts["kube_version"] = kube_version
+    try:
+        with info.load() as chart:
+            # Chart.render has no capabilities arguments; the native call takes them (helm-c render options).
+            manifests = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(opts)))
+            merged = chart.merge_values(values) if info.crds else {}
+    except HelmError as exc:
+        raise ChartError(release, f"chart {info.name} {info.version} does not render: {exc}") from None
+
+    objects: list[dict[str, Any]] = []
+    texts: list[Optional[str]] = []
+    enabled = {d["name"]: _subchart_enabled(d.get("condition"), merged) for d in info.dependencies}
+    for fname, objs, crd_texts in info.crds:
+        parts = fname.split("/")
+        if "charts" in parts and not enabled.get(parts[parts.index("charts") + 1], True):
+            continue
+        objects.extend({**o, "metadata": dict(o.get("metadata") or {})} for o in objs)
+        texts.extend(crd_texts)
+    for path in sorted(manifests):
+        base = path.rsplit("/", 1)[-1]
+        if base == "NOTES.txt" or base.startswith("_"):
+            continue
+        doc_texts: list[Optional[str]] = []
+        for obj, text in zip(_load_docs(manifests[path], release, path, doc_texts), doc_texts):
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            hooks = {h.strip() for h in str(annotations.get("helm.sh/hook", "")).split(",") if h.strip()}
+            if hooks and hooks <= TEST_HOOKS:
+                continue
+            objects.append(obj)
+            texts.append(text)
+    return objects, texts
+
+
+_DOC_SEPARATOR = re.compile(r"(?m)^---(?:[ \t].*)?$")
+
+
+# Parsed big documents (CRDs: megabytes of schema, the same text every run), content-addressed.
+BIG_DOC = 32 * 1024
+_PARSED: dict[str, str] = {}  # sha256 of the text -> JSON, this process
+_CACHE_DIR: list[Optional[Path]] = [None]  # and on disk when render_plan is given a cache folder
+
+
+def _parse_doc(doc: str) -> Any:
+    import helm_python
+
+    if len(doc) < BIG_DOC:
+        return helm_python.values_from_yaml(doc)
+    key = hashlib.sha256(doc.encode()).hexdigest()
+    cached = _PARSED.get(key)
+    folder = _CACHE_DIR[0]
+    if cached is None and folder is not None and (folder / f"{key}.json").is_file():
+        cached = (folder / f"{key}.json").read_text()
+    if cached is not None:
+        try:
+            return json.loads(cached)
+        except ValueError:
+            pass  # a damaged cache file: parse again
+    parsed = helm_python.values_from_yaml(doc)
+    _PARSED[key] = text = json.dumps(parsed)
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".{key}.{os.getpid()}.tmp"
+            tmp.write_text(text)
+            tmp.replace(folder / f"{key}.json")
+        except OSError:
+            pass  # a read-only or full disk only costs speed
+    return parsed
+
+
+def parse_yaml_docs(text: str) -> list[tuple[str, Any]]:
+    """Multi-document YAML parsed by Go's YAML library (the one Helm and kubectl use, through
+    helm-c), returned as JSON: ~20x faster than PyYAML on the multi-megabyte CRDs, and the same
+    scalar typing the API server sees. (document text, value) pairs; empty documents are dropped.
+    Big documents are parsed once and kept by content hash (each call returns a fresh copy)."""
+    out = []
+    for doc in _DOC_SEPARATOR.split(text):
+        if doc.strip():
+            parsed = _parse_doc(doc)
+            if parsed:
+                out.append((doc, parsed))
+    return out
+
+
+def _load_docs(text: str, release: str, where: str, texts: Optional[list] = None) -> list[dict[str, Any]]:
+    """The Kubernetes objects of a YAML stream (List kinds flattened); `texts` gets each one's source."""
+    from helm_python import HelmError
+
+    try:
+        docs = parse_yaml_docs(text)
+    except HelmError as exc:
+        raise ChartError(release, f"{where} is not a YAML mapping of a Kubernetes object: {exc}") from None
+    out: list[dict[str, Any]] = []
+    for doc_text, doc in docs:
+        if not isinstance(doc, dict) or "kind" not in doc or "apiVersion" not in doc:
+            raise ChartError(release, f"{where} holds something that is not a Kubernetes object")
+        if doc["kind"].endswith("List") and isinstance(doc.get("items"), list):
+            items = [i for i in doc["items"] if i]
+            out.extend(items)
+            if texts is not None:
+                texts.extend([None] * len(items))
+        else:
+            out.append(doc)
+            if texts is not None:
+                texts.append(doc_text)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Kustomize
+# ---------------------------------------------------------------------------------------------
+
+_REMOTE = re.compile(r"^(?:https://)?github\.com/[^/]+/(?P<repo>[^/?]+?)(?:\.git)?/(?P<path>[^?]+)\?ref=(?P<ref>[^&]+)$")
+
+
+def kustomize_file_name(target: str) -> Optional[str]:
+    """`github.com/ORG/REPO(.git)/PATH?ref=REF` -> `REPO-REF-<last element of PATH>.yaml` (../shared/charts/kustomize)."""
+    m = _REMOTE.match(target.strip())
+    if not m:
+        return None
+    return f"{m['repo']}-{m['ref']}-{m['path'].rstrip('/').rsplit('/', 1)[-1]}.yaml"
+
+
+def load_kustomize(target: str, release: str, chart_dirs: list[Path], base: Path = ROOT,
+                   texts: Optional[list] = None) -> list[dict[str, Any]]:
+    """A remote target from the pre-built YAML, or a local kustomization (resources + patches)."""
+    fname = kustomize_file_name(target)
+    if fname is not None:
+        for d in chart_dirs:
+            if (d / "kustomize" / fname).exists():
+                return _load_docs((d / "kustomize" / fname).read_text(), release, fname, texts)
+        searched = ", ".join(str(d / "kustomize") for d in chart_dirs)
+        raise ChartError(release, f"kustomize target {target} ({fname}) is in none of: {searched}")
+    local = (base / target).resolve()
+    kfile = next((local / n for n in ("kustomization.yaml", "kustomization.yml", "Kustomization") if (local / n).exists()), None)
+    if kfile is None:
+        raise ChartError(release, f"kustomize directory {target} is neither a pinned remote target nor a local kustomization")
+    from gpu_platform.preflight.fit.kustomize import build
+
+    return build(kfile, release, lambda t, tx: load_kustomize(t, release, chart_dirs, local, texts=tx), texts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan -> rendered releases
+# ---------------------------------------------------------------------------------------------
+
+
+def _crd_scopes(objects: Iterable[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(group, kind) -> Namespaced | Cluster, from the CRDs among `objects`."""
+    out = {}
+    for o in objects:
+        if o.get("kind") == "CustomResourceDefinition" and isinstance(o.get("spec"), dict):
+            spec = o["spec"]
+            out[(spec.get("group", ""), (spec.get("names") or {}).get("kind", ""))] = spec.get("scope", "Namespaced")
+    return out
+
+
+def crd_api_versions(objects: Iterable[dict[str, Any]]) -> list[str]:
+    """`group/version` and `group/version/Kind` of every served CRD version (Helm's APIVersions forms)."""
+    out = set()
+    for o in objects:
+        if o.get("kind") != "CustomResourceDefinition" or not isinstance(o.get("spec"), dict):
+            continue
+        spec = o["spec"]
+        for v in spec.get("versions") or []:
+            if v.get("served", True):
+                gv = f"{spec.get('group')}/{v.get('name')}"
+                out.update((gv, f"{gv}/{(spec.get('names') or {}).get('kind')}"))
+    return sorted(out)
+
+
+def _namespaced(obj: dict[str, Any], scopes: dict[tuple[str, str], str]) -> bool:
+    group = obj.get("apiVersion", "").rpartition("/")[0]
+    scope = scopes.get((group, obj.get("kind", "")))
+    if scope is not None:
+        return scope == "Namespaced"
+    return obj.get("kind") not in CLUSTER_SCOPED_KINDS
+
+
+def fill_namespaces(objects: list[dict[str, Any]], namespace: Optional[str], scopes) -> set[int]:
+    """kubectl/Helm semantics: a namespaced object without one goes to the release's (or `default`);
+    a cluster-scoped one loses a namespace it names. Returns the indexes of the objects changed."""
+    changed = set()
+    for i, o in enumerate(objects):
+        if not isinstance(o.get("metadata"), dict):
+            o["metadata"] = {}
+            changed.add(i)
+        meta = o["metadata"]
+        if _namespaced(o, scopes):
+            if not meta.get("namespace"):
+                meta["namespace"] = namespace or "default"
+                changed.add(i)
+        elif "namespace" in meta:
+            del meta["namespace"]
+            changed.add(i)
+    return changed
+
+
+def _plain_object(r: PlannedResource) -> dict[str, Any]:
+    """A typed Kubernetes resource's inputs are the object; fill apiVersion/kind and the autoname."""
+    obj = plain_values(r.wire_inputs)
+    api_kind = r.type.split(":", 1)[1]  # `core/v1:ConfigMap`
+    group_version, kind = api_kind.rsplit(":", 1)
+    obj.setdefault("apiVersion", group_version[len("core/"):] if group_version.startswith("core/") else group_version)
+    obj.setdefault("kind", kind)
+    meta = obj.setdefault("metadata", {})
+    if not meta.get("name"):
+        meta["name"] = _auto_name(r.name, r.urn)
+    return obj
+
+
+def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optional[str] = None,
+                allow_missing: Iterable[str] = (), example: Optional[Path] = EXAMPLE_TRAINJOB,
+                cache_dir: Optional[Path] = None) -> list[RenderedRelease]:
+    """Every release the program registers, rendered. `kubernetes_version` ("1.33") sets Helm's
+    capabilities; `allow_missing` names charts (chart name) whose absence is reported as not rendered
+    instead of failing. `cache_dir` keeps parsed big documents between runs (content-addressed)."""
+    try:
+        import helm_python  # noqa: F401  (loads Helm's native library)
+    except Exception as exc:  # noqa: BLE001 ImportError, or helm-c's HelmLibraryError
+        raise ChartError("(none rendered)", f"Helm's SDK is not usable: {exc}; install it with "
+                                            "`pip install -r requirements.txt` (helm-python-sdk)") from None
+    _CACHE_DIR[0] = cache_dir
+    chart_dirs = [Path(d) for d in chart_dirs]
+    allow = set(allow_missing)
+    deps = _Deps(plan)
+    kube_version = f"v{kubernetes_version}.0" if kubernetes_version and kubernetes_version.count(".") == 1 else (
+        f"v{kubernetes_version}" if kubernetes_version else None)
+    releases: list[RenderedRelease] = []
+    helm: list[tuple[RenderedRelease, Any, dict[str, Any]]] = []
+    manifest_groups: dict[str, RenderedRelease] = {}
+
+    for r in plan.resources:
+        if r.type == RELEASE_TYPE:
+            inputs = r.plain_inputs
+            name = inputs.get("name") or _auto_name(r.name, r.urn)
+            chart, version = inputs.get("chart"), inputs.get("version")
+            namespace = inputs.get("namespace") or "default"
+            rel = RenderedRelease(name, r.name, r.urn, "helm", chart, version, namespace, [], deps.of(deps.direct(r)))
+            if not chart or not version:
+                raise ChartError(name, f"Release {r.name} names no chart and version (chart={chart!r}, version={version!r})")
+            path = find_chart(chart, version, chart_dirs)
+            if path is None:
+                short = chart.rstrip("/").rsplit("/", 1)[-1]
+                if short in allow or name in allow:
+                    rel.rendered = False
+                    releases.append(rel)
+                    continue
+                searched = ", ".join(str(d) for d in chart_dirs) or "(no chart directory)"
+                raise ChartError(name, f"chart {chart} {version} ({chart_file_name(chart, version)}) is in none of the "
+                                       f"chart directories: {searched}; fill one with `python -m gpu_platform.preflight charts pull`")
+            import helm_python
+
+            try:
+                helm_python.validate_release_name(name)
+            except helm_python.HelmError as exc:
+                raise ChartError(name, f"not a valid Helm release name: {exc}") from None
+            info = chart_info(path, name)
+            if (info.name, info.version) != (chart.rstrip("/").rsplit("/", 1)[-1], version):
+                raise ChartError(name, f"{path} holds chart {info.name} {info.version}, not {chart} {version}")
+            helm.append((rel, info, plain_values(r.wire_inputs.get("values") or {})))
+            releases.append(rel)
+        elif r.type in KUSTOMIZE_TYPES:
+            inputs = r.plain_inputs
+            target = inputs.get("directory") or ""
+            texts: list[Optional[str]] = []
+            objs = load_kustomize(target, r.name, chart_dirs, texts=texts)
+            rel = RenderedRelease(r.name, r.name, r.urn, "kustomize", target, None, inputs.get("namespace"),
+                                  objs, deps.of(deps.direct(r)), texts=texts)
+            releases.append(rel)
+        elif r.type.startswith("kubernetes:") and r.type not in NOT_OBJECTS and r.custom:
+            parent = deps.by_urn.get(r.parent) if r.parent else None
+            key = parent.urn if parent is not None and not parent.custom else r.urn
+            group = manifest_groups.get(key)
+            if group is None:
+                owner = parent if key != r.urn else r
+                group = RenderedRelease(owner.name, owner.name, owner.urn, "manifest", None, None, None, [], frozenset())
+                manifest_groups[key] = group
+                releases.append(group)
+            group.objects.append(_plain_object(r))
+            group.depends_on = group.depends_on | deps.of(deps.direct(r))
+
+    if example is not None and example.exists():
+        objs = _load_docs(example.read_text(), "example", str(example.relative_to(ROOT) if example.is_relative_to(ROOT) else example))
+        releases.append(RenderedRelease(example.stem, example.stem, f"file:{example.name}", "example", None, None,
+                                        EXAMPLE_NAMESPACE, objs, frozenset()))
+
+    # Capabilities: Kubernetes' own API versions (Helm's defaults) plus every CRD the plan installs.
+    static = [o for rel in releases for o in rel.objects]
+    charts_crds = [o for _, info, _ in helm for _, objs, _ in info.crds for o in objs]
+    api_versions = crd_api_versions(static + charts_crds)
+    for rel, info, values in helm:
+        rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions)
+        if info.name in VALUES_NEEDED:
+            rel.values = coalesced_values(info, values)
+    rendered_crds = [o for rel, _, _ in helm for o in rel.objects]
+    extra = sorted(set(crd_api_versions(rendered_crds)) - set(api_versions))
+    if extra:  # CRDs rendered from templates (not crds/): render again the charts that ask for them
+        api_versions = sorted(set(api_versions) | set(extra))
+        for rel, info, values in helm:
+            if info.api_version_queries is None or set(info.api_version_queries) & set(extra):
+                rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions)
+
+    # The program registers resources concurrently: order what it registered by identity, not by arrival.
+    for group in manifest_groups.values():
+        group.objects.sort(key=lambda o: (o["apiVersion"], o["kind"], o["metadata"].get("namespace") or "", o["metadata"]["name"]))
+    releases.sort(key=lambda r: (SOURCES.index(r.source), r.name, r.namespace or ""))
+    scopes = _crd_scopes(o for rel in releases for o in rel.objects)
+    for rel in releases:
+        changed = fill_namespaces(rel.objects, rel.namespace, scopes)
+        for i, obj in enumerate(rel.objects):
+            if mask_secret(obj):
+                changed.add(i)
+        if len(rel.texts) == len(rel.objects):
+            for i in changed:
+                rel.texts[i] = None
+    return releases
+
+
+_MASKED = base64.b64encode(SECRET_PLACEHOLDER.encode()).decode()
+
+
+def mask_secret(obj: dict[str, Any]) -> bool:
+    """Secret values never reach rendered files (charts also generate random ones, e.g. JupyterHub's
+    cookie secret, which would make every render differ): keys are kept, values replaced; the same
+    for checksum annotations."""
+    # Pod-template `checksum/*` annotations only roll pods when config changes; JupyterHub's hash the
+    # random secrets, so a stable stand-in keeps the rendered files comparable between runs.
+    changed = False
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    for meta in (obj.get("metadata"), template.get("metadata")):
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        if isinstance(annotations, dict):
+            for k in annotations:
+                if k.startswith("checksum/"):
+                    annotations[k] = "preflight-checksum"
+                    changed = True
+    if obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1":
+        for key, stand_in in (("data", _MASKED), ("stringData", SECRET_PLACEHOLDER)):
+            if isinstance(obj.get(key), dict) and obj[key]:
+                obj[key] = {k: stand_in for k in obj[key]}
+                changed = True
+    return changed
+
+
+def release_file_names(releases: list[RenderedRelease]) -> dict[str, RenderedRelease]:
+    """`<release>.yaml`, or `<namespace>.<release>.yaml` where two releases share a name."""
+    counts: dict[str, int] = {}
+    for rel in releases:
+        counts[rel.name] = counts.get(rel.name, 0) + 1
+    out = {}
+    for rel in releases:
+        fname = f"{rel.name}.yaml" if counts[rel.name] == 1 else f"{rel.namespace or 'cluster'}.{rel.name}.yaml"
+        out[fname] = rel
+    return out
+
+
+def write_rendered(releases: list[RenderedRelease], out_dir: Path) -> list[Path]:
+    """build/<stack>/rendered/<release>.yaml, objects in render order; stale files removed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = release_file_names(releases)
+    for stale in out_dir.glob("*.yaml"):
+        if stale.name not in names:
+            stale.unlink()
+    written = []
+    for fname, rel in sorted(names.items()):
+        path = out_dir / fname
+        header = f"# {rel.source} release {rel.name}" + (f" ({rel.chart} {rel.version})" if rel.chart else "")
+        if not rel.rendered:
+            header += " NOT RENDERED: chart missing (--allow-missing-chart)"
+        path.write_text(header + "\n" + rel.to_yaml())
+        written.append(path)
+    return written

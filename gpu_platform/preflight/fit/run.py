@@ -1,0 +1,117 @@
+"""Preflight's cluster-fit step: render the plan, model the nodes, check the fit, write the results.
+
+Runs in a worker thread started as soon as the plan exists, so that Helm rendering (native code in
+helm-c, which releases the GIL) overlaps the policy pack's analysis in the main thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from gpu_platform.preflight.runner import ROOT
+
+CHARTS_ENV = "GPU_PLATFORM_CHARTS"
+DEFAULT_CHARTS = ROOT.parent / "shared" / "charts"
+
+
+def default_chart_dirs() -> list[Path]:
+    """$GPU_PLATFORM_CHARTS (os.pathsep-separated) or ../shared/charts beside the repository."""
+    env = os.environ.get(CHARTS_ENV)
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    return [DEFAULT_CHARTS]
+
+
+@dataclass
+class FitResult:
+    releases: list[Any]
+    files: list[Path]
+    report: Any  # gpu_platform.preflight.fit.checks.FitReport
+    model: Any  # gpu_platform.preflight.fit.model.ClusterModel
+    not_rendered: list[Any] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.report.problems)
+
+    def render(self, verbose: bool = False) -> str:
+        text = self.report.render(verbose)
+        if self.not_rendered:
+            lines = [f"  NOT RENDERED (chart missing, allowed by --allow-missing-chart): {r.name} "
+                     f"({r.chart} {r.version}); its workloads are NOT checked" for r in self.not_rendered]
+            text = text.rstrip("\n") + "\n" + "\n".join(lines)
+        return text
+
+
+class FitWorker:
+    """render_plan + cluster_model + check_fit in a thread; `result()` joins and re-raises. `then`, if
+    given, runs in the thread on the result (e.g. pricing the rendered storage); `then_result()`."""
+
+    def __init__(self, cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = (),
+                 then: Optional[Callable[[FitResult], Any]] = None):
+        self.cfg, self.plan, self.out = cfg, plan, out
+        self.chart_dirs, self.allow_missing = chart_dirs, list(allow_missing)
+        self._then = then
+        self._then_value: Any = None
+        self._then_error: Optional[BaseException] = None
+        self._result: Optional[FitResult] = None
+        self._error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, name="cluster-fit", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = run_fit(self.cfg, self.plan, self.out, self.chart_dirs, self.allow_missing)
+        except BaseException as exc:  # noqa: BLE001 re-raised in result()
+            self._error = exc
+            return
+        if self._then is not None:
+            try:
+                self._then_value = self._then(self._result)
+            except BaseException as exc:  # noqa: BLE001 re-raised in then_result()
+                self._then_error = exc
+
+    def then_result(self) -> Any:
+        self.result()
+        if self._then_error is not None:
+            raise self._then_error
+        return self._then_value
+
+    def result(self) -> FitResult:
+        self.thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = ()) -> FitResult:
+    from gpu_platform.preflight.fit.render import release_file_names, render_plan, write_rendered
+
+    releases = render_plan(plan, chart_dirs, kubernetes_version=cfg.kubernetes_version, allow_missing=allow_missing,
+                           cache_dir=out.parent / ".cache" / "parsed-yaml")
+    files = write_rendered(releases, out / "rendered")
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+
+    model = cluster_model(cfg, plan)
+    rendered = [r for r in releases if r.rendered]
+    report = check_fit(model, rendered)
+    result = FitResult(releases, files, report, model, [r for r in releases if not r.rendered])
+    names = {id(rel): fname for fname, rel in release_file_names(releases).items()}
+    doc = {
+        "chartDirs": [str(d) for d in chart_dirs],
+        "releases": [{"name": r.name, "resourceName": r.resource_name, "urn": r.urn, "source": r.source,
+                      "chart": r.chart, "version": r.version, "namespace": r.namespace, "rendered": r.rendered,
+                      "objects": len(r.objects), "file": f"rendered/{names[id(r)]}",
+                      "dependsOn": sorted(r.depends_on)} for r in releases],
+        "model": model.to_json(),
+        "report": report.to_json(),
+    }
+    (out / "fit.json").write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    return result

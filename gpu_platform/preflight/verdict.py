@@ -1,0 +1,202 @@
+"""Preflight's verdict: one document per run (what `--format json` prints and `build/<stack>/preflight.json`
+holds, validated by `gpu_platform/preflight/preflight.schema.json`), the summary a reviewer reads first, and the
+Markdown table CI writes to the job summary and the pull request (`python -m gpu_platform.preflight summary DIR`).
+
+Everything here is ordered and rounded deterministically: two runs of one stack give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+SCHEMA_PATH = Path(__file__).with_name("preflight.schema.json")
+DOCUMENT = "preflight.json"
+
+EXIT_OK, EXIT_CONFIG, EXIT_FAILED, EXIT_USAGE = 0, 2, 3, 4
+EXIT_CODES = {
+    EXIT_OK: "ok: policies pass and every workload fits",
+    EXIT_CONFIG: "the stack config, a policy config or a chart is wrong (the message names the file and key)",
+    EXIT_FAILED: "a mandatory policy is violated or a workload would not be scheduled or admitted",
+    EXIT_USAGE: "usage: an unknown stack, a missing file or folder, bad arguments",
+    1: "an internal error (a bug: please report it with the output)",
+}
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def money(usd: Optional[float]) -> str:
+    return "n/a" if usd is None else f"${usd:,.0f}"
+
+
+def plan_summary(plan: Any) -> dict[str, Any]:
+    by_type = Counter(r.type for r in plan.resources)
+    return {"resources": len(plan.resources),
+            "byType": [{"type": t, "count": n} for t, n in sorted(by_type.items(), key=lambda kv: (-kv[1], kv[0]))]}
+
+
+def kinds_line(plan: dict[str, Any], top: int = 6) -> str:
+    """'61 resources: 12 Release, 9 Namespace, ... (+N kinds)' — the kind is the type's last part."""
+    kinds: Counter[str] = Counter()
+    for row in plan["byType"]:
+        kinds[row["type"].rsplit(":", 1)[-1]] += row["count"]
+    ordered = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{n} {k}" for k, n in ordered[:top])
+    more = f" (+{len(ordered) - top} kinds)" if len(ordered) > top else ""
+    return f"{plural(plan['resources'], 'resource')}: {shown}{more}"
+
+
+def policy_section(report: Any) -> dict[str, Any]:
+    doc = report.to_json()
+    return {"verdict": "fail" if report.mandatory_violations else "pass",
+            "mandatoryViolations": report.mandatory_violations, "advisoryViolations": report.advisory_violations,
+            "resourcesAnalyzed": doc.get("resourcesAnalyzed"), "pack": doc.get("pack"),
+            "policies": sorted(doc.get("policies", []), key=lambda p: p.get("name", "")),
+            "approvals": doc.get("approvals", [])}
+
+
+def fit_section(result: Any) -> dict[str, Any]:
+    report = result.report
+    problems = sorted(({"check": p.check, "release": p.release, "object": p.object, "reason": p.reason, "fix": p.fix}
+                       for p in report.problems), key=lambda p: (p["check"], p["release"], p["object"], p["reason"]))
+    return {"verdict": "fail" if problems else "pass", "releases": report.releases, "pods": report.pods,
+            "problems": problems,
+            "notRendered": sorted(f"{r.name} ({r.chart} {r.version})" for r in result.not_rendered)}
+
+
+def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
+    if not cost_json.exists():
+        return None
+    doc = json.loads(cost_json.read_text())
+    budget = doc.get("budget") or {}
+    return {"idleMonthlyUsd": doc.get("idleMonthlyUsd"), "fullMonthlyUsd": doc.get("fullMonthlyUsd"),
+            "fullGpus": doc.get("fullGpus"), "gpuModels": doc.get("gpuModels", []),
+            "budgetUsd": budget.get("monthlyBudgetUsd"),
+            # a share (0..1) in cost.json; a percentage here, as the summary prints it
+            "budgetReachedAtUtilisation": (None if budget.get("budgetReachedAtUtilization") is None
+                                           else round(100 * budget["budgetReachedAtUtilization"], 1)),
+            "catalogAge": doc.get("catalogAge")}
+
+
+def document(stack: str, cfg: Any, exit_code: int, *, plan: Any = None, policies: Optional[dict] = None,
+             fit: Optional[dict] = None, cost: Optional[dict] = None, warnings: tuple[str, ...] = (),
+             error: Optional[str] = None) -> dict[str, Any]:
+    verdict = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_CONFIG: "config-error", EXIT_USAGE: "usage-error"}.get(
+        exit_code, "error")
+    doc: dict[str, Any] = {
+        "stack": stack, "cloud": getattr(cfg, "cloud", None), "exitCode": exit_code, "verdict": verdict,
+        "plan": plan_summary(plan) if plan is not None else None,
+        "policies": policies, "clusterFit": fit, "cost": cost, "warnings": sorted(warnings),
+    }
+    if error is not None:
+        doc["error"] = error
+    return doc
+
+
+def validate(doc: dict[str, Any]) -> None:
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
+
+
+# --- text -------------------------------------------------------------------------------------
+
+
+def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
+    """(label, text, style) rows of the summary; style is a rich style or None."""
+    rows: list[tuple[str, str, Optional[str]]] = []
+    if doc.get("plan"):
+        rows.append(("plan", kinds_line(doc["plan"]), None))
+    pol = doc.get("policies")
+    if pol is not None:
+        text = (f"{'FAIL' if pol['verdict'] == 'fail' else 'PASS'}  {plural(len(pol['policies']), 'policy')}"
+                .replace("policys", "policies") +
+                f", {plural(pol['mandatoryViolations'], 'mandatory violation')}, {pol['advisoryViolations']} advisory")
+        rows.append(("policies", text, "bold red" if pol["verdict"] == "fail" else "green"))
+    fit = doc.get("clusterFit")
+    if fit is not None:
+        text = (f"{'FAIL' if fit['verdict'] == 'fail' else 'PASS'}  {plural(fit['releases'], 'release')}, "
+                f"{plural(fit['pods'], 'pod')}, {plural(len(fit['problems']), 'problem')}")
+        if fit["notRendered"]:
+            text += f"; NOT RENDERED: {', '.join(fit['notRendered'])}"
+        rows.append(("cluster fit", text, "bold red" if fit["verdict"] == "fail" else
+                     ("yellow" if fit["notRendered"] else "green")))
+    cost = doc.get("cost")
+    if cost is not None:
+        text = f"idle {money(cost['idleMonthlyUsd'])}/month, full capacity {money(cost['fullMonthlyUsd'])}/month"
+        budget, full = cost.get("budgetUsd"), cost.get("fullMonthlyUsd")
+        style = None
+        if budget:
+            text += f" vs budget {money(budget)}"
+            if full is not None and full > budget:
+                at = cost.get("budgetReachedAtUtilisation")
+                text += " (OVER at full capacity" + (f"; reached at {at:.0f} % utilisation)" if isinstance(at, (int, float)) else ")")
+                style = "yellow"
+        rows.append(("cost", text, style))
+    for warning in doc.get("warnings", []):
+        rows.append(("warning", warning, "yellow"))
+    return rows
+
+
+def render_summary(doc: dict[str, Any], console: Any) -> None:
+    """The verdict block, first thing a reviewer reads; colour only where the console has it."""
+    head = {"pass": ("PASS", "bold green"), "fail": ("FAIL", "bold red")}.get(doc["verdict"], (doc["verdict"].upper(), "bold red"))
+    console.print(f"preflight {doc['stack']} ({doc.get('cloud') or '?'}): [{head[1]}]{head[0]}[/] (exit {doc['exitCode']})",
+                  highlight=False)
+    for label, text, style in summary_lines(doc):
+        console.print(f"  {label:<12}" + (f"[{style}]{_escape(text)}[/]" if style else _escape(text)), highlight=False)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+# --- CI summary -------------------------------------------------------------------------------
+
+
+def markdown(docs: list[dict[str, Any]]) -> str:
+    """One table for every stack's verdict, then each stack's problems: the job summary and PR comment."""
+    lines = ["## Preflight", "", "| stack | verdict | policies | cluster fit | full capacity / budget |",
+             "|---|---|---|---|---|"]
+    for doc in sorted(docs, key=lambda d: d["stack"]):
+        pol, fit, cost = doc.get("policies"), doc.get("clusterFit"), doc.get("cost")
+        pol_text = "–" if pol is None else f"{pol['verdict']} ({pol['mandatoryViolations']} mandatory)"
+        fit_text = "–" if fit is None else f"{fit['verdict']} ({plural(len(fit['problems']), 'problem')})"
+        if fit and fit["notRendered"]:
+            fit_text += f", not rendered: {', '.join(fit['notRendered'])}"
+        cost_text = "–" if cost is None else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}"
+        mark = "✅" if doc["verdict"] == "pass" else "❌"
+        lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
+    for doc in sorted(docs, key=lambda d: d["stack"]):
+        details = []
+        if doc.get("error"):
+            details.append(f"- error: {doc['error']}")
+        for p in (doc.get("policies") or {}).get("policies", []):
+            for v in p.get("violations", []) if p.get("status") not in ("pass", None) else []:
+                details.append(f"- policy `{p['name']}` ({p.get('enforcementLevel')}): {v.get('message', v) if isinstance(v, dict) else v}")
+        for p in (doc.get("clusterFit") or {}).get("problems", []):
+            details.append(f"- {p['check']}: `{p['object']}` ({p['release']}): {p['reason']} — fix: {p['fix']}")
+        if details:
+            lines += ["", f"### {doc['stack']}", *details]
+    return "\n".join(lines) + "\n"
+
+
+def summary_main(argv: list[str]) -> int:
+    """`python -m gpu_platform.preflight summary DIR`: Markdown of every DIR/<stack>/preflight.json."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gpu_platform.preflight summary", description=markdown.__doc__)
+    parser.add_argument("dir", nargs="?", default="build", help="preflight's output folder (default: build)")
+    args = parser.parse_args(argv)
+    docs = [json.loads(p.read_text()) for p in sorted(Path(args.dir).glob(f"*/{DOCUMENT}"))]
+    if not docs:
+        print(f"preflight summary: no {DOCUMENT} under {args.dir}/", file=__import__("sys").stderr)
+        return EXIT_USAGE
+    print(markdown(docs), end="")
+    return EXIT_OK if all(d["exitCode"] == 0 for d in docs) else EXIT_FAILED
