@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from gpu_platform.preflight.fit.render import RenderedRelease, render_plan
-from gpu_platform.preflight.runner import ROOT, Plan, PlannedResource, load_stack, run_program
+from gpu_platform.preflight.runner import Plan, PlannedResource, load_stack, run_program
+from tests.conftest import ROOT
 
 CHARTS = ROOT.parent / "shared" / "charts"
 STACKS = ("linode-dev", "linode-ha", "gcp-prod", "aws-prod")

@@ -17,7 +17,8 @@ import yaml
 
 from gpu_platform.preflight.fit import kustomize, render
 from gpu_platform.preflight.fit.render import ChartError, RenderedRelease, render_plan, write_rendered
-from gpu_platform.preflight.runner import ROOT, SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
+from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
+from tests.conftest import ROOT
 from tests.fit_support import (
     CHARTS, STACKS, allowed_missing, make_chart, need_charts, release_resource, rendered, stack_plan,
 )

@@ -22,6 +22,7 @@ from gpu_platform.components.platform.monitoring import RELEASE as KPS_RELEASE
 from gpu_platform.components.platform.monitoring import kube_prometheus_stack_values
 from gpu_platform.components.platform.notebooks import jupyterhub_values, render_notebooks_namespace
 from gpu_platform.components.platform.queue import LOCAL_QUEUE, QUEUE_NAME_LABEL, kueue_values
+from gpu_platform.components.paths import PACKAGE_DIR
 from gpu_platform.components.platform.training import render_training_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -242,14 +243,14 @@ def overlay(name: str) -> list[dict[str, Any]]:
     if not (CHARTS / "kustomize").is_dir():
         pytest.skip(f"pre-built kustomize YAML not found at {(CHARTS / 'kustomize').resolve()}")
     try:
-        return load_kustomize(versions.KUSTOMIZE_OVERLAYS[name], name, [CHARTS])
+        return load_kustomize(str(PACKAGE_DIR / versions.KUSTOMIZE_OVERLAYS[name]), name, [CHARTS])
     except ChartError as e:  # pragma: no cover - the message names the overlay
         pytest.fail(str(e))
 
 
 @pytest.mark.parametrize("name", sorted(versions.KUSTOMIZE_OVERLAYS))
 def test_overlays_wrap_exactly_the_pinned_targets(name: str) -> None:
-    kfile = ROOT / versions.KUSTOMIZE_OVERLAYS[name] / "kustomization.yaml"
+    kfile = PACKAGE_DIR / versions.KUSTOMIZE_OVERLAYS[name] / "kustomization.yaml"
     doc = yaml.safe_load(kfile.read_text())
     assert doc["resources"] == [versions.KUSTOMIZE_SOURCES[name]]
     objs = overlay(name)

@@ -181,7 +181,8 @@ def test_kubeflow_kustomizations_are_registered_pinned_and_ordered(full_plan: Pl
     assert set(dirs) == {"platform-kubeflow-pipelines-cluster-scoped", "platform-kubeflow-pipelines",
                          "platform-kubeflow-katib"}
     cluster_scoped = dirs["platform-kubeflow-pipelines-cluster-scoped"]
-    overlays = versions.KUSTOMIZE_OVERLAYS
+    # Named relative to the program's folder (the repository root here), like every shipped file.
+    overlays = {k: f"gpu_platform/{v}" for k, v in versions.KUSTOMIZE_OVERLAYS.items()}
     assert cluster_scoped.inputs["directory"] == overlays["pipelines-cluster-scoped"]
     assert dirs["platform-kubeflow-pipelines"].inputs["directory"] == overlays["pipelines-platform-agnostic"]
     assert dirs["platform-kubeflow-katib"].inputs["directory"] == overlays["katib-standalone"]

@@ -28,7 +28,9 @@ from gpu_platform.preflight.analyzer import (
     analyze_plan,
     load_policy_config,
 )
-from gpu_platform.preflight.runner import ROOT, Plan, load_stack, run_program, stack_input_from_mapping
+from gpu_platform.preflight.runner import Plan, load_stack, run_program, stack_input_from_mapping
+from gpu_platform.project import Project
+from tests.conftest import ROOT
 from tests.conftest import stack_config
 
 ADMIN = "203.0.113.0/24"
@@ -570,15 +572,18 @@ def test_bad_policy_config_is_rejected_with_the_key(analyzer, config, fragment):
 
 
 def test_policy_config_file_per_stack(tmp_path):
+    # A project whose stack files (and so its policy configs) live in stacks/, like this repository's.
+    (tmp_path / "Pulumi.yaml").write_text("name: other\nruntime: python\nstackConfigDir: stacks\n")
     (tmp_path / "stacks").mkdir()
-    assert load_policy_config("gcp-prod", root=tmp_path) is None
+    project = Project.load(tmp_path)
+    assert load_policy_config("gcp-prod", project=project) is None
     (tmp_path / "stacks" / "policy.gcp-prod.yaml").write_text(
         "gpu-count-ceiling:\n  maxGpus: 16\ncost-allocation-tags: mandatory\n")
-    assert load_policy_config("gcp-prod", root=tmp_path) == {"gpu-count-ceiling": {"maxGpus": 16},
+    assert load_policy_config("gcp-prod", project=project) == {"gpu-count-ceiling": {"maxGpus": 16},
                                                              "cost-allocation-tags": "mandatory"}
     (tmp_path / "stacks" / "policy.bad.yaml").write_text("- not a mapping\n")
     with pytest.raises(PolicyConfigError, match="policy.bad.yaml"):
-        load_policy_config("bad", root=tmp_path)
+        load_policy_config("bad", project=project)
     (tmp_path / "strict.yaml").write_text("all: blocking\n")
     with pytest.raises(PolicyConfigError, match="'blocking' is not an enforcement level"):
         load_policy_config("gcp-prod", tmp_path / "strict.yaml")  # preflight --policy-config PATH

@@ -26,7 +26,8 @@ from typing import Any, Iterator, Optional
 from gpu_platform.components.config import ConfigError, parse_config
 from gpu_platform.preflight import artifacts
 from gpu_platform.preflight.report import render_plan
-from gpu_platform.preflight.runner import ROOT, ProgramError, StackFileError, StackNotFound, load_stack, load_stack_file, run_program
+from gpu_platform.preflight.runner import (ProgramError, ProjectFileError, ProjectNotFound, StackFileError, StackNotFound,
+                                           find_project, load_stack, load_stack_file, run_program)
 
 EXIT_CONFIG = 2
 EXIT_POLICY = 3
@@ -42,10 +43,10 @@ class _Parser(argparse.ArgumentParser):
 class BackgroundAnalyzer:
     """Starts the policy pack in a thread so its start-up overlaps the program run."""
 
-    def __init__(self, stack: str, stack_config: dict[str, str]):
+    def __init__(self, stack: str, stack_config: dict[str, str], project: str):
         from gpu_platform.preflight.analyzer import Analyzer
 
-        self.analyzer = Analyzer(stack=stack, stack_config=stack_config)
+        self.analyzer = Analyzer(stack=stack, project=project, stack_config=stack_config)
         self.error: BaseException | None = None
         self.where: str | None = None
         self.thread = threading.Thread(target=self._start, daemon=True)
@@ -105,11 +106,16 @@ def main(argv: list[str] | None = None) -> int:
         return summary_main(argv[1:])
     parser = _Parser(prog="python -m gpu_platform.preflight", description=__doc__.splitlines()[0],
                      epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure, 4 usage, 1 bug")
-    parser.add_argument("stack", nargs="?", help="stack name: stacks/Pulumi.<stack>.yaml")
+    parser.add_argument("stack", nargs="?", help="stack name: Pulumi.<stack>.yaml in the project's stackConfigDir")
     parser.add_argument("--stack-file", help="plan this stack file instead (its name gives the stack name)")
-    parser.add_argument("--out", default=str(ROOT / "build"), help="output folder (default: build/)")
+    parser.add_argument("-C", "--cwd", metavar="DIR",
+                        help="the Pulumi project to plan (default: the nearest Pulumi.yaml from the working directory up)")
+    parser.add_argument("--out", help="output folder (default: build/ in the project)")
     parser.add_argument("--no-policies", action="store_true", help="skip the policy pack")
-    parser.add_argument("--policy-config", help="policy config file (default: stacks/policy.<stack>.yaml if present)")
+    parser.add_argument("--policy-config", help="policy config file (default: policy.<stack>.yaml beside the stack file, if present)")
+    parser.add_argument("--job", metavar="FILE",
+                        help="jobs (e.g. a TrainJob) to check for queue fit (default: the project's "
+                             "examples/training/trainjob-checkpointed.yaml, if present)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="-v: the policy table and the cluster fit; -vv: also the resource tree")
     parser.add_argument("--quiet", action="store_true", help="the verdict and the bill only (the default; overrides -v)")
@@ -179,11 +185,23 @@ class Run:
     def execute(self) -> int:
         args = self.args
         try:
+            project = self.project = find_project(args.cwd)
+        except ProjectNotFound as exc:
+            return self.fail(EXIT_USAGE, str(exc))
+        except ProjectFileError as exc:
+            return self.fail(EXIT_CONFIG, str(exc))
+        from gpu_platform.preflight.fit.render import EXAMPLE_TRAINJOB
+
+        job = Path(args.job) if args.job else EXAMPLE_TRAINJOB
+        if args.job and not job.is_file():
+            return self.fail(EXIT_USAGE, f"--job {args.job}: no such file")
+        args.out = args.out or str(project.root / "build")
+        try:
             if args.stack_file:
-                stack_input = load_stack_file(Path(args.stack_file))
+                stack_input = load_stack_file(Path(args.stack_file), project)
                 args.stack = stack_input.stack
             else:
-                stack_input = load_stack(args.stack)
+                stack_input = load_stack(args.stack, project)
         except StackNotFound as exc:
             return self.fail(EXIT_USAGE, str(exc))
         except StackFileError as exc:
@@ -204,15 +222,16 @@ class Run:
             from gpu_platform.preflight.analyzer import PolicyConfigError, load_policy_config
 
             try:
-                policy_config = load_policy_config(args.stack, args.policy_config)
+                policy_config = load_policy_config(args.stack, args.policy_config, project=project)
             except (PolicyConfigError, FileNotFoundError) as exc:
                 return self.fail(EXIT_CONFIG, str(exc))
             # The pack takes a second to start: start it now, while the program runs.
-            policies = BackgroundAnalyzer(args.stack, stack_input.config)
+            policies = BackgroundAnalyzer(args.stack, stack_input.config, project.name)
             from gpu_platform.preflight.analyzer import policy_config_path
 
             # Messages about the policy config name the file read.
-            shown = args.policy_config or (policy_config_path(args.stack) if policy_config is not None else None)
+            shown = args.policy_config or (project.shown(policy_config_path(args.stack, project))
+                                           if policy_config is not None else None)
             policies.where = f"policy config {shown}" if shown else None
 
         try:
@@ -233,7 +252,7 @@ class Run:
         # Render the charts and check the fit in a thread while the policy pack analyses the plan.
         from gpu_platform.preflight.fit.run import FitWorker, default_chart_dirs
 
-        chart_dirs = [Path(d) for d in args.charts] if args.charts else default_chart_dirs()
+        chart_dirs = [Path(d) for d in args.charts] if args.charts else default_chart_dirs(project.root)
         missing_dirs = [str(d) for d in chart_dirs if not d.is_dir()]
         if missing_dirs:
             if policies is not None:
@@ -247,7 +266,8 @@ class Run:
         # chart is drawn (in a child process) while the policy pack is still analysing.
         costs = self.costs = CostReport(self.cfg, out, plan)
         fit = FitWorker(self.cfg, plan, out, chart_dirs, args.allow_missing_chart,
-                        then=lambda result: costs.report([r for r in result.releases if r.rendered]))
+                        then=lambda result: costs.report([r for r in result.releases if r.rendered]),
+                        base=project.root, example=(Path.cwd() / job) if args.job else job)
         (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
         from gpu_platform.preflight.mocks import SENSITIVE
 

@@ -33,9 +33,10 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from gpu_platform.preflight.runner import PROJECT, ROOT, Plan, PlannedResource
+from gpu_platform.preflight.runner import CONFIG_NAMESPACE, PACKAGE_DIR, Plan, PlannedResource, Project, find_project
 
-PACK_DIR = ROOT / "gpu_platform" / "policies"
+# The pack ships inside the package: the same rules for every program built from its components.
+PACK_DIR = PACKAGE_DIR / "policies"
 LEVELS = ("advisory", "mandatory", "remediate", "disabled")
 _MAX_MESSAGE = 400 * 1024 * 1024
 _GRPC_OPTIONS = [("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE)]
@@ -102,26 +103,29 @@ def enforce_locks(reconciled: dict[str, tuple[str, dict[str, Any]]], defaults: d
 # ---------------------------------------------------------------------------------------------
 
 
-def policy_config_path(stack: str, root: Path = ROOT) -> Path:
-    return root / "stacks" / f"policy.{stack}.yaml"
+def policy_config_path(stack: str, project: Optional[Project] = None) -> Path:
+    """policy.<stack>.yaml beside the stack files (the project's stackConfigDir)."""
+    return (project or find_project()).stacks_dir / f"policy.{stack}.yaml"
 
 
-def load_policy_config(stack: str, path: "str | Path | None" = None, *, root: Path = ROOT) -> Optional[dict[str, Any]]:
-    """The stack's policy config: `path` when given (it must exist), else stacks/policy.<stack>.yaml
-    when present, else None (the pack's defaults).
+def load_policy_config(stack: str, path: "str | Path | None" = None, *,
+                       project: Optional[Project] = None) -> Optional[dict[str, Any]]:
+    """The stack's policy config: `path` when given (it must exist), else policy.<stack>.yaml beside
+    the stack files when present, else None (the pack's defaults).
 
     Same shape as the CLI's `--policy-pack-config` JSON file: policy name (or "all") -> an
     enforcement level, or a mapping of `enforcementLevel` and the policy's settings. Levels and the
     shape are checked here; policy names and settings against the pack's schemas in `analyze`."""
+    project = project or find_project()
     if path is None:
-        file = policy_config_path(stack, root)
+        file = policy_config_path(stack, project)
         if not file.exists():
             return None
     else:
         file = Path(path)
         if not file.exists():
             raise PolicyConfigError(f"policy config file {file} does not exist")
-    shown = file.relative_to(root) if file.is_absolute() and file.is_relative_to(root) else file
+    shown = project.shown(file)
     from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_file
 
     try:
@@ -338,9 +342,9 @@ def _struct(value: Mapping[str, Any]):
 def _stack_resource(plan: Plan) -> PlannedResource:
     """The root pulumi:pulumi:Stack resource, which the engine analyzes too (the runner leaves it out)."""
     urn = next((r.parent for r in plan.resources if r.parent and r.parent.endswith(
-        f"::pulumi:pulumi:Stack::{PROJECT}-{plan.stack}")), None)
-    urn = urn or f"urn:pulumi:{plan.stack}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{plan.stack}"
-    return PlannedResource(urn=urn, type="pulumi:pulumi:Stack", name=f"{PROJECT}-{plan.stack}", parent=None,
+        f"::pulumi:pulumi:Stack::{plan.project}-{plan.stack}")), None)
+    urn = urn or f"urn:pulumi:{plan.stack}::{plan.project}::pulumi:pulumi:Stack::{plan.project}-{plan.stack}"
+    return PlannedResource(urn=urn, type="pulumi:pulumi:Stack", name=f"{plan.project}-{plan.stack}", parent=None,
                            custom=False, provider=None, dependencies=[], wire_inputs={}, outputs=dict(plan.outputs))
 
 
@@ -355,7 +359,7 @@ class Analyzer:
     `stack_config`: the stack's config as the CLI hands it to plugins (PULUMI_CONFIG), fixed for the
     life of the process (the cost ceiling reads gpu-platform:priceOverrides from it)."""
 
-    def __init__(self, pack_dir: Path = PACK_DIR, *, stack: str = "preflight",
+    def __init__(self, pack_dir: Path = PACK_DIR, *, stack: str = "preflight", project: str = CONFIG_NAMESPACE,
                  stack_config: Optional[Mapping[str, str]] = None, startup_timeout: float = 60.0,
                  python: str = sys.executable, call_timeout: float = 120.0,
                  enforcement: Optional[Enforcement] = None) -> None:
@@ -369,7 +373,7 @@ class Analyzer:
         self.refused: dict[str, list[str]] = {}
         self.exceptions_applied: list[str] = []
         self.pack_dir = Path(pack_dir).resolve()
-        self.stack = stack
+        self.stack, self.project = stack, project
         self.stack_config = dict(stack_config or {})
         self.startup_timeout = startup_timeout
         self.python = python
@@ -417,7 +421,7 @@ class Analyzer:
         self.engine_address = f"127.0.0.1:{engine_port}"
 
         env = dict(os.environ)
-        env.update({"PULUMI_PROJECT": PROJECT, "PULUMI_STACK": self.stack, "PULUMI_DRY_RUN": "true",
+        env.update({"PULUMI_PROJECT": self.project, "PULUMI_STACK": self.stack, "PULUMI_DRY_RUN": "true",
                     "PULUMI_ORGANIZATION": "organization"})
         env.pop("PULUMI_CONFIG", None)
         if self.stack_config:
@@ -433,13 +437,10 @@ class Analyzer:
             text = json.dumps(self.stack_config)
             if len(text) < 100 * 1024:
                 env["PULUMI_CONFIG"] = text
-        try:
-            program = str(self.pack_dir.relative_to(ROOT))
-        except ValueError:
-            program = str(self.pack_dir)
+        # Like the CLI: the pack's folder is the program (its __main__.py puts the package on sys.path).
         self._proc = subprocess.Popen(
-            [self.python, "-u", "-m", "pulumi.policy", self.engine_address, program],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            [self.python, "-u", "-m", "pulumi.policy", self.engine_address, str(self.pack_dir)],
+            cwd=self.pack_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # No orphan: whatever ends this process (an exception, sys.exit), the pack goes with it.
         import atexit
 
@@ -609,7 +610,7 @@ class Analyzer:
 
         # The CLI configures the stack when it loads the pack, then the policies.
         self._call("ConfigureStack", analyzer_pb2.AnalyzerStackConfigureRequest(
-            stack=plan.stack, project=PROJECT, organization="organization", dry_run=True,
+            stack=plan.stack, project=plan.project, organization="organization", dry_run=True,
             config=_struct(self.stack_config)))
         reconciled = self.configure(policy_config, where, plan.stack)
 

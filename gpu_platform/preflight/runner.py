@@ -19,8 +19,13 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-PROJECT = "gpu-platform"
+from gpu_platform.project import Project, ProjectFileError, ProjectNotFound, find_project  # noqa: F401 (re-exported)
+
+# The installed package (gpu_platform/), wherever it lives: a checkout or site-packages.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# The config namespace every program built from these components reads (`gpu-platform:cloud`, ...),
+# whatever its own project is called.
+CONFIG_NAMESPACE = "gpu-platform"
 
 # Sentinels of the Pulumi wire format (sdk/python/lib/pulumi/runtime/rpc.py).
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -50,6 +55,7 @@ class StackNotFound(FileNotFoundError):
     """No such stack or stack file (a usage error: exit 4)."""
 
 
+
 class StackFileError(ValueError):
     """The stack file exists but is not a usable Pulumi stack file (exit 2). str() names the file."""
 
@@ -72,11 +78,12 @@ class StackInput:
     secret_keys: set[str]
     raw: dict[str, Any]  # bare `gpu-platform` keys -> typed YAML values (for error messages and costs)
     source: Optional[str] = None  # the stack file as the user named it (for error messages)
+    project: Optional[Project] = None  # whose program runs (default: the working directory's project)
 
     @property
     def bare_secret_keys(self) -> set[str]:
         """Secret keys of the `gpu-platform` namespace, without the namespace."""
-        prefix = f"{PROJECT}:"
+        prefix = f"{CONFIG_NAMESPACE}:"
         return {k[len(prefix):] for k in self.secret_keys if k.startswith(prefix)}
 
 
@@ -89,8 +96,8 @@ def _cli_string(value: Any) -> str:
     return str(value)
 
 
-def load_project(root: Path = ROOT) -> dict[str, Any]:
-    return yaml.load((root / "Pulumi.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+def load_project(root: "Path | None" = None) -> dict[str, Any]:
+    return (Project.load(root) if root is not None else find_project()).doc
 
 
 def schema_defaults(project: dict[str, Any]) -> dict[str, Any]:
@@ -127,47 +134,49 @@ def _without_ciphertext(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
-def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: Optional[dict[str, Any]] = None,
+def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: Optional[Project] = None,
                              source: Optional[str] = None) -> StackInput:
     """Apply Pulumi.yaml defaults to a stack's `config:` mapping as the CLI would."""
-    project = project or load_project()
-    merged: dict[str, Any] = dict(schema_defaults(project))
+    project = project or find_project()
+    merged: dict[str, Any] = dict(schema_defaults(project.doc))
     secret_keys: set[str] = set()
     for key, value in (stack_config or {}).items():
-        full = key if ":" in key else f"{project['name']}:{key}"
+        full = key if ":" in key else f"{project.name}:{key}"
         # Encrypted with the stack's key: unknown here; the program sees it only as a secret.
         value, secret = _without_ciphertext(value)
         if secret:
             secret_keys.add(full)
         merged[full] = value
-    prefix = f"{PROJECT}:"
+    prefix = f"{CONFIG_NAMESPACE}:"
     raw = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
     config = {k: _cli_string(v) for k, v in merged.items()}
     size = len("PULUMI_CONFIG=") + len(json.dumps(config))
     if size > MAX_CONFIG_ENV:
         biggest = max(config, key=lambda k: len(config[k]))
         raise StackFileError(
-            f"{source or stack_file_name(stack)}: the config is {size // 1024} KiB as the Pulumi CLI passes it to the "
+            f"{source or project.shown(project.stacks_dir / stack_file_name(stack))}: the config is {size // 1024} KiB as the Pulumi CLI passes it to the "
             f"program (one PULUMI_CONFIG environment variable, which Linux limits to 128 KiB); the largest value is "
             f"{biggest} ({len(config[biggest]) // 1024} KiB): move large values out of the stack file")
-    return StackInput(stack, config, secret_keys, raw, source)
+    return StackInput(stack, config, secret_keys, raw, source, project)
 
 
 def stack_file_name(stack: str) -> str:
-    return f"stacks/Pulumi.{stack}.yaml"
+    return f"Pulumi.{stack}.yaml"
 
 
-def load_stack(stack: str, root: Path = ROOT) -> StackInput:
+def load_stack(stack: str, project: Optional[Project] = None) -> StackInput:
+    """The stack file `Pulumi.<stack>.yaml` in the project's stackConfigDir."""
     if not valid_stack_name(stack):
         raise StackNotFound(_stack_name_problem(stack))
-    path = root / "stacks" / f"Pulumi.{stack}.yaml"
+    project = project or find_project()
+    path = project.stacks_dir / stack_file_name(stack)
     if not path.is_file():
-        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (root / "stacks").glob("Pulumi.*.yaml"))
-        raise StackNotFound(f"no stack file {path.relative_to(root)}; stacks: {', '.join(known)}")
-    return load_stack_file(path, root, shown=str(path.relative_to(root)))
+        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in project.stacks_dir.glob("Pulumi.*.yaml"))
+        raise StackNotFound(f"no stack file {project.shown(path)}; stacks: {', '.join(known) or 'none'}")
+    return load_stack_file(path, project, shown=project.shown(path))
 
 
-def load_stack_file(path: Path, root: Path = ROOT, shown: Optional[str] = None) -> StackInput:
+def load_stack_file(path: Path, project: Optional[Project] = None, shown: Optional[str] = None) -> StackInput:
     """A stack file anywhere; Pulumi.<stack>.yaml names the stack. Hostile content raises
     StackFileError naming `shown` (default: the path as given), never anything else."""
     from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_file
@@ -189,8 +198,8 @@ def load_stack_file(path: Path, root: Path = ROOT, shown: Optional[str] = None) 
         raise StackFileError(f"{shown}: not a Pulumi stack file (a mapping with a `config:` mapping)")
     for key in doc.get("config") or {}:
         if ":" in key and not key.split(":", 1)[0]:
-            raise StackFileError(f"{shown}: config key {key!r}: a namespace before ':' (e.g. {PROJECT}:cloud)")
-    return stack_input_from_mapping(stack, doc.get("config") or {}, load_project(root), source=shown)
+            raise StackFileError(f"{shown}: config key {key!r}: a namespace before ':' (e.g. {CONFIG_NAMESPACE}:cloud)")
+    return stack_input_from_mapping(stack, doc.get("config") or {}, project or find_project(), source=shown)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,6 +274,7 @@ class Plan:
     # What the program logged at warning level or above (pulumi.log.warn/error), in order: the CLI
     # would print these; preflight shows them once, in its verdict.
     warnings: list[str] = field(default_factory=list)
+    project: str = CONFIG_NAMESPACE  # the Pulumi project's name (URNs, PULUMI_PROJECT)
 
     def by_type(self, type_token: str) -> list[PlannedResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -349,7 +359,7 @@ def _recording_monitor(mocks: Any, sink: list[PlannedResource], outputs: dict[st
 
 
 def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] = None, preview: bool = True) -> Plan:
-    """Run `program` (default: the project's __main__.py) under mocks; return what it registered."""
+    """Run `program` (default: the project's program, in its folder) under mocks; return what it registered."""
     import pulumi
     from pulumi.runtime import settings
     from pulumi.runtime.mocks import MockEngine, MockSettings
@@ -357,6 +367,7 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
 
     from gpu_platform.preflight.mocks import PreflightMocks
 
+    project = stack_input.project or find_project()
     resources: list[PlannedResource] = []
     outputs: dict[str, Any] = {}
     logged: list[str] = []
@@ -376,7 +387,7 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
         monitor=monitor,
         monitor_features=set(monitor.GetDeploymentInfo(None).supportedFeatures),
         engine=RecordingEngine(None),
-        project=PROJECT,
+        project=project.name,
         stack=stack_input.stack,
         dry_run=preview,
         organization="organization",
@@ -386,13 +397,15 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
 
     if program is None:
         def program() -> None:
-            sys.path.insert(0, str(ROOT)) if str(ROOT) not in sys.path else None
-            runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_program__")
+            # As the Python language host runs it: the program's folder first on sys.path.
+            folder = str(project.program.parent)
+            sys.path.insert(0, folder) if folder not in sys.path else None
+            runpy.run_path(str(project.program), run_name="__pulumi_program__")
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     old_cwd = os.getcwd()
-    os.chdir(ROOT)
+    os.chdir(project.root)
     try:
         loop.run_until_complete(run_in_stack(program))
     except pulumi.RunError as exc:
@@ -400,4 +413,4 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
     finally:
         os.chdir(old_cwd)
         asyncio.set_event_loop(None)
-    return Plan(stack_input.stack, resources, outputs, logged)
+    return Plan(stack_input.stack, resources, outputs, logged, project.name)

@@ -36,6 +36,7 @@ from gpu_platform.components.config import StackConfig
 from gpu_platform.components.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.linode import addons, render
 from gpu_platform.components.linode.config import BUCKET_SUFFIX_LENGTH, bucket_label
+from gpu_platform.components.paths import program_relative
 
 API_PORT = 6443
 # NodeBalancers reach their backends from this range over the private network (Akamai/Linode LKE
@@ -354,11 +355,12 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         }
         # Removing a worker (a smaller pool, a replaced node) drains it and deletes its Node first:
         # the hook runs before Linode deletes the instance, while the control planes still run.
+        nodeops = program_relative("components/linode/nodeops.py")
         for worker in workers:
             label = worker.label
             command.local.Command(
                 f"{worker.pulumi_resource_name}-leave",
-                delete=label.apply(lambda n: f"python3 gpu_platform/components/linode/nodeops.py leave {n}"),
+                delete=label.apply(lambda n: f"python3 {nodeops} leave {n}"),
                 environment=gate_env,
                 triggers=[worker.id],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[worker, *control_planes]),
@@ -412,7 +414,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         expected_json = json.dumps(expected, sort_keys=True)
         nodes_ready = command.local.Command(
             f"{name}-nodes-ready",
-            create="python3 gpu_platform/components/linode/readiness.py",
+            create=f"python3 {program_relative('components/linode/readiness.py')}",
             environment={**gate_env, "GATE_EXPECTED": expected_json},
             # Runs again whenever the set of nodes changes (scaling, replacement).
             triggers=[expected_json, *[n.id for n in control_planes + workers]],

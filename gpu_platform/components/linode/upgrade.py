@@ -135,12 +135,13 @@ def _nodes_from_cluster() -> tuple[list[str], list[str]]:
 
 
 def stack_settings(stack: str) -> dict:
-    """The `gpu-platform:` keys of stacks/Pulumi.<stack>.yaml, bare (what gpu_platform.components.config parses)."""
-    from pathlib import Path
-
+    """The `gpu-platform:` keys of the working directory's project's Pulumi.<stack>.yaml, bare (what
+    gpu_platform.components.config parses)."""
     import yaml
 
-    path = Path(__file__).resolve().parents[3] / "stacks" / f"Pulumi.{stack}.yaml"
+    from gpu_platform.project import find_project
+
+    path = find_project().stacks_dir / f"Pulumi.{stack}.yaml"
     config = (yaml.safe_load(path.read_text()) or {}).get("config", {})
     return {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpu-platform:")}
 
@@ -153,7 +154,7 @@ def _address(node: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpu_platform.components.linode.upgrade", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", required=True, help="stack name (stacks/Pulumi.<stack>.yaml)")
+    parser.add_argument("--stack", required=True, help="stack name (Pulumi.<stack>.yaml in the project's stackConfigDir; run from the project)")
     parser.add_argument("--to", required=True, dest="target", help="target minor, e.g. 1.36")
     parser.add_argument("--run", action="store_true", help="run the plan (SSH as root + kubectl); default: print it")
     args = parser.parse_args(argv)
@@ -177,6 +178,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         steps = upgrade_plan(args.stack, current, args.target, cps, workers, allowed_minors("linode"))
     except UpgradeError as exc:
         print(f"kubernetesVersion: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:  # no project or stack file here (gpu_platform.project), or an unreadable one
+        print(f"upgrade: {exc}", file=sys.stderr)
         return 2
     print(render(steps))
     if not args.run:

@@ -28,6 +28,7 @@ import pulumi
 from pulumi_kubernetes.kustomize import v2 as kustomize
 
 from gpu_platform.components.cluster import ClusterHandle
+from gpu_platform.components.paths import program_relative
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
@@ -78,7 +79,7 @@ class Kubeflow(pulumi.ComponentResource):
                                     TRAINER_NAMESPACE, trainer_values(), k8s_opts(cluster, self, [ns]))
         self.kubeflow_namespace = apply_object(f"{name}-namespace", render_kubeflow_namespace(),
                                                k8s_opts(cluster, self))
-        overlays = versions.KUSTOMIZE_OVERLAYS
+        overlays = {key: program_relative(path) for key, path in versions.KUSTOMIZE_OVERLAYS.items()}
         self.pipelines_cluster = kustomize.Directory(
             f"{name}-pipelines-cluster-scoped", directory=overlays["pipelines-cluster-scoped"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))

@@ -43,12 +43,13 @@ ALL_CHARTS: dict[str, Chart] = {
     "jupyterhub": JUPYTERHUB,
     "kube-prometheus-stack": KUBE_PROMETHEUS_STACK,
 }
-# What the program applies: local overlays (in this repository, paths relative to its root) whose only
-# resource is the pinned remote target above, with patches (see each kustomization.yaml).
+# What the program applies: local overlays shipped in this package (paths relative to the package; the
+# program names them relative to its folder, components/paths.py) whose only resource is the pinned
+# remote target above, with patches (see each kustomization.yaml).
 KUSTOMIZE_OVERLAYS: dict[str, str] = {
-    "katib-standalone": "gpu_platform/components/platform/kustomize/katib",
-    "pipelines-cluster-scoped": "gpu_platform/components/platform/kustomize/pipelines-cluster-scoped",
-    "pipelines-platform-agnostic": "gpu_platform/components/platform/kustomize/pipelines",
+    "katib-standalone": "components/platform/kustomize/katib",
+    "pipelines-cluster-scoped": "components/platform/kustomize/pipelines-cluster-scoped",
+    "pipelines-platform-agnostic": "components/platform/kustomize/pipelines",
 }
 KUSTOMIZE_SOURCES: dict[str, str] = {
     "katib-standalone": KATIB_STANDALONE,

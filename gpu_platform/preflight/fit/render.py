@@ -22,14 +22,15 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
-from gpu_platform.preflight.runner import ROOT, SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource
+from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE_TYPES = ("kubernetes:kustomize/v2:Directory", "kubernetes:kustomize:Directory")
 # Resources of the kubernetes provider that are not objects in the cluster.
 NOT_OBJECTS = {"pulumi:providers:kubernetes", "kubernetes:helm.sh/v3:Chart", "kubernetes:helm.sh/v4:Chart",
                "kubernetes:yaml/v2:ConfigGroup", "kubernetes:yaml/v2:ConfigFile", *KUSTOMIZE_TYPES, RELEASE_TYPE}
-EXAMPLE_TRAINJOB = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
+# The example TrainJob checked for queue fit, relative to the project (when it has one).
+EXAMPLE_TRAINJOB = Path("examples") / "training" / "trainjob-checkpointed.yaml"
 EXAMPLE_NAMESPACE = "training"
 
 # Stand-ins for values preflight cannot or must not know: secrets never reach rendered files.
@@ -448,9 +449,10 @@ def kustomize_file_name(target: str) -> Optional[str]:
     return f"{m['repo']}-{m['ref']}-{m['path'].rstrip('/').rsplit('/', 1)[-1]}.yaml"
 
 
-def load_kustomize(target: str, release: str, chart_dirs: list[Path], base: Path = ROOT,
+def load_kustomize(target: str, release: str, chart_dirs: list[Path], base: Optional[Path] = None,
                    texts: Optional[list] = None) -> list[dict[str, Any]]:
-    """A remote target from the pre-built YAML, or a local kustomization (resources + patches)."""
+    """A remote target from the pre-built YAML, or a local kustomization (resources + patches); a local
+    path is relative to `base` (default: the project's folder, where the program runs)."""
     fname = kustomize_file_name(target)
     if fname is not None:
         for d in chart_dirs:
@@ -458,6 +460,10 @@ def load_kustomize(target: str, release: str, chart_dirs: list[Path], base: Path
                 return _load_docs((d / "kustomize" / fname).read_text(), release, fname, texts)
         searched = ", ".join(str(d / "kustomize") for d in chart_dirs)
         raise ChartError(release, f"kustomize target {target} ({fname}) is in none of: {searched}")
+    if base is None:
+        from gpu_platform.preflight.runner import find_project
+
+        base = find_project().root
     local = (base / target).resolve()
     kfile = next((local / n for n in ("kustomization.yaml", "kustomization.yml", "Kustomization") if (local / n).exists()), None)
     if kfile is None:
@@ -538,16 +544,22 @@ def _plain_object(r: PlannedResource) -> dict[str, Any]:
 
 def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optional[str] = None,
                 allow_missing: Iterable[str] = (), example: Optional[Path] = EXAMPLE_TRAINJOB,
-                cache_dir: Optional[Path] = None) -> list[RenderedRelease]:
+                cache_dir: Optional[Path] = None, base: Optional[Path] = None) -> list[RenderedRelease]:
     """Every release the program registers, rendered. `kubernetes_version` ("1.33") sets Helm's
     capabilities; `allow_missing` names charts (chart name) whose absence is reported as not rendered
-    instead of failing. `cache_dir` keeps parsed big documents between runs (content-addressed)."""
+    instead of failing. `cache_dir` keeps parsed big documents between runs (content-addressed).
+    `base`: the project's folder (default: the working directory's project), against which local
+    kustomize paths and a relative `example` (jobs checked for queue fit; skipped when absent) resolve."""
     try:
         import helm_python  # noqa: F401  (loads Helm's native library)
     except Exception as exc:  # noqa: BLE001 ImportError, or helm-c's HelmLibraryError
         raise ChartError("(none rendered)", f"Helm's SDK is not usable: {exc}; install it with "
                                             "`pip install -r requirements.txt` (helm-python-sdk)") from None
     _CACHE_DIR[0] = cache_dir
+    if base is None:
+        from gpu_platform.preflight.runner import find_project
+
+        base = find_project().root
     chart_dirs = [Path(d) for d in chart_dirs]
     allow = set(allow_missing)
     deps = _Deps(plan)
@@ -591,7 +603,7 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
             inputs = r.plain_inputs
             target = inputs.get("directory") or ""
             texts: list[Optional[str]] = []
-            objs = load_kustomize(target, r.name, chart_dirs, texts=texts)
+            objs = load_kustomize(target, r.name, chart_dirs, base, texts=texts)
             rel = RenderedRelease(r.name, r.name, r.urn, "kustomize", target, None, inputs.get("namespace"),
                                   objs, deps.of(deps.direct(r)), texts=texts)
             releases.append(rel)
@@ -607,8 +619,9 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
             group.objects.append(_plain_object(r))
             group.depends_on = group.depends_on | deps.of(deps.direct(r))
 
+    example = base / example if example is not None else None
     if example is not None and example.exists():
-        objs = _load_docs(example.read_text(), "example", str(example.relative_to(ROOT) if example.is_relative_to(ROOT) else example))
+        objs = _load_docs(example.read_text(), "example", str(example.relative_to(base) if example.is_relative_to(base) else example))
         releases.append(RenderedRelease(example.stem, example.stem, f"file:{example.name}", "example", None, None,
                                         EXAMPLE_NAMESPACE, objs, frozenset()))
 

@@ -13,18 +13,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gpu_platform.preflight.runner import ROOT
-
 CHARTS_ENV = "GPU_PLATFORM_CHARTS"
-DEFAULT_CHARTS = ROOT.parent / "shared" / "charts"
+# Where `charts pull` puts charts when not told otherwise, and where preflight looks last.
+USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-platform" / "charts"
 
 
-def default_chart_dirs() -> list[Path]:
-    """$GPU_PLATFORM_CHARTS (os.pathsep-separated) or ../shared/charts beside the repository."""
+def default_chart_dirs(project_root: Optional[Path] = None) -> list[Path]:
+    """$GPU_PLATFORM_CHARTS (os.pathsep-separated); else ../shared/charts beside the project (this
+    repository's offline copy) when it exists; else the user's cache (`charts pull`'s default)."""
     env = os.environ.get(CHARTS_ENV)
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
-    return [DEFAULT_CHARTS]
+    if project_root is None:
+        from gpu_platform.preflight.runner import ProjectFileError, ProjectNotFound, find_project
+
+        try:
+            project_root = find_project().root
+        except (ProjectNotFound, ProjectFileError):  # `charts pull` outside any project
+            return [USER_CACHE]
+    shared = project_root.parent / "shared" / "charts"
+    return [shared if shared.is_dir() else USER_CACHE]
 
 
 @dataclass
@@ -53,8 +61,8 @@ class FitWorker:
     given, runs in the thread on the result (e.g. pricing the rendered storage); `then_result()`."""
 
     def __init__(self, cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = (),
-                 then: Optional[Callable[[FitResult], Any]] = None):
-        self.cfg, self.plan, self.out = cfg, plan, out
+                 then: Optional[Callable[[FitResult], Any]] = None, **render_args: Any):
+        self.cfg, self.plan, self.out, self.render_args = cfg, plan, out, render_args
         self.chart_dirs, self.allow_missing = chart_dirs, list(allow_missing)
         self._then = then
         self._then_value: Any = None
@@ -66,7 +74,7 @@ class FitWorker:
 
     def _run(self) -> None:
         try:
-            self._result = run_fit(self.cfg, self.plan, self.out, self.chart_dirs, self.allow_missing)
+            self._result = run_fit(self.cfg, self.plan, self.out, self.chart_dirs, self.allow_missing, **self.render_args)
         except BaseException as exc:  # noqa: BLE001 re-raised in result()
             self._error = exc
             return
@@ -90,11 +98,12 @@ class FitWorker:
         return self._result
 
 
-def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = ()) -> FitResult:
+def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = (), **render_args: Any) -> FitResult:
+    """`render_args`: render_plan's `base` (the project's folder) and `example` (jobs to check)."""
     from gpu_platform.preflight.fit.render import release_file_names, render_plan, write_rendered
 
     releases = render_plan(plan, chart_dirs, kubernetes_version=cfg.kubernetes_version, allow_missing=allow_missing,
-                           cache_dir=out.parent / ".cache" / "parsed-yaml")
+                           cache_dir=out.parent / ".cache" / "parsed-yaml", **render_args)
     files = write_rendered(releases, out / "rendered")
     from gpu_platform.preflight.fit.checks import check_fit
     from gpu_platform.preflight.fit.nodes import cluster_model
