@@ -5,13 +5,16 @@ PY := $(VENV)/bin/python
 STACK ?= gcp-prod
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci test test-live bench clean
+.PHONY: dist venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci test test-live bench clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@echo "Building $(VENV) from requirements-dev.txt (first run only, a few minutes; pip prints what it installs)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off -r requirements-dev.txt
+	@# The package itself, editable: `import gpu_platform` from anywhere and the console scripts
+	@# (gpu-platform-preflight, gpu-platform-costs) in $(VENV)/bin. Offline: setuptools is pinned above.
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 venv: $(VENV)/.installed
@@ -62,5 +65,10 @@ test-live: venv
 bench: venv
 	$(PY) -m gpu_platform.preflight.bench $(STACKS)
 
+## The release wheel into dist/, built offline with the pinned setuptools (pyproject.toml).
+dist: venv
+	rm -rf dist
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+
 clean:
-	rm -rf build .pytest_cache
+	rm -rf build dist .pytest_cache *.egg-info

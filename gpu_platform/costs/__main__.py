@@ -15,9 +15,11 @@ import json
 import sys
 from typing import Optional, Sequence
 
+from gpu_platform import command_name
+
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpu_platform.costs", description="gpu-platform cost model")
+    ap = argparse.ArgumentParser(prog=command_name("gpu_platform.costs"), description="gpu-platform cost model")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sim = sub.add_parser("simulate", help="run a workload scenario on several platforms and compare the bills")
     sim.add_argument("scenario")

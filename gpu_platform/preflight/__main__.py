@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from gpu_platform import command_name
 from gpu_platform.components.config import ConfigError, parse_config
 from gpu_platform.preflight import artifacts
 from gpu_platform.preflight.report import render_plan
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         from gpu_platform.preflight.verdict import summary_main
 
         return summary_main(argv[1:])
-    parser = _Parser(prog="python -m gpu_platform.preflight", description=__doc__.splitlines()[0],
+    parser = _Parser(prog=command_name("gpu_platform.preflight"), description=__doc__.splitlines()[0],
                      epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure, 4 usage, 1 bug")
     parser.add_argument("stack", nargs="?", help="stack name: Pulumi.<stack>.yaml in the project's stackConfigDir")
     parser.add_argument("--stack-file", help="plan this stack file instead (its name gives the stack name)")

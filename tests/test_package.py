@@ -1,0 +1,212 @@
+"""The installable package (issue 16): `pip install .` gives `gpu_platform` and its console scripts to
+any Pulumi program, and a program that reuses a component plans under preflight.
+
+The wheel is built from the tracked files alone (a copy of the working tree, offline: setuptools is
+pinned in requirements-dev.txt) and installed into a fresh virtualenv. That virtualenv sees this
+repository's pinned dependencies through a .pth line (no download at test time), never the
+repository itself: every check runs from a folder outside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+import gpu_platform
+from tests.conftest import ROOT
+from tests.fit_support import CHARTS
+
+EXAMPLE = ROOT / "examples" / "team-gke"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def pins(path: Path) -> dict[str, str]:
+    """name -> pinned version of a requirements file (following -r)."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("-r "):
+            out.update(pins(path.parent / line[3:].strip()))
+        elif line:
+            name, version = line.split("==")
+            out[canonicalize_name(name)] = version
+    return out
+
+
+def declared(requirements: list[str]) -> dict[str, Requirement]:
+    return {canonicalize_name(r.name): r for r in map(Requirement, requirements)}
+
+
+# --- metadata ------------------------------------------------------------------------------------
+
+
+def test_runtime_dependencies_are_the_pinned_requirements_and_the_pins_are_in_range():
+    runtime = declared(PYPROJECT["project"]["dependencies"])
+    pinned = pins(ROOT / "requirements.txt")
+    assert set(runtime) == set(pinned), "pyproject.toml dependencies and requirements.txt name different packages"
+    for name, req in runtime.items():
+        assert req.specifier.contains(pinned[name]), f"requirements.txt pins {name}=={pinned[name]} outside {req}"
+
+
+def test_dev_dependencies_are_the_pinned_dev_requirements():
+    dev = declared(PYPROJECT["project"]["optional-dependencies"]["dev"])
+    pinned = pins(ROOT / "requirements-dev.txt")
+    runtime = set(declared(PYPROJECT["project"]["dependencies"]))
+    assert set(dev) == set(pinned) - runtime
+    for name, req in dev.items():
+        assert req.specifier.contains(pinned[name]), f"requirements-dev.txt pins {name}=={pinned[name]} outside {req}"
+    # Test tools stay out of what a Pulumi program installs.
+    assert not {"pytest", "moto", "hypothesis", "zizmor"} & runtime
+
+
+def test_version_is_the_changelogs_newest_and_tags_are_v_prefixed():
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    newest = re.search(r"^## \[(?:Unreleased\] — )?(\d+\.\d+\.\d+)\]?", changelog, re.M)
+    assert newest and newest.group(1) == gpu_platform.__version__
+    tags = subprocess.run(["git", "tag", "--list"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert all(re.fullmatch(r"v\d+\.\d+\.\d+", t) for t in tags), tags
+    for tag in tags:  # each tag has its CHANGELOG section
+        assert f"## [{tag[1:]}]" in changelog, f"{tag} has no CHANGELOG section"
+
+
+# --- the wheel in a fresh virtualenv --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A fresh virtualenv with the wheel installed; its bin/ folder."""
+    base = tmp_path_factory.mktemp("package")
+    src = base / "src"
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, tracked):
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
+    wheels = base / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(wheels), str(src)], check=True, cwd=base)
+    env_dir = base / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    # The repository's pinned dependencies, without a download (never the repository itself).
+    Path(purelib, "pinned-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (wheel,) = wheels.glob("gpu_platform-*.whl")
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+                   check=True, cwd=base)
+    return env_dir / "bin"
+
+
+def run_in(bin_dir: Path, args: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "GPU_PLATFORM_CHARTS")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_the_installed_package_imports_from_the_virtualenv_and_pip_check_passes(installed, tmp_path):
+    where = run_in(installed, ["python", "-c", "import gpu_platform, gpu_platform.components.config, "
+                               "gpu_platform.policies.locks, gpu_platform.costs.catalog as c; "
+                               "print(gpu_platform.__file__); print(gpu_platform.__version__); print(c.CATALOG_DIR)"],
+                   tmp_path)
+    assert where.returncode == 0, where.stderr
+    module, version, catalog = where.stdout.split()
+    assert Path(module).is_relative_to(installed.parent) and not Path(module).is_relative_to(ROOT)
+    assert version == gpu_platform.__version__
+    assert (Path(catalog) / "kubernetes-versions.yaml").is_file()  # package data came with it
+    check = run_in(installed, ["python", "-m", "pip", "check"], tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_console_scripts_run(installed, tmp_path):
+    for script in ("gpu-platform-preflight", "gpu-platform-costs"):
+        assert (installed / script).is_file()
+    usage = run_in(installed, ["gpu-platform-preflight", "--help"], tmp_path)
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: gpu-platform-preflight"), usage.stderr
+    catalog = run_in(installed, ["gpu-platform-costs", "check-catalog"], tmp_path)
+    assert catalog.returncode == 0, catalog.stderr
+    # Outside any Pulumi project: a usage error naming the way out, no traceback.
+    lost = run_in(installed, ["gpu-platform-preflight", "dev"], tmp_path)
+    assert lost.returncode == 4 and "no Pulumi.yaml" in lost.stderr and "-C DIR" in lost.stderr
+    assert "Traceback" not in lost.stderr
+
+
+def test_a_program_reusing_the_components_plans_under_preflight(installed, tmp_path):
+    project = tmp_path / "vision-team"
+    shutil.copytree(EXAMPLE, project)
+    out = tmp_path / "out"
+    run = run_in(installed, ["gpu-platform-preflight", "dev", "--charts", str(CHARTS), "--out", str(out), "-v"], project)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    plan = json.loads((out / "dev" / "plan.json").read_text())
+    urns = [r["urn"] for r in plan["resources"]]
+    # The team's project owns the stack; the package's components and its own resource are in it.
+    assert all(u.startswith("urn:pulumi:dev::vision-team::") for u in urns)
+    types = {r["type"] for r in plan["resources"]}
+    assert {"gcp:container/cluster:Cluster", "gpu-platform:platform:MlPlatform", "kubernetes:helm.sh/v3:Release"} <= types
+    datasets = next(r for r in plan["resources"] if r["name"] == "datasets")
+    assert datasets["inputs"]["labels"]["owner"] == "vision-team"
+    # The package's policy pack analysed it, and the cluster fit rendered the pinned charts.
+    verdict = json.loads((out / "dev" / "preflight.json").read_text())
+    assert verdict["policies"]["verdict"] == "pass" and verdict["clusterFit"]["verdict"] == "pass"
+    assert verdict["clusterFit"]["releases"] >= 5
+
+
+def test_shipped_files_are_named_relative_to_the_program_wherever_the_package_is(installed, tmp_path):
+    """Kustomize overlays and node scripts ship in the package; a program installed elsewhere names
+    them relative to its own folder (what Pulumi resolves them against)."""
+    script = ("import os; from gpu_platform.components.paths import program_relative; "
+              "p = program_relative('components/platform/kustomize/katib'); print(p); "
+              "print(os.path.isfile(os.path.join(p, 'kustomization.yaml')))")
+    run = run_in(installed, ["python", "-c", script], tmp_path)
+    rel, exists = run.stdout.split()
+    assert not os.path.isabs(rel) and exists == "True", run.stderr
+    assert (tmp_path / rel).resolve().is_relative_to(installed.parent.resolve())
+
+
+
+# --- which project preflight plans ----------------------------------------------------------------
+
+
+def test_project_is_found_and_read_like_the_pulumi_cli(tmp_path):
+    from gpu_platform.project import Project, ProjectFileError, ProjectNotFound, find_project
+
+    (tmp_path / "Pulumi.yaml").write_text("name: infra\nruntime:\n  name: python\nmain: src/\nstackConfigDir: stacks\n")
+    (tmp_path / "src" / "deep").mkdir(parents=True)
+    found = find_project(tmp_path / "src" / "deep")  # upwards, like the CLI
+    assert (found.root, found.name) == (tmp_path, "infra")
+    assert found.program == tmp_path / "src" / "__main__.py" and found.stacks_dir == tmp_path / "stacks"
+    (tmp_path / "Pulumi.yaml").write_text("name: infra\nruntime: nodejs\n")
+    with pytest.raises(ProjectFileError, match="runtime is 'nodejs'"):
+        Project.load(tmp_path)
+    (tmp_path / "Pulumi.yaml").write_text("name: [unclosed\n")
+    with pytest.raises(ProjectFileError, match="Pulumi.yaml: not valid YAML"):
+        Project.load(tmp_path)
+    (tmp_path / "Pulumi.yaml").unlink()
+    with pytest.raises(ProjectNotFound, match="-C DIR"):
+        find_project(tmp_path / "src")
+
+
+def test_preflight_dash_c_plans_another_project_and_names_its_files(tmp_path):
+    """-C DIR from anywhere; a bad project file is a config error (2) naming it, never a traceback."""
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "-C", str(EXAMPLE), "nope"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 4 and "no stack file Pulumi.nope.yaml; stacks: dev" in run.stderr, run.stderr
+    (tmp_path / "Pulumi.yaml").write_text("name: other\nruntime: go\n")
+    bad = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "-C", str(tmp_path), "dev"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and f"{tmp_path / 'Pulumi.yaml'}: runtime is 'go'" in bad.stderr
+    assert "Traceback" not in run.stderr + bad.stderr
