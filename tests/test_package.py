@@ -210,3 +210,17 @@ def test_preflight_dash_c_plans_another_project_and_names_its_files(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and f"{tmp_path / 'Pulumi.yaml'}: runtime is 'go'" in bad.stderr
     assert "Traceback" not in run.stderr + bad.stderr
+
+
+def test_preflight_checks_the_jobs_named_by_dash_dash_job(tmp_path):
+    """--job FILE: the user's own jobs are checked for queue fit; one that no node can run fails (3)."""
+    job = (ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text()
+    greedy = tmp_path / "greedy.yaml"
+    greedy.write_text(job.replace('nvidia.com/gpu: "1"', 'nvidia.com/gpu: "8"'))  # a2-highgpu-1g has one A100
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "gcp-prod", "--no-policies", "--job", str(greedy),
+                          "--out", str(tmp_path / "out"), "--format", "json"], cwd=ROOT, capture_output=True, text=True)
+    doc = json.loads(run.stdout)
+    assert run.returncode == 3 and doc["clusterFit"]["verdict"] == "fail", run.stderr
+    missing = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "gcp-prod", "--job", str(tmp_path / "no.yaml")],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode == 4 and "--job" in missing.stderr and "Traceback" not in missing.stderr
