@@ -63,6 +63,8 @@ def find_project(start: "Path | str | None" = None) -> Project:
     """The project the CLI would use from `start` (default: the working directory): the nearest folder
     upwards that holds a Pulumi.yaml."""
     here = Path(start or os.getcwd()).resolve()
+    if not here.is_dir():  # `-C typo` must not fall through to a project further up
+        raise ProjectNotFound(f"no such folder: {start}")
     for folder in (here, *here.parents):
         if (folder / "Pulumi.yaml").is_file():
             return Project.load(folder)

@@ -198,6 +198,9 @@ def test_project_is_found_and_read_like_the_pulumi_cli(tmp_path):
     (tmp_path / "Pulumi.yaml").unlink()
     with pytest.raises(ProjectNotFound, match="-C DIR"):
         find_project(tmp_path / "src")
+    (tmp_path / "Pulumi.yaml").write_text("name: infra\nruntime: python\n")
+    with pytest.raises(ProjectNotFound, match="no such folder"):  # not the project above a mistyped folder
+        find_project(tmp_path / "typo")
 
 
 def test_preflight_dash_c_plans_another_project_and_names_its_files(tmp_path):
