@@ -275,8 +275,7 @@ class Run:
         # chart is drawn (in a child process) while the policy pack is still analysing.
         costs = self.costs = CostReport(self.cfg, out, plan)
         fit = FitWorker(self.cfg, plan, out, chart_dirs, args.allow_missing_chart,
-                        then=lambda result: costs.report([r for r in result.releases if r.rendered]),
-                        base=project.root, example=(Path.cwd() / job) if args.job else job)
+                        then=costs.report, base=project.root, example=(Path.cwd() / job) if args.job else job)
         (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
         from gpu_platform.preflight.mocks import SENSITIVE
 

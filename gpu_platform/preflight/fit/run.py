@@ -58,10 +58,12 @@ class FitResult:
 
 class FitWorker:
     """render_plan + cluster_model + check_fit in a thread; `result()` joins and re-raises. `then`, if
-    given, runs in the thread on the result (e.g. pricing the rendered storage); `then_result()`."""
+    given, runs in the thread on the rendered releases once the charts are rendered and the node model
+    is built, before the files are written and the fit checked (pricing the rendered storage starts
+    the cost chart as early as possible); `then_result()`."""
 
     def __init__(self, cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = (),
-                 then: Optional[Callable[[FitResult], Any]] = None, **render_args: Any):
+                 then: Optional[Callable[[list[Any]], Any]] = None, **render_args: Any):
         self.cfg, self.plan, self.out, self.render_args = cfg, plan, out, render_args
         self.chart_dirs, self.allow_missing = chart_dirs, list(allow_missing)
         self._then = then
@@ -74,15 +76,16 @@ class FitWorker:
 
     def _run(self) -> None:
         try:
-            self._result = run_fit(self.cfg, self.plan, self.out, self.chart_dirs, self.allow_missing, **self.render_args)
+            self._result = run_fit(self.cfg, self.plan, self.out, self.chart_dirs, self.allow_missing,
+                                   on_rendered=self._run_then if self._then is not None else None, **self.render_args)
         except BaseException as exc:  # noqa: BLE001 re-raised in result()
             self._error = exc
-            return
-        if self._then is not None:
-            try:
-                self._then_value = self._then(self._result)
-            except BaseException as exc:  # noqa: BLE001 re-raised in then_result()
-                self._then_error = exc
+
+    def _run_then(self, releases: list[Any]) -> None:
+        try:
+            self._then_value = self._then(releases)
+        except BaseException as exc:  # noqa: BLE001 re-raised in then_result(); the fit goes on
+            self._then_error = exc
 
     def then_result(self) -> Any:
         self.result()
@@ -98,18 +101,26 @@ class FitWorker:
         return self._result
 
 
-def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = (), **render_args: Any) -> FitResult:
-    """`render_args`: render_plan's `base` (the project's folder) and `example` (jobs to check)."""
+def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = (),
+            on_rendered: Optional[Callable[[list[Any]], None]] = None, **render_args: Any) -> FitResult:
+    """`on_rendered`, if given, is called with the rendered releases (not those allowed missing) as soon
+    as the charts are rendered and the node model is built, i.e. only when the run gets to check the fit.
+    `render_args`: render_plan's `base` (the project's folder) and `example` (jobs to check)."""
     from gpu_platform.preflight.fit.render import release_file_names, render_plan, write_rendered
-
-    releases = render_plan(plan, chart_dirs, kubernetes_version=cfg.kubernetes_version, allow_missing=allow_missing,
-                           cache_dir=out.parent / ".cache" / "parsed-yaml", **render_args)
-    files = write_rendered(releases, out / "rendered")
     from gpu_platform.preflight.fit.checks import check_fit
     from gpu_platform.preflight.fit.nodes import cluster_model
 
-    model = cluster_model(cfg, plan)
+    releases = render_plan(plan, chart_dirs, kubernetes_version=cfg.kubernetes_version, allow_missing=allow_missing,
+                           cache_dir=out.parent / ".cache" / "parsed-yaml", **render_args)
+    try:
+        model = cluster_model(cfg, plan)
+    except Exception:  # a model error comes after the rendered files are written, as it always has
+        write_rendered(releases, out / "rendered")
+        raise
     rendered = [r for r in releases if r.rendered]
+    if on_rendered is not None:
+        on_rendered(rendered)
+    files = write_rendered(releases, out / "rendered")
     report = check_fit(model, rendered)
     result = FitResult(releases, files, report, model, [r for r in releases if not r.rendered])
     names = {id(rel): fname for fname, rel in release_file_names(releases).items()}
