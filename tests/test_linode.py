@@ -440,3 +440,18 @@ def test_ccm_and_csi_images_are_pinned_to_their_chart_release():
                     images |= {c["image"] for c in pod.get("containers", []) + pod.get("initContainers", [])}
         linode_images = {i for i in images if i.startswith("linode/")}
         assert linode_images and all(i.endswith(f":{chart.version}") for i in linode_images), images
+
+
+def test_preflight_mock_addresses_do_not_depend_on_registration_order():
+    """The program registers from several threads: a mock that handed out addresses in call order made
+    two runs of linode-ha write different plan.json bytes (firewall rules list the nodes' addresses)."""
+    from gpu_platform.preflight.mocks import linode as mock
+
+    names = ["gpu-staging-cp-0", "gpu-staging-cp-1", "gpu-staging-ada-0", "gpu-staging-api"]
+    forward = {n: mock.RESOURCES["linode:index/instance:Instance"]({}, n)["ipAddress"] for n in names}
+    backward = {n: mock.RESOURCES["linode:index/instance:Instance"]({}, n)["ipAddress"] for n in reversed(names)}
+    assert forward == backward and len(set(forward.values())) == len(names)
+    assert mock.RESOURCES["linode:index/nodeBalancer:NodeBalancer"]({}, "api")["ipv4"] == mock.public_address("api")
+    plan = plan_stack("linode-ha")
+    addresses = [r.outputs.get("ipAddress") for r in plan.by_type("linode:index/instance:Instance")]
+    assert len(set(addresses)) == len(addresses)  # distinct per node, as Linode's would be

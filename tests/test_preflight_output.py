@@ -96,6 +96,28 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert proc.returncode == 0 and "Traceback" not in err and "BrokenPipe" not in err
 
 
+@pytest.mark.parametrize("after_s", [1.5, 5.0])  # while the program runs; while rendering and analysing
+def test_ctrl_c_ends_quietly_and_leaves_no_process_running(tmp_path, after_s):
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_platform.preflight", "gcp-prod", "--out", str(tmp_path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(after_s)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (130, 0), err  # 0: it had already finished
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    deadline = time.monotonic() + 10
+    while True:  # the policy pack and the chart child die with it (exited children may linger as zombies)
+        ps = subprocess.run(["ps", "-o", "stat=,args=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+        alive = [line for line in ps.splitlines() if line.strip() and not line.lstrip().startswith("Z")]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not alive
+
+
 def test_ci_summary_tabulates_every_stack(tmp_path):
     docs = []
     for stack, code in (("gcp-prod", 0), ("aws-prod", 3)):

@@ -13,14 +13,6 @@ workload that would not fit, 4 usage (unknown stack, missing file or folder, bad
 
 from __future__ import annotations
 
-import gc
-
-if __name__ == "__main__":
-    # The program imports the cloud SDKs (hundreds of thousands of objects): with the default
-    # thresholds the collector walks that heap again and again for cycles that are never garbage
-    # (over a second of a run). Fewer collections, as mypy does; only for the command, not its importers.
-    gc.set_threshold(100_000, 50, 50)
-
 import argparse
 import contextlib
 import json
@@ -347,6 +339,9 @@ def _run_cli() -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout again at exit
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the exit hooks stop the policy pack; no traceback
+        print("preflight: interrupted", file=sys.stderr)
+        return 130
 
 
 def _exit_now(code: int) -> None:
@@ -365,5 +360,16 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`gpu-platform-preflight` and `python -m gpu_platform.preflight`."""
+    import gc
+
+    # The program imports the cloud SDKs (hundreds of thousands of objects): with the default
+    # thresholds the collector walks that heap again and again for cycles that are never garbage
+    # (over a second of a run). Fewer collections, as mypy does; only for the command, not its importers.
+    gc.set_threshold(100_000, 50, 50)
     _exit_now(_run_cli())
+
+
+if __name__ == "__main__":
+    cli()

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 from typing import Any
 
 from gpu_platform.preflight.mocks import sensitive
 
-_addresses = (f"192.0.2.{i}" for i in itertools.count(10))
+
+def public_address(name: str) -> str:
+    """A public IPv4 stable per resource name, from the benchmarking range 198.18.0.0/15 (RFC 2544:
+    never routed). Derived from the name, not handed out in call order: the program registers from
+    several threads, and two runs must plan the same addresses."""
+    n = int(hashlib.sha256(f"public/{name}".encode()).hexdigest()[:8], 16) % (2 * 65536 - 2) + 1
+    return f"198.{18 + n // 65536}.{n // 256 % 256}.{n % 256}"
 
 
 def resource_id(name: str) -> str:
@@ -18,7 +23,7 @@ def resource_id(name: str) -> str:
 
 def _instance(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     reserved = inputs.get("ipv4s") or []
-    ip = reserved[0] if reserved else next(_addresses)
+    ip = reserved[0] if reserved else public_address(name)
     out = {"ipAddress": ip, "ipv4s": [ip], "status": "running"}
     if inputs.get("privateIp"):
         # Linode private IPv4s come from 192.168.128.0/17; stable per name.
@@ -39,8 +44,8 @@ def _key(inputs: dict[str, Any], name: str) -> dict[str, Any]:
 
 RESOURCES = {
     "linode:index/instance:Instance": _instance,
-    "linode:index/reservedIp:ReservedIp": lambda inputs, name: {"address": next(_addresses)},
-    "linode:index/nodeBalancer:NodeBalancer": lambda inputs, name: {"ipv4": next(_addresses), "hostname": f"{name}.nodebalancer.linode.com"},
+    "linode:index/reservedIp:ReservedIp": lambda inputs, name: {"address": public_address(name)},
+    "linode:index/nodeBalancer:NodeBalancer": lambda inputs, name: {"ipv4": public_address(name), "hostname": f"{name}.nodebalancer.linode.com"},
     "linode:index/objectStorageBucket:ObjectStorageBucket": _bucket,
     "linode:index/objectStorageKey:ObjectStorageKey": _key,
 }
