@@ -33,7 +33,8 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from gpu_platform.preflight.runner import CONFIG_NAMESPACE, PACKAGE_DIR, Plan, PlannedResource, Project, find_project
+from gpu_platform.components.paths import PACKAGE_DIR
+from gpu_platform.preflight.runner import CONFIG_NAMESPACE, Plan, PlannedResource, Project, find_project
 
 # The pack ships inside the package: the same rules for every program built from its components.
 PACK_DIR = PACKAGE_DIR / "policies"

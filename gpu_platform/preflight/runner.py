@@ -21,8 +21,6 @@ import yaml
 
 from gpu_platform.project import Project, ProjectFileError, ProjectNotFound, find_project  # noqa: F401 (re-exported)
 
-# The installed package (gpu_platform/), wherever it lives: a checkout or site-packages.
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # The config namespace every program built from these components reads (`gpu-platform:cloud`, ...),
 # whatever its own project is called.
 CONFIG_NAMESPACE = "gpu-platform"

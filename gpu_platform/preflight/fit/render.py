@@ -441,6 +441,15 @@ def _load_docs(text: str, release: str, where: str, texts: Optional[list] = None
 _REMOTE = re.compile(r"^(?:https://)?github\.com/[^/]+/(?P<repo>[^/?]+?)(?:\.git)?/(?P<path>[^?]+)\?ref=(?P<ref>[^&]+)$")
 
 
+def _project_root(base: Optional[Path]) -> Path:
+    """`base`, or the working directory's project folder (where the program runs)."""
+    if base is not None:
+        return base
+    from gpu_platform.project import find_project
+
+    return find_project().root
+
+
 def kustomize_file_name(target: str) -> Optional[str]:
     """`github.com/ORG/REPO(.git)/PATH?ref=REF` -> `REPO-REF-<last element of PATH>.yaml` (../shared/charts/kustomize)."""
     m = _REMOTE.match(target.strip())
@@ -460,11 +469,7 @@ def load_kustomize(target: str, release: str, chart_dirs: list[Path], base: Opti
                 return _load_docs((d / "kustomize" / fname).read_text(), release, fname, texts)
         searched = ", ".join(str(d / "kustomize") for d in chart_dirs)
         raise ChartError(release, f"kustomize target {target} ({fname}) is in none of: {searched}")
-    if base is None:
-        from gpu_platform.preflight.runner import find_project
-
-        base = find_project().root
-    local = (base / target).resolve()
+    local = (_project_root(base) / target).resolve()
     kfile = next((local / n for n in ("kustomization.yaml", "kustomization.yml", "Kustomization") if (local / n).exists()), None)
     if kfile is None:
         raise ChartError(release, f"kustomize directory {target} is neither a pinned remote target nor a local kustomization")
@@ -556,10 +561,7 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
         raise ChartError("(none rendered)", f"Helm's SDK is not usable: {exc}; install it with "
                                             "`pip install -r requirements.txt` (helm-python-sdk)") from None
     _CACHE_DIR[0] = cache_dir
-    if base is None:
-        from gpu_platform.preflight.runner import find_project
-
-        base = find_project().root
+    base = _project_root(base)
     chart_dirs = [Path(d) for d in chart_dirs]
     allow = set(allow_missing)
     deps = _Deps(plan)

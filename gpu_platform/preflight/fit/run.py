@@ -25,7 +25,7 @@ def default_chart_dirs(project_root: Optional[Path] = None) -> list[Path]:
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
     if project_root is None:
-        from gpu_platform.preflight.runner import ProjectFileError, ProjectNotFound, find_project
+        from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
 
         try:
             project_root = find_project().root
