@@ -186,7 +186,7 @@ class Run:
     def execute(self) -> int:
         args = self.args
         try:
-            project = self.project = find_project(args.cwd)
+            project = find_project(args.cwd)
         except ProjectNotFound as exc:
             return self.fail(EXIT_USAGE, str(exc))
         except ProjectFileError as exc:
