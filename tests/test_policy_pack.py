@@ -520,16 +520,21 @@ def _pack_with_enforcement(tmp_path: Path, enforcement_text: str) -> tuple[Path,
     """The project's policies in a pack whose locks read `enforcement_text` (both sides of the lock)."""
     rules = tmp_path / "enforcement.yaml"
     rules.write_text(enforcement_text)
-    pack = tmp_path / "locked-pack"
-    pack.mkdir()
-    (pack / "PulumiPolicy.yaml").write_text("runtime: python\nversion: 0.0.1\n")
-    (pack / "__main__.py").write_text(
-        f"import sys\nfrom pathlib import Path\nsys.path.insert(0, {str(ROOT)!r})\n"
+    pack = _test_pack(tmp_path / "locked-pack",
+        "from pathlib import Path\n"
         "from pulumi_policy import PolicyPack\n"
         "from gpu_platform.policies import locks, security_rules\n"
         f"locks.install(security_rules.POLICIES, Path({str(rules)!r}))\n"
         "PolicyPack('locked-pack', security_rules.POLICIES)\n")
     return pack, rules
+
+
+def _test_pack(pack: Path, program: str) -> Path:
+    """A policy pack folder whose __main__.py is `program`, importing this checkout's gpu_platform."""
+    pack.mkdir()
+    (pack / "PulumiPolicy.yaml").write_text("runtime: python\nversion: 0.0.1\n")
+    (pack / "__main__.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n" + program)
+    return pack
 
 
 def test_an_exception_in_enforcement_yaml_allows_a_downgrade_with_its_reason(tmp_path):
@@ -720,11 +725,7 @@ def test_infinity_in_price_overrides_never_reaches_the_pack_as_a_price():
 
 
 def _pack_with(tmp_path, extra_policy: str, track_all: bool = True):
-    pack = tmp_path / "pack"
-    pack.mkdir()
-    (pack / "PulumiPolicy.yaml").write_text("runtime: python\nversion: 0.0.1\n")
-    (pack / "__main__.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+    pack = _test_pack(tmp_path / "pack",
         "from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy\n"
         "from gpu_platform.policies import cost_rules, running\n"
         + extra_policy +

@@ -19,11 +19,12 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from gpu_platform.components.config_base import NAMESPACE
 from gpu_platform.project import Project, ProjectFileError, ProjectNotFound, find_project  # noqa: F401 (re-exported)
 
 # The config namespace every program built from these components reads (`gpu-platform:cloud`, ...),
-# whatever its own project is called.
-CONFIG_NAMESPACE = "gpu-platform"
+# whatever its own project is called: the one the config model reads.
+CONFIG_NAMESPACE = NAMESPACE
 
 # Sentinels of the Pulumi wire format (sdk/python/lib/pulumi/runtime/rpc.py).
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
