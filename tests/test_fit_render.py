@@ -20,7 +20,7 @@ from gpu_platform.preflight.fit.render import ChartError, RenderedRelease, rende
 from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
 from tests.conftest import ROOT
 from tests.fit_support import (
-    CHARTS, STACKS, allowed_missing, make_chart, need_charts, release_resource, rendered, stack_plan,
+    CHARTS, STACKS, make_chart, need_charts, release_resource, rendered, stack_plan,
 )
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -47,17 +47,13 @@ def test_every_release_and_kustomize_install_of_the_stack_renders(stack: str) ->
     assert sorted(r.urn for r in helm) == sorted(r.urn for r in plan.by_type(RELEASE))
     assert sorted(r.urn for r in releases if r.source == "kustomize") == sorted(r.urn for r in plan.by_type(DIRECTORY))
     for rel in helm:
-        if rel.chart in allowed_missing(stack):
-            assert not rel.rendered and rel.objects == []
-            continue
         assert rel.rendered and rel.objects, rel.name
         kinds = {o["kind"] for o in rel.objects}
         assert kinds & {"Deployment", "DaemonSet", "StatefulSet"}, (rel.name, kinds)
     for rel in releases:
         for obj in rel.objects:
             assert obj["apiVersion"] and obj["kind"] and obj["metadata"]["name"], (rel.name, obj)
-    # Only the charts the shared folder lacks stay unrendered, and only where allowed.
-    assert {r.chart for r in releases if not r.rendered} == set(allowed_missing(stack)) & {r.chart for r in helm}
+    assert all(r.rendered for r in releases)
     assert [r.source for r in releases].count("example") == 1
 
 
@@ -90,7 +86,7 @@ def test_release_names_and_namespaces_are_what_the_program_passes() -> None:
     # Linode add-ons pass no release name: pulumi-kubernetes autonames `<resource name>-<8 hex>`.
     dev = [r for r in rendered("linode-dev") if r.resource_name.endswith("addons-ccm")][0]
     assert re.fullmatch(r"gpu-dev-addons-ccm-[0-9a-f]{8}", dev.name)
-    again = render_plan(stack_plan("linode-dev"), [CHARTS], allow_missing=allowed_missing("linode-dev"))
+    again = render_plan(stack_plan("linode-dev"), [CHARTS])
     assert dev.name in {r.name for r in again}
 
 
@@ -425,10 +421,9 @@ def test_charts_pull_fills_a_cache_at_the_pinned_versions(tmp_path: Path, local_
     code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(dest), "--mirror", local_repo,
                                 "--kustomize", kustomize)
     pins = {p.file_name for p in pinned_charts()}
-    missing = {"cilium-1.18.2.tgz", "tigera-operator-v3.30.3.tgz"}
-    assert code == 1 and all(m in err for m in missing), err
-    assert "FAILED  github.com" not in err, err
-    assert {p.name for p in dest.glob("*.tgz")} == pins - missing
+    assert code == 0, err
+    assert "FAILED" not in err, err
+    assert {p.name for p in dest.glob("*.tgz")} == pins
     for p in dest.glob("*.tgz"):
         assert p.read_bytes() == (CHARTS / p.name).read_bytes()
     assert sorted(p.name for p in (dest / "kustomize").iterdir()) == sorted(p.name for p in (CHARTS / "kustomize").iterdir())

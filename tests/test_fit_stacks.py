@@ -168,3 +168,17 @@ def test_checks_on_a_whole_stack_take_well_under_a_second(stack):
     report = check_fit(model, releases)
     assert time.perf_counter() - start < 1.0
     assert report.pods > 20 and report.releases == len(releases)
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha"])
+def test_linode_cni_is_rendered_and_its_pods_fit_every_node(stack):
+    """The CNI chart is in ../shared/charts: Cilium's agent lands on every node group (GPU nodes and the
+    tainted control plane included) and its operator on a node, their requests counted."""
+    model, releases = _stack(stack)
+    cni = [r for r in releases if r.chart == "cilium"]
+    assert len(cni) == 1 and cni[0].rendered
+    report = check_fit(model, releases)
+    assert report.ok, [p for p in report.problems]
+    agent = {pl.group for pl in report.placements if pl.object == "DaemonSet/kube-system/cilium"}
+    assert agent == {g.name for g in model.node_groups}
+    assert any(pl.object == "Deployment/kube-system/cilium-operator" for pl in report.placements)

@@ -504,8 +504,7 @@ def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_
     stack["config"]["gpu-platform:linode"]["reservedApiIp"] = True  # ignored with a NodeBalancer
     path = tmp_path / "Pulumi.linode-ha3.yaml"
     path.write_text(yaml.safe_dump(stack))
-    code = main(["--stack-file", str(path), "--out", str(tmp_path / "build"), "--no-policies", "--quiet",
-                 "--allow-missing-chart", "cilium"])
+    code = main(["--stack-file", str(path), "--out", str(tmp_path / "build"), "--no-policies", "--quiet"])
     assert code == 0
     plan = __import__("json").loads((tmp_path / "build" / "linode-ha3" / "plan.json").read_text())
     types = [r["type"] for r in plan["resources"]]

@@ -15,8 +15,8 @@ import pytest
 
 from gpu_platform.preflight import verdict
 from tests.conftest import ROOT
+from tests.fit_support import CHARTS
 
-LINODE = ["--allow-missing-chart", "cilium"]  # ../shared/charts has no Cilium chart yet
 
 
 def run(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
@@ -27,7 +27,7 @@ def run(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.C
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     outs = [tmp_path_factory.mktemp(f"run{i}") for i in range(2)]
-    return [(run("linode-ha", *LINODE, "--out", str(out)), out) for out in outs]
+    return [(run("linode-ha", "--out", str(out)), out) for out in outs]
 
 
 def test_two_runs_print_the_same_text_and_write_the_same_plan(two_runs):
@@ -76,8 +76,18 @@ def test_exit_codes_are_distinct(tmp_path):
     config = run("--stack-file", str(bad), "--format", "json")
     assert config.returncode == 2 and str(bad) in config.stderr
     assert json.loads(config.stdout)["verdict"] == "config-error"
-    missing_chart = run("linode-dev", "--no-policies", "--out", str(tmp_path))
+    # A chart folder that really lacks the pinned Cilium chart: a chart error (2) naming it, unless allowed.
+    charts = tmp_path / "charts"
+    charts.mkdir()
+    for f in CHARTS.iterdir():
+        if not f.name.startswith("cilium-"):
+            (charts / f.name).symlink_to(f)
+    missing_chart = run("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts))
     assert missing_chart.returncode == 2 and "cilium" in missing_chart.stderr
+    allowed = run("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts),
+                  "--allow-missing-chart", "cilium", "-v")
+    assert allowed.returncode in (0, 3) and "NOT RENDERED" in allowed.stdout + allowed.stderr, allowed.stderr
+    assert run("linode-dev", "--no-policies", "--out", str(tmp_path), "--quiet").returncode == 0
 
 
 def test_colour_only_when_asked_and_never_with_no_color(tmp_path):
