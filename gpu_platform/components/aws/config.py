@@ -36,7 +36,7 @@ class ScaleInController(Model):
     """The job-aware scale-in protection controller (gpu_platform/components/aws/protection.py)."""
 
     # Off: no controller; cluster-autoscaler alone removes idle GPU nodes after scaleDownGraceMinutes,
-    # and nothing marks busy nodes (see README, "Scale-in protection").
+    # and nothing marks busy nodes (see docs/quickstart-aws.md, "Scale-in protection").
     enabled: bool = True
     # Its image by digest, as published by .github/workflows/controller-image.yml on a release tag:
     # ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex>. Required when enabled.
@@ -139,7 +139,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     if section.scale_in_controller.enabled and section.scale_in_controller.image is None:
         issues.append(ConfigIssue("aws.scaleInController.image", None,
                                   "the controller image by digest, ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex> "
-                                  "(published by .github/workflows/controller-image.yml on a v* tag; README: "
+                                  "(published by .github/workflows/controller-image.yml on a v* tag; docs/quickstart-aws.md: "
                                   "'Scale-in protection controller image'), or aws.scaleInController.enabled: false"))
     issues += version_issues(cfg)
     for i, arn in enumerate(section.admin_principal_arns):
