@@ -42,7 +42,10 @@ jupyterhub-venv: .venv-jupyterhub/.installed
 
 ## Plan a stack offline: the verdict (policies, cluster fit, cost vs budget) first; STACK=gcp-prod by default.
 PREFLIGHT_FLAGS ?=
+## Without --charts, `charts ensure` first: on a fresh clone with no chart folder ($GPU_PLATFORM_CHARTS,
+## ../shared/charts) it pulls the pinned charts into the user cache once, or says how to fill one.
 preflight: venv
+	$(if $(findstring --charts,$(PREFLIGHT_FLAGS)),,$(PY) -m gpu_platform.preflight charts ensure)
 	$(PY) -m gpu_platform.preflight $(STACK) $(PREFLIGHT_FLAGS)
 
 preflight-all: venv
