@@ -95,12 +95,37 @@ def _step(err: Any, label: str, enabled: bool) -> Iterator[None]:
         yield
 
 
+def policy_config_main(argv: list[str]) -> int:
+    """`policy-config STACK`: stacks/policy.<stack>.yaml, checked, as the JSON the Pulumi CLI's
+    `--policy-pack-config` reads; `{}` (the pack's defaults) when the stack has none. preview.yml and
+    deploy.yml both run it, so `pulumi up` enforces the ceilings the pull request's preview showed."""
+    from gpu_platform.preflight.analyzer import PolicyConfigError, load_policy_config
+    from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
+
+    parser = argparse.ArgumentParser(prog=f"{command_name('gpu_platform.preflight')} policy-config",
+                                     description=policy_config_main.__doc__.splitlines()[0])
+    parser.add_argument("stack")
+    parser.add_argument("-C", dest="directory", help="the project's folder (default: found from the working directory)")
+    args = parser.parse_args(argv)
+    try:
+        project = find_project(Path(args.directory)) if args.directory else find_project()
+        config = load_policy_config(args.stack, project=project)
+    except (ProjectNotFound, ProjectFileError, PolicyConfigError) as exc:
+        print(f"preflight policy-config: {exc}", file=sys.stderr)
+        return 2
+    json.dump(config or {}, sys.stdout, sort_keys=True)
+    print()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["charts"]:  # `python -m gpu_platform.preflight charts pull|list`: the chart cache
         from gpu_platform.preflight.fit.pull import main as charts_main
 
         return charts_main(argv[1:])
+    if argv[:1] == ["policy-config"]:  # the JSON file `pulumi preview/up --policy-pack-config` reads
+        return policy_config_main(argv[1:])
     if argv[:1] == ["summary"]:  # `python -m gpu_platform.preflight summary DIR`: Markdown of every stack's verdict
         from gpu_platform.preflight.verdict import summary_main
 
