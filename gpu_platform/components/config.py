@@ -353,7 +353,9 @@ def config_warnings(cfg: StackConfig) -> list[str]:
     from gpu_platform.components.kubernetes_version import version_warnings
     from gpu_platform.components.platform.config import platform_warnings
 
-    return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg)
+    from gpu_platform.components.aws.config import scale_in_warnings
+
+    return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg) + scale_in_warnings(cfg)
 
 
 def load_from_pulumi() -> StackConfig:
