@@ -86,7 +86,8 @@ def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
 
 def document(stack: str, cfg: Any, exit_code: int, *, plan: Any = None, policies: Optional[dict] = None,
              fit: Optional[dict] = None, cost: Optional[dict] = None, warnings: tuple[str, ...] = (),
-             error: Optional[str] = None) -> dict[str, Any]:
+             error: Optional[str] = None, review: Optional[dict] = None,
+             base_diff: Optional[dict] = None) -> dict[str, Any]:
     verdict = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_CONFIG: "config-error", EXIT_USAGE: "usage-error"}.get(
         exit_code, "error")
     doc: dict[str, Any] = {
@@ -96,6 +97,10 @@ def document(stack: str, cfg: Any, exit_code: int, *, plan: Any = None, policies
     }
     if error is not None:
         doc["error"] = error
+    if review is not None:
+        doc["review"] = review
+    if base_diff is not None:
+        doc["baseDiff"] = base_diff
     return doc
 
 
