@@ -42,7 +42,10 @@ jupyterhub-venv: .venv-jupyterhub/.installed
 
 ## Plan a stack offline: the verdict (policies, cluster fit, cost vs budget) first; STACK=gcp-prod by default.
 PREFLIGHT_FLAGS ?=
+## Without --charts, `charts ensure` first: on a fresh clone with no chart folder ($GPU_PLATFORM_CHARTS,
+## ../shared/charts) it pulls the pinned charts into the user cache once, or says how to fill one.
 preflight: venv
+	$(if $(findstring --charts,$(PREFLIGHT_FLAGS)),,$(PY) -m gpu_platform.preflight charts ensure)
 	$(PY) -m gpu_platform.preflight $(STACK) $(PREFLIGHT_FLAGS)
 
 preflight-all: venv
@@ -55,7 +58,10 @@ preflight-ci: venv
 	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m gpu_platform.preflight $$s || rc=1; done; exit $$rc
 
 ## The whole offline test suite (live cloud tests are skipped without credentials).
+## Without a chart folder ($GPU_PLATFORM_CHARTS, ../shared/charts) the user cache is filled first when the
+## network allows; offline, `charts ensure` says how to fill one and the chart tests skip saying the same.
 test: venv checkov-venv training-venv jupyterhub-venv
+	-$(PY) -m gpu_platform.preflight charts ensure
 	$(PY) -m pytest -q -n 2 tests
 
 test-live: venv

@@ -22,6 +22,20 @@ from gpu_platform.preflight.runner import Plan, load_stack, run_program, stack_i
 os.environ.setdefault("GPU_PLATFORM_TODAY", "2026-11-23")
 
 
+def pytest_report_header(config) -> list[str]:
+    """Which chart folder the chart tests read, first thing in the run (a fresh clone has none)."""
+    from gpu_platform.preflight.fit.pull import HOW_TO_FILL, missing_from, where_charts_come_from
+    from gpu_platform.preflight.fit.run import default_chart_dirs
+
+    dirs = default_chart_dirs(ROOT)
+    charts, targets = missing_from(dirs)
+    if not charts and not targets:
+        return [f"charts: {', '.join(map(str, dirs))}"]
+    return [f"charts: {len(charts)} pinned charts and {len(targets)} kustomize installs missing from "
+            f"{', '.join(map(str, dirs))}; tests that need them skip or fail. Looked in:",
+            where_charts_come_from(ROOT), HOW_TO_FILL]
+
+
 def stack_config(stack: str) -> dict[str, Any]:
     """The `config:` mapping of a shipped stack file (a fresh copy to mutate in a test)."""
     doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())

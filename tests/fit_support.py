@@ -9,19 +9,40 @@ from typing import Any
 
 import pytest
 
-from gpu_platform.preflight.fit.render import RenderedRelease, render_plan
+from gpu_platform.preflight.fit.pull import HOW_TO_FILL, missing_from, where_charts_come_from
+from gpu_platform.preflight.fit.render import RenderedRelease, chart_file_name, find_chart, render_plan
+from gpu_platform.preflight.fit.run import default_chart_dirs
 from gpu_platform.preflight.runner import Plan, PlannedResource, load_stack, run_program
 from tests.conftest import ROOT
 
-CHARTS = ROOT.parent / "shared" / "charts"
+# Where preflight itself looks: $GPU_PLATFORM_CHARTS, else ../shared/charts (CI), else the user cache.
+CHART_DIRS = default_chart_dirs(ROOT)
+CHARTS = CHART_DIRS[0]
 STACKS = ("linode-dev", "linode-ha", "gcp-prod", "aws-prod")
 # ../shared/charts holds every pinned chart (the Linode CNIs included): shipped stacks render without
 # --allow-missing-chart, which is tested with a chart folder that really lacks one.
 
 
+def no_charts(what: str) -> str:
+    """Why a chart test skips: what is missing, where it was looked for, how to fill a folder."""
+    return (f"{what} not in {', '.join(map(str, CHART_DIRS))}. Looked in (the first present wins):\n"
+            f"{where_charts_come_from(ROOT)}\n{HOW_TO_FILL}")
+
+
 def need_charts() -> None:
-    if not CHARTS.is_dir():
-        pytest.skip(f"pinned charts not found at {CHARTS} (the shared checkout's charts/ folder)")
+    """Skip unless the chart folder holds every pinned chart and kustomize install."""
+    charts, targets = missing_from(CHART_DIRS)
+    missing = [c.file_name for c in charts] + targets
+    if missing:
+        pytest.skip(no_charts(", ".join(missing)))
+
+
+def chart_archive(chart: str, version: str) -> Path:
+    """The pinned chart's archive from the chart folder, or a skip saying where it was looked for."""
+    path = find_chart(chart, version, CHART_DIRS)
+    if path is None:
+        pytest.skip(no_charts(chart_file_name(chart, version)))
+    return path
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,7 +56,7 @@ def rendered(stack: str) -> tuple[RenderedRelease, ...]:
 
     stack_input = load_stack(stack)
     cfg = parse_config(stack_input.raw, stack)
-    return tuple(render_plan(stack_plan(stack), [CHARTS], kubernetes_version=cfg.kubernetes_version))
+    return tuple(render_plan(stack_plan(stack), CHART_DIRS, kubernetes_version=cfg.kubernetes_version))
 
 
 def make_chart(root: Path, name: str, version: str, templates: dict[str, str], values: str = "",

@@ -164,7 +164,7 @@ def test_storage_class_checkpoint_bucket_and_trainer_role(plan):
 
 
 def test_no_controller_without_an_image_and_the_autoscaler_default(plan):
-    # aws-prod sets scaleInController.enabled: false until the image is published (see the stack file)
+    # aws-prod gives no controller image yet, so the controller is off (it stays off until a digest is set)
     assert not [d for d in plan.by_type("kubernetes:apps/v1:Deployment") if "scale-in-protection" in d.urn]
     ca = plan.one("kubernetes:helm.sh/v3:Release", "autoscaler").inputs
     assert ca["version"] == versions.CLUSTER_AUTOSCALER_CHART_VERSION

@@ -248,14 +248,14 @@ def test_helm_values():
     assert c["extraArgs"]["scale-down-unneeded-time"] == "10m"
 
 
-def test_readme_lists_the_aws_pins_and_quickstart():
-    readme = (ROOT / "README.md").read_text()
-    rows = [line for line in readme.splitlines() if line.startswith("|") and "gpu_platform/components/aws/versions.py" in line]
+def test_docs_list_the_aws_pins_and_quickstart():
+    pins = (ROOT / "docs" / "versions.md").read_text()
+    rows = [line for line in pins.splitlines() if line.startswith("|") and "gpu_platform/components/aws/versions.py" in line]
     table = "\n".join(rows)
     base = re.search(r"^FROM (\S+) AS deps$", (ROOT / "gpu_platform/controllers/scale_in_protection/Dockerfile").read_text(), re.M).group(1)
     boto3_pin = re.search(r"^boto3==(\S+) ", (ROOT / "gpu_platform/controllers/scale_in_protection/requirements.txt").read_text(), re.M).group(1)
     for pin in (versions.NTH_CHART_VERSION, versions.NTH_CHART, versions.NTH_APP_VERSION, versions.CLUSTER_AUTOSCALER_CHART_VERSION,
                 *versions.CLUSTER_AUTOSCALER_IMAGE_TAGS.values(), base.split("@")[0], base.split("@")[1][:19], boto3_pin):
-        assert pin in table, f"README pinned-versions table lacks {pin}"
-    quickstart = readme.split("## Quickstart: AWS", 1)[1].split("\n## ", 1)[0]
+        assert pin in table, f"docs/versions.md pinned-versions table lacks {pin}"
+    quickstart = (ROOT / "docs" / "quickstart-aws.md").read_text().split("# Quickstart: AWS", 1)[1].split("\n## ", 1)[0]
     assert "pulumi up -s aws-prod" in quickstart and "billing alerts" in quickstart.lower() and "Quotas" in quickstart

@@ -78,20 +78,22 @@ def test_dockerfile_passes_checkov():
 
 def test_workflow_publishes_on_release_tags_with_pinned_actions_and_minimal_permissions():
     doc = yaml.safe_load(WORKFLOW.read_text())
-    assert doc["permissions"] == {"contents": "read", "packages": "write"}
+    assert doc["permissions"] == {}
     on = doc[True] if True in doc else doc["on"]  # YAML 1.1 reads the key `on` as true
     assert on["push"] == {"tags": ["v*"]} and "branches" not in on["push"]
-    (job,) = doc["jobs"].values()
-    assert "permissions" not in job
-    for step in job["steps"]:
-        if "uses" in step:
-            assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), f"{step['uses']}: pin actions by commit"
-    build = next(s for s in job["steps"] if s["uses"].startswith("docker/build-push-action@") if "uses" in s)
-    assert build["with"]["context"] == "gpu_platform/controllers/scale_in_protection"
-    assert build["with"]["file"] == "gpu_platform/controllers/scale_in_protection/Dockerfile"
-    assert build["with"]["push"] == "${{ env.PUBLISH == 'true' }}"
-    assert job["env"]["PUBLISH"] == "${{ github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v') }}"
-    meta = next(s for s in job["steps"] if s.get("uses", "").startswith("docker/metadata-action@"))
+    build, publish = doc["jobs"]["build"], doc["jobs"]["publish"]
+    assert build["if"] == "github.event_name == 'pull_request'" and build["permissions"] == {"contents": "read"}
+    assert publish["if"] == "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')"
+    assert publish["permissions"] == {"contents": "read", "packages": "write"}  # only the job that pushes
+    for job, push in ((build, False), (publish, True)):
+        for step in job["steps"]:
+            if "uses" in step:
+                assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), f"{step['uses']}: pin actions by commit"
+        step = next(s for s in job["steps"] if s.get("uses", "").startswith("docker/build-push-action@"))
+        assert step["with"]["context"] == "gpu_platform/controllers/scale_in_protection"
+        assert step["with"]["file"] == "gpu_platform/controllers/scale_in_protection/Dockerfile"
+        assert step["with"]["push"] is push
+    meta = next(s for s in publish["steps"] if s.get("uses", "").startswith("docker/metadata-action@"))
     assert meta["with"]["images"].endswith("/gpu-platform-scale-in")
 
 
@@ -106,9 +108,20 @@ def test_enabling_the_controller_without_an_image_is_refused_with_the_key():
         parse_config(raw, "aws-prod")
     text = str(err.value)
     assert "aws.scaleInController.image" in text and "controller-image.yml" in text and "enabled: false" in text
-    raw["aws"].pop("scaleInController")  # enabled is the default
-    with pytest.raises(ConfigError, match="aws.scaleInController.image"):
-        parse_config(raw, "aws-prod")
+
+
+def test_a_new_eks_stack_plans_on_its_first_run_with_the_controller_off_and_says_so():
+    """No image is published when a stack is new: the controller stays off until a digest is given
+    (it was on by default, so every new EKS stack failed its first run), and the verdict says it is off."""
+    from gpu_platform.components.config import config_warnings
+
+    raw = raw_config()
+    raw["aws"].pop("scaleInController", None)
+    cfg = parse_config(raw, "aws-prod")
+    assert not cfg.aws.scale_in_controller.on
+    assert any("aws.scaleInController is off until an image digest is given" in w for w in config_warnings(cfg))
+    raw["aws"]["scaleInController"] = {"enabled": False}  # chosen: no warning
+    assert not [w for w in config_warnings(parse_config(raw, "aws-prod")) if "scaleInController" in w]
 
 
 @pytest.mark.parametrize("bad", ["ghcr.io/o/gpu-platform-scale-in:v1.2.0", "python:3.12.8-slim-bookworm",
@@ -124,7 +137,7 @@ def test_a_digest_reference_is_accepted_and_config_and_renderer_agree_on_the_for
     raw = raw_config()
     raw["aws"]["scaleInController"] = {"image": DIGEST}
     cfg = parse_config(raw, "aws-prod")
-    assert cfg.aws.scale_in_controller.enabled and cfg.aws.scale_in_controller.image == DIGEST
+    assert cfg.aws.scale_in_controller.on and cfg.aws.scale_in_controller.image == DIGEST
     pattern = ScaleInController.model_fields["image"].metadata[0].pattern
     assert pattern == protection.IMAGE_BY_DIGEST
 

@@ -4,7 +4,6 @@ The values are rendered through the pinned chart (../shared/charts) to prove the
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import helm_python
 import pytest
@@ -14,13 +13,12 @@ from gpu_platform.components.aws import versions
 from gpu_platform.components.aws.gpu_asg import CAPACITY_REBALANCE
 from gpu_platform.components.aws.nth import (EVENT_RULES, GLOBAL_TIMEOUT_SECONDS, HEARTBEAT_INTERVAL_RANGE, HEARTBEAT_UNTIL_RANGE,
                                 HOOK_TIMEOUT_RANGE, event_rules, handler_policy, helm_values, termination_timing)
-from tests.conftest import ROOT
+from tests.fit_support import chart_archive
 
-CHART = ROOT.parent / "shared" / "charts" / f"aws-node-termination-handler-{versions.NTH_CHART_VERSION}.tgz"
 
 
 def render(values: dict) -> list[dict]:
-    chart = helm_python.Chart.load_archive(Path(CHART).read_bytes())
+    chart = helm_python.Chart.load_archive(chart_archive(versions.NTH_CHART, versions.NTH_CHART_VERSION).read_bytes())
     out = chart.render(values, name="aws-node-termination-handler", namespace="kube-system")
     return [d for name, text in out.items() if name.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
 

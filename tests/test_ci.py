@@ -3,6 +3,7 @@ the README's test command, and the README's first two commands being the ones th
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
@@ -91,10 +92,10 @@ def test_pulumi_cli_matches_the_sdk_pin():
     assert versions and set(versions) == {sdk}
 
 
-def test_zizmor_finds_nothing_in_the_workflows():
-    """zizmor (static analysis for GitHub Actions, offline audits): unpinned actions, excessive
-    permissions, template injection, credential persistence, Dependabot cooldown."""
-    run = subprocess.run([ZIZMOR, "--offline", "--no-progress", str(ROOT / ".github")],
+def test_zizmor_pedantic_finds_nothing_in_the_workflows():
+    """zizmor (static analysis for GitHub Actions, offline audits) at its strictest: unpinned actions,
+    excessive or undocumented permissions, template injection, credential persistence, concurrency."""
+    run = subprocess.run([ZIZMOR, "--offline", "--no-progress", "--pedantic", str(ROOT / ".github")],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
 
@@ -135,3 +136,141 @@ def test_readme_opens_with_exactly_the_two_commands_and_ci_runs_the_test_one():
     assert "preflight" in preflight_cmd and "test" in test_cmd
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_cmd in ci.splitlines(), f".ci/run must run {test_cmd!r}"
+
+
+# --- The trust model docs/ci.md states: no pull request reaches a deploy credential --------------------
+
+# Secrets and variables that can change a cloud or a stack: they may live only in the `<stack>` environments.
+DEPLOY_CREDENTIALS = ("PULUMI_DEPLOY_TOKEN", "LINODE_DEPLOY_TOKEN", "LINODE_CLUSTER_TOKEN", "AWS_DEPLOY_ROLE_ARN",
+                      "GCP_DEPLOY_SERVICE_ACCOUNT")
+SECRET_REF = re.compile(r"\$\{\{[^}]*?\b(?:secrets|vars)\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def triggers(doc: dict) -> set[str]:
+    on = doc.get("on", doc.get(True))  # PyYAML reads a bare `on:` key as True
+    return {on} if isinstance(on, str) else set(on or ())
+
+
+def jobs_a_pull_request_starts(doc: dict) -> list[tuple[str, dict]]:
+    """Jobs a pull_request (or pull_request_target) event runs: those whose `if:` does not rule it out."""
+    if not triggers(doc) & {"pull_request", "pull_request_target"}:
+        return []
+    out = []
+    for name, job in doc["jobs"].items():
+        cond = str(job.get("if", ""))
+        if "startsWith(github.ref, 'refs/tags/v')" in cond and not cond.lstrip("${ ").startswith("!"):
+            continue  # tag-only
+        if "github.event_name == 'push'" in cond:
+            continue
+        out.append((name, job))
+    return out
+
+
+def trust_problems(docs: dict[str, dict]) -> list[str]:
+    """What breaks docs/ci.md's rule in these workflows (file name -> parsed workflow)."""
+    problems = []
+    for wf, doc in docs.items():
+        if doc.get("permissions") != {}:
+            problems.append(f"{wf}: workflow-level permissions must be {{}} (each job lists its own)")
+        text = yaml.safe_dump(doc)
+        if "secrets.PULUMI_ACCESS_TOKEN" in text:
+            problems.append(f"{wf}: reads the repository-level PULUMI_ACCESS_TOKEN")
+        pr_jobs = dict(jobs_a_pull_request_starts(doc))
+        for name, job in doc["jobs"].items():
+            env = job.get("environment")
+            env_name = env.get("name") if isinstance(env, dict) else env
+            refs = set(SECRET_REF.findall(yaml.safe_dump(job)))
+            deploy_refs = sorted(refs & set(DEPLOY_CREDENTIALS))
+            perms = job.get("permissions")
+            if perms is None:
+                problems.append(f"{wf}:{name}: no job-level permissions")
+            if name in pr_jobs:
+                if deploy_refs:
+                    problems.append(f"{wf}:{name}: a pull request's job reads deploy credentials {deploy_refs}")
+                if env_name and not str(env_name).startswith("preview-"):
+                    problems.append(f"{wf}:{name}: a pull request's job uses environment {env_name}")
+                if (perms or {}).get("packages") == "write":
+                    problems.append(f"{wf}:{name}: a pull request's job may write packages")
+            elif deploy_refs and not (env_name and not str(env_name).startswith("preview-")):
+                problems.append(f"{wf}:{name}: reads deploy credentials {deploy_refs} outside a deploy environment")
+            for step in job.get("steps", []):
+                if str(step.get("uses", "")).startswith("pulumi/actions@") and step["with"].get("policyPacks"):
+                    if "policyPackConfigs" not in step["with"]:
+                        problems.append(f"{wf}:{name}: runs the policy pack without the stack's policy config")
+                    runs = [s.get("run", "") for s in job["steps"]]
+                    if not any("preflight policy-config" in r and step["with"].get("policyPackConfigs", "?") in r for r in runs):
+                        problems.append(f"{wf}:{name}: the policy config is not the one `preflight policy-config` writes")
+    return problems
+
+
+def all_workflows() -> dict[str, dict]:
+    return {wf.name: yaml.safe_load(wf.read_text()) for wf in WORKFLOWS}
+
+
+def test_no_pull_request_reaches_a_deploy_credential_and_deploy_enforces_the_policy_config():
+    assert not trust_problems(all_workflows())
+
+
+def test_the_trust_check_catches_each_way_around(tmp_path):
+    """Each edit a pull request could make to walk around a gate is caught."""
+    def broken(name, edit):
+        docs = copy.deepcopy(all_workflows())
+        edit(docs[name])
+        return trust_problems(docs)
+
+    def deploy_token_in_preview(doc):
+        doc["jobs"]["preview"]["steps"][-1]["env"]["PULUMI_ACCESS_TOKEN"] = "${{ secrets.PULUMI_DEPLOY_TOKEN }}"
+    assert any("deploy credentials" in p for p in broken("preview.yml", deploy_token_in_preview))
+
+    def repository_token(doc):
+        doc["jobs"]["preview"]["steps"][-1]["env"]["PULUMI_ACCESS_TOKEN"] = "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    assert any("repository-level" in p for p in broken("preview.yml", repository_token))
+
+    def deploy_environment(doc):
+        doc["jobs"]["preview"]["environment"] = "${{ matrix.stack }}"
+    assert any("uses environment" in p for p in broken("preview.yml", deploy_environment))
+
+    def no_policy_config(doc):
+        del next(s for s in doc["jobs"]["up"]["steps"] if "pulumi/actions@" in str(s.get("uses")))["with"]["policyPackConfigs"]
+    assert any("without the stack's policy config" in p for p in broken("deploy.yml", no_policy_config))
+
+    def packages_for_pull_requests(doc):
+        doc["permissions"] = {"contents": "read", "packages": "write"}
+        doc["jobs"]["build"]["permissions"]["packages"] = "write"
+    found = broken("controller-image.yml", packages_for_pull_requests)
+    assert any("may write packages" in p for p in found) and any("must be {}" in p for p in found)
+
+
+def test_stack_files_hold_no_credentials():
+    """A preview token can decrypt whatever a stack file encrypts: no provider credential lives there."""
+    for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
+        config = yaml.safe_load(path.read_text()).get("config") or {}
+        creds = [k for k in config if k.split(":", 1)[0] != "gpu-platform" and "token" in k.lower() or
+                 (isinstance(config[k], dict) and "secure" in config[k])]
+        assert not creds, f"{path.name}: credentials {creds} belong in the deploy environment (docs/ci.md)"
+
+
+def test_docs_ci_says_what_every_token_the_workflows_read_can_do():
+    table = (ROOT / "docs" / "ci.md").read_text().split("What each token can do:", 1)[1].split("\n\n", 2)[1]
+    rows = {line.split("|")[1].strip().strip("`"): line for line in table.splitlines() if line.startswith("| `")}
+    used = {ref for wf in WORKFLOWS for ref in SECRET_REF.findall(wf.read_text())}
+    used -= {"PULUMI_RUNS_ON", "AWS_REGION", "GCP_WORKLOAD_IDENTITY_PROVIDER"}  # not credentials
+    missing = sorted(used - set(rows))
+    assert not missing, f"docs/ci.md's token table lacks {missing}"
+    for name, row in rows.items():
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert len(cells) == 5 and cells[3] and cells[4], f"{name}: say what it can and cannot do"
+
+
+@pytest.mark.parametrize("ref,sha,tag", [("refs/pull/12/merge", "0123456789abcdef0123", "sha-0123456789ab"),
+                                         ("refs/heads/main", "fedcba9876543210fedc", "sha-fedcba987654"),
+                                         ("refs/tags/v0.2.0", "0123456789abcdef0123", "0.2.0")])
+def test_the_training_image_tag_is_valid_on_every_event(ref, sha, tag):
+    run = subprocess.run(["bash", str(ROOT / ".github" / "image-tag.sh")], capture_output=True, text=True,
+                         env={"GITHUB_REF": ref, "GITHUB_SHA": sha, "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0 and run.stdout.strip() == f"version={tag}", run.stdout + run.stderr
+    doc = workflow("training-image.yml")
+    for job in doc["jobs"].values():
+        tags = [s["with"]["tags"] for s in job["steps"] if "build-push-action" in str(s.get("uses"))]
+        assert tags and all("steps.tag.outputs.version" in t for t in tags)
+        assert any(".github/image-tag.sh" in s.get("run", "") for s in job["steps"])

@@ -200,3 +200,40 @@ def test_the_checks_catch_what_they_should():
     assert yaml_key_problems({"pools": {"a10g": {"rootVolumeGib": 1}}}, _model_of(_fields(StackConfig)["aws"]), "aws")
     assert _slug("Quickstart: GCP") == "quickstart-gcp"
     assert _slug("Scale-in protection (AWS)") == "scale-in-protection-aws"
+
+
+# --- The README is a front door ---------------------------------------------------------------
+
+
+def test_readme_is_a_front_door():
+    """Short, the two commands first, a table of contents whose entries resolve, where charts come from."""
+    text = README.read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines: move detail into docs/"
+    first_heading = next(i for i, line in enumerate(lines) if line.startswith("## "))
+    front = "\n".join(lines[:first_heading])
+    assert "make preflight" in front and "make test" in front
+    for where in ("../shared/charts", "$GPU_PLATFORM_CHARTS", "charts pull", ".cache/gpu-platform/charts"):
+        assert where in front, f"the README's first screen does not say where charts come from ({where})"
+    assert ".venv/bin/" in front, "the README's first screen says how to run commands with the virtualenv"
+    contents = text.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    toc = re.findall(r"\]\(#([^)]+)\)", contents)
+    assert len(toc) >= 4 and set(toc) <= _anchors(README), toc
+    long = [f"{n}: {len(line)}" for n, line in enumerate(lines, 1) if len(line) > 120 and not line.startswith("|")]
+    assert not long, f"README prose lines over 120 characters: {long}"
+
+
+def test_readme_names_the_import_layers_once():
+    text = README.read_text()
+    layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    assert "config → components → platform → program" in layout
+    assert "costs" in layout and "policies" in layout
+    assert text.count("config → components → platform → program") == 1
+
+
+def test_test_data_does_not_live_in_prose():
+    """Lists the tests parse are data files; no page carries markers a test splits on."""
+    for page in PAGES:
+        assert "checkov-skips -->" not in page.read_text(), f"{page.name} still holds a skip list a test parses"
+    doc = yaml.safe_load((ROOT / "tests" / "data" / "checkov-skips.yaml").read_text())
+    assert set(doc) == {"platform", "images", "upstream"} and doc["upstream"]

@@ -2,9 +2,10 @@
 - every built-in object passes kubernetes-validate strict for the stack's Kubernetes version;
 - every custom resource matches the CRD the rendered output ships for it, made strict (an unknown field
   is an error: the API server would prune it silently);
-- checkov over the rendered output: no failed check the README does not justify. The platform's own
-  manifests use the README's platform list; upstream charts and kustomize installs their own list, which
-  names for each check the releases that fail it, and a listed pair that no longer fails is an error."""
+- checkov over the rendered output: no failed check that tests/data/checkov-skips.yaml does not justify.
+  The platform's own manifests use its `platform:` list; upstream charts and kustomize installs its
+  `upstream:` list, which names for each check
+  the releases that fail it; a listed pair that no longer fails is an error."""
 
 from __future__ import annotations
 
@@ -26,9 +27,8 @@ from referencing import Registry, Resource
 from gpu_platform.components.config import parse_config
 from gpu_platform.preflight.runner import load_stack
 from tests.fit_support import STACKS, need_charts, rendered
-from tests.test_platform_validate import README, checkov_bin, justified_checks
+from tests.test_platform_validate import CHECKOV_SKIPS, checkov_bin, checkov_skips, justified_checks
 
-UPSTREAM_MARK = "<!-- upstream-checkov-skips -->"
 
 
 @pytest.fixture(autouse=True)
@@ -207,15 +207,8 @@ def upstream_key(release) -> str:
 
 
 def upstream_skips() -> dict[str, set[str]]:
-    """README lines `- CKV_K8S_n (release, release): reason` between the upstream markers."""
-    parts = README.read_text().split(UPSTREAM_MARK) if README.exists() else []
-    if len(parts) < 3:
-        return {}
-    out: dict[str, set[str]] = {}
-    for check, names, reason in re.findall(r"^- (CKV2?_K8S_\d+) \(([^)]*)\): (.+)$", parts[1], flags=re.M):
-        assert reason.strip(), check
-        out[check] = {n.strip() for n in names.split(",") if n.strip()}
-    return out
+    """check id -> releases allowed to fail it (`upstream:` in tests/data/checkov-skips.yaml)."""
+    return {check: set(entry["releases"]) for check, entry in (checkov_skips().get("upstream") or {}).items()}
 
 
 @pytest.fixture(scope="module")
@@ -260,13 +253,13 @@ def test_checkov_finds_no_unjustified_failure_in_the_rendered_output(checkov_fai
             ok = check in platform_allowed if owner == "platform" else key in upstream.get(check, set())
             if not ok:
                 unjustified.append(f"{owner} {key}: {check}")
-    assert not unjustified, ("checkov failures in the rendered output not justified in README.md "
-                             f"({UPSTREAM_MARK} for upstream releases):\n" + "\n".join(unjustified))
+    assert not unjustified, (f"checkov failures in the rendered output not justified in {CHECKOV_SKIPS} "
+                             "(upstream: for upstream releases, platform: for the platform's own):\n" + "\n".join(unjustified))
 
 
 def test_the_upstream_skip_list_names_only_what_fails(checkov_failures) -> None:
     failing = {(check, key) for (owner, key), checks in checkov_failures.items() if owner == "upstream" for check in checks}
     listed = {(check, key) for check, keys in upstream_skips().items() for key in keys}
-    assert listed, "README.md has no upstream checkov skip list"
+    assert listed, f"{CHECKOV_SKIPS} has no upstream checkov skip list"
     stale = sorted(listed - failing)
-    assert not stale, "README.md justifies checkov failures that no longer happen (remove them):\n" + "\n".join(map(str, stale))
+    assert not stale, f"{CHECKOV_SKIPS} justifies checkov failures that no longer happen (remove them):\n" + "\n".join(map(str, stale))

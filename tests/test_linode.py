@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -427,9 +426,10 @@ def test_ccm_and_csi_images_are_pinned_to_their_chart_release():
     from gpu_platform.components.linode import versions
     from gpu_platform.components.linode.addons import ccm_values, csi_values
 
-    shared = Path(__file__).resolve().parents[2] / "shared" / "charts"
+    from tests.fit_support import chart_archive
+
     for chart, values in ((versions.LINODE_CCM_CHART, ccm_values("vpc", "nodes")), (versions.LINODE_CSI_CHART, csi_values())):
-        loaded = helm_python.Chart.load_archive((shared / f"{chart.chart}-{chart.version}.tgz").read_bytes())
+        loaded = helm_python.Chart.load_archive(chart_archive(chart.chart, chart.version).read_bytes())
         images = set()
         for text in loaded.render(values, name=chart.chart, namespace="kube-system").values():
             for doc in yaml.safe_load_all(text):

@@ -471,21 +471,20 @@ def test_a_joining_control_plane_first_removes_the_etcd_member_of_the_node_it_re
 
 # --- the CCM, rendered with the pinned chart --------------------------------------------------------
 
-CHARTS = Path(__file__).resolve().parents[2] / "shared" / "charts"
-
-
-@pytest.mark.skipif(not (CHARTS / "ccm-linode-v0.7.1.tgz").exists(), reason="../shared/charts not present")
 def test_ccm_chart_gets_the_vpc_and_subnet_the_nodes_use(dev):
     from helm_python import Chart
 
     from gpu_platform.components.linode import versions
+    from tests.fit_support import chart_archive
+
+    archive = chart_archive(versions.LINODE_CCM_CHART.chart, versions.LINODE_CCM_CHART.version)
 
     release = next(r for r in dev.by_type("kubernetes:helm.sh/v3:Release") if r.plain_inputs["chart"] == "ccm-linode")
     values = release.plain_inputs["values"]
     assert values["vpcNames"] == dev.one("linode:index/vpc:Vpc").plain_inputs["label"]
     assert values["subnetNames"] == dev.one("linode:index/vpcSubnet:VpcSubnet").plain_inputs["label"]
     assert "nodeBalancerBackendIPv4Subnet" not in values  # private-IP backends: no VPC NodeBalancer needed
-    chart = Chart.load(str(CHARTS / f"ccm-linode-{versions.LINODE_CCM_CHART.version}.tgz"))
+    chart = Chart.load(str(archive))
     rendered = "\n".join(chart.render(values, name="ccm", namespace="kube-system").values())
     assert f"--vpc-names={values['vpcNames']}" in rendered and f"--subnet-names={values['subnetNames']}" in rendered
     # Every node has a private IPv4: the CCM puts LoadBalancer backends there (node.k8s.linode.com/private-ip).

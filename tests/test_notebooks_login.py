@@ -33,7 +33,6 @@ requests = pytest.importorskip("requests")
 HUB_PYTHON = Path(os.environ.get("JUPYTERHUB_PYTHON", Path(__file__).resolve().parents[1] / ".venv-jupyterhub" / "bin" / "python"))
 helm_python = pytest.importorskip("helm_python")
 
-CHART = Path(__file__).resolve().parent.parent / ".." / "shared" / "charts" / f"jupyterhub-{versions.JUPYTERHUB.version}.tgz"
 ADMIN = "hubadmin"
 PASSWORD = "correct-horse-battery-staple-7"
 POOLS = [GpuPoolSpec("rtx", "g1-gpu-rtx6000-1", "Quadro RTX 6000", 1, 0, 1, "on-demand", {POOL_LABEL: "rtx"})]
@@ -83,10 +82,11 @@ c.JupyterHub.log_level = "INFO"
 
 def rendered_hub_values(admin_users: list[str]) -> dict[str, Any]:
     """The chart's own values as the hub reads them: the `values.yaml` key of the rendered hub Secret."""
-    if not CHART.exists():
-        pytest.skip(f"pinned chart not found: {CHART.resolve()}")
+    from tests.fit_support import chart_archive
+
+    archive = chart_archive(versions.JUPYTERHUB.chart, versions.JUPYTERHUB.version)
     values = jupyterhub_values(POOLS, "standard", admin_users=admin_users)
-    out = helm_python.Chart.load_archive(CHART.read_bytes()).render(values, name="jupyterhub",
+    out = helm_python.Chart.load_archive(archive.read_bytes()).render(values, name="jupyterhub",
                                                                       namespace=JUPYTERHUB_NAMESPACE)
     for path, text in out.items():
         if not path.endswith((".yaml", ".yml")):

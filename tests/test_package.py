@@ -21,6 +21,7 @@ import venv
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -79,6 +80,12 @@ def test_version_is_the_changelogs_newest_and_tags_are_v_prefixed():
     assert all(re.fullmatch(r"v\d+\.\d+\.\d+", t) for t in tags), tags
     for tag in tags:  # each tag has its CHANGELOG section
         assert f"## [{tag[1:]}]" in changelog, f"{tag} has no CHANGELOG section"
+
+
+def test_the_policy_pack_reports_the_package_version():
+    """One version: the pack preflight and `pulumi preview` report is the package's release."""
+    manifest = yaml.safe_load((ROOT / "gpu_platform" / "policies" / "PulumiPolicy.yaml").read_text())
+    assert str(manifest["version"]) == gpu_platform.__version__
 
 
 # --- the wheel in a fresh virtualenv --------------------------------------------------------------

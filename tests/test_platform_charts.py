@@ -24,18 +24,16 @@ from gpu_platform.components.platform.notebooks import jupyterhub_values, render
 from gpu_platform.components.platform.queue import LOCAL_QUEUE, QUEUE_NAME_LABEL, kueue_values
 from gpu_platform.components.paths import PACKAGE_DIR
 from gpu_platform.components.platform.training import render_training_namespace
+from tests.fit_support import CHARTS, chart_archive, no_charts
 
 ROOT = Path(__file__).resolve().parent.parent
-CHARTS = ROOT / ".." / "shared" / "charts"
 POOLS = [GpuPoolSpec("rtx", "g1-gpu-rtx6000-1", "Quadro RTX 6000", 1, 0, 2, "on-demand", {POOL_LABEL: "rtx"})]
 SMTP = AlertSmtp(smarthost="smtp.example.com:587", from_address="alerts@example.com")
 
 
 def render(chart: str, version: str, values: dict[str, Any], name: str, namespace: str) -> list[dict[str, Any]]:
     helm_python = pytest.importorskip("helm_python")
-    archive = CHARTS / f"{chart}-{version}.tgz"
-    if not archive.exists():
-        pytest.skip(f"pinned chart not found: {archive.resolve()}")
+    archive = chart_archive(chart, version)
     out = helm_python.Chart.load_archive(archive.read_bytes()).render(values, name=name, namespace=namespace)
     return [doc for path, text in sorted(out.items()) if path.endswith((".yaml", ".yml"))
             for doc in yaml.safe_load_all(text) if doc]
@@ -241,7 +239,7 @@ def overlay(name: str) -> list[dict[str, Any]]:
     from gpu_platform.preflight.fit.render import ChartError, load_kustomize
 
     if not (CHARTS / "kustomize").is_dir():
-        pytest.skip(f"pre-built kustomize YAML not found at {(CHARTS / 'kustomize').resolve()}")
+        pytest.skip(no_charts("the pre-built kustomize YAML (kustomize/)"))
     try:
         return load_kustomize(str(PACKAGE_DIR / versions.KUSTOMIZE_OVERLAYS[name]), name, [CHARTS])
     except ChartError as e:  # pragma: no cover - the message names the overlay

@@ -126,7 +126,8 @@ def eks(lt: Optional[dict] = None, asg: Optional[dict] = None, cluster: Optional
             instance_type="g5.xlarge",
             metadata_options={"http_tokens": "required", "http_put_response_hop_limit": 2},
             block_device_mappings=[{"device_name": "/dev/xvda",
-                                    "ebs": {"encrypted": "true", "volume_size": 200, "volume_type": "gp3"}}]), lt))
+                                    "ebs": {"encrypted": "true", "volume_size": 200, "volume_type": "gp3"}}],
+            tags=LABELS), lt))
         aws.autoscaling.Group("gpu-asg", **merged(dict(
             min_size=0, max_size=4, vpc_zone_identifiers=["subnet-1", "subnet-2"], capacity_rebalance=True,
             mixed_instances_policy={
@@ -142,13 +143,13 @@ def eks(lt: Optional[dict] = None, asg: Optional[dict] = None, cluster: Optional
             aws.budgets.Budget("budget", budget_type="COST", limit_amount="5000", limit_unit="USD", time_unit="MONTHLY",
                                notifications=[{"comparison_operator": "GREATER_THAN", "threshold": 100,
                                                "threshold_type": "PERCENTAGE", "notification_type": "FORECASTED",
-                                               "subscriber_email_addresses": ["ops@example.com"]}])
+                                               "subscriber_email_addresses": ["ops@example.com"]}], tags=LABELS)
         elif budget == "alarm":
-            topic = aws.sns.Topic("billing")
+            topic = aws.sns.Topic("billing", tags=LABELS)
             aws.cloudwatch.MetricAlarm("billing-100", namespace="AWS/Billing", metric_name="EstimatedCharges",
                                        statistic="Maximum", period=21600, evaluation_periods=1, threshold=5000,
                                        comparison_operator="GreaterThanOrEqualToThreshold",
-                                       dimensions={"Currency": "USD"}, alarm_actions=[topic.arn])
+                                       dimensions={"Currency": "USD"}, alarm_actions=[topic.arn], tags=LABELS)
         if extra:
             extra()
     return program
@@ -766,3 +767,31 @@ def test_the_shipped_list_is_the_pack_the_project_builds(analyzer):
     from gpu_platform.policies import security_rules
 
     assert sorted(enforcement.locked) == sorted(p.name for p in security_rules.POLICIES)
+
+
+# --- cost-allocation tags on every taggable type, from the provider schemas ------------------------
+
+
+def test_the_taggable_types_are_what_the_installed_sdks_say():
+    """gpu_platform/policies/taggable.json is regenerated from the SDKs (their schemas' inputs), not kept by
+    hand: a provider upgrade that adds a taggable type fails here until `python -m
+    gpu_platform.policies.taggable` is run."""
+    from gpu_platform.policies import taggable
+
+    assert taggable.taggable() == taggable.from_sdks()
+    found = taggable.taggable()
+    assert len(found) > 500
+    for token, field in {"aws:ecr/repository:Repository": "tags", "aws:sns/topic:Topic": "tags",
+                         "aws:ec2/launchTemplate:LaunchTemplate": "tags", "gcp:compute/router:Router": None,
+                         "gcp:monitoring/notificationChannel:NotificationChannel": "userLabels",
+                         "gcp:container/cluster:Cluster": "resourceLabels", "linode:index/instance:Instance": "tags"}.items():
+        assert found.get(token) == field, token
+
+
+def test_an_untagged_ecr_repository_is_reported(analyzer):
+    """The fixed list this replaced let an untagged ECR repository pass."""
+    def program() -> None:
+        aws.ecr.Repository("images", image_tag_mutability="IMMUTABLE")
+
+    report = analyzer.analyze(plan_of(program, "aws"), None)
+    assert_violates(report, "cost-allocation-tags", "advisory", "images", "lack owner, cost-center, environment")

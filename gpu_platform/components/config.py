@@ -183,13 +183,63 @@ def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
     try:
         cfg = StackConfig.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(stack, [_issue_from_pydantic(e, values) for e in exc.errors()], source) from None
+        issues = [_issue_from_pydantic(e, values) for e in exc.errors()]
+        # Every mistake of the file in one run: the checks that need a typed config also run on the
+        # config without the values refused above, and their findings on the other keys are added.
+        rest = _without_refused(values, exc.errors())
+        if rest is not None:
+            seen = {i.key for i in issues}
+            issues += [i for i in semantic_issues(rest) if i.key not in seen]
+        raise ConfigError(stack, issues, source) from None
     except RecursionError:
         raise ConfigError(stack, [ConfigIssue("(root)", "...", "values nested less deeply")], source) from None
     issues = semantic_issues(cfg)
     if issues:
         raise ConfigError(stack, issues, source)
     return cfg
+
+
+def _without_refused(values: dict[str, Any], errors: list[Any], rounds: int = 6) -> Optional["StackConfig"]:
+    """The config validated with the refused values left out (their defaults apply), a required one
+    standing in as a plain value ("x", then 1); None when that still does not validate (e.g. the cloud)."""
+    import copy
+
+    current = copy.deepcopy(values)
+    removed: dict[tuple, int] = {}  # location -> stand-ins tried
+    stand_ins = ("x", 1)
+    for _ in range(rounds):
+        for err in errors:
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-after[", "function-before["))))
+            parent: Any = current
+            for part in loc[:-1]:
+                parent = parent[part] if _has(parent, part) else None
+                if parent is None:
+                    break
+            if not loc or not isinstance(parent, dict):
+                continue
+            last = loc[-1]
+            if err["type"] == "missing":
+                tried = removed.get(loc)
+                if tried is None or tried >= len(stand_ins):
+                    continue  # missing in the file itself, or no stand-in fits: give up on this key
+                parent[last] = stand_ins[tried]
+                removed[loc] = tried + 1
+            elif last in parent:
+                parent.pop(last)
+                removed.setdefault(loc, 0)
+        try:
+            return StackConfig.model_validate(current)
+        except ValidationError as exc:
+            errors = exc.errors()
+        except RecursionError:
+            return None
+    return None
+
+
+def _has(container: Any, part: Any) -> bool:
+    if isinstance(container, dict):
+        return part in container
+    return isinstance(container, list) and isinstance(part, int) and 0 <= part < len(container)
 
 
 SECRET_REFUSED = ("a plain value, not a secret: every gpu-platform value is written in clear into resource names, "
@@ -303,7 +353,9 @@ def config_warnings(cfg: StackConfig) -> list[str]:
     from gpu_platform.components.kubernetes_version import version_warnings
     from gpu_platform.components.platform.config import platform_warnings
 
-    return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg)
+    from gpu_platform.components.aws.config import scale_in_warnings
+
+    return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg) + scale_in_warnings(cfg)
 
 
 def load_from_pulumi() -> StackConfig:

@@ -30,7 +30,7 @@ PVC_STORAGE = {"aws": "ebs-gp3", "gcp": "pd-balanced", "linode": "block-storage"
 BOOT_DISK_STORAGE = {"aws": "ebs-gp3", "gcp": "pd-balanced"}  # Linode: the plan includes its disk
 BUCKET_STORAGE = {"aws": "s3-standard", "gcp": "gcs-standard", "linode": "object-storage"}
 NAT_DATA = {"aws": "nat-gateway-data", "gcp": "cloud-nat-data"}
-# What no line below prices, whatever the stack (kept short and concrete; the README explains each).
+# What no line below prices, whatever the stack (kept short and concrete; docs/cost-model.md explains each).
 ALWAYS_NOT_MODELLED = (
     "internet egress and cross-zone traffic",
     "load-balancer traffic charges (AWS LCUs, GCP forwarding-rule data)",

@@ -101,14 +101,30 @@ def catalog_age_info(est: Estimate, today: Optional[_dt.date] = None) -> dict[st
             "today": day.isoformat()}
 
 
-def render_catalog_age(est: Estimate, today: Optional[_dt.date] = None) -> list[str]:
+def stale_warning(est: Estimate, today: Optional[_dt.date] = None) -> Optional[str]:
+    a = catalog_age_info(est, today)
+    if not a["stale"]:
+        return None
+    return (f"prices older than {CATALOG_MAX_AGE_DAYS} days ({', '.join(a['staleResources'])}): refresh them "
+            "(.venv/bin/python -m gpu_platform.costs refresh --help) before trusting this bill")
+
+
+def render_catalog_age(est: Estimate, today: Optional[_dt.date] = None, seen: frozenset[str] = frozenset()) -> list[str]:
     a = catalog_age_info(est, today)
     out = [f"  catalog age: prices dated {a['oldestPriceDate']} .. {a['newestPriceDate']}; the oldest is "
            f"{a['ageDays']} days old"]
-    if a["stale"]:
-        out.append(f"  warning: prices older than {CATALOG_MAX_AGE_DAYS} days ({', '.join(a['staleResources'])}): "
-                   "refresh them (python -m gpu_platform.costs refresh --help) before trusting this bill")
+    stale = stale_warning(est, today)
+    if stale and stale not in seen:
+        out.append(f"  warning: {stale}")
+    elif stale:
+        out[-1] += f"; {len(a['staleResources'])} older than {CATALOG_MAX_AGE_DAYS} days (warned before; -v repeats it)"
     return out
+
+
+def notes(est: Estimate, today: Optional[_dt.date] = None) -> list[str]:
+    """The bill's standing notes: what is not modelled and the stale-price warning. Preflight shows them
+    in full the first time for a stack (and with -v), then one line while they stay the same."""
+    return [*est.not_modelled, *filter(None, [stale_warning(est, today)])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,9 +133,9 @@ def render_catalog_age(est: Estimate, today: Optional[_dt.date] = None) -> list[
 
 
 def render_cost_summary(est: Estimate, budget_usd: Optional[float] = None, overhead: Overhead = Overhead(),
-                        today: Optional[_dt.date] = None) -> str:
+                        today: Optional[_dt.date] = None, seen: frozenset[str] = frozenset()) -> str:
     """The whole monthly bill line by line with its assumptions, what is not modelled, the budget
-    comparison and the catalog's age, as plain text."""
+    comparison and the catalog's age, as plain text. Notes in `seen` (shown before) take one line."""
     out = [f"Cost estimate for {est.name} ({est.cloud}{', ' + est.region if est.region else ''}; "
            f"{HOURS_PER_MONTH:.0f} h/month)",
            f"  idle floor (no job running, pools at minNodes): {_m(est.idle_monthly_usd)} / month "
@@ -138,12 +154,16 @@ def render_cost_summary(est: Estimate, budget_usd: Optional[float] = None, overh
         out.append(f"    {ln.name:<{w}}  {qty:>16}  {price:>14}  {ln.idle_monthly_usd:>11,.2f}  {ln.monthly_usd:>11,.2f}")
         if ln.assumption:
             out.append(f"    {'':<{w}}    assumes: {ln.assumption}")
-    out.append(f"    {'not modelled':<{w}}  {'':>16}  {'':>14}  {'-':>11}  {'-':>11}")
-    for item in est.not_modelled:
-        out.append(f"    {'':<{w}}    - {item}")
+    if est.not_modelled and set(est.not_modelled) <= seen:
+        out.append(f"    {'not modelled':<{w}}  {len(est.not_modelled)} items, as on the last run (cost.json "
+                   "`notModelled`; -v lists them)")
+    else:
+        out.append(f"    {'not modelled':<{w}}  {'':>16}  {'':>14}  {'-':>11}  {'-':>11}")
+        for item in est.not_modelled:
+            out.append(f"    {'':<{w}}    - {item}")
     out.append("  prices: " + "; ".join(sorted({f"{ln.resource} ({ln.date}{', ' + ln.status if ln.status else ''})"
                                                 for ln in est.lines})))
-    out += render_catalog_age(est, today)
+    out += render_catalog_age(est, today, seen)
     out += render_budget(est, budget_usd, overhead)
     for w_ in est.warnings:
         out.append(f"  warning: {w_}")

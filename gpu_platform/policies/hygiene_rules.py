@@ -1,5 +1,6 @@
-"""Hygiene: every billable resource carries the owner / cost-center / environment tags or labels that
-billing reports group by (advisory: a missing tag costs attribution, not money)."""
+"""Hygiene: every resource whose type takes tags or labels (per the provider schemas) carries the owner /
+cost-center / environment tags or labels that billing reports group by (advisory: a missing tag costs
+attribution, not money)."""
 
 from __future__ import annotations
 
@@ -9,38 +10,13 @@ from typing import Any
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidationPolicy
 
 from gpu_platform.policies.props import as_list, get, is_true, tags_of
+from gpu_platform.policies.taggable import taggable
 
 DEFAULT_REQUIRED_KEYS = ["owner", "cost-center", "environment"]
 
-# Billable resource types -> where their tags/labels live.
-BILLABLE: dict[str, str] = {
-    # Linode: flat "key:value" tag strings.
-    "linode:index/instance:Instance": "tags",
-    "linode:index/nodeBalancer:NodeBalancer": "tags",
-    "linode:index/volume:Volume": "tags",
-    "linode:index/lkeCluster:LkeCluster": "tags",
-    "linode:index/reservedIp:ReservedIp": "tags",
-    # GCP: label maps.
-    "gcp:container/cluster:Cluster": "resourceLabels",
-    "gcp:container/nodePool:NodePool": "nodeConfig.resourceLabels",
-    "gcp:compute/instance:Instance": "labels",
-    "gcp:compute/disk:Disk": "labels",
-    "gcp:compute/address:Address": "labels",
-    "gcp:storage/bucket:Bucket": "labels",
-    # AWS: tag maps (Auto Scaling groups: a list of {key, value, propagateAtLaunch}).
-    "aws:autoscaling/group:Group": "tags",
-    "aws:eks/cluster:Cluster": "tags",
-    "aws:eks/nodeGroup:NodeGroup": "tags",
-    "aws:ec2/instance:Instance": "tags",
-    "aws:ec2/natGateway:NatGateway": "tags",
-    "aws:ec2/eip:Eip": "tags",
-    "aws:ebs/volume:Volume": "tags",
-    "aws:s3/bucket:Bucket": "tags",
-    "aws:s3/bucketV2:BucketV2": "tags",
-    "aws:lb/loadBalancer:LoadBalancer": "tags",
-    "aws:kms/key:Key": "tags",
-    "aws:sqs/queue:Queue": "tags",
-}
+# Every resource type whose provider schema gives it tags or labels -> where they live (the installed
+# SDKs, read by gpu_platform/policies/taggable.py; not a hand-kept list that misses e.g. ECR repositories).
+BILLABLE = taggable()
 
 
 def _norm(key: str) -> str:
@@ -87,16 +63,16 @@ def _validate_tags(args, report_violation) -> None:
     present = {_norm(k) for k, v in tags.items() if v}
     missing = [k for k in required if _norm(k) not in present]
     if missing:
-        report_violation(f"{args.name} is billable but its {what} ({where}) lack {', '.join(missing)}.", None)
+        report_violation(f"{args.name} takes tags or labels but its {what} ({where}) lack {', '.join(missing)}.", None)
 
 
 cost_allocation_tags = ResourceValidationPolicy(
     name="cost-allocation-tags",
-    description="Every billable resource carries owner, cost-center and environment tags or labels.",
+    description="Every resource that takes tags or labels carries owner, cost-center and environment.",
     enforcement_level=EnforcementLevel.ADVISORY,
     config_schema=PolicyConfigSchema(properties={
         "requiredKeys": {"type": "array", "items": {"type": "string"}, "default": DEFAULT_REQUIRED_KEYS,
-                         "description": "Tag/label keys every billable resource needs (cost-center matches "
+                         "description": "Tag/label keys every taggable resource needs (cost-center matches "
                                         "costCenter and cost_center too)."},
     }),
     validate=_validate_tags,

@@ -95,12 +95,37 @@ def _step(err: Any, label: str, enabled: bool) -> Iterator[None]:
         yield
 
 
+def policy_config_main(argv: list[str]) -> int:
+    """`policy-config STACK`: stacks/policy.<stack>.yaml, checked, as the JSON the Pulumi CLI's
+    `--policy-pack-config` reads; `{}` (the pack's defaults) when the stack has none. preview.yml and
+    deploy.yml both run it, so `pulumi up` enforces the ceilings the pull request's preview showed."""
+    from gpu_platform.preflight.analyzer import PolicyConfigError, load_policy_config
+    from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
+
+    parser = argparse.ArgumentParser(prog=f"{command_name('gpu_platform.preflight')} policy-config",
+                                     description=policy_config_main.__doc__.splitlines()[0])
+    parser.add_argument("stack")
+    parser.add_argument("-C", dest="directory", help="the project's folder (default: found from the working directory)")
+    args = parser.parse_args(argv)
+    try:
+        project = find_project(Path(args.directory)) if args.directory else find_project()
+        config = load_policy_config(args.stack, project=project)
+    except (ProjectNotFound, ProjectFileError, PolicyConfigError) as exc:
+        print(f"preflight policy-config: {exc}", file=sys.stderr)
+        return 2
+    json.dump(config or {}, sys.stdout, sort_keys=True)
+    print()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["charts"]:  # `python -m gpu_platform.preflight charts pull|list`: the chart cache
         from gpu_platform.preflight.fit.pull import main as charts_main
 
         return charts_main(argv[1:])
+    if argv[:1] == ["policy-config"]:  # the JSON file `pulumi preview/up --policy-pack-config` reads
+        return policy_config_main(argv[1:])
     if argv[:1] == ["summary"]:  # `python -m gpu_platform.preflight summary DIR`: Markdown of every stack's verdict
         from gpu_platform.preflight.verdict import summary_main
 
@@ -127,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                              "../shared/charts; fill one with `python -m gpu_platform.preflight charts pull`)")
     parser.add_argument("--allow-missing-chart", action="append", default=[], metavar="NAME",
                         help="report releases of this chart as NOT RENDERED instead of failing (repeatable)")
+    parser.add_argument("--base", metavar="DIR",
+                        help="a base branch's preflight output (its build folder, or the stack's folder in it): "
+                             "show what changed (resources, cost, policies)")
     args = parser.parse_args(argv)
     if bool(args.stack) == bool(args.stack_file):
         parser.error("give a stack name or --stack-file, not both")
@@ -147,6 +175,8 @@ class Run:
         self.cfg: Any = None
         self.sections: dict[str, Any] = {}
         self.costs: Any = None
+        self.policy_config: Optional[dict[str, Any]] = None
+        self.policy_config_file: Optional[str] = None
 
     # --- messages and the end of a run ------------------------------------------------------
 
@@ -234,6 +264,7 @@ class Run:
             shown = args.policy_config or (project.shown(policy_config_path(args.stack, project))
                                            if policy_config is not None else None)
             policies.where = f"policy config {shown}" if shown else None
+            self.policy_config, self.policy_config_file = policy_config, shown
 
         try:
             with _step(self.err, "running the program under mocks", not self.json):
@@ -265,7 +296,7 @@ class Run:
 
         # The fit thread prices the rendered storage as soon as the charts are rendered, so the cost
         # chart is drawn (in a child process) while the policy pack is still analysing.
-        costs = self.costs = CostReport(self.cfg, out, plan)
+        costs = self.costs = CostReport(self.cfg, out, plan, repeat_notes=self.verbose >= 1)
         fit = FitWorker(self.cfg, plan, out, chart_dirs, args.allow_missing_chart,
                         then=costs.report, base=project.root, example=(Path.cwd() / job) if args.job else job)
         (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
@@ -290,6 +321,7 @@ class Run:
                 return self.fail(EXIT_POLICY, str(exc), out)
             except PolicyPackError as exc:
                 return self.fail(1, f"the policy pack failed: {exc}", out)
+            report.cloud = self.cfg.cloud
             (out / "policy.json").write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
             files.append(str(out / "policy.json"))
             self.sections["policies"] = policy_section(report)
@@ -324,9 +356,27 @@ class Run:
         # The bill is always shown, after the verdict: line by line with its assumptions, the budget
         # comparison and the catalog's age (what a finance reviewer checks).
         self.details.append(bill)
+        self.review(out)
         if self.verbose:
             self.details.append("Wrote " + "; ".join(files))
         return self.finish(status, out)
+
+    def review(self, out: Path) -> None:
+        """The reviewer's block (-v or --base) and, with --base, the diff against the base run, first."""
+        from gpu_platform.preflight import review
+
+        doc = review.review(self.cfg, self.policy_config, self.policy_config_file, self.sections.get("cost"))
+        self.sections["review"] = doc
+        if self.args.base:
+            base = review.base_dir(Path(self.args.base), self.args.stack)
+            if base is None:
+                self.warnings.append(f"--base {self.args.base}: no plan.json there or in {self.args.stack}/: "
+                                     "nothing to compare with")
+            else:
+                self.sections["base_diff"] = review.diff(base, out)
+                self.details.insert(0, review.render_diff(self.sections["base_diff"]))
+        if self.verbose or self.args.base:
+            self.details.insert(1 if self.args.base and "base_diff" in self.sections else 0, review.render_review(doc))
 
 
 def _run_cli() -> int:

@@ -248,6 +248,8 @@ class PolicyReport:
     # Exemptions and approvals in force for this run (exceptions to locked policies, exemptPools with
     # their reasons, on-demand approvals recorded on the resources): reviewers see who allowed what.
     approvals: list[str] = field(default_factory=list)
+    # The stack's cloud: a policy about another cloud's resources shows as n/a, not as a pass.
+    cloud: Optional[str] = None
 
     @property
     def mandatory_violations(self) -> int:
@@ -271,7 +273,13 @@ class PolicyReport:
         for r in self.results:
             n = len(r.messages)
             detail = f" ({n} violation{'s' if n != 1 else ''})" if n else ""
-            lines.append(f"  {r.name.ljust(width)}  {r.enforcement_level.ljust(9)}  {r.status}{detail}")
+            status = r.status
+            if status == "pass" and not r.messages:
+                from gpu_platform.preflight.review import POLICY_CLOUD, not_applicable
+
+                if not_applicable(r.name, self.cloud):
+                    status = f"n/a ({POLICY_CLOUD[r.name]} resources; this is a {self.cloud} stack)"
+            lines.append(f"  {r.name.ljust(width)}  {r.enforcement_level.ljust(9)}  {status}{detail}")
         for r in self.results:
             for m in r.messages:
                 text = m.message.replace("\n", "\n      ")

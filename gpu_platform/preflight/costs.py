@@ -11,6 +11,7 @@ version on the day (gpu_platform/components/versions_calendar.py). The chart is 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import pickle
 import re
@@ -156,8 +157,11 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
 class CostReport:
     """Build with the config and the plan; `report(releases)` once the charts are rendered prints the bill."""
 
-    def __init__(self, cfg: "StackConfig", out: Path, plan: Any = None, today: Optional[_dt.date] = None):
+    def __init__(self, cfg: "StackConfig", out: Path, plan: Any = None, today: Optional[_dt.date] = None,
+                 repeat_notes: bool = True):
         self.cfg, self.out, self.plan = cfg, out, plan
+        # False: notes this stack's last run showed (out/notes-shown.json) take one line.
+        self.repeat_notes = repeat_notes
         self.today = today or calendar_today()  # GPU_PLATFORM_TODAY, like the config checks
         self.json_path = out / "cost.json"
         self.png_path = out / "cost.png"
@@ -186,7 +190,15 @@ class CostReport:
             self.overhead = report.Overhead(1.0, "fixed-size pools: billed all month whatever the use")
         budget = float(self.cfg.monthly_budget_usd)
         report.write_cost_json(self.estimate, self.json_path, budget, self.overhead, self.today)
-        self._summary = report.render_cost_summary(self.estimate, budget, self.overhead, self.today)
+        shown = self.out / "notes-shown.json"
+        seen: frozenset[str] = frozenset()
+        if not self.repeat_notes:
+            try:
+                seen = frozenset(json.loads(shown.read_text()))
+            except (OSError, ValueError, TypeError):
+                seen = frozenset()
+        self._summary = report.render_cost_summary(self.estimate, budget, self.overhead, self.today, seen)
+        shown.write_text(json.dumps(sorted(report.notes(self.estimate, self.today))) + "\n")
         if not self._sent:
             self._sent = True
             self._chart.stdin.write(pickle.dumps((self.estimate, budget, self.overhead)))

@@ -35,6 +35,8 @@ REDACTED = "[secret]"
 UNKNOWN_TEXT = "[unknown]"
 # A `secure:` value preflight cannot decrypt stands in as this (always marked secret).
 UNDECRYPTABLE = "preflight-cannot-decrypt-secure-value"
+# Provider credentials a stack's program requires that CI supplies at run time, per cloud (docs/ci.md).
+RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,6 +150,12 @@ def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: 
         merged[full] = value
     prefix = f"{CONFIG_NAMESPACE}:"
     raw = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
+    # Deploy credentials are not in the stack file (a token that may read the stack could decrypt them):
+    # CI passes them from the deploy environment at run time (docs/ci.md). Planned as unknown secrets.
+    for key in RUN_TIME_CREDENTIALS.get(str(raw.get("cloud")), ()):
+        if key not in merged:
+            merged[key] = UNDECRYPTABLE
+            secret_keys.add(key)
     config = {k: _cli_string(v) for k, v in merged.items()}
     size = len("PULUMI_CONFIG=") + len(json.dumps(config))
     if size > MAX_CONFIG_ENV:

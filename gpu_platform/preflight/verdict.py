@@ -76,6 +76,8 @@ def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
     return {"idleMonthlyUsd": doc.get("idleMonthlyUsd"), "fullMonthlyUsd": doc.get("fullMonthlyUsd"),
             "fullGpus": doc.get("fullGpus"), "gpuModels": doc.get("gpuModels", []),
             "budgetUsd": budget.get("monthlyBudgetUsd"),
+            # what the figures stand on when it is not the stack's own region (reference-region prices)
+            "priceNotes": list(doc.get("warnings") or []),
             # a share (0..1) in cost.json; a percentage here, as the summary prints it
             "budgetReachedAtUtilisation": (None if budget.get("budgetReachedAtUtilization") is None
                                            else round(100 * budget["budgetReachedAtUtilization"], 1)),
@@ -84,7 +86,8 @@ def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
 
 def document(stack: str, cfg: Any, exit_code: int, *, plan: Any = None, policies: Optional[dict] = None,
              fit: Optional[dict] = None, cost: Optional[dict] = None, warnings: tuple[str, ...] = (),
-             error: Optional[str] = None) -> dict[str, Any]:
+             error: Optional[str] = None, review: Optional[dict] = None,
+             base_diff: Optional[dict] = None) -> dict[str, Any]:
     verdict = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_CONFIG: "config-error", EXIT_USAGE: "usage-error"}.get(
         exit_code, "error")
     doc: dict[str, Any] = {
@@ -94,6 +97,10 @@ def document(stack: str, cfg: Any, exit_code: int, *, plan: Any = None, policies
     }
     if error is not None:
         doc["error"] = error
+    if review is not None:
+        doc["review"] = review
+    if base_diff is not None:
+        doc["baseDiff"] = base_diff
     return doc
 
 
@@ -136,6 +143,9 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
                 at = cost.get("budgetReachedAtUtilisation")
                 text += " (OVER at full capacity" + (f"; reached at {at:.0f} % utilisation)" if isinstance(at, (int, float)) else ")")
                 style = "yellow"
+        for note in cost.get("priceNotes") or []:
+            text += f"; {note}"
+            style = style or "yellow"
         rows.append(("cost", text, style))
     for warning in doc.get("warnings", []):
         rows.append(("warning", warning, "yellow"))

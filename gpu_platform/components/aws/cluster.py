@@ -58,7 +58,7 @@ class AwsCluster(pulumi.ComponentResource):
 
         specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})
         controller = section.scale_in_controller
-        scale_down = scale_down_timing(section.scale_down_grace_minutes * 60, controller_enabled=controller.enabled)
+        scale_down = scale_down_timing(section.scale_down_grace_minutes * 60, controller_enabled=controller.on)
         termination = termination_timing(section.drain_grace_seconds)
         groups: list[GpuNodeGroup] = []
         for i, (pool, spec) in enumerate(zip(cfg.gpu_pools, specs)):
@@ -70,7 +70,7 @@ class AwsCluster(pulumi.ComponentResource):
                 subnet_ids=subnet_ids, security_group_id=eks.cluster_security_group_id,
                 instance_profile_arn=eks.gpu_instance_profile.arn, endpoint=eks.endpoint, ca_data=eks.ca_data,
                 service_cidr=eks.service_cidr, tags=tags, scale_down_unneeded_time=scale_down.unneeded_tag_value(),
-                protect_from_scale_in=controller.enabled, lifecycle_hook_timeout_seconds=termination.hook_timeout_seconds,
+                protect_from_scale_in=controller.on, lifecycle_hook_timeout_seconds=termination.hook_timeout_seconds,
                 depends_on=[eks.gpu_node_access, *eks.ready[:1]]), opts=child))
         asg_arns = [g.asg_arn for g in groups]
         names = [asg_name(cluster_name, p.name) for p in cfg.gpu_pools]
@@ -83,7 +83,7 @@ class AwsCluster(pulumi.ComponentResource):
             cluster_name=cluster_name, region=region, kubernetes_version=cfg.kubernetes_version,
             oidc_provider_arn=eks.oidc_provider_arn,
             oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags), opts=child)
-        if controller.enabled:
+        if controller.on:
             assert controller.image is not None, "validated by gpu_platform.components.aws.config"
             ScaleInProtection(f"{name}-scale-in-protection", ScaleInProtectionArgs(
                 region=region, asg_names=names, asg_arns=asg_arns, image=controller.image, timing=scale_down,

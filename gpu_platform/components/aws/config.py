@@ -36,13 +36,24 @@ class ScaleInController(Model):
     """The job-aware scale-in protection controller (gpu_platform/components/aws/protection.py)."""
 
     # Off: no controller; cluster-autoscaler alone removes idle GPU nodes after scaleDownGraceMinutes,
-    # and nothing marks busy nodes (see README, "Scale-in protection").
-    enabled: bool = True
+    # and nothing marks busy nodes (see docs/quickstart-aws.md, "Scale-in protection"). Unset: on once
+    # `image` is given, off until then (a new stack plans on its first run; the verdict says it is off).
+    enabled: Optional[bool] = None
     # Its image by digest, as published by .github/workflows/controller-image.yml on a release tag:
     # ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex>. Required when enabled.
     image: Optional[str] = Field(
         default=None,
         pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$")
+
+    @property
+    def on(self) -> bool:
+        """Whether the controller is deployed: `enabled` when set, else whether an image is given."""
+        return self.image is not None if self.enabled is None else self.enabled
+
+    @property
+    def off_until_an_image(self) -> bool:
+        """Off only because no image digest was given (not chosen with `enabled: false`)."""
+        return self.enabled is None and self.image is None
 
 
 class AwsPool(Model):
@@ -136,10 +147,10 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _check_network(section)
     issues += _check_pools(cfg, section, catalog)
     issues += _check_system_pool(section, catalog)
-    if section.scale_in_controller.enabled and section.scale_in_controller.image is None:
+    if section.scale_in_controller.enabled is True and section.scale_in_controller.image is None:
         issues.append(ConfigIssue("aws.scaleInController.image", None,
                                   "the controller image by digest, ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex> "
-                                  "(published by .github/workflows/controller-image.yml on a v* tag; README: "
+                                  "(published by .github/workflows/controller-image.yml on a v* tag; docs/quickstart-aws.md: "
                                   "'Scale-in protection controller image'), or aws.scaleInController.enabled: false"))
     issues += version_issues(cfg)
     for i, arn in enumerate(section.admin_principal_arns):
@@ -272,3 +283,13 @@ def _check_system_pool(section: AwsSection, catalog: "Catalog") -> list[ConfigIs
         issues.append(ConfigIssue(key("maxNodes"), pool.max_nodes,
                                   f"at most {MAX_SYSTEM_NODES} (the system node group runs add-ons only; GPU work has gpuPools)"))
     return issues
+
+
+def scale_in_warnings(cfg: "StackConfig") -> list[str]:
+    """The verdict says when the scale-in controller is off for want of an image digest."""
+    section = getattr(cfg, "aws", None)
+    if cfg.cloud != "aws" or section is None or not section.scale_in_controller.off_until_an_image:
+        return []
+    return ["aws.scaleInController is off until an image digest is given (aws.scaleInController.image, "
+            "published by .github/workflows/controller-image.yml on a v* tag): until then the autoscaler alone "
+            "removes idle GPU nodes after aws.scaleDownGraceMinutes, busy or not (docs/quickstart-aws.md)"]

@@ -8,7 +8,7 @@ when the pod starts, so a cluster without internet egress is protected like any 
 meets the Kubernetes "restricted" Pod Security Standard: non-root, no privilege escalation, all
 capabilities dropped, RuntimeDefault seccomp, read-only root filesystem.
 
-What each guard stops (README, "Scale-in protection"): the node annotation
+What each guard stops (docs/quickstart-aws.md, "Scale-in protection"): the node annotation
 `cluster-autoscaler.kubernetes.io/scale-down-disabled` is what keeps the cluster-autoscaler off a
 busy node; instance scale-in protection only stops the group's own scale-in (a lowered desired
 capacity, AZ rebalancing) - not TerminateInstanceInAutoScalingGroup (how the autoscaler removes a

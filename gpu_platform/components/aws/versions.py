@@ -1,6 +1,6 @@
 """Every version the AWS cluster pins: Helm charts, images, the AMI channel, the controller's wheels.
 
-The one place to bump them; the README's pinned-versions table lists the same values (a test keeps
+The one place to bump them; the pinned-versions table in docs/versions.md lists the same values (a test keeps
 them in agreement).
 """
 
@@ -13,7 +13,7 @@ NTH_CHART_VERSION = "0.27.6"  # appVersion 1.25.6
 # v1.25.6 (2026-04-02) is the newest NTH release (aws/aws-node-termination-handler tags, snapshot of
 # 2026-07-21), so there is no newer image to override the chart's with. Its README compatibility table
 # lists Kubernetes 1.29-1.32 only; the maintainers confirmed 1.33 in issue #1167 (2025-08-13); no
-# statement for 1.34+ (aws/containers-roadmap#2756, open). Recorded here, shown in the README.
+# statement for 1.34+ (aws/containers-roadmap#2756, open). Recorded here, shown in docs/versions.md.
 NTH_APP_VERSION = "v1.25.6"
 NTH_TESTED_KUBERNETES = ("1.29", "1.30", "1.31", "1.32", "1.33")
 

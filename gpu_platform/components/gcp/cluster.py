@@ -252,7 +252,7 @@ class GkeCluster(pulumi.ComponentResource):
             enable_legacy_abac=False,
             # Dataplane V2: NetworkPolicy enforcement built in (no network_policy block: that is Calico, for the
             # legacy datapath). The datapath is fixed at creation: changing it replaces the cluster, so an existing
-            # cluster created with the legacy datapath keeps it (see README, GKE).
+            # cluster created with the legacy datapath keeps it (see docs/quickstart-gcp.md).
             datapath_provider="ADVANCED_DATAPATH",
             # Node auto-provisioning stays off (pools are explicit); the autoscaler removes idle nodes fast.
             cluster_autoscaling={"enabled": False, "autoscaling_profile": AUTOSCALING_PROFILE},

@@ -19,14 +19,14 @@ def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
     from gpu_platform.components.linode.cluster import LinodeClusterArgs, LinodeKubeadmCluster
 
     # The deployer's token (`pulumi config set --secret linode:token ...`) creates the resources; the
-    # in-cluster CCM/CSI driver gets its own, narrower token (`linode-cluster:token`, README "Linode
+    # in-cluster CCM/CSI driver gets its own, narrower token (`linode-cluster:token`, docs/quickstart-linode.md "Linode
     # API tokens"), falling back to the deployer's with a warning.
     deploy_token = pulumi.Config("linode").require_secret("token")
     cluster_token = pulumi.Config(CLUSTER_TOKEN_NAMESPACE).get_secret("token")
     if cluster_token is None:
         pulumi.log.warn(f"{CLUSTER_TOKEN_NAMESPACE}:token is not set: the CCM and CSI driver get the deployer's "
                         "linode:token. Create a token limited to Linodes, NodeBalancers, Volumes, VPCs and IPs "
-                        "(README, Linode API tokens).")
+                        "(docs/quickstart-linode.md, Linode API tokens).")
         cluster_token = deploy_token
     cluster = LinodeKubeadmCluster(cfg.name_prefix, LinodeClusterArgs(config=cfg, api_token=cluster_token,
                                                                       deploy_token=deploy_token))

@@ -56,7 +56,7 @@ NODE_IGNORE_CHANGES = ["metadatas", "authorizedKeys", "image", "diskEncryption",
 class LinodeClusterArgs:
     config: StackConfig
     # Token for the in-cluster CCM and CSI driver (a secret): scoped to Linodes, NodeBalancers,
-    # Volumes, VPCs and IPs (README "Linode API tokens").
+    # Volumes, VPCs and IPs (docs/quickstart-linode.md, "Linode API tokens").
     api_token: pulumi.Input[str]
     # The deployer's token (linode:token), for the object-storage provider that uses temporary keys.
     deploy_token: Optional[pulumi.Input[str]] = None

@@ -1,4 +1,4 @@
-"""Every version the Linode cluster installs, pinned in one place (listed in the README)."""
+"""Every version the Linode cluster installs, pinned in one place (listed in docs/versions.md)."""
 
 from gpu_platform.components.helm import Chart
 from gpu_platform.components.platform.versions import NVIDIA_DEVICE_PLUGIN

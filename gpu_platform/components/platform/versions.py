@@ -1,6 +1,6 @@
 """Every chart, manifest source and image the ML platform installs, pinned in one place.
 
-Bump a version here (and in the README's pinned-versions table); when Kueue or Kubeflow Trainer
+Bump a version here (and in the pinned-versions table in docs/versions.md); when Kueue or Kubeflow Trainer
 move, validate against that release's CRDs (../shared/crds/<project>-<version>/).
 """
 

@@ -9,6 +9,11 @@ whose Chart.yaml matches is kept. The pinned kustomize remote targets (gpu_platf
 KUSTOMIZE_SOURCES) are built into DIR/kustomize/REPO-REF-NAME.yaml with `kubectl kustomize` (or
 `kustomize build`, `--kustomize CMD` to choose); Helm has no kustomize. Exit 0 when everything is
 there, 1 when anything could not be pulled or built.
+
+`charts ensure` (run by `make preflight`) makes a fresh clone work without the shared folder: when no
+chart folder is named (`$GPU_PLATFORM_CHARTS` unset, no `../shared/charts` beside the project) and the
+user cache lacks pinned charts, it pulls them there once; when that fails (no network) it says which
+folders it looked in and how to fill one, and exits 1. A named folder is never written to.
 """
 
 from __future__ import annotations
@@ -125,6 +130,60 @@ def build_kustomize(target: str, dest: Path, command: list[str]) -> Path:
     return out
 
 
+def missing_from(dirs: list[Path]) -> tuple[list[PinnedChart], list[str]]:
+    """The pinned charts and kustomize targets none of `dirs` holds (by the file names preflight reads)."""
+    from gpu_platform.preflight.fit.render import find_chart
+
+    charts = [p for p in pinned_charts() if find_chart(p.chart, p.version, dirs) is None]
+    targets = [t for t in pinned_kustomize_targets()
+               if not any((d / "kustomize" / str(kustomize_file_name(t))).exists() for d in dirs)]
+    return charts, targets
+
+
+def where_charts_come_from(project_root: Optional[Path] = None) -> str:
+    """The folders preflight reads charts from, in order, each with whether it is there."""
+    import os
+
+    from gpu_platform.preflight.fit.run import CHARTS_ENV, USER_CACHE
+
+    env = os.environ.get(CHARTS_ENV)
+    lines = [f"  ${CHARTS_ENV}: {env if env else 'not set'}"]
+    if project_root is not None:
+        shared = project_root.parent / "shared" / "charts"
+        lines.append(f"  {shared}: {'present' if shared.is_dir() else 'absent'}")
+    lines.append(f"  {USER_CACHE} (the user cache): {'present' if USER_CACHE.is_dir() else 'absent'}")
+    return "\n".join(lines)
+
+
+HOW_TO_FILL = ("Fill one of them: `.venv/bin/python -m gpu_platform.preflight charts pull` (needs the network: the "
+               "charts' Helm repositories and OCI registries, and kubectl for the kustomize installs), or copy the "
+               "files `charts list` names into a folder and set GPU_PLATFORM_CHARTS to it, or check out the "
+               "shared folder so that ../shared/charts exists beside this checkout.")
+
+
+def ensure(project_root: Optional[Path]) -> int:
+    """`charts ensure`: see the module's docstring."""
+    from gpu_platform.preflight.fit.run import USER_CACHE, default_chart_dirs
+
+    dirs = default_chart_dirs(project_root)
+    if dirs != [USER_CACHE]:
+        return 0  # a named folder ($GPU_PLATFORM_CHARTS, ../shared/charts): preflight reports what it lacks
+    charts, targets = missing_from(dirs)
+    if not charts and not targets:
+        return 0
+    print(f"preflight: no chart folder holds the pinned charts ({len(charts)} charts and {len(targets)} kustomize "
+          f"installs missing). Looked in:\n{where_charts_come_from(project_root)}\n"
+          f"Pulling them into {USER_CACHE} (once; needs the network) ...", file=sys.stderr)
+    # One chart first: offline, that fails in a fraction of a second and nothing else is tried.
+    rc = main(["pull", "--dest", str(USER_CACHE), "--only", charts[0].name]) if charts else 0
+    if rc == 0:
+        rc = main(["pull", "--dest", str(USER_CACHE), "--stop-at-first-failure"])
+    if rc != 0:
+        print(f"preflight: could not fill {USER_CACHE} (above: what failed; offline, nothing can be pulled).\n"
+              f"{HOW_TO_FILL}", file=sys.stderr)
+    return rc
+
+
 def main(argv: list[str]) -> int:
     from gpu_platform.preflight.fit.run import default_chart_dirs
 
@@ -136,8 +195,20 @@ def main(argv: list[str]) -> int:
     pull.add_argument("--only", action="append", default=[], metavar="NAME", help="only this chart (repeatable)")
     pull.add_argument("--kustomize", metavar="CMD",
                       help="command that builds a kustomize URL to stdout (default: `kubectl kustomize`, else `kustomize build`)")
+    pull.add_argument("--stop-at-first-failure", action="store_true",
+                      help="stop at the first chart that cannot be pulled (offline, the rest would fail too)")
     sub.add_parser("list", help="list the pinned charts")
+    sub.add_parser("ensure", help="pull the pinned charts into the user cache when no chart folder is named "
+                                  "and the cache lacks them (what `make preflight` runs first)")
     args = parser.parse_args(argv)
+    if args.command == "ensure":
+        from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
+
+        try:
+            root: Optional[Path] = find_project().root
+        except (ProjectNotFound, ProjectFileError):
+            root = None
+        return ensure(root)
 
     pins = pinned_charts()
     if args.command == "list":
@@ -168,6 +239,8 @@ def main(argv: list[str]) -> int:
     for pin in pins:
         if args.only and pin.name not in args.only:
             continue
+        if args.stop_at_first_failure and failed:
+            break
         try:
             path = pull_chart(pin, dest, args.mirror)
             print(f"ok      {path}")
