@@ -258,7 +258,7 @@ class LinodeNodeGroupsArgs:
     pool_addresses: Sequence[Sequence[str]]
     pool_tags: Sequence[Sequence[str]]
     common_tags: Sequence[str]
-    image: str
+    image: Optional[str]  # None: only the pool definition (no provider, no autoscaler; pools stay at minNodes)
     api_token: pulumi.Input[str]  # the provider's own token (linodes:read_write)
     deploy_token: pulumi.Input[str]  # the deployer's, for the destroy hook
     firewall_id: pulumi.Input[str]
@@ -305,6 +305,14 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             environment={"LINODE_TOKEN": pulumi.Output.secret(args.deploy_token), "STACK_TAG": stack_tag(cfg.name_prefix)},
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.network)))
         after_cleanup = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[cleanup])
+        meta = {"namespace": NAMESPACE, "labels": dict(LABELS)}
+        # The pool definition (pools.json), known at plan time: the provider reads it, and so do the
+        # policy pack and preflight's cluster fit (they see the pools without any instance).
+        k8s.core.v1.ConfigMap(f"{name}-settings", metadata={**meta, "name": NAME}, data={"pools.json": settings_json},
+                              opts=kube)
+        self.register_outputs({"maxGpus": max_gpus})
+        if args.image is None:
+            return
 
         # --- mutual TLS between the autoscaler and the provider ---------------------------------
         ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
@@ -316,7 +324,6 @@ class LinodeNodeGroups(pulumi.ComponentResource):
                                                [host, f"{host}.cluster.local", NAME], "server_auth", child)
         client_key, client_cert = _server_cert(f"{name}-autoscaler", ca_key, ca, "cluster-autoscaler", [], "client_auth", child)
 
-        meta = {"namespace": NAMESPACE, "labels": dict(LABELS)}
         k8s.core.v1.Secret(f"{name}-token", metadata={**meta, "name": f"{NAME}-token"},
                            string_data={"token": pulumi.Output.secret(args.api_token)}, opts=kube)
         k8s.core.v1.Secret(f"{name}-tls", metadata={**meta, "name": f"{NAME}-tls"}, type="Opaque",
@@ -329,9 +336,6 @@ class LinodeNodeGroups(pulumi.ComponentResource):
                                              .apply(lambda v: {"tls.crt": v[0], "tls.key": v[1], "ca.crt": v[2],
                                                                "cloud-config.yaml": autoscaler_cloud_config()})),
             opts=kube)
-        # pools.json: known at plan time (the policy pack and preflight read the pools from it).
-        k8s.core.v1.ConfigMap(f"{name}-settings", metadata={**meta, "name": NAME}, data={"pools.json": settings_json},
-                              opts=kube)
         k8s.core.v1.ConfigMap(f"{name}-deploy", metadata={**meta, "name": f"{NAME}-deploy"},
                               data={"firewallId": pulumi.Output.from_input(args.firewall_id).apply(str),
                                     "subnetId": pulumi.Output.from_input(args.subnet_id).apply(str),
@@ -369,4 +373,3 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             atomic=True,
             opts=pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(depends_on=[cleanup, deployment, autoscaler_secret])),
         )
-        self.register_outputs({"maxGpus": max_gpus})
