@@ -30,7 +30,11 @@ def ha():
 
 @pytest.fixture(scope="module")
 def dev():
-    return plan_stack("linode-dev")
+    # linode-dev with its GPU pool at a fixed size (minNodes == maxNodes == 1): the Pulumi-owned GPU
+    # instance these tests look at. linode-dev itself autoscales the pool (tests/test_linode_autoscaling.py).
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:gpuPools"][0]["minNodes"] = 1
+    return plan_config(cfg, "linode-dev")
 
 
 def docs_of(plan) -> dict[str, dict]:
@@ -509,7 +513,8 @@ def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_
     assert code == 0
     plan = __import__("json").loads((tmp_path / "build" / "linode-ha3" / "plan.json").read_text())
     types = [r["type"] for r in plan["resources"]]
-    assert types.count(INSTANCE) == 5 and "linode:index/nodeBalancer:NodeBalancer" in types
+    # 3 control planes + 1 system worker; the autoscaled GPU pool's instances are the node-group provider's.
+    assert types.count(INSTANCE) == 4 and "linode:index/nodeBalancer:NodeBalancer" in types
     assert "linode:index/reservedIp:ReservedIp" not in types
     token = [r for r in plan["resources"] if r["type"] == "kubernetes:core/v1:Secret"
              and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]
