@@ -135,3 +135,19 @@ def test_policy_file_sets_the_providers_gpu_ceiling(tmp_path):
     (tmp_path / "policy.s.yaml").write_text("gpu-count-ceiling:\n  maxGpus: 3\n")
     assert node_groups.policy_max_gpus("s", 64, tmp_path) == 3
     assert node_groups.policy_max_gpus("other", 64, tmp_path) == 64
+
+
+def test_the_policy_pack_counts_and_holds_autoscaled_linode_pools(plan):
+    from gpu_platform.preflight.analyzer import analyze_plan
+
+    def messages(report, policy):
+        return [m.message for r in report.results if r.name == policy for m in r.messages]
+
+    report = analyze_plan(plan, {"gpu-count-ceiling": {"maxGpus": 0}})
+    ceiling = messages(report, "gpu-count-ceiling")
+    assert ceiling and "ada: 1 x 1" in ceiling[0], "the autoscaled pool's GPUs count against the ceiling"
+    assert not messages(report, "gpu-pools-scale-to-zero")
+    warm = with_image(stack_config("linode-dev"))
+    warm["gpu-platform:gpuPools"][0].update(minNodes=1, maxNodes=2)
+    report = analyze_plan(plan_config(warm, "linode-dev"))
+    assert any("keeps at least 1 node(s)" in m for m in messages(report, "gpu-pools-scale-to-zero"))
