@@ -151,3 +151,15 @@ def test_the_policy_pack_counts_and_holds_autoscaled_linode_pools(plan):
     warm["gpu-platform:gpuPools"][0].update(minNodes=1, maxNodes=2)
     report = analyze_plan(plan_config(warm, "linode-dev"))
     assert any("keeps at least 1 node(s)" in m for m in messages(report, "gpu-pools-scale-to-zero"))
+
+
+def test_costs_treat_the_autoscaled_pool_like_gke_and_eks(tmp_path):
+    """Idle floor at minNodes (control plane, system node, storage: under $200), full capacity at
+    maxNodes, and the autoscaler overhead simulated with Linode's boot path and the stack's grace."""
+    from gpu_platform.preflight.__main__ import main
+
+    assert main(["linode-dev", "--out", str(tmp_path), "--no-policies", "--quiet", "--allow-missing-chart", "cilium"]) == 0
+    cost = json.loads((tmp_path / "linode-dev" / "cost.json").read_text())
+    assert cost["idleMonthlyUsd"] < 200 and cost["idleGpus"] == 0
+    assert cost["fullMonthlyUsd"] > 500 and cost["fullGpus"] == 1
+    assert "boot 16 min, scale-down after 15 min idle" in json.dumps(cost)
