@@ -421,7 +421,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         if scaled and section.node_groups.image is None:
             pulumi.log.warn("linode.nodeGroups.image is not set: GPU pool(s) " + ", ".join(p.name for p, _, _ in scaled)
                             + " autoscale but no node-group provider is deployed, so they stay at minNodes. Set the "
-                            "digest published by .github/workflows/controller-image.yml (docs/linode-autoscaling.md).")
+                            "digest published by .github/workflows/linode-node-groups-image.yml (docs/linode-autoscaling.md).")
         if scaled:
             node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
                 config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],

@@ -54,7 +54,7 @@ class LinodeNodeGroups(Model):
     """The node-group provider that scales autoscaled Linode GPU pools (minNodes < maxNodes):
     gpu_platform/controllers/linode_node_groups, docs/linode-autoscaling.md."""
 
-    # Its image by digest, as published by .github/workflows/controller-image.yml on a release tag:
+    # Its image by digest, as published by .github/workflows/linode-node-groups-image.yml on a release tag:
     # ghcr.io/<owner>/gpu-platform-linode-node-groups@sha256:<64 hex>. Unset: no provider and no
     # autoscaler are deployed, and autoscaled pools stay at minNodes (a warning says so).
     image: Optional[str] = Field(
