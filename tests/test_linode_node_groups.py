@@ -205,7 +205,7 @@ def test_scale_up_creates_instances_with_the_pools_type_region_tags_and_the_prog
     for slot, label in enumerate(sorted(made)):
         req = made[label]["_request"]
         assert (req["type"], req["region"], req["image"]) == ("g2-gpu-rtx4000a1-m", "us-ord", "linode/ubuntu24.04")
-        assert {"gpu-platform:stack=gpu-dev", "gpu-platform:pool=ada", "gpu-pool:ada", "owner:ml-platform"} <= set(req["tags"])
+        assert {"node-group-stack:gpu-dev", "node-group:ada", "gpu-pool:ada", "owner:ml-platform"} <= set(req["tags"])
         assert req["interfaces"][1] == {"purpose": "vpc", "subnet_id": 55, "ipv4": {"vpc": pool.addresses[slot]}}
         assert req["firewall_id"] == 3118155 and req["disk_encryption"] == "enabled" and req["booted"] is True
         # The worker's boot document is the program's (GPU driver step included) ...
@@ -426,16 +426,16 @@ def test_the_client_waits_retry_after_on_429_and_backs_off_on_5xx(world):
     sleeps: list[float] = []
     client = LinodeClient(TOKEN, linode.base_url, sleep=sleeps.append, max_attempts=4)
     linode.faults["GET"] = [("status", 429, {"Retry-After": "7"}), ("status", 502), ("status", 504)]
-    assert client.list_instances("gpu-platform:stack=x") == []
+    assert client.list_instances("node-group-stack:x") == []
     assert sleeps == [7.0, 1.0, 2.0]
     linode.faults["GET"] = [("status", 500)] * 4
     with pytest.raises(LinodeApiError) as err:
-        client.list_instances("gpu-platform:stack=x")
+        client.list_instances("node-group-stack:x")
     assert err.value.status == 500
     sleeps.clear()
     linode.faults["GET"] = [("status", 503, {"X-Maintenance-Mode": "1"})]
     with pytest.raises(LinodeApiError):
-        client.list_instances("gpu-platform:stack=x")
+        client.list_instances("node-group-stack:x")
     assert sleeps == [], "a maintenance window is not retried (as linodego)"
     with pytest.raises(LinodeApiError) as err:
         LinodeClient("wrong", linode.base_url, sleep=sleeps.append).list_instances("t")
@@ -447,10 +447,10 @@ def test_listing_follows_pages_and_finds_only_the_stacks_instances(world):
     client = LinodeClient(TOKEN, linode.base_url, sleep=lambda s: None)
     for i in range(5):
         client.create_instance({"label": f"gpu-dev-ada-{i}", "region": "us-ord", "type": "g2-gpu-rtx4000a1-m",
-                                "tags": ["gpu-platform:stack=gpu-dev", "gpu-platform:pool=ada"]})
+                                "tags": ["node-group-stack:gpu-dev", "node-group:ada"]})
     client.create_instance({"label": "gpu-prod-ada-0", "region": "us-ord", "type": "g2-gpu-rtx4000a1-m",
-                            "tags": ["gpu-platform:stack=gpu-prod", "gpu-platform:pool=ada"]})
-    found = client.list_instances("gpu-platform:stack=gpu-dev")
+                            "tags": ["node-group-stack:gpu-prod", "node-group:ada"]})
+    found = client.list_instances("node-group-stack:gpu-dev")
     assert sorted(i["label"] for i in found) == [f"gpu-dev-ada-{i}" for i in range(5)]
     assert len([r for r in linode.calls("GET")]) == 3, "page_size capped at 2 by the fake: three pages"
     client.delete_instance(found[0]["id"])
@@ -552,3 +552,42 @@ def test_the_service_can_serve_concurrent_calls(world):
         t.join()
     assert len(linode.instances) == 3 and len(errors) == 2
     assert json.loads(json.dumps(sorted(linode.by_label()))) == ["gpu-dev-ada-0", "gpu-dev-ada-1", "gpu-dev-ada-2"]
+
+
+def test_the_destroy_hook_deletes_the_providers_instances_and_nothing_else(world):
+    """gpu_platform/components/linode/delete_autoscaled.py, as pulumi-command runs it at destroy."""
+    import subprocess
+
+    _, linode, *_ = world
+    client = LinodeClient(TOKEN, linode.base_url, sleep=lambda s: None)
+    for label, tags in (("gpu-dev-ada-0", ["node-group-stack:gpu-dev", "node-group:ada"]),
+                        ("gpu-dev-ada-1", ["node-group-stack:gpu-dev", "node-group:ada"]),
+                        ("gpu-dev-system-0", ["node-group-stack:gpu-dev", "role:system-worker"]),
+                        ("gpu-prod-ada-0", ["node-group-stack:gpu-prod", "node-group:ada"])):
+        client.create_instance({"label": label, "region": "us-ord", "type": "g6-standard-4", "tags": tags})
+    linode.faults["GET"] = [("status", 429, {"Retry-After": "1"})]
+    script = ROOT / "gpu_platform" / "components" / "linode" / "delete_autoscaled.py"
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={"LINODE_TOKEN": TOKEN, "STACK_TAG": "node-group-stack:gpu-dev", "LINODE_API_URL": linode.base_url})
+    assert run.returncode == 0, run.stderr
+    assert sorted(linode.by_label()) == ["gpu-dev-system-0", "gpu-prod-ada-0"]
+    assert "deleted autoscaled instance gpu-dev-ada-0" in run.stdout
+    linode.faults["DELETE"] = [("status", 400)]
+    client.create_instance({"label": "gpu-dev-ada-2", "region": "us-ord", "type": "g6-standard-4",
+                            "tags": ["node-group-stack:gpu-dev", "node-group:ada"]})
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={"LINODE_TOKEN": TOKEN, "STACK_TAG": "node-group-stack:gpu-dev", "LINODE_API_URL": linode.base_url})
+    assert run.returncode != 0 and "DELETE /linode/instances/" in run.stderr, "a failed delete fails the destroy"
+
+
+def test_pricing_is_the_pools_hourly_price_over_the_period(world):
+    from google.protobuf import timestamp_pb2
+
+    start, linode, *_ = world
+    p = start()
+    p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=1))
+    pid = f"linode://{linode.by_label()['gpu-dev-ada-0']['id']}"
+    t0, t1 = timestamp_pb2.Timestamp(seconds=0), timestamp_pb2.Timestamp(seconds=2 * 3600)
+    price = p.stub.PricingNodePrice(p.pb2.PricingNodePriceRequest(node=node(p.pb2, pid), startTimestamp=t0, endTimestamp=t1)).price
+    hourly = load_catalog().instance("linode", "g2-gpu-rtx4000a1-m").price("on-demand").usd_per_hour
+    assert price == pytest.approx(2 * hourly)

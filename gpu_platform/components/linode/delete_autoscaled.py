@@ -2,9 +2,9 @@
 LinodeNodeGroups component (gpu_platform/components/linode/node_groups.py), so `pulumi destroy`
 leaves no autoscaled GPU instance behind and can then delete the VPC subnet and firewall.
 
-    LINODE_TOKEN=... STACK_TAG=gpu-platform:stack=<cluster> python3 delete_autoscaled.py
+    LINODE_TOKEN=... STACK_TAG=node-group-stack:<cluster> python3 delete_autoscaled.py
 
-Deletes every instance carrying STACK_TAG *and* a `gpu-platform:pool=` tag (the provider's; the
+Deletes every instance carrying STACK_TAG *and* a `node-group:` tag (the provider's; the
 program's own instances carry neither pool tag form). Standard library only (run by pulumi-command).
 429 waits Retry-After; other failures fail the hook and name the instance, so a destroy never
 silently leaves a billed GPU behind.
@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 
-POOL_TAG_PREFIX = "gpu-platform:pool="
+POOL_TAG_PREFIX = "node-group:"
 
 
 def _call(base: str, token: str, method: str, path: str, x_filter: "dict | None" = None, attempts: int = 8) -> dict:
@@ -55,8 +55,8 @@ def autoscaled_instances(base: str, token: str, stack_tag: str) -> list[dict]:
 def main() -> int:
     token, tag = os.environ.get("LINODE_TOKEN", ""), os.environ.get("STACK_TAG", "")
     base = os.environ.get("LINODE_API_URL", "https://api.linode.com/v4").rstrip("/")
-    if not token or not tag.startswith("gpu-platform:stack="):
-        print("LINODE_TOKEN and STACK_TAG=gpu-platform:stack=<cluster> are required", file=sys.stderr)
+    if not token or not tag.startswith("node-group-stack:"):
+        print("LINODE_TOKEN and STACK_TAG=node-group-stack:<cluster> are required", file=sys.stderr)
         return 2
     for inst in autoscaled_instances(base, token, tag):
         _call(base, token, "DELETE", f"/linode/instances/{int(inst['id'])}")

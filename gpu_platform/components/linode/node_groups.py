@@ -243,7 +243,7 @@ def render_deployment(image: str, settings_hash: str) -> dict:
 
 def stack_tag(cluster: str) -> str:
     # The same form as gpu_platform/controllers/linode_node_groups/settings.py STACK_TAG.
-    return f"gpu-platform:stack={cluster}"
+    return f"node-group-stack:{cluster}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """cluster-autoscaler's externalgrpc CloudProvider for the stack's Linode GPU pools.
 
 The Pulumi program owns the pool definitions (pools.json); this service owns the pools' instances.
-An instance is found by its tags (`gpu-platform:stack=<cluster>`, `gpu-platform:pool=<pool>`) and
+An instance is found by its tags (`node-group-stack:<cluster>`, `node-group:<pool>`) and
 named `<cluster>-<pool>-<slot>`: a slot is a place in the pool's block of fixed VPC addresses, and
 Linode labels are unique per account, so a create repeated after a crash or a lost response cannot
 make a second instance for the same slot, and a restarted service counts exactly what exists.

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 # Tags that find the service's instances again after a restart (Linode tags are free-form strings).
-STACK_TAG = "gpu-platform:stack={}"
-POOL_TAG = "gpu-platform:pool={}"
+STACK_TAG = "node-group-stack:{}"
+POOL_TAG = "node-group:{}"
 
 
 class SettingsError(ValueError):
