@@ -591,3 +591,37 @@ def test_pricing_is_the_pools_hourly_price_over_the_period(world):
     price = p.stub.PricingNodePrice(p.pb2.PricingNodePriceRequest(node=node(p.pb2, pid), startTimestamp=t0, endTimestamp=t1)).price
     hourly = load_catalog().instance("linode", "g2-gpu-rtx4000a1-m").price("on-demand").usd_per_hour
     assert price == pytest.approx(2 * hourly)
+
+
+def test_dockerfile_passes_checkov():
+    import subprocess
+
+    from tests.test_platform_validate import checkov_bin
+
+    proc = subprocess.run([checkov_bin(), "-f", str(CTL / "Dockerfile"), "--framework", "dockerfile", "-o", "json",
+                           "--quiet", "--compact", "--skip-download"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["summary"]["parsing_errors"] == 0 and report["summary"]["passed"] > 20
+    assert report["summary"]["failed"] == 0, [c["check_id"] for c in report["results"]["failed_checks"]]
+
+
+def test_the_image_holds_every_distribution_the_service_imports():
+    """What `python -m gpu_platform.controllers.linode_node_groups` imports from site-packages is
+    installed in the image (requirements.txt), so the pod does not die on an ImportError."""
+    import subprocess
+
+    code = ("import sys, json, importlib.metadata as md\n"
+            "import gpu_platform.controllers.linode_node_groups.__main__ as m, gpu_platform.controllers.linode_node_groups.service\n"
+            "site = [p for p in sys.path if p.endswith('site-packages')]\n"
+            "tops = {n.split('.')[0] for n, mod in list(sys.modules.items()) if getattr(mod, '__file__', None)"
+            " and any(str(mod.__file__).startswith(s) for s in site)}\n"
+            "dists = md.packages_distributions()\n"
+            "print(json.dumps(sorted({d.lower().replace('_', '-') for t in tops for d in dists.get(t, [t])})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, cwd=ROOT)
+    imported = set(json.loads(out.stdout))
+    pinned = set(_pins(CTL / "requirements.txt"))
+    # Not the service's: grpcio probes for grpc_tools (grpc/_runtime_protos.py, try/except ImportError);
+    # setuptools' _distutils_hack and the editable install's finder come from .pth files of this venv.
+    probed = {"grpcio-tools", "setuptools"} | {d for d in imported if d.startswith("--editable-")}
+    assert imported - probed <= pinned, imported - probed - pinned
