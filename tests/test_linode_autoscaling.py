@@ -95,6 +95,10 @@ def test_cluster_autoscaler_runs_externalgrpc_with_mutual_tls_and_the_stacks_gra
     values = release.plain_inputs["values"]
     assert values["cloudProvider"] == "externalgrpc"
     assert values["extraArgs"]["scale-down-unneeded-time"] == "15m"
+    # A renewed client/server certificate restarts both pods (each loads its certificate at start).
+    assert len(values["podAnnotations"]["gpu-platform.io/tls-sha256"]) == 64
+    dep = next(r for r in plan.by_type("kubernetes:apps/v1:Deployment") if r.plain_inputs["metadata"]["name"] == node_groups.NAME)
+    assert len(dep.plain_inputs["spec"]["template"]["metadata"]["annotations"]["gpu-platform.io/tls-sha256"]) == 64
     rendered = [r for r in render_plan(plan, [CHARTS], kubernetes_version="1.35", example=None) if r.name == "cluster-autoscaler"]
     deploy = next(o for o in rendered[0].objects if o["kind"] == "Deployment")
     pod = deploy["spec"]["template"]["spec"]

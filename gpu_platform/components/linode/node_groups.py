@@ -353,9 +353,16 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             f"{name}-cluster-role-binding", metadata={"name": NAME, "labels": dict(LABELS)},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
             subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}], opts=kube)
+        # Both sides load their certificates at start: a renewed certificate (pulumi-tls early renewal,
+        # 30 days before expiry, on the next `pulumi up`) must restart them, or the old one expires in use.
+        def _rolled(spec: dict, pem: str) -> dict:
+            spec["template"]["metadata"]["annotations"]["gpu-platform.io/tls-sha256"] = hashlib.sha256(pem.encode()).hexdigest()
+            return spec
+
         manifest = render_deployment(args.image, hashlib.sha256(settings_json.encode()).hexdigest())
         deployment = k8s.apps.v1.Deployment(
-            f"{name}-deployment", metadata=manifest["metadata"], spec=manifest["spec"],
+            f"{name}-deployment", metadata=manifest["metadata"],
+            spec=server_cert.cert_pem.apply(lambda pem: _rolled(json.loads(json.dumps(manifest["spec"])), pem)),
             opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[cleanup, sa, role, rb, cr, crb]))
         k8s.core.v1.Service(f"{name}-service", metadata={**meta, "name": NAME},
                             spec={"selector": dict(LABELS), "ports": [{"name": "grpc", "port": PORT, "targetPort": PORT}]},
@@ -368,8 +375,10 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             version=aws_versions.CLUSTER_AUTOSCALER_CHART_VERSION,
             repository_opts={"repo": aws_versions.CLUSTER_AUTOSCALER_REPO},
             namespace=NAMESPACE,
-            values=autoscaler_values(cfg.name_prefix, cfg.kubernetes_version, section.scale_down_grace_minutes,
-                                     section.node_groups.join_deadline_minutes),
+            values=client_cert.cert_pem.apply(lambda pem: {
+                **autoscaler_values(cfg.name_prefix, cfg.kubernetes_version, section.scale_down_grace_minutes,
+                                    section.node_groups.join_deadline_minutes),
+                "podAnnotations": {"gpu-platform.io/tls-sha256": hashlib.sha256(pem.encode()).hexdigest()}}),
             atomic=True,
             opts=pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(depends_on=[cleanup, deployment, autoscaler_secret])),
         )
