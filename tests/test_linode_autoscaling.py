@@ -57,6 +57,14 @@ def test_autoscaled_linode_pools_need_an_autoscaler_that_reads_node_bytes():
     assert "gpuPools[0].minNodes" in text and "1.34" in text and "stacks/Pulumi.linode-dev.yaml" in text
 
 
+def test_autoscaled_pools_behind_the_ha_api_balancer_are_refused():
+    raw = gp(stack_config("linode-dev"))
+    raw["linode"]["controlPlane"]["count"] = 3
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "linode-dev")
+    assert "gpuPools[0].minNodes" in str(err.value) and "NodeBalancer" in str(err.value)
+
+
 def test_a_provider_image_not_by_digest_is_refused_with_the_key():
     raw = gp(stack_config("linode-dev"))
     raw["linode"]["nodeGroups"] = {"image": "ghcr.io/example/gpu-platform-linode-node-groups:latest"}

@@ -506,6 +506,8 @@ def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_
     stack["config"]["gpu-platform:environment"] = "ha3"
     stack["config"]["gpu-platform:linode"]["controlPlane"]["count"] = 3
     stack["config"]["gpu-platform:linode"]["reservedApiIp"] = True  # ignored with a NodeBalancer
+    # Autoscaled pools need a single control plane (linode/config.py): the GPU pool at a fixed size.
+    stack["config"]["gpu-platform:gpuPools"][0]["minNodes"] = 1
     path = tmp_path / "Pulumi.linode-ha3.yaml"
     path.write_text(yaml.safe_dump(stack))
     code = main(["--stack-file", str(path), "--out", str(tmp_path / "build"), "--no-policies", "--quiet",
@@ -513,8 +515,7 @@ def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_
     assert code == 0
     plan = __import__("json").loads((tmp_path / "build" / "linode-ha3" / "plan.json").read_text())
     types = [r["type"] for r in plan["resources"]]
-    # 3 control planes + 1 system worker; the autoscaled GPU pool's instances are the node-group provider's.
-    assert types.count(INSTANCE) == 4 and "linode:index/nodeBalancer:NodeBalancer" in types
+    assert types.count(INSTANCE) == 5 and "linode:index/nodeBalancer:NodeBalancer" in types
     assert "linode:index/reservedIp:ReservedIp" not in types
     token = [r for r in plan["resources"] if r["type"] == "kubernetes:core/v1:Secret"
              and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]

@@ -207,7 +207,14 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
     autoscaled_ok = tuple(int(x) for x in cfg.kubernetes_version.split(".")) >= AUTOSCALING_MIN_KUBERNETES
     for i, pool in enumerate(cfg.gpu_pools):
-        if pool.min_nodes != pool.max_nodes and not autoscaled_ok:
+        if pool.min_nodes != pool.max_nodes and section.control_plane.count > 1:
+            # cluster.py balancer_rules: the NodeBalancer's firewall lists the program's nodes' addresses.
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].minNodes", pool.min_nodes,
+                f"equal to maxNodes ({pool.max_nodes}) with linode.controlPlane.count 3: the API NodeBalancer's "
+                "firewall admits the program's own nodes only, so nodes the node-group provider creates could not "
+                "reach the API (autoscaled Linode pools need a single control plane for now)"))
+        elif pool.min_nodes != pool.max_nodes and not autoscaled_ok:
             minimum = ".".join(map(str, AUTOSCALING_MIN_KUBERNETES))
             issues.append(ConfigIssue(
                 f"gpuPools[{i}].minNodes", pool.min_nodes,
