@@ -2,7 +2,8 @@
 
 Endpoints and shapes: https://techdocs.akamai.com/linode-api/reference/post-linode-instance (create),
 get-linode-instances (list: paginated `{"data", "page", "pages", "results"}`, filterable with the
-X-Filter header), delete-linode-instance; errors are `{"errors": [{"reason", "field"?}]}`. Retries
+X-Filter header, `{"tags": "<tag>"}` as terraform-provider-linode's linode_instances data source
+filters), delete-linode-instance; errors are `{"errors": [{"reason", "field"?}]}`. Retries
 follow linodego's (linode/linodego retries.go): 429 waits the Retry-After seconds; 503 is retried
 unless X-Maintenance-Mode is set; 408 and other 5xx, and connection errors, back off exponentially.
 A POST retried after a lost response cannot duplicate an instance: labels are unique per account,

@@ -87,6 +87,8 @@ class NodeGroups:
 
     def _from_api(self, raw: dict) -> Optional[Instance]:
         tags = set(raw.get("tags") or [])
+        if self.settings.stack_tag not in tags:  # the API filtered on it; never trust a filter alone
+            return None
         match = self._label.match(str(raw.get("label", "")))
         for pool in self.settings.pools:
             if POOL_TAG.format(pool.name) in tags and match and match["pool"] == pool.name:
