@@ -3,6 +3,8 @@ the key, the value and what is allowed (exit 2, no traceback, nothing registered
 
 from __future__ import annotations
 
+import json
+
 import re
 import subprocess
 import sys
@@ -220,6 +222,12 @@ def test_every_derived_name_is_the_name_the_program_registers(stack):
     plan = plan_stack(stack)
     registered = {str(r.inputs.get(k)) for r in plan.resources
                   for k in ("label", "name", "bucketPrefix", "accountId") if r.inputs.get(k) is not None}
+    # Autoscaled Linode pools: the node-group provider labels its instances <cluster>-<pool>-<slot>
+    # (gpu_platform/controllers/linode_node_groups/service.py) for the slots of its pools.json.
+    for r in plan.resources:
+        if r.type == "kubernetes:core/v1:ConfigMap" and r.inputs["metadata"].get("name") == "linode-node-groups":
+            doc = json.loads(r.inputs["data"]["pools.json"])
+            registered |= {f"{doc['cluster']}-{p['name']}-{i}" for p in doc["pools"] for i in range(p["maxNodes"])}
     registered |= {t for r in plan.resources for t in (r.inputs.get("tags") or []) if isinstance(t, str)}
     # The Linode bucket label ends in a random suffix; names.py stands it in with x's of its length.
     registered |= {re.sub(r"-[a-z0-9]{8}$", "-" + "x" * 8, r.inputs["label"]) for r in plan.resources

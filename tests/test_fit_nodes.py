@@ -32,7 +32,7 @@ def test_linode_groups_come_from_the_kubeadm_configs_in_the_user_data():
     assert gpu.role == "gpu" and gpu.taints == [GPU_TAINT.as_k8s()] and gpu.labels[POOL_LABEL] == "ada"
     assert gpu.labels["node.kubernetes.io/instance-type"] == "g2-gpu-rtx4000a1-m"
     assert gpu.allocatable == capacity.allocatable("linode", "g2-gpu-rtx4000a1-m")
-    assert (gpu.min_nodes, gpu.max_nodes) == (1, 1)
+    assert (gpu.min_nodes, gpu.max_nodes) == (0, 1), "autoscaled: from the node-group provider's pool definition"
     # the node firewall accepts every TCP port from the VPC subnet
     assert m.control_plane_ports is None
 

@@ -30,7 +30,11 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 
 @pytest.fixture(scope="module")
 def dev():
-    return plan_stack("linode-dev")
+    # linode-dev with its GPU pool at a fixed size (minNodes == maxNodes == 1): the Pulumi-owned GPU
+    # instance these tests look at. linode-dev itself autoscales the pool (tests/test_linode_autoscaling.py).
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:gpuPools"][0]["minNodes"] = 1
+    return plan_config(cfg, "linode-dev")
 
 
 @pytest.fixture(scope="module")
@@ -352,7 +356,9 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
     assert SENSITIVE and not [s for s in SENSITIVE - public if len(s) >= 6 and s in plan_text]
     assert plan["outputs"]["kubeconfig"] == "[secret]"
     artifacts = sorted(p.relative_to(out / "artifacts").as_posix() for p in (out / "artifacts").rglob("*") if p.is_file())
-    assert "cloud-init/gpu-dev-cp-0.yaml" in artifacts and "kubeadm/gpu-dev-ada-0.yaml" in artifacts
+    # The GPU pool autoscales: its nodes' boot documents are rendered by the node-group provider when
+    # it creates them (tests/test_linode_node_groups.py), so the plan has the control plane's and the system worker's.
+    assert "cloud-init/gpu-dev-cp-0.yaml" in artifacts and "kubeadm/gpu-dev-system-0.yaml" in artifacts
     pieces = {line.strip() for s in SENSITIVE for line in s.splitlines() if len(line.strip()) >= 6 and not line.startswith("-----")}
     ca_key = (out / "artifacts" / "cloud-init" / "gpu-dev-cp-0.yaml").read_text()
     assert "BEGIN PRIVATE KEY" in ca_key and "<masked-by-preflight>" in ca_key

@@ -30,7 +30,11 @@ def ha():
 
 @pytest.fixture(scope="module")
 def dev():
-    return plan_stack("linode-dev")
+    # linode-dev with its GPU pool at a fixed size (minNodes == maxNodes == 1): the Pulumi-owned GPU
+    # instance these tests look at. linode-dev itself autoscales the pool (tests/test_linode_autoscaling.py).
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:gpuPools"][0]["minNodes"] = 1
+    return plan_config(cfg, "linode-dev")
 
 
 def docs_of(plan) -> dict[str, dict]:
@@ -501,6 +505,8 @@ def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_
     stack["config"]["gpu-platform:environment"] = "ha3"
     stack["config"]["gpu-platform:linode"]["controlPlane"]["count"] = 3
     stack["config"]["gpu-platform:linode"]["reservedApiIp"] = True  # ignored with a NodeBalancer
+    # Autoscaled pools need a single control plane (linode/config.py): the GPU pool at a fixed size.
+    stack["config"]["gpu-platform:gpuPools"][0]["minNodes"] = 1
     path = tmp_path / "Pulumi.linode-ha3.yaml"
     path.write_text(yaml.safe_dump(stack))
     code = main(["--stack-file", str(path), "--out", str(tmp_path / "build"), "--no-policies", "--quiet"])

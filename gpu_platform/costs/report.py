@@ -203,13 +203,22 @@ REFERENCE_WORKLOAD = {"seed": 2022, "month_hours": HOURS_PER_MONTH, "workday_hou
                       "train_jobs_multi_node": True}
 
 
-def simulated_overhead(cloud: str, pool: PoolShape, catalog: Optional[Catalog] = None, scale_up_minutes: float = 8.0,
+# Minutes from a scale-up to a schedulable GPU node. GKE and EKS boot images with the driver baked in.
+# A Linode node boots stock Ubuntu and its bootstrap (gpu_platform/components/linode/render.py
+# bootstrap_script) installs kubeadm and the NVIDIA driver and container toolkit from apt, checks
+# nvidia-smi, then joins: an assumption (not measured) of twice the baked-image boot.
+SCALE_UP_MINUTES = {"gcp": 8.0, "aws": 8.0, "linode": 16.0}
+
+
+def simulated_overhead(cloud: str, pool: PoolShape, catalog: Optional[Catalog] = None, scale_up_minutes: Optional[float] = None,
                        scale_down_minutes: float = 10.0, preemptions_per_job: float = 0.02) -> Overhead:
     """billed / useful GPU-hours of `pool` running the reference workload in the simulator: boot time,
     scale-down delay and preemption rework (lost work and reloads), over a perfect autoscaler."""
     from gpu_platform.costs.simulator import Platform, generate_workload, simulate_platform
 
     cat = catalog or load_catalog()
+    if scale_up_minutes is None:
+        scale_up_minutes = SCALE_UP_MINUTES.get(cloud, 8.0)
     if pool.min_nodes >= pool.max_nodes:
         return Overhead(1.0, "fixed-size pool: billed all month whatever the use")
     gpn = cat.instance(cloud, pool.instance_type).gpus

@@ -81,8 +81,10 @@ def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
 def _validate_scale_to_zero(args, report_violation) -> None:
     exempt, unexplained = exemptions(_config(args, "exemptPools", []))
     for pool in gpu_pools(stack_nodes(args.resources)):
-        if pool.cloud == "linode" or pool.name in exempt:
-            continue  # kubeadm pools on Linode are fixed-size by design (gpu_platform.components.linode.config)
+        if (pool.cloud == "linode" and not pool.autoscaled) or pool.name in exempt:
+            # Fixed-size Linode pools (minNodes == maxNodes) are sized Pulumi instances; autoscaled ones
+            # (the node-group provider, gpu_platform/components/linode/node_groups.py) are held to this rule.
+            continue
         note = (" Its exemptPools entry has no reason and approver, so it exempts nothing: write it as "
                 "{pool, reason, approver}." if pool.name in unexplained else "")
         if not pool.autoscaled:
@@ -96,7 +98,7 @@ def _validate_scale_to_zero(args, report_violation) -> None:
 
 gpu_pools_scale_to_zero = StackValidationPolicy(
     name="gpu-pools-scale-to-zero",
-    description="GPU node pools on GKE and AWS autoscale down to zero nodes when no job needs them.",
+    description="GPU node pools on GKE, AWS and autoscaled Linode pools scale down to zero nodes when no job needs them.",
     enforcement_level=EnforcementLevel.MANDATORY,
     config_schema=PolicyConfigSchema(properties={
         "exemptPools": {"type": "array", "default": [],

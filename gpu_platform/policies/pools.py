@@ -11,11 +11,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from gpu_platform.policies.props import as_int, as_list, get, is_true, tags_of
+from gpu_platform.policies.props import as_int, as_list, get, is_true, tags_from_list, tags_of
 
 LINODE_INSTANCE = "linode:index/instance:Instance"
+KUBE_CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+# The pool definition of autoscaled Linode GPU pools (gpu_platform/components/linode/node_groups.py NAME,
+# NAMESPACE): their instances are the node-group provider's, never in the plan.
+LINODE_NODE_GROUPS = ("kube-system", "linode-node-groups")
 GKE_CLUSTER = "gcp:container/cluster:Cluster"
 GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
 AWS_ASG = "aws:autoscaling/group:Group"
@@ -141,7 +145,39 @@ def _linode_pools(nodes: list[Node]) -> list[GpuPool]:
         approved, why = approval_of(tags)
         pool.on_demand_approved = pool.on_demand_approved and approved
         pool.approval_problem = pool.approval_problem or why
-    return list(groups.values())
+    return list(groups.values()) + _linode_autoscaled_pools(nodes)
+
+
+def _linode_autoscaled_pools(nodes: list[Node]) -> list[GpuPool]:
+    import json
+
+    out = []
+    for n in nodes:
+        if n.type != KUBE_CONFIG_MAP or (get(n.props, "metadata.namespace"), get(n.props, "metadata.name")) != LINODE_NODE_GROUPS:
+            continue
+        data = get(n.props, "data")
+        raw = data.get("pools.json") if isinstance(data, Mapping) else None  # (a dotted path would split the key)
+        try:
+            pools = json.loads(raw)["pools"] if isinstance(raw, str) else None
+        except (ValueError, KeyError, TypeError):
+            pools = None
+        if pools is None:
+            out.append(GpuPool(cloud="linode", name=n.name, urns=[n.urn], resource_type=n.type, instance_types=[],
+                               gpus_per_node=None, min_nodes=0, max_nodes=0, capacity="on-demand",
+                               on_demand_approved=False, autoscaled=True,
+                               problems=["its pool definition (pools.json) is not readable at plan time"]))
+            continue
+        for p in pools:
+            itype = str(p.get("instanceType"))
+            tags = tags_from_list(p.get("tags"))
+            approved, why = approval_of(tags)
+            gpus = gpus_of("linode", itype)
+            out.append(GpuPool(
+                cloud="linode", name=str(p.get("name")), urns=[n.urn], resource_type=n.type, instance_types=[itype],
+                gpus_per_node=gpus, min_nodes=as_int(p.get("minNodes")) or 0, max_nodes=as_int(p.get("maxNodes")) or 0,
+                capacity="on-demand", on_demand_approved=approved, autoscaled=True, approval_problem=why,
+                problems=[] if gpus is not None else [f"plan {itype!r} is not in the price catalog"]))
+    return out
 
 
 def _gke_cluster_of(pool: Node, clusters: list[Node]) -> Optional[Node]:

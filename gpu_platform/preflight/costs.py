@@ -184,7 +184,8 @@ class CostReport:
         if autoscaled:
             # the pool with the most GPUs at full size sets the overhead of the stack's curve
             pool = max(autoscaled, key=lambda p: catalog.instance(shape.cloud, p.instance_type).gpus * p.max_nodes)
-            down = getattr(getattr(self.cfg, "aws", None), "scale_down_grace_minutes", None) or 10.0
+            # The stack's scaleDownGraceMinutes (aws. or linode.; GKE's autoscaler default otherwise).
+            down = getattr(self.cfg.cloud_section, "scale_down_grace_minutes", None) or 10.0
             self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down))
         else:
             self.overhead = report.Overhead(1.0, "fixed-size pools: billed all month whatever the use")

@@ -13,6 +13,8 @@ if TYPE_CHECKING:  # gpu_platform.components.config imports this package's confi
 
 # Config namespace of the CCM/CSI token (not the provider's `linode:` namespace).
 CLUSTER_TOKEN_NAMESPACE = "linode-cluster"
+# Config namespace of the node-group provider's token (autoscaled GPU pools; scope linodes:read_write).
+NODE_GROUPS_TOKEN_NAMESPACE = "linode-node-groups"
 
 
 def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
@@ -28,8 +30,15 @@ def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
                         "linode:token. Create a token limited to Linodes, NodeBalancers, Volumes, VPCs and IPs "
                         "(docs/quickstart-linode.md, Linode API tokens).")
         cluster_token = deploy_token
+    node_groups_token = None
+    if any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools) and cfg.linode and cfg.linode.node_groups.image:
+        node_groups_token = pulumi.Config(NODE_GROUPS_TOKEN_NAMESPACE).get_secret("token")
+        if node_groups_token is None:
+            pulumi.log.warn(f"{NODE_GROUPS_TOKEN_NAMESPACE}:token is not set: the node-group provider gets the CCM/CSI "
+                            "token. Create a token with only Linodes: Read/Write (docs/linode-autoscaling.md).")
     cluster = LinodeKubeadmCluster(cfg.name_prefix, LinodeClusterArgs(config=cfg, api_token=cluster_token,
-                                                                      deploy_token=deploy_token))
+                                                                      deploy_token=deploy_token,
+                                                                      node_groups_token=node_groups_token))
     return cluster.handle
 
 

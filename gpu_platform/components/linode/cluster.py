@@ -29,12 +29,13 @@ from gpu_platform.components.config_base import approval_tags
 from gpu_platform.components.cluster import (
     CheckpointStore,
     ClusterHandle,
+    GpuPoolSpec,
     common_labels,
     gpu_pool_specs,
 )
 from gpu_platform.components.config import StackConfig
 from gpu_platform.components.bucket_lifecycle import BucketDeletion
-from gpu_platform.components.linode import addons, render
+from gpu_platform.components.linode import addons, node_groups, render
 from gpu_platform.components.linode.config import BUCKET_SUFFIX_LENGTH, bucket_label
 from gpu_platform.components.paths import program_relative
 
@@ -60,6 +61,8 @@ class LinodeClusterArgs:
     api_token: pulumi.Input[str]
     # The deployer's token (linode:token), for the object-storage provider that uses temporary keys.
     deploy_token: Optional[pulumi.Input[str]] = None
+    # The node-group provider's token (linodes:read_write; autoscaled GPU pools only).
+    node_groups_token: Optional[pulumi.Input[str]] = None
 
 
 def linode_tags(cfg: StackConfig, **extra: str) -> list[str]:
@@ -302,16 +305,20 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                                     {"role": "system-worker"}, control_planes[:1], control_plane=False))
             expected.append({"name": label, "gpus": 0})
 
+        scaled: list[tuple[GpuPoolSpec, list[str], dict[str, str]]] = []  # autoscaled pools (node_groups.py)
         for pool, ips in zip(pools, addresses.gpu_pools):
+            pool_tags = {"role": "gpu-worker", "gpu-pool": pool.name, "capacity": pool.capacity,
+                         **approval_tags(next(p.approved_on_demand for p in cfg.gpu_pools if p.name == pool.name), "linode")}
+            if node_groups.autoscaled(pool):
+                scaled.append((pool, ips, pool_tags))  # the node-group provider creates these
+                continue
             for i, ip in enumerate(ips):
                 label = f"{cfg.name_prefix}-{pool.name}-{i}"
                 node = render.NodeSpec(name=label, vpc_ip=ip, labels=dict(pool.node_labels), taints=list(pool.taints))
                 doc = worker_doc(node, gpu=True)
                 self.user_data[f"gpu-{pool.name}-{i}"] = doc
                 workers.append(instance(
-                    f"{pool.name}-{i}", label, pool.instance_type, ip, doc,
-                    {"role": "gpu-worker", "gpu-pool": pool.name, "capacity": pool.capacity,
-                     **approval_tags(next(p.approved_on_demand for p in cfg.gpu_pools if p.name == pool.name), "linode")},
+                    f"{pool.name}-{i}", label, pool.instance_type, ip, doc, pool_tags,
                     control_planes[:1], control_plane=False))
                 expected.append({"name": label, "gpus": pool.gpus_per_node})
 
@@ -411,6 +418,20 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                               vpc_label=f"{cfg.name_prefix}-vpc", subnet_label=f"{cfg.name_prefix}-nodes"),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[api_ready, vpc, subnet]),
         )
+        if scaled and section.node_groups.image is None:
+            pulumi.log.warn("linode.nodeGroups.image is not set: GPU pool(s) " + ", ".join(p.name for p, _, _ in scaled)
+                            + " autoscale but no node-group provider is deployed, so they stay at minNodes. Set the "
+                            "digest published by .github/workflows/linode-node-groups-image.yml (docs/linode-autoscaling.md).")
+        if scaled:
+            node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
+                config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],
+                pool_tags=[linode_tags(cfg, **t) for _, _, t in scaled], common_tags=tags,
+                image=section.node_groups.image, api_token=args.node_groups_token or args.api_token,
+                deploy_token=args.deploy_token or args.api_token, firewall_id=firewall.id, subnet_id=subnet.id,
+                control_plane_endpoint=endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint),
+                k8s_provider=provider, network=[firewall, subnet]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*installed.ready, self.join_token]))
+
         expected_json = json.dumps(expected, sort_keys=True)
         nodes_ready = command.local.Command(
             f"{name}-nodes-ready",

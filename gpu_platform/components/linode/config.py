@@ -43,6 +43,28 @@ class LinodeControlPlane(Model):
     count: Literal[1, 3] = 1
 
 
+# The cluster-autoscaler externalgrpc proto this project's node-group provider speaks carries the
+# template node as `nodeBytes` (field 2); releases before 1.34 only read the older `nodeInfo` field
+# (kubernetes/autoscaler cluster-autoscaler/cloudprovider/externalgrpc/protos/externalgrpc.proto at
+# cluster-autoscaler-1.33.6 vs 1.34.5), so autoscaled Linode pools need the 1.34+ autoscaler.
+AUTOSCALING_MIN_KUBERNETES = (1, 34)
+
+
+class LinodeNodeGroups(Model):
+    """The node-group provider that scales autoscaled Linode GPU pools (minNodes < maxNodes):
+    gpu_platform/controllers/linode_node_groups, docs/linode-autoscaling.md."""
+
+    # Its image by digest, as published by .github/workflows/linode-node-groups-image.yml on a release tag:
+    # ghcr.io/<owner>/gpu-platform-linode-node-groups@sha256:<64 hex>. Unset: no provider and no
+    # autoscaler are deployed, and autoscaled pools stay at minNodes (a warning says so).
+    image: Optional[str] = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$")
+    # A new node that has not registered after this long is deleted (its boot failed); the pool
+    # recovers on the autoscaler's next scale-up. The node's bootstrap token expires at the same time.
+    join_deadline_minutes: int = Field(default=40, ge=15, le=180)
+
+
 class LinodeSection(Model):
     region: str = Field(min_length=2)
     control_plane: LinodeControlPlane = Field(default_factory=LinodeControlPlane)
@@ -69,6 +91,10 @@ class LinodeSection(Model):
     # `kubeadm upgrade apply`, together with kubernetesVersion. A kubernetesVersion that differs from
     # it would give new nodes a kubelet the control plane does not run (refused).
     control_plane_version: Optional[str] = Field(default=None, pattern=r"^1\.\d{1,2}$")
+    # Autoscaled GPU pools: an idle GPU node is removed after this long (the same knob as
+    # aws.scaleDownGraceMinutes; cluster-autoscaler's scale-down-unneeded-time).
+    scale_down_grace_minutes: int = Field(default=15, ge=1, le=24 * 60)
+    node_groups: LinodeNodeGroups = Field(default_factory=LinodeNodeGroups)
 
     @field_validator("ssh_authorized_keys")
     @classmethod
@@ -179,11 +205,21 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
         issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
+    autoscaled_ok = tuple(int(x) for x in cfg.kubernetes_version.split(".")) >= AUTOSCALING_MIN_KUBERNETES
     for i, pool in enumerate(cfg.gpu_pools):
-        if pool.min_nodes != pool.max_nodes:
+        if pool.min_nodes != pool.max_nodes and section.control_plane.count > 1:
+            # cluster.py balancer_rules: the NodeBalancer's firewall lists the program's nodes' addresses.
             issues.append(ConfigIssue(
                 f"gpuPools[{i}].minNodes", pool.min_nodes,
-                f"equal to maxNodes ({pool.max_nodes}): Linode GPU pools of a kubeadm cluster do not autoscale"))
+                f"equal to maxNodes ({pool.max_nodes}) with linode.controlPlane.count 3: the API NodeBalancer's "
+                "firewall admits the program's own nodes only, so nodes the node-group provider creates could not "
+                "reach the API (autoscaled Linode pools need a single control plane for now)"))
+        elif pool.min_nodes != pool.max_nodes and not autoscaled_ok:
+            minimum = ".".join(map(str, AUTOSCALING_MIN_KUBERNETES))
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].minNodes", pool.min_nodes,
+                f"equal to maxNodes ({pool.max_nodes}) on kubernetesVersion {cfg.kubernetes_version}: autoscaled "
+                f"Linode GPU pools need cluster-autoscaler {minimum} or newer (kubernetesVersion >= {minimum})"))
         itype = catalog.instance("linode", pool.instance_type)
         if itype is not None and itype.regions is not None and section.region not in itype.regions:
             issues.append(ConfigIssue(

@@ -153,6 +153,35 @@ def _linode_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[N
             instance_type=itype, capacity=pool_capacity.get(labels.get(POOL_LABEL, ""), "on-demand")))
     notes.append("linode: node groups, labels and taints decoded from each instance's kubeadm config (user data); "
                  "fixed sizes (no autoscaler): min = max = instances in the plan")
+    scaled = _linode_autoscaled_groups(plan)
+    if scaled:
+        notes.append("linode: autoscaled GPU pools (" + ", ".join(g.name for g in scaled) + ") from the node-group "
+                     "provider's pool definition (ConfigMap kube-system/linode-node-groups, pools.json): min..max nodes, "
+                     "the labels and taints its nodes register with")
+    return out + scaled
+
+
+def _linode_autoscaled_groups(plan: "Plan") -> list[NodeGroup]:
+    """Pools the node-group provider scales (gpu_platform/components/linode/node_groups.py): they have no
+    instance in the plan, only their definition."""
+    import json
+
+    from gpu_platform.components.linode.node_groups import NAME, NAMESPACE
+
+    out = []
+    for cm in plan.by_type("kubernetes:core/v1:ConfigMap"):
+        meta = cm.plain_inputs.get("metadata") or {}
+        if meta.get("name") != NAME or meta.get("namespace") != NAMESPACE:
+            continue
+        raw = (cm.plain_inputs.get("data") or {}).get("pools.json")
+        if not isinstance(raw, str):
+            raise ModelError(f"{cm.name}: pools.json is not known at plan time")
+        for pool in json.loads(raw)["pools"]:
+            itype = pool["instanceType"]
+            out.append(NodeGroup(
+                name=pool["name"], role="gpu", min_nodes=int(pool["minNodes"]), max_nodes=int(pool["maxNodes"]),
+                labels={**_well_known(itype), **pool["labels"]}, taints=[dict(t) for t in pool["taints"]],
+                allocatable=allocatable("linode", itype), instance_type=itype, capacity="on-demand"))
     return out
 
 
