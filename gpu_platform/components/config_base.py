@@ -12,7 +12,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
                       ValidationInfo, field_validator)
@@ -127,8 +127,11 @@ def _cidr(value: str) -> str:
 
 
 def _email(value: str) -> str:
-    if not EMAIL.fullmatch(value):
-        raise ValueError("an e-mail address such as ops@example.com")
+    from gpu_platform.components.approvals import email_problem
+
+    problem = email_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
 
 
@@ -216,7 +219,28 @@ class OnDemandApproval(Model):
     """Why a GPU pool may run on-demand, and who said so: lands in tags/labels and preflight's report."""
 
     reason: str = Field(min_length=10, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
-    approver: str = Field(min_length=2, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+    approver: str = Field(min_length=2, max_length=64, pattern=r"^[A-Za-z0-9@][A-Za-z0-9._@+-]*$")
+    # The last day the approval holds (YYYY-MM-DD); optional for pools, required for policy exceptions.
+    until: Optional[str] = None
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _until_text(cls, value: Any) -> Any:
+        import datetime as dt
+
+        return value.isoformat() if isinstance(value, dt.date) else value
+
+    @field_validator("reason", "approver", "until")
+    @classmethod
+    def _recorded(cls, value: Any, info: ValidationInfo) -> Any:
+        from gpu_platform.components import approvals
+
+        check = {"reason": approvals.reason_problem, "approver": approvals.approver_problem,
+                 "until": approvals.until_problem}[info.field_name]
+        problem = None if value is None else check(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 # Characters each cloud accepts in a tag/label value, and the most it takes (key:value on Linode).
