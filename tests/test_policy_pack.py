@@ -296,7 +296,7 @@ def test_exempt_pool_knob_allows_a_warm_floor_with_reason_and_approver(analyzer)
 def test_an_unexplained_exemption_exempts_nothing(analyzer):
     plan = plan_of(eks(asg={"min_size": 1}), "aws")
     assert_violates(analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": ["g5"]}}),
-                    "gpu-pools-scale-to-zero", "mandatory", "has no reason and approver, so it exempts nothing")
+                    "gpu-pools-scale-to-zero", "mandatory", "has no reason and approver that hold")
 
 
 def test_gpu_ceiling_counts_max_nodes_times_gpus_per_node(analyzer):

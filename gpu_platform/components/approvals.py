@@ -23,6 +23,9 @@ PLACEHOLDERS = frozenset({
     "no reason", "whatever", "dummy", "sample", "example", "later", "wip", "ok", "yes", "approved", "n/a", "-",
 })
 
+# Words that mark a whole text as unfinished wherever they stand ("TODO: fill in", "reason tbd").
+UNFINISHED = frozenset({"tbd", "tba", "todo", "fixme", "xxx", "placeholder", "lorem", "asdf", "wip"})
+
 # RFC 5322 dot-atom local part (atext), RFC 1035/5321 domain of LDH labels with an alphabetic TLD.
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _LOCAL = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*")
@@ -68,7 +71,7 @@ def reason_problem(value: Any) -> Optional[str]:
     words = re.findall(r"[^\W\d_]{2,}", text)
     normal = " ".join(re.sub(r"[\W_]+", " ", text.lower()).split())
     if normal in PLACEHOLDERS or not words or all(w.lower() in PLACEHOLDERS for w in words) \
-            or len(set(normal.replace(" ", ""))) < 3:
+            or any(w.lower() in UNFINISHED for w in words) or len(set(normal.replace(" ", ""))) < 3:
         return f"a real reason, not a placeholder ({text[:40]!r})"
     if len(text) < 10 or len(words) < 2:
         return "a reason of at least 10 characters and two words"

@@ -62,17 +62,20 @@ interruptible_gpu_capacity = StackValidationPolicy(
 
 
 def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """exemptPools entries: {pool, reason, approver} exempt a pool; a bare name (or an entry missing the
-    reason or approver) exempts nothing and is reported."""
+    """exemptPools entries: {pool, reason, approver[, until]} exempt a pool when the reason is a real one and
+    the approver a person (gpu_platform/components/approvals.py); a bare name, or an entry whose reason,
+    approver or date does not hold, exempts nothing and is reported."""
+    from gpu_platform.components.approvals import approval_problems
+
     valid: dict[str, dict[str, str]] = {}
     unexplained: list[str] = []
     for e in entries or []:
         if isinstance(e, str):
             unexplained.append(e)
             continue
-        pool, reason, approver = (str(e.get(k) or "").strip() for k in ("pool", "reason", "approver"))
-        if pool and reason and approver:
-            valid[pool] = {"reason": reason, "approver": approver}
+        pool = str(e.get("pool") or "").strip()
+        if pool and not approval_problems(dict(e), need_until=False):
+            valid[pool] = {"reason": str(e["reason"]).strip(), "approver": str(e["approver"])}
         else:
             unexplained.append(pool or "?")
     return valid, unexplained
@@ -83,8 +86,8 @@ def _validate_scale_to_zero(args, report_violation) -> None:
     for pool in gpu_pools(stack_nodes(args.resources)):
         if pool.cloud == "linode" or pool.name in exempt:
             continue  # kubeadm pools on Linode are fixed-size by design (gpu_platform.components.linode.config)
-        note = (" Its exemptPools entry has no reason and approver, so it exempts nothing: write it as "
-                "{pool, reason, approver}." if pool.name in unexplained else "")
+        note = (" Its exemptPools entry has no reason and approver that hold (a real reason; an e-mail address or "
+                "@github-handle), so it exempts nothing: write it as {pool, reason, approver}." if pool.name in unexplained else "")
         if not pool.autoscaled:
             report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) has a fixed size of {pool.max_nodes} nodes; "
                              f"give it autoscaling with a minimum of 0.{note}", pool.urn)
@@ -105,7 +108,8 @@ gpu_pools_scale_to_zero = StackValidationPolicy(
                             {"type": "object", "required": ["pool", "reason", "approver"], "additionalProperties": False,
                              "properties": {"pool": {"type": "string", "minLength": 1},
                                             "reason": {"type": "string", "minLength": 10},
-                                            "approver": {"type": "string", "minLength": 2}}}]},
+                                            "approver": {"type": "string", "minLength": 2},
+                                            "until": {"type": "string"}}}]},
                         "description": "Pools allowed to keep a warm floor of nodes: {pool, reason, approver} "
                                        "(a bare name exempts nothing and is reported)."},
     }),

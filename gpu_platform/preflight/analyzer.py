@@ -720,12 +720,12 @@ def _approvals(plan: Plan, reconciled: Mapping[str, tuple[str, dict[str, Any]]])
     from gpu_platform.policies.pools import APPROVER_KEY, REASON_KEY, POOL_KEY
     from gpu_platform.policies.props import tags_of
 
+    from gpu_platform.policies.cost_rules import exemptions
+
     out = []
-    exempt = reconciled.get("gpu-pools-scale-to-zero", ("", {}))[1].get("exemptPools") or []
-    for e in exempt:
-        if isinstance(e, Mapping):
-            out.append(f"gpu-pools-scale-to-zero exempts pool {e.get('pool')} (reason: {e.get('reason')}; "
-                       f"approver: {e.get('approver')})")
+    exempt, _ = exemptions(reconciled.get("gpu-pools-scale-to-zero", ("", {}))[1].get("exemptPools") or [])
+    for pool, e in exempt.items():
+        out.append(f"gpu-pools-scale-to-zero exempts pool {pool} (reason: {e['reason']}; approver: {e['approver']})")
     seen = set()
     for r in plan.resources:
         for where in ("tags", "labels", "nodeConfig.resourceLabels"):

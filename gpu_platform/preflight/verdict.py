@@ -117,6 +117,8 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
                 .replace("policys", "policies") +
                 f", {plural(pol['mandatoryViolations'], 'mandatory violation')}, {pol['advisoryViolations']} advisory")
         rows.append(("policies", text, "bold red" if pol["verdict"] == "fail" else "green"))
+        # Every exception and approval in force: a reviewer sees who allowed what, and until when.
+        rows += [("approved", a, "yellow") for a in pol.get("approvals", [])]
     fit = doc.get("clusterFit")
     if fit is not None:
         text = (f"{'FAIL' if fit['verdict'] == 'fail' else 'PASS'}  {plural(fit['releases'], 'release')}, "
@@ -182,6 +184,8 @@ def markdown(docs: list[dict[str, Any]]) -> str:
                 details.append(f"- policy `{p['name']}` ({p.get('enforcementLevel')}): {v.get('message', v) if isinstance(v, dict) else v}")
         for p in (doc.get("clusterFit") or {}).get("problems", []):
             details.append(f"- {p['check']}: `{p['object']}` ({p['release']}): {p['reason']} — fix: {p['fix']}")
+        for a in (doc.get("policies") or {}).get("approvals", []):
+            details.append(f"- approved: {a}")
         if details:
             lines += ["", f"### {doc['stack']}", *details]
     return "\n".join(lines) + "\n"
