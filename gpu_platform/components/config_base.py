@@ -46,7 +46,9 @@ class ConfigIssue:
 
     def render(self) -> str:
         shown = _short(self.value)
-        return f"  {NAMESPACE}:{self.key}: {shown} -> {self.allowed}"
+        # The key comes from the file: escape sequences in it must not reach the terminal.
+        key = json.dumps(self.key)[1:-1] if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in self.key) else self.key
+        return f"  {NAMESPACE}:{key}: {shown} -> {self.allowed}"
 
 
 MISSING = object()
@@ -56,10 +58,22 @@ MISSING = object()
 SECRET = object()
 
 
+def _holds_secure(value: Any, depth: int = 0) -> bool:
+    """A `secure:` mapping anywhere in `value` (a secret written where no secret belongs, perhaps beside
+    other keys): the whole value is never echoed."""
+    if depth > 64:
+        return True
+    if isinstance(value, dict):
+        return "secure" in value or any(_holds_secure(v, depth + 1) for v in list(value.values())[:1000])
+    if isinstance(value, list):
+        return any(_holds_secure(v, depth + 1) for v in value[:1000])
+    return False
+
+
 def _short(value: Any) -> str:
     if value is MISSING:
         return "(missing)"
-    if value is SECRET:
+    if value is SECRET or _holds_secure(value):
         return "(a secret value)"
     try:
         # Bounded: a huge or deeply nested input is cut, never serialized whole.
