@@ -339,6 +339,7 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
 
     checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
     issues += checks[cfg.cloud](cfg, catalog)
+    issues += private_range_issues(cfg)
     from gpu_platform.components.platform.config import check_stack as check_platform
 
     issues += check_platform(cfg)
@@ -346,6 +347,29 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
         from gpu_platform.components.names import name_issues
 
         issues += name_issues(cfg)
+    return issues
+
+
+def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
+    """Pod and service ranges stay inside the cluster: private IPv4 (RFC 1918, RFC 6598), as the clusters
+    are IPv4. A public pod range on Linode would become a firewall rule accepting the Internet
+    (8.8.0.0/16), an IPv6 one a value the firewall's ipv4s refuses. EKS clusters here are IPv4, so their
+    admin ranges (publicAccessCidrs, security groups) are IPv4 too."""
+    import ipaddress
+
+    from gpu_platform.components.gcp.config import INTERNAL_TEXT, is_internal
+
+    issues = []
+    if cfg.cloud == "linode" and cfg.linode is not None:
+        for key, value in (("linode.podCidr", cfg.linode.pod_cidr), ("linode.serviceCidr", cfg.linode.service_cidr)):
+            if not is_internal(ipaddress.ip_network(value)):
+                issues.append(ConfigIssue(key, value, f"a private IPv4 range inside {INTERNAL_TEXT} (the cluster is IPv4 "
+                                                      "and its firewall trusts this range)"))
+    if cfg.cloud == "aws":
+        for i, cidr in enumerate(cfg.admin_cidrs):
+            if ipaddress.ip_network(cidr).version != 4:
+                issues.append(ConfigIssue(f"adminCidrs[{i}]", cidr, "an IPv4 range (the EKS cluster is IPv4: its API "
+                                                                    "endpoint's publicAccessCidrs take IPv4 ranges)"))
     return issues
 
 

@@ -123,6 +123,7 @@ class ConfigError(Exception):
 DNS1123_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+PLAIN_NUMBER = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 
 
@@ -149,10 +150,43 @@ def _email(value: str) -> str:
     return value
 
 
+# Labels in the kubernetes.io / k8s.io namespaces a kubelet may set on its own node (--node-labels):
+# kubernetes/kubernetes staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go (kubeletLabels,
+# IsKubeletLabel: these keys, or a prefix ending in kubelet.kubernetes.io or node.kubernetes.io).
+# Anything else there (node-role.kubernetes.io/*, kubernetes.io/role) makes the kubelet refuse to start.
+KUBELET_LABELS = frozenset({
+    "kubernetes.io/hostname", "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+    "node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type", "kubernetes.io/os", "kubernetes.io/arch",
+    "beta.kubernetes.io/os", "beta.kubernetes.io/arch",
+})
+KUBELET_LABEL_NAMESPACE_SUFFIXES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def label_key_problem(key: str) -> "str | None":
+    """None when `key` is a Kubernetes label key a kubelet may set (validation.IsQualifiedName: a name of
+    at most 63 characters, an optional DNS-subdomain prefix of at most 253, then IsKubeletLabel)."""
+    if not LABEL_KEY.fullmatch(key):
+        return f"Kubernetes label keys ([prefix/]name of letters, digits, '-', '_', '.'); {key!r} is not one"
+    prefix, _, name = key.rpartition("/")
+    if len(name) > 63:
+        return f"a label name (after the prefix) of at most 63 characters; {key[:40]!r}... has {len(name)}"
+    if len(prefix) > 253:
+        return f"a label prefix (a DNS subdomain) of at most 253 characters; it has {len(prefix)}"
+    reserved = prefix in ("kubernetes.io", "k8s.io") or prefix.endswith((".kubernetes.io", ".k8s.io"))
+    if reserved and key not in KUBELET_LABELS and not (
+            prefix.endswith(KUBELET_LABEL_NAMESPACE_SUFFIXES) and prefix != "node-restriction.kubernetes.io"):
+        return (f"a label outside the reserved kubernetes.io and k8s.io namespaces ({key!r}: the kubelet refuses to "
+                "set it with --node-labels; only node.kubernetes.io/*, kubelet.kubernetes.io/* and the well-known "
+                "topology, os and arch labels are allowed there)")
+    return None
+
+
 def _labels(value: dict[str, str]) -> dict[str, str]:
     for k, v in value.items():
-        if len(k) > 63 + 254 or not LABEL_KEY.fullmatch(k):
-            raise ValueError(f"Kubernetes label keys ([prefix/]name); {k!r} is not one")
+        problem = label_key_problem(k)
+        if problem:
+            raise ValueError(problem)
         if len(v) > 63 or not LABEL_VALUE.fullmatch(v):
             raise ValueError(f"Kubernetes label values (at most 63 of [A-Za-z0-9-_.]); {v!r} is not one")
     return value
@@ -225,6 +259,10 @@ class Model(BaseModel):
             raise ValueError("true or false, not a number")
         if _non_finite(value):
             raise ValueError("a finite number")
+        if numeric and bool not in kinds and str not in kinds and isinstance(value, str) \
+                and not PLAIN_NUMBER.fullmatch(value):
+            # The CLI hands numbers as text; pydantic would also read "5_000", " 5000" or "1e3" as numbers.
+            raise ValueError("a plain number such as 5000 (digits only: no '_', spaces or exponent)")
         return value
 
 
