@@ -50,6 +50,40 @@ def email_problem(value: Any) -> Optional[str]:
     return None
 
 
+def hostname_problem(value: str) -> Optional[str]:
+    """None when `value` is a host name of RFC 1123 (LDH labels of 1 to 63, not starting or ending with
+    '-', at most 253 in all) or a dotted IPv4 address."""
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Address(value)
+        return None
+    except ValueError:
+        pass
+    labels = value.split(".")
+    if len(value) > 253 or not all(_LABEL.fullmatch(x) for x in labels) or labels[-1].isdigit():
+        return "a host name of letters, digits and '-' in dot-separated labels (RFC 1123), or an IPv4 address"
+    return None
+
+
+def ssh_key_problem(value: str) -> Optional[str]:
+    """None when `value` is one OpenSSH public key line that parses as a key (cryptography's
+    load_ssh_public_key), with at most a comment of printable characters after it."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+
+    if _CONTROL.search(value) or "\n" in value.strip():
+        return "one OpenSSH public key per entry, without control characters or line breaks"
+    parts = value.strip().split(None, 2)
+    if len(parts) < 2:
+        return "an OpenSSH public key: <type> <base64> [comment]"
+    try:
+        load_ssh_public_key(f"{parts[0]} {parts[1]}".encode("ascii"))
+    except (ValueError, UnsupportedAlgorithm, UnicodeEncodeError) as exc:
+        return f"an OpenSSH public key that parses ({str(exc)[:80] or type(exc).__name__})"
+    return None
+
+
 def approver_problem(value: Any) -> Optional[str]:
     """None when `value` names a person: an e-mail address or a @github-handle."""
     if isinstance(value, str) and value.startswith("@"):

@@ -260,7 +260,7 @@ class Model(BaseModel):
         if _non_finite(value):
             raise ValueError("a finite number")
         if numeric and bool not in kinds and str not in kinds and isinstance(value, str) \
-                and not PLAIN_NUMBER.fullmatch(value):
+                and re.search(r"[0-9]", value) and not PLAIN_NUMBER.fullmatch(value):
             # The CLI hands numbers as text; pydantic would also read "5_000", " 5000" or "1e3" as numbers.
             raise ValueError("a plain number such as 5000 (digits only: no '_', spaces or exponent)")
         return value
