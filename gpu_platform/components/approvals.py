@@ -33,7 +33,19 @@ _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _TLD = re.compile(r"[A-Za-z]{2,63}")
 # GitHub user names: 1 to 39 letters, digits and single hyphens, not starting or ending with one.
 _GITHUB_HANDLE = re.compile(r"@[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: control characters (escape sequences that could forge or erase
+    lines), bidirectional overrides and line separators shown as \\x.. / \\u.... escapes; newlines and tabs kept."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def one_line(text: str) -> str:
+    """printable(), and newlines and tabs escaped too (a key or value echoed inside one message line)."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def email_problem(value: Any) -> Optional[str]:

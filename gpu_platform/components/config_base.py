@@ -47,7 +47,9 @@ class ConfigIssue:
     def render(self) -> str:
         shown = _short(self.value)
         # The key comes from the file: escape sequences in it must not reach the terminal.
-        key = json.dumps(self.key)[1:-1] if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in self.key) else self.key
+        from gpu_platform.components.approvals import one_line
+
+        key = one_line(self.key)
         return f"  {NAMESPACE}:{key}: {shown} -> {self.allowed}"
 
 

@@ -288,13 +288,11 @@ def load_yaml_text(text: str, shown: str) -> Any:
     return data
 
 
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def printable(text: str) -> str:
-    """`text` safe to print on a terminal: control characters (escape sequences that could forge or erase
-    lines), bidirectional overrides and line separators shown as \\x.. / \\u.... escapes."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """`text` safe to print on a terminal (gpu_platform/components/approvals.printable)."""
+    from gpu_platform.components.approvals import printable as _printable
+
+    return _printable(text)
 
 
 def load_yaml_file(path: "str | Path", shown: str | None = None, max_bytes: int = MAX_BYTES) -> Any:
