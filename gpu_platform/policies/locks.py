@@ -134,7 +134,7 @@ def judge(name: str, level: str, props: Mapping[str, Any], base_level: str, base
             return (f"{where} {' and '.join(what)}, but {name} is a mandatory guardrail: it stays {base_level} with its "
                     f"default settings unless the change is approved. Record who approved it, why and until when "
                     f"under the policy: {EXCEPTION_KEY}: {{reason: ..., approver: <e-mail or @github-handle>, "
-                    "until: YYYY-MM-DD} (docs/policies.md)."), None
+                    "until: YYYY-MM-DD} (docs/costs-and-alerts.md, 'Guardrails and their exceptions')."), None
         source = f"its {EXCEPTION_KEY} in the policy config"
     problems = approval_problems(dict(entry) if isinstance(entry, Mapping) else entry, need_until=True, on=on)
     if problems:
