@@ -117,8 +117,6 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
                 .replace("policys", "policies") +
                 f", {plural(pol['mandatoryViolations'], 'mandatory violation')}, {pol['advisoryViolations']} advisory")
         rows.append(("policies", text, "bold red" if pol["verdict"] == "fail" else "green"))
-        # Every exception and approval in force: a reviewer sees who allowed what, and until when.
-        rows += [("approved", a, "yellow") for a in pol.get("approvals", [])]
     fit = doc.get("clusterFit")
     if fit is not None:
         text = (f"{'FAIL' if fit['verdict'] == 'fail' else 'PASS'}  {plural(fit['releases'], 'release')}, "
@@ -139,6 +137,8 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
                 text += " (OVER at full capacity" + (f"; reached at {at:.0f} % utilisation)" if isinstance(at, (int, float)) else ")")
                 style = "yellow"
         rows.append(("cost", text, style))
+    # Every exception and approval in force: a reviewer sees who allowed what, and until when.
+    rows += [("approved", a, "yellow") for a in (pol or {}).get("approvals", [])]
     for warning in doc.get("warnings", []):
         rows.append(("warning", warning, "yellow"))
     return rows
