@@ -69,7 +69,7 @@ def test_control_characters_in_keys_are_escaped(tmp_path, capsys):
     code, text, _ = run_main(["--stack-file", str(stack), "--quiet", "--no-policies"], capsys)
     assert code == 2, text
     assert "\x1b" not in text and "\r" not in text
-    assert "\\u001b[2K\\rgpu-platform:cloud: OK" in text
+    assert "\\x1b[2K\\rgpu-platform:cloud: OK" in text
 
 
 def test_a_secure_value_beside_other_keys_is_never_echoed(tmp_path, capsys):
