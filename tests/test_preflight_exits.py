@@ -133,3 +133,22 @@ def test_sigterm_mid_analysis_stops_the_pack_and_removes_temporary_files(tmp_pat
             f"policy pack {pid} still running"
     assert not list(tmp.rglob("stack-config.json")), "the temporary stack config was left behind"
     assert not list(tmp.glob("gpu-platform-policy-*"))
+
+
+@pytest.mark.parametrize("which", ["stack", "policy"])
+def test_one_long_string_aliased_thousands_of_times_is_refused(tmp_path, capsys, which):
+    """412 KB: one 400 KB string aliased 4,000 times is few YAML nodes but 1.6 GB of text once expanded;
+    the loader counts the text (safe_yaml.MAX_EXPANDED_BYTES) and refuses it before building it."""
+    bomb = "x" * 400_000
+    aliases = ", ".join(["*s"] * 4000)
+    stack = _stack_file(tmp_path)
+    if which == "stack":
+        stack.write_text(stack.read_text() + f"  other:long: &s {bomb}\n  other:many: [{aliases}]\n")
+        argv = ["--stack-file", str(stack), "--no-policies"]
+    else:
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(f"gpu-count-ceiling:\n  maxGpus: 8\n  note: &s {bomb}\ncost-allocation-tags: [{aliases}]\n")
+        argv = ["--stack-file", str(stack), "--policy-config", str(policy)]
+    code, text, _ = run_main(argv + ["--quiet", "--out", str(tmp_path / "build")], capsys)
+    assert code == 2, text
+    assert "aliases expand to more than 2048 KiB of text" in text
