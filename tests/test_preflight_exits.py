@@ -152,3 +152,18 @@ def test_one_long_string_aliased_thousands_of_times_is_refused(tmp_path, capsys,
     code, text, _ = run_main(argv + ["--quiet", "--out", str(tmp_path / "build")], capsys)
     assert code == 2, text
     assert "aliases expand to more than 2048 KiB of text" in text
+
+
+def test_the_whole_run_has_a_deadline_with_a_clear_message(tmp_path):
+    """--timeout bounds the whole command: past it preflight says so, exits 3 (no verdict) and leaves no
+    policy pack or temporary stack config behind."""
+    stack = _stack_file(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "--stack-file", str(stack), "--quiet",
+                          "--timeout", "1", "--out", str(tmp_path / "build")], cwd=ROOT,
+                         env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert "preflight demo: gave up after 1s (--timeout): no verdict" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not list(tmp.rglob("stack-config.json"))
