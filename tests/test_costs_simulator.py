@@ -237,3 +237,26 @@ def test_monte_carlo_prints_mean_and_spread(capsys):
     assert main(["simulate", str(SCENARIO), "--seeds", "3"]) == 0
     out = capsys.readouterr().out
     assert "Monte Carlo" in out and "3 seeds 2022..2024" in out and "+-" in out
+
+
+@pytest.mark.parametrize("itype,cloud,nodes", [("g5.48xlarge", "aws", 1000), ("a2-highgpu-1g", "gcp", 1000)])
+def test_the_cost_report_simulates_a_bounded_pool_whatever_its_size(monkeypatch, itype, cloud, nodes):
+    """Issue 23: the simulation's work grew with the pool (minutes at 1000 nodes). The report simulates
+    at most SIMULATED_GPUS_MAX GPUs of the same shape and says so (timing: `make bench`)."""
+    from gpu_platform.costs import report, simulator
+    from gpu_platform.costs.estimator import PoolShape
+
+    seen = []
+    real = simulator.simulate_platform
+
+    def recording(platform, jobs, *args, **kwargs):
+        seen.append((platform, len(jobs)))
+        return real(platform, jobs, *args, **kwargs)
+
+    monkeypatch.setattr(simulator, "simulate_platform", recording)
+    overhead = report.simulated_overhead(cloud, PoolShape("big", itype, "spot", 0, nodes))
+    (platform, jobs), = seen
+    gpus = load_catalog().instance(cloud, itype).gpus
+    assert platform.max_nodes * gpus <= report.SIMULATED_GPUS_MAX and platform.min_nodes == 0
+    assert jobs < 5000
+    assert f"simulated at {platform.max_nodes} of its {nodes} nodes" in overhead.basis

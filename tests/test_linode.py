@@ -94,7 +94,7 @@ def test_ssh_opens_only_with_keys_and_only_to_admin_cidrs():
 
 def test_ssh_keys_reach_the_instances_when_given():
     cfg = stack_config("linode-dev")
-    cfg["gpu-platform:linode"]["sshAuthorizedKeys"] = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample ops@example.com"]
+    cfg["gpu-platform:linode"]["sshAuthorizedKeys"] = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAOhB7/zzhC+HXDdGOdLwJln5NYwm6UNXx3chmQSVTG4 ops@example.com"]
     plan = plan_config(cfg)
     assert all(r.inputs["authorizedKeys"] for r in plan.by_type(INSTANCE))
     assert [r for r in plan.one(FIREWALL).inputs["inbounds"] if r.get("ports") == "22"]

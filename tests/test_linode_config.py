@@ -102,7 +102,7 @@ def test_region_table_is_dated_and_sourced():
 
 
 def test_ssh_keys_without_admin_cidrs_are_rejected():
-    cfg = _linode(sshAuthorizedKeys=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample ops@example.com"])
+    cfg = _linode(sshAuthorizedKeys=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAOhB7/zzhC+HXDdGOdLwJln5NYwm6UNXx3chmQSVTG4 ops@example.com"])
     cfg["gpu-platform:adminCidrs"] = []
     message = _reject(cfg)
     assert "linode.sshAuthorizedKeys" in message and "adminCidrs" in message

@@ -181,7 +181,7 @@ def test_nodes_are_replaced_delete_first_never_for_ssh_keys_and_control_planes_a
 
 def test_adding_an_ssh_key_changes_only_ignored_inputs(dev):
     cfg = stack_config("linode-dev")
-    cfg["gpu-platform:linode"]["sshAuthorizedKeys"] = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample ops@example.com"]
+    cfg["gpu-platform:linode"]["sshAuthorizedKeys"] = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAOhB7/zzhC+HXDdGOdLwJln5NYwm6UNXx3chmQSVTG4 ops@example.com"]
     with_key = plan_config(cfg)
     before = {r.plain_inputs["label"]: r.plain_inputs for r in dev.by_type(INSTANCE)}
     for r in with_key.by_type(INSTANCE):

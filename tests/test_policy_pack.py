@@ -34,6 +34,15 @@ from tests.conftest import ROOT
 from tests.conftest import stack_config
 
 ADMIN = "203.0.113.0/24"
+
+
+def approval(days: int = 30, **changes: str) -> dict[str, str]:
+    """A valid exception (gpu_platform/policies/locks.py): who, why, until a date `days` from today."""
+    import datetime as dt
+
+    until = (dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=days)).isoformat()
+    return {"reason": "capacity planning for the Q1 training run", "approver": "jane@example.com",
+            "until": until, **changes}
 LABELS = {"owner": "ml-platform", "cost-center": "research", "environment": "test"}
 ALL_POLICIES = {
     "gpu-interruptible-capacity": "mandatory",
@@ -211,11 +220,13 @@ def test_pack_declares_every_policy_with_level_description_and_knob_schema(analy
         assert levels[info[name].enforcementLevel] == level, name
         assert len(info[name].description) > 30, name
     knobs = {name: set(p.configSchema.properties.keys()) for name, p in info.items()}
-    assert knobs["gpu-count-ceiling"] == {"maxGpus"}
-    assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd", "minOverrideRatio"}
-    assert knobs["gpu-pools-scale-to-zero"] == {"exemptPools"}
+    # every mandatory policy takes an `exception` {reason, approver, until} (gpu_platform/policies/locks.py)
+    assert all("exception" in knobs[n] for n, level in ALL_POLICIES.items() if level == "mandatory")
+    assert knobs["gpu-count-ceiling"] == {"maxGpus", "exception"}
+    assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd", "minOverrideRatio", "maxBudgetOverrun", "exception"}
+    assert knobs["gpu-pools-scale-to-zero"] == {"exemptPools", "exception"}
     assert knobs["no-public-admin-access"] == {"sshPorts", "kubeApiPorts", "minPrefixV4", "minPrefixV6",
-                                               "maxUnionPrefixV4", "maxUnionPrefixV6"}
+                                               "maxUnionPrefixV4", "maxUnionPrefixV6", "exception"}
     assert knobs["cost-allocation-tags"] == {"requiredKeys"}
 
 
@@ -286,7 +297,7 @@ def test_exempt_pool_knob_allows_a_warm_floor_with_reason_and_approver(analyzer)
 def test_an_unexplained_exemption_exempts_nothing(analyzer):
     plan = plan_of(eks(asg={"min_size": 1}), "aws")
     assert_violates(analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": ["g5"]}}),
-                    "gpu-pools-scale-to-zero", "mandatory", "has no reason and approver, so it exempts nothing")
+                    "gpu-pools-scale-to-zero", "mandatory", "has no reason and approver that hold")
 
 
 def test_gpu_ceiling_counts_max_nodes_times_gpus_per_node(analyzer):
@@ -294,11 +305,12 @@ def test_gpu_ceiling_counts_max_nodes_times_gpus_per_node(analyzer):
     program = gke(pool={"node_config": {"machine_type": "a2-highgpu-8g", "guest_accelerators": [
         {"type": "nvidia-tesla-a100", "count": 8}]}, "autoscaling": {"total_max_node_count": 9}})
     plan = plan_of(program)
-    report = analyzer.analyze(plan, {"monthly-cost-ceiling": {"maxMonthlyUsd": 10_000_000}})
+    cost = {"maxMonthlyUsd": 10_000_000, "exception": approval()}
+    report = analyzer.analyze(plan, {"monthly-cost-ceiling": cost})
     assert_violates(report, "gpu-count-ceiling", "mandatory", "72 GPUs", "a100: 9 x 8")
     assert_only(report, "gpu-count-ceiling")
-    raised = analyzer.analyze(plan, {"gpu-count-ceiling": {"maxGpus": 72},
-                                     "monthly-cost-ceiling": {"maxMonthlyUsd": 10_000_000}})
+    raised = analyzer.analyze(plan, {"gpu-count-ceiling": {"maxGpus": 72, "exception": approval()},
+                                     "monthly-cost-ceiling": cost})
     assert_only(raised)
 
 
@@ -307,7 +319,8 @@ def test_gke_per_zone_autoscaling_limits_multiply_by_zones(analyzer):
     program = gke(pool={"node_config": {"machine_type": "a2-highgpu-8g", "guest_accelerators": [
         {"type": "nvidia-tesla-a100", "count": 8}]}, "autoscaling": {
             "total_min_node_count": None, "total_max_node_count": None, "min_node_count": 0, "max_node_count": 5}})
-    report = analyzer.analyze(plan_of(program), {"monthly-cost-ceiling": {"maxMonthlyUsd": 10_000_000}})
+    report = analyzer.analyze(plan_of(program), {"monthly-cost-ceiling": {"maxMonthlyUsd": 10_000_000,
+                                                                         "exception": approval()}})
     assert_violates(report, "gpu-count-ceiling", "mandatory", "80 GPUs")
 
 
@@ -481,18 +494,21 @@ def test_aws_provider_default_tags_count_and_cost_center_spellings_match(analyze
 
 
 def test_all_and_per_policy_levels_apply_like_the_cli(analyzer):
-    """Levels reconcile like the CLI's ("all" first, then per policy) for policies that are not locked."""
+    """Levels reconcile like the CLI's ("all" first, then per policy); lowering a mandatory policy takes
+    an exception (tests/test_policy_exceptions.py), raising an advisory one does not."""
     plan = plan_of(eks(asg={"min_size": 1}), "aws")
     report = analyzer.analyze(plan, {"all": "advisory"})
-    assert_violates(report, "gpu-pools-scale-to-zero", "advisory", "keeps at least 1 node(s)")
-    # "all" reaches the locked security policies too: each stays mandatory and reports the attempt.
-    locked = [m for r in report.results for m in r.messages if m.level == "mandatory"]
-    assert len(locked) == 4 and all("is a locked security policy" in m.message for m in locked), report.render()
+    # "all" reaches every mandatory policy: each stays mandatory and reports the attempt.
+    assert_violates(report, "gpu-pools-scale-to-zero", "mandatory", "keeps at least 1 node(s)")
+    refused = {r.name for r in report.results for m in r.messages if "sets it to advisory" in m.message}
+    assert refused == {n for n, level in ALL_POLICIES.items() if level == "mandatory"}, report.render()
+    locked = [m for r in report.results for m in r.messages if "is a locked security policy" in m.message]
+    assert len(locked) == 4, report.render()
     report = analyzer.analyze(plan, {"all": "advisory", "gpu-pools-scale-to-zero": {"enforcementLevel": "mandatory"}})
     assert report.result("gpu-pools-scale-to-zero").status == "mandatory"
-    report = analyzer.analyze(plan, {"gpu-pools-scale-to-zero": "disabled"})
-    assert report.result("gpu-pools-scale-to-zero").status == "disabled"
-    assert report.mandatory_violations == 0
+    report = analyzer.analyze(plan, {"cost-allocation-tags": "mandatory", "idle-floor-budget-share": "disabled"})
+    assert report.result("cost-allocation-tags").enforcement_level == "mandatory"
+    assert report.result("idle-floor-budget-share").status == "disabled"
 
 
 @pytest.mark.parametrize("config", [
@@ -513,7 +529,7 @@ def test_a_locked_policy_settings_cannot_be_loosened(analyzer):
     plan = plan_of(program, "aws")
     assert_violates(analyzer.analyze(plan), "no-public-admin-access", "mandatory", "shorter than /16")
     report = analyzer.analyze(plan, {"no-public-admin-access": {"minPrefixV4": 8, "kubeApiPorts": []}})
-    assert_violates(report, "no-public-admin-access", "mandatory", "loosens kubeApiPorts, minPrefixV4",
+    assert_violates(report, "no-public-admin-access", "mandatory", "loosens kubeApiPorts ([443, 6443] -> []), minPrefixV4 (16 -> 8)",
                     "shorter than /16")
 
 
@@ -546,28 +562,38 @@ def test_an_exception_in_enforcement_yaml_allows_a_downgrade_with_its_reason(tmp
         "locked: [linode-disk-encryption]\n"
         "exceptions:\n"
         f"  - {{stack: {plan.stack}, policy: linode-disk-encryption, level: advisory,\n"
-        "     reason: benchmark nodes without data, approver: security-lead@example.com}\n"))
+        "     reason: benchmark nodes without data, approver: security-lead@example.com,\n"
+        f"     until: '{approval()['until']}'}}\n"))
     with Analyzer(pack, enforcement=load_enforcement(rules)) as a:
         report = a.analyze(plan, {"linode-disk-encryption": "advisory"})
     assert_violates(report, "linode-disk-encryption", "advisory", "diskEncryption is disabled")
     assert report.mandatory_violations == 0
-    assert any("by exception (reason: benchmark nodes without data; approver: security-lead@example.com)" in a
+    assert any("by exception (reason: benchmark nodes without data; approver: security-lead@example.com; until" in a
                for a in report.approvals), report.render()
 
 
-def test_the_pack_itself_refuses_a_downgrade_as_the_cli_would_send_it():
+@pytest.mark.parametrize("config,fragment", [
+    ({"no-public-admin-access": "disabled"}, "no-public-admin-access is a locked"),
+    ({"gpu-count-ceiling": {"maxGpus": 100000}}, "gpu-count-ceiling is a mandatory guardrail"),
+    ({"budget-alerts-required": "advisory"}, "budget-alerts-required is a mandatory guardrail"),
+    ({"monthly-cost-ceiling": {"minOverrideRatio": 0, "exception": approval(reason="tbd tbd tbd tbd")}},
+     "reason: a real reason, not a placeholder"),
+], ids=["locked", "ceiling", "level", "placeholder-reason"])
+def test_the_pack_itself_refuses_a_downgrade_as_the_cli_would_send_it(monkeypatch, config, fragment):
     """Without preflight's own check (as under `pulumi preview --policy-pack-config`), the pack's
-    Configure refuses to weaken a locked policy, so the preview fails instead of passing."""
-    from gpu_platform.preflight.analyzer import Enforcement
+    Configure refuses to weaken a mandatory policy without a valid exception, so the preview fails."""
+    import gpu_platform.preflight.analyzer as analyzer_module
 
-    with Analyzer(enforcement=Enforcement((), (), ())) as a:
-        with pytest.raises(PolicyPackError, match="FAILED_PRECONDITION: .*no-public-admin-access is a locked"):
-            a.analyze(plan_of(gke()), {"no-public-admin-access": "disabled"})
+    monkeypatch.setattr(analyzer_module, "enforce_locks", lambda *args: ({}, []))
+    with Analyzer() as a:
+        with pytest.raises(PolicyPackError, match=f"FAILED_PRECONDITION: .*{fragment}"):
+            a.analyze(plan_of(gke()), config)
+        a.analyze(plan_of(gke()), {"gpu-count-ceiling": {"maxGpus": 100000, "exception": approval()}})
 
 
 @pytest.mark.parametrize("config,fragment", [
     ({"gpu-count-limit": {"maxGpus": 8}}, "unknown policy 'gpu-count-limit'"),
-    ({"gpu-count-ceiling": {"maxGPUs": 8}}, "unknown setting(s) maxGPUs; settings: maxGpus"),
+    ({"gpu-count-ceiling": {"maxGPUs": 8}}, "unknown setting(s) maxGPUs (did you mean maxGpus?); settings: exception, maxGpus"),
     ({"gpu-count-ceiling": {"maxGpus": "eight"}}, "gpu-count-ceiling.maxGpus: 'eight' is not of type 'integer'"),
     ({"gpu-count-ceiling": "strict"}, "'strict' is not an enforcement level"),
 ], ids=["unknown-policy", "unknown-knob", "bad-type", "bad-level"])

@@ -178,6 +178,9 @@ def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
                 issues.append(ConfigIssue(key, value, "a structured value (YAML list or map), not a string"))
                 continue
         values[key] = value
+    # The model also takes its Python names (monthly_budget_usd) for the code's own use; a stack file
+    # must use the spelling the CLI, the policy pack and the docs read (monthlyBudgetUsd).
+    issues += spelling_issues(StackConfig, values, "")
     if issues:
         raise ConfigError(stack, issues, source)
     try:
@@ -257,11 +260,60 @@ def _issue_from_pydantic(err: dict[str, Any], values: dict[str, Any]) -> ConfigI
     if kind == "extra_forbidden":
         parent = _model_at(loc[:-1])
         allowed = sorted(f.alias or n for n, f in parent.model_fields.items()) if parent else []
-        return ConfigIssue(key, err.get("input"), f"unknown key; allowed keys here: {', '.join(allowed)}")
+        guess = did_you_mean(str(loc[-1]), allowed) if loc else None
+        hint = f"did you mean {guess}? " if guess else ""
+        return ConfigIssue(key, err.get("input"), f"unknown key; {hint}allowed keys here: {', '.join(allowed)}")
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = "must be " + msg[len("Value error, "):]
     return ConfigIssue(key, err.get("input"), msg)
+
+
+def _squash(key: str) -> str:
+    return key.replace("_", "").replace("-", "").lower()
+
+
+def did_you_mean(key: str, allowed: "typing.Iterable[str]") -> Optional[str]:
+    """The known key a misspelt one stands for: the same letters in another case or with _ or -
+    (monthly_budget_usd, MonthlyBudgetUSD), else the closest by difflib."""
+    import difflib
+
+    allowed = list(allowed)
+    same = [a for a in allowed if _squash(a) == _squash(key)]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(_squash(key), [_squash(a) for a in allowed], n=1, cutoff=0.8)
+    return next((a for a in allowed if close and _squash(a) == close[0]), None)
+
+
+def spelling_issues(model: Any, data: Any, path: str) -> list[ConfigIssue]:
+    """Keys of `data` (raw input for `model`) written in another spelling than the key the docs give:
+    snake_case or other case of a camelCase key. Walks nested models, lists and mappings of models."""
+    if not isinstance(data, dict) or not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return []
+    issues = []
+    fields = {(f.alias or n): f for n, f in model.model_fields.items()}
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        field = fields.get(key)
+        if field is None:
+            guess = did_you_mean(str(key), fields)
+            if guess and guess != key:
+                issues.append(ConfigIssue(where, value, f"unknown key; did you mean {guess}?"))
+            continue
+        annotation = field.annotation
+        sub = _model_of(annotation)
+        if sub is None:
+            continue
+        origin = typing.get_origin(annotation)
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if origin is list and isinstance(value, list):
+            issues += [i for n, v in enumerate(value) for i in spelling_issues(sub, v, f"{where}[{n}]")]
+        elif origin is dict and isinstance(value, dict):
+            issues += [i for k, v in value.items() for i in spelling_issues(sub, v, f"{where}.{k}")]
+        elif isinstance(value, dict) and (origin is None or args):
+            issues += spelling_issues(sub, value, where)
+    return issues
 
 
 def _format_loc(loc: list[Any]) -> str:
@@ -337,6 +389,7 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
 
     checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
     issues += checks[cfg.cloud](cfg, catalog)
+    issues += private_range_issues(cfg)
     from gpu_platform.components.platform.config import check_stack as check_platform
 
     issues += check_platform(cfg)
@@ -344,6 +397,29 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
         from gpu_platform.components.names import name_issues
 
         issues += name_issues(cfg)
+    return issues
+
+
+def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
+    """Pod and service ranges stay inside the cluster: private IPv4 (RFC 1918, RFC 6598), as the clusters
+    are IPv4. A public pod range on Linode would become a firewall rule accepting the Internet
+    (8.8.0.0/16), an IPv6 one a value the firewall's ipv4s refuses. EKS clusters here are IPv4, so their
+    admin ranges (publicAccessCidrs, security groups) are IPv4 too."""
+    import ipaddress
+
+    from gpu_platform.components.gcp.config import INTERNAL_TEXT, is_internal
+
+    issues = []
+    if cfg.cloud == "linode" and cfg.linode is not None:
+        for key, value in (("linode.podCidr", cfg.linode.pod_cidr), ("linode.serviceCidr", cfg.linode.service_cidr)):
+            if not is_internal(ipaddress.ip_network(value)):
+                issues.append(ConfigIssue(key, value, f"a private IPv4 range inside {INTERNAL_TEXT} (the cluster is IPv4 "
+                                                      "and its firewall trusts this range)"))
+    if cfg.cloud == "aws":
+        for i, cidr in enumerate(cfg.admin_cidrs):
+            if ipaddress.ip_network(cidr).version != 4:
+                issues.append(ConfigIssue(f"adminCidrs[{i}]", cidr, "an IPv4 range (the EKS cluster is IPv4: its API "
+                                                                    "endpoint's publicAccessCidrs take IPv4 ranges)"))
     return issues
 
 

@@ -12,7 +12,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
                       ValidationInfo, field_validator)
@@ -46,7 +46,11 @@ class ConfigIssue:
 
     def render(self) -> str:
         shown = _short(self.value)
-        return f"  {NAMESPACE}:{self.key}: {shown} -> {self.allowed}"
+        # The key comes from the file: escape sequences in it must not reach the terminal.
+        from gpu_platform.components.approvals import one_line
+
+        key = one_line(self.key)
+        return f"  {NAMESPACE}:{key}: {shown} -> {self.allowed}"
 
 
 MISSING = object()
@@ -56,10 +60,22 @@ MISSING = object()
 SECRET = object()
 
 
+def _holds_secure(value: Any, depth: int = 0) -> bool:
+    """A `secure:` mapping anywhere in `value` (a secret written where no secret belongs, perhaps beside
+    other keys): the whole value is never echoed."""
+    if depth > 64:
+        return True
+    if isinstance(value, dict):
+        return "secure" in value or any(_holds_secure(v, depth + 1) for v in list(value.values())[:1000])
+    if isinstance(value, list):
+        return any(_holds_secure(v, depth + 1) for v in value[:1000])
+    return False
+
+
 def _short(value: Any) -> str:
     if value is MISSING:
         return "(missing)"
-    if value is SECRET:
+    if value is SECRET or _holds_secure(value):
         return "(a secret value)"
     try:
         # Bounded: a huge or deeply nested input is cut, never serialized whole.
@@ -109,6 +125,7 @@ class ConfigError(Exception):
 DNS1123_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+PLAIN_NUMBER = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 
 
@@ -127,15 +144,51 @@ def _cidr(value: str) -> str:
 
 
 def _email(value: str) -> str:
-    if not EMAIL.fullmatch(value):
-        raise ValueError("an e-mail address such as ops@example.com")
+    from gpu_platform.components.approvals import email_problem
+
+    problem = email_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
+
+
+# Labels in the kubernetes.io / k8s.io namespaces a kubelet may set on its own node (--node-labels):
+# kubernetes/kubernetes staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go (kubeletLabels,
+# IsKubeletLabel: these keys, or a prefix ending in kubelet.kubernetes.io or node.kubernetes.io).
+# Anything else there (node-role.kubernetes.io/*, kubernetes.io/role) makes the kubelet refuse to start.
+KUBELET_LABELS = frozenset({
+    "kubernetes.io/hostname", "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+    "node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type", "kubernetes.io/os", "kubernetes.io/arch",
+    "beta.kubernetes.io/os", "beta.kubernetes.io/arch",
+})
+KUBELET_LABEL_NAMESPACE_SUFFIXES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def label_key_problem(key: str) -> "str | None":
+    """None when `key` is a Kubernetes label key a kubelet may set (validation.IsQualifiedName: a name of
+    at most 63 characters, an optional DNS-subdomain prefix of at most 253, then IsKubeletLabel)."""
+    if not LABEL_KEY.fullmatch(key):
+        return f"Kubernetes label keys ([prefix/]name of letters, digits, '-', '_', '.'); {key!r} is not one"
+    prefix, _, name = key.rpartition("/")
+    if len(name) > 63:
+        return f"a label name (after the prefix) of at most 63 characters; {key[:40]!r}... has {len(name)}"
+    if len(prefix) > 253:
+        return f"a label prefix (a DNS subdomain) of at most 253 characters; it has {len(prefix)}"
+    reserved = prefix in ("kubernetes.io", "k8s.io") or prefix.endswith((".kubernetes.io", ".k8s.io"))
+    if reserved and key not in KUBELET_LABELS and not (
+            prefix.endswith(KUBELET_LABEL_NAMESPACE_SUFFIXES) and prefix != "node-restriction.kubernetes.io"):
+        return (f"a label outside the reserved kubernetes.io and k8s.io namespaces ({key!r}: the kubelet refuses to "
+                "set it with --node-labels; only node.kubernetes.io/*, kubelet.kubernetes.io/* and the well-known "
+                "topology, os and arch labels are allowed there)")
+    return None
 
 
 def _labels(value: dict[str, str]) -> dict[str, str]:
     for k, v in value.items():
-        if len(k) > 63 + 254 or not LABEL_KEY.fullmatch(k):
-            raise ValueError(f"Kubernetes label keys ([prefix/]name); {k!r} is not one")
+        problem = label_key_problem(k)
+        if problem:
+            raise ValueError(problem)
         if len(v) > 63 or not LABEL_VALUE.fullmatch(v):
             raise ValueError(f"Kubernetes label values (at most 63 of [A-Za-z0-9-_.]); {v!r} is not one")
     return value
@@ -208,6 +261,10 @@ class Model(BaseModel):
             raise ValueError("true or false, not a number")
         if _non_finite(value):
             raise ValueError("a finite number")
+        if numeric and bool not in kinds and str not in kinds and isinstance(value, str) \
+                and re.search(r"[0-9]", value) and not PLAIN_NUMBER.fullmatch(value):
+            # The CLI hands numbers as text; pydantic would also read "5_000", " 5000" or "1e3" as numbers.
+            raise ValueError("a plain number such as 5000 (digits only: no '_', spaces or exponent)")
         return value
 
 
@@ -216,7 +273,28 @@ class OnDemandApproval(Model):
     """Why a GPU pool may run on-demand, and who said so: lands in tags/labels and preflight's report."""
 
     reason: str = Field(min_length=10, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")
-    approver: str = Field(min_length=2, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+    approver: str = Field(min_length=2, max_length=64, pattern=r"^[A-Za-z0-9@][A-Za-z0-9._@+-]*$")
+    # The last day the approval holds (YYYY-MM-DD); optional for pools, required for policy exceptions.
+    until: Optional[str] = None
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _until_text(cls, value: Any) -> Any:
+        import datetime as dt
+
+        return value.isoformat() if isinstance(value, dt.date) else value
+
+    @field_validator("reason", "approver", "until")
+    @classmethod
+    def _recorded(cls, value: Any, info: ValidationInfo) -> Any:
+        from gpu_platform.components import approvals
+
+        check = {"reason": approvals.reason_problem, "approver": approvals.approver_problem,
+                 "until": approvals.until_problem}[info.field_name]
+        problem = None if value is None else check(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 # Characters each cloud accepts in a tag/label value, and the most it takes (key:value on Linode).

@@ -16,8 +16,12 @@ from pulumi_policy import PolicyPack  # noqa: E402
 
 from gpu_platform.policies import budget_rules, cost_rules, hygiene_rules, locks, running, security_rules  # noqa: E402
 
-# locks.install: the pack itself refuses a policy config that lowers or loosens a locked security policy
-# (gpu_platform/policies/enforcement.yaml), so `pulumi preview --policy-pack-config` cannot either.
+# locks.install: the pack itself refuses a policy config that lowers or loosens a mandatory policy without a
+# valid exception (and a locked one without an entry in gpu_platform/policies/enforcement.yaml), so
+# `pulumi preview --policy-pack-config` cannot either.
+# locks.with_exceptions: every mandatory policy takes an `exception` {reason, approver, until}, the only way
+# a stack's policy config may lower it or raise its ceilings.
+locks.with_exceptions(cost_rules.POLICIES + security_rules.POLICIES + hygiene_rules.POLICIES + budget_rules.POLICIES)
 locks.install(cost_rules.POLICIES + security_rules.POLICIES + hygiene_rules.POLICIES + budget_rules.POLICIES)
 
 PolicyPack(

@@ -1,13 +1,11 @@
 """Budget guardrail: the idle floor (what the stack costs with no job running) should not eat the monthly
 budget. Advisory by default; a stack makes it mandatory in stacks/policy.<stack>.yaml:
     idle-floor-budget-share: mandatory          # or {enforcementLevel: mandatory, maxIdleShare: 0.3}
-The budget is the stack's gpu-platform:monthlyBudgetUsd (PULUMI_CONFIG, as the CLI hands a pack the stack
-config); the idle floor comes from gpu_platform/costs/estimator over the resources the stack registers."""
+The budget is the stack's gpu-platform:monthlyBudgetUsd (validated by the config model from the stack config the
+pack is handed: gpu_platform/policies/stack_settings.py); the idle floor comes from gpu_platform/costs/estimator over the resources the stack registers."""
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Optional
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
@@ -20,12 +18,12 @@ BUDGET_KEY = "gpu-platform:monthlyBudgetUsd"
 
 
 def monthly_budget() -> Optional[float]:
-    """The stack's monthlyBudgetUsd from PULUMI_CONFIG (None when the pack runs without it)."""
-    try:
-        value = json.loads(os.environ.get("PULUMI_CONFIG") or "{}").get(BUDGET_KEY)
-        return float(value) if value not in (None, "") and float(value) > 0 else None
-    except (TypeError, ValueError):
-        return None
+    """The stack's monthlyBudgetUsd, validated by the config model from the config the pack was handed
+    (gpu_platform/policies/stack_settings.py; None when the pack runs without one)."""
+    from gpu_platform.policies.stack_settings import stack_settings
+
+    budget = stack_settings().monthly_budget_usd
+    return float(budget) if budget else None
 
 
 def _validate_idle_share(args: Any, report_violation) -> None:

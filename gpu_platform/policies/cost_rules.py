@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import Counter
 from typing import Any, Optional
 
@@ -62,17 +61,20 @@ interruptible_gpu_capacity = StackValidationPolicy(
 
 
 def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """exemptPools entries: {pool, reason, approver} exempt a pool; a bare name (or an entry missing the
-    reason or approver) exempts nothing and is reported."""
+    """exemptPools entries: {pool, reason, approver[, until]} exempt a pool when the reason is a real one and
+    the approver a person (gpu_platform/components/approvals.py); a bare name, or an entry whose reason,
+    approver or date does not hold, exempts nothing and is reported."""
+    from gpu_platform.components.approvals import approval_problems
+
     valid: dict[str, dict[str, str]] = {}
     unexplained: list[str] = []
     for e in entries or []:
         if isinstance(e, str):
             unexplained.append(e)
             continue
-        pool, reason, approver = (str(e.get(k) or "").strip() for k in ("pool", "reason", "approver"))
-        if pool and reason and approver:
-            valid[pool] = {"reason": reason, "approver": approver}
+        pool = str(e.get("pool") or "").strip()
+        if pool and not approval_problems(dict(e), need_until=False):
+            valid[pool] = {"reason": str(e["reason"]).strip(), "approver": str(e["approver"])}
         else:
             unexplained.append(pool or "?")
     return valid, unexplained
@@ -85,8 +87,8 @@ def _validate_scale_to_zero(args, report_violation) -> None:
             # Fixed-size Linode pools (minNodes == maxNodes) are sized Pulumi instances; autoscaled ones
             # (the node-group provider, gpu_platform/components/linode/node_groups.py) are held to this rule.
             continue
-        note = (" Its exemptPools entry has no reason and approver, so it exempts nothing: write it as "
-                "{pool, reason, approver}." if pool.name in unexplained else "")
+        note = (" Its exemptPools entry has no reason and approver that hold (a real reason; an e-mail address or "
+                "@github-handle), so it exempts nothing: write it as {pool, reason, approver}." if pool.name in unexplained else "")
         if not pool.autoscaled:
             report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) has a fixed size of {pool.max_nodes} nodes; "
                              f"give it autoscaling with a minimum of 0.{note}", pool.urn)
@@ -107,7 +109,8 @@ gpu_pools_scale_to_zero = StackValidationPolicy(
                             {"type": "object", "required": ["pool", "reason", "approver"], "additionalProperties": False,
                              "properties": {"pool": {"type": "string", "minLength": 1},
                                             "reason": {"type": "string", "minLength": 10},
-                                            "approver": {"type": "string", "minLength": 2}}}]},
+                                            "approver": {"type": "string", "minLength": 2},
+                                            "until": {"type": "string"}}}]},
                         "description": "Pools allowed to keep a warm floor of nodes: {pool, reason, approver} "
                                        "(a bare name exempts nothing and is reported)."},
     }),
@@ -153,11 +156,13 @@ gpu_count_ceiling = StackValidationPolicy(
 # ---------------------------------------------------------------------------------------------
 
 
-# Preflight passes the stack config in this file rather than in PULUMI_CONFIG (an environment string
-# is capped at 128 KiB on Linux); the CLI passes PULUMI_CONFIG.
-CONFIG_FILE_ENV = "GPU_PLATFORM_STACK_CONFIG_FILE"
+# Preflight passes the stack config in a file (GPU_PLATFORM_STACK_CONFIG_FILE) rather than only in
+# PULUMI_CONFIG (an environment string is capped at 128 KiB on Linux); the CLI passes PULUMI_CONFIG.
 CAPACITY_KEYS = {"onDemand": "on-demand", "spot": "spot", "preemptible": "preemptible"}
 DEFAULT_MIN_OVERRIDE_RATIO = 0.5
+# Full capacity may cost this many times the monthly budget (pools are busy part of the month); more is
+# a budget nobody can keep (a $1 budget on a $5.7k stack).
+DEFAULT_MAX_BUDGET_OVERRUN = 4.0
 
 
 def _refuse_constant(name: str) -> Any:
@@ -165,17 +170,9 @@ def _refuse_constant(name: str) -> Any:
 
 
 def _stack_config() -> dict[str, Any]:
-    try:
-        path = os.environ.get(CONFIG_FILE_ENV)
-        if path:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        else:
-            text = os.environ.get("PULUMI_CONFIG") or "{}"
-        config = json.loads(text, parse_constant=_refuse_constant)
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}
+    from gpu_platform.policies.stack_settings import raw_config
+
+    return raw_config()
 
 
 def _raw_price_overrides() -> tuple[Optional[str], dict[str, Any]]:
@@ -220,13 +217,19 @@ def override_problems(min_ratio: float) -> list[str]:
             continue
         t = base.instance(str(cloud), type_name.split("/", 1)[-1])
         floor_prices = [p.usd_per_hour for c in ("spot", "preemptible") if t is not None and (p := t.price(c))]
-        if t is not None and not floor_prices and t.price("on-demand"):
-            floor_prices = [t.price("on-demand").usd_per_hour]
+        list_price = t.price("on-demand") if t is not None else None
+        if t is not None and not floor_prices and list_price:
+            floor_prices = [list_price.usd_per_hour]
         for key, price in sorted(value.items()):
             where = f"priceOverrides.{type_name}.{key}"
             if not _usable(price):
                 problems.append(f"{where} = {price!r} is not a positive finite $/hour")
-            elif floor_prices and price < min_ratio * min(floor_prices):
+            elif key == "onDemand" and list_price and price < min_ratio * list_price.usd_per_hour:
+                # An on-demand price is bounded by the on-demand list price, not the (far lower) spot one.
+                problems.append(f"{where} = ${price:g}/hour is below {min_ratio:.0%} of the catalog's on-demand "
+                                f"list price for {type_name} (${list_price.usd_per_hour:g}/hour); update the "
+                                "catalog with a sourced price instead (minOverrideRatio)")
+            elif key != "onDemand" and floor_prices and price < min_ratio * min(floor_prices):
                 problems.append(f"{where} = ${price:g}/hour is below {min_ratio:.0%} of the catalog's cheapest "
                                 f"interruptible price for {type_name} (${min(floor_prices):g}/hour); update the "
                                 "catalog with a sourced price instead (minOverrideRatio)")
@@ -307,11 +310,23 @@ def _validate_monthly_cost(args, report_violation) -> None:
         report_violation(f"Cannot estimate the stack's monthly cost: {exc}.")
         return
     total = sum(e.full_monthly_usd for e in estimates)
+    lines = sorted((ln for e in estimates for ln in e.lines), key=lambda ln: -ln.monthly_usd)
+    top = "; ".join(f"{ln.name}: ${ln.monthly_usd:,.0f}" for ln in lines[:4])
     if total > limit:
-        lines = sorted((ln for e in estimates for ln in e.lines), key=lambda ln: -ln.monthly_usd)
-        top = "; ".join(f"{ln.name}: ${ln.monthly_usd:,.0f}" for ln in lines[:4])
         report_violation(f"At full capacity the stack costs about ${total:,.0f}/month, over the ceiling of "
                          f"${limit:,.0f} (maxMonthlyUsd). Largest items: {top}.")
+    from gpu_platform.policies.stack_settings import stack_settings
+
+    settings = stack_settings()
+    for problem in settings.problems:
+        report_violation(f"Cannot read the stack's budget settings: {problem}.")
+    factor = float(_config(args, "maxBudgetOverrun", DEFAULT_MAX_BUDGET_OVERRUN))
+    budget = settings.monthly_budget_usd
+    if budget and total > factor * budget:
+        report_violation(f"At full capacity the stack costs about ${total:,.0f}/month, {total / budget:,.1f} times its "
+                         f"monthly budget of ${budget:,.0f} (monthlyBudgetUsd); at most {factor:g} times is allowed "
+                         f"(maxBudgetOverrun). Raise the budget to what the stack may spend, or lower maxNodes. "
+                         f"Largest items: {top}.")
 
 
 monthly_cost_ceiling = StackValidationPolicy(
@@ -323,8 +338,11 @@ monthly_cost_ceiling = StackValidationPolicy(
         "maxMonthlyUsd": {"type": "number", "minimum": 0, "default": DEFAULT_MAX_MONTHLY_USD,
                           "description": "Most USD per month the stack may cost at full capacity."},
         "minOverrideRatio": {"type": "number", "minimum": 0, "maximum": 1, "default": DEFAULT_MIN_OVERRIDE_RATIO,
-                             "description": "A priceOverrides price below this share of the catalog's cheapest "
-                                            "interruptible price for the type is a violation."},
+                             "description": "A priceOverrides price below this share of the catalog's price "
+                                            "(on-demand list price for onDemand, cheapest interruptible price for "
+                                            "spot and preemptible) is a violation."},
+        "maxBudgetOverrun": {"type": "number", "minimum": 1, "default": DEFAULT_MAX_BUDGET_OVERRUN,
+                             "description": "Most times the stack's monthlyBudgetUsd its full-capacity cost may be."},
     }),
     validate=_validate_monthly_cost,
 )
@@ -368,16 +386,26 @@ _BUDGET_HINT = {
 
 
 def _validate_budget_alerts(args, report_violation) -> None:
+    from gpu_platform.policies.stack_settings import NAMESPACE, raw_config, stack_settings
+
     nodes = stack_nodes(args.resources)
-    for cloud in sorted({p.cloud for p in gpu_pools(nodes)}):
+    clouds = sorted({p.cloud for p in gpu_pools(nodes)})
+    for cloud in clouds:
         if not _has_budget_alerts(cloud, nodes):
             report_violation(f"The stack has GPU capacity on {cloud} but no budget alert: it needs {_BUDGET_HINT[cloud]}.")
+    # Alerts reach people through the stack's alertEmails (billing budgets, Alertmanager); without any,
+    # every alarm above fires into the void. Checked when the pack is handed the stack's config.
+    has_config = any(str(k).startswith(f"{NAMESPACE}:") for k in raw_config())
+    if clouds and has_config and not stack_settings().alert_emails:
+        report_violation(f"The stack has GPU capacity but its budget alerts reach nobody: set {NAMESPACE}:alertEmails "
+                         "to at least one address that reads them.")
 
 
 budget_alerts_required = StackValidationPolicy(
     name="budget-alerts-required",
     description="A stack with GPU capacity has budget alerts: a GCP billing budget, an AWS budget or billing "
-                "alarm, or on Linode the platform's gpu-spend-run-rate Prometheus rule.",
+                "alarm, or on Linode the platform's gpu-spend-run-rate Prometheus rule; and they reach someone "
+                "(alertEmails).",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_validate_budget_alerts,
 )

@@ -33,6 +33,8 @@ from gpu_platform.preflight.runner import (ProgramError, ProjectFileError, Proje
 EXIT_CONFIG = 2
 EXIT_POLICY = 3
 EXIT_USAGE = 4  # a stack or file that does not exist, bad arguments
+# The whole command: a stack that makes any step run away (a pack rule, a chart) ends with a message.
+DEFAULT_TIMEOUT_S = 900.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,12 +115,13 @@ def policy_config_main(argv: list[str]) -> int:
     except (ProjectNotFound, ProjectFileError, PolicyConfigError) as exc:
         print(f"preflight policy-config: {exc}", file=sys.stderr)
         return 2
-    json.dump(config or {}, sys.stdout, sort_keys=True)
+    json.dump(config or {}, sys.stdout, sort_keys=True, default=str)  # an unquoted `until` date as text
     print()
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, deadline: bool = False) -> int:
+    """`deadline`: arm --timeout for the whole process (the command; not for callers in-process)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["charts"]:  # `python -m gpu_platform.preflight charts pull|list`: the chart cache
         from gpu_platform.preflight.fit.pull import main as charts_main
@@ -155,10 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", metavar="DIR",
                         help="a base branch's preflight output (its build folder, or the stack's folder in it): "
                              "show what changed (resources, cost, policies)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help=f"give up (exit 3, no verdict) when the whole run takes longer (default {DEFAULT_TIMEOUT_S:g})")
     args = parser.parse_args(argv)
     if bool(args.stack) == bool(args.stack_file):
         parser.error("give a stack name or --stack-file, not both")
-    return Run(args).execute()
+    if not 0 < args.timeout <= 24 * 3600:
+        parser.error(f"--timeout {args.timeout:g}: a number of seconds from 1 to 86400")
+    run = Run(args)
+    if deadline:
+        _watchdog(args.timeout, run.stack_name)
+    return run.execute()
 
 
 class Run:
@@ -181,8 +191,20 @@ class Run:
     # --- messages and the end of a run ------------------------------------------------------
 
     def fail(self, code: int, message: str, out: Optional[Path] = None) -> int:
-        print(f"preflight: {message}", file=sys.stderr)
+        from gpu_platform.preflight.safe_yaml import printable
+
+        print(f"preflight: {printable(message)}", file=sys.stderr)
         return self.finish(code, out, error=message)
+
+    @property
+    def stack_name(self) -> str:
+        """The stack's name for messages, known before the stack file is read (from --stack-file's name)."""
+        if self.args.stack:
+            return self.args.stack
+        if self.args.stack_file:
+            name = Path(self.args.stack_file).name
+            return name[len("Pulumi."):-len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else name
+        return "?"
 
     def finish(self, code: int, out: Optional[Path], error: Optional[str] = None) -> int:
         from gpu_platform.preflight import verdict
@@ -190,7 +212,9 @@ class Run:
         if self.costs is not None and code not in (0, EXIT_POLICY):
             self.costs.abandon()
 
-        doc = verdict.document(self.args.stack or "?", self.cfg, code, warnings=tuple(self.warnings), error=error,
+        from gpu_platform.preflight.safe_yaml import printable
+
+        doc = verdict.document(self.stack_name, self.cfg, code, warnings=tuple(self.warnings), error=error,
                                **self.sections)
         verdict.validate(doc)
         if out is not None and out.is_dir():
@@ -202,12 +226,12 @@ class Run:
                 verdict.render_summary(doc, self.out_console)
                 for block in self.details:
                     self.out_console.print()
-                    self.out_console.print(block, highlight=False, markup=False)
+                    self.out_console.print(printable(block), highlight=False, markup=False)
             sys.stdout.flush()
         except BrokenPipeError:  # `preflight aws-prod | head`: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         # The time goes to stderr: stdout is the same bytes for the same stack on every run.
-        print(f"preflight {self.args.stack}: {doc['verdict'].upper()} in {time.monotonic() - self.started:.1f}s",
+        print(f"preflight {printable(self.stack_name)}: {doc['verdict'].upper()} in {time.monotonic() - self.started:.1f}s",
               file=sys.stderr)
         return code
 
@@ -226,6 +250,14 @@ class Run:
         job = Path(args.job) if args.job else EXAMPLE_TRAINJOB
         if args.job and not job.is_file():
             return self.fail(EXIT_USAGE, f"--job {args.job}: no such file")
+        if args.policy_config and not Path(args.policy_config).is_file():
+            what = ("is a directory" if Path(args.policy_config).is_dir() else
+                    "is a symbolic link to a file that does not exist" if os.path.islink(args.policy_config) else
+                    "does not exist")
+            return self.fail(EXIT_USAGE, f"--policy-config {args.policy_config}: {what}; give a policy config file")
+        problem = _out_problem(Path(args.out)) if args.out else None
+        if problem:
+            return self.fail(EXIT_USAGE, f"--out {args.out}: {problem}")
         args.out = args.out or str(project.root / "build")
         try:
             if args.stack_file:
@@ -252,6 +284,11 @@ class Run:
         if not args.no_policies:
             from gpu_platform.preflight.analyzer import PolicyConfigError, load_policy_config
 
+            if args.stack_file and not args.policy_config:
+                # As --help says: policy.<stack>.yaml beside the stack file, wherever that file is.
+                beside = Path(args.stack_file).parent / f"policy.{args.stack}.yaml"
+                if os.path.lexists(beside):
+                    args.policy_config = str(beside)
             try:
                 policy_config = load_policy_config(args.stack, args.policy_config, project=project)
             except (PolicyConfigError, FileNotFoundError) as exc:
@@ -280,7 +317,14 @@ class Run:
         out = Path(args.out) / args.stack
         if out.resolve().parent != Path(args.out).resolve():  # stack names are validated; belt and braces
             return self.fail(EXIT_USAGE, f"stack name {args.stack!r} would write outside {args.out}")
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / ".write-test").touch()
+            (out / ".write-test").unlink()
+        except OSError as exc:
+            if policies is not None:
+                policies.close()
+            return self.fail(EXIT_USAGE, f"--out {args.out}: cannot write {out} ({exc.strerror or exc})")
         # Render the charts and check the fit in a thread while the policy pack analyses the plan.
         from gpu_platform.preflight.fit.run import FitWorker, default_chart_dirs
 
@@ -379,10 +423,45 @@ class Run:
             self.details.insert(1 if self.args.base and "base_diff" in self.sections else 0, review.render_review(doc))
 
 
+def _out_problem(out: Path) -> Optional[str]:
+    """Why --out cannot be preflight's output folder (None when it can): checked before anything runs."""
+    existing = out
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        return f"{existing} is a file, not a folder" if existing == out else f"{existing} is a file, so {out} cannot be made"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def _watchdog(seconds: float, stack: str) -> None:
+    """End the whole run after `seconds`, with a message, stopping the policy pack and removing its files."""
+    def expire() -> None:
+        print(f"preflight {stack}: gave up after {seconds:g}s (--timeout): no verdict; a step ran away (run with -v "
+              "to see which step was last), or raise --timeout", file=sys.stderr)
+        _exit_now(EXIT_POLICY)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    """SIGTERM/SIGINT: stop the policy pack and the chart child, remove every temporary file, exit 128+N."""
+    import signal
+
+    name = signal.Signals(signum).name
+    print(f"preflight: interrupted ({name}); stopping the policy pack and removing temporary files", file=sys.stderr)
+    _exit_now(128 + signum)
+
+
 def _run_cli() -> int:
     """The console entry: a closed pipe (`preflight aws-prod | head`) ends quietly, not in a traceback."""
     try:
-        code = main()
+        code = main(deadline=True)
         sys.stdout.flush()
         return code
     except BrokenPipeError:
@@ -418,6 +497,10 @@ def cli() -> None:
     # thresholds the collector walks that heap again and again for cycles that are never garbage
     # (over a second of a run). Fewer collections, as mypy does; only for the command, not its importers.
     gc.set_threshold(100_000, 50, 50)
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_signal)
     _exit_now(_run_cli())
 
 

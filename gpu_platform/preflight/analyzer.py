@@ -63,7 +63,7 @@ class PolicyTimeout(PolicyPackError):
 # The project's enforcement rules (gpu_platform/policies/enforcement.yaml)
 # ---------------------------------------------------------------------------------------------
 
-from gpu_platform.policies.locks import ENFORCEMENT_FILE, Enforcement, exception_for, parse_enforcement, refusal, weakened  # noqa: E402
+from gpu_platform.policies.locks import ENFORCEMENT_FILE, Enforcement, guarded, judge, parse_enforcement  # noqa: E402
 
 
 def load_enforcement(path: Path = ENFORCEMENT_FILE) -> Enforcement:
@@ -77,26 +77,41 @@ def load_enforcement(path: Path = ENFORCEMENT_FILE) -> Enforcement:
 
 def enforce_locks(reconciled: dict[str, tuple[str, dict[str, Any]]], defaults: dict[str, tuple[str, dict[str, Any]]],
                   stack: str, enforcement: Enforcement, where: str) -> tuple[dict[str, list[str]], list[str]]:
-    """Undo what a stack's policy config does to locked policies, unless an exception allows it.
+    """Undo what a stack's policy config does to a mandatory policy (level lowered, ceiling raised) unless
+    a valid exception allows it: for a locked policy one in enforcement.yaml, for another one its
+    `exception` setting (gpu_platform/policies/locks.py). `defaults`: each policy as the pack declares it.
     Returns (refusals per policy, exceptions applied) and fixes `reconciled` in place."""
     refused: dict[str, list[str]] = {}
     applied: list[str] = []
-    for name in enforcement.locked:
-        if name not in reconciled or name not in defaults:
+    for name, (declared, base_props) in defaults.items():
+        needs, base_level = guarded(name, declared, enforcement.locked)
+        if not needs or name not in reconciled:
             continue
         level, props = reconciled[name]
-        base_level, base_props = defaults[name]
-        what = weakened(level, props, base_level, base_props)
-        if not what:
-            continue
-        allowed = exception_for(enforcement, stack, name, level)
-        if allowed is not None:
-            applied.append(f"{name}: {level} for stack {stack} by exception (reason: {allowed['reason']}; "
-                           f"approver: {allowed['approver']})")
-            continue
-        refused[name] = [refusal(where, name, what, base_level)]
-        reconciled[name] = (base_level, dict(base_props))
+        problem, allowed = judge(name, level, props, base_level, base_props, locked=name in enforcement.locked,
+                                 enforcement=enforcement, stack=stack, where=where)
+        if allowed:
+            applied.append(allowed)
+        if problem:
+            refused[name] = [problem]
+            reconciled[name] = (base_level, {**base_props, **{k: v for k, v in props.items() if k == "exemptPools"}})
     return refused, applied
+
+
+def declared_policies(info: Any) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each policy as the pack declares it (level, schema defaults), before any config; a locked policy
+    declared below mandatory is refused by `Analyzer.start`."""
+    from google.protobuf import json_format
+    from pulumi.runtime.proto import analyzer_pb2
+
+    names = {analyzer_pb2.ADVISORY: "advisory", analyzer_pb2.MANDATORY: "mandatory",
+             analyzer_pb2.DISABLED: "disabled", analyzer_pb2.REMEDIATE: "remediate"}
+    out = {}
+    for p in info.policies:
+        schema = json_format.MessageToDict(p.configSchema.properties)
+        out[p.name] = (names.get(p.enforcementLevel, "advisory"),
+                       {k: v["default"] for k, v in schema.items() if isinstance(v, dict) and "default" in v})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,11 +204,19 @@ def reconcile_config(info: Any, config: Optional[Mapping[str, Any]], where: str 
                     raise PolicyConfigError(f"{where}: all: only an enforcement level applies to all policies")
                 continue
             if name not in result:
-                raise PolicyConfigError(f"{where}: unknown policy {name!r}; policies: {', '.join(sorted(result))}")
+                from gpu_platform.components.config import did_you_mean
+
+                guess = did_you_mean(name, result)
+                hint = f" (did you mean {guess}?)" if guess else ""
+                raise PolicyConfigError(f"{where}: unknown policy {name!r}{hint}; policies: {', '.join(sorted(result))}")
             unknown = sorted(set(props) - set(schemas[name]))
             if unknown:
+                from gpu_platform.components.config import did_you_mean
+
                 knobs = ", ".join(sorted(schemas[name])) or "none"
-                raise PolicyConfigError(f"{where}: {name}: unknown setting(s) {', '.join(unknown)}; settings: {knobs}")
+                guesses = [g for g in (did_you_mean(u, schemas[name]) for u in unknown) if g]
+                hint = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+                raise PolicyConfigError(f"{where}: {name}: unknown setting(s) {', '.join(unknown)}{hint}; settings: {knobs}")
             old_level, old_props = result[name]
             result[name] = (level or old_level, {**old_props, **props})
     for name, (_, props) in result.items():
@@ -476,6 +499,14 @@ class Analyzer:
         self._handshake()
         self.info = self._call("GetAnalyzerInfo", _empty())
         missing = sorted(set(self.enforcement.shipped) - {p.name for p in self.info.policies})
+        declared = declared_policies(self.info)
+        lowered = sorted(n for n in self.enforcement.locked if n in declared and declared[n][0] != "mandatory")
+        if lowered:
+            self.close()
+            raise PolicyPackIncomplete(
+                f"the policy pack {self.pack_dir} declares the locked polic{'y' if len(lowered) == 1 else 'ies'} "
+                f"{', '.join(f'{n} {declared[n][0]}' for n in lowered)}; locked policies "
+                "(gpu_platform/policies/enforcement.yaml) are mandatory whatever declares them; no verdict")
         if missing:
             self.close()
             raise PolicyPackIncomplete(
@@ -604,7 +635,7 @@ class Analyzer:
                   "remediate": analyzer_pb2.REMEDIATE, "disabled": analyzer_pb2.DISABLED}
         reconciled = reconcile_config(self.info, policy_config, where)
         self.refused, self.exceptions_applied = enforce_locks(
-            reconciled, reconcile_config(self.info, None), stack or self.stack, self.enforcement, where)
+            reconciled, declared_policies(self.info), stack or self.stack, self.enforcement, where)
         request = analyzer_pb2.ConfigureAnalyzerRequest()
         for name, (level, props) in reconciled.items():
             request.policyConfig[name].CopyFrom(
@@ -697,12 +728,12 @@ def _approvals(plan: Plan, reconciled: Mapping[str, tuple[str, dict[str, Any]]])
     from gpu_platform.policies.pools import APPROVER_KEY, REASON_KEY, POOL_KEY
     from gpu_platform.policies.props import tags_of
 
+    from gpu_platform.policies.cost_rules import exemptions
+
     out = []
-    exempt = reconciled.get("gpu-pools-scale-to-zero", ("", {}))[1].get("exemptPools") or []
-    for e in exempt:
-        if isinstance(e, Mapping):
-            out.append(f"gpu-pools-scale-to-zero exempts pool {e.get('pool')} (reason: {e.get('reason')}; "
-                       f"approver: {e.get('approver')})")
+    exempt, _ = exemptions(reconciled.get("gpu-pools-scale-to-zero", ("", {}))[1].get("exemptPools") or [])
+    for pool, e in exempt.items():
+        out.append(f"gpu-pools-scale-to-zero exempts pool {pool} (reason: {e['reason']}; approver: {e['approver']})")
     seen = set()
     for r in plan.resources:
         for where in ("tags", "labels", "nodeConfig.resourceLabels"):

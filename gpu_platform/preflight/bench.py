@@ -24,6 +24,19 @@ def time_stack(stack: str) -> tuple[float, int]:
     return best, code
 
 
+SIMULATION_TARGET_S = 2.0  # issue 23: the cost simulation of a 1000-node pool
+
+
+def time_big_pool_simulation() -> float:
+    """The cost report's simulation of a 1000-node pool of 8-GPU nodes (bounded in gpu_platform/costs/report.py)."""
+    from gpu_platform.costs.estimator import PoolShape
+    from gpu_platform.costs.report import simulated_overhead
+
+    start = time.perf_counter()
+    simulated_overhead("aws", PoolShape("big", "g5.48xlarge", "spot", 0, 1000))
+    return time.perf_counter() - start
+
+
 def main(stacks: list[str]) -> int:
     stacks = stacks or sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
     print(f"{'stack':<16} {'best of ' + str(RUNS):>10}  exit  target {TARGET_S:.1f}s")
@@ -33,6 +46,10 @@ def main(stacks: list[str]) -> int:
         ok = seconds < TARGET_S
         slow += not ok
         print(f"{stack:<16} {seconds:>9.2f}s  {code:>4}  {'ok' if ok else 'SLOW'}")
+    seconds = time_big_pool_simulation()
+    ok = seconds < SIMULATION_TARGET_S
+    slow += not ok
+    print(f"{'sim 1000 nodes':<16} {seconds:>9.2f}s     -  {'ok' if ok else 'SLOW'} (target {SIMULATION_TARGET_S:.1f}s)")
     return 1 if slow else 0
 
 

@@ -62,12 +62,15 @@ class StackFileError(ValueError):
 
 
 def valid_stack_name(name: str) -> bool:
-    return bool(STACK_NAME.fullmatch(name)) and set(name) != {"."}
+    # Not starting with '.': build/<stack>/ must not be one of preflight's own folders (build/.cache).
+    return bool(STACK_NAME.fullmatch(name)) and not name.startswith(".")
 
 
 def _stack_name_problem(name: str) -> str:
-    return (f"{name!r} is not a valid stack name: 1 to 100 letters, digits, '-', '_' or '.' (Pulumi's rule), "
-            "and not only dots")
+    from gpu_platform.preflight.safe_yaml import printable
+
+    return (f"{printable(repr(name))} is not a valid stack name: 1 to 100 letters, digits, '-', '_' or '.' (Pulumi's rule), "
+            "not starting with '.' (preflight keeps its own folders, such as build/.cache, under dot-names)")
 
 
 @dataclass
@@ -191,6 +194,10 @@ def load_stack_file(path: Path, project: Optional[Project] = None, shown: Option
     shown = shown or str(path)
     if not os.path.lexists(path):
         raise StackNotFound(f"no stack file {shown}")
+    if os.path.islink(path) and not os.path.exists(path):
+        raise StackNotFound(f"{shown} is a symbolic link to a file that does not exist")
+    if os.path.isdir(path):
+        raise StackNotFound(f"{shown} is a directory, not a stack file")
     name = path.name
     stack = name[len("Pulumi."):-len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
     if not valid_stack_name(stack):

@@ -33,6 +33,9 @@ from yaml.scanner import Scanner
 MAX_BYTES = 1024 * 1024  # a stack file is a few KiB; 1 MiB leaves room for certificates and comments
 MAX_DEPTH = 64
 MAX_NODES = 200_000  # counted with every alias expanded
+# Text counted with every alias expanded: one long string aliased thousands of times is few nodes but
+# gigabytes once the program, the pack's JSON or gRPC copies it (2 x the largest file allowed).
+MAX_EXPANDED_BYTES = 2 * MAX_BYTES
 
 
 class YamlInputError(ValueError):
@@ -169,6 +172,23 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return size
 
 
+def _expanded_bytes(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Characters of scalar text `node` stands for with every alias expanded (capped; call after
+    _expanded_size, which refuses recursive aliases)."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if isinstance(node, yaml.SequenceNode):
+        size = sum(_expanded_bytes(n, memo) for n in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size = sum(_expanded_bytes(k, memo) + _expanded_bytes(v, memo) for k, v in node.value)
+    else:
+        size = len(node.value) if isinstance(node.value, str) else 0
+    size = min(size, MAX_EXPANDED_BYTES + 1)
+    memo[key] = size
+    return size
+
+
 def _largest_path(node: yaml.Node, memo: dict[int, int]) -> str:
     """The key path of the biggest value (by expanded size), two levels down: config.<key>."""
     path = []
@@ -241,6 +261,11 @@ def load_yaml_text(text: str, shown: str) -> Any:
             where = _largest_path(node, memo)
             raise YamlInputError(shown, f"{where}: aliases expand to more than {MAX_NODES} values (an alias bomb?); "
                                         "write the values out or use fewer aliases")
+        text_memo: dict[int, int] = {}
+        if _expanded_bytes(node, text_memo) > MAX_EXPANDED_BYTES:
+            where = _largest_path(node, text_memo)
+            raise YamlInputError(shown, f"{where}: aliases expand to more than {MAX_EXPANDED_BYTES // 1024} KiB of text "
+                                        "(an alias bomb?); write the values out or use fewer aliases")
         data = loader.construct_document(node)
     except _Recursive:
         raise YamlInputError(shown, "an alias refers to its own anchor (a recursive structure); write the values "
@@ -261,6 +286,13 @@ def load_yaml_text(text: str, shown: str) -> Any:
         loader.dispose()
     check_plain(data, shown)
     return data
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal (gpu_platform/components/approvals.printable)."""
+    from gpu_platform.components.approvals import printable as _printable
+
+    return _printable(text)
 
 
 def load_yaml_file(path: "str | Path", shown: str | None = None, max_bytes: int = MAX_BYTES) -> Any:

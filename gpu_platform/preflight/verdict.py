@@ -147,6 +147,8 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
             text += f"; {note}"
             style = style or "yellow"
         rows.append(("cost", text, style))
+    # Every exception and approval in force: a reviewer sees who allowed what, and until when.
+    rows += [("approved", a, "yellow") for a in (pol or {}).get("approvals", [])]
     for warning in doc.get("warnings", []):
         rows.append(("warning", warning, "yellow"))
     return rows
@@ -192,6 +194,8 @@ def markdown(docs: list[dict[str, Any]]) -> str:
                 details.append(f"- policy `{p['name']}` ({p.get('enforcementLevel')}): {v.get('message', v) if isinstance(v, dict) else v}")
         for p in (doc.get("clusterFit") or {}).get("problems", []):
             details.append(f"- {p['check']}: `{p['object']}` ({p['release']}): {p['reason']} — fix: {p['fix']}")
+        for a in (doc.get("policies") or {}).get("approvals", []):
+            details.append(f"- approved: {a}")
         if details:
             lines += ["", f"### {doc['stack']}", *details]
     return "\n".join(lines) + "\n"

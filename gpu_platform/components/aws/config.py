@@ -141,12 +141,34 @@ def on_demand_split(cfg: "StackConfig", pool_index: int) -> tuple[int, int]:
     return extra.on_demand_base_capacity, 0 if pct is None else pct
 
 
+# AWS tags: keys of at most 128 characters, values of at most 256 (EC2 and Auto Scaling tag restrictions).
+# Pool labels become cluster-autoscaler node-template tags (gpu_platform/components/aws/gpu_asg.autoscaler_tags).
+AWS_TAG_KEY_MAX, AWS_TAG_VALUE_MAX = 128, 256
+AUTOSCALER_LABEL_TAG = "k8s.io/cluster-autoscaler/node-template/label/"
+
+
+def _check_label_tags(cfg: "StackConfig") -> list[ConfigIssue]:
+    issues = []
+    for i, pool in enumerate(cfg.gpu_pools):
+        for key, value in pool.labels.items():
+            if len(AUTOSCALER_LABEL_TAG + key) > AWS_TAG_KEY_MAX:
+                issues.append(ConfigIssue(f"gpuPools[{i}].labels", key,
+                                          f"label keys of at most {AWS_TAG_KEY_MAX - len(AUTOSCALER_LABEL_TAG)} characters "
+                                          f"on AWS (each becomes the ASG tag {AUTOSCALER_LABEL_TAG}<key>, and AWS tag "
+                                          f"keys hold at most {AWS_TAG_KEY_MAX})"))
+            if len(value) > AWS_TAG_VALUE_MAX:
+                issues.append(ConfigIssue(f"gpuPools[{i}].labels.{key}", value,
+                                          f"at most {AWS_TAG_VALUE_MAX} characters (an AWS tag value)"))
+    return issues
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: AwsSection = cfg.aws  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("spot", "on-demand"), "EC2 has Spot and On-Demand capacity; 'preemptible' is GCP's term, use spot")
     issues += _check_network(section)
     issues += _check_pools(cfg, section, catalog)
     issues += _check_system_pool(section, catalog)
+    issues += _check_label_tags(cfg)
     if section.scale_in_controller.enabled is True and section.scale_in_controller.image is None:
         issues.append(ConfigIssue("aws.scaleInController.image", None,
                                   "the controller image by digest, ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex> "

@@ -70,6 +70,14 @@ class MaintenanceExclusion(Model):
     def _rfc3339(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and not RFC3339_Z.fullmatch(value):
             raise ValueError("an RFC 3339 UTC time such as 2026-12-01T00:00:00Z (GKE returns UTC; another form diffs forever)")
+        if value is not None:
+            import datetime as dt
+
+            try:  # the pattern admits 2026-02-30 and 25:61:61; the calendar does not
+                dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"a real date and time in RFC 3339 UTC such as 2026-12-01T00:00:00Z ({value} does "
+                                 "not exist)") from None
         return value
 
 

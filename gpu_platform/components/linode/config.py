@@ -72,7 +72,7 @@ class LinodeSection(Model):
     # planes carry the control-plane taint and GPU workers the GPU taint. Fixed size: minNodes == maxNodes.
     system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["linode"]))
     # A Linode image ID: a public image (linode/...) or one of the account's own (private/<id>).
-    image: str = Field(default="linode/ubuntu24.04", pattern=r"^(linode|private)/[A-Za-z0-9._-]+$")
+    image: str = Field(default="linode/ubuntu24.04", pattern=r"^(linode/[a-z0-9][a-z0-9._-]{0,62}|private/[0-9]{1,12})$")
     # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
     subnet_cidr: Cidr = "10.0.0.0/24"
     pod_cidr: Cidr = "10.244.0.0/16"
@@ -99,9 +99,12 @@ class LinodeSection(Model):
     @field_validator("ssh_authorized_keys")
     @classmethod
     def _ssh_keys(cls, keys: list[str]) -> list[str]:
+        from gpu_platform.components.approvals import ssh_key_problem
+
         for k in keys:
-            if not SSH_KEY.fullmatch(k.strip()):
-                raise ValueError("OpenSSH public keys (ssh-ed25519 AAAA..., ssh-rsa AAAA...)")
+            if not SSH_KEY.fullmatch(k.strip()) or ssh_key_problem(k):
+                raise ValueError("OpenSSH public keys (ssh-ed25519 AAAA..., ssh-rsa AAAA...) that parse as keys, one "
+                                 f"per entry without control characters: {ssh_key_problem(k) or 'an unknown key type'}")
         return keys
 
     @model_validator(mode="wrap")

@@ -27,6 +27,11 @@ class AlertSmtp(Model):
     def _port_in_range(cls, value: str) -> str:
         if not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
             raise ValueError("host:port with a TCP port from 1 to 65535, e.g. smtp.example.com:587")
+        from gpu_platform.components.approvals import hostname_problem
+
+        problem = hostname_problem(value.rsplit(":", 1)[0])
+        if problem:
+            raise ValueError(f"host:port whose host is {problem}, e.g. smtp.example.com:587")
         return value
     from_address: Email = Field(alias="from")
     username: Optional[str] = None

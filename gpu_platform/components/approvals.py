@@ -1,0 +1,180 @@
+"""What a recorded approval must say: who approved (an e-mail address or a @github-handle), why (a real
+reason, not a placeholder) and, for an exception to a guardrail, until when.
+
+One set of rules for every approval the project reads: a pool's approvedOnDemand (the stack config), an
+exemptPools entry and a policy `exception` (a stack's policy config), an exception in
+gpu_platform/policies/enforcement.yaml. Pure functions, no imports from the rest of the package: the config
+model and the policy pack both use them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from typing import Any, Optional
+
+# An exception is reviewed again at least once a year: `until` at most this far ahead.
+MAX_EXCEPTION_DAYS = 366
+
+# Words that stand for "I will write a reason later" (compared after lower-casing and dropping punctuation).
+PLACEHOLDERS = frozenset({
+    "tbd", "tba", "todo", "fixme", "xxx", "xx", "x", "na", "n a", "none", "null", "nil", "test", "testing", "tests",
+    "temp", "tmp", "placeholder", "asdf", "foo", "bar", "baz", "foobar", "lorem", "ipsum", "reason", "because",
+    "no reason", "whatever", "dummy", "sample", "example", "later", "wip", "ok", "yes", "approved", "n/a", "-",
+})
+
+# Words that mark a whole text as unfinished wherever they stand ("TODO: fill in", "reason tbd").
+UNFINISHED = frozenset({"tbd", "tba", "todo", "fixme", "xxx", "placeholder", "lorem", "asdf", "wip"})
+
+# RFC 5322 dot-atom local part (atext), RFC 1035/5321 domain of LDH labels with an alphabetic TLD.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_LOCAL = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*")
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_TLD = re.compile(r"[A-Za-z]{2,63}")
+# GitHub user names: 1 to 39 letters, digits and single hyphens, not starting or ending with one.
+_GITHUB_HANDLE = re.compile(r"@[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: control characters (escape sequences that could forge or erase
+    lines), bidirectional overrides and line separators shown as \\x.. / \\u.... escapes; newlines and tabs kept."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def one_line(text: str) -> str:
+    """printable(), and newlines and tabs escaped too (a key or value echoed inside one message line)."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def email_problem(value: Any) -> Optional[str]:
+    """None when `value` is an addr-spec of RFC 5322 (dot-atom form) within RFC 5321's lengths."""
+    if not isinstance(value, str):
+        return "an e-mail address such as ops@example.com"
+    local, at, domain = value.rpartition("@")
+    if not at or not local or len(value) > 254 or len(local) > 64 or not _LOCAL.fullmatch(local):
+        return "an e-mail address such as ops@example.com (local part of letters, digits and !#$%&'*+/=?^_`{|}~-, dots between)"
+    labels = domain.split(".")
+    if len(labels) < 2 or len(domain) > 253 or not all(_LABEL.fullmatch(x) for x in labels) \
+            or not _TLD.fullmatch(labels[-1]):
+        return "an e-mail address whose domain is a DNS name such as example.com"
+    return None
+
+
+def hostname_problem(value: str) -> Optional[str]:
+    """None when `value` is a host name of RFC 1123 (LDH labels of 1 to 63, not starting or ending with
+    '-', at most 253 in all) or a dotted IPv4 address."""
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Address(value)
+        return None
+    except ValueError:
+        pass
+    labels = value.split(".")
+    if len(value) > 253 or not all(_LABEL.fullmatch(x) for x in labels) or labels[-1].isdigit():
+        return "a host name of letters, digits and '-' in dot-separated labels (RFC 1123), or an IPv4 address"
+    return None
+
+
+def ssh_key_problem(value: str) -> Optional[str]:
+    """None when `value` is one OpenSSH public key line that parses as a key (cryptography's
+    load_ssh_public_key), with at most a comment of printable characters after it."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+
+    if _CONTROL.search(value) or "\n" in value.strip():
+        return "one OpenSSH public key per entry, without control characters or line breaks"
+    parts = value.strip().split(None, 2)
+    if len(parts) < 2:
+        return "an OpenSSH public key: <type> <base64> [comment]"
+    try:
+        load_ssh_public_key(f"{parts[0]} {parts[1]}".encode("ascii"))
+    except (ValueError, UnsupportedAlgorithm, UnicodeEncodeError) as exc:
+        return f"an OpenSSH public key that parses ({str(exc)[:80] or type(exc).__name__})"
+    return None
+
+
+def approver_problem(value: Any) -> Optional[str]:
+    """None when `value` names a person: an e-mail address or a @github-handle."""
+    if isinstance(value, str) and value.startswith("@"):
+        return None if _GITHUB_HANDLE.fullmatch(value) else \
+            "a @github-handle (1 to 39 letters, digits and single hyphens after the @) or an e-mail address"
+    if email_problem(value) is None:
+        return None
+    return "who approved it: an e-mail address (jane@example.com) or a @github-handle"
+
+
+def reason_problem(value: Any) -> Optional[str]:
+    """None when `value` reads as a reason: at least 10 characters and two words, no control characters,
+    not a placeholder such as "tbd", "n/a", "xxx" or "test"."""
+    if not isinstance(value, str) or not value.strip():
+        return "a reason in words (why the guardrail does not apply here), not empty"
+    text = value.strip()
+    if _CONTROL.search(text):
+        return "a reason in words without control characters"
+    words = re.findall(r"[^\W\d_]{2,}", text)
+    normal = " ".join(re.sub(r"[\W_]+", " ", text.lower()).split())
+    if normal in PLACEHOLDERS or not words or all(w.lower() in PLACEHOLDERS for w in words) \
+            or any(w.lower() in UNFINISHED for w in words) or len(set(normal.replace(" ", ""))) < 3:
+        return f"a real reason, not a placeholder ({text[:40]!r})"
+    if len(text) < 10 or len(words) < 2:
+        return "a reason of at least 10 characters and two words"
+    if len(text) > 200:
+        return "a reason of at most 200 characters"
+    return None
+
+
+def parse_date(value: Any) -> Optional[_dt.date]:
+    """A calendar date from YAML (a date) or text (YYYY-MM-DD); None when it is not one."""
+    if isinstance(value, _dt.datetime):
+        return value.date()
+    if isinstance(value, _dt.date):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", value):
+        try:
+            return _dt.date.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def today() -> _dt.date:
+    return _dt.datetime.now(_dt.timezone.utc).date()
+
+
+def until_problem(value: Any, on: Optional[_dt.date] = None) -> Optional[str]:
+    """None when `value` is a date from today to MAX_EXCEPTION_DAYS ahead."""
+    day = parse_date(value)
+    on = on or today()
+    if day is None:
+        return f"the last day it applies, a real date written YYYY-MM-DD (not {str(value)[:40]!r})"
+    if day < on:
+        return f"expired on {day.isoformat()}: renew it (a new reason, approver and date) or remove the weakening"
+    if (day - on).days > MAX_EXCEPTION_DAYS:
+        return f"at most {MAX_EXCEPTION_DAYS} days ahead (until {day.isoformat()} is too far: review it yearly)"
+    return None
+
+
+def approval_problems(entry: Any, *, need_until: bool, on: Optional[_dt.date] = None) -> list[str]:
+    """What is wrong with one {reason, approver[, until]} entry, as 'key: what is wanted' strings."""
+    if not isinstance(entry, dict):
+        return ["a mapping of reason, approver" + (" and until" if need_until else "")]
+    problems = []
+    for key, check in (("reason", reason_problem), ("approver", approver_problem)):
+        why = check(entry.get(key))
+        if why:
+            problems.append(f"{key}: {why}")
+    if need_until or entry.get("until") is not None:
+        why = until_problem(entry.get("until"), on)
+        if why:
+            problems.append(f"until: {why}")
+    return problems
+
+
+def describe(entry: dict) -> str:
+    """How an approval is listed in a verdict."""
+    until = parse_date(entry.get("until"))
+    return (f"reason: {str(entry.get('reason')).strip()}; approver: {entry.get('approver')}"
+            + (f"; until {until.isoformat()}" if until else ""))

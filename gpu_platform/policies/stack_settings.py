@@ -1,0 +1,106 @@
+"""The stack's own settings as the policy pack sees them: read from the same config the program reads and
+validated by the same model (gpu_platform.components.config), never by a second, looser parser.
+
+The config comes from the file preflight names in GPU_PLATFORM_STACK_CONFIG_FILE (whatever its size: an
+environment string is capped at 128 KiB, so preflight leaves PULUMI_CONFIG out of a large config), else
+from PULUMI_CONFIG as the Pulumi CLI hands it to a pack. The whole namespace is validated with
+`parse_config`; when it does not validate (a pack run on a partial config, as the tests do) each setting
+the pack needs is validated alone with its field's type from the same model, so `monthly_budget_usd`
+or a budget of "1e12" never reaches a rule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Optional
+
+CONFIG_FILE_ENV = "GPU_PLATFORM_STACK_CONFIG_FILE"
+NAMESPACE = "gpu-platform"
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number the pack accepts")
+
+
+def raw_config() -> dict[str, Any]:
+    """The stack config the pack was handed: namespaced keys -> CLI strings."""
+    try:
+        path = os.environ.get(CONFIG_FILE_ENV)
+        if path:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        else:
+            text = os.environ.get("PULUMI_CONFIG") or "{}"
+        config = json.loads(text, parse_constant=_refuse_constant)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    cloud: Optional[str] = None
+    monthly_budget_usd: Optional[int] = None
+    alert_emails: tuple[str, ...] = ()
+    # Why a setting could not be read (named in the rules' messages), e.g. a wrong budget value.
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _one(field_name: str, value: Any) -> tuple[Any, Optional[str]]:
+    """`value` validated by StackConfig's own field `field_name` (CLI strings decoded like parse_config)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from gpu_platform.components.config import STRUCTURED_KEYS, StackConfig
+
+    info = StackConfig.model_fields[field_name]
+    key = info.alias or field_name
+    if key in STRUCTURED_KEYS and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None, f"{NAMESPACE}:{key} is not valid JSON"
+    try:
+        return TypeAdapter(info.annotation).validate_python(value), None
+    except ValidationError as exc:
+        return None, f"{NAMESPACE}:{key}: {exc.errors()[0]['msg']}"
+    except Exception as exc:  # noqa: BLE001 (a constraint the adapter cannot apply alone)
+        return None, f"{NAMESPACE}:{key}: {exc}"
+
+
+def _parse(text: str) -> StackSettings:
+    from gpu_platform.components.config import ConfigError, parse_config
+
+    config = json.loads(text)
+    prefix = f"{NAMESPACE}:"
+    raw = {k[len(prefix):]: v for k, v in config.items() if isinstance(k, str) and k.startswith(prefix)}
+    try:
+        cfg = parse_config(raw, os.environ.get("PULUMI_STACK") or "stack")
+        return StackSettings(cfg.cloud, cfg.monthly_budget_usd, tuple(cfg.alert_emails))
+    except ConfigError:
+        pass
+    except Exception:  # noqa: BLE001 (a config the model cannot even walk: read field by field)
+        pass
+    problems = []
+    values: dict[str, Any] = {}
+    for name, key in (("cloud", "cloud"), ("monthly_budget_usd", "monthlyBudgetUsd"), ("alert_emails", "alertEmails")):
+        if key not in raw:
+            continue
+        value, problem = _one(name, raw[key])
+        if problem:
+            problems.append(problem)
+        else:
+            values[name] = value
+    return StackSettings(values.get("cloud"), values.get("monthly_budget_usd"),
+                         tuple(values.get("alert_emails") or ()), tuple(problems))
+
+
+@lru_cache(maxsize=4)
+def _cached(text: str) -> StackSettings:
+    return _parse(text)
+
+
+def stack_settings() -> StackSettings:
+    return _cached(json.dumps(raw_config(), sort_keys=True))

@@ -1,0 +1,170 @@
+"""Clean exits of the preflight command (issue 23): usage errors exit 4, the stack is named before any
+message, control characters and secrets never reach the terminal, a policy config beside --stack-file is
+read, and SIGTERM ends the policy pack and removes every temporary file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, stack_config
+from tests.test_hostile_input import run_main
+
+
+def _stack_file(tmp_path: Path, name: str = "demo", **changes) -> Path:
+    config = stack_config("linode-dev")
+    config.update(changes)
+    path = tmp_path / f"Pulumi.{name}.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "dangling"])
+def test_a_policy_config_that_is_not_a_file_is_a_usage_error(tmp_path, capsys, kind):
+    stack = _stack_file(tmp_path)
+    policy = tmp_path / "policy.yaml"
+    if kind == "directory":
+        policy.mkdir()
+    elif kind == "dangling":
+        policy.symlink_to(tmp_path / "gone.yaml")
+    code, text, _ = run_main(["--stack-file", str(stack), "--policy-config", str(policy), "--quiet",
+                              "--out", str(tmp_path / "build")], capsys)
+    assert code == 4, text
+    assert f"--policy-config {policy}" in text and "preflight demo: USAGE-ERROR" in text
+    assert "preflight None" not in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("kind", ["directory", "dangling"])
+def test_a_stack_file_that_is_not_a_file_is_a_usage_error(tmp_path, capsys, kind):
+    path = tmp_path / "Pulumi.demo.yaml"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "gone.yaml")
+    code, text, _ = run_main(["--stack-file", str(path), "--quiet", "--no-policies"], capsys)
+    assert code == 4, text
+    assert "preflight demo: USAGE-ERROR" in text and "preflight None" not in text
+
+
+@pytest.mark.parametrize("out", ["file", "under-a-file", "unwritable"])
+def test_an_out_folder_that_cannot_be_written_is_a_usage_error(tmp_path, capsys, out):
+    stack = _stack_file(tmp_path)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    target = {"file": blocker, "under-a-file": blocker / "sub", "unwritable": Path("/proc/gpu-platform/out")}[out]
+    code, text, _ = run_main(["--stack-file", str(stack), "--quiet", "--no-policies", "--out", str(target)], capsys)
+    assert code == 4, text
+    assert "--out" in text and "Traceback" not in text
+
+
+def test_control_characters_in_keys_are_escaped(tmp_path, capsys):
+    stack = _stack_file(tmp_path, **{"gpu-platform:x\x1b[2K\rgpu-platform:cloud: OK": 1})
+    code, text, _ = run_main(["--stack-file", str(stack), "--quiet", "--no-policies"], capsys)
+    assert code == 2, text
+    assert "\x1b" not in text and "\r" not in text
+    assert "\\x1b[2K\\rgpu-platform:cloud: OK" in text
+
+
+def test_a_secure_value_beside_other_keys_is_never_echoed(tmp_path, capsys):
+    stack = _stack_file(tmp_path, **{"gpu-platform:owner": {"secure": "AAABAOWNERCIPHER", "note": "x"}})
+    code, text, _ = run_main(["--stack-file", str(stack), "--quiet", "--no-policies"], capsys)
+    assert code == 2, text
+    assert "AAABAOWNERCIPHER" not in text and "gpu-platform:owner: (a secret value)" in text
+
+
+def test_a_stack_named_like_preflights_own_folders_is_refused(tmp_path, capsys):
+    stack = _stack_file(tmp_path, name=".cache")
+    code, text, _ = run_main(["--stack-file", str(stack), "--quiet", "--no-policies",
+                              "--out", str(tmp_path / "build")], capsys)
+    assert code == 2 and "not starting with '.'" in text, text
+    assert not (tmp_path / "build" / ".cache").exists()
+
+
+def test_a_policy_config_beside_the_stack_file_is_read(tmp_path, capsys):
+    stack = _stack_file(tmp_path)
+    (tmp_path / "policy.demo.yaml").write_text("gpu-count-ceiling:\n  maxGpus: 100000\n")
+    code, text, _ = run_main(["--stack-file", str(stack), "--quiet", "-v", "--out", str(tmp_path / "build")], capsys)
+    assert code == 3, text
+    assert "gpu-count-ceiling" in text and "is a mandatory guardrail" in text
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return out
+
+
+def test_sigterm_mid_analysis_stops_the_pack_and_removes_temporary_files(tmp_path):
+    """SIGTERM while the policy pack runs: the command ends, the pack process with it, and the temporary
+    stack-config.json (the stack's config as the pack reads it) is gone."""
+    stack = _stack_file(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_platform.preflight", "--stack-file", str(stack), "--quiet",
+                             "--out", str(tmp_path / "build")], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    pack = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        # mid-analysis: the program has run (plan.json is written), the pack and the chart rendering are at work
+        if list(tmp.glob("gpu-platform-policy-*/stack-config.json")) and (tmp_path / "build" / "demo" / "plan.json").exists():
+            pack = {c for c in _children(proc.pid) if "pulumi.policy" in Path(f"/proc/{c}/cmdline").read_text(errors="replace")}
+            if pack:
+                break
+        time.sleep(0.05)
+    assert pack, "the policy pack never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
+    assert b"interrupted (SIGTERM)" in err and b"Traceback" not in err
+    for pid in pack:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], \
+            f"policy pack {pid} still running"
+    assert not list(tmp.rglob("stack-config.json")), "the temporary stack config was left behind"
+    assert not list(tmp.iterdir()), f"temporary files left: {list(tmp.rglob('*'))[:10]}"
+
+
+@pytest.mark.parametrize("which", ["stack", "policy"])
+def test_one_long_string_aliased_thousands_of_times_is_refused(tmp_path, capsys, which):
+    """412 KB: one 400 KB string aliased 4,000 times is few YAML nodes but 1.6 GB of text once expanded;
+    the loader counts the text (safe_yaml.MAX_EXPANDED_BYTES) and refuses it before building it."""
+    bomb = "x" * 400_000
+    aliases = ", ".join(["*s"] * 4000)
+    stack = _stack_file(tmp_path)
+    if which == "stack":
+        stack.write_text(stack.read_text() + f"  other:long: &s {bomb}\n  other:many: [{aliases}]\n")
+        argv = ["--stack-file", str(stack), "--no-policies"]
+    else:
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(f"gpu-count-ceiling:\n  maxGpus: 8\n  note: &s {bomb}\ncost-allocation-tags: [{aliases}]\n")
+        argv = ["--stack-file", str(stack), "--policy-config", str(policy)]
+    code, text, _ = run_main(argv + ["--quiet", "--out", str(tmp_path / "build")], capsys)
+    assert code == 2, text
+    assert "aliases expand to more than 2048 KiB of text" in text
+
+
+def test_the_whole_run_has_a_deadline_with_a_clear_message(tmp_path):
+    """--timeout bounds the whole command: past it preflight says so, exits 3 (no verdict) and leaves no
+    policy pack or temporary stack config behind."""
+    stack = _stack_file(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "--stack-file", str(stack), "--quiet",
+                          "--timeout", "1", "--out", str(tmp_path / "build")], cwd=ROOT,
+                         env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert "preflight demo: gave up after 1s (--timeout): no verdict" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not list(tmp.rglob("stack-config.json"))
