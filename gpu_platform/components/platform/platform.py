@@ -77,7 +77,7 @@ class MlPlatform(pulumi.ComponentResource):
         if p.queue:
             self.queue = JobQueue(f"{name}-queue", JobQueueArgs(
                 cluster=cluster, queueing_strategy=p.queueing_strategy, gpu_quota=p.gpu_quota,
-                pods_ready_timeout_minutes=p.pods_ready_timeout_minutes,
+                pods_ready_timeout_minutes=p.pods_ready_timeout_minutes, max_requeues=p.max_requeues,
                 training_namespace=self.training.namespace, instance_types=types,
                 after=[self.kubeflow.trainer] if self.kubeflow else []), child)
         self.notebooks: Optional[Notebooks] = None

@@ -1,0 +1,149 @@
+"""Every GPU pod goes through the Kueue queue or is refused (issue 22 item 1), jobs that can never
+become Ready stop after `platform.maxRequeues` re-admissions, Kueue survives a node drain.
+
+The admission policy's CEL is evaluated by a real CEL implementation (cel-python), the way the API
+server evaluates a ValidatingAdmissionPolicy: every matchCondition true -> every validation must hold,
+else the request is refused with that validation's message."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+import yaml
+
+from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE
+from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
+from gpu_platform.components.platform.notebooks import render_notebooks_namespace
+from gpu_platform.components.platform.queue import (
+    DEFAULT_LOCAL_QUEUE, QUEUE_NAME_LABEL, kueue_manager_config, kueue_values, render_gpu_admission_binding,
+    render_gpu_admission_policy, render_local_queue,
+)
+from gpu_platform.components.platform.training import render_training_namespace
+from tests.test_platform_charts import render
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.common import KUEUE_NAMESPACE
+
+celpy = pytest.importorskip("celpy")
+
+NAMESPACES = {
+    "training": render_training_namespace(),
+    JUPYTERHUB_NAMESPACE: render_notebooks_namespace(),
+    KUBEFLOW_NAMESPACE: render_kubeflow_namespace(),
+    "default": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {}}},
+}
+
+
+def pod(namespace: str, gpus: Optional[int] = 1, labels: Optional[dict[str, str]] = None,
+        owner: Optional[dict[str, Any]] = None, init: bool = False) -> dict[str, Any]:
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {"requests": {"cpu": "1"}}
+    container = {"name": "c", "image": "busybox", "resources": resources}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    spec["initContainers" if init else "containers"] = ([container] if not init else [container])
+    meta: dict[str, Any] = {"name": "p", "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    if owner:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "trial-1", "uid": "u", "controller": True}
+WORKFLOW_OWNER = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "run", "uid": "u",
+                  "controller": True}
+
+
+def admit(obj: dict[str, Any]) -> Optional[str]:
+    """None when admitted, else the refusal message (as the API server evaluates the policy)."""
+    policy = render_gpu_admission_policy()["spec"]
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(obj),
+                  "namespaceObject": celpy.json_to_cel(NAMESPACES[obj["metadata"]["namespace"]])}
+
+    def ev(expr: str) -> Any:
+        return env.program(env.compile(expr)).evaluate(activation)
+
+    if not all(ev(c["expression"]) for c in policy["matchConditions"]):
+        return None
+    for v in policy["validations"]:
+        if not ev(v["expression"]):
+            return str(ev(v["messageExpression"])) if "messageExpression" in v else v["message"]
+    return None
+
+
+def test_a_gpu_pod_outside_the_queue_namespaces_is_refused_with_how_to_submit() -> None:
+    """Before: a pipeline step asking for a GPU in `kubeflow` (or any pod in `default`) took a GPU
+    that Kueue counted as free."""
+    for ns in (KUBEFLOW_NAMESPACE, "default"):
+        message = admit(pod(ns, owner=WORKFLOW_OWNER))
+        assert message and "not queued" in message and "TrainJob" in message and "training" in message, message
+        assert ns in message
+
+
+def test_a_gpu_pod_in_a_queue_namespace_without_a_queue_is_refused() -> None:
+    message = admit(pod(JUPYTERHUB_NAMESPACE))
+    assert message and QUEUE_NAME_LABEL in message
+    # a Job's pod in jupyterhub: no `default` LocalQueue there, so its Job may be unqueued
+    assert admit(pod(JUPYTERHUB_NAMESPACE, owner=JOB_OWNER))
+    # a GPU init container counts too
+    assert admit(pod("default", init=True))
+
+
+def test_queued_gpu_pods_and_cpu_pods_are_admitted() -> None:
+    assert admit(pod(JUPYTERHUB_NAMESPACE, labels={QUEUE_NAME_LABEL: "gpu-queue"})) is None  # GPU notebook
+    assert admit(pod("training", labels={QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE})) is None  # defaulted by Kueue
+    assert admit(pod("training", owner=JOB_OWNER)) is None  # a TrainJob's / Katib trial's / Job's pod
+    assert admit(pod(KUBEFLOW_NAMESPACE, gpus=None)) is None  # no GPU: not this policy's business
+    assert admit(pod("default", gpus=None)) is None
+
+
+def test_the_binding_denies_and_the_policy_fails_closed() -> None:
+    binding = render_gpu_admission_binding()
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["policyName"] == render_gpu_admission_policy()["metadata"]["name"]
+    assert render_gpu_admission_policy()["spec"]["failurePolicy"] == "Fail"
+
+
+def test_training_has_a_default_local_queue_and_kueue_manages_it() -> None:
+    """Before: the only LocalQueue was `gpu-queue`, so an unlabelled TrainJob or Katib trial in
+    `training` was ignored by Kueue (manageJobsWithoutQueueName false) and ran unqueued."""
+    lq = render_local_queue(name=DEFAULT_LOCAL_QUEUE)
+    assert lq["metadata"] == {**lq["metadata"], "name": "default", "namespace": "training"}
+    selector = kueue_manager_config()["managedJobsNamespaceSelector"]["matchLabels"]
+    for ns in ("training", JUPYTERHUB_NAMESPACE):
+        labels = NAMESPACES[ns]["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in selector.items()), ns
+
+
+def test_a_job_that_never_becomes_ready_stops_after_max_requeues() -> None:
+    """Before: requeuingStrategy had no backoffLimitCount: re-admitted (and a GPU node scaled up) forever."""
+    conf = kueue_manager_config(3, max_requeues=2)
+    assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 2
+    assert conf["waitForPodsReady"]["timeout"] == "3m"
+    with pytest.raises(ValueError):
+        kueue_manager_config(3, max_requeues=-1)
+
+
+def test_max_requeues_is_a_platform_key_with_a_small_default(tmp_path) -> None:
+    from gpu_platform.components.platform.config import PlatformSection
+
+    assert PlatformSection().max_requeues == 3
+    assert PlatformSection.model_validate({"maxRequeues": 5}).max_requeues == 5
+    with pytest.raises(ValueError, match="max_requeues|maxRequeues"):
+        PlatformSection.model_validate({"maxRequeues": -1})
+
+
+def test_kueue_runs_two_replicas_with_a_disruption_budget() -> None:
+    """Before: one replica, PDB off: a drain of its node stopped every submission (webhooks fail closed)."""
+    objs = render("kueue", versions.KUEUE.version, kueue_values(10, 3), "kueue", KUEUE_NAMESPACE)
+    deploy = next(o for o in objs if o["kind"] == "Deployment" and "controller-manager" in o["metadata"]["name"])
+    assert deploy["spec"]["replicas"] == 2
+    pdb = next(o for o in objs if o["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert all(pdb["spec"]["selector"]["matchLabels"].get(k) == v
+               for k, v in deploy["spec"]["template"]["metadata"]["labels"].items()
+               if k in pdb["spec"]["selector"]["matchLabels"])
+    config = next(o for o in objs if o["kind"] == "ConfigMap" and "manager-config" in o["metadata"]["name"])
+    conf = yaml.safe_load(next(iter(config["data"].values())))
+    assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 3
+    assert conf["leaderElection"]["leaderElect"] is True
