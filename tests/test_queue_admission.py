@@ -147,3 +147,17 @@ def test_kueue_runs_two_replicas_with_a_disruption_budget() -> None:
     conf = yaml.safe_load(next(iter(config["data"].values())))
     assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 3
     assert conf["leaderElection"]["leaderElect"] is True
+
+
+def test_no_gpu_notebook_profile_for_a_pool_without_quota() -> None:
+    """Before: a pool with platform.gpuQuota 0 still got a GPU profile whose notebook waited forever."""
+    from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
+    from gpu_platform.components.platform.notebooks import jupyterhub_values
+
+    pools = [GpuPoolSpec("a10g", "g5.xlarge", "A10G", 1, 0, 2, "spot", {POOL_LABEL: "a10g"}),
+             GpuPoolSpec("l4x4", "g6.12xlarge", "L4", 4, 0, 1, "spot", {POOL_LABEL: "l4x4"})]
+    slugs = [p["slug"] for p in jupyterhub_values(pools, "gp3", queue_name="gpu-queue",
+                                                  gpu_quota={"a10g": 0, "l4x4": 4})["singleuser"]["profileList"]]
+    assert slugs == ["cpu", "gpu-l4x4"]
+    # without a queue nothing limits the pools: every pool is offered
+    assert len(jupyterhub_values(pools, "gp3")["singleuser"]["profileList"]) == 3

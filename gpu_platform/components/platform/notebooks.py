@@ -25,7 +25,7 @@ of that pool for it, so notebooks and training jobs share one GPU quota.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 
@@ -100,11 +100,21 @@ def auth_config(admin_users: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def offered_pools(pools: Sequence[GpuPoolSpec], gpu_quota: Optional[Mapping[str, int]] = None) -> list[GpuPoolSpec]:
+    """The pools a GPU profile is offered for: with a queue, only pools whose GPU quota is above 0
+    (a notebook on a pool with quota 0 would wait in the queue forever)."""
+    if gpu_quota is None:
+        return list(pools)
+    return [p for p in pools if gpu_quota.get(p.name, 0) > 0]
+
+
 def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_gib: int = 20,
                       idle_cull_minutes: int = 60, admin_users: Sequence[str] = ("admin",),
-                      queue_name: Optional[str] = None) -> dict[str, Any]:
+                      queue_name: Optional[str] = None,
+                      gpu_quota: Optional[Mapping[str, int]] = None) -> dict[str, Any]:
     if idle_cull_minutes < 1:
         raise ValueError("idle_cull_minutes must be at least 1")
+    pools = offered_pools(pools, gpu_quota)
     return {
         "hub": {
             "config": auth_config(admin_users),
@@ -155,7 +165,8 @@ class Notebooks(pulumi.ComponentResource):
         ns = apply_object(f"{name}-namespace", render_notebooks_namespace(), k8s_opts(cluster, self))
         queue = args.queue
         values = jupyterhub_values(cluster.gpu_pools, cluster.default_storage_class, args.storage_gib,
-                                   args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None)
+                                   args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None,
+                                   queue.gpu_quota if queue else None)
         self.local_queue = None
         if queue is not None:
             self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE),
