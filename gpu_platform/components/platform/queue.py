@@ -250,7 +250,7 @@ QUEUED_POD = (
     f"has(r.controller) && r.controller == true && r.kind == 'Job' && r.apiVersion == 'batch/v1'))")
 HOW_TO_SUBMIT = (f"submit GPU work as a TrainJob, Job or Katib experiment in namespace {TRAINING_NAMESPACE} "
                  f"(queued in its LocalQueue '{DEFAULT_LOCAL_QUEUE}' without any label), or a GPU notebook "
-                 f"from JupyterHub; see docs/queue.md")
+                 f"from JupyterHub; see docs/first-training-job.md section 6")
 
 
 def render_gpu_admission_policy() -> dict[str, Any]:
