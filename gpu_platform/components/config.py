@@ -284,6 +284,15 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
             what = "has no GPU" if itype is not None else f"is not a {cfg.cloud} GPU type in the catalog"
             issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
                                       f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
+        elif itype.price(pool.capacity) is None:
+            # The budget alert's spend rule and the cost estimate price every pool: a type without a
+            # price at this capacity would crash them, so it is a config error naming both ways out.
+            priced = [c for c in ("on-demand", "spot", "preemptible") if itype.price(c) is not None]
+            override = {"on-demand": "onDemand"}.get(pool.capacity, pool.capacity)
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].capacity", pool.capacity,
+                f"a capacity the price catalog prices for {pool.instance_type}: {', '.join(priced) or 'none'}; "
+                f"or price it yourself with priceOverrides.{pool.instance_type}.{override} (USD per node-hour)"))
 
     checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
     issues += checks[cfg.cloud](cfg, catalog)
