@@ -101,6 +101,15 @@ def apply_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions
         return k8s.core.v1.LimitRange(name, metadata=meta, spec=obj["spec"], opts=opts)
     if kind == "NetworkPolicy":
         return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
+    if kind == "Role":
+        return k8s.rbac.v1.Role(name, metadata=meta, rules=obj["rules"], opts=opts)
+    if kind == "ClusterRole":
+        return k8s.rbac.v1.ClusterRole(name, metadata=meta, rules=obj["rules"], opts=opts)
+    if kind == "RoleBinding":
+        return k8s.rbac.v1.RoleBinding(name, metadata=meta, role_ref=obj["roleRef"], subjects=obj["subjects"], opts=opts)
+    if kind == "ClusterRoleBinding":
+        return k8s.rbac.v1.ClusterRoleBinding(name, metadata=meta, role_ref=obj["roleRef"], subjects=obj["subjects"],
+                                              opts=opts)
     if kind == "ValidatingAdmissionPolicy":
         return k8s.admissionregistration.v1.ValidatingAdmissionPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
     if kind == "ValidatingAdmissionPolicyBinding":

@@ -85,7 +85,7 @@ class MlPlatform(pulumi.ComponentResource):
             self.notebooks = Notebooks(f"{name}-notebooks", NotebooksArgs(
                 cluster=cluster, storage_gib=p.notebook_storage_gib,
                 idle_cull_minutes=p.notebook_idle_cull_minutes, admin_users=p.notebook_admin_users,
-                queue=self.queue), child)
+                queue=self.queue, training_namespace=self.training.namespace), child)
         self.monitoring: Optional[Monitoring] = None
         if p.monitoring:
             self.monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(
