@@ -67,7 +67,9 @@ def test_gpu_asg_spot_mixed_instances_and_scale_from_zero(plan):
     types = [o["instanceType"] for o in asg["mixedInstancesPolicy"]["launchTemplate"]["overrides"]]
     assert types == ["g5.xlarge"]  # aws-prod: no alternative of the same GPU model and shape (cc2424b)
     # aws-prod runs without the protection controller (no image published yet): nothing would release protection
-    assert asg["capacityRebalance"] is True and asg["protectFromScaleIn"] is False
+    assert asg["capacityRebalance"] is False and asg["protectFromScaleIn"] is False
+    # AZRebalance would terminate a busy training node to even out zones (autoscaler AWS README)
+    assert asg["suspendedProcesses"] == ["AZRebalance"]
     (hook,) = asg["initialLifecycleHooks"]
     assert hook["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING" and hook["defaultResult"] == "CONTINUE"
     assert hook["heartbeatTimeout"] == 300  # renewed by NTH's heartbeats while it drains
@@ -112,15 +114,15 @@ def test_idle_gpu_alarm_per_pool(plan):
         assert a["period"] * a["evaluationPeriods"] == 120 * 60 and a["comparisonOperator"] == "LessThanThreshold"
 
 
-def test_spot_interruption_queue_three_rules_and_heartbeats(plan):
+def test_spot_interruption_queue_four_rules_and_heartbeats(plan):
     queue = plan.one("aws:sqs/queue:Queue")
     assert queue.inputs["sqsManagedSseEnabled"] is True
     rules = plan.by_type("aws:cloudwatch/eventRule:EventRule")
-    assert len(rules) == 3  # capacity rebalancing: no Spot/rebalance rules (issue 12)
+    assert len(rules) == 4  # no capacity rebalancing: the interruption warning, never the recommendation (issue 22)
     targets = plan.by_type("aws:cloudwatch/eventTarget:EventTarget")
-    assert len(targets) == 3 and {t.inputs["arn"] for t in targets} == {queue.outputs["arn"]}
+    assert len(targets) == 4 and {t.inputs["arn"] for t in targets} == {queue.outputs["arn"]}
     patterns = [json.loads(r.inputs["eventPattern"])["detail-type"][0] for r in rules]
-    assert "EC2 Spot Instance Interruption Warning" not in patterns and "EC2 Instance Rebalance Recommendation" not in patterns
+    assert "EC2 Spot Instance Interruption Warning" in patterns and "EC2 Instance Rebalance Recommendation" not in patterns
     nth = plan.one("kubernetes:helm.sh/v3:Release", "nth")
     assert (nth.inputs["chart"], nth.inputs["version"]) == (versions.NTH_CHART, versions.NTH_CHART_VERSION)
     assert nth.inputs["values"]["queueURL"] == queue.outputs["url"]

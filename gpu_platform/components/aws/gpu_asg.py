@@ -8,8 +8,8 @@ pure and tested directly; `GpuNodeGroup` only wires resources.
   scale-from-zero pool always boot the current patched AMI for the cluster's Kubernetes version,
   the plan shows exactly which parameter is used, and the deployer needs no ssm:GetParameter.
 - Nodes join with nodeadm (NodeConfig), carrying the pool's labels and the nvidia.com/gpu taint.
-- Spot with price-capacity-optimized allocation over several instance types, capacity rebalancing,
-  a termination lifecycle hook (completed by the node termination handler after draining, which
+- Spot with price-capacity-optimized allocation over several instance types, no capacity
+  rebalancing and AZRebalance suspended (see CAPACITY_REBALANCE), a termination lifecycle hook (completed by the node termination handler after draining, which
   renews it with heartbeats meanwhile), new instances protected from scale-in when the protection
   controller runs (it drops the protection once a node is idle).
 - Tags the cluster-autoscaler reads to scale a pool up from zero (labels, taint, GPU count, the
@@ -43,9 +43,18 @@ from gpu_platform.components.cluster import GPU_TAINT, GpuPoolSpec, Taint
 MIME_BOUNDARY = "==GPU-PLATFORM-BOUNDARY=="
 NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
 LIFECYCLE_HOOK = "nth-drain-on-terminate"
-# Spot capacity is rebalanced by the group (replacement first, then the old instance through the
-# terminate lifecycle hook); the termination handler's rules depend on it (nth.event_rules).
-CAPACITY_REBALANCE = True
+# No capacity rebalancing on GPU groups: with it, every EC2 rebalance recommendation (an elevated
+# risk, most of which never become an interruption) makes the group launch a replacement and then
+# terminate the busy node through the lifecycle hook, so a training job is drained, evicted and
+# requeued (each eviction counts against platform.maxRequeues) for nothing. Instead the node is drained
+# only on the Spot interruption notice (two minutes: the trainer gets SIGTERM and checkpoints at its
+# current step) or when the group itself terminates it. The termination handler's rules follow
+# (nth.event_rules: interruption warnings in, rebalance recommendations out).
+CAPACITY_REBALANCE = False
+# AZRebalance terminates instances to even out zones after a scale-in or a zone outage: on a GPU group
+# that is a busy training node killed without any Spot event. cluster-autoscaler's AWS README ("Common
+# Notes and Gotchas") names suspending it; the autoscaler balances zones at scale-up instead.
+SUSPENDED_PROCESSES = ("AZRebalance",)
 ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 # Every AWS GPU model of the catalog (gpu_platform/costs/catalog/aws.yaml gpuModel; a test keeps them covered)
 # -> the name cluster-autoscaler's AWS provider lists for it (availableGPUTypes in
@@ -253,6 +262,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             max_size=spec.max_nodes,
             vpc_zone_identifiers=list(args.subnet_ids),
             capacity_rebalance=CAPACITY_REBALANCE,
+            suspended_processes=list(SUSPENDED_PROCESSES),
             protect_from_scale_in=args.protect_from_scale_in,
             health_check_type="EC2",
             health_check_grace_period=300,
