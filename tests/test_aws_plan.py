@@ -242,3 +242,13 @@ def test_cluster_handle_contract():
     assert "aws" in yaml.safe_load(seen["kubeconfig"])["users"][0]["user"]["exec"]["command"]
     assert len(h.ready) >= 4
     assert result.outputs["kubeconfig"].get(SIG_KEY) == SECRET_SIG  # exported as a secret
+
+
+def test_checkpoints_and_image_layers_reach_s3_without_the_nat_gateway(plan):
+    """Before: no S3 gateway endpoint, so checkpoint traffic and ECR layer pulls went through the NAT
+    gateway at $0.045/GB (issue 22)."""
+    endpoint = plan.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+    assert endpoint["serviceName"] == "com.amazonaws.us-east-1.s3" and endpoint["vpcEndpointType"] == "Gateway"
+    private_rts = [r for r in plan.by_type("aws:ec2/routeTable:RouteTable") if "private" in r.name]
+    # the mocks give each resource the id "<name>-id"; the public route table (IGW) needs no endpoint
+    assert len(private_rts) == 3 and sorted(endpoint["routeTableIds"]) == sorted(f"{r.name}-id" for r in private_rts)

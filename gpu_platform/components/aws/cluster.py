@@ -43,7 +43,7 @@ class AwsCluster(pulumi.ComponentResource):
         if section.new_vpc:
             zones = list(section.availability_zones) or default_zones(provider)
             net = Network(f"{name}-network", NetworkArgs(cluster_name, section.effective_vpc_cidr, zones,
-                                                         section.nat_gateways == "per-az", tags), opts=child)
+                                                         section.nat_gateways == "per-az", tags, region), opts=child)
             subnet_ids = net.private_subnet_ids
         else:
             subnet_ids = list(section.private_subnet_ids)
