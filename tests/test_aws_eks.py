@@ -204,6 +204,15 @@ def test_account_billing_alarms_only_where_accountbilling_is_true(plan):
     assert budget.inputs["notifications"] and budget.inputs["costFilters"][0]["name"] == "TagKeyValue"
 
 
+def test_a_stack_that_does_not_say_it_owns_the_account_creates_no_account_alarms():
+    """Before: accountBilling defaulted to true, so every AWS stack repeated the account-wide alarms (issue 22)."""
+    config = stack_config("aws-prod")
+    config["gpu-platform:aws"] = {k: v for k, v in config["gpu-platform:aws"].items() if k != "accountBilling"}
+    plan = run_program(stack_input_from_mapping("aws-prod", config))
+    assert not [a for a in plan.by_type(ALARM) if a.inputs.get("namespace") == "AWS/Billing"]
+    assert len(plan.by_type(BUDGET)) == 1
+
+
 def test_account_billing_must_be_a_boolean():
     with pytest.raises(ConfigError) as err:
         parse_config(with_aws(accountBilling="sometimes"), "aws-prod")
