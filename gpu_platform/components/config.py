@@ -82,8 +82,14 @@ class CostsSection(Model):
 
     # Average share of the month the GPU pools are busy; preflight compares the bill at this use with the budget.
     expected_utilization: float = Field(default=0.3, ge=0, le=1)
-    checkpoint_gib: float = Field(default=100, ge=0, le=10_000_000)  # average size of the checkpoint bucket
-    nat_gib_per_month: float = Field(default=200, ge=0, le=10_000_000)  # traffic through the NAT at full capacity
+    checkpoint_gib: float = Field(default=100, ge=0, le=10_000_000)  # live checkpoints in the bucket on average
+    # Checkpoints written per day at full capacity. Every save is a new object and old ones are deleted
+    # (retention), and the versioned bucket keeps each deleted/overwritten version for the cloud's
+    # checkpointRetentionDays: the bucket holds about this x retention on top of checkpointGib.
+    checkpoint_gib_per_day: float = Field(default=10, ge=0, le=1_000_000)
+    # Traffic through the NAT at full capacity: image pulls from public registries, datasets, pip. Not
+    # checkpoints: they reach the bucket through the S3 gateway endpoint (EKS) or Private Google Access (GKE).
+    nat_gib_per_month: float = Field(default=200, ge=0, le=10_000_000)
 
 
 class StackConfig(Model):
