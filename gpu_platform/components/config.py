@@ -97,6 +97,11 @@ class StackConfig(Model):
 
     cloud: Literal["linode", "gcp", "aws"]
     environment: DnsLabel = "dev"
+    # Opt-in: a short suffix that makes every cloud name of this stack unique where two stacks share an
+    # `environment` in one account/project (gpu-<environment>-<nameSuffix>); the stack budget filters on
+    # the `cluster` tag, which carries the same name. Setting or changing it on a deployed stack renames,
+    # so replaces, every named resource (CHANGELOG, docs/costs-and-alerts.md): set it before the first up.
+    name_suffix: Annotated[str, Field(min_length=1, max_length=6, pattern=r"^[a-z0-9]+$")] = None  # type: ignore[assignment]
     owner: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
     cost_center: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
     monthly_budget_usd: int = Field(gt=0, le=10_000_000)
@@ -134,8 +139,8 @@ class StackConfig(Model):
 
     @property
     def name_prefix(self) -> str:
-        """Prefix of every cloud resource name: gpu-<environment>."""
-        return f"gpu-{self.environment}"
+        """Prefix of every cloud resource name: gpu-<environment>[-<nameSuffix>]."""
+        return f"gpu-{self.environment}" + (f"-{self.name_suffix}" if self.name_suffix else "")
 
     @property
     def cloud_section(self) -> Any:
