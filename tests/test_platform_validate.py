@@ -30,7 +30,7 @@ from gpu_platform.components.platform.monitoring import (
     render_spend_rule,
 )
 from gpu_platform.components.platform.queue import (
-    DEFAULT_LOCAL_QUEUE, gpu_quotas, pool_capacities, render_cluster_queue, render_gpu_admission_binding,
+    DEFAULT_LOCAL_QUEUE, FIT_POLICY, gpu_quotas, render_fit_policy, render_policy_binding, pool_capacities, render_cluster_queue, render_gpu_admission_binding,
     render_gpu_admission_policy, render_local_queue, render_resource_flavor,
 )
 from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
@@ -70,6 +70,8 @@ def core_objects() -> list[dict[str, Any]]:
         render_kubeflow_namespace(),
         render_gpu_admission_policy(),
         render_gpu_admission_binding(),
+        render_fit_policy(pool_capacities("linode", POOLS)),
+        render_policy_binding(FIT_POLICY),
         render_dashboard_configmap(),
         render_grafana_admin_secret("example-password"),
         *[render_namespace(ns, psa) for ns, psa in ((GPU_NAMESPACE, "privileged"), (KUEUE_NAMESPACE, "restricted"),

@@ -215,8 +215,12 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
     assert default_lq.inputs["metadata"] == {**default_lq.inputs["metadata"], "name": "default",
                                              "namespace": TRAINING_NAMESPACE}
     # the GPU admission policy is bound, and only after the queues exist (queued work is never refused)
-    policy = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
-    binding = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    policy = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy", "gpu-admission")
+    binding = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding",
+                            "gpu-admission")
+    fit = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy", "fit-policy")
+    assert len(fit.inputs["spec"]["validations"]) == len(full_plan.by_type(
+        "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"))  # one rule per pool
     assert binding.inputs["spec"]["policyName"] == policy.inputs["metadata"]["name"]
     assert lq.urn in policy.dependencies and default_lq.urn in policy.dependencies and policy.urn in binding.dependencies
 

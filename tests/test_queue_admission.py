@@ -161,3 +161,96 @@ def test_no_gpu_notebook_profile_for_a_pool_without_quota() -> None:
     assert slugs == ["cpu", "gpu-l4x4"]
     # without a queue nothing limits the pools: every pool is offered
     assert len(jupyterhub_values(pools, "gp3")["singleuser"]["profileList"]) == 3
+
+
+# --- per-flavor fit: a GPU job is only admitted where it fits --------------------------------------
+
+from fractions import Fraction  # noqa: E402
+
+from gpu_platform.components.cluster import POOL_LABEL  # noqa: E402
+from gpu_platform.components.platform.queue import (  # noqa: E402
+    FIT_POLICY, PoolCapacity, render_fit_policy, render_policy_binding,
+)
+
+_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+
+def _quantity(text):
+    """Kubernetes' CEL quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) for the test
+    evaluator: parse a resource.Quantity; compareTo orders them."""
+    import re as _re
+
+    m = _re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
+    assert m and m.group(2) in _SUFFIX, text
+    return celpy.celtypes.DoubleType(float(Fraction(m.group(1)) * _SUFFIX[m.group(2)]))
+
+
+def _compare(a, b):
+    return celpy.celtypes.IntType((a > b) - (a < b))
+
+
+# aws-prod's pools after kubelet reservations, daemons and headroom (queue.pool_capacities)
+CAPS = {"a10g": PoolCapacity(3_320, 12 * 1024**3, 1), "l4x4": PoolCapacity(44_000, 170 * 1024**3, 4)}
+
+
+def fit_refusal(obj: dict) -> Optional[str]:
+    policy = render_fit_policy(CAPS)["spec"]
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel({"kind": {"kind": obj["kind"]}})}
+    fns = {"quantity": _quantity, "compareTo": _compare}
+
+    def ev(expr: str):
+        return env.program(env.compile(expr), functions=fns).evaluate(act)
+
+    if not all(ev(c["expression"]) for c in policy["matchConditions"]):
+        return None
+    for v in policy["validations"]:
+        if not ev(v["expression"]):
+            return v["message"]
+    return None
+
+
+def batch_job(cpu, gpus=1, pool=None):
+    spec = {"containers": [{"name": "t", "image": "x", "resources": {
+        "requests": {"cpu": cpu, "memory": "8Gi"}, "limits": {"nvidia.com/gpu": gpus} if gpus else {}}}]}
+    if pool:
+        spec["nodeSelector"] = {POOL_LABEL: pool}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "training"},
+            "spec": {"template": {"spec": spec}}}
+
+
+def trainjob(cpu, pool=None):
+    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+          "metadata": {"name": "t", "namespace": "training"},
+          "spec": {"runtimeRef": {"name": "torch-distributed"},
+                   "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"cpu": cpu, "nvidia.com/gpu": "1"}}}}}
+    if pool:
+        tj["spec"]["runtimePatches"] = [{"manager": "user", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                "nodeSelector": {POOL_LABEL: pool}}}}}}]}}}}]
+    return tj
+
+
+def test_a_gpu_job_larger_than_a_pool_is_refused_unless_it_names_a_pool_it_fits() -> None:
+    """Before: the LimitRange max was the largest pool's node share, so on aws-prod a job asking 8 CPU
+    and 1 GPU was admitted to a10g (about 3.3 CPU for jobs a node) and never scheduled (issue 22)."""
+    message = fit_refusal(batch_job("8"))
+    assert message and "a10g" in message and POOL_LABEL in message and "l4x4: 44 CPU" in message
+    assert fit_refusal(batch_job("8", pool="l4x4")) is None  # pinned where it fits: admitted only there
+    assert fit_refusal(batch_job("8", pool="a10g"))  # pinned where it never fits
+    assert fit_refusal(batch_job("3")) is None  # fits every pool
+    assert fit_refusal(batch_job("3200m")) is None and fit_refusal(batch_job(8)) is not None  # quantities, numbers
+    assert fit_refusal(batch_job("8", gpus=0)) is None  # not GPU work: not this policy's business
+
+
+def test_the_same_holds_for_trainjobs() -> None:
+    assert fit_refusal(trainjob("8"))
+    assert fit_refusal(trainjob("8", pool="l4x4")) is None
+    assert fit_refusal(trainjob("2")) is None
+
+
+def test_the_fit_policy_is_bound_and_scoped_to_the_queue_namespaces() -> None:
+    policy = render_fit_policy(CAPS)
+    assert policy["spec"]["matchConstraints"]["namespaceSelector"] == kueue_manager_config()["managedJobsNamespaceSelector"]
+    assert render_policy_binding(FIT_POLICY)["spec"] == {"policyName": FIT_POLICY, "validationActions": ["Deny"]}

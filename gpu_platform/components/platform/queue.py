@@ -22,7 +22,7 @@ import pulumi
 import yaml
 
 from gpu_platform.components.capacity import MI, Allocatable, allocatable
-from gpu_platform.components.cluster import TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
+from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
     KUEUE_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
@@ -282,6 +282,96 @@ def render_gpu_admission_policy() -> dict[str, Any]:
     }
 
 
+FIT_POLICY = "gpu-jobs-fit-their-pool"
+_JOB_POD = "object.spec.template.spec"
+_TJ_RES = "object.spec.trainer.resourcesPerNode"
+
+
+def _gpu_in(res: str) -> str:
+    return (f"((has({res}.limits) && '{GPU_RESOURCE}' in {res}.limits) || "
+            f"(has({res}.requests) && '{GPU_RESOURCE}' in {res}.requests))")
+
+
+def _requests_fit(req: str, cap: PoolCapacity) -> str:
+    """CEL: the requests map `req` asks for at most `cap` (Kubernetes' quantity library; a quantity
+    may be written as a number, hence string())."""
+    return (f"(!('cpu' in {req}) || quantity(string({req}['cpu'])).compareTo(quantity('{cap.cpu_millis}m')) <= 0) && "
+            f"(!('memory' in {req}) || quantity(string({req}['memory'])).compareTo(quantity('{cap.memory_bytes}')) <= 0)")
+
+
+def _job_pinned(pool: str) -> str:
+    return (f"(has({_JOB_POD}.nodeSelector) && '{POOL_LABEL}' in {_JOB_POD}.nodeSelector && "
+            f"{_JOB_POD}.nodeSelector['{POOL_LABEL}'] == '{pool}')")
+
+
+def _trainjob_pinned(pool: str) -> str:
+    rj = "r.template.spec.template.spec"
+    return ("(has(object.spec.runtimePatches) && object.spec.runtimePatches.exists(p, has(p.trainingRuntimeSpec) && "
+            "has(p.trainingRuntimeSpec.template) && has(p.trainingRuntimeSpec.template.spec) && "
+            "has(p.trainingRuntimeSpec.template.spec.replicatedJobs) && "
+            "p.trainingRuntimeSpec.template.spec.replicatedJobs.exists(r, has(r.template) && has(r.template.spec) && "
+            f"has(r.template.spec.template) && has(r.template.spec.template.spec) && has({rj}.nodeSelector) && "
+            f"'{POOL_LABEL}' in {rj}.nodeSelector && {rj}.nodeSelector['{POOL_LABEL}'] == '{pool}')))")
+
+
+def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy refusing, at submission, a GPU Job or TrainJob whose pod asks for
+    more CPU or memory than a node of some pool hands to jobs while it names no pool: Kueue's quotas
+    are per flavor in aggregate, so it could admit the job to that pool's flavor, where the pod never
+    schedules (e.g. 8 CPU + 1 GPU on aws-prod's a10g, about 3.5 CPU a node). The message lists each
+    pool's per-pod room and how to pin one (nodeSelector gpu-platform.io/pool: Kueue then assigns
+    only that pool's flavor). Per container for Jobs (a pod of several large containers is not
+    summed); per node for TrainJobs (trainer.resourcesPerNode)."""
+    if not capacities:
+        raise ValueError("no GPU pools")
+    rooms = ", ".join(f"{n}: {c.cpu_millis / 1000:g} CPU, {c.memory_bytes // MI // 1024:g} GiB"
+                      for n, c in sorted(capacities.items()))
+    job_any = " || ".join(_job_pinned(p) for p in sorted(capacities))
+    tj_any = " || ".join(_trainjob_pinned(p) for p in sorted(capacities))
+    validations = []
+    for pool, cap in sorted(capacities.items()):
+        job_fits = (f"{_JOB_POD}.containers.all(c, !has(c.resources) || !has(c.resources.requests) || "
+                    f"({_requests_fit('c.resources.requests', cap)}))")
+        tj_fits = f"!has({_TJ_RES}.requests) || ({_requests_fit(_TJ_RES + '.requests', cap)})"
+        validations.append({
+            "expression": (f"request.kind.kind == 'Job' ? (({job_any}) && !{_job_pinned(pool)}) || ({job_fits}) : "
+                           f"(({tj_any}) && !{_trainjob_pinned(pool)}) || ({tj_fits})"),
+            "message": (f"a GPU pod of this job asks for more CPU or memory than a node of pool {pool} hands to jobs, "
+                        f"and the job names no pool, so Kueue may admit it to {pool} where it never schedules. Pin a "
+                        f"pool it fits with nodeSelector {POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask "
+                        f"for less. Room per pod: {rooms}"),
+            "reason": "Invalid",
+        })
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": FIT_POLICY, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+                "resourceRules": [
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]},
+                    {"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"],
+                     "resources": ["trainjobs"]},
+                ]},
+            "matchConditions": [{"name": "asks-for-a-gpu", "expression": (
+                f"request.kind.kind == 'Job' ? {_JOB_POD}.containers.exists(c, has(c.resources) && {_gpu_in('c.resources')}) "
+                f": (has(object.spec.trainer) && has({_TJ_RES}) && {_gpu_in(_TJ_RES)})")}],
+            "validations": validations,
+        },
+    }
+
+
+def render_policy_binding(policy: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy, "labels": dict(MANAGED_BY)},
+        "spec": {"policyName": policy, "validationActions": ["Deny"]},
+    }
+
+
 def render_gpu_admission_binding() -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -333,6 +423,10 @@ class JobQueue(pulumi.ComponentResource):
         self.gpu_admission_binding = apply_object(
             f"{name}-gpu-admission-binding", render_gpu_admission_binding(),
             k8s_opts(cluster, self, [self.gpu_admission_policy]))
+        # Refuses a GPU job whose pods fit only some pools unless it names one (per-flavor fit).
+        self.fit_policy = apply_object(f"{name}-fit-policy", render_fit_policy(capacities), k8s_opts(cluster, self))
+        self.fit_binding = apply_object(f"{name}-fit-binding", render_policy_binding(FIT_POLICY),
+                                        k8s_opts(cluster, self, [self.fit_policy]))
         self.gpu_quota = quotas
         self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
                                "defaultLocalQueue": DEFAULT_LOCAL_QUEUE, "gpuQuota": quotas,
