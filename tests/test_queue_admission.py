@@ -254,3 +254,25 @@ def test_the_fit_policy_is_bound_and_scoped_to_the_queue_namespaces() -> None:
     policy = render_fit_policy(CAPS)
     assert policy["spec"]["matchConstraints"]["namespaceSelector"] == kueue_manager_config()["managedJobsNamespaceSelector"]
     assert render_policy_binding(FIT_POLICY)["spec"] == {"policyName": FIT_POLICY, "validationActions": ["Deny"]}
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha", "gcp-prod", "aws-prod"])
+def test_the_example_trainjob_passes_both_policies_of_every_shipped_stack(stack: str) -> None:
+    """The documented example is neither refused for bypassing the queue nor for its size."""
+    import yaml as _yaml
+
+    from gpu_platform.components.platform.training import render_training_namespace
+    from tests.conftest import ROOT, plan_stack
+
+    plan = plan_stack(stack)
+    vap = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+    fit_spec = plan.one(vap, "fit-policy").inputs["spec"]
+    example = _yaml.safe_load((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text())
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(example), "request": celpy.json_to_cel({"kind": {"kind": "TrainJob"}}),
+           "namespaceObject": celpy.json_to_cel(render_training_namespace())}
+    fns = {"quantity": _quantity, "compareTo": _compare}
+    assert all(env.program(env.compile(c["expression"]), functions=fns).evaluate(act) for c in fit_spec["matchConditions"])
+    failed = [v["message"] for v in fit_spec["validations"]
+              if not env.program(env.compile(v["expression"]), functions=fns).evaluate(act)]
+    assert not failed, failed
