@@ -24,7 +24,7 @@ from tests.test_platform_charts import render
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import KUEUE_NAMESPACE
 
-celpy = pytest.importorskip("celpy")
+import celpy  # noqa: E402  (requirements-dev.txt)
 
 NAMESPACES = {
     "training": render_training_namespace(),
