@@ -214,7 +214,9 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int
     }
 
 
-# Two controller replicas (one leader, one standby that serves the webhooks too) and a PDB keeping
+# Two controller replicas (one leader; the standby serves the webhooks too, and its LocalQueue cache,
+# which `default` queue defaulting reads, is kept without leadership: v0.19.2
+# pkg/controller/core/localqueue_controller.go NeedLeaderElection false) and a PDB keeping
 # one through a node drain: Kueue's job and pod webhooks fail closed, so a single replica on a
 # draining node stops every submission in the queue's namespaces (chart values controllerManager.*).
 KUEUE_REPLICAS = 2
