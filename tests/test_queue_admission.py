@@ -7,24 +7,25 @@ else the request is refused with that validation's message."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, Optional
 
+import celpy
 import pytest
 import yaml
 
-from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE
+from gpu_platform.components.cluster import POOL_LABEL
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE
 from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
 from gpu_platform.components.platform.notebooks import render_notebooks_namespace
 from gpu_platform.components.platform.queue import (
-    DEFAULT_LOCAL_QUEUE, QUEUE_NAME_LABEL, kueue_manager_config, kueue_values, render_gpu_admission_binding,
-    render_gpu_admission_policy, render_local_queue,
+    DEFAULT_LOCAL_QUEUE, FIT_POLICY, QUEUE_NAME_LABEL, PoolCapacity, kueue_manager_config, kueue_values,
+    render_fit_policy, render_gpu_admission_binding, render_gpu_admission_policy, render_local_queue,
+    render_policy_binding,
 )
 from gpu_platform.components.platform.training import render_training_namespace
 from tests.test_platform_charts import render
-from gpu_platform.components.platform import versions
-from gpu_platform.components.platform.common import KUEUE_NAMESPACE
-
-import celpy  # noqa: E402  (requirements-dev.txt)
 
 NAMESPACES = {
     "training": render_training_namespace(),
@@ -164,13 +165,6 @@ def test_no_gpu_notebook_profile_for_a_pool_without_quota() -> None:
 
 
 # --- per-flavor fit: a GPU job is only admitted where it fits --------------------------------------
-
-from fractions import Fraction  # noqa: E402
-
-from gpu_platform.components.cluster import POOL_LABEL  # noqa: E402
-from gpu_platform.components.platform.queue import (  # noqa: E402
-    FIT_POLICY, PoolCapacity, render_fit_policy, render_policy_binding,
-)
 
 _SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
