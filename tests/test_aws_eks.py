@@ -204,6 +204,15 @@ def test_account_billing_alarms_only_where_accountbilling_is_true(plan):
     assert budget.inputs["notifications"] and budget.inputs["costFilters"][0]["name"] == "TagKeyValue"
 
 
+def test_a_stack_that_does_not_say_it_owns_the_account_creates_no_account_alarms():
+    """Before: accountBilling defaulted to true, so every AWS stack repeated the account-wide alarms (issue 22)."""
+    config = stack_config("aws-prod")
+    config["gpu-platform:aws"] = {k: v for k, v in config["gpu-platform:aws"].items() if k != "accountBilling"}
+    plan = run_program(stack_input_from_mapping("aws-prod", config))
+    assert not [a for a in plan.by_type(ALARM) if a.inputs.get("namespace") == "AWS/Billing"]
+    assert len(plan.by_type(BUDGET)) == 1
+
+
 def test_account_billing_must_be_a_boolean():
     with pytest.raises(ConfigError) as err:
         parse_config(with_aws(accountBilling="sometimes"), "aws-prod")
@@ -232,3 +241,30 @@ def test_new_vpc_without_zones_spans_the_regions_first_three():
 def test_one_zone_is_still_refused_with_the_key():
     with pytest.raises(ConfigError, match=r"aws\.availabilityZones.*at least two zones"):
         parse_config(with_aws(availabilityZones=["us-east-1a"]), "aws-prod")
+
+
+def test_managed_addons_move_with_the_kubernetes_minor():
+    """Before: no addon_version, so the provider kept the add-on versions EKS installed first; after a
+    control-plane upgrade vpc-cni, kube-proxy, coredns and the EBS CSI driver stayed a minor behind
+    (issue 22). Now each asks EKS for its default version for the cluster's minor at every deploy."""
+    addons = {a.inputs["addonName"]: a.inputs.get("addonVersion") for a in plan_stack("aws-prod").by_type(ADDON)}
+    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver"}
+    assert all(v == f"eks-default:{name}@1.35" for name, v in addons.items()), addons
+    config = stack_config("aws-prod")
+    config["gpu-platform:kubernetesVersion"] = "1.36"
+    moved = {a.inputs["addonName"]: a.inputs.get("addonVersion")
+             for a in run_program(stack_input_from_mapping("aws-prod", config)).by_type(ADDON)}
+    assert all(v == f"eks-default:{name}@1.36" for name, v in moved.items()), moved
+
+
+def test_the_versions_guide_says_what_the_code_does():
+    """Before: docs/kubernetes-versions.md said the system node group is not pinned (the code pins it to
+    the cluster's version) and said nothing of the add-ons (issue 22)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "kubernetes-versions.md").read_text()
+    aws = text.split("## AWS (EKS)")[1].split("## Linode")[0]
+    assert "does not pin" not in aws and "update-nodegroup-version" not in aws
+    assert "system managed node group follows it" in aws and "managed add-ons" in aws
+    eks_source = (Path(__file__).resolve().parents[1] / "gpu_platform" / "components" / "aws" / "eks.py").read_text()
+    assert "version=cluster.version" in eks_source and "get_addon_version_output" in eks_source

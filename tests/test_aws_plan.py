@@ -36,20 +36,20 @@ def region_of(plan, res) -> str:
 
 
 def test_gpu_launch_template_is_hardened_and_uses_the_ssm_ami(plan):
-    lt = plan.one(LT, "gpu-a10g").inputs
+    lt = plan.one(LT, "gpu-a10g-us-east-1a").inputs
     assert lt["imageId"] == "resolve:ssm:/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
     # hop limit 1 on GPU nodes: pods cannot reach the node's instance credentials (issue 12)
     assert lt["metadataOptions"]["httpTokens"] == "required" and lt["metadataOptions"]["httpPutResponseHopLimit"] == 1
     (root,) = lt["blockDeviceMappings"]
     assert root["ebs"] == {"volumeType": "gp3", "volumeSize": 200, "encrypted": "true", "deleteOnTermination": "true"}
-    assert plan.one(LT, "gpu-l4x4").inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 300
+    assert plan.one(LT, "gpu-l4x4-us-east-1a").inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 300
     for any_lt in plan.by_type(LT):  # the system nodes' template too
         assert any_lt.inputs["metadataOptions"]["httpTokens"] == "required"
         assert all(b["ebs"]["encrypted"] == "true" for b in any_lt.inputs["blockDeviceMappings"])
 
 
 def test_gpu_user_data_joins_the_cluster_with_pool_labels(plan):
-    lt = plan.one(LT, "gpu-a10g").inputs
+    lt = plan.one(LT, "gpu-a10g-us-east-1a").inputs
     msg = email.message_from_string(base64.b64decode(lt["userData"]).decode())
     nodeconfig = yaml.safe_load(next(p.get_payload() for p in msg.get_payload() if p.get_content_type() == "application/node.eks.aws"))
     cluster = nodeconfig["spec"]["cluster"]
@@ -59,15 +59,18 @@ def test_gpu_user_data_joins_the_cluster_with_pool_labels(plan):
 
 
 def test_gpu_asg_spot_mixed_instances_and_scale_from_zero(plan):
-    asg = plan.one(ASG, "gpu-a10g").inputs
-    assert asg["name"] == "gpu-prod-gpu-a10g" and asg["minSize"] == 0 and asg["maxSize"] == 8
+    asg = plan.one(ASG, "gpu-a10g-us-east-1a").inputs
+    # a10g (0..8) over three zones: 3 + 3 + 2 (gpu_asg.zonal_groups)
+    assert asg["name"] == "gpu-prod-gpu-a10g-us-east-1a" and asg["minSize"] == 0 and asg["maxSize"] == 3
     dist = asg["mixedInstancesPolicy"]["instancesDistribution"]
     assert dist["spotAllocationStrategy"] == "price-capacity-optimized"
     assert dist["onDemandBaseCapacity"] == 0 and dist["onDemandPercentageAboveBaseCapacity"] == 0
     types = [o["instanceType"] for o in asg["mixedInstancesPolicy"]["launchTemplate"]["overrides"]]
     assert types == ["g5.xlarge"]  # aws-prod: no alternative of the same GPU model and shape (cc2424b)
     # aws-prod runs without the protection controller (no image published yet): nothing would release protection
-    assert asg["capacityRebalance"] is True and asg["protectFromScaleIn"] is False
+    assert asg["capacityRebalance"] is False and asg["protectFromScaleIn"] is False
+    # AZRebalance would terminate a busy training node to even out zones (autoscaler AWS README)
+    assert asg["suspendedProcesses"] == ["AZRebalance"]
     (hook,) = asg["initialLifecycleHooks"]
     assert hook["lifecycleTransition"] == "autoscaling:EC2_INSTANCE_TERMINATING" and hook["defaultResult"] == "CONTINUE"
     assert hook["heartbeatTimeout"] == 300  # renewed by NTH's heartbeats while it drains
@@ -79,7 +82,7 @@ def test_gpu_asg_spot_mixed_instances_and_scale_from_zero(plan):
     assert tags[f"{p}/label/k8s.amazonaws.com/accelerator"] == "nvidia-a10g"
     # without the controller the autoscaler's own count is the whole grace period (15 min)
     assert tags[f"{p}/autoscaling-options/scaledownunneededtime"] == "15m0s"
-    assert plan.one(ASG, "gpu-l4x4").inputs["tags"][-1] == {"key": f"{p}/resources/nvidia.com/gpu", "value": "4",
+    assert plan.one(ASG, "gpu-l4x4-us-east-1a").inputs["tags"][-1] == {"key": f"{p}/resources/nvidia.com/gpu", "value": "4",
                                                            "propagateAtLaunch": False}
     assert tags["k8s.io/cluster-autoscaler/enabled"] == "true" and tags["k8s.io/cluster-autoscaler/gpu-prod"] == "owned"
     assert tags["gpu-pool"] == "a10g" and tags["capacity"] == "spot" and tags["on-demand-approved"] == "false"
@@ -104,23 +107,25 @@ def test_four_billing_alarms_in_us_east_1_and_the_budget(plan):
     assert {(s["protocol"], s["endpoint"]) for s in subs} == {("email", "ml-platform-alerts@example.com")}
 
 
-def test_idle_gpu_alarm_per_pool(plan):
+def test_idle_gpu_alarm_per_group(plan):
     idle = [a.inputs for a in plan.by_type(ALARM) if a.inputs.get("namespace") == "CWAgent"]
-    assert {a["dimensions"]["AutoScalingGroupName"] for a in idle} == {"gpu-prod-gpu-a10g", "gpu-prod-gpu-l4x4"}
+    assert {a["dimensions"]["AutoScalingGroupName"] for a in idle} == {
+        "gpu-prod-gpu-a10g-us-east-1a", "gpu-prod-gpu-a10g-us-east-1b", "gpu-prod-gpu-a10g-us-east-1c",
+        "gpu-prod-gpu-l4x4-us-east-1a", "gpu-prod-gpu-l4x4-us-east-1b"}
     for a in idle:
         assert a["metricName"] == "nvidia_smi_utilization_gpu" and a["threshold"] == 10
         assert a["period"] * a["evaluationPeriods"] == 120 * 60 and a["comparisonOperator"] == "LessThanThreshold"
 
 
-def test_spot_interruption_queue_three_rules_and_heartbeats(plan):
+def test_spot_interruption_queue_four_rules_and_heartbeats(plan):
     queue = plan.one("aws:sqs/queue:Queue")
     assert queue.inputs["sqsManagedSseEnabled"] is True
     rules = plan.by_type("aws:cloudwatch/eventRule:EventRule")
-    assert len(rules) == 3  # capacity rebalancing: no Spot/rebalance rules (issue 12)
+    assert len(rules) == 4  # no capacity rebalancing: the interruption warning, never the recommendation (issue 22)
     targets = plan.by_type("aws:cloudwatch/eventTarget:EventTarget")
-    assert len(targets) == 3 and {t.inputs["arn"] for t in targets} == {queue.outputs["arn"]}
+    assert len(targets) == 4 and {t.inputs["arn"] for t in targets} == {queue.outputs["arn"]}
     patterns = [json.loads(r.inputs["eventPattern"])["detail-type"][0] for r in rules]
-    assert "EC2 Spot Instance Interruption Warning" not in patterns and "EC2 Instance Rebalance Recommendation" not in patterns
+    assert "EC2 Spot Instance Interruption Warning" in patterns and "EC2 Instance Rebalance Recommendation" not in patterns
     nth = plan.one("kubernetes:helm.sh/v3:Release", "nth")
     assert (nth.inputs["chart"], nth.inputs["version"]) == (versions.NTH_CHART, versions.NTH_CHART_VERSION)
     assert nth.inputs["values"]["queueURL"] == queue.outputs["url"]
@@ -128,7 +133,7 @@ def test_spot_interruption_queue_three_rules_and_heartbeats(plan):
     assert (v["heartbeatInterval"], v["heartbeatUntil"], v["nodeTerminationGracePeriod"]) == (60, 720, 660)
     policy = json.loads(plan.one("aws:iam/rolePolicy:RolePolicy", "nth").inputs["policy"])
     complete = next(s for s in policy["Statement"] if "autoscaling:CompleteLifecycleAction" in s["Action"])
-    assert len(complete["Resource"]) == 2 and all("autoScalingGroupName/gpu-prod-gpu-" in r for r in complete["Resource"])
+    assert len(complete["Resource"]) == 5 and all("autoScalingGroupName/gpu-prod-gpu-" in r for r in complete["Resource"])
 
 
 def test_eks_control_plane(plan):
@@ -211,7 +216,9 @@ def test_existing_vpc_and_private_endpoint():
     vpc = plan.one("aws:eks/cluster:Cluster").inputs["vpcConfig"]
     assert vpc["subnetIds"] == ["subnet-0a1b2c3d4e5f60718", "subnet-0f1e2d3c4b5a69788"]
     assert vpc["endpointPublicAccess"] is False and "publicAccessCidrs" not in vpc
-    assert plan.one(ASG, "a10g").inputs["vpcZoneIdentifiers"] == vpc["subnetIds"]
+    # one group per pool and subnet (an EC2 subnet is one zone), named by the subnet's position
+    assert plan.one(ASG, "a10g-subnet1").inputs["vpcZoneIdentifiers"] == [vpc["subnetIds"][0]]
+    assert plan.one(ASG, "a10g-subnet2").inputs["vpcZoneIdentifiers"] == [vpc["subnetIds"][1]]
 
 
 def test_cluster_handle_contract():
@@ -240,3 +247,32 @@ def test_cluster_handle_contract():
     assert "aws" in yaml.safe_load(seen["kubeconfig"])["users"][0]["user"]["exec"]["command"]
     assert len(h.ready) >= 4
     assert result.outputs["kubeconfig"].get(SIG_KEY) == SECRET_SIG  # exported as a secret
+
+
+def test_checkpoints_and_image_layers_reach_s3_without_the_nat_gateway(plan):
+    """Before: no S3 gateway endpoint, so checkpoint traffic and ECR layer pulls went through the NAT
+    gateway at $0.045/GB (issue 22)."""
+    endpoint = plan.one("aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+    assert endpoint["serviceName"] == "com.amazonaws.us-east-1.s3" and endpoint["vpcEndpointType"] == "Gateway"
+    private_rts = [r for r in plan.by_type("aws:ec2/routeTable:RouteTable") if "private" in r.name]
+    # the mocks give each resource the id "<name>-id"; the public route table (IGW) needs no endpoint
+    assert len(private_rts) == 3 and sorted(endpoint["routeTableIds"]) == sorted(f"{r.name}-id" for r in private_rts)
+
+
+def test_one_gpu_group_per_pool_and_zone_whose_sizes_add_up_to_the_pool(plan):
+    """Before: each GPU group spanned three zones, and cluster-autoscaler plans a multi-zone group's
+    new node as if it were in one zone: a notebook whose EBS home is in zone b could wait forever or
+    get a node in zone a. Now one group per zone (its AWS README: ASG-per-AZ with
+    --balance-similar-node-groups, which the autoscaler runs with); totals stay the pool's (issue 22)."""
+    groups = [g.inputs for g in plan.by_type(ASG)]
+    by_pool: dict[str, list[dict]] = {}
+    for g in groups:
+        by_pool.setdefault({t["key"]: t["value"] for t in g["tags"]}["gpu-pool"], []).append(g)
+    assert {p: (sum(g["minSize"] for g in gs), sum(g["maxSize"] for g in gs)) for p, gs in by_pool.items()} == {
+        "a10g": (0, 8), "l4x4": (0, 2)}
+    subnets = {g["name"]: g["vpcZoneIdentifiers"] for g in groups}
+    assert all(len(s) == 1 for s in subnets.values())  # one zone each
+    assert subnets["gpu-prod-gpu-a10g-us-east-1b"] == ["gpu-prod-network-private-us-east-1b-id"]
+    # same labels and instance types in every zone: the autoscaler balances them as similar groups
+    autoscaler = plan.one("kubernetes:helm.sh/v3:Release", "autoscaler").inputs["values"]
+    assert autoscaler["extraArgs"]["balance-similar-node-groups"] is True

@@ -259,3 +259,15 @@ def test_docs_list_the_aws_pins_and_quickstart():
         assert pin in table, f"docs/versions.md pinned-versions table lacks {pin}"
     quickstart = (ROOT / "docs" / "quickstart-aws.md").read_text().split("# Quickstart: AWS", 1)[1].split("\n## ", 1)[0]
     assert "pulumi up -s aws-prod" in quickstart and "billing alerts" in quickstart.lower() and "Quotas" in quickstart
+
+
+def test_zonal_groups_split_the_pool_exactly():
+    from gpu_platform.components.aws.gpu_asg import zonal_groups
+
+    assert zonal_groups(0, 8, ["a", "b", "c"]) == [("a", 0, 3), ("b", 0, 3), ("c", 0, 2)]
+    # fewer maxNodes than zones: groups only in the first maxNodes zones
+    assert zonal_groups(1, 2, ["a", "b", "c"]) == [("a", 1, 1), ("b", 0, 1)]
+    for lo, hi in ((0, 1), (2, 5), (5, 5), (0, 0)):
+        groups = zonal_groups(lo, hi, ["a", "b", "c"])
+        assert sum(g[1] for g in groups) == lo and sum(g[2] for g in groups) == hi
+        assert all(g[1] <= g[2] for g in groups)

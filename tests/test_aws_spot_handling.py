@@ -67,13 +67,19 @@ def test_the_chart_default_would_not_heartbeat():
     assert env["HEARTBEAT_INTERVAL"] == "-1" and env["NODE_TERMINATION_GRACE_PERIOD"] == "120"
 
 
-def test_no_spot_or_rebalance_rules_when_the_groups_rebalance_capacity():
-    assert CAPACITY_REBALANCE is True
-    rules = event_rules(capacity_rebalance=True)
-    assert set(rules) == {"asg-terminate", "state-change", "scheduled-change"}
+def test_trainers_are_drained_on_interruption_notices_not_rebalance_recommendations():
+    """Before: capacity rebalancing on, so every rebalance recommendation launched a replacement and
+    terminated the busy GPU node through the lifecycle hook: the job was drained and requeued for a
+    warning that mostly never becomes an interruption. Now: no capacity rebalancing; NTH gets the
+    interruption warning (drains on the two-minute notice) and never the recommendation."""
+    assert CAPACITY_REBALANCE is False
+    rules = event_rules(capacity_rebalance=CAPACITY_REBALANCE)
     kinds = {p["detail-type"][0] for p in rules.values()}
-    assert "EC2 Instance Rebalance Recommendation" not in kinds and "EC2 Spot Instance Interruption Warning" not in kinds
-    assert event_rules(capacity_rebalance=False) == EVENT_RULES
+    assert "EC2 Spot Instance Interruption Warning" in kinds
+    assert "EC2 Instance Rebalance Recommendation" not in kinds
+    assert {"asg-terminate", "state-change", "scheduled-change"} <= set(rules)
+    # with capacity rebalancing the group handles both; NTH must not drain on either
+    assert set(event_rules(capacity_rebalance=True)) == {"asg-terminate", "state-change", "scheduled-change"}
 
 
 def test_nth_may_heartbeat_only_its_own_groups():

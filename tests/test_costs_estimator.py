@@ -213,3 +213,31 @@ def test_what_is_not_given_is_listed_as_not_modelled_never_guessed():
 def test_spot_without_a_recorded_price_is_refused_not_estimated():
     with pytest.raises(EstimateError, match="p4d.24xlarge has no spot price"):
         estimate(StackShape("aws", "us-east-1", (PoolShape("a100", "p4d.24xlarge", "spot", 0, 1),)))
+
+
+def test_checkpoint_storage_counts_the_versions_the_bucket_keeps():
+    """Before: a fixed 100 GiB, while the versioned bucket keeps every deleted/overwritten checkpoint
+    for checkpointRetentionDays (issue 22): now live + written/day x retention at full capacity."""
+    from gpu_platform.components.config import parse_config
+    from gpu_platform.costs.estimator import estimate
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
+    raw["costs"] = {"checkpointGib": 50, "checkpointGibPerDay": 20}
+    raw["aws"]["checkpointRetentionDays"] = 14
+    line = next(x for x in estimate(parse_config(raw, "aws-prod")).lines if x.name.startswith("checkpoint bucket"))
+    assert line.quantity == 50 + 20 * 14 and line.idle_quantity == 50 + 20 * 14 * 0.25
+    assert "checkpointRetentionDays" in line.assumption and "checkpointGibPerDay" in line.assumption
+    raw["aws"]["checkpointRetentionDays"] = 60
+    longer = next(x for x in estimate(parse_config(raw, "aws-prod")).lines if x.name.startswith("checkpoint bucket"))
+    assert longer.monthly_usd > line.monthly_usd
+
+
+def test_nat_traffic_excludes_checkpoints():
+    from gpu_platform.components.config import parse_config
+    from gpu_platform.costs.estimator import estimate
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
+    nat = next(x for x in estimate(parse_config(raw, "aws-prod")).lines if x.name == "NAT data processing")
+    assert "S3 gateway endpoint" in nat.assumption

@@ -178,17 +178,3 @@ def test_the_policy_table_lists_every_policy_the_pack_runs():
     running = {p.name for m in (cost_rules, security_rules, hygiene_rules, budget_rules) for p in m.POLICIES}
     listed = set(re.findall(r"^\| `([a-z0-9-]+)`:", (ROOT / "docs" / "policies.md").read_text(), re.M))
     assert listed == running, f"docs/policies.md lists {sorted(listed)}; the pack runs {sorted(running)}"
-
-
-def test_the_example_training_image_is_the_release_the_docs_name():
-    """training-image.yml publishes `<version>` on a `v<version>` tag: the example job and the guide name
-    the package's version, not a release that never existed."""
-    import yaml
-
-    import gpu_platform
-
-    job = yaml.safe_load((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text())
-    images = re.findall(r"image: (\S+)", yaml.safe_dump(job))
-    assert images and all(i.endswith(f"gpu-platform-training:{gpu_platform.__version__}") for i in images), images
-    guide = (ROOT / "docs" / "first-training-job.md").read_text()
-    assert f"gpu-platform-training:{gpu_platform.__version__}`" in guide

@@ -74,11 +74,12 @@ def test_system_pool_is_small_on_demand_and_autoscaling(prod):
     assert "guestAccelerators" not in node and "taints" not in node
 
 
-def test_a100_pool_is_preemptible_scales_0_to_8_and_is_tainted(prod):
+def test_a100_pool_is_spot_scales_0_to_8_and_is_tainted(prod):
+    """gcp-prod uses Spot (issue 22): preemptible's price without its 24 h limit."""
     p = prod.one(NODE_POOL, "a100").inputs
     node = p["nodeConfig"]
     assert node["machineType"] == "a2-highgpu-1g"
-    assert node["preemptible"] is True and node["spot"] is False
+    assert node["spot"] is True and node["preemptible"] is False
     assert node["guestAccelerators"] == [{"type": "nvidia-tesla-a100", "count": 1,
                                           "gpuDriverInstallationConfig": {"gpuDriverVersion": "LATEST"}}]
     assert p["autoscaling"] == {"totalMinNodeCount": 0, "totalMaxNodeCount": 8, "locationPolicy": "ANY"}
@@ -247,7 +248,7 @@ def test_stack_outputs(prod):
     out = prod.to_json()["outputs"]
     assert out["cloud"] == "gcp" and out["clusterName"] == "gpu-prod"
     assert out["checkpointBucket"] == "gs://my-ml-project-gpu-prod-checkpoints"
-    assert out["gpuPools"][0]["capacity"] == "preemptible"
+    assert out["gpuPools"][0]["capacity"] == "spot"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +376,7 @@ def test_cluster_handle_for_the_platform_layer():
     assert "gke-gcloud-auth-plugin" in seen["kubeconfig"]
     [pool] = handle.gpu_pools
     assert (pool.name, pool.instance_type, pool.gpus_per_node, pool.min_nodes, pool.max_nodes, pool.capacity) == (
-        "a100", "a2-highgpu-1g", 1, 0, 8, "preemptible")
+        "a100", "a2-highgpu-1g", 1, 0, 8, "spot")
     assert pool.node_selector == {"gpu-platform.io/pool": "a100"}
     assert pool.tolerations() == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                                    "effect": "NoSchedule"}]

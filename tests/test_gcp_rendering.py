@@ -144,3 +144,13 @@ def test_budget_amount_in_units_and_nanos(usd, units, nanos):
 
 def test_budget_display_name_fits_the_api_limit():
     assert len(budget_display_name("gpu-" + "x" * 40, "my-ml-project-with-long-id")) <= 60
+
+
+def test_the_quota_guide_counts_the_upgrade_surge_node():
+    """Before: GKE GPU upgrades surged one node while the quota guidance sized quota to maxNodes exactly,
+    so an upgrade of a full pool waited for quota (issue 22)."""
+    from pathlib import Path
+
+    surge = gpu_upgrade_settings()["max_surge"]
+    text = (Path(__file__).resolve().parents[1] / "docs" / "pools.md").read_text()
+    assert surge == 0 or f"`maxNodes` + {surge} nodes' GPUs per pool" in text

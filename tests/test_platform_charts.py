@@ -231,6 +231,21 @@ def test_no_control_plane_scrapes_or_alerts(cloud: str) -> None:
     # (Alertmanager's routing is checked with amtool in test_platform_render)
 
 
+@pytest.mark.parametrize("cloud", ["linode", "gcp", "aws"])
+def test_coredns_is_scraped_only_where_coredns_serves_metrics(cloud: str) -> None:
+    """Before: on GKE the coredns ServiceMonitor scraped kube-dns pods on port 9153, which GKE's kube-dns
+    does not serve: TargetDown mailed every day."""
+    values = kube_prometheus_stack_values("standard", ["ops@example.com"], SMTP, cloud=cloud)
+    objs = render("kube-prometheus-stack", versions.KUBE_PROMETHEUS_STACK.version, values, KPS_RELEASE,
+                  MONITORING_NAMESPACE)
+    services = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == f"{KPS_RELEASE}-coredns"]
+    monitors = [o for o in objs if o["kind"] == "ServiceMonitor" and o["metadata"]["name"] == f"{KPS_RELEASE}-coredns"]
+    if cloud == "gcp":
+        assert not services and not monitors
+    else:  # CoreDNS (EKS add-on, kubeadm) serves Prometheus metrics on 9153
+        assert [p["targetPort"] for p in services[0]["spec"]["ports"]] == [9153] and monitors
+
+
 # --- 8. Kubeflow overlays: one owner for `kubeflow`, no kubelet-serving certificate ------------------
 
 

@@ -113,7 +113,7 @@ def test_kueue_requeues_evicted_jobs_and_manages_jobs_and_trainjobs() -> None:
     wfpr = conf["waitForPodsReady"]
     assert wfpr["timeout"] == "7m"
     assert wfpr["requeuingStrategy"]["timestamp"] == "Eviction"
-    assert "backoffLimitCount" not in wfpr["requeuingStrategy"]  # null = requeue without limit
+    assert wfpr["requeuingStrategy"]["backoffLimitCount"] == 3  # null would requeue without limit
     assert {"batch/job", "trainer.kubeflow.org/trainjob"} <= set(conf["integrations"]["frameworks"])
     assert render_local_queue()["spec"]["clusterQueue"] == CLUSTER_QUEUE
 

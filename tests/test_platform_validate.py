@@ -31,7 +31,8 @@ from gpu_platform.components.platform.monitoring import (
     render_spend_rule,
 )
 from gpu_platform.components.platform.queue import (
-    gpu_quotas, pool_capacities, render_cluster_queue, render_local_queue, render_resource_flavor,
+    DEFAULT_LOCAL_QUEUE, FIT_POLICY, gpu_quotas, render_fit_policy, render_policy_binding, pool_capacities, render_cluster_queue, render_gpu_admission_binding,
+    render_gpu_admission_policy, render_local_queue, render_resource_flavor,
 )
 from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
 from gpu_platform.components.platform.notebooks import render_notebooks_namespace
@@ -54,7 +55,7 @@ POOLS = [
 def kueue_objects() -> list[dict[str, Any]]:
     return ([render_resource_flavor(p) for p in POOLS]
             + [render_cluster_queue(POOLS, pool_capacities("linode", POOLS), gpu_quotas(POOLS), "StrictFIFO"),
-               render_local_queue()])
+               render_local_queue(), render_local_queue(name=DEFAULT_LOCAL_QUEUE)])
 
 
 def core_objects() -> list[dict[str, Any]]:
@@ -68,6 +69,10 @@ def core_objects() -> list[dict[str, Any]]:
         render_network_policy("linode"),
         render_notebooks_namespace(),
         render_kubeflow_namespace(),
+        render_gpu_admission_policy(),
+        render_gpu_admission_binding(),
+        render_fit_policy(pool_capacities("linode", POOLS)),
+        render_policy_binding(FIT_POLICY),
         render_dashboard_configmap(),
         render_grafana_admin_secret("example-password"),
         *[render_namespace(ns, psa) for ns, psa in ((GPU_NAMESPACE, "privileged"), (KUEUE_NAMESPACE, "restricted"),

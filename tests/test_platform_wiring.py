@@ -201,7 +201,7 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
     kueue = full_plan.one(RELEASE, "platform-queue-kueue")
     flavor = full_plan.one(CR.replace("apiextensions.k8s.io:CustomResource", "kueue.x-k8s.io/v1beta2:ResourceFlavor"))
     cq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
-    lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "platform-queue")
+    lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "platform-queue-local")
     assert kueue.urn in flavor.dependencies and kueue.urn in cq.dependencies and flavor.urn in cq.dependencies
     training_ns = full_plan.one("kubernetes:core/v1:Namespace", "platform-training")
     assert training_ns.urn in lq.dependencies and lq.inputs["metadata"]["namespace"] == TRAINING_NAMESPACE
@@ -211,6 +211,18 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
     assert {r["name"]: r["nominalQuota"] for r in res}["nvidia.com/gpu"] == 2  # 2 nodes x 1 RTX 6000
     assert flavor.inputs["spec"]["tolerations"] == [GPU_TAINT.toleration()]
     assert full_plan.outputs["localQueue"] == "gpu-queue"
+    default_lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "platform-queue-default")
+    assert default_lq.inputs["metadata"] == {**default_lq.inputs["metadata"], "name": "default",
+                                             "namespace": TRAINING_NAMESPACE}
+    # the GPU admission policy is bound, and only after the queues exist (queued work is never refused)
+    policy = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy", "gpu-admission")
+    binding = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding",
+                            "gpu-admission")
+    fit = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy", "fit-policy")
+    assert len(fit.inputs["spec"]["validations"]) == len(full_plan.by_type(
+        "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"))  # one rule per pool
+    assert binding.inputs["spec"]["policyName"] == policy.inputs["metadata"]["name"]
+    assert lq.urn in policy.dependencies and default_lq.urn in policy.dependencies and policy.urn in binding.dependencies
 
 
 def test_releases_in_queue_namespaces_install_after_kueue_and_kueue_after_trainer(full_plan: Plan) -> None:

@@ -82,8 +82,14 @@ class CostsSection(Model):
 
     # Average share of the month the GPU pools are busy; preflight compares the bill at this use with the budget.
     expected_utilization: float = Field(default=0.3, ge=0, le=1)
-    checkpoint_gib: float = Field(default=100, ge=0, le=10_000_000)  # average size of the checkpoint bucket
-    nat_gib_per_month: float = Field(default=200, ge=0, le=10_000_000)  # traffic through the NAT at full capacity
+    checkpoint_gib: float = Field(default=100, ge=0, le=10_000_000)  # live checkpoints in the bucket on average
+    # Checkpoints written per day at full capacity. Every save is a new object and old ones are deleted
+    # (retention), and the versioned bucket keeps each deleted/overwritten version for the cloud's
+    # checkpointRetentionDays: the bucket holds about this x retention on top of checkpointGib.
+    checkpoint_gib_per_day: float = Field(default=10, ge=0, le=1_000_000)
+    # Traffic through the NAT at full capacity: image pulls from public registries, datasets, pip. Not
+    # checkpoints: they reach the bucket through the S3 gateway endpoint (EKS) or Private Google Access (GKE).
+    nat_gib_per_month: float = Field(default=200, ge=0, le=10_000_000)
 
 
 class StackConfig(Model):
@@ -91,6 +97,11 @@ class StackConfig(Model):
 
     cloud: Literal["linode", "gcp", "aws"]
     environment: DnsLabel = "dev"
+    # Opt-in: a short suffix that makes every cloud name of this stack unique where two stacks share an
+    # `environment` in one account/project (gpu-<environment>-<nameSuffix>); the stack budget filters on
+    # the `cluster` tag, which carries the same name. Setting or changing it on a deployed stack renames,
+    # so replaces, every named resource (CHANGELOG, docs/costs-and-alerts.md): set it before the first up.
+    name_suffix: Annotated[str, Field(min_length=1, max_length=6, pattern=r"^[a-z0-9]+$")] = None  # type: ignore[assignment]
     owner: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
     cost_center: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
     monthly_budget_usd: int = Field(gt=0, le=10_000_000)
@@ -128,8 +139,8 @@ class StackConfig(Model):
 
     @property
     def name_prefix(self) -> str:
-        """Prefix of every cloud resource name: gpu-<environment>."""
-        return f"gpu-{self.environment}"
+        """Prefix of every cloud resource name: gpu-<environment>[-<nameSuffix>]."""
+        return f"gpu-{self.environment}" + (f"-{self.name_suffix}" if self.name_suffix else "")
 
     @property
     def cloud_section(self) -> Any:
@@ -386,6 +397,15 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
             what = "has no GPU" if itype is not None else f"is not a {cfg.cloud} GPU type in the catalog"
             issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
                                       f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
+        elif itype.price(pool.capacity) is None:
+            # The budget alert's spend rule and the cost estimate price every pool: a type without a
+            # price at this capacity would crash them, so it is a config error naming both ways out.
+            priced = [c for c in ("on-demand", "spot", "preemptible") if itype.price(c) is not None]
+            override = {"on-demand": "onDemand"}.get(pool.capacity, pool.capacity)
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].capacity", pool.capacity,
+                f"a capacity the price catalog prices for {pool.instance_type}: {', '.join(priced) or 'none'}; "
+                f"or price it yourself with priceOverrides.{pool.instance_type}.{override} (USD per node-hour)"))
 
     checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
     issues += checks[cfg.cloud](cfg, catalog)

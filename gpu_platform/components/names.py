@@ -164,9 +164,21 @@ def gcp_names(cfg: "StackConfig") -> list[DerivedName]:
     return out
 
 
+def _aws_zone_labels(cfg: "StackConfig") -> list[str]:
+    """The zone part of the GPU groups' names (aws/cluster.py): the configured zones, an existing VPC's
+    subnets by position, or (zones asked of AWS at deploy time) the longest a zone name of the region
+    can be, so the length check holds for whichever zones AWS returns."""
+    section = cfg.aws
+    if section is None:
+        return []
+    if section.private_subnet_ids:
+        return [f"subnet{i + 1}" for i in range(len(section.private_subnet_ids))]
+    return list(section.availability_zones) or [f"{section.region}a"]
+
+
 def aws_names(cfg: "StackConfig") -> list[DerivedName]:
     """gpu_platform/components/aws: the EKS cluster, GPU Auto Scaling groups, the checkpoint bucket, alerts, budget."""
-    from gpu_platform.components.aws.gpu_asg import asg_name
+    from gpu_platform.components.aws.gpu_asg import asg_name, zonal_groups
 
     cluster, env = cfg.name_prefix, ("environment",)
     out = [DerivedName(cluster, EKS_CLUSTER_NAME, env, "the EKS cluster"),
@@ -174,8 +186,9 @@ def aws_names(cfg: "StackConfig") -> list[DerivedName]:
            DerivedName(f"{cluster}-billing-alerts", SNS_TOPIC_NAME, env, "the billing alert topic"),
            DerivedName(f"{cluster}-idle-gpu-alerts", SNS_TOPIC_NAME, env, "the idle-GPU alert topic"),
            DerivedName(f"{cluster}-monthly", AWS_BUDGET_NAME, env, "the monthly budget")]
-    out += [DerivedName(asg_name(cluster, p.name), AWS_ASG_NAME, ("environment", f"gpuPools[{i}].name"),
-                        "a GPU Auto Scaling group") for i, p in enumerate(cfg.gpu_pools)]
+    out += [DerivedName(asg_name(cluster, p.name, zone), AWS_ASG_NAME, ("environment", f"gpuPools[{i}].name"),
+                        "a GPU Auto Scaling group") for i, p in enumerate(cfg.gpu_pools)
+            for zone, _, _ in zonal_groups(p.min_nodes, p.max_nodes, _aws_zone_labels(cfg))]
     return out
 
 

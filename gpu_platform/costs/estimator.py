@@ -98,7 +98,9 @@ class StackShape:
     # --- the rest of the bill (None = not known: listed as not modelled, never guessed) -----------
     pvc_gib: Optional[tuple[tuple[str, float], ...]] = None  # (what, GiB) per PVC the platform creates
     pvc_basis: str = ""  # where the PVC sizes come from (rendered charts, or a fallback)
-    checkpoint_gib: Optional[float] = None  # expected size of the checkpoint bucket
+    checkpoint_gib: Optional[float] = None  # live checkpoints in the bucket on average
+    checkpoint_gib_per_day: Optional[float] = None  # written per day at full capacity (costs.checkpointGibPerDay)
+    checkpoint_retention_days: Optional[int] = None  # how long the bucket keeps deleted/overwritten versions
     nat_gib_per_month: Optional[float] = None  # traffic through the NAT (image pulls, datasets, pip)
     extended_support_usd_per_hour: Optional[float] = None  # extra control-plane fee; 0 = standard support
     extended_support_basis: str = ""
@@ -129,6 +131,8 @@ class StackShape:
                    control_plane_count=cp_count, system_nodes=system,
                    price_overrides=_overrides_from(cfg), name=str(name),
                    checkpoint_gib=_num(costs, "checkpoint_gib"), nat_gib_per_month=_num(costs, "nat_gib_per_month"),
+                   checkpoint_gib_per_day=_num(costs, "checkpoint_gib_per_day"),
+                   checkpoint_retention_days=getattr(section, "checkpoint_retention_days", None),
                    expected_utilization=_num(costs, "expected_utilization"))
 
 
@@ -463,10 +467,20 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
                                   "fixed"))
     if shape.checkpoint_gib is None:
         not_modelled.append("checkpoint bucket (expected size not given: costs.checkpointGib)")
-    elif shape.checkpoint_gib > 0:
-        lines.append(_volume_line(cat, cloud, BUCKET_STORAGE[cloud], "storage", f"checkpoint bucket ({BUCKET_STORAGE[cloud]})",
-                                  shape.checkpoint_gib, shape.checkpoint_gib,
-                                  f"{shape.checkpoint_gib:g} GiB stored on average (costs.checkpointGib)", "fixed"))
+    else:
+        live, full, idle = shape.checkpoint_gib, shape.checkpoint_gib, shape.checkpoint_gib
+        basis = f"{live:g} GiB of live checkpoints (costs.checkpointGib)"
+        if shape.checkpoint_gib_per_day and shape.checkpoint_retention_days:
+            # every deleted/overwritten version stays for the retention period: written/day x days on top
+            kept = shape.checkpoint_gib_per_day * shape.checkpoint_retention_days
+            full = live + kept
+            idle = live + kept * 0.25
+            basis += (f" + {shape.checkpoint_gib_per_day:g} GiB/day written (costs.checkpointGibPerDay) x "
+                      f"{shape.checkpoint_retention_days} days the bucket keeps old versions (checkpointRetentionDays) "
+                      "at full capacity, a quarter of that at idle")
+        if full > 0:
+            lines.append(_volume_line(cat, cloud, BUCKET_STORAGE[cloud], "storage", f"checkpoint bucket ({BUCKET_STORAGE[cloud]})",
+                                      idle, full, basis, "system" if full > idle else "fixed"))
 
     # --- network and fees ----------------------------------------------------------------------------
     if cloud == "linode":
@@ -512,7 +526,8 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         elif shape.nat_gib_per_month > 0:
             gb = shape.nat_gib_per_month
             lines.append(_volume_line(cat, cloud, NAT_DATA[cloud], "network-data", "NAT data processing", gb * 0.25, gb,
-                                      f"{gb:g} GB/month at full capacity (costs.natGibPerMonth), a quarter of it at idle",
+                                      f"{gb:g} GB/month at full capacity (costs.natGibPerMonth), a quarter of it at idle; "
+                                      "checkpoints bypass the NAT (S3 gateway endpoint / Private Google Access)",
                                       "system"))
     if shape.managed_control_plane and cloud in ("aws", "gcp"):
         fee = shape.extended_support_usd_per_hour

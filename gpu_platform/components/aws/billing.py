@@ -153,7 +153,7 @@ class BillingAlerts(pulumi.ComponentResource):
 class IdleGpuAlarmsArgs:
     name_prefix: str
     region: str
-    asg_names: Mapping[str, pulumi.Input[str]]  # pool -> ASG name
+    asg_names: Mapping[str, pulumi.Input[str]]  # "<pool>-<zone>" -> ASG name (one group per pool and zone)
     idle_minutes: int
     util_percent: int
     emails: Sequence[str]
@@ -173,7 +173,7 @@ class IdleGpuAlarms(pulumi.ComponentResource):
         for pool, group in args.asg_names.items():
             cloudwatch.MetricAlarm(
                 f"{name}-{pool}",
-                alarm_description=f"{args.name_prefix}: GPUs of pool {pool} averaged under {args.util_percent} % "
+                alarm_description=f"{args.name_prefix}: GPUs of group {pool} averaged under {args.util_percent} % "
                                   f"for {args.idle_minutes} minutes; scale the pool in or stop the idle jobs",
                 namespace=GPU_METRIC_NAMESPACE, metric_name=GPU_UTIL_METRIC, dimensions={"AutoScalingGroupName": group},
                 statistic="Average", period=IDLE_PERIOD_SECONDS, evaluation_periods=idle_evaluation_periods(args.idle_minutes),

@@ -13,7 +13,9 @@ from gpu_platform.components.aws.bucket import CheckpointBucket, CheckpointBucke
 from gpu_platform.components.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.aws.config import instance_types_of, on_demand_split
 from gpu_platform.components.aws.eks import STORAGE_CLASS, EksCluster, EksClusterArgs
-from gpu_platform.components.aws.gpu_asg import CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs, asg_name
+from gpu_platform.components.aws.gpu_asg import (
+    CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs, asg_name, zonal_groups,
+)
 from gpu_platform.components.aws.network import Network, NetworkArgs, default_zones
 from gpu_platform.components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs, termination_timing
 from gpu_platform.components.aws.protection import ScaleInProtection, ScaleInProtectionArgs
@@ -43,10 +45,14 @@ class AwsCluster(pulumi.ComponentResource):
         if section.new_vpc:
             zones = list(section.availability_zones) or default_zones(provider)
             net = Network(f"{name}-network", NetworkArgs(cluster_name, section.effective_vpc_cidr, zones,
-                                                         section.nat_gateways == "per-az", tags), opts=child)
+                                                         section.nat_gateways == "per-az", tags, region), opts=child)
             subnet_ids = net.private_subnet_ids
         else:
             subnet_ids = list(section.private_subnet_ids)
+        # One GPU group per pool and zone (gpu_asg.zonal_groups): the zone names of a new VPC; an
+        # existing VPC's private subnets are one zone each (EC2 subnets never span zones), named by position.
+        zone_labels = zones if section.new_vpc else [f"subnet{i + 1}" for i in range(len(subnet_ids))]
+        subnet_of = dict(zip(zone_labels, subnet_ids))
 
         public_cidrs = [] if section.endpoint_private_only else list(cfg.admin_cidrs)
         eks = EksCluster(f"{name}-eks", EksClusterArgs(
@@ -61,19 +67,24 @@ class AwsCluster(pulumi.ComponentResource):
         scale_down = scale_down_timing(section.scale_down_grace_minutes * 60, controller_enabled=controller.on)
         termination = termination_timing(section.drain_grace_seconds)
         groups: list[GpuNodeGroup] = []
+        names: list[str] = []
+        alarm_groups: dict[str, str] = {}
         for i, (pool, spec) in enumerate(zip(cfg.gpu_pools, specs)):
             base, pct = on_demand_split(cfg, i)
-            groups.append(GpuNodeGroup(f"{name}-gpu-{pool.name}", GpuNodeGroupArgs(
-                cluster_name=cluster_name, kubernetes_version=cfg.kubernetes_version, spec=spec,
-                instance_types=instance_types_of(cfg, i), on_demand_base=base, on_demand_pct_above_base=pct,
-                approved_on_demand=pool.approved_on_demand, root_volume_gib=section.pool(pool.name).root_volume_gib,
-                subnet_ids=subnet_ids, security_group_id=eks.cluster_security_group_id,
-                instance_profile_arn=eks.gpu_instance_profile.arn, endpoint=eks.endpoint, ca_data=eks.ca_data,
-                service_cidr=eks.service_cidr, tags=tags, scale_down_unneeded_time=scale_down.unneeded_tag_value(),
-                protect_from_scale_in=controller.on, lifecycle_hook_timeout_seconds=termination.hook_timeout_seconds,
-                depends_on=[eks.gpu_node_access, *eks.ready[:1]]), opts=child))
+            for zone, lo, hi in zonal_groups(pool.min_nodes, pool.max_nodes, zone_labels):
+                groups.append(GpuNodeGroup(f"{name}-gpu-{pool.name}-{zone}", GpuNodeGroupArgs(
+                    cluster_name=cluster_name, kubernetes_version=cfg.kubernetes_version, spec=spec,
+                    instance_types=instance_types_of(cfg, i), on_demand_base=base, on_demand_pct_above_base=pct,
+                    approved_on_demand=pool.approved_on_demand, root_volume_gib=section.pool(pool.name).root_volume_gib,
+                    subnet_ids=[subnet_of[zone]], security_group_id=eks.cluster_security_group_id,
+                    instance_profile_arn=eks.gpu_instance_profile.arn, endpoint=eks.endpoint, ca_data=eks.ca_data,
+                    service_cidr=eks.service_cidr, tags=tags, scale_down_unneeded_time=scale_down.unneeded_tag_value(),
+                    protect_from_scale_in=controller.on,
+                    lifecycle_hook_timeout_seconds=termination.hook_timeout_seconds,
+                    depends_on=[eks.gpu_node_access, *eks.ready[:1]], zone=zone, min_size=lo, max_size=hi), opts=child))
+                names.append(asg_name(cluster_name, pool.name, zone))
+                alarm_groups[f"{pool.name}-{zone}"] = names[-1]
         asg_arns = [g.asg_arn for g in groups]
-        names = [asg_name(cluster_name, p.name) for p in cfg.gpu_pools]
 
         nth = NodeTerminationHandler(f"{name}-nth", NodeTerminationHandlerArgs(
             cluster_name=cluster_name, region=region, asg_arns=asg_arns, oidc_provider_arn=eks.oidc_provider_arn,
@@ -94,7 +105,7 @@ class AwsCluster(pulumi.ComponentResource):
             oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url, tags=tags,
             deletion=BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)), opts=child)
         IdleGpuAlarms(f"{name}-idle-gpu", IdleGpuAlarmsArgs(
-            name_prefix=cluster_name, region=region, asg_names=dict(zip([p.name for p in cfg.gpu_pools], names)),
+            name_prefix=cluster_name, region=region, asg_names=alarm_groups,
             idle_minutes=cfg.platform.idle_gpu_minutes, util_percent=cfg.platform.idle_gpu_util_percent,
             emails=cfg.alert_emails, tags=tags), opts=pulumi.ResourceOptions(parent=self, providers={"aws": provider},
                                                                              depends_on=groups))

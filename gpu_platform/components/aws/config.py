@@ -101,9 +101,10 @@ class AwsSection(Model):
     # version leaves standard support (no extended-support fee); EXTENDED: it may stay, billed the extended fee.
     # A kubernetesVersion past the end of standard support is accepted only with EXTENDED.
     support_type: Literal["STANDARD", "EXTENDED"] = "STANDARD"
-    # CloudWatch billing alarms and the AWS Budget watch the whole account. Exactly one stack per account
-    # should create them: set false on every other stack in the same account.
-    account_billing: bool = True
+    # CloudWatch billing alarms on the account's EstimatedCharges watch the whole account: only the one
+    # stack per account that says so (true) creates them; every other stack would repeat them. The
+    # stack's own AWS Budget (filtered on its `cluster` tag) is created either way.
+    account_billing: bool = False
 
     _system_pool_renamed: tuple[tuple[str, str], ...] = PrivateAttr(default=())
 

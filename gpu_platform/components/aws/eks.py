@@ -199,17 +199,25 @@ class EksCluster(pulumi.ComponentResource):
 
         # --- add-ons that nodes need before they are Ready -------------------------------------
         addon_opts = pulumi.ResourceOptions(parent=self)
+
+        def addon_version(addon: str) -> pulumi.Output[str]:
+            # EKS's default version of the add-on for the control plane's minor, asked at each deploy
+            # (aws_eks_addon_version data source): when kubernetesVersion moves, the add-on moves with
+            # it, after the control plane (the lookup waits for the cluster's new version). Without a
+            # version the provider keeps whatever EKS installed first, a minor behind after an upgrade.
+            return eks.get_addon_version_output(addon_name=addon, kubernetes_version=cluster.version).version
+
         cni_role = irsa_role(f"{name}-vpc-cni-role", self.oidc_provider_arn, self.oidc_issuer_url, *VPC_CNI_SERVICE_ACCOUNT,
                              tags=tags, opts=child)
         cni_policy = iam.RolePolicyAttachment(f"{name}-vpc-cni-policy", role=cni_role.name,
                                               policy_arn=managed_policy_arn(region, VPC_CNI_POLICY), opts=child)
         self.vpc_cni_role = cni_role
-        vpc_cni = eks.Addon(f"{name}-addon-vpc-cni", cluster_name=cluster.name, addon_name="vpc-cni",
+        vpc_cni = eks.Addon(f"{name}-addon-vpc-cni", cluster_name=cluster.name, addon_name="vpc-cni", addon_version=addon_version("vpc-cni"),
                             service_account_role_arn=cni_role.arn,
                             configuration_values=json.dumps(VPC_CNI_CONFIGURATION),
                             resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,
                             opts=pulumi.ResourceOptions(parent=self, depends_on=[cni_policy]))
-        kube_proxy = eks.Addon(f"{name}-addon-kube-proxy", cluster_name=cluster.name, addon_name="kube-proxy",
+        kube_proxy = eks.Addon(f"{name}-addon-kube-proxy", cluster_name=cluster.name, addon_name="kube-proxy", addon_version=addon_version("kube-proxy"),
                                resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags, opts=addon_opts)
 
         # --- system node group -----------------------------------------------------------------
@@ -239,14 +247,14 @@ class EksCluster(pulumi.ComponentResource):
         )
         self.system_node_group = node_group
 
-        coredns = eks.Addon(f"{name}-addon-coredns", cluster_name=cluster.name, addon_name="coredns",
+        coredns = eks.Addon(f"{name}-addon-coredns", cluster_name=cluster.name, addon_name="coredns", addon_version=addon_version("coredns"),
                             resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,
                             opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]))
         ebs_role = irsa_role(f"{name}-ebs-csi-role", self.oidc_provider_arn, self.oidc_issuer_url, *EBS_CSI_SERVICE_ACCOUNT,
                              tags=tags, opts=child)
         iam.RolePolicyAttachment(f"{name}-ebs-csi-policy", role=ebs_role.name,
                                  policy_arn=managed_policy_arn(region, "service-role/AmazonEBSCSIDriverPolicy"), opts=child)
-        ebs = eks.Addon(f"{name}-addon-aws-ebs-csi-driver", cluster_name=cluster.name, addon_name="aws-ebs-csi-driver",
+        ebs = eks.Addon(f"{name}-addon-aws-ebs-csi-driver", cluster_name=cluster.name, addon_name="aws-ebs-csi-driver", addon_version=addon_version("aws-ebs-csi-driver"),
                         service_account_role_arn=ebs_role.arn, resolve_conflicts_on_create="OVERWRITE",
                         resolve_conflicts_on_update="OVERWRITE", tags=tags,
                         opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]))

@@ -8,8 +8,8 @@ pure and tested directly; `GpuNodeGroup` only wires resources.
   scale-from-zero pool always boot the current patched AMI for the cluster's Kubernetes version,
   the plan shows exactly which parameter is used, and the deployer needs no ssm:GetParameter.
 - Nodes join with nodeadm (NodeConfig), carrying the pool's labels and the nvidia.com/gpu taint.
-- Spot with price-capacity-optimized allocation over several instance types, capacity rebalancing,
-  a termination lifecycle hook (completed by the node termination handler after draining, which
+- Spot with price-capacity-optimized allocation over several instance types, no capacity
+  rebalancing and AZRebalance suspended (see CAPACITY_REBALANCE), a termination lifecycle hook (completed by the node termination handler after draining, which
   renews it with heartbeats meanwhile), new instances protected from scale-in when the protection
   controller runs (it drops the protection once a node is idle).
 - Tags the cluster-autoscaler reads to scale a pool up from zero (labels, taint, GPU count, the
@@ -43,9 +43,18 @@ from gpu_platform.components.cluster import GPU_TAINT, GpuPoolSpec, Taint
 MIME_BOUNDARY = "==GPU-PLATFORM-BOUNDARY=="
 NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
 LIFECYCLE_HOOK = "nth-drain-on-terminate"
-# Spot capacity is rebalanced by the group (replacement first, then the old instance through the
-# terminate lifecycle hook); the termination handler's rules depend on it (nth.event_rules).
-CAPACITY_REBALANCE = True
+# No capacity rebalancing on GPU groups: with it, every EC2 rebalance recommendation (an elevated
+# risk, most of which never become an interruption) makes the group launch a replacement and then
+# terminate the busy node through the lifecycle hook, so a training job is drained, evicted and
+# requeued (each eviction counts against platform.maxRequeues) for nothing. Instead the node is drained
+# only on the Spot interruption notice (two minutes: the trainer gets SIGTERM and checkpoints at its
+# current step) or when the group itself terminates it. The termination handler's rules follow
+# (nth.event_rules: interruption warnings in, rebalance recommendations out).
+CAPACITY_REBALANCE = False
+# AZRebalance terminates instances to even out zones after a scale-in or a zone outage: on a GPU group
+# that is a busy training node killed without any Spot event. cluster-autoscaler's AWS README ("Common
+# Notes and Gotchas") names suspending it; the autoscaler balances zones at scale-up instead.
+SUSPENDED_PROCESSES = ("AZRebalance",)
 ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 # Every AWS GPU model of the catalog (gpu_platform/costs/catalog/aws.yaml gpuModel; a test keeps them covered)
 # -> the name cluster-autoscaler's AWS provider lists for it (availableGPUTypes in
@@ -68,9 +77,33 @@ GPU_UTIL_METRIC = "nvidia_smi_utilization_gpu"
 GPU_METRIC_NAMESPACE = "CWAgent"
 
 
-def asg_name(cluster_name: str, pool: str) -> str:
-    """Deterministic, so alarms and the protection controller can name the group before it exists."""
-    return f"{cluster_name}-gpu-{pool}"
+def asg_name(cluster_name: str, pool: str, zone: Optional[str] = None) -> str:
+    """Deterministic, so alarms and the protection controller can name the group before it exists.
+    One group per pool and zone: `<cluster>-gpu-<pool>-<zone>`."""
+    return f"{cluster_name}-gpu-{pool}" + (f"-{zone}" if zone else "")
+
+
+def zonal_groups(min_nodes: int, max_nodes: int, zones: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(zone, minSize, maxSize) of a pool's groups, one per zone, whose sizes add up to the pool's.
+
+    Why one group per zone: cluster-autoscaler plans a new node of a multi-zone group as if it were
+    in one zone, so a pod bound to a zonal EBS volume (a notebook's home, the hub database) may wait
+    forever or get a node in the wrong zone; its AWS README prescribes "an ASG-per-AZ while enabling
+    --balance-similar-node-groups" (cloudprovider/aws/README.md, Common Notes and Gotchas), which
+    the autoscaler here runs with (autoscaler.py). The split keeps the pool's totals exact (quota,
+    cost and policy see the same numbers): the first zones get the remainder, and a zone whose
+    share of maxNodes is 0 gets no group (a pool with fewer maxNodes than zones lives in its first
+    maxNodes zones)."""
+    if not zones:
+        raise ValueError("a GPU pool needs at least one zone")
+    n = len(zones)
+    out = []
+    for i, zone in enumerate(zones):
+        hi = max_nodes // n + (1 if i < max_nodes % n else 0)
+        lo = min_nodes // n + (1 if i < min_nodes % n else 0)
+        if hi > 0:
+            out.append((zone, min(lo, hi), hi))
+    return out
 
 
 def accelerator_value(gpu_model: str) -> str:
@@ -176,23 +209,23 @@ def autoscaler_tags(cluster_name: str, spec: GpuPoolSpec, unneeded_time: str) ->
     return tags
 
 
-def pool_tags(spec: GpuPoolSpec, approved_on_demand: bool) -> dict[str, str]:
-    """What the policy pack and cost reports read on a GPU group."""
-    return {"gpu-pool": spec.name, "capacity": spec.capacity,
+def pool_tags(spec: GpuPoolSpec, approved_on_demand: bool, zone: Optional[str] = None) -> dict[str, str]:
+    """What the policy pack and cost reports read on a GPU group (the pool's groups share `gpu-pool`)."""
+    return {"gpu-pool": spec.name, "capacity": spec.capacity, **({"gpu-pool-zone": zone} if zone else {}),
             **approval_tags(approved_on_demand, "aws")}  # with approver and reason (policy pack)
 
 
 def asg_tag_list(common: Mapping[str, str], cluster_name: str, spec: GpuPoolSpec, approved_on_demand: bool,
-                 unneeded_time: str) -> list[dict]:
+                 unneeded_time: str, zone: Optional[str] = None) -> list[dict]:
     """All ASG tags. Owner/pool tags and the NTH/cluster-ownership tags propagate to instances;
     autoscaler tags stay on the group."""
-    propagated = {**common, **pool_tags(spec, approved_on_demand), "Name": f"{asg_name(cluster_name, spec.name)}",
+    propagated = {**common, **pool_tags(spec, approved_on_demand, zone), "Name": f"{asg_name(cluster_name, spec.name, zone)}",
                   f"kubernetes.io/cluster/{cluster_name}": "owned", NTH_MANAGED_TAG: "true"}
     out = [{"key": k, "value": v, "propagate_at_launch": True} for k, v in propagated.items()]
     out += [{"key": k, "value": v, "propagate_at_launch": False}
             for k, v in autoscaler_tags(cluster_name, spec, unneeded_time).items()]
     if len(out) > 50:
-        raise ValueError(f"{len(out)} tags on {asg_name(cluster_name, spec.name)}; an ASG holds at most 50")
+        raise ValueError(f"{len(out)} tags on {asg_name(cluster_name, spec.name, zone)}; an ASG holds at most 50")
     return out
 
 
@@ -220,6 +253,10 @@ class GpuNodeGroupArgs:
     # Termination lifecycle hook timeout; NTH's heartbeats renew it while it drains (nth.TerminationTiming).
     lifecycle_hook_timeout_seconds: int
     depends_on: Optional[Sequence[pulumi.Resource]] = None
+    # The group's zone (its subnet_ids are that zone's) and its share of the pool's size (zonal_groups).
+    zone: Optional[str] = None
+    min_size: Optional[int] = None
+    max_size: Optional[int] = None
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
@@ -228,8 +265,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:aws:GpuNodeGroup", name, None, opts)
         spec = args.spec
-        group = asg_name(args.cluster_name, spec.name)
-        instance_tags = {**args.tags, **pool_tags(spec, args.approved_on_demand), "Name": group}
+        group = asg_name(args.cluster_name, spec.name, args.zone)
+        instance_tags = {**args.tags, **pool_tags(spec, args.approved_on_demand, args.zone), "Name": group}
         script = render_cloudwatch_agent_script()
         user_data = pulumi.Output.all(args.endpoint, args.ca_data, args.service_cidr).apply(
             lambda a: base64.b64encode(render_user_data(
@@ -238,7 +275,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
 
         lt = ec2.LaunchTemplate(
             f"{name}-launch-template",
-            description=f"GPU pool {spec.name} of {args.cluster_name}",
+            description=f"GPU pool {spec.name} of {args.cluster_name}" + (f", zone {args.zone}" if args.zone else ""),
             image_id=f"resolve:ssm:{versions.gpu_ami_parameter(args.kubernetes_version)}",
             iam_instance_profile={"arn": args.instance_profile_arn},
             vpc_security_group_ids=[args.security_group_id],
@@ -249,10 +286,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
         asg = autoscaling.Group(
             f"{name}-asg",
             name=group,
-            min_size=spec.min_nodes,
-            max_size=spec.max_nodes,
+            min_size=spec.min_nodes if args.min_size is None else args.min_size,
+            max_size=spec.max_nodes if args.max_size is None else args.max_size,
             vpc_zone_identifiers=list(args.subnet_ids),
             capacity_rebalance=CAPACITY_REBALANCE,
+            suspended_processes=list(SUSPENDED_PROCESSES),
             protect_from_scale_in=args.protect_from_scale_in,
             health_check_type="EC2",
             health_check_grace_period=300,
@@ -277,7 +315,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             }],
             enabled_metrics=["GroupDesiredCapacity", "GroupInServiceInstances", "GroupPendingInstances",
                              "GroupTerminatingInstances", "GroupTotalInstances"],
-            tags=asg_tag_list(args.tags, args.cluster_name, spec, args.approved_on_demand, args.scale_down_unneeded_time),
+            tags=asg_tag_list(args.tags, args.cluster_name, spec, args.approved_on_demand, args.scale_down_unneeded_time,
+                              args.zone),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on or []),
                                         # The cluster-autoscaler owns the desired size.
                                         ignore_changes=["desiredCapacity"]),

@@ -50,6 +50,15 @@ class NetworkArgs:
     zones: Sequence[str]
     nat_per_zone: bool
     tags: Mapping[str, str]
+    # The S3 gateway endpoint's service name needs it (com.amazonaws.<region>.s3).
+    region: str = "us-east-1"
+
+
+def s3_gateway_service(region: str) -> str:
+    """The S3 gateway endpoint service of a region: checkpoint reads/writes and ECR image layers (ECR
+    serves layers from S3) then go from the private subnets to S3 without the NAT gateway, which
+    charges per GB processed (gateway endpoints themselves are free)."""
+    return f"com.amazonaws.{region}.s3"
 
 
 class Network(pulumi.ComponentResource):
@@ -86,7 +95,7 @@ class Network(pulumi.ComponentResource):
                                            tags={**tags, "Name": f"{args.cluster_name}-nat-{zone}"},
                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[igw])))
 
-        private_ids = []
+        private_ids, private_rts = [], []
         for i, (zone, private_cidr, _) in enumerate(plan):
             nat = nats[i] if args.nat_per_zone else nats[0]
             rt = ec2.RouteTable(f"{name}-private-{zone}-rt", vpc_id=vpc.id,
@@ -98,6 +107,12 @@ class Network(pulumi.ComponentResource):
                             opts=child)
             ec2.RouteTableAssociation(f"{name}-private-{zone}-rta", subnet_id=sn.id, route_table_id=rt.id, opts=child)
             private_ids.append(sn.id)
+            private_rts.append(rt.id)
+
+        self.s3_endpoint = ec2.VpcEndpoint(f"{name}-s3-endpoint", vpc_id=vpc.id,
+                                           service_name=s3_gateway_service(args.region), vpc_endpoint_type="Gateway",
+                                           route_table_ids=private_rts,
+                                           tags={**tags, "Name": f"{args.cluster_name}-s3"}, opts=child)
 
         self.vpc_id: pulumi.Output[str] = vpc.id
         self.private_subnet_ids: list[pulumi.Output[str]] = private_ids

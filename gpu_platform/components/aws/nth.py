@@ -5,12 +5,11 @@ events to an SQS queue (SSE); the handler cordons and drains the node before it 
 get SIGTERM and their own termination grace period to write a checkpoint, the queue requeues their
 jobs), then completes the lifecycle action.
 
-- The GPU groups use capacity rebalancing, so the Spot-interruption and rebalance-recommendation
-  rules are left out: the group itself launches a replacement and then terminates the old instance
-  through the terminate lifecycle hook, which NTH drains (NTH README, "Queue Processor" setup: with
-  capacity-rebalance on, "we do not need Spot and Rebalance events enabled with EventBridge"). With
-  those rules NTH would also cordon and drain every node on a mere rebalance recommendation, before
-  a replacement exists.
+- The GPU groups do not use capacity rebalancing (gpu_asg.CAPACITY_REBALANCE says why), so the
+  Spot-interruption rule is in: NTH cordons and drains the node on the two-minute interruption notice.
+  The rebalance-recommendation rule stays out: a recommendation is a risk, not a notice, and NTH
+  (queue-processor mode) would cordon and drain every node it names (NTH README, "Queue Processor").
+  With capacity rebalancing on, the group handles both, so both rules are left out.
 - While it drains NTH renews the lifecycle hook with heartbeats (queue-processor mode only), so the
   hook outlives the trainers' checkpoint grace; its own drain timeout (nodeTerminationGracePeriod)
   covers that grace too. A Spot interruption itself still ends the instance two minutes after the
@@ -45,6 +44,8 @@ EVENT_RULES: dict[str, dict] = {
 }
 # Redundant when the groups rebalance capacity themselves (see the module docstring).
 REBALANCED_BY_ASG = ("spot-interruption", "rebalance")
+# Never drained on: a rebalance recommendation is not an interruption.
+NOT_DRAINED_ON = ("rebalance",)
 
 # NTH's accepted ranges (pkg/config/config.go at v1.25.6) and EC2 Auto Scaling's lifecycle hook limits.
 HEARTBEAT_INTERVAL_RANGE = (30, 3600)
@@ -57,9 +58,10 @@ HOOK_TIMEOUT_SECONDS = 300  # if NTH dies mid-drain, the instance goes on (CONTI
 
 
 def event_rules(capacity_rebalance: bool) -> dict[str, dict]:
-    """The EventBridge rules to create: all five, or without the two the group itself handles."""
+    """The EventBridge rules to create: without rebalance recommendations, and without the Spot
+    interruption warning too when the group itself rebalances capacity."""
     if not capacity_rebalance:
-        return dict(EVENT_RULES)
+        return {role: pattern for role, pattern in EVENT_RULES.items() if role not in NOT_DRAINED_ON}
     return {role: pattern for role, pattern in EVENT_RULES.items() if role not in REBALANCED_BY_ASG}
 
 

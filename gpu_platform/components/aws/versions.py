@@ -43,8 +43,8 @@ GPU_AMI_SSM_PARAMETER = "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/
 # EKS managed node group AMI type for the (non-GPU) system nodes.
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 
-# EKS managed add-ons. Versions: EKS's default for the control-plane version when the add-on is
-# created; the provider then holds that version until it is set here deliberately.
+# EKS managed add-ons. Versions: EKS's default for the control plane's minor, looked up at every deploy
+# (eks.get_addon_version), so they move with kubernetesVersion (eks.py).
 EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver")
 
 # The scale-in protection controller's image is built from gpu_platform/controllers/scale_in_protection/Dockerfile

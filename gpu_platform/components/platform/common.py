@@ -101,6 +101,20 @@ def apply_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions
         return k8s.core.v1.LimitRange(name, metadata=meta, spec=obj["spec"], opts=opts)
     if kind == "NetworkPolicy":
         return k8s.networking.v1.NetworkPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
+    if kind == "Role":
+        return k8s.rbac.v1.Role(name, metadata=meta, rules=obj["rules"], opts=opts)
+    if kind == "ClusterRole":
+        return k8s.rbac.v1.ClusterRole(name, metadata=meta, rules=obj["rules"], opts=opts)
+    if kind == "RoleBinding":
+        return k8s.rbac.v1.RoleBinding(name, metadata=meta, role_ref=obj["roleRef"], subjects=obj["subjects"], opts=opts)
+    if kind == "ClusterRoleBinding":
+        return k8s.rbac.v1.ClusterRoleBinding(name, metadata=meta, role_ref=obj["roleRef"], subjects=obj["subjects"],
+                                              opts=opts)
+    if kind == "ValidatingAdmissionPolicy":
+        return k8s.admissionregistration.v1.ValidatingAdmissionPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
+    if kind == "ValidatingAdmissionPolicyBinding":
+        return k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(name, metadata=meta, spec=obj["spec"],
+                                                                             opts=opts)
     if set(obj) - {"apiVersion", "kind", "metadata", "spec"}:
         raise ValueError(f"{kind} {meta.get('name')}: only apiVersion/kind/metadata/spec are supported for custom resources")
     return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=kind,

@@ -64,6 +64,9 @@ class PlatformSection(Model):
     # A job whose pods are not all running this long after admission (a lost spot node, an image
     # that never pulls) is evicted and requeued.
     pods_ready_timeout_minutes: int = Field(default=10, ge=1, le=24 * 60)
+    # After this many such evictions the job is deactivated (Kueue backoffLimitCount) and says why,
+    # instead of being admitted (and scaling a GPU node up) again and again.
+    max_requeues: int = Field(default=3, ge=0, le=20)
 
     # --- notebooks (JupyterHub) --------------------------------------------------------------
     notebook_idle_cull_minutes: int = Field(default=60, ge=10, le=7 * 24 * 60)

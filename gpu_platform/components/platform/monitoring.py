@@ -292,6 +292,15 @@ def control_plane_scrapes(cloud: str) -> dict[str, bool]:
     return {component: False for component in CONTROL_PLANE_COMPONENTS}
 
 
+def dns_scrape(cloud: str) -> bool:
+    """Whether the chart's coreDns scrape (a Service on k8s-app=kube-dns pods, port 9153) has a target:
+    EKS's CoreDNS add-on and kubeadm's CoreDNS serve metrics on 9153; GKE runs kube-dns (kubedns,
+    dnsmasq, sidecar containers, no :9153) or Cloud DNS, so the scrape only ever raised TargetDown."""
+    if cloud not in ("gcp", "aws", "linode"):
+        raise ValueError(f"unknown cloud {cloud!r}")
+    return cloud != "gcp"
+
+
 def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp: Optional[AlertSmtp],
                                  retention_days: int = 15, storage_gib: int = 50,
                                  cloud: str = "linode") -> dict[str, Any]:
@@ -301,6 +310,7 @@ def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp
     return {
         # enabled: false drops the component's Service/ServiceMonitor and its default rules
         **{component: {"enabled": on} for component, on in control_plane_scrapes(cloud).items()},
+        "coreDns": {"enabled": dns_scrape(cloud)},
         "alertmanager": {"config": alertmanager_config(emails, smtp), "alertmanagerSpec": am_spec},
         "grafana": {
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": "admin-user", "passwordKey": "admin-password"},

@@ -25,18 +25,98 @@ of that pool for it, so notebooks and training jobs share one GPU quota.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 
-from gpu_platform.components.cluster import ClusterHandle, GpuPoolSpec
+from gpu_platform.components.cluster import TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
 from gpu_platform.components.platform import versions
-from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, apply_object, helm_release, k8s_opts, render_namespace
+from gpu_platform.components.platform.common import (
+    JUPYTERHUB_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
+)
 from gpu_platform.components.platform.queue import (
     LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE, JobQueue, render_local_queue,
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# The identity of every notebook pod: it may submit and watch the training namespace's job kinds
+# (TrainJobs, Katib experiments, batch Jobs) and nothing else in the cluster (render_submitter_role).
+NOTEBOOK_SERVICE_ACCOUNT = "notebook-user"
+SUBMITTER_ROLE = "job-submitter"
+RUNTIME_READER = "gpu-platform-training-runtime-reader"
+# Kubeflow Pipelines' workflow pods run as this ServiceAccount in `kubeflow`: a pipeline step that
+# needs a GPU submits a TrainJob to `training` (GPU pods in `kubeflow` are refused, docs/first-training-job.md).
+PIPELINE_RUNNER = ("kubeflow", "pipeline-runner")
+# Where a notebook reaches Kubeflow Pipelines' API (standalone install, no auth in front of it).
+PIPELINES_API = "http://ml-pipeline.kubeflow.svc.cluster.local:8888"
+
+_READ = ["get", "list", "watch"]
+_SUBMIT = ["create", "delete", "get", "list", "watch", "patch", "update"]
+
+
+def render_notebook_service_account() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": NOTEBOOK_SERVICE_ACCOUNT, "namespace": JUPYTERHUB_NAMESPACE, "labels": dict(MANAGED_BY)},
+        "automountServiceAccountToken": True,
+    }
+
+
+def render_submitter_role(namespace: str = TRAINING_NAMESPACE) -> dict[str, Any]:
+    """What a notebook (or a pipeline step) may do in the training namespace: submit, watch and delete
+    TrainJobs, Katib experiments and batch Jobs; read what they create (trials, workloads, pods, logs,
+    events). No Secrets, no ConfigMaps writes, no RBAC, nothing outside `training`."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "rules": [
+            {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": _SUBMIT},
+            {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": _READ},
+            {"apiGroups": ["kubeflow.org"], "resources": ["experiments"], "verbs": _SUBMIT},
+            {"apiGroups": ["kubeflow.org"], "resources": ["trials", "suggestions"], "verbs": _READ},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": _SUBMIT},
+            {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": _READ},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": _READ},
+            {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": _READ},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+        ],
+    }
+
+
+def render_submitter_binding(namespace: str = TRAINING_NAMESPACE) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": SUBMITTER_ROLE, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SUBMITTER_ROLE},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": NOTEBOOK_SERVICE_ACCOUNT, "namespace": JUPYTERHUB_NAMESPACE},
+            {"kind": "ServiceAccount", "name": PIPELINE_RUNNER[1], "namespace": PIPELINE_RUNNER[0]},
+        ],
+    }
+
+
+def render_runtime_reader() -> dict[str, Any]:
+    """The Trainer SDK lists ClusterTrainingRuntimes (cluster-scoped) to pick a runtime: read only."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": RUNTIME_READER, "labels": dict(MANAGED_BY)},
+        "rules": [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["clustertrainingruntimes"], "verbs": _READ}],
+    }
+
+
+def render_runtime_reader_binding() -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": RUNTIME_READER, "labels": dict(MANAGED_BY)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUNTIME_READER},
+        "subjects": [{"kind": "ServiceAccount", "name": NOTEBOOK_SERVICE_ACCOUNT, "namespace": JUPYTERHUB_NAMESPACE},
+                     {"kind": "ServiceAccount", "name": PIPELINE_RUNNER[1], "namespace": PIPELINE_RUNNER[0]}],
+    }
 
 
 def render_notebooks_namespace() -> dict[str, Any]:
@@ -84,6 +164,11 @@ def gpu_profile(pool: GpuPoolSpec, queue_name: Optional[str] = None) -> dict[str
 
 # Every pod of the chart is kept from the cloud metadata server by the chart's NetworkPolicies.
 NO_METADATA = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": False}}
+# Notebooks additionally reach private addresses: the Kubernetes API server (a private IP on every
+# cloud: EKS's ENIs, GKE's private endpoint, Linode's control-plane nodes) and in-cluster services
+# (Kubeflow Pipelines' API) -- z2jh's `privateIPs` rule (10/8, 172.16/12, 192.168/16), which is off
+# for user pods by default. The metadata server stays blocked (a link-local address, its own rule).
+NOTEBOOK_EGRESS = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": False, "privateIPs": True}}
 
 
 def auth_config(admin_users: Sequence[str]) -> dict[str, Any]:
@@ -100,11 +185,21 @@ def auth_config(admin_users: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def offered_pools(pools: Sequence[GpuPoolSpec], gpu_quota: Optional[Mapping[str, int]] = None) -> list[GpuPoolSpec]:
+    """The pools a GPU profile is offered for: with a queue, only pools whose GPU quota is above 0
+    (a notebook on a pool with quota 0 would wait in the queue forever)."""
+    if gpu_quota is None:
+        return list(pools)
+    return [p for p in pools if gpu_quota.get(p.name, 0) > 0]
+
+
 def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_gib: int = 20,
                       idle_cull_minutes: int = 60, admin_users: Sequence[str] = ("admin",),
-                      queue_name: Optional[str] = None) -> dict[str, Any]:
+                      queue_name: Optional[str] = None,
+                      gpu_quota: Optional[Mapping[str, int]] = None) -> dict[str, Any]:
     if idle_cull_minutes < 1:
         raise ValueError("idle_cull_minutes must be at least 1")
+    pools = offered_pools(pools, gpu_quota)
     return {
         "hub": {
             "config": auth_config(admin_users),
@@ -120,7 +215,11 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
                 "dynamic": {"storageClass": storage_class, "storageAccessModes": ["ReadWriteOnce"]},
             },
             "profileList": [cpu_profile()] + [gpu_profile(p, queue_name) for p in pools],
-            "networkPolicy": NO_METADATA,
+            "networkPolicy": NOTEBOOK_EGRESS,
+            # The API token of this account is mounted (KubeSpawner mounts it when an account is set):
+            # it may submit jobs to `training` and nothing else.
+            "serviceAccountName": NOTEBOOK_SERVICE_ACCOUNT,
+            "extraEnv": {"TRAINING_NAMESPACE": TRAINING_NAMESPACE, "KF_PIPELINES_ENDPOINT": PIPELINES_API},
             "allowPrivilegeEscalation": False,
             "startTimeout": 600,  # GPU images are large
         },
@@ -146,6 +245,7 @@ class NotebooksArgs:
     idle_cull_minutes: int = 60
     admin_users: Sequence[str] = ("admin",)
     queue: Optional[JobQueue] = None  # GPU notebooks are admitted by it (and the hub installs after Kueue)
+    training_namespace: Optional[pulumi.Resource] = None  # the submitter Role is created in it
 
 
 class Notebooks(pulumi.ComponentResource):
@@ -155,14 +255,25 @@ class Notebooks(pulumi.ComponentResource):
         ns = apply_object(f"{name}-namespace", render_notebooks_namespace(), k8s_opts(cluster, self))
         queue = args.queue
         values = jupyterhub_values(cluster.gpu_pools, cluster.default_storage_class, args.storage_gib,
-                                   args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None)
+                                   args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None,
+                                   queue.gpu_quota if queue else None)
         self.local_queue = None
         if queue is not None:
             self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE),
                                             k8s_opts(cluster, self, [ns, queue.kueue, queue.cluster_queue]))
+        in_ns = k8s_opts(cluster, self, [ns])
+        self.service_account = apply_object(f"{name}-service-account", render_notebook_service_account(), in_ns)
+        # The Role lives in `training` (created by the training component before any platform part).
+        self.submitter_role = apply_object(f"{name}-submitter-role", render_submitter_role(), k8s_opts(
+            cluster, self, list(args.training_namespace and [args.training_namespace] or [])))
+        self.submitter_binding = apply_object(f"{name}-submitter-binding", render_submitter_binding(),
+                                              k8s_opts(cluster, self, [self.submitter_role, self.service_account]))
+        self.runtime_reader = apply_object(f"{name}-runtime-reader", render_runtime_reader(), k8s_opts(cluster, self))
+        self.runtime_reader_binding = apply_object(f"{name}-runtime-reader-binding", render_runtime_reader_binding(),
+                                                   k8s_opts(cluster, self, [self.runtime_reader, self.service_account]))
         # In a namespace Kueue's webhooks watch: install after Kueue serves.
         self.jupyterhub = helm_release(f"{name}-jupyterhub", "jupyterhub", versions.JUPYTERHUB,
                                        JUPYTERHUB_NAMESPACE, values,
-                                       k8s_opts(cluster, self, [ns] + ([queue.kueue] if queue else [])))
+                                       k8s_opts(cluster, self, [ns, self.service_account] + ([queue.kueue] if queue else [])))
         self.register_outputs({"namespace": JUPYTERHUB_NAMESPACE,
                                "profiles": [p["slug"] for p in values["singleuser"]["profileList"]]})

@@ -77,7 +77,7 @@ class MlPlatform(pulumi.ComponentResource):
         if p.queue:
             self.queue = JobQueue(f"{name}-queue", JobQueueArgs(
                 cluster=cluster, queueing_strategy=p.queueing_strategy, gpu_quota=p.gpu_quota,
-                pods_ready_timeout_minutes=p.pods_ready_timeout_minutes,
+                pods_ready_timeout_minutes=p.pods_ready_timeout_minutes, max_requeues=p.max_requeues,
                 training_namespace=self.training.namespace, instance_types=types,
                 after=[self.kubeflow.trainer] if self.kubeflow else []), child)
         self.notebooks: Optional[Notebooks] = None
@@ -85,7 +85,7 @@ class MlPlatform(pulumi.ComponentResource):
             self.notebooks = Notebooks(f"{name}-notebooks", NotebooksArgs(
                 cluster=cluster, storage_gib=p.notebook_storage_gib,
                 idle_cull_minutes=p.notebook_idle_cull_minutes, admin_users=p.notebook_admin_users,
-                queue=self.queue), child)
+                queue=self.queue, training_namespace=self.training.namespace), child)
         self.monitoring: Optional[Monitoring] = None
         if p.monitoring:
             self.monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(

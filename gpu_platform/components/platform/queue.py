@@ -22,7 +22,7 @@ import pulumi
 import yaml
 
 from gpu_platform.components.capacity import MI, Allocatable, allocatable
-from gpu_platform.components.cluster import TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
+from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
     KUEUE_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
@@ -31,6 +31,11 @@ from gpu_platform.components.platform.common import (
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = "gpu-training"
 LOCAL_QUEUE = "gpu-queue"
+# Kueue (v0.19: LocalQueue defaulting, always on) labels every job and pod that names no queue with
+# `default` when a LocalQueue of that name exists in its namespace (and the namespace matches
+# managedJobsNamespaceSelector): so an unlabelled TrainJob, Job, Katib trial or pod in `training`
+# is queued, not ignored. Only `training` gets one: in `jupyterhub` it would queue the hub itself.
+DEFAULT_LOCAL_QUEUE = "default"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Namespaces whose workloads Kueue manages (and whose jobs its webhooks see) carry this label; the
@@ -38,6 +43,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 QUEUE_NAMESPACE_LABEL = "gpu-platform.io/queue"
 QUEUE_NAMESPACE_VALUE = "enabled"
 QUEUE_NAMESPACE_SELECTOR = {"matchLabels": {QUEUE_NAMESPACE_LABEL: QUEUE_NAMESPACE_VALUE}}
+# A namespace with the `default` LocalQueue carries this label: the GPU admission policy then trusts
+# pods whose controller is a batch Job (Kueue decided that Job's admission; its pods carry no label).
+DEFAULT_QUEUE_NAMESPACE_LABEL = "gpu-platform.io/default-queue"
+GPU_ADMISSION_POLICY = "gpu-pods-through-the-queue"
 # Workload kinds Kueue manages: plain batch Jobs, Kubeflow TrainJobs (and the JobSets Trainer makes),
 # and plain Pods (GPU notebooks, which carry the queue-name label).
 INTEGRATIONS = ("batch/job", "trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/jobset", "pod")
@@ -157,19 +166,24 @@ def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, 
     }
 
 
-def render_local_queue(namespace: str = TRAINING_NAMESPACE) -> dict[str, Any]:
+def render_local_queue(namespace: str = TRAINING_NAMESPACE, name: str = LOCAL_QUEUE) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE_API,
         "kind": "LocalQueue",
-        "metadata": {"name": LOCAL_QUEUE, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
         "spec": {"clusterQueue": CLUSTER_QUEUE, "stopPolicy": "None"},
     }
 
 
-def kueue_manager_config(pods_ready_timeout_minutes: int = 10) -> dict[str, Any]:
+def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2). waitForPodsReady evicts a workload
-    whose pods are not all running in time (a spot node reclaimed mid-run) and requeues it without
-    limit, with exponential backoff from 60 s up to an hour."""
+    whose pods are not all running in time (a spot node reclaimed mid-run, an image that never
+    pulls) and requeues it with exponential backoff from 60 s; after `max_requeues` such evictions
+    Kueue deactivates it (`spec.active: false`, condition Evicted/Deactivated with reason
+    ...RequeuingLimitExceeded) instead of admitting it again, so a job that can never run does not
+    scale a GPU node up forever (v0.19.2 apis/config/v1beta2 RequeuingStrategy.BackoffLimitCount)."""
+    if max_requeues < 0:
+        raise ValueError("max_requeues must be >= 0")
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -185,9 +199,12 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10) -> dict[str, Any]
             "timeout": f"{pods_ready_timeout_minutes}m",
             "recoveryTimeout": "3m",
             "blockAdmission": False,
-            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": max_requeues,
+                                  "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
         },
-        # Only jobs that name a queue are managed; everything else schedules as usual.
+        # Jobs without a queue name are queued through the `default` LocalQueue of their namespace
+        # (LocalQueue defaulting), not through this switch: with it on, Kueue's pod integration
+        # would also gate every unlabelled pod of `jupyterhub` (the hub and its proxy) forever.
         "manageJobsWithoutQueueName": False,
         # Kueue's job/pod webhooks and integrations only see the queue's namespaces: no other
         # release's (hook) Jobs depend on Kueue serving (the chart copies this selector into every
@@ -197,14 +214,172 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10) -> dict[str, Any]
     }
 
 
-def kueue_values(pods_ready_timeout_minutes: int = 10) -> dict[str, Any]:
+# Two controller replicas (one leader; the standby serves the webhooks too, and its LocalQueue cache,
+# which `default` queue defaulting reads, is kept without leadership: v0.19.2
+# pkg/controller/core/localqueue_controller.go NeedLeaderElection false) and a PDB keeping
+# one through a node drain: Kueue's job and pod webhooks fail closed, so a single replica on a
+# draining node stops every submission in the queue's namespaces (chart values controllerManager.*).
+KUEUE_REPLICAS = 2
+
+
+def kueue_values(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3) -> dict[str, Any]:
     return {
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
-            kueue_manager_config(pods_ready_timeout_minutes), sort_keys=False)},
+            kueue_manager_config(pods_ready_timeout_minutes, max_requeues), sort_keys=False)},
         "enablePrometheus": False,
         "enableCertManager": False,
         "enableKueueViz": False,
-        "controllerManager": {"podDisruptionBudget": {"enabled": False}},
+        "controllerManager": {"replicas": KUEUE_REPLICAS,
+                              "podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
+    }
+
+
+def _requests_gpu(var: str) -> str:
+    return (f"{var}.exists(c, has(c.resources) && ("
+            f"(has(c.resources.limits) && '{GPU_RESOURCE}' in c.resources.limits) || "
+            f"(has(c.resources.requests) && '{GPU_RESOURCE}' in c.resources.requests)))")
+
+
+GPU_POD_CONDITION = (f"{_requests_gpu('object.spec.containers')} || "
+                     f"(has(object.spec.initContainers) && {_requests_gpu('object.spec.initContainers')})")
+IN_QUEUE_NAMESPACE = (f"has(namespaceObject.metadata.labels) && "
+                      f"'{QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels && "
+                      f"namespaceObject.metadata.labels['{QUEUE_NAMESPACE_LABEL}'] == '{QUEUE_NAMESPACE_VALUE}'")
+QUEUED_POD = (
+    f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in object.metadata.labels) || "
+    f"(has(namespaceObject.metadata.labels) && '{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels"
+    f" && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
+    f"has(r.controller) && r.controller == true && r.kind == 'Job' && r.apiVersion == 'batch/v1'))")
+HOW_TO_SUBMIT = (f"submit GPU work as a TrainJob, Job or Katib experiment in namespace {TRAINING_NAMESPACE} "
+                 f"(queued in its LocalQueue '{DEFAULT_LOCAL_QUEUE}' without any label), or a GPU notebook "
+                 f"from JupyterHub; see docs/first-training-job.md section 6")
+
+
+def render_gpu_admission_policy() -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) that
+    refuses any pod asking for a GPU that Kueue did not queue: outside the queue's namespaces Kueue
+    never sees it (it would take a GPU the ClusterQueue counts as free); inside them it must carry
+    the queue-name label (Kueue's pod webhook, which runs before validation, adds `default` in
+    `training`) or be the pod of a batch Job in a namespace whose every Job Kueue queues."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": GPU_ADMISSION_POLICY, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "matchConditions": [{"name": "requests-a-gpu", "expression": GPU_POD_CONDITION}],
+            "validations": [
+                {"expression": IN_QUEUE_NAMESPACE,
+                 "messageExpression": ('"GPU pods are only admitted through the Kueue queue, and namespace " + '
+                                       f'namespaceObject.metadata.name + " is not queued: {HOW_TO_SUBMIT}"'),
+                 "reason": "Forbidden"},
+                {"expression": f"!({IN_QUEUE_NAMESPACE}) || {QUEUED_POD}",
+                 "message": (f"this GPU pod names no Kueue queue: add the label {QUEUE_NAME_LABEL} "
+                             f"(e.g. {LOCAL_QUEUE}), or {HOW_TO_SUBMIT}"),
+                 "reason": "Forbidden"},
+            ],
+        },
+    }
+
+
+FIT_POLICY = "gpu-jobs-fit-their-pool"
+_JOB_POD = "object.spec.template.spec"
+_TJ_RES = "object.spec.trainer.resourcesPerNode"
+
+
+def _gpu_in(res: str) -> str:
+    return (f"((has({res}.limits) && '{GPU_RESOURCE}' in {res}.limits) || "
+            f"(has({res}.requests) && '{GPU_RESOURCE}' in {res}.requests))")
+
+
+def _requests_fit(req: str, cap: PoolCapacity) -> str:
+    """CEL: the requests map `req` asks for at most `cap` (Kubernetes' quantity library; a quantity
+    may be written as a number, hence string())."""
+    return (f"(!('cpu' in {req}) || quantity(string({req}['cpu'])).compareTo(quantity('{cap.cpu_millis}m')) <= 0) && "
+            f"(!('memory' in {req}) || quantity(string({req}['memory'])).compareTo(quantity('{cap.memory_bytes}')) <= 0)")
+
+
+def _job_pinned(pool: str) -> str:
+    return (f"(has({_JOB_POD}.nodeSelector) && '{POOL_LABEL}' in {_JOB_POD}.nodeSelector && "
+            f"{_JOB_POD}.nodeSelector['{POOL_LABEL}'] == '{pool}')")
+
+
+def _trainjob_pinned(pool: str) -> str:
+    rj = "r.template.spec.template.spec"
+    return ("(has(object.spec.runtimePatches) && object.spec.runtimePatches.exists(p, has(p.trainingRuntimeSpec) && "
+            "has(p.trainingRuntimeSpec.template) && has(p.trainingRuntimeSpec.template.spec) && "
+            "has(p.trainingRuntimeSpec.template.spec.replicatedJobs) && "
+            "p.trainingRuntimeSpec.template.spec.replicatedJobs.exists(r, has(r.template) && has(r.template.spec) && "
+            f"has(r.template.spec.template) && has(r.template.spec.template.spec) && has({rj}.nodeSelector) && "
+            f"'{POOL_LABEL}' in {rj}.nodeSelector && {rj}.nodeSelector['{POOL_LABEL}'] == '{pool}')))")
+
+
+def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy refusing, at submission, a GPU Job or TrainJob whose pod asks for
+    more CPU or memory than a node of some pool hands to jobs while it names no pool: Kueue's quotas
+    are per flavor in aggregate, so it could admit the job to that pool's flavor, where the pod never
+    schedules (e.g. 8 CPU + 1 GPU on aws-prod's a10g, about 3.5 CPU a node). The message lists each
+    pool's per-pod room and how to pin one (nodeSelector gpu-platform.io/pool: Kueue then assigns
+    only that pool's flavor). Per container for Jobs (a pod of several large containers is not
+    summed); per node for TrainJobs (trainer.resourcesPerNode)."""
+    if not capacities:
+        raise ValueError("no GPU pools")
+    rooms = ", ".join(f"{n}: {c.cpu_millis / 1000:g} CPU, {c.memory_bytes // MI // 1024:g} GiB"
+                      for n, c in sorted(capacities.items()))
+    job_any = " || ".join(_job_pinned(p) for p in sorted(capacities))
+    tj_any = " || ".join(_trainjob_pinned(p) for p in sorted(capacities))
+    validations = []
+    for pool, cap in sorted(capacities.items()):
+        job_fits = (f"{_JOB_POD}.containers.all(c, !has(c.resources) || !has(c.resources.requests) || "
+                    f"({_requests_fit('c.resources.requests', cap)}))")
+        tj_fits = f"!has({_TJ_RES}.requests) || ({_requests_fit(_TJ_RES + '.requests', cap)})"
+        validations.append({
+            "expression": (f"request.kind.kind == 'Job' ? (({job_any}) && !{_job_pinned(pool)}) || ({job_fits}) : "
+                           f"(({tj_any}) && !{_trainjob_pinned(pool)}) || ({tj_fits})"),
+            "message": (f"a GPU pod of this job asks for more CPU or memory than a node of pool {pool} hands to jobs, "
+                        f"and the job names no pool, so Kueue may admit it to {pool} where it never schedules. Pin a "
+                        f"pool it fits with nodeSelector {POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask "
+                        f"for less. Room per pod: {rooms}"),
+            "reason": "Invalid",
+        })
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": FIT_POLICY, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+                "resourceRules": [
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]},
+                    {"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"],
+                     "resources": ["trainjobs"]},
+                ]},
+            "matchConditions": [{"name": "asks-for-a-gpu", "expression": (
+                f"request.kind.kind == 'Job' ? {_JOB_POD}.containers.exists(c, has(c.resources) && {_gpu_in('c.resources')}) "
+                f": (has(object.spec.trainer) && has({_TJ_RES}) && {_gpu_in(_TJ_RES)})")}],
+            "validations": validations,
+        },
+    }
+
+
+def render_policy_binding(policy: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy, "labels": dict(MANAGED_BY)},
+        "spec": {"policyName": policy, "validationActions": ["Deny"]},
+    }
+
+
+def render_gpu_admission_binding() -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": GPU_ADMISSION_POLICY, "labels": dict(MANAGED_BY)},
+        "spec": {"policyName": GPU_ADMISSION_POLICY, "validationActions": ["Deny"]},
     }
 
 
@@ -214,6 +389,7 @@ class JobQueueArgs:
     queueing_strategy: str = "BestEffortFIFO"
     gpu_quota: Mapping[str, int] | None = None
     pods_ready_timeout_minutes: int = 10
+    max_requeues: int = 3
     training_namespace: Optional[pulumi.Resource] = None  # the LocalQueue waits for it
     # Every instance type a node of a pool may be (EKS mixed-instances pools); default: the pool's own.
     instance_types: Optional[Mapping[str, Sequence[str]]] = None
@@ -229,7 +405,7 @@ class JobQueue(pulumi.ComponentResource):
         capacities = pool_capacities(cluster.cloud, cluster.gpu_pools, args.instance_types)
         ns = apply_object(f"{name}-namespace", render_namespace(KUEUE_NAMESPACE, "restricted"), k8s_opts(cluster, self))
         self.kueue = helm_release(f"{name}-kueue", "kueue", versions.KUEUE, KUEUE_NAMESPACE,
-                                  kueue_values(args.pods_ready_timeout_minutes),
+                                  kueue_values(args.pods_ready_timeout_minutes, args.max_requeues),
                                   k8s_opts(cluster, self, [ns, *args.after]))
         after_kueue = k8s_opts(cluster, self, [self.kueue])
         self.flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)
@@ -240,6 +416,20 @@ class JobQueue(pulumi.ComponentResource):
             k8s_opts(cluster, self, [self.kueue, *self.flavors]))
         lq_deps = [self.kueue, self.cluster_queue] + ([args.training_namespace] if args.training_namespace else [])
         self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(), k8s_opts(cluster, self, lq_deps))
+        self.default_local_queue = apply_object(
+            f"{name}-default-local-queue", render_local_queue(name=DEFAULT_LOCAL_QUEUE), k8s_opts(cluster, self, lq_deps))
+        # Refuses GPU pods Kueue did not queue; after the queues exist, so queued work is never refused.
+        policy_deps = k8s_opts(cluster, self, [self.local_queue, self.default_local_queue])
+        self.gpu_admission_policy = apply_object(f"{name}-gpu-admission-policy", render_gpu_admission_policy(),
+                                                 policy_deps)
+        self.gpu_admission_binding = apply_object(
+            f"{name}-gpu-admission-binding", render_gpu_admission_binding(),
+            k8s_opts(cluster, self, [self.gpu_admission_policy]))
+        # Refuses a GPU job whose pods fit only some pools unless it names one (per-flavor fit).
+        self.fit_policy = apply_object(f"{name}-fit-policy", render_fit_policy(capacities), k8s_opts(cluster, self))
+        self.fit_binding = apply_object(f"{name}-fit-binding", render_policy_binding(FIT_POLICY),
+                                        k8s_opts(cluster, self, [self.fit_policy]))
         self.gpu_quota = quotas
-        self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE, "gpuQuota": quotas,
+        self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
+                               "defaultLocalQueue": DEFAULT_LOCAL_QUEUE, "gpuQuota": quotas,
                                "totalGpuQuota": sum(quotas.values())})

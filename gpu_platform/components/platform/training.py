@@ -25,7 +25,9 @@ from gpu_platform.components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE
 from gpu_platform.components.platform.common import (
     KATIB_METRICS_COLLECTOR_LABEL, MANAGED_BY, apply_object, k8s_opts, render_metadata_block_policy, render_namespace,
 )
-from gpu_platform.components.platform.queue import QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE
+from gpu_platform.components.platform.queue import (
+    DEFAULT_QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE,
+)
 
 CHECKPOINT_CONFIGMAP = "checkpoint-store"
 CHECKPOINT_SECRET = "checkpoint-credentials"
@@ -39,6 +41,7 @@ def render_training_namespace() -> dict[str, Any]:
     return render_namespace(TRAINING_NAMESPACE, "baseline", {
         "gpu-platform.io/role": "training",
         QUEUE_NAMESPACE_LABEL: QUEUE_NAMESPACE_VALUE,
+        DEFAULT_QUEUE_NAMESPACE_LABEL: "true",
         KATIB_METRICS_COLLECTOR_LABEL: "enabled",
     })
 

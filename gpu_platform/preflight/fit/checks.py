@@ -25,12 +25,13 @@ from typing import Any, Iterable, Optional
 
 from gpu_platform.components.capacity import GI
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
+from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
     GPU, INSTALL_HOOKS, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
     parse_amounts, pod_templates,
 )
 
-CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "render")
+CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "render")
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 PSS_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
@@ -799,8 +800,16 @@ class _Checker:
         pod_count = ds_pods + sum(pt.replicas for pt in self.templates if not pt.daemonset)
         self.ordering()
         self.reachable()
+        self.scrape()
         self.guarded(self.queue_fit, "Kueue quotas")
         return FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count)
+
+    # --- scrape targets ----------------------------------------------------------------------
+    def scrape(self) -> None:
+        """Every ServiceMonitor/PodMonitor selects a rendered Service (pod) with the port it names."""
+        objects = [(rel.name, obj) for rel in self.releases for obj in rel.objects if isinstance(obj, dict)]
+        for f in scrape_findings(objects):
+            self.problem("scrape", f.release, f.object, f.reason, f.fix)
 
     # --- packing -----------------------------------------------------------------------------
     def pack(self, daemonsets: list[tuple[_Pod, list[NodeGroup]]], pods: list[_Pod]):

@@ -152,7 +152,16 @@ def _availability_zones(args: dict[str, Any]) -> dict[str, Any]:
             "state": "available", "id": region, "groupNames": [region] * 6}
 
 
+def _addon_version(args: dict[str, Any]) -> dict[str, Any]:
+    """EKS's default add-on version for a Kubernetes minor: unknown offline, so a value that names what
+    it stands for (the plan shows which add-on and minor the deploy will resolve)."""
+    addon, minor = args.get("addonName"), args.get("kubernetesVersion")
+    return {"addonName": addon, "kubernetesVersion": minor, "version": f"eks-default:{addon}@{minor}",
+            "id": f"{addon}-{minor}", "mostRecent": bool(args.get("mostRecent"))}
+
+
 INVOKES = {
+    "aws:eks/getAddonVersion:getAddonVersion": _addon_version,
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
     "aws:index/getAvailabilityZones:getAvailabilityZones": _availability_zones,
 }

@@ -1,0 +1,53 @@
+"""docs/first-training-job.md, followed as written, runs (issue 22 items 3 and 7): the image it applies
+is one the reader built (nothing is published under the example's name), and the timings it quotes
+are the ones the platform configures."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from gpu_platform.components.platform.config import PlatformSection
+from gpu_platform.components.platform.queue import kueue_manager_config
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = (ROOT / "docs" / "first-training-job.md").read_text()
+EXAMPLE = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
+
+
+def example_image() -> str:
+    job = yaml.safe_load(EXAMPLE.read_text())
+    images = {c["image"] for rj in job["spec"].get("podTemplateOverrides", []) for c in
+              rj.get("spec", {}).get("containers", [])}
+    images |= {job["spec"]["trainer"]["image"]} if "image" in job["spec"].get("trainer", {}) else set()
+    assert len(images) == 1, images
+    return images.pop()
+
+
+def test_the_doc_builds_the_image_it_applies() -> None:
+    """Before: the doc applied ghcr.io/gpu-platform/gpu-platform-training:1.0.0, never published:
+    ImagePullBackOff, and Kueue re-admitted the job forever."""
+    image = example_image()
+    assert not image.startswith("ghcr.io/gpu-platform/"), image
+    assert "docker build -t \"$IMAGE\" examples/training" in DOC and "docker push \"$IMAGE\"" in DOC
+    assert (ROOT / "examples" / "training" / "Dockerfile").is_file()
+    # the substitution replaces exactly the example's image, and every apply uses its output
+    sub = re.search(r'sed "s#([^#]+)#\$IMAGE#" examples/training/trainjob-checkpointed.yaml > (\S+)', DOC)
+    assert sub and sub.group(1) == image, (sub and sub.group(1), image)
+    applies = re.findall(r"kubectl (?:apply|delete) -f (\S+)", DOC)
+    assert applies and set(applies) == {sub.group(2)}, applies
+
+
+def test_the_timings_the_doc_quotes_are_the_configured_ones() -> None:
+    """Before: the doc said a preempted job is evicted after 10 min; a job that was running is evicted
+    after Kueue's recoveryTimeout (3 min)."""
+    conf = kueue_manager_config()["waitForPodsReady"]
+    recovery = int(conf["recoveryTimeout"].rstrip("m"))
+    preemption = DOC.split("## 4.")[1].split("## 5.")[0]
+    assert f"{recovery} minutes" in preemption and "recoveryTimeout" in preemption
+    defaults = PlatformSection()
+    assert f"`platform.podsReadyTimeoutMinutes`, {defaults.pods_ready_timeout_minutes} by" in preemption
+    assert f"`platform.maxRequeues` ({defaults.max_requeues})" in preemption
+    assert "no retry limit" not in DOC

@@ -1,0 +1,272 @@
+"""Every GPU pod goes through the Kueue queue or is refused (issue 22 item 1), jobs that can never
+become Ready stop after `platform.maxRequeues` re-admissions, Kueue survives a node drain.
+
+The admission policy's CEL is evaluated by a real CEL implementation (cel-python), the way the API
+server evaluates a ValidatingAdmissionPolicy: every matchCondition true -> every validation must hold,
+else the request is refused with that validation's message."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Optional
+
+import celpy
+import pytest
+import yaml
+
+from gpu_platform.components.cluster import POOL_LABEL
+from gpu_platform.components.platform import versions
+from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE
+from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
+from gpu_platform.components.platform.notebooks import render_notebooks_namespace
+from gpu_platform.components.platform.queue import (
+    DEFAULT_LOCAL_QUEUE, FIT_POLICY, QUEUE_NAME_LABEL, PoolCapacity, kueue_manager_config, kueue_values,
+    render_fit_policy, render_gpu_admission_binding, render_gpu_admission_policy, render_local_queue,
+    render_policy_binding,
+)
+from gpu_platform.components.platform.training import render_training_namespace
+from tests.test_platform_charts import render
+
+NAMESPACES = {
+    "training": render_training_namespace(),
+    JUPYTERHUB_NAMESPACE: render_notebooks_namespace(),
+    KUBEFLOW_NAMESPACE: render_kubeflow_namespace(),
+    "default": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {}}},
+}
+
+
+def pod(namespace: str, gpus: Optional[int] = 1, labels: Optional[dict[str, str]] = None,
+        owner: Optional[dict[str, Any]] = None, init: bool = False) -> dict[str, Any]:
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {"requests": {"cpu": "1"}}
+    container = {"name": "c", "image": "busybox", "resources": resources}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    spec["initContainers" if init else "containers"] = ([container] if not init else [container])
+    meta: dict[str, Any] = {"name": "p", "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    if owner:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "trial-1", "uid": "u", "controller": True}
+WORKFLOW_OWNER = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": "run", "uid": "u",
+                  "controller": True}
+
+
+def admit(obj: dict[str, Any]) -> Optional[str]:
+    """None when admitted, else the refusal message (as the API server evaluates the policy)."""
+    policy = render_gpu_admission_policy()["spec"]
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(obj),
+                  "namespaceObject": celpy.json_to_cel(NAMESPACES[obj["metadata"]["namespace"]])}
+
+    def ev(expr: str) -> Any:
+        return env.program(env.compile(expr)).evaluate(activation)
+
+    if not all(ev(c["expression"]) for c in policy["matchConditions"]):
+        return None
+    for v in policy["validations"]:
+        if not ev(v["expression"]):
+            return str(ev(v["messageExpression"])) if "messageExpression" in v else v["message"]
+    return None
+
+
+def test_a_gpu_pod_outside_the_queue_namespaces_is_refused_with_how_to_submit() -> None:
+    """Before: a pipeline step asking for a GPU in `kubeflow` (or any pod in `default`) took a GPU
+    that Kueue counted as free."""
+    for ns in (KUBEFLOW_NAMESPACE, "default"):
+        message = admit(pod(ns, owner=WORKFLOW_OWNER))
+        assert message and "not queued" in message and "TrainJob" in message and "training" in message, message
+        assert ns in message
+
+
+def test_a_gpu_pod_in_a_queue_namespace_without_a_queue_is_refused() -> None:
+    message = admit(pod(JUPYTERHUB_NAMESPACE))
+    assert message and QUEUE_NAME_LABEL in message
+    # a Job's pod in jupyterhub: no `default` LocalQueue there, so its Job may be unqueued
+    assert admit(pod(JUPYTERHUB_NAMESPACE, owner=JOB_OWNER))
+    # a GPU init container counts too
+    assert admit(pod("default", init=True))
+
+
+def test_queued_gpu_pods_and_cpu_pods_are_admitted() -> None:
+    assert admit(pod(JUPYTERHUB_NAMESPACE, labels={QUEUE_NAME_LABEL: "gpu-queue"})) is None  # GPU notebook
+    assert admit(pod("training", labels={QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE})) is None  # defaulted by Kueue
+    assert admit(pod("training", owner=JOB_OWNER)) is None  # a TrainJob's / Katib trial's / Job's pod
+    assert admit(pod(KUBEFLOW_NAMESPACE, gpus=None)) is None  # no GPU: not this policy's business
+    assert admit(pod("default", gpus=None)) is None
+
+
+def test_the_binding_denies_and_the_policy_fails_closed() -> None:
+    binding = render_gpu_admission_binding()
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["policyName"] == render_gpu_admission_policy()["metadata"]["name"]
+    assert render_gpu_admission_policy()["spec"]["failurePolicy"] == "Fail"
+
+
+def test_training_has_a_default_local_queue_and_kueue_manages_it() -> None:
+    """Before: the only LocalQueue was `gpu-queue`, so an unlabelled TrainJob or Katib trial in
+    `training` was ignored by Kueue (manageJobsWithoutQueueName false) and ran unqueued."""
+    lq = render_local_queue(name=DEFAULT_LOCAL_QUEUE)
+    assert lq["metadata"] == {**lq["metadata"], "name": "default", "namespace": "training"}
+    selector = kueue_manager_config()["managedJobsNamespaceSelector"]["matchLabels"]
+    for ns in ("training", JUPYTERHUB_NAMESPACE):
+        labels = NAMESPACES[ns]["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in selector.items()), ns
+
+
+def test_a_job_that_never_becomes_ready_stops_after_max_requeues() -> None:
+    """Before: requeuingStrategy had no backoffLimitCount: re-admitted (and a GPU node scaled up) forever."""
+    conf = kueue_manager_config(3, max_requeues=2)
+    assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 2
+    assert conf["waitForPodsReady"]["timeout"] == "3m"
+    with pytest.raises(ValueError):
+        kueue_manager_config(3, max_requeues=-1)
+
+
+def test_max_requeues_is_a_platform_key_with_a_small_default(tmp_path) -> None:
+    from gpu_platform.components.platform.config import PlatformSection
+
+    assert PlatformSection().max_requeues == 3
+    assert PlatformSection.model_validate({"maxRequeues": 5}).max_requeues == 5
+    with pytest.raises(ValueError, match="max_requeues|maxRequeues"):
+        PlatformSection.model_validate({"maxRequeues": -1})
+
+
+def test_kueue_runs_two_replicas_with_a_disruption_budget() -> None:
+    """Before: one replica, PDB off: a drain of its node stopped every submission (webhooks fail closed)."""
+    objs = render("kueue", versions.KUEUE.version, kueue_values(10, 3), "kueue", KUEUE_NAMESPACE)
+    deploy = next(o for o in objs if o["kind"] == "Deployment" and "controller-manager" in o["metadata"]["name"])
+    assert deploy["spec"]["replicas"] == 2
+    pdb = next(o for o in objs if o["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert all(pdb["spec"]["selector"]["matchLabels"].get(k) == v
+               for k, v in deploy["spec"]["template"]["metadata"]["labels"].items()
+               if k in pdb["spec"]["selector"]["matchLabels"])
+    config = next(o for o in objs if o["kind"] == "ConfigMap" and "manager-config" in o["metadata"]["name"])
+    conf = yaml.safe_load(next(iter(config["data"].values())))
+    assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 3
+    assert conf["leaderElection"]["leaderElect"] is True
+
+
+def test_no_gpu_notebook_profile_for_a_pool_without_quota() -> None:
+    """Before: a pool with platform.gpuQuota 0 still got a GPU profile whose notebook waited forever."""
+    from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
+    from gpu_platform.components.platform.notebooks import jupyterhub_values
+
+    pools = [GpuPoolSpec("a10g", "g5.xlarge", "A10G", 1, 0, 2, "spot", {POOL_LABEL: "a10g"}),
+             GpuPoolSpec("l4x4", "g6.12xlarge", "L4", 4, 0, 1, "spot", {POOL_LABEL: "l4x4"})]
+    slugs = [p["slug"] for p in jupyterhub_values(pools, "gp3", queue_name="gpu-queue",
+                                                  gpu_quota={"a10g": 0, "l4x4": 4})["singleuser"]["profileList"]]
+    assert slugs == ["cpu", "gpu-l4x4"]
+    # without a queue nothing limits the pools: every pool is offered
+    assert len(jupyterhub_values(pools, "gp3")["singleuser"]["profileList"]) == 3
+
+
+# --- per-flavor fit: a GPU job is only admitted where it fits --------------------------------------
+
+_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+
+def _quantity(text):
+    """Kubernetes' CEL quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) for the test
+    evaluator: parse a resource.Quantity; compareTo orders them."""
+    import re as _re
+
+    m = _re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
+    assert m and m.group(2) in _SUFFIX, text
+    return celpy.celtypes.DoubleType(float(Fraction(m.group(1)) * _SUFFIX[m.group(2)]))
+
+
+def _compare(a, b):
+    return celpy.celtypes.IntType((a > b) - (a < b))
+
+
+# aws-prod's pools after kubelet reservations, daemons and headroom (queue.pool_capacities)
+CAPS = {"a10g": PoolCapacity(3_320, 12 * 1024**3, 1), "l4x4": PoolCapacity(44_000, 170 * 1024**3, 4)}
+
+
+def fit_refusal(obj: dict) -> Optional[str]:
+    policy = render_fit_policy(CAPS)["spec"]
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel({"kind": {"kind": obj["kind"]}})}
+    fns = {"quantity": _quantity, "compareTo": _compare}
+
+    def ev(expr: str):
+        return env.program(env.compile(expr), functions=fns).evaluate(act)
+
+    if not all(ev(c["expression"]) for c in policy["matchConditions"]):
+        return None
+    for v in policy["validations"]:
+        if not ev(v["expression"]):
+            return v["message"]
+    return None
+
+
+def batch_job(cpu, gpus=1, pool=None):
+    spec = {"containers": [{"name": "t", "image": "x", "resources": {
+        "requests": {"cpu": cpu, "memory": "8Gi"}, "limits": {"nvidia.com/gpu": gpus} if gpus else {}}}]}
+    if pool:
+        spec["nodeSelector"] = {POOL_LABEL: pool}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "training"},
+            "spec": {"template": {"spec": spec}}}
+
+
+def trainjob(cpu, pool=None):
+    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+          "metadata": {"name": "t", "namespace": "training"},
+          "spec": {"runtimeRef": {"name": "torch-distributed"},
+                   "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"cpu": cpu, "nvidia.com/gpu": "1"}}}}}
+    if pool:
+        tj["spec"]["runtimePatches"] = [{"manager": "user", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                "nodeSelector": {POOL_LABEL: pool}}}}}}]}}}}]
+    return tj
+
+
+def test_a_gpu_job_larger_than_a_pool_is_refused_unless_it_names_a_pool_it_fits() -> None:
+    """Before: the LimitRange max was the largest pool's node share, so on aws-prod a job asking 8 CPU
+    and 1 GPU was admitted to a10g (about 3.3 CPU for jobs a node) and never scheduled (issue 22)."""
+    message = fit_refusal(batch_job("8"))
+    assert message and "a10g" in message and POOL_LABEL in message and "l4x4: 44 CPU" in message
+    assert fit_refusal(batch_job("8", pool="l4x4")) is None  # pinned where it fits: admitted only there
+    assert fit_refusal(batch_job("8", pool="a10g"))  # pinned where it never fits
+    assert fit_refusal(batch_job("3")) is None  # fits every pool
+    assert fit_refusal(batch_job("3200m")) is None and fit_refusal(batch_job(8)) is not None  # quantities, numbers
+    assert fit_refusal(batch_job("8", gpus=0)) is None  # not GPU work: not this policy's business
+
+
+def test_the_same_holds_for_trainjobs() -> None:
+    assert fit_refusal(trainjob("8"))
+    assert fit_refusal(trainjob("8", pool="l4x4")) is None
+    assert fit_refusal(trainjob("2")) is None
+
+
+def test_the_fit_policy_is_bound_and_scoped_to_the_queue_namespaces() -> None:
+    policy = render_fit_policy(CAPS)
+    assert policy["spec"]["matchConstraints"]["namespaceSelector"] == kueue_manager_config()["managedJobsNamespaceSelector"]
+    assert render_policy_binding(FIT_POLICY)["spec"] == {"policyName": FIT_POLICY, "validationActions": ["Deny"]}
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha", "gcp-prod", "aws-prod"])
+def test_the_example_trainjob_passes_both_policies_of_every_shipped_stack(stack: str) -> None:
+    """The documented example is neither refused for bypassing the queue nor for its size."""
+    import yaml as _yaml
+
+    from gpu_platform.components.platform.training import render_training_namespace
+    from tests.conftest import ROOT, plan_stack
+
+    plan = plan_stack(stack)
+    vap = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+    fit_spec = plan.one(vap, "fit-policy").inputs["spec"]
+    example = _yaml.safe_load((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text())
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(example), "request": celpy.json_to_cel({"kind": {"kind": "TrainJob"}}),
+           "namespaceObject": celpy.json_to_cel(render_training_namespace())}
+    fns = {"quantity": _quantity, "compareTo": _compare}
+    assert all(env.program(env.compile(c["expression"]), functions=fns).evaluate(act) for c in fit_spec["matchConditions"])
+    failed = [v["message"] for v in fit_spec["validations"]
+              if not env.program(env.compile(v["expression"]), functions=fns).evaluate(act)]
+    assert not failed, failed
