@@ -521,7 +521,7 @@ def test_reserved_ip_is_optional_and_the_api_is_verified_by_name(dev):
     kubeconfig = yaml.safe_load(dev.outputs["kubeconfig"]["value"])
     cluster = kubeconfig["clusters"][0]["cluster"]
     cp0 = next(r for r in dev.by_type(INSTANCE) if r.plain_inputs["label"] == "gpu-dev-cp-0")
-    assert cluster["server"] == f"https://{cp0.outputs['ipv4s'][0]}:6443"
+    assert cluster["server"] == f"https://{cp0.outputs['ipAddress']}:6443"
     assert cluster["tls-server-name"] == "kubernetes"  # a SAN kubeadm always puts on the API certificate
     cfg = stack_config("linode-dev")
     cfg["gpu-platform:linode"]["reservedApiIp"] = True

@@ -43,6 +43,8 @@ API_PORT = 6443
 # firewall docs: "allowed-nodebalancers" rules accept 192.168.255.0/24).
 NODEBALANCER_SOURCE_CIDR = "192.168.255.0/24"
 NODE_PORTS = "30000-32767"
+# Linode private IPv4s (pulumi-linode Instance.private_ip: "the 192.168.128.0/17 network").
+LINODE_PRIVATE_RANGE = ipaddress.ip_network("192.168.128.0/17")
 # A new worker bootstrap token every this many days (on the next `pulumi up`); each stays valid for
 # one more period, then the token cleaner deletes it.
 TOKEN_ROTATION_DAYS = 7
@@ -96,6 +98,18 @@ def firewall_rules(admin_cidrs: list[str], vpc_cidr: str, pod_cidr: str, ssh_ena
             rules.append({"label": "admin-ssh", "action": "ACCEPT", "protocol": "TCP", "ports": "22",
                           **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})})
     return rules
+
+
+def public_ipv4(ipv4s: list[str]) -> str:
+    """The instance's public IPv4 out of the provider's `ipv4` set, which also holds the private
+    192.168.128.0/17 address (`private_ip=True`) in hash order, not the API's. terraform-provider-linode
+    fills `ip_address` from the same answer, but that attribute is deprecated (pulumi-linode 6.x warns on
+    every read). Several public addresses (extra IPs): the lowest, so every run picks the same."""
+    public = sorted((ip for ip in ipv4s or [] if ipaddress.ip_address(ip) not in LINODE_PRIVATE_RANGE),
+                    key=ipaddress.ip_address)
+    if not public:
+        raise ValueError(f"no public IPv4 among {sorted(ipv4s or [])}")
+    return public[0]
 
 
 def balancer_rules(admin_cidrs: list[str], node_cidrs: list[str]) -> list[dict]:
@@ -221,6 +235,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
 
         def instance(role_name: str, label: str, plan: str, vpc_ip: str, user_data: pulumi.Output[str],
                      extra_tags: dict[str, str], depends: list[pulumi.Resource], control_plane: bool) -> linode.Instance:
+            pinned_ipv4 = reserved_ip is not None and role_name == "cp-0"
             return linode.Instance(
                 f"{name}-{role_name}",
                 label=label,
@@ -233,7 +248,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 authorized_keys=section.ssh_authorized_keys or None,
                 # A private IPv4: NodeBalancer backends (API, LoadBalancer Services via the CCM).
                 private_ip=True,
-                ipv4s=[reserved_ip.address] if (reserved_ip is not None and role_name == "cp-0") else None,
+                ipv4s=[reserved_ip.address] if pinned_ipv4 else None,
                 interfaces=[
                     {"purpose": "public"},
                     {"purpose": "vpc", "subnet_id": subnet.id.apply(int), "ipv4": {"vpc": vpc_ip}},
@@ -241,7 +256,10 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 metadatas=[{"user_data": pulumi.Output.secret(user_data.apply(render.encode_user_data))}],
                 booted=True,
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=depends, ignore_changes=NODE_IGNORE_CHANGES,
+                    parent=self, depends_on=depends,
+                    # `ipv4s` with a reserved address: the provider reads back [reserved, private]
+                    # (Optional+Computed, ForceNew); compared with [reserved] it would replace cp-0.
+                    ignore_changes=NODE_IGNORE_CHANGES + (["ipv4s"] if pinned_ipv4 else []),
                     # Label and VPC address are fixed per node: the old node must go first.
                     delete_before_replace=True,
                     protect=control_plane and section.protect_control_planes),
@@ -318,8 +336,9 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         if balancer is not None:
             # The NodeBalancer proxies, so the node firewall cannot see who called: it gets its own
             # firewall with the admins and the nodes themselves (kubelets use the balanced endpoint).
+            # Each node's public address: it calls the balancer's public IPv4 from there.
             nodes = control_planes + workers
-            node_ips = pulumi.Output.all(*[n.ipv4s.apply(lambda ips: ips[0]) for n in nodes]).apply(lambda ips: [f"{ip}/32" for ip in ips])
+            node_ips = pulumi.Output.all(*[n.ipv4s.apply(public_ipv4) for n in nodes]).apply(lambda ips: [f"{ip}/32" for ip in ips])
             lb_firewall = linode.Firewall(
                 f"{name}-api-lb-firewall",
                 label=f"{cfg.name_prefix}-api-lb",
@@ -335,7 +354,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # --- Kubeconfig, API wait, provider --------------------------------------------------
         public_api_ip: pulumi.Output[str] = (balancer.ipv4 if balancer is not None else
                                              reserved_ip.address if reserved_ip is not None else
-                                             control_planes[0].ipv4s.apply(lambda ips: ips[0]))
+                                             control_planes[0].ipv4s.apply(public_ipv4))
         server = public_api_ip.apply(lambda ip: f"https://{ip}:{API_PORT}")
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(server, ca_cert.cert_pem, admin_cert.cert_pem,
                                                                  admin_key.private_key_pem).apply(
