@@ -382,10 +382,14 @@ apt-get update -q
 apt-get install -y -q --allow-change-held-packages \\
   "nvidia-container-toolkit={toolkit}" "nvidia-container-toolkit-base={toolkit}" \\
   "libnvidia-container-tools={toolkit}" "libnvidia-container1={toolkit}"
-# Driver, NVML and kernel module must move together: hold every NVIDIA package and the kernel
-# (a new kernel would boot without this driver's module). Nodes change through replacement.
-dpkg-query -W -f='${{binary:Package}}\\n' 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' \\
-  'linux-image-*' 'linux-generic*' 'linux-headers-*' 2>/dev/null | xargs --no-run-if-empty apt-mark hold
+# Driver, NVML and kernel module must move together: hold every installed NVIDIA package and the
+# kernel (a new kernel would boot without this driver's module). Nodes change through replacement.
+# Filtered from the full list: `dpkg-query -W PATTERN` exits 1 when a pattern matches nothing (no
+# headers on the precompiled path, no linux-modules-nvidia on the DKMS one), which pipefail turns
+# into an abort before containerd is configured.
+dpkg-query -W -f='${{db:Status-Abbrev}} ${{binary:Package}}\\n' \\
+  | awk '$1 ~ /^[ih]i$/ && $2 ~ /^(nvidia-|libnvidia-|linux-(modules|image|headers)-|linux-generic)/ {{print $2}}' \\
+  | xargs --no-run-if-empty apt-mark hold
 nvidia-ctk runtime configure --runtime=containerd --set-as-default
 systemctl restart containerd
 nvidia-smi -L

@@ -1,0 +1,76 @@
+"""The GPU node's NVIDIA step executed, not just linted: in a throwaway root with the real dpkg,
+dpkg-query and apt-mark (tests/boot_harness.py says what is real and what is a stand-in), under the
+script's own `set -euo pipefail`, for each path a Linode GPU node can take on first boot."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_platform.components.linode import render, versions
+from tests.boot_harness import KERNEL, BootRoot, archive_stubs, namespaces_work
+
+pytestmark = pytest.mark.skipif(not namespaces_work(), reason="needs unshare --user --mount and dpkg (Debian util-linux, dpkg)")
+
+BRANCH = versions.NVIDIA_DRIVER_BRANCH
+TOOLKIT = versions.NVIDIA_CONTAINER_TOOLKIT
+PRECOMPILED = f"linux-modules-nvidia-{BRANCH}-server-{KERNEL}"
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1")
+
+
+def _root(tmp_path, **archive) -> BootRoot:
+    return BootRoot(tmp_path, archive_stubs(BRANCH, TOOLKIT, **archive))
+
+
+def _assert_gpu_node_ready(root: BootRoot, proc) -> dict[str, str]:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pkgs = root.packages()
+    # Driver, toolkit, the kernel and its metapackages are installed and held (no apt upgrade moves them).
+    for name in (f"nvidia-headless-no-dkms-{BRANCH}-server", f"nvidia-utils-{BRANCH}-server", *TOOLKIT_PACKAGES,
+                 f"linux-image-{KERNEL}", "linux-image-generic", "linux-generic"):
+        assert pkgs.get(name) == "hi", (name, pkgs)
+    log = root.log()
+    assert "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in log
+    assert "systemctl restart containerd" in log
+    assert log.index("nvidia-ctk runtime configure --runtime=containerd --set-as-default") < log.index("systemctl restart containerd")
+    assert 'default_runtime_name = "nvidia"' in root.file("/etc/containerd/config.toml")
+    assert "signed-by=/etc/apt/keyrings/nvidia-container-toolkit.gpg" in root.file("/etc/apt/sources.list.d/nvidia-container-toolkit.list")
+    assert log[-1] == "nvidia-smi -L"
+    return pkgs
+
+
+def test_precompiled_module_path_installs_holds_and_configures_containerd(tmp_path):
+    root = _root(tmp_path)
+    pkgs = _assert_gpu_node_ready(root, root.run(render.install_nvidia_script()))
+    assert pkgs[PRECOMPILED] == "hi"
+    # No compiler path: no headers, no DKMS.
+    assert f"linux-headers-{KERNEL}" not in pkgs and f"nvidia-dkms-{BRANCH}-server" not in pkgs
+
+
+def test_dkms_fallback_builds_against_this_kernels_headers_and_finishes(tmp_path):
+    root = _root(tmp_path, precompiled=False)
+    proc = root.run(render.install_nvidia_script())
+    pkgs = _assert_gpu_node_ready(root, proc)
+    assert "building with DKMS" in proc.stderr
+    assert pkgs[f"nvidia-dkms-{BRANCH}-server"] == "hi" and pkgs[f"linux-headers-{KERNEL}"] == "hi"
+    assert PRECOMPILED not in pkgs
+    assert root.file(f"/lib/modules/{KERNEL}/updates/dkms/nvidia.ko")
+
+
+def test_a_rerun_after_a_failed_attempt_finishes_like_a_first_run(tmp_path):
+    root = _root(tmp_path)
+    (root.root / "run" / "fail-curl").touch()  # the toolkit repository is unreachable on the first try
+    first = root.run(render.install_nvidia_script())
+    assert first.returncode != 0
+    assert not any(line.startswith("nvidia-ctk") for line in root.log())
+    second = root.run(render.install_nvidia_script())  # what the bootstrap unit's Restart=on-failure does
+    pkgs = _assert_gpu_node_ready(root, second)
+    assert pkgs[PRECOMPILED] == "hi"
+
+
+def test_a_package_missing_from_the_archive_stops_before_containerd_is_touched(tmp_path):
+    root = _root(tmp_path, missing=(f"nvidia-utils-{BRANCH}-server",))
+    proc = root.run(render.install_nvidia_script())
+    assert proc.returncode != 0 and f"Unable to locate package nvidia-utils-{BRANCH}-server" in proc.stderr
+    log = root.log()
+    assert not any(line.startswith(("nvidia-ctk", "systemctl restart")) for line in log)
+    assert not any(state == "hi" for state in root.packages().values())
