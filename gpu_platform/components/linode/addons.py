@@ -23,6 +23,7 @@ CSI_PROVISIONER = "linodebs.csi.linode.com"
 class AddonsArgs:
     cni: str  # cilium | calico
     pod_cidr: str
+    kubernetes_minor: str
     region: str
     api_token: pulumi.Input[str]
     api_host: str
@@ -37,6 +38,10 @@ def cni_values(cni: str, pod_cidr: str) -> dict[str, Any]:
             "routingMode": "tunnel",
             "tunnelProtocol": "vxlan",
             "operator": {"replicas": 1},
+            # CIDR rules may select nodes and the kube-apiserver (hostNetwork on the control planes):
+            # without it an ipBlock egress rule to the API server's address (JupyterHub's hub, KubeSpawner)
+            # never matches and notebooks never spawn (cilium#20550, zero-to-jupyterhub-k8s#3202).
+            "policyCIDRMatchMode": ["nodes"],
             # Cilium must run everywhere, the tainted GPU nodes included.
             "tolerations": [{"operator": "Exists"}],
         }
@@ -111,7 +116,9 @@ class LinodeAddons(pulumi.ComponentResource):
         super().__init__("gpu-platform:linode:Addons", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        cni_chart = versions.CILIUM_CHART if args.cni == "cilium" else versions.CALICO_CHART
+        cni_chart = versions.cni_chart(args.cni, args.kubernetes_minor)
+        # Config validation refuses a CNI without a pin tested on the minor (linode.cni).
+        assert cni_chart is not None, (args.cni, args.kubernetes_minor)
         cni = _release(f"{name}-cni", cni_chart, "kube-system" if args.cni == "cilium" else "tigera-operator",
                        cni_values(args.cni, args.pod_cidr), child)
 

@@ -425,7 +425,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # --- Add-ons, then the readiness gate ------------------------------------------------
         installed = addons.LinodeAddons(
             f"{name}-addons",
-            addons.AddonsArgs(cni=section.cni, pod_cidr=section.pod_cidr, region=section.region,
+            addons.AddonsArgs(cni=section.cni, pod_cidr=section.pod_cidr, kubernetes_minor=cfg.kubernetes_version,
+                              region=section.region,
                               api_token=args.api_token, api_host=cp_ips[0],
                               vpc_label=f"{cfg.name_prefix}-vpc", subnet_label=f"{cfg.name_prefix}-nodes"),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[api_ready, vpc, subnet]),

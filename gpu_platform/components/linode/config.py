@@ -176,6 +176,19 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   f"{running}, the minor the control plane runs (linode.controlPlaneVersion): "
                                   f"change it with `python -m gpu_platform.components.linode.upgrade --stack <stack> --to <minor>`, "
                                   "which upgrades the cluster one minor at a time and then sets both"))
+    if versions.cni_chart(section.cni, cfg.kubernetes_version) is None:
+        from gpu_platform.components.versions_calendar import load_calendar
+
+        calendar = load_calendar()
+        tested = [f"{section.cni} {versions.cni_minor(c)} ({', '.join(calendar.cni_kubernetes(section.cni, versions.cni_minor(c))) or 'no published table'})"
+                  for c in versions.CNI_CHARTS[section.cni]]
+        supported = [n for n in versions.CNI_CHARTS
+                     if versions.cni_chart(n, cfg.kubernetes_version) is not None]
+        issues.append(ConfigIssue(
+            "linode.cni", section.cni,
+            f"a CNI whose pinned chart is tested on Kubernetes {cfg.kubernetes_version} by its own compatibility table "
+            f"(gpu_platform/costs/catalog/kubernetes-versions.yaml, cni:): pinned {'; '.join(tested)}"
+            + (f"; use {' or '.join(supported)}" if supported else "; or a kubernetesVersion one of them is tested on")))
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
         issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))

@@ -1,0 +1,72 @@
+"""The Linode cluster's CNI: the version comes from the CNI's own Kubernetes compatibility table (the dated
+calendar's `cni:` rows), an untested combination is a config error, and Cilium lets CIDR rules select the
+API server so the hub's egress policy works."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.components.linode import versions
+from gpu_platform.components.versions_calendar import load_calendar
+from gpu_platform.preflight.runner import stack_input_from_mapping
+from tests.conftest import plan_stack, stack_config
+from tests.fit_support import need_charts, rendered
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def _cfg(**changes) -> dict:
+    cfg = copy.deepcopy(stack_config("linode-dev"))
+    for key, value in changes.items():
+        if key == "kubernetesVersion":
+            cfg["gpu-platform:kubernetesVersion"] = value
+        else:
+            cfg["gpu-platform:linode"][key] = value
+    return cfg
+
+
+def _cni_release(plan):
+    return next(r for r in plan.by_type(RELEASE) if r.name.endswith("-cni"))
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha"])
+def test_the_shipped_stacks_install_a_cilium_tested_on_their_minor(stack):
+    plan = plan_stack(stack)
+    release = _cni_release(plan)
+    cfg = parse_config(stack_input_from_mapping(stack, stack_config(stack)).raw, stack)
+    minor = versions.cni_minor(versions.cni_chart("cilium", cfg.kubernetes_version))
+    assert release.plain_inputs["chart"] == "cilium"
+    assert release.plain_inputs["version"].startswith(minor + ".")
+    assert cfg.kubernetes_version in load_calendar().cni_kubernetes("cilium", minor)
+
+
+def test_cilium_follows_the_kubernetes_minor_by_the_table():
+    assert versions.cni_chart("cilium", "1.35").version == "1.19.6"
+    assert versions.cni_chart("cilium", "1.33").version == "1.19.6"  # newest pin tested there
+    assert versions.cni_chart("cilium", "1.31").version == "1.18.2"
+    assert versions.cni_chart("cilium", "1.36") is None  # no sourced row lists 1.36 yet
+
+
+def _reject(cfg: dict) -> str:
+    with pytest.raises(ConfigError) as err:
+        parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev")
+    return str(err.value)
+
+
+def test_a_cni_untested_on_the_minor_is_a_config_error_naming_the_key_and_the_table():
+    message = _reject(_cfg(cni="calico"))
+    assert "linode.cni" in message and "kubernetes-versions.yaml" in message and "use cilium" in message, message
+    message = _reject(_cfg(kubernetesVersion="1.36"))
+    assert "linode.cni" in message and "cilium 1.19 (1.32, 1.33, 1.34, 1.35)" in message, message
+
+
+def test_cilium_lets_cidr_rules_select_nodes_and_the_api_server():
+    need_charts()
+    plan = plan_stack("linode-dev")
+    assert _cni_release(plan).plain_inputs["values"]["policyCIDRMatchMode"] == ["nodes"]
+    cni = next(r for r in rendered("linode-dev") if r.chart == "cilium")
+    config = next(o for o in cni.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "cilium-config")
+    assert config["data"]["policy-cidr-match-mode"] == "nodes"
