@@ -70,3 +70,57 @@ def test_cilium_lets_cidr_rules_select_nodes_and_the_api_server():
     cni = next(r for r in rendered("linode-dev") if r.chart == "cilium")
     config = next(o for o in cni.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "cilium-config")
     assert config["data"]["policy-cidr-match-mode"] == "nodes"
+
+
+# --- the metadata service: pods (every namespace) and hostNetwork pods ------------------------------
+
+
+def test_every_pod_is_denied_the_metadata_service_by_a_cilium_clusterwide_policy():
+    plan = plan_stack("linode-dev")
+    policies = plan.by_type("kubernetes:cilium.io/v2:CiliumClusterwideNetworkPolicy")
+    assert len(policies) == 1
+    spec = policies[0].plain_inputs["spec"]
+    assert spec["endpointSelector"] == {}  # every namespace: kubeflow, kube-system, users' own
+    assert spec["egressDeny"] == [{"toCIDR": ["169.254.169.254/32"]}]
+    assert spec["enableDefaultDeny"] == {"egress": False, "ingress": False}  # denies nothing else
+    cni = _cni_release(plan)
+    assert cni.urn in policies[0].dependencies
+    gate = next(r for r in plan.by_type("command:local:Command") if r.name.endswith("nodes-ready"))
+    assert policies[0].urn in gate.dependencies
+
+
+IPTABLES = """#!/bin/sh
+# stand-in: a rule list in $RULES; -C succeeds when the rule is there, -I adds it once
+op=$1; shift
+case "$op" in
+  -C) grep -qxF -- "$*" "$RULES" ;;
+  -I) echo "$*" >> "$RULES" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_the_host_rule_drops_hostnetwork_pod_traffic_and_is_idempotent(tmp_path):
+    import subprocess
+
+    from gpu_platform.components.linode import render
+
+    unit = render.metadata_block_unit()
+    lines = unit.splitlines()
+    pre = [line for line in lines if line.startswith("ExecStartPre=")]
+    starts = [line.removeprefix("ExecStart=") for line in lines if line.startswith("ExecStart=")]
+    assert pre == [f"ExecStartPre=/bin/systemctl start {render.POD_CGROUP}"]  # the cgroup exists before the rule
+    (tmp_path / "iptables").write_text(IPTABLES)
+    (tmp_path / "iptables").chmod(0o755)
+    rules = tmp_path / "rules"
+    rules.touch()
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "RULES": str(rules)}
+    for _ in range(2):  # every boot runs the unit again
+        for command in starts:
+            # systemd runs the line as an argv: /bin/sh -c '<script>'
+            script = command.split(" -c ", 1)[1].strip("'")
+            assert subprocess.run(["/bin/sh", "-c", script], env=env).returncode == 0
+    assert rules.read_text().splitlines() == [
+        "FORWARD -d 169.254.169.254/32 -j DROP",
+        "OUTPUT -d 169.254.169.254/32 -m cgroup --path kubepods.slice -j DROP",
+    ]

@@ -85,6 +85,27 @@ def device_plugin_values() -> dict[str, Any]:
     }
 
 
+METADATA_CIDR = "169.254.169.254/32"
+
+
+def metadata_deny_policy() -> dict[str, Any]:
+    """Every pod in every namespace (kubeflow, kube-system, the ones users create) is denied egress to the
+    Linode metadata service, where each node's user data stays readable. A clusterwide deny rule, enforced
+    by Cilium per endpoint; `enableDefaultDeny: false` so selecting every pod denies nothing else
+    (CiliumClusterwideNetworkPolicy, cilium.io/v2; deny rules take precedence over any allow)."""
+    return {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumClusterwideNetworkPolicy",
+        "metadata": {"name": "deny-instance-metadata"},
+        "spec": {
+            "description": "No pod reaches the Linode metadata service (node user data lives there)",
+            "endpointSelector": {},
+            "enableDefaultDeny": {"egress": False, "ingress": False},
+            "egressDeny": [{"toCIDR": [METADATA_CIDR]}],
+        },
+    }
+
+
 def storage_class_manifest() -> dict[str, Any]:
     """The default StorageClass: encrypted Linode volumes, deleted with their claim. A claim outlives its
     pods (a notebook's work survives server restarts and culling); Retain would leave a billed volume behind
@@ -122,6 +143,14 @@ class LinodeAddons(pulumi.ComponentResource):
         cni = _release(f"{name}-cni", cni_chart, "kube-system" if args.cni == "cilium" else "tigera-operator",
                        cni_values(args.cni, args.pod_cidr), child)
 
+        ready_extra: list[pulumi.Resource] = []
+        if args.cni == "cilium":
+            policy = metadata_deny_policy()
+            # After the release: the Cilium operator registers the CRD, and the atomic install waits for it.
+            ready_extra.append(k8s.apiextensions.CustomResource(
+                f"{name}-deny-instance-metadata", api_version=policy["apiVersion"], kind=policy["kind"],
+                metadata=policy["metadata"], spec=policy["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[cni])))
         token = k8s.core.v1.Secret(
             f"{name}-linode-api",
             metadata={"name": TOKEN_SECRET, "namespace": "kube-system"},
@@ -142,7 +171,7 @@ class LinodeAddons(pulumi.ComponentResource):
         device_plugin = _release(f"{name}-nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                                  "nvidia-device-plugin", device_plugin_values(),
                                  pulumi.ResourceOptions(parent=self, depends_on=[cni]))
-        self.ready = [cni, ccm, csi, storage, device_plugin]
+        self.ready = [cni, ccm, csi, storage, device_plugin, *ready_extra]
         self.register_outputs({})
 
 

@@ -611,22 +611,32 @@ WantedBy=multi-user.target
 
 METADATA_BLOCK_UNIT = "gpu-platform-block-metadata.service"
 METADATA_ADDRESS = "169.254.169.254"
+# The kubelet's pod cgroup under the systemd cgroup driver (KubeletConfiguration cgroupDriver: systemd).
+POD_CGROUP = "kubepods.slice"
 
 
 def metadata_block_unit() -> str:
-    """Pods never need Linode's metadata service, and a node's user data stays readable there for the
-    node's lifetime (Linode cannot delete it): drop forwarded (pod) traffic to it on every node, before
-    the kubelet starts, on every boot. The node itself (cloud-init, root) still reaches it."""
-    rule = f"FORWARD -d {METADATA_ADDRESS}/32 -j DROP"
+    """Nothing in a pod needs Linode's metadata service, and a node's user data stays readable there for
+    the node's lifetime (Linode cannot delete it). Pod traffic is denied by a Cilium clusterwide policy
+    (addons.metadata_deny_policy: enforced per endpoint in eBPF; an iptables FORWARD rule alone is
+    passed over by Cilium's CILIUM_FORWARD chain, which ACCEPTs lxc traffic first). hostNetwork pods
+    bypass both: their packets leave through OUTPUT, so drop those whose socket belongs to the kubelet's
+    pod cgroup tree (kubepods.slice; Cilium's CILIUM_OUTPUT only marks such traffic, it accepts only its
+    proxy's). The slice is started first so the cgroup exists when the rule is inserted. The node's own
+    services (cloud-init, root shells) still reach the metadata service. FORWARD stays as a second layer."""
+    forward = f"FORWARD -d {METADATA_ADDRESS}/32 -j DROP"
+    output = f"OUTPUT -d {METADATA_ADDRESS}/32 -m cgroup --path {POD_CGROUP} -j DROP"
     return f"""[Unit]
-Description=gpu-platform: keep pods off the instance metadata service
+Description=gpu-platform: keep pods (hostNetwork ones included) off the instance metadata service
 Before=kubelet.service
 After=network-pre.target
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/bin/sh -c 'iptables -C {rule} 2>/dev/null || iptables -I {rule}'
+ExecStartPre=/bin/systemctl start {POD_CGROUP}
+ExecStart=/bin/sh -c 'iptables -C {forward} 2>/dev/null || iptables -I {forward}'
+ExecStart=/bin/sh -c 'iptables -C {output} 2>/dev/null || iptables -I {output}'
 
 [Install]
 WantedBy=multi-user.target
