@@ -149,7 +149,7 @@ def test_checkpoint_bucket_is_private_with_a_scoped_key(dev):
 def test_ha_puts_three_control_planes_behind_a_firewalled_nodebalancer(ha):
     labels = sorted(r.inputs["label"] for r in ha.by_type(INSTANCE))
     assert labels == ["gpu-staging-ada-0", "gpu-staging-ada-1", "gpu-staging-cp-0", "gpu-staging-cp-1", "gpu-staging-cp-2",
-                      "gpu-staging-system-0"]
+                      "gpu-staging-system-0", "gpu-staging-system-1"]
     assert {r.inputs["type"] for r in ha.by_type(INSTANCE) if "-ada-" in r.inputs["label"]} == {"g2-gpu-rtx4000a1-m"}
     assert ha.one("linode:index/nodeBalancerConfig:NodeBalancerConfig").inputs["port"] == 6443
     nodes = ha.by_type("linode:index/nodeBalancerNode:NodeBalancerNode")
@@ -251,7 +251,9 @@ def test_gpu_worker_boots_with_driver_toolkit_and_joins_tainted_and_labelled(dev
     assert f"nvidia-container-toolkit={versions.NVIDIA_CONTAINER_TOOLKIT}" in nvidia
     assert "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in nvidia
     install = next(f["content"] for f in doc["write_files"] if f["path"] == render.INSTALL_SCRIPT_PATH)
-    assert f"kubeadm={versions.kubernetes_package_version('1.35')}" in install
+    # A worker installs what the API server runs when it boots (GET /version, verified with the CA).
+    assert '"kubeadm=${pkg}"' in install and f"--cacert {render.CLUSTER_CA_PATH}" in install
+    assert "/version" in install and f"-{versions.KUBERNETES_DEB_REVISION}" in install
     assert "SystemdCgroup = true" in install
     join = [yaml.safe_load(d) for d in next(f["content"] for f in doc["write_files"]
                                             if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")]
@@ -345,11 +347,11 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
     assert UNDECRYPTABLE not in plan_text
     # Two random strings are names, public by design: the bucket suffix and the bootstrap token's id
     # (kubeadm: the id is public, only the token secret is secret; it names the Secret).
-    token_name = next(r["inputs"]["metadata"]["name"] for r in plan["resources"]
-                      if r["type"] == "kubernetes:core/v1:Secret" and r["inputs"].get("type") == "bootstrap.kubernetes.io/token")
+    token_names = [r["inputs"]["metadata"]["name"] for r in plan["resources"]
+                   if r["type"] == "kubernetes:core/v1:Secret" and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]
     bucket = next(r["inputs"]["label"] for r in plan["resources"]
                   if r["type"] == "linode:index/objectStorageBucket:ObjectStorageBucket")
-    public = {token_name.removeprefix("bootstrap-token-"), bucket.rsplit("-", 1)[1]}
+    public = {*(n.removeprefix("bootstrap-token-") for n in token_names), bucket.rsplit("-", 1)[1]}
     assert SENSITIVE and not [s for s in SENSITIVE - public if len(s) >= 6 and s in plan_text]
     assert plan["outputs"]["kubeconfig"] == "[secret]"
     artifacts = sorted(p.relative_to(out / "artifacts").as_posix() for p in (out / "artifacts").rglob("*") if p.is_file())

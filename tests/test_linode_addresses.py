@@ -82,3 +82,10 @@ def test_public_ipv4_picks_the_public_address_from_either_order():
     assert public_ipv4(["192.168.140.7", "198.18.4.5"]) == public_ipv4(["198.18.4.5", "192.168.140.7"]) == "198.18.4.5"
     with pytest.raises(ValueError, match="no public IPv4"):
         public_ipv4(["192.168.140.7"])
+
+
+def test_the_ha_stack_has_two_system_nodes():
+    """One system node would carry Kueue's webhooks and every controller: losing it stops admission."""
+    labels = sorted(i.plain_inputs["label"] for i in plan_stack("linode-ha").by_type(INSTANCE)
+                    if "-system-" in i.plain_inputs["label"])
+    assert [label.rsplit("-", 2)[1:] for label in labels] == [["system", "0"], ["system", "1"]], labels

@@ -9,7 +9,7 @@ import pytest
 from gpu_platform.components.linode import render, versions
 from tests.boot_harness import KERNEL, BootRoot, archive_stubs, namespaces_work
 
-pytestmark = pytest.mark.skipif(not namespaces_work(), reason="needs unshare --user --mount and dpkg (Debian util-linux, dpkg)")
+needs_namespaces = pytest.mark.skipif(not namespaces_work(), reason="needs unshare --user --mount and dpkg (Debian util-linux, dpkg)")
 
 BRANCH = versions.NVIDIA_DRIVER_BRANCH
 TOOLKIT = versions.NVIDIA_CONTAINER_TOOLKIT
@@ -38,6 +38,7 @@ def _assert_gpu_node_ready(root: BootRoot, proc) -> dict[str, str]:
     return pkgs
 
 
+@needs_namespaces
 def test_precompiled_module_path_installs_holds_and_configures_containerd(tmp_path):
     root = _root(tmp_path)
     pkgs = _assert_gpu_node_ready(root, root.run(render.install_nvidia_script()))
@@ -46,6 +47,7 @@ def test_precompiled_module_path_installs_holds_and_configures_containerd(tmp_pa
     assert f"linux-headers-{KERNEL}" not in pkgs and f"nvidia-dkms-{BRANCH}-server" not in pkgs
 
 
+@needs_namespaces
 def test_dkms_fallback_builds_against_this_kernels_headers_and_finishes(tmp_path):
     root = _root(tmp_path, precompiled=False)
     proc = root.run(render.install_nvidia_script())
@@ -56,6 +58,7 @@ def test_dkms_fallback_builds_against_this_kernels_headers_and_finishes(tmp_path
     assert root.file(f"/lib/modules/{KERNEL}/updates/dkms/nvidia.ko")
 
 
+@needs_namespaces
 def test_a_rerun_after_a_failed_attempt_finishes_like_a_first_run(tmp_path):
     root = _root(tmp_path)
     (root.root / "run" / "fail-curl").touch()  # the toolkit repository is unreachable on the first try
@@ -67,6 +70,7 @@ def test_a_rerun_after_a_failed_attempt_finishes_like_a_first_run(tmp_path):
     assert pkgs[PRECOMPILED] == "hi"
 
 
+@needs_namespaces
 def test_a_package_missing_from_the_archive_stops_before_containerd_is_touched(tmp_path):
     root = _root(tmp_path, missing=(f"nvidia-utils-{BRANCH}-server",))
     proc = root.run(render.install_nvidia_script())
@@ -74,3 +78,37 @@ def test_a_package_missing_from_the_archive_stops_before_containerd_is_touched(t
     log = root.log()
     assert not any(line.startswith(("nvidia-ctk", "systemctl restart")) for line in log)
     assert not any(state == "hi" for state in root.packages().values())
+
+
+VERSION_JSON = """{
+  "major": "1",
+  "minor": "35",
+  "emulationMajor": "1",
+  "emulationMinor": "35",
+  "gitVersion": "v1.35.8",
+  "gitCommit": "0000000000000000000000000000000000000000",
+  "platform": "linux/amd64"
+}
+"""
+
+
+@pytest.mark.parametrize("answer, code, expect", [
+    (VERSION_JSON, 0, "minor=1.35 pkg=1.35.8-1.1"),
+    ("", 7, "did not answer"),  # API not up yet: exit non-zero, the bootstrap unit retries
+    ('{"gitVersion": "v1.35.8; rm -rf /"}', 0, "did not answer"),  # only a plain version is trusted
+])
+def test_a_worker_installs_the_version_the_api_server_reports(tmp_path, answer, code, expect):
+    """The worker's version discovery, executed under the install script's own shell options with a
+    stand-in curl answering as the API server's GET /version does."""
+    import subprocess
+
+    (tmp_path / "curl").write_text(f"#!/bin/sh\ncat <<'JSON'\n{answer}JSON\nexit {code}\n")
+    (tmp_path / "curl").chmod(0o755)
+    script = ("set -euo pipefail\n" + render._discover_version("10.0.0.10:6443")
+              + 'echo "minor=$minor pkg=$pkg"\n')
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    if expect.startswith("minor="):
+        assert proc.returncode == 0 and proc.stdout.strip() == expect, proc.stderr
+    else:
+        assert proc.returncode != 0 and "minor=" not in proc.stdout

@@ -1,8 +1,8 @@
 """A self-managed kubeadm GPU cluster on Linode, joined declaratively through cloud-init (no SSH).
 
 Linode's managed Kubernetes has no GPU nodes, so this builds what LKE would: every CA from pulumi-tls
-(control planes get them and join on their own, any time), a rotating worker bootstrap token the
-program keeps as a `bootstrap.kubernetes.io/token` Secret with an expiry, control planes (1, or 3
+(control planes get them and join on their own, any time), a bootstrap token per worker the program
+keeps as a `bootstrap.kubernetes.io/token` Secret whose expiry every run renews, control planes (1, or 3
 behind a NodeBalancer with private-IP backends), untainted system workers and GPU workers on a VPC
 behind a DROP-by-default firewall, the add-ons a cloud cluster needs (CNI, Linode CCM and CSI, NVIDIA
 device plugin, a default StorageClass), and a readiness gate that fails `pulumi up` naming any node
@@ -45,8 +45,8 @@ NODEBALANCER_SOURCE_CIDR = "192.168.255.0/24"
 NODE_PORTS = "30000-32767"
 # Linode private IPv4s (pulumi-linode Instance.private_ip: "the 192.168.128.0/17 network").
 LINODE_PRIVATE_RANGE = ipaddress.ip_network("192.168.128.0/17")
-# A new worker bootstrap token every this many days (on the next `pulumi up`); each stays valid for
-# one more period, then the token cleaner deletes it.
+# Worker join tokens stay valid until the end of the rotation window after the last `pulumi up`
+# (this many days after the current window ends); then the token cleaner deletes them.
 TOKEN_ROTATION_DAYS = 7
 # Node inputs the Linode provider can only change by re-creating the node (ForceNew in
 # terraform-provider-linode's instance schema): later edits apply to new nodes only, never silently
@@ -168,15 +168,12 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                                 sa_key.public_key_pem).apply(lambda v: render.ControlPlanePki(*v))
         ca_hash = ca_cert.cert_pem.apply(render.discovery_hash)
 
-        # Worker bootstrap token: a new one every TOKEN_ROTATION_DAYS (keepers), valid one more period.
-        window, window_end = render.token_window(now_utc(), TOKEN_ROTATION_DAYS)
+        # Worker join tokens: one per worker, written once into its user data (kept as first written,
+        # ignore_changes), and renewed by every `pulumi up`: the Secret's expiry is the end of the next
+        # rotation window. A worker the program replaces boots with that same user data while the
+        # token is valid; one whose stack is left alone for a window can no longer join.
+        _, window_end = render.token_window(now_utc(), TOKEN_ROTATION_DAYS)
         expiration = render.token_expiration(window_end, TOKEN_ROTATION_DAYS)
-        token_id = random.RandomString(f"{name}-join-token-id", length=6, upper=False, special=False,
-                                       keepers={"window": window}, opts=child)
-        token_secret = random.RandomString(f"{name}-join-token-secret", length=16, upper=False, special=False,
-                                           keepers={"window": window}, opts=child)
-        token = pulumi.Output.secret(pulumi.Output.all(token_id.result, token_secret.result)
-                                     .apply(lambda t: render.bootstrap_token(t[0], t[1])))
 
         admin_key = tls.PrivateKey(f"{name}-admin-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
         admin_csr = tls.CertRequest(
@@ -303,18 +300,27 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                     mode="accept", opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
 
         # --- Workers: system (untainted CPU) and GPU -----------------------------------------
-        def worker_doc(node: render.NodeSpec, gpu: bool) -> pulumi.Output[str]:
-            return pulumi.Output.secret(pulumi.Output.all(endpoint_host, token, ca_hash).apply(
+        join_tokens: list[tuple[str, random.RandomString, random.RandomString]] = []
+
+        def worker_doc(node: render.NodeSpec, gpu: bool, role_name: str) -> pulumi.Output[str]:
+            token_id = random.RandomString(f"{name}-{role_name}-join-token-id", length=6, upper=False,
+                                           special=False, opts=child)
+            token_secret = random.RandomString(f"{name}-{role_name}-join-token-secret", length=16, upper=False,
+                                               special=False, opts=child)
+            join_tokens.append((role_name, token_id, token_secret))
+            token = pulumi.Output.all(token_id.result, token_secret.result).apply(lambda t: render.bootstrap_token(t[0], t[1]))
+            return pulumi.Output.secret(pulumi.Output.all(endpoint_host, token, ca_hash, ca_cert.cert_pem).apply(
                 lambda v: render.node_user_data(
                     "join", node, render.kubeadm_worker_join_config(cluster_spec(v[0]), node, v[1], v[2]),
-                    cfg.kubernetes_version, gpu=gpu)))
+                    cfg.kubernetes_version, gpu=gpu, endpoint=cluster_spec(v[0]).control_plane_endpoint,
+                    cluster_ca_pem=v[3])))
 
         workers: list[linode.Instance] = []
         expected: list[dict] = [{"name": f"{cfg.name_prefix}-cp-{i}", "gpus": 0} for i in range(cp_count)]
         for i, ip in enumerate(addresses.system):
             label = f"{cfg.name_prefix}-system-{i}"
             node = render.NodeSpec(name=label, vpc_ip=ip, labels={render.ROLE_LABEL: render.SYSTEM_ROLE})
-            doc = worker_doc(node, gpu=False)
+            doc = worker_doc(node, gpu=False, role_name=f"system-{i}")
             self.user_data[f"system-{i}"] = doc
             workers.append(instance(f"system-{i}", label, section.system_pool.instance_type, ip, doc,
                                     {"role": "system-worker"}, control_planes[:1], control_plane=False))
@@ -324,7 +330,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             for i, ip in enumerate(ips):
                 label = f"{cfg.name_prefix}-{pool.name}-{i}"
                 node = render.NodeSpec(name=label, vpc_ip=ip, labels=dict(pool.node_labels), taints=list(pool.taints))
-                doc = worker_doc(node, gpu=True)
+                doc = worker_doc(node, gpu=True, role_name=f"{pool.name}-{i}")
                 self.user_data[f"gpu-{pool.name}-{i}"] = doc
                 workers.append(instance(
                     f"{pool.name}-{i}", label, pool.instance_type, ip, doc,
@@ -387,16 +393,18 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[api_ready]))
 
-        # The worker join token, as kubeadm reads it: a Secret with an expiry (rotated above).
-        token_doc = pulumi.Output.all(token_id.result, token_secret.result).apply(
-            lambda t: render.bootstrap_token_secret(t[0], t[1], expiration))
-        self.join_token = k8s.core.v1.Secret(
-            f"{name}-join-token",
-            metadata=token_doc.apply(lambda d: d["metadata"]),
-            type="bootstrap.kubernetes.io/token",
-            string_data=pulumi.Output.secret(token_doc.apply(lambda d: d["stringData"])),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
-        )
+        # Each worker's join token, as kubeadm reads it: a Secret whose expiry each `pulumi up` renews.
+        self.join_tokens: list[k8s.core.v1.Secret] = []
+        for role_name, token_id, token_secret in join_tokens:
+            token_doc = pulumi.Output.all(token_id.result, token_secret.result).apply(
+                lambda t: render.bootstrap_token_secret(t[0], t[1], expiration))
+            self.join_tokens.append(k8s.core.v1.Secret(
+                f"{name}-{role_name}-join-token",
+                metadata=token_doc.apply(lambda d: d["metadata"]),
+                type="bootstrap.kubernetes.io/token",
+                string_data=pulumi.Output.secret(token_doc.apply(lambda d: d["stringData"])),
+                opts=pulumi.ResourceOptions(parent=self, provider=provider),
+            ))
 
         # --- Checkpoint bucket ---------------------------------------------------------------
         # Versioning and lifecycle rules need object-storage keys: a provider that makes temporary
@@ -438,7 +446,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             environment={**gate_env, "GATE_EXPECTED": expected_json},
             # Runs again whenever the set of nodes changes (scaling, replacement).
             triggers=[expected_json, *[n.id for n in control_planes + workers]],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*workers, *installed.ready, self.join_token]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*workers, *installed.ready, *self.join_tokens]),
         )
 
         self.api_endpoint = server

@@ -26,6 +26,9 @@ CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 KUBEADM_CONFIG_PATH = "/etc/kubernetes/kubeadm-config.yaml"
 INSTALL_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-install-kubernetes.sh"
 NVIDIA_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-install-nvidia.sh"
+# Workers: the cluster CA certificate (public), to verify the API server when asking its version.
+# Not under /etc/kubernetes/pki: kubeadm join refuses to run when ca.crt already exists there.
+CLUSTER_CA_PATH = "/var/lib/gpu-platform/cluster-ca.crt"
 BOOTSTRAP_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-bootstrap.sh"
 
 # Label of the untainted CPU workers where ordinary platform pods run (Kueue, Kubeflow controllers,
@@ -297,14 +300,38 @@ def token_expiration(window_end: "datetime.datetime", days: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def install_kubernetes_script(kubernetes_minor: str) -> str:
-    """containerd (systemd cgroups) and pinned kubeadm/kubelet/kubectl from pkgs.k8s.io."""
-    pkg = versions.kubernetes_package_version(kubernetes_minor)
+def _discover_version(endpoint: str) -> str:
+    """Shell that sets `minor` and `pkg` from what the API server at `endpoint` runs (GET /version is
+    readable without credentials: kubeadm binds system:public-info-viewer to system:unauthenticated),
+    verified with the cluster CA shipped beside the join config."""
+    return f"""# A worker installs exactly the version the control plane runs now, whenever it boots: its user data
+# is kept as first written (ignore_changes), so a replaced worker must not trust a minor frozen there.
+version=$(curl --silent --show-error --fail --max-time 10 --cacert {CLUSTER_CA_PATH} "https://{endpoint}/version" \\
+  | sed -n 's/.*"gitVersion": *"\\(v[0-9][0-9.]*\\)".*/\\1/p')
+if ! [[ "$version" =~ ^v1\\.[0-9]+\\.[0-9]+$ ]]; then
+  echo "the API server at {endpoint} did not answer /version (got '$version'): retrying later" >&2
+  exit 1
+fi
+minor=${{version#v}}
+minor=${{minor%.*}}
+pkg="${{version#v}}-{versions.KUBERNETES_DEB_REVISION}"
+"""
+
+
+def install_kubernetes_script(kubernetes_minor: str, discover_endpoint: str = "") -> str:
+    """containerd (systemd cgroups) and kubeadm/kubelet/kubectl from pkgs.k8s.io: control planes the
+    pinned patch of `kubernetes_minor`; workers (`discover_endpoint` set) the exact version the API
+    server runs when they boot."""
+    if discover_endpoint:
+        choose = _discover_version(discover_endpoint)
+    else:
+        choose = (f"minor={kubernetes_minor}\n"
+                  f"pkg={versions.kubernetes_package_version(kubernetes_minor)}\n")
     return f"""#!/usr/bin/env bash
 # Installs containerd and pinned Kubernetes packages; idempotent so a re-run is harmless.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-
+{choose}
 swapoff -a
 sed -i '/ swap / s/^/#/' /etc/fstab
 printf 'overlay\\nbr_netfilter\\n' > /etc/modules-load.d/k8s.conf
@@ -331,12 +358,12 @@ if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null; the
 fi
 systemctl enable containerd
 
-curl -fsSL https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/Release.key \\
+curl -fsSL "https://pkgs.k8s.io/core:/stable:/v${{minor}}/deb/Release.key" \\
   | gpg --dearmor --batch --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
-echo 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/ /' \\
+echo "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/v${{minor}}/deb/ /" \\
   > /etc/apt/sources.list.d/kubernetes.list
 apt-get update -q
-apt-get install -y -q --allow-change-held-packages kubelet={pkg} kubeadm={pkg} kubectl={pkg}
+apt-get install -y -q --allow-change-held-packages "kubelet=${{pkg}}" "kubeadm=${{pkg}}" "kubectl=${{pkg}}"
 # Kubernetes moves only through `python -m gpu_platform.components.linode.upgrade` (kubeadm upgrade), never apt.
 apt-mark hold kubelet kubeadm kubectl containerd
 systemctl enable kubelet
@@ -708,7 +735,7 @@ def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) 
 
 def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool, *,
                    endpoint: str = "", peers: Sequence[str] = (), pki: Optional[ControlPlanePki] = None,
-                   join_config: Optional[str] = None) -> str:
+                   join_config: Optional[str] = None, cluster_ca_pem: str = "") -> str:
     """The whole first-boot document of one node. role: init | join-control-plane | join.
 
     What each role carries: control planes the CAs (they sign the cluster's certificates and mint
@@ -720,8 +747,10 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         raise ValueError("a control plane needs the cluster PKI")
     if role == "init" and join_config is None:
         raise ValueError("cp-0 needs its join configuration (used when it replaces a lost cp-0)")
+    if role == "join" and not (endpoint and cluster_ca_pem):
+        raise ValueError("a worker needs the API endpoint and the cluster CA certificate (it installs the version the API runs)")
     files = [
-        File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor), "0700"),
+        File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor, endpoint if role == "join" else ""), "0700"),
         File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
         File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
@@ -741,6 +770,8 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
     if join_config is not None:
         files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
+    if role == "join":
+        files.append(File(CLUSTER_CA_PATH, cluster_ca_pem, "0644"))
     return cloud_config(node.name, files, commands)
 
 
