@@ -223,6 +223,8 @@ class BootRoot:
         for stub in stubs:
             build_deb(stub, self.root / "archive")
         # The image's own packages, installed for real.
+        if not image:
+            return
         image_debs = [build_deb(Stub(n), base) for n in image]
         boot = "dpkg -i " + " ".join(f"/image/{d.name}" for d in image_debs)
         (self.root / "image").mkdir()

@@ -112,3 +112,68 @@ def test_a_worker_installs_the_version_the_api_server_reports(tmp_path, answer, 
         assert proc.returncode == 0 and proc.stdout.strip() == expect, proc.stderr
     else:
         assert proc.returncode != 0 and "minor=" not in proc.stdout
+
+
+# --- monthly certificate renewal ------------------------------------------------------------------
+
+CRICTL = r"""#!/bin/bash
+# stand-in: one ready sandbox per static pod in /run/pods/<component>; stopp makes the kubelet's next
+# sandbox appear; STOPP_FAILS=<component> makes stopp of that component die (the run is killed).
+echo "crictl $*" >> /var/log/standins.log
+args=("$@"); set -- "${args[@]:2}"   # drop --runtime-endpoint URL
+case "$1" in
+  pods) comp=${3#component=}; cat "/run/pods/$comp" ;;
+  stopp)
+    for f in /run/pods/*; do
+      if [ "$(cat "$f")" = "$2" ]; then
+        [ "${STOPP_FAILS:-}" = "$(basename "$f")" ] && exit 137
+        echo "$2-restarted" > "$f"
+      fi
+    done ;;
+esac
+"""
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def _control_plane_root(tmp_path) -> BootRoot:
+    root = BootRoot(tmp_path, [], image=[])
+    for name, text in (("crictl", CRICTL), ("kubeadm", '#!/bin/sh\necho "kubeadm $*" >> /var/log/standins.log\n'),
+                       ("sleep", "#!/bin/sh\n")):
+        (root.root / "standins" / name).write_text(text)
+        (root.root / "standins" / name).chmod(0o755)
+    (root.root / "etc/kubernetes/manifests").mkdir(parents=True)
+    (root.root / "run/pods").mkdir()
+    (root.root / "var/lib/gpu-platform").mkdir(parents=True)
+    (root.root / "var/lib/gpu-platform/joined").touch()
+    for c in COMPONENTS:
+        (root.root / f"etc/kubernetes/manifests/{c}.yaml").write_text(f"kind: Pod # {c}\n")
+        (root.root / f"run/pods/{c}").write_text(f"{c}-1\n")
+    return root
+
+
+def _manifests(root: BootRoot) -> list[str]:
+    return sorted(p.name for p in (root.root / "etc/kubernetes/manifests").iterdir())
+
+
+@needs_namespaces
+def test_cert_renewal_restarts_each_static_pod_without_moving_its_manifest(tmp_path):
+    root = _control_plane_root(tmp_path)
+    proc = root.run(render.renew_certs_script())
+    assert proc.returncode == 0, proc.stderr
+    log = root.log()
+    assert log[0] == "kubeadm certs renew all" and log[-1] == "kubeadm certs check-expiration"
+    stops = [line.split()[-1] for line in log if " stopp " in line]
+    assert stops == [f"{c}-1" for c in COMPONENTS]  # one at a time, in order
+    assert _manifests(root) == [f"{c}.yaml" for c in COMPONENTS]
+
+
+@needs_namespaces
+def test_an_interrupted_cert_renewal_leaves_every_manifest_in_place(tmp_path):
+    root = _control_plane_root(tmp_path)
+    proc = root.run(render.renew_certs_script(), env={"STOPP_FAILS": "kube-apiserver"})
+    assert proc.returncode != 0
+    assert _manifests(root) == [f"{c}.yaml" for c in COMPONENTS]  # nothing stranded
+    # A manifest an older version of the script left aside is put back on the next run.
+    (root.root / "etc/kubernetes/manifests/kube-scheduler.yaml").rename(root.root / "etc/kubernetes/kube-scheduler.yaml.renewing")
+    assert root.run(render.renew_certs_script()).returncode == 0
+    assert _manifests(root) == [f"{c}.yaml" for c in COMPONENTS]

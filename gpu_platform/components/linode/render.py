@@ -584,19 +584,41 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
 
 
 def renew_certs_script() -> str:
-    """Control planes: renew kubeadm's certificates (1-year validity) monthly, then restart the
-    static pods one at a time so they load them (kubeadm docs, "Certificate Management with kubeadm",
-    manual renewal). Certificates signed by the program's CAs (valid 10 years)."""
+    """Control planes: renew kubeadm's certificates (1-year validity) monthly, then restart the static
+    pods one at a time so they load them (kubeadm docs, "Certificate Management with kubeadm", manual
+    renewal). The manifests never leave /etc/kubernetes/manifests: each pod's sandbox is stopped with
+    crictl (cri-tools, a dependency of the kubeadm package) and the kubelet starts it again, so an
+    interrupted run (a reboot, a kill) cannot strand a control-plane component without its manifest.
+    Stray `*.yaml.renewing` files that older versions of this script left behind are put back first.
+    Certificates signed by the program's CAs (valid 10 years)."""
     return f"""#!/usr/bin/env bash
 # Renews every kubeadm-managed certificate of this control plane and restarts its static pods.
 set -euo pipefail
 [ -f {JOINED_MARKER} ] || exit 0
+for stray in /etc/kubernetes/*.yaml.renewing; do
+  [ -e "$stray" ] || continue
+  name=$(basename "$stray" .renewing)
+  [ -e "/etc/kubernetes/manifests/$name" ] || mv "$stray" "/etc/kubernetes/manifests/$name"
+done
 kubeadm certs renew all
+crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
 for component in etcd kube-apiserver kube-controller-manager kube-scheduler; do
-  mv "/etc/kubernetes/manifests/${{component}}.yaml" "/etc/kubernetes/${{component}}.yaml.renewing"
-  sleep 20
-  mv "/etc/kubernetes/${{component}}.yaml.renewing" "/etc/kubernetes/manifests/${{component}}.yaml"
-  sleep 40
+  old=$(crictl_ pods --label "component=${{component}}" --state ready -q)
+  for pod in $old; do
+    crictl_ stopp "$pod"
+  done
+  # The kubelet starts a new sandbox from the unchanged manifest; wait for it before the next one.
+  for _ in $(seq 60); do
+    new=$(crictl_ pods --label "component=${{component}}" --state ready -q)
+    if [ -n "$new" ] && [ "$new" != "$old" ]; then
+      break
+    fi
+    sleep 5
+  done
+  if [ -z "$new" ] || [ "$new" = "$old" ]; then
+    echo "${{component}} did not come back within 5 minutes" >&2
+    exit 1
+  fi
 done
 kubeadm certs check-expiration
 """
