@@ -111,7 +111,7 @@ def test_addons_are_pinned_helm_releases(dev):
     assert charts["ccm-linode"] == versions.LINODE_CCM_CHART.version
     assert charts["linode-blockstorage-csi-driver"] == versions.LINODE_CSI_CHART.version
     assert charts["nvidia-device-plugin"] == versions.NVIDIA_DEVICE_PLUGIN_CHART.version
-    token = dev.one("kubernetes:core/v1:Secret", "linode-api").inputs
+    token = next(r for r in dev.by_type("kubernetes:core/v1:Secret") if r.name.endswith("-linode-api")).inputs
     assert token["stringData"] == "[secret]"  # the Linode API token never shows in a plan
     sc = dev.one("kubernetes:storage.k8s.io/v1:StorageClass").inputs
     assert sc["metadata"]["name"] == DEFAULT_STORAGE_CLASS

@@ -5,6 +5,7 @@ API server so the hub's egress policy works."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -12,7 +13,7 @@ from gpu_platform.components.config import ConfigError, parse_config
 from gpu_platform.components.linode import versions
 from gpu_platform.components.versions_calendar import load_calendar
 from gpu_platform.preflight.runner import stack_input_from_mapping
-from tests.conftest import plan_stack, stack_config
+from tests.conftest import plan_config, plan_stack, stack_config
 from tests.fit_support import need_charts, rendered
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -124,3 +125,27 @@ def test_the_host_rule_drops_hostnetwork_pod_traffic_and_is_idempotent(tmp_path)
         "FORWARD -d 169.254.169.254/32 -j DROP",
         "OUTPUT -d 169.254.169.254/32 -m cgroup --path kubepods.slice -j DROP",
     ]
+
+
+# --- the CCM/CSI API token: a rotation reaches the pods ------------------------------------------------
+
+
+def test_rotating_the_cluster_api_token_rolls_out_the_ccm_and_the_csi_driver():
+    """Both read the token from their env at start: a Secret updated in place restarts nothing. The
+    Secret's name carries a digest of the token and both releases name it, so a new token changes
+    their pod templates (a rollout), and the plan never shows the token itself."""
+    def names(token: str):
+        cfg = copy.deepcopy(stack_config("linode-dev"))
+        cfg["linode-cluster:token"] = token
+        plan = plan_config(cfg)
+        secret = next(r for r in plan.by_type("kubernetes:core/v1:Secret") if r.name.endswith("-linode-api"))
+        releases = {r.plain_inputs["chart"]: r.plain_inputs["values"]["secretRef"]["name"] for r in plan.by_type(RELEASE)
+                    if r.plain_inputs["chart"] in ("ccm-linode", "linode-blockstorage-csi-driver")}
+        assert token not in json.dumps(plan.by_type(RELEASE)[0].inputs)
+        return secret.plain_inputs["metadata"]["name"], releases
+
+    old_name, old_refs = names("0" * 64)
+    new_name, new_refs = names("1" * 64)
+    assert old_name != new_name and old_name.startswith("linode-api-")
+    assert set(old_refs.values()) == {old_name} and set(new_refs.values()) == {new_name}
+    assert len(old_refs) == 2
