@@ -139,7 +139,7 @@ def test_kubeconfig_is_a_secret_signed_by_the_cluster_ca_for_cluster_admins(dev)
 def test_checkpoint_bucket_is_private_with_a_scoped_key(dev):
     bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket").inputs
     assert bucket["acl"] == "private" and bucket["versioning"] is True
-    key = dev.one("linode:index/objectStorageKey:ObjectStorageKey").inputs
+    key = dev.one("linode:index/objectStorageKey:ObjectStorageKey", "checkpoints-key").inputs
     assert key["bucketAccesses"][0]["permissions"] == "read_write"
 
 

@@ -329,8 +329,10 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_units_pass_systemd_analyze_verify(tmp_path):
     service, timer = render.renew_units()
+    snapshot_service, snapshot_timer = render.etcd_snapshot_units()
     for name, text in ((render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
-                       (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit())):
+                       (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit()),
+                       (render.ETCD_SNAPSHOT_UNIT, snapshot_service), (render.ETCD_SNAPSHOT_TIMER, snapshot_timer)):
         (tmp_path / name).write_text(text.replace("/usr/local/sbin/", "/bin/true #"))
     run = subprocess.run(["systemd-analyze", "verify", *[str(p) for p in tmp_path.iterdir()]],
                          capture_output=True, text=True)

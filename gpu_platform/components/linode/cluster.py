@@ -48,6 +48,8 @@ LINODE_PRIVATE_RANGE = ipaddress.ip_network("192.168.128.0/17")
 # Worker join tokens stay valid until the end of the rotation window after the last `pulumi up`
 # (this many days after the current window ends); then the token cleaner deletes them.
 TOKEN_ROTATION_DAYS = 7
+# Control planes snapshot etcd every 6 hours into the bucket; the bucket keeps each snapshot this long.
+ETCD_SNAPSHOT_RETENTION_DAYS = 14
 # Node inputs the Linode provider can only change by re-creating the node (ForceNew in
 # terraform-provider-linode's instance schema): later edits apply to new nodes only, never silently
 # replace a running one. `metadatas` = first-boot user data (also ForceNew).
@@ -262,6 +264,42 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                     protect=control_plane and section.protect_control_planes),
             )
 
+        # --- Checkpoint bucket ---------------------------------------------------------------
+        # Versioning and lifecycle rules need object-storage keys: a provider that makes temporary
+        # keys at apply time from the deployer's token (pulumi-linode `obj_use_temp_keys`).
+        # checkpointBucket.onDestroy (gpu_platform/components/bucket_lifecycle.py): `retain` keeps the bucket out of the
+        # provider's hands at destroy; `delete` lets the provider empty it (objects and versions) first.
+        deletion = BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)
+        objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True,
+                                  obj_bucket_force_delete=deletion.force_destroy, opts=child)
+        suffix = random.RandomString(f"{name}-bucket-suffix", length=BUCKET_SUFFIX_LENGTH, upper=False, special=False, opts=child)
+        bucket = linode.ObjectStorageBucket(
+            f"{name}-checkpoints", region=section.region,
+            label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s)),
+            acl="private", versioning=section.checkpoint_bucket_versioning,
+            lifecycle_rules=[{"id": "expire-old-checkpoint-versions", "enabled": True,
+                              "noncurrent_version_expiration": {"days": 30},
+                              "abort_incomplete_multipart_upload_days": 7},
+                             # Retention of the control planes' etcd snapshots (render.etcd_snapshot_script).
+                             {"id": "expire-etcd-snapshots", "enabled": True, "prefix": f"{render.ETCD_SNAPSHOT_PREFIX}/",
+                              "expiration": {"days": ETCD_SNAPSHOT_RETENTION_DAYS}}],
+            opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
+        # What training pods use: a key limited to this bucket.
+        bucket_key = linode.ObjectStorageKey(
+            f"{name}-checkpoints-key", label=f"{cfg.name_prefix}-checkpoints",
+            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
+            opts=child)
+        endpoint_url = bucket.s3_endpoint.apply(lambda e: f"https://{e}") if bucket.s3_endpoint is not None else None
+
+        # What control planes upload etcd snapshots with: a key for this bucket alone.
+        etcd_key = linode.ObjectStorageKey(
+            f"{name}-etcd-backup-key", label=f"{cfg.name_prefix}-etcd-backup",
+            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
+            opts=child)
+        etcd_backup = pulumi.Output.secret(pulumi.Output.all(bucket.label, bucket.s3_endpoint, etcd_key.access_key,
+                                                             etcd_key.secret_key).apply(
+            lambda v: render.EtcdBackup(bucket=v[0], endpoint=v[1], region=section.region, access_key=v[2], secret_key=v[3])))
+
         # --- Control planes ------------------------------------------------------------------
         self.user_data: dict[str, pulumi.Output[str]] = {}
         control_planes: list[linode.Instance] = []
@@ -270,18 +308,19 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             node = render.NodeSpec(name=label, vpc_ip=cp_ips[i])
             if i == 0:
                 peers = cp_ips[1:]
-                doc = pulumi.Output.all(endpoint_host, pki).apply(
+                doc = pulumi.Output.all(endpoint_host, pki, etcd_backup).apply(
                     lambda v, node=node, peers=peers: render.node_user_data(
                         "init", node, render.kubeadm_init_config(cluster_spec(v[0]), node), cfg.kubernetes_version,
                         gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint, peers=peers, pki=v[1],
-                        join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node)))
+                        join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node),
+                        etcd_backup=v[2]))
             else:
                 peers = [ip for j, ip in enumerate(cp_ips) if j != i]
-                doc = pulumi.Output.all(endpoint_host, pki).apply(
+                doc = pulumi.Output.all(endpoint_host, pki, etcd_backup).apply(
                     lambda v, node=node, peers=peers: render.node_user_data(
                         "join-control-plane", node, render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node),
                         cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
-                        peers=peers, pki=v[1]))
+                        peers=peers, pki=v[1], etcd_backup=v[2]))
             doc = pulumi.Output.secret(doc)
             self.user_data[f"control-plane-{i}"] = doc
             # Later control planes retry their join until cp-0 answers (systemd unit).
@@ -405,30 +444,6 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 string_data=pulumi.Output.secret(token_doc.apply(lambda d: d["stringData"])),
                 opts=pulumi.ResourceOptions(parent=self, provider=provider),
             ))
-
-        # --- Checkpoint bucket ---------------------------------------------------------------
-        # Versioning and lifecycle rules need object-storage keys: a provider that makes temporary
-        # keys at apply time from the deployer's token (pulumi-linode `obj_use_temp_keys`).
-        # checkpointBucket.onDestroy (gpu_platform/components/bucket_lifecycle.py): `retain` keeps the bucket out of the
-        # provider's hands at destroy; `delete` lets the provider empty it (objects and versions) first.
-        deletion = BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)
-        objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True,
-                                  obj_bucket_force_delete=deletion.force_destroy, opts=child)
-        suffix = random.RandomString(f"{name}-bucket-suffix", length=BUCKET_SUFFIX_LENGTH, upper=False, special=False, opts=child)
-        bucket = linode.ObjectStorageBucket(
-            f"{name}-checkpoints", region=section.region,
-            label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s)),
-            acl="private", versioning=section.checkpoint_bucket_versioning,
-            lifecycle_rules=[{"id": "expire-old-checkpoint-versions", "enabled": True,
-                              "noncurrent_version_expiration": {"days": 30},
-                              "abort_incomplete_multipart_upload_days": 7}],
-            opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
-        # What training pods use: a key limited to this bucket.
-        bucket_key = linode.ObjectStorageKey(
-            f"{name}-checkpoints-key", label=f"{cfg.name_prefix}-checkpoints",
-            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
-            opts=child)
-        endpoint_url = bucket.s3_endpoint.apply(lambda e: f"https://{e}") if bucket.s3_endpoint is not None else None
 
         # --- Add-ons, then the readiness gate ------------------------------------------------
         installed = addons.LinodeAddons(

@@ -715,6 +715,94 @@ WantedBy=timers.target
     return service, timer
 
 
+ETCD_SNAPSHOT_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-etcd-snapshot.sh"
+ETCD_SNAPSHOT_UNIT = "gpu-platform-etcd-snapshot.service"
+ETCD_SNAPSHOT_TIMER = "gpu-platform-etcd-snapshot.timer"
+ETCD_BACKUP_ENV_PATH = "/etc/gpu-platform/etcd-backup.env"
+ETCD_SNAPSHOT_PREFIX = "etcd"
+
+
+@dataclass(frozen=True)
+class EtcdBackup:
+    """Where control planes put etcd snapshots: the stack's bucket (S3 API), with a key for it."""
+    bucket: str
+    endpoint: str  # e.g. us-ord-1.linodeobjects.com
+    region: str
+    access_key: str
+    secret_key: str
+
+
+def etcd_backup_env(backup: EtcdBackup) -> str:
+    return (f"BUCKET={backup.bucket}\nENDPOINT={backup.endpoint}\nREGION={backup.region}\n"
+            f"ACCESS_KEY={backup.access_key}\nSECRET_KEY={backup.secret_key}\n")
+
+
+def etcd_snapshot_script(node_name: str) -> str:
+    """Control planes: an etcd snapshot every few hours, taken by the etcdctl inside the running etcd
+    static pod (its image ships etcdctl; kubeadm mounts /var/lib/etcd and the etcd PKI into it), then
+    uploaded to the stack's bucket under etcd/<node>/ with curl's SigV4 signing (curl >= 7.75; Ubuntu
+    24.04 has 8.5). The bucket's lifecycle rule expires old snapshots (retention)."""
+    return f"""#!/usr/bin/env bash
+# Saves an etcd snapshot of this control plane and uploads it to the checkpoint bucket.
+set -euo pipefail
+[ -f {JOINED_MARKER} ] || exit 0
+# shellcheck disable=SC1091 # written by cloud-init
+. {ETCD_BACKUP_ENV_PATH}
+crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
+etcd=$(crictl_ ps --label component=etcd --state running -q | head -n 1)
+if [ -z "$etcd" ]; then
+  echo "no running etcd container on this node" >&2
+  exit 1
+fi
+snapshot=/var/lib/etcd/gpu-platform-snapshot.db
+rm -f "$snapshot"
+crictl_ exec "$etcd" etcdctl --endpoints=https://127.0.0.1:2379 \\
+  --cacert=/etc/kubernetes/pki/etcd/ca.crt \\
+  --cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt \\
+  --key=/etc/kubernetes/pki/etcd/healthcheck-client.key \\
+  snapshot save "$snapshot"
+name="{ETCD_SNAPSHOT_PREFIX}/{node_name}/$(date -u +%Y%m%dT%H%M%SZ).db"
+curl --silent --show-error --fail --max-time 600 \\
+  --aws-sigv4 "aws:amz:${{REGION}}:s3" --user "${{ACCESS_KEY}}:${{SECRET_KEY}}" \\
+  --upload-file "$snapshot" "https://${{BUCKET}}.${{ENDPOINT}}/${{name}}"
+rm -f "$snapshot"
+echo "etcd snapshot uploaded: s3://${{BUCKET}}/${{name}}"
+"""
+
+
+def etcd_restore_args(snapshot: str, member: str, peer_url: str, data_dir: str,
+                      initial_cluster: str = "", tool: str = "etcdutl") -> list[str]:
+    """The restore step of docs/etcd-restore.md: a fresh data directory for one member from a snapshot.
+    `etcdutl` (in the etcd image kubeadm runs, etcd >= 3.5); etcd 3.4's `etcdctl` takes the same flags.
+    HA: run it on every control plane with the same `initial_cluster` (all members' peer URLs)."""
+    return [tool, "snapshot", "restore", snapshot, "--name", member, "--data-dir", data_dir,
+            "--initial-cluster", initial_cluster or f"{member}={peer_url}",
+            "--initial-advertise-peer-urls", peer_url]
+
+
+def etcd_snapshot_units() -> tuple[str, str]:
+    service = f"""[Unit]
+Description=gpu-platform: etcd snapshot to the checkpoint bucket
+ConditionPathExists={JOINED_MARKER}
+
+[Service]
+Type=oneshot
+ExecStart={ETCD_SNAPSHOT_SCRIPT_PATH}
+"""
+    timer = """[Unit]
+Description=gpu-platform: etcd snapshot every 6 hours
+
+[Timer]
+OnCalendar=00/6:00
+RandomizedDelaySec=15m
+Persistent=true
+
+[Install]
+WantedBy=timers.target
+"""
+    return service, timer
+
+
 # ---------------------------------------------------------------------------------------------
 # cloud-init
 # ---------------------------------------------------------------------------------------------
@@ -757,7 +845,8 @@ def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) 
 
 def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool, *,
                    endpoint: str = "", peers: Sequence[str] = (), pki: Optional[ControlPlanePki] = None,
-                   join_config: Optional[str] = None, cluster_ca_pem: str = "") -> str:
+                   join_config: Optional[str] = None, cluster_ca_pem: str = "",
+                   etcd_backup: Optional[EtcdBackup] = None) -> str:
     """The whole first-boot document of one node. role: init | join-control-plane | join.
 
     What each role carries: control planes the CAs (they sign the cluster's certificates and mint
@@ -790,6 +879,13 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
                   File(f"/etc/systemd/system/{RENEW_UNIT}", service, "0644"),
                   File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
         commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
+        if etcd_backup is not None:
+            service, timer = etcd_snapshot_units()
+            files += [File(ETCD_BACKUP_ENV_PATH, etcd_backup_env(etcd_backup), "0600"),
+                      File(ETCD_SNAPSHOT_SCRIPT_PATH, etcd_snapshot_script(node.name), "0700"),
+                      File(f"/etc/systemd/system/{ETCD_SNAPSHOT_UNIT}", service, "0644"),
+                      File(f"/etc/systemd/system/{ETCD_SNAPSHOT_TIMER}", timer, "0644")]
+            commands.insert(3, f"systemctl enable --now {ETCD_SNAPSHOT_TIMER}")
     if join_config is not None:
         files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
     if role == "join":
