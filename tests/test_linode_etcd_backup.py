@@ -49,7 +49,8 @@ CRICTL = r"""#!/bin/bash
 echo "crictl $*" >> /var/log/standins.log
 set -- "${@:3}"
 case "$1" in
-  ps) [ -n "${NO_ETCD:-}" ] || echo etcd-container-1 ;;
+  pods) [ "$3" = component=etcd ] && [ -z "${NO_ETCD:-}" ] && echo etcd-pod-1 ;;
+  ps) [ "$3" = etcd-pod-1 ] && echo etcd-container-1 ;;
   exec) shift 2; for a in "$@"; do last=$a; done; echo "snapshot bytes" > "$last" ;;
 esac
 """

@@ -749,7 +749,13 @@ set -euo pipefail
 # shellcheck disable=SC1091 # written by cloud-init
 . {ETCD_BACKUP_ENV_PATH}
 crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
-etcd=$(crictl_ ps --label component=etcd --state running -q | head -n 1)
+# The static pod carries kubeadm's label component=etcd (pod labels are on the sandbox, not on its
+# containers): find the pod, then its running container.
+pod=$(crictl_ pods --label component=etcd --state ready -q | head -n 1)
+etcd=""
+if [ -n "$pod" ]; then
+  etcd=$(crictl_ ps --pod "$pod" --state running -q | head -n 1)
+fi
 if [ -z "$etcd" ]; then
   echo "no running etcd container on this node" >&2
   exit 1
