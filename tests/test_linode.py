@@ -114,7 +114,7 @@ def test_addons_are_pinned_helm_releases(dev):
     assert charts["ccm-linode"] == versions.LINODE_CCM_CHART.version
     assert charts["linode-blockstorage-csi-driver"] == versions.LINODE_CSI_CHART.version
     assert charts["nvidia-device-plugin"] == versions.NVIDIA_DEVICE_PLUGIN_CHART.version
-    token = dev.one("kubernetes:core/v1:Secret", "linode-api").inputs
+    token = next(r for r in dev.by_type("kubernetes:core/v1:Secret") if r.name.endswith("-linode-api")).inputs
     assert token["stringData"] == "[secret]"  # the Linode API token never shows in a plan
     sc = dev.one("kubernetes:storage.k8s.io/v1:StorageClass").inputs
     assert sc["metadata"]["name"] == DEFAULT_STORAGE_CLASS
@@ -142,7 +142,7 @@ def test_kubeconfig_is_a_secret_signed_by_the_cluster_ca_for_cluster_admins(dev)
 def test_checkpoint_bucket_is_private_with_a_scoped_key(dev):
     bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket").inputs
     assert bucket["acl"] == "private" and bucket["versioning"] is True
-    key = dev.one("linode:index/objectStorageKey:ObjectStorageKey").inputs
+    key = dev.one("linode:index/objectStorageKey:ObjectStorageKey", "checkpoints-key").inputs
     assert key["bucketAccesses"][0]["permissions"] == "read_write"
 
 
@@ -152,7 +152,7 @@ def test_checkpoint_bucket_is_private_with_a_scoped_key(dev):
 def test_ha_puts_three_control_planes_behind_a_firewalled_nodebalancer(ha):
     labels = sorted(r.inputs["label"] for r in ha.by_type(INSTANCE))
     assert labels == ["gpu-staging-ada-0", "gpu-staging-ada-1", "gpu-staging-cp-0", "gpu-staging-cp-1", "gpu-staging-cp-2",
-                      "gpu-staging-system-0"]
+                      "gpu-staging-system-0", "gpu-staging-system-1"]
     assert {r.inputs["type"] for r in ha.by_type(INSTANCE) if "-ada-" in r.inputs["label"]} == {"g2-gpu-rtx4000a1-m"}
     assert ha.one("linode:index/nodeBalancerConfig:NodeBalancerConfig").inputs["port"] == 6443
     nodes = ha.by_type("linode:index/nodeBalancerNode:NodeBalancerNode")
@@ -247,14 +247,16 @@ def test_gpu_worker_boots_with_driver_toolkit_and_joins_tainted_and_labelled(dev
     # Ubuntu's signed precompiled modules for the running kernel, the no-DKMS userspace, all held.
     assert f'"linux-modules-nvidia-${{branch}}-server-${{kernel}}"' in nvidia and f"branch={branch}" in nvidia
     assert '"nvidia-headless-no-dkms-${branch}-server"' in nvidia
-    assert "'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*'" in nvidia and "apt-mark hold" in nvidia
+    assert "nvidia-|libnvidia-|linux-(modules|image|headers)-" in nvidia and "apt-mark hold" in nvidia
     bootstrap = next(f["content"] for f in doc["write_files"] if f["path"] == render.BOOTSTRAP_SCRIPT_PATH)
     # nvidia-smi must pass (set -e) before kubeadm join runs.
     assert bootstrap.index(render.NVIDIA_SCRIPT_PATH) < bootstrap.index("kubeadm join")
     assert f"nvidia-container-toolkit={versions.NVIDIA_CONTAINER_TOOLKIT}" in nvidia
     assert "nvidia-ctk runtime configure --runtime=containerd --set-as-default" in nvidia
     install = next(f["content"] for f in doc["write_files"] if f["path"] == render.INSTALL_SCRIPT_PATH)
-    assert f"kubeadm={versions.kubernetes_package_version('1.35')}" in install
+    # A worker installs what the API server runs when it boots (GET /version, verified with the CA).
+    assert '"kubeadm=${pkg}"' in install and f"--cacert {render.CLUSTER_CA_PATH}" in install
+    assert "/version" in install and f"-{versions.KUBERNETES_DEB_REVISION}" in install
     assert "SystemdCgroup = true" in install
     join = [yaml.safe_load(d) for d in next(f["content"] for f in doc["write_files"]
                                             if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")]
@@ -348,11 +350,11 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
     assert UNDECRYPTABLE not in plan_text
     # Two random strings are names, public by design: the bucket suffix and the bootstrap token's id
     # (kubeadm: the id is public, only the token secret is secret; it names the Secret).
-    token_name = next(r["inputs"]["metadata"]["name"] for r in plan["resources"]
-                      if r["type"] == "kubernetes:core/v1:Secret" and r["inputs"].get("type") == "bootstrap.kubernetes.io/token")
+    token_names = [r["inputs"]["metadata"]["name"] for r in plan["resources"]
+                   if r["type"] == "kubernetes:core/v1:Secret" and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]
     bucket = next(r["inputs"]["label"] for r in plan["resources"]
                   if r["type"] == "linode:index/objectStorageBucket:ObjectStorageBucket")
-    public = {token_name.removeprefix("bootstrap-token-"), bucket.rsplit("-", 1)[1]}
+    public = {*(n.removeprefix("bootstrap-token-") for n in token_names), bucket.rsplit("-", 1)[1]}
     assert SENSITIVE and not [s for s in SENSITIVE - public if len(s) >= 6 and s in plan_text]
     assert plan["outputs"]["kubeconfig"] == "[secret]"
     artifacts = sorted(p.relative_to(out / "artifacts").as_posix() for p in (out / "artifacts").rglob("*") if p.is_file())

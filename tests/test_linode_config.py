@@ -135,3 +135,14 @@ def test_the_vpc_address_plan_is_checked_before_any_resource():
         parse_config(raw, "linode-dev")
     raw["gpuPools"] = [{**pool, "name": f"p{i}"} for i in range(3)]
     parse_config(raw, "linode-dev")  # three pools fit a /24
+
+
+def test_an_rtx6000_pool_is_refused_saying_which_gpu_plans_and_regions_work_instead():
+    """RTX 6000 plans exist only in regions without VPCs (recorded region data): the refusal names the
+    plans and regions that do work, instead of pointing at regions that cannot host the cluster."""
+    for region in ("us-east", "us-ord"):
+        cfg = _linode(region=region)
+        cfg["gpu-platform:gpuPools"][0]["instanceType"] = "g1-gpu-rtx6000-1"
+        message = _reject(cfg)
+        assert "gpuPools[0].instanceType" in message and "VPCs are missing" in message, message
+        assert re.search(r"g2-gpu-rtx4000a1-m \(in [a-z-]+", message), message

@@ -113,21 +113,59 @@ def test_replaced_cp0_joins_the_survivors_instead_of_initialising(ha, dev):
 # --- the worker token: a Secret with an expiry, rotated -------------------------------------------
 
 
-def test_worker_token_is_a_bootstrap_secret_with_an_expiry_and_no_token_lives_forever(dev):
-    secret = next(r for r in dev.by_type("kubernetes:core/v1:Secret") if r.inputs.get("type") == "bootstrap.kubernetes.io/token")
-    data = secret.plain_inputs["stringData"]
-    assert secret.inputs["stringData"] == "[secret]"
-    assert secret.plain_inputs["metadata"] == {"name": f"bootstrap-token-{data['token-id']}", "namespace": "kube-system"}
-    expiry = datetime.datetime.strptime(data["expiration"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+def _worker_tokens(plan) -> dict[str, dict]:
+    """token id -> the bootstrap Secret's data, for every worker token of a plan."""
+    out = {}
+    for r in plan.by_type("kubernetes:core/v1:Secret"):
+        if r.inputs.get("type") == "bootstrap.kubernetes.io/token":
+            assert r.inputs["stringData"] == "[secret]"
+            data = r.plain_inputs["stringData"]
+            assert r.plain_inputs["metadata"] == {"name": f"bootstrap-token-{data['token-id']}", "namespace": "kube-system"}
+            out[data["token-id"]] = data
+    return out
+
+
+def _join_token(plan, label: str) -> str:
+    worker = files_of(docs_of(plan)[label])
+    return yaml.safe_load(worker[render.KUBEADM_CONFIG_PATH].split("---\n")[0])["discovery"]["bootstrapToken"]["token"]
+
+
+def test_each_worker_has_its_own_bootstrap_secret_with_an_expiry_and_no_token_lives_forever(dev):
+    tokens = _worker_tokens(dev)
+    workers = [label for label in docs_of(dev) if "-cp-" not in label]
+    assert len(tokens) == len(workers) == 2
     now = datetime.datetime.now(datetime.timezone.utc)
-    assert now < expiry <= now + datetime.timedelta(days=2 * TOKEN_ROTATION_DAYS)
-    assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
-    # The worker joins with exactly this token; nothing anywhere has ttl 0.
-    worker = files_of(docs_of(dev)["gpu-dev-ada-0"])
-    join = yaml.safe_load(worker[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
-    assert join["discovery"]["bootstrapToken"]["token"] == f"{data['token-id']}.{data['token-secret']}"
+    for label in workers:
+        token_id, secret = _join_token(dev, label).split(".")
+        data = tokens[token_id]
+        assert data["token-secret"] == secret
+        expiry = datetime.datetime.strptime(data["expiration"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+        assert now < expiry <= now + datetime.timedelta(days=2 * TOKEN_ROTATION_DAYS)
+        assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
     for doc in docs_of(dev).values():
         assert 'ttl: 0s' not in yaml.safe_dump(doc) and "bootstrapTokens" not in yaml.safe_dump(doc)
+
+
+def test_a_replaced_worker_joins_with_material_valid_when_it_boots(monkeypatch):
+    """Pulumi keeps a worker's user data as first written (ignore_changes on metadatas), so a worker
+    replaced weeks later boots with that same document. Its token must be valid then, and it must not
+    install a Kubernetes minor frozen in it: the program renews the worker's own token on every run, and
+    the worker asks the API server which version to install."""
+    cfg = stack_config("linode-dev")
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-23")
+    first = plan_config(cfg)
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2027-01-20")  # 8 weeks later: the replacement's `pulumi up`
+    later = plan_config(cfg)
+    label = "gpu-dev-ada-0"
+    frozen = _join_token(first, label)  # what the replaced instance boots with (ignore_changes)
+    assert _join_token(later, label) == frozen  # the same token, per worker, not per rotation window
+    data = _worker_tokens(later)[frozen.split(".")[0]]
+    expiry = datetime.datetime.strptime(data["expiration"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    assert expiry > datetime.datetime(2027, 1, 20, tzinfo=datetime.timezone.utc) + datetime.timedelta(days=TOKEN_ROTATION_DAYS)
+    instance = next(r for r in later.by_type(INSTANCE) if r.plain_inputs["label"] == label)
+    assert "metadatas" in instance.options["ignoreChanges"]
+    install = files_of(docs_of(first)[label])[render.INSTALL_SCRIPT_PATH]
+    assert "/version" in install and cfg["gpu-platform:kubernetesVersion"] not in install
 
 
 def test_token_rotates_per_window_and_overlaps_the_next():
@@ -139,17 +177,6 @@ def test_token_rotates_per_window_and_overlaps_the_next():
     assert day < end1 <= day + datetime.timedelta(days=7)
     # Valid through the next window: a node created just before rotation still joins.
     assert render.token_expiration(end1, 7) == (end1 + datetime.timedelta(days=7)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def test_token_rotation_follows_the_clock(monkeypatch):
-    cfg = stack_config("linode-dev")
-    keepers = []
-    for day in ("2026-11-23", "2026-12-07"):
-        monkeypatch.setenv("GPU_PLATFORM_TODAY", day)
-        plan = plan_config(cfg)
-        keepers.append(next(r.plain_inputs["keepers"] for r in plan.by_type("random:index/randomString:RandomString")
-                            if r.name.endswith("join-token-id")))
-    assert keepers[0] != keepers[1]
 
 
 def test_workers_carry_no_ca_key_and_control_planes_no_worker_token(dev):
@@ -306,8 +333,10 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_units_pass_systemd_analyze_verify(tmp_path):
     service, timer = render.renew_units()
+    snapshot_service, snapshot_timer = render.etcd_snapshot_units()
     for name, text in ((render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
-                       (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit())):
+                       (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit()),
+                       (render.ETCD_SNAPSHOT_UNIT, snapshot_service), (render.ETCD_SNAPSHOT_TIMER, snapshot_timer)):
         (tmp_path / name).write_text(text.replace("/usr/local/sbin/", "/bin/true #"))
     run = subprocess.run(["systemd-analyze", "verify", *[str(p) for p in tmp_path.iterdir()]],
                          capture_output=True, text=True)
@@ -517,7 +546,7 @@ def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_
     assert "linode:index/reservedIp:ReservedIp" not in types
     token = [r for r in plan["resources"] if r["type"] == "kubernetes:core/v1:Secret"
              and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]
-    assert len(token) == 1 and token[0]["inputs"]["stringData"] == "[secret]"
+    assert len(token) == 2 and all(t["inputs"]["stringData"] == "[secret]" for t in token)  # one per worker
 
 
 def test_reserved_ip_is_optional_and_the_api_is_verified_by_name(dev):
@@ -526,7 +555,7 @@ def test_reserved_ip_is_optional_and_the_api_is_verified_by_name(dev):
     kubeconfig = yaml.safe_load(dev.outputs["kubeconfig"]["value"])
     cluster = kubeconfig["clusters"][0]["cluster"]
     cp0 = next(r for r in dev.by_type(INSTANCE) if r.plain_inputs["label"] == "gpu-dev-cp-0")
-    assert cluster["server"] == f"https://{cp0.outputs['ipv4s'][0]}:6443"
+    assert cluster["server"] == f"https://{cp0.outputs['ipAddress']}:6443"
     assert cluster["tls-server-name"] == "kubernetes"  # a SAN kubeadm always puts on the API certificate
     cfg = stack_config("linode-dev")
     cfg["gpu-platform:linode"]["reservedApiIp"] = True

@@ -38,6 +38,10 @@ def test_every_row_has_a_source_and_iso_dates(raw):
     (lambda d: d["eks"].append(dict(d["eks"][0])), "appears twice"),
     (lambda d: d["eks"][2].__setitem__("endOfExtended", d["eks"][2]["release"]), "must not follow"),
     (lambda d: d["fees"]["eks"].pop("retrieved"), "fees.eks.retrieved"),
+    (lambda d: d["cni"][0].pop("source"), "cni[0].source"),
+    (lambda d: d["cni"][1].__setitem__("kubernetes", ["1.35", 1.36]), "cni[1].kubernetes"),
+    (lambda d: d["cni"][0].__setitem__("cni", "flannel"), "cni[0].cni"),
+    (lambda d: d.pop("cni"), "cni: a non-empty list"),
 ])
 def test_a_broken_row_is_refused(raw, mutate, message):
     doc = copy.deepcopy(vc._numbers(raw))

@@ -28,6 +28,7 @@ CALENDAR_FILE = Path(__file__).resolve().parent.parent / "costs" / "catalog" / "
 TODAY_ENV = "GPU_PLATFORM_TODAY"
 WARN_DAYS = 60  # warn this many days before the end of standard support
 CLOUD_SECTIONS = {"linode": "upstream", "gcp": "gke", "aws": "eks"}
+CNIS = ("cilium", "calico")
 Status = Literal["unreleased", "standard", "extended", "unsupported"]
 DateLike = Union[_dt.date, str, None]
 
@@ -96,10 +97,20 @@ def as_date(value: DateLike) -> _dt.date:
 
 
 class Calendar:
-    def __init__(self, rows: dict[str, dict[str, MinorSupport]], fees: dict[str, Fees], snapshot: str):
+    def __init__(self, rows: dict[str, dict[str, MinorSupport]], fees: dict[str, Fees], snapshot: str,
+                 cni: Optional[dict[tuple[str, str], tuple[str, ...]]] = None):
         self._rows = rows
         self._fees = fees
         self.snapshot = snapshot
+        self._cni = cni or {}
+
+    def cni_kubernetes(self, cni: str, cni_minor: str) -> tuple[str, ...]:
+        """The Kubernetes minors a CNI minor is tested on (empty: no sourced row)."""
+        return self._cni.get((cni, cni_minor), ())
+
+    def cni_minors(self, cni: str) -> tuple[str, ...]:
+        """The CNI minors with a sourced row, oldest first."""
+        return tuple(sorted((m for c, m in self._cni if c == cni), key=minor_key))
 
     def row(self, cloud: str, minor: str) -> Optional[MinorSupport]:
         return self._rows[_section(cloud)].get(minor)
@@ -156,6 +167,7 @@ def validate_document(doc: Any) -> list[str]:
             if not isinstance(fee.get(key), (int, float)) or fee[key] < 0:
                 errors.append(f"fees.{name}.{key}: a non-negative number")
         errors += _sourced(f"fees.{name}", fee)
+    errors += _cni_errors(doc.get("cni"))
     for section, (avail, end_std, end_ext) in _KEYS.items():
         rows = doc.get(section)
         if not isinstance(rows, list) or not rows:
@@ -190,6 +202,32 @@ def validate_document(doc: Any) -> list[str]:
     return errors
 
 
+def _cni_errors(rows: Any) -> list[str]:
+    """The CNI compatibility rows: cni, its minor, the Kubernetes minors it is tested on, source, date."""
+    if not isinstance(rows, list) or not rows:
+        return ["cni: a non-empty list of CNI compatibility rows"]
+    errors: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for i, row in enumerate(rows):
+        where = f"cni[{i}]"
+        if not isinstance(row, dict):
+            errors.append(f"{where}: a mapping")
+            continue
+        name, minor = row.get("cni"), str(row.get("minor", ""))
+        if name not in CNIS:
+            errors.append(f"{where}.cni: one of {', '.join(CNIS)}, not {name!r}")
+        if not re.match(r"^\d+\.\d+$", minor):
+            errors.append(f"{where}.minor: the CNI's quoted minor such as '1.19', not {row.get('minor')!r}")
+        elif (name, minor) in seen:
+            errors.append(f"{where}: {name} {minor} appears twice")
+        seen.add((name, minor))
+        k8s = row.get("kubernetes")
+        if not isinstance(k8s, list) or not k8s or not all(isinstance(m, str) and _MINOR.match(m) for m in k8s):
+            errors.append(f"{where}.kubernetes: a non-empty list of quoted Kubernetes minors, not {k8s!r}")
+        errors += _sourced(where, row)
+    return errors
+
+
 def _sourced(where: str, row: dict) -> list[str]:
     errors = []
     if not isinstance(row.get("source"), str) or len(row["source"].strip()) < 10:
@@ -216,7 +254,8 @@ def parse_calendar(doc: Any) -> Calendar:
         }
     fees = {name: Fees(float(f["standardUsdPerHour"]), float(f["extendedUsdPerHour"]), float(f["extraUsdPerHour"]),
                        f["source"], f["retrieved"]) for name, f in (doc.get("fees") or {}).items()}
-    return Calendar(rows, fees, str(doc.get("snapshotOf", "")))
+    cni = {(r["cni"], str(r["minor"])): tuple(r["kubernetes"]) for r in doc["cni"]}
+    return Calendar(rows, fees, str(doc.get("snapshotOf", "")), cni)
 
 
 @lru_cache(maxsize=4)

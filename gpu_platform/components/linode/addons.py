@@ -4,6 +4,7 @@ encrypted StorageClass, and the NVIDIA device plugin on the GPU nodes. Charts pi
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -23,6 +24,7 @@ CSI_PROVISIONER = "linodebs.csi.linode.com"
 class AddonsArgs:
     cni: str  # cilium | calico
     pod_cidr: str
+    kubernetes_minor: str
     region: str
     api_token: pulumi.Input[str]
     api_host: str
@@ -37,19 +39,31 @@ def cni_values(cni: str, pod_cidr: str) -> dict[str, Any]:
             "routingMode": "tunnel",
             "tunnelProtocol": "vxlan",
             "operator": {"replicas": 1},
+            # CIDR rules may select nodes and the kube-apiserver (hostNetwork on the control planes):
+            # without it an ipBlock egress rule to the API server's address (JupyterHub's hub, KubeSpawner)
+            # never matches and notebooks never spawn (cilium#20550, zero-to-jupyterhub-k8s#3202).
+            "policyCIDRMatchMode": ["nodes"],
             # Cilium must run everywhere, the tainted GPU nodes included.
             "tolerations": [{"operator": "Exists"}],
         }
     return {"installation": {"calicoNetwork": {"ipPools": [{"cidr": pod_cidr, "encapsulation": "VXLAN"}]}}}
 
 
-def ccm_values(vpc_label: str, subnet_label: str) -> dict[str, Any]:
+def token_secret_name(api_token: str) -> str:
+    """The API token Secret's name carries a digest of the token: a rotated token is a new Secret, and
+    the CCM's and CSI driver's values name it, so both roll out and read the new token (they read it
+    from env at start; a Secret updated in place would restart nothing). A SHA-256 prefix of a random
+    API token reveals nothing about it."""
+    return f"{TOKEN_SECRET}-{hashlib.sha256(api_token.encode()).hexdigest()[:10]}"
+
+
+def ccm_values(vpc_label: str, subnet_label: str, secret_name: Any = TOKEN_SECRET) -> dict[str, Any]:
     """Nodes register with their VPC address (kubelet --node-ip): the CCM must know the VPC to report
     it (ccm-linode v0.7.1 --vpc-names/--subnet-names). LoadBalancer Services then get NodeBalancer
     backends on each node's private IPv4, which the CCM annotates (node.k8s.linode.com/private-ip):
     no VPC-backend NodeBalancers (a limited-availability, v4beta feature) are needed."""
     return {
-        "secretRef": {"name": TOKEN_SECRET, "apiTokenRef": "apiToken", "regionRef": "region"},
+        "secretRef": {"name": secret_name, "apiTokenRef": "apiToken", "regionRef": "region"},
         # The chart's own default is `latest` (appVersion is only set when Linode publishes it): pin the
         # image of the chart's release tag, so a pod restart never pulls a different CCM.
         "image": {"tag": versions.LINODE_CCM_CHART.version},
@@ -60,9 +74,9 @@ def ccm_values(vpc_label: str, subnet_label: str) -> dict[str, Any]:
     }
 
 
-def csi_values() -> dict[str, Any]:
+def csi_values(secret_name: Any = TOKEN_SECRET) -> dict[str, Any]:
     return {
-        "secretRef": {"name": TOKEN_SECRET, "apiTokenRef": "apiToken", "regionRef": "region"},
+        "secretRef": {"name": secret_name, "apiTokenRef": "apiToken", "regionRef": "region"},
         # Pinned like the CCM: the plugin image of the chart's release tag, not the chart's `latest`.
         "csiLinodePlugin": {"tag": versions.LINODE_CSI_CHART.version},
         # We ship our own default (encrypted, deleted with its claim) class below.
@@ -77,6 +91,27 @@ def device_plugin_values() -> dict[str, Any]:
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}},
         "priorityClassName": "system-node-critical",
+    }
+
+
+METADATA_CIDR = "169.254.169.254/32"
+
+
+def metadata_deny_policy() -> dict[str, Any]:
+    """Every pod in every namespace (kubeflow, kube-system, the ones users create) is denied egress to the
+    Linode metadata service, where each node's user data stays readable. A clusterwide deny rule, enforced
+    by Cilium per endpoint; `enableDefaultDeny: false` so selecting every pod denies nothing else
+    (CiliumClusterwideNetworkPolicy, cilium.io/v2; deny rules take precedence over any allow)."""
+    return {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumClusterwideNetworkPolicy",
+        "metadata": {"name": "deny-instance-metadata"},
+        "spec": {
+            "description": "No pod reaches the Linode metadata service (node user data lives there)",
+            "endpointSelector": {},
+            "enableDefaultDeny": {"egress": False, "ingress": False},
+            "egressDeny": [{"toCIDR": [METADATA_CIDR]}],
+        },
     }
 
 
@@ -111,20 +146,32 @@ class LinodeAddons(pulumi.ComponentResource):
         super().__init__("gpu-platform:linode:Addons", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        cni_chart = versions.CILIUM_CHART if args.cni == "cilium" else versions.CALICO_CHART
+        cni_chart = versions.cni_chart(args.cni, args.kubernetes_minor)
+        # Config validation refuses a CNI without a pin tested on the minor (linode.cni).
+        assert cni_chart is not None, (args.cni, args.kubernetes_minor)
         cni = _release(f"{name}-cni", cni_chart, "kube-system" if args.cni == "cilium" else "tigera-operator",
                        cni_values(args.cni, args.pod_cidr), child)
 
+        ready_extra: list[pulumi.Resource] = []
+        if args.cni == "cilium":
+            policy = metadata_deny_policy()
+            # After the release: the Cilium operator registers the CRD, and the atomic install waits for it.
+            ready_extra.append(k8s.apiextensions.CustomResource(
+                f"{name}-deny-instance-metadata", api_version=policy["apiVersion"], kind=policy["kind"],
+                metadata=policy["metadata"], spec=policy["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[cni])))
+        # Not secret: a digest prefix of the token (token_secret_name).
+        secret_name = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_token).apply(token_secret_name))
         token = k8s.core.v1.Secret(
             f"{name}-linode-api",
-            metadata={"name": TOKEN_SECRET, "namespace": "kube-system"},
+            metadata={"name": secret_name, "namespace": "kube-system"},
             type="Opaque",
             string_data={"apiToken": pulumi.Output.secret(args.api_token), "region": args.region},
             opts=child,
         )
         after_token = pulumi.ResourceOptions(parent=self, depends_on=[cni, token])
-        ccm = _release(f"{name}-ccm", versions.LINODE_CCM_CHART, "kube-system", ccm_values(args.vpc_label, args.subnet_label), after_token)
-        csi = _release(f"{name}-csi", versions.LINODE_CSI_CHART, "kube-system", csi_values(),
+        ccm = _release(f"{name}-ccm", versions.LINODE_CCM_CHART, "kube-system", ccm_values(args.vpc_label, args.subnet_label, secret_name), after_token)
+        csi = _release(f"{name}-csi", versions.LINODE_CSI_CHART, "kube-system", csi_values(secret_name),
                        pulumi.ResourceOptions(parent=self, depends_on=[ccm]))
         storage = k8s.storage.v1.StorageClass(
             f"{name}-default-storage",
@@ -135,7 +182,7 @@ class LinodeAddons(pulumi.ComponentResource):
         device_plugin = _release(f"{name}-nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                                  "nvidia-device-plugin", device_plugin_values(),
                                  pulumi.ResourceOptions(parent=self, depends_on=[cni]))
-        self.ready = [cni, ccm, csi, storage, device_plugin]
+        self.ready = [cni, ccm, csi, storage, device_plugin, *ready_extra]
         self.register_outputs({})
 
 

@@ -1,8 +1,8 @@
 """A self-managed kubeadm GPU cluster on Linode, joined declaratively through cloud-init (no SSH).
 
 Linode's managed Kubernetes has no GPU nodes, so this builds what LKE would: every CA from pulumi-tls
-(control planes get them and join on their own, any time), a rotating worker bootstrap token the
-program keeps as a `bootstrap.kubernetes.io/token` Secret with an expiry, control planes (1, or 3
+(control planes get them and join on their own, any time), a bootstrap token per worker the program
+keeps as a `bootstrap.kubernetes.io/token` Secret whose expiry every run renews, control planes (1, or 3
 behind a NodeBalancer with private-IP backends), untainted system workers and GPU workers on a VPC
 behind a DROP-by-default firewall, the add-ons a cloud cluster needs (CNI, Linode CCM and CSI, NVIDIA
 device plugin, a default StorageClass), and a readiness gate that fails `pulumi up` naming any node
@@ -44,9 +44,13 @@ API_PORT = 6443
 # firewall docs: "allowed-nodebalancers" rules accept 192.168.255.0/24).
 NODEBALANCER_SOURCE_CIDR = "192.168.255.0/24"
 NODE_PORTS = "30000-32767"
-# A new worker bootstrap token every this many days (on the next `pulumi up`); each stays valid for
-# one more period, then the token cleaner deletes it.
+# Linode private IPv4s (pulumi-linode Instance.private_ip: "the 192.168.128.0/17 network").
+LINODE_PRIVATE_RANGE = ipaddress.ip_network("192.168.128.0/17")
+# Worker join tokens stay valid until the end of the rotation window after the last `pulumi up`
+# (this many days after the current window ends); then the token cleaner deletes them.
 TOKEN_ROTATION_DAYS = 7
+# Control planes snapshot etcd every 6 hours into the bucket; the bucket keeps each snapshot this long.
+ETCD_SNAPSHOT_RETENTION_DAYS = 14
 # Node inputs the Linode provider can only change by re-creating the node (ForceNew in
 # terraform-provider-linode's instance schema): later edits apply to new nodes only, never silently
 # replace a running one. `metadatas` = first-boot user data (also ForceNew).
@@ -99,6 +103,18 @@ def firewall_rules(admin_cidrs: list[str], vpc_cidr: str, pod_cidr: str, ssh_ena
             rules.append({"label": "admin-ssh", "action": "ACCEPT", "protocol": "TCP", "ports": "22",
                           **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})})
     return rules
+
+
+def public_ipv4(ipv4s: list[str]) -> str:
+    """The instance's public IPv4 out of the provider's `ipv4` set, which also holds the private
+    192.168.128.0/17 address (`private_ip=True`) in hash order, not the API's. terraform-provider-linode
+    fills `ip_address` from the same answer, but that attribute is deprecated (pulumi-linode 6.x warns on
+    every read). Several public addresses (extra IPs): the lowest, so every run picks the same."""
+    public = sorted((ip for ip in ipv4s or [] if ipaddress.ip_address(ip) not in LINODE_PRIVATE_RANGE),
+                    key=ipaddress.ip_address)
+    if not public:
+        raise ValueError(f"no public IPv4 among {sorted(ipv4s or [])}")
+    return public[0]
 
 
 def balancer_rules(admin_cidrs: list[str], node_cidrs: list[str]) -> list[dict]:
@@ -157,15 +173,12 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                                 sa_key.public_key_pem).apply(lambda v: render.ControlPlanePki(*v))
         ca_hash = ca_cert.cert_pem.apply(render.discovery_hash)
 
-        # Worker bootstrap token: a new one every TOKEN_ROTATION_DAYS (keepers), valid one more period.
-        window, window_end = render.token_window(now_utc(), TOKEN_ROTATION_DAYS)
+        # Worker join tokens: one per worker, written once into its user data (kept as first written,
+        # ignore_changes), and renewed by every `pulumi up`: the Secret's expiry is the end of the next
+        # rotation window. A worker the program replaces boots with that same user data while the
+        # token is valid; one whose stack is left alone for a window can no longer join.
+        _, window_end = render.token_window(now_utc(), TOKEN_ROTATION_DAYS)
         expiration = render.token_expiration(window_end, TOKEN_ROTATION_DAYS)
-        token_id = random.RandomString(f"{name}-join-token-id", length=6, upper=False, special=False,
-                                       keepers={"window": window}, opts=child)
-        token_secret = random.RandomString(f"{name}-join-token-secret", length=16, upper=False, special=False,
-                                           keepers={"window": window}, opts=child)
-        token = pulumi.Output.secret(pulumi.Output.all(token_id.result, token_secret.result)
-                                     .apply(lambda t: render.bootstrap_token(t[0], t[1])))
 
         admin_key = tls.PrivateKey(f"{name}-admin-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
         admin_csr = tls.CertRequest(
@@ -224,6 +237,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
 
         def instance(role_name: str, label: str, plan: str, vpc_ip: str, user_data: pulumi.Output[str],
                      extra_tags: dict[str, str], depends: list[pulumi.Resource], control_plane: bool) -> linode.Instance:
+            pinned_ipv4 = reserved_ip is not None and role_name == "cp-0"
             return linode.Instance(
                 f"{name}-{role_name}",
                 label=label,
@@ -236,7 +250,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 authorized_keys=section.ssh_authorized_keys or None,
                 # A private IPv4: NodeBalancer backends (API, LoadBalancer Services via the CCM).
                 private_ip=True,
-                ipv4s=[reserved_ip.address] if (reserved_ip is not None and role_name == "cp-0") else None,
+                ipv4s=[reserved_ip.address] if pinned_ipv4 else None,
                 interfaces=[
                     {"purpose": "public"},
                     {"purpose": "vpc", "subnet_id": subnet.id.apply(int), "ipv4": {"vpc": vpc_ip}},
@@ -244,11 +258,50 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 metadatas=[{"user_data": pulumi.Output.secret(user_data.apply(render.encode_user_data))}],
                 booted=True,
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=depends, ignore_changes=NODE_IGNORE_CHANGES,
+                    parent=self, depends_on=depends,
+                    # `ipv4s` with a reserved address: the provider reads back [reserved, private]
+                    # (Optional+Computed, ForceNew); compared with [reserved] it would replace cp-0.
+                    ignore_changes=NODE_IGNORE_CHANGES + (["ipv4s"] if pinned_ipv4 else []),
                     # Label and VPC address are fixed per node: the old node must go first.
                     delete_before_replace=True,
                     protect=control_plane and section.protect_control_planes),
             )
+
+        # --- Checkpoint bucket ---------------------------------------------------------------
+        # Versioning and lifecycle rules need object-storage keys: a provider that makes temporary
+        # keys at apply time from the deployer's token (pulumi-linode `obj_use_temp_keys`).
+        # checkpointBucket.onDestroy (gpu_platform/components/bucket_lifecycle.py): `retain` keeps the bucket out of the
+        # provider's hands at destroy; `delete` lets the provider empty it (objects and versions) first.
+        deletion = BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)
+        objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True,
+                                  obj_bucket_force_delete=deletion.force_destroy, opts=child)
+        suffix = random.RandomString(f"{name}-bucket-suffix", length=BUCKET_SUFFIX_LENGTH, upper=False, special=False, opts=child)
+        bucket = linode.ObjectStorageBucket(
+            f"{name}-checkpoints", region=section.region,
+            label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s)),
+            acl="private", versioning=section.checkpoint_bucket_versioning,
+            lifecycle_rules=[{"id": "expire-old-checkpoint-versions", "enabled": True,
+                              "noncurrent_version_expiration": {"days": 30},
+                              "abort_incomplete_multipart_upload_days": 7},
+                             # Retention of the control planes' etcd snapshots (render.etcd_snapshot_script).
+                             {"id": "expire-etcd-snapshots", "enabled": True, "prefix": f"{render.ETCD_SNAPSHOT_PREFIX}/",
+                              "expiration": {"days": ETCD_SNAPSHOT_RETENTION_DAYS}}],
+            opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
+        # What training pods use: a key limited to this bucket.
+        bucket_key = linode.ObjectStorageKey(
+            f"{name}-checkpoints-key", label=f"{cfg.name_prefix}-checkpoints",
+            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
+            opts=child)
+        endpoint_url = bucket.s3_endpoint.apply(lambda e: f"https://{e}") if bucket.s3_endpoint is not None else None
+
+        # What control planes upload etcd snapshots with: a key for this bucket alone.
+        etcd_key = linode.ObjectStorageKey(
+            f"{name}-etcd-backup-key", label=f"{cfg.name_prefix}-etcd-backup",
+            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
+            opts=child)
+        etcd_backup = pulumi.Output.secret(pulumi.Output.all(bucket.label, bucket.s3_endpoint, etcd_key.access_key,
+                                                             etcd_key.secret_key).apply(
+            lambda v: render.EtcdBackup(bucket=v[0], endpoint=v[1], region=section.region, access_key=v[2], secret_key=v[3])))
 
         # --- Control planes ------------------------------------------------------------------
         self.user_data: dict[str, pulumi.Output[str]] = {}
@@ -258,18 +311,19 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             node = render.NodeSpec(name=label, vpc_ip=cp_ips[i])
             if i == 0:
                 peers = cp_ips[1:]
-                doc = pulumi.Output.all(endpoint_host, pki).apply(
+                doc = pulumi.Output.all(endpoint_host, pki, etcd_backup).apply(
                     lambda v, node=node, peers=peers: render.node_user_data(
                         "init", node, render.kubeadm_init_config(cluster_spec(v[0]), node), cfg.kubernetes_version,
                         gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint, peers=peers, pki=v[1],
-                        join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node)))
+                        join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node),
+                        etcd_backup=v[2]))
             else:
                 peers = [ip for j, ip in enumerate(cp_ips) if j != i]
-                doc = pulumi.Output.all(endpoint_host, pki).apply(
+                doc = pulumi.Output.all(endpoint_host, pki, etcd_backup).apply(
                     lambda v, node=node, peers=peers: render.node_user_data(
                         "join-control-plane", node, render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node),
                         cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
-                        peers=peers, pki=v[1]))
+                        peers=peers, pki=v[1], etcd_backup=v[2]))
             doc = pulumi.Output.secret(doc)
             self.user_data[f"control-plane-{i}"] = doc
             # Later control planes retry their join until cp-0 answers (systemd unit).
@@ -288,18 +342,27 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                     mode="accept", opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
 
         # --- Workers: system (untainted CPU) and GPU -----------------------------------------
-        def worker_doc(node: render.NodeSpec, gpu: bool) -> pulumi.Output[str]:
-            return pulumi.Output.secret(pulumi.Output.all(endpoint_host, token, ca_hash).apply(
+        join_tokens: list[tuple[str, random.RandomString, random.RandomString]] = []
+
+        def worker_doc(node: render.NodeSpec, gpu: bool, role_name: str) -> pulumi.Output[str]:
+            token_id = random.RandomString(f"{name}-{role_name}-join-token-id", length=6, upper=False,
+                                           special=False, opts=child)
+            token_secret = random.RandomString(f"{name}-{role_name}-join-token-secret", length=16, upper=False,
+                                               special=False, opts=child)
+            join_tokens.append((role_name, token_id, token_secret))
+            token = pulumi.Output.all(token_id.result, token_secret.result).apply(lambda t: render.bootstrap_token(t[0], t[1]))
+            return pulumi.Output.secret(pulumi.Output.all(endpoint_host, token, ca_hash, ca_cert.cert_pem).apply(
                 lambda v: render.node_user_data(
                     "join", node, render.kubeadm_worker_join_config(cluster_spec(v[0]), node, v[1], v[2]),
-                    cfg.kubernetes_version, gpu=gpu)))
+                    cfg.kubernetes_version, gpu=gpu, endpoint=cluster_spec(v[0]).control_plane_endpoint,
+                    cluster_ca_pem=v[3])))
 
         workers: list[linode.Instance] = []
         expected: list[dict] = [{"name": f"{cfg.name_prefix}-cp-{i}", "gpus": 0} for i in range(cp_count)]
         for i, ip in enumerate(addresses.system):
             label = f"{cfg.name_prefix}-system-{i}"
             node = render.NodeSpec(name=label, vpc_ip=ip, labels={render.ROLE_LABEL: render.SYSTEM_ROLE})
-            doc = worker_doc(node, gpu=False)
+            doc = worker_doc(node, gpu=False, role_name=f"system-{i}")
             self.user_data[f"system-{i}"] = doc
             workers.append(instance(f"system-{i}", label, section.system_pool.instance_type, ip, doc,
                                     {"role": "system-worker"}, control_planes[:1], control_plane=False))
@@ -315,7 +378,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             for i, ip in enumerate(ips):
                 label = f"{cfg.name_prefix}-{pool.name}-{i}"
                 node = render.NodeSpec(name=label, vpc_ip=ip, labels=dict(pool.node_labels), taints=list(pool.taints))
-                doc = worker_doc(node, gpu=True)
+                doc = worker_doc(node, gpu=True, role_name=f"{pool.name}-{i}")
                 self.user_data[f"gpu-{pool.name}-{i}"] = doc
                 workers.append(instance(
                     f"{pool.name}-{i}", label, pool.instance_type, ip, doc, pool_tags,
@@ -325,8 +388,9 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         if balancer is not None:
             # The NodeBalancer proxies, so the node firewall cannot see who called: it gets its own
             # firewall with the admins and the nodes themselves (kubelets use the balanced endpoint).
+            # Each node's public address: it calls the balancer's public IPv4 from there.
             nodes = control_planes + workers
-            node_ips = pulumi.Output.all(*[n.ipv4s.apply(lambda ips: ips[0]) for n in nodes]).apply(lambda ips: [f"{ip}/32" for ip in ips])
+            node_ips = pulumi.Output.all(*[n.ipv4s.apply(public_ipv4) for n in nodes]).apply(lambda ips: [f"{ip}/32" for ip in ips])
             lb_firewall = linode.Firewall(
                 f"{name}-api-lb-firewall",
                 label=f"{cfg.name_prefix}-api-lb",
@@ -342,7 +406,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # --- Kubeconfig, API wait, provider --------------------------------------------------
         public_api_ip: pulumi.Output[str] = (balancer.ipv4 if balancer is not None else
                                              reserved_ip.address if reserved_ip is not None else
-                                             control_planes[0].ipv4s.apply(lambda ips: ips[0]))
+                                             control_planes[0].ipv4s.apply(public_ipv4))
         server = public_api_ip.apply(lambda ip: f"https://{ip}:{API_PORT}")
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(server, ca_cert.cert_pem, admin_cert.cert_pem,
                                                                  admin_key.private_key_pem).apply(
@@ -375,45 +439,24 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[api_ready]))
 
-        # The worker join token, as kubeadm reads it: a Secret with an expiry (rotated above).
-        token_doc = pulumi.Output.all(token_id.result, token_secret.result).apply(
-            lambda t: render.bootstrap_token_secret(t[0], t[1], expiration))
-        self.join_token = k8s.core.v1.Secret(
-            f"{name}-join-token",
-            metadata=token_doc.apply(lambda d: d["metadata"]),
-            type="bootstrap.kubernetes.io/token",
-            string_data=pulumi.Output.secret(token_doc.apply(lambda d: d["stringData"])),
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
-        )
-
-        # --- Checkpoint bucket ---------------------------------------------------------------
-        # Versioning and lifecycle rules need object-storage keys: a provider that makes temporary
-        # keys at apply time from the deployer's token (pulumi-linode `obj_use_temp_keys`).
-        # checkpointBucket.onDestroy (gpu_platform/components/bucket_lifecycle.py): `retain` keeps the bucket out of the
-        # provider's hands at destroy; `delete` lets the provider empty it (objects and versions) first.
-        deletion = BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)
-        objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True,
-                                  obj_bucket_force_delete=deletion.force_destroy, opts=child)
-        suffix = random.RandomString(f"{name}-bucket-suffix", length=BUCKET_SUFFIX_LENGTH, upper=False, special=False, opts=child)
-        bucket = linode.ObjectStorageBucket(
-            f"{name}-checkpoints", region=section.region,
-            label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s)),
-            acl="private", versioning=section.checkpoint_bucket_versioning,
-            lifecycle_rules=[{"id": "expire-old-checkpoint-versions", "enabled": True,
-                              "noncurrent_version_expiration": {"days": 30},
-                              "abort_incomplete_multipart_upload_days": 7}],
-            opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
-        # What training pods use: a key limited to this bucket.
-        bucket_key = linode.ObjectStorageKey(
-            f"{name}-checkpoints-key", label=f"{cfg.name_prefix}-checkpoints",
-            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
-            opts=child)
-        endpoint_url = bucket.s3_endpoint.apply(lambda e: f"https://{e}") if bucket.s3_endpoint is not None else None
+        # Each worker's join token, as kubeadm reads it: a Secret whose expiry each `pulumi up` renews.
+        self.join_tokens: list[k8s.core.v1.Secret] = []
+        for role_name, token_id, token_secret in join_tokens:
+            token_doc = pulumi.Output.all(token_id.result, token_secret.result).apply(
+                lambda t: render.bootstrap_token_secret(t[0], t[1], expiration))
+            self.join_tokens.append(k8s.core.v1.Secret(
+                f"{name}-{role_name}-join-token",
+                metadata=token_doc.apply(lambda d: d["metadata"]),
+                type="bootstrap.kubernetes.io/token",
+                string_data=pulumi.Output.secret(token_doc.apply(lambda d: d["stringData"])),
+                opts=pulumi.ResourceOptions(parent=self, provider=provider),
+            ))
 
         # --- Add-ons, then the readiness gate ------------------------------------------------
         installed = addons.LinodeAddons(
             f"{name}-addons",
-            addons.AddonsArgs(cni=section.cni, pod_cidr=section.pod_cidr, region=section.region,
+            addons.AddonsArgs(cni=section.cni, pod_cidr=section.pod_cidr, kubernetes_minor=cfg.kubernetes_version,
+                              region=section.region,
                               api_token=args.api_token, api_host=cp_ips[0],
                               vpc_label=f"{cfg.name_prefix}-vpc", subnet_label=f"{cfg.name_prefix}-nodes"),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[api_ready, vpc, subnet]),
@@ -439,7 +482,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             environment={**gate_env, "GATE_EXPECTED": expected_json},
             # Runs again whenever the set of nodes changes (scaling, replacement).
             triggers=[expected_json, *[n.id for n in control_planes + workers]],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*workers, *installed.ready, self.join_token]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*workers, *installed.ready, *self.join_tokens]),
         )
 
         self.api_endpoint = server

@@ -188,6 +188,25 @@ def address_plan_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     return issues
 
 
+def _usable_regions(cfg: "StackConfig") -> set[str]:
+    """Regions with every capability the stack needs (VPCs, firewalls, GPUs, ...)."""
+    need = set(required_capabilities(cfg.linode)) | ({"GPU Linodes"} if cfg.gpu_pools else set())
+    return {r for r, caps in region_capabilities().items() if need <= caps}
+
+
+def _missing_everywhere(section: "LinodeSection", regions: tuple[str, ...]) -> str:
+    table = region_capabilities()
+    gaps = [set(required_capabilities(section)) - table.get(r, set()) for r in regions]
+    common = sorted(set.intersection(*gaps)) if gaps else []
+    return f"{' and '.join(common)} are missing" if common else "some region lacks a capability this cluster needs"
+
+
+def _gpu_alternatives(catalog: "Catalog", usable: set[str]) -> str:
+    plans = [(t.name, sorted(set(t.regions) & usable)) for t in catalog.instances("linode")
+             if t.is_gpu and t.regions is not None and set(t.regions) & usable]
+    return "; ".join(f"{name} (in {', '.join(regions)})" for name, regions in sorted(plans)) or "none in the catalog"
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
@@ -205,6 +224,19 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   f"{running}, the minor the control plane runs (linode.controlPlaneVersion): "
                                   f"change it with `python -m gpu_platform.components.linode.upgrade --stack <stack> --to <minor>`, "
                                   "which upgrades the cluster one minor at a time and then sets both"))
+    if versions.cni_chart(section.cni, cfg.kubernetes_version) is None:
+        from gpu_platform.components.versions_calendar import load_calendar
+
+        calendar = load_calendar()
+        tested = [f"{section.cni} {versions.cni_minor(c)} ({', '.join(calendar.cni_kubernetes(section.cni, versions.cni_minor(c))) or 'no published table'})"
+                  for c in versions.CNI_CHARTS[section.cni]]
+        supported = [n for n in versions.CNI_CHARTS
+                     if versions.cni_chart(n, cfg.kubernetes_version) is not None]
+        issues.append(ConfigIssue(
+            "linode.cni", section.cni,
+            f"a CNI whose pinned chart is tested on Kubernetes {cfg.kubernetes_version} by its own compatibility table "
+            f"(gpu_platform/costs/catalog/kubernetes-versions.yaml, cni:): pinned {'; '.join(tested)}"
+            + (f"; use {' or '.join(supported)}" if supported else "; or a kubernetesVersion one of them is tested on")))
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
         issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
@@ -224,7 +256,18 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                 f"equal to maxNodes ({pool.max_nodes}) on kubernetesVersion {cfg.kubernetes_version}: autoscaled "
                 f"Linode GPU pools need cluster-autoscaler {minimum} or newer (kubernetesVersion >= {minimum})"))
         itype = catalog.instance("linode", pool.instance_type)
-        if itype is not None and itype.regions is not None and section.region not in itype.regions:
+        usable = _usable_regions(cfg)
+        if itype is not None and itype.regions is not None and not set(itype.regions) & usable:
+            # RTX 6000 (g1-gpu-rtx6000-*): only in regions without VPCs. The cluster's nodes talk over a
+            # VPC (fixed addresses, the firewall's VPC rules, the CCM's --vpc-names); a VLAN variant would
+            # be a second, untested network design for a GPU generation Linode no longer expands. Say
+            # what works instead.
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].instanceType", pool.instance_type,
+                f"a GPU plan offered in a region with everything this cluster needs (VPCs among it): "
+                f"{_gpu_alternatives(catalog, usable)}; {pool.instance_type} is only offered in "
+                f"{', '.join(itype.regions)}, where {_missing_everywhere(section, itype.regions)}"))
+        elif itype is not None and itype.regions is not None and section.region not in itype.regions:
             issues.append(ConfigIssue(
                 "linode.region", section.region,
                 f"a region offering {pool.instance_type} (gpuPools[{i}]): {', '.join(itype.regions)}"))

@@ -26,6 +26,9 @@ CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 KUBEADM_CONFIG_PATH = "/etc/kubernetes/kubeadm-config.yaml"
 INSTALL_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-install-kubernetes.sh"
 NVIDIA_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-install-nvidia.sh"
+# Workers: the cluster CA certificate (public), to verify the API server when asking its version.
+# Not under /etc/kubernetes/pki: kubeadm join refuses to run when ca.crt already exists there.
+CLUSTER_CA_PATH = "/var/lib/gpu-platform/cluster-ca.crt"
 BOOTSTRAP_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-bootstrap.sh"
 
 # Label of the untainted CPU workers where ordinary platform pods run (Kueue, Kubeflow controllers,
@@ -297,14 +300,38 @@ def token_expiration(window_end: "datetime.datetime", days: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def install_kubernetes_script(kubernetes_minor: str) -> str:
-    """containerd (systemd cgroups) and pinned kubeadm/kubelet/kubectl from pkgs.k8s.io."""
-    pkg = versions.kubernetes_package_version(kubernetes_minor)
+def _discover_version(endpoint: str) -> str:
+    """Shell that sets `minor` and `pkg` from what the API server at `endpoint` runs (GET /version is
+    readable without credentials: kubeadm binds system:public-info-viewer to system:unauthenticated),
+    verified with the cluster CA shipped beside the join config."""
+    return f"""# A worker installs exactly the version the control plane runs now, whenever it boots: its user data
+# is kept as first written (ignore_changes), so a replaced worker must not trust a minor frozen there.
+version=$(curl --silent --show-error --fail --max-time 10 --cacert {CLUSTER_CA_PATH} "https://{endpoint}/version" \\
+  | sed -n 's/.*"gitVersion": *"\\(v[0-9][0-9.]*\\)".*/\\1/p')
+if ! [[ "$version" =~ ^v1\\.[0-9]+\\.[0-9]+$ ]]; then
+  echo "the API server at {endpoint} did not answer /version (got '$version'): retrying later" >&2
+  exit 1
+fi
+minor=${{version#v}}
+minor=${{minor%.*}}
+pkg="${{version#v}}-{versions.KUBERNETES_DEB_REVISION}"
+"""
+
+
+def install_kubernetes_script(kubernetes_minor: str, discover_endpoint: str = "") -> str:
+    """containerd (systemd cgroups) and kubeadm/kubelet/kubectl from pkgs.k8s.io: control planes the
+    pinned patch of `kubernetes_minor`; workers (`discover_endpoint` set) the exact version the API
+    server runs when they boot."""
+    if discover_endpoint:
+        choose = _discover_version(discover_endpoint)
+    else:
+        choose = (f"minor={kubernetes_minor}\n"
+                  f"pkg={versions.kubernetes_package_version(kubernetes_minor)}\n")
     return f"""#!/usr/bin/env bash
 # Installs containerd and pinned Kubernetes packages; idempotent so a re-run is harmless.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-
+{choose}
 swapoff -a
 sed -i '/ swap / s/^/#/' /etc/fstab
 printf 'overlay\\nbr_netfilter\\n' > /etc/modules-load.d/k8s.conf
@@ -331,12 +358,12 @@ if ! grep -q 'SystemdCgroup = true' /etc/containerd/config.toml 2>/dev/null; the
 fi
 systemctl enable containerd
 
-curl -fsSL https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/Release.key \\
+curl -fsSL "https://pkgs.k8s.io/core:/stable:/v${{minor}}/deb/Release.key" \\
   | gpg --dearmor --batch --yes -o /etc/apt/keyrings/kubernetes-apt-keyring.gpg
-echo 'deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/v{kubernetes_minor}/deb/ /' \\
+echo "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/v${{minor}}/deb/ /" \\
   > /etc/apt/sources.list.d/kubernetes.list
 apt-get update -q
-apt-get install -y -q --allow-change-held-packages kubelet={pkg} kubeadm={pkg} kubectl={pkg}
+apt-get install -y -q --allow-change-held-packages "kubelet=${{pkg}}" "kubeadm=${{pkg}}" "kubectl=${{pkg}}"
 # Kubernetes moves only through `python -m gpu_platform.components.linode.upgrade` (kubeadm upgrade), never apt.
 apt-mark hold kubelet kubeadm kubectl containerd
 systemctl enable kubelet
@@ -382,10 +409,14 @@ apt-get update -q
 apt-get install -y -q --allow-change-held-packages \\
   "nvidia-container-toolkit={toolkit}" "nvidia-container-toolkit-base={toolkit}" \\
   "libnvidia-container-tools={toolkit}" "libnvidia-container1={toolkit}"
-# Driver, NVML and kernel module must move together: hold every NVIDIA package and the kernel
-# (a new kernel would boot without this driver's module). Nodes change through replacement.
-dpkg-query -W -f='${{binary:Package}}\\n' 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' \\
-  'linux-image-*' 'linux-generic*' 'linux-headers-*' 2>/dev/null | xargs --no-run-if-empty apt-mark hold
+# Driver, NVML and kernel module must move together: hold every installed NVIDIA package and the
+# kernel (a new kernel would boot without this driver's module). Nodes change through replacement.
+# Filtered from the full list: `dpkg-query -W PATTERN` exits 1 when a pattern matches nothing (no
+# headers on the precompiled path, no linux-modules-nvidia on the DKMS one), which pipefail turns
+# into an abort before containerd is configured.
+dpkg-query -W -f='${{db:Status-Abbrev}} ${{binary:Package}}\\n' \\
+  | awk '$1 ~ /^[ih]i$/ && $2 ~ /^(nvidia-|libnvidia-|linux-(modules|image|headers)-|linux-generic)/ {{print $2}}' \\
+  | xargs --no-run-if-empty apt-mark hold
 nvidia-ctk runtime configure --runtime=containerd --set-as-default
 systemctl restart containerd
 nvidia-smi -L
@@ -553,19 +584,41 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
 
 
 def renew_certs_script() -> str:
-    """Control planes: renew kubeadm's certificates (1-year validity) monthly, then restart the
-    static pods one at a time so they load them (kubeadm docs, "Certificate Management with kubeadm",
-    manual renewal). Certificates signed by the program's CAs (valid 10 years)."""
+    """Control planes: renew kubeadm's certificates (1-year validity) monthly, then restart the static
+    pods one at a time so they load them (kubeadm docs, "Certificate Management with kubeadm", manual
+    renewal). The manifests never leave /etc/kubernetes/manifests: each pod's sandbox is stopped with
+    crictl (cri-tools, a dependency of the kubeadm package) and the kubelet starts it again, so an
+    interrupted run (a reboot, a kill) cannot strand a control-plane component without its manifest.
+    Stray `*.yaml.renewing` files that older versions of this script left behind are put back first.
+    Certificates signed by the program's CAs (valid 10 years)."""
     return f"""#!/usr/bin/env bash
 # Renews every kubeadm-managed certificate of this control plane and restarts its static pods.
 set -euo pipefail
 [ -f {JOINED_MARKER} ] || exit 0
+for stray in /etc/kubernetes/*.yaml.renewing; do
+  [ -e "$stray" ] || continue
+  name=$(basename "$stray" .renewing)
+  [ -e "/etc/kubernetes/manifests/$name" ] || mv "$stray" "/etc/kubernetes/manifests/$name"
+done
 kubeadm certs renew all
+crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
 for component in etcd kube-apiserver kube-controller-manager kube-scheduler; do
-  mv "/etc/kubernetes/manifests/${{component}}.yaml" "/etc/kubernetes/${{component}}.yaml.renewing"
-  sleep 20
-  mv "/etc/kubernetes/${{component}}.yaml.renewing" "/etc/kubernetes/manifests/${{component}}.yaml"
-  sleep 40
+  old=$(crictl_ pods --label "component=${{component}}" --state ready -q)
+  for pod in $old; do
+    crictl_ stopp "$pod"
+  done
+  # The kubelet starts a new sandbox from the unchanged manifest; wait for it before the next one.
+  for _ in $(seq 60); do
+    new=$(crictl_ pods --label "component=${{component}}" --state ready -q)
+    if [ -n "$new" ] && [ "$new" != "$old" ]; then
+      break
+    fi
+    sleep 5
+  done
+  if [ -z "$new" ] || [ "$new" = "$old" ]; then
+    echo "${{component}} did not come back within 5 minutes" >&2
+    exit 1
+  fi
 done
 kubeadm certs check-expiration
 """
@@ -607,22 +660,32 @@ WantedBy=multi-user.target
 
 METADATA_BLOCK_UNIT = "gpu-platform-block-metadata.service"
 METADATA_ADDRESS = "169.254.169.254"
+# The kubelet's pod cgroup under the systemd cgroup driver (KubeletConfiguration cgroupDriver: systemd).
+POD_CGROUP = "kubepods.slice"
 
 
 def metadata_block_unit() -> str:
-    """Pods never need Linode's metadata service, and a node's user data stays readable there for the
-    node's lifetime (Linode cannot delete it): drop forwarded (pod) traffic to it on every node, before
-    the kubelet starts, on every boot. The node itself (cloud-init, root) still reaches it."""
-    rule = f"FORWARD -d {METADATA_ADDRESS}/32 -j DROP"
+    """Nothing in a pod needs Linode's metadata service, and a node's user data stays readable there for
+    the node's lifetime (Linode cannot delete it). Pod traffic is denied by a Cilium clusterwide policy
+    (addons.metadata_deny_policy: enforced per endpoint in eBPF; an iptables FORWARD rule alone is
+    passed over by Cilium's CILIUM_FORWARD chain, which ACCEPTs lxc traffic first). hostNetwork pods
+    bypass both: their packets leave through OUTPUT, so drop those whose socket belongs to the kubelet's
+    pod cgroup tree (kubepods.slice; Cilium's CILIUM_OUTPUT only marks such traffic, it accepts only its
+    proxy's). The slice is started first so the cgroup exists when the rule is inserted. The node's own
+    services (cloud-init, root shells) still reach the metadata service. FORWARD stays as a second layer."""
+    forward = f"FORWARD -d {METADATA_ADDRESS}/32 -j DROP"
+    output = f"OUTPUT -d {METADATA_ADDRESS}/32 -m cgroup --path {POD_CGROUP} -j DROP"
     return f"""[Unit]
-Description=gpu-platform: keep pods off the instance metadata service
+Description=gpu-platform: keep pods (hostNetwork ones included) off the instance metadata service
 Before=kubelet.service
 After=network-pre.target
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/bin/sh -c 'iptables -C {rule} 2>/dev/null || iptables -I {rule}'
+ExecStartPre=/bin/systemctl start {POD_CGROUP}
+ExecStart=/bin/sh -c 'iptables -C {forward} 2>/dev/null || iptables -I {forward}'
+ExecStart=/bin/sh -c 'iptables -C {output} 2>/dev/null || iptables -I {output}'
 
 [Install]
 WantedBy=multi-user.target
@@ -644,6 +707,100 @@ Description=gpu-platform: renew kubeadm certificates monthly (they are valid for
 [Timer]
 OnCalendar=monthly
 RandomizedDelaySec=12h
+Persistent=true
+
+[Install]
+WantedBy=timers.target
+"""
+    return service, timer
+
+
+ETCD_SNAPSHOT_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-etcd-snapshot.sh"
+ETCD_SNAPSHOT_UNIT = "gpu-platform-etcd-snapshot.service"
+ETCD_SNAPSHOT_TIMER = "gpu-platform-etcd-snapshot.timer"
+ETCD_BACKUP_ENV_PATH = "/etc/gpu-platform/etcd-backup.env"
+ETCD_SNAPSHOT_PREFIX = "etcd"
+
+
+@dataclass(frozen=True)
+class EtcdBackup:
+    """Where control planes put etcd snapshots: the stack's bucket (S3 API), with a key for it."""
+    bucket: str
+    endpoint: str  # e.g. us-ord-1.linodeobjects.com
+    region: str
+    access_key: str
+    secret_key: str
+
+
+def etcd_backup_env(backup: EtcdBackup) -> str:
+    return (f"BUCKET={backup.bucket}\nENDPOINT={backup.endpoint}\nREGION={backup.region}\n"
+            f"ACCESS_KEY={backup.access_key}\nSECRET_KEY={backup.secret_key}\n")
+
+
+def etcd_snapshot_script(node_name: str) -> str:
+    """Control planes: an etcd snapshot every few hours, taken by the etcdctl inside the running etcd
+    static pod (its image ships etcdctl; kubeadm mounts /var/lib/etcd and the etcd PKI into it), then
+    uploaded to the stack's bucket under etcd/<node>/ with curl's SigV4 signing (curl >= 7.75; Ubuntu
+    24.04 has 8.5). The bucket's lifecycle rule expires old snapshots (retention)."""
+    return f"""#!/usr/bin/env bash
+# Saves an etcd snapshot of this control plane and uploads it to the checkpoint bucket.
+set -euo pipefail
+[ -f {JOINED_MARKER} ] || exit 0
+# shellcheck disable=SC1091 # written by cloud-init
+. {ETCD_BACKUP_ENV_PATH}
+crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
+# The static pod carries kubeadm's label component=etcd (pod labels are on the sandbox, not on its
+# containers): find the pod, then its running container.
+pod=$(crictl_ pods --label component=etcd --state ready -q | head -n 1)
+etcd=""
+if [ -n "$pod" ]; then
+  etcd=$(crictl_ ps --pod "$pod" --state running -q | head -n 1)
+fi
+if [ -z "$etcd" ]; then
+  echo "no running etcd container on this node" >&2
+  exit 1
+fi
+snapshot=/var/lib/etcd/gpu-platform-snapshot.db
+rm -f "$snapshot"
+crictl_ exec "$etcd" etcdctl --endpoints=https://127.0.0.1:2379 \\
+  --cacert=/etc/kubernetes/pki/etcd/ca.crt \\
+  --cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt \\
+  --key=/etc/kubernetes/pki/etcd/healthcheck-client.key \\
+  snapshot save "$snapshot"
+name="{ETCD_SNAPSHOT_PREFIX}/{node_name}/$(date -u +%Y%m%dT%H%M%SZ).db"
+curl --silent --show-error --fail --max-time 600 \\
+  --aws-sigv4 "aws:amz:${{REGION}}:s3" --user "${{ACCESS_KEY}}:${{SECRET_KEY}}" \\
+  --upload-file "$snapshot" "https://${{BUCKET}}.${{ENDPOINT}}/${{name}}"
+rm -f "$snapshot"
+echo "etcd snapshot uploaded: s3://${{BUCKET}}/${{name}}"
+"""
+
+
+def etcd_restore_args(snapshot: str, member: str, peer_url: str, data_dir: str,
+                      initial_cluster: str = "", tool: str = "etcdutl") -> list[str]:
+    """The restore step of docs/etcd-restore.md: a fresh data directory for one member from a snapshot.
+    `etcdutl` (in the etcd image kubeadm runs, etcd >= 3.5); etcd 3.4's `etcdctl` takes the same flags.
+    HA: run it on every control plane with the same `initial_cluster` (all members' peer URLs)."""
+    return [tool, "snapshot", "restore", snapshot, "--name", member, "--data-dir", data_dir,
+            "--initial-cluster", initial_cluster or f"{member}={peer_url}",
+            "--initial-advertise-peer-urls", peer_url]
+
+
+def etcd_snapshot_units() -> tuple[str, str]:
+    service = f"""[Unit]
+Description=gpu-platform: etcd snapshot to the checkpoint bucket
+ConditionPathExists={JOINED_MARKER}
+
+[Service]
+Type=oneshot
+ExecStart={ETCD_SNAPSHOT_SCRIPT_PATH}
+"""
+    timer = """[Unit]
+Description=gpu-platform: etcd snapshot every 6 hours
+
+[Timer]
+OnCalendar=00/6:00
+RandomizedDelaySec=15m
 Persistent=true
 
 [Install]
@@ -694,7 +851,8 @@ def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) 
 
 def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool, *,
                    endpoint: str = "", peers: Sequence[str] = (), pki: Optional[ControlPlanePki] = None,
-                   join_config: Optional[str] = None) -> str:
+                   join_config: Optional[str] = None, cluster_ca_pem: str = "",
+                   etcd_backup: Optional[EtcdBackup] = None) -> str:
     """The whole first-boot document of one node. role: init | join-control-plane | join.
 
     What each role carries: control planes the CAs (they sign the cluster's certificates and mint
@@ -706,8 +864,10 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         raise ValueError("a control plane needs the cluster PKI")
     if role == "init" and join_config is None:
         raise ValueError("cp-0 needs its join configuration (used when it replaces a lost cp-0)")
+    if role == "join" and not (endpoint and cluster_ca_pem):
+        raise ValueError("a worker needs the API endpoint and the cluster CA certificate (it installs the version the API runs)")
     files = [
-        File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor), "0700"),
+        File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor, endpoint if role == "join" else ""), "0700"),
         File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
         File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
@@ -725,8 +885,17 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
                   File(f"/etc/systemd/system/{RENEW_UNIT}", service, "0644"),
                   File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
         commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
+        if etcd_backup is not None:
+            service, timer = etcd_snapshot_units()
+            files += [File(ETCD_BACKUP_ENV_PATH, etcd_backup_env(etcd_backup), "0600"),
+                      File(ETCD_SNAPSHOT_SCRIPT_PATH, etcd_snapshot_script(node.name), "0700"),
+                      File(f"/etc/systemd/system/{ETCD_SNAPSHOT_UNIT}", service, "0644"),
+                      File(f"/etc/systemd/system/{ETCD_SNAPSHOT_TIMER}", timer, "0644")]
+            commands.insert(3, f"systemctl enable --now {ETCD_SNAPSHOT_TIMER}")
     if join_config is not None:
         files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
+    if role == "join":
+        files.append(File(CLUSTER_CA_PATH, cluster_ca_pem, "0644"))
     return cloud_config(node.name, files, commands)
 
 

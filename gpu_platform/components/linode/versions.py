@@ -1,5 +1,7 @@
 """Every version the Linode cluster installs, pinned in one place (listed in docs/versions.md)."""
 
+from typing import Optional
+
 from gpu_platform.components.helm import Chart
 from gpu_platform.components.platform.versions import NVIDIA_DEVICE_PLUGIN
 
@@ -30,8 +32,16 @@ NVIDIA_DRIVER_BRANCH = "580"
 NVIDIA_CONTAINER_TOOLKIT = "1.17.8-1"
 
 # Helm charts installed through the cluster's Kubernetes provider.
-CILIUM_CHART = Chart("cilium", "1.18.2", "https://helm.cilium.io")
-CALICO_CHART = Chart("tigera-operator", "v3.30.3", "https://docs.tigera.io/calico/charts")
+# CNI charts, one pin per CNI minor. The cluster gets the newest pin whose row in the calendar's CNI
+# compatibility table (gpu_platform/costs/catalog/kubernetes-versions.yaml, `cni:`) lists the stack's
+# Kubernetes minor, so a `kubernetesVersion` change moves the CNI with it; none listed: a config error.
+CNI_CHARTS: dict[str, tuple[Chart, ...]] = {
+    "cilium": (Chart("cilium", "1.18.2", "https://helm.cilium.io"),
+               Chart("cilium", "1.19.6", "https://helm.cilium.io")),
+    "calico": (Chart("tigera-operator", "v3.30.3", "https://docs.tigera.io/calico/charts"),),
+}
+CILIUM_CHART = CNI_CHARTS["cilium"][-1]
+CALICO_CHART = CNI_CHARTS["calico"][-1]
 LINODE_CCM_CHART = Chart("ccm-linode", "v0.7.1", "https://linode.github.io/linode-cloud-controller-manager/")
 LINODE_CSI_CHART = Chart("linode-blockstorage-csi-driver", "v1.0.6",
                          "https://linode.github.io/linode-blockstorage-csi-driver/")
@@ -42,3 +52,17 @@ NVIDIA_DEVICE_PLUGIN_CHART = NVIDIA_DEVICE_PLUGIN
 def kubernetes_package_version(minor: str) -> str:
     """The apt version string of kubeadm/kubelet/kubectl for a Kubernetes minor (e.g. 1.33.6-1.1)."""
     return f"{KUBERNETES_PATCH[minor]}-{KUBERNETES_DEB_REVISION}"
+
+
+def cni_minor(chart: Chart) -> str:
+    """The CNI minor of a chart version: 1.19.6 -> 1.19, v3.30.3 -> 3.30."""
+    return ".".join(chart.version.lstrip("v").split(".")[:2])
+
+
+def cni_chart(cni: str, kubernetes_minor: str) -> Optional[Chart]:
+    """The newest pinned chart of `cni` whose compatibility row lists `kubernetes_minor` (None: no such pin)."""
+    from gpu_platform.components.versions_calendar import load_calendar
+
+    calendar = load_calendar()
+    fits = [c for c in CNI_CHARTS[cni] if kubernetes_minor in calendar.cni_kubernetes(cni, cni_minor(c))]
+    return max(fits, key=lambda c: tuple(int(x) for x in c.version.lstrip("v").split("."))) if fits else None

@@ -57,8 +57,12 @@ def pinned_charts() -> list[PinnedChart]:
     found: dict[tuple[str, str], PinnedChart] = {}
     for module in (platform, linode, aws):
         for value in vars(module).values():
-            if isinstance(value, Chart):
-                found[(value.chart, value.version)] = PinnedChart(value.chart, value.version, value.repo)
+            # A Chart, or a mapping of Chart tuples (linode.CNI_CHARTS: one pin per CNI minor).
+            charts = ([c for group in value.values() if isinstance(group, tuple) for c in group]
+                      if isinstance(value, dict) else [value])
+            for chart in charts:
+                if isinstance(chart, Chart):
+                    found[(chart.chart, chart.version)] = PinnedChart(chart.chart, chart.version, chart.repo)
     found[(aws.NTH_CHART, aws.NTH_CHART_VERSION)] = PinnedChart(aws.NTH_CHART, aws.NTH_CHART_VERSION, None)
     found[(aws.CLUSTER_AUTOSCALER_CHART, aws.CLUSTER_AUTOSCALER_CHART_VERSION)] = PinnedChart(
         aws.CLUSTER_AUTOSCALER_CHART, aws.CLUSTER_AUTOSCALER_CHART_VERSION, aws.CLUSTER_AUTOSCALER_REPO)

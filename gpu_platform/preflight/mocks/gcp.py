@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 from typing import Any
 
 PLACEHOLDER_PROJECT = "preflight-project"
@@ -26,12 +27,17 @@ def _project(inputs: dict[str, Any]) -> str:
 
 def _cluster(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     private = dict(inputs.get("privateClusterConfig") or {})
-    private.update({"privateEndpoint": "172.16.0.18", "publicEndpoint": "198.51.100.10"})
+    # GKE gives the control plane an address inside masterIpv4CidrBlock (the block's second address
+    # in practice); with enablePrivateEndpoint, the cluster's `endpoint` is that private address
+    # (GKE API Cluster.endpoint / PrivateClusterConfig.privateEndpoint).
+    block = ipaddress.ip_network(private.get("masterIpv4CidrBlock") or "172.16.0.16/28")
+    private_ip = str(block.network_address + 2)
+    private.update({"privateEndpoint": private_ip, "publicEndpoint": "198.51.100.10"})
     location = inputs.get("location", "us-central1")
     cluster = inputs.get("name", name)
     return {
         "name": cluster,
-        "endpoint": "198.51.100.10",
+        "endpoint": private_ip if private.get("enablePrivateEndpoint") else "198.51.100.10",
         "masterAuth": {**(inputs.get("masterAuth") or {}), "clusterCaCertificate": MOCK_CA},
         "privateClusterConfig": private,
         # Pinned minor, or what the REGULAR channel would pick (the newest minor in standard support).

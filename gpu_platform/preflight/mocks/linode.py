@@ -1,4 +1,14 @@
-"""Linode answers: numeric ids, documentation-range addresses, object-storage endpoints and keys."""
+"""Linode answers: numeric ids, documentation-range addresses, object-storage endpoints and keys.
+
+Shapes follow linodego's recorded API responses (github.com/linode/linodego, test/integration/fixtures,
+commit 676b9dbe): TestInstance_Clone.yaml records an instance created with `"private_ip": true` whose
+`ipv4` list holds two addresses and whose /ips answer has one public (prefix 24) and one private
+(192.168.128.0/17, prefix 17) IPv4. terraform-provider-linode (linode/instance/resource.go,
+commit 6aef35f5) copies that list into the `ipv4` attribute, a TypeSet (hash order, not the API's),
+and sets `ip_address` from the public and `private_ip_address` from the private list. So the program
+must read `ip_address`/`private_ip_address`, never a position in `ipv4s`: the mock orders the set by
+a hash of the name (both orders occur across a stack's nodes), and IPV4_ORDER lets tests force one.
+"""
 
 from __future__ import annotations
 
@@ -21,14 +31,27 @@ def resource_id(name: str) -> str:
     return str(int(hashlib.sha256(name.encode()).hexdigest()[:7], 16))
 
 
+# "hash": the provider's set order (differs per node); "private-first" / "public-first": forced (tests).
+IPV4_ORDER = "hash"
+
+
+def private_address(name: str) -> str:
+    """Linode private IPv4s come from 192.168.128.0/17; stable per name."""
+    n = int(hashlib.sha256(name.encode()).hexdigest()[:6], 16) % (128 * 256 - 2) + 1
+    return f"192.168.{128 + n // 256}.{n % 256}"
+
+
 def _instance(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     reserved = inputs.get("ipv4s") or []
-    ip = reserved[0] if reserved else public_address(name)
-    out = {"ipAddress": ip, "ipv4s": [ip], "status": "running"}
+    public = reserved[0] if reserved else public_address(name)
+    out: dict[str, Any] = {"ipAddress": public, "ipv4s": [public], "status": "running",
+                           "ipv6": "2600:3c00::f03c:91ff:fe00:1/128"}
     if inputs.get("privateIp"):
-        # Linode private IPv4s come from 192.168.128.0/17; stable per name.
-        n = int(hashlib.sha256(name.encode()).hexdigest()[:6], 16) % (128 * 256 - 2) + 1
-        out["privateIpAddress"] = f"192.168.{128 + n // 256}.{n % 256}"
+        private = private_address(name)
+        out["privateIpAddress"] = private
+        private_first = (IPV4_ORDER == "private-first" or
+                         (IPV4_ORDER == "hash" and int(hashlib.sha256(f"order/{name}".encode()).hexdigest(), 16) % 2 == 0))
+        out["ipv4s"] = [private, public] if private_first else [public, private]
     return out
 
 

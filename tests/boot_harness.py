@@ -1,0 +1,266 @@
+"""Runs a node script in a throwaway root: the real dpkg, dpkg-query and apt-mark of this Debian machine
+over a fresh package database, and recorded stand-ins for what needs the network or a GPU.
+
+The root is a directory with this machine's /usr bind-mounted read-only (so bash, coreutils, dpkg and
+apt are the real ones), its own writable /etc, /var, /run, /tmp, /lib/modules, /usr/local and /usr/src,
+entered with `unshare --user --map-root-user --mount` and `chroot` (no real root, nothing on the host
+touched). The packages a Linode Ubuntu 24.04 image starts with (IMAGE_PACKAGES) and the ones the
+script installs are stub .debs built with `dpkg-deb --build`; dpkg installs them for real (files,
+maintainer scripts, status, holds). What stays a stand-in (bin/ under the root, on PATH first):
+
+- apt-get: `update` is recorded; `install` installs the named stub packages with the real `dpkg -i`
+  from the archive folder, and fails like apt (exit 100, "Unable to locate package") for a name the
+  archive lacks; apt-cache `show` answers from the same archive;
+- curl (the NVIDIA repository key and list: recorded text; FAIL_CURL makes it fail once), gpg --dearmor;
+- uname -r (the image's kernel), modprobe (loads `nvidia` only if a package put nvidia.ko under
+  /lib/modules/KERNEL), nvidia-smi (in the nvidia-utils stub: works only when the module is loaded),
+  nvidia-ctk (in the toolkit stub: records and writes containerd's config), systemctl (recorded).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+KERNEL = "6.8.0-48-generic"
+
+# What the image has before cloud-init runs, for the packages the NVIDIA step touches (Ubuntu 24.04's
+# generic kernel flavour; modelled, not captured from a Linode image): the kernel and its metapackages.
+# No linux-headers: the cloud image does not ship them.
+IMAGE_PACKAGES = [f"linux-image-{KERNEL}", f"linux-modules-{KERNEL}", "linux-image-generic", "linux-generic",
+                  "containerd"]
+
+
+def shutil_which(name: str) -> bool:
+    return shutil.which(name) is not None
+
+
+def namespaces_work() -> bool:
+    if not all(shutil_which(t) for t in ("unshare", "chroot", "dpkg", "dpkg-deb", "apt-mark")):
+        return False
+    proc = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "--fork", "true"], capture_output=True)
+    return proc.returncode == 0
+
+
+@dataclass
+class Stub:
+    name: str
+    version: str = "1.0"
+    depends: str = ""
+    files: dict[str, tuple[str, int]] | None = None  # path -> (content, mode)
+    postinst: str = ""
+
+
+def build_deb(stub: Stub, out: Path) -> Path:
+    pkg = out / f"build-{stub.name}"
+    (pkg / "DEBIAN").mkdir(parents=True)
+    control = [f"Package: {stub.name}", f"Version: {stub.version}", "Architecture: all",
+               "Maintainer: gpu-platform tests <tests@example.invalid>", f"Description: stub of {stub.name}"]
+    if stub.depends:
+        control.insert(3, f"Depends: {stub.depends}")
+    (pkg / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
+    if stub.postinst:
+        post = pkg / "DEBIAN" / "postinst"
+        post.write_text("#!/bin/sh\nset -e\n" + stub.postinst)
+        post.chmod(0o755)
+    for path, (content, mode) in (stub.files or {}).items():
+        target = pkg / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        target.chmod(mode)
+    deb = out / f"{stub.name}_{stub.version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(pkg), str(deb)], check=True, capture_output=True)
+    shutil.rmtree(pkg)
+    return deb
+
+
+NVIDIA_SMI = """#!/bin/sh
+# stand-in: answers only when the nvidia module is loaded
+echo "nvidia-smi $*" >> /var/log/standins.log
+grep -qx nvidia /run/loaded-modules 2>/dev/null || { echo "NVIDIA-SMI has failed: couldn't communicate with the driver" >&2; exit 9; }
+echo "GPU 0: NVIDIA RTX 4000 Ada Generation (UUID: GPU-00000000-0000-0000-0000-000000000000)"
+"""
+
+NVIDIA_CTK = """#!/bin/sh
+echo "nvidia-ctk $*" >> /var/log/standins.log
+mkdir -p /etc/containerd
+echo 'default_runtime_name = "nvidia"' >> /etc/containerd/config.toml
+"""
+
+
+def archive_stubs(branch: str, toolkit: str, *, precompiled: bool = True, missing: tuple[str, ...] = ()) -> list[Stub]:
+    """What Ubuntu's archive (and NVIDIA's toolkit repository) would offer, as stubs."""
+    module = {f"/lib/modules/{KERNEL}/kernel/nvidia-{branch}srv/nvidia.ko": ("stub module\n", 0o644)}
+    stubs = [
+        Stub(f"linux-headers-{KERNEL}", files={f"/usr/src/linux-headers-{KERNEL}/Makefile": ("stub\n", 0o644)}),
+        # DKMS builds the module at install time, and only against this kernel's headers.
+        Stub(f"nvidia-dkms-{branch}-server", depends=f"nvidia-kernel-common-{branch}-server",
+             postinst=textwrap.dedent(f"""\
+                 if [ ! -d /usr/src/linux-headers-{KERNEL} ]; then
+                   echo "dkms: no headers for {KERNEL}" >&2; exit 1
+                 fi
+                 mkdir -p /lib/modules/{KERNEL}/updates/dkms
+                 echo built > /lib/modules/{KERNEL}/updates/dkms/nvidia.ko
+                 """)),
+        Stub(f"nvidia-kernel-common-{branch}-server"),
+        Stub(f"nvidia-headless-no-dkms-{branch}-server", depends=f"nvidia-kernel-common-{branch}-server"),
+        Stub(f"nvidia-utils-{branch}-server", files={"/usr/local/bin/nvidia-smi": (NVIDIA_SMI, 0o755)}),
+        Stub("nvidia-container-toolkit-base", toolkit),
+        Stub("libnvidia-container1", toolkit),
+        Stub("libnvidia-container-tools", toolkit, depends="libnvidia-container1"),
+        Stub("nvidia-container-toolkit", toolkit, depends="nvidia-container-toolkit-base, libnvidia-container-tools",
+             files={"/usr/local/bin/nvidia-ctk": (NVIDIA_CTK, 0o755)}),
+    ]
+    if precompiled:
+        stubs.append(Stub(f"linux-modules-nvidia-{branch}-server-{KERNEL}",
+                          depends=f"linux-image-{KERNEL}, nvidia-kernel-common-{branch}-server", files=module))
+    return [s for s in stubs if s.name not in missing]
+
+
+STANDINS = {
+    "apt-get": r"""#!/bin/bash
+set -u
+echo "apt-get $*" >> /var/log/standins.log
+cmd=""
+pkgs=()
+for a in "$@"; do
+  case "$a" in
+    -*) ;;
+    update|install) [ -z "$cmd" ] && cmd=$a ;;
+    *) pkgs+=("${a%%=*}") ;;
+  esac
+done
+[ "$cmd" = install ] || exit 0
+debs=()
+for p in "${pkgs[@]}"; do
+  # Already installed (this stub archive has one version of each): "already the newest version".
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' && continue
+  f=$(ls /archive/"$p"_*.deb 2>/dev/null | head -1)
+  if [ -z "$f" ]; then echo "E: Unable to locate package $p" >&2; exit 100; fi
+  debs+=("$f")
+done
+# Dependencies the archive has, as apt would resolve them (one level is enough for the stubs).
+for f in "${debs[@]}"; do
+  for d in $(dpkg-deb -f "$f" Depends | tr ',' ' '); do
+    dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' && continue
+    g=$(ls /archive/"$d"_*.deb 2>/dev/null | head -1)
+    case " ${debs[*]} " in *" $g "*) continue ;; esac
+    if [ -n "$g" ]; then debs=("$g" "${debs[@]}"); fi
+  done
+done
+[ ${#debs[@]} -eq 0 ] && exit 0
+exec dpkg -i "${debs[@]}"
+""",
+    "apt-cache": r"""#!/bin/bash
+echo "apt-cache $*" >> /var/log/standins.log
+[ "$1" = show ] || exit 0
+ls /archive/"$2"_*.deb >/dev/null 2>&1 || { echo "E: No packages found" >&2; exit 100; }
+dpkg-deb -f /archive/"$2"_*.deb
+""",
+    "curl": r"""#!/bin/bash
+echo "curl $*" >> /var/log/standins.log
+if [ -f /run/fail-curl ]; then rm -f /run/fail-curl; echo "curl: (6) Could not resolve host" >&2; exit 6; fi
+case "$*" in
+  *gpgkey*) echo "-----BEGIN PGP PUBLIC KEY BLOCK----- (recorded stand-in)" ;;
+  *.list*) echo "deb https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /" ;;
+  *) echo "curl stand-in: no recording for $*" >&2; exit 22 ;;
+esac
+""",
+    "gpg": r"""#!/bin/bash
+echo "gpg $*" >> /var/log/standins.log
+out=""
+while [ $# -gt 0 ]; do case "$1" in -o) out=$2; shift ;; esac; shift; done
+cat > "${out:-/dev/stdout}"
+""",
+    "uname": f"""#!/bin/sh
+case "$1" in -r) echo {KERNEL} ;; *) /usr/bin/uname "$@" ;; esac
+""",
+    "modprobe": f"""#!/bin/sh
+echo "modprobe $*" >> /var/log/standins.log
+if [ "$1" = nvidia ]; then
+  find /lib/modules/{KERNEL} -name nvidia.ko 2>/dev/null | grep -q . || {{ echo "modprobe: FATAL: Module nvidia not found in directory /lib/modules/{KERNEL}" >&2; exit 1; }}
+fi
+echo "$1" >> /run/loaded-modules
+""",
+    "systemctl": """#!/bin/sh
+echo "systemctl $*" >> /var/log/standins.log
+""",
+}
+
+
+class BootRoot:
+    """A throwaway root for one scenario; `run(script)` executes it there under bash."""
+
+    def __init__(self, base: Path, stubs: list[Stub], image: list[str] = IMAGE_PACKAGES):
+        self.base = base
+        self.root = base / "root"
+        for d in ("etc", "var/lib/dpkg/info", "var/lib/dpkg/updates", "var/lib/apt/lists/partial",
+                  "var/cache/apt/archives/partial", "var/log", "run", "tmp", "usr", "local", "src",
+                  "archive", "standins", "dev"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        # /lib is a directory of its own holding only modules/ (the loader finds libraries under /usr/lib).
+        for link, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib64", "usr/lib64")):
+            (self.root / link).symlink_to(target)
+        (self.root / "lib" / "modules").mkdir(parents=True)
+        for entry in Path("/usr/lib").iterdir():
+            if entry.name != "modules":
+                (self.root / "lib" / entry.name).symlink_to(f"/usr/lib/{entry.name}")
+        for f in ("var/lib/dpkg/status", "var/lib/dpkg/available", "var/log/standins.log"):
+            (self.root / f).touch()
+        for name in ("passwd", "group", "nsswitch.conf", "ld.so.cache"):
+            shutil.copy(f"/etc/{name}", self.root / "etc" / name)
+        for name in ("dpkg", "apt", "alternatives"):
+            shutil.copytree(f"/etc/{name}", self.root / "etc" / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("sources.list*"))
+        (self.root / "etc" / "apt" / "sources.list.d").mkdir(exist_ok=True)
+        for name, text in STANDINS.items():
+            path = self.root / "standins" / name
+            path.write_text(text)
+            path.chmod(0o755)
+        for stub in stubs:
+            build_deb(stub, self.root / "archive")
+        # The image's own packages, installed for real.
+        if not image:
+            return
+        image_debs = [build_deb(Stub(n), base) for n in image]
+        boot = "dpkg -i " + " ".join(f"/image/{d.name}" for d in image_debs)
+        (self.root / "image").mkdir()
+        for d in image_debs:
+            shutil.move(str(d), self.root / "image" / d.name)
+        proc = self.run(boot, shell="sh")
+        assert proc.returncode == 0, proc.stderr
+
+    def run(self, script: str, shell: str = "bash", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        (self.root / "tmp" / "script").write_text(script)
+        r = str(self.root)
+        mounts = " && ".join([
+            f"mount --rbind /usr {r}/usr", f"mount -o remount,bind,ro {r}/usr",
+            f"mount --bind {r}/local {r}/usr/local", f"mount --bind {r}/src {r}/usr/src",
+            f"mount --rbind /dev {r}/dev",
+        ])
+        path = "/standins:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        envs = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+        inner = f"{mounts} && exec chroot {r} /usr/bin/env -i PATH={path} HOME=/root LANG=C {envs} {shell} /tmp/script"
+        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "--fork", "sh", "-c", inner],
+                              capture_output=True, text=True, timeout=300)
+
+    # --- what the script left behind -----------------------------------------------------------
+    def packages(self) -> dict[str, str]:
+        """package -> dpkg's status abbreviation (`ii` installed, `hi` held and installed)."""
+        out: dict[str, str] = {}
+        for block in (self.root / "var/lib/dpkg/status").read_text().split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(" "))
+            if "Package" in fields:
+                want, _, state = fields["Status"].split(" ")
+                out[fields["Package"]] = {"hold": "h", "install": "i"}.get(want, "?") + {"installed": "i"}.get(state, state[:1])
+        return out
+
+    def log(self) -> list[str]:
+        return (self.root / "var/log/standins.log").read_text().splitlines()
+
+    def file(self, path: str) -> str:
+        p = self.root / path.lstrip("/")
+        return p.read_text() if p.exists() else ""

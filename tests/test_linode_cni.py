@@ -1,0 +1,151 @@
+"""The Linode cluster's CNI: the version comes from the CNI's own Kubernetes compatibility table (the dated
+calendar's `cni:` rows), an untested combination is a config error, and Cilium lets CIDR rules select the
+API server so the hub's egress policy works."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.components.linode import versions
+from gpu_platform.components.versions_calendar import load_calendar
+from gpu_platform.preflight.runner import stack_input_from_mapping
+from tests.conftest import plan_config, plan_stack, stack_config
+from tests.fit_support import need_charts, rendered
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def _cfg(**changes) -> dict:
+    cfg = copy.deepcopy(stack_config("linode-dev"))
+    for key, value in changes.items():
+        if key == "kubernetesVersion":
+            cfg["gpu-platform:kubernetesVersion"] = value
+        else:
+            cfg["gpu-platform:linode"][key] = value
+    return cfg
+
+
+def _cni_release(plan):
+    return next(r for r in plan.by_type(RELEASE) if r.name.endswith("-cni"))
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha"])
+def test_the_shipped_stacks_install_a_cilium_tested_on_their_minor(stack):
+    plan = plan_stack(stack)
+    release = _cni_release(plan)
+    cfg = parse_config(stack_input_from_mapping(stack, stack_config(stack)).raw, stack)
+    minor = versions.cni_minor(versions.cni_chart("cilium", cfg.kubernetes_version))
+    assert release.plain_inputs["chart"] == "cilium"
+    assert release.plain_inputs["version"].startswith(minor + ".")
+    assert cfg.kubernetes_version in load_calendar().cni_kubernetes("cilium", minor)
+
+
+def test_cilium_follows_the_kubernetes_minor_by_the_table():
+    assert versions.cni_chart("cilium", "1.35").version == "1.19.6"
+    assert versions.cni_chart("cilium", "1.33").version == "1.19.6"  # newest pin tested there
+    assert versions.cni_chart("cilium", "1.31").version == "1.18.2"
+    assert versions.cni_chart("cilium", "1.36") is None  # no sourced row lists 1.36 yet
+
+
+def _reject(cfg: dict) -> str:
+    with pytest.raises(ConfigError) as err:
+        parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev")
+    return str(err.value)
+
+
+def test_a_cni_untested_on_the_minor_is_a_config_error_naming_the_key_and_the_table():
+    message = _reject(_cfg(cni="calico"))
+    assert "linode.cni" in message and "kubernetes-versions.yaml" in message and "use cilium" in message, message
+    message = _reject(_cfg(kubernetesVersion="1.36"))
+    assert "linode.cni" in message and "cilium 1.19 (1.32, 1.33, 1.34, 1.35)" in message, message
+
+
+def test_cilium_lets_cidr_rules_select_nodes_and_the_api_server():
+    need_charts()
+    plan = plan_stack("linode-dev")
+    assert _cni_release(plan).plain_inputs["values"]["policyCIDRMatchMode"] == ["nodes"]
+    cni = next(r for r in rendered("linode-dev") if r.chart == "cilium")
+    config = next(o for o in cni.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "cilium-config")
+    assert config["data"]["policy-cidr-match-mode"] == "nodes"
+
+
+# --- the metadata service: pods (every namespace) and hostNetwork pods ------------------------------
+
+
+def test_every_pod_is_denied_the_metadata_service_by_a_cilium_clusterwide_policy():
+    plan = plan_stack("linode-dev")
+    policies = plan.by_type("kubernetes:cilium.io/v2:CiliumClusterwideNetworkPolicy")
+    assert len(policies) == 1
+    spec = policies[0].plain_inputs["spec"]
+    assert spec["endpointSelector"] == {}  # every namespace: kubeflow, kube-system, users' own
+    assert spec["egressDeny"] == [{"toCIDR": ["169.254.169.254/32"]}]
+    assert spec["enableDefaultDeny"] == {"egress": False, "ingress": False}  # denies nothing else
+    cni = _cni_release(plan)
+    assert cni.urn in policies[0].dependencies
+    gate = next(r for r in plan.by_type("command:local:Command") if r.name.endswith("nodes-ready"))
+    assert policies[0].urn in gate.dependencies
+
+
+IPTABLES = """#!/bin/sh
+# stand-in: a rule list in $RULES; -C succeeds when the rule is there, -I adds it once
+op=$1; shift
+case "$op" in
+  -C) grep -qxF -- "$*" "$RULES" ;;
+  -I) echo "$*" >> "$RULES" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_the_host_rule_drops_hostnetwork_pod_traffic_and_is_idempotent(tmp_path):
+    import subprocess
+
+    from gpu_platform.components.linode import render
+
+    unit = render.metadata_block_unit()
+    lines = unit.splitlines()
+    pre = [line for line in lines if line.startswith("ExecStartPre=")]
+    starts = [line.removeprefix("ExecStart=") for line in lines if line.startswith("ExecStart=")]
+    assert pre == [f"ExecStartPre=/bin/systemctl start {render.POD_CGROUP}"]  # the cgroup exists before the rule
+    (tmp_path / "iptables").write_text(IPTABLES)
+    (tmp_path / "iptables").chmod(0o755)
+    rules = tmp_path / "rules"
+    rules.touch()
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "RULES": str(rules)}
+    for _ in range(2):  # every boot runs the unit again
+        for command in starts:
+            # systemd runs the line as an argv: /bin/sh -c '<script>'
+            script = command.split(" -c ", 1)[1].strip("'")
+            assert subprocess.run(["/bin/sh", "-c", script], env=env).returncode == 0
+    assert rules.read_text().splitlines() == [
+        "FORWARD -d 169.254.169.254/32 -j DROP",
+        "OUTPUT -d 169.254.169.254/32 -m cgroup --path kubepods.slice -j DROP",
+    ]
+
+
+# --- the CCM/CSI API token: a rotation reaches the pods ------------------------------------------------
+
+
+def test_rotating_the_cluster_api_token_rolls_out_the_ccm_and_the_csi_driver():
+    """Both read the token from their env at start: a Secret updated in place restarts nothing. The
+    Secret's name carries a digest of the token and both releases name it, so a new token changes
+    their pod templates (a rollout), and the plan never shows the token itself."""
+    def names(token: str):
+        cfg = copy.deepcopy(stack_config("linode-dev"))
+        cfg["linode-cluster:token"] = token
+        plan = plan_config(cfg)
+        secret = next(r for r in plan.by_type("kubernetes:core/v1:Secret") if r.name.endswith("-linode-api"))
+        releases = {r.plain_inputs["chart"]: r.plain_inputs["values"]["secretRef"]["name"] for r in plan.by_type(RELEASE)
+                    if r.plain_inputs["chart"] in ("ccm-linode", "linode-blockstorage-csi-driver")}
+        assert token not in json.dumps(plan.by_type(RELEASE)[0].inputs)
+        return secret.plain_inputs["metadata"]["name"], releases
+
+    old_name, old_refs = names("0" * 64)
+    new_name, new_refs = names("1" * 64)
+    assert old_name != new_name and old_name.startswith("linode-api-")
+    assert set(old_refs.values()) == {old_name} and set(new_refs.values()) == {new_name}
+    assert len(old_refs) == 2
