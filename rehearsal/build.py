@@ -16,6 +16,7 @@ while the rest build. Build times go to <cache>/build-times.json.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -157,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     bin_dir, key_dir = root / "bin", root / "keys"
     bin_dir.mkdir(parents=True, exist_ok=True)
     key_dir.mkdir(parents=True, exist_ok=True)
+    # One build at a time per cache: a second `make rehearsal-build` waits, then finds everything cached,
+    # instead of compiling the same packages again beside the first.
+    lock_file = (root / ".build.lock").open("a+")
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"rehearsal-build: another build is writing {root}; waiting for it", flush=True)
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
     versions_path, times_path = bin_dir / "VERSIONS.json", root / "build-times.json"
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
     keys = {c["name"]: build_key(c, env) for c in components}

@@ -198,3 +198,19 @@ def test_lock_errors_name_the_file_and_the_component(tmp_path):
     bad.write_text("[[component]\n")
     with pytest.raises(build.BuildError, match=re.escape(str(bad))):
         build.load_lock(bad)
+
+
+def test_a_second_build_waits_for_the_one_running(cache):
+    import fcntl
+    import threading
+
+    root, built = cache
+    holder = (root / ".build.lock").open("a+")
+    fcntl.flock(holder, fcntl.LOCK_EX)  # the "first" build
+    second = threading.Thread(target=build.main, args=([],))
+    second.start()
+    second.join(timeout=0.5)
+    assert second.is_alive() and built == []
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    second.join(timeout=10)
+    assert not second.is_alive() and built == [c["name"] for c in COMPONENTS]
