@@ -155,17 +155,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rehearsal-build: {exc}", file=sys.stderr)
         return 2
     root = cache_dir()
-    bin_dir, key_dir = root / "bin", root / "keys"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    key_dir.mkdir(parents=True, exist_ok=True)
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    (root / "keys").mkdir(parents=True, exist_ok=True)
     # One build at a time per cache: a second `make rehearsal-build` waits, then finds everything cached,
     # instead of compiling the same packages again beside the first.
-    lock_file = (root / ".build.lock").open("a+")
-    try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"rehearsal-build: another build is writing {root}; waiting for it", flush=True)
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
+    with (root / ".build.lock").open("a+") as lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"rehearsal-build: another build is writing {root}; waiting for it", flush=True)
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+        return build_all(components, env, root, set(args.names), args.jobs)
+
+
+def build_all(components: list[dict], env: dict[str, str], root: Path, only: set[str], jobs: int) -> int:
+    """Build what the cache lacks (all of `components`, or those named in `only`); 1 if any failed."""
+    bin_dir, key_dir = root / "bin", root / "keys"
     versions_path, times_path = bin_dir / "VERSIONS.json", root / "build-times.json"
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
     keys = {c["name"]: build_key(c, env) for c in components}
@@ -185,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for comp in components:
         name = comp["name"]
-        if args.names and name not in args.names:
+        if only and name not in only:
             continue
         if cached(name):
             print(f"  cached  {name:<24} {comp['module']}@{comp['version']}")
@@ -193,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  build   {name:<24} {comp['module']}@{comp['version']} ...", flush=True)
             t0 = time.monotonic()
             try:
-                build(comp, env, bin_dir, args.jobs)
+                build(comp, env, bin_dir, jobs)
             except BuildError as exc:
                 print(f"rehearsal-build: {exc}", file=sys.stderr)
                 failed.append(name)
