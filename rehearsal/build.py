@@ -6,7 +6,8 @@ Each [[component]] of rehearsal/components.lock.toml is built, in the lock's ord
 dependency graph is the committed go.mod/go.sum; the Go module proxy is the only source.
 
 Cache: $GPU_PLATFORM_REHEARSAL_CACHE (default ~/.cache/gpu-platform/rehearsal)/bin/<name>. A binary
-is rebuilt only when its key changes: the sha256 of its lock entry, its wrapper's go.mod, go.sum and
+is rebuilt only when its key changes: the sha256 of its lock entry's build fields (module, version,
+package, wrapper, ldflags_x), its wrapper's go.mod, go.sum and
 *.go files, the go build flags, the Go version and the target platform. Each binary is written under a
 temporary name and renamed into bin/ as soon as it is built, and bin/VERSIONS.json (name ->
 {module, version, package}) is rewritten after each, so a harness can start on the first binaries
@@ -31,6 +32,8 @@ LOCK = HERE / "components.lock.toml"
 WRAPPERS = HERE / "go"
 CACHE_ENV = "GPU_PLATFORM_REHEARSAL_CACHE"
 REQUIRED = ("name", "module", "version", "package", "wrapper", "pin", "ldflags_x")
+# The lock fields that change the binary (not `pin` or `chart`, which only document and test it).
+BUILD_FIELDS = ("name", "module", "version", "package", "wrapper", "ldflags_x")
 # Shared by every build: no cgo (static binaries, no C toolchain needed), paths trimmed and symbols
 # stripped so the same lock gives the same bytes on any machine.
 GO_FLAGS = ["-trimpath", "-mod=readonly"]
@@ -84,7 +87,7 @@ def wrapper_files(wrapper: str) -> list[Path]:
 
 def build_key(comp: dict, env: dict[str, str]) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps(comp, sort_keys=True).encode())
+    h.update(json.dumps({k: comp[k] for k in BUILD_FIELDS}, sort_keys=True).encode())
     for f in wrapper_files(comp["wrapper"]):
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     h.update(" ".join([*GO_FLAGS, LD_BASE]).encode())

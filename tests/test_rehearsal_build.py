@@ -179,6 +179,8 @@ def test_the_key_covers_the_wrappers_go_sum_and_the_go_version(tmp_path, monkeyp
     env = {"GOVERSION": "go1.26.8", "GOOS": "linux", "GOARCH": "amd64"}
     key = build.build_key(comp, env)
     assert build.build_key(comp, dict(env, GOVERSION="go1.27.3")) != key
+    assert build.build_key(dict(comp, ldflags_x={}), env) != key
+    assert build.build_key(dict(comp, pin="reworded"), env) == key  # documentation only: no rebuild
     wrapper = tmp_path / comp["wrapper"]
     wrapper.mkdir()
     for name in ("go.mod", "go.sum"):
