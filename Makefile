@@ -57,6 +57,14 @@ preflight-ci: venv
 	$(PY) -m gpu_platform.preflight charts pull --dest build/charts
 	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m gpu_platform.preflight $$s || rc=1; done; exit $$rc
 
+## Build the rehearsal's Kubernetes components (etcd, kube-apiserver, KWOK, Kueue, ...) from the Go modules
+## pinned in rehearsal/components.lock.toml into $GPU_PLATFORM_REHEARSAL_CACHE/bin (default
+## ~/.cache/gpu-platform/rehearsal/bin); an unchanged lock rebuilds nothing (docs/rehearsal.md).
+## Needs only Go 1.26 and the standard library's Python; `rehearse: rehearsal-build` reuses it.
+.PHONY: rehearsal-build
+rehearsal-build:
+	$(PYTHON) rehearsal/build.py
+
 ## The whole offline test suite (live cloud tests are skipped without credentials).
 ## Without a chart folder ($GPU_PLATFORM_CHARTS, ../shared/charts) the user cache is filled first when the
 ## network allows; offline, `charts ensure` says how to fill one and the chart tests skip saying the same.

@@ -1,0 +1,224 @@
+"""Build the rehearsal's upstream components from their pinned Go modules, cached.
+
+`make rehearsal-build` runs this (standard library only: it runs before any virtualenv exists).
+Each [[component]] of rehearsal/components.lock.toml is built, in the lock's order, with
+`go build -trimpath -mod=readonly` inside its wrapper module (rehearsal/go/<wrapper>), so the exact
+dependency graph is the committed go.mod/go.sum; the Go module proxy is the only source.
+
+Cache: $GPU_PLATFORM_REHEARSAL_CACHE (default ~/.cache/gpu-platform/rehearsal)/bin/<name>. A binary
+is rebuilt only when its key changes: the sha256 of its lock entry's build fields (module, version,
+package, wrapper, ldflags_x), its wrapper's go.mod, go.sum and
+*.go files, the go build flags, the Go version and the target platform. Each binary is written under a
+temporary name and renamed into bin/ as soon as it is built, and bin/VERSIONS.json (name ->
+{module, version, package}) is rewritten after each, so a harness can start on the first binaries
+while the rest build. Build times go to <cache>/build-times.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LOCK = HERE / "components.lock.toml"
+WRAPPERS = HERE / "go"
+CACHE_ENV = "GPU_PLATFORM_REHEARSAL_CACHE"
+REQUIRED = ("name", "module", "version", "package", "wrapper", "pin", "ldflags_x")
+# The lock fields that change the binary (not `pin` or `chart`, which only document and test it).
+BUILD_FIELDS = ("name", "module", "version", "package", "wrapper", "ldflags_x")
+# Shared by every build: no cgo (static binaries, no C toolchain needed), paths trimmed and symbols
+# stripped so the same lock gives the same bytes on any machine.
+GO_FLAGS = ["-trimpath", "-mod=readonly"]
+LD_BASE = "-s -w"
+
+
+class BuildError(Exception):
+    """A failure worth one line to the user (names the file or component)."""
+
+
+def cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "gpu-platform" / "rehearsal"
+
+
+def load_lock(path: Path = LOCK) -> list[dict]:
+    """The lock's components, each checked for the fields the build needs."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise BuildError(f"{path}: {exc}") from None
+    components = doc.get("component")
+    if not isinstance(components, list) or not components:
+        raise BuildError(f"{path}: no [[component]] entries")
+    seen: set[str] = set()
+    for i, comp in enumerate(components):
+        missing = [k for k in REQUIRED if k not in comp]
+        if missing:
+            raise BuildError(f"{path}: component #{i + 1} ({comp.get('name', '?')}) lacks {', '.join(missing)}")
+        if comp["name"] in seen:
+            raise BuildError(f"{path}: component name {comp['name']!r} appears twice")
+        seen.add(comp["name"])
+        if not (WRAPPERS / comp["wrapper"] / "go.mod").is_file():
+            raise BuildError(f"{path}: {comp['name']}: wrapper rehearsal/go/{comp['wrapper']}/go.mod does not exist")
+    return components
+
+
+def go_env() -> dict[str, str]:
+    try:
+        out = subprocess.run(["go", "env", "-json", "GOVERSION", "GOOS", "GOARCH", "GOMODCACHE"],
+                             check=True, capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        raise BuildError("`go` is not on PATH: the rehearsal's components are built with Go >= 1.26") from None
+    return json.loads(out)
+
+
+def wrapper_files(wrapper: str) -> list[Path]:
+    folder = WRAPPERS / wrapper
+    return sorted([folder / "go.mod", folder / "go.sum", *folder.glob("*.go")])
+
+
+def build_key(comp: dict, env: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({k: comp[k] for k in BUILD_FIELDS}, sort_keys=True).encode())
+    for f in wrapper_files(comp["wrapper"]):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update(" ".join([*GO_FLAGS, LD_BASE]).encode())
+    h.update(f"{env['GOVERSION']} {env['GOOS']} {env['GOARCH']} CGO_ENABLED=0".encode())
+    return h.hexdigest()
+
+
+def module_info(comp: dict, env: dict[str, str]) -> dict:
+    """The proxy's .info for module@version (Time; Origin.Hash where the proxy recorded it)."""
+    out = subprocess.run(["go", "mod", "download", "-json", f"{comp['module']}@{comp['version']}"],
+                         cwd=WRAPPERS / comp["wrapper"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise BuildError(f"{comp['name']}: go mod download {comp['module']}@{comp['version']}: {out.stdout}{out.stderr}".strip())
+    info = json.loads(out.stdout)
+    return json.loads(Path(info["Info"]).read_text())
+
+
+def ldflags(comp: dict, info: dict) -> str:
+    version = comp["version"]
+    major, minor = version.lstrip("v").split(".")[:2]
+    values = {
+        "version": version,
+        "version_bare": version.lstrip("v"),
+        "major": major,
+        "minor": minor,
+        "date": info.get("Time", ""),
+        "commit": (info.get("Origin") or {}).get("Hash", "unknown"),
+    }
+    flags = [LD_BASE]
+    for var, template in sorted(comp["ldflags_x"].items()):
+        flags.append(f"-X '{var}={template.format(**values)}'")
+    return " ".join(flags)
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def build(comp: dict, env: dict[str, str], bin_dir: Path, jobs: int) -> None:
+    target = bin_dir / comp["name"]
+    tmp = bin_dir / f".{comp['name']}.building.{os.getpid()}"
+    cmd = ["nice", "-n", "10", "go", "build", "-p", str(jobs), *GO_FLAGS,
+           "-ldflags", ldflags(comp, module_info(comp, env)), "-o", str(tmp), comp["package"]]
+    proc = subprocess.run(cmd, cwd=WRAPPERS / comp["wrapper"], env={**os.environ, "CGO_ENABLED": "0"},
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(f"{comp['name']}: `go build {comp['package']}` in rehearsal/go/{comp['wrapper']} failed:\n"
+                         f"{proc.stdout}{proc.stderr}".rstrip())
+    os.replace(tmp, target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rehearsal-build", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="build only these components (default: all in the lock)")
+    parser.add_argument("-p", "--jobs", type=int, default=2, help="go build -p (default 2)")
+    args = parser.parse_args(argv)
+    try:
+        components = load_lock()
+        unknown = sorted(set(args.names) - {c["name"] for c in components})
+        if unknown:
+            raise BuildError(f"unknown component(s) {', '.join(unknown)}; the lock has "
+                             f"{', '.join(c['name'] for c in components)}")
+        env = go_env()
+    except BuildError as exc:
+        print(f"rehearsal-build: {exc}", file=sys.stderr)
+        return 2
+    root = cache_dir()
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    (root / "keys").mkdir(parents=True, exist_ok=True)
+    # One build at a time per cache: a second `make rehearsal-build` waits, then finds everything cached,
+    # instead of compiling the same packages again beside the first.
+    with (root / ".build.lock").open("a+") as lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"rehearsal-build: another build is writing {root}; waiting for it", flush=True)
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+        return build_all(components, env, root, set(args.names), args.jobs)
+
+
+def build_all(components: list[dict], env: dict[str, str], root: Path, only: set[str], jobs: int) -> int:
+    """Build what the cache lacks (all of `components`, or those named in `only`); 1 if any failed."""
+    bin_dir, key_dir = root / "bin", root / "keys"
+    versions_path, times_path = bin_dir / "VERSIONS.json", root / "build-times.json"
+    times = json.loads(times_path.read_text()) if times_path.is_file() else {}
+    keys = {c["name"]: build_key(c, env) for c in components}
+
+    def cached(name: str) -> bool:
+        key_file = key_dir / name
+        return (bin_dir / name).is_file() and key_file.is_file() and key_file.read_text() == keys[name]
+
+    def entry(comp: dict) -> dict:
+        return {"module": comp["module"], "version": comp["version"], "package": comp["package"]}
+
+    # VERSIONS.json names only binaries that match the lock as it is now (a moved pin drops its entry
+    # until the new binary is in place).
+    versions = {c["name"]: entry(c) for c in components if cached(c["name"])}
+    write_json(versions_path, versions)
+    failed: list[str] = []
+    started = time.monotonic()
+    for comp in components:
+        name = comp["name"]
+        if only and name not in only:
+            continue
+        if cached(name):
+            print(f"  cached  {name:<24} {comp['module']}@{comp['version']}")
+        else:
+            print(f"  build   {name:<24} {comp['module']}@{comp['version']} ...", flush=True)
+            t0 = time.monotonic()
+            try:
+                build(comp, env, bin_dir, jobs)
+            except BuildError as exc:
+                print(f"rehearsal-build: {exc}", file=sys.stderr)
+                failed.append(name)
+                continue
+            seconds = round(time.monotonic() - t0, 1)
+            (key_dir / name).write_text(keys[name])
+            times[name] = {"seconds": seconds, "go": env["GOVERSION"], "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            write_json(times_path, times)
+            print(f"  built   {name:<24} in {seconds:.0f} s", flush=True)
+        versions[name] = entry(comp)
+        write_json(versions_path, versions)
+    print(f"rehearsal-build: {bin_dir} ({time.monotonic() - started:.1f} s)")
+    if failed:
+        print(f"rehearsal-build: FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""The rehearsal's component lock (rehearsal/components.lock.toml) agrees with its Go wrapper modules and
+with the program's pins, and the build cache skips what is already built. Builds nothing: go.mod files
+are read by `go mod edit -json` (Go's own parser, offline), charts from ../shared/charts."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_platform.components.platform import versions
+from gpu_platform.preflight.fit.run import default_chart_dirs
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("rehearsal_build", ROOT / "rehearsal" / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
+
+COMPONENTS = build.load_lock()
+BY_NAME = {c["name"]: c for c in COMPONENTS}
+# The binaries the rehearsal harness starts, in the order they are built (the harness can start etcd and
+# the API server while the controllers still build).
+HARNESS_ORDER = ["etcd", "kube-apiserver", "kwok", "kube-scheduler", "kube-controller-manager",
+                 "kueue-manager", "jobset-manager", "trainer-manager", "prometheus-operator"]
+
+
+@functools.cache
+def go_mod(wrapper: str) -> dict:
+    out = subprocess.run(["go", "mod", "edit", "-json"], cwd=ROOT / "rehearsal" / "go" / wrapper,
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def requires(wrapper: str) -> dict[str, str]:
+    return {r["Path"]: r["Version"] for r in go_mod(wrapper).get("Require") or []}
+
+
+def chart_file(archive: str, member: str) -> dict:
+    for folder in default_chart_dirs(ROOT):
+        path = folder / archive
+        if path.is_file():
+            with tarfile.open(path) as tar:
+                return yaml.safe_load(tar.extractfile(member).read())
+    pytest.fail(f"chart archive {archive} is not in {[str(d) for d in default_chart_dirs(ROOT)]}: "
+                "a chart pin moved without rehearsal/components.lock.toml (or the charts are missing)")
+
+
+def dotted(doc: dict, key: str):
+    for part in key.split("."):
+        doc = doc[part]
+    return doc
+
+
+def test_lock_names_the_harness_binaries_in_build_order():
+    names = [c["name"] for c in COMPONENTS]
+    assert names[:len(HARNESS_ORDER)] == HARNESS_ORDER
+
+
+@pytest.mark.parametrize("comp", COMPONENTS, ids=lambda c: c["name"])
+def test_wrapper_pins_the_locked_module_and_names_its_package(comp):
+    mod = go_mod(comp["wrapper"])
+    assert requires(comp["wrapper"]).get(comp["module"]) == comp["version"], (
+        f"rehearsal/go/{comp['wrapper']}/go.mod does not require {comp['module']} {comp['version']} "
+        "(run `go get -tool <package>@<version>` there after moving the lock)")
+    assert comp["package"] in {t["Path"] for t in mod.get("Tool") or []}
+    assert comp["package"] == comp["module"] or comp["package"].startswith(comp["module"] + "/")
+    assert (ROOT / "rehearsal" / "go" / comp["wrapper"] / "go.sum").is_file()
+
+
+@pytest.mark.parametrize("wrapper", sorted({c["wrapper"] for c in COMPONENTS}))
+def test_wrapper_builds_with_the_projects_go(wrapper):
+    # Go 1.26 on the CI machine: a wrapper asking for a newer Go would need GOTOOLCHAIN everywhere.
+    assert tuple(int(x) for x in go_mod(wrapper)["Go"].split(".")[:2]) <= (1, 26)
+
+
+@pytest.mark.parametrize("wrapper", sorted({c["wrapper"] for c in COMPONENTS}))
+def test_kubernetes_libraries_agree_within_each_wrapper(wrapper):
+    """k8s.io/api, apimachinery, client-go, apiserver and component-base are released together and used
+    together; a skewed pair is a broken graph. (Others may trail as upstream has them: JobSet v0.11.0's own
+    go.mod keeps apiextensions-apiserver v0.34.1 from controller-runtime.)"""
+    core = ("k8s.io/api", "k8s.io/apimachinery", "k8s.io/client-go", "k8s.io/apiserver", "k8s.io/component-base")
+    req = requires(wrapper)
+    staging = {p: req[p] for p in core if p in req}
+    minors = {".".join(v.split(".")[:2]) for v in staging.values()}
+    assert len(minors) <= 1, f"rehearsal/go/{wrapper}: Kubernetes libraries at several minors: {staging}"
+
+
+def test_kubernetes_staging_modules_are_all_replaced_by_the_matching_release():
+    comp = BY_NAME["kube-apiserver"]
+    staging_version = "v0." + comp["version"].split(".", 1)[1]  # v1.35.4 -> v0.35.4
+    mod = go_mod(comp["wrapper"])
+    replaced = {r["Old"]["Path"]: r["New"] for r in mod.get("Replace") or []}
+    assert len(replaced) >= 30, "k8s.io/kubernetes has ~31 staging modules; each needs a replace"
+    for path, new in replaced.items():
+        assert new == {"Path": path, "Version": staging_version}, f"{path} => {new}, expected {staging_version}"
+    unpinned = [p for p, v in requires(comp["wrapper"]).items()
+                if p.startswith("k8s.io/") and v.startswith("v0.35.") and p not in replaced]
+    assert not unpinned, f"staging modules required without a replace: {unpinned}"
+
+
+def test_control_plane_is_the_stacks_kubernetes_minor():
+    minor = ".".join(BY_NAME["kube-apiserver"]["version"].lstrip("v").split(".")[:2])
+    for name in ("kube-scheduler", "kube-controller-manager"):
+        assert BY_NAME[name]["version"] == BY_NAME["kube-apiserver"]["version"]
+    for stack in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
+        config = yaml.safe_load(stack.read_text())["config"]
+        assert str(config["gpu-platform:kubernetesVersion"]) == minor, (
+            f"{stack.name} runs Kubernetes {config['gpu-platform:kubernetesVersion']}, the lock builds {minor}")
+
+
+def test_etcd_is_the_minor_kubernetes_is_built_against():
+    etcd_client = requires("kubernetes")["go.etcd.io/etcd/client/v3"]
+    assert BY_NAME["etcd"]["version"].split(".")[:2] == etcd_client.split(".")[:2]
+
+
+@pytest.mark.parametrize("comp", [c for c in COMPONENTS if "chart" in c], ids=lambda c: c["name"])
+def test_lock_matches_the_chart_the_program_installs(comp):
+    chart = comp["chart"]
+    archive = chart["archive"]
+    if "release" in chart:
+        archive = archive.format(chart_version=versions.ALL_CHARTS[chart["release"]].version)
+    value = str(dotted(chart_file(archive, chart["file"]), chart["key"]))
+    assert chart.get("prefix", "") + value == comp["version"], (
+        f"{archive} {chart['file']} {chart['key']} is {value}; rehearsal/components.lock.toml "
+        f"builds {comp['name']} {comp['version']}")
+
+
+def test_kueue_skew_binaries_are_the_trainer_kueue_is_built_against():
+    assert requires("kueue")["github.com/kubeflow/trainer/v2"] == BY_NAME["trainer-manager-2.2.1"]["version"]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(build, "go_env", lambda: {"GOVERSION": "go1.26.8", "GOOS": "linux", "GOARCH": "amd64"})
+    built: list[str] = []
+
+    def fake_build(comp, env, bin_dir, jobs):
+        built.append(comp["name"])
+        (bin_dir / comp["name"]).write_text("binary")
+
+    monkeypatch.setattr(build, "build", fake_build)
+    return tmp_path, built
+
+
+def test_second_build_with_an_unchanged_lock_builds_nothing(cache):
+    root, built = cache
+    assert build.main([]) == 0
+    assert built == [c["name"] for c in COMPONENTS]
+    built.clear()
+    assert build.main([]) == 0
+    assert built == []
+    listed = json.loads((root / "bin" / "VERSIONS.json").read_text())
+    assert listed["kueue-manager"] == {"module": "sigs.k8s.io/kueue", "version": BY_NAME["kueue-manager"]["version"],
+                                       "package": "sigs.k8s.io/kueue/cmd/kueue"}
+    assert set(listed) == set(BY_NAME)
+
+
+def test_a_moved_pin_rebuilds_only_its_component(cache, monkeypatch):
+    root, built = cache
+    assert build.main([]) == 0
+    built.clear()
+    moved = [dict(c, version="v0.19.3") if c["name"] == "kueue-manager" else c for c in COMPONENTS]
+    monkeypatch.setattr(build, "load_lock", lambda: moved)
+    assert build.main([]) == 0
+    assert built == ["kueue-manager"]
+    assert json.loads((root / "bin" / "VERSIONS.json").read_text())["kueue-manager"]["version"] == "v0.19.3"
+
+
+def test_the_key_covers_the_wrappers_go_sum_and_the_go_version(tmp_path, monkeypatch):
+    comp = BY_NAME["jobset-manager"]
+    env = {"GOVERSION": "go1.26.8", "GOOS": "linux", "GOARCH": "amd64"}
+    key = build.build_key(comp, env)
+    assert build.build_key(comp, dict(env, GOVERSION="go1.27.3")) != key
+    assert build.build_key(dict(comp, ldflags_x={}), env) != key
+    assert build.build_key(dict(comp, pin="reworded"), env) == key  # documentation only: no rebuild
+    wrapper = tmp_path / comp["wrapper"]
+    wrapper.mkdir()
+    for name in ("go.mod", "go.sum"):
+        (wrapper / name).write_bytes((build.WRAPPERS / comp["wrapper"] / name).read_bytes())
+    monkeypatch.setattr(build, "WRAPPERS", tmp_path)
+    assert build.build_key(comp, env) == key
+    with (wrapper / "go.sum").open("a") as f:
+        f.write("example.com/x v1.0.0 h1:AAAA=\n")
+    assert build.build_key(comp, env) != key
+
+
+def test_lock_errors_name_the_file_and_the_component(tmp_path):
+    bad = tmp_path / "components.lock.toml"
+    bad.write_text('[[component]]\nname = "etcd"\nmodule = "go.etcd.io/etcd/server/v3"\n')
+    with pytest.raises(build.BuildError, match=r"components.lock.toml: component #1 \(etcd\) lacks version"):
+        build.load_lock(bad)
+    bad.write_text("[[component]\n")
+    with pytest.raises(build.BuildError, match=re.escape(str(bad))):
+        build.load_lock(bad)
+
+
+def test_a_second_build_waits_for_the_one_running(cache):
+    import fcntl
+    import threading
+
+    root, built = cache
+    holder = (root / ".build.lock").open("a+")
+    fcntl.flock(holder, fcntl.LOCK_EX)  # the "first" build
+    second = threading.Thread(target=build.main, args=([],))
+    second.start()
+    second.join(timeout=0.5)
+    assert second.is_alive() and built == []
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    second.join(timeout=10)
+    assert not second.is_alive() and built == [c["name"] for c in COMPONENTS]
