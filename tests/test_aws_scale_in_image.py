@@ -154,12 +154,15 @@ def test_the_plan_deploys_the_controller_by_digest_and_splits_the_grace():
     (c,) = pod["containers"]
     assert c["image"] == DIGEST and "initContainers" not in pod and "command" not in c
     env = {e["name"]: e["value"] for e in c["env"]}
-    assert env["ASG_NAMES"] == "gpu-prod-gpu-a10g,gpu-prod-gpu-l4x4" and env["GRACE_SECONDS"] == "780"
+    # one group per pool and zone (issue 22): a10g over three zones, l4x4 (max 2) over two
+    zonal = ["gpu-prod-gpu-a10g-us-east-1a", "gpu-prod-gpu-a10g-us-east-1b", "gpu-prod-gpu-a10g-us-east-1c",
+             "gpu-prod-gpu-l4x4-us-east-1a", "gpu-prod-gpu-l4x4-us-east-1b"]
+    assert env["ASG_NAMES"] == ",".join(zonal) and env["GRACE_SECONDS"] == "780"
     assert not [m for m in plan.by_type("kubernetes:core/v1:ConfigMap") if "scale-in-protection" in m.urn]
     policy = json.loads(plan.one("aws:iam/rolePolicy:RolePolicy", "scale-in-protection").inputs["policy"])
     protect = next(s for s in policy["Statement"] if s["Action"] == ["autoscaling:SetInstanceProtection"])
-    assert sorted(r.rsplit("/", 1)[1] for r in protect["Resource"]) == ["gpu-prod-gpu-a10g", "gpu-prod-gpu-l4x4"]
-    asg = plan.one("aws:autoscaling/group:Group", "gpu-a10g").inputs
+    assert sorted(r.rsplit("/", 1)[1] for r in protect["Resource"]) == zonal
+    asg = plan.one("aws:autoscaling/group:Group", "gpu-a10g-us-east-1a").inputs
     tags = {t["key"]: t["value"] for t in asg["tags"]}
     assert asg["protectFromScaleIn"] is True
     # 13 min with the controller + 2 min the autoscaler = the stack's 15 min grace, once
