@@ -152,6 +152,7 @@ def test_a_replaced_worker_joins_with_material_valid_when_it_boots(monkeypatch):
     install a Kubernetes minor frozen in it: the program renews the worker's own token on every run, and
     the worker asks the API server which version to install."""
     cfg = stack_config("linode-dev")
+    cfg["gpu-platform:gpuPools"][0]["minNodes"] = 1  # a Pulumi-owned GPU worker (linode-dev autoscales it)
     monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-23")
     first = plan_config(cfg)
     monkeypatch.setenv("GPU_PLATFORM_TODAY", "2027-01-20")  # 8 weeks later: the replacement's `pulumi up`

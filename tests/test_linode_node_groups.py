@@ -212,6 +212,11 @@ def test_scale_up_creates_instances_with_the_pools_type_region_tags_and_the_prog
         doc = user_data_of(made[label])
         paths = {f["path"] for f in doc["write_files"]}
         assert {render.BOOTSTRAP_SCRIPT_PATH, render.NVIDIA_SCRIPT_PATH, render.INSTALL_SCRIPT_PATH} <= paths
+        # ... installing the version the API server runs: it asks the endpoint, trusting the cluster CA
+        # (from the provider's service account), like the program's own workers.
+        files = {f["path"]: f["content"] for f in doc["write_files"]}
+        assert files[render.CLUSTER_CA_PATH] == (pki / "cluster-ca.crt").read_text()
+        assert f"--cacert {render.CLUSTER_CA_PATH} \"https://10.0.0.10:6443/version\"" in files[render.INSTALL_SCRIPT_PATH]
         join, _kubelet = join_config_of(made[label])
         # ... joining with a token minted now, pinned to the cluster CA, with the pool's labels and taint.
         boot = join["discovery"]["bootstrapToken"]

@@ -18,6 +18,8 @@ from gpu_platform.preflight.runner import Plan, run_program, stack_input_from_ma
 
 BASE: dict[str, Any] = {
     "gpu-platform:cloud": "linode",
+    # A minor the pinned Cilium is tested on (kubernetes-versions.yaml cni:); the default (newest) may not be.
+    "gpu-platform:kubernetesVersion": "1.35",
     "gpu-platform:environment": "test",
     "gpu-platform:owner": "ml-platform",
     "gpu-platform:costCenter": "research",

@@ -473,7 +473,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 deploy_token=args.deploy_token or args.api_token, firewall_id=firewall.id, subnet_id=subnet.id,
                 control_plane_endpoint=endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint),
                 k8s_provider=provider, network=[firewall, subnet]),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*installed.ready, self.join_token]))
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*installed.ready]))
 
         expected_json = json.dumps(expected, sort_keys=True)
         nodes_ready = command.local.Command(

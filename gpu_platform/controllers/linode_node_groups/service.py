@@ -190,9 +190,12 @@ class NodeGroups:
         cluster = render.ClusterSpec(name=s.cluster, kubernetes_minor=s.kubernetes_minor,
                                      control_plane_endpoint=s.control_plane_endpoint, pod_cidr=s.pod_cidr,
                                      service_cidr=s.service_cidr, cert_sans=())
+        ca_pem = self.kube.cluster_ca_pem()
         join = render.kubeadm_worker_join_config(cluster, node, render.bootstrap_token(token_id, token_secret),
-                                                 render.discovery_hash(self.kube.cluster_ca_pem()))
-        doc = render.node_user_data("join", node, join, s.kubernetes_minor, gpu=pool.gpus_per_node > 0)
+                                                 render.discovery_hash(ca_pem))
+        # The worker asks the API server its version at boot and installs that (render.install_kubernetes_script).
+        doc = render.node_user_data("join", node, join, s.kubernetes_minor, gpu=pool.gpus_per_node > 0,
+                                    endpoint=s.control_plane_endpoint, cluster_ca_pem=ca_pem)
         return render.encode_user_data(doc)
 
     # --- scale down ----------------------------------------------------------------------
