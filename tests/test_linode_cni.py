@@ -149,3 +149,18 @@ def test_rotating_the_cluster_api_token_rolls_out_the_ccm_and_the_csi_driver():
     assert old_name != new_name and old_name.startswith("linode-api-")
     assert set(old_refs.values()) == {old_name} and set(new_refs.values()) == {new_name}
     assert len(old_refs) == 2
+
+
+def test_an_unset_kubernetes_version_defaults_to_the_newest_minor_the_cni_is_tested_on():
+    """Without kubernetesVersion a Linode stack got the newest minor in support (1.36), which no pinned
+    Cilium is tested on: a stack that set nothing was refused naming linode.cni."""
+    cfg = _cfg()
+    cfg.pop("gpu-platform:kubernetesVersion", None)
+    parsed = parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev")
+    assert not parsed.kubernetes_version_pinned
+    assert versions.cni_chart("cilium", parsed.kubernetes_version) is not None, parsed.kubernetes_version
+    calendar = load_calendar()
+    assert parsed.kubernetes_version == max(
+        (m for m in calendar.allowed_minors("linode", None)
+         if any(m in calendar.cni_kubernetes("cilium", c) for c in calendar.cni_minors("cilium"))),
+        key=lambda m: tuple(map(int, m.split("."))))

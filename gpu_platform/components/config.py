@@ -127,7 +127,9 @@ class StackConfig(Model):
         if not pinned and data.get("cloud") in CLOUDS:
             from gpu_platform.components.kubernetes_version import default_minor
 
-            data = {**data, "kubernetesVersion": default_minor(data["cloud"])}
+            linode = data.get("linode") if isinstance(data.get("linode"), dict) else {}
+            cni = linode.get("cni", LinodeSection.model_fields["cni"].default) if data["cloud"] == "linode" else None
+            data = {**data, "kubernetesVersion": default_minor(data["cloud"], cni=cni if isinstance(cni, str) else None)}
         model = handler(data)
         model._kubernetes_version_pinned = pinned
         return model

@@ -34,9 +34,16 @@ def extended_chosen(cfg: "StackConfig") -> bool:
     return False
 
 
-def default_minor(cloud: str, on: DateLike = None, calendar: Optional[Calendar] = None) -> Optional[str]:
-    """The newest minor in standard support for the cloud on the day (None if the calendar has none)."""
-    allowed = (calendar or load_calendar()).allowed_minors(cloud, on)
+def default_minor(cloud: str, on: DateLike = None, calendar: Optional[Calendar] = None,
+                  cni: Optional[str] = None) -> Optional[str]:
+    """The newest minor in standard support for the cloud on the day (None if the calendar has none); with
+    `cni` (Linode, which installs its own), the newest of those the CNI's compatibility rows list, so an
+    unset kubernetesVersion never lands on a minor the stack's CNI is refused on."""
+    cal = calendar or load_calendar()
+    allowed = cal.allowed_minors(cloud, on)
+    if cni is not None:
+        tested = {k for cni_minor in cal.cni_minors(cni) for k in cal.cni_kubernetes(cni, cni_minor)}
+        allowed = [m for m in allowed if m in tested] or allowed  # none tested: linode.cni's check says why
     return allowed[-1] if allowed else None
 
 
