@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                              "../shared/charts; fill one with `python -m gpu_platform.preflight charts pull`)")
     parser.add_argument("--allow-missing-chart", action="append", default=[], metavar="NAME",
                         help="report releases of this chart as NOT RENDERED instead of failing (repeatable)")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="then rehearse the stack on a throwaway local Kubernetes control plane with the platform's "
+                             "controllers (components built by `make rehearsal-build`; docs/rehearsal.md); exit 3 if it fails")
     args = parser.parse_args(argv)
     if bool(args.stack) == bool(args.stack_file):
         parser.error("give a stack name or --stack-file, not both")
@@ -326,7 +329,15 @@ class Run:
         self.details.append(bill)
         if self.verbose:
             self.details.append("Wrote " + "; ".join(files))
-        return self.finish(status, out)
+        code = self.finish(status, out)
+        if args.rehearse:
+            from gpu_platform.rehearsal.cli import rehearse_after_preflight
+
+            # The rehearsal runs whatever preflight's verdict: where they disagree, one of them is wrong.
+            rehearsed = rehearse_after_preflight(args.stack, self.cfg, plan, fit_result, out,
+                                                 self.err if self.json else self.out_console)
+            code = max(code, rehearsed)
+        return code
 
 
 def _run_cli() -> int:
