@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STACK ?= gcp-prod
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: dist venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci test test-live bench clean
+.PHONY: dist venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci rehearse test test-live bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@echo "Building $(VENV) from requirements-dev.txt (first run only, a few minutes; pip prints what it installs)"
@@ -47,6 +47,12 @@ preflight: venv
 
 preflight-all: venv
 	@for s in $(STACKS); do $(PY) -m gpu_platform.preflight $$s --quiet || exit $$?; done
+
+## Preflight, then rehearse STACK on a throwaway local control plane with the platform's controllers
+## (docs/rehearsal.md): exit 3 if any workload, scenario or controller fails. The components come from
+## `make rehearsal-build` (the rehearsal names any that are missing).
+rehearse: venv
+	$(PY) -m gpu_platform.preflight $(STACK) --rehearse $(PREFLIGHT_FLAGS)
 
 ## CI (network): pull the pinned charts, then preflight every stack, each writing
 ## build/<stack>/preflight.json (`python -m gpu_platform.preflight summary build` tabulates them); fails if any fails.
