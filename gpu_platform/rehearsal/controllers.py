@@ -191,6 +191,15 @@ def wait_ready(ctl: Controller, ca_pem_file: str, timeout: float = READY_TIMEOUT
 _ERROR = re.compile(r'"level"\s*:\s*"(error|fatal|panic)"|\tERROR\t|^E\d{4} |level=error|\bpanic:', re.I)
 
 
+# Error lines that fail the rehearsal: RBAC refusals, crashes, a manager that cannot start or watch. Other
+# error lines (a reconcile retried after an optimistic-concurrency conflict) are reported, not failed.
+_FATAL = re.compile(r"forbidden|panic|fatal|unable to (start|create|set ?up|run)|failed to (list|watch|start|get informer)", re.I)
+
+
+def fatal(lines: list[str]) -> list[str]:
+    return [ln for ln in lines if _FATAL.search(ln)]
+
+
 def error_lines(log: Path, limit: int = 40) -> list[str]:
     try:
         lines = log.read_text(errors="replace").splitlines()

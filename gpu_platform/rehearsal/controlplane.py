@@ -148,7 +148,7 @@ class ControlPlane:
             f"--enable-admission-plugins={','.join(plugins)}", "--allow-privileged=true",
             "--endpoint-reconciler-type=none", "--profiling=false", f"--cert-dir={self.tmp / 'apiserver-certs'}"])
         self.client = Client("127.0.0.1", self.port, self.ca_file, token)
-        self._wait(apiserver, "kube-apiserver /readyz", lambda: self.client.request("GET", "/readyz") is not None or True)
+        self._wait(apiserver, "kube-apiserver /readyz", lambda: self.client.request("GET", "/readyz") == "ok")
         self.server = f"https://127.0.0.1:{self.port}"
         admin_kc = pki.write(self.tmp / "admin.kubeconfig", kubeconfig(self.server, self.ca_file, token).encode(), private=True)
         self.admin_kubeconfig = admin_kc

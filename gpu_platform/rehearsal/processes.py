@@ -3,8 +3,8 @@ stopped (SIGTERM to the group, then SIGKILL) when the rehearsal ends, however it
 
 from __future__ import annotations
 
-import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,20 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-_PR_SET_PDEATHSIG = 1
+# util-linux's setpriv (Debian: essential) sets the parent-death signal and execs the component: if the
+# rehearsal itself is killed (SIGKILL), the kernel ends its children too. (No preexec_fn: the rehearsal
+# has threads when it starts the controllers.)
+_SETPRIV = shutil.which("setpriv")
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _child_setup() -> None:  # runs in the child between fork and exec
-    try:  # if the rehearsal itself is killed (SIGKILL), the kernel ends its children too
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 @dataclass
@@ -60,8 +56,9 @@ class ProcessGroup:
         log = self.log_dir / f"{name}.log"
         fh = open(log, "wb")
         try:
-            popen = subprocess.Popen([str(a) for a in argv], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, preexec_fn=_child_setup, env=env, cwd=cwd)
+            prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+            popen = subprocess.Popen(prefix + [str(a) for a in argv], stdout=fh, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env, cwd=cwd)
         finally:
             fh.close()
         proc = Proc(name, [str(a) for a in argv], log, popen)

@@ -51,13 +51,23 @@ def render(doc: dict[str, Any], console: Console) -> None:
         console.print(Text(f"  NOT REHEARSED: {n}", style="yellow"))
     for h in doc["hooks"]:
         console.print(f"  hook {h['hook']} {h['object']} ({h['release']}): {h['action']}", highlight=False, markup=False)
+    for c in doc["cloudObjects"]:
+        console.print(f"  created as the cloud does: {c}", highlight=False)
+    if doc["volumesProvisioned"]:
+        console.print(f"  volumes provisioned by the rehearsal (stand-in for the CSI driver): {', '.join(doc['volumesProvisioned'])}",
+                      highlight=False)
     for ns in doc["namespacesCreated"]:
         console.print(f"  namespace {ns} created (a release installs into it without declaring it)", highlight=False)
     for r in doc["refused"]:
         console.print(Text(f"  REFUSED {r['kind']} {(r['namespace'] + '/') if r['namespace'] else ''}{r['name']} "
                            f"({r['release']}): {r['message']}", style="red"))
+    from gpu_platform.rehearsal.controllers import fatal
+
     for name, lines in doc["controllerErrors"].items():
-        console.print(Text(f"  {name}: {len(lines)} error line(s) in its log, first: {lines[0][:300]}", style="red"))
+        bad = fatal(lines)
+        first = (bad or lines)[0][:400]
+        console.print(Text(f"  {name}: {len(lines)} error line(s) in its log ({len(bad)} failing the rehearsal), "
+                           f"{'first failing' if bad else 'first'}: {first}", style="red" if bad else "yellow"))
     for e in doc["controlPlaneErrors"]:
         console.print(Text(f"  control plane: {e}", style="red"))
     console.print(f"  logs: {doc['logs']}", highlight=False)

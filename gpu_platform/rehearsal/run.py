@@ -16,6 +16,7 @@ from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.install import InstallLog, Installer, order_releases
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind
 from gpu_platform.rehearsal.nodes import create_nodes
+from gpu_platform.rehearsal.volumes import CLOUD_STORAGE_CLASSES, Provisioner
 from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario
 
 REPORT = "rehearsal.json"
@@ -34,6 +35,8 @@ class Rehearsal:
     workloads: list[dict] = field(default_factory=list)
     scenarios: list[Scenario] = field(default_factory=list)
     not_rehearsed: list[str] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)
+    cloud_objects: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     error: Optional[str] = None
     versions: dict = field(default_factory=dict)
@@ -43,7 +46,7 @@ class Rehearsal:
     def failed(self) -> bool:
         return bool(self.error or self.install.refused or any(s.status != "PASS" for s in self.scenarios)
                     or any(c["status"] != "running" for c in self.controllers) or self.control_plane_errors
-                    or any(self.controller_errors.values()))
+                    or any(ctlmod.fatal(lines) for lines in self.controller_errors.values()))
 
     def to_json(self) -> dict[str, Any]:
         return {"stack": self.stack, "status": "FAIL" if self.failed else "PASS", "error": self.error,
@@ -52,7 +55,8 @@ class Rehearsal:
                 "webhooks": self.install.webhooks, "controllers": self.controllers,
                 "controllerErrors": self.controller_errors, "controlPlaneErrors": self.control_plane_errors,
                 "workloads": self.workloads, "scenarios": [s.to_json() for s in self.scenarios],
-                "notRehearsed": self.not_rehearsed, "timings": self.timings, "versions": self.versions, "logs": self.logs}
+                "notRehearsed": self.not_rehearsed, "volumesProvisioned": self.volumes,
+                "cloudObjects": self.cloud_objects, "timings": self.timings, "versions": self.versions, "logs": self.logs}
 
 
 def _run_hook_job(installer: Installer, client, server: str, ca_file: str):
@@ -113,10 +117,15 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
         client = cp.client
         run_dir = Path(cp.tmp)
         ca_file = str(pki.write(run_dir / "webhook-ca.crt", ca_pem))
+        provisioner = None
         try:
             t = time.monotonic()
             result.nodes = create_nodes(client, model)
             result.timings["nodes"] = round(time.monotonic() - t, 1)
+            for sc_obj in CLOUD_STORAGE_CLASSES.get(model.cloud, []):
+                client.apply(sc_obj)
+                result.cloud_objects.append(f"StorageClass {sc_obj['metadata']['name']} (the cloud creates it)")
+            provisioner = Provisioner(client).start()
             by_release: dict[str, list] = {}
             for ctl in controllers:
                 if ctl.status != "not-built":
@@ -155,6 +164,9 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
         except (ApiError, UnknownKind, TimeoutError, OSError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"
         finally:
+            if provisioner is not None:
+                provisioner.stop()
+                result.volumes = list(provisioner.made)
             result.control_plane_errors = cp.check_running()
             for ctl in controllers:
                 if ctl.proc is not None and not ctl.proc.alive and ctl.status == "running":
