@@ -68,8 +68,10 @@ test-live: venv
 	$(PY) -m pytest -q -m live tests
 
 ## Preflight wall time per stack, chart rendering included (target: under 6 s each on 2 cores).
+## Then `preflight --rehearse` per stack (target: under 3 min each with the components built; docs/rehearsal.md).
 bench: venv
 	$(PY) -m gpu_platform.preflight.bench $(STACKS)
+	$(PY) -m gpu_platform.rehearsal.bench $(STACKS)
 
 ## The release wheel into dist/, built offline with the pinned setuptools (pyproject.toml).
 dist: venv
