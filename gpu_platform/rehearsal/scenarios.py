@@ -138,6 +138,22 @@ def _workload_state(client: Client, obj: dict, nodes: dict[str, dict]) -> dict:
             "pending": pending, "live": live, "pods": pods}
 
 
+def _why_no_pods(client: Client, live: dict) -> str:
+    """Why a workload has fewer pods than it wants: its ReplicaFailure condition (a Deployment copies
+    its ReplicaSet's, e.g. Pod Security's refusal), else the newest Warning event of it or its ReplicaSets."""
+    cond = _conditions(live).get("ReplicaFailure")
+    if cond and cond.get("status") == "True":
+        return cond.get("message") or cond.get("reason") or ""
+    ns, name = live["metadata"].get("namespace"), live["metadata"]["name"]
+    try:
+        events = [e for e in client.list("v1", "Event", ns) if e.get("type") == "Warning"
+                  and (e.get("involvedObject") or {}).get("name", "").startswith(name)]
+    except (ApiError, UnknownKind):
+        return ""
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return events[-1].get("message", "") if events else ""
+
+
 def workloads_ready(ctx: Context) -> Scenario:
     sc = Scenario("workloads", "every Deployment/StatefulSet/DaemonSet Ready on the node group cluster fit intends")
     objs = [(rel.name, o) for rel in ctx.releases if rel.rendered and rel.source != "example"
@@ -160,7 +176,7 @@ def workloads_ready(ctx: Context) -> Scenario:
             sc.fail(f"{key} ({rel}): not created")
             continue
         if s["ready"] < s["want"]:
-            why = "; ".join(s["pending"][:3]) or "pods not Ready"
+            why = "; ".join(s["pending"][:3]) or _why_no_pods(ctx.client, s["live"]) or "pods not Ready"
             sc.fail(f"{key} ({rel}): {s['ready']}/{s['want']} Ready ({why})")
         if s["kind"] == "DaemonSet":
             spec = s["live"]["spec"]["template"]["spec"]
