@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import itertools
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -29,6 +32,9 @@ INSTALL_ORDER = ["PriorityClass", "Namespace", "NetworkPolicy", "ResourceQuota",
                  "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 REWRITTEN = "webhook clientConfig rewritten to local process"
+# Objects of one kind rank go to the API server in parallel (they do not depend on each other: Helm
+# sends them in one batch too); ranks stay in order.
+PARALLEL = 6
 
 
 def hooks_of(obj: dict) -> set[str]:
@@ -85,6 +91,7 @@ class Installer:
         self.client, self.releases, self.log = client, releases, log
         self.ca_bundle = base64.b64encode(ca_bundle).decode()
         self.on_release = on_release
+        self._lock = threading.Lock()
         self.controllers = controllers
         self.by_service = self._services(releases, controllers)
 
@@ -160,13 +167,22 @@ class Installer:
     def apply(self, release: str, obj: dict) -> bool:
         try:
             self.client.apply(self.rewrite(obj))
-            self.log.applied += 1
+            with self._lock:
+                self.log.applied += 1
             return True
         except ApiError as exc:
             self.log.refuse(release, obj, exc.message)
         except UnknownKind as exc:
             self.log.refuse(release, obj, str(exc))
         return False
+
+    def apply_all(self, release: str, objs: list[dict]) -> list[bool]:
+        """Apply in Helm's kind order; objects of the same kind rank in parallel."""
+        results: list[bool] = []
+        with ThreadPoolExecutor(PARALLEL) as pool:
+            for _, group in itertools.groupby(sorted(objs, key=_kind_rank), key=_kind_rank):
+                results += list(pool.map(lambda o: self.apply(release, o), list(group)))
+        return results
 
     def namespaces(self) -> None:
         """Every Namespace the releases declare, then those a release installs into without declaring it
@@ -186,19 +202,28 @@ class Installer:
     def crds(self, timeout: float = 60.0) -> None:
         names = []
         for rel in order_releases(self.releases):
-            for obj in rel.objects:
-                if obj.get("kind") == "CustomResourceDefinition" and not hooks_of(obj):
-                    if self.apply(rel.name, obj):
-                        names.append(obj["metadata"]["name"])
+            crds = [o for o in rel.objects if o.get("kind") == "CustomResourceDefinition" and not hooks_of(o)]
+            for obj, ok in zip(crds, self.apply_all(rel.name, crds)):
+                if ok:
+                    names.append(obj["metadata"]["name"])
+
+        # Established = served: each CRD's kinds appear in discovery (cheap; listing the CRDs themselves
+        # moves megabytes per poll).
+        kinds = sorted({(f"{o['spec']['group']}/{v['name']}", o["spec"]["names"]["kind"])
+                        for rel in self.releases for o in rel.objects
+                        if o.get("kind") == "CustomResourceDefinition" and o["metadata"]["name"] in names
+                        for v in o["spec"].get("versions") or [] if v.get("served", True)})
 
         def established():
-            for crd in self.client.list("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
-                if crd["metadata"]["name"] in names and not any(
-                        c["type"] == "Established" and c["status"] == "True" for c in (crd.get("status") or {}).get("conditions") or []):
-                    return False
-            return True
+            waiting = []
+            for api_version, kind in kinds:
+                try:
+                    self.client.resource(api_version, kind)
+                except UnknownKind:
+                    waiting.append(f"{kind} ({api_version})")
+            return not waiting
 
-        wait_for(f"{len(names)} CRDs to be Established", established, timeout)
+        wait_for(f"{len(names)} CRDs to be served", established, timeout)
         self.client.forget()
 
     def release(self, rel: Any, run_hook_job: Callable[[Any, dict], Optional[str]]) -> None:
@@ -211,6 +236,11 @@ class Installer:
             self.log.hooks.append({"release": rel.name, "object": _key(obj), "hook": ",".join(sorted(hooks_of(obj))),
                                    "action": "skipped: not an install hook"})
         for phase, group in (("pre-install", pre), ("install", main), ("post-install", post)):
+            if phase == "install":
+                self.apply_all(rel.name, group)
+                if self.on_release is not None:
+                    self.on_release(rel)
+                continue
             for obj in group:
                 if phase != "install" and obj.get("kind") in ("Job", "Pod"):
                     why = run_hook_job(rel, obj)
@@ -218,8 +248,5 @@ class Installer:
                                            "action": why or "skipped: its container does the work and no container runtime runs it"})
                     continue
                 ok = self.apply(rel.name, obj)
-                if phase != "install":
-                    self.log.hooks.append({"release": rel.name, "object": _key(obj), "hook": phase,
-                                           "action": "applied" if ok else "refused"})
-            if phase == "install" and self.on_release is not None:
-                self.on_release(rel)
+                self.log.hooks.append({"release": rel.name, "object": _key(obj), "hook": phase,
+                                       "action": "applied" if ok else "refused"})

@@ -53,7 +53,7 @@ class Client:
         return conn
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                query: Optional[dict] = None) -> Any:
+                query: Optional[dict] = None, parse: bool = True) -> Any:
         if query:
             path += ("&" if "?" in path else "?") + urllib.parse.urlencode(query)
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
@@ -76,7 +76,7 @@ class Client:
         if resp.status >= 400:
             msg, parsed = _message(resp.status, raw)
             raise ApiError(resp.status, msg, parsed)
-        if not raw:
+        if not raw or not parse:
             return None
         try:
             return json.loads(raw)
@@ -142,7 +142,7 @@ class Client:
         ns = meta.get("namespace") if self.namespaced(obj["apiVersion"], obj["kind"]) else None
         path = self.path(obj["apiVersion"], obj["kind"], ns, meta["name"], subresource)
         return self.request("PATCH", path, obj, "application/apply-patch+yaml",
-                            {"fieldManager": manager, "force": "true" if force else "false"})
+                            {"fieldManager": manager, "force": "true" if force else "false"}, parse=False)
 
     def get(self, api_version: str, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
         try:
