@@ -37,7 +37,7 @@ def _message(status: int, data: bytes) -> tuple[str, Any]:
 
 class Client:
     def __init__(self, host: str, port: int, ca_file: str, token: str, timeout: float = 30.0):
-        self.host, self.port, self.token, self.timeout = host, port, token, timeout
+        self.host, self.port, self._bearer, self.timeout = host, port, token, timeout
         self.ctx = ssl.create_default_context(cafile=ca_file)
         self._local = threading.local()
         self._resources: dict[str, dict[str, tuple[str, bool]]] = {}  # groupVersion -> kind -> (plural, namespaced)
@@ -57,7 +57,7 @@ class Client:
         if query:
             path += ("&" if "?" in path else "?") + urllib.parse.urlencode(query)
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        headers = {"Authorization": f"Bearer {self._bearer}", "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = content_type
         for attempt in range(3):
