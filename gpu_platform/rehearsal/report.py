@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 _STYLE = {"PASS": "green", "FAIL": "bold red", "NOT REHEARSED": "yellow"}
@@ -19,29 +18,31 @@ def render(doc: dict[str, Any], console: Console) -> None:
     t = doc.get("timings") or {}
     console.print(f"  {len(doc['nodes'])} KWOK node(s), {doc['applied']} object(s) applied server-side"
                   + (f", {t.get('total')} s" if t.get("total") is not None else ""), highlight=False)
-    sc = Table(title="Scenarios", title_justify="left", show_lines=False)
-    for col in ("scenario", "status", "what was seen"):
-        sc.add_column(col)
+    # Lines, not tables: a piped report (CI logs) is 80 columns wide and tables would cut the names.
+    console.print("Scenarios:")
     for s in doc["scenarios"]:
-        lines = [*(f"✗ {p}" for p in s["problems"]), *s["details"]]
-        sc.add_row(s["name"], Text(s["status"], style=_STYLE.get(s["status"], "")), "\n".join(lines) or "")
-    console.print(sc)
-    wl = Table(title="Workloads (Ready / wanted, node group the pods landed on, cluster fit's group)", title_justify="left")
-    for col in ("workload", "release", "ready", "landed on", "fit"):
-        wl.add_column(col)
-    for w in doc["workloads"]:
-        ok = w["want"] is not None and w["ready"] >= w["want"]
-        wl.add_row(w["object"], w["release"], Text(f"{w['ready']}/{w['want']}", style="green" if ok else "red"),
-                   ", ".join(w["groups"]) or "-", ", ".join(w["fitGroups"]) or "-")
+        line = Text(f"  {s['status']:<13} ", style=_STYLE.get(s["status"], ""))
+        line.append(f"{s['name']}: {s['title']} ({s['seconds']} s)")
+        console.print(line)
+        for p in s["problems"]:
+            console.print(Text(f"      ✗ {p}", style="red"))
+        for d in s["details"]:
+            console.print(f"      {d}", highlight=False, markup=False)
     if doc["workloads"]:
-        console.print(wl)
-    ctl = Table(title="Platform controllers (local processes, their ServiceAccount's token)", title_justify="left")
-    for col in ("controller", "status", "service account", "changed in its configuration"):
-        ctl.add_column(col)
+        console.print("Workloads (Ready/wanted; node group the pods landed on; cluster fit's group):")
+        for w in doc["workloads"]:
+            ok = w["want"] is not None and w["ready"] >= w["want"]
+            line = Text(f"  {w['ready']}/{w['want']}".ljust(8), style="green" if ok else "red")
+            line.append(f"{w['object']} ({w['release']}): on {', '.join(w['groups']) or '-'}; fit {', '.join(w['fitGroups']) or '-'}")
+            console.print(line)
+    console.print("Platform controllers (local processes with their ServiceAccount's token):")
     for c in doc["controllers"]:
-        ctl.add_row(c["binary"], Text(c["status"], style="green" if c["status"] == "running" else "red"),
-                    c["serviceAccount"], "\n".join(c["configChanges"]) + (f"\n{c['problem']}" if c["problem"] else ""))
-    console.print(ctl)
+        line = Text(f"  {c['status']:<10} ", style="green" if c["status"] == "running" else "red")
+        line.append(f"{c['binary']} as {c['serviceAccount']}"
+                    + (f"; configuration changed: {'; '.join(c['configChanges'])}" if c["configChanges"] else ""))
+        console.print(line)
+        if c["problem"]:
+            console.print(Text(f"      {c['problem']}", style="red"))
     rewritten = [w for w in doc["webhooks"] if w["action"].startswith("webhook clientConfig")]
     removed = [w for w in doc["webhooks"] if not w["action"].startswith("webhook clientConfig")]
     console.print(f"  webhook clientConfig rewritten to local process: {len(rewritten)} webhook(s)", highlight=False)

@@ -190,7 +190,10 @@ def workloads_ready(ctx: Context) -> Scenario:
                 sc.fail(f"{key} ({rel}): selects node {name} (group {group_of(node)}) but runs no pod there"
                         + (f": it does not tolerate {taints}" if taints else ""))
             if s["want"] == 0:
-                sc.fail(f"{key} ({rel}): runs on no node at all")
+                if intended.get(key):
+                    sc.fail(f"{key} ({rel}): runs on no node; cluster fit places it on {', '.join(sorted(intended[key]))}")
+                else:
+                    sc.details.append(f"{key}: runs on no node (its node selector matches none; as cluster fit predicts)")
         fit_groups = intended.get(key)
         if fit_groups is not None and s["groups"] and set(s["groups"]) != fit_groups:
             sc.fail(f"{key} ({rel}): cluster fit places it on {', '.join(sorted(fit_groups))}, "
