@@ -175,7 +175,7 @@ def wait_ready(ctl: Controller, ca_pem_file: str, timeout: float = READY_TIMEOUT
     ctx = ssl.create_default_context(cafile=ca_pem_file)
     while time.monotonic() < deadline:
         if ctl.proc is not None and not ctl.proc.alive:
-            ctl.status, ctl.problem = "failed", f"exited with code {ctl.proc.popen.returncode}:\n{ctl.proc.tail(10)}"
+            ctl.status, ctl.problem = "failed", f"exited with code {ctl.proc.popen.returncode}: {last_words(ctl.proc.log)}"
             return False
         try:
             with socket.create_connection(("127.0.0.1", ctl.webhook_port), timeout=1) as s:
@@ -198,6 +198,12 @@ _FATAL = re.compile(r"forbidden|panic|fatal|unable to (start|create|set ?up|run)
 
 def fatal(lines: list[str]) -> list[str]:
     return [ln for ln in lines if _FATAL.search(ln)]
+
+
+def last_words(log: Path) -> str:
+    """The last error line of a log (else its last line), cut to 500 characters."""
+    lines = error_lines(log) or (log.read_text(errors="replace").splitlines()[-1:] if log.exists() else [])
+    return lines[-1][:500] if lines else "(empty log)"
 
 
 def error_lines(log: Path, limit: int = 40) -> list[str]:

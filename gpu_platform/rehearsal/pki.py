@@ -114,11 +114,17 @@ def webhook_serving(cache: Path) -> tuple[bytes, Path]:
         return ca_crt.read_bytes(), folder
 
 
-def install_fixed_webhook_dir(source: Path) -> None:
-    """Copy the shared webhook certificate into the fixed folder Trainer reads, if it differs."""
-    WEBHOOK_CERT_DIR.mkdir(parents=True, exist_ok=True)
+# Kueue 0.19.2 with its internal certificate management off reads its metrics certificate from this fixed
+# folder (cmd/kueue/main.go: metricsCertPath := "/etc/kueue/metrics/certs") and exits without it.
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+
+
+def install_fixed_dir(source: Path, dest_dir: Path = WEBHOOK_CERT_DIR) -> None:
+    """Copy the shared 127.0.0.1 certificate into a fixed folder a controller reads, if it differs.
+    OSError (e.g. PermissionError) when the folder cannot be written."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
     for name in ("tls.crt", "tls.key"):
         data = (source / name).read_bytes()
-        dest = WEBHOOK_CERT_DIR / name
+        dest = dest_dir / name
         if not dest.exists() or dest.read_bytes() != data:
             write(dest, data, private=name == "tls.key")

@@ -110,8 +110,15 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
             result.not_rehearsed.append(f"{ctl.binary} ({ctl.release}: Deployment {ctl.namespace}/{ctl.deployment}): binary not built "
                                         f"(`{binaries.BUILD_COMMAND}`); its webhooks are removed")
     ca_pem, cert_dir = pki.webhook_serving(binaries.cache_dir())
-    if any(c.binary == "trainer-manager" and c.built for c in controllers):
-        pki.install_fixed_webhook_dir(cert_dir)
+    for binary, fixed in (("trainer-manager", pki.WEBHOOK_CERT_DIR), ("kueue-manager", pki.KUEUE_METRICS_CERT_DIR)):
+        for ctl in controllers:
+            if ctl.binary == binary and ctl.status != "not-built":
+                try:
+                    pki.install_fixed_dir(cert_dir, fixed)
+                except OSError as exc:
+                    ctl.status = "not-built"
+                    result.not_rehearsed.append(f"{binary}: cannot write its certificate to the fixed folder {fixed} ({exc}); "
+                                                "its webhooks are removed")
     with ControlPlane(log_dir, extended_resource_toleration=model.extended_resource_toleration) as cp:
         result.timings["controlPlane"] = round(time.monotonic() - started, 1)
         client = cp.client
@@ -170,7 +177,7 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
             result.control_plane_errors = cp.check_running()
             for ctl in controllers:
                 if ctl.proc is not None and not ctl.proc.alive and ctl.status == "running":
-                    ctl.status, ctl.problem = "failed", f"exited with code {ctl.proc.popen.returncode}:\n{ctl.proc.tail(10)}"
+                    ctl.status, ctl.problem = "failed", f"exited with code {ctl.proc.popen.returncode}: {ctlmod.last_words(ctl.proc.log)}"
                 result.controllers.append({"binary": ctl.binary, "release": ctl.release, "deployment": f"{ctl.namespace}/{ctl.deployment}",
                                            "serviceAccount": f"{ctl.namespace}/{ctl.service_account}", "status": ctl.status,
                                            "problem": ctl.problem, "webhookPort": ctl.webhook_port, "configChanges": ctl.changes,
