@@ -196,8 +196,21 @@ def workloads_ready(ctx: Context) -> Scenario:
                     sc.details.append(f"{key}: runs on no node (its node selector matches none; as cluster fit predicts)")
         fit_groups = intended.get(key)
         if fit_groups is not None and s["groups"] and set(s["groups"]) != fit_groups:
-            sc.fail(f"{key} ({rel}): cluster fit places it on {', '.join(sorted(fit_groups))}, "
-                    f"the scheduler put it on {', '.join(s['groups'])}")
+            # Where several groups admit a pod, fit's packing and the scheduler's scoring may choose
+            # differently: a note. A pod without a GPU request on a GPU group fails (it takes the GPU
+            # node's room and, where the group autoscales, keeps a GPU node up).
+            gpu_groups = {g.name for g in ctx.model.node_groups if g.role == "gpu"}
+            wants_gpu = any(GPU_RESOURCE in ((c.get("resources") or {}).get("requests") or {}) or
+                            GPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {})
+                            for c in s["live"]["spec"]["template"]["spec"].get("containers") or [])
+            stray = sorted((set(s["groups"]) - fit_groups) & gpu_groups) if s["kind"] != "DaemonSet" and not wants_gpu else []
+            message = (f"{key} ({rel}): cluster fit places it on {', '.join(sorted(fit_groups))}, "
+                       f"the scheduler put it on {', '.join(s['groups'])}")
+            if stray:
+                tol = s["live"]["spec"]["template"]["spec"].get("tolerations") or []
+                sc.fail(message + f": a pod without a GPU request on GPU group {', '.join(stray)} (its tolerations: {tol})")
+            else:
+                sc.details.append(message + " (both admit it)")
     ok = sum(1 for _, s in states if s["want"] is not None and s["ready"] >= s["want"])
     sc.details.append(f"{ok}/{len(states)} workloads Ready")
     return sc
