@@ -23,7 +23,7 @@ from gpu_platform.components.config import parse_config
 from gpu_platform.preflight.fit.run import run_fit
 from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 from gpu_platform.rehearsal import binaries
-from gpu_platform.rehearsal.controllers import find_controllers, prepare
+from gpu_platform.rehearsal.controllers import fatal, find_controllers, prepare
 from gpu_platform.rehearsal.install import REWRITTEN, InstallLog, Installer, order_releases
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, node_objects
 from gpu_platform.rehearsal.scenarios import _tolerates, selects
@@ -221,7 +221,7 @@ def _failures(result) -> str:
     lines = [p for s in doc["scenarios"] for p in s["problems"]]
     lines += [f"REFUSED {r['kind']} {r['name']}: {r['message']}" for r in doc["refused"]]
     lines += [f"{c['binary']} {c['status']} {c['problem']}" for c in doc["controllers"] if c["status"] != "running"]
-    lines += [f"{k}: {v[0]}" for k, v in doc["controllerErrors"].items()]
+    lines += [f"{k}: {line}" for k, v in doc["controllerErrors"].items() for line in fatal(v)]
     return "\n".join(lines + ([doc["error"]] if doc["error"] else []))
 
 
@@ -288,9 +288,9 @@ def test_planted_device_plugin_without_gpu_toleration_fails(tmp_path):
 @needs_components
 @pytest.mark.rehearsal
 def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
-    from gpu_platform.rehearsal.scenarios import example_trainjob
+    from gpu_platform.rehearsal.scenarios import inadmissible
 
-    result = _rehearse("linode-dev", tmp_path, mutate=_without_one_kueue_rbac_rule, scenarios=(example_trainjob,))
+    result = _rehearse("linode-dev", tmp_path, mutate=_without_one_kueue_rbac_rule, scenarios=(inadmissible,))
     assert result.failed
     text = _failures(result)
     assert "kueue-manager" in text and "forbidden" in text.lower() and "workloads" in text
