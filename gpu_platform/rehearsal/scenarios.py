@@ -279,6 +279,31 @@ def _workload_message(w: Optional[dict]) -> str:
     return "no admission condition yet"
 
 
+def _short(text: str, head: int = 260, tail: int = 160) -> str:
+    return text if len(text) <= head + tail + 5 else f"{text[:head]} … {text[-tail:]}"
+
+
+def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str) -> str:
+    """The first failing error line of these controllers' logs that names `about`, shortened."""
+    import json as _json
+
+    from gpu_platform.rehearsal.controllers import error_lines
+
+    for b in binaries:
+        ctl = ctx.controllers.get(b)
+        if ctl is None or ctl.proc is None:
+            continue
+        for line in error_lines(ctl.proc.log, limit=200):
+            if about not in line or "the object has been modified" in line:
+                continue
+            try:
+                err = _json.loads(line).get("error") or _json.loads(line).get("msg") or line
+            except ValueError:
+                err = line
+            return f"{b} says: {_short(str(err))}"
+    return ""
+
+
 def submit(client: Client, obj: dict) -> Optional[str]:
     try:
         client.create(obj)
@@ -335,7 +360,8 @@ def example_trainjob(ctx: Context) -> Scenario:
         time.sleep(1)
     nodes = _nodes(ctx.client)
     if not pods:
-        sc.fail(f"no pod of TrainJob {ns}/{name} was created (JobSet/Job controllers; see their logs)")
+        said = _controller_said(ctx, ("trainer-manager", "jobset-manager"), name)
+        sc.fail(f"no pod of TrainJob {ns}/{name} was created" + (f": {said}" if said else " (JobSet/Job controllers; see their logs)"))
     for p in pods:
         node = p["spec"].get("nodeName")
         if not node:
@@ -560,7 +586,10 @@ def notebook_profiles(ctx: Context) -> Scenario:
         want = fit_groups.get(t.owner)
         if not node:
             gates = [g.get("name") for g in (p.get("spec") or {}).get("schedulingGates") or []]
-            why = f"held by scheduling gate(s) {', '.join(gates)} (Kueue has not admitted it)" if gates else _pending_reason(p)
+            why = f"held by scheduling gate(s) {', '.join(gates)} (Kueue has not admitted it" if gates else _pending_reason(p)
+            if gates:
+                w = _workload_for(ctx.client, t.namespace, "Pod", name)
+                why += f": {_workload_message(w)})"
             sc.fail(f"profile {slug}: pod not bound within {ctx.timeout:.0f}s: {why}")
             continue
         landed = group_of(nodes.get(node, {}))
