@@ -206,9 +206,9 @@ def last_words(log: Path) -> str:
     return lines[-1][:500] if lines else "(empty log)"
 
 
-def error_lines(log: Path, limit: int = 40) -> list[str]:
+def error_lines(log: Path, limit: int = 40, width: Optional[int] = 600) -> list[str]:
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    return [ln[:600] for ln in lines if _ERROR.search(ln)][:limit]
+    return [ln[:width] if width else ln for ln in lines if _ERROR.search(ln)][:limit]

@@ -58,6 +58,10 @@ def order_releases(releases: list[Any]) -> list[Any]:
         ready = [r for r in pending if not ((r.depends_on & urns) - done - {r.urn})]
         if not ready:  # a cycle cannot come from Pulumi; take the rest as they are
             ready = pending[:1]
+        # The program's own objects (StorageClasses, namespaces' quotas, ...) before the charts that may
+        # use them, as far as the dependencies allow: an operator that finds no StorageClass may give up.
+        own = [r for r in ready if r.source == "manifest"]
+        ready = own or ready
         for r in ready:
             out.append(r)
             done.add(r.urn)

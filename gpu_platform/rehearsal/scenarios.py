@@ -293,7 +293,7 @@ def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str) -> str
         ctl = ctx.controllers.get(b)
         if ctl is None or ctl.proc is None:
             continue
-        for line in error_lines(ctl.proc.log, limit=200):
+        for line in error_lines(ctl.proc.log, limit=200, width=None):
             if about not in line or "the object has been modified" in line:
                 continue
             try:
@@ -398,6 +398,7 @@ def _probe_job(job: dict, name: str, queue: str, gpus: int) -> dict:
 
 def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
     sc = Scenario("inadmissible", "a job larger than any node stays inadmissible; a zero-quota flavor admits nothing")
+    release_example(ctx)
     job = _example(ctx)
     ctl = ctx.controllers.get("kueue-manager")
     if job is None or ctl is None or ctl.status != "running":
@@ -471,7 +472,14 @@ def operator_pods(ctx: Context) -> Scenario:
                 break
             time.sleep(2)
         if sts is None:
-            sc.fail(f"{kind} {ns}/{name}: the operator created no StatefulSet {sts_name} within {ctx.timeout:.0f}s")
+            said = _controller_said(ctx, ("prometheus-operator",), f"{ns}/{name}")
+            if "preflight-secret-value"[:7] in said and "secret" in said:
+                sc.status = "NOT REHEARSED" if sc.status == "PASS" else sc.status
+                sc.problems.append(f"{kind} {ns}/{name}: its configuration is a secret preflight does not know (a stand-in "
+                                   f"value was rendered), so the operator cannot build it here: {said}")
+            else:
+                sc.fail(f"{kind} {ns}/{name}: the operator created no StatefulSet {sts_name} within {ctx.timeout:.0f}s"
+                        + (f": {said}" if said else ""))
             continue
         nodes = _nodes(ctx.client)
         pods = _pods_of(ctx.client, ns, sts["spec"]["selector"].get("matchLabels") or {})
@@ -543,6 +551,21 @@ def preemption_drill(ctx: Context) -> Scenario:
     return sc
 
 
+def release_example(ctx: Context) -> None:
+    """Delete the example TrainJob so that the scenarios after it find the queue's quota free."""
+    job = _example(ctx)
+    if job is None:
+        return
+    ns, name = job["metadata"].get("namespace") or "training", job["metadata"]["name"]
+    try:
+        if ctx.client.delete(TRAINER, "TrainJob", name, ns):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and _workload_for(ctx.client, ns, "TrainJob", name) is not None:
+                time.sleep(1)
+    except (ApiError, UnknownKind):
+        pass
+
+
 # --- (f, without the hub) notebook pods of every profile ------------------------------------------------------
 
 
@@ -601,4 +624,4 @@ def notebook_profiles(ctx: Context) -> Scenario:
     return sc
 
 
-SCENARIOS = (workloads_ready, example_trainjob, inadmissible, notebook_profiles, operator_pods, preemption_drill)
+SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, inadmissible, notebook_profiles, operator_pods)
