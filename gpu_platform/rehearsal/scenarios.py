@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, selector
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
 
@@ -473,7 +474,7 @@ def operator_pods(ctx: Context) -> Scenario:
             time.sleep(2)
         if sts is None:
             said = _controller_said(ctx, ("prometheus-operator",), f"{ns}/{name}")
-            if "preflight-secret-value"[:7] in said and "secret" in said:
+            if SECRET_PLACEHOLDER[:7] in said and "secret" in said:  # the log cuts the stand-in to `preflig...`
                 sc.status = "NOT REHEARSED" if sc.status == "PASS" else sc.status
                 sc.problems.append(f"{kind} {ns}/{name}: its configuration is a secret preflight does not know (a stand-in "
                                    f"value was rendered), so the operator cannot build it here: {said}")
