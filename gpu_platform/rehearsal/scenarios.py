@@ -354,9 +354,13 @@ def example_trainjob(ctx: Context) -> Scenario:
     if fit_group and group != fit_group:
         sc.fail(f"Kueue admitted it on flavor {gpu_flavor} (node group {group}); cluster fit placed it on {fit_group}")
     pods: list[dict] = []
+    waited = time.monotonic()
     while time.monotonic() < deadline + ctx.timeout:
         pods = _job_pods(ctx.client, ns, name)
         if pods and all(p["spec"].get("nodeName") for p in pods):
+            break
+        # No pod yet and a controller already says why (a refused update, retried forever): stop waiting.
+        if not pods and time.monotonic() - waited > 20 and _controller_said(ctx, ("trainer-manager", "jobset-manager"), name):
             break
         time.sleep(1)
     nodes = _nodes(ctx.client)
