@@ -225,13 +225,35 @@ def _failures(result) -> str:
     return "\n".join(lines + ([doc["error"]] if doc["error"] else []))
 
 
+# Every shipped stack fails its rehearsal today (docs/rehearsal.md, "What the first rehearsals found"):
+# the Kueue 0.19.2 / Trainer 2.3 skew stops the example TrainJob on all of them, and kube-prometheus-stack's
+# Alertmanager configuration is a secret stand-in. strict: once a stack passes, this marker must go.
+SHIPPED_FINDINGS = "Kueue/Trainer skew (no TrainJob pod), operator-made pods not created; docs/rehearsal.md"
+
+
 @needs_components
 @pytest.mark.rehearsal
+@pytest.mark.xfail(strict=True, reason=SHIPPED_FINDINGS)
 @pytest.mark.parametrize("stack", STACKS)
 def test_shipped_stack_rehearses(stack, tmp_path):
     result = _rehearse(stack, tmp_path)
     assert (tmp_path / "out" / "rehearsal.json").exists()
     assert not result.failed, _failures(result)
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_kueue_trainer_skew_is_found(tmp_path):
+    """The review's claim, reproduced: Kueue 0.19.2 (built against Trainer 2.2.1) rewrites the admitted
+    TrainJob without the 2.3-only terminationGracePeriodSeconds, and the TrainJob makes no pod. When the
+    platform fixes the skew this test fails: drop it and the xfail above."""
+    from gpu_platform.rehearsal.scenarios import example_trainjob
+
+    result = _rehearse("linode-dev", tmp_path, scenarios=(example_trainjob,))
+    text = _failures(result)
+    assert "Kueue admitted Workload" in " ".join(result.scenarios[0].details)
+    assert "no longer carries terminationGracePeriodSeconds 60" in text
+    assert "no pod of TrainJob training/resnet-checkpointed was created" in text
 
 
 # --- planted bugs: each must fail the rehearsal, naming what is wrong ----------------------------------------------

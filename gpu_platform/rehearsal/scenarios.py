@@ -294,8 +294,9 @@ def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str) -> str
         ctl = ctx.controllers.get(b)
         if ctl is None or ctl.proc is None:
             continue
-        for line in error_lines(ctl.proc.log, limit=200, width=None):
-            if about not in line or "the object has been modified" in line:
+        # The newest line: early ones are often transient (an object not created yet).
+        for line in reversed(error_lines(ctl.proc.log, limit=10_000, width=None)):
+            if about not in line or "the object has been modified" in line or "not found" in line:
                 continue
             try:
                 err = _json.loads(line).get("error") or _json.loads(line).get("msg") or line
