@@ -455,6 +455,13 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
 # --- (d) operator-made pods --------------------------------------------------------------------------------------
 
 
+def _stand_in_refused(ctx: Context, ns: str, name: str) -> bool:
+    """The operator refuses a configuration that is preflight's secret stand-in (its log cuts the value
+    to `preflig...`)."""
+    said = _controller_said(ctx, ("prometheus-operator",), f"{ns}/{name}")
+    return SECRET_PLACEHOLDER[:7] in said and "secret" in said
+
+
 def operator_pods(ctx: Context) -> Scenario:
     sc = Scenario("operator-pods", "the Prometheus operator creates Prometheus and Alertmanager; their pods land and fit")
     ctl = ctx.controllers.get("prometheus-operator")
@@ -467,24 +474,33 @@ def operator_pods(ctx: Context) -> Scenario:
         sc.status = "NOT REHEARSED"
         sc.problems.append(f"prometheus-operator is not running ({ctl.status if ctl else 'not rendered'})")
         return sc
+
+    def sts_name(kind: str, name: str) -> str:
+        return f"{'prometheus' if kind == 'Prometheus' else 'alertmanager'}-{name}"
+
+    def ready(sts: Optional[dict]) -> bool:
+        return bool(sts) and ((sts.get("status") or {}).get("readyReplicas") or 0) >= (sts["spec"].get("replicas") or 1)
+
+    # All at once: one object the operator cannot build must not use up the others' time.
     deadline = time.monotonic() + ctx.timeout
+    found: dict[tuple, Optional[dict]] = {}
+    while True:
+        found = {(k, ns, n): ctx.client.get("apps/v1", "StatefulSet", sts_name(k, n), ns) for k, ns, n in wanted}
+        if all(ready(v) or (v is None and _stand_in_refused(ctx, ns, n)) for (_, ns, n), v in found.items()) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     for kind, ns, name in wanted:
-        sts_name = f"{'prometheus' if kind == 'Prometheus' else 'alertmanager'}-{name}"
-        sts = None
-        while time.monotonic() < deadline:
-            sts = ctx.client.get("apps/v1", "StatefulSet", sts_name, ns)
-            st = (sts or {}).get("status") or {}
-            if sts and st.get("readyReplicas", 0) >= (sts["spec"].get("replicas") or 1):
-                break
-            time.sleep(2)
+        sts = found[(kind, ns, name)]
+        sts_name_ = sts_name(kind, name)
         if sts is None:
             said = _controller_said(ctx, ("prometheus-operator",), f"{ns}/{name}")
-            if SECRET_PLACEHOLDER[:7] in said and "secret" in said:  # the log cuts the stand-in to `preflig...`
+            if _stand_in_refused(ctx, ns, name):
                 sc.status = "NOT REHEARSED" if sc.status == "PASS" else sc.status
                 sc.problems.append(f"{kind} {ns}/{name}: its configuration is a secret preflight does not know (a stand-in "
                                    f"value was rendered), so the operator cannot build it here: {said}")
             else:
-                sc.fail(f"{kind} {ns}/{name}: the operator created no StatefulSet {sts_name} within {ctx.timeout:.0f}s"
+                sc.fail(f"{kind} {ns}/{name}: the operator created no StatefulSet {sts_name_} within {ctx.timeout:.0f}s"
                         + (f": {said}" if said else ""))
             continue
         nodes = _nodes(ctx.client)
@@ -495,10 +511,10 @@ def operator_pods(ctx: Context) -> Scenario:
                 sc.fail(f"{kind} {ns}/{name}: pod {p['metadata']['name']} not scheduled: {_pending_reason(p)}")
             else:
                 sc.details.append(f"{kind} {ns}/{name}: pod {p['metadata']['name']} on {node} (group {group_of(nodes.get(node, {}))})")
-        ready = ((sts.get("status") or {}).get("readyReplicas") or 0)
-        if ready < (sts["spec"].get("replicas") or 1):
-            sc.fail(f"{kind} {ns}/{name}: StatefulSet {sts_name} {ready}/{sts['spec'].get('replicas') or 1} Ready")
-        ctx.workloads.append({"release": "(operator)", "object": f"StatefulSet/{ns}/{sts_name}", "ready": ready,
+        ready_n = ((sts.get("status") or {}).get("readyReplicas") or 0)
+        if ready_n < (sts["spec"].get("replicas") or 1):
+            sc.fail(f"{kind} {ns}/{name}: StatefulSet {sts_name_} {ready_n}/{sts['spec'].get('replicas') or 1} Ready")
+        ctx.workloads.append({"release": "(operator)", "object": f"StatefulSet/{ns}/{sts_name_}", "ready": ready_n,
                               "want": sts["spec"].get("replicas") or 1,
                               "groups": sorted({group_of(nodes.get(p["spec"].get("nodeName"), {})) for p in pods if p["spec"].get("nodeName")}),
                               "fitGroups": []})
