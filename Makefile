@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STACK ?= gcp-prod
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: dist venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci test test-live bench clean
+.PHONY: dist venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci rehearse test test-live bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@echo "Building $(VENV) from requirements-dev.txt (first run only, a few minutes; pip prints what it installs)"
@@ -51,6 +51,12 @@ preflight: venv
 preflight-all: venv
 	@for s in $(STACKS); do $(PY) -m gpu_platform.preflight $$s --quiet || exit $$?; done
 
+## Preflight, then rehearse STACK on a throwaway local control plane with the platform's controllers
+## (docs/rehearsal.md): exit 3 if any workload, scenario or controller fails. The components come from
+## `make rehearsal-build` (the rehearsal names any that are missing).
+rehearse: venv
+	$(PY) -m gpu_platform.preflight $(STACK) --rehearse $(PREFLIGHT_FLAGS)
+
 ## CI (network): pull the pinned charts, then preflight every stack, each writing
 ## build/<stack>/preflight.json (`python -m gpu_platform.preflight summary build` tabulates them); fails if any fails.
 preflight-ci: venv
@@ -76,8 +82,10 @@ test-live: venv
 	$(PY) -m pytest -q -m live tests
 
 ## Preflight wall time per stack, chart rendering included (target: under 6 s each on 2 cores).
+## Then `preflight --rehearse` per stack (target: under 3 min each with the components built; docs/rehearsal.md).
 bench: venv
 	$(PY) -m gpu_platform.preflight.bench $(STACKS)
+	$(PY) -m gpu_platform.rehearsal.bench $(STACKS)
 
 ## The release wheel into dist/, built offline with the pinned setuptools (pyproject.toml).
 dist: venv

@@ -160,6 +160,9 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
                              "show what changed (resources, cost, policies)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"give up (exit 3, no verdict) when the whole run takes longer (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="then rehearse the stack on a throwaway local Kubernetes control plane with the platform's "
+                             "controllers (components built by `make rehearsal-build`; docs/rehearsal.md); exit 3 if it fails")
     args = parser.parse_args(argv)
     if bool(args.stack) == bool(args.stack_file):
         parser.error("give a stack name or --stack-file, not both")
@@ -403,7 +406,15 @@ class Run:
         self.review(out)
         if self.verbose:
             self.details.append("Wrote " + "; ".join(files))
-        return self.finish(status, out)
+        code = self.finish(status, out)
+        if args.rehearse:
+            from gpu_platform.rehearsal.cli import rehearse_after_preflight
+
+            # The rehearsal runs whatever preflight's verdict: where they disagree, one of them is wrong.
+            rehearsed = rehearse_after_preflight(args.stack, self.cfg, plan, fit_result, out,
+                                                 self.err if self.json else self.out_console)
+            code = max(code, rehearsed)
+        return code
 
     def review(self, out: Path) -> None:
         """The reviewer's block (-v or --base) and, with --base, the diff against the base run, first."""

@@ -1,0 +1,214 @@
+"""The platform's controllers as local processes: the binary built from the pinned module, the
+configuration the chart renders (from its ConfigMap, with only the listening addresses, certificate
+handling and leader election changed, each change listed), and the credentials of the ServiceAccount
+the chart renders for it (a TokenRequest token in a kubeconfig), so missing RBAC fails as in a cluster."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import socket
+import ssl
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+from gpu_platform.rehearsal import binaries, pki
+from gpu_platform.rehearsal.kube import Client, kubeconfig
+from gpu_platform.rehearsal.processes import Proc, ProcessGroup, free_port
+
+READY_TIMEOUT = 60.0
+
+
+@dataclass
+class Controller:
+    """One platform controller of the rendered releases, matched to its binary by the image it runs."""
+    binary: str
+    image: str  # a substring of the container image
+    release: str = ""
+    namespace: str = ""
+    deployment: str = ""
+    service_account: str = ""
+    container: dict = field(default_factory=dict)
+    config: Optional[dict] = None  # the Configuration from the chart's ConfigMap
+    config_map: str = ""
+    webhook_port: int = 0
+    changes: list[str] = field(default_factory=list)
+    proc: Optional[Proc] = None
+    status: str = "pending"  # pending | running | failed | not-built
+    problem: str = ""
+
+    @property
+    def built(self) -> bool:
+        return binaries.find(self.binary) is not None
+
+
+SPECS = (("kueue-manager", "kueue/kueue:"), ("jobset-manager", "jobset/jobset:"),
+         ("trainer-manager", "trainer/trainer-controller-manager:"),
+         ("prometheus-operator", "prometheus-operator/prometheus-operator:"))
+
+
+def _config_path(container: dict) -> Optional[str]:
+    for arg in container.get("args") or []:
+        if str(arg).startswith("--config="):
+            return str(arg).split("=", 1)[1]
+    return None
+
+
+def find_controllers(releases: list[Any]) -> list[Controller]:
+    """Each controller Deployment of the rendered releases, with its ServiceAccount and Configuration."""
+    found = []
+    for binary, image in SPECS:
+        for rel in releases:
+            for obj in rel.objects:
+                if obj.get("kind") != "Deployment":
+                    continue
+                pod = obj["spec"]["template"]["spec"]
+                for c in pod.get("containers") or []:
+                    if image not in str(c.get("image", "")):
+                        continue
+                    ctl = Controller(binary, image, rel.name, obj["metadata"].get("namespace") or rel.namespace,
+                                     obj["metadata"]["name"], pod.get("serviceAccountName") or "default", c)
+                    path = _config_path(c)
+                    if path:
+                        mount = next((m for m in c.get("volumeMounts") or [] if m.get("mountPath") == path
+                                      or path.startswith(m.get("mountPath", "") + "/")), None)
+                        vol = next((v for v in pod.get("volumes") or [] if mount and v.get("name") == mount["name"]), None)
+                        cm_name = ((vol or {}).get("configMap") or {}).get("name")
+                        cm = next((o for o in rel.objects if o.get("kind") == "ConfigMap" and o["metadata"]["name"] == cm_name), None)
+                        if cm is not None:
+                            key = mount.get("subPath") or next(iter(cm.get("data") or {}), None)
+                            ctl.config_map = cm_name
+                            ctl.config = yaml.safe_load((cm.get("data") or {}).get(key) or "") or {}
+                    found.append(ctl)
+    return found
+
+
+def _set(cfg: dict, dotted: str, value: Any, changes: list[str]) -> None:
+    node = cfg
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            node[k] = {}
+        node = node[k]
+    old = node.get(keys[-1], "(unset)")
+    if old != value:
+        node[keys[-1]] = value
+        changes.append(f"{dotted}: {old} -> {value}")
+
+
+def prepare(ctl: Controller, run_dir: Path, cert_dir: Path) -> list[str]:
+    """argv for the controller; its Configuration rewritten to local ports and the given certificates."""
+    ctl.webhook_port = ctl.webhook_port or free_port()
+    metrics, health = free_port(), free_port()
+    exe = str(binaries.find(ctl.binary))
+    if ctl.binary == "prometheus-operator":
+        args = []
+        for a in ctl.container.get("args") or []:
+            key = str(a).split("=", 1)[0]
+            if key in ("--web.cert-file", "--web.key-file", "--web.listen-address", "--web.enable-tls"):
+                continue
+            args.append(str(a))
+        args += ["--web.enable-tls=true", f"--web.cert-file={cert_dir / 'tls.crt'}", f"--web.key-file={cert_dir / 'tls.key'}",
+                 f"--web.listen-address=127.0.0.1:{ctl.webhook_port}"]
+        ctl.changes = [f"--web.listen-address=127.0.0.1:{ctl.webhook_port}", "--web.cert-file/--web.key-file: the rehearsal's 127.0.0.1 certificate"]
+        return [exe, *args]
+    cfg = copy.deepcopy(ctl.config or {})
+    changes: list[str] = []
+    _set(cfg, "leaderElection.leaderElect", False, changes)
+    _set(cfg, "webhook.port", ctl.webhook_port, changes)
+    _set(cfg, "webhook.host", "127.0.0.1", changes)
+    _set(cfg, "metrics.bindAddress", f"127.0.0.1:{metrics}", changes)
+    _set(cfg, "health.healthProbeBindAddress", f"127.0.0.1:{health}", changes)
+    if ctl.binary == "trainer-manager":
+        _set(cfg, "certManagement.enable", False, changes)
+        _set(cfg, "statusServer.port", free_port(), changes)
+    else:
+        _set(cfg, "internalCertManagement.enable", False, changes)
+        _set(cfg, "webhook.certDir", str(cert_dir), changes)
+    ctl.changes = changes
+    conf = run_dir / f"{ctl.binary}.config.yaml"
+    conf.write_text(yaml.safe_dump(cfg, sort_keys=True))
+    args = [f"--config={conf}"]
+    for a in ctl.container.get("args") or []:
+        if not str(a).startswith("--config="):
+            args.append(str(a))
+    if ctl.binary == "kueue-manager":
+        # Kueue's visibility API is an aggregated API server of its own (with its own certificates):
+        # not rehearsed; the gate keeps Kueue from starting it.
+        args.append("--feature-gates=VisibilityOnDemand=false")
+        ctl.changes.append("--feature-gates=VisibilityOnDemand=false (the visibility API server is not rehearsed)")
+    return [exe, *args]
+
+
+def _env(ctl: Controller, kubeconfig_path: Path) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(kubeconfig_path.parent), "KUBECONFIG": str(kubeconfig_path)}
+    for e in ctl.container.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        elif (e.get("valueFrom") or {}).get("fieldRef"):
+            path = e["valueFrom"]["fieldRef"].get("fieldPath")
+            env[e["name"]] = {"metadata.namespace": ctl.namespace, "metadata.name": f"{ctl.deployment}-rehearsal",
+                              "spec.serviceAccountName": ctl.service_account}.get(path, "")
+    return env
+
+
+def start(ctl: Controller, client: Client, server: str, ca_file: str, procs: ProcessGroup, run_dir: Path,
+          cert_dir: Path) -> None:
+    token = client.token(ctl.namespace, ctl.service_account)
+    kc = pki.write(run_dir / f"{ctl.binary}.kubeconfig",
+                   kubeconfig(server, ca_file, token, f"system:serviceaccount:{ctl.namespace}:{ctl.service_account}").encode(),
+                   private=True)
+    argv = prepare(ctl, run_dir, cert_dir)
+    ctl.proc = procs.start(ctl.binary, argv, env=_env(ctl, kc), cwd=run_dir)
+    ctl.status = "running"
+
+
+def wait_ready(ctl: Controller, ca_pem_file: str, timeout: float = READY_TIMEOUT) -> bool:
+    """The webhook port answers TLS with the rehearsal's certificate; False (with the log tail) if the
+    process exits or the port stays closed."""
+    deadline = time.monotonic() + timeout
+    ctx = ssl.create_default_context(cafile=ca_pem_file)
+    while time.monotonic() < deadline:
+        if ctl.proc is not None and not ctl.proc.alive:
+            ctl.status, ctl.problem = "failed", f"exited with code {ctl.proc.popen.returncode}: {last_words(ctl.proc.log)}"
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", ctl.webhook_port), timeout=1) as s:
+                with ctx.wrap_socket(s, server_hostname="127.0.0.1"):
+                    return True
+        except (OSError, ssl.SSLError):
+            time.sleep(0.3)
+    ctl.status, ctl.problem = "failed", f"its webhook port {ctl.webhook_port} did not answer within {timeout:.0f}s"
+    return False
+
+
+# A controller's error lines: controller-runtime's JSON/console logs, klog's E-lines, slog's level=error.
+_ERROR = re.compile(r'"level"\s*:\s*"(error|fatal|panic)"|\tERROR\t|^E\d{4} |level=error|\bpanic:', re.I)
+
+
+# Error lines that fail the rehearsal: RBAC refusals, crashes, a manager that cannot start or watch. Other
+# error lines (a reconcile retried after an optimistic-concurrency conflict) are reported, not failed.
+_FATAL = re.compile(r"forbidden|panic|fatal|unable to (start|create|set ?up|run)|failed to (list|watch|start|get informer)", re.I)
+
+
+def fatal(lines: list[str]) -> list[str]:
+    return [ln for ln in lines if _FATAL.search(ln)]
+
+
+def last_words(log: Path) -> str:
+    """The last error line of a log (else its last line), cut to 500 characters."""
+    lines = error_lines(log) or (log.read_text(errors="replace").splitlines()[-1:] if log.exists() else [])
+    return lines[-1][:500] if lines else "(empty log)"
+
+
+def error_lines(log: Path, limit: int = 40, width: Optional[int] = 600) -> list[str]:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [ln[:width] if width else ln for ln in lines if _ERROR.search(ln)][:limit]

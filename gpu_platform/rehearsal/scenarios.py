@@ -1,0 +1,649 @@
+"""The rehearsal's scenarios, each a function of the running cluster returning a Scenario (PASS/FAIL
+with the reasons). They compare what the real control plane and controllers did with what cluster
+fit predicted (its placements), so a wrong model shows up as a disagreement."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
+from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, selector
+from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+TRAINER = "trainer.kubeflow.org/v1alpha1"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    status: str = "PASS"  # PASS | FAIL | NOT REHEARSED
+    details: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def fail(self, message: str) -> None:
+        self.status = "FAIL"
+        self.problems.append(message)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "status": self.status, "details": self.details,
+                "problems": self.problems, "seconds": round(self.seconds, 1)}
+
+
+@dataclass
+class Context:
+    client: Client
+    releases: list[Any]
+    model: Any
+    placements: list[dict]  # cluster fit's: {release, object, group, pods}
+    controllers: dict[str, Any]  # binary -> Controller
+    timeout: float = 60.0
+    workloads: list[dict] = field(default_factory=list)  # filled by scenario (a), read by the report
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def _conditions(obj: dict) -> dict[str, dict]:
+    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _pods_of(client: Client, namespace: str, match_labels: dict) -> list[dict]:
+    return client.list("v1", "Pod", namespace, selector(match_labels)) if match_labels else []
+
+
+def _nodes(client: Client) -> dict[str, dict]:
+    return {n["metadata"]["name"]: n for n in client.list("v1", "Node")}
+
+
+def _pending_reason(pod: dict) -> str:
+    cond = _conditions(pod).get("PodScheduled") or {}
+    return cond.get("message") or cond.get("reason") or (pod.get("status") or {}).get("phase", "?")
+
+
+def _tolerates(tolerations: list[dict], taint: dict) -> bool:
+    for t in tolerations or []:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint.get("key")):
+            return True
+        if t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _matches_expression(labels: dict, e: dict) -> bool:
+    op, key, values = e.get("operator"), e.get("key"), e.get("values") or []
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt"):
+        try:
+            v, ref = int(labels.get(key, "")), int(values[0])
+        except (ValueError, IndexError):
+            return False
+        return v > ref if op == "Gt" else v < ref
+    return False
+
+
+def selects(pod_spec: dict, node: dict) -> bool:
+    """The pod's nodeSelector and required node affinity select this node (taints aside)."""
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    req = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    if req:
+        return any(all(_matches_expression(labels, e) for e in term.get("matchExpressions") or []) for term in req)
+    return True
+
+
+# --- (a) every workload Ready on its intended node group ---------------------------------------------------
+
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+
+
+def _intended(placements: list[dict]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for p in placements:
+        out.setdefault(p["object"], set()).add(p["group"])
+    return out
+
+
+def _workload_state(client: Client, obj: dict, nodes: dict[str, dict]) -> dict:
+    kind, meta = obj["kind"], obj["metadata"]
+    ns, name = meta.get("namespace"), meta["name"]
+    live = client.get("apps/v1", kind, name, ns)
+    st = (live or {}).get("status") or {}
+    if live is None:
+        return {"kind": kind, "namespace": ns, "name": name, "ready": 0, "want": None, "groups": [], "pending": ["not created"]}
+    if kind == "DaemonSet":
+        want, ready = st.get("desiredNumberScheduled", 0), st.get("numberReady", 0)
+    else:
+        want, ready = (live.get("spec") or {}).get("replicas", 1), st.get("readyReplicas", 0)
+    pods = _pods_of(client, ns, ((live.get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
+    groups = sorted({group_of(nodes[p["spec"]["nodeName"]]) for p in pods if p["spec"].get("nodeName") in nodes})
+    pending = [f"{p['metadata']['name']}: {_pending_reason(p)}" for p in pods if not p["spec"].get("nodeName")]
+    return {"kind": kind, "namespace": ns, "name": name, "ready": ready, "want": want, "groups": groups,
+            "pending": pending, "live": live, "pods": pods}
+
+
+def _why_no_pods(client: Client, live: dict) -> str:
+    """Why a workload has fewer pods than it wants: its ReplicaFailure condition (a Deployment copies
+    its ReplicaSet's, e.g. Pod Security's refusal), else the newest Warning event of it or its ReplicaSets."""
+    cond = _conditions(live).get("ReplicaFailure")
+    if cond and cond.get("status") == "True":
+        return cond.get("message") or cond.get("reason") or ""
+    ns, name = live["metadata"].get("namespace"), live["metadata"]["name"]
+    try:
+        events = [e for e in client.list("v1", "Event", ns) if e.get("type") == "Warning"
+                  and (e.get("involvedObject") or {}).get("name", "").startswith(name)]
+    except (ApiError, UnknownKind):
+        return ""
+    events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return events[-1].get("message", "") if events else ""
+
+
+def workloads_ready(ctx: Context) -> Scenario:
+    sc = Scenario("workloads", "every Deployment/StatefulSet/DaemonSet Ready on the node group cluster fit intends")
+    objs = [(rel.name, o) for rel in ctx.releases if rel.rendered and rel.source != "example"
+            for o in rel.objects if o.get("kind") in WORKLOAD_KINDS and "helm.sh/hook" not in ((o["metadata"].get("annotations") or {}))]
+    intended = _intended(ctx.placements)
+    deadline = time.monotonic() + ctx.timeout
+    while True:
+        nodes = _nodes(ctx.client)
+        states = [(rel, _workload_state(ctx.client, o, nodes)) for rel, o in objs]
+        if all(s["want"] is not None and s["ready"] >= s["want"] for _, s in states) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    ctx.workloads = []
+    for rel, s in states:
+        key = f"{s['kind']}/{s['namespace']}/{s['name']}"
+        row = {"release": rel, "object": key, "ready": s["ready"], "want": s["want"], "groups": s["groups"],
+               "fitGroups": sorted(intended.get(key, set()))}
+        ctx.workloads.append(row)
+        if s["want"] is None:
+            sc.fail(f"{key} ({rel}): not created")
+            continue
+        if s["ready"] < s["want"]:
+            why = "; ".join(s["pending"][:3]) or _why_no_pods(ctx.client, s["live"]) or "pods not Ready"
+            sc.fail(f"{key} ({rel}): {s['ready']}/{s['want']} Ready ({why})")
+        if s["kind"] == "DaemonSet":
+            spec = s["live"]["spec"]["template"]["spec"]
+            on = {p["spec"].get("nodeName") for p in s["pods"]}
+            for name, node in nodes.items():
+                if name in on or not selects(spec, node):
+                    continue
+                blocking = [t for t in node["spec"].get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")
+                            and not _tolerates(spec.get("tolerations") or [], t)]
+                taints = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in blocking)
+                sc.fail(f"{key} ({rel}): selects node {name} (group {group_of(node)}) but runs no pod there"
+                        + (f": it does not tolerate {taints}" if taints else ""))
+            if s["want"] == 0:
+                if intended.get(key):
+                    sc.fail(f"{key} ({rel}): runs on no node; cluster fit places it on {', '.join(sorted(intended[key]))}")
+                else:
+                    sc.details.append(f"{key}: runs on no node (its node selector matches none; as cluster fit predicts)")
+        fit_groups = intended.get(key)
+        if fit_groups is not None and s["groups"] and set(s["groups"]) != fit_groups:
+            # Where several groups admit a pod, fit's packing and the scheduler's scoring may choose
+            # differently: a note. A pod without a GPU request on a GPU group fails (it takes the GPU
+            # node's room and, where the group autoscales, keeps a GPU node up).
+            gpu_groups = {g.name for g in ctx.model.node_groups if g.role == "gpu"}
+            wants_gpu = any(GPU_RESOURCE in ((c.get("resources") or {}).get("requests") or {}) or
+                            GPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {})
+                            for c in s["live"]["spec"]["template"]["spec"].get("containers") or [])
+            stray = sorted((set(s["groups"]) - fit_groups) & gpu_groups) if s["kind"] != "DaemonSet" and not wants_gpu else []
+            message = (f"{key} ({rel}): cluster fit places it on {', '.join(sorted(fit_groups))}, "
+                       f"the scheduler put it on {', '.join(s['groups'])}")
+            if stray:
+                tol = s["live"]["spec"]["template"]["spec"].get("tolerations") or []
+                sc.fail(message + f": a pod without a GPU request on GPU group {', '.join(stray)} (its tolerations: {tol})")
+            else:
+                sc.details.append(message + " (both admit it)")
+    ok = sum(1 for _, s in states if s["want"] is not None and s["ready"] >= s["want"])
+    sc.details.append(f"{ok}/{len(states)} workloads Ready")
+    return sc
+
+
+# --- (b) the example TrainJob ---------------------------------------------------------------------------------
+
+
+def _example(ctx: Context) -> Optional[dict]:
+    for rel in ctx.releases:
+        if rel.source == "example":
+            for o in rel.objects:
+                if o.get("kind") == "TrainJob":
+                    return o
+    return None
+
+
+def _grace(trainjob: dict) -> Optional[int]:
+    for patch in (trainjob.get("spec") or {}).get("runtimePatches") or []:
+        for rj in (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []:
+            pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+            if "terminationGracePeriodSeconds" in pod:
+                return int(pod["terminationGracePeriodSeconds"])
+    return None
+
+
+def _workload_for(client: Client, namespace: str, owner_kind: str, owner_name: str) -> Optional[dict]:
+    for w in client.list(KUEUE, "Workload", namespace):
+        if any(o.get("kind") == owner_kind and o.get("name") == owner_name for o in w["metadata"].get("ownerReferences") or []):
+            return w
+    return None
+
+
+def _admitted(w: Optional[dict]) -> bool:
+    return bool(w) and (_conditions(w).get("Admitted") or {}).get("status") == "True"
+
+
+def _flavors(w: dict) -> dict[str, str]:
+    out = {}
+    for ps in ((w.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        out.update(ps.get("flavors") or {})
+    return out
+
+
+def _flavor_group(client: Client, flavor: str, model) -> Optional[str]:
+    rf = client.get(KUEUE, "ResourceFlavor", flavor)
+    labels = ((rf or {}).get("spec") or {}).get("nodeLabels") or {}
+    for g in model.node_groups:
+        if labels and all(g.labels.get(k) == v for k, v in labels.items()):
+            return g.name
+    return None
+
+
+def _job_pods(client: Client, namespace: str, trainjob: str) -> list[dict]:
+    return client.list("v1", "Pod", namespace, f"jobset.sigs.k8s.io/jobset-name={trainjob}")
+
+
+def _workload_message(w: Optional[dict]) -> str:
+    if not w:
+        return "no Workload was created for it (is the TrainJob integration enabled and the namespace managed?)"
+    conds = _conditions(w)
+    for t in ("QuotaReserved", "Admitted", "Evicted"):
+        c = conds.get(t)
+        if c and c.get("message"):
+            return f"{t}={c.get('status')}: {c['message']}"
+    return "no admission condition yet"
+
+
+def _short(text: str, head: int = 260, tail: int = 160) -> str:
+    return text if len(text) <= head + tail + 5 else f"{text[:head]} … {text[-tail:]}"
+
+
+def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str) -> str:
+    """The first failing error line of these controllers' logs that names `about`, shortened."""
+    import json as _json
+
+    from gpu_platform.rehearsal.controllers import error_lines
+
+    for b in binaries:
+        ctl = ctx.controllers.get(b)
+        if ctl is None or ctl.proc is None:
+            continue
+        # The newest line: early ones are often transient (an object not created yet).
+        for line in reversed(error_lines(ctl.proc.log, limit=10_000, width=None)):
+            if about not in line or "the object has been modified" in line or "not found" in line:
+                continue
+            try:
+                err = _json.loads(line).get("error") or _json.loads(line).get("msg") or line
+            except ValueError:
+                err = line
+            return f"{b} says: {_short(str(err))}"
+    return ""
+
+
+def submit(client: Client, obj: dict) -> Optional[str]:
+    try:
+        client.create(obj)
+        return None
+    except (ApiError, UnknownKind) as exc:
+        return str(exc)
+
+
+def example_trainjob(ctx: Context) -> Scenario:
+    sc = Scenario("trainjob", "the example TrainJob admitted by Kueue on the intended flavor, bound to that pool, "
+                              "checkpoint grace period kept")
+    job = _example(ctx)
+    if job is None:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("no example TrainJob (examples/training/trainjob-checkpointed.yaml or --job)")
+        return sc
+    for need in ("kueue-manager", "trainer-manager", "jobset-manager"):
+        ctl = ctx.controllers.get(need)
+        if ctl is None or ctl.status != "running":
+            sc.status = "NOT REHEARSED"
+            sc.problems.append(f"{need} is not running ({ctl.status if ctl else 'not in the rendered releases'}"
+                               f"{': ' + ctl.problem if ctl and ctl.problem else ''})")
+    if sc.status != "PASS":
+        return sc
+    ns, name = job["metadata"].get("namespace") or "training", job["metadata"]["name"]
+    want_grace = _grace(job)
+    fit_group = next((p["group"] for p in ctx.placements if p["object"].startswith(f"TrainJob/{ns}/{name}")), None)
+    sc.details.append(f"cluster fit places it on node group {fit_group or '(none)'}")
+    err = submit(ctx.client, copy.deepcopy(job))
+    if err:
+        sc.fail(f"TrainJob {ns}/{name} refused by the API server: {err}")
+        return sc
+    deadline = time.monotonic() + ctx.timeout
+    w = None
+    while time.monotonic() < deadline:
+        w = _workload_for(ctx.client, ns, "TrainJob", name)
+        if _admitted(w):
+            break
+        time.sleep(1)
+    if not _admitted(w):
+        sc.fail(f"TrainJob {ns}/{name} not admitted by Kueue within {ctx.timeout:.0f}s: {_workload_message(w)}")
+        return sc
+    flavors = _flavors(w)
+    gpu_flavor = flavors.get(GPU_RESOURCE) or next(iter(flavors.values()), None)
+    group = _flavor_group(ctx.client, gpu_flavor, ctx.model) if gpu_flavor else None
+    sc.details.append(f"Kueue admitted Workload {w['metadata']['name']} on flavor {gpu_flavor} (node group {group})")
+    if fit_group and group != fit_group:
+        sc.fail(f"Kueue admitted it on flavor {gpu_flavor} (node group {group}); cluster fit placed it on {fit_group}")
+    pods: list[dict] = []
+    waited = time.monotonic()
+    while time.monotonic() < deadline + ctx.timeout:
+        pods = _job_pods(ctx.client, ns, name)
+        if pods and all(p["spec"].get("nodeName") for p in pods):
+            break
+        # No pod yet and a controller already says why (a refused update, retried forever): stop waiting.
+        if not pods and time.monotonic() - waited > 20 and _controller_said(ctx, ("trainer-manager", "jobset-manager"), name):
+            break
+        time.sleep(1)
+    nodes = _nodes(ctx.client)
+    if not pods:
+        said = _controller_said(ctx, ("trainer-manager", "jobset-manager"), name)
+        sc.fail(f"no pod of TrainJob {ns}/{name} was created" + (f": {said}" if said else " (JobSet/Job controllers; see their logs)"))
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        if not node:
+            sc.fail(f"pod {p['metadata']['name']} not bound: {_pending_reason(p)}")
+            continue
+        landed = group_of(nodes[node]) if node in nodes else "?"
+        sc.details.append(f"pod {p['metadata']['name']} bound to {node} (group {landed}), "
+                          f"terminationGracePeriodSeconds {p['spec'].get('terminationGracePeriodSeconds')}")
+        if group and landed != group:
+            sc.fail(f"pod {p['metadata']['name']} bound to group {landed}, not the admitted flavor's {group}")
+        if want_grace is not None and p["spec"].get("terminationGracePeriodSeconds") != want_grace:
+            sc.fail(f"pod {p['metadata']['name']} has terminationGracePeriodSeconds "
+                    f"{p['spec'].get('terminationGracePeriodSeconds')}, the TrainJob asks {want_grace}: the checkpoint "
+                    "window is lost between the TrainJob and its pods")
+    live = ctx.client.get(TRAINER, "TrainJob", name, ns)
+    if want_grace is not None and live is not None and _grace(live) != want_grace:
+        sc.fail(f"the admitted TrainJob no longer carries terminationGracePeriodSeconds {want_grace} "
+                f"(now {_grace(live)}): Kueue rewrote it with a Trainer schema that lacks the field")
+    return sc
+
+
+# --- (c) inadmissible jobs ----------------------------------------------------------------------------------
+
+
+def _probe_job(job: dict, name: str, queue: str, gpus: int) -> dict:
+    probe = copy.deepcopy(job)
+    probe["metadata"] = {"name": name, "namespace": job["metadata"].get("namespace") or "training",
+                         "labels": {QUEUE_LABEL: queue}}
+    res = probe["spec"]["trainer"].setdefault("resourcesPerNode", {})
+    for part in ("requests", "limits"):
+        res.setdefault(part, {})[GPU_RESOURCE] = str(gpus)
+    return probe
+
+
+def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
+    sc = Scenario("inadmissible", "a job larger than any node stays inadmissible; a zero-quota flavor admits nothing")
+    release_example(ctx)
+    job = _example(ctx)
+    ctl = ctx.controllers.get("kueue-manager")
+    if job is None or ctl is None or ctl.status != "running":
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("needs the example TrainJob and a running Kueue")
+        return sc
+    ns = job["metadata"].get("namespace") or "training"
+    queue = (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+    most = max((g.allocatable.gpus for g in ctx.model.node_groups), default=0)
+    big = _probe_job(job, "rehearsal-too-big", queue, most + 1)
+    # A ClusterQueue with the shipped flavors, every quota zero, and its LocalQueue.
+    lq = ctx.client.get(KUEUE, "LocalQueue", queue, ns) if queue else None
+    cq = ctx.client.get(KUEUE, "ClusterQueue", lq["spec"]["clusterQueue"]) if lq else None
+    submitted = []
+    if err := submit(ctx.client, big):
+        sc.fail(f"probe TrainJob refused: {err}")
+    else:
+        submitted.append(("rehearsal-too-big", f"one node needing {most + 1} GPU(s) (the largest node has {most})"))
+    if cq is not None:
+        zero = {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "rehearsal-zero-quota"},
+                "spec": {"namespaceSelector": cq["spec"].get("namespaceSelector", {}),
+                         "resourceGroups": [{"coveredResources": rg["coveredResources"],
+                                             "flavors": [{"name": f["name"], "resources": [{"name": r["name"], "nominalQuota": 0}
+                                                                                          for r in f["resources"]]}
+                                                         for f in rg["flavors"]]} for rg in cq["spec"]["resourceGroups"]]}}
+        zq = {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": "rehearsal-zero-quota", "namespace": ns},
+              "spec": {"clusterQueue": "rehearsal-zero-quota"}}
+        errs = [e for e in (submit(ctx.client, zero), submit(ctx.client, zq)) if e]
+        if errs:
+            sc.fail(f"zero-quota ClusterQueue refused: {errs[0]}")
+        elif err := submit(ctx.client, _probe_job(job, "rehearsal-zero-quota", "rehearsal-zero-quota", 1)):
+            sc.fail(f"probe TrainJob refused: {err}")
+        else:
+            submitted.append(("rehearsal-zero-quota", "one GPU on flavors with zero quota"))
+    time.sleep(wait)
+    for name, what in submitted:
+        w = _workload_for(ctx.client, ns, "TrainJob", name)
+        if w is None:
+            sc.fail(f"{name} ({what}): Kueue created no Workload for it")
+        elif _admitted(w):
+            sc.fail(f"{name} ({what}): Kueue ADMITTED it on {_flavors(w)}; its pods can never be scheduled")
+        else:
+            sc.details.append(f"{name} ({what}): not admitted after {wait:.0f}s ({_workload_message(w)})")
+        ctx.client.delete(TRAINER, "TrainJob", name, ns)
+    return sc
+
+
+# --- (d) operator-made pods --------------------------------------------------------------------------------------
+
+
+def _stand_in_refused(ctx: Context, ns: str, name: str) -> bool:
+    """The operator refuses a configuration that is preflight's secret stand-in (its log cuts the value
+    to `preflig...`)."""
+    said = _controller_said(ctx, ("prometheus-operator",), f"{ns}/{name}")
+    return SECRET_PLACEHOLDER[:7] in said and "secret" in said
+
+
+def operator_pods(ctx: Context) -> Scenario:
+    sc = Scenario("operator-pods", "the Prometheus operator creates Prometheus and Alertmanager; their pods land and fit")
+    ctl = ctx.controllers.get("prometheus-operator")
+    wanted = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for rel in ctx.releases if rel.rendered
+              for o in rel.objects if o.get("kind") in ("Prometheus", "Alertmanager") and o.get("apiVersion", "").startswith("monitoring.coreos.com/")]
+    if not wanted:
+        sc.details.append("the stack renders no Prometheus or Alertmanager")
+        return sc
+    if ctl is None or ctl.status != "running":
+        sc.status = "NOT REHEARSED"
+        sc.problems.append(f"prometheus-operator is not running ({ctl.status if ctl else 'not rendered'})")
+        return sc
+
+    def sts_name(kind: str, name: str) -> str:
+        return f"{'prometheus' if kind == 'Prometheus' else 'alertmanager'}-{name}"
+
+    def ready(sts: Optional[dict]) -> bool:
+        return bool(sts) and ((sts.get("status") or {}).get("readyReplicas") or 0) >= (sts["spec"].get("replicas") or 1)
+
+    # All at once: one object the operator cannot build must not use up the others' time.
+    deadline = time.monotonic() + ctx.timeout
+    found: dict[tuple, Optional[dict]] = {}
+    while True:
+        found = {(k, ns, n): ctx.client.get("apps/v1", "StatefulSet", sts_name(k, n), ns) for k, ns, n in wanted}
+        if all(ready(v) or (v is None and _stand_in_refused(ctx, ns, n)) for (_, ns, n), v in found.items()) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    for kind, ns, name in wanted:
+        sts = found[(kind, ns, name)]
+        sts_name_ = sts_name(kind, name)
+        if sts is None:
+            said = _controller_said(ctx, ("prometheus-operator",), f"{ns}/{name}")
+            if _stand_in_refused(ctx, ns, name):
+                sc.status = "NOT REHEARSED" if sc.status == "PASS" else sc.status
+                sc.problems.append(f"{kind} {ns}/{name}: its configuration is a secret preflight does not know (a stand-in "
+                                   f"value was rendered), so the operator cannot build it here: {said}")
+            else:
+                sc.fail(f"{kind} {ns}/{name}: the operator created no StatefulSet {sts_name_} within {ctx.timeout:.0f}s"
+                        + (f": {said}" if said else ""))
+            continue
+        nodes = _nodes(ctx.client)
+        pods = _pods_of(ctx.client, ns, sts["spec"]["selector"].get("matchLabels") or {})
+        for p in pods:
+            node = p["spec"].get("nodeName")
+            if not node:
+                sc.fail(f"{kind} {ns}/{name}: pod {p['metadata']['name']} not scheduled: {_pending_reason(p)}")
+            else:
+                sc.details.append(f"{kind} {ns}/{name}: pod {p['metadata']['name']} on {node} (group {group_of(nodes.get(node, {}))})")
+        ready_n = ((sts.get("status") or {}).get("readyReplicas") or 0)
+        if ready_n < (sts["spec"].get("replicas") or 1):
+            sc.fail(f"{kind} {ns}/{name}: StatefulSet {sts_name_} {ready_n}/{sts['spec'].get('replicas') or 1} Ready")
+        ctx.workloads.append({"release": "(operator)", "object": f"StatefulSet/{ns}/{sts_name_}", "ready": ready_n,
+                              "want": sts["spec"].get("replicas") or 1,
+                              "groups": sorted({group_of(nodes.get(p["spec"].get("nodeName"), {})) for p in pods if p["spec"].get("nodeName")}),
+                              "fitGroups": []})
+    return sc
+
+
+# --- (e) preemption drill --------------------------------------------------------------------------------------
+
+
+def preemption_drill(ctx: Context) -> Scenario:
+    sc = Scenario("preemption-drill", "the node running the job is deleted: the job's pod is replaced and bound again "
+                                      "in its pool, or waits for a new node")
+    job = _example(ctx)
+    if job is None:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("no example TrainJob")
+        return sc
+    ns, name = job["metadata"].get("namespace") or "training", job["metadata"]["name"]
+    pods = [p for p in _job_pods(ctx.client, ns, name) if p["spec"].get("nodeName")]
+    if not pods:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("the example TrainJob has no bound pod (see the trainjob scenario)")
+        return sc
+    victim = pods[0]["spec"]["nodeName"]
+    nodes = _nodes(ctx.client)
+    group = group_of(nodes[victim])
+    spare = [n for n, node in nodes.items() if group_of(node) == group and n != victim]
+    ctx.client.delete("v1", "Node", victim)
+    sc.details.append(f"deleted node {victim} (group {group}); {len(spare)} other node(s) in the group")
+    old = {p["metadata"]["uid"] for p in pods}
+    deadline = time.monotonic() + max(ctx.timeout, 90)
+    replaced: list[dict] = []
+    while time.monotonic() < deadline:
+        current = _job_pods(ctx.client, ns, name)
+        replaced = [p for p in current if p["metadata"]["uid"] not in old]
+        if replaced and (not spare or all(p["spec"].get("nodeName") for p in replaced)):
+            break
+        time.sleep(2)
+    w = _workload_for(ctx.client, ns, "TrainJob", name)
+    sc.details.append(f"Workload after the drill: {'admitted' if _admitted(w) else 'not admitted'} ({_workload_message(w)})")
+    if not replaced:
+        sc.fail(f"no replacement pod for TrainJob {ns}/{name} within {deadline - time.monotonic() + max(ctx.timeout, 90):.0f}s "
+                "after its node was deleted")
+        return sc
+    for p in replaced:
+        node = p["spec"].get("nodeName")
+        if node:
+            landed = group_of(_nodes(ctx.client).get(node, {}))
+            sc.details.append(f"replacement pod {p['metadata']['name']} bound to {node} (group {landed})")
+            if landed != group:
+                sc.fail(f"replacement pod bound to group {landed}, not {group}")
+        elif spare:
+            sc.fail(f"replacement pod {p['metadata']['name']} not bound although {spare[0]} is free: {_pending_reason(p)}")
+        else:
+            sc.details.append(f"replacement pod {p['metadata']['name']} waits for a new node of {group}: {_pending_reason(p)}")
+    return sc
+
+
+def release_example(ctx: Context) -> None:
+    """Delete the example TrainJob so that the scenarios after it find the queue's quota free."""
+    job = _example(ctx)
+    if job is None:
+        return
+    ns, name = job["metadata"].get("namespace") or "training", job["metadata"]["name"]
+    try:
+        if ctx.client.delete(TRAINER, "TrainJob", name, ns):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and _workload_for(ctx.client, ns, "TrainJob", name) is not None:
+                time.sleep(1)
+    except (ApiError, UnknownKind):
+        pass
+
+
+# --- (f, without the hub) notebook pods of every profile ------------------------------------------------------
+
+
+def notebook_profiles(ctx: Context) -> Scenario:
+    """Each JupyterHub profile's user pod, as the hub's KubeSpawner would create it (the pod cluster fit
+    models, gpu_platform.preflight.fit.pods.jupyterhub_user_pods), created through the API server: Pod
+    Security admits it, Kueue admits GPU profiles, the scheduler binds it to the group fit intends."""
+    from gpu_platform.preflight.fit.pods import jupyterhub_user_pods
+
+    sc = Scenario("notebook-profiles", "each notebook profile's pod admitted (Pod Security, Kueue) and bound where fit "
+                                       "places it (the pod the hub's KubeSpawner makes; the hub itself is not run)")
+    templates = []
+    for rel in ctx.releases:
+        if rel.rendered and (rel.chart or "").rstrip("/").rsplit("/", 1)[-1] == "jupyterhub" and isinstance(rel.values, dict):
+            templates += jupyterhub_user_pods(rel.name, rel.namespace, rel.values)
+    if not templates:
+        sc.details.append("the stack installs no JupyterHub")
+        return sc
+    fit_groups = _intended(ctx.placements)
+    created = []
+    for i, t in enumerate(templates):
+        slug = t.owner.rsplit("(profile ", 1)[-1].rstrip(")") if "(profile " in t.owner else str(i)
+        name = f"jupyter-rehearsal-{slug}".lower().replace("_", "-")[:60]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": t.namespace, "labels": dict(t.labels)},
+               "spec": copy.deepcopy(t.spec)}
+        if err := submit(ctx.client, pod):
+            sc.fail(f"profile {slug}: the API server refused its pod: {err}")
+            continue
+        created.append((slug, t, name))
+    deadline = time.monotonic() + ctx.timeout
+    pods: dict[str, dict] = {}
+    while time.monotonic() < deadline and created:
+        pods = {name: ctx.client.get("v1", "Pod", name, t.namespace) or {} for _, t, name in created}
+        if all(p.get("spec", {}).get("nodeName") for p in pods.values()):
+            break
+        time.sleep(1)
+    nodes = _nodes(ctx.client)
+    for slug, t, name in created:
+        p = pods.get(name) or {}
+        node = (p.get("spec") or {}).get("nodeName")
+        want = fit_groups.get(t.owner)
+        if not node:
+            gates = [g.get("name") for g in (p.get("spec") or {}).get("schedulingGates") or []]
+            why = f"held by scheduling gate(s) {', '.join(gates)} (Kueue has not admitted it" if gates else _pending_reason(p)
+            if gates:
+                w = _workload_for(ctx.client, t.namespace, "Pod", name)
+                why += f": {_workload_message(w)})"
+            sc.fail(f"profile {slug}: pod not bound within {ctx.timeout:.0f}s: {why}")
+            continue
+        landed = group_of(nodes.get(node, {}))
+        sc.details.append(f"profile {slug}: pod bound to {node} (group {landed})")
+        if want and landed not in want:
+            sc.fail(f"profile {slug}: cluster fit places it on {', '.join(sorted(want))}, the scheduler put it on {landed}")
+    for _, t, name in created:
+        ctx.client.delete("v1", "Pod", name, t.namespace, grace_seconds=0)
+    return sc
+
+
+SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, inadmissible, notebook_profiles, operator_pods)

@@ -1,0 +1,81 @@
+"""A stand-in for the clouds' CSI provisioners: nothing provisions disks here, so each
+PersistentVolumeClaim left Pending gets a PersistentVolume made for it (bound by claimRef, the size,
+access modes and class it asks, pinned to the node the scheduler selected for a WaitForFirstConsumer
+class). The PV controller and the scheduler's volume binding then do the rest as in a cluster.
+
+And the StorageClass a cloud creates itself (not in any rendered release), so that the DefaultStorageClass
+admission plugin gives class-less claims the class they get there."""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind
+
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+# GKE creates `standard-rwo` (the Compute Engine PD CSI driver, WaitForFirstConsumer) as the cluster's
+# default class (GKE docs, "Using the Compute Engine persistent disk CSI Driver": standard-rwo is the
+# default StorageClass from GKE 1.22). EKS (1.30+) annotates no default and the program renders its own
+# gp3 default; Linode's CSI chart renders its classes.
+CLOUD_STORAGE_CLASSES = {
+    "gcp": [{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+             "metadata": {"name": "standard-rwo", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+             "provisioner": "pd.csi.storage.gke.io", "volumeBindingMode": "WaitForFirstConsumer",
+             "allowVolumeExpansion": True, "parameters": {"type": "pd-balanced"}}],
+}
+
+
+class Provisioner:
+    def __init__(self, client: Client, interval: float = 1.0):
+        self.client, self.interval = client, interval
+        self.made: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rehearsal-provisioner", daemon=True)
+
+    def start(self) -> "Provisioner":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.once()
+            except (ApiError, UnknownKind, OSError):
+                continue
+
+    def _wait_for_first_consumer(self, cls: Optional[str]) -> bool:
+        if not cls:
+            return False
+        sc = self.client.get("storage.k8s.io/v1", "StorageClass", cls)
+        return bool(sc) and sc.get("volumeBindingMode") == "WaitForFirstConsumer"
+
+    def once(self) -> None:
+        for pvc in self.client.list("v1", "PersistentVolumeClaim"):
+            if (pvc.get("status") or {}).get("phase") != "Pending" or (pvc.get("spec") or {}).get("volumeName"):
+                continue
+            meta, spec = pvc["metadata"], pvc["spec"]
+            node = (meta.get("annotations") or {}).get(SELECTED_NODE)
+            cls = spec.get("storageClassName") or ""
+            if self._wait_for_first_consumer(cls) and not node:
+                continue  # the scheduler picks the node first
+            name = f"pv-{meta['namespace']}-{meta['name']}"[:250]
+            pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                  "spec": {"capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")},
+                           "accessModes": spec.get("accessModes") or ["ReadWriteOnce"], "storageClassName": cls,
+                           "persistentVolumeReclaimPolicy": "Delete", "volumeMode": spec.get("volumeMode", "Filesystem"),
+                           "hostPath": {"path": f"/rehearsal-volumes/{name}"},
+                           "claimRef": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}}}
+            if node:
+                pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
+            try:
+                self.client.create(pv)
+                self.made.append(f"{meta['namespace']}/{meta['name']} ({cls or 'no class'}, {pv['spec']['capacity']['storage']})")
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise

@@ -1,0 +1,349 @@
+"""The rehearsal (gpu_platform/rehearsal): a real control plane with the platform's controllers.
+
+The first tests need no component: node objects from the node model, install order, the webhook
+rewrite, the controllers' configuration changes, the message when components are not built. The
+rest run the control plane built by `make rehearsal-build`; they are skipped only when the component
+cache does not exist at all (CI builds it first). A full rehearsal of one stack takes about
+1-3 minutes on 2 cores (docs/rehearsal.md); they run in `make test`, marked `rehearsal`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_platform.components.config import parse_config
+from gpu_platform.preflight.fit.run import run_fit
+from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
+from gpu_platform.rehearsal import binaries
+from gpu_platform.rehearsal.controllers import fatal, find_controllers, prepare
+from gpu_platform.rehearsal.install import REWRITTEN, InstallLog, Installer, order_releases
+from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, node_objects
+from gpu_platform.rehearsal.scenarios import _tolerates, selects
+from tests.conftest import ROOT, stack_config
+from tests.fit_support import CHARTS, STACKS, need_charts
+
+HAVE_CACHE = binaries.bin_dir().is_dir()
+needs_components = pytest.mark.skipif(
+    not HAVE_CACHE, reason=f"no component cache at {binaries.bin_dir()}: build it with `{binaries.BUILD_COMMAND}`")
+
+
+def _prepare(stack: str, config: dict | None, out: Path, example: Path | None = None):
+    need_charts()
+    stack_input = stack_input_from_mapping(stack, config) if config is not None else load_stack(stack)
+    cfg = parse_config(stack_input.raw, stack)
+    plan = run_program(stack_input)
+    out.mkdir(parents=True, exist_ok=True)
+    extra = {"example": example} if example is not None else {}
+    fit = run_fit(cfg, plan, out, [CHARTS], base=ROOT, **extra)
+    return cfg, plan, fit
+
+
+@functools.lru_cache(maxsize=None)
+def prepared(stack: str):
+    import tempfile
+
+    return _prepare(stack, None, Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-")))
+
+
+# --- without components ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kwok_nodes_are_the_fit_model_at_maximum_size(stack):
+    _, _, fit = prepared(stack)
+    objs = node_objects(fit.model)
+    assert len(objs) == sum(g.max_nodes for g in fit.model.node_groups)
+    for group in fit.model.node_groups:
+        mine = [(n, s) for n, s in objs if n["metadata"]["labels"][GROUP_LABEL] == group.name]
+        assert len(mine) == group.max_nodes
+        for node, status in mine:
+            assert group.labels.items() <= node["metadata"]["labels"].items()
+            assert node["spec"]["taints"] == group.taints
+            alloc = status["status"]["allocatable"]
+            assert alloc["cpu"] == f"{group.allocatable.cpu_millis}m"
+            assert int(alloc["memory"]) == group.allocatable.memory_bytes
+            assert alloc.get(GPU_RESOURCE) == (str(group.allocatable.gpus) if group.allocatable.gpus else None)
+
+
+def test_releases_install_after_what_they_depend_on():
+    _, _, fit = prepared("linode-dev")
+    order = [r.name for r in order_releases(fit.releases)]
+    assert "trainjob-checkpointed" not in order  # the example is a scenario, not part of the install
+    by_urn = {r.urn: r for r in fit.releases}
+    for i, rel in enumerate(order_releases(fit.releases)):
+        for urn in rel.depends_on:
+            if urn in by_urn and by_urn[urn].rendered:
+                assert order.index(by_urn[urn].name) < i, f"{rel.name} installed before {by_urn[urn].name}"
+    assert order.index("kueue") < order.index("platform-queue")
+
+
+def test_only_webhook_client_config_is_rewritten_and_unserved_webhooks_are_reported():
+    _, _, fit = prepared("linode-dev")
+    releases = [r for r in fit.releases if r.rendered]
+    ctls = find_controllers(releases)
+    assert {c.binary for c in ctls} == {"kueue-manager", "jobset-manager", "trainer-manager", "prometheus-operator"}
+    for c in ctls:
+        c.webhook_port = 40000 + len(c.binary)
+        c.status = "not-built" if c.binary == "jobset-manager" else "running"
+    log = InstallLog()
+    inst = Installer(None, releases, ctls, b"CA", log)
+    kueue = next(r for r in releases if r.name == "kueue")
+    mwc = next(o for o in kueue.objects if o["kind"] == "MutatingWebhookConfiguration")
+    out = inst.rewrite(mwc)
+    port = next(c.webhook_port for c in ctls if c.binary == "kueue-manager")
+    for before, after in zip(mwc["webhooks"], out["webhooks"]):
+        assert after["clientConfig"]["url"] == f"https://127.0.0.1:{port}{before['clientConfig']['service']['path']}"
+        assert {k: v for k, v in after.items() if k != "clientConfig"} == {k: v for k, v in before.items() if k != "clientConfig"}
+    assert "service" in mwc["webhooks"][0]["clientConfig"]  # the rendered object is not touched
+    crd = next(o for o in kueue.objects if o["kind"] == "CustomResourceDefinition" and o["spec"].get("conversion", {}).get("strategy") == "Webhook")
+    assert inst.rewrite(crd)["spec"]["conversion"]["webhook"]["clientConfig"]["url"].startswith(f"https://127.0.0.1:{port}/")
+    trainer = next(r for r in releases if r.name == "kubeflow-trainer")
+    jobset_hooks = next(o for o in trainer.objects if o["kind"] == "ValidatingWebhookConfiguration" and o["metadata"]["name"].startswith("jobset"))
+    assert inst.rewrite(jobset_hooks)["webhooks"] == []
+    removed = [w for w in log.webhooks if w["action"].startswith("NOT REHEARSED")]
+    assert removed and all("jobset-manager (not built)" == w["controller"] for w in removed)
+    assert sum(w["action"] == REWRITTEN for w in log.webhooks) >= len(mwc["webhooks"])
+
+
+def test_controller_configuration_changes_only_addresses_certificates_and_leader_election(tmp_path):
+    _, _, fit = prepared("linode-dev")
+    ctls = find_controllers([r for r in fit.releases if r.rendered])
+    kueue = next(c for c in ctls if c.binary == "kueue-manager")
+    assert kueue.service_account == "kueue-controller-manager" and kueue.config["kind"] == "Configuration"
+    if binaries.find("kueue-manager") is None:
+        pytest.skip("kueue-manager not built")
+    argv = prepare(kueue, tmp_path, tmp_path / "certs")
+    written = yaml.safe_load((tmp_path / "kueue-manager.config.yaml").read_text())
+    changed = {c.split(":", 1)[0] for c in kueue.changes if not c.startswith("--")}
+    assert changed <= {"leaderElection.leaderElect", "webhook.port", "webhook.host", "metrics.bindAddress",
+                       "health.healthProbeBindAddress", "internalCertManagement.enable", "webhook.certDir"}
+    assert written["integrations"] == kueue.config["integrations"]
+    assert written["managedJobsNamespaceSelector"] == kueue.config["managedJobsNamespaceSelector"]
+    assert any(a.startswith("--config=") for a in argv)
+
+
+def test_daemonset_node_selection_and_tolerations():
+    gpu_node = {"metadata": {"labels": {"nvidia.com/gpu.present": "true"}},
+                "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}}
+    spec = {"nodeSelector": {"nvidia.com/gpu.present": "true"}}
+    assert selects(spec, gpu_node)
+    assert not selects({"nodeSelector": {"x": "y"}}, gpu_node)
+    affinity = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}}}
+    assert selects(affinity, gpu_node)
+    taint = gpu_node["spec"]["taints"][0]
+    assert _tolerates([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}], taint)
+    assert not _tolerates([{"key": "other", "operator": "Exists"}], taint)
+    assert _tolerates([{"operator": "Exists"}], taint)
+
+
+def test_cli_names_missing_components_and_how_to_build_them(tmp_path):
+    env = {**os.environ, binaries.CACHE_ENV: str(tmp_path / "empty-cache")}
+    proc = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "linode-dev", "--rehearse", "--no-policies",
+                           "--out", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    assert "make rehearsal-build" in proc.stderr and "kube-apiserver" in proc.stderr and "etcd" in proc.stderr
+
+
+# --- with the components ------------------------------------------------------------------------------------
+
+
+def _children_alive(pids) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        try:  # a zombie is gone for every purpose
+            if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+                continue
+        except OSError:
+            continue
+        alive.append(pid)
+    return alive
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
+    from gpu_platform.rehearsal.controlplane import ControlPlane
+
+    with ControlPlane(tmp_path / "logs") as cp:
+        pids = cp.procs.pids()
+        tmp = Path(cp.tmp)
+        assert cp.client.get("v1", "Namespace", "kube-system") is not None
+        assert len(_children_alive(pids)) == 5
+    assert _children_alive(pids) == []
+    assert not tmp.exists()
+    assert (tmp_path / "logs" / "kube-apiserver.log").stat().st_size > 0
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_sigterm_tears_the_control_plane_down(tmp_path):
+    script = ("import sys, time\nfrom pathlib import Path\nfrom gpu_platform.rehearsal.controlplane import ControlPlane\n"
+              f"with ControlPlane(Path({str(tmp_path / 'logs')!r})) as cp:\n"
+              "    print(' '.join(map(str, cp.procs.pids())), cp.tmp, flush=True)\n    time.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().split()
+    pids, tmp = [int(p) for p in line[:-1]], Path(line[-1])
+    proc.terminate()
+    proc.wait(60)
+    assert _children_alive(pids) == [] and not tmp.exists()
+
+
+def _rehearse(stack: str, tmp_path: Path, config: dict | None = None, mutate=None, scenarios=None):
+    from gpu_platform.rehearsal.run import rehearse
+    from gpu_platform.rehearsal.scenarios import SCENARIOS
+
+    if config is None:
+        cfg, plan, fit = prepared(stack)
+    else:
+        cfg, plan, fit = _prepare(stack, config, tmp_path / "prep")
+    releases = copy.deepcopy(fit.releases)
+    if mutate is not None:
+        mutate(releases)
+    return rehearse(stack, cfg, plan, releases, fit.model, fit.report.to_json()["placements"], tmp_path / "out",
+                    scenarios=scenarios or SCENARIOS)
+
+
+def _failures(result) -> str:
+    doc = result.to_json()
+    lines = [p for s in doc["scenarios"] for p in s["problems"]]
+    lines += [f"REFUSED {r['kind']} {r['name']}: {r['message']}" for r in doc["refused"]]
+    lines += [f"{c['binary']} {c['status']} {c['problem']}" for c in doc["controllers"] if c["status"] != "running"]
+    lines += [f"{k}: {line}" for k, v in doc["controllerErrors"].items() for line in fatal(v)]
+    return "\n".join(lines + ([doc["error"]] if doc["error"] else []))
+
+
+# Every shipped stack fails its rehearsal today (docs/rehearsal.md, "What the first rehearsals found"):
+# the Kueue 0.19.2 / Trainer 2.3 skew stops the example TrainJob on all of them, and kube-prometheus-stack's
+# Alertmanager configuration is a secret stand-in. strict: once a stack passes, this marker must go.
+SHIPPED_FINDINGS = "Kueue/Trainer skew (no TrainJob pod), operator-made pods not created; docs/rehearsal.md"
+
+
+@needs_components
+@pytest.mark.rehearsal
+@pytest.mark.xfail(strict=True, reason=SHIPPED_FINDINGS)
+@pytest.mark.parametrize("stack", STACKS)
+def test_shipped_stack_rehearses(stack, tmp_path):
+    result = _rehearse(stack, tmp_path)
+    assert (tmp_path / "out" / "rehearsal.json").exists()
+    assert not result.failed, _failures(result)
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_kueue_trainer_skew_is_found(tmp_path):
+    """The review's claim, reproduced: Kueue 0.19.2 (built against Trainer 2.2.1) rewrites the admitted
+    TrainJob without the 2.3-only terminationGracePeriodSeconds, and the TrainJob makes no pod. When the
+    platform fixes the skew this test fails: drop it and the xfail above."""
+    from gpu_platform.rehearsal.scenarios import example_trainjob
+
+    result = _rehearse("linode-dev", tmp_path, scenarios=(example_trainjob,))
+    text = _failures(result)
+    assert "Kueue admitted Workload" in " ".join(result.scenarios[0].details)
+    assert "no longer carries terminationGracePeriodSeconds 60" in text
+    assert "no pod of TrainJob training/resnet-checkpointed was created" in text
+
+
+# --- planted bugs: each must fail the rehearsal, naming what is wrong ----------------------------------------------
+
+
+def _release(releases, name):
+    return next(r for r in releases if r.name == name)
+
+
+def _without_trainjob_integration(releases):
+    kueue = _release(releases, "kueue")
+    cm = next(o for o in kueue.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kueue-manager-config")
+    key = next(iter(cm["data"]))
+    conf = yaml.safe_load(cm["data"][key])
+    conf["integrations"]["frameworks"].remove("trainer.kubeflow.org/trainjob")
+    cm["data"][key] = yaml.safe_dump(conf)
+
+
+def _without_gpu_toleration(releases):
+    rel = next(r for r in releases if "nvidia-device-plugin" in r.name)
+    for o in rel.objects:
+        if o["kind"] == "DaemonSet":
+            spec = o["spec"]["template"]["spec"]
+            spec["tolerations"] = [t for t in spec.get("tolerations") or [] if t.get("key") != "nvidia.com/gpu"]
+
+
+def _without_one_kueue_rbac_rule(releases):
+    kueue = _release(releases, "kueue")
+    role = next(o for o in kueue.objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "kueue-manager-role")
+    role["rules"] = [r for r in role["rules"] if "workloads" not in r.get("resources", [])
+                     or "kueue.x-k8s.io" not in r.get("apiGroups", [])]
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_planted_trainjob_integration_removed_fails(tmp_path):
+    from gpu_platform.rehearsal.scenarios import example_trainjob
+
+    result = _rehearse("linode-dev", tmp_path, mutate=_without_trainjob_integration, scenarios=(example_trainjob,))
+    assert result.failed
+    assert "no Workload was created" in _failures(result) and "TrainJob integration" in _failures(result)
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_planted_device_plugin_without_gpu_toleration_fails(tmp_path):
+    from gpu_platform.rehearsal.scenarios import workloads_ready
+
+    result = _rehearse("linode-dev", tmp_path, mutate=_without_gpu_toleration, scenarios=(workloads_ready,))
+    assert result.failed
+    assert "nvidia-device-plugin" in _failures(result) and "does not tolerate nvidia.com/gpu=present:NoSchedule" in _failures(result)
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
+    from gpu_platform.rehearsal.scenarios import inadmissible
+
+    result = _rehearse("linode-dev", tmp_path, mutate=_without_one_kueue_rbac_rule, scenarios=(inadmissible,))
+    assert result.failed
+    text = _failures(result)
+    assert "kueue-manager" in text and "forbidden" in text.lower() and "workloads" in text
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_planted_zero_quota_flavor_fails(tmp_path):
+    from gpu_platform.rehearsal.scenarios import example_trainjob
+
+    config = stack_config("linode-dev")
+    config["gpu-platform:platform"] = {**config.get("gpu-platform:platform", {}), "gpuQuota": {"ada": 0}}
+    result = _rehearse("linode-dev", tmp_path, config=config, scenarios=(example_trainjob,))
+    assert result.failed
+    assert "not admitted by Kueue" in _failures(result)
+
+
+def _privileged_notebook_profile(releases):
+    hub = next(r for r in releases if (r.chart or "").endswith("jupyterhub"))
+    profile = hub.values["singleuser"]["profileList"][0]
+    override = profile.setdefault("kubespawner_override", {})
+    override["init_containers"] = [{"name": "planted-privileged", "image": "busybox",
+                                    "securityContext": {"privileged": True}}]
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_planted_privileged_notebook_profile_fails(tmp_path):
+    from gpu_platform.rehearsal.scenarios import notebook_profiles
+
+    result = _rehearse("linode-dev", tmp_path, mutate=_privileged_notebook_profile, scenarios=(notebook_profiles,))
+    assert result.failed
+    text = _failures(result)
+    assert "refused its pod" in text and "privileged" in text
