@@ -54,7 +54,7 @@ preflight-all: venv
 ## Preflight, then rehearse STACK on a throwaway local control plane with the platform's controllers
 ## (docs/rehearsal.md): exit 3 if any workload, scenario or controller fails. The components come from
 ## `make rehearsal-build` (the rehearsal names any that are missing).
-rehearse: venv
+rehearse: venv rehearsal-build
 	$(PY) -m gpu_platform.preflight $(STACK) --rehearse $(PREFLIGHT_FLAGS)
 
 ## CI (network): pull the pinned charts, then preflight every stack, each writing
@@ -74,7 +74,7 @@ rehearsal-build:
 ## The whole offline test suite (live cloud tests are skipped without credentials).
 ## Without a chart folder ($GPU_PLATFORM_CHARTS, ../shared/charts) the user cache is filled first when the
 ## network allows; offline, `charts ensure` says how to fill one and the chart tests skip saying the same.
-test: venv checkov-venv training-venv jupyterhub-venv
+test: venv checkov-venv training-venv jupyterhub-venv rehearsal-build
 	-$(PY) -m gpu_platform.preflight charts ensure
 	$(PY) -m pytest -q -n 2 tests
 
