@@ -182,3 +182,17 @@ def test_linode_cni_is_rendered_and_its_pods_fit_every_node(stack):
     agent = {pl.group for pl in report.placements if pl.object == "DaemonSet/kube-system/cilium"}
     assert agent == {g.name for g in model.node_groups}
     assert any(pl.object == "Deployment/kube-system/cilium-operator" for pl in report.placements)
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha"])
+def test_the_linode_csi_controller_runs_only_on_system_nodes(stack):
+    """The CSI chart's controller tolerates every taint and selected no node: the rehearsal's scheduler put
+    it on the GPU node (where it holds the node up against scale-down). It must select the system role."""
+    model, releases = _stack(stack)
+    csi = next(r for r in releases if r.chart == "linode-blockstorage-csi-driver")
+    controller = next(o for o in csi.objects if o["kind"] == "StatefulSet" and "controller" in o["metadata"]["name"])
+    assert controller["spec"]["template"]["spec"].get("nodeSelector") == {"gpu-platform.io/role": "system"}
+    report = check_fit(model, releases)
+    groups = {pl.group for pl in report.placements if pl.object.endswith(f"/{controller['metadata']['name']}")}
+    system = {g.name for g in model.node_groups if g.labels.get("gpu-platform.io/role") == "system"}
+    assert groups and groups <= system, (groups, system)

@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
 from gpu_platform.components.helm import Chart, helm_release
-from gpu_platform.components.linode import versions
+from gpu_platform.components.linode import render, versions
 
 TOKEN_SECRET = "linode-api"
 DEFAULT_STORAGE_CLASS = "linode-block-storage-encrypted"
@@ -81,6 +81,11 @@ def csi_values(secret_name: Any = TOKEN_SECRET) -> dict[str, Any]:
         "csiLinodePlugin": {"tag": versions.LINODE_CSI_CHART.version},
         # We ship our own default (encrypted, deleted with its claim) class below.
         "defaultStorageClass": "",
+        # The chart's controller tolerates every NoSchedule/NoExecute taint and selects no node: without a
+        # selector the scheduler may put it on a GPU node (seen in the rehearsal), where it holds the node
+        # up against scale-down. The system nodes run it (the chart's own `controller.tolerations` value
+        # renders the wrong object in v1.0.6, so the taints stay the chart's).
+        "controller": {"nodeSelector": {render.ROLE_LABEL: render.SYSTEM_ROLE}},
     }
 
 
