@@ -420,7 +420,11 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
     cq = ctx.client.get(KUEUE, "ClusterQueue", lq["spec"]["clusterQueue"]) if lq else None
     submitted = []
     if err := submit(ctx.client, big):
-        sc.fail(f"probe TrainJob refused: {err}")
+        if "ValidatingAdmissionPolicy" in err and "denied request" in err:
+            # The platform's admission policy refuses a job no pool's node can hold before it can hold quota.
+            sc.details.append(f"rehearsal-too-big (one node needing {most + 1} GPU(s)): refused at admission: {err}")
+        else:
+            sc.fail(f"probe TrainJob refused: {err}")
     else:
         submitted.append(("rehearsal-too-big", f"one node needing {most + 1} GPU(s) (the largest node has {most})"))
     if cq is not None:
