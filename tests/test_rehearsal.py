@@ -61,8 +61,11 @@ def test_kwok_nodes_are_the_fit_model_at_maximum_size(stack):
     _, _, fit = prepared(stack)
     objs = node_objects(fit.model)
     assert len(objs) == sum(g.max_nodes for g in fit.model.node_groups)
+    assert len({n["metadata"]["name"] for n, _ in objs}) == len(objs)  # zonal groups share the pool's name
+    zone = "topology.kubernetes.io/zone"
     for group in fit.model.node_groups:
-        mine = [(n, s) for n, s in objs if n["metadata"]["labels"][GROUP_LABEL] == group.name]
+        mine = [(n, s) for n, s in objs if n["metadata"]["labels"][GROUP_LABEL] == group.name
+                and n["metadata"]["labels"].get(zone) == group.labels.get(zone)]
         assert len(mine) == group.max_nodes
         for node, status in mine:
             assert group.labels.items() <= node["metadata"]["labels"].items()

@@ -16,7 +16,10 @@ GROUP_LABEL = "rehearsal.gpu-platform.io/node-group"
 
 
 def node_name(group: NodeGroup, index: int) -> str:
-    return f"{group.name}-{index}".lower().replace("_", "-")
+    """`<group>-<i>`, or `<group>-<zone>-<i>` for a zonal group (EKS: one group per pool and zone, all
+    named after the pool)."""
+    zone = group.labels.get("topology.kubernetes.io/zone")
+    return (f"{group.name}-{zone}-{index}" if zone else f"{group.name}-{index}").lower().replace("_", "-")
 
 
 def resources(group: NodeGroup) -> dict[str, str]:

@@ -62,6 +62,9 @@ _CLOUD_AGENTS = {
 }
 
 
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
 class ModelError(ValueError):
     """The plan lacks what the model needs (a node group the config promises, an unreadable node config)."""
 
@@ -371,6 +374,10 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         on_demand = _num(dist.get("onDemandPercentageAboveBaseCapacity"), 100) >= 100
         alloc = _min_allocatable(allocatable("aws", t) for t in types)
         labels = {**_well_known(types[0]), **labels}
+        # One group per pool and zone (gpu_asg.zonal_groups): its nodes carry the zone, as EC2 labels them.
+        zone = next((t.get("value") for t in i.get("tags") or [] if t.get("key") == "gpu-pool-zone"), None)
+        if zone:
+            labels[ZONE_LABEL] = zone
         out.append(NodeGroup(name=labels.get(POOL_LABEL, asg.name), role=_role(labels, taints),
                              min_nodes=_num(i.get("minSize")), max_nodes=_num(i.get("maxSize")), labels=labels,
                              taints=taints, allocatable=alloc, instance_type="|".join(types),
