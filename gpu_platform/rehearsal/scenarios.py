@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, selector
-from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
+from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of, node_objects
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 TRAINER = "trainer.kubeflow.org/v1alpha1"
@@ -589,7 +589,32 @@ def preemption_drill(ctx: Context) -> Scenario:
             sc.fail(f"replacement pod {p['metadata']['name']} not bound although {spare[0]} is free: {_pending_reason(p)}")
         else:
             sc.details.append(f"replacement pod {p['metadata']['name']} waits for a new node of {group}: {_pending_reason(p)}")
+    if not spare:
+        _autoscaler_adds(ctx, sc, victim, group, ns, name)
     return sc
+
+
+def _autoscaler_adds(ctx: Context, sc: Scenario, victim: str, group: str, ns: str, name: str) -> None:
+    """No other node in the pool: play the autoscaler and bring the pool's node back (the same KWOK
+    node), then the waiting pod must bind to it. Also leaves the pool whole for the scenarios after."""
+    pair = next(((n, st) for n, st in node_objects(ctx.model) if n["metadata"]["name"] == victim), None)
+    if pair is None:
+        return
+    ctx.client.create(copy.deepcopy(pair[0]))
+    ctx.client.apply(copy.deepcopy(pair[1]), subresource="status")
+    deadline = time.monotonic() + max(ctx.timeout, 90)
+    pods: list[dict] = []
+    while time.monotonic() < deadline:
+        pods = _job_pods(ctx.client, ns, name)
+        if pods and all(p["spec"].get("nodeName") for p in pods):
+            break
+        time.sleep(2)
+    for p in pods:
+        if p["spec"].get("nodeName"):
+            sc.details.append(f"the autoscaler's node {victim} (group {group}) added: pod {p['metadata']['name']} bound to "
+                              f"{p['spec']['nodeName']}")
+        else:
+            sc.fail(f"pod {p['metadata']['name']} not bound after node {victim} of {group} came back: {_pending_reason(p)}")
 
 
 def release_example(ctx: Context) -> None:
