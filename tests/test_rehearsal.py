@@ -61,9 +61,11 @@ def test_kwok_nodes_are_the_fit_model_at_maximum_size(stack):
     _, _, fit = prepared(stack)
     objs = node_objects(fit.model)
     assert len(objs) == sum(g.max_nodes for g in fit.model.node_groups)
+    assert len({n["metadata"]["name"] for n, _ in objs}) == len(objs)  # aws-prod: one group per pool and zone
     for group in fit.model.node_groups:
         mine = [(n, s) for n, s in objs if n["metadata"]["labels"][GROUP_LABEL] == group.name]
-        assert len(mine) == group.max_nodes
+        # aws-prod: one model group per pool and zone, all named after the pool
+        assert len(mine) == sum(g.max_nodes for g in fit.model.node_groups if g.name == group.name)
         for node, status in mine:
             assert group.labels.items() <= node["metadata"]["labels"].items()
             assert node["spec"]["taints"] == group.taints

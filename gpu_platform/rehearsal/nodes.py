@@ -30,8 +30,13 @@ def resources(group: NodeGroup) -> dict[str, str]:
 def node_objects(model: ClusterModel) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(Node, its status) for every node of every group at the group's maximum size."""
     out = []
+    # Several model groups may share a name (EKS: one Auto Scaling group per pool and zone): number
+    # their nodes on, so every node name is unique.
+    taken: dict[str, int] = {}
     for group in model.node_groups:
-        for i in range(group.max_nodes):
+        first = taken.get(group.name, 0)
+        taken[group.name] = first + group.max_nodes
+        for i in range(first, first + group.max_nodes):
             name = node_name(group, i)
             labels = {**group.labels, "kubernetes.io/hostname": name, GROUP_LABEL: group.name}
             node = {"apiVersion": "v1", "kind": "Node",
