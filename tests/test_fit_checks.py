@@ -596,6 +596,23 @@ def test_trainjob_pods_follow_the_trainer_runtime():
     assert issue and "not among the rendered objects" in issue.reason
 
 
+def test_trainjob_with_a_patch_field_kueue_drops_is_a_render_problem():
+    """Kueue 0.19.2 rewrites an admitted TrainJob with Trainer 2.2.1's types: a 2.3-only pod-spec patch
+    field is lost and the job never gets a pod (the rehearsal's finding)."""
+    runtimes = {("ClusterTrainingRuntime", None, "torch-distributed"): RUNTIME}
+    tj = trainjob()
+    tj["spec"]["runtimePatches"] = [{"manager": "me", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {
+            "nodeSelector": {"gpu-platform.io/pool": "a10g"}, "terminationGracePeriodSeconds": 60}}}}}]}}}}]
+    pts, issue = trainjob_pods("example", tj, runtimes)
+    assert pts and issue is not None
+    assert "terminationGracePeriodSeconds" in issue.reason and "Trainer v2.2.1" in issue.reason
+    assert "runtime's pod template" in issue.fix
+    del tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+        "template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert trainjob_pods("example", tj, runtimes)[1] is None  # a pool's nodeSelector survives: no problem
+
+
 def _queue_objects(cpu_quota="7840m", mem_quota="30Gi", gpus=2, pool="a10g"):
     flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": pool},
               "spec": {"nodeLabels": {"gpu-platform.io/pool": pool}, "nodeTaints": [GPU_TAINT],

@@ -34,16 +34,22 @@ from gpu_platform.components.platform.queue import (
     DEFAULT_LOCAL_QUEUE, FIT_POLICY, gpu_quotas, render_fit_policy, render_policy_binding, pool_capacities, render_cluster_queue, render_gpu_admission_binding,
     render_gpu_admission_policy, render_local_queue, render_resource_flavor,
 )
-from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
+from gpu_platform.components.platform.kubeflow import (
+    CHECKPOINTED_RUNTIME, render_checkpointed_runtime, render_kubeflow_namespace,
+)
 from gpu_platform.components.platform.notebooks import render_notebooks_namespace
 from gpu_platform.components.platform.training import (
-    render_checkpoint_configmap, render_checkpoint_secret, render_limit_range, render_network_policy,
+    CHECKPOINT_GRACE_SECONDS, render_checkpoint_configmap, render_checkpoint_secret, render_limit_range, render_network_policy,
     render_resource_quota, render_training_namespace, render_training_service_account,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / ".." / "shared" / "crds"
 EXAMPLE = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
+CHARTS = ROOT / ".." / "shared" / "charts"
+# The Trainer version Kueue's TrainJob integration is compiled against (sigs.k8s.io/kueue v0.19.2 go.mod:
+# github.com/kubeflow/trainer/v2 v2.2.1): Kueue rewrites an admitted TrainJob with these types.
+KUEUE_TRAINER_CHART = "kubeflow-trainer-2.2.1.tgz"
 CHECKOV_SKIPS = ROOT / "tests" / "data" / "checkov-skips.yaml"
 
 POOLS = [
@@ -137,8 +143,51 @@ def test_example_trainjob_matches_the_trainer_crd_and_uses_the_platform_queue() 
     assert job["metadata"]["namespace"] == render_local_queue()["metadata"]["namespace"]
     env = {e["name"]: e for e in job["spec"]["trainer"]["env"]}
     assert env["CHECKPOINT_URL"]["valueFrom"]["configMapKeyRef"]["name"] == render_checkpoint_configmap("x", {})["metadata"]["name"]
-    patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-    assert patch["template"]["spec"]["template"]["spec"]["serviceAccountName"] == "trainer"
+    assert job["spec"]["runtimeRef"]["name"] == CHECKPOINTED_RUNTIME
+    # Kueue rewrites an admitted TrainJob whole; its own runtime patch is the only one it must carry.
+    assert "runtimePatches" not in job["spec"]
+
+
+def _chart_file(chart: str, member: str) -> Any:
+    """A YAML file of a pinned chart; Helm template lines ({{ ... }}) left out."""
+    import tarfile
+    path = CHARTS / chart
+    if not path.exists():
+        pytest.skip(f"{path} not found (the shared checkout's charts/)")
+    with tarfile.open(path) as tar:
+        text = tar.extractfile(member).read().decode()
+    return yaml.safe_load("\n".join(line for line in text.splitlines() if "{{" not in line))
+
+
+def test_example_trainjob_round_trips_through_kueues_trainer_schema() -> None:
+    """Kueue 0.19.2 updates the admitted TrainJob with Trainer 2.2.1's Go types: a field those types
+    lack (2.3's pod-spec patch terminationGracePeriodSeconds) is dropped, and the JobSet update that
+    follows is refused forever. Strict 2.2.1 schema = nothing dropped."""
+    crd = _chart_file(KUEUE_TRAINER_CHART, "kubeflow-trainer/crds/trainer.kubeflow.org_trainjobs.yaml")
+    schema = _strict(next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")["schema"]["openAPIV3Schema"])
+    job = example_trainjob()
+    jsonschema.validate({k: v for k, v in job.items() if k != "metadata"}, schema, cls=jsonschema.Draft7Validator)
+
+
+def test_checkpointed_runtime_is_torch_distributed_with_the_checkpoint_contract() -> None:
+    runtime = render_checkpointed_runtime()
+    validate_cr(runtime)
+    assert runtime["metadata"]["name"] == CHECKPOINTED_RUNTIME
+    # The chart's torch-distributed runtime (the one the example used to name), plus the contract.
+    upstream = _chart_file(f"kubeflow-trainer-{versions.KUBEFLOW_TRAINER.version}.tgz",
+                           "kubeflow-trainer/files/runtimes/torch-distributed.yaml")
+    ours = copy.deepcopy(runtime["spec"])
+    for key in ("serviceAccountName", "terminationGracePeriodSeconds", "securityContext"):
+        del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][key]
+    assert ours == upstream["spec"]
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == render_training_service_account({})["metadata"]["name"]
+    assert pod["terminationGracePeriodSeconds"] == CHECKPOINT_GRACE_SECONDS
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert render_checkpointed_runtime(120)["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"]["spec"]["terminationGracePeriodSeconds"] == 120
+    with pytest.raises(ValueError, match="at least 0"):
+        render_checkpointed_runtime(-1)
 
 
 def test_strict_crd_validation_rejects_a_typo() -> None:

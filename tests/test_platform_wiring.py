@@ -349,3 +349,13 @@ def test_shipped_stack_gets_the_platform_for_its_pools(stack: str) -> None:
             assert GPU_TAINT.toleration() in x["kubespawner_override"]["tolerations"]
     if p.monitoring:
         plan.one("kubernetes:monitoring.coreos.com/v1:PrometheusRule", "gpu-spend-run-rate")
+
+
+def test_checkpointed_runtime_is_registered_after_the_trainer_release(full_plan: Plan) -> None:
+    """The example's runtime is the program's own object; its CRD and the runtime webhook come with
+    the Trainer release, so it is applied after it."""
+    trainer = full_plan.one(RELEASE, "platform-kubeflow-trainer")
+    runtime = full_plan.one("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime",
+                            "platform-kubeflow-checkpointed-runtime")
+    assert runtime.inputs["metadata"]["name"] == "torch-checkpointed"
+    assert trainer.urn in runtime.dependencies

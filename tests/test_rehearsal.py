@@ -246,13 +246,39 @@ def test_shipped_stack_rehearses(stack, tmp_path):
 
 @needs_components
 @pytest.mark.rehearsal
-def test_kueue_trainer_skew_is_found(tmp_path):
-    """The review's claim, reproduced: Kueue 0.19.2 (built against Trainer 2.2.1) rewrites the admitted
-    TrainJob without the 2.3-only terminationGracePeriodSeconds, and the TrainJob makes no pod. When the
-    platform fixes the skew this test fails: drop it and the xfail above."""
+def test_example_trainjob_runs_with_its_runtimes_grace_period(tmp_path):
+    """The Kueue 0.19.2 / Trainer 2.3 skew, fixed: the example names the platform's torch-checkpointed
+    runtime (grace period and ServiceAccount in its pod template) and has no runtimePatches, so Kueue's
+    rewrite of the admitted TrainJob (with Trainer 2.2.1's types) drops nothing and its pod is created,
+    bound and keeps the 60 s checkpoint window."""
     from gpu_platform.rehearsal.scenarios import example_trainjob
 
     result = _rehearse("linode-dev", tmp_path, scenarios=(example_trainjob,))
+    sc = result.scenarios[0]
+    assert sc.status == "PASS", _failures(result)
+    details = " ".join(sc.details)
+    assert "checkpoint grace period: 60 s, from its runtime torch-checkpointed" in details
+    assert "bound to" in details and "terminationGracePeriodSeconds 60" in details
+
+
+def _with_grace_in_runtime_patches(releases):
+    """The example as it shipped before: the grace period and ServiceAccount in a runtimePatches entry."""
+    example = next(r for r in releases if r.source == "example")
+    job = next(o for o in example.objects if o["kind"] == "TrainJob")
+    job["spec"]["runtimeRef"]["name"] = "torch-distributed"  # the chart's runtime: no grace period of its own
+    job["spec"]["runtimePatches"] = [{"manager": "gpu-platform.io/example", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "serviceAccountName": "trainer", "terminationGracePeriodSeconds": 60}}}}}]}}}}]
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_planted_grace_period_in_runtime_patches_is_found(tmp_path):
+    """Kueue 0.19.2 (built against Trainer 2.2.1) rewrites the admitted TrainJob without the 2.3-only
+    terminationGracePeriodSeconds patch, and the TrainJob makes no pod."""
+    from gpu_platform.rehearsal.scenarios import example_trainjob
+
+    result = _rehearse("linode-dev", tmp_path, mutate=_with_grace_in_runtime_patches, scenarios=(example_trainjob,))
     text = _failures(result)
     assert "Kueue admitted Workload" in " ".join(result.scenarios[0].details)
     assert "no longer carries terminationGracePeriodSeconds 60" in text

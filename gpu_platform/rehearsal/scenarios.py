@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, selector
-from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
+from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of, node_objects
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 TRAINER = "trainer.kubeflow.org/v1alpha1"
@@ -229,7 +229,21 @@ def _example(ctx: Context) -> Optional[dict]:
     return None
 
 
+def _runtime_grace(client: Client, trainjob: dict) -> Optional[int]:
+    """The grace period the TrainJob's runtime (as installed on the API server) gives the trainer's pods."""
+    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    ns = (trainjob.get("metadata") or {}).get("namespace") if kind == "TrainingRuntime" else None
+    runtime = client.get(TRAINER, kind, ref.get("name"), ns) if ref.get("name") else None
+    for rj in ((((runtime or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []:
+        pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        if "terminationGracePeriodSeconds" in pod:
+            return int(pod["terminationGracePeriodSeconds"])
+    return None
+
+
 def _grace(trainjob: dict) -> Optional[int]:
+    """The grace period the TrainJob's own runtimePatches set (none: the runtime's applies)."""
     for patch in (trainjob.get("spec") or {}).get("runtimePatches") or []:
         for rj in (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []:
             pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -331,7 +345,11 @@ def example_trainjob(ctx: Context) -> Scenario:
     if sc.status != "PASS":
         return sc
     ns, name = job["metadata"].get("namespace") or "training", job["metadata"]["name"]
-    want_grace = _grace(job)
+    patched_grace = _grace(job)
+    want_grace = patched_grace if patched_grace is not None else _runtime_grace(ctx.client, job)
+    sc.details.append(f"checkpoint grace period: {want_grace} s, from the TrainJob's runtimePatches" if patched_grace is not None
+                      else f"checkpoint grace period: {want_grace} s, from its runtime "
+                           f"{(job['spec'].get('runtimeRef') or {}).get('name')}")
     fit_group = next((p["group"] for p in ctx.placements if p["object"].startswith(f"TrainJob/{ns}/{name}")), None)
     sc.details.append(f"cluster fit places it on node group {fit_group or '(none)'}")
     err = submit(ctx.client, copy.deepcopy(job))
@@ -383,9 +401,10 @@ def example_trainjob(ctx: Context) -> Scenario:
                     f"{p['spec'].get('terminationGracePeriodSeconds')}, the TrainJob asks {want_grace}: the checkpoint "
                     "window is lost between the TrainJob and its pods")
     live = ctx.client.get(TRAINER, "TrainJob", name, ns)
-    if want_grace is not None and live is not None and _grace(live) != want_grace:
+    if patched_grace is not None and live is not None and _grace(live) != patched_grace:
         sc.fail(f"the admitted TrainJob no longer carries terminationGracePeriodSeconds {want_grace} "
-                f"(now {_grace(live)}): Kueue rewrote it with a Trainer schema that lacks the field")
+                f"(now {_grace(live)}): Kueue rewrote it with a Trainer schema that lacks the field; set it in "
+                "the runtime's pod template instead (the platform's torch-checkpointed runtime)")
     return sc
 
 
@@ -574,7 +593,32 @@ def preemption_drill(ctx: Context) -> Scenario:
             sc.fail(f"replacement pod {p['metadata']['name']} not bound although {spare[0]} is free: {_pending_reason(p)}")
         else:
             sc.details.append(f"replacement pod {p['metadata']['name']} waits for a new node of {group}: {_pending_reason(p)}")
+    if not spare:
+        _autoscaler_adds(ctx, sc, victim, group, ns, name)
     return sc
+
+
+def _autoscaler_adds(ctx: Context, sc: Scenario, victim: str, group: str, ns: str, name: str) -> None:
+    """No other node in the pool: play the autoscaler and bring the pool's node back (the same KWOK
+    node), then the waiting pod must bind to it. Also leaves the pool whole for the scenarios after."""
+    pair = next(((n, st) for n, st in node_objects(ctx.model) if n["metadata"]["name"] == victim), None)
+    if pair is None:
+        return
+    ctx.client.create(copy.deepcopy(pair[0]))
+    ctx.client.apply(copy.deepcopy(pair[1]), subresource="status")
+    deadline = time.monotonic() + max(ctx.timeout, 90)
+    pods: list[dict] = []
+    while time.monotonic() < deadline:
+        pods = _job_pods(ctx.client, ns, name)
+        if pods and all(p["spec"].get("nodeName") for p in pods):
+            break
+        time.sleep(2)
+    for p in pods:
+        if p["spec"].get("nodeName"):
+            sc.details.append(f"the autoscaler's node {victim} (group {group}) added: pod {p['metadata']['name']} bound to "
+                              f"{p['spec']['nodeName']}")
+        else:
+            sc.fail(f"pod {p['metadata']['name']} not bound after node {victim} of {group} came back: {_pending_reason(p)}")
 
 
 def release_example(ctx: Context) -> None:

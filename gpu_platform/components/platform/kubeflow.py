@@ -1,5 +1,14 @@
-"""Kubeflow: Trainer v2 (Helm, with its default ClusterTrainingRuntimes), Katib standalone for
-hyperparameter search, and Kubeflow Pipelines standalone.
+"""Kubeflow: Trainer v2 (Helm, with its default ClusterTrainingRuntimes, plus the platform's own
+`torch-checkpointed` runtime), Katib standalone for hyperparameter search, and Kubeflow Pipelines standalone.
+
+Why the platform's own runtime: what a preemptible job needs (the checkpoint bucket's ServiceAccount
+and a termination grace period long enough to write a checkpoint) must not live in a TrainJob's
+`runtimePatches`. Kueue v0.19.2 is built against Trainer v2.2.1 types (its go.mod) and, on admission,
+rewrites the TrainJob with them (pkg/controller/jobs/trainjob: RunWithPodSetsInfo updates the whole
+object to add its own `kueue` runtime patch); `terminationGracePeriodSeconds` in a pod-spec patch is
+new in Trainer v2.3.0, so it is dropped, the TrainJob's JobSet template changes and JobSet's webhook
+refuses the update forever (found by the rehearsal, docs/rehearsal.md). In the runtime's JobSet
+template the fields are plain pod-spec fields that every version keeps.
 
 Katib and Pipelines ship as kustomizations at pinned upstream tags; the program applies local
 overlays of them (gpu_platform/components/platform/kustomize/*: the pinned remote target plus `$patch: delete`
@@ -27,18 +36,58 @@ from typing import Any
 import pulumi
 from pulumi_kubernetes.kustomize import v2 as kustomize
 
-from gpu_platform.components.cluster import ClusterHandle
+from gpu_platform.components.cluster import TRAINING_SERVICE_ACCOUNT, ClusterHandle
 from gpu_platform.components.paths import program_relative
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
-    render_namespace,
+    MANAGED_BY, render_namespace,
 )
+from gpu_platform.components.platform.training import CHECKPOINT_GRACE_SECONDS
 
 # The ClusterTrainingRuntimes the chart's installer applies (runtimes.defaultEnabled).
 DEFAULT_RUNTIMES = ("torch-distributed", "deepspeed-distributed", "mlx-distributed", "jax-distributed",
                     "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b",
                     "xgboost-distributed")
+
+# The platform's runtime for preemptible, checkpointing jobs (examples/training/trainjob-checkpointed.yaml).
+CHECKPOINTED_RUNTIME = "torch-checkpointed"
+# Its defaults are the chart's torch-distributed runtime's (kubeflow-trainer 2.3.0,
+# files/runtimes/torch-distributed.yaml); tests/test_platform_validate.py keeps them equal.
+TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+
+def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -> dict[str, Any]:
+    """torch-distributed plus what a job that survives preemption needs, in the JobSet's pod template:
+    the training ServiceAccount (bound to the checkpoint bucket by Workload Identity / IRSA; Linode
+    reads keys from a Secret), `grace_seconds` to write a checkpoint after SIGTERM (a GCP reclaim gives
+    30 s notice, an AWS Spot interruption 2 min), and a non-root, RuntimeDefault-seccomp pod (UID
+    10001, the example image's user)."""
+    if grace_seconds < 0:
+        raise ValueError(f"checkpoint grace period {grace_seconds}s: must be at least 0")
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": CHECKPOINTED_RUNTIME,
+                     "labels": {"trainer.kubeflow.org/framework": "torch", **MANAGED_BY}},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {TRAINER_ANCESTOR_LABEL: "trainer"}},
+                    "spec": {"template": {"spec": {
+                        "serviceAccountName": TRAINING_SERVICE_ACCOUNT,
+                        "terminationGracePeriodSeconds": grace_seconds,
+                        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                            "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE}],
+                    }}},
+                },
+            }]}},
+        },
+    }
 
 
 def trainer_values() -> dict[str, Any]:
@@ -77,6 +126,9 @@ class Kubeflow(pulumi.ComponentResource):
                           k8s_opts(cluster, self))
         self.trainer = helm_release(f"{name}-trainer", "kubeflow-trainer", versions.KUBEFLOW_TRAINER,
                                     TRAINER_NAMESPACE, trainer_values(), k8s_opts(cluster, self, [ns]))
+        # After the release: its CRDs and its validating webhook for runtimes.
+        self.checkpointed_runtime = apply_object(f"{name}-checkpointed-runtime", render_checkpointed_runtime(),
+                                                 k8s_opts(cluster, self, [self.trainer]))
         self.kubeflow_namespace = apply_object(f"{name}-namespace", render_kubeflow_namespace(),
                                                k8s_opts(cluster, self))
         overlays = {key: program_relative(path) for key, path in versions.KUSTOMIZE_OVERLAYS.items()}
@@ -89,4 +141,4 @@ class Kubeflow(pulumi.ComponentResource):
         self.katib = kustomize.Directory(
             f"{name}-katib", directory=overlays["katib-standalone"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
-        self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": list(DEFAULT_RUNTIMES)})
+        self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": [*DEFAULT_RUNTIMES, CHECKPOINTED_RUNTIME]})

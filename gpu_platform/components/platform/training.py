@@ -32,6 +32,10 @@ from gpu_platform.components.platform.queue import (
 CHECKPOINT_CONFIGMAP = "checkpoint-store"
 CHECKPOINT_SECRET = "checkpoint-credentials"
 CHECKPOINT_URL_KEY = "CHECKPOINT_URL"
+# A training pod's time between SIGTERM and SIGKILL to finish its step and write a checkpoint
+# (the torch-checkpointed runtime, kubeflow.py). Longer than a GCP reclaim's 30 s notice on purpose:
+# a drain (scale-in, node repair, AWS Spot's 2 min) honours it in full.
+CHECKPOINT_GRACE_SECONDS = 60
 
 
 def render_training_namespace() -> dict[str, Any]:

@@ -14,6 +14,12 @@ runtimes with runLauncherAsNode the "node" replicated job gets the same resource
 jobs (initializers, launcher) keep replicas x parallelism. runtimePatches' pod-spec scheduling fields
 (nodeSelector, tolerations, affinity, securityContext, serviceAccountName) are applied to the named
 replicated jobs.
+
+A TrainJob that Kueue manages (queue-name label) must not carry, in its runtimePatches, a pod-spec
+field that Trainer v2.2.1 lacks: Kueue v0.19.2 is built against v2.2.1 (its go.mod) and, on
+admission, updates the whole TrainJob with those types (pkg/controller/jobs/trainjob,
+RunWithPodSetsInfo), so the field is dropped and the JobSet update that follows is refused
+(`field is immutable`): the job never gets a pod. A render problem names it.
 """
 
 from __future__ import annotations
@@ -152,6 +158,22 @@ def _runtime_index(releases: Iterable[Any]) -> dict[tuple[str, Optional[str], st
     return idx
 
 
+# PodSpecPatch fields new in Trainer v2.3.0 (pkg/apis/trainer/v1alpha1/trainjob_types.go, v2.2.1 vs
+# v2.3.0): Kueue v0.19.2's rewrite of an admitted TrainJob drops them.
+KUEUE_DROPPED_POD_PATCH_FIELDS = ("terminationGracePeriodSeconds",)
+
+
+def _kueue_dropped_fields(trainjob: dict) -> list[str]:
+    dropped = []
+    for patch in (trainjob.get("spec") or {}).get("runtimePatches") or []:
+        spec_patch = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+        for rp in spec_patch.get("replicatedJobs") or []:
+            pod_patch = (((rp.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+            dropped += [f"runtimePatches[manager={patch.get('manager')}] replicatedJob {rp.get('name')}: {f}"
+                        for f in KUEUE_DROPPED_POD_PATCH_FIELDS if f in pod_patch]
+    return dropped
+
+
 def _apply_runtime_patches(rjobs: list[dict], patches: list[dict]) -> None:
     for patch in patches or []:
         spec_patch = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
@@ -177,6 +199,18 @@ def _apply_runtime_patches(rjobs: list[dict], patches: list[dict]) -> None:
 
 
 def trainjob_pods(release: str, trainjob: dict, runtimes: dict) -> tuple[list[PodTemplate], Optional[RenderIssue]]:
+    pods, issue = _trainjob_pods(release, trainjob, runtimes)
+    dropped = _kueue_dropped_fields(trainjob) if _queue(trainjob) else []
+    if issue is None and dropped:
+        issue = RenderIssue(release, object_id(trainjob),
+                            f"Kueue drops {'; '.join(dropped)} when it admits the job (it is built against Trainer "
+                            "v2.2.1, which lacks the field), and the job never gets a pod",
+                            "set it in the runtime's pod template instead (the platform's ClusterTrainingRuntime "
+                            "torch-checkpointed carries a 60 s terminationGracePeriodSeconds)")
+    return pods, issue
+
+
+def _trainjob_pods(release: str, trainjob: dict, runtimes: dict) -> tuple[list[PodTemplate], Optional[RenderIssue]]:
     spec = trainjob.get("spec") or {}
     ref = spec.get("runtimeRef") or {}
     kind = ref.get("kind") or "ClusterTrainingRuntime"
