@@ -270,3 +270,15 @@ def test_the_example_trainjob_passes_both_policies_of_every_shipped_stack(stack:
     failed = [v["message"] for v in fit_spec["validations"]
               if not env.program(env.compile(v["expression"]), functions=fns).evaluate(act)]
     assert not failed, failed
+
+
+def test_a_job_asking_more_gpus_than_a_pools_node_is_refused_unless_pinned_where_they_fit() -> None:
+    """The rehearsal found Kueue admitting a TrainJob one GPU larger than any node (the flavor's quota is the
+    pool's total): its pod never schedules and holds the quota. GPUs count like CPU and memory."""
+    assert fit_refusal(batch_job("2", gpus=2))  # fits l4x4's nodes only, names no pool
+    assert fit_refusal(batch_job("2", gpus=2, pool="l4x4")) is None
+    message = fit_refusal(batch_job("2", gpus=5, pool="l4x4"))  # no node anywhere has 5
+    assert message and "l4x4: 44 CPU, 170 GiB, 4 GPU" in message
+    big = trainjob("2")
+    big["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": "5"}}
+    assert fit_refusal(big)

@@ -301,6 +301,16 @@ def _requests_fit(req: str, cap: PoolCapacity) -> str:
             f"(!('memory' in {req}) || quantity(string({req}['memory'])).compareTo(quantity('{cap.memory_bytes}')) <= 0)")
 
 
+def _gpus_fit(res: str, cap: PoolCapacity) -> str:
+    """CEL: the GPUs the resources `res` ask for (limits or requests: an extended resource may be given
+    either way) are at most a node of the pool has: more can never be scheduled on it, yet Kueue's quota
+    is the pool's total and would admit it (seen in the rehearsal: 2 GPUs on 1-GPU nodes, admitted)."""
+    return " && ".join(
+        f"(!has({res}.{part}) || !('{GPU_RESOURCE}' in {res}.{part}) || "
+        f"quantity(string({res}.{part}['{GPU_RESOURCE}'])).compareTo(quantity('{cap.gpus}')) <= 0)"
+        for part in ("limits", "requests"))
+
+
 def _job_pinned(pool: str) -> str:
     return (f"(has({_JOB_POD}.nodeSelector) && '{POOL_LABEL}' in {_JOB_POD}.nodeSelector && "
             f"{_JOB_POD}.nodeSelector['{POOL_LABEL}'] == '{pool}')")
@@ -326,19 +336,20 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
     summed); per node for TrainJobs (trainer.resourcesPerNode)."""
     if not capacities:
         raise ValueError("no GPU pools")
-    rooms = ", ".join(f"{n}: {c.cpu_millis / 1000:g} CPU, {c.memory_bytes // MI // 1024:g} GiB"
+    rooms = ", ".join(f"{n}: {c.cpu_millis / 1000:g} CPU, {c.memory_bytes // MI // 1024:g} GiB, {c.gpus} GPU"
                       for n, c in sorted(capacities.items()))
     job_any = " || ".join(_job_pinned(p) for p in sorted(capacities))
     tj_any = " || ".join(_trainjob_pinned(p) for p in sorted(capacities))
     validations = []
     for pool, cap in sorted(capacities.items()):
-        job_fits = (f"{_JOB_POD}.containers.all(c, !has(c.resources) || !has(c.resources.requests) || "
-                    f"({_requests_fit('c.resources.requests', cap)}))")
-        tj_fits = f"!has({_TJ_RES}.requests) || ({_requests_fit(_TJ_RES + '.requests', cap)})"
+        job_fits = (f"{_JOB_POD}.containers.all(c, !has(c.resources) || ((!has(c.resources.requests) || "
+                    f"({_requests_fit('c.resources.requests', cap)})) && {_gpus_fit('c.resources', cap)}))")
+        tj_fits = (f"(!has({_TJ_RES}.requests) || ({_requests_fit(_TJ_RES + '.requests', cap)})) && "
+                   f"{_gpus_fit(_TJ_RES, cap)}")
         validations.append({
             "expression": (f"request.kind.kind == 'Job' ? (({job_any}) && !{_job_pinned(pool)}) || ({job_fits}) : "
                            f"(({tj_any}) && !{_trainjob_pinned(pool)}) || ({tj_fits})"),
-            "message": (f"a GPU pod of this job asks for more CPU or memory than a node of pool {pool} hands to jobs, "
+            "message": (f"a GPU pod of this job asks for more CPU, memory or GPUs than a node of pool {pool} hands to jobs, "
                         f"and the job names no pool, so Kueue may admit it to {pool} where it never schedules. Pin a "
                         f"pool it fits with nodeSelector {POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask "
                         f"for less. Room per pod: {rooms}"),
