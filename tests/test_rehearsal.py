@@ -228,20 +228,35 @@ def _failures(result) -> str:
     return "\n".join(lines + ([doc["error"]] if doc["error"] else []))
 
 
-# Every shipped stack fails its rehearsal today (docs/rehearsal.md, "What the first rehearsals found"):
-# the Kueue 0.19.2 / Trainer 2.3 skew stops the example TrainJob on all of them, and kube-prometheus-stack's
-# Alertmanager configuration is a secret stand-in. strict: once a stack passes, this marker must go.
-SHIPPED_FINDINGS = "Kueue/Trainer skew (no TrainJob pod), operator-made pods not created; docs/rehearsal.md"
+# What the shipped stacks' rehearsals still find (docs/rehearsal.md, "What the first rehearsals found"), each
+# named exactly: a new failure fails the test, and so does a finding that went away (drop it here then).
+# - operator-pods: kube-prometheus-stack's Alertmanager configuration carries the SMTP password, a Pulumi
+#   secret that preflight renders as a stand-in, which the operator refuses: NOT REHEARSED on every stack.
+# - notebook-profiles, aws-prod: the gpu-l4x4 profile's pod goes to l4x4 where cluster fit places it on a10g
+#   (fit's flavor model, not Kueue's); linode-dev: the cpu profile's pod finds no memory on the system node.
+# - CiliumClusterwideNetworkPolicy refused on Linode: Cilium registers its CRDs when its operator starts;
+#   nothing runs Cilium here.
+NOT_REHEARSED_EVERYWHERE = {"operator-pods": "NOT REHEARSED"}
+SHIPPED_FINDINGS = {
+    "linode-dev": ({"notebook-profiles": "FAIL"}, {"CiliumClusterwideNetworkPolicy/deny-instance-metadata"}),
+    "linode-ha": ({}, {"CiliumClusterwideNetworkPolicy/deny-instance-metadata"}),
+    "gcp-prod": ({}, set()),
+    "aws-prod": ({"notebook-profiles": "FAIL"}, set()),
+}
 
 
 @needs_components
 @pytest.mark.rehearsal
-@pytest.mark.xfail(strict=True, reason=SHIPPED_FINDINGS)
 @pytest.mark.parametrize("stack", STACKS)
-def test_shipped_stack_rehearses(stack, tmp_path):
+def test_shipped_stack_rehearses_with_only_its_known_findings(stack, tmp_path):
     result = _rehearse(stack, tmp_path)
     assert (tmp_path / "out" / "rehearsal.json").exists()
-    assert not result.failed, _failures(result)
+    scenarios, refused = SHIPPED_FINDINGS[stack]
+    assert not result.error, _failures(result)
+    assert {s.name: s.status for s in result.scenarios if s.status != "PASS"} == {**NOT_REHEARSED_EVERYWHERE, **scenarios}, \
+        _failures(result)
+    assert {f"{r['kind']}/{r['name']}" for r in result.install.refused} == refused, _failures(result)
+    assert all(c["status"] == "running" for c in result.controllers), _failures(result)
 
 
 @needs_components
