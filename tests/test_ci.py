@@ -274,3 +274,14 @@ def test_the_training_image_tag_is_valid_on_every_event(ref, sha, tag):
         tags = [s["with"]["tags"] for s in job["steps"] if "build-push-action" in str(s.get("uses"))]
         assert tags and all("steps.tag.outputs.version" in t for t in tags)
         assert any(".github/image-tag.sh" in s.get("run", "") for s in job["steps"])
+
+
+def test_no_virtualenv_or_link_to_one_is_tracked():
+    """Links to side virtualenvs once got committed: a fresh clone's `make test` then failed creating
+    .venv-checkov ("File exists") before running any test."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    offenders = [line.split("\t", 1)[1] for line in tracked.splitlines()
+                 if line.split("\t", 1)[1].split("/")[0].startswith(".venv") or line.startswith("120000")]
+    assert not offenders, f"tracked virtualenvs or symbolic links: {offenders}"
