@@ -233,12 +233,15 @@ def _failures(result) -> str:
 # - operator-pods: kube-prometheus-stack's Alertmanager configuration carries the SMTP password, a Pulumi
 #   secret that preflight renders as a stand-in, which the operator refuses: NOT REHEARSED on every stack.
 # - notebook-profiles, aws-prod: the gpu-l4x4 profile's pod goes to l4x4 where cluster fit places it on a10g
-#   (fit's flavor model, not Kueue's); linode-dev: the cpu profile's pod finds no memory on the system node.
+#   (fit's flavor model, not Kueue's); linode-dev: the cpu profile's pod finds no memory on the system node
+#   in some runs only (what else the scheduler put there first decides): it may fail, and only for that.
 # - CiliumClusterwideNetworkPolicy refused on Linode: Cilium registers its CRDs when its operator starts;
 #   nothing runs Cilium here.
 NOT_REHEARSED_EVERYWHERE = {"operator-pods": "NOT REHEARSED"}
+# Findings that depend on the scheduler's scoring: (stack, scenario) -> what its failure must say.
+MAY_FAIL = {("linode-dev", "notebook-profiles"): "Insufficient memory"}
 SHIPPED_FINDINGS = {
-    "linode-dev": ({"notebook-profiles": "FAIL"}, {"CiliumClusterwideNetworkPolicy/deny-instance-metadata"}),
+    "linode-dev": ({}, {"CiliumClusterwideNetworkPolicy/deny-instance-metadata"}),
     "linode-ha": ({}, {"CiliumClusterwideNetworkPolicy/deny-instance-metadata"}),
     "gcp-prod": ({}, set()),
     "aws-prod": ({"notebook-profiles": "FAIL"}, set()),
@@ -253,7 +256,12 @@ def test_shipped_stack_rehearses_with_only_its_known_findings(stack, tmp_path):
     assert (tmp_path / "out" / "rehearsal.json").exists()
     scenarios, refused = SHIPPED_FINDINGS[stack]
     assert not result.error, _failures(result)
-    assert {s.name: s.status for s in result.scenarios if s.status != "PASS"} == {**NOT_REHEARSED_EVERYWHERE, **scenarios}, \
+    for s in result.scenarios:
+        said = MAY_FAIL.get((stack, s.name))
+        if said is not None and s.status == "FAIL":
+            assert all(said in p for p in s.problems), _failures(result)
+    assert {s.name: s.status for s in result.scenarios
+            if s.status != "PASS" and (stack, s.name) not in MAY_FAIL} == {**NOT_REHEARSED_EVERYWHERE, **scenarios}, \
         _failures(result)
     assert {f"{r['kind']}/{r['name']}" for r in result.install.refused} == refused, _failures(result)
     assert all(c["status"] == "running" for c in result.controllers), _failures(result)
