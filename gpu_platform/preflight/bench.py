@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_platform.preflight.runner import stack_names
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET_S = 6.0
 RUNS = 3
@@ -38,7 +40,7 @@ def time_big_pool_simulation() -> float:
 
 
 def main(stacks: list[str]) -> int:
-    stacks = stacks or sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+    stacks = stacks or stack_names(ROOT / "stacks")
     print(f"{'stack':<16} {'best of ' + str(RUNS):>10}  exit  target {TARGET_S:.1f}s")
     slow = 0
     for stack in stacks:

@@ -174,6 +174,11 @@ def stack_file_name(stack: str) -> str:
     return f"Pulumi.{stack}.yaml"
 
 
+def stack_names(stacks_dir: Path) -> list[str]:
+    """The stacks that have a `Pulumi.<stack>.yaml` in `stacks_dir`, sorted."""
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
 def load_stack(stack: str, project: Optional[Project] = None) -> StackInput:
     """The stack file `Pulumi.<stack>.yaml` in the project's stackConfigDir."""
     if not valid_stack_name(stack):
@@ -181,7 +186,7 @@ def load_stack(stack: str, project: Optional[Project] = None) -> StackInput:
     project = project or find_project()
     path = project.stacks_dir / stack_file_name(stack)
     if not path.is_file():
-        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in project.stacks_dir.glob("Pulumi.*.yaml"))
+        known = stack_names(project.stacks_dir)
         raise StackNotFound(f"no stack file {project.shown(path)}; stacks: {', '.join(known) or 'none'}")
     return load_stack_file(path, project, shown=project.shown(path))
 

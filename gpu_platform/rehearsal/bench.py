@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_platform.preflight.runner import stack_names
 from gpu_platform.rehearsal import binaries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +22,7 @@ def main(stacks: list[str]) -> int:
     if gone:
         print(f"rehearsal bench: not timed: {binaries.MissingBinaries(gone)}")
         return 0
-    stacks = stacks or sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+    stacks = stacks or stack_names(ROOT / "stacks")
     out = ROOT / "build" / "bench-rehearsal"
     print(f"{'stack':<16} {'rehearsal':>10}  exit  scenarios  target {TARGET_S:.0f}s")
     slow = 0
