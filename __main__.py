@@ -3,7 +3,7 @@
 import pulumi
 
 from gpu_platform.components.clouds import cloud_module
-from gpu_platform.components.config import load_from_pulumi
+from gpu_platform.config.stack import load_from_pulumi
 from gpu_platform.components.platform import MlPlatform, PlatformArgs
 
 cfg = load_from_pulumi()

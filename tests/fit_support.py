@@ -52,7 +52,7 @@ def stack_plan(stack: str) -> Plan:
 
 @functools.lru_cache(maxsize=None)
 def rendered(stack: str) -> tuple[RenderedRelease, ...]:
-    from gpu_platform.components.config import parse_config
+    from gpu_platform.config.stack import parse_config
 
     stack_input = load_stack(stack)
     cfg = parse_config(stack_input.raw, stack)

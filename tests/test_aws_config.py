@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpu_platform.components.aws.config import instance_types_of, on_demand_split
-from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.config.aws import instance_types_of, on_demand_split
+from gpu_platform.config.stack import ConfigError, parse_config
 from tests.conftest import stack_config
 
 
@@ -159,7 +159,7 @@ def test_malformed_aws_section_names_the_key(mutate, key, text):
 
 
 def test_system_pool_new_shape_and_defaults():
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     cfg = parse_config(raw_config(), "aws-prod")
     assert (cfg.aws.system_pool.instance_type, cfg.aws.system_pool.min_nodes, cfg.aws.system_pool.max_nodes) == (
@@ -174,7 +174,7 @@ def test_system_pool_new_shape_and_defaults():
 
 
 def test_deprecated_system_nodes_is_read_with_a_warning_and_gives_the_same_pool():
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     raw = raw_config()
     raw["aws"]["systemPool"] = {"instanceType": "m7i.large", "minNodes": 3, "maxNodes": 6}

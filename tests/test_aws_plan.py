@@ -223,7 +223,7 @@ def test_existing_vpc_and_private_endpoint():
 
 def test_cluster_handle_contract():
     from gpu_platform.components.aws import create_cluster
-    from gpu_platform.components.config import parse_config
+    from gpu_platform.config.stack import parse_config
     raw = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
     cfg = parse_config(copy.deepcopy(raw), "aws-prod")
     seen: dict = {}

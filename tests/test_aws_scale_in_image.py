@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from gpu_platform.components.aws import protection
-from gpu_platform.components.aws.config import ScaleInController
-from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.config.aws import ScaleInController
+from gpu_platform.config.stack import ConfigError, parse_config
 from tests.conftest import ROOT, stack_config
 from tests.test_platform_validate import checkov_bin
 
@@ -113,7 +113,7 @@ def test_enabling_the_controller_without_an_image_is_refused_with_the_key():
 def test_a_new_eks_stack_plans_on_its_first_run_with_the_controller_off_and_says_so():
     """No image is published when a stack is new: the controller stays off until a digest is given
     (it was on by default, so every new EKS stack failed its first run), and the verdict says it is off."""
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     raw = raw_config()
     raw["aws"].pop("scaleInController", None)

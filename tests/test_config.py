@@ -13,7 +13,7 @@ import typing
 import pytest
 import yaml
 
-from gpu_platform.components.config import STRUCTURED_KEYS, ConfigError, StackConfig, parse_config
+from gpu_platform.config.stack import STRUCTURED_KEYS, ConfigError, StackConfig, parse_config
 from gpu_platform.preflight.runner import ProgramError, stack_input_from_mapping
 from tests.conftest import ROOT, plan_config, stack_config
 
@@ -197,7 +197,7 @@ def test_unknown_key_under_a_mapping_of_sections_lists_the_allowed_keys():
     assert "bogus: 1 -> unknown key; allowed keys here: instanceTypes" in str(err.value)
 
 
-# --- Derived cloud names (gpu_platform/components/names.py) -------------------------------------------------
+# --- Derived cloud names (gpu_platform/config/names.py) -------------------------------------------------
 
 def _raw(stack: str, **changes) -> dict:
     raw = {k.split(":", 1)[1]: v for k, v in stack_config(stack).items() if k.startswith("gpu-platform:")}
@@ -215,7 +215,7 @@ def _issue(stack: str, **changes) -> str:
 def test_every_derived_name_is_the_name_the_program_registers(stack):
     """names.py computes names as the components do: each must appear among the registered names/labels,
     so a component that changes its naming without names.py fails here."""
-    from gpu_platform.components.names import K8S_NODE_NAME, derived_names
+    from gpu_platform.config.names import K8S_NODE_NAME, derived_names
     from tests.conftest import plan_stack
 
     cfg = parse_config(_raw(stack), stack)
@@ -254,7 +254,7 @@ def test_names_the_cloud_refuses_are_config_errors_naming_the_key(stack, changes
 
 def test_longest_environment_on_gcp_gives_names_within_every_limit():
     """GCP names are shortened where needed (service accounts, bucket): a 30-character environment fits."""
-    from gpu_platform.components.names import derived_names
+    from gpu_platform.config.names import derived_names
 
     cfg = parse_config(_raw("gcp-prod", environment="e" * 30), "gcp-prod")
     assert [n.value for n in derived_names(cfg) if n.rule.problem(n.value)] == []

@@ -99,7 +99,7 @@ def mutated_stack(draw) -> tuple[str, bytes]:
 
 def preflight_front_half(path: Path) -> tuple[int, str]:
     """What `python -m gpu_platform.preflight --stack-file` does before policies and cluster fit, with its exit code."""
-    from gpu_platform.components.config import ConfigError, parse_config
+    from gpu_platform.config.stack import ConfigError, parse_config
     from gpu_platform.preflight.runner import StackFileError, StackNotFound, load_stack_file, run_program
 
     try:
@@ -199,7 +199,7 @@ def reserved_or_long_label(draw):
 def public_pod_range(draw):
     import ipaddress
 
-    from gpu_platform.components.gcp.config import is_internal
+    from gpu_platform.config.gcp import is_internal
 
     prefix = draw(st.integers(8, 24))
     address = draw(st.integers(0, 2 ** 32 - 1))
@@ -219,8 +219,8 @@ def control_in_key(draw):
 @given(st.one_of(misspelt_key(), not_plain_number(), exclusion_time(), reserved_or_long_label(), public_pod_range(),
                  control_in_key()))
 def test_hostile_classes_are_refused_naming_the_key(case):
-    from gpu_platform.components.approvals import printable
-    from gpu_platform.components.config import ConfigError, parse_config
+    from gpu_platform.config.approvals import printable
+    from gpu_platform.config.stack import ConfigError, parse_config
     from gpu_platform.preflight.runner import stack_input_from_mapping
 
     base, sets, key, must_refuse = case

@@ -100,7 +100,7 @@ def test_from_config_duck_types_the_stack_config():
 
 
 def test_from_config_on_the_real_stack_config():
-    parse_config = pytest.importorskip("gpu_platform.components.config").parse_config
+    parse_config = pytest.importorskip("gpu_platform.config.stack").parse_config
     cfg = parse_config({
         "cloud": "gcp", "owner": "ml", "costCenter": "research", "monthlyBudgetUsd": 5000,
         "adminCidrs": ["203.0.113.0/24"],
@@ -126,7 +126,7 @@ def test_every_shipped_stack_file_can_be_estimated():
     import yaml
     from pathlib import Path
 
-    config_mod = pytest.importorskip("gpu_platform.components.config")
+    config_mod = pytest.importorskip("gpu_platform.config.stack")
     stacks = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
     if not stacks:
         pytest.skip("no stack files shipped yet")
@@ -218,7 +218,7 @@ def test_spot_without_a_recorded_price_is_refused_not_estimated():
 def test_checkpoint_storage_counts_the_versions_the_bucket_keeps():
     """Before: a fixed 100 GiB, while the versioned bucket keeps every deleted/overwritten checkpoint
     for checkpointRetentionDays (issue 22): now live + written/day x retention at full capacity."""
-    from gpu_platform.components.config import parse_config
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.costs.estimator import estimate
     from tests.conftest import stack_config
 
@@ -234,7 +234,7 @@ def test_checkpoint_storage_counts_the_versions_the_bucket_keeps():
 
 
 def test_nat_traffic_excludes_checkpoints():
-    from gpu_platform.components.config import parse_config
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.costs.estimator import estimate
     from tests.conftest import stack_config
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from gpu_platform.components.platform.config import PlatformSection
+from gpu_platform.config.platform import PlatformSection
 from gpu_platform.components.platform.queue import kueue_manager_config
 
 ROOT = Path(__file__).resolve().parent.parent

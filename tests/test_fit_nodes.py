@@ -10,7 +10,7 @@ import yaml
 
 from gpu_platform.components import capacity
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.fit.nodes import ModelError, cluster_model
 from gpu_platform.preflight.runner import Plan, PlannedResource, load_stack
 from tests.fit_support import stack_plan

@@ -12,7 +12,7 @@ import pytest
 
 from gpu_platform.preflight.fit.checks import check_fit
 from gpu_platform.preflight.fit.scrape import scrape_findings
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.fit.nodes import cluster_model
 from gpu_platform.preflight.runner import load_stack
 from tests.fit_support import STACKS, need_charts, rendered, stack_plan

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.fit_support import CHARTS, need_charts, rendered, stack_plan
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.fit.checks import check_fit
 from gpu_platform.preflight.fit.nodes import cluster_model
 from gpu_platform.preflight.runner import load_stack

@@ -24,7 +24,7 @@ import yaml
 from kubernetes_validate import utils as kv_utils
 from referencing import Registry, Resource
 
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.runner import load_stack
 from tests.fit_support import STACKS, need_charts, rendered
 from tests.test_platform_validate import CHECKOV_SKIPS, checkov_bin, checkov_skips, justified_checks

@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 import pytest
 
-from gpu_platform.components.config import ConfigError, parse_config
-from gpu_platform.components.gcp.config import effective_deletion_protection, gpu_pool_zone_map
+from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.gcp import effective_deletion_protection, gpu_pool_zone_map
 from gpu_platform.costs.catalog import load_catalog
 
 
@@ -204,7 +204,7 @@ def test_version_past_end_of_standard_support_is_refused_naming_key_date_and_cho
 
 
 def test_extended_channel_accepts_a_version_in_extended_support_and_warns_about_the_fee():
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     cfg = parse_config(with_(lambda raw: (raw.update(kubernetesVersion="1.34"), raw["gcp"].update(releaseChannel="EXTENDED"))),
                        "gcp-prod")
@@ -214,14 +214,14 @@ def test_extended_channel_accepts_a_version_in_extended_support_and_warns_about_
 
 
 def test_version_with_ample_standard_support_has_no_warning():
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     cfg = parse_config(with_(top(kubernetesVersion="1.35")), "gcp-prod")
     assert cfg.kubernetes_version_pinned and config_warnings(cfg) == []
 
 
 def test_version_within_60_days_of_end_of_standard_support_warns_with_the_date(monkeypatch):
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     monkeypatch.setenv("GPU_PLATFORM_TODAY", "2027-03-01")  # 1.35 leaves GKE standard support on 2027-04-11
     cfg = parse_config(with_(top(kubernetesVersion="1.35")), "gcp-prod")
@@ -269,7 +269,7 @@ def test_bad_maintenance_is_refused_naming_the_key(maintenance, key, text):
 
 
 def test_pinned_version_on_stable_channel_warns_that_the_calendar_tracks_regular():
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     cfg = parse_config(with_(lambda raw: (raw.update(kubernetesVersion="1.36"), raw["gcp"].update(releaseChannel="STABLE"))),
                        "gcp-prod")
@@ -282,7 +282,7 @@ def test_pinned_version_on_stable_channel_warns_that_the_calendar_tracks_regular
 
 
 def test_system_pool_new_shape_parses_without_warnings():
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     cfg = parse_config(with_(gcp(systemPool={"instanceType": "n2-standard-4", "minNodes": 2, "maxNodes": 5})), "t")
     assert (cfg.gcp.system_pool.instance_type, cfg.gcp.system_pool.min_nodes, cfg.gcp.system_pool.max_nodes) == (
@@ -291,7 +291,7 @@ def test_system_pool_new_shape_parses_without_warnings():
 
 
 def test_deprecated_machine_type_is_read_with_a_warning_and_gives_the_same_pool():
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     new = parse_config(with_(gcp(systemPool={"instanceType": "n2-standard-4", "minNodes": 2, "maxNodes": 5})), "t")
     old = parse_config(with_(gcp(systemPool={"machineType": "n2-standard-4", "minNodes": 2, "maxNodes": 5})), "t")

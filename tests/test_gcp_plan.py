@@ -350,7 +350,7 @@ def test_switching_cloud_from_linode_to_gcp_needs_only_the_cloud_key_and_a_gcp_s
 
 
 def test_cluster_handle_for_the_platform_layer():
-    from gpu_platform.components.config import parse_config
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.components.gcp import create_cluster
 
     config = stack_config("gcp-prod")

@@ -141,7 +141,7 @@ def test_bad_input_exits_fast_with_one_message_naming_the_file(case, tmp_path, c
 
 
 def _plan(case: dict, tmp_path: Path):
-    from gpu_platform.components.config import parse_config
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.runner import load_stack_file, run_program
 
     path, _ = build(case, tmp_path)

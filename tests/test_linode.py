@@ -414,7 +414,7 @@ def test_system_pool_type_and_count_come_from_the_stack():
 
 
 def test_system_pool_defaults_to_one_four_vcpu_plan():
-    from gpu_platform.components.linode.config import LinodeSection
+    from gpu_platform.config.linode import LinodeSection
     from gpu_platform.costs.catalog import load_catalog
 
     section = LinodeSection.model_validate({"region": "us-east"})

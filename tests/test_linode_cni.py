@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.config.stack import ConfigError, parse_config
 from gpu_platform.components.linode import versions
-from gpu_platform.components.versions_calendar import load_calendar
+from gpu_platform.config.versions_calendar import load_calendar
 from gpu_platform.preflight.runner import stack_input_from_mapping
 from tests.conftest import plan_config, plan_stack, stack_config
 from tests.fit_support import need_charts, rendered

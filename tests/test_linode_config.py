@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.config.stack import ConfigError, parse_config
 from gpu_platform.preflight.runner import stack_input_from_mapping
 from tests.conftest import stack_config
 
@@ -50,8 +50,8 @@ def test_shipped_linode_stacks_have_a_system_pool():
 
 
 def test_system_pool_new_shape_parses_and_defaults_to_one_fixed_node():
-    from gpu_platform.components.config import config_warnings
-    from gpu_platform.components.linode.config import LinodeSection
+    from gpu_platform.config.stack import config_warnings
+    from gpu_platform.config.linode import LinodeSection
 
     cfg = parse_config(stack_input_from_mapping("linode-dev", _linode(
         systemPool={"instanceType": "g6-standard-8", "minNodes": 2, "maxNodes": 2})).raw, "linode-dev")
@@ -65,7 +65,7 @@ def test_system_pool_new_shape_parses_and_defaults_to_one_fixed_node():
 
 
 @pytest.mark.parametrize("region,capability", [
-    ("us-east", "VPCs"),            # RTX 6000 regions have no VPCs (regions.yaml)
+    ("us-east", "VPCs"),            # RTX 6000 regions have no VPCs (linode_regions.yaml)
     ("us-iad", "GPU Linodes"),
     ("ap-west", "VPCs"),
 ])
@@ -81,7 +81,7 @@ def test_unknown_region_is_rejected_with_the_known_ones():
 
 
 def test_nodebalancer_needed_only_for_ha(monkeypatch):
-    from gpu_platform.components.linode import config as linode_config
+    from gpu_platform.config import linode as linode_config
 
     section = linode_config.LinodeSection.model_validate({"region": "us-ord", "controlPlane": {"count": 3}})
     assert "NodeBalancers" in linode_config.required_capabilities(section)
@@ -93,7 +93,7 @@ def test_nodebalancer_needed_only_for_ha(monkeypatch):
 def test_region_table_is_dated_and_sourced():
     import yaml
 
-    from gpu_platform.components.linode.config import REGIONS_FILE, region_capabilities
+    from gpu_platform.config.linode import REGIONS_FILE, region_capabilities
 
     doc = yaml.safe_load(REGIONS_FILE.read_text())
     assert doc["source"].startswith("https://api.linode.com/") and doc["retrieved"] == "2026-11-23"
@@ -110,7 +110,7 @@ def test_ssh_keys_without_admin_cidrs_are_rejected():
 
 def test_every_minor_the_calendar_allows_on_linode_has_a_pinned_release():
     from gpu_platform.components.linode import versions
-    from gpu_platform.components.versions_calendar import allowed_minors
+    from gpu_platform.config.versions_calendar import allowed_minors
 
     allowed = allowed_minors("linode")
     assert allowed and set(allowed) <= set(versions.KUBERNETES_PATCH)
@@ -122,7 +122,7 @@ def test_every_minor_the_calendar_allows_on_linode_has_a_pinned_release():
 def test_the_vpc_address_plan_is_checked_before_any_resource():
     """Four GPU pools do not fit the default /24 and a pool over 50 nodes has no room in its block:
     config errors naming the key, not a ValueError half-way through the program."""
-    from gpu_platform.components.config import ConfigError, parse_config
+    from gpu_platform.config.stack import ConfigError, parse_config
     from tests.conftest import stack_config
 
     raw = {k.split(":", 1)[1]: v for k, v in stack_config("linode-dev").items() if k.startswith("gpu-platform:")}

@@ -17,7 +17,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpu_platform.components.linode import readiness, render
 from gpu_platform.components.linode.cluster import NODE_IGNORE_CHANGES, TOKEN_ROTATION_DAYS
-from gpu_platform.components.linode.config import bucket_label
+from gpu_platform.config.linode import bucket_label
 from tests.conftest import plan_config, plan_stack, stack_config
 
 INSTANCE = "linode:index/instance:Instance"

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from gpu_platform.components.cluster import GPU_TAINT, gpu_pool_specs
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.components.linode import node_groups as component
 from gpu_platform.components.linode import render
 from gpu_platform.controllers.linode_node_groups import settings as settings_mod

@@ -125,7 +125,7 @@ def run_in(bin_dir: Path, args: list[str], cwd: Path, **kw) -> subprocess.Comple
 
 
 def test_the_installed_package_imports_from_the_virtualenv_and_pip_check_passes(installed, tmp_path):
-    where = run_in(installed, ["python", "-c", "import gpu_platform, gpu_platform.components.config, "
+    where = run_in(installed, ["python", "-c", "import gpu_platform, gpu_platform.config.stack, "
                                "gpu_platform.policies.locks, gpu_platform.costs.catalog as c; "
                                "print(gpu_platform.__file__); print(gpu_platform.__version__); print(c.CATALOG_DIR)"],
                    tmp_path)

@@ -16,7 +16,7 @@ from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, JUPYTERHUB_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, TRAINER_NAMESPACE, render_namespace,
 )
-from gpu_platform.components.platform.config import AlertSmtp
+from gpu_platform.config.platform import AlertSmtp
 from gpu_platform.components.platform.gpu import dcgm_exporter_values
 from gpu_platform.components.platform.monitoring import RELEASE as KPS_RELEASE
 from gpu_platform.components.platform.monitoring import kube_prometheus_stack_values

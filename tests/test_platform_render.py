@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL, GpuPoolSpec, Taint
-from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.config.stack import ConfigError, parse_config
 from gpu_platform.components.platform import versions
-from gpu_platform.components.platform.config import AlertSmtp
+from gpu_platform.config.platform import AlertSmtp
 from gpu_platform.components.platform.gpu import dcgm_exporter_values, device_plugin_values
 from gpu_platform.components.platform.kubeflow import trainer_values
 from gpu_platform.components.platform.monitoring import (
@@ -304,7 +304,7 @@ def test_platform_config_errors_name_the_key() -> None:
 def test_alert_emails_without_smtp_plan_with_a_warning_naming_the_key() -> None:
     """Budget and billing alerts go through the cloud's own channels, so alertEmails alone is not a
     config error; what needs SMTP (Alertmanager's mail) is named in a warning instead."""
-    from gpu_platform.components.config import config_warnings
+    from gpu_platform.config.stack import config_warnings
 
     raw = _raw()
     del raw["platform"]["alertSmtp"]

@@ -11,7 +11,7 @@ import pulumi
 import pytest
 
 from gpu_platform.components.cluster import GPU_TAINT, TRAINING_NAMESPACE, CheckpointStore, ClusterHandle, gpu_pool_specs
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.components.platform import versions
 from tests.conftest import ROOT, plan_stack, stack_config
 from gpu_platform.preflight.runner import Plan, run_program, stack_input_from_mapping
@@ -28,7 +28,7 @@ BASE: dict[str, Any] = {
     "gpu-platform:gpuPools": [
         {"name": "rtx", "instanceType": "g2-gpu-rtx4000a1-m", "capacity": "on-demand", "minNodes": 2, "maxNodes": 2},
     ],
-    # A region with VPCs and these GPU plans (gpu_platform/components/linode/regions.yaml).
+    # A region with VPCs and these GPU plans (gpu_platform/config/linode_regions.yaml).
     "gpu-platform:linode": {"region": "us-ord"},
     "gpu-platform:platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "alerts@example.com"}},
 }

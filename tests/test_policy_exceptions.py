@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from gpu_platform.components import approvals
+from gpu_platform.config import approvals
 from gpu_platform.preflight.analyzer import Analyzer, PolicyPackIncomplete
 from tests.test_policy_pack import _test_pack, approval, assert_violates, eks, gke, plan_of
 

@@ -126,7 +126,7 @@ def test_a_job_that_never_becomes_ready_stops_after_max_requeues() -> None:
 
 
 def test_max_requeues_is_a_platform_key_with_a_small_default(tmp_path) -> None:
-    from gpu_platform.components.platform.config import PlatformSection
+    from gpu_platform.config.platform import PlatformSection
 
     assert PlatformSection().max_requeues == 3
     assert PlatformSection.model_validate({"maxRequeues": 5}).max_requeues == 5

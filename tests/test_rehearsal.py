@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.fit.run import run_fit
 from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 from gpu_platform.rehearsal import binaries

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 import yaml
 
-from gpu_platform.components import versions_calendar as vc
+from gpu_platform.config import versions_calendar as vc
 
 DAY = "2026-11-23"  # the day the shipped stacks were reviewed
 
@@ -94,7 +94,7 @@ def test_extended_support_fee():
     assert fees.extended_usd_per_hour == pytest.approx(fees.standard_usd_per_hour + fees.extra_usd_per_hour)
 
 
-# --- the kubernetesVersion rule (gpu_platform/components/kubernetes_version.py), per cloud -------------------------------
+# --- the kubernetesVersion rule (gpu_platform/config/kubernetes_version.py), per cloud -------------------------------
 
 def _cfg(cloud: str, minor: str, extended: bool = False):
     from types import SimpleNamespace
@@ -105,7 +105,7 @@ def _cfg(cloud: str, minor: str, extended: bool = False):
 
 
 def test_kubeadm_rule_follows_upstream_end_of_life_and_has_no_extended_option():
-    from gpu_platform.components.kubernetes_version import default_minor, version_issues, version_warnings
+    from gpu_platform.config.kubernetes_version import default_minor, version_issues, version_warnings
 
     [issue] = version_issues(_cfg("linode", "1.34"), DAY)
     assert issue.key == "kubernetesVersion" and "2026-10-27" in issue.allowed and "1.35, 1.36" in issue.allowed
@@ -117,7 +117,7 @@ def test_kubeadm_rule_follows_upstream_end_of_life_and_has_no_extended_option():
 
 
 def test_unreleased_and_unknown_minors_are_refused_with_the_choices():
-    from gpu_platform.components.kubernetes_version import version_issues
+    from gpu_platform.config.kubernetes_version import version_issues
 
     [issue] = version_issues(_cfg("aws", "1.36"), "2026-05-01")
     assert "from 2026-06-02" in issue.allowed and "1.33, 1.34, 1.35" in issue.allowed
@@ -126,7 +126,7 @@ def test_unreleased_and_unknown_minors_are_refused_with_the_choices():
 
 
 def test_extended_opt_in_is_per_cloud():
-    from gpu_platform.components.kubernetes_version import extended_support_fee_per_hour, version_issues
+    from gpu_platform.config.kubernetes_version import extended_support_fee_per_hour, version_issues
 
     assert "aws.supportType: EXTENDED" in version_issues(_cfg("aws", "1.33"), DAY)[0].allowed
     assert version_issues(_cfg("aws", "1.33", extended=True), DAY) == []

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from gpu_platform.components.cluster import common_labels
-from gpu_platform.components.config import load_from_pulumi
+from gpu_platform.config.stack import load_from_pulumi
 from gpu_platform.components.gcp import create_billing_alerts, create_cluster
 from gpu_platform.components.platform import MlPlatform, PlatformArgs
 

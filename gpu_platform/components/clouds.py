@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from gpu_platform.components.config_base import CLOUDS
+from gpu_platform.config.base import CLOUDS
 
 
 def cloud_module(cloud: str) -> ModuleType:

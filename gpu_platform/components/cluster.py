@@ -15,7 +15,7 @@ import pulumi
 if TYPE_CHECKING:
     import pulumi_kubernetes as k8s
 
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 # Namespace and service account that training jobs run as; cloud IAM is bound to this identity
 # (GKE Workload Identity, EKS IRSA), so both sides must agree on the names.
@@ -123,7 +123,7 @@ def gpu_pool_specs(cfg: "StackConfig", extra_labels: Optional[Mapping[str, Mappi
     specs = []
     for pool in cfg.gpu_pools:
         itype = catalog.instance(cfg.cloud, pool.instance_type)
-        assert itype is not None, "validated by gpu_platform.components.config"
+        assert itype is not None, "validated by gpu_platform.config.stack"
         labels = {**pool.labels, POOL_LABEL: pool.name, "nvidia.com/gpu.present": "true"}
         labels.update((extra_labels or {}).get(pool.name, {}))
         specs.append(GpuPoolSpec(

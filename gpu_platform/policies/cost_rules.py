@@ -62,9 +62,9 @@ interruptible_gpu_capacity = StackValidationPolicy(
 
 def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
     """exemptPools entries: {pool, reason, approver[, until]} exempt a pool when the reason is a real one and
-    the approver a person (gpu_platform/components/approvals.py); a bare name, or an entry whose reason,
+    the approver a person (gpu_platform/config/approvals.py); a bare name, or an entry whose reason,
     approver or date does not hold, exempts nothing and is reported."""
-    from gpu_platform.components.approvals import approval_problems
+    from gpu_platform.config.approvals import approval_problems
 
     valid: dict[str, dict[str, str]] = {}
     unexplained: list[str] = []

@@ -2,7 +2,7 @@
 
 Every policy the pack declares mandatory, and every ceiling of one (maxGpus, maxMonthlyUsd, ...), can be
 lowered or loosened only with an exception: who approved it, why, and until when, the same
-{reason, approver} a pool's approvedOnDemand records, plus `until` (gpu_platform/components/approvals.py
+{reason, approver} a pool's approvedOnDemand records, plus `until` (gpu_platform/config/approvals.py
 checks all three). Where the exception is written:
 - an ordinary mandatory policy: under the policy in the stack's policy config,
     gpu-count-ceiling: {maxGpus: 128, exception: {reason: ..., approver: jane@example.com, until: 2027-03-31}}
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from gpu_platform.components.approvals import approval_problems, describe
+from gpu_platform.config.approvals import approval_problems, describe
 
 ENFORCEMENT_FILE = Path(__file__).resolve().parent / "enforcement.yaml"
 RANK = {"disabled": 0, "advisory": 1, "remediate": 2, "mandatory": 2}

@@ -28,7 +28,7 @@ AWS_EKS_NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 
 POOL_KEY = "gpu-pool"
 APPROVAL_KEY = "on-demand-approved"
-# An approval counts only with who approved it and why (gpu_platform.components.config_base.approval_tags).
+# An approval counts only with who approved it and why (gpu_platform.config.base.approval_tags).
 APPROVER_KEY = "on-demand-approver"
 REASON_KEY = "on-demand-reason"
 

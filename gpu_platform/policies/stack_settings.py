@@ -1,5 +1,5 @@
 """The stack's own settings as the policy pack sees them: read from the same config the program reads and
-validated by the same model (gpu_platform.components.config), never by a second, looser parser.
+validated by the same model (gpu_platform.config.stack), never by a second, looser parser.
 
 The config comes from the file preflight names in GPU_PLATFORM_STACK_CONFIG_FILE (whatever its size: an
 environment string is capped at 128 KiB, so preflight leaves PULUMI_CONFIG out of a large config), else
@@ -53,7 +53,7 @@ def _one(field_name: str, value: Any) -> tuple[Any, Optional[str]]:
     """`value` validated by StackConfig's own field `field_name` (CLI strings decoded like parse_config)."""
     from pydantic import TypeAdapter, ValidationError
 
-    from gpu_platform.components.config import STRUCTURED_KEYS, StackConfig
+    from gpu_platform.config.stack import STRUCTURED_KEYS, StackConfig
 
     info = StackConfig.model_fields[field_name]
     key = info.alias or field_name
@@ -71,7 +71,7 @@ def _one(field_name: str, value: Any) -> tuple[Any, Optional[str]]:
 
 
 def _parse(text: str) -> StackSettings:
-    from gpu_platform.components.config import ConfigError, parse_config
+    from gpu_platform.config.stack import ConfigError, parse_config
 
     config = json.loads(text)
     prefix = f"{NAMESPACE}:"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from gpu_platform import command_name
-from gpu_platform.components.config import ConfigError, parse_config
+from gpu_platform.config.stack import ConfigError, parse_config
 from gpu_platform.preflight import artifacts
 from gpu_platform.preflight.report import render_plan
 from gpu_platform.preflight.runner import (ProgramError, ProjectFileError, ProjectNotFound, StackFileError, StackNotFound,
@@ -277,7 +277,7 @@ class Run:
                                     secret_keys=stack_input.bare_secret_keys)
         except ConfigError as exc:
             return self.fail(EXIT_CONFIG, str(exc))
-        from gpu_platform.components.config import config_warnings
+        from gpu_platform.config.stack import config_warnings
 
         # Shown once, in the verdict (and the JSON document's `warnings`).
         self.warnings = list(config_warnings(self.cfg))

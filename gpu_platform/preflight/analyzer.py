@@ -204,14 +204,14 @@ def reconcile_config(info: Any, config: Optional[Mapping[str, Any]], where: str 
                     raise PolicyConfigError(f"{where}: all: only an enforcement level applies to all policies")
                 continue
             if name not in result:
-                from gpu_platform.components.config import did_you_mean
+                from gpu_platform.config.stack import did_you_mean
 
                 guess = did_you_mean(name, result)
                 hint = f" (did you mean {guess}?)" if guess else ""
                 raise PolicyConfigError(f"{where}: unknown policy {name!r}{hint}; policies: {', '.join(sorted(result))}")
             unknown = sorted(set(props) - set(schemas[name]))
             if unknown:
-                from gpu_platform.components.config import did_you_mean
+                from gpu_platform.config.stack import did_you_mean
 
                 knobs = ", ".join(sorted(schemas[name])) or "none"
                 guesses = [g for g in (did_you_mean(u, schemas[name]) for u in unknown) if g]

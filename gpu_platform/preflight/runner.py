@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from gpu_platform.components.config_base import NAMESPACE
+from gpu_platform.config.base import NAMESPACE
 from gpu_platform.project import Project, ProjectFileError, ProjectNotFound, find_project  # noqa: F401 (re-exported)
 
 # The config namespace every program built from these components reads (`gpu-platform:cloud`, ...),

@@ -289,8 +289,8 @@ def load_yaml_text(text: str, shown: str) -> Any:
 
 
 def printable(text: str) -> str:
-    """`text` safe to print on a terminal (gpu_platform/components/approvals.printable)."""
-    from gpu_platform.components.approvals import printable as _printable
+    """`text` safe to print on a terminal (gpu_platform/config/approvals.printable)."""
+    from gpu_platform.config.approvals import printable as _printable
 
     return _printable(text)
 

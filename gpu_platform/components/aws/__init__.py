@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # imported lazily: gpu_platform.components.config loads this package for its config module
+if TYPE_CHECKING:  # imported lazily: gpu_platform.config.stack loads this package for its config module
     import pulumi
 
     from gpu_platform.components.cluster import ClusterHandle
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 __all__ = ["create_billing_alerts", "create_cluster"]
 
@@ -33,7 +33,7 @@ def create_billing_alerts(cfg: "StackConfig") -> "list[pulumi.Resource]":
     from gpu_platform.components.aws.billing import BillingAlerts, BillingAlertsArgs
     from gpu_platform.components.cluster import common_labels
 
-    assert cfg.aws is not None, "validated by gpu_platform.components.config"
+    assert cfg.aws is not None, "validated by gpu_platform.config.stack"
     # The stack's budget counts the `cluster` tag AwsCluster puts on everything (its value: the cluster name).
     return [BillingAlerts(f"{cfg.name_prefix}-billing", BillingAlertsArgs(
         name_prefix=cfg.name_prefix, monthly_budget_usd=cfg.monthly_budget_usd, emails=cfg.alert_emails,

@@ -14,7 +14,7 @@ import pulumi
 from pulumi_aws import iam, s3
 
 from gpu_platform.components.aws.iam import irsa_role, policy, statement
-from gpu_platform.components.bucket_lifecycle import BucketDeletion
+from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 
 

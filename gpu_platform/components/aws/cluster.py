@@ -10,8 +10,8 @@ import pulumi_aws as aws
 from gpu_platform.components.aws.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from gpu_platform.components.aws.billing import IdleGpuAlarms, IdleGpuAlarmsArgs
 from gpu_platform.components.aws.bucket import CheckpointBucket, CheckpointBucketArgs
-from gpu_platform.components.bucket_lifecycle import BucketDeletion
-from gpu_platform.components.aws.config import instance_types_of, on_demand_split
+from gpu_platform.config.bucket_lifecycle import BucketDeletion
+from gpu_platform.config.aws import instance_types_of, on_demand_split
 from gpu_platform.components.aws.eks import STORAGE_CLASS, EksCluster, EksClusterArgs
 from gpu_platform.components.aws.gpu_asg import (
     CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs, asg_name, zonal_groups,
@@ -23,7 +23,7 @@ from gpu_platform.components.aws.scale_down import scale_down_timing
 from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 CAPACITY_LABEL = "gpu-platform.io/capacity"
 
@@ -35,7 +35,7 @@ class AwsCluster(pulumi.ComponentResource):
     def __init__(self, name: str, cfg: "StackConfig", opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:aws:Cluster", name, None, opts)
         section = cfg.aws
-        assert section is not None, "validated by gpu_platform.components.config"
+        assert section is not None, "validated by gpu_platform.config.stack"
         cluster_name = cfg.name_prefix
         region = section.region
         tags = {**common_labels(cfg), "cluster": cluster_name}
@@ -95,7 +95,7 @@ class AwsCluster(pulumi.ComponentResource):
             oidc_provider_arn=eks.oidc_provider_arn,
             oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags), opts=child)
         if controller.on:
-            assert controller.image is not None, "validated by gpu_platform.components.aws.config"
+            assert controller.image is not None, "validated by gpu_platform.config.aws"
             ScaleInProtection(f"{name}-scale-in-protection", ScaleInProtectionArgs(
                 region=region, asg_names=names, asg_arns=asg_arns, image=controller.image, timing=scale_down,
                 oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url,

@@ -34,7 +34,7 @@ import pulumi
 import yaml
 from pulumi_aws import autoscaling, ec2
 
-from gpu_platform.components.config_base import approval_tags
+from gpu_platform.config.base import approval_tags
 from gpu_platform.components.aws import versions
 from gpu_platform.components.aws.eks import secure_launch_template_args
 from gpu_platform.components.aws.scale_down import UNNEEDED_TIME_TAG

@@ -13,7 +13,7 @@ import pulumi
 from gpu_platform.components.cluster import ClusterHandle, common_labels
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 
 def create_cluster(cfg: "StackConfig") -> ClusterHandle:
@@ -27,7 +27,7 @@ def create_billing_alerts(cfg: "StackConfig") -> list[pulumi.Resource]:
     from gpu_platform.components.gcp.budget import BudgetArgs, GcpBudget
 
     section = cfg.gcp
-    assert section is not None, "validated by gpu_platform.components.config"
+    assert section is not None, "validated by gpu_platform.config.stack"
     budget = GcpBudget(f"{cfg.name_prefix}-billing", BudgetArgs(
         project=section.project, billing_account=section.billing_account,
         monthly_budget_usd=cfg.monthly_budget_usd, alert_emails=tuple(cfg.alert_emails),

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 import pulumi
 from pulumi_gcp import serviceaccount, storage
 
-from gpu_platform.components.bucket_lifecycle import BucketDeletion
+from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 
 OBJECT_ROLE = "roles/storage.objectUser"

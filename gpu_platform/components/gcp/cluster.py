@@ -19,14 +19,14 @@ import yaml
 from pulumi_gcp import container, projects, serviceaccount
 
 from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
-from gpu_platform.components.bucket_lifecycle import BucketDeletion
+from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.gcp.bucket import WORKLOAD_IDENTITY_ANNOTATION, CheckpointBucket, CheckpointBucketArgs, account_id
-from gpu_platform.components.gcp.config import GcpSection, Maintenance, SystemPool, effective_deletion_protection, pool_zones
+from gpu_platform.config.gcp import GcpSection, Maintenance, SystemPool, effective_deletion_protection, pool_zones
 from gpu_platform.components.gcp.network import PODS_RANGE, SERVICES_RANGE, GcpNetwork, NetworkArgs
 from gpu_platform.components.gcp.nodepool import GkeGpuPool, create_gpu_pool, create_system_pool, system_node_config
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 # What the nodes' own identity may do: write logs and metrics, read images. Nothing else; workloads
 # get their own identities through Workload Identity.
@@ -78,7 +78,7 @@ class GkeClusterArgs:
         pools = []
         for pool, spec in zip(cfg.gpu_pools, gpu_pool_specs(cfg)):
             itype = catalog.instance("gcp", pool.instance_type)
-            assert itype is not None and itype.accelerator, "validated by gpu_platform.components.config"
+            assert itype is not None and itype.accelerator, "validated by gpu_platform.config.stack"
             pools.append(GkeGpuPool(spec=spec, accelerator=itype.accelerator,
                                     zones=tuple(pool_zones(section, itype)),
                                     approved_on_demand=pool.approved_on_demand))

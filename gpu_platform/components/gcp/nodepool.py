@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional, Sequence
 import pulumi
 from pulumi_gcp import container
 
-from gpu_platform.components.config_base import approval_tags
+from gpu_platform.config.base import approval_tags
 from gpu_platform.components.cluster import GpuPoolSpec, Taint
 
 # GKE's spelling of the Kubernetes taint effects.
@@ -131,7 +131,7 @@ def create_system_pool(name: str, cluster: container.Cluster, location: str, zon
                        machine_type: str, min_nodes: int, max_nodes: int, service_account: pulumi.Input[str],
                        node_tag: str, resource_labels: Mapping[str, str],
                        opts: Optional[pulumi.ResourceOptions] = None) -> container.NodePool:
-    from gpu_platform.components.gcp.config import SYSTEM_POOL_NAME
+    from gpu_platform.config.gcp import SYSTEM_POOL_NAME
 
     return container.NodePool(
         name,

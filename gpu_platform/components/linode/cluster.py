@@ -25,7 +25,7 @@ import pulumi_linode as linode
 import pulumi_random as random
 import pulumi_tls as tls
 
-from gpu_platform.components.config_base import approval_tags
+from gpu_platform.config.base import approval_tags
 from gpu_platform.components.cluster import (
     CheckpointStore,
     ClusterHandle,
@@ -33,10 +33,10 @@ from gpu_platform.components.cluster import (
     common_labels,
     gpu_pool_specs,
 )
-from gpu_platform.components.config import StackConfig
-from gpu_platform.components.bucket_lifecycle import BucketDeletion
+from gpu_platform.config.stack import StackConfig
+from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.linode import addons, node_groups, render
-from gpu_platform.components.linode.config import BUCKET_SUFFIX_LENGTH, bucket_label
+from gpu_platform.config.linode import BUCKET_SUFFIX_LENGTH, bucket_label
 from gpu_platform.components.paths import program_relative
 
 API_PORT = 6443
@@ -154,7 +154,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         super().__init__("gpu-platform:linode:KubeadmCluster", name, None, opts)
         cfg = args.config
         section = cfg.linode
-        assert section is not None, "validated by gpu_platform.components.config"
+        assert section is not None, "validated by gpu_platform.config.stack"
         child = pulumi.ResourceOptions(parent=self)
         tags = linode_tags(cfg)
         pools = gpu_pool_specs(cfg)
@@ -270,7 +270,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # --- Checkpoint bucket ---------------------------------------------------------------
         # Versioning and lifecycle rules need object-storage keys: a provider that makes temporary
         # keys at apply time from the deployer's token (pulumi-linode `obj_use_temp_keys`).
-        # checkpointBucket.onDestroy (gpu_platform/components/bucket_lifecycle.py): `retain` keeps the bucket out of the
+        # checkpointBucket.onDestroy (gpu_platform/config/bucket_lifecycle.py): `retain` keeps the bucket out of the
         # provider's hands at destroy; `delete` lets the provider empty it (objects and versions) first.
         deletion = BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)
         objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True,

@@ -28,7 +28,7 @@ import yaml
 from gpu_platform.components.aws import versions as aws_versions
 from gpu_platform.components.capacity import GI, allocatable
 from gpu_platform.components.cluster import GpuPoolSpec
-from gpu_platform.components.config import StackConfig
+from gpu_platform.config.stack import StackConfig
 from gpu_platform.components.paths import program_relative
 from gpu_platform.policies.cost_rules import DEFAULT_MAX_GPUS
 from gpu_platform.project import find_project
@@ -78,7 +78,7 @@ def pool_settings(cfg: StackConfig, pool: GpuPoolSpec, addresses: Sequence[str],
 
     catalog = load_catalog(cfg.catalog_overrides() or None)
     itype = catalog.instance("linode", pool.instance_type)
-    assert itype is not None, "validated by gpu_platform.components.config"
+    assert itype is not None, "validated by gpu_platform.config.stack"
     alloc = allocatable("linode", pool.instance_type, catalog)
     price = itype.price(pool.capacity)
     return {

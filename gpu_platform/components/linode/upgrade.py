@@ -136,7 +136,7 @@ def _nodes_from_cluster() -> tuple[list[str], list[str]]:
 
 def stack_settings(stack: str) -> dict:
     """The `gpu-platform:` keys of the working directory's project's Pulumi.<stack>.yaml, bare (what
-    gpu_platform.components.config parses)."""
+    gpu_platform.config.stack parses)."""
     import yaml
 
     from gpu_platform.project import find_project
@@ -159,7 +159,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--run", action="store_true", help="run the plan (SSH as root + kubectl); default: print it")
     args = parser.parse_args(argv)
 
-    from gpu_platform.components.versions_calendar import allowed_minors
+    from gpu_platform.config.versions_calendar import allowed_minors
 
     try:
         raw = stack_settings(args.stack)
@@ -168,8 +168,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cps, workers = _nodes_from_cluster()
         else:
             # Print with the node names the stack creates.
-            from gpu_platform.components.config import parse_config
-            from gpu_platform.components.names import derived_names
+            from gpu_platform.config.stack import parse_config
+            from gpu_platform.config.names import derived_names
 
             cfg = parse_config(raw, args.stack)
             names = sorted({n.value for n in derived_names(cfg) if n.resource == "a Linode instance"})

@@ -61,7 +61,7 @@ def cni_minor(chart: Chart) -> str:
 
 def cni_chart(cni: str, kubernetes_minor: str) -> Optional[Chart]:
     """The newest pinned chart of `cni` whose compatibility row lists `kubernetes_minor` (None: no such pin)."""
-    from gpu_platform.components.versions_calendar import load_calendar
+    from gpu_platform.config.versions_calendar import load_calendar
 
     calendar = load_calendar()
     fits = [c for c in CNI_CHARTS[cni] if kubernetes_minor in calendar.cni_kubernetes(cni, cni_minor(c))]

@@ -22,7 +22,7 @@ from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, MANAGED_BY, MONITORING_NAMESPACE, apply_object, helm_release, k8s_opts, render_namespace,
 )
-from gpu_platform.components.platform.config import AlertSmtp
+from gpu_platform.config.platform import AlertSmtp
 from gpu_platform.components.platform.gpu import DCGM_SERVICE_LABELS
 
 HOURS_PER_MONTH = 730

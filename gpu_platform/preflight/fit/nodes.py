@@ -44,7 +44,7 @@ from gpu_platform.components.linode.render import ROLE_LABEL  # the system pools
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
     from gpu_platform.preflight.runner import Plan, PlannedResource
 
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}

@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 
-from gpu_platform.components.aws.config import AwsSection
-from gpu_platform.components.bucket_lifecycle import OnDestroy
-from gpu_platform.components.config_base import (
+from gpu_platform.config.aws import AwsSection
+from gpu_platform.config.bucket_lifecycle import OnDestroy
+from gpu_platform.config.base import (
     MISSING,
     SECRET,
     CAPACITIES,
@@ -34,9 +34,9 @@ from gpu_platform.components.config_base import (
     approval_tags,
     stack_file,
 )
-from gpu_platform.components.gcp.config import GcpSection
-from gpu_platform.components.linode.config import LinodeSection
-from gpu_platform.components.platform.config import PlatformSection
+from gpu_platform.config.gcp import GcpSection
+from gpu_platform.config.linode import LinodeSection
+from gpu_platform.config.platform import PlatformSection
 
 __all__ = ["CAPACITIES", "CLOUDS", "NAMESPACE", "ConfigError", "ConfigIssue", "GpuPool", "OnDemandApproval",
            "StackConfig", "approval_tags",
@@ -71,7 +71,7 @@ class PriceOverride(Model):
 
 
 class CheckpointBucketSection(Model):
-    """What `pulumi destroy` does with the checkpoint bucket (gpu_platform/components/bucket_lifecycle.py, docs/destroy.md)."""
+    """What `pulumi destroy` does with the checkpoint bucket (gpu_platform/config/bucket_lifecycle.py, docs/destroy.md)."""
 
     # retain: destroy succeeds and the bucket and its checkpoints stay; delete: emptied (every version) and deleted.
     on_destroy: OnDestroy = "retain"
@@ -107,7 +107,7 @@ class StackConfig(Model):
     monthly_budget_usd: int = Field(gt=0, le=10_000_000)
     alert_emails: list[Email] = Field(default_factory=list)
     admin_cidrs: list[Cidr] = Field(default_factory=list)
-    # Checked per cloud against the dated version calendar (gpu_platform/components/kubernetes_version.py). Unset: the
+    # Checked per cloud against the dated version calendar (gpu_platform/config/kubernetes_version.py). Unset: the
     # newest minor in the cloud's standard support today (on GKE nothing is pinned: the release channel picks).
     kubernetes_version: KubernetesMinor = None  # type: ignore[assignment]
     gpu_pools: list[GpuPool] = Field(min_length=1)
@@ -125,7 +125,7 @@ class StackConfig(Model):
     def _default_kubernetes_version(cls, data: Any, handler: Any) -> "StackConfig":
         pinned = not isinstance(data, dict) or data.get("kubernetesVersion", data.get("kubernetes_version")) is not None
         if not pinned and data.get("cloud") in CLOUDS:
-            from gpu_platform.components.kubernetes_version import default_minor
+            from gpu_platform.config.kubernetes_version import default_minor
 
             linode = data.get("linode") if isinstance(data.get("linode"), dict) else {}
             cni = linode.get("cni", LinodeSection.model_fields["cni"].default) if data["cloud"] == "linode" else None
@@ -370,9 +370,9 @@ def _model_of(annotation: Any) -> Optional[type[BaseModel]]:
 
 def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
     """Checks that span keys or need the catalog; per-cloud rules live beside each cloud."""
-    from gpu_platform.components.aws.config import check_stack as check_aws
-    from gpu_platform.components.gcp.config import check_stack as check_gcp
-    from gpu_platform.components.linode.config import check_stack as check_linode
+    from gpu_platform.config.aws import check_stack as check_aws
+    from gpu_platform.config.gcp import check_stack as check_gcp
+    from gpu_platform.config.linode import check_stack as check_linode
     from gpu_platform.costs.catalog import load_catalog
 
     issues: list[ConfigIssue] = []
@@ -412,11 +412,11 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
     checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
     issues += checks[cfg.cloud](cfg, catalog)
     issues += private_range_issues(cfg)
-    from gpu_platform.components.platform.config import check_stack as check_platform
+    from gpu_platform.config.platform import check_stack as check_platform
 
     issues += check_platform(cfg)
     if not issues:  # names are built from keys already valid on their own
-        from gpu_platform.components.names import name_issues
+        from gpu_platform.config.names import name_issues
 
         issues += name_issues(cfg)
     return issues
@@ -429,7 +429,7 @@ def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
     admin ranges (publicAccessCidrs, security groups) are IPv4 too."""
     import ipaddress
 
-    from gpu_platform.components.gcp.config import INTERNAL_TEXT, is_internal
+    from gpu_platform.config.gcp import INTERNAL_TEXT, is_internal
 
     issues = []
     if cfg.cloud == "linode" and cfg.linode is not None:
@@ -447,11 +447,11 @@ def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
 
 def config_warnings(cfg: StackConfig) -> list[str]:
     """Problems that do not stop a deploy but need a person soon (e.g. a version near end of support)."""
-    from gpu_platform.components.config_base import system_pool_warnings
-    from gpu_platform.components.kubernetes_version import version_warnings
-    from gpu_platform.components.platform.config import platform_warnings
+    from gpu_platform.config.base import system_pool_warnings
+    from gpu_platform.config.kubernetes_version import version_warnings
+    from gpu_platform.config.platform import platform_warnings
 
-    from gpu_platform.components.aws.config import scale_in_warnings
+    from gpu_platform.config.aws import scale_in_warnings
 
     return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg) + scale_in_warnings(cfg)
 

@@ -2,7 +2,7 @@
 
 Every knob has a safe default, so `platform: {}` (or no section at all) gives the whole platform.
 Cross-key rules (a gpuQuota naming a pool that does not exist, e-mail alerts without an SMTP relay)
-live in `check_stack`, which `gpu_platform.components.config.semantic_issues` runs for every cloud.
+live in `check_stack`, which `gpu_platform.config.stack.semantic_issues` runs for every cloud.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from gpu_platform.components.config_base import ConfigIssue, DnsLabel, Email, Model
+from gpu_platform.config.base import ConfigIssue, DnsLabel, Email, Model
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 
 class AlertSmtp(Model):
@@ -27,7 +27,7 @@ class AlertSmtp(Model):
     def _port_in_range(cls, value: str) -> str:
         if not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
             raise ValueError("host:port with a TCP port from 1 to 65535, e.g. smtp.example.com:587")
-        from gpu_platform.components.approvals import hostname_problem
+        from gpu_platform.config.approvals import hostname_problem
 
         problem = hostname_problem(value.rsplit(":", 1)[0])
         if problem:

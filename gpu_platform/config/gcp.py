@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from gpu_platform.components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
+from gpu_platform.config.base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
                                     system_pool_key, validate_system_pool)
-from gpu_platform.components.kubernetes_version import version_issues
+from gpu_platform.config.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
     from gpu_platform.costs.catalog import Catalog, InstanceType
 
 PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
@@ -215,7 +215,7 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
                                       f"a name other than {SYSTEM_POOL_NAME!r} (the GKE system node pool has it)"))
         itype = catalog.instance("gcp", pool.instance_type)
         if itype is None or not itype.is_gpu:
-            continue  # reported by gpu_platform.components.config
+            continue  # reported by gpu_platform.config.stack
         if itype.price(pool.capacity) is None:
             issues.append(ConfigIssue(f"gpuPools[{i}].capacity", pool.capacity,
                                       f"a capacity {pool.instance_type} is sold as: "

@@ -1,4 +1,4 @@
-"""The `kubernetesVersion` rule, per cloud, from the dated version calendar (gpu_platform/components/versions_calendar.py).
+"""The `kubernetesVersion` rule, per cloud, from the dated version calendar (gpu_platform/config/versions_calendar.py).
 
 - A stack may use a minor inside the cloud's standard support today.
 - Within WARN_DAYS of the end of standard support preflight (and `pulumi up`) print a warning with the date.
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from gpu_platform.components.config_base import ConfigIssue
-from gpu_platform.components.versions_calendar import WARN_DAYS, Calendar, DateLike, as_date, load_calendar
+from gpu_platform.config.base import ConfigIssue
+from gpu_platform.config.versions_calendar import WARN_DAYS, Calendar, DateLike, as_date, load_calendar
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 KEY = "kubernetesVersion"
 # How a stack opts into paid extended support, per cloud: (key as written in the stack file, value).

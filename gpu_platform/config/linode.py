@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from gpu_platform.components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
+from gpu_platform.config.base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
                                     validate_system_pool)
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
     from gpu_platform.costs.catalog import Catalog
 
 # Object Storage bucket names are global across all Linode customers: <prefix>-ckpt-<owner>-<random>.
@@ -99,7 +99,7 @@ class LinodeSection(Model):
     @field_validator("ssh_authorized_keys")
     @classmethod
     def _ssh_keys(cls, keys: list[str]) -> list[str]:
-        from gpu_platform.components.approvals import ssh_key_problem
+        from gpu_platform.config.approvals import ssh_key_problem
 
         for k in keys:
             if not SSH_KEY.fullmatch(k.strip()) or ssh_key_problem(k):
@@ -117,12 +117,12 @@ class LinodeSection(Model):
 MAX_SYSTEM_NODES = 20
 
 
-REGIONS_FILE = Path(__file__).resolve().parent / "regions.yaml"
+REGIONS_FILE = Path(__file__).resolve().parent / "linode_regions.yaml"
 
 
 @lru_cache(maxsize=1)
 def region_capabilities() -> dict[str, frozenset[str]]:
-    """Region id -> capabilities, from the dated region table (regions.yaml, see its header)."""
+    """Region id -> capabilities, from the dated region table (linode_regions.yaml, see its header)."""
     doc = yaml.load(REGIONS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     if not doc.get("source") or not doc.get("retrieved"):
         raise ValueError(f"{REGIONS_FILE}: the region table must name its source and retrieval date")
@@ -225,7 +225,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   f"change it with `python -m gpu_platform.components.linode.upgrade --stack <stack> --to <minor>`, "
                                   "which upgrades the cluster one minor at a time and then sets both"))
     if versions.cni_chart(section.cni, cfg.kubernetes_version) is None:
-        from gpu_platform.components.versions_calendar import load_calendar
+        from gpu_platform.config.versions_calendar import load_calendar
 
         calendar = load_calendar()
         tested = [f"{section.cni} {versions.cni_minor(c)} ({', '.join(calendar.cni_kubernetes(section.cni, versions.cni_minor(c))) or 'no published table'})"

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from gpu_platform.components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
+from gpu_platform.config.base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
                                     system_pool_key, validate_system_pool)
-from gpu_platform.components.kubernetes_version import version_issues
+from gpu_platform.config.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
     from gpu_platform.costs.catalog import Catalog, InstanceType
 
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$"
@@ -252,7 +252,7 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
                 issues.append(ConfigIssue(key, name, f"an AWS GPU instance type in the catalog: {known}"))
                 continue
             if main is None or not main.is_gpu:
-                continue  # the main type's own error is reported by gpu_platform.components.config
+                continue  # the main type's own error is reported by gpu_platform.config.stack
             differs = shape_differences(main, alt)
             if differs:
                 issues.append(ConfigIssue(key, name, (

@@ -1,6 +1,6 @@
 """Building blocks of the stack config: the error type, validated field types, the base model.
 
-Kept apart from `gpu_platform.components.config` so the per-cloud section modules can import them without a cycle.
+Kept apart from `gpu_platform.config.stack` so the per-cloud section modules can import them without a cycle.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic.alias_generators import to_camel
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 NAMESPACE = "gpu-platform"
 CLOUDS = ("linode", "gcp", "aws")
@@ -47,7 +47,7 @@ class ConfigIssue:
     def render(self) -> str:
         shown = _short(self.value)
         # The key comes from the file: escape sequences in it must not reach the terminal.
-        from gpu_platform.components.approvals import one_line
+        from gpu_platform.config.approvals import one_line
 
         key = one_line(self.key)
         return f"  {NAMESPACE}:{key}: {shown} -> {self.allowed}"
@@ -144,7 +144,7 @@ def _cidr(value: str) -> str:
 
 
 def _email(value: str) -> str:
-    from gpu_platform.components.approvals import email_problem
+    from gpu_platform.config.approvals import email_problem
 
     problem = email_problem(value)
     if problem:
@@ -200,7 +200,7 @@ def _minor_from_number(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     text = repr(float(value)) if isinstance(value, float) else str(value)
-    from gpu_platform.components.kubernetes_version import known_minors
+    from gpu_platform.config.kubernetes_version import known_minors
 
     if isinstance(value, float) and text in known_minors():
         return text
@@ -209,7 +209,7 @@ def _minor_from_number(value: Any) -> Any:
 
 
 def _kubernetes_minor(value: str) -> str:
-    from gpu_platform.components.kubernetes_version import known_minors
+    from gpu_platform.config.kubernetes_version import known_minors
 
     known = known_minors()
     if value not in known:
@@ -287,7 +287,7 @@ class OnDemandApproval(Model):
     @field_validator("reason", "approver", "until")
     @classmethod
     def _recorded(cls, value: Any, info: ValidationInfo) -> Any:
-        from gpu_platform.components import approvals
+        from gpu_platform.config import approvals
 
         check = {"reason": approvals.reason_problem, "approver": approvals.approver_problem,
                  "until": approvals.until_problem}[info.field_name]

@@ -32,10 +32,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from gpu_platform.components.config_base import ConfigIssue
+from gpu_platform.config.base import ConfigIssue
 
 if TYPE_CHECKING:
-    from gpu_platform.components.config import StackConfig
+    from gpu_platform.config.stack import StackConfig
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class DerivedName:
 
 def linode_names(cfg: "StackConfig") -> list[DerivedName]:
     """gpu_platform/components/linode/cluster.py: labels of instances, network, firewalls, balancer and bucket."""
-    from gpu_platform.components.linode.config import BUCKET_SUFFIX_LENGTH, bucket_label as linode_bucket_label
+    from gpu_platform.config.linode import BUCKET_SUFFIX_LENGTH, bucket_label as linode_bucket_label
 
     prefix, env = cfg.name_prefix, ("environment",)
     section = cfg.linode
@@ -147,7 +147,7 @@ def linode_names(cfg: "StackConfig") -> list[DerivedName]:
 def gcp_names(cfg: "StackConfig") -> list[DerivedName]:
     """gpu_platform/components/gcp: cluster, node pools, network, service accounts and the checkpoint bucket."""
     from gpu_platform.components.gcp.bucket import account_id, bucket_name
-    from gpu_platform.components.gcp.config import SYSTEM_POOL_NAME
+    from gpu_platform.config.gcp import SYSTEM_POOL_NAME
 
     prefix, env = cfg.name_prefix, ("environment",)
     out = [DerivedName(prefix, GKE_NAME, env, "the GKE cluster"),
