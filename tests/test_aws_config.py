@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpu_platform.config.aws import instance_types_of, on_demand_split
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.derived import instance_types_of, on_demand_split
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from tests.conftest import stack_config
 
 

@@ -18,8 +18,9 @@ from gpu_platform.components.aws.eks import (
     principal_key,
     secure_launch_template_args,
 )
-from gpu_platform.config.aws import scale_in_warnings
-from gpu_platform.config.stack import ConfigError, config_warnings, parse_config
+from gpu_platform.config.checks.aws import scale_in_warnings
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import config_warnings, parse_config
 from gpu_platform.preflight.mocks.aws import ACCOUNT, DEPLOYER_ARN, DEPLOYER_ROLE
 from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
 from tests.conftest import plan_stack, stack_config

@@ -60,7 +60,7 @@ def test_gpu_user_data_joins_the_cluster_with_pool_labels(plan):
 
 def test_gpu_asg_spot_mixed_instances_and_scale_from_zero(plan):
     asg = plan.one(ASG, "gpu-a10g-us-east-1a").inputs
-    # a10g (0..8) over three zones: 3 + 3 + 2 (gpu_asg.zonal_groups)
+    # a10g (0..8) over three zones: 3 + 3 + 2 (config/names.zonal_groups)
     assert asg["name"] == "gpu-prod-gpu-a10g-us-east-1a" and asg["minSize"] == 0 and asg["maxSize"] == 3
     dist = asg["mixedInstancesPolicy"]["instancesDistribution"]
     assert dist["spotAllocationStrategy"] == "price-capacity-optimized"

@@ -262,7 +262,7 @@ def test_docs_list_the_aws_pins_and_quickstart():
 
 
 def test_zonal_groups_split_the_pool_exactly():
-    from gpu_platform.components.aws.gpu_asg import zonal_groups
+    from gpu_platform.config.names import zonal_groups
 
     assert zonal_groups(0, 8, ["a", "b", "c"]) == [("a", 0, 3), ("b", 0, 3), ("c", 0, 2)]
     # fewer maxNodes than zones: groups only in the first maxNodes zones

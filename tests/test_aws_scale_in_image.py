@@ -13,7 +13,8 @@ import yaml
 
 from gpu_platform.components.aws import protection
 from gpu_platform.config.aws import ScaleInController
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from tests.conftest import ROOT, stack_config
 from tests.test_platform_validate import checkov_bin
 

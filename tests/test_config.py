@@ -13,7 +13,9 @@ import typing
 import pytest
 import yaml
 
-from gpu_platform.config.stack import STRUCTURED_KEYS, ConfigError, StackConfig, parse_config
+from gpu_platform.config.model import STRUCTURED_KEYS, StackConfig
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.runner import ProgramError, stack_input_from_mapping
 from tests.conftest import ROOT, plan_config, stack_config
 

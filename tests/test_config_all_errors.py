@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from tests.conftest import stack_config
 
 

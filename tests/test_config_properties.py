@@ -99,7 +99,8 @@ def mutated_stack(draw) -> tuple[str, bytes]:
 
 def preflight_front_half(path: Path) -> tuple[int, str]:
     """What `python -m gpu_platform.preflight --stack-file` does before policies and cluster fit, with its exit code."""
-    from gpu_platform.config.stack import ConfigError, parse_config
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.runner import StackFileError, StackNotFound, load_stack_file, run_program
 
     try:
@@ -220,7 +221,8 @@ def control_in_key(draw):
                  control_in_key()))
 def test_hostile_classes_are_refused_naming_the_key(case):
     from gpu_platform.config.approvals import printable
-    from gpu_platform.config.stack import ConfigError, parse_config
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.runner import stack_input_from_mapping
 
     base, sets, key, must_refuse = case

@@ -126,7 +126,7 @@ def test_every_shipped_stack_file_can_be_estimated():
     import yaml
     from pathlib import Path
 
-    config_mod = pytest.importorskip("gpu_platform.config.stack")
+    config_mod = pytest.importorskip("gpu_platform.config.model")
     stacks = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
     if not stacks:
         pytest.skip("no stack files shipped yet")

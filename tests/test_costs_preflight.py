@@ -95,7 +95,7 @@ def test_preflight_prints_the_bill_with_the_charts_storage_and_writes_every_line
 
 
 def test_costs_keys_are_validated_with_the_key_named():
-    from gpu_platform.config.stack import ConfigError
+    from gpu_platform.config.base import ConfigError
 
     raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
     cfg = parse_config(dict(raw, costs={"expectedUtilization": 0.5, "checkpointGib": 2000, "natGibPerMonth": 0}), "gcp-prod")

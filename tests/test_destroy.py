@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from tests.conftest import plan_config, plan_stack, stack_config
 
 AWS_BUCKET = "aws:s3/bucket:Bucket"

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gpu_platform.config.stack import StackConfig, _model_of
+from gpu_platform.config.model import StackConfig
+from gpu_platform.config.stack import _model_of
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

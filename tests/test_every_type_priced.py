@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from gpu_platform.components.platform.monitoring import pool_hourly_prices
 from gpu_platform.costs.catalog import CAPACITIES, load_catalog
 from gpu_platform.costs.estimator import estimate

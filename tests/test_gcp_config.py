@@ -7,8 +7,9 @@ from typing import Any, Callable
 
 import pytest
 
-from gpu_platform.config.stack import ConfigError, parse_config
-from gpu_platform.config.gcp import effective_deletion_protection, gpu_pool_zone_map
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
+from gpu_platform.config.derived import effective_deletion_protection, gpu_pool_zone_map
 from gpu_platform.costs.catalog import load_catalog
 
 

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from gpu_platform.components.cluster import GPU_TAINT, GpuPoolSpec, Taint
-from gpu_platform.components.gcp.bucket import account_id, bucket_name, lifecycle_rules, workload_identity_member
+from gpu_platform.config.names import account_id, bucket_name
+from gpu_platform.components.gcp.bucket import lifecycle_rules, workload_identity_member
 from gpu_platform.components.gcp.budget import budget_amount, budget_display_name, threshold_rules
 from gpu_platform.components.gcp.cluster import context_name, master_authorized_networks, render_kubeconfig
 from gpu_platform.components.gcp.nodepool import (

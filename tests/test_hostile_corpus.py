@@ -61,7 +61,8 @@ def _resolve(value: Any) -> Any:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c["kind"] == "config"], ids=lambda c: c["id"])
 def test_config_case(case):
-    from gpu_platform.config.stack import ConfigError, parse_config
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.runner import stack_input_from_mapping
 
     si = stack_input_from_mapping(case["base"], _config(case), source=f"Pulumi.{case['id']}.yaml")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from gpu_platform.components.linode import node_groups
 from gpu_platform.controllers.linode_node_groups import settings as service_settings
 from gpu_platform.preflight.fit.render import render_plan

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from gpu_platform.components.linode import versions
 from gpu_platform.config.versions_calendar import load_calendar
 from gpu_platform.preflight.runner import stack_input_from_mapping

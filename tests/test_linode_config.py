@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.runner import stack_input_from_mapping
 from tests.conftest import stack_config
 
@@ -122,7 +123,8 @@ def test_every_minor_the_calendar_allows_on_linode_has_a_pinned_release():
 def test_the_vpc_address_plan_is_checked_before_any_resource():
     """Four GPU pools do not fit the default /24 and a pool over 50 nodes has no room in its block:
     config errors naming the key, not a ValueError half-way through the program."""
-    from gpu_platform.config.stack import ConfigError, parse_config
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
     from tests.conftest import stack_config
 
     raw = {k.split(":", 1)[1]: v for k, v in stack_config("linode-dev").items() if k.startswith("gpu-platform:")}

@@ -73,7 +73,8 @@ def test_a_hand_edited_kubernetes_version_is_refused_before_anything_is_register
     """kubernetesVersion ahead of what the control plane runs would give new nodes a newer kubelet."""
     import copy
 
-    from gpu_platform.config.stack import ConfigError, parse_config
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.runner import stack_input_from_mapping
     from tests.conftest import stack_config
 

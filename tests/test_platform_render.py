@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL, GpuPoolSpec, Taint
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from gpu_platform.components.platform import versions
 from gpu_platform.config.platform import AlertSmtp
 from gpu_platform.components.platform.gpu import dcgm_exporter_values, device_plugin_values

@@ -738,7 +738,8 @@ def test_a_price_override_far_below_the_catalog_is_a_violation():
 def test_infinity_in_price_overrides_never_reaches_the_pack_as_a_price():
     """Config validation refuses it first; a pack handed one anyway (the CLI path) reports it instead of
     serializing Infinity into protobuf."""
-    from gpu_platform.config.stack import ConfigError, parse_config
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
 
     with pytest.raises(ConfigError, match="finite number"):
         parse_config({**{k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpu_platform.components.aws.billing import stack_cost_filter
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from gpu_platform.config.names import derived_names
 from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
 from tests.conftest import stack_config

@@ -105,7 +105,8 @@ def _cfg(cloud: str, minor: str, extended: bool = False):
 
 
 def test_kubeadm_rule_follows_upstream_end_of_life_and_has_no_extended_option():
-    from gpu_platform.config.kubernetes_version import default_minor, version_issues, version_warnings
+    from gpu_platform.config.versions_calendar import default_minor
+    from gpu_platform.config.kubernetes_version import version_issues, version_warnings
 
     [issue] = version_issues(_cfg("linode", "1.34"), DAY)
     assert issue.key == "kubernetesVersion" and "2026-10-27" in issue.allowed and "1.35, 1.36" in issue.allowed

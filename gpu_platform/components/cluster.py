@@ -15,7 +15,7 @@ import pulumi
 if TYPE_CHECKING:
     import pulumi_kubernetes as k8s
 
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 # Namespace and service account that training jobs run as; cloud IAM is bound to this identity
 # (GKE Workload Identity, EKS IRSA), so both sides must agree on the names.

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import pulumi
 
-
-@dataclass(frozen=True)
-class Chart:
-    chart: str  # chart name, or a full oci:// reference
-    version: str
-    repo: str | None = None  # classic Helm repository URL; None for OCI charts
-
-    @property
-    def ref(self) -> str:
-        return self.chart if self.repo is None else f"{self.repo} {self.chart}"
+from gpu_platform.components.chart import Chart
 
 
 def helm_release(name: str, chart: Chart, namespace: str, values: Any, opts: pulumi.ResourceOptions, *,

@@ -1,6 +1,7 @@
 """Building blocks of the stack config: the error type, validated field types, the base model.
 
-Kept apart from `gpu_platform.config.stack` so the per-cloud section modules can import them without a cycle.
+The bottom of the config package: the sections (aws, gcp, linode, platform) build on these, the stack
+model (model.py) on the sections; nothing here imports them back.
 """
 
 from __future__ import annotations
@@ -12,15 +13,12 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
                       ValidationInfo, field_validator)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic.alias_generators import to_camel
-
-if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
 
 NAMESPACE = "gpu-platform"
 CLOUDS = ("linode", "gcp", "aws")
@@ -200,7 +198,7 @@ def _minor_from_number(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     text = repr(float(value)) if isinstance(value, float) else str(value)
-    from gpu_platform.config.kubernetes_version import known_minors
+    from gpu_platform.config.versions_calendar import known_minors
 
     if isinstance(value, float) and text in known_minors():
         return text
@@ -209,7 +207,7 @@ def _minor_from_number(value: Any) -> Any:
 
 
 def _kubernetes_minor(value: str) -> str:
-    from gpu_platform.config.kubernetes_version import known_minors
+    from gpu_platform.config.versions_calendar import known_minors
 
     known = known_minors()
     if value not in known:
@@ -319,15 +317,6 @@ def approval_tags(approval: "bool | OnDemandApproval", cloud: str) -> dict[str, 
             room = limit - (len(key) + 1 if cloud == "linode" else 0)
             tags[key] = bad.sub("_", case(value))[:room].strip() or "_"
     return tags
-
-
-def pool_issue_capacity(cfg: "StackConfig", allowed: tuple[str, ...], why: str) -> list[ConfigIssue]:
-    """Shared by the cloud checks: every pool's capacity must be one the cloud offers."""
-    return [
-        ConfigIssue(f"gpuPools[{i}].capacity", p.capacity, f"one of {', '.join(allowed)} ({why})")
-        for i, p in enumerate(cfg.gpu_pools)
-        if p.capacity not in allowed
-    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,9 +437,3 @@ def system_pool_key(cloud: str, section: Any, key: str) -> str:
     return f"{cloud}.systemPool.{key}"
 
 
-def system_pool_warnings(cfg: "StackConfig") -> list[str]:
-    """One warning per deprecated system-pool key the stack file uses, naming the key that replaces it."""
-    renamed = getattr(cfg.cloud_section, "_system_pool_renamed", None) or ()
-    return [f"{NAMESPACE}:{old} is deprecated and will be refused in the next release: write {NAMESPACE}:{new} "
-            f"(one system-pool shape on every cloud: systemPool {{instanceType, minNodes, maxNodes}}, as in gpuPools)"
-            for old, new in renamed]

@@ -1,9 +1,10 @@
-"""The `gcp` section of the stack config and the rules only GCP has.
+"""The `gcp` section of the stack config: its keys, their types and limits.
 
-Everything here is checked offline, before any resource is registered: the project, region and zones
-are well-formed and agree with each other, the GPU of every pool is offered in the chosen zones (where
-the price catalog knows the zones), the network ranges do not overlap and are big enough for the
-largest cluster the pools allow, and the control plane stays reachable only from `adminCidrs`.
+The rules that read the rest of the stack are in checks/gcp.py (offline, before any resource is
+registered): the project, region and zones are well-formed and agree with each other, the GPU of every
+pool is offered in the chosen zones (where the price catalog knows the zones), the network ranges do not
+overlap and are big enough for the largest cluster the pools allow, and the control plane stays
+reachable only from `adminCidrs`.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from gpu_platform.config.base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
-                                    system_pool_key, validate_system_pool)
-from gpu_platform.config.kubernetes_version import version_issues
+from gpu_platform.config.base import SYSTEM_POOL_DEFAULTS, Cidr, Model, SystemPool, validate_system_pool
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
-    from gpu_platform.costs.catalog import Catalog, InstanceType
+    from gpu_platform.costs.catalog import InstanceType
 
 PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
@@ -157,14 +155,6 @@ class GcpSection(Model):
         return value
 
 
-def effective_deletion_protection(cfg: "StackConfig") -> bool:
-    """deletionProtection as configured; unset, it is on for prod/production environments."""
-    section: GcpSection = cfg.gcp  # type: ignore[assignment]
-    if section.deletion_protection is not None:
-        return section.deletion_protection
-    return cfg.environment in PRODUCTION_ENVIRONMENTS
-
-
 def pool_zones(section: GcpSection, itype: "Optional[InstanceType]") -> list[str]:
     """The configured zones a GPU pool's nodes may run in: those offering its accelerator where the
     catalog knows, otherwise all of them (GKE then places nodes wherever capacity is)."""
@@ -173,192 +163,5 @@ def pool_zones(section: GcpSection, itype: "Optional[InstanceType]") -> list[str
     return [z for z in section.zones if z in itype.zones]
 
 
-def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
-    section: GcpSection = cfg.gcp  # type: ignore[assignment]
-    issues = pool_issue_capacity(cfg, ("spot", "preemptible", "on-demand"),
-                                 "GCP offers Spot, preemptible and on-demand VMs")
-    issues += _zone_issues(section)
-    issues += _pool_issues(cfg, section, catalog)
-    issues += _network_issues(cfg, section)
-    issues += _access_issues(cfg, section)
-    issues += _system_pool_issues(section, catalog)
-    issues += _maintenance_issues(section.maintenance)
-    if cfg.kubernetes_version_pinned:
-        issues += version_issues(cfg)
-    if len(cfg.alert_emails) > MAX_BUDGET_CHANNELS:
-        issues.append(ConfigIssue("alertEmails", cfg.alert_emails,
-                                  f"at most {MAX_BUDGET_CHANNELS} addresses on GCP (a billing budget notifies at most "
-                                  f"{MAX_BUDGET_CHANNELS} channels; use a group address)"))
-    return issues
-
-
-def _zone_issues(section: GcpSection) -> list[ConfigIssue]:
-    issues = []
-    zone_re = re.compile(rf"^{re.escape(section.region)}-[a-z]$")
-    for i, zone in enumerate(section.zones):
-        if not zone_re.fullmatch(zone):
-            issues.append(ConfigIssue(f"gcp.zones[{i}]", zone,
-                                      f"a zone of gcp.region {section.region}, such as {section.region}-a"))
-        elif section.zones.index(zone) != i:
-            issues.append(ConfigIssue(f"gcp.zones[{i}]", zone, "each zone once"))
-    return issues
-
-
-def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") -> list[ConfigIssue]:
-    issues: list[ConfigIssue] = []
-    region_reported = False
-    zones_known = True  # every pool's zones are known to the catalog
-    offered_somewhere: set[str] = set()
-    for i, pool in enumerate(cfg.gpu_pools):
-        if pool.name == SYSTEM_POOL_NAME:
-            issues.append(ConfigIssue(f"gpuPools[{i}].name", pool.name,
-                                      f"a name other than {SYSTEM_POOL_NAME!r} (the GKE system node pool has it)"))
-        itype = catalog.instance("gcp", pool.instance_type)
-        if itype is None or not itype.is_gpu:
-            continue  # reported by gpu_platform.config.stack
-        if itype.price(pool.capacity) is None:
-            issues.append(ConfigIssue(f"gpuPools[{i}].capacity", pool.capacity,
-                                      f"a capacity {pool.instance_type} is sold as: "
-                                      f"{', '.join(c for c in ('spot', 'preemptible', 'on-demand') if itype.price(c))}"))
-        if itype.regions is not None and section.region not in itype.regions:
-            if not region_reported:
-                issues.append(ConfigIssue("gcp.region", section.region,
-                                          f"a region offering {pool.instance_type} (gpuPools[{i}]): {', '.join(itype.regions)}"))
-                region_reported = True
-            continue
-        if itype.zones is None:
-            zones_known = False
-            continue
-        offered = pool_zones(section, itype)
-        offered_somewhere.update(offered)
-        if not offered:
-            in_region = [z for z in itype.zones if z.startswith(section.region + "-")]
-            issues.append(ConfigIssue(
-                f"gpuPools[{i}].instanceType", pool.instance_type,
-                f"a type whose GPU ({itype.accelerator}) is offered in one of gcp.zones; in {section.region} "
-                f"{pool.instance_type} is offered in: {', '.join(in_region) or 'no zone'}"))
-    if zones_known and not region_reported and offered_somewhere:
-        wanted = sorted({t.accelerator for p in cfg.gpu_pools
-                         if (t := catalog.instance("gcp", p.instance_type)) is not None and t.accelerator})
-        for i, zone in enumerate(section.zones):
-            if zone.startswith(section.region + "-") and zone not in offered_somewhere:
-                issues.append(ConfigIssue(
-                    f"gcp.zones[{i}]", zone,
-                    f"a zone offering the GPU of a gpuPools entry ({', '.join(wanted)}); offered in: "
-                    f"{', '.join(sorted(offered_somewhere))}"))
-    return issues
-
-
-def _network_issues(cfg: "StackConfig", section: GcpSection) -> list[ConfigIssue]:
-    issues: list[ConfigIssue] = []
-    nets = {
-        "gcp.networkCidr": ipaddress.ip_network(section.network_cidr),
-        "gcp.podsCidr": ipaddress.ip_network(section.pods_cidr),
-        "gcp.servicesCidr": ipaddress.ip_network(section.services_cidr),
-        "gcp.masterCidr": ipaddress.ip_network(section.master_cidr),
-    }
-    for key, net in nets.items():
-        if not is_internal(net):
-            issues.append(ConfigIssue(key, str(net), f"a private IPv4 range inside {INTERNAL_TEXT}"))
-    keys = list(nets)
-    for a in range(len(keys)):
-        for b in range(a + 1, len(keys)):
-            if nets[keys[a]].overlaps(nets[keys[b]]):
-                issues.append(ConfigIssue(keys[b], str(nets[keys[b]]),
-                                          f"a range that does not overlap {keys[a]} ({nets[keys[a]]})"))
-    nodes = section.system_pool.max_nodes + sum(p.max_nodes for p in cfg.gpu_pools)
-    pods = nets["gcp.podsCidr"]
-    if pods.version == 4 and 2 ** max(0, POD_RANGE_PER_NODE - pods.prefixlen) < nodes:
-        need = POD_RANGE_PER_NODE - (nodes - 1).bit_length()
-        issues.append(ConfigIssue("gcp.podsCidr", str(pods),
-                                  f"a range of /{need} or larger: GKE gives each node a /24 and the pools allow "
-                                  f"{nodes} nodes (gcp.systemPool.maxNodes + gpuPools[*].maxNodes)"))
-    subnet = nets["gcp.networkCidr"]
-    if subnet.num_addresses - 4 < nodes:  # GCP reserves 4 addresses per subnet
-        issues.append(ConfigIssue("gcp.networkCidr", str(subnet),
-                                  f"a range with room for {nodes} nodes plus 4 addresses GCP reserves"))
-    return issues
-
-
-def _access_issues(cfg: "StackConfig", section: GcpSection) -> list[ConfigIssue]:
-    issues: list[ConfigIssue] = []
-    if not cfg.admin_cidrs:
-        issues.append(ConfigIssue(
-            "adminCidrs", [],
-            "at least one CIDR on GCP: the control plane accepts only these ranges, and the machine running "
-            "`pulumi up` must reach it to install the ML platform"))
-    if len(cfg.admin_cidrs) > MAX_AUTHORIZED_NETWORKS:
-        issues.append(ConfigIssue("adminCidrs", cfg.admin_cidrs,
-                                  f"at most {MAX_AUTHORIZED_NETWORKS} ranges (GKE master authorized networks)"))
-    for i, cidr in enumerate(cfg.admin_cidrs):
-        net = ipaddress.ip_network(cidr)
-        if net.prefixlen == 0:
-            issues.append(ConfigIssue(f"adminCidrs[{i}]", cidr,
-                                      "a specific range such as 203.0.113.0/24: /0 would open the control plane to the internet"))
-        elif net.version != 4:
-            issues.append(ConfigIssue(f"adminCidrs[{i}]", cidr, "an IPv4 range (GKE master authorized networks are IPv4)"))
-        elif section.private_endpoint and not is_internal(net):
-            issues.append(ConfigIssue(f"adminCidrs[{i}]", cidr,
-                                      f"a private range ({INTERNAL_TEXT}) reaching the VPC through VPN, Interconnect "
-                                      "or a bastion, because gcp.privateEndpoint is true; or set gcp.privateEndpoint: false"))
-    return issues
-
-
-def _system_pool_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigIssue]:
-    pool = section.system_pool
-    key = lambda k: system_pool_key("gcp", section, k)  # noqa: E731 - the spelling the stack file uses
-    issues = []
-    if pool.min_nodes > pool.max_nodes:
-        issues.append(ConfigIssue(key("minNodes"), pool.min_nodes, f"at most {key('maxNodes')} ({pool.max_nodes})"))
-    if not MACHINE_TYPE.fullmatch(pool.instance_type):
-        issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
-                                  "a Compute Engine machine type such as e2-standard-4"))
-    itype = catalog.instance("gcp", pool.instance_type)
-    if itype is not None and itype.is_gpu:
-        plain = sorted(t.name for t in catalog.instances("gcp") if not t.is_gpu)
-        issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
-                                  f"a machine type without GPUs (system pods must not hold GPU nodes), e.g. {', '.join(plain)}"))
-    return issues
-
-
-def _maintenance_issues(m: Maintenance) -> list[ConfigIssue]:
-    import datetime as dt
-
-    issues: list[ConfigIssue] = []
-    for i, day in enumerate(m.days):
-        if m.days.index(day) != i:
-            issues.append(ConfigIssue(f"gcp.maintenance.days[{i}]", day, "each day once"))
-    if len(set(m.days)) * m.hours * 4 < MIN_WINDOW_HOURS_PER_32_DAYS:
-        issues.append(ConfigIssue("gcp.maintenance.hours", m.hours,
-                                  f"enough hours for GKE's minimum of {MIN_WINDOW_HOURS_PER_32_DAYS} h of maintenance in any "
-                                  f"32 days: days x hours must be at least 12 (now {len(set(m.days))} x {m.hours})"))
-    if len(m.exclusions) > MAX_EXCLUSIONS:
-        issues.append(ConfigIssue("gcp.maintenance.exclusions", len(m.exclusions), f"at most {MAX_EXCLUSIONS} exclusions"))
-    names = [e.name for e in m.exclusions]
-    for i, e in enumerate(m.exclusions):
-        key = f"gcp.maintenance.exclusions[{i}]"
-        if names.index(e.name) != i:
-            issues.append(ConfigIssue(f"{key}.name", e.name, "a name used once"))
-        if e.end is None:
-            if e.scope == "NO_UPGRADES":
-                issues.append(ConfigIssue(f"{key}.end", None, "an end time: a NO_UPGRADES exclusion lasts at most "
-                                                              f"{MAX_NO_UPGRADES_DAYS} days (only the other scopes may run until end of support)"))
-            continue
-        start = dt.datetime.fromisoformat(e.start.replace("Z", "+00:00"))
-        end = dt.datetime.fromisoformat(e.end.replace("Z", "+00:00"))
-        if end <= start:
-            issues.append(ConfigIssue(f"{key}.end", e.end, f"a time after start ({e.start})"))
-        elif e.scope == "NO_UPGRADES" and end - start > dt.timedelta(days=MAX_NO_UPGRADES_DAYS):
-            issues.append(ConfigIssue(f"{key}.end", e.end, f"at most {MAX_NO_UPGRADES_DAYS} days after start for scope "
-                                                           "NO_UPGRADES; use NO_MINOR_OR_NODE_UPGRADES for longer"))
-    return issues
-
-
-def gpu_pool_zone_map(cfg: "StackConfig", catalog: "Catalog") -> dict[str, list[str]]:
-    """Pool name -> the zones its nodes run in (see pool_zones)."""
-    section: GcpSection = cfg.gcp  # type: ignore[assignment]
-    return {p.name: pool_zones(section, catalog.instance("gcp", p.instance_type)) for p in cfg.gpu_pools}
-
-
-__all__ = ["GcpSection", "Maintenance", "MaintenanceExclusion", "SystemPool", "check_stack", "effective_deletion_protection", "gpu_pool_zone_map",
-           "pool_zones", "PRODUCTION_ENVIRONMENTS", "SYSTEM_POOL_NAME"]
+__all__ = ["GcpSection", "Maintenance", "MaintenanceExclusion", "SystemPool", "pool_zones", "PRODUCTION_ENVIRONMENTS",
+           "SYSTEM_POOL_NAME"]

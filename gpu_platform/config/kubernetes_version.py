@@ -17,7 +17,7 @@ from gpu_platform.config.base import ConfigIssue
 from gpu_platform.config.versions_calendar import WARN_DAYS, Calendar, DateLike, as_date, load_calendar
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 KEY = "kubernetesVersion"
 # How a stack opts into paid extended support, per cloud: (key as written in the stack file, value).
@@ -32,26 +32,6 @@ def extended_chosen(cfg: "StackConfig") -> bool:
     if cfg.cloud == "gcp" and cfg.gcp is not None:
         return cfg.gcp.release_channel == "EXTENDED"
     return False
-
-
-def default_minor(cloud: str, on: DateLike = None, calendar: Optional[Calendar] = None,
-                  cni: Optional[str] = None) -> Optional[str]:
-    """The newest minor in standard support for the cloud on the day (None if the calendar has none); with
-    `cni` (Linode, which installs its own), the newest of those the CNI's compatibility rows list, so an
-    unset kubernetesVersion never lands on a minor the stack's CNI is refused on."""
-    cal = calendar or load_calendar()
-    allowed = cal.allowed_minors(cloud, on)
-    if cni is not None:
-        tested = {k for cni_minor in cal.cni_minors(cni) for k in cal.cni_kubernetes(cni, cni_minor)}
-        allowed = [m for m in allowed if m in tested] or allowed  # none tested: linode.cni's check says why
-    return allowed[-1] if allowed else None
-
-
-def known_minors() -> tuple[str, ...]:
-    """Every minor any cloud's calendar lists (the structural check of kubernetesVersion)."""
-    cal = load_calendar()
-    return tuple(sorted({m for c in ("linode", "gcp", "aws") for m in cal.minors(c)},
-                        key=lambda m: tuple(int(x) for x in m.split("."))))
 
 
 def version_issues(cfg: "StackConfig", on: DateLike = None, calendar: Optional[Calendar] = None) -> list[ConfigIssue]:

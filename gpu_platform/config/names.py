@@ -28,14 +28,15 @@ Sources of the rules (checked 2026-11-23):
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from gpu_platform.config.base import ConfigIssue
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,60 @@ class DerivedName:
 
 
 # ---------------------------------------------------------------------------------------------
+# Names the resource modules build with (gcp/bucket.py, aws/gpu_asg.py, aws/cluster.py): one definition,
+# so what is checked here is what they register
+# ---------------------------------------------------------------------------------------------
+
+
+def _shorten(text: str, limit: int) -> str:
+    """`text` if it fits, else its head plus a short hash of the whole (stable across runs)."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:6]
+    return f"{text[:limit - 7].rstrip('-')}-{digest}"
+
+
+def account_id(prefix: str, role: str) -> str:
+    """A service account ID (6 to 30 of [a-z0-9-], starting with a letter) for `<prefix>-<role>`."""
+    head = _shorten(prefix, 30 - len(role) - 1)
+    return f"{head}-{role}"
+
+
+def bucket_name(project: str, prefix: str) -> str:
+    """Bucket names are global: the project ID (itself globally unique) keeps ours from colliding."""
+    return _shorten(f"{project}-{prefix}-checkpoints", 63)
+
+
+def asg_name(cluster_name: str, pool: str, zone: Optional[str] = None) -> str:
+    """Deterministic, so alarms and the protection controller can name the group before it exists.
+    One group per pool and zone: `<cluster>-gpu-<pool>-<zone>`."""
+    return f"{cluster_name}-gpu-{pool}" + (f"-{zone}" if zone else "")
+
+
+def zonal_groups(min_nodes: int, max_nodes: int, zones: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(zone, minSize, maxSize) of a pool's groups, one per zone, whose sizes add up to the pool's.
+
+    Why one group per zone: cluster-autoscaler plans a new node of a multi-zone group as if it were
+    in one zone, so a pod bound to a zonal EBS volume (a notebook's home, the hub database) may wait
+    forever or get a node in the wrong zone; its AWS README prescribes "an ASG-per-AZ while enabling
+    --balance-similar-node-groups" (cloudprovider/aws/README.md, Common Notes and Gotchas), which
+    the autoscaler here runs with (autoscaler.py). The split keeps the pool's totals exact (quota,
+    cost and policy see the same numbers): the first zones get the remainder, and a zone whose
+    share of maxNodes is 0 gets no group (a pool with fewer maxNodes than zones lives in its first
+    maxNodes zones)."""
+    if not zones:
+        raise ValueError("a GPU pool needs at least one zone")
+    n = len(zones)
+    out = []
+    for i, zone in enumerate(zones):
+        hi = max_nodes // n + (1 if i < max_nodes % n else 0)
+        lo = min_nodes // n + (1 if i < min_nodes % n else 0)
+        if hi > 0:
+            out.append((zone, min(lo, hi), hi))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # One function per cloud: the names exactly as the components build them
 # ---------------------------------------------------------------------------------------------
 
@@ -146,7 +201,6 @@ def linode_names(cfg: "StackConfig") -> list[DerivedName]:
 
 def gcp_names(cfg: "StackConfig") -> list[DerivedName]:
     """gpu_platform/components/gcp: cluster, node pools, network, service accounts and the checkpoint bucket."""
-    from gpu_platform.components.gcp.bucket import account_id, bucket_name
     from gpu_platform.config.gcp import SYSTEM_POOL_NAME
 
     prefix, env = cfg.name_prefix, ("environment",)
@@ -178,8 +232,6 @@ def _aws_zone_labels(cfg: "StackConfig") -> list[str]:
 
 def aws_names(cfg: "StackConfig") -> list[DerivedName]:
     """gpu_platform/components/aws: the EKS cluster, GPU Auto Scaling groups, the checkpoint bucket, alerts, budget."""
-    from gpu_platform.components.aws.gpu_asg import asg_name, zonal_groups
-
     cluster, env = cfg.name_prefix, ("environment",)
     out = [DerivedName(cluster, EKS_CLUSTER_NAME, env, "the EKS cluster"),
            DerivedName(f"{cluster}-checkpoints-", S3_BUCKET_PREFIX, env, "the checkpoint bucket (bucket_prefix)"),

@@ -1,6 +1,6 @@
-"""The typed stack configuration: one model, validated once, before any resource is registered.
+"""Loading the stack file: `parse_config` validates it once, before any resource is registered.
 
-Everything a stack file can say lives in `StackConfig`. Structural checks (types, ranges, unknown keys)
+Everything a stack file can say lives in `StackConfig` (model.py). Structural checks (types, ranges, unknown keys)
 come from pydantic; checks that need the price catalog or cross several keys are plain functions that
 return `ConfigIssue`s. Either way the user gets one message that names the stack file, the key (as
 written in the stack file, camelCase), the bad value and what is allowed.
@@ -10,159 +10,23 @@ from __future__ import annotations
 
 import json
 import typing
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Any, Optional
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 
-from gpu_platform.config.aws import AwsSection
-from gpu_platform.config.bucket_lifecycle import OnDestroy
-from gpu_platform.config.base import (
-    MISSING,
-    SECRET,
-    CAPACITIES,
-    CLOUDS,
-    NAMESPACE,
-    Cidr,
-    ConfigError,
-    ConfigIssue,
-    DnsLabel,
-    Email,
-    KubernetesMinor,
-    Model,
-    NodeLabels,
-    OnDemandApproval,
-    approval_tags,
-    stack_file,
-)
-from gpu_platform.config.gcp import GcpSection
-from gpu_platform.config.linode import LinodeSection
-from gpu_platform.config.platform import PlatformSection
+from gpu_platform.config.base import MISSING, NAMESPACE, SECRET, ConfigError, ConfigIssue
+from gpu_platform.config.checks import aws as aws_checks
+from gpu_platform.config.checks import gcp as gcp_checks
+from gpu_platform.config.checks import linode as linode_checks
+from gpu_platform.config.checks import platform as platform_checks
+from gpu_platform.config.checks.pools import system_pool_warnings
+from gpu_platform.config.gcp import INTERNAL_TEXT, is_internal
+from gpu_platform.config.kubernetes_version import version_warnings
+from gpu_platform.config.model import STRUCTURED_KEYS, StackConfig
+from gpu_platform.config.names import name_issues
+from gpu_platform.costs.catalog import load_catalog
 
-__all__ = ["CAPACITIES", "CLOUDS", "NAMESPACE", "ConfigError", "ConfigIssue", "GpuPool", "OnDemandApproval",
-           "StackConfig", "approval_tags",
-           "config_warnings", "load_from_pulumi", "parse_config", "stack_file"]
-
-# ---------------------------------------------------------------------------------------------
-# Sections shared by every cloud
-# ---------------------------------------------------------------------------------------------
-
-
-class GpuPool(Model):
-    """One pool of GPU nodes. GPUs per node and prices come from the catalog, not from here."""
-
-    name: DnsLabel
-    instance_type: str = Field(min_length=1)
-    capacity: Literal["spot", "preemptible", "on-demand"]
-    min_nodes: int = Field(default=0, ge=0, le=1000)
-    max_nodes: int = Field(ge=1, le=1000)
-    labels: NodeLabels = Field(default_factory=dict)
-    # Policy knob: an on-demand GPU pool is a deliberate, reviewed decision, not a default:
-    # {reason, approver} (recorded in tags/labels). A bare `true` is still read, but carries no
-    # reason or approver, so the policy pack does not accept it as an approval.
-    approved_on_demand: Union[bool, OnDemandApproval] = False
-
-
-class PriceOverride(Model):
-    """Replace the catalog's $/hour for one instance type (e.g. a negotiated discount)."""
-
-    on_demand: Optional[float] = Field(default=None, gt=0)
-    spot: Optional[float] = Field(default=None, gt=0)
-    preemptible: Optional[float] = Field(default=None, gt=0)
-
-
-class CheckpointBucketSection(Model):
-    """What `pulumi destroy` does with the checkpoint bucket (gpu_platform/config/bucket_lifecycle.py, docs/destroy.md)."""
-
-    # retain: destroy succeeds and the bucket and its checkpoints stay; delete: emptied (every version) and deleted.
-    on_destroy: OnDestroy = "retain"
-
-
-class CostsSection(Model):
-    """What the cost estimate cannot read from the program (gpu_platform/costs/estimator.py): expected use and sizes."""
-
-    # Average share of the month the GPU pools are busy; preflight compares the bill at this use with the budget.
-    expected_utilization: float = Field(default=0.3, ge=0, le=1)
-    checkpoint_gib: float = Field(default=100, ge=0, le=10_000_000)  # live checkpoints in the bucket on average
-    # Checkpoints written per day at full capacity. Every save is a new object and old ones are deleted
-    # (retention), and the versioned bucket keeps each deleted/overwritten version for the cloud's
-    # checkpointRetentionDays: the bucket holds about this x retention on top of checkpointGib.
-    checkpoint_gib_per_day: float = Field(default=10, ge=0, le=1_000_000)
-    # Traffic through the NAT at full capacity: image pulls from public registries, datasets, pip. Not
-    # checkpoints: they reach the bucket through the S3 gateway endpoint (EKS) or Private Google Access (GKE).
-    nat_gib_per_month: float = Field(default=200, ge=0, le=10_000_000)
-
-
-class StackConfig(Model):
-    """The whole `gpu-platform:*` namespace of one stack."""
-
-    cloud: Literal["linode", "gcp", "aws"]
-    environment: DnsLabel = "dev"
-    # Opt-in: a short suffix that makes every cloud name of this stack unique where two stacks share an
-    # `environment` in one account/project (gpu-<environment>-<nameSuffix>); the stack budget filters on
-    # the `cluster` tag, which carries the same name. Setting or changing it on a deployed stack renames,
-    # so replaces, every named resource (CHANGELOG, docs/costs-and-alerts.md): set it before the first up.
-    name_suffix: Annotated[str, Field(min_length=1, max_length=6, pattern=r"^[a-z0-9]+$")] = None  # type: ignore[assignment]
-    owner: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
-    cost_center: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")]
-    monthly_budget_usd: int = Field(gt=0, le=10_000_000)
-    alert_emails: list[Email] = Field(default_factory=list)
-    admin_cidrs: list[Cidr] = Field(default_factory=list)
-    # Checked per cloud against the dated version calendar (gpu_platform/config/kubernetes_version.py). Unset: the
-    # newest minor in the cloud's standard support today (on GKE nothing is pinned: the release channel picks).
-    kubernetes_version: KubernetesMinor = None  # type: ignore[assignment]
-    gpu_pools: list[GpuPool] = Field(min_length=1)
-    linode: Optional[LinodeSection] = None
-    gcp: Optional[GcpSection] = None
-    aws: Optional[AwsSection] = None
-    platform: PlatformSection = Field(default_factory=PlatformSection)
-    price_overrides: dict[str, PriceOverride] = Field(default_factory=dict)
-    costs: CostsSection = Field(default_factory=CostsSection)
-    checkpoint_bucket: CheckpointBucketSection = Field(default_factory=CheckpointBucketSection)
-    _kubernetes_version_pinned: bool = PrivateAttr(default=True)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _default_kubernetes_version(cls, data: Any, handler: Any) -> "StackConfig":
-        pinned = not isinstance(data, dict) or data.get("kubernetesVersion", data.get("kubernetes_version")) is not None
-        if not pinned and data.get("cloud") in CLOUDS:
-            from gpu_platform.config.kubernetes_version import default_minor
-
-            linode = data.get("linode") if isinstance(data.get("linode"), dict) else {}
-            cni = linode.get("cni", LinodeSection.model_fields["cni"].default) if data["cloud"] == "linode" else None
-            data = {**data, "kubernetesVersion": default_minor(data["cloud"], cni=cni if isinstance(cni, str) else None)}
-        model = handler(data)
-        model._kubernetes_version_pinned = pinned
-        return model
-
-    @property
-    def kubernetes_version_pinned(self) -> bool:
-        """Whether the stack file sets kubernetesVersion (GKE pins the control plane only then)."""
-        return self._kubernetes_version_pinned
-
-    @property
-    def name_prefix(self) -> str:
-        """Prefix of every cloud resource name: gpu-<environment>[-<nameSuffix>]."""
-        return f"gpu-{self.environment}" + (f"-{self.name_suffix}" if self.name_suffix else "")
-
-    @property
-    def cloud_section(self) -> Any:
-        return getattr(self, self.cloud)
-
-    def catalog_overrides(self) -> dict[str, dict[str, float]]:
-        """price_overrides in the catalog's form: {"<cloud>/<type>": {"onDemand": ..}}."""
-        out: dict[str, dict[str, float]] = {}
-        for type_name, o in self.price_overrides.items():
-            out[f"{self.cloud}/{type_name}"] = o.model_dump(by_alias=True, exclude_none=True)
-        return out
-
-
-# Keys whose value is structured (the CLI hands the program those as JSON strings).
-STRUCTURED_KEYS = {
-    StackConfig.model_fields[f].alias or f
-    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "platform", "price_overrides", "costs",
-              "checkpoint_bucket")
-}
-
+__all__ = ["config_warnings", "load_from_pulumi", "parse_config", "semantic_issues"]
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
@@ -369,12 +233,7 @@ def _model_of(annotation: Any) -> Optional[type[BaseModel]]:
 
 
 def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
-    """Checks that span keys or need the catalog; per-cloud rules live beside each cloud."""
-    from gpu_platform.config.aws import check_stack as check_aws
-    from gpu_platform.config.gcp import check_stack as check_gcp
-    from gpu_platform.config.linode import check_stack as check_linode
-    from gpu_platform.costs.catalog import load_catalog
-
+    """Checks that span keys or need the catalog; per-cloud rules live in checks/<cloud>.py."""
     issues: list[ConfigIssue] = []
     if cfg.cloud_section is None:
         issues.append(ConfigIssue(cfg.cloud, MISSING, f"required when cloud is {cfg.cloud}"))
@@ -409,15 +268,11 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
                 f"a capacity the price catalog prices for {pool.instance_type}: {', '.join(priced) or 'none'}; "
                 f"or price it yourself with priceOverrides.{pool.instance_type}.{override} (USD per node-hour)"))
 
-    checks = {"linode": check_linode, "gcp": check_gcp, "aws": check_aws}
+    checks = {"linode": linode_checks.check_stack, "gcp": gcp_checks.check_stack, "aws": aws_checks.check_stack}
     issues += checks[cfg.cloud](cfg, catalog)
     issues += private_range_issues(cfg)
-    from gpu_platform.config.platform import check_stack as check_platform
-
-    issues += check_platform(cfg)
+    issues += platform_checks.check_stack(cfg)
     if not issues:  # names are built from keys already valid on their own
-        from gpu_platform.config.names import name_issues
-
         issues += name_issues(cfg)
     return issues
 
@@ -428,8 +283,6 @@ def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
     (8.8.0.0/16), an IPv6 one a value the firewall's ipv4s refuses. EKS clusters here are IPv4, so their
     admin ranges (publicAccessCidrs, security groups) are IPv4 too."""
     import ipaddress
-
-    from gpu_platform.config.gcp import INTERNAL_TEXT, is_internal
 
     issues = []
     if cfg.cloud == "linode" and cfg.linode is not None:
@@ -447,13 +300,8 @@ def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
 
 def config_warnings(cfg: StackConfig) -> list[str]:
     """Problems that do not stop a deploy but need a person soon (e.g. a version near end of support)."""
-    from gpu_platform.config.base import system_pool_warnings
-    from gpu_platform.config.kubernetes_version import version_warnings
-    from gpu_platform.config.platform import platform_warnings
-
-    from gpu_platform.config.aws import scale_in_warnings
-
-    return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg) + scale_in_warnings(cfg)
+    return (system_pool_warnings(cfg) + version_warnings(cfg) + platform_checks.platform_warnings(cfg)
+            + aws_checks.scale_in_warnings(cfg))
 
 
 def load_from_pulumi() -> StackConfig:

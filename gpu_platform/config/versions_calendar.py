@@ -301,3 +301,23 @@ def days_to_end_of_standard(cloud: str, minor: str, on: DateLike = None) -> Opti
 def extended_support_fee_per_hour(cloud: str, minor: str, on: DateLike = None) -> float:
     """What extended support adds per cluster-hour for `minor` on `cloud` on `on` (today by default)."""
     return load_calendar().extended_support_fee_per_hour(cloud, minor, on)
+
+
+def default_minor(cloud: str, on: DateLike = None, calendar: Optional[Calendar] = None,
+                  cni: Optional[str] = None) -> Optional[str]:
+    """The newest minor in standard support for the cloud on the day (None if the calendar has none); with
+    `cni` (Linode, which installs its own), the newest of those the CNI's compatibility rows list, so an
+    unset kubernetesVersion never lands on a minor the stack's CNI is refused on."""
+    cal = calendar or load_calendar()
+    allowed = cal.allowed_minors(cloud, on)
+    if cni is not None:
+        tested = {k for cni_minor in cal.cni_minors(cni) for k in cal.cni_kubernetes(cni, cni_minor)}
+        allowed = [m for m in allowed if m in tested] or allowed  # none tested: linode.cni's check says why
+    return allowed[-1] if allowed else None
+
+
+def known_minors() -> tuple[str, ...]:
+    """Every minor any cloud's calendar lists (the structural check of kubernetesVersion)."""
+    cal = load_calendar()
+    return tuple(sorted({m for c in ("linode", "gcp", "aws") for m in cal.minors(c)},
+                        key=lambda m: tuple(int(x) for x in m.split("."))))

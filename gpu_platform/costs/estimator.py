@@ -109,7 +109,7 @@ class StackShape:
 
     @classmethod
     def from_config(cls, cfg: Any) -> "StackShape":
-        """Duck-typed read of gpu_platform.config.stack.StackConfig (or anything with the same attributes)."""
+        """Duck-typed read of gpu_platform.config.model.StackConfig (or anything with the same attributes)."""
         cloud = cfg.cloud
         section = getattr(cfg, cloud, None)
         pools = []

@@ -53,7 +53,7 @@ def _one(field_name: str, value: Any) -> tuple[Any, Optional[str]]:
     """`value` validated by StackConfig's own field `field_name` (CLI strings decoded like parse_config)."""
     from pydantic import TypeAdapter, ValidationError
 
-    from gpu_platform.config.stack import STRUCTURED_KEYS, StackConfig
+    from gpu_platform.config.model import STRUCTURED_KEYS, StackConfig
 
     info = StackConfig.model_fields[field_name]
     key = info.alias or field_name
@@ -71,7 +71,8 @@ def _one(field_name: str, value: Any) -> tuple[Any, Optional[str]]:
 
 
 def _parse(text: str) -> StackSettings:
-    from gpu_platform.config.stack import ConfigError, parse_config
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
 
     config = json.loads(text)
     prefix = f"{NAMESPACE}:"

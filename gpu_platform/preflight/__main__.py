@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from gpu_platform import command_name
-from gpu_platform.config.stack import ConfigError, parse_config
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight import artifacts
 from gpu_platform.preflight.report import render_plan
 from gpu_platform.preflight.runner import (ProgramError, ProjectFileError, ProjectNotFound, StackFileError, StackNotFound,
@@ -48,6 +49,11 @@ class BackgroundAnalyzer:
 
     def __init__(self, stack: str, stack_config: dict[str, str], project: str):
         from gpu_platform.preflight.analyzer import Analyzer
+
+        # pulumi imports itself in a cycle (pulumi/__init__ -> automation -> runtime.proto): the thread
+        # importing runtime.proto while the program run imports pulumi can see it half-initialised. Import
+        # it whole here, before the thread starts (the stack config no longer imports it on the way).
+        import pulumi  # noqa: F401
 
         self.analyzer = Analyzer(stack=stack, project=project, stack_config=stack_config)
         self.error: BaseException | None = None

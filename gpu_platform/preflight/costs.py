@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 from gpu_platform.config.versions_calendar import today as calendar_today
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 _QUANTITY = re.compile(r"^([0-9.]+)\s*([KMGTPE]i?)?$")
 _FACTORS = {None: 1 / 2**30, "K": 1e3 / 2**30, "M": 1e6 / 2**30, "G": 1e9 / 2**30, "T": 1e12 / 2**30,

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # imported lazily: gpu_platform.config.stack loads this package for its config module
+if TYPE_CHECKING:  # the cluster's modules are imported when called: importing aws.versions stays SDK-free
     import pulumi
 
     from gpu_platform.components.cluster import ClusterHandle
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 __all__ = ["create_billing_alerts", "create_cluster"]
 

@@ -11,11 +11,10 @@ from gpu_platform.components.aws.autoscaler import ClusterAutoscaler, ClusterAut
 from gpu_platform.components.aws.billing import IdleGpuAlarms, IdleGpuAlarmsArgs
 from gpu_platform.components.aws.bucket import CheckpointBucket, CheckpointBucketArgs
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
-from gpu_platform.config.aws import instance_types_of, on_demand_split
+from gpu_platform.config.derived import instance_types_of, on_demand_split
 from gpu_platform.components.aws.eks import STORAGE_CLASS, EksCluster, EksClusterArgs
-from gpu_platform.components.aws.gpu_asg import (
-    CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs, asg_name, zonal_groups,
-)
+from gpu_platform.components.aws.gpu_asg import CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs
+from gpu_platform.config.names import asg_name, zonal_groups
 from gpu_platform.components.aws.network import Network, NetworkArgs, default_zones
 from gpu_platform.components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs, termination_timing
 from gpu_platform.components.aws.protection import ScaleInProtection, ScaleInProtectionArgs
@@ -23,7 +22,7 @@ from gpu_platform.components.aws.scale_down import scale_down_timing
 from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 CAPACITY_LABEL = "gpu-platform.io/capacity"
 
@@ -49,7 +48,7 @@ class AwsCluster(pulumi.ComponentResource):
             subnet_ids = net.private_subnet_ids
         else:
             subnet_ids = list(section.private_subnet_ids)
-        # One GPU group per pool and zone (gpu_asg.zonal_groups): the zone names of a new VPC; an
+        # One GPU group per pool and zone (config/names.zonal_groups): the zone names of a new VPC; an
         # existing VPC's private subnets are one zone each (EC2 subnets never span zones), named by position.
         zone_labels = zones if section.new_vpc else [f"subnet{i + 1}" for i in range(len(subnet_ids))]
         subnet_of = dict(zip(zone_labels, subnet_ids))
@@ -95,7 +94,7 @@ class AwsCluster(pulumi.ComponentResource):
             oidc_provider_arn=eks.oidc_provider_arn,
             oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags), opts=child)
         if controller.on:
-            assert controller.image is not None, "validated by gpu_platform.config.aws"
+            assert controller.image is not None, "validated by gpu_platform.config.checks.aws"
             ScaleInProtection(f"{name}-scale-in-protection", ScaleInProtectionArgs(
                 region=region, asg_names=names, asg_arns=asg_arns, image=controller.image, timing=scale_down,
                 oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url,

@@ -13,7 +13,7 @@ import pulumi
 from gpu_platform.components.cluster import ClusterHandle, common_labels
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 
 def create_cluster(cfg: "StackConfig") -> ClusterHandle:

@@ -7,7 +7,6 @@ Identity, and that account may read and write objects in this one bucket only.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -15,6 +14,7 @@ import pulumi
 from pulumi_gcp import serviceaccount, storage
 
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
+from gpu_platform.config.names import account_id, bucket_name
 from gpu_platform.components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 
 OBJECT_ROLE = "roles/storage.objectUser"
@@ -22,25 +22,6 @@ WORKLOAD_IDENTITY_ROLE = "roles/iam.workloadIdentityUser"
 WORKLOAD_IDENTITY_ANNOTATION = "iam.gke.io/gcp-service-account"
 # Multipart/resumable uploads a preempted trainer left behind cost storage until aborted.
 ABORT_INCOMPLETE_UPLOADS_DAYS = 1
-
-
-def _shorten(text: str, limit: int) -> str:
-    """`text` if it fits, else its head plus a short hash of the whole (stable across runs)."""
-    if len(text) <= limit:
-        return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:6]
-    return f"{text[:limit - 7].rstrip('-')}-{digest}"
-
-
-def account_id(prefix: str, role: str) -> str:
-    """A service account ID (6 to 30 of [a-z0-9-], starting with a letter) for `<prefix>-<role>`."""
-    head = _shorten(prefix, 30 - len(role) - 1)
-    return f"{head}-{role}"
-
-
-def bucket_name(project: str, prefix: str) -> str:
-    """Bucket names are global: the project ID (itself globally unique) keeps ours from colliding."""
-    return _shorten(f"{project}-{prefix}-checkpoints", 63)
 
 
 def workload_identity_member(project: str, namespace: str = TRAINING_NAMESPACE,

@@ -20,13 +20,15 @@ from pulumi_gcp import container, projects, serviceaccount
 
 from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
-from gpu_platform.components.gcp.bucket import WORKLOAD_IDENTITY_ANNOTATION, CheckpointBucket, CheckpointBucketArgs, account_id
-from gpu_platform.config.gcp import GcpSection, Maintenance, SystemPool, effective_deletion_protection, pool_zones
+from gpu_platform.components.gcp.bucket import WORKLOAD_IDENTITY_ANNOTATION, CheckpointBucket, CheckpointBucketArgs
+from gpu_platform.config.names import account_id
+from gpu_platform.config.gcp import GcpSection, Maintenance, SystemPool, pool_zones
+from gpu_platform.config.derived import effective_deletion_protection
 from gpu_platform.components.gcp.network import PODS_RANGE, SERVICES_RANGE, GcpNetwork, NetworkArgs
 from gpu_platform.components.gcp.nodepool import GkeGpuPool, create_gpu_pool, create_system_pool, system_node_config
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 # What the nodes' own identity may do: write logs and metrics, read images. Nothing else; workloads
 # get their own identities through Workload Identity.

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 import pulumi
 
-if TYPE_CHECKING:  # gpu_platform.config.stack imports this package's config module: no import cycle.
+if TYPE_CHECKING:  # the config's Linode checks import this package's versions.py: keep importing it light.
     from gpu_platform.components.cluster import ClusterHandle
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 
 # Config namespace of the CCM/CSI token (not the provider's `linode:` namespace).

@@ -12,7 +12,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
-from gpu_platform.components.helm import Chart, helm_release
+from gpu_platform.components.chart import Chart
+from gpu_platform.components.helm import helm_release
 from gpu_platform.components.linode import render, versions
 
 TOKEN_SECRET = "linode-api"

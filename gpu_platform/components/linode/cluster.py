@@ -33,7 +33,7 @@ from gpu_platform.components.cluster import (
     common_labels,
     gpu_pool_specs,
 )
-from gpu_platform.config.stack import StackConfig
+from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.linode import addons, node_groups, render
 from gpu_platform.config.linode import BUCKET_SUFFIX_LENGTH, bucket_label

@@ -28,7 +28,7 @@ import yaml
 from gpu_platform.components.aws import versions as aws_versions
 from gpu_platform.components.capacity import GI, allocatable
 from gpu_platform.components.cluster import GpuPoolSpec
-from gpu_platform.config.stack import StackConfig
+from gpu_platform.config.model import StackConfig
 from gpu_platform.components.paths import program_relative
 from gpu_platform.policies.cost_rules import DEFAULT_MAX_GPUS
 from gpu_platform.project import find_project

@@ -2,7 +2,7 @@
 
 from typing import Optional
 
-from gpu_platform.components.helm import Chart
+from gpu_platform.components.chart import Chart
 from gpu_platform.components.platform.versions import NVIDIA_DEVICE_PLUGIN
 
 # kubeadm/kubelet/kubectl from pkgs.k8s.io, one patch release per minor. Which minors a stack may

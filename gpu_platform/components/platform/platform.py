@@ -28,7 +28,7 @@ from gpu_platform.components.platform.queue import (
 from gpu_platform.components.platform.training import TrainingNamespace, TrainingNamespaceArgs
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
 
 
 def pool_instance_types(cfg: "StackConfig") -> dict[str, list[str]]:
@@ -36,7 +36,7 @@ def pool_instance_types(cfg: "StackConfig") -> dict[str, list[str]]:
     instances), and the queue's per-node share must hold on the smallest of them."""
     if cfg.cloud != "aws":
         return {pool.name: [pool.instance_type] for pool in cfg.gpu_pools}
-    from gpu_platform.config.aws import instance_types_of
+    from gpu_platform.config.derived import instance_types_of
 
     return {pool.name: instance_types_of(cfg, i) for i, pool in enumerate(cfg.gpu_pools)}
 

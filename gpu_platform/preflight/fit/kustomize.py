@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from gpu_platform.preflight.fit.render import ChartError
+from gpu_platform.preflight.fit.errors import ChartError
 
 SUPPORTED = {"apiVersion", "kind", "resources", "namespace", "patches", "patchesStrategicMerge", "patchesJson6902"}
 # Merge keys of the lists a platform patch touches (Kubernetes' patchMergeKey for these fields).

@@ -44,7 +44,7 @@ from gpu_platform.components.linode.render import ROLE_LABEL  # the system pools
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 
 if TYPE_CHECKING:
-    from gpu_platform.config.stack import StackConfig
+    from gpu_platform.config.model import StackConfig
     from gpu_platform.preflight.runner import Plan, PlannedResource
 
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
@@ -374,7 +374,7 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         on_demand = _num(dist.get("onDemandPercentageAboveBaseCapacity"), 100) >= 100
         alloc = _min_allocatable(allocatable("aws", t) for t in types)
         labels = {**_well_known(types[0]), **labels}
-        # One group per pool and zone (gpu_asg.zonal_groups): its nodes carry the zone, as EC2 labels them.
+        # One group per pool and zone (config/names.zonal_groups): its nodes carry the zone, as EC2 labels them.
         zone = next((t.get("value") for t in i.get("tags") or [] if t.get("key") == "gpu-pool-zone"), None)
         if zone:
             labels[ZONE_LABEL] = zone

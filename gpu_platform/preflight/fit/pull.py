@@ -50,7 +50,7 @@ def pinned_charts() -> list[PinnedChart]:
     """Every chart pin of the three version modules (Chart objects, and the AWS module's name/version
     constants), each once, sorted by name."""
     from gpu_platform.components.aws import versions as aws
-    from gpu_platform.components.helm import Chart
+    from gpu_platform.components.chart import Chart
     from gpu_platform.components.linode import versions as linode
     from gpu_platform.components.platform import versions as platform
 

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
+from gpu_platform.preflight.fit.errors import ChartError
 from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
@@ -51,15 +52,6 @@ CLUSTER_SCOPED_KINDS = frozenset({
 })
 # Hooks that `helm install/upgrade` (and so a Pulumi Release) never runs: only `helm test` does.
 TEST_HOOKS = frozenset({"test", "test-success", "test-failure"})
-
-
-class ChartError(Exception):
-    """A release that cannot be rendered: chart missing, template failure, values refused by its schema."""
-
-    def __init__(self, release: str, message: str):
-        super().__init__(f"release {release}: {message}")
-        self.release = release
-        self.message = message
 
 
 @dataclass

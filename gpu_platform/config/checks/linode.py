@@ -1,0 +1,172 @@
+"""The rules only Linode has that read the whole stack: regions, the VPC address plan, versions and pools."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING
+
+from gpu_platform.config.base import ConfigIssue
+from gpu_platform.config.checks.pools import pool_issue_capacity
+from gpu_platform.config.linode import (AUTOSCALING_MIN_KUBERNETES, GPU_POOL_BLOCK, GPU_POOLS_FIRST_HOST, MAX_SYSTEM_NODES,
+                                        LinodeSection, region_capabilities, required_capabilities)
+
+if TYPE_CHECKING:
+    from gpu_platform.config.model import StackConfig
+    from gpu_platform.costs.catalog import Catalog
+
+
+def region_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    table = region_capabilities()
+    caps = table.get(section.region)
+    if caps is None:
+        return [ConfigIssue("linode.region", section.region, f"a Linode core region: {', '.join(sorted(table))}")]
+    issues = []
+    need = required_capabilities(section)
+    if cfg.gpu_pools:
+        need["GPU Linodes"] = "gpuPools"
+    for cap, why in need.items():
+        if cap not in caps:
+            ok = sorted(r for r, c in table.items() if set(need) <= c)
+            issues.append(ConfigIssue("linode.region", section.region,
+                                      f"a region with {cap} ({why}); regions with everything this stack needs: "
+                                      f"{', '.join(ok) or 'none'}"))
+    return issues
+
+
+def address_plan_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """What the fixed VPC address plan can hold, checked before any resource exists (otherwise the
+    program would fail half-way with a bare ValueError from the address plan)."""
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    issues = [ConfigIssue(f"gpuPools[{i}].maxNodes", pool.max_nodes,
+                          f"at most {GPU_POOL_BLOCK} nodes per Linode GPU pool (each pool has a block of "
+                          f"{GPU_POOL_BLOCK} fixed VPC addresses)")
+              for i, pool in enumerate(cfg.gpu_pools) if pool.max_nodes > GPU_POOL_BLOCK]
+    hosts = ipaddress.ip_network(section.subnet_cidr).num_addresses - 2
+    needed = GPU_POOLS_FIRST_HOST + GPU_POOL_BLOCK * len(cfg.gpu_pools)
+    if hosts < needed:
+        issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr,
+                                  f"a subnet with at least {needed} host addresses for {len(cfg.gpu_pools)} GPU pools "
+                                  f"(control planes and system nodes below .{GPU_POOLS_FIRST_HOST}, then "
+                                  f"{GPU_POOL_BLOCK} per pool), e.g. a /23"))
+    return issues
+
+
+def _usable_regions(cfg: "StackConfig") -> set[str]:
+    """Regions with every capability the stack needs (VPCs, firewalls, GPUs, ...)."""
+    need = set(required_capabilities(cfg.linode)) | ({"GPU Linodes"} if cfg.gpu_pools else set())
+    return {r for r, caps in region_capabilities().items() if need <= caps}
+
+
+def _missing_everywhere(section: "LinodeSection", regions: tuple[str, ...]) -> str:
+    table = region_capabilities()
+    gaps = [set(required_capabilities(section)) - table.get(r, set()) for r in regions]
+    common = sorted(set.intersection(*gaps)) if gaps else []
+    return f"{' and '.join(common)} are missing" if common else "some region lacks a capability this cluster needs"
+
+
+def _gpu_alternatives(catalog: "Catalog", usable: set[str]) -> str:
+    plans = [(t.name, sorted(set(t.regions) & usable)) for t in catalog.instances("linode")
+             if t.is_gpu and t.regions is not None and set(t.regions) & usable]
+    return "; ".join(f"{name} (in {', '.join(regions)})" for name, regions in sorted(plans)) or "none in the catalog"
+
+
+def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
+    issues += region_issues(cfg)
+    issues += address_plan_issues(cfg)
+    if section.ssh_authorized_keys and not cfg.admin_cidrs:
+        issues.append(ConfigIssue("linode.sshAuthorizedKeys", f"{len(section.ssh_authorized_keys)} key(s)",
+                                  "empty unless gpu-platform:adminCidrs names who may reach SSH (the firewall "
+                                  "opens port 22 to adminCidrs only)"))
+    from gpu_platform.components.linode import versions
+
+    running = section.control_plane_version
+    if running is not None and running != cfg.kubernetes_version:
+        issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
+                                  f"{running}, the minor the control plane runs (linode.controlPlaneVersion): "
+                                  f"change it with `python -m gpu_platform.components.linode.upgrade --stack <stack> --to <minor>`, "
+                                  "which upgrades the cluster one minor at a time and then sets both"))
+    if versions.cni_chart(section.cni, cfg.kubernetes_version) is None:
+        from gpu_platform.config.versions_calendar import load_calendar
+
+        calendar = load_calendar()
+        tested = [f"{section.cni} {versions.cni_minor(c)} ({', '.join(calendar.cni_kubernetes(section.cni, versions.cni_minor(c))) or 'no published table'})"
+                  for c in versions.CNI_CHARTS[section.cni]]
+        supported = [n for n in versions.CNI_CHARTS
+                     if versions.cni_chart(n, cfg.kubernetes_version) is not None]
+        issues.append(ConfigIssue(
+            "linode.cni", section.cni,
+            f"a CNI whose pinned chart is tested on Kubernetes {cfg.kubernetes_version} by its own compatibility table "
+            f"(gpu_platform/costs/catalog/kubernetes-versions.yaml, cni:): pinned {'; '.join(tested)}"
+            + (f"; use {' or '.join(supported)}" if supported else "; or a kubernetesVersion one of them is tested on")))
+    if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
+        issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
+                                  f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
+    autoscaled_ok = tuple(int(x) for x in cfg.kubernetes_version.split(".")) >= AUTOSCALING_MIN_KUBERNETES
+    for i, pool in enumerate(cfg.gpu_pools):
+        if pool.min_nodes != pool.max_nodes and section.control_plane.count > 1:
+            # cluster.py balancer_rules: the NodeBalancer's firewall lists the program's nodes' addresses.
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].minNodes", pool.min_nodes,
+                f"equal to maxNodes ({pool.max_nodes}) with linode.controlPlane.count 3: the API NodeBalancer's "
+                "firewall admits the program's own nodes only, so nodes the node-group provider creates could not "
+                "reach the API (autoscaled Linode pools need a single control plane for now)"))
+        elif pool.min_nodes != pool.max_nodes and not autoscaled_ok:
+            minimum = ".".join(map(str, AUTOSCALING_MIN_KUBERNETES))
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].minNodes", pool.min_nodes,
+                f"equal to maxNodes ({pool.max_nodes}) on kubernetesVersion {cfg.kubernetes_version}: autoscaled "
+                f"Linode GPU pools need cluster-autoscaler {minimum} or newer (kubernetesVersion >= {minimum})"))
+        itype = catalog.instance("linode", pool.instance_type)
+        usable = _usable_regions(cfg)
+        if itype is not None and itype.regions is not None and not set(itype.regions) & usable:
+            # RTX 6000 (g1-gpu-rtx6000-*): only in regions without VPCs. The cluster's nodes talk over a
+            # VPC (fixed addresses, the firewall's VPC rules, the CCM's --vpc-names); a VLAN variant would
+            # be a second, untested network design for a GPU generation Linode no longer expands. Say
+            # what works instead.
+            issues.append(ConfigIssue(
+                f"gpuPools[{i}].instanceType", pool.instance_type,
+                f"a GPU plan offered in a region with everything this cluster needs (VPCs among it): "
+                f"{_gpu_alternatives(catalog, usable)}; {pool.instance_type} is only offered in "
+                f"{', '.join(itype.regions)}, where {_missing_everywhere(section, itype.regions)}"))
+        elif itype is not None and itype.regions is not None and section.region not in itype.regions:
+            issues.append(ConfigIssue(
+                "linode.region", section.region,
+                f"a region offering {pool.instance_type} (gpuPools[{i}]): {', '.join(itype.regions)}"))
+    cp = catalog.instance("linode", section.control_plane.type)
+    if cp is None or cp.is_gpu:
+        plans = sorted(t.name for t in catalog.instances("linode") if not t.is_gpu and t.name.startswith("g6-"))
+        issues.append(ConfigIssue("linode.controlPlane.type", section.control_plane.type,
+                                  f"a non-GPU Linode plan in the catalog: {', '.join(plans)}"))
+    elif cp.vcpus < 2 or cp.memory_gib < 4:
+        issues.append(ConfigIssue("linode.controlPlane.type", section.control_plane.type,
+                                  "a plan with at least 2 vCPUs and 4 GiB (kubeadm's minimum for a control plane)"))
+    system = section.system_pool
+    if system.min_nodes != system.max_nodes:
+        issues.append(ConfigIssue(
+            "linode.systemPool.minNodes", system.min_nodes,
+            f"equal to linode.systemPool.maxNodes ({system.max_nodes}): the system pool of a kubeadm cluster is a "
+            "fixed set of Linodes and does not autoscale"))
+    if system.max_nodes > MAX_SYSTEM_NODES:
+        issues.append(ConfigIssue("linode.systemPool.maxNodes", system.max_nodes,
+                                  f"at most {MAX_SYSTEM_NODES} (the VPC subnet's address plan reserves that many system workers)"))
+    sys_plan = catalog.instance("linode", system.instance_type)
+    if sys_plan is None or sys_plan.is_gpu:
+        plans = sorted(t.name for t in catalog.instances("linode") if not t.is_gpu and t.name.startswith("g6-"))
+        issues.append(ConfigIssue("linode.systemPool.instanceType", system.instance_type,
+                                  f"a non-GPU Linode plan in the catalog: {', '.join(plans)}"))
+    elif sys_plan.vcpus < 2 or sys_plan.memory_gib < 4:
+        issues.append(ConfigIssue("linode.systemPool.instanceType", system.instance_type,
+                                  "a plan with at least 2 vCPUs and 4 GiB (the platform's controllers run there)"))
+    nets = {k: ipaddress.ip_network(getattr(section, a)) for k, a in
+            (("linode.subnetCidr", "subnet_cidr"), ("linode.podCidr", "pod_cidr"), ("linode.serviceCidr", "service_cidr"))}
+    keys = list(nets)
+    for a in range(len(keys)):
+        for b in range(a + 1, len(keys)):
+            if nets[keys[a]].overlaps(nets[keys[b]]):
+                issues.append(ConfigIssue(keys[b], str(nets[keys[b]]), f"a range that does not overlap {keys[a]} ({nets[keys[a]]})"))
+    if nets["linode.subnetCidr"].version != 4 or not nets["linode.subnetCidr"].is_private:
+        issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr, "a private IPv4 range (RFC 1918), as Linode VPCs require"))
+    return issues

@@ -1,0 +1,45 @@
+"""Cross-key rules of the `platform` section: a gpuQuota naming a pool that does not exist, e-mail
+alerts without an SMTP relay, billing channels per cloud."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpu_platform.config.base import ConfigIssue
+
+if TYPE_CHECKING:
+    from gpu_platform.config.model import StackConfig
+
+
+def check_stack(cfg: "StackConfig") -> list[ConfigIssue]:
+    """Platform rules that need other keys of the stack config."""
+    p = cfg.platform
+    issues: list[ConfigIssue] = []
+    pools = {pool.name for pool in cfg.gpu_pools}
+    for pool_name, quota in p.gpu_quota.items():
+        if pool_name not in pools:
+            issues.append(ConfigIssue(f"platform.gpuQuota.{pool_name}", quota,
+                                      f"a key naming one of gpuPools: {', '.join(sorted(pools))}"))
+        elif quota < 0:
+            issues.append(ConfigIssue(f"platform.gpuQuota.{pool_name}", quota, "a number of GPUs >= 0"))
+    return issues
+
+
+# Where each cloud's budget and billing alerts go without any SMTP relay (the cloud sends them).
+CLOUD_BILLING_CHANNELS = {
+    "aws": "AWS Budgets and CloudWatch billing alarms mail them through SNS",
+    "gcp": "the GCP billing budget mails them through Cloud Monitoring e-mail channels",
+    "linode": "Linode has no billing-alert API: the GPU spend run-rate rule in Prometheus is the only budget alert",
+}
+
+
+def platform_warnings(cfg: "StackConfig") -> list[str]:
+    """alertEmails without an SMTP relay is allowed: the cloud's own budget and billing alerts do not
+    need one. What is lost is mail from Alertmanager (idle GPUs, GPU spend run-rate, platform
+    alerts), which this warning says, naming the key that restores it."""
+    p = cfg.platform
+    if not (p.monitoring and cfg.alert_emails and p.alert_smtp is None):
+        return []
+    return [f"platform.alertSmtp is not set: Alertmanager's alerts (idle GPUs, GPU spend run-rate, platform "
+            f"health) reach no one; {CLOUD_BILLING_CHANNELS[cfg.cloud]}. Set platform.alertSmtp "
+            "{smarthost: host:port, from: address} to mail them to alertEmails."]
