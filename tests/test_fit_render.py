@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from gpu_platform.preflight.fit import kustomize, render
-from gpu_platform.preflight.fit.render import ChartError, RenderedRelease, render_plan, write_rendered
+from gpu_platform.preflight.fit.errors import ChartError
+from gpu_platform.preflight.fit.render import RenderedRelease, render_plan, write_rendered
 from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY, UNKNOWN, Plan, PlannedResource
 from tests.conftest import ROOT
 from tests.fit_support import (

@@ -251,7 +251,8 @@ def test_coredns_is_scraped_only_where_coredns_serves_metrics(cloud: str) -> Non
 
 def overlay(name: str) -> list[dict[str, Any]]:
     """The overlay as preflight renders it (resources from the pre-built upstream YAML + patches)."""
-    from gpu_platform.preflight.fit.render import ChartError, load_kustomize
+    from gpu_platform.preflight.fit.errors import ChartError
+    from gpu_platform.preflight.fit.render import load_kustomize
 
     if not (CHARTS / "kustomize").is_dir():
         pytest.skip(no_charts("the pre-built kustomize YAML (kustomize/)"))

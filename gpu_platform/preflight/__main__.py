@@ -384,7 +384,7 @@ class Run:
                 status = EXIT_POLICY
 
         from gpu_platform.preflight.fit.nodes import ModelError
-        from gpu_platform.preflight.fit.render import ChartError
+        from gpu_platform.preflight.fit.errors import ChartError
         from gpu_platform.preflight.verdict import cost_section, fit_section
 
         try:
