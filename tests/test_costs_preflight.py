@@ -43,6 +43,20 @@ def test_pvcs_statefulset_claims_and_load_balancers_from_rendered_objects():
     assert load_balancer_services([rel]) == ["monitoring: m/proxy-public"]
 
 
+def test_volumes_the_prometheus_operator_creates_are_billed_per_replica_and_shard():
+    # kube-prometheus-stack renders no PVC for Prometheus: the operator makes the StatefulSet and its claim
+    # from the resource's storage.volumeClaimTemplate, so the claim exists only in the custom resource.
+    def resource(kind, spec):
+        return {"apiVersion": "monitoring.coreos.com/v1", "kind": kind, "metadata": {"name": "k", "namespace": "m"},
+                "spec": {"storage": {"volumeClaimTemplate": {"spec": {"resources": {"requests": {"storage": "50Gi"}}}}},
+                         **spec}}
+    rel = NS(name="kps", objects=[resource("Prometheus", {}), resource("Prometheus", {"replicas": 2, "shards": 2}),
+                                  resource("Alertmanager", {"replicas": 0}),
+                                  {**resource("Prometheus", {}), "apiVersion": "example.com/v1"}])
+    assert storage_requests([rel]) == [("kps: Prometheus m/k x1 (its operator's StatefulSet)", 50.0),
+                                       ("kps: Prometheus m/k x4 (its operator's StatefulSet)", 200.0)]
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_shipped_stack_gets_the_whole_bill_budget_and_catalog_age(stack, tmp_path):
     cfg = _cfg(stack)

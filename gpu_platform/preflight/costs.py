@@ -48,7 +48,9 @@ def _storage(spec: Any) -> Optional[float]:
 
 def storage_requests(releases: Iterable[Any]) -> list[tuple[str, float]]:
     """(Kind/namespace/name, GiB) of every PersistentVolumeClaim and StatefulSet volumeClaimTemplate (times
-    its replicas) in the rendered releases; Helm hook objects included (they run too)."""
+    its replicas) in the rendered releases; Helm hook objects included (they run too). Volumes the
+    Prometheus operator creates count too: a Prometheus or Alertmanager resource's
+    `storage.volumeClaimTemplate` becomes its StatefulSet's claim, one per replica (and per shard)."""
     out: list[tuple[str, float]] = []
     for rel in releases:
         for obj in getattr(rel, "objects", None) or []:
@@ -69,7 +71,23 @@ def storage_requests(releases: Iterable[Any]) -> list[tuple[str, float]]:
                     if size:
                         out.append((f"{rel.name}: StatefulSet {where} x{replicas} "
                                     f"{(tpl.get('metadata') or {}).get('name', '')}", size * replicas))
+            elif kind in OPERATOR_STATEFUL_KINDS and str(obj.get("apiVersion", "")).startswith("monitoring.coreos.com/"):
+                spec = obj.get("spec") or {}
+                tpl = (spec.get("storage") or {}).get("volumeClaimTemplate") or {}
+                size = _storage(tpl.get("spec") or {})
+                copies = _count(spec.get("replicas")) * (_count(spec.get("shards")) if kind == "Prometheus" else 1)
+                if size and copies:
+                    out.append((f"{rel.name}: {kind} {where} x{copies} (its operator's StatefulSet)", size * copies))
     return out
+
+
+# Resources of the Prometheus operator whose StatefulSets claim volumes (operator API monitoring.coreos.com/v1:
+# `replicas` defaults to 1, Prometheus `shards` too).
+OPERATOR_STATEFUL_KINDS = ("Prometheus", "Alertmanager")
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
 
 
 def load_balancer_services(releases: Iterable[Any]) -> list[str]:
