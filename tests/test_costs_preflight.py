@@ -120,3 +120,13 @@ def test_costs_keys_are_validated_with_the_key_named():
     with pytest.raises(ConfigError) as err:
         parse_config(dict(raw, costs={"bucketGib": 5}), "gcp-prod")
     assert "bucketGib" in str(err.value) and "checkpointGib" in str(err.value)  # the allowed keys are listed
+
+
+def test_gke_system_pool_idles_at_one_node_per_zone_not_at_its_minimum():
+    # initial_node_count is per zone on a regional pool (pulumi_gcp NodePool docstring), and the platform's
+    # zonal disks then pin a node in each zone: gcp-prod's minimum of 1 was billed as its idle floor.
+    cfg = _cfg("gcp-prod")
+    assert cfg.gcp.system_pool.min_nodes == 1
+    (system,) = stack_shape(cfg, plan_stack("gcp-prod"), today=TODAY).system_nodes
+    assert (system.count, system.full_count) == (3, 3)
+    assert "1 per zone in 3 zones" in system.idle_basis
