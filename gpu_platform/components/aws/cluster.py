@@ -60,7 +60,7 @@ class AwsCluster(pulumi.ComponentResource):
             public_access_cidrs=public_cidrs, admin_principal_arns=section.admin_principal_arns,
             system_instance_type=section.system_pool.instance_type, system_min=section.system_pool.min_nodes,
             system_max=section.system_pool.max_nodes, log_retention_days=section.log_retention_days, tags=tags,
-            support_type=section.support_type), opts=child)
+            support_type=section.support_type, system_subnets=list(subnet_of.items())), opts=child)
 
         specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})
         controller = section.scale_in_controller

@@ -38,6 +38,7 @@ from gpu_platform.components.config_base import approval_tags
 from gpu_platform.components.aws import versions
 from gpu_platform.components.aws.eks import secure_launch_template_args
 from gpu_platform.components.aws.scale_down import UNNEEDED_TIME_TAG
+from gpu_platform.components.aws.zones import zonal_groups  # noqa: F401  (one group per pool and zone)
 from gpu_platform.components.cluster import GPU_TAINT, GpuPoolSpec, Taint
 
 MIME_BOUNDARY = "==GPU-PLATFORM-BOUNDARY=="
@@ -81,29 +82,6 @@ def asg_name(cluster_name: str, pool: str, zone: Optional[str] = None) -> str:
     """Deterministic, so alarms and the protection controller can name the group before it exists.
     One group per pool and zone: `<cluster>-gpu-<pool>-<zone>`."""
     return f"{cluster_name}-gpu-{pool}" + (f"-{zone}" if zone else "")
-
-
-def zonal_groups(min_nodes: int, max_nodes: int, zones: Sequence[str]) -> list[tuple[str, int, int]]:
-    """(zone, minSize, maxSize) of a pool's groups, one per zone, whose sizes add up to the pool's.
-
-    Why one group per zone: cluster-autoscaler plans a new node of a multi-zone group as if it were
-    in one zone, so a pod bound to a zonal EBS volume (a notebook's home, the hub database) may wait
-    forever or get a node in the wrong zone; its AWS README prescribes "an ASG-per-AZ while enabling
-    --balance-similar-node-groups" (cloudprovider/aws/README.md, Common Notes and Gotchas), which
-    the autoscaler here runs with (autoscaler.py). The split keeps the pool's totals exact (quota,
-    cost and policy see the same numbers): the first zones get the remainder, and a zone whose
-    share of maxNodes is 0 gets no group (a pool with fewer maxNodes than zones lives in its first
-    maxNodes zones)."""
-    if not zones:
-        raise ValueError("a GPU pool needs at least one zone")
-    n = len(zones)
-    out = []
-    for i, zone in enumerate(zones):
-        hi = max_nodes // n + (1 if i < max_nodes % n else 0)
-        lo = min_nodes // n + (1 if i < min_nodes % n else 0)
-        if hi > 0:
-            out.append((zone, min(lo, hi), hi))
-    return out
 
 
 def accelerator_value(gpu_model: str) -> str:
