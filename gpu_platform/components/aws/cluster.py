@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataclasses import replace
+
 import pulumi
 import pulumi_aws as aws
 
@@ -63,6 +65,9 @@ class AwsCluster(pulumi.ComponentResource):
             support_type=section.support_type, system_subnets=list(subnet_of.items())), opts=child)
 
         specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})
+        if section.new_vpc:  # an existing VPC's zones are not known by name (only its subnets)
+            specs = [replace(spec, zones=tuple(z for z, _, _ in zonal_groups(pool.min_nodes, pool.max_nodes, zones)))
+                     for pool, spec in zip(cfg.gpu_pools, specs)]
         controller = section.scale_in_controller
         scale_down = scale_down_timing(section.scale_down_grace_minutes * 60, controller_enabled=controller.on)
         termination = termination_timing(section.drain_grace_seconds)
@@ -126,6 +131,7 @@ class AwsCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=False,
             ready=[*eks.ready, nth.release],
             endpoint=eks.endpoint,
+            system_zones=tuple(zones) if section.new_vpc else (),
         )
         self.register_outputs({"clusterName": cluster_name, "endpoint": eks.endpoint, "kubeconfig": eks.kubeconfig,
                                "checkpointUrl": bucket.url, "asgNames": names})
