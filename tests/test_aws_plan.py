@@ -145,11 +145,25 @@ def test_eks_control_plane(plan):
     assert len(c["vpcConfig"]["subnetIds"]) == 3
     addons = {a.inputs["addonName"] for a in plan.by_type("aws:eks/addon:Addon")}
     assert addons == set(versions.EKS_ADDONS)
-    ng = plan.one("aws:eks/nodeGroup:NodeGroup").inputs
-    assert ng["capacityType"] == "ON_DEMAND" and ng["instanceTypes"] == ["m6i.large"]
-    assert ng["scalingConfig"] == {"minSize": 2, "maxSize": 3, "desiredSize": 2}
+    groups = {r.name: r.inputs for r in plan.by_type("aws:eks/nodeGroup:NodeGroup")}
+    assert all(ng["capacityType"] == "ON_DEMAND" and ng["instanceTypes"] == ["m6i.large"] for ng in groups.values())
+    # aws.systemPool {minNodes: 2, maxNodes: 3} split over the three zones, one managed node group each
+    assert {n.rsplit("-", 1)[1]: (g["scalingConfig"]["minSize"], g["scalingConfig"]["maxSize"])
+            for n, g in groups.items()} == {"1a": (1, 1), "1b": (1, 1), "1c": (0, 1)}
     entry = plan.one("aws:eks/accessEntry:AccessEntry", "gpu-node").inputs
     assert entry["type"] == "EC2_LINUX"
+
+
+def test_each_system_node_group_is_one_zone_so_the_platforms_zonal_volumes_keep_a_node(plan):
+    # The hub database, Katib/Pipelines MySQL, Prometheus and CPU notebooks' homes are zonal EBS volumes on
+    # the system nodes; a group spanning zones lets a replaced node land where none of them can follow.
+    zone_of_subnet = {f"{r.name}-id": r.inputs["availabilityZone"] for r in plan.by_type("aws:ec2/subnet:Subnet")}
+    zones = []
+    for group in plan.by_type("aws:eks/nodeGroup:NodeGroup"):
+        (subnet,) = group.inputs["subnetIds"]  # the mock's id of a subnet is its resource name + "-id"
+        assert zone_of_subnet[subnet] == group.inputs["tags"]["node-group-zone"], group.name
+        zones.append(zone_of_subnet[subnet])
+    assert sorted(zones) == ["us-east-1a", "us-east-1b", "us-east-1c"]
 
 
 def test_storage_class_checkpoint_bucket_and_trainer_role(plan):

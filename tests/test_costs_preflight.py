@@ -43,6 +43,20 @@ def test_pvcs_statefulset_claims_and_load_balancers_from_rendered_objects():
     assert load_balancer_services([rel]) == ["monitoring: m/proxy-public"]
 
 
+def test_volumes_the_prometheus_operator_creates_are_billed_per_replica_and_shard():
+    # kube-prometheus-stack renders no PVC for Prometheus: the operator makes the StatefulSet and its claim
+    # from the resource's storage.volumeClaimTemplate, so the claim exists only in the custom resource.
+    def resource(kind, spec):
+        return {"apiVersion": "monitoring.coreos.com/v1", "kind": kind, "metadata": {"name": "k", "namespace": "m"},
+                "spec": {"storage": {"volumeClaimTemplate": {"spec": {"resources": {"requests": {"storage": "50Gi"}}}}},
+                         **spec}}
+    rel = NS(name="kps", objects=[resource("Prometheus", {}), resource("Prometheus", {"replicas": 2, "shards": 2}),
+                                  resource("Alertmanager", {"replicas": 0}),
+                                  {**resource("Prometheus", {}), "apiVersion": "example.com/v1"}])
+    assert storage_requests([rel]) == [("kps: Prometheus m/k x1 (its operator's StatefulSet)", 50.0),
+                                       ("kps: Prometheus m/k x4 (its operator's StatefulSet)", 200.0)]
+
+
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_shipped_stack_gets_the_whole_bill_budget_and_catalog_age(stack, tmp_path):
     cfg = _cfg(stack)
@@ -106,3 +120,13 @@ def test_costs_keys_are_validated_with_the_key_named():
     with pytest.raises(ConfigError) as err:
         parse_config(dict(raw, costs={"bucketGib": 5}), "gcp-prod")
     assert "bucketGib" in str(err.value) and "checkpointGib" in str(err.value)  # the allowed keys are listed
+
+
+def test_gke_system_pool_idles_at_one_node_per_zone_not_at_its_minimum():
+    # initial_node_count is per zone on a regional pool (pulumi_gcp NodePool docstring), and the platform's
+    # zonal disks then pin a node in each zone: gcp-prod's minimum of 1 was billed as its idle floor.
+    cfg = _cfg("gcp-prod")
+    assert cfg.gcp.system_pool.min_nodes == 1
+    (system,) = stack_shape(cfg, plan_stack("gcp-prod"), today=TODAY).system_nodes
+    assert (system.count, system.full_count) == (3, 3)
+    assert "1 per zone in 3 zones" in system.idle_basis

@@ -163,7 +163,9 @@ def test_checkpoint_bucket_is_private_with_lifecycle_and_workload_identity(prod)
     b = prod.one(BUCKET).inputs
     assert b["name"] == "my-ml-project-gpu-prod-checkpoints"
     assert b["uniformBucketLevelAccess"] is True and b["publicAccessPrevention"] == "enforced"
-    assert {"action": {"type": "Delete"}, "condition": {"age": 30}} in b["lifecycleRules"]
+    assert {"action": {"type": "Delete"},
+            "condition": {"daysSinceNoncurrentTime": 30, "withState": "ARCHIVED"}} in b["lifecycleRules"]
+    assert b["versioning"] == {"enabled": True}
     assert b["forceDestroy"] is False  # checkpointBucket.onDestroy defaults to retain
     grant = prod.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs
     assert grant["role"] == "roles/storage.objectUser"
@@ -297,7 +299,8 @@ def test_dev_environment_without_deletion_protection_and_with_options():
     assert c["releaseChannel"] == {"channel": "RAPID"}
     # The bucket follows checkpointBucket.onDestroy (default retain), not the environment (tests/test_destroy.py).
     assert plan.one(BUCKET).inputs["forceDestroy"] is False and plan.one(BUCKET).options["retainOnDelete"] is True
-    assert {"action": {"type": "Delete"}, "condition": {"age": 7}} in plan.one(BUCKET).inputs["lifecycleRules"]
+    assert {"action": {"type": "Delete"},
+            "condition": {"daysSinceNoncurrentTime": 7, "withState": "ARCHIVED"}} in plan.one(BUCKET).inputs["lifecycleRules"]
     system = plan.one(NODE_POOL, "system").inputs
     assert system["nodeConfig"]["machineType"] == "n2-standard-4"
     assert (system["autoscaling"]["totalMinNodeCount"], system["autoscaling"]["totalMaxNodeCount"]) == (2, 5)

@@ -126,9 +126,12 @@ def test_workload_identity_member_is_the_training_service_account():
     assert workload_identity_member("my-ml-project") == "serviceAccount:my-ml-project.svc.id.goog[training/trainer]"
 
 
-def test_lifecycle_deletes_old_checkpoints_and_abandoned_uploads():
+def test_lifecycle_deletes_old_checkpoint_versions_and_abandoned_uploads_never_live_checkpoints():
     rules = lifecycle_rules(14)
-    assert {"action": {"type": "Delete"}, "condition": {"age": 14}} in rules
+    deletes = [r for r in rules if r["action"]["type"] == "Delete"]
+    # An age rule on live objects would delete a suspended job's last checkpoint and the final weights.
+    assert deletes == [{"action": {"type": "Delete"},
+                        "condition": {"days_since_noncurrent_time": 14, "with_state": "ARCHIVED"}}]
     assert any(r["action"]["type"] == "AbortIncompleteMultipartUpload" for r in rules)
 
 

@@ -51,3 +51,13 @@ def test_a_bad_suffix_is_a_config_error_naming_the_key(bad):
     with pytest.raises(ConfigError) as err:
         parse_config(raw, "aws-prod")
     assert "nameSuffix" in str(err.value)
+
+
+def test_gcp_refuses_a_suffix_because_gke_clusters_of_one_project_share_workload_identity():
+    # A second GKE cluster in the project would map its training/trainer to the same
+    # <project>.svc.id.goog member, so it could write this stack's checkpoints.
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
+    raw["nameSuffix"] = "team1"
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "gcp-prod")
+    assert "nameSuffix" in str(err.value) and "svc.id.goog" in str(err.value) and "own project" in str(err.value)

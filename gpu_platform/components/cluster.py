@@ -56,6 +56,9 @@ class GpuPoolSpec:
     capacity: str  # spot | preemptible | on-demand
     node_labels: Mapping[str, str]
     taints: Sequence[Taint] = (GPU_TAINT,)
+    # The zones its nodes can be in (their topology.kubernetes.io/zone); empty: not known (Linode has
+    # no zones; an existing AWS VPC's subnets are known by id only).
+    zones: tuple[str, ...] = ()
 
     @property
     def max_gpus(self) -> int:
@@ -98,6 +101,8 @@ class ClusterHandle:
     # Resources the platform must wait for (CNI, CSI, a reachable API server).
     ready: Sequence[pulumi.Resource] = ()
     endpoint: Optional[pulumi.Output[str]] = None
+    # The zones the system (non-GPU) nodes can be in; empty: not known or no zones.
+    system_zones: tuple[str, ...] = ()
 
     @property
     def max_gpus(self) -> int:

@@ -68,6 +68,7 @@ class NodeGroup:
     capacity: str = "on-demand"
     max_count: Optional[int] = None  # nodes at full capacity (an autoscaled system pool); None = count
     boot_disk_gib: Optional[int] = None
+    idle_basis: str = ""  # why the idle floor is `count` when that is not simply the configured minimum
 
     @property
     def full_count(self) -> int:
@@ -431,7 +432,8 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
             n = f"x{g.count}" if g.full_count == g.count else f"x{g.count}..{g.full_count}"
             lines.append(_node_line(cat, cloud, "system", f"{g.role} nodes ({g.instance_type} {n})",
                                     g.instance_type, g.capacity, g.count, g.full_count,
-                                    assumption=f"{g.count} at idle, {g.full_count} at full capacity",
+                                    assumption=f"{g.count} at idle, {g.full_count} at full capacity"
+                                    + (f" ({g.idle_basis})" if g.idle_basis else ""),
                                     scales_with="system" if g.full_count != g.count else "fixed"))
 
     # --- boot disks (Linode plans include theirs) ---------------------------------------------------

@@ -48,7 +48,9 @@ def _storage(spec: Any) -> Optional[float]:
 
 def storage_requests(releases: Iterable[Any]) -> list[tuple[str, float]]:
     """(Kind/namespace/name, GiB) of every PersistentVolumeClaim and StatefulSet volumeClaimTemplate (times
-    its replicas) in the rendered releases; Helm hook objects included (they run too)."""
+    its replicas) in the rendered releases; Helm hook objects included (they run too). Volumes the
+    Prometheus operator creates count too: a Prometheus or Alertmanager resource's
+    `storage.volumeClaimTemplate` becomes its StatefulSet's claim, one per replica (and per shard)."""
     out: list[tuple[str, float]] = []
     for rel in releases:
         for obj in getattr(rel, "objects", None) or []:
@@ -69,7 +71,44 @@ def storage_requests(releases: Iterable[Any]) -> list[tuple[str, float]]:
                     if size:
                         out.append((f"{rel.name}: StatefulSet {where} x{replicas} "
                                     f"{(tpl.get('metadata') or {}).get('name', '')}", size * replicas))
+            elif kind in OPERATOR_STATEFUL_KINDS and str(obj.get("apiVersion", "")).startswith("monitoring.coreos.com/"):
+                spec = obj.get("spec") or {}
+                tpl = (spec.get("storage") or {}).get("volumeClaimTemplate") or {}
+                size = _storage(tpl.get("spec") or {})
+                copies = _count(spec.get("replicas")) * (_count(spec.get("shards")) if kind == "Prometheus" else 1)
+                if size and copies:
+                    out.append((f"{rel.name}: {kind} {where} x{copies} (its operator's StatefulSet)", size * copies))
     return out
+
+
+# Resources of the Prometheus operator whose StatefulSets claim volumes (operator API monitoring.coreos.com/v1:
+# `replicas` defaults to 1, Prometheus `shards` too).
+OPERATOR_STATEFUL_KINDS = ("Prometheus", "Alertmanager")
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
+
+
+def gke_system_idle_floor(group: Any, plan: Any) -> Any:
+    """A regional GKE node pool starts with `initialNodeCount` nodes in *each* of its zones, and the
+    platform's volumes (hub database, Katib and Pipelines MySQL, Prometheus) are zonal disks created on
+    whichever of those nodes their pod first ran: the autoscaler then cannot remove a zone's last node
+    (the pods pinned there have nowhere to go), so the configured minimum is not where the pool idles."""
+    pools = [r for r in (plan.by_type("gcp:container/nodePool:NodePool") if plan is not None else [])
+             if not (r.plain_inputs.get("nodeConfig") or {}).get("guestAccelerators")]
+    if len(pools) != 1:
+        return group
+    inputs = pools[0].plain_inputs
+    zones = len(inputs.get("nodeLocations") or [])
+    initial = inputs.get("initialNodeCount") or 0
+    initial = int(initial) if isinstance(initial, (int, float)) and not isinstance(initial, bool) else 0
+    floor = min(zones * initial, group.full_count)
+    if floor <= group.count:
+        return group
+    return replace(group, count=floor,
+                   idle_basis=f"GKE starts {initial} per zone in {zones} zones and the platform's zonal volumes keep a "
+                              f"node in each zone they were created in, whatever the minimum of {group.count}")
 
 
 def load_balancer_services(releases: Iterable[Any]) -> list[str]:
@@ -127,6 +166,8 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
     system = shape.system_nodes
     if system is not None and system_disk is not None:
         system = tuple(replace(g, boot_disk_gib=system_disk) for g in system)
+    if system is not None and cfg.cloud == "gcp":
+        system = tuple(gke_system_idle_floor(g, plan) for g in system)
     fee, fee_basis = _extended_support(cfg, day)
     changes: dict[str, Any] = dict(gpu_pools=pools, system_nodes=system, extended_support_usd_per_hour=fee,
                                    extended_support_basis=fee_basis)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataclasses import replace
+
 import pulumi
 import pulumi_aws as aws
 
@@ -59,9 +61,12 @@ class AwsCluster(pulumi.ComponentResource):
             public_access_cidrs=public_cidrs, admin_principal_arns=section.admin_principal_arns,
             system_instance_type=section.system_pool.instance_type, system_min=section.system_pool.min_nodes,
             system_max=section.system_pool.max_nodes, log_retention_days=section.log_retention_days, tags=tags,
-            support_type=section.support_type), opts=child)
+            support_type=section.support_type, system_subnets=list(subnet_of.items())), opts=child)
 
         specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})
+        if section.new_vpc:  # an existing VPC's zones are not known by name (only its subnets)
+            specs = [replace(spec, zones=tuple(z for z, _, _ in zonal_groups(pool.min_nodes, pool.max_nodes, zones)))
+                     for pool, spec in zip(cfg.gpu_pools, specs)]
         controller = section.scale_in_controller
         scale_down = scale_down_timing(section.scale_down_grace_minutes * 60, controller_enabled=controller.on)
         termination = termination_timing(section.drain_grace_seconds)
@@ -125,6 +130,7 @@ class AwsCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=False,
             ready=[*eks.ready, nth.release],
             endpoint=eks.endpoint,
+            system_zones=tuple(zones) if section.new_vpc else (),
         )
         self.register_outputs({"clusterName": cluster_name, "endpoint": eks.endpoint, "kubeconfig": eks.kubeconfig,
                                "checkpointUrl": bucket.url, "asgNames": names})

@@ -22,6 +22,7 @@ import yaml
 from pulumi_aws import cloudwatch, ec2, eks, iam, kms
 
 from gpu_platform.components.aws import versions
+from gpu_platform.config.names import zonal_groups
 from gpu_platform.components.aws.iam import irsa_role, managed_policy_arn, partition, service_trust_policy
 
 CONTROL_PLANE_LOGS = ("api", "audit", "authenticator", "controllerManager", "scheduler")
@@ -101,6 +102,16 @@ def admin_principals(admin_arns: Sequence[str], deployer_arn: str) -> tuple[list
     return kept, skipped
 
 
+# The zone of a per-zone system node group, as a tag on the group (preflight's node model reads it).
+SYSTEM_ZONE_TAG = "node-group-zone"
+
+
+def system_node_groups(min_nodes: int, max_nodes: int, zones: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(zone, minSize, maxSize) of the system node groups: the pool's totals split over its zones the way
+    the GPU pools' are (gpu_asg.zonal_groups), so cost, quota and policy see the configured numbers."""
+    return zonal_groups(min_nodes, max_nodes, zones)
+
+
 @dataclass
 class EksClusterArgs:
     cluster_name: str
@@ -115,6 +126,9 @@ class EksClusterArgs:
     log_retention_days: int
     tags: Mapping[str, str]
     support_type: str = "STANDARD"  # upgrade_policy.support_type: STANDARD | EXTENDED (aws.supportType)
+    # (zone, private subnet) pairs: one system node group per zone (system_node_groups). Empty: the
+    # subnets in order, named subnet1, subnet2, ... (an existing VPC's subnets are one zone each).
+    system_subnets: Sequence[tuple[str, pulumi.Input[str]]] = ()
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -226,30 +240,38 @@ class EksCluster(pulumi.ComponentResource):
             description=f"System nodes of {args.cluster_name}: IMDSv2, encrypted gp3 root",
             **secure_launch_template_args(50, {**tags, "Name": f"{args.cluster_name}-system"}),
             opts=child)
-        node_group = eks.NodeGroup(
-            f"{name}-system-nodes",
-            cluster_name=cluster.name,
-            node_role_arn=system_role.arn,
-            subnet_ids=list(args.subnet_ids),
-            instance_types=[args.system_instance_type],
-            capacity_type="ON_DEMAND",
-            ami_type=versions.SYSTEM_AMI_TYPE,
-            # Follow the control plane: without a value the provider never updates the group, and a
-            # control-plane upgrade would leave the system nodes a minor behind (until skew breaks them).
-            version=cluster.version,
-            scaling_config={"min_size": args.system_min, "max_size": args.system_max, "desired_size": args.system_min},
-            update_config={"max_unavailable": 1},
-            launch_template={"id": system_lt.id, "version": system_lt.latest_version.apply(str)},
-            labels={"gpu-platform.io/role": "system"},
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[vpc_cni, kube_proxy],
-                                        ignore_changes=["scalingConfig.desiredSize"]),
-        )
-        self.system_node_group = node_group
+        # One managed node group per zone, like the GPU groups (gpu_asg.zonal_groups): the platform's
+        # databases, Prometheus and CPU notebooks' homes are zonal EBS volumes on these nodes, and
+        # cluster-autoscaler plans a new node of a multi-zone group in one zone only (AWS README, "Common
+        # Notes and Gotchas"): a replaced node in another zone would leave those pods Pending for good.
+        system_subnets = list(args.system_subnets) or [(f"subnet{i + 1}", s) for i, s in enumerate(args.subnet_ids)]
+        subnet_of = dict(system_subnets)
+        node_groups = []
+        for zone, lo, hi in system_node_groups(args.system_min, args.system_max, [z for z, _ in system_subnets]):
+            node_groups.append(eks.NodeGroup(
+                f"{name}-system-nodes-{zone}",
+                cluster_name=cluster.name,
+                node_role_arn=system_role.arn,
+                subnet_ids=[subnet_of[zone]],
+                instance_types=[args.system_instance_type],
+                capacity_type="ON_DEMAND",
+                ami_type=versions.SYSTEM_AMI_TYPE,
+                # Follow the control plane: without a value the provider never updates the group, and a
+                # control-plane upgrade would leave the system nodes a minor behind (until skew breaks them).
+                version=cluster.version,
+                scaling_config={"min_size": lo, "max_size": hi, "desired_size": lo},
+                update_config={"max_unavailable": 1},
+                launch_template={"id": system_lt.id, "version": system_lt.latest_version.apply(str)},
+                labels={"gpu-platform.io/role": "system"},
+                tags={**tags, SYSTEM_ZONE_TAG: zone},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[vpc_cni, kube_proxy],
+                                            ignore_changes=["scalingConfig.desiredSize"]),
+            ))
+        self.system_node_groups = node_groups
 
         coredns = eks.Addon(f"{name}-addon-coredns", cluster_name=cluster.name, addon_name="coredns", addon_version=addon_version("coredns"),
                             resolve_conflicts_on_create="OVERWRITE", resolve_conflicts_on_update="OVERWRITE", tags=tags,
-                            opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]))
+                            opts=pulumi.ResourceOptions(parent=self, depends_on=node_groups))
         ebs_role = irsa_role(f"{name}-ebs-csi-role", self.oidc_provider_arn, self.oidc_issuer_url, *EBS_CSI_SERVICE_ACCOUNT,
                              tags=tags, opts=child)
         iam.RolePolicyAttachment(f"{name}-ebs-csi-policy", role=ebs_role.name,
@@ -257,13 +279,13 @@ class EksCluster(pulumi.ComponentResource):
         ebs = eks.Addon(f"{name}-addon-aws-ebs-csi-driver", cluster_name=cluster.name, addon_name="aws-ebs-csi-driver", addon_version=addon_version("aws-ebs-csi-driver"),
                         service_account_role_arn=ebs_role.arn, resolve_conflicts_on_create="OVERWRITE",
                         resolve_conflicts_on_update="OVERWRITE", tags=tags,
-                        opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]))
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=node_groups))
 
         # --- kubeconfig and the Kubernetes provider --------------------------------------------
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(pulumi.Output.all(
             cluster.name, cluster.endpoint, self.ca_data).apply(lambda a: render_kubeconfig(a[0], a[1], a[2], region)))
         self.k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
-                                         opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]))
+                                         opts=pulumi.ResourceOptions(parent=self, depends_on=node_groups))
         storage_class = k8s.storage.v1.StorageClass(
             f"{name}-storage-class-gp3",
             metadata={"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
@@ -274,7 +296,7 @@ class EksCluster(pulumi.ComponentResource):
             reclaim_policy="Delete",
             opts=pulumi.ResourceOptions(parent=self, provider=self.k8s_provider, depends_on=[ebs]),
         )
-        self.ready = [node_group, coredns, ebs, storage_class]
+        self.ready = [*node_groups, coredns, ebs, storage_class]
         self.register_outputs({"clusterName": cluster.name, "endpoint": cluster.endpoint, "kubeconfig": self.kubeconfig,
                                "oidcProviderArn": oidc.arn})
 

@@ -30,8 +30,13 @@ def workload_identity_member(project: str, namespace: str = TRAINING_NAMESPACE,
 
 
 def lifecycle_rules(retention_days: int) -> list[dict[str, Any]]:
+    """Old checkpoint versions go after `retention_days`; live objects are never deleted by age (a job
+    suspended for longer, or the final weights, must survive). With versioning on, an overwritten or
+    deleted object becomes noncurrent ("ARCHIVED"): the same semantics as the S3 bucket's
+    noncurrent-version expiration."""
     return [
-        {"action": {"type": "Delete"}, "condition": {"age": retention_days}},
+        {"action": {"type": "Delete"},
+         "condition": {"days_since_noncurrent_time": retention_days, "with_state": "ARCHIVED"}},
         {"action": {"type": "AbortIncompleteMultipartUpload"}, "condition": {"age": ABORT_INCOMPLETE_UPLOADS_DAYS}},
     ]
 
@@ -62,6 +67,8 @@ class CheckpointBucket(pulumi.ComponentResource):
             storage_class="STANDARD",
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
+            # Overwritten checkpoints stay recoverable for retention_days (lifecycle_rules).
+            versioning={"enabled": True},
             lifecycle_rules=lifecycle_rules(args.retention_days),
             # force_destroy: GCS deletes every object (then the bucket); otherwise it refuses a non-empty bucket.
             force_destroy=args.deletion.force_destroy,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
@@ -81,8 +81,9 @@ class GkeClusterArgs:
         for pool, spec in zip(cfg.gpu_pools, gpu_pool_specs(cfg)):
             itype = catalog.instance("gcp", pool.instance_type)
             assert itype is not None and itype.accelerator, "validated by gpu_platform.config.stack"
-            pools.append(GkeGpuPool(spec=spec, accelerator=itype.accelerator,
-                                    zones=tuple(pool_zones(section, itype)),
+            zones = tuple(pool_zones(section, itype))
+            pools.append(GkeGpuPool(spec=replace(spec, zones=zones), accelerator=itype.accelerator,
+                                    zones=zones,
                                     approved_on_demand=pool.approved_on_demand))
         return cls(
             project=section.project, region=section.region, zones=tuple(section.zones),
@@ -319,6 +320,7 @@ class GkeCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=True,
             ready=[self.cluster, self.system_pool],
             endpoint=endpoint,
+            system_zones=tuple(args.zones),
         )
         self.register_outputs({
             "clusterName": self.cluster.name,

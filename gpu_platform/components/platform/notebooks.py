@@ -53,6 +53,9 @@ PIPELINES_API = "http://ml-pipeline.kubeflow.svc.cluster.local:8888"
 _READ = ["get", "list", "watch"]
 _SUBMIT = ["create", "delete", "get", "list", "watch", "patch", "update"]
 
+# The zone label every node carries (set by the cloud on EKS and GKE nodes).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
 
 def render_notebook_service_account() -> dict[str, Any]:
     return {
@@ -193,13 +196,28 @@ def offered_pools(pools: Sequence[GpuPoolSpec], gpu_quota: Optional[Mapping[str,
     return [p for p in pools if gpu_quota.get(p.name, 0) > 0]
 
 
+def home_zones(pools: Sequence[GpuPoolSpec], system_zones: Sequence[str]) -> list[str]:
+    """The zones a notebook (and so its home volume) may start in, when that must be narrower than
+    everywhere: a home is a zonal disk made where the user's first server ran, usually a CPU notebook on
+    a system node, and every later server of that user (the GPU profiles too) can only run in that zone.
+    So homes are kept to the zones every offered GPU pool reaches (aws-prod's l4x4 pool has two groups,
+    in 1a and 1b: a home in 1c could never start the l4x4 profile). Empty: no restriction needed, or
+    not known (a pool's or the system nodes' zones unknown), or no zone all pools share."""
+    if not system_zones or not pools or any(not p.zones for p in pools):
+        return []
+    common = [z for z in system_zones if all(z in p.zones for p in pools)]
+    return common if common and len(common) < len(system_zones) else []
+
+
 def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_gib: int = 20,
                       idle_cull_minutes: int = 60, admin_users: Sequence[str] = ("admin",),
                       queue_name: Optional[str] = None,
-                      gpu_quota: Optional[Mapping[str, int]] = None) -> dict[str, Any]:
+                      gpu_quota: Optional[Mapping[str, int]] = None,
+                      system_zones: Sequence[str] = ()) -> dict[str, Any]:
     if idle_cull_minutes < 1:
         raise ValueError("idle_cull_minutes must be at least 1")
     pools = offered_pools(pools, gpu_quota)
+    zones = home_zones(pools, system_zones)
     return {
         "hub": {
             "config": auth_config(admin_users),
@@ -222,6 +240,9 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
             "extraEnv": {"TRAINING_NAMESPACE": TRAINING_NAMESPACE, "KF_PIPELINES_ENDPOINT": PIPELINES_API},
             "allowPrivilegeEscalation": False,
             "startTimeout": 600,  # GPU images are large
+            # Every profile: keeps each user's home (a zonal disk) in a zone all GPU profiles reach.
+            "extraNodeAffinity": {"required": [{"matchExpressions": [
+                {"key": ZONE_LABEL, "operator": "In", "values": zones}]}] if zones else []},
         },
         "cull": {
             "enabled": True,
@@ -256,7 +277,7 @@ class Notebooks(pulumi.ComponentResource):
         queue = args.queue
         values = jupyterhub_values(cluster.gpu_pools, cluster.default_storage_class, args.storage_gib,
                                    args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None,
-                                   queue.gpu_quota if queue else None)
+                                   queue.gpu_quota if queue else None, cluster.system_zones)
         self.local_queue = None
         if queue is not None:
             self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE),

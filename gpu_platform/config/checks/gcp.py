@@ -36,6 +36,14 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _maintenance_issues(section.maintenance)
     if cfg.kubernetes_version_pinned:
         issues += version_issues(cfg)
+    if cfg.name_suffix:
+        # Workload Identity's "identity sameness": every cluster of a project maps training/trainer to the
+        # same member of <project>.svc.id.goog, and the budget filters on the project.
+        issues.append(ConfigIssue("nameSuffix", cfg.name_suffix,
+                                  "not on GCP: two GKE stacks in one project share Workload Identity's pool "
+                                  f"({section.project}.svc.id.goog), so each cluster's training/trainer could use the "
+                                  "other's checkpoint bucket, and a GCP budget counts the whole project; give each "
+                                  "stack its own project (gcp.project) and leave nameSuffix unset"))
     if len(cfg.alert_emails) > MAX_BUDGET_CHANNELS:
         issues.append(ConfigIssue("alertEmails", cfg.alert_emails,
                                   f"at most {MAX_BUDGET_CHANNELS} addresses on GCP (a billing budget notifies at most "

@@ -350,6 +350,10 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
                   for t in i.get("taints") or []]
         alloc = _min_allocatable(allocatable("aws", t, managed_node_group=True) for t in types)
+        # One system node group per zone (aws/eks.py): its nodes carry the zone, as EC2 labels them.
+        zone = (i.get("tags") or {}).get("node-group-zone")
+        if zone:
+            labels[ZONE_LABEL] = zone
         out.append(NodeGroup(name=labels.get(ROLE_LABEL, name), role=_role(labels, taints), min_nodes=_num(sc.get("minSize")),
                              max_nodes=_num(sc.get("maxSize")), labels=labels, taints=taints, allocatable=alloc,
                              instance_type="|".join(types), capacity="spot" if cap == "SPOT" else "on-demand"))

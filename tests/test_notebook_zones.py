@@ -1,0 +1,49 @@
+"""A user's home is a zonal disk made where their first server ran; every later server of that user can
+only start in that zone. So notebooks start only in zones every offered GPU pool reaches (GKE/EKS review:
+aws-prod's l4x4 pool has groups in us-east-1a and 1b only, and a home made in 1c could never start the
+l4x4 profile: Kueue would admit it and the spawn would time out, every time)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_platform.components.cluster import GpuPoolSpec
+from gpu_platform.components.platform.notebooks import ZONE_LABEL, home_zones
+from tests.conftest import plan_stack
+
+
+def pool(name, zones):
+    return GpuPoolSpec(name=name, instance_type="t", gpu_model="g", gpus_per_node=1, min_nodes=0, max_nodes=1,
+                       capacity="spot", node_labels={}, zones=tuple(zones))
+
+
+ABC = ("z-a", "z-b", "z-c")
+
+
+@pytest.mark.parametrize("pools, system, expected", [
+    ([pool("a", ABC)], ABC, []),                                  # every pool everywhere: no restriction
+    ([pool("a", ABC), pool("b", ABC[:2])], ABC, ["z-a", "z-b"]),  # the two-zone pool decides
+    ([pool("a", ABC[1:]), pool("b", ABC[:2])], ABC, ["z-b"]),
+    ([pool("a", ["z-a"]), pool("b", ["z-c"])], ABC, []),          # nothing shared: cannot help, none
+    ([pool("a", ABC), pool("b", ())], ABC, []),                   # a pool's zones unknown
+    ([pool("a", ABC[:2])], (), []),                               # system zones unknown (existing VPC, Linode)
+    ([], ABC, []),
+])
+def test_home_zones(pools, system, expected):
+    assert home_zones(pools, system) == expected
+
+
+def _singleuser(stack):
+    (hub,) = [r for r in plan_stack(stack).by_type("kubernetes:helm.sh/v3:Release") if "jupyterhub" in r.name]
+    return hub.plain_inputs["values"]["singleuser"]
+
+
+def test_aws_prod_notebooks_start_only_where_the_l4x4_pool_has_nodes():
+    required = _singleuser("aws-prod")["extraNodeAffinity"]["required"]
+    assert required == [{"matchExpressions": [{"key": ZONE_LABEL, "operator": "In",
+                                               "values": ["us-east-1a", "us-east-1b"]}]}]
+
+
+@pytest.mark.parametrize("stack", ["gcp-prod", "linode-dev"])
+def test_no_restriction_where_every_pool_reaches_every_zone_or_there_are_no_zones(stack):
+    assert _singleuser(stack)["extraNodeAffinity"] == {"required": []}
