@@ -30,6 +30,9 @@ class AddonsArgs:
     api_host: str
     vpc_label: str = ""
     subnet_label: str = ""
+    # The minor the cluster runs before this update, when `kubernetes_minor` is the next one (an upgrade):
+    # the CNI chart must be tested on both, since it moves before the control plane.
+    running_minor: Optional[str] = None
 
 
 def cni_values(cni: str, pod_cidr: str) -> dict[str, Any]:
@@ -151,7 +154,7 @@ class LinodeAddons(pulumi.ComponentResource):
         super().__init__("gpu-platform:linode:Addons", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        cni_chart = versions.cni_chart(args.cni, args.kubernetes_minor)
+        cni_chart = versions.cni_chart(args.cni, args.kubernetes_minor, also=args.running_minor)
         # Config validation refuses a CNI without a pin tested on the minor (linode.cni).
         assert cni_chart is not None, (args.cni, args.kubernetes_minor)
         cni = _release(f"{name}-cni", cni_chart, "kube-system" if args.cni == "cilium" else "tigera-operator",
@@ -187,6 +190,7 @@ class LinodeAddons(pulumi.ComponentResource):
         device_plugin = _release(f"{name}-nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                                  "nvidia-device-plugin", device_plugin_values(),
                                  pulumi.ResourceOptions(parent=self, depends_on=[cni]))
+        self.cni_chart = cni_chart
         self.ready = [cni, ccm, csi, storage, device_plugin, *ready_extra]
         self.register_outputs({})
 

@@ -87,9 +87,8 @@ class LinodeSection(Model):
     reserved_api_ip: bool = False
     # `protect` on control-plane instances: `pulumi destroy` and replacements stop until unprotected.
     protect_control_planes: bool = True
-    # The minor the running control plane has: written by `python -m gpu_platform.components.linode.upgrade` after
-    # `kubeadm upgrade apply`, together with kubernetesVersion. A kubernetesVersion that differs from
-    # it would give new nodes a kubelet the control plane does not run (refused).
+    # The minor the running control plane has. kubernetesVersion may equal it or be the next minor: then
+    # `pulumi up` upgrades the cluster (node-upgrade Jobs, upgrade.py); set this to the new minor after.
     control_plane_version: Optional[str] = Field(default=None, pattern=r"^1\.\d{1,2}$")
     # Autoscaled GPU pools: an idle GPU node is removed after this long (the same knob as
     # aws.scaleDownGraceMinutes; cluster-autoscaler's scale-down-unneeded-time).
@@ -218,23 +217,32 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   "opens port 22 to adminCidrs only)"))
     from gpu_platform.components.linode import versions
 
+    from gpu_platform.components.linode.upgrade import UpgradeError, check_upgrade
+
     running = section.control_plane_version
-    if running is not None and running != cfg.kubernetes_version:
+    try:
+        if running is not None:
+            check_upgrade(running, cfg.kubernetes_version)
+    except UpgradeError as exc:
         issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
-                                  f"{running}, the minor the control plane runs (linode.controlPlaneVersion): "
-                                  f"change it with `python -m gpu_platform.components.linode.upgrade --stack <stack> --to <minor>`, "
-                                  "which upgrades the cluster one minor at a time and then sets both"))
-    if versions.cni_chart(section.cni, cfg.kubernetes_version) is None:
+                                  f"{running} (linode.controlPlaneVersion, the minor the control plane runs) or the next "
+                                  f"minor: {exc}. `pulumi up` upgrades the running cluster by one minor (node-upgrade Jobs, "
+                                  "docs/linode.md); set linode.controlPlaneVersion to the new minor once it has run"))
+        running = None
+    also = running if running is not None and running != cfg.kubernetes_version else None
+    if versions.cni_chart(section.cni, cfg.kubernetes_version, also=also) is None:
         from gpu_platform.components.versions_calendar import load_calendar
 
         calendar = load_calendar()
         tested = [f"{section.cni} {versions.cni_minor(c)} ({', '.join(calendar.cni_kubernetes(section.cni, versions.cni_minor(c))) or 'no published table'})"
                   for c in versions.CNI_CHARTS[section.cni]]
         supported = [n for n in versions.CNI_CHARTS
-                     if versions.cni_chart(n, cfg.kubernetes_version) is not None]
+                     if versions.cni_chart(n, cfg.kubernetes_version, also=also) is not None]
+        minors = f"{also} and {cfg.kubernetes_version} (the CNI moves first, so it runs on both during the upgrade)" \
+            if also else cfg.kubernetes_version
         issues.append(ConfigIssue(
             "linode.cni", section.cni,
-            f"a CNI whose pinned chart is tested on Kubernetes {cfg.kubernetes_version} by its own compatibility table "
+            f"a CNI whose pinned chart is tested on Kubernetes {minors} by its own compatibility table "
             f"(gpu_platform/costs/catalog/kubernetes-versions.yaml, cni:): pinned {'; '.join(tested)}"
             + (f"; use {' or '.join(supported)}" if supported else "; or a kubernetesVersion one of them is tested on")))
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
