@@ -8,7 +8,7 @@ to land on them), the default StorageClass, and the checkpoint store with what a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
 
@@ -98,6 +98,9 @@ class ClusterHandle:
     # Resources the platform must wait for (CNI, CSI, a reachable API server).
     ready: Sequence[pulumi.Resource] = ()
     endpoint: Optional[pulumi.Output[str]] = None
+    # PrometheusRules the cluster component asks the platform's monitoring to apply (metadata without a
+    # namespace), e.g. Linode's API-token expiry alert.
+    alert_rules: Sequence[Mapping[str, Any]] = ()
 
     @property
     def max_gpus(self) -> int:

@@ -452,8 +452,10 @@ def config_warnings(cfg: StackConfig) -> list[str]:
     from gpu_platform.components.platform.config import platform_warnings
 
     from gpu_platform.components.aws.config import scale_in_warnings
+    from gpu_platform.components.linode.config import token_expiry_warnings
 
-    return system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg) + scale_in_warnings(cfg)
+    return (system_pool_warnings(cfg) + version_warnings(cfg) + platform_warnings(cfg) + scale_in_warnings(cfg)
+            + token_expiry_warnings(cfg))
 
 
 def load_from_pulumi() -> StackConfig:

@@ -4,6 +4,7 @@ encrypted StorageClass, and the NVIDIA device plugin on the GPU nodes. Charts pi
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -120,6 +121,40 @@ def metadata_deny_policy() -> dict[str, Any]:
             "enableDefaultDeny": {"egress": False, "ingress": False},
             "egressDeny": [{"toCIDR": [METADATA_CIDR]}],
         },
+    }
+
+
+TOKEN_EXPIRY_RULE = "linode-api-token-expiry"
+TOKEN_EXPIRY_RECORD = "gpu_platform:linode_api_token_expiry_timestamp_seconds"
+# Days before the CCM/CSI token expires at which the alerts fire: (alert, days, severity).
+TOKEN_EXPIRY_ALERTS = (("LinodeApiTokenExpiresSoon", 30, "warning"), ("LinodeApiTokenExpiresVerySoon", 7, "critical"))
+
+
+def token_expiry_rule(expires: datetime.date) -> dict[str, Any]:
+    """PrometheusRule (no namespace: the platform's monitoring places it): the CCM/CSI token's expiry as a
+    recorded constant (linode.apiTokenExpires, midnight UTC), and alerts 30 and 7 days before it. The
+    Linode API's expiry is not readable offline, so the stack states it."""
+    at = int(datetime.datetime.combine(expires, datetime.time(), tzinfo=datetime.timezone.utc).timestamp())
+    rules: list[dict[str, Any]] = [{"record": TOKEN_EXPIRY_RECORD, "expr": f"vector({at})"}]
+    for alert, days, severity in TOKEN_EXPIRY_ALERTS:
+        rules.append({
+            "alert": alert,
+            "expr": f"{TOKEN_EXPIRY_RECORD} - time() < {days * 86400}",
+            "labels": {"severity": severity},
+            "annotations": {
+                "summary": f"The Linode API token of the CCM and CSI driver expires within {days} days",
+                "description": (
+                    "linode-cluster:token expires in {{ $value | humanizeDuration }} "
+                    f"(on {expires.isoformat()}, linode.apiTokenExpires). Then LoadBalancers, volumes and node "
+                    "lifecycle stop working. Create a new token, set linode-cluster:token and linode.apiTokenExpires, "
+                    "and run `pulumi up`: the CCM and CSI driver restart with it."),
+            },
+        })
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": TOKEN_EXPIRY_RULE, "labels": {"app.kubernetes.io/managed-by": "gpu-platform"}},
+        "spec": {"groups": [{"name": TOKEN_EXPIRY_RULE, "interval": "5m", "rules": rules}]},
     }
 
 

@@ -544,5 +544,6 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=True,
             ready=[*installed.ready, nodes_ready, *upgrades[-1:]],
             endpoint=server,
+            alert_rules=[addons.token_expiry_rule(section.api_token_expires)] if section.api_token_expires else [],
         )
         self.register_outputs({"apiEndpoint": server, "kubeconfig": self.kubeconfig})

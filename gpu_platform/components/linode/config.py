@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import ipaddress
 import re
 from functools import lru_cache
@@ -13,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gpu_platform.components.config_base import (SYSTEM_POOL_DEFAULTS, Cidr, ConfigIssue, Model, SystemPool, pool_issue_capacity,
                                     validate_system_pool)
+from gpu_platform.components.versions_calendar import today as calendar_today
 
 if TYPE_CHECKING:
     from gpu_platform.components.config import StackConfig
@@ -90,6 +93,10 @@ class LinodeSection(Model):
     # The minor the running control plane has. kubernetesVersion may equal it or be the next minor: then
     # `pulumi up` upgrades the cluster (node-upgrade Jobs, upgrade.py); set this to the new minor after.
     control_plane_version: Optional[str] = Field(default=None, pattern=r"^1\.\d{1,2}$")
+    # When the CCM/CSI token (linode-cluster:token) expires: the date Cloud Manager shows for it (API tokens
+    # last up to a year; the program cannot read it offline). Renders an alert 30 and 7 days before, and
+    # preflight warns within 30 days. Unset: a warning, no alert.
+    api_token_expires: Optional[datetime.date] = None
     # Autoscaled GPU pools: an idle GPU node is removed after this long (the same knob as
     # aws.scaleDownGraceMinutes; cluster-autoscaler's scale-down-unneeded-time).
     scale_down_grace_minutes: int = Field(default=15, ge=1, le=24 * 60)
@@ -217,6 +224,12 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   "opens port 22 to adminCidrs only)"))
     from gpu_platform.components.linode import versions
 
+    expires = section.api_token_expires
+    if expires is not None and expires <= calendar_today():
+        issues.append(ConfigIssue("linode.apiTokenExpires", expires.isoformat(),
+                                  f"a date after today ({calendar_today().isoformat()}): the CCM/CSI token has expired, so "
+                                  "LoadBalancers, volumes and node lifecycle stop working. Create a new token, set "
+                                  "linode-cluster:token and this date, then `pulumi up` (the CCM and CSI restart with it)"))
     from gpu_platform.components.linode.upgrade import UpgradeError, check_upgrade
 
     running = section.control_plane_version
@@ -314,3 +327,22 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     if nets["linode.subnetCidr"].version != 4 or not nets["linode.subnetCidr"].is_private:
         issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr, "a private IPv4 range (RFC 1918), as Linode VPCs require"))
     return issues
+
+
+# Preflight and `pulumi up` warn this many days before the CCM/CSI token expires (the alert fires then too).
+TOKEN_EXPIRY_WARN_DAYS = 30
+
+
+def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
+    section = cfg.linode
+    if section is None:
+        return []
+    if section.api_token_expires is None:
+        return ["linode.apiTokenExpires is not set: nothing warns before the CCM/CSI token (linode-cluster:token) "
+                "expires (Linode API tokens last up to a year). Set it to the expiry date Cloud Manager shows."]
+    left = (section.api_token_expires - calendar_today()).days
+    if 0 < left <= TOKEN_EXPIRY_WARN_DAYS:
+        return [f"the CCM/CSI token (linode-cluster:token) expires in {left} day(s), on "
+                f"{section.api_token_expires.isoformat()} (linode.apiTokenExpires): create a new one, set it and the "
+                "date, and run `pulumi up` (the CCM and CSI restart with it)"]
+    return []
