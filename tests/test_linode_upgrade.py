@@ -272,3 +272,59 @@ def test_the_next_minor_is_an_upgrade_the_program_runs():
             _parse(cfg)
         message = str(err.value)
         assert "linode.cni" in message and "1.35 and 1.36" in message and "skips" not in message
+
+
+# --- rehearsed: the objects on a real API server ----------------------------------------------------
+
+
+def _rehearsal_cache() -> bool:
+    from gpu_platform.rehearsal import binaries
+
+    return binaries.bin_dir().is_dir()
+
+
+@pytest.mark.rehearsal
+@pytest.mark.skipif(not _rehearsal_cache(), reason="no rehearsal component cache: build it with `make rehearsal-build`")
+def test_the_jobs_and_their_rbac_are_accepted_and_can_drain_on_a_real_api_server(tmp_path):
+    """The rehearsal's kube-apiserver (Node+RBAC, Pod Security, strict field validation), controller-manager
+    and KWOK: every object is created server-side, the Job controller makes the first Job's pod on its
+    node, and the Jobs' service account can do what the drain needs and nothing more."""
+    from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION, ControlPlane
+    from gpu_platform.rehearsal.kube import ApiError, wait_for
+
+    nodes = ["gpu-dev-cp-0", "gpu-dev-ada-0"]
+    shared, jobs = upgrade.upgrade_manifests(nodes[:1], nodes[1:], "1.36", ENDPOINT, versions.NODE_TOOLS_IMAGES["1.19.6"])
+    with ControlPlane(tmp_path / "logs") as cp:
+        client = cp.client
+        for name in nodes:
+            client.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": {KWOK_ANNOTATION: "fake"}},
+                           "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+                                    if "ada" in name else []}})
+        victim = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "training", "namespace": "default"},
+                  "spec": {"nodeName": nodes[1], "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+        client.create(victim)
+        for obj in [*shared, *jobs]:
+            path = client.path(obj["apiVersion"], obj["kind"], obj["metadata"].get("namespace")
+                               if client.namespaced(obj["apiVersion"], obj["kind"]) else None)
+            client.request("POST", path, obj, query={"fieldValidation": "Strict"})
+
+        def first_pod():
+            pods = client.list("v1", "Pod", "kube-system", selector=f"job-name={jobs[0]['metadata']['name']}")
+            return pods[0] if pods else None
+
+        pod = wait_for("the Job controller to create the first upgrade pod", first_pod, 60)
+        assert pod["spec"]["nodeName"] == nodes[0] and pod["metadata"]["labels"][upgrade.POD_LABEL] == "true"
+
+        sa = client.with_token(client.token("kube-system", upgrade.SERVICE_ACCOUNT))
+        sa.merge_patch("v1", "Node", nodes[1], {"spec": {"unschedulable": True}})  # cordon
+        assert sa.list("v1", "Pod", field_selector=f"spec.nodeName={nodes[1]}")
+        sa.request("POST", "/api/v1/namespaces/default/pods/training/eviction",
+                   {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "training", "namespace": "default"}})
+        wait_for("the evicted pod to go", lambda: client.get("v1", "Pod", "training", "default") is None
+                 or client.get("v1", "Pod", "training", "default")["metadata"].get("deletionTimestamp"), 30)
+        sa.merge_patch("v1", "Node", nodes[1], {"spec": {"unschedulable": False}})  # uncordon
+        for forbidden in (lambda: sa.list("v1", "Secret", "kube-system"),
+                          lambda: sa.delete("v1", "Node", nodes[1])):
+            with pytest.raises(ApiError) as err:
+                forbidden()
+            assert err.value.status == 403
