@@ -75,6 +75,17 @@ def test_one_job_per_node_pinned_by_node_name_control_plane_first():
     assert ("pods/eviction", "create") in verbs and not any(v in ("delete", "*") for _, v in verbs)
 
 
+@pytest.mark.skipif(__import__("shutil").which("shellcheck") is None, reason="needs shellcheck (Debian package shellcheck)")
+@pytest.mark.parametrize("role", upgrade.ROLES)
+def test_each_roles_script_passes_shellcheck(role, tmp_path):
+    import subprocess
+
+    path = tmp_path / f"{role}.sh"
+    path.write_text(upgrade.node_upgrade_script(role, PATCH_136, ENDPOINT))
+    proc = subprocess.run(["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
 def test_a_new_release_is_a_new_set_of_jobs_and_the_same_release_is_not():
     _, now = _jobs("1.35")
     _, again = _jobs("1.35")

@@ -183,7 +183,9 @@ apt-mark hold kubeadm
 {control_plane}
 
 # Drain (the Job's own pod stays: it is running the upgrade), new kubelet and kubectl, uncordon.
-kc drain "$node" --ignore-daemonsets --delete-emptydir-data --pod-selector '!{POD_LABEL}' --timeout=30m
+# --force: notebook servers are bare pods (KubeSpawner); evicted like the rest (their volumes stay,
+# PodDisruptionBudgets still apply), as nodeops.py drains a removed node.
+kc drain "$node" --ignore-daemonsets --delete-emptydir-data --force --pod-selector '!{POD_LABEL}' --timeout=30m
 apt-mark unhold kubelet kubectl
 apt-get install -y -q "kubelet=${{pkg}}" "kubectl=${{pkg}}"
 apt-mark hold kubelet kubectl
