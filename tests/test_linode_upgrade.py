@@ -331,8 +331,11 @@ def test_the_jobs_and_their_rbac_are_accepted_and_can_drain_on_a_real_api_server
         assert sa.list("v1", "Pod", field_selector=f"spec.nodeName={nodes[1]}")
         sa.request("POST", "/api/v1/namespaces/default/pods/training/eviction",
                    {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "training", "namespace": "default"}})
-        wait_for("the evicted pod to go", lambda: client.get("v1", "Pod", "training", "default") is None
-                 or client.get("v1", "Pod", "training", "default")["metadata"].get("deletionTimestamp"), 30)
+        def evicted():
+            pod = client.get("v1", "Pod", "training", "default")
+            return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+
+        wait_for("the evicted pod to go", evicted, 30)
         sa.merge_patch("v1", "Node", nodes[1], {"spec": {"unschedulable": False}})  # uncordon
         for forbidden in (lambda: sa.list("v1", "Secret", "kube-system"),
                           lambda: sa.delete("v1", "Node", nodes[1])):
