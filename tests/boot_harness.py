@@ -120,26 +120,88 @@ def archive_stubs(branch: str, toolkit: str, *, precompiled: bool = True, missin
     return [s for s in stubs if s.name not in missing]
 
 
+def kubernetes_stubs(*package_versions: str) -> list[Stub]:
+    """kubeadm, kubelet and kubectl from pkgs.k8s.io, one stub of each per version (e.g. 1.35.8-1.1), each a
+    recorded stand-in that logs under its own version, so a test sees which kubeadm ran `upgrade apply`:
+    - kubeadm `upgrade plan|apply vX` refuses a target newer than itself (as kubeadm does) and `apply`
+      moves the API server's version (/run/apiserver-version);
+    - kubelet `--version` prints its release; kubectl `version -o json` answers with the API server's
+      version and needs the kubeconfig it is given and the token file that kubeconfig names."""
+    stubs: list[Stub] = []
+    for v in package_versions:
+        release = "v" + v.split("-")[0]
+        kubeadm = textwrap.dedent(f"""\
+            #!/bin/bash
+            echo "kubeadm@{v} $*" >> /var/log/standins.log
+            if [ "$1" = upgrade ] && {{ [ "$2" = apply ] || [ "$2" = plan ]; }}; then
+              for a in "$@"; do
+                case "$a" in
+                  v[0-9]*)
+                    if dpkg --compare-versions "${{a#v}}" gt "{release[1:]}"; then
+                      echo "[upgrade/version] FATAL: Specified version to upgrade to ($a) is higher than the kubeadm version {release}" >&2
+                      exit 1
+                    fi
+                    [ "$2" = apply ] && echo "$a" > /run/apiserver-version ;;
+                esac
+              done
+            fi
+            exit 0
+            """)
+        kubelet = f"#!/bin/sh\n[ \"$1\" = --version ] && echo 'Kubernetes {release}'\nexit 0\n"
+        kubectl = textwrap.dedent(f"""\
+            #!/bin/bash
+            echo "kubectl@{v} $*" >> /var/log/standins.log
+            if [ "$1" = --kubeconfig ]; then
+              [ -f "$2" ] || {{ echo "kubectl: no kubeconfig $2" >&2; exit 1; }}
+              token=$(sed -n 's/^ *tokenFile: *//p' "$2")
+              [ -n "$token" ] && [ -f "$token" ] || {{ echo "kubectl: the kubeconfig's token file is missing" >&2; exit 1; }}
+              shift 2
+            fi
+            if [ "$1" = version ]; then
+              printf '{{\\n  "clientVersion": {{\\n    "gitVersion": "{release}"\\n  }},\\n  "serverVersion": {{\\n    "gitVersion": "%s"\\n  }}\\n}}\\n' "$(cat /run/apiserver-version)"
+            fi
+            exit 0
+            """)
+        stubs += [Stub("kubeadm", v, files={"/usr/local/bin/kubeadm": (kubeadm, 0o755)}),
+                  Stub("kubelet", v, files={"/usr/local/bin/kubelet": (kubelet, 0o755)}),
+                  Stub("kubectl", v, files={"/usr/local/bin/kubectl": (kubectl, 0o755)})]
+    return stubs
+
+
 STANDINS = {
     "apt-get": r"""#!/bin/bash
 set -u
 echo "apt-get $*" >> /var/log/standins.log
 cmd=""
+allow_held=""
 pkgs=()
 for a in "$@"; do
   case "$a" in
+    --allow-change-held-packages) allow_held=1 ;;
     -*) ;;
     update|install) [ -z "$cmd" ] && cmd=$a ;;
-    *) pkgs+=("${a%%=*}") ;;
+    *) pkgs+=("$a") ;;
   esac
 done
 [ "$cmd" = install ] || exit 0
 debs=()
-for p in "${pkgs[@]}"; do
-  # Already installed (this stub archive has one version of each): "already the newest version".
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' && continue
-  f=$(ls /archive/"$p"_*.deb 2>/dev/null | head -1)
-  if [ -z "$f" ]; then echo "E: Unable to locate package $p" >&2; exit 100; fi
+for spec in "${pkgs[@]}"; do
+  p=${spec%%=*}
+  want=""
+  [ "$spec" != "$p" ] && want=${spec#*=}
+  have=$(dpkg-query -W -f='${Status} ${Version}' "$p" 2>/dev/null | awk '$3 == "installed" {print $4}')
+  # Installed at the requested version (or no version asked): "already the newest version".
+  if [ -n "$have" ] && { [ -z "$want" ] || [ "$want" = "$have" ]; }; then continue; fi
+  if [ -z "$want" ]; then f=$(ls /archive/"$p"_*.deb 2>/dev/null | head -1); else f=$(ls /archive/"$p"_"$want"_*.deb 2>/dev/null | head -1); fi
+  if [ -z "$f" ]; then
+    if [ -n "$want" ] && ls /archive/"$p"_*.deb >/dev/null 2>&1; then echo "E: Version '$want' for '$p' was not found" >&2; else echo "E: Unable to locate package $p" >&2; fi
+    exit 100
+  fi
+  # apt refuses to change a held package unless told to (apt-get(8), --allow-change-held-packages).
+  if [ -n "$have" ] && [ -z "$allow_held" ] && dpkg-query -W -f='${Status}' "$p" | grep -q '^hold '; then
+    echo "E: Held packages were changed and -y was used without --allow-change-held-packages." >&2
+    exit 100
+  fi
   debs+=("$f")
 done
 # Dependencies the archive has, as apt would resolve them (one level is enough for the stubs).
@@ -166,6 +228,7 @@ if [ -f /run/fail-curl ]; then rm -f /run/fail-curl; echo "curl: (6) Could not r
 case "$*" in
   *gpgkey*) echo "-----BEGIN PGP PUBLIC KEY BLOCK----- (recorded stand-in)" ;;
   *.list*) echo "deb https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /" ;;
+  *pkgs.k8s.io/core:/stable:/v*/deb/Release.key*) echo "-----BEGIN PGP PUBLIC KEY BLOCK----- (recorded stand-in: pkgs.k8s.io)" ;;
   *) echo "curl stand-in: no recording for $*" >&2; exit 22 ;;
 esac
 """,
@@ -256,6 +319,15 @@ class BootRoot:
             if "Package" in fields:
                 want, _, state = fields["Status"].split(" ")
                 out[fields["Package"]] = {"hold": "h", "install": "i"}.get(want, "?") + {"installed": "i"}.get(state, state[:1])
+        return out
+
+    def versions(self) -> dict[str, str]:
+        """package -> installed version."""
+        out: dict[str, str] = {}
+        for block in (self.root / "var/lib/dpkg/status").read_text().split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(" "))
+            if "Package" in fields and "Version" in fields:
+                out[fields["Package"]] = fields["Version"]
         return out
 
     def log(self) -> list[str]:

@@ -110,7 +110,7 @@ def test_dev_has_a_vpc_and_workers_on_fixed_vpc_addresses(dev):
 
 def test_addons_are_pinned_helm_releases(dev):
     charts = {r.inputs["chart"]: r.inputs["version"] for r in dev.by_type(RELEASE)}
-    assert charts["cilium"] == versions.CILIUM_CHART.version
+    assert charts["cilium"] == versions.cni_chart("cilium", "1.35").version
     assert charts["ccm-linode"] == versions.LINODE_CCM_CHART.version
     assert charts["linode-blockstorage-csi-driver"] == versions.LINODE_CSI_CHART.version
     assert charts["nvidia-device-plugin"] == versions.NVIDIA_DEVICE_PLUGIN_CHART.version

@@ -8,7 +8,7 @@ to land on them), the default StorageClass, and the checkpoint store with what a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
 
@@ -103,6 +103,9 @@ class ClusterHandle:
     endpoint: Optional[pulumi.Output[str]] = None
     # The zones the system (non-GPU) nodes can be in; empty: not known or no zones.
     system_zones: tuple[str, ...] = ()
+    # PrometheusRules the cluster component asks the platform's monitoring to apply (metadata without a
+    # namespace), e.g. Linode's API-token expiry alert.
+    alert_rules: Sequence[Mapping[str, Any]] = ()
 
     @property
     def max_gpus(self) -> int:

@@ -5,6 +5,7 @@ The rules that read the rest of the stack are in checks/linode.py, which imports
 
 from __future__ import annotations
 
+import datetime
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -84,10 +85,13 @@ class LinodeSection(Model):
     reserved_api_ip: bool = False
     # `protect` on control-plane instances: `pulumi destroy` and replacements stop until unprotected.
     protect_control_planes: bool = True
-    # The minor the running control plane has: written by `python -m gpu_platform.components.linode.upgrade` after
-    # `kubeadm upgrade apply`, together with kubernetesVersion. A kubernetesVersion that differs from
-    # it would give new nodes a kubelet the control plane does not run (refused).
+    # The minor the running control plane has. kubernetesVersion may equal it or be the next minor: then
+    # `pulumi up` upgrades the cluster (node-upgrade Jobs, upgrade.py); set this to the new minor after.
     control_plane_version: Optional[str] = Field(default=None, pattern=r"^1\.\d{1,2}$")
+    # When the CCM/CSI token (linode-cluster:token) expires: the date Cloud Manager shows for it (API tokens
+    # last up to a year; the program cannot read it offline). Renders an alert 30 and 7 days before, and
+    # preflight warns within 30 days. Unset: a warning, no alert.
+    api_token_expires: Optional[datetime.date] = None
     # Autoscaled GPU pools: an idle GPU node is removed after this long (the same knob as
     # aws.scaleDownGraceMinutes; cluster-autoscaler's scale-down-unneeded-time).
     scale_down_grace_minutes: int = Field(default=15, ge=1, le=24 * 60)

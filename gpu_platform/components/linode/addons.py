@@ -4,6 +4,7 @@ encrypted StorageClass, and the NVIDIA device plugin on the GPU nodes. Charts pi
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -31,6 +32,9 @@ class AddonsArgs:
     api_host: str
     vpc_label: str = ""
     subnet_label: str = ""
+    # The minor the cluster runs before this update, when `kubernetes_minor` is the next one (an upgrade):
+    # the CNI chart must be tested on both, since it moves before the control plane.
+    running_minor: Optional[str] = None
 
 
 def cni_values(cni: str, pod_cidr: str) -> dict[str, Any]:
@@ -121,6 +125,40 @@ def metadata_deny_policy() -> dict[str, Any]:
     }
 
 
+TOKEN_EXPIRY_RULE = "linode-api-token-expiry"
+TOKEN_EXPIRY_RECORD = "gpu_platform:linode_api_token_expiry_timestamp_seconds"
+# Days before the CCM/CSI token expires at which the alerts fire: (alert, days, severity).
+TOKEN_EXPIRY_ALERTS = (("LinodeApiTokenExpiresSoon", 30, "warning"), ("LinodeApiTokenExpiresVerySoon", 7, "critical"))
+
+
+def token_expiry_rule(expires: datetime.date) -> dict[str, Any]:
+    """PrometheusRule (no namespace: the platform's monitoring places it): the CCM/CSI token's expiry as a
+    recorded constant (linode.apiTokenExpires, midnight UTC), and alerts 30 and 7 days before it. The
+    Linode API's expiry is not readable offline, so the stack states it."""
+    at = int(datetime.datetime.combine(expires, datetime.time(), tzinfo=datetime.timezone.utc).timestamp())
+    rules: list[dict[str, Any]] = [{"record": TOKEN_EXPIRY_RECORD, "expr": f"vector({at})"}]
+    for alert, days, severity in TOKEN_EXPIRY_ALERTS:
+        rules.append({
+            "alert": alert,
+            "expr": f"{TOKEN_EXPIRY_RECORD} - time() < {days * 86400}",
+            "labels": {"severity": severity},
+            "annotations": {
+                "summary": f"The Linode API token of the CCM and CSI driver expires within {days} days",
+                "description": (
+                    "linode-cluster:token expires in {{ $value | humanizeDuration }} "
+                    f"(on {expires.isoformat()}, linode.apiTokenExpires). Then LoadBalancers, volumes and node "
+                    "lifecycle stop working. Create a new token, set linode-cluster:token and linode.apiTokenExpires, "
+                    "and run `pulumi up`: the CCM and CSI driver restart with it."),
+            },
+        })
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": TOKEN_EXPIRY_RULE, "labels": {"app.kubernetes.io/managed-by": "gpu-platform"}},
+        "spec": {"groups": [{"name": TOKEN_EXPIRY_RULE, "interval": "5m", "rules": rules}]},
+    }
+
+
 def storage_class_manifest() -> dict[str, Any]:
     """The default StorageClass: encrypted Linode volumes, deleted with their claim. A claim outlives its
     pods (a notebook's work survives server restarts and culling); Retain would leave a billed volume behind
@@ -152,7 +190,7 @@ class LinodeAddons(pulumi.ComponentResource):
         super().__init__("gpu-platform:linode:Addons", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        cni_chart = versions.cni_chart(args.cni, args.kubernetes_minor)
+        cni_chart = versions.cni_chart(args.cni, args.kubernetes_minor, also=args.running_minor)
         # Config validation refuses a CNI without a pin tested on the minor (linode.cni).
         assert cni_chart is not None, (args.cni, args.kubernetes_minor)
         cni = _release(f"{name}-cni", cni_chart, "kube-system" if args.cni == "cilium" else "tigera-operator",
@@ -188,6 +226,7 @@ class LinodeAddons(pulumi.ComponentResource):
         device_plugin = _release(f"{name}-nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN_CHART,
                                  "nvidia-device-plugin", device_plugin_values(),
                                  pulumi.ResourceOptions(parent=self, depends_on=[cni]))
+        self.cni_chart = cni_chart
         self.ready = [cni, ccm, csi, storage, device_plugin, *ready_extra]
         self.register_outputs({})
 

@@ -35,7 +35,7 @@ from gpu_platform.components.cluster import (
 )
 from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
-from gpu_platform.components.linode import addons, node_groups, render
+from gpu_platform.components.linode import addons, node_groups, render, upgrade, versions
 from gpu_platform.config.linode import BUCKET_SUFFIX_LENGTH, bucket_label
 from gpu_platform.components.paths import program_relative
 
@@ -457,6 +457,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             f"{name}-addons",
             addons.AddonsArgs(cni=section.cni, pod_cidr=section.pod_cidr, kubernetes_minor=cfg.kubernetes_version,
                               region=section.region,
+                              running_minor=section.control_plane_version
+                              if section.control_plane_version != cfg.kubernetes_version else None,
                               api_token=args.api_token, api_host=cp_ips[0],
                               vpc_label=f"{cfg.name_prefix}-vpc", subnet_label=f"{cfg.name_prefix}-nodes"),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[api_ready, vpc, subnet]),
@@ -485,6 +487,45 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*workers, *installed.ready, *self.join_tokens]),
         )
 
+        # --- In-place upgrades: one node-upgrade Job per node, one after another (upgrade.py) ---------
+        # Named by the target release: a new kubernetesVersion (or patch pin) runs them, after the CNI,
+        # CCM and CSI have moved; on a cluster already there each exits at once.
+        upgrades: list[pulumi.Resource] = []
+        image = versions.NODE_TOOLS_IMAGES.get(installed.cni_chart.version)
+        if image is None:
+            pulumi.log.warn(f"no node-upgrade image for the {section.cni} chart {installed.cni_chart.version}: "
+                            "kubernetesVersion changes will not upgrade running nodes")
+        else:
+            worker_names = [n["name"] for n in expected if n["name"] not in
+                            {f"{cfg.name_prefix}-cp-{i}" for i in range(cp_count)}]
+            shared, jobs = upgrade.upgrade_manifests(
+                [f"{cfg.name_prefix}-cp-{i}" for i in range(cp_count)], worker_names, cfg.kubernetes_version,
+                "ENDPOINT", image)
+            on_cluster = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[nodes_ready])
+            account, role, binding = shared[:3]
+            rbac = [k8s.core.v1.ServiceAccount(f"{name}-node-upgrade", metadata=account["metadata"], opts=on_cluster),
+                    k8s.rbac.v1.ClusterRole(f"{name}-node-upgrade", metadata=role["metadata"], rules=role["rules"],
+                                            opts=on_cluster),
+                    k8s.rbac.v1.ClusterRoleBinding(f"{name}-node-upgrade", metadata=binding["metadata"],
+                                                   role_ref=binding["roleRef"], subjects=binding["subjects"],
+                                                   opts=on_cluster)]
+            endpoint = endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint)
+            patch = versions.KUBERNETES_PATCH[cfg.kubernetes_version]
+            scripts = k8s.core.v1.ConfigMap(
+                f"{name}-node-upgrade-scripts", metadata=shared[3]["metadata"],
+                data=endpoint.apply(lambda e: upgrade.script_config_map(patch, e)["data"]), opts=on_cluster)
+            previous: list[pulumi.Resource] = [nodes_ready, *installed.ready, *rbac, scripts]
+            for job in jobs:
+                node = job["spec"]["template"]["spec"]["nodeName"]
+                created = k8s.batch.v1.Job(
+                    f"{name}-upgrade-{node}", metadata=job["metadata"], spec=job["spec"],
+                    opts=pulumi.ResourceOptions(
+                        parent=self, provider=provider, depends_on=previous,
+                        custom_timeouts=pulumi.CustomTimeouts(create=f"{upgrade.JOB_TIMEOUT_MINUTES}m",
+                                                              update=f"{upgrade.JOB_TIMEOUT_MINUTES}m")))
+                upgrades.append(created)
+                previous = [created]
+
         self.api_endpoint = server
         self.handle = ClusterHandle(
             cloud="linode",
@@ -501,7 +542,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                     lambda k: {"AWS_ACCESS_KEY_ID": k[0], "AWS_SECRET_ACCESS_KEY": k[1]})),
             ),
             gpu_device_plugin_installed=True,
-            ready=[*installed.ready, nodes_ready],
+            ready=[*installed.ready, nodes_ready, *upgrades[-1:]],
             endpoint=server,
+            alert_rules=[addons.token_expiry_rule(section.api_token_expires)] if section.api_token_expires else [],
         )
         self.register_outputs({"apiEndpoint": server, "kubeconfig": self.kubeconfig})

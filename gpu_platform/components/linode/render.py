@@ -364,7 +364,7 @@ echo "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.
   > /etc/apt/sources.list.d/kubernetes.list
 apt-get update -q
 apt-get install -y -q --allow-change-held-packages "kubelet=${{pkg}}" "kubeadm=${{pkg}}" "kubectl=${{pkg}}"
-# Kubernetes moves only through `python -m gpu_platform.components.linode.upgrade` (kubeadm upgrade), never apt.
+# Kubernetes moves only through the node-upgrade Jobs (upgrade.py: kubeadm upgrade), never apt.
 apt-mark hold kubelet kubeadm kubectl containerd
 systemctl enable kubelet
 """

@@ -37,7 +37,9 @@ NVIDIA_CONTAINER_TOOLKIT = "1.17.8-1"
 # Kubernetes minor, so a `kubernetesVersion` change moves the CNI with it; none listed: a config error.
 CNI_CHARTS: dict[str, tuple[Chart, ...]] = {
     "cilium": (Chart("cilium", "1.18.2", "https://helm.cilium.io"),
-               Chart("cilium", "1.19.6", "https://helm.cilium.io")),
+               Chart("cilium", "1.19.6", "https://helm.cilium.io"),
+               # Chosen only once the calendar has a sourced row for Cilium 1.20 (not yet: docs/linode.md).
+               Chart("cilium", "1.20.0", "https://helm.cilium.io")),
     "calico": (Chart("tigera-operator", "v3.30.3", "https://docs.tigera.io/calico/charts"),),
 }
 CILIUM_CHART = CNI_CHARTS["cilium"][-1]
@@ -45,6 +47,14 @@ CALICO_CHART = CNI_CHARTS["calico"][-1]
 LINODE_CCM_CHART = Chart("ccm-linode", "v0.7.1", "https://linode.github.io/linode-cloud-controller-manager/")
 LINODE_CSI_CHART = Chart("linode-blockstorage-csi-driver", "v1.0.6",
                          "https://linode.github.io/linode-blockstorage-csi-driver/")
+# The node-upgrade Jobs' image (upgrade.py): the CNI agent's, already on every node, by the digest its
+# chart pins (values.yaml image.digest of ../shared/charts/cilium-<version>.tgz); it has sh and nsenter
+# (the chart's own mount-cgroup init container runs nsenter in it).
+NODE_TOOLS_IMAGES = {
+    "1.18.2": "quay.io/cilium/cilium:v1.18.2@sha256:858f807ea4e20e85e3ea3240a762e1f4b29f1cb5bbd0463b8aa77e7b097c0667",
+    "1.19.6": "quay.io/cilium/cilium:v1.19.6@sha256:0df5b2750b64c49843aba1d649e9eaf61467cb0645ad3171db6f6962c095ac92",
+    "1.20.0": "quay.io/cilium/cilium:v1.20.0@sha256:383968cd5e8873f7976fa76aa6196045643558f4cc9518a207b9335cb24a0e93",
+}
 # Same chart and version the platform layer installs on other clouds (one pin, in platform/versions.py).
 NVIDIA_DEVICE_PLUGIN_CHART = NVIDIA_DEVICE_PLUGIN
 
@@ -59,10 +69,12 @@ def cni_minor(chart: Chart) -> str:
     return ".".join(chart.version.lstrip("v").split(".")[:2])
 
 
-def cni_chart(cni: str, kubernetes_minor: str) -> Optional[Chart]:
-    """The newest pinned chart of `cni` whose compatibility row lists `kubernetes_minor` (None: no such pin)."""
+def cni_chart(cni: str, kubernetes_minor: str, also: Optional[str] = None) -> Optional[Chart]:
+    """The newest pinned chart of `cni` whose compatibility row lists `kubernetes_minor` (None: no such pin).
+    `also`: a minor it must list too (the one the cluster runs during an upgrade: the CNI moves first)."""
     from gpu_platform.config.versions_calendar import load_calendar
 
     calendar = load_calendar()
-    fits = [c for c in CNI_CHARTS[cni] if kubernetes_minor in calendar.cni_kubernetes(cni, cni_minor(c))]
+    wanted = {kubernetes_minor} | ({also} if also else set())
+    fits = [c for c in CNI_CHARTS[cni] if wanted <= set(calendar.cni_kubernetes(cni, cni_minor(c)))]
     return max(fits, key=lambda c: tuple(int(x) for x in c.version.lstrip("v").split("."))) if fits else None

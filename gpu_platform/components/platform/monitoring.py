@@ -378,6 +378,9 @@ class Monitoring(pulumi.ComponentResource):
                                        render_idle_rules(args.idle_gpu_minutes, args.idle_gpu_util_percent), after)
         self.spend_rule = apply_object(f"{name}-{SPEND_RULE_NAME}",
                                        render_spend_rule(prices, args.monthly_budget_usd), after)
+        self.cluster_rules = [apply_object(f"{name}-{rule['metadata']['name']}",
+                                           {**rule, "metadata": {**rule["metadata"], "namespace": MONITORING_NAMESPACE}},
+                                           after) for rule in cluster.alert_rules]
         self.dashboard = apply_object(f"{name}-gpu-dashboard", render_dashboard_configmap(), k8s_opts(cluster, self, [ns]))
         self.register_outputs({"namespace": MONITORING_NAMESPACE, "gpuPricesUsdPerHour": prices,
                                "spendRule": SPEND_RULE_NAME})

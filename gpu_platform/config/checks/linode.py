@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from gpu_platform.config.base import ConfigIssue
+from gpu_platform.config.versions_calendar import today as calendar_today
 from gpu_platform.config.checks.pools import pool_issue_capacity
 from gpu_platform.config.linode import (AUTOSCALING_MIN_KUBERNETES, GPU_POOL_BLOCK, GPU_POOLS_FIRST_HOST, MAX_SYSTEM_NODES,
                                         LinodeSection, region_capabilities, required_capabilities)
@@ -71,6 +72,59 @@ def _gpu_alternatives(catalog: "Catalog", usable: set[str]) -> str:
     return "; ".join(f"{name} (in {', '.join(regions)})" for name, regions in sorted(plans)) or "none in the catalog"
 
 
+class UpgradeError(ValueError):
+    """A version change kubeadm refuses (a skipped minor, a downgrade) or one without a pinned release."""
+
+
+def _minor(v: str) -> tuple[int, int]:
+    try:
+        major, minor = v.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        raise UpgradeError(f"{v!r} is not a Kubernetes minor such as 1.35") from None
+
+
+def check_upgrade(current: str, target: str, allowed: Optional[Sequence[str]] = None) -> None:
+    """kubeadm upgrades one minor at a time and never downgrades (version skew policy: kubelets may be
+    older than the API server, never newer). `allowed`: the minors the version calendar allows today.
+    current == target is no upgrade (patch releases move with the pins) and passes."""
+    from gpu_platform.components.linode import versions
+
+    cur, tgt = _minor(current), _minor(target)
+    if tgt == cur:
+        return
+    if tgt < cur:
+        raise UpgradeError(f"{target} is older than the running {current}: kubeadm cannot downgrade")
+    if tgt[0] != cur[0] or tgt[1] != cur[1] + 1:
+        raise UpgradeError(f"{current} -> {target} skips a minor: upgrade to {cur[0]}.{cur[1] + 1} first "
+                           "(kubeadm upgrades one minor at a time)")
+    if target not in versions.KUBERNETES_PATCH:
+        raise UpgradeError(f"no pinned kubeadm release for {target} in gpu_platform/components/linode/versions.py "
+                           f"(pinned: {', '.join(versions.KUBERNETES_PATCH)})")
+    if allowed is not None and target not in allowed:
+        raise UpgradeError(f"{target} is not allowed on Linode today by the version calendar "
+                           f"(gpu_platform/costs/catalog/kubernetes-versions.yaml): {', '.join(allowed)}")
+
+
+# Preflight and `pulumi up` warn this many days before the CCM/CSI token expires (the alert fires then too).
+TOKEN_EXPIRY_WARN_DAYS = 30
+
+
+def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
+    section = cfg.linode
+    if section is None:
+        return []
+    if section.api_token_expires is None:
+        return ["linode.apiTokenExpires is not set: nothing warns before the CCM/CSI token (linode-cluster:token) "
+                "expires (Linode API tokens last up to a year). Set it to the expiry date Cloud Manager shows."]
+    left = (section.api_token_expires - calendar_today()).days
+    if 0 < left <= TOKEN_EXPIRY_WARN_DAYS:
+        return [f"the CCM/CSI token (linode-cluster:token) expires in {left} day(s), on "
+                f"{section.api_token_expires.isoformat()} (linode.apiTokenExpires): create a new one, set it and the "
+                "date, and run `pulumi up` (the CCM and CSI restart with it)"]
+    return []
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
@@ -82,23 +136,36 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   "opens port 22 to adminCidrs only)"))
     from gpu_platform.components.linode import versions
 
+    expires = section.api_token_expires
+    if expires is not None and expires <= calendar_today():
+        issues.append(ConfigIssue("linode.apiTokenExpires", expires.isoformat(),
+                                  f"a date after today ({calendar_today().isoformat()}): the CCM/CSI token has expired, so "
+                                  "LoadBalancers, volumes and node lifecycle stop working. Create a new token, set "
+                                  "linode-cluster:token and this date, then `pulumi up` (the CCM and CSI restart with it)"))
     running = section.control_plane_version
-    if running is not None and running != cfg.kubernetes_version:
+    try:
+        if running is not None:
+            check_upgrade(running, cfg.kubernetes_version)
+    except UpgradeError as exc:
         issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
-                                  f"{running}, the minor the control plane runs (linode.controlPlaneVersion): "
-                                  f"change it with `python -m gpu_platform.components.linode.upgrade --stack <stack> --to <minor>`, "
-                                  "which upgrades the cluster one minor at a time and then sets both"))
-    if versions.cni_chart(section.cni, cfg.kubernetes_version) is None:
+                                  f"{running} (linode.controlPlaneVersion, the minor the control plane runs) or the next "
+                                  f"minor: {exc}. `pulumi up` upgrades the running cluster by one minor (node-upgrade Jobs, "
+                                  "docs/linode.md); set linode.controlPlaneVersion to the new minor once it has run"))
+        running = None
+    also = running if running is not None and running != cfg.kubernetes_version else None
+    if versions.cni_chart(section.cni, cfg.kubernetes_version, also=also) is None:
         from gpu_platform.config.versions_calendar import load_calendar
 
         calendar = load_calendar()
         tested = [f"{section.cni} {versions.cni_minor(c)} ({', '.join(calendar.cni_kubernetes(section.cni, versions.cni_minor(c))) or 'no published table'})"
                   for c in versions.CNI_CHARTS[section.cni]]
         supported = [n for n in versions.CNI_CHARTS
-                     if versions.cni_chart(n, cfg.kubernetes_version) is not None]
+                     if versions.cni_chart(n, cfg.kubernetes_version, also=also) is not None]
+        minors = f"{also} and {cfg.kubernetes_version} (the CNI moves first, so it runs on both during the upgrade)" \
+            if also else cfg.kubernetes_version
         issues.append(ConfigIssue(
             "linode.cni", section.cni,
-            f"a CNI whose pinned chart is tested on Kubernetes {cfg.kubernetes_version} by its own compatibility table "
+            f"a CNI whose pinned chart is tested on Kubernetes {minors} by its own compatibility table "
             f"(gpu_platform/costs/catalog/kubernetes-versions.yaml, cni:): pinned {'; '.join(tested)}"
             + (f"; use {' or '.join(supported)}" if supported else "; or a kubernetesVersion one of them is tested on")))
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
