@@ -519,13 +519,12 @@ class Drill:
             return bool(pods) and all(p["spec"].get("nodeName") in names for p in pods) and _admitted(_workload(self.client, ns, name))
         return check
 
-    def end(self, ns: str, name: str) -> None:
-        """The job ends: its TrainJob is deleted (KWOK's pods run until deleted), its quota freed."""
+    def end(self, ns: str, name: str) -> bool:
+        """The job ends: its TrainJob is deleted (KWOK's pods run until deleted), its quota freed. The
+        world goes on meanwhile (the stand-in sees the node busy until the pods are gone)."""
         self.client.delete(TRAINER, "TrainJob", name, ns)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (_workload(self.client, ns, name) is not None or
-                                               self.client.list("v1", "Pod", ns, f"jobset.sigs.k8s.io/jobset-name={name}")):
-            time.sleep(1)
+        return self.until(f"TrainJob {ns}/{name} and its pods gone", lambda: _workload(self.client, ns, name) is None
+                          and not self.client.list("v1", "Pod", ns, f"jobset.sigs.k8s.io/jobset-name={name}"), timeout=120)
 
     def template_of(self, pool: str) -> dict:
         if pool not in self._templates:
@@ -636,7 +635,8 @@ class Drill:
                           f"{[i['label'] for i in self.pool_instances(pool)]} -> node(s) {nodes}; TrainJob admitted and "
                           f"bound after {time.monotonic() - started:.0f}s")
         # 2. The job ends; after the grace the idle node is drained and deleted, its instance with it.
-        self.end(*ref)
+        if not self.end(*ref):
+            return
         started = time.monotonic()
         if not self.until(f"idle node(s) {nodes} of {pool} removed and their instance deleted",
                           lambda: not self.pool_instances(pool) and not self.pool_nodes(pool)):
@@ -703,8 +703,7 @@ class Drill:
         if len(instances) != 1 or posts != 2:
             sc.fail(f"after the restart the pool holds {len(instances)} instance(s) ({posts} create calls since the lost "
                     "node; want 1 instance from 2 creates: the lost one and the interrupted one)")
-        self.end(*ref)
-        if self.until(f"the pool {pool} back at minNodes", lambda: not self.pool_instances(pool) and not self.pool_nodes(pool)):
+        if self.end(*ref) and self.until(f"the pool {pool} back at minNodes", lambda: not self.pool_instances(pool) and not self.pool_nodes(pool)):
             left = self.fake.instances_tagged(self.stack_tag)
             sc.details.append(f"pool {pool} back at {len(self.pool_nodes(pool))} node(s); the fake Linode API holds "
                               f"{len(left)} instance(s) of the stack")
