@@ -754,3 +754,35 @@ def test_rehearsal_drill_scales_linode_dev_from_zero_and_back(tmp_path):
     assert "never registered: the provider deleted it at the join deadline" in text
     assert "after the restart: instance(s) ['gpu-dev-ada-0'], node(s) ['gpu-dev-ada-0'], 2 create call(s)" in text
     assert "the fake Linode API holds 0 instance(s) of the stack" in text
+
+
+def test_the_release_workflow_publishes_the_image_by_digest_for_the_stack_key():
+    """As the scale-in controller's controller-image.yml: pull requests build only, release tags push to
+    GHCR (the only job that may write packages), actions pinned by commit, and the digest is printed in
+    the form linode.nodeGroups.image accepts."""
+    import re
+
+    from gpu_platform.components.linode.config import LinodeNodeGroups
+
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "linode-node-groups-image.yml").read_text())
+    assert doc["permissions"] == {}
+    on = doc[True] if True in doc else doc["on"]
+    assert on["push"] == {"tags": ["v*"]}
+    assert set(on["pull_request"]["paths"]) >= {"gpu_platform/controllers/linode_node_groups/**",
+                                                "gpu_platform/components/linode/render.py"}
+    build, publish = doc["jobs"]["build"], doc["jobs"]["publish"]
+    assert build["permissions"] == {"contents": "read"}
+    assert publish["if"] == "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')"
+    assert publish["permissions"] == {"contents": "read", "packages": "write"}
+    for job, push in ((build, False), (publish, True)):
+        assert all(re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", s["uses"]) for s in job["steps"] if "uses" in s)
+        step = next(s for s in job["steps"] if s.get("uses", "").startswith("docker/build-push-action@"))
+        # The repository root: the image carries gpu_platform/components/linode/render.py (the boot documents).
+        assert (step["with"]["context"], step["with"]["file"], step["with"]["push"]) == \
+            (".", "gpu_platform/controllers/linode_node_groups/Dockerfile", push)
+    meta = next(s for s in publish["steps"] if s.get("uses", "").startswith("docker/metadata-action@"))
+    assert meta["with"]["images"].endswith("/" + component.IMAGE_NAME)
+    summary = next(s for s in publish["steps"] if s.get("name") == "Digest for the stack config")
+    assert "nodeGroups: { image: $ref }" in summary["run"] and summary["env"]["DIGEST"] == "${{ steps.build.outputs.digest }}"
+    # What it prints is what the config takes.
+    LinodeNodeGroups(image=f"ghcr.io/example/{component.IMAGE_NAME}@sha256:" + "0f" * 32)
