@@ -262,6 +262,7 @@ class InstanceBridge:
         self.joined: dict[int, str] = {}
         self.never_join: set[int] = set()
         self.refuse_next = False
+        self.booting = True  # False: instances stay provisioning (a boot takes minutes; a restart seconds)
         self.problems: list[str] = []
 
     def step(self) -> None:
@@ -274,7 +275,8 @@ class InstanceBridge:
                 if self.refuse_next:  # its boot fails: it never registers
                     self.refuse_next = False
                     self.never_join.add(iid)
-            if iid in self.joined or iid in self.never_join or now - self.seen[iid] < self.timing.boot_seconds:
+            if (iid in self.joined or iid in self.never_join or not self.booting
+                    or now - self.seen[iid] < self.timing.boot_seconds):
                 continue
             self.fake.set_status(inst["label"], "running")
             self.joined[iid] = self._register(inst)
@@ -558,6 +560,7 @@ class Drill:
             sc.problems.append(f"the gRPC stubs cannot be generated: {exc} (grpcio-tools, requirements-dev.txt)")
             return
         pb2, pb2_grpc, core = load_stubs(str(stubs_dir))
+        sys.path.remove(str(stubs_dir))  # imported; the folder goes with the drill
         pool = next(p for p in self.pools)
         group = next((g for g in self.ctx.model.node_groups if g.name == pool), None)
 
@@ -631,6 +634,11 @@ class Drill:
                           self.bound_in_pool(*ref, pool)):
             return
         nodes = [n["metadata"]["name"] for n in self.pool_nodes(pool)]
+        creates = len(self.fake.calls("POST"))
+        if self.standin.log.increases != [(pool, 1)] or creates != 1:
+            sc.fail(f"one pending pod, one node: the stand-in asked {self.standin.log.increases} and the provider "
+                    f"called create {creates} time(s) (a target size that leaves out a booting instance makes "
+                    "the autoscaler ask again)")
         sc.details.append(f"scale-up: IncreaseSize {self.standin.log.increases} -> instance(s) "
                           f"{[i['label'] for i in self.pool_instances(pool)]} -> node(s) {nodes}; TrainJob admitted and "
                           f"bound after {time.monotonic() - started:.0f}s")
@@ -683,6 +691,7 @@ class Drill:
             sc.details.append(f"instance {lost[0]} never registered: the provider deleted it at the join deadline "
                               f"({t.join_deadline_seconds}s) and the stand-in asked for a node again "
                               f"{time.monotonic() - started:.0f}s after the TrainJob")
+        self.bridge.booting = False  # the in-flight instance is still booting when the provider is back
         in_flight = [i["label"] for i in self.pool_instances(pool)]
         self.provider.kill()
         held.set()
@@ -691,6 +700,15 @@ class Drill:
         self.provider.start()
         if not self._wait_provider():
             return
+        asked = len(self.standin.log.increases)
+        for _ in range(3):  # the autoscaler's next loops see the pool while the instance still boots
+            self.bridge.step()
+            self.standin.run_once()
+            time.sleep(t.interval)
+        self.bridge.booting = True
+        if len(self.standin.log.increases) != asked:
+            sc.fail(f"after the restart the stand-in asked for more nodes ({self.standin.log.increases[asked:]}): the "
+                    f"provider did not count the instance {in_flight} it was creating when it died")
         sc.details.append(f"provider killed (SIGKILL) while its create of {in_flight} was in flight (Linode made it, "
                           f"the answer reached nobody); restarted (the stand-in saw: "
                           f"{self.standin.log.errors[-1] if self.standin.log.errors else 'no error'})")
