@@ -6,6 +6,7 @@ mutual TLS, against a local fake of the Linode API built from recorded real resp
 from __future__ import annotations
 
 import base64
+import copy
 import datetime
 import importlib
 import json
@@ -32,7 +33,7 @@ from gpu_platform.controllers.linode_node_groups.kube_api import KubeClient
 from gpu_platform.controllers.linode_node_groups.linode_api import LinodeApiError, LinodeClient
 from gpu_platform.controllers.linode_node_groups.service import NodeGroups
 from gpu_platform.costs.catalog import load_catalog
-from tests.conftest import stack_config
+from tests.conftest import plan_config, stack_config
 from tests.linode_fake_api import TOKEN, FakeKubeApi, FakeLinodeApi, recorded
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -630,3 +631,158 @@ def test_the_image_holds_every_distribution_the_service_imports():
     # setuptools' _distutils_hack and the editable install's finder come from .pth files of this venv.
     probed = {"grpcio-tools", "setuptools"} | {d for d in imported if d.startswith("--editable-")}
     assert imported - probed <= pinned, imported - probed - pinned
+
+
+# ---------------------------------------------------------------------------------------------
+# The rehearsal's autoscaling drill (gpu_platform/rehearsal/autoscale.py): its own checks can fail
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def linode_dev_plan():
+    return plan_config(stack_config("linode-dev"), "linode-dev")
+
+
+@pytest.fixture(scope="module")
+def ada_model_group(linode_dev_plan):
+    from gpu_platform.preflight.fit.nodes import cluster_model
+
+    cfg = parse_config({k.split(":", 1)[1]: v for k, v in stack_config("linode-dev").items()
+                        if k.startswith("gpu-platform:")}, "linode-dev")
+    return cluster_model(cfg, linode_dev_plan).group("ada")
+
+
+def test_the_drill_runs_the_provider_on_the_pools_json_the_program_renders(linode_dev_plan):
+    from gpu_platform.rehearsal.autoscale import pools_json
+
+    doc = pools_json(linode_dev_plan)
+    assert doc is not None
+    settings = settings_mod.parse(doc, {"CONTROL_PLANE_ENDPOINT": "127.0.0.1:6443"})
+    assert [(p.name, p.min_nodes, p.max_nodes) for p in settings.pools] == [("ada", 0, 1)]
+    # A stack without autoscaled Linode pools has nothing to drill.
+    fixed = stack_config("linode-dev")
+    fixed["gpu-platform:gpuPools"][0].update({"minNodes": 1, "maxNodes": 1})
+    assert pools_json(plan_config(fixed, "linode-dev")) is None
+
+
+class _Nodes:
+    """The two Node calls the drill's bridge makes, recorded."""
+
+    def __init__(self):
+        self.created: list[dict] = []
+        self.status: list[dict] = []
+
+    def list(self, api_version, kind, *args, **kwargs):
+        return list(self.created)
+
+    def create(self, obj):
+        self.created.append(obj)
+
+    def apply(self, obj, subresource=None):
+        self.status.append(obj)
+
+    def delete(self, *args, **kwargs):
+        return True
+
+
+def _template(p: Provider, pb) -> dict:
+    from gpu_platform.rehearsal.autoscale import node_from_template
+
+    tmpl = pb[2].Node()
+    tmpl.ParseFromString(p.stub.NodeGroupTemplateNodeInfo(p.pb2.NodeGroupTemplateNodeInfoRequest(id="ada")).nodeBytes)
+    return node_from_template(tmpl)
+
+
+def test_the_drill_fails_on_a_template_with_a_wrong_gpu_count_or_without_the_taint(world, pb, ada_model_group):
+    from gpu_platform.rehearsal.autoscale import InstanceBridge, Timing, model_disagreements
+
+    start, linode, *_ = world
+    p = start()
+    good = _template(p, pb)
+    assert model_disagreements(good, ada_model_group) == []
+    wrong_gpus = copy.deepcopy(good)
+    wrong_gpus["status"]["allocatable"]["nvidia.com/gpu"] = "2"
+    assert any("2 nvidia.com/gpu, the node model 1" in m for m in model_disagreements(wrong_gpus, ada_model_group))
+    no_taint = copy.deepcopy(good)
+    no_taint["spec"]["taints"] = []
+    assert any("taints" in m for m in model_disagreements(no_taint, ada_model_group))
+
+    # The bridge registers what the boot document says; a template that says otherwise is a failure.
+    p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=1))
+    for template, fails in ((good, False), (no_taint, True)):
+        nodes = _Nodes()
+        bridge = InstanceBridge(nodes, linode, p.settings.stack_tag, lambda _: template, lambda _: "ada",
+                                Timing(boot_seconds=0))
+        bridge.step()
+        assert [n["metadata"]["name"] for n in nodes.created] == ["gpu-dev-ada-0"]
+        node = nodes.created[0]
+        assert node["spec"]["providerID"] == f"linode://{linode.by_label()['gpu-dev-ada-0']['id']}"
+        assert node["spec"]["taints"] == [GPU_TAINT.as_k8s()], "as the kubelet registers it (JoinConfiguration)"
+        assert bool(bridge.problems) is fails, bridge.problems
+
+
+def test_the_stand_in_fits_pods_to_the_template_as_the_scheduler_would(world, pb):
+    from gpu_platform.rehearsal.autoscale import fits
+
+    start, *_ = world
+    tmpl = _template(start(), pb)
+    pod = {"spec": {"nodeSelector": {"gpu-platform.io/pool": "ada"}, "tolerations": [GPU_TAINT.toleration()],
+                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "2"}}}]}}
+    assert fits(pod, tmpl) is None
+    assert fits(pod, tmpl, used={"nvidia.com/gpu": 1}) == "insufficient nvidia.com/gpu"
+    assert fits({**pod, "spec": {**pod["spec"], "tolerations": []}}, tmpl) == "taint nvidia.com/gpu:NoSchedule"
+    assert fits({**pod, "spec": {**pod["spec"], "nodeSelector": {"gpu-platform.io/pool": "other"}}}, tmpl) \
+        == "node selector gpu-platform.io/pool=other"
+
+
+@pytest.mark.rehearsal
+def test_rehearsal_drill_scales_linode_dev_from_zero_and_back(tmp_path):
+    """The drill on the rehearsal's control plane (docs/linode-autoscaling.md, "Rehearsed")."""
+    from tests.test_rehearsal import HAVE_CACHE, _failures, _rehearse
+
+    if not HAVE_CACHE:
+        pytest.skip("no rehearsal component cache (make rehearsal-build)")
+    from gpu_platform.rehearsal.scenarios import linode_autoscaling
+
+    result = _rehearse("linode-dev", tmp_path, scenarios=(linode_autoscaling,))
+    [sc] = result.scenarios
+    assert sc.status == "PASS", _failures(result)
+    text = "\n".join(sc.details)
+    assert "cluster-autoscaler STAND-IN" in text
+    assert "scale-up: IncreaseSize [('ada', 1)]" in text and "TrainJob admitted and bound" in text
+    assert "the fake Linode API holds no instance of ada" in text
+    assert "never registered: the provider deleted it at the join deadline" in text
+    assert "after the restart: instance(s) ['gpu-dev-ada-0'], node(s) ['gpu-dev-ada-0'], 2 create call(s)" in text
+    assert "the fake Linode API holds 0 instance(s) of the stack" in text
+
+
+def test_the_release_workflow_publishes_the_image_by_digest_for_the_stack_key():
+    """As the scale-in controller's controller-image.yml: pull requests build only, release tags push to
+    GHCR (the only job that may write packages), actions pinned by commit, and the digest is printed in
+    the form linode.nodeGroups.image accepts."""
+    import re
+
+    from gpu_platform.components.linode.config import LinodeNodeGroups
+
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "linode-node-groups-image.yml").read_text())
+    assert doc["permissions"] == {}
+    on = doc[True] if True in doc else doc["on"]
+    assert on["push"] == {"tags": ["v*"]}
+    assert set(on["pull_request"]["paths"]) >= {"gpu_platform/controllers/linode_node_groups/**",
+                                                "gpu_platform/components/linode/render.py"}
+    build, publish = doc["jobs"]["build"], doc["jobs"]["publish"]
+    assert build["permissions"] == {"contents": "read"}
+    assert publish["if"] == "github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v')"
+    assert publish["permissions"] == {"contents": "read", "packages": "write"}
+    for job, push in ((build, False), (publish, True)):
+        assert all(re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", s["uses"]) for s in job["steps"] if "uses" in s)
+        step = next(s for s in job["steps"] if s.get("uses", "").startswith("docker/build-push-action@"))
+        # The repository root: the image carries gpu_platform/components/linode/render.py (the boot documents).
+        assert (step["with"]["context"], step["with"]["file"], step["with"]["push"]) == \
+            (".", "gpu_platform/controllers/linode_node_groups/Dockerfile", push)
+    meta = next(s for s in publish["steps"] if s.get("uses", "").startswith("docker/metadata-action@"))
+    assert meta["with"]["images"].endswith("/" + component.IMAGE_NAME)
+    summary = next(s for s in publish["steps"] if s.get("name") == "Digest for the stack config")
+    assert "nodeGroups: { image: $ref }" in summary["run"] and summary["env"]["DIGEST"] == "${{ steps.build.outputs.digest }}"
+    # What it prints is what the config takes.
+    LinodeNodeGroups(image=f"ghcr.io/example/{component.IMAGE_NAME}@sha256:" + "0f" * 32)

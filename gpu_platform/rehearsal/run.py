@@ -157,7 +157,8 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
             for rel in order_releases(releases):
                 installer.release(rel, _run_hook_job(installer, client, cp.server, cp.ca_file))
             result.timings["install"] = round(time.monotonic() - t, 1)
-            ctx = Context(client, releases, model, placements, {c.binary: c for c in controllers}, timeout=timeout)
+            ctx = Context(client, releases, model, placements, {c.binary: c for c in controllers}, timeout=timeout,
+                          plan=plan)
             for fn in scenarios:
                 t = time.monotonic()
                 try:

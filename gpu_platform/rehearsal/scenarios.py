@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
+from gpu_platform.rehearsal import autoscale
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, selector
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of, node_objects
 
@@ -45,6 +46,7 @@ class Context:
     controllers: dict[str, Any]  # binary -> Controller
     timeout: float = 60.0
     workloads: list[dict] = field(default_factory=list)  # filled by scenario (a), read by the report
+    plan: Any = None  # preflight's plan of the stack (the autoscaling drill reads the provider's pools.json from it)
 
 
 # --- helpers ------------------------------------------------------------------------------------------
@@ -694,4 +696,9 @@ def notebook_profiles(ctx: Context) -> Scenario:
     return sc
 
 
-SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, inadmissible, notebook_profiles, operator_pods)
+def linode_autoscaling(ctx: Context) -> Scenario:
+    return autoscale.linode_autoscaling(ctx, Scenario("linode-autoscaling", autoscale.TITLE))
+
+
+SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, inadmissible, notebook_profiles, operator_pods,
+             linode_autoscaling)

@@ -3,7 +3,9 @@
 Environment: SETTINGS_FILE (pools.json), STUBS_DIR (the generated stubs, build time), LISTEN
 (host:port), TLS_DIR (tls.crt, tls.key, ca.crt: mutual TLS, the client must present a certificate
 from ca.crt - cluster-autoscaler's cloud-config key/cert/cacert), LINODE_TOKEN, LINODE_API_URL,
-KUBERNETES_SERVICE_HOST/PORT (in-cluster), LINODE_FIREWALL_ID, LINODE_SUBNET_ID.
+KUBERNETES_SERVICE_HOST/PORT (in-cluster), SERVICE_ACCOUNT_DIR (token and ca.crt; default the pod's
+mounted service account, the rehearsal points it at a TokenRequest's token), LINODE_FIREWALL_ID,
+LINODE_SUBNET_ID.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def serve(groups, stubs_dir: str, listen: str, tls_dir: str | None):
 
 def main() -> None:
     from gpu_platform.controllers.linode_node_groups import settings as settings_mod
-    from gpu_platform.controllers.linode_node_groups.kube_api import KubeClient
+    from gpu_platform.controllers.linode_node_groups.kube_api import SA_DIR, KubeClient
     from gpu_platform.controllers.linode_node_groups.linode_api import DEFAULT_BASE_URL, LinodeClient
     from gpu_platform.controllers.linode_node_groups.service import NodeGroups
 
@@ -62,8 +64,9 @@ def main() -> None:
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     if not host:
         sys.exit("not in a cluster: KUBERNETES_SERVICE_HOST is not set")
+    sa_dir = Path(os.environ.get("SERVICE_ACCOUNT_DIR") or SA_DIR)
     groups = NodeGroups(settings, LinodeClient(token, os.environ.get("LINODE_API_URL", DEFAULT_BASE_URL)),
-                        KubeClient(f"https://{host}:{port}"))
+                        KubeClient(f"https://{host}:{port}", token_file=sa_dir / "token", ca_file=sa_dir / "ca.crt"))
     server = serve(groups, os.environ.get("STUBS_DIR", "/app/stubs"), os.environ.get("LISTEN", "0.0.0.0:8086"),
                    os.environ.get("TLS_DIR", "/etc/linode-node-groups/tls"))
     logging.info("serving %d node group(s) of %s", len(settings.pools), settings.cluster)
