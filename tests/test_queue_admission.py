@@ -183,7 +183,8 @@ def _quantity(text):
     import re as _re
 
     m = _re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
-    assert m and m.group(2) in _SUFFIX, text
+    if not (m and m.group(2) in _SUFFIX):  # a CEL error, which `||` absorbs when its other side is true
+        return celpy.evaluation.CELEvalError(f"invalid quantity {text!r}", ValueError)
     return celpy.celtypes.DoubleType(float(Fraction(m.group(1)) * _SUFFIX[m.group(2)]))
 
 
