@@ -218,13 +218,14 @@ def fit_refusal(obj: dict, user: str = USER, caps=None) -> Optional[str]:
     def ev(expr: str):
         return env.program(env.compile(expr), functions=fns).evaluate(act)
 
+    # matchConditions first, without `variables` (the API server declares none there)
+    if not all(ev(c["expression"]) for c in policy["matchConditions"]):
+        return None
     variables: dict = {}
     for v in policy.get("variables") or []:
         act["variables"] = celpy.celtypes.MapType(variables)
         variables[celpy.celtypes.StringType(v["name"])] = ev(v["expression"])
     act["variables"] = celpy.celtypes.MapType(variables)
-    if not all(ev(c["expression"]) for c in policy["matchConditions"]):
-        return None
     for v in policy["validations"]:
         if not ev(v["expression"]):
             return v["message"]
@@ -293,12 +294,13 @@ def test_the_example_trainjob_passes_both_policies_of_every_shipped_stack(stack:
            "request": celpy.json_to_cel({"kind": {"kind": "TrainJob"}, "userInfo": {"username": USER}}),
            "namespaceObject": celpy.json_to_cel(render_training_namespace())}
     fns = CEL_FUNCTIONS
+    assert all(env.program(env.compile(c["expression"]), functions=fns).evaluate(act) for c in fit_spec["matchConditions"])
     variables: dict = {}
     for v in fit_spec["variables"]:
         act["variables"] = celpy.celtypes.MapType(variables)
         variables[celpy.celtypes.StringType(v["name"])] = env.program(env.compile(v["expression"]), functions=fns).evaluate(act)
     act["variables"] = celpy.celtypes.MapType(variables)
-    assert all(env.program(env.compile(c["expression"]), functions=fns).evaluate(act) for c in fit_spec["matchConditions"])
+    assert variables["asksForGpu"]
     failed = [v["message"] for v in fit_spec["validations"]
               if not env.program(env.compile(v["expression"]), functions=fns).evaluate(act)]
     assert not failed, failed

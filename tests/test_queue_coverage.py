@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import celpy
+import pytest
 import yaml
 
 from gpu_platform.components.cluster import POOL_LABEL
@@ -30,6 +31,7 @@ from gpu_platform.components.platform.queue import (
     render_local_queue,
 )
 from tests.test_platform_charts import render
+from tests.test_rehearsal import needs_components
 from tests.test_queue_admission import (
     CEL_FUNCTIONS, JOB_CONTROLLER, JOB_OWNER, NAMESPACES, USER, WORKFLOW_OWNER, admit, batch_job, fit_refusal, pod,
     trainjob,
@@ -266,3 +268,31 @@ def test_the_patch_policy_is_created_only_with_the_queue() -> None:
     vap = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
     names = {r.inputs["metadata"]["name"] for r in plan_stack("aws-prod").resources if r.type == vap}
     assert KUEUE_PATCH_POLICY in names, names
+
+
+# --- on the rehearsal's real API server and Kueue (docs/rehearsal.md) ------------------------------------------
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_rehearsal_refuses_bypasses_queues_pipeline_steps_and_exercises_kueues_inadmissibility(tmp_path) -> None:
+    """The policies as the real kube-apiserver evaluates them, with Kueue's webhooks and controller:
+    forged owner, unlabelled pipeline step and the grace-period patch refused; a labelled pipeline step
+    queued as a Workload; a job within every node but beyond the quota left inadmissible by Kueue,
+    with Kueue's reason (before: the only over-large probe was refused by the fit policy, so Kueue's
+    inadmissibility was no longer exercised)."""
+    from gpu_platform.rehearsal.scenarios import inadmissible, queue_bypass
+    from tests.test_rehearsal import _failures, _rehearse
+
+    result = _rehearse("linode-dev", tmp_path, scenarios=(inadmissible, queue_bypass))
+    by_name = {s.name: s for s in result.scenarios}
+    assert by_name["inadmissible"].status == "PASS", _failures(result)
+    assert by_name["queue-bypass"].status == "PASS", _failures(result)
+    details = " ".join(by_name["inadmissible"].details)
+    assert "rehearsal-too-big" in details and "refused at admission" in details
+    assert "rehearsal-over-quota" in details and "insufficient quota" in details and "maximum capacity" in details
+    bypass = " ".join(by_name["queue-bypass"].details)
+    assert "forged Job owner: refused" in bypass and "gpu-pods-through-the-queue" in bypass
+    assert "unlabelled GPU step in kubeflow: refused" in bypass
+    assert "labelled GPU step in kubeflow: queued as Workload" in bypass
+    assert "grace-period runtime patch: refused" in bypass and "torch-checkpointed" in bypass

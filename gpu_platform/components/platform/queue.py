@@ -404,7 +404,7 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
         tj_ok = (f"variables.trainJobs.all(t, ({_trainjob_pinned('variables.trainJob')} && "
                  f"!{_trainjob_pinned('variables.trainJob', pool)}) || ({_resources_fit('t', cap)}))")
         validations.append({
-            "expression": f"({specs_ok}) && ({tj_ok})",
+            "expression": f"!variables.asksForGpu || (({specs_ok}) && ({tj_ok}))",
             "message": (f"a GPU pod of this job asks for more CPU, memory or GPUs than a node of pool {pool} hands to jobs "
                         f"(a limit without a request counts as the request), and the job names no pool, so Kueue may "
                         f"admit it to {pool} where it never schedules. Pin a pool it fits with nodeSelector "
@@ -426,15 +426,13 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
                 {"name": "trainJobs", "expression": TRAINJOB_RES},
                 # The TrainJob spec whose runtimePatches may pin a pool (the object's, or the trial template's).
                 {"name": "trainJob", "expression": f"{_TRIAL_IS}'TrainJob' ? {_TRIAL}.spec : object.spec"},
+                # Only GPU work is this policy's business (matchConditions cannot read variables).
+                {"name": "asksForGpu", "expression": f"{_gpu_pod_specs()} || variables.trainJobs.exists(t, {_gpu_in('t')})"},
             ],
-            "matchConditions": [
-                # A Job's pods were checked with their Job (JobSet, TrainJob): after admission they carry
-                # the flavor's node selector, so they are not checked again.
-                {"name": "not-a-job-controller-pod",
-                 "expression": f"request.kind.kind != 'Pod' || !({CREATED_BY_JOB_CONTROLLER})"},
-                {"name": "asks-for-a-gpu", "expression": (
-                    f"{_gpu_pod_specs()} || variables.trainJobs.exists(t, {_gpu_in('t')})")},
-            ],
+            # A Job's pods were checked with their Job (JobSet, TrainJob): after admission they carry the
+            # flavor's node selector, so they are not checked again.
+            "matchConditions": [{"name": "not-a-job-controller-pod",
+                                 "expression": f"request.kind.kind != 'Pod' || !({CREATED_BY_JOB_CONTROLLER})"}],
             "validations": validations,
         },
     }
