@@ -270,7 +270,7 @@ PIPELINE_HOW_TO = (f"a Kubeflow Pipelines step in namespace kubeflow asks for it
                    f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (kfp.kubernetes.add_pod_label)")
 HOW_TO_SUBMIT = (f"submit GPU work as a TrainJob, Job or Katib experiment in namespace {TRAINING_NAMESPACE} "
                  f"(queued in its LocalQueue '{DEFAULT_LOCAL_QUEUE}' without any label), {PIPELINE_HOW_TO}, or start a "
-                 f"GPU notebook from JupyterHub; see docs/queue.md")
+                 f"GPU notebook from JupyterHub; see docs/first-training-job.md section 6")
 
 
 def render_gpu_admission_policy() -> dict[str, Any]:
