@@ -576,7 +576,7 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     if job is not None and ctx.client.get("v1", "Namespace", ns) is not None:
         patched = copy.deepcopy(job)
         patched["metadata"] = {"name": "rehearsal-grace-patch", "namespace": ns}
-        patched["spec"]["runtimePatches"] = [{"manager": "rehearsal", "trainingRuntimeSpec": {"template": {"spec": {
+        patched["spec"]["runtimePatches"] = [{"manager": "gpu-platform.io/rehearsal", "trainingRuntimeSpec": {"template": {"spec": {
             "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
                 "terminationGracePeriodSeconds": 60}}}}}]}}}}]
         err = submit(ctx.client, patched)
