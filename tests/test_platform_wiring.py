@@ -233,9 +233,7 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
 def test_releases_in_queue_namespaces_install_after_kueue_and_kueue_after_trainer(full_plan: Plan) -> None:
     """Kueue's job webhooks (failurePolicy Fail) see the queue's namespaces only; JupyterHub lives in
     one (its GPU notebooks are queued), so it installs after Kueue; Kueue after Trainer's CRDs.
-    Pipelines and Katib live in `kubeflow`, also one (pipeline GPU steps are queued), and may install
-    before Kueue (nothing of theirs is queued; a pod refused while Kueue's webhook does not yet serve
-    is created again by its ReplicaSet)."""
+    Pipelines and Katib live in `kubeflow`, also one (pipeline GPU steps are queued): after Kueue too."""
     kueue = full_plan.one(RELEASE, "platform-queue-kueue")
     hub = full_plan.one(RELEASE, "platform-notebooks-jupyterhub")
     trainer = full_plan.one(RELEASE, "platform-kubeflow-trainer")
@@ -244,6 +242,9 @@ def test_releases_in_queue_namespaces_install_after_kueue_and_kueue_after_traine
     labelled = {r.inputs["metadata"]["name"] for r in full_plan.by_type("kubernetes:core/v1:Namespace")
                 if r.inputs["metadata"]["labels"].get("gpu-platform.io/queue") == "enabled"}
     assert labelled == {"training", "jupyterhub", "kubeflow"}
+    dirs = {r.name: r for r in full_plan.by_type(KUSTOMIZE)}
+    for app in ("platform-kubeflow-pipelines", "platform-kubeflow-katib"):
+        assert kueue.urn in dirs[app].dependencies, app
 
 
 def test_quotas_follow_allocatable_and_the_limit_range_has_no_default_limits(full_plan: Plan) -> None:

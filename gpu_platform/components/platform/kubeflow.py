@@ -31,7 +31,7 @@ Resource needs (upstream defaults): Trainer + JobSet controllers ~0.2 CPU / 0.5 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import pulumi
 from pulumi_kubernetes.kustomize import v2 as kustomize
@@ -177,7 +177,8 @@ class KubeflowArgs:
 class Kubeflow(pulumi.ComponentResource):
     def __init__(self, name: str, args: KubeflowArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:platform:Kubeflow", name, None, opts)
-        cluster = args.cluster
+        cluster = self._cluster = args.cluster
+        self._name = name
         ns = apply_object(f"{name}-trainer-namespace", render_namespace(TRAINER_NAMESPACE, "baseline"),
                           k8s_opts(cluster, self))
         self.trainer = helm_release(f"{name}-trainer", "kubeflow-trainer", versions.KUBEFLOW_TRAINER,
@@ -193,14 +194,21 @@ class Kubeflow(pulumi.ComponentResource):
                                              k8s_opts(cluster, self, [self.trainer]))
             self.patch_binding = apply_object(f"{name}-kueue-patch-binding", render_policy_binding(KUEUE_PATCH_POLICY),
                                               k8s_opts(cluster, self, [self.patch_policy]))
+        self.pipelines_cluster = self.pipelines = self.katib = None
+        self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": [*DEFAULT_RUNTIMES, CHECKPOINTED_RUNTIME]})
+
+    def install_apps(self, after: Sequence[pulumi.Resource] = ()) -> None:
+        """Pipelines and Katib, in `kubeflow`, after `after`: Kueue when the queue is on (its pod webhook
+        fails closed and covers `kubeflow`, so their pods wait for it to serve; Kueue itself waits for
+        the Trainer above, hence a second step the platform calls once Kueue exists)."""
+        cluster, name = self._cluster, self._name
         overlays = {key: program_relative(path) for key, path in versions.KUSTOMIZE_OVERLAYS.items()}
         self.pipelines_cluster = kustomize.Directory(
             f"{name}-pipelines-cluster-scoped", directory=overlays["pipelines-cluster-scoped"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
         self.pipelines = kustomize.Directory(
             f"{name}-pipelines", directory=overlays["pipelines-platform-agnostic"],
-            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster]))
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster, *after]))
         self.katib = kustomize.Directory(
             f"{name}-katib", directory=overlays["katib-standalone"],
-            opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
-        self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": [*DEFAULT_RUNTIMES, CHECKPOINTED_RUNTIME]})
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, *after]))

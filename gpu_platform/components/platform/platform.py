@@ -81,6 +81,8 @@ class MlPlatform(pulumi.ComponentResource):
                 training_namespace=self.training.namespace, instance_types=types,
                 pipelines_namespace=self.kubeflow.kubeflow_namespace if self.kubeflow else None,
                 after=[self.kubeflow.trainer] if self.kubeflow else []), child)
+        if self.kubeflow:  # Pipelines and Katib live in a queue namespace: after Kueue serves
+            self.kubeflow.install_apps([self.queue.kueue] if self.queue else [])
         self.notebooks: Optional[Notebooks] = None
         if p.notebooks:
             self.notebooks = Notebooks(f"{name}-notebooks", NotebooksArgs(
