@@ -130,9 +130,12 @@ def test_switching_a_part_off_removes_it_and_nothing_else(full_plan: Plan, part:
     plan = plan_platform(config({part: False}))
     assert not plan.by_type(PART_COMPONENTS[part])
     removed = names(full_plan) - names(plan)
-    # GPU notebooks are queued: without the queue their LocalQueue goes and the GPU profiles lose the
-    # queue label (the only coupling between parts)
-    coupled = {"platform-notebooks-local-queue"} if part == "queue" else set()
+    # GPU notebooks and pipeline steps are queued: without the queue their LocalQueues go, the GPU
+    # profiles lose the queue label and the policy on TrainJobs Kueue would break goes; without
+    # Kubeflow, its namespace's LocalQueue (the only couplings between parts)
+    coupled = ({"platform-notebooks-local-queue", "platform-kubeflow-kueue-patch-policy",
+                "platform-kubeflow-kueue-patch-binding"} if part == "queue" else
+               {"platform-queue-pipelines-local-queue"} if part == "kubeflow" else set())
     assert removed and all(n.startswith(PART_PREFIX[part]) for n in removed - coupled), removed
     assert coupled <= removed
     assert not names(plan) - names(full_plan)
@@ -229,7 +232,8 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
 
 def test_releases_in_queue_namespaces_install_after_kueue_and_kueue_after_trainer(full_plan: Plan) -> None:
     """Kueue's job webhooks (failurePolicy Fail) see the queue's namespaces only; JupyterHub lives in
-    one (its GPU notebooks are queued), so it installs after Kueue; Kueue after Trainer's CRDs."""
+    one (its GPU notebooks are queued), so it installs after Kueue; Kueue after Trainer's CRDs.
+    Pipelines and Katib live in `kubeflow`, also one (pipeline GPU steps are queued): after Kueue too."""
     kueue = full_plan.one(RELEASE, "platform-queue-kueue")
     hub = full_plan.one(RELEASE, "platform-notebooks-jupyterhub")
     trainer = full_plan.one(RELEASE, "platform-kubeflow-trainer")
@@ -237,7 +241,10 @@ def test_releases_in_queue_namespaces_install_after_kueue_and_kueue_after_traine
     assert trainer.urn in kueue.dependencies
     labelled = {r.inputs["metadata"]["name"] for r in full_plan.by_type("kubernetes:core/v1:Namespace")
                 if r.inputs["metadata"]["labels"].get("gpu-platform.io/queue") == "enabled"}
-    assert labelled == {"training", "jupyterhub"}
+    assert labelled == {"training", "jupyterhub", "kubeflow"}
+    dirs = {r.name: r for r in full_plan.by_type(KUSTOMIZE)}
+    for app in ("platform-kubeflow-pipelines", "platform-kubeflow-katib"):
+        assert kueue.urn in dirs[app].dependencies, app
 
 
 def test_quotas_follow_allocatable_and_the_limit_range_has_no_default_limits(full_plan: Plan) -> None:

@@ -54,12 +54,18 @@ WORKFLOW_OWNER = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "nam
                   "controller": True}
 
 
-def admit(obj: dict[str, Any]) -> Optional[str]:
-    """None when admitted, else the refusal message (as the API server evaluates the policy)."""
+USER = "alice"
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+
+
+def admit(obj: dict[str, Any], user: str = USER) -> Optional[str]:
+    """None when admitted, else the refusal message (as the API server evaluates the policy), for a
+    request by `user`."""
     policy = render_gpu_admission_policy()["spec"]
     env = celpy.Environment()
     activation = {"object": celpy.json_to_cel(obj),
-                  "namespaceObject": celpy.json_to_cel(NAMESPACES[obj["metadata"]["namespace"]])}
+                  "namespaceObject": celpy.json_to_cel(NAMESPACES[obj["metadata"]["namespace"]]),
+                  "request": celpy.json_to_cel({"kind": {"kind": "Pod"}, "userInfo": {"username": user}})}
 
     def ev(expr: str) -> Any:
         return env.program(env.compile(expr)).evaluate(activation)
@@ -75,7 +81,7 @@ def admit(obj: dict[str, Any]) -> Optional[str]:
 def test_a_gpu_pod_outside_the_queue_namespaces_is_refused_with_how_to_submit() -> None:
     """Before: a pipeline step asking for a GPU in `kubeflow` (or any pod in `default`) took a GPU
     that Kueue counted as free."""
-    for ns in (KUBEFLOW_NAMESPACE, "default"):
+    for ns in ("default",):
         message = admit(pod(ns, owner=WORKFLOW_OWNER))
         assert message and "not queued" in message and "TrainJob" in message and "training" in message, message
         assert ns in message
@@ -93,7 +99,8 @@ def test_a_gpu_pod_in_a_queue_namespace_without_a_queue_is_refused() -> None:
 def test_queued_gpu_pods_and_cpu_pods_are_admitted() -> None:
     assert admit(pod(JUPYTERHUB_NAMESPACE, labels={QUEUE_NAME_LABEL: "gpu-queue"})) is None  # GPU notebook
     assert admit(pod("training", labels={QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE})) is None  # defaulted by Kueue
-    assert admit(pod("training", owner=JOB_OWNER)) is None  # a TrainJob's / Katib trial's / Job's pod
+    # a TrainJob's / Katib trial's / Job's pod, made by the job controller
+    assert admit(pod("training", owner=JOB_OWNER), user=JOB_CONTROLLER) is None
     assert admit(pod(KUBEFLOW_NAMESPACE, gpus=None)) is None  # no GPU: not this policy's business
     assert admit(pod("default", gpus=None)) is None
 
@@ -111,7 +118,7 @@ def test_training_has_a_default_local_queue_and_kueue_manages_it() -> None:
     lq = render_local_queue(name=DEFAULT_LOCAL_QUEUE)
     assert lq["metadata"] == {**lq["metadata"], "name": "default", "namespace": "training"}
     selector = kueue_manager_config()["managedJobsNamespaceSelector"]["matchLabels"]
-    for ns in ("training", JUPYTERHUB_NAMESPACE):
+    for ns in ("training", JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE):
         labels = NAMESPACES[ns]["metadata"]["labels"]
         assert all(labels.get(k) == v for k, v in selector.items()), ns
 
@@ -176,7 +183,8 @@ def _quantity(text):
     import re as _re
 
     m = _re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
-    assert m and m.group(2) in _SUFFIX, text
+    if not (m and m.group(2) in _SUFFIX):  # a CEL error, which `||` absorbs when its other side is true
+        return celpy.evaluation.CELEvalError(f"invalid quantity {text!r}", ValueError)
     return celpy.celtypes.DoubleType(float(Fraction(m.group(1)) * _SUFFIX[m.group(2)]))
 
 
@@ -188,17 +196,36 @@ def _compare(a, b):
 CAPS = {"a10g": PoolCapacity(3_320, 12 * 1024**3, 1), "l4x4": PoolCapacity(44_000, 170 * 1024**3, 4)}
 
 
-def fit_refusal(obj: dict) -> Optional[str]:
-    policy = render_fit_policy(CAPS)["spec"]
+def _is_quantity(text):
+    import re as _re
+
+    m = _re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
+    return celpy.celtypes.BoolType(bool(m and m.group(2) in _SUFFIX))
+
+
+CEL_FUNCTIONS = {"quantity": _quantity, "compareTo": _compare, "isQuantity": _is_quantity}
+
+
+def fit_refusal(obj: dict, user: str = USER, caps=None) -> Optional[str]:
+    """None when the fit policy admits `obj`, else its message (variables, then matchConditions, then
+    validations, as the API server evaluates a ValidatingAdmissionPolicy)."""
+    policy = render_fit_policy(caps or CAPS)["spec"]
     env = celpy.Environment()
-    act = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel({"kind": {"kind": obj["kind"]}})}
-    fns = {"quantity": _quantity, "compareTo": _compare}
+    act = {"object": celpy.json_to_cel(obj),
+           "request": celpy.json_to_cel({"kind": {"kind": obj["kind"]}, "userInfo": {"username": user}})}
+    fns = CEL_FUNCTIONS
 
     def ev(expr: str):
         return env.program(env.compile(expr), functions=fns).evaluate(act)
 
+    # matchConditions first, without `variables` (the API server declares none there)
     if not all(ev(c["expression"]) for c in policy["matchConditions"]):
         return None
+    variables: dict = {}
+    for v in policy.get("variables") or []:
+        act["variables"] = celpy.celtypes.MapType(variables)
+        variables[celpy.celtypes.StringType(v["name"])] = ev(v["expression"])
+    act["variables"] = celpy.celtypes.MapType(variables)
     for v in policy["validations"]:
         if not ev(v["expression"]):
             return v["message"]
@@ -263,10 +290,17 @@ def test_the_example_trainjob_passes_both_policies_of_every_shipped_stack(stack:
     fit_spec = plan.one(vap, "fit-policy").inputs["spec"]
     example = _yaml.safe_load((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text())
     env = celpy.Environment()
-    act = {"object": celpy.json_to_cel(example), "request": celpy.json_to_cel({"kind": {"kind": "TrainJob"}}),
+    act = {"object": celpy.json_to_cel(example),
+           "request": celpy.json_to_cel({"kind": {"kind": "TrainJob"}, "userInfo": {"username": USER}}),
            "namespaceObject": celpy.json_to_cel(render_training_namespace())}
-    fns = {"quantity": _quantity, "compareTo": _compare}
+    fns = CEL_FUNCTIONS
     assert all(env.program(env.compile(c["expression"]), functions=fns).evaluate(act) for c in fit_spec["matchConditions"])
+    variables: dict = {}
+    for v in fit_spec["variables"]:
+        act["variables"] = celpy.celtypes.MapType(variables)
+        variables[celpy.celtypes.StringType(v["name"])] = env.program(env.compile(v["expression"]), functions=fns).evaluate(act)
+    act["variables"] = celpy.celtypes.MapType(variables)
+    assert variables["asksForGpu"]
     failed = [v["message"] for v in fit_spec["validations"]
               if not env.program(env.compile(v["expression"]), functions=fns).evaluate(act)]
     assert not failed, failed

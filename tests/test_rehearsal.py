@@ -292,6 +292,11 @@ def _with_grace_in_runtime_patches(releases):
     job["spec"]["runtimePatches"] = [{"manager": "gpu-platform.io/example", "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
             "serviceAccountName": "trainer", "terminationGracePeriodSeconds": 60}}}}}]}}}}]
+    # Without the platform's policy that refuses such a TrainJob at submission (trainjob-patches-kueue-keeps;
+    # tests/test_queue_coverage.py rehearses the refusal): what Kueue then does to it.
+    for rel in releases:
+        rel.objects = [o for o in rel.objects if not (o["kind"].startswith("ValidatingAdmissionPolicy")
+                                                      and o["metadata"]["name"] == "trainjob-patches-kueue-keeps")]
 
 
 @needs_components

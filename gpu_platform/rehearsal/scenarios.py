@@ -424,7 +424,8 @@ def _probe_job(job: dict, name: str, queue: str, gpus: int) -> dict:
 
 
 def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
-    sc = Scenario("inadmissible", "a job larger than any node stays inadmissible; a zero-quota flavor admits nothing")
+    sc = Scenario("inadmissible", "a job larger than any node is refused at submission; a job within every node but "
+                                  "beyond the queue's quota, and one on zero-quota flavors, stay inadmissible in Kueue")
     release_example(ctx)
     job = _example(ctx)
     ctl = ctx.controllers.get("kueue-manager")
@@ -435,20 +436,33 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
     ns = job["metadata"].get("namespace") or "training"
     queue = (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
     most = max((g.allocatable.gpus for g in ctx.model.node_groups), default=0)
+    # The platform's fit policy refuses a job no pool's node can hold before it can hold quota.
     big = _probe_job(job, "rehearsal-too-big", queue, most + 1)
+    err = submit(ctx.client, big)
+    if err is None:
+        sc.fail(f"rehearsal-too-big (one node needing {most + 1} GPU(s), the largest node has {most}) was accepted: "
+                "the fit policy (gpu-jobs-fit-their-pool) should refuse it at submission")
+        ctx.client.delete(TRAINER, "TrainJob", "rehearsal-too-big", ns)
+    elif "ValidatingAdmissionPolicy" in err and "denied request" in err:
+        sc.details.append(f"rehearsal-too-big (one node needing {most + 1} GPU(s)): refused at admission: {_short(err)}")
+    else:
+        sc.fail(f"rehearsal-too-big refused, but not by the fit policy: {err}")
     # A ClusterQueue with the shipped flavors, every quota zero, and its LocalQueue.
     lq = ctx.client.get(KUEUE, "LocalQueue", queue, ns) if queue else None
     cq = ctx.client.get(KUEUE, "ClusterQueue", lq["spec"]["clusterQueue"]) if lq else None
     submitted = []
-    if err := submit(ctx.client, big):
-        if "ValidatingAdmissionPolicy" in err and "denied request" in err:
-            # The platform's admission policy refuses a job no pool's node can hold before it can hold quota.
-            sc.details.append(f"rehearsal-too-big (one node needing {most + 1} GPU(s)): refused at admission: {err}")
-        else:
-            sc.fail(f"probe TrainJob refused: {err}")
-    else:
-        submitted.append(("rehearsal-too-big", f"one node needing {most + 1} GPU(s) (the largest node has {most})"))
     if cq is not None:
+        # Kueue's own inadmissibility: one GPU a node (every pool's node holds it, so the fit policy lets
+        # it through), on more nodes than any flavor's GPU quota: no flavor can ever hold the pod set.
+        quotas = [int(r["nominalQuota"]) for rg in cq["spec"]["resourceGroups"] for f in rg["flavors"]
+                  for r in f["resources"] if r["name"] == GPU_RESOURCE]
+        over = _probe_job(job, "rehearsal-over-quota", queue, 1)
+        over["spec"]["trainer"]["numNodes"] = max(quotas, default=0) + 1
+        if err := submit(ctx.client, over):
+            sc.fail(f"rehearsal-over-quota (within every pool's node, beyond the quota) refused at submission: {err}")
+        else:
+            submitted.append(("rehearsal-over-quota", f"{max(quotas, default=0) + 1} nodes of one GPU, the largest "
+                                                      f"flavor quota is {max(quotas, default=0)} GPUs", "insufficient quota"))
         zero = {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "rehearsal-zero-quota"},
                 "spec": {"namespaceSelector": cq["spec"].get("namespaceSelector", {}),
                          "resourceGroups": [{"coveredResources": rg["coveredResources"],
@@ -463,17 +477,119 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
         elif err := submit(ctx.client, _probe_job(job, "rehearsal-zero-quota", "rehearsal-zero-quota", 1)):
             sc.fail(f"probe TrainJob refused: {err}")
         else:
-            submitted.append(("rehearsal-zero-quota", "one GPU on flavors with zero quota"))
+            submitted.append(("rehearsal-zero-quota", "one GPU on flavors with zero quota", "insufficient quota"))
+    else:
+        sc.fail(f"no LocalQueue {queue!r} (or its ClusterQueue) in {ns}: Kueue's inadmissibility not exercised")
     time.sleep(wait)
-    for name, what in submitted:
+    for name, what, reason in submitted:
         w = _workload_for(ctx.client, ns, "TrainJob", name)
+        said = _workload_message(w)
         if w is None:
             sc.fail(f"{name} ({what}): Kueue created no Workload for it")
         elif _admitted(w):
             sc.fail(f"{name} ({what}): Kueue ADMITTED it on {_flavors(w)}; its pods can never be scheduled")
+        elif reason not in said:
+            sc.fail(f"{name} ({what}): not admitted, but Kueue does not say why ({reason!r} expected): {said}")
         else:
-            sc.details.append(f"{name} ({what}): not admitted after {wait:.0f}s ({_workload_message(w)})")
+            sc.details.append(f"{name} ({what}): not admitted after {wait:.0f}s ({said})")
         ctx.client.delete(TRAINER, "TrainJob", name, ns)
+    return sc
+
+
+# --- (c2) nothing bypasses the queue -------------------------------------------------------------------------------
+
+
+# Pod Security "restricted" (the training namespace's level), so only the queue's policies decide.
+_RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+_RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _gpu_pod(name: str, namespace: str, labels: Optional[dict] = None, owner: Optional[dict] = None) -> dict:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"securityContext": _RESTRICTED_POD, "containers": [{
+                "name": "c", "image": "busybox", "command": ["sleep", "1"], "securityContext": _RESTRICTED_CONTAINER,
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {GPU_RESOURCE: "1"}}}]}}
+
+
+def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
+    """The API server, with the platform's admission policies, refuses what would bypass or break the
+    queue, and a Kubeflow Pipelines GPU step is queued: a bare GPU pod naming a Job it is no part of
+    (a forged ownerReference), a GPU step without the queue label, a TrainJob whose runtimePatches
+    Kueue v0.19.2 drops."""
+    sc = Scenario("queue-bypass", "a GPU pod with a forged Job owner and an unlabelled GPU pipeline step are refused; "
+                                  "a labelled pipeline step is queued by Kueue; a TrainJob Kueue would break is refused")
+    ctl = ctx.controllers.get("kueue-manager")
+    job = _example(ctx)
+    if ctl is None or ctl.status != "running":
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("needs a running Kueue")
+        return sc
+    ns = (job or {}).get("metadata", {}).get("namespace") or "training"
+    # A real Job the pod is no part of (Kueue's pod webhook itself refuses an owner that does not exist,
+    # and skips a pod whose owner is a Job it manages).
+    unrelated = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rehearsal-unrelated", "namespace": ns},
+                 "spec": {"suspend": True, "template": {"spec": {
+                     "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
+                         {"name": "c", "image": "busybox", "securityContext": _RESTRICTED_CONTAINER,
+                          "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}
+    if err := submit(ctx.client, unrelated):
+        sc.fail(f"a CPU Job in {ns} was refused: {err}")
+        return sc
+    live_job = ctx.client.get("batch/v1", "Job", "rehearsal-unrelated", ns) or {"metadata": {}}
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "rehearsal-unrelated",
+             "uid": live_job["metadata"].get("uid", ""), "controller": True}
+    err = submit(ctx.client, _gpu_pod("rehearsal-forged-owner", ns, owner=owner))
+    ctx.client.delete("batch/v1", "Job", "rehearsal-unrelated", ns)
+    if err is None:
+        sc.fail(f"a bare GPU pod in {ns} naming an unrelated Job as its owner was ADMITTED: it runs unqueued")
+        ctx.client.delete("v1", "Pod", "rehearsal-forged-owner", ns)
+    elif "gpu-pods-through-the-queue" in err:
+        sc.details.append(f"forged Job owner: refused ({_short(err)})")
+    else:
+        sc.fail(f"forged Job owner refused, but not by the queue policy: {err}")
+    if ctx.client.get("v1", "Namespace", "kubeflow") is None:
+        sc.details.append("no kubeflow namespace (Pipelines off): pipeline steps not rehearsed")
+    else:
+        err = submit(ctx.client, _gpu_pod("rehearsal-unlabelled-step", "kubeflow"))
+        if err is None:
+            sc.fail("an unlabelled GPU pod in kubeflow was ADMITTED: it runs unqueued")
+            ctx.client.delete("v1", "Pod", "rehearsal-unlabelled-step", "kubeflow")
+        else:
+            sc.details.append(f"unlabelled GPU step in kubeflow: refused ({_short(err)})")
+        step = _gpu_pod("rehearsal-gpu-step", "kubeflow", labels={QUEUE_LABEL: "gpu-queue"})
+        if err := submit(ctx.client, step):
+            sc.fail(f"a GPU pipeline step labelled {QUEUE_LABEL}=gpu-queue was refused: {err}")
+        else:
+            deadline, w = time.monotonic() + wait, None
+            while time.monotonic() < deadline and w is None:
+                w = _workload_for(ctx.client, "kubeflow", "Pod", "rehearsal-gpu-step")
+                time.sleep(1)
+            live = ctx.client.get("v1", "Pod", "rehearsal-gpu-step", "kubeflow") or {}
+            if w is None:
+                sc.fail("the labelled GPU pipeline step got no Kueue Workload: Kueue's pod integration does not manage "
+                        f"kubeflow (namespace labels {(live.get('metadata') or {}).get('labels')})")
+            else:
+                sc.details.append(f"labelled GPU step in kubeflow: queued as Workload {w['metadata']['name']} "
+                                  f"({'admitted' if _admitted(w) else _workload_message(w)})")
+            ctx.client.delete("v1", "Pod", "rehearsal-gpu-step", "kubeflow")
+    if job is not None and ctx.client.get("v1", "Namespace", ns) is not None:
+        patched = copy.deepcopy(job)
+        patched["metadata"] = {"name": "rehearsal-grace-patch", "namespace": ns}
+        patched["spec"]["runtimePatches"] = [{"manager": "gpu-platform.io/rehearsal", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                "terminationGracePeriodSeconds": 60}}}}}]}}}}]
+        err = submit(ctx.client, patched)
+        if err is None:
+            sc.fail("a TrainJob setting terminationGracePeriodSeconds in runtimePatches was accepted: Kueue v0.19.2 "
+                    "drops the field on admission and the job never starts")
+            ctx.client.delete(TRAINER, "TrainJob", "rehearsal-grace-patch", ns)
+        elif "torch-checkpointed" in err:
+            sc.details.append(f"TrainJob with a grace-period runtime patch: refused ({_short(err)})")
+        else:
+            sc.fail(f"the grace-period TrainJob was refused without naming the torch-checkpointed runtime: {err}")
     return sc
 
 
@@ -700,5 +816,5 @@ def linode_autoscaling(ctx: Context) -> Scenario:
     return autoscale.linode_autoscaling(ctx, Scenario("linode-autoscaling", autoscale.TITLE))
 
 
-SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, inadmissible, notebook_profiles, operator_pods,
-             linode_autoscaling)
+SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, inadmissible, queue_bypass, notebook_profiles,
+             operator_pods, linode_autoscaling)

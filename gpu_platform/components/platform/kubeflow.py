@@ -31,7 +31,7 @@ Resource needs (upstream defaults): Trainer + JobSet controllers ~0.2 CPU / 0.5 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import pulumi
 from pulumi_kubernetes.kustomize import v2 as kustomize
@@ -42,6 +42,10 @@ from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
     MANAGED_BY, render_namespace,
+)
+from gpu_platform.components.platform.queue import (
+    QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_SELECTOR, QUEUE_NAMESPACE_VALUE,
+    render_policy_binding,
 )
 from gpu_platform.components.platform.training import CHECKPOINT_GRACE_SECONDS
 
@@ -109,19 +113,72 @@ def render_kubeflow_namespace() -> dict[str, Any]:
     Pipelines' Pod Security level (baseline). Not Katib's metrics-collector label, which Katib's copy
     carries: its pod webhook (failurePolicy Fail) would then intercept every pod created here,
     Pipelines' and Katib's own included, and refuse them until Katib serves. Trials run in `training`,
-    which carries the label."""
-    return render_namespace(KUBEFLOW_NAMESPACE, "baseline")
+    which carries the label.
+
+    The queue's label: Pipelines' run pods execute here, so a GPU step is a pod Kueue's pod integration
+    queues (it carries the queue-name label, kfp.kubernetes.add_pod_label, and waits gated for the
+    ClusterQueue's GPU quota). Its LocalQueue is `gpu-queue` (queue.JobQueue); no `default` one: Kueue would
+    label every unlabelled pod of the namespace with it, Pipelines' own servers included, and hold them
+    for GPU-pool quota; without one, pods without the label pass Kueue's webhook untouched."""
+    return render_namespace(KUBEFLOW_NAMESPACE, "baseline", {QUEUE_NAMESPACE_LABEL: QUEUE_NAMESPACE_VALUE})
+
+
+# Pod-spec fields of a TrainJob's runtimePatches that Kueue v0.19.2 drops when it admits the TrainJob
+# (it rewrites the object with Trainer v2.2.1 types; these are new in v2.3.0): the JobSet update that
+# follows is refused and the job never starts (see the module docstring). preflight's
+# fit/pods.py KUEUE_DROPPED_POD_PATCH_FIELDS names the same (a test keeps them equal).
+KUEUE_DROPPED_POD_PATCH_FIELDS = ("terminationGracePeriodSeconds",)
+KUEUE_PATCH_POLICY = "trainjob-patches-kueue-keeps"
+
+
+def _patch_has(field: str) -> str:
+    ps = "p.trainingRuntimeSpec.template.spec"
+    pod = "r.template.spec.template.spec"
+    return (f"object.spec.runtimePatches.exists(p, has(p.trainingRuntimeSpec) && has(p.trainingRuntimeSpec.template) && "
+            f"has({ps}) && has({ps}.replicatedJobs) && {ps}.replicatedJobs.exists(r, has(r.template) && "
+            f"has(r.template.spec) && has(r.template.spec.template) && has({pod}) && has({pod}.{field})))")
+
+
+def render_kueue_patch_policy(grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy refusing, in the queue's namespaces, a TrainJob whose runtimePatches
+    set a pod-spec field Kueue v0.19.2 drops on admission (terminationGracePeriodSeconds): such a job
+    would be queued, admitted and then never get a pod. The message names the platform's
+    `torch-checkpointed` runtime, whose pod template carries the checkpoint grace period."""
+    validations = [{
+        "expression": f"!has(object.spec.runtimePatches) || !({_patch_has(f)})",
+        "message": (f"this TrainJob sets {f} in runtimePatches: Kueue (built against Trainer v2.2.1) drops it when "
+                    f"it admits the job, and the job then never starts. Use runtimeRef {{kind: ClusterTrainingRuntime, "
+                    f"name: {CHECKPOINTED_RUNTIME}}} instead: its pod template carries a {grace_seconds} s "
+                    f"grace period (see examples/training/trainjob-checkpointed.yaml)"),
+        "reason": "Invalid",
+    } for f in KUEUE_DROPPED_POD_PATCH_FIELDS]
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": KUEUE_PATCH_POLICY, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+                "resourceRules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
+                                   "operations": ["CREATE"], "resources": ["trainjobs"]}]},
+            "validations": validations,
+        },
+    }
 
 
 @dataclass
 class KubeflowArgs:
     cluster: ClusterHandle
+    # Kueue queues the training namespace's TrainJobs: refuse those it would break (render_kueue_patch_policy).
+    queued: bool = False
 
 
 class Kubeflow(pulumi.ComponentResource):
     def __init__(self, name: str, args: KubeflowArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:platform:Kubeflow", name, None, opts)
-        cluster = args.cluster
+        cluster = self._cluster = args.cluster
+        self._name = name
         ns = apply_object(f"{name}-trainer-namespace", render_namespace(TRAINER_NAMESPACE, "baseline"),
                           k8s_opts(cluster, self))
         self.trainer = helm_release(f"{name}-trainer", "kubeflow-trainer", versions.KUBEFLOW_TRAINER,
@@ -131,14 +188,27 @@ class Kubeflow(pulumi.ComponentResource):
                                                  k8s_opts(cluster, self, [self.trainer]))
         self.kubeflow_namespace = apply_object(f"{name}-namespace", render_kubeflow_namespace(),
                                                k8s_opts(cluster, self))
+        self.patch_policy = self.patch_binding = None
+        if args.queued:
+            self.patch_policy = apply_object(f"{name}-kueue-patch-policy", render_kueue_patch_policy(),
+                                             k8s_opts(cluster, self, [self.trainer]))
+            self.patch_binding = apply_object(f"{name}-kueue-patch-binding", render_policy_binding(KUEUE_PATCH_POLICY),
+                                              k8s_opts(cluster, self, [self.patch_policy]))
+        self.pipelines_cluster = self.pipelines = self.katib = None
+        self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": [*DEFAULT_RUNTIMES, CHECKPOINTED_RUNTIME]})
+
+    def install_apps(self, after: Sequence[pulumi.Resource] = ()) -> None:
+        """Pipelines and Katib, in `kubeflow`, after `after`: Kueue when the queue is on (its pod webhook
+        fails closed and covers `kubeflow`, so their pods wait for it to serve; Kueue itself waits for
+        the Trainer above, hence a second step the platform calls once Kueue exists)."""
+        cluster, name = self._cluster, self._name
         overlays = {key: program_relative(path) for key, path in versions.KUSTOMIZE_OVERLAYS.items()}
         self.pipelines_cluster = kustomize.Directory(
             f"{name}-pipelines-cluster-scoped", directory=overlays["pipelines-cluster-scoped"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
         self.pipelines = kustomize.Directory(
             f"{name}-pipelines", directory=overlays["pipelines-platform-agnostic"],
-            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster]))
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster, *after]))
         self.katib = kustomize.Directory(
             f"{name}-katib", directory=overlays["katib-standalone"],
-            opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
-        self.register_outputs({"trainerNamespace": TRAINER_NAMESPACE, "runtimes": [*DEFAULT_RUNTIMES, CHECKPOINTED_RUNTIME]})
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, *after]))

@@ -72,14 +72,17 @@ class MlPlatform(pulumi.ComponentResource):
 
         self.kubeflow: Optional[Kubeflow] = None
         if p.kubeflow:
-            self.kubeflow = Kubeflow(f"{name}-kubeflow", KubeflowArgs(cluster=cluster), child)
+            self.kubeflow = Kubeflow(f"{name}-kubeflow", KubeflowArgs(cluster=cluster, queued=p.queue), child)
         self.queue: Optional[JobQueue] = None
         if p.queue:
             self.queue = JobQueue(f"{name}-queue", JobQueueArgs(
                 cluster=cluster, queueing_strategy=p.queueing_strategy, gpu_quota=p.gpu_quota,
                 pods_ready_timeout_minutes=p.pods_ready_timeout_minutes, max_requeues=p.max_requeues,
                 training_namespace=self.training.namespace, instance_types=types,
+                pipelines_namespace=self.kubeflow.kubeflow_namespace if self.kubeflow else None,
                 after=[self.kubeflow.trainer] if self.kubeflow else []), child)
+        if self.kubeflow:  # Pipelines and Katib live in a queue namespace: after Kueue serves
+            self.kubeflow.install_apps([self.queue.kueue] if self.queue else [])
         self.notebooks: Optional[Notebooks] = None
         if p.notebooks:
             self.notebooks = Notebooks(f"{name}-notebooks", NotebooksArgs(

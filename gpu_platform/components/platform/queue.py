@@ -25,7 +25,7 @@ from gpu_platform.components.capacity import MI, Allocatable, allocatable
 from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
-    KUEUE_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
+    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
 )
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -245,22 +245,41 @@ GPU_POD_CONDITION = (f"{_requests_gpu('object.spec.containers')} || "
 IN_QUEUE_NAMESPACE = (f"has(namespaceObject.metadata.labels) && "
                       f"'{QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels && "
                       f"namespaceObject.metadata.labels['{QUEUE_NAMESPACE_LABEL}'] == '{QUEUE_NAMESPACE_VALUE}'")
-QUEUED_POD = (
-    f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in object.metadata.labels) || "
-    f"(has(namespaceObject.metadata.labels) && '{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels"
-    f" && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
-    f"has(r.controller) && r.controller == true && r.kind == 'Job' && r.apiVersion == 'batch/v1'))")
+# Who creates the pods of a batch Job: kube-controller-manager's job controller, under its own
+# ServiceAccount (--use-service-account-credentials, kubeadm's, GKE's and EKS's default) or the
+# controller-manager's identity. No user can act as either; a pod's ownerReferences anyone may write.
+JOB_CONTROLLER_USERS = ("system:serviceaccount:kube-system:job-controller", "system:kube-controller-manager")
+# The workload kinds Kueue's integrations manage (INTEGRATIONS): a pod whose controller is one of them
+# is skipped by Kueue's pod webhook (v0.19.2 pod_webhook.go Default: FindAncestorJobManagedByKueue),
+# so a pod naming one as owner is only trusted when the job controller created it.
+KUEUE_OWNER_KINDS = (("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("trainer.kubeflow.org", "TrainJob"))
+CREATED_BY_JOB_CONTROLLER = ("request.userInfo.username in [" +
+                             ", ".join(f"'{u}'" for u in JOB_CONTROLLER_USERS) + "]")
+_OWNED_BY_A_KUEUE_KIND = ("has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, " +
+                          " || ".join(f"(r.apiVersion.startsWith('{g}/') && r.kind == '{k}')" for g, k in KUEUE_OWNER_KINDS)
+                          + ")")
+# A pod of a batch Job in a namespace where Kueue queues every Job (its `default` LocalQueue): the job
+# controller made it, from a Job Kueue admitted (Job, JobSet, TrainJob and Katib trial pods).
+QUEUED_JOB_POD = (f"has(namespaceObject.metadata.labels) && '{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels"
+                  f" && {CREATED_BY_JOB_CONTROLLER}")
+# A pod with the queue-name label and no owner of a kind Kueue manages: Kueue's pod webhook (mutating,
+# so before this policy) gated it, and only Kueue admits it (GPU notebooks, pipeline steps).
+QUEUED_PLAIN_POD = f"has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in object.metadata.labels && !({_OWNED_BY_A_KUEUE_KIND})"
+QUEUED_POD = f"({QUEUED_JOB_POD}) || ({QUEUED_PLAIN_POD})"
+PIPELINE_HOW_TO = (f"a Kubeflow Pipelines step in namespace kubeflow asks for its GPU with the pod label "
+                   f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (kfp.kubernetes.add_pod_label)")
 HOW_TO_SUBMIT = (f"submit GPU work as a TrainJob, Job or Katib experiment in namespace {TRAINING_NAMESPACE} "
-                 f"(queued in its LocalQueue '{DEFAULT_LOCAL_QUEUE}' without any label), or a GPU notebook "
-                 f"from JupyterHub; see docs/first-training-job.md section 6")
+                 f"(queued in its LocalQueue '{DEFAULT_LOCAL_QUEUE}' without any label), {PIPELINE_HOW_TO}, or start a "
+                 f"GPU notebook from JupyterHub; see docs/first-training-job.md section 6")
 
 
 def render_gpu_admission_policy() -> dict[str, Any]:
     """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) that
     refuses any pod asking for a GPU that Kueue did not queue: outside the queue's namespaces Kueue
-    never sees it (it would take a GPU the ClusterQueue counts as free); inside them it must carry
-    the queue-name label (Kueue's pod webhook, which runs before validation, adds `default` in
-    `training`) or be the pod of a batch Job in a namespace whose every Job Kueue queues."""
+    never sees it (it would take a GPU the ClusterQueue counts as free); inside them it must either
+    carry the queue-name label and have no owner of a kind Kueue manages (so Kueue's pod webhook,
+    which runs before validation, gated it), or be created by the job controller in a namespace
+    whose every Job Kueue queues. An ownerReference alone proves nothing: anyone may write one."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -276,8 +295,9 @@ def render_gpu_admission_policy() -> dict[str, Any]:
                                        f'namespaceObject.metadata.name + " is not queued: {HOW_TO_SUBMIT}"'),
                  "reason": "Forbidden"},
                 {"expression": f"!({IN_QUEUE_NAMESPACE}) || {QUEUED_POD}",
-                 "message": (f"this GPU pod names no Kueue queue: add the label {QUEUE_NAME_LABEL} "
-                             f"(e.g. {LOCAL_QUEUE}), or {HOW_TO_SUBMIT}"),
+                 "message": (f"this GPU pod is not queued by Kueue: a pod needs the label {QUEUE_NAME_LABEL} "
+                             f"(e.g. {LOCAL_QUEUE}) and no Job, JobSet or TrainJob owner (only the job controller "
+                             f"creates a Job's pods, in namespace {TRAINING_NAMESPACE}); {HOW_TO_SUBMIT}"),
                  "reason": "Forbidden"},
             ],
         },
@@ -285,8 +305,29 @@ def render_gpu_admission_policy() -> dict[str, Any]:
 
 
 FIT_POLICY = "gpu-jobs-fit-their-pool"
-_JOB_POD = "object.spec.template.spec"
 _TJ_RES = "object.spec.trainer.resourcesPerNode"
+_TRIAL = "object.spec.trialTemplate.trialSpec"
+_TRIAL_TJ_RES = f"{_TRIAL}.spec.trainer.resourcesPerNode"
+# An Experiment's trial template given inline (trialSpec; a ConfigMap-held one is checked per trial).
+_TRIAL_IS = ("request.kind.kind == 'Experiment' && has(object.spec.trialTemplate) && "
+             f"has({_TRIAL}) && has({_TRIAL}.kind) && has({_TRIAL}.spec) && {_TRIAL}.kind == ")
+# The kinds the fit policy checks, with where their pod specs are: every kind Kueue manages here
+# (INTEGRATIONS: Job, JobSet, TrainJob, plain pods), plus Katib Experiments (their trial template is a
+# Job or a TrainJob, refused at submission instead of trial by trial).
+FIT_RULES = (("batch", "v1", "jobs"), ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+             ("trainer.kubeflow.org", "v1alpha1", "trainjobs"), ("kubeflow.org", "v1beta1", "experiments"),
+             ("", "v1", "pods"))
+# The pod specs of the object, by kind (a list; empty for TrainJobs, checked by resourcesPerNode).
+POD_SPECS = (
+    "request.kind.kind == 'Job' ? [object.spec.template.spec] : "
+    "request.kind.kind == 'JobSet' ? object.spec.replicatedJobs.map(r, r.template.spec.template.spec) : "
+    "request.kind.kind == 'Pod' ? [object.spec] : "
+    f"{_TRIAL_IS}'Job' && has({_TRIAL}.spec.template) && has({_TRIAL}.spec.template.spec) ? [{_TRIAL}.spec.template.spec] : []")
+# The TrainJob resourcesPerNode the object asks for (a list of zero or one).
+TRAINJOB_RES = (
+    f"request.kind.kind == 'TrainJob' && has(object.spec.trainer) && has({_TJ_RES}) ? [{_TJ_RES}] : "
+    f"{_TRIAL_IS}'TrainJob' && has({_TRIAL}.spec.trainer) && has({_TRIAL_TJ_RES}) ? [{_TRIAL_TJ_RES}] : []")
+_CONTAINERS = ("s.containers", "(has(s.initContainers) ? s.initContainers : [])")
 
 
 def _gpu_in(res: str) -> str:
@@ -294,65 +335,80 @@ def _gpu_in(res: str) -> str:
             f"(has({res}.requests) && '{GPU_RESOURCE}' in {res}.requests))")
 
 
-def _requests_fit(req: str, cap: PoolCapacity) -> str:
-    """CEL: the requests map `req` asks for at most `cap` (Kubernetes' quantity library; a quantity
-    may be written as a number, hence string())."""
-    return (f"(!('cpu' in {req}) || quantity(string({req}['cpu'])).compareTo(quantity('{cap.cpu_millis}m')) <= 0) && "
-            f"(!('memory' in {req}) || quantity(string({req}['memory'])).compareTo(quantity('{cap.memory_bytes}')) <= 0)")
+def _at_most(value: str, limit: str) -> str:
+    """CEL: the quantity `value` (a string or a number) is at most `limit`; a value that is no quantity
+    (a Katib `${trialParameters.x}` placeholder) is not judged here (its trial's Job is, when created)."""
+    return (f"(!isQuantity(string({value})) || "
+            f"quantity(string({value})).compareTo(quantity('{limit}')) <= 0)")
 
 
-def _gpus_fit(res: str, cap: PoolCapacity) -> str:
-    """CEL: the GPUs the resources `res` ask for (limits or requests: an extended resource may be given
-    either way) are at most a node of the pool has: more can never be scheduled on it, yet Kueue's quota
-    is the pool's total and would admit it (seen in the rehearsal: 2 GPUs on 1-GPU nodes, admitted)."""
-    return " && ".join(
-        f"(!has({res}.{part}) || !('{GPU_RESOURCE}' in {res}.{part}) || "
-        f"quantity(string({res}.{part}['{GPU_RESOURCE}'])).compareTo(quantity('{cap.gpus}')) <= 0)"
-        for part in ("limits", "requests"))
+def _resources_fit(res: str, cap: PoolCapacity) -> str:
+    """CEL: the resources `res` fit one node of the pool. CPU and memory count as Kubernetes schedules
+    them: the request, or, where only a limit is given, the limit (Kubernetes defaults the request to
+    it). GPUs, an extended resource, count in limits and requests alike: more than a node has can
+    never be scheduled on it, yet Kueue's quota is the pool's total and would admit it (seen in the
+    rehearsal: 2 GPUs on 1-GPU nodes, admitted)."""
+    parts = []
+    for name, limit in (("cpu", f"{cap.cpu_millis}m"), ("memory", str(cap.memory_bytes))):
+        parts.append(f"(has({res}.requests) && '{name}' in {res}.requests ? {_at_most(f'{res}.requests[{name!r}]', limit)} : "
+                     f"(!has({res}.limits) || !('{name}' in {res}.limits) || {_at_most(f'{res}.limits[{name!r}]', limit)}))")
+    for part in ("limits", "requests"):
+        parts.append(f"(!has({res}.{part}) || !('{GPU_RESOURCE}' in {res}.{part}) || "
+                     f"{_at_most(f'{res}.{part}[{GPU_RESOURCE!r}]', str(cap.gpus))})")
+    return " && ".join(parts)
 
 
-def _job_pinned(pool: str) -> str:
-    return (f"(has({_JOB_POD}.nodeSelector) && '{POOL_LABEL}' in {_JOB_POD}.nodeSelector && "
-            f"{_JOB_POD}.nodeSelector['{POOL_LABEL}'] == '{pool}')")
+def _spec_pinned(spec: str, pool: Optional[str] = None) -> str:
+    """CEL: the pod spec selects a pool by its node label (`pool`, or any)."""
+    head = f"has({spec}.nodeSelector) && '{POOL_LABEL}' in {spec}.nodeSelector"
+    return f"({head} && {spec}.nodeSelector['{POOL_LABEL}'] == '{pool}')" if pool else f"({head})"
 
 
-def _trainjob_pinned(pool: str) -> str:
+def _spec_fits(cap: PoolCapacity) -> str:
+    """CEL, for pod spec `s`: every container, init containers included, fits one node of the pool."""
+    return " && ".join(f"{lst}.all(c, !has(c.resources) || ({_resources_fit('c.resources', cap)}))" for lst in _CONTAINERS)
+
+
+def _trainjob_pinned(tj: str, pool: Optional[str] = None) -> str:
     rj = "r.template.spec.template.spec"
-    return ("(has(object.spec.runtimePatches) && object.spec.runtimePatches.exists(p, has(p.trainingRuntimeSpec) && "
-            "has(p.trainingRuntimeSpec.template) && has(p.trainingRuntimeSpec.template.spec) && "
-            "has(p.trainingRuntimeSpec.template.spec.replicatedJobs) && "
-            "p.trainingRuntimeSpec.template.spec.replicatedJobs.exists(r, has(r.template) && has(r.template.spec) && "
-            f"has(r.template.spec.template) && has(r.template.spec.template.spec) && has({rj}.nodeSelector) && "
-            f"'{POOL_LABEL}' in {rj}.nodeSelector && {rj}.nodeSelector['{POOL_LABEL}'] == '{pool}')))")
+    ps = "p.trainingRuntimeSpec.template.spec"
+    return (f"(has({tj}.runtimePatches) && {tj}.runtimePatches.exists(p, has(p.trainingRuntimeSpec) && "
+            f"has(p.trainingRuntimeSpec.template) && has({ps}) && has({ps}.replicatedJobs) && "
+            f"{ps}.replicatedJobs.exists(r, has(r.template) && has(r.template.spec) && "
+            f"has(r.template.spec.template) && has({rj}) && {_spec_pinned(rj, pool)})))")
+
+
+def _gpu_pod_specs() -> str:
+    return ("variables.podSpecs.exists(s, " + " || ".join(
+        f"{lst}.exists(c, has(c.resources) && {_gpu_in('c.resources')})" for lst in _CONTAINERS) + ")")
 
 
 def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
-    """A ValidatingAdmissionPolicy refusing, at submission, a GPU Job or TrainJob whose pod asks for
-    more CPU or memory than a node of some pool hands to jobs while it names no pool: Kueue's quotas
-    are per flavor in aggregate, so it could admit the job to that pool's flavor, where the pod never
+    """A ValidatingAdmissionPolicy refusing, at submission, GPU work whose pod asks for more CPU, memory
+    or GPUs than a node of some pool hands to jobs while it names no pool: Kueue's quotas are per
+    flavor in aggregate, so it could admit the job to that pool's flavor, where the pod never
     schedules (e.g. 8 CPU + 1 GPU on aws-prod's a10g, about 3.5 CPU a node). The message lists each
     pool's per-pod room and how to pin one (nodeSelector gpu-platform.io/pool: Kueue then assigns
-    only that pool's flavor). Per container for Jobs (a pod of several large containers is not
-    summed); per node for TrainJobs (trainer.resourcesPerNode)."""
+    only that pool's flavor). Every kind Kueue manages here: Jobs, JobSets (each replicated job's
+    pod), TrainJobs (trainer.resourcesPerNode), plain pods Kueue queues (GPU notebooks, pipeline
+    steps; not a Job's pods, checked with their job), and Katib Experiments' trial templates. Per
+    container, init containers included (a pod of several large containers is not summed)."""
     if not capacities:
         raise ValueError("no GPU pools")
     rooms = ", ".join(f"{n}: {c.cpu_millis / 1000:g} CPU, {c.memory_bytes // MI // 1024:g} GiB, {c.gpus} GPU"
                       for n, c in sorted(capacities.items()))
-    job_any = " || ".join(_job_pinned(p) for p in sorted(capacities))
-    tj_any = " || ".join(_trainjob_pinned(p) for p in sorted(capacities))
     validations = []
     for pool, cap in sorted(capacities.items()):
-        job_fits = (f"{_JOB_POD}.containers.all(c, !has(c.resources) || ((!has(c.resources.requests) || "
-                    f"({_requests_fit('c.resources.requests', cap)})) && {_gpus_fit('c.resources', cap)}))")
-        tj_fits = (f"(!has({_TJ_RES}.requests) || ({_requests_fit(_TJ_RES + '.requests', cap)})) && "
-                   f"{_gpus_fit(_TJ_RES, cap)}")
+        specs_ok = (f"variables.podSpecs.all(s, ({_spec_pinned('s')} && !{_spec_pinned('s', pool)}) || "
+                    f"({_spec_fits(cap)}))")
+        tj_ok = (f"variables.trainJobs.all(t, ({_trainjob_pinned('variables.trainJob')} && "
+                 f"!{_trainjob_pinned('variables.trainJob', pool)}) || ({_resources_fit('t', cap)}))")
         validations.append({
-            "expression": (f"request.kind.kind == 'Job' ? (({job_any}) && !{_job_pinned(pool)}) || ({job_fits}) : "
-                           f"(({tj_any}) && !{_trainjob_pinned(pool)}) || ({tj_fits})"),
-            "message": (f"a GPU pod of this job asks for more CPU, memory or GPUs than a node of pool {pool} hands to jobs, "
-                        f"and the job names no pool, so Kueue may admit it to {pool} where it never schedules. Pin a "
-                        f"pool it fits with nodeSelector {POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask "
-                        f"for less. Room per pod: {rooms}"),
+            "expression": f"!variables.asksForGpu || (({specs_ok}) && ({tj_ok}))",
+            "message": (f"a GPU pod of this job asks for more CPU, memory or GPUs than a node of pool {pool} hands to jobs "
+                        f"(a limit without a request counts as the request), and the job names no pool, so Kueue may "
+                        f"admit it to {pool} where it never schedules. Pin a pool it fits with nodeSelector "
+                        f"{POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask for less. Room per pod: {rooms}"),
             "reason": "Invalid",
         })
     return {
@@ -363,14 +419,20 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
             "failurePolicy": "Fail",
             "matchConstraints": {
                 "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
-                "resourceRules": [
-                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]},
-                    {"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"],
-                     "resources": ["trainjobs"]},
-                ]},
-            "matchConditions": [{"name": "asks-for-a-gpu", "expression": (
-                f"request.kind.kind == 'Job' ? {_JOB_POD}.containers.exists(c, has(c.resources) && {_gpu_in('c.resources')}) "
-                f": (has(object.spec.trainer) && has({_TJ_RES}) && {_gpu_in(_TJ_RES)})")}],
+                "resourceRules": [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE"], "resources": [r]}
+                                  for g, v, r in FIT_RULES]},
+            "variables": [
+                {"name": "podSpecs", "expression": POD_SPECS},
+                {"name": "trainJobs", "expression": TRAINJOB_RES},
+                # The TrainJob spec whose runtimePatches may pin a pool (the object's, or the trial template's).
+                {"name": "trainJob", "expression": f"{_TRIAL_IS}'TrainJob' ? {_TRIAL}.spec : object.spec"},
+                # Only GPU work is this policy's business (matchConditions cannot read variables).
+                {"name": "asksForGpu", "expression": f"{_gpu_pod_specs()} || variables.trainJobs.exists(t, {_gpu_in('t')})"},
+            ],
+            # A Job's pods were checked with their Job (JobSet, TrainJob): after admission they carry the
+            # flavor's node selector, so they are not checked again.
+            "matchConditions": [{"name": "not-a-job-controller-pod",
+                                 "expression": f"request.kind.kind != 'Pod' || !({CREATED_BY_JOB_CONTROLLER})"}],
             "validations": validations,
         },
     }
@@ -402,6 +464,8 @@ class JobQueueArgs:
     pods_ready_timeout_minutes: int = 10
     max_requeues: int = 3
     training_namespace: Optional[pulumi.Resource] = None  # the LocalQueue waits for it
+    # Kubeflow Pipelines' namespace (when installed): its pipeline steps name the LocalQueue made there.
+    pipelines_namespace: Optional[pulumi.Resource] = None
     # Every instance type a node of a pool may be (EKS mixed-instances pools); default: the pool's own.
     instance_types: Optional[Mapping[str, Sequence[str]]] = None
     # Releases Kueue starts after (Kubeflow Trainer: the TrainJob/JobSet CRDs its integrations watch).
@@ -429,8 +493,14 @@ class JobQueue(pulumi.ComponentResource):
         self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(), k8s_opts(cluster, self, lq_deps))
         self.default_local_queue = apply_object(
             f"{name}-default-local-queue", render_local_queue(name=DEFAULT_LOCAL_QUEUE), k8s_opts(cluster, self, lq_deps))
+        self.pipelines_local_queue = None
+        if args.pipelines_namespace is not None:
+            self.pipelines_local_queue = apply_object(
+                f"{name}-pipelines-local-queue", render_local_queue(KUBEFLOW_NAMESPACE),
+                k8s_opts(cluster, self, [self.kueue, self.cluster_queue, args.pipelines_namespace]))
         # Refuses GPU pods Kueue did not queue; after the queues exist, so queued work is never refused.
-        policy_deps = k8s_opts(cluster, self, [self.local_queue, self.default_local_queue])
+        policy_deps = k8s_opts(cluster, self, [self.local_queue, self.default_local_queue,
+                                               *([self.pipelines_local_queue] if self.pipelines_local_queue else [])])
         self.gpu_admission_policy = apply_object(f"{name}-gpu-admission-policy", render_gpu_admission_policy(),
                                                  policy_deps)
         self.gpu_admission_binding = apply_object(
