@@ -418,7 +418,7 @@ def test_preemption_is_not_counted_and_a_never_ready_job_stops_after_max_requeue
     assert [s.status for s in result.scenarios] == ["PASS", "PASS", "PASS"], _failures(result)
     details = " ".join(by_name["never-ready"].details)
     assert "spec.active false" in details and "DeactivatedDueToRequeuingLimitExceeded" in details
-    assert "'PodsReadyTimeout': 3" in details
+    assert "'PodsReadyTimeout/WaitForStart': 3" in details and "'Deactivated/RequeuingLimitExceeded': 1" in details
     kueue = next(c for c in result.to_json()["controllers"] if c["binary"] == "kueue-manager")
     assert any(c.startswith("waitForPodsReady.timeout:") for c in kueue["configChanges"])  # said in the report
 
