@@ -876,7 +876,9 @@ def never_ready(ctx: Context) -> Scenario:
         if w is not None and (not counts or counts[-1] != c) and c:
             counts.append(c)
         bound |= {p["spec"]["nodeName"] for p in _job_pods(ctx.client, ns, name) if p["spec"].get("nodeName")}
-        if w is not None and (w.get("spec") or {}).get("active") is False:
+        # spec.active turns false first; Kueue's eviction (the Evicted condition with its reason) follows.
+        if (w is not None and (w.get("spec") or {}).get("active") is False
+                and str((_conditions(w).get("Evicted") or {}).get("reason", "")).startswith("Deactivated")):
             break
         time.sleep(1)
     evicted = _conditions(w or {}).get("Evicted") or {}
