@@ -780,12 +780,16 @@ def preemption_not_counted(ctx: Context) -> Scenario:
     deleted = time.monotonic()
     sc.details.append(f"deleted node {victim} (group {group}); requeue count {count0}, JobSet restarts {restarts0} "
                       f"({counted0} counted towards maxRestarts)")
-    if not spare:
-        _autoscaler_adds(ctx, sc, victim, group, ns, name)
+    old = {p["metadata"]["uid"] for p in pods}
     deadline = time.monotonic() + max(ctx.timeout, 150)
-    seen_recovery = False
+    seen_recovery, node_back = False, bool(spare)
     restarts, counted = restarts0, counted0
     while time.monotonic() < deadline:
+        if not node_back and any(p["metadata"]["uid"] not in old for p in _job_pods(ctx.client, ns, name)):
+            # No other node in the pool: once the replacement pod exists (the old one is gone, which
+            # needs the node gone), play the autoscaler and bring the node back.
+            _autoscaler_adds(ctx, sc, victim, group, ns, name)
+            node_back = True
         w = _workload_for(ctx.client, ns, "TrainJob", name)
         pr = _pods_ready(w)
         seen_recovery |= pr.get("reason") == "WaitForRecovery"
