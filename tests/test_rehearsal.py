@@ -126,8 +126,13 @@ def test_controller_configuration_changes_only_addresses_certificates_and_leader
     argv = prepare(kueue, tmp_path, tmp_path / "certs")
     written = yaml.safe_load((tmp_path / "kueue-manager.config.yaml").read_text())
     changed = {c.split(":", 1)[0] for c in kueue.changes if not c.startswith("--")}
+    # ... and, for the never-ready drill's time only, Kueue's waitForPodsReady timeout and backoff base.
     assert changed <= {"leaderElection.leaderElect", "webhook.port", "webhook.host", "metrics.bindAddress",
-                       "health.healthProbeBindAddress", "internalCertManagement.enable", "webhook.certDir"}
+                       "health.healthProbeBindAddress", "internalCertManagement.enable", "webhook.certDir",
+                       "waitForPodsReady.timeout", "waitForPodsReady.requeuingStrategy.backoffBaseSeconds"}
+    wfpr, stack = written["waitForPodsReady"], kueue.config["waitForPodsReady"]
+    assert wfpr["recoveryTimeout"] == stack["recoveryTimeout"]
+    assert wfpr["requeuingStrategy"]["backoffLimitCount"] == stack["requeuingStrategy"]["backoffLimitCount"]
     assert written["integrations"] == kueue.config["integrations"]
     assert written["managedJobsNamespaceSelector"] == kueue.config["managedJobsNamespaceSelector"]
     assert any(a.startswith("--config=") for a in argv)
