@@ -772,6 +772,10 @@ def preemption_not_counted(ctx: Context) -> Scenario:
     count0, evictions0 = _requeue_count(w), _evictions(w)
     restarts0, counted0 = _jobset_restarts(ctx.client, ns, name)
     pods = [p for p in _job_pods(ctx.client, ns, name) if p["spec"].get("nodeName")]
+    if not pods:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("the example TrainJob's Workload is Ready but it has no bound pod")
+        return sc
     victim = pods[0]["spec"]["nodeName"]
     nodes = _nodes(ctx.client)
     group = group_of(nodes.get(victim, {}))
