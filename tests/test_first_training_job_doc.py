@@ -41,13 +41,22 @@ def test_the_doc_builds_the_image_it_applies() -> None:
 
 
 def test_the_timings_the_doc_quotes_are_the_configured_ones() -> None:
-    """Before: the doc said a preempted job is evicted after 10 min; a job that was running is evicted
-    after Kueue's recoveryTimeout (3 min)."""
-    conf = kueue_manager_config()["waitForPodsReady"]
-    recovery = int(conf["recoveryTimeout"].rstrip("m"))
-    preemption = DOC.split("## 4.")[1].split("## 5.")[0]
-    assert f"{recovery} minutes" in preemption and "recoveryTimeout" in preemption
+    """Before: the doc said a preempted job is evicted after 10 min, then 3 min (recoveryTimeout, shorter
+    than a GPU node's boot); the timeouts now come from each cloud's node boot time."""
+    from gpu_platform.costs.node_boot import node_boot_minutes
+
     defaults = PlatformSection()
+    conf = {cloud: kueue_manager_config(defaults.pods_ready_timeout_minutes, defaults.max_requeues,
+                                        node_boot_minutes(cloud))["waitForPodsReady"] for cloud in ("gcp", "aws", "linode")}
+    assert conf["gcp"] == conf["aws"]
+    mins = {c: (int(v["timeout"].rstrip("m")), int(v["recoveryTimeout"].rstrip("m"))) for c, v in conf.items()}
+    preemption = " ".join(DOC.split("## 4.")[1].split("## 5.")[0].split())  # whitespace as one space
+    assert f"{mins['gcp'][1]} minutes on GKE and EKS, {mins['linode'][1]} on Linode" in preemption
+    assert "recoveryTimeout" in preemption
     assert f"`platform.podsReadyTimeoutMinutes`, {defaults.pods_ready_timeout_minutes} by" in preemption
     assert f"`platform.maxRequeues` ({defaults.max_requeues})" in preemption
+    never = " ".join(DOC.split("### Jobs that can never run stop")[1].split("### Availability")[0].split())
+    assert f"{mins['gcp'][0]} minutes on GKE and EKS and {mins['linode'][0]} on Linode" in never
+    assert f"({mins['gcp'][1]} / {mins['linode'][1]} minutes)" in never
+    assert f"admitted {defaults.max_requeues + 1} times" in never
     assert "no retry limit" not in DOC

@@ -450,3 +450,24 @@ def test_network_policy_is_enforced_by_dataplane_v2(prod):
     # Dataplane V2 enforces NetworkPolicy itself; the legacy Calico add-on (networkPolicy) must stay off with it.
     assert c["datapathProvider"] == "ADVANCED_DATAPATH"
     assert "networkPolicy" not in c or not c["networkPolicy"].get("enabled")
+
+
+def test_spot_pool_gives_pods_the_120_s_graceful_shutdown_where_the_minor_allows(prod):
+    """Before: GKE's default graceful node shutdown (30 s, 15 s for pods): a preempted Spot node's
+    training pod had 15 s of the runtime's 60 s checkpoint grace. GKE allows 120 s for Spot pools from
+    1.35.0-gke.1171000; gcp-prod pins 1.35, so its Spot pool asks for it; pods get 120 - 15 s."""
+    kubelet = prod.one(NODE_POOL, "a100").inputs["nodeConfig"].get("kubeletConfig")
+    assert kubelet == {"shutdownGracePeriodSeconds": 120, "shutdownGracePeriodCriticalPodsSeconds": 15}
+    from gpu_platform.components.gcp.nodepool import spot_shutdown_grace
+    from gpu_platform.components.platform.training import CHECKPOINT_GRACE_SECONDS
+
+    assert kubelet["shutdownGracePeriodSeconds"] - kubelet["shutdownGracePeriodCriticalPodsSeconds"] >= CHECKPOINT_GRACE_SECONDS
+    # Not where GKE keeps its default: preemptible and on-demand pools, a minor before 1.35, none pinned.
+    assert spot_shutdown_grace("preemptible", "1.36") is None
+    assert spot_shutdown_grace("on-demand", "1.36") is None
+    assert spot_shutdown_grace("spot", "1.34") is None
+    assert spot_shutdown_grace("spot", None) is None
+    config = stack_config("gcp-prod")
+    config.pop("gpu-platform:kubernetesVersion")
+    unpinned = run_program(stack_input_from_mapping("gcp-prod", config)).one(NODE_POOL, "a100").inputs
+    assert "kubeletConfig" not in unpinned["nodeConfig"]

@@ -110,9 +110,9 @@ def test_preemption_suits_interruptible_capacity() -> None:
 
 
 def test_kueue_requeues_evicted_jobs_and_manages_jobs_and_trainjobs() -> None:
-    conf = kueue_manager_config(7)
+    conf = kueue_manager_config(7, boot_minutes=8.0)
     wfpr = conf["waitForPodsReady"]
-    assert wfpr["timeout"] == "7m"
+    assert wfpr["timeout"] == "15m"  # the node's boot, then podsReadyTimeoutMinutes (tests/test_retries.py)
     assert wfpr["requeuingStrategy"]["timestamp"] == "Eviction"
     assert wfpr["requeuingStrategy"]["backoffLimitCount"] == 3  # null would requeue without limit
     assert {"batch/job", "trainer.kubeflow.org/trainjob"} <= set(conf["integrations"]["frameworks"])

@@ -35,7 +35,7 @@ from gpu_platform.components.platform.queue import (
     render_gpu_admission_policy, render_local_queue, render_resource_flavor,
 )
 from gpu_platform.components.platform.kubeflow import (
-    CHECKPOINTED_RUNTIME, render_checkpointed_runtime, render_kubeflow_namespace,
+    CHECKPOINT_EXIT_CODE, CHECKPOINTED_RUNTIME, render_checkpointed_runtime, render_kubeflow_namespace,
 )
 from gpu_platform.components.platform.notebooks import render_notebooks_namespace
 from gpu_platform.components.platform.training import (
@@ -177,8 +177,11 @@ def test_checkpointed_runtime_is_torch_distributed_with_the_checkpoint_contract(
     upstream = _chart_file(f"kubeflow-trainer-{versions.KUBEFLOW_TRAINER.version}.tgz",
                            "kubeflow-trainer/files/runtimes/torch-distributed.yaml")
     ours = copy.deepcopy(runtime["spec"])
-    for key in ("serviceAccountName", "terminationGracePeriodSeconds", "securityContext"):
+    for key in ("serviceAccountName", "terminationGracePeriodSeconds", "securityContext", "restartPolicy"):
         del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][key]
+    for key in ("backoffLimit", "podFailurePolicy"):
+        del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][key]
+    del ours["template"]["spec"]["failurePolicy"]
     assert ours == upstream["spec"]
     pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == render_training_service_account({})["metadata"]["name"]
@@ -188,6 +191,56 @@ def test_checkpointed_runtime_is_torch_distributed_with_the_checkpoint_contract(
         "template"]["spec"]["terminationGracePeriodSeconds"] == 120
     with pytest.raises(ValueError, match="at least 0"):
         render_checkpointed_runtime(-1)
+
+
+def _jobset_crd_schema() -> dict[str, Any]:
+    """JobSet v0.12.0's CRD (the kubeflow-trainer chart's subchart: what the cluster installs), strict."""
+    crd = _chart_file(f"kubeflow-trainer-{versions.KUBEFLOW_TRAINER.version}.tgz",
+                      "kubeflow-trainer/charts/jobset/crds/jobset.x-k8s.io_jobsets.yaml")
+    return _strict(next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2")["schema"]["openAPIV3Schema"])
+
+
+def test_checkpointed_runtime_does_not_count_disruptions_as_failures() -> None:
+    """Before: no failure policy. JobSet's webhook defaulted restartPolicy OnFailure and every
+    preemption (pod failed with DisruptionTarget) or checkpointed stop counted against the Job's
+    backoffLimit and then the JobSet's maxRestarts (0): a spot job's retries were used up by
+    preemptions. Now a disrupted pod or one that exits CHECKPOINT_EXIT_CODE fails its Job with reason
+    PodFailurePolicy, and the JobSet restarts on that reason without counting it. Checked against the
+    schemas the cluster installs: Trainer's ClusterTrainingRuntime CRD, JobSet v0.12.0's CRD (the
+    JobSet Trainer creates from the template), Kubernetes' batch/v1 Job (kubernetes-validate, strict)
+    and JobSet's webhook rules (failure reasons it accepts, rule names)."""
+    runtime = render_checkpointed_runtime()
+    validate_cr(runtime)
+    jobset_spec = runtime["spec"]["template"]["spec"]
+    jsonschema.validate({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "spec": jobset_spec},
+                        _jobset_crd_schema(), cls=jsonschema.Draft7Validator)
+    rjob = jobset_spec["replicatedJobs"][0]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "node"}, "spec": copy.deepcopy(rjob["template"]["spec"])}
+    job["spec"]["template"]["spec"]["containers"][0]["name"] = "node"
+    kubernetes_validate.validate(job, "1.33", strict=True)
+
+    pod = rjob["template"]["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"  # the Job API refuses a podFailurePolicy with OnFailure
+    rules = rjob["template"]["spec"]["podFailurePolicy"]["rules"]
+    on_disruption = [r for r in rules if {"type": "DisruptionTarget", "status": "True"} in r.get("onPodConditions", [])]
+    on_checkpoint = [r for r in rules if CHECKPOINT_EXIT_CODE in (r.get("onExitCodes") or {}).get("values", [])
+                     and (r.get("onExitCodes") or {}).get("operator") == "In"]
+    assert on_disruption and on_disruption[0]["action"] == "FailJob"
+    assert on_checkpoint and on_checkpoint[0]["action"] == "FailJob"
+    assert on_checkpoint[0]["onExitCodes"]["containerName"] in {c["name"] for c in pod["containers"]}
+    assert CHECKPOINT_EXIT_CODE not in (0, 1, 128 + 15, 128 + 9)  # not success, a crash, a bare SIGTERM or SIGKILL
+
+    policy = jobset_spec["failurePolicy"]
+    first = policy["rules"][0]  # JobSet applies the first rule that matches
+    assert first["onJobFailureReasons"] == ["PodFailurePolicy"]
+    assert first["action"] == "RestartJobSetAndIgnoreMaxRestarts"
+    # JobSet v0.12.0 pkg/webhooks/jobset_webhook.go: validOnJobFailureReasons and ruleNameRegexp.
+    assert all(set(r.get("onJobFailureReasons", [])) <= {"BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
+                                                           "MaxFailedIndexesExceeded", "PodFailurePolicy"}
+               for r in policy["rules"])
+    assert all(re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", r["name"]) for r in policy["rules"])
+    # Real failures are still bounded: the Job retries a crash, then the JobSet fails after maxRestarts.
+    assert rjob["template"]["spec"]["backoffLimit"] >= 1 and policy["maxRestarts"] >= 0
 
 
 def test_strict_crd_validation_rejects_a_typo() -> None:

@@ -125,9 +125,9 @@ def test_training_has_a_default_local_queue_and_kueue_manages_it() -> None:
 
 def test_a_job_that_never_becomes_ready_stops_after_max_requeues() -> None:
     """Before: requeuingStrategy had no backoffLimitCount: re-admitted (and a GPU node scaled up) forever."""
-    conf = kueue_manager_config(3, max_requeues=2)
+    conf = kueue_manager_config(3, max_requeues=2, boot_minutes=8.0)
     assert conf["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 2
-    assert conf["waitForPodsReady"]["timeout"] == "3m"
+    assert conf["waitForPodsReady"]["timeout"] == "11m"  # the node's boot, then 3 (tests/test_retries.py)
     with pytest.raises(ValueError):
         kueue_manager_config(3, max_requeues=-1)
 

@@ -126,8 +126,13 @@ def test_controller_configuration_changes_only_addresses_certificates_and_leader
     argv = prepare(kueue, tmp_path, tmp_path / "certs")
     written = yaml.safe_load((tmp_path / "kueue-manager.config.yaml").read_text())
     changed = {c.split(":", 1)[0] for c in kueue.changes if not c.startswith("--")}
+    # ... and, for the never-ready drill's time only, Kueue's waitForPodsReady timeout and backoff base.
     assert changed <= {"leaderElection.leaderElect", "webhook.port", "webhook.host", "metrics.bindAddress",
-                       "health.healthProbeBindAddress", "internalCertManagement.enable", "webhook.certDir"}
+                       "health.healthProbeBindAddress", "internalCertManagement.enable", "webhook.certDir",
+                       "waitForPodsReady.timeout", "waitForPodsReady.requeuingStrategy.backoffBaseSeconds"}
+    wfpr, stack = written["waitForPodsReady"], kueue.config["waitForPodsReady"]
+    assert wfpr["recoveryTimeout"] == stack["recoveryTimeout"]
+    assert wfpr["requeuingStrategy"]["backoffLimitCount"] == stack["requeuingStrategy"]["backoffLimitCount"]
     assert written["integrations"] == kueue.config["integrations"]
     assert written["managedJobsNamespaceSelector"] == kueue.config["managedJobsNamespaceSelector"]
     assert any(a.startswith("--config=") for a in argv)
@@ -404,3 +409,70 @@ def test_planted_privileged_notebook_profile_fails(tmp_path):
     assert result.failed
     text = _failures(result)
     assert "refused its pod" in text and "privileged" in text
+
+
+# --- retries: a preemption is not a retry, a job that never becomes Ready stops ------------------------------------
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_preemption_is_not_counted_and_a_never_ready_job_stops_after_max_requeues(tmp_path):
+    """Issue 22 / 20: the node of the running example job is deleted: its JobSet restarts without
+    counting it, Kueue's Workload recovers with no eviction and an unchanged requeue count. A job whose
+    pods never become Ready is evicted (PodsReadyTimeout) and re-admitted maxRequeues (3) times, then
+    deactivated with reason ...RequeuingLimitExceeded on its Workload."""
+    from gpu_platform.rehearsal.scenarios import example_trainjob, never_ready, preemption_not_counted
+
+    result = _rehearse("gcp-prod", tmp_path, scenarios=(example_trainjob, preemption_not_counted, never_ready))
+    by_name = {s.name: s for s in result.scenarios}
+    assert [s.status for s in result.scenarios] == ["PASS", "PASS", "PASS"], _failures(result)
+    details = " ".join(by_name["never-ready"].details)
+    assert "spec.active false" in details and "DeactivatedDueToRequeuingLimitExceeded" in details
+    assert "'PodsReadyTimeout/WaitForStart': 3" in details and "'Deactivated/RequeuingLimitExceeded': 1" in details
+    kueue = next(c for c in result.to_json()["controllers"] if c["binary"] == "kueue-manager")
+    assert any(c.startswith("waitForPodsReady.timeout:") for c in kueue["configChanges"])  # said in the report
+
+
+def _without_backoff_limit(releases):
+    """Kueue's Configuration as it shipped before issue 22: requeuingStrategy without backoffLimitCount."""
+    for rel in releases:
+        for o in rel.objects:
+            if o.get("kind") == "ConfigMap" and "controller_manager_config.yaml" in (o.get("data") or {}):
+                conf = yaml.safe_load(o["data"]["controller_manager_config.yaml"])
+                if "waitForPodsReady" not in conf:  # Trainer's ConfigMap has the same key
+                    continue
+                conf["waitForPodsReady"]["requeuingStrategy"].pop("backoffLimitCount")
+                o["data"]["controller_manager_config.yaml"] = yaml.safe_dump(conf)
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_planted_requeuing_without_limit_is_found(tmp_path):
+    from gpu_platform.rehearsal.scenarios import never_ready
+
+    result = _rehearse("linode-dev", tmp_path, mutate=_without_backoff_limit, scenarios=(never_ready,))
+    sc = result.scenarios[0]
+    assert sc.status == "FAIL" and "no backoffLimitCount" in " ".join(sc.problems), _failures(result)
+
+
+def _runtime_without_failure_policy(releases):
+    """The torch-checkpointed runtime as it shipped before: no podFailurePolicy, no JobSet failurePolicy."""
+    for rel in releases:
+        for o in rel.objects:
+            if o.get("kind") == "ClusterTrainingRuntime" and o["metadata"]["name"] == "torch-checkpointed":
+                spec = o["spec"]["template"]["spec"]
+                spec.pop("failurePolicy")
+                rj = spec["replicatedJobs"][0]["template"]["spec"]
+                rj.pop("podFailurePolicy")
+                rj["template"]["spec"].pop("restartPolicy")
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_planted_runtime_without_failure_policy_is_found(tmp_path):
+    from gpu_platform.rehearsal.scenarios import example_trainjob, preemption_not_counted
+
+    result = _rehearse("gcp-prod", tmp_path, mutate=_runtime_without_failure_policy,
+                       scenarios=(example_trainjob, preemption_not_counted))
+    sc = result.scenarios[1]
+    assert sc.status == "FAIL" and "JobSet was not restarted" in " ".join(sc.problems), _failures(result)

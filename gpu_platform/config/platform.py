@@ -58,8 +58,9 @@ class PlatformSection(Model):
     # StrictFIFO: the head job blocks the queue until it fits (runs jobs strictly one after another);
     # BestEffortFIFO: a smaller job behind it may start when the head does not fit.
     queueing_strategy: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
-    # A job whose pods are not all running this long after admission (a lost spot node, an image
-    # that never pulls) is evicted and requeued.
+    # Minutes for image pull and start on top of the cloud's GPU node boot (gpu_platform/costs/node_boot.py):
+    # a job whose pods are not all Ready that long after admission (an image that never pulls, no
+    # capacity) is evicted and requeued; a running job gets 2 minutes more to recover from a lost node.
     pods_ready_timeout_minutes: int = Field(default=10, ge=1, le=24 * 60)
     # After this many such evictions the job is deactivated (Kueue backoffLimitCount) and says why,
     # instead of being admitted (and scaling a GPU node up) again and again.

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, load_catalog, load_gpu_speeds
 from gpu_platform.costs.estimator import Estimate, PoolShape, StackShape, catalog_age, estimate
+from gpu_platform.costs.node_boot import NODE_BOOT_MINUTES
 
 UTILISATIONS = (0.10, 0.25, 0.50, 0.75, 1.00)  # the JSON table
 CHART_UTILISATIONS = tuple(i / 20 for i in range(21))  # 0 %, 5 %, ... 100 %: the idle floor shows at 0 %
@@ -208,11 +209,9 @@ REFERENCE_WORKLOAD = {"seed": 2022, "month_hours": HOURS_PER_MONTH, "workday_hou
 SIMULATED_GPUS_MAX = 128
 
 
-# Minutes from a scale-up to a schedulable GPU node. GKE and EKS boot images with the driver baked in.
-# A Linode node boots stock Ubuntu and its bootstrap (gpu_platform/components/linode/render.py
-# bootstrap_script) installs kubeadm and the NVIDIA driver and container toolkit from apt, checks
-# nvidia-smi, then joins: an assumption (not measured) of twice the baked-image boot.
-SCALE_UP_MINUTES = {"gcp": 8.0, "aws": 8.0, "linode": 16.0}
+# Minutes from a scale-up to a schedulable GPU node (gpu_platform/costs/node_boot.py: the queue's
+# waitForPodsReady timeouts use the same figures).
+SCALE_UP_MINUTES = NODE_BOOT_MINUTES
 
 
 def simulated_overhead(cloud: str, pool: PoolShape, catalog: Optional[Catalog] = None, scale_up_minutes: Optional[float] = None,

@@ -22,6 +22,12 @@ from gpu_platform.rehearsal.kube import Client, kubeconfig
 from gpu_platform.rehearsal.processes import Proc, ProcessGroup, free_port
 
 READY_TIMEOUT = 60.0
+# Kueue's waitForPodsReady in the rehearsal: time only, never behaviour. The stack's `timeout` (a GPU
+# node's boot plus pull/start, about 18 minutes) and backoff base (60 s) would make the never-ready drill
+# take over an hour; these make it about two minutes. backoffLimitCount (the stack's maxRequeues) and
+# recoveryTimeout stay as the stack renders them. Listed in the report's configChanges.
+REHEARSAL_PODS_READY_TIMEOUT_S = 30
+REHEARSAL_BACKOFF_BASE_S = 1
 
 
 @dataclass
@@ -130,6 +136,10 @@ def prepare(ctl: Controller, run_dir: Path, cert_dir: Path) -> list[str]:
     else:
         _set(cfg, "internalCertManagement.enable", False, changes)
         _set(cfg, "webhook.certDir", str(cert_dir), changes)
+    if ctl.binary == "kueue-manager" and isinstance(cfg.get("waitForPodsReady"), dict):
+        _set(cfg, "waitForPodsReady.timeout", f"{REHEARSAL_PODS_READY_TIMEOUT_S}s", changes)
+        if isinstance(cfg["waitForPodsReady"].get("requeuingStrategy"), dict):
+            _set(cfg, "waitForPodsReady.requeuingStrategy.backoffBaseSeconds", REHEARSAL_BACKOFF_BASE_S, changes)
     ctl.changes = changes
     conf = run_dir / f"{ctl.binary}.config.yaml"
     conf.write_text(yaml.safe_dump(cfg, sort_keys=True))

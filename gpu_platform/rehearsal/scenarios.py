@@ -812,9 +812,224 @@ def notebook_profiles(ctx: Context) -> Scenario:
     return sc
 
 
+# --- (e2) a preemption is not a retry; (e3) a job that never becomes Ready stops ----------------------------------
+
+JOBSET = "jobset.x-k8s.io/v1alpha2"
+# kwok-stages.yaml never makes a pod with this container image Ready: an image that never pulls.
+NEVER_READY_IMAGE = "rehearsal.invalid/never-ready:0"
+
+
+def _requeue_count(w: Optional[dict]) -> int:
+    return int((((w or {}).get("status") or {}).get("requeueState") or {}).get("count") or 0)
+
+
+def _pods_ready(w: Optional[dict]) -> dict:
+    return _conditions(w or {}).get("PodsReady") or {}
+
+
+def _jobset_restarts(client: Client, ns: str, name: str) -> tuple[int, int]:
+    st = (client.get(JOBSET, "JobSet", name, ns) or {}).get("status") or {}
+    return int(st.get("restarts") or 0), int(st.get("restartsCountTowardsMax") or 0)
+
+
+def _wait_for_pods_ready_config(ctx: Context) -> dict:
+    ctl = ctx.controllers.get("kueue-manager")
+    return dict(((ctl.config if ctl else None) or {}).get("waitForPodsReady") or {})
+
+
+def _evictions(w: Optional[dict]) -> dict[str, int]:
+    """status.schedulingStats.evictions by reason (and underlying cause): what Kueue counted."""
+    out: dict[str, int] = {}
+    for e in (((w or {}).get("status") or {}).get("schedulingStats") or {}).get("evictions") or []:
+        key = e.get("reason", "?") + (f"/{e['underlyingCause']}" if e.get("underlyingCause") else "")
+        out[key] = out.get(key, 0) + int(e.get("count") or 0)
+    return out
+
+
+def _controllers_missing(ctx: Context, sc: Scenario) -> bool:
+    for need in ("kueue-manager", "trainer-manager", "jobset-manager"):
+        ctl = ctx.controllers.get(need)
+        if ctl is None or ctl.status != "running":
+            sc.status = "NOT REHEARSED"
+            sc.problems.append(f"{need} is not running")
+    return sc.status != "PASS"
+
+
+def preemption_not_counted(ctx: Context) -> Scenario:
+    """The node of the (already once preempted) example job is deleted again: the pod fails with
+    DisruptionTarget (the pod garbage collector), the runtime's podFailurePolicy fails its Job with
+    reason PodFailurePolicy, the JobSet restarts without counting it (restarts grows,
+    restartsCountTowardsMax does not), the new pod lands on another node of the pool, and Kueue's
+    Workload goes PodsReady False (WaitForRecovery) then True (Recovered) without an eviction: its
+    requeue count is unchanged, so no number of preemptions deactivates a job that runs again."""
+    sc = Scenario("preemption-not-counted", "a preemption is not a retry: the JobSet restarts uncounted, the Workload "
+                                            "recovers without eviction, its requeue count is unchanged")
+    job = _example(ctx)
+    if job is None:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("no example TrainJob")
+        return sc
+    if _controllers_missing(ctx, sc):
+        return sc
+    ns, name = job["metadata"].get("namespace") or "training", job["metadata"]["name"]
+    conf = _wait_for_pods_ready_config(ctx)
+    sc.details.append(f"Kueue waitForPodsReady: recoveryTimeout {conf.get('recoveryTimeout', '(= timeout)')} (the stack's), "
+                      f"backoffLimitCount {(conf.get('requeuingStrategy') or {}).get('backoffLimitCount')}")
+    deadline = time.monotonic() + max(ctx.timeout, 90)
+    w = None
+    while time.monotonic() < deadline:  # the preemption drill before may have just re-bound the pod
+        w = _workload_for(ctx.client, ns, "TrainJob", name)
+        if _admitted(w) and _pods_ready(w).get("status") == "True":
+            break
+        time.sleep(2)
+    if not (_admitted(w) and _pods_ready(w).get("status") == "True"):
+        sc.status = "NOT REHEARSED"
+        sc.problems.append(f"the example TrainJob is not running with all pods Ready ({_workload_message(w)}; "
+                           f"PodsReady {_pods_ready(w).get('reason')}): see the trainjob and preemption-drill scenarios")
+        return sc
+    count0, evictions0 = _requeue_count(w), _evictions(w)
+    restarts0, counted0 = _jobset_restarts(ctx.client, ns, name)
+    pods = [p for p in _job_pods(ctx.client, ns, name) if p["spec"].get("nodeName")]
+    if not pods:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("the example TrainJob's Workload is Ready but it has no bound pod")
+        return sc
+    victim = pods[0]["spec"]["nodeName"]
+    nodes = _nodes(ctx.client)
+    group = group_of(nodes.get(victim, {}))
+    spare = [n for n, node in nodes.items() if group_of(node) == group and n != victim]
+    ctx.client.delete("v1", "Node", victim)
+    deleted = time.monotonic()
+    sc.details.append(f"deleted node {victim} (group {group}); requeue count {count0}, JobSet restarts {restarts0} "
+                      f"({counted0} counted towards maxRestarts)")
+    old = {p["metadata"]["uid"] for p in pods}
+    deadline = time.monotonic() + max(ctx.timeout, 150)
+    seen_recovery, node_back = False, bool(spare)
+    restarts, counted = restarts0, counted0
+    while time.monotonic() < deadline:
+        if not node_back and any(p["metadata"]["uid"] not in old for p in _job_pods(ctx.client, ns, name)):
+            # No other node in the pool: once the replacement pod exists (the old one is gone, which
+            # needs the node gone), play the autoscaler and bring the node back.
+            _autoscaler_adds(ctx, sc, victim, group, ns, name)
+            node_back = True
+        w = _workload_for(ctx.client, ns, "TrainJob", name)
+        pr = _pods_ready(w)
+        seen_recovery |= pr.get("reason") == "WaitForRecovery"
+        restarts, counted = _jobset_restarts(ctx.client, ns, name)
+        if restarts > restarts0 and pr.get("status") == "True" and pr.get("reason") == "Recovered":
+            break
+        time.sleep(2)
+    pr = _pods_ready(w)
+    sc.details.append(f"after {time.monotonic() - deleted:.0f}s: JobSet restarts {restarts} ({counted} counted), Workload "
+                      f"PodsReady {pr.get('status')} ({pr.get('reason')}), requeue count {_requeue_count(w)}, "
+                      f"evictions {_evictions(w) or 'none'}")
+    if restarts <= restarts0:
+        sc.fail(f"the JobSet was not restarted after its pod's node was deleted (restarts {restarts}): the runtime's "
+                "podFailurePolicy did not fail the Job on DisruptionTarget, or its failurePolicy has no rule for it")
+    if counted != counted0:
+        sc.fail(f"the restart counted towards the JobSet's maxRestarts ({counted0} -> {counted}): preemptions would use "
+                "up the job's retries (failurePolicy rule RestartJobSetAndIgnoreMaxRestarts on PodFailurePolicy missing)")
+    if not (pr.get("status") == "True" and pr.get("reason") == "Recovered"):
+        sc.fail(f"the Workload did not recover: PodsReady {pr.get('status')} ({pr.get('reason')}: {pr.get('message')}); "
+                f"{_workload_message(w)}")
+    if _requeue_count(w) != count0 or _evictions(w) != evictions0:
+        sc.fail(f"Kueue evicted/counted the preempted job: requeue count {count0} -> {_requeue_count(w)}, evictions "
+                f"{evictions0 or 'none'} -> {_evictions(w) or 'none'}")
+    if not _admitted(w) or (w.get("spec") or {}).get("active") is False:
+        sc.fail(f"the Workload is no longer admitted/active: {_workload_message(w)}")
+    if not seen_recovery and pr.get("reason") != "Recovered":
+        sc.details.append("PodsReady WaitForRecovery was not observed (the restart may have been quicker than the poll)")
+    nodes = _nodes(ctx.client)
+    for p in _job_pods(ctx.client, ns, name):
+        node = p["spec"].get("nodeName")
+        landed = group_of(nodes.get(node, {})) if node else "(not bound)"
+        sc.details.append(f"pod {p['metadata']['name']} on {node or '-'} (group {landed})")
+        if node and landed != group:
+            sc.fail(f"pod {p['metadata']['name']} bound to group {landed}, not {group}")
+    return sc
+
+
+def never_ready(ctx: Context) -> Scenario:
+    """A TrainJob whose pods never become Ready (its image never pulls: KWOK keeps pods with
+    NEVER_READY_IMAGE not Ready) is evicted by Kueue (PodsReadyTimeout) and re-admitted
+    backoffLimitCount times, then deactivated, with Kueue's reason on the Workload. The rehearsal
+    shortens only the timeout and the backoff base (controllers.REHEARSAL_PODS_READY_TIMEOUT_S)."""
+    from gpu_platform.rehearsal.controllers import REHEARSAL_BACKOFF_BASE_S, REHEARSAL_PODS_READY_TIMEOUT_S
+
+    sc = Scenario("never-ready", "a job whose pods never become Ready is re-admitted maxRequeues times, then "
+                                 "deactivated with Kueue's reason on its Workload")
+    job = _example(ctx)
+    if job is None:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("no example TrainJob")
+        return sc
+    if _controllers_missing(ctx, sc):
+        return sc
+    release_example(ctx)  # its quota free (inadmissible has done it already where it ran)
+    conf = _wait_for_pods_ready_config(ctx)
+    limit = (conf.get("requeuingStrategy") or {}).get("backoffLimitCount")
+    if not conf:
+        sc.fail("Kueue's Configuration has no waitForPodsReady: a job whose pods never become Ready holds its quota "
+                "(and a GPU node) forever")
+        return sc
+    if limit is None:
+        sc.fail("waitForPodsReady.requeuingStrategy has no backoffLimitCount: a job that can never run is re-admitted "
+                "(and scales a GPU node up) forever")
+        return sc
+    sc.details.append(f"Kueue waitForPodsReady: timeout {REHEARSAL_PODS_READY_TIMEOUT_S}s for the rehearsal (the stack's "
+                      f"{conf.get('timeout')}), backoff base {REHEARSAL_BACKOFF_BASE_S}s (the stack's "
+                      f"{(conf.get('requeuingStrategy') or {}).get('backoffBaseSeconds')}), backoffLimitCount {limit} (the stack's)")
+    ns, name = job["metadata"].get("namespace") or "training", "rehearsal-never-ready"
+    probe = copy.deepcopy(job)
+    probe["metadata"] = {"name": name, "namespace": ns, "labels": dict(job["metadata"].get("labels") or {})}
+    probe["spec"]["trainer"]["image"] = NEVER_READY_IMAGE
+    if err := submit(ctx.client, probe):
+        sc.fail(f"TrainJob {ns}/{name} refused: {err}")
+        return sc
+    started = time.monotonic()
+    per_round = REHEARSAL_PODS_READY_TIMEOUT_S + 2 ** min(int(limit), 6) * REHEARSAL_BACKOFF_BASE_S + 30
+    deadline = started + (int(limit) + 1) * per_round + 60
+    w: Optional[dict] = None
+    counts: list[int] = []
+    admissions, was_admitted, bound = 0, False, set()
+    while time.monotonic() < deadline:
+        w = _workload_for(ctx.client, ns, "TrainJob", name)
+        now_admitted = _admitted(w)
+        if now_admitted and not was_admitted:
+            admissions += 1
+        was_admitted = now_admitted
+        c = _requeue_count(w)
+        if w is not None and (not counts or counts[-1] != c) and c:
+            counts.append(c)
+        bound |= {p["spec"]["nodeName"] for p in _job_pods(ctx.client, ns, name) if p["spec"].get("nodeName")}
+        # spec.active turns false first; Kueue's eviction (the Evicted condition with its reason) follows.
+        if (w is not None and (w.get("spec") or {}).get("active") is False
+                and str((_conditions(w).get("Evicted") or {}).get("reason", "")).startswith("Deactivated")):
+            break
+        time.sleep(1)
+    evicted = _conditions(w or {}).get("Evicted") or {}
+    sc.details.append(f"after {time.monotonic() - started:.0f}s: admitted {admissions} time(s) as seen by polling every second, requeue counts seen "
+                      f"{counts or 'none'}, evictions {_evictions(w) or 'none'}, pods bound to {', '.join(sorted(bound)) or 'no node'}")
+    if w is None:
+        sc.fail(f"Kueue created no Workload for TrainJob {ns}/{name}")
+    elif (w.get("spec") or {}).get("active") is not False:
+        sc.fail(f"not deactivated within {deadline - started:.0f}s (limit {limit}): admitted {admissions} time(s), requeue "
+                f"count {_requeue_count(w)}; {_workload_message(w)}")
+    else:
+        sc.details.append(f"Workload {w['metadata']['name']}: spec.active false; Evicted {evicted.get('status')} reason "
+                          f"{evicted.get('reason')}: {evicted.get('message')}")
+        if "RequeuingLimitExceeded" not in str(evicted.get("reason")):
+            sc.fail(f"deactivated, but not for the requeuing limit: Evicted reason {evicted.get('reason')} ({evicted.get('message')})")
+        timeouts = sum(n for k, n in _evictions(w).items() if k.split("/")[0] == "PodsReadyTimeout")
+        if timeouts != int(limit):
+            sc.fail(f"evicted {timeouts} time(s) for PodsReadyTimeout before deactivation; the stack's maxRequeues is {limit}")
+    ctx.client.delete(TRAINER, "TrainJob", name, ns)
+    return sc
+
+
 def linode_autoscaling(ctx: Context) -> Scenario:
     return autoscale.linode_autoscaling(ctx, Scenario("linode-autoscaling", autoscale.TITLE))
 
 
-SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, inadmissible, queue_bypass, notebook_profiles,
-             operator_pods, linode_autoscaling)
+SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, preemption_not_counted, inadmissible, never_ready,
+             queue_bypass, notebook_profiles, operator_pods, linode_autoscaling)

@@ -5,9 +5,12 @@ Every option has an environment variable, so a TrainJob sets them in `env` (the 
 Logs are JSON lines on stdout: `resume`, `step` (loss, step time, samples/s, GPU utilisation),
 `checkpoint` (step, path, seconds, reason), `stopped` / `done`.
 
-Exit codes: 0 when the run has reached --total-steps (also when it already had), 143 after a
-SIGTERM/SIGINT checkpoint (non-zero on purpose: the pod did not finish its work, so neither the Job
-nor the JobSet may count it as succeeded; Kueue or the Job's retry starts it again), 2 bad options.
+Exit codes: 0 when the run has reached --total-steps (also when it already had); 75 (EX_TEMPFAIL,
+"try again later") after a SIGTERM/SIGINT once the checkpoint of the current step is saved: non-zero
+on purpose (the pod did not finish its work, so neither the Job nor the JobSet may count it as
+succeeded), and not 143, which any process killed by SIGTERM reports, checkpoint or not. The
+platform's torch-checkpointed runtime restarts the job on 75 without counting it as a failure
+(its podFailurePolicy); 2 bad options.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-EXIT_STOPPED = 128 + signal.SIGTERM  # what a shell reports for a SIGTERM'd process
+# Stopped by a signal after saving a checkpoint: the torch-checkpointed runtime's podFailurePolicy
+# (gpu_platform/components/platform/kubeflow.py CHECKPOINT_EXIT_CODE) restarts the job on it uncounted.
+EXIT_STOPPED = 75
 
 
 def _env(name: str, default: Any) -> Any:

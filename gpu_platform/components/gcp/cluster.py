@@ -280,7 +280,7 @@ class GkeCluster(pulumi.ComponentResource):
             args.system_pool.min_nodes, args.system_pool.max_nodes, node_sa, args.node_tag, args.labels, opts=child)
         self.gpu_node_pools = [
             create_gpu_pool(f"{name}-gpu-{p.spec.name}", self.cluster, args.region, p, node_sa, args.node_tag,
-                            args.labels, args.gpu_driver_version, opts=child)
+                            args.labels, args.gpu_driver_version, args.kubernetes_version, opts=child)
             for p in args.gpu_pools
         ]
 

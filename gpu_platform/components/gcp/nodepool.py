@@ -47,6 +47,39 @@ def capacity_flags(capacity: str) -> dict[str, bool]:
     return {"spot": capacity == "spot", "preemptible": capacity == "preemptible"}
 
 
+# GKE Spot VMs: graceful node shutdown of up to 120 s (default 30 s, of which 15 s for pods and 15 s for
+# critical system pods), configurable on Standard node pools whose control plane runs GKE
+# 1.35.0-gke.1171000 or later (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms,
+# "Termination and graceful shutdown of Spot VMs"; the provider's kubelet_config
+# shutdown_grace_period_seconds / shutdown_grace_period_critical_pods_seconds). Pods get the total less
+# the critical pods' share: 105 s, more than the training runtime's 60 s checkpoint grace
+# (gpu_platform/components/platform/training.py CHECKPOINT_GRACE_SECONDS); with the default they get 15 s.
+SPOT_SHUTDOWN_GRACE_SECONDS = 120
+SPOT_SHUTDOWN_GRACE_CRITICAL_PODS_SECONDS = 15
+# The first minor with a GKE version that allows it. The version calendar holds minors, not GKE
+# patch builds: a stack pinning 1.35 gets the newest 1.35 patch of its channel (min_master_version),
+# which GKE must run at 1.35.0-gke.1171000 or later; should it not, GKE refuses the pool at
+# `pulumi up` with its message (nothing is dropped silently). Unpinned, the channel picks the minor:
+# the setting is left at GKE's default then.
+SPOT_GRACE_MIN_MINOR = (1, 35)
+
+
+def spot_shutdown_grace(capacity: str, kubernetes_minor: Optional[str]) -> Optional[dict[str, int]]:
+    """The kubelet_config fields that give a Spot pool's pods 105 s to checkpoint before the VM stops,
+    or None where GKE keeps its default (on-demand or preemptible pools; a minor before 1.35 or none
+    pinned)."""
+    if capacity != "spot" or not kubernetes_minor:
+        return None
+    try:
+        minor = tuple(int(x) for x in kubernetes_minor.split(".")[:2])
+    except ValueError:
+        raise ValueError(f"kubernetes minor {kubernetes_minor!r}: expected MAJOR.MINOR like 1.35") from None
+    if minor < SPOT_GRACE_MIN_MINOR:
+        return None
+    return {"shutdown_grace_period_seconds": SPOT_SHUTDOWN_GRACE_SECONDS,
+            "shutdown_grace_period_critical_pods_seconds": SPOT_SHUTDOWN_GRACE_CRITICAL_PODS_SECONDS}
+
+
 def autoscaling(min_nodes: int, max_nodes: int, capacity: str) -> dict[str, Any]:
     """Total (not per-zone) limits, so min 0 really means no node; interruptible capacity takes
     whichever zone has it (ANY), on-demand capacity is spread over the zones (BALANCED)."""
@@ -92,9 +125,12 @@ def system_node_config(machine_type: str, service_account: pulumi.Input[str], no
 
 
 def gpu_node_config(pool: GkeGpuPool, service_account: pulumi.Input[str], node_tag: str,
-                    common_labels: Mapping[str, str], driver_version: str) -> dict[str, Any]:
+                    common_labels: Mapping[str, str], driver_version: str,
+                    kubernetes_minor: Optional[str] = None) -> dict[str, Any]:
     spec = pool.spec
+    grace = spot_shutdown_grace(spec.capacity, kubernetes_minor)
     return {
+        **({"kubelet_config": grace} if grace else {}),
         **_hardened(service_account, node_tag),
         "machine_type": spec.instance_type,
         "disk_size_gb": GPU_DISK_GB,
@@ -150,7 +186,8 @@ def create_system_pool(name: str, cluster: container.Cluster, location: str, zon
 
 def create_gpu_pool(name: str, cluster: container.Cluster, location: str, pool: GkeGpuPool,
                     service_account: pulumi.Input[str], node_tag: str, common_labels: Mapping[str, str],
-                    driver_version: str, opts: Optional[pulumi.ResourceOptions] = None) -> container.NodePool:
+                    driver_version: str, kubernetes_minor: Optional[str] = None,
+                    opts: Optional[pulumi.ResourceOptions] = None) -> container.NodePool:
     spec = pool.spec
     return container.NodePool(
         name,
@@ -163,7 +200,7 @@ def create_gpu_pool(name: str, cluster: container.Cluster, location: str, pool: 
         autoscaling=autoscaling(spec.min_nodes, spec.max_nodes, spec.capacity),
         management={"auto_repair": True, "auto_upgrade": True},
         upgrade_settings=gpu_upgrade_settings(),
-        node_config=gpu_node_config(pool, service_account, node_tag, common_labels, driver_version),
+        node_config=gpu_node_config(pool, service_account, node_tag, common_labels, driver_version, kubernetes_minor),
         # Changing minNodes later must not replace the pool: the count at creation is all this sets.
         opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(ignore_changes=["initialNodeCount"])),
     )

@@ -62,12 +62,54 @@ TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 
 
+# The exit code of a training program that wrote a checkpoint after SIGTERM (examples/training/ckpt_train):
+# EX_TEMPFAIL of sysexits.h, "try again later". Not 143 (128 + SIGTERM): a process that ignores the
+# signal's meaning and is just killed by it exits 143 too, without a checkpoint.
+CHECKPOINT_EXIT_CODE = 75
+# The rule of the runtime's JobSet failurePolicy that restarts a disrupted job without counting it.
+DISRUPTION_RULE = "RestartAfterDisruption"
+# Restarts of the whole JobSet for real failures (a child Job out of its backoffLimit), on top of the
+# Job's own pod retries (JOB_BACKOFF_LIMIT). Disruptions never count against either.
+JOBSET_MAX_RESTARTS = 1
+JOB_BACKOFF_LIMIT = 3
+
+
+def render_pod_failure_policy(container: str = "node") -> dict[str, Any]:
+    """The replicated Job's podFailurePolicy (batch/v1): a pod that failed because it was disrupted
+    (condition DisruptionTarget: preemption, eviction, drain, its node deleted or shut down) or
+    that exited CHECKPOINT_EXIT_CODE (it saved a checkpoint on SIGTERM) fails the Job with reason
+    PodFailurePolicy at once, which the JobSet's DISRUPTION_RULE restarts without counting; any other
+    failure counts against the Job's backoffLimit as usual. FailJob rather than Ignore: in a
+    multi-node job every node must restart together from the checkpoint (torchrun's peers of a lost
+    node cannot go on), and the JobSet restart recreates them all."""
+    return {"rules": [
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": container, "operator": "In",
+                                              "values": [CHECKPOINT_EXIT_CODE]}},
+    ]}
+
+
+def render_jobset_failure_policy() -> dict[str, Any]:
+    """The JobSet's failurePolicy (jobset.x-k8s.io/v1alpha2, JobSet v0.12.0): a child Job failed by its
+    podFailurePolicy (a disruption or a checkpointed stop) restarts the JobSet and is not counted
+    (RestartJobSetAndIgnoreMaxRestarts: status.restarts grows, restartsCountTowardsMax does not); any
+    other Job failure restarts it at most JOBSET_MAX_RESTARTS times, then the JobSet (and the
+    TrainJob) fails. So spot preemptions, however many, never use up a job's retries."""
+    return {"maxRestarts": JOBSET_MAX_RESTARTS, "rules": [
+        {"name": DISRUPTION_RULE, "action": "RestartJobSetAndIgnoreMaxRestarts",
+         "onJobFailureReasons": ["PodFailurePolicy"]},
+    ]}
+
+
 def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -> dict[str, Any]:
     """torch-distributed plus what a job that survives preemption needs, in the JobSet's pod template:
     the training ServiceAccount (bound to the checkpoint bucket by Workload Identity / IRSA; Linode
-    reads keys from a Secret), `grace_seconds` to write a checkpoint after SIGTERM (a GCP reclaim gives
-    30 s notice, an AWS Spot interruption 2 min), and a non-root, RuntimeDefault-seccomp pod (UID
-    10001, the example image's user)."""
+    reads keys from a Secret), `grace_seconds` to write a checkpoint after SIGTERM (GKE Spot's graceful
+    node shutdown gives up to 120 s where the stack enables it, an AWS Spot interruption 2 min), and a
+    non-root, RuntimeDefault-seccomp pod (UID 10001, the example image's user). Disruptions are not
+    failures (render_pod_failure_policy, render_jobset_failure_policy); podFailurePolicy needs
+    restartPolicy Never (JobSet's webhook would default OnFailure, which the Job API refuses with a
+    podFailurePolicy), so a crash is a failed pod, retried by the Job up to JOB_BACKOFF_LIMIT."""
     if grace_seconds < 0:
         raise ValueError(f"checkpoint grace period {grace_seconds}s: must be at least 0")
     return {
@@ -77,19 +119,27 @@ def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -
                      "labels": {"trainer.kubeflow.org/framework": "torch", **MANAGED_BY}},
         "spec": {
             "mlPolicy": {"numNodes": 1, "torch": {}},
-            "template": {"spec": {"replicatedJobs": [{
-                "name": "node",
-                "template": {
-                    "metadata": {"labels": {TRAINER_ANCESTOR_LABEL: "trainer"}},
-                    "spec": {"template": {"spec": {
-                        "serviceAccountName": TRAINING_SERVICE_ACCOUNT,
-                        "terminationGracePeriodSeconds": grace_seconds,
-                        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
-                                            "seccompProfile": {"type": "RuntimeDefault"}},
-                        "containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE}],
-                    }}},
-                },
-            }]}},
+            "template": {"spec": {
+                "failurePolicy": render_jobset_failure_policy(),
+                "replicatedJobs": [{
+                    "name": "node",
+                    "template": {
+                        "metadata": {"labels": {TRAINER_ANCESTOR_LABEL: "trainer"}},
+                        "spec": {
+                            "backoffLimit": JOB_BACKOFF_LIMIT,
+                            "podFailurePolicy": render_pod_failure_policy("node"),
+                            "template": {"spec": {
+                                "restartPolicy": "Never",
+                                "serviceAccountName": TRAINING_SERVICE_ACCOUNT,
+                                "terminationGracePeriodSeconds": grace_seconds,
+                                "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                                "containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE}],
+                            }},
+                        },
+                    },
+                }],
+            }},
         },
     }
 

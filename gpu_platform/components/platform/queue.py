@@ -24,6 +24,7 @@ import yaml
 from gpu_platform.components.capacity import MI, Allocatable, allocatable
 from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
 from gpu_platform.components.platform import versions
+from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
 )
@@ -175,15 +176,46 @@ def render_local_queue(namespace: str = TRAINING_NAMESPACE, name: str = LOCAL_QU
     }
 
 
-def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3) -> dict[str, Any]:
-    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2). waitForPodsReady evicts a workload
-    whose pods are not all running in time (a spot node reclaimed mid-run, an image that never
-    pulls) and requeues it with exponential backoff from 60 s; after `max_requeues` such evictions
-    Kueue deactivates it (`spec.active: false`, condition Evicted/Deactivated with reason
-    ...RequeuingLimitExceeded) instead of admitting it again, so a job that can never run does not
-    scale a GPU node up forever (v0.19.2 apis/config/v1beta2 RequeuingStrategy.BackoffLimitCount)."""
+# Minutes a replacement pod may additionally wait before it exists at all: the interrupted pod's own
+# termination (up to GKE Spot's 120 s graceful shutdown or an AWS Spot notice's 2 min) comes first,
+# since a Job with a podFailurePolicy creates the replacement only once the old pod has failed.
+RECOVERY_EXTRA_MINUTES = 2
+
+
+def pods_ready_timeouts(boot_minutes: float, pods_ready_timeout_minutes: int) -> tuple[int, int]:
+    """(timeout, recoveryTimeout) in minutes for Kueue's waitForPodsReady, from the cloud's node boot
+    time (gpu_platform/costs/node_boot.py, the cost simulator's figure) plus
+    `pods_ready_timeout_minutes` (platform.podsReadyTimeoutMinutes: image pull, start, checkpoint load
+    once the node is up). A GPU pool scales from zero, and a preempted job's replacement needs a new
+    node, so both must outlast a boot: a recoveryTimeout shorter than that evicts (and counts) every
+    preemption, however soon the job would have run again."""
+    if pods_ready_timeout_minutes < 1:
+        raise ValueError("pods_ready_timeout_minutes must be >= 1")
+    timeout = int(-(-(boot_minutes + pods_ready_timeout_minutes) // 1))
+    return timeout, timeout + RECOVERY_EXTRA_MINUTES
+
+
+def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3,
+                         boot_minutes: float = 8.0) -> dict[str, Any]:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2). What Kueue v0.19.2 does with waitForPodsReady
+    (pkg/controller/core/workload_controller.go, reconcileNotReadyTimeout / triggerDeactivation /
+    admittedNotReadyWorkload; pkg/controller/jobframework/reconciler.go generatePodsReadyCondition):
+    - an admitted workload whose pods are not all Ready `timeout` after admission (WaitForPodsStart),
+      or not Ready again `recoveryTimeout` after one failed (WaitForRecovery: a lost node), is evicted
+      (reason PodsReadyTimeout) and requeued after 60 s, 120 s, 240 s ... (at most an hour);
+    - ONLY those evictions increase status.requeueState.count (UpdateRequeueState is called nowhere
+      else; a Kueue preemption does not count), and the count is never reset while the Workload
+      exists, not when its pods become Ready again: only deactivation clears it;
+    - when an eviction would make the count exceed backoffLimitCount (`max_requeues`) the workload is
+      deactivated instead (spec.active false, Evicted/Deactivated, underlying cause
+      RequeuingLimitExceeded), so a job that can never run stops scaling a GPU node up.
+    Both timeouts therefore outlast the cloud's node boot (pods_ready_timeouts): a preempted job whose
+    replacement node comes up recovers within recoveryTimeout and is never counted; a job that cannot
+    become Ready (an image that never pulls, capacity that never comes) is counted on each attempt
+    and stops after `max_requeues` re-admissions."""
     if max_requeues < 0:
         raise ValueError("max_requeues must be >= 0")
+    timeout, recovery = pods_ready_timeouts(boot_minutes, pods_ready_timeout_minutes)
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -196,8 +228,8 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int
             "ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1}},
         "clientConnection": {"qps": 50, "burst": 100},
         "waitForPodsReady": {
-            "timeout": f"{pods_ready_timeout_minutes}m",
-            "recoveryTimeout": "3m",
+            "timeout": f"{timeout}m",
+            "recoveryTimeout": f"{recovery}m",
             "blockAdmission": False,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": max_requeues,
                                   "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
@@ -222,10 +254,11 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int
 KUEUE_REPLICAS = 2
 
 
-def kueue_values(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3) -> dict[str, Any]:
+def kueue_values(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3,
+                 boot_minutes: float = 8.0) -> dict[str, Any]:
     return {
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
-            kueue_manager_config(pods_ready_timeout_minutes, max_requeues), sort_keys=False)},
+            kueue_manager_config(pods_ready_timeout_minutes, max_requeues, boot_minutes), sort_keys=False)},
         "enablePrometheus": False,
         "enableCertManager": False,
         "enableKueueViz": False,
@@ -480,7 +513,8 @@ class JobQueue(pulumi.ComponentResource):
         capacities = pool_capacities(cluster.cloud, cluster.gpu_pools, args.instance_types)
         ns = apply_object(f"{name}-namespace", render_namespace(KUEUE_NAMESPACE, "restricted"), k8s_opts(cluster, self))
         self.kueue = helm_release(f"{name}-kueue", "kueue", versions.KUEUE, KUEUE_NAMESPACE,
-                                  kueue_values(args.pods_ready_timeout_minutes, args.max_requeues),
+                                  kueue_values(args.pods_ready_timeout_minutes, args.max_requeues,
+                                               node_boot_minutes(cluster.cloud)),
                                   k8s_opts(cluster, self, [ns, *args.after]))
         after_kueue = k8s_opts(cluster, self, [self.kueue])
         self.flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)

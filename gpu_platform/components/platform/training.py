@@ -33,8 +33,9 @@ CHECKPOINT_CONFIGMAP = "checkpoint-store"
 CHECKPOINT_SECRET = "checkpoint-credentials"
 CHECKPOINT_URL_KEY = "CHECKPOINT_URL"
 # A training pod's time between SIGTERM and SIGKILL to finish its step and write a checkpoint
-# (the torch-checkpointed runtime, kubeflow.py). Longer than a GCP reclaim's 30 s notice on purpose:
-# a drain (scale-in, node repair, AWS Spot's 2 min) honours it in full.
+# (the torch-checkpointed runtime, kubeflow.py). Within what GKE Spot pools give pods (105 s of a 120 s
+# graceful shutdown, gcp/nodepool.py, where the minor allows; 15 s otherwise); a drain (scale-in, node
+# repair, AWS Spot's 2 min) honours it in full.
 CHECKPOINT_GRACE_SECONDS = 60
 
 
