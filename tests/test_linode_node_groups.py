@@ -762,7 +762,7 @@ def test_the_release_workflow_publishes_the_image_by_digest_for_the_stack_key():
     the form linode.nodeGroups.image accepts."""
     import re
 
-    from gpu_platform.components.linode.config import LinodeNodeGroups
+    from gpu_platform.config.linode import LinodeNodeGroups
 
     doc = yaml.safe_load((ROOT / ".github" / "workflows" / "linode-node-groups-image.yml").read_text())
     assert doc["permissions"] == {}
