@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
 from gpu_platform.components.capacity import GI
+from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
@@ -73,6 +74,8 @@ class FitReport:
     notes: list[str] = field(default_factory=list)
     releases: int = 0
     pods: int = 0
+    # Kueue's verdict per queued workload: {admitted, flavors per pod set, reason} (fit.kueue.assign)
+    queue: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -84,7 +87,7 @@ class FitReport:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "releases": self.releases, "pods": self.pods,
                 "problems": [asdict(p) for p in self.problems], "placements": [asdict(p) for p in self.placements],
-                "headroom": self.headroom, "notes": list(self.notes)}
+                "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue}
 
     def render(self, verbose: bool = False) -> str:
         lines = [f"Cluster fit: {self.releases} releases, {self.pods} pods, "
@@ -602,6 +605,8 @@ class _Checker:
         self.notes: list[str] = list(model.notes) + self.idx.notes
         self.rel_by_name = {r.name: r for r in releases}
         self.unreadable: set[tuple] = set()
+        self.verdicts: dict[str, Optional[Assignment]] = {}
+        self.reported_inadmissible: set[str] = set()
 
     def problem(self, check: str, release: str, obj: str, reason: str, fix: str) -> None:
         self.problems.append(Problem(check, release, obj, reason, fix))
@@ -728,6 +733,23 @@ class _Checker:
                 out.append((fl.get("name"), self.idx.flavors.get(fl.get("name")) or {}, quotas))
         return out
 
+    def kueue_verdict(self, pt: PodTemplate) -> Optional[Assignment]:
+        """Kueue's flavor assignment for the workload `pt` belongs to (gpu_platform.preflight.fit.kueue),
+        on its empty ClusterQueue; None when its LocalQueue or ClusterQueue is missing."""
+        key = pt.workload or pt.owner
+        if key in self.verdicts:
+            return self.verdicts[key]
+        lq = self.idx.local_queues.get((pt.namespace, pt.queue_name))
+        cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue")) if lq else None
+        verdict = None
+        if cq is not None:
+            lr = self.idx.limit_ranges.get(pt.namespace, [])
+            pts = [t for t in self.templates if (t.workload or t.owner) == key and t.replicas > 0]
+            verdict = assign(workload_podsets(pts, lambda t: effective_requests(t.spec, apply_limit_ranges(t.spec, lr)[0])),
+                             cq, self.idx.flavors)
+        self.verdicts[key] = verdict
+        return verdict
+
     @staticmethod
     def with_flavor(pod: _Pod, name: str, flavor: dict) -> _Pod:
         spec = flavor.get("spec") or {}
@@ -768,12 +790,20 @@ class _Checker:
                                  "(or its ClusterQueue is missing): Kueue never admits it",
                                  "create the LocalQueue/ClusterQueue or fix the queue-name label")
                     continue
-                ok = [self.with_flavor(pod, n, f) for n, f, _ in flavors]
-                ok = [p for p in ok if self.candidates(p)]
-                if not ok:
-                    self.unschedulable(pod, " under any flavor of its queue")
+                verdict = self.kueue_verdict(pt)
+                if verdict is None or not verdict.admitted:
+                    if verdict is not None and pt.workload not in self.reported_inadmissible:
+                        self.reported_inadmissible.add(pt.workload)
+                        self.problem("queue-fit", pt.release, pt.workload or pt.owner,
+                                     f"Kueue never admits it: {verdict.reason}",
+                                     "give the flavor its pods select quota, or select a flavor (nodeSelector) that has it")
                     continue
-                placed.append(ok[0])
+                fname = verdict.flavor_of(pt.podset)
+                probe = self.with_flavor(pod, fname, self.idx.flavors.get(fname) or {})
+                if not self.candidates(probe):
+                    self.unschedulable(pod, f" on flavor {fname}, the one Kueue assigns")
+                    continue
+                placed.append(probe)
                 continue
             if pt.daemonset:
                 groups = [g for g in self.model.node_groups
@@ -802,7 +832,9 @@ class _Checker:
         self.reachable()
         self.scrape()
         self.guarded(self.queue_fit, "Kueue quotas")
-        return FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count)
+        queue = {k: {"admitted": v.admitted, "reason": v.reason,
+                     "flavors": {ps.podset: ps.flavors for ps in v.podsets}} for k, v in self.verdicts.items() if v is not None}
+        return FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count, queue)
 
     # --- scrape targets ----------------------------------------------------------------------
     def scrape(self) -> None:
@@ -1076,6 +1108,8 @@ class _Checker:
                 for k, v in req.items():
                     totals[k] = totals.get(k, 0) + v * pt.replicas
             for fname, flavor, quota in flavors:
+                if any(flavor_mismatch(pt.spec, flavor) for pt in pts):
+                    continue  # its taints or labels rule the pods out: Kueue never assigns it
                 if any(totals.get(k, 0) > q for k, q in quota.items()):
                     continue  # the flavor's quota cannot hold the job: Kueue does not admit it there
                 if any(v > 0 and k not in quota and k in ("cpu", "memory", GPU) for k, v in totals.items()):
