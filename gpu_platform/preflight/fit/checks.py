@@ -745,8 +745,12 @@ class _Checker:
         if cq is not None:
             lr = self.idx.limit_ranges.get(pt.namespace, [])
             pts = [t for t in self.templates if (t.workload or t.owner) == key and t.replicas > 0]
-            verdict = assign(workload_podsets(pts, lambda t: effective_requests(t.spec, apply_limit_ranges(t.spec, lr)[0])),
-                             cq, self.idx.flavors)
+            try:
+                verdict = assign(workload_podsets(pts, lambda t: effective_requests(t.spec, apply_limit_ranges(t.spec, lr)[0])),
+                                 cq, self.idx.flavors)
+            except (ValueError, TypeError):
+                self.queue_flavors(pt)  # names the quota it cannot read as a render problem
+                verdict = None
         self.verdicts[key] = verdict
         return verdict
 
@@ -791,8 +795,10 @@ class _Checker:
                                  "create the LocalQueue/ClusterQueue or fix the queue-name label")
                     continue
                 verdict = self.kueue_verdict(pt)
-                if verdict is None or not verdict.admitted:
-                    if verdict is not None and pt.workload not in self.reported_inadmissible:
+                if verdict is None:
+                    continue  # a quota it cannot read: reported as a render problem
+                if not verdict.admitted:
+                    if pt.workload not in self.reported_inadmissible:
                         self.reported_inadmissible.add(pt.workload)
                         self.problem("queue-fit", pt.release, pt.workload or pt.owner,
                                      f"Kueue never admits it: {verdict.reason}",
