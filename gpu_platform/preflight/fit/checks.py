@@ -76,6 +76,8 @@ class FitReport:
     pods: int = 0
     # Kueue's verdict per queued workload: {admitted, flavors per pod set, reason} (fit.kueue.assign)
     queue: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Per pod template alone on the cluster: outcome (runs | not-admitted | unschedulable), flavor, groups
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -840,7 +842,40 @@ class _Checker:
         self.guarded(self.queue_fit, "Kueue quotas")
         queue = {k: {"admitted": v.admitted, "reason": v.reason,
                      "flavors": {ps.podset: ps.flavors for ps in v.podsets}} for k, v in self.verdicts.items() if v is not None}
-        return FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count, queue)
+        report = FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count, queue)
+        report.verdicts = self.pod_verdicts(pods)
+        return report
+
+    def pod_verdicts(self, pods: list[_Pod]) -> dict[str, dict[str, Any]]:
+        """Per pod template, alone on the cluster at maximum size: whether Kueue admits it (queued pods:
+        the flavor it assigns) and the node groups whose empty node can run it. What the differential
+        check (gpu_platform/rehearsal/differential.py) compares with the real control plane."""
+        out: dict[str, dict[str, Any]] = {}
+        for pod in pods:
+            pt = pod.pt
+            if pt.daemonset or pt.hook:
+                continue
+            row: dict[str, Any] = {"workload": pt.workload or pt.owner, "queued": bool(pt.queue_name)}
+            probe = pod
+            if pt.queue_name:
+                verdict = self.verdicts.get(pt.workload or pt.owner)
+                if verdict is None:
+                    row.update(outcome="no-queue", groups=[])
+                    out[pt.owner] = row
+                    continue
+                if not verdict.admitted:
+                    row.update(outcome="not-admitted", reason=verdict.reason, groups=[])
+                    out[pt.owner] = row
+                    continue
+                row["flavor"] = verdict.flavor_of(pt.podset)
+                probe = self.with_flavor(pod, row["flavor"], self.idx.flavors.get(row["flavor"]) or {})
+            why = {g.name: _why_not(g, probe) for g in self.model.node_groups}
+            groups = sorted({name for name, r in why.items() if r is None})
+            row.update(outcome="runs" if groups else "unschedulable", groups=groups)
+            if not groups:
+                row["reason"] = "; ".join(f"{g}: {r}" for g, r in why.items())
+            out[pt.owner] = row
+        return out
 
     # --- scrape targets ----------------------------------------------------------------------
     def scrape(self) -> None:
