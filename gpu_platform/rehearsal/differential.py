@@ -407,12 +407,9 @@ def _runs_controller_or_is_program(rel) -> bool:
 
 
 def agree(fit: dict, real: dict) -> tuple[bool, str]:
-    """Same outcome; when both run, the same flavor and the real node group among fit's. Fit does not
-    evaluate the platform's ValidatingAdmissionPolicy (tests/test_queue_admission.py does, with CEL):
-    a job it calls unschedulable that the policy refuses is the same answer, "never runs"."""
+    """Same outcome (runs | refused | not-admitted | unschedulable); when both run, the same flavor and
+    the real node group among those fit says can run it."""
     fo, ro = fit.get("outcome"), real.get("outcome")
-    if fo == "unschedulable" and ro == "refused" and "ValidatingAdmissionPolicy" in (real.get("reason") or ""):
-        return True, "never runs (fit: no node fits; API server: the fit policy refuses it)"
     if fo != ro:
         return False, f"fit says {fo}, the cluster says {ro}"
     if fo == "runs":

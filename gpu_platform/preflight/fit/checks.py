@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
 from gpu_platform.components.capacity import GI
+from gpu_platform.preflight.fit import admission_policy
 from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.scrape import scrape_findings
@@ -608,6 +609,7 @@ class _Checker:
         self.rel_by_name = {r.name: r for r in releases}
         self.unreadable: set[tuple] = set()
         self.verdicts: dict[str, Optional[Assignment]] = {}
+        self.refused: dict[str, str] = {}
         self.reported_inadmissible: set[str] = set()
 
     def problem(self, check: str, release: str, obj: str, reason: str, fix: str) -> None:
@@ -781,8 +783,39 @@ class _Checker:
                      f"{what}{extra}: " + "; ".join(f"{g}: {r}" for g, r in reasons.items()), fix)
 
     # --- main --------------------------------------------------------------------------------
+    def admission_refusals(self) -> dict[str, str]:
+        """The API server's refusal (a ValidatingAdmissionPolicy of the releases) of each workload users
+        submit: the example jobs and the notebook pods the hub creates. Keyed by workload."""
+        objects = [o for rel in self.releases for o in rel.objects if isinstance(o, dict)]
+        if not any(o.get("kind") == "ValidatingAdmissionPolicy" for o in objects):
+            return {}
+        if not admission_policy.available():
+            self.notes.append(admission_policy.UNAVAILABLE)
+            return {}
+        out: dict[str, str] = {}
+        submitted = [(o, self.idx.plurals.get((str(o.get("apiVersion", "")).rpartition("/")[0], o.get("kind", "")),
+                                              (_plural(o.get("kind", "")), None))[0])
+                     for rel in self.releases if rel.source == "example" for o in rel.objects
+                     if o.get("kind") in ("TrainJob", "Job", "JobSet", "Pod")]
+        for pt in self.templates:
+            if pt.kind == "Pod" and pt.owner.startswith(f"Pod/{pt.namespace}/jupyter-<user>"):
+                submitted.append(({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": "jupyter-user", "namespace": pt.namespace, "labels": dict(pt.labels)}, "spec": pt.spec}, "pods"))
+        for obj, resource in submitted:
+            ns = (obj.get("metadata") or {}).get("namespace")
+            why = admission_policy.refusal(objects, obj, resource, self.idx.ns_labels.get(ns, {NAMESPACE_NAME_LABEL: ns}))
+            if why:
+                key = next((pt.owner for pt in self.templates if pt.kind == "Pod" and obj.get("kind") == "Pod"
+                            and pt.spec is obj.get("spec")), object_id(obj))
+                out[key] = why
+        return out
+
     def run(self) -> FitReport:
         pods = self.build_pods()
+        self.refused = self.admission_refusals()
+        for key, why in self.refused.items():
+            self.problem("admission", "example" if not key.startswith("Pod/") else "jupyterhub", key,
+                         f"the API server refuses it: {why}", "change the job (or profile) as the policy's message says")
         self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")
         placed: list[_Pod] = []
         daemonsets: list[tuple[_Pod, list[NodeGroup]]] = []
@@ -856,6 +889,11 @@ class _Checker:
             if pt.daemonset or pt.hook:
                 continue
             row: dict[str, Any] = {"workload": pt.workload or pt.owner, "queued": bool(pt.queue_name)}
+            refused = self.refused.get(pt.workload or pt.owner) or self.refused.get(pt.owner)
+            if refused:
+                row.update(outcome="refused", reason=refused, groups=[])
+                out[pt.owner] = row
+                continue
             probe = pod
             if pt.queue_name:
                 verdict = self.verdicts.get(pt.workload or pt.owner)
