@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import copy
 
-import pytest
-
 from gpu_platform.components.config import parse_config
 from gpu_platform.preflight.fit.checks import check_fit
 from gpu_platform.preflight.fit.kueue import assign, flavor_mismatch
 from gpu_platform.preflight.fit.nodes import cluster_model
 from gpu_platform.preflight.fit.render import render_plan
-from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
+from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 from tests.conftest import stack_config
 from tests.fit_support import CHART_DIRS, need_charts, rendered, stack_plan
-from gpu_platform.preflight.runner import load_stack
 
 GPU = "nvidia.com/gpu"
 

@@ -62,11 +62,9 @@ def _evaluator(obj: dict, namespace: Optional[dict]) -> Optional[Callable[[str],
 
 
 def available() -> bool:
-    try:
-        import celpy  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    return importlib.util.find_spec("celpy") is not None
 
 
 def refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, str]) -> Optional[str]:

@@ -793,29 +793,28 @@ class _Checker:
             self.notes.append(admission_policy.UNAVAILABLE)
             return {}
         out: dict[str, str] = {}
+        # (object, its plural, the key its pods' verdicts look up, release)
         submitted = [(o, self.idx.plurals.get((str(o.get("apiVersion", "")).rpartition("/")[0], o.get("kind", "")),
-                                              (_plural(o.get("kind", "")), None))[0])
+                                              (_plural(o.get("kind", "")), None))[0], object_id(o), rel.name)
                      for rel in self.releases if rel.source == "example" for o in rel.objects
                      if o.get("kind") in ("TrainJob", "Job", "JobSet", "Pod")]
         for pt in self.templates:
             if pt.kind == "Pod" and pt.owner.startswith(f"Pod/{pt.namespace}/jupyter-<user>"):
                 submitted.append(({"apiVersion": "v1", "kind": "Pod", "metadata": {
-                    "name": "jupyter-user", "namespace": pt.namespace, "labels": dict(pt.labels)}, "spec": pt.spec}, "pods"))
-        for obj, resource in submitted:
+                    "name": "jupyter-user", "namespace": pt.namespace, "labels": dict(pt.labels)}, "spec": pt.spec},
+                    "pods", pt.owner, pt.release))
+        for obj, resource, key, release in submitted:
             ns = (obj.get("metadata") or {}).get("namespace")
             why = admission_policy.refusal(objects, obj, resource, self.idx.ns_labels.get(ns, {NAMESPACE_NAME_LABEL: ns}))
             if why:
-                key = next((pt.owner for pt in self.templates if pt.kind == "Pod" and obj.get("kind") == "Pod"
-                            and pt.spec is obj.get("spec")), object_id(obj))
                 out[key] = why
+                self.problem("admission", release, key, f"the API server refuses it: {why}",
+                             "change the job (or profile) as the policy's message says")
         return out
 
     def run(self) -> FitReport:
         pods = self.build_pods()
         self.refused = self.admission_refusals()
-        for key, why in self.refused.items():
-            self.problem("admission", "example" if not key.startswith("Pod/") else "jupyterhub", key,
-                         f"the API server refuses it: {why}", "change the job (or profile) as the policy's message says")
         self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")
         placed: list[_Pod] = []
         daemonsets: list[tuple[_Pod, list[NodeGroup]]] = []
