@@ -63,6 +63,14 @@ preflight-ci: venv
 	$(PY) -m gpu_platform.preflight charts pull --dest build/charts
 	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m gpu_platform.preflight $$s || rc=1; done; exit $$rc
 
+## Differential check of cluster fit (docs/rehearsal.md): every shipped stack and N hypothesis-generated ones
+## (SEED fixed), fit's answers vs one real control plane per cloud; build/differential.json; exit 3 on a disagreement.
+N ?= 200
+SEED ?= 20261124
+.PHONY: differential
+differential: venv rehearsal-build
+	$(PY) -m gpu_platform.rehearsal.differential --generated $(N) --seed $(SEED)
+
 ## Build the rehearsal's Kubernetes components (etcd, kube-apiserver, KWOK, Kueue, ...) from the Go modules
 ## pinned in rehearsal/components.lock.toml into $GPU_PLATFORM_REHEARSAL_CACHE/bin (default
 ## ~/.cache/gpu-platform/rehearsal/bin); an unchanged lock rebuilds nothing (docs/rehearsal.md).

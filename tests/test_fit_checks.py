@@ -653,8 +653,10 @@ def test_multi_node_trainjob_each_pod_fits_but_not_all_at_max_size():
     releases = [rel("kueue", _queue_objects(cpu_quota="7840m", gpus=2) + [RUNTIME])]
     tj = trainjob(cpu="3", mem="12Gi", nodes=3)
     m = model(group("system"), gpu_group("a10g", cpu=3920, mem_gib=15.03, gpus=1, hi=2))
-    # quota cpu 7.84 < 3 x 3: Kueue never admits it there: no queue-fit problem, it waits
-    assert not checks_of(check_fit(m, releases + [rel("example", [tj], source="example")]), "queue-fit")
+    # quota cpu 7.84 < 3 x 3: Kueue never admits it ("request > maximum capacity"): said so, not "do not all fit"
+    stuck = checks_of(check_fit(m, releases + [rel("example", [tj], source="example")]), "queue-fit")
+    assert [p.object for p in stuck] == ["TrainJob/training/resnet"]
+    assert "Kueue never admits it" in stuck[0].reason and "insufficient quota for cpu" in stuck[0].reason
     releases = [rel("kueue", _queue_objects(cpu_quota="10", mem_quota="40Gi", gpus=3) + [RUNTIME])]
     bad = check_fit(m, releases + [rel("example", [tj], source="example")])
     assert any("do not all fit on 2 nodes" in p.reason for p in checks_of(bad, "queue-fit"))

@@ -110,6 +110,10 @@ def test_limitrange_default_limits_refuse_a_multi_gpu_pod_that_sets_only_request
     [tj] = _objects(releases, "TrainJob")
     tj["spec"]["trainer"]["resourcesPerNode"] = {"requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"},
                                                  "limits": {"nvidia.com/gpu": "4"}}
+    # Pinned to l4x4: unpinned, the platform's fit policy refuses it (a10g's nodes hold 1 GPU), which fit
+    # now evaluates too (tests/test_fit_differential_cases.py).
+    tj["spec"]["runtimePatches"] = [{"manager": "test", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": {"nodeSelector": {"gpu-platform.io/pool": "l4x4"}}}}}}]}}}}]
     assert not _problems(check_fit(model, releases), "admission", object="TrainJob/")
     [lr] = _objects(releases, "LimitRange", "training-defaults")
     lr["spec"]["limits"][0]["default"] = {"cpu": "4", "memory": "16Gi"}  # the default limits

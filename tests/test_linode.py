@@ -53,12 +53,14 @@ def all_user_data(plan) -> dict[str, str]:
 # --- what linode-dev creates ------------------------------------------------------------------
 
 
-def test_dev_has_one_control_plane_one_system_worker_and_one_rtx4000_ada_worker(dev):
+def test_dev_has_one_control_plane_two_system_workers_and_one_rtx4000_ada_worker(dev):
+    # Two system workers: one cannot hold the platform's pods, the operator's Prometheus/Alertmanager and
+    # a CPU notebook (cluster fit, docs/rehearsal.md).
     instances = {r.inputs["label"]: r.inputs for r in dev.by_type(INSTANCE)}
     assert instances["gpu-dev-cp-0"]["type"] == "g6-standard-4"
-    assert instances["gpu-dev-system-0"]["type"] == "g6-standard-4"
+    assert instances["gpu-dev-system-0"]["type"] == instances["gpu-dev-system-1"]["type"] == "g6-standard-4"
     assert instances["gpu-dev-ada-0"]["type"] == "g2-gpu-rtx4000a1-m"
-    assert set(instances) == {"gpu-dev-cp-0", "gpu-dev-system-0", "gpu-dev-ada-0"}
+    assert set(instances) == {"gpu-dev-cp-0", "gpu-dev-system-0", "gpu-dev-system-1", "gpu-dev-ada-0"}
     for inputs in instances.values():
         assert inputs["region"] == "us-ord"
         assert inputs["diskEncryption"] == "enabled"
@@ -105,7 +107,8 @@ def test_dev_has_a_vpc_and_workers_on_fixed_vpc_addresses(dev):
     assert subnet["ipv4"] == "10.0.0.0/24"
     assert dev.one("linode:index/vpc:Vpc").inputs["region"] == "us-ord"
     vpc_ips = {r.inputs["label"]: r.inputs["interfaces"][1]["ipv4"]["vpc"] for r in dev.by_type(INSTANCE)}
-    assert vpc_ips == {"gpu-dev-cp-0": "10.0.0.10", "gpu-dev-system-0": "10.0.0.20", "gpu-dev-ada-0": "10.0.0.100"}
+    assert vpc_ips == {"gpu-dev-cp-0": "10.0.0.10", "gpu-dev-system-0": "10.0.0.20", "gpu-dev-system-1": "10.0.0.21",
+                       "gpu-dev-ada-0": "10.0.0.100"}
 
 
 def test_addons_are_pinned_helm_releases(dev):
@@ -201,7 +204,7 @@ def documents(dev, ha):
 @pytest.mark.skipif(shutil.which("cloud-init") is None, reason="Debian package cloud-init not installed (.ci/run installs it)")
 def test_every_cloud_init_document_passes_cloud_init_schema(documents, tmp_path):
     assert sorted(documents) == sorted(
-        ["gpu-dev-cp-0", "gpu-dev-system-0", "gpu-dev-ada-0"]
+        ["gpu-dev-cp-0", "gpu-dev-system-0", "gpu-dev-system-1", "gpu-dev-ada-0"]
         + [f"gpu-staging-cp-{i}" for i in range(3)] + ["gpu-staging-system-0", "gpu-staging-system-1",
                                                         "gpu-staging-ada-0", "gpu-staging-ada-1"])
     for label, doc in documents.items():

@@ -133,7 +133,7 @@ def _join_token(plan, label: str) -> str:
 def test_each_worker_has_its_own_bootstrap_secret_with_an_expiry_and_no_token_lives_forever(dev):
     tokens = _worker_tokens(dev)
     workers = [label for label in docs_of(dev) if "-cp-" not in label]
-    assert len(tokens) == len(workers) == 2
+    assert len(tokens) == len(workers) == 3  # two system workers and the GPU worker
     now = datetime.datetime.now(datetime.timezone.utc)
     for label in workers:
         token_id, secret = _join_token(dev, label).split(".")
@@ -375,7 +375,7 @@ def test_readiness_gate_names_missing_unready_and_gpu_less_nodes():
 def test_readiness_gate_is_registered_after_the_add_ons_with_every_node(dev):
     gate = next(r for r in dev.by_type("command:local:Command") if r.name.endswith("nodes-ready"))
     expected = {e["name"]: e["gpus"] for e in __import__("json").loads(gate.plain_inputs["environment"]["GATE_EXPECTED"])}
-    assert expected == {"gpu-dev-cp-0": 0, "gpu-dev-system-0": 0, "gpu-dev-ada-0": 1}
+    assert expected == {"gpu-dev-cp-0": 0, "gpu-dev-system-0": 0, "gpu-dev-system-1": 0, "gpu-dev-ada-0": 1}
     assert gate.plain_inputs["create"] == "python3 gpu_platform/components/linode/readiness.py"
     assert Path(__file__).resolve().parent.parent.joinpath("gpu_platform/components/linode/readiness.py").exists()
     deps = set(gate.dependencies)
@@ -485,7 +485,7 @@ def test_every_worker_has_a_leave_hook_and_control_planes_outlive_it(dev):
     hooks = {r.name: r for r in dev.by_type("command:local:Command") if r.name.endswith("-leave")}
     workers = [r for r in dev.by_type(INSTANCE) if "-cp-" not in r.plain_inputs["label"]]
     cps = {r.urn for r in dev.by_type(INSTANCE) if "-cp-" in r.plain_inputs["label"]}
-    assert len(hooks) == len(workers) == 2
+    assert len(hooks) == len(workers) == 3
     for w in workers:
         hook = hooks[f"{w.name}-leave"]
         assert hook.plain_inputs["delete"] == f"python3 gpu_platform/components/linode/nodeops.py leave {w.plain_inputs['label']}"
@@ -543,11 +543,11 @@ def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_
     assert code == 0
     plan = __import__("json").loads((tmp_path / "build" / "linode-ha3" / "plan.json").read_text())
     types = [r["type"] for r in plan["resources"]]
-    assert types.count(INSTANCE) == 5 and "linode:index/nodeBalancer:NodeBalancer" in types
+    assert types.count(INSTANCE) == 6 and "linode:index/nodeBalancer:NodeBalancer" in types  # 3 + 2 system + 1 GPU
     assert "linode:index/reservedIp:ReservedIp" not in types
     token = [r for r in plan["resources"] if r["type"] == "kubernetes:core/v1:Secret"
              and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]
-    assert len(token) == 2 and all(t["inputs"]["stringData"] == "[secret]" for t in token)  # one per worker
+    assert len(token) == 3 and all(t["inputs"]["stringData"] == "[secret]" for t in token)  # one per worker
 
 
 def test_reserved_ip_is_optional_and_the_api_is_verified_by_name(dev):

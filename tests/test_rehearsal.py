@@ -237,19 +237,19 @@ def _failures(result) -> str:
 # named exactly: a new failure fails the test, and so does a finding that went away (drop it here then).
 # - operator-pods: kube-prometheus-stack's Alertmanager configuration carries the SMTP password, a Pulumi
 #   secret that preflight renders as a stand-in, which the operator refuses: NOT REHEARSED on every stack.
-# - notebook-profiles, aws-prod: the gpu-l4x4 profile's pod goes to l4x4 where cluster fit places it on a10g
-#   (fit's flavor model, not Kueue's); linode-dev: the cpu profile's pod finds no memory on the system node
-#   in some runs only (what else the scheduler put there first decides): it may fail, and only for that.
+# (Fixed, so no longer listed: aws-prod's gpu-l4x4 profile, which fit placed on a10g, now modelled as Kueue
+#  assigns flavors; linode-dev's cpu profile, which found no memory on the one system node once the
+#  operator's Prometheus/Alertmanager were there: fit models those pods and the stack has two system nodes.)
 # - CiliumClusterwideNetworkPolicy refused on Linode: Cilium registers its CRDs when its operator starts;
 #   nothing runs Cilium here.
 NOT_REHEARSED_EVERYWHERE = {"operator-pods": "NOT REHEARSED"}
 # Findings that depend on the scheduler's scoring: (stack, scenario) -> what its failure must say.
-MAY_FAIL = {("linode-dev", "notebook-profiles"): "Insufficient memory"}
+MAY_FAIL: dict[tuple[str, str], str] = {}
 SHIPPED_FINDINGS = {
     "linode-dev": ({}, {"CiliumClusterwideNetworkPolicy/deny-instance-metadata"}),
     "linode-ha": ({}, {"CiliumClusterwideNetworkPolicy/deny-instance-metadata"}),
     "gcp-prod": ({}, set()),
-    "aws-prod": ({"notebook-profiles": "FAIL"}, set()),
+    "aws-prod": ({}, set()),
 }
 
 

@@ -94,6 +94,58 @@ def _run_hook_job(installer: Installer, client, server: str, ca_file: str):
     return run
 
 
+def prepare_controllers(releases: list[Any], not_rehearsed: list[str]):
+    """The platform's controllers among the rendered releases, the webhook serving CA and certificate
+    folder; a controller that cannot run here is marked not-built and listed in `not_rehearsed`."""
+    controllers = ctlmod.find_controllers(releases)
+    for ctl in controllers:
+        if not ctl.built:
+            ctl.status = "not-built"
+            not_rehearsed.append(f"{ctl.binary} ({ctl.release}: Deployment {ctl.namespace}/{ctl.deployment}): binary not built "
+                                 f"(`{binaries.BUILD_COMMAND}`); its webhooks are removed")
+    ca_pem, cert_dir = pki.webhook_serving(binaries.cache_dir())
+    for binary, fixed in (("trainer-manager", pki.WEBHOOK_CERT_DIR), ("kueue-manager", pki.KUEUE_METRICS_CERT_DIR)):
+        for ctl in controllers:
+            if ctl.binary == binary and ctl.status != "not-built":
+                try:
+                    pki.install_fixed_dir(cert_dir, fixed)
+                except OSError as exc:
+                    ctl.status = "not-built"
+                    not_rehearsed.append(f"{binary}: cannot write its certificate to the fixed folder {fixed} ({exc}); "
+                                         "its webhooks are removed")
+    return controllers, ca_pem, cert_dir
+
+
+def install(cp: ControlPlane, releases: list[Any], controllers: list, ca_pem: bytes, cert_dir, log: InstallLog) -> Installer:
+    """Namespaces, CRDs, then every release in the program's order, each release's controllers started
+    (under their ServiceAccounts, webhooks served locally) as soon as the release is applied."""
+    client, run_dir = cp.client, Path(cp.tmp)
+    ca_file = str(pki.write(run_dir / "webhook-ca.crt", ca_pem))
+    by_release: dict[str, list] = {}
+    for ctl in controllers:
+        if ctl.status != "not-built":
+            ctl.webhook_port = ctlmod.free_port()
+        by_release.setdefault(ctl.release, []).append(ctl)
+
+    def after_release(rel):
+        for ctl in by_release.get(rel.name, []):
+            if ctl.status == "not-built":
+                continue
+            try:
+                ctlmod.start(ctl, client, cp.server, cp.ca_file, cp.procs, run_dir, cert_dir)
+            except (ApiError, OSError) as exc:
+                ctl.status, ctl.problem = "failed", f"could not start: {exc}"
+                continue
+            ctlmod.wait_ready(ctl, ca_file)
+
+    installer = Installer(client, releases, controllers, ca_pem, log, on_release=after_release)
+    installer.namespaces()
+    installer.crds()
+    for rel in order_releases(releases):
+        installer.release(rel, _run_hook_job(installer, client, cp.server, cp.ca_file))
+    return installer
+
+
 def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list[dict], out: Path,
              timeout: float = 90.0, scenarios=SCENARIOS) -> Rehearsal:
     """Run the rehearsal; never raises for a cluster problem (it is in the result), raises
@@ -103,27 +155,10 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
     result.logs = str(log_dir)
     started = time.monotonic()
     releases = [r for r in releases if r.rendered]
-    controllers = ctlmod.find_controllers(releases)
-    for ctl in controllers:
-        if not ctl.built:
-            ctl.status = "not-built"
-            result.not_rehearsed.append(f"{ctl.binary} ({ctl.release}: Deployment {ctl.namespace}/{ctl.deployment}): binary not built "
-                                        f"(`{binaries.BUILD_COMMAND}`); its webhooks are removed")
-    ca_pem, cert_dir = pki.webhook_serving(binaries.cache_dir())
-    for binary, fixed in (("trainer-manager", pki.WEBHOOK_CERT_DIR), ("kueue-manager", pki.KUEUE_METRICS_CERT_DIR)):
-        for ctl in controllers:
-            if ctl.binary == binary and ctl.status != "not-built":
-                try:
-                    pki.install_fixed_dir(cert_dir, fixed)
-                except OSError as exc:
-                    ctl.status = "not-built"
-                    result.not_rehearsed.append(f"{binary}: cannot write its certificate to the fixed folder {fixed} ({exc}); "
-                                                "its webhooks are removed")
+    controllers, ca_pem, cert_dir = prepare_controllers(releases, result.not_rehearsed)
     with ControlPlane(log_dir, extended_resource_toleration=model.extended_resource_toleration) as cp:
         result.timings["controlPlane"] = round(time.monotonic() - started, 1)
         client = cp.client
-        run_dir = Path(cp.tmp)
-        ca_file = str(pki.write(run_dir / "webhook-ca.crt", ca_pem))
         provisioner = None
         try:
             t = time.monotonic()
@@ -133,29 +168,8 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
                 client.apply(sc_obj)
                 result.cloud_objects.append(f"StorageClass {sc_obj['metadata']['name']} (the cloud creates it)")
             provisioner = Provisioner(client).start()
-            by_release: dict[str, list] = {}
-            for ctl in controllers:
-                if ctl.status != "not-built":
-                    ctl.webhook_port = ctlmod.free_port()
-                by_release.setdefault(ctl.release, []).append(ctl)
-
-            def after_release(rel):
-                for ctl in by_release.get(rel.name, []):
-                    if ctl.status == "not-built":
-                        continue
-                    try:
-                        ctlmod.start(ctl, client, cp.server, cp.ca_file, cp.procs, run_dir, cert_dir)
-                    except (ApiError, OSError) as exc:
-                        ctl.status, ctl.problem = "failed", f"could not start: {exc}"
-                        continue
-                    ctlmod.wait_ready(ctl, ca_file)
-
-            installer = Installer(client, releases, controllers, ca_pem, result.install, on_release=after_release)
             t = time.monotonic()
-            installer.namespaces()
-            installer.crds()
-            for rel in order_releases(releases):
-                installer.release(rel, _run_hook_job(installer, client, cp.server, cp.ca_file))
+            install(cp, releases, controllers, ca_pem, cert_dir, result.install)
             result.timings["install"] = round(time.monotonic() - t, 1)
             ctx = Context(client, releases, model, placements, {c.binary: c for c in controllers}, timeout=timeout,
                           plan=plan)

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
 from gpu_platform.components.capacity import GI
+from gpu_platform.preflight.fit import admission_policy
+from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
@@ -73,6 +75,10 @@ class FitReport:
     notes: list[str] = field(default_factory=list)
     releases: int = 0
     pods: int = 0
+    # Kueue's verdict per queued workload: {admitted, flavors per pod set, reason} (fit.kueue.assign)
+    queue: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Per pod template alone on the cluster: outcome (runs | not-admitted | unschedulable), flavor, groups
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -84,7 +90,7 @@ class FitReport:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "releases": self.releases, "pods": self.pods,
                 "problems": [asdict(p) for p in self.problems], "placements": [asdict(p) for p in self.placements],
-                "headroom": self.headroom, "notes": list(self.notes)}
+                "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue}
 
     def render(self, verbose: bool = False) -> str:
         lines = [f"Cluster fit: {self.releases} releases, {self.pods} pods, "
@@ -602,6 +608,9 @@ class _Checker:
         self.notes: list[str] = list(model.notes) + self.idx.notes
         self.rel_by_name = {r.name: r for r in releases}
         self.unreadable: set[tuple] = set()
+        self.verdicts: dict[str, Optional[Assignment]] = {}
+        self.refused: dict[str, str] = {}
+        self.reported_inadmissible: set[str] = set()
 
     def problem(self, check: str, release: str, obj: str, reason: str, fix: str) -> None:
         self.problems.append(Problem(check, release, obj, reason, fix))
@@ -728,6 +737,27 @@ class _Checker:
                 out.append((fl.get("name"), self.idx.flavors.get(fl.get("name")) or {}, quotas))
         return out
 
+    def kueue_verdict(self, pt: PodTemplate) -> Optional[Assignment]:
+        """Kueue's flavor assignment for the workload `pt` belongs to (gpu_platform.preflight.fit.kueue),
+        on its empty ClusterQueue; None when its LocalQueue or ClusterQueue is missing."""
+        key = pt.workload or pt.owner
+        if key in self.verdicts:
+            return self.verdicts[key]
+        lq = self.idx.local_queues.get((pt.namespace, pt.queue_name))
+        cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue")) if lq else None
+        verdict = None
+        if cq is not None:
+            lr = self.idx.limit_ranges.get(pt.namespace, [])
+            pts = [t for t in self.templates if (t.workload or t.owner) == key and t.replicas > 0]
+            try:
+                verdict = assign(workload_podsets(pts, lambda t: effective_requests(t.spec, apply_limit_ranges(t.spec, lr)[0])),
+                                 cq, self.idx.flavors)
+            except (ValueError, TypeError):
+                self.queue_flavors(pt)  # names the quota it cannot read as a render problem
+                verdict = None
+        self.verdicts[key] = verdict
+        return verdict
+
     @staticmethod
     def with_flavor(pod: _Pod, name: str, flavor: dict) -> _Pod:
         spec = flavor.get("spec") or {}
@@ -753,8 +783,38 @@ class _Checker:
                      f"{what}{extra}: " + "; ".join(f"{g}: {r}" for g, r in reasons.items()), fix)
 
     # --- main --------------------------------------------------------------------------------
+    def admission_refusals(self) -> dict[str, str]:
+        """The API server's refusal (a ValidatingAdmissionPolicy of the releases) of each workload users
+        submit: the example jobs and the notebook pods the hub creates. Keyed by workload."""
+        objects = [o for rel in self.releases for o in rel.objects if isinstance(o, dict)]
+        if not any(o.get("kind") == "ValidatingAdmissionPolicy" for o in objects):
+            return {}
+        if not admission_policy.available():
+            self.notes.append(admission_policy.UNAVAILABLE)
+            return {}
+        out: dict[str, str] = {}
+        # (object, its plural, the key its pods' verdicts look up, release)
+        submitted = [(o, self.idx.plurals.get((str(o.get("apiVersion", "")).rpartition("/")[0], o.get("kind", "")),
+                                              (_plural(o.get("kind", "")), None))[0], object_id(o), rel.name)
+                     for rel in self.releases if rel.source == "example" for o in rel.objects
+                     if o.get("kind") in ("TrainJob", "Job", "JobSet", "Pod")]
+        for pt in self.templates:
+            if pt.kind == "Pod" and pt.owner.startswith(f"Pod/{pt.namespace}/jupyter-<user>"):
+                submitted.append(({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": "jupyter-user", "namespace": pt.namespace, "labels": dict(pt.labels)}, "spec": pt.spec},
+                    "pods", pt.owner, pt.release))
+        for obj, resource, key, release in submitted:
+            ns = (obj.get("metadata") or {}).get("namespace")
+            why = admission_policy.refusal(objects, obj, resource, self.idx.ns_labels.get(ns, {NAMESPACE_NAME_LABEL: ns}))
+            if why:
+                out[key] = why
+                self.problem("admission", release, key, f"the API server refuses it: {why}",
+                             "change the job (or profile) as the policy's message says")
+        return out
+
     def run(self) -> FitReport:
         pods = self.build_pods()
+        self.refused = self.admission_refusals()
         self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")
         placed: list[_Pod] = []
         daemonsets: list[tuple[_Pod, list[NodeGroup]]] = []
@@ -768,12 +828,22 @@ class _Checker:
                                  "(or its ClusterQueue is missing): Kueue never admits it",
                                  "create the LocalQueue/ClusterQueue or fix the queue-name label")
                     continue
-                ok = [self.with_flavor(pod, n, f) for n, f, _ in flavors]
-                ok = [p for p in ok if self.candidates(p)]
-                if not ok:
-                    self.unschedulable(pod, " under any flavor of its queue")
+                verdict = self.kueue_verdict(pt)
+                if verdict is None:
+                    continue  # a quota it cannot read: reported as a render problem
+                if not verdict.admitted:
+                    if pt.workload not in self.reported_inadmissible:
+                        self.reported_inadmissible.add(pt.workload)
+                        self.problem("queue-fit", pt.release, pt.workload or pt.owner,
+                                     f"Kueue never admits it: {verdict.reason}",
+                                     "give the flavor its pods select quota, or select a flavor (nodeSelector) that has it")
                     continue
-                placed.append(ok[0])
+                fname = verdict.flavor_of(pt.podset)
+                probe = self.with_flavor(pod, fname, self.idx.flavors.get(fname) or {})
+                if not self.candidates(probe):
+                    self.unschedulable(pod, f" on flavor {fname}, the one Kueue assigns")
+                    continue
+                placed.append(probe)
                 continue
             if pt.daemonset:
                 groups = [g for g in self.model.node_groups
@@ -802,7 +872,47 @@ class _Checker:
         self.reachable()
         self.scrape()
         self.guarded(self.queue_fit, "Kueue quotas")
-        return FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count)
+        queue = {k: {"admitted": v.admitted, "reason": v.reason,
+                     "flavors": {ps.podset: ps.flavors for ps in v.podsets}} for k, v in self.verdicts.items() if v is not None}
+        report = FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count, queue)
+        report.verdicts = self.pod_verdicts(pods)
+        return report
+
+    def pod_verdicts(self, pods: list[_Pod]) -> dict[str, dict[str, Any]]:
+        """Per pod template, alone on the cluster at maximum size: whether Kueue admits it (queued pods:
+        the flavor it assigns) and the node groups whose empty node can run it. What the differential
+        check (gpu_platform/rehearsal/differential.py) compares with the real control plane."""
+        out: dict[str, dict[str, Any]] = {}
+        for pod in pods:
+            pt = pod.pt
+            if pt.daemonset or pt.hook:
+                continue
+            row: dict[str, Any] = {"workload": pt.workload or pt.owner, "queued": bool(pt.queue_name)}
+            refused = self.refused.get(pt.workload or pt.owner) or self.refused.get(pt.owner)
+            if refused:
+                row.update(outcome="refused", reason=refused, groups=[])
+                out[pt.owner] = row
+                continue
+            probe = pod
+            if pt.queue_name:
+                verdict = self.verdicts.get(pt.workload or pt.owner)
+                if verdict is None:
+                    row.update(outcome="no-queue", groups=[])
+                    out[pt.owner] = row
+                    continue
+                if not verdict.admitted:
+                    row.update(outcome="not-admitted", reason=verdict.reason, groups=[])
+                    out[pt.owner] = row
+                    continue
+                row["flavor"] = verdict.flavor_of(pt.podset)
+                probe = self.with_flavor(pod, row["flavor"], self.idx.flavors.get(row["flavor"]) or {})
+            why = {g.name: _why_not(g, probe) for g in self.model.node_groups}
+            groups = sorted({name for name, r in why.items() if r is None})
+            row.update(outcome="runs" if groups else "unschedulable", groups=groups)
+            if not groups:
+                row["reason"] = "; ".join(f"{g}: {r}" for g, r in why.items())
+            out[pt.owner] = row
+        return out
 
     # --- scrape targets ----------------------------------------------------------------------
     def scrape(self) -> None:
@@ -1076,6 +1186,8 @@ class _Checker:
                 for k, v in req.items():
                     totals[k] = totals.get(k, 0) + v * pt.replicas
             for fname, flavor, quota in flavors:
+                if any(flavor_mismatch(pt.spec, flavor) for pt in pts):
+                    continue  # its taints or labels rule the pods out: Kueue never assigns it
                 if any(totals.get(k, 0) > q for k, q in quota.items()):
                     continue  # the flavor's quota cannot hold the job: Kueue does not admit it there
                 if any(v > 0 and k not in quota and k in ("cpu", "memory", GPU) for k, v in totals.items()):

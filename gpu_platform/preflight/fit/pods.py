@@ -1,6 +1,7 @@
 """Every pod the cluster will run, from the rendered objects: pod templates of Deployments,
 StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs, Pods, JobSets and TrainJobs (through their
-(Cluster)TrainingRuntime), Helm hook Jobs included, with how many pods each makes, and the effective
+(Cluster)TrainingRuntime), the StatefulSets the Prometheus operator makes from Prometheus and
+Alertmanager objects, Helm hook Jobs included, with how many pods each makes, and the effective
 requests Kubernetes computes for a pod (containers, init containers, sidecars, overhead, LimitRange
 defaults).
 
@@ -349,6 +350,91 @@ def jupyterhub_user_pods(release: str, namespace: Optional[str], values: dict) -
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# Pods the Prometheus operator makes from Prometheus and Alertmanager objects
+# ---------------------------------------------------------------------------------------------
+
+MONITORING_API = "monitoring.coreos.com/"
+# prometheus-operator v0.93.1 cmd/operator/main.go: defaultReloaderCPU/defaultReloaderMemory, used for
+# the config-reloader's requests and limits unless the operator's flags say otherwise ("0": none).
+RELOADER_DEFAULTS = {"cpu-request": "10m", "cpu-limit": "10m", "memory-request": "50Mi", "memory-limit": "50Mi"}
+
+
+def reloader_resources(releases: Iterable[Any]) -> dict:
+    """The config-reloader sidecar's resources, from the operator Deployment's --config-reloader-* flags."""
+    flags = dict(RELOADER_DEFAULTS)
+    for rel in releases:
+        for obj in rel.objects:
+            if obj.get("kind") != "Deployment":
+                continue
+            for c in (((obj.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []:
+                args = [str(a) for a in (c.get("args") or [])]
+                if not any(a.startswith("--prometheus-config-reloader") for a in args):
+                    continue
+                for a in args:
+                    for key in RELOADER_DEFAULTS:
+                        if a.startswith(f"--config-reloader-{key}="):
+                            flags[key] = a.split("=", 1)[1]
+    out: dict[str, dict] = {}
+    for key, value in flags.items():
+        res, part = key.split("-")
+        if str(value) != "0":
+            out.setdefault("requests" if part == "request" else "limits", {})[res] = value
+    return out
+
+
+def _merge_containers(base: list[dict], patches: list[dict]) -> list[dict]:
+    """k8s.MergePatchContainers: a patch naming an operator container is merged into it (resources
+    key by key), others are appended."""
+    out = copy.deepcopy(base)
+    for patch in patches or []:
+        mine = next((c for c in out if c.get("name") == patch.get("name")), None)
+        if mine is None:
+            out.append(copy.deepcopy(patch))
+            continue
+        for k, v in patch.items():
+            mine[k] = _merge_resources(mine.get("resources") or {}, v) if k == "resources" else copy.deepcopy(v)
+    return out
+
+
+def operator_pods(release: str, obj: dict, reloader: dict) -> list[PodTemplate]:
+    """The StatefulSet pods the operator (v0.93.1 pkg/prometheus/server/statefulset.go,
+    pkg/alertmanager/statefulset.go) makes for one Prometheus or Alertmanager: the main container with
+    spec.resources (Alertmanager: a 200Mi memory request when none is set), the config-reloader sidecar
+    and init-config-reloader with the operator's reloader resources, a Thanos sidecar when configured,
+    spec.containers/initContainers merged by name; spec.replicas (default 1) per shard."""
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    meta = obj.get("metadata") or {}
+    name, ns = meta.get("name"), meta.get("namespace")
+    main = "prometheus" if kind == "Prometheus" else "alertmanager"
+    resources = copy.deepcopy(spec.get("resources") or {})
+    if kind == "Alertmanager" and "memory" not in (resources.get("requests") or {}):
+        resources.setdefault("requests", {})["memory"] = "200Mi"
+    containers = [{"name": main, "resources": resources}, {"name": "config-reloader", "resources": copy.deepcopy(reloader)}]
+    if kind == "Prometheus" and spec.get("thanos") is not None:
+        containers.append({"name": "thanos-sidecar", "resources": copy.deepcopy((spec.get("thanos") or {}).get("resources") or {})})
+    pod_spec: dict[str, Any] = {
+        "containers": _merge_containers(containers, spec.get("containers") or []),
+        "initContainers": _merge_containers([{"name": "init-config-reloader", "resources": copy.deepcopy(reloader)}],
+                                            spec.get("initContainers") or []),
+    }
+    for key in ("nodeSelector", "tolerations", "affinity", "securityContext", "priorityClassName",
+                "topologySpreadConstraints", "serviceAccountName", "hostNetwork"):
+        if spec.get(key) is not None:
+            pod_spec[key] = copy.deepcopy(spec[key])
+    replicas = max(_int(spec.get("replicas"), 1), 0)
+    shards = max(_int(spec.get("shards"), 1), 1) if kind == "Prometheus" else 1
+    labels = {"app.kubernetes.io/name": main, "app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by":
+              "prometheus-operator", main: name, "operator.prometheus.io/name": name,
+              **((spec.get("podMetadata") or {}).get("labels") or {})}
+    out = []
+    for shard in range(shards):
+        sts = f"{main}-{name}" + (f"-shard-{shard}" if shard else "")
+        out.append(PodTemplate(release, f"StatefulSet/{ns}/{sts}", "StatefulSet", ns, dict(labels), {}, copy.deepcopy(pod_spec),
+                               replicas))
+    return out
+
+
 def _is_jupyterhub(rel: Any) -> bool:
     chart = str(getattr(rel, "chart", "") or "")
     return chart.rstrip("/").rsplit("/", 1)[-1] == "jupyterhub"
@@ -358,6 +444,7 @@ def pod_templates(releases: Iterable[Any]) -> tuple[list[PodTemplate], list[Rend
     """Every pod template of every release, and what could not be resolved (a TrainJob's runtime)."""
     releases = list(releases)
     runtimes = _runtime_index(releases)
+    reloader: Optional[dict] = None
     out: list[PodTemplate] = []
     issues: list[RenderIssue] = []
     for rel in releases:
@@ -403,6 +490,10 @@ def pod_templates(releases: Iterable[Any]) -> tuple[list[PodTemplate], list[Rend
                                             job_pods=total, workload=object_id(obj), podset=rj.get("name", "main"))
                     pt.owner = f"{object_id(obj)}[{rj.get('name')}]"
                     out.append(pt)
+            elif kind in ("Prometheus", "Alertmanager") and api.startswith(MONITORING_API) and not hook:
+                if reloader is None:
+                    reloader = reloader_resources(releases)
+                out.extend(operator_pods(rel.name, obj, reloader))
             elif kind == "TrainJob" and api.startswith("trainer.kubeflow.org/"):
                 pts, issue = trainjob_pods(rel.name, obj, runtimes)
                 out.extend(pts)

@@ -1,0 +1,101 @@
+"""ValidatingAdmissionPolicies of the rendered releases, evaluated on a workload object the way the API
+server does at CREATE (k8s.io/apiserver pkg/admission/plugin/policy/validating): a policy bound with
+validationActions Deny applies when a resourceRule matches the object's group/resource with CREATE and
+its namespaceSelector/objectSelector match; then every matchCondition must be true, and the first
+validation that is false refuses the request with its message (messageExpression when given).
+
+CEL by cel-python (a test dependency of the project; without it nothing is evaluated and fit says so
+in its notes), with Kubernetes' quantity library (`quantity()`, `compareTo`) as the policies of the
+platform use it. Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any, Callable, Optional
+
+_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+UNAVAILABLE = "the platform's ValidatingAdmissionPolicies were not evaluated (cel-python is not installed)"
+
+
+def _selector_matches(selector: Optional[dict], labels: dict[str, str]) -> bool:
+    from gpu_platform.preflight.fit.checks import label_selector_matches
+
+    return label_selector_matches(selector, labels)
+
+
+def _rule_matches(rule: dict, group: str, resource: str) -> bool:
+    ops = rule.get("operations") or []
+    return (("CREATE" in ops or "*" in ops) and any(g in ("*", group) for g in rule.get("apiGroups") or [])
+            and any(r in ("*", resource) for r in rule.get("resources") or []))
+
+
+def _evaluator(obj: dict, namespace: Optional[dict]) -> Optional[Callable[[str], Any]]:
+    try:
+        import celpy
+    except ImportError:
+        return None
+
+    def quantity(text):
+        m = re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
+        if not m or m.group(2) not in _SUFFIX:
+            raise ValueError(f"not a quantity: {text!r}")
+        return celpy.celtypes.DoubleType(float(Fraction(m.group(1)) * _SUFFIX[m.group(2)]))
+
+    def compare(a, b):
+        return celpy.celtypes.IntType((a > b) - (a < b))
+
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(obj),
+           "request": celpy.json_to_cel({"kind": {"kind": obj.get("kind")}, "operation": "CREATE",
+                                         "namespace": (obj.get("metadata") or {}).get("namespace")})}
+    if namespace is not None:
+        act["namespaceObject"] = celpy.json_to_cel(namespace)
+    fns = {"quantity": quantity, "compareTo": compare}
+
+    def ev(expr: str) -> Any:
+        return env.program(env.compile(expr), functions=fns).evaluate(act)
+
+    return ev
+
+
+def available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("celpy") is not None
+
+
+def refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, str]) -> Optional[str]:
+    """The API server's refusal of creating `obj` (plural `resource`) by a policy among `objects`, or None."""
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    meta = obj.get("metadata") or {}
+    bound = {(b.get("spec") or {}).get("policyName") for b in objects
+             if b.get("kind") == "ValidatingAdmissionPolicyBinding" and "Deny" in ((b.get("spec") or {}).get("validationActions") or [])}
+    for pol in objects:
+        if pol.get("kind") != "ValidatingAdmissionPolicy" or (pol.get("metadata") or {}).get("name") not in bound:
+            continue
+        spec = pol.get("spec") or {}
+        mc = spec.get("matchConstraints") or {}
+        if not any(_rule_matches(r, group, resource) for r in mc.get("resourceRules") or []):
+            continue
+        if meta.get("namespace") and not _selector_matches(mc.get("namespaceSelector"), ns_labels):
+            continue
+        if not _selector_matches(mc.get("objectSelector"), dict(meta.get("labels") or {})):
+            continue
+        ev = _evaluator(obj, {"metadata": {"name": meta.get("namespace"), "labels": ns_labels}} if meta.get("namespace") else None)
+        if ev is None:
+            return None
+        name = (pol.get("metadata") or {}).get("name")
+        try:
+            if not all(ev(c["expression"]) for c in spec.get("matchConditions") or []):
+                continue
+            for v in spec.get("validations") or []:
+                if not ev(v["expression"]):
+                    msg = str(ev(v["messageExpression"])) if v.get("messageExpression") else v.get("message") or v["expression"]
+                    return f"ValidatingAdmissionPolicy '{name}' denied request: {msg}"
+        except Exception as exc:  # noqa: BLE001 CEL this evaluator lacks: failurePolicy decides, as on the server
+            if (spec.get("failurePolicy") or "Fail") == "Fail":
+                return f"ValidatingAdmissionPolicy '{name}': its CEL could not be evaluated here ({type(exc).__name__}: {exc})"
+    return None

@@ -1,0 +1,172 @@
+"""Kueue's flavor assignment, as Kueue v0.19.2 does it for a workload on an empty ClusterQueue
+(sigs.k8s.io/kueue pkg/scheduler/flavorassigner/flavorassigner.go: assignFlavors,
+findFlavorForPodSetResource, checkFlavorForPodSets, flavorSelector, fitsResourceQuota).
+
+Per pod set, in order, each requested resource's resource group tries its flavors in the
+ClusterQueue's order; a flavor is skipped when
+- its nodeTaints (NoSchedule/NoExecute) are not tolerated by the pod's tolerations plus the flavor's own,
+- the pod's nodeSelector and required node affinity, cut to the keys of THIS flavor's nodeLabels
+  (a term left empty matches every flavor), do not match the flavor's nodeLabels,
+- a requested resource's quota (nominalQuota, plus borrowingLimit when the queue is in a cohort,
+  minus what earlier pod sets of the same workload took) is smaller than the pod set's request
+  (a resource the flavor lists no quota for has quota 0).
+The first flavor left wins (no usage: mode Fit, so FlavorFungibility never searches further). A
+requested resource no resource group covers makes the workload inadmissible. Pure functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from gpu_platform.preflight.fit.pods import _amount, fmt_amount
+
+BLOCKING = ("NoSchedule", "NoExecute")
+
+
+@dataclass
+class PodSetAssignment:
+    podset: str
+    flavors: dict[str, str]  # resource -> flavor
+
+
+@dataclass
+class Assignment:
+    """Kueue's verdict for one workload: the flavors per pod set, or why it is not admitted."""
+    podsets: list[PodSetAssignment] = field(default_factory=list)
+    reason: Optional[str] = None  # None: admitted (quota reserved)
+
+    @property
+    def admitted(self) -> bool:
+        return self.reason is None
+
+    def flavor_of(self, podset: str) -> Optional[str]:
+        """The flavor of the pod set's GPUs (else of any resource): the one whose nodes it lands on."""
+        for ps in self.podsets:
+            if ps.podset == podset:
+                return ps.flavors.get("nvidia.com/gpu") or next(iter(ps.flavors.values()), None)
+        return None
+
+
+def _tolerates(tol: dict, taint: dict) -> bool:
+    eff = tol.get("effect") or ""
+    if eff and eff != taint.get("effect"):
+        return False
+    key, op = tol.get("key") or "", tol.get("operator") or "Equal"
+    if key and key != taint.get("key"):
+        return False
+    if not key and op != "Exists":
+        return False
+    return op == "Exists" or (tol.get("value") or "") == (taint.get("value") or "")
+
+
+def _expr(labels: dict[str, str], e: dict) -> bool:
+    key, op, values = e.get("key"), e.get("operator"), [str(v) for v in e.get("values") or []]
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt"):
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except (KeyError, ValueError, IndexError):
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def flavor_mismatch(spec: dict, flavor: dict) -> Optional[str]:
+    """Why Kueue does not consider `flavor` for a pod with this spec (checkFlavorForPodSets), or None."""
+    fspec = flavor.get("spec") or {}
+    name = (flavor.get("metadata") or {}).get("name")
+    tolerations = list(spec.get("tolerations") or []) + list(fspec.get("tolerations") or [])
+    for taint in fspec.get("nodeTaints") or []:
+        if taint.get("effect") in BLOCKING and not any(_tolerates(t, taint) for t in tolerations):
+            return f"untolerated taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')} in flavor {name}"
+    labels = {k: str(v) for k, v in (fspec.get("nodeLabels") or {}).items()}
+    keys = set(labels)
+    if any(labels.get(k) != str(v) for k, v in (spec.get("nodeSelector") or {}).items() if k in keys):
+        return f"flavor {name} doesn't match node affinity"
+    req = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = []
+    for t in (req or {}).get("nodeSelectorTerms") or []:
+        kept = [e for e in t.get("matchExpressions") or [] if e.get("key") in keys]
+        if not kept:
+            terms = []  # a term with no relevant key matches every flavor (the terms are ORed)
+            break
+        terms.append(kept)
+    if terms and not any(all(_expr(labels, e) for e in t) for t in terms):
+        return f"flavor {name} doesn't match node affinity"
+    return None
+
+
+def _quota(fl: dict, resource: str, cohort: bool) -> int:
+    for r in fl.get("resources") or []:
+        if r.get("name") == resource:
+            q = _amount(resource, r.get("nominalQuota", 0))
+            if cohort and r.get("borrowingLimit") is not None:
+                q += _amount(resource, r["borrowingLimit"])
+            return q
+    return 0
+
+
+def assign(podsets: list[tuple[str, dict, dict[str, int]]], cluster_queue: dict, flavors: dict[str, dict]) -> Assignment:
+    """`podsets`: (name, pod spec, total requests of the pod set = per-pod requests x count), in the
+    workload's order. `flavors`: ResourceFlavor objects by name."""
+    spec = cluster_queue.get("spec") or {}
+    groups = spec.get("resourceGroups") or []
+    cohort = bool(spec.get("cohort") or spec.get("cohortName"))
+    used: dict[tuple[str, str], int] = {}
+    out = Assignment()
+    for ps_name, pod_spec, requests in podsets:
+        requests = {k: v for k, v in requests.items() if v > 0 and k != "pods"}
+        chosen: dict[str, str] = {}
+        for resource in requests:
+            if resource in chosen:
+                continue
+            rg = next((g for g in groups if resource in (g.get("coveredResources") or [])), None)
+            if rg is None:  # (unless Kueue's Configuration excludes the resource's prefix; ours excludes none)
+                out.reason = (f"pod set {ps_name}: resource {resource} unavailable in ClusterQueue "
+                              f"{(cluster_queue.get('metadata') or {}).get('name')}")
+                return out
+            wanted = [r for r in requests if r in (rg.get("coveredResources") or [])]
+            reasons = []
+            for fl in rg.get("flavors") or []:
+                fname = fl.get("name")
+                flavor = flavors.get(fname)
+                if flavor is None:
+                    reasons.append(f"flavor {fname} not found")
+                    continue
+                why = flavor_mismatch(pod_spec, flavor)
+                if why:
+                    reasons.append(why)
+                    continue
+                short = [f"insufficient quota for {r} in flavor {fname}, request > maximum capacity "
+                         f"({fmt_amount(r, requests[r] + used.get((fname, r), 0))} > {fmt_amount(r, _quota(fl, r, cohort))})"
+                         for r in wanted if requests[r] + used.get((fname, r), 0) > _quota(fl, r, cohort)]
+                if short:
+                    reasons += short
+                    continue
+                for r in wanted:
+                    chosen[r] = fname
+                    used[(fname, r)] = used.get((fname, r), 0) + requests[r]
+                break
+            else:
+                out.reason = f"couldn't assign flavors to pod set {ps_name}: " + ", ".join(reasons or ["no flavors"])
+                return out
+        out.podsets.append(PodSetAssignment(ps_name, chosen))
+    return out
+
+
+def workload_podsets(pts: list[Any], requests_of) -> list[tuple[str, dict, dict[str, int]]]:
+    """(pod set, pod spec, total requests) of one workload's pod templates; `requests_of(pt)`: per-pod
+    effective requests (after the namespace's LimitRange)."""
+    out = []
+    for pt in pts:
+        per = requests_of(pt)
+        out.append((pt.podset, pt.spec, {k: v * max(pt.replicas, 1) for k, v in per.items()}))
+    return out
