@@ -15,14 +15,14 @@ import re
 from fractions import Fraction
 from typing import Any, Callable, Optional
 
+from gpu_platform.preflight.fit.selectors import label_selector_matches
+
 _SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 UNAVAILABLE = "the platform's ValidatingAdmissionPolicies were not evaluated (cel-python is not installed)"
 
 
 def _selector_matches(selector: Optional[dict], labels: dict[str, str]) -> bool:
-    from gpu_platform.preflight.fit.checks import label_selector_matches
-
     return label_selector_matches(selector, labels)
 
 

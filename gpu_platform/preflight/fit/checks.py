@@ -25,6 +25,7 @@ from typing import Any, Iterable, Optional
 
 from gpu_platform.components.capacity import GI
 from gpu_platform.preflight.fit import admission_policy
+from gpu_platform.preflight.fit.selectors import _match_expression, label_selector_matches
 from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.scrape import scrape_findings
@@ -143,36 +144,6 @@ def tolerates(toleration: dict, taint: dict) -> bool:
 
 def untolerated(taints: list[dict], tolerations: list[dict]) -> list[dict]:
     return [t for t in taints if t.get("effect") in BLOCKING_EFFECTS and not any(tolerates(x, t) for x in tolerations)]
-
-
-def _match_expression(labels: dict[str, str], expr: dict) -> bool:
-    key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except (KeyError, ValueError, IndexError):
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def label_selector_matches(selector: Optional[dict], labels: dict[str, str]) -> bool:
-    """metav1.LabelSelector: None or {} matches everything."""
-    if not selector:
-        return True
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != str(v):
-            return False
-    return all(_match_expression(labels, e) for e in selector.get("matchExpressions") or [])
 
 
 def node_affinity_matches(affinity: Optional[dict], labels: dict[str, str]) -> bool:
