@@ -205,8 +205,7 @@ def test_sigterm_tears_the_control_plane_down(tmp_path):
 
 
 def _rehearse(stack: str, tmp_path: Path, config: dict | None = None, mutate=None, scenarios=None):
-    from gpu_platform.rehearsal.run import rehearse
-    from gpu_platform.rehearsal.scenarios import SCENARIOS
+    from gpu_platform.rehearsal.run import ALL_SCENARIOS, rehearse
 
     if config is None:
         cfg, plan, fit = prepared(stack)
@@ -216,7 +215,7 @@ def _rehearse(stack: str, tmp_path: Path, config: dict | None = None, mutate=Non
     if mutate is not None:
         mutate(releases)
     return rehearse(stack, cfg, plan, releases, fit.model, fit.report.to_json()["placements"], tmp_path / "out",
-                    scenarios=scenarios or SCENARIOS)
+                    scenarios=scenarios or ALL_SCENARIOS)
 
 
 def _failures(result) -> str:
