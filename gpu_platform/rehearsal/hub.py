@@ -336,8 +336,13 @@ def _check_notebook(ctx: Context, sc: Scenario, ns: str, slug: str, pod: dict, g
         if pvc is None:
             sc.fail(f"profile {slug}: the home claim {claim} was not created")
         else:
+            pv = ctx.client.get("v1", "PersistentVolume", pvc["spec"]["volumeName"]) if pvc["spec"].get("volumeName") else None
+            terms = ((((pv or {}).get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms") or []
+            pinned = "; ".join(f"{e.get('key')} {e.get('operator')} {','.join(e.get('values') or [])}"
+                               for t in terms for e in (t.get("matchExpressions") or []) + (t.get("matchFields") or []))
             sc.details.append(f"profile {slug}: home PersistentVolumeClaim {claim} created by KubeSpawner ({phase}, "
-                              f"class {pvc['spec'].get('storageClassName')})")
+                              f"class {pvc['spec'].get('storageClassName')}, volume {pvc['spec'].get('volumeName')}"
+                              f"{', node affinity ' + pinned if pinned else ''})")
     if not claims:
         sc.fail(f"profile {slug}: pod {name} mounts no PersistentVolumeClaim (the chart's dynamic home storage)")
 
@@ -578,6 +583,12 @@ def _zonal_gpu_pool(ctx: Context) -> Optional[tuple[str, list[str]]]:
     return next(((pool, sorted(z)) for pool, z in zones.items() if len(z) >= 2), None)
 
 
+def _volume_conflict(reason: str) -> bool:
+    """The scheduler's words for nodes outside a bound volume's topology (kube-scheduler 1.35: "didn't
+    match PersistentVolume's node affinity"; older: "volume node affinity conflict")."""
+    return "PersistentVolume's node affinity" in reason or "volume node affinity conflict" in reason
+
+
 def zone_drill(ctx: Context) -> Scenario:
     sc = Scenario("zone-drill", "a GPU notebook whose home volume is in zone b gets a node of its pool in zone b "
                                 "(Kueue's flavor and the scheduler's volume topology agree)")
@@ -649,6 +660,28 @@ def zone_drill(ctx: Context) -> Scenario:
             sc.fail(f"bound to {node} in zone {labels.get(ZONE)}: its home volume is in {zone}, the pod can never mount it")
         if labels.get("rehearsal.gpu-platform.io/node-group") != pool:
             sc.fail(f"bound to {node} of group {labels.get('rehearsal.gpu-platform.io/node-group')}, not the profile's pool {pool}")
+        # The control: the same notebook held to another zone must not start (so zone b was no chance).
+        other = {**copy.deepcopy(pod), "metadata": {**pod["metadata"], "name": "jupyter-zone-drill-control"}}
+        other["spec"]["nodeSelector"] = {**(other["spec"].get("nodeSelector") or {}), ZONE: zones[0]}
+        if err := submit(ctx.client, other):
+            sc.fail(f"control pod refused: {err}")
+            return sc
+        made.append(other)
+        why = ""
+        deadline = time.monotonic() + ctx.timeout
+        while time.monotonic() < deadline:
+            live = ctx.client.get("v1", "Pod", "jupyter-zone-drill-control", ns) or {}
+            why = _pending_reason(live)
+            if (live.get("spec") or {}).get("nodeName") or _volume_conflict(why):
+                break
+            time.sleep(1)
+        if (live.get("spec") or {}).get("nodeName"):
+            sc.fail(f"control: the same notebook held to zone {zones[0]} was bound to {live['spec']['nodeName']} although "
+                    f"its volume is in {zone}: the volume's zone is not enforced")
+        elif _volume_conflict(why):
+            sc.details.append(f"control: the same notebook held to zone {zones[0]} stays Pending: {why}")
+        else:
+            sc.fail(f"control: the notebook held to zone {zones[0]} is Pending for another reason than its volume: {why}")
     finally:
         for obj in reversed(made):
             try:
