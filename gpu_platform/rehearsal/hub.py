@@ -357,12 +357,14 @@ def _notebook_token(client: Client, pod: dict) -> tuple[str, str]:
     return sa, doc["status"]["token"]
 
 
-def _wait_admitted(client: Client, ns: str, kind: str, name: str, timeout: float) -> Optional[dict]:
+def _wait_admitted(client: Client, ns: str, kind: str, name: str, timeout: float, gave_up=None) -> Optional[dict]:
+    """The job's Workload once admitted; else what there is after `timeout`, or as soon as `gave_up(w)`
+    (e.g. no Workload while the job's pods already exist: Kueue will not manage it any more)."""
     deadline = time.monotonic() + timeout
     w = None
     while time.monotonic() < deadline:
         w = _workload_for(client, ns, kind, name)
-        if _admitted(w):
+        if _admitted(w) or (gave_up is not None and gave_up(w)):
             return w
         time.sleep(1)
     return w
@@ -512,12 +514,12 @@ def unlabelled_trainjob(ctx: Context) -> Scenario:
     # Kueue defaults the label only once its cache holds the LocalQueue (it is Active): a job created
     # before that is ignored, which the scenario reports as such, not as a race of the rehearsal.
     deadline = time.monotonic() + ctx.timeout
-    lq = None
-    while time.monotonic() < deadline:
-        lq = ctx.client.get(KUEUE, "LocalQueue", DEFAULT_LOCAL_QUEUE, ns)
-        if lq is not None and (_conditions(lq).get("Active") or {}).get("status") == "True":
+    lq = ctx.client.get(KUEUE, "LocalQueue", DEFAULT_LOCAL_QUEUE, ns)
+    while lq is not None and time.monotonic() < deadline:
+        if (_conditions(lq).get("Active") or {}).get("status") == "True":
             break
         time.sleep(1)
+        lq = ctx.client.get(KUEUE, "LocalQueue", DEFAULT_LOCAL_QUEUE, ns)
     if lq is None:
         sc.fail(f"namespace {ns} has no LocalQueue {DEFAULT_LOCAL_QUEUE!r}: a TrainJob without {QUEUE_LABEL} is not queued")
     else:
@@ -533,7 +535,8 @@ def unlabelled_trainjob(ctx: Context) -> Scenario:
         live = ctx.client.get(TRAINER, "TrainJob", "unlabelled", ns) or {}
         label = (live.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL)
         sc.details.append(f"submitted without {QUEUE_LABEL}; as stored: {QUEUE_LABEL}={label or '(none)'}")
-        w = _wait_admitted(ctx.client, ns, "TrainJob", "unlabelled", ctx.timeout)
+        w = _wait_admitted(ctx.client, ns, "TrainJob", "unlabelled", ctx.timeout,
+                           gave_up=lambda w: w is None and bool(_job_pods(ctx.client, ns, "unlabelled")))
         if w is None:
             sc.fail(f"Kueue created no Workload for TrainJob {ns}/unlabelled: a job without the label is ignored by the queue")
             pods = _job_pods(ctx.client, ns, "unlabelled")
