@@ -35,7 +35,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, kubeconfig
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
@@ -273,20 +272,28 @@ def _server_state(browser: Browser, user: str) -> dict:
 
 def _spawn(hub: HubProcess, browser: Browser, user: str, slug: str, timeout: float) -> tuple[bool, str]:
     """Spawn the default server with a profile through the spawn form; wait until the hub says it is
-    ready (True) or gave up (False, why)."""
+    ready (True) or gave up (False, why: the hub's words and the last reason its pod was Pending; the
+    hub deletes the pod when it gives up)."""
     status, text = browser.request("POST", f"spawn/{user}", {"profile": slug})
     if status not in (200, 302):
         return False, f"the spawn form answered HTTP {status}: {text[:300]}"
     deadline = time.monotonic() + timeout
     state: dict = {}
+    pending = ""
     while time.monotonic() < deadline:
         state = _server_state(browser, user)
         if state.get("ready"):
             return True, ""
         if state.get("error") or (state.get("stopped") and time.monotonic() > deadline - timeout + 5):
             break
+        pod = _user_pod(hub.ctx.client, hub.rel.namespace, user)
+        if pod is not None and not pod["spec"].get("nodeName"):
+            gates = [g.get("name") for g in pod["spec"].get("schedulingGates") or []]
+            pending = (f"gated by Kueue ({_workload_message(_workload_for(hub.ctx.client, hub.rel.namespace, 'Pod', pod['metadata']['name']))})"
+                       if gates else _pending_reason(pod))
         time.sleep(1)
-    return False, (state.get("error") or hub.said("Error", "error", "failed", "Timeout") or f"hub state {state}")
+    why = state.get("error") or hub.said("Error", "error", "failed", "Timeout") or f"hub state {state}"
+    return False, why.strip() + (f"; its pod was Pending: {pending}" if pending else "")
 
 
 def _stop(browser: Browser, user: str, client: Client, ns: str, pod_name: str, timeout: float = 60) -> bool:
@@ -472,10 +479,7 @@ def hub_spawn(ctx: Context) -> Scenario:
             ok, why = _spawn(hub, user, USER, slug, ctx.timeout + 30)
             pod = _user_pod(ctx.client, ns, USER)
             if not ok:
-                reason = (_pending_reason(pod) + "; " if pod else "") + why
-                if pod and pod["spec"].get("schedulingGates"):
-                    reason = f"gated by Kueue ({_workload_message(_workload_for(ctx.client, ns, 'Pod', pod['metadata']['name']))}); " + why
-                sc.fail(f"profile {slug}: the hub's spawn did not succeed: {reason}")
+                sc.fail(f"profile {slug}: the hub's spawn did not succeed: {why}")
                 if pod:
                     _stop(user, USER, ctx.client, ns, pod["metadata"]["name"])
                 continue
