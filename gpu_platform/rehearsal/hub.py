@@ -35,7 +35,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
-
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, kubeconfig
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
 from gpu_platform.rehearsal.processes import ProcessGroup, free_port
