@@ -54,7 +54,7 @@ preflight-all: venv
 ## Preflight, then rehearse STACK on a throwaway local control plane with the platform's controllers
 ## (docs/rehearsal.md): exit 3 if any workload, scenario or controller fails. The components come from
 ## `make rehearsal-build` (the rehearsal names any that are missing).
-rehearse: venv rehearsal-build
+rehearse: venv rehearsal-build jupyterhub-venv
 	$(PY) -m gpu_platform.preflight $(STACK) --rehearse $(PREFLIGHT_FLAGS)
 
 ## CI (network): pull the pinned charts, then preflight every stack, each writing

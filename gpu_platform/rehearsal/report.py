@@ -52,6 +52,8 @@ def render(doc: dict[str, Any], console: Console) -> None:
         console.print(Text(f"  NOT REHEARSED: {n}", style="yellow"))
     for h in doc["hooks"]:
         console.print(f"  hook {h['hook']} {h['object']} ({h['release']}): {h['action']}", highlight=False, markup=False)
+    for s in doc.get("secretsAsRendered") or []:
+        console.print(f"  {s}", highlight=False, markup=False)
     for c in doc["cloudObjects"]:
         console.print(f"  created as the cloud does: {c}", highlight=False)
     if doc["volumesProvisioned"]:

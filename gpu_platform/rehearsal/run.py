@@ -18,8 +18,14 @@ from gpu_platform.rehearsal.kube import ApiError, UnknownKind
 from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import CLOUD_STORAGE_CLASSES, Provisioner
 from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario
+from gpu_platform.rehearsal.standins import alertmanager_config, restore_rendered_secrets
+from gpu_platform.rehearsal.hub import HUB_SCENARIOS
+from gpu_platform.preflight.fit.run import default_chart_dirs
 
 REPORT = "rehearsal.json"
+# The scenarios of scenarios.py, then those of the platform as a team uses it (hub.py) and the
+# Alertmanager configuration check (standins.py), which need the quota the earlier ones released.
+ALL_SCENARIOS = SCENARIOS + (alertmanager_config,) + HUB_SCENARIOS
 EXIT_OK, EXIT_FAILED = 0, 3
 
 
@@ -37,6 +43,7 @@ class Rehearsal:
     not_rehearsed: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
     cloud_objects: list[str] = field(default_factory=list)
+    secrets_as_rendered: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     error: Optional[str] = None
     versions: dict = field(default_factory=dict)
@@ -56,7 +63,8 @@ class Rehearsal:
                 "controllerErrors": self.controller_errors, "controlPlaneErrors": self.control_plane_errors,
                 "workloads": self.workloads, "scenarios": [s.to_json() for s in self.scenarios],
                 "notRehearsed": self.not_rehearsed, "volumesProvisioned": self.volumes,
-                "cloudObjects": self.cloud_objects, "timings": self.timings, "versions": self.versions, "logs": self.logs}
+                "cloudObjects": self.cloud_objects,
+                "secretsAsRendered": self.secrets_as_rendered, "timings": self.timings, "versions": self.versions, "logs": self.logs}
 
 
 def _run_hook_job(installer: Installer, client, server: str, ca_file: str):
@@ -147,7 +155,7 @@ def install(cp: ControlPlane, releases: list[Any], controllers: list, ca_pem: by
 
 
 def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list[dict], out: Path,
-             timeout: float = 90.0, scenarios=SCENARIOS) -> Rehearsal:
+             timeout: float = 90.0, scenarios=ALL_SCENARIOS, chart_dirs: Optional[list[Path]] = None) -> Rehearsal:
     """Run the rehearsal; never raises for a cluster problem (it is in the result), raises
     binaries.MissingBinaries when the control plane cannot be built from the cache."""
     result = Rehearsal(stack, versions=binaries.versions())
@@ -155,6 +163,9 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
     result.logs = str(log_dir)
     started = time.monotonic()
     releases = [r for r in releases if r.rendered]
+    # Secrets a controller reads as configuration, as the chart renders them (not preflight's masked copy).
+    result.secrets_as_rendered = restore_rendered_secrets(plan, releases, chart_dirs or default_chart_dirs(),
+                                                          getattr(cfg, "kubernetes_version", None))
     controllers, ca_pem, cert_dir = prepare_controllers(releases, result.not_rehearsed)
     with ControlPlane(log_dir, extended_resource_toleration=model.extended_resource_toleration) as cp:
         result.timings["controlPlane"] = round(time.monotonic() - started, 1)
