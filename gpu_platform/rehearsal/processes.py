@@ -19,10 +19,21 @@ from typing import Optional
 _SETPRIV = shutil.which("setpriv")
 
 
+# Ports this process handed out. The kernel may give a port it gave before once that socket closed: two
+# controllers got the same webhook port in one rehearsal (one failed to listen), so never repeat one.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port on 127.0.0.1 that this process has not handed out before."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise OSError("no free TCP port on 127.0.0.1 that was not handed out already")
 
 
 @dataclass
