@@ -131,3 +131,12 @@ def test_seed_era_override_set_keeps_its_own_sources():
     assert a100.preemptible.usd_per_hour == pytest.approx(8 * 0.88 + 1.7736, abs=1e-3)
     assert "ESTIMATE" in a100.preemptible.source
     assert cat.instance("aws", "p3.16xlarge").on_demand.usd_per_hour == 24.48
+
+
+@pytest.mark.parametrize("rate, cap", [(100.0, 100.0 / 1.5 * 1000.0), (0.75, 500.0)])
+def test_a_linode_on_demand_override_moves_the_monthly_cap_with_the_rate(rate, cap):
+    """Attacker review: an override of $100/h on a Linode GPU plan was capped back to the list monthly
+    price, so the stack showed $446 a month at full capacity and passed its budget and ceiling."""
+    t = load_catalog({"linode/g1-gpu-rtx6000-1": {"onDemand": rate}}).instance("linode", "g1-gpu-rtx6000-1")
+    assert t.on_demand.usd_per_hour == rate and t.monthly_cap_usd == pytest.approx(cap)
+    assert t.monthly_cost("on-demand", 730) == pytest.approx(min(rate * 730, cap))

@@ -366,6 +366,12 @@ def apply_overrides(base: Catalog, overrides: Mapping[str, Mapping[str, Any]]) -
             if value is None:
                 continue
             changes[attr] = _override_price(key, cap_key, value, today)
+        cap = t.monthly_cap_usd
+        if "on_demand" in changes and cap is not None and t.on_demand.usd_per_hour > 0:
+            # Linode's monthly cap is the plan's price at its hourly rate: a different rate moves the cap with
+            # it. Kept as it was, an override of any size was capped back to the list price (a stack overriding
+            # $100/h still showed $446 a month and passed its budget).
+            changes["monthly_cap_usd"] = cap * changes["on_demand"].usd_per_hour / t.on_demand.usd_per_hour
         instances[cloud][name] = replace(t, **changes)
     return Catalog(instances, {c: base.fixed_costs(c) for c in CLOUDS}, base._meta)
 
