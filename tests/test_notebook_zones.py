@@ -47,3 +47,22 @@ def test_aws_prod_notebooks_start_only_where_the_l4x4_pool_has_nodes():
 @pytest.mark.parametrize("stack", ["gcp-prod", "linode-dev"])
 def test_no_restriction_where_every_pool_reaches_every_zone_or_there_are_no_zones(stack):
     assert _singleuser(stack)["extraNodeAffinity"] == {"required": []}
+
+
+def test_fit_places_a_zone_restricted_gpu_notebook_on_its_pools_group_in_that_zone():
+    """aws-prod's a10g pool is three groups named a10g (one per zone). Fit judged a flavor's groups in a
+    dict keyed by name, so only the last zone's group counted: the notebooks held to 1a and 1b were
+    'never schedulable' on a10g, which has groups in both."""
+    from gpu_platform.config.stack import parse_config
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+    from gpu_platform.preflight.runner import load_stack
+    from tests.fit_support import need_charts, rendered, stack_plan
+
+    need_charts()
+    cfg = parse_config(load_stack("aws-prod").raw, "aws-prod")
+    model = cluster_model(cfg, stack_plan("aws-prod"))
+    zones = {g.labels.get(ZONE_LABEL) for g in model.node_groups if g.name == "a10g"}
+    assert zones == {"us-east-1a", "us-east-1b", "us-east-1c"}
+    report = check_fit(model, [r for r in rendered("aws-prod") if r.rendered])
+    assert not [p for p in report.problems if "profile gpu-a10g" in p.object], report.problems

@@ -290,7 +290,10 @@ class Run:
 
         policies = None
         policy_config = None
-        if not args.no_policies:
+        if args.no_policies:
+            self.warnings.append("the policy pack was not run (--no-policies): the verdict covers the plan, cluster "
+                                 "fit and cost only")
+        else:
             from gpu_platform.preflight.analyzer import PolicyConfigError, load_policy_config
 
             if args.stack_file and not args.policy_config:

@@ -124,6 +124,9 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
                 .replace("policys", "policies") +
                 f", {plural(pol['mandatoryViolations'], 'mandatory violation')}, {pol['advisoryViolations']} advisory")
         rows.append(("policies", text, "bold red" if pol["verdict"] == "fail" else "green"))
+    elif doc.get("plan") and doc.get("verdict") in ("pass", "fail"):
+        # A verdict without the policy pack must not read like one with it (--no-policies).
+        rows.append(("policies", "NOT RUN: this verdict says nothing about policy", "yellow"))
     fit = doc.get("clusterFit")
     if fit is not None:
         text = (f"{'FAIL' if fit['verdict'] == 'fail' else 'PASS'}  {plural(fit['releases'], 'release')}, "

@@ -32,17 +32,27 @@ def _rule_matches(rule: dict, group: str, resource: str) -> bool:
             and any(r in ("*", resource) for r in rule.get("resources") or []))
 
 
-def _evaluator(obj: dict, namespace: Optional[dict]) -> Optional[Callable[[str], Any]]:
+# Who creates what fit evaluates (a job a user submits, a notebook pod the hub creates): a person, not
+# a controller the policies trust.
+SUBMITTER = "user@example.com"
+
+
+def _evaluator(obj: dict, namespace: Optional[dict], user: str = SUBMITTER) -> Optional[Callable[[str], Any]]:
     try:
         import celpy
     except ImportError:
         return None
 
     def quantity(text):
+        # k8s.io/apiserver/pkg/cel/library/quantity.go: a bad quantity is a CEL error (which `||` absorbs)
         m = re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
         if not m or m.group(2) not in _SUFFIX:
-            raise ValueError(f"not a quantity: {text!r}")
+            return celpy.evaluation.CELEvalError(f"invalid quantity {text!r}", ValueError)
         return celpy.celtypes.DoubleType(float(Fraction(m.group(1)) * _SUFFIX[m.group(2)]))
+
+    def is_quantity(text):
+        m = re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
+        return celpy.celtypes.BoolType(bool(m and m.group(2) in _SUFFIX))
 
     def compare(a, b):
         return celpy.celtypes.IntType((a > b) - (a < b))
@@ -50,14 +60,24 @@ def _evaluator(obj: dict, namespace: Optional[dict]) -> Optional[Callable[[str],
     env = celpy.Environment()
     act = {"object": celpy.json_to_cel(obj),
            "request": celpy.json_to_cel({"kind": {"kind": obj.get("kind")}, "operation": "CREATE",
-                                         "namespace": (obj.get("metadata") or {}).get("namespace")})}
+                                         "namespace": (obj.get("metadata") or {}).get("namespace"),
+                                         "userInfo": {"username": user}})}
     if namespace is not None:
         act["namespaceObject"] = celpy.json_to_cel(namespace)
-    fns = {"quantity": quantity, "compareTo": compare}
+    fns = {"quantity": quantity, "compareTo": compare, "isQuantity": is_quantity}
 
     def ev(expr: str) -> Any:
         return env.program(env.compile(expr), functions=fns).evaluate(act)
 
+    def with_variables(declared: list[dict]) -> None:
+        """spec.variables, each seeing the ones before it (the API server computes them lazily; same result)."""
+        values: dict = {}
+        for v in declared:
+            act["variables"] = celpy.celtypes.MapType(values)
+            values[celpy.celtypes.StringType(v["name"])] = ev(v["expression"])
+        act["variables"] = celpy.celtypes.MapType(values)
+
+    ev.with_variables = with_variables  # type: ignore[attr-defined]
     return ev
 
 
@@ -89,8 +109,10 @@ def refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, 
             return None
         name = (pol.get("metadata") or {}).get("name")
         try:
+            # matchConditions first: they cannot read `variables` (the API server refuses a policy that does)
             if not all(ev(c["expression"]) for c in spec.get("matchConditions") or []):
                 continue
+            ev.with_variables(spec.get("variables") or [])  # type: ignore[attr-defined]
             for v in spec.get("validations") or []:
                 if not ev(v["expression"]):
                     msg = str(ev(v["messageExpression"])) if v.get("messageExpression") else v.get("message") or v["expression"]

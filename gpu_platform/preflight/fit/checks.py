@@ -518,6 +518,12 @@ def _resource_shortfall(group: NodeGroup, requests: dict[str, int]) -> list[str]
     return out
 
 
+def _group_label(group: NodeGroup) -> str:
+    """A group's name, with its zone where a pool has one group per zone."""
+    zone = group.labels.get("topology.kubernetes.io/zone")
+    return f"{group.name} ({zone})" if zone else group.name
+
+
 def _why_not(group: NodeGroup, pod: _Pod) -> Optional[str]:
     bad = untolerated(group.taints, pod.tolerations)
     if bad:
@@ -740,9 +746,9 @@ class _Checker:
         return [g for g in self.model.node_groups if _why_not(g, pod) is None]
 
     def unschedulable(self, pod: _Pod, extra: str = "") -> None:
-        reasons = {g.name: _why_not(g, pod) for g in self.model.node_groups}
-        by_taint = all("taint" in (r or "") for r in reasons.values())
-        by_size = any("needs" in (r or "") for r in reasons.values())
+        reasons = [(_group_label(g), _why_not(g, pod)) for g in self.model.node_groups]
+        by_taint = all("taint" in (r or "") for _, r in reasons)
+        by_size = any("needs" in (r or "") for _, r in reasons)
         if by_taint:
             fix = "no untainted node group: add one for ordinary pods (e.g. a CPU system pool) or tolerate the taint"
         elif by_size:
@@ -751,7 +757,7 @@ class _Checker:
             fix = "make nodeSelector/affinity match a node group's labels (or label the group)"
         what = "DaemonSet pods land on no node group" if pod.pt.daemonset else "no node group can run its pods"
         self.problem("schedulable", pod.pt.release, pod.pt.owner,
-                     f"{what}{extra}: " + "; ".join(f"{g}: {r}" for g, r in reasons.items()), fix)
+                     f"{what}{extra}: " + "; ".join(f"{g}: {r}" for g, r in reasons), fix)
 
     # --- main --------------------------------------------------------------------------------
     def admission_refusals(self) -> dict[str, str]:
@@ -877,11 +883,11 @@ class _Checker:
                     continue
                 row["flavor"] = verdict.flavor_of(pt.podset)
                 probe = self.with_flavor(pod, row["flavor"], self.idx.flavors.get(row["flavor"]) or {})
-            why = {g.name: _why_not(g, probe) for g in self.model.node_groups}
-            groups = sorted({name for name, r in why.items() if r is None})
+            why = [(g, _why_not(g, probe)) for g in self.model.node_groups]
+            groups = sorted({g.name for g, r in why if r is None})
             row.update(outcome="runs" if groups else "unschedulable", groups=groups)
             if not groups:
-                row["reason"] = "; ".join(f"{g}: {r}" for g, r in why.items())
+                row["reason"] = "; ".join(f"{_group_label(g)}: {r}" for g, r in why)
             out[pt.owner] = row
         return out
 
@@ -1169,13 +1175,14 @@ class _Checker:
                         [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
                         if self.model.extended_resource_toleration and req.get(GPU) else []),
                         dict(pt.spec.get("nodeSelector") or {}), pt.spec.get("affinity")), fname, flavor)
-                    why = {g.name: _why_not(g, probe) for g in groups}
-                    fits = [g for g in groups if why[g.name] is None]
+                    # One entry per group: a pool's zonal groups share its name (EKS: one group per pool and zone)
+                    why = [(_group_label(g), _why_not(g, probe)) for g in groups]
+                    fits = [g for g, (_, reason) in zip(groups, why) if reason is None]
                     if not fits:
                         self.problem("queue-fit", pt.release, pt.owner,
                                      f"Kueue may admit it to flavor {fname} (its quota covers the job) but one pod needs "
                                      + ", ".join(f"{k} {fmt_amount(k, v)}" for k, v in req.items() if v)
-                                     + " and no node of the flavor fits it (" + "; ".join(f"{g}: {r}" for g, r in why.items())
+                                     + " and no node of the flavor fits it (" + "; ".join(f"{g}: {r}" for g, r in why)
                                      + "): it never schedules and is evicted and re-admitted forever",
                                      "size the job to one node's allocatable (or a multi-node job whose pods each fit), "
                                      "or bound per-pod requests with a LimitRange max so Kueue refuses it")
