@@ -204,3 +204,35 @@ def test_secure_values_never_reach_any_output_in_clear(tmp_path, capsys):
         assert CIPHERTEXT.encode() not in data, p
         assert UNDECRYPTABLE.encode() not in data, f"{p} holds a secret's stand-in in clear"
         assert base64.b64encode(UNDECRYPTABLE.encode()) not in data, p
+
+
+@pytest.mark.parametrize("text", ["010", "01500", "-07", "+00"])
+def test_an_integer_with_a_leading_zero_is_refused_because_yaml_readers_disagree(text):
+    """Attacker review: preflight read `monthlyBudgetUsd: 01500` as 1500 while the Pulumi CLI's go-yaml v3
+    (strconv base 0) reads octal, $832: the stack planned is not the stack deployed."""
+    from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_text
+
+    with pytest.raises(YamlInputError, match="leading zero"):
+        load_yaml_text(f"config:\n  gpu-platform:monthlyBudgetUsd: {text}\n", "Pulumi.x.yaml")
+
+
+@pytest.mark.parametrize("text, value", [("0", 0), ("10", 10), ("0o17", 15), ("0x1f", 31), ("-5", -5)])
+def test_integers_without_a_leading_zero_read_as_before(text, value):
+    from gpu_platform.preflight.safe_yaml import load_yaml_text
+
+    assert load_yaml_text(f"n: {text}\n", "x.yaml") == {"n": value}
+
+
+@pytest.mark.parametrize("policy", [{"gpu-count-ceiling": {"maxGpus": {"secure": CIPHERTEXT}}},
+                                    {"gpu-count-ceiling": {"exception": {"reason": {"secure": CIPHERTEXT}}}}])
+def test_a_secure_value_in_a_policy_config_is_refused_without_echoing_it(policy, tmp_path, capsys):
+    """Attacker review: the pack's schema error quoted the value, `{'secure': 'v1:...'}`, to stderr and
+    preflight.json."""
+    path = tmp_path / "Pulumi.linode-dev.yaml"
+    path.write_text(yaml.safe_dump({"config": stack_config("linode-dev")}))
+    (tmp_path / "policy.linode-dev.yaml").write_text(yaml.safe_dump(policy))
+    out = tmp_path / "build"
+    code, text, _ = run_main(["--stack-file", str(path), "--out", str(out)], capsys)
+    assert code == 2 and "a `secure:` value" in text and "gpu-count-ceiling" in text, text
+    assert CIPHERTEXT not in text
+    assert all(CIPHERTEXT.encode() not in p.read_bytes() for p in out.rglob("*") if p.is_file())

@@ -152,8 +152,30 @@ def load_policy_config(stack: str, path: "str | Path | None" = None, *,
         return None
     if not isinstance(doc, dict):
         raise PolicyConfigError(f"{shown}: must map policy names to a level or a mapping")
+    where = _secure_value(doc)
+    if where is not None:
+        # Never echoed: a ciphertext in an error message or preflight.json is a ciphertext published.
+        raise PolicyConfigError(f"{shown}: {where}: a `secure:` value; a policy config holds no secrets "
+                                "(Pulumi does not decrypt it): write the plain setting")
     _parse_config(doc, str(shown))
     return doc
+
+
+def _secure_value(value: Any, path: str = "") -> Optional[str]:
+    """The path of the first Pulumi `{secure: ...}` value in a policy config, or None."""
+    if isinstance(value, dict):
+        if "secure" in value:
+            return path or "(top level)"
+        for k, v in value.items():
+            found = _secure_value(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _secure_value(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 def _parse_config(config: Mapping[str, Any], where: str) -> dict[str, tuple[Optional[str], dict[str, Any]]]:

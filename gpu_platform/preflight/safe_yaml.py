@@ -78,6 +78,12 @@ class _StrictConstructor(SafeConstructor):
                                                     node.start_mark)
         if text.startswith(("0o", "0x")):
             return int(text, 0)
+        if re.fullmatch(r"[-+]?0[0-9]+", text):
+            # YAML 1.2 reads 010 as 10; the Pulumi CLI's go-yaml v3 parses it with strconv base 0, as octal 8:
+            # a budget of 01500 would be $1,500 here and $832 once deployed.
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text!r} has a leading zero, which YAML readers disagree on (10 or octal 8): write it "
+                            "without the zero, or 0o... for octal", node.start_mark)
         return int(text, 10)
 
     def construct_core_float(self, node: yaml.ScalarNode) -> float:
