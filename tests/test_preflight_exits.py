@@ -105,9 +105,11 @@ def _children(pid: int) -> set[int]:
     return out
 
 
-def test_sigterm_mid_analysis_stops_the_pack_and_removes_temporary_files(tmp_path):
-    """SIGTERM while the policy pack runs: the command ends, the pack process with it, and the temporary
-    stack-config.json (the stack's config as the pack reads it) is gone."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_mid_analysis_stops_the_pack_and_removes_temporary_files(tmp_path, sig):
+    """SIGTERM (or SIGHUP: the terminal closed; the attacker review found the pack left running and the
+    temporary config behind) while the policy pack runs: the command ends, the pack process with it, and
+    the temporary stack-config.json (the stack's config as the pack reads it) is gone."""
     stack = _stack_file(tmp_path)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -125,10 +127,10 @@ def test_sigterm_mid_analysis_stops_the_pack_and_removes_temporary_files(tmp_pat
                 break
         time.sleep(0.05)
     assert pack, "the policy pack never started"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
-    assert b"interrupted (SIGTERM)" in err and b"Traceback" not in err
+    assert proc.returncode == 128 + sig, err.decode()[-2000:]
+    assert f"interrupted ({sig.name})".encode() in err and b"Traceback" not in err
     for pid in pack:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], \
             f"policy pack {pid} still running"

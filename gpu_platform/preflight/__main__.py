@@ -470,7 +470,7 @@ def _watchdog(seconds: float, stack: str) -> None:
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
-    """SIGTERM/SIGINT: stop the policy pack and the chart child, remove every temporary file, exit 128+N."""
+    """SIGTERM/SIGINT/SIGHUP: stop the policy pack and the chart child, remove every temporary file, exit 128+N."""
     import signal
 
     name = signal.Signals(signum).name
@@ -519,7 +519,8 @@ def cli() -> None:
     gc.set_threshold(100_000, 50, 50)
     import signal
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP too: a closed terminal or SSH session must not leave the pack running and its files behind.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     _exit_now(_run_cli())
 
