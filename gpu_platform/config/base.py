@@ -133,11 +133,19 @@ def _dns_label(value: str) -> str:
     return value
 
 
+# IPv6 prefixes whose addresses are IPv4 addresses written in IPv6 (RFC 4291 IPv4-mapped, RFC 6052 NAT64
+# well-known and local-use prefixes): ::ffff:0.0.0.0/96 is every IPv4 address, whatever its length says.
+IPV4_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48"))
+
+
 def _cidr(value: str) -> str:
     try:
-        ipaddress.ip_network(value, strict=True)
+        net = ipaddress.ip_network(value, strict=True)
     except ValueError as exc:
         raise ValueError(f"a CIDR block such as 203.0.113.0/24 with no host bits set ({exc})") from None
+    if net.version == 6 and any(net.subnet_of(e) for e in IPV4_EMBEDDING):
+        raise ValueError("an IPv4 range written as IPv4 (such as 203.0.113.0/24): this IPv6 range holds IPv4 "
+                         "addresses (IPv4-mapped or NAT64), so its length says nothing about how much it opens")
     return value
 
 

@@ -75,10 +75,8 @@ def is_world(cidr: Any) -> bool:
     text = cidr.strip()
     if text in (WORLD_V4, WORLD_V6):
         return True
-    try:
-        return ipaddress.ip_network(text, strict=False).prefixlen == 0
-    except ValueError:
-        return False
+    net = _network(text)
+    return net is not None and net.prefixlen == 0
 
 
 def world_cidrs(cidrs: Iterable[Any]) -> list[str]:
@@ -97,13 +95,22 @@ DEFAULT_MIN_PREFIX = {4: 16, 6: 32}
 DEFAULT_MAX_UNION_PREFIX = {4: 12, 6: 28}
 
 
+# IPv6 prefixes that embed IPv4 addresses (IPv4-mapped, NAT64): judged as the IPv4 range they hold.
+_IPV4_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96"))
+
+
 def _network(cidr: Any):
     if not isinstance(cidr, str):
         return None
     try:
-        return ipaddress.ip_network(cidr.strip(), strict=False)
+        net = ipaddress.ip_network(cidr.strip(), strict=False)
     except ValueError:
         return None
+    for embedding in _IPV4_EMBEDDING:
+        if net.version == 6 and net.subnet_of(embedding):
+            low = int(net.network_address) & 0xFFFFFFFF
+            return ipaddress.ip_network((low, net.prefixlen - 96), strict=False)
+    return net
 
 
 def _is_public(net) -> bool:
