@@ -50,6 +50,37 @@ def address_plan_issues(cfg: "StackConfig") -> list[ConfigIssue]:
                                   f"a subnet with at least {needed} host addresses for {len(cfg.gpu_pools)} GPU pools "
                                   f"(control planes and system nodes below .{GPU_POOLS_FIRST_HOST}, then "
                                   f"{GPU_POOL_BLOCK} per pool), e.g. a /23"))
+    issues += _cluster_range_issues(cfg)
+    return issues
+
+
+# Cilium's cluster-pool IPAM gives each node a block of this size (chart value
+# ipam.operator.clusterPoolIPv4MaskSize, default 24, which addons.cni_values keeps).
+CILIUM_NODE_MASK = 24
+# The Service range must hold the platform's own Services (about 60 in the rendered charts) and kubeadm's
+# cluster DNS address, the range's 10th (kubeadm constants.GetDNSIP).
+MIN_SERVICE_ADDRESSES = 256
+
+
+def _cluster_range_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """Pod and Service ranges the cluster can run in (attacker review: a /30 of each planned fine)."""
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    issues = []
+    nodes = section.control_plane.count + section.system_pool.max_nodes + sum(p.max_nodes for p in cfg.gpu_pools)
+    pods = ipaddress.ip_network(section.pod_cidr)
+    blocks = 2 ** (CILIUM_NODE_MASK - pods.prefixlen) if pods.version == 4 and pods.prefixlen <= CILIUM_NODE_MASK else 0
+    if section.cni == "cilium" and blocks < nodes:
+        need = CILIUM_NODE_MASK - max(0, (nodes - 1).bit_length())
+        issues.append(ConfigIssue("linode.podCidr", section.pod_cidr,
+                                  f"an IPv4 range of /{need} or larger: Cilium gives each node a /{CILIUM_NODE_MASK} and "
+                                  f"the cluster can have {nodes} nodes (control planes, system nodes and GPU pools at "
+                                  "maxNodes)"))
+    services = ipaddress.ip_network(section.service_cidr)
+    if services.num_addresses < MIN_SERVICE_ADDRESSES:
+        issues.append(ConfigIssue("linode.serviceCidr", section.service_cidr,
+                                  f"a range of at least {MIN_SERVICE_ADDRESSES} addresses (a /24 or larger): the "
+                                  "platform creates about 60 Services and kubeadm puts cluster DNS at the range's "
+                                  "10th address"))
     return issues
 
 
