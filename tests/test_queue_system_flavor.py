@@ -25,6 +25,7 @@ from gpu_platform.components.platform.queue import (
 from gpu_platform.preflight.fit.checks import check_fit
 from tests.test_platform_render import TWO
 from tests.test_platform_validate import validate_cr
+from tests.test_rehearsal import needs_components
 
 STACKS = ["aws-prod", "gcp-prod", "linode-dev", "linode-ha"]
 
@@ -104,3 +105,33 @@ def test_fit_checks_the_system_quota_against_what_the_platforms_pods_leave(stack
     [problem] = _problems(check_fit(model, copy.deepcopy(releases)), "queue-fit", reason=f"flavor {SYSTEM_FLAVOR}:")
     assert "nominal quota memory" in problem.reason and "after the platform's own pods" in problem.reason
     assert "systemPool" in problem.fix
+
+
+def _without_system_flavor(releases) -> None:
+    """Today's ClusterQueue before the fix: the GPU flavors only."""
+    for rel in releases:
+        for obj in rel.objects:
+            if obj.get("kind") == "ClusterQueue":
+                for group in obj["spec"]["resourceGroups"]:
+                    group["flavors"] = [f for f in group["flavors"] if f["name"] != SYSTEM_FLAVOR]
+
+
+@needs_components
+@pytest.mark.rehearsal
+def test_rehearsal_admits_a_cpu_job_to_the_system_flavor_and_binds_it_to_a_system_node(tmp_path) -> None:
+    """The real Kueue and scheduler: an unlabelled CPU-only Job in training, queued by LocalQueue default,
+    lands on a system node; with the ClusterQueue of before (GPU flavors only) it lands on a GPU node,
+    which the scenario reports (the defect the first rehearsal found: a CPU pod on node ada-0)."""
+    from gpu_platform.rehearsal.scenarios import cpu_job_placement
+    from tests.test_rehearsal import _failures, _rehearse
+
+    result = _rehearse("linode-dev", tmp_path / "fixed", scenarios=(cpu_job_placement,))
+    [sc] = result.scenarios
+    assert sc.status == "PASS", _failures(result)
+    assert "admitted to flavor(s) system" in " ".join(sc.details) and "bound to system node" in " ".join(sc.details)
+
+    before = _rehearse("linode-dev", tmp_path / "before", mutate=_without_system_flavor, scenarios=(cpu_job_placement,))
+    [sc] = before.scenarios
+    assert sc.status == "FAIL"
+    said = " ".join(sc.problems)
+    assert "not to a flavor of system nodes" in said and "not a system node" in said, said
