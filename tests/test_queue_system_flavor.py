@@ -19,7 +19,7 @@ import pytest
 from gpu_platform.components.capacity import MI, allocatable
 from gpu_platform.components.cluster import SYSTEM_NODE_LABELS, SystemPoolSpec
 from gpu_platform.components.platform.queue import (
-    GPU_RESOURCE, HEADROOM_PERCENT, PLATFORM_SYSTEM_REQUESTS, SYSTEM_FLAVOR, gpu_quotas, pool_capacities,
+    GPU_RESOURCE, HEADROOM_PERCENT, PLATFORM_SYSTEM_REQUESTS, SYSTEM_FLAVOR, PoolCapacity, gpu_quotas, pool_capacities,
     render_cluster_queue, render_system_flavor, system_quota,
 )
 from gpu_platform.preflight.fit.checks import check_fit
@@ -135,3 +135,35 @@ def test_rehearsal_admits_a_cpu_job_to_the_system_flavor_and_binds_it_to_a_syste
     assert sc.status == "FAIL"
     said = " ".join(sc.problems)
     assert "not to a flavor of system nodes" in said and "not a system node" in said, said
+
+
+# One system node's share and the system flavor's quota (gcp-prod's sizes: e2-standard-4, up to 3 nodes).
+SYSTEM_FIT = (PoolCapacity(3_700, 12 * 1024**3, 0), PoolCapacity(7_800, 31 * 1024**3, 0))
+
+
+def _cpu_trainjob(cpu: str) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "t", "namespace": "training"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"},
+                     "trainer": {"numNodes": 1, "resourcesPerNode": {"requests": {"cpu": cpu}}}}}
+
+
+def test_the_fit_policy_refuses_queued_cpu_work_larger_than_a_system_node_within_the_flavor() -> None:
+    """Kueue would admit a 6-CPU pod to the system flavor (7.8 CPU of quota) where no node (3.7 CPU)
+    ever holds it: refused at submission, as GPU work larger than its pool's node is."""
+    from tests.test_queue_admission import batch_job, fit_refusal, pod
+
+    said = fit_refusal(batch_job("6", gpus=0), system=SYSTEM_FIT)
+    assert said and "CPU-only pod" in said and "3.7 CPU" in said and "never schedules" in said
+    assert fit_refusal(batch_job("6", gpus=0), system=None) is None  # before: admitted, Pending for ever
+    assert fit_refusal(_cpu_trainjob("6"), system=SYSTEM_FIT)
+    assert fit_refusal(batch_job("2", gpus=0), system=SYSTEM_FIT) is None  # fits a system node
+    assert fit_refusal(batch_job("6", gpus=0, pool="a10g"), system=SYSTEM_FIT) is None  # pinned: not the system flavor
+    assert fit_refusal(batch_job("20", gpus=0), system=SYSTEM_FIT) is None  # beyond the flavor: Kueue skips it
+    assert fit_refusal(batch_job("2", gpus=1), system=SYSTEM_FIT) is None  # GPU work: the pools' rules
+    # An unqueued CPU pod (a CPU notebook in jupyterhub: no queue label, no default LocalQueue) is not Kueue's.
+    big_notebook = pod("jupyterhub", gpus=None)
+    big_notebook["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "6"}}
+    assert fit_refusal(big_notebook, system=SYSTEM_FIT) is None
+    big_notebook["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu-queue"}  # queued: the system flavor's
+    assert fit_refusal(big_notebook, system=SYSTEM_FIT)

@@ -431,7 +431,33 @@ def _gpu_pod_specs() -> str:
         f"{lst}.exists(c, has(c.resources) && {_gpu_in('c.resources')})" for lst in _CONTAINERS) + ")")
 
 
-def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
+# A request Kueue queues: it names a queue, or its namespace queues every job (LocalQueue `default`).
+QUEUED_REQUEST = (f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in object.metadata.labels) || "
+                  f"(has(namespaceObject.metadata.labels) && '{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels)")
+
+
+def _cpu_work_validation(node: PoolCapacity, quota: PoolCapacity) -> dict[str, Any]:
+    """CPU-only queued work goes to the system flavor (first in the ClusterQueue) when the flavor's quota
+    covers it: a container larger than one system node's share would then never schedule. Refused
+    unless it names a pool; a container beyond the flavor's whole quota is Kueue's to send on (it skips
+    the flavor)."""
+    def ok(res: str) -> str:
+        return f"(({_resources_fit(res, node)}) || !({_resources_fit(res, quota)}))"
+    specs_ok = ("variables.podSpecs.all(s, " + _spec_pinned("s") + " || (" + " && ".join(
+        f"{lst}.all(c, !has(c.resources) || {ok('c.resources')})" for lst in _CONTAINERS) + "))")
+    tj_ok = f"variables.trainJobs.all(t, {_trainjob_pinned('variables.trainJob')} || {ok('t')})"
+    return {
+        "expression": f"variables.asksForGpu || !({QUEUED_REQUEST}) || (({specs_ok}) && ({tj_ok}))",
+        "message": (f"a CPU-only pod of this queued job asks for more CPU or memory than a system node hands to jobs "
+                    f"({node.cpu_millis / 1000:g} CPU, {node.memory_bytes // MI / 1024:.1f} GiB a pod), within the "
+                    f"{SYSTEM_FLAVOR} flavor's quota, so Kueue admits it to the system nodes where it never schedules. "
+                    f"Ask for less, or pin a GPU pool with nodeSelector {POOL_LABEL}: <pool> (TrainJob: in runtimePatches)"),
+        "reason": "Invalid",
+    }
+
+
+def render_fit_policy(capacities: Mapping[str, PoolCapacity],
+                      system: Optional[tuple[PoolCapacity, PoolCapacity]] = None) -> dict[str, Any]:
     """A ValidatingAdmissionPolicy refusing, at submission, GPU work whose pod asks for more CPU, memory
     or GPUs than a node of some pool hands to jobs while it names no pool: Kueue's quotas are per
     flavor in aggregate, so it could admit the job to that pool's flavor, where the pod never
@@ -440,7 +466,10 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
     only that pool's flavor). Every kind Kueue manages here: Jobs, JobSets (each replicated job's
     pod), TrainJobs (trainer.resourcesPerNode), plain pods Kueue queues (GPU notebooks, pipeline
     steps; not a Job's pods, checked with their job), and Katib Experiments' trial templates. Per
-    container, init containers included (a pod of several large containers is not summed)."""
+    container, init containers included (a pod of several large containers is not summed).
+
+    `system`: (one system node's share, the system flavor's quota): queued CPU-only work the flavor
+    would admit must fit a system node too (_cpu_work_validation)."""
     if not capacities:
         raise ValueError("no GPU pools")
     rooms = ", ".join(f"{n}: {c.cpu_millis / 1000:g} CPU, {c.memory_bytes // MI // 1024:g} GiB, {c.gpus} GPU"
@@ -459,6 +488,8 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
                         f"{POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask for less. Room per pod: {rooms}"),
             "reason": "Invalid",
         })
+    if system is not None and (system[1].cpu_millis or system[1].memory_bytes):
+        validations.append(_cpu_work_validation(*system))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -533,9 +564,11 @@ class JobQueue(pulumi.ComponentResource):
         after_kueue = k8s_opts(cluster, self, [self.kueue])
         self.flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)
                         for p in cluster.gpu_pools]
-        system = None
+        system = system_fit = None
         if cluster.system_pool is not None:
             system = system_quota(cluster.cloud, cluster.system_pool)
+            system_fit = (node_share(allocatable(cluster.cloud, cluster.system_pool.instance_type,
+                                                 managed_node_group=cluster.cloud == "aws")), system)
             self.flavors.insert(0, apply_object(f"{name}-flavor-{SYSTEM_FLAVOR}",
                                                 render_system_flavor(cluster.system_pool), after_kueue))
         self.cluster_queue = apply_object(
@@ -560,7 +593,7 @@ class JobQueue(pulumi.ComponentResource):
             f"{name}-gpu-admission-binding", render_gpu_admission_binding(),
             k8s_opts(cluster, self, [self.gpu_admission_policy]))
         # Refuses a GPU job whose pods fit only some pools unless it names one (per-flavor fit).
-        self.fit_policy = apply_object(f"{name}-fit-policy", render_fit_policy(capacities), k8s_opts(cluster, self))
+        self.fit_policy = apply_object(f"{name}-fit-policy", render_fit_policy(capacities, system_fit), k8s_opts(cluster, self))
         self.fit_binding = apply_object(f"{name}-fit-binding", render_policy_binding(FIT_POLICY),
                                         k8s_opts(cluster, self, [self.fit_policy]))
         self.gpu_quota = quotas
