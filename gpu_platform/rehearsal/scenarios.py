@@ -661,6 +661,36 @@ def cpu_job_placement(ctx: Context) -> Scenario:
         return sc
     finally:
         ctx.client.delete("batch/v1", "Job", name, ns, grace_seconds=0)
+        _cpu_job_larger_than_a_system_node(ctx, sc, ns, cpu_job)
+
+
+def _cpu_job_larger_than_a_system_node(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> None:
+    """A CPU-only Job larger than any system node but within the system flavor's CPU quota: Kueue would
+    admit it there and it would never schedule, so the fit policy must refuse it at submission."""
+    node = max((g.allocatable.cpu_millis for g in ctx.model.node_groups if g.role == "system"), default=0)
+    lq = ctx.client.get(KUEUE, "LocalQueue", "default", ns) or {}
+    cq = ctx.client.get(KUEUE, "ClusterQueue", lq["spec"]["clusterQueue"]) if lq else None
+    flavors = [f for rg in (cq or {}).get("spec", {}).get("resourceGroups", []) for f in rg["flavors"]]
+    first = flavors[0] if flavors else {}
+    quota = next((r["nominalQuota"] for r in first.get("resources", []) if r["name"] == "cpu"), "0")
+    quota_m = int(quota[:-1]) if str(quota).endswith("m") else int(float(quota) * 1000)
+    if not node or node + 100 > quota_m:
+        sc.details.append(f"no CPU size is larger than a system node ({node}m) and within the {first.get('name')} "
+                          f"flavor's CPU quota ({quota}): the oversized CPU Job is not rehearsed on this stack")
+        return
+    big = copy.deepcopy(cpu_job)
+    big["metadata"]["name"] = "rehearsal-cpu-job-too-big"
+    big["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = f"{node + 100}m"
+    err = submit(ctx.client, big)
+    if err is None:
+        ctx.client.delete("batch/v1", "Job", "rehearsal-cpu-job-too-big", ns, grace_seconds=0)
+        sc.fail(f"a CPU-only Job of {node + 100}m CPU (a system node has {node}m allocatable, the {first.get('name')} "
+                f"flavor {quota}) was accepted: Kueue admits it to the system nodes where it never schedules")
+    elif "gpu-jobs-fit-their-pool" in err and "CPU-only pod" in err:
+        sc.details.append(f"CPU-only Job of {node + 100}m CPU (larger than a system node, within the flavor's quota): "
+                          f"refused ({_short(err)})")
+    else:
+        sc.fail(f"the oversized CPU-only Job was refused, but not by the fit policy's CPU rule: {err}")
 
 
 # --- (d) operator-made pods --------------------------------------------------------------------------------------
