@@ -206,12 +206,13 @@ def _is_quantity(text):
 CEL_FUNCTIONS = {"quantity": _quantity, "compareTo": _compare, "isQuantity": _is_quantity}
 
 
-def fit_refusal(obj: dict, user: str = USER, caps=None) -> Optional[str]:
+def fit_refusal(obj: dict, user: str = USER, caps=None, system=None) -> Optional[str]:
     """None when the fit policy admits `obj`, else its message (variables, then matchConditions, then
     validations, as the API server evaluates a ValidatingAdmissionPolicy)."""
-    policy = render_fit_policy(caps or CAPS)["spec"]
+    policy = render_fit_policy(caps or CAPS, system)["spec"]
     env = celpy.Environment()
     act = {"object": celpy.json_to_cel(obj),
+           "namespaceObject": celpy.json_to_cel(NAMESPACES[obj["metadata"]["namespace"]]),
            "request": celpy.json_to_cel({"kind": {"kind": obj["kind"]}, "userInfo": {"username": user}})}
     fns = CEL_FUNCTIONS
 

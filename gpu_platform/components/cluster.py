@@ -24,6 +24,9 @@ TRAINING_SERVICE_ACCOUNT = "trainer"
 
 # Label every GPU node carries with its pool name, on every cloud.
 POOL_LABEL = "gpu-platform.io/pool"
+# Label the untainted CPU (system) nodes carry on every cloud (GKE system pool, EKS system node groups,
+# Linode's system workers): platform controllers run there, and so does CPU-only queued work.
+SYSTEM_NODE_LABELS = {"gpu-platform.io/role": "system"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,19 @@ class GpuPoolSpec:
 
 
 @dataclass(frozen=True)
+class SystemPoolSpec:
+    """The CPU pool of system nodes as the platform layer sees it: its instance type and total size."""
+
+    instance_type: str
+    min_nodes: int
+    max_nodes: int
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        return dict(SYSTEM_NODE_LABELS)
+
+
+@dataclass(frozen=True)
 class CheckpointStore:
     """Where training writes checkpoints and how a pod in the training namespace reaches it.
 
@@ -106,6 +122,8 @@ class ClusterHandle:
     # PrometheusRules the cluster component asks the platform's monitoring to apply (metadata without a
     # namespace), e.g. Linode's API-token expiry alert.
     alert_rules: Sequence[Mapping[str, Any]] = ()
+    # The system (CPU) pool: the job queue gives CPU-only work a flavor there. None: not known.
+    system_pool: Optional[SystemPoolSpec] = None
 
     @property
     def max_gpus(self) -> int:

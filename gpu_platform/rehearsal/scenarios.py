@@ -593,6 +593,106 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     return sc
 
 
+# --- (c3) CPU-only work stays off the GPU pools -------------------------------------------------------------------
+
+
+def cpu_job_placement(ctx: Context) -> Scenario:
+    """A CPU-only Job in the training namespace without a queue label: Kueue queues it through the
+    `default` LocalQueue and must admit it to a flavor of system nodes (the system flavor, first in the
+    ClusterQueue), so it is bound to a system node; admitted to a GPU flavor it would get the pool's
+    nodeSelector and tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job."""
+    sc = Scenario("cpu-job-placement", "a CPU-only Job in training (no queue label) is admitted to the system "
+                                       "flavor and bound to a system node, never a GPU node")
+    ctl = ctx.controllers.get("kueue-manager")
+    job = _example(ctx)
+    ns = (job or {}).get("metadata", {}).get("namespace") or "training"
+    if ctl is None or ctl.status != "running" or ctx.client.get("v1", "Namespace", ns) is None:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append(f"needs a running Kueue and the {ns} namespace")
+        return sc
+    if ctx.client.get(KUEUE, "LocalQueue", "default", ns) is None:
+        sc.fail(f"no LocalQueue default in {ns}: an unlabelled Job is not queued at all")
+        return sc
+    name = "rehearsal-cpu-job"
+    cpu_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
+               "spec": {"backoffLimit": 0, "template": {"spec": {
+                   "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
+                       {"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                        "securityContext": _RESTRICTED_CONTAINER,
+                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
+    if err := submit(ctx.client, cpu_job):
+        sc.fail(f"a CPU-only Job in {ns} was refused: {err}")
+        return sc
+    roles = {g.name: g.role for g in ctx.model.node_groups}
+
+    def bound() -> Optional[tuple[dict, list[dict]]]:
+        w = _workload_for(ctx.client, ns, "Job", name)
+        pods = [p for p in ctx.client.list("v1", "Pod", ns, f"batch.kubernetes.io/job-name={name}")
+                if p["spec"].get("nodeName")]
+        return (w, pods) if _admitted(w) and pods else None
+
+    deadline, seen = time.monotonic() + ctx.timeout, None
+    while time.monotonic() < deadline and seen is None:
+        seen = bound()
+        time.sleep(1)
+    try:
+        if seen is None:
+            w = _workload_for(ctx.client, ns, "Job", name)
+            sc.fail(f"the CPU-only Job was not admitted and bound within {ctx.timeout:.0f}s: {_workload_message(w)}")
+            return sc
+        w, pods = seen
+        flavors = _flavors(w)
+        groups = {f: _flavor_group(ctx.client, f, ctx.model) for f in set(flavors.values())}
+        off = {f: g for f, g in groups.items() if roles.get(g or "") != "system"}
+        if off:
+            sc.fail(f"Kueue admitted the CPU-only Job to flavor(s) {', '.join(sorted(off))} (node group "
+                    f"{', '.join(str(g) for g in off.values())}), not to a flavor of system nodes: it holds GPU-pool quota "
+                    "and takes (or scales up) a GPU node")
+        nodes = _nodes(ctx.client)
+        for p in pods:
+            node = p["spec"]["nodeName"]
+            group = group_of(nodes.get(node, {}))
+            if roles.get(group) != "system":
+                sc.fail(f"pod {p['metadata']['name']} of the CPU-only Job was bound to node {node} of group {group} "
+                        f"({roles.get(group, '?')}), not a system node")
+            else:
+                sc.details.append(f"CPU-only Job: queued by LocalQueue default, admitted to flavor(s) "
+                                  f"{', '.join(sorted(set(flavors.values())))}, pod bound to system node {node}")
+        return sc
+    finally:
+        ctx.client.delete("batch/v1", "Job", name, ns, grace_seconds=0)
+        _cpu_job_larger_than_a_system_node(ctx, sc, ns, cpu_job)
+
+
+def _cpu_job_larger_than_a_system_node(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> None:
+    """A CPU-only Job larger than any system node but within the system flavor's CPU quota: Kueue would
+    admit it there and it would never schedule, so the fit policy must refuse it at submission."""
+    node = max((g.allocatable.cpu_millis for g in ctx.model.node_groups if g.role == "system"), default=0)
+    lq = ctx.client.get(KUEUE, "LocalQueue", "default", ns) or {}
+    cq = ctx.client.get(KUEUE, "ClusterQueue", lq["spec"]["clusterQueue"]) if lq else None
+    flavors = [f for rg in (cq or {}).get("spec", {}).get("resourceGroups", []) for f in rg["flavors"]]
+    first = flavors[0] if flavors else {}
+    quota = next((r["nominalQuota"] for r in first.get("resources", []) if r["name"] == "cpu"), "0")
+    quota_m = int(quota[:-1]) if str(quota).endswith("m") else int(float(quota) * 1000)
+    if not node or node + 100 > quota_m:
+        sc.details.append(f"no CPU size is larger than a system node ({node}m) and within the {first.get('name')} "
+                          f"flavor's CPU quota ({quota}): the oversized CPU Job is not rehearsed on this stack")
+        return
+    big = copy.deepcopy(cpu_job)
+    big["metadata"]["name"] = "rehearsal-cpu-job-too-big"
+    big["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = f"{node + 100}m"
+    err = submit(ctx.client, big)
+    if err is None:
+        ctx.client.delete("batch/v1", "Job", "rehearsal-cpu-job-too-big", ns, grace_seconds=0)
+        sc.fail(f"a CPU-only Job of {node + 100}m CPU (a system node has {node}m allocatable, the {first.get('name')} "
+                f"flavor {quota}) was accepted: Kueue admits it to the system nodes where it never schedules")
+    elif "gpu-jobs-fit-their-pool" in err and "CPU-only pod" in err:
+        sc.details.append(f"CPU-only Job of {node + 100}m CPU (larger than a system node, within the flavor's quota): "
+                          f"refused ({_short(err)})")
+    else:
+        sc.fail(f"the oversized CPU-only Job was refused, but not by the fit policy's CPU rule: {err}")
+
+
 # --- (d) operator-made pods --------------------------------------------------------------------------------------
 
 
@@ -1032,4 +1132,4 @@ def linode_autoscaling(ctx: Context) -> Scenario:
 
 
 SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, preemption_not_counted, inadmissible, never_ready,
-             queue_bypass, notebook_profiles, operator_pods, linode_autoscaling)
+             queue_bypass, cpu_job_placement, notebook_profiles, operator_pods, linode_autoscaling)

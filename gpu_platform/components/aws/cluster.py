@@ -21,7 +21,7 @@ from gpu_platform.components.aws.network import Network, NetworkArgs, default_zo
 from gpu_platform.components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs, termination_timing
 from gpu_platform.components.aws.protection import ScaleInProtection, ScaleInProtectionArgs
 from gpu_platform.components.aws.scale_down import scale_down_timing
-from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
+from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, SystemPoolSpec, common_labels, gpu_pool_specs
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -131,6 +131,8 @@ class AwsCluster(pulumi.ComponentResource):
             ready=[*eks.ready, nth.release],
             endpoint=eks.endpoint,
             system_zones=tuple(zones) if section.new_vpc else (),
+            system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
+                                       section.system_pool.max_nodes),
         )
         self.register_outputs({"clusterName": cluster_name, "endpoint": eks.endpoint, "kubeconfig": eks.kubeconfig,
                                "checkpointUrl": bucket.url, "asgNames": names})

@@ -18,7 +18,7 @@ import pulumi_kubernetes as k8s
 import yaml
 from pulumi_gcp import container, projects, serviceaccount
 
-from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, common_labels, gpu_pool_specs
+from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, SystemPoolSpec, common_labels, gpu_pool_specs
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.gcp.bucket import WORKLOAD_IDENTITY_ANNOTATION, CheckpointBucket, CheckpointBucketArgs
 from gpu_platform.config.names import account_id
@@ -321,6 +321,8 @@ class GkeCluster(pulumi.ComponentResource):
             ready=[self.cluster, self.system_pool],
             endpoint=endpoint,
             system_zones=tuple(args.zones),
+            system_pool=SystemPoolSpec(args.system_pool.instance_type, args.system_pool.min_nodes,
+                                       args.system_pool.max_nodes),
         )
         self.register_outputs({
             "clusterName": self.cluster.name,

@@ -30,6 +30,7 @@ from gpu_platform.components.cluster import (
     CheckpointStore,
     ClusterHandle,
     GpuPoolSpec,
+    SystemPoolSpec,
     common_labels,
     gpu_pool_specs,
 )
@@ -545,5 +546,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             ready=[*installed.ready, nodes_ready, *upgrades[-1:]],
             endpoint=server,
             alert_rules=[addons.token_expiry_rule(section.api_token_expires)] if section.api_token_expires else [],
+            system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
+                                       section.system_pool.max_nodes),
         )
         self.register_outputs({"apiEndpoint": server, "kubeconfig": self.kubeconfig})

@@ -8,6 +8,16 @@ jobs wait in the queue instead of as Pending pods. Kueue quotas are per flavor i
 pod larger than one node is caught by the training LimitRange's `max` (one node's share, see
 training.py), which Kueue checks before admitting.
 
+CPU-only work (a preprocessing Job, Katib's suggestion Deployment, anything the `default` LocalQueue
+catches) goes to the `system` flavor, first in the resource group: the system nodes' labels, CPU and
+memory quota of what those nodes have left after the platform's own pods, and no GPU quota. Kueue
+tries flavors in order (v0.19.2 pkg/scheduler/flavorassigner findFlavorForPodSets): a CPU-only pod
+asks for no GPU, so the system flavor fits it and its nodeSelector sends it to a system node; a GPU
+pod asks for more GPUs than the flavor's 0 and goes on to the GPU flavors. Without it, Kueue gave a
+CPU pod the first GPU flavor, its pool's nodeSelector and tolerations: a GPU node scaled up for a
+CPU job. Only when the system flavor has no quota left does a CPU-only job go on to a GPU flavor
+(flavorFungibility: Kueue tries the next flavor before it waits).
+
 Kueue's webhooks (many with failurePolicy Fail) are scoped to namespaces labelled
 QUEUE_NAMESPACE_LABEL (managedJobsNamespaceSelector, which the chart uses as every job webhook's
 namespaceSelector), so the other releases' hook Jobs never wait for Kueue.
@@ -21,8 +31,8 @@ from typing import Any, Mapping, Optional, Sequence
 import pulumi
 import yaml
 
-from gpu_platform.components.capacity import MI, Allocatable, allocatable
-from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
+from gpu_platform.components.capacity import GI, MI, Allocatable, allocatable
+from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec, SystemPoolSpec
 from gpu_platform.components.platform import versions
 from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
@@ -58,6 +68,15 @@ INTEGRATIONS = ("batch/job", "trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/j
 # capacity.allocatable is an upper bound by a few percent (catalog size vs. MemTotal).
 NODE_DAEMONS = {"cpu_millis": 100 + 50 + 50, "memory_bytes": (128 + 64 + 64) * MI}
 HEADROOM_PERCENT = 5
+
+# The flavor of the system (CPU) nodes, first in the ClusterQueue: CPU-only work is admitted there.
+SYSTEM_FLAVOR = "system"
+# What the platform's own pods request on the system nodes with every part on (Kueue, Trainer, Katib,
+# Pipelines, JupyterHub with one CPU notebook, monitoring, the cloud's add-ons charts), rounded up
+# from preflight's cluster fit over the shipped stacks (about 3.3 CPU and 6.6 GiB on each cloud).
+# The system flavor hands jobs only the rest; preflight's fit checks the quota against what the
+# rendered releases really leave free, so a platform that grows past this is caught there.
+PLATFORM_SYSTEM_REQUESTS = {"cpu_millis": 3500, "memory_bytes": 7 * GI}
 
 
 @dataclass(frozen=True)
@@ -102,6 +121,16 @@ def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec],
     return out
 
 
+def system_quota(cloud: str, pool: SystemPoolSpec) -> PoolCapacity:
+    """CPU and memory the system flavor may admit: the system pool's allocatable at its maximum size,
+    less PLATFORM_SYSTEM_REQUESTS and HEADROOM_PERCENT; zero (never negative) where the platform fills
+    the pool. No GPUs: a GPU pod never fits the flavor and goes on to the GPU flavors."""
+    a = allocatable(cloud, pool.instance_type, managed_node_group=cloud == "aws")
+    cpu = (a.cpu_millis * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["cpu_millis"]) * (100 - HEADROOM_PERCENT) // 100
+    mem = (a.memory_bytes * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["memory_bytes"]) * (100 - HEADROOM_PERCENT) // 100
+    return PoolCapacity(max(0, cpu), max(0, mem) // MI * MI, 0)
+
+
 def gpu_quotas(pools: Sequence[GpuPoolSpec], overrides: Optional[Mapping[str, int]] = None) -> dict[str, int]:
     """GPUs the queue may admit per pool: the pool's max GPUs unless overridden."""
     overrides = dict(overrides or {})
@@ -125,19 +154,38 @@ def render_resource_flavor(pool: GpuPoolSpec) -> dict[str, Any]:
     }
 
 
+def render_system_flavor(pool: SystemPoolSpec) -> dict[str, Any]:
+    """The system nodes' flavor: admitted CPU-only pods get their labels as nodeSelector; no taints."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": SYSTEM_FLAVOR, "labels": {**MANAGED_BY, "gpu-platform.io/capacity": "on-demand"}},
+        "spec": {"nodeLabels": pool.node_labels},
+    }
+
+
 def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, PoolCapacity],
                          quotas: Mapping[str, int], queueing_strategy: str = "BestEffortFIFO",
-                         ) -> dict[str, Any]:
+                         system: Optional[PoolCapacity] = None) -> dict[str, Any]:
     """The one ClusterQueue: GPU quota per flavor, CPU/memory what the pool's nodes can hand to jobs
     at the pool's maximum size (allocatable, not nominal size). Admits from every namespace labelled
     QUEUE_NAMESPACE_LABEL.
 
     Preemption suits interruptible capacity: a higher-priority job may preempt a lower one in the
     queue; nothing is reclaimed across cohorts (there are none); when a flavor is full the next pool
-    is tried before anything is preempted."""
+    is tried before anything is preempted.
+
+    `system`: the system flavor's quota (system_quota); its flavor comes first, so Kueue admits CPU-only
+    work to the system nodes and GPU work (more GPUs than its 0) to the pools' flavors."""
     if queueing_strategy not in ("StrictFIFO", "BestEffortFIFO"):
         raise ValueError(f"queueingStrategy must be StrictFIFO or BestEffortFIFO, not {queueing_strategy!r}")
     flavors = []
+    if system is not None:
+        flavors.append({"name": SYSTEM_FLAVOR, "resources": [
+            {"name": "cpu", "nominalQuota": system.cpu},
+            {"name": "memory", "nominalQuota": system.memory},
+            {"name": GPU_RESOURCE, "nominalQuota": 0},
+        ]})
     for p in pools:
         cap = capacities[p.name]
         flavors.append({
@@ -416,7 +464,33 @@ def _gpu_pod_specs() -> str:
         f"{lst}.exists(c, has(c.resources) && {_gpu_in('c.resources')})" for lst in _CONTAINERS) + ")")
 
 
-def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
+# A request Kueue queues: it names a queue, or its namespace queues every job (LocalQueue `default`).
+QUEUED_REQUEST = (f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in object.metadata.labels) || "
+                  f"(has(namespaceObject.metadata.labels) && '{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels)")
+
+
+def _cpu_work_validation(node: PoolCapacity, quota: PoolCapacity) -> dict[str, Any]:
+    """CPU-only queued work goes to the system flavor (first in the ClusterQueue) when the flavor's quota
+    covers it: a container larger than one system node's share would then never schedule. Refused
+    unless it names a pool; a container beyond the flavor's whole quota is Kueue's to send on (it skips
+    the flavor)."""
+    def ok(res: str) -> str:
+        return f"(({_resources_fit(res, node)}) || !({_resources_fit(res, quota)}))"
+    specs_ok = ("variables.podSpecs.all(s, " + _spec_pinned("s") + " || (" + " && ".join(
+        f"{lst}.all(c, !has(c.resources) || {ok('c.resources')})" for lst in _CONTAINERS) + "))")
+    tj_ok = f"variables.trainJobs.all(t, {_trainjob_pinned('variables.trainJob')} || {ok('t')})"
+    return {
+        "expression": f"variables.asksForGpu || !({QUEUED_REQUEST}) || (({specs_ok}) && ({tj_ok}))",
+        "message": (f"a CPU-only pod of this queued job asks for more CPU or memory than a system node hands to jobs "
+                    f"({node.cpu_millis / 1000:g} CPU, {node.memory_bytes // MI / 1024:.1f} GiB a pod), within the "
+                    f"{SYSTEM_FLAVOR} flavor's quota, so Kueue admits it to the system nodes where it never schedules. "
+                    f"Ask for less, or pin a GPU pool with nodeSelector {POOL_LABEL}: <pool> (TrainJob: in runtimePatches)"),
+        "reason": "Invalid",
+    }
+
+
+def render_fit_policy(capacities: Mapping[str, PoolCapacity],
+                      system: Optional[tuple[PoolCapacity, PoolCapacity]] = None) -> dict[str, Any]:
     """A ValidatingAdmissionPolicy refusing, at submission, GPU work whose pod asks for more CPU, memory
     or GPUs than a node of some pool hands to jobs while it names no pool: Kueue's quotas are per
     flavor in aggregate, so it could admit the job to that pool's flavor, where the pod never
@@ -425,7 +499,10 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
     only that pool's flavor). Every kind Kueue manages here: Jobs, JobSets (each replicated job's
     pod), TrainJobs (trainer.resourcesPerNode), plain pods Kueue queues (GPU notebooks, pipeline
     steps; not a Job's pods, checked with their job), and Katib Experiments' trial templates. Per
-    container, init containers included (a pod of several large containers is not summed)."""
+    container, init containers included (a pod of several large containers is not summed).
+
+    `system`: (one system node's share, the system flavor's quota): queued CPU-only work the flavor
+    would admit must fit a system node too (_cpu_work_validation)."""
     if not capacities:
         raise ValueError("no GPU pools")
     rooms = ", ".join(f"{n}: {c.cpu_millis / 1000:g} CPU, {c.memory_bytes // MI // 1024:g} GiB, {c.gpus} GPU"
@@ -444,6 +521,8 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity]) -> dict[str, Any]:
                         f"{POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask for less. Room per pod: {rooms}"),
             "reason": "Invalid",
         })
+    if system is not None and (system[1].cpu_millis or system[1].memory_bytes):
+        validations.append(_cpu_work_validation(*system))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -519,9 +598,16 @@ class JobQueue(pulumi.ComponentResource):
         after_kueue = k8s_opts(cluster, self, [self.kueue])
         self.flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)
                         for p in cluster.gpu_pools]
+        system = system_fit = None
+        if cluster.system_pool is not None:
+            system = system_quota(cluster.cloud, cluster.system_pool)
+            system_fit = (node_share(allocatable(cluster.cloud, cluster.system_pool.instance_type,
+                                                 managed_node_group=cluster.cloud == "aws")), system)
+            self.flavors.insert(0, apply_object(f"{name}-flavor-{SYSTEM_FLAVOR}",
+                                                render_system_flavor(cluster.system_pool), after_kueue))
         self.cluster_queue = apply_object(
             f"{name}-cluster-queue",
-            render_cluster_queue(cluster.gpu_pools, capacities, quotas, args.queueing_strategy),
+            render_cluster_queue(cluster.gpu_pools, capacities, quotas, args.queueing_strategy, system),
             k8s_opts(cluster, self, [self.kueue, *self.flavors]))
         lq_deps = [self.kueue, self.cluster_queue] + ([args.training_namespace] if args.training_namespace else [])
         self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(), k8s_opts(cluster, self, lq_deps))
@@ -541,7 +627,7 @@ class JobQueue(pulumi.ComponentResource):
             f"{name}-gpu-admission-binding", render_gpu_admission_binding(),
             k8s_opts(cluster, self, [self.gpu_admission_policy]))
         # Refuses a GPU job whose pods fit only some pools unless it names one (per-flavor fit).
-        self.fit_policy = apply_object(f"{name}-fit-policy", render_fit_policy(capacities), k8s_opts(cluster, self))
+        self.fit_policy = apply_object(f"{name}-fit-policy", render_fit_policy(capacities, system_fit), k8s_opts(cluster, self))
         self.fit_binding = apply_object(f"{name}-fit-binding", render_policy_binding(FIT_POLICY),
                                         k8s_opts(cluster, self, [self.fit_policy]))
         self.gpu_quota = quotas

@@ -588,6 +588,7 @@ class _Checker:
         self.verdicts: dict[str, Optional[Assignment]] = {}
         self.refused: dict[str, str] = {}
         self.reported_inadmissible: set[str] = set()
+        self.room: dict[int, dict[str, int]] = {}  # per node group (id): free after packing (pack)
 
     def problem(self, check: str, release: str, obj: str, reason: str, fix: str) -> None:
         self.problems.append(Problem(check, release, obj, reason, fix))
@@ -956,6 +957,12 @@ class _Checker:
                              f"(groups {', '.join(sorted(groups))} at maximum size)",
                              "add nodes (raise the group's maximum or count) or lower requests")
         placements = [Placement(r, o, g, n) for (r, o, g), n in counts.items()]
+        # What the platform's own pods leave free on each group at maximum size (queue_fit: a flavor of
+        # system nodes may hand jobs only that, not the nodes' whole allocatable).
+        self.room = {id(g): {"cpu": sum(n["free"]["cpu"] for n in nodes if n["group"] is g),
+                             "memory": sum(n["free"]["memory"] for n in nodes if n["group"] is g),
+                             GPU: sum(n["free"][GPU] for n in nodes if n["group"] is g)}
+                     for g in self.model.node_groups}
         headroom: dict[str, dict[str, Any]] = {}
         for g in self.model.node_groups:
             mine = [n for n in nodes if n["group"] is g]
@@ -1114,6 +1121,11 @@ class _Checker:
                     cap = {"cpu": sum(g.allocatable.cpu_millis * g.max_nodes for g in groups),
                            "memory": sum(g.allocatable.memory_bytes * g.max_nodes for g in groups),
                            GPU: sum(g.allocatable.gpus * g.max_nodes for g in groups)}
+                    # A flavor of system nodes (CPU-only work) shares them with the platform's own pods:
+                    # its quota must fit in what those leave free, or Kueue admits jobs that stay Pending.
+                    shared = all(g.role == "system" for g in groups) and bool(self.room)
+                    if shared:
+                        cap = {k: sum(self.room[id(g)][k] for g in groups) for k in cap}
                     for r in fl.get("resources") or []:
                         name = r.get("name")
                         if name not in cap:
@@ -1130,8 +1142,11 @@ class _Checker:
                         if q > cap[name]:
                             self.problem("queue-fit", rel, object_id(cq),
                                          f"flavor {fname}: nominal quota {name} {fmt_amount(name, q)} exceeds what "
-                                         f"{', '.join(g.name for g in groups)} can allocate at maximum size "
-                                         f"({fmt_amount(name, cap[name])}): Kueue admits jobs that never schedule",
+                                         f"{', '.join(sorted({g.name for g in groups}))} can allocate at maximum size "
+                                         + ("after the platform's own pods " if shared else "")
+                                         + f"({fmt_amount(name, cap[name])}): Kueue admits jobs that never schedule",
+                                         "give the system pool more or larger nodes (systemPool) or lower the system "
+                                         "flavor's quota (gpu_platform/components/platform/queue.py)" if shared else
                                          "compute quotas from allocatable (gpu_platform.components.capacity) x max nodes")
         # every LocalQueue's namespace must be one its ClusterQueue admits from
         for (ns, name), lq in self.idx.local_queues.items():
