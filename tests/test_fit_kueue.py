@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.fit.checks import check_fit
 from gpu_platform.preflight.fit.kueue import assign, flavor_mismatch
 from gpu_platform.preflight.fit.nodes import cluster_model

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 
 from gpu_platform.components.capacity import MI
-from gpu_platform.components.config import parse_config
+from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.fit.checks import check_fit
 from gpu_platform.preflight.fit.nodes import cluster_model
 from gpu_platform.preflight.fit.pods import effective_requests, pod_templates

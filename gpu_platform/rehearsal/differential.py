@@ -78,7 +78,8 @@ def generated_cases(n: int, seed: int = SEED) -> list[Case]:
     pool varied. Only configs the program accepts are kept (parse_config)."""
     from hypothesis import HealthCheck, Phase, assume, given, seed as hseed, settings, strategies as st
 
-    from gpu_platform.components.config import ConfigError, parse_config
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.runner import stack_input_from_mapping
 
     bases = {s: _shipped_config(s) for s in SHIPPED}
@@ -167,7 +168,7 @@ def _probe(example: dict, gpus: int, pool: Optional[str]) -> dict:
 
 def prepare(case: Case, chart_dirs: list[Path], base: Path) -> Prepared:
     """Plan, render and model the stack, add the probe job, check the fit; the questions with fit's answers."""
-    from gpu_platform.components.config import parse_config
+    from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.fit.checks import check_fit
     from gpu_platform.preflight.fit.nodes import cluster_model
     from gpu_platform.preflight.fit.pods import jupyterhub_user_pods
