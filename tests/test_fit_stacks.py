@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import time
 
 import pytest
 
@@ -168,11 +167,11 @@ def test_preflight_places_every_notebook_profile_from_the_rendered_values(stack)
 
 
 @pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod", "aws-prod"])
-def test_checks_on_a_whole_stack_take_well_under_a_second(stack):
+def test_checks_cover_every_release_of_a_whole_stack(stack):
+    # Its speed is `make bench`'s (preflight per stack, fit included), not a timed test: under CI's load a
+    # wall-clock bound fails for reasons that are not the code's.
     model, releases = _stack(stack)
-    start = time.perf_counter()
     report = check_fit(model, releases)
-    assert time.perf_counter() - start < 1.0
     assert report.pods > 20 and report.releases == len(releases)
 
 

@@ -277,7 +277,10 @@ def checkov_skips() -> dict[str, Any]:
     """tests/data/checkov-skips.yaml, its shape checked: every allowed failure has a reason (and an upstream
     one the releases it applies to), so the list stays data a reviewer can read, not prose a test parses."""
     doc = yaml.safe_load(CHECKOV_SKIPS.read_text()) or {}
-    assert set(doc) <= {"platform", "images", "upstream"}, f"{CHECKOV_SKIPS}: unknown sections {sorted(doc)}"
+    assert set(doc) <= {"platform", "images", "upstream", "privileged"}, f"{CHECKOV_SKIPS}: unknown sections {sorted(doc)}"
+    for name, entry in (doc.get("privileged") or {}).items():
+        assert isinstance(entry, dict) and entry.get("resources") and entry.get("checks") and \
+            str(entry.get("reason", "")).strip(), f"{CHECKOV_SKIPS}: privileged.{name} needs resources, checks and a reason"
     for section in ("platform", "images"):
         for check, reason in (doc.get(section) or {}).items():
             assert re.fullmatch(r"CKV2?_[A-Z0-9]+_\d+", check) and isinstance(reason, str) and reason.strip(), \
