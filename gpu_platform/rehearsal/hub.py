@@ -40,7 +40,7 @@ from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
 from gpu_platform.rehearsal.processes import ProcessGroup, free_port
 from gpu_platform.rehearsal.scenarios import (
     KUEUE, QUEUE_LABEL, TRAINER, Context, Scenario, _admitted, _conditions, _example, _flavors, _job_pods, _nodes, _pending_reason,
-    _workload_for, _workload_message, submit,
+    _workload_for, _workload_message, submit, wait_local_queue_active,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -516,13 +516,7 @@ def unlabelled_trainjob(ctx: Context) -> Scenario:
     ns = job["metadata"].get("namespace") or "training"
     # Kueue defaults the label only once its cache holds the LocalQueue (it is Active): a job created
     # before that is ignored, which the scenario reports as such, not as a race of the rehearsal.
-    deadline = time.monotonic() + ctx.timeout
-    lq = ctx.client.get(KUEUE, "LocalQueue", DEFAULT_LOCAL_QUEUE, ns)
-    while lq is not None and time.monotonic() < deadline:
-        if (_conditions(lq).get("Active") or {}).get("status") == "True":
-            break
-        time.sleep(1)
-        lq = ctx.client.get(KUEUE, "LocalQueue", DEFAULT_LOCAL_QUEUE, ns)
+    lq = wait_local_queue_active(ctx, DEFAULT_LOCAL_QUEUE, ns)
     if lq is None:
         sc.fail(f"namespace {ns} has no LocalQueue {DEFAULT_LOCAL_QUEUE!r}: a TrainJob without {QUEUE_LABEL} is not queued")
     else:

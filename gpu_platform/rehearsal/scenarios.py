@@ -596,6 +596,20 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
 # --- (c3) CPU-only work stays off the GPU pools -------------------------------------------------------------------
 
 
+def wait_local_queue_active(ctx: Context, name: str, ns: str) -> Optional[dict]:
+    """The LocalQueue once Kueue reports it Active (or as it is when the scenario's time is up; None when it
+    does not exist). Kueue defaults an unlabelled job's queue only once its cache holds the LocalQueue: a
+    job created before that is ignored for good (no Workload), a race of the rehearsal, not a finding."""
+    deadline = time.monotonic() + ctx.timeout
+    lq = ctx.client.get(KUEUE, "LocalQueue", name, ns)
+    while lq is not None and time.monotonic() < deadline:
+        if (_conditions(lq).get("Active") or {}).get("status") == "True":
+            break
+        time.sleep(1)
+        lq = ctx.client.get(KUEUE, "LocalQueue", name, ns)
+    return lq
+
+
 def cpu_job_placement(ctx: Context) -> Scenario:
     """A CPU-only Job in the training namespace without a queue label: Kueue queues it through the
     `default` LocalQueue and must admit it to a flavor of system nodes (the system flavor, first in the
@@ -610,7 +624,7 @@ def cpu_job_placement(ctx: Context) -> Scenario:
         sc.status = "NOT REHEARSED"
         sc.problems.append(f"needs a running Kueue and the {ns} namespace")
         return sc
-    if ctx.client.get(KUEUE, "LocalQueue", "default", ns) is None:
+    if wait_local_queue_active(ctx, "default", ns) is None:
         sc.fail(f"no LocalQueue default in {ns}: an unlabelled Job is not queued at all")
         return sc
     name = "rehearsal-cpu-job"
@@ -1128,7 +1142,33 @@ def never_ready(ctx: Context) -> Scenario:
 
 
 def linode_autoscaling(ctx: Context) -> Scenario:
-    return autoscale.linode_autoscaling(ctx, Scenario("linode-autoscaling", autoscale.TITLE))
+    sc = Scenario("linode-autoscaling", autoscale.TITLE)
+    try:
+        return autoscale.linode_autoscaling(ctx, sc)
+    finally:
+        # The drill starts its pools at zero and ends with them at zero: give them back the nodes the model
+        # has (at maxNodes), as the preemption drill does, so the scenarios after it find the pool whole.
+        restored = _restore_model_nodes(ctx)
+        if restored:
+            sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
+
+
+def _restore_model_nodes(ctx: Context) -> list[str]:
+    present = {n["metadata"]["name"] for n in ctx.client.list("v1", "Node")}
+    added = []
+    for node, status in node_objects(ctx.model):
+        if node["metadata"]["name"] not in present:
+            ctx.client.create(copy.deepcopy(node))
+            ctx.client.apply(copy.deepcopy(status), subresource="status")
+            added.append(node["metadata"]["name"])
+    deadline = time.monotonic() + 60
+    while added and time.monotonic() < deadline:
+        ready = {n["metadata"]["name"] for n in ctx.client.list("v1", "Node")
+                 if (_conditions(n).get("Ready") or {}).get("status") == "True"}
+        if set(added) <= ready:
+            break
+        time.sleep(1)
+    return added
 
 
 SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, preemption_not_counted, inadmissible, never_ready,
