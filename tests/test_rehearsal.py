@@ -27,7 +27,8 @@ from gpu_platform.rehearsal import binaries
 from gpu_platform.rehearsal.controllers import fatal, find_controllers, prepare
 from gpu_platform.rehearsal.install import REWRITTEN, InstallLog, Installer, order_releases
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, node_objects
-from gpu_platform.rehearsal.scenarios import _tolerates, selects
+from gpu_platform.preflight.fit.selectors import tolerates_any as _tolerates
+from gpu_platform.rehearsal.scenarios import selects
 from tests.conftest import ROOT, stack_config
 from tests.fit_support import CHARTS, STACKS, need_charts
 

@@ -41,6 +41,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from gpu_platform.components.capacity import parse_quantity
+from gpu_platform.preflight.fit.selectors import match_expression, tolerates_any
 from gpu_platform.rehearsal import pki
 from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind
@@ -98,23 +99,6 @@ def pod_requests(pod: dict) -> dict[str, Any]:
     return out
 
 
-def tolerates(tolerations: list[dict], taint: dict) -> bool:
-    for t in tolerations or []:
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint.get("key")):
-            return True
-        if t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
-def _expression(labels: dict, e: dict) -> bool:
-    op, key, values = e.get("operator"), e.get("key"), e.get("values") or []
-    return {"In": lambda: labels.get(key) in values, "NotIn": lambda: labels.get(key) not in values,
-            "Exists": lambda: key in labels, "DoesNotExist": lambda: key not in labels}.get(op, lambda: False)()
-
-
 def fits(pod: dict, node: dict, used: Optional[dict] = None) -> Optional[str]:
     """None if the pod fits the node (beside `used`, what pods already placed there request), else why not."""
     spec = pod.get("spec") or {}
@@ -124,10 +108,10 @@ def fits(pod: dict, node: dict, used: Optional[dict] = None) -> Optional[str]:
             return f"node selector {k}={v}"
     terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
               .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms"))
-    if terms and not any(all(_expression(labels, e) for e in t.get("matchExpressions") or []) for t in terms):
+    if terms and not any(all(match_expression(labels, e) for e in t.get("matchExpressions") or []) for t in terms):
         return "required node affinity"
     for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(spec.get("tolerations") or [], taint):
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates_any(spec.get("tolerations"), taint):
             return f"taint {taint['key']}:{taint['effect']}"
     alloc = (node.get("status") or {}).get("allocatable") or {}
     for name, want in pod_requests(pod).items():

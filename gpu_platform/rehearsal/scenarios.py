@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
+from gpu_platform.preflight.fit.selectors import match_expression, tolerates_any
 from gpu_platform.rehearsal import autoscale
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, selector
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of, node_objects
@@ -69,36 +70,6 @@ def _pending_reason(pod: dict) -> str:
     return cond.get("message") or cond.get("reason") or (pod.get("status") or {}).get("phase", "?")
 
 
-def _tolerates(tolerations: list[dict], taint: dict) -> bool:
-    for t in tolerations or []:
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint.get("key")):
-            return True
-        if t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
-def _matches_expression(labels: dict, e: dict) -> bool:
-    op, key, values = e.get("operator"), e.get("key"), e.get("values") or []
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt"):
-        try:
-            v, ref = int(labels.get(key, "")), int(values[0])
-        except (ValueError, IndexError):
-            return False
-        return v > ref if op == "Gt" else v < ref
-    return False
-
-
 def selects(pod_spec: dict, node: dict) -> bool:
     """The pod's nodeSelector and required node affinity select this node (taints aside)."""
     labels = node["metadata"].get("labels") or {}
@@ -107,7 +78,7 @@ def selects(pod_spec: dict, node: dict) -> bool:
     req = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
            .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
     if req:
-        return any(all(_matches_expression(labels, e) for e in term.get("matchExpressions") or []) for term in req)
+        return any(all(match_expression(labels, e) for e in term.get("matchExpressions") or []) for term in req)
     return True
 
 
@@ -188,7 +159,7 @@ def workloads_ready(ctx: Context) -> Scenario:
                 if name in on or not selects(spec, node):
                     continue
                 blocking = [t for t in node["spec"].get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")
-                            and not _tolerates(spec.get("tolerations") or [], t)]
+                            and not tolerates_any(spec.get("tolerations"), t)]
                 taints = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in blocking)
                 sc.fail(f"{key} ({rel}): selects node {name} (group {group_of(node)}) but runs no pod there"
                         + (f": it does not tolerate {taints}" if taints else ""))

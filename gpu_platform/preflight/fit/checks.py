@@ -25,7 +25,7 @@ from typing import Any, Iterable, Optional
 
 from gpu_platform.components.capacity import GI
 from gpu_platform.preflight.fit import admission_policy
-from gpu_platform.preflight.fit.selectors import _match_expression, label_selector_matches
+from gpu_platform.preflight.fit.selectors import label_selector_matches, match_expression, tolerates
 from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.scrape import scrape_findings
@@ -125,23 +125,6 @@ class FitReport:
 # ---------------------------------------------------------------------------------------------
 
 
-def tolerates(toleration: dict, taint: dict) -> bool:
-    """v1.Toleration.ToleratesTaint: empty effect matches every effect; operator Exists with an empty
-    key matches every taint; Equal (the default) compares values."""
-    eff = toleration.get("effect") or ""
-    if eff and eff != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    op = toleration.get("operator") or "Equal"
-    if key and key != taint.get("key"):
-        return False
-    if not key and op != "Exists":
-        return False
-    if op == "Exists":
-        return True
-    return (toleration.get("value") or "") == (taint.get("value") or "")
-
-
 def untolerated(taints: list[dict], tolerations: list[dict]) -> list[dict]:
     return [t for t in taints if t.get("effect") in BLOCKING_EFFECTS and not any(tolerates(x, t) for x in tolerations)]
 
@@ -156,7 +139,7 @@ def node_affinity_matches(affinity: Optional[dict], labels: dict[str, str]) -> b
         exprs = term.get("matchExpressions") or []
         if not exprs and not term.get("matchFields"):
             continue
-        if all(_match_expression(labels, e) for e in exprs):
+        if all(match_expression(labels, e) for e in exprs):
             return True
     return False
 
@@ -453,7 +436,7 @@ def _quota_scope_matches(quota: dict, pt: PodTemplate, reqs_or_limits: bool) -> 
     for sel in ((spec.get("scopeSelector") or {}).get("matchExpressions") or []):
         if sel.get("scopeName") == "PriorityClass":
             pc = pt.spec.get("priorityClassName")
-            if not _match_expression({"p": pc} if pc else {}, {**sel, "key": "p"}):
+            if not match_expression({"p": pc} if pc else {}, {**sel, "key": "p"}):
                 return False
         else:
             scopes.append(sel.get("scopeName"))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from gpu_platform.preflight.fit.pods import _amount, fmt_amount
+from gpu_platform.preflight.fit.selectors import match_expression, tolerates_any
 
 BLOCKING = ("NoSchedule", "NoExecute")
 
@@ -48,44 +49,13 @@ class Assignment:
         return None
 
 
-def _tolerates(tol: dict, taint: dict) -> bool:
-    eff = tol.get("effect") or ""
-    if eff and eff != taint.get("effect"):
-        return False
-    key, op = tol.get("key") or "", tol.get("operator") or "Equal"
-    if key and key != taint.get("key"):
-        return False
-    if not key and op != "Exists":
-        return False
-    return op == "Exists" or (tol.get("value") or "") == (taint.get("value") or "")
-
-
-def _expr(labels: dict[str, str], e: dict) -> bool:
-    key, op, values = e.get("key"), e.get("operator"), [str(v) for v in e.get("values") or []]
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt"):
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except (KeyError, ValueError, IndexError):
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
 def flavor_mismatch(spec: dict, flavor: dict) -> Optional[str]:
     """Why Kueue does not consider `flavor` for a pod with this spec (checkFlavorForPodSets), or None."""
     fspec = flavor.get("spec") or {}
     name = (flavor.get("metadata") or {}).get("name")
     tolerations = list(spec.get("tolerations") or []) + list(fspec.get("tolerations") or [])
     for taint in fspec.get("nodeTaints") or []:
-        if taint.get("effect") in BLOCKING and not any(_tolerates(t, taint) for t in tolerations):
+        if taint.get("effect") in BLOCKING and not tolerates_any(tolerations, taint):
             return f"untolerated taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')} in flavor {name}"
     labels = {k: str(v) for k, v in (fspec.get("nodeLabels") or {}).items()}
     keys = set(labels)
@@ -99,7 +69,7 @@ def flavor_mismatch(spec: dict, flavor: dict) -> Optional[str]:
             terms = []  # a term with no relevant key matches every flavor (the terms are ORed)
             break
         terms.append(kept)
-    if terms and not any(all(_expr(labels, e) for e in t) for t in terms):
+    if terms and not any(all(match_expression(labels, e) for e in t) for t in terms):
         return f"flavor {name} doesn't match node affinity"
     return None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 
-def _match_expression(labels: dict[str, str], expr: dict) -> bool:
+def match_expression(labels: dict[str, str], expr: dict) -> bool:
     key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
     present = key in labels
     if op == "In":
@@ -33,4 +33,26 @@ def label_selector_matches(selector: Optional[dict], labels: dict[str, str]) -> 
     for k, v in (selector.get("matchLabels") or {}).items():
         if labels.get(k) != str(v):
             return False
-    return all(_match_expression(labels, e) for e in selector.get("matchExpressions") or [])
+    return all(match_expression(labels, e) for e in selector.get("matchExpressions") or [])
+
+
+def tolerates(toleration: dict, taint: dict) -> bool:
+    """v1.Toleration.ToleratesTaint: empty effect matches every effect; operator Exists with an empty
+    key matches every taint; Equal (the default) compares values."""
+    eff = toleration.get("effect") or ""
+    if eff and eff != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    op = toleration.get("operator") or "Equal"
+    if key and key != taint.get("key"):
+        return False
+    if not key and op != "Exists":
+        return False
+    if op == "Exists":
+        return True
+    return (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def tolerates_any(tolerations: Optional[list], taint: dict) -> bool:
+    """Whether any of a pod's tolerations tolerates `taint`."""
+    return any(tolerates(t, taint) for t in tolerations or [])
