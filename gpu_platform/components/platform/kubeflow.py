@@ -45,7 +45,7 @@ from gpu_platform.components.platform.common import (
 )
 from gpu_platform.components.platform.queue import (
     QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_SELECTOR, QUEUE_NAMESPACE_VALUE,
-    render_policy_binding,
+    render_admission_policy, render_policy_binding,
 )
 from gpu_platform.components.platform.training import CHECKPOINT_GRACE_SECONDS
 
@@ -202,19 +202,13 @@ def render_kueue_patch_policy(grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -> 
                     f"grace period (see examples/training/trainjob-checkpointed.yaml)"),
         "reason": "Invalid",
     } for f in KUEUE_DROPPED_POD_PATCH_FIELDS]
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": KUEUE_PATCH_POLICY, "labels": dict(MANAGED_BY)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
-                "resourceRules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
-                                   "operations": ["CREATE"], "resources": ["trainjobs"]}]},
-            "validations": validations,
-        },
-    }
+    return render_admission_policy(KUEUE_PATCH_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+            "resourceRules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
+                               "operations": ["CREATE"], "resources": ["trainjobs"]}]},
+        "validations": validations,
+    })
 
 
 @dataclass

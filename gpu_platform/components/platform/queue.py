@@ -362,28 +362,22 @@ def render_gpu_admission_policy() -> dict[str, Any]:
     carry the queue-name label and have no owner of a kind Kueue manages (so Kueue's pod webhook,
     which runs before validation, gated it), or be created by the job controller in a namespace
     whose every Job Kueue queues. An ownerReference alone proves nothing: anyone may write one."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": GPU_ADMISSION_POLICY, "labels": dict(MANAGED_BY)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
-            "matchConditions": [{"name": "requests-a-gpu", "expression": GPU_POD_CONDITION}],
-            "validations": [
-                {"expression": IN_QUEUE_NAMESPACE,
-                 "messageExpression": ('"GPU pods are only admitted through the Kueue queue, and namespace " + '
-                                       f'namespaceObject.metadata.name + " is not queued: {HOW_TO_SUBMIT}"'),
-                 "reason": "Forbidden"},
-                {"expression": f"!({IN_QUEUE_NAMESPACE}) || {QUEUED_POD}",
-                 "message": (f"this GPU pod is not queued by Kueue: a pod needs the label {QUEUE_NAME_LABEL} "
-                             f"(e.g. {LOCAL_QUEUE}) and no Job, JobSet or TrainJob owner (only the job controller "
-                             f"creates a Job's pods, in namespace {TRAINING_NAMESPACE}); {HOW_TO_SUBMIT}"),
-                 "reason": "Forbidden"},
-            ],
-        },
-    }
+    return render_admission_policy(GPU_ADMISSION_POLICY, {
+        "matchConstraints": {"resourceRules": [{
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "matchConditions": [{"name": "requests-a-gpu", "expression": GPU_POD_CONDITION}],
+        "validations": [
+            {"expression": IN_QUEUE_NAMESPACE,
+             "messageExpression": ('"GPU pods are only admitted through the Kueue queue, and namespace " + '
+                                   f'namespaceObject.metadata.name + " is not queued: {HOW_TO_SUBMIT}"'),
+             "reason": "Forbidden"},
+            {"expression": f"!({IN_QUEUE_NAMESPACE}) || {QUEUED_POD}",
+             "message": (f"this GPU pod is not queued by Kueue: a pod needs the label {QUEUE_NAME_LABEL} "
+                         f"(e.g. {LOCAL_QUEUE}) and no Job, JobSet or TrainJob owner (only the job controller "
+                         f"creates a Job's pods, in namespace {TRAINING_NAMESPACE}); {HOW_TO_SUBMIT}"),
+             "reason": "Forbidden"},
+        ],
+    })
 
 
 FIT_POLICY = "gpu-jobs-fit-their-pool"
@@ -524,30 +518,35 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
         })
     if system is not None and (system[1].cpu_millis or system[1].memory_bytes):
         validations.append(_cpu_work_validation(*system))
+    return render_admission_policy(FIT_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+            "resourceRules": [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE"], "resources": [r]}
+                              for g, v, r in FIT_RULES]},
+        "variables": [
+            {"name": "podSpecs", "expression": POD_SPECS},
+            {"name": "trainJobs", "expression": TRAINJOB_RES},
+            # The TrainJob spec whose runtimePatches may pin a pool (the object's, or the trial template's).
+            {"name": "trainJob", "expression": f"{_TRIAL_IS}'TrainJob' ? {_TRIAL}.spec : object.spec"},
+            # Only GPU work is this policy's business (matchConditions cannot read variables).
+            {"name": "asksForGpu", "expression": f"{_gpu_pod_specs()} || variables.trainJobs.exists(t, {_gpu_in('t')})"},
+        ],
+        # A Job's pods were checked with their Job (JobSet, TrainJob): after admission they carry the
+        # flavor's node selector, so they are not checked again.
+        "matchConditions": [{"name": "not-a-job-controller-pod",
+                             "expression": f"request.kind.kind != 'Pod' || !({CREATED_BY_JOB_CONTROLLER})"}],
+        "validations": validations,
+    })
+
+
+def render_admission_policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy of the platform's (admissionregistration.k8s.io/v1, GA since Kubernetes
+    1.30), failing closed: a CEL error refuses the object, it never lets it through."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": FIT_POLICY, "labels": dict(MANAGED_BY)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
-                "resourceRules": [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE"], "resources": [r]}
-                                  for g, v, r in FIT_RULES]},
-            "variables": [
-                {"name": "podSpecs", "expression": POD_SPECS},
-                {"name": "trainJobs", "expression": TRAINJOB_RES},
-                # The TrainJob spec whose runtimePatches may pin a pool (the object's, or the trial template's).
-                {"name": "trainJob", "expression": f"{_TRIAL_IS}'TrainJob' ? {_TRIAL}.spec : object.spec"},
-                # Only GPU work is this policy's business (matchConditions cannot read variables).
-                {"name": "asksForGpu", "expression": f"{_gpu_pod_specs()} || variables.trainJobs.exists(t, {_gpu_in('t')})"},
-            ],
-            # A Job's pods were checked with their Job (JobSet, TrainJob): after admission they carry the
-            # flavor's node selector, so they are not checked again.
-            "matchConditions": [{"name": "not-a-job-controller-pod",
-                                 "expression": f"request.kind.kind != 'Pod' || !({CREATED_BY_JOB_CONTROLLER})"}],
-            "validations": validations,
-        },
+        "metadata": {"name": name, "labels": dict(MANAGED_BY)},
+        "spec": {"failurePolicy": "Fail", **spec},
     }
 
 
@@ -561,12 +560,7 @@ def render_policy_binding(policy: str) -> dict[str, Any]:
 
 
 def render_gpu_admission_binding() -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": GPU_ADMISSION_POLICY, "labels": dict(MANAGED_BY)},
-        "spec": {"policyName": GPU_ADMISSION_POLICY, "validationActions": ["Deny"]},
-    }
+    return render_policy_binding(GPU_ADMISSION_POLICY)
 
 
 @dataclass
