@@ -27,6 +27,7 @@ from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE
 from gpu_platform.components.platform.notebooks import jupyterhub_values
+from gpu_platform.rehearsal.hub import IN_MEMORY_PROXY
 
 requests = pytest.importorskip("requests")
 # The hub runs from its own virtualenv (requirements-jupyterhub.txt; `make jupyterhub-venv`, which make test runs).
@@ -41,22 +42,7 @@ POOLS = [GpuPoolSpec("rtx", "g1-gpu-rtx6000-1", "Quadro RTX 6000", 1, 0, 1, "on-
 # that keeps its routes in memory instead of starting configurable-http-proxy (a Node.js program).
 CONFIG = '''
 import yaml
-from jupyterhub.proxy import Proxy
-from traitlets import Bool
-
-
-class InMemoryProxy(Proxy):
-    should_start = Bool(False)
-    routes = {{}}
-
-    async def add_route(self, routespec, target, data):
-        self.routes[routespec] = {{"routespec": routespec, "target": target, "data": data}}
-
-    async def delete_route(self, routespec):
-        self.routes.pop(routespec, None)
-
-    async def get_all_routes(self):
-        return dict(self.routes)
+''' + IN_MEMORY_PROXY + '''
 
 
 c = get_config()  # noqa: F821

@@ -39,8 +39,8 @@ from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, kubeconfi
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
 from gpu_platform.rehearsal.processes import ProcessGroup, free_port
 from gpu_platform.rehearsal.scenarios import (
-    KUEUE, QUEUE_LABEL, TRAINER, Context, Scenario, _admitted, _conditions, _example, _flavors, _job_pods, _nodes, _pending_reason,
-    _workload_for, _workload_message, submit, wait_local_queue_active,
+    QUEUE_LABEL, TRAINER, Context, Scenario, _admitted, _conditions, _example, _flavors, _job_pods, _nodes, _pending_reason,
+    _workload_for, _workload_message, example_or_not_rehearsed, submit, wait_local_queue_active,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,12 +51,9 @@ DEFAULT_LOCAL_QUEUE = "default"
 USER = "researcher"
 PASSWORD = "rehearsal-password-7f3a9c"
 
-# The rehearsal's file in the chart's jupyterhub_config.d (loaded after the chart's own settings).
-REHEARSAL_CONFIG = '''
-# gpu-platform rehearsal: addresses, state and stand-ins only (gpu_platform/rehearsal/hub.py says why).
-import http.server
-import threading
-
+# A hub configuration's proxy that keeps its routes in memory: configurable-http-proxy (Node.js) does not
+# run here. Shared with tests/test_notebooks_login.py; a str.format template like the configs it goes in.
+IN_MEMORY_PROXY = '''
 from jupyterhub.proxy import Proxy
 from traitlets import Bool
 
@@ -74,6 +71,14 @@ class InMemoryProxy(Proxy):
 
     async def get_all_routes(self):
         return dict(self.routes)
+'''
+
+# The rehearsal's file in the chart's jupyterhub_config.d (loaded after the chart's own settings).
+REHEARSAL_CONFIG = '''
+# gpu-platform rehearsal: addresses, state and stand-ins only (gpu_platform/rehearsal/hub.py says why).
+import http.server
+import threading
+''' + IN_MEMORY_PROXY + '''
 
 
 class _NotebookStandIn(http.server.BaseHTTPRequestHandler):
@@ -507,11 +512,8 @@ def hub_spawn(ctx: Context) -> Scenario:
 def unlabelled_trainjob(ctx: Context) -> Scenario:
     sc = Scenario("unlabelled-trainjob", "a GPU TrainJob without the queue-name label is queued in the namespace's "
                                          f"`{DEFAULT_LOCAL_QUEUE}` LocalQueue and admitted by Kueue, not ignored")
-    job = _example(ctx)
-    ctl = ctx.controllers.get("kueue-manager")
-    if job is None or ctl is None or ctl.status != "running":
-        sc.status = "NOT REHEARSED"
-        sc.problems.append("needs the example TrainJob and a running Kueue")
+    job = example_or_not_rehearsed(ctx, sc)
+    if job is None:
         return sc
     ns = job["metadata"].get("namespace") or "training"
     # Kueue defaults the label only once its cache holds the LocalQueue (it is Active): a job created

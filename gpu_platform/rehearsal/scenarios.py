@@ -398,11 +398,8 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
     sc = Scenario("inadmissible", "a job larger than any node is refused at submission; a job within every node but "
                                   "beyond the queue's quota, and one on zero-quota flavors, stay inadmissible in Kueue")
     release_example(ctx)
-    job = _example(ctx)
-    ctl = ctx.controllers.get("kueue-manager")
-    if job is None or ctl is None or ctl.status != "running":
-        sc.status = "NOT REHEARSED"
-        sc.problems.append("needs the example TrainJob and a running Kueue")
+    job = example_or_not_rehearsed(ctx, sc)
+    if job is None:
         return sc
     ns = job["metadata"].get("namespace") or "training"
     queue = (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
@@ -931,13 +928,24 @@ def _evictions(w: Optional[dict]) -> dict[str, int]:
     return out
 
 
-def _controllers_missing(ctx: Context, sc: Scenario) -> bool:
-    for need in ("kueue-manager", "trainer-manager", "jobset-manager"):
+def example_or_not_rehearsed(ctx: Context, sc: Scenario,
+                             controllers: tuple[str, ...] = ("kueue-manager",)) -> Optional[dict]:
+    """The example TrainJob when it and the controllers a scenario needs are there; otherwise None, with the
+    scenario marked NOT REHEARSED and what is missing said."""
+    job = _example(ctx)
+    if job is None:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("no example TrainJob")
+    for need in controllers:
         ctl = ctx.controllers.get(need)
         if ctl is None or ctl.status != "running":
             sc.status = "NOT REHEARSED"
             sc.problems.append(f"{need} is not running")
-    return sc.status != "PASS"
+    return job if sc.status != "NOT REHEARSED" else None
+
+
+# What the retry drills need running: Kueue evicts and re-admits, JobSet restarts, Trainer makes the JobSet.
+RETRY_CONTROLLERS = ("kueue-manager", "trainer-manager", "jobset-manager")
 
 
 def preemption_not_counted(ctx: Context) -> Scenario:
@@ -949,12 +957,8 @@ def preemption_not_counted(ctx: Context) -> Scenario:
     requeue count is unchanged, so no number of preemptions deactivates a job that runs again."""
     sc = Scenario("preemption-not-counted", "a preemption is not a retry: the JobSet restarts uncounted, the Workload "
                                             "recovers without eviction, its requeue count is unchanged")
-    job = _example(ctx)
+    job = example_or_not_rehearsed(ctx, sc, RETRY_CONTROLLERS)
     if job is None:
-        sc.status = "NOT REHEARSED"
-        sc.problems.append("no example TrainJob")
-        return sc
-    if _controllers_missing(ctx, sc):
         return sc
     ns, name = job["metadata"].get("namespace") or "training", job["metadata"]["name"]
     conf = _wait_for_pods_ready_config(ctx)
@@ -1043,12 +1047,8 @@ def never_ready(ctx: Context) -> Scenario:
 
     sc = Scenario("never-ready", "a job whose pods never become Ready is re-admitted maxRequeues times, then "
                                  "deactivated with Kueue's reason on its Workload")
-    job = _example(ctx)
+    job = example_or_not_rehearsed(ctx, sc, RETRY_CONTROLLERS)
     if job is None:
-        sc.status = "NOT REHEARSED"
-        sc.problems.append("no example TrainJob")
-        return sc
-    if _controllers_missing(ctx, sc):
         return sc
     release_example(ctx)  # its quota free (inadmissible has done it already where it ran)
     conf = _wait_for_pods_ready_config(ctx)
