@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator

@@ -19,7 +19,7 @@ Prices are the catalog's reference-region prices; a stack elsewhere gets a warni
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, load_catalog

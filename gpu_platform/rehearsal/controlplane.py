@@ -9,7 +9,6 @@ import os
 import secrets
 import shutil
 import signal
-import ssl
 import tempfile
 import time
 import urllib.request

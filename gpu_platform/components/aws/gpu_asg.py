@@ -39,7 +39,7 @@ from gpu_platform.config.names import asg_name
 from gpu_platform.components.aws import versions
 from gpu_platform.components.aws.eks import secure_launch_template_args
 from gpu_platform.components.aws.scale_down import UNNEEDED_TIME_TAG
-from gpu_platform.components.cluster import GPU_TAINT, GpuPoolSpec, Taint
+from gpu_platform.components.cluster import GpuPoolSpec, Taint
 
 MIME_BOUNDARY = "==GPU-PLATFORM-BOUNDARY=="
 NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
@@ -47,7 +47,7 @@ LIFECYCLE_HOOK = "nth-drain-on-terminate"
 # No capacity rebalancing on GPU groups: with it, every EC2 rebalance recommendation (an elevated
 # risk, most of which never become an interruption) makes the group launch a replacement and then
 # terminate the busy node through the lifecycle hook, so a training job is drained, evicted and
-# requeued (each eviction counts against platform.maxRequeues) for nothing. Instead the node is drained
+# restarted from its last checkpoint for nothing (the work since that checkpoint lost). Instead the node is drained
 # only on the Spot interruption notice (two minutes: the trainer gets SIGTERM and checkpoints at its
 # current step) or when the group itself terminates it. The termination handler's rules follow
 # (nth.event_rules: interruption warnings in, rebalance recommendations out).

@@ -22,11 +22,11 @@ the objects.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from gpu_platform.components.linode import versions
 # The skew rules live with the config checks (config must not import components); re-exported here.
-from gpu_platform.config.checks.linode import UpgradeError, _minor, check_upgrade  # noqa: F401
+from gpu_platform.config.checks.linode import UpgradeError, check_upgrade  # noqa: F401  (re-exported)
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "gpu-platform-node-upgrade"

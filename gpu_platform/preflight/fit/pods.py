@@ -26,7 +26,7 @@ RunWithPodSetsInfo), so the field is dropped and the JobSet update that follows 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 import yaml
