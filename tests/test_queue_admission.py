@@ -7,7 +7,6 @@ else the request is refused with that validation's message."""
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any, Optional
 
 import celpy
@@ -25,6 +24,7 @@ from gpu_platform.components.platform.queue import (
     render_policy_binding,
 )
 from gpu_platform.components.platform.training import render_training_namespace
+from gpu_platform.preflight.fit.admission_policy import cel_functions
 from tests.test_platform_charts import render
 
 NAMESPACES = {
@@ -173,37 +173,11 @@ def test_no_gpu_notebook_profile_for_a_pool_without_quota() -> None:
 
 # --- per-flavor fit: a GPU job is only admitted where it fits --------------------------------------
 
-_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
-
-
-def _quantity(text):
-    """Kubernetes' CEL quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) for the test
-    evaluator: parse a resource.Quantity; compareTo orders them."""
-    import re as _re
-
-    m = _re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
-    if not (m and m.group(2) in _SUFFIX):  # a CEL error, which `||` absorbs when its other side is true
-        return celpy.evaluation.CELEvalError(f"invalid quantity {text!r}", ValueError)
-    return celpy.celtypes.DoubleType(float(Fraction(m.group(1)) * _SUFFIX[m.group(2)]))
-
-
-def _compare(a, b):
-    return celpy.celtypes.IntType((a > b) - (a < b))
-
-
 # aws-prod's pools after kubelet reservations, daemons and headroom (queue.pool_capacities)
 CAPS = {"a10g": PoolCapacity(3_320, 12 * 1024**3, 1), "l4x4": PoolCapacity(44_000, 170 * 1024**3, 4)}
 
 
-def _is_quantity(text):
-    import re as _re
-
-    m = _re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
-    return celpy.celtypes.BoolType(bool(m and m.group(2) in _SUFFIX))
-
-
-CEL_FUNCTIONS = {"quantity": _quantity, "compareTo": _compare, "isQuantity": _is_quantity}
+CEL_FUNCTIONS = cel_functions()  # the evaluator preflight's fit uses (gpu_platform/preflight/fit/admission_policy.py)
 
 
 def fit_refusal(obj: dict, user: str = USER, caps=None, system=None) -> Optional[str]:

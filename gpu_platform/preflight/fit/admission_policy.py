@@ -11,19 +11,12 @@ platform use it. Pure functions.
 
 from __future__ import annotations
 
-import re
-from fractions import Fraction
 from typing import Any, Callable, Optional
 
+from gpu_platform.components.capacity import parse_quantity
 from gpu_platform.preflight.fit.selectors import label_selector_matches
 
-_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 UNAVAILABLE = "the platform's ValidatingAdmissionPolicies were not evaluated (cel-python is not installed)"
-
-
-def _selector_matches(selector: Optional[dict], labels: dict[str, str]) -> bool:
-    return label_selector_matches(selector, labels)
 
 
 def _rule_matches(rule: dict, group: str, resource: str) -> bool:
@@ -37,25 +30,36 @@ def _rule_matches(rule: dict, group: str, resource: str) -> bool:
 SUBMITTER = "user@example.com"
 
 
+def cel_functions() -> dict[str, Callable[..., Any]]:
+    """The Kubernetes CEL quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) for cel-python:
+    quantity() parses a resource.Quantity (a bad one is a CEL error, which `||` absorbs), isQuantity() tests
+    one, compareTo() orders two. Quantities parse as the program's own (components/capacity.parse_quantity)."""
+    import celpy
+
+    def quantity(text):
+        try:
+            return celpy.celtypes.DoubleType(float(parse_quantity(str(text))))
+        except (ValueError, KeyError, ArithmeticError):
+            return celpy.evaluation.CELEvalError(f"invalid quantity {text!r}", ValueError)
+
+    def is_quantity(text):
+        try:
+            parse_quantity(str(text))
+        except (ValueError, KeyError, ArithmeticError):
+            return celpy.celtypes.BoolType(False)
+        return celpy.celtypes.BoolType(True)
+
+    def compare(a, b):
+        return celpy.celtypes.IntType((a > b) - (a < b))
+
+    return {"quantity": quantity, "compareTo": compare, "isQuantity": is_quantity}
+
+
 def _evaluator(obj: dict, namespace: Optional[dict], user: str = SUBMITTER) -> Optional[Callable[[str], Any]]:
     try:
         import celpy
     except ImportError:
         return None
-
-    def quantity(text):
-        # k8s.io/apiserver/pkg/cel/library/quantity.go: a bad quantity is a CEL error (which `||` absorbs)
-        m = re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
-        if not m or m.group(2) not in _SUFFIX:
-            return celpy.evaluation.CELEvalError(f"invalid quantity {text!r}", ValueError)
-        return celpy.celtypes.DoubleType(float(Fraction(m.group(1)) * _SUFFIX[m.group(2)]))
-
-    def is_quantity(text):
-        m = re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", str(text))
-        return celpy.celtypes.BoolType(bool(m and m.group(2) in _SUFFIX))
-
-    def compare(a, b):
-        return celpy.celtypes.IntType((a > b) - (a < b))
 
     env = celpy.Environment()
     act = {"object": celpy.json_to_cel(obj),
@@ -64,7 +68,7 @@ def _evaluator(obj: dict, namespace: Optional[dict], user: str = SUBMITTER) -> O
                                          "userInfo": {"username": user}})}
     if namespace is not None:
         act["namespaceObject"] = celpy.json_to_cel(namespace)
-    fns = {"quantity": quantity, "compareTo": compare, "isQuantity": is_quantity}
+    fns = cel_functions()
 
     def ev(expr: str) -> Any:
         return env.program(env.compile(expr), functions=fns).evaluate(act)
@@ -100,9 +104,9 @@ def refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, 
         mc = spec.get("matchConstraints") or {}
         if not any(_rule_matches(r, group, resource) for r in mc.get("resourceRules") or []):
             continue
-        if meta.get("namespace") and not _selector_matches(mc.get("namespaceSelector"), ns_labels):
+        if meta.get("namespace") and not label_selector_matches(mc.get("namespaceSelector"), ns_labels):
             continue
-        if not _selector_matches(mc.get("objectSelector"), dict(meta.get("labels") or {})):
+        if not label_selector_matches(mc.get("objectSelector"), dict(meta.get("labels") or {})):
             continue
         ev = _evaluator(obj, {"metadata": {"name": meta.get("namespace"), "labels": ns_labels}} if meta.get("namespace") else None)
         if ev is None:
