@@ -4,6 +4,7 @@ checked by a real validator (cloud-init schema, shellcheck, openssl)."""
 from __future__ import annotations
 
 import base64
+import os
 import json
 import re
 import shutil
@@ -22,6 +23,7 @@ from gpu_platform.components.linode.addons import DEFAULT_STORAGE_CLASS
 from gpu_platform.components.linode.cluster import firewall_rules
 from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY
 from tests.conftest import plan_config, plan_stack, stack_config
+from gpu_platform.components.linode.render import decode_user_data
 
 INSTANCE = "linode:index/instance:Instance"
 FIREWALL = "linode:index/firewall:Firewall"
@@ -43,7 +45,7 @@ def ha():
 
 
 def user_data(resource) -> str:
-    return base64.b64decode(resource.plain_inputs["metadatas"][0]["userData"]).decode()
+    return decode_user_data(resource.plain_inputs["metadatas"][0]["userData"])
 
 
 def all_user_data(plan) -> dict[str, str]:
@@ -466,3 +468,29 @@ def test_preflight_mock_addresses_do_not_depend_on_registration_order():
     plan = plan_stack("linode-ha")
     addresses = [r.outputs.get("ipAddress") for r in plan.by_type("linode:index/instance:Instance")]
     assert len(set(addresses)) == len(addresses)  # distinct per node, as Linode's would be
+
+
+@pytest.mark.parametrize("stack", ["dev", "ha"])
+def test_every_instances_user_data_is_within_linodes_limit_and_round_trips(stack, request):
+    """Linode review (blocker): the control planes' boot documents are ~19 KB and Linode refuses decoded
+    user data over 16,384 bytes, so no control plane could be created. They go gzip-compressed now
+    (cloud-init uncompresses gzip user data)."""
+    from gpu_platform.components.linode.render import USER_DATA_LIMIT_BYTES
+
+    plan = request.getfixturevalue(stack)
+    instances = plan.by_type("linode:index/instance:Instance")
+    assert instances
+    for r in instances:
+        encoded = r.plain_inputs["metadatas"][0]["userData"]
+        assert len(base64.b64decode(encoded)) <= USER_DATA_LIMIT_BYTES, r.name
+        assert user_data(r).startswith("#cloud-config"), r.name
+    assert max(len(user_data(r).encode()) for r in instances) > USER_DATA_LIMIT_BYTES  # uncompressed, over the limit
+
+
+def test_encoding_is_deterministic_and_refuses_what_even_gzip_cannot_fit():
+    from gpu_platform.components.linode.render import decode_user_data, encode_user_data
+
+    doc = "#cloud-config\n" + "runcmd: [true]\n" * 100
+    assert encode_user_data(doc) == encode_user_data(doc) and decode_user_data(encode_user_data(doc)) == doc
+    with pytest.raises(ValueError, match="16384-byte limit"):
+        encode_user_data(base64.b64encode(os.urandom(20000)).decode())

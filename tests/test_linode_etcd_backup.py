@@ -4,7 +4,6 @@ procedure's own command brings back what was written before it, and nothing afte
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import socket
@@ -17,12 +16,13 @@ import yaml
 from gpu_platform.components.linode import render
 from tests.boot_harness import BootRoot, namespaces_work
 from tests.conftest import plan_stack
+from gpu_platform.components.linode.render import decode_user_data
 
 INSTANCE = "linode:index/instance:Instance"
 
 
 def _files(resource) -> dict[str, dict]:
-    doc = yaml.safe_load(base64.b64decode(resource.plain_inputs["metadatas"][0]["userData"]).decode())
+    doc = yaml.safe_load(decode_user_data(resource.plain_inputs["metadatas"][0]["userData"]))
     return {f["path"]: f for f in doc["write_files"]}, doc["runcmd"]
 
 

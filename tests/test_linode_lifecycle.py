@@ -19,6 +19,7 @@ from gpu_platform.components.linode import readiness, render
 from gpu_platform.components.linode.cluster import NODE_IGNORE_CHANGES, TOKEN_ROTATION_DAYS
 from gpu_platform.config.linode import bucket_label
 from tests.conftest import plan_config, plan_stack, stack_config
+from gpu_platform.components.linode.render import decode_user_data
 
 INSTANCE = "linode:index/instance:Instance"
 
@@ -38,7 +39,7 @@ def dev():
 
 
 def docs_of(plan) -> dict[str, dict]:
-    return {r.plain_inputs["label"]: yaml.safe_load(base64.b64decode(r.plain_inputs["metadatas"][0]["userData"]).decode())
+    return {r.plain_inputs["label"]: yaml.safe_load(decode_user_data(r.plain_inputs["metadatas"][0]["userData"]))
             for r in plan.by_type(INSTANCE)}
 
 

@@ -5,7 +5,6 @@ mutual TLS, against a local fake of the Linode API built from recorded real resp
 
 from __future__ import annotations
 
-import base64
 import copy
 import datetime
 import importlib
@@ -35,6 +34,7 @@ from gpu_platform.controllers.linode_node_groups.service import NodeGroups
 from gpu_platform.costs.catalog import load_catalog
 from tests.conftest import plan_config, stack_config
 from tests.linode_fake_api import TOKEN, FakeKubeApi, FakeLinodeApi, recorded
+from gpu_platform.components.linode.render import decode_user_data
 
 ROOT = Path(__file__).resolve().parent.parent
 CTL = ROOT / "gpu_platform" / "controllers" / "linode_node_groups"
@@ -171,7 +171,7 @@ def target(p: Provider, pool="ada") -> int:
 
 
 def user_data_of(instance: dict) -> dict:
-    return yaml.safe_load(base64.b64decode(instance["_request"]["metadata"]["user_data"]))
+    return yaml.safe_load(decode_user_data(instance["_request"]["metadata"]["user_data"]))
 
 
 def join_config_of(instance: dict) -> list[dict]:

@@ -29,7 +29,9 @@ def _linode_instance(r: PlannedResource) -> dict[str, str]:
     data = (r.plain_inputs.get("metadatas") or [{}])[0].get("userData")
     if not data or data.startswith("["):
         return {}
-    doc = base64.b64decode(data).decode()
+    from gpu_platform.components.linode.render import decode_user_data
+
+    doc = decode_user_data(data)
     label = r.plain_inputs.get("label", r.name)
     out = {f"cloud-init/{label}.yaml": doc}
     parsed = yaml.safe_load(doc)

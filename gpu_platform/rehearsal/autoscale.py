@@ -23,7 +23,6 @@ rehearsal's node model (cluster fit's) fails the drill.
 
 from __future__ import annotations
 
-import base64
 import copy
 import datetime
 import json
@@ -137,7 +136,7 @@ def join_registration(create_request: dict) -> dict:
     kubeadm JoinConfiguration nodeRegistration): name, node-labels, taints."""
     from gpu_platform.components.linode import render
 
-    doc = yaml.safe_load(base64.b64decode(create_request["metadata"]["user_data"]))
+    doc = yaml.safe_load(render.decode_user_data(create_request["metadata"]["user_data"]))
     text = next(f["content"] for f in doc.get("write_files") or [] if f.get("path") == render.KUBEADM_CONFIG_PATH)
     join = next(d for d in yaml.safe_load_all(text) if isinstance(d, dict) and d.get("kind") == "JoinConfiguration")
     reg = join.get("nodeRegistration") or {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import gzip
 import hashlib
 import ipaddress
 from dataclasses import dataclass, field
@@ -899,9 +900,26 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
     return cloud_config(node.name, files, commands)
 
 
+# Linode refuses user data whose base64-decoded bytes exceed this ("[400] [metadata.user_data] decoded
+# user_data must not exceed 16384 bytes"; linode/cluster-api-provider-linode
+# linodemachine_controller_helpers.go, maxBootstrapDataBytes): a control plane's document is ~19 KB.
+USER_DATA_LIMIT_BYTES = 16384
+
+
 def encode_user_data(document: str) -> str:
-    """Linode's metadata service takes user data base64-encoded."""
-    return base64.b64encode(document.encode()).decode()
+    """Linode's metadata service takes user data base64-encoded; gzip-compressed first, which cloud-init
+    undoes itself (cloud-init docs, "User-data formats": gzip-compressed content is uncompressed and then
+    used as if it were not compressed). mtime 0: the same document gives the same bytes (no Pulumi diff)."""
+    packed = gzip.compress(document.encode(), compresslevel=9, mtime=0)
+    if len(packed) > USER_DATA_LIMIT_BYTES:
+        raise ValueError(f"user data of {len(packed)} bytes compressed is over Linode's {USER_DATA_LIMIT_BYTES}-byte limit")
+    return base64.b64encode(packed).decode()
+
+
+def decode_user_data(encoded: str) -> str:
+    """The document encode_user_data encoded (plain base64 is read too)."""
+    raw = base64.b64decode(encoded)
+    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
 
 
 # ---------------------------------------------------------------------------------------------

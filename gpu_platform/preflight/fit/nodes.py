@@ -109,15 +109,15 @@ def _role(labels: dict[str, str], taints: list[dict]) -> str:
 
 
 def _kubeadm_docs(instance: "PlannedResource") -> Optional[list[dict]]:
-    from gpu_platform.components.linode.render import KUBEADM_CONFIG_PATH
+    from gpu_platform.components.linode.render import KUBEADM_CONFIG_PATH, decode_user_data
 
     metas = instance.plain_inputs.get("metadatas") or []
     data = metas[0].get("userData") if metas and isinstance(metas[0], dict) else None
     if not isinstance(data, str):
         return None
     try:
-        cloud_config = yaml.load(base64.b64decode(data).decode(), Loader=_Loader)
-    except (binascii.Error, UnicodeDecodeError, yaml.YAMLError):
+        cloud_config = yaml.load(decode_user_data(data), Loader=_Loader)
+    except (binascii.Error, OSError, EOFError, UnicodeDecodeError, yaml.YAMLError):
         return None
     for f in (cloud_config or {}).get("write_files", []):
         if f.get("path") == KUBEADM_CONFIG_PATH:
