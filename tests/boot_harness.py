@@ -126,7 +126,8 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
     - kubeadm `upgrade plan|apply vX` refuses a target newer than itself (as kubeadm does) and `apply`
       moves the API server's version (/run/apiserver-version);
     - kubelet `--version` prints its release; kubectl `version -o json` answers with the API server's
-      version and needs the kubeconfig it is given and the token file that kubeconfig names."""
+      version (several answers from an old one first where /run/apiserver-old-answers says so) and needs the
+      kubeconfig it is given and the token file that kubeconfig names."""
     stubs: list[Stub] = []
     for v in package_versions:
         release = "v" + v.split("-")[0]
@@ -158,6 +159,13 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
               shift 2
             fi
             if [ "$1" = version ]; then
+              # A balancer over several API servers: /run/apiserver-old-answers more answers from an old one,
+              # then the upgraded one's (/run/apiserver-version.later).
+              if [ -f /run/apiserver-version.later ]; then
+                n=$(cat /run/apiserver-old-answers 2>/dev/null || echo 0)
+                if [ "$n" -le 0 ]; then mv /run/apiserver-version.later /run/apiserver-version
+                else echo $((n - 1)) > /run/apiserver-old-answers; fi
+              fi
               printf '{{\\n  "clientVersion": {{\\n    "gitVersion": "{release}"\\n  }},\\n  "serverVersion": {{\\n    "gitVersion": "%s"\\n  }}\\n}}\\n' "$(cat /run/apiserver-version)"
             fi
             exit 0

@@ -138,8 +138,10 @@ echo service-account-token > /var/lib/gpu-platform/upgrade/token
     return root
 
 
-def _run(root: BootRoot, role: str, patch: str, node: str = "gpu-dev-cp-0"):
-    return root.run(upgrade.node_upgrade_script(role, patch, ENDPOINT), env={"NODE_NAME": node})
+def _run(root: BootRoot, role: str, patch: str, node: str = "gpu-dev-cp-0", **env: str):
+    # The wait for the first control plane (30 x 10 s on a node) shortened here.
+    return root.run(upgrade.node_upgrade_script(role, patch, ENDPOINT),
+                    env={"NODE_NAME": node, "SERVER_WAIT_ATTEMPTS": "2", "SERVER_WAIT_SECONDS": "0", **env})
 
 
 def _index(log: list[str], fragment: str) -> int:
@@ -193,6 +195,8 @@ def test_minor_upgrade_of_the_first_control_plane_moves_the_apt_source(tmp_path)
     again = _run(root, "apply", PATCH_136)
     assert again.returncode == 0 and "already runs" in again.stdout
     assert not any("drain" in line or "apt-get install" in line for line in root.log())
+    # ... but the node is never left cordoned by the run that failed (Linode review).
+    assert any("uncordon gpu-dev-cp-0" in line for line in root.log())
 
 
 @needs_namespaces
@@ -203,6 +207,17 @@ def test_minor_upgrade_of_a_later_node_runs_kubeadm_upgrade_node(tmp_path, role)
     log = _assert_upgraded(root, proc, PATCH_136, "gpu-dev-ada-0")
     assert log[_index(log, "upgrade node")].startswith(f"kubeadm@{PATCH_136}-{REV} ")
     assert not any("upgrade apply" in line for line in log)
+
+
+@needs_namespaces
+def test_a_later_node_goes_on_once_any_api_server_behind_the_balancer_runs_the_target(tmp_path):
+    """Linode review: on linode-ha the NodeBalancer spreads the check over three API servers and only cp-0's
+    is upgraded before the others' own `kubeadm upgrade node`; one old answer failed the Job half the time.
+    The stub answers the old version twice, then the target."""
+    root = _node(tmp_path, PATCH_135, PATCH_135, (PATCH_136,))
+    root.run(f"printf 'v{PATCH_136}' > /run/apiserver-version.later; echo 2 > /run/apiserver-old-answers")
+    proc = _run(root, "control-plane", PATCH_136, "gpu-staging-cp-1", SERVER_WAIT_ATTEMPTS="5")
+    _assert_upgraded(root, proc, PATCH_136, "gpu-staging-cp-1")
 
 
 @needs_namespaces

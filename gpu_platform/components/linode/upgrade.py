@@ -64,7 +64,15 @@ fi"""
 fi"""
     else:
         control_plane = "kubeadm upgrade node"
-        server_check = """if [ "$server" != "$target" ]; then
+        # On an HA cluster the endpoint is the NodeBalancer over every API server, and only cp-0's runs the
+        # target until the others' own `kubeadm upgrade node`: any one answering the target means the first
+        # control plane is upgraded (asked again for a while; one old answer proves nothing).
+        server_check = """for attempt in $(seq "${SERVER_WAIT_ATTEMPTS:-30}"); do
+  [ "$server" = "$target" ] && break
+  sleep "${SERVER_WAIT_SECONDS:-10}"
+  server=$(server_version)
+done
+if [ "$server" != "$target" ]; then
   echo "the API server runs $server, not $target yet: the control plane is upgraded first" >&2
   exit 1
 fi"""
@@ -128,6 +136,8 @@ running=$(kubelet --version | awk '{{print $2}}')
 server=$(server_version)
 echo "$node: kubelet $running, API server $server, target $target"
 if [ "$running" = "$target" ] && [ "$server" = "$target" ]; then
+  # A run that failed after its new kubelet may have left the node cordoned: never report it done so.
+  kc_retry uncordon "$node"
   echo "$node already runs $target"
   exit 0
 fi
