@@ -49,3 +49,17 @@ def test_the_program_renders_the_stacks_cloud_boot_into_kueue(stack, boot):
     conf = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])["waitForPodsReady"]
     assert minutes(conf["timeout"]) == boot + 10
     assert minutes(conf["recoveryTimeout"]) == boot + 12
+
+
+@pytest.mark.parametrize("stack", ["gcp-prod", "linode-dev"])
+def test_a_notebook_waits_as_long_as_kueue_waits_for_a_node_from_zero(stack):
+    """Platform review: KubeSpawner gave up after 600 s while a GPU node from a pool at zero boots in 8
+    (GKE/EKS) or 16 (Linode) minutes plus the image pull: every first GPU notebook on linode-dev failed,
+    and the node it asked for came up idle."""
+    plan = plan_stack(stack)
+    values = plan.one(RELEASE, "platform-queue-kueue").inputs["values"]
+    conf = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])["waitForPodsReady"]
+    hub = [r for r in plan.by_type(RELEASE) if "jupyterhub" in r.name][0]
+    assert hub.inputs["values"]["singleuser"]["startTimeout"] == 60 * minutes(conf["timeout"])
+    cloud = "gcp" if stack.startswith("gcp") else "linode"
+    assert hub.inputs["values"]["singleuser"]["startTimeout"] > 60 * node_boot_minutes(cloud)

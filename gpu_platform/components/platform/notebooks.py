@@ -213,7 +213,7 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
                       idle_cull_minutes: int = 60, admin_users: Sequence[str] = ("admin",),
                       queue_name: Optional[str] = None,
                       gpu_quota: Optional[Mapping[str, int]] = None,
-                      system_zones: Sequence[str] = ()) -> dict[str, Any]:
+                      system_zones: Sequence[str] = (), start_timeout_seconds: int = 600) -> dict[str, Any]:
     if idle_cull_minutes < 1:
         raise ValueError("idle_cull_minutes must be at least 1")
     pools = offered_pools(pools, gpu_quota)
@@ -239,7 +239,9 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
             "serviceAccountName": NOTEBOOK_SERVICE_ACCOUNT,
             "extraEnv": {"TRAINING_NAMESPACE": TRAINING_NAMESPACE, "KF_PIPELINES_ENDPOINT": PIPELINES_API},
             "allowPrivilegeEscalation": False,
-            "startTimeout": 600,  # GPU images are large
+            # Queue, node boot from zero and a large GPU image: a shorter wait deletes the pod just before
+            # the node it asked for is up (Linode's GPU nodes boot in about 16 minutes).
+            "startTimeout": start_timeout_seconds,
             # Every profile: keeps each user's home (a zonal disk) in a zone all GPU profiles reach.
             "extraNodeAffinity": {"required": [{"matchExpressions": [
                 {"key": ZONE_LABEL, "operator": "In", "values": zones}]}] if zones else []},
@@ -267,6 +269,9 @@ class NotebooksArgs:
     admin_users: Sequence[str] = ("admin",)
     queue: Optional[JobQueue] = None  # GPU notebooks are admitted by it (and the hub installs after Kueue)
     training_namespace: Optional[pulumi.Resource] = None  # the submitter Role is created in it
+    # How long KubeSpawner waits for a server: queued, then a GPU node from a pool at zero booted, the image
+    # pulled. The platform passes Kueue's own waitForPodsReady timeout (node boot + podsReadyTimeoutMinutes).
+    start_timeout_seconds: int = 600
 
 
 class Notebooks(pulumi.ComponentResource):
@@ -277,7 +282,8 @@ class Notebooks(pulumi.ComponentResource):
         queue = args.queue
         values = jupyterhub_values(cluster.gpu_pools, cluster.default_storage_class, args.storage_gib,
                                    args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None,
-                                   queue.gpu_quota if queue else None, cluster.system_zones)
+                                   queue.gpu_quota if queue else None, cluster.system_zones,
+                                   args.start_timeout_seconds)
         self.local_queue = None
         if queue is not None:
             self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE),

@@ -23,9 +23,10 @@ from gpu_platform.components.platform.kubeflow import Kubeflow, KubeflowArgs
 from gpu_platform.components.platform.monitoring import Monitoring, MonitoringArgs
 from gpu_platform.components.platform.notebooks import Notebooks, NotebooksArgs
 from gpu_platform.components.platform.queue import (
-    CLUSTER_QUEUE, LOCAL_QUEUE, JobQueue, JobQueueArgs, gpu_quotas, pool_capacities,
+    CLUSTER_QUEUE, LOCAL_QUEUE, JobQueue, JobQueueArgs, gpu_quotas, pods_ready_timeouts, pool_capacities,
 )
 from gpu_platform.components.platform.training import TrainingNamespace, TrainingNamespaceArgs
+from gpu_platform.costs.node_boot import node_boot_minutes
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -88,7 +89,9 @@ class MlPlatform(pulumi.ComponentResource):
             self.notebooks = Notebooks(f"{name}-notebooks", NotebooksArgs(
                 cluster=cluster, storage_gib=p.notebook_storage_gib,
                 idle_cull_minutes=p.notebook_idle_cull_minutes, admin_users=p.notebook_admin_users,
-                queue=self.queue, training_namespace=self.training.namespace), child)
+                queue=self.queue, training_namespace=self.training.namespace,
+                start_timeout_seconds=60 * pods_ready_timeouts(node_boot_minutes(cluster.cloud),
+                                                               p.pods_ready_timeout_minutes)[0]), child)
         self.monitoring: Optional[Monitoring] = None
         if p.monitoring:
             self.monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(
