@@ -158,7 +158,10 @@ def test_the_fit_policy_refuses_queued_cpu_work_larger_than_a_system_node_within
     assert fit_refusal(batch_job("6", gpus=0), system=None) is None  # before: admitted, Pending for ever
     assert fit_refusal(_cpu_trainjob("6"), system=SYSTEM_FIT)
     assert fit_refusal(batch_job("2", gpus=0), system=SYSTEM_FIT) is None  # fits a system node
-    assert fit_refusal(batch_job("6", gpus=0, pool="a10g"), system=SYSTEM_FIT) is None  # pinned: not the system flavor
+    # Pinned to a GPU pool it still gets the system flavor (Kueue matches only the flavor's own label keys),
+    # where no node has the pool's label: refused too (platform review), and the message no longer says to pin.
+    pinned = fit_refusal(batch_job("6", gpus=0, pool="a10g"), system=SYSTEM_FIT)
+    assert pinned and "does not move CPU-only work" in pinned
     assert fit_refusal(batch_job("20", gpus=0), system=SYSTEM_FIT) is None  # beyond the flavor: Kueue skips it
     assert fit_refusal(batch_job("2", gpus=1), system=SYSTEM_FIT) is None  # GPU work: the pools' rules
     # An unqueued CPU pod (a CPU notebook in jupyterhub: no queue label, no default LocalQueue) is not Kueue's.

@@ -466,20 +466,24 @@ QUEUED_REQUEST = (f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in obje
 
 def _cpu_work_validation(node: PoolCapacity, quota: PoolCapacity) -> dict[str, Any]:
     """CPU-only queued work goes to the system flavor (first in the ClusterQueue) when the flavor's quota
-    covers it: a container larger than one system node's share would then never schedule. Refused
-    unless it names a pool; a container beyond the flavor's whole quota is Kueue's to send on (it skips
-    the flavor)."""
+    covers it: a container larger than one system node's share would then never schedule. Refused, even
+    when it names a GPU pool: Kueue matches a pod's node selector only against the keys of a flavor's own
+    nodeLabels (flavorassigner.go, flavorLabelKeys), and the system flavor has no pool label, so a pinned
+    CPU pod still gets the system flavor and then selects no node. A container beyond the flavor's whole
+    quota is Kueue's to send on (it skips the flavor)."""
     def ok(res: str) -> str:
         return f"(({_resources_fit(res, node)}) || !({_resources_fit(res, quota)}))"
-    specs_ok = ("variables.podSpecs.all(s, " + _spec_pinned("s") + " || (" + " && ".join(
-        f"{lst}.all(c, !has(c.resources) || {ok('c.resources')})" for lst in _CONTAINERS) + "))")
-    tj_ok = f"variables.trainJobs.all(t, {_trainjob_pinned('variables.trainJob')} || {ok('t')})"
+    specs_ok = ("variables.podSpecs.all(s, " + " && ".join(
+        f"{lst}.all(c, !has(c.resources) || {ok('c.resources')})" for lst in _CONTAINERS) + ")")
+    tj_ok = f"variables.trainJobs.all(t, {ok('t')})"
     return {
         "expression": f"variables.asksForGpu || !({QUEUED_REQUEST}) || (({specs_ok}) && ({tj_ok}))",
         "message": (f"a CPU-only pod of this queued job asks for more CPU or memory than a system node hands to jobs "
                     f"({node.cpu_millis / 1000:g} CPU, {node.memory_bytes // MI / 1024:.1f} GiB a pod), within the "
                     f"{SYSTEM_FLAVOR} flavor's quota, so Kueue admits it to the system nodes where it never schedules. "
-                    f"Ask for less, or pin a GPU pool with nodeSelector {POOL_LABEL}: <pool> (TrainJob: in runtimePatches)"),
+                    f"Ask for less (split the work into pods that fit), or give the stack larger system nodes "
+                    f"(systemPool.instanceType); a GPU pool's nodeSelector does not move CPU-only work off the "
+                    f"system flavor"),
         "reason": "Invalid",
     }
 
