@@ -487,7 +487,8 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     queue, and a Kubeflow Pipelines GPU step is queued: a bare GPU pod naming a Job it is no part of
     (a forged ownerReference), a GPU step without the queue label, a TrainJob whose runtimePatches
     Kueue v0.19.2 drops."""
-    sc = Scenario("queue-bypass", "a GPU pod with a forged Job owner and an unlabelled GPU pipeline step are refused; "
+    sc = Scenario("queue-bypass", "a GPU pod with a forged Job owner, a GPU Job hung under a queued Job and an unlabelled "
+                                  "GPU pipeline step are refused; "
                                   "a labelled pipeline step is queued by Kueue; a TrainJob Kueue would break is refused")
     ctl = ctx.controllers.get("kueue-manager")
     job = _example(ctx)
@@ -510,7 +511,21 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "rehearsal-unrelated",
              "uid": live_job["metadata"].get("uid", ""), "controller": True}
     err = submit(ctx.client, _gpu_pod("rehearsal-forged-owner", ns, owner=owner))
+    # A GPU Job hung under that Job: Kueue would neither queue nor count it (it skips a child of a job it
+    # manages), and its pods are the job controller's.
+    child = copy.deepcopy(unrelated)
+    child["metadata"] = {"name": "rehearsal-owned-child", "namespace": ns, "ownerReferences": [owner]}
+    child["spec"]["suspend"] = False
+    child["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {GPU_RESOURCE: "1"}
+    child_err = submit(ctx.client, child)
     ctx.client.delete("batch/v1", "Job", "rehearsal-unrelated", ns)
+    if child_err is None:
+        sc.fail(f"a GPU Job in {ns} naming a queued Job as its owner was ADMITTED: Kueue never counts it")
+        ctx.client.delete("batch/v1", "Job", "rehearsal-owned-child", ns)
+    elif "jobs-owned-only-by-their-controllers" in child_err:
+        sc.details.append(f"GPU Job owned by a queued Job: refused ({_short(child_err)})")
+    else:
+        sc.fail(f"a GPU Job owned by a queued Job was refused, but not by the owner policy: {child_err}")
     if err is None:
         sc.fail(f"a bare GPU pod in {ns} naming an unrelated Job as its owner was ADMITTED: it runs unqueued")
         ctx.client.delete("v1", "Pod", "rehearsal-forged-owner", ns)

@@ -36,7 +36,7 @@ from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, Clus
 from gpu_platform.components.platform import versions
 from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
-    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
+    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts, render_namespace,
 )
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -337,15 +337,27 @@ JOB_CONTROLLER_USERS = ("system:serviceaccount:kube-system:job-controller", "sys
 KUEUE_OWNER_KINDS = (("batch", "Job"), ("jobset.x-k8s.io", "JobSet"), ("trainer.kubeflow.org", "TrainJob"))
 CREATED_BY_JOB_CONTROLLER = ("request.userInfo.username in [" +
                              ", ".join(f"'{u}'" for u in JOB_CONTROLLER_USERS) + "]")
-_OWNED_BY_A_KUEUE_KIND = ("has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, " +
-                          " || ".join(f"(r.apiVersion.startsWith('{g}/') && r.kind == '{k}')" for g, k in KUEUE_OWNER_KINDS)
-                          + ")")
+# An ownerReference `r` to one of those kinds.
+_KUEUE_OWNER = " || ".join(f"(r.apiVersion.startsWith('{g}/') && r.kind == '{k}')" for g, k in KUEUE_OWNER_KINDS)
+_OWNED_BY_A_KUEUE_KIND = f"has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, {_KUEUE_OWNER})"
 # A pod of a batch Job in a namespace where Kueue queues every Job (its `default` LocalQueue): the job
 # controller made it, from a Job Kueue admitted (Job, JobSet, TrainJob and Katib trial pods).
 QUEUED_JOB_POD = (f"has(namespaceObject.metadata.labels) && '{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels"
                   f" && {CREATED_BY_JOB_CONTROLLER}")
 # A pod with the queue-name label and no owner of a kind Kueue manages: Kueue's pod webhook (mutating,
 # so before this policy) gated it, and only Kueue admits it (GPU notebooks, pipeline steps).
+# Who may create a job owned by a kind Kueue manages: Kueue leaves such a child alone (it skips the queue
+# label, v0.19.2 jobframework/defaults.go; creates no Workload for it, reconciler.go shouldSuspendChildJob)
+# and its pods are the job controller's, so a user who names a running Job as owner would run GPU pods
+# Kueue never counts. Only the parent's own controller makes such children: JobSet makes the Jobs of a
+# JobSet, Trainer the JobSet of a TrainJob (their ServiceAccounts in the pinned charts: kubeflow-trainer's
+# `jobset-controller` and `kubeflow-trainer-controller-manager`, in TRAINER_NAMESPACE).
+JOBSET_CONTROLLER_USER = f"system:serviceaccount:{TRAINER_NAMESPACE}:jobset-controller"
+TRAINER_CONTROLLER_USER = f"system:serviceaccount:{TRAINER_NAMESPACE}:kubeflow-trainer-controller-manager"
+JOB_OWNER_POLICY = "jobs-owned-only-by-their-controllers"
+_LEGITIMATE_CHILD = (f"(r.kind == 'JobSet' && request.kind.kind == 'Job' && request.userInfo.username == '{JOBSET_CONTROLLER_USER}')"
+                     f" || (r.kind == 'TrainJob' && request.kind.kind == 'JobSet' && "
+                     f"request.userInfo.username == '{TRAINER_CONTROLLER_USER}')")
 QUEUED_PLAIN_POD = f"has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in object.metadata.labels && !({_OWNED_BY_A_KUEUE_KIND})"
 QUEUED_POD = f"({QUEUED_JOB_POD}) || ({QUEUED_PLAIN_POD})"
 PIPELINE_HOW_TO = (f"a Kubeflow Pipelines step in namespace kubeflow asks for its GPU with the pod label "
@@ -554,6 +566,25 @@ def render_admission_policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def render_job_owner_policy() -> dict[str, Any]:
+    """Refuses, in the queue's namespaces, a Job or JobSet that names a Job, JobSet or TrainJob as its owner
+    unless that owner's own controller creates it (JOBSET_CONTROLLER_USER, TRAINER_CONTROLLER_USER)."""
+    return render_admission_policy(JOB_OWNER_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+            "resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]},
+                              {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "operations": ["CREATE"],
+                               "resources": ["jobsets"]}]},
+        "validations": [{
+            "expression": (f"!has(object.metadata.ownerReferences) || object.metadata.ownerReferences.all(r, "
+                           f"!({_KUEUE_OWNER}) || {_LEGITIMATE_CHILD})"),
+            "message": (f"a job in a queue namespace may not name a Job, JobSet or TrainJob as its owner: Kueue would "
+                        f"neither queue nor count it (only JobSet and Trainer create such children). Submit it on its "
+                        f"own, with the label {QUEUE_NAME_LABEL}: {LOCAL_QUEUE} or through the `default` LocalQueue"),
+            "reason": "Forbidden"}],
+    })
+
+
 def render_policy_binding(policy: str) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -629,6 +660,10 @@ class JobQueue(pulumi.ComponentResource):
         self.fit_policy = apply_object(f"{name}-fit-policy", render_fit_policy(capacities, system_fit), k8s_opts(cluster, self))
         self.fit_binding = apply_object(f"{name}-fit-binding", render_policy_binding(FIT_POLICY),
                                         k8s_opts(cluster, self, [self.fit_policy]))
+        # Refuses jobs that name a queued job as owner to slip past Kueue (render_job_owner_policy).
+        self.job_owner_policy = apply_object(f"{name}-job-owner-policy", render_job_owner_policy(), k8s_opts(cluster, self))
+        self.job_owner_binding = apply_object(f"{name}-job-owner-binding", render_policy_binding(JOB_OWNER_POLICY),
+                                              k8s_opts(cluster, self, [self.job_owner_policy]))
         self.gpu_quota = quotas
         self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
                                "defaultLocalQueue": DEFAULT_LOCAL_QUEUE, "gpuQuota": quotas,
