@@ -13,7 +13,8 @@ import pytest
 
 from gpu_platform.components.platform.common import TRAINER_NAMESPACE
 from gpu_platform.components.platform.queue import (
-    JOBSET_CONTROLLER_USER, TRAINER_CONTROLLER_USER, render_job_owner_policy,
+    JOBSET_CONTROLLER_USER, KUEUE_ADMISSION_GATE, KUEUE_CONTROLLER_USER, TRAINER_CONTROLLER_USER,
+    render_admission_gate_policy, render_job_owner_policy,
 )
 from tests.fit_support import need_charts, rendered
 
@@ -69,3 +70,46 @@ def test_the_trusted_service_accounts_are_the_ones_the_pinned_trainer_chart_runs
             f"{o['spec']['template']['spec'].get('serviceAccountName')}"
             for o in trainer.objects if o["kind"] == "Deployment"}
     assert {JOBSET_CONTROLLER_USER, TRAINER_CONTROLLER_USER} <= accounts & used, (accounts, used)
+
+
+# --- Kueue's admission gate: only Kueue removes it ----------------------------------------------------------------
+
+def gate_refusal(old_gates: list, new_gates: list, user: str = USER) -> Optional[str]:
+    """What admission-gate-removed-only-by-kueue says to a pod UPDATE, evaluated as the API server does
+    (variables first, then each validation)."""
+    spec = render_admission_gate_policy()["spec"]
+    act: dict[str, Any] = {
+        "oldObject": celpy.json_to_cel({"spec": {"schedulingGates": [{"name": g} for g in old_gates]} if old_gates else {}}),
+        "object": celpy.json_to_cel({"spec": {"schedulingGates": [{"name": g} for g in new_gates]} if new_gates else {}}),
+        "request": celpy.json_to_cel({"operation": "UPDATE", "userInfo": {"username": user}})}
+    env = celpy.Environment()
+    variables = {v["name"]: env.program(env.compile(v["expression"])).evaluate(act) for v in spec["variables"]}
+    act["variables"] = celpy.json_to_cel({k: bool(v) for k, v in variables.items()})
+    for v in spec["validations"]:
+        if not env.program(env.compile(v["expression"])).evaluate(act):
+            return v["message"]
+    return None
+
+
+def test_a_user_cannot_remove_kueues_admission_gate():
+    said = gate_refusal([KUEUE_ADMISSION_GATE], [])
+    assert said and "only Kueue removes the scheduling gate" in said
+    # Removing it while keeping another gate is the same bypass.
+    assert gate_refusal([KUEUE_ADMISSION_GATE, "example.com/other"], ["example.com/other"])
+
+
+@pytest.mark.parametrize("old, new, user", [
+    ([KUEUE_ADMISSION_GATE], [], KUEUE_CONTROLLER_USER),        # Kueue admits the pod
+    ([KUEUE_ADMISSION_GATE], [KUEUE_ADMISSION_GATE], USER),     # a label or annotation change
+    ([], [], USER),                                             # an ungated pod
+    (["example.com/other"], [], USER),                          # someone else's gate
+])
+def test_kueue_ungates_and_other_updates_pass(old, new, user):
+    assert gate_refusal(old, new, user) is None
+
+
+def test_the_gate_policy_matches_pod_updates_in_the_queue_namespaces_only():
+    spec = render_admission_gate_policy()["spec"]
+    rules = spec["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]
+    assert spec["failurePolicy"] == "Fail"

@@ -294,6 +294,7 @@ def test_rehearsal_refuses_bypasses_queues_pipeline_steps_and_exercises_kueues_i
     bypass = " ".join(by_name["queue-bypass"].details)
     assert "forged Job owner: refused" in bypass and "gpu-pods-through-the-queue" in bypass
     assert "GPU Job owned by a queued Job: refused" in bypass and "jobs-owned-only-by-their-controllers" in bypass
+    assert "admission gate removed by hand: refused" in bypass
     assert "unlabelled GPU step in kubeflow: refused" in bypass
     assert "labelled GPU step in kubeflow: queued as Workload" in bypass
     assert "grace-period runtime patch: refused" in bypass and "torch-checkpointed" in bypass

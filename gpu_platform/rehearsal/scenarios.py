@@ -482,12 +482,39 @@ def _gpu_pod(name: str, namespace: str, labels: Optional[dict] = None, owner: Op
                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {GPU_RESOURCE: "1"}}}]}}
 
 
+def _ungate_by_hand(ctx: Context, sc: Scenario, ns: str) -> None:
+    """A GPU pod labelled with a queue that never admits it is held by Kueue's scheduling gate; removing the
+    gate by hand would run it unqueued, so the API server must refuse that update."""
+    pod = _gpu_pod("rehearsal-ungated-by-hand", ns, labels={QUEUE_LABEL: "rehearsal-no-such-queue"})
+    if err := submit(ctx.client, pod):
+        sc.fail(f"a GPU pod labelled with a queue was refused at creation: {err}")
+        return
+    live = ctx.client.get("v1", "Pod", "rehearsal-ungated-by-hand", ns) or {}
+    gates = [g.get("name") for g in (live.get("spec") or {}).get("schedulingGates") or []]
+    try:
+        if "kueue.x-k8s.io/admission" not in gates:
+            sc.fail(f"Kueue did not gate a pod labelled {QUEUE_LABEL} in {ns} (gates {gates})")
+            return
+        try:
+            ctx.client.merge_patch("v1", "Pod", "rehearsal-ungated-by-hand", {"spec": {"schedulingGates": None}}, ns)
+        except ApiError as exc:
+            if "admission-gate-removed-only-by-kueue" in str(exc):
+                sc.details.append(f"Kueue's admission gate removed by hand: refused ({_short(str(exc))})")
+            else:
+                sc.fail(f"removing Kueue's admission gate by hand was refused, but not by the gate policy: {exc}")
+            return
+        sc.fail(f"a user removed Kueue's admission gate from a GPU pod in {ns}: it runs unqueued")
+    finally:
+        ctx.client.delete("v1", "Pod", "rehearsal-ungated-by-hand", ns)
+
+
 def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     """The API server, with the platform's admission policies, refuses what would bypass or break the
     queue, and a Kubeflow Pipelines GPU step is queued: a bare GPU pod naming a Job it is no part of
     (a forged ownerReference), a GPU step without the queue label, a TrainJob whose runtimePatches
     Kueue v0.19.2 drops."""
-    sc = Scenario("queue-bypass", "a GPU pod with a forged Job owner, a GPU Job hung under a queued Job and an unlabelled "
+    sc = Scenario("queue-bypass", "a GPU pod with a forged Job owner, a GPU Job hung under a queued Job, Kueue's gate removed by hand "
+                                  "and an unlabelled "
                                   "GPU pipeline step are refused; "
                                   "a labelled pipeline step is queued by Kueue; a TrainJob Kueue would break is refused")
     ctl = ctx.controllers.get("kueue-manager")
@@ -533,6 +560,7 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
         sc.details.append(f"forged Job owner: refused ({_short(err)})")
     else:
         sc.fail(f"forged Job owner refused, but not by the queue policy: {err}")
+    _ungate_by_hand(ctx, sc, ns)
     if ctx.client.get("v1", "Namespace", "kubeflow") is None:
         sc.details.append("no kubeflow namespace (Pipelines off): pipeline steps not rehearsed")
     else:

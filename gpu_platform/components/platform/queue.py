@@ -585,6 +585,35 @@ def render_job_owner_policy() -> dict[str, Any]:
     })
 
 
+# Kueue's pod integration holds a queued pod back with this scheduling gate until the pod is admitted, and
+# only Kueue's controller removes it (v0.19.2 pkg/controller/jobs/pod/constants: SchedulingGateName; the
+# ServiceAccount is the pinned chart's `<release>-controller-manager`, release `kueue`).
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+KUEUE_CONTROLLER_USER = f"system:serviceaccount:{KUEUE_NAMESPACE}:kueue-controller-manager"
+ADMISSION_GATE_POLICY = "admission-gate-removed-only-by-kueue"
+
+
+def render_admission_gate_policy() -> dict[str, Any]:
+    """Refuses, in the queue's namespaces, a pod update that removes Kueue's admission gate unless Kueue
+    makes it. The API server lets anyone who may update a pod drop a scheduling gate (PodSchedulingReadiness),
+    and the GPU pod policy trusts a pod with the queue label because Kueue gated it: a user who labels a
+    GPU pod with a queue that never admits it and then removes the gate would run it unqueued."""
+    gated = f"obj.spec.schedulingGates.exists(g, g.name == '{KUEUE_ADMISSION_GATE}')"
+    return render_admission_policy(ADMISSION_GATE_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]},
+        "variables": [
+            {"name": "wasGated", "expression": "has(oldObject.spec.schedulingGates) && " + gated.replace("obj.", "oldObject.")},
+            {"name": "isGated", "expression": "has(object.spec.schedulingGates) && " + gated.replace("obj.", "object.")}],
+        "validations": [{
+            "expression": f"!variables.wasGated || variables.isGated || request.userInfo.username == '{KUEUE_CONTROLLER_USER}'",
+            "message": (f"only Kueue removes the scheduling gate {KUEUE_ADMISSION_GATE}: it does so when it admits the "
+                        f"pod's Workload (see `kubectl get workloads` in this namespace for why it waits)"),
+            "reason": "Forbidden"}],
+    })
+
+
 def render_policy_binding(policy: str) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -664,6 +693,12 @@ class JobQueue(pulumi.ComponentResource):
         self.job_owner_policy = apply_object(f"{name}-job-owner-policy", render_job_owner_policy(), k8s_opts(cluster, self))
         self.job_owner_binding = apply_object(f"{name}-job-owner-binding", render_policy_binding(JOB_OWNER_POLICY),
                                               k8s_opts(cluster, self, [self.job_owner_policy]))
+        # Refuses a pod update that drops Kueue's admission gate, unless Kueue makes it (render_admission_gate_policy).
+        self.admission_gate_policy = apply_object(f"{name}-admission-gate-policy", render_admission_gate_policy(),
+                                                  k8s_opts(cluster, self))
+        self.admission_gate_binding = apply_object(f"{name}-admission-gate-binding",
+                                                   render_policy_binding(ADMISSION_GATE_POLICY),
+                                                   k8s_opts(cluster, self, [self.admission_gate_policy]))
         self.gpu_quota = quotas
         self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
                                "defaultLocalQueue": DEFAULT_LOCAL_QUEUE, "gpuQuota": quotas,
