@@ -545,7 +545,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=True,
             ready=[*installed.ready, nodes_ready, *upgrades[-1:]],
             endpoint=server,
-            alert_rules=[addons.token_expiry_rule(section.api_token_expires)] if section.api_token_expires else [],
+            alert_rules=[addons.token_expiry_rule(section.api_token_expires, section.node_groups.api_token_expires)]
+            if section.api_token_expires or section.node_groups.api_token_expires else [],
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes),
         )
