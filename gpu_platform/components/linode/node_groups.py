@@ -276,6 +276,10 @@ class LinodeNodeGroupsArgs:
     k8s_provider: k8s.Provider
     # Deleted after the destroy hook has removed the provider's instances (they sit on these).
     network: Sequence[pulumi.Resource] = ()
+    # Created or updated only after these (the control planes' upgrade Jobs): the autoscaler's image and
+    # the provider's pools.json follow kubernetesVersion, and cluster-autoscaler supports only its own
+    # minor, so they must not move before the control plane has.
+    after: Sequence[pulumi.Resource] = ()
 
 
 def _server_cert(name: str, ca_key: tls.PrivateKey, ca: tls.SelfSignedCert, common_name: str,
@@ -314,11 +318,12 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             environment={"LINODE_TOKEN": pulumi.Output.secret(args.deploy_token), "STACK_TAG": stack_tag(cfg.name_prefix)},
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.network)))
         after_cleanup = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[cleanup])
+        after_upgrade = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=list(args.after))
         meta = {"namespace": NAMESPACE, "labels": dict(LABELS)}
         # The pool definition (pools.json), known at plan time: the provider reads it, and so do the
         # policy pack and preflight's cluster fit (they see the pools without any instance).
         k8s.core.v1.ConfigMap(f"{name}-settings", metadata={**meta, "name": NAME}, data={"pools.json": settings_json},
-                              opts=kube)
+                              opts=after_upgrade)
         self.register_outputs({"maxGpus": max_gpus})
         if args.image is None:
             return
@@ -379,7 +384,8 @@ class LinodeNodeGroups(pulumi.ComponentResource):
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=manifest["metadata"],
             spec=spec,
-            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[cleanup, sa, role, rb, cr, crb]))
+            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider,
+                                        depends_on=[cleanup, sa, role, rb, cr, crb, *args.after]))
         k8s.core.v1.Service(f"{name}-service", metadata={**meta, "name": NAME},
                             spec={"selector": dict(LABELS), "ports": [{"name": "grpc", "port": PORT, "targetPort": PORT}]},
                             opts=kube)
@@ -396,5 +402,6 @@ class LinodeNodeGroups(pulumi.ComponentResource):
                                     section.node_groups.join_deadline_minutes),
                 "podAnnotations": {"gpu-platform.io/tls-sha256": hashlib.sha256(pem.encode()).hexdigest()}}),
             atomic=True,
-            opts=pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(depends_on=[cleanup, deployment, autoscaler_secret])),
+            opts=pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(
+                depends_on=[cleanup, deployment, autoscaler_secret, *args.after])),
         )
