@@ -575,3 +575,21 @@ def test_the_jobs_and_their_rbac_are_accepted_and_can_drain_on_a_real_api_server
             with pytest.raises(ApiError) as err:
                 forbidden()
             assert err.value.status == 403
+
+
+def test_a_pool_name_too_long_for_its_nodes_upgrade_jobs_is_refused_naming_the_key():
+    """An autoscaled node's upgrade Job is named at run time (upgrade-<node>-<release>): a name past 63
+    characters must be refused by the config, not fail the pool's Job half-way through an upgrade."""
+    from gpu_platform.config.base import ConfigError
+
+    cfg = _linode_dev()
+    cfg["gpu-platform:nameSuffix"] = "abcdef"
+    cfg["gpu-platform:gpuPools"][0]["maxNodes"] = 20
+    # upgrade-gpu-dev-abcdef-<30 characters>-19-v1-35-8: 64 characters.
+    cfg["gpu-platform:gpuPools"][0]["name"] = "a" * 30
+    with pytest.raises(ConfigError) as err:
+        _parse(cfg)
+    assert "gpuPools[0].name" in str(err.value) and "63-character" in str(err.value)
+    assert "29 characters or shorter" in str(err.value)
+    cfg["gpu-platform:gpuPools"][0]["name"] = "a" * 29
+    assert _parse(cfg).gpu_pools[0].name == "a" * 29

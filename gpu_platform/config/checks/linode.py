@@ -193,6 +193,20 @@ def token_expiry_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     return issues
 
 
+def _upgrade_job_name_issues(cfg: "StackConfig", patch: str) -> list[ConfigIssue]:
+    """Each node's upgrade Job is named upgrade-<node>-v<release> (components/linode/upgrade.py), at most 63
+    characters; an autoscaled pool's nodes are <prefix>-<pool>-<slot>, named at run time by its pool's Job,
+    so a name too long must be refused here rather than fail an upgrade half-way."""
+    issues = []
+    for i, pool in enumerate(cfg.gpu_pools):
+        longest = f"upgrade-{cfg.name_prefix}-{pool.name}-{max(pool.max_nodes - 1, 0)}-v{patch.replace('.', '-')}"
+        if len(longest) > 63:
+            issues.append(ConfigIssue(f"gpuPools[{i}].name", pool.name,
+                                      f"a name {len(pool.name) - (len(longest) - 63)} characters or shorter: its nodes' "
+                                      f"upgrade Jobs ({longest}) must fit Kubernetes' 63-character name limit"))
+    return issues
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
@@ -234,6 +248,8 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
         issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
+    else:
+        issues += _upgrade_job_name_issues(cfg, versions.KUBERNETES_PATCH[cfg.kubernetes_version])
     autoscaled_ok = tuple(int(x) for x in cfg.kubernetes_version.split(".")) >= AUTOSCALING_MIN_KUBERNETES
     for i, pool in enumerate(cfg.gpu_pools):
         if pool.min_nodes != pool.max_nodes and section.control_plane.count > 1:
