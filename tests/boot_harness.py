@@ -127,7 +127,14 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
       moves the API server's version (/run/apiserver-version);
     - kubelet `--version` prints its release; kubectl `version -o json` answers with the API server's
       version (several answers from an old one first where /run/apiserver-old-answers says so) and needs the
-      kubeconfig it is given and the token file that kubeconfig names."""
+      kubeconfig it is given and the token file that kubeconfig names;
+    - where /run/cluster exists, kubectl also stands in for the API server an autoscaled pool's upgrade
+      Job talks to: nodes are lines `<name> <kubelet version> <pool>` of /run/cluster/nodes (`get nodes -l
+      gpu-platform.io/pool=P`, `get node N`); `create -f` of a per-node Job stores it under
+      /run/cluster/jobs and plays its outcome: Complete, the node now at /run/cluster/target (the worker
+      script it runs is executed on its own), or Failed where /run/cluster/fail-<node> exists, or the node
+      leaving the cluster where /run/cluster/vanish-<node> does; /run/cluster/late (node lines) registers
+      after the first Job, as a node still booting at the old version would."""
     stubs: list[Stub] = []
     for v in package_versions:
         release = "v" + v.split("-")[0]
@@ -167,6 +174,37 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
                 else echo $((n - 1)) > /run/apiserver-old-answers; fi
               fi
               printf '{{\\n  "clientVersion": {{\\n    "gitVersion": "{release}"\\n  }},\\n  "serverVersion": {{\\n    "gitVersion": "%s"\\n  }}\\n}}\\n' "$(cat /run/apiserver-version)"
+            fi
+            if [ -d /run/cluster ]; then
+              c=/run/cluster
+              mkdir -p "$c/jobs"
+              case "$1 $2" in
+                "get nodes")
+                  pool=""
+                  for a in "$@"; do case "$a" in gpu-platform.io/pool=*) pool=${{a#*=}} ;; esac; done
+                  awk -v p="$pool" '$3 == p {{print $1 " " $2}}' "$c/nodes" ;;
+                "get node")
+                  if grep -q "^$3 " "$c/nodes"; then echo "node/$3"; fi ;;
+                "get job")
+                  if [ -f "$c/jobs/$3.state" ]; then cat "$c/jobs/$3.state"; fi ;;
+                "delete job")
+                  rm -f "$c/jobs/$3.json" "$c/jobs/$3.state" ;;
+                "create -f")
+                  name=$(grep -o '"name": "upgrade-[^"]*"' "$3" | head -n 1 | cut -d'"' -f4)
+                  node=$(grep -o '"nodeName": "[^"]*"' "$3" | cut -d'"' -f4)
+                  if [ -f "$c/jobs/$name.json" ]; then echo "Error from server (AlreadyExists): jobs.batch \"$name\" already exists" >&2; exit 1; fi
+                  cp "$3" "$c/jobs/$name.json"
+                  if [ -f "$c/fail-$node" ]; then
+                    echo "FailureTarget Failed" > "$c/jobs/$name.state"
+                  elif [ -f "$c/vanish-$node" ]; then
+                    sed -i "/^$node /d" "$c/nodes"
+                    : > "$c/jobs/$name.state"
+                  else
+                    echo "SuccessCriteriaMet Complete" > "$c/jobs/$name.state"
+                    sed -i "s/^$node [^ ]*/$node $(cat "$c/target")/" "$c/nodes"
+                  fi
+                  if [ -f "$c/late" ]; then cat "$c/late" >> "$c/nodes"; rm -f "$c/late"; fi ;;
+              esac
             fi
             exit 0
             """)

@@ -1,6 +1,8 @@
-"""The CCM/CSI Linode API token's expiry is visible: `linode.apiTokenExpires` (validated) renders a
-PrometheusRule whose alerts fire 30 and 7 days before it (checked and unit-tested by the real promtool),
-preflight warns within 30 days and refuses a date already past."""
+"""Every Linode API token the cluster holds has a visible expiry: the CCM/CSI token
+(`linode.apiTokenExpires`) and the node-group provider's (`linode.nodeGroups.apiTokenExpires`), each
+validated, rendered into a PrometheusRule whose alerts fire 30 and 7 days before it (checked and
+unit-tested by the real promtool), warned about by preflight within 30 days, a past date refused; a
+rotated provider token restarts the provider."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import yaml
 from gpu_platform.components.linode import addons
 
 EXPIRES = datetime.date(2027, 11, 20)
+NODE_GROUPS_EXPIRES = datetime.date(2027, 5, 3)
+IMAGE = "ghcr.io/example/gpu-platform-linode-node-groups@sha256:" + "ab" * 32
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian package prometheus)")
 
 
-def _rules_file(tmp_path):
-    rule = addons.token_expiry_rule(EXPIRES)
+def _rules_file(tmp_path, rule=None):
+    rule = rule or addons.token_expiry_rule(EXPIRES, NODE_GROUPS_EXPIRES)
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(rule["spec"]))
     return path
@@ -27,17 +31,26 @@ def _rules_file(tmp_path):
 
 @needs_promtool
 def test_the_rule_passes_promtool(tmp_path):
-    proc = subprocess.run(["promtool", "check", "rules", str(_rules_file(tmp_path))], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rule in (addons.token_expiry_rule(EXPIRES), addons.token_expiry_rule(None, NODE_GROUPS_EXPIRES),
+                 addons.token_expiry_rule(EXPIRES, NODE_GROUPS_EXPIRES)):
+        proc = subprocess.run(["promtool", "check", "rules", str(_rules_file(tmp_path, rule))],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _day(date: datetime.date) -> int:
+    return int(datetime.datetime.combine(date, datetime.time(), tzinfo=datetime.timezone.utc).timestamp()) // 86400
 
 
 @needs_promtool
-def test_alerts_fire_30_and_7_days_before_the_expiry_and_not_earlier(tmp_path):
+@pytest.mark.parametrize("token,expires", [(addons.CLUSTER_TOKEN, EXPIRES), (addons.NODE_GROUPS_TOKEN, NODE_GROUPS_EXPIRES)],
+                         ids=["ccm-csi", "node-groups"])
+def test_alerts_fire_30_and_7_days_before_each_tokens_expiry_and_not_earlier(tmp_path, token, expires):
+    """Both tokens in one rule (as the program renders it): each token's alerts follow its own date only."""
     rules = _rules_file(tmp_path)
-    day = int(datetime.datetime.combine(EXPIRES, datetime.time(), tzinfo=datetime.timezone.utc).timestamp()) // 86400
-
-    annotations = {r["alert"]: r["annotations"] for r in addons.token_expiry_rule(EXPIRES)["spec"]["groups"][0]["rules"]
-                   if "alert" in r}
+    day = _day(expires)
+    annotations = {r["alert"]: r["annotations"] for r in
+                   addons.token_expiry_rule(EXPIRES, NODE_GROUPS_EXPIRES)["spec"]["groups"][0]["rules"] if "alert" in r}
 
     def at(days_before: int, firing: list[str]) -> list[dict]:
         # The description says how long is left, humanised by Prometheus' template.
@@ -46,26 +59,46 @@ def test_alerts_fire_30_and_7_days_before_the_expiry_and_not_earlier(tmp_path):
             return {"summary": a["summary"], "description": a["description"].replace(
                 "{{ $value | humanizeDuration }}", f"{days_before}d 0h 0m 0s")}
         return [{"eval_time": f"{day - days_before}d", "alertname": name,
-                 "exp_alerts": [{"exp_labels": {"severity": severity}, "exp_annotations": expected(name)}]
+                 "exp_alerts": [{"exp_labels": {"severity": severity, "token": token.namespace},
+                                 "exp_annotations": expected(name)}]
                  if name in firing else []}
-                for name, _, severity in addons.TOKEN_EXPIRY_ALERTS]
+                for name, _, severity in token.alerts]
 
+    soon, very_soon = (name for name, _, _ in token.alerts)
     test = {"rule_files": [str(rules)], "evaluation_interval": "1d", "tests": [{
         "interval": "1d", "input_series": [],
-        "alert_rule_test": at(31, []) + at(29, ["LinodeApiTokenExpiresSoon"])
-        + at(6, ["LinodeApiTokenExpiresSoon", "LinodeApiTokenExpiresVerySoon"])}]}
+        "alert_rule_test": at(31, []) + at(29, [soon]) + at(6, [soon, very_soon])}]}
     path = tmp_path / "test.yaml"
     path.write_text(yaml.safe_dump(test))
     proc = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def _cfg(expires):
+def test_each_alert_names_its_token_and_its_expiry_key():
+    rules = addons.token_expiry_rule(EXPIRES, NODE_GROUPS_EXPIRES)["spec"]["groups"][0]["rules"]
+    for token in (addons.CLUSTER_TOKEN, addons.NODE_GROUPS_TOKEN):
+        for name, _, _ in token.alerts:
+            [alert] = [r for r in rules if r.get("alert") == name]
+            assert f'token="{token.namespace}"' in alert["expr"]
+            assert f"{token.namespace}:token" in alert["annotations"]["description"]
+            assert token.expiry_key in alert["annotations"]["description"]
+
+
+def _cfg(expires, node_groups_expires=None, image=None, node_groups_token=None):
     from tests.conftest import stack_config
 
     cfg = copy.deepcopy(stack_config("linode-dev"))
     if expires is not None:
         cfg["gpu-platform:linode"]["apiTokenExpires"] = expires
+    groups = {}
+    if image is not None:
+        groups["image"] = image
+    if node_groups_expires is not None:
+        groups["apiTokenExpires"] = node_groups_expires
+    if groups:
+        cfg["gpu-platform:linode"]["nodeGroups"] = groups
+    if node_groups_token is not None:
+        cfg["linode-node-groups:token"] = node_groups_token
     return cfg
 
 
@@ -114,3 +147,66 @@ def test_the_program_applies_the_rule_in_the_monitoring_namespace():
     unset = plan_config(_cfg(None), "linode-dev")
     assert not [r for r in unset.by_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
                 if r.inputs["metadata"]["name"] == addons.TOKEN_EXPIRY_RULE]
+
+
+@pytest.mark.parametrize("value,fragment", [
+    ("2026-11-24", "the node-group provider's token has expired"),
+    ("2026-01-01", "the node-group provider's token has expired"),
+    ("soon", "linode.nodeGroups.apiTokenExpires"),
+])
+def test_a_past_or_malformed_provider_token_date_is_refused_naming_the_key(monkeypatch, value, fragment):
+    from gpu_platform.config.base import ConfigError
+
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-24")
+    with pytest.raises(ConfigError) as err:
+        _parse(_cfg("2027-06-01", value, image=IMAGE))
+    assert fragment in str(err.value) and "nodeGroups.apiTokenExpires" in str(err.value)
+
+
+@pytest.mark.parametrize("image,value,expect", [
+    (IMAGE, None, "linode.nodeGroups.apiTokenExpires is not set"),
+    (IMAGE, "2026-12-01", "expires in 7 day(s), on 2026-12-01 (linode.nodeGroups.apiTokenExpires)"),
+    (IMAGE, "2027-06-01", None),
+    # No provider deployed (no image): no token of its own in the cluster, nothing to warn about.
+    (None, None, None),
+])
+def test_preflight_warns_about_the_providers_token(monkeypatch, image, value, expect):
+    from gpu_platform.config.stack import config_warnings
+
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-24")
+    warnings = [w for w in config_warnings(_parse(_cfg("2027-06-01", value, image=image)))
+                if "linode-node-groups:token" in w]
+    assert warnings == [] if expect is None else (len(warnings) == 1 and expect in warnings[0]), warnings
+
+
+def test_the_program_alerts_on_the_providers_token_too():
+    from tests.conftest import plan_config
+
+    plan = plan_config(_cfg("2027-11-20", "2027-05-03", image=IMAGE), "linode-dev")
+    [rule] = [r for r in plan.by_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+              if r.inputs["metadata"]["name"] == addons.TOKEN_EXPIRY_RULE]
+    spec = str(rule.inputs["spec"])
+    assert "vector(1826668800)" in spec and "vector(1809302400)" in spec
+    assert "LinodeNodeGroupsTokenExpiresSoon" in spec
+
+
+def _provider_template(token: str) -> dict:
+    from gpu_platform.components.linode import node_groups
+    from tests.conftest import plan_config
+
+    plan = plan_config(_cfg("2027-11-20", "2027-05-03", image=IMAGE, node_groups_token=token), "linode-dev")
+    [dep] = [r for r in plan.by_type("kubernetes:apps/v1:Deployment") if r.plain_inputs["metadata"]["name"] == node_groups.NAME]
+    return dep.plain_inputs["spec"]["template"]
+
+
+def test_a_rotated_provider_token_restarts_the_provider():
+    """The provider reads LINODE_TOKEN from its environment at start: the Secret changing in place would
+    restart nothing, so the pod template must change with the token (and only with it)."""
+    from gpu_platform.components.linode import node_groups
+
+    old, new = _provider_template("old-token-aaaa"), _provider_template("new-token-bbbb")
+    assert old["metadata"]["annotations"][node_groups.TOKEN_DIGEST_ANNOTATION] != \
+        new["metadata"]["annotations"][node_groups.TOKEN_DIGEST_ANNOTATION]
+    again = _provider_template("old-token-aaaa")
+    assert again == old
+    assert "old-token-aaaa" not in str(old)

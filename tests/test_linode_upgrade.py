@@ -1,7 +1,9 @@
 """The Kubernetes upgrade path on Linode, with no SSH: `pulumi up` runs one privileged Job per node, control
-plane first, then each worker in turn; the scripts those Jobs run are executed in the throwaway root
-(tests/boot_harness.py: real dpkg and apt-mark, recorded stand-ins for kubeadm, kubelet and kubectl) for
-the patch path and the minor path; refused version changes name the key."""
+plane first, then each worker in turn, then one Job per autoscaled GPU pool that upgrades the nodes the
+node-group provider made (found at run time); the scripts those Jobs run are executed in the throwaway
+root (tests/boot_harness.py: real dpkg and apt-mark, recorded stand-ins for kubeadm, kubelet and kubectl)
+for the patch path and the minor path; refused version changes name the key; cluster-autoscaler and the
+provider's pools.json move only after the control plane."""
 
 from __future__ import annotations
 
@@ -250,6 +252,199 @@ def test_held_packages_are_unheld_first_or_apt_refuses(tmp_path):
     assert proc.returncode == 100 and "Held packages were changed" in proc.stderr
 
 
+# --- autoscaled pools: nodes the program does not declare -----------------------------------------
+
+POOL = upgrade.AutoscaledPool("ada", 3)
+IMAGE = "quay.io/cilium/cilium:v1.19.6@sha256:" + "0" * 64
+
+
+def _pool_script(patch: str = PATCH_136) -> str:
+    return upgrade.pool_upgrade_script(POOL.name, patch, ENDPOINT, upgrade.pool_node_job(POOL.name, patch, IMAGE))
+
+
+def _pool_cluster(tmp_path, nodes: list[str], api_server: str = PATCH_136, **files: str) -> BootRoot:
+    """cp-0 (already upgraded: its kubectl is the target's) where the pool's Job runs, and a cluster whose
+    nodes are `<name> <kubelet version> <pool label>` lines."""
+    root = _node(tmp_path, PATCH_136, api_server, ())
+    lines = "\n".join(nodes) + "\n"
+    extra = "".join(f"printf '%s' '{text}' > /run/cluster/{name}\n" for name, text in files.items())
+    proc = root.run(f"mkdir -p /run/cluster/jobs && printf '%s' '{lines}' > /run/cluster/nodes && "
+                    f"echo v{PATCH_136} > /run/cluster/target\n{extra}")
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def _run_pool(root: BootRoot, patch: str = PATCH_136):
+    return root.run(_pool_script(patch), env={"NODE_NAME": "gpu-dev-cp-0", "SERVER_WAIT_ATTEMPTS": "2",
+                                              "SERVER_WAIT_SECONDS": "0", "NODE_WAIT_SECONDS": "0"})
+
+
+def _nodes(root: BootRoot) -> dict[str, str]:
+    return {line.split()[0]: line.split()[1] for line in root.file("/run/cluster/nodes").splitlines() if line.strip()}
+
+
+@needs_namespaces
+def test_the_pool_job_upgrades_each_autoscaled_node_below_the_target_with_the_workers_job(tmp_path):
+    import json
+
+    root = _pool_cluster(tmp_path, [f"gpu-dev-ada-0 v{PATCH_135} ada", f"gpu-dev-ada-1 v{PATCH_136} ada",
+                                    f"gpu-dev-ada-2 v{PATCH_135} ada", f"gpu-dev-system-0 v{PATCH_135} -"])
+    proc = _run_pool(root)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # Only this pool's nodes below the target, one at a time, each with the worker Job pinned to it.
+    created = [line for line in root.log() if " create -f " in line]
+    assert len(created) == 2
+    jobs = {p.name: json.loads(p.read_text()) for p in (root.root / "run/cluster/jobs").glob("*.json")}
+    assert sorted(jobs) == [f"upgrade-gpu-dev-ada-0-v{PATCH_136.replace('.', '-')}.json",
+                            f"upgrade-gpu-dev-ada-2-v{PATCH_136.replace('.', '-')}.json"]
+    for job in jobs.values():
+        pod = job["spec"]["template"]["spec"]
+        assert pod["nodeName"] in job["metadata"]["name"] and pod["serviceAccountName"] == upgrade.SERVICE_ACCOUNT
+        assert {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}["ROLE"] == "worker"
+        assert pod["containers"][0]["securityContext"]["privileged"] and pod["hostPID"]
+        assert job["metadata"]["labels"][upgrade.POOL_JOB_LABEL] == "ada" and job["spec"]["ttlSecondsAfterFinished"] > 0
+    assert _nodes(root) == {"gpu-dev-ada-0": f"v{PATCH_136}", "gpu-dev-ada-1": f"v{PATCH_136}",
+                            "gpu-dev-ada-2": f"v{PATCH_136}", "gpu-dev-system-0": f"v{PATCH_135}"}
+    # One node finished before the next began: each create follows the previous Job's Complete.
+    log = root.log()
+    first, second = (i for i, line in enumerate(log) if " create -f " in line)
+    assert any("get job upgrade-gpu-dev-ada-0" in line for line in log[first:second])
+    assert not (root.root / "var/lib/gpu-platform/upgrade/token").exists()
+    assert not (root.root / "var/lib/gpu-platform/upgrade/node-job.json").exists()
+    # Run again (the Job replaced): every node at the target, nothing created.
+    (root.root / "var/lib/gpu-platform/upgrade/token").write_text("token")
+    root.run(": > /var/log/standins.log")
+    again = _run_pool(root)
+    assert again.returncode == 0 and "every node runs" in again.stdout
+    assert not any(" create " in line for line in root.log())
+
+
+@needs_namespaces
+def test_a_node_that_registers_late_at_the_old_version_is_upgraded_too(tmp_path):
+    root = _pool_cluster(tmp_path, [f"gpu-dev-ada-0 v{PATCH_135} ada"], late=f"gpu-dev-ada-1 v{PATCH_135} ada\n")
+    proc = _run_pool(root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _nodes(root) == {"gpu-dev-ada-0": f"v{PATCH_136}", "gpu-dev-ada-1": f"v{PATCH_136}"}
+
+
+@needs_namespaces
+def test_a_node_the_autoscaler_removes_meanwhile_is_skipped(tmp_path):
+    root = _pool_cluster(tmp_path, [f"gpu-dev-ada-0 v{PATCH_135} ada", f"gpu-dev-ada-1 v{PATCH_135} ada"],
+                         **{"vanish-gpu-dev-ada-0": ""})
+    proc = _run_pool(root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu-dev-ada-0 left the cluster" in proc.stdout
+    assert _nodes(root) == {"gpu-dev-ada-1": f"v{PATCH_136}"}
+    assert any("delete job upgrade-gpu-dev-ada-0" in line for line in root.log()[-20:])
+
+
+@needs_namespaces
+def test_a_failed_node_fails_the_pool_job_naming_it_and_goes_no_further(tmp_path):
+    root = _pool_cluster(tmp_path, [f"gpu-dev-ada-0 v{PATCH_135} ada", f"gpu-dev-ada-1 v{PATCH_135} ada"],
+                         **{"fail-gpu-dev-ada-0": ""})
+    proc = _run_pool(root)
+    assert proc.returncode != 0 and "of gpu-dev-ada-0 failed" in proc.stderr
+    assert len([line for line in root.log() if " create -f " in line]) == 1
+    assert _nodes(root)["gpu-dev-ada-1"] == f"v{PATCH_135}"
+    # The next run (the Job replaced) removes the failed per-node Job before creating it again.
+    (root.root / "run/cluster/fail-gpu-dev-ada-0").unlink()
+    (root.root / "var/lib/gpu-platform/upgrade/token").write_text("token")
+    root.run(": > /var/log/standins.log")
+    again = _run_pool(root)
+    assert again.returncode == 0, again.stderr[-2000:]
+    log = root.log()
+    delete = next(i for i, line in enumerate(log) if "delete job upgrade-gpu-dev-ada-0" in line)
+    create = next(i for i, line in enumerate(log) if " create -f " in line)
+    assert delete < create
+    assert set(_nodes(root).values()) == {f"v{PATCH_136}"}
+
+
+@needs_namespaces
+def test_the_pool_job_waits_for_the_control_plane_and_touches_nothing_before(tmp_path):
+    root = _pool_cluster(tmp_path, [f"gpu-dev-ada-0 v{PATCH_135} ada"], api_server=PATCH_135)
+    proc = _run_pool(root)
+    assert proc.returncode != 0 and "the control plane is upgraded first" in proc.stderr
+    assert not any(" create " in line or " get nodes" in line for line in root.log())
+
+
+def test_a_pool_job_follows_the_workers_on_the_first_control_plane_with_its_own_account():
+    shared, jobs = upgrade.upgrade_manifests(CPS, WORKERS, "1.36", ENDPOINT, IMAGE, [POOL])
+    pool_job = jobs[-1]
+    pod = pool_job["spec"]["template"]["spec"]
+    assert pool_job["metadata"]["name"] == f"upgrade-pool-ada-v{PATCH_136.replace('.', '-')}"
+    assert pod["nodeName"] == CPS[0] and pod["serviceAccountName"] == upgrade.POOL_SERVICE_ACCOUNT
+    assert next(e["value"] for e in pod["containers"][0]["env"] if e["name"] == "ROLE") == "pool-ada"
+    assert [j["spec"]["template"]["spec"]["nodeName"] for j in jobs[:-1]] == CPS + WORKERS
+    # It may take each of the pool's nodes in turn.
+    assert pool_job["spec"]["activeDeadlineSeconds"] >= POOL.max_nodes * upgrade.JOB_TIMEOUT_MINUTES * 60
+    config_map = next(m for m in shared if m["kind"] == "ConfigMap")
+    assert "pool-ada.sh" in config_map["data"]
+    # Its account finds nodes and runs Jobs in kube-system; it cannot evict, read pods or touch Secrets.
+    rules = [(m["kind"], r) for m in shared if m["metadata"]["name"] == upgrade.POOL_SERVICE_ACCOUNT
+             and m["kind"] in ("Role", "ClusterRole") for r in m["rules"]]
+    assert ("Role", {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]}) in rules
+    assert {res for _, r in rules for res in r["resources"]} == {"nodes", "jobs"}
+    role = next(m for m in shared if m["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "kube-system"
+
+
+@pytest.mark.skipif(__import__("shutil").which("shellcheck") is None, reason="needs shellcheck (Debian package shellcheck)")
+def test_the_pool_script_passes_shellcheck(tmp_path):
+    import subprocess
+
+    path = tmp_path / "pool.sh"
+    path.write_text(_pool_script())
+    proc = subprocess.run(["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+IMAGE_DIGEST = "ghcr.io/example/gpu-platform-linode-node-groups@sha256:" + "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def autoscaled_upgrade_plan():
+    """linode-dev with its node-group provider, one minor ahead of its control plane."""
+    from tests.conftest import plan_config, stack_config
+
+    cfg = stack_config("linode-dev")
+    cfg["gpu-platform:linode"]["nodeGroups"] = {"image": IMAGE_DIGEST}
+    cfg["gpu-platform:linode"]["controlPlaneVersion"] = "1.34"
+    cfg["gpu-platform:kubernetesVersion"] = "1.35"
+    return plan_config(cfg, "linode-dev")
+
+
+def test_the_program_upgrades_the_autoscaled_pool_after_the_workers(autoscaled_upgrade_plan):
+    plan = autoscaled_upgrade_plan
+    jobs = [r for r in plan.by_type("kubernetes:batch/v1:Job") if "-upgrade-" in r.name]
+    assert jobs[-1].inputs["metadata"]["name"] == f"upgrade-pool-ada-v{PATCH_135.replace('.', '-')}"
+    assert jobs[-2].urn in jobs[-1].dependencies
+    [scripts] = [r for r in plan.by_type("kubernetes:core/v1:ConfigMap") if r.name.endswith("node-upgrade-scripts")]
+    assert "pool-ada.sh" in scripts.plain_inputs["data"]
+    assert plan.by_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+
+
+def test_cluster_autoscaler_and_the_pools_config_move_only_after_the_control_plane(autoscaled_upgrade_plan):
+    """cluster-autoscaler supports only its own Kubernetes minor (kubernetes/autoscaler
+    cluster-autoscaler/README.md, Releases): its new image, and the provider's pools.json naming the new
+    minor, wait for the control planes' upgrade Jobs in the same `pulumi up`."""
+    from gpu_platform.components.linode import node_groups
+
+    plan = autoscaled_upgrade_plan
+    cp_jobs = [r for r in plan.by_type("kubernetes:batch/v1:Job")
+               if r.inputs["spec"]["template"]["spec"]["nodeName"].endswith("-cp-0") and "pool" not in r.name]
+    assert cp_jobs
+    release = next(r for r in plan.by_type("kubernetes:helm.sh/v3:Release") if r.inputs.get("name") == "cluster-autoscaler")
+    assert release.plain_inputs["values"]["image"]["tag"].startswith("v1.35.")
+    provider = next(r for r in plan.by_type("kubernetes:apps/v1:Deployment")
+                    if r.plain_inputs["metadata"]["name"] == node_groups.NAME)
+    pools = next(r for r in plan.by_type("kubernetes:core/v1:ConfigMap")
+                 if r.plain_inputs["metadata"]["name"] == node_groups.NAME)
+    assert '"kubernetesMinor": "1.35"' in pools.plain_inputs["data"]["pools.json"]
+    for resource in (release, provider, pools):
+        for job in cp_jobs:
+            assert job.urn in resource.dependencies, (resource.name, job.name)
+
+
 # --- config: the version change the program accepts -----------------------------------------------
 
 
@@ -319,7 +514,8 @@ def test_the_jobs_and_their_rbac_are_accepted_and_can_drain_on_a_real_api_server
     from gpu_platform.rehearsal.kube import ApiError, wait_for
 
     nodes = ["gpu-dev-cp-0", "gpu-dev-ada-0"]
-    shared, jobs = upgrade.upgrade_manifests(nodes[:1], nodes[1:], "1.36", ENDPOINT, versions.NODE_TOOLS_IMAGES["1.19.6"])
+    image = versions.NODE_TOOLS_IMAGES["1.19.6"]
+    shared, jobs = upgrade.upgrade_manifests(nodes[:1], nodes[1:], "1.36", ENDPOINT, image, [POOL])
     with ControlPlane(tmp_path / "logs") as cp:
         client = cp.client
         for name in nodes:
@@ -357,3 +553,43 @@ def test_the_jobs_and_their_rbac_are_accepted_and_can_drain_on_a_real_api_server
             with pytest.raises(ApiError) as err:
                 forbidden()
             assert err.value.status == 403
+
+        # An autoscaled pool's Job: its account finds the pool's nodes and creates, reads and deletes the
+        # per-node worker Job (accepted by strict validation), in kube-system only; nothing else.
+        import json
+
+        scaled = "gpu-dev-ada-7"  # made by the node-group provider: no Job of the program names it
+        client.create({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": scaled, "labels": {"gpu-platform.io/pool": POOL.name}, "annotations": {KWOK_ANNOTATION: "fake"}}})
+        pool_sa = client.with_token(client.token("kube-system", upgrade.POOL_SERVICE_ACCOUNT))
+        assert [n["metadata"]["name"] for n in pool_sa.list("v1", "Node", selector=f"gpu-platform.io/pool={POOL.name}")] == [scaled]
+        node_job = json.loads(json.dumps(upgrade.pool_node_job(POOL.name, PATCH_136, image))
+                              .replace(upgrade.NODE_PLACEHOLDER, scaled))
+        pool_sa.request("POST", "/apis/batch/v1/namespaces/kube-system/jobs", node_job, query={"fieldValidation": "Strict"})
+        assert pool_sa.get("batch/v1", "Job", node_job["metadata"]["name"], "kube-system") is not None
+        pool_sa.delete("batch/v1", "Job", node_job["metadata"]["name"], "kube-system")
+        elsewhere = {**node_job, "metadata": {**node_job["metadata"], "namespace": "default"}}
+        for forbidden in (lambda: pool_sa.list("v1", "Pod", "kube-system"),
+                          lambda: pool_sa.list("v1", "Secret", "kube-system"),
+                          lambda: pool_sa.request("POST", "/apis/batch/v1/namespaces/default/jobs", elsewhere)):
+            with pytest.raises(ApiError) as err:
+                forbidden()
+            assert err.value.status == 403
+
+
+def test_a_pool_name_too_long_for_its_nodes_upgrade_jobs_is_refused_naming_the_key():
+    """An autoscaled node's upgrade Job is named at run time (upgrade-<node>-<release>): a name past 63
+    characters must be refused by the config, not fail the pool's Job half-way through an upgrade."""
+    from gpu_platform.config.base import ConfigError
+
+    cfg = _linode_dev()
+    cfg["gpu-platform:nameSuffix"] = "abcdef"
+    cfg["gpu-platform:gpuPools"][0]["maxNodes"] = 20
+    # upgrade-gpu-dev-abcdef-<30 characters>-19-v1-35-8: 64 characters.
+    cfg["gpu-platform:gpuPools"][0]["name"] = "a" * 30
+    with pytest.raises(ConfigError) as err:
+        _parse(cfg)
+    assert "gpuPools[0].name" in str(err.value) and "63-character" in str(err.value)
+    assert "29 characters or shorter" in str(err.value)
+    cfg["gpu-platform:gpuPools"][0]["name"] = "a" * 29
+    assert _parse(cfg).gpu_pools[0].name == "a" * 29

@@ -61,6 +61,11 @@ class LinodeNodeGroups(Model):
     # A new node that has not registered after this long is deleted (its boot failed); the pool
     # recovers on the autoscaler's next scale-up. The node's bootstrap token expires at the same time.
     join_deadline_minutes: int = Field(default=40, ge=15, le=180)
+    # When the provider's own Linode API token (linode-node-groups:token; it creates and deletes the
+    # pools' instances) expires: the date Cloud Manager shows. Renders alerts 30 and 7 days before, and
+    # preflight warns within 30 days, like linode.apiTokenExpires. Without linode-node-groups:token the
+    # provider runs on linode-cluster:token: then the same date as linode.apiTokenExpires.
+    api_token_expires: Optional[datetime.date] = None
 
 
 class LinodeSection(Model):

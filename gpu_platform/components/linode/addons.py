@@ -126,31 +126,63 @@ def metadata_deny_policy() -> dict[str, Any]:
 
 
 TOKEN_EXPIRY_RULE = "linode-api-token-expiry"
+# One series per token, labelled token=<its config namespace>.
 TOKEN_EXPIRY_RECORD = "gpu_platform:linode_api_token_expiry_timestamp_seconds"
-# Days before the CCM/CSI token expires at which the alerts fire: (alert, days, severity).
-TOKEN_EXPIRY_ALERTS = (("LinodeApiTokenExpiresSoon", 30, "warning"), ("LinodeApiTokenExpiresVerySoon", 7, "critical"))
 
 
-def token_expiry_rule(expires: datetime.date) -> dict[str, Any]:
-    """PrometheusRule (no namespace: the platform's monitoring places it): the CCM/CSI token's expiry as a
-    recorded constant (linode.apiTokenExpires, midnight UTC), and alerts 30 and 7 days before it. The
-    Linode API's expiry is not readable offline, so the stack states it."""
-    at = int(datetime.datetime.combine(expires, datetime.time(), tzinfo=datetime.timezone.utc).timestamp())
-    rules: list[dict[str, Any]] = [{"record": TOKEN_EXPIRY_RECORD, "expr": f"vector({at})"}]
-    for alert, days, severity in TOKEN_EXPIRY_ALERTS:
-        rules.append({
-            "alert": alert,
-            "expr": f"{TOKEN_EXPIRY_RECORD} - time() < {days * 86400}",
-            "labels": {"severity": severity},
-            "annotations": {
-                "summary": f"The Linode API token of the CCM and CSI driver expires within {days} days",
-                "description": (
-                    "linode-cluster:token expires in {{ $value | humanizeDuration }} "
-                    f"(on {expires.isoformat()}, linode.apiTokenExpires). Then LoadBalancers, volumes and node "
-                    "lifecycle stop working. Create a new token, set linode-cluster:token and linode.apiTokenExpires, "
-                    "and run `pulumi up`: the CCM and CSI driver restart with it."),
-            },
-        })
+@dataclass(frozen=True)
+class ApiToken:
+    """A Linode API token the cluster holds, and what its expiry alert says."""
+    namespace: str  # its Pulumi config namespace (<namespace>:token), also the series' `token` label
+    expiry_key: str  # the stack key stating its expiry
+    readers: str
+    restarts: str  # what `pulumi up` restarts when the token changes
+    breaks: str
+    # (alert, days before the expiry, severity)
+    alerts: tuple[tuple[str, int, str], ...]
+
+
+CLUSTER_TOKEN = ApiToken(
+    "linode-cluster", "linode.apiTokenExpires", "the CCM and CSI driver", "the CCM and CSI driver restart with it",
+    "LoadBalancers, volumes and node lifecycle stop working",
+    (("LinodeApiTokenExpiresSoon", 30, "warning"), ("LinodeApiTokenExpiresVerySoon", 7, "critical")))
+NODE_GROUPS_TOKEN = ApiToken(
+    "linode-node-groups", "linode.nodeGroups.apiTokenExpires", "the node-group provider",
+    "the node-group provider restarts with it (its pod template carries the token's digest)",
+    "autoscaled GPU pools can neither create nor delete nodes (a scaled-up GPU node keeps billing)",
+    (("LinodeNodeGroupsTokenExpiresSoon", 30, "warning"), ("LinodeNodeGroupsTokenExpiresVerySoon", 7, "critical")))
+# The CCM/CSI token's alerts (kept for callers that name them).
+TOKEN_EXPIRY_ALERTS = CLUSTER_TOKEN.alerts
+
+
+def token_expiry_rule(expires: Optional[datetime.date], node_groups_expires: Optional[datetime.date] = None
+                      ) -> dict[str, Any]:
+    """PrometheusRule (no namespace: the platform's monitoring places it): each stated token expiry
+    (linode.apiTokenExpires for the CCM/CSI token, linode.nodeGroups.apiTokenExpires for the node-group
+    provider's) as a recorded constant at midnight UTC, and alerts 30 and 7 days before it. The Linode
+    API's expiry is not readable offline, so the stack states it."""
+    rules: list[dict[str, Any]] = []
+    for token, date in ((CLUSTER_TOKEN, expires), (NODE_GROUPS_TOKEN, node_groups_expires)):
+        if date is None:
+            continue
+        at = int(datetime.datetime.combine(date, datetime.time(), tzinfo=datetime.timezone.utc).timestamp())
+        rules.append({"record": TOKEN_EXPIRY_RECORD,
+                      "expr": f'label_replace(vector({at}), "token", "{token.namespace}", "", "")'})
+        for alert, days, severity in token.alerts:
+            rules.append({
+                "alert": alert,
+                "expr": f'{TOKEN_EXPIRY_RECORD}{{token="{token.namespace}"}} - time() < {days * 86400}',
+                "labels": {"severity": severity},
+                "annotations": {
+                    "summary": f"The Linode API token of {token.readers} expires within {days} days",
+                    "description": (
+                        f"{token.namespace}:token expires in {{{{ $value | humanizeDuration }}}} "
+                        f"(on {date.isoformat()}, {token.expiry_key}). Then {token.breaks}. Create a new token, set "
+                        f"{token.namespace}:token and {token.expiry_key}, and run `pulumi up`: {token.restarts}."),
+                },
+            })
+    if not rules:
+        raise ValueError("no token expiry stated: nothing to alert on")
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",

@@ -464,20 +464,6 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                               vpc_label=f"{cfg.name_prefix}-vpc", subnet_label=f"{cfg.name_prefix}-nodes"),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[api_ready, vpc, subnet]),
         )
-        if scaled and section.node_groups.image is None:
-            pulumi.log.warn("linode.nodeGroups.image is not set: GPU pool(s) " + ", ".join(p.name for p, _, _ in scaled)
-                            + " autoscale but no node-group provider is deployed, so they stay at minNodes. Set the "
-                            "digest published by .github/workflows/linode-node-groups-image.yml (docs/linode-autoscaling.md).")
-        if scaled:
-            node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
-                config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],
-                pool_tags=[linode_tags(cfg, **t) for _, _, t in scaled], common_tags=tags,
-                image=section.node_groups.image, api_token=args.node_groups_token or args.api_token,
-                deploy_token=args.deploy_token or args.api_token, firewall_id=firewall.id, subnet_id=subnet.id,
-                control_plane_endpoint=endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint),
-                k8s_provider=provider, network=[firewall, subnet]),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*installed.ready]))
-
         expected_json = json.dumps(expected, sort_keys=True)
         nodes_ready = command.local.Command(
             f"{name}-nodes-ready",
@@ -490,42 +476,77 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
 
         # --- In-place upgrades: one node-upgrade Job per node, one after another (upgrade.py) ---------
         # Named by the target release: a new kubernetesVersion (or patch pin) runs them, after the CNI,
-        # CCM and CSI have moved; on a cluster already there each exits at once.
+        # CCM and CSI have moved; on a cluster already there each exits at once. The autoscaled pools'
+        # nodes (the node-group provider's) last: one Job per pool finds them at run time.
         upgrades: list[pulumi.Resource] = []
+        control_plane_upgrades: list[pulumi.Resource] = []
         image = versions.NODE_TOOLS_IMAGES.get(installed.cni_chart.version)
         if image is None:
             pulumi.log.warn(f"no node-upgrade image for the {section.cni} chart {installed.cni_chart.version}: "
                             "kubernetesVersion changes will not upgrade running nodes")
         else:
-            worker_names = [n["name"] for n in expected if n["name"] not in
-                            {f"{cfg.name_prefix}-cp-{i}" for i in range(cp_count)}]
-            shared, jobs = upgrade.upgrade_manifests(
-                [f"{cfg.name_prefix}-cp-{i}" for i in range(cp_count)], worker_names, cfg.kubernetes_version,
-                "ENDPOINT", image)
+            cp_names = [f"{cfg.name_prefix}-cp-{i}" for i in range(cp_count)]
+            worker_names = [n["name"] for n in expected if n["name"] not in set(cp_names)]
+            pool_defs = [upgrade.AutoscaledPool(p.name, p.max_nodes) for p, _, _ in scaled]
+            steps = upgrade.upgrade_order(cp_names, worker_names, pool_defs)
+            shared, jobs = upgrade.upgrade_manifests(cp_names, worker_names, cfg.kubernetes_version, "ENDPOINT", image,
+                                                     pool_defs)
             on_cluster = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[nodes_ready])
-            account, role, binding = shared[:3]
-            rbac = [k8s.core.v1.ServiceAccount(f"{name}-node-upgrade", metadata=account["metadata"], opts=on_cluster),
-                    k8s.rbac.v1.ClusterRole(f"{name}-node-upgrade", metadata=role["metadata"], rules=role["rules"],
-                                            opts=on_cluster),
-                    k8s.rbac.v1.ClusterRoleBinding(f"{name}-node-upgrade", metadata=binding["metadata"],
-                                                   role_ref=binding["roleRef"], subjects=binding["subjects"],
-                                                   opts=on_cluster)]
+            rbac: list[pulumi.Resource] = []
+            for obj in shared[:-1]:
+                kind, meta = obj["kind"], obj["metadata"]
+                suffix = "node-upgrade" if meta["name"] == upgrade.SERVICE_ACCOUNT else "pool-upgrade"
+                if kind == "ServiceAccount":
+                    rbac.append(k8s.core.v1.ServiceAccount(f"{name}-{suffix}", metadata=meta, opts=on_cluster))
+                elif kind == "ClusterRole":
+                    rbac.append(k8s.rbac.v1.ClusterRole(f"{name}-{suffix}", metadata=meta, rules=obj["rules"], opts=on_cluster))
+                elif kind == "ClusterRoleBinding":
+                    rbac.append(k8s.rbac.v1.ClusterRoleBinding(f"{name}-{suffix}", metadata=meta, role_ref=obj["roleRef"],
+                                                               subjects=obj["subjects"], opts=on_cluster))
+                elif kind == "Role":
+                    rbac.append(k8s.rbac.v1.Role(f"{name}-{suffix}", metadata=meta, rules=obj["rules"], opts=on_cluster))
+                elif kind == "RoleBinding":
+                    rbac.append(k8s.rbac.v1.RoleBinding(f"{name}-{suffix}", metadata=meta, role_ref=obj["roleRef"],
+                                                        subjects=obj["subjects"], opts=on_cluster))
+                else:
+                    raise ValueError(f"unexpected upgrade object {kind}")
             endpoint = endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint)
             patch = versions.KUBERNETES_PATCH[cfg.kubernetes_version]
             scripts = k8s.core.v1.ConfigMap(
-                f"{name}-node-upgrade-scripts", metadata=shared[3]["metadata"],
-                data=endpoint.apply(lambda e: upgrade.script_config_map(patch, e)["data"]), opts=on_cluster)
+                f"{name}-node-upgrade-scripts", metadata=shared[-1]["metadata"],
+                data=endpoint.apply(lambda e: upgrade.script_config_map(patch, e, pool_defs, image)["data"]),
+                opts=on_cluster)
             previous: list[pulumi.Resource] = [nodes_ready, *installed.ready, *rbac, scripts]
-            for job in jobs:
-                node = job["spec"]["template"]["spec"]["nodeName"]
+            for step, job in zip(steps, jobs):
+                timeout = f"{upgrade.timeout_minutes(step)}m"
                 created = k8s.batch.v1.Job(
-                    f"{name}-upgrade-{node}", metadata=job["metadata"], spec=job["spec"],
+                    f"{name}-upgrade-{'pool-' + step.pool if step.role == 'pool' else step.node}",
+                    metadata=job["metadata"], spec=job["spec"],
                     opts=pulumi.ResourceOptions(
                         parent=self, provider=provider, depends_on=previous,
-                        custom_timeouts=pulumi.CustomTimeouts(create=f"{upgrade.JOB_TIMEOUT_MINUTES}m",
-                                                              update=f"{upgrade.JOB_TIMEOUT_MINUTES}m")))
+                        custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout)))
                 upgrades.append(created)
+                if step.role in ("apply", "control-plane"):
+                    control_plane_upgrades.append(created)
                 previous = [created]
+
+        # --- Autoscaled GPU pools: the node-group provider and cluster-autoscaler (node_groups.py) ----
+        # After the control planes' upgrade Jobs: cluster-autoscaler supports only its own Kubernetes minor
+        # (kubernetes/autoscaler cluster-autoscaler/README.md, "Releases"), and its image and the provider's
+        # pools.json follow kubernetesVersion, so neither may move before the control plane has.
+        if scaled and section.node_groups.image is None:
+            pulumi.log.warn("linode.nodeGroups.image is not set: GPU pool(s) " + ", ".join(p.name for p, _, _ in scaled)
+                            + " autoscale but no node-group provider is deployed, so they stay at minNodes. Set the "
+                            "digest published by .github/workflows/linode-node-groups-image.yml (docs/linode-autoscaling.md).")
+        if scaled:
+            node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
+                config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],
+                pool_tags=[linode_tags(cfg, **t) for _, _, t in scaled], common_tags=tags,
+                image=section.node_groups.image, api_token=args.node_groups_token or args.api_token,
+                deploy_token=args.deploy_token or args.api_token, firewall_id=firewall.id, subnet_id=subnet.id,
+                control_plane_endpoint=endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint),
+                k8s_provider=provider, network=[firewall, subnet], after=control_plane_upgrades),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*installed.ready]))
 
         self.api_endpoint = server
         self.handle = ClusterHandle(
@@ -545,7 +566,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=True,
             ready=[*installed.ready, nodes_ready, *upgrades[-1:]],
             endpoint=server,
-            alert_rules=[addons.token_expiry_rule(section.api_token_expires)] if section.api_token_expires else [],
+            alert_rules=[addons.token_expiry_rule(section.api_token_expires, section.node_groups.api_token_expires)]
+            if section.api_token_expires or section.node_groups.api_token_expires else [],
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes),
         )

@@ -241,6 +241,15 @@ def render_deployment(image: str, settings_hash: str) -> dict:
     }
 
 
+TOKEN_DIGEST_ANNOTATION = "gpu-platform.io/linode-token-sha256"
+
+
+def token_digest(token: str) -> str:
+    """What the pod template carries of the provider's Linode token: a SHA-256 prefix (of a random API
+    token it reveals nothing), so a new token is a new template and the Deployment rolls."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
 def stack_tag(cluster: str) -> str:
     # The same form as gpu_platform/controllers/linode_node_groups/settings.py STACK_TAG.
     return f"node-group-stack:{cluster}"
@@ -267,6 +276,10 @@ class LinodeNodeGroupsArgs:
     k8s_provider: k8s.Provider
     # Deleted after the destroy hook has removed the provider's instances (they sit on these).
     network: Sequence[pulumi.Resource] = ()
+    # Created or updated only after these (the control planes' upgrade Jobs): the autoscaler's image and
+    # the provider's pools.json follow kubernetesVersion, and cluster-autoscaler supports only its own
+    # minor, so they must not move before the control plane has.
+    after: Sequence[pulumi.Resource] = ()
 
 
 def _server_cert(name: str, ca_key: tls.PrivateKey, ca: tls.SelfSignedCert, common_name: str,
@@ -305,11 +318,12 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             environment={"LINODE_TOKEN": pulumi.Output.secret(args.deploy_token), "STACK_TAG": stack_tag(cfg.name_prefix)},
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.network)))
         after_cleanup = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[cleanup])
+        after_upgrade = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=list(args.after))
         meta = {"namespace": NAMESPACE, "labels": dict(LABELS)}
         # The pool definition (pools.json), known at plan time: the provider reads it, and so do the
         # policy pack and preflight's cluster fit (they see the pools without any instance).
         k8s.core.v1.ConfigMap(f"{name}-settings", metadata={**meta, "name": NAME}, data={"pools.json": settings_json},
-                              opts=kube)
+                              opts=after_upgrade)
         self.register_outputs({"maxGpus": max_gpus})
         if args.image is None:
             return
@@ -355,15 +369,23 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}], opts=kube)
         # Both sides load their certificates at start: a renewed certificate (pulumi-tls early renewal,
         # 30 days before expiry, on the next `pulumi up`) must restart them, or the old one expires in use.
-        def _rolled(spec: dict, pem: str) -> dict:
-            spec["template"]["metadata"]["annotations"]["gpu-platform.io/tls-sha256"] = hashlib.sha256(pem.encode()).hexdigest()
+        # The provider reads its Linode token from its environment at start too: a rotated token (the
+        # Secret updated in place) restarts it through the token's digest on the pod template.
+        def _rolled(spec: dict, pem: str, token: str) -> dict:
+            annotations = spec["template"]["metadata"]["annotations"]
+            annotations["gpu-platform.io/tls-sha256"] = hashlib.sha256(pem.encode()).hexdigest()
+            annotations[TOKEN_DIGEST_ANNOTATION] = token_digest(token)
             return spec
 
         manifest = render_deployment(args.image, hashlib.sha256(settings_json.encode()).hexdigest())
+        # Not secret: a digest prefix of the token (token_digest).
+        spec = pulumi.Output.unsecret(pulumi.Output.all(server_cert.cert_pem, args.api_token).apply(
+            lambda v: _rolled(json.loads(json.dumps(manifest["spec"])), v[0], v[1])))
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=manifest["metadata"],
-            spec=server_cert.cert_pem.apply(lambda pem: _rolled(json.loads(json.dumps(manifest["spec"])), pem)),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[cleanup, sa, role, rb, cr, crb]))
+            spec=spec,
+            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider,
+                                        depends_on=[cleanup, sa, role, rb, cr, crb, *args.after]))
         k8s.core.v1.Service(f"{name}-service", metadata={**meta, "name": NAME},
                             spec={"selector": dict(LABELS), "ports": [{"name": "grpc", "port": PORT, "targetPort": PORT}]},
                             opts=kube)
@@ -380,5 +402,6 @@ class LinodeNodeGroups(pulumi.ComponentResource):
                                     section.node_groups.join_deadline_minutes),
                 "podAnnotations": {"gpu-platform.io/tls-sha256": hashlib.sha256(pem.encode()).hexdigest()}}),
             atomic=True,
-            opts=pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(depends_on=[cleanup, deployment, autoscaler_secret])),
+            opts=pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(
+                depends_on=[cleanup, deployment, autoscaler_secret, *args.after])),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -137,23 +138,73 @@ def check_upgrade(current: str, target: str, allowed: Optional[Sequence[str]] = 
                            f"(gpu_platform/costs/catalog/kubernetes-versions.yaml): {', '.join(allowed)}")
 
 
-# Preflight and `pulumi up` warn this many days before the CCM/CSI token expires (the alert fires then too).
+# Preflight and `pulumi up` warn this many days before a Linode API token expires (the alert fires then too).
 TOKEN_EXPIRY_WARN_DAYS = 30
 
 
-def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
+def node_groups_deployed(cfg: "StackConfig") -> bool:
+    """Whether the cluster runs the node-group provider, and so holds its Linode API token."""
+    section = cfg.linode
+    return (section is not None and section.node_groups.image is not None
+            and any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools))
+
+
+def api_token_expiries(cfg: "StackConfig") -> list[tuple[str, str, str, Optional[datetime.date]]]:
+    """Every Linode API token the cluster holds: (expiry key, token config key, who reads it, expiry date)."""
     section = cfg.linode
     if section is None:
         return []
-    if section.api_token_expires is None:
-        return ["linode.apiTokenExpires is not set: nothing warns before the CCM/CSI token (linode-cluster:token) "
-                "expires (Linode API tokens last up to a year). Set it to the expiry date Cloud Manager shows."]
-    left = (section.api_token_expires - calendar_today()).days
-    if 0 < left <= TOKEN_EXPIRY_WARN_DAYS:
-        return [f"the CCM/CSI token (linode-cluster:token) expires in {left} day(s), on "
-                f"{section.api_token_expires.isoformat()} (linode.apiTokenExpires): create a new one, set it and the "
-                "date, and run `pulumi up` (the CCM and CSI restart with it)"]
-    return []
+    tokens = [("linode.apiTokenExpires", "linode-cluster:token", "the CCM/CSI token", section.api_token_expires)]
+    if node_groups_deployed(cfg) or section.node_groups.api_token_expires is not None:
+        tokens.append(("linode.nodeGroups.apiTokenExpires", "linode-node-groups:token", "the node-group provider's token",
+                       section.node_groups.api_token_expires))
+    return tokens
+
+
+_RESTARTS = {"linode-cluster:token": "the CCM and CSI restart with it",
+             "linode-node-groups:token": "the node-group provider restarts with it"}
+
+
+def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
+    out = []
+    for key, token, who, expires in api_token_expiries(cfg):
+        if expires is None:
+            out.append(f"{key} is not set: nothing warns before {who} ({token}) expires (Linode API tokens last up "
+                       "to a year). Set it to the expiry date Cloud Manager shows.")
+            continue
+        left = (expires - calendar_today()).days
+        if 0 < left <= TOKEN_EXPIRY_WARN_DAYS:
+            out.append(f"{who} ({token}) expires in {left} day(s), on {expires.isoformat()} ({key}): create a new "
+                       f"one, set it and the date, and run `pulumi up` ({_RESTARTS[token]})")
+    return out
+
+
+def token_expiry_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """A token whose stated expiry is today or past has stopped working: a config error naming the key."""
+    issues = []
+    for key, token, who, expires in api_token_expiries(cfg):
+        if expires is not None and expires <= calendar_today():
+            breaks = ("LoadBalancers, volumes and node lifecycle stop working" if token == "linode-cluster:token"
+                      else "autoscaled GPU pools can neither create nor delete nodes")
+            issues.append(ConfigIssue(key, expires.isoformat(),
+                                      f"a date after today ({calendar_today().isoformat()}): {who} has expired, so "
+                                      f"{breaks}. Create a new token, set {token} and this date, then `pulumi up` "
+                                      f"({_RESTARTS[token]})"))
+    return issues
+
+
+def _upgrade_job_name_issues(cfg: "StackConfig", patch: str) -> list[ConfigIssue]:
+    """Each node's upgrade Job is named upgrade-<node>-v<release> (components/linode/upgrade.py), at most 63
+    characters; an autoscaled pool's nodes are <prefix>-<pool>-<slot>, named at run time by its pool's Job,
+    so a name too long must be refused here rather than fail an upgrade half-way."""
+    issues = []
+    for i, pool in enumerate(cfg.gpu_pools):
+        longest = f"upgrade-{cfg.name_prefix}-{pool.name}-{max(pool.max_nodes - 1, 0)}-v{patch.replace('.', '-')}"
+        if len(longest) > 63:
+            issues.append(ConfigIssue(f"gpuPools[{i}].name", pool.name,
+                                      f"a name {len(pool.name) - (len(longest) - 63)} characters or shorter: its nodes' "
+                                      f"upgrade Jobs ({longest}) must fit Kubernetes' 63-character name limit"))
+    return issues
 
 
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
@@ -167,12 +218,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   "opens port 22 to adminCidrs only)"))
     from gpu_platform.components.linode import versions
 
-    expires = section.api_token_expires
-    if expires is not None and expires <= calendar_today():
-        issues.append(ConfigIssue("linode.apiTokenExpires", expires.isoformat(),
-                                  f"a date after today ({calendar_today().isoformat()}): the CCM/CSI token has expired, so "
-                                  "LoadBalancers, volumes and node lifecycle stop working. Create a new token, set "
-                                  "linode-cluster:token and this date, then `pulumi up` (the CCM and CSI restart with it)"))
+    issues += token_expiry_issues(cfg)
     running = section.control_plane_version
     try:
         if running is not None:
@@ -202,6 +248,8 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
         issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
+    else:
+        issues += _upgrade_job_name_issues(cfg, versions.KUBERNETES_PATCH[cfg.kubernetes_version])
     autoscaled_ok = tuple(int(x) for x in cfg.kubernetes_version.split(".")) >= AUTOSCALING_MIN_KUBERNETES
     for i, pool in enumerate(cfg.gpu_pools):
         if pool.min_nodes != pool.max_nodes and section.control_plane.count > 1:
