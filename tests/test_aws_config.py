@@ -141,6 +141,9 @@ MALFORMED = [
     ("nat-mode", _set("aws.natGateways", "none"), "aws.natGateways", "single"),
     ("min-above-max", _set("gpuPools.0.minNodes", 9), "gpuPools[0].minNodes", "at most maxNodes"),
     ("aws-section-missing", _set("aws", _DELETE), "aws", "required when cloud is aws"),
+    # EKS refuses a 41st publicAccessCidrs range (quota 'Public endpoint access CIDR ranges per cluster': 40).
+    ("public-access-cidrs-41", _set("adminCidrs", [f"198.51.{i}.0/24" for i in range(41)]), "adminCidrs",
+     "at most 40 ranges on AWS"),
 ]
 
 
@@ -188,3 +191,14 @@ def test_deprecated_system_nodes_is_read_with_a_warning_and_gives_the_same_pool(
     assert "gpu-platform:aws.systemNodes{instanceType,min,max} is deprecated" in warning
     assert "gpu-platform:aws.systemPool{instanceType,minNodes,maxNodes}" in warning
     assert not [w for w in config_warnings(new) if "system" in w]
+
+
+def test_forty_admin_ranges_fit_the_eks_endpoint_and_a_private_endpoint_takes_more():
+    raw = raw_config()
+    raw["adminCidrs"] = [f"198.51.{i}.0/24" for i in range(40)]
+    cfg = parse_config(raw, "aws-prod")
+    assert len(cfg.admin_cidrs) == 40
+    # Private only: adminCidrs do not become publicAccessCidrs, so the endpoint's limit does not apply.
+    raw["adminCidrs"] = [f"198.51.{i}.0/24" for i in range(41)]
+    raw["aws"]["endpointPrivateOnly"] = True
+    assert len(parse_config(raw, "aws-prod").admin_cidrs) == 41

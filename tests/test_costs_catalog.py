@@ -140,3 +140,27 @@ def test_a_linode_on_demand_override_moves_the_monthly_cap_with_the_rate(rate, c
     t = load_catalog({"linode/g1-gpu-rtx6000-1": {"onDemand": rate}}).instance("linode", "g1-gpu-rtx6000-1")
     assert t.on_demand.usd_per_hour == rate and t.monthly_cap_usd == pytest.approx(cap)
     assert t.monthly_cost("on-demand", 730) == pytest.approx(min(rate * 730, cap))
+
+
+def test_linode_types_match_a_recorded_linode_api_answer():
+    """Label, vCPUs and memory of every Linode type the catalog lists, against the /linode/types answer
+    recorded in linode/linodego's test fixtures (tests/data/linodego-types-recorded.json says where).
+    g6-standard-8 was listed as "Linode 16GB" with 6 vCPUs and 16 GiB: g6-standard-6's plan."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    recorded = {t["id"]: t for t in json.loads((root / "tests/data/linodego-types-recorded.json").read_text())["data"]}
+    catalog = yaml.safe_load((root / "gpu_platform/costs/catalog/linode.yaml").read_text())["instances"]
+    checked = []
+    for inst in catalog:
+        if inst["name"].startswith("g2-gpu-rtx4000"):
+            continue  # RTX4000 Ada plans: the fixture records none
+        answer = recorded[inst["name"]]
+        assert (inst["label"], inst["vcpus"], inst["memoryGib"] * 1024, inst["gpus"]) == \
+            (answer["label"], answer["vcpus"], answer["memory"], answer["gpus"]), inst["name"]
+        checked.append(inst["name"])
+    assert {"g6-standard-2", "g6-standard-4", "g6-standard-8", "g6-dedicated-4", "g6-dedicated-8",
+            "g1-gpu-rtx6000-1"} <= set(checked)

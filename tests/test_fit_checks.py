@@ -777,3 +777,21 @@ def test_delete_hooks_do_not_race_and_zero_replica_workloads_are_not_checked():
     assert check_fit(m, [rel("r", [idle])]).ok
     assert checks_of(check_fit(m, [rel("r", [deployment("busy", spec=pod_spec(container(cpu="64")))])]), "schedulable")
 
+
+
+def test_a_pools_zonal_groups_each_keep_their_headroom_and_pods():
+    """EKS has one group per pool and zone, all named after the pool: headroom was keyed by that name,
+    so fit.json and the terminal showed one zone (the last) and every zone's pods against it."""
+    zonal = [group("system", labels={"topology.kubernetes.io/zone": z}, cpu=3800, mem_gib=7) for z in ("z-b", "z-a")]
+    web = deployment("web", spec=pod_spec(container(cpu="3", mem="1Gi")), replicas=2)
+    r = check_fit(model(*zonal), [rel("r", [web])])
+    assert r.ok, r.problems
+    assert set(r.headroom) == {"system/z-a", "system/z-b"}
+    assert {k: (h["group"], h["zone"], h["cpuMillis"]) for k, h in r.headroom.items()} == {
+        "system/z-a": ("system", "z-a", 800), "system/z-b": ("system", "z-b", 800)}
+    assert sorted((pl.group, pl.zone, pl.pods) for pl in r.placements) == [("system", "z-a", 1), ("system", "z-b", 1)]
+    rows = [line for line in r.render(verbose=True).splitlines() if "headroom" in line][1:]
+    assert [row.split()[0] for row in rows] == ["system/z-b", "system/z-a"]
+    assert all("   1 pods" in row for row in rows), rows
+    # Without zones nothing changes: the key is the name.
+    assert set(check_fit(model(group("system")), [rel("r", [web])]).headroom) == {"system"}

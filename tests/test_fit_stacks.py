@@ -201,3 +201,17 @@ def test_the_linode_csi_controller_runs_only_on_system_nodes(stack):
     groups = {pl.group for pl in report.placements if pl.object.endswith(f"/{controller['metadata']['name']}")}
     system = {g.name for g in model.node_groups if g.labels.get("gpu-platform.io/role") == "system"}
     assert groups and groups <= system, (groups, system)
+
+
+def test_every_zonal_group_of_aws_prod_is_in_the_fit_report():
+    """aws-prod has a system group and a group per GPU pool in each zone: each appears in the headroom
+    (fit.json's report.headroom) and in the terminal's Cluster fit lines, and the pods add up."""
+    model, releases = _stack("aws-prod")
+    report = check_fit(model, releases)
+    zonal = [g for g in model.node_groups if g.zone]
+    assert len(zonal) == len(model.node_groups) > len({g.name for g in model.node_groups})
+    assert set(report.headroom) == {f"{g.name}/{g.zone}" for g in model.node_groups}
+    assert {pl.group_key for pl in report.placements} <= set(report.headroom)
+    lines = report.render().splitlines()
+    for g in model.node_groups:
+        assert any(line.split()[:1] == [g.key] for line in lines), (g.key, lines[:12])

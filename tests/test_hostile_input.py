@@ -236,3 +236,23 @@ def test_a_secure_value_in_a_policy_config_is_refused_without_echoing_it(policy,
     assert code == 2 and "a `secure:` value" in text and "gpu-count-ceiling" in text, text
     assert CIPHERTEXT not in text
     assert all(CIPHERTEXT.encode() not in p.read_bytes() for p in out.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("out, shown, problem", [
+    ("", "--out ''", "an empty folder name"),
+    ("   ", "--out '   '", "an empty folder name"),
+    ("a\tb", "--out 'a\\tb'", "without control characters"),
+    ("x" * 300, "(300 characters)", "not a usable path"),
+])
+def test_an_empty_or_unusable_out_is_a_usage_error(out, shown, problem, tmp_path, capsys, monkeypatch):
+    """`--out ""` (an unset shell variable) used to write to build/ in the project without a word; a name
+    too long for the file system ended in a traceback."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "Pulumi.linode-dev.yaml"
+    path.write_text(yaml.safe_dump({"config": stack_config("linode-dev")}))
+    code, text, _ = run_main(["-C", str(ROOT), "--stack-file", str(path), "--quiet", "--no-policies", "--out", out],
+                             capsys)
+    assert code == 4, text
+    assert shown in text and problem in text, text
+    assert "Traceback" not in text
+    assert [p.name for p in tmp_path.iterdir()] == [path.name], "nothing written"

@@ -16,15 +16,60 @@ from typing import Any, Optional
 # An exception is reviewed again at least once a year: `until` at most this far ahead.
 MAX_EXCEPTION_DAYS = 366
 
-# Words that stand for "I will write a reason later" (compared after lower-casing and dropping punctuation).
-PLACEHOLDERS = frozenset({
-    "tbd", "tba", "todo", "fixme", "xxx", "xx", "x", "na", "n a", "none", "null", "nil", "test", "testing", "tests",
-    "temp", "tmp", "placeholder", "asdf", "foo", "bar", "baz", "foobar", "lorem", "ipsum", "reason", "because",
-    "no reason", "whatever", "dummy", "sample", "example", "later", "wip", "ok", "yes", "approved", "n/a", "-",
-})
+# A reason must say something: at least MIN_REASON_WORDS different words of its own once the words that
+# carry no reason are dropped. Those are English function words (articles, pronouns, prepositions,
+# conjunctions, auxiliaries), words that talk about the reason instead of giving one ("reason", "given",
+# "because", "later", "see", "ticket") and placeholders ("tbd", "n/a", "asdf", "test"); a word has two
+# different letters or more. No blocklist of whole phrases is needed: "no reason given", "to do later" or
+# "see ticket" are made of such words. Two words can say why ("no spot on Linode").
+MIN_REASON_WORDS = 2
+
+FUNCTION_WORDS = frozenset("""
+    a an the this that these those it its it's they them their we us our you your he she him her his i me my
+    and or but nor so yet if then than as at by for from in into of off on onto out over to up with within
+    without via per about above below after before under until till upon against between through during
+    is am are was were be been being do does did done doing have has had having will would shall should
+    can could may might must not no nor all any some each every other such same own just only also too very
+    here there where when what which who whom whose why how again once ever still now
+""".split())
+
+NON_REASON_WORDS = frozenset("""
+    reason reasons reasoning given give giving because since cause why explain explained explanation
+    later soon eventually someday tomorrow next time pending
+    see ticket tickets issue issues jira pr link url doc docs documentation ref refs reference details detail
+    info information context description notes note comment comments
+    needed need needs required require requires requested request requests asked ask
+    approve approved approval approving ok okay fine yes yeah sure agreed accepted allowed granted sign signed off
+    fill filled write written provide provided add added update updated follow up
+    something anything nothing everything whatever stuff things thing misc miscellaneous etc various usual
+    standard normal default generic same above below mentioned
+""".split())
+
+# Words that stand for "I will write a reason later".
+PLACEHOLDERS = frozenset("""
+    tbd tba tbc todo fixme xxx xx na nope none null nil undefined empty blank test testing tests tested temp tmp
+    placeholder asdf asdfgh qwerty qwer foo bar baz qux foobar lorem ipsum dolor sit amet dummy sample example
+    whatever wip hack hmm meh blah bla ignore
+""".split())
 
 # Words that mark a whole text as unfinished wherever they stand ("TODO: fill in", "reason tbd").
-UNFINISHED = frozenset({"tbd", "tba", "todo", "fixme", "xxx", "placeholder", "lorem", "asdf", "wip"})
+UNFINISHED = frozenset({"tbd", "tba", "tbc", "todo", "fixme", "xxx", "placeholder", "lorem", "asdf", "wip"})
+
+# Letters-only words ("n/a" is the words "n" and "a"; "h100_capacity" gives "capacity").
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def reason_words(text: str) -> list[str]:
+    """The words of `text` that can carry a reason: letters only, lower-cased, at least two different letters
+    ("xxxxxxxx" is not a word), not a function word, a word about the reason or a placeholder; each once,
+    in order."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        if len(set(word)) >= 2 and word not in FUNCTION_WORDS and word not in NON_REASON_WORDS \
+                and word not in PLACEHOLDERS:
+            seen.setdefault(word)
+    return list(seen)
+
 
 # RFC 5322 dot-atom local part (atext), RFC 1035/5321 domain of LDH labels with an alphabetic TLD.
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
@@ -107,22 +152,26 @@ def approver_problem(value: Any) -> Optional[str]:
 
 
 def reason_problem(value: Any) -> Optional[str]:
-    """None when `value` reads as a reason: at least 10 characters and two words, no control characters,
-    not a placeholder such as "tbd", "n/a", "xxx" or "test"."""
+    """None when `value` reads as a reason: 10 to 200 characters, no control characters, nothing marking it
+    unfinished ("TODO", "tbd") and at least MIN_REASON_WORDS different words that say something (see
+    reason_words: "no reason given", "to do later", "see ticket", "n/a", "asdf asdf" have none)."""
     if not isinstance(value, str) or not value.strip():
         return "a reason in words (why the guardrail does not apply here), not empty"
     text = value.strip()
     if _CONTROL.search(text):
         return "a reason in words without control characters"
-    words = re.findall(r"[^\W\d_]{2,}", text)
-    normal = " ".join(re.sub(r"[\W_]+", " ", text.lower()).split())
-    if normal in PLACEHOLDERS or not words or all(w.lower() in PLACEHOLDERS for w in words) \
-            or any(w.lower() in UNFINISHED for w in words) or len(set(normal.replace(" ", ""))) < 3:
-        return f"a real reason, not a placeholder ({text[:40]!r})"
-    if len(text) < 10 or len(words) < 2:
-        return "a reason of at least 10 characters and two words"
     if len(text) > 200:
         return "a reason of at most 200 characters"
+    words = [w.lower() for w in _WORD.findall(text)]
+    if any(w in UNFINISHED for w in words):
+        return f"a real reason, not a placeholder ({one_line(text[:40])!r} is marked unfinished)"
+    said = reason_words(text)
+    if len(said) < MIN_REASON_WORDS:
+        return (f"a real reason, not a placeholder: say why in at least {MIN_REASON_WORDS} words of substance "
+                f"({one_line(text[:40])!r} has {len(said)}: {', '.join(said) or 'none'}; filler such as "
+                "'no', 'reason', 'given', 'later', 'see ticket' does not count)")
+    if len(text) < 10:
+        return "a reason of at least 10 characters"
     return None
 
 

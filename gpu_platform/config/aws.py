@@ -23,6 +23,13 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 # An ASG holds at most 50 tags; the fixed ones (owner, pool, autoscaler, NTH, ...) use about 20.
 MAX_POOL_LABELS = 25
 MAX_ALTERNATIVES = 10
+# The EKS API endpoint's publicAccessCidrs (adminCidrs here) takes at most 40 ranges: the EKS quota "Public
+# endpoint access CIDR ranges per cluster", 40, not adjustable (AWS General Reference, "Amazon Elastic
+# Kubernetes Service endpoints and quotas", https://docs.aws.amazon.com/general/latest/gr/eks.html#limits_eks;
+# EKS User Guide, service-quotas, quota code L-93A74D60; "Configure network access to cluster API server
+# endpoint": "There is a maximum number of CIDR blocks that you can specify"). botocore's eks model
+# (VpcConfigRequest.publicAccessCidrs, a StringList) states no maximum, so the API refuses it only at deploy.
+EKS_PUBLIC_ACCESS_CIDRS_MAX = 40
 # The system managed node group's most nodes (add-ons only; a bigger one means work landed on the wrong pool).
 MAX_SYSTEM_NODES = 20
 

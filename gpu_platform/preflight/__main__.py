@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -264,9 +265,9 @@ class Run:
                     "is a symbolic link to a file that does not exist" if os.path.islink(args.policy_config) else
                     "does not exist")
             return self.fail(EXIT_USAGE, f"--policy-config {args.policy_config}: {what}; give a policy config file")
-        problem = _out_problem(Path(args.out)) if args.out else None
+        problem = _out_problem(args.out) if args.out is not None else None
         if problem:
-            return self.fail(EXIT_USAGE, f"--out {args.out}: {problem}")
+            return self.fail(EXIT_USAGE, f"--out {_shown_path(args.out)}: {problem}")
         args.out = args.out or str(project.root / "build")
         try:
             if args.stack_file:
@@ -443,18 +444,37 @@ class Run:
             self.details.insert(1 if self.args.base and "base_diff" in self.sections else 0, review.render_review(doc))
 
 
-def _out_problem(out: Path) -> Optional[str]:
-    """Why --out cannot be preflight's output folder (None when it can): checked before anything runs."""
+def _out_problem(text: str) -> Optional[str]:
+    """Why --out cannot be preflight's output folder (None when it can): checked before anything runs.
+    An empty or blank --out is a mistake (a shell variable that was not set), not the default build/."""
+    if not text.strip():
+        return "an empty folder name; give a folder, or leave --out out for build/ in the project"
+    if _UNUSABLE_PATH.search(text):
+        return "a folder name without control characters"
+    out = Path(text)
     existing = out
-    while not existing.exists():
-        if existing.parent == existing:
-            break
-        existing = existing.parent
+    try:
+        while not existing.exists():
+            if existing.parent == existing:
+                break
+            existing = existing.parent
+    except OSError as exc:  # ENAMETOOLONG, ELOOP: os.stat refuses the path itself
+        return f"not a usable path ({exc.strerror or exc})"
     if existing.exists() and not existing.is_dir():
         return f"{existing} is a file, not a folder" if existing == out else f"{existing} is a file, so {out} cannot be made"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{existing} is not writable"
     return None
+
+
+def _shown_path(text: str) -> str:
+    """--out as a message shows it: quoted when blank or odd (escapes visible), cut when very long."""
+    shown = repr(text) if not text.strip() or _UNUSABLE_PATH.search(text) else text
+    return shown if len(shown) <= 120 else f"{shown[:100]}... ({len(text)} characters)"
+
+
+# NUL cannot be in a path at all; other control characters in a folder name are a pasting accident.
+_UNUSABLE_PATH = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _watchdog(seconds: float, stack: str) -> None:

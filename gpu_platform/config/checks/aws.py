@@ -10,7 +10,8 @@ import ipaddress
 import re
 from typing import TYPE_CHECKING
 
-from gpu_platform.config.aws import (ARN_PRINCIPAL, AUTOSCALER_LABEL_TAG, AWS_TAG_KEY_MAX, AWS_TAG_VALUE_MAX, LOG_RETENTION_DAYS,
+from gpu_platform.config.aws import (ARN_PRINCIPAL, AUTOSCALER_LABEL_TAG, AWS_TAG_KEY_MAX, AWS_TAG_VALUE_MAX,
+                                     EKS_PUBLIC_ACCESS_CIDRS_MAX, LOG_RETENTION_DAYS,
                                      MAX_ALTERNATIVES, MAX_POOL_LABELS, MAX_SYSTEM_NODES, AwsSection, describe_shape,
                                      shape_differences)
 from gpu_platform.config.base import ConfigIssue, system_pool_key
@@ -53,6 +54,12 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     for i, arn in enumerate(section.admin_principal_arns):
         if not re.fullmatch(ARN_PRINCIPAL, arn):
             issues.append(ConfigIssue(f"aws.adminPrincipalArns[{i}]", arn, "an IAM role or user ARN: arn:aws:iam::123456789012:role/name"))
+    if not section.endpoint_private_only and len(cfg.admin_cidrs) > EKS_PUBLIC_ACCESS_CIDRS_MAX:
+        issues.append(ConfigIssue("adminCidrs", f"{len(cfg.admin_cidrs)} ranges",
+                                  f"at most {EKS_PUBLIC_ACCESS_CIDRS_MAX} ranges on AWS: they become the EKS API endpoint's "
+                                  f"publicAccessCidrs, which takes at most {EKS_PUBLIC_ACCESS_CIDRS_MAX} (EKS quota 'Public "
+                                  "endpoint access CIDR ranges per cluster', not adjustable); merge neighbouring ranges, "
+                                  "or set aws.endpointPrivateOnly: true and reach the API from inside the VPC"))
     if section.log_retention_days not in LOG_RETENTION_DAYS:
         issues.append(ConfigIssue("aws.logRetentionDays", section.log_retention_days,
                                   f"a CloudWatch Logs retention: {', '.join(map(str, LOG_RETENTION_DAYS))}"))

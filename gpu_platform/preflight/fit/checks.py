@@ -64,14 +64,22 @@ class Problem:
 class Placement:
     release: str
     object: str
-    group: str
+    group: str  # the node group's name (a pool's zonal groups share it)
     pods: int
+    zone: Optional[str] = None  # the group's zone, where a pool has one group per zone
+
+    @property
+    def group_key(self) -> str:
+        """The key of the group in FitReport.headroom (NodeGroup.key)."""
+        return f"{self.group}/{self.zone}" if self.zone else self.group
 
 
 @dataclass
 class FitReport:
     problems: list[Problem]
     placements: list[Placement]
+    # Per node group, keyed by NodeGroup.key: the name, "name/zone" for a pool's zonal groups (EKS), which
+    # share the name; each entry also carries "group" (the name) and "zone".
     headroom: dict[str, dict[str, Any]]
     notes: list[str] = field(default_factory=list)
     releases: int = 0
@@ -99,15 +107,16 @@ class FitReport:
                  "(node groups at maximum size: pods placed, headroom left)"]
         per_group: dict[str, int] = {}
         for pl in self.placements:
-            per_group[pl.group] = per_group.get(pl.group, 0) + pl.pods
-        for name, h in self.headroom.items():
+            per_group[pl.group_key] = per_group.get(pl.group_key, 0) + pl.pods
+        width = max([16, *(len(k) for k in self.headroom)])
+        for key, h in self.headroom.items():
             size = f"{h.get('minNodes', h['nodes'])}-{h['nodes']}" if h.get("minNodes", h["nodes"]) != h["nodes"] else str(h["nodes"])
-            lines.append(f"  {name:<16} {size:>5} x {h['instanceType']:<24} {per_group.get(name, 0):>4} pods   "
+            lines.append(f"  {key:<{width}} {size:>5} x {h['instanceType']:<24} {per_group.get(key, 0):>4} pods   "
                          f"headroom {h['cpuMillis'] / 1000:.1f} CPU, {h['memoryBytes'] / GI:.1f} GiB, "
                          f"{h['gpus']} GPU, {h['pods']} pod slots")
             if verbose:
                 for pl in sorted(self.placements, key=lambda p: (p.object, p.release)):
-                    if pl.group == name:
+                    if pl.group_key == key:
                         lines.append(f"      {pl.pods:>3} x {pl.object} ({pl.release})")
         shown = self.problems if verbose else self.problems[:25]
         for p in shown:
@@ -890,7 +899,8 @@ class _Checker:
             for i in range(g.max_nodes):
                 nodes.append({"group": g, "free": {"cpu": a.cpu_millis, "memory": a.memory_bytes, GPU: a.gpus, "pods": a.pods},
                               "hosts": set()})
-        counts: dict[tuple[str, str, str], int] = {}
+        # (release, owner, group): a group object, not its name, as a pool's zonal groups share the name.
+        counts: dict[tuple[str, str, NodeGroup], int] = {}
         total = 0
 
         def take(node: dict, req: dict[str, int]) -> bool:
@@ -908,7 +918,7 @@ class _Checker:
                 if node["group"].name in names:
                     total += 1
                     if take(node, pod.requests):
-                        key = (pod.pt.release, pod.pt.owner, node["group"].name)
+                        key = (pod.pt.release, pod.pt.owner, node["group"])
                         counts[key] = counts.get(key, 0) + 1
                     else:
                         self.problem("packing", pod.pt.release, pod.pt.owner,
@@ -929,7 +939,7 @@ class _Checker:
                         continue
                     if take(node, pod.requests):
                         node["hosts"].add(id(pod.pt))
-                        key = (pod.pt.release, pod.pt.owner, node["group"].name)
+                        key = (pod.pt.release, pod.pt.owner, node["group"])
                         counts[key] = counts.get(key, 0) + 1
                         break
                 else:
@@ -939,7 +949,7 @@ class _Checker:
                              f"{missing} of {pod.pt.replicas} pods find no room when every pod is placed "
                              f"(groups {', '.join(sorted(groups))} at maximum size)",
                              "add nodes (raise the group's maximum or count) or lower requests")
-        placements = [Placement(r, o, g, n) for (r, o, g), n in counts.items()]
+        placements = [Placement(r, o, g.name, n, g.zone) for (r, o, g), n in counts.items()]
         # What the platform's own pods leave free on each group at maximum size (queue_fit: a flavor of
         # system nodes may hand jobs only that, not the nodes' whole allocatable).
         self.room = {id(g): {"cpu": sum(n["free"]["cpu"] for n in nodes if n["group"] is g),
@@ -949,10 +959,11 @@ class _Checker:
         headroom: dict[str, dict[str, Any]] = {}
         for g in self.model.node_groups:
             mine = [n for n in nodes if n["group"] is g]
-            headroom[g.name] = {"nodes": g.max_nodes, "minNodes": g.min_nodes, "instanceType": g.instance_type, "role": g.role,
-                                "cpuMillis": sum(n["free"]["cpu"] for n in mine),
-                                "memoryBytes": sum(n["free"]["memory"] for n in mine),
-                                "gpus": sum(n["free"][GPU] for n in mine), "pods": sum(n["free"]["pods"] for n in mine)}
+            headroom[g.key] = {"group": g.name, "zone": g.zone,
+                               "nodes": g.max_nodes, "minNodes": g.min_nodes, "instanceType": g.instance_type, "role": g.role,
+                               "cpuMillis": sum(n["free"]["cpu"] for n in mine),
+                               "memoryBytes": sum(n["free"]["memory"] for n in mine),
+                               "gpus": sum(n["free"][GPU] for n in mine), "pods": sum(n["free"]["pods"] for n in mine)}
         return placements, headroom, total
 
     # --- ordering -----------------------------------------------------------------------------

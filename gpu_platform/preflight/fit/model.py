@@ -32,6 +32,17 @@ class NodeGroup:
         if not 0 <= self.min_nodes <= self.max_nodes:
             raise ValueError(f"node group {self.name}: min {self.min_nodes} / max {self.max_nodes}")
 
+    @property
+    def zone(self) -> Optional[str]:
+        """The zone of a group that lives in one (EKS: one group per pool and zone, config/names.zonal_groups)."""
+        return self.labels.get("topology.kubernetes.io/zone")
+
+    @property
+    def key(self) -> str:
+        """What tells this group apart in a report: its name, and its zone where a pool has one group per
+        zone (the zonal groups of a pool share the name)."""
+        return f"{self.name}/{self.zone}" if self.zone else self.name
+
     def to_json(self) -> dict[str, Any]:
         a = self.allocatable
         return {"name": self.name, "role": self.role, "minNodes": self.min_nodes, "maxNodes": self.max_nodes,

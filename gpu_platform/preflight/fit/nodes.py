@@ -442,11 +442,12 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
     notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
                  "releases: their requests are not counted, so the headroom shown is an upper bound")
     # The plan registers resources in the order their outputs resolve: order the groups by role, then
-    # name, so packing, the report and fit.json are the same on every run.
+    # name, then zone (a pool's zonal groups share the name), so packing, the report and fit.json are the
+    # same on every run.
     roles = {"control-plane": 0, "system": 1, "gpu": 2}
-    groups = sorted(groups, key=lambda g: (roles.get(g.role, 3), g.name))
+    groups = sorted(groups, key=lambda g: (roles.get(g.role, 3), g.name, g.zone or ""))
     for g in groups:
-        notes.append(f"{g.name}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
+        notes.append(f"{g.key}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
                      f"allocatable per node {g.allocatable}")
     return ClusterModel(cloud=cfg.cloud, kubernetes_version=cfg.kubernetes_version, node_groups=groups,
                         control_plane_ports=ports, notes=notes, extended_resource_toleration=ert)
