@@ -59,6 +59,7 @@ def test_an_unknown_key_comes_with_the_field_and_cross_section_mistakes():
     assert "did you mean natGateways?" in issues.pop("aws.natGateway")
     assert "did you mean monthlyBudgetUsd?" in issues.pop("monthly_budget_usd")
     assert "g5.xlarge" in issues["gpuPools[0].instanceType"]  # the allowed types
+    assert "g5.xlarg is not an AWS GPU type in the catalog" in issues["gpuPools[0].instanceType"]  # not "a aws"
     assert {"gpuPools[0].instanceType", "gpuPools[0].minNodes", "gpuPools[1].minNodes"} == set(issues), issues
 
 

@@ -24,7 +24,7 @@ from gpu_platform.config.gcp import INTERNAL_TEXT, is_internal
 from gpu_platform.config.kubernetes_version import version_warnings
 from gpu_platform.config.model import STRUCTURED_KEYS, StackConfig
 from gpu_platform.config.names import name_issues
-from gpu_platform.costs.catalog import load_catalog
+from gpu_platform.costs.catalog import a_cloud, load_catalog
 
 __all__ = ["config_warnings", "load_from_pulumi", "parse_config", "semantic_issues"]
 
@@ -271,7 +271,7 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
     base = load_catalog()
     for key in cfg.price_overrides:
         if base.instance(cfg.cloud, key) is None:
-            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"a {cfg.cloud} instance type in the catalog"))
+            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"{a_cloud(cfg.cloud)} instance type in the catalog"))
     catalog = load_catalog(cfg.catalog_overrides()) if cfg.price_overrides and not issues else base
     known = sorted(t.name for t in catalog.gpu_instances(cfg.cloud))
     for i, pool in enumerate(cfg.gpu_pools):
@@ -279,7 +279,7 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
             issues.append(ConfigIssue(f"gpuPools[{i}].minNodes", pool.min_nodes, f"at most maxNodes ({pool.max_nodes})"))
         itype = catalog.instance(cfg.cloud, pool.instance_type)
         if itype is None or not itype.is_gpu:
-            what = "has no GPU" if itype is not None else f"is not a {cfg.cloud} GPU type in the catalog"
+            what = "has no GPU" if itype is not None else f"is not {a_cloud(cfg.cloud)} GPU type in the catalog"
             issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
                                       f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
         elif itype.price(pool.capacity) is None:

@@ -446,7 +446,10 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
     roles = {"control-plane": 0, "system": 1, "gpu": 2}
     groups = sorted(groups, key=lambda g: (roles.get(g.role, 3), g.name))
     for g in groups:
-        notes.append(f"{g.name}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
+        # A pool has one group per zone on EKS (config/names.zonal_groups): say which zone each line is.
+        zone = g.labels.get(ZONE_LABEL)
+        where = f" in {zone}" if zone and zone not in g.name else ""
+        notes.append(f"{g.name}{where}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
                      f"allocatable per node {g.allocatable}")
     return ClusterModel(cloud=cfg.cloud, kubernetes_version=cfg.kubernetes_version, node_groups=groups,
                         control_plane_ports=ports, notes=notes, extended_resource_toleration=ert)
