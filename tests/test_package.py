@@ -234,3 +234,19 @@ def test_preflight_checks_the_jobs_named_by_dash_dash_job(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "gcp-prod", "--job", str(tmp_path / "no.yaml")],
                              cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode == 4 and "--job" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_without_a_job_preflight_says_no_training_job_was_checked(tmp_path):
+    """A team's own program has no examples/training/: queue fit for training jobs was skipped in silence."""
+    def run(*extra, code=0):
+        done = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "-C", str(EXAMPLE), "dev", "--no-policies",
+                               "--charts", str(CHARTS), "--out", str(tmp_path / "out"), "--format", "json", *extra],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == code, done.stderr[-3000:]
+        return [w for w in json.loads(done.stdout)["warnings"] if "no training job was checked" in w]
+
+    (note,) = run()
+    assert "--job FILE" in note and "examples/training/trainjob-checkpointed.yaml" in note
+    # A job given: it was checked (this one names a runtime the team's platform lacks, so the fit fails).
+    job = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
+    assert run("--job", str(job), code=3) == []

@@ -287,6 +287,12 @@ class Run:
 
         # Shown once, in the verdict (and the JSON document's `warnings`).
         self.warnings = list(config_warnings(self.cfg))
+        if not args.job and not (project.root / job).is_file():
+            # A team's own program (the wheel's gpu-platform-preflight) has no example job: say that the
+            # queue fit of training jobs went unchecked, rather than pass in silence.
+            self.warnings.append(f"no training job was checked for queue fit (no --job, and {project.root} has no "
+                                 f"{job.as_posix()}): give your job's manifest (a TrainJob, JobSet or Job) with "
+                                 "--job FILE to check that Kueue admits it and a GPU pool can run it")
 
         policies = None
         policy_config = None
