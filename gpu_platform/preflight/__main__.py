@@ -157,8 +157,9 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="json: one document on stdout (schema: gpu_platform/preflight/preflight.schema.json)")
     parser.add_argument("--charts", action="append", metavar="DIR",
-                        help="chart directory to render from (repeatable; default: $GPU_PLATFORM_CHARTS or "
-                             "../shared/charts; fill one with `python -m gpu_platform.preflight charts pull`)")
+                        help="chart directory to render from (repeatable; default: the first of $GPU_PLATFORM_CHARTS, "
+                             "../shared/charts beside the project, the user cache ~/.cache/gpu-platform/charts "
+                             "($XDG_CACHE_HOME honoured); fill the cache with `charts pull`)")
     parser.add_argument("--allow-missing-chart", action="append", default=[], metavar="NAME",
                         help="report releases of this chart as NOT RENDERED instead of failing (repeatable)")
     parser.add_argument("--base", metavar="DIR",
