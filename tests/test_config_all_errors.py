@@ -88,3 +88,16 @@ def test_every_pool_outside_the_gcp_region_is_named_with_the_regions_offering_th
     common = region.split(": ", 1)[1].split(", ")
     assert common == ["asia-southeast1", "europe-west4", "us-central1", "us-east1", "us-west1"], region
     assert "us-west4" not in common  # A100 only: no L4 there
+
+
+def test_a_misspelt_structured_key_as_the_cli_passes_it_is_read_as_the_right_key():
+    """Under `pulumi up` structures arrive as JSON text; a misspelt gpuPools is still checked as gpuPools."""
+    import json
+
+    config = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in raw("aws-prod").items()}
+    pools = json.loads(config.pop("gpuPools"))
+    pools[0]["minNodes"] = 9
+    config["gpu_pools"] = json.dumps(pools)
+    with pytest.raises(ConfigError) as err:
+        parse_config(config, "aws-prod")
+    assert {i.key for i in err.value.issues} == {"gpu_pools", "gpuPools[0].minNodes"}, err.value

@@ -94,6 +94,11 @@ def _respelt(values: dict[str, Any], misspelt: list[tuple[tuple, str, ConfigIssu
         for part in loc[:-1]:
             parent = parent[part]
         value = parent.pop(loc[-1])
+        if len(loc) == 1 and guess in STRUCTURED_KEYS and isinstance(value, str):
+            try:  # the CLI passes structures as JSON, as for the key spelt right (above)
+                value = json.loads(value)
+            except (json.JSONDecodeError, RecursionError):
+                pass  # the model then says what the key takes
         parent.setdefault(guess, value)
     return out
 
