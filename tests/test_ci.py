@@ -279,6 +279,16 @@ def test_no_pull_request_reaches_a_deploy_credential_and_deploy_enforces_the_pol
     assert not trust_problems(all_workflows())
 
 
+@pytest.mark.parametrize("name", CLOUD_WORKFLOWS)
+def test_a_repository_still_setting_pulumi_runs_on_is_told_of_the_split(name):
+    """PULUMI_RUNS_ON is no longer read: a repository that set it would silently run on GitHub-hosted runners."""
+    job = next(iter(workflow(name)["jobs"].values()))
+    own = RUNS_ON_VAR.findall(str(job["runs-on"]))
+    assert own and own != ["PULUMI_RUNS_ON"], job["runs-on"]
+    first = job["steps"][0]
+    assert first["if"] == f"vars.PULUMI_RUNS_ON != '' && vars.{own[0]} == ''" and "exit 1" in first["run"], first
+
+
 def test_the_trust_check_catches_each_way_around(tmp_path):
     """Each edit a pull request could make to walk around a gate is caught."""
     def broken(name, edit):
@@ -340,7 +350,7 @@ def test_docs_ci_says_what_every_token_the_workflows_read_can_do():
     table = (ROOT / "docs" / "ci.md").read_text().split("What each token can do:", 1)[1].split("\n\n", 2)[1]
     rows = {line.split("|")[1].strip().strip("`"): line for line in table.splitlines() if line.startswith("| `")}
     used = {ref for wf in WORKFLOWS for ref in SECRET_REF.findall(wf.read_text())}
-    used -= {"PULUMI_PREVIEW_RUNS_ON", "PULUMI_DEPLOY_RUNS_ON", "PULUMI_DRIFT_RUNS_ON", "AWS_REGION",
+    used -= {"PULUMI_RUNS_ON", "PULUMI_PREVIEW_RUNS_ON", "PULUMI_DEPLOY_RUNS_ON", "PULUMI_DRIFT_RUNS_ON", "AWS_REGION",
              "GCP_WORKLOAD_IDENTITY_PROVIDER"}  # not credentials
     missing = sorted(used - set(rows))
     assert not missing, f"docs/ci.md's token table lacks {missing}"
