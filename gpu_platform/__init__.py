@@ -7,8 +7,11 @@ Subpackages: `components` (clusters per cloud, the ML platform, the typed config
 cluster fit and cost), `controllers` (the scale-in protection controller's image source).
 """
 
-# The release; CHANGELOG.md has a section and git a `v<version>` tag for each.
-__version__ = "0.2.0"
+# The package's version (PEP 440). While CHANGELOG.md has an [Unreleased] section it is the next release's
+# `.dev0`, so a wheel built between releases never claims to be the last one; a release sets X.Y.Z, names
+# the section after it and tags `vX.Y.Z` (docs/architecture.md, Releasing). No release is tagged yet:
+# 0.1.0 and 0.2.0 have CHANGELOG sections but no tags, so programs pin a commit.
+__version__ = "0.3.0.dev0"
 
 
 def command_name(module: str) -> str:

@@ -41,10 +41,33 @@ def workflow(name: str) -> dict:
     return yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
 
 
-@pytest.mark.parametrize("name", ["preview.yml", "deploy.yml", "drift.yml"])
+CLOUD_WORKFLOWS = ["preview.yml", "deploy.yml", "drift.yml"]
+
+
+def stack_matrix_problem(name: str, listed: list[str], shipped: list[str]) -> str | None:
+    """What a user must edit when a workflow's stack list and stacks/Pulumi.*.yaml differ (docs/ci.md)."""
+    missing, extra = sorted(set(shipped) - set(listed)), sorted(set(listed) - set(shipped))
+    if not missing and not extra:
+        return None
+    files = ", ".join(f".github/workflows/{w}" for w in CLOUD_WORKFLOWS)
+    said = [f"lacks {missing}" if missing else "", f"lists {extra}, which have no stacks/Pulumi.<stack>.yaml" if extra else ""]
+    return (f".github/workflows/{name}: its `matrix.stack` {' and '.join(s for s in said if s)}. The stack list is "
+            f"written out in three files; edit each: {files} (docs/ci.md, \"Adding a stack\")")
+
+
+@pytest.mark.parametrize("name", CLOUD_WORKFLOWS)
 def test_cloud_workflows_cover_every_shipped_stack(name):
     job = next(iter(workflow(name)["jobs"].values()))
-    assert sorted(job["strategy"]["matrix"]["stack"]) == shipped_stacks(), name
+    problem = stack_matrix_problem(name, job["strategy"]["matrix"]["stack"], shipped_stacks())
+    assert problem is None, problem
+
+
+def test_a_missing_stack_names_the_three_files_to_edit():
+    problem = stack_matrix_problem("preview.yml", ["aws-prod"], ["aws-prod", "team-x"])
+    assert "lacks ['team-x']" in problem and "Adding a stack" in problem
+    assert all(f".github/workflows/{w}" in problem for w in CLOUD_WORKFLOWS)
+    assert "lists ['old']" in stack_matrix_problem("deploy.yml", ["aws-prod", "old"], ["aws-prod"])
+    assert stack_matrix_problem("drift.yml", ["b", "a"], ["a", "b"]) is None
 
 
 def test_one_preflight_job_plans_every_stack_and_writes_the_summary():
@@ -200,6 +223,51 @@ def trust_problems(docs: dict[str, dict]) -> list[str]:
                     runs = [s.get("run", "") for s in job["steps"]]
                     if not any("preflight policy-config" in r and step["with"].get("policyPackConfigs", "?") in r for r in runs):
                         problems.append(f"{wf}:{name}: the policy config is not the one `preflight policy-config` writes")
+    return problems + runner_sharing_problems(docs)
+
+
+# A GitHub-hosted runner is a fresh VM per job; a self-hosted one keeps whatever a job leaves on it.
+GITHUB_HOSTED_LABEL = re.compile(r"(ubuntu|windows|macos)-[\w.-]+")
+RUNS_ON_VAR = re.compile(r"\bvars\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def runner_of(job: dict) -> tuple[set[str], set[str]]:
+    """(repository variables a job's `runs-on` reads, self-hosted labels or group it names literally)."""
+    runs_on = job.get("runs-on", "")
+    variables = set(RUNS_ON_VAR.findall(yaml.safe_dump(runs_on)))
+    if isinstance(runs_on, dict):
+        literal = [*([runs_on["group"]] if "group" in runs_on else []), *([runs_on.get("labels")] if isinstance(
+            runs_on.get("labels"), str) else runs_on.get("labels") or [])]
+    else:
+        literal = [runs_on] if isinstance(runs_on, str) else list(runs_on)
+    labels = {str(x) for x in literal if "${{" not in str(x) and not GITHUB_HOSTED_LABEL.fullmatch(str(x))}
+    return variables, labels
+
+
+def runner_sharing_problems(docs: dict[str, dict]) -> list[str]:
+    """A job that runs pull-request code must not share a runner with a job that holds secrets (deploy.yml's
+    deploy credentials, drift.yml's preview tokens of every stack): on a persistent self-hosted runner the
+    pull request could leave a process or a file behind that reads them (docs/ci.md, "Runners")."""
+    pr_jobs, secret_jobs = [], []
+    for wf, doc in docs.items():
+        started_by_pr = dict(jobs_a_pull_request_starts(doc))
+        for name, job in doc["jobs"].items():
+            if name in started_by_pr:
+                pr_jobs.append((f"{wf}:{name}", runner_of(job)))
+            else:
+                secrets = set(re.findall(r"\bsecrets\.([A-Za-z_][A-Za-z0-9_]*)", yaml.safe_dump(job))) - {"GITHUB_TOKEN"}
+                if secrets:
+                    secret_jobs.append((f"{wf}:{name}", runner_of(job), sorted(secrets)))
+    problems = []
+    for pr_job, (pr_vars, pr_labels) in pr_jobs:
+        for secret_job, (s_vars, s_labels), secrets in secret_jobs:
+            shared_vars = sorted(pr_vars & s_vars)
+            # A runner registered with the larger label set also takes jobs asking for a subset of them.
+            nested = pr_labels and s_labels and (pr_labels <= s_labels or s_labels <= pr_labels)
+            if shared_vars or nested:
+                via = f"variables {shared_vars}" if shared_vars else f"labels {sorted(pr_labels)} / {sorted(s_labels)}"
+                problems.append(f"{pr_job} runs pull-request code on the runner ({via}) that {secret_job} uses with "
+                                f"secrets {secrets}: give each its own runner variable (docs/ci.md)")
     return problems
 
 
@@ -209,6 +277,16 @@ def all_workflows() -> dict[str, dict]:
 
 def test_no_pull_request_reaches_a_deploy_credential_and_deploy_enforces_the_policy_config():
     assert not trust_problems(all_workflows())
+
+
+@pytest.mark.parametrize("name", CLOUD_WORKFLOWS)
+def test_a_repository_still_setting_pulumi_runs_on_is_told_of_the_split(name):
+    """PULUMI_RUNS_ON is no longer read: a repository that set it would silently run on GitHub-hosted runners."""
+    job = next(iter(workflow(name)["jobs"].values()))
+    own = RUNS_ON_VAR.findall(str(job["runs-on"]))
+    assert own and own != ["PULUMI_RUNS_ON"], job["runs-on"]
+    first = job["steps"][0]
+    assert first["if"] == f"vars.PULUMI_RUNS_ON != '' && vars.{own[0]} == ''" and "exit 1" in first["run"], first
 
 
 def test_the_trust_check_catches_each_way_around(tmp_path):
@@ -240,6 +318,24 @@ def test_the_trust_check_catches_each_way_around(tmp_path):
     found = broken("controller-image.yml", packages_for_pull_requests)
     assert any("may write packages" in p for p in found) and any("must be {}" in p for p in found)
 
+    def preview_on_the_deploy_runner(doc):
+        doc["jobs"]["preview"]["runs-on"] = "${{ fromJSON(vars.PULUMI_DEPLOY_RUNS_ON) }}"
+    assert any("deploy.yml:up" in p and "PULUMI_DEPLOY_RUNS_ON" in p for p in broken("preview.yml", preview_on_the_deploy_runner))
+
+    def preview_on_the_drift_runner(doc):
+        doc["jobs"]["preview"]["runs-on"] = "${{ fromJSON(vars.PULUMI_DRIFT_RUNS_ON || '\"ubuntu-24.04\"') }}"
+    assert any("drift.yml:drift" in p for p in broken("preview.yml", preview_on_the_drift_runner))
+
+    def literal_labels(docs_edit):
+        docs = copy.deepcopy(all_workflows())
+        docs["preview.yml"]["jobs"]["preview"]["runs-on"] = ["self-hosted", "gpu-admin"]
+        docs["deploy.yml"]["jobs"]["up"]["runs-on"] = docs_edit
+        return runner_sharing_problems(docs)
+    # A deploy runner labelled self-hosted+gpu-admin+deploy still takes a job asking for self-hosted+gpu-admin.
+    assert any("deploy.yml:up" in p for p in literal_labels(["self-hosted", "gpu-admin", "deploy"]))
+    assert not [p for p in literal_labels(["self-hosted", "gpu-deploy"]) if "deploy.yml:up" in p]
+    assert not [p for p in literal_labels("ubuntu-24.04") if "deploy.yml:up" in p]
+
 
 def test_stack_files_hold_no_credentials():
     """A preview token can decrypt whatever a stack file encrypts: no provider credential lives there."""
@@ -254,7 +350,8 @@ def test_docs_ci_says_what_every_token_the_workflows_read_can_do():
     table = (ROOT / "docs" / "ci.md").read_text().split("What each token can do:", 1)[1].split("\n\n", 2)[1]
     rows = {line.split("|")[1].strip().strip("`"): line for line in table.splitlines() if line.startswith("| `")}
     used = {ref for wf in WORKFLOWS for ref in SECRET_REF.findall(wf.read_text())}
-    used -= {"PULUMI_RUNS_ON", "AWS_REGION", "GCP_WORKLOAD_IDENTITY_PROVIDER"}  # not credentials
+    used -= {"PULUMI_RUNS_ON", "PULUMI_PREVIEW_RUNS_ON", "PULUMI_DEPLOY_RUNS_ON", "PULUMI_DRIFT_RUNS_ON", "AWS_REGION",
+             "GCP_WORKLOAD_IDENTITY_PROVIDER"}  # not credentials
     missing = sorted(used - set(rows))
     assert not missing, f"docs/ci.md's token table lacks {missing}"
     for name, row in rows.items():

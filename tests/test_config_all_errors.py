@@ -42,3 +42,62 @@ def test_a_wrong_cloud_stops_there():
     with pytest.raises(ConfigError) as err:
         parse_config(config, "gcp-prod")
     assert [i.key for i in err.value.issues][0] == "cloud"
+
+
+def test_an_unknown_key_comes_with_the_field_and_cross_section_mistakes():
+    """The adopter's stack: a misspelt key, a typo in an instance type, two pools with minNodes > maxNodes.
+    All four come in the first run, not the unknown key alone and the rest after it is fixed."""
+    config = raw("aws-prod")
+    config["aws"]["natGateway"] = config["aws"].pop("natGateways")  # did you mean natGateways?
+    config["gpuPools"][0]["instanceType"] = "g5.xlarg"
+    config["gpuPools"][0]["minNodes"] = 9
+    config["gpuPools"][1]["minNodes"] = 5
+    config["monthly_budget_usd"] = config.pop("monthlyBudgetUsd")     # another spelling, still read as the budget
+    with pytest.raises(ConfigError) as err:
+        parse_config(config, "aws-prod")
+    issues = {i.key: i.allowed for i in err.value.issues}
+    assert "did you mean natGateways?" in issues.pop("aws.natGateway")
+    assert "did you mean monthlyBudgetUsd?" in issues.pop("monthly_budget_usd")
+    assert "g5.xlarge" in issues["gpuPools[0].instanceType"]  # the allowed types
+    assert "g5.xlarg is not an AWS GPU type in the catalog" in issues["gpuPools[0].instanceType"]  # not "a aws"
+    assert {"gpuPools[0].instanceType", "gpuPools[0].minNodes", "gpuPools[1].minNodes"} == set(issues), issues
+
+
+def test_an_unknown_key_without_a_guess_does_not_hide_the_others():
+    config = raw("gcp-prod")
+    config["gcp"]["nodeImage"] = "cos"                                  # no known key is close
+    config["gpuPools"][0]["minNodes"] = 12
+    with pytest.raises(ConfigError) as err:
+        parse_config(config, "gcp-prod")
+    keys = {i.key for i in err.value.issues}
+    assert {"gcp.nodeImage", "gpuPools[0].minNodes"} <= keys, keys
+
+
+def test_every_pool_outside_the_gcp_region_is_named_with_the_regions_offering_them_all():
+    config = raw("gcp-prod")
+    config["gcp"]["region"] = "europe-west2"
+    config["gcp"]["zones"] = ["europe-west2-a", "europe-west2-b"]
+    config["gpuPools"] = [{"name": "l4", "instanceType": "g2-standard-8", "capacity": "spot", "minNodes": 0, "maxNodes": 4},
+                          {"name": "a100", "instanceType": "a2-highgpu-1g", "capacity": "spot", "minNodes": 0, "maxNodes": 2}]
+    with pytest.raises(ConfigError) as err:
+        parse_config(config, "gcp-prod")
+    issues = {i.key: i.allowed for i in err.value.issues}
+    assert "europe-west2" in issues["gpuPools[0].instanceType"] and "europe-west2" in issues["gpuPools[1].instanceType"]
+    region = issues["gcp.region"]
+    assert "a2-highgpu-1g and g2-standard-8" in region
+    common = region.split(": ", 1)[1].split(", ")
+    assert common == ["asia-southeast1", "europe-west4", "us-central1", "us-east1", "us-west1"], region
+    assert "us-west4" not in common  # A100 only: no L4 there
+
+
+def test_a_misspelt_structured_key_as_the_cli_passes_it_is_read_as_the_right_key():
+    """Under `pulumi up` structures arrive as JSON text; a misspelt gpuPools is still checked as gpuPools."""
+    import json
+
+    config = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in raw("aws-prod").items()}
+    pools = json.loads(config.pop("gpuPools"))
+    pools[0]["minNodes"] = 9
+    config["gpu_pools"] = json.dumps(pools)
+    with pytest.raises(ConfigError) as err:
+        parse_config(config, "aws-prod")
+    assert {i.key for i in err.value.issues} == {"gpu_pools", "gpuPools[0].minNodes"}, err.value

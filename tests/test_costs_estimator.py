@@ -71,7 +71,7 @@ def test_price_override_changes_the_estimate():
 
 
 @pytest.mark.parametrize("shape, match", [
-    (StackShape("gcp", None, (PoolShape("a", "a2-nope", "spot", 0, 1),)), "not a gcp instance type"),
+    (StackShape("gcp", None, (PoolShape("a", "a2-nope", "spot", 0, 1),)), "not a GCP instance type"),
     (StackShape("linode", None, (PoolShape("a", "g1-gpu-rtx6000-1", "spot", 0, 1),)), "has no spot price"),
     (StackShape("aws", None, (PoolShape("a", "g5.xlarge", "spot", 3, 1),)), "minNodes 3 > maxNodes 1"),
     (StackShape("azure", None, ()), "cloud must be"),

@@ -238,3 +238,18 @@ def test_test_data_does_not_live_in_prose():
         assert "checkov-skips -->" not in page.read_text(), f"{page.name} still holds a skip list a test parses"
     doc = yaml.safe_load((ROOT / "tests" / "data" / "checkov-skips.yaml").read_text())
     assert set(doc) == {"platform", "images", "upstream", "privileged"} and doc["upstream"]
+
+
+def test_the_quickstarts_say_what_the_shipped_stacks_do():
+    """quickstart-gcp called gcp-prod's A100 pool preemptible while the stack file says spot; the AWS and GCP
+    quickstarts sent readers to a Pulumi set-up "as above" that is not on their page."""
+    from tests.conftest import stack_config
+
+    gcp = (ROOT / "docs" / "quickstart-gcp.md").read_text()
+    intro = gcp.split("\n1. ", 1)[0]
+    (pool,) = stack_config("gcp-prod")["gpu-platform:gpuPools"]
+    assert f"capacity: {pool['capacity']}" in intro and f"{pool['capacity'].capitalize()} A100 pool" in intro, intro
+    for name in ("quickstart-aws.md", "quickstart-gcp.md"):
+        text = (ROOT / "docs" / name).read_text()
+        assert "as above" not in text.split("\n2. ", 1)[0], name
+        assert "pulumi login" in text and "https://www.pulumi.com/docs/install/" in text, name

@@ -67,6 +67,17 @@ def test_eks_managed_system_group_and_mixed_gpu_groups():
     assert m.control_plane_ports is None
 
 
+def test_eks_zonal_groups_notes_name_their_zone():
+    """`preflight -v` lists one line per node group; EKS has one group per pool and zone, whose lines were
+    the same line three times."""
+    m = _model("aws-prod")
+    lines = [n for n in m.notes if n.split(":", 1)[0].split(" in ")[0] in {g.name for g in m.node_groups}]
+    assert len(lines) == len(m.node_groups) == len(set(lines)), lines
+    for g in m.node_groups:
+        zone = g.labels["topology.kubernetes.io/zone"]
+        assert any(line.startswith(f"{g.name}/{zone}: ") for line in lines), (g.name, zone, lines)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reachability from synthetic plans
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ BUDGET = "gcp:billing/budget:Budget"
 CHANNEL = "gcp:monitoring/notificationChannel:NotificationChannel"
 BUCKET = "gcp:storage/bucket:Bucket"
 COMMON = {"owner": "ml-platform", "cost-center": "research", "environment": "prod", "managed-by": "pulumi",
-          "app": "gpu-platform"}
+          "app": "gpu-platform", "cluster": "gpu-prod"}
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 import gpu_platform
 from tests.conftest import ROOT
@@ -72,20 +73,60 @@ def test_dev_dependencies_are_the_pinned_dev_requirements():
     assert not {"pytest", "moto", "hypothesis", "zizmor"} & runtime
 
 
-def test_version_is_the_changelogs_newest_and_tags_are_v_prefixed():
+def version_problem(version: str, changelog: str) -> str | None:
+    """Why the package version and CHANGELOG.md disagree (None when they agree): with an [Unreleased] section
+    the version is a .dev release after the newest released section (a wheel built from main must not claim
+    to be that release); without one it is the newest released section."""
+    released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.M)
+    newest = max((Version(v) for v in released), default=None)
+    ours = Version(version)
+    if re.search(r"^## \[Unreleased\]", changelog, re.M):
+        if not ours.is_devrelease:
+            return f"CHANGELOG.md has an [Unreleased] section, so the version is a .dev release, not {version}"
+        if newest is not None and ours.release <= newest.release:
+            return f"{version} is not after the newest release in CHANGELOG.md ({newest})"
+        return None
+    return None if newest == ours else f"{version} is not the newest CHANGELOG.md section ({newest})"
+
+
+def test_version_agrees_with_the_changelog_and_tags_are_v_prefixed():
     changelog = (ROOT / "CHANGELOG.md").read_text()
-    newest = re.search(r"^## \[(?:Unreleased\] — )?(\d+\.\d+\.\d+)\]?", changelog, re.M)
-    assert newest and newest.group(1) == gpu_platform.__version__
+    problem = version_problem(gpu_platform.__version__, changelog)
+    assert problem is None, problem
     tags = subprocess.run(["git", "tag", "--list"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     assert all(re.fullmatch(r"v\d+\.\d+\.\d+", t) for t in tags), tags
     for tag in tags:  # each tag has its CHANGELOG section
         assert f"## [{tag[1:]}]" in changelog, f"{tag} has no CHANGELOG section"
 
 
+def test_the_version_check_catches_a_release_number_while_unreleased():
+    changelog = "## [Unreleased]\n### Changed\n- x\n\n## [0.2.0] — 2026-11-23\n"
+    assert "a .dev release" in version_problem("0.2.0", changelog)
+    assert "not after" in version_problem("0.2.0.dev0", changelog)
+    assert version_problem("0.3.0.dev0", changelog) is None
+    released = changelog.replace("## [Unreleased]", "## [0.3.0] — 2026-12-01")
+    assert version_problem("0.3.0", released) is None and version_problem("0.3.0.dev0", released)
+
+
+def test_the_docs_name_no_release_tag_that_git_lacks():
+    """examples/team-gke/requirements.txt said to pin @v0.2.0, which was never tagged."""
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True)
+    if shallow.stdout.strip() != "false":
+        pytest.skip("a shallow clone (CI's checkout) has no tags to compare with")
+    tags = set(subprocess.run(["git", "tag", "--list"], cwd=ROOT, capture_output=True, text=True).stdout.split())
+    texts = [ROOT / "README.md", ROOT / "examples" / "team-gke" / "requirements.txt", ROOT / "examples" / "team-gke" / "README.md",
+             *sorted((ROOT / "docs").glob("*.md"))]
+    named = {(p.relative_to(ROOT).as_posix(), m) for p in texts for line in p.read_text().splitlines()
+             if "gpu-platform" in line for m in re.findall(r"@(v\d+\.\d+\.\d+)\b", line)}  # this package's pins
+    missing = sorted((where, tag) for where, tag in named if tag not in tags)
+    assert not missing, f"pinning a tag git does not have: {missing}"
+
+
 def test_the_policy_pack_reports_the_package_version():
-    """One version: the pack preflight and `pulumi preview` report is the package's release."""
+    """One version: the pack preflight and `pulumi preview` report is the package's (in SemVer form)."""
     manifest = yaml.safe_load((ROOT / "gpu_platform" / "policies" / "PulumiPolicy.yaml").read_text())
-    assert str(manifest["version"]) == gpu_platform.__version__
+    assert Version(str(manifest["version"])) == Version(gpu_platform.__version__)
+    assert re.fullmatch(r"\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?", str(manifest["version"])), manifest["version"]  # SemVer
 
 
 # --- the wheel in a fresh virtualenv --------------------------------------------------------------
@@ -234,3 +275,19 @@ def test_preflight_checks_the_jobs_named_by_dash_dash_job(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "gcp-prod", "--job", str(tmp_path / "no.yaml")],
                              cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode == 4 and "--job" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_without_a_job_preflight_says_no_training_job_was_checked(tmp_path):
+    """A team's own program has no examples/training/: queue fit for training jobs was skipped in silence."""
+    def run(*extra, code=0):
+        done = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "-C", str(EXAMPLE), "dev", "--no-policies",
+                               "--charts", str(CHARTS), "--out", str(tmp_path / "out"), "--format", "json", *extra],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == code, done.stderr[-3000:]
+        return [w for w in json.loads(done.stdout)["warnings"] if "no training job was checked" in w]
+
+    (note,) = run()
+    assert "--job FILE" in note and "examples/training/trainjob-checkpointed.yaml" in note
+    # A job given: it was checked (this one names a runtime the team's platform lacks, so the fit fails).
+    job = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
+    assert run("--job", str(job), code=3) == []

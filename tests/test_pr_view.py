@@ -69,7 +69,7 @@ def test_verbose_shows_headroom_policy_config_version_and_api_exposure(base_and_
     assert "stacks/policy.gcp-prod.yaml" in review and '"maxGpus": 16' in review
     assert "1.35, standard support until 2027-" in review
     assert "public endpoint, open to 203.0.113.0/24 only" in review
-    assert "aws-imdsv2-encrypted-volumes  mandatory  n/a (aws resources; this is a gcp stack)" in text
+    assert "aws-imdsv2-encrypted-volumes  mandatory  n/a (AWS resources; this is a GCP stack)" in text
     assert "linode-disk-encryption        mandatory  n/a" in text
     assert "gke-node-hardening            mandatory  pass" in text
 

@@ -170,3 +170,12 @@ def test_the_whole_run_has_a_deadline_with_a_clear_message(tmp_path):
     assert "preflight demo: gave up after 1s (--timeout): no verdict" in run.stderr
     assert "Traceback" not in run.stderr
     assert not list(tmp.rglob("stack-config.json"))
+
+
+def test_the_charts_help_names_every_folder_preflight_looks_in():
+    """--help once named $GPU_PLATFORM_CHARTS and ../shared/charts only: a fresh clone uses the user cache."""
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "COLUMNS": "400"})
+    charts = next(line for line in run.stdout.splitlines() if line.strip().startswith("--charts DIR"))
+    assert all(where in charts for where in ("$GPU_PLATFORM_CHARTS", "../shared/charts", "~/.cache/gpu-platform/charts",
+                                             "charts pull")), charts

@@ -61,3 +61,36 @@ def test_gcp_refuses_a_suffix_because_gke_clusters_of_one_project_share_workload
     with pytest.raises(ConfigError) as err:
         parse_config(raw, "gcp-prod")
     assert "nameSuffix" in str(err.value) and "svc.id.goog" in str(err.value) and "own project" in str(err.value)
+
+
+def _budget_counts(cost_filters: list[dict], tags: dict[str, str]) -> bool:
+    """What AWS Budgets does with a TagKeyValue cost filter: a cost counts when its resource carries one of
+    the filter's `user:<key>$<value>` cost allocation tags."""
+    values = [v for f in cost_filters if f["name"] == "TagKeyValue" for v in f["values"]]
+    return any(tags.get(v.removeprefix("user:").split("$", 1)[0]) == v.split("$", 1)[1] for v in values)
+
+
+@pytest.mark.parametrize("suffix", [None, "team1"])
+def test_a_team_resource_tagged_with_common_labels_counts_in_the_stack_budget(suffix):
+    """A library user's own resource (examples/team-gke labels its bucket with common_labels) is part of the
+    stack's spend: the AWS budget filters on the `cluster` tag, which common_labels lacked."""
+    from gpu_platform.components.cluster import common_labels
+
+    config = _config(suffix)
+    cfg = parse_config(stack_input_from_mapping("aws-prod", config).raw, "aws-prod")
+    budget = run_program(stack_input_from_mapping("aws-prod", config)).one("aws:budgets/budget:Budget").inputs
+    assert _budget_counts(budget["costFilters"], common_labels(cfg))
+    other = parse_config(stack_input_from_mapping("aws-prod", _config("other")).raw, "aws-prod")
+    assert not _budget_counts(budget["costFilters"], common_labels(other))  # another stack's spend stays out
+
+
+def test_the_cluster_label_is_a_valid_gcp_label_value_on_the_longest_stack_name():
+    from gpu_platform.components.cluster import CLUSTER_LABEL, common_labels
+    from gpu_platform.config.names import GCP_LABEL_VALUE
+
+    config = stack_config("gcp-prod")
+    config["gpu-platform:environment"] = "e" * 30  # the longest; GCP stacks take no nameSuffix
+    cfg = parse_config(stack_input_from_mapping("gcp-prod", config).raw, "gcp-prod")
+    value = common_labels(cfg)[CLUSTER_LABEL]
+    assert value == f"gpu-{'e' * 30}" and GCP_LABEL_VALUE.problem(value) is None
+    assert GCP_LABEL_VALUE.problem("Gpu-Prod") is not None and GCP_LABEL_VALUE.problem("x" * 64) is not None

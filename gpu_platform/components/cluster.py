@@ -130,14 +130,22 @@ class ClusterHandle:
         return sum(p.max_gpus for p in self.gpu_pools)
 
 
+# The tag (label) naming the stack's cluster: the AWS stack budget counts only costs carrying it
+# (aws/billing.py, `user:cluster$<name>`), so a team's own resources labelled with common_labels count too.
+CLUSTER_LABEL = "cluster"
+
+
 def common_labels(cfg: "StackConfig") -> dict[str, str]:
-    """Owner/cost labels for every billable resource (keys valid as GCP labels, AWS and k8s tags)."""
+    """Owner/cost labels for every billable resource, a team's own included (keys valid as GCP labels, AWS and
+    k8s tags; the `cluster` value, gpu-<environment>[-<nameSuffix>], is lowercase and at most 41 characters,
+    within GCP's 63 for a label value; config/names.py checks it per cloud)."""
     return {
         "owner": cfg.owner,
         "cost-center": cfg.cost_center,
         "environment": cfg.environment,
         "managed-by": "pulumi",
         "app": "gpu-platform",
+        CLUSTER_LABEL: cfg.name_prefix,
     }
 
 

@@ -17,7 +17,9 @@ Sources of the rules (checked 2026-11-23):
   most 63 (networks, subnetworks, routers, firewalls); service account IDs 6-30 `[a-z]([-a-z0-9]*[a-z0-9])`
   (pulumi_gcp serviceaccount.Account docstring); Cloud Storage bucket names 3-63 lowercase letters,
   digits, `-`, `_`, `.`, alphanumeric at both ends, not starting with "goog" nor containing "google"
-  (pulumi_gcp storage.Bucket docstring and cloud.google.com/storage/docs/buckets#naming).
+  (pulumi_gcp storage.Bucket docstring and cloud.google.com/storage/docs/buckets#naming); label values at
+  most 63 lowercase letters, digits, `-` and `_` (international characters allowed;
+  cloud.google.com/resource-manager/docs/labels-overview#requirements).
 - AWS: EKS cluster names 1-100 `^[0-9A-Za-z][A-Za-z0-9\\-_]*$` (pulumi_aws eks.Cluster docstring);
   S3 `bucket_prefix` at most 37 lowercase characters (pulumi_aws s3.Bucket docstring: the provider
   appends a 26-character unique suffix); Auto Scaling group names at most 255; SNS topic names 1-256
@@ -76,6 +78,8 @@ LINODE_VPC_LABEL = Rule("a Linode VPC label", 1, 64, re.compile(r"[A-Za-z0-9-]+"
 LINODE_TAG = Rule("a Linode tag (key:value)", 3, 50, re.compile(r"[^\x00-\x1f]+"), "printable characters")
 LINODE_BUCKET_LABEL = Rule("a Linode Object Storage bucket label", 3, 63, re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"),
                            "lowercase letters, digits and '-', alphanumeric at both ends")
+GCP_LABEL_VALUE = Rule("a GCP label value", 0, 63, re.compile(r"[-_a-z0-9\u00c0-\uffff]*"),
+                       "lowercase letters, digits, '-' and '_'")
 GKE_NAME = Rule("a GKE cluster or node pool name", 1, 40, re.compile(r"[a-z](?:[-a-z0-9]*[a-z0-9])?"),
                 "lowercase letters, digits and '-', starting with a letter, not ending with '-'")
 GCE_NAME = Rule("a Compute Engine resource name", 1, 63, re.compile(r"[a-z](?:[-a-z0-9]*[a-z0-9])?"),
@@ -182,7 +186,8 @@ def linode_names(cfg: "StackConfig") -> list[DerivedName]:
     # Tags on every instance, volume and firewall (gpu_platform.components.cluster.common_labels as key:value).
     out += [DerivedName(f"owner:{cfg.owner}", LINODE_TAG, ("owner",), "the owner tag"),
             DerivedName(f"cost-center:{cfg.cost_center}", LINODE_TAG, ("costCenter",), "the cost-center tag"),
-            DerivedName(f"environment:{cfg.environment}", LINODE_TAG, ("environment",), "the environment tag")]
+            DerivedName(f"environment:{cfg.environment}", LINODE_TAG, ("environment",), "the environment tag"),
+            DerivedName(f"cluster:{prefix}", LINODE_TAG, ("environment",), "the cluster tag")]
     cp_count = section.control_plane.count if section is not None else 1
     if cp_count > 1:
         out += [DerivedName(f"{prefix}-api", LINODE_NODEBALANCER_LABEL, env, "the API NodeBalancer"),
@@ -215,6 +220,8 @@ def gcp_names(cfg: "StackConfig") -> list[DerivedName]:
     project = cfg.gcp.project if cfg.gcp is not None else ""
     out.append(DerivedName(bucket_name(project, prefix), GCS_BUCKET, ("gcp.project", "environment"),
                            "the checkpoint bucket"))
+    # common_labels' `cluster` label on every resource (components/cluster.py).
+    out.append(DerivedName(prefix, GCP_LABEL_VALUE, env, "the cluster label's value"))
     return out
 
 

@@ -24,7 +24,7 @@ from gpu_platform.config.gcp import INTERNAL_TEXT, is_internal
 from gpu_platform.config.kubernetes_version import version_warnings
 from gpu_platform.config.model import STRUCTURED_KEYS, StackConfig
 from gpu_platform.config.names import name_issues
-from gpu_platform.costs.catalog import load_catalog
+from gpu_platform.costs.catalog import a_cloud, load_catalog
 
 __all__ = ["config_warnings", "load_from_pulumi", "parse_config", "semantic_issues"]
 
@@ -56,14 +56,17 @@ def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
                 continue
         values[key] = value
     # The model also takes its Python names (monthly_budget_usd) for the code's own use; a stack file
-    # must use the spelling the CLI, the policy pack and the docs read (monthlyBudgetUsd).
-    issues += spelling_issues(StackConfig, values, "")
-    if issues:
-        raise ConfigError(stack, issues, source)
+    # must use the spelling the CLI, the policy pack and the docs read (monthlyBudgetUsd). A misspelt key
+    # is reported and then read as the key it stands for, so the file's other mistakes (and that value's
+    # own) come in the same run, not after the user fixed the spelling.
+    misspelt = _spelling(StackConfig, values, ())
+    issues += [issue for _, _, issue in misspelt]
+    values = _respelt(values, misspelt)
     try:
         cfg = StackConfig.model_validate(values)
     except ValidationError as exc:
-        issues = [_issue_from_pydantic(e, values) for e in exc.errors()]
+        seen = {i.key for i in issues}
+        issues += [i for i in (_issue_from_pydantic(e, values) for e in exc.errors()) if i.key not in seen]
         # Every mistake of the file in one run: the checks that need a typed config also run on the
         # config without the values refused above, and their findings on the other keys are added.
         rest = _without_refused(values, exc.errors())
@@ -72,11 +75,32 @@ def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
             issues += [i for i in semantic_issues(rest) if i.key not in seen]
         raise ConfigError(stack, issues, source) from None
     except RecursionError:
-        raise ConfigError(stack, [ConfigIssue("(root)", "...", "values nested less deeply")], source) from None
-    issues = semantic_issues(cfg)
+        raise ConfigError(stack, [*issues, ConfigIssue("(root)", "...", "values nested less deeply")], source) from None
+    issues += semantic_issues(cfg)
     if issues:
         raise ConfigError(stack, issues, source)
     return cfg
+
+
+def _respelt(values: dict[str, Any], misspelt: list[tuple[tuple, str, ConfigIssue]]) -> dict[str, Any]:
+    """`values` with each misspelt key moved to the key it stands for (dropped when that key is also set)."""
+    if not misspelt:
+        return values
+    import copy
+
+    out = copy.deepcopy(values)
+    for loc, guess, _ in misspelt:
+        parent: Any = out
+        for part in loc[:-1]:
+            parent = parent[part]
+        value = parent.pop(loc[-1])
+        if len(loc) == 1 and guess in STRUCTURED_KEYS and isinstance(value, str):
+            try:  # the CLI passes structures as JSON, as for the key spelt right (above)
+                value = json.loads(value)
+            except (json.JSONDecodeError, RecursionError):
+                pass  # the model then says what the key takes
+        parent.setdefault(guess, value)
+    return out
 
 
 def _without_refused(values: dict[str, Any], errors: list[Any], rounds: int = 6) -> Optional["StackConfig"]:
@@ -166,9 +190,14 @@ def did_you_mean(key: str, allowed: "typing.Iterable[str]") -> Optional[str]:
 def spelling_issues(model: Any, data: Any, path: str) -> list[ConfigIssue]:
     """Keys of `data` (raw input for `model`) written in another spelling than the key the docs give:
     snake_case or other case of a camelCase key. Walks nested models, lists and mappings of models."""
+    return [issue for _, _, issue in _spelling(model, data, (), path)]
+
+
+def _spelling(model: Any, data: Any, loc: tuple, path: str = "") -> list[tuple[tuple, str, ConfigIssue]]:
+    """(location in `data`, the key it stands for, the issue) of each misspelt key."""
     if not isinstance(data, dict) or not (isinstance(model, type) and issubclass(model, BaseModel)):
         return []
-    issues = []
+    found = []
     fields = {(f.alias or n): f for n, f in model.model_fields.items()}
     for key, value in data.items():
         where = f"{path}.{key}" if path else str(key)
@@ -176,7 +205,7 @@ def spelling_issues(model: Any, data: Any, path: str) -> list[ConfigIssue]:
         if field is None:
             guess = did_you_mean(str(key), fields)
             if guess and guess != key:
-                issues.append(ConfigIssue(where, value, f"unknown key; did you mean {guess}?"))
+                found.append(((*loc, key), guess, ConfigIssue(where, value, f"unknown key; did you mean {guess}?")))
             continue
         annotation = field.annotation
         sub = _model_of(annotation)
@@ -185,12 +214,12 @@ def spelling_issues(model: Any, data: Any, path: str) -> list[ConfigIssue]:
         origin = typing.get_origin(annotation)
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if origin is list and isinstance(value, list):
-            issues += [i for n, v in enumerate(value) for i in spelling_issues(sub, v, f"{where}[{n}]")]
+            found += [f for n, v in enumerate(value) for f in _spelling(sub, v, (*loc, key, n), f"{where}[{n}]")]
         elif origin is dict and isinstance(value, dict):
-            issues += [i for k, v in value.items() for i in spelling_issues(sub, v, f"{where}.{k}")]
+            found += [f for k, v in value.items() for f in _spelling(sub, v, (*loc, key, k), f"{where}.{k}")]
         elif isinstance(value, dict) and (origin is None or args):
-            issues += spelling_issues(sub, value, where)
-    return issues
+            found += _spelling(sub, value, (*loc, key), where)
+    return found
 
 
 def _format_loc(loc: list[Any]) -> str:
@@ -247,7 +276,7 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
     base = load_catalog()
     for key in cfg.price_overrides:
         if base.instance(cfg.cloud, key) is None:
-            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"a {cfg.cloud} instance type in the catalog"))
+            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"{a_cloud(cfg.cloud)} instance type in the catalog"))
     catalog = load_catalog(cfg.catalog_overrides()) if cfg.price_overrides and not issues else base
     known = sorted(t.name for t in catalog.gpu_instances(cfg.cloud))
     for i, pool in enumerate(cfg.gpu_pools):
@@ -255,7 +284,7 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
             issues.append(ConfigIssue(f"gpuPools[{i}].minNodes", pool.min_nodes, f"at most maxNodes ({pool.max_nodes})"))
         itype = catalog.instance(cfg.cloud, pool.instance_type)
         if itype is None or not itype.is_gpu:
-            what = "has no GPU" if itype is not None else f"is not a {cfg.cloud} GPU type in the catalog"
+            what = "has no GPU" if itype is not None else f"is not {a_cloud(cfg.cloud)} GPU type in the catalog"
             issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
                                       f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
         elif itype.price(pool.capacity) is None:

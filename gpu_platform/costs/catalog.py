@@ -22,6 +22,14 @@ import yaml
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 CLOUDS = ("linode", "gcp", "aws")
+# How messages name a cloud, with its article: "an AWS stack", "not a GCP GPU type".
+CLOUD_TITLES = {"linode": "Linode", "gcp": "GCP", "aws": "AWS"}
+
+
+def a_cloud(cloud: str) -> str:
+    """'an AWS', 'a GCP', 'a Linode' (an unknown cloud as written)."""
+    title = CLOUD_TITLES.get(cloud, cloud)
+    return f"{'an' if title[:1].upper() in 'AEIOU' else 'a'} {title}"
 CAPACITIES = ("on-demand", "spot", "preemptible")
 HOURS_PER_MONTH = 730.0
 OVERRIDE_SOURCE = "stack config override"

@@ -22,7 +22,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, load_catalog
+from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, a_cloud, load_catalog
 
 # Storage the platform's PVCs land on, per cloud (the default StorageClass each cluster sets up):
 # EKS: gp3 (gpu_platform/components/aws/eks.py STORAGE_CLASS); GKE: standard-rwo = pd-balanced; Linode: Block Storage (CSI).
@@ -311,7 +311,7 @@ def _lookup(catalog: Catalog, cloud: str, name: str, what: str) -> InstanceType:
     t = catalog.instance(cloud, name)
     if t is None:
         known = ", ".join(sorted(x.name for x in catalog.instances(cloud)))
-        raise EstimateError(f"{what}: {name!r} is not a {cloud} instance type in the price catalog; known: {known}")
+        raise EstimateError(f"{what}: {name!r} is not {a_cloud(cloud)} instance type in the price catalog; known: {known}")
     return t
 
 

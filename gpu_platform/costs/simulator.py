@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, load_catalog, load_override_set
+from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, a_cloud, load_catalog, load_override_set
 from gpu_platform.costs.estimator import NodeGroup, StackShape, estimate
 
 EPS = 1e-9
@@ -300,7 +300,7 @@ def simulate_platform(platform: Platform, jobs: list[Job], catalog: Catalog, mon
     def itype(name: str):
         t = catalog.instance(cloud, name)
         if t is None or not t.is_gpu:
-            raise ScenarioError(f"{platform.name}: {name!r} is not a {cloud} GPU type in the catalog")
+            raise ScenarioError(f"{platform.name}: {name!r} is not {a_cloud(cloud)} GPU type in the catalog")
         if t.price(platform.capacity) is None:
             raise ScenarioError(f"{platform.name}: {name} has no {platform.capacity} price")
         return t

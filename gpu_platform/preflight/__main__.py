@@ -158,8 +158,9 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="json: one document on stdout (schema: gpu_platform/preflight/preflight.schema.json)")
     parser.add_argument("--charts", action="append", metavar="DIR",
-                        help="chart directory to render from (repeatable; default: $GPU_PLATFORM_CHARTS or "
-                             "../shared/charts; fill one with `python -m gpu_platform.preflight charts pull`)")
+                        help="chart directory to render from (repeatable; default: the first of $GPU_PLATFORM_CHARTS, "
+                             "../shared/charts beside the project, the user cache ~/.cache/gpu-platform/charts "
+                             "($XDG_CACHE_HOME honoured); fill the cache with `charts pull`)")
     parser.add_argument("--allow-missing-chart", action="append", default=[], metavar="NAME",
                         help="report releases of this chart as NOT RENDERED instead of failing (repeatable)")
     parser.add_argument("--base", metavar="DIR",
@@ -288,6 +289,12 @@ class Run:
 
         # Shown once, in the verdict (and the JSON document's `warnings`).
         self.warnings = list(config_warnings(self.cfg))
+        if not args.job and not (project.root / job).is_file():
+            # A team's own program (the wheel's gpu-platform-preflight) has no example job: say that the
+            # queue fit of training jobs went unchecked, rather than pass in silence.
+            self.warnings.append(f"no training job was checked for queue fit (no --job, and {project.root} has no "
+                                 f"{job.as_posix()}): give your job's manifest (a TrainJob, JobSet or Job) with "
+                                 "--job FILE to check that Kueue admits it and a GPU pool can run it")
 
         policies = None
         policy_config = None

@@ -320,10 +320,11 @@ class PolicyReport:
             detail = f" ({n} violation{'s' if n != 1 else ''})" if n else ""
             status = r.status
             if status == "pass" and not r.messages:
+                from gpu_platform.costs.catalog import CLOUD_TITLES, a_cloud
                 from gpu_platform.preflight.review import POLICY_CLOUD, not_applicable
 
                 if not_applicable(r.name, self.cloud):
-                    status = f"n/a ({POLICY_CLOUD[r.name]} resources; this is a {self.cloud} stack)"
+                    status = f"n/a ({CLOUD_TITLES.get(POLICY_CLOUD[r.name], POLICY_CLOUD[r.name])} resources; this is {a_cloud(self.cloud)} stack)"
             lines.append(f"  {r.name.ljust(width)}  {r.enforcement_level.ljust(9)}  {status}{detail}")
         for r in self.results:
             for m in r.messages:

@@ -31,10 +31,12 @@ def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
 
 def create_billing_alerts(cfg: "StackConfig") -> "list[pulumi.Resource]":
     from gpu_platform.components.aws.billing import BillingAlerts, BillingAlertsArgs
-    from gpu_platform.components.cluster import common_labels
+    from gpu_platform.components.cluster import CLUSTER_LABEL, common_labels
 
     assert cfg.aws is not None, "validated by gpu_platform.config.stack"
-    # The stack's budget counts the `cluster` tag AwsCluster puts on everything (its value: the cluster name).
+    # The stack's budget counts the `cluster` tag of common_labels, which AwsCluster and a team's own
+    # resources carry (its value: the cluster name).
+    labels = common_labels(cfg)
     return [BillingAlerts(f"{cfg.name_prefix}-billing", BillingAlertsArgs(
         name_prefix=cfg.name_prefix, monthly_budget_usd=cfg.monthly_budget_usd, emails=cfg.alert_emails,
-        tags=common_labels(cfg), stack_tag_value=cfg.name_prefix, account_alarms=cfg.aws.account_billing))]
+        tags=labels, stack_tag_value=labels[CLUSTER_LABEL], account_alarms=cfg.aws.account_billing))]

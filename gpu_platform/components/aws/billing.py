@@ -25,9 +25,10 @@ from pulumi_aws import budgets, cloudwatch, kms, sns
 
 from gpu_platform.components.aws.gpu_asg import GPU_METRIC_NAMESPACE, GPU_UTIL_METRIC
 from gpu_platform.components.aws.iam import partition
+from gpu_platform.components.cluster import CLUSTER_LABEL
 
 BILLING_REGION = "us-east-1"
-STACK_TAG_KEY = "cluster"  # the tag every resource of the stack carries (gpu_platform/components/aws/cluster.py)
+STACK_TAG_KEY = CLUSTER_LABEL  # the tag every resource of the stack carries (components/cluster.common_labels)
 BILLING_PERCENTS = (25, 50, 75, 100)
 FORECAST_PERCENT = 100
 IDLE_PERIOD_SECONDS = 300

@@ -39,7 +39,7 @@ class AwsCluster(pulumi.ComponentResource):
         assert section is not None, "validated by gpu_platform.config.stack"
         cluster_name = cfg.name_prefix
         region = section.region
-        tags = {**common_labels(cfg), "cluster": cluster_name}
+        tags = common_labels(cfg)  # with `cluster`: the tag the stack budget counts (billing.py)
         provider = aws.Provider(f"{name}-aws", region=region, opts=pulumi.ResourceOptions(parent=self))
         child = pulumi.ResourceOptions(parent=self, providers={"aws": provider})
 

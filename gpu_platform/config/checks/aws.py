@@ -15,7 +15,7 @@ from gpu_platform.config.aws import (ARN_PRINCIPAL, AUTOSCALER_LABEL_TAG, AWS_TA
                                      MAX_ALTERNATIVES, MAX_POOL_LABELS, MAX_SYSTEM_NODES, AwsSection, describe_shape,
                                      shape_differences)
 from gpu_platform.config.base import ConfigIssue, system_pool_key
-from gpu_platform.config.checks.pools import pool_issue_capacity
+from gpu_platform.config.checks.pools import pool_issue_capacity, pool_region_issues
 from gpu_platform.config.kubernetes_version import version_issues
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
 
 def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
+    not_in_region: list[tuple[int, str, tuple[str, ...]]] = []
     names = [p.name for p in cfg.gpu_pools]
     for key in section.pools:
         if key not in names:
@@ -75,9 +76,8 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
     for i, pool in enumerate(cfg.gpu_pools):
         extra = section.pool(pool.name)
         main = catalog.instance("aws", pool.instance_type)
-        if main is not None and main.regions is not None and section.region not in main.regions:
-            issues.append(ConfigIssue("aws.region", section.region,
-                                      f"a region offering {pool.instance_type} (gpuPools[{i}]): {', '.join(main.regions)}"))
+        if main is not None and main.is_gpu and main.regions is not None and section.region not in main.regions:
+            not_in_region.append((i, pool.instance_type, main.regions))
         if len(pool.labels) > MAX_POOL_LABELS:
             issues.append(ConfigIssue(f"gpuPools[{i}].labels", len(pool.labels),
                                       f"at most {MAX_POOL_LABELS} labels on AWS (each becomes an autoscaler tag; an ASG holds 50 tags)"))
@@ -113,7 +113,7 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
         if pool.capacity == "on-demand" and pct is not None and pct != 100:
             issues.append(ConfigIssue(f"{base}.onDemandPercentageAboveBase", pct,
                                       f"100 or unset for an on-demand pool (gpuPools[{i}].capacity); use capacity: spot for a Spot share"))
-    return issues
+    return pool_region_issues(cfg, catalog, "aws.region", section.region, not_in_region) + issues
 
 
 def scale_in_warnings(cfg: "StackConfig") -> list[str]:

@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from gpu_platform.config.base import ConfigIssue, system_pool_key
-from gpu_platform.config.checks.pools import pool_issue_capacity
+from gpu_platform.config.checks.pools import pool_issue_capacity, pool_region_issues
 from gpu_platform.config.gcp import (INTERNAL_TEXT, MACHINE_TYPE, MAX_AUTHORIZED_NETWORKS, MAX_BUDGET_CHANNELS, MAX_EXCLUSIONS,
                                      MAX_NO_UPGRADES_DAYS, MIN_WINDOW_HOURS_PER_32_DAYS, POD_RANGE_PER_NODE, SYSTEM_POOL_NAME,
                                      GcpSection, Maintenance, is_internal, pool_zones)
@@ -53,7 +53,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
 
 def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
-    region_reported = False
+    not_in_region: list[tuple[int, str, tuple[str, ...]]] = []  # (pool index, type, its regions)
     zones_known = True  # every pool's zones are known to the catalog
     offered_somewhere: set[str] = set()
     for i, pool in enumerate(cfg.gpu_pools):
@@ -68,10 +68,7 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
                                       f"a capacity {pool.instance_type} is sold as: "
                                       f"{', '.join(c for c in ('spot', 'preemptible', 'on-demand') if itype.price(c))}"))
         if itype.regions is not None and section.region not in itype.regions:
-            if not region_reported:
-                issues.append(ConfigIssue("gcp.region", section.region,
-                                          f"a region offering {pool.instance_type} (gpuPools[{i}]): {', '.join(itype.regions)}"))
-                region_reported = True
+            not_in_region.append((i, pool.instance_type, itype.regions))
             continue
         if itype.zones is None:
             zones_known = False
@@ -84,7 +81,8 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
                 f"gpuPools[{i}].instanceType", pool.instance_type,
                 f"a type whose GPU ({itype.accelerator}) is offered in one of gcp.zones; in {section.region} "
                 f"{pool.instance_type} is offered in: {', '.join(in_region) or 'no zone'}"))
-    if zones_known and not region_reported and offered_somewhere:
+    issues += pool_region_issues(cfg, catalog, "gcp.region", section.region, not_in_region)
+    if zones_known and not not_in_region and offered_somewhere:
         wanted = sorted({t.accelerator for p in cfg.gpu_pools
                          if (t := catalog.instance("gcp", p.instance_type)) is not None and t.accelerator})
         for i, zone in enumerate(section.zones):

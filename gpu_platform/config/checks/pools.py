@@ -8,6 +8,7 @@ from gpu_platform.config.base import NAMESPACE, ConfigIssue
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
+    from gpu_platform.costs.catalog import Catalog
 
 
 def pool_issue_capacity(cfg: "StackConfig", allowed: tuple[str, ...], why: str) -> list[ConfigIssue]:
@@ -17,6 +18,26 @@ def pool_issue_capacity(cfg: "StackConfig", allowed: tuple[str, ...], why: str) 
         for i, p in enumerate(cfg.gpu_pools)
         if p.capacity not in allowed
     ]
+
+
+def pool_region_issues(cfg: "StackConfig", catalog: "Catalog", region_key: str, region: str,
+                       not_in_region: list[tuple[int, str, tuple[str, ...]]]) -> list[ConfigIssue]:
+    """Every pool whose type the stack's region lacks ((pool index, type, the type's regions) each), and,
+    on the region key, the regions that offer all the pools' types together: one stack is one region, so
+    a region offering only some of them is no way out."""
+    if not not_in_region:
+        return []
+    offered = {p.instance_type: set(t.regions) for p in cfg.gpu_pools
+               if (t := catalog.instance(cfg.cloud, p.instance_type)) is not None and t.is_gpu and t.regions is not None}
+    types = sorted(offered)
+    common = sorted(set.intersection(*offered.values())) if offered else []
+    named = ", ".join(types[:-1]) + f" and {types[-1]}" if len(types) > 1 else types[0]
+    issues = [ConfigIssue(region_key, region, f"a region offering {named} (every gpuPools type): "
+                                              f"{', '.join(common) or 'none; change or drop a pool type'}")]
+    issues += [ConfigIssue(f"gpuPools[{i}].instanceType", itype,
+                           f"a type offered in {region_key} ({region}); {itype} is offered in: {', '.join(regions)}")
+               for i, itype, regions in not_in_region]
+    return issues
 
 
 def system_pool_warnings(cfg: "StackConfig") -> list[str]:
