@@ -71,7 +71,7 @@ def test_eks_zonal_groups_notes_name_their_zone():
     """`preflight -v` lists one line per node group; EKS has one group per pool and zone, whose lines were
     the same line three times."""
     m = _model("aws-prod")
-    lines = [n for n in m.notes if n.split(":", 1)[0].split(" in ")[0] in {g.name for g in m.node_groups}]
+    lines = [n for n in m.notes if n.split(":", 1)[0] in {g.key for g in m.node_groups}]
     assert len(lines) == len(m.node_groups) == len(set(lines)), lines
     for g in m.node_groups:
         zone = g.labels["topology.kubernetes.io/zone"]
