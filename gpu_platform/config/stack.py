@@ -303,6 +303,8 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
     issues += platform_checks.check_stack(cfg)
     if not issues:  # names are built from keys already valid on their own
         issues += name_issues(cfg)
+    if not issues:
+        issues += linode_checks.upgrade_job_name_issues(cfg)
     return issues
 
 

@@ -193,10 +193,16 @@ def token_expiry_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     return issues
 
 
-def _upgrade_job_name_issues(cfg: "StackConfig", patch: str) -> list[ConfigIssue]:
-    """Each node's upgrade Job is named upgrade-<node>-v<release> (components/linode/upgrade.py), at most 63
+def upgrade_job_name_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """Run after the cloud's own name rules (config/names.py: the instance label comes first, a shorter pool
+    name fixes both). Each node's upgrade Job is named upgrade-<node>-v<release> (components/linode/upgrade.py), at most 63
     characters; an autoscaled pool's nodes are <prefix>-<pool>-<slot>, named at run time by its pool's Job,
     so a name too long must be refused here rather than fail an upgrade half-way."""
+    from gpu_platform.components.linode import versions
+
+    patch = versions.KUBERNETES_PATCH.get(cfg.kubernetes_version)
+    if cfg.cloud != "linode" or patch is None:
+        return []
     issues = []
     for i, pool in enumerate(cfg.gpu_pools):
         longest = f"upgrade-{cfg.name_prefix}-{pool.name}-{max(pool.max_nodes - 1, 0)}-v{patch.replace('.', '-')}"
@@ -248,8 +254,6 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     if cfg.kubernetes_version not in versions.KUBERNETES_PATCH:
         issues.append(ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
                                   f"a minor with a pinned Linode (kubeadm) release: {', '.join(versions.KUBERNETES_PATCH)}"))
-    else:
-        issues += _upgrade_job_name_issues(cfg, versions.KUBERNETES_PATCH[cfg.kubernetes_version])
     autoscaled_ok = tuple(int(x) for x in cfg.kubernetes_version.split(".")) >= AUTOSCALING_MIN_KUBERNETES
     for i, pool in enumerate(cfg.gpu_pools):
         if pool.min_nodes != pool.max_nodes and section.control_plane.count > 1:
