@@ -92,17 +92,17 @@ def test_api_server_validates_the_platforms_cilium_policy_with_ciliums_schema(tm
         misspelled = _malformed(policy, lambda s: s["egressDeny"][0].update(toCIDRs=s["egressDeny"][0].pop("toCIDR")))
         with pytest.raises(ApiError) as refused:
             cp.client.apply(misspelled)
-        assert refused.value.status in (400, 422)
-        assert ".spec.egressDeny" in refused.value.message and "toCIDRs" in refused.value.message
+        # Server-side apply cannot build the typed object (kube-apiserver answers 500 for that, not 422).
+        assert ".spec.egressDeny[0].toCIDRs: field not declared in schema" in refused.value.message
         # A wrong type: toCIDR is a list of CIDRs, not one string.
         wrong_type = _malformed(policy, lambda s: s["egressDeny"][0].update(toCIDR=s["egressDeny"][0]["toCIDR"][0]))
         with pytest.raises(ApiError) as refused:
             cp.client.apply(wrong_type)
-        assert refused.value.status == 422
-        assert "spec.egressDeny[0].toCIDR" in refused.value.message and "array" in refused.value.message
+        assert ".spec.egressDeny[0].toCIDR: expected list" in refused.value.message
         # Not a CIDR: the schema's own format for CIDRs (pattern) refuses it.
         not_cidr = _malformed(policy, lambda s: s["egressDeny"][0].update(toCIDR=["169.254.169.254/99"]))
         with pytest.raises(ApiError) as refused:
             cp.client.apply(not_cidr)
+        assert refused.value.status == 422  # the schema's validation proper (pattern/format), after typing
         assert "spec.egressDeny[0].toCIDR[0]" in refused.value.message
         assert cp.client.get("cilium.io/v2", "CiliumClusterwideNetworkPolicy", misspelled["metadata"]["name"]) is None
