@@ -46,10 +46,80 @@ def test_the_shipped_stacks_install_a_cilium_tested_on_their_minor(stack):
 
 
 def test_cilium_follows_the_kubernetes_minor_by_the_table():
-    assert versions.cni_chart("cilium", "1.35").version == "1.19.6"
-    assert versions.cni_chart("cilium", "1.33").version == "1.19.6"  # newest pin tested there
+    # Cilium 1.20's row (1.33-1.36, from github.com/cilium/cilium@v1.20.0) makes it the newest pin tested on
+    # 1.33-1.36: 1.36 is no longer refused and 1.33-1.35 move from 1.19.6 to it.
+    assert versions.cni_chart("cilium", "1.36").version == "1.20.0"
+    assert versions.cni_chart("cilium", "1.35").version == "1.20.0"
+    assert versions.cni_chart("cilium", "1.33").version == "1.20.0"
+    assert versions.cni_chart("cilium", "1.32").version == "1.19.6"  # 1.20 is not tested on 1.32
     assert versions.cni_chart("cilium", "1.31").version == "1.18.2"
-    assert versions.cni_chart("cilium", "1.36") is None  # no sourced row lists 1.36 yet
+    assert versions.cni_chart("cilium", "1.37") is None  # no row lists it
+    # An upgrade: the CNI moves first, so its row must list the running minor too.
+    assert versions.cni_chart("cilium", "1.36", also="1.35").version == "1.20.0"
+    assert versions.cni_chart("cilium", "1.33", also="1.32").version == "1.19.6"
+
+
+def _module_table(version: str):
+    """The "k8s Version" cell of Cilium's own compatibility table in the published Go module, where
+    `make rehearsal-build` has put the module in the Go module cache (read only; nothing is downloaded)."""
+    import re
+    import subprocess
+
+    try:
+        modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no Go toolchain: the module cache cannot be found")
+    from pathlib import Path
+
+    path = Path(modcache) / "github.com" / "cilium" / f"cilium@v{version}" / "Documentation/network/kubernetes/compatibility.rst"
+    if not path.is_file():
+        pytest.skip(f"{path} absent: run `make rehearsal-build` (it downloads github.com/cilium/cilium@v{version})")
+    rows = re.findall(r"^\|\s*((?:\d+\.\d+,\s*)*\d+\.\d+)\s*\|", path.read_text(), re.M)
+    assert len(rows) == 1, f"{path}: expected one row of Kubernetes versions, found {rows}"
+    return tuple(v.strip() for v in rows[0].split(","))
+
+
+@pytest.mark.parametrize("chart", versions.CNI_CHARTS["cilium"], ids=lambda c: c.version)
+def test_cilium_rows_are_ciliums_own_table_at_the_pinned_version(chart):
+    minor = versions.cni_minor(chart)
+    assert load_calendar().cni_kubernetes("cilium", minor) == _module_table(chart.version)
+
+
+def test_preflight_of_a_linode_stack_at_1_36_passes_with_cilium_1_20(tmp_path, capsys):
+    """1.36 was refused on linode.cni while no Cilium row listed it; the only other per-minor tables a Linode
+    stack checks are the upstream calendar and the kubeadm patch pins, which have 1.36 (CCM and CSI publish
+    none: one pin each, docs/linode.md)."""
+    import yaml
+
+    from gpu_platform.preflight.__main__ import main
+
+    need_charts()
+    doc = {"config": _cfg(kubernetesVersion="1.36")}  # controlPlaneVersion 1.35: the minor upgrade
+    stack_file = tmp_path / "Pulumi.linode-k136.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    code = main(["--stack-file", str(stack_file), "--no-policies", "--quiet", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    plan = plan_config(_cfg(kubernetesVersion="1.36"))
+    assert _cni_release(plan).plain_inputs["version"] == "1.20.0"
+
+
+def test_without_the_cilium_1_20_row_1_36_is_refused_naming_the_table(monkeypatch, tmp_path):
+    from gpu_platform.config import versions_calendar
+
+    text = versions_calendar.CALENDAR_FILE.read_text()
+    start = text.index("- cni: cilium\n  minor: '1.20'")
+    end = text.index("- cni: calico", start)
+    trimmed = tmp_path / "kubernetes-versions.yaml"
+    trimmed.write_text(text[:start] + text[end:])
+    versions_calendar.load_calendar.cache_clear()
+    monkeypatch.setattr(versions_calendar, "CALENDAR_FILE", trimmed)
+    try:
+        message = _reject(_cfg(kubernetesVersion="1.36"))
+    finally:
+        versions_calendar.load_calendar.cache_clear()
+    assert "linode.cni" in message and "kubernetes-versions.yaml" in message, message
+    assert "cilium 1.19 (1.32, 1.33, 1.34, 1.35)" in message and "cilium 1.20 (no published table)" in message, message
 
 
 def _reject(cfg: dict) -> str:
@@ -61,8 +131,8 @@ def _reject(cfg: dict) -> str:
 def test_a_cni_untested_on_the_minor_is_a_config_error_naming_the_key_and_the_table():
     message = _reject(_cfg(cni="calico"))
     assert "linode.cni" in message and "kubernetes-versions.yaml" in message and "use cilium" in message, message
-    message = _reject(_cfg(kubernetesVersion="1.36"))
-    assert "linode.cni" in message and "cilium 1.19 (1.32, 1.33, 1.34, 1.35)" in message, message
+    message = _reject(_cfg(kubernetesVersion="1.37"))
+    assert "kubernetesVersion" in message, message
 
 
 def test_cilium_lets_cidr_rules_select_nodes_and_the_api_server():

@@ -69,9 +69,15 @@ def test_wrapper_pins_the_locked_module_and_names_its_package(comp):
     assert requires(comp["wrapper"]).get(comp["module"]) == comp["version"], (
         f"rehearsal/go/{comp['wrapper']}/go.mod does not require {comp['module']} {comp['version']} "
         "(run `go get -tool <package>@<version>` there after moving the lock)")
-    assert comp["package"] in {t["Path"] for t in mod.get("Tool") or []}
-    assert comp["package"] == comp["module"] or comp["package"].startswith(comp["module"] + "/")
-    assert (ROOT / "rehearsal" / "go" / comp["wrapper"] / "go.sum").is_file()
+    folder = ROOT / "rehearsal" / "go" / comp["wrapper"]
+    if comp["package"] == mod["Module"]["Path"]:
+        # A program of the wrapper's own (cilium-crds): it must call into the locked module.
+        sources = "".join(p.read_text() for p in folder.glob("*.go"))
+        assert f'"{comp["module"]}/' in sources, f"rehearsal/go/{comp['wrapper']}/*.go imports nothing of {comp['module']}"
+    else:
+        assert comp["package"] in {t["Path"] for t in mod.get("Tool") or []}
+        assert comp["package"] == comp["module"] or comp["package"].startswith(comp["module"] + "/")
+    assert (folder / "go.sum").is_file()
 
 
 @pytest.mark.parametrize("wrapper", sorted({c["wrapper"] for c in COMPONENTS}))
@@ -130,6 +136,19 @@ def test_lock_matches_the_chart_the_program_installs(comp):
     assert chart.get("prefix", "") + value == comp["version"], (
         f"{archive} {chart['file']} {chart['key']} is {value}; rehearsal/components.lock.toml "
         f"builds {comp['name']} {comp['version']}")
+
+
+def test_every_cilium_chart_the_linode_stack_may_pick_has_its_crds_program():
+    """Cilium's CRDs come from cilium-operator's own code at the chart's version (no chart renders them):
+    one program per pinned Cilium chart, the same source in each wrapper."""
+    from gpu_platform.components.linode.versions import CNI_CHARTS
+
+    crds = {c["version"]: c for c in COMPONENTS if c["module"] == "github.com/cilium/cilium"}
+    assert set(crds) == {f"v{chart.version}" for chart in CNI_CHARTS["cilium"]}
+    for version, comp in crds.items():
+        assert comp["name"] == f"cilium-crds-{version.lstrip('v')}"
+    sources = {(ROOT / "rehearsal" / "go" / c["wrapper"] / "main.go").read_text() for c in crds.values()}
+    assert len(sources) == 1, "rehearsal/go/cilium-crds-*/main.go differ: keep one program for every version"
 
 
 def test_kueue_skew_binaries_are_the_trainer_kueue_is_built_against():

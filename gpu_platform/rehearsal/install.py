@@ -82,6 +82,8 @@ class InstallLog:
     hooks: list[dict] = field(default_factory=list)
     webhooks: list[dict] = field(default_factory=list)
     namespaces_created: list[str] = field(default_factory=list)
+    # CRDs a controller registers itself (not in any chart), and where they came from.
+    registered: list[str] = field(default_factory=list)
 
     def refuse(self, release: str, obj: dict, message: str) -> None:
         meta = obj.get("metadata") or {}
@@ -203,20 +205,23 @@ class Installer:
                 self.client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
                 self.log.namespaces_created.append(ns)
 
-    def crds(self, timeout: float = 60.0) -> None:
-        names = []
-        for rel in order_releases(self.releases):
-            crds = [o for o in rel.objects if o.get("kind") == "CustomResourceDefinition" and not hooks_of(o)]
-            for obj, ok in zip(crds, self.apply_all(rel.name, crds)):
+    def crds(self, timeout: float = 60.0, registered: tuple[tuple[str, list[dict]], ...] = ()) -> None:
+        """Every CRD the releases render, after those a controller registers itself at start
+        (`registered`: (who, CRDs), e.g. cilium-operator's), each applied server-side like the rest."""
+        names, applied = [], []
+        sources = [(who, objs) for who, objs in registered]
+        sources += [(rel.name, [o for o in rel.objects if o.get("kind") == "CustomResourceDefinition" and not hooks_of(o)])
+                    for rel in order_releases(self.releases)]
+        for who, crds in sources:
+            for obj, ok in zip(crds, self.apply_all(who, crds)):
                 if ok:
                     names.append(obj["metadata"]["name"])
+                    applied.append(obj)
 
         # Established = served: each CRD's kinds appear in discovery (cheap; listing the CRDs themselves
         # moves megabytes per poll).
         kinds = sorted({(f"{o['spec']['group']}/{v['name']}", o["spec"]["names"]["kind"])
-                        for rel in self.releases for o in rel.objects
-                        if o.get("kind") == "CustomResourceDefinition" and o["metadata"]["name"] in names
-                        for v in o["spec"].get("versions") or [] if v.get("served", True)})
+                        for o in applied for v in o["spec"].get("versions") or [] if v.get("served", True)})
 
         def established():
             waiting = []

@@ -59,6 +59,8 @@ def render(doc: dict[str, Any], console: Console) -> None:
     if doc["volumesProvisioned"]:
         console.print(f"  volumes provisioned by the rehearsal (stand-in for the CSI driver): {', '.join(doc['volumesProvisioned'])}",
                       highlight=False)
+    for r in doc.get("crdsRegistered") or []:
+        console.print(f"  registered as the controller does: {r}", highlight=False, markup=False)
     for ns in doc["namespacesCreated"]:
         console.print(f"  namespace {ns} created (a release installs into it without declaring it)", highlight=False)
     for r in doc["refused"]:

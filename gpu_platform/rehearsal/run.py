@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import yaml
 
-from gpu_platform.rehearsal import binaries, controllers as ctlmod, pki
+from gpu_platform.rehearsal import binaries, cilium, controllers as ctlmod, pki
 from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.install import InstallLog, Installer, order_releases
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind
@@ -58,7 +58,8 @@ class Rehearsal:
     def to_json(self) -> dict[str, Any]:
         return {"stack": self.stack, "status": "FAIL" if self.failed else "PASS", "error": self.error,
                 "nodes": self.nodes, "applied": self.install.applied, "refused": self.install.refused,
-                "namespacesCreated": self.install.namespaces_created, "hooks": self.install.hooks,
+                "namespacesCreated": self.install.namespaces_created,
+                "crdsRegistered": self.install.registered, "hooks": self.install.hooks,
                 "webhooks": self.install.webhooks, "controllers": self.controllers,
                 "controllerErrors": self.controller_errors, "controlPlaneErrors": self.control_plane_errors,
                 "workloads": self.workloads, "scenarios": [s.to_json() for s in self.scenarios],
@@ -124,9 +125,29 @@ def prepare_controllers(releases: list[Any], not_rehearsed: list[str]):
     return controllers, ca_pem, cert_dir
 
 
-def install(cp: ControlPlane, releases: list[Any], controllers: list, ca_pem: bytes, cert_dir, log: InstallLog) -> Installer:
-    """Namespaces, CRDs, then every release in the program's order, each release's controllers started
-    (under their ServiceAccounts, webhooks served locally) as soon as the release is applied."""
+def registered_crds(releases: list[Any], log: InstallLog, not_rehearsed: list[str]) -> tuple[tuple[str, list[dict]], ...]:
+    """CRDs that no release renders but a controller of the stack registers when it starts: Cilium's
+    (cilium-operator), from the pinned github.com/cilium/cilium module (rehearsal/cilium.py). Not built:
+    listed NOT REHEARSED, and the platform's Cilium objects are refused as before."""
+    rel = cilium.cilium_release(releases)
+    if rel is None:
+        return ()
+    who = f"cilium-operator {rel.version} (CRDs it registers at start)"
+    try:
+        crds = cilium.operator_crds(rel.version)
+    except (binaries.MissingBinaries, cilium.CiliumCrdsError) as exc:
+        not_rehearsed.append(f"Cilium's CRDs ({who}): {exc}")
+        return ()
+    log.registered.append(f"{len(crds)} CRDs from {cilium.source(rel.version)}: "
+                          f"{', '.join(c['metadata']['name'] for c in crds)}")
+    return ((who, crds),)
+
+
+def install(cp: ControlPlane, releases: list[Any], controllers: list, ca_pem: bytes, cert_dir, log: InstallLog,
+            not_rehearsed: Optional[list[str]] = None) -> Installer:
+    """Namespaces, CRDs (those controllers register themselves first), then every release in the
+    program's order, each release's controllers started (under their ServiceAccounts, webhooks served
+    locally) as soon as the release is applied."""
     client, run_dir = cp.client, Path(cp.tmp)
     ca_file = str(pki.write(run_dir / "webhook-ca.crt", ca_pem))
     by_release: dict[str, list] = {}
@@ -148,7 +169,7 @@ def install(cp: ControlPlane, releases: list[Any], controllers: list, ca_pem: by
 
     installer = Installer(client, releases, controllers, ca_pem, log, on_release=after_release)
     installer.namespaces()
-    installer.crds()
+    installer.crds(registered=registered_crds(releases, log, not_rehearsed if not_rehearsed is not None else []))
     for rel in order_releases(releases):
         installer.release(rel, _run_hook_job(installer, client, cp.server, cp.ca_file))
     return installer
@@ -180,7 +201,7 @@ def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list
                 result.cloud_objects.append(f"StorageClass {sc_obj['metadata']['name']} (the cloud creates it)")
             provisioner = Provisioner(client).start()
             t = time.monotonic()
-            install(cp, releases, controllers, ca_pem, cert_dir, result.install)
+            install(cp, releases, controllers, ca_pem, cert_dir, result.install, result.not_rehearsed)
             result.timings["install"] = round(time.monotonic() - t, 1)
             ctx = Context(client, releases, model, placements, {c.binary: c for c in controllers}, timeout=timeout,
                           plan=plan)

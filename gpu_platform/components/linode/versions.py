@@ -38,7 +38,6 @@ NVIDIA_CONTAINER_TOOLKIT = "1.17.8-1"
 CNI_CHARTS: dict[str, tuple[Chart, ...]] = {
     "cilium": (Chart("cilium", "1.18.2", "https://helm.cilium.io"),
                Chart("cilium", "1.19.6", "https://helm.cilium.io"),
-               # Chosen only once the calendar has a sourced row for Cilium 1.20 (not yet: docs/linode.md).
                Chart("cilium", "1.20.0", "https://helm.cilium.io")),
     "calico": (Chart("tigera-operator", "v3.30.3", "https://docs.tigera.io/calico/charts"),),
 }
