@@ -584,7 +584,8 @@ def cpu_job_placement(ctx: Context) -> Scenario:
     ClusterQueue), so it is bound to a system node; admitted to a GPU flavor it would get the pool's
     nodeSelector and tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job."""
     sc = Scenario("cpu-job-placement", "a CPU-only Job in training (no queue label) is admitted to the system "
-                                       "flavor and bound to a system node, never a GPU node")
+                                       "flavor and bound to a system node, never a GPU node; once the system "
+                                       "quota is used up, the next one waits and never gets a GPU flavor")
     ctl = ctx.controllers.get("kueue-manager")
     job = _example(ctx)
     ns = (job or {}).get("metadata", {}).get("namespace") or "training"
@@ -644,6 +645,114 @@ def cpu_job_placement(ctx: Context) -> Scenario:
     finally:
         ctx.client.delete("batch/v1", "Job", name, ns, grace_seconds=0)
         _cpu_job_larger_than_a_system_node(ctx, sc, ns, cpu_job)
+        if sc.status != "FAIL":
+            _cpu_job_after_the_system_quota(ctx, sc, ns, cpu_job, roles)
+
+
+def _millis(q: Any) -> int:
+    q = str(q)
+    return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
+
+
+def _system_flavor_room(ctx: Context, ns: str, roles: dict) -> Optional[tuple[str, int, int]]:
+    """(system flavor, its CPU quota, CPU still unreserved) of the ClusterQueue behind LocalQueue
+    `default`, from the ClusterQueue's status once Kueue has written it."""
+    lq = ctx.client.get(KUEUE, "LocalQueue", "default", ns) or {}
+    cq_name = (lq.get("spec") or {}).get("clusterQueue")
+    deadline = time.monotonic() + min(ctx.timeout, 30)
+    while cq_name and time.monotonic() < deadline:
+        cq = ctx.client.get(KUEUE, "ClusterQueue", cq_name) or {}
+        for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+            for fl in rg.get("flavors") or []:
+                if roles.get(_flavor_group(ctx.client, fl["name"], ctx.model) or "") != "system":
+                    continue
+                quota = next((_millis(r["nominalQuota"]) for r in fl["resources"] if r["name"] == "cpu"), 0)
+                status = cq.get("status") or {}
+                if "flavorsReservation" not in status:
+                    break  # Kueue has not reported yet
+                used = sum(_millis(r.get("total", "0")) for f in status.get("flavorsReservation") or []
+                           if f.get("name") == fl["name"] for r in f.get("resources") or [] if r.get("name") == "cpu")
+                return fl["name"], quota, quota - used
+        time.sleep(1)
+    return None
+
+
+def _cpu_job_after_the_system_quota(ctx: Context, sc: Scenario, ns: str, cpu_job: dict, roles: dict) -> None:
+    """Platform review #3: with the system flavor first in the GPU ClusterQueue, Kueue moved the CPU job
+    that came after the system quota was used up on to the next flavor (flavorFungibility), a GPU pool:
+    a CPU job on a GPU node, a GPU node scaled up for it. Fill the system flavor's CPU quota with a Job
+    of pods that each fit a system node, then submit a small CPU-only Job: it must stay pending
+    (insufficient unused quota) and never be admitted to any flavor of GPU nodes."""
+    deadline = time.monotonic() + min(ctx.timeout, 30)  # the first CPU Job's reservation released first
+    while time.monotonic() < deadline and _workload_for(ctx.client, ns, "Job", cpu_job["metadata"]["name"]):
+        time.sleep(1)
+    room = _system_flavor_room(ctx, ns, roles)
+    if room is None:
+        sc.fail("the ClusterQueue behind LocalQueue default has no flavor of system nodes (or Kueue reported no usage): "
+                "the system-quota overflow is not rehearsed")
+        return
+    flavor, quota, free = room
+    per_pod_max = max(100, min((g.allocatable.cpu_millis - 200) * 95 // 100 - 100
+                               for g in ctx.model.node_groups if g.role == "system"))
+    pods = max(1, -(-free // per_pod_max))
+    if free < 200 or pods >= 50:
+        sc.details.append(f"flavor {flavor}: {free}m of {quota}m CPU unreserved: too little (or too much) to fill "
+                          "with pods that fit a system node; the overflow is not rehearsed on this stack")
+        return
+    filler = copy.deepcopy(cpu_job)
+    filler["metadata"]["name"] = "rehearsal-cpu-filler"
+    filler["spec"]["parallelism"] = filler["spec"]["completions"] = pods
+    filler["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": f"{free // pods}m",
+                                                                                    "memory": "64Mi"}
+    probe = copy.deepcopy(cpu_job)
+    probe["metadata"]["name"] = "rehearsal-cpu-after-quota"
+    probe["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "250m"  # > what is left
+    try:
+        if err := submit(ctx.client, filler):
+            sc.fail(f"the Job filling the {flavor} quota ({pods} x {free // pods}m) was refused: {err}")
+            return
+        deadline, w = time.monotonic() + ctx.timeout, None
+        while time.monotonic() < deadline and not _admitted(w):
+            w = _workload_for(ctx.client, ns, "Job", "rehearsal-cpu-filler")
+            time.sleep(1)
+        if not _admitted(w):
+            sc.fail(f"the Job filling the {flavor} quota was not admitted: {_workload_message(w)}")
+            return
+        sc.details.append(f"flavor {flavor}: {pods} x {free // pods}m CPU admitted, the {quota}m quota used up")
+        if err := submit(ctx.client, probe):
+            sc.fail(f"a CPU-only Job submitted after the system quota was used up was refused: {err}")
+            return
+        # Kueue decides within a second or two; watch long enough to see it retry, and that it never admits.
+        deadline, waited, w = time.monotonic() + min(ctx.timeout, 45), None, None
+        while time.monotonic() < deadline:
+            w = _workload_for(ctx.client, ns, "Job", probe["metadata"]["name"])
+            if _admitted(w):
+                break
+            if waited is None and "insufficient unused quota" in _workload_message(w):
+                waited = time.monotonic()
+            if waited is not None and time.monotonic() - waited > 15:
+                break
+            time.sleep(1)
+        if _admitted(w):
+            got = sorted(set(_flavors(w).values()))
+            groups = {f: _flavor_group(ctx.client, f, ctx.model) for f in got}
+            if all(roles.get(g or "") == "system" for g in groups.values()):
+                sc.fail(f"the CPU-only Job after the filler was admitted to {', '.join(got)}: the {flavor} quota was "
+                        "not used up (Kueue's usage report was stale), so the overflow was not shown")
+                return
+            sc.fail(f"after the {flavor} quota was used up, Kueue admitted the next CPU-only Job to flavor(s) "
+                    f"{', '.join(got)} (node group {', '.join(str(g) for g in groups.values())}, "
+                    f"{', '.join(sorted({roles.get(g or '', '?') for g in groups.values()}))}): "
+                    "not to a flavor of system nodes, so a CPU job takes (or scales up) a GPU node")
+        elif waited is None:
+            sc.fail(f"the CPU-only Job after the system quota is neither admitted nor waiting for quota: "
+                    f"{_workload_message(w)}")
+        else:
+            sc.details.append(f"CPU-only Job after the system quota: stays pending, no flavor assigned "
+                              f"({_short(_workload_message(w))})")
+    finally:
+        for n in ("rehearsal-cpu-after-quota", "rehearsal-cpu-filler"):
+            ctx.client.delete("batch/v1", "Job", n, ns, grace_seconds=0)
 
 
 def _cpu_job_larger_than_a_system_node(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> None:
