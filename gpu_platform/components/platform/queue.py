@@ -41,7 +41,7 @@ from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, Clus
 from gpu_platform.components.platform import versions
 from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
-    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
+    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, apply_object, helm_release, k8s_opts, render_namespace,
 )
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -333,7 +333,9 @@ def kueue_values(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3,
         "enableCertManager": False,
         "enableKueueViz": False,
         "controllerManager": {"replicas": KUEUE_REPLICAS,
-                              "podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
+                              "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+                              # its webhooks fail closed: user pods on the system nodes must not starve it
+                              "manager": {"priorityClassName": PLATFORM_PRIORITY_CLASS}},
     }
 
 
