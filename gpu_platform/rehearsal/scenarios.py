@@ -996,6 +996,14 @@ def notebook_profiles(ctx: Context) -> Scenario:
             continue
         landed = group_of(nodes.get(node, {}))
         sc.details.append(f"profile {slug}: pod bound to {node} (group {landed})")
+        if QUEUE_LABEL in t.labels:  # queued (GPU profiles; the CPU profile in cpu-queue): Kueue admitted it
+            w = _workload_for(ctx.client, t.namespace, "Pod", name)
+            if _admitted(w):
+                sc.details.append(f"profile {slug}: admitted by Kueue from LocalQueue {t.labels[QUEUE_LABEL]} on flavor "
+                                  f"{', '.join(sorted(set(_flavors(w).values())))}")
+            else:
+                sc.fail(f"profile {slug}: queued in {t.labels[QUEUE_LABEL]} but bound without a Kueue admission "
+                        f"({_workload_message(w)})")
         if want and landed not in want:
             sc.fail(f"profile {slug}: cluster fit places it on {', '.join(sorted(want))}, the scheduler put it on {landed}")
     for _, t, name in created:

@@ -56,6 +56,9 @@ LOCAL_QUEUE = "gpu-queue"
 # QUEUE_ROUTING_POLICY, saying to label it `gpu-queue`. Only `training` gets one: in `jupyterhub` it
 # would queue the hub itself.
 DEFAULT_LOCAL_QUEUE = "default"
+# CPU notebooks name this LocalQueue (in `jupyterhub`, of ClusterQueue CPU_CLUSTER_QUEUE): Kueue counts them in
+# the system flavor's quota and places them on the system nodes (platform review #4).
+CPU_LOCAL_QUEUE = "cpu-queue"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Namespaces whose workloads Kueue manages (and whose jobs its webhooks see) carry this label; the
@@ -595,7 +598,7 @@ def render_queue_routing_policy() -> dict[str, Any]:
     a Kueue-managed owner creates (a TrainJob's JobSet, a JobSet's Jobs, a Job's pods) follow their
     owner's queue and are not judged again."""
     gpu_wrong_queue = (f"GPU work goes through LocalQueue {LOCAL_QUEUE}; without a queue label it lands in "
-                       f"LocalQueue {DEFAULT_LOCAL_QUEUE}, whose only flavor is the system nodes (no GPUs), where Kueue never admits it. Add the label "
+                       f"LocalQueue {DEFAULT_LOCAL_QUEUE} (like {CPU_LOCAL_QUEUE}), whose only flavor is the system nodes (no GPUs), where Kueue never admits it. Add the label "
                        f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE} to the job's metadata.labels (a Katib experiment: to "
                        f"trialTemplate.trialSpec.metadata.labels)")
     return render_admission_policy(QUEUE_ROUTING_POLICY, {
@@ -618,7 +621,7 @@ def render_queue_routing_policy() -> dict[str, Any]:
             {"name": "not-made-by-a-queued-owner", "expression": f"!({_OWNED_BY_A_KUEUE_KIND})"},
         ],
         "validations": [
-            {"expression": f"!variables.asksForGpu || variables.landsIn != '{DEFAULT_LOCAL_QUEUE}'",
+            {"expression": f"!variables.asksForGpu || !(variables.landsIn in ['{DEFAULT_LOCAL_QUEUE}', '{CPU_LOCAL_QUEUE}'])",
              "message": gpu_wrong_queue,
              "reason": "Invalid"},
             {"expression": f"variables.asksForGpu || !variables.resourcesKnown || variables.queue != '{LOCAL_QUEUE}'",
