@@ -580,9 +580,10 @@ def wait_local_queue_active(ctx: Context, name: str, ns: str) -> Optional[dict]:
 
 def cpu_job_placement(ctx: Context) -> Scenario:
     """A CPU-only Job in the training namespace without a queue label: Kueue queues it through the
-    `default` LocalQueue and must admit it to a flavor of system nodes (the system flavor, first in the
-    ClusterQueue), so it is bound to a system node; admitted to a GPU flavor it would get the pool's
-    nodeSelector and tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job."""
+    `default` LocalQueue and must admit it to a flavor of system nodes (the system flavor, the only one
+    of ClusterQueue cpu-work), so it is bound to a system node; admitted to a GPU flavor it would get the
+    pool's nodeSelector and tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job. Then
+    the system quota is filled and the next CPU job must wait (_cpu_job_after_the_system_quota)."""
     sc = Scenario("cpu-job-placement", "a CPU-only Job in training (no queue label) is admitted to the system "
                                        "flavor and bound to a system node, never a GPU node; once the system "
                                        "quota is used up, the next one waits and never gets a GPU flavor")

@@ -137,7 +137,7 @@ def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec],
 def system_quota(cloud: str, pool: SystemPoolSpec) -> PoolCapacity:
     """CPU and memory the system flavor may admit: the system pool's allocatable at its maximum size,
     less PLATFORM_SYSTEM_REQUESTS and HEADROOM_PERCENT; zero (never negative) where the platform fills
-    the pool. No GPUs: a GPU pod never fits the flavor and goes on to the GPU flavors."""
+    the pool. No GPUs: it is the only flavor of the CPU ClusterQueue, where GPU work is never admitted."""
     a = allocatable(cloud, pool.instance_type, managed_node_group=cloud == "aws")
     cpu = (a.cpu_millis * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["cpu_millis"]) * (100 - HEADROOM_PERCENT) // 100
     mem = (a.memory_bytes * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["memory_bytes"]) * (100 - HEADROOM_PERCENT) // 100
