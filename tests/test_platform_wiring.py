@@ -219,6 +219,8 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
     default_lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "platform-queue-default")
     assert default_lq.inputs["metadata"] == {**default_lq.inputs["metadata"], "name": "default",
                                              "namespace": TRAINING_NAMESPACE}
+    # an unlabelled GPU job in training is queued for the GPU pools (issue #22 item 1)
+    assert default_lq.inputs["spec"]["clusterQueue"] == cq.inputs["metadata"]["name"] == "gpu-training"
     # the GPU admission policy is bound, and only after the queues exist (queued work is never refused)
     policy = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy", "gpu-admission")
     binding = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding",

@@ -4,9 +4,10 @@ Before: the one ClusterQueue listed the `system` flavor (system nodes, GPU quota
 pools. Kueue v0.19.2 (pkg/scheduler/flavorassigner findFlavorForPodSets / shouldTryNextFlavor) goes on
 to the next flavor whenever one has no unused quota, so the CPU job after the system quota was used up
 got a GPU flavor: a CPU job on a GPU node, and on autoscaled pools a GPU node scaled up for it. Now CPU
-work has its own ClusterQueue (`cpu-work`, the system flavor alone, behind LocalQueue `default`) and the
-GPU ClusterQueue has only GPU flavors; the ValidatingAdmissionPolicy `work-in-its-queue` refuses GPU work
-headed for `default` and CPU-only work naming `gpu-queue`, saying which queue to use. Policies are
+work has its own ClusterQueue (`cpu-work`, the system flavor alone, behind LocalQueue `cpu-queue`) and the
+GPU ClusterQueue has only GPU flavors, behind `gpu-queue` and `default` (an unlabelled GPU job is queued,
+issue #22 item 1); the ValidatingAdmissionPolicy `work-in-its-queue` refuses CPU-only work headed for
+`default` or `gpu-queue` and GPU work naming `cpu-queue`, saying which queue to use. Policies are
 evaluated with cel-python as the API server evaluates them; fit's Kueue model (fit/kueue.assign with
 usage) shows the overflow; the rehearsal shows it on the real Kueue.
 """
@@ -21,7 +22,7 @@ import pytest
 
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE
 from gpu_platform.components.platform.queue import (
-    CLUSTER_QUEUE, CPU_CLUSTER_QUEUE, DEFAULT_LOCAL_QUEUE, LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_ROUTING_POLICY,
+    CLUSTER_QUEUE, CPU_CLUSTER_QUEUE, CPU_LOCAL_QUEUE, DEFAULT_LOCAL_QUEUE, LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_ROUTING_POLICY,
     SYSTEM_FLAVOR, render_cpu_cluster_queue, render_policy_binding, render_queue_routing_policy, system_quota,
 )
 from gpu_platform.components.cluster import SystemPoolSpec
@@ -78,27 +79,39 @@ def experiment(gpus: int, queue: Optional[str] = None) -> dict:
 # --- the policy ------------------------------------------------------------------------------------------------
 
 
-def test_gpu_work_that_would_land_in_the_cpu_queue_is_refused_saying_to_label_it_gpu_queue() -> None:
+def _cpu_trainjob() -> dict:
+    tj = trainjob("2")
+    tj["spec"]["trainer"]["resourcesPerNode"]["requests"].pop("nvidia.com/gpu")
+    return tj
+
+
+def test_unlabelled_gpu_work_is_queued_in_default_and_gpu_work_naming_the_cpu_queue_is_refused() -> None:
+    # the main path needs no label: LocalQueue default is the GPU queue (issue #22 item 1)
     for obj in (batch_job("2"), trainjob("2"), experiment(1), labelled(batch_job("2"), DEFAULT_LOCAL_QUEUE),
-                labelled(pod("training"), DEFAULT_LOCAL_QUEUE)):
-        said = refusal(obj)
-        assert said and f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE}" in said and "system nodes" in said, (obj["kind"], said)
-    assert "trialTemplate.trialSpec.metadata.labels" in refusal(experiment(1))
-    for obj in (labelled(batch_job("2"), LOCAL_QUEUE), labelled(trainjob("2"), LOCAL_QUEUE), experiment(1, LOCAL_QUEUE),
+                labelled(batch_job("2"), LOCAL_QUEUE), labelled(trainjob("2"), LOCAL_QUEUE), experiment(1, LOCAL_QUEUE),
                 labelled(pod(JUPYTERHUB_NAMESPACE), LOCAL_QUEUE), labelled(pod(KUBEFLOW_NAMESPACE), LOCAL_QUEUE)):
         assert refusal(obj) is None, obj["kind"]
-
-
-def test_cpu_only_work_naming_the_gpu_queue_is_refused_saying_to_drop_the_label() -> None:
-    cpu_trainjob = trainjob("2")
-    cpu_trainjob["spec"]["trainer"]["resourcesPerNode"]["requests"].pop("nvidia.com/gpu")
-    for obj in (labelled(batch_job("2", gpus=0), LOCAL_QUEUE), labelled(cpu_trainjob, LOCAL_QUEUE),
-                experiment(0, LOCAL_QUEUE), labelled(pod(KUBEFLOW_NAMESPACE, gpus=None), LOCAL_QUEUE)):
+    for obj in (labelled(batch_job("2"), CPU_LOCAL_QUEUE), labelled(trainjob("2"), CPU_LOCAL_QUEUE),
+                experiment(1, CPU_LOCAL_QUEUE), labelled(pod("training"), CPU_LOCAL_QUEUE)):
         said = refusal(obj)
-        assert said and "asks for no GPU" in said and f"LocalQueue {DEFAULT_LOCAL_QUEUE}" in said, (obj["kind"], said)
-    # CPU-only work without a label: LocalQueue default (training) or no queue (a CPU notebook, a CPU step)
-    for obj in (batch_job("2", gpus=0), cpu_trainjob, experiment(0), pod(JUPYTERHUB_NAMESPACE, gpus=None),
-                pod(KUBEFLOW_NAMESPACE, gpus=None), pod("training", gpus=None)):
+        assert said and f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE}" in said and "system nodes" in said, (obj["kind"], said)
+        assert f"Drop the label {QUEUE_NAME_LABEL}" in said
+    assert "trialTemplate.trialSpec.metadata.labels" in refusal(experiment(1, CPU_LOCAL_QUEUE))
+
+
+def test_cpu_only_work_headed_for_a_gpu_queue_is_refused_saying_to_label_it_cpu_queue() -> None:
+    # without a label in training (LocalQueue default, the GPU pools) or naming gpu-queue
+    for obj in (batch_job("2", gpus=0), _cpu_trainjob(), experiment(0), pod("training", gpus=None),
+                labelled(batch_job("2", gpus=0), LOCAL_QUEUE), labelled(_cpu_trainjob(), LOCAL_QUEUE),
+                experiment(0, LOCAL_QUEUE), labelled(pod(KUBEFLOW_NAMESPACE, gpus=None), LOCAL_QUEUE),
+                labelled(batch_job("2", gpus=0), DEFAULT_LOCAL_QUEUE)):
+        said = refusal(obj)
+        assert said and "asks for no GPU" in said and f"{QUEUE_NAME_LABEL}: {CPU_LOCAL_QUEUE}" in said, (obj["kind"], said)
+    # CPU-only work in cpu-queue, or with no queue where there is no `default` (a CPU step in kubeflow)
+    for obj in (labelled(batch_job("2", gpus=0), CPU_LOCAL_QUEUE), labelled(_cpu_trainjob(), CPU_LOCAL_QUEUE),
+                experiment(0, CPU_LOCAL_QUEUE), labelled(pod("training", gpus=None), CPU_LOCAL_QUEUE),
+                labelled(pod(JUPYTERHUB_NAMESPACE, gpus=None), CPU_LOCAL_QUEUE), pod(JUPYTERHUB_NAMESPACE, gpus=None),
+                pod(KUBEFLOW_NAMESPACE, gpus=None)):
         assert refusal(obj) is None, obj["kind"]
 
 
@@ -154,10 +167,11 @@ def _plan_queues(stack: str) -> tuple[dict, dict, dict]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_no_cluster_queue_offers_cpu_work_a_gpu_flavor(stack: str) -> None:
-    """LocalQueue default -> the CPU queue (system flavor only); every gpu-queue -> the GPU queue, which
-    has no system flavor; no cohort joins them (borrowing GPU-flavor quota is the same overflow)."""
+    """LocalQueue cpu-queue -> the CPU queue (system flavor only); default and every gpu-queue -> the GPU
+    queue, which has no system flavor; no cohort joins them (borrowing GPU-flavor quota is the same overflow)."""
     cqs, lqs, extra = _plan_queues(stack)
-    assert lqs[("training", DEFAULT_LOCAL_QUEUE)] == CPU_CLUSTER_QUEUE
+    assert lqs[("training", DEFAULT_LOCAL_QUEUE)] == CLUSTER_QUEUE
+    assert lqs[("training", CPU_LOCAL_QUEUE)] == CPU_CLUSTER_QUEUE
     assert [f["name"] for rg in cqs[CPU_CLUSTER_QUEUE]["spec"]["resourceGroups"] for f in rg["flavors"]] == [SYSTEM_FLAVOR]
     gpu_queues = {cq for (ns, name), cq in lqs.items() if name == LOCAL_QUEUE}
     assert gpu_queues == {CLUSTER_QUEUE}
@@ -165,7 +179,7 @@ def test_no_cluster_queue_offers_cpu_work_a_gpu_flavor(stack: str) -> None:
     assert gpu_flavors and SYSTEM_FLAVOR not in gpu_flavors
     assert not any(cq["spec"].get("cohort") or cq["spec"].get("cohortName") for cq in cqs.values())
     assert QUEUE_ROUTING_POLICY in extra["policies"]
-    # spec.clusterQueue is immutable: an existing stack's `default` (-> gpu-training) is replaced, not patched
+    # spec.clusterQueue is immutable: a stack whose `default` pointed at cpu-work is replaced, not patched
     assert "spec.clusterQueue" in extra["default_options"]["replaceOnChanges"]
     assert extra["default_options"]["deleteBeforeReplace"] is True
 
@@ -240,8 +254,9 @@ def test_preflight_reports_a_cluster_queue_that_lets_cpu_work_overflow_to_gpu_no
 @needs_components
 @pytest.mark.rehearsal
 def test_rehearsal_a_cpu_job_after_the_system_quota_waits_and_never_gets_a_gpu_flavor(tmp_path) -> None:
-    """The real Kueue: the system flavor's CPU quota filled, the next CPU-only Job stays pending with
-    Kueue's `insufficient unused quota`; with the queues of before it is admitted to the GPU flavor."""
+    """The real Kueue: the system flavor's CPU quota filled, the next CPU-only Job (cpu-queue) stays pending
+    with Kueue's `insufficient unused quota`; with the queues of before it is admitted to the GPU flavor.
+    An unlabelled CPU-only Job is refused by the routing policy, naming cpu-queue."""
     from gpu_platform.rehearsal.scenarios import cpu_job_placement
     from tests.test_rehearsal import _failures, _rehearse
 
@@ -250,6 +265,8 @@ def test_rehearsal_a_cpu_job_after_the_system_quota_waits_and_never_gets_a_gpu_f
     assert sc.status == "PASS", _failures(result)
     said = " ".join(sc.details)
     assert "quota used up" in said and "stays pending" in said and "insufficient unused quota" in said, said
+    # without the label it would be queued in `default`, the GPU queue: refused, naming cpu-queue
+    assert "CPU-only Job without kueue.x-k8s.io/queue-name: refused" in said and "queue-name: cpu-queue" in said, said
 
     before = _rehearse("linode-dev", tmp_path / "before", mutate=one_cluster_queue, scenarios=(cpu_job_placement,))
     [sc] = before.scenarios

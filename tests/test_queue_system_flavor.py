@@ -5,7 +5,7 @@ LocalQueue) admitted to the first GPU flavor and bound to a GPU node: Kueue (v0.
 pkg/scheduler/flavorassigner) tries a resource group's flavors in order and only checks the resources
 a pod asks for, so a pod without a GPU request fits any flavor with CPU/memory quota. The fix is a
 `system` flavor (the system nodes' labels, GPU quota 0), the only flavor of its own ClusterQueue
-`cpu-work` behind LocalQueue `default` (a `system` flavor first in the GPU ClusterQueue let CPU work
+`cpu-work` behind LocalQueue `cpu-queue` (a `system` flavor first in the GPU ClusterQueue let CPU work
 overflow to a GPU flavor once its quota was used: tests/test_queue_routing.py). Its CPU/memory quota
 is what the system nodes leave after the platform's own pods, and preflight's fit checks exactly that.
 The real Kueue's choice is checked in the rehearsal (scenario cpu-job-placement).
@@ -69,7 +69,7 @@ def test_the_system_quota_is_what_the_pool_leaves_after_the_platform() -> None:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_each_shipped_stack_queues_cpu_work_on_its_system_nodes(stack: str) -> None:
-    """The plan's CPU ClusterQueue (behind LocalQueue default) holds the system flavor alone, and that
+    """The plan's CPU ClusterQueue (behind LocalQueue cpu-queue) holds the system flavor alone, and that
     flavor selects exactly the node groups the stack's system nodes form (preflight's node model of the
     same plan); the GPU ClusterQueue's flavors all keep their GPU quota."""
     from gpu_platform.config.stack import parse_config
@@ -124,8 +124,8 @@ def _without_system_flavor(releases) -> None:
 @needs_components
 @pytest.mark.rehearsal
 def test_rehearsal_admits_a_cpu_job_to_the_system_flavor_and_binds_it_to_a_system_node(tmp_path) -> None:
-    """The real Kueue and scheduler: an unlabelled CPU-only Job in training, queued by LocalQueue default,
-    lands on a system node; with the ClusterQueue of before (GPU flavors only) it lands on a GPU node,
+    """The real Kueue and scheduler: a CPU-only Job in training, queued by LocalQueue cpu-queue, lands on a
+    system node; with the ClusterQueue of before (GPU flavors only) it lands on a GPU node,
     which the scenario reports (the defect the first rehearsal found: a CPU pod on node ada-0)."""
     from gpu_platform.rehearsal.scenarios import cpu_job_placement
     from tests.test_rehearsal import _failures, _rehearse

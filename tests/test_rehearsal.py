@@ -579,17 +579,15 @@ def test_planted_notebook_role_reading_secrets_fails(tmp_path):
     assert "jupyterhub/notebook-user may read Secrets in training" in _failures(result)
 
 
-def _without_routing_policy(releases):
-    """Before platform review #3's queue routing: nothing refuses GPU work headed for LocalQueue default."""
+def _without_default_local_queue(releases):
     for rel in releases:
-        rel.objects = [o for o in rel.objects if not (
-            o["kind"].startswith("ValidatingAdmissionPolicy") and o["metadata"]["name"] == "work-in-its-queue")]
+        rel.objects = [o for o in rel.objects if not (o["kind"] == "LocalQueue" and o["metadata"]["name"] == "default")]
 
 
 @needs_components
 @pytest.mark.rehearsal
-@pytest.mark.parametrize("plant", [None, _without_routing_policy], ids=["shipped", "no-routing-policy"])
-def test_unlabelled_gpu_trainjob_is_refused_with_the_queue_to_use(tmp_path, plant):
+@pytest.mark.parametrize("plant", [None, _without_default_local_queue], ids=["shipped", "no-default-localqueue"])
+def test_unlabelled_gpu_trainjob_is_queued_in_default(tmp_path, plant):
     from gpu_platform.rehearsal.hub import unlabelled_trainjob
 
     result = _rehearse("linode-dev", tmp_path, mutate=plant, scenarios=(unlabelled_trainjob,))
@@ -597,13 +595,12 @@ def test_unlabelled_gpu_trainjob_is_refused_with_the_queue_to_use(tmp_path, plan
     if plant is None:
         assert sc.status == "PASS", _failures(result)
         said = " ".join(sc.details)
-        assert "refused" in said and "kueue.x-k8s.io/queue-name: gpu-queue" in said
-        assert "queued in LocalQueue gpu-queue and admitted on flavor ada" in said
+        assert "LocalQueue training/default -> ClusterQueue gpu-training" in said
+        assert "queued in LocalQueue default and admitted on flavor ada" in said
         assert "bound to ada-0 (group ada)" in said
     else:
         assert sc.status == "FAIL"
-        # accepted, it sits in the CPU queue, whose only flavor has no GPUs
-        assert "was accepted" in _failures(result) and "'default'" in _failures(result)
+        assert "has no LocalQueue 'default'" in _failures(result) and "Kueue created no Workload" in _failures(result)
 
 
 def _gpu_profile_pinned_to_first_zone(releases):

@@ -578,15 +578,20 @@ def wait_local_queue_active(ctx: Context, name: str, ns: str) -> Optional[dict]:
     return lq
 
 
+CPU_LOCAL_QUEUE = "cpu-queue"  # the program's queue.CPU_LOCAL_QUEUE (ClusterQueue cpu-work: the system flavor)
+
+
 def cpu_job_placement(ctx: Context) -> Scenario:
-    """A CPU-only Job in the training namespace without a queue label: Kueue queues it through the
-    `default` LocalQueue and must admit it to a flavor of system nodes (the system flavor, the only one
-    of ClusterQueue cpu-work), so it is bound to a system node; admitted to a GPU flavor it would get the
-    pool's nodeSelector and tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job. Then
-    the system quota is filled and the next CPU job must wait (_cpu_job_after_the_system_quota)."""
-    sc = Scenario("cpu-job-placement", "a CPU-only Job in training (no queue label) is admitted to the system "
-                                       "flavor and bound to a system node, never a GPU node; once the system "
-                                       "quota is used up, the next one waits and never gets a GPU flavor")
+    """A CPU-only Job in the training namespace labelled with LocalQueue cpu-queue: Kueue must admit it
+    to a flavor of system nodes (the system flavor, the only one of ClusterQueue cpu-work), so it is
+    bound to a system node; admitted to a GPU flavor it would get the pool's nodeSelector and
+    tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job. Then the system quota is
+    filled and the next CPU job must wait (_cpu_job_after_the_system_quota). Without the label (LocalQueue
+    `default`, the GPU queue) a CPU-only Job is refused, saying to name cpu-queue (_unlabelled_cpu_job)."""
+    sc = Scenario("cpu-job-placement", f"a CPU-only Job in training labelled {CPU_LOCAL_QUEUE} is admitted to the "
+                                       "system flavor and bound to a system node, never a GPU node; once the system "
+                                       "quota is used up, the next one waits and never gets a GPU flavor; without "
+                                       f"the label it is refused, naming {CPU_LOCAL_QUEUE}")
     ctl = ctx.controllers.get("kueue-manager")
     job = _example(ctx)
     ns = (job or {}).get("metadata", {}).get("namespace") or "training"
@@ -594,19 +599,51 @@ def cpu_job_placement(ctx: Context) -> Scenario:
         sc.status = "NOT REHEARSED"
         sc.problems.append(f"needs a running Kueue and the {ns} namespace")
         return sc
-    if wait_local_queue_active(ctx, "default", ns) is None:
-        sc.fail(f"no LocalQueue default in {ns}: an unlabelled Job is not queued at all")
+    if wait_local_queue_active(ctx, CPU_LOCAL_QUEUE, ns) is None:
+        sc.fail(f"no LocalQueue {CPU_LOCAL_QUEUE} in {ns}: CPU-only work has no queue of the system nodes")
         return sc
     name = "rehearsal-cpu-job"
-    cpu_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
+    cpu_job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": name, "namespace": ns, "labels": {QUEUE_LABEL: CPU_LOCAL_QUEUE}},
                "spec": {"backoffLimit": 0, "template": {"spec": {
                    "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
                        {"name": "c", "image": "busybox", "command": ["sleep", "3600"],
                         "securityContext": _RESTRICTED_CONTAINER,
                         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
-    if err := submit(ctx.client, cpu_job):
-        sc.fail(f"a CPU-only Job in {ns} was refused: {err}")
-        return sc
+    try:
+        if err := submit(ctx.client, cpu_job):
+            sc.fail(f"a CPU-only Job in {ns} labelled {CPU_LOCAL_QUEUE} was refused: {err}")
+            return sc
+        return _cpu_job_placed(ctx, sc, ns, cpu_job)
+    finally:
+        _unlabelled_cpu_job(ctx, sc, ns, cpu_job)
+
+
+def _unlabelled_cpu_job(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> None:
+    """Without a queue label Kueue queues the Job in LocalQueue `default`, the GPU queue: the routing
+    policy must refuse it, saying to name cpu-queue."""
+    probe = copy.deepcopy(cpu_job)
+    probe["metadata"] = {"name": "rehearsal-cpu-job-unlabelled", "namespace": ns}
+    err = submit(ctx.client, probe)
+    if err is None:
+        w = None
+        deadline = time.monotonic() + min(ctx.timeout, 30)
+        while time.monotonic() < deadline and not _admitted(w):
+            w = _workload_for(ctx.client, ns, "Job", probe["metadata"]["name"])
+            time.sleep(1)
+        got = ", ".join(sorted(set(_flavors(w).values()))) if _admitted(w) else None
+        ctx.client.delete("batch/v1", "Job", probe["metadata"]["name"], ns, grace_seconds=0)
+        sc.fail(f"a CPU-only Job in {ns} without {QUEUE_LABEL} was accepted"
+                + (f" and admitted from LocalQueue {(w.get('spec') or {}).get('queueName')} to flavor(s) {got}"
+                   if got else "") + f": it is not refused with the queue to use ({CPU_LOCAL_QUEUE})")
+    elif f"{QUEUE_LABEL}: {CPU_LOCAL_QUEUE}" not in err:
+        sc.fail(f"the unlabelled CPU-only Job was refused without naming {QUEUE_LABEL}: {CPU_LOCAL_QUEUE}: {err}")
+    else:
+        sc.details.append(f"CPU-only Job without {QUEUE_LABEL}: refused ({_short(err)})")
+
+
+def _cpu_job_placed(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> Scenario:
+    name = cpu_job["metadata"]["name"]
     roles = {g.name: g.role for g in ctx.model.node_groups}
 
     def bound() -> Optional[tuple[dict, list[dict]]]:
@@ -640,7 +677,7 @@ def cpu_job_placement(ctx: Context) -> Scenario:
                 sc.fail(f"pod {p['metadata']['name']} of the CPU-only Job was bound to node {node} of group {group} "
                         f"({roles.get(group, '?')}), not a system node")
             else:
-                sc.details.append(f"CPU-only Job: queued by LocalQueue default, admitted to flavor(s) "
+                sc.details.append(f"CPU-only Job: queued by LocalQueue {CPU_LOCAL_QUEUE}, admitted to flavor(s) "
                                   f"{', '.join(sorted(set(flavors.values())))}, pod bound to system node {node}")
         return sc
     finally:
@@ -657,8 +694,8 @@ def _millis(q: Any) -> int:
 
 def _system_flavor_room(ctx: Context, ns: str, roles: dict) -> Optional[tuple[str, int, int]]:
     """(system flavor, its CPU quota, CPU still unreserved) of the ClusterQueue behind LocalQueue
-    `default`, from the ClusterQueue's status once Kueue has written it."""
-    lq = ctx.client.get(KUEUE, "LocalQueue", "default", ns) or {}
+    cpu-queue, from the ClusterQueue's status once Kueue has written it."""
+    lq = ctx.client.get(KUEUE, "LocalQueue", CPU_LOCAL_QUEUE, ns) or {}
     cq_name = (lq.get("spec") or {}).get("clusterQueue")
     deadline = time.monotonic() + min(ctx.timeout, 30)
     while cq_name and time.monotonic() < deadline:
@@ -689,7 +726,7 @@ def _cpu_job_after_the_system_quota(ctx: Context, sc: Scenario, ns: str, cpu_job
         time.sleep(1)
     room = _system_flavor_room(ctx, ns, roles)
     if room is None:
-        sc.fail("the ClusterQueue behind LocalQueue default has no flavor of system nodes (or Kueue reported no usage): "
+        sc.fail(f"the ClusterQueue behind LocalQueue {CPU_LOCAL_QUEUE} has no flavor of system nodes (or Kueue reported no usage): "
                 "the system-quota overflow is not rehearsed")
         return
     flavor, quota, free = room
@@ -760,7 +797,7 @@ def _cpu_job_larger_than_a_system_node(ctx: Context, sc: Scenario, ns: str, cpu_
     """A CPU-only Job larger than any system node but within the system flavor's CPU quota: Kueue would
     admit it there and it would never schedule, so the fit policy must refuse it at submission."""
     node = max((g.allocatable.cpu_millis for g in ctx.model.node_groups if g.role == "system"), default=0)
-    lq = ctx.client.get(KUEUE, "LocalQueue", "default", ns) or {}
+    lq = ctx.client.get(KUEUE, "LocalQueue", CPU_LOCAL_QUEUE, ns) or {}
     cq = ctx.client.get(KUEUE, "ClusterQueue", lq["spec"]["clusterQueue"]) if lq else None
     flavors = [f for rg in (cq or {}).get("spec", {}).get("resourceGroups", []) for f in rg["flavors"]]
     first = flavors[0] if flavors else {}

@@ -8,20 +8,23 @@ jobs wait in the queue instead of as Pending pods. Kueue quotas are per flavor i
 pod larger than one node is caught by the training LimitRange's `max` (one node's share, see
 training.py), which Kueue checks before admitting.
 
-CPU-only work (a preprocessing Job, Katib's suggestion Deployment, anything the `default` LocalQueue
-catches) has its own ClusterQueue, CPU_CLUSTER_QUEUE, whose only flavor is `system`: the system nodes'
-labels, CPU and memory quota of what those nodes have left after the platform's own pods. The GPU
-ClusterQueue lists only the GPU pools' flavors. They are two queues, not one with `system` first,
-because Kueue (v0.19.2 pkg/scheduler/flavorassigner findFlavorForPodSets, shouldTryNextFlavor) moves a
-workload to the next flavor whenever the current one has no unused quota (mode NoFit, or Preempt with
-no candidates): with `system` first, the CPU job after the system quota filled up was admitted to a
-GPU flavor, got its pool's nodeSelector and tolerations and scaled a GPU node up. No ClusterQueue
-setting stops that search (flavorFungibility only chooses between borrowing, preempting and the next
-flavor), and a ResourceFlavor cannot refuse a workload for what it does NOT ask for. The queues share
-no cohort: neither may borrow the other's quota (a CPU job borrowing GPU-flavor quota is the same
-defect). LocalQueue `default` (what Kueue gives a job without a queue name in `training`) points at
-the CPU queue, `gpu-queue` at the GPU queue; QUEUE_ROUTING_POLICY refuses, at submission, GPU work
-headed for `default` and CPU-only work headed for `gpu-queue`, each with the queue to use.
+CPU-only work (a preprocessing Job, a Katib experiment's suggestion pod, a CPU notebook) has its own
+ClusterQueue, CPU_CLUSTER_QUEUE, whose only flavor is `system`: the system nodes' labels, CPU and
+memory quota of what those nodes have left after the platform's own pods. The GPU ClusterQueue lists
+only the GPU pools' flavors. They are two queues, not one with `system` first, because Kueue (v0.19.2
+pkg/scheduler/flavorassigner findFlavorForPodSets, shouldTryNextFlavor) moves a workload to the next
+flavor whenever the current one has no unused quota (mode NoFit, or Preempt with no candidates): with
+`system` first, the CPU job after the system quota filled up was admitted to a GPU flavor, got its
+pool's nodeSelector and tolerations and scaled a GPU node up. No ClusterQueue setting stops that
+search (flavorFungibility only chooses between borrowing, preempting and the next flavor), and a
+ResourceFlavor cannot refuse a workload for what it does NOT ask for. The queues share no cohort:
+neither may borrow the other's quota (a CPU job borrowing GPU-flavor quota is the same defect).
+
+The GPU platform's main path needs no label (issue #22 item 1): LocalQueue `default` (what Kueue gives
+a job without a queue name in `training`) and `gpu-queue` point at the GPU queue; CPU-only work names
+LocalQueue `cpu-queue` (the CPU queue, in `training` and `jupyterhub`). QUEUE_ROUTING_POLICY refuses,
+at submission, CPU-only work headed for `default` or `gpu-queue` and GPU work naming `cpu-queue`, each
+with the queue to use.
 
 Kueue's webhooks (many with failurePolicy Fail) are scoped to namespaces labelled
 QUEUE_NAMESPACE_LABEL (managedJobsNamespaceSelector, which the chart uses as every job webhook's
@@ -51,13 +54,13 @@ CPU_CLUSTER_QUEUE = "cpu-work"
 LOCAL_QUEUE = "gpu-queue"
 # Kueue (v0.19: LocalQueue defaulting, always on) labels every job and pod that names no queue with
 # `default` when a LocalQueue of that name exists in its namespace (and the namespace matches
-# managedJobsNamespaceSelector): so an unlabelled Job, Katib suggestion or pod in `training` is queued,
-# not ignored, in the CPU queue (system nodes); unlabelled GPU work is refused there by
-# QUEUE_ROUTING_POLICY, saying to label it `gpu-queue`. Only `training` gets one: in `jupyterhub` it
-# would queue the hub itself.
+# managedJobsNamespaceSelector): so an unlabelled TrainJob, Job or Katib trial in `training` is queued,
+# not ignored, in the GPU queue; unlabelled CPU-only work is refused there by QUEUE_ROUTING_POLICY,
+# saying to label it `cpu-queue`. Only `training` gets one: in `jupyterhub` it would queue the hub itself.
 DEFAULT_LOCAL_QUEUE = "default"
-# CPU notebooks name this LocalQueue (in `jupyterhub`, of ClusterQueue CPU_CLUSTER_QUEUE): Kueue counts them in
-# the system flavor's quota and places them on the system nodes (platform review #4).
+# CPU-only work names this LocalQueue (of ClusterQueue CPU_CLUSTER_QUEUE), in `training` and in
+# `jupyterhub` (CPU notebooks): Kueue counts it in the system flavor's quota and places it on the
+# system nodes (platform reviews #3, #4).
 CPU_LOCAL_QUEUE = "cpu-queue"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -377,7 +380,8 @@ QUEUED_POD = f"({QUEUED_JOB_POD}) || ({QUEUED_PLAIN_POD})"
 PIPELINE_HOW_TO = (f"a Kubeflow Pipelines step in namespace kubeflow asks for its GPU with the pod label "
                    f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (kfp.kubernetes.add_pod_label)")
 HOW_TO_SUBMIT = (f"submit GPU work as a TrainJob, Job or Katib experiment in namespace {TRAINING_NAMESPACE} "
-                 f"labelled {QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (a Katib experiment: in its trial template's labels), "
+                 f"(no queue label needed: Kueue queues it in LocalQueue {DEFAULT_LOCAL_QUEUE}, or label it "
+                 f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE}), "
                  f"{PIPELINE_HOW_TO}, or start a GPU notebook from JupyterHub; see docs/first-training-job.md section 6")
 
 
@@ -491,8 +495,8 @@ QUEUED_REQUEST = (f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in obje
 
 
 def _cpu_work_validation(node: PoolCapacity, quota: PoolCapacity) -> dict[str, Any]:
-    """CPU-only queued work goes to the system flavor, the only flavor of the CPU queue (GPU work is
-    the GPU queue's; QUEUE_ROUTING_POLICY refuses CPU-only work naming it): a container larger than one
+    """CPU-only queued work goes to the system flavor, the only flavor of the CPU queue
+    (QUEUE_ROUTING_POLICY refuses CPU-only work headed anywhere else): a container larger than one
     system node's share would never schedule there, one larger than the flavor's whole quota would wait
     for ever (Kueue has no other flavor to move it to). Refused, even when it names a GPU pool: Kueue
     matches a pod's node selector only against the keys of a flavor's own nodeLabels (flavorassigner.go,
@@ -587,19 +591,27 @@ LANDS_IN = (f"variables.queue != '' ? variables.queue : (has(namespaceObject.met
 
 def render_queue_routing_policy() -> dict[str, Any]:
     """A ValidatingAdmissionPolicy keeping each kind of work in its ClusterQueue (module docstring):
-    - GPU work that lands in LocalQueue `default` (no queue label in `training`) is refused: that queue's
-      only flavor is the system nodes (GPU quota 0), so Kueue would never admit it; the message says to
-      label it `gpu-queue`;
-    - CPU-only work naming `gpu-queue` is refused: that queue's flavors are GPU nodes, where Kueue
-      would place it (and scale a GPU node up for it); the message says to drop the label.
+    - CPU-only work that lands in LocalQueue `default` (no queue label in `training`) or names
+      `gpu-queue` is refused: those queues' flavors are GPU nodes, where Kueue would place it (and scale
+      a GPU node up for it); the message says to label it `cpu-queue`;
+    - GPU work naming `cpu-queue` is refused: that queue's only flavor is the system nodes (GPU quota 0),
+      so Kueue would never admit it; the message says to drop the label or name `gpu-queue`.
     What the object's spec does not show (a TrainJob without trainer.resourcesPerNode takes its
-    resources from the runtime; a Katib trial template held in a ConfigMap) is judged when its Job is
-    created, or reported by Kueue (`insufficient quota for nvidia.com/gpu in flavor system`). Objects
-    a Kueue-managed owner creates (a TrainJob's JobSet, a JobSet's Jobs, a Job's pods) follow their
-    owner's queue and are not judged again."""
-    gpu_wrong_queue = (f"GPU work goes through LocalQueue {LOCAL_QUEUE}; without a queue label it lands in "
-                       f"LocalQueue {DEFAULT_LOCAL_QUEUE} (like {CPU_LOCAL_QUEUE}), whose only flavor is the system nodes (no GPUs), where Kueue never admits it. Add the label "
-                       f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE} to the job's metadata.labels (a Katib experiment: to "
+    resources from the runtime; a Katib trial template held in a ConfigMap) is not judged: it is
+    judged when its Job is created, or reported by Kueue (`insufficient quota for nvidia.com/gpu in
+    flavor system`). Objects a Kueue-managed owner creates (a TrainJob's JobSet, a JobSet's Jobs, a
+    Job's pods) follow their owner's queue and are not judged again."""
+    cpu_wrong_queue = (f"this job asks for no GPU, and without a queue label (LocalQueue {DEFAULT_LOCAL_QUEUE}) or "
+                       f"with LocalQueue {LOCAL_QUEUE} it goes to the GPU pools: Kueue would run it on a GPU node "
+                       f"(and scale one up for it). CPU-only work goes through LocalQueue {CPU_LOCAL_QUEUE} "
+                       f"(ClusterQueue {CPU_CLUSTER_QUEUE}, the system nodes): add the label "
+                       f"{QUEUE_NAME_LABEL}: {CPU_LOCAL_QUEUE} to its metadata.labels (a Katib experiment's "
+                       f"suggestion pod copies the Experiment's metadata.labels); a CPU-only pipeline step in "
+                       f"namespace {KUBEFLOW_NAMESPACE} needs no queue")
+    gpu_wrong_queue = (f"this job asks for a GPU but names LocalQueue {CPU_LOCAL_QUEUE}, whose only flavor is the "
+                       f"system nodes (no GPUs), where Kueue never admits it. Drop the label {QUEUE_NAME_LABEL} "
+                       f"(in {TRAINING_NAMESPACE} GPU work is queued in LocalQueue {DEFAULT_LOCAL_QUEUE}, the GPU "
+                       f"pools) or name the GPU queue, {QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (a Katib experiment: in "
                        f"trialTemplate.trialSpec.metadata.labels)")
     return render_admission_policy(QUEUE_ROUTING_POLICY, {
         "matchConstraints": {
@@ -621,15 +633,12 @@ def render_queue_routing_policy() -> dict[str, Any]:
             {"name": "not-made-by-a-queued-owner", "expression": f"!({_OWNED_BY_A_KUEUE_KIND})"},
         ],
         "validations": [
-            {"expression": f"!variables.asksForGpu || !(variables.landsIn in ['{DEFAULT_LOCAL_QUEUE}', '{CPU_LOCAL_QUEUE}'])",
+            {"expression": f"!variables.asksForGpu || variables.landsIn != '{CPU_LOCAL_QUEUE}'",
              "message": gpu_wrong_queue,
              "reason": "Invalid"},
-            {"expression": f"variables.asksForGpu || !variables.resourcesKnown || variables.queue != '{LOCAL_QUEUE}'",
-             "message": (f"this job asks for no GPU but names LocalQueue {LOCAL_QUEUE}, whose flavors are the GPU "
-                         f"pools: Kueue would run it on a GPU node (and scale one up for it). Drop the label "
-                         f"{QUEUE_NAME_LABEL}: in {TRAINING_NAMESPACE} a CPU-only job is queued in LocalQueue "
-                         f"{DEFAULT_LOCAL_QUEUE} (ClusterQueue {CPU_CLUSTER_QUEUE}, the system nodes); a CPU-only "
-                         f"notebook or pipeline step needs no queue"),
+            {"expression": (f"variables.asksForGpu || !variables.resourcesKnown || "
+                            f"!(variables.landsIn in ['{DEFAULT_LOCAL_QUEUE}', '{LOCAL_QUEUE}'])"),
+             "message": cpu_wrong_queue,
              "reason": "Invalid"},
         ],
     })
@@ -709,18 +718,22 @@ class JobQueue(pulumi.ComponentResource):
         ns_deps = [args.training_namespace] if args.training_namespace else []
         self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(),
                                         k8s_opts(cluster, self, [self.kueue, self.cluster_queue, *ns_deps]))
-        # `default` (jobs without a queue name) goes to the CPU queue; without a system pool (no stack
-        # ships one) there is nowhere else, and it keeps the GPU queue.
-        # A LocalQueue's spec.clusterQueue is immutable (Kueue v0.19.2 localqueue_types.go, CEL self == oldSelf):
-        # a stack whose `default` pointed at gpu-training gets it deleted and created again on `pulumi up`.
-        default_cq = self.cpu_cluster_queue or self.cluster_queue
+        # `default` (jobs without a queue name) is the GPU queue, as `gpu-queue` is: the main path needs
+        # no label. A LocalQueue's spec.clusterQueue is immutable (Kueue v0.19.2 localqueue_types.go, CEL
+        # self == oldSelf): a stack whose `default` pointed at cpu-work (an earlier build of this
+        # release) gets it deleted and created again on `pulumi up`; one from 1.x (gpu-training) keeps it.
         self.default_local_queue = apply_object(
-            f"{name}-default-local-queue",
-            render_local_queue(name=DEFAULT_LOCAL_QUEUE,
-                               cluster_queue=CPU_CLUSTER_QUEUE if self.cpu_cluster_queue else CLUSTER_QUEUE),
-            pulumi.ResourceOptions.merge(k8s_opts(cluster, self, [self.kueue, default_cq, *ns_deps]),
+            f"{name}-default-local-queue", render_local_queue(name=DEFAULT_LOCAL_QUEUE),
+            pulumi.ResourceOptions.merge(k8s_opts(cluster, self, [self.kueue, self.cluster_queue, *ns_deps]),
                                          pulumi.ResourceOptions(replace_on_changes=["spec.clusterQueue"],
                                                                 delete_before_replace=True)))
+        # CPU-only work in `training` names `cpu-queue` (the system nodes).
+        self.cpu_local_queue = None
+        if self.cpu_cluster_queue is not None:
+            self.cpu_local_queue = apply_object(
+                f"{name}-cpu-local-queue",
+                render_local_queue(name=CPU_LOCAL_QUEUE, cluster_queue=CPU_CLUSTER_QUEUE),
+                k8s_opts(cluster, self, [self.kueue, self.cpu_cluster_queue, *ns_deps]))
         self.pipelines_local_queue = None
         if args.pipelines_namespace is not None:
             self.pipelines_local_queue = apply_object(
@@ -728,6 +741,7 @@ class JobQueue(pulumi.ComponentResource):
                 k8s_opts(cluster, self, [self.kueue, self.cluster_queue, args.pipelines_namespace]))
         # Refuses GPU pods Kueue did not queue; after the queues exist, so queued work is never refused.
         policy_deps = k8s_opts(cluster, self, [self.local_queue, self.default_local_queue,
+                                               *([self.cpu_local_queue] if self.cpu_local_queue else []),
                                                *([self.pipelines_local_queue] if self.pipelines_local_queue else [])])
         self.gpu_admission_policy = apply_object(f"{name}-gpu-admission-policy", render_gpu_admission_policy(),
                                                  policy_deps)
@@ -737,7 +751,8 @@ class JobQueue(pulumi.ComponentResource):
         # GPU work in the GPU queue, CPU-only work in the CPU queue (only with the two queues).
         self.routing_policy = self.routing_binding = None
         if self.cpu_cluster_queue is not None:
-            self.routing_policy = apply_object(f"{name}-routing-policy", render_queue_routing_policy(), k8s_opts(cluster, self))
+            self.routing_policy = apply_object(f"{name}-routing-policy", render_queue_routing_policy(),
+                                               k8s_opts(cluster, self, [self.cpu_local_queue]))
             self.routing_binding = apply_object(f"{name}-routing-binding", render_policy_binding(QUEUE_ROUTING_POLICY),
                                                 k8s_opts(cluster, self, [self.routing_policy]))
         # Refuses a GPU job whose pods fit only some pools unless it names one (per-flavor fit).
@@ -747,5 +762,6 @@ class JobQueue(pulumi.ComponentResource):
         self.gpu_quota = quotas
         self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
                                "cpuClusterQueue": CPU_CLUSTER_QUEUE if self.cpu_cluster_queue else None,
-                               "defaultLocalQueue": DEFAULT_LOCAL_QUEUE, "gpuQuota": quotas,
+                               "defaultLocalQueue": DEFAULT_LOCAL_QUEUE,
+                               "cpuLocalQueue": CPU_LOCAL_QUEUE if self.cpu_local_queue else None, "gpuQuota": quotas,
                                "totalGpuQuota": sum(quotas.values())})
