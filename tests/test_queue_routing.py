@@ -273,3 +273,25 @@ def test_rehearsal_a_cpu_job_after_the_system_quota_waits_and_never_gets_a_gpu_f
     assert sc.status == "FAIL", sc.details
     said = " ".join(sc.problems)
     assert "admitted the next CPU-only Job to flavor(s) ada" in said and "GPU node" in said, said
+
+
+def _default_to_the_cpu_queue(releases) -> None:
+    """This branch's first layout: LocalQueue default -> cpu-work (an unlabelled GPU job never admitted)."""
+    for rel in releases:
+        for o in rel.objects:
+            if o.get("kind") == "LocalQueue" and o["metadata"]["name"] == DEFAULT_LOCAL_QUEUE:
+                o["spec"]["clusterQueue"] = CPU_CLUSTER_QUEUE
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod"])
+def test_preflight_reports_a_default_queue_where_an_unlabelled_gpu_job_waits_for_ever(stack: str) -> None:
+    from tests.fit_support import need_charts
+    from tests.test_fit_stacks import _problems, _stack
+
+    need_charts()
+    model, releases = _stack(stack)
+    assert not _problems(check_fit(model, copy.deepcopy(releases)), "queue-fit", reason="admits no 1-GPU pod")
+    _default_to_the_cpu_queue(releases)
+    [problem] = _problems(check_fit(model, releases), "queue-fit", reason="admits no 1-GPU pod")
+    assert "LocalQueue training/default" in problem.reason and "ClusterQueue cpu-work" in problem.reason
+    assert "gpu-training" in problem.fix

@@ -1132,6 +1132,7 @@ class _Checker:
                                          "flavor's quota (gpu_platform/components/platform/queue.py)" if shared else
                                          "compute quotas from allocatable (gpu_platform.components.capacity) x max nodes")
         self.cpu_overflow()
+        self.default_queue_admits_gpu_work()
         # every LocalQueue's namespace must be one its ClusterQueue admits from
         for (ns, name), lq in self.idx.local_queues.items():
             cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
@@ -1221,8 +1222,26 @@ class _Checker:
                              f"once flavor {', '.join(system)} (system nodes) has no unused quota, Kueue admits the "
                              f"next CPU-only job to flavor {got} ({', '.join(sorted({g.name for g in gpu_groups}))}, GPU "
                              "nodes: it tries the next flavor, flavorFungibility), so CPU work takes or scales up a GPU node",
-                             "give CPU-only work its own ClusterQueue with only the system flavor (LocalQueue default) "
-                             "and keep the system flavor out of the GPU ClusterQueue")
+                             "give CPU-only work its own ClusterQueue with only the system flavor (LocalQueue "
+                             "cpu-queue) and keep the system flavor out of the GPU ClusterQueue")
+
+    def default_queue_admits_gpu_work(self) -> None:
+        """Kueue gives a job that names no queue its namespace's LocalQueue `default` (LocalQueue
+        defaulting): a `default` whose ClusterQueue admits no 1-GPU pod on an empty queue leaves an
+        unlabelled GPU TrainJob waiting for ever (issue #22 item 1: an unlabelled GPU job is queued)."""
+        probe = [("main", {}, {"cpu": 100, "memory": 64 * 1024 * 1024, GPU: 1})]
+        for (ns, name), lq in self.idx.local_queues.items():
+            cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
+            if name != "default" or cq is None:
+                continue
+            verdict = assign(probe, cq, self.idx.flavors)
+            if not verdict.admitted:
+                self.problem("queue-fit", self.idx.release_of.get(object_id(lq), "?"), object_id(lq),
+                             f"LocalQueue {ns}/default (what Kueue gives a job that names no queue) points at "
+                             f"ClusterQueue {cq['metadata']['name']}, which admits no 1-GPU pod ({verdict.reason}): "
+                             "an unlabelled GPU job there waits for ever",
+                             "point LocalQueue default at the GPU ClusterQueue (gpu-training); CPU-only work names "
+                             "cpu-queue")
 
     def _flavor_groups(self, name: str, flavor: Optional[dict] = None) -> list[NodeGroup]:
         flavor = flavor if flavor is not None else self.idx.flavors.get(name) or {}
