@@ -266,7 +266,7 @@ def test_rehearsal_a_cpu_job_after_the_system_quota_waits_and_never_gets_a_gpu_f
     said = " ".join(sc.details)
     assert "quota used up" in said and "stays pending" in said and "insufficient unused quota" in said, said
     # without the label it would be queued in `default`, the GPU queue: refused, naming cpu-queue
-    assert "CPU-only Job without kueue.x-k8s.io/queue-name: refused" in said and "queue-name: cpu-queue" in said, said
+    assert "CPU-only Job without kueue.x-k8s.io/queue-name: refused, naming kueue.x-k8s.io/queue-name: cpu-queue" in said, said
 
     before = _rehearse("linode-dev", tmp_path / "before", mutate=one_cluster_queue, scenarios=(cpu_job_placement,))
     [sc] = before.scenarios

@@ -639,7 +639,8 @@ def _unlabelled_cpu_job(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> N
     elif f"{QUEUE_LABEL}: {CPU_LOCAL_QUEUE}" not in err:
         sc.fail(f"the unlabelled CPU-only Job was refused without naming {QUEUE_LABEL}: {CPU_LOCAL_QUEUE}: {err}")
     else:
-        sc.details.append(f"CPU-only Job without {QUEUE_LABEL}: refused ({_short(err)})")
+        sc.details.append(f"CPU-only Job without {QUEUE_LABEL}: refused, naming {QUEUE_LABEL}: {CPU_LOCAL_QUEUE} "
+                          f"({_short(err)})")
 
 
 def _cpu_job_placed(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> Scenario:
