@@ -90,7 +90,7 @@ def test_trainjob_admitted_to_a_g5_xlarge_pool_whose_allocatable_is_smaller():
     model, releases = _stack("aws-prod")
     assert not _problems(check_fit(model, releases), "queue-fit")
     # the inputs: quotas = nominal instance size x max nodes, the TrainJob asks 4 CPU / 16 Gi
-    [cq] = _objects(releases, "ClusterQueue")
+    [cq] = _objects(releases, "ClusterQueue", "gpu-training")
     for fl in cq["spec"]["resourceGroups"][0]["flavors"]:
         if fl["name"] == "a10g":
             fl["resources"] = [{"name": "cpu", "nominalQuota": "32"}, {"name": "memory", "nominalQuota": "128Gi"},

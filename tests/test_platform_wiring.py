@@ -219,6 +219,8 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
     default_lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "platform-queue-default")
     assert default_lq.inputs["metadata"] == {**default_lq.inputs["metadata"], "name": "default",
                                              "namespace": TRAINING_NAMESPACE}
+    # an unlabelled GPU job in training is queued for the GPU pools (issue #22 item 1)
+    assert default_lq.inputs["spec"]["clusterQueue"] == cq.inputs["metadata"]["name"] == "gpu-training"
     # the GPU admission policy is bound, and only after the queues exist (queued work is never refused)
     policy = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy", "gpu-admission")
     binding = full_plan.one("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding",
@@ -340,9 +342,9 @@ def test_shipped_stack_gets_the_platform_for_its_pools(stack: str) -> None:
     if p.queue:
         # A flavor per GPU pool, and the system nodes' flavor for CPU-only work (no GPU quota).
         assert sorted(flavors) == sorted([pool.name for pool in cfg.gpu_pools] + ["system"])
-        cq = plan.one("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
+        cqs = plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
         quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]}["nvidia.com/gpu"]
-                  for f in cq.inputs["spec"]["resourceGroups"][0]["flavors"]}
+                  for cq in cqs for f in cq.inputs["spec"]["resourceGroups"][0]["flavors"]}
         specs = {s.name: s for s in gpu_pool_specs(cfg)}
         assert quotas == {"system": 0, **{n: p.gpu_quota.get(n, specs[n].max_gpus) for n in specs}}
         for name, spec in flavors.items():

@@ -4,9 +4,10 @@ The rehearsal on a real API server found a bare CPU pod in `training` (queued by
 LocalQueue) admitted to the first GPU flavor and bound to a GPU node: Kueue (v0.19.2
 pkg/scheduler/flavorassigner) tries a resource group's flavors in order and only checks the resources
 a pod asks for, so a pod without a GPU request fits any flavor with CPU/memory quota. The fix is a
-`system` flavor first in the ClusterQueue (the system nodes' labels, GPU quota 0): CPU-only work fits
-there; GPU work asks for more GPUs than 0 and goes on to the pools' flavors. Its CPU/memory quota is
-what the system nodes leave after the platform's own pods, and preflight's fit checks exactly that.
+`system` flavor (the system nodes' labels, GPU quota 0), the only flavor of its own ClusterQueue
+`cpu-work` behind LocalQueue `cpu-queue` (a `system` flavor first in the GPU ClusterQueue let CPU work
+overflow to a GPU flavor once its quota was used: tests/test_queue_routing.py). Its CPU/memory quota
+is what the system nodes leave after the platform's own pods, and preflight's fit checks exactly that.
 The real Kueue's choice is checked in the rehearsal (scenario cpu-job-placement).
 """
 
@@ -19,11 +20,10 @@ import pytest
 from gpu_platform.components.capacity import MI, allocatable
 from gpu_platform.components.cluster import SYSTEM_NODE_LABELS, SystemPoolSpec
 from gpu_platform.components.platform.queue import (
-    GPU_RESOURCE, HEADROOM_PERCENT, PLATFORM_SYSTEM_REQUESTS, SYSTEM_FLAVOR, PoolCapacity, gpu_quotas, pool_capacities,
-    render_cluster_queue, render_system_flavor, system_quota,
+    CPU_CLUSTER_QUEUE, GPU_RESOURCE, HEADROOM_PERCENT, PLATFORM_SYSTEM_REQUESTS, SYSTEM_FLAVOR, PoolCapacity,
+    render_cpu_cluster_queue, render_system_flavor, system_quota,
 )
 from gpu_platform.preflight.fit.checks import check_fit
-from tests.test_platform_render import TWO
 from tests.test_platform_validate import validate_cr
 from tests.test_rehearsal import needs_components
 
@@ -39,10 +39,11 @@ def _quota(flavor: dict, resource: str):
     return next(r["nominalQuota"] for r in flavor["resources"] if r["name"] == resource)
 
 
-def test_the_system_flavor_comes_first_with_no_gpu_quota() -> None:
+def test_the_cpu_queue_has_only_the_system_flavor_with_no_gpu_quota() -> None:
     system = system_quota("gcp", SystemPoolSpec("e2-standard-4", 1, 3))
-    cq = render_cluster_queue(TWO, pool_capacities("linode", TWO), gpu_quotas(TWO), system=system)
-    assert [f["name"] for f in _flavors(cq)] == [SYSTEM_FLAVOR, "rtx", "rtx4"]
+    cq = render_cpu_cluster_queue(system)
+    assert cq["metadata"]["name"] == CPU_CLUSTER_QUEUE
+    assert [f["name"] for f in _flavors(cq)] == [SYSTEM_FLAVOR]
     first = _flavors(cq)[0]
     assert _quota(first, GPU_RESOURCE) == 0
     assert _quota(first, "cpu") == system.cpu and _quota(first, "memory") == system.memory
@@ -68,18 +69,21 @@ def test_the_system_quota_is_what_the_pool_leaves_after_the_platform() -> None:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_each_shipped_stack_queues_cpu_work_on_its_system_nodes(stack: str) -> None:
-    """The plan's ClusterQueue tries the system flavor first, and that flavor selects exactly the node
-    groups the stack's system nodes form (preflight's node model of the same plan)."""
+    """The plan's CPU ClusterQueue (behind LocalQueue cpu-queue) holds the system flavor alone, and that
+    flavor selects exactly the node groups the stack's system nodes form (preflight's node model of the
+    same plan); the GPU ClusterQueue's flavors all keep their GPU quota."""
     from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.fit.nodes import cluster_model
     from gpu_platform.preflight.runner import load_stack
     from tests.fit_support import stack_plan
 
     plan = stack_plan(stack)
-    [cq] = [r.inputs for r in plan.resources if r.type == "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"]
-    first = _flavors(cq)[0]
-    assert first["name"] == SYSTEM_FLAVOR and float(_quota(first, GPU_RESOURCE)) == 0
-    assert all(float(_quota(f, GPU_RESOURCE)) > 0 for f in _flavors(cq)[1:]), "GPU flavors keep their GPU quota"
+    cqs = {r.inputs["metadata"]["name"]: r.inputs for r in plan.resources
+           if r.type == "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"}
+    [only] = _flavors(cqs[CPU_CLUSTER_QUEUE])
+    assert only["name"] == SYSTEM_FLAVOR and float(_quota(only, GPU_RESOURCE)) == 0
+    gpu = [f for name, cq in cqs.items() if name != CPU_CLUSTER_QUEUE for f in _flavors(cq)]
+    assert gpu and all(float(_quota(f, GPU_RESOURCE)) > 0 for f in gpu), "GPU flavors keep their GPU quota"
     flavors = {r.inputs["metadata"]["name"]: r.inputs for r in plan.resources
                if r.type == "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"}
     labels = flavors[SYSTEM_FLAVOR]["spec"]["nodeLabels"]
@@ -98,7 +102,7 @@ def test_fit_checks_the_system_quota_against_what_the_platforms_pods_leave(stack
     assert not _problems(check_fit(model, releases), "queue-fit", reason=f"flavor {SYSTEM_FLAVOR}:")
     # The system nodes' whole allocatable as quota: fits the nodes, not beside the platform's pods.
     whole = sum(g.allocatable.memory_bytes * g.max_nodes for g in model.node_groups if g.role == "system")
-    [cq] = _objects(releases, "ClusterQueue")
+    [cq] = [q for q in _objects(releases, "ClusterQueue") if q["metadata"]["name"] == CPU_CLUSTER_QUEUE]
     for r in _flavors(cq)[0]["resources"]:
         if r["name"] == "memory":
             r["nominalQuota"] = f"{whole // MI}Mi"
@@ -108,19 +112,20 @@ def test_fit_checks_the_system_quota_against_what_the_platforms_pods_leave(stack
 
 
 def _without_system_flavor(releases) -> None:
-    """Today's ClusterQueue before the fix: the GPU flavors only."""
+    """The queues before the system flavor: one ClusterQueue of GPU flavors behind every LocalQueue."""
     for rel in releases:
+        rel.objects = [o for o in rel.objects if not (o.get("kind") == "ClusterQueue"
+                                                       and o["metadata"]["name"] == CPU_CLUSTER_QUEUE)]
         for obj in rel.objects:
-            if obj.get("kind") == "ClusterQueue":
-                for group in obj["spec"]["resourceGroups"]:
-                    group["flavors"] = [f for f in group["flavors"] if f["name"] != SYSTEM_FLAVOR]
+            if obj.get("kind") == "LocalQueue":
+                obj["spec"]["clusterQueue"] = "gpu-training"
 
 
 @needs_components
 @pytest.mark.rehearsal
 def test_rehearsal_admits_a_cpu_job_to_the_system_flavor_and_binds_it_to_a_system_node(tmp_path) -> None:
-    """The real Kueue and scheduler: an unlabelled CPU-only Job in training, queued by LocalQueue default,
-    lands on a system node; with the ClusterQueue of before (GPU flavors only) it lands on a GPU node,
+    """The real Kueue and scheduler: a CPU-only Job in training, queued by LocalQueue cpu-queue, lands on a
+    system node; with the ClusterQueue of before (GPU flavors only) it lands on a GPU node,
     which the scenario reports (the defect the first rehearsal found: a CPU pod on node ada-0)."""
     from gpu_platform.rehearsal.scenarios import cpu_job_placement
     from tests.test_rehearsal import _failures, _rehearse
@@ -128,7 +133,10 @@ def test_rehearsal_admits_a_cpu_job_to_the_system_flavor_and_binds_it_to_a_syste
     result = _rehearse("linode-dev", tmp_path / "fixed", scenarios=(cpu_job_placement,))
     [sc] = result.scenarios
     assert sc.status == "PASS", _failures(result)
-    assert "admitted to flavor(s) system" in " ".join(sc.details) and "bound to system node" in " ".join(sc.details)
+    said = " ".join(sc.details)
+    assert "admitted to flavor(s) system" in said and "bound to system node" in said
+    # the overflow (platform review #3): the system quota used up, the next CPU job waits
+    assert "stays pending" in said and "insufficient unused quota" in said, said
 
     before = _rehearse("linode-dev", tmp_path / "before", mutate=_without_system_flavor, scenarios=(cpu_job_placement,))
     [sc] = before.scenarios
@@ -162,7 +170,9 @@ def test_the_fit_policy_refuses_queued_cpu_work_larger_than_a_system_node_within
     # where no node has the pool's label: refused too (platform review), and the message no longer says to pin.
     pinned = fit_refusal(batch_job("6", gpus=0, pool="a10g"), system=SYSTEM_FIT)
     assert pinned and "does not move CPU-only work" in pinned
-    assert fit_refusal(batch_job("20", gpus=0), system=SYSTEM_FIT) is None  # beyond the flavor: Kueue skips it
+    # Beyond the flavor's whole quota: before, Kueue sent it on to a GPU flavor; now it would wait for ever
+    # in the CPU queue, so it is refused too (platform review #3).
+    assert fit_refusal(batch_job("20", gpus=0), system=SYSTEM_FIT)
     assert fit_refusal(batch_job("2", gpus=1), system=SYSTEM_FIT) is None  # GPU work: the pools' rules
     # An unqueued CPU pod (a CPU notebook in jupyterhub: no queue label, no default LocalQueue) is not Kueue's.
     big_notebook = pod("jupyterhub", gpus=None)

@@ -594,8 +594,10 @@ def test_unlabelled_gpu_trainjob_is_queued_in_default(tmp_path, plant):
     sc = result.scenarios[0]
     if plant is None:
         assert sc.status == "PASS", _failures(result)
-        assert "queued in LocalQueue default and admitted on flavor ada" in " ".join(sc.details)
-        assert "bound to ada-0 (group ada)" in " ".join(sc.details)
+        said = " ".join(sc.details)
+        assert "LocalQueue training/default -> ClusterQueue gpu-training" in said
+        assert "queued in LocalQueue default and admitted on flavor ada" in said
+        assert "bound to ada-0 (group ada)" in said
     else:
         assert sc.status == "FAIL"
         assert "has no LocalQueue 'default'" in _failures(result) and "Kueue created no Workload" in _failures(result)

@@ -510,6 +510,9 @@ def hub_spawn(ctx: Context) -> Scenario:
 
 
 def unlabelled_trainjob(ctx: Context) -> Scenario:
+    """LocalQueue `default` (what Kueue gives a job without a queue name in `training`) is the GPU queue
+    (ClusterQueue gpu-training, issue #22 item 1): a GPU TrainJob without the label is queued there and
+    admitted on a GPU flavor, not ignored and not refused."""
     sc = Scenario("unlabelled-trainjob", "a GPU TrainJob without the queue-name label is queued in the namespace's "
                                          f"`{DEFAULT_LOCAL_QUEUE}` LocalQueue and admitted by Kueue, not ignored")
     job = example_or_not_rehearsed(ctx, sc)
@@ -528,12 +531,12 @@ def unlabelled_trainjob(ctx: Context) -> Scenario:
     labels = {k: v for k, v in (probe["metadata"].get("labels") or {}).items() if k != QUEUE_LABEL}
     probe["metadata"] = {"name": "unlabelled", "namespace": ns, **({"labels": labels} if labels else {})}
     if err := submit(ctx.client, probe):
-        sc.fail(f"TrainJob {ns}/unlabelled (no {QUEUE_LABEL}) refused: {err}")
+        sc.fail(f"TrainJob {ns}/unlabelled (a GPU job without {QUEUE_LABEL}) refused: {err}")
         return sc
+    live = ctx.client.get(TRAINER, "TrainJob", "unlabelled", ns) or {}
+    label = (live.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL)
+    sc.details.append(f"submitted without {QUEUE_LABEL}; as stored: {QUEUE_LABEL}={label or '(none)'}")
     try:
-        live = ctx.client.get(TRAINER, "TrainJob", "unlabelled", ns) or {}
-        label = (live.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL)
-        sc.details.append(f"submitted without {QUEUE_LABEL}; as stored: {QUEUE_LABEL}={label or '(none)'}")
         w = _wait_admitted(ctx.client, ns, "TrainJob", "unlabelled", ctx.timeout,
                            gave_up=lambda w: w is None and bool(_job_pods(ctx.client, ns, "unlabelled")))
         if w is None:

@@ -407,10 +407,19 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
     # The platform's fit policy refuses a job no pool's node can hold before it can hold quota.
     big = _probe_job(job, "rehearsal-too-big", queue, most + 1)
     err = submit(ctx.client, big)
+    # The API server loads policy bindings from a watch: right after install a binding can be a moment
+    # away from being enforced (seen once under load), so an acceptance is retried for a few seconds.
+    deadline, attempt = time.monotonic() + 15, 1
+    while err is None and time.monotonic() < deadline:
+        ctx.client.delete(TRAINER, "TrainJob", big["metadata"]["name"], ns)
+        time.sleep(1)
+        attempt += 1
+        big["metadata"]["name"] = f"rehearsal-too-big-{attempt}"
+        err = submit(ctx.client, big)
     if err is None:
         sc.fail(f"rehearsal-too-big (one node needing {most + 1} GPU(s), the largest node has {most}) was accepted: "
                 "the fit policy (gpu-jobs-fit-their-pool) should refuse it at submission")
-        ctx.client.delete(TRAINER, "TrainJob", "rehearsal-too-big", ns)
+        ctx.client.delete(TRAINER, "TrainJob", big["metadata"]["name"], ns)
     elif "ValidatingAdmissionPolicy" in err and "denied request" in err:
         sc.details.append(f"rehearsal-too-big (one node needing {most + 1} GPU(s)): refused at admission: {_short(err)}")
     else:
@@ -526,7 +535,8 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     ns = (job or {}).get("metadata", {}).get("namespace") or "training"
     # A real Job the pod is no part of (Kueue's pod webhook itself refuses an owner that does not exist,
     # and skips a pod whose owner is a Job it manages).
-    unrelated = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rehearsal-unrelated", "namespace": ns},
+    unrelated = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rehearsal-unrelated", "namespace": ns,
+                                                                       "labels": {QUEUE_LABEL: CPU_LOCAL_QUEUE}},
                  "spec": {"suspend": True, "template": {"spec": {
                      "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
                          {"name": "c", "image": "busybox", "securityContext": _RESTRICTED_CONTAINER,
@@ -541,7 +551,8 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     # A GPU Job hung under that Job: Kueue would neither queue nor count it (it skips a child of a job it
     # manages), and its pods are the job controller's.
     child = copy.deepcopy(unrelated)
-    child["metadata"] = {"name": "rehearsal-owned-child", "namespace": ns, "ownerReferences": [owner]}
+    child["metadata"] = {"name": "rehearsal-owned-child", "namespace": ns, "ownerReferences": [owner],
+                         "labels": {QUEUE_LABEL: "gpu-queue"}}
     child["spec"]["suspend"] = False
     child["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {GPU_RESOURCE: "1"}
     child_err = submit(ctx.client, child)
@@ -621,13 +632,20 @@ def wait_local_queue_active(ctx: Context, name: str, ns: str) -> Optional[dict]:
     return lq
 
 
+CPU_LOCAL_QUEUE = "cpu-queue"  # the program's queue.CPU_LOCAL_QUEUE (ClusterQueue cpu-work: the system flavor)
+
+
 def cpu_job_placement(ctx: Context) -> Scenario:
-    """A CPU-only Job in the training namespace without a queue label: Kueue queues it through the
-    `default` LocalQueue and must admit it to a flavor of system nodes (the system flavor, first in the
-    ClusterQueue), so it is bound to a system node; admitted to a GPU flavor it would get the pool's
-    nodeSelector and tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job."""
-    sc = Scenario("cpu-job-placement", "a CPU-only Job in training (no queue label) is admitted to the system "
-                                       "flavor and bound to a system node, never a GPU node")
+    """A CPU-only Job in the training namespace labelled with LocalQueue cpu-queue: Kueue must admit it
+    to a flavor of system nodes (the system flavor, the only one of ClusterQueue cpu-work), so it is
+    bound to a system node; admitted to a GPU flavor it would get the pool's nodeSelector and
+    tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job. Then the system quota is
+    filled and the next CPU job must wait (_cpu_job_after_the_system_quota). Without the label (LocalQueue
+    `default`, the GPU queue) a CPU-only Job is refused, saying to name cpu-queue (_unlabelled_cpu_job)."""
+    sc = Scenario("cpu-job-placement", f"a CPU-only Job in training labelled {CPU_LOCAL_QUEUE} is admitted to the "
+                                       "system flavor and bound to a system node, never a GPU node; once the system "
+                                       "quota is used up, the next one waits and never gets a GPU flavor; without "
+                                       f"the label it is refused, naming {CPU_LOCAL_QUEUE}")
     ctl = ctx.controllers.get("kueue-manager")
     job = _example(ctx)
     ns = (job or {}).get("metadata", {}).get("namespace") or "training"
@@ -635,19 +653,52 @@ def cpu_job_placement(ctx: Context) -> Scenario:
         sc.status = "NOT REHEARSED"
         sc.problems.append(f"needs a running Kueue and the {ns} namespace")
         return sc
-    if wait_local_queue_active(ctx, "default", ns) is None:
-        sc.fail(f"no LocalQueue default in {ns}: an unlabelled Job is not queued at all")
+    if wait_local_queue_active(ctx, CPU_LOCAL_QUEUE, ns) is None:
+        sc.fail(f"no LocalQueue {CPU_LOCAL_QUEUE} in {ns}: CPU-only work has no queue of the system nodes")
         return sc
     name = "rehearsal-cpu-job"
-    cpu_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
+    cpu_job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": name, "namespace": ns, "labels": {QUEUE_LABEL: CPU_LOCAL_QUEUE}},
                "spec": {"backoffLimit": 0, "template": {"spec": {
                    "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
                        {"name": "c", "image": "busybox", "command": ["sleep", "3600"],
                         "securityContext": _RESTRICTED_CONTAINER,
                         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
-    if err := submit(ctx.client, cpu_job):
-        sc.fail(f"a CPU-only Job in {ns} was refused: {err}")
-        return sc
+    try:
+        if err := submit(ctx.client, cpu_job):
+            sc.fail(f"a CPU-only Job in {ns} labelled {CPU_LOCAL_QUEUE} was refused: {err}")
+            return sc
+        return _cpu_job_placed(ctx, sc, ns, cpu_job)
+    finally:
+        _unlabelled_cpu_job(ctx, sc, ns, cpu_job)
+
+
+def _unlabelled_cpu_job(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> None:
+    """Without a queue label Kueue queues the Job in LocalQueue `default`, the GPU queue: the routing
+    policy must refuse it, saying to name cpu-queue."""
+    probe = copy.deepcopy(cpu_job)
+    probe["metadata"] = {"name": "rehearsal-cpu-job-unlabelled", "namespace": ns}
+    err = submit(ctx.client, probe)
+    if err is None:
+        w = None
+        deadline = time.monotonic() + min(ctx.timeout, 30)
+        while time.monotonic() < deadline and not _admitted(w):
+            w = _workload_for(ctx.client, ns, "Job", probe["metadata"]["name"])
+            time.sleep(1)
+        got = ", ".join(sorted(set(_flavors(w).values()))) if _admitted(w) else None
+        ctx.client.delete("batch/v1", "Job", probe["metadata"]["name"], ns, grace_seconds=0)
+        sc.fail(f"a CPU-only Job in {ns} without {QUEUE_LABEL} was accepted"
+                + (f" and admitted from LocalQueue {(w.get('spec') or {}).get('queueName')} to flavor(s) {got}"
+                   if got else "") + f": it is not refused with the queue to use ({CPU_LOCAL_QUEUE})")
+    elif f"{QUEUE_LABEL}: {CPU_LOCAL_QUEUE}" not in err:
+        sc.fail(f"the unlabelled CPU-only Job was refused without naming {QUEUE_LABEL}: {CPU_LOCAL_QUEUE}: {err}")
+    else:
+        sc.details.append(f"CPU-only Job without {QUEUE_LABEL}: refused, naming {QUEUE_LABEL}: {CPU_LOCAL_QUEUE} "
+                          f"({_short(err)})")
+
+
+def _cpu_job_placed(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> Scenario:
+    name = cpu_job["metadata"]["name"]
     roles = {g.name: g.role for g in ctx.model.node_groups}
 
     def bound() -> Optional[tuple[dict, list[dict]]]:
@@ -681,19 +732,127 @@ def cpu_job_placement(ctx: Context) -> Scenario:
                 sc.fail(f"pod {p['metadata']['name']} of the CPU-only Job was bound to node {node} of group {group} "
                         f"({roles.get(group, '?')}), not a system node")
             else:
-                sc.details.append(f"CPU-only Job: queued by LocalQueue default, admitted to flavor(s) "
+                sc.details.append(f"CPU-only Job: queued by LocalQueue {CPU_LOCAL_QUEUE}, admitted to flavor(s) "
                                   f"{', '.join(sorted(set(flavors.values())))}, pod bound to system node {node}")
         return sc
     finally:
         ctx.client.delete("batch/v1", "Job", name, ns, grace_seconds=0)
         _cpu_job_larger_than_a_system_node(ctx, sc, ns, cpu_job)
+        if sc.status != "FAIL":
+            _cpu_job_after_the_system_quota(ctx, sc, ns, cpu_job, roles)
+
+
+def _millis(q: Any) -> int:
+    q = str(q)
+    return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
+
+
+def _system_flavor_room(ctx: Context, ns: str, roles: dict) -> Optional[tuple[str, int, int]]:
+    """(system flavor, its CPU quota, CPU still unreserved) of the ClusterQueue behind LocalQueue
+    cpu-queue, from the ClusterQueue's status once Kueue has written it."""
+    lq = ctx.client.get(KUEUE, "LocalQueue", CPU_LOCAL_QUEUE, ns) or {}
+    cq_name = (lq.get("spec") or {}).get("clusterQueue")
+    deadline = time.monotonic() + min(ctx.timeout, 30)
+    while cq_name and time.monotonic() < deadline:
+        cq = ctx.client.get(KUEUE, "ClusterQueue", cq_name) or {}
+        for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+            for fl in rg.get("flavors") or []:
+                if roles.get(_flavor_group(ctx.client, fl["name"], ctx.model) or "") != "system":
+                    continue
+                quota = next((_millis(r["nominalQuota"]) for r in fl["resources"] if r["name"] == "cpu"), 0)
+                status = cq.get("status") or {}
+                if "flavorsReservation" not in status:
+                    break  # Kueue has not reported yet
+                used = sum(_millis(r.get("total", "0")) for f in status.get("flavorsReservation") or []
+                           if f.get("name") == fl["name"] for r in f.get("resources") or [] if r.get("name") == "cpu")
+                return fl["name"], quota, quota - used
+        time.sleep(1)
+    return None
+
+
+def _cpu_job_after_the_system_quota(ctx: Context, sc: Scenario, ns: str, cpu_job: dict, roles: dict) -> None:
+    """Platform review #3: with the system flavor first in the GPU ClusterQueue, Kueue moved the CPU job
+    that came after the system quota was used up on to the next flavor (flavorFungibility), a GPU pool:
+    a CPU job on a GPU node, a GPU node scaled up for it. Fill the system flavor's CPU quota with a Job
+    of pods that each fit a system node, then submit a small CPU-only Job: it must stay pending
+    (insufficient unused quota) and never be admitted to any flavor of GPU nodes."""
+    deadline = time.monotonic() + min(ctx.timeout, 30)  # the first CPU Job's reservation released first
+    while time.monotonic() < deadline and _workload_for(ctx.client, ns, "Job", cpu_job["metadata"]["name"]):
+        time.sleep(1)
+    room = _system_flavor_room(ctx, ns, roles)
+    if room is None:
+        sc.fail(f"the ClusterQueue behind LocalQueue {CPU_LOCAL_QUEUE} has no flavor of system nodes (or Kueue reported no usage): "
+                "the system-quota overflow is not rehearsed")
+        return
+    flavor, quota, free = room
+    per_pod_max = max(100, min((g.allocatable.cpu_millis - 200) * 95 // 100 - 100
+                               for g in ctx.model.node_groups if g.role == "system"))
+    pods = max(1, -(-free // per_pod_max))
+    if free < 200 or pods >= 50:
+        sc.details.append(f"flavor {flavor}: {free}m of {quota}m CPU unreserved: too little (or too much) to fill "
+                          "with pods that fit a system node; the overflow is not rehearsed on this stack")
+        return
+    filler = copy.deepcopy(cpu_job)
+    filler["metadata"]["name"] = "rehearsal-cpu-filler"
+    filler["spec"]["parallelism"] = filler["spec"]["completions"] = pods
+    filler["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": f"{free // pods}m",
+                                                                                    "memory": "64Mi"}
+    probe = copy.deepcopy(cpu_job)
+    probe["metadata"]["name"] = "rehearsal-cpu-after-quota"
+    probe["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "250m"  # > what is left
+    try:
+        if err := submit(ctx.client, filler):
+            sc.fail(f"the Job filling the {flavor} quota ({pods} x {free // pods}m) was refused: {err}")
+            return
+        deadline, w = time.monotonic() + ctx.timeout, None
+        while time.monotonic() < deadline and not _admitted(w):
+            w = _workload_for(ctx.client, ns, "Job", "rehearsal-cpu-filler")
+            time.sleep(1)
+        if not _admitted(w):
+            sc.fail(f"the Job filling the {flavor} quota was not admitted: {_workload_message(w)}")
+            return
+        sc.details.append(f"flavor {flavor}: {pods} x {free // pods}m CPU admitted, the {quota}m quota used up")
+        if err := submit(ctx.client, probe):
+            sc.fail(f"a CPU-only Job submitted after the system quota was used up was refused: {err}")
+            return
+        # Kueue decides within a second or two; watch long enough to see it retry, and that it never admits.
+        deadline, waited, w = time.monotonic() + min(ctx.timeout, 45), None, None
+        while time.monotonic() < deadline:
+            w = _workload_for(ctx.client, ns, "Job", probe["metadata"]["name"])
+            if _admitted(w):
+                break
+            if waited is None and "insufficient unused quota" in _workload_message(w):
+                waited = time.monotonic()
+            if waited is not None and time.monotonic() - waited > 15:
+                break
+            time.sleep(1)
+        if _admitted(w):
+            got = sorted(set(_flavors(w).values()))
+            groups = {f: _flavor_group(ctx.client, f, ctx.model) for f in got}
+            if all(roles.get(g or "") == "system" for g in groups.values()):
+                sc.fail(f"the CPU-only Job after the filler was admitted to {', '.join(got)}: the {flavor} quota was "
+                        "not used up (Kueue's usage report was stale), so the overflow was not shown")
+                return
+            sc.fail(f"after the {flavor} quota was used up, Kueue admitted the next CPU-only Job to flavor(s) "
+                    f"{', '.join(got)} (node group {', '.join(str(g) for g in groups.values())}, "
+                    f"{', '.join(sorted({roles.get(g or '', '?') for g in groups.values()}))}): "
+                    "not to a flavor of system nodes, so a CPU job takes (or scales up) a GPU node")
+        elif waited is None:
+            sc.fail(f"the CPU-only Job after the system quota is neither admitted nor waiting for quota: "
+                    f"{_workload_message(w)}")
+        else:
+            sc.details.append(f"CPU-only Job after the system quota: stays pending, no flavor assigned "
+                              f"({_short(_workload_message(w))})")
+    finally:
+        for n in ("rehearsal-cpu-after-quota", "rehearsal-cpu-filler"):
+            ctx.client.delete("batch/v1", "Job", n, ns, grace_seconds=0)
 
 
 def _cpu_job_larger_than_a_system_node(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> None:
     """A CPU-only Job larger than any system node but within the system flavor's CPU quota: Kueue would
     admit it there and it would never schedule, so the fit policy must refuse it at submission."""
     node = max((g.allocatable.cpu_millis for g in ctx.model.node_groups if g.role == "system"), default=0)
-    lq = ctx.client.get(KUEUE, "LocalQueue", "default", ns) or {}
+    lq = ctx.client.get(KUEUE, "LocalQueue", CPU_LOCAL_QUEUE, ns) or {}
     cq = ctx.client.get(KUEUE, "ClusterQueue", lq["spec"]["clusterQueue"]) if lq else None
     flavors = [f for rg in (cq or {}).get("spec", {}).get("resourceGroups", []) for f in rg["flavors"]]
     first = flavors[0] if flavors else {}
@@ -930,6 +1089,14 @@ def notebook_profiles(ctx: Context) -> Scenario:
             continue
         landed = group_of(nodes.get(node, {}))
         sc.details.append(f"profile {slug}: pod bound to {node} (group {landed})")
+        if QUEUE_LABEL in t.labels:  # queued (GPU profiles; the CPU profile in cpu-queue): Kueue admitted it
+            w = _workload_for(ctx.client, t.namespace, "Pod", name)
+            if _admitted(w):
+                sc.details.append(f"profile {slug}: admitted by Kueue from LocalQueue {t.labels[QUEUE_LABEL]} on flavor "
+                                  f"{', '.join(sorted(set(_flavors(w).values())))}")
+            else:
+                sc.fail(f"profile {slug}: queued in {t.labels[QUEUE_LABEL]} but bound without a Kueue admission "
+                        f"({_workload_message(w)})")
         if want and landed not in want:
             sc.fail(f"profile {slug}: cluster fit places it on {', '.join(sorted(want))}, the scheduler put it on {landed}")
     for _, t, name in created:

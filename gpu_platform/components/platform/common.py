@@ -31,6 +31,15 @@ KATIB_METRICS_COLLECTOR_LABEL = "katib.kubeflow.org/metrics-collector-injection"
 # The cloud metadata address on Linode, EKS and GKE.
 CLOUD_METADATA_CIDR = "169.254.169.254/32"
 
+# The platform's own controllers on the system nodes (Kueue, the Prometheus operator, Prometheus,
+# Alertmanager, Grafana, kube-state-metrics) run at this priority, set through each pinned chart's
+# documented value: when user pods (CPU notebooks, unqueued pipeline steps, CPU jobs) fill the system
+# nodes, the scheduler preempts user pods (priority 0) to place a controller, instead of leaving the
+# queue's webhooks or the alerts down. Below system-cluster-critical (2e9), which the cloud's own
+# agents keep; not globalDefault, so user pods stay at 0.
+PLATFORM_PRIORITY_CLASS = "gpu-platform-controllers"
+PLATFORM_PRIORITY = 1_000_000
+
 
 def render_namespace(name: str, pod_security: str, labels: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
     """A Namespace with Pod Security Admission enforced at `pod_security` (restricted | baseline |
@@ -110,6 +119,11 @@ def apply_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions
     if kind == "ClusterRoleBinding":
         return k8s.rbac.v1.ClusterRoleBinding(name, metadata=meta, role_ref=obj["roleRef"], subjects=obj["subjects"],
                                               opts=opts)
+    if kind == "PriorityClass":
+        return k8s.scheduling.v1.PriorityClass(name, metadata=meta, value=obj["value"],
+                                               global_default=obj.get("globalDefault"),
+                                               preemption_policy=obj.get("preemptionPolicy"),
+                                               description=obj.get("description"), opts=opts)
     if kind == "ValidatingAdmissionPolicy":
         return k8s.admissionregistration.v1.ValidatingAdmissionPolicy(name, metadata=meta, spec=obj["spec"], opts=opts)
     if kind == "ValidatingAdmissionPolicyBinding":
@@ -119,6 +133,18 @@ def apply_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions
         raise ValueError(f"{kind} {meta.get('name')}: only apiVersion/kind/metadata/spec are supported for custom resources")
     return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=kind,
                                             metadata=meta, spec=obj.get("spec"), opts=opts)
+
+
+def render_priority_class() -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PLATFORM_PRIORITY_CLASS, "labels": dict(MANAGED_BY)},
+        "value": PLATFORM_PRIORITY,
+        "globalDefault": False,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": "gpu-platform's own controllers on the system nodes: they preempt user pods, never the reverse",
+    }
 
 
 def helm_release(name: str, release_name: str, chart: Chart, namespace: str, values: Any,

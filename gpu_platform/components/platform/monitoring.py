@@ -20,7 +20,8 @@ import pulumi_random as random
 from gpu_platform.components.cluster import POOL_LABEL, ClusterHandle, GpuPoolSpec
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
-    GPU_NAMESPACE, MANAGED_BY, MONITORING_NAMESPACE, apply_object, helm_release, k8s_opts, render_namespace,
+    GPU_NAMESPACE, MANAGED_BY, MONITORING_NAMESPACE, PLATFORM_PRIORITY_CLASS, apply_object, helm_release, k8s_opts,
+    render_namespace,
 )
 from gpu_platform.config.platform import AlertSmtp
 from gpu_platform.components.platform.gpu import DCGM_SERVICE_LABELS
@@ -311,14 +312,20 @@ def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp
         # enabled: false drops the component's Service/ServiceMonitor and its default rules
         **{component: {"enabled": on} for component, on in control_plane_scrapes(cloud).items()},
         "coreDns": {"enabled": dns_scrape(cloud)},
-        "alertmanager": {"config": alertmanager_config(emails, smtp), "alertmanagerSpec": am_spec},
+        "alertmanager": {"config": alertmanager_config(emails, smtp),
+                         "alertmanagerSpec": {**am_spec, "priorityClassName": PLATFORM_PRIORITY_CLASS}},
+        # The platform's priority (common.PLATFORM_PRIORITY_CLASS) for the monitoring controllers on the
+        # system nodes; not node-exporter (a DaemonSet on GPU nodes too: it must never preempt a job).
+        "prometheusOperator": {"priorityClassName": PLATFORM_PRIORITY_CLASS},
         "grafana": {
+            "priorityClassName": PLATFORM_PRIORITY_CLASS,
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": "admin-user", "passwordKey": "admin-password"},
             "sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1",
                                        "searchNamespace": "ALL"}},
             "service": {"type": "ClusterIP"},
         },
-        "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{POOL_LABEL}]"]},
+        "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{POOL_LABEL}]"],
+                               "priorityClassName": PLATFORM_PRIORITY_CLASS},
         # on every node, GPU nodes included (queue.NODE_DAEMONS counts this request)
         "prometheus-node-exporter": {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
                                                    "limits": {"memory": "128Mi"}}},
@@ -328,6 +335,7 @@ def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp
             "podMonitorSelectorNilUsesHelmValues": False,
             "ruleSelectorNilUsesHelmValues": False,
             "retention": f"{retention_days}d",
+            "priorityClassName": PLATFORM_PRIORITY_CLASS,
             "resources": {"requests": {"cpu": "200m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
             "storageSpec": {"volumeClaimTemplate": {"spec": {
                 "storageClassName": storage_class,
@@ -354,6 +362,8 @@ class MonitoringArgs:
     retention_days: int = 15
     storage_gib: int = 50
     price_overrides: Optional[Mapping[str, Mapping[str, Any]]] = None
+    # What the release installs after (the platform's PriorityClass, which its pods name).
+    after: Sequence[pulumi.Resource] = ()
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -371,7 +381,7 @@ class Monitoring(pulumi.ComponentResource):
         values = kube_prometheus_stack_values(cluster.default_storage_class, args.alert_emails, args.alert_smtp,
                                               args.retention_days, args.storage_gib, cluster.cloud)
         self.stack = helm_release(f"{name}-kube-prometheus-stack", RELEASE, versions.KUBE_PROMETHEUS_STACK,
-                                  MONITORING_NAMESPACE, values, k8s_opts(cluster, self, [ns, admin]))
+                                  MONITORING_NAMESPACE, values, k8s_opts(cluster, self, [ns, admin, *args.after]))
         after = k8s_opts(cluster, self, [self.stack])
         self.dcgm_scrape = apply_object(f"{name}-dcgm-service-monitor", render_dcgm_service_monitor(), after)
         self.idle_rules = apply_object(f"{name}-{IDLE_RULE_NAME}",

@@ -35,7 +35,8 @@ from gpu_platform.components.platform.common import (
     JUPYTERHUB_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
 )
 from gpu_platform.components.platform.queue import (
-    LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE, JobQueue, render_local_queue,
+    CPU_CLUSTER_QUEUE, CPU_LOCAL_QUEUE, LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE,
+    JobQueue, render_local_queue,
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -127,9 +128,11 @@ def render_notebooks_namespace() -> dict[str, Any]:
     return render_namespace(JUPYTERHUB_NAMESPACE, "baseline", {QUEUE_NAMESPACE_LABEL: QUEUE_NAMESPACE_VALUE})
 
 
-def cpu_profile() -> dict[str, Any]:
+def cpu_profile(queue_name: Optional[str] = None) -> dict[str, Any]:
+    """The CPU notebook; with a queue (CPU_LOCAL_QUEUE), Kueue admits it against the system flavor's
+    quota and places it on the system nodes, so the quota counts it (platform review #4)."""
     image, tag = versions.NOTEBOOK_CPU_IMAGE
-    return {
+    profile = {
         "display_name": "CPU notebook (up to 2 vCPU, 8 GiB)",
         "slug": "cpu",
         "description": "Data exploration and small experiments; no GPU is billed.",
@@ -140,6 +143,9 @@ def cpu_profile() -> dict[str, Any]:
             "mem_guarantee": "2G", "mem_limit": "8G",
         },
     }
+    if queue_name:
+        profile["kubespawner_override"]["extra_labels"] = {QUEUE_NAME_LABEL: queue_name}
+    return profile
 
 
 def gpu_profile(pool: GpuPoolSpec, queue_name: Optional[str] = None) -> dict[str, Any]:
@@ -213,7 +219,8 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
                       idle_cull_minutes: int = 60, admin_users: Sequence[str] = ("admin",),
                       queue_name: Optional[str] = None,
                       gpu_quota: Optional[Mapping[str, int]] = None,
-                      system_zones: Sequence[str] = (), start_timeout_seconds: int = 600) -> dict[str, Any]:
+                      system_zones: Sequence[str] = (), start_timeout_seconds: int = 600,
+                      cpu_queue_name: Optional[str] = None) -> dict[str, Any]:
     if idle_cull_minutes < 1:
         raise ValueError("idle_cull_minutes must be at least 1")
     pools = offered_pools(pools, gpu_quota)
@@ -232,7 +239,7 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
                 "capacity": f"{storage_gib}Gi",
                 "dynamic": {"storageClass": storage_class, "storageAccessModes": ["ReadWriteOnce"]},
             },
-            "profileList": [cpu_profile()] + [gpu_profile(p, queue_name) for p in pools],
+            "profileList": [cpu_profile(cpu_queue_name)] + [gpu_profile(p, queue_name) for p in pools],
             "networkPolicy": NOTEBOOK_EGRESS,
             # The API token of this account is mounted (KubeSpawner mounts it when an account is set):
             # it may submit jobs to `training` and nothing else.
@@ -283,11 +290,16 @@ class Notebooks(pulumi.ComponentResource):
         values = jupyterhub_values(cluster.gpu_pools, cluster.default_storage_class, args.storage_gib,
                                    args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None,
                                    queue.gpu_quota if queue else None, cluster.system_zones,
-                                   args.start_timeout_seconds)
-        self.local_queue = None
+                                   args.start_timeout_seconds,
+                                   CPU_LOCAL_QUEUE if queue is not None and queue.cpu_cluster_queue else None)
+        self.local_queue = self.cpu_local_queue = None
         if queue is not None:
             self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE),
                                             k8s_opts(cluster, self, [ns, queue.kueue, queue.cluster_queue]))
+            if queue.cpu_cluster_queue is not None:
+                self.cpu_local_queue = apply_object(
+                    f"{name}-cpu-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE, CPU_LOCAL_QUEUE, CPU_CLUSTER_QUEUE),
+                    k8s_opts(cluster, self, [ns, queue.kueue, queue.cpu_cluster_queue]))
         in_ns = k8s_opts(cluster, self, [ns])
         self.service_account = apply_object(f"{name}-service-account", render_notebook_service_account(), in_ns)
         # The Role lives in `training` (created by the training component before any platform part).
@@ -298,9 +310,11 @@ class Notebooks(pulumi.ComponentResource):
         self.runtime_reader = apply_object(f"{name}-runtime-reader", render_runtime_reader(), k8s_opts(cluster, self))
         self.runtime_reader_binding = apply_object(f"{name}-runtime-reader-binding", render_runtime_reader_binding(),
                                                    k8s_opts(cluster, self, [self.runtime_reader, self.service_account]))
-        # In a namespace Kueue's webhooks watch: install after Kueue serves.
+        # In a namespace Kueue's webhooks watch: install after Kueue serves (and the notebooks' queues exist).
+        queues = [q for q in (self.local_queue, self.cpu_local_queue) if q is not None]
         self.jupyterhub = helm_release(f"{name}-jupyterhub", "jupyterhub", versions.JUPYTERHUB,
                                        JUPYTERHUB_NAMESPACE, values,
-                                       k8s_opts(cluster, self, [ns, self.service_account] + ([queue.kueue] if queue else [])))
+                                       k8s_opts(cluster, self, [ns, self.service_account, *queues]
+                                                + ([queue.kueue] if queue else [])))
         self.register_outputs({"namespace": JUPYTERHUB_NAMESPACE,
                                "profiles": [p["slug"] for p in values["singleuser"]["profileList"]]})

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 import pulumi
 
 from gpu_platform.components.cluster import ClusterHandle
+from gpu_platform.components.platform.common import apply_object, k8s_opts, render_priority_class
 from gpu_platform.components.platform.gpu import GpuEnablement, GpuEnablementArgs
 from gpu_platform.components.platform.kubeflow import Kubeflow, KubeflowArgs
 from gpu_platform.components.platform.monitoring import Monitoring, MonitoringArgs
@@ -62,6 +63,8 @@ class MlPlatform(pulumi.ComponentResource):
         types = pool_instance_types(cfg)
         caps = pool_capacities(cluster.cloud, cluster.gpu_pools, types)
         self.gpu = GpuEnablement(f"{name}-gpu", GpuEnablementArgs(cluster=cluster), child)
+        # The priority of the platform's controllers (Kueue, monitoring): before the releases naming it.
+        self.priority_class = apply_object(f"{name}-priority-class", render_priority_class(), k8s_opts(cluster, self))
         self.training = TrainingNamespace(f"{name}-training", TrainingNamespaceArgs(
             cluster=cluster,
             gpu_quota=sum(quotas.values()),
@@ -81,7 +84,7 @@ class MlPlatform(pulumi.ComponentResource):
                 pods_ready_timeout_minutes=p.pods_ready_timeout_minutes, max_requeues=p.max_requeues,
                 training_namespace=self.training.namespace, instance_types=types,
                 pipelines_namespace=self.kubeflow.kubeflow_namespace if self.kubeflow else None,
-                after=[self.kubeflow.trainer] if self.kubeflow else []), child)
+                after=[self.priority_class, *([self.kubeflow.trainer] if self.kubeflow else [])]), child)
         if self.kubeflow:  # Pipelines and Katib live in a queue namespace: after Kueue serves
             self.kubeflow.install_apps([self.queue.kueue] if self.queue else [])
         self.notebooks: Optional[Notebooks] = None
@@ -98,7 +101,8 @@ class MlPlatform(pulumi.ComponentResource):
                 cluster=cluster, alert_emails=cfg.alert_emails, alert_smtp=p.alert_smtp,
                 monthly_budget_usd=cfg.monthly_budget_usd, idle_gpu_minutes=p.idle_gpu_minutes,
                 idle_gpu_util_percent=p.idle_gpu_util_percent, retention_days=p.prometheus_retention_days,
-                storage_gib=p.prometheus_storage_gib, price_overrides=cfg.catalog_overrides() or None), child)
+                storage_gib=p.prometheus_storage_gib, price_overrides=cfg.catalog_overrides() or None,
+                after=[self.priority_class]), child)
 
         self.parts = {"gpu": True, "training": True, "queue": p.queue, "kubeflow": p.kubeflow,
                       "notebooks": p.notebooks, "monitoring": p.monitoring}

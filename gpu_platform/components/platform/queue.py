@@ -8,15 +8,23 @@ jobs wait in the queue instead of as Pending pods. Kueue quotas are per flavor i
 pod larger than one node is caught by the training LimitRange's `max` (one node's share, see
 training.py), which Kueue checks before admitting.
 
-CPU-only work (a preprocessing Job, Katib's suggestion Deployment, anything the `default` LocalQueue
-catches) goes to the `system` flavor, first in the resource group: the system nodes' labels, CPU and
-memory quota of what those nodes have left after the platform's own pods, and no GPU quota. Kueue
-tries flavors in order (v0.19.2 pkg/scheduler/flavorassigner findFlavorForPodSets): a CPU-only pod
-asks for no GPU, so the system flavor fits it and its nodeSelector sends it to a system node; a GPU
-pod asks for more GPUs than the flavor's 0 and goes on to the GPU flavors. Without it, Kueue gave a
-CPU pod the first GPU flavor, its pool's nodeSelector and tolerations: a GPU node scaled up for a
-CPU job. Only when the system flavor has no quota left does a CPU-only job go on to a GPU flavor
-(flavorFungibility: Kueue tries the next flavor before it waits).
+CPU-only work (a preprocessing Job, a Katib experiment's suggestion pod, a CPU notebook) has its own
+ClusterQueue, CPU_CLUSTER_QUEUE, whose only flavor is `system`: the system nodes' labels, CPU and
+memory quota of what those nodes have left after the platform's own pods. The GPU ClusterQueue lists
+only the GPU pools' flavors. They are two queues, not one with `system` first, because Kueue (v0.19.2
+pkg/scheduler/flavorassigner findFlavorForPodSets, shouldTryNextFlavor) moves a workload to the next
+flavor whenever the current one has no unused quota (mode NoFit, or Preempt with no candidates): with
+`system` first, the CPU job after the system quota filled up was admitted to a GPU flavor, got its
+pool's nodeSelector and tolerations and scaled a GPU node up. No ClusterQueue setting stops that
+search (flavorFungibility only chooses between borrowing, preempting and the next flavor), and a
+ResourceFlavor cannot refuse a workload for what it does NOT ask for. The queues share no cohort:
+neither may borrow the other's quota (a CPU job borrowing GPU-flavor quota is the same defect).
+
+The GPU platform's main path needs no label (issue #22 item 1): LocalQueue `default` (what Kueue gives
+a job without a queue name in `training`) and `gpu-queue` point at the GPU queue; CPU-only work names
+LocalQueue `cpu-queue` (the CPU queue, in `training` and `jupyterhub`). QUEUE_ROUTING_POLICY refuses,
+at submission, CPU-only work headed for `default` or `gpu-queue` and GPU work naming `cpu-queue`, each
+with the queue to use.
 
 Kueue's webhooks (many with failurePolicy Fail) are scoped to namespaces labelled
 QUEUE_NAMESPACE_LABEL (managedJobsNamespaceSelector, which the chart uses as every job webhook's
@@ -36,17 +44,25 @@ from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, Clus
 from gpu_platform.components.platform import versions
 from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
-    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts, render_namespace,
+    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release,
+    k8s_opts, render_namespace,
 )
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = "gpu-training"
+# CPU-only work: the system flavor alone (LocalQueue `default` in `training`).
+CPU_CLUSTER_QUEUE = "cpu-work"
 LOCAL_QUEUE = "gpu-queue"
 # Kueue (v0.19: LocalQueue defaulting, always on) labels every job and pod that names no queue with
 # `default` when a LocalQueue of that name exists in its namespace (and the namespace matches
-# managedJobsNamespaceSelector): so an unlabelled TrainJob, Job, Katib trial or pod in `training`
-# is queued, not ignored. Only `training` gets one: in `jupyterhub` it would queue the hub itself.
+# managedJobsNamespaceSelector): so an unlabelled TrainJob, Job or Katib trial in `training` is queued,
+# not ignored, in the GPU queue; unlabelled CPU-only work is refused there by QUEUE_ROUTING_POLICY,
+# saying to label it `cpu-queue`. Only `training` gets one: in `jupyterhub` it would queue the hub itself.
 DEFAULT_LOCAL_QUEUE = "default"
+# CPU-only work names this LocalQueue (of ClusterQueue CPU_CLUSTER_QUEUE), in `training` and in
+# `jupyterhub` (CPU notebooks): Kueue counts it in the system flavor's quota and places it on the
+# system nodes (platform reviews #3, #4).
+CPU_LOCAL_QUEUE = "cpu-queue"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Namespaces whose workloads Kueue manages (and whose jobs its webhooks see) carry this label; the
@@ -69,7 +85,7 @@ INTEGRATIONS = ("batch/job", "trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/j
 NODE_DAEMONS = {"cpu_millis": 100 + 50 + 50, "memory_bytes": (128 + 64 + 64) * MI}
 HEADROOM_PERCENT = 5
 
-# The flavor of the system (CPU) nodes, first in the ClusterQueue: CPU-only work is admitted there.
+# The flavor of the system (CPU) nodes, the only flavor of CPU_CLUSTER_QUEUE.
 SYSTEM_FLAVOR = "system"
 # What the platform's own pods request on the system nodes with every part on (Kueue, Trainer, Katib,
 # Pipelines, JupyterHub with one CPU notebook, monitoring, the cloud's add-ons charts), rounded up
@@ -125,7 +141,7 @@ def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec],
 def system_quota(cloud: str, pool: SystemPoolSpec) -> PoolCapacity:
     """CPU and memory the system flavor may admit: the system pool's allocatable at its maximum size,
     less PLATFORM_SYSTEM_REQUESTS and HEADROOM_PERCENT; zero (never negative) where the platform fills
-    the pool. No GPUs: a GPU pod never fits the flavor and goes on to the GPU flavors."""
+    the pool. No GPUs: it is the only flavor of the CPU ClusterQueue, where GPU work is never admitted."""
     a = allocatable(cloud, pool.instance_type, managed_node_group=cloud == "aws")
     cpu = (a.cpu_millis * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["cpu_millis"]) * (100 - HEADROOM_PERCENT) // 100
     mem = (a.memory_bytes * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["memory_bytes"]) * (100 - HEADROOM_PERCENT) // 100
@@ -166,27 +182,17 @@ def render_system_flavor(pool: SystemPoolSpec) -> dict[str, Any]:
 
 
 def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, PoolCapacity],
-                         quotas: Mapping[str, int], queueing_strategy: str = "BestEffortFIFO",
-                         system: Optional[PoolCapacity] = None) -> dict[str, Any]:
-    """The one ClusterQueue: GPU quota per flavor, CPU/memory what the pool's nodes can hand to jobs
-    at the pool's maximum size (allocatable, not nominal size). Admits from every namespace labelled
-    QUEUE_NAMESPACE_LABEL.
+                         quotas: Mapping[str, int], queueing_strategy: str = "BestEffortFIFO") -> dict[str, Any]:
+    """The GPU ClusterQueue: the GPU pools' flavors only, GPU quota per flavor, CPU/memory what the
+    pool's nodes can hand to jobs at the pool's maximum size (allocatable, not nominal size). Admits
+    from every namespace labelled QUEUE_NAMESPACE_LABEL.
 
     Preemption suits interruptible capacity: a higher-priority job may preempt a lower one in the
     queue; nothing is reclaimed across cohorts (there are none); when a flavor is full the next pool
-    is tried before anything is preempted.
-
-    `system`: the system flavor's quota (system_quota); its flavor comes first, so Kueue admits CPU-only
-    work to the system nodes and GPU work (more GPUs than its 0) to the pools' flavors."""
-    if queueing_strategy not in ("StrictFIFO", "BestEffortFIFO"):
-        raise ValueError(f"queueingStrategy must be StrictFIFO or BestEffortFIFO, not {queueing_strategy!r}")
+    is tried before anything is preempted. No system flavor here (see the module docstring: Kueue
+    would move CPU-only work on to a GPU flavor once the system quota is used up)."""
+    _check_strategy(queueing_strategy)
     flavors = []
-    if system is not None:
-        flavors.append({"name": SYSTEM_FLAVOR, "resources": [
-            {"name": "cpu", "nominalQuota": system.cpu},
-            {"name": "memory", "nominalQuota": system.memory},
-            {"name": GPU_RESOURCE, "nominalQuota": 0},
-        ]})
     for p in pools:
         cap = capacities[p.name]
         flavors.append({
@@ -197,10 +203,31 @@ def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, 
                 {"name": GPU_RESOURCE, "nominalQuota": quotas[p.name]},
             ],
         })
+    return _cluster_queue(CLUSTER_QUEUE, flavors, queueing_strategy)
+
+
+def render_cpu_cluster_queue(system: PoolCapacity, queueing_strategy: str = "BestEffortFIFO") -> dict[str, Any]:
+    """The CPU ClusterQueue: the `system` flavor alone, with the system quota (system_quota) and GPU
+    quota 0 (a GPU workload that got here anyway is reported inadmissible, never placed). When its
+    quota is used up a CPU job waits here: there is no other flavor to move it to."""
+    _check_strategy(queueing_strategy)
+    return _cluster_queue(CPU_CLUSTER_QUEUE, [{"name": SYSTEM_FLAVOR, "resources": [
+        {"name": "cpu", "nominalQuota": system.cpu},
+        {"name": "memory", "nominalQuota": system.memory},
+        {"name": GPU_RESOURCE, "nominalQuota": 0},
+    ]}], queueing_strategy)
+
+
+def _check_strategy(queueing_strategy: str) -> None:
+    if queueing_strategy not in ("StrictFIFO", "BestEffortFIFO"):
+        raise ValueError(f"queueingStrategy must be StrictFIFO or BestEffortFIFO, not {queueing_strategy!r}")
+
+
+def _cluster_queue(name: str, flavors: list[dict[str, Any]], queueing_strategy: str) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE_API,
         "kind": "ClusterQueue",
-        "metadata": {"name": CLUSTER_QUEUE, "labels": dict(MANAGED_BY)},
+        "metadata": {"name": name, "labels": dict(MANAGED_BY)},
         "spec": {
             "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
             "queueingStrategy": queueing_strategy,
@@ -216,12 +243,13 @@ def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, 
     }
 
 
-def render_local_queue(namespace: str = TRAINING_NAMESPACE, name: str = LOCAL_QUEUE) -> dict[str, Any]:
+def render_local_queue(namespace: str = TRAINING_NAMESPACE, name: str = LOCAL_QUEUE,
+                       cluster_queue: str = CLUSTER_QUEUE) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE_API,
         "kind": "LocalQueue",
         "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "spec": {"clusterQueue": CLUSTER_QUEUE, "stopPolicy": "None"},
+        "spec": {"clusterQueue": cluster_queue, "stopPolicy": "None"},
     }
 
 
@@ -312,7 +340,9 @@ def kueue_values(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3,
         "enableCertManager": False,
         "enableKueueViz": False,
         "controllerManager": {"replicas": KUEUE_REPLICAS,
-                              "podDisruptionBudget": {"enabled": True, "minAvailable": 1}},
+                              "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+                              # its webhooks fail closed: user pods on the system nodes must not starve it
+                              "manager": {"priorityClassName": PLATFORM_PRIORITY_CLASS}},
     }
 
 
@@ -363,8 +393,9 @@ QUEUED_POD = f"({QUEUED_JOB_POD}) || ({QUEUED_PLAIN_POD})"
 PIPELINE_HOW_TO = (f"a Kubeflow Pipelines step in namespace kubeflow asks for its GPU with the pod label "
                    f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (kfp.kubernetes.add_pod_label)")
 HOW_TO_SUBMIT = (f"submit GPU work as a TrainJob, Job or Katib experiment in namespace {TRAINING_NAMESPACE} "
-                 f"(queued in its LocalQueue '{DEFAULT_LOCAL_QUEUE}' without any label), {PIPELINE_HOW_TO}, or start a "
-                 f"GPU notebook from JupyterHub; see docs/first-training-job.md section 6")
+                 f"(no queue label needed: Kueue queues it in LocalQueue {DEFAULT_LOCAL_QUEUE}, or label it "
+                 f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE}), "
+                 f"{PIPELINE_HOW_TO}, or start a GPU notebook from JupyterHub; see docs/first-training-job.md section 6")
 
 
 def render_gpu_admission_policy() -> dict[str, Any]:
@@ -477,25 +508,25 @@ QUEUED_REQUEST = (f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in obje
 
 
 def _cpu_work_validation(node: PoolCapacity, quota: PoolCapacity) -> dict[str, Any]:
-    """CPU-only queued work goes to the system flavor (first in the ClusterQueue) when the flavor's quota
-    covers it: a container larger than one system node's share would then never schedule. Refused, even
-    when it names a GPU pool: Kueue matches a pod's node selector only against the keys of a flavor's own
-    nodeLabels (flavorassigner.go, flavorLabelKeys), and the system flavor has no pool label, so a pinned
-    CPU pod still gets the system flavor and then selects no node. A container beyond the flavor's whole
-    quota is Kueue's to send on (it skips the flavor)."""
-    def ok(res: str) -> str:
-        return f"(({_resources_fit(res, node)}) || !({_resources_fit(res, quota)}))"
+    """CPU-only queued work goes to the system flavor, the only flavor of the CPU queue
+    (QUEUE_ROUTING_POLICY refuses CPU-only work headed anywhere else): a container larger than one
+    system node's share would never schedule there, one larger than the flavor's whole quota would wait
+    for ever (Kueue has no other flavor to move it to). Refused, even when it names a GPU pool: Kueue
+    matches a pod's node selector only against the keys of a flavor's own nodeLabels (flavorassigner.go,
+    flavorLabelKeys), and the system flavor has no pool label, so a pinned CPU pod still gets the system
+    flavor and then selects no node."""
+    room = PoolCapacity(min(node.cpu_millis, quota.cpu_millis), min(node.memory_bytes, quota.memory_bytes), 0)
     specs_ok = ("variables.podSpecs.all(s, " + " && ".join(
-        f"{lst}.all(c, !has(c.resources) || {ok('c.resources')})" for lst in _CONTAINERS) + ")")
-    tj_ok = f"variables.trainJobs.all(t, {ok('t')})"
+        f"{lst}.all(c, !has(c.resources) || ({_resources_fit('c.resources', room)}))" for lst in _CONTAINERS) + ")")
+    tj_ok = f"variables.trainJobs.all(t, {_resources_fit('t', room)})"
     return {
         "expression": f"variables.asksForGpu || !({QUEUED_REQUEST}) || (({specs_ok}) && ({tj_ok}))",
-        "message": (f"a CPU-only pod of this queued job asks for more CPU or memory than a system node hands to jobs "
-                    f"({node.cpu_millis / 1000:g} CPU, {node.memory_bytes // MI / 1024:.1f} GiB a pod), within the "
-                    f"{SYSTEM_FLAVOR} flavor's quota, so Kueue admits it to the system nodes where it never schedules. "
-                    f"Ask for less (split the work into pods that fit), or give the stack larger system nodes "
-                    f"(systemPool.instanceType); a GPU pool's nodeSelector does not move CPU-only work off the "
-                    f"system flavor"),
+        "message": (f"a CPU-only pod of this queued job asks for more CPU or memory than the system nodes hand to jobs "
+                    f"({room.cpu_millis / 1000:g} CPU, {room.memory_bytes // MI / 1024:.1f} GiB a pod: one system node's "
+                    f"share within the {SYSTEM_FLAVOR} flavor's quota), and CPU-only work is admitted only there, "
+                    f"so it never schedules or waits for ever. Ask for less (split the work into pods that fit), or "
+                    f"give the stack larger system nodes (systemPool.instanceType); a GPU pool's nodeSelector does not "
+                    f"move CPU-only work off the system flavor"),
         "reason": "Invalid",
     }
 
@@ -552,6 +583,90 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
         "matchConditions": [{"name": "not-a-job-controller-pod",
                              "expression": f"request.kind.kind != 'Pod' || !({CREATED_BY_JOB_CONTROLLER})"}],
         "validations": validations,
+    })
+
+
+QUEUE_ROUTING_POLICY = "work-in-its-queue"
+# The LocalQueue the object names: its queue-name label (a Katib Experiment: its trial template's), else ''.
+_TRIAL_LABELS = f"{_TRIAL}.metadata.labels"
+QUEUE_OF_OBJECT = (
+    f"request.kind.kind == 'Experiment' ? (has(object.spec.trialTemplate) && has({_TRIAL}) && "
+    f"has({_TRIAL}.metadata) && has({_TRIAL_LABELS}) && '{QUEUE_NAME_LABEL}' in {_TRIAL_LABELS} ? "
+    f"string({_TRIAL_LABELS}['{QUEUE_NAME_LABEL}']) : '') : "
+    f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in object.metadata.labels ? "
+    f"object.metadata.labels['{QUEUE_NAME_LABEL}'] : '')")
+# The LocalQueue it lands in: the one it names, else `default` where its namespace has one (Kueue's
+# LocalQueue defaulting, applied by Kueue's mutating webhook before this policy; an Experiment's trial
+# Job gets it when Katib creates it).
+LANDS_IN = (f"variables.queue != '' ? variables.queue : (has(namespaceObject.metadata.labels) && "
+            f"'{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels ? '{DEFAULT_LOCAL_QUEUE}' : '')")
+
+
+def render_queue_routing_policy() -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy keeping each kind of work in its ClusterQueue (module docstring):
+    - CPU-only work that lands in LocalQueue `default` (no queue label in `training`) or names
+      `gpu-queue` is refused: those queues' flavors are GPU nodes, where Kueue would place it (and scale
+      a GPU node up for it); the message says to label it `cpu-queue`;
+    - GPU work naming `cpu-queue` is refused: that queue's only flavor is the system nodes (GPU quota 0),
+      so Kueue would never admit it; the message says to drop the label or name `gpu-queue`.
+    What the object's spec does not show (a TrainJob without trainer.resourcesPerNode takes its
+    resources from the runtime; a Katib trial template held in a ConfigMap) is not judged: it is
+    judged when its Job is created, or reported by Kueue (`insufficient quota for nvidia.com/gpu in
+    flavor system`). Objects a Kueue-managed owner creates (a TrainJob's JobSet, a JobSet's Jobs, a
+    Job's pods) follow their owner's queue and are not judged again."""
+    cpu_wrong_queue = (f"this job asks for no GPU, and without a queue label (LocalQueue {DEFAULT_LOCAL_QUEUE}) or "
+                       f"with LocalQueue {LOCAL_QUEUE} it goes to the GPU pools: Kueue would run it on a GPU node "
+                       f"(and scale one up for it). CPU-only work goes through LocalQueue {CPU_LOCAL_QUEUE} "
+                       f"(ClusterQueue {CPU_CLUSTER_QUEUE}, the system nodes): add the label "
+                       f"{QUEUE_NAME_LABEL}: {CPU_LOCAL_QUEUE} to its metadata.labels (a Katib experiment's "
+                       f"suggestion pod copies the Experiment's metadata.labels); a CPU-only pipeline step in "
+                       f"namespace {KUBEFLOW_NAMESPACE} needs no queue")
+    gpu_wrong_queue = (f"this job asks for a GPU but names LocalQueue {CPU_LOCAL_QUEUE}, whose only flavor is the "
+                       f"system nodes (no GPUs), where Kueue never admits it. Drop the label {QUEUE_NAME_LABEL} "
+                       f"(in {TRAINING_NAMESPACE} GPU work is queued in LocalQueue {DEFAULT_LOCAL_QUEUE}, the GPU "
+                       f"pools) or name the GPU queue, {QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (a Katib experiment: in "
+                       f"trialTemplate.trialSpec.metadata.labels)")
+    return render_admission_policy(QUEUE_ROUTING_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+            "resourceRules": [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE"], "resources": [r]}
+                              for g, v, r in FIT_RULES]},
+        "variables": [
+            {"name": "podSpecs", "expression": POD_SPECS},
+            {"name": "trainJobs", "expression": TRAINJOB_RES},
+            {"name": "asksForGpu", "expression": f"{_gpu_pod_specs()} || variables.trainJobs.exists(t, {_gpu_in('t')})"},
+            # The spec shows every pod's resources (else the runtime or a ConfigMap holds them).
+            {"name": "resourcesKnown", "expression": "variables.podSpecs.size() > 0 || variables.trainJobs.size() > 0"},
+            {"name": "queue", "expression": QUEUE_OF_OBJECT},
+            {"name": "landsIn", "expression": LANDS_IN},
+        ],
+        "matchConditions": [
+            {"name": "not-a-job-controller-pod",
+             "expression": f"request.kind.kind != 'Pod' || !({CREATED_BY_JOB_CONTROLLER})"},
+            {"name": "not-made-by-a-queued-owner", "expression": f"!({_OWNED_BY_A_KUEUE_KIND})"},
+        ],
+        "validations": [
+            {"expression": f"!variables.asksForGpu || variables.landsIn != '{CPU_LOCAL_QUEUE}'",
+             "message": gpu_wrong_queue,
+             "reason": "Invalid"},
+            {"expression": (f"variables.asksForGpu || !variables.resourcesKnown || "
+                            f"!(variables.landsIn in ['{DEFAULT_LOCAL_QUEUE}', '{LOCAL_QUEUE}'])"),
+             "message": cpu_wrong_queue,
+             "reason": "Invalid"},
+            # Katib copies an Experiment's labels to its suggestion pod (v1beta1 createSuggestion), a CPU-only
+            # Deployment pod: unlabelled, Kueue defaults it to `default` (the GPU pools) and the rule above
+            # refuses it, so the experiment would make no trials. Refuse the Experiment itself, at submission.
+            {"expression": (f"request.kind.kind != 'Experiment' || !(has(namespaceObject.metadata.labels) && "
+                            f"'{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels) || "
+                            f"(has(object.metadata.labels) && '{QUEUE_NAME_LABEL}' in object.metadata.labels && "
+                            f"object.metadata.labels['{QUEUE_NAME_LABEL}'] == '{CPU_LOCAL_QUEUE}')"),
+             "message": (f"a Katib Experiment here needs the label {QUEUE_NAME_LABEL}: {CPU_LOCAL_QUEUE} in its own "
+                         f"metadata.labels: Katib copies them to the experiment's suggestion pod (CPU only), which "
+                         f"without it would be queued in LocalQueue {DEFAULT_LOCAL_QUEUE} (the GPU pools) and refused, "
+                         f"so the experiment would make no trials. Its trials take their queue from "
+                         f"trialTemplate.trialSpec.metadata.labels (none: {DEFAULT_LOCAL_QUEUE}, the GPU pools)"),
+             "reason": "Invalid"},
+        ],
     })
 
 
@@ -655,23 +770,44 @@ class JobQueue(pulumi.ComponentResource):
                                                node_boot_minutes(cluster.cloud)),
                                   k8s_opts(cluster, self, [ns, *args.after]))
         after_kueue = k8s_opts(cluster, self, [self.kueue])
-        self.flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)
-                        for p in cluster.gpu_pools]
+        gpu_flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)
+                       for p in cluster.gpu_pools]
+        self.flavors = list(gpu_flavors)
         system = system_fit = None
+        self.cpu_cluster_queue = None
         if cluster.system_pool is not None:
             system = system_quota(cluster.cloud, cluster.system_pool)
             system_fit = (node_share(allocatable(cluster.cloud, cluster.system_pool.instance_type,
                                                  managed_node_group=cluster.cloud == "aws")), system)
-            self.flavors.insert(0, apply_object(f"{name}-flavor-{SYSTEM_FLAVOR}",
-                                                render_system_flavor(cluster.system_pool), after_kueue))
+            system_flavor = apply_object(f"{name}-flavor-{SYSTEM_FLAVOR}", render_system_flavor(cluster.system_pool),
+                                         after_kueue)
+            self.flavors.insert(0, system_flavor)
+            self.cpu_cluster_queue = apply_object(
+                f"{name}-cpu-cluster-queue", render_cpu_cluster_queue(system, args.queueing_strategy),
+                k8s_opts(cluster, self, [self.kueue, system_flavor]))
         self.cluster_queue = apply_object(
             f"{name}-cluster-queue",
-            render_cluster_queue(cluster.gpu_pools, capacities, quotas, args.queueing_strategy, system),
-            k8s_opts(cluster, self, [self.kueue, *self.flavors]))
-        lq_deps = [self.kueue, self.cluster_queue] + ([args.training_namespace] if args.training_namespace else [])
-        self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(), k8s_opts(cluster, self, lq_deps))
+            render_cluster_queue(cluster.gpu_pools, capacities, quotas, args.queueing_strategy),
+            k8s_opts(cluster, self, [self.kueue, *gpu_flavors]))
+        ns_deps = [args.training_namespace] if args.training_namespace else []
+        self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(),
+                                        k8s_opts(cluster, self, [self.kueue, self.cluster_queue, *ns_deps]))
+        # `default` (jobs without a queue name) is the GPU queue, as `gpu-queue` is: the main path needs
+        # no label. A LocalQueue's spec.clusterQueue is immutable (Kueue v0.19.2 localqueue_types.go, CEL
+        # self == oldSelf): a stack whose `default` pointed at cpu-work (an earlier build of this
+        # release) gets it deleted and created again on `pulumi up`; one from 1.x (gpu-training) keeps it.
         self.default_local_queue = apply_object(
-            f"{name}-default-local-queue", render_local_queue(name=DEFAULT_LOCAL_QUEUE), k8s_opts(cluster, self, lq_deps))
+            f"{name}-default-local-queue", render_local_queue(name=DEFAULT_LOCAL_QUEUE),
+            pulumi.ResourceOptions.merge(k8s_opts(cluster, self, [self.kueue, self.cluster_queue, *ns_deps]),
+                                         pulumi.ResourceOptions(replace_on_changes=["spec.clusterQueue"],
+                                                                delete_before_replace=True)))
+        # CPU-only work in `training` names `cpu-queue` (the system nodes).
+        self.cpu_local_queue = None
+        if self.cpu_cluster_queue is not None:
+            self.cpu_local_queue = apply_object(
+                f"{name}-cpu-local-queue",
+                render_local_queue(name=CPU_LOCAL_QUEUE, cluster_queue=CPU_CLUSTER_QUEUE),
+                k8s_opts(cluster, self, [self.kueue, self.cpu_cluster_queue, *ns_deps]))
         self.pipelines_local_queue = None
         if args.pipelines_namespace is not None:
             self.pipelines_local_queue = apply_object(
@@ -679,12 +815,20 @@ class JobQueue(pulumi.ComponentResource):
                 k8s_opts(cluster, self, [self.kueue, self.cluster_queue, args.pipelines_namespace]))
         # Refuses GPU pods Kueue did not queue; after the queues exist, so queued work is never refused.
         policy_deps = k8s_opts(cluster, self, [self.local_queue, self.default_local_queue,
+                                               *([self.cpu_local_queue] if self.cpu_local_queue else []),
                                                *([self.pipelines_local_queue] if self.pipelines_local_queue else [])])
         self.gpu_admission_policy = apply_object(f"{name}-gpu-admission-policy", render_gpu_admission_policy(),
                                                  policy_deps)
         self.gpu_admission_binding = apply_object(
             f"{name}-gpu-admission-binding", render_gpu_admission_binding(),
             k8s_opts(cluster, self, [self.gpu_admission_policy]))
+        # GPU work in the GPU queue, CPU-only work in the CPU queue (only with the two queues).
+        self.routing_policy = self.routing_binding = None
+        if self.cpu_cluster_queue is not None:
+            self.routing_policy = apply_object(f"{name}-routing-policy", render_queue_routing_policy(),
+                                               k8s_opts(cluster, self, [self.cpu_local_queue]))
+            self.routing_binding = apply_object(f"{name}-routing-binding", render_policy_binding(QUEUE_ROUTING_POLICY),
+                                                k8s_opts(cluster, self, [self.routing_policy]))
         # Refuses a GPU job whose pods fit only some pools unless it names one (per-flavor fit).
         self.fit_policy = apply_object(f"{name}-fit-policy", render_fit_policy(capacities, system_fit), k8s_opts(cluster, self))
         self.fit_binding = apply_object(f"{name}-fit-binding", render_policy_binding(FIT_POLICY),
@@ -701,5 +845,7 @@ class JobQueue(pulumi.ComponentResource):
                                                    k8s_opts(cluster, self, [self.admission_gate_policy]))
         self.gpu_quota = quotas
         self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
-                               "defaultLocalQueue": DEFAULT_LOCAL_QUEUE, "gpuQuota": quotas,
+                               "cpuClusterQueue": CPU_CLUSTER_QUEUE if self.cpu_cluster_queue else None,
+                               "defaultLocalQueue": DEFAULT_LOCAL_QUEUE,
+                               "cpuLocalQueue": CPU_LOCAL_QUEUE if self.cpu_local_queue else None, "gpuQuota": quotas,
                                "totalGpuQuota": sum(quotas.values())})

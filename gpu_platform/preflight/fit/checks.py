@@ -1142,6 +1142,8 @@ class _Checker:
                                          "give the system pool more or larger nodes (systemPool) or lower the system "
                                          "flavor's quota (gpu_platform/components/platform/queue.py)" if shared else
                                          "compute quotas from allocatable (gpu_platform.components.capacity) x max nodes")
+        self.cpu_overflow()
+        self.default_queue_admits_gpu_work()
         # every LocalQueue's namespace must be one its ClusterQueue admits from
         for (ns, name), lq in self.idx.local_queues.items():
             cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
@@ -1203,6 +1205,54 @@ class _Checker:
                                      f"flavor {fname}: {pt.replicas} pods of {fmt_amount('cpu', req.get('cpu', 0))} CPU do "
                                      f"not all fit on {nodes} nodes at maximum size",
                                      "lower numNodes or raise the pool's maximum size")
+
+    def cpu_overflow(self) -> None:
+        """A ClusterQueue with a flavor of system nodes and a flavor of GPU nodes: once the system
+        flavor's quota is used up, Kueue moves the next CPU-only workload on to the GPU flavor
+        (fit.kueue.assign with that usage), where it takes, or scales up, a GPU node."""
+        probe = [("main", {}, {"cpu": 100, "memory": 64 * 1024 * 1024})]
+        for cq_name, cq in self.idx.cluster_queues.items():
+            system, full = [], {}
+            for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+                for fl in rg.get("flavors") or []:
+                    groups = self._flavor_groups(fl.get("name"))
+                    if groups and all(g.role == "system" for g in groups):
+                        system.append(fl.get("name"))
+                        for r in fl.get("resources") or []:
+                            try:
+                                full[(fl.get("name"), r.get("name"))] = _amount(r["name"], r.get("nominalQuota", 0))
+                            except (ValueError, TypeError, KeyError):
+                                pass  # reported by queue_fit as unreadable
+            if not system:
+                continue
+            verdict = assign(probe, cq, self.idx.flavors, usage=full)
+            got = verdict.flavor_of("main") if verdict.admitted else None
+            gpu_groups = [g for g in self._flavor_groups(got) if g.allocatable.gpus > 0] if got else []
+            if gpu_groups:
+                self.problem("queue-fit", self.idx.release_of.get(object_id(cq), "?"), object_id(cq),
+                             f"once flavor {', '.join(system)} (system nodes) has no unused quota, Kueue admits the "
+                             f"next CPU-only job to flavor {got} ({', '.join(sorted({g.name for g in gpu_groups}))}, GPU "
+                             "nodes: it tries the next flavor, flavorFungibility), so CPU work takes or scales up a GPU node",
+                             "give CPU-only work its own ClusterQueue with only the system flavor (LocalQueue "
+                             "cpu-queue) and keep the system flavor out of the GPU ClusterQueue")
+
+    def default_queue_admits_gpu_work(self) -> None:
+        """Kueue gives a job that names no queue its namespace's LocalQueue `default` (LocalQueue
+        defaulting): a `default` whose ClusterQueue admits no 1-GPU pod on an empty queue leaves an
+        unlabelled GPU TrainJob waiting for ever (issue #22 item 1: an unlabelled GPU job is queued)."""
+        probe = [("main", {}, {"cpu": 100, "memory": 64 * 1024 * 1024, GPU: 1})]
+        for (ns, name), lq in self.idx.local_queues.items():
+            cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
+            if name != "default" or cq is None:
+                continue
+            verdict = assign(probe, cq, self.idx.flavors)
+            if not verdict.admitted:
+                self.problem("queue-fit", self.idx.release_of.get(object_id(lq), "?"), object_id(lq),
+                             f"LocalQueue {ns}/default (what Kueue gives a job that names no queue) points at "
+                             f"ClusterQueue {cq['metadata']['name']}, which admits no 1-GPU pod ({verdict.reason}): "
+                             "an unlabelled GPU job there waits for ever",
+                             "point LocalQueue default at the GPU ClusterQueue (gpu-training); CPU-only work names "
+                             "cpu-queue")
 
     def _flavor_groups(self, name: str, flavor: Optional[dict] = None) -> list[NodeGroup]:
         flavor = flavor if flavor is not None else self.idx.flavors.get(name) or {}

@@ -1,6 +1,7 @@
-"""Kueue's flavor assignment, as Kueue v0.19.2 does it for a workload on an empty ClusterQueue
-(sigs.k8s.io/kueue pkg/scheduler/flavorassigner/flavorassigner.go: assignFlavors,
-findFlavorForPodSetResource, checkFlavorForPodSets, flavorSelector, fitsResourceQuota).
+"""Kueue's flavor assignment, as Kueue v0.19.2 does it for a workload (sigs.k8s.io/kueue
+pkg/scheduler/flavorassigner/flavorassigner.go: assignFlavors, findFlavorForPodSets,
+checkFlavorForPodSets, flavorSelector, fitsResourceQuota, shouldTryNextFlavor), on an empty
+ClusterQueue or one whose flavors other workloads already use (`usage`).
 
 Per pod set, in order, each requested resource's resource group tries its flavors in the
 ClusterQueue's order; a flavor is skipped when
@@ -9,9 +10,14 @@ ClusterQueue's order; a flavor is skipped when
   (a term left empty matches every flavor), do not match the flavor's nodeLabels,
 - a requested resource's quota (nominalQuota, plus borrowingLimit when the queue is in a cohort,
   minus what earlier pod sets of the same workload took) is smaller than the pod set's request
-  (a resource the flavor lists no quota for has quota 0).
-The first flavor left wins (no usage: mode Fit, so FlavorFungibility never searches further). A
-requested resource no resource group covers makes the workload inadmissible. Pure functions.
+  (a resource the flavor lists no quota for has quota 0: NoFit),
+- the quota left after `usage` (admitted workloads) is smaller than the request: mode Preempt, or
+  NoPreemptionCandidates when nothing of lower priority runs there (assumed: the platform's
+  workloads share one priority); either way shouldTryNextFlavor goes on to the next flavor (whenCanPreempt
+  TryNextFlavor, and NoPreemptionCandidates always), so a flavor that is full sends the workload on to
+  the next flavor of its ClusterQueue, whatever nodes that flavor stands for.
+The first flavor left wins (mode Fit: FlavorFungibility searches no further). A requested resource
+no resource group covers makes the workload inadmissible. Pure functions.
 """
 
 from __future__ import annotations
@@ -84,9 +90,12 @@ def _quota(fl: dict, resource: str, cohort: bool) -> int:
     return 0
 
 
-def assign(podsets: list[tuple[str, dict, dict[str, int]]], cluster_queue: dict, flavors: dict[str, dict]) -> Assignment:
+def assign(podsets: list[tuple[str, dict, dict[str, int]]], cluster_queue: dict, flavors: dict[str, dict],
+           usage: Optional[dict[tuple[str, str], int]] = None) -> Assignment:
     """`podsets`: (name, pod spec, total requests of the pod set = per-pod requests x count), in the
-    workload's order. `flavors`: ResourceFlavor objects by name."""
+    workload's order. `flavors`: ResourceFlavor objects by name. `usage`: (flavor, resource) -> what
+    admitted workloads of the ClusterQueue already use (their quota cannot be preempted)."""
+    usage = dict(usage or {})
     spec = cluster_queue.get("spec") or {}
     groups = spec.get("resourceGroups") or []
     cohort = bool(spec.get("cohort") or spec.get("cohortName"))
@@ -120,6 +129,13 @@ def assign(podsets: list[tuple[str, dict, dict[str, int]]], cluster_queue: dict,
                          for r in wanted if requests[r] + used.get((fname, r), 0) > _quota(fl, r, cohort)]
                 if short:
                     reasons += short
+                    continue
+                full = [f"insufficient unused quota for {r} in flavor {fname}, "
+                        f"{fmt_amount(r, requests[r] + used.get((fname, r), 0) + usage.get((fname, r), 0) - _quota(fl, r, cohort))}"
+                        " more needed" for r in wanted
+                        if requests[r] + used.get((fname, r), 0) + usage.get((fname, r), 0) > _quota(fl, r, cohort)]
+                if full:  # nothing to preempt: the next flavor is tried (shouldTryNextFlavor)
+                    reasons += full
                     continue
                 for r in wanted:
                     chosen[r] = fname
