@@ -180,21 +180,19 @@ CAPS = {"a10g": PoolCapacity(3_320, 12 * 1024**3, 1), "l4x4": PoolCapacity(44_00
 CEL_FUNCTIONS = cel_functions()  # the evaluator preflight's fit uses (gpu_platform/preflight/fit/admission_policy.py)
 
 
-def fit_refusal(obj: dict, user: str = USER, caps=None, system=None) -> Optional[str]:
-    """None when the fit policy admits `obj`, else its message (variables, then matchConditions, then
-    validations, as the API server evaluates a ValidatingAdmissionPolicy)."""
-    policy = render_fit_policy(caps or CAPS, system)["spec"]
+def policy_refusal(policy: dict, obj: dict, user: str = USER) -> Optional[str]:
+    """None when the ValidatingAdmissionPolicy spec `policy` admits `obj`, else its message (matchConditions,
+    variables in order, then validations, as the API server evaluates one)."""
     env = celpy.Environment()
     act = {"object": celpy.json_to_cel(obj),
            "namespaceObject": celpy.json_to_cel(NAMESPACES[obj["metadata"]["namespace"]]),
            "request": celpy.json_to_cel({"kind": {"kind": obj["kind"]}, "userInfo": {"username": user}})}
-    fns = CEL_FUNCTIONS
 
     def ev(expr: str):
-        return env.program(env.compile(expr), functions=fns).evaluate(act)
+        return env.program(env.compile(expr), functions=CEL_FUNCTIONS).evaluate(act)
 
     # matchConditions first, without `variables` (the API server declares none there)
-    if not all(ev(c["expression"]) for c in policy["matchConditions"]):
+    if not all(ev(c["expression"]) for c in policy.get("matchConditions") or []):
         return None
     variables: dict = {}
     for v in policy.get("variables") or []:
@@ -205,6 +203,11 @@ def fit_refusal(obj: dict, user: str = USER, caps=None, system=None) -> Optional
         if not ev(v["expression"]):
             return v["message"]
     return None
+
+
+def fit_refusal(obj: dict, user: str = USER, caps=None, system=None) -> Optional[str]:
+    """None when the fit policy admits `obj`, else its message."""
+    return policy_refusal(render_fit_policy(caps or CAPS, system)["spec"], obj, user)
 
 
 def batch_job(cpu, gpus=1, pool=None):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 from typing import Optional
 
-import celpy
 import pytest
 
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE
@@ -28,7 +27,7 @@ from gpu_platform.components.platform.queue import (
 from gpu_platform.components.cluster import SystemPoolSpec
 from gpu_platform.preflight.fit.checks import check_fit
 from gpu_platform.preflight.fit.kueue import assign
-from tests.test_queue_admission import CEL_FUNCTIONS, NAMESPACES, JOB_CONTROLLER, USER, batch_job, pod, trainjob
+from tests.test_queue_admission import JOB_CONTROLLER, USER, batch_job, pod, policy_refusal, trainjob
 from tests.test_rehearsal import needs_components
 
 STACKS = ["aws-prod", "gcp-prod", "linode-dev", "linode-ha"]
@@ -36,28 +35,8 @@ KUEUE_TYPE = "kubernetes:kueue.x-k8s.io/v1beta2:"
 
 
 def refusal(obj: dict, user: str = USER) -> Optional[str]:
-    """None when `work-in-its-queue` admits `obj`, else its message (matchConditions, variables in
-    order, validations: as the API server evaluates a ValidatingAdmissionPolicy)."""
-    policy = render_queue_routing_policy()["spec"]
-    env = celpy.Environment()
-    act = {"object": celpy.json_to_cel(obj),
-           "namespaceObject": celpy.json_to_cel(NAMESPACES[obj["metadata"]["namespace"]]),
-           "request": celpy.json_to_cel({"kind": {"kind": obj["kind"]}, "userInfo": {"username": user}})}
-
-    def ev(expr: str):
-        return env.program(env.compile(expr), functions=CEL_FUNCTIONS).evaluate(act)
-
-    if not all(ev(c["expression"]) for c in policy["matchConditions"]):
-        return None
-    variables: dict = {}
-    for v in policy["variables"]:
-        act["variables"] = celpy.celtypes.MapType(variables)
-        variables[celpy.celtypes.StringType(v["name"])] = ev(v["expression"])
-    act["variables"] = celpy.celtypes.MapType(variables)
-    for v in policy["validations"]:
-        if not ev(v["expression"]):
-            return v["message"]
-    return None
+    """None when `work-in-its-queue` admits `obj`, else its message."""
+    return policy_refusal(render_queue_routing_policy()["spec"], obj, user)
 
 
 def labelled(obj: dict, queue: str) -> dict:

@@ -436,6 +436,11 @@ _TRIAL_IS = ("request.kind.kind == 'Experiment' && has(object.spec.trialTemplate
 FIT_RULES = (("batch", "v1", "jobs"), ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
              ("trainer.kubeflow.org", "v1alpha1", "trainjobs"), ("kubeflow.org", "v1beta1", "experiments"),
              ("", "v1", "pods"))
+# What the fit and routing policies judge: the creation of each kind above in the queue's namespaces.
+def _queued_work_created() -> dict[str, Any]:
+    return {"namespaceSelector": dict(QUEUE_NAMESPACE_SELECTOR),
+            "resourceRules": [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE"], "resources": [r]}
+                              for g, v, r in FIT_RULES]}
 # The pod specs of the object, by kind (a list; empty for TrainJobs, checked by resourcesPerNode).
 POD_SPECS = (
     "request.kind.kind == 'Job' ? [object.spec.template.spec] : "
@@ -566,10 +571,7 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
     if system is not None and (system[1].cpu_millis or system[1].memory_bytes):
         validations.append(_cpu_work_validation(*system))
     return render_admission_policy(FIT_POLICY, {
-        "matchConstraints": {
-            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
-            "resourceRules": [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE"], "resources": [r]}
-                              for g, v, r in FIT_RULES]},
+        "matchConstraints": _queued_work_created(),
         "variables": [
             {"name": "podSpecs", "expression": POD_SPECS},
             {"name": "trainJobs", "expression": TRAINJOB_RES},
@@ -627,10 +629,7 @@ def render_queue_routing_policy() -> dict[str, Any]:
                        f"pools) or name the GPU queue, {QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (a Katib experiment: in "
                        f"trialTemplate.trialSpec.metadata.labels)")
     return render_admission_policy(QUEUE_ROUTING_POLICY, {
-        "matchConstraints": {
-            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
-            "resourceRules": [{"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE"], "resources": [r]}
-                              for g, v, r in FIT_RULES]},
+        "matchConstraints": _queued_work_created(),
         "variables": [
             {"name": "podSpecs", "expression": POD_SPECS},
             {"name": "trainJobs", "expression": TRAINJOB_RES},
