@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -382,3 +383,49 @@ def test_no_virtualenv_or_link_to_one_is_tracked():
     offenders = [line.split("\t", 1)[1] for line in tracked.splitlines()
                  if line.split("\t", 1)[1].split("/")[0].startswith(".venv") or line.startswith("120000")]
     assert not offenders, f"tracked virtualenvs or symbolic links: {offenders}"
+
+
+# --- .ci/run on a machine short of disk (stop 29's CI ran out of it while pip unpacked torch) ----------
+
+def _run_ci_script(tmp_path, free_gib: int) -> list[str]:
+    """.ci/run with make, go and df replaced by recorders: what it runs, in order, and with which pip cache."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    stubs = {
+        "make": f'echo "make $* PIP_NO_CACHE_DIR=${{PIP_NO_CACHE_DIR:-unset}}" >> {log}',
+        "go": f'echo "go $*" >> {log}; [ "$1" != env ] || echo /tmp/go-build-cache',
+        "df": f'echo "Filesystem 1024-blocks Used Available Capacity Mounted on"; '
+              f'echo "/dev/vda 263174212 1 {free_gib * 1048576} 50% /"',
+        "apt-get": f'echo "apt-get $*" >> {log}; exit 1',
+    }
+    # The Debian tools .ci/run checks for: present, so it installs nothing.
+    for tool in ("cloud-init", "shellcheck", "openssl", "amtool", "systemd-analyze", "etcd", "etcdctl", "promtool"):
+        stubs[tool] = "exit 0"
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "CI": "true"}
+    done = subprocess.run(["bash", str(repo / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ci timings" in done.stdout and "GiB free" in done.stdout, done.stdout
+    return log.read_text().splitlines()
+
+
+def test_ci_builds_go_first_and_frees_its_build_cache_when_disk_is_short(tmp_path):
+    calls = _run_ci_script(tmp_path, free_gib=9)
+    makes = [c for c in calls if c.startswith("make ")]
+    assert makes[0].startswith("make rehearsal-build") and makes[1].startswith("make venv checkov-venv training-venv")
+    assert makes[-1].startswith("make test")
+    assert calls.index("go clean -cache") < calls.index(makes[1]), calls
+    # A fresh clone never reuses pip's wheel cache: a second copy of torch's CUDA wheels is what filled the disk.
+    assert all(c.endswith("PIP_NO_CACHE_DIR=1") for c in makes), makes
+
+
+def test_ci_keeps_go_build_cache_with_room_to_spare(tmp_path):
+    calls = _run_ci_script(tmp_path, free_gib=60)
+    assert "go clean -cache" not in calls
+    assert calls[-1].startswith("make test")
