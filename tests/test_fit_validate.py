@@ -71,7 +71,8 @@ def crd_groups(objects: list[dict]) -> set[tuple[str, str]]:
 
 # Kinds whose CRD a controller registers at runtime instead of its chart shipping it: the Cilium agent and
 # operator create cilium.io CRDs on start (the Cilium chart has none). Not validated against a schema here;
-# the objects of these kinds are checked by their own tests (tests/test_linode_cni.py).
+# the objects of these kinds are checked by their own tests (tests/test_linode_cni.py) and by the real API
+# server against the schema cilium-operator registers (tests/test_rehearsal_cilium.py).
 RUNTIME_REGISTERED = {("cilium.io", "CiliumClusterwideNetworkPolicy")}
 
 
