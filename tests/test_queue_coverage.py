@@ -295,6 +295,7 @@ def test_rehearsal_refuses_bypasses_queues_pipeline_steps_and_exercises_kueues_i
     assert "forged Job owner: refused" in bypass and "gpu-pods-through-the-queue" in bypass
     assert "GPU Job owned by a queued Job: refused" in bypass and "jobs-owned-only-by-their-controllers" in bypass
     assert "admission gate removed by hand: refused" in bypass
+    assert "Job with a zero GPU limit in the GPU queue: refused" in bypass and "work-in-its-queue" in bypass
     assert "unlabelled GPU step in kubeflow: refused" in bypass
     assert "labelled GPU step in kubeflow: queued as Workload" in bypass
     assert "grace-period runtime patch: refused" in bypass and "torch-checkpointed" in bypass

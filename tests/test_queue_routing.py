@@ -290,3 +290,30 @@ def test_preflight_reports_a_default_queue_where_an_unlabelled_gpu_job_waits_for
     [problem] = _problems(check_fit(model, releases), "queue-fit", reason="admits no 1-GPU pod")
     assert "LocalQueue training/default" in problem.reason and "ClusterQueue cpu-work" in problem.reason
     assert "gpu-training" in problem.fix
+
+
+def _zero_gpu(obj: dict, value) -> dict:
+    """`obj` (a Job or a TrainJob asking for one GPU) with its GPU limit set to `value`."""
+    obj = copy.deepcopy(obj)
+    if obj["kind"] == "TrainJob":
+        obj["spec"]["trainer"]["resourcesPerNode"]["requests"]["nvidia.com/gpu"] = value
+    else:
+        obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = value
+    return obj
+
+
+def test_a_zero_gpu_limit_is_cpu_work_not_a_way_onto_a_gpu_node() -> None:
+    """Platform review (round 2) #2: `nvidia.com/gpu: "0"` counted as a GPU ask, so such a Job was queued on a
+    GPU flavor with its toleration and, on Linode and EKS (the NVIDIA toolkit honours the image's
+    NVIDIA_VISIBLE_DEVICES=all for unprivileged containers), saw every GPU of the node uncounted."""
+    for value in ("0", 0, "0m"):
+        for obj in (_zero_gpu(batch_job("2"), value), _zero_gpu(trainjob("2"), value)):
+            for queue in (None, LOCAL_QUEUE, DEFAULT_LOCAL_QUEUE):
+                said = refusal(labelled(obj, queue) if queue else obj)
+                assert said and "asks for no GPU" in said, (obj["kind"], value, queue, said)
+            assert refusal(labelled(obj, CPU_LOCAL_QUEUE)) is None, (obj["kind"], value)
+    # one GPU, or a Katib placeholder the trial's Job fills in, is still GPU work
+    for value in ("1", 1, "${trialParameters.gpus}"):
+        assert refusal(_zero_gpu(batch_job("2"), value)) is None, value
+        said = refusal(labelled(_zero_gpu(batch_job("2"), value), CPU_LOCAL_QUEUE))
+        assert said and "asks for a GPU" in said, value

@@ -522,8 +522,8 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     queue, and a Kubeflow Pipelines GPU step is queued: a bare GPU pod naming a Job it is no part of
     (a forged ownerReference), a GPU step without the queue label, a TrainJob whose runtimePatches
     Kueue v0.19.2 drops."""
-    sc = Scenario("queue-bypass", "a GPU pod with a forged Job owner, a GPU Job hung under a queued Job, Kueue's gate removed by hand "
-                                  "and an unlabelled "
+    sc = Scenario("queue-bypass", "a GPU pod with a forged Job owner, a GPU Job hung under a queued Job, Kueue's gate removed by hand, "
+                                  "a zero-GPU Job in the GPU queue and an unlabelled "
                                   "GPU pipeline step are refused; "
                                   "a labelled pipeline step is queued by Kueue; a TrainJob Kueue would break is refused")
     ctl = ctx.controllers.get("kueue-manager")
@@ -557,6 +557,20 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     child["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {GPU_RESOURCE: "1"}
     child_err = submit(ctx.client, child)
     ctx.client.delete("batch/v1", "Job", "rehearsal-unrelated", ns)
+    # A Job whose GPU limit is 0 asks for no GPU: in the GPU queue Kueue would give it a GPU flavor and its
+    # toleration, and the NVIDIA runtime hands an unprivileged container every GPU its image's
+    # NVIDIA_VISIBLE_DEVICES names. The routing policy must take it for CPU work.
+    zero = copy.deepcopy(unrelated)
+    zero["metadata"] = {"name": "rehearsal-zero-gpu", "namespace": ns}
+    zero["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {GPU_RESOURCE: "0"}
+    zero_err = submit(ctx.client, zero)
+    if zero_err is None:
+        sc.fail(f"a Job in {ns} with nvidia.com/gpu: 0 and no queue label was ADMITTED to the GPU queue")
+        ctx.client.delete("batch/v1", "Job", "rehearsal-zero-gpu", ns)
+    elif "work-in-its-queue" in zero_err and "asks for no GPU" in zero_err:
+        sc.details.append(f"Job with a zero GPU limit in the GPU queue: refused ({_short(zero_err)})")
+    else:
+        sc.fail(f"a Job with nvidia.com/gpu: 0 was refused, but not as CPU work by the routing policy: {zero_err}")
     if child_err is None:
         sc.fail(f"a GPU Job in {ns} naming a queued Job as its owner was ADMITTED: Kueue never counts it")
         ctx.client.delete("batch/v1", "Job", "rehearsal-owned-child", ns)

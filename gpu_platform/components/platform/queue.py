@@ -455,8 +455,16 @@ _CONTAINERS = ("s.containers", "(has(s.initContainers) ? s.initContainers : [])"
 
 
 def _gpu_in(res: str) -> str:
-    return (f"((has({res}.limits) && '{GPU_RESOURCE}' in {res}.limits) || "
-            f"(has({res}.requests) && '{GPU_RESOURCE}' in {res}.requests))")
+    """CEL: the resources `res` ask for at least one GPU. `nvidia.com/gpu: 0` asks for none: taken for GPU
+    work, such a container would be queued on a GPU flavor and get its toleration, and on a node whose
+    container runtime honours NVIDIA_VISIBLE_DEVICES (the toolkit's default; CUDA images set it to `all`)
+    it would see every GPU while Kueue counts them free. A value that is no quantity (a Katib
+    `${trialParameters.x}` placeholder) counts as a GPU ask; its trial's Job is judged when created."""
+    def asks(field: str) -> str:
+        value = f"{res}.{field}['{GPU_RESOURCE}']"
+        return (f"(has({res}.{field}) && '{GPU_RESOURCE}' in {res}.{field} && (!isQuantity(string({value})) || "
+                f"quantity(string({value})).compareTo(quantity('0')) > 0))")
+    return f"({asks('limits')} || {asks('requests')})"
 
 
 def _at_most(value: str, limit: str) -> str:
