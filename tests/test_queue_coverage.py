@@ -297,5 +297,6 @@ def test_rehearsal_refuses_bypasses_queues_pipeline_steps_and_exercises_kueues_i
     assert "admission gate removed by hand: refused" in bypass
     assert "Job with a zero GPU limit in the GPU queue: refused" in bypass and "work-in-its-queue" in bypass
     assert "unlabelled GPU step in kubeflow: refused" in bypass
+    assert "CPU step tolerating the GPU taint in kubeflow: refused" in bypass and "gpu-nodes-only-for-gpu-pods" in bypass
     assert "labelled GPU step in kubeflow: queued as Workload" in bypass
     assert "grace-period runtime patch: refused" in bypass and "torch-checkpointed" in bypass

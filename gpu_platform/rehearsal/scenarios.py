@@ -523,7 +523,7 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     (a forged ownerReference), a GPU step without the queue label, a TrainJob whose runtimePatches
     Kueue v0.19.2 drops."""
     sc = Scenario("queue-bypass", "a GPU pod with a forged Job owner, a GPU Job hung under a queued Job, Kueue's gate removed by hand, "
-                                  "a zero-GPU Job in the GPU queue and an unlabelled "
+                                  "a zero-GPU Job in the GPU queue, a CPU step tolerating the GPU taint and an unlabelled "
                                   "GPU pipeline step are refused; "
                                   "a labelled pipeline step is queued by Kueue; a TrainJob Kueue would break is refused")
     ctl = ctx.controllers.get("kueue-manager")
@@ -595,6 +595,18 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
             ctx.client.delete("v1", "Pod", "rehearsal-unlabelled-step", "kubeflow")
         else:
             sc.details.append(f"unlabelled GPU step in kubeflow: refused ({_short(err)})")
+        # A CPU-only step that tolerates the GPU nodes' taint would run on a GPU node outside the queue.
+        cpu_step = _gpu_pod("rehearsal-cpu-step-on-gpu-node", "kubeflow")
+        cpu_step["spec"]["containers"][0]["resources"].pop("limits")
+        cpu_step["spec"]["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+        err = submit(ctx.client, cpu_step)
+        if err is None:
+            sc.fail("a CPU-only pod in kubeflow tolerating the GPU nodes' taint was ADMITTED: it can run on a GPU node unqueued")
+            ctx.client.delete("v1", "Pod", "rehearsal-cpu-step-on-gpu-node", "kubeflow")
+        elif "gpu-nodes-only-for-gpu-pods" in err:
+            sc.details.append(f"CPU step tolerating the GPU taint in kubeflow: refused ({_short(err)})")
+        else:
+            sc.fail(f"a CPU-only pod tolerating the GPU taint was refused, but not by gpu-nodes-only-for-gpu-pods: {err}")
         step = _gpu_pod("rehearsal-gpu-step", "kubeflow", labels={QUEUE_LABEL: "gpu-queue"})
         if err := submit(ctx.client, step):
             sc.fail(f"a GPU pipeline step labelled {QUEUE_LABEL}=gpu-queue was refused: {err}")

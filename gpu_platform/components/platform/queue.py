@@ -40,7 +40,9 @@ import pulumi
 import yaml
 
 from gpu_platform.components.capacity import GI, MI, Allocatable, allocatable
-from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec, SystemPoolSpec
+from gpu_platform.components.cluster import (
+    GPU_TAINT, POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec, SystemPoolSpec,
+)
 from gpu_platform.components.platform import versions
 from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
@@ -736,6 +738,41 @@ def render_admission_gate_policy() -> dict[str, Any]:
     })
 
 
+# A CPU-only pod that tolerates the GPU nodes' taint can be placed on one outside the queue (a pipeline step
+# with a toleration and a pool nodeSelector): Kueue never counts it, and where the NVIDIA runtime honours
+# NVIDIA_VISIBLE_DEVICES for unprivileged containers (Linode's and EKS's nodes; CUDA images set `all`) it
+# sees every GPU of the node. Pods the job controller makes for a Job Kueue admitted are Kueue's to place:
+# it adds the flavor's tolerations to every pod set of a workload it admits on a GPU flavor (a TrainJob's
+# CPU-only initializers among them), and counts them.
+GPU_TOLERATION_POLICY = "gpu-nodes-only-for-gpu-pods"
+_TOLERATES_GPU_TAINT = ("has(object.spec.tolerations) && object.spec.tolerations.exists(t, "
+                        f"(!has(t.key) || t.key == '' || t.key == '{GPU_TAINT.key}') && "
+                        f"(!has(t.effect) || t.effect == '' || t.effect == '{GPU_TAINT.effect}'))")
+
+
+def render_gpu_toleration_policy() -> dict[str, Any]:
+    """Refuses, in the queue's namespaces, a pod that asks for no GPU but tolerates the GPU nodes' taint
+    (`nvidia.com/gpu`, or every taint), unless the job controller makes it for a Job in a namespace whose
+    every Job Kueue queues (Kueue chose its flavor and counts it)."""
+    asks_for_gpu = " || ".join(
+        f"{lst}.exists(c, has(c.resources) && {_gpu_in('c.resources')})"
+        for lst in ("object.spec.containers", "(has(object.spec.initContainers) ? object.spec.initContainers : [])"))
+    return render_admission_policy(GPU_TOLERATION_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "matchConditions": [{"name": "asks-for-no-gpu", "expression": f"!({asks_for_gpu})"}],
+        "validations": [{
+            "expression": f"({QUEUED_JOB_POD}) || !({_TOLERATES_GPU_TAINT})",
+            "message": (f"this pod asks for no GPU but tolerates the GPU nodes' taint {GPU_TAINT.key}: on a GPU node "
+                        f"outside the queue it would see the node's GPUs while Kueue counts them free. Drop the "
+                        f"toleration (CPU work runs on the system nodes: label a job {QUEUE_NAME_LABEL}: "
+                        f"{CPU_LOCAL_QUEUE}), or ask for the GPU with resources.limits {GPU_RESOURCE} and let Kueue "
+                        f"place it ({HOW_TO_SUBMIT})"),
+            "reason": "Forbidden"}],
+    })
+
+
 def render_policy_binding(policy: str) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -850,6 +887,12 @@ class JobQueue(pulumi.ComponentResource):
         self.admission_gate_binding = apply_object(f"{name}-admission-gate-binding",
                                                    render_policy_binding(ADMISSION_GATE_POLICY),
                                                    k8s_opts(cluster, self, [self.admission_gate_policy]))
+        # Refuses a CPU-only pod tolerating the GPU nodes' taint outside Kueue's placement (render_gpu_toleration_policy).
+        self.gpu_toleration_policy = apply_object(f"{name}-gpu-toleration-policy", render_gpu_toleration_policy(),
+                                                  k8s_opts(cluster, self))
+        self.gpu_toleration_binding = apply_object(f"{name}-gpu-toleration-binding",
+                                                   render_policy_binding(GPU_TOLERATION_POLICY),
+                                                   k8s_opts(cluster, self, [self.gpu_toleration_policy]))
         self.gpu_quota = quotas
         self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
                                "cpuClusterQueue": CPU_CLUSTER_QUEUE if self.cpu_cluster_queue else None,
