@@ -89,12 +89,27 @@ def _workloads(rel) -> dict[str, dict]:
     return {o["metadata"]["name"]: o for o in rel.objects if o["kind"] in ("Deployment", "StatefulSet")}
 
 
-def _dependent_controllers():
+# Per release, the workloads a job, a trial, a pipeline run or a notebook cannot do without (written out
+# here, not taken from the code, so dropping one there fails): Trainer and JobSet controllers (their
+# webhooks fail closed); Katib's controller (pod webhook over `training`), DB manager and MySQL (a
+# trial's metrics collector reports there); Pipelines' API server and MySQL, Argo's workflow controller,
+# persistence agent, scheduled-workflow controller, ML Metadata and the artifact store; the hub and proxy.
+DEPENDED_ON = {
+    "kubeflow-trainer": ("kubeflow-trainer-controller-manager", "jobset-controller"),
+    "kubeflow-katib": ("katib-controller", "katib-db-manager", "katib-mysql"),
+    "kubeflow-pipelines": ("ml-pipeline", "mysql", "workflow-controller", "ml-pipeline-persistenceagent",
+                           "ml-pipeline-scheduledworkflow", "metadata-grpc-deployment", "seaweedfs"),
+    "jupyterhub": ("hub", "proxy"),
+}
+
+
+def test_the_code_names_the_same_controllers() -> None:
     from gpu_platform.components.platform.kubeflow import (
-        KATIB_PLATFORM_DEPLOYMENTS, PIPELINES_PLATFORM_DEPLOYMENTS, TRAINER_PLATFORM_DEPLOYMENTS, TRAINER_RELEASE,
+        KATIB_PLATFORM_DEPLOYMENTS, PIPELINES_PLATFORM_DEPLOYMENTS, TRAINER_PLATFORM_DEPLOYMENTS,
     )
-    return {TRAINER_RELEASE: TRAINER_PLATFORM_DEPLOYMENTS, "kubeflow-katib": KATIB_PLATFORM_DEPLOYMENTS,
-            "kubeflow-pipelines": PIPELINES_PLATFORM_DEPLOYMENTS, "jupyterhub": ("hub", "proxy")}
+    assert set(TRAINER_PLATFORM_DEPLOYMENTS) == set(DEPENDED_ON["kubeflow-trainer"])
+    assert set(KATIB_PLATFORM_DEPLOYMENTS) == set(DEPENDED_ON["kubeflow-katib"])
+    assert set(PIPELINES_PLATFORM_DEPLOYMENTS) == set(DEPENDED_ON["kubeflow-pipelines"])
 
 
 @pytest.mark.parametrize("stack", ["linode-dev", "linode-ha", "gcp-prod", "aws-prod"])
@@ -105,7 +120,7 @@ def test_every_controller_a_job_or_notebook_depends_on_runs_at_the_platform_prio
 
     need_charts()
     rels = rendered(stack)
-    for release, names in _dependent_controllers().items():
+    for release, names in DEPENDED_ON.items():
         workloads = _workloads(_release(rels, release))
         missing = sorted(set(names) - set(workloads))
         assert not missing, (release, missing, sorted(workloads))  # a name the release does not render
@@ -118,7 +133,6 @@ def test_every_controller_a_job_or_notebook_depends_on_runs_at_the_platform_prio
 
 @pytest.mark.parametrize("stack", ["linode-dev", "aws-prod"])
 def test_the_katib_controller_whose_webhook_gates_training_is_not_best_effort(stack: str) -> None:
-    from gpu_platform.components.platform.kubeflow import KATIB_CONTROLLER_RESOURCES
     from tests.fit_support import need_charts, rendered
     from tests.test_platform_charts import ns_labels, selector_matches
     from gpu_platform.components.platform.training import render_training_namespace
@@ -134,7 +148,6 @@ def test_the_katib_controller_whose_webhook_gates_training_is_not_best_effort(st
     [container] = controller["spec"]["template"]["spec"]["containers"]
     requests = (container.get("resources") or {}).get("requests") or {}
     assert requests.get("cpu") and requests.get("memory"), container.get("resources")  # Burstable, not BestEffort
-    assert container["resources"] == KATIB_CONTROLLER_RESOURCES
     # one replica: no PodDisruptionBudget (minAvailable 1 on a single replica would block every drain)
     assert controller["spec"].get("replicas", 1) == 1
     assert not [o for o in katib.objects if o["kind"] == "PodDisruptionBudget"]
