@@ -110,6 +110,13 @@ def test_the_code_names_the_same_controllers() -> None:
     assert set(TRAINER_PLATFORM_DEPLOYMENTS) == set(DEPENDED_ON["kubeflow-trainer"])
     assert set(KATIB_PLATFORM_DEPLOYMENTS) == set(DEPENDED_ON["kubeflow-katib"])
     assert set(PIPELINES_PLATFORM_DEPLOYMENTS) == set(DEPENDED_ON["kubeflow-pipelines"])
+    # the overlay's patch gives Katib's controller the resources the code documents
+    from gpu_platform.components.platform.kubeflow import KATIB_CONTROLLER_RESOURCES
+    from tests.test_platform_charts import overlay
+
+    [controller] = [o for o in overlay("katib-standalone") if o["metadata"]["name"] == "katib-controller"
+                    and o["kind"] == "Deployment"]
+    assert controller["spec"]["template"]["spec"]["containers"][0]["resources"] == KATIB_CONTROLLER_RESOURCES
 
 
 @pytest.mark.parametrize("stack", ["linode-dev", "linode-ha", "gcp-prod", "aws-prod"])
