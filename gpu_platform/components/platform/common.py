@@ -32,8 +32,9 @@ KATIB_METRICS_COLLECTOR_LABEL = "katib.kubeflow.org/metrics-collector-injection"
 CLOUD_METADATA_CIDR = "169.254.169.254/32"
 
 # The platform's own controllers on the system nodes (Kueue, the Prometheus operator, Prometheus,
-# Alertmanager, Grafana, kube-state-metrics) run at this priority, set through each pinned chart's
-# documented value: when user pods (CPU notebooks, unqueued pipeline steps, CPU jobs) fill the system
+# Alertmanager, Grafana, kube-state-metrics; and what users' jobs and notebooks depend on: Katib, the
+# Trainer and JobSet controllers, Pipelines' servers, JupyterHub's hub and proxy, see kubeflow.py and
+# notebooks.py) run at this priority, set through each pinned chart's documented value where it has one: when user pods (CPU notebooks, unqueued pipeline steps, CPU jobs) fill the system
 # nodes, the scheduler preempts user pods (priority 0) to place a controller, instead of leaving the
 # queue's webhooks or the alerts down. Below system-cluster-critical (2e9), which the cloud's own
 # agents keep; not globalDefault, so user pods stay at 0.

@@ -23,6 +23,16 @@ upstream YAML). The overlays drop:
 Order: the `kubeflow` Namespace, then Pipelines' cluster-scoped resources (CRDs) before its env, and
 Katib after the namespace.
 
+Priority: what a user's job depends on runs at the platform's PriorityClass (common.PLATFORM_PRIORITY_CLASS),
+so on full system nodes the scheduler preempts user pods for it rather than leaving it Pending (a drain,
+a lost node). Katib's controller serves a fail-closed pod webhook over every pod in `training` (TrainJob,
+Job and trial pods, the replacement after a spot preemption too); the Trainer's and JobSet's webhooks
+fail closed for TrainJobs and JobSets. Katib and Pipelines get it from their overlays' patches
+(KATIB_PLATFORM_DEPLOYMENTS, PIPELINES_PLATFORM_DEPLOYMENTS); the Trainer chart 2.3.0 and its JobSet
+subchart have no priorityClassName value, so their two Deployments get it from a server-side-apply
+patch after the release (render_priority_patch; Helm's three-way merge on upgrade keeps a field its
+manifests never set). Preflight folds such patches into the rendered chart (preflight/fit/render.py).
+
 Resource needs (upstream defaults): Trainer + JobSet controllers ~0.2 CPU / 0.5 GiB; Katib
 (controller, DB manager, MySQL 10 GiB PVC, UI) ~1 CPU / 2 GiB; Pipelines (API server, Argo, MySQL
 20 GiB PVC, SeaweedFS 20 GiB PVC, UI, cache, metadata) ~2.5 CPU / 6 GiB. All run on CPU nodes.
@@ -31,16 +41,17 @@ Resource needs (upstream defaults): Trainer + JobSet controllers ~0.2 CPU / 0.5 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import pulumi
+import pulumi_kubernetes as k8s
 from pulumi_kubernetes.kustomize import v2 as kustomize
 
 from gpu_platform.components.cluster import TRAINING_SERVICE_ACCOUNT, ClusterHandle
 from gpu_platform.components.paths import program_relative
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
-    KUBEFLOW_NAMESPACE, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
+    KUBEFLOW_NAMESPACE, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
     MANAGED_BY, render_namespace,
 )
 from gpu_platform.components.platform.queue import (
@@ -60,6 +71,19 @@ CHECKPOINTED_RUNTIME = "torch-checkpointed"
 # files/runtimes/torch-distributed.yaml); tests/test_platform_validate.py keeps them equal.
 TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+# The release name of the Trainer chart; its Deployments are named after it (and JobSet's subchart's not).
+TRAINER_RELEASE = "kubeflow-trainer"
+# Deployments that run at the platform's PriorityClass (see the module docstring). The overlays'
+# kustomization.yaml patches name the same (tests/test_platform_priority.py keeps them equal).
+TRAINER_PLATFORM_DEPLOYMENTS = (f"{TRAINER_RELEASE}-controller-manager", "jobset-controller")
+KATIB_PLATFORM_DEPLOYMENTS = ("katib-controller", "katib-db-manager", "katib-mysql")
+PIPELINES_PLATFORM_DEPLOYMENTS = ("ml-pipeline", "mysql", "workflow-controller", "ml-pipeline-persistenceagent",
+                                  "ml-pipeline-scheduledworkflow", "metadata-grpc-deployment", "seaweedfs")
+# Katib's controller: upstream sets no resources (BestEffort, evicted first under node pressure). Sized
+# as the Trainer chart suggests for its controller manager (kubeflow-trainer 2.3.0 values.yaml
+# manager.resources: 100m / 300Mi), with the memory limit trainer_values gives the Trainer.
+KATIB_CONTROLLER_RESOURCES = {"requests": {"cpu": "100m", "memory": "300Mi"}, "limits": {"memory": "1Gi"}}
 
 
 # The exit code of a training program that wrote a checkpoint after SIGTERM (examples/training/ckpt_train):
@@ -158,6 +182,18 @@ def trainer_values() -> dict[str, Any]:
     }
 
 
+def render_priority_patch(deployment: str, namespace: str = TRAINER_NAMESPACE) -> dict[str, Any]:
+    """A server-side-apply patch (apps/v1 DeploymentPatch) putting a chart's Deployment, which its chart
+    gives no priorityClassName value, at the platform's PriorityClass. Only the one field: the chart
+    keeps owning the rest."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment, "namespace": namespace},
+        "spec": {"template": {"spec": {"priorityClassName": PLATFORM_PRIORITY_CLASS}}},
+    }
+
+
 def render_kubeflow_namespace() -> dict[str, Any]:
     """The namespace Pipelines and Katib share, owned here (both upstream installs ship one):
     Pipelines' Pod Security level (baseline). Not Katib's metrics-collector label, which Katib's copy
@@ -211,11 +247,17 @@ def render_kueue_patch_policy(grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -> 
     })
 
 
+def _deployment_patch(name: str, patch: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    return k8s.apps.v1.DeploymentPatch(name, metadata=patch["metadata"], spec=patch["spec"], opts=opts)
+
+
 @dataclass
 class KubeflowArgs:
     cluster: ClusterHandle
     # Kueue queues the training namespace's TrainJobs: refuse those it would break (render_kueue_patch_policy).
     queued: bool = False
+    # The platform's PriorityClass (common.render_priority_class): the priority patches wait for it.
+    priority_class: Optional[pulumi.Resource] = None
 
 
 class Kubeflow(pulumi.ComponentResource):
@@ -225,8 +267,14 @@ class Kubeflow(pulumi.ComponentResource):
         self._name = name
         ns = apply_object(f"{name}-trainer-namespace", render_namespace(TRAINER_NAMESPACE, "baseline"),
                           k8s_opts(cluster, self))
-        self.trainer = helm_release(f"{name}-trainer", "kubeflow-trainer", versions.KUBEFLOW_TRAINER,
+        self.trainer = helm_release(f"{name}-trainer", TRAINER_RELEASE, versions.KUBEFLOW_TRAINER,
                                     TRAINER_NAMESPACE, trainer_values(), k8s_opts(cluster, self, [ns]))
+        # The chart has no value for it: patch its controllers' pods to the platform's priority.
+        self._priority = [args.priority_class] if args.priority_class is not None else []
+        self.priority_patches = [
+            _deployment_patch(f"{name}-{dep}-priority", render_priority_patch(dep),
+                              k8s_opts(cluster, self, [self.trainer, *self._priority]))
+            for dep in TRAINER_PLATFORM_DEPLOYMENTS]
         # After the release: its CRDs and its validating webhook for runtimes.
         self.checkpointed_runtime = apply_object(f"{name}-checkpointed-runtime", render_checkpointed_runtime(),
                                                  k8s_opts(cluster, self, [self.trainer]))
@@ -252,7 +300,7 @@ class Kubeflow(pulumi.ComponentResource):
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
         self.pipelines = kustomize.Directory(
             f"{name}-pipelines", directory=overlays["pipelines-platform-agnostic"],
-            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster, *after]))
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster, *self._priority, *after]))
         self.katib = kustomize.Directory(
             f"{name}-katib", directory=overlays["katib-standalone"],
-            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, *after]))
+            opts=k8s_opts(cluster, self, [self.kubeflow_namespace, *self._priority, *after]))

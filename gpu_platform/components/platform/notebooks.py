@@ -32,7 +32,7 @@ import pulumi
 from gpu_platform.components.cluster import TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
-    JUPYTERHUB_NAMESPACE, MANAGED_BY, apply_object, helm_release, k8s_opts, render_namespace,
+    JUPYTERHUB_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, apply_object, helm_release, k8s_opts, render_namespace,
 )
 from gpu_platform.components.platform.queue import (
     CPU_CLUSTER_QUEUE, CPU_LOCAL_QUEUE, LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE,
@@ -178,6 +178,12 @@ NO_METADATA = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": Fals
 # (Kubeflow Pipelines' API) -- z2jh's `privateIPs` rule (10/8, 172.16/12, 192.168/16), which is off
 # for user pods by default. The metadata server stays blocked (a link-local address, its own rule).
 NOTEBOOK_EGRESS = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": False, "privateIPs": True}}
+# The hub and the proxy run at the platform's PriorityClass, notebooks at 0: every spawn and every
+# request to a notebook goes through them, so on full system nodes the scheduler preempts a user pod
+# (a CPU notebook, an unqueued pipeline step) to place them. Through z2jh's `extraPodSpec` (merged
+# into each pod spec): its `scheduling.podPriority` would give the hub, the proxy and every user pod
+# one shared class (z2jh 4.4.0 templates/hub/deployment.yaml, proxy/deployment.yaml), so it stays off.
+PLATFORM_POD_SPEC = {"priorityClassName": PLATFORM_PRIORITY_CLASS}
 
 
 def auth_config(admin_users: Sequence[str]) -> dict[str, Any]:
@@ -229,8 +235,10 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
         "hub": {
             "config": auth_config(admin_users),
             "networkPolicy": NO_METADATA,
+            "extraPodSpec": dict(PLATFORM_POD_SPEC),
         },
-        "proxy": {"service": {"type": "ClusterIP"}, "chp": {"networkPolicy": NO_METADATA},
+        "proxy": {"service": {"type": "ClusterIP"},
+                  "chp": {"networkPolicy": NO_METADATA, "extraPodSpec": dict(PLATFORM_POD_SPEC)},
                   "traefik": {"networkPolicy": NO_METADATA}},
         "singleuser": {
             "cloudMetadata": {"blockWithIptables": False},
@@ -279,6 +287,8 @@ class NotebooksArgs:
     # How long KubeSpawner waits for a server: queued, then a GPU node from a pool at zero booted, the image
     # pulled. The platform passes Kueue's own waitForPodsReady timeout (node boot + podsReadyTimeoutMinutes).
     start_timeout_seconds: int = 600
+    # The platform's PriorityClass, which the hub and the proxy name (PLATFORM_POD_SPEC): before the release.
+    priority_class: Optional[pulumi.Resource] = None
 
 
 class Notebooks(pulumi.ComponentResource):
@@ -315,6 +325,7 @@ class Notebooks(pulumi.ComponentResource):
         self.jupyterhub = helm_release(f"{name}-jupyterhub", "jupyterhub", versions.JUPYTERHUB,
                                        JUPYTERHUB_NAMESPACE, values,
                                        k8s_opts(cluster, self, [ns, self.service_account, *queues]
-                                                + ([queue.kueue] if queue else [])))
+                                                + ([queue.kueue] if queue else [])
+                                                + ([args.priority_class] if args.priority_class else [])))
         self.register_outputs({"namespace": JUPYTERHUB_NAMESPACE,
                                "profiles": [p["slug"] for p in values["singleuser"]["profileList"]]})

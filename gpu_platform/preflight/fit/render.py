@@ -30,6 +30,9 @@ KUSTOMIZE_TYPES = ("kubernetes:kustomize/v2:Directory", "kubernetes:kustomize:Di
 # Resources of the kubernetes provider that are not objects in the cluster.
 NOT_OBJECTS = {"pulumi:providers:kubernetes", "kubernetes:helm.sh/v3:Chart", "kubernetes:helm.sh/v4:Chart",
                "kubernetes:yaml/v2:ConfigGroup", "kubernetes:yaml/v2:ConfigFile", *KUSTOMIZE_TYPES, RELEASE_TYPE}
+# Server-side-apply patches of an object another resource (a Helm release) creates, e.g.
+# `kubernetes:apps/v1:DeploymentPatch`: folded into that object (apply_patch_resources), not objects themselves.
+PATCH_SUFFIX = "Patch"
 # The example TrainJob checked for queue fit, relative to the project (when it has one).
 EXAMPLE_TRAINJOB = Path("examples") / "training" / "trainjob-checkpointed.yaml"
 EXAMPLE_NAMESPACE = "training"
@@ -562,9 +565,14 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
     releases: list[RenderedRelease] = []
     helm: list[tuple[RenderedRelease, Any, dict[str, Any]]] = []
     manifest_groups: dict[str, RenderedRelease] = {}
+    patches: list[tuple[str, dict[str, Any]]] = []  # (resource name, patch)
 
     for r in plan.resources:
-        if r.type == RELEASE_TYPE:
+        if r.type.startswith("kubernetes:") and r.type.endswith(PATCH_SUFFIX) and r.custom:
+            obj = _plain_object(r)  # the SDK sets the patched kind (Deployment), not DeploymentPatch
+            obj["kind"] = obj["kind"].removesuffix(PATCH_SUFFIX)
+            patches.append((r.name, obj))
+        elif r.type == RELEASE_TYPE:
             inputs = r.plain_inputs
             name = inputs.get("name") or _auto_name(r.name, r.urn)
             chart, version = inputs.get("chart"), inputs.get("version")
@@ -635,6 +643,7 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
             if info.api_version_queries is None or set(info.api_version_queries) & set(extra):
                 rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions)
 
+    apply_patch_resources(releases, patches)
     # The program registers resources concurrently: order what it registered by identity, not by arrival.
     for group in manifest_groups.values():
         group.objects.sort(key=lambda o: (o["apiVersion"], o["kind"], o["metadata"].get("namespace") or "", o["metadata"]["name"]))
@@ -649,6 +658,30 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
             for i in changed:
                 rel.texts[i] = None
     return releases
+
+
+def apply_patch_resources(releases: list[RenderedRelease], patches: list[tuple[str, dict[str, Any]]]) -> None:
+    """Fold each (name, patch) into the one rendered object it names (kind, namespace, name), as the API
+    server's server-side apply would merge it; a patch naming no rendered object is an error (the real one
+    would fail at `pulumi up`: the object does not exist), unless a chart allowed to be missing may hold it."""
+    from gpu_platform.preflight.fit.kustomize import strategic_merge
+
+    for name, patch in patches:
+        meta = patch.get("metadata") or {}
+        key = (patch.get("apiVersion"), patch.get("kind"), meta.get("namespace") or "default", meta.get("name"))
+        hits = [(rel, i) for rel in releases if rel.rendered for i, o in enumerate(rel.objects)
+                if (o.get("apiVersion"), o.get("kind"), (o.get("metadata") or {}).get("namespace") or rel.namespace
+                    or "default", (o.get("metadata") or {}).get("name")) == key]
+        if not hits:
+            if any(not rel.rendered for rel in releases):  # perhaps in a chart allowed to be missing
+                continue
+            raise ChartError(name, f"{patch.get('kind')}Patch {key[2]}/{key[3]} patches an object no rendered release creates")
+        body = {k: v for k, v in patch.items() if k not in ("apiVersion", "kind")}
+        body["metadata"] = {k: v for k, v in meta.items() if k in ("labels", "annotations")}
+        for rel, i in hits:
+            rel.objects[i] = strategic_merge(rel.objects[i], body)
+            if len(rel.texts) == len(rel.objects):
+                rel.texts[i] = None
 
 
 _MASKED = base64.b64encode(SECRET_PLACEHOLDER.encode()).decode()
