@@ -68,9 +68,13 @@ def test_the_plan_creates_the_class_before_the_releases_that_name_it(stack: str)
     [pc] = [r for r in plan.resources if r.type == "kubernetes:scheduling.k8s.io/v1:PriorityClass"]
     assert pc.inputs["metadata"]["name"] == PLATFORM_PRIORITY_CLASS
     releases = {r.name: r for r in plan.resources if r.type == "kubernetes:helm.sh/v3:Release"}
-    for part in ("kueue", "kube-prometheus-stack"):
+    for part in ("kueue", "kube-prometheus-stack", "jupyterhub"):
         [rel] = [r for n, r in releases.items() if n.endswith(f"-{part}")]
         assert pc.urn in rel.dependencies, part
+    # The Trainer/JobSet priority patches wait for the class too (before: KubeflowArgs had no priority_class,
+    # so they raced it, and with the queue off so did the hub and proxy).
+    patches = [r for r in plan.resources if r.type == "kubernetes:apps/v1:DeploymentPatch"]
+    assert patches and all(pc.urn in r.dependencies for r in patches), [r.name for r in patches]
 
 
 # --- What a user's job or notebook depends on (platform review: the Katib controller) ------------------

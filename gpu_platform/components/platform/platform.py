@@ -76,7 +76,8 @@ class MlPlatform(pulumi.ComponentResource):
 
         self.kubeflow: Optional[Kubeflow] = None
         if p.kubeflow:
-            self.kubeflow = Kubeflow(f"{name}-kubeflow", KubeflowArgs(cluster=cluster, queued=p.queue), child)
+            self.kubeflow = Kubeflow(f"{name}-kubeflow", KubeflowArgs(cluster=cluster, queued=p.queue,
+                                                                           priority_class=self.priority_class), child)
         self.queue: Optional[JobQueue] = None
         if p.queue:
             self.queue = JobQueue(f"{name}-queue", JobQueueArgs(
@@ -92,7 +93,7 @@ class MlPlatform(pulumi.ComponentResource):
             self.notebooks = Notebooks(f"{name}-notebooks", NotebooksArgs(
                 cluster=cluster, storage_gib=p.notebook_storage_gib,
                 idle_cull_minutes=p.notebook_idle_cull_minutes, admin_users=p.notebook_admin_users,
-                queue=self.queue, training_namespace=self.training.namespace,
+                queue=self.queue, training_namespace=self.training.namespace, priority_class=self.priority_class,
                 start_timeout_seconds=60 * pods_ready_timeouts(node_boot_minutes(cluster.cloud),
                                                                p.pods_ready_timeout_minutes)[0]), child)
         self.monitoring: Optional[Monitoring] = None
