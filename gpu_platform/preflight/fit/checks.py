@@ -23,10 +23,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
+import yaml
+
 from gpu_platform.components.capacity import GI
 from gpu_platform.preflight.fit import admission_policy
 from gpu_platform.preflight.fit.selectors import label_selector_matches, match_expression, tolerates
-from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, workload_podsets
+from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, manager_excluded_prefixes, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
@@ -299,6 +301,23 @@ class _Index:
     flavors: dict[str, dict]
     release_of: dict[str, str]  # object id -> release name
     notes: list[str]
+    # Kueue's Configuration resources.excludeResourcePrefixes (from the rendered manager ConfigMap)
+    kueue_excluded: tuple[str, ...] = ()
+
+
+# The key of Kueue's manager Configuration in the chart's ConfigMap (Kubeflow Trainer's uses the same key).
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+
+
+def _kueue_excluded(text: Any) -> tuple[str, ...]:
+    """excludeResourcePrefixes of a Kueue Configuration document; () for any other document."""
+    try:
+        conf = yaml.safe_load(str(text))
+    except yaml.YAMLError:
+        return ()
+    if not isinstance(conf, dict) or not str(conf.get("apiVersion", "")).startswith("config.kueue.x-k8s.io/"):
+        return ()
+    return manager_excluded_prefixes(conf)
 
 
 def _index(releases: list[Any]) -> _Index:
@@ -323,6 +342,8 @@ def _index(releases: list[Any]) -> _Index:
                 idx.quotas.setdefault(ns, []).append(obj)
             elif kind == "Service" and api == "v1":
                 idx.services[(ns, name)] = obj
+            elif kind == "ConfigMap" and api == "v1" and KUEUE_CONFIG_KEY in (obj.get("data") or {}):
+                idx.kueue_excluded += _kueue_excluded(obj["data"][KUEUE_CONFIG_KEY])
             elif kind == "CustomResourceDefinition":
                 s = obj.get("spec") or {}
                 idx.plurals[(s.get("group", ""), (s.get("names") or {}).get("kind", ""))] = (
@@ -721,7 +742,7 @@ class _Checker:
             pts = [t for t in self.templates if (t.workload or t.owner) == key and t.replicas > 0]
             try:
                 verdict = assign(workload_podsets(pts, lambda t: effective_requests(t.spec, apply_limit_ranges(t.spec, lr)[0])),
-                                 cq, self.idx.flavors)
+                                 cq, self.idx.flavors, excluded=self.idx.kueue_excluded)
             except (ValueError, TypeError):
                 self.queue_flavors(pt)  # names the quota it cannot read as a render problem
                 verdict = None
