@@ -189,3 +189,27 @@ def test_queueing_strategy_orders_the_gpu_queue_and_cpu_work_is_always_best_effo
     got = {r.inputs["metadata"]["name"]: r.inputs["spec"]["queueingStrategy"]
            for r in plan.resources if r.type == KUEUE_TYPE + "ClusterQueue"}
     assert got == {CLUSTER_QUEUE: strategy, CPU_CLUSTER_QUEUE: "BestEffortFIFO"}
+
+
+def _training_quota_of_before(releases) -> None:
+    """training-quota as it shipped before: the GPU pools' share only (gpu-training's CPU/memory quota)."""
+    from tests.test_fit_stacks import _objects
+
+    [cq] = _objects(releases, "ClusterQueue", CLUSTER_QUEUE)
+    cpu = sum(_amount("cpu", r["nominalQuota"]) for fl in cq["spec"]["resourceGroups"][0]["flavors"]
+              for r in fl["resources"] if r["name"] == "cpu")
+    [quota] = _objects(releases, "ResourceQuota", "training-quota")
+    quota["spec"]["hard"]["requests.cpu"] = f"{cpu}m"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_preflight_reports_a_namespace_quota_below_what_its_queues_admit(stack: str) -> None:
+    from tests.test_fit_stacks import _problems, _stack
+
+    need_charts()
+    model, releases = _stack(stack)
+    assert not _problems(check_fit(model, copy.deepcopy(releases)), "queue-fit", reason="quota is below")
+    _training_quota_of_before(releases)
+    [problem] = _problems(check_fit(model, releases), "queue-fit", reason="quota is below")
+    assert problem.object == "ResourceQuota/training/training-quota"
+    assert "cpu-work, gpu-training" in problem.reason and "requests.cpu" in problem.reason

@@ -1165,6 +1165,7 @@ class _Checker:
                                          "compute quotas from allocatable (gpu_platform.components.capacity) x max nodes")
         self.cpu_overflow()
         self.default_queue_admits_gpu_work()
+        self.namespace_quota_holds_the_queues()
         # every LocalQueue's namespace must be one its ClusterQueue admits from
         for (ns, name), lq in self.idx.local_queues.items():
             cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
@@ -1256,6 +1257,45 @@ class _Checker:
                              "nodes: it tries the next flavor, flavorFungibility), so CPU work takes or scales up a GPU node",
                              "give CPU-only work its own ClusterQueue with only the system flavor (LocalQueue "
                              "cpu-queue) and keep the system flavor out of the GPU ClusterQueue")
+
+    def namespace_quota_holds_the_queues(self) -> None:
+        """A namespace's ResourceQuota (unscoped) below the summed nominal quota of the ClusterQueues whose
+        LocalQueues live there: once queued work has used up the namespace quota, the API server refuses the
+        pods of a workload Kueue already admitted ("exceeded quota"); they never become Ready and
+        waitForPodsReady evicts the workload again and again."""
+        for ns, quotas in self.idx.quotas.items():
+            names = {(lq.get("spec") or {}).get("clusterQueue") for (lns, _), lq in self.idx.local_queues.items()
+                     if lns == ns}
+            cqs = {n: self.idx.cluster_queues[n] for n in names if n in self.idx.cluster_queues}
+            if not cqs:
+                continue
+            admitted: dict[str, int] = {}
+            try:
+                for cq in cqs.values():
+                    for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+                        for fl in rg.get("flavors") or []:
+                            for r in fl.get("resources") or []:
+                                admitted[r["name"]] = admitted.get(r["name"], 0) + _amount(r["name"], r.get("nominalQuota", 0))
+            except (ValueError, TypeError, KeyError):
+                continue  # reported by queue_fit as unreadable
+            for quota in quotas:
+                spec = quota.get("spec") or {}
+                if spec.get("scopes") or spec.get("scopeSelector"):
+                    continue
+                try:
+                    hard = _quota_hard(quota)
+                except (ValueError, TypeError):
+                    continue  # reported by quota_totals
+                short = [f"{k} {fmt_amount(_res(k), v)} < {fmt_amount(_res(k), admitted[_res(k)])}"
+                         for k, v in hard.items() if not k.startswith("limits.") and _res(k) in admitted
+                         and v < admitted[_res(k)]]
+                if short:
+                    self.problem("queue-fit", self.idx.release_of.get(object_id(quota), "?"), object_id(quota),
+                                 f"namespace {ns}'s quota is below what ClusterQueue(s) {', '.join(sorted(cqs))} "
+                                 f"(LocalQueues in {ns}) can admit there ({'; '.join(short)}): once queued work "
+                                 "uses it up, the pods of a workload Kueue admitted are refused (exceeded quota) "
+                                 "and it is evicted and requeued", "size the namespace's ResourceQuota to the sum "
+                                 "of those ClusterQueues' nominal quotas (platform.training_quota)")
 
     def default_queue_admits_gpu_work(self) -> None:
         """Kueue gives a job that names no queue its namespace's LocalQueue `default` (LocalQueue
