@@ -221,9 +221,9 @@ def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, 
 
 # The CPU queue's ordering, whatever platform.queueingStrategy says (that key orders the GPU queue): under
 # StrictFIFO Kueue puts an inadmissible head straight back into the heap, at the head (v0.19.2
-# pkg/cache/queue/cluster_queue.go RequeueIfNotPresent: immediate for StrictFIFO), so one CPU workload that cannot be admitted (a
-# suggestion pod, a CPU notebook, a job larger than the system quota) would block every CPU workload
-# behind it. CPU work is small and independent: a smaller one may go ahead.
+# pkg/cache/queue/cluster_queue.go RequeueIfNotPresent: immediate for StrictFIFO), so one CPU workload
+# that cannot be admitted (a suggestion pod, a CPU notebook, a job larger than the system quota) would
+# block every CPU workload behind it. CPU work is small and independent: a smaller one may go ahead.
 CPU_QUEUEING_STRATEGY = "BestEffortFIFO"
 
 
