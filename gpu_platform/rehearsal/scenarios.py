@@ -659,6 +659,8 @@ def wait_local_queue_active(ctx: Context, name: str, ns: str) -> Optional[dict]:
 
 
 CPU_LOCAL_QUEUE = "cpu-queue"  # the program's queue.CPU_LOCAL_QUEUE (ClusterQueue cpu-work: the system flavor)
+# The ephemeral-storage request Katib v0.19.0 gives every suggestion container (pkg/apis/config/v1beta1/defaults.go).
+KATIB_SUGGESTION_DISK = "500Mi"
 
 
 def cpu_job_placement(ctx: Context) -> Scenario:
@@ -667,8 +669,12 @@ def cpu_job_placement(ctx: Context) -> Scenario:
     bound to a system node; admitted to a GPU flavor it would get the pool's nodeSelector and
     tolerations, hold GPU-pool quota and scale a GPU node up for a CPU job. Then the system quota is
     filled and the next CPU job must wait (_cpu_job_after_the_system_quota). Without the label (LocalQueue
-    `default`, the GPU queue) a CPU-only Job is refused, saying to name cpu-queue (_unlabelled_cpu_job)."""
-    sc = Scenario("cpu-job-placement", f"a CPU-only Job in training labelled {CPU_LOCAL_QUEUE} is admitted to the "
+    `default`, the GPU queue) a CPU-only Job is refused, saying to name cpu-queue (_unlabelled_cpu_job).
+    The Job asks for ephemeral-storage as Katib v0.19.0's suggestion pod does (500Mi): no ClusterQueue covers
+    it, so Kueue must be configured to ignore it (resources.excludeResourcePrefixes) or it waits for ever,
+    "resource ephemeral-storage unavailable in ClusterQueue"."""
+    sc = Scenario("cpu-job-placement", f"a CPU-only Job in training labelled {CPU_LOCAL_QUEUE}, asking for "
+                                       "ephemeral-storage as a Katib suggestion pod does, is admitted to the "
                                        "system flavor and bound to a system node, never a GPU node; once the system "
                                        "quota is used up, the next one waits and never gets a GPU flavor; without "
                                        f"the label it is refused, naming {CPU_LOCAL_QUEUE}")
@@ -689,7 +695,8 @@ def cpu_job_placement(ctx: Context) -> Scenario:
                    "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
                        {"name": "c", "image": "busybox", "command": ["sleep", "3600"],
                         "securityContext": _RESTRICTED_CONTAINER,
-                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
+                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi",
+                                                   "ephemeral-storage": KATIB_SUGGESTION_DISK}}}]}}}}
     try:
         if err := submit(ctx.client, cpu_job):
             sc.fail(f"a CPU-only Job in {ns} labelled {CPU_LOCAL_QUEUE} was refused: {err}")
@@ -758,7 +765,8 @@ def _cpu_job_placed(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> Scena
                 sc.fail(f"pod {p['metadata']['name']} of the CPU-only Job was bound to node {node} of group {group} "
                         f"({roles.get(group, '?')}), not a system node")
             else:
-                sc.details.append(f"CPU-only Job: queued by LocalQueue {CPU_LOCAL_QUEUE}, admitted to flavor(s) "
+                sc.details.append(f"CPU-only Job asking for ephemeral-storage {KATIB_SUGGESTION_DISK}: queued by "
+                                  f"LocalQueue {CPU_LOCAL_QUEUE}, admitted to flavor(s) "
                                   f"{', '.join(sorted(set(flavors.values())))}, pod bound to system node {node}")
         return sc
     finally:

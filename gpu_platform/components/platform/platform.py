@@ -24,7 +24,8 @@ from gpu_platform.components.platform.kubeflow import Kubeflow, KubeflowArgs
 from gpu_platform.components.platform.monitoring import Monitoring, MonitoringArgs
 from gpu_platform.components.platform.notebooks import Notebooks, NotebooksArgs
 from gpu_platform.components.platform.queue import (
-    CLUSTER_QUEUE, LOCAL_QUEUE, JobQueue, JobQueueArgs, gpu_quotas, pods_ready_timeouts, pool_capacities,
+    CLUSTER_QUEUE, LOCAL_QUEUE, JobQueue, JobQueueArgs, PoolCapacity, gpu_quotas, pods_ready_timeouts,
+    pool_capacities, system_quota,
 )
 from gpu_platform.components.platform.training import TrainingNamespace, TrainingNamespaceArgs
 from gpu_platform.costs.node_boot import node_boot_minutes
@@ -41,6 +42,20 @@ def pool_instance_types(cfg: "StackConfig") -> dict[str, list[str]]:
     from gpu_platform.config.derived import instance_types_of
 
     return {pool.name: instance_types_of(cfg, i) for i, pool in enumerate(cfg.gpu_pools)}
+
+
+def training_quota(cluster: ClusterHandle, caps: dict[str, PoolCapacity], queued: bool) -> tuple[int, int]:
+    """(CPU millicores, memory bytes) of the training namespace's ResourceQuota: everything the queues
+    can admit into `training`. That is the GPU ClusterQueue's quota (its pools at maximum size) plus,
+    with the queue on, the CPU ClusterQueue's (system_quota: LocalQueue cpu-queue lives in `training`
+    too). A namespace quota below what Kueue admits refuses pods of a job Kueue already admitted
+    ("exceeded quota: training-quota"): they never become Ready and waitForPodsReady evicts the job."""
+    cpu = sum(caps[x.name].cpu_millis * x.max_nodes for x in cluster.gpu_pools)
+    memory = sum(caps[x.name].memory_bytes * x.max_nodes for x in cluster.gpu_pools)
+    if queued and cluster.system_pool is not None:
+        system = system_quota(cluster.cloud, cluster.system_pool)
+        cpu, memory = cpu + system.cpu_millis, memory + system.memory_bytes
+    return cpu, memory
 
 
 @dataclass
@@ -65,11 +80,12 @@ class MlPlatform(pulumi.ComponentResource):
         self.gpu = GpuEnablement(f"{name}-gpu", GpuEnablementArgs(cluster=cluster), child)
         # The priority of the platform's controllers (Kueue, monitoring): before the releases naming it.
         self.priority_class = apply_object(f"{name}-priority-class", render_priority_class(), k8s_opts(cluster, self))
+        cpu_quota, memory_quota = training_quota(cluster, caps, p.queue)
         self.training = TrainingNamespace(f"{name}-training", TrainingNamespaceArgs(
             cluster=cluster,
             gpu_quota=sum(quotas.values()),
-            cpu_quota_millis=sum(caps[x.name].cpu_millis * x.max_nodes for x in cluster.gpu_pools),
-            memory_quota_bytes=sum(caps[x.name].memory_bytes * x.max_nodes for x in cluster.gpu_pools),
+            cpu_quota_millis=cpu_quota,
+            memory_quota_bytes=memory_quota,
             max_container_cpu_millis=max(c.cpu_millis for c in caps.values()),
             max_container_memory_bytes=max(c.memory_bytes for c in caps.values()),
         ), child)

@@ -87,6 +87,19 @@ INTEGRATIONS = ("batch/job", "trainer.kubeflow.org/trainjob", "jobset.x-k8s.io/j
 NODE_DAEMONS = {"cpu_millis": 100 + 50 + 50, "memory_bytes": (128 + 64 + 64) * MI}
 HEADROOM_PERCENT = 5
 
+# Resources Kueue leaves out of a workload's requests (Configuration resources.excludeResourcePrefixes,
+# matched as prefixes: Kueue v0.19.2 pkg/workload/workload.go dropExcludedResources). Kueue refuses a
+# workload asking for a resource that no resource group of its ClusterQueue covers ("resource ... unavailable
+# in ClusterQueue", pkg/scheduler/flavorassigner), and ours cover only cpu, memory and nvidia.com/gpu.
+# - ephemeral-storage: Katib v0.19.0 gives every suggestion container a 500Mi request (pkg/apis/config/
+#   v1beta1/defaults.go setResourceRequirements), so an experiment's suggestion pod (cpu-queue) was never
+#   admitted, nor any Job asking for scratch space. It is node-local disk, not a pool's scarce capacity:
+#   the kubelet's eviction and the scheduler's allocatable check already bound it per node.
+# hugepages-* stays gated on purpose: no node of the platform reserves huge pages (allocatable 0), so a
+# job asking for them can never be scheduled; Kueue's refusal says so at once, where admitting it would
+# hold quota for a pod that stays Pending until waitForPodsReady evicts it maxRequeues times.
+KUEUE_EXCLUDED_RESOURCE_PREFIXES = ("ephemeral-storage",)
+
 # The flavor of the system (CPU) nodes, the only flavor of CPU_CLUSTER_QUEUE.
 SYSTEM_FLAVOR = "system"
 # What the platform's own pods request on the system nodes with every part on (Kueue, Trainer, Katib,
@@ -208,16 +221,24 @@ def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, 
     return _cluster_queue(CLUSTER_QUEUE, flavors, queueing_strategy)
 
 
-def render_cpu_cluster_queue(system: PoolCapacity, queueing_strategy: str = "BestEffortFIFO") -> dict[str, Any]:
+# The CPU queue's ordering, whatever platform.queueingStrategy says (that key orders the GPU queue): under
+# StrictFIFO Kueue puts an inadmissible head straight back into the heap, at the head (v0.19.2
+# pkg/cache/queue/cluster_queue.go RequeueIfNotPresent: immediate for StrictFIFO), so one CPU workload
+# that cannot be admitted (a suggestion pod, a CPU notebook, a job larger than the system quota) would
+# block every CPU workload behind it. CPU work is small and independent: a smaller one may go ahead.
+CPU_QUEUEING_STRATEGY = "BestEffortFIFO"
+
+
+def render_cpu_cluster_queue(system: PoolCapacity) -> dict[str, Any]:
     """The CPU ClusterQueue: the `system` flavor alone, with the system quota (system_quota) and GPU
     quota 0 (a GPU workload that got here anyway is reported inadmissible, never placed). When its
-    quota is used up a CPU job waits here: there is no other flavor to move it to."""
-    _check_strategy(queueing_strategy)
+    quota is used up a CPU job waits here: there is no other flavor to move it to. Always
+    CPU_QUEUEING_STRATEGY."""
     return _cluster_queue(CPU_CLUSTER_QUEUE, [{"name": SYSTEM_FLAVOR, "resources": [
         {"name": "cpu", "nominalQuota": system.cpu},
         {"name": "memory", "nominalQuota": system.memory},
         {"name": GPU_RESOURCE, "nominalQuota": 0},
-    ]}], queueing_strategy)
+    ]}], CPU_QUEUEING_STRATEGY)
 
 
 def _check_strategy(queueing_strategy: str) -> None:
@@ -322,6 +343,8 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int
         # job webhook's namespaceSelector).
         "managedJobsNamespaceSelector": QUEUE_NAMESPACE_SELECTOR,
         "integrations": {"frameworks": list(INTEGRATIONS)},
+        # Requests no ClusterQueue covers and no quota should gate (KUEUE_EXCLUDED_RESOURCE_PREFIXES).
+        "resources": {"excludeResourcePrefixes": list(KUEUE_EXCLUDED_RESOURCE_PREFIXES)},
     }
 
 
@@ -827,7 +850,7 @@ class JobQueue(pulumi.ComponentResource):
                                          after_kueue)
             self.flavors.insert(0, system_flavor)
             self.cpu_cluster_queue = apply_object(
-                f"{name}-cpu-cluster-queue", render_cpu_cluster_queue(system, args.queueing_strategy),
+                f"{name}-cpu-cluster-queue", render_cpu_cluster_queue(system),
                 k8s_opts(cluster, self, [self.kueue, system_flavor]))
         self.cluster_queue = apply_object(
             f"{name}-cluster-queue",

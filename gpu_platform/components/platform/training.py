@@ -1,10 +1,11 @@
 """The training namespace: where TrainJobs run, as a service account wired to the checkpoint bucket.
 
 Always created (the cloud IAM bindings of GKE Workload Identity / EKS IRSA name this namespace and
-service account). Its ResourceQuota caps what the namespace can request at what the GPU pools can
-hand to jobs (allocatable, see queue.py); its LimitRange gives containers that state nothing a modest
-request, so the quota can count them, and refuses a container larger than the largest node's share
-(no default *limits*: a multi-GPU pod that sets only requests must stay valid).
+service account). Its ResourceQuota caps what the namespace can request at what the queues can admit
+there (the GPU pools' allocatable share and the CPU queue's system quota, see queue.py); its LimitRange
+gives containers that state nothing a modest request, so the quota can count them, and refuses a
+container larger than the largest node's share (no default *limits*: a multi-GPU pod that sets only
+requests must stay valid).
 
 Cloud metadata (169.254.169.254): on Linode it serves the node's user data (kubeadm join material),
 on EKS the node role's credentials (IRSA needs STS, not the metadata service), so training pods may
@@ -88,7 +89,9 @@ def render_checkpoint_secret(credentials: Any) -> dict[str, Any]:
 
 
 def render_resource_quota(gpus: int, cpu_millis: int, memory_bytes: int) -> dict[str, Any]:
-    """At most what the GPU pools can hand to jobs, so a runaway submitter cannot queue up the whole cloud."""
+    """At most what the queues can admit into the namespace (platform.training_quota: the GPU pools'
+    share plus the CPU queue's system quota), so a runaway submitter cannot queue up the whole cloud
+    and a job Kueue admitted is never refused by the namespace's quota."""
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",

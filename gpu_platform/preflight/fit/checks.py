@@ -23,10 +23,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
+import yaml
+
 from gpu_platform.components.capacity import GI
 from gpu_platform.preflight.fit import admission_policy
 from gpu_platform.preflight.fit.selectors import label_selector_matches, match_expression, tolerates
-from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, workload_podsets
+from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, manager_excluded_prefixes, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
@@ -299,6 +301,23 @@ class _Index:
     flavors: dict[str, dict]
     release_of: dict[str, str]  # object id -> release name
     notes: list[str]
+    # Kueue's Configuration resources.excludeResourcePrefixes (from the rendered manager ConfigMap)
+    kueue_excluded: tuple[str, ...] = ()
+
+
+# The key of Kueue's manager Configuration in the chart's ConfigMap (Kubeflow Trainer's uses the same key).
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+
+
+def _kueue_excluded(text: Any) -> tuple[str, ...]:
+    """excludeResourcePrefixes of a Kueue Configuration document; () for any other document."""
+    try:
+        conf = yaml.safe_load(str(text))
+    except yaml.YAMLError:
+        return ()
+    if not isinstance(conf, dict) or not str(conf.get("apiVersion", "")).startswith("config.kueue.x-k8s.io/"):
+        return ()
+    return manager_excluded_prefixes(conf)
 
 
 def _index(releases: list[Any]) -> _Index:
@@ -323,6 +342,8 @@ def _index(releases: list[Any]) -> _Index:
                 idx.quotas.setdefault(ns, []).append(obj)
             elif kind == "Service" and api == "v1":
                 idx.services[(ns, name)] = obj
+            elif kind == "ConfigMap" and api == "v1" and KUEUE_CONFIG_KEY in (obj.get("data") or {}):
+                idx.kueue_excluded += _kueue_excluded(obj["data"][KUEUE_CONFIG_KEY])
             elif kind == "CustomResourceDefinition":
                 s = obj.get("spec") or {}
                 idx.plurals[(s.get("group", ""), (s.get("names") or {}).get("kind", ""))] = (
@@ -721,7 +742,7 @@ class _Checker:
             pts = [t for t in self.templates if (t.workload or t.owner) == key and t.replicas > 0]
             try:
                 verdict = assign(workload_podsets(pts, lambda t: effective_requests(t.spec, apply_limit_ranges(t.spec, lr)[0])),
-                                 cq, self.idx.flavors)
+                                 cq, self.idx.flavors, excluded=self.idx.kueue_excluded)
             except (ValueError, TypeError):
                 self.queue_flavors(pt)  # names the quota it cannot read as a render problem
                 verdict = None
@@ -1144,6 +1165,7 @@ class _Checker:
                                          "compute quotas from allocatable (gpu_platform.components.capacity) x max nodes")
         self.cpu_overflow()
         self.default_queue_admits_gpu_work()
+        self.namespace_quota_holds_the_queues()
         # every LocalQueue's namespace must be one its ClusterQueue admits from
         for (ns, name), lq in self.idx.local_queues.items():
             cq = self.idx.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue"))
@@ -1235,6 +1257,45 @@ class _Checker:
                              "nodes: it tries the next flavor, flavorFungibility), so CPU work takes or scales up a GPU node",
                              "give CPU-only work its own ClusterQueue with only the system flavor (LocalQueue "
                              "cpu-queue) and keep the system flavor out of the GPU ClusterQueue")
+
+    def namespace_quota_holds_the_queues(self) -> None:
+        """A namespace's ResourceQuota (unscoped) below the summed nominal quota of the ClusterQueues whose
+        LocalQueues live there: once queued work has used up the namespace quota, the API server refuses the
+        pods of a workload Kueue already admitted ("exceeded quota"); they never become Ready and
+        waitForPodsReady evicts the workload again and again."""
+        for ns, quotas in self.idx.quotas.items():
+            names = {(lq.get("spec") or {}).get("clusterQueue") for (lns, _), lq in self.idx.local_queues.items()
+                     if lns == ns}
+            cqs = {n: self.idx.cluster_queues[n] for n in names if n in self.idx.cluster_queues}
+            if not cqs:
+                continue
+            admitted: dict[str, int] = {}
+            try:
+                for cq in cqs.values():
+                    for rg in (cq.get("spec") or {}).get("resourceGroups") or []:
+                        for fl in rg.get("flavors") or []:
+                            for r in fl.get("resources") or []:
+                                admitted[r["name"]] = admitted.get(r["name"], 0) + _amount(r["name"], r.get("nominalQuota", 0))
+            except (ValueError, TypeError, KeyError):
+                continue  # reported by queue_fit as unreadable
+            for quota in quotas:
+                spec = quota.get("spec") or {}
+                if spec.get("scopes") or spec.get("scopeSelector"):
+                    continue
+                try:
+                    hard = _quota_hard(quota)
+                except (ValueError, TypeError):
+                    continue  # reported by quota_totals
+                short = [f"{k} {fmt_amount(_res(k), v)} < {fmt_amount(_res(k), admitted[_res(k)])}"
+                         for k, v in hard.items() if not k.startswith("limits.") and _res(k) in admitted
+                         and v < admitted[_res(k)]]
+                if short:
+                    self.problem("queue-fit", self.idx.release_of.get(object_id(quota), "?"), object_id(quota),
+                                 f"namespace {ns}'s quota is below what ClusterQueue(s) {', '.join(sorted(cqs))} "
+                                 f"(LocalQueues in {ns}) can admit there ({'; '.join(short)}): once queued work "
+                                 "uses it up, the pods of a workload Kueue admitted are refused (exceeded quota) "
+                                 "and it is evicted and requeued", "size the namespace's ResourceQuota to the sum "
+                                 "of those ClusterQueues' nominal quotas (platform.training_quota)")
 
     def default_queue_admits_gpu_work(self) -> None:
         """Kueue gives a job that names no queue its namespace's LocalQueue `default` (LocalQueue

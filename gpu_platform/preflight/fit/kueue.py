@@ -16,14 +16,16 @@ ClusterQueue's order; a flavor is skipped when
   workloads share one priority); either way shouldTryNextFlavor goes on to the next flavor (whenCanPreempt
   TryNextFlavor, and NoPreemptionCandidates always), so a flavor that is full sends the workload on to
   the next flavor of its ClusterQueue, whatever nodes that flavor stands for.
-The first flavor left wins (mode Fit: FlavorFungibility searches no further). A requested resource
-no resource group covers makes the workload inadmissible. Pure functions.
+The first flavor left wins (mode Fit: FlavorFungibility searches no further). Resources whose name
+starts with one of the Configuration's resources.excludeResourcePrefixes are dropped from the requests
+first (pkg/workload/workload.go dropExcludedResources); any other requested resource no resource group
+covers makes the workload inadmissible ("resource ... unavailable in ClusterQueue"). Pure functions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from gpu_platform.preflight.fit.pods import _amount, fmt_amount
 from gpu_platform.preflight.fit.selectors import match_expression, tolerates_any
@@ -90,11 +92,18 @@ def _quota(fl: dict, resource: str, cohort: bool) -> int:
     return 0
 
 
+def manager_excluded_prefixes(config: Any) -> tuple[str, ...]:
+    """resources.excludeResourcePrefixes of a Kueue Configuration (config.kueue.x-k8s.io), as parsed YAML."""
+    resources = (config or {}).get("resources") if isinstance(config, dict) else None
+    return tuple(str(p) for p in ((resources or {}).get("excludeResourcePrefixes") or []))
+
+
 def assign(podsets: list[tuple[str, dict, dict[str, int]]], cluster_queue: dict, flavors: dict[str, dict],
-           usage: Optional[dict[tuple[str, str], int]] = None) -> Assignment:
+           usage: Optional[dict[tuple[str, str], int]] = None, excluded: Sequence[str] = ()) -> Assignment:
     """`podsets`: (name, pod spec, total requests of the pod set = per-pod requests x count), in the
     workload's order. `flavors`: ResourceFlavor objects by name. `usage`: (flavor, resource) -> what
-    admitted workloads of the ClusterQueue already use (their quota cannot be preempted)."""
+    admitted workloads of the ClusterQueue already use (their quota cannot be preempted). `excluded`:
+    Kueue's excludeResourcePrefixes (manager_excluded_prefixes)."""
     usage = dict(usage or {})
     spec = cluster_queue.get("spec") or {}
     groups = spec.get("resourceGroups") or []
@@ -102,13 +111,14 @@ def assign(podsets: list[tuple[str, dict, dict[str, int]]], cluster_queue: dict,
     used: dict[tuple[str, str], int] = {}
     out = Assignment()
     for ps_name, pod_spec, requests in podsets:
-        requests = {k: v for k, v in requests.items() if v > 0 and k != "pods"}
+        requests = {k: v for k, v in requests.items()
+                    if v > 0 and k != "pods" and not any(k.startswith(p) for p in excluded)}
         chosen: dict[str, str] = {}
         for resource in requests:
             if resource in chosen:
                 continue
             rg = next((g for g in groups if resource in (g.get("coveredResources") or [])), None)
-            if rg is None:  # (unless Kueue's Configuration excludes the resource's prefix; ours excludes none)
+            if rg is None:  # neither covered nor excluded: Kueue never admits it
                 out.reason = (f"pod set {ps_name}: resource {resource} unavailable in ClusterQueue "
                               f"{(cluster_queue.get('metadata') or {}).get('name')}")
                 return out
