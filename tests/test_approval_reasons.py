@@ -27,7 +27,8 @@ NON_REASONS = ["no reason given", "to do later", "n/a", "tbd later", "because", 
 NON_REASONS += ["abc def ghi jkl", "dunno dunno idk idk", "asdfasdf qwertyqwerty", "lorems ipsums",
                 "\u0422\u0412D later, \u0422", "todos fixmes", "qwertz uiop", "xyz xyz abc", "NA NA NA NA",
                 "foo-bar baz-qux", "ＴＢＤ placeholder text", "\u0422\u041e\u0044\u041e: fill in",
-                "no spot on Linode", "reserved capacity"]
+                "no spot on Linode", "reserved capacity", "t.b.d. placeh0lder reas0n", "T O D O later maybe",
+                "n.a. n.a. n.a."]
 
 
 @pytest.mark.parametrize("reason", NON_REASONS)
@@ -49,7 +50,8 @@ def _reasons_used_in_the_repository() -> list[str]:
     found += ["capacity for the Q1 training run", "keeps one node warm for the demo", "benchmark nodes without data",
               "capacity planning for the Q1 training run", "approved change of gpu-count-ceiling for the Q1 run",
               "Linode has no spot market; one node", "no spot market on Linode", "reserved capacity for the launch",
-              "uses the reserved nodes", "ТЕSТ cluster for the vendor's driver"]
+              "uses the reserved nodes", "ТЕSТ cluster for the vendor's driver", "h100 nodes for the a.b. benchmark run",
+              "8 x A100 nodes, plan B if spot runs out"]
     return found
 
 

@@ -23,7 +23,7 @@ MAX_EXCEPTION_DAYS = 366
 # words (articles, pronouns, prepositions, conjunctions, auxiliaries), words that talk about the reason
 # instead of giving one ("reason", "given", "because", "later", "see", "ticket") and placeholders ("tbd",
 # "n/a", "asdf", "test"), also in the plural ("lorems"), doubled ("asdfasdf") or written with look-alike
-# letters (Cyrillic "ТВD"); a word has two different letters or more and is not a run of the alphabet or
+# letters (Cyrillic "ТВD", "placeh0lder", "t.b.d."); a word has two different letters or more and is not a run of the alphabet or
 # of a keyboard row ("abc", "def", "uiop"). No blocklist of whole phrases is needed: "no reason given",
 # "to do later" or "see ticket" are made of such words. Three words can say why ("no spot market on Linode").
 MIN_REASON_WORDS = 3
@@ -75,11 +75,28 @@ _RUNS = ("qwertyuiop", "asdfghjkl", "zxcvbnm", "qwertzuiop", "yxcvbnm", "azertyu
 _REPEATED = re.compile(r"(.{2,}?)\1+")
 
 
+# A digit standing for the letter it looks like inside a word ("placeh0lder", "reas0n"; "h100" stays).
+_DIGIT_LETTERS = {"0": "o", "1": "l", "3": "e", "4": "a", "5": "s", "7": "t"}
+_DIGIT_IN_WORD = re.compile(r"(?<=[^\W\d_])[013457](?=[^\W\d_])")
+# Letters written one by one: "t.b.d.", "n.a.", "T O D O" read as "tbd", "na", "todo" (_spelled_filler).
+_SPELLED_OUT = re.compile(r"\b(?:[^\W\d_]\.){2,}|\b[^\W\d_](?: [^\W\d_]){2,}\b")
+
+
 def fold(text: str) -> str:
-    """`text` as the checks read it: NFKC, look-alike letters as the Latin ones, lower case."""
+    """`text` as the checks read it: NFKC, look-alike letters as the Latin ones, lower case, digits inside a
+    word as the letters they stand for, letters written one by one as one word."""
     import unicodedata
 
-    return unicodedata.normalize("NFKC", text).translate(_LOOKALIKES).lower()
+    text = unicodedata.normalize("NFKC", text).translate(_LOOKALIKES).lower()
+    text = _DIGIT_IN_WORD.sub(lambda m: _DIGIT_LETTERS[m.group()], text)
+    return _SPELLED_OUT.sub(_spelled_filler, text)
+
+
+def _spelled_filler(m: "re.Match[str]") -> str:
+    """Letters written one by one, joined when they spell filler or a placeholder; kept as single letters
+    (which never count) otherwise, so spelling out cannot make words of substance either."""
+    joined = m.group().replace(".", "").replace(" ", "")
+    return joined + " " if _in(joined, FUNCTION_WORDS, NON_REASON_WORDS, PLACEHOLDERS) else m.group()
 
 
 def _root(word: str) -> str:
