@@ -719,6 +719,25 @@ def test_a_narrow_public_range_and_private_ranges_pass(analyzer):
     assert analyzer.analyze(plan_of(program, "aws")).result("no-public-admin-access").status == "pass"
 
 
+@pytest.mark.parametrize("ranges", [["192.168.0.0/16"], ["192.168.128.0/17"], ["192.168.200.7/32"]],
+                         ids=["rfc1918-192-168", "linode-private-17", "one-private-address"])
+def test_a_linode_firewall_open_to_linodes_shared_private_network_is_a_violation(analyzer, ranges):
+    """192.168.128.0/17 holds every Linode customer's private addresses in the region: not "private"."""
+    program = kubeadm(firewall={"inbounds": [{"label": "admin-ssh", "action": "ACCEPT", "protocol": "TCP", "ports": "22",
+                                              "ipv4s": ranges}]})
+    assert_violates(analyzer.analyze(plan_of(program, "linode")), "no-public-admin-access", "mandatory",
+                    "shared by every customer", ranges[0])
+
+
+def test_the_nodebalancer_backend_range_and_the_vpc_may_reach_the_linode_api(analyzer):
+    program = kubeadm(firewall={"inbounds": [
+        {"label": "nodebalancer-kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": "6443",
+         "ipv4s": ["192.168.255.0/24"]},
+        {"label": "vpc-tcp", "action": "ACCEPT", "protocol": "TCP", "ipv4s": ["10.0.0.0/24", "10.244.0.0/16"]},
+        {"label": "admin-kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": "6443", "ipv4s": [ADMIN]}]})
+    assert analyzer.analyze(plan_of(program, "linode")).result("no-public-admin-access").status == "pass"
+
+
 def _price_plan(override: dict) -> tuple[Plan, dict[str, str]]:
     cfg = stack_config("gcp-prod")
     cfg["gpu-platform:priceOverrides"] = override

@@ -16,13 +16,17 @@ from typing import Any, Optional
 # An exception is reviewed again at least once a year: `until` at most this far ahead.
 MAX_EXCEPTION_DAYS = 366
 
-# A reason must say something: at least MIN_REASON_WORDS different words of its own once the words that
-# carry no reason are dropped. Those are English function words (articles, pronouns, prepositions,
-# conjunctions, auxiliaries), words that talk about the reason instead of giving one ("reason", "given",
-# "because", "later", "see", "ticket") and placeholders ("tbd", "n/a", "asdf", "test"); a word has two
-# different letters or more. No blocklist of whole phrases is needed: "no reason given", "to do later" or
-# "see ticket" are made of such words. Two words can say why ("no spot on Linode").
-MIN_REASON_WORDS = 2
+# A reason must say something. It is read by a person, the approver is accountable for it, and the check
+# only stops the reasons that are obviously not one (a placeholder, filler, keyboard mashing); it is not a
+# judge of quality and no list here tries to name every non-reason. The rule: at least MIN_REASON_WORDS
+# different words of its own once the words that carry no reason are dropped. Those are English function
+# words (articles, pronouns, prepositions, conjunctions, auxiliaries), words that talk about the reason
+# instead of giving one ("reason", "given", "because", "later", "see", "ticket") and placeholders ("tbd",
+# "n/a", "asdf", "test"), also in the plural ("lorems"), doubled ("asdfasdf") or written with look-alike
+# letters (Cyrillic "ТВD", "placeh0lder", "t.b.d."); a word has two different letters or more and is not a run of the alphabet or
+# of a keyboard row ("abc", "def", "uiop"). No blocklist of whole phrases is needed: "no reason given",
+# "to do later" or "see ticket" are made of such words. Three words can say why ("no spot market on Linode").
+MIN_REASON_WORDS = 3
 
 FUNCTION_WORDS = frozenset("""
     a an the this that these those it its it's they them their we us our you your he she him her his i me my
@@ -58,15 +62,69 @@ UNFINISHED = frozenset({"tbd", "tba", "tbc", "todo", "fixme", "xxx", "placeholde
 # Letters-only words ("n/a" is the words "n" and "a"; "h100_capacity" gives "capacity").
 _WORD = re.compile(r"[^\W\d_]+")
 
+# Letters that look like Latin ones (the Cyrillic and Greek entries of Unicode's confusables.txt, UTS #39,
+# whose skeleton is one ASCII letter), folded before the words are judged: "ТВD" is "TBD". NFKC first
+# folds full-width, ligature and compatibility forms ("ＴＢＤ", "ﬁx").
+_LOOKALIKES = str.maketrans(
+    "АВЕЅІЈКМНОРСТХУԁеһіјорсѕхуԛԝѵ" "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧαιικνορτυχ",
+    "ABESIJKMHOPCTXYdehijopcsxyqwv" "ABEZHIKMNOPTYXaiiknoptux")
+# Rows of the common Latin keyboard layouts (QWERTY, QWERTZ, AZERTY) and the alphabet: a word that is a
+# run of one of them ("qwerty", "asdf", "uiop", "abc", "jkl") was typed without meaning anything.
+_RUNS = ("qwertyuiop", "asdfghjkl", "zxcvbnm", "qwertzuiop", "yxcvbnm", "azertyuiop", "qsdfghjklm", "wxcvbn",
+         "abcdefghijklmnopqrstuvwxyz")
+_REPEATED = re.compile(r"(.{2,}?)\1+")
+
+
+# A digit standing for the letter it looks like inside a word ("placeh0lder", "reas0n"; "h100" stays).
+_DIGIT_LETTERS = {"0": "o", "1": "l", "3": "e", "4": "a", "5": "s", "7": "t"}
+_DIGIT_IN_WORD = re.compile(r"(?<=[^\W\d_])[013457](?=[^\W\d_])")
+# Letters written one by one: "t.b.d.", "n.a.", "T O D O" read as "tbd", "na", "todo" (_spelled_filler).
+_SPELLED_OUT = re.compile(r"\b(?:[^\W\d_]\.){2,}|\b[^\W\d_](?: [^\W\d_]){2,}\b")
+
+
+def fold(text: str) -> str:
+    """`text` as the checks read it: NFKC, look-alike letters as the Latin ones, lower case, digits inside a
+    word as the letters they stand for, letters written one by one as one word."""
+    import unicodedata
+
+    text = unicodedata.normalize("NFKC", text).translate(_LOOKALIKES).lower()
+    text = _DIGIT_IN_WORD.sub(lambda m: _DIGIT_LETTERS[m.group()], text)
+    return _SPELLED_OUT.sub(_spelled_filler, text)
+
+
+def _spelled_filler(m: "re.Match[str]") -> str:
+    """Letters written one by one, joined when they spell filler or a placeholder; kept as single letters
+    (which never count) otherwise, so spelling out cannot make words of substance either."""
+    joined = m.group().replace(".", "").replace(" ", "")
+    return joined + " " if _in(joined, FUNCTION_WORDS, NON_REASON_WORDS, PLACEHOLDERS) else m.group()
+
+
+def _root(word: str) -> str:
+    """A doubled word as its unit ("asdfasdf" -> "asdf", "blahblah" -> "blah")."""
+    m = _REPEATED.fullmatch(word)
+    return m.group(1) if m else word
+
+
+def _in(word: str, *lists: frozenset) -> bool:
+    """`word`, or its singular ("lorems", "todos", "fixmes"), is in one of `lists`."""
+    forms = (word, word[:-1]) if word.endswith("s") else (word,)
+    return any(f in words for f in forms for words in lists)
+
+
+def _typed_run(word: str) -> bool:
+    return len(word) >= 3 and any(word in row for row in _RUNS)
+
 
 def reason_words(text: str) -> list[str]:
-    """The words of `text` that can carry a reason: letters only, lower-cased, at least two different letters
-    ("xxxxxxxx" is not a word), not a function word, a word about the reason or a placeholder; each once,
+    """The words of `text` that can carry a reason (see MIN_REASON_WORDS): letters only, folded (fold()), at
+    least two different letters ("xxxxxxxx" is not a word), not a function word, a word about the reason or
+    a placeholder (in the singular or doubled too), not a run of the alphabet or a keyboard row; each once,
     in order."""
     seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
-        if len(set(word)) >= 2 and word not in FUNCTION_WORDS and word not in NON_REASON_WORDS \
-                and word not in PLACEHOLDERS:
+    for word in _WORD.findall(fold(text)):
+        root = _root(word)
+        if len(set(word)) >= 2 and not _in(root, FUNCTION_WORDS, NON_REASON_WORDS, PLACEHOLDERS) \
+                and not _typed_run(root):
             seen.setdefault(word)
     return list(seen)
 
@@ -154,7 +212,7 @@ def approver_problem(value: Any) -> Optional[str]:
 def reason_problem(value: Any) -> Optional[str]:
     """None when `value` reads as a reason: 10 to 200 characters, no control characters, nothing marking it
     unfinished ("TODO", "tbd") and at least MIN_REASON_WORDS different words that say something (see
-    reason_words: "no reason given", "to do later", "see ticket", "n/a", "asdf asdf" have none)."""
+    reason_words: "no reason given", "to do later", "see ticket", "n/a", "asdf asdf", "abc def ghi" have none)."""
     if not isinstance(value, str) or not value.strip():
         return "a reason in words (why the guardrail does not apply here), not empty"
     text = value.strip()
@@ -162,8 +220,8 @@ def reason_problem(value: Any) -> Optional[str]:
         return "a reason in words without control characters"
     if len(text) > 200:
         return "a reason of at most 200 characters"
-    words = [w.lower() for w in _WORD.findall(text)]
-    if any(w in UNFINISHED for w in words):
+    words = [_root(w) for w in _WORD.findall(fold(text))]
+    if any(_in(w, UNFINISHED) for w in words):
         return f"a real reason, not a placeholder ({one_line(text[:40])!r} is marked unfinished)"
     said = reason_words(text)
     if len(said) < MIN_REASON_WORDS:

@@ -149,6 +149,17 @@ def _cidr(value: str) -> str:
     return value
 
 
+# RFC 1918 private ranges. Python's `is_private` also counts loopback, link-local, "this network",
+# benchmarking, documentation and reserved (240/4) ranges, which no VPC can use.
+RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+RFC1918_TEXT = "10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
+
+
+def is_rfc1918(net: "ipaddress.IPv4Network | ipaddress.IPv6Network") -> bool:
+    """Whether `net` lies wholly inside one RFC 1918 range."""
+    return net.version == 4 and any(net.subnet_of(r) for r in RFC1918)  # type: ignore[arg-type]
+
+
 def _email(value: str) -> str:
     from gpu_platform.config.approvals import email_problem
 
@@ -158,22 +169,25 @@ def _email(value: str) -> str:
     return value
 
 
-# Labels in the kubernetes.io / k8s.io namespaces a kubelet may set on its own node (--node-labels):
-# kubernetes/kubernetes staging/src/k8s.io/kubelet/pkg/apis/well_known_labels.go (kubeletLabels,
-# IsKubeletLabel: these keys, or a prefix ending in kubelet.kubernetes.io or node.kubernetes.io).
-# Anything else there (node-role.kubernetes.io/*, kubernetes.io/role) makes the kubelet refuse to start.
-KUBELET_LABELS = frozenset({
-    "kubernetes.io/hostname", "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
-    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
-    "node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type", "kubernetes.io/os", "kubernetes.io/arch",
-    "beta.kubernetes.io/os", "beta.kubernetes.io/arch",
-})
-KUBELET_LABEL_NAMESPACE_SUFFIXES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+# Label namespaces a pool's labels may not use: whoever owns them sets them on every node, and a user's
+# value would forge it (kubernetes.io/hostname: evil breaks topology spreading and per-node scheduling;
+# node.kubernetes.io/instance-type: p5.48xlarge lies to the autoscaler and to jobs that select on it).
+# - kubernetes.io, k8s.io and their subdomains: the kubelet and the cloud set the well-known labels; the
+#   kubelet refuses any other there (NodeRestriction, kubernetes/kubernetes staging/src/k8s.io/kubelet/pkg/
+#   apis/well_known_labels.go), EKS managed node groups refuse every one ("Label cannot contain reserved
+#   prefixes [kubernetes.io/, k8s.io/, eks.amazonaws.com/]": aws/containers-roadmap#1451, eksctl#4007).
+# - eks.amazonaws.com, k8s.amazonaws.com (EKS, and this program's accelerator label on EKS),
+#   cloud.google.com (GKE: gke-nodepool, gke-accelerator, gke-spot, machine-family, ...), linode.com (the
+#   Linode CCM), nvidia.com (GPU feature discovery's nvidia.com/gpu.*), gpu-platform.io (this program's
+#   pool, capacity, accelerator and role labels).
+RESERVED_LABEL_NAMESPACES = ("kubernetes.io", "k8s.io", "eks.amazonaws.com", "k8s.amazonaws.com", "cloud.google.com",
+                             "linode.com", "nvidia.com", "gpu-platform.io")
 
 
 def label_key_problem(key: str) -> "str | None":
-    """None when `key` is a Kubernetes label key a kubelet may set (validation.IsQualifiedName: a name of
-    at most 63 characters, an optional DNS-subdomain prefix of at most 253, then IsKubeletLabel)."""
+    """None when `key` is a Kubernetes label key a pool may carry (validation.IsQualifiedName: a name of
+    at most 63 characters, an optional DNS-subdomain prefix of at most 253) outside the namespaces the
+    kubelet, the clouds and this program set (RESERVED_LABEL_NAMESPACES)."""
     if not LABEL_KEY.fullmatch(key):
         return f"Kubernetes label keys ([prefix/]name of letters, digits, '-', '_', '.'); {key!r} is not one"
     prefix, _, name = key.rpartition("/")
@@ -181,12 +195,11 @@ def label_key_problem(key: str) -> "str | None":
         return f"a label name (after the prefix) of at most 63 characters; {key[:40]!r}... has {len(name)}"
     if len(prefix) > 253:
         return f"a label prefix (a DNS subdomain) of at most 253 characters; it has {len(prefix)}"
-    reserved = prefix in ("kubernetes.io", "k8s.io") or prefix.endswith((".kubernetes.io", ".k8s.io"))
-    if reserved and key not in KUBELET_LABELS and not (
-            prefix.endswith(KUBELET_LABEL_NAMESPACE_SUFFIXES) and prefix != "node-restriction.kubernetes.io"):
-        return (f"a label outside the reserved kubernetes.io and k8s.io namespaces ({key!r}: the kubelet refuses to "
-                "set it with --node-labels; only node.kubernetes.io/*, kubelet.kubernetes.io/* and the well-known "
-                "topology, os and arch labels are allowed there)")
+    owner = next((ns for ns in RESERVED_LABEL_NAMESPACES if prefix == ns or prefix.endswith("." + ns)), None)
+    if owner is not None:
+        return (f"a label outside the namespaces the kubelet, the cloud and the platform set on nodes ({key!r} is in "
+                f"{owner}; refused: {', '.join(RESERVED_LABEL_NAMESPACES)} and their subdomains): a value there would "
+                "forge or fight theirs. Use your own prefix, e.g. example.com/team, or none")
     return None
 
 

@@ -6,6 +6,7 @@ The rules that read the rest of the stack are in checks/linode.py, which imports
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -33,6 +34,13 @@ def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True) -> st
 
 
 SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/=]+( .*)?$")
+
+
+# Public images the node scripts (components/linode/render.py) run on: they use apt, Ubuntu's signed
+# precompiled NVIDIA modules (linux-modules-nvidia-<branch>-server-<kernel>), systemd cgroups and curl's
+# SigV4, and tests/boot_harness.py executes them against a recorded Ubuntu 24.04 image. Another release
+# (or another distribution) is untested: a node that never joins, found 40 minutes into `pulumi up`.
+SUPPORTED_IMAGES = ("linode/ubuntu24.04",)
 
 
 class LinodeControlPlane(Model):
@@ -74,7 +82,8 @@ class LinodeSection(Model):
     # Untainted CPU workers for ordinary pods (Kueue, Kubeflow controllers, monitoring, JupyterHub): control
     # planes carry the control-plane taint and GPU workers the GPU taint. Fixed size: minNodes == maxNodes.
     system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["linode"]))
-    # A Linode image ID: a public image (linode/...) or one of the account's own (private/<id>).
+    # A public image the node scripts support (SUPPORTED_IMAGES) or one of the account's own images
+    # (private/<id>), which must be built from one of them: the program cannot look inside it offline.
     image: str = Field(default="linode/ubuntu24.04", pattern=r"^(linode/[a-z0-9][a-z0-9._-]{0,62}|private/[0-9]{1,12})$")
     # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
     subnet_cidr: Cidr = "10.0.0.0/24"
@@ -102,6 +111,15 @@ class LinodeSection(Model):
     scale_down_grace_minutes: int = Field(default=15, ge=1, le=24 * 60)
     node_groups: LinodeNodeGroups = Field(default_factory=LinodeNodeGroups)
 
+    @field_validator("image")
+    @classmethod
+    def _supported_image(cls, value: str) -> str:
+        if value.startswith("linode/") and value not in SUPPORTED_IMAGES:
+            raise ValueError(f"an image the node scripts support: {', '.join(SUPPORTED_IMAGES)} (or private/<id>, an "
+                             "image of your own built from it); the scripts install Kubernetes and the NVIDIA driver "
+                             "with apt from Ubuntu's archive and are tested against that release only")
+        return value
+
     @field_validator("ssh_authorized_keys")
     @classmethod
     def _ssh_keys(cls, keys: list[str]) -> list[str]:
@@ -118,6 +136,14 @@ class LinodeSection(Model):
     def _system_pool_shape(cls, data: Any, handler: Any) -> "LinodeSection":
         return validate_system_pool("linode", data, handler)
 
+
+# Linode's regional private network: every Linode with a private IP, any customer's, in the region has an
+# address here ("The regional private IP address range, 192.168.128.0/17, is shared by all Linode Instances
+# in a region": pulumi_linode Instance.private_ip_address docstring). Admin ranges overlapping it would open
+# SSH and the API to other customers, and a VPC subnet may not overlap it (Linode API v4, POST
+# /vpcs/{vpcId}/subnets, `ipv4`: "must belong to a private address space as defined in RFC1918 ... must not
+# overlap with 192.168.128.0/17").
+LINODE_SHARED_PRIVATE_RANGE = ipaddress.ip_network("192.168.128.0/17")
 
 # The VPC addressing plan (render.vpc_addresses) has room for this many system workers.
 MAX_SYSTEM_NODES = 20

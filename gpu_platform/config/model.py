@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, model_validator
 
 from gpu_platform.config.aws import AwsSection
 from gpu_platform.config.base import CLOUDS, Cidr, DnsLabel, Email, KubernetesMinor, Model, NodeLabels, OnDemandApproval
@@ -41,12 +41,41 @@ class GpuPool(Model):
     approved_on_demand: Union[bool, OnDemandApproval] = False
 
 
-class PriceOverride(Model):
-    """Replace the catalog's $/hour for one instance type (e.g. a negotiated discount)."""
+# The most a priceOverrides entry may say one node costs per hour. The catalog's dearest node is about
+# $88/hour (gcp/a3-highgpu-8g on-demand, gpu_platform/costs/catalog/gcp.yaml): ten times that is still a
+# price, anything above is a typo, and 1e306 overflows the estimate's monthly sums to infinity, which
+# the Pulumi runtime cannot serialize (a traceback instead of a config error).
+MAX_PRICE_OVERRIDE_USD_PER_HOUR = 1000.0
 
-    on_demand: Optional[float] = Field(default=None, gt=0)
-    spot: Optional[float] = Field(default=None, gt=0)
-    preemptible: Optional[float] = Field(default=None, gt=0)
+
+_PRICE_ALLOWED = (f"a number of USD per node-hour, above 0 and at most {MAX_PRICE_OVERRIDE_USD_PER_HOUR:,.0f}, written "
+                  "without quotes (such as 0.42)")
+
+
+def _usd_per_hour_text(value: Any) -> Any:
+    """A number as YAML writes it (2 or 0.42), never text: "0.1" would pass here and be refused later by
+    the policy pack, whose check sees the raw stack value."""
+    if isinstance(value, str):
+        raise ValueError(f"{_PRICE_ALLOWED}; not text")
+    return value
+
+
+def _usd_per_hour_range(value: float) -> float:
+    if not 0 < value <= MAX_PRICE_OVERRIDE_USD_PER_HOUR:
+        raise ValueError(f"{_PRICE_ALLOWED}; the catalog's dearest node costs about $88/hour")
+    return value
+
+
+UsdPerHour = Annotated[float, BeforeValidator(_usd_per_hour_text), AfterValidator(_usd_per_hour_range)]
+
+
+class PriceOverride(Model):
+    """Replace the catalog's $/hour for one instance type (e.g. a negotiated discount): a number above 0
+    and at most MAX_PRICE_OVERRIDE_USD_PER_HOUR."""
+
+    on_demand: Optional[UsdPerHour] = None
+    spot: Optional[UsdPerHour] = None
+    preemptible: Optional[UsdPerHour] = None
 
 
 class CheckpointBucketSection(Model):

@@ -113,6 +113,26 @@ def _network(cidr: Any):
     return net
 
 
+# Linode's regional private network: "The regional private IP address range, 192.168.128.0/17, is shared by
+# all Linode Instances in a region" (pulumi_linode Instance.private_ip_address), any customer's. On a Linode
+# firewall a source range there is as good as public. Except the NodeBalancers' backend range: NodeBalancers
+# reach their backends from 192.168.255.0/24 (Linode's LKE firewall docs, "allowed-nodebalancers"), the only
+# way an API NodeBalancer reaches the control planes.
+LINODE_SHARED_PRIVATE = ipaddress.ip_network("192.168.128.0/17")
+LINODE_NODEBALANCER_BACKENDS = ipaddress.ip_network("192.168.255.0/24")
+
+
+def linode_shared_private(cidrs: Iterable[Any]) -> list[str]:
+    """The ranges (as written) that reach into Linode's shared private network, NodeBalancer backends aside."""
+    out = []
+    for c in cidrs:
+        net = _network(c)
+        if net is not None and net.version == 4 and net.overlaps(LINODE_SHARED_PRIVATE) \
+                and not net.subnet_of(LINODE_NODEBALANCER_BACKENDS):
+            out.append(str(c))
+    return out
+
+
 def _is_public(net) -> bool:
     return not any(net.version == r.version and net.subnet_of(r) for r in NON_PUBLIC)
 

@@ -14,12 +14,14 @@ from pulumi_policy import (
 
 from gpu_platform.policies.pools import GKE_CLUSTER, GKE_NODE_POOL, stack_nodes
 from gpu_platform.policies.props import (
+    LINODE_SHARED_PRIVATE,
     as_int,
     as_list,
     covers,
     get,
     is_false,
     is_true,
+    linode_shared_private,
     port_ranges,
     too_open,
 )
@@ -81,6 +83,11 @@ def _check_linode_firewall(args, props, protected, report) -> None:
         if world and exposed:
             report(f"inbound rule '{get(rule, 'label', '?')}' opens {', '.join(exposed)} to {world}; "
                    "allow adminCidrs only.")
+        shared = linode_shared_private(as_list(get(rule, "ipv4s")))
+        if shared and exposed:
+            report(f"inbound rule '{get(rule, 'label', '?')}' opens {', '.join(exposed)} to {', '.join(shared)}, which "
+                   f"reaches into {LINODE_SHARED_PRIVATE}: Linode's private network shared by every customer's Linodes "
+                   "in the region; allow adminCidrs outside it only.")
 
 
 def _check_aws_rule(args, label: str, protocol, from_port, to_port, cidrs: list, protected, report) -> None:

@@ -14,7 +14,7 @@ from gpu_platform.config.aws import (ARN_PRINCIPAL, AUTOSCALER_LABEL_TAG, AWS_TA
                                      EKS_PUBLIC_ACCESS_CIDRS_MAX, LOG_RETENTION_DAYS,
                                      MAX_ALTERNATIVES, MAX_POOL_LABELS, MAX_SYSTEM_NODES, AwsSection, describe_shape,
                                      shape_differences)
-from gpu_platform.config.base import ConfigIssue, system_pool_key
+from gpu_platform.config.base import RFC1918_TEXT, ConfigIssue, is_rfc1918, system_pool_key
 from gpu_platform.config.checks.pools import pool_issue_capacity, pool_region_issues
 from gpu_platform.config.kubernetes_version import version_issues
 
@@ -153,9 +153,14 @@ def _check_network(section: AwsSection) -> list[ConfigIssue]:
             elif zones.index(zone) != i:
                 issues.append(ConfigIssue(f"aws.availabilityZones[{i}]", zone, "each zone once"))
         net = ipaddress.ip_network(section.effective_vpc_cidr)
-        if net.version != 4 or not net.is_private or not 16 <= net.prefixlen <= 22:
+        # AWS accepts /16 to /28 from any range but a few, and recommends RFC 1918 (VPC User Guide, "VPC CIDR
+        # blocks"). This stack's VPC has one CIDR, which holds the nodes and (VPC CNI) every pod: a public range
+        # would hide that part of the internet from the cluster, 100.64.0.0/10 is meant for secondary blocks,
+        # and loopback, link-local (the instance metadata and DNS addresses), benchmarking or reserved ranges
+        # break the nodes. Python's is_private admits all of those but the public ones; RFC 1918 only.
+        if not is_rfc1918(net) or not 16 <= net.prefixlen <= 22:
             issues.append(ConfigIssue("aws.vpcCidr", section.effective_vpc_cidr,
-                                      "a private IPv4 range (RFC 1918) from /16 to /22, e.g. 10.40.0.0/16"))
+                                      f"an RFC 1918 IPv4 range ({RFC1918_TEXT}) from /16 to /22, e.g. 10.40.0.0/16"))
     for i, subnet in enumerate(section.private_subnet_ids):
         if not re.fullmatch(r"^subnet-[0-9a-f]{8,17}$", subnet):
             issues.append(ConfigIssue(f"aws.privateSubnetIds[{i}]", subnet, "a subnet ID: subnet- and 8 or 17 hex digits"))

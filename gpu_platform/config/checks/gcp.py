@@ -171,10 +171,17 @@ def _system_pool_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigI
         issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
                                   "a Compute Engine machine type such as e2-standard-4"))
     itype = catalog.instance("gcp", pool.instance_type)
-    if itype is not None and itype.is_gpu:
-        plain = sorted(t.name for t in catalog.instances("gcp") if not t.is_gpu)
+    plain = ", ".join(sorted(t.name for t in catalog.instances("gcp") if not t.is_gpu))
+    if itype is None:
+        # The node-fit check, the estimate and the budget price and size every pool from the catalog.
         issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
-                                  f"a machine type without GPUs (system pods must not hold GPU nodes), e.g. {', '.join(plain)}"))
+                                  f"a machine type without GPUs in the price catalog (gpu_platform/costs/catalog/gcp.yaml): {plain}"))
+    elif itype.is_gpu:
+        issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
+                                  f"a machine type without GPUs (system pods must not hold GPU nodes): {plain}"))
+    elif itype.vcpus < 2 or itype.memory_gib < 4:
+        issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
+                                  "a machine type with at least 2 vCPUs and 4 GiB (the platform's controllers run there)"))
     return issues
 
 

@@ -6,11 +6,11 @@ import datetime
 import ipaddress
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from gpu_platform.config.base import ConfigIssue
+from gpu_platform.config.base import RFC1918_TEXT, ConfigIssue, is_rfc1918
 from gpu_platform.config.versions_calendar import today as calendar_today
 from gpu_platform.config.checks.pools import pool_issue_capacity
 from gpu_platform.config.linode import (AUTOSCALING_MIN_KUBERNETES, GPU_POOL_BLOCK, GPU_POOLS_FIRST_HOST, MAX_SYSTEM_NODES,
-                                        LinodeSection, region_capabilities, required_capabilities)
+                                        LINODE_SHARED_PRIVATE_RANGE, LinodeSection, region_capabilities, required_capabilities)
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -218,6 +218,14 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
     issues += region_issues(cfg)
     issues += address_plan_issues(cfg)
+    for i, cidr in enumerate(cfg.admin_cidrs):
+        net = ipaddress.ip_network(cidr)
+        if net.version == 4 and net.overlaps(LINODE_SHARED_PRIVATE_RANGE):  # type: ignore[arg-type]
+            issues.append(ConfigIssue(
+                f"adminCidrs[{i}]", cidr,
+                f"a range that does not overlap {LINODE_SHARED_PRIVATE_RANGE}: on Linode that is the region's shared "
+                "private network, where any Linode customer's instances in the region have addresses, so the node "
+                "firewall would open the Kubernetes API and SSH to them; give your own public ranges (or a VPN's)"))
     if section.ssh_authorized_keys and not cfg.admin_cidrs:
         issues.append(ConfigIssue("linode.sshAuthorizedKeys", f"{len(section.ssh_authorized_keys)} key(s)",
                                   "empty unless gpu-platform:adminCidrs names who may reach SSH (the firewall "
@@ -317,6 +325,16 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
         for b in range(a + 1, len(keys)):
             if nets[keys[a]].overlaps(nets[keys[b]]):
                 issues.append(ConfigIssue(keys[b], str(nets[keys[b]]), f"a range that does not overlap {keys[a]} ({nets[keys[a]]})"))
-    if nets["linode.subnetCidr"].version != 4 or not nets["linode.subnetCidr"].is_private:
-        issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr, "a private IPv4 range (RFC 1918), as Linode VPCs require"))
+    for key in ("linode.podCidr", "linode.serviceCidr"):
+        if nets[key].overlaps(LINODE_SHARED_PRIVATE_RANGE):  # type: ignore[arg-type]
+            issues.append(ConfigIssue(key, str(nets[key]),
+                                      f"a range that does not overlap {LINODE_SHARED_PRIVATE_RANGE}, Linode's shared "
+                                      "private network (any customer's Linodes in the region): the node firewall "
+                                      "trusts the pod range, and cluster routes would hide that network"))
+    subnet = nets["linode.subnetCidr"]
+    if not is_rfc1918(subnet) or subnet.overlaps(LINODE_SHARED_PRIVATE_RANGE):  # type: ignore[arg-type]
+        issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr,
+                                  f"an RFC 1918 IPv4 range ({RFC1918_TEXT}) that does not overlap "
+                                  f"{LINODE_SHARED_PRIVATE_RANGE} (Linode's shared private network), as Linode VPC "
+                                  "subnets require, e.g. 10.0.0.0/24"))
     return issues

@@ -102,7 +102,13 @@ for id_, label in [("name-64", "a" * 64), ("prefixed-name-64", "example.com/" + 
                    ("kubernetes-io-other", "kubernetes.io/team"), ("sub-kubernetes-io", "gpu.kubernetes.io/model"),
                    ("empty", ""), ("slash-only", "/"), ("two-slashes", "a/b/c"), ("space", "gpu type"),
                    ("leading-dash", "-gpu"), ("trailing-dot", "gpu."), ("unicode", "gpü"), ("uppercase-prefix", "Example.com/x"),
-                   ("control", "gpu\x1b[2J"), ("empty-prefix", "/gpu")]:
+                   ("control", "gpu\x1b[2J"), ("empty-prefix", "/gpu"),
+                   # namespaces the kubelet, the cloud or the platform set: a value there forges theirs
+                   ("forged-hostname", "kubernetes.io/hostname"), ("forged-instance-type", "node.kubernetes.io/instance-type"),
+                   ("kubelet-node-namespace", "node.kubernetes.io/gpu"), ("kubelet-sub-namespace", "x.kubelet.kubernetes.io/y"),
+                   ("forged-zone", "topology.kubernetes.io/zone"), ("gke-nodepool", "cloud.google.com/gke-nodepool"),
+                   ("eks-nodegroup", "eks.amazonaws.com/nodegroup"), ("gfd-product", "nvidia.com/gpu.product"),
+                   ("platform-pool", "gpu-platform.io/pool")]:
     config("labels", id_, "linode-dev", [([f"{NS}:gpuPools", 0, "labels"], {label: "yes"})], f"{NS}:gpuPools[0].labels")
 for id_, value in [("value-64", "v" * 64), ("value-space", "a b"), ("value-slash", "a/b"), ("value-leading-dash", "-a"),
                    ("value-unicode", "é")]:
@@ -290,8 +296,7 @@ add("budget", "exemption-placeholder", 3, "keeps at least", kind="policy", base=
 # --- accepted: right at the limits ------------------------------------------------------------------
 for id_, base, sets in [
     ("label-name-63", "linode-dev", [([f"{NS}:gpuPools", 0, "labels"], {"a" * 63: "x"})]),
-    ("label-kubelet-node-namespace", "linode-dev", [([f"{NS}:gpuPools", 0, "labels"], {"node.kubernetes.io/gpu": "a"})]),
-    ("label-kubelet-sub-namespace", "gcp-prod", [([f"{NS}:gpuPools", 0, "labels"], {"x.kubelet.kubernetes.io/y": "a"})]),
+    ("label-own-prefix", "gcp-prod", [([f"{NS}:gpuPools", 0, "labels"], {"example.com/team": "a"})]),
     ("email-plus-subdomain", "linode-dev", [([f"{NS}:alertEmails"], ["ops+gpu@mail.example.co.uk"])]),
     ("smarthost-ipv4", "linode-dev", [([f"{NS}:platform", "alertSmtp", "smarthost"], "192.0.2.25:587")]),
     ("pod-cidr-cgnat", "linode-dev", [([f"{NS}:linode", "podCidr"], "100.64.0.0/16")]),

@@ -1,0 +1,174 @@
+"""Values a shipped stack file accepted although they open the cluster, lie to it or crash preflight
+(adversarial review of the offline preflight): each is a config error (exit 2) naming the key, the file
+and what is allowed, before any resource is registered."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from gpu_platform.config.base import ConfigError
+from gpu_platform.config.stack import parse_config
+from gpu_platform.preflight.runner import stack_input_from_mapping
+from tests.conftest import ROOT, stack_config
+from tests.test_config import _set
+
+
+def refused(stack: str, path: str, value, key: str, *allowed: str) -> str:
+    cfg = _set(stack_config(stack), path, value)
+    with pytest.raises(ConfigError) as err:
+        parse_config(stack_input_from_mapping(stack, cfg).raw, stack)
+    text = str(err.value)
+    assert f"gpu-platform:{key}:" in text, text
+    for fragment in allowed:
+        assert fragment in text, text
+    return text
+
+
+def accepted(stack: str, path: str, value) -> None:
+    cfg = _set(stack_config(stack), path, value)
+    parse_config(stack_input_from_mapping(stack, cfg).raw, stack)
+
+
+# --- Linode's shared private network (192.168.128.0/17) -----------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha"])
+@pytest.mark.parametrize("cidr", ["192.168.0.0/16", "192.168.128.0/17", "192.168.200.0/24", "192.168.255.7/32",
+                                  "128.0.0.0/1"])
+def test_linode_admin_ranges_overlapping_the_shared_private_network_are_refused(stack, cidr):
+    text = refused(stack, "adminCidrs", ["203.0.113.0/24", cidr], "adminCidrs[1]", "192.168.128.0/17",
+                   "any Linode customer")
+    assert f"stacks/Pulumi.{stack}.yaml" in text
+
+
+@pytest.mark.parametrize("cidr", ["192.168.0.0/17", "10.0.0.0/8", "203.0.113.0/24"])
+def test_linode_admin_ranges_outside_it_are_accepted(cidr):
+    accepted("linode-dev", "adminCidrs", [cidr])
+
+
+def test_the_same_private_range_stays_allowed_on_other_clouds():
+    accepted("gcp-prod", "adminCidrs", ["192.168.128.0/17"])
+
+
+@pytest.mark.parametrize("cidr", ["127.0.0.0/24", "169.254.0.0/24", "198.18.0.0/24", "240.0.0.0/24", "0.0.0.0/24",
+                                  "100.64.0.0/24", "192.168.128.0/24", "192.168.200.0/24"])
+def test_linode_subnet_must_be_rfc1918_outside_the_shared_private_network(cidr):
+    refused("linode-dev", "linode.subnetCidr", cidr, "linode.subnetCidr", "RFC 1918", "192.168.128.0/17")
+
+
+@pytest.mark.parametrize("cidr", ["10.1.0.0/24", "172.16.5.0/24", "192.168.1.0/24"])
+def test_linode_rfc1918_subnets_are_accepted(cidr):
+    accepted("linode-dev", "linode.subnetCidr", cidr)
+
+
+@pytest.mark.parametrize("key", ["podCidr", "serviceCidr"])
+def test_linode_cluster_ranges_may_not_overlap_the_shared_private_network(key):
+    refused("linode-dev", f"linode.{key}", "192.168.128.0/20", f"linode.{key}", "192.168.128.0/17")
+
+
+# --- AWS VPC ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cidr", ["127.0.0.0/16", "0.0.0.0/16", "240.0.0.0/16", "198.18.0.0/16", "169.254.0.0/16",
+                                  "100.64.0.0/16", "8.8.0.0/16"])
+def test_aws_vpc_cidr_must_be_rfc1918(cidr):
+    refused("aws-prod", "aws.vpcCidr", cidr, "aws.vpcCidr", "RFC 1918", "/16 to /22")
+
+
+@pytest.mark.parametrize("cidr", ["10.40.0.0/16", "172.20.0.0/16", "192.168.0.0/20"])
+def test_aws_rfc1918_vpc_cidrs_are_accepted(cidr):
+    accepted("aws-prod", "aws.vpcCidr", cidr)
+
+
+# --- price overrides ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack,itype,capacity,value", [
+    ("aws-prod", "g5.xlarge", "spot", 1.0e306),
+    ("gcp-prod", "e2-standard-4", "onDemand", 1e306),
+    ("linode-dev", "g2-gpu-rtx4000a1-m", "onDemand", 1e307),
+    ("aws-prod", "g5.xlarge", "spot", 1e300),
+    ("aws-prod", "g5.xlarge", "spot", 1000.01),
+    ("aws-prod", "g5.xlarge", "spot", "0.1"),
+    ("aws-prod", "g5.xlarge", "spot", 0),
+])
+def test_price_overrides_are_finite_numbers_with_a_ceiling(stack, itype, capacity, value):
+    refused(stack, "priceOverrides", {itype: {capacity: value}}, f"priceOverrides.{itype}.{capacity}",
+            "USD per node-hour", "at most 1,000")
+
+
+def test_a_plausible_price_override_is_accepted():
+    accepted("aws-prod", "priceOverrides", {"g5.xlarge": {"spot": 0.42, "onDemand": 1}})
+
+
+# --- instance types outside the price catalog ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack,path,key,value", [
+    ("gcp-prod", "gcp.systemPool", "gcp.systemPool.instanceType", {"instanceType": "e2-micro"}),
+    ("linode-dev", "linode.systemPool", "linode.systemPool.instanceType",
+     {"instanceType": "g6-nanode-1", "minNodes": 1, "maxNodes": 1}),
+    ("aws-prod", "aws.systemPool", "aws.systemPool.instanceType", {"instanceType": "t3.nano"}),
+])
+def test_system_pool_types_outside_the_catalog_are_config_errors(stack, path, key, value):
+    refused(stack, path, value, key, "in the price catalog" if stack == "gcp-prod" else "catalog")
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha", "gcp-prod", "aws-prod"])
+def test_gpu_pool_types_outside_the_catalog_are_config_errors(stack):
+    refused(stack, "gpuPools.0.instanceType", "x9-unknown-1", "gpuPools[0].instanceType", "allowed:")
+
+
+# --- Linode image -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("image", ["linode/windows", "linode/debian12", "linode/ubuntu22.04", "linode/ubuntu25.04"])
+def test_linode_images_the_node_scripts_do_not_support_are_refused(image):
+    refused("linode-dev", "linode.image", image, "linode.image", "linode/ubuntu24.04")
+
+
+@pytest.mark.parametrize("image", ["linode/ubuntu24.04", "private/12345"])
+def test_the_supported_image_and_own_images_are_accepted(image):
+    accepted("linode-dev", "linode.image", image)
+
+
+# --- node labels in namespaces the kubelet, the clouds or the platform set ----------------------------
+
+
+@pytest.mark.parametrize("label", ["kubernetes.io/hostname", "node.kubernetes.io/instance-type",
+                                   "topology.kubernetes.io/zone", "kubelet.kubernetes.io/x", "k8s.io/x",
+                                   "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
+                                   "k8s.amazonaws.com/accelerator", "nvidia.com/gpu.product", "gpu-platform.io/pool",
+                                   "sub.gpu-platform.io/x"])
+@pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod", "aws-prod"])
+def test_reserved_label_namespaces_are_refused(stack, label):
+    refused(stack, "gpuPools.0.labels", {label: "evil"}, "gpuPools[0].labels", "example.com/team")
+
+
+@pytest.mark.parametrize("label", ["team", "example.com/team", "mykubernetes.io/x", "nvidia.com.example.org/x"])
+def test_own_label_keys_are_accepted(label):
+    accepted("gcp-prod", "gpuPools.0.labels", {label: "a"})
+
+
+# --- through the CLI: exit 2, the key and the file, no traceback -------------------------------------
+
+
+@pytest.mark.parametrize("stack,path,value,key", [
+    ("gcp-prod", "gcp.systemPool", {"instanceType": "e2-micro"}, "gcp.systemPool.instanceType"),
+    ("aws-prod", "priceOverrides", {"g5.xlarge": {"spot": 1.0e306}}, "priceOverrides.g5.xlarge.spot"),
+    ("linode-dev", "adminCidrs", ["192.168.0.0/16"], "adminCidrs[0]"),
+])
+def test_preflight_reports_these_as_config_errors(tmp_path, stack, path, value, key):
+    doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    doc["config"] = _set(doc["config"], path, value)
+    stack_file = tmp_path / f"Pulumi.{stack}.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "--stack-file", str(stack_file),
+                          "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"gpu-platform:{key}:" in run.stderr and str(stack_file) in run.stderr, run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
