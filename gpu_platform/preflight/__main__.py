@@ -259,8 +259,21 @@ class Run:
         from gpu_platform.preflight.fit.render import EXAMPLE_TRAINJOB
 
         job = Path(args.job) if args.job else EXAMPLE_TRAINJOB
-        if args.job and not job.is_file():
-            return self.fail(EXIT_USAGE, f"--job {args.job}: no such file")
+        if args.job:
+            # Read and checked now, before the program runs: a bad job file is known in a second.
+            from gpu_platform.preflight.fit.errors import ChartError
+            from gpu_platform.preflight.fit.render import load_job_file, shown_path
+
+            shown = shown_path(args.job)
+            if not os.path.exists(args.job):
+                return self.fail(EXIT_USAGE, f"--job {shown}: no such file")
+            if not job.is_file():
+                what = "a directory" if job.is_dir() else "not a regular file (a device, pipe or socket)"
+                return self.fail(EXIT_USAGE, f"--job {shown}: {what}; give a YAML file of Kubernetes objects")
+            try:
+                load_job_file(job, shown)
+            except ChartError as exc:
+                return self.fail(EXIT_CONFIG, f"--job {exc.message}")
         if args.policy_config and not Path(args.policy_config).is_file():
             what = ("is a directory" if Path(args.policy_config).is_dir() else
                     "is a symbolic link to a file that does not exist" if os.path.islink(args.policy_config) else
