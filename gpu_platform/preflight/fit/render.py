@@ -680,7 +680,7 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
                     rel.rendered = False
                     releases.append(rel)
                     continue
-                searched = ", ".join(str(d) for d in chart_dirs) or "(no chart directory)"
+                searched = ", ".join(shown_path(d) for d in chart_dirs) or "(no chart directory)"
                 raise ChartError(name, f"chart {chart} {version} ({chart_file_name(chart, version)}) is in none of the "
                                        f"chart directories: {searched}; fill one with `python -m gpu_platform.preflight charts pull`")
             import helm_python
