@@ -506,8 +506,9 @@ def load_job_file(path: Path, shown: Optional[str] = None) -> list[dict[str, Any
     if not objs:
         raise ChartError("example", f"{shown} holds no Kubernetes object; give a job to check: {JOB_KINDS_TEXT}")
     if len(objs) > MAX_JOB_OBJECTS:
-        raise ChartError("example", f"{shown} holds {len(objs)} Kubernetes objects, more than {MAX_JOB_OBJECTS} "
-                                    "(the most preflight checks from one --job file); give one job at a time")
+        raise ChartError("example", f"{shown} holds more than {MAX_JOB_OBJECTS} Kubernetes objects ({len(objs)}; "
+                                    f"{MAX_JOB_OBJECTS} is the most preflight checks from one --job file); "
+                                    "give one job at a time")
     for obj in objs:
         if _depth_problem(obj, MAX_JOB_DEPTH):
             raise ChartError("example", f"{shown}: {obj.get('kind')} is nested deeper than {MAX_JOB_DEPTH} levels: "
