@@ -568,6 +568,14 @@ RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTraini
            ]}}}}
 
 
+# What the Trainer chart installs for TrainJobs (trimmed): without it the API server refuses a TrainJob.
+TRAINJOB_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "trainjobs.trainer.kubeflow.org"},
+                "spec": {"group": "trainer.kubeflow.org", "scope": "Namespaced",
+                         "names": {"kind": "TrainJob", "plural": "trainjobs"},
+                         "versions": [{"name": "v1alpha1", "served": True, "storage": True}]}}
+
+
 def trainjob(cpu="4", mem="16Gi", gpus="1", nodes=1, queue="gpu-queue"):
     tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
           "metadata": {"name": "resnet", "namespace": "training", "labels": {"kueue.x-k8s.io/queue-name": queue}},
@@ -632,7 +640,7 @@ def _queue_model(**kw):
 
 
 def test_trainjob_admitted_to_a_pool_whose_allocatable_is_smaller_never_schedules():
-    releases = [rel("kueue", _queue_objects() + [RUNTIME]), rel("example", [trainjob()], source="example")]
+    releases = [rel("kueue", _queue_objects() + [RUNTIME, TRAINJOB_CRD]), rel("example", [trainjob()], source="example")]
     bad = check_fit(_queue_model(), releases)
     [p] = checks_of(bad, "queue-fit")
     assert p.object == "TrainJob/training/resnet[node]" and "flavor a10g" in p.reason
@@ -647,6 +655,20 @@ def test_quota_above_what_the_flavor_nodes_allocate():
     reasons = [p.reason for p in checks_of(bad, "queue-fit")]
     assert any("nominal quota cpu 8 exceeds" in r for r in reasons) and any("nominal quota memory" in r for r in reasons)
     assert check_fit(_queue_model(), [rel("kueue", _queue_objects())]).ok
+
+
+def test_a_job_of_a_kind_no_crd_serves_is_refused():
+    """A TrainJob where no CRD serves trainer.kubeflow.org/v1alpha1 (the Trainer not installed), and
+    Training Operator v1's PyTorchJob (never installed here): the API server refuses both."""
+    pytorch = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "p", "namespace": "training"}}
+    r = check_fit(_queue_model(), [rel("kueue", _queue_objects() + [RUNTIME]),
+                                   rel("example", [trainjob(), pytorch], source="example")])
+    refused = {p.object: p.reason for p in checks_of(r, "admission")}
+    assert "no API the cluster serves has kind TrainJob in trainer.kubeflow.org/v1alpha1" in refused["TrainJob/training/resnet"]
+    assert "kind PyTorchJob in kubeflow.org/v1" in refused["PyTorchJob/training/p"]
+    served = check_fit(_queue_model(), [rel("kueue", _queue_objects() + [RUNTIME, TRAINJOB_CRD]),
+                                        rel("example", [trainjob()], source="example")])
+    assert not checks_of(served, "admission")
 
 
 def test_multi_node_trainjob_each_pod_fits_but_not_all_at_max_size():

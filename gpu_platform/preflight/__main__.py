@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from gpu_platform import command_name
+from gpu_platform.config.approvals import one_line
 from gpu_platform.config.base import ConfigError
 from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight import artifacts
@@ -198,6 +199,7 @@ class Run:
         self.costs: Any = None
         self.policy_config: Optional[dict[str, Any]] = None
         self.policy_config_file: Optional[str] = None
+        self.base: Optional[dict[str, Any]] = None  # the --base run's documents (review.load_base)
 
     # --- messages and the end of a run ------------------------------------------------------
 
@@ -242,7 +244,7 @@ class Run:
         except BrokenPipeError:  # `preflight aws-prod | head`: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         # The time goes to stderr: stdout is the same bytes for the same stack on every run.
-        print(f"preflight {printable(self.stack_name)}: {doc['verdict'].upper()} in {time.monotonic() - self.started:.1f}s",
+        print(f"preflight {one_line(self.stack_name)}: {doc['verdict'].upper()} in {time.monotonic() - self.started:.1f}s",
               file=sys.stderr)
         return code
 
@@ -252,20 +254,33 @@ class Run:
         args = self.args
         try:
             project = find_project(args.cwd)
-        except ProjectNotFound as exc:
-            return self.fail(EXIT_USAGE, str(exc))
+        except ProjectNotFound as exc:  # one-line messages naming a path (-C DIR): its newlines escaped too
+            return self.fail(EXIT_USAGE, one_line(str(exc)))
         except ProjectFileError as exc:
-            return self.fail(EXIT_CONFIG, str(exc))
+            return self.fail(EXIT_CONFIG, one_line(str(exc)))
         from gpu_platform.preflight.fit.render import EXAMPLE_TRAINJOB
 
         job = Path(args.job) if args.job else EXAMPLE_TRAINJOB
-        if args.job and not job.is_file():
-            return self.fail(EXIT_USAGE, f"--job {args.job}: no such file")
+        if args.job:
+            # Read and checked now, before the program runs: a bad job file is known in a second.
+            from gpu_platform.preflight.fit.errors import ChartError
+            from gpu_platform.preflight.fit.render import load_job_file
+
+            shown = one_line(args.job)
+            if not os.path.exists(args.job):
+                return self.fail(EXIT_USAGE, f"--job {shown}: no such file")
+            if not job.is_file():
+                what = "a directory" if job.is_dir() else "not a regular file (a device, pipe or socket)"
+                return self.fail(EXIT_USAGE, f"--job {shown}: {what}; give a YAML file of Kubernetes objects")
+            try:
+                load_job_file(job, shown)
+            except ChartError as exc:
+                return self.fail(EXIT_CONFIG, f"--job {exc.message}")
         if args.policy_config and not Path(args.policy_config).is_file():
             what = ("is a directory" if Path(args.policy_config).is_dir() else
                     "is a symbolic link to a file that does not exist" if os.path.islink(args.policy_config) else
                     "does not exist")
-            return self.fail(EXIT_USAGE, f"--policy-config {args.policy_config}: {what}; give a policy config file")
+            return self.fail(EXIT_USAGE, f"--policy-config {one_line(args.policy_config)}: {what}; give a policy config file")
         problem = _out_problem(args.out) if args.out is not None else None
         if problem:
             return self.fail(EXIT_USAGE, f"--out {_shown_path(args.out)}: {problem}")
@@ -280,6 +295,17 @@ class Run:
             return self.fail(EXIT_USAGE, str(exc))
         except StackFileError as exc:
             return self.fail(EXIT_CONFIG, str(exc))
+        if args.base:
+            # The base run's files are read and checked now, before the program runs: a malformed or
+            # oversized one (another branch's artifacts) is a bad argument, not a traceback at the end.
+            from gpu_platform.preflight import review
+
+            folder = review.base_dir(Path(args.base), args.stack)
+            if folder is not None:
+                try:
+                    self.base = review.load_base(folder)
+                except review.BaseRunError as exc:
+                    return self.fail(EXIT_USAGE, f"--base: {exc}; give the output folder of an earlier preflight run")
         try:
             self.cfg = parse_config(stack_input.raw, args.stack, source=stack_input.source,
                                     secret_keys=stack_input.bare_secret_keys)
@@ -292,7 +318,7 @@ class Run:
         if not args.job and not (project.root / job).is_file():
             # A team's own program (the wheel's gpu-platform-preflight) has no example job: say that the
             # queue fit of training jobs went unchecked, rather than pass in silence.
-            self.warnings.append(f"no training job was checked for queue fit (no --job, and {project.root} has no "
+            self.warnings.append(f"no training job was checked for queue fit (no --job, and {one_line(str(project.root))} has no "
                                  f"{job.as_posix()}): give your job's manifest (a TrainJob, JobSet or Job) with "
                                  "--job FILE to check that Kueue admits it and a GPU pool can run it")
 
@@ -318,7 +344,7 @@ class Run:
             from gpu_platform.preflight.analyzer import policy_config_path
 
             # Messages about the policy config name the file read.
-            shown = args.policy_config or (project.shown(policy_config_path(args.stack, project))
+            shown = one_line(args.policy_config) if args.policy_config else (project.shown(policy_config_path(args.stack, project))
                                            if policy_config is not None else None)
             policies.where = f"policy config {shown}" if shown else None
             self.policy_config, self.policy_config_file = policy_config, shown
@@ -336,7 +362,7 @@ class Run:
 
         out = Path(args.out) / args.stack
         if out.resolve().parent != Path(args.out).resolve():  # stack names are validated; belt and braces
-            return self.fail(EXIT_USAGE, f"stack name {args.stack!r} would write outside {args.out}")
+            return self.fail(EXIT_USAGE, f"stack name {args.stack!r} would write outside {one_line(args.out)}")
         try:
             out.mkdir(parents=True, exist_ok=True)
             (out / ".write-test").touch()
@@ -344,12 +370,12 @@ class Run:
         except OSError as exc:
             if policies is not None:
                 policies.close()
-            return self.fail(EXIT_USAGE, f"--out {args.out}: cannot write {out} ({exc.strerror or exc})")
+            return self.fail(EXIT_USAGE, f"--out {one_line(args.out)}: cannot write {one_line(str(out))} ({exc.strerror or exc})")
         # Render the charts and check the fit in a thread while the policy pack analyses the plan.
         from gpu_platform.preflight.fit.run import FitWorker, default_chart_dirs
 
         chart_dirs = [Path(d) for d in args.charts] if args.charts else default_chart_dirs(project.root)
-        missing_dirs = [str(d) for d in chart_dirs if not d.is_dir()]
+        missing_dirs = [one_line(str(d)) for d in chart_dirs if not d.is_dir()]
         if missing_dirs:
             if policies is not None:
                 policies.close()
@@ -422,7 +448,7 @@ class Run:
         self.details.append(bill)
         self.review(out)
         if self.verbose:
-            self.details.append("Wrote " + "; ".join(files))
+            self.details.append("Wrote " + one_line("; ".join(files)))
         code = self.finish(status, out)
         if args.rehearse:
             from gpu_platform.rehearsal.cli import rehearse_after_preflight
@@ -440,12 +466,11 @@ class Run:
         doc = review.review(self.cfg, self.policy_config, self.policy_config_file, self.sections.get("cost"))
         self.sections["review"] = doc
         if self.args.base:
-            base = review.base_dir(Path(self.args.base), self.args.stack)
-            if base is None:
-                self.warnings.append(f"--base {self.args.base}: no plan.json there or in {self.args.stack}/: "
+            if self.base is None:
+                self.warnings.append(f"--base {one_line(self.args.base)}: no plan.json there or in {self.args.stack}/: "
                                      "nothing to compare with")
             else:
-                self.sections["base_diff"] = review.diff(base, out)
+                self.sections["base_diff"] = review.diff(self.base, out)
                 self.details.insert(0, review.render_diff(self.sections["base_diff"]))
         if self.verbose or self.args.base:
             self.details.insert(1 if self.args.base and "base_diff" in self.sections else 0, review.render_review(doc))
@@ -476,7 +501,7 @@ def _out_problem(text: str) -> Optional[str]:
 
 def _shown_path(text: str) -> str:
     """--out as a message shows it: quoted when blank or odd (escapes visible), cut when very long."""
-    shown = repr(text) if not text.strip() or _UNUSABLE_PATH.search(text) else text
+    shown = repr(text) if not text.strip() or _UNUSABLE_PATH.search(text) else one_line(text)
     return shown if len(shown) <= 120 else f"{shown[:100]}... ({len(text)} characters)"
 
 
@@ -487,7 +512,7 @@ _UNUSABLE_PATH = re.compile(r"[\x00-\x1f\x7f]")
 def _watchdog(seconds: float, stack: str) -> None:
     """End the whole run after `seconds`, with a message, stopping the policy pack and removing its files."""
     def expire() -> None:
-        print(f"preflight {stack}: gave up after {seconds:g}s (--timeout): no verdict; a step ran away (run with -v "
+        print(f"preflight {one_line(stack)}: gave up after {seconds:g}s (--timeout): no verdict; a step ran away (run with -v "
               "to see which step was last), or raise --timeout", file=sys.stderr)
         _exit_now(EXIT_POLICY)
 

@@ -132,6 +132,8 @@ def load_policy_config(stack: str, path: "str | Path | None" = None, *,
     Same shape as the CLI's `--policy-pack-config` JSON file: policy name (or "all") -> an
     enforcement level, or a mapping of `enforcementLevel` and the policy's settings. Levels and the
     shape are checked here; policy names and settings against the pack's schemas in `analyze`."""
+    from gpu_platform.config.approvals import one_line
+
     project = project or find_project()
     if path is None:
         file = policy_config_path(stack, project)
@@ -140,8 +142,8 @@ def load_policy_config(stack: str, path: "str | Path | None" = None, *,
     else:
         file = Path(path)
         if not file.exists():
-            raise PolicyConfigError(f"policy config file {file} does not exist")
-    shown = project.shown(file)
+            raise PolicyConfigError(f"policy config file {one_line(str(file))} does not exist")
+    shown = one_line(str(project.shown(file)))
     from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_file
 
     try:

@@ -6,6 +6,9 @@ against the base branch's preflight output (resources, cost, policies)."""
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from pathlib import Path
 from typing import Any, Optional
 
@@ -108,9 +111,110 @@ def render_review(doc: dict[str, Any]) -> str:
 def base_dir(base: Path, stack: str) -> Optional[Path]:
     """The base run's folder for this stack: DIR/<stack> (a build folder) or DIR itself."""
     for d in (base / stack, base):
-        if (d / "plan.json").is_file():
+        if os.path.lexists(d / "plan.json"):
             return d
     return None
+
+
+class BaseRunError(ValueError):
+    """A --base folder's file that is not what preflight writes; str() names the file."""
+
+
+# The base folder is another run's output, perhaps from an untrusted branch's CI artifacts: read within
+# bounds. A plan.json is ~0.2-1 MiB (every resource's inputs); cost.json and policy.json a few KiB.
+MAX_BASE_BYTES = {"plan.json": 16 * 1024 * 1024, "cost.json": 1024 * 1024, "policy.json": 4 * 1024 * 1024}
+MAX_BASE_DEPTH = 200  # resource inputs (Helm values) nest a few dozen levels
+MAX_BASE_RESOURCES = 10_000  # a stack registers a few hundred
+COST_KEYS = ("idleMonthlyUsd", "fullMonthlyUsd", "fullGpus")
+
+
+def _shown(path: Path) -> str:
+    from gpu_platform.config.approvals import one_line
+
+    return one_line(str(path))
+
+
+def _load_base_file(path: Path) -> Any:
+    """The JSON document at `path`, or BaseRunError: not a regular file, larger than MAX_BASE_BYTES, not
+    UTF-8 JSON, or nested deeper than MAX_BASE_DEPTH."""
+    limit = MAX_BASE_BYTES[path.name]
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise BaseRunError(f"{_shown(path)}: not a regular file (a directory, device, pipe or socket)")
+        if st.st_size > limit:
+            raise BaseRunError(f"{_shown(path)}: {st.st_size / 2**20:.1f} MiB, larger than the {limit // 2**20} MiB "
+                               f"a preflight {path.name} can be")
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise BaseRunError(f"{_shown(path)}: cannot be read ({exc.strerror or exc})") from None
+    if len(data) > limit:  # grew while read
+        raise BaseRunError(f"{_shown(path)}: larger than the {limit // 2**20} MiB a preflight {path.name} can be")
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BaseRunError(f"{_shown(path)}: not JSON ({exc})") from None
+    except RecursionError:
+        raise BaseRunError(f"{_shown(path)}: nested deeper than {MAX_BASE_DEPTH} levels") from None
+    todo = [(doc, 0)]
+    while todo:
+        v, depth = todo.pop()
+        if depth > MAX_BASE_DEPTH:
+            raise BaseRunError(f"{_shown(path)}: nested deeper than {MAX_BASE_DEPTH} levels")
+        if isinstance(v, dict):
+            todo.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            todo.extend((x, depth + 1) for x in v)
+    return doc
+
+
+def _number(v: Any, integer: bool = False) -> bool:
+    if isinstance(v, bool) or v is None:
+        return v is None
+    return isinstance(v, int) or (not integer and isinstance(v, float) and math.isfinite(v))
+
+
+def load_base(folder: Path) -> dict[str, Any]:
+    """The base run's plan.json (required), cost.json and policy.json (where present), checked against the
+    shape preflight writes them in (runner.Plan.to_json, costs.report.cost_document, analyzer
+    PolicyReport.to_json): {"dir", "plan", "cost", "policy"}, or BaseRunError naming the file and the key."""
+    out: dict[str, Any] = {"dir": folder, "plan": None, "cost": None, "policy": None}
+    plan_path = folder / "plan.json"
+    plan = _load_base_file(plan_path)
+    resources = plan.get("resources") if isinstance(plan, dict) else None
+    if not isinstance(resources, list):
+        raise BaseRunError(f"{_shown(plan_path)}: not a preflight plan (an object with a `resources` list)")
+    if len(resources) > MAX_BASE_RESOURCES:
+        raise BaseRunError(f"{_shown(plan_path)}: {len(resources)} resources, more than the {MAX_BASE_RESOURCES} a "
+                           "preflight plan can hold")
+    for i, r in enumerate(resources):
+        if not isinstance(r, dict) or not isinstance(r.get("urn"), str):
+            raise BaseRunError(f"{_shown(plan_path)}: resources[{i}]: not a resource (an object with a `urn` string)")
+    out["plan"] = plan
+    cost_path = folder / "cost.json"
+    if os.path.lexists(cost_path):
+        cost = _load_base_file(cost_path)
+        if not isinstance(cost, dict):
+            raise BaseRunError(f"{_shown(cost_path)}: not a preflight cost document (an object)")
+        for key in COST_KEYS:
+            if not _number(cost.get(key), integer=key == "fullGpus"):
+                raise BaseRunError(f"{_shown(cost_path)}: {key}: {_shown(json.dumps(cost.get(key)))[:60]} is not "
+                                   f"{'a whole number' if key == 'fullGpus' else 'a number'} (or null)")
+        out["cost"] = cost
+    policy_path = folder / "policy.json"
+    if os.path.lexists(policy_path):
+        policy = _load_base_file(policy_path)
+        policies = policy.get("policies") if isinstance(policy, dict) else None
+        if not isinstance(policies, list):
+            raise BaseRunError(f"{_shown(policy_path)}: not a preflight policy report (an object with a `policies` list)")
+        for i, p in enumerate(policies):
+            if not (isinstance(p, dict) and isinstance(p.get("name"), str) and isinstance(p.get("status"), str)
+                    and isinstance(p.get("violations", []), list)):
+                raise BaseRunError(f"{_shown(policy_path)}: policies[{i}]: not a policy result (an object with "
+                                   "`name` and `status` strings and a `violations` list)")
+        out["policy"] = policy
+    return out
 
 
 def _read(path: Path) -> Optional[dict[str, Any]]:
@@ -120,19 +224,20 @@ def _read(path: Path) -> Optional[dict[str, Any]]:
         return None
 
 
-def diff(base: Path, head: Path) -> dict[str, Any]:
-    """Resources added, removed and changed (by URN and inputs), the cost, and each policy's result."""
-    old, new = _read(base / "plan.json") or {}, _read(head / "plan.json") or {}
+def diff(base: dict[str, Any], head: Path) -> dict[str, Any]:
+    """Resources added, removed and changed (by URN and inputs), the cost, and each policy's result.
+    `base`: load_base's documents of the base run; `head`: this run's folder."""
+    old, new = base["plan"], _read(head / "plan.json") or {}
     before = {r["urn"]: r for r in old.get("resources", [])}
     after = {r["urn"]: r for r in new.get("resources", [])}
     added = sorted(set(after) - set(before))
     removed = sorted(set(before) - set(after))
     changed = sorted(u for u in set(before) & set(after) if before[u].get("inputs") != after[u].get("inputs"))
-    out: dict[str, Any] = {"base": str(base), "resources": {"added": added, "removed": removed, "changed": changed}}
-    oc, nc = _read(base / "cost.json"), _read(head / "cost.json")
+    out: dict[str, Any] = {"base": str(base["dir"]), "resources": {"added": added, "removed": removed, "changed": changed}}
+    oc, nc = base["cost"], _read(head / "cost.json")
     if oc and nc:
-        out["cost"] = {k: {"base": oc.get(k), "head": nc.get(k)} for k in ("idleMonthlyUsd", "fullMonthlyUsd", "fullGpus")}
-    op, np_ = _read(base / "policy.json"), _read(head / "policy.json")
+        out["cost"] = {k: {"base": oc.get(k), "head": nc.get(k)} for k in COST_KEYS}
+    op, np_ = base["policy"], _read(head / "policy.json")
     if op and np_:
         was = {p["name"]: (p["status"], len(p.get("violations", []))) for p in op.get("policies", [])}
         now = {p["name"]: (p["status"], len(p.get("violations", []))) for p in np_.get("policies", [])}
@@ -150,11 +255,13 @@ def _short(urn: str) -> str:
 
 def render_diff(d: dict[str, Any]) -> str:
     r = d["resources"]
-    lines = [f"Changes against the base ({d['base']})",
+    from gpu_platform.config.approvals import one_line
+
+    lines = [f"Changes against the base ({one_line(d['base'])})",
              f"  resources     +{len(r['added'])} added, -{len(r['removed'])} removed, ~{len(r['changed'])} changed"]
     for sign, key in (("+", "added"), ("-", "removed"), ("~", "changed")):
         for urn in r[key][:20]:
-            lines.append(f"    {sign} {_short(urn)}")
+            lines.append(f"    {sign} {one_line(_short(urn))}")
         if len(r[key]) > 20:
             lines.append(f"    {sign} ... {len(r[key]) - 20} more (plan.json)")
     for key, label in (("fullMonthlyUsd", "full capacity"), ("idleMonthlyUsd", "idle floor")):
@@ -169,5 +276,5 @@ def render_diff(d: dict[str, Any]) -> str:
         if not d["policies"]:
             lines.append("  policies      no result changed")
         for p in d["policies"]:
-            lines.append(f"  policies      {p['policy']}: {p['base']} -> {p['head']}")
+            lines.append(one_line(f"  policies      {p['policy']}: {p['base']} -> {p['head']}"))
     return "\n".join(lines)

@@ -196,7 +196,9 @@ def load_stack_file(path: Path, project: Optional[Project] = None, shown: Option
     StackFileError naming `shown` (default: the path as given), never anything else."""
     from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_file
 
-    shown = shown or str(path)
+    from gpu_platform.config.approvals import one_line
+
+    shown = shown or one_line(str(path))  # in one message line: a newline in a file name cannot forge a line
     if not os.path.lexists(path):
         raise StackNotFound(f"no stack file {shown}")
     if os.path.islink(path) and not os.path.exists(path):

@@ -589,6 +589,29 @@ def _ds_meant_to_run(pod: _Pod, groups: list[NodeGroup]) -> bool:
     return not (keys - set(WELL_KNOWN_OS_KEYS))
 
 
+# The API groups Kubernetes itself serves (`kubectl api-versions` on 1.33, the core group as ""); any
+# other group exists only where a CustomResourceDefinition (or an APIService) serves it.
+BUILTIN_GROUPS = frozenset({
+    "", "apps", "batch", "autoscaling", "policy", "admissionregistration.k8s.io", "apiextensions.k8s.io",
+    "apiregistration.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "certificates.k8s.io",
+    "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io", "flowcontrol.apiserver.k8s.io", "networking.k8s.io",
+    "node.k8s.io", "rbac.authorization.k8s.io", "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io",
+    "storagemigration.k8s.io", "internal.apiserver.k8s.io",
+})
+
+
+def _crd_kinds(objects: Iterable[dict]) -> Iterable[tuple[str, str, str]]:
+    """(group, version, kind) of every version a CustomResourceDefinition among `objects` serves."""
+    for o in objects:
+        spec = o.get("spec") if o.get("kind") == "CustomResourceDefinition" else None
+        if not isinstance(spec, dict):
+            continue
+        kind = (spec.get("names") or {}).get("kind", "")
+        for v in spec.get("versions") or []:
+            if isinstance(v, dict) and v.get("served", True):
+                yield str(spec.get("group", "")), str(v.get("name", "")), kind
+
+
 class _Checker:
     def __init__(self, model: ClusterModel, releases: list[Any]):
         self.model = model
@@ -803,7 +826,26 @@ class _Checker:
                              "change the job (or profile) as the policy's message says")
         return out
 
+    def unserved_jobs(self) -> None:
+        """A job file's object whose kind no API the cluster serves: a real API server refuses it (`no matches
+        for kind`), e.g. Training Operator v1's PyTorchJob on a platform that installs Trainer v2."""
+        served = {(g, v, k) for g, v, k in _crd_kinds(o for rel in self.releases for o in rel.objects)}
+        for rel in self.releases:
+            if rel.source != "example":
+                continue
+            for obj in rel.objects:
+                api, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
+                group, _, version = api.rpartition("/")
+                if group in BUILTIN_GROUPS or (group, version, kind) in served:
+                    continue
+                self.problem("admission", rel.name, object_id(obj),
+                             f"no API the cluster serves has kind {kind} in {api} (no CustomResourceDefinition in the "
+                             "plan installs it): the API server refuses it",
+                             "write the job as a kind the platform installs: TrainJob (trainer.kubeflow.org), JobSet "
+                             "(jobset.x-k8s.io), Job or CronJob (batch/v1), Pod (v1)")
+
     def run(self) -> FitReport:
+        self.unserved_jobs()
         pods = self.build_pods()
         self.refused = self.admission_refusals()
         self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")

@@ -413,6 +413,9 @@ def _load_docs(text: str, release: str, where: str, texts: Optional[list] = None
         docs = parse_yaml_docs(text)
     except HelmError as exc:
         raise ChartError(release, f"{where} is not a YAML mapping of a Kubernetes object: {exc}") from None
+    except RecursionError:  # Go's YAML parser reads thousands of levels; Python's JSON decoder does not
+        raise ChartError(release, f"{where} is nested too deeply to read (thousands of levels): "
+                                  "not a Kubernetes object") from None
     out: list[dict[str, Any]] = []
     for doc_text, doc in docs:
         if not isinstance(doc, dict) or "kind" not in doc or "apiVersion" not in doc:
@@ -427,6 +430,97 @@ def _load_docs(text: str, release: str, where: str, texts: Optional[list] = None
             if texts is not None:
                 texts.append(doc_text)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The jobs checked for queue fit (--job FILE)
+# ---------------------------------------------------------------------------------------------
+
+# A job file holds one job and what it needs (a ConfigMap, a PVC): far below these. The caps keep a
+# hostile or mistaken file (a log, thousands of generated Jobs) from taking minutes or gigabytes: the
+# fit check runs per object against every node group and the rendered releases.
+MAX_JOB_BYTES = 1024 * 1024
+MAX_JOB_OBJECTS = 100
+MAX_JOB_DEPTH = 64
+# Kinds whose pods the fit check builds (fit/pods.py pod_templates): (apiVersion prefix, kind).
+JOB_KINDS = (("trainer.kubeflow.org/", "TrainJob"), ("jobset.x-k8s.io/", "JobSet"), ("batch/", "Job"),
+             ("batch/", "CronJob"), ("v1", "Pod"), ("apps/", "Deployment"), ("apps/", "StatefulSet"),
+             ("apps/", "ReplicaSet"), ("apps/", "DaemonSet"))
+JOB_KINDS_TEXT = ("TrainJob (trainer.kubeflow.org/v1alpha1), JobSet (jobset.x-k8s.io/v1alpha2), Job or CronJob "
+                  "(batch/v1), Pod (v1), Deployment/StatefulSet/ReplicaSet/DaemonSet (apps/v1)")
+
+
+def shown_path(path: "Path | str") -> str:
+    """A path inside one message line: control characters (newlines included) escaped, so that a file
+    name cannot forge or erase output lines."""
+    from gpu_platform.config.approvals import one_line
+
+    return one_line(str(path))
+
+
+def is_job_kind(obj: dict[str, Any]) -> bool:
+    api, kind = str(obj.get("apiVersion", "")), obj.get("kind")
+    return any(kind == k and (api == p if p == "v1" else api.startswith(p)) for p, k in JOB_KINDS)
+
+
+def _depth_problem(obj: Any, limit: int) -> bool:
+    todo = [(obj, 0)]
+    while todo:
+        v, depth = todo.pop()
+        if depth > limit:
+            return True
+        if isinstance(v, dict):
+            todo.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            todo.extend((x, depth + 1) for x in v)
+    return False
+
+
+def load_job_file(path: Path, shown: Optional[str] = None) -> list[dict[str, Any]]:
+    """The Kubernetes objects of a job file (--job), or ChartError("example", ...) naming the file: not a
+    regular file, larger than MAX_JOB_BYTES, not YAML objects, nested deeper than MAX_JOB_DEPTH, more than
+    MAX_JOB_OBJECTS objects, or no object of a kind the fit check runs (JOB_KINDS)."""
+    import stat
+
+    shown = shown or shown_path(path)
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ChartError("example", f"{shown} is {'a directory' if stat.S_ISDIR(mode) else 'not a regular file (a device, pipe or socket)'}; "
+                                        "give a YAML file of Kubernetes objects")
+        with open(path, "rb") as f:
+            data = f.read(MAX_JOB_BYTES + 1)
+    except OSError as exc:
+        raise ChartError("example", f"{shown} cannot be read: {exc.strerror or exc}") from None
+    if len(data) > MAX_JOB_BYTES:
+        raise ChartError("example", f"{shown} is larger than {MAX_JOB_BYTES // 1024} KiB: a job file holds a job "
+                                    "and what it needs; give one job at a time")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChartError("example", f"{shown} is not UTF-8 text (byte {exc.start})") from None
+    if len(_DOC_SEPARATOR.findall(text)) > 4 * MAX_JOB_OBJECTS:  # before parsing thousands of documents
+        raise ChartError("example", f"{shown} holds more than {MAX_JOB_OBJECTS} Kubernetes objects (the most "
+                                    "preflight checks from one --job file); give one job at a time")
+    objs = _load_docs(text, "example", shown)
+    if not objs:
+        raise ChartError("example", f"{shown} holds no Kubernetes object; give a job to check: {JOB_KINDS_TEXT}")
+    if len(objs) > MAX_JOB_OBJECTS:
+        raise ChartError("example", f"{shown} holds more than {MAX_JOB_OBJECTS} Kubernetes objects ({len(objs)}; "
+                                    f"{MAX_JOB_OBJECTS} is the most preflight checks from one --job file); "
+                                    "give one job at a time")
+    for obj in objs:
+        if _depth_problem(obj, MAX_JOB_DEPTH):
+            raise ChartError("example", f"{shown}: {obj.get('kind')} is nested deeper than {MAX_JOB_DEPTH} levels: "
+                                        "not a Kubernetes object")
+        if not isinstance(obj.get("kind"), str) or not isinstance(obj.get("apiVersion"), str):
+            raise ChartError("example", f"{shown} holds something that is not a Kubernetes object (apiVersion and "
+                                        "kind must be strings)")
+    if not any(is_job_kind(o) for o in objs):
+        found = ", ".join(sorted({f"{o['kind']} ({o['apiVersion']})" for o in objs}))
+        raise ChartError("example", f"{shown} holds no job preflight can check: {found}; the kinds it checks are "
+                                    f"{JOB_KINDS_TEXT}")
+    return objs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,7 +681,7 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
                     rel.rendered = False
                     releases.append(rel)
                     continue
-                searched = ", ".join(str(d) for d in chart_dirs) or "(no chart directory)"
+                searched = ", ".join(shown_path(d) for d in chart_dirs) or "(no chart directory)"
                 raise ChartError(name, f"chart {chart} {version} ({chart_file_name(chart, version)}) is in none of the "
                                        f"chart directories: {searched}; fill one with `python -m gpu_platform.preflight charts pull`")
             import helm_python
@@ -623,7 +717,7 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
 
     example = base / example if example is not None else None
     if example is not None and example.exists():
-        objs = _load_docs(example.read_text(), "example", str(example.relative_to(base) if example.is_relative_to(base) else example))
+        objs = load_job_file(example, shown_path(example.relative_to(base) if example.is_relative_to(base) else example))
         releases.append(RenderedRelease(example.stem, example.stem, f"file:{example.name}", "example", None, None,
                                         EXAMPLE_NAMESPACE, objs, frozenset()))
 

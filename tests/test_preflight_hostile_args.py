@@ -1,0 +1,159 @@
+"""Hostile arguments to the preflight command (the adversarial review of the CLI): a --job file that is
+nested thousands of levels deep, empty, of a kind the cluster does not serve, or thousands of objects; a
+--base folder whose plan/cost/policy JSON is malformed or huge; a file name that would forge an output
+line. Each ends in one clear message naming the file and the documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import stack_config
+from tests.fit_support import need_charts
+from tests.test_hostile_input import run_main
+
+FORGED = "preflight linode-dev: PASS in 3.1s"
+GPU_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe", "namespace": "training",
+                                                                  "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue"}},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+PYTORCH_JOB = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "huge", "namespace": "training"},
+               "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 100_000_000, "template": {"spec": {
+                   "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}}
+
+
+def _stack_file(folder: Path, name: str = "demo") -> Path:
+    path = folder / f"Pulumi.{name}.yaml"
+    path.write_text(yaml.safe_dump({"config": stack_config("linode-dev")}, sort_keys=False))
+    return path
+
+
+def _run(tmp_path: Path, capsys, *extra: str, stack: Path | None = None) -> tuple[int, str]:
+    stack = stack or _stack_file(tmp_path)
+    code, text, _ = run_main(["--stack-file", str(stack), "--quiet", "--no-policies",
+                              "--out", str(tmp_path / "build"), *extra], capsys)
+    assert "Traceback" not in text
+    return code, text
+
+
+def _docs(*objs: dict) -> str:
+    return "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objs)
+
+
+# --- --job -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ("", "holds no Kubernetes object"),
+    ("# only a comment\n---\n", "holds no Kubernetes object"),
+    (_docs(PYTORCH_JOB), "holds no job preflight can check: PyTorchJob (kubeflow.org/v1)"),
+    (_docs(*[GPU_JOB] * 101), "more than 100 Kubernetes objects"),
+    (_docs(*[GPU_JOB] * 2000), "more than 100 Kubernetes objects"),
+], ids=["nested-5000", "empty", "comment-only", "pytorchjob", "101-jobs", "2000-jobs"])
+def test_a_job_file_preflight_cannot_check_is_a_config_error_naming_it(tmp_path, capsys, content, expected):
+    job = tmp_path / "job.yaml"
+    job.write_text(content)
+    code, text = _run(tmp_path, capsys, "--job", str(job))
+    assert code == 2, text
+    assert f"--job {job}" in text and expected in text, text
+    assert "preflight demo: CONFIG-ERROR" in text
+    if "PyTorchJob" in expected or "no Kubernetes object" in expected:
+        assert "TrainJob (trainer.kubeflow.org/v1alpha1)" in text  # the kinds it does check
+
+
+@pytest.mark.parametrize("target, expected", [("/dev/zero", "not a regular file"), ("dir", "a directory"),
+                                              ("missing", "no such file")])
+def test_a_job_path_that_is_not_a_file_says_what_it_is(tmp_path, capsys, target, expected):
+    path = {"dir": str(tmp_path), "missing": str(tmp_path / "gone.yaml")}.get(target, target)
+    code, text = _run(tmp_path, capsys, "--job", path)
+    assert code == 4, text
+    assert f"--job {path}: {expected}" in text
+
+
+def test_a_job_kind_the_cluster_does_not_serve_is_a_fit_violation(tmp_path, capsys):
+    """Training Operator v1's PyTorchJob beside a Job: the platform installs Trainer v2, so the API server
+    refuses it (no CRD serves kubeflow.org/v1); it was silently skipped and the run passed."""
+    need_charts()
+    job = tmp_path / "job.yaml"
+    job.write_text(_docs(PYTORCH_JOB, GPU_JOB))
+    code, text = _run(tmp_path, capsys, "--job", str(job))
+    assert code == 3, text
+    assert "PyTorchJob/training/huge" in text and "no API the cluster serves has kind PyTorchJob in kubeflow.org/v1" in text
+
+
+# --- --base ----------------------------------------------------------------------------------------
+
+
+def _write_base(folder: Path, case: str) -> None:
+    folder.mkdir(parents=True)
+    plan = {"stack": "demo", "resources": [], "outputs": {}}
+    files = {
+        "plan-list": {"plan.json": "[]"},
+        "plan-no-urn": {"plan.json": json.dumps({"resources": [{}]})},
+        "plan-resources-int": {"plan.json": json.dumps({"resources": 5})},
+        "plan-deep": {"plan.json": "[" * 200_000 + "]" * 200_000},
+        "plan-not-json": {"plan.json": "{"},
+        "cost-str": {"plan.json": json.dumps(plan),
+                     "cost.json": json.dumps({"fullMonthlyUsd": "x", "idleMonthlyUsd": 1, "fullGpus": 1})},
+        "policy-no-status": {"plan.json": json.dumps(plan),
+                             "policy.json": json.dumps({"policies": [{"name": "gpu-count-ceiling"}]})},
+    }.get(case)
+    if files is not None:
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    elif case == "plan-huge":
+        with open(folder / "plan.json", "wb") as f:  # sparse: the size alone refuses it
+            f.truncate(17 * 1024 * 1024)
+    elif case == "cost-fifo":
+        (folder / "plan.json").write_text(json.dumps(plan))
+        os.mkfifo(folder / "cost.json")  # reading it would wait for ever
+
+
+@pytest.mark.parametrize("case, file, expected", [
+    ("plan-list", "plan.json", "not a preflight plan"),
+    ("plan-no-urn", "plan.json", "resources[0]: not a resource"),
+    ("plan-resources-int", "plan.json", "not a preflight plan"),
+    ("plan-deep", "plan.json", "nested deeper than"),
+    ("plan-not-json", "plan.json", "not JSON"),
+    ("plan-huge", "plan.json", "17.0 MiB, larger than the 16 MiB"),
+    ("cost-str", "cost.json", "fullMonthlyUsd: \"x\" is not a number"),
+    ("cost-fifo", "cost.json", "not a regular file"),
+    ("policy-no-status", "policy.json", "policies[0]: not a policy result"),
+])
+def test_a_malformed_base_run_is_a_usage_error_naming_the_file_before_the_run(tmp_path, capsys, case, file, expected):
+    base = tmp_path / "base"
+    _write_base(base / "demo", case)
+    code, text = _run(tmp_path, capsys, "--base", str(base))
+    assert code == 4, text
+    assert f"--base: {base / 'demo' / file}: {expected}" in text, text
+    assert not (tmp_path / "build" / "demo" / "plan.json").exists()  # refused before the program ran
+
+
+# --- names that would forge output lines -----------------------------------------------------------
+
+
+def test_a_stack_file_name_cannot_forge_a_verdict_line(tmp_path, capsys):
+    stack = _stack_file(tmp_path)
+    forged = stack.with_name(f"Pulumi.x\n{FORGED}\n.yaml")
+    stack.rename(forged)
+    code, text = _run(tmp_path, capsys, stack=forged)
+    assert code == 2, text
+    assert FORGED not in text.splitlines()
+    assert f"Pulumi.x\\n{FORGED}\\n.yaml" in text
+
+
+def test_a_base_plans_urn_cannot_forge_a_line(tmp_path, capsys):
+    need_charts()
+    base = tmp_path / "base" / "demo"
+    base.mkdir(parents=True)
+    urn = f"urn:pulumi:demo::gpu-platform::t::x\n{FORGED}\x1b[2J"
+    (base / "plan.json").write_text(json.dumps({"resources": [{"urn": urn, "inputs": {}}]}))
+    code, text = _run(tmp_path, capsys, "--base", str(tmp_path / "base"))
+    assert code == 0, text
+    assert FORGED not in text.splitlines() and "\x1b" not in text
+    assert f"- t x\\n{FORGED}\\x1b[2J" in text
