@@ -144,6 +144,10 @@ class LinodeSection(Model):
 # /vpcs/{vpcId}/subnets, `ipv4`: "must belong to a private address space as defined in RFC1918 ... must not
 # overlap with 192.168.128.0/17").
 LINODE_SHARED_PRIVATE_RANGE = ipaddress.ip_network("192.168.128.0/17")
+# NodeBalancers reach their backends from this range over the private network (Akamai/Linode LKE firewall
+# docs: "allowed-nodebalancers" rules accept 192.168.255.0/24): the only part of the shared network a node
+# firewall admits.
+LINODE_NODEBALANCER_BACKENDS = ipaddress.ip_network("192.168.255.0/24")
 
 # The VPC addressing plan (render.vpc_addresses) has room for this many system workers.
 MAX_SYSTEM_NODES = 20

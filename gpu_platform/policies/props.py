@@ -12,6 +12,8 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any, Iterable, Optional
 
+from gpu_platform.config.linode import LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE
+
 WORLD_V4 = "0.0.0.0/0"
 WORLD_V6 = "::/0"
 
@@ -113,21 +115,14 @@ def _network(cidr: Any):
     return net
 
 
-# Linode's regional private network: "The regional private IP address range, 192.168.128.0/17, is shared by
-# all Linode Instances in a region" (pulumi_linode Instance.private_ip_address), any customer's. On a Linode
-# firewall a source range there is as good as public. Except the NodeBalancers' backend range: NodeBalancers
-# reach their backends from 192.168.255.0/24 (Linode's LKE firewall docs, "allowed-nodebalancers"), the only
-# way an API NodeBalancer reaches the control planes.
-LINODE_SHARED_PRIVATE = ipaddress.ip_network("192.168.128.0/17")
-LINODE_NODEBALANCER_BACKENDS = ipaddress.ip_network("192.168.255.0/24")
-
-
 def linode_shared_private(cidrs: Iterable[Any]) -> list[str]:
-    """The ranges (as written) that reach into Linode's shared private network, NodeBalancer backends aside."""
+    """The ranges (as written) that reach into Linode's shared private network (config.linode: any customer's
+    Linodes; on a Linode firewall as good as public), NodeBalancer backends aside (the only way an API
+    NodeBalancer reaches the control planes)."""
     out = []
     for c in cidrs:
         net = _network(c)
-        if net is not None and net.version == 4 and net.overlaps(LINODE_SHARED_PRIVATE) \
+        if net is not None and net.version == 4 and net.overlaps(LINODE_SHARED_PRIVATE_RANGE) \
                 and not net.subnet_of(LINODE_NODEBALANCER_BACKENDS):
             out.append(str(c))
     return out

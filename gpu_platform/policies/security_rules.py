@@ -12,9 +12,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from gpu_platform.config.linode import LINODE_SHARED_PRIVATE_RANGE
 from gpu_platform.policies.pools import GKE_CLUSTER, GKE_NODE_POOL, stack_nodes
 from gpu_platform.policies.props import (
-    LINODE_SHARED_PRIVATE,
     as_int,
     as_list,
     covers,
@@ -86,7 +86,7 @@ def _check_linode_firewall(args, props, protected, report) -> None:
         shared = linode_shared_private(as_list(get(rule, "ipv4s")))
         if shared and exposed:
             report(f"inbound rule '{get(rule, 'label', '?')}' opens {', '.join(exposed)} to {', '.join(shared)}, which "
-                   f"reaches into {LINODE_SHARED_PRIVATE}: Linode's private network shared by every customer's Linodes "
+                   f"reaches into {LINODE_SHARED_PRIVATE_RANGE}: Linode's private network shared by every customer's Linodes "
                    "in the region; allow adminCidrs outside it only.")
 
 

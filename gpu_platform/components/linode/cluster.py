@@ -37,16 +37,13 @@ from gpu_platform.components.cluster import (
 from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.linode import addons, node_groups, render, upgrade, versions
-from gpu_platform.config.linode import BUCKET_SUFFIX_LENGTH, bucket_label
+from gpu_platform.config.linode import (
+    BUCKET_SUFFIX_LENGTH, LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE, bucket_label,
+)
 from gpu_platform.components.paths import program_relative
 
 API_PORT = 6443
-# NodeBalancers reach their backends from this range over the private network (Akamai/Linode LKE
-# firewall docs: "allowed-nodebalancers" rules accept 192.168.255.0/24).
-NODEBALANCER_SOURCE_CIDR = "192.168.255.0/24"
 NODE_PORTS = "30000-32767"
-# Linode private IPv4s (pulumi-linode Instance.private_ip: "the 192.168.128.0/17 network").
-LINODE_PRIVATE_RANGE = ipaddress.ip_network("192.168.128.0/17")
 # Worker join tokens stay valid until the end of the rotation window after the last `pulumi up`
 # (this many days after the current window ends); then the token cleaner deletes them.
 TOKEN_ROTATION_DAYS = 7
@@ -92,11 +89,11 @@ def firewall_rules(admin_cidrs: list[str], vpc_cidr: str, pod_cidr: str, ssh_ena
         {"label": "vpc-icmp", "action": "ACCEPT", "protocol": "ICMP", "ipv4s": [vpc_cidr, pod_cidr]},
         # NodeBalancers (LoadBalancer Services; the HA API) reach backends on their private IPs.
         {"label": "nodebalancer-nodeports", "action": "ACCEPT", "protocol": "TCP", "ports": NODE_PORTS,
-         "ipv4s": [NODEBALANCER_SOURCE_CIDR]},
+         "ipv4s": [str(LINODE_NODEBALANCER_BACKENDS)]},
     ]
     if api_balancer:
         rules.append({"label": "nodebalancer-kube-api", "action": "ACCEPT", "protocol": "TCP",
-                      "ports": str(API_PORT), "ipv4s": [NODEBALANCER_SOURCE_CIDR]})
+                      "ports": str(API_PORT), "ipv4s": [str(LINODE_NODEBALANCER_BACKENDS)]})
     if v4 or v6:
         rules.append({"label": "admin-kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": str(API_PORT),
                       **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})})
@@ -111,7 +108,7 @@ def public_ipv4(ipv4s: list[str]) -> str:
     192.168.128.0/17 address (`private_ip=True`) in hash order, not the API's. terraform-provider-linode
     fills `ip_address` from the same answer, but that attribute is deprecated (pulumi-linode 6.x warns on
     every read). Several public addresses (extra IPs): the lowest, so every run picks the same."""
-    public = sorted((ip for ip in ipv4s or [] if ipaddress.ip_address(ip) not in LINODE_PRIVATE_RANGE),
+    public = sorted((ip for ip in ipv4s or [] if ipaddress.ip_address(ip) not in LINODE_SHARED_PRIVATE_RANGE),
                     key=ipaddress.ip_address)
     if not public:
         raise ValueError(f"no public IPv4 among {sorted(ipv4s or [])}")
