@@ -157,15 +157,10 @@ def _load_base_file(path: Path) -> Any:
         raise BaseRunError(f"{_shown(path)}: not JSON ({exc})") from None
     except RecursionError:
         raise BaseRunError(f"{_shown(path)}: nested deeper than {MAX_BASE_DEPTH} levels") from None
-    todo = [(doc, 0)]
-    while todo:
-        v, depth = todo.pop()
-        if depth > MAX_BASE_DEPTH:
-            raise BaseRunError(f"{_shown(path)}: nested deeper than {MAX_BASE_DEPTH} levels")
-        if isinstance(v, dict):
-            todo.extend((x, depth + 1) for x in v.values())
-        elif isinstance(v, list):
-            todo.extend((x, depth + 1) for x in v)
+    from gpu_platform.preflight.fit.render import nested_deeper_than
+
+    if nested_deeper_than(doc, MAX_BASE_DEPTH):
+        raise BaseRunError(f"{_shown(path)}: nested deeper than {MAX_BASE_DEPTH} levels")
     return doc
 
 

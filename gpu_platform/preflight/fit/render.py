@@ -463,7 +463,8 @@ def is_job_kind(obj: dict[str, Any]) -> bool:
     return any(kind == k and (api == p if p == "v1" else api.startswith(p)) for p, k in JOB_KINDS)
 
 
-def _depth_problem(obj: Any, limit: int) -> bool:
+def nested_deeper_than(obj: Any, limit: int) -> bool:
+    """Whether a parsed document nests dicts/lists deeper than `limit` (walked without recursion)."""
     todo = [(obj, 0)]
     while todo:
         v, depth = todo.pop()
@@ -510,7 +511,7 @@ def load_job_file(path: Path, shown: Optional[str] = None) -> list[dict[str, Any
                                     f"{MAX_JOB_OBJECTS} is the most preflight checks from one --job file); "
                                     "give one job at a time")
     for obj in objs:
-        if _depth_problem(obj, MAX_JOB_DEPTH):
+        if nested_deeper_than(obj, MAX_JOB_DEPTH):
             raise ChartError("example", f"{shown}: {obj.get('kind')} is nested deeper than {MAX_JOB_DEPTH} levels: "
                                         "not a Kubernetes object")
         if not isinstance(obj.get("kind"), str) or not isinstance(obj.get("apiVersion"), str):
