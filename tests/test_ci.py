@@ -392,6 +392,7 @@ def _run_ci_script(tmp_path, free_gib: int) -> list[str]:
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
     shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
+    shutil.copy(ROOT / ".ci" / "debian-tools", repo / ".ci" / "debian-tools")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "calls.log"

@@ -10,7 +10,6 @@ cache does not exist at all (CI builds it first). A full rehearsal of one stack 
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import shutil
 import subprocess
@@ -20,9 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_platform.config.stack import parse_config
-from gpu_platform.preflight.fit.run import run_fit
-from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 from gpu_platform.rehearsal import binaries
 from gpu_platform.rehearsal.controllers import fatal, find_controllers, prepare
 from gpu_platform.rehearsal.install import REWRITTEN, InstallLog, Installer, order_releases
@@ -30,29 +26,12 @@ from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, node_objects
 from gpu_platform.preflight.fit.selectors import tolerates_any as _tolerates
 from gpu_platform.rehearsal.scenarios import selects
 from tests.conftest import ROOT, stack_config
-from tests.fit_support import CHARTS, STACKS, need_charts
+from tests.fit_support import CHARTS, STACKS
+from tests.rehearsal_support import prepared, rehearse as _rehearse
 
 HAVE_CACHE = binaries.bin_dir().is_dir()
 needs_components = pytest.mark.skipif(
     not HAVE_CACHE, reason=f"no component cache at {binaries.bin_dir()}: build it with `{binaries.BUILD_COMMAND}`")
-
-
-def _prepare(stack: str, config: dict | None, out: Path, example: Path | None = None):
-    need_charts()
-    stack_input = stack_input_from_mapping(stack, config) if config is not None else load_stack(stack)
-    cfg = parse_config(stack_input.raw, stack)
-    plan = run_program(stack_input)
-    out.mkdir(parents=True, exist_ok=True)
-    extra = {"example": example} if example is not None else {}
-    fit = run_fit(cfg, plan, out, [CHARTS], base=ROOT, **extra)
-    return cfg, plan, fit
-
-
-@functools.lru_cache(maxsize=None)
-def prepared(stack: str):
-    import tempfile
-
-    return _prepare(stack, None, Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-")))
 
 
 # --- without components ------------------------------------------------------------------------------------
@@ -185,6 +164,7 @@ def _children_alive(pids) -> list[int]:
 @needs_components
 @pytest.mark.rehearsal
 def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
+    """Needs its own control plane: it checks what starting one runs and that closing it leaves nothing."""
     from gpu_platform.rehearsal.controlplane import ControlPlane
 
     with ControlPlane(tmp_path / "logs") as cp:
@@ -200,6 +180,7 @@ def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
 @needs_components
 @pytest.mark.rehearsal
 def test_sigterm_tears_the_control_plane_down(tmp_path):
+    """Needs its own control plane, in a process of its own that the test sends SIGTERM to."""
     script = ("import sys, time\nfrom pathlib import Path\nfrom gpu_platform.rehearsal.controlplane import ControlPlane\n"
               f"with ControlPlane(Path({str(tmp_path / 'logs')!r})) as cp:\n"
               "    print(' '.join(map(str, cp.procs.pids())), cp.tmp, flush=True)\n    time.sleep(300)\n")
@@ -209,20 +190,6 @@ def test_sigterm_tears_the_control_plane_down(tmp_path):
     proc.terminate()
     proc.wait(60)
     assert _children_alive(pids) == [] and not tmp.exists()
-
-
-def _rehearse(stack: str, tmp_path: Path, config: dict | None = None, mutate=None, scenarios=None):
-    from gpu_platform.rehearsal.run import ALL_SCENARIOS, rehearse
-
-    if config is None:
-        cfg, plan, fit = prepared(stack)
-    else:
-        cfg, plan, fit = _prepare(stack, config, tmp_path / "prep")
-    releases = copy.deepcopy(fit.releases)
-    if mutate is not None:
-        mutate(releases)
-    return rehearse(stack, cfg, plan, releases, fit.model, fit.report.to_json()["placements"], tmp_path / "out",
-                    scenarios=scenarios or ALL_SCENARIOS)
 
 
 def _failures(result) -> str:
@@ -274,7 +241,7 @@ def test_shipped_stack_rehearses_with_only_its_known_findings(stack, tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_example_trainjob_runs_with_its_runtimes_grace_period(tmp_path):
     """The Kueue 0.19.2 / Trainer 2.3 skew, fixed: the example names the platform's torch-checkpointed
     runtime (grace period and ServiceAccount in its pod template) and has no runtimePatches, so Kueue's
@@ -306,7 +273,7 @@ def _with_grace_in_runtime_patches(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_grace_period_in_runtime_patches_is_found(tmp_path):
     """Kueue 0.19.2 (built against Trainer 2.2.1) rewrites the admitted TrainJob without the 2.3-only
     terminationGracePeriodSeconds patch, and the TrainJob makes no pod."""
@@ -351,7 +318,7 @@ def _without_one_kueue_rbac_rule(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_trainjob_integration_removed_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import example_trainjob
 
@@ -361,7 +328,7 @@ def test_planted_trainjob_integration_removed_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_device_plugin_without_gpu_toleration_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import workloads_ready
 
@@ -371,7 +338,7 @@ def test_planted_device_plugin_without_gpu_toleration_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import inadmissible
 
@@ -382,7 +349,7 @@ def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_zero_quota_flavor_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import example_trainjob
 
@@ -402,7 +369,7 @@ def _privileged_notebook_profile(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_privileged_notebook_profile_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import notebook_profiles
 
@@ -416,7 +383,7 @@ def test_planted_privileged_notebook_profile_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="gcp-prod")
 def test_preemption_is_not_counted_and_a_never_ready_job_stops_after_max_requeues(tmp_path):
     """Issue 22 / 20: the node of the running example job is deleted: its JobSet restarts without
     counting it, Kueue's Workload recovers with no eviction and an unchanged requeue count. A job whose
@@ -447,7 +414,7 @@ def _without_backoff_limit(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_requeuing_without_limit_is_found(tmp_path):
     from gpu_platform.rehearsal.scenarios import never_ready
 
@@ -469,7 +436,7 @@ def _runtime_without_failure_policy(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="gcp-prod")
 def test_planted_runtime_without_failure_policy_is_found(tmp_path):
     from gpu_platform.rehearsal.scenarios import example_trainjob, preemption_not_counted
 
@@ -539,7 +506,7 @@ def test_secret_paths_name_where_pulumi_secrets_are():
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="gcp-prod")
 def test_real_hub_spawns_cpu_and_gpu_profiles_and_a_notebook_submits_a_trainjob(tmp_path):
     from gpu_platform.rehearsal.hub import hub_spawn
 
@@ -570,7 +537,7 @@ def _notebook_role_reads_secrets(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="gcp-prod")
 def test_planted_notebook_role_reading_secrets_fails(tmp_path):
     from gpu_platform.rehearsal.hub import hub_spawn
 
@@ -585,7 +552,7 @@ def _without_default_local_queue(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 @pytest.mark.parametrize("plant", [None, _without_default_local_queue], ids=["shipped", "no-default-localqueue"])
 def test_unlabelled_gpu_trainjob_is_queued_in_default(tmp_path, plant):
     from gpu_platform.rehearsal.hub import unlabelled_trainjob
@@ -611,7 +578,7 @@ def _gpu_profile_pinned_to_first_zone(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="aws-prod")
 @pytest.mark.parametrize("plant", [None, _gpu_profile_pinned_to_first_zone], ids=["shipped", "profile-pinned-to-zone-a"])
 def test_eks_notebook_with_its_volume_in_zone_b_gets_a_zone_b_node(tmp_path, plant):
     from gpu_platform.rehearsal.hub import zone_drill
