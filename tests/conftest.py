@@ -92,7 +92,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         stack = rehearsal_stack(item)
         if stack is not None:
-            item.add_marker(pytest.mark.xdist_group(f"rehearsal-{stack}"))
+            if config.pluginmanager.hasplugin("xdist"):
+                item.add_marker(pytest.mark.xdist_group(f"rehearsal-{stack}"))
         elif item.get_closest_marker("rehearsal") is not None:
             doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
             if "own control plane" not in doc:

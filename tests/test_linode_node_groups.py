@@ -599,6 +599,7 @@ def test_pricing_is_the_pools_hourly_price_over_the_period(world):
     assert price == pytest.approx(2 * hourly)
 
 
+@pytest.mark.sidevenv  # checkov, from .venv-checkov
 def test_dockerfile_passes_checkov():
     import subprocess
 

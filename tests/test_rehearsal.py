@@ -119,6 +119,34 @@ def test_controller_configuration_changes_only_addresses_certificates_and_leader
     assert any(a.startswith("--config=") for a in argv)
 
 
+def test_a_planted_change_is_found_object_by_object_and_restarts_only_the_controller_whose_configuration_moved():
+    """The shared cluster's `planted` applies what differs between the installed releases and the planted
+    copy: the objects changed, added and removed, and a restart for a controller whose Configuration moved
+    (a controller reads its ConfigMap once, at start). Nothing else is touched."""
+    from gpu_platform.rehearsal.run import _config_changes, _installed_objects
+
+    _, _, fit = prepared("linode-dev")
+    installed = [r for r in fit.releases if r.rendered]
+    ctls = find_controllers(installed)
+    for c in ctls:
+        c.status = "running"
+    planted = copy.deepcopy(installed)
+    _without_trainjob_integration(planted)
+    _without_one_kueue_rbac_rule(planted)
+    _without_default_local_queue(planted)
+    before, after = _installed_objects(installed), _installed_objects(planted)
+    changed = sorted((k[1], k[3]) for k in after if k in before and after[k][1] != before[k][1])
+    assert changed == [("ClusterRole", "kueue-manager-role"), ("ConfigMap", "kueue-manager-config")]
+    assert [(k[1], k[2], k[3]) for k in before if k not in after] == [("LocalQueue", "training", "default")]
+    assert not [k for k in after if k not in before]
+    [(ctl, config)] = _config_changes(ctls, planted)
+    assert ctl.binary == "kueue-manager" and "trainer.kubeflow.org/trainjob" not in config["integrations"]["frameworks"]
+    # hook Jobs are never applied by the installer, so never planted either
+    assert not any(k[1] in ("Job", "Pod") and hooks for k, (_, o) in before.items()
+                   for hooks in [((o.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook")])
+    assert _config_changes(ctls, copy.deepcopy(installed)) == []
+
+
 def test_daemonset_node_selection_and_tolerations():
     gpu_node = {"metadata": {"labels": {"nvidia.com/gpu.present": "true"}},
                 "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}}
