@@ -4,8 +4,8 @@ The graph is built from the source with `ast`: every `import` and `from ... impo
 (module level, function bodies, `if TYPE_CHECKING:` blocks), relative imports resolved, plus
 `importlib.import_module("<constant>")`. A name computed at run time (`clouds.cloud_module`'s
 f-string) cannot be followed and is not counted. `from pkg import mod` is an edge to the submodule
-`pkg.mod`; the package `__init__` Python runs on the way is not an edge of its own (each `__init__`
-is a module in the graph, checked like any other).
+`pkg.mod`. Importing `a.b.c` also runs `a/__init__.py` and `a/b/__init__.py`, so each of those is an
+edge too, except the importer's own enclosing packages: Python ran them before the importer started.
 
 The layers, and what each may import, are read from the table in the README's `## Layout` section:
 that table is the one place they are written.
@@ -73,6 +73,7 @@ def _longest_known(name: str, mods: dict[str, Module]) -> Optional[str]:
 def imports_of(module: Module, source: str, mods: dict[str, Module]) -> set[str]:
     """Every module of the package `module` imports, wherever the statement is."""
     out: set[str] = set()
+    already_run = {module.name, *_enclosing_packages(module.name)}
     for node in ast.walk(ast.parse(source, filename=module.path)):
         targets: list[str] = []
         if isinstance(node, ast.Import):
@@ -87,9 +88,20 @@ def imports_of(module: Module, source: str, mods: dict[str, Module]) -> set[str]
             targets = [node.args[0].value]
         for target in targets:
             known = _longest_known(target, mods)
-            if known is not None and known != module.name:
-                out.add(known)
+            if known is not None:
+                out |= {name for name in _runs(known, mods) if name not in already_run}
     return out
+
+
+def _enclosing_packages(name: str) -> list[str]:
+    """`a.b.c` -> [`a`, `a.b`]: the packages whose `__init__` Python runs before `a.b.c`."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _runs(name: str, mods: dict[str, Module]) -> list[str]:
+    """What `import name` executes: each enclosing package's `__init__`, then the module itself."""
+    return [p for p in _enclosing_packages(name) if p in mods] + [name]
 
 
 _PARSED: dict[tuple[str, str, frozenset[str]], set[str]] = {}
@@ -321,7 +333,7 @@ def test_the_cluster_contract_needs_only_the_stack_model():
     """components/cluster.py (ClusterHandle) imports the StackConfig model, not the loader and its checks."""
     reach = _closure(import_graph())[f"{PACKAGE}.components.cluster"]
     model = {f"{PACKAGE}.config.{m}" for m in ("model", "base", "aws", "gcp", "linode", "platform", "approvals",
-                                              "versions_calendar", "bucket_lifecycle")}
+                                              "bucket_lifecycle")}
     assert {m for m in reach if m.startswith(f"{PACKAGE}.config.")} <= model, sorted(reach)
 
 
@@ -364,8 +376,16 @@ BACK_IMPORTS = [
     ("gpu_platform/config/stack.py", "from gpu_platform.preflight.runner import Plan",
      "gpu_platform.config.stack", "gpu_platform.preflight.runner"),
     # The data layer, the cluster contract and the policies against the layers above them.
-    ("gpu_platform/components/linode/versions.py", "from gpu_platform.config.base import ConfigIssue",
-     "gpu_platform.components.linode.versions", "gpu_platform.config.base"),
+    ("gpu_platform/data/linode_versions.py", "from gpu_platform.config.base import ConfigIssue",
+     "gpu_platform.data.linode_versions", "gpu_platform.config.base"),
+    ("gpu_platform/data/chart.py", "from gpu_platform.components.helm import helm_release",
+     "gpu_platform.data.chart", "gpu_platform.components.helm"),
+    # preflight ran the rehearsal itself (issue #38); the command line above both does now, and nothing
+    # below it imports the command line.
+    ("gpu_platform/preflight/runner.py", "from gpu_platform.rehearsal.cli import rehearse_after_preflight",
+     "gpu_platform.preflight.runner", "gpu_platform.rehearsal.cli"),
+    ("gpu_platform/rehearsal/run.py", "from gpu_platform.preflight.__main__ import cli",
+     "gpu_platform.rehearsal.run", "gpu_platform.preflight.__main__"),
     ("gpu_platform/components/cluster.py", "from gpu_platform.components.platform.platform import MlPlatform",
      "gpu_platform.components.cluster", "gpu_platform.components.platform.platform"),
     ("gpu_platform/components/gcp/bucket.py", "from gpu_platform.preflight.runner import Plan",
@@ -405,6 +425,55 @@ def test_a_restored_back_import_fails_naming_the_edge(package_copy, file, statem
         target.write_text(original)
     named = [p for p in problems if re.search(rf"(^|[ :]){re.escape(src)} -> {re.escape(dst)}( |$)", p)]
     assert named, f"planting {statement!r} in {file} was not reported as {src} -> {dst}: {problems}"
+
+
+# Cycles that run through a package's __init__, each on main before issue #38: the config's Linode checks
+# imported components.linode.versions, and capacity imported components.linode.render. Either import runs
+# components/linode/__init__.py, whose create_cluster imports the cluster and, through it, the config again.
+INIT_CYCLES = [
+    ("gpu_platform/config/checks/linode.py", "from gpu_platform.components.linode import render",
+     "gpu_platform.config.checks.linode"),
+    ("gpu_platform/components/capacity.py", "from gpu_platform.components.linode import render",
+     "gpu_platform.components.capacity"),
+]
+
+
+@pytest.mark.parametrize("file,statement,importer", INIT_CYCLES, ids=[c[2] for c in INIT_CYCLES])
+def test_a_cycle_through_a_package_init_is_found(package_copy, file, statement, importer):
+    target = package_copy / file
+    original = target.read_text()
+    try:
+        target.write_text(_plant(original, statement, "function"))
+        graph = import_graph(package_copy)
+    finally:
+        target.write_text(original)
+    # render.py itself imports nothing that leads back: the cycle is the package __init__ the import runs.
+    assert f"{PACKAGE}.components.linode" in graph[importer]
+    cycles = [c for c in find_cycles(graph) if importer in c and f"{PACKAGE}.components.linode" in c]
+    assert cycles, f"planting {statement!r} in {file}: no cycle through components/linode/__init__.py"
+
+
+def test_an_import_runs_the_enclosing_package_inits_but_not_the_importers_own():
+    mods = find_modules(ROOT)
+    src = mods[f"{PACKAGE}.components.linode.cluster"]
+    edges = imports_of(src, "from gpu_platform.controllers.linode_node_groups import settings\n"
+                            "import gpu_platform.components.linode.render\n", mods)
+    # Python runs controllers/__init__ and controllers/linode_node_groups/__init__ before settings; the
+    # importer's own packages (gpu_platform, components, components.linode) ran before it started.
+    assert edges == {f"{PACKAGE}.controllers", f"{PACKAGE}.controllers.linode_node_groups",
+                     f"{PACKAGE}.controllers.linode_node_groups.settings", f"{PACKAGE}.components.linode.render"}
+
+
+def test_config_reaches_only_config_and_data():
+    """No config module imports components, preflight, policies or rehearsal, directly, through another
+    module or through a package __init__, at any depth of a function."""
+    mods = find_modules(ROOT)
+    layers = read_layers(README)
+    reach = _closure(import_graph())
+    for name, mod in mods.items():
+        if mod.path.startswith(f"{PACKAGE}/config/"):
+            beyond = {m for m in reach[name] if layer_of(mods[m].path, layers) not in ("config", "data")}
+            assert not beyond, f"{name} reaches {sorted(beyond)}"
 
 
 def test_the_unmodified_copy_passes(package_copy):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.preflight.fit.run import default_chart_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +141,7 @@ def test_lock_matches_the_chart_the_program_installs(comp):
 def test_every_cilium_chart_the_linode_stack_may_pick_has_its_crds_program():
     """Cilium's CRDs come from cilium-operator's own code at the chart's version (no chart renders them):
     one program per pinned Cilium chart, the same source in each wrapper."""
-    from gpu_platform.components.linode.versions import CNI_CHARTS
+    from gpu_platform.data.linode_versions import CNI_CHARTS
 
     crds = {c["version"]: c for c in COMPONENTS if c["module"] == "github.com/cilium/cilium"}
     assert set(crds) == {f"v{chart.version}" for chart in CNI_CHARTS["cilium"]}

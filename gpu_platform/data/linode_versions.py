@@ -2,8 +2,8 @@
 
 from typing import Optional
 
-from gpu_platform.components.chart import Chart
-from gpu_platform.components.platform.versions import NVIDIA_DEVICE_PLUGIN
+from gpu_platform.data.chart import Chart
+from gpu_platform.data.platform_versions import NVIDIA_DEVICE_PLUGIN
 
 # kubeadm/kubelet/kubectl from pkgs.k8s.io, one patch release per minor. Which minors a stack may
 # use on a given day comes from the dated calendar (gpu_platform/costs/catalog/kubernetes-versions.yaml, upstream
@@ -71,7 +71,7 @@ def cni_minor(chart: Chart) -> str:
 def cni_chart(cni: str, kubernetes_minor: str, also: Optional[str] = None) -> Optional[Chart]:
     """The newest pinned chart of `cni` whose compatibility row lists `kubernetes_minor` (None: no such pin).
     `also`: a minor it must list too (the one the cluster runs during an upgrade: the CNI moves first)."""
-    from gpu_platform.config.versions_calendar import load_calendar
+    from gpu_platform.data.versions_calendar import load_calendar
 
     calendar = load_calendar()
     wanted = {kubernetes_minor} | ({also} if also else set())
