@@ -220,11 +220,11 @@ def read_layers(readme: str) -> dict[str, Layer]:
     return layers
 
 
-def summary_chain(readme: str) -> list[str]:
-    """The bold line's order, e.g. config → components → platform → program."""
-    line = re.search(r"\*\*([a-z]+(?: → [a-z]+)+)\*\*", layout_section(readme))
-    assert line, "README ## Layout: no **a → b → ...** line"
-    return line.group(1).split(" → ")
+def summary_chains(readme: str) -> list[list[str]]:
+    """Each bold chain's order, e.g. data → config → components → platform → program."""
+    chains = re.findall(r"\*\*([a-z]+(?: → [a-z]+)+)\*\*", layout_section(readme))
+    assert chains, "README ## Layout: no **a → b → ...** line"
+    return [chain.split(" → ") for chain in chains]
 
 
 def layer_of(path: str, layers: dict[str, Layer]) -> Optional[str]:
@@ -280,11 +280,11 @@ def test_the_readme_table_is_one_direction_and_agrees_with_its_summary_line():
     # The allowed imports between layers form no cycle either.
     cycle = find_cycle({name: set(layer.may_import) for name, layer in layers.items()})
     assert cycle is None, f"the README's layers import each other: {' -> '.join(cycle)}"
-    chain = summary_chain(README)
-    assert set(chain) <= set(layers)
     reach = _closure({name: set(layer.may_import) for name, layer in layers.items()})
-    for lower, higher in zip(chain, chain[1:]):
-        assert lower in reach[higher] and higher not in reach[lower], (lower, higher)
+    for chain in summary_chains(README):
+        assert set(chain) <= set(layers), chain
+        for lower, higher in zip(chain, chain[1:]):
+            assert lower in reach[higher] and higher not in reach[lower], (lower, higher)
 
 
 def _closure(graph: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -315,6 +315,20 @@ def test_no_import_runs_against_the_layers():
     mods = find_modules(ROOT)
     bad = violations(import_graph(), mods, read_layers(README))
     assert not bad, "imports against the README's layers:\n" + "\n".join(bad)
+
+
+def test_vendored_files_sit_in_a_vendor_folder_that_names_their_source():
+    """Upstream files (the .proto interface definitions) are apart from the code, in a `vendor/` folder with
+    a README; nothing generated from them (`*_pb2*.py`) is committed."""
+    tracked = [p for p in (ROOT / PACKAGE).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for path in tracked:
+        rel = path.relative_to(ROOT)
+        assert not re.search(r"_pb2(_grpc)?\.pyi?$", path.name), f"{rel}: generated code is committed"
+        if path.suffix == ".proto":
+            vendor = next((ROOT.joinpath(*rel.parts[:i + 1]) for i, part in enumerate(rel.parts) if part == "vendor"), None)
+            assert vendor is not None, f"{rel}: an upstream file outside a vendor/ folder"
+            assert rel.relative_to(vendor.relative_to(ROOT)).as_posix() in (vendor / "README.md").read_text(), \
+                f"{rel}: not listed in {vendor.relative_to(ROOT)}/README.md"
 
 
 def test_the_config_package_is_built_bottom_up():

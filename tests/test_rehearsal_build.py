@@ -140,15 +140,20 @@ def test_lock_matches_the_chart_the_program_installs(comp):
 
 def test_every_cilium_chart_the_linode_stack_may_pick_has_its_crds_program():
     """Cilium's CRDs come from cilium-operator's own code at the chart's version (no chart renders them):
-    one program per pinned Cilium chart, the same source in each wrapper."""
+    one program, rehearsal/go/cilium-crds/main.go, built per pinned Cilium chart by a wrapper that pins the
+    version (go.mod) and links that source (a Go module compiles only files in its own folder)."""
     from gpu_platform.data.linode_versions import CNI_CHARTS
 
     crds = {c["version"]: c for c in COMPONENTS if c["module"] == "github.com/cilium/cilium"}
     assert set(crds) == {f"v{chart.version}" for chart in CNI_CHARTS["cilium"]}
     for version, comp in crds.items():
         assert comp["name"] == f"cilium-crds-{version.lstrip('v')}"
-    sources = {(ROOT / "rehearsal" / "go" / c["wrapper"] / "main.go").read_text() for c in crds.values()}
-    assert len(sources) == 1, "rehearsal/go/cilium-crds-*/main.go differ: keep one program for every version"
+    shared = ROOT / "rehearsal" / "go" / "cilium-crds" / "main.go"
+    for comp in crds.values():
+        folder = ROOT / "rehearsal" / "go" / comp["wrapper"]
+        linked = folder / "main.go"
+        assert linked.is_symlink() and linked.resolve() == shared.resolve(), f"{linked}: not a link to {shared}"
+        assert [p.name for p in folder.glob("*.go")] == ["main.go"], f"{folder}: Go sources of its own"
 
 
 def test_kueue_skew_binaries_are_the_trainer_kueue_is_built_against():
