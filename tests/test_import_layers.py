@@ -490,6 +490,29 @@ def test_config_reaches_only_config_and_data():
             assert not beyond, f"{name} reaches {sorted(beyond)}"
 
 
+def test_validating_the_shipped_stacks_runs_only_config_and_data():
+    """What the graph says, at run time: validating every shipped stack (each cloud's checks, the Linode
+    CNI and upgrade pins included) loads no component, policy or tool, and not Pulumi. Before issue #38
+    the Linode checks imported components.linode.versions, which ran components/linode/__init__.py."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, yaml
+from gpu_platform.config.stack import parse_config
+for stack in ("linode-dev", "linode-ha", "aws-prod", "gcp-prod"):
+    doc = yaml.safe_load(open(f"stacks/Pulumi.{stack}.yaml"))
+    parse_config({k.split(":", 1)[1]: v for k, v in doc["config"].items() if k.startswith("gpu-platform:")}, stack)
+print(" ".join(sorted(m for m in sys.modules if m == "pulumi" or m.startswith("gpu_platform."))))
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    mods, layers = find_modules(ROOT), read_layers(README)
+    loaded = out.stdout.split()
+    assert "pulumi" not in loaded
+    assert {layer_of(mods[m].path, layers) for m in loaded} == {"config", "data"}, loaded
+
+
 def test_the_unmodified_copy_passes(package_copy):
     assert check(package_copy, README) == []
 
