@@ -523,6 +523,26 @@ def test_the_vendor_readme_lists_each_proto_with_its_upstream_path_tag_and_licen
         assert license_ == "Apache-2.0" and "Licensed under the Apache License, Version 2.0" in (vendor / name).read_text()
 
 
+def test_the_images_copy_of_the_package_is_enough_to_import_the_service(tmp_path):
+    """The image holds only the package folders its Dockerfile copies into /app: render.py's pins live in
+    gpu_platform/data/, so leaving that folder out would fail at the provider's start, not at build time."""
+    import shutil
+    import subprocess
+
+    app = tmp_path / "app"
+    for src, dest in re.findall(r"^COPY (gpu_platform\S*) /app/(\S+)$", (CTL / "Dockerfile").read_text(), re.M):
+        (app / dest).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / src).is_dir():
+            shutil.copytree(ROOT / src, app / dest, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(ROOT / src, app / dest)
+    out = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path[:0] = [sys.argv[1]]; "
+                          "import gpu_platform.controllers.linode_node_groups.service as s; print(s.__file__)", str(app)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(str(app))
+
+
 def _pins(path: Path) -> dict[str, str]:
     out = {}
     for line in path.read_text().splitlines():
