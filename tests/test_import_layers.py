@@ -320,8 +320,8 @@ def test_no_import_runs_against_the_layers():
 def test_vendored_files_sit_in_a_vendor_folder_that_names_their_source():
     """Upstream files (the .proto interface definitions) are apart from the code, in a `vendor/` folder with
     a README; nothing generated from them (`*_pb2*.py`) is committed."""
-    tracked = [p for p in (ROOT / PACKAGE).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    for path in tracked:
+    files = [p for p in (ROOT / PACKAGE).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for path in files:
         rel = path.relative_to(ROOT)
         assert not re.search(r"_pb2(_grpc)?\.pyi?$", path.name), f"{rel}: generated code is committed"
         if path.suffix == ".proto":
@@ -443,7 +443,8 @@ def test_a_restored_back_import_fails_naming_the_edge(package_copy, file, statem
 
 # Cycles that run through a package's __init__, each on main before issue #38: the config's Linode checks
 # imported components.linode.versions, and capacity imported components.linode.render. Either import runs
-# components/linode/__init__.py, whose create_cluster imports the cluster and, through it, the config again.
+# components/linode/__init__.py, whose create_cluster imports the cluster, which leads back to the importer
+# (through the policies to config.stack and its checks; through node_groups to capacity).
 INIT_CYCLES = [
     ("gpu_platform/config/checks/linode.py", "from gpu_platform.components.linode import render",
      "gpu_platform.config.checks.linode"),
