@@ -11,7 +11,7 @@ import pulumi
 import pytest
 import yaml
 
-from gpu_platform.components.aws import versions
+from gpu_platform.data import aws_versions as versions
 from gpu_platform.preflight.runner import REDACTED, SECRET_SIG, SIG_KEY, run_program, stack_input_from_mapping
 from tests.conftest import plan_config, plan_stack, stack_config
 

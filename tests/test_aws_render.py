@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpu_platform.components.aws import versions
+from gpu_platform.data import aws_versions as versions
 from gpu_platform.components.aws.autoscaler import autoscaler_policy, helm_values as ca_values
 from gpu_platform.components.aws.billing import (alerts_key_policy, billing_thresholds, budget_notifications, idle_evaluation_periods,
                                     topic_policy)
@@ -250,7 +250,7 @@ def test_helm_values():
 
 def test_docs_list_the_aws_pins_and_quickstart():
     pins = (ROOT / "docs" / "versions.md").read_text()
-    rows = [line for line in pins.splitlines() if line.startswith("|") and "gpu_platform/components/aws/versions.py" in line]
+    rows = [line for line in pins.splitlines() if line.startswith("|") and "gpu_platform/data/aws_versions.py" in line]
     table = "\n".join(rows)
     base = re.search(r"^FROM (\S+) AS deps$", (ROOT / "gpu_platform/controllers/scale_in_protection/Dockerfile").read_text(), re.M).group(1)
     boto3_pin = re.search(r"^boto3==(\S+) ", (ROOT / "gpu_platform/controllers/scale_in_protection/requirements.txt").read_text(), re.M).group(1)

@@ -9,7 +9,7 @@ import helm_python
 import pytest
 import yaml
 
-from gpu_platform.components.aws import versions
+from gpu_platform.data import aws_versions as versions
 from gpu_platform.components.aws.gpu_asg import CAPACITY_REBALANCE
 from gpu_platform.components.aws.nth import (EVENT_RULES, GLOBAL_TIMEOUT_SECONDS, HEARTBEAT_INTERVAL_RANGE, HEARTBEAT_UNTIL_RANGE,
                                 HOOK_TIMEOUT_RANGE, event_rules, handler_policy, helm_values, termination_timing)

@@ -68,25 +68,25 @@ def test_every_catalog_aws_type_has_eni_data():
 
 
 def test_linode_without_reservations_is_capacity_minus_default_eviction(monkeypatch):
-    from gpu_platform.components.linode import render
+    from gpu_platform.data import linode_kubelet
 
     for name in ("KUBE_RESERVED", "SYSTEM_RESERVED", "EVICTION_HARD", "MAX_PODS"):
-        monkeypatch.delattr(render, name, raising=False)
+        monkeypatch.delattr(linode_kubelet, name, raising=False)
     a = allocatable("linode", "g6-standard-4")
     assert (a.cpu_millis, _mib(a), a.gpus, a.pods) == (4000, 8192 - 100, 0, 110)
 
 
-def test_linode_reads_the_kubelet_reservations_from_the_linode_renderer(monkeypatch):
-    from gpu_platform.components.linode import render
+def test_linode_reads_the_kubelet_reservations_from_the_linode_kubelet_data(monkeypatch):
+    from gpu_platform.data import linode_kubelet
 
-    monkeypatch.setattr(render, "KUBE_RESERVED", {"cpu": "100m", "memory": "512Mi"}, raising=False)
-    monkeypatch.setattr(render, "SYSTEM_RESERVED", {"cpu": "0.1", "memory": "256Mi"}, raising=False)
-    monkeypatch.setattr(render, "EVICTION_HARD", {"memory.available": "200Mi", "nodefs.available": "10%"}, raising=False)
-    monkeypatch.setattr(render, "MAX_PODS", 80, raising=False)
+    monkeypatch.setattr(linode_kubelet, "KUBE_RESERVED", {"cpu": "100m", "memory": "512Mi"}, raising=False)
+    monkeypatch.setattr(linode_kubelet, "SYSTEM_RESERVED", {"cpu": "0.1", "memory": "256Mi"}, raising=False)
+    monkeypatch.setattr(linode_kubelet, "EVICTION_HARD", {"memory.available": "200Mi", "nodefs.available": "10%"}, raising=False)
+    monkeypatch.setattr(linode_kubelet, "MAX_PODS", 80, raising=False)
     a = allocatable("linode", "g1-gpu-rtx6000-1")  # 8 vCPU, 32 GiB, 1 GPU
     assert (a.cpu_millis, _mib(a), a.gpus, a.pods) == (7800, 32768 - 512 - 256 - 200, 1, 80)
     # evictionHard set without memory.available: the kubelet has no memory threshold
-    monkeypatch.setattr(render, "EVICTION_HARD", {"nodefs.available": "10%"}, raising=False)
+    monkeypatch.setattr(linode_kubelet, "EVICTION_HARD", {"nodefs.available": "10%"}, raising=False)
     assert _mib(allocatable("linode", "g1-gpu-rtx6000-1")) == 32768 - 512 - 256
 
 

@@ -4,8 +4,8 @@ The graph is built from the source with `ast`: every `import` and `from ... impo
 (module level, function bodies, `if TYPE_CHECKING:` blocks), relative imports resolved, plus
 `importlib.import_module("<constant>")`. A name computed at run time (`clouds.cloud_module`'s
 f-string) cannot be followed and is not counted. `from pkg import mod` is an edge to the submodule
-`pkg.mod`; the package `__init__` Python runs on the way is not an edge of its own (each `__init__`
-is a module in the graph, checked like any other).
+`pkg.mod`. Importing `a.b.c` also runs `a/__init__.py` and `a/b/__init__.py`, so each of those is an
+edge too, except the importer's own enclosing packages: Python ran them before the importer started.
 
 The layers, and what each may import, are read from the table in the README's `## Layout` section:
 that table is the one place they are written.
@@ -73,6 +73,7 @@ def _longest_known(name: str, mods: dict[str, Module]) -> Optional[str]:
 def imports_of(module: Module, source: str, mods: dict[str, Module]) -> set[str]:
     """Every module of the package `module` imports, wherever the statement is."""
     out: set[str] = set()
+    already_run = {module.name, *_enclosing_packages(module.name)}
     for node in ast.walk(ast.parse(source, filename=module.path)):
         targets: list[str] = []
         if isinstance(node, ast.Import):
@@ -87,9 +88,20 @@ def imports_of(module: Module, source: str, mods: dict[str, Module]) -> set[str]
             targets = [node.args[0].value]
         for target in targets:
             known = _longest_known(target, mods)
-            if known is not None and known != module.name:
-                out.add(known)
+            if known is not None:
+                out |= {name for name in _runs(known, mods) if name not in already_run}
     return out
+
+
+def _enclosing_packages(name: str) -> list[str]:
+    """`a.b.c` -> [`a`, `a.b`]: the packages whose `__init__` Python runs before `a.b.c`."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _runs(name: str, mods: dict[str, Module]) -> list[str]:
+    """What `import name` executes: each enclosing package's `__init__`, then the module itself."""
+    return [p for p in _enclosing_packages(name) if p in mods] + [name]
 
 
 _PARSED: dict[tuple[str, str, frozenset[str]], set[str]] = {}
@@ -208,11 +220,11 @@ def read_layers(readme: str) -> dict[str, Layer]:
     return layers
 
 
-def summary_chain(readme: str) -> list[str]:
-    """The bold line's order, e.g. config → components → platform → program."""
-    line = re.search(r"\*\*([a-z]+(?: → [a-z]+)+)\*\*", layout_section(readme))
-    assert line, "README ## Layout: no **a → b → ...** line"
-    return line.group(1).split(" → ")
+def summary_chains(readme: str) -> list[list[str]]:
+    """Each bold chain's order, e.g. data → config → components → platform → program."""
+    chains = re.findall(r"\*\*([a-z]+(?: → [a-z]+)+)\*\*", layout_section(readme))
+    assert chains, "README ## Layout: no **a → b → ...** line"
+    return [chain.split(" → ") for chain in chains]
 
 
 def layer_of(path: str, layers: dict[str, Layer]) -> Optional[str]:
@@ -268,11 +280,11 @@ def test_the_readme_table_is_one_direction_and_agrees_with_its_summary_line():
     # The allowed imports between layers form no cycle either.
     cycle = find_cycle({name: set(layer.may_import) for name, layer in layers.items()})
     assert cycle is None, f"the README's layers import each other: {' -> '.join(cycle)}"
-    chain = summary_chain(README)
-    assert set(chain) <= set(layers)
     reach = _closure({name: set(layer.may_import) for name, layer in layers.items()})
-    for lower, higher in zip(chain, chain[1:]):
-        assert lower in reach[higher] and higher not in reach[lower], (lower, higher)
+    for chain in summary_chains(README):
+        assert set(chain) <= set(layers), chain
+        for lower, higher in zip(chain, chain[1:]):
+            assert lower in reach[higher] and higher not in reach[lower], (lower, higher)
 
 
 def _closure(graph: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -305,6 +317,20 @@ def test_no_import_runs_against_the_layers():
     assert not bad, "imports against the README's layers:\n" + "\n".join(bad)
 
 
+def test_vendored_files_sit_in_a_vendor_folder_that_names_their_source():
+    """Upstream files (the .proto interface definitions) are apart from the code, in a `vendor/` folder with
+    a README; nothing generated from them (`*_pb2*.py`) is committed."""
+    files = [p for p in (ROOT / PACKAGE).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for path in files:
+        rel = path.relative_to(ROOT)
+        assert not re.search(r"_pb2(_grpc)?\.pyi?$", path.name), f"{rel}: generated code is committed"
+        if path.suffix == ".proto":
+            vendor = next((ROOT.joinpath(*rel.parts[:i + 1]) for i, part in enumerate(rel.parts) if part == "vendor"), None)
+            assert vendor is not None, f"{rel}: an upstream file outside a vendor/ folder"
+            assert rel.relative_to(vendor.relative_to(ROOT)).as_posix() in (vendor / "README.md").read_text(), \
+                f"{rel}: not listed in {vendor.relative_to(ROOT)}/README.md"
+
+
 def test_the_config_package_is_built_bottom_up():
     """Inside config the field types and the sections never reach the StackConfig built from them, nor the
     loader and the checks that read the whole stack: StackConfig is built from the sections, not the reverse."""
@@ -321,7 +347,7 @@ def test_the_cluster_contract_needs_only_the_stack_model():
     """components/cluster.py (ClusterHandle) imports the StackConfig model, not the loader and its checks."""
     reach = _closure(import_graph())[f"{PACKAGE}.components.cluster"]
     model = {f"{PACKAGE}.config.{m}" for m in ("model", "base", "aws", "gcp", "linode", "platform", "approvals",
-                                              "versions_calendar", "bucket_lifecycle")}
+                                              "bucket_lifecycle")}
     assert {m for m in reach if m.startswith(f"{PACKAGE}.config.")} <= model, sorted(reach)
 
 
@@ -364,8 +390,16 @@ BACK_IMPORTS = [
     ("gpu_platform/config/stack.py", "from gpu_platform.preflight.runner import Plan",
      "gpu_platform.config.stack", "gpu_platform.preflight.runner"),
     # The data layer, the cluster contract and the policies against the layers above them.
-    ("gpu_platform/components/linode/versions.py", "from gpu_platform.config.base import ConfigIssue",
-     "gpu_platform.components.linode.versions", "gpu_platform.config.base"),
+    ("gpu_platform/data/linode_versions.py", "from gpu_platform.config.base import ConfigIssue",
+     "gpu_platform.data.linode_versions", "gpu_platform.config.base"),
+    ("gpu_platform/data/chart.py", "from gpu_platform.components.helm import helm_release",
+     "gpu_platform.data.chart", "gpu_platform.components.helm"),
+    # preflight ran the rehearsal itself (issue #38); the command line above both does now, and nothing
+    # below it imports the command line.
+    ("gpu_platform/preflight/runner.py", "from gpu_platform.rehearsal.cli import rehearse_after_preflight",
+     "gpu_platform.preflight.runner", "gpu_platform.rehearsal.cli"),
+    ("gpu_platform/rehearsal/run.py", "from gpu_platform.preflight.__main__ import cli",
+     "gpu_platform.rehearsal.run", "gpu_platform.preflight.__main__"),
     ("gpu_platform/components/cluster.py", "from gpu_platform.components.platform.platform import MlPlatform",
      "gpu_platform.components.cluster", "gpu_platform.components.platform.platform"),
     ("gpu_platform/components/gcp/bucket.py", "from gpu_platform.preflight.runner import Plan",
@@ -405,6 +439,79 @@ def test_a_restored_back_import_fails_naming_the_edge(package_copy, file, statem
         target.write_text(original)
     named = [p for p in problems if re.search(rf"(^|[ :]){re.escape(src)} -> {re.escape(dst)}( |$)", p)]
     assert named, f"planting {statement!r} in {file} was not reported as {src} -> {dst}: {problems}"
+
+
+# Cycles that run through a package's __init__, each on main before issue #38: the config's Linode checks
+# imported components.linode.versions, and capacity imported components.linode.render. Either import runs
+# components/linode/__init__.py, whose create_cluster imports the cluster, which leads back to the importer
+# (through the policies to config.stack and its checks; through node_groups to capacity).
+INIT_CYCLES = [
+    ("gpu_platform/config/checks/linode.py", "from gpu_platform.components.linode import render",
+     "gpu_platform.config.checks.linode"),
+    ("gpu_platform/components/capacity.py", "from gpu_platform.components.linode import render",
+     "gpu_platform.components.capacity"),
+]
+
+
+@pytest.mark.parametrize("file,statement,importer", INIT_CYCLES, ids=[c[2] for c in INIT_CYCLES])
+def test_a_cycle_through_a_package_init_is_found(package_copy, file, statement, importer):
+    target = package_copy / file
+    original = target.read_text()
+    try:
+        target.write_text(_plant(original, statement, "function"))
+        graph = import_graph(package_copy)
+    finally:
+        target.write_text(original)
+    # render.py itself imports nothing that leads back: the cycle is the package __init__ the import runs.
+    assert f"{PACKAGE}.components.linode" in graph[importer]
+    cycles = [c for c in find_cycles(graph) if importer in c and f"{PACKAGE}.components.linode" in c]
+    assert cycles, f"planting {statement!r} in {file}: no cycle through components/linode/__init__.py"
+
+
+def test_an_import_runs_the_enclosing_package_inits_but_not_the_importers_own():
+    mods = find_modules(ROOT)
+    src = mods[f"{PACKAGE}.components.linode.cluster"]
+    edges = imports_of(src, "from gpu_platform.controllers.linode_node_groups import settings\n"
+                            "import gpu_platform.components.linode.render\n", mods)
+    # Python runs controllers/__init__ and controllers/linode_node_groups/__init__ before settings; the
+    # importer's own packages (gpu_platform, components, components.linode) ran before it started.
+    assert edges == {f"{PACKAGE}.controllers", f"{PACKAGE}.controllers.linode_node_groups",
+                     f"{PACKAGE}.controllers.linode_node_groups.settings", f"{PACKAGE}.components.linode.render"}
+
+
+def test_config_reaches_only_config_and_data():
+    """No config module imports components, preflight, policies or rehearsal, directly, through another
+    module or through a package __init__, at any depth of a function."""
+    mods = find_modules(ROOT)
+    layers = read_layers(README)
+    reach = _closure(import_graph())
+    for name, mod in mods.items():
+        if mod.path.startswith(f"{PACKAGE}/config/"):
+            beyond = {m for m in reach[name] if layer_of(mods[m].path, layers) not in ("config", "data")}
+            assert not beyond, f"{name} reaches {sorted(beyond)}"
+
+
+def test_validating_the_shipped_stacks_runs_only_config_and_data():
+    """What the graph says, at run time: validating every shipped stack (each cloud's checks, the Linode
+    CNI and upgrade pins included) loads no component, policy or tool, and not Pulumi. Before issue #38
+    the Linode checks imported components.linode.versions, which ran components/linode/__init__.py."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, yaml
+from gpu_platform.config.stack import parse_config
+for stack in ("linode-dev", "linode-ha", "aws-prod", "gcp-prod"):
+    doc = yaml.safe_load(open(f"stacks/Pulumi.{stack}.yaml"))
+    parse_config({k.split(":", 1)[1]: v for k, v in doc["config"].items() if k.startswith("gpu-platform:")}, stack)
+print(" ".join(sorted(m for m in sys.modules if m == "pulumi" or m.startswith("gpu_platform."))))
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    mods, layers = find_modules(ROOT), read_layers(README)
+    loaded = out.stdout.split()
+    assert "pulumi" not in loaded
+    assert {layer_of(mods[m].path, layers) for m in loaded} == {"config", "data"}, loaded
 
 
 def test_the_unmodified_copy_passes(package_copy):

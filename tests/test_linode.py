@@ -18,7 +18,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
-from gpu_platform.components.linode import render, versions
+from gpu_platform.components.linode import render
+from gpu_platform.data import linode_kubelet
+from gpu_platform.data import linode_versions as versions
 from gpu_platform.components.linode.addons import DEFAULT_STORAGE_CLASS
 from gpu_platform.components.linode.cluster import firewall_rules
 from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY
@@ -404,7 +406,7 @@ def test_system_workers_join_untainted_labelled_and_without_the_gpu_driver(dev):
     args = {a["name"]: a["value"] for a in reg["kubeletExtraArgs"]}
     assert args["node-labels"] == f"{render.ROLE_LABEL}={render.SYSTEM_ROLE}"
     assert POOL_LABEL not in args["node-labels"] and "nvidia.com" not in args["node-labels"]
-    assert kubelet["kubeReserved"] == render.KUBE_RESERVED and kubelet["evictionHard"] == render.EVICTION_HARD
+    assert kubelet["kubeReserved"] == linode_kubelet.KUBE_RESERVED and kubelet["evictionHard"] == linode_kubelet.EVICTION_HARD
 
 
 def test_system_pool_type_and_count_come_from_the_stack():
@@ -429,9 +431,9 @@ def test_system_pool_defaults_to_one_four_vcpu_plan():
 
 def test_kubelet_reservations_set_every_hard_eviction_default():
     # Any evictionHard entry replaces the kubelet's defaults: all four must be restated.
-    assert set(render.EVICTION_HARD) == {"memory.available", "nodefs.available", "imagefs.available", "nodefs.inodesFree"}
+    assert set(linode_kubelet.EVICTION_HARD) == {"memory.available", "nodefs.available", "imagefs.available", "nodefs.inodesFree"}
     kubelet = render._kubelet_configuration()
-    assert kubelet["systemReserved"] == render.SYSTEM_RESERVED and kubelet["maxPods"] == render.MAX_PODS
+    assert kubelet["systemReserved"] == linode_kubelet.SYSTEM_RESERVED and kubelet["maxPods"] == linode_kubelet.MAX_PODS
 
 
 def test_ccm_and_csi_images_are_pinned_to_their_chart_release():
@@ -439,7 +441,7 @@ def test_ccm_and_csi_images_are_pinned_to_their_chart_release():
     them): the rendered pods must name the image of the pinned release instead."""
     import helm_python
 
-    from gpu_platform.components.linode import versions
+    from gpu_platform.data import linode_versions as versions
     from gpu_platform.components.linode.addons import ccm_values, csi_values
 
     from tests.fit_support import chart_archive

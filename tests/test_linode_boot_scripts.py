@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_platform.components.linode import render, versions
+from gpu_platform.components.linode import render
+from gpu_platform.data import linode_versions as versions
 from tests.boot_harness import KERNEL, BootRoot, archive_stubs, namespaces_work
 
 needs_namespaces = pytest.mark.skipif(not namespaces_work(), reason="needs unshare --user --mount and dpkg (Debian util-linux, dpkg)")

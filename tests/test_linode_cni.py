@@ -11,8 +11,8 @@ import pytest
 
 from gpu_platform.config.base import ConfigError
 from gpu_platform.config.stack import parse_config
-from gpu_platform.components.linode import versions
-from gpu_platform.config.versions_calendar import load_calendar
+from gpu_platform.data import linode_versions as versions
+from gpu_platform.data.versions_calendar import load_calendar
 from gpu_platform.preflight.runner import stack_input_from_mapping
 from tests.conftest import plan_config, plan_stack, stack_config
 from tests.fit_support import need_charts, rendered
@@ -105,7 +105,7 @@ def test_preflight_of_a_linode_stack_at_1_36_passes_with_cilium_1_20(tmp_path, c
 
 
 def test_without_the_cilium_1_20_row_1_36_is_refused_naming_the_table(monkeypatch, tmp_path):
-    from gpu_platform.config import versions_calendar
+    from gpu_platform.data import versions_calendar
 
     text = versions_calendar.CALENDAR_FILE.read_text()
     start = text.index("- cni: cilium\n  minor: '1.20'")

@@ -110,8 +110,8 @@ def test_ssh_keys_without_admin_cidrs_are_rejected():
 
 
 def test_every_minor_the_calendar_allows_on_linode_has_a_pinned_release():
-    from gpu_platform.components.linode import versions
-    from gpu_platform.config.versions_calendar import allowed_minors
+    from gpu_platform.data import linode_versions as versions
+    from gpu_platform.data.versions_calendar import allowed_minors
 
     allowed = allowed_minors("linode")
     assert allowed and set(allowed) <= set(versions.KUBERNETES_PATCH)

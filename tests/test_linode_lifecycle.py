@@ -501,7 +501,7 @@ def test_a_joining_control_plane_first_removes_the_etcd_member_of_the_node_it_re
     body = script[script.index("peers=(10.0.0.10"):]
     assert body.index("remove_stale_etcd_member") < body.index("kubeadm join")
     assert """-v name="gpu-staging-cp-1" '$3 == name""" in script and 'member remove "$id"' in script
-    assert f"kubeadm config images list --kubernetes-version v{__import__('gpu_platform.components.linode.versions', fromlist=['x']).KUBERNETES_PATCH['1.35']}" in script
+    assert f"kubeadm config images list --kubernetes-version v{__import__('gpu_platform.data.linode_versions', fromlist=['x']).KUBERNETES_PATCH['1.35']}" in script
 
 
 # --- the CCM, rendered with the pinned chart --------------------------------------------------------
@@ -509,7 +509,7 @@ def test_a_joining_control_plane_first_removes_the_etcd_member_of_the_node_it_re
 def test_ccm_chart_gets_the_vpc_and_subnet_the_nodes_use(dev):
     from helm_python import Chart
 
-    from gpu_platform.components.linode import versions
+    from gpu_platform.data import linode_versions as versions
     from tests.fit_support import chart_archive
 
     archive = chart_archive(versions.LINODE_CCM_CHART.chart, versions.LINODE_CCM_CHART.version)

@@ -9,6 +9,7 @@ import copy
 import datetime
 import importlib
 import json
+import re
 import sys
 import threading
 from pathlib import Path
@@ -498,11 +499,48 @@ def test_a_client_without_the_autoscalers_certificate_is_refused(world, pki, pb)
 
 
 def test_the_protos_name_their_upstream_source_and_no_generated_code_is_committed():
-    for proto in CTL.joinpath("protos").rglob("*.proto"):
+    for proto in CTL.joinpath("vendor").rglob("*.proto"):
         head = proto.read_text().splitlines()[0]
         assert head.startswith("// Copied unchanged below this header from github.com/kubernetes/"), proto
-    assert "tag cluster-autoscaler-1.35.2" in (CTL / "protos" / "externalgrpc.proto").read_text()[:400]
+    assert "tag cluster-autoscaler-1.35.2" in (CTL / "vendor" / "externalgrpc.proto").read_text()[:400]
     assert not list(CTL.rglob("*_pb2*.py"))
+
+
+def test_the_vendor_readme_lists_each_proto_with_its_upstream_path_tag_and_license():
+    """vendor/README.md agrees with each file's own header: repository, path, tag and commit."""
+    vendor = CTL / "vendor"
+    rows = {}
+    for line in (vendor / "README.md").read_text().splitlines():
+        cells = [c.strip().strip("`") for c in line.strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 5:
+            rows[cells[0]] = cells[1:]
+    protos = sorted(p.relative_to(vendor).as_posix() for p in vendor.rglob("*.proto"))
+    assert sorted(rows) == protos == sorted(stubs.PROTOS)
+    for name, (repo, path, tag, license_) in rows.items():
+        header = " ".join((vendor / name).read_text().splitlines()[:2])
+        version, commit = re.fullmatch(r"(\S+) \((\w{40})\)", tag).groups()
+        assert f"from {repo}, path {path}," in header and f"tag {version} (commit {commit})" in header, name
+        assert license_ == "Apache-2.0" and "Licensed under the Apache License, Version 2.0" in (vendor / name).read_text()
+
+
+def test_the_images_copy_of_the_package_is_enough_to_import_the_service(tmp_path):
+    """The image holds only the package folders its Dockerfile copies into /app: render.py's pins live in
+    gpu_platform/data/, so leaving that folder out would fail at the provider's start, not at build time."""
+    import shutil
+    import subprocess
+
+    app = tmp_path / "app"
+    for src, dest in re.findall(r"^COPY (gpu_platform\S*) /app/(\S+)$", (CTL / "Dockerfile").read_text(), re.M):
+        (app / dest).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / src).is_dir():
+            shutil.copytree(ROOT / src, app / dest, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(ROOT / src, app / dest)
+    out = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path[:0] = [sys.argv[1]]; "
+                          "import gpu_platform.controllers.linode_node_groups.service as s; print(s.__file__)", str(app)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith(str(app))
 
 
 def _pins(path: Path) -> dict[str, str]:

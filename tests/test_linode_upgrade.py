@@ -11,7 +11,8 @@ import copy
 
 import pytest
 
-from gpu_platform.components.linode import upgrade, versions
+from gpu_platform.components.linode import upgrade
+from gpu_platform.data import linode_versions as versions
 from gpu_platform.components.linode.upgrade import UpgradeError, check_upgrade
 from tests.boot_harness import IMAGE_PACKAGES, BootRoot, kubernetes_stubs, namespaces_work
 
@@ -479,7 +480,7 @@ def test_the_next_minor_is_an_upgrade_the_program_runs():
     tested on both minors (the CNI moves first); otherwise refused on linode.cni, naming both."""
     from gpu_platform.config.base import ConfigError
 
-    from gpu_platform.config.versions_calendar import load_calendar
+    from gpu_platform.data.versions_calendar import load_calendar
 
     cfg = _linode_dev()
     cfg["gpu-platform:linode"]["controlPlaneVersion"] = "1.35"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gpu_platform.components.cluster import POOL_LABEL, TRAINING_NAMESPACE, GpuPoolSpec
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE
 from gpu_platform.components.platform.notebooks import (
     NOTEBOOK_SERVICE_ACCOUNT, PIPELINES_API, jupyterhub_values, render_notebook_service_account,

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE
 from gpu_platform.components.platform.notebooks import jupyterhub_values
 from gpu_platform.rehearsal.hub import IN_MEMORY_PROXY

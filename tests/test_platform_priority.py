@@ -14,7 +14,7 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     KUEUE_NAMESPACE, MONITORING_NAMESPACE, PLATFORM_PRIORITY, PLATFORM_PRIORITY_CLASS, render_priority_class,
 )

@@ -12,7 +12,7 @@ import yaml
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL, GpuPoolSpec, Taint
 from gpu_platform.config.base import ConfigError
 from gpu_platform.config.stack import parse_config
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.config.platform import AlertSmtp
 from gpu_platform.components.platform.gpu import dcgm_exporter_values, device_plugin_values
 from gpu_platform.components.platform.kubeflow import trainer_values

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from gpu_platform.components.cluster import POOL_LABEL, GpuPoolSpec
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, JUPYTERHUB_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, TRAINER_NAMESPACE, render_namespace,
 )

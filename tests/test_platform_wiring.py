@@ -12,7 +12,7 @@ import pytest
 
 from gpu_platform.components.cluster import GPU_TAINT, TRAINING_NAMESPACE, CheckpointStore, ClusterHandle, gpu_pool_specs
 from gpu_platform.config.stack import parse_config
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from tests.conftest import ROOT, plan_stack, stack_config
 from gpu_platform.preflight.runner import Plan, run_program, stack_input_from_mapping
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gpu_platform.components.cluster import POOL_LABEL
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE
 from gpu_platform.components.platform.kubeflow import render_kubeflow_namespace
 from gpu_platform.components.platform.notebooks import render_notebooks_namespace

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from gpu_platform.components.cluster import POOL_LABEL
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE
 from gpu_platform.components.platform.kubeflow import (
     CHECKPOINTED_RUNTIME, KUEUE_DROPPED_POD_PATCH_FIELDS, KUEUE_PATCH_POLICY, render_kubeflow_namespace,

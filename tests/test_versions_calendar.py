@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 import yaml
 
-from gpu_platform.config import versions_calendar as vc
+from gpu_platform.data import versions_calendar as vc
 
 DAY = "2026-11-23"  # the day the shipped stacks were reviewed
 
@@ -105,7 +105,7 @@ def _cfg(cloud: str, minor: str, extended: bool = False):
 
 
 def test_kubeadm_rule_follows_upstream_end_of_life_and_has_no_extended_option():
-    from gpu_platform.config.versions_calendar import default_minor
+    from gpu_platform.data.versions_calendar import default_minor
     from gpu_platform.config.kubernetes_version import version_issues, version_warnings
 
     [issue] = version_issues(_cfg("linode", "1.34"), DAY)
@@ -138,8 +138,8 @@ def test_extended_opt_in_is_per_cloud():
 
 def test_every_minor_a_stack_can_choose_has_its_per_cloud_pins():
     """When the calendar gains a minor, the components that install per-minor artifacts must follow."""
-    from gpu_platform.components.aws.versions import CLUSTER_AUTOSCALER_IMAGE_TAGS
-    from gpu_platform.components.linode.versions import KUBERNETES_PATCH
+    from gpu_platform.data.aws_versions import CLUSTER_AUTOSCALER_IMAGE_TAGS
+    from gpu_platform.data.linode_versions import KUBERNETES_PATCH
 
     cal = vc.load_calendar()
     assert set(cal.minors("aws")) <= set(CLUSTER_AUTOSCALER_IMAGE_TAGS)  # cluster-autoscaler image per EKS minor

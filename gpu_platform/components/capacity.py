@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Optional
 
+from gpu_platform.data import linode_kubelet
+
 if TYPE_CHECKING:
     from gpu_platform.costs.catalog import Catalog
 
@@ -174,13 +176,13 @@ def eks_memory_reserved_bytes(max_pods: int) -> int:
 
 
 def linode_kubelet_reservations() -> tuple[dict, dict, Optional[dict], int]:
-    """(kubeReserved, systemReserved, evictionHard or None, maxPods) from gpu_platform/components/linode/render.py,
-    the one place the Linode kubelet configuration is written. A kubelet with no evictionHard keeps its
+    """(kubeReserved, systemReserved, evictionHard or None, maxPods) from gpu_platform/data/linode_kubelet.py,
+    which the Linode renderer writes into the kubelet configuration. A kubelet with no evictionHard keeps its
     default memory.available 100Mi; one that sets evictionHard without memory.available has none."""
-    from gpu_platform.components.linode import render
-
-    return (dict(getattr(render, "KUBE_RESERVED", {}) or {}), dict(getattr(render, "SYSTEM_RESERVED", {}) or {}),
-            getattr(render, "EVICTION_HARD", None), int(getattr(render, "MAX_PODS", KUBELET_DEFAULT_MAX_PODS)))
+    return (dict(getattr(linode_kubelet, "KUBE_RESERVED", {}) or {}),
+            dict(getattr(linode_kubelet, "SYSTEM_RESERVED", {}) or {}),
+            getattr(linode_kubelet, "EVICTION_HARD", None),
+            int(getattr(linode_kubelet, "MAX_PODS", KUBELET_DEFAULT_MAX_PODS)))
 
 
 def _linode(vcpus: int, memory: int, gpus: int) -> Allocatable:

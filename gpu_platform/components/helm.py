@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import pulumi
 
-from gpu_platform.components.chart import Chart
+from gpu_platform.data.chart import Chart
 
 
 def helm_release(name: str, chart: Chart, namespace: str, values: Any, opts: pulumi.ResourceOptions, *,

@@ -219,7 +219,7 @@ def _minor_from_number(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     text = repr(float(value)) if isinstance(value, float) else str(value)
-    from gpu_platform.config.versions_calendar import known_minors
+    from gpu_platform.data.versions_calendar import known_minors
 
     if isinstance(value, float) and text in known_minors():
         return text
@@ -228,7 +228,7 @@ def _minor_from_number(value: Any) -> Any:
 
 
 def _kubernetes_minor(value: str) -> str:
-    from gpu_platform.config.versions_calendar import known_minors
+    from gpu_platform.data.versions_calendar import known_minors
 
     known = known_minors()
     if value not in known:

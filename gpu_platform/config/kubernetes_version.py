@@ -1,4 +1,4 @@
-"""The `kubernetesVersion` rule, per cloud, from the dated version calendar (gpu_platform/config/versions_calendar.py).
+"""The `kubernetesVersion` rule, per cloud, from the dated version calendar (gpu_platform/data/versions_calendar.py).
 
 - A stack may use a minor inside the cloud's standard support today.
 - Within WARN_DAYS of the end of standard support preflight (and `pulumi up`) print a warning with the date.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from gpu_platform.config.base import ConfigIssue
-from gpu_platform.config.versions_calendar import WARN_DAYS, Calendar, DateLike, as_date, load_calendar
+from gpu_platform.data.versions_calendar import WARN_DAYS, Calendar, DateLike, as_date, load_calendar
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig

@@ -17,7 +17,7 @@ from gpu_platform.config.bucket_lifecycle import OnDestroy
 from gpu_platform.config.gcp import GcpSection
 from gpu_platform.config.linode import LinodeSection
 from gpu_platform.config.platform import PlatformSection
-from gpu_platform.config.versions_calendar import default_minor
+from gpu_platform.data.versions_calendar import default_minor
 
 __all__ = ["CheckpointBucketSection", "CostsSection", "GpuPool", "PriceOverride", "STRUCTURED_KEYS", "StackConfig"]
 

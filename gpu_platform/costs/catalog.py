@@ -407,7 +407,7 @@ def load_override_set(name_or_path: str | Path) -> dict[str, dict[str, Any]]:
 
 def catalog_files() -> list[Path]:
     """Every price data file of the catalog (the three clouds and the override sets). The Kubernetes version
-    calendar lives beside them but has its own schema (gpu_platform/config/versions_calendar.py validates it)."""
+    calendar lives beside them but has its own schema (gpu_platform/data/versions_calendar.py validates it)."""
     return sorted(p for p in CATALOG_DIR.glob("*.yaml") if p.name not in NON_PRICE_FILES)
 
 

@@ -9,6 +9,10 @@ first, then the bill; `-v` adds the policy table and the cluster fit (always sho
 Exit codes: 0 ok, 2 a wrong stack config / policy config / chart, 3 a mandatory policy violated or a
 workload that would not fit, 4 usage (unknown stack, missing file or folder, bad arguments),
 1 an internal error.
+
+This command line is a layer of its own (README ## Layout, `cli`), above preflight and the rehearsal:
+it offers `--rehearse`, so the rehearsal (which reads preflight's plan) is imported from here and
+nothing else in preflight imports it.
 """
 
 from __future__ import annotations

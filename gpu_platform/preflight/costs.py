@@ -5,7 +5,7 @@ The estimator (gpu_platform/costs/estimator.py) is pure; this module feeds it wh
 sizes (the node pools and launch templates the program registers), the storage the platform's charts
 request (PVCs and StatefulSet volumeClaimTemplates in the rendered releases of gpu_platform/preflight/fit/render.py),
 the Services of type LoadBalancer those charts create, and the extended-support fee of the Kubernetes
-version on the day (gpu_platform/config/versions_calendar.py). The chart is drawn in a child process
+version on the day (gpu_platform/data/versions_calendar.py). The chart is drawn in a child process
 (`python -m gpu_platform.preflight.costs`, the data piped in) so matplotlib's import runs on the other core."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from gpu_platform.config.versions_calendar import today as calendar_today
+from gpu_platform.data.versions_calendar import today as calendar_today
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -143,7 +143,7 @@ def _boot_disks(cfg: "StackConfig", plan: Any):
 
 def _extended_support(cfg: "StackConfig", today: _dt.date) -> tuple[Optional[float], str]:
     try:
-        from gpu_platform.config.versions_calendar import load_calendar
+        from gpu_platform.data.versions_calendar import load_calendar
     except ImportError:  # the calendar module is absent: say so rather than guess a fee
         return None, ""
     cal = load_calendar()

@@ -53,7 +53,7 @@ def headroom(config: Optional[dict[str, Any]], cost: Optional[dict[str, Any]]) -
 
 
 def kubernetes(cfg: Any) -> dict[str, Any]:
-    from gpu_platform.config import versions_calendar
+    from gpu_platform.data import versions_calendar
 
     minor = getattr(cfg, "kubernetes_version", None)
     if not minor:

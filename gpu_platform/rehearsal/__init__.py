@@ -2,6 +2,7 @@
 (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK nodes) with the platform's own
 controllers (Kueue, JobSet, Kubeflow Trainer, the Prometheus operator) as local processes.
 
-A layer beside preflight: it reads preflight's plan, rendered releases and node model; preflight's
-command line (`--rehearse`) calls it, nothing in preflight's fit imports it.
+A layer above preflight: it reads preflight's plan, rendered releases and node model. Preflight's
+command line (gpu_platform/preflight/__main__.py, the `cli` layer above both) calls it for `--rehearse`;
+nothing else in preflight imports it.
 """

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the cluster's modules are imported when called: importing aws.versions stays SDK-free
+if TYPE_CHECKING:  # the cluster's modules are imported when called: importing one AWS module stays SDK-free
     import pulumi
 
     from gpu_platform.components.cluster import ClusterHandle

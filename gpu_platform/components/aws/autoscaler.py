@@ -18,7 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_aws import iam
 
-from gpu_platform.components.aws import versions
+from gpu_platform.data import aws_versions as versions
 from gpu_platform.components.aws.iam import irsa_role, policy, statement
 
 NAMESPACE = "kube-system"

@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 import yaml
 from pulumi_aws import cloudwatch, ec2, eks, iam, kms
 
-from gpu_platform.components.aws import versions
+from gpu_platform.data import aws_versions as versions
 from gpu_platform.config.names import zonal_groups
 from gpu_platform.components.aws.iam import irsa_role, managed_policy_arn, partition, service_trust_policy
 

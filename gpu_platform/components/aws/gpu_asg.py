@@ -36,7 +36,7 @@ from pulumi_aws import autoscaling, ec2
 
 from gpu_platform.config.base import approval_tags
 from gpu_platform.config.names import asg_name
-from gpu_platform.components.aws import versions
+from gpu_platform.data import aws_versions as versions
 from gpu_platform.components.aws.eks import secure_launch_template_args
 from gpu_platform.components.aws.scale_down import UNNEEDED_TIME_TAG
 from gpu_platform.components.cluster import GpuPoolSpec, Taint

@@ -26,7 +26,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_aws import cloudwatch, iam, sqs
 
-from gpu_platform.components.aws import versions
+from gpu_platform.data import aws_versions as versions
 from gpu_platform.components.aws.gpu_asg import NTH_MANAGED_TAG
 from gpu_platform.components.aws.iam import irsa_role, policy, statement
 

@@ -13,7 +13,7 @@ from pulumi_gcp import compute
 PODS_RANGE = "pods"
 SERVICES_RANGE = "services"
 # Ports the GKE control plane calls on nodes (webhooks, CRD conversion, aggregated APIs) for the platform's pinned
-# charts, read from what they render (gpu_platform/components/platform/versions.py; tests/test_gcp_plan.py re-derives them from
+# charts, read from what they render (gpu_platform/data/platform_versions.py; tests/test_gcp_plan.py re-derives them from
 # the rendered charts and fails when a chart update needs another port). GKE's own rule for a private cluster
 # opens only 443 and 10250; without ours, these calls time out (webhooks refuse objects, an unreachable APIService
 # turns FailedDiscoveryCheck and namespace deletion, `pulumi destroy` included, hangs).

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pulumi
 
-if TYPE_CHECKING:  # the config's Linode checks import this package's versions.py: keep importing it light.
+if TYPE_CHECKING:  # importing one Linode module (render.py in the node-group provider) runs this file: keep it light.
     from gpu_platform.components.cluster import ClusterHandle
     from gpu_platform.config.model import StackConfig
 

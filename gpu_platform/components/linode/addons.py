@@ -13,9 +13,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
-from gpu_platform.components.chart import Chart
+from gpu_platform.data.chart import Chart
 from gpu_platform.components.helm import helm_release
-from gpu_platform.components.linode import render, versions
+from gpu_platform.components.linode import render
+from gpu_platform.data import linode_versions as versions
 
 TOKEN_SECRET = "linode-api"
 DEFAULT_STORAGE_CLASS = "linode-block-storage-encrypted"

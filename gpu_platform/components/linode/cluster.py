@@ -36,7 +36,8 @@ from gpu_platform.components.cluster import (
 )
 from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
-from gpu_platform.components.linode import addons, node_groups, render, upgrade, versions
+from gpu_platform.components.linode import addons, node_groups, render, upgrade
+from gpu_platform.data import linode_versions as versions
 from gpu_platform.config.linode import (
     BUCKET_SUFFIX_LENGTH, LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE, bucket_label,
 )

@@ -25,7 +25,7 @@ import pulumi_kubernetes as k8s
 import pulumi_tls as tls
 import yaml
 
-from gpu_platform.components.aws import versions as aws_versions
+from gpu_platform.data import aws_versions as aws_versions
 from gpu_platform.components.capacity import GI, allocatable
 from gpu_platform.components.cluster import GpuPoolSpec
 from gpu_platform.config.model import StackConfig
@@ -139,7 +139,7 @@ def autoscaler_cloud_config() -> str:
 
 def autoscaler_values(cluster_name: str, kubernetes_version: str, grace_minutes: int, join_deadline_minutes: int) -> dict:
     """Values of the pinned cluster-autoscaler chart (the same chart and image pins as EKS,
-    gpu_platform/components/aws/versions.py) for the externalgrpc provider."""
+    gpu_platform/data/aws_versions.py) for the externalgrpc provider."""
     return {
         "cloudProvider": "externalgrpc",
         # The chart renders its Deployment only with some discovery setting; externalgrpc ignores it.

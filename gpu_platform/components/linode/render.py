@@ -20,7 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from gpu_platform.components.cluster import Taint
-from gpu_platform.components.linode import versions
+from gpu_platform.data import linode_kubelet
+from gpu_platform.data import linode_versions as versions
 
 KUBEADM_API = "kubeadm.k8s.io/v1beta4"
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
@@ -37,16 +38,6 @@ BOOTSTRAP_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-bootstrap.sh"
 ROLE_LABEL = "gpu-platform.io/role"
 SYSTEM_ROLE = "system"
 
-# Kubelet reservations on every node (KubeletConfiguration kubeReserved/systemReserved/evictionHard).
-# gpu_platform/components/capacity.py subtracts them from the plan's size to get Linode allocatable. Sized for
-# containerd + kubelet at the default 110 pods (the same order as GKE's and EKS's smallest tiers).
-KUBE_RESERVED = {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
-SYSTEM_RESERVED = {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "1Gi"}
-# Setting any evictionHard threshold drops the kubelet's other defaults (they become 0), so all four
-# defaults are restated here (kubelet docs, "Node-pressure Eviction": hard eviction thresholds).
-EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
-                 "nodefs.inodesFree": "5%"}
-MAX_PODS = 110
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,10 +202,10 @@ def _kubelet_configuration() -> dict:
         "readOnlyPort": 0,
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}},
         "authorization": {"mode": "Webhook"},
-        "maxPods": MAX_PODS,
-        "kubeReserved": dict(KUBE_RESERVED),
-        "systemReserved": dict(SYSTEM_RESERVED),
-        "evictionHard": dict(EVICTION_HARD),
+        "maxPods": linode_kubelet.MAX_PODS,
+        "kubeReserved": dict(linode_kubelet.KUBE_RESERVED),
+        "systemReserved": dict(linode_kubelet.SYSTEM_RESERVED),
+        "evictionHard": dict(linode_kubelet.EVICTION_HARD),
     }
 
 

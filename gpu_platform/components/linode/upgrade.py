@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from gpu_platform.components.cluster import POOL_LABEL
-from gpu_platform.components.linode import versions
+from gpu_platform.data import linode_versions as versions
 # The skew rules live with the config checks (config must not import components); re-exported here.
 from gpu_platform.config.checks.linode import UpgradeError, check_upgrade  # noqa: F401  (re-exported)
 

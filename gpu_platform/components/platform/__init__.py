@@ -1,7 +1,7 @@
 """The cloud-agnostic ML platform applied to any cluster handle (see platform.py).
 
-`MlPlatform`/`PlatformArgs` are imported lazily so that the chart pins in `versions.py` (data the config's
-Linode checks read through linode/versions.py) do not pull in the Kubernetes SDK.
+`MlPlatform`/`PlatformArgs` are imported lazily: importing one of the platform's modules runs this file,
+and should not build the whole platform.
 """
 
 from typing import Any

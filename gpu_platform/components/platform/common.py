@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpu_platform.components.cluster import ClusterHandle
-from gpu_platform.components.chart import Chart
+from gpu_platform.data.chart import Chart
 from gpu_platform.components.helm import helm_release as shared_helm_release
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "gpu-platform"}

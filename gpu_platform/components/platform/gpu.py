@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import pulumi
 
 from gpu_platform.components.cluster import ClusterHandle, GpuPoolSpec
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, apply_object, helm_release, k8s_opts, pool_node_affinity, render_namespace, unique_tolerations,
 )

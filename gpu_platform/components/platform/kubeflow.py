@@ -49,7 +49,7 @@ from pulumi_kubernetes.kustomize import v2 as kustomize
 
 from gpu_platform.components.cluster import TRAINING_SERVICE_ACCOUNT, ClusterHandle
 from gpu_platform.components.paths import program_relative
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
     MANAGED_BY, render_namespace,

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_random as random
 
 from gpu_platform.components.cluster import POOL_LABEL, ClusterHandle, GpuPoolSpec
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, MANAGED_BY, MONITORING_NAMESPACE, PLATFORM_PRIORITY_CLASS, apply_object, helm_release, k8s_opts,
     render_namespace,

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Optional, Sequence
 import pulumi
 
 from gpu_platform.components.cluster import TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     JUPYTERHUB_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, apply_object, helm_release, k8s_opts, render_namespace,
 )

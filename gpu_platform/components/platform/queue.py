@@ -43,7 +43,7 @@ from gpu_platform.components.capacity import GI, MI, Allocatable, allocatable
 from gpu_platform.components.cluster import (
     GPU_TAINT, POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec, SystemPoolSpec,
 )
-from gpu_platform.components.platform import versions
+from gpu_platform.data import platform_versions as versions
 from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release,

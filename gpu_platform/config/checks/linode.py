@@ -7,7 +7,7 @@ import ipaddress
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from gpu_platform.config.base import RFC1918_TEXT, ConfigIssue, is_rfc1918
-from gpu_platform.config.versions_calendar import today as calendar_today
+from gpu_platform.data.versions_calendar import today as calendar_today
 from gpu_platform.config.checks.pools import pool_issue_capacity
 from gpu_platform.config.linode import (AUTOSCALING_MIN_KUBERNETES, GPU_POOL_BLOCK, GPU_POOLS_FIRST_HOST, MAX_SYSTEM_NODES,
                                         LINODE_SHARED_PRIVATE_RANGE, LinodeSection, region_capabilities, required_capabilities)
@@ -120,7 +120,7 @@ def check_upgrade(current: str, target: str, allowed: Optional[Sequence[str]] = 
     """kubeadm upgrades one minor at a time and never downgrades (version skew policy: kubelets may be
     older than the API server, never newer). `allowed`: the minors the version calendar allows today.
     current == target is no upgrade (patch releases move with the pins) and passes."""
-    from gpu_platform.components.linode import versions
+    from gpu_platform.data import linode_versions as versions
 
     cur, tgt = _minor(current), _minor(target)
     if tgt == cur:
@@ -131,7 +131,7 @@ def check_upgrade(current: str, target: str, allowed: Optional[Sequence[str]] = 
         raise UpgradeError(f"{current} -> {target} skips a minor: upgrade to {cur[0]}.{cur[1] + 1} first "
                            "(kubeadm upgrades one minor at a time)")
     if target not in versions.KUBERNETES_PATCH:
-        raise UpgradeError(f"no pinned kubeadm release for {target} in gpu_platform/components/linode/versions.py "
+        raise UpgradeError(f"no pinned kubeadm release for {target} in gpu_platform/data/linode_versions.py "
                            f"(pinned: {', '.join(versions.KUBERNETES_PATCH)})")
     if allowed is not None and target not in allowed:
         raise UpgradeError(f"{target} is not allowed on Linode today by the version calendar "
@@ -198,7 +198,7 @@ def upgrade_job_name_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     name fixes both). Each node's upgrade Job is named upgrade-<node>-v<release> (components/linode/upgrade.py), at most 63
     characters; an autoscaled pool's nodes are <prefix>-<pool>-<slot>, named at run time by its pool's Job,
     so a name too long must be refused here rather than fail an upgrade half-way."""
-    from gpu_platform.components.linode import versions
+    from gpu_platform.data import linode_versions as versions
 
     patch = versions.KUBERNETES_PATCH.get(cfg.kubernetes_version)
     if cfg.cloud != "linode" or patch is None:
@@ -230,7 +230,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
         issues.append(ConfigIssue("linode.sshAuthorizedKeys", f"{len(section.ssh_authorized_keys)} key(s)",
                                   "empty unless gpu-platform:adminCidrs names who may reach SSH (the firewall "
                                   "opens port 22 to adminCidrs only)"))
-    from gpu_platform.components.linode import versions
+    from gpu_platform.data import linode_versions as versions
 
     issues += token_expiry_issues(cfg)
     running = section.control_plane_version
@@ -245,7 +245,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
         running = None
     also = running if running is not None and running != cfg.kubernetes_version else None
     if versions.cni_chart(section.cni, cfg.kubernetes_version, also=also) is None:
-        from gpu_platform.config.versions_calendar import load_calendar
+        from gpu_platform.data.versions_calendar import load_calendar
 
         calendar = load_calendar()
         tested = [f"{section.cni} {versions.cni_minor(c)} ({', '.join(calendar.cni_kubernetes(section.cni, versions.cni_minor(c))) or 'no published table'})"

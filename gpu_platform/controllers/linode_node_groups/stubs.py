@@ -1,5 +1,5 @@
-"""Generates the Python gRPC/protobuf stubs from protos/ (build time: the Dockerfile; test time: a
-temporary directory). Nothing generated is committed.
+"""Generates the Python gRPC/protobuf stubs from vendor/ (the upstream .proto files, vendor/README.md names
+their sources) at build time (the Dockerfile) or test time (a temporary directory). Nothing generated is committed.
 
     python stubs.py <out_dir>
 
@@ -16,7 +16,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-PROTO_DIR = Path(__file__).resolve().parent / "protos"
+PROTO_DIR = Path(__file__).resolve().parent / "vendor"
 PROTOS = (
     "externalgrpc.proto",
     "k8s.io/api/core/v1/generated.proto",

@@ -1,11 +1,11 @@
 """`python -m gpu_platform.preflight charts pull [--dest DIR] [--mirror URL] [--only NAME]`: fill a chart cache.
 
-Pulls every chart the project pins (gpu_platform/components/platform/versions.py, gpu_platform/components/linode/versions.py,
-gpu_platform/components/aws/versions.py) at its pinned version with Helm's Go SDK (helm_python.pull: classic
+Pulls every chart the project pins (gpu_platform/data/platform_versions.py, gpu_platform/data/linode_versions.py,
+gpu_platform/data/aws_versions.py) at its pinned version with Helm's Go SDK (helm_python.pull: classic
 repositories through their index.yaml, `oci://` references from the registry), into DIR as
 `NAME-VERSION.tgz`, the layout `--charts DIR` reads. `--mirror URL` pulls every chart by name from one
 classic Helm repository instead (an internal mirror, or a local one in tests). A chart already in DIR
-whose Chart.yaml matches is kept. The pinned kustomize remote targets (gpu_platform/components/platform/versions.py
+whose Chart.yaml matches is kept. The pinned kustomize remote targets (gpu_platform/data/platform_versions.py
 KUSTOMIZE_SOURCES) are built into DIR/kustomize/REPO-REF-NAME.yaml with `kubectl kustomize` (or
 `kustomize build`, `--kustomize CMD` to choose); Helm has no kustomize. Exit 0 when everything is
 there, 1 when anything could not be pulled or built.
@@ -49,10 +49,10 @@ class PinnedChart:
 def pinned_charts() -> list[PinnedChart]:
     """Every chart pin of the three version modules (Chart objects, and the AWS module's name/version
     constants), each once, sorted by name."""
-    from gpu_platform.components.aws import versions as aws
-    from gpu_platform.components.chart import Chart
-    from gpu_platform.components.linode import versions as linode
-    from gpu_platform.components.platform import versions as platform
+    from gpu_platform.data import aws_versions as aws
+    from gpu_platform.data.chart import Chart
+    from gpu_platform.data import linode_versions as linode
+    from gpu_platform.data import platform_versions as platform
 
     found: dict[tuple[str, str], PinnedChart] = {}
     for module in (platform, linode, aws):
@@ -102,7 +102,7 @@ def pull_chart(pin: PinnedChart, dest: Path, mirror: Optional[str] = None) -> Pa
 
 
 def pinned_kustomize_targets() -> list[str]:
-    from gpu_platform.components.platform import versions
+    from gpu_platform.data import platform_versions as versions
 
     return sorted(set(versions.KUSTOMIZE_SOURCES.values()))
 

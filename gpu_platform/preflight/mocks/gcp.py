@@ -47,7 +47,7 @@ def _cluster(inputs: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _channel_minor() -> str:
-    from gpu_platform.config.versions_calendar import default_minor
+    from gpu_platform.data.versions_calendar import default_minor
 
     return default_minor("gcp") or "none-in-standard-support"
 

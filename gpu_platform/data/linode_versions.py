@@ -2,12 +2,13 @@
 
 from typing import Optional
 
-from gpu_platform.components.chart import Chart
-from gpu_platform.components.platform.versions import NVIDIA_DEVICE_PLUGIN
+from gpu_platform.data.chart import Chart
+from gpu_platform.data.platform_versions import NVIDIA_DEVICE_PLUGIN
+from gpu_platform.data.versions_calendar import load_calendar
 
 # kubeadm/kubelet/kubectl from pkgs.k8s.io, one patch release per minor. Which minors a stack may
 # use on a given day comes from the dated calendar (gpu_platform/costs/catalog/kubernetes-versions.yaml, upstream
-# rows); every minor it allows must have a pin here (tests/test_linode_versions.py checks it).
+# rows); every minor it allows must have a pin here (tests/test_linode_config.py checks it).
 # Source: the latest patch per release branch as tracked by endoflife.date (products/kubernetes.md,
 # commit a70eca337600e7d721dc48112c271f98661d208b of 2026-08-22, from the kubernetes/kubernetes tags
 # and https://kubernetes.io/releases/patch-releases/), retrieved 2026-11-23.
@@ -71,8 +72,6 @@ def cni_minor(chart: Chart) -> str:
 def cni_chart(cni: str, kubernetes_minor: str, also: Optional[str] = None) -> Optional[Chart]:
     """The newest pinned chart of `cni` whose compatibility row lists `kubernetes_minor` (None: no such pin).
     `also`: a minor it must list too (the one the cluster runs during an upgrade: the CNI moves first)."""
-    from gpu_platform.config.versions_calendar import load_calendar
-
     calendar = load_calendar()
     wanted = {kubernetes_minor} | ({also} if also else set())
     fits = [c for c in CNI_CHARTS[cni] if wanted <= set(calendar.cni_kubernetes(cni, cni_minor(c)))]

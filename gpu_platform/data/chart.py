@@ -1,4 +1,4 @@
-"""A pinned Helm chart: name, version and repository. Pure data, so the version pins (components/*/versions.py)
+"""A pinned Helm chart: name, version and repository. Pure data, so the version pins (data/*_versions.py)
 and the config checks that read them need neither Pulumi nor the Kubernetes SDK."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ move, validate against that release's CRDs (../shared/crds/<project>-<version>/)
 
 from __future__ import annotations
 
-from gpu_platform.components.chart import Chart
+from gpu_platform.data.chart import Chart
 
 
 # --- GPU enablement -----------------------------------------------------------------------------

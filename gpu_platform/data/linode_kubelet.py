@@ -1,0 +1,15 @@
+"""The kubelet reservations on every Linode node (KubeletConfiguration kubeReserved/systemReserved/evictionHard).
+
+components/linode/render.py writes them into the kubelet's configuration; components/capacity.py subtracts them
+from the plan's size to get Linode allocatable. Data, so capacity reads them without importing the Linode
+cluster package. Sized for containerd + kubelet at the default 110 pods (the same order as GKE's and EKS's
+smallest tiers).
+"""
+
+KUBE_RESERVED = {"cpu": "100m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+SYSTEM_RESERVED = {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "1Gi"}
+# Setting any evictionHard threshold drops the kubelet's other defaults (they become 0), so all four
+# defaults are restated here (kubelet docs, "Node-pressure Eviction": hard eviction thresholds).
+EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
+                 "nodefs.inodesFree": "5%"}
+MAX_PODS = 110
