@@ -186,7 +186,7 @@ DEFAULT_BUILD = [c["name"] for c in COMPONENTS if not c.get("on_demand")]
 def _rehearsed_binaries() -> set[str]:
     """What the shipped stacks' rehearsals start: the control plane, the platform's controllers and, for a
     Linode stack on Cilium, the CRD program of the Cilium chart its Kubernetes minor picks."""
-    from gpu_platform.components.linode.versions import cni_chart
+    from gpu_platform.data.linode_versions import cni_chart
     from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.runner import load_stack
     from gpu_platform.rehearsal import binaries
