@@ -761,6 +761,56 @@ def render_admission_gate_policy() -> dict[str, Any]:
     })
 
 
+# Kueue holds a queued job back with spec.suspend: true and lifts it when it admits the job's Workload;
+# its job webhooks do not refuse anyone else lifting it (v0.19.2 pkg/controller/jobframework/validation.go
+# ValidateJobOnUpdate checks queue name, prebuilt workload, max execution time, priority class and
+# workload slices, never suspend; pkg/controller/jobs/job/job_webhook.go validatePartialAdmissionUpdate
+# guards parallelism only for Jobs with the partial-admission annotation). A notebook user's
+# `job-submitter` Role may patch Jobs and TrainJobs: `kubectl patch --type merge -p
+# '{"spec":{"suspend":false}}'` started an unadmitted job outside the quota, and raising the
+# parallelism of an admitted Job ran more pods than Kueue counted.
+SUSPEND_POLICY = "jobs-started-only-by-kueue"
+# Besides Kueue, the controllers that pass a parent's admission down to the child they made: the
+# Trainer resumes the JobSet of a TrainJob Kueue admitted, JobSet the Jobs of a JobSet.
+_UNSUSPENDED_BY_ITS_PARENT = (f"(object.kind == 'JobSet' && request.userInfo.username == '{TRAINER_CONTROLLER_USER}') || "
+                              f"(object.kind == 'Job' && request.userInfo.username == '{JOBSET_CONTROLLER_USER}')")
+
+
+def render_suspend_policy() -> dict[str, Any]:
+    """Refuses, in the queue's namespaces, an update of a Job, JobSet or TrainJob that lifts
+    spec.suspend, unless Kueue makes it (or the Trainer/JobSet controller passing the admission of the
+    parent it made the object for); and an update that raises the parallelism of a running (admitted)
+    Job, unless Kueue makes it. Suspending, and every other update, is anyone's who may patch."""
+    parallelism = "(has({o}.spec.parallelism) ? {o}.spec.parallelism : 1)"
+    return render_admission_policy(SUSPEND_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+            "resourceRules": [
+                {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["jobs"]},
+                {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "operations": ["UPDATE"],
+                 "resources": ["jobsets"]},
+                {"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"], "operations": ["UPDATE"],
+                 "resources": ["trainjobs"]}]},
+        "variables": [
+            {"name": "wasSuspended", "expression": "has(oldObject.spec.suspend) && oldObject.spec.suspend == true"},
+            {"name": "isSuspended", "expression": "has(object.spec.suspend) && object.spec.suspend == true"},
+            {"name": "byKueue", "expression": f"request.userInfo.username == '{KUEUE_CONTROLLER_USER}'"},
+            {"name": "parallelismRaised", "expression": (
+                f"object.kind == 'Job' && {parallelism.format(o='object')} > {parallelism.format(o='oldObject')}")}],
+        "validations": [
+            {"expression": f"!variables.wasSuspended || variables.isSuspended || variables.byKueue || {_UNSUSPENDED_BY_ITS_PARENT}",
+             "message": ("only Kueue starts a queued job (spec.suspend: false): it does so when it admits the job's "
+                         "Workload. See why it waits with `kubectl get workloads` in this namespace (a deactivated "
+                         "one: docs/first-training-job.md, 'Resume a deactivated job')"),
+             "reason": "Forbidden"},
+            {"expression": "variables.wasSuspended || variables.isSuspended || !variables.parallelismRaised || variables.byKueue",
+             "message": ("a running Job's parallelism may not be raised: Kueue admitted and counts the pods it had. "
+                         "Suspend the Job first (spec.suspend: true) and Kueue admits it again at the new size, or "
+                         "submit a new Job"),
+             "reason": "Forbidden"}],
+    })
+
+
 # A CPU-only pod that tolerates the GPU nodes' taint can be placed on one outside the queue (a pipeline step
 # with a toleration and a pool nodeSelector): Kueue never counts it, and where the NVIDIA runtime honours
 # NVIDIA_VISIBLE_DEVICES for unprivileged containers (Linode's and EKS's nodes; CUDA images set `all`) it
@@ -910,6 +960,10 @@ class JobQueue(pulumi.ComponentResource):
         self.admission_gate_binding = apply_object(f"{name}-admission-gate-binding",
                                                    render_policy_binding(ADMISSION_GATE_POLICY),
                                                    k8s_opts(cluster, self, [self.admission_gate_policy]))
+        # Refuses lifting a queued job's suspend, or widening a running Job, from anyone but Kueue (render_suspend_policy).
+        self.suspend_policy = apply_object(f"{name}-suspend-policy", render_suspend_policy(), k8s_opts(cluster, self))
+        self.suspend_binding = apply_object(f"{name}-suspend-binding", render_policy_binding(SUSPEND_POLICY),
+                                            k8s_opts(cluster, self, [self.suspend_policy]))
         # Refuses a CPU-only pod tolerating the GPU nodes' taint outside Kueue's placement (render_gpu_toleration_policy).
         self.gpu_toleration_policy = apply_object(f"{name}-gpu-toleration-policy", render_gpu_toleration_policy(),
                                                   k8s_opts(cluster, self))
