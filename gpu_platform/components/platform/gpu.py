@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import pulumi
 
-from gpu_platform.components.cluster import ClusterHandle, GpuPoolSpec
+from gpu_platform.components.cluster import DEVICE_LIST_STRATEGY, ClusterHandle, GpuPoolSpec
 from gpu_platform.components.platform import versions
 from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, apply_object, helm_release, k8s_opts, pool_node_affinity, render_namespace, unique_tolerations,
@@ -81,6 +81,8 @@ def device_plugin_values(pools: Sequence[GpuPoolSpec]) -> dict[str, Any]:
         "nfd": {"enabled": False},
         "priorityClassName": "system-node-critical",
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        # Allocations as volume mounts, which the nodes' toolkit alone trusts (EKS: gpu_asg.render_gpu_node_script).
+        "deviceListStrategy": DEVICE_LIST_STRATEGY,
     }
 
 

@@ -481,9 +481,10 @@ _CONTAINERS = ("s.containers", "(has(s.initContainers) ? s.initContainers : [])"
 
 def _gpu_in(res: str) -> str:
     """CEL: the resources `res` ask for at least one GPU. `nvidia.com/gpu: 0` asks for none: taken for GPU
-    work, such a container would be queued on a GPU flavor and get its toleration, and on a node whose
-    container runtime honours NVIDIA_VISIBLE_DEVICES (the toolkit's default; CUDA images set it to `all`)
-    it would see every GPU while Kueue counts them free. A value that is no quantity (a Katib
+    work, such a container would be queued on a GPU flavor and get its toleration and hold a GPU node's
+    CPU and memory while Kueue counts its GPUs free (before issue 34 item 4 it also saw every GPU of the
+    node where the toolkit honoured NVIDIA_VISIBLE_DEVICES=all; the nodes now ignore the variable in
+    unprivileged containers: components/cluster.py DEVICE_LIST_STRATEGY). A value that is no quantity (a Katib
     `${trialParameters.x}` placeholder) counts as a GPU ask; its trial's Job is judged when created."""
     def asks(field: str) -> str:
         value = f"{res}.{field}['{GPU_RESOURCE}']"
@@ -812,9 +813,10 @@ def render_suspend_policy() -> dict[str, Any]:
 
 
 # A CPU-only pod that tolerates the GPU nodes' taint can be placed on one outside the queue (a pipeline step
-# with a toleration and a pool nodeSelector): Kueue never counts it, and where the NVIDIA runtime honours
-# NVIDIA_VISIBLE_DEVICES for unprivileged containers (Linode's and EKS's nodes; CUDA images set `all`) it
-# sees every GPU of the node. Pods the job controller makes for a Job Kueue admitted are Kueue's to place:
+# with a toleration and a pool nodeSelector): Kueue never counts it, it takes the node's CPU and memory from
+# the jobs Kueue placed there and keeps the node up. (It no longer sees the node's GPUs: the GPU nodes ignore
+# an unprivileged container's NVIDIA_VISIBLE_DEVICES, components/cluster.py DEVICE_LIST_STRATEGY; this
+# policy is the second line.) Pods the job controller makes for a Job Kueue admitted are Kueue's to place:
 # it adds the flavor's tolerations to every pod set of a workload it admits on a GPU flavor (a TrainJob's
 # CPU-only initializers among them), and counts them.
 GPU_TOLERATION_POLICY = "gpu-nodes-only-for-gpu-pods"
@@ -838,7 +840,7 @@ def render_gpu_toleration_policy() -> dict[str, Any]:
         "validations": [{
             "expression": f"({QUEUED_JOB_POD}) || !({_TOLERATES_GPU_TAINT})",
             "message": (f"this pod asks for no GPU but tolerates the GPU nodes' taint {GPU_TAINT.key}: on a GPU node "
-                        f"outside the queue it would see the node's GPUs while Kueue counts them free. Drop the "
+                        f"outside the queue it would take the CPU and memory Kueue counts free for GPU jobs there. Drop the "
                         f"toleration (CPU work runs on the system nodes: label a job {QUEUE_NAME_LABEL}: "
                         f"{CPU_LOCAL_QUEUE}), or ask for the GPU with resources.limits {GPU_RESOURCE} and let Kueue "
                         f"place it ({HOW_TO_SUBMIT})"),
