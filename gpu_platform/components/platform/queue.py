@@ -522,9 +522,48 @@ def _spec_pinned(spec: str, pool: Optional[str] = None) -> str:
     return f"({head} && {spec}.nodeSelector['{POOL_LABEL}'] == '{pool}')" if pool else f"({head})"
 
 
-def _spec_fits(cap: PoolCapacity) -> str:
-    """CEL, for pod spec `s`: every container, init containers included, fits one node of the pool."""
-    return " && ".join(f"{lst}.all(c, !has(c.resources) || ({_resources_fit('c.resources', cap)}))" for lst in _CONTAINERS)
+def _amount(value: str) -> str:
+    """CEL double: the quantity `value` (a string or a number); a value that is no quantity (a Katib
+    `${trialParameters.x}` placeholder) counts 0 here (its trial's Job is judged when created)."""
+    return f"(isQuantity(string({value})) ? quantity(string({value})).asApproximateFloat() : 0.0)"
+
+
+def _container_asks(c: str, name: str) -> str:
+    """CEL double: what container `c` asks of resource `name` as the scheduler counts it: the request,
+    or, where only a limit is given, the limit (Kubernetes defaults the request to it); for GPUs, an
+    extended resource whose request must equal its limit, the limit, else the request."""
+    r = f"{c}.resources"
+    first, second = ("limits", "requests") if name == GPU_RESOURCE else ("requests", "limits")
+    return (f"(has({r}) && has({r}.{first}) && '{name}' in {r}.{first} ? {_amount(f'{r}.{first}[{name!r}]')} : "
+            f"has({r}) && has({r}.{second}) && '{name}' in {r}.{second} ? {_amount(f'{r}.{second}[{name!r}]')} : 0.0)")
+
+
+def _pod_asks(s: str, name: str) -> str:
+    """CEL double: what pod spec `s` asks of `name` as the scheduler counts a pod (Kubernetes'
+    effective request, k8s.io/component-helpers resource.PodRequests): its containers summed, plus
+    its sidecars (init containers with restartPolicy Always, which run beside them), or the largest
+    ordinary init container plus the sidecars, whichever is more. (Kubernetes adds only the sidecars
+    started before that init container: counting all of them can only over-count, and only where a
+    sidecar follows a larger init container.) Kueue counts a pod set's requests the same way."""
+    inits = f"(has({s}.initContainers) ? {s}.initContainers : [])"
+    sidecars = f"{inits}.filter(c, has(c.restartPolicy) && c.restartPolicy == 'Always').map(c, {_container_asks('c', name)}).sum()"
+    plain = f"{inits}.filter(c, !has(c.restartPolicy) || c.restartPolicy != 'Always').map(c, {_container_asks('c', name)})"
+    return (f"[{s}.containers.map(c, {_container_asks('c', name)}).sum() + {sidecars}, "
+            f"([0.0] + {plain}).max() + {sidecars}].max()")
+
+
+# The pods of the object (variables.podSpecs), each as {pool: the pool its nodeSelector names or '',
+# cpu: cores, memory: bytes, gpu: GPUs}, what the scheduler counts for the whole pod (_pod_asks).
+POD_ASKS = (f"variables.podSpecs.map(s, {{'pool': has(s.nodeSelector) && '{POOL_LABEL}' in s.nodeSelector ? "
+            f"string(s.nodeSelector['{POOL_LABEL}']) : '', 'cpu': {_pod_asks('s', 'cpu')}, "
+            f"'memory': {_pod_asks('s', 'memory')}, 'gpu': {_pod_asks('s', GPU_RESOURCE)}}})")
+
+
+def _pod_fits(p: str, cap: PoolCapacity) -> str:
+    """CEL, for an entry `p` of variables.pods: the whole pod fits one node of the pool. Half a
+    millicore / half a byte of slack absorbs the rounding of summed decimal quantities (0.1 + 0.2)."""
+    return (f"{p}.cpu * 1000.0 <= {cap.cpu_millis}.5 && {p}.memory <= {cap.memory_bytes}.5 && "
+            f"{p}.gpu <= {cap.gpus}.0")
 
 
 def _trainjob_pinned(tj: str, pool: Optional[str] = None) -> str:
@@ -555,8 +594,7 @@ def _cpu_work_validation(node: PoolCapacity, quota: PoolCapacity) -> dict[str, A
     flavorLabelKeys), and the system flavor has no pool label, so a pinned CPU pod still gets the system
     flavor and then selects no node."""
     room = PoolCapacity(min(node.cpu_millis, quota.cpu_millis), min(node.memory_bytes, quota.memory_bytes), 0)
-    specs_ok = ("variables.podSpecs.all(s, " + " && ".join(
-        f"{lst}.all(c, !has(c.resources) || ({_resources_fit('c.resources', room)}))" for lst in _CONTAINERS) + ")")
+    specs_ok = f"variables.pods.all(p, {_pod_fits('p', room)})"
     tj_ok = f"variables.trainJobs.all(t, {_resources_fit('t', room)})"
     return {
         "expression": f"variables.asksForGpu || !({QUEUED_REQUEST}) || (({specs_ok}) && ({tj_ok}))",
@@ -580,7 +618,9 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
     only that pool's flavor). Every kind Kueue manages here: Jobs, JobSets (each replicated job's
     pod), TrainJobs (trainer.resourcesPerNode), plain pods Kueue queues (GPU notebooks, pipeline
     steps; not a Job's pods, checked with their job), and Katib Experiments' trial templates. Per
-    container, init containers included (a pod of several large containers is not summed).
+    pod, as the scheduler counts it (_pod_asks: containers summed, init containers by the largest;
+    before issue 34 item 5 each container alone, so a pod of two 3-CPU containers was admitted to a
+    pool whose nodes hand 3.5 CPU to jobs).
 
     `system`: (one system node's share, the system flavor's quota): queued CPU-only work the flavor
     would admit must fit a system node too (_cpu_work_validation)."""
@@ -590,14 +630,14 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
                       for n, c in sorted(capacities.items()))
     validations = []
     for pool, cap in sorted(capacities.items()):
-        specs_ok = (f"variables.podSpecs.all(s, ({_spec_pinned('s')} && !{_spec_pinned('s', pool)}) || "
-                    f"({_spec_fits(cap)}))")
+        specs_ok = f"variables.pods.all(p, (p.pool != '' && p.pool != '{pool}') || ({_pod_fits('p', cap)}))"
         tj_ok = (f"variables.trainJobs.all(t, ({_trainjob_pinned('variables.trainJob')} && "
                  f"!{_trainjob_pinned('variables.trainJob', pool)}) || ({_resources_fit('t', cap)}))")
         validations.append({
             "expression": f"!variables.asksForGpu || (({specs_ok}) && ({tj_ok}))",
             "message": (f"a GPU pod of this job asks for more CPU, memory or GPUs than a node of pool {pool} hands to jobs "
-                        f"(a limit without a request counts as the request), and the job names no pool, so Kueue may "
+                        f"(its containers summed, init containers by the largest; a limit without a request counts "
+                        f"as the request), and the job names no pool, so Kueue may "
                         f"admit it to {pool} where it never schedules. Pin a pool it fits with nodeSelector "
                         f"{POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask for less. Room per pod: {rooms}"),
             "reason": "Invalid",
@@ -608,6 +648,7 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
         "matchConstraints": _queued_work_created(),
         "variables": [
             {"name": "podSpecs", "expression": POD_SPECS},
+            {"name": "pods", "expression": POD_ASKS},
             {"name": "trainJobs", "expression": TRAINJOB_RES},
             # The TrainJob spec whose runtimePatches may pin a pool (the object's, or the trial template's).
             {"name": "trainJob", "expression": f"{_TRIAL_IS}'TrainJob' ? {_TRIAL}.spec : object.spec"},
