@@ -552,18 +552,27 @@ def _pod_asks(s: str, name: str) -> str:
             f"([0.0] + {plain}).max() + {sidecars}].max()")
 
 
-# The pods of the object (variables.podSpecs), each as {pool: the pool its nodeSelector names or '',
-# cpu: cores, memory: bytes, gpu: GPUs}, what the scheduler counts for the whole pod (_pod_asks).
-POD_ASKS = (f"variables.podSpecs.map(s, {{'pool': has(s.nodeSelector) && '{POOL_LABEL}' in s.nodeSelector ? "
-            f"string(s.nodeSelector['{POOL_LABEL}']) : '', 'cpu': {_pod_asks('s', 'cpu')}, "
-            f"'memory': {_pod_asks('s', 'memory')}, 'gpu': {_pod_asks('s', GPU_RESOURCE)}}})")
+def pod_asks(pools: Sequence[str]) -> str:
+    """CEL: the pods of the object (variables.podSpecs), each as a map of doubles (the API server's CEL
+    has homogeneous aggregate literals: k8s.io/apiserver/pkg/cel/environment/base.go): cpu (cores),
+    memory (bytes), gpu, what the scheduler counts for the whole pod (_pod_asks); pinned, 1.0 when its
+    nodeSelector names a pool; and pinned_<pool>, 1.0 when it names that pool."""
+    named = f"has(s.nodeSelector) && '{POOL_LABEL}' in s.nodeSelector"
+    flags = "".join(f", '{_pinned_key(p)}': {named} && s.nodeSelector['{POOL_LABEL}'] == '{p}' ? 1.0 : 0.0"
+                    for p in sorted(pools))
+    return (f"variables.podSpecs.map(s, {{'cpu': {_pod_asks('s', 'cpu')}, 'memory': {_pod_asks('s', 'memory')}, "
+            f"'gpu': {_pod_asks('s', GPU_RESOURCE)}, 'pinned': {named} ? 1.0 : 0.0{flags}}})")
+
+
+def _pinned_key(pool: str) -> str:
+    return "pinned_" + pool
 
 
 def _pod_fits(p: str, cap: PoolCapacity) -> str:
     """CEL, for an entry `p` of variables.pods: the whole pod fits one node of the pool. Half a
     millicore / half a byte of slack absorbs the rounding of summed decimal quantities (0.1 + 0.2)."""
-    return (f"{p}.cpu * 1000.0 <= {cap.cpu_millis}.5 && {p}.memory <= {cap.memory_bytes}.5 && "
-            f"{p}.gpu <= {cap.gpus}.0")
+    return (f"{p}['cpu'] * 1000.0 <= {cap.cpu_millis}.5 && {p}['memory'] <= {cap.memory_bytes}.5 && "
+            f"{p}['gpu'] <= {cap.gpus}.0")
 
 
 def _trainjob_pinned(tj: str, pool: Optional[str] = None) -> str:
@@ -630,7 +639,8 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
                       for n, c in sorted(capacities.items()))
     validations = []
     for pool, cap in sorted(capacities.items()):
-        specs_ok = f"variables.pods.all(p, (p.pool != '' && p.pool != '{pool}') || ({_pod_fits('p', cap)}))"
+        specs_ok = (f"variables.pods.all(p, (p['pinned'] == 1.0 && p['{_pinned_key(pool)}'] == 0.0) || "
+                    f"({_pod_fits('p', cap)}))")
         tj_ok = (f"variables.trainJobs.all(t, ({_trainjob_pinned('variables.trainJob')} && "
                  f"!{_trainjob_pinned('variables.trainJob', pool)}) || ({_resources_fit('t', cap)}))")
         validations.append({
@@ -648,7 +658,7 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
         "matchConstraints": _queued_work_created(),
         "variables": [
             {"name": "podSpecs", "expression": POD_SPECS},
-            {"name": "pods", "expression": POD_ASKS},
+            {"name": "pods", "expression": pod_asks(sorted(capacities))},
             {"name": "trainJobs", "expression": TRAINJOB_RES},
             # The TrainJob spec whose runtimePatches may pin a pool (the object's, or the trial template's).
             {"name": "trainJob", "expression": f"{_TRIAL_IS}'TrainJob' ? {_TRIAL}.spec : object.spec"},
