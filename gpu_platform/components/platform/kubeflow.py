@@ -50,11 +50,11 @@ from pulumi_kubernetes.kustomize import v2 as kustomize
 from gpu_platform.components.cluster import TRAINING_SERVICE_ACCOUNT, ClusterHandle
 from gpu_platform.components.paths import program_relative
 from gpu_platform.components.platform import versions
-from gpu_platform.components.platform.gpu import gpu_driver_env
 from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
     MANAGED_BY, render_namespace,
 )
+from gpu_platform.components.platform.gpu import gpu_driver_env
 from gpu_platform.components.platform.queue import (
     QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_SELECTOR, QUEUE_NAMESPACE_VALUE,
     render_admission_policy, render_policy_binding,
