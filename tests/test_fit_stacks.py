@@ -215,3 +215,23 @@ def test_every_zonal_group_of_aws_prod_is_in_the_fit_report():
     lines = report.render().splitlines()
     for g in model.node_groups:
         assert any(line.split()[:1] == [g.key] for line in lines), (g.key, lines[:12])
+
+
+def test_an_unlabelled_job_is_judged_in_the_default_local_queue_it_lands_in():
+    """Issue 34 item 5. Kueue gives a job that names no queue its namespace's LocalQueue `default`
+    (v0.19.2 jobframework/defaults.go). Before: fit took an unlabelled TrainJob for unqueued work and
+    never asked whether Kueue would admit it. Here it asks for one more one-GPU node than the GPU
+    queue's whole GPU quota: Kueue never admits it, and fit now says so."""
+    model, releases = _stack("aws-prod")
+    [tj] = _objects(releases, "TrainJob")
+    del tj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    [cq] = _objects(releases, "ClusterQueue", "gpu-training")
+    quota = sum(int(r["nominalQuota"]) for fl in cq["spec"]["resourceGroups"][0]["flavors"]
+                for r in fl["resources"] if r["name"] == "nvidia.com/gpu")
+    tj["spec"]["trainer"]["numNodes"] = quota + 1  # more one-GPU pods than the whole queue has GPUs
+    report = check_fit(model, releases)
+    [stuck] = _problems(report, "queue-fit", object="TrainJob/training/resnet-checkpointed")
+    assert "Kueue never admits it" in stuck.reason
+    # Labelled the same, it is judged the same: the label is what `default` gives it.
+    tj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "default"
+    assert _problems(check_fit(model, releases), "queue-fit", object="TrainJob/training/resnet-checkpointed")

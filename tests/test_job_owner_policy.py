@@ -13,8 +13,8 @@ import pytest
 
 from gpu_platform.components.platform.common import TRAINER_NAMESPACE
 from gpu_platform.components.platform.queue import (
-    JOBSET_CONTROLLER_USER, KUEUE_ADMISSION_GATE, KUEUE_CONTROLLER_USER, TRAINER_CONTROLLER_USER,
-    render_admission_gate_policy, render_job_owner_policy,
+    JOBSET_CONTROLLER_USER, KUEUE_ADMISSION_GATE, KUEUE_CONTROLLER_USER, QUEUE_NAMESPACE_SELECTOR, SUSPEND_POLICY,
+    TRAINER_CONTROLLER_USER, render_admission_gate_policy, render_job_owner_policy, render_suspend_policy,
 )
 from tests.fit_support import need_charts, rendered
 
@@ -113,3 +113,91 @@ def test_the_gate_policy_matches_pod_updates_in_the_queue_namespaces_only():
     rules = spec["matchConstraints"]["resourceRules"]
     assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]
     assert spec["failurePolicy"] == "Fail"
+
+
+# --- Only Kueue starts a queued job (issue 34 item 3) ------------------------------------------------------------
+
+def update_refusal(policy: dict, old: dict, new: dict, user: str = USER) -> Optional[str]:
+    """What a ValidatingAdmissionPolicy says to an UPDATE from `old` to `new` by `user`, evaluated as the API
+    server does: matchConstraints' resource rules, then the variables, then each validation in order (the
+    Kubernetes quantity functions preflight's evaluator provides, in case an expression uses them)."""
+    from gpu_platform.preflight.fit.admission_policy import cel_functions
+
+    spec = policy["spec"]
+    group, _, version = new["apiVersion"].rpartition("/")
+    plural = {"Job": "jobs", "JobSet": "jobsets", "TrainJob": "trainjobs"}[new["kind"]]
+    if not any(group in r["apiGroups"] and version in r["apiVersions"] and plural in r["resources"]
+               and "UPDATE" in r["operations"] for r in spec["matchConstraints"]["resourceRules"]):
+        return None
+    act: dict[str, Any] = {"oldObject": celpy.json_to_cel(old), "object": celpy.json_to_cel(new),
+                           "request": celpy.json_to_cel({"operation": "UPDATE", "kind": {"kind": new["kind"]},
+                                                         "userInfo": {"username": user}})}
+    env, fns = celpy.Environment(), cel_functions()
+    variables: dict[str, Any] = {}
+    for v in spec["variables"]:
+        act["variables"] = celpy.celtypes.MapType({celpy.celtypes.StringType(k): x for k, x in variables.items()})
+        variables[v["name"]] = env.program(env.compile(v["expression"]), functions=fns).evaluate(act)
+    act["variables"] = celpy.celtypes.MapType({celpy.celtypes.StringType(k): x for k, x in variables.items()})
+    for v in spec["validations"]:
+        if not env.program(env.compile(v["expression"]), functions=fns).evaluate(act):
+            return v["message"]
+    return None
+
+
+API = {"Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "TrainJob": "trainer.kubeflow.org/v1alpha1"}
+
+
+def job(kind: str, suspend: Optional[bool], parallelism: Optional[int] = None) -> dict:
+    spec: dict[str, Any] = {}
+    if suspend is not None:
+        spec["suspend"] = suspend
+    if parallelism is not None:
+        spec["parallelism"] = parallelism
+    return {"apiVersion": API[kind], "kind": kind, "metadata": {"name": "j", "namespace": "training"}, "spec": spec}
+
+
+@pytest.mark.parametrize("kind", ["Job", "JobSet", "TrainJob"])
+@pytest.mark.parametrize("new_suspend", [False, None])
+def test_a_user_cannot_start_a_queued_job_by_unsuspending_it(kind, new_suspend):
+    """Before: Kueue v0.19.2's job webhooks let a job-submitter (a notebook) patch suspend: false on a Job
+    or TrainJob Kueue had not admitted, and it ran outside the quota."""
+    said = update_refusal(render_suspend_policy(), job(kind, True), job(kind, new_suspend))
+    assert said and "only Kueue starts a queued job" in said and "kubectl get workloads" in said
+
+
+def test_a_user_cannot_raise_the_parallelism_of_a_running_job():
+    said = update_refusal(render_suspend_policy(), job("Job", False, 2), job("Job", False, 8))
+    assert said and "parallelism may not be raised" in said
+    # Unset parallelism is 1 (the API server's default): raising it from there is the same.
+    assert update_refusal(render_suspend_policy(), job("Job", None), job("Job", None, 4))
+
+
+@pytest.mark.parametrize("kind, old, new, user", [
+    ("Job", job("Job", True), job("Job", False), KUEUE_CONTROLLER_USER),             # Kueue admits
+    ("TrainJob", job("TrainJob", True), job("TrainJob", False), KUEUE_CONTROLLER_USER),
+    ("JobSet", job("JobSet", True), job("JobSet", False), TRAINER_CONTROLLER_USER),  # the Trainer passes it down
+    ("Job", job("Job", True), job("Job", False), JOBSET_CONTROLLER_USER),            # JobSet passes it down
+    ("Job", job("Job", False), job("Job", True), USER),                              # a user stops their job
+    ("TrainJob", job("TrainJob", True), job("TrainJob", True), USER),                # a label/annotation edit
+    ("Job", job("Job", False, 8), job("Job", False, 2), USER),                       # narrowing a running Job
+    ("Job", job("Job", True, 2), job("Job", True, 8), USER),                         # widening while queued
+    ("Job", job("Job", False, 2), job("Job", False, 8), KUEUE_CONTROLLER_USER),      # Kueue restores parallelism
+])
+def test_kueue_and_the_parent_controllers_start_jobs_and_users_may_stop_or_edit(kind, old, new, user):
+    assert update_refusal(render_suspend_policy(), old, new, user) is None
+
+
+def test_the_controllers_may_only_unsuspend_their_own_kind_of_child():
+    assert update_refusal(render_suspend_policy(), job("TrainJob", True), job("TrainJob", False), TRAINER_CONTROLLER_USER)
+    assert update_refusal(render_suspend_policy(), job("JobSet", True), job("JobSet", False), JOBSET_CONTROLLER_USER)
+
+
+def test_the_suspend_policy_is_installed_and_bound_in_the_queue_namespaces():
+    """It is among what every queued stack renders, bound with Deny, over the queue's namespaces only."""
+    need_charts()
+    objects = [o for r in rendered("gcp-prod") for o in r.objects]
+    (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == SUSPEND_POLICY]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["namespaceSelector"] == QUEUE_NAMESPACE_SELECTOR
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding" and o["spec"]["policyName"] == SUSPEND_POLICY]
+    assert bindings and bindings[0]["spec"]["validationActions"] == ["Deny"]

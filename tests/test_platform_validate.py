@@ -170,7 +170,7 @@ def test_example_trainjob_round_trips_through_kueues_trainer_schema() -> None:
 
 
 def test_checkpointed_runtime_is_torch_distributed_with_the_checkpoint_contract() -> None:
-    runtime = render_checkpointed_runtime()
+    runtime = render_checkpointed_runtime(cloud="linode")
     validate_cr(runtime)
     assert runtime["metadata"]["name"] == CHECKPOINTED_RUNTIME
     # The chart's torch-distributed runtime (the one the example used to name), plus the contract.
@@ -182,15 +182,39 @@ def test_checkpointed_runtime_is_torch_distributed_with_the_checkpoint_contract(
     for key in ("backoffLimit", "podFailurePolicy"):
         del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][key]
     del ours["template"]["spec"]["failurePolicy"]
+    del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert ours == upstream["spec"]
     pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == render_training_service_account({})["metadata"]["name"]
     assert pod["terminationGracePeriodSeconds"] == CHECKPOINT_GRACE_SECONDS
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert render_checkpointed_runtime(120)["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+    assert render_checkpointed_runtime(120, cloud="linode")["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
         "template"]["spec"]["terminationGracePeriodSeconds"] == 120
     with pytest.raises(ValueError, match="at least 0"):
-        render_checkpointed_runtime(-1)
+        render_checkpointed_runtime(-1, cloud="linode")
+
+
+@pytest.mark.parametrize("cloud,name,needed", [("gcp", "LD_LIBRARY_PATH", "/usr/local/nvidia/lib64"),
+                                               ("linode", "NVIDIA_DRIVER_CAPABILITIES", "compute"),
+                                               ("aws", "NVIDIA_DRIVER_CAPABILITIES", "compute")])
+def test_example_trainjob_pod_carries_what_the_clouds_driver_needs(cloud, name, needed) -> None:
+    """Issue 34 item 1. Before: the example's pod (python:3.12-slim + PyPI torch through the
+    torch-checkpointed runtime) had no LD_LIBRARY_PATH, so on GKE, whose device plugin mounts the
+    driver at /usr/local/nvidia without putting it on the loader's path, torch found no libcuda and
+    trained on the CPU. The pod the example TrainJob makes (preflight's model of Trainer v2.3.0: the
+    runtime's container, the TrainJob's env upserted by name) carries what each cloud's driver needs."""
+    from gpu_platform.preflight.fit.pods import trainjob_pods
+
+    runtime = render_checkpointed_runtime(cloud=cloud)
+    validate_cr(runtime)
+    pods, issue = trainjob_pods("example", example_trainjob(), {("ClusterTrainingRuntime", None, CHECKPOINTED_RUNTIME): runtime})
+    assert issue is None and len(pods) == 1
+    node = next(c for c in pods[0].containers() if c["name"] == "node")
+    env = {e["name"]: e.get("value") for e in node["env"]}
+    assert needed in env[name].split(":" if name == "LD_LIBRARY_PATH" else ",")
+    assert env["RUN_NAME"] == "resnet-checkpointed"  # the TrainJob's own env is kept beside it
+    with pytest.raises(ValueError, match="'azure'"):
+        render_checkpointed_runtime(cloud="azure")
 
 
 def _jobset_crd_schema() -> dict[str, Any]:
@@ -209,7 +233,7 @@ def test_checkpointed_runtime_does_not_count_disruptions_as_failures() -> None:
     schemas the cluster installs: Trainer's ClusterTrainingRuntime CRD, JobSet v0.12.0's CRD (the
     JobSet Trainer creates from the template), Kubernetes' batch/v1 Job (kubernetes-validate, strict)
     and JobSet's webhook rules (failure reasons it accepts, rule names)."""
-    runtime = render_checkpointed_runtime()
+    runtime = render_checkpointed_runtime(cloud="linode")
     validate_cr(runtime)
     jobset_spec = runtime["spec"]["template"]["spec"]
     jsonschema.validate({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "spec": jobset_spec},

@@ -294,3 +294,56 @@ def test_a_job_asking_more_gpus_than_a_pools_node_is_refused_unless_pinned_where
     big = trainjob("2")
     big["spec"]["trainer"]["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": "5"}}
     assert fit_refusal(big)
+
+
+def _pod_job(containers: list[dict], init: Optional[list[dict]] = None, pool=None) -> dict:
+    spec: dict = {"containers": containers}
+    if init:
+        spec["initContainers"] = init
+    if pool:
+        spec["nodeSelector"] = {POOL_LABEL: pool}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "training"},
+            "spec": {"template": {"spec": spec}}}
+
+
+def _c(name: str, cpu: str, gpus: int = 0, memory: str = "1Gi", **extra) -> dict:
+    res = {"requests": {"cpu": cpu, "memory": memory}}
+    if gpus:
+        res["limits"] = {"nvidia.com/gpu": gpus}
+    return {"name": name, "image": "x", "resources": res, **extra}
+
+
+def test_a_pod_of_several_containers_is_judged_whole() -> None:
+    """Issue 34 item 5. Before: each container was checked alone, so a GPU pod of two 3-CPU containers
+    (6 CPU) passed for aws-prod's a10g, whose nodes hand about 3.3 CPU to jobs: Kueue admitted it there
+    and it never scheduled. The scheduler and Kueue count the pod: containers summed."""
+    two = _pod_job([_c("train", "3", gpus=1), _c("loader", "3")])
+    message = fit_refusal(two)
+    assert message and "a10g" in message and "containers summed" in message
+    assert fit_refusal(_pod_job([_c("train", "3", gpus=1), _c("loader", "3")], pool="l4x4")) is None
+    assert fit_refusal(_pod_job([_c("train", "1600m", gpus=1), _c("loader", "1600m")])) is None  # 3.2 CPU fits
+    # Memory and GPUs add up the same way: two 1-GPU containers are a 2-GPU pod.
+    assert fit_refusal(_pod_job([_c("a", "1", gpus=1, memory="7Gi"), _c("b", "1", memory="7Gi")]))
+    assert fit_refusal(_pod_job([_c("a", "1", gpus=1), _c("b", "1", gpus=1)]))
+
+
+def test_init_containers_count_by_the_largest_and_sidecars_add_up() -> None:
+    """Init containers run one after the other before the app containers: the pod needs the largest
+    of them or the containers' sum, whichever is more (not their sum); a sidecar (an init container
+    with restartPolicy Always) runs beside the app containers and adds to them."""
+    inits = [_c("fetch", "3"), _c("unpack", "3")]  # 3 at a time, not 6
+    assert fit_refusal(_pod_job([_c("train", "1", gpus=1)], init=inits)) is None
+    assert fit_refusal(_pod_job([_c("train", "1", gpus=1)], init=[_c("fetch", "4")]))  # 4 > 3.3
+    sidecar = _c("proxy", "2", restartPolicy="Always")
+    assert fit_refusal(_pod_job([_c("train", "2", gpus=1)], init=[sidecar]))  # 2 + 2 > 3.3
+    assert fit_refusal(_pod_job([_c("train", "1", gpus=1)], init=[_c("side", "1", restartPolicy="Always")])) is None
+
+
+def test_cpu_only_pods_are_judged_whole_against_the_system_nodes() -> None:
+    system = (PoolCapacity(3_000, 10 * 1024**3, 0), PoolCapacity(6_000, 20 * 1024**3, 0))
+    job = _pod_job([_c("a", "2"), _c("b", "2")])
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "cpu-queue"}
+    message = fit_refusal(job, system=system)
+    assert message and "CPU-only pod" in message
+    job["spec"]["template"]["spec"]["containers"] = [_c("a", "1"), _c("b", "1500m")]
+    assert fit_refusal(job, system=system) is None

@@ -215,5 +215,45 @@ def test_bad_options_exit_2_without_traceback():
     assert "Traceback" not in proc.stderr
 
 
+def _run_plain(args: list[str], extra_env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    if not TRAINING_PYTHON.exists():
+        pytest.fail(f"{TRAINING_PYTHON} is missing: run `make training-venv` (make test does)")
+    env = {k: v for k, v in os.environ.items() if k not in ("NVIDIA_VISIBLE_DEVICES", "DEVICE")}
+    env.update(PYTHONPATH=str(TRAINING_DIR), OMP_NUM_THREADS="1", **extra_env)
+    return subprocess.run([str(TRAINING_PYTHON), "-m", "ckpt_train", *SMALL, *args], cwd=TRAINING_DIR, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("given", ["GPU-8f6d2e3c-1b2a-4c5d-9e8f-0a1b2c3d4e5f", "/var/run/nvidia-container-devices", "all"])
+def test_given_a_gpu_it_cannot_use_it_refuses_to_train_on_the_cpu(tmp_path, given):
+    """Issue 34 item 1. Before: a pod given a GPU whose driver libraries the image could not reach
+    (GKE without /usr/local/nvidia/lib64 on LD_LIBRARY_PATH) trained on the CPU under `--device auto`,
+    exit 0, days slower, holding the GPU. Now: a non-zero exit that is not the checkpoint code (75,
+    which the runtime restarts uncounted, forever), a message naming the cause, and no checkpoint.
+    Here the CPU build of torch is the image that cannot use CUDA; NVIDIA_VISIBLE_DEVICES is what the
+    device plugin sets for an allocated GPU (UUIDs; its volume-mounts strategy's folder)."""
+    proc = _run_plain(["--checkpoint-url", f"file://{tmp_path}/ckpt", "--total-steps", "3"],
+                      {"NVIDIA_VISIBLE_DEVICES": given})
+    assert proc.returncode not in (0, CHECKPOINT_EXIT_CODE), proc.stdout + proc.stderr
+    assert proc.returncode == 78
+    assert "torch cannot use CUDA" in proc.stderr and given in proc.stderr
+    assert "/usr/local/nvidia/lib64" in proc.stderr and "--device cpu" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not any(json.loads(l).get("event") == "step" for l in proc.stdout.splitlines() if l.startswith("{"))
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").rglob("step-*"))
+
+
+def test_device_cuda_without_cuda_refuses_and_device_cpu_trains_on_purpose(tmp_path):
+    refused = _run_plain(["--checkpoint-url", f"file://{tmp_path}/a", "--total-steps", "2", "--device", "cuda"], {})
+    assert refused.returncode == 78 and "--device cuda" in refused.stderr, refused.stderr
+    # --device cpu is honoured even where GPUs were given (training on the CPU on purpose).
+    cpu = _run_plain(["--checkpoint-url", f"file://{tmp_path}/b", "--total-steps", "2"],
+                     {"NVIDIA_VISIBLE_DEVICES": "GPU-0", "DEVICE": "cpu"})
+    assert cpu.returncode == 0, cpu.stderr
+    # No GPU given and none asked for: auto is the CPU, as before.
+    none = _run_plain(["--checkpoint-url", f"file://{tmp_path}/c", "--total-steps", "2"], {"NVIDIA_VISIBLE_DEVICES": "void"})
+    assert none.returncode == 0, none.stderr
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

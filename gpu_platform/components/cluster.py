@@ -28,6 +28,29 @@ POOL_LABEL = "gpu-platform.io/pool"
 # Linode's system workers): platform controllers run there, and so does CPU-only queued work.
 SYSTEM_NODE_LABELS = {"gpu-platform.io/role": "system"}
 
+# A pod sees only the GPUs it was allocated, on the clouds where the NVIDIA container toolkit injects
+# them (Linode, EKS). By default the toolkit's runtime hook takes the device list from the container's
+# NVIDIA_VISIBLE_DEVICES even in an unprivileged container (config accept-nvidia-visible-devices-envvar-
+# when-unprivileged, default true: nvidia-container-toolkit api/config/v1/config.go), and the NVIDIA
+# device plugin passes its allocation the same way (DEVICE_LIST_STRATEGY envvar, its default): a pod
+# that sets NVIDIA_VISIBLE_DEVICES=all itself (CUDA images do) saw every GPU of the node whatever it
+# requested. NVIDIA's fix, both halves: the device plugin passes the allocation as volume mounts
+# (/dev/null at /var/run/nvidia-container-devices/<id>: k8s-device-plugin v0.20.0 internal/plugin/server.go
+# updateResponseForDeviceMounts; README "DEVICE_LIST_STRATEGY"), which no pod spec can forge, and the
+# toolkit reads the list only from there and ignores the variable in unprivileged containers
+# (v1.17.8 cmd/nvidia-container-runtime-hook/container_config.go getDevices). GKE runs neither: its
+# own device plugin hands a container the device nodes of its allocation, and nothing reads the variable.
+DEVICE_LIST_STRATEGY = "volume-mounts"
+TOOLKIT_ISOLATION_SETTINGS = (("accept-nvidia-visible-devices-envvar-when-unprivileged", "false"),
+                              ("accept-nvidia-visible-devices-as-volume-mounts", "true"))
+
+
+def toolkit_isolation_command() -> str:
+    """The shell command that writes TOOLKIT_ISOLATION_SETTINGS into the node's toolkit config
+    (/etc/nvidia-container-runtime/config.toml; `nvidia-ctk config --in-place --set key=value`, v1.17.8
+    cmd/nvidia-ctk/config). The runtime hook reads the file at each container start: no restart."""
+    return "nvidia-ctk config --in-place " + " ".join(f"--set {k}={v}" for k, v in TOOLKIT_ISOLATION_SETTINGS)
+
 
 @dataclass(frozen=True)
 class Taint:

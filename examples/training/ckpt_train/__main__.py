@@ -10,7 +10,9 @@ Exit codes: 0 when the run has reached --total-steps (also when it already had);
 on purpose (the pod did not finish its work, so neither the Job nor the JobSet may count it as
 succeeded), and not 143, which any process killed by SIGTERM reports, checkpoint or not. The
 platform's torch-checkpointed runtime restarts the job on 75 without counting it as a failure
-(its podFailurePolicy); 2 bad options.
+(its podFailurePolicy); 2 bad options; 78 (EX_CONFIG) when the container was given GPUs that torch
+cannot use (the driver's libraries are not reachable): a loud failure, counted against the job's
+retries, instead of a silent run on the CPU (see gpus_given and choose_device).
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ from typing import Any, Optional
 # Stopped by a signal after saving a checkpoint: the torch-checkpointed runtime's podFailurePolicy
 # (gpu_platform/components/platform/kubeflow.py CHECKPOINT_EXIT_CODE) restarts the job on it uncounted.
 EXIT_STOPPED = 75
+# Given GPUs it cannot use (sysexits.h EX_CONFIG): a failure the runtime's podFailurePolicy counts
+# (only 75 and disruptions are restarted uncounted), so a node whose driver libraries are not
+# reachable fails the job after its retries rather than training for days on the CPU.
+EXIT_NO_GPU = 78
+# NVIDIA_VISIBLE_DEVICES values that ask for no GPU (NVIDIA container toolkit,
+# internal/config/image/cuda_image.go devicesFromEnvvars: unset, empty or "void"; "none": the
+# driver without devices).
+NO_GPU_VALUES = ("", "void", "none")
 
 
 def _env(name: str, default: Any) -> Any:
@@ -50,7 +60,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=float(_env("LEARNING_RATE", 0.05)))
     p.add_argument("--seed", type=int, default=int(_env("SEED", 0)))
     p.add_argument("--log-every", type=int, default=int(_env("LOG_EVERY_STEPS", 50)))
-    p.add_argument("--device", default=_env("DEVICE", "auto"), help="auto | cpu | cuda")
+    p.add_argument("--device", default=_env("DEVICE", "auto"), choices=("auto", "cpu", "cuda"),
+                   help="auto (the GPU when the container was given one, else the CPU) | cpu | cuda; env DEVICE")
     args = p.parse_args(argv)
     if not args.checkpoint_url:
         p.error("--checkpoint-url (or CHECKPOINT_URL) is required")
@@ -93,6 +104,50 @@ class Dist:
     @property
     def writer(self) -> bool:
         return self.rank == 0
+
+
+class GpuUnavailable(Exception):
+    """The container was given GPUs (or --device cuda was asked for) and torch cannot use them."""
+
+
+def gpus_given(env: dict[str, str], dev_dir: str = "/dev") -> list[str]:
+    """What shows this container was given GPUs, whatever torch makes of it: NVIDIA_VISIBLE_DEVICES
+    naming devices (the NVIDIA device plugin sets it for each GPU it allocates, GPU UUIDs or, with its
+    volume-mounts strategy, /var/run/nvidia-container-devices; Linode and EKS), or /dev/nvidia<N>
+    device nodes (on GKE, whose device plugin passes the allocated GPUs' device nodes and mounts the
+    driver at /usr/local/nvidia; on the toolkit clouds the runtime hook adds them too). Empty: none."""
+    found = []
+    visible = env.get("NVIDIA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip().lower() not in NO_GPU_VALUES:
+        found.append(f"NVIDIA_VISIBLE_DEVICES={visible}")
+    try:
+        nodes = sorted(n for n in os.listdir(dev_dir) if n.startswith("nvidia") and n[len("nvidia"):].isdigit())
+    except OSError:
+        nodes = []
+    found.extend(os.path.join(dev_dir, n) for n in nodes)
+    return found
+
+
+def choose_device(requested: str, cuda_available: bool, given: list[str], env: dict[str, str]) -> str:
+    """`cuda` or `cpu`. `auto` uses the GPU where torch sees one; where the container was given GPUs
+    (gpus_given) and torch sees none, it refuses (GpuUnavailable) rather than fall back to the CPU.
+    `cuda` without CUDA refuses too; `cpu` is always honoured (training on the CPU on purpose)."""
+    if requested == "cpu":
+        return "cpu"
+    if cuda_available:
+        return "cuda"
+    if requested == "auto" and not given:
+        return "cpu"
+    why = (f"the container was given GPUs ({', '.join(given)})" if given
+           else "--device cuda (DEVICE=cuda) was asked for")
+    raise GpuUnavailable(
+        f"{why} but torch cannot use CUDA (torch.cuda.is_available() is False; "
+        f"LD_LIBRARY_PATH={env.get('LD_LIBRARY_PATH', '')!r}, "
+        f"NVIDIA_DRIVER_CAPABILITIES={env.get('NVIDIA_DRIVER_CAPABILITIES', '')!r}). The driver's libraries "
+        "are not reachable: on GKE LD_LIBRARY_PATH must include /usr/local/nvidia/lib64 (the platform's "
+        "torch-checkpointed runtime and the example image set it); with the NVIDIA container toolkit "
+        "(Linode, EKS) NVIDIA_DRIVER_CAPABILITIES must include compute. Refusing to train on the CPU; "
+        "to do so on purpose, pass --device cpu (DEVICE=cpu)")
 
 
 def init_distributed(device_kind: str) -> Dist:
@@ -144,7 +199,7 @@ def train(args: argparse.Namespace, stop: StopRequest) -> int:
     from ckpt_train.data import SyntheticImages
     from ckpt_train.model import SmallResNet
 
-    kind = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
+    kind = choose_device(args.device, torch.cuda.is_available(), gpus_given(dict(os.environ)), dict(os.environ))
     dist_ = init_distributed(kind)
     device = torch.device(kind, dist_.local_rank) if kind == "cuda" else torch.device("cpu")
     if kind == "cuda":
@@ -235,7 +290,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     stop = StopRequest()
     stop.install()  # before anything slow: a reclaim can come during start-up too
-    return train(args, stop)
+    try:
+        return train(args, stop)
+    except GpuUnavailable as e:
+        log("gpu-unavailable", error=str(e))
+        print(f"ckpt_train: {e}", file=sys.stderr, flush=True)
+        return EXIT_NO_GPU
 
 
 if __name__ == "__main__":

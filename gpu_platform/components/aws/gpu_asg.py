@@ -39,7 +39,7 @@ from gpu_platform.config.names import asg_name
 from gpu_platform.data import aws_versions as versions
 from gpu_platform.components.aws.eks import secure_launch_template_args
 from gpu_platform.components.aws.scale_down import UNNEEDED_TIME_TAG
-from gpu_platform.components.cluster import GpuPoolSpec, Taint
+from gpu_platform.components.cluster import GpuPoolSpec, Taint, toolkit_isolation_command
 
 MIME_BOUNDARY = "==GPU-PLATFORM-BOUNDARY=="
 NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
@@ -148,6 +148,16 @@ JSON
 """
 
 
+def render_gpu_node_script() -> str:
+    """Shell part of the user data (cloud-init): the AMI's NVIDIA container toolkit hands a pod only the
+    GPUs the device plugin allocated it (components/cluster.py DEVICE_LIST_STRATEGY; the toolkit's
+    defaults honour an unprivileged pod's own NVIDIA_VISIBLE_DEVICES=all), then the CloudWatch agent."""
+    return ("#!/bin/bash\nset -euo pipefail\n"
+            "# A pod sees only the GPUs it was allocated (components/cluster.py DEVICE_LIST_STRATEGY).\n"
+            f"{toolkit_isolation_command()}\n"
+            + render_cloudwatch_agent_script().split("\n", 1)[1])
+
+
 def render_user_data(nodeadm_config: str, shell_script: str) -> str:
     """MIME multipart user data: nodeadm reads the application/node.eks.aws part, cloud-init runs the script."""
     return (
@@ -239,7 +249,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
         spec = args.spec
         group = asg_name(args.cluster_name, spec.name, args.zone)
         instance_tags = {**args.tags, **pool_tags(spec, args.approved_on_demand, args.zone), "Name": group}
-        script = render_cloudwatch_agent_script()
+        script = render_gpu_node_script()
         user_data = pulumi.Output.all(args.endpoint, args.ca_data, args.service_cidr).apply(
             lambda a: base64.b64encode(render_user_data(
                 render_nodeadm_config(args.cluster_name, a[0], a[1], a[2], node_labels(spec), spec.taints), script

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
+from gpu_platform.components.cluster import DEVICE_LIST_STRATEGY, GPU_TAINT, POOL_LABEL
 from gpu_platform.data.chart import Chart
 from gpu_platform.components.helm import helm_release
 from gpu_platform.components.linode import render
@@ -102,6 +102,8 @@ def device_plugin_values() -> dict[str, Any]:
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}},
         "priorityClassName": "system-node-critical",
+        # Allocations as volume mounts, which the nodes' toolkit alone trusts (install_nvidia_script).
+        "deviceListStrategy": DEVICE_LIST_STRATEGY,
     }
 
 

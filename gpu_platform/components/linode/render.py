@@ -19,7 +19,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from gpu_platform.components.cluster import Taint
+from gpu_platform.components.cluster import Taint, toolkit_isolation_command
 from gpu_platform.data import linode_kubelet
 from gpu_platform.data import linode_versions as versions
 
@@ -410,6 +410,9 @@ dpkg-query -W -f='${{db:Status-Abbrev}} ${{binary:Package}}\\n' \\
   | awk '$1 ~ /^[ih]i$/ && $2 ~ /^(nvidia-|libnvidia-|linux-(modules|image|headers)-|linux-generic)/ {{print $2}}' \\
   | xargs --no-run-if-empty apt-mark hold
 nvidia-ctk runtime configure --runtime=containerd --set-as-default
+# A pod sees only the GPUs it was allocated: devices from the device plugin's volume mounts, never
+# from an unprivileged container's own NVIDIA_VISIBLE_DEVICES (components/cluster.py DEVICE_LIST_STRATEGY).
+{toolkit_isolation_command()}
 systemctl restart containerd
 nvidia-smi -L
 """

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import pulumi
 
-from gpu_platform.components.cluster import ClusterHandle, GpuPoolSpec
+from gpu_platform.components.cluster import DEVICE_LIST_STRATEGY, ClusterHandle, GpuPoolSpec
 from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, apply_object, helm_release, k8s_opts, pool_node_affinity, render_namespace, unique_tolerations,
@@ -37,6 +37,33 @@ GKE_DRIVER_MOUNT = "/usr/local/nvidia"
 # The chart's own extraVolumeMounts default (its counters file); a list value replaces it, so keep it.
 _CHART_COUNTERS_MOUNT = {"name": "exporter-metrics-volume", "mountPath": "/etc/dcgm-exporter/default-counters.csv",
                          "subPath": "default-counters.csv"}
+
+
+# The environment a GPU container needs for the cloud's driver install to reach CUDA:
+# - GKE: no NVIDIA container runtime; GKE's device plugin (GoogleCloudPlatform/container-engine-accelerators
+#   cmd/nvidia_gpu: "-host-path ... -container-path /usr/local/nvidia/lib64") mounts the host's driver
+#   libraries at /usr/local/nvidia in containers that request a GPU, and nothing puts that folder on
+#   the loader's path: an image without LD_LIBRARY_PATH (python:*-slim + PyPI torch, the example's)
+#   finds no libcuda.so.1 and torch silently sees no GPU.
+# - Linode, EKS: the NVIDIA container toolkit's hook injects the driver libraries into the loader's
+#   path, for the capabilities NVIDIA_DRIVER_CAPABILITIES names; unset it means "utility,compute"
+#   (nvidia-container-toolkit internal/config/image/capabilities.go DefaultDriverCapabilities), but an
+#   image may set it narrower ("utility": nvidia-smi without CUDA), so it is set explicitly.
+GPU_DRIVER_ENV = {
+    "gcp": (("LD_LIBRARY_PATH", f"{GKE_DRIVER_MOUNT}/lib64"),),
+    "linode": (("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),),
+    "aws": (("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),),
+}
+
+
+def gpu_driver_env(cloud: str) -> list[dict[str, str]]:
+    """The container env (Kubernetes EnvVar list) that lets a CUDA program in any image reach the
+    driver `cloud` installs (GPU_DRIVER_ENV). A pod's env replaces the image's variable of the same
+    name, so an image that needs more on LD_LIBRARY_PATH sets it in its TrainJob's env (Trainer upserts
+    the TrainJob's env over the runtime's by name)."""
+    if cloud not in GPU_DRIVER_ENV:
+        raise ValueError(f"cloud {cloud!r}: no GPU driver environment known (known: {', '.join(sorted(GPU_DRIVER_ENV))})")
+    return [{"name": n, "value": v} for n, v in GPU_DRIVER_ENV[cloud]]
 
 
 def _require_pools(pools: Sequence[GpuPoolSpec]) -> None:
@@ -54,6 +81,8 @@ def device_plugin_values(pools: Sequence[GpuPoolSpec]) -> dict[str, Any]:
         "nfd": {"enabled": False},
         "priorityClassName": "system-node-critical",
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        # Allocations as volume mounts, which the nodes' toolkit alone trusts (EKS: gpu_asg.render_gpu_node_script).
+        "deviceListStrategy": DEVICE_LIST_STRATEGY,
     }
 
 

@@ -54,6 +54,7 @@ from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
     MANAGED_BY, render_namespace,
 )
+from gpu_platform.components.platform.gpu import gpu_driver_env
 from gpu_platform.components.platform.queue import (
     QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_SELECTOR, QUEUE_NAMESPACE_VALUE,
     render_admission_policy, render_policy_binding,
@@ -125,8 +126,10 @@ def render_jobset_failure_policy() -> dict[str, Any]:
     ]}
 
 
-def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -> dict[str, Any]:
+def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *, cloud: str) -> dict[str, Any]:
     """torch-distributed plus what a job that survives preemption needs, in the JobSet's pod template:
+    the env `cloud`'s GPU driver install needs for CUDA to be found (gpu.gpu_driver_env: on GKE
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib64, without which torch silently runs on the CPU),
     the training ServiceAccount (bound to the checkpoint bucket by Workload Identity / IRSA; Linode
     reads keys from a Secret), `grace_seconds` to write a checkpoint after SIGTERM (GKE Spot's graceful
     node shutdown gives up to 120 s where the stack enables it, an AWS Spot interruption 2 min), and a
@@ -158,7 +161,8 @@ def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -
                                 "terminationGracePeriodSeconds": grace_seconds,
                                 "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
                                                     "seccompProfile": {"type": "RuntimeDefault"}},
-                                "containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE}],
+                                "containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE,
+                                                "env": gpu_driver_env(cloud)}],
                             }},
                         },
                     },
@@ -276,7 +280,7 @@ class Kubeflow(pulumi.ComponentResource):
                               k8s_opts(cluster, self, [self.trainer, *self._priority]))
             for dep in TRAINER_PLATFORM_DEPLOYMENTS]
         # After the release: its CRDs and its validating webhook for runtimes.
-        self.checkpointed_runtime = apply_object(f"{name}-checkpointed-runtime", render_checkpointed_runtime(),
+        self.checkpointed_runtime = apply_object(f"{name}-checkpointed-runtime", render_checkpointed_runtime(cloud=cluster.cloud),
                                                  k8s_opts(cluster, self, [self.trainer]))
         self.kubeflow_namespace = apply_object(f"{name}-namespace", render_kubeflow_namespace(),
                                                k8s_opts(cluster, self))

@@ -36,7 +36,7 @@ from gpu_platform.components.platform.common import (
 )
 from gpu_platform.components.platform.queue import (
     CPU_CLUSTER_QUEUE, CPU_LOCAL_QUEUE, LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE,
-    JobQueue, render_local_queue,
+    JobQueue, render_admission_policy, render_local_queue, render_policy_binding,
 )
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -70,7 +70,8 @@ def render_notebook_service_account() -> dict[str, Any]:
 def render_submitter_role(namespace: str = TRAINING_NAMESPACE) -> dict[str, Any]:
     """What a notebook (or a pipeline step) may do in the training namespace: submit, watch and delete
     TrainJobs, Katib experiments and batch Jobs; read what they create (trials, workloads, pods, logs,
-    events). No Secrets, no ConfigMaps writes, no RBAC, nothing outside `training`."""
+    events); resume a Workload Kueue deactivated (patch, limited to that by WORKLOAD_REACTIVATION_POLICY).
+    No Secrets, no ConfigMaps writes, no RBAC, nothing outside `training`."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -83,6 +84,8 @@ def render_submitter_role(namespace: str = TRAINING_NAMESPACE) -> dict[str, Any]
             {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": _SUBMIT},
             {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": _READ},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": _READ},
+            # Resume a deactivated job: spec.active false -> true and nothing else (WORKLOAD_REACTIVATION_POLICY).
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["patch"]},
             {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": _READ},
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
         ],
@@ -100,6 +103,55 @@ def render_submitter_binding(namespace: str = TRAINING_NAMESPACE) -> dict[str, A
             {"kind": "ServiceAccount", "name": PIPELINE_RUNNER[1], "namespace": PIPELINE_RUNNER[0]},
         ],
     }
+
+
+# Kueue deactivates a Workload (spec.active: false) whose job was evicted for PodsReadyTimeout more than
+# waitForPodsReady.requeuingStrategy.backoffLimitCount times; its count only grows while the Workload
+# exists, so a multi-day Spot job can exhaust it over many slow recoveries. Setting spec.active back
+# to true resumes it, and Kueue cleared the count when it deactivated it (v0.19.2
+# pkg/controller/core/workload_controller.go: an inactive Workload's status.requeueState is set to nil).
+# The submitters may patch Workloads for that, and for nothing else: this policy refuses any other
+# change they make to one (the queue, the pod sets, the priority, the labels Kueue reads).
+WORKLOAD_REACTIVATION_POLICY = "workloads-only-resumed-by-submitters"
+# The spec fields of Kueue v0.19.2's Workload (kueue.x-k8s.io/v1beta2; a v1beta1 request is converted,
+# matchPolicy Equivalent) besides `active`; tests/test_workload_resume.py keeps this equal to the pinned CRD.
+WORKLOAD_SPEC_FIELDS = ("maximumExecutionTimeSeconds", "podSets", "preemptionGates", "priority",
+                        "priorityClassRef", "queueName")
+WORKLOAD_METADATA_FIELDS = ("labels", "annotations", "finalizers", "ownerReferences")
+RESUME_COMMAND = "kubectl -n training patch workload <name> --type merge -p '{\"spec\":{\"active\":true}}'"
+
+
+def submitter_users() -> list[str]:
+    """The user names the API server gives the submitter binding's ServiceAccounts."""
+    return [f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in render_submitter_binding()["subjects"]]
+
+
+def _kept(obj: str, field: str) -> str:
+    return (f"(has(object.{obj}.{field}) == has(oldObject.{obj}.{field}) && "
+            f"(!has(object.{obj}.{field}) || object.{obj}.{field} == oldObject.{obj}.{field}))")
+
+
+def render_workload_reactivation_policy() -> dict[str, Any]:
+    """Refuses a Workload update by a job submitter (notebook-user, pipeline-runner) unless it sets
+    spec.active from false to true and changes no other spec field, label, annotation, finalizer or
+    owner reference. Other identities (Kueue, administrators) are not matched."""
+    kept = " && ".join([_kept("spec", f) for f in WORKLOAD_SPEC_FIELDS]
+                       + [_kept("metadata", f) for f in WORKLOAD_METADATA_FIELDS])
+    return render_admission_policy(WORKLOAD_REACTIVATION_POLICY, {
+        "matchConstraints": {"resourceRules": [{"apiGroups": ["kueue.x-k8s.io"], "apiVersions": ["v1beta2"],
+                                                "operations": ["UPDATE"], "resources": ["workloads"]}]},
+        "matchConditions": [{"name": "by-a-job-submitter",
+                             "expression": f"request.userInfo.username in {submitter_users()!r}"}],
+        "variables": [
+            {"name": "resumes", "expression": ("has(oldObject.spec.active) && oldObject.spec.active == false && "
+                                               "has(object.spec.active) && object.spec.active == true")},
+            {"name": "keepsTheRest", "expression": kept}],
+        "validations": [{
+            "expression": "variables.resumes && variables.keepsTheRest",
+            "message": ("a job submitter may change a Workload only to resume it after Kueue deactivated it: "
+                        f"`{RESUME_COMMAND}` (spec.active false -> true, nothing else)"),
+            "reason": "Forbidden"}],
+    })
 
 
 def render_runtime_reader() -> dict[str, Any]:
@@ -315,8 +367,14 @@ class Notebooks(pulumi.ComponentResource):
         # The Role lives in `training` (created by the training component before any platform part).
         self.submitter_role = apply_object(f"{name}-submitter-role", render_submitter_role(), k8s_opts(
             cluster, self, list(args.training_namespace and [args.training_namespace] or [])))
+        self.reactivation_policy = apply_object(f"{name}-workload-reactivation-policy",
+                                                render_workload_reactivation_policy(), k8s_opts(cluster, self))
+        self.reactivation_binding = apply_object(f"{name}-workload-reactivation-binding",
+                                                 render_policy_binding(WORKLOAD_REACTIVATION_POLICY),
+                                                 k8s_opts(cluster, self, [self.reactivation_policy]))
         self.submitter_binding = apply_object(f"{name}-submitter-binding", render_submitter_binding(),
-                                              k8s_opts(cluster, self, [self.submitter_role, self.service_account]))
+                                              k8s_opts(cluster, self, [self.submitter_role, self.service_account,
+                                                                       self.reactivation_binding]))
         self.runtime_reader = apply_object(f"{name}-runtime-reader", render_runtime_reader(), k8s_opts(cluster, self))
         self.runtime_reader_binding = apply_object(f"{name}-runtime-reader-binding", render_runtime_reader_binding(),
                                                    k8s_opts(cluster, self, [self.runtime_reader, self.service_account]))

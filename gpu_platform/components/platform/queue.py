@@ -481,9 +481,10 @@ _CONTAINERS = ("s.containers", "(has(s.initContainers) ? s.initContainers : [])"
 
 def _gpu_in(res: str) -> str:
     """CEL: the resources `res` ask for at least one GPU. `nvidia.com/gpu: 0` asks for none: taken for GPU
-    work, such a container would be queued on a GPU flavor and get its toleration, and on a node whose
-    container runtime honours NVIDIA_VISIBLE_DEVICES (the toolkit's default; CUDA images set it to `all`)
-    it would see every GPU while Kueue counts them free. A value that is no quantity (a Katib
+    work, such a container would be queued on a GPU flavor and get its toleration and hold a GPU node's
+    CPU and memory while Kueue counts its GPUs free (before issue 34 item 4 it also saw every GPU of the
+    node where the toolkit honoured NVIDIA_VISIBLE_DEVICES=all; the nodes now ignore the variable in
+    unprivileged containers: components/cluster.py DEVICE_LIST_STRATEGY). A value that is no quantity (a Katib
     `${trialParameters.x}` placeholder) counts as a GPU ask; its trial's Job is judged when created."""
     def asks(field: str) -> str:
         value = f"{res}.{field}['{GPU_RESOURCE}']"
@@ -521,9 +522,57 @@ def _spec_pinned(spec: str, pool: Optional[str] = None) -> str:
     return f"({head} && {spec}.nodeSelector['{POOL_LABEL}'] == '{pool}')" if pool else f"({head})"
 
 
-def _spec_fits(cap: PoolCapacity) -> str:
-    """CEL, for pod spec `s`: every container, init containers included, fits one node of the pool."""
-    return " && ".join(f"{lst}.all(c, !has(c.resources) || ({_resources_fit('c.resources', cap)}))" for lst in _CONTAINERS)
+def _amount(value: str) -> str:
+    """CEL double: the quantity `value` (a string or a number); a value that is no quantity (a Katib
+    `${trialParameters.x}` placeholder) counts 0 here (its trial's Job is judged when created)."""
+    return f"(isQuantity(string({value})) ? quantity(string({value})).asApproximateFloat() : 0.0)"
+
+
+def _container_asks(c: str, name: str) -> str:
+    """CEL double: what container `c` asks of resource `name` as the scheduler counts it: the request,
+    or, where only a limit is given, the limit (Kubernetes defaults the request to it); for GPUs, an
+    extended resource whose request must equal its limit, the limit, else the request."""
+    r = f"{c}.resources"
+    first, second = ("limits", "requests") if name == GPU_RESOURCE else ("requests", "limits")
+    return (f"(has({r}) && has({r}.{first}) && '{name}' in {r}.{first} ? {_amount(f'{r}.{first}[{name!r}]')} : "
+            f"has({r}) && has({r}.{second}) && '{name}' in {r}.{second} ? {_amount(f'{r}.{second}[{name!r}]')} : 0.0)")
+
+
+def _pod_asks(s: str, name: str) -> str:
+    """CEL double: what pod spec `s` asks of `name` as the scheduler counts a pod (Kubernetes'
+    effective request, k8s.io/component-helpers resource.PodRequests): its containers summed, plus
+    its sidecars (init containers with restartPolicy Always, which run beside them), or the largest
+    ordinary init container plus the sidecars, whichever is more. (Kubernetes adds only the sidecars
+    started before that init container: counting all of them can only over-count, and only where a
+    sidecar follows a larger init container.) Kueue counts a pod set's requests the same way."""
+    inits = f"(has({s}.initContainers) ? {s}.initContainers : [])"
+    sidecars = f"{inits}.filter(c, has(c.restartPolicy) && c.restartPolicy == 'Always').map(c, {_container_asks('c', name)}).sum()"
+    plain = f"{inits}.filter(c, !has(c.restartPolicy) || c.restartPolicy != 'Always').map(c, {_container_asks('c', name)})"
+    return (f"[{s}.containers.map(c, {_container_asks('c', name)}).sum() + {sidecars}, "
+            f"([0.0] + {plain}).max() + {sidecars}].max()")
+
+
+def pod_asks(pools: Sequence[str]) -> str:
+    """CEL: the pods of the object (variables.podSpecs), each as a map of doubles (the API server's CEL
+    has homogeneous aggregate literals: k8s.io/apiserver/pkg/cel/environment/base.go): cpu (cores),
+    memory (bytes), gpu, what the scheduler counts for the whole pod (_pod_asks); pinned, 1.0 when its
+    nodeSelector names a pool; and pinned_<pool>, 1.0 when it names that pool."""
+    named = f"has(s.nodeSelector) && '{POOL_LABEL}' in s.nodeSelector"
+    flags = "".join(f", '{_pinned_key(p)}': {named} && s.nodeSelector['{POOL_LABEL}'] == '{p}' ? 1.0 : 0.0"
+                    for p in sorted(pools))
+    return (f"variables.podSpecs.map(s, {{'cpu': {_pod_asks('s', 'cpu')}, 'memory': {_pod_asks('s', 'memory')}, "
+            f"'gpu': {_pod_asks('s', GPU_RESOURCE)}, 'pinned': {named} ? 1.0 : 0.0{flags}}})")
+
+
+def _pinned_key(pool: str) -> str:
+    return "pinned_" + pool
+
+
+def _pod_fits(p: str, cap: PoolCapacity) -> str:
+    """CEL, for an entry `p` of variables.pods: the whole pod fits one node of the pool. Half a
+    millicore / half a byte of slack absorbs the rounding of summed decimal quantities (0.1 + 0.2)."""
+    return (f"{p}['cpu'] * 1000.0 <= {cap.cpu_millis}.5 && {p}['memory'] <= {cap.memory_bytes}.5 && "
+            f"{p}['gpu'] <= {cap.gpus}.0")
 
 
 def _trainjob_pinned(tj: str, pool: Optional[str] = None) -> str:
@@ -554,8 +603,7 @@ def _cpu_work_validation(node: PoolCapacity, quota: PoolCapacity) -> dict[str, A
     flavorLabelKeys), and the system flavor has no pool label, so a pinned CPU pod still gets the system
     flavor and then selects no node."""
     room = PoolCapacity(min(node.cpu_millis, quota.cpu_millis), min(node.memory_bytes, quota.memory_bytes), 0)
-    specs_ok = ("variables.podSpecs.all(s, " + " && ".join(
-        f"{lst}.all(c, !has(c.resources) || ({_resources_fit('c.resources', room)}))" for lst in _CONTAINERS) + ")")
+    specs_ok = f"variables.pods.all(p, {_pod_fits('p', room)})"
     tj_ok = f"variables.trainJobs.all(t, {_resources_fit('t', room)})"
     return {
         "expression": f"variables.asksForGpu || !({QUEUED_REQUEST}) || (({specs_ok}) && ({tj_ok}))",
@@ -579,7 +627,9 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
     only that pool's flavor). Every kind Kueue manages here: Jobs, JobSets (each replicated job's
     pod), TrainJobs (trainer.resourcesPerNode), plain pods Kueue queues (GPU notebooks, pipeline
     steps; not a Job's pods, checked with their job), and Katib Experiments' trial templates. Per
-    container, init containers included (a pod of several large containers is not summed).
+    pod, as the scheduler counts it (_pod_asks: containers summed, init containers by the largest;
+    before issue 34 item 5 each container alone, so a pod of two 3-CPU containers was admitted to a
+    pool whose nodes hand 3.5 CPU to jobs).
 
     `system`: (one system node's share, the system flavor's quota): queued CPU-only work the flavor
     would admit must fit a system node too (_cpu_work_validation)."""
@@ -589,14 +639,15 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
                       for n, c in sorted(capacities.items()))
     validations = []
     for pool, cap in sorted(capacities.items()):
-        specs_ok = (f"variables.podSpecs.all(s, ({_spec_pinned('s')} && !{_spec_pinned('s', pool)}) || "
-                    f"({_spec_fits(cap)}))")
+        specs_ok = (f"variables.pods.all(p, (p['pinned'] == 1.0 && p['{_pinned_key(pool)}'] == 0.0) || "
+                    f"({_pod_fits('p', cap)}))")
         tj_ok = (f"variables.trainJobs.all(t, ({_trainjob_pinned('variables.trainJob')} && "
                  f"!{_trainjob_pinned('variables.trainJob', pool)}) || ({_resources_fit('t', cap)}))")
         validations.append({
             "expression": f"!variables.asksForGpu || (({specs_ok}) && ({tj_ok}))",
             "message": (f"a GPU pod of this job asks for more CPU, memory or GPUs than a node of pool {pool} hands to jobs "
-                        f"(a limit without a request counts as the request), and the job names no pool, so Kueue may "
+                        f"(its containers summed, init containers by the largest; a limit without a request counts "
+                        f"as the request), and the job names no pool, so Kueue may "
                         f"admit it to {pool} where it never schedules. Pin a pool it fits with nodeSelector "
                         f"{POOL_LABEL}: <pool> (TrainJob: in runtimePatches) or ask for less. Room per pod: {rooms}"),
             "reason": "Invalid",
@@ -607,6 +658,7 @@ def render_fit_policy(capacities: Mapping[str, PoolCapacity],
         "matchConstraints": _queued_work_created(),
         "variables": [
             {"name": "podSpecs", "expression": POD_SPECS},
+            {"name": "pods", "expression": pod_asks(sorted(capacities))},
             {"name": "trainJobs", "expression": TRAINJOB_RES},
             # The TrainJob spec whose runtimePatches may pin a pool (the object's, or the trial template's).
             {"name": "trainJob", "expression": f"{_TRIAL_IS}'TrainJob' ? {_TRIAL}.spec : object.spec"},
@@ -761,10 +813,61 @@ def render_admission_gate_policy() -> dict[str, Any]:
     })
 
 
+# Kueue holds a queued job back with spec.suspend: true and lifts it when it admits the job's Workload;
+# its job webhooks do not refuse anyone else lifting it (v0.19.2 pkg/controller/jobframework/validation.go
+# ValidateJobOnUpdate checks queue name, prebuilt workload, max execution time, priority class and
+# workload slices, never suspend; pkg/controller/jobs/job/job_webhook.go validatePartialAdmissionUpdate
+# guards parallelism only for Jobs with the partial-admission annotation). A notebook user's
+# `job-submitter` Role may patch Jobs and TrainJobs: `kubectl patch --type merge -p
+# '{"spec":{"suspend":false}}'` started an unadmitted job outside the quota, and raising the
+# parallelism of an admitted Job ran more pods than Kueue counted.
+SUSPEND_POLICY = "jobs-started-only-by-kueue"
+# Besides Kueue, the controllers that pass a parent's admission down to the child they made: the
+# Trainer resumes the JobSet of a TrainJob Kueue admitted, JobSet the Jobs of a JobSet.
+_UNSUSPENDED_BY_ITS_PARENT = (f"(object.kind == 'JobSet' && request.userInfo.username == '{TRAINER_CONTROLLER_USER}') || "
+                              f"(object.kind == 'Job' && request.userInfo.username == '{JOBSET_CONTROLLER_USER}')")
+
+
+def render_suspend_policy() -> dict[str, Any]:
+    """Refuses, in the queue's namespaces, an update of a Job, JobSet or TrainJob that lifts
+    spec.suspend, unless Kueue makes it (or the Trainer/JobSet controller passing the admission of the
+    parent it made the object for); and an update that raises the parallelism of a running (admitted)
+    Job, unless Kueue makes it. Suspending, and every other update, is anyone's who may patch."""
+    parallelism = "(has({o}.spec.parallelism) ? {o}.spec.parallelism : 1)"
+    return render_admission_policy(SUSPEND_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": QUEUE_NAMESPACE_SELECTOR,
+            "resourceRules": [
+                {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["jobs"]},
+                {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "operations": ["UPDATE"],
+                 "resources": ["jobsets"]},
+                {"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"], "operations": ["UPDATE"],
+                 "resources": ["trainjobs"]}]},
+        "variables": [
+            {"name": "wasSuspended", "expression": "has(oldObject.spec.suspend) && oldObject.spec.suspend == true"},
+            {"name": "isSuspended", "expression": "has(object.spec.suspend) && object.spec.suspend == true"},
+            {"name": "byKueue", "expression": f"request.userInfo.username == '{KUEUE_CONTROLLER_USER}'"},
+            {"name": "parallelismRaised", "expression": (
+                f"object.kind == 'Job' && {parallelism.format(o='object')} > {parallelism.format(o='oldObject')}")}],
+        "validations": [
+            {"expression": f"!variables.wasSuspended || variables.isSuspended || variables.byKueue || {_UNSUSPENDED_BY_ITS_PARENT}",
+             "message": ("only Kueue starts a queued job (spec.suspend: false): it does so when it admits the job's "
+                         "Workload. See why it waits with `kubectl get workloads` in this namespace (a deactivated "
+                         "one: docs/first-training-job.md, 'Resume a deactivated job')"),
+             "reason": "Forbidden"},
+            {"expression": "variables.wasSuspended || variables.isSuspended || !variables.parallelismRaised || variables.byKueue",
+             "message": ("a running Job's parallelism may not be raised: Kueue admitted and counts the pods it had. "
+                         "Suspend the Job first (spec.suspend: true) and Kueue admits it again at the new size, or "
+                         "submit a new Job"),
+             "reason": "Forbidden"}],
+    })
+
+
 # A CPU-only pod that tolerates the GPU nodes' taint can be placed on one outside the queue (a pipeline step
-# with a toleration and a pool nodeSelector): Kueue never counts it, and where the NVIDIA runtime honours
-# NVIDIA_VISIBLE_DEVICES for unprivileged containers (Linode's and EKS's nodes; CUDA images set `all`) it
-# sees every GPU of the node. Pods the job controller makes for a Job Kueue admitted are Kueue's to place:
+# with a toleration and a pool nodeSelector): Kueue never counts it, it takes the node's CPU and memory from
+# the jobs Kueue placed there and keeps the node up. (It no longer sees the node's GPUs: the GPU nodes ignore
+# an unprivileged container's NVIDIA_VISIBLE_DEVICES, components/cluster.py DEVICE_LIST_STRATEGY; this
+# policy is the second line.) Pods the job controller makes for a Job Kueue admitted are Kueue's to place:
 # it adds the flavor's tolerations to every pod set of a workload it admits on a GPU flavor (a TrainJob's
 # CPU-only initializers among them), and counts them.
 GPU_TOLERATION_POLICY = "gpu-nodes-only-for-gpu-pods"
@@ -788,7 +891,7 @@ def render_gpu_toleration_policy() -> dict[str, Any]:
         "validations": [{
             "expression": f"({QUEUED_JOB_POD}) || !({_TOLERATES_GPU_TAINT})",
             "message": (f"this pod asks for no GPU but tolerates the GPU nodes' taint {GPU_TAINT.key}: on a GPU node "
-                        f"outside the queue it would see the node's GPUs while Kueue counts them free. Drop the "
+                        f"outside the queue it would take the CPU and memory Kueue counts free for GPU jobs there. Drop the "
                         f"toleration (CPU work runs on the system nodes: label a job {QUEUE_NAME_LABEL}: "
                         f"{CPU_LOCAL_QUEUE}), or ask for the GPU with resources.limits {GPU_RESOURCE} and let Kueue "
                         f"place it ({HOW_TO_SUBMIT})"),
@@ -910,6 +1013,10 @@ class JobQueue(pulumi.ComponentResource):
         self.admission_gate_binding = apply_object(f"{name}-admission-gate-binding",
                                                    render_policy_binding(ADMISSION_GATE_POLICY),
                                                    k8s_opts(cluster, self, [self.admission_gate_policy]))
+        # Refuses lifting a queued job's suspend, or widening a running Job, from anyone but Kueue (render_suspend_policy).
+        self.suspend_policy = apply_object(f"{name}-suspend-policy", render_suspend_policy(), k8s_opts(cluster, self))
+        self.suspend_binding = apply_object(f"{name}-suspend-binding", render_policy_binding(SUSPEND_POLICY),
+                                            k8s_opts(cluster, self, [self.suspend_policy]))
         # Refuses a CPU-only pod tolerating the GPU nodes' taint outside Kueue's placement (render_gpu_toleration_policy).
         self.gpu_toleration_policy = apply_object(f"{name}-gpu-toleration-policy", render_gpu_toleration_policy(),
                                                   k8s_opts(cluster, self))

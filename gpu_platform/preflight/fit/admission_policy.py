@@ -34,7 +34,8 @@ SUBMITTER = "user@example.com"
 def cel_functions() -> dict[str, Callable[..., Any]]:
     """The Kubernetes CEL quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go) for cel-python:
     quantity() parses a resource.Quantity (a bad one is a CEL error, which `||` absorbs), isQuantity() tests
-    one, compareTo() orders two. Quantities parse as the program's own (components/capacity.parse_quantity)."""
+    one, compareTo() orders two, asApproximateFloat() gives its value; and the list library's sum() and
+    max() (k8s.io/apiserver/pkg/cel/library/lists.go). Quantities parse as the program's own (components/capacity.parse_quantity)."""
     import celpy
 
     def quantity(text):
@@ -53,7 +54,24 @@ def cel_functions() -> dict[str, Callable[..., Any]]:
     def compare(a, b):
         return celpy.celtypes.IntType((a > b) - (a < b))
 
-    return {"quantity": quantity, "compareTo": compare, "isQuantity": is_quantity}
+    def as_approximate_float(q):
+        return celpy.celtypes.DoubleType(float(q))
+
+    # The Kubernetes CEL list library (k8s.io/apiserver/pkg/cel/library/lists.go): sum() of an empty list
+    # of doubles is 0.0; max() of an empty list is an error.
+    def list_sum(items):
+        total = celpy.celtypes.DoubleType(0.0)
+        for item in items:
+            total = total + item
+        return total
+
+    def list_max(items):
+        if len(items) == 0:
+            return celpy.evaluation.CELEvalError("max called on empty list", ValueError)
+        return max(items)
+
+    return {"quantity": quantity, "compareTo": compare, "isQuantity": is_quantity,
+            "asApproximateFloat": as_approximate_float, "sum": list_sum, "max": list_max}
 
 
 @functools.lru_cache(maxsize=1024)

@@ -303,6 +303,8 @@ class _Index:
     notes: list[str]
     # Kueue's Configuration resources.excludeResourcePrefixes (from the rendered manager ConfigMap)
     kueue_excluded: tuple[str, ...] = ()
+    # Kueue's Configuration managedJobsNamespaceSelector (None: no Configuration rendered, or none set)
+    kueue_managed_namespaces: Optional[dict] = None
 
 
 # The key of Kueue's manager Configuration in the chart's ConfigMap (Kubeflow Trainer's uses the same key).
@@ -318,6 +320,23 @@ def _kueue_excluded(text: Any) -> tuple[str, ...]:
     if not isinstance(conf, dict) or not str(conf.get("apiVersion", "")).startswith("config.kueue.x-k8s.io/"):
         return ()
     return manager_excluded_prefixes(conf)
+
+
+def _kueue_managed_namespaces(text: Any) -> Optional[dict]:
+    """managedJobsNamespaceSelector of a Kueue Configuration document; None for any other document."""
+    try:
+        conf = yaml.safe_load(str(text))
+    except yaml.YAMLError:
+        return None
+    if not isinstance(conf, dict) or not str(conf.get("apiVersion", "")).startswith("config.kueue.x-k8s.io/"):
+        return None
+    selector = conf.get("managedJobsNamespaceSelector")
+    return selector if isinstance(selector, dict) else None
+
+
+# What Kueue names the LocalQueue it gives a job that names none (v0.19.2 pkg/controller/constants
+# DefaultLocalQueueName).
+DEFAULT_LOCAL_QUEUE = "default"
 
 
 def _index(releases: list[Any]) -> _Index:
@@ -344,6 +363,9 @@ def _index(releases: list[Any]) -> _Index:
                 idx.services[(ns, name)] = obj
             elif kind == "ConfigMap" and api == "v1" and KUEUE_CONFIG_KEY in (obj.get("data") or {}):
                 idx.kueue_excluded += _kueue_excluded(obj["data"][KUEUE_CONFIG_KEY])
+                selector = _kueue_managed_namespaces(obj["data"][KUEUE_CONFIG_KEY])
+                if selector is not None:
+                    idx.kueue_managed_namespaces = selector
             elif kind == "CustomResourceDefinition":
                 s = obj.get("spec") or {}
                 idx.plurals[(s.get("group", ""), (s.get("names") or {}).get("kind", ""))] = (
@@ -642,6 +664,8 @@ class _Checker:
         for i in issues:
             self.problem("render", i.release, i.object, i.reason, i.fix)
         self.templates = templates
+        for pt in templates:
+            self.apply_default_local_queue(pt)
         pods = []
         for pt in templates:
             if pt.replicas <= 0:
@@ -726,6 +750,23 @@ class _Checker:
                                          "raise the quota or lower the pods' requests")
 
     # --- queue (Kueue) ----------------------------------------------------------------------
+    def apply_default_local_queue(self, pt: PodTemplate) -> None:
+        """Kueue's LocalQueue defaulting (v0.19.2 pkg/controller/jobframework/defaults.go
+        defaultLocalQueueApplies, applied by its job webhooks): a job that names no queue, in a namespace
+        with a LocalQueue `default` that managedJobsNamespaceSelector matches, gets the label
+        queue-name: default. So an unlabelled job in `training` is queued there, and its fit is judged
+        against the flavors of `default`'s ClusterQueue, as Kueue will admit it. Helm hooks and non-job
+        pods (Deployments, DaemonSets) are not jobs it defaults."""
+        if pt.queue_name or not pt.job or pt.hook or pt.daemonset:
+            return
+        if (pt.namespace, DEFAULT_LOCAL_QUEUE) not in self.idx.local_queues:
+            return
+        selector = self.idx.kueue_managed_namespaces
+        if selector is not None and not label_selector_matches(
+                selector, self.idx.ns_labels.get(pt.namespace) or {NAMESPACE_NAME_LABEL: pt.namespace or ""}):
+            return
+        pt.queue_name = DEFAULT_LOCAL_QUEUE
+
     def queue_flavors(self, pt: PodTemplate) -> Optional[list[tuple[str, dict, dict]]]:
         """(flavor name, ResourceFlavor, flavor quotas) of the ClusterQueue behind the pod's LocalQueue."""
         lq = self.idx.local_queues.get((pt.namespace, pt.queue_name))
