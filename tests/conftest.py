@@ -84,17 +84,22 @@ def rehearsal_stack(item: pytest.Item) -> str | None:
     return callspec.params.get("stack") if callspec is not None else None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Each test's xdist group, set as it is collected (pytest-xdist reads the groups in its own
+    pytest_collection_modifyitems, which may run before ours): a stack's rehearsal tests go to one worker
+    together (`--dist loadgroup`), so each worker boots a stack's cluster once; every other test goes with
+    its module, so a module-scoped fixture (a preflight run, a rendered chart) is computed by one worker."""
+    if item.config.pluginmanager.hasplugin("xdist"):
+        stack = rehearsal_stack(item)
+        item.add_marker(pytest.mark.xdist_group(f"rehearsal-{stack}" if stack is not None else item.nodeid.split("::")[0]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A stack's rehearsal tests go to one xdist worker together (`--dist loadgroup`) and run one after
-    another, stacks in REHEARSAL_ORDER, before the rest: each worker boots each stack's cluster once."""
+    """The rehearsal tests first, stack by stack in REHEARSAL_ORDER (the longest start first); a rehearsal
+    test without a stack must say why it needs its own control plane."""
     rank = {stack: i for i, stack in enumerate(REHEARSAL_ORDER)}
     for item in items:
-        stack = rehearsal_stack(item)
-        if stack is not None:
-            if config.pluginmanager.hasplugin("xdist"):
-                item.add_marker(pytest.mark.xdist_group(f"rehearsal-{stack}"))
-        elif item.get_closest_marker("rehearsal") is not None:
+        if rehearsal_stack(item) is None and item.get_closest_marker("rehearsal") is not None:
             doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
             if "own control plane" not in doc:
                 raise pytest.UsageError(
@@ -115,3 +120,4 @@ def _close_rehearsal_clusters():
     support = sys.modules.get("tests.rehearsal_support")
     if support is not None:
         support.close_all()
+
