@@ -18,7 +18,7 @@ from gpu_platform.rehearsal.install import InstallLog, Installer, hooks_of, orde
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind
 from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import CLOUD_STORAGE_CLASSES, Provisioner
-from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario
+from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario, release_example, restore_model_nodes
 from gpu_platform.rehearsal.standins import alertmanager_config, restore_rendered_secrets
 from gpu_platform.rehearsal.hub import HUB_SCENARIOS
 from gpu_platform.preflight.fit.run import default_chart_dirs
@@ -317,6 +317,7 @@ class StackCluster:
         the planted change (the test would not test what it says)."""
         if self.cp is None or self.installer is None:
             raise RuntimeError("the rehearsal cluster is not installed")
+        self.settle()
         planted = [r for r in releases if r.rendered]
         before, after = _installed_objects(self.releases), _installed_objects(planted)
         changed = [k for k in after if k in before and after[k][1] != before[k][1]]
@@ -340,6 +341,14 @@ class StackCluster:
             for ctl in back:
                 self._restart(ctl, _original_config(ctl, self.releases))
             self._mark_logs()
+
+    def settle(self) -> None:
+        """The cluster as the scenarios expect to find it: the example TrainJob gone (its quota free) and every
+        node of the model there (a drill that deleted one gives it back itself; this is the safety net)."""
+        ctx = Context(self.cp.client, self.releases, self.model, self.placements, {c.binary: c for c in self.controllers},
+                      timeout=self.timeout, plan=self.plan)
+        release_example(ctx)
+        restore_model_nodes(ctx)
 
     def _apply_set(self, objects: dict, apply: list, delete: list, fail: bool) -> None:
         client, refused = self.cp.client, []
