@@ -172,3 +172,54 @@ def test_preflight_reports_these_as_config_errors(tmp_path, stack, path, value, 
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"gpu-platform:{key}:" in run.stderr and str(stack_file) in run.stderr, run.stderr
     assert "Traceback" not in run.stdout + run.stderr
+
+
+# --- regions and zones that exist (issue 37, item 2) --------------------------------------------------
+
+
+@pytest.mark.parametrize("region", ["xx-fake-1", "us-east-9", "eu-gov-west-1", "cn-south-1"])
+def test_an_aws_region_botocore_does_not_know_is_refused(region):
+    """The pattern admitted any two letters, a word and a digit; botocore's partition data (recorded) decides."""
+    text = refused("aws-prod", "aws.region", region, "aws.region", "an AWS region where EKS runs", "aws_regions.yaml",
+                   "us-east-1", "us-gov-west-1")
+    assert text.count("gpu-platform:aws.region:") == 1, text  # not also "a region offering g5.xlarge"
+
+
+@pytest.mark.parametrize("zones, bad", [(["us-east-1a", "us-east-1z"], "us-east-1z"),
+                                        (["us-east-1a", "us-east-1g"], "us-east-1g")])
+def test_an_aws_zone_past_the_regions_zone_ids_is_refused(zones, bad):
+    text = refused("aws-prod", "aws.availabilityZones", zones, "aws.availabilityZones[1]", "us-east-1a to us-east-1f",
+                   "describe-availability-zones")
+    assert f'"{bad}"' in text
+
+
+@pytest.mark.parametrize("zones", [["us-east-1a", "us-east-1f"], ["us-east-1d", "us-east-1e"]])
+def test_real_aws_zones_are_accepted(zones):
+    accepted("aws-prod", "aws.availabilityZones", zones)
+
+
+def test_an_aws_zone_of_a_region_without_recorded_zones_is_bounded_by_the_largest_recorded_region():
+    cfg = _set(stack_config("aws-prod"), "aws.region", "eu-north-1")
+    cfg = _set(cfg, "aws.availabilityZones", ["eu-north-1a", "eu-north-1q"])
+    with pytest.raises(ConfigError) as err:
+        parse_config(stack_input_from_mapping("aws-prod", cfg).raw, "aws-prod")
+    assert 'gpu-platform:aws.availabilityZones[1]: "eu-north-1q"' in str(err.value)
+    assert "availabilityZones[0]" not in str(err.value)
+
+
+@pytest.mark.parametrize("region", ["xx-fake1", "europe-west99", "mars-north1"])
+def test_a_gcp_region_the_catalog_does_not_record_is_refused_once(region):
+    text = refused("gcp-prod", "gcp.region", region, "gcp.region", "a GCP region the price catalog records",
+                   "us-central1", "europe-west4")
+    assert text.count("gpu-platform:gcp.region:") == 1, text
+
+
+@pytest.mark.parametrize("zone", ["us-central1-z", "us-central1-e"])
+def test_a_gcp_zone_the_catalog_does_not_record_is_refused_once(zone):
+    text = refused("gcp-prod", "gcp.zones", ["us-central1-a", zone], "gcp.zones[1]",
+                   "a zone of us-central1 the price catalog records", "us-central1-f")
+    assert text.count("gpu-platform:gcp.zones[1]:") == 1, text
+
+
+def test_a_linode_region_the_table_does_not_record_is_refused():
+    refused("linode-dev", "linode.region", "xx-fake-1", "linode.region", "a Linode core region", "us-ord")
