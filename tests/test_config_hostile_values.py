@@ -143,7 +143,10 @@ def test_the_supported_image_and_own_images_are_accepted(image):
                                    "topology.kubernetes.io/zone", "kubelet.kubernetes.io/x", "k8s.io/x",
                                    "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
                                    "k8s.amazonaws.com/accelerator", "nvidia.com/gpu.product", "gpu-platform.io/pool",
-                                   "sub.gpu-platform.io/x"])
+                                   "sub.gpu-platform.io/x",
+                                   # issue 37: the CSI drivers' topology keys (the CSINode registration collides)
+                                   "topology.ebs.csi.aws.com/zone", "topology.efs.csi.aws.com/x", "topology.gke.io/zone",
+                                   "node.gke.io/x"])
 @pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod", "aws-prod"])
 def test_reserved_label_namespaces_are_refused(stack, label):
     refused(stack, "gpuPools.0.labels", {label: "evil"}, "gpuPools[0].labels", "example.com/team")
@@ -223,3 +226,63 @@ def test_a_gcp_zone_the_catalog_does_not_record_is_refused_once(zone):
 
 def test_a_linode_region_the_table_does_not_record_is_refused():
     refused("linode-dev", "linode.region", "xx-fake-1", "linode.region", "a Linode core region", "us-ord")
+
+
+# --- Linode: labels past the 16 KiB of user data (issue 37: a traceback from the program) -------------
+
+
+def _dense_labels(total: int, seed: int = 37) -> dict[str, str]:
+    """Labels of `total` bytes written key=value,..., of random characters (as little as gzip can squeeze)."""
+    import random
+
+    rng = random.Random(seed)
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    word = lambda n: rng.choice(alnum) + "".join(rng.choice(alnum + "-_.") for _ in range(n - 2)) + rng.choice(alnum)  # noqa: E731
+    labels: dict[str, str] = {}
+    while True:
+        used = len(",".join(f"{k}={v}" for k, v in labels.items()))
+        left = total - used - (1 if labels else 0)
+        if left <= 0:
+            return labels
+        key = f"example.com/{word(60)}"
+        if left >= len(key) + 1 + 63 + 70:
+            labels[key] = word(63)
+        else:
+            labels[key[:max(14, left - 4)].rstrip("-_.")] = word(max(2, left - 1 - len(key[:max(14, left - 4)].rstrip("-_."))))
+            while len(",".join(f"{k}={v}" for k, v in labels.items())) > total:
+                k = next(reversed(labels))
+                labels[k] = labels[k][:-2] + labels[k][-1]
+
+
+@pytest.mark.parametrize("fixed", [True, False], ids=["fixed-pool", "autoscaled-pool"])
+def test_linode_pool_labels_past_the_user_data_limit_are_a_config_error(fixed):
+    cfg = stack_config("linode-dev")
+    pool = cfg["gpu-platform:gpuPools"][0]
+    pool["minNodes"] = 1 if fixed else 0
+    pool["labels"] = _dense_labels(20_000)
+    with pytest.raises(ConfigError) as err:
+        parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev")
+    text = str(err.value)
+    assert "gpu-platform:gpuPools[0].labels:" in text and "at most 8192 bytes on Linode" in text, text
+    assert "16,384" in text and "stacks/Pulumi.linode-dev.yaml" in text
+
+
+def test_a_fixed_linode_pool_with_labels_at_the_cap_fits_linodes_user_data():
+    """The cap is honest: a fixed pool whose labels take exactly LINODE_POOL_LABEL_BYTES_MAX bytes of random
+    characters renders, and its nodes' gzip-compressed boot documents stay within 16,384 bytes."""
+    import base64
+
+    from gpu_platform.components.linode.render import USER_DATA_LIMIT_BYTES
+    from gpu_platform.config.linode import LINODE_POOL_LABEL_BYTES_MAX
+    from tests.conftest import plan_config
+
+    cfg = stack_config("linode-dev")
+    pool = cfg["gpu-platform:gpuPools"][0]
+    pool["minNodes"] = pool["maxNodes"] = 1
+    pool["labels"] = _dense_labels(LINODE_POOL_LABEL_BYTES_MAX)
+    assert len(",".join(f"{k}={v}" for k, v in pool["labels"].items())) == LINODE_POOL_LABEL_BYTES_MAX
+    plan = plan_config(cfg, "linode-dev")
+    gpu = [r for r in plan.by_type("linode:index/instance:Instance") if r.name.endswith("-ada-0")]
+    assert gpu
+    size = len(base64.b64decode(gpu[0].plain_inputs["metadatas"][0]["userData"]))
+    assert size <= USER_DATA_LIMIT_BYTES - 1024, size  # a margin for longer names and addresses

@@ -180,8 +180,12 @@ def _email(value: str) -> str:
 #   cloud.google.com (GKE: gke-nodepool, gke-accelerator, gke-spot, machine-family, ...), linode.com (the
 #   Linode CCM), nvidia.com (GPU feature discovery's nvidia.com/gpu.*), gpu-platform.io (this program's
 #   pool, capacity, accelerator and role labels).
-RESERVED_LABEL_NAMESPACES = ("kubernetes.io", "k8s.io", "eks.amazonaws.com", "k8s.amazonaws.com", "cloud.google.com",
-                             "linode.com", "nvidia.com", "gpu-platform.io")
+# - the CSI drivers' topology keys (issue 37): the EBS CSI node plugin registers topology.ebs.csi.aws.com/zone,
+#   GKE's Persistent Disk CSI topology.gke.io/zone; a pool label there makes the CSINode registration collide
+#   with the kubelet's (the node's volumes never attach). csi.aws.com covers every AWS CSI driver (ebs, efs,
+#   fsx), gke.io every GKE-set key.
+RESERVED_LABEL_NAMESPACES = ("kubernetes.io", "k8s.io", "eks.amazonaws.com", "k8s.amazonaws.com", "csi.aws.com",
+                             "cloud.google.com", "gke.io", "linode.com", "nvidia.com", "gpu-platform.io")
 
 
 def label_key_problem(key: str) -> "str | None":
