@@ -252,6 +252,11 @@ class Run:
 
     def execute(self) -> int:
         args = self.args
+        from gpu_platform.config.versions_calendar import today_problem
+
+        problem = today_problem()  # every date check reads it: a bad one is a usage error before anything runs
+        if problem:
+            return self.fail(EXIT_USAGE, problem)
         try:
             project = find_project(args.cwd)
         except ProjectNotFound as exc:  # one-line messages naming a path (-C DIR): its newlines escaped too
@@ -300,6 +305,12 @@ class Run:
             # oversized one (another branch's artifacts) is a bad argument, not a traceback at the end.
             from gpu_platform.preflight import review
 
+            if not os.path.isdir(args.base):
+                what = ("no such folder" if not os.path.lexists(args.base) else
+                        "a symbolic link to nothing" if os.path.islink(args.base) and not os.path.exists(args.base) else
+                        "not a folder")
+                return self.fail(EXIT_USAGE, f"--base {one_line(args.base)}: {what}; give the output folder of an "
+                                             "earlier preflight run (its --out)")
             folder = review.base_dir(Path(args.base), args.stack)
             if folder is not None:
                 try:
