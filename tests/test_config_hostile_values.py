@@ -286,3 +286,16 @@ def test_a_fixed_linode_pool_with_labels_at_the_cap_fits_linodes_user_data():
     assert gpu
     size = len(base64.b64decode(gpu[0].plain_inputs["metadatas"][0]["userData"]))
     assert size <= USER_DATA_LIMIT_BYTES - 1024, size  # a margin for longer names and addresses
+
+
+# --- GCS bucket names with "google" misspelt (issue 37: g00gle passed; Cloud Storage refuses it) -----------
+
+
+@pytest.mark.parametrize("project", ["g00gle-ml", "my-ml-9oog1e", "team-goog1e-x", "g00g-research"])
+def test_a_checkpoint_bucket_name_with_google_misspelt_is_refused(project):
+    refused("gcp-prod", "gcp.project", project, "gcp.project", "a close misspelling", "Cloud Storage bucket name")
+
+
+@pytest.mark.parametrize("project", ["my-ml-1023", "go-ogle-ml", "geo-ml-2026"])
+def test_bucket_names_near_but_not_google_are_accepted(project):
+    accepted("gcp-prod", "gcp.project", project)
