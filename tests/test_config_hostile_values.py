@@ -299,3 +299,55 @@ def test_a_checkpoint_bucket_name_with_google_misspelt_is_refused(project):
 @pytest.mark.parametrize("project", ["my-ml-1023", "go-ogle-ml", "geo-ml-2026"])
 def test_bucket_names_near_but_not_google_are_accepted(project):
     accepted("gcp-prod", "gcp.project", project)
+
+
+# --- unquoted numbers the Pulumi CLI hands the program as the text written (issue 37) ---------------------
+
+
+def _stack_file_with(tmp_path, stack: str, key: str, written: str):
+    text = (ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith(f"  gpu-platform:{key}:")]
+    at = lines.index("config:") + 1
+    lines.insert(at, f"  gpu-platform:{key}: {written}")
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _parse_file(path):
+    from gpu_platform.preflight.runner import load_stack_file
+
+    si = load_stack_file(path)
+    return parse_config(si.raw, si.stack, source=si.source, secret_keys=si.bare_secret_keys), si
+
+
+@pytest.mark.parametrize("written", ["1e3", "0x5DC", "0o2734", ".5e4", "1500e0", "+1500"])
+def test_an_unquoted_number_the_cli_passes_as_text_is_refused_as_the_program_would(tmp_path, written):
+    """Preflight read `monthlyBudgetUsd: 0x5DC` as 1500 and passed; the Pulumi CLI hands the program the
+    text "0x5DC", which `pulumi up` refuses: the stack planned was not the stack deployed."""
+    path = _stack_file_with(tmp_path, "linode-dev", "monthlyBudgetUsd", written)
+    with pytest.raises(ConfigError) as err:
+        _parse_file(path)
+    text = str(err.value)
+    assert f'gpu-platform:monthlyBudgetUsd: "{written}" -> must be a plain number' in text, text
+    assert str(path) in text and "as the text written" in text
+
+
+def test_a_plain_unquoted_number_is_read_and_handed_on_as_before(tmp_path):
+    cfg, si = _parse_file(_stack_file_with(tmp_path, "linode-dev", "monthlyBudgetUsd", "1500"))
+    assert cfg.monthly_budget_usd == 1500 and si.config["gpu-platform:monthlyBudgetUsd"] == "1500"
+
+
+@pytest.mark.parametrize("written", ["1.350", "1.30", "1.3500"])
+def test_an_unquoted_kubernetes_version_with_a_trailing_zero_says_to_quote_it(tmp_path, written):
+    path = _stack_file_with(tmp_path, "linode-dev", "kubernetesVersion", written)
+    with pytest.raises(ConfigError) as err:
+        _parse_file(path)
+    text = str(err.value)
+    assert f'gpu-platform:kubernetesVersion: "{written}" -> must be a quoted Kubernetes minor' in text, text
+    assert "write it in quotes" in text and "kubernetesVersion: \"1." in text
+
+
+def test_an_unquoted_kubernetes_version_that_is_a_minor_is_read_as_its_text(tmp_path):
+    cfg, si = _parse_file(_stack_file_with(tmp_path, "linode-dev", "kubernetesVersion", "1.35"))
+    assert cfg.kubernetes_version == "1.35" and si.config["gpu-platform:kubernetesVersion"] == "1.35"

@@ -235,6 +235,12 @@ def _kubernetes_minor(value: str) -> str:
     from gpu_platform.config.versions_calendar import known_minors
 
     known = known_minors()
+    if value not in known and re.fullmatch(r"[0-9]+\.[0-9]*0", value):
+        # `kubernetesVersion: 1.350` unquoted: YAML's number 1.35, the CLI's text "1.350"; say which to write.
+        raise ValueError(f"a quoted Kubernetes minor: {value} written unquoted is the number {float(value):g} to YAML "
+                         f"and the text {value!r} to the Pulumi CLI, neither a minor; write it in quotes as the minor "
+                         f"is named, e.g. kubernetesVersion: \"{known[-2] if len(known) > 1 else known[-1]}\" (the minors: "
+                         + ", ".join(repr(m) for m in known) + ")")
     if value not in known:
         raise ValueError("a quoted Kubernetes minor the version calendar (gpu_platform/costs/catalog/kubernetes-versions.yaml) "
                          f"lists: {', '.join(repr(m) for m in known)}; which of them a cloud accepts today depends "
@@ -287,7 +293,8 @@ class Model(BaseModel):
         if numeric and bool not in kinds and str not in kinds and isinstance(value, str) \
                 and re.search(r"[0-9]", value) and not PLAIN_NUMBER.fullmatch(value):
             # The CLI hands numbers as text; pydantic would also read "5_000", " 5000" or "1e3" as numbers.
-            raise ValueError("a plain number such as 5000 (digits only: no '_', spaces or exponent)")
+            raise ValueError("a plain number such as 5000 (digits only: no '_', spaces, exponent or hex; the Pulumi CLI "
+                             "hands a top-level number to the program as the text written, so 1e3 or 0x5DC is text)")
         return value
 
 
