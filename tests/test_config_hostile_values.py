@@ -351,3 +351,42 @@ def test_an_unquoted_kubernetes_version_with_a_trailing_zero_says_to_quote_it(tm
 def test_an_unquoted_kubernetes_version_that_is_a_minor_is_read_as_its_text(tmp_path):
     cfg, si = _parse_file(_stack_file_with(tmp_path, "linode-dev", "kubernetesVersion", "1.35"))
     assert cfg.kubernetes_version == "1.35" and si.config["gpu-platform:kubernetesVersion"] == "1.35"
+
+
+# --- alert addresses that reach nobody (issue 37) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "aws-prod", "gcp-prod"])
+@pytest.mark.parametrize("address", ["ops@alerts.invalid", "ops@budget.test", "ops@x.example", "root@localhost.localhost",
+                                     "OPS@MAIL.TEST"])
+def test_alert_addresses_in_reserved_domains_are_refused(stack, address):
+    refused(stack, "alertEmails", [address], "alertEmails[0]", "can receive mail", "RFC 2606")
+
+
+@pytest.mark.parametrize("address", ["{{.Foo}}@example.com", "{{or.x.y}}@example.com", "a}}b@example.com",
+                                     "{{@example.com"])
+def test_an_alert_address_that_is_an_alertmanager_template_is_refused(address):
+    refused("linode-dev", "alertEmails", [address], "alertEmails[0]", "Go template")
+
+
+def test_a_linode_stack_without_alert_addresses_is_refused_its_budget_alert_reaches_nobody():
+    text = refused("linode-dev", "alertEmails", [], "alertEmails", "at least one address on Linode", "reaches nobody")
+    assert "monthlyBudgetUsd 1500" in text
+
+
+def test_alert_addresses_at_real_domains_are_accepted():
+    accepted("linode-dev", "alertEmails", ["ops@example.com", "ml+gpu@corp.example.co.uk", "a{b}@example.org"])
+
+
+# --- admin ranges in IPv6 transition prefixes (issue 37: Teredo 2001::/32 opened the API port) ------------
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod"])
+@pytest.mark.parametrize("cidr", ["2001::/32", "2001:0:cb00:7100::/64", "2002::/16", "2002:cb00:7100::/48"])
+def test_admin_ranges_in_teredo_or_6to4_are_refused(stack, cidr):
+    refused(stack, "adminCidrs", ["203.0.113.0/24", cidr], "adminCidrs[1]", "Teredo 2001::/32", "written as IPv4")
+
+
+@pytest.mark.parametrize("cidr", ["2001:db8::/48", "2600:1f18::/36"])
+def test_native_ipv6_admin_ranges_are_accepted(cidr):
+    accepted("linode-dev", "adminCidrs", ["203.0.113.0/24", cidr])

@@ -134,6 +134,9 @@ _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _LOCAL = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*")
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _TLD = re.compile(r"[A-Za-z]{2,63}")
+# Top-level domains that never resolve for mail (RFC 2606 section 2; RFC 6761 section 6): an alert or an
+# approver's address there reaches nobody.
+NO_MAIL_TLDS = ("test", "example", "invalid", "localhost")
 # GitHub user names: 1 to 39 letters, digits and single hyphens, not starting or ending with one.
 _GITHUB_HANDLE = re.compile(r"@[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -162,6 +165,13 @@ def email_problem(value: Any) -> Optional[str]:
     if len(labels) < 2 or len(domain) > 253 or not all(_LABEL.fullmatch(x) for x in labels) \
             or not _TLD.fullmatch(labels[-1]):
         return "an e-mail address whose domain is a DNS name such as example.com"
+    if "{{" in local or "}}" in local or "{{" in value:
+        # RFC 5322 atext admits { and }, but Alertmanager renders its `to:` as a Go template: {{ ... }} there
+        # would be executed (or break the configuration), not mailed.
+        return "an e-mail address without '{{' or '}}' (Alertmanager reads the address as a Go template)"
+    if labels[-1].lower() in NO_MAIL_TLDS:
+        return (f"an e-mail address that can receive mail: .{labels[-1].lower()} is a reserved top-level domain "
+                f"({', '.join('.' + t for t in NO_MAIL_TLDS)}; RFC 2606 and RFC 6761), no mail is ever delivered there")
     return None
 
 

@@ -135,7 +135,11 @@ def _dns_label(value: str) -> str:
 
 # IPv6 prefixes whose addresses are IPv4 addresses written in IPv6 (RFC 4291 IPv4-mapped, RFC 6052 NAT64
 # well-known and local-use prefixes): ::ffff:0.0.0.0/96 is every IPv4 address, whatever its length says.
-IPV4_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48"))
+# IPv6 prefixes whose addresses stand for IPv4 hosts: IPv4-mapped (RFC 4291), NAT64 (RFC 6052, RFC 8215), and
+# the transition tunnels Teredo 2001::/32 (RFC 4380: any IPv4 host behind any NAT gets an address there) and
+# 6to4 2002::/16 (RFC 3056: 2002:WWXX:YYZZ::/48 is the IPv4 host W.X.Y.Z's site).
+IPV4_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48",
+                                                         "2001::/32", "2002::/16"))
 
 
 def _cidr(value: str) -> str:
@@ -145,7 +149,8 @@ def _cidr(value: str) -> str:
         raise ValueError(f"a CIDR block such as 203.0.113.0/24 with no host bits set ({exc})") from None
     if net.version == 6 and any(net.subnet_of(e) for e in IPV4_EMBEDDING):
         raise ValueError("an IPv4 range written as IPv4 (such as 203.0.113.0/24): this IPv6 range holds IPv4 "
-                         "addresses (IPv4-mapped or NAT64), so its length says nothing about how much it opens")
+                         "hosts (IPv4-mapped, NAT64, Teredo 2001::/32 or 6to4 2002::/16), so its length says nothing "
+                         "about how much it opens (Teredo's /32 is any IPv4 host on the internet)")
     return value
 
 

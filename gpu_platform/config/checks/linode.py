@@ -234,6 +234,12 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += region_issues(cfg)
     issues += address_plan_issues(cfg)
     issues += label_size_issues(cfg)
+    if not cfg.alert_emails:
+        # AWS and GCP mail their own budget alerts to the billing account's contacts; Linode has no budget API.
+        issues.append(ConfigIssue("alertEmails", [],
+                                  "at least one address on Linode: Linode has no budget or billing-alert API, so "
+                                  "Alertmanager's GPU spend run-rate alert, mailed to alertEmails, is the only budget "
+                                  f"alert (monthlyBudgetUsd {cfg.monthly_budget_usd}); with none it reaches nobody"))
     for i, cidr in enumerate(cfg.admin_cidrs):
         net = ipaddress.ip_network(cidr)
         if net.version == 4 and net.overlaps(LINODE_SHARED_PRIVATE_RANGE):  # type: ignore[arg-type]
