@@ -287,17 +287,20 @@ def test_gpu_pool_that_cannot_scale_to_zero_is_mandatory_violation(analyzer, pro
 
 def test_exempt_pool_knob_allows_a_warm_floor_with_reason_and_approver(analyzer):
     plan = plan_of(eks(asg={"min_size": 1}), "aws")
-    exempt = {"pool": "g5", "reason": "keeps one node warm for the demo", "approver": "jane@example.com"}
+    import datetime as dt
+
+    until = (dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=30)).isoformat()
+    exempt = {"pool": "g5", "reason": "keeps one node warm for the demo", "approver": "jane@example.com", "until": until}
     report = analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": [exempt]}})
     assert report.result("gpu-pools-scale-to-zero").status == "pass"
-    assert any("exempts pool g5 (reason: keeps one node warm for the demo; approver: jane@example.com)" in a
+    assert any("exempts pool g5 (reason: keeps one node warm for the demo; approver: jane@example.com" in a
                for a in report.approvals), report.render()
 
 
 def test_an_unexplained_exemption_exempts_nothing(analyzer):
     plan = plan_of(eks(asg={"min_size": 1}), "aws")
     assert_violates(analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": ["g5"]}}),
-                    "gpu-pools-scale-to-zero", "mandatory", "has no reason and approver that hold")
+                    "gpu-pools-scale-to-zero", "mandatory", "has no reason, approver and until that hold")
 
 
 def test_gpu_ceiling_counts_max_nodes_times_gpus_per_node(analyzer):

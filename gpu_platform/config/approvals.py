@@ -47,6 +47,8 @@ NON_REASON_WORDS = frozenset("""
     fill filled write written provide provided add added update updated follow up
     something anything nothing everything whatever stuff things thing misc miscellaneous etc various usual
     standard normal default generic same above below mentioned
+    justify justified justifies justifying justification justifications proper properly valid validly good
+    real really actually basically obviously clearly please pls thanks thank
 """.split())
 
 # Words that stand for "I will write a reason later".
@@ -54,7 +56,11 @@ PLACEHOLDERS = frozenset("""
     tbd tba tbc todo fixme xxx xx na nope none null nil undefined empty blank test testing tests tested temp tmp
     placeholder asdf asdfgh qwerty qwer foo bar baz qux foobar lorem ipsum dolor sit amet dummy sample example
     whatever wip hack hmm meh blah bla ignore
+    quux quuz corge grault garply waldo fred plugh xyzzy thud wibble wobble wubble flob fnord spam eggs ham
+    hoge fuga piyo toto titi tata tutu
 """.split())
+# The last two lines are the metasyntactic variables (RFC 3092, "Etymology of Foo"; the Jargon File's
+# "metasyntactic variable": foo ... thud, wibble, Python's spam/eggs/ham, Japanese hoge/fuga/piyo, French toto).
 
 # Words that mark a whole text as unfinished wherever they stand ("TODO: fill in", "reason tbd").
 UNFINISHED = frozenset({"tbd", "tba", "tbc", "todo", "fixme", "xxx", "placeholder", "lorem", "asdf", "wip"})
@@ -82,13 +88,18 @@ _DIGIT_IN_WORD = re.compile(r"(?<=[^\W\d_])[013457](?=[^\W\d_])")
 _SPELLED_OUT = re.compile(r"\b(?:[^\W\d_]\.){2,}|\b[^\W\d_](?: [^\W\d_]){2,}\b")
 
 
+# "TO-DO", "to_do", "To-Do:" (a hyphen or underscore joins them; "GPUs to do training" stays two words).
+_JOINED_TODO = re.compile(r"\bto[-_]+do\b")
+
+
 def fold(text: str) -> str:
     """`text` as the checks read it: NFKC, look-alike letters as the Latin ones, lower case, digits inside a
-    word as the letters they stand for, letters written one by one as one word."""
+    word as the letters they stand for, letters written one by one as one word, a hyphenated to-do as todo."""
     import unicodedata
 
     text = unicodedata.normalize("NFKC", text).translate(_LOOKALIKES).lower()
     text = _DIGIT_IN_WORD.sub(lambda m: _DIGIT_LETTERS[m.group()], text)
+    text = _JOINED_TODO.sub("todo", text)
     return _SPELLED_OUT.sub(_spelled_filler, text)
 
 

@@ -61,9 +61,10 @@ interruptible_gpu_capacity = StackValidationPolicy(
 
 
 def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """exemptPools entries: {pool, reason, approver[, until]} exempt a pool when the reason is a real one and
-    the approver a person (gpu_platform/config/approvals.py); a bare name, or an entry whose reason,
-    approver or date does not hold, exempts nothing and is reported."""
+    """exemptPools entries: {pool, reason, approver, until} exempt a pool when the reason is a real one, the
+    approver a person and `until` a date at most a year ahead (gpu_platform/config/approvals.py: an exemption
+    from a guardrail is reviewed like every exception; one without an expiry held for ever); a bare name, or an
+    entry whose reason, approver or date does not hold, exempts nothing and is reported."""
     from gpu_platform.config.approvals import approval_problems
 
     valid: dict[str, dict[str, str]] = {}
@@ -73,8 +74,8 @@ def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
             unexplained.append(e)
             continue
         pool = str(e.get("pool") or "").strip()
-        if pool and not approval_problems(dict(e), need_until=False):
-            valid[pool] = {"reason": str(e["reason"]).strip(), "approver": str(e["approver"])}
+        if pool and not approval_problems(dict(e), need_until=True):
+            valid[pool] = {"reason": str(e["reason"]).strip(), "approver": str(e["approver"]), "until": str(e["until"])}
         else:
             unexplained.append(pool or "?")
     return valid, unexplained
@@ -87,15 +88,16 @@ def _validate_scale_to_zero(args, report_violation) -> None:
             # Fixed-size Linode pools (minNodes == maxNodes) are sized Pulumi instances; autoscaled ones
             # (the node-group provider, gpu_platform/components/linode/node_groups.py) are held to this rule.
             continue
-        note = (" Its exemptPools entry has no reason and approver that hold (a real reason; an e-mail address or "
-                "@github-handle), so it exempts nothing: write it as {pool, reason, approver}." if pool.name in unexplained else "")
+        note = (" Its exemptPools entry has no reason, approver and until that hold (a real reason; an e-mail address "
+                "or @github-handle; the last day it holds, YYYY-MM-DD, at most a year ahead), so it exempts nothing: "
+                "write it as {pool, reason, approver, until}." if pool.name in unexplained else "")
         if not pool.autoscaled:
             report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) has a fixed size of {pool.max_nodes} nodes; "
                              f"give it autoscaling with a minimum of 0.{note}", pool.urn)
         elif pool.min_nodes != 0:
             report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) keeps at least {pool.min_nodes} node(s) "
-                             f"running when idle; set minNodes: 0 (or list the pool in exemptPools with a reason "
-                             f"and an approver).{note}", pool.urn)
+                             f"running when idle; set minNodes: 0 (or list the pool in exemptPools with a reason, "
+                             f"an approver and until).{note}", pool.urn)
 
 
 gpu_pools_scale_to_zero = StackValidationPolicy(
@@ -111,8 +113,8 @@ gpu_pools_scale_to_zero = StackValidationPolicy(
                                             "reason": {"type": "string", "minLength": 10},
                                             "approver": {"type": "string", "minLength": 2},
                                             "until": {"type": "string"}}}]},
-                        "description": "Pools allowed to keep a warm floor of nodes: {pool, reason, approver} "
-                                       "(a bare name exempts nothing and is reported)."},
+                        "description": "Pools allowed to keep a warm floor of nodes: {pool, reason, approver, until} "
+                                       "(a bare name, or an entry without until, exempts nothing and is reported)."},
     }),
     validate=_validate_scale_to_zero,
 )

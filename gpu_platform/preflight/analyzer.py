@@ -758,7 +758,8 @@ def _approvals(plan: Plan, reconciled: Mapping[str, tuple[str, dict[str, Any]]])
     out = []
     exempt, _ = exemptions(reconciled.get("gpu-pools-scale-to-zero", ("", {}))[1].get("exemptPools") or [])
     for pool, e in exempt.items():
-        out.append(f"gpu-pools-scale-to-zero exempts pool {pool} (reason: {e['reason']}; approver: {e['approver']})")
+        out.append(f"gpu-pools-scale-to-zero exempts pool {pool} (reason: {e['reason']}; approver: {e['approver']}; "
+                   f"until {e['until']})")
     seen = set()
     for r in plan.resources:
         for where in ("tags", "labels", "nodeConfig.resourceLabels"):
