@@ -165,6 +165,11 @@ DEFAULT_MIN_OVERRIDE_RATIO = 0.5
 # Full capacity may cost this many times the monthly budget (pools are busy part of the month); more is
 # a budget nobody can keep (a $1 budget on a $5.7k stack).
 DEFAULT_MAX_BUDGET_OVERRUN = 4.0
+# The budget may be at most this many times the full-capacity cost. The lowest budget alert is 25 % of the
+# budget on AWS and GCP (components/aws/billing.py BILLING_PERCENTS, components/gcp/budget.py THRESHOLDS) and
+# 50 % of it on Linode (the GPU spend run-rate, components/platform/monitoring.py): above 4 times the most the
+# stack can spend, no alert can ever fire (a $10M budget on a $602 stack).
+DEFAULT_MAX_BUDGET_HEADROOM = 4.0
 
 
 def _refuse_constant(name: str) -> Any:
@@ -329,6 +334,13 @@ def _validate_monthly_cost(args, report_violation) -> None:
                          f"monthly budget of ${budget:,.0f} (monthlyBudgetUsd); at most {factor:g} times is allowed "
                          f"(maxBudgetOverrun). Raise the budget to what the stack may spend, or lower maxNodes. "
                          f"Largest items: {top}.")
+    headroom = float(_config(args, "maxBudgetHeadroom", DEFAULT_MAX_BUDGET_HEADROOM))
+    if budget and total > 0 and budget > headroom * total:
+        report_violation(f"The monthly budget of ${budget:,.0f} (monthlyBudgetUsd) is {budget / total:,.1f} times the "
+                         f"most the stack can cost (about ${total:,.0f}/month at full capacity); at most {headroom:g} "
+                         f"times is allowed (maxBudgetHeadroom): no budget alert can ever fire, as the stack cannot "
+                         f"spend even 25 % of it (${budget / 4:,.0f}; the lowest alert is at 25 % on AWS and GCP, 50 % "
+                         f"on Linode). Set monthlyBudgetUsd to what the stack may spend, at most ${headroom * total:,.0f}.")
 
 
 monthly_cost_ceiling = StackValidationPolicy(
@@ -345,6 +357,9 @@ monthly_cost_ceiling = StackValidationPolicy(
                                             "spot and preemptible) is a violation."},
         "maxBudgetOverrun": {"type": "number", "minimum": 1, "default": DEFAULT_MAX_BUDGET_OVERRUN,
                              "description": "Most times the stack's monthlyBudgetUsd its full-capacity cost may be."},
+        "maxBudgetHeadroom": {"type": "number", "minimum": 1, "default": DEFAULT_MAX_BUDGET_HEADROOM,
+                              "description": "Most times its full-capacity cost the stack's monthlyBudgetUsd may be "
+                                             "(above it no budget alert can fire)."},
     }),
     validate=_validate_monthly_cost,
 )
