@@ -263,3 +263,51 @@ def test_a_base_that_is_not_a_folder_is_a_usage_error(tmp_path, capsys, target, 
     assert code == 4, text
     assert f"--base {base}: {expected}" in text, text
     assert not (tmp_path / "build" / "demo" / "plan.json").exists()
+
+
+# --- issue 37: preflight killed with SIGKILL leaves no config file and no policy pack behind ------------------
+
+KILLED_PREFLIGHT = """
+import json, sys, time
+from gpu_platform.preflight.analyzer import Analyzer
+a = Analyzer(stack="demo", stack_config={"gpu-platform:cloud": "linode", "linode:token": "PLAINTEXT-TOKEN-37"})
+a.start()
+print(json.dumps({"pid": a._proc.pid, "dir": a._config_dir}), flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+def test_a_preflight_killed_with_sigkill_leaves_no_token_on_disk_and_no_orphan_pack(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_PREFLIGHT], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        started = json.loads(proc.stdout.readline())
+        pack, folder = started["pid"], Path(started["dir"])
+        assert _running(pack)
+        # The pack has read the config: no copy of it (the token) stays on disk, even while both run.
+        assert not any(folder.iterdir()), list(folder.iterdir())
+        proc.send_signal(signal.SIGKILL)  # no atexit, no cleanup in preflight
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _running(pack) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(pack), "the policy pack outlived preflight (an orphan serving for ever)"
+        leftovers = [p for p in Path(folder).parent.glob("gpu-platform-policy-*/*") if "PLAINTEXT-TOKEN-37" in p.read_text()]
+        assert not leftovers
+    finally:
+        if proc.poll() is None:
+            proc.kill()

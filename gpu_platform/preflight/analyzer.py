@@ -495,9 +495,15 @@ class Analyzer:
             if len(text) < 100 * 1024:
                 env["PULUMI_CONFIG"] = text
         # Like the CLI: the pack's folder is the program (its __main__.py puts the package on sys.path).
+        # A pipe on stdin that this process never writes: the pack exits at its end of file, i.e. when this
+        # process is gone however it ended (SIGKILL included), and deletes the config file once read
+        # (gpu_platform/policies/lifeline.py).
+        from gpu_platform.policies.lifeline import LIFELINE_ENV
+
+        env[LIFELINE_ENV] = "1"
         self._proc = subprocess.Popen(
             [self.python, "-u", "-m", "pulumi.policy", self.engine_address, str(self.pack_dir)],
-            cwd=self.pack_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            cwd=self.pack_dir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # No orphan: whatever ends this process (an exception, sys.exit), the pack goes with it.
         import atexit
 
@@ -576,7 +582,7 @@ class Analyzer:
             thread = getattr(self, "_stderr_thread", None)
             if thread is not None:
                 thread.join(timeout=5)
-            for stream in (proc.stdout, proc.stderr):
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
         if self._engine is not None:
