@@ -131,9 +131,14 @@ def policy_config_main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None, deadline: bool = False) -> int:
     """`deadline`: arm --timeout for the whole process (the command; not for callers in-process)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["charts"]:  # `python -m gpu_platform.preflight charts pull|list`: the chart cache
+    cwd_first = (argv[:1] in (["-C"], ["--cwd"]) and argv[2:3] == ["charts"]) or (
+        argv[:1] and argv[0].startswith("--cwd=") and argv[1:2] == ["charts"])
+    if argv[:1] == ["charts"] or cwd_first:  # `python -m gpu_platform.preflight [-C DIR] charts pull|list|ensure`
         from gpu_platform.preflight.fit.pull import main as charts_main
 
+        if cwd_first:  # -C DIR before `charts`: the project there, as for a plan
+            at = argv.index("charts")
+            return charts_main(argv[at + 1:], cwd=argv[1] if at == 2 else argv[0].split("=", 1)[1])
         return charts_main(argv[1:])
     if argv[:1] == ["policy-config"]:  # the JSON file `pulumi preview/up --policy-pack-config` reads
         return policy_config_main(argv[1:])
