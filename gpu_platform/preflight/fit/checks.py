@@ -854,6 +854,9 @@ class _Checker:
         found`); the fit check placed it as if the namespace existed."""
         known = set(BUILTIN_NAMESPACES) | set(self.idx.ns_labels)
         known |= {r.namespace for r in self.releases if r.source != "example" and r.namespace}
+        # A namespace the plan's own objects live in exists when they do (a release's install creates it).
+        known |= {str((o.get("metadata") or {}).get("namespace")) for r in self.releases if r.source != "example"
+                  for o in r.objects if (o.get("metadata") or {}).get("namespace")}
         for rel in self.releases:
             if rel.source != "example":
                 continue
