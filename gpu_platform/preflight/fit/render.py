@@ -592,9 +592,9 @@ def job_object_problem(obj: dict[str, Any]) -> Optional[str]:
                         f" (a {kind}'s name ends up in a label value)" if limit < 253 else ""))
     ns = meta.get("namespace")
     if ns is not None and (not isinstance(ns, str) or len(ns) > 63 or not _DNS_LABEL.fullmatch(ns)):
-        return (f"{what} {name}: metadata.namespace {one_line(str(ns))[:40]!r} is not a namespace name (at most 63 "
+        return (f"{what}: metadata.namespace {one_line(str(ns))[:40]!r} is not a namespace name (at most 63 "
                 "lowercase letters, digits and '-')")
-    where_name = f"{kind}/{name}"
+    where_name = f"{kind}/{one_line(name if isinstance(name, str) else str(meta.get('generateName')) + '*')[:80]}"
     for path, pod in _pod_specs(obj):
         if not isinstance(pod, dict):
             continue
