@@ -293,7 +293,10 @@ def test_a_preflight_killed_with_sigkill_leaves_no_token_on_disk_and_no_orphan_p
 
     from tests.conftest import ROOT
 
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_PREFLIGHT], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_PREFLIGHT], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
     try:
         started = json.loads(proc.stdout.readline())
         pack, folder = started["pid"], Path(started["dir"])
@@ -306,8 +309,8 @@ def test_a_preflight_killed_with_sigkill_leaves_no_token_on_disk_and_no_orphan_p
         while _running(pack) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _running(pack), "the policy pack outlived preflight (an orphan serving for ever)"
-        leftovers = [p for p in Path(folder).parent.glob("gpu-platform-policy-*/*") if "PLAINTEXT-TOKEN-37" in p.read_text()]
-        assert not leftovers
+        assert folder.parent == tmp
+        assert not [p for p in tmp.rglob("*") if p.is_file()], list(tmp.rglob("*"))  # at most an empty folder
     finally:
         if proc.poll() is None:
             proc.kill()
