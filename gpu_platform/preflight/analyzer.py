@@ -528,6 +528,10 @@ class Analyzer:
             self._fail(f"the policy pack did not answer on port {port}")
         self.stub = analyzer_pb2_grpc.AnalyzerStub(self._channel)
         self._handshake()
+        if self._config_dir is not None and not os.listdir(self._config_dir):
+            # The pack has read and deleted the config file (policies/lifeline.py): nothing left to clean up.
+            os.rmdir(self._config_dir)
+            self._config_dir = None
         self.info = self._call("GetAnalyzerInfo", _empty())
         missing = sorted(set(self.enforcement.shipped) - {p.name for p in self.info.policies})
         declared = declared_policies(self.info)
