@@ -261,7 +261,7 @@ class Run:
 
     def execute(self) -> int:
         args = self.args
-        from gpu_platform.config.versions_calendar import today_problem
+        from gpu_platform.data.versions_calendar import today_problem
 
         problem = today_problem()  # every date check reads it: a bad one is a usage error before anything runs
         if problem:

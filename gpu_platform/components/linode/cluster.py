@@ -126,7 +126,7 @@ def balancer_rules(admin_cidrs: list[str], node_cidrs: list[str]) -> list[dict]:
 
 def now_utc() -> datetime.datetime:
     """Wall-clock time for token rotation; GPU_PLATFORM_TODAY (ISO date) pins it for tests and previews."""
-    from gpu_platform.config.versions_calendar import TODAY_ENV, today
+    from gpu_platform.data.versions_calendar import TODAY_ENV, today
 
     if os.environ.get(TODAY_ENV, "").strip():  # checked by today(): a real date, or CalendarError naming it
         return datetime.datetime.combine(today(), datetime.time(), tzinfo=datetime.timezone.utc)
