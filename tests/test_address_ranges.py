@@ -53,3 +53,16 @@ def test_a_pod_or_service_range_too_small_for_the_cluster_is_refused(key, value,
 
 def test_ranges_that_hold_the_cluster_pass():
     parse_config(_linode(podCidr="10.244.0.0/20", serviceCidr="10.96.0.0/24"), "linode-dev")
+
+
+# --- IPv6 transition prefixes (issue 37: a Teredo 2001::/32 admin range opened the API port) ---------------
+
+
+@pytest.mark.parametrize("cidr", ["2001::/32", "2001:0:cb00:7100::/64", "2002::/16"])
+def test_the_policy_judges_teredo_and_wide_6to4_ranges_as_the_whole_ipv4_internet(cidr):
+    assert is_world(cidr) and too_open([cidr])
+
+
+def test_a_6to4_site_is_as_narrow_as_the_ipv4_host_it_stands_for():
+    assert not too_open(["2002:cb00:7100::/40"])  # 203.0.113.0/24's sites
+    assert too_open(["2002:0b00::/24"])  # 11.0.0.0/8's

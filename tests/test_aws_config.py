@@ -202,3 +202,16 @@ def test_forty_admin_ranges_fit_the_eks_endpoint_and_a_private_endpoint_takes_mo
     raw["adminCidrs"] = [f"198.51.{i}.0/24" for i in range(41)]
     raw["aws"]["endpointPrivateOnly"] = True
     assert len(parse_config(raw, "aws-prod").admin_cidrs) == 41
+
+
+def test_the_region_table_is_what_the_pinned_botocore_and_moto_say():
+    """gpu_platform/config/aws_regions.yaml is botocore's partition data (EKS regions) and moto's recorded zones;
+    a botocore or moto upgrade that changes them fails here until `python -m gpu_platform.config.aws_regions`."""
+    import yaml
+
+    from gpu_platform.config.aws_regions import REGIONS_FILE, aws_regions, recording
+
+    doc = yaml.safe_load(REGIONS_FILE.read_text())
+    assert recording(doc["retrieved"]) == doc
+    assert {"us-east-1", "eu-west-1", "us-gov-west-1", "cn-north-1"} <= set(aws_regions())
+    assert aws_regions()["us-east-1"].last_letter == "f"

@@ -143,7 +143,10 @@ def test_the_supported_image_and_own_images_are_accepted(image):
                                    "topology.kubernetes.io/zone", "kubelet.kubernetes.io/x", "k8s.io/x",
                                    "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
                                    "k8s.amazonaws.com/accelerator", "nvidia.com/gpu.product", "gpu-platform.io/pool",
-                                   "sub.gpu-platform.io/x"])
+                                   "sub.gpu-platform.io/x",
+                                   # issue 37: the CSI drivers' topology keys (the CSINode registration collides)
+                                   "topology.ebs.csi.aws.com/zone", "topology.efs.csi.aws.com/x", "topology.gke.io/zone",
+                                   "node.gke.io/x"])
 @pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod", "aws-prod"])
 def test_reserved_label_namespaces_are_refused(stack, label):
     refused(stack, "gpuPools.0.labels", {label: "evil"}, "gpuPools[0].labels", "example.com/team")
@@ -172,3 +175,218 @@ def test_preflight_reports_these_as_config_errors(tmp_path, stack, path, value, 
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"gpu-platform:{key}:" in run.stderr and str(stack_file) in run.stderr, run.stderr
     assert "Traceback" not in run.stdout + run.stderr
+
+
+# --- regions and zones that exist (issue 37, item 2) --------------------------------------------------
+
+
+@pytest.mark.parametrize("region", ["xx-fake-1", "us-east-9", "eu-gov-west-1", "cn-south-1"])
+def test_an_aws_region_botocore_does_not_know_is_refused(region):
+    """The pattern admitted any two letters, a word and a digit; botocore's partition data (recorded) decides."""
+    text = refused("aws-prod", "aws.region", region, "aws.region", "an AWS region where EKS runs", "aws_regions.yaml",
+                   "us-east-1", "us-gov-west-1")
+    assert text.count("gpu-platform:aws.region:") == 1, text  # not also "a region offering g5.xlarge"
+
+
+@pytest.mark.parametrize("zones, bad", [(["us-east-1a", "us-east-1z"], "us-east-1z"),
+                                        (["us-east-1a", "us-east-1g"], "us-east-1g")])
+def test_an_aws_zone_past_the_regions_zone_ids_is_refused(zones, bad):
+    text = refused("aws-prod", "aws.availabilityZones", zones, "aws.availabilityZones[1]", "us-east-1a to us-east-1f",
+                   "describe-availability-zones")
+    assert f'"{bad}"' in text
+
+
+@pytest.mark.parametrize("zones", [["us-east-1a", "us-east-1f"], ["us-east-1d", "us-east-1e"]])
+def test_real_aws_zones_are_accepted(zones):
+    accepted("aws-prod", "aws.availabilityZones", zones)
+
+
+def test_an_aws_zone_of_a_region_without_recorded_zones_is_bounded_by_the_largest_recorded_region():
+    cfg = _set(stack_config("aws-prod"), "aws.region", "eu-north-1")
+    cfg = _set(cfg, "aws.availabilityZones", ["eu-north-1a", "eu-north-1q"])
+    with pytest.raises(ConfigError) as err:
+        parse_config(stack_input_from_mapping("aws-prod", cfg).raw, "aws-prod")
+    assert 'gpu-platform:aws.availabilityZones[1]: "eu-north-1q"' in str(err.value)
+    assert "availabilityZones[0]" not in str(err.value)
+
+
+@pytest.mark.parametrize("region", ["xx-fake1", "europe-west99", "mars-north1"])
+def test_a_gcp_region_the_catalog_does_not_record_is_refused_once(region):
+    text = refused("gcp-prod", "gcp.region", region, "gcp.region", "a GCP region the price catalog records",
+                   "us-central1", "europe-west4")
+    assert text.count("gpu-platform:gcp.region:") == 1, text
+
+
+@pytest.mark.parametrize("zone", ["us-central1-z", "us-central1-e"])
+def test_a_gcp_zone_the_catalog_does_not_record_is_refused_once(zone):
+    text = refused("gcp-prod", "gcp.zones", ["us-central1-a", zone], "gcp.zones[1]",
+                   "a zone of us-central1 the price catalog records", "us-central1-f")
+    assert text.count("gpu-platform:gcp.zones[1]:") == 1, text
+
+
+def test_a_linode_region_the_table_does_not_record_is_refused():
+    refused("linode-dev", "linode.region", "xx-fake-1", "linode.region", "a Linode core region", "us-ord")
+
+
+# --- Linode: labels past the 16 KiB of user data (issue 37: a traceback from the program) -------------
+
+
+def _dense_labels(total: int, seed: int = 37) -> dict[str, str]:
+    """Labels of `total` bytes written key=value,..., of random characters (as little as gzip can squeeze)."""
+    import random
+
+    rng = random.Random(seed)
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    word = lambda n: rng.choice(alnum) + "".join(rng.choice(alnum + "-_.") for _ in range(n - 2)) + rng.choice(alnum)  # noqa: E731
+    labels: dict[str, str] = {}
+    while True:
+        used = len(",".join(f"{k}={v}" for k, v in labels.items()))
+        left = total - used - (1 if labels else 0)
+        if left <= 0:
+            return labels
+        key = f"example.com/{word(60)}"
+        if left >= len(key) + 1 + 63 + 70:
+            labels[key] = word(63)
+        else:
+            labels[key[:max(14, left - 4)].rstrip("-_.")] = word(max(2, left - 1 - len(key[:max(14, left - 4)].rstrip("-_."))))
+            while len(",".join(f"{k}={v}" for k, v in labels.items())) > total:
+                k = next(reversed(labels))
+                labels[k] = labels[k][:-2] + labels[k][-1]
+
+
+@pytest.mark.parametrize("fixed", [True, False], ids=["fixed-pool", "autoscaled-pool"])
+def test_linode_pool_labels_past_the_user_data_limit_are_a_config_error(fixed):
+    cfg = stack_config("linode-dev")
+    pool = cfg["gpu-platform:gpuPools"][0]
+    pool["minNodes"] = 1 if fixed else 0
+    pool["labels"] = _dense_labels(20_000)
+    with pytest.raises(ConfigError) as err:
+        parse_config(stack_input_from_mapping("linode-dev", cfg).raw, "linode-dev")
+    text = str(err.value)
+    assert "gpu-platform:gpuPools[0].labels:" in text and "at most 8192 bytes on Linode" in text, text
+    assert "16,384" in text and "stacks/Pulumi.linode-dev.yaml" in text
+
+
+def test_a_fixed_linode_pool_with_labels_at_the_cap_fits_linodes_user_data():
+    """The cap is honest: a fixed pool whose labels take exactly LINODE_POOL_LABEL_BYTES_MAX bytes of random
+    characters renders, and its nodes' gzip-compressed boot documents stay within 16,384 bytes."""
+    import base64
+
+    from gpu_platform.components.linode.render import USER_DATA_LIMIT_BYTES
+    from gpu_platform.config.linode import LINODE_POOL_LABEL_BYTES_MAX
+    from tests.conftest import plan_config
+
+    cfg = stack_config("linode-dev")
+    pool = cfg["gpu-platform:gpuPools"][0]
+    pool["minNodes"] = pool["maxNodes"] = 1
+    pool["labels"] = _dense_labels(LINODE_POOL_LABEL_BYTES_MAX)
+    assert len(",".join(f"{k}={v}" for k, v in pool["labels"].items())) == LINODE_POOL_LABEL_BYTES_MAX
+    plan = plan_config(cfg, "linode-dev")
+    gpu = [r for r in plan.by_type("linode:index/instance:Instance") if r.name.endswith("-ada-0")]
+    assert gpu
+    size = len(base64.b64decode(gpu[0].plain_inputs["metadatas"][0]["userData"]))
+    assert size <= USER_DATA_LIMIT_BYTES - 1024, size  # a margin for longer names and addresses
+
+
+# --- GCS bucket names with "google" misspelt (issue 37: g00gle passed; Cloud Storage refuses it) -----------
+
+
+@pytest.mark.parametrize("project", ["g00gle-ml", "my-ml-9oog1e", "team-goog1e-x", "g00g-research"])
+def test_a_checkpoint_bucket_name_with_google_misspelt_is_refused(project):
+    refused("gcp-prod", "gcp.project", project, "gcp.project", "a close misspelling", "Cloud Storage bucket name")
+
+
+@pytest.mark.parametrize("project", ["my-ml-1023", "go-ogle-ml", "geo-ml-2026"])
+def test_bucket_names_near_but_not_google_are_accepted(project):
+    accepted("gcp-prod", "gcp.project", project)
+
+
+# --- unquoted numbers the Pulumi CLI hands the program as the text written (issue 37) ---------------------
+
+
+def _stack_file_with(tmp_path, stack: str, key: str, written: str):
+    text = (ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith(f"  gpu-platform:{key}:")]
+    at = lines.index("config:") + 1
+    lines.insert(at, f"  gpu-platform:{key}: {written}")
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _parse_file(path):
+    from gpu_platform.preflight.runner import load_stack_file
+
+    si = load_stack_file(path)
+    return parse_config(si.raw, si.stack, source=si.source, secret_keys=si.bare_secret_keys), si
+
+
+@pytest.mark.parametrize("written", ["1e3", "0x5DC", "0o2734", ".5e4", "1500e0", "+1500"])
+def test_an_unquoted_number_the_cli_passes_as_text_is_refused_as_the_program_would(tmp_path, written):
+    """Preflight read `monthlyBudgetUsd: 0x5DC` as 1500 and passed; the Pulumi CLI hands the program the
+    text "0x5DC", which `pulumi up` refuses: the stack planned was not the stack deployed."""
+    path = _stack_file_with(tmp_path, "linode-dev", "monthlyBudgetUsd", written)
+    with pytest.raises(ConfigError) as err:
+        _parse_file(path)
+    text = str(err.value)
+    assert f'gpu-platform:monthlyBudgetUsd: "{written}" -> must be a plain number' in text, text
+    assert str(path) in text and "as the text written" in text
+
+
+def test_a_plain_unquoted_number_is_read_and_handed_on_as_before(tmp_path):
+    cfg, si = _parse_file(_stack_file_with(tmp_path, "linode-dev", "monthlyBudgetUsd", "1500"))
+    assert cfg.monthly_budget_usd == 1500 and si.config["gpu-platform:monthlyBudgetUsd"] == "1500"
+
+
+@pytest.mark.parametrize("written", ["1.350", "1.30", "1.3500"])
+def test_an_unquoted_kubernetes_version_with_a_trailing_zero_says_to_quote_it(tmp_path, written):
+    path = _stack_file_with(tmp_path, "linode-dev", "kubernetesVersion", written)
+    with pytest.raises(ConfigError) as err:
+        _parse_file(path)
+    text = str(err.value)
+    assert f'gpu-platform:kubernetesVersion: "{written}" -> must be a quoted Kubernetes minor' in text, text
+    assert "write it in quotes" in text and "kubernetesVersion: \"1." in text
+
+
+def test_an_unquoted_kubernetes_version_that_is_a_minor_is_read_as_its_text(tmp_path):
+    cfg, si = _parse_file(_stack_file_with(tmp_path, "linode-dev", "kubernetesVersion", "1.35"))
+    assert cfg.kubernetes_version == "1.35" and si.config["gpu-platform:kubernetesVersion"] == "1.35"
+
+
+# --- alert addresses that reach nobody (issue 37) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "aws-prod", "gcp-prod"])
+@pytest.mark.parametrize("address", ["ops@alerts.invalid", "ops@budget.test", "ops@x.example", "root@localhost.localhost",
+                                     "OPS@MAIL.TEST"])
+def test_alert_addresses_in_reserved_domains_are_refused(stack, address):
+    refused(stack, "alertEmails", [address], "alertEmails[0]", "can receive mail", "RFC 2606")
+
+
+@pytest.mark.parametrize("address", ["{{.Foo}}@example.com", "{{or.x.y}}@example.com", "a}}b@example.com",
+                                     "{{@example.com"])
+def test_an_alert_address_that_is_an_alertmanager_template_is_refused(address):
+    refused("linode-dev", "alertEmails", [address], "alertEmails[0]", "Go template")
+
+
+def test_a_linode_stack_without_alert_addresses_is_refused_its_budget_alert_reaches_nobody():
+    text = refused("linode-dev", "alertEmails", [], "alertEmails", "at least one address on Linode", "reaches nobody")
+    assert "monthlyBudgetUsd 1500" in text
+
+
+def test_alert_addresses_at_real_domains_are_accepted():
+    accepted("linode-dev", "alertEmails", ["ops@example.com", "ml+gpu@corp.example.co.uk", "a{b}@example.org"])
+
+
+# --- admin ranges in IPv6 transition prefixes (issue 37: Teredo 2001::/32 opened the API port) ------------
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "gcp-prod"])
+@pytest.mark.parametrize("cidr", ["2001::/32", "2001:0:cb00:7100::/64", "2002::/16", "2002:cb00:7100::/48"])
+def test_admin_ranges_in_teredo_or_6to4_are_refused(stack, cidr):
+    refused(stack, "adminCidrs", ["203.0.113.0/24", cidr], "adminCidrs[1]", "Teredo 2001::/32", "written as IPv4")
+
+
+@pytest.mark.parametrize("cidr", ["2001:db8::/48", "2600:1f18::/36"])
+def test_native_ipv6_admin_ranges_are_accepted(cidr):
+    accepted("linode-dev", "adminCidrs", ["203.0.113.0/24", cidr])

@@ -485,3 +485,56 @@ def test_an_archive_holding_another_chart_is_refused(tmp_path: Path) -> None:
     plan = Plan("t", [release_resource("w", "wanted", "1.0.0", "ns", {}, "wanted")], {})
     with pytest.raises(ChartError, match="holds chart other 1.0.0, not wanted 1.0.0"):
         render_plan(plan, [tmp_path], example=None)
+
+
+# --- issue 37, item 4: offline charts that work ----------------------------------------------------------
+
+
+def test_a_failed_pull_leaves_no_half_filled_cache(tmp_path: Path, local_repo: str, capsys) -> None:
+    """Every chart came from the mirror but one kustomize build failed: nothing lands in the cache (it was
+    half filled, and `charts ensure` then took it for a cache)."""
+    fresh = tmp_path / "fresh"
+    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(fresh), "--mirror", local_repo, "--kustomize", "false")
+    assert code == 1, err
+    assert "nothing was added to" in err and "FAILED  github.com/kubeflow/katib.git" in err
+    assert not fresh.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "note.txt").write_text("mine")
+    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(kept), "--mirror", local_repo, "--kustomize", "false")
+    assert code == 1 and [p.name for p in kept.iterdir()] == ["note.txt"]
+    assert not [p for p in tmp_path.iterdir() if ".pulling-" in p.name]  # no staging folder left behind
+    code, out, err = _preflight(capsys, "charts", "pull", "--dest", str(kept), "--mirror", "http://127.0.0.1:9/",
+                                "--only", "kueue")
+    assert code == 1 and [p.name for p in kept.iterdir()] == ["note.txt"], err
+
+
+def test_charts_list_names_every_pinned_install_and_where_it_comes_from(capsys) -> None:
+    from gpu_platform.preflight.fit.pull import pinned_charts, pinned_kustomize_targets
+
+    code, out, err = _preflight(capsys, "charts", "list")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == len(pinned_charts()) + len(pinned_kustomize_targets())
+    for p in pinned_charts():
+        assert any(ln.startswith(p.file_name) and (p.repo or p.chart) in ln for ln in lines), p
+    for t in pinned_kustomize_targets():
+        assert any(ln.startswith(f"kustomize/{render.kustomize_file_name(t)}") and f"kustomize build https://{t}" in ln
+                   for ln in lines), t
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["-C-then-charts", "charts-then-C"])
+def test_charts_with_c_dir_finds_the_project_from_any_directory(tmp_path: Path, monkeypatch, capsys, before) -> None:
+    monkeypatch.chdir(tmp_path)  # no project here
+    monkeypatch.delenv("GPU_PLATFORM_CHARTS", raising=False)
+    from gpu_platform.preflight.fit.run import default_chart_dirs
+
+    argv = ["-C", str(ROOT), "charts", "pull", "--help"] if before else ["charts", "-C", str(ROOT), "pull", "--help"]
+    with pytest.raises(SystemExit) as done:
+        _preflight(capsys, *argv)
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert str(default_chart_dirs(ROOT)[0]) in " ".join(out.split()).replace("- ", "-"), out
+    assert "exit codes: 0" in " ".join(out.split())
+    code, out, err = _preflight(capsys, "-C", str(tmp_path / "nowhere"), "charts", "list")
+    assert code == 2 and "-C" in err and "no such folder" in err

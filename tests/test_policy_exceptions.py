@@ -38,11 +38,12 @@ WEAKENINGS = [
     ({"monthly-cost-ceiling": {"maxMonthlyUsd": 1e12}}, "monthly-cost-ceiling"),
     ({"monthly-cost-ceiling": {"minOverrideRatio": 0}}, "monthly-cost-ceiling"),
     ({"monthly-cost-ceiling": {"maxBudgetOverrun": 1000}}, "monthly-cost-ceiling"),
+    ({"monthly-cost-ceiling": {"maxBudgetHeadroom": 1e9}}, "monthly-cost-ceiling"),
     ({"all": "disabled", **{p: "mandatory" for p in LOCKED}}, "gpu-count-ceiling"),
     ({"all": "advisory", **{p: "mandatory" for p in LOCKED}}, "monthly-cost-ceiling"),
 ]
 IDS = ["interruptible-disabled", "interruptible-advisory", "alerts-advisory", "alerts-disabled", "scale-to-zero-disabled",
-       "max-gpus", "max-monthly-usd", "min-override-ratio", "budget-overrun", "all-disabled-locked-restated",
+       "max-gpus", "max-monthly-usd", "min-override-ratio", "budget-overrun", "budget-headroom", "all-disabled-locked-restated",
        "all-advisory-locked-restated"]
 
 
@@ -242,3 +243,49 @@ def test_the_verdict_and_pr_comment_list_the_exceptions(analyzer, gke_plan):
     assert rows and rows[0].startswith("gpu-count-ceiling: loosens maxGpus (64 -> 100)")
     md = verdict.markdown([json.loads(json.dumps(doc))])
     assert "- approved: gpu-count-ceiling: loosens maxGpus (64 -> 100) for stack policy-test by exception" in md
+
+
+# --- issue 37: filler reasons, a GPU ceiling lifted to 128, a warm pool exempted for ever ------------------
+
+FILLER = ["foo bar baz qux quux corge grault", "garply waldo fred plugh xyzzy thud", "spam eggs ham spam eggs",
+          "TO-DO: justify this properly later on, for the h100 capacity", "to_do: write the capacity plan",
+          "justify this properly please, team", "hoge fuga piyo hoge fuga"]
+
+
+@pytest.mark.parametrize("reason", FILLER)
+def test_a_gpu_ceiling_lifted_to_128_with_a_filler_reason_does_not_hold(analyzer, gke_plan, reason):
+    report = analyzer.analyze(gke_plan, {"gpu-count-ceiling": {"maxGpus": 128, "exception": approval(reason=reason)}})
+    assert_violates(report, "gpu-count-ceiling", "mandatory", "does not hold", "reason: a real reason")
+    assert not any(a.startswith("gpu-count-ceiling") for a in report.approvals)
+
+
+@pytest.mark.parametrize("reason", FILLER)
+def test_a_filler_reason_is_no_on_demand_approval(reason):
+    assert approvals.reason_problem(reason) is not None
+
+
+def test_a_warm_pool_exempted_without_an_expiry_exempts_nothing(analyzer):
+    plan = plan_of(eks(asg={"min_size": 1}), "aws")
+    entry = {"pool": "g5", "reason": "keeps one node warm for the demo", "approver": "jane@example.com"}
+    report = analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": [entry]}})
+    assert_violates(report, "gpu-pools-scale-to-zero", "mandatory", "keeps at least 1 node(s)",
+                    "no reason, approver and until that hold", "{pool, reason, approver, until}")
+    for until in ("2020-01-01", (dt.date.today() + dt.timedelta(days=400)).isoformat()):
+        report = analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": [{**entry, "until": until}]}})
+        assert_violates(report, "gpu-pools-scale-to-zero", "mandatory", "keeps at least 1 node(s)")
+
+
+@pytest.mark.parametrize("budget", [10_000_000, 1_000_000])
+def test_a_budget_no_alert_can_reach_is_a_violation_unless_approved(gke_plan, budget):
+    """Issue 37: a $10M budget on a $602 stack passed; its lowest alert (25 %) could never fire."""
+    with Analyzer(stack="gcp-prod", stack_config=_stack_config(monthlyBudgetUsd=budget)) as a:
+        report = a.analyze(gke_plan)
+        assert_violates(report, "monthly-cost-ceiling", "mandatory", f"monthly budget of ${budget:,.0f}",
+                        "(maxBudgetHeadroom)", "no budget alert can ever fire")
+        approved = a.analyze(gke_plan, {"monthly-cost-ceiling": {"maxBudgetHeadroom": 1e9, "exception": approval()}})
+        assert approved.mandatory_violations == 0, approved.render()
+
+
+def test_the_shipped_budgets_are_within_the_headroom(gke_plan):
+    with Analyzer(stack="gcp-prod", stack_config=_stack_config()) as a:
+        assert a.analyze(gke_plan).result("monthly-cost-ceiling").status == "pass"

@@ -223,7 +223,8 @@ def test_pack_declares_every_policy_with_level_description_and_knob_schema(analy
     # every mandatory policy takes an `exception` {reason, approver, until} (gpu_platform/policies/locks.py)
     assert all("exception" in knobs[n] for n, level in ALL_POLICIES.items() if level == "mandatory")
     assert knobs["gpu-count-ceiling"] == {"maxGpus", "exception"}
-    assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd", "minOverrideRatio", "maxBudgetOverrun", "exception"}
+    assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd", "minOverrideRatio", "maxBudgetOverrun", "maxBudgetHeadroom",
+                                             "exception"}
     assert knobs["gpu-pools-scale-to-zero"] == {"exemptPools", "exception"}
     assert knobs["no-public-admin-access"] == {"sshPorts", "kubeApiPorts", "minPrefixV4", "minPrefixV6",
                                                "maxUnionPrefixV4", "maxUnionPrefixV6", "exception"}
@@ -287,17 +288,20 @@ def test_gpu_pool_that_cannot_scale_to_zero_is_mandatory_violation(analyzer, pro
 
 def test_exempt_pool_knob_allows_a_warm_floor_with_reason_and_approver(analyzer):
     plan = plan_of(eks(asg={"min_size": 1}), "aws")
-    exempt = {"pool": "g5", "reason": "keeps one node warm for the demo", "approver": "jane@example.com"}
+    import datetime as dt
+
+    until = (dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=30)).isoformat()
+    exempt = {"pool": "g5", "reason": "keeps one node warm for the demo", "approver": "jane@example.com", "until": until}
     report = analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": [exempt]}})
     assert report.result("gpu-pools-scale-to-zero").status == "pass"
-    assert any("exempts pool g5 (reason: keeps one node warm for the demo; approver: jane@example.com)" in a
+    assert any("exempts pool g5 (reason: keeps one node warm for the demo; approver: jane@example.com" in a
                for a in report.approvals), report.render()
 
 
 def test_an_unexplained_exemption_exempts_nothing(analyzer):
     plan = plan_of(eks(asg={"min_size": 1}), "aws")
     assert_violates(analyzer.analyze(plan, {"gpu-pools-scale-to-zero": {"exemptPools": ["g5"]}}),
-                    "gpu-pools-scale-to-zero", "mandatory", "has no reason and approver that hold")
+                    "gpu-pools-scale-to-zero", "mandatory", "has no reason, approver and until that hold")
 
 
 def test_gpu_ceiling_counts_max_nodes_times_gpus_per_node(analyzer):

@@ -157,3 +157,159 @@ def test_a_base_plans_urn_cannot_forge_a_line(tmp_path, capsys):
     assert code == 0, text
     assert FORGED not in text.splitlines() and "\x1b" not in text
     assert f"- t x\\n{FORGED}\\x1b[2J" in text
+
+
+# --- issue 37: job objects the API server refuses, a bad GPU_PLATFORM_TODAY, a missing --base --------------
+
+
+def _job(**changes) -> dict:
+    import copy
+
+    job = copy.deepcopy(GPU_JOB)
+    for path, value in changes.items():
+        node = job
+        keys = path.split("__")
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        if value is None:
+            node.pop(keys[-1])
+        else:
+            node[keys[-1]] = value
+    return job
+
+
+CONTAINER = "spec__template__spec__containers__0__resources"
+
+
+@pytest.mark.parametrize("job, expected", [
+    (_job(kind=["Job"]), 'kind is ["Job"]: a Kubernetes object\'s kind is a non-empty string'),
+    (_job(kind=7), "kind is 7"),
+    (_job(apiVersion={"a": 1}), "apiVersion is {\"a\": 1}"),
+    (_job(**{CONTAINER: {"requests": {"cpu": "-2"}}}), "resources.requests.cpu: -2 is negative"),
+    (_job(**{CONTAINER: {"limits": {"memory": -1}}}), "resources.limits.memory: -1 is negative"),
+    (_job(**{CONTAINER: {"limits": {"nvidia.com/gpu": "0.5"}}}), "nvidia.com/gpu: 0.5 is not a whole number"),
+    (_job(**{CONTAINER: {"limits": {"nvidia.com/gpu": "500m"}}}), "nvidia.com/gpu: 500m is not a whole number"),
+    (_job(**{CONTAINER: {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}}}), "must be equal"),
+    (_job(**{CONTAINER: {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}}), "above its limit"),
+    (_job(**{CONTAINER: {"limits": {"cpu": "lots"}}}), "lots is not a Kubernetes quantity"),
+    (_job(metadata__name="x" * 308), "(308 characters): a name of at most 63"),
+    (_job(metadata__name="Probe_1"), "a name of at most 63 lowercase letters"),
+    (_job(metadata__name=None), "without metadata.name"),
+    (_job(metadata__name=""), "without metadata.name"),
+    (_job(metadata__namespace="Not A Namespace"), "is not a namespace name"),
+    ({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c" * 53, "namespace": "training"},
+      "spec": {"schedule": "@daily", "jobTemplate": GPU_JOB["spec"] and {"spec": GPU_JOB["spec"]}}}, "at most 52"),
+    ({"apiVersion": "v1", "kind": "List", "items": [5]}, "a List's items must be Kubernetes objects"),
+], ids=["kind-list", "kind-int", "apiversion-map", "negative-cpu", "negative-memory", "half-gpu", "half-gpu-milli",
+        "gpu-request-not-limit", "request-above-limit", "not-a-quantity", "name-308", "name-invalid", "name-missing",
+        "name-empty", "namespace-invalid", "cronjob-name-53", "list-of-ints"])
+def test_a_job_object_the_api_server_refuses_is_a_config_error_naming_the_file(tmp_path, capsys, job, expected):
+    path = tmp_path / "job.yaml"
+    path.write_text(_docs(job))
+    code, text = _run(tmp_path, capsys, "--job", str(path))
+    assert code == 2, text
+    assert f"--job {path}" in text and expected in text, text
+    assert "preflight demo: CONFIG-ERROR" in text
+
+
+def test_a_valid_job_with_generate_name_and_whole_gpus_is_read():
+    from gpu_platform.preflight.fit.render import job_object_problem
+
+    job = _job(metadata__name=None)
+    job["metadata"]["generateName"] = "probe-"
+    assert job_object_problem(job) is None
+    assert job_object_problem(_job(**{CONTAINER: {"requests": {"nvidia.com/gpu": "1", "cpu": "500m"},
+                                                  "limits": {"nvidia.com/gpu": 1, "cpu": 1}}})) is None
+
+
+def test_a_job_in_a_namespace_nothing_creates_is_a_fit_violation(tmp_path, capsys):
+    need_charts()
+    path = tmp_path / "job.yaml"
+    path.write_text(_docs(_job(metadata__namespace="nowhere")))
+    code, text = _run(tmp_path, capsys, "--job", str(path))
+    assert code == 3, text
+    assert "Job/nowhere/probe" in text and "namespace nowhere does not exist" in text, text
+    assert "training" in text  # the namespaces it could use
+
+
+@pytest.mark.parametrize("value", ["tomorrow", "2026-02-30", "2026-13-01", "20261123", "0001-01-01", "9999-12-31",
+                                   "2026-11-23T00:00", "٢٠٢٦-١١-٢٣"])
+def test_a_gpu_platform_today_that_is_no_date_is_a_usage_error_naming_it(tmp_path, capsys, monkeypatch, value):
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", value)
+    code, text = _run(tmp_path, capsys)
+    assert code == 4, text
+    assert "preflight: GPU_PLATFORM_TODAY=" in text and "a real date written YYYY-MM-DD" in text, text
+
+
+def test_the_program_refuses_a_bad_gpu_platform_today_without_a_traceback(monkeypatch):
+    import pulumi
+
+    from gpu_platform.config.stack import load_from_pulumi
+
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-02-30")
+    with pytest.raises(pulumi.RunError, match="GPU_PLATFORM_TODAY='2026-02-30': a real date"):
+        load_from_pulumi()
+
+
+@pytest.mark.parametrize("target, expected", [("missing", "no such folder"), ("file", "not a folder"),
+                                              ("dangling", "a symbolic link to nothing")])
+def test_a_base_that_is_not_a_folder_is_a_usage_error(tmp_path, capsys, target, expected):
+    base = tmp_path / "base"
+    if target == "file":
+        base.write_text("{}")
+    elif target == "dangling":
+        base.symlink_to(tmp_path / "gone")
+    code, text = _run(tmp_path, capsys, "--base", str(base))
+    assert code == 4, text
+    assert f"--base {base}: {expected}" in text, text
+    assert not (tmp_path / "build" / "demo" / "plan.json").exists()
+
+
+# --- issue 37: preflight killed with SIGKILL leaves no config file and no policy pack behind ------------------
+
+KILLED_PREFLIGHT = """
+import json, sys, time
+from gpu_platform.preflight.analyzer import Analyzer
+a = Analyzer(stack="demo", stack_config={"gpu-platform:cloud": "linode", "linode:token": "PLAINTEXT-TOKEN-37"})
+a.start()
+print(json.dumps({"pid": a._proc.pid}), flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+def test_a_preflight_killed_with_sigkill_leaves_no_token_on_disk_and_no_orphan_pack(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_PREFLIGHT], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        pack = json.loads(proc.stdout.readline())["pid"]
+        assert _running(pack)
+        # The pack has read the config and deleted it, and preflight its folder: no copy of it (the token)
+        # stays on disk, even while both run.
+        assert not list(tmp.iterdir()), list(tmp.rglob("*"))
+        proc.send_signal(signal.SIGKILL)  # no atexit, no cleanup in preflight
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _running(pack) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(pack), "the policy pack outlived preflight (an orphan serving for ever)"
+        assert not list(tmp.iterdir()), list(tmp.rglob("*"))  # nothing at all left behind
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -47,6 +47,8 @@ NON_REASON_WORDS = frozenset("""
     fill filled write written provide provided add added update updated follow up
     something anything nothing everything whatever stuff things thing misc miscellaneous etc various usual
     standard normal default generic same above below mentioned
+    justify justified justifies justifying justification justifications proper properly valid validly good
+    real really actually basically obviously clearly please pls thanks thank
 """.split())
 
 # Words that stand for "I will write a reason later".
@@ -54,7 +56,11 @@ PLACEHOLDERS = frozenset("""
     tbd tba tbc todo fixme xxx xx na nope none null nil undefined empty blank test testing tests tested temp tmp
     placeholder asdf asdfgh qwerty qwer foo bar baz qux foobar lorem ipsum dolor sit amet dummy sample example
     whatever wip hack hmm meh blah bla ignore
+    quux quuz corge grault garply waldo fred plugh xyzzy thud wibble wobble wubble flob fnord spam eggs ham
+    hoge fuga piyo toto titi tata tutu
 """.split())
+# The last two lines are the metasyntactic variables (RFC 3092, "Etymology of Foo"; the Jargon File's
+# "metasyntactic variable": foo ... thud, wibble, Python's spam/eggs/ham, Japanese hoge/fuga/piyo, French toto).
 
 # Words that mark a whole text as unfinished wherever they stand ("TODO: fill in", "reason tbd").
 UNFINISHED = frozenset({"tbd", "tba", "tbc", "todo", "fixme", "xxx", "placeholder", "lorem", "asdf", "wip"})
@@ -82,13 +88,18 @@ _DIGIT_IN_WORD = re.compile(r"(?<=[^\W\d_])[013457](?=[^\W\d_])")
 _SPELLED_OUT = re.compile(r"\b(?:[^\W\d_]\.){2,}|\b[^\W\d_](?: [^\W\d_]){2,}\b")
 
 
+# "TO-DO", "to_do", "To-Do:" (a hyphen or underscore joins them; "GPUs to do training" stays two words).
+_JOINED_TODO = re.compile(r"\bto[-_]+do\b")
+
+
 def fold(text: str) -> str:
     """`text` as the checks read it: NFKC, look-alike letters as the Latin ones, lower case, digits inside a
-    word as the letters they stand for, letters written one by one as one word."""
+    word as the letters they stand for, letters written one by one as one word, a hyphenated to-do as todo."""
     import unicodedata
 
     text = unicodedata.normalize("NFKC", text).translate(_LOOKALIKES).lower()
     text = _DIGIT_IN_WORD.sub(lambda m: _DIGIT_LETTERS[m.group()], text)
+    text = _JOINED_TODO.sub("todo", text)
     return _SPELLED_OUT.sub(_spelled_filler, text)
 
 
@@ -134,6 +145,9 @@ _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _LOCAL = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*")
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _TLD = re.compile(r"[A-Za-z]{2,63}")
+# Top-level domains that never resolve for mail (RFC 2606 section 2; RFC 6761 section 6): an alert or an
+# approver's address there reaches nobody.
+NO_MAIL_TLDS = ("test", "example", "invalid", "localhost")
 # GitHub user names: 1 to 39 letters, digits and single hyphens, not starting or ending with one.
 _GITHUB_HANDLE = re.compile(r"@[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -162,6 +176,13 @@ def email_problem(value: Any) -> Optional[str]:
     if len(labels) < 2 or len(domain) > 253 or not all(_LABEL.fullmatch(x) for x in labels) \
             or not _TLD.fullmatch(labels[-1]):
         return "an e-mail address whose domain is a DNS name such as example.com"
+    if "{{" in local or "}}" in local or "{{" in value:
+        # RFC 5322 atext admits { and }, but Alertmanager renders its `to:` as a Go template: {{ ... }} there
+        # would be executed (or break the configuration), not mailed.
+        return "an e-mail address without '{{' or '}}' (Alertmanager reads the address as a Go template)"
+    if labels[-1].lower() in NO_MAIL_TLDS:
+        return (f"an e-mail address that can receive mail: .{labels[-1].lower()} is a reserved top-level domain "
+                f"({', '.join('.' + t for t in NO_MAIL_TLDS)}; RFC 2606 and RFC 6761), no mail is ever delivered there")
     return None
 
 

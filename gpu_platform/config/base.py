@@ -135,7 +135,11 @@ def _dns_label(value: str) -> str:
 
 # IPv6 prefixes whose addresses are IPv4 addresses written in IPv6 (RFC 4291 IPv4-mapped, RFC 6052 NAT64
 # well-known and local-use prefixes): ::ffff:0.0.0.0/96 is every IPv4 address, whatever its length says.
-IPV4_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48"))
+# IPv6 prefixes whose addresses stand for IPv4 hosts: IPv4-mapped (RFC 4291), NAT64 (RFC 6052, RFC 8215), and
+# the transition tunnels Teredo 2001::/32 (RFC 4380: any IPv4 host behind any NAT gets an address there) and
+# 6to4 2002::/16 (RFC 3056: 2002:WWXX:YYZZ::/48 is the IPv4 host W.X.Y.Z's site).
+IPV4_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48",
+                                                         "2001::/32", "2002::/16"))
 
 
 def _cidr(value: str) -> str:
@@ -145,7 +149,8 @@ def _cidr(value: str) -> str:
         raise ValueError(f"a CIDR block such as 203.0.113.0/24 with no host bits set ({exc})") from None
     if net.version == 6 and any(net.subnet_of(e) for e in IPV4_EMBEDDING):
         raise ValueError("an IPv4 range written as IPv4 (such as 203.0.113.0/24): this IPv6 range holds IPv4 "
-                         "addresses (IPv4-mapped or NAT64), so its length says nothing about how much it opens")
+                         "hosts (IPv4-mapped, NAT64, Teredo 2001::/32 or 6to4 2002::/16), so its length says nothing "
+                         "about how much it opens (Teredo's /32 is any IPv4 host on the internet)")
     return value
 
 
@@ -180,8 +185,12 @@ def _email(value: str) -> str:
 #   cloud.google.com (GKE: gke-nodepool, gke-accelerator, gke-spot, machine-family, ...), linode.com (the
 #   Linode CCM), nvidia.com (GPU feature discovery's nvidia.com/gpu.*), gpu-platform.io (this program's
 #   pool, capacity, accelerator and role labels).
-RESERVED_LABEL_NAMESPACES = ("kubernetes.io", "k8s.io", "eks.amazonaws.com", "k8s.amazonaws.com", "cloud.google.com",
-                             "linode.com", "nvidia.com", "gpu-platform.io")
+# - the CSI drivers' topology keys (issue 37): the EBS CSI node plugin registers topology.ebs.csi.aws.com/zone,
+#   GKE's Persistent Disk CSI topology.gke.io/zone; a pool label there makes the CSINode registration collide
+#   with the kubelet's (the node's volumes never attach). csi.aws.com covers every AWS CSI driver (ebs, efs,
+#   fsx), gke.io every GKE-set key.
+RESERVED_LABEL_NAMESPACES = ("kubernetes.io", "k8s.io", "eks.amazonaws.com", "k8s.amazonaws.com", "csi.aws.com",
+                             "cloud.google.com", "gke.io", "linode.com", "nvidia.com", "gpu-platform.io")
 
 
 def label_key_problem(key: str) -> "str | None":
@@ -231,6 +240,12 @@ def _kubernetes_minor(value: str) -> str:
     from gpu_platform.data.versions_calendar import known_minors
 
     known = known_minors()
+    if value not in known and re.fullmatch(r"[0-9]+\.[0-9]*0", value):
+        # `kubernetesVersion: 1.350` unquoted: YAML's number 1.35, the CLI's text "1.350"; say which to write.
+        raise ValueError(f"a quoted Kubernetes minor: {value} written unquoted is the number {float(value):g} to YAML "
+                         f"and the text {value!r} to the Pulumi CLI, neither a minor; write it in quotes as the minor "
+                         f"is named, e.g. kubernetesVersion: \"{known[-2] if len(known) > 1 else known[-1]}\" (the minors: "
+                         + ", ".join(repr(m) for m in known) + ")")
     if value not in known:
         raise ValueError("a quoted Kubernetes minor the version calendar (gpu_platform/costs/catalog/kubernetes-versions.yaml) "
                          f"lists: {', '.join(repr(m) for m in known)}; which of them a cloud accepts today depends "
@@ -283,7 +298,8 @@ class Model(BaseModel):
         if numeric and bool not in kinds and str not in kinds and isinstance(value, str) \
                 and re.search(r"[0-9]", value) and not PLAIN_NUMBER.fullmatch(value):
             # The CLI hands numbers as text; pydantic would also read "5_000", " 5000" or "1e3" as numbers.
-            raise ValueError("a plain number such as 5000 (digits only: no '_', spaces or exponent)")
+            raise ValueError("a plain number such as 5000 (digits only: no '_', spaces, exponent or hex; the Pulumi CLI "
+                             "hands a top-level number to the program as the text written, so 1e3 or 0x5DC is text)")
         return value
 
 

@@ -153,6 +153,13 @@ LINODE_NODEBALANCER_BACKENDS = ipaddress.ip_network("192.168.255.0/24")
 MAX_SYSTEM_NODES = 20
 
 
+# Linode refuses user data over 16,384 bytes (decoded; gpu_platform/components/linode/render.py,
+# USER_DATA_LIMIT_BYTES), and each GPU node's boot document (gzip-compressed) carries its pool's labels in the
+# kubelet's --node-labels. The document without user labels takes about 4.2 KB compressed; labels of at most
+# this many bytes (written key=value,key=value) leave it room even when they do not compress
+# (tests/test_config_hostile_values.py renders a pool at this size and checks the limit holds).
+LINODE_POOL_LABEL_BYTES_MAX = 8192
+
 REGIONS_FILE = Path(__file__).resolve().parent / "linode_regions.yaml"
 
 

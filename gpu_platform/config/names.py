@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
 
 
+# Digits read as the letters they resemble (0 o, 1 l, 3 e, 6 and 9 g): "g00gle", "goog1e", "9oogle".
+LOOKALIKE_DIGITS = str.maketrans("01369", "oleg" "g")
+
+
 @dataclass(frozen=True)
 class Rule:
     what: str
@@ -50,6 +54,9 @@ class Rule:
     allowed: str  # the character rule in words
     forbidden: tuple[str, ...] = ()  # substrings the cloud refuses
     forbidden_prefixes: tuple[str, ...] = ()
+    # Also refuse `forbidden` spelled with look-alike digits (Cloud Storage: "cannot contain google or close
+    # misspellings, such as g00gle", cloud.google.com/storage/docs/buckets#naming).
+    lookalikes: bool = False
 
     def problem(self, name: str) -> Optional[str]:
         if not self.min_len <= len(name) <= self.max_len:
@@ -59,9 +66,14 @@ class Rule:
         for bad in self.forbidden:
             if bad in name:
                 return f"{self.what} must not contain {bad!r}"
+            if self.lookalikes and bad in name.translate(LOOKALIKE_DIGITS):
+                return (f"{self.what} must not contain {bad!r} or a close misspelling of it (digits for letters, "
+                        "such as g00gle)")
         for bad in self.forbidden_prefixes:
             if name.startswith(bad):
                 return f"{self.what} must not start with {bad!r}"
+            if self.lookalikes and name.translate(LOOKALIKE_DIGITS).startswith(bad):
+                return f"{self.what} must not start with {bad!r} or a close misspelling of it (such as g00g)"
         return None
 
 
@@ -87,7 +99,8 @@ GCE_NAME = Rule("a Compute Engine resource name", 1, 63, re.compile(r"[a-z](?:[-
 GCP_SERVICE_ACCOUNT_ID = Rule("a GCP service account ID", 6, 30, re.compile(r"[a-z](?:[-a-z0-9]*[a-z0-9])?"),
                               "lowercase letters, digits and '-', starting with a letter")
 GCS_BUCKET = Rule("a Cloud Storage bucket name", 3, 63, re.compile(r"[a-z0-9](?:[-a-z0-9_.]*[a-z0-9])?"),
-                  "lowercase letters, digits, '-', '_' or '.', alphanumeric at both ends", ("google",), ("goog",))
+                  "lowercase letters, digits, '-', '_' or '.', alphanumeric at both ends", ("google",), ("goog",),
+                  lookalikes=True)
 EKS_CLUSTER_NAME = Rule("an EKS cluster name", 1, 100, re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]*"),
                         "letters, digits, '-' and '_', alphanumeric first")
 S3_BUCKET_PREFIX = Rule("an S3 bucket_prefix", 1, 37, re.compile(r"[a-z0-9][a-z0-9.-]*"),

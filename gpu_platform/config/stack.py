@@ -348,6 +348,11 @@ def load_from_pulumi() -> StackConfig:
     # Secret keys: PULUMI_CONFIG_SECRET_KEYS from the language host, or set_all_config's list in-process.
     secret = {k for k in everything if runtime_config.is_config_secret(k)}
     secret |= set(runtime_config.get_config_secret_keys_env())
+    from gpu_platform.data.versions_calendar import today_problem
+
+    problem = today_problem()
+    if problem:
+        raise pulumi.RunError(problem)
     try:
         cfg = parse_config(raw, pulumi.get_stack(), secret_keys={k[len(prefix):] for k in secret if k.startswith(prefix)})
     except ConfigError as exc:

@@ -77,14 +77,34 @@ class Fees:
     retrieved: str
 
 
+# A pinned "today" outside these years is a mistake, and date arithmetic near year 1 or 9999 overflows.
+TODAY_YEARS = (2000, 2999)
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def today_problem() -> Optional[str]:
+    """What is wrong with GPU_PLATFORM_TODAY (None: unset or a usable date); the message names the variable."""
+    pinned = os.environ.get(TODAY_ENV, "").strip()
+    if not pinned:
+        return None
+    try:
+        day = _dt.date.fromisoformat(pinned) if _ISO_DATE.fullmatch(pinned) else None
+    except ValueError:
+        day = None
+    if day is None or not TODAY_YEARS[0] <= day.year <= TODAY_YEARS[1]:
+        return (f"{TODAY_ENV}={pinned[:40]!r}: a real date written YYYY-MM-DD from {TODAY_YEARS[0]} to {TODAY_YEARS[1]} "
+                "(e.g. 2026-11-23), or unset it for today's UTC date")
+    return None
+
+
 def today() -> _dt.date:
-    """The UTC date, or GPU_PLATFORM_TODAY (YYYY-MM-DD) when set."""
+    """The UTC date, or GPU_PLATFORM_TODAY (YYYY-MM-DD) when set; CalendarError (naming it) when it is no date."""
+    problem = today_problem()
+    if problem:
+        raise CalendarError(problem)
     pinned = os.environ.get(TODAY_ENV, "").strip()
     if pinned:
-        try:
-            return _dt.date.fromisoformat(pinned)
-        except ValueError:
-            raise CalendarError(f"{TODAY_ENV}={pinned!r} is not an ISO date (YYYY-MM-DD)") from None
+        return _dt.date.fromisoformat(pinned)
     return _dt.datetime.now(_dt.timezone.utc).date()
 
 

@@ -61,9 +61,10 @@ interruptible_gpu_capacity = StackValidationPolicy(
 
 
 def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """exemptPools entries: {pool, reason, approver[, until]} exempt a pool when the reason is a real one and
-    the approver a person (gpu_platform/config/approvals.py); a bare name, or an entry whose reason,
-    approver or date does not hold, exempts nothing and is reported."""
+    """exemptPools entries: {pool, reason, approver, until} exempt a pool when the reason is a real one, the
+    approver a person and `until` a date at most a year ahead (gpu_platform/config/approvals.py: an exemption
+    from a guardrail is reviewed like every exception; one without an expiry held for ever); a bare name, or an
+    entry whose reason, approver or date does not hold, exempts nothing and is reported."""
     from gpu_platform.config.approvals import approval_problems
 
     valid: dict[str, dict[str, str]] = {}
@@ -73,8 +74,8 @@ def exemptions(entries: Any) -> tuple[dict[str, dict[str, str]], list[str]]:
             unexplained.append(e)
             continue
         pool = str(e.get("pool") or "").strip()
-        if pool and not approval_problems(dict(e), need_until=False):
-            valid[pool] = {"reason": str(e["reason"]).strip(), "approver": str(e["approver"])}
+        if pool and not approval_problems(dict(e), need_until=True):
+            valid[pool] = {"reason": str(e["reason"]).strip(), "approver": str(e["approver"]), "until": str(e["until"])}
         else:
             unexplained.append(pool or "?")
     return valid, unexplained
@@ -87,15 +88,16 @@ def _validate_scale_to_zero(args, report_violation) -> None:
             # Fixed-size Linode pools (minNodes == maxNodes) are sized Pulumi instances; autoscaled ones
             # (the node-group provider, gpu_platform/components/linode/node_groups.py) are held to this rule.
             continue
-        note = (" Its exemptPools entry has no reason and approver that hold (a real reason; an e-mail address or "
-                "@github-handle), so it exempts nothing: write it as {pool, reason, approver}." if pool.name in unexplained else "")
+        note = (" Its exemptPools entry has no reason, approver and until that hold (a real reason; an e-mail address "
+                "or @github-handle; the last day it holds, YYYY-MM-DD, at most a year ahead), so it exempts nothing: "
+                "write it as {pool, reason, approver, until}." if pool.name in unexplained else "")
         if not pool.autoscaled:
             report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) has a fixed size of {pool.max_nodes} nodes; "
                              f"give it autoscaling with a minimum of 0.{note}", pool.urn)
         elif pool.min_nodes != 0:
             report_violation(f"GPU pool '{pool.name}' ({pool.cloud}) keeps at least {pool.min_nodes} node(s) "
-                             f"running when idle; set minNodes: 0 (or list the pool in exemptPools with a reason "
-                             f"and an approver).{note}", pool.urn)
+                             f"running when idle; set minNodes: 0 (or list the pool in exemptPools with a reason, "
+                             f"an approver and until).{note}", pool.urn)
 
 
 gpu_pools_scale_to_zero = StackValidationPolicy(
@@ -111,8 +113,8 @@ gpu_pools_scale_to_zero = StackValidationPolicy(
                                             "reason": {"type": "string", "minLength": 10},
                                             "approver": {"type": "string", "minLength": 2},
                                             "until": {"type": "string"}}}]},
-                        "description": "Pools allowed to keep a warm floor of nodes: {pool, reason, approver} "
-                                       "(a bare name exempts nothing and is reported)."},
+                        "description": "Pools allowed to keep a warm floor of nodes: {pool, reason, approver, until} "
+                                       "(a bare name, or an entry without until, exempts nothing and is reported)."},
     }),
     validate=_validate_scale_to_zero,
 )
@@ -163,6 +165,11 @@ DEFAULT_MIN_OVERRIDE_RATIO = 0.5
 # Full capacity may cost this many times the monthly budget (pools are busy part of the month); more is
 # a budget nobody can keep (a $1 budget on a $5.7k stack).
 DEFAULT_MAX_BUDGET_OVERRUN = 4.0
+# The budget may be at most this many times the full-capacity cost. The lowest budget alert is 25 % of the
+# budget on AWS and GCP (components/aws/billing.py BILLING_PERCENTS, components/gcp/budget.py THRESHOLDS) and
+# 50 % of it on Linode (the GPU spend run-rate, components/platform/monitoring.py): above 4 times the most the
+# stack can spend, no alert can ever fire (a $10M budget on a $602 stack).
+DEFAULT_MAX_BUDGET_HEADROOM = 4.0
 
 
 def _refuse_constant(name: str) -> Any:
@@ -327,6 +334,13 @@ def _validate_monthly_cost(args, report_violation) -> None:
                          f"monthly budget of ${budget:,.0f} (monthlyBudgetUsd); at most {factor:g} times is allowed "
                          f"(maxBudgetOverrun). Raise the budget to what the stack may spend, or lower maxNodes. "
                          f"Largest items: {top}.")
+    headroom = float(_config(args, "maxBudgetHeadroom", DEFAULT_MAX_BUDGET_HEADROOM))
+    if budget and total > 0 and budget > headroom * total:
+        report_violation(f"The monthly budget of ${budget:,.0f} (monthlyBudgetUsd) is {budget / total:,.1f} times the "
+                         f"most the stack can cost (about ${total:,.0f}/month at full capacity); at most {headroom:g} "
+                         f"times is allowed (maxBudgetHeadroom): no budget alert can ever fire, as the stack cannot "
+                         f"spend even 25 % of it (${budget / 4:,.0f}; the lowest alert is at 25 % on AWS and GCP, 50 % "
+                         f"on Linode). Set monthlyBudgetUsd to what the stack may spend, at most ${headroom * total:,.0f}.")
 
 
 monthly_cost_ceiling = StackValidationPolicy(
@@ -343,6 +357,9 @@ monthly_cost_ceiling = StackValidationPolicy(
                                             "spot and preemptible) is a violation."},
         "maxBudgetOverrun": {"type": "number", "minimum": 1, "default": DEFAULT_MAX_BUDGET_OVERRUN,
                              "description": "Most times the stack's monthlyBudgetUsd its full-capacity cost may be."},
+        "maxBudgetHeadroom": {"type": "number", "minimum": 1, "default": DEFAULT_MAX_BUDGET_HEADROOM,
+                              "description": "Most times its full-capacity cost the stack's monthlyBudgetUsd may be "
+                                             "(above it no budget alert can fire)."},
     }),
     validate=_validate_monthly_cost,
 )

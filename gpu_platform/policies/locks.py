@@ -40,7 +40,7 @@ LOOSER: dict[str, Callable[[Any, Any], bool]] = {
     # Ceilings: a higher ceiling (or a lower floor) is looser; a stricter one needs nobody's approval.
     "maxGpus": lambda new, old: new > old, "maxMonthlyUsd": lambda new, old: new > old,
     "minOverrideRatio": lambda new, old: new < old, "maxIdleShare": lambda new, old: new > old,
-    "maxBudgetOverrun": lambda new, old: new > old,
+    "maxBudgetOverrun": lambda new, old: new > old, "maxBudgetHeadroom": lambda new, old: new > old,
 }
 # Settings that are approvals themselves (each exemptPools entry carries its reason and approver,
 # checked by the policy) or the record of one.

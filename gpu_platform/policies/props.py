@@ -99,6 +99,11 @@ DEFAULT_MAX_UNION_PREFIX = {4: 12, 6: 28}
 
 # IPv6 prefixes that embed IPv4 addresses (IPv4-mapped, NAT64): judged as the IPv4 range they hold.
 _IPV4_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("::ffff:0:0/96", "64:ff9b::/96"))
+# 6to4 (RFC 3056): 2002:WWXX:YYZZ::/48 is IPv4 host W.X.Y.Z's site; judged as the IPv4 range in bits 16 to 48.
+_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+# Teredo (RFC 4380): any IPv4 host behind any NAT has an address in it (the client's IPv4 address is in the
+# last 32 bits, obfuscated, below any prefix a rule can name): judged as the whole IPv4 internet.
+_TEREDO = ipaddress.ip_network("2001::/32")
 
 
 def _network(cidr: Any):
@@ -108,10 +113,17 @@ def _network(cidr: Any):
         net = ipaddress.ip_network(cidr.strip(), strict=False)
     except ValueError:
         return None
+    if net.version != 6:
+        return net
     for embedding in _IPV4_EMBEDDING:
-        if net.version == 6 and net.subnet_of(embedding):
+        if net.subnet_of(embedding):
             low = int(net.network_address) & 0xFFFFFFFF
             return ipaddress.ip_network((low, net.prefixlen - 96), strict=False)
+    if net.subnet_of(_SIX_TO_FOUR):
+        v4 = (int(net.network_address) >> 80) & 0xFFFFFFFF
+        return ipaddress.ip_network((v4, min(32, net.prefixlen - 16)), strict=False)
+    if net.subnet_of(_TEREDO) and net.prefixlen < 128:
+        return ipaddress.ip_network("0.0.0.0/0")
     return net
 
 

@@ -25,11 +25,35 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number the pack accepts")
 
 
+# The config file's text, once take_config_file has read (and deleted) it.
+_taken: Optional[str] = None
+
+
+def take_config_file() -> None:
+    """Read the file GPU_PLATFORM_STACK_CONFIG_FILE names into memory and delete it (lifeline.py): the pack
+    keeps no copy of the config on disk once it runs."""
+    global _taken
+    path = os.environ.get(CONFIG_FILE_ENV)
+    if not path or _taken is not None:
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            _taken = f.read()
+    except OSError:
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def raw_config() -> dict[str, Any]:
     """The stack config the pack was handed: namespaced keys -> CLI strings."""
     try:
         path = os.environ.get(CONFIG_FILE_ENV)
-        if path:
+        if _taken is not None:
+            text = _taken
+        elif path:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
         else:

@@ -135,9 +135,14 @@ def policy_config_main(argv: list[str]) -> int:
 def main(argv: list[str] | None = None, deadline: bool = False) -> int:
     """`deadline`: arm --timeout for the whole process (the command; not for callers in-process)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["charts"]:  # `python -m gpu_platform.preflight charts pull|list`: the chart cache
+    cwd_first = (argv[:1] in (["-C"], ["--cwd"]) and argv[2:3] == ["charts"]) or (
+        argv[:1] and argv[0].startswith("--cwd=") and argv[1:2] == ["charts"])
+    if argv[:1] == ["charts"] or cwd_first:  # `python -m gpu_platform.preflight [-C DIR] charts pull|list|ensure`
         from gpu_platform.preflight.fit.pull import main as charts_main
 
+        if cwd_first:  # -C DIR before `charts`: the project there, as for a plan
+            at = argv.index("charts")
+            return charts_main(argv[at + 1:], cwd=argv[1] if at == 2 else argv[0].split("=", 1)[1])
         return charts_main(argv[1:])
     if argv[:1] == ["policy-config"]:  # the JSON file `pulumi preview/up --policy-pack-config` reads
         return policy_config_main(argv[1:])
@@ -256,6 +261,11 @@ class Run:
 
     def execute(self) -> int:
         args = self.args
+        from gpu_platform.data.versions_calendar import today_problem
+
+        problem = today_problem()  # every date check reads it: a bad one is a usage error before anything runs
+        if problem:
+            return self.fail(EXIT_USAGE, problem)
         try:
             project = find_project(args.cwd)
         except ProjectNotFound as exc:  # one-line messages naming a path (-C DIR): its newlines escaped too
@@ -304,6 +314,12 @@ class Run:
             # oversized one (another branch's artifacts) is a bad argument, not a traceback at the end.
             from gpu_platform.preflight import review
 
+            if not os.path.isdir(args.base):
+                what = ("no such folder" if not os.path.lexists(args.base) else
+                        "a symbolic link to nothing" if os.path.islink(args.base) and not os.path.exists(args.base) else
+                        "not a folder")
+                return self.fail(EXIT_USAGE, f"--base {one_line(args.base)}: {what}; give the output folder of an "
+                                             "earlier preflight run (its --out)")
             folder = review.base_dir(Path(args.base), args.stack)
             if folder is not None:
                 try:

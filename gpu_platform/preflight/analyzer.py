@@ -495,9 +495,15 @@ class Analyzer:
             if len(text) < 100 * 1024:
                 env["PULUMI_CONFIG"] = text
         # Like the CLI: the pack's folder is the program (its __main__.py puts the package on sys.path).
+        # A pipe on stdin that this process never writes: the pack exits at its end of file, i.e. when this
+        # process is gone however it ended (SIGKILL included), and deletes the config file once read
+        # (gpu_platform/policies/lifeline.py).
+        from gpu_platform.policies.lifeline import LIFELINE_ENV
+
+        env[LIFELINE_ENV] = "1"
         self._proc = subprocess.Popen(
             [self.python, "-u", "-m", "pulumi.policy", self.engine_address, str(self.pack_dir)],
-            cwd=self.pack_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            cwd=self.pack_dir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # No orphan: whatever ends this process (an exception, sys.exit), the pack goes with it.
         import atexit
 
@@ -522,6 +528,10 @@ class Analyzer:
             self._fail(f"the policy pack did not answer on port {port}")
         self.stub = analyzer_pb2_grpc.AnalyzerStub(self._channel)
         self._handshake()
+        if self._config_dir is not None and not os.listdir(self._config_dir):
+            # The pack has read and deleted the config file (policies/lifeline.py): nothing left to clean up.
+            os.rmdir(self._config_dir)
+            self._config_dir = None
         self.info = self._call("GetAnalyzerInfo", _empty())
         missing = sorted(set(self.enforcement.shipped) - {p.name for p in self.info.policies})
         declared = declared_policies(self.info)
@@ -576,7 +586,7 @@ class Analyzer:
             thread = getattr(self, "_stderr_thread", None)
             if thread is not None:
                 thread.join(timeout=5)
-            for stream in (proc.stdout, proc.stderr):
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
         if self._engine is not None:
@@ -758,7 +768,8 @@ def _approvals(plan: Plan, reconciled: Mapping[str, tuple[str, dict[str, Any]]])
     out = []
     exempt, _ = exemptions(reconciled.get("gpu-pools-scale-to-zero", ("", {}))[1].get("exemptPools") or [])
     for pool, e in exempt.items():
-        out.append(f"gpu-pools-scale-to-zero exempts pool {pool} (reason: {e['reason']}; approver: {e['approver']})")
+        out.append(f"gpu-pools-scale-to-zero exempts pool {pool} (reason: {e['reason']}; approver: {e['approver']}; "
+                   f"until {e['until']})")
     seen = set()
     for r in plan.resources:
         for where in ("tags", "labels", "nodeConfig.resourceLabels"):

@@ -139,12 +139,16 @@ def _without_ciphertext(value: Any) -> tuple[Any, bool]:
 
 
 def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: Optional[Project] = None,
-                             source: Optional[str] = None) -> StackInput:
-    """Apply Pulumi.yaml defaults to a stack's `config:` mapping as the CLI would."""
+                             source: Optional[str] = None, written: Optional[dict[Any, str]] = None) -> StackInput:
+    """Apply Pulumi.yaml defaults to a stack's `config:` mapping as the CLI would. `written`: the text of each
+    top-level number as the file wrote it (safe_yaml.number_texts): the CLI hands the program that text, so
+    `monthlyBudgetUsd: 0x5DC` is "0x5DC" to the program (and refused there), not 1500."""
     project = project or find_project()
     merged: dict[str, Any] = dict(schema_defaults(project.doc))
     secret_keys: set[str] = set()
     for key, value in (stack_config or {}).items():
+        if written and key in written and _cli_string(value) != written[key]:
+            value = written[key]
         full = key if ":" in key else f"{project.name}:{key}"
         # Encrypted with the stack's key: unknown here; the program sees it only as a secret.
         value, secret = _without_ciphertext(value)
@@ -194,7 +198,8 @@ def load_stack(stack: str, project: Optional[Project] = None) -> StackInput:
 def load_stack_file(path: Path, project: Optional[Project] = None, shown: Optional[str] = None) -> StackInput:
     """A stack file anywhere; Pulumi.<stack>.yaml names the stack. Hostile content raises
     StackFileError naming `shown` (default: the path as given), never anything else."""
-    from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_file
+    from gpu_platform.preflight.safe_yaml import (MAX_BYTES, YamlInputError, decode_utf8, load_yaml_text, number_texts,
+                                                  read_limited)
 
     from gpu_platform.config.approvals import one_line
 
@@ -211,7 +216,8 @@ def load_stack_file(path: Path, project: Optional[Project] = None, shown: Option
         raise StackFileError(f"{shown}: the file name gives the stack name {_stack_name_problem(stack)}; "
                              "name the file Pulumi.<stack>.yaml")
     try:
-        doc = load_yaml_file(path, shown)
+        text = decode_utf8(read_limited(path, shown, MAX_BYTES), shown)
+        doc = load_yaml_text(text, shown)
     except YamlInputError as exc:
         raise StackFileError(str(exc)) from None
     doc = {} if doc is None else doc
@@ -220,7 +226,8 @@ def load_stack_file(path: Path, project: Optional[Project] = None, shown: Option
     for key in doc.get("config") or {}:
         if ":" in key and not key.split(":", 1)[0]:
             raise StackFileError(f"{shown}: config key {key!r}: a namespace before ':' (e.g. {CONFIG_NAMESPACE}:cloud)")
-    return stack_input_from_mapping(stack, doc.get("config") or {}, project or find_project(), source=shown)
+    return stack_input_from_mapping(stack, doc.get("config") or {}, project or find_project(), source=shown,
+                                    written=number_texts(text, "config"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -301,6 +301,25 @@ def printable(text: str) -> str:
     return _printable(text)
 
 
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def number_texts(text: str, under: str) -> dict[Any, str]:
+    """The text written for each number directly under the top-level key `under` (of a file load_yaml_text
+    has read): {key: "0x5DC"}. The Pulumi CLI hands a stack file's top-level config number to the program as
+    that text (`1e3`, `0x5DC`, `1.350`), not as the number YAML reads (1000, 1500, 1.35)."""
+    node = StrictLoader(text).get_single_node()
+    out: dict[Any, str] = {}
+    if not isinstance(node, yaml.MappingNode):
+        return out
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.value == under and isinstance(value, yaml.MappingNode):
+            for k, v in value.value:
+                if isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode) and v.tag in _NUMBER_TAGS:
+                    out[k.value] = v.value
+    return out
+
+
 def load_yaml_file(path: "str | Path", shown: str | None = None, max_bytes: int = MAX_BYTES) -> Any:
     shown = shown or str(path)
     return load_yaml_text(decode_utf8(read_limited(Path(path), shown, max_bytes), shown), shown)

@@ -126,9 +126,10 @@ def balancer_rules(admin_cidrs: list[str], node_cidrs: list[str]) -> list[dict]:
 
 def now_utc() -> datetime.datetime:
     """Wall-clock time for token rotation; GPU_PLATFORM_TODAY (ISO date) pins it for tests and previews."""
-    pinned = os.environ.get("GPU_PLATFORM_TODAY")
-    if pinned:
-        return datetime.datetime.fromisoformat(pinned).replace(tzinfo=datetime.timezone.utc)
+    from gpu_platform.data.versions_calendar import TODAY_ENV, today
+
+    if os.environ.get(TODAY_ENV, "").strip():  # checked by today(): a real date, or CalendarError naming it
+        return datetime.datetime.combine(today(), datetime.time(), tzinfo=datetime.timezone.utc)
     return datetime.datetime.now(datetime.timezone.utc)
 
 

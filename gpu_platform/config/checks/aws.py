@@ -10,6 +10,7 @@ import ipaddress
 import re
 from typing import TYPE_CHECKING
 
+from gpu_platform.config.aws_regions import aws_regions, zone_issue
 from gpu_platform.config.aws import (ARN_PRINCIPAL, AUTOSCALER_LABEL_TAG, AWS_TAG_KEY_MAX, AWS_TAG_VALUE_MAX,
                                      EKS_PUBLIC_ACCESS_CIDRS_MAX, LOG_RETENTION_DAYS,
                                      MAX_ALTERNATIVES, MAX_POOL_LABELS, MAX_SYSTEM_NODES, AwsSection, describe_shape,
@@ -41,6 +42,12 @@ def _check_label_tags(cfg: "StackConfig") -> list[ConfigIssue]:
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: AwsSection = cfg.aws  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("spot", "on-demand"), "EC2 has Spot and On-Demand capacity; 'preemptible' is GCP's term, use spot")
+    known = aws_regions()
+    if section.region not in known:
+        # botocore's partition data, recorded: a made-up region is named here, not by a failed API call at deploy.
+        issues.append(ConfigIssue("aws.region", section.region,
+                                  "an AWS region where EKS runs (botocore's partition data, recorded in "
+                                  f"gpu_platform/config/aws_regions.yaml): {', '.join(sorted(known))}"))
     issues += _check_network(section)
     issues += _check_pools(cfg, section, catalog)
     issues += _check_system_pool(section, catalog)
@@ -76,7 +83,8 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
     for i, pool in enumerate(cfg.gpu_pools):
         extra = section.pool(pool.name)
         main = catalog.instance("aws", pool.instance_type)
-        if main is not None and main.is_gpu and main.regions is not None and section.region not in main.regions:
+        if (main is not None and main.is_gpu and main.regions is not None and section.region not in main.regions
+                and section.region in aws_regions()):  # an unknown region is reported once, by check_stack
             not_in_region.append((i, pool.instance_type, main.regions))
         if len(pool.labels) > MAX_POOL_LABELS:
             issues.append(ConfigIssue(f"gpuPools[{i}].labels", len(pool.labels),
@@ -147,9 +155,9 @@ def _check_network(section: AwsSection) -> list[ConfigIssue]:
         if len(zones) > 6:
             issues.append(ConfigIssue("aws.availabilityZones", zones, "at most six zones"))
         for i, zone in enumerate(zones):
-            if not re.fullmatch(rf"^{re.escape(section.region)}[a-z]$", zone):
-                issues.append(ConfigIssue(f"aws.availabilityZones[{i}]", zone,
-                                          f"a zone of region {section.region} ({section.region}a, {section.region}b, ...)"))
+            wrong = zone_issue(section.region, zone)
+            if wrong:
+                issues.append(ConfigIssue(f"aws.availabilityZones[{i}]", zone, wrong))
             elif zones.index(zone) != i:
                 issues.append(ConfigIssue(f"aws.availabilityZones[{i}]", zone, "each zone once"))
         net = ipaddress.ip_network(section.effective_vpc_cidr)

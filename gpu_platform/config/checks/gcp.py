@@ -28,7 +28,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: GcpSection = cfg.gcp  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("spot", "preemptible", "on-demand"),
                                  "GCP offers Spot, preemptible and on-demand VMs")
-    issues += _zone_issues(section)
+    issues += _zone_issues(section, catalog)
     issues += _pool_issues(cfg, section, catalog)
     issues += _network_issues(cfg, section)
     issues += _access_issues(cfg, section)
@@ -56,6 +56,7 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
     not_in_region: list[tuple[int, str, tuple[str, ...]]] = []  # (pool index, type, its regions)
     zones_known = True  # every pool's zones are known to the catalog
     offered_somewhere: set[str] = set()
+    regions, zones = recorded_places(catalog)  # an unrecorded region or zone is reported once, by _zone_issues
     for i, pool in enumerate(cfg.gpu_pools):
         if pool.name == SYSTEM_POOL_NAME:
             issues.append(ConfigIssue(f"gpuPools[{i}].name", pool.name,
@@ -68,6 +69,8 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
                                       f"a capacity {pool.instance_type} is sold as: "
                                       f"{', '.join(c for c in ('spot', 'preemptible', 'on-demand') if itype.price(c))}"))
         if itype.regions is not None and section.region not in itype.regions:
+            if regions and section.region not in regions:
+                continue
             not_in_region.append((i, pool.instance_type, itype.regions))
             continue
         if itype.zones is None:
@@ -86,7 +89,7 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
         wanted = sorted({t.accelerator for p in cfg.gpu_pools
                          if (t := catalog.instance("gcp", p.instance_type)) is not None and t.accelerator})
         for i, zone in enumerate(section.zones):
-            if zone.startswith(section.region + "-") and zone not in offered_somewhere:
+            if zone.startswith(section.region + "-") and zone not in offered_somewhere and (not zones or zone in zones):
                 issues.append(ConfigIssue(
                     f"gcp.zones[{i}]", zone,
                     f"a zone offering the GPU of a gpuPools entry ({', '.join(wanted)}); offered in: "
@@ -149,13 +152,34 @@ def _access_issues(cfg: "StackConfig", section: GcpSection) -> list[ConfigIssue]
     return issues
 
 
-def _zone_issues(section: GcpSection) -> list[ConfigIssue]:
+def recorded_places(catalog: "Catalog") -> tuple[set[str], set[str]]:
+    """The GCP regions and zones the price catalog records for any machine type (gcp.yaml's regions and zones,
+    each with its regionsSource/zonesSource): the places this project knows exist."""
+    regions: set[str] = set()
+    zones: set[str] = set()
+    for t in catalog.instances("gcp"):
+        regions.update(t.regions or ())
+        zones.update(t.zones or ())
+    return regions, zones
+
+
+def _zone_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigIssue]:
     issues = []
+    regions, zones = recorded_places(catalog)
+    if regions and section.region not in regions:
+        issues.append(ConfigIssue("gcp.region", section.region,
+                                  "a GCP region the price catalog records (gpu_platform/costs/catalog/gcp.yaml): "
+                                  f"{', '.join(sorted(regions))}"))
+    in_region = sorted(z for z in zones if z.startswith(section.region + "-"))
     zone_re = re.compile(rf"^{re.escape(section.region)}-[a-z]$")
     for i, zone in enumerate(section.zones):
         if not zone_re.fullmatch(zone):
             issues.append(ConfigIssue(f"gcp.zones[{i}]", zone,
                                       f"a zone of gcp.region {section.region}, such as {section.region}-a"))
+        elif in_region and zone not in in_region:
+            issues.append(ConfigIssue(f"gcp.zones[{i}]", zone,
+                                      f"a zone of {section.region} the price catalog records (gpu_platform/costs/catalog/"
+                                      f"gcp.yaml): {', '.join(in_region)}"))
         elif section.zones.index(zone) != i:
             issues.append(ConfigIssue(f"gcp.zones[{i}]", zone, "each zone once"))
     return issues

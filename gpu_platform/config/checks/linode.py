@@ -10,7 +10,7 @@ from gpu_platform.config.base import RFC1918_TEXT, ConfigIssue, is_rfc1918
 from gpu_platform.data.versions_calendar import today as calendar_today
 from gpu_platform.config.checks.pools import pool_issue_capacity
 from gpu_platform.config.linode import (AUTOSCALING_MIN_KUBERNETES, GPU_POOL_BLOCK, GPU_POOLS_FIRST_HOST, MAX_SYSTEM_NODES,
-                                        LINODE_SHARED_PRIVATE_RANGE, LinodeSection, region_capabilities, required_capabilities)
+                                        LINODE_POOL_LABEL_BYTES_MAX, LINODE_SHARED_PRIVATE_RANGE, LinodeSection, region_capabilities, required_capabilities)
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -213,11 +213,33 @@ def upgrade_job_name_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     return issues
 
 
+def label_size_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """A pool's labels must leave its nodes' boot documents inside Linode's 16 KiB of user data: they were
+    found only when the program encoded a fixed pool's document (a traceback), or when the node-group
+    provider failed to create an autoscaled pool's node."""
+    issues = []
+    for i, pool in enumerate(cfg.gpu_pools):
+        size = len(",".join(f"{k}={v}" for k, v in pool.labels.items()).encode())
+        if size > LINODE_POOL_LABEL_BYTES_MAX:
+            issues.append(ConfigIssue(f"gpuPools[{i}].labels", f"{len(pool.labels)} labels, {size} bytes",
+                                      f"labels of at most {LINODE_POOL_LABEL_BYTES_MAX} bytes on Linode (written "
+                                      "key=value,key=value, as the kubelet's --node-labels): every node's boot document "
+                                      "carries them, and Linode refuses user data over 16,384 bytes"))
+    return issues
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
     issues += region_issues(cfg)
     issues += address_plan_issues(cfg)
+    issues += label_size_issues(cfg)
+    if not cfg.alert_emails:
+        # AWS and GCP mail their own budget alerts to the billing account's contacts; Linode has no budget API.
+        issues.append(ConfigIssue("alertEmails", [],
+                                  "at least one address on Linode: Linode has no budget or billing-alert API, so "
+                                  "Alertmanager's GPU spend run-rate alert, mailed to alertEmails, is the only budget "
+                                  f"alert (monthlyBudgetUsd {cfg.monthly_budget_usd}); with none it reaches nobody"))
     for i, cidr in enumerate(cfg.admin_cidrs):
         net = ipaddress.ip_network(cidr)
         if net.version == 4 and net.overlaps(LINODE_SHARED_PRIVATE_RANGE):  # type: ignore[arg-type]

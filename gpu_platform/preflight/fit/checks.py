@@ -30,6 +30,7 @@ from gpu_platform.preflight.fit import admission_policy
 from gpu_platform.preflight.fit.selectors import label_selector_matches, match_expression, tolerates
 from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, manager_excluded_prefixes, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
+from gpu_platform.preflight.fit.render import CLUSTER_SCOPED_KINDS
 from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
     GPU, INSTALL_HOOKS, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
@@ -634,6 +635,10 @@ def _crd_kinds(objects: Iterable[dict]) -> Iterable[tuple[str, str, str]]:
                 yield str(spec.get("group", "")), str(v.get("name", "")), kind
 
 
+# The namespaces every cluster has (kube-apiserver creates them at start).
+BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
 class _Checker:
     def __init__(self, model: ClusterModel, releases: list[Any]):
         self.model = model
@@ -885,8 +890,30 @@ class _Checker:
                              "write the job as a kind the platform installs: TrainJob (trainer.kubeflow.org), JobSet "
                              "(jobset.x-k8s.io), Job or CronJob (batch/v1), Pod (v1)")
 
+    def missing_namespaces(self) -> None:
+        """A job file's object in a namespace nothing creates: the API server refuses it (`namespaces "x" not
+        found`); the fit check placed it as if the namespace existed."""
+        known = set(BUILTIN_NAMESPACES) | set(self.idx.ns_labels)
+        known |= {r.namespace for r in self.releases if r.source != "example" and r.namespace}
+        # A namespace the plan's own objects live in exists when they do (a release's install creates it).
+        known |= {str((o.get("metadata") or {}).get("namespace")) for r in self.releases if r.source != "example"
+                  for o in r.objects if (o.get("metadata") or {}).get("namespace")}
+        for rel in self.releases:
+            if rel.source != "example":
+                continue
+            for obj in rel.objects:
+                if obj.get("kind") in CLUSTER_SCOPED_KINDS:
+                    continue
+                ns = (obj.get("metadata") or {}).get("namespace") or "default"
+                if ns not in known:
+                    self.problem("admission", rel.name, object_id(obj),
+                                 f"namespace {ns} does not exist: nothing in the plan creates it, so the API server "
+                                 f"refuses the object (namespaces \"{ns}\" not found)",
+                                 f"submit it to a namespace the platform creates: {', '.join(sorted(known - set(BUILTIN_NAMESPACES)))}")
+
     def run(self) -> FitReport:
         self.unserved_jobs()
+        self.missing_namespaces()
         pods = self.build_pods()
         self.refused = self.admission_refusals()
         self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")

@@ -7,8 +7,15 @@ repositories through their index.yaml, `oci://` references from the registry), i
 classic Helm repository instead (an internal mirror, or a local one in tests). A chart already in DIR
 whose Chart.yaml matches is kept. The pinned kustomize remote targets (gpu_platform/data/platform_versions.py
 KUSTOMIZE_SOURCES) are built into DIR/kustomize/REPO-REF-NAME.yaml with `kubectl kustomize` (or
-`kustomize build`, `--kustomize CMD` to choose); Helm has no kustomize. Exit 0 when everything is
-there, 1 when anything could not be pulled or built.
+`kustomize build`, `--kustomize CMD` to choose); Helm has no kustomize. A run pulls into a staging folder
+beside DIR and moves what it got into DIR only when every chart and target asked for came: a failed pull
+(offline, one repository down) leaves DIR as it was, never half filled. `charts list` prints every pinned
+install, charts and kustomize targets, with where it comes from. `-C DIR` (before or after `charts`) takes
+the project there, as the main command does: the default folder is found from it, not from the working
+directory.
+
+Exit codes (EXIT_TEXT): 0 everything asked for is in DIR; 1 something could not be pulled or built (each
+named on stderr; nothing new in DIR); 2 a usage error (an unknown --only name, a bad option).
 
 `charts ensure` (run by `make preflight`) makes a fresh clone work without the shared folder: when no
 chart folder is named (`$GPU_PLATFORM_CHARTS` unset, no `../shared/charts` beside the project) and the
@@ -134,6 +141,23 @@ def build_kustomize(target: str, dest: Path, command: list[str]) -> Path:
     return out
 
 
+EXIT_TEXT = ("exit codes: 0 everything asked for is in the folder, 1 something could not be pulled or built "
+             "(named above; the folder is left as it was), 2 usage")
+
+
+def pinned_installs() -> list[tuple[str, str]]:
+    """(file preflight reads, where it comes from) of every pinned install: each chart (`NAME-VERSION.tgz`
+    from its classic repository or OCI reference) and each kustomize target (`kustomize/FILE.yaml`, built from
+    its github.com URL)."""
+    out = []
+    for p in pinned_charts():
+        out.append((p.file_name, f"chart {p.name} {p.version} from {p.repo}" if p.repo else f"chart {p.chart} {p.version}"))
+    for t in pinned_kustomize_targets():
+        out.append((f"kustomize/{kustomize_file_name(t)}", f"kustomize build https://{t}" if not t.startswith("https://")
+                    else f"kustomize build {t}"))
+    return out
+
+
 def missing_from(dirs: list[Path]) -> tuple[list[PinnedChart], list[str]]:
     """The pinned charts and kustomize targets none of `dirs` holds (by the file names preflight reads)."""
     from gpu_platform.preflight.fit.render import find_chart
@@ -188,71 +212,121 @@ def ensure(project_root: Optional[Path]) -> int:
     return rc
 
 
-def main(argv: list[str]) -> int:
-    from gpu_platform.preflight.fit.run import default_chart_dirs
+def _split_cwd(argv: list[str]) -> tuple[Optional[str], list[str]]:
+    """`-C DIR` / `--cwd DIR` / `--cwd=DIR` anywhere in a `charts` command line, and the rest."""
+    rest, cwd, i = [], None, 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-C", "--cwd") and i + 1 < len(argv):
+            cwd, i = argv[i + 1], i + 2
+            continue
+        if a.startswith("--cwd="):
+            cwd = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return cwd, rest
 
-    parser = argparse.ArgumentParser(prog="python -m gpu_platform.preflight charts", description="the chart cache preflight renders from")
+
+def main(argv: list[str], cwd: Optional[str] = None) -> int:
+    from gpu_platform.preflight.fit.run import default_chart_dirs
+    from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
+
+    found, argv = _split_cwd(list(argv))
+    cwd = found or cwd
+    root: Optional[Path] = None
+    if cwd is not None:
+        try:
+            root = find_project(cwd).root
+        except (ProjectNotFound, ProjectFileError) as exc:
+            from gpu_platform.config.approvals import one_line
+
+            print(f"preflight charts: -C {one_line(cwd)}: {one_line(str(exc))}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            root = find_project().root
+        except (ProjectNotFound, ProjectFileError):
+            root = None
+    parser = argparse.ArgumentParser(prog="python -m gpu_platform.preflight charts", description="the chart cache preflight renders from",
+                                     epilog=EXIT_TEXT)
     sub = parser.add_subparsers(dest="command", required=True)
-    pull = sub.add_parser("pull", help="pull every pinned chart at its pinned version")
-    pull.add_argument("--dest", help=f"cache folder (default: the first of {', '.join(map(str, default_chart_dirs()))})")
+    pull = sub.add_parser("pull", help="pull every pinned chart at its pinned version", epilog=EXIT_TEXT)
+    pull.add_argument("--dest", help=f"cache folder (default: the first of {', '.join(map(str, default_chart_dirs(root)))})")
     pull.add_argument("--mirror", help="pull every chart by name from this classic Helm repository URL instead")
     pull.add_argument("--only", action="append", default=[], metavar="NAME", help="only this chart (repeatable)")
     pull.add_argument("--kustomize", metavar="CMD",
                       help="command that builds a kustomize URL to stdout (default: `kubectl kustomize`, else `kustomize build`)")
     pull.add_argument("--stop-at-first-failure", action="store_true",
                       help="stop at the first chart that cannot be pulled (offline, the rest would fail too)")
-    sub.add_parser("list", help="list the pinned charts")
+    sub.add_parser("list", help="list every pinned install (charts and kustomize targets) and where it comes from")
     sub.add_parser("ensure", help="pull the pinned charts into the user cache when no chart folder is named "
-                                  "and the cache lacks them (what `make preflight` runs first)")
+                                  "and the cache lacks them (what `make preflight` runs first)", epilog=EXIT_TEXT)
     args = parser.parse_args(argv)
     if args.command == "ensure":
-        from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
-
-        try:
-            root: Optional[Path] = find_project().root
-        except (ProjectNotFound, ProjectFileError):
-            root = None
         return ensure(root)
-
-    pins = pinned_charts()
     if args.command == "list":
-        for p in pins:
-            print(f"{p.file_name:<48} {p.repo or p.chart}")
+        for name, source in pinned_installs():
+            print(f"{name:<56} {source}")
         return 0
+    pins = pinned_charts()
     unknown = sorted(set(args.only) - {p.name for p in pins})
     if unknown:
         print(f"preflight charts pull: --only {', '.join(unknown)}: not a pinned chart; pinned: "
               f"{', '.join(p.name for p in pins)}", file=sys.stderr)
         return 2
-    dest = Path(args.dest) if args.dest else default_chart_dirs()[0]
-    dest.mkdir(parents=True, exist_ok=True)
+    dest = Path(args.dest) if args.dest else default_chart_dirs(root)[0]
+    return _pull_all(args, pins, dest)
+
+
+def _pull_all(args: argparse.Namespace, pins: list[PinnedChart], dest: Path) -> int:
+    """Pull into a staging folder beside `dest`; move the files into `dest` only when nothing failed."""
     import helm_python
 
-    failed = []
-    failed_targets = []
-    if not args.only:
-        command = shlex.split(args.kustomize) if args.kustomize else default_kustomize()
-        for target in pinned_kustomize_targets():
+    created = not dest.exists()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.pulling-", dir=dest.parent))
+    failed: list[PinnedChart] = []
+    failed_targets: list[str] = []
+    try:
+        if not args.only:
+            command = shlex.split(args.kustomize) if args.kustomize else default_kustomize()
+            for target in pinned_kustomize_targets():
+                try:
+                    if command is None:
+                        raise RuntimeError("neither kubectl nor kustomize is on PATH (--kustomize CMD)")
+                    kept = dest / "kustomize" / str(kustomize_file_name(target))
+                    if not (kept.exists() and kept.stat().st_size):
+                        build_kustomize(target, staging, command)
+                    print(f"ok      {kept}")
+                except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                    failed_targets.append(target)
+                    print(f"FAILED  {target}: {exc}", file=sys.stderr)
+        for pin in pins:
+            if args.only and pin.name not in args.only:
+                continue
+            if args.stop_at_first_failure and (failed or failed_targets):
+                break
             try:
-                if command is None:
-                    raise RuntimeError("neither kubectl nor kustomize is on PATH (--kustomize CMD)")
-                print(f"ok      {build_kustomize(target, dest, command)}")
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-                failed_targets.append(target)
-                print(f"FAILED  {target}: {exc}", file=sys.stderr)
-    for pin in pins:
-        if args.only and pin.name not in args.only:
-            continue
-        if args.stop_at_first_failure and failed:
-            break
-        try:
-            path = pull_chart(pin, dest, args.mirror)
-            print(f"ok      {path}")
-        except (helm_python.HelmError, RuntimeError, OSError) as exc:
-            failed.append(pin)
-            print(f"FAILED  {pin.file_name}: {exc}", file=sys.stderr)
-    if failed or failed_targets:
-        print(f"preflight charts pull: not pulled: {', '.join([p.file_name for p in failed] + failed_targets)}",
-              file=sys.stderr)
-        return 1
-    return 0
+                kept = dest / pin.file_name
+                if not (kept.exists() and _matches(kept, pin)):
+                    pull_chart(pin, staging, args.mirror)
+                print(f"ok      {kept}")
+            except (helm_python.HelmError, RuntimeError, OSError) as exc:
+                failed.append(pin)
+                print(f"FAILED  {pin.file_name}: {exc}", file=sys.stderr)
+        if failed or failed_targets:
+            print(f"preflight charts pull: not pulled: {', '.join([p.file_name for p in failed] + failed_targets)}; "
+                  f"nothing was added to {dest} (a cache is filled whole or not at all)", file=sys.stderr)
+            return 1
+        for got in sorted(staging.rglob("*")):
+            if got.is_file():
+                target = dest / got.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                got.replace(target)
+        dest.mkdir(parents=True, exist_ok=True)
+        return 0
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and dest.is_dir() and not any(dest.iterdir()):
+            dest.rmdir()

@@ -405,6 +405,18 @@ def parse_yaml_docs(text: str) -> list[tuple[str, Any]]:
     return out
 
 
+def _object_header_problem(doc: dict[str, Any], release: str, where: str) -> None:
+    """kind and apiVersion are non-empty strings (the API server's TypeMeta); a list or a number there is
+    refused by kubectl ("cannot unmarshal array into Go struct field") and crashed the fit check."""
+    from gpu_platform.config.approvals import one_line
+
+    for key in ("kind", "apiVersion"):
+        value = doc.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise ChartError(release, f"{where} holds an object whose {key} is {one_line(json.dumps(value))[:60]}: "
+                                      f"a Kubernetes object's {key} is a non-empty string (e.g. kind: Job, apiVersion: batch/v1)")
+
+
 def _load_docs(text: str, release: str, where: str, texts: Optional[list] = None) -> list[dict[str, Any]]:
     """The Kubernetes objects of a YAML stream (List kinds flattened); `texts` gets each one's source."""
     from helm_python import HelmError
@@ -420,8 +432,13 @@ def _load_docs(text: str, release: str, where: str, texts: Optional[list] = None
     for doc_text, doc in docs:
         if not isinstance(doc, dict) or "kind" not in doc or "apiVersion" not in doc:
             raise ChartError(release, f"{where} holds something that is not a Kubernetes object")
+        _object_header_problem(doc, release, where)
         if doc["kind"].endswith("List") and isinstance(doc.get("items"), list):
             items = [i for i in doc["items"] if i]
+            for item in items:
+                if not isinstance(item, dict):
+                    raise ChartError(release, f"{where}: a {doc['kind']}'s items must be Kubernetes objects")
+                _object_header_problem(item, release, where)
             out.extend(items)
             if texts is not None:
                 texts.extend([None] * len(items))
@@ -477,6 +494,125 @@ def nested_deeper_than(obj: Any, limit: int) -> bool:
     return False
 
 
+# What the API server refuses in a job's object (Kubernetes apimachinery ValidateObjectMeta and
+# pkg/apis/core/validation): names are DNS-1123 subdomains of at most 253 characters, namespaces DNS-1123
+# labels of at most 63; a Job's name becomes its pods' batch.kubernetes.io/job-name label value (at most 63),
+# a CronJob's gets 11 characters of suffix for its Jobs (at most 52); quantities are not negative; an
+# extended resource (nvidia.com/gpu) is a whole number, and its request equals its limit when both are given
+# (Kubernetes docs, "Managing Resources for Containers", "Extended resources": they cannot be overcommitted).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_NAME_MAX = {("batch/", "Job"): 63, ("batch/", "CronJob"): 52}
+
+
+def _pod_specs(obj: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(path, pod spec) of every pod template in a job kind's object."""
+    kind, spec = obj.get("kind"), obj.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    dig = lambda d, *keys: _dig(d, keys)  # noqa: E731
+    if kind == "Pod":
+        return [("spec", spec)]
+    if kind == "CronJob":
+        return [("spec.jobTemplate.spec.template.spec", dig(spec, "jobTemplate", "spec", "template", "spec"))]
+    if kind == "JobSet":
+        jobs = spec.get("replicatedJobs")
+        return [(f"spec.replicatedJobs[{i}].template.spec.template.spec", dig(j, "template", "spec", "template", "spec"))
+                for i, j in enumerate(jobs if isinstance(jobs, list) else [])]
+    if kind in ("Job", "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"):
+        return [("spec.template.spec", dig(spec, "template", "spec"))]
+    return []
+
+
+def _dig(d: Any, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def _resources_problem(where: str, resources: Any) -> Optional[str]:
+    from decimal import Decimal
+
+    from gpu_platform.components.capacity import parse_quantity
+    from gpu_platform.config.approvals import one_line
+
+    if resources is None:
+        return None
+    if not isinstance(resources, dict):
+        return f"{where} is not a mapping of requests and limits"
+    amounts: dict[str, dict[str, Decimal]] = {}
+    for part in ("requests", "limits"):
+        values = resources.get(part) or {}
+        if not isinstance(values, dict):
+            return f"{where}.{part} is not a mapping of resource names to quantities"
+        for name, value in values.items():
+            shown = one_line(json.dumps(value) if not isinstance(value, str) else value)[:40]
+            try:
+                q = parse_quantity(value)
+            except (ValueError, ArithmeticError):
+                return f"{where}.{part}.{name}: {shown} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)"
+            if q < 0:
+                return f"{where}.{part}.{name}: {shown} is negative; the API server refuses it (must be 0 or more)"
+            extended = "/" in str(name) and not str(name).split("/", 1)[0].endswith("kubernetes.io")
+            if extended and q != q.to_integral_value():
+                return (f"{where}.{part}.{name}: {shown} is not a whole number; {name} is an extended resource, "
+                        "counted in whole devices (half a GPU is refused by the API server)")
+            amounts.setdefault(part, {})[str(name)] = q
+    for name, limit in (amounts.get("limits") or {}).items():
+        request = (amounts.get("requests") or {}).get(name)
+        if request is None:
+            continue
+        extended = "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io")
+        if extended and request != limit:
+            return f"{where}: {name} request {request} and limit {limit} differ; an extended resource's must be equal"
+        if request > limit:
+            return f"{where}: the {name} request {request} is above its limit {limit}; the API server refuses it"
+    return None
+
+
+def job_object_problem(obj: dict[str, Any]) -> Optional[str]:
+    """What the API server would refuse in one object of a job file (None: nothing preflight knows of)."""
+    from gpu_platform.config.approvals import one_line
+
+    kind = str(obj.get("kind"))
+    meta = obj.get("metadata")
+    what = f"{kind} ({obj.get('apiVersion')})"
+    if not isinstance(meta, dict):
+        return f"a {what} without metadata; give metadata.name (and metadata.namespace)"
+    name = meta.get("name")
+    if name is None and isinstance(meta.get("generateName"), str) and meta["generateName"]:
+        name = None  # kubectl create fills it in
+    elif not isinstance(name, str) or not name:
+        return f"a {what} without metadata.name; the API server needs a name (a DNS-1123 subdomain)"
+    if isinstance(name, str):
+        limit = next((n for (api, k), n in _NAME_MAX.items() if k == kind and str(obj.get("apiVersion", "")).startswith(api)), 253)
+        if len(name) > limit or not _DNS_SUBDOMAIN.fullmatch(name):
+            return (f"{what} metadata.name {one_line(name)[:40]!r}{'...' if len(name) > 40 else ''} ({len(name)} characters): "
+                    f"a name of at most {limit} lowercase letters, digits, '-' and '.', starting and ending with a "
+                    "letter or digit; the API server refuses it" + (
+                        f" (a {kind}'s name ends up in a label value)" if limit < 253 else ""))
+    ns = meta.get("namespace")
+    if ns is not None and (not isinstance(ns, str) or len(ns) > 63 or not _DNS_LABEL.fullmatch(ns)):
+        return (f"{what}: metadata.namespace {one_line(str(ns))[:40]!r} is not a namespace name (at most 63 "
+                "lowercase letters, digits and '-')")
+    where_name = f"{kind}/{one_line(name if isinstance(name, str) else str(meta.get('generateName')) + '*')[:80]}"
+    for path, pod in _pod_specs(obj):
+        if not isinstance(pod, dict):
+            continue
+        for group in ("initContainers", "containers"):
+            containers = pod.get(group)
+            for i, c in enumerate(containers if isinstance(containers, list) else []):
+                if isinstance(c, dict):
+                    problem = _resources_problem(f"{where_name} {path}.{group}[{i}].resources", c.get("resources"))
+                    if problem:
+                        return problem
+    if kind == "TrainJob":
+        problem = _resources_problem(f"{where_name} spec.trainer.resourcesPerNode",
+                                     _dig(obj.get("spec"), ("trainer", "resourcesPerNode")))
+        if problem:
+            return problem
+    return None
+
+
 def load_job_file(path: Path, shown: Optional[str] = None) -> list[dict[str, Any]]:
     """The Kubernetes objects of a job file (--job), or ChartError("example", ...) naming the file: not a
     regular file, larger than MAX_JOB_BYTES, not YAML objects, nested deeper than MAX_JOB_DEPTH, more than
@@ -517,6 +653,10 @@ def load_job_file(path: Path, shown: Optional[str] = None) -> list[dict[str, Any
         if not isinstance(obj.get("kind"), str) or not isinstance(obj.get("apiVersion"), str):
             raise ChartError("example", f"{shown} holds something that is not a Kubernetes object (apiVersion and "
                                         "kind must be strings)")
+    for obj in objs:
+        problem = job_object_problem(obj)
+        if problem:
+            raise ChartError("example", f"{shown}: {problem}")
     if not any(is_job_kind(o) for o in objs):
         found = ", ".join(sorted({f"{o['kind']} ({o['apiVersion']})" for o in objs}))
         raise ChartError("example", f"{shown} holds no job preflight can check: {found}; the kinds it checks are "

@@ -293,6 +293,59 @@ add("budget", "exemption-placeholder", 3, "keeps at least", kind="policy", base=
     policy_config={"gpu-pools-scale-to-zero": {"exemptPools": [{"pool": "a10g", "reason": "tbd tbd tbd tbd",
                                                                 "approver": "jane@example.com"}]}})
 
+# --- issue 37: the second tester's wrong accepts, bypasses and crashes --------------------------------------
+for id_, base, sets, message in [
+    ("aws-zone-z", "aws-prod", [([f"{NS}:aws", "availabilityZones"], ["us-east-1a", "us-east-1z"])],
+     f"{NS}:aws.availabilityZones[1]"),
+    ("aws-region-unknown", "aws-prod", [([f"{NS}:aws", "region"], "us-east-9")], f"{NS}:aws.region"),
+    ("gcp-zone-z", "gcp-prod", [([f"{NS}:gcp", "zones"], ["us-central1-a", "us-central1-z"])], f"{NS}:gcp.zones[1]"),
+    ("gcs-g00gle", "gcp-prod", [([f"{NS}:gcp", "project"], "g00gle-ml")], "close misspelling"),
+    ("label-ebs-topology", "aws-prod", [([f"{NS}:gpuPools", 0, "labels"], {"topology.ebs.csi.aws.com/zone": "x"})],
+     f"{NS}:gpuPools[0].labels"),
+    ("label-gke-topology", "gcp-prod", [([f"{NS}:gpuPools", 0, "labels"], {"topology.gke.io/zone": "x"})],
+     f"{NS}:gpuPools[0].labels"),
+    ("linode-labels-16k", "linode-dev", [([f"{NS}:gpuPools", 0, "minNodes"], 1),
+                                         ([f"{NS}:gpuPools", 0, "labels"],
+                                          {f"example.com/k{i:03d}-{'q' * 40}": f"v{i:03d}{'z' * 55}" for i in range(160)})],
+     "at most 8192 bytes on Linode"),
+    ("email-template", "linode-dev", [([f"{NS}:alertEmails"], ["{{.Foo}}@example.com"])], "Go template"),
+    ("email-invalid-tld", "aws-prod", [([f"{NS}:alertEmails"], ["ops@alerts.invalid"])], "reserved top-level domain"),
+    ("email-test-tld", "gcp-prod", [([f"{NS}:alertEmails"], ["ops@budget.test"])], "reserved top-level domain"),
+    ("linode-alerts-to-nobody", "linode-dev", [([f"{NS}:alertEmails"], [])], "at least one address on Linode"),
+    ("teredo-admin", "linode-dev", [([f"{NS}:adminCidrs"], ["2001::/32"])], "Teredo"),
+    ("budget-hex-text", "linode-dev", [([f"{NS}:monthlyBudgetUsd"], "0x5DC")], f"{NS}:monthlyBudgetUsd"),
+    ("version-trailing-zero", "linode-dev", [([f"{NS}:kubernetesVersion"], "1.350")], "write it in quotes"),
+    ("filler-on-demand", "linode-dev", [([f"{NS}:gpuPools", 0, "approvedOnDemand", "reason"],
+                                         "foo bar baz qux quux corge grault")], "a real reason"),
+    ("todo-on-demand", "linode-dev", [([f"{NS}:gpuPools", 0, "approvedOnDemand", "reason"],
+                                       "TO-DO: justify this properly later on, for the h100 capacity")], "unfinished"),
+]:
+    config("issue37", id_, base, sets, message)
+add("issue37", "gpu-ceiling-128-filler", 3, "does not hold", kind="policy", base="gcp-prod", policy="gpu-count-ceiling",
+    policy_config={"gpu-count-ceiling": {"maxGpus": 128, "exception": {
+        "reason": "garply waldo fred plugh xyzzy thud", "approver": "jane@example.com", "until": "+30d"}}})
+add("issue37", "warm-pool-no-expiry", 3, "no reason, approver and until that hold", kind="policy", base="aws-prod",
+    policy="gpu-pools-scale-to-zero", set=[[[f"{NS}:gpuPools", 0, "minNodes"], 1]],
+    policy_config={"gpu-pools-scale-to-zero": {"exemptPools": [{"pool": "a10g", "reason": "keeps one node warm for demos",
+                                                                "approver": "jane@example.com"}]}})
+add("issue37", "budget-10m-on-602", 3, "(maxBudgetHeadroom)", kind="policy", base="linode-dev",
+    policy="monthly-cost-ceiling", set=[[[f"{NS}:monthlyBudgetUsd"], 10_000_000]])
+for id_, argv, files, exit_, message in [
+    ("job-kind-list", ["--stack-file", "{stack}", "--no-policies", "--job", "{tmp}/job.yaml"],
+     {"job.yaml": "apiVersion: batch/v1\nkind: [Job]\nmetadata: {name: x}\n"}, 2, "kind is [\"Job\"]"),
+    ("job-negative-cpu", ["--stack-file", "{stack}", "--no-policies", "--job", "{tmp}/job.yaml"],
+     {"job.yaml": "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x, namespace: training}\nspec: {template: {spec: "
+                  "{containers: [{name: c, image: x, resources: {requests: {cpu: '-2'}}}]}}}\n"}, 2, "is negative"),
+    ("job-half-gpu", ["--stack-file", "{stack}", "--no-policies", "--job", "{tmp}/job.yaml"],
+     {"job.yaml": "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x, namespace: training}\nspec: {template: {spec: "
+                  "{containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: '0.5'}}}]}}}\n"}, 2,
+     "not a whole number"),
+    ("job-no-name", ["--stack-file", "{stack}", "--no-policies", "--job", "{tmp}/job.yaml"],
+     {"job.yaml": "apiVersion: batch/v1\nkind: Job\nmetadata: {namespace: training}\n"}, 2, "without metadata.name"),
+    ("base-missing", ["--stack-file", "{stack}", "--no-policies", "--base", "{tmp}/no-such-build"], {}, 4, "no such folder"),
+]:
+    add("issue37", id_, exit_, message, kind="cli", base="linode-dev", argv=argv, files=files)
+
 # --- accepted: right at the limits ------------------------------------------------------------------
 for id_, base, sets in [
     ("label-name-63", "linode-dev", [([f"{NS}:gpuPools", 0, "labels"], {"a" * 63: "x"})]),
@@ -351,7 +404,8 @@ def main() -> None:
     out = Path(__file__).with_name("cases.yaml")
     header = ("# Generated by tests/data/hostile/generate.py (edit that, then run it); run by tests/test_hostile_corpus.py.\n"
               "# The hostile corpus of issue 23, grouped by class: spelling, numbers, dates, labels, tags, cidrs, regions,\n"
-              "# emails, smtp, ssh, images, approvals, secrets, control, weakening, exceptions, budget, accepted, cli.\n")
+              "# emails, smtp, ssh, images, approvals, secrets, control, weakening, exceptions, budget, accepted, cli;\n"
+              "# issue37: the second tester's findings (issue 37).\n")
     out.write_text(header + yaml.safe_dump(CASES, sort_keys=False, allow_unicode=False, width=120))
 
 
