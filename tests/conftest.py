@@ -121,3 +121,4 @@ def _close_rehearsal_clusters():
     if support is not None:
         support.close_all()
 
+
