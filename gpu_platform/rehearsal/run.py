@@ -15,7 +15,7 @@ import yaml
 from gpu_platform.rehearsal import binaries, cilium, controllers as ctlmod, pki
 from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.install import InstallLog, Installer, hooks_of, order_releases
-from gpu_platform.rehearsal.kube import ApiError, UnknownKind
+from gpu_platform.rehearsal.kube import ApiError, UnknownKind, wait_for
 from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import CLOUD_STORAGE_CLASSES, Provisioner
 from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario, release_example, restore_model_nodes
@@ -361,11 +361,23 @@ class StackCluster:
         for key in apply:
             release, obj = objects[key]
             try:
-                client.apply(self.installer.rewrite(obj))
-            except (ApiError, UnknownKind) as exc:
+                try:
+                    client.apply(self.installer.rewrite(obj))
+                except ApiError as exc:
+                    if "immutable" not in exc.message:
+                        raise
+                    # A field the API refuses to change in place (a LocalQueue's clusterQueue): replace the object.
+                    client.delete(key[0], key[1], key[3], key[2])
+                    wait_for(f"{key[1]} {key[3]} to be deleted", lambda: client.get(key[0], key[1], key[3], key[2]) is None, 60)
+                    client.apply(self.installer.rewrite(obj))
+            except (ApiError, UnknownKind, TimeoutError) as exc:
                 refused.append(f"{key[1]} {key[2] or ''}/{key[3]} ({release}): {exc}")
         if refused and fail:
             raise PlantRefused("; ".join(refused))
+        if any(key[1] in ADMISSION_KINDS for key in [*apply, *delete]):
+            # kube-apiserver reads admission policies and webhook configurations through informers and says
+            # nothing when it has: give it the moment it needs before a scenario relies on the change.
+            time.sleep(ADMISSION_SETTLE_S)
 
     def _restart(self, ctl, config: Optional[dict]) -> None:
         """Stop the controller, start it again with `config` (same webhook port), wait until it serves."""
@@ -391,6 +403,9 @@ class PlantRefused(RuntimeError):
 
 
 RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy",
+                   "MutatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+ADMISSION_SETTLE_S = 3.0
 
 
 def _installed_objects(releases: list[Any]) -> dict[tuple, tuple[str, dict]]:
