@@ -79,14 +79,18 @@ differential: venv rehearsal-build
 rehearsal-build:
 	$(PYTHON) rehearsal/build.py
 
-## pytest on both cores. `--dist loadgroup`: each stack's rehearsal tests go to one worker together and share
-## one cluster there (tests/rehearsal_support.py); the rest spread over both workers.
-PYTEST := $(PY) -m pytest -q -n 2 --dist loadgroup
+## pytest with `--dist loadgroup`: each stack's rehearsal tests go to one worker together and share one cluster
+## there (tests/rehearsal_support.py); every other test goes with its module (tests/conftest.py).
+PYTEST := $(PY) -m pytest -q --dist loadgroup
+## `make check` is CPU-bound: one worker per core. `make test` is mostly the rehearsal, which waits on its
+## controllers far more than it computes: four workers let the four stacks' clusters run side by side.
+CHECK_WORKERS ?= 2
+TEST_WORKERS ?= 4
 
 ## The quick lane for every edit (target: under 3 minutes on 2 cores): the whole suite except the rehearsal
 ## (Go components) and the tools in their own virtualenvs (checkov, the training program, JupyterHub).
 check: venv
-	$(PYTEST) -m "not live and not rehearsal and not sidevenv" tests
+	$(PYTEST) -n $(CHECK_WORKERS) -m "not live and not rehearsal and not sidevenv" tests
 
 ## The whole offline test suite, what CI runs (target: under 20 minutes on 2 cores with the components and
 ## virtualenvs built; live cloud tests are skipped without credentials). The 25 slowest tests are listed last.
@@ -94,7 +98,7 @@ check: venv
 ## network allows; offline, `charts ensure` says how to fill one and the chart tests skip saying the same.
 test: venv checkov-venv training-venv jupyterhub-venv rehearsal-build
 	-$(PY) -m gpu_platform.preflight charts ensure
-	$(PYTEST) --durations=25 tests
+	$(PYTEST) -n $(TEST_WORKERS) --durations=25 tests
 
 test-live: venv
 	$(PY) -m pytest -q -m live tests
