@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STACK ?= gcp-prod
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: dist venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci rehearse test test-live bench clean
+.PHONY: dist venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci rehearse check test test-live bench bench-tests clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@echo "Building $(VENV) from requirements-dev.txt (first run only, a few minutes; pip prints what it installs)"
@@ -79,12 +79,26 @@ differential: venv rehearsal-build
 rehearsal-build:
 	$(PYTHON) rehearsal/build.py
 
-## The whole offline test suite (live cloud tests are skipped without credentials).
+## pytest with `--dist loadgroup`: each stack's rehearsal tests go to one worker together and share one cluster
+## there (tests/rehearsal_support.py); every other test goes with its module (tests/conftest.py).
+PYTEST := $(PY) -m pytest -q --dist loadgroup
+## `make check` is CPU-bound: one worker per core. `make test` is mostly the rehearsal, which waits on its
+## controllers far more than it computes: four workers let the four stacks' clusters run side by side.
+CHECK_WORKERS ?= 2
+TEST_WORKERS ?= 4
+
+## The quick lane for every edit (target: under 3 minutes on 2 cores): the whole suite except the rehearsal
+## (Go components) and the tools in their own virtualenvs (checkov, the training program, JupyterHub).
+check: venv
+	$(PYTEST) -n $(CHECK_WORKERS) -m "not live and not rehearsal and not sidevenv" tests
+
+## The whole offline test suite, what CI runs (target: under 20 minutes on 2 cores with the components and
+## virtualenvs built; live cloud tests are skipped without credentials). The 25 slowest tests are listed last.
 ## Without a chart folder ($GPU_PLATFORM_CHARTS, ../shared/charts) the user cache is filled first when the
 ## network allows; offline, `charts ensure` says how to fill one and the chart tests skip saying the same.
 test: venv checkov-venv training-venv jupyterhub-venv rehearsal-build
 	-$(PY) -m gpu_platform.preflight charts ensure
-	$(PY) -m pytest -q -n 2 tests
+	$(PYTEST) -n $(TEST_WORKERS) --durations=25 tests
 
 test-live: venv
 	$(PY) -m pytest -q -m live tests
@@ -94,6 +108,11 @@ test-live: venv
 bench: venv
 	$(PY) -m gpu_platform.preflight.bench $(STACKS)
 	$(PY) -m gpu_platform.rehearsal.bench $(STACKS)
+
+## Wall time of `make check` and `make test` (prerequisites built first, untimed) against their targets,
+## with the date, the machine and its load; build/bench-tests.json. The README's test times come from it.
+bench-tests: venv checkov-venv training-venv jupyterhub-venv rehearsal-build
+	$(PYTHON) tools/bench_tests.py
 
 ## The release wheel into dist/, built offline with the pinned setuptools (pyproject.toml).
 dist: venv

@@ -1,7 +1,8 @@
 """Build the rehearsal's upstream components from their pinned Go modules, cached.
 
 `make rehearsal-build` runs this (standard library only: it runs before any virtualenv exists).
-Each [[component]] of rehearsal/components.lock.toml is built, in the lock's order, with
+Each [[component]] of rehearsal/components.lock.toml that the shipped stacks' rehearsal runs is built, in
+the lock's order (one marked `on_demand` only when named: `python3 rehearsal/build.py NAME`, or `--all`), with
 `go build -trimpath -mod=readonly` inside its wrapper module (rehearsal/go/<wrapper>), so the exact
 dependency graph is the committed go.mod/go.sum; the Go module proxy is the only source.
 
@@ -32,7 +33,10 @@ LOCK = HERE / "components.lock.toml"
 WRAPPERS = HERE / "go"
 CACHE_ENV = "GPU_PLATFORM_REHEARSAL_CACHE"
 REQUIRED = ("name", "module", "version", "package", "wrapper", "pin", "ldflags_x")
-# The lock fields that change the binary (not `pin` or `chart`, which only document and test it).
+# A component whose entry has `on_demand = "<why>"` is built only when named (or with --all): no shipped
+# stack's rehearsal runs it, and each cold build costs minutes on 2 cores.
+ON_DEMAND = "on_demand"
+# The lock fields that change the binary (not `pin`, `chart` or `on_demand`, which only document and test it).
 BUILD_FIELDS = ("name", "module", "version", "package", "wrapper", "ldflags_x")
 # Shared by every build: no cgo (static binaries, no C toolchain needed), paths trimmed and symbols
 # stripped so the same lock gives the same bytes on any machine.
@@ -122,6 +126,12 @@ def ldflags(comp: dict, info: dict) -> str:
     return " ".join(flags)
 
 
+def fetch_source(comp: dict, env: dict[str, str]) -> None:
+    """The module of an on_demand component into Go's module cache, without building it (seconds): tests
+    read pinned upstream files from there (Cilium's compatibility table of each pinned chart)."""
+    module_info(comp, env)
+
+
 def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -144,7 +154,8 @@ def build(comp: dict, env: dict[str, str], bin_dir: Path, jobs: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rehearsal-build", description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="build only these components (default: all in the lock)")
+    parser.add_argument("names", nargs="*", help="build only these components (default: every one not marked on_demand)")
+    parser.add_argument("--all", action="store_true", help="build every component of the lock, on_demand ones included")
     parser.add_argument("-p", "--jobs", type=int, default=2, help="go build -p (default 2)")
     args = parser.parse_args(argv)
     try:
@@ -168,11 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         except BlockingIOError:
             print(f"rehearsal-build: another build is writing {root}; waiting for it", flush=True)
             fcntl.flock(lock_file, fcntl.LOCK_EX)
-        return build_all(components, env, root, set(args.names), args.jobs)
+        only = set(args.names) or {c["name"] for c in components if args.all or not c.get(ON_DEMAND)}
+        return build_all(components, env, root, only, args.jobs)
 
 
 def build_all(components: list[dict], env: dict[str, str], root: Path, only: set[str], jobs: int) -> int:
-    """Build what the cache lacks (all of `components`, or those named in `only`); 1 if any failed."""
+    """Build what the cache lacks of the components named in `only` (all of `components` if empty); 1 if any failed."""
     bin_dir, key_dir = root / "bin", root / "keys"
     versions_path, times_path = bin_dir / "VERSIONS.json", root / "build-times.json"
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
@@ -194,6 +206,13 @@ def build_all(components: list[dict], env: dict[str, str], root: Path, only: set
     for comp in components:
         name = comp["name"]
         if only and name not in only:
+            if comp.get(ON_DEMAND):
+                try:
+                    fetch_source(comp, env)
+                    print(f"  source  {name:<24} {comp['module']}@{comp['version']} (on demand: module only, not built)")
+                except BuildError as exc:
+                    print(f"rehearsal-build: {exc}", file=sys.stderr)
+                    failed.append(name)
             continue
         if cached(name):
             print(f"  cached  {name:<24} {comp['module']}@{comp['version']}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import sys
 from pathlib import Path
@@ -42,8 +43,17 @@ def stack_config(stack: str) -> dict[str, Any]:
     return copy.deepcopy(doc["config"])
 
 
-def plan_stack(stack: str) -> Plan:
+@functools.lru_cache(maxsize=None)
+def shipped_plan(stack: str, today: str | None = None) -> Plan:
+    """The shipped stack's plan, computed once per test process (and date): shared, read it only."""
     return run_program(load_stack(stack))
+
+
+def plan_stack(stack: str) -> Plan:
+    """The shipped stack's plan, a copy of its own for the caller (the program runs once per process per
+    stack: a plan takes seconds). A test that changes what the program sees (a mock, a module attribute)
+    runs the program itself: run_program(load_stack(stack))."""
+    return copy.deepcopy(shipped_plan(stack, os.environ.get("GPU_PLATFORM_TODAY")))
 
 
 def plan_config(config: dict[str, Any], stack: str = "test") -> Plan:
@@ -54,3 +64,61 @@ def plan_config(config: dict[str, Any], stack: str = "test") -> Plan:
 @pytest.fixture(scope="session")
 def linode_dev_plan() -> Plan:
     return plan_stack("linode-dev")
+
+
+# --- the rehearsal tests: one cluster per stack per test process (tests/rehearsal_support.py) ----------------
+
+# The order the stacks' rehearsal tests run in, the longest first so that they start first.
+REHEARSAL_ORDER = ("linode-dev", "gcp-prod", "aws-prod", "linode-ha")
+
+
+def rehearsal_stack(item: pytest.Item) -> str | None:
+    """The stack whose shared rehearsal cluster a test uses: `@pytest.mark.rehearsal(stack=...)` or its
+    `stack` parameter; None for a test that is not a rehearsal test or starts a control plane of its own."""
+    mark = item.get_closest_marker("rehearsal")
+    if mark is None:
+        return None
+    if "stack" in mark.kwargs:
+        return mark.kwargs["stack"]
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("stack") if callspec is not None else None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Each test's xdist group, set as it is collected (pytest-xdist reads the groups in its own
+    pytest_collection_modifyitems, which may run before ours): a stack's rehearsal tests go to one worker
+    together (`--dist loadgroup`), so each worker boots a stack's cluster once; every other test goes with
+    its module, so a module-scoped fixture (a preflight run, a rendered chart) is computed by one worker."""
+    if item.config.pluginmanager.hasplugin("xdist"):
+        stack = rehearsal_stack(item)
+        item.add_marker(pytest.mark.xdist_group(f"rehearsal-{stack}" if stack is not None else item.nodeid.split("::")[0]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The rehearsal tests first, stack by stack in REHEARSAL_ORDER (the longest start first); a rehearsal
+    test without a stack must say why it needs its own control plane."""
+    rank = {stack: i for i, stack in enumerate(REHEARSAL_ORDER)}
+    for item in items:
+        if rehearsal_stack(item) is None and item.get_closest_marker("rehearsal") is not None:
+            doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
+            if "own control plane" not in doc:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: a rehearsal test names its stack (@pytest.mark.rehearsal(stack=...)) to use the "
+                    "session's shared cluster, or says in its docstring why it needs its own control plane")
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        stack = rehearsal_stack(item)
+        return (0, rank.get(stack, len(rank))) if stack is not None else (1, 0)
+
+    items.sort(key=order)  # stable: within a stack, and for the rest, the collection order stays
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_rehearsal_clusters():
+    """Stop the shared rehearsal clusters (if any test started one) when the session ends."""
+    yield
+    support = sys.modules.get("tests.rehearsal_support")
+    if support is not None:
+        support.close_all()
+
+

@@ -12,8 +12,8 @@ import pytest
 from gpu_platform.preflight.fit.pull import HOW_TO_FILL, missing_from, where_charts_come_from
 from gpu_platform.preflight.fit.render import RenderedRelease, chart_file_name, find_chart, render_plan
 from gpu_platform.preflight.fit.run import default_chart_dirs
-from gpu_platform.preflight.runner import Plan, PlannedResource, load_stack, run_program
-from tests.conftest import ROOT
+from gpu_platform.preflight.runner import Plan, PlannedResource, load_stack
+from tests.conftest import ROOT, shipped_plan
 
 # Where preflight itself looks: $GPU_PLATFORM_CHARTS, else ../shared/charts (CI), else the user cache.
 CHART_DIRS = default_chart_dirs(ROOT)
@@ -45,9 +45,11 @@ def chart_archive(chart: str, version: str) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=None)
 def stack_plan(stack: str) -> Plan:
-    return run_program(load_stack(stack))
+    """The shipped stack's plan, shared within the test process (read it only; plan_stack gives a copy)."""
+    import os
+
+    return shipped_plan(stack, os.environ.get("GPU_PLATFORM_TODAY"))
 
 
 @functools.lru_cache(maxsize=None)

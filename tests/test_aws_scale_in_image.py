@@ -68,6 +68,7 @@ def test_dockerfile_pins_the_base_by_digest_installs_at_build_time_and_runs_as_n
     assert not any(op == "RUN" for op, _ in final), "nothing is installed in the runtime stage"
 
 
+@pytest.mark.sidevenv  # checkov, from .venv-checkov
 def test_dockerfile_passes_checkov():
     proc = subprocess.run([checkov_bin(), "-f", str(CTL / "Dockerfile"), "--framework", "dockerfile", "-o", "json",
                            "--quiet", "--compact", "--skip-download"], capture_output=True, text=True, timeout=300)

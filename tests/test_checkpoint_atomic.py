@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# Runs the example program in its own virtualenv (.venv-training): `make check` leaves these out.
+pytestmark = pytest.mark.sidevenv
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING_DIR = ROOT / "examples" / "training"
 TRAINING_PYTHON = Path(os.environ.get("TRAINING_PYTHON", ROOT / ".venv-training" / "bin" / "python"))

@@ -56,6 +56,8 @@ def test_answers_agree_only_on_the_same_outcome_flavor_and_group():
 @pytest.mark.rehearsal
 @pytest.mark.skipif(not HAVE_CACHE, reason=f"no component cache at {binaries.bin_dir()}: build it with `{binaries.BUILD_COMMAND}`")
 def test_fit_and_the_real_control_plane_agree_on_a_small_fixed_set(tmp_path):
+    """The differential (rehearsal/differential.py) runs its own control plane per cloud, re-dressed per
+    generated stack: it installs only the controllers and the program's objects, not a shipped stack."""
     need_charts()
     cases = [Case("linode-dev", "linode-dev", None)] + generated_cases(10)
     record = run(cases, tmp_path / "differential.json", CHART_DIRS, ROOT, echo=lambda s: None)

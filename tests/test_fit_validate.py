@@ -263,6 +263,7 @@ def _privileged_by_design(resource: str, check: str) -> bool:
     return False
 
 
+@pytest.mark.sidevenv  # checkov, from .venv-checkov
 def test_checkov_finds_no_unjustified_failure_in_the_rendered_output(checkov_failures) -> None:
     platform_allowed = justified_checks()
     upstream = upstream_skips()
@@ -276,6 +277,7 @@ def test_checkov_finds_no_unjustified_failure_in_the_rendered_output(checkov_fai
                              "(upstream: for upstream releases, platform: for the platform's own):\n" + "\n".join(unjustified))
 
 
+@pytest.mark.sidevenv  # checkov, from .venv-checkov
 def test_the_upstream_skip_list_names_only_what_fails(checkov_failures) -> None:
     failing = {(check, key) for (owner, key), checks in checkov_failures.items() if owner == "upstream" for check in checks}
     listed = {(check, key) for check, keys in upstream_skips().items() for key in keys}

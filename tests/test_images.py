@@ -51,6 +51,7 @@ def justified_docker_checks() -> set[str]:
     return set(checkov_skips().get("images") or {})
 
 
+@pytest.mark.sidevenv  # checkov, from .venv-checkov
 @pytest.mark.parametrize("path", DOCKERFILES, ids=IDS)
 def test_checkov_dockerfile_checks(path: Path):
     proc = subprocess.run([checkov_bin(), "-f", str(path), "--framework", "dockerfile", "-o", "json",

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gpu_platform.preflight.mocks import linode as linode_mock
+from gpu_platform.preflight.runner import load_stack, run_program
 from tests.conftest import plan_config, plan_stack, stack_config
 
 INSTANCE = "linode:index/instance:Instance"
@@ -41,7 +42,7 @@ def test_the_mock_instance_has_a_public_and_a_private_ipv4_like_the_api():
 
 @pytest.mark.parametrize("stack", ["linode-dev", "linode-ha"])
 def test_the_program_targets_public_addresses_whatever_the_ipv4_order(stack, order):
-    plan = plan_stack(stack)
+    plan = run_program(load_stack(stack))  # the program itself, under this test's order of the mock's addresses
     instances = plan.by_type(INSTANCE)
     assert all(len(i.outputs["ipv4s"]) == 2 for i in instances)
     kubeconfig = yaml.safe_load(plan.outputs["kubeconfig"]["value"])

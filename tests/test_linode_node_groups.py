@@ -637,6 +637,7 @@ def test_pricing_is_the_pools_hourly_price_over_the_period(world):
     assert price == pytest.approx(2 * hourly)
 
 
+@pytest.mark.sidevenv  # checkov, from .venv-checkov
 def test_dockerfile_passes_checkov():
     import subprocess
 
@@ -773,7 +774,7 @@ def test_the_stand_in_fits_pods_to_the_template_as_the_scheduler_would(world, pb
         == "node selector gpu-platform.io/pool=other"
 
 
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_rehearsal_drill_scales_linode_dev_from_zero_and_back(tmp_path):
     """The drill on the rehearsal's control plane (docs/linode-autoscaling.md, "Rehearsed")."""
     from tests.test_rehearsal import HAVE_CACHE, _failures, _rehearse

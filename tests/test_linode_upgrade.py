@@ -510,7 +510,9 @@ def _rehearsal_cache() -> bool:
 def test_the_jobs_and_their_rbac_are_accepted_and_can_drain_on_a_real_api_server(tmp_path):
     """The rehearsal's kube-apiserver (Node+RBAC, Pod Security, strict field validation), controller-manager
     and KWOK: every object is created server-side, the Job controller makes the first Job's pod on its
-    node, and the Jobs' service account can do what the drain needs and nothing more."""
+    node, and the Jobs' service account can do what the drain needs and nothing more.
+    Needs its own control plane: the upgrade Jobs drain and cordon nodes, which no platform install should
+    have beside it (a bare control plane starts in seconds)."""
     from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION, ControlPlane
     from gpu_platform.rehearsal.kube import ApiError, wait_for
 

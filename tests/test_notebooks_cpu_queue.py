@@ -64,7 +64,7 @@ def test_the_routing_policy_keeps_gpu_notebooks_out_of_the_cpu_queue() -> None:
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_rehearsal_kueue_admits_the_cpu_notebook_to_the_system_flavor(tmp_path) -> None:
     """The real Kueue and scheduler: the CPU profile's pod (as KubeSpawner makes it) is gated, admitted
     from cpu-queue on flavor system and bound to a system node."""

@@ -172,6 +172,7 @@ def test_rendered_config_lets_approved_users_in() -> None:
     assert "admin_access" not in config["JupyterHub"]
 
 
+@pytest.mark.sidevenv
 def test_admin_signs_up_and_logs_in_users_wait_for_approval(hub: Hub) -> None:
     # first admin: signs up under the configured name, is authorized at once, logs in
     assert "has not been authorized" not in hub.signup(ADMIN)
@@ -198,6 +199,7 @@ def test_admin_signs_up_and_logs_in_users_wait_for_approval(hub: Hub) -> None:
     assert not logged_in(r)
 
 
+@pytest.mark.sidevenv
 def test_unknown_user_is_refused(hub: Hub) -> None:
     _, r = hub.login("nobody")
     assert not logged_in(r) and "Invalid username or password" in r.text

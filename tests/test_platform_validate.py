@@ -328,6 +328,7 @@ def _dump(tmp: Path) -> Iterator[Path]:
         yield path
 
 
+@pytest.mark.sidevenv
 def test_checkov_finds_no_unjustified_failure(tmp_path: Path) -> None:
     files = list(_dump(tmp_path))
     proc = subprocess.run([checkov_bin(), "-d", str(tmp_path), "--framework", "kubernetes", "-o", "json",

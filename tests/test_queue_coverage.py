@@ -274,7 +274,7 @@ def test_the_patch_policy_is_created_only_with_the_queue() -> None:
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_rehearsal_refuses_bypasses_queues_pipeline_steps_and_exercises_kueues_inadmissibility(tmp_path) -> None:
     """The policies as the real kube-apiserver evaluates them, with Kueue's webhooks and controller:
     forged owner, unlabelled pipeline step and the grace-period patch refused; a labelled pipeline step

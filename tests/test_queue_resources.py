@@ -128,7 +128,7 @@ def test_preflight_without_the_exclusion_says_the_ephemeral_storage_job_is_never
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_rehearsal_admits_a_cpu_job_asking_for_ephemeral_storage(tmp_path) -> None:
     """The real Kueue with the program's Configuration admits the cpu-queue Job that asks for
     ephemeral-storage as Katib's suggestion pod does; without the exclusion it waits, "resource

@@ -247,7 +247,7 @@ def test_preflight_reports_a_cluster_queue_that_lets_cpu_work_overflow_to_gpu_no
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_rehearsal_a_cpu_job_after_the_system_quota_waits_and_never_gets_a_gpu_flavor(tmp_path) -> None:
     """The real Kueue: the system flavor's CPU quota filled, the next CPU-only Job (cpu-queue) stays pending
     with Kueue's `insufficient unused quota`; with the queues of before it is admitted to the GPU flavor.

@@ -122,7 +122,7 @@ def _without_system_flavor(releases) -> None:
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_rehearsal_admits_a_cpu_job_to_the_system_flavor_and_binds_it_to_a_system_node(tmp_path) -> None:
     """The real Kueue and scheduler: a CPU-only Job in training, queued by LocalQueue cpu-queue, lands on a
     system node; with the ClusterQueue of before (GPU flavors only) it lands on a GPU node,

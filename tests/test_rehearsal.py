@@ -10,7 +10,6 @@ cache does not exist at all (CI builds it first). A full rehearsal of one stack 
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import shutil
 import subprocess
@@ -20,9 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_platform.config.stack import parse_config
-from gpu_platform.preflight.fit.run import run_fit
-from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 from gpu_platform.rehearsal import binaries
 from gpu_platform.rehearsal.controllers import fatal, find_controllers, prepare
 from gpu_platform.rehearsal.install import REWRITTEN, InstallLog, Installer, order_releases
@@ -30,29 +26,12 @@ from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, node_objects
 from gpu_platform.preflight.fit.selectors import tolerates_any as _tolerates
 from gpu_platform.rehearsal.scenarios import selects
 from tests.conftest import ROOT, stack_config
-from tests.fit_support import CHARTS, STACKS, need_charts
+from tests.fit_support import CHARTS, STACKS
+from tests.rehearsal_support import prepared, rehearse as _rehearse
 
 HAVE_CACHE = binaries.bin_dir().is_dir()
 needs_components = pytest.mark.skipif(
     not HAVE_CACHE, reason=f"no component cache at {binaries.bin_dir()}: build it with `{binaries.BUILD_COMMAND}`")
-
-
-def _prepare(stack: str, config: dict | None, out: Path, example: Path | None = None):
-    need_charts()
-    stack_input = stack_input_from_mapping(stack, config) if config is not None else load_stack(stack)
-    cfg = parse_config(stack_input.raw, stack)
-    plan = run_program(stack_input)
-    out.mkdir(parents=True, exist_ok=True)
-    extra = {"example": example} if example is not None else {}
-    fit = run_fit(cfg, plan, out, [CHARTS], base=ROOT, **extra)
-    return cfg, plan, fit
-
-
-@functools.lru_cache(maxsize=None)
-def prepared(stack: str):
-    import tempfile
-
-    return _prepare(stack, None, Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-")))
 
 
 # --- without components ------------------------------------------------------------------------------------
@@ -140,6 +119,34 @@ def test_controller_configuration_changes_only_addresses_certificates_and_leader
     assert any(a.startswith("--config=") for a in argv)
 
 
+def test_a_planted_change_is_found_object_by_object_and_restarts_only_the_controller_whose_configuration_moved():
+    """The shared cluster's `planted` applies what differs between the installed releases and the planted
+    copy: the objects changed, added and removed, and a restart for a controller whose Configuration moved
+    (a controller reads its ConfigMap once, at start). Nothing else is touched."""
+    from gpu_platform.rehearsal.run import _config_changes, _installed_objects
+
+    _, _, fit = prepared("linode-dev")
+    installed = [r for r in fit.releases if r.rendered]
+    ctls = find_controllers(installed)
+    for c in ctls:
+        c.status = "running"
+    planted = copy.deepcopy(installed)
+    _without_trainjob_integration(planted)
+    _without_one_kueue_rbac_rule(planted)
+    _without_default_local_queue(planted)
+    before, after = _installed_objects(installed), _installed_objects(planted)
+    changed = sorted((k[1], k[3]) for k in after if k in before and after[k][1] != before[k][1])
+    assert changed == [("ClusterRole", "kueue-manager-role"), ("ConfigMap", "kueue-manager-config")]
+    assert [(k[1], k[2], k[3]) for k in before if k not in after] == [("LocalQueue", "training", "default")]
+    assert not [k for k in after if k not in before]
+    [(ctl, config)] = _config_changes(ctls, planted)
+    assert ctl.binary == "kueue-manager" and "trainer.kubeflow.org/trainjob" not in config["integrations"]["frameworks"]
+    # hook Jobs are never applied by the installer, so never planted either
+    assert not any(k[1] in ("Job", "Pod") and hooks for k, (_, o) in before.items()
+                   for hooks in [((o.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook")])
+    assert _config_changes(ctls, copy.deepcopy(installed)) == []
+
+
 def test_daemonset_node_selection_and_tolerations():
     gpu_node = {"metadata": {"labels": {"nvidia.com/gpu.present": "true"}},
                 "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}}
@@ -185,6 +192,7 @@ def _children_alive(pids) -> list[int]:
 @needs_components
 @pytest.mark.rehearsal
 def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
+    """Needs its own control plane: it checks what starting one runs and that closing it leaves nothing."""
     from gpu_platform.rehearsal.controlplane import ControlPlane
 
     with ControlPlane(tmp_path / "logs") as cp:
@@ -200,6 +208,7 @@ def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
 @needs_components
 @pytest.mark.rehearsal
 def test_sigterm_tears_the_control_plane_down(tmp_path):
+    """Needs its own control plane, in a process of its own that the test sends SIGTERM to."""
     script = ("import sys, time\nfrom pathlib import Path\nfrom gpu_platform.rehearsal.controlplane import ControlPlane\n"
               f"with ControlPlane(Path({str(tmp_path / 'logs')!r})) as cp:\n"
               "    print(' '.join(map(str, cp.procs.pids())), cp.tmp, flush=True)\n    time.sleep(300)\n")
@@ -209,20 +218,6 @@ def test_sigterm_tears_the_control_plane_down(tmp_path):
     proc.terminate()
     proc.wait(60)
     assert _children_alive(pids) == [] and not tmp.exists()
-
-
-def _rehearse(stack: str, tmp_path: Path, config: dict | None = None, mutate=None, scenarios=None):
-    from gpu_platform.rehearsal.run import ALL_SCENARIOS, rehearse
-
-    if config is None:
-        cfg, plan, fit = prepared(stack)
-    else:
-        cfg, plan, fit = _prepare(stack, config, tmp_path / "prep")
-    releases = copy.deepcopy(fit.releases)
-    if mutate is not None:
-        mutate(releases)
-    return rehearse(stack, cfg, plan, releases, fit.model, fit.report.to_json()["placements"], tmp_path / "out",
-                    scenarios=scenarios or ALL_SCENARIOS)
 
 
 def _failures(result) -> str:
@@ -274,7 +269,7 @@ def test_shipped_stack_rehearses_with_only_its_known_findings(stack, tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_example_trainjob_runs_with_its_runtimes_grace_period(tmp_path):
     """The Kueue 0.19.2 / Trainer 2.3 skew, fixed: the example names the platform's torch-checkpointed
     runtime (grace period and ServiceAccount in its pod template) and has no runtimePatches, so Kueue's
@@ -306,7 +301,7 @@ def _with_grace_in_runtime_patches(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_grace_period_in_runtime_patches_is_found(tmp_path):
     """Kueue 0.19.2 (built against Trainer 2.2.1) rewrites the admitted TrainJob without the 2.3-only
     terminationGracePeriodSeconds patch, and the TrainJob makes no pod."""
@@ -351,7 +346,7 @@ def _without_one_kueue_rbac_rule(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_trainjob_integration_removed_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import example_trainjob
 
@@ -361,7 +356,7 @@ def test_planted_trainjob_integration_removed_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_device_plugin_without_gpu_toleration_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import workloads_ready
 
@@ -371,7 +366,7 @@ def test_planted_device_plugin_without_gpu_toleration_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import inadmissible
 
@@ -382,7 +377,7 @@ def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_zero_quota_flavor_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import example_trainjob
 
@@ -402,7 +397,7 @@ def _privileged_notebook_profile(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_privileged_notebook_profile_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import notebook_profiles
 
@@ -416,7 +411,7 @@ def test_planted_privileged_notebook_profile_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="gcp-prod")
 def test_preemption_is_not_counted_and_a_never_ready_job_stops_after_max_requeues(tmp_path):
     """Issue 22 / 20: the node of the running example job is deleted: its JobSet restarts without
     counting it, Kueue's Workload recovers with no eviction and an unchanged requeue count. A job whose
@@ -447,7 +442,7 @@ def _without_backoff_limit(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 def test_planted_requeuing_without_limit_is_found(tmp_path):
     from gpu_platform.rehearsal.scenarios import never_ready
 
@@ -469,7 +464,7 @@ def _runtime_without_failure_policy(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="gcp-prod")
 def test_planted_runtime_without_failure_policy_is_found(tmp_path):
     from gpu_platform.rehearsal.scenarios import example_trainjob, preemption_not_counted
 
@@ -539,7 +534,7 @@ def test_secret_paths_name_where_pulumi_secrets_are():
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="gcp-prod")
 def test_real_hub_spawns_cpu_and_gpu_profiles_and_a_notebook_submits_a_trainjob(tmp_path):
     from gpu_platform.rehearsal.hub import hub_spawn
 
@@ -557,7 +552,7 @@ def test_real_hub_spawns_cpu_and_gpu_profiles_and_a_notebook_submits_a_trainjob(
     assert "home PersistentVolumeClaim claim-researcher created by KubeSpawner (Bound" in text
     assert "as ServiceAccount jupyterhub/notebook-user: TrainJob training/from-notebook accepted and admitted on flavor a100" in text
     assert "the notebook may not read Secrets in training: refused (403)" in text
-    assert (tmp_path / "out" / "rehearsal-logs" / "jupyterhub.log").stat().st_size > 0
+    assert (Path(result.logs) / "jupyterhub.log").stat().st_size > 0  # the shared cluster's log folder
 
 
 def _notebook_role_reads_secrets(releases):
@@ -570,7 +565,7 @@ def _notebook_role_reads_secrets(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="gcp-prod")
 def test_planted_notebook_role_reading_secrets_fails(tmp_path):
     from gpu_platform.rehearsal.hub import hub_spawn
 
@@ -585,7 +580,7 @@ def _without_default_local_queue(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="linode-dev")
 @pytest.mark.parametrize("plant", [None, _without_default_local_queue], ids=["shipped", "no-default-localqueue"])
 def test_unlabelled_gpu_trainjob_is_queued_in_default(tmp_path, plant):
     from gpu_platform.rehearsal.hub import unlabelled_trainjob
@@ -611,7 +606,7 @@ def _gpu_profile_pinned_to_first_zone(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal
+@pytest.mark.rehearsal(stack="aws-prod")
 @pytest.mark.parametrize("plant", [None, _gpu_profile_pinned_to_first_zone], ids=["shipped", "profile-pinned-to-zone-a"])
 def test_eks_notebook_with_its_volume_in_zone_b_gets_a_zone_b_node(tmp_path, plant):
     from gpu_platform.rehearsal.hub import zone_drill

@@ -75,6 +75,8 @@ def _malformed(policy: dict, change) -> dict:
 @needs_components
 @pytest.mark.rehearsal
 def test_api_server_validates_the_platforms_cilium_policy_with_ciliums_schema(tmp_path):
+    """Needs its own control plane: one with Cilium's CRDs registered and nothing else installed, so the
+    refusal of a broken policy can only come from Cilium's schema (seconds: no install, no controllers)."""
     from gpu_platform.rehearsal.controlplane import ControlPlane
 
     rel, policies = _cilium_release_and_policy("linode-dev")

@@ -216,9 +216,19 @@ def last_words(log: Path) -> str:
     return lines[-1][:500] if lines else "(empty log)"
 
 
-def error_lines(log: Path, limit: int = 40, width: Optional[int] = 600) -> list[str]:
+def log_size(log: Path) -> int:
     try:
-        lines = log.read_text(errors="replace").splitlines()
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def error_lines(log: Path, limit: int = 40, width: Optional[int] = 600, since: int = 0) -> list[str]:
+    """The log's error lines, from byte `since` on (a cluster kept for several runs reports each run's own)."""
+    try:
+        with log.open("rb") as fh:
+            fh.seek(since)
+            lines = fh.read().decode(errors="replace").splitlines()
     except OSError:
         return []
     return [ln[:width] if width else ln for ln in lines if _ERROR.search(ln)][:limit]

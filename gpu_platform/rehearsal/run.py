@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -13,11 +14,11 @@ import yaml
 
 from gpu_platform.rehearsal import binaries, cilium, controllers as ctlmod, pki
 from gpu_platform.rehearsal.controlplane import ControlPlane
-from gpu_platform.rehearsal.install import InstallLog, Installer, order_releases
-from gpu_platform.rehearsal.kube import ApiError, UnknownKind
+from gpu_platform.rehearsal.install import InstallLog, Installer, hooks_of, order_releases
+from gpu_platform.rehearsal.kube import ApiError, UnknownKind, wait_for
 from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import CLOUD_STORAGE_CLASSES, Provisioner
-from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario
+from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario, release_example, restore_model_nodes
 from gpu_platform.rehearsal.standins import alertmanager_config, restore_rendered_secrets
 from gpu_platform.rehearsal.hub import HUB_SCENARIOS
 from gpu_platform.preflight.fit.run import default_chart_dirs
@@ -175,66 +176,275 @@ def install(cp: ControlPlane, releases: list[Any], controllers: list, ca_pem: by
     return installer
 
 
+class StackCluster:
+    """A stack's rehearsal cluster kept up across scenario runs: the control plane, the KWOK nodes of the
+    node model, the volume provisioner, every release installed and the platform's controllers running.
+
+    `rehearse` runs every scenario on one and closes it. The test suite keeps one per stack for the
+    whole session (tests/rehearsal_support.py): the scenarios already clean up after themselves (each
+    deletes what it created and gives the pools back their nodes, since they run one after another on
+    one cluster), so later runs find the cluster as installed. `planted` changes the installed objects
+    for one run (a planted bug) and puts them back afterwards."""
+
+    def __init__(self, stack: str, cfg, plan, releases: list[Any], model, placements: list[dict], out: Path,
+                 timeout: float = 90.0, chart_dirs: Optional[list[Path]] = None):
+        self.stack, self.cfg, self.plan, self.model, self.placements = stack, cfg, plan, model, placements
+        self.out, self.timeout, self.chart_dirs = out, timeout, chart_dirs
+        self.releases = [r for r in releases if r.rendered]
+        self.base = Rehearsal(stack, versions=binaries.versions())
+        self.base.logs = str(out / "rehearsal-logs")
+        self.cp: Optional[ControlPlane] = None
+        self.controllers: list = []
+        self.installer: Optional[Installer] = None
+        self.provisioner: Optional[Provisioner] = None
+        self.runs = 0
+        self._started = 0.0
+        self._log_marks: dict[str, int] = {}  # controller binary -> log offset already reported
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def __enter__(self) -> "StackCluster":
+        """Start and install; a cluster problem is recorded in `base.error` (runs then report it), a
+        missing binary raises binaries.MissingBinaries."""
+        self._started = time.monotonic()
+        base = self.base
+        # Secrets a controller reads as configuration, as the chart renders them (not preflight's masked copy).
+        base.secrets_as_rendered = restore_rendered_secrets(self.plan, self.releases, self.chart_dirs or default_chart_dirs(),
+                                                            getattr(self.cfg, "kubernetes_version", None))
+        self.controllers, self.ca_pem, self.cert_dir = prepare_controllers(self.releases, base.not_rehearsed)
+        self.cp = ControlPlane(Path(base.logs), extended_resource_toleration=self.model.extended_resource_toleration)
+        self.cp.__enter__()
+        base.timings["controlPlane"] = round(time.monotonic() - self._started, 1)
+        client = self.cp.client
+        try:
+            t = time.monotonic()
+            base.nodes = create_nodes(client, self.model)
+            base.timings["nodes"] = round(time.monotonic() - t, 1)
+            for sc_obj in CLOUD_STORAGE_CLASSES.get(self.model.cloud, []):
+                client.apply(sc_obj)
+                base.cloud_objects.append(f"StorageClass {sc_obj['metadata']['name']} (the cloud creates it)")
+            self.provisioner = Provisioner(client).start()
+            t = time.monotonic()
+            self.installer = install(self.cp, self.releases, self.controllers, self.ca_pem, self.cert_dir, base.install,
+                                     base.not_rehearsed)
+            base.timings["install"] = round(time.monotonic() - t, 1)
+        except (ApiError, UnknownKind, TimeoutError, OSError) as exc:
+            base.error = f"{type(exc).__name__}: {exc}"
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.provisioner is not None:
+            self.provisioner.stop()
+            self.provisioner = None
+        if self.cp is not None:
+            self.cp.close()
+            self.cp = None
+
+    # --- runs -----------------------------------------------------------------------------------------
+
+    def run(self, scenarios=ALL_SCENARIOS, releases: Optional[list[Any]] = None) -> Rehearsal:
+        """Run `scenarios` in order on the cluster as it is now; the result carries the install's log and
+        the controllers' state and error lines since the previous run. `releases`: what the scenarios
+        read (a planted copy), the installed ones by default."""
+        if self.cp is None:
+            raise RuntimeError("the rehearsal cluster is not started")
+        base = self.base
+        result = Rehearsal(self.stack, nodes=base.nodes, install=base.install, not_rehearsed=list(base.not_rehearsed),
+                           cloud_objects=base.cloud_objects, secrets_as_rendered=base.secrets_as_rendered,
+                           timings=dict(base.timings), error=base.error, versions=base.versions, logs=base.logs)
+        self.runs += 1
+        if base.error is None:
+            ctx = Context(self.cp.client, releases if releases is not None else self.releases, self.model, self.placements,
+                          {c.binary: c for c in self.controllers}, timeout=self.timeout, plan=self.plan)
+            started = time.monotonic()
+            try:
+                for fn in scenarios:
+                    t = time.monotonic()
+                    try:
+                        sc = fn(ctx)
+                    except (ApiError, UnknownKind, TimeoutError, OSError) as exc:
+                        sc = Scenario(fn.__name__, fn.__doc__ or fn.__name__)
+                        sc.fail(f"{type(exc).__name__}: {exc}")
+                    sc.seconds = time.monotonic() - t
+                    result.scenarios.append(sc)
+            except (ApiError, UnknownKind, TimeoutError, OSError) as exc:
+                result.error = f"{type(exc).__name__}: {exc}"
+            result.workloads = ctx.workloads
+            result.timings["scenarios"] = round(time.monotonic() - started, 1)
+        if self.provisioner is not None:
+            result.volumes = list(self.provisioner.made)
+        self._snapshot(result)
+        result.timings["total"] = round(time.monotonic() - self._started, 1)
+        result.status = "FAIL" if result.failed else "PASS"
+        return result
+
+    def _snapshot(self, result: Rehearsal) -> None:
+        """Control-plane and controller state now; controller error lines written since the last run."""
+        result.control_plane_errors = self.cp.check_running() if self.cp is not None else []
+        for ctl in self.controllers:
+            if ctl.proc is not None and not ctl.proc.alive and ctl.status == "running":
+                ctl.status, ctl.problem = "failed", f"exited with code {ctl.proc.popen.returncode}: {ctlmod.last_words(ctl.proc.log)}"
+            result.controllers.append({"binary": ctl.binary, "release": ctl.release, "deployment": f"{ctl.namespace}/{ctl.deployment}",
+                                       "serviceAccount": f"{ctl.namespace}/{ctl.service_account}", "status": ctl.status,
+                                       "problem": ctl.problem, "webhookPort": ctl.webhook_port, "configChanges": ctl.changes,
+                                       "log": str(ctl.proc.log) if ctl.proc else None})
+            if ctl.proc is not None:
+                lines = ctlmod.error_lines(ctl.proc.log, since=self._log_marks.get(ctl.binary, 0))
+                if lines:
+                    result.controller_errors[ctl.binary] = lines
+        self._mark_logs()
+
+    def _mark_logs(self) -> None:
+        for ctl in self.controllers:
+            if ctl.proc is not None:
+                self._log_marks[ctl.binary] = ctlmod.log_size(ctl.proc.log)
+
+    # --- planted bugs ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def planted(self, releases: list[Any]):
+        """The installed objects changed to those of `releases` (a copy of the installed ones with a bug
+        planted, or another config's render) for the body of the `with`, then put back: changed objects
+        applied, removed ones deleted, new ones created; a controller whose Configuration changed is
+        restarted with it (and again with the original afterwards). Yields the planted releases, which
+        the scenarios of `run(..., releases=...)` read. Raises PlantRefused if the API server refuses
+        the planted change (the test would not test what it says)."""
+        if self.cp is None or self.installer is None:
+            raise RuntimeError("the rehearsal cluster is not installed")
+        self.settle()
+        planted = [r for r in releases if r.rendered]
+        before, after = _installed_objects(self.releases), _installed_objects(planted)
+        changed = [k for k in after if k in before and after[k][1] != before[k][1]]
+        added = [k for k in after if k not in before]
+        removed = [k for k in before if k not in after]
+        restart = _config_changes(self.controllers, planted)
+        # A controller whose permissions changed is restarted on the way back: its watches may have given up.
+        rbac = {k[1] for k in changed + added + removed} & RBAC_KINDS
+        touched = {after.get(k, before.get(k))[0] for k in changed + added + removed}
+        self._apply_set(after, changed + added, removed, fail=True)
+        try:
+            for ctl, config in restart:
+                self._restart(ctl, config)
+            yield planted
+        finally:
+            self._apply_set(before, changed + removed, added, fail=False)
+            back = [ctl for ctl, _ in restart]
+            if rbac:
+                back += [c for c in self.controllers if c.release in touched and c.status != "not-built"
+                         and all(c is not b for b in back)]
+            for ctl in back:
+                self._restart(ctl, _original_config(ctl, self.releases))
+            self._mark_logs()
+
+    def settle(self) -> None:
+        """The cluster as the scenarios expect to find it: the example TrainJob gone (its quota free) and every
+        node of the model there (a drill that deleted one gives it back itself; this is the safety net)."""
+        ctx = Context(self.cp.client, self.releases, self.model, self.placements, {c.binary: c for c in self.controllers},
+                      timeout=self.timeout, plan=self.plan)
+        release_example(ctx)
+        restore_model_nodes(ctx)
+
+    def _apply_set(self, objects: dict, apply: list, delete: list, fail: bool) -> None:
+        client, refused = self.cp.client, []
+        for key in delete:
+            api_version, kind, ns, name = key
+            try:
+                client.delete(api_version, kind, name, ns)
+            except (ApiError, UnknownKind) as exc:
+                refused.append(f"delete {kind} {ns or ''}/{name}: {exc}")
+        for key in apply:
+            release, obj = objects[key]
+            try:
+                try:
+                    client.apply(self.installer.rewrite(obj))
+                except ApiError as exc:
+                    if "immutable" not in exc.message:
+                        raise
+                    # A field the API refuses to change in place (a LocalQueue's clusterQueue): replace the object.
+                    client.delete(key[0], key[1], key[3], key[2])
+                    wait_for(f"{key[1]} {key[3]} to be deleted", lambda: client.get(key[0], key[1], key[3], key[2]) is None, 60)
+                    client.apply(self.installer.rewrite(obj))
+            except (ApiError, UnknownKind, TimeoutError) as exc:
+                refused.append(f"{key[1]} {key[2] or ''}/{key[3]} ({release}): {exc}")
+        if refused and fail:
+            raise PlantRefused("; ".join(refused))
+        if any(key[1] in ADMISSION_KINDS for key in [*apply, *delete]):
+            # kube-apiserver reads admission policies and webhook configurations through informers and says
+            # nothing when it has: give it the moment it needs before a scenario relies on the change.
+            time.sleep(ADMISSION_SETTLE_S)
+
+    def _restart(self, ctl, config: Optional[dict]) -> None:
+        """Stop the controller, start it again with `config` (same webhook port), wait until it serves."""
+        if ctl.status == "not-built" or self.cp is None:
+            return
+        if ctl.proc is not None:
+            self.cp.procs.stop(ctl.proc)
+            self.cp.procs.procs.remove(ctl.proc)
+            ctl.proc.log.rename(ctl.proc.log.with_name(f"{ctl.binary}.before-restart-{self.runs}.log"))
+        ctl.config, ctl.status, ctl.problem = config, "pending", ""
+        run_dir = Path(self.cp.tmp)
+        try:
+            ctlmod.start(ctl, self.cp.client, self.cp.server, self.cp.ca_file, self.cp.procs, run_dir, self.cert_dir)
+        except (ApiError, OSError) as exc:
+            ctl.status, ctl.problem = "failed", f"could not restart: {exc}"
+            return
+        ctlmod.wait_ready(ctl, str(run_dir / "webhook-ca.crt"))
+        self._log_marks[ctl.binary] = 0
+
+
+class PlantRefused(RuntimeError):
+    """The API server refused a planted change."""
+
+
+RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy",
+                   "MutatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+ADMISSION_SETTLE_S = 3.0
+
+
+def _installed_objects(releases: list[Any]) -> dict[tuple, tuple[str, dict]]:
+    """(apiVersion, kind, namespace, name) -> (release, object) for what the installer applies: every
+    object of the installed releases but hook Jobs and Pods (which it never applies). Rendered objects
+    carry their namespace (the installer applies them as they are)."""
+    out = {}
+    for rel in order_releases(releases):
+        for obj in rel.objects:
+            if hooks_of(obj) and obj.get("kind") in ("Job", "Pod"):
+                continue
+            meta = obj.get("metadata") or {}
+            out[(obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name"))] = (rel.name, obj)
+    return out
+
+
+def _config_changes(controllers: list, planted: list[Any]) -> list[tuple[Any, Optional[dict]]]:
+    """(controller, its planted Configuration) for each running controller whose Configuration differs."""
+    found = {c.binary: c for c in ctlmod.find_controllers(planted)}
+    return [(ctl, found[ctl.binary].config) for ctl in controllers
+            if ctl.status == "running" and ctl.binary in found and found[ctl.binary].config != ctl.config]
+
+
+def _original_config(ctl, releases: list[Any]) -> Optional[dict]:
+    return next((c.config for c in ctlmod.find_controllers(releases) if c.binary == ctl.binary), ctl.config)
+
+
 def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list[dict], out: Path,
              timeout: float = 90.0, scenarios=ALL_SCENARIOS, chart_dirs: Optional[list[Path]] = None) -> Rehearsal:
     """Run the rehearsal; never raises for a cluster problem (it is in the result), raises
     binaries.MissingBinaries when the control plane cannot be built from the cache."""
-    result = Rehearsal(stack, versions=binaries.versions())
-    log_dir = out / "rehearsal-logs"
-    result.logs = str(log_dir)
-    started = time.monotonic()
-    releases = [r for r in releases if r.rendered]
-    # Secrets a controller reads as configuration, as the chart renders them (not preflight's masked copy).
-    result.secrets_as_rendered = restore_rendered_secrets(plan, releases, chart_dirs or default_chart_dirs(),
-                                                          getattr(cfg, "kubernetes_version", None))
-    controllers, ca_pem, cert_dir = prepare_controllers(releases, result.not_rehearsed)
-    with ControlPlane(log_dir, extended_resource_toleration=model.extended_resource_toleration) as cp:
-        result.timings["controlPlane"] = round(time.monotonic() - started, 1)
-        client = cp.client
-        provisioner = None
-        try:
-            t = time.monotonic()
-            result.nodes = create_nodes(client, model)
-            result.timings["nodes"] = round(time.monotonic() - t, 1)
-            for sc_obj in CLOUD_STORAGE_CLASSES.get(model.cloud, []):
-                client.apply(sc_obj)
-                result.cloud_objects.append(f"StorageClass {sc_obj['metadata']['name']} (the cloud creates it)")
-            provisioner = Provisioner(client).start()
-            t = time.monotonic()
-            install(cp, releases, controllers, ca_pem, cert_dir, result.install, result.not_rehearsed)
-            result.timings["install"] = round(time.monotonic() - t, 1)
-            ctx = Context(client, releases, model, placements, {c.binary: c for c in controllers}, timeout=timeout,
-                          plan=plan)
-            for fn in scenarios:
-                t = time.monotonic()
-                try:
-                    sc = fn(ctx)
-                except (ApiError, UnknownKind, TimeoutError, OSError) as exc:
-                    sc = Scenario(fn.__name__, fn.__doc__ or fn.__name__)
-                    sc.fail(f"{type(exc).__name__}: {exc}")
-                sc.seconds = time.monotonic() - t
-                result.scenarios.append(sc)
-            result.workloads = ctx.workloads
-        except (ApiError, UnknownKind, TimeoutError, OSError) as exc:
-            result.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            if provisioner is not None:
-                provisioner.stop()
-                result.volumes = list(provisioner.made)
-            result.control_plane_errors = cp.check_running()
-            for ctl in controllers:
-                if ctl.proc is not None and not ctl.proc.alive and ctl.status == "running":
-                    ctl.status, ctl.problem = "failed", f"exited with code {ctl.proc.popen.returncode}: {ctlmod.last_words(ctl.proc.log)}"
-                result.controllers.append({"binary": ctl.binary, "release": ctl.release, "deployment": f"{ctl.namespace}/{ctl.deployment}",
-                                           "serviceAccount": f"{ctl.namespace}/{ctl.service_account}", "status": ctl.status,
-                                           "problem": ctl.problem, "webhookPort": ctl.webhook_port, "configChanges": ctl.changes,
-                                           "log": str(ctl.proc.log) if ctl.proc else None})
-                if ctl.proc is not None:
-                    lines = ctlmod.error_lines(ctl.proc.log)
-                    if lines:
-                        result.controller_errors[ctl.binary] = lines
-    result.timings["total"] = round(time.monotonic() - started, 1)
-    result.status = "FAIL" if result.failed else "PASS"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT).write_text(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str) + "\n")
+    with StackCluster(stack, cfg, plan, releases, model, placements, out, timeout, chart_dirs) as cluster:
+        result = cluster.run(scenarios)
+    write_report(result, out)
     return result
+
+
+def write_report(result: Rehearsal, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / REPORT
+    path.write_text(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str) + "\n")
+    return path

@@ -1363,12 +1363,12 @@ def linode_autoscaling(ctx: Context) -> Scenario:
     finally:
         # The drill starts its pools at zero and ends with them at zero: give them back the nodes the model
         # has (at maxNodes), as the preemption drill does, so the scenarios after it find the pool whole.
-        restored = _restore_model_nodes(ctx)
+        restored = restore_model_nodes(ctx)
         if restored:
             sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
 
 
-def _restore_model_nodes(ctx: Context) -> list[str]:
+def restore_model_nodes(ctx: Context) -> list[str]:
     present = {n["metadata"]["name"] for n in ctx.client.list("v1", "Node")}
     added = []
     for node, status in node_objects(ctx.model):

@@ -1,0 +1,120 @@
+"""The rehearsal clusters of a test session: one per stack, booted and installed once, kept up while the
+tests of that stack run (tests are ordered by stack, conftest.py), then closed.
+
+What a test reads comes from one of two places:
+- the shipped run: every scenario (run.ALL_SCENARIOS), in order, on the stack as shipped, run once right
+  after the install. A test of the shipped stack reads its scenarios from that run: the same scenarios in
+  the same order on the same cluster, so running them again would only repeat the work;
+- a planted run: the test's scenarios on the same cluster with a bug planted (StackCluster.planted
+  changes the installed objects, restarts a controller whose Configuration changed, and puts everything
+  back afterwards). The scenarios run in the platform's own namespaces (the policies they test are bound
+  to them) and delete what they create, as they do when they follow each other in one rehearsal.
+
+A test that needs a control plane of its own (one that checks start-up or shutdown) starts it itself
+and says why in its docstring.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from gpu_platform.config.stack import parse_config
+from gpu_platform.preflight.fit.run import run_fit
+from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
+from gpu_platform.rehearsal.run import ALL_SCENARIOS, Rehearsal, StackCluster, write_report
+from gpu_platform.rehearsal.standins import restore_rendered_secrets
+from tests.conftest import ROOT, plan_stack
+from tests.fit_support import CHARTS, need_charts
+
+
+def _prepare(stack: str, config: Optional[dict], out: Path, example: Optional[Path] = None):
+    need_charts()
+    stack_input = stack_input_from_mapping(stack, config) if config is not None else load_stack(stack)
+    cfg = parse_config(stack_input.raw, stack)
+    plan = run_program(stack_input) if config is not None else plan_stack(stack)
+    out.mkdir(parents=True, exist_ok=True)
+    extra = {"example": example} if example is not None else {}
+    fit = run_fit(cfg, plan, out, [CHARTS], base=ROOT, **extra)
+    return cfg, plan, fit
+
+
+@functools.lru_cache(maxsize=None)
+def prepared(stack: str):
+    """The shipped stack's config, plan and fit, computed once per test process (read-only: copy to change)."""
+    return _prepare(stack, None, Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-")))
+
+
+@dataclass
+class Shared:
+    cluster: StackCluster
+    shipped: Rehearsal  # every scenario on the stack as shipped
+    out: Path
+
+
+_OPEN: dict[str, Shared] = {}
+
+
+def shared(stack: str) -> Shared:
+    """The stack's cluster of this test process, with its shipped run. One at a time: the tests come
+    ordered by stack, so asking for another stack means the previous one's tests are done."""
+    if stack not in _OPEN:
+        close_all()
+        cfg, plan, fit = prepared(stack)
+        out = Path(tempfile.mkdtemp(prefix=f"rehearsal-{stack}-"))
+        cluster = StackCluster(stack, cfg, plan, copy.deepcopy(fit.releases), fit.model,
+                               fit.report.to_json()["placements"], out)
+        cluster.__enter__()
+        try:
+            result = cluster.run(ALL_SCENARIOS)
+        except BaseException:
+            cluster.close()
+            raise
+        write_report(result, out)
+        _OPEN[stack] = Shared(cluster, result, out)
+    return _OPEN[stack]
+
+
+def close_all() -> None:
+    while _OPEN:
+        _, entry = _OPEN.popitem()
+        entry.cluster.close()
+        shutil.rmtree(entry.out, ignore_errors=True)
+
+
+def _subset(result: Rehearsal, scenarios) -> Rehearsal:
+    """The shipped run's result with only `scenarios` (ALL_SCENARIOS' functions, results in that order)."""
+    if result.error is None and len(result.scenarios) != len(ALL_SCENARIOS):
+        raise AssertionError(f"the shipped run has {len(result.scenarios)} scenario results for {len(ALL_SCENARIOS)} scenarios")
+    wanted = [ALL_SCENARIOS.index(fn) for fn in scenarios]
+    view = copy.copy(result)
+    view.scenarios = [result.scenarios[i] for i in wanted] if result.error is None else []
+    return view
+
+
+def rehearse(stack: str, tmp_path: Path, config: Optional[dict] = None,
+             mutate: Optional[Callable[[list[Any]], None]] = None, scenarios=None) -> Rehearsal:
+    """The stack's rehearsal with `scenarios` (all by default): read from the shipped run when nothing is
+    planted; otherwise run on the shared cluster with `config`'s render and/or `mutate`'s change planted.
+    The result's report goes to tmp_path/out/rehearsal.json."""
+    entry = shared(stack)
+    if config is None and mutate is None:
+        result = _subset(entry.shipped, scenarios or ALL_SCENARIOS)
+    else:
+        releases = copy.deepcopy(entry.cluster.releases)
+        if config is not None:
+            cfg, plan, fit = _prepare(stack, config, tmp_path / "prep")
+            releases = copy.deepcopy([r for r in fit.releases if r.rendered])
+            # The installed releases carry the chart's own render of the Secrets a controller reads; so must these.
+            restore_rendered_secrets(plan, releases, [CHARTS], cfg.kubernetes_version)
+        if mutate is not None:
+            mutate(releases)
+        with entry.cluster.planted(releases) as planted:
+            result = entry.cluster.run(scenarios or ALL_SCENARIOS, releases=planted)
+    write_report(result, tmp_path / "out")
+    return result
