@@ -75,7 +75,6 @@ def shared(stack: str) -> Shared:
         except BaseException:
             cluster.close()
             raise
-        write_report(result, out)
         _OPEN[stack] = Shared(cluster, result, out)
     return _OPEN[stack]
 

@@ -147,6 +147,20 @@ def test_a_planted_change_is_found_object_by_object_and_restarts_only_the_contro
     assert _config_changes(ctls, copy.deepcopy(installed)) == []
 
 
+def test_a_runs_controller_errors_are_read_up_to_a_mark_so_none_is_lost_or_told_twice(tmp_path):
+    """Adversarial review: the mark was the log's size taken after reading, so an error written in between
+    was never reported to any run of a shared cluster."""
+    from gpu_platform.rehearsal.controllers import error_lines, log_size
+
+    log = tmp_path / "kueue-manager.log"
+    log.write_text('{"level":"error","msg":"first"}\n')
+    end = log_size(log)
+    with log.open("a") as fh:
+        fh.write('{"level":"error","msg":"second"}\n')  # written after the mark was taken
+    assert [ln for ln in error_lines(log, until=end)] == ['{"level":"error","msg":"first"}']
+    assert error_lines(log, since=end) == ['{"level":"error","msg":"second"}']
+
+
 def test_daemonset_node_selection_and_tolerations():
     gpu_node = {"metadata": {"labels": {"nvidia.com/gpu.present": "true"}},
                 "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}}

@@ -223,12 +223,15 @@ def log_size(log: Path) -> int:
         return 0
 
 
-def error_lines(log: Path, limit: int = 40, width: Optional[int] = 600, since: int = 0) -> list[str]:
-    """The log's error lines, from byte `since` on (a cluster kept for several runs reports each run's own)."""
+def error_lines(log: Path, limit: int = 40, width: Optional[int] = 600, since: int = 0,
+                until: Optional[int] = None) -> list[str]:
+    """The log's error lines between bytes `since` and `until` (the end by default): a cluster kept for
+    several runs reports each run's own."""
     try:
         with log.open("rb") as fh:
             fh.seek(since)
-            lines = fh.read().decode(errors="replace").splitlines()
+            data = fh.read() if until is None else fh.read(max(0, until - since))
+            lines = data.decode(errors="replace").splitlines()
     except OSError:
         return []
     return [ln[:width] if width else ln for ln in lines if _ERROR.search(ln)][:limit]

@@ -198,6 +198,8 @@ class StackCluster:
         self.installer: Optional[Installer] = None
         self.provisioner: Optional[Provisioner] = None
         self.runs = 0
+        self._restarts = 0
+        self._installed_config: dict[str, Optional[dict]] = {}  # controller binary -> its Configuration as installed
         self._started = 0.0
         self._log_marks: dict[str, int] = {}  # controller binary -> log offset already reported
 
@@ -212,6 +214,7 @@ class StackCluster:
         base.secrets_as_rendered = restore_rendered_secrets(self.plan, self.releases, self.chart_dirs or default_chart_dirs(),
                                                             getattr(self.cfg, "kubernetes_version", None))
         self.controllers, self.ca_pem, self.cert_dir = prepare_controllers(self.releases, base.not_rehearsed)
+        self._installed_config = {c.binary: c.config for c in self.controllers}
         self.cp = ControlPlane(Path(base.logs), extended_resource_toleration=self.model.extended_resource_toleration)
         self.cp.__enter__()
         base.timings["controlPlane"] = round(time.monotonic() - self._started, 1)
@@ -295,10 +298,12 @@ class StackCluster:
                                        "problem": ctl.problem, "webhookPort": ctl.webhook_port, "configChanges": ctl.changes,
                                        "log": str(ctl.proc.log) if ctl.proc else None})
             if ctl.proc is not None:
-                lines = ctlmod.error_lines(ctl.proc.log, since=self._log_marks.get(ctl.binary, 0))
+                # Up to the size read now, which becomes the next run's start: no line is lost or told twice.
+                end = ctlmod.log_size(ctl.proc.log)
+                lines = ctlmod.error_lines(ctl.proc.log, since=self._log_marks.get(ctl.binary, 0), until=end)
+                self._log_marks[ctl.binary] = end
                 if lines:
                     result.controller_errors[ctl.binary] = lines
-        self._mark_logs()
 
     def _mark_logs(self) -> None:
         for ctl in self.controllers:
@@ -327,20 +332,28 @@ class StackCluster:
         # A controller whose permissions changed is restarted on the way back: its watches may have given up.
         rbac = {k[1] for k in changed + added + removed} & RBAC_KINDS
         touched = {after.get(k, before.get(k))[0] for k in changed + added + removed}
-        self._apply_set(after, changed + added, removed, fail=True)
         try:
+            refused = self._apply_set(after, changed + added, removed)
+            if refused:
+                raise PlantRefused("; ".join(refused))
             for ctl, config in restart:
                 self._restart(ctl, config)
             yield planted
         finally:
-            self._apply_set(before, changed + removed, added, fail=False)
-            back = [ctl for ctl, _ in restart]
+            problems = []
+            # The controllers first (a controller the plant stopped would refuse the restore through its
+            # webhook), then the objects, then those whose permissions changed (their watches may have given up).
+            for ctl, _ in restart:
+                problems += self._restart(ctl, self._installed_config[ctl.binary])
+            problems += self._apply_set(before, changed + removed, added)
             if rbac:
-                back += [c for c in self.controllers if c.release in touched and c.status != "not-built"
-                         and all(c is not b for b in back)]
-            for ctl in back:
-                self._restart(ctl, _original_config(ctl, self.releases))
+                problems += [p for c in self.controllers if c.release in touched and c.status != "not-built"
+                             for p in self._restart(c, self._installed_config[c.binary])]
             self._mark_logs()
+            if problems:
+                # Later runs on this cluster would test a half-restored install: each reports this instead.
+                self.base.error = f"the cluster was not restored after a planted run: {'; '.join(problems)}"
+                raise PlantRefused(self.base.error)
 
     def settle(self) -> None:
         """The cluster as the scenarios expect to find it: the example TrainJob gone (its quota free) and every
@@ -349,8 +362,12 @@ class StackCluster:
                       timeout=self.timeout, plan=self.plan)
         release_example(ctx)
         restore_model_nodes(ctx)
+        down = [f"{c.binary} {c.status} {c.problem}".strip() for c in self.controllers if c.status not in ("running", "not-built")]
+        if down:
+            raise PlantRefused(f"a controller is not running before the plant: {'; '.join(down)}")
 
-    def _apply_set(self, objects: dict, apply: list, delete: list, fail: bool) -> None:
+    def _apply_set(self, objects: dict, apply: list, delete: list) -> list[str]:
+        """Delete `delete`, apply `apply` (objects[key]); returns what the API server refused."""
         client, refused = self.cp.client, []
         for key in delete:
             api_version, kind, ns, name = key
@@ -372,30 +389,35 @@ class StackCluster:
                     client.apply(self.installer.rewrite(obj))
             except (ApiError, UnknownKind, TimeoutError) as exc:
                 refused.append(f"{key[1]} {key[2] or ''}/{key[3]} ({release}): {exc}")
-        if refused and fail:
-            raise PlantRefused("; ".join(refused))
         if any(key[1] in ADMISSION_KINDS for key in [*apply, *delete]):
             # kube-apiserver reads admission policies and webhook configurations through informers and says
             # nothing when it has: give it the moment it needs before a scenario relies on the change.
             time.sleep(ADMISSION_SETTLE_S)
+        return refused
 
-    def _restart(self, ctl, config: Optional[dict]) -> None:
-        """Stop the controller, start it again with `config` (same webhook port), wait until it serves."""
+    def _restart(self, ctl, config: Optional[dict]) -> list[str]:
+        """Stop the controller, start it again with `config` (same webhook port), wait until it serves;
+        returns what went wrong (empty when it serves again)."""
         if ctl.status == "not-built" or self.cp is None:
-            return
+            return []
         if ctl.proc is not None:
-            self.cp.procs.stop(ctl.proc)
-            self.cp.procs.procs.remove(ctl.proc)
-            ctl.proc.log.rename(ctl.proc.log.with_name(f"{ctl.binary}.before-restart-{self.runs}.log"))
+            old, ctl.proc = ctl.proc, None
+            self.cp.procs.stop(old)
+            if old in self.cp.procs.procs:
+                self.cp.procs.procs.remove(old)
+            self._restarts += 1
+            if old.log.exists():  # each restart keeps the log it ends
+                old.log.rename(old.log.with_name(f"{ctl.binary}.before-restart-{self._restarts}.log"))
         ctl.config, ctl.status, ctl.problem = config, "pending", ""
+        self._log_marks[ctl.binary] = 0
         run_dir = Path(self.cp.tmp)
         try:
             ctlmod.start(ctl, self.cp.client, self.cp.server, self.cp.ca_file, self.cp.procs, run_dir, self.cert_dir)
         except (ApiError, OSError) as exc:
             ctl.status, ctl.problem = "failed", f"could not restart: {exc}"
-            return
-        ctlmod.wait_ready(ctl, str(run_dir / "webhook-ca.crt"))
-        self._log_marks[ctl.binary] = 0
+        else:
+            ctlmod.wait_ready(ctl, str(run_dir / "webhook-ca.crt"))
+        return [f"{ctl.binary}: {ctl.problem}"] if ctl.status != "running" else []
 
 
 class PlantRefused(RuntimeError):
@@ -427,10 +449,6 @@ def _config_changes(controllers: list, planted: list[Any]) -> list[tuple[Any, Op
     found = {c.binary: c for c in ctlmod.find_controllers(planted)}
     return [(ctl, found[ctl.binary].config) for ctl in controllers
             if ctl.status == "running" and ctl.binary in found and found[ctl.binary].config != ctl.config]
-
-
-def _original_config(ctl, releases: list[Any]) -> Optional[dict]:
-    return next((c.config for c in ctlmod.find_controllers(releases) if c.binary == ctl.binary), ctl.config)
 
 
 def rehearse(stack: str, cfg, plan, releases: list[Any], model, placements: list[dict], out: Path,
