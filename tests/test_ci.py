@@ -387,8 +387,10 @@ def test_no_virtualenv_or_link_to_one_is_tracked():
 
 # --- .ci/run on a machine short of disk (stop 29's CI ran out of it while pip unpacked torch) ----------
 
-def _run_ci_script(tmp_path, free_gib: int) -> list[str]:
-    """.ci/run with make, go and df replaced by recorders: what it runs, in order, and with which pip cache."""
+def _run_ci_script(tmp_path, free_gib: int, failing_make: str = "") -> list[str]:
+    """.ci/run with make, go and df replaced by recorders: what it runs, in order, and with which pip cache.
+    With failing_make, the make of that first target fails, and so must .ci/run."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
     shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
@@ -397,7 +399,8 @@ def _run_ci_script(tmp_path, free_gib: int) -> list[str]:
     bin_dir.mkdir()
     log = tmp_path / "calls.log"
     stubs = {
-        "make": f'echo "make $* PIP_NO_CACHE_DIR=${{PIP_NO_CACHE_DIR:-unset}}" >> {log}',
+        "make": f'echo "make $* PIP_NO_CACHE_DIR=${{PIP_NO_CACHE_DIR:-unset}}" >> {log}; '
+                f'[ "$1" != "{failing_make}" ]',
         "go": f'echo "go $*" >> {log}; [ "$1" != env ] || echo /tmp/go-build-cache',
         "df": f'echo "Filesystem 1024-blocks Used Available Capacity Mounted on"; '
               f'echo "/dev/vda 263174212 1 {free_gib * 1048576} 50% /"',
@@ -411,7 +414,7 @@ def _run_ci_script(tmp_path, free_gib: int) -> list[str]:
         (bin_dir / name).chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "CI": "true"}
     done = subprocess.run(["bash", str(repo / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert (done.returncode != 0) == bool(failing_make), done.stdout + done.stderr
     assert "ci timings" in done.stdout and "GiB free" in done.stdout, done.stdout
     return log.read_text().splitlines()
 
@@ -430,6 +433,17 @@ def test_ci_keeps_go_build_cache_with_room_to_spare(tmp_path):
     calls = _run_ci_script(tmp_path, free_gib=60)
     assert "go clean -cache" not in calls
     assert calls[-1].startswith("make test")
+
+
+def test_ci_builds_go_beside_the_virtualenvs_with_room_for_both(tmp_path):
+    """A cold run's Go build (CPU) and pip (network, disk) overlap where the disk holds both; `make test` waits
+    for both, and a failed Go build fails the run."""
+    calls = _run_ci_script(tmp_path, free_gib=60)
+    makes = [c.split(" PIP_NO_CACHE_DIR")[0] for c in calls if c.startswith("make ")]
+    assert sorted(makes[:2]) == ["make rehearsal-build", "make venv checkov-venv training-venv jupyterhub-venv"]
+    assert makes[2:] == ["make test"], makes
+    failing = _run_ci_script(tmp_path / "failing", free_gib=60, failing_make="rehearsal-build")
+    assert not any(c.startswith("make test") for c in failing), failing
 
 
 # --- GitHub CI matches .ci/run: Go, caches keyed by the locks, the two lanes, a timeout above a cold run ----
