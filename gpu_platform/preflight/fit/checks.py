@@ -147,7 +147,7 @@ class FitReport:
                  f"{'all allowed' if not f.failed else f'{len(f.failed)} not allowed'}"]
         for r in f.results:
             mark = "ok  " if r.verdict == "allowed" else r.verdict.upper()
-            lines.append(f"    {mark} {r.line()}" + ("" if r.derived else f"  ({r.why})"))
+            lines.append(f"    {mark} {r.line()}")
         lines += [f"    note: {n}" for n in f.notes]
         return lines
 
