@@ -38,6 +38,7 @@ Pure: objects in, decisions out.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
@@ -86,14 +87,24 @@ def subtract(nets: Iterable[Net], minus: Net) -> list[Net]:
 
 def block(cidr: Any, excepts: Iterable[Any] = ()) -> list[Net]:
     """The addresses an ipBlock (cidr minus its excepts) stands for."""
+    return list(_block(str(cidr), tuple(str(e) for e in excepts)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _block(cidr: str, excepts: tuple[str, ...]) -> tuple[Net, ...]:
     nets = [_net(cidr)]
     for e in excepts:
         nets = subtract(nets, _net(e))
-    return nets
+    return tuple(nets)
 
 
 def covered(need: Iterable[Net], have: Iterable[Net]) -> bool:
     """Whether every address of `need` lies in `have`."""
+    return _covered(tuple(need), tuple(have))
+
+
+@functools.lru_cache(maxsize=4096)
+def _covered(need: tuple[Net, ...], have: tuple[Net, ...]) -> bool:
     rest = list(need)
     if not rest:
         return False
