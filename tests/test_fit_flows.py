@@ -321,4 +321,30 @@ def test_preflight_reports_the_flows_and_exits_3_on_a_planted_policy(tmp_path, c
     assert flows["notebook to Pipelines"]["policies"] == ["NetworkPolicy/kubeflow/ml-pipeline-from-kubeflow-only"]
     summary = json.loads((out / "linode-dev" / "preflight.json").read_text())["clusterFit"]["flows"]
     assert summary["checked"] == len(fit["report"]["flows"]["flows"])
-    assert [f["name"] for f in summary["notAllowed"]] == ["notebook to Pipelines"]
+    assert [f["name"] for f in summary["failed"]] == ["notebook to Pipelines"]
+
+
+def _without(releases, kind, name):
+    return [dataclasses.replace(r, objects=[o for o in r.objects if not (o.get("kind") == kind and
+                                                                         o["metadata"]["name"] == name)])
+            for r in releases]
+
+
+def test_what_must_stay_closed_is_checked_too_the_cilium_deny_policy_included():
+    """Training pods must not reach 169.254.169.254 on Linode (node user data) and EKS (node credentials).
+    On Linode two things keep it closed: training-egress and the clusterwide Cilium deny policy, evaluated
+    with Cilium's deny semantics; either alone is enough, neither is a problem naming the flow."""
+    need_charts()
+    model, releases = _stack("linode-dev")
+    flow = "training to the cloud metadata server"
+    assert _flows(check_fit(model, releases))[(flow, "TCP")].verdict == "denied"
+    no_np = _without(releases, "NetworkPolicy", "training-egress")
+    assert _flows(check_fit(model, no_np))[(flow, "TCP")].verdict == "denied", "the CCNP's egressDeny still holds"
+    neither = _without(no_np, "CiliumClusterwideNetworkPolicy", "deny-instance-metadata")
+    report = check_fit(model, neither)
+    assert _flows(report)[(flow, "TCP")].verdict == "allowed"
+    assert any(f"flow '{flow}'" in p.reason and "is allowed, but must not be" in p.reason for p in report.by_check("flows"))
+    aws_model, aws = _stack("aws-prod")
+    assert [r.name for r in check_fit(aws_model, _without(aws, "NetworkPolicy", "training-egress")).flows.failed] == [flow]
+    gcp_model, gcp = _stack("gcp-prod")
+    assert (flow, "TCP") not in _flows(check_fit(gcp_model, gcp)), "GKE's training pods need the metadata server"

@@ -70,7 +70,8 @@ def fit_section(result: Any) -> dict[str, Any]:
             # the platform's connections (fit/flows.py); every detail in fit.json
             "flows": None if flows is None else {
                 "dataplane": flows.dataplane, "checked": len(flows.results),
-                "notAllowed": [{"name": r.name, "verdict": r.verdict, "policies": r.policies} for r in flows.failed]}}
+                "failed": [{"name": r.name, "verdict": r.verdict, "expected": r.expected, "policies": r.policies}
+                           for r in flows.failed]}}
 
 
 def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:

@@ -144,10 +144,10 @@ class FitReport:
         f = self.flows
         assert f is not None
         lines = [f"  flows: {len(f.results)} checked on {f.dataplane}, "
-                 f"{'all allowed' if not f.failed else f'{len(f.failed)} not allowed'}"]
+                 f"{'each as the platform needs' if not f.failed else f'{len(f.failed)} not as the platform needs'}"]
         for r in f.results:
-            mark = "ok  " if r.verdict == "allowed" else r.verdict.upper()
-            lines.append(f"    {mark} {r.line()}")
+            mark = "ok  " if r.verdict == r.expected else r.verdict.upper()
+            lines.append(f"    {mark} {r.line()}" + (" (kept closed)" if r.expected == "denied" and r.verdict == "denied" else ""))
         lines += [f"    note: {n}" for n in f.notes]
         return lines
 
@@ -1048,7 +1048,7 @@ class _Checker:
     def flows(self) -> Optional[FlowReport]:
         """The platform's connections against the rendered network policies (fit/flows.py): a flow they
         deny, or one whose ends cannot be found in the render, is a problem naming the flow and the policy."""
-        report = check_flows(self.model.network, self.releases, self.templates)
+        report = check_flows(self.model.network, self.releases, self.templates, cloud=self.model.cloud)
         if report is None:
             return None
         fixes = {
@@ -1058,11 +1058,13 @@ class _Checker:
                           "labels that should connect them",
             "not-evaluated": "express the policy with the fields the check evaluates (netpol.py), or check this "
                              "flow by hand on a cluster",
+            "allowed": "restore the policy (or chart value) that keeps it closed",
         }
         for r in report.failed:
             self.problem("flows", ", ".join(r.releases) or "?", ", ".join(r.policies) or f"flow {r.name}",
                          f"flow '{r.name}' ({r.source} -> {r.destination}"
-                         f"{'' if r.port is None else f':{r.port}/{r.protocol}'}) is {r.verdict.replace('-', ' ')}: "
+                         f"{'' if r.port is None else f':{r.port}/{r.protocol}'}) is {r.verdict.replace('-', ' ')}"
+                         f"{', but must not be' if r.expected == 'denied' else ''}: "
                          f"{r.reason}. Needed because: {r.why}", fixes[r.verdict])
         return report
 

@@ -70,6 +70,7 @@ class Place:
 
 
 APISERVER = Place("apiserver", "the Kubernetes API server")
+METADATA = Place("metadata", "the cloud metadata server (169.254.169.254)")
 NODES = Place("nodes", "every node (kubelet, hostNetwork pods)")
 
 
@@ -82,6 +83,8 @@ class FlowSpec:
     port: Optional[int] = None  # for a Pods or Place destination; a Service names its own
     protocols: tuple[str, ...] = ("TCP",)
     needs: tuple[str, ...] = ()  # object ids (Kind/namespace/name): the flow applies when all are rendered
+    expect: str = "allowed"  # or "denied": a connection the platform promises to keep closed
+    clouds: tuple[str, ...] = ()  # only on these clouds (empty: every cloud)
 
 
 # The cluster's DNS (CoreDNS on kubeadm and EKS, kube-dns on GKE): both label their pods k8s-app=kube-dns in
@@ -164,6 +167,13 @@ DECLARED: tuple[FlowSpec, ...] = (
              "the driver and launcher record executions and artifacts", needs=PIPELINES_NEEDS),
     FlowSpec("Grafana to Prometheus", GRAFANA, Service("monitoring", "kube-prometheus-stack-prometheus", 9090),
              "every dashboard", needs=("Service/monitoring/kube-prometheus-stack-prometheus",)),
+    FlowSpec("notebook to the cloud metadata server", NOTEBOOK, METADATA, "kept closed on every cloud: notebooks need "
+             "no cloud identity (z2jh egressAllowRules.cloudMetadataServer: false; docs/platform.md)", port=80,
+             needs=HUB_NEEDS, expect="denied"),
+    FlowSpec("training to the cloud metadata server", TRAINING, METADATA, "kept closed on Linode (the node's user "
+             "data) and EKS (the node role's credentials): NetworkPolicy training-egress, and on Linode the "
+             "CiliumClusterwideNetworkPolicy deny-instance-metadata (docs/platform.md)", port=80,
+             needs=("Namespace/training",), expect="denied", clouds=("linode", "aws")),
     FlowSpec("Prometheus to Alertmanager", PROMETHEUS, Service("monitoring", "kube-prometheus-stack-alertmanager", 9093),
              "every alert (the idle-GPU and token-expiry alerts included)",
              needs=("Service/monitoring/kube-prometheus-stack-alertmanager",)),
@@ -188,6 +198,7 @@ class FlowResult:
     reason: str = ""  # for denied / unresolved / not-evaluated
     policies: list[str] = field(default_factory=list)  # the policies that decide it (isolating or denying)
     releases: list[str] = field(default_factory=list)
+    expected: str = "allowed"  # what the platform needs: allowed, or denied (kept closed)
 
     def line(self) -> str:
         port = f":{self.port}/{self.protocol}" if self.port is not None else ""
@@ -202,7 +213,7 @@ class FlowReport:
 
     @property
     def failed(self) -> list[FlowResult]:
-        return [r for r in self.results if r.verdict != "allowed"]
+        return [r for r in self.results if r.verdict != r.expected]
 
     def to_json(self) -> dict[str, Any]:
         return {"dataplane": self.dataplane, "checked": len(self.results), "failed": len(self.failed),
@@ -268,6 +279,8 @@ class _Cluster:
                             entities=frozenset({"kube-apiserver", "remote-node", "host"}))
             return Peer(place.what, EXTERNAL, addresses=tuple(net.apiserver_cidrs),
                         entities=frozenset({"kube-apiserver", "world"}))
+        if place.kind == "metadata":
+            return Peer(place.what, EXTERNAL, addresses=("169.254.169.254/32",), entities=frozenset({"world"}))
         if place.kind == "nodes":
             return Peer(place.what, NODE, addresses=tuple(net.node_cidrs), entities=frozenset({"host", "remote-node"}))
         from gpu_platform.preflight.fit.nodes import PUBLIC_RANGES
@@ -459,8 +472,9 @@ def _check(cluster: _Cluster, dp: Dataplane, spec: FlowSpec, derived: bool) -> l
     def result(src: str, dst: str, port: Optional[int], proto: str, verdict: str, reason: str = "",
                policies: Iterable[str] = ()) -> FlowResult:
         pols = sorted(set(policies))
-        return FlowResult(spec.name, src, dst, port, proto, verdict, spec.why, derived, reason, pols,
-                          sorted({cluster.release_of.get(p, "?") for p in pols}))
+        return FlowResult(spec.name, src, dst, port, proto, verdict, spec.why, derived=derived, reason=reason,
+                          policies=pols, releases=sorted({cluster.release_of.get(p, "?") for p in pols}),
+                          expected=spec.expect)
 
     src_peers = cluster.select(spec.source) if isinstance(spec.source, Pods) else (
         [cluster.place(spec.source)] if isinstance(spec.source, Place) else [])
@@ -490,6 +504,11 @@ def _check(cluster: _Cluster, dp: Dataplane, spec: FlowSpec, derived: bool) -> l
         for src in src_peers:
             for dst, port in backends:
                 d = decide(src, dst, port, proto, cluster.policies, dp)
+                if spec.expect == "denied" and not d.unsupported:
+                    if d.allowed:
+                        failed = result(src.what, dst.what, port, proto, "allowed",
+                                        f"nothing drops it{'' if dp.enforced else ' (' + dp.name + ')'}")
+                    continue
                 if d.unsupported:
                     failed = result(src.what, dst.what, port, proto, "not-evaluated",
                                     "a Cilium policy uses what this check does not evaluate: "
@@ -503,7 +522,7 @@ def _check(cluster: _Cluster, dp: Dataplane, spec: FlowSpec, derived: bool) -> l
             if failed:
                 break
         out.append(failed or result(src_what, _dst_what(spec.destination), ports[0] if len(ports) == 1 else None, proto,
-                                    "allowed"))
+                                    spec.expect))
     return out
 
 
@@ -514,7 +533,7 @@ def _dst_what(dst: Union[Pods, Service, Place]) -> str:
 
 
 def check_flows(network: Any, releases: Iterable[Any], templates: Iterable[Any],
-                declared: Iterable[FlowSpec] = DECLARED) -> Optional[FlowReport]:
+                declared: Iterable[FlowSpec] = DECLARED, cloud: Optional[str] = None) -> Optional[FlowReport]:
     """Every declared flow whose part is installed, and every derived flow, checked. None without a
     network model (nothing to check against)."""
     if network is None:
@@ -529,7 +548,8 @@ def check_flows(network: Any, releases: Iterable[Any], templates: Iterable[Any],
                             f"but the dataplane is not Cilium: not evaluated")
     if not dp.enforced:
         report.notes.append(f"{dp.name}: every flow is allowed")
-    specs = [(s, False) for s in declared if all(n in cluster.ids for n in s.needs)]
+    specs = [(s, False) for s in declared if all(n in cluster.ids for n in s.needs)
+             and (not s.clouds or cloud in s.clouds)]
     specs += [(s, True) for s in _webhook_flows(cluster) + _scrape_flows(cluster)]
     for spec, derived in specs:
         report.results.extend(_check(cluster, dp, spec, derived))
