@@ -348,3 +348,12 @@ def test_what_must_stay_closed_is_checked_too_the_cilium_deny_policy_included():
     assert [r.name for r in check_fit(aws_model, _without(aws, "NetworkPolicy", "training-egress")).flows.failed] == [flow]
     gcp_model, gcp = _stack("gcp-prod")
     assert (flow, "TCP") not in _flows(check_fit(gcp_model, gcp)), "GKE's training pods need the metadata server"
+
+
+def test_a_policy_with_an_address_that_is_no_cidr_is_a_render_problem_not_a_traceback():
+    need_charts()
+    model, releases = _stack("aws-prod")
+    bad = copy.deepcopy(PIPELINES_LOCKDOWN)
+    bad["spec"]["ingress"] = [{"from": [{"ipBlock": {"cidr": "10.0.0.300/8"}}]}]
+    report = check_fit(model, _plant(releases, bad))
+    assert any("a network policy cannot be read" in p.reason for p in report.by_check("render"))

@@ -1048,7 +1048,12 @@ class _Checker:
     def flows(self) -> Optional[FlowReport]:
         """The platform's connections against the rendered network policies (fit/flows.py): a flow they
         deny, or one whose ends cannot be found in the render, is a problem naming the flow and the policy."""
-        report = check_flows(self.model.network, self.releases, self.templates, cloud=self.model.cloud)
+        try:
+            report = check_flows(self.model.network, self.releases, self.templates, cloud=self.model.cloud)
+        except (ValueError, TypeError) as exc:  # an address or port no API server would accept
+            self.problem("render", "?", "NetworkPolicy", f"a network policy cannot be read: {exc}",
+                         "use valid CIDRs and ports (the API server refuses the policy as it is)")
+            return None
         if report is None:
             return None
         fixes = {
