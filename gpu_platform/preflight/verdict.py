@@ -63,9 +63,15 @@ def fit_section(result: Any) -> dict[str, Any]:
     report = result.report
     problems = sorted(({"check": p.check, "release": p.release, "object": p.object, "reason": p.reason, "fix": p.fix}
                        for p in report.problems), key=lambda p: (p["check"], p["release"], p["object"], p["reason"]))
+    flows = getattr(report, "flows", None)
     return {"verdict": "fail" if problems else "pass", "releases": report.releases, "pods": report.pods,
             "problems": problems,
-            "notRendered": sorted(f"{r.name} ({r.chart} {r.version})" for r in result.not_rendered)}
+            "notRendered": sorted(f"{r.name} ({r.chart} {r.version})" for r in result.not_rendered),
+            # the platform's connections (fit/flows.py); every detail in fit.json
+            "flows": None if flows is None else {
+                "dataplane": flows.dataplane, "checked": len(flows.results),
+                "failed": [{"name": r.name, "verdict": r.verdict, "expected": r.expected, "policies": r.policies}
+                           for r in flows.failed]}}
 
 
 def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:

@@ -108,6 +108,7 @@ def prepare_controllers(releases: list[Any], not_rehearsed: list[str]):
     """The platform's controllers among the rendered releases, the webhook serving CA and certificate
     folder; a controller that cannot run here is marked not-built and listed in `not_rehearsed`."""
     controllers = ctlmod.find_controllers(releases)
+    not_rehearsed.extend(ctlmod.not_run(releases))
     for ctl in controllers:
         if not ctl.built:
             ctl.status = "not-built"

@@ -13,6 +13,9 @@
   targetPort -> container port) is one the control plane may open on nodes.
 - queue-fit: each Kueue flavor's nominal quota fits its nodes at maximum size, and every job the queue
   may admit to a flavor fits there (each pod on one node, all pods at maximum size).
+- flows: every connection the platform needs (notebook to Pipelines, hub to the API server, the API
+  server to each webhook, Prometheus to each target, ...) is allowed by the rendered NetworkPolicies
+  and Cilium policies, with the semantics of the stack's CNI (gpu_platform.preflight.fit.flows).
 
 Semantics follow the Kubernetes docs/sources named at each function. Pure functions; no I/O.
 """
@@ -31,13 +34,14 @@ from gpu_platform.preflight.fit.selectors import label_selector_matches, match_e
 from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, manager_excluded_prefixes, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.render import CLUSTER_SCOPED_KINDS
+from gpu_platform.preflight.fit.flows import FlowReport, check_flows
 from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
     GPU, INSTALL_HOOKS, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
     parse_amounts, pod_templates,
 )
 
-CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "render")
+CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "flows", "render")
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 PSS_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
@@ -91,6 +95,8 @@ class FitReport:
     queue: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Per pod template alone on the cluster: outcome (runs | not-admitted | unschedulable), flavor, groups
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The platform's connections checked against the network policies (None: no network model)
+    flows: Optional[FlowReport] = None
 
     @property
     def ok(self) -> bool:
@@ -102,7 +108,8 @@ class FitReport:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "releases": self.releases, "pods": self.pods,
                 "problems": [asdict(p) for p in self.problems], "placements": [asdict(p) for p in self.placements],
-                "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue}
+                "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue,
+                "flows": None if self.flows is None else self.flows.to_json()}
 
     def render(self, verbose: bool = False) -> str:
         lines = [f"Cluster fit: {self.releases} releases, {self.pods} pods, "
@@ -127,9 +134,22 @@ class FitReport:
             lines.append(f"      fix: {p.fix}")
         if len(shown) < len(self.problems):
             lines.append(f"  ... {len(self.problems) - len(shown)} more (--verbose or fit.json)")
+        if verbose and self.flows is not None:
+            lines += self.flows_lines()
         if verbose:
             lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def flows_lines(self) -> list[str]:
+        f = self.flows
+        assert f is not None
+        lines = [f"  flows: {len(f.results)} checked on {f.dataplane}, "
+                 f"{'each as the platform needs' if not f.failed else f'{len(f.failed)} not as the platform needs'}"]
+        for r in f.results:
+            mark = "ok  " if r.verdict == r.expected else r.verdict.upper()
+            lines.append(f"    {mark} {r.line()}" + (" (kept closed)" if r.expected == "denied" and r.verdict == "denied" else ""))
+        lines += [f"    note: {n}" for n in f.notes]
+        return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -972,11 +992,13 @@ class _Checker:
         self.ordering()
         self.reachable()
         self.scrape()
+        flows = self.flows()
         self.guarded(self.queue_fit, "Kueue quotas")
         queue = {k: {"admitted": v.admitted, "reason": v.reason,
                      "flavors": {ps.podset: ps.flavors for ps in v.podsets}} for k, v in self.verdicts.items() if v is not None}
         report = FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count, queue)
         report.verdicts = self.pod_verdicts(pods)
+        report.flows = flows
         return report
 
     def pod_verdicts(self, pods: list[_Pod]) -> dict[str, dict[str, Any]]:
@@ -1021,6 +1043,35 @@ class _Checker:
         objects = [(rel.name, obj) for rel in self.releases for obj in rel.objects if isinstance(obj, dict)]
         for f in scrape_findings(objects):
             self.problem("scrape", f.release, f.object, f.reason, f.fix)
+
+    # --- flows -------------------------------------------------------------------------------
+    def flows(self) -> Optional[FlowReport]:
+        """The platform's connections against the rendered network policies (fit/flows.py): a flow they
+        deny, or one whose ends cannot be found in the render, is a problem naming the flow and the policy."""
+        try:
+            report = check_flows(self.model.network, self.releases, self.templates, cloud=self.model.cloud)
+        except (ValueError, TypeError) as exc:  # an address or port no API server would accept
+            self.problem("render", "?", "NetworkPolicy", f"a network policy cannot be read: {exc}",
+                         "use valid CIDRs and ports (the API server refuses the policy as it is)")
+            return None
+        if report is None:
+            return None
+        fixes = {
+            "denied": "allow it in the policy that isolates that side (or the chart value that renders it): on "
+                      "Cilium select pods with podSelector/namespaceSelector, not ipBlock",
+            "unresolved": "render what the flow names (the Service, its port, the pods it selects), or fix the "
+                          "labels that should connect them",
+            "not-evaluated": "express the policy with the fields the check evaluates (netpol.py), or check this "
+                             "flow by hand on a cluster",
+            "allowed": "restore the policy (or chart value) that keeps it closed",
+        }
+        for r in report.failed:
+            self.problem("flows", ", ".join(r.releases) or "?", ", ".join(r.policies) or f"flow {r.name}",
+                         f"flow '{r.name}' ({r.source} -> {r.destination}"
+                         f"{'' if r.port is None else f':{r.port}/{r.protocol}'}) is {r.verdict.replace('-', ' ')}"
+                         f"{', but must not be' if r.expected == 'denied' else ''}: "
+                         f"{r.reason}. Needed because: {r.why}", fixes[r.verdict])
+        return report
 
     # --- packing -----------------------------------------------------------------------------
     def pack(self, daemonsets: list[tuple[_Pod, list[NodeGroup]]], pods: list[_Pod]):

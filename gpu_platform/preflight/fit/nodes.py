@@ -41,7 +41,7 @@ import yaml
 from gpu_platform.components.capacity import Allocatable, CapacityError, allocatable
 from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
 from gpu_platform.components.linode.render import ROLE_LABEL  # the system pools' label (GKE and EKS set the same key)
-from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
+from gpu_platform.preflight.fit.model import ClusterModel, NetworkModel, NodeGroup
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -414,6 +414,105 @@ def _eks_ports(plan: "Plan", notes: list[str]) -> Optional[frozenset[int]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Network: what enforces NetworkPolicies, where pods, nodes and the API server live
+# ---------------------------------------------------------------------------------------------
+
+# The private IPv4 ranges (RFC 1918): where an existing VPC of unknown CIDR lies.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+# kubeadm's API server port on the Linode control planes (components/linode/render.py localAPIEndpoint).
+KUBEADM_API_PORT = 6443
+
+
+def _linode_network(cfg: "StackConfig") -> NetworkModel:
+    """Pods get addresses from linode.podCidr (Cilium's cluster-pool IPAM or Calico's pool), nodes and the
+    control planes from the VPC subnet; the API server is a static pod on the control-plane nodes (host
+    network), reached at their VPC address on 6443 (the kubeadm advertiseAddress)."""
+    section = cfg.linode
+    cni = section.cni
+    return NetworkModel(
+        dataplane=cni, description=f"{'Cilium' if cni == 'cilium' else 'Calico'} (linode.cni), installed by the "
+                                   "program's own chart (rendered)",
+        pod_cidrs=(section.pod_cidr,), node_cidrs=(section.subnet_cidr,), apiserver_cidrs=(section.subnet_cidr,),
+        apiserver_port=KUBEADM_API_PORT, apiserver_on_nodes=True)
+
+
+def _gke_network(cfg: "StackConfig", plan: "Plan") -> NetworkModel:
+    """GKE Dataplane V2 (datapathProvider ADVANCED_DATAPATH) enforces NetworkPolicies with Cilium (GKE "About
+    GKE Dataplane V2": "GKE Dataplane V2 is implemented using Cilium"); the legacy datapath with the
+    networkPolicy add-on enforces them with Calico. A private cluster's pods reach the control plane at its
+    private endpoint in the master CIDR (outside the cluster's nodes); otherwise at a public address."""
+    cluster = plan.by_type("gcp:container/cluster:Cluster")
+    inputs = cluster[0].plain_inputs if cluster else {}
+    section = cfg.gcp
+    if inputs.get("datapathProvider") == "ADVANCED_DATAPATH":
+        dataplane, desc = "gke-dataplane-v2", "GKE Dataplane V2 (datapathProvider ADVANCED_DATAPATH)"
+    elif (inputs.get("networkPolicy") or {}).get("enabled"):
+        dataplane, desc = "calico", "GKE's legacy datapath with the networkPolicy add-on: Calico"
+    else:
+        dataplane, desc = "none", "GKE's legacy datapath without the networkPolicy add-on: NetworkPolicies are not enforced"
+    pcc = inputs.get("privateClusterConfig") or {}
+    master = pcc.get("masterIpv4CidrBlock") if pcc.get("enablePrivateNodes") else None
+    return NetworkModel(dataplane=dataplane, description=desc, pod_cidrs=(section.pods_cidr,),
+                        node_cidrs=(section.network_cidr,), apiserver_cidrs=(master,) if master else PUBLIC_RANGES,
+                        apiserver_port=443, apiserver_on_nodes=False)
+
+
+def _eks_network(cfg: "StackConfig", plan: "Plan") -> NetworkModel:
+    """The VPC CNI gives pods addresses of the VPC's subnets, like the nodes; the EKS control plane's ENIs sit
+    in the same subnets (not nodes). NetworkPolicies are enforced by the VPC CNI's network policy agent when
+    its add-on configuration sets enableNetworkPolicy (EKS "Limit pod traffic with Kubernetes network
+    policies"); it matches ipBlock against any address, pods' included (upstream semantics)."""
+    enforced = False
+    for addon in plan.by_type("aws:eks/addon:Addon"):
+        if addon.plain_inputs.get("addonName") != "vpc-cni":
+            continue
+        try:
+            values = yaml.load(str(addon.plain_inputs.get("configurationValues") or "{}"), Loader=_Loader) or {}
+        except yaml.YAMLError:
+            values = {}
+        enforced = isinstance(values, dict) and str(values.get("enableNetworkPolicy", "")).lower() == "true"
+    section = cfg.aws
+    vpc = (section.effective_vpc_cidr,) if section.new_vpc else PRIVATE_RANGES
+    return NetworkModel(
+        dataplane="aws-vpc-cni" if enforced else "none",
+        description=("the VPC CNI's network policy agent (vpc-cni add-on, enableNetworkPolicy)" if enforced else
+                     "the vpc-cni add-on without enableNetworkPolicy: NetworkPolicies are not enforced"),
+        pod_cidrs=vpc, node_cidrs=vpc, apiserver_cidrs=vpc, apiserver_port=443, apiserver_on_nodes=False)
+
+
+def _public_ranges() -> tuple[str, ...]:
+    """Every IPv4 address outside the private, shared, link-local, loopback, multicast and reserved ranges:
+    where an address on the internet (a bucket's endpoint, a public API endpoint) may be."""
+    special = [ipaddress.ip_network(n) for n in (*PRIVATE_RANGES, "0.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8",
+                                                 "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4")]
+    out = [ipaddress.ip_network("0.0.0.0/0")]
+    for sp in special:
+        nxt = []
+        for n in out:
+            if n.subnet_of(sp):
+                continue
+            nxt.extend(n.address_exclude(sp) if sp.subnet_of(n) else [n])
+        out = nxt
+    return tuple(str(n) for n in sorted(out))
+
+
+PUBLIC_RANGES = _public_ranges()
+
+
+def network_model(cfg: "StackConfig", plan: "Plan") -> Optional[NetworkModel]:
+    """None where the config has no section for its cloud (a model built for a test of the nodes alone)."""
+    if getattr(cfg, cfg.cloud, None) is None:
+        return None
+    if cfg.cloud == "linode":
+        return _linode_network(cfg)
+    if cfg.cloud == "gcp":
+        return _gke_network(cfg, plan)
+    if cfg.cloud == "aws":
+        return _eks_network(cfg, plan)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
 
@@ -450,4 +549,5 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
         notes.append(f"{g.key}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
                      f"allocatable per node {g.allocatable}")
     return ClusterModel(cloud=cfg.cloud, kubernetes_version=cfg.kubernetes_version, node_groups=groups,
-                        control_plane_ports=ports, notes=notes, extended_resource_toleration=ert)
+                        control_plane_ports=ports, notes=notes, extended_resource_toleration=ert,
+                        network=network_model(cfg, plan))
