@@ -21,7 +21,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic.alias_generators import to_camel
 
 NAMESPACE = "gpu-platform"
-CLOUDS = ("linode", "gcp", "aws")
+CLOUDS = ("linode", "gcp", "aws", "kubernetes")
 CAPACITIES = ("spot", "preemptible", "on-demand")
 
 
@@ -251,6 +251,34 @@ def _kubernetes_minor(value: str) -> str:
                          f"lists: {', '.join(repr(m) for m in known)}; which of them a cloud accepts today depends "
                          "on its support dates")
     return value
+
+
+# The most a priceOverrides entry may say one node costs per hour. The catalog's dearest node is about
+# $88/hour (gcp/a3-highgpu-8g on-demand, gpu_platform/costs/catalog/gcp.yaml): ten times that is still a
+# price, anything above is a typo, and 1e306 overflows the estimate's monthly sums to infinity, which
+# the Pulumi runtime cannot serialize (a traceback instead of a config error).
+MAX_PRICE_OVERRIDE_USD_PER_HOUR = 1000.0
+
+
+_PRICE_ALLOWED = (f"a number of USD per node-hour, above 0 and at most {MAX_PRICE_OVERRIDE_USD_PER_HOUR:,.0f}, written "
+                  "without quotes (such as 0.42)")
+
+
+def _usd_per_hour_text(value: Any) -> Any:
+    """A number as YAML writes it (2 or 0.42), never text: "0.1" would pass here and be refused later by
+    the policy pack, whose check sees the raw stack value."""
+    if isinstance(value, str):
+        raise ValueError(f"{_PRICE_ALLOWED}; not text")
+    return value
+
+
+def _usd_per_hour_range(value: float) -> float:
+    if not 0 < value <= MAX_PRICE_OVERRIDE_USD_PER_HOUR:
+        raise ValueError(f"{_PRICE_ALLOWED}; the catalog's dearest node costs about $88/hour")
+    return value
+
+
+UsdPerHour = Annotated[float, BeforeValidator(_usd_per_hour_text), AfterValidator(_usd_per_hour_range)]
 
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
