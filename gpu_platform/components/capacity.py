@@ -165,6 +165,23 @@ def _linode(vcpus: int, memory: int, gpus: int) -> Allocatable:
 
 
 # ---------------------------------------------------------------------------------------------
+# A cluster the stack does not create (cloud kubernetes): what the stack file states
+# ---------------------------------------------------------------------------------------------
+
+
+def _own_node(vcpus: int, memory: int, gpus: int, stated: "Optional[dict]") -> Allocatable:
+    """A node type of the stack's own (kubernetes.nodeTypes): its `allocatable` as the stack file copies it from
+    `kubectl get node`, or, not given, the kubelet's defaults: no kube/system reservation, the hard eviction
+    threshold memory.available 100Mi, maxPods 110 (KubeletConfiguration v1beta1 defaults; an upper bound, and the
+    config warns so)."""
+    if stated:
+        return Allocatable(cpu_millis(stated["cpu"]), memory_bytes(stated["memory"]), gpus,
+                           int(stated.get("pods", KUBELET_DEFAULT_MAX_PODS)))
+    return Allocatable(vcpus * 1000, memory - memory_bytes(KUBELET_DEFAULT_EVICTION_MEMORY), gpus,
+                       KUBELET_DEFAULT_MAX_PODS)
+
+
+# ---------------------------------------------------------------------------------------------
 # The entry point
 # ---------------------------------------------------------------------------------------------
 
@@ -181,8 +198,12 @@ def allocatable(cloud: str, instance_type: str, catalog: Optional["Catalog"] = N
         catalog = load_catalog()
     itype = catalog.instance(cloud, instance_type)
     if itype is None:
+        if cloud == "kubernetes":
+            raise CapacityError(f"kubernetes/{instance_type}: not a node type of the stack (kubernetes.nodeTypes)")
         raise CapacityError(f"{cloud}/{instance_type}: not in the price catalog (gpu_platform/costs/catalog/{cloud}.yaml)")
     memory = int(Decimal(str(itype.memory_gib)) * GI)
+    if cloud == "kubernetes":
+        return _own_node(itype.vcpus, memory, itype.gpus, itype.allocatable)
     if cloud == "gcp":
         cpu = itype.vcpus * 1000 - tiered_cpu_reserved_millis(itype.vcpus)
         mem = memory - gke_memory_reserved_bytes(memory) - GKE_EVICTION_MEMORY
@@ -194,7 +215,7 @@ def allocatable(cloud: str, instance_type: str, catalog: Optional["Catalog"] = N
         return Allocatable(cpu, mem, itype.gpus, pods)
     if cloud == "linode":
         return _linode(itype.vcpus, memory, itype.gpus)
-    raise CapacityError(f"no allocatable formula for cloud {cloud!r} (linode, gcp, aws)")
+    raise CapacityError(f"no allocatable formula for cloud {cloud!r} (linode, gcp, aws, kubernetes)")
 
 
 def scale(a: Allocatable, nodes: int) -> Allocatable:

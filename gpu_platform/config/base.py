@@ -57,6 +57,11 @@ MISSING = object()
 # Stands in for a secret value in messages: neither its plaintext nor its ciphertext is shown.
 SECRET = object()
 
+# What preflight hands the program for a `secure:` value it cannot decrypt, and for a run-time credential CI
+# supplies (gpu_platform/preflight/runner.py): always a secret, never a usable value. A component that reads a
+# credential's content (the kubeconfig of cloud kubernetes) plans without looking inside it.
+UNDECRYPTABLE = "preflight-cannot-decrypt-secure-value"
+
 
 def _holds_secure(value: Any, depth: int = 0) -> bool:
     """A `secure:` mapping anywhere in `value` (a secret written where no secret belongs, perhaps beside
@@ -368,6 +373,8 @@ _TAG_RULES = {
     "aws": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 256, str),
     # Linode tags are one "key:value" string of 3 to 50 characters (Cloud Manager's tag validation).
     "linode": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 50, str),
+    # cloud kubernetes: JSON in the node-groups ConfigMap (components/kubernetes), kept to the AWS rule's characters.
+    "kubernetes": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 256, str),
 }
 
 
