@@ -346,7 +346,7 @@ def test_the_config_package_is_built_bottom_up():
 def test_the_cluster_contract_needs_only_the_stack_model():
     """components/cluster.py (ClusterHandle) imports the StackConfig model, not the loader and its checks."""
     reach = _closure(import_graph())[f"{PACKAGE}.components.cluster"]
-    model = {f"{PACKAGE}.config.{m}" for m in ("model", "base", "aws", "gcp", "linode", "platform", "approvals",
+    model = {f"{PACKAGE}.config.{m}" for m in ("model", "base", "aws", "gcp", "linode", "kubernetes", "platform", "approvals",
                                               "bucket_lifecycle")}
     assert {m for m in reach if m.startswith(f"{PACKAGE}.config.")} <= model, sorted(reach)
 

@@ -131,6 +131,13 @@ class StackConfig(Model):
     def cloud_section(self) -> Any:
         return getattr(self, self.cloud)
 
+    def stack_catalog(self) -> Any:
+        """The catalog this stack's instance types are sized and priced from (gpu_platform.config.derived.stack_catalog):
+        the price catalog with priceOverrides, or on cloud kubernetes the stack's own node types."""
+        from gpu_platform.config.derived import stack_catalog
+
+        return stack_catalog(self)
+
     def catalog_overrides(self) -> dict[str, dict[str, float]]:
         """price_overrides in the catalog's form: {"<cloud>/<type>": {"onDemand": ..}}."""
         out: dict[str, dict[str, float]] = {}

@@ -403,6 +403,8 @@ def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape) -> tuple[str, li
 def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate:
     """The monthly cost estimate of a stack. Accepts a StackShape or anything StackShape.from_config reads."""
     shape = stack_cfg_like if isinstance(stack_cfg_like, StackShape) else StackShape.from_config(stack_cfg_like)
+    if catalog is None and shape.cloud == "kubernetes" and callable(getattr(stack_cfg_like, "stack_catalog", None)):
+        catalog = stack_cfg_like.stack_catalog()  # a StackConfig knows its own node types
     if shape.cloud not in ("linode", "gcp", "aws", "kubernetes"):
         raise EstimateError(f"cloud must be linode, gcp, aws or kubernetes, not {shape.cloud!r}")
     if shape.cloud == "kubernetes" and catalog is None:
@@ -633,7 +635,7 @@ def _unpriced_estimate(shape: StackShape, catalog: Catalog, unpriced: list[str])
             models.append(t.gpu_model)
     return Estimate(name=shape.name or "kubernetes-stack", cloud="kubernetes", region=shape.region, lines=(),
                     idle_monthly_usd=0.0, full_monthly_usd=0.0, idle_gpus=idle_gpus, full_gpus=full_gpus,
-                    not_modelled=tuple(_own_cluster_storage(shape)) + OWN_CLUSTER_NOT_MODELLED,
+                    not_modelled=tuple(_own_cluster_storage(shape)) + tuple(shape.extra_not_modelled) + OWN_CLUSTER_NOT_MODELLED,
                     gpu_models=tuple(models), capacities=tuple(dict.fromkeys(p.capacity for p in shape.gpu_pools)),
                     expected_utilization=shape.expected_utilization, unpriced=tuple(unpriced))
 
