@@ -135,6 +135,7 @@ def test_the_example_stack_is_valid_and_warns_of_nothing():
     (lambda: config(kubernetes=None), "gpu-platform:kubernetes", "required when cloud is kubernetes"),
     (lambda: config(kubernetesVersion=None), "gpu-platform:kubernetesVersion", "the minor your cluster runs"),
     (lambda: config(adminCidrs=["203.0.113.0/24"]), "gpu-platform:adminCidrs", "empty on cloud kubernetes"),
+    (lambda: config(alertEmails=[]), "gpu-platform:alertEmails", "at least one address on cloud kubernetes"),
     (lambda: config(priceOverrides={"dgx-a100-4x": {"onDemand": 5}}), "gpu-platform:priceOverrides.dgx-a100-4x",
      "kubernetes.nodeTypes.<type>.usdPerHour"),
     (lambda: config(checkpointBucket={"onDestroy": "delete"}), "gpu-platform:checkpointBucket.onDestroy",
@@ -163,7 +164,7 @@ def test_the_example_stack_is_valid_and_warns_of_nothing():
      "gpu-platform:kubernetes.checkpointStore.endpoint", "https"),
     (lambda: config(kubernetes=section(clusterName="On Prem")), "gpu-platform:kubernetes.clusterName", "DNS-1123"),
 ], ids=["pool-type-without-gpus", "gpus-without-model", "catalog-and-own", "unknown-catalog-type", "no-device-plugin-choice",
-        "no-storage-class", "no-section", "no-version", "admin-cidrs", "price-overrides", "delete-bucket", "preemptible",
+        "no-storage-class", "no-section", "no-version", "admin-cidrs", "no-alert-emails", "price-overrides", "delete-bucket", "preemptible",
         "some-prices", "unknown-pool", "gpu-taint-again", "gpu-system-pool", "allocatable-above-capacity",
         "allocatable-not-a-quantity", "http-endpoint", "cluster-name"])
 def test_a_mistake_names_the_key_the_file_and_what_is_allowed(change, key, allowed):

@@ -43,6 +43,11 @@ def _unused_keys(cfg: "StackConfig") -> list[ConfigIssue]:
         issues.append(ConfigIssue(f"priceOverrides.{first}", first,
                                   "no priceOverrides on cloud kubernetes: a node type's price is its "
                                   f"kubernetes.nodeTypes.<type>.usdPerHour {{onDemand, spot}}"))
+    if not cfg.alert_emails:
+        issues.append(ConfigIssue("alertEmails", [],
+                                  "at least one address on cloud kubernetes: the program has no billing API of the "
+                                  "cluster's owner to use, so Alertmanager's alerts (GPU spend run rate, idle GPUs), "
+                                  "mailed to alertEmails, are the only ones; the policy pack requires them too"))
     if cfg.checkpoint_bucket.on_destroy != "retain":
         issues.append(ConfigIssue("checkpointBucket.onDestroy", cfg.checkpoint_bucket.on_destroy,
                                   "retain on cloud kubernetes: the checkpoint store (kubernetes.checkpointStore) is yours; "
