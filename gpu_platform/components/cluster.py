@@ -181,10 +181,9 @@ def common_labels(cfg: "StackConfig") -> dict[str, str]:
 
 
 def gpu_pool_specs(cfg: "StackConfig", extra_labels: Optional[Mapping[str, Mapping[str, str]]] = None) -> list[GpuPoolSpec]:
-    """GpuPoolSpecs from the config and the catalog (GPUs per node, GPU model)."""
-    from gpu_platform.costs.catalog import load_catalog
-
-    catalog = load_catalog()
+    """GpuPoolSpecs from the config and the catalog (GPUs per node, GPU model): the stack's catalog, which on cloud
+    kubernetes holds its own node types (that cloud's component adds taints and zones: components/kubernetes)."""
+    catalog = cfg.stack_catalog()
     specs = []
     for pool in cfg.gpu_pools:
         itype = catalog.instance(cfg.cloud, pool.instance_type)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpu_platform.config.aws import AwsPool
+from gpu_platform.config.catalog import stack_catalog  # noqa: F401 (re-exported: the components import it from here)
 from gpu_platform.config.gcp import PRODUCTION_ENVIRONMENTS, GcpSection, pool_zones
 
 if TYPE_CHECKING:
@@ -43,18 +44,3 @@ def gpu_pool_zone_map(cfg: "StackConfig", catalog: "Catalog") -> dict[str, list[
     section: GcpSection = cfg.gcp  # type: ignore[assignment]
     return {p.name: pool_zones(section, catalog.instance("gcp", p.instance_type)) for p in cfg.gpu_pools}
 
-
-def stack_catalog(cfg: "StackConfig") -> "Catalog":
-    """The catalog the stack's instance types are sized and priced from: the price catalog with the stack's
-    priceOverrides; on cloud kubernetes, the price catalog plus the stack's own node types (kubernetes.nodeTypes,
-    priced by their usdPerHour only, dated today: the stack file is their source)."""
-    from gpu_platform.config.kubernetes import node_type_instances
-    from gpu_platform.costs.catalog import OWN_NODES, load_catalog
-    from gpu_platform.data.versions_calendar import today
-
-    if cfg.cloud == OWN_NODES:
-        base = load_catalog()
-        section = cfg.kubernetes
-        own = node_type_instances(section, base, today().isoformat()) if section is not None else {}
-        return base.with_instances(OWN_NODES, own)
-    return load_catalog(cfg.catalog_overrides() or None)

@@ -134,7 +134,7 @@ class StackConfig(Model):
     def stack_catalog(self) -> Any:
         """The catalog this stack's instance types are sized and priced from (gpu_platform.config.derived.stack_catalog):
         the price catalog with priceOverrides, or on cloud kubernetes the stack's own node types."""
-        from gpu_platform.config.derived import stack_catalog
+        from gpu_platform.config.catalog import stack_catalog
 
         return stack_catalog(self)
 
