@@ -20,7 +20,7 @@ from gpu_platform.config.kubernetes import (
 )
 from gpu_platform.config.stack import config_warnings, parse_config
 from gpu_platform.preflight.runner import (
-    SECRET_SIG, SIG_KEY, Plan, ProgramError, StackInput, run_program, stack_input_from_mapping,
+    SECRET_SIG, SIG_KEY, Plan, ProgramError, run_program, stack_input_from_mapping,
 )
 from tests.conftest import plan_stack, stack_config
 

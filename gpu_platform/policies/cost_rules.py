@@ -354,7 +354,7 @@ def stack_estimates(nodes: list[Node]) -> list:
 
 
 def _validate_monthly_cost(args, report_violation) -> None:
-    from gpu_platform.costs.estimator import EstimateError, estimate
+    from gpu_platform.costs.estimator import EstimateError
 
     limit = float(_config(args, "maxMonthlyUsd", DEFAULT_MAX_MONTHLY_USD))
     for problem in override_problems(float(_config(args, "minOverrideRatio", DEFAULT_MIN_OVERRIDE_RATIO))):

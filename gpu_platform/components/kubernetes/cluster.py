@@ -21,7 +21,7 @@ last. What it registers:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
@@ -159,7 +159,6 @@ class ExistingClusterArgs:
     pools: list[GpuPoolSpec]
     node_groups: dict[str, Any]
     stack_file: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: "StackConfig") -> "ExistingClusterArgs":
