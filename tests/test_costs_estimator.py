@@ -130,12 +130,12 @@ def test_every_shipped_stack_file_can_be_estimated():
     stacks = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
     if not stacks:
         pytest.skip("no stack files shipped yet")
-    cat = load_catalog()
     for path in stacks:
         raw = yaml.safe_load(path.read_text())["config"]
         # structural model only: the semantic checks belong to other areas and are tested there
         cfg = config_mod.StackConfig.model_validate(
             {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("gpu-platform:")})
+        cat = cfg.stack_catalog()  # the price catalog, or a kubernetes stack's own node types
         est = estimate(cfg)
         gpus = sum(cat.instance(cfg.cloud, p.instance_type).gpus * p.max_nodes for p in cfg.gpu_pools)
         assert est.full_gpus == gpus and est.full_monthly_usd >= est.idle_monthly_usd > 0, path.name

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import pulumi_kubernetes as k8s
 
     from gpu_platform.config.model import StackConfig
+    from gpu_platform.costs.catalog import Catalog
 
 # Namespace and service account that training jobs run as; cloud IAM is bound to this identity
 # (GKE Workload Identity, EKS IRSA), so both sides must agree on the names.
@@ -115,12 +116,13 @@ class SystemPoolSpec:
 class CheckpointStore:
     """Where training writes checkpoints and how a pod in the training namespace reaches it.
 
-    url: bucket URL (s3://…, gs://…). service_account_annotations: put on the training service
-    account (IRSA role ARN, GKE Workload Identity). env: plain environment for pods (endpoint,
+    url: bucket URL (s3://…, gs://…); None where the cluster has no checkpoint store (cloud kubernetes without
+    kubernetes.checkpointStore: pods get no CHECKPOINT_URL). service_account_annotations: put on the training
+    service account (IRSA role ARN, GKE Workload Identity). env: plain environment for pods (endpoint,
     region). credentials: secret environment (e.g. S3 keys on Linode), None where identity-based.
     """
 
-    url: pulumi.Output[str]
+    url: Optional[pulumi.Input[str]]
     service_account_annotations: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     credentials: Optional[pulumi.Output[Mapping[str, str]]] = None
@@ -147,6 +149,12 @@ class ClusterHandle:
     alert_rules: Sequence[Mapping[str, Any]] = ()
     # The system (CPU) pool: the job queue gives CPU-only work a flavor there. None: not known.
     system_pool: Optional[SystemPoolSpec] = None
+    # Where the pools' instance types are sized and priced: the stack's own node types on a cluster the stack does
+    # not create (cloud kubernetes, with their prices or none). None: the price catalog (with priceOverrides).
+    catalog: Optional["Catalog"] = None
+    # Minutes from a scale-up to a schedulable GPU node, where the stack states it (cloud kubernetes); None: the
+    # cloud's figure (gpu_platform/costs/node_boot.py).
+    node_boot_minutes: Optional[float] = None
 
     @property
     def max_gpus(self) -> int:
@@ -173,10 +181,9 @@ def common_labels(cfg: "StackConfig") -> dict[str, str]:
 
 
 def gpu_pool_specs(cfg: "StackConfig", extra_labels: Optional[Mapping[str, Mapping[str, str]]] = None) -> list[GpuPoolSpec]:
-    """GpuPoolSpecs from the config and the catalog (GPUs per node, GPU model)."""
-    from gpu_platform.costs.catalog import load_catalog
-
-    catalog = load_catalog()
+    """GpuPoolSpecs from the config and the catalog (GPUs per node, GPU model): the stack's catalog, which on cloud
+    kubernetes holds its own node types (that cloud's component adds taints and zones: components/kubernetes)."""
+    catalog = cfg.stack_catalog()
     specs = []
     for pool in cfg.gpu_pools:
         itype = catalog.instance(cfg.cloud, pool.instance_type)

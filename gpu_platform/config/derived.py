@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpu_platform.config.aws import AwsPool
+from gpu_platform.config.catalog import stack_catalog  # noqa: F401 (re-exported: the components import it from here)
 from gpu_platform.config.gcp import PRODUCTION_ENVIRONMENTS, GcpSection, pool_zones
 
 if TYPE_CHECKING:
@@ -42,3 +43,4 @@ def gpu_pool_zone_map(cfg: "StackConfig", catalog: "Catalog") -> dict[str, list[
     """Pool name -> the zones its nodes run in (see pool_zones)."""
     section: GcpSection = cfg.gcp  # type: ignore[assignment]
     return {p.name: pool_zones(section, catalog.instance("gcp", p.instance_type)) for p in cfg.gpu_pools}
+

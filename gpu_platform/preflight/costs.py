@@ -214,20 +214,25 @@ class CostReport:
         self._sent = False
 
     def report(self, releases: Optional[list[Any]] = None) -> str:
+        from gpu_platform.config.derived import stack_catalog
         from gpu_platform.costs import report
-        from gpu_platform.costs.catalog import load_catalog
         from gpu_platform.costs.estimator import estimate
 
-        catalog = load_catalog(self.cfg.catalog_overrides() or None)
+        catalog = stack_catalog(self.cfg)
         shape = stack_shape(self.cfg, self.plan, releases, self.today)
         self.estimate = estimate(shape, catalog)
         autoscaled = [p for p in shape.gpu_pools if p.max_nodes > p.min_nodes]
-        if autoscaled:
+        if not self.estimate.priced:
+            self.overhead = report.Overhead(1.0, "not simulated: the stack has no node prices")
+        elif autoscaled:
             # the pool with the most GPUs at full size sets the overhead of the stack's curve
             pool = max(autoscaled, key=lambda p: catalog.instance(shape.cloud, p.instance_type).gpus * p.max_nodes)
             # The stack's scaleDownGraceMinutes (aws. or linode.; GKE's autoscaler default otherwise).
             down = getattr(self.cfg.cloud_section, "scale_down_grace_minutes", None) or 10.0
-            self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down))
+            # A cluster the stack does not create boots its GPU nodes as the stack says (kubernetes.nodeBootMinutes).
+            boot = getattr(self.cfg.cloud_section, "node_boot_minutes", None)
+            self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down),
+                                                      scale_up_minutes=None if boot is None else float(boot))
         else:
             self.overhead = report.Overhead(1.0, "fixed-size pools: billed all month whatever the use")
         budget = float(self.cfg.monthly_budget_usd)

@@ -34,7 +34,7 @@ namespaceSelector), so the other releases' hook Jobs never wait for Kueue.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
 import yaml
@@ -44,11 +44,13 @@ from gpu_platform.components.cluster import (
     GPU_TAINT, POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec, SystemPoolSpec,
 )
 from gpu_platform.data import platform_versions as versions
-from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
-    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release,
-    k8s_opts, render_namespace,
+    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, boot_minutes,
+    helm_release, k8s_opts, render_namespace,
 )
+
+if TYPE_CHECKING:
+    from gpu_platform.costs.catalog import Catalog
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = "gpu-training"
@@ -138,14 +140,16 @@ def node_share(a: Allocatable) -> PoolCapacity:
 
 
 def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec],
-                    instance_types: Optional[Mapping[str, Sequence[str]]] = None) -> dict[str, PoolCapacity]:
+                    instance_types: Optional[Mapping[str, Sequence[str]]] = None,
+                    catalog: Optional["Catalog"] = None) -> dict[str, PoolCapacity]:
     """Per pool, one node's share for jobs. `instance_types`: every type a node of the pool may be
-    (EKS mixed-instances pools); the smallest decides, since a job may land on any of them."""
+    (EKS mixed-instances pools); the smallest decides, since a job may land on any of them. `catalog`: where the
+    types are (the cluster handle's: a stack's own node types on cloud kubernetes; None: the price catalog)."""
     out: dict[str, PoolCapacity] = {}
     for p in pools:
         types = list((instance_types or {}).get(p.name) or [p.instance_type])
         try:
-            shares = [node_share(allocatable(cloud, t)) for t in types]
+            shares = [node_share(allocatable(cloud, t, catalog)) for t in types]
         except ValueError as e:
             raise ValueError(f"GPU pool {p.name}: {e}") from None
         out[p.name] = PoolCapacity(min(s.cpu_millis for s in shares), min(s.memory_bytes for s in shares),
@@ -153,11 +157,11 @@ def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec],
     return out
 
 
-def system_quota(cloud: str, pool: SystemPoolSpec) -> PoolCapacity:
+def system_quota(cloud: str, pool: SystemPoolSpec, catalog: Optional["Catalog"] = None) -> PoolCapacity:
     """CPU and memory the system flavor may admit: the system pool's allocatable at its maximum size,
     less PLATFORM_SYSTEM_REQUESTS and HEADROOM_PERCENT; zero (never negative) where the platform fills
     the pool. No GPUs: it is the only flavor of the CPU ClusterQueue, where GPU work is never admitted."""
-    a = allocatable(cloud, pool.instance_type, managed_node_group=cloud == "aws")
+    a = allocatable(cloud, pool.instance_type, catalog, managed_node_group=cloud == "aws")
     cpu = (a.cpu_millis * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["cpu_millis"]) * (100 - HEADROOM_PERCENT) // 100
     mem = (a.memory_bytes * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["memory_bytes"]) * (100 - HEADROOM_PERCENT) // 100
     return PoolCapacity(max(0, cpu), max(0, mem) // MI * MI, 0)
@@ -933,11 +937,11 @@ class JobQueue(pulumi.ComponentResource):
         super().__init__("gpu-platform:platform:JobQueue", name, None, opts)
         cluster = args.cluster
         quotas = gpu_quotas(cluster.gpu_pools, args.gpu_quota)
-        capacities = pool_capacities(cluster.cloud, cluster.gpu_pools, args.instance_types)
+        capacities = pool_capacities(cluster.cloud, cluster.gpu_pools, args.instance_types, cluster.catalog)
         ns = apply_object(f"{name}-namespace", render_namespace(KUEUE_NAMESPACE, "restricted"), k8s_opts(cluster, self))
         self.kueue = helm_release(f"{name}-kueue", "kueue", versions.KUEUE, KUEUE_NAMESPACE,
                                   kueue_values(args.pods_ready_timeout_minutes, args.max_requeues,
-                                               node_boot_minutes(cluster.cloud)),
+                                               boot_minutes(cluster)),
                                   k8s_opts(cluster, self, [ns, *args.after]))
         after_kueue = k8s_opts(cluster, self, [self.kueue])
         gpu_flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)
@@ -946,8 +950,8 @@ class JobQueue(pulumi.ComponentResource):
         system = system_fit = None
         self.cpu_cluster_queue = None
         if cluster.system_pool is not None:
-            system = system_quota(cluster.cloud, cluster.system_pool)
-            system_fit = (node_share(allocatable(cluster.cloud, cluster.system_pool.instance_type,
+            system = system_quota(cluster.cloud, cluster.system_pool, cluster.catalog)
+            system_fit = (node_share(allocatable(cluster.cloud, cluster.system_pool.instance_type, cluster.catalog,
                                                  managed_node_group=cluster.cloud == "aws")), system)
             system_flavor = apply_object(f"{name}-flavor-{SYSTEM_FLAVOR}", render_system_flavor(cluster.system_pool),
                                          after_kueue)

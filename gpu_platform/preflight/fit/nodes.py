@@ -59,6 +59,8 @@ _CLOUD_AGENTS = {
     "gcp": "GKE's fluentbit, gke-metadata-server, anetd/Dataplane V2, pdcsi-node, GPU driver installer",
     "aws": "the vpc-cni (aws-node), kube-proxy and EBS CSI node add-ons",
     "linode": "kube-proxy and, unless its chart is rendered, the CNI",
+    "kubernetes": "whatever the cluster runs besides the platform (its CNI, kube-proxy, CSI, the GPU operator, "
+                  "other teams' DaemonSets)",
 }
 
 
@@ -509,7 +511,56 @@ def network_model(cfg: "StackConfig", plan: "Plan") -> Optional[NetworkModel]:
         return _gke_network(cfg, plan)
     if cfg.cloud == "aws":
         return _eks_network(cfg, plan)
-    return None
+    return None  # cloud kubernetes: the cluster's own CNI, which the stack does not name
+
+
+# ---------------------------------------------------------------------------------------------
+# A cluster the stack does not create (cloud kubernetes): the node groups the stack describes
+# ---------------------------------------------------------------------------------------------
+
+
+def _kubernetes_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[NodeGroup]:
+    """From the node-groups ConfigMap the program registers (gpu_platform/components/kubernetes/cluster.py): the
+    labels and taints the stack says the nodes carry, allocatable as stated or the kubelet's defaults. A pool in
+    several zones is one group per zone, its sizes split as config/names.zonal_groups splits an EKS pool (where the
+    nodes really are is the cluster's autoscaler's choice: the split keeps the totals)."""
+    import json
+
+    from gpu_platform.components.kubernetes.cluster import NAMESPACE, NODE_GROUPS, NODE_GROUPS_KEY
+    from gpu_platform.config.derived import stack_catalog
+    from gpu_platform.config.names import zonal_groups
+
+    catalog = stack_catalog(cfg)
+    docs = [cm for cm in plan.by_type("kubernetes:core/v1:ConfigMap")
+            if (cm.plain_inputs.get("metadata") or {}).get("name") == NODE_GROUPS
+            and (cm.plain_inputs.get("metadata") or {}).get("namespace") == NAMESPACE]
+    if len(docs) != 1:
+        raise ModelError(f"kubernetes: {len(docs)} ConfigMaps {NAMESPACE}/{NODE_GROUPS} in the plan, expected one")
+    raw = (docs[0].plain_inputs.get("data") or {}).get(NODE_GROUPS_KEY)
+    if not isinstance(raw, str):
+        raise ModelError(f"{docs[0].name}: {NODE_GROUPS_KEY} is not known at plan time")
+    out = []
+    stated = []
+    for g in json.loads(raw)["nodeGroups"]:
+        itype = g["instanceType"]
+        alloc = allocatable("kubernetes", itype, catalog)
+        if g.get("allocatable"):
+            stated.append(g["name"])
+        labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", **g["labels"]}
+        taints = [dict(t) for t in g["taints"]]
+        zones = g.get("zones") or []
+        for zone, lo, hi in (zonal_groups(int(g["minNodes"]), int(g["maxNodes"]), zones) if zones
+                             else [(None, int(g["minNodes"]), int(g["maxNodes"]))]):
+            out.append(NodeGroup(name=g["name"], role=g["role"], min_nodes=lo, max_nodes=hi,
+                                 labels={**labels, **({ZONE_LABEL: zone} if zone else {})}, taints=taints,
+                                 allocatable=alloc, instance_type=itype, capacity=g["capacity"]))
+    notes.append(f"kubernetes: node groups as the stack describes them (ConfigMap {NAMESPACE}/{NODE_GROUPS}): the nodes "
+                 "must carry these labels and taints (docs/quickstart-kubernetes.md); allocatable "
+                 + (f"as stated for {', '.join(stated)}, " if stated else "")
+                 + "otherwise the kubelet's defaults (no reservation but the 100Mi eviction threshold: an upper bound)")
+    notes.append("kubernetes: whether the control plane reaches webhooks on the nodes is the cluster's own business: "
+                 "assumed it reaches every port; ExtendedResourceToleration assumed off (GPU pods carry their tolerations)")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,6 +583,10 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
             groups = _eks_groups(cfg, plan, notes)
             ports = _eks_ports(plan, notes)
             ert = True
+        elif cfg.cloud == "kubernetes":
+            groups = _kubernetes_groups(cfg, plan, notes)
+            ports = None
+            ert = False
         else:
             raise ModelError(f"unknown cloud {cfg.cloud!r}")
     except CapacityError as exc:
