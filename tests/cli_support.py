@@ -14,19 +14,37 @@ import contextlib
 import io
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Mapping, Optional
 
 
-def preflight_in_process(*args: str, env: Optional[Mapping[str, str]] = None,
+# Modules loaded from these stay loaded: the interpreter's own and its packages (the SDKs), and this package.
+_KEPT = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}) + (
+    str(Path(__file__).resolve().parent.parent / "gpu_platform"),)
+
+
+def _from_another_project(file: Optional[str]) -> bool:
+    return bool(file) and not str(Path(file).resolve()).startswith(_KEPT)
+
+
+def preflight_in_process(*args: str, env: Optional[Mapping[str, Optional[str]]] = None,
                          cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
-    """`gpu-platform-preflight ARGS` as a CompletedProcess (returncode, stdout, stderr), run by main()."""
+    """`gpu-platform-preflight ARGS` as a CompletedProcess (returncode, stdout, stderr), run by main(). `env`
+    sets variables, or unsets those given None. Whatever a run adds to sys.path and sys.modules (`-C DIR` runs
+    another project's program from its folder) is taken away again, so a later test imports what it would in
+    a process of its own."""
     from gpu_platform.preflight.__main__ import main
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_path, saved_modules = list(sys.path), set(sys.modules)
     try:
-        os.environ.update(env or {})
+        for name, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if cwd is not None:
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -38,4 +56,8 @@ def preflight_in_process(*args: str, env: Optional[Mapping[str, str]] = None,
         os.environ.clear()
         os.environ.update(saved_env)
         os.chdir(saved_cwd)
+        sys.path[:] = saved_path
+        for name in set(sys.modules) - saved_modules:
+            if _from_another_project(getattr(sys.modules[name], "__file__", None)):
+                del sys.modules[name]
     return subprocess.CompletedProcess(["gpu-platform-preflight", *args], code, out.getvalue(), err.getvalue())

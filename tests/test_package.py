@@ -288,3 +288,23 @@ def test_without_a_job_preflight_says_no_training_job_was_checked(tmp_path):
     # A job given: it was checked (this one names a runtime the team's platform lacks, so the fit fails).
     job = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
     assert run("--job", str(job), code=3) == []
+
+
+def test_an_in_process_run_of_another_project_leaves_the_test_process_as_it_was(tmp_path, monkeypatch):
+    """tests/cli_support.py: a `-C DIR` run loads the other project's program and its own modules from its folder;
+    afterwards that folder is off sys.path, its modules are unloaded and the environment is as before (a variable
+    given None is unset during the run only)."""
+    project = tmp_path / "team"
+    shutil.copytree(EXAMPLE, project)
+    (project / "team_naming.py").write_text('PREFIX = "team"\n')
+    main_py = project / "__main__.py"
+    main_py.write_text("import team_naming  # noqa: F401  (the team's own module, beside its program)\n"
+                       + main_py.read_text())
+    monkeypatch.setenv("GPU_PLATFORM_PROBE", "kept")
+    path_before = list(sys.path)
+    done = preflight_in_process("-C", str(project), "dev", "--no-policies", "--charts", str(CHARTS),
+                                "--out", str(tmp_path / "out"), "--quiet", env={"GPU_PLATFORM_PROBE": None})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sys.path == path_before
+    assert "team_naming" not in sys.modules
+    assert os.environ["GPU_PLATFORM_PROBE"] == "kept"
