@@ -156,6 +156,33 @@ def node_affinity_matches(affinity: Optional[dict], labels: dict[str, str]) -> b
     return False
 
 
+def _expression_text(expr: dict) -> str:
+    op, values = expr.get("operator"), [str(v) for v in expr.get("values") or []]
+    if op in ("Exists", "DoesNotExist"):
+        return f"{expr.get('key')} {op}"
+    return f"{expr.get('key')} {op} [{', '.join(values)}]"
+
+
+def unmet_node_affinity(affinity: Optional[dict], labels: dict[str, str]) -> Optional[str]:
+    """Why a group's nodes fail the pod's required node affinity, naming the rule: for each term (ORed),
+    the first of its expressions the nodes do not meet and what they carry under that key. None when
+    they meet it."""
+    if node_affinity_matches(affinity, labels):
+        return None
+    req = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    why = []
+    for term in req.get("nodeSelectorTerms") or []:
+        exprs = term.get("matchExpressions") or []
+        failing = next((e for e in exprs if not match_expression(labels, e)), None)
+        if failing is None:
+            why.append("a term with no matchExpressions (matches no node)")
+            continue
+        key = failing.get("key")
+        have = f"{key}={labels[key]}" if key in labels else f"no {key} label"
+        why.append(f"{_expression_text(failing)} (its nodes: {have})")
+    return "required node affinity not satisfied: " + (" or ".join(why) if why else "no nodeSelectorTerms")
+
+
 def _affinity_keys(affinity: Optional[dict]) -> set[str]:
     req = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     return {e.get("key") for t in req.get("nodeSelectorTerms") or [] for e in t.get("matchExpressions") or []}
@@ -568,8 +595,9 @@ def _why_not(group: NodeGroup, pod: _Pod) -> Optional[str]:
     missing = {k: v for k, v in pod.node_selector.items() if group.labels.get(k) != str(v)}
     if missing:
         return "nodeSelector " + ", ".join(f"{k}={v}" for k, v in missing.items()) + " not on its nodes"
-    if not node_affinity_matches(pod.affinity, group.labels):
-        return "required node affinity not satisfied"
+    unmet = unmet_node_affinity(pod.affinity, group.labels)
+    if unmet:
+        return unmet
     short = _resource_shortfall(group, pod.requests)
     if short:
         return "needs " + "; ".join(short)

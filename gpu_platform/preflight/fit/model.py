@@ -34,7 +34,7 @@ class NodeGroup:
 
     @property
     def zone(self) -> Optional[str]:
-        """The zone of a group that lives in one (EKS: one group per pool and zone, config/names.zonal_groups)."""
+        """The zone of a group that lives in one (EKS and GKE: one group per pool and zone, config/names.zonal_groups)."""
         return self.labels.get("topology.kubernetes.io/zone")
 
     @property

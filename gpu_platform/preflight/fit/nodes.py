@@ -8,7 +8,8 @@ allocatable per node from `gpu_platform.components.capacity`.
 
 Facts used (also written into ClusterModel.notes so a reader of fit.json sees them):
 - GKE adds cloud.google.com/gke-nodepool, gke-accelerator, gke-spot / gke-preemptible,
-  gke-gpu-driver-version, machine-family, gke-os-distribution labels, and the nvidia.com/gpu=present:
+  gke-gpu-driver-version, machine-family, gke-os-distribution labels (and, as on every cloud node,
+  topology.kubernetes.io/zone: a pool's nodes are in the zones of its nodeLocations), and the nvidia.com/gpu=present:
   NoSchedule taint on GPU nodes; its ExtendedResourceToleration admission controller adds the matching
   toleration to pods requesting nvidia.com/gpu (GKE "Run GPUs in Standard node pools", "About GPUs").
   A private cluster's control plane reaches nodes on TCP 443 and 10250 only (GKE's own
@@ -235,6 +236,34 @@ def _port_set(specs: Iterable[str]) -> set[int]:
     return out
 
 
+def _gke_zonal_sizes(inputs: dict) -> list[tuple[Optional[str], int, int]]:
+    """(zone, min, max) of a node pool's nodes per zone of its node locations.
+
+    GKE creates a pool's nodes in every zone of its `nodeLocations`, and each node carries its zone in
+    topology.kubernetes.io/zone (GKE "About cluster configuration choices", regional clusters: a node
+    pool's nodes are replicated to each of its node locations). A pod held to some zones (a notebook whose
+    home is a zonal persistent disk, components/platform/notebooks.py home_zones) can only land on the
+    pool's nodes there, so the model has one group per pool and zone, as for EKS's zonal groups.
+    Sizes: per-zone limits (minNodeCount/maxNodeCount, nodeCount) are each zone's own; total limits
+    (totalMinNodeCount/totalMaxNodeCount, what the platform sets) are split over the zones so that the
+    groups add up to the pool's totals (config/names.zonal_groups: the first zones get the remainder), the
+    spread of the BALANCED location policy. Under ANY (Spot and preemptible pools) the autoscaler may put
+    more of the total in one zone than the split shows."""
+    from gpu_platform.config.names import zonal_groups
+
+    zones = [str(z) for z in inputs.get("nodeLocations") or []]
+    auto = inputs.get("autoscaling") or {}
+    if "totalMaxNodeCount" in auto:
+        lo, hi = _num(auto.get("totalMinNodeCount")), _num(auto.get("totalMaxNodeCount"))
+        if not zones:
+            return [(None, lo, hi)]
+        return list(zonal_groups(lo, hi, zones)) if hi > 0 else [(zones[0], 0, 0)]
+    fixed = _num(inputs.get("nodeCount", inputs.get("initialNodeCount", 1)), 1)
+    lo = _num(auto.get("minNodeCount"), fixed) if auto else fixed
+    hi = _num(auto.get("maxNodeCount"), fixed) if auto else fixed
+    return [(z, lo, hi) for z in zones] if zones else [(None, lo, hi)]
+
+
 def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[NodeGroup]:
     from gpu_platform.components.gcp.nodepool import GKE_TAINT_EFFECTS
 
@@ -244,14 +273,6 @@ def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         i = pool.plain_inputs
         nc = i.get("nodeConfig") or {}
         itype = nc.get("machineType")
-        auto = i.get("autoscaling") or {}
-        if "totalMaxNodeCount" in auto:
-            lo, hi = _num(auto.get("totalMinNodeCount")), _num(auto.get("totalMaxNodeCount"))
-        else:  # a fixed-size pool or per-zone limits: counts are per zone of the pool's node locations
-            zones = max(1, len(i.get("nodeLocations") or []))
-            fixed = _num(i.get("nodeCount", i.get("initialNodeCount", 1)), 1)
-            lo = _num(auto.get("minNodeCount"), fixed) * zones if auto else fixed * zones
-            hi = _num(auto.get("maxNodeCount"), fixed) * zones if auto else fixed * zones
         labels = {**_well_known(itype), **(nc.get("labels") or {})}
         labels["cloud.google.com/gke-nodepool"] = i.get("name") or pool.name
         labels["cloud.google.com/machine-family"] = str(itype).split("-")[0]
@@ -272,11 +293,16 @@ def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
             if driver and driver != "INSTALLATION_DISABLED":
                 labels["cloud.google.com/gke-gpu-driver-version"] = str(driver).lower()
             _add_taint(taints, GPU_TAINT.as_k8s())
-        out.append(NodeGroup(name=labels["cloud.google.com/gke-nodepool"], role=_role(labels, taints), min_nodes=lo,
-                             max_nodes=hi, labels=labels, taints=taints, allocatable=allocatable("gcp", itype),
-                             instance_type=itype, capacity=capacity))
+        for zone, lo, hi in _gke_zonal_sizes(i):
+            zonal = {**labels, ZONE_LABEL: zone} if zone else dict(labels)
+            out.append(NodeGroup(name=labels["cloud.google.com/gke-nodepool"], role=_role(labels, taints), min_nodes=lo,
+                                 max_nodes=hi, labels=zonal, taints=[dict(t) for t in taints],
+                                 allocatable=allocatable("gcp", itype), instance_type=itype, capacity=capacity))
     notes.append("gcp: node pools from the plan's NodePool inputs plus GKE's own labels (gke-nodepool, gke-accelerator, "
-                 "gke-spot/gke-preemptible) and GPU taint; ExtendedResourceToleration on (GPU pods get the toleration)")
+                 "gke-spot/gke-preemptible, topology.kubernetes.io/zone) and GPU taint; one group per pool and zone of its "
+                 "nodeLocations, total limits split over the zones as GKE's BALANCED policy spreads them (under ANY, "
+                 "Spot and preemptible pools, one zone may get more); ExtendedResourceToleration on (GPU pods get the "
+                 "toleration)")
     return out
 
 
