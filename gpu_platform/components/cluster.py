@@ -22,6 +22,17 @@ if TYPE_CHECKING:
 TRAINING_NAMESPACE = "training"
 TRAINING_SERVICE_ACCOUNT = "trainer"
 
+# What keeps cluster-autoscaler's scale-down off a node while a training pod runs there, on every cloud
+# (our chart on EKS and Linode, GKE's managed autoscaler): a pod annotated safe-to-evict "false" blocks the
+# removal of its node (cluster-autoscaler 1.35.2 simulator/drainability/rules/notsafetoevict, FAQ "What
+# types of pods can prevent CA from removing a node?"). Without it a Job's pod is "replicated" and
+# drainable: a node under the utilisation threshold (0.5 of its GPUs: one GPU of a four-GPU node) is
+# drained after scale-down-unneeded-time, its running job evicted. Not a PodDisruptionBudget: that would
+# also hold off the drains that give a pod its SIGTERM before a Spot reclaim (aws-node-termination-handler)
+# or an upgrade, where the job should checkpoint and go.
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+NOT_EVICTED_BY_SCALE_DOWN = {SAFE_TO_EVICT_ANNOTATION: "false"}
+
 # Label every GPU node carries with its pool name, on every cloud.
 POOL_LABEL = "gpu-platform.io/pool"
 # Label the untainted CPU (system) nodes carry on every cloud (GKE system pool, EKS system node groups,

@@ -37,7 +37,10 @@ from gpu_platform.preflight.fit.pods import (
     parse_amounts, pod_templates,
 )
 
-CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "render")
+CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "scale-down", "render")
+# cluster-autoscaler keeps a node whose pods carry this annotation "false" (components/cluster.py
+# NOT_EVICTED_BY_SCALE_DOWN; cluster-autoscaler 1.35.2 utils/drain HasNotSafeToEvictAnnotation).
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 PSS_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
@@ -1000,6 +1003,7 @@ class _Checker:
         self.ordering()
         self.reachable()
         self.scrape()
+        self.scale_down()
         self.guarded(self.queue_fit, "Kueue quotas")
         queue = {k: {"admitted": v.admitted, "reason": v.reason,
                      "flavors": {ps.podset: ps.flavors for ps in v.podsets}} for k, v in self.verdicts.items() if v is not None}
@@ -1042,6 +1046,36 @@ class _Checker:
                 row["reason"] = "; ".join(f"{_group_label(g)}: {r}" for g, r in why)
             out[pt.owner] = row
         return out
+
+    # --- scale-down ----------------------------------------------------------------------------
+    def scale_down(self) -> None:
+        """A queued job's running pods (training work) must keep cluster-autoscaler off their node: the pod
+        template carries safe-to-evict "false" (cluster-autoscaler FAQ, "What types of pods can prevent CA
+        from removing a node?": a Job's pod is replicated, so drainable, and a node whose use is under the
+        utilisation threshold, 0.5, is drained once unneeded for scale-down-unneeded-time). Judged where some
+        node group can shrink (min < max): a fixed-size cluster has no scale-down."""
+        scalable = [g for g in self.model.node_groups if g.min_nodes < g.max_nodes]
+        if not scalable:
+            self.notes.append("scale-down: no node group can shrink (min = max): nothing removes a node under a job")
+            return
+        kept, seen = 0, set()
+        for pt in self.templates:
+            if not (pt.job and pt.queue_name) or pt.hook or pt.daemonset or pt.replicas <= 0:
+                continue
+            if str(pt.annotations.get(SAFE_TO_EVICT, "")).lower() == "false":
+                kept += 1
+                continue
+            if pt.owner in seen:
+                continue
+            seen.add(pt.owner)
+            self.problem("scale-down", pt.release, pt.owner,
+                         f"its pods carry no {SAFE_TO_EVICT}: \"false\": cluster-autoscaler may remove the node a pod "
+                         f"runs on ({', '.join(sorted({g.name for g in scalable}))} can shrink) once the node's use is "
+                         "under its utilisation threshold (one GPU busy of several), evicting the running job",
+                         f"add the annotation {SAFE_TO_EVICT}: \"false\" to the pod template's metadata.annotations "
+                         "(a TrainJob: name the platform's runtime torch-checkpointed, whose pod template carries it)")
+        self.notes.append(f"scale-down: {kept} queued job pod set(s) carry {SAFE_TO_EVICT}=false: cluster-autoscaler "
+                          "keeps their nodes while they run")
 
     # --- scrape targets ----------------------------------------------------------------------
     def scrape(self) -> None:
