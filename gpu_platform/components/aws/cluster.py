@@ -61,7 +61,8 @@ class AwsCluster(pulumi.ComponentResource):
             public_access_cidrs=public_cidrs, admin_principal_arns=section.admin_principal_arns,
             system_instance_type=section.system_pool.instance_type, system_min=section.system_pool.min_nodes,
             system_max=section.system_pool.max_nodes, log_retention_days=section.log_retention_days, tags=tags,
-            support_type=section.support_type, system_subnets=list(subnet_of.items())), opts=child)
+            support_type=section.support_type, system_subnets=list(subnet_of.items()),
+            cluster_creator_arn=section.cluster_creator_arn), opts=child)
 
         specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})
         if section.new_vpc:  # an existing VPC's zones are not known by name (only its subnets)

@@ -61,6 +61,16 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     for i, arn in enumerate(section.admin_principal_arns):
         if not re.fullmatch(ARN_PRINCIPAL, arn):
             issues.append(ConfigIssue(f"aws.adminPrincipalArns[{i}]", arn, "an IAM role or user ARN: arn:aws:iam::123456789012:role/name"))
+    if section.cluster_creator_arn is not None and not re.fullmatch(ARN_PRINCIPAL, section.cluster_creator_arn):
+        issues.append(ConfigIssue("aws.clusterCreatorArn", section.cluster_creator_arn,
+                                  "the IAM role or user ARN that created the cluster: arn:aws:iam::123456789012:role/name"))
+    if not section.admin_principal_arns and section.cluster_creator_arn is None:
+        issues.append(ConfigIssue("aws.adminPrincipalArns", [],
+                                  "at least one IAM role or user ARN (arn:aws:iam::123456789012:role/name), the principal "
+                                  "that runs `pulumi up` among them: each gets an EKS access entry with cluster admin, and "
+                                  "EKS gives the cluster's creator none of its own (bootstrapClusterCreatorAdminPermissions "
+                                  "false), so with none nobody could reach the Kubernetes API, the deployer included "
+                                  "(a cluster created by an earlier release: aws.clusterCreatorArn)"))
     if not section.endpoint_private_only and len(cfg.admin_cidrs) > EKS_PUBLIC_ACCESS_CIDRS_MAX:
         issues.append(ConfigIssue("adminCidrs", f"{len(cfg.admin_cidrs)} ranges",
                                   f"at most {EKS_PUBLIC_ACCESS_CIDRS_MAX} ranges on AWS: they become the EKS API endpoint's "
