@@ -37,6 +37,17 @@ NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnl
 # v1.14.0-eksbuild.3 or later): the network policy agent enforces Kubernetes NetworkPolicies.
 VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
 
+
+def ebs_csi_configuration(tags: Mapping[str, str]) -> dict:
+    """aws-ebs-csi-driver add-on configuration (schema: `aws eks describe-addon-configuration --addon-name
+    aws-ebs-csi-driver`, controller.extraVolumeTags): every volume the driver creates (PVCs: databases,
+    Prometheus, notebook homes) carries the stack's tags, `cluster` among them, which the stack's AWS Budget
+    filters on (billing.stack_cost_filter). Without it the driver tags only its own keys (CSIVolumeName,
+    ebs.csi.aws.com/cluster, kubernetes.io/created-for/*) and those volumes' cost was outside the budget.
+    The driver tags a volume when it creates it: volumes made before keep their tags."""
+    return {"controller": {"extraVolumeTags": dict(tags)}}
+
+
 # IMDSv2 answers are not forwarded past the node's own network namespace: pods (one hop further) get no
 # node credentials. Nothing on these nodes needs IMDS from a pod (add-ons use IRSA).
 IMDS_HOP_LIMIT = 1
@@ -298,7 +309,8 @@ class EksCluster(pulumi.ComponentResource):
         iam.RolePolicyAttachment(f"{name}-ebs-csi-policy", role=ebs_role.name,
                                  policy_arn=managed_policy_arn(region, "service-role/AmazonEBSCSIDriverPolicy"), opts=child)
         ebs = eks.Addon(f"{name}-addon-aws-ebs-csi-driver", cluster_name=cluster.name, addon_name="aws-ebs-csi-driver", addon_version=addon_version("aws-ebs-csi-driver"),
-                        service_account_role_arn=ebs_role.arn, resolve_conflicts_on_create="OVERWRITE",
+                        service_account_role_arn=ebs_role.arn,
+                        configuration_values=json.dumps(ebs_csi_configuration(tags)), resolve_conflicts_on_create="OVERWRITE",
                         resolve_conflicts_on_update="OVERWRITE", tags=tags,
                         opts=pulumi.ResourceOptions(parent=self, depends_on=node_groups))
 
