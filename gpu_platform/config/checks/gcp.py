@@ -19,6 +19,9 @@ from gpu_platform.config.gcp import (INTERNAL_TEXT, MACHINE_TYPE, MAX_AUTHORIZED
                                      GcpSection, Maintenance, is_internal, pool_zones)
 from gpu_platform.config.kubernetes_version import version_issues
 
+# gcp.gpuDriverVersion that leaves the NVIDIA driver to the user (GKE installs none).
+DRIVER_DISABLED = "INSTALLATION_DISABLED"
+
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
     from gpu_platform.costs.catalog import Catalog
@@ -44,6 +47,14 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   f"({section.project}.svc.id.goog), so each cluster's training/trainer could use the "
                                   "other's checkpoint bucket, and a GCP budget counts the whole project; give each "
                                   "stack its own project (gcp.project) and leave nameSuffix unset"))
+    if section.gpu_driver_version == DRIVER_DISABLED and cfg.gpu_pools:
+        # The platform installs no NVIDIA driver of its own on GKE (no driver DaemonSet, no GPU operator): GKE's
+        # is the only one. Without it GKE's device plugin advertises no nvidia.com/gpu and every GPU pod waits.
+        issues.append(ConfigIssue("gcp.gpuDriverVersion", section.gpu_driver_version,
+                                  "LATEST or DEFAULT (GKE installs the NVIDIA driver): with INSTALLATION_DISABLED GKE "
+                                  "installs none and the platform has no driver installer of its own, so the GPU nodes "
+                                  "advertise no nvidia.com/gpu and every GPU job and notebook waits for ever "
+                                  "(GKE \"Run GPUs in Standard node pools\", manual driver installation)"))
     if len(cfg.alert_emails) > MAX_BUDGET_CHANNELS:
         issues.append(ConfigIssue("alertEmails", cfg.alert_emails,
                                   f"at most {MAX_BUDGET_CHANNELS} addresses on GCP (a billing budget notifies at most "

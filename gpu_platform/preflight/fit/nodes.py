@@ -35,6 +35,7 @@ import binascii
 import email
 import ipaddress
 from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import yaml
@@ -287,17 +288,24 @@ def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
                   for t in nc.get("taints") or []]
         accels = nc.get("guestAccelerators") or []
+        alloc = allocatable("gcp", itype)
         if accels:
             labels["cloud.google.com/gke-accelerator"] = accels[0]["type"]
             driver = (accels[0].get("gpuDriverInstallationConfig") or {}).get("gpuDriverVersion")
             if driver and driver != "INSTALLATION_DISABLED":
                 labels["cloud.google.com/gke-gpu-driver-version"] = str(driver).lower()
+            elif driver == "INSTALLATION_DISABLED":
+                # No driver from GKE (and none the platform installs): GKE's device plugin advertises no
+                # nvidia.com/gpu until a driver is loaded, so the nodes have no GPU to schedule on.
+                alloc = replace(alloc, gpus=0)
+                notes.append(f"gcp: node pool {i.get('name') or pool.name} has no GPU driver (gpuDriverVersion "
+                             f"{driver}): its nodes advertise no nvidia.com/gpu")
             _add_taint(taints, GPU_TAINT.as_k8s())
         for zone, lo, hi in _gke_zonal_sizes(i):
             zonal = {**labels, ZONE_LABEL: zone} if zone else dict(labels)
             out.append(NodeGroup(name=labels["cloud.google.com/gke-nodepool"], role=_role(labels, taints), min_nodes=lo,
                                  max_nodes=hi, labels=zonal, taints=[dict(t) for t in taints],
-                                 allocatable=allocatable("gcp", itype), instance_type=itype, capacity=capacity))
+                                 allocatable=alloc, instance_type=itype, capacity=capacity))
     notes.append("gcp: node pools from the plan's NodePool inputs plus GKE's own labels (gke-nodepool, gke-accelerator, "
                  "gke-spot/gke-preemptible, topology.kubernetes.io/zone) and GPU taint; one group per pool and zone of its "
                  "nodeLocations, total limits split over the zones as GKE's BALANCED policy spreads them (under ANY, "
