@@ -67,7 +67,7 @@ def test_per_zone_nat_gateways_are_billed_each_with_its_address():
 
 def test_an_existing_vpcs_nat_is_not_the_stacks():
     plan = _plan_aws(vpcId="vpc-0123456789abcdef0", privateSubnetIds=["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
-                     vpcCidr=None, availabilityZones=[])
+                     vpcCidr=None, availabilityZones=[], s3GatewayEndpoint="existing")
     names = " ".join(_lines(estimate(stack_shape(_cfg("aws-prod"), plan))))
     assert "NAT gateway" not in names and "public IPv4" not in names
 

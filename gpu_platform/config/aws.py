@@ -81,6 +81,9 @@ class AwsSection(Model):
     availability_zones: list[str] = Field(default_factory=list)
     # One NAT gateway (cheapest) or one per zone (no cross-zone dependency).
     nat_gateways: Literal["single", "per-az"] = "single"
+    # Existing VPC only: the S3 gateway endpoint that keeps checkpoint traffic off the NAT. `create`: the
+    # stack adds one on the private subnets' route tables; `existing`: the VPC has one on them already.
+    s3_gateway_endpoint: Optional[Literal["create", "existing"]] = None
     # True: the Kubernetes API is reachable only from inside the VPC. False: also publicly, from
     # adminCidrs only (no adminCidrs = private only).
     endpoint_private_only: bool = False

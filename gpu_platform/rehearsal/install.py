@@ -50,7 +50,8 @@ def _kind_rank(obj: dict) -> int:
 def order_releases(releases: list[Any]) -> list[Any]:
     """Dependencies first (a release's depends_on holds the URNs it waits for, transitively); ties
     keep preflight's order."""
-    pending = [r for r in releases if r.rendered and r.source != "example"]
+    # Not the cloud's managed add-ons (data/eks_addon_pods.py models their pods for cluster fit; EKS applies them).
+    pending = [r for r in releases if r.rendered and r.source not in ("example", "addon")]
     urns = {r.urn for r in pending}
     done: set[str] = set()
     out = []

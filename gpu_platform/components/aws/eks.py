@@ -161,6 +161,9 @@ class EksClusterArgs:
     # A cluster an earlier release created (bootstrap_cluster_creator_admin_permissions true): its creator
     # has EKS's admin entry already (aws.clusterCreatorArn).
     cluster_creator_arn: Optional[str] = None
+    # An existing VPC: the node label naming each system group's subnet (cluster.SUBNET_LABEL), whose value
+    # is the group's key in system_subnets; None in a new VPC (the zone label says it).
+    zone_node_label: Optional[str] = None
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -294,7 +297,7 @@ class EksCluster(pulumi.ComponentResource):
                 scaling_config={"min_size": lo, "max_size": hi, "desired_size": lo},
                 update_config={"max_unavailable": 1},
                 launch_template={"id": system_lt.id, "version": system_lt.latest_version.apply(str)},
-                labels={"gpu-platform.io/role": "system"},
+                labels={"gpu-platform.io/role": "system", **({args.zone_node_label: zone} if args.zone_node_label else {})},
                 tags={**tags, SYSTEM_ZONE_TAG: zone},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[vpc_cni, kube_proxy],
                                             ignore_changes=["scalingConfig.desiredSize"]),

@@ -45,6 +45,7 @@ from gpu_platform.components.cluster import (
     GpuPoolSpec, SystemPoolSpec,
 )
 from gpu_platform.data import platform_versions as versions
+from gpu_platform.data.eks_addon_pods import system_node_requests
 from gpu_platform.costs.node_boot import node_boot_minutes
 from gpu_platform.components.platform.common import (
     KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release,
@@ -159,8 +160,11 @@ def system_quota(cloud: str, pool: SystemPoolSpec) -> PoolCapacity:
     less PLATFORM_SYSTEM_REQUESTS and HEADROOM_PERCENT; zero (never negative) where the platform fills
     the pool. No GPUs: it is the only flavor of the CPU ClusterQueue, where GPU work is never admitted."""
     a = allocatable(cloud, pool.instance_type, managed_node_group=cloud == "aws")
-    cpu = (a.cpu_millis * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["cpu_millis"]) * (100 - HEADROOM_PERCENT) // 100
-    mem = (a.memory_bytes * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["memory_bytes"]) * (100 - HEADROOM_PERCENT) // 100
+    # EKS's managed add-ons (CoreDNS, EBS CSI, kube-proxy, aws-node) run on the system nodes too
+    # (data/eks_addon_pods.py): before issue 33 item 4 the quota counted their CPU as free for jobs.
+    addon_cpu, addon_mem = system_node_requests(pool.max_nodes) if cloud == "aws" else (0, 0)
+    cpu = (a.cpu_millis * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["cpu_millis"] - addon_cpu) * (100 - HEADROOM_PERCENT) // 100
+    mem = (a.memory_bytes * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["memory_bytes"] - addon_mem) * (100 - HEADROOM_PERCENT) // 100
     return PoolCapacity(max(0, cpu), max(0, mem) // MI * MI, 0)
 
 

@@ -38,6 +38,11 @@ from gpu_platform.preflight.fit.pods import (
 )
 
 CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "scale-down", "render")
+# The user-server pods JupyterHub spawns (fit/pods.py jupyterhub_user_pods: one per profile).
+NOTEBOOK_POD = "jupyter-<user>"
+# CPU notebooks that must run at once where notebooks may run: two people (below it the second user's
+# server waits until the first one's is culled).
+MIN_CPU_NOTEBOOKS = 2
 # cluster-autoscaler keeps a node whose pods carry this annotation "false" (components/cluster.py
 # NOT_EVICTED_BY_SCALE_DOWN; cluster-autoscaler 1.35.2 utils/drain HasNotSafeToEvictAnnotation).
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
@@ -586,7 +591,7 @@ def _resource_shortfall(group: NodeGroup, requests: dict[str, int]) -> list[str]
 
 def _group_label(group: NodeGroup) -> str:
     """A group's name, with its zone where a pool has one group per zone."""
-    zone = group.labels.get("topology.kubernetes.io/zone")
+    zone = group.zone
     return f"{group.name} ({zone})" if zone else group.name
 
 
@@ -999,6 +1004,8 @@ class _Checker:
                 continue
             placed.append(pod)
         placements, headroom, ds_pods = self.pack(daemonsets, placed)
+        self.placements = placements
+        self.notebook_room(placed)
         pod_count = ds_pods + sum(pt.replicas for pt in self.templates if not pt.daemonset)
         self.ordering()
         self.reachable()
@@ -1046,6 +1053,41 @@ class _Checker:
                 row["reason"] = "; ".join(f"{_group_label(g)}: {r}" for g, r in why)
             out[pt.owner] = row
         return out
+
+    # --- notebooks -----------------------------------------------------------------------------
+    def notebook_room(self, pods: list[_Pod]) -> None:
+        """How many CPU notebooks run at once where notebooks may run (issue 33 item 4): every pod packed,
+        the nodes of the groups a CPU notebook's pod may use (its zones: a home is a zonal disk) at maximum
+        size hold how many of it. Fewer than MIN_CPU_NOTEBOOKS: the next user's server waits for a node
+        that never comes (Kueue admits it on the system flavor's quota, which counts every zone)."""
+        nodes = getattr(self, "nodes", None)
+        if nodes is None:
+            return
+        for pod in pods:
+            pt = pod.pt
+            if not (pt.kind == "Pod" and NOTEBOOK_POD in pt.owner) or pod.requests.get(GPU):
+                continue
+            groups = {id(g) for g in self.candidates(pod)}
+            if not groups:
+                continue  # reported as unschedulable
+            need = {"pods": 1, **{k: v for k, v in pod.requests.items() if k in ("cpu", "memory") and v > 0}}
+            more = 0
+            for node in nodes:
+                if id(node["group"]) in groups:
+                    more += min(node["free"].get(k, 0) // v for k, v in need.items())
+            placed = any(pl.object == pt.owner for pl in getattr(self, "placements", []))
+            total = more + (1 if placed else 0)
+            where = sorted({_group_label(g) for g in self.model.node_groups if id(g) in groups})
+            self.notes.append(f"notebooks: {total} {pt.owner.rsplit('(', 1)[-1].rstrip(')')} server(s) fit at once on "
+                              f"{', '.join(where)} at maximum size, every other pod placed")
+            if total < MIN_CPU_NOTEBOOKS:
+                self.problem("packing", pt.release, pt.owner,
+                             f"only {total} such notebook(s) fit at once where notebooks may run ({', '.join(where)}: "
+                             "the zones every GPU profile's pool reaches, a home being a zonal disk) once the platform's "
+                             f"and the cloud's add-ons' pods are placed; at least {MIN_CPU_NOTEBOOKS} are needed, or the "
+                             "next user's server waits for a node that never comes",
+                             "give the system pool more room in those zones (systemPool.maxNodes: the maximum is split over "
+                             "the zones, or a larger systemPool.instanceType)")
 
     # --- scale-down ----------------------------------------------------------------------------
     def scale_down(self) -> None:
@@ -1142,6 +1184,7 @@ class _Checker:
                              f"{missing} of {pod.pt.replicas} pods find no room when every pod is placed "
                              f"(groups {', '.join(sorted(groups))} at maximum size)",
                              "add nodes (raise the group's maximum or count) or lower requests")
+        self.nodes = nodes
         placements = [Placement(r, o, g.name, n, g.zone) for (r, o, g), n in counts.items()]
         # What the platform's own pods leave free on each group at maximum size (queue_fit: a flavor of
         # system nodes may hand jobs only that, not the nodes' whole allocatable).

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 import yaml
 
 from gpu_platform.components.capacity import Allocatable, CapacityError, allocatable
-from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
+from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL, SUBNET_LABEL
 from gpu_platform.components.linode.render import ROLE_LABEL  # the system pools' label (GKE and EKS set the same key)
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 
@@ -59,7 +59,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Per cloud, node agents no rendered release shows (installed by the cloud or as managed add-ons).
 _CLOUD_AGENTS = {
     "gcp": "GKE's fluentbit, gke-metadata-server, anetd/Dataplane V2, pdcsi-node, GPU driver installer",
-    "aws": "the vpc-cni (aws-node), kube-proxy and EBS CSI node add-ons",
+    "aws": "",  # EKS's managed add-ons (aws-node, kube-proxy, CoreDNS, EBS CSI) are counted: data/eks_addon_pods.py
     "linode": "kube-proxy and, unless its chart is rendered, the CNI",
 }
 
@@ -384,9 +384,10 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
                   for t in i.get("taints") or []]
         alloc = _min_allocatable(allocatable("aws", t, managed_node_group=True) for t in types)
-        # One system node group per zone (aws/eks.py): its nodes carry the zone, as EC2 labels them.
+        # One system node group per zone (aws/eks.py): its nodes carry the zone, as EC2 labels them; in an
+        # existing VPC the group is one subnet, whose label (SUBNET_LABEL) it carries instead (zone unknown).
         zone = (i.get("tags") or {}).get("node-group-zone")
-        if zone:
+        if zone and SUBNET_LABEL not in labels:
             labels[ZONE_LABEL] = zone
         out.append(NodeGroup(name=labels.get(ROLE_LABEL, name), role=_role(labels, taints), min_nodes=_num(sc.get("minSize")),
                              max_nodes=_num(sc.get("maxSize")), labels=labels, taints=taints, allocatable=alloc,
@@ -414,7 +415,7 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         labels = {**_well_known(types[0]), **labels}
         # One group per pool and zone (config/names.zonal_groups): its nodes carry the zone, as EC2 labels them.
         zone = next((t.get("value") for t in i.get("tags") or [] if t.get("key") == "gpu-pool-zone"), None)
-        if zone:
+        if zone and SUBNET_LABEL not in labels:
             labels[ZONE_LABEL] = zone
         out.append(NodeGroup(name=labels.get(POOL_LABEL, asg.name), role=_role(labels, taints),
                              min_nodes=_num(i.get("minSize")), max_nodes=_num(i.get("maxSize")), labels=labels,
@@ -473,8 +474,12 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
         raise ModelError(str(exc)) from None
     if not groups:
         raise ModelError(f"{cfg.cloud}: the plan registers no node group")
-    notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
-                 "releases: their requests are not counted, so the headroom shown is an upper bound")
+    if _CLOUD_AGENTS[cfg.cloud]:
+        notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
+                     "releases: their requests are not counted, so the headroom shown is an upper bound")
+    else:
+        notes.append(f"{cfg.cloud}: the managed add-ons' pods (aws-node, kube-proxy, CoreDNS, EBS CSI controller and node "
+                     "plugin) are counted from what each add-on runs (gpu_platform/data/eks_addon_pods.py)")
     # The plan registers resources in the order their outputs resolve: order the groups by role, then
     # name, then zone (a pool's zonal groups share the name), so packing, the report and fit.json are the
     # same on every run.
