@@ -106,4 +106,3 @@ def system_node_requests(nodes: int) -> tuple[int, int]:
                 cpu += count * _millicores(req.get("cpu", "0m"))
                 mem += count * _bytes(req.get("memory", "0"))
     return cpu, mem
-

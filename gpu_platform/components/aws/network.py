@@ -132,4 +132,3 @@ def existing_vpc_s3_endpoint(name: str, vpc_id: str, subnet_ids: Sequence[str], 
     return ec2.VpcEndpoint(name, vpc_id=vpc_id, service_name=s3_gateway_service(region), vpc_endpoint_type="Gateway",
                            route_table_ids=pulumi.Output.all(*tables).apply(lambda ids: sorted(set(ids))),
                            tags={**tags, "Name": f"{cluster_name}-s3"}, opts=opts)
-

@@ -285,4 +285,3 @@ def shutdown_grace_warnings(cfg: "StackConfig") -> list[str]:
                    f"and the VM's stop, less than the {need} s the training runtime (torch-checkpointed) gives a "
                    f"checkpoint: a checkpoint in progress is cut and the job resumes from the one before. {why}")
     return out
-
