@@ -50,8 +50,7 @@ def _kind_rank(obj: dict) -> int:
 def order_releases(releases: list[Any]) -> list[Any]:
     """Dependencies first (a release's depends_on holds the URNs it waits for, transitively); ties
     keep preflight's order."""
-    # Not the cloud's managed add-ons (data/eks_addon_pods.py models their pods for cluster fit; EKS applies them).
-    pending = [r for r in releases if r.rendered and r.source not in ("example", "addon")]
+    pending = [r for r in releases if r.rendered and r.source != "example"]
     urns = {r.urn for r in pending}
     done: set[str] = set()
     out = []
