@@ -23,6 +23,22 @@ if TYPE_CHECKING:
 TRAINING_NAMESPACE = "training"
 TRAINING_SERVICE_ACCOUNT = "trainer"
 
+# What keeps cluster-autoscaler's scale-down off a node while a training pod runs there, on every cloud
+# (our chart on EKS and Linode, GKE's managed autoscaler): a pod annotated safe-to-evict "false" blocks the
+# removal of its node (cluster-autoscaler 1.35.2 simulator/drainability/rules/notsafetoevict, FAQ "What
+# types of pods can prevent CA from removing a node?"). Without it a Job's pod is "replicated" and
+# drainable: a node under the utilisation threshold (0.5 of its GPUs: one GPU of a four-GPU node) is
+# drained after scale-down-unneeded-time, its running job evicted. Not a PodDisruptionBudget: that would
+# also hold off the drains that give a pod its SIGTERM before a Spot reclaim (aws-node-termination-handler)
+# or an upgrade, where the job should checkpoint and go.
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+NOT_EVICTED_BY_SCALE_DOWN = {SAFE_TO_EVICT_ANNOTATION: "false"}
+
+# The private subnet (hence the zone) of an EKS node in an existing VPC, whose zones the config knows only as
+# its subnets ("subnet1", ...): every system and GPU node group is one subnet and labels its nodes with it,
+# so notebooks can be held where every GPU profile reaches, as zone names do in a new VPC.
+SUBNET_LABEL = "gpu-platform.io/subnet"
+
 # Label every GPU node carries with its pool name, on every cloud.
 POOL_LABEL = "gpu-platform.io/pool"
 # Label the untainted CPU (system) nodes carry on every cloud (GKE system pool, EKS system node groups,
@@ -144,6 +160,9 @@ class ClusterHandle:
     endpoint: Optional[pulumi.Output[str]] = None
     # The zones the system (non-GPU) nodes can be in; empty: not known or no zones.
     system_zones: tuple[str, ...] = ()
+    # The node label whose values system_zones and GpuPoolSpec.zones are: the zone itself, or, on an
+    # existing AWS VPC whose subnets' zones are not known by name, SUBNET_LABEL (one value per subnet).
+    zone_label: str = "topology.kubernetes.io/zone"
     # PrometheusRules the cluster component asks the platform's monitoring to apply (metadata without a
     # namespace), e.g. Linode's API-token expiry alert.
     alert_rules: Sequence[Mapping[str, Any]] = ()

@@ -409,7 +409,8 @@ class SystemPool(Model):
 
 SYSTEM_POOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "gcp": {"instanceType": "e2-standard-4", "minNodes": 1, "maxNodes": 3},
-    "aws": {"instanceType": "m6i.large", "minNodes": 2, "maxNodes": 3},
+    # maxNodes 6: two a zone over three zones, room for CPU notebooks in the zones they may run in (issue 33 item 4).
+    "aws": {"instanceType": "m6i.large", "minNodes": 2, "maxNodes": 6},
     # A kubeadm pool on Linode is a fixed set of instances: min == max (check_stack).
     "linode": {"instanceType": "g6-standard-4", "minNodes": 1, "maxNodes": 1},
 }

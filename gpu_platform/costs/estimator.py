@@ -30,6 +30,16 @@ PVC_STORAGE = {"aws": "ebs-gp3", "gcp": "pd-balanced", "linode": "block-storage"
 BOOT_DISK_STORAGE = {"aws": "ebs-gp3", "gcp": "pd-balanced"}  # Linode: the plan includes its disk
 BUCKET_STORAGE = {"aws": "s3-standard", "gcp": "gcs-standard", "linode": "object-storage"}
 NAT_DATA = {"aws": "nat-gateway-data", "gcp": "cloud-nat-data"}
+# The public IPv4 addresses a NAT uses, per address-hour: an AWS NAT gateway's Elastic IP, a Cloud NAT's
+# external IP (AUTO_ONLY allocates one per 1,008 VMs at the default 64 ports per VM: one here).
+NAT_IP = {"aws": "public-ipv4", "gcp": "cloud-nat-ip"}
+# Cloud Storage keeps a deleted object (a checkpoint version the lifecycle rule removes) as soft-deleted,
+# billed at its storage class's rate, for the bucket's soft-delete retention: 7 days unless the bucket sets
+# another (Cloud Storage "Soft delete": the default retention of new buckets since 2024-03-01,
+# https://cloud.google.com/storage/docs/soft-delete).
+GCS_DEFAULT_SOFT_DELETE_DAYS = 7.0
+GCS_SOFT_DELETE_SOURCE = ("Cloud Storage soft delete (https://cloud.google.com/storage/docs/soft-delete): deleted objects "
+                          "stay billable at their storage class's rate for the retention, 7 days by default")
 # What no line below prices, whatever the stack (kept short and concrete; docs/cost-model.md explains each).
 ALWAYS_NOT_MODELLED = (
     "internet egress and cross-zone traffic",
@@ -111,6 +121,10 @@ class StackShape:
     checkpoint_gib_per_day: Optional[float] = None  # written per day at full capacity (costs.checkpointGibPerDay)
     checkpoint_retention_days: Optional[int] = None  # how long the bucket keeps deleted/overwritten versions
     nat_gib_per_month: Optional[float] = None  # traffic through the NAT (image pulls, datasets, pip)
+    public_ipv4: Optional[int] = None  # public IPv4 addresses the NAT(s) use; None = one per NAT gateway
+    kms_keys: Optional[int] = None  # customer-managed KMS keys the stack creates; None = not known (not modelled)
+    # The checkpoint bucket's soft-delete retention (GCS); None = GCS's default (GCS_DEFAULT_SOFT_DELETE_DAYS).
+    soft_delete_days: Optional[float] = None
     extended_support_usd_per_hour: Optional[float] = None  # extra control-plane fee; 0 = standard support
     extended_support_basis: str = ""
     extra_not_modelled: tuple[str, ...] = ()  # stack-specific items the caller knows are left out
@@ -516,6 +530,16 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         if full > 0:
             lines.append(_volume_line(cat, cloud, BUCKET_STORAGE[cloud], "storage", f"checkpoint bucket ({BUCKET_STORAGE[cloud]})",
                                       idle, full, basis, "system" if full > idle else "fixed"))
+        soft = GCS_DEFAULT_SOFT_DELETE_DAYS if shape.soft_delete_days is None else shape.soft_delete_days
+        if cloud == "gcp" and soft > 0 and shape.checkpoint_gib_per_day and shape.checkpoint_retention_days:
+            # In steady state the lifecycle rule deletes as much a day as jobs write: each deleted version
+            # stays soft-deleted (billed) for the retention.
+            gb = shape.checkpoint_gib_per_day * soft
+            lines.append(_volume_line(cat, cloud, BUCKET_STORAGE[cloud], "storage",
+                                      f"checkpoint bucket, soft-deleted versions ({BUCKET_STORAGE[cloud]})", gb * 0.25, gb,
+                                      f"{shape.checkpoint_gib_per_day:g} GiB/day that the lifecycle rule deletes (as much as "
+                                      f"is written, costs.checkpointGibPerDay) x {soft:g} days of soft-delete retention "
+                                      f"at full capacity, a quarter of that at idle; {GCS_SOFT_DELETE_SOURCE}", "system"))
 
     # --- network and fees ----------------------------------------------------------------------------
     if cloud == "linode":
@@ -542,6 +566,11 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
                 monthly_usd=full_rate * HOURS_PER_MONTH * nats, gpus_per_unit=0, source=p.source, date=p.date,
                 assumption="every node reaches the internet through Cloud NAT (private nodes)", scales_with="system",
                 status=p.status))
+            ips = nats if shape.public_ipv4 is None else shape.public_ipv4
+            if ips:
+                lines.append(_fixed_line(cat, cloud, NAT_IP[cloud], f"Cloud NAT external IPv4 x{ips}", ips,
+                                         assumption="the external IP addresses the NAT uses (AUTO_ONLY: one per 1,008 VMs "
+                                                    "at 64 ports each), all month"))
         if shape.load_balancers:
             not_modelled.append(f"{shape.load_balancers} GCP load balancer(s)")
     elif cloud == "aws":
@@ -552,6 +581,16 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         if nats:
             lines.append(_fixed_line(cat, cloud, "nat-gateway", f"NAT gateway x{nats}", nats,
                                      assumption="hours of the gateway(s), all month"))
+        ips = nats if shape.public_ipv4 is None else shape.public_ipv4
+        if ips:
+            lines.append(_fixed_line(cat, cloud, NAT_IP[cloud], f"public IPv4 addresses x{ips}", ips,
+                                     assumption="the NAT gateways' Elastic IPs (one each), all month"))
+        if shape.kms_keys is None:
+            not_modelled.append("KMS keys (how many the stack creates not given)")
+        elif shape.kms_keys:
+            lines.append(_fixed_line(cat, cloud, "kms-key", f"KMS keys x{shape.kms_keys}", shape.kms_keys,
+                                     assumption="customer-managed keys the stack creates (EKS secrets, the alert topic), "
+                                                "yearly rotation on: $3/month each from the third year"))
         if shape.load_balancers:
             lines.append(_fixed_line(cat, cloud, "network-load-balancer", f"Network Load Balancer x{shape.load_balancers}",
                                      shape.load_balancers, assumption="hours only"))

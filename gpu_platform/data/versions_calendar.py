@@ -340,6 +340,18 @@ def default_minor(cloud: str, on: DateLike = None, calendar: Optional[Calendar] 
     return allowed[-1] if allowed else None
 
 
+def oldest_running_minor(cloud: str, on: DateLike = None, extended: bool = False,
+                         calendar: Optional[Calendar] = None) -> Optional[str]:
+    """The oldest minor a cluster can still run on the day when its version is left to the cloud: the
+    oldest in standard support (GKE's Rapid, Regular and Stable channels upgrade a cluster off a minor at
+    the end of its standard support, GKE "Release schedule" / "Get long-term support with the Extended
+    channel"), or in extended support too (`extended`: GKE's Extended channel keeps it until then). None
+    when the calendar has no such minor."""
+    cal = calendar or load_calendar()
+    allowed = cal.allowed_minors(cloud, on, extended=extended)
+    return allowed[0] if allowed else None
+
+
 def known_minors() -> tuple[str, ...]:
     """Every minor any cloud's calendar lists (the structural check of kubernetesVersion)."""
     cal = load_calendar()

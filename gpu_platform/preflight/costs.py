@@ -154,6 +154,28 @@ def _extended_support(cfg: "StackConfig", today: _dt.date) -> tuple[Optional[flo
     return fee, f"{cfg.kubernetes_version} is in {status} support on {today.isoformat()}; {src}"
 
 
+def _network_and_keys(cfg: "StackConfig", plan: Any) -> dict[str, Any]:
+    """What the plan registers that the bill prices per unit: NAT gateways and the public IPv4 addresses
+    they use, customer-managed KMS keys, the checkpoint bucket's soft-delete retention (GCS). An existing
+    AWS VPC's NAT is not the stack's: no gateway, no address."""
+    out: dict[str, Any] = {}
+    if cfg.cloud == "aws":
+        out["nat_gateways"] = len(plan.by_type("aws:ec2/natGateway:NatGateway"))
+        out["public_ipv4"] = len(plan.by_type("aws:ec2/eip:Eip"))
+        out["kms_keys"] = len(plan.by_type("aws:kms/key:Key"))
+    elif cfg.cloud == "gcp":
+        nats = plan.by_type("gcp:compute/routerNat:RouterNat")
+        out["nat_gateways"] = len(nats)
+        # AUTO_ONLY: GCP allocates the addresses, one per 1,008 VMs at the default 64 ports each; MANUAL_ONLY: listed.
+        out["public_ipv4"] = sum(len(n.plain_inputs.get("natIps") or []) or 1 for n in nats)
+        out["kms_keys"] = len(plan.by_type("gcp:kms/cryptoKey:CryptoKey"))
+        for bucket in plan.by_type("gcp:storage/bucket:Bucket"):
+            seconds = (bucket.plain_inputs.get("softDeletePolicy") or {}).get("retentionDurationSeconds")
+            if seconds is not None:
+                out["soft_delete_days"] = int(seconds) / 86400
+    return out
+
+
 def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[Any]] = None,
                 today: Optional[_dt.date] = None):
     """The estimator's StackShape of a configured stack with what the program and its charts add."""
@@ -179,6 +201,8 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
             extra.append(f"notebook home volumes: {cap} per user, created when a user first starts a server "
                          "(the number of users is not known)")
     changes["extra_not_modelled"] = tuple(extra)
+    if plan is not None:
+        changes.update(_network_and_keys(cfg, plan))
     if releases is not None:
         pvcs = storage_requests(releases)
         changes.update(pvc_gib=tuple(pvcs), pvc_basis="requests in the rendered charts (gpu_platform/preflight/fit/render.py)")

@@ -301,7 +301,7 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
                       queue_name: Optional[str] = None,
                       gpu_quota: Optional[Mapping[str, int]] = None,
                       system_zones: Sequence[str] = (), start_timeout_seconds: int = 600,
-                      cpu_queue_name: Optional[str] = None) -> dict[str, Any]:
+                      cpu_queue_name: Optional[str] = None, zone_label: str = ZONE_LABEL) -> dict[str, Any]:
     if idle_cull_minutes < 1:
         raise ValueError("idle_cull_minutes must be at least 1")
     pools = offered_pools(pools, gpu_quota)
@@ -334,7 +334,7 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
             "startTimeout": start_timeout_seconds,
             # Every profile: keeps each user's home (a zonal disk) in a zone all GPU profiles reach.
             "extraNodeAffinity": {"required": [{"matchExpressions": [
-                {"key": ZONE_LABEL, "operator": "In", "values": zones}]}] if zones else []},
+                {"key": zone_label, "operator": "In", "values": zones}]}] if zones else []},
         },
         "cull": {
             "enabled": True,
@@ -376,7 +376,8 @@ class Notebooks(pulumi.ComponentResource):
                                    args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None,
                                    queue.gpu_quota if queue else None, cluster.system_zones,
                                    args.start_timeout_seconds,
-                                   CPU_LOCAL_QUEUE if queue is not None and queue.cpu_cluster_queue else None)
+                                   CPU_LOCAL_QUEUE if queue is not None and queue.cpu_cluster_queue else None,
+                                   cluster.zone_label)
         self.local_queue = self.cpu_local_queue = None
         if queue is not None:
             self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE),

@@ -34,8 +34,9 @@ class NodeGroup:
 
     @property
     def zone(self) -> Optional[str]:
-        """The zone of a group that lives in one (EKS: one group per pool and zone, config/names.zonal_groups)."""
-        return self.labels.get("topology.kubernetes.io/zone")
+        """The zone of a group that lives in one (EKS and GKE: one group per pool and zone, config/names.zonal_groups);
+        in an existing AWS VPC, whose zones are known only as its subnets, the subnet (gpu-platform.io/subnet)."""
+        return self.labels.get("topology.kubernetes.io/zone") or self.labels.get("gpu-platform.io/subnet")
 
     @property
     def key(self) -> str:

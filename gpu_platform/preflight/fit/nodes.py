@@ -8,7 +8,8 @@ allocatable per node from `gpu_platform.components.capacity`.
 
 Facts used (also written into ClusterModel.notes so a reader of fit.json sees them):
 - GKE adds cloud.google.com/gke-nodepool, gke-accelerator, gke-spot / gke-preemptible,
-  gke-gpu-driver-version, machine-family, gke-os-distribution labels, and the nvidia.com/gpu=present:
+  gke-gpu-driver-version, machine-family, gke-os-distribution labels (and, as on every cloud node,
+  topology.kubernetes.io/zone: a pool's nodes are in the zones of its nodeLocations), and the nvidia.com/gpu=present:
   NoSchedule taint on GPU nodes; its ExtendedResourceToleration admission controller adds the matching
   toleration to pods requesting nvidia.com/gpu (GKE "Run GPUs in Standard node pools", "About GPUs").
   A private cluster's control plane reaches nodes on TCP 443 and 10250 only (GKE's own
@@ -34,12 +35,13 @@ import binascii
 import email
 import ipaddress
 from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import yaml
 
 from gpu_platform.components.capacity import Allocatable, CapacityError, allocatable
-from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
+from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL, SUBNET_LABEL
 from gpu_platform.components.linode.render import ROLE_LABEL  # the system pools' label (GKE and EKS set the same key)
 from gpu_platform.preflight.fit.model import ClusterModel, NetworkModel, NodeGroup
 
@@ -57,7 +59,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Per cloud, node agents no rendered release shows (installed by the cloud or as managed add-ons).
 _CLOUD_AGENTS = {
     "gcp": "GKE's fluentbit, gke-metadata-server, anetd/Dataplane V2, pdcsi-node, GPU driver installer",
-    "aws": "the vpc-cni (aws-node), kube-proxy and EBS CSI node add-ons",
+    "aws": "",  # EKS's managed add-ons (aws-node, kube-proxy, CoreDNS, EBS CSI) are counted: data/eks_addon_pods.py
     "linode": "kube-proxy and, unless its chart is rendered, the CNI",
     "kubernetes": "whatever the cluster runs besides the platform (its CNI, kube-proxy, CSI, the GPU operator, "
                   "other teams' DaemonSets)",
@@ -237,6 +239,34 @@ def _port_set(specs: Iterable[str]) -> set[int]:
     return out
 
 
+def _gke_zonal_sizes(inputs: dict) -> list[tuple[Optional[str], int, int]]:
+    """(zone, min, max) of a node pool's nodes per zone of its node locations.
+
+    GKE creates a pool's nodes in every zone of its `nodeLocations`, and each node carries its zone in
+    topology.kubernetes.io/zone (GKE "About cluster configuration choices", regional clusters: a node
+    pool's nodes are replicated to each of its node locations). A pod held to some zones (a notebook whose
+    home is a zonal persistent disk, components/platform/notebooks.py home_zones) can only land on the
+    pool's nodes there, so the model has one group per pool and zone, as for EKS's zonal groups.
+    Sizes: per-zone limits (minNodeCount/maxNodeCount, nodeCount) are each zone's own; total limits
+    (totalMinNodeCount/totalMaxNodeCount, what the platform sets) are split over the zones so that the
+    groups add up to the pool's totals (config/names.zonal_groups: the first zones get the remainder), the
+    spread of the BALANCED location policy. Under ANY (Spot and preemptible pools) the autoscaler may put
+    more of the total in one zone than the split shows."""
+    from gpu_platform.config.names import zonal_groups
+
+    zones = [str(z) for z in inputs.get("nodeLocations") or []]
+    auto = inputs.get("autoscaling") or {}
+    if "totalMaxNodeCount" in auto:
+        lo, hi = _num(auto.get("totalMinNodeCount")), _num(auto.get("totalMaxNodeCount"))
+        if not zones:
+            return [(None, lo, hi)]
+        return list(zonal_groups(lo, hi, zones)) if hi > 0 else [(zones[0], 0, 0)]
+    fixed = _num(inputs.get("nodeCount", inputs.get("initialNodeCount", 1)), 1)
+    lo = _num(auto.get("minNodeCount"), fixed) if auto else fixed
+    hi = _num(auto.get("maxNodeCount"), fixed) if auto else fixed
+    return [(z, lo, hi) for z in zones] if zones else [(None, lo, hi)]
+
+
 def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[NodeGroup]:
     from gpu_platform.components.gcp.nodepool import GKE_TAINT_EFFECTS
 
@@ -246,14 +276,6 @@ def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         i = pool.plain_inputs
         nc = i.get("nodeConfig") or {}
         itype = nc.get("machineType")
-        auto = i.get("autoscaling") or {}
-        if "totalMaxNodeCount" in auto:
-            lo, hi = _num(auto.get("totalMinNodeCount")), _num(auto.get("totalMaxNodeCount"))
-        else:  # a fixed-size pool or per-zone limits: counts are per zone of the pool's node locations
-            zones = max(1, len(i.get("nodeLocations") or []))
-            fixed = _num(i.get("nodeCount", i.get("initialNodeCount", 1)), 1)
-            lo = _num(auto.get("minNodeCount"), fixed) * zones if auto else fixed * zones
-            hi = _num(auto.get("maxNodeCount"), fixed) * zones if auto else fixed * zones
         labels = {**_well_known(itype), **(nc.get("labels") or {})}
         labels["cloud.google.com/gke-nodepool"] = i.get("name") or pool.name
         labels["cloud.google.com/machine-family"] = str(itype).split("-")[0]
@@ -268,17 +290,29 @@ def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
                   for t in nc.get("taints") or []]
         accels = nc.get("guestAccelerators") or []
+        alloc = allocatable("gcp", itype)
         if accels:
             labels["cloud.google.com/gke-accelerator"] = accels[0]["type"]
             driver = (accels[0].get("gpuDriverInstallationConfig") or {}).get("gpuDriverVersion")
             if driver and driver != "INSTALLATION_DISABLED":
                 labels["cloud.google.com/gke-gpu-driver-version"] = str(driver).lower()
+            elif driver == "INSTALLATION_DISABLED":
+                # No driver from GKE (and none the platform installs): GKE's device plugin advertises no
+                # nvidia.com/gpu until a driver is loaded, so the nodes have no GPU to schedule on.
+                alloc = replace(alloc, gpus=0)
+                notes.append(f"gcp: node pool {i.get('name') or pool.name} has no GPU driver (gpuDriverVersion "
+                             f"{driver}): its nodes advertise no nvidia.com/gpu")
             _add_taint(taints, GPU_TAINT.as_k8s())
-        out.append(NodeGroup(name=labels["cloud.google.com/gke-nodepool"], role=_role(labels, taints), min_nodes=lo,
-                             max_nodes=hi, labels=labels, taints=taints, allocatable=allocatable("gcp", itype),
-                             instance_type=itype, capacity=capacity))
+        for zone, lo, hi in _gke_zonal_sizes(i):
+            zonal = {**labels, ZONE_LABEL: zone} if zone else dict(labels)
+            out.append(NodeGroup(name=labels["cloud.google.com/gke-nodepool"], role=_role(labels, taints), min_nodes=lo,
+                                 max_nodes=hi, labels=zonal, taints=[dict(t) for t in taints],
+                                 allocatable=alloc, instance_type=itype, capacity=capacity))
     notes.append("gcp: node pools from the plan's NodePool inputs plus GKE's own labels (gke-nodepool, gke-accelerator, "
-                 "gke-spot/gke-preemptible) and GPU taint; ExtendedResourceToleration on (GPU pods get the toleration)")
+                 "gke-spot/gke-preemptible, topology.kubernetes.io/zone) and GPU taint; one group per pool and zone of its "
+                 "nodeLocations, total limits split over the zones as GKE's BALANCED policy spreads them (under ANY, "
+                 "Spot and preemptible pools, one zone may get more); ExtendedResourceToleration on (GPU pods get the "
+                 "toleration)")
     return out
 
 
@@ -352,9 +386,10 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
                   for t in i.get("taints") or []]
         alloc = _min_allocatable(allocatable("aws", t, managed_node_group=True) for t in types)
-        # One system node group per zone (aws/eks.py): its nodes carry the zone, as EC2 labels them.
+        # One system node group per zone (aws/eks.py): its nodes carry the zone, as EC2 labels them; in an
+        # existing VPC the group is one subnet, whose label (SUBNET_LABEL) it carries instead (zone unknown).
         zone = (i.get("tags") or {}).get("node-group-zone")
-        if zone:
+        if zone and SUBNET_LABEL not in labels:
             labels[ZONE_LABEL] = zone
         out.append(NodeGroup(name=labels.get(ROLE_LABEL, name), role=_role(labels, taints), min_nodes=_num(sc.get("minSize")),
                              max_nodes=_num(sc.get("maxSize")), labels=labels, taints=taints, allocatable=alloc,
@@ -382,7 +417,7 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         labels = {**_well_known(types[0]), **labels}
         # One group per pool and zone (config/names.zonal_groups): its nodes carry the zone, as EC2 labels them.
         zone = next((t.get("value") for t in i.get("tags") or [] if t.get("key") == "gpu-pool-zone"), None)
-        if zone:
+        if zone and SUBNET_LABEL not in labels:
             labels[ZONE_LABEL] = zone
         out.append(NodeGroup(name=labels.get(POOL_LABEL, asg.name), role=_role(labels, taints),
                              min_nodes=_num(i.get("minSize")), max_nodes=_num(i.get("maxSize")), labels=labels,
@@ -593,8 +628,12 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
         raise ModelError(str(exc)) from None
     if not groups:
         raise ModelError(f"{cfg.cloud}: the plan registers no node group")
-    notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
-                 "releases: their requests are not counted, so the headroom shown is an upper bound")
+    if _CLOUD_AGENTS[cfg.cloud]:
+        notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
+                     "releases: their requests are not counted, so the headroom shown is an upper bound")
+    else:
+        notes.append(f"{cfg.cloud}: the managed add-ons' pods (aws-node, kube-proxy, CoreDNS, EBS CSI controller and node "
+                     "plugin) are counted from what each add-on runs (gpu_platform/data/eks_addon_pods.py)")
     # The plan registers resources in the order their outputs resolve: order the groups by role, then
     # name, then zone (a pool's zonal groups share the name), so packing, the report and fit.json are the
     # same on every run.
