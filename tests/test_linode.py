@@ -251,6 +251,7 @@ def test_gpu_worker_boots_with_driver_toolkit_and_joins_tainted_and_labelled(dev
     doc = yaml.safe_load(all_user_data(dev)["gpu-dev-ada-0"])
     paths = [f["path"] for f in doc["write_files"]]
     assert doc["runcmd"] == [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", render.METADATA_BLOCK_UNIT],
+                             ["systemctl", "enable", "--now", render.METADATA_ALLOW_UNIT],
                              ["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT]]
     nvidia = next(f["content"] for f in doc["write_files"] if f["path"] == render.NVIDIA_SCRIPT_PATH)
     branch = versions.NVIDIA_DRIVER_BRANCH

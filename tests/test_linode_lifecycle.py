@@ -320,7 +320,8 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
         assert ["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT] in doc["runcmd"]
         # Pods are kept off the metadata service (where this user data stays readable) on every node.
         block = files[f"/etc/systemd/system/{render.METADATA_BLOCK_UNIT}"]
-        assert "iptables -I FORWARD -d 169.254.169.254/32 -j DROP" in block and "Before=kubelet.service" in block
+        assert f"ExecStart={render.METADATA_GUARD_PATH} setup" in block and "Before=kubelet.service" in block
+        assert files[render.METADATA_GUARD_PATH] == render.metadata_guard_script()  # executed: test_linode_metadata.py
         runcmd = doc["runcmd"]
         assert runcmd.index(["systemctl", "enable", "--now", render.METADATA_BLOCK_UNIT]) < \
             runcmd.index(["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT])
@@ -338,6 +339,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path):
     snapshot_service, snapshot_timer = render.etcd_snapshot_units()
     for name, text in ((render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
                        (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit()),
+                       (render.METADATA_ALLOW_UNIT, render.metadata_allow_unit()),
                        (render.ETCD_SNAPSHOT_UNIT, snapshot_service), (render.ETCD_SNAPSHOT_TIMER, snapshot_timer)):
         (tmp_path / name).write_text(text.replace("/usr/local/sbin/", "/bin/true #"))
     run = subprocess.run(["systemd-analyze", "verify", *[str(p) for p in tmp_path.iterdir()]],

@@ -654,22 +654,124 @@ WantedBy=multi-user.target
 
 
 METADATA_BLOCK_UNIT = "gpu-platform-block-metadata.service"
+METADATA_ALLOW_UNIT = "gpu-platform-metadata-allow.service"
+METADATA_GUARD_PATH = "/usr/local/sbin/gpu-platform-metadata-guard.sh"
+# Linode's metadata service, as cloud-init's Akamai datasource reaches it (canonical/cloud-init
+# cloudinit/sources/DataSourceAkamai.py BUILTIN_DS_CONFIG base_urls: ipv4 http://169.254.169.254, ipv6
+# http://[fd00:a9fe:a9fe::1], both allowed by default): a node's user data is served on both.
 METADATA_ADDRESS = "169.254.169.254"
+METADATA_ADDRESS_V6 = "fd00:a9fe:a9fe::1"
 # The kubelet's pod cgroup under the systemd cgroup driver (KubeletConfiguration cgroupDriver: systemd).
 POD_CGROUP = "kubepods.slice"
+# The filter-table chain OUTPUT sends pod-cgroup traffic for the metadata service through: RETURN for the
+# pods allowed (below), DROP for every other.
+METADATA_CHAIN = "GPU-PLATFORM-METADATA"
+# The one pod that needs the metadata service: the Linode CSI driver's node plugin (hostNetwork). In the
+# pinned driver (linode/linode-blockstorage-csi-driver v1.0.6, internal/driver/metadata.go GetNodeMetadata)
+# it finds its own instance through the metadata service first; the fallbacks (product_serial, then the
+# Node's providerID) both ask the Linode API, and the chart gives the node plugin no token (only the
+# controller gets LINODE_TOKEN), so without the metadata service the plugin exits, the driver never
+# registers on the node and no volume attaches. Selected by what the chart's DaemonSet sets: namespace
+# kube-system (where only cluster admins create pods) and its pod label.
+METADATA_ALLOWED_PODS = (("kube-system", "app=csi-linode-node"),)
+METADATA_ALLOW_INTERVAL_SECONDS = 3
+
+
+def metadata_guard_script() -> str:
+    """`setup`: the host rules (IPv4 and IPv6), idempotent. Pod traffic is denied by a Cilium clusterwide
+    policy (addons.metadata_deny_policy: per endpoint in eBPF; an iptables FORWARD rule alone is passed
+    over by Cilium's CILIUM_FORWARD chain, which ACCEPTs lxc traffic first); FORWARD stays as a second
+    layer. hostNetwork pods bypass both: their packets leave through OUTPUT, so OUTPUT sends those whose
+    socket belongs to the kubelet's pod cgroup tree (kubepods.slice; Cilium's CILIUM_OUTPUT only marks
+    such traffic, it accepts only its proxy's) to METADATA_CHAIN, which drops them. The node's own
+    services (cloud-init, root shells) still reach the metadata service.
+
+    `allow` (one pass) / `watch` (every few seconds, the allow unit): METADATA_CHAIN gets a RETURN rule
+    for the pod cgroup of each running METADATA_ALLOWED_PODS pod, ahead of its DROP, rewritten atomically
+    (iptables-restore --noflush replaces the chain in one commit) when the set changes. A pod's cgroup
+    (kubepods[-<qos>].slice/kubepods-<qos>-pod<uid>.slice) is made with its sandbox, before its containers
+    start, and keeps its name across container restarts. `-m cgroup --path` matches that cgroup and its
+    descendants (the containers' scopes): kernel net/netfilter/xt_cgroup.c, cgroup_mt_v1 ->
+    cgroup_is_descendant. A plugin that starts before its rule is in retries its connection (its SYNs pass
+    OUTPUT again) or is restarted by the kubelet into the same pod cgroup."""
+    pods = " ".join(f"{ns}/{label}" for ns, label in METADATA_ALLOWED_PODS)
+    return f"""#!/usr/bin/env bash
+# Keeps pods (hostNetwork ones included) off the Linode metadata service, where this node's user data stays
+# readable for its whole life, except the pods listed in allowed_pods (the CSI node plugin).
+set -euo pipefail
+chain={METADATA_CHAIN}
+cgroup_root=${{CGROUP_ROOT:-/sys/fs/cgroup}}
+allowed_pods=({pods})
+families=("iptables {METADATA_ADDRESS}/32" "ip6tables {METADATA_ADDRESS_V6}/128")
+crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
+
+setup() {{
+  local tool address family
+  for family in "${{families[@]}}"; do
+    read -r tool address <<<"$family"
+    "$tool" -w -N "$chain" 2>/dev/null || true
+    "$tool" -w -C "$chain" -j DROP 2>/dev/null || "$tool" -w -A "$chain" -j DROP
+    "$tool" -w -C FORWARD -d "$address" -j DROP 2>/dev/null || "$tool" -w -I FORWARD -d "$address" -j DROP
+    "$tool" -w -C OUTPUT -d "$address" -m cgroup --path {POD_CGROUP} -j "$chain" 2>/dev/null \\
+      || "$tool" -w -I OUTPUT -d "$address" -m cgroup --path {POD_CGROUP} -j "$chain"
+  done
+}}
+
+# The cgroup paths (relative to the cgroup root) of the running allowed pods, one a line, sorted.
+allowed_cgroups() {{
+  local entry ns label uid dir
+  command -v crictl >/dev/null 2>&1 || return 0
+  for entry in "${{allowed_pods[@]}}"; do
+    ns=${{entry%%/*}}
+    label=${{entry#*/}}
+    for uid in $(crictl_ pods --namespace "$ns" --label "$label" --state ready -o json 2>/dev/null \\
+        | python3 -c 'import json, sys; [print(p["metadata"]["uid"]) for p in json.load(sys.stdin).get("items") or []]'); do
+      [[ "$uid" =~ ^[0-9a-f-]+$ ]] || continue
+      # The systemd cgroup driver names the pod's slice after its UID with dashes as underscores.
+      dir=$(find "$cgroup_root/{POD_CGROUP}" -maxdepth 2 -type d -name "kubepods*-pod${{uid//-/_}}.slice" 2>/dev/null \
+        | head -n 1 || true)
+      if [ -n "$dir" ]; then
+        echo "${{dir#"$cgroup_root"/}}"
+      fi
+    done
+  done | sort -u
+}}
+
+applied=""
+allow() {{
+  local want family tool address rules path
+  want=$(allowed_cgroups)
+  [ "$want" != "$applied" ] || return 0
+  for family in "${{families[@]}}"; do
+    read -r tool address <<<"$family"
+    rules="*filter"$'\\n'":$chain - [0:0]"$'\\n'
+    while read -r path; do
+      [ -n "$path" ] && rules+="-A $chain -m cgroup --path $path -j RETURN"$'\\n'
+    done <<<"$want"
+    rules+="-A $chain -j DROP"$'\\n'"COMMIT"$'\\n'
+    # A pod gone between the listing and this call fails the commit and leaves the chain as it was.
+    printf '%s' "$rules" | "$tool-restore" -w --noflush || return 0
+  done
+  applied=$want
+  echo "metadata service open to pod cgroups: ${{want:-none}}"
+}}
+
+case "${{1:-}}" in
+  setup) setup ;;
+  allow) allow ;;
+  watch)
+    while :; do
+      allow || true
+      sleep {METADATA_ALLOW_INTERVAL_SECONDS}
+    done ;;
+  *) echo "usage: $0 setup|allow|watch" >&2; exit 2 ;;
+esac
+"""
 
 
 def metadata_block_unit() -> str:
-    """Nothing in a pod needs Linode's metadata service, and a node's user data stays readable there for
-    the node's lifetime (Linode cannot delete it). Pod traffic is denied by a Cilium clusterwide policy
-    (addons.metadata_deny_policy: enforced per endpoint in eBPF; an iptables FORWARD rule alone is
-    passed over by Cilium's CILIUM_FORWARD chain, which ACCEPTs lxc traffic first). hostNetwork pods
-    bypass both: their packets leave through OUTPUT, so drop those whose socket belongs to the kubelet's
-    pod cgroup tree (kubepods.slice; Cilium's CILIUM_OUTPUT only marks such traffic, it accepts only its
-    proxy's). The slice is started first so the cgroup exists when the rule is inserted. The node's own
-    services (cloud-init, root shells) still reach the metadata service. FORWARD stays as a second layer."""
-    forward = f"FORWARD -d {METADATA_ADDRESS}/32 -j DROP"
-    output = f"OUTPUT -d {METADATA_ADDRESS}/32 -m cgroup --path {POD_CGROUP} -j DROP"
+    """The host rules (metadata_guard_script setup), before the kubelet starts any pod. The slice is
+    started first so the cgroup exists when the rule naming it is inserted."""
     return f"""[Unit]
 Description=gpu-platform: keep pods (hostNetwork ones included) off the instance metadata service
 Before=kubelet.service
@@ -679,8 +781,26 @@ After=network-pre.target
 Type=oneshot
 RemainAfterExit=yes
 ExecStartPre=/bin/systemctl start {POD_CGROUP}
-ExecStart=/bin/sh -c 'iptables -C {forward} 2>/dev/null || iptables -I {forward}'
-ExecStart=/bin/sh -c 'iptables -C {output} 2>/dev/null || iptables -I {output}'
+ExecStart={METADATA_GUARD_PATH} setup
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def metadata_allow_unit() -> str:
+    """Keeps the allowed pods' RETURN rules current (metadata_guard_script watch)."""
+    return f"""[Unit]
+Description=gpu-platform: let the CSI node plugin (only) reach the instance metadata service
+Requires={METADATA_BLOCK_UNIT}
+After={METADATA_BLOCK_UNIT}
+Before=kubelet.service
+
+[Service]
+Type=simple
+ExecStart={METADATA_GUARD_PATH} watch
+Restart=always
+RestartSec=5
 
 [Install]
 WantedBy=multi-user.target
@@ -866,9 +986,12 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
         File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
+        File(METADATA_GUARD_PATH, metadata_guard_script(), "0700"),
         File(f"/etc/systemd/system/{METADATA_BLOCK_UNIT}", metadata_block_unit(), "0644"),
+        File(f"/etc/systemd/system/{METADATA_ALLOW_UNIT}", metadata_allow_unit(), "0644"),
     ]
     commands = ["systemctl daemon-reload", f"systemctl enable --now {METADATA_BLOCK_UNIT}",
+                f"systemctl enable --now {METADATA_ALLOW_UNIT}",
                 f"systemctl enable --now --no-block {BOOTSTRAP_UNIT}"]
     if gpu:
         files.append(File(NVIDIA_SCRIPT_PATH, install_nvidia_script(), "0700"))
