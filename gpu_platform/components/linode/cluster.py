@@ -11,6 +11,7 @@ that did not join.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 import json
@@ -36,6 +37,7 @@ from gpu_platform.components.cluster import (
 )
 from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
+from gpu_platform.config.checks.linode import node_groups_deployed
 from gpu_platform.components.linode import addons, node_groups, render, upgrade
 from gpu_platform.data import linode_versions as versions
 from gpu_platform.config.linode import (
@@ -122,6 +124,13 @@ def balancer_rules(admin_cidrs: list[str], node_cidrs: list[str]) -> list[dict]:
     v4 = v4 + list(node_cidrs)
     return [{"label": "kube-api", "action": "ACCEPT", "protocol": "TCP", "ports": str(API_PORT),
              **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})}]
+
+
+def reachable_pools(pools: list[GpuPoolSpec], provider: bool) -> list[GpuPoolSpec]:
+    """The GPU pools as the platform may count on them: an autoscaled pool with no node-group provider
+    (nothing creates its nodes) at its minNodes, so Kueue offers no quota for nodes that never come."""
+    return [p if provider or not node_groups.autoscaled(p) else dataclasses.replace(p, max_nodes=p.min_nodes)
+            for p in pools]
 
 
 def now_utc() -> datetime.datetime:
@@ -533,10 +542,13 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # After the control planes' upgrade Jobs: cluster-autoscaler supports only its own Kubernetes minor
         # (kubernetes/autoscaler cluster-autoscaler/README.md, "Releases"), and its image and the provider's
         # pools.json follow kubernetesVersion, so neither may move before the control plane has.
-        if scaled and section.node_groups.image is None:
+        scaler_deployed = node_groups_deployed(cfg)
+        if scaled and not scaler_deployed:
             pulumi.log.warn("linode.nodeGroups.image is not set: GPU pool(s) " + ", ".join(p.name for p, _, _ in scaled)
-                            + " autoscale but no node-group provider is deployed, so they stay at minNodes. Set the "
-                            "digest published by .github/workflows/linode-node-groups-image.yml (docs/linode-autoscaling.md).")
+                            + " autoscale but no node-group provider is deployed, so they stay at minNodes (Kueue "
+                            "offers no quota beyond that; a pool at minNodes 0 never gets a node, which preflight "
+                            "refuses). Set the digest published by .github/workflows/linode-node-groups-image.yml "
+                            "(docs/linode-autoscaling.md).")
         if scaled:
             node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
                 config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],
@@ -553,7 +565,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             name=cfg.name_prefix,
             kubeconfig=self.kubeconfig,
             provider=provider,
-            gpu_pools=pools,
+            # What Kueue may offer: a pool nothing scales stays at minNodes (reachable_pools).
+            gpu_pools=reachable_pools(pools, scaler_deployed),
             default_storage_class=addons.DEFAULT_STORAGE_CLASS,
             checkpoint=CheckpointStore(
                 url=bucket.label.apply(lambda b: f"s3://{b}"),
