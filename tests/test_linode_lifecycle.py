@@ -102,8 +102,8 @@ def test_replaced_cp0_joins_the_survivors_instead_of_initialising(ha, dev):
     ha_cp0 = files_of(docs_of(ha)["gpu-staging-cp-0"])
     script = ha_cp0[render.BOOTSTRAP_SCRIPT_PATH]
     assert "peers=(10.0.0.11 10.0.0.12)" in script
-    assert script.index("if peer_answers; then") < script.index("kubeadm join") < script.index("kubeadm init")
-    assert f"SECONDS + {render.PEER_WAIT_SECONDS}" in script
+    assert script.index("if version=$(cluster_version); then") < script.index("kubeadm join") < script.index("kubeadm init")
+    assert f"SECONDS + {render.PEER_WAIT_SECONDS}" in script  # executed: tests/test_linode_boot_scripts.py
     join = yaml.safe_load(ha_cp0[render.KUBEADM_JOIN_CONFIG_PATH].split("---\n")[0])
     assert join["kind"] == "JoinConfiguration" and "controlPlane" in join
     # A single control plane has nobody to join: it initialises at once (no wait).
@@ -503,7 +503,8 @@ def test_a_joining_control_plane_first_removes_the_etcd_member_of_the_node_it_re
     body = script[script.index("peers=(10.0.0.10"):]
     assert body.index("remove_stale_etcd_member") < body.index("kubeadm join")
     assert """-v name="gpu-staging-cp-1" '$3 == name""" in script and 'member remove "$id"' in script
-    assert f"kubeadm config images list --kubernetes-version v{__import__('gpu_platform.data.linode_versions', fromlist=['x']).KUBERNETES_PATCH['1.35']}" in script
+    # The etcd image of the release the cluster runs now (what its peers report), not of the user data's day.
+    assert 'kubeadm config images list --kubernetes-version "$version"' in script
 
 
 # --- the CCM, rendered with the pinned chart --------------------------------------------------------

@@ -311,14 +311,30 @@ pkg="${{version#v}}-{versions.KUBERNETES_DEB_REVISION}"
 
 
 def install_kubernetes_script(kubernetes_minor: str, discover_endpoint: str = "") -> str:
-    """containerd (systemd cgroups) and kubeadm/kubelet/kubectl from pkgs.k8s.io: control planes the
-    pinned patch of `kubernetes_minor`; workers (`discover_endpoint` set) the exact version the API
-    server runs when they boot."""
+    """containerd (systemd cgroups) and kubeadm/kubelet/kubectl from pkgs.k8s.io: workers
+    (`discover_endpoint` set) the exact version the API server runs when they boot; control planes the
+    version their bootstrap passes as $1 (what the running control planes report: a control plane that
+    joins an existing cluster, cp-0 replaced included), else the pinned patch of `kubernetes_minor` (a
+    new cluster)."""
     if discover_endpoint:
         choose = _discover_version(discover_endpoint)
     else:
-        choose = (f"minor={kubernetes_minor}\n"
-                  f"pkg={versions.kubernetes_package_version(kubernetes_minor)}\n")
+        choose = f"""# A control plane joining a running cluster installs what that cluster runs ($1, from its peers): its
+# user data is kept as first written (ignore_changes), so the pinned minor below may be an old one.
+version=${{1:-}}
+if [ -n "$version" ]; then
+  if ! [[ "$version" =~ ^v1\\.[0-9]+\\.[0-9]+$ ]]; then
+    echo "not a Kubernetes release: '$version'" >&2
+    exit 1
+  fi
+  minor=${{version#v}}
+  minor=${{minor%.*}}
+  pkg="${{version#v}}-{versions.KUBERNETES_DEB_REVISION}"
+else
+  minor={kubernetes_minor}
+  pkg={versions.kubernetes_package_version(kubernetes_minor)}
+fi
+"""
     return f"""#!/usr/bin/env bash
 # Installs containerd and pinned Kubernetes packages; idempotent so a re-run is harmless.
 set -euo pipefail
@@ -468,12 +484,12 @@ KUBECONFIG
 """
 
 
-def remove_stale_etcd_member_script(node_name: str, kubernetes_minor: str) -> str:
+def remove_stale_etcd_member_script(node_name: str) -> str:
     """Shell: before a control plane joins, remove an etcd member that still carries its name (the
     node it replaces), asking each surviving peer in turn. Uses etcdctl from the etcd image kubeadm
-    runs (through containerd) and a one-day client certificate from the etcd CA this node holds.
-    Nothing to remove (a first deploy) or no peer answering is not an error: kubeadm join decides."""
-    patch = "v" + versions.KUBERNETES_PATCH[kubernetes_minor]
+    runs at the cluster's version ($version, what the peers report) through containerd, and a one-day
+    client certificate from the etcd CA this node holds. Nothing to remove (a first deploy) or no peer
+    answering is not an error: kubeadm join decides."""
     return f"""etcd_peer() {{
   ctr -n k8s.io run --rm --net-host --mount "type=bind,src=$etcd_tmp,dst=/certs,options=rbind:ro" \\
     "$etcd_image" "etcdctl-$$-$RANDOM" etcdctl --endpoints "https://$1:2379" --cacert /certs/ca.crt \\
@@ -484,7 +500,7 @@ remove_stale_etcd_member() {{
   etcd_tmp=$(mktemp -d)
   mint_client_cert "{PKI_DIR}/etcd/ca" "/CN=gpu-platform-etcd-member-cleanup" "$etcd_tmp/client"
   cp "{PKI_DIR}/etcd/ca.crt" "$etcd_tmp/ca.crt"
-  etcd_image=$(kubeadm config images list --kubernetes-version {patch} | grep '/etcd:')
+  etcd_image=$(kubeadm config images list --kubernetes-version "$version" | grep '/etcd:')
   ctr -n k8s.io images pull "$etcd_image" >/dev/null
   for ip in "${{peers[@]}}"; do
     if id=$(etcd_peer "$ip" member list | awk -F', ' -v name="{node_name}" '$3 == name {{print $1}}'); then
@@ -506,13 +522,37 @@ remove_stale_etcd_member() {{
 PEER_WAIT_SECONDS = 180
 
 
+def cluster_version_script(wait_seconds: int) -> str:
+    """Shell: `cluster_version` prints what the first answering peer's API server runs (GET /version,
+    readable without credentials: kubeadm binds system:public-info-viewer to system:unauthenticated,
+    verified with the cluster CA), trying for up to `wait_seconds` (0: one round); exit 1 when none answers."""
+    return f"""cluster_version() {{
+  local ip v deadline=$((SECONDS + {wait_seconds}))
+  while :; do
+    for ip in "${{peers[@]}}"; do
+      v=$(curl --silent --fail --max-time 5 --cacert {PKI_DIR}/ca.crt "https://$ip:6443/version" \\
+        | sed -n 's/.*"gitVersion": *"\\(v[0-9][0-9.]*\\)".*/\\1/p') || continue
+      if [[ "$v" =~ ^v1\\.[0-9]+\\.[0-9]+$ ]]; then
+        echo "$v"
+        return 0
+      fi
+    done
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 10
+  done
+}}"""
+
+
 def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: Sequence[str] = (),
                      gpu: bool = False, kubernetes_minor: str = "") -> str:
     """The node's whole bootstrap, run by BOOTSTRAP_UNIT until it succeeds: install, driver (GPU
-    nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join."""
+    nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join.
+
+    Control planes first ask their peers which release the cluster runs: one that joins installs that
+    release (its user data, kept as first written, names the minor of the day it was created); cp-0 finds
+    no peer answering on a first deploy and initialises the pinned release."""
     if role not in ("init", "join-control-plane", "join"):
         raise ValueError(f"unknown role {role!r}")
-    steps = [INSTALL_SCRIPT_PATH] + ([NVIDIA_SCRIPT_PATH] if gpu else [])
     lines = [
         "#!/usr/bin/env bash",
         f"# Brings this node into the cluster ({role}). Run by {BOOTSTRAP_UNIT}, which retries until this",
@@ -523,7 +563,32 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
         "  exit 0",
         "fi",
         "mkdir -p /var/lib/gpu-platform",
-        *steps,
+    ]
+    if role == "join":
+        lines += [INSTALL_SCRIPT_PATH, *([NVIDIA_SCRIPT_PATH] if gpu else [])]
+    else:
+        lines += [f"peers=({' '.join(peers)})", cluster_version_script(PEER_WAIT_SECONDS if role == "init" and peers else 0)]
+        if role == "init":
+            lines += [
+                "# A replaced cp-0 of an HA cluster joins the survivors; a first deploy finds nobody and initialises.",
+                "if version=$(cluster_version); then",
+                "  mode=\"join\"",
+                "  echo \"a control plane of this cluster answers (it runs $version): joining it (replaced cp-0)\"",
+                "else",
+                "  mode=\"init\"",
+                "  version=\"\"",
+                "fi",
+            ]
+        else:
+            lines += [
+                "if ! version=$(cluster_version); then",
+                "  echo 'no control plane of this cluster answers /version yet: retrying later' >&2",
+                "  exit 1",
+                "fi",
+                "mode=\"join\"",
+            ]
+        lines.append(f'{INSTALL_SCRIPT_PATH} "$version"')
+    lines += [
         "# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
         "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote).",
         *([f"[ -d {PKI_SEED} ] || cp -a {PKI_DIR} {PKI_SEED}"] if role != "join" else []),
@@ -542,38 +607,20 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
     else:
         lines.append(mint_client_cert_script().rstrip("\n"))
         lines.append(mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"))
-        if kubernetes_minor:
-            lines.append(remove_stale_etcd_member_script(node_name, kubernetes_minor).rstrip("\n"))
+        lines.append(remove_stale_etcd_member_script(node_name).rstrip("\n"))
         join = [
             "mint_discovery_kubeconfig",
-            *(["remove_stale_etcd_member"] if kubernetes_minor and peers else []),
+            *(["remove_stale_etcd_member"] if peers else []),
             f"kubeadm join --config {KUBEADM_JOIN_CONFIG_PATH if role == 'init' else KUBEADM_CONFIG_PATH}",
             f"rm -f {DISCOVERY_KUBECONFIG_PATH}",
         ]
-        if role == "join-control-plane":
-            lines += [f"peers=({' '.join(peers)})", *join]
-        else:
-            lines += [
-                f"peers=({' '.join(peers)})",
-                "peer_answers() {",
-                f"  local ip deadline=$((SECONDS + {PEER_WAIT_SECONDS if peers else 0}))",
-                "  while :; do",
-                '    for ip in "${peers[@]}"; do',
-                f'      if curl --silent --fail --max-time 5 --cacert {PKI_DIR}/ca.crt "https://$ip:6443/readyz" >/dev/null; then',
-                "        return 0",
-                "      fi",
-                "    done",
-                '    [ "$SECONDS" -lt "$deadline" ] || return 1',
-                "    sleep 10",
-                "  done",
-                "}",
-                "if peer_answers; then",
-                "  echo 'a control plane of this cluster answers: joining it (replaced cp-0)'",
-                *[f"  {line}" for line in join],
-                "else",
-                f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
-                "fi",
-            ]
+        lines += [
+            'if [ "$mode" = join ]; then',
+            *[f"  {line}" for line in join],
+            "else",
+            f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
+            "fi",
+        ]
     lines.append('touch "$marker"')
     return "\n".join(lines) + "\n"
 
