@@ -36,7 +36,7 @@ UNKNOWN_TEXT = "[unknown]"
 # A `secure:` value preflight cannot decrypt stands in as this (always marked secret).
 UNDECRYPTABLE = "preflight-cannot-decrypt-secure-value"
 # Provider credentials a stack's program requires that CI supplies at run time, per cloud (docs/ci.md).
-RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token")}
+RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token", "linode-node-groups:token")}
 
 
 # ---------------------------------------------------------------------------------------------

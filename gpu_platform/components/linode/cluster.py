@@ -553,7 +553,10 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
                 config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],
                 pool_tags=[linode_tags(cfg, **t) for _, _, t in scaled], common_tags=tags,
-                image=section.node_groups.image, api_token=args.node_groups_token or args.api_token,
+                image=section.node_groups.image,
+                # Its own token, never the CCM/CSI one (create_cluster requires linode-node-groups:token).
+                api_token=args.node_groups_token,
+                fixed_gpus=sum(p.max_gpus for p in pools if not node_groups.autoscaled(p)),
                 deploy_token=args.deploy_token or args.api_token, firewall_id=firewall.id, subnet_id=subnet.id,
                 control_plane_endpoint=endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint),
                 k8s_provider=provider, network=[firewall, subnet], after=control_plane_upgrades),

@@ -169,9 +169,7 @@ def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
     out = []
     for key, token, who, expires in api_token_expiries(cfg):
         if expires is None:
-            out.append(f"{key} is not set: nothing warns before {who} ({token}) expires (Linode API tokens last up "
-                       "to a year). Set it to the expiry date Cloud Manager shows.")
-            continue
+            continue  # a config error (token_expiry_issues)
         left = (expires - calendar_today()).days
         if 0 < left <= TOKEN_EXPIRY_WARN_DAYS:
             out.append(f"{who} ({token}) expires in {left} day(s), on {expires.isoformat()} ({key}): create a new "
@@ -180,10 +178,19 @@ def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
 
 
 def token_expiry_issues(cfg: "StackConfig") -> list[ConfigIssue]:
-    """A token whose stated expiry is today or past has stopped working: a config error naming the key."""
+    """A token without a stated expiry, or whose stated expiry is today or past: a config error naming the key.
+    Linode cannot tell the program a token's expiry offline, and without it no alert warns before the token
+    stops working (then LoadBalancers, volumes and node lifecycle, or autoscaling, stop with it)."""
     issues = []
     for key, token, who, expires in api_token_expiries(cfg):
-        if expires is not None and expires <= calendar_today():
+        if expires is None:
+            issues.append(ConfigIssue(key, None,
+                                      f"the date {who} ({token}) expires, as Cloud Manager shows it (YYYY-MM-DD): the "
+                                      "platform's Prometheus alerts 30 and 7 days before it and preflight warns. The "
+                                      "program cannot read it offline, and a token created without an expiry is a "
+                                      "credential that never ends: create it with one"))
+            continue
+        if expires <= calendar_today():
             breaks = ("LoadBalancers, volumes and node lifecycle stop working" if token == "linode-cluster:token"
                       else "autoscaled GPU pools can neither create nor delete nodes")
             issues.append(ConfigIssue(key, expires.isoformat(),
