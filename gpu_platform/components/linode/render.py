@@ -1071,13 +1071,18 @@ USER_DATA_LIMIT_BYTES = 16384
 
 
 def encode_user_data(document: str) -> str:
-    """Linode's metadata service takes user data base64-encoded; gzip-compressed first, which cloud-init
-    undoes itself (cloud-init docs, "User-data formats": gzip-compressed content is uncompressed and then
-    used as if it were not compressed). mtime 0: the same document gives the same bytes (no Pulumi diff)."""
-    packed = gzip.compress(document.encode(), compresslevel=9, mtime=0)
-    if len(packed) > USER_DATA_LIMIT_BYTES:
-        raise ValueError(f"user data of {len(packed)} bytes compressed is over Linode's {USER_DATA_LIMIT_BYTES}-byte limit")
-    return base64.b64encode(packed).decode()
+    """Linode's metadata service takes user data base64-encoded. A document that fits Linode's limit goes
+    as it is (every cloud-init reads it); a larger one (a control plane's) gzip-compressed first, which
+    cloud-init undoes itself (cloud-init docs, "User-data formats": gzip-compressed content is uncompressed
+    and then used as if it were not compressed) from 24.4 on: before, its Linode (Akamai) datasource
+    decoded the bytes as text and failed (canonical/cloud-init#5751; config refuses a private image with an
+    older one, linode.imageCloudInit). mtime 0: the same document gives the same bytes (no Pulumi diff)."""
+    raw = document.encode()
+    if len(raw) > USER_DATA_LIMIT_BYTES:
+        raw = gzip.compress(raw, compresslevel=9, mtime=0)
+        if len(raw) > USER_DATA_LIMIT_BYTES:
+            raise ValueError(f"user data of {len(raw)} bytes compressed is over Linode's {USER_DATA_LIMIT_BYTES}-byte limit")
+    return base64.b64encode(raw).decode()
 
 
 def decode_user_data(encoded: str) -> str:

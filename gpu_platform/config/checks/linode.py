@@ -235,9 +235,32 @@ def label_size_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     return issues
 
 
+def image_cloud_init_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """A node reads a boot document larger than Linode's 16 KiB only gzip-compressed (control planes' are
+    about 22-24 KB; render.encode_user_data sends smaller ones uncompressed), and cloud-init reads compressed
+    Linode user data from 24.4 on. The program cannot look inside a private image: the stack declares its
+    cloud-init (linode.imageCloudInit)."""
+    from gpu_platform.config.linode import IMAGE_CLOUD_INIT_MIN
+
+    section = cfg.linode
+    if section is None or not section.image.startswith("private/"):
+        return []
+    need = ".".join(map(str, IMAGE_CLOUD_INIT_MIN))
+    why = (f"cloud-init {need} or later, as the image ships it (`cloud-init --version` on an instance of it): "
+           f"before {need} cloud-init's Linode datasource cannot read gzip-compressed user data "
+           "(canonical/cloud-init#5751), and a control plane's boot document only fits Linode's 16 KiB compressed; "
+           "rebuild the image from one with a newer cloud-init")
+    if section.image_cloud_init is None:
+        return [ConfigIssue("linode.imageCloudInit", None, f"set with a private image ({section.image}): {why}")]
+    if tuple(int(x) for x in section.image_cloud_init.split(".")[:2]) < IMAGE_CLOUD_INIT_MIN:
+        return [ConfigIssue("linode.imageCloudInit", section.image_cloud_init, why)]
+    return []
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
+    issues += image_cloud_init_issues(cfg)
     issues += region_issues(cfg)
     issues += address_plan_issues(cfg)
     issues += label_size_issues(cfg)
