@@ -398,7 +398,7 @@ def test_readiness_gate_runs_with_the_system_python_alone():
 
 
 def test_bucket_gets_a_random_suffix_within_linode_naming_rules(dev):
-    bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket")
+    bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket", "checkpoints")
     label = bucket.plain_inputs["label"]
     assert re.fullmatch(r"gpu-dev-ckpt-ml-platform-[a-z0-9]{8}", label)
     # Versioning and lifecycle rules need keys: the bucket's provider makes temporary ones.

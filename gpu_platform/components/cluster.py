@@ -147,6 +147,9 @@ class ClusterHandle:
     alert_rules: Sequence[Mapping[str, Any]] = ()
     # The system (CPU) pool: the job queue gives CPU-only work a flavor there. None: not known.
     system_pool: Optional[SystemPoolSpec] = None
+    # A host folder whose *.prom files node-exporter's textfile collector reads (node-level metrics the
+    # cluster's own scripts write, e.g. Linode's etcd snapshots). None: the collector stays off.
+    node_textfile_dir: Optional[str] = None
 
     @property
     def max_gpus(self) -> int:

@@ -22,11 +22,12 @@ BUCKET_SUFFIX_LENGTH = 8
 _BUCKET_LABEL = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 
 
-def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True) -> str:
-    """The checkpoint bucket's label within Linode's rules (3-63 characters of lower-case letters,
-    digits and dashes, starting and ending with a letter or digit, not an IP address); the owner part
-    is shortened when needed, the random suffix never is."""
-    base = f"{prefix}-ckpt-{owner}"
+def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True, kind: str = "ckpt") -> str:
+    """A bucket's label within Linode's rules (3-63 characters of lower-case letters, digits and dashes,
+    starting and ending with a letter or digit, not an IP address): <prefix>-<kind>-<owner>-<suffix>, kind
+    `ckpt` (checkpoints) or `etcd` (etcd snapshots); the owner part is shortened when needed, the random
+    suffix never is."""
+    base = f"{prefix}-{kind}-{owner}"
     label = f"{base[:63 - len(suffix) - 1].rstrip('-')}-{suffix}"
     if check and (not _BUCKET_LABEL.fullmatch(label) or "--" in label):
         raise ValueError(f"bucket label {label!r} breaks Linode's bucket naming rules")

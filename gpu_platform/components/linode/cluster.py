@@ -177,9 +177,11 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         fp_key, fp_cert = _ca(f"{name}-front-proxy-ca", "front-proxy-ca", child)
         etcd_key, etcd_cert = _ca(f"{name}-etcd-ca", "etcd-ca", child)
         sa_key = tls.PrivateKey(f"{name}-service-account-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        # Secrets at rest: the API server's encryption key, handled like the CA keys (render.encryption_configuration).
+        secrets_key = random.RandomBytes(f"{name}-secrets-encryption-key", length=32, opts=child)
         pki = pulumi.Output.all(ca_cert.cert_pem, ca_key.private_key_pem, fp_cert.cert_pem, fp_key.private_key_pem,
                                 etcd_cert.cert_pem, etcd_key.private_key_pem, sa_key.private_key_pem,
-                                sa_key.public_key_pem).apply(lambda v: render.ControlPlanePki(*v))
+                                sa_key.public_key_pem, secrets_key.base64).apply(lambda v: render.ControlPlanePki(*v))
         ca_hash = ca_cert.cert_pem.apply(render.discovery_hash)
 
         # Worker join tokens: one per worker, written once into its user data (kept as first written,
@@ -292,7 +294,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             lifecycle_rules=[{"id": "expire-old-checkpoint-versions", "enabled": True,
                               "noncurrent_version_expiration": {"days": 30},
                               "abort_incomplete_multipart_upload_days": 7},
-                             # Retention of the control planes' etcd snapshots (render.etcd_snapshot_script).
+                             # Snapshots earlier releases put here (now in the etcd bucket below) still expire.
                              {"id": "expire-etcd-snapshots", "enabled": True, "prefix": f"{render.ETCD_SNAPSHOT_PREFIX}/",
                               "expiration": {"days": ETCD_SNAPSHOT_RETENTION_DAYS}}],
             opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
@@ -303,14 +305,32 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             opts=child)
         endpoint_url = bucket.s3_endpoint.apply(lambda e: f"https://{e}") if bucket.s3_endpoint is not None else None
 
-        # What control planes upload etcd snapshots with: a key for this bucket alone.
+        # --- Etcd snapshots: a bucket and a key of their own (every Secret of the cluster is in a snapshot;
+        # the checkpoint bucket's key is in every training pod). Each snapshot is encrypted on the control
+        # plane to a certificate whose private key only Pulumi state holds (stack output etcdBackupKey).
+        etcd_bucket = linode.ObjectStorageBucket(
+            f"{name}-etcd-backups", region=section.region,
+            label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s, kind="etcd")),
+            acl="private",
+            lifecycle_rules=[{"id": "expire-etcd-snapshots", "enabled": True,
+                              "expiration": {"days": ETCD_SNAPSHOT_RETENTION_DAYS},
+                              "abort_incomplete_multipart_upload_days": 1}],
+            opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
         etcd_key = linode.ObjectStorageKey(
             f"{name}-etcd-backup-key", label=f"{cfg.name_prefix}-etcd-backup",
-            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
+            bucket_accesses=[{"bucket_name": etcd_bucket.label, "region": section.region, "permissions": "read_write"}],
             opts=child)
-        etcd_backup = pulumi.Output.secret(pulumi.Output.all(bucket.label, bucket.s3_endpoint, etcd_key.access_key,
-                                                             etcd_key.secret_key).apply(
-            lambda v: render.EtcdBackup(bucket=v[0], endpoint=v[1], region=section.region, access_key=v[2], secret_key=v[3])))
+        backup_key = tls.PrivateKey(f"{name}-etcd-backup-recipient-key", algorithm="RSA", rsa_bits=4096, opts=child)
+        backup_cert = tls.SelfSignedCert(
+            f"{name}-etcd-backup-recipient", private_key_pem=backup_key.private_key_pem,
+            validity_period_hours=10 * 365 * 24, allowed_uses=["key_encipherment", "data_encipherment"],
+            subject={"common_name": f"{cfg.name_prefix} etcd backups", "organization": "gpu-platform"}, opts=child)
+        pulumi.export("etcdBackupKey", pulumi.Output.secret(backup_key.private_key_pem))
+        pulumi.export("etcdBackupBucket", etcd_bucket.label)
+        etcd_backup = pulumi.Output.secret(pulumi.Output.all(etcd_bucket.label, etcd_bucket.s3_endpoint, etcd_key.access_key,
+                                                             etcd_key.secret_key, backup_cert.cert_pem).apply(
+            lambda v: render.EtcdBackup(bucket=v[0], endpoint=v[1], region=section.region, access_key=v[2],
+                                        secret_key=v[3], recipient_cert=v[4])))
 
         # --- Control planes ------------------------------------------------------------------
         self.user_data: dict[str, pulumi.Output[str]] = {}
@@ -581,8 +601,11 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=True,
             ready=[*installed.ready, nodes_ready, *upgrades[-1:]],
             endpoint=server,
-            alert_rules=[addons.token_expiry_rule(section.api_token_expires, section.node_groups.api_token_expires)]
-            if section.api_token_expires or section.node_groups.api_token_expires else [],
+            alert_rules=[addons.etcd_backup_rule(),
+                         *([addons.token_expiry_rule(section.api_token_expires, section.node_groups.api_token_expires)]
+                           if section.api_token_expires or section.node_groups.api_token_expires else [])],
+            # node-exporter reads what the etcd snapshot script records there (render.NODE_METRICS_DIR).
+            node_textfile_dir=render.NODE_METRICS_DIR,
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes),
         )

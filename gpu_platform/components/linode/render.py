@@ -109,6 +109,30 @@ class ControlPlanePki:
     etcd_ca_key: str
     service_account_key: str
     service_account_pub: str
+    # The key the API server encrypts Secrets with before they reach etcd (32 random bytes, base64).
+    secrets_encryption_key: str
+
+
+ENCRYPTION_DIR = "/etc/kubernetes/encryption"
+ENCRYPTION_CONFIG_PATH = f"{ENCRYPTION_DIR}/config.yaml"
+ENCRYPTION_KEY_NAME = "gpu-platform-1"
+
+
+def encryption_configuration(key_b64: str) -> str:
+    """The API server's EncryptionConfiguration (apiserver.config.k8s.io/v1): Secrets written with
+    `secretbox` (XSalsa20-Poly1305; Kubernetes docs "Encrypting Confidential Data at Rest" rate it strong,
+    aescbc weak, aesgcm needing rotation every 200k writes), `identity` last only to read what was stored
+    before encryption was on. So etcd, and every snapshot of it, holds Secrets encrypted."""
+    if len(base64.b64decode(key_b64)) != 32:
+        raise ValueError("the secrets encryption key must be 32 bytes")
+    return yaml.safe_dump({
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "EncryptionConfiguration",
+        "resources": [{"resources": ["secrets"], "providers": [
+            {"secretbox": {"keys": [{"name": ENCRYPTION_KEY_NAME, "secret": key_b64}]}},
+            {"identity": {}},
+        ]}],
+    }, sort_keys=False)
 
 
 def pki_files(pki: ControlPlanePki) -> list["File"]:
@@ -122,6 +146,7 @@ def pki_files(pki: ControlPlanePki) -> list["File"]:
         File(f"{PKI_DIR}/etcd/ca.key", pki.etcd_ca_key, "0600"),
         File(f"{PKI_DIR}/sa.key", pki.service_account_key, "0600"),
         File(f"{PKI_DIR}/sa.pub", pki.service_account_pub, "0644"),
+        File(ENCRYPTION_CONFIG_PATH, encryption_configuration(pki.secrets_encryption_key), "0600"),
     ]
 
 
@@ -179,7 +204,11 @@ def _cluster_configuration(cluster: ClusterSpec) -> dict:
         "networking": {"podSubnet": cluster.pod_cidr, "serviceSubnet": cluster.service_cidr, "dnsDomain": "cluster.local"},
         "apiServer": {
             "certSANs": list(cluster.cert_sans),
-            "extraArgs": [{"name": "profiling", "value": "false"}],
+            "extraArgs": [{"name": "profiling", "value": "false"},
+                          # Secrets encrypted before they reach etcd (encryption_configuration).
+                          {"name": "encryption-provider-config", "value": ENCRYPTION_CONFIG_PATH}],
+            "extraVolumes": [{"name": "encryption-config", "hostPath": ENCRYPTION_DIR, "mountPath": ENCRYPTION_DIR,
+                              "readOnly": True, "pathType": "DirectoryOrCreate"}],
         },
         "controllerManager": {"extraArgs": [{"name": "cloud-provider", "value": "external"},
                                             {"name": "profiling", "value": "false"}]},
@@ -881,17 +910,28 @@ ETCD_SNAPSHOT_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-etcd-snapshot.sh"
 ETCD_SNAPSHOT_UNIT = "gpu-platform-etcd-snapshot.service"
 ETCD_SNAPSHOT_TIMER = "gpu-platform-etcd-snapshot.timer"
 ETCD_BACKUP_ENV_PATH = "/etc/gpu-platform/etcd-backup.env"
+# The certificate snapshots are encrypted to (public; its private key is in Pulumi state only).
+ETCD_BACKUP_RECIPIENT_PATH = "/etc/gpu-platform/etcd-backup-recipient.crt"
 ETCD_SNAPSHOT_PREFIX = "etcd"
+ETCD_SNAPSHOT_SUFFIX = ".db.cms"
+ETCD_SNAPSHOT_INTERVAL_HOURS = 6
+# node-exporter's textfile collector reads *.prom here (platform monitoring: the node's root is mounted at
+# /host/root); the snapshot script writes its last success and last failure times.
+NODE_METRICS_DIR = "/var/lib/gpu-platform/metrics"
+ETCD_SNAPSHOT_SUCCESS_METRIC = "gpu_platform_etcd_snapshot_last_success_timestamp_seconds"
+ETCD_SNAPSHOT_FAILURE_METRIC = "gpu_platform_etcd_snapshot_last_failure_timestamp_seconds"
 
 
 @dataclass(frozen=True)
 class EtcdBackup:
-    """Where control planes put etcd snapshots: the stack's bucket (S3 API), with a key for it."""
+    """Where control planes put etcd snapshots: a bucket of their own (S3 API) with a key for it alone, and
+    the certificate they encrypt each snapshot to."""
     bucket: str
     endpoint: str  # e.g. us-ord-1.linodeobjects.com
     region: str
     access_key: str
     secret_key: str
+    recipient_cert: str = ""
 
 
 def etcd_backup_env(backup: EtcdBackup) -> str:
@@ -901,15 +941,31 @@ def etcd_backup_env(backup: EtcdBackup) -> str:
 
 def etcd_snapshot_script(node_name: str) -> str:
     """Control planes: an etcd snapshot every few hours, taken by the etcdctl inside the running etcd
-    static pod (its image ships etcdctl; kubeadm mounts /var/lib/etcd and the etcd PKI into it), then
-    uploaded to the stack's bucket under etcd/<node>/ with curl's SigV4 signing (curl >= 7.75; Ubuntu
-    24.04 has 8.5). The bucket's lifecycle rule expires old snapshots (retention)."""
+    static pod (its image ships etcdctl; kubeadm mounts /var/lib/etcd and the etcd PKI into it), encrypted
+    to the backup certificate (CMS AuthEnvelopedData, AES-256-GCM, the key wrapped with RSA-OAEP: only the
+    private key in Pulumi state opens it), then uploaded to the stack's etcd bucket under etcd/<node>/ with
+    curl's SigV4 signing (curl >= 7.75; Ubuntu 24.04 has 8.5). The bucket's lifecycle rule expires old
+    snapshots (retention). Every run leaves its outcome for node-exporter's textfile collector (the last
+    success, the last failure), which the platform's alerts read."""
     return f"""#!/usr/bin/env bash
-# Saves an etcd snapshot of this control plane and uploads it to the checkpoint bucket.
+# Saves an etcd snapshot of this control plane, encrypts it and uploads it to the etcd backup bucket.
 set -euo pipefail
 [ -f {JOINED_MARKER} ] || exit 0
 # shellcheck disable=SC1091 # written by cloud-init
 . {ETCD_BACKUP_ENV_PATH}
+metrics={NODE_METRICS_DIR}
+snapshot=/var/lib/etcd/gpu-platform-snapshot.db
+# The outcome, for node-exporter's textfile collector (written whole, then renamed: never read half-way).
+record() {{
+  local status=$? metric file
+  rm -f "$snapshot" "$snapshot.cms"
+  if [ "$status" -eq 0 ]; then metric={ETCD_SNAPSHOT_SUCCESS_METRIC}; file="etcd-snapshot-success.prom"
+  else metric={ETCD_SNAPSHOT_FAILURE_METRIC}; file="etcd-snapshot-failure.prom"; fi
+  mkdir -p "$metrics"
+  printf '# TYPE %s gauge\n%s{{node="{node_name}"}} %s\n' "$metric" "$metric" "$(date +%s)" > "$metrics/$file.tmp"
+  mv "$metrics/$file.tmp" "$metrics/$file"
+}}
+trap record EXIT
 crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
 # The static pod carries kubeadm's label component=etcd (pod labels are on the sandbox, not on its
 # containers): find the pod, then its running container.
@@ -922,25 +978,32 @@ if [ -z "$etcd" ]; then
   echo "no running etcd container on this node" >&2
   exit 1
 fi
-snapshot=/var/lib/etcd/gpu-platform-snapshot.db
-rm -f "$snapshot"
+rm -f "$snapshot" "$snapshot.cms"
 crictl_ exec "$etcd" etcdctl --endpoints=https://127.0.0.1:2379 \\
   --cacert=/etc/kubernetes/pki/etcd/ca.crt \\
   --cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt \\
   --key=/etc/kubernetes/pki/etcd/healthcheck-client.key \\
   snapshot save "$snapshot"
-name="{ETCD_SNAPSHOT_PREFIX}/{node_name}/$(date -u +%Y%m%dT%H%M%SZ).db"
+# Every Secret of the cluster is in it: it leaves this node encrypted.
+openssl cms -encrypt -binary -stream -aes-256-gcm -outform DER -recip {ETCD_BACKUP_RECIPIENT_PATH} \\
+  -keyopt rsa_padding_mode:oaep -in "$snapshot" -out "$snapshot.cms"
+name="{ETCD_SNAPSHOT_PREFIX}/{node_name}/$(date -u +%Y%m%dT%H%M%SZ){ETCD_SNAPSHOT_SUFFIX}"
 curl --silent --show-error --fail --max-time 600 \\
   --aws-sigv4 "aws:amz:${{REGION}}:s3" --user "${{ACCESS_KEY}}:${{SECRET_KEY}}" \\
-  --upload-file "$snapshot" "https://${{BUCKET}}.${{ENDPOINT}}/${{name}}"
-rm -f "$snapshot"
-echo "etcd snapshot uploaded: s3://${{BUCKET}}/${{name}}"
+  --upload-file "$snapshot.cms" "https://${{BUCKET}}.${{ENDPOINT}}/${{name}}"
+echo "etcd snapshot uploaded, encrypted: s3://${{BUCKET}}/${{name}}"
 """
+
+
+def etcd_snapshot_decrypt_args(encrypted: str, private_key: str, out: str) -> list[str]:
+    """The first step of a restore (docs/linode.md): the snapshot as etcd wrote it, from what the bucket holds."""
+    return ["openssl", "cms", "-decrypt", "-binary", "-inform", "DER", "-inkey", private_key, "-in", encrypted,
+            "-out", out]
 
 
 def etcd_restore_args(snapshot: str, member: str, peer_url: str, data_dir: str,
                       initial_cluster: str = "", tool: str = "etcdutl") -> list[str]:
-    """The restore step of docs/etcd-restore.md: a fresh data directory for one member from a snapshot.
+    """The restore step of docs/linode.md ("Etcd snapshots, and restoring one"): a fresh data directory for one member from a snapshot.
     `etcdutl` (in the etcd image kubeadm runs, etcd >= 3.5); etcd 3.4's `etcdctl` takes the same flags.
     HA: run it on every control plane with the same `initial_cluster` (all members' peer URLs)."""
     return [tool, "snapshot", "restore", snapshot, "--name", member, "--data-dir", data_dir,
@@ -950,18 +1013,18 @@ def etcd_restore_args(snapshot: str, member: str, peer_url: str, data_dir: str,
 
 def etcd_snapshot_units() -> tuple[str, str]:
     service = f"""[Unit]
-Description=gpu-platform: etcd snapshot to the checkpoint bucket
+Description=gpu-platform: encrypted etcd snapshot to the etcd backup bucket
 ConditionPathExists={JOINED_MARKER}
 
 [Service]
 Type=oneshot
 ExecStart={ETCD_SNAPSHOT_SCRIPT_PATH}
 """
-    timer = """[Unit]
-Description=gpu-platform: etcd snapshot every 6 hours
+    timer = f"""[Unit]
+Description=gpu-platform: etcd snapshot every {ETCD_SNAPSHOT_INTERVAL_HOURS} hours
 
 [Timer]
-OnCalendar=00/6:00
+OnCalendar=00/{ETCD_SNAPSHOT_INTERVAL_HOURS}:00
 RandomizedDelaySec=15m
 Persistent=true
 
@@ -1051,8 +1114,11 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
                   File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
         commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
         if etcd_backup is not None:
+            if not etcd_backup.recipient_cert:
+                raise ValueError("etcd snapshots need the certificate they are encrypted to")
             service, timer = etcd_snapshot_units()
             files += [File(ETCD_BACKUP_ENV_PATH, etcd_backup_env(etcd_backup), "0600"),
+                      File(ETCD_BACKUP_RECIPIENT_PATH, etcd_backup.recipient_cert, "0644"),
                       File(ETCD_SNAPSHOT_SCRIPT_PATH, etcd_snapshot_script(node.name), "0700"),
                       File(f"/etc/systemd/system/{ETCD_SNAPSHOT_UNIT}", service, "0644"),
                       File(f"/etc/systemd/system/{ETCD_SNAPSHOT_TIMER}", timer, "0644")]
