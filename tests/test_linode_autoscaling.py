@@ -28,7 +28,8 @@ def gp(raw: dict) -> dict:
 
 
 def with_image(raw: dict, image: str = IMAGE) -> dict:
-    raw["gpu-platform:linode"]["nodeGroups"] = {"image": image}
+    # The provider's token expiry is required once it runs (linode.nodeGroups.apiTokenExpires).
+    raw["gpu-platform:linode"]["nodeGroups"] = {"image": image, "apiTokenExpires": "2027-05-03"}
     return raw
 
 

@@ -192,7 +192,7 @@ from tests.boot_harness import INSTALL_PACKAGES, IMAGE_PACKAGES, Stub, kubernete
 REV = versions.KUBERNETES_DEB_REVISION
 
 
-def _control_plane_root(tmp_path: Path, doc: dict, releases: list[str]) -> BootRoot:
+def _bootstrap_root(tmp_path: Path, doc: dict, releases: list[str]) -> BootRoot:
     """A throwaway root holding the node's write_files, with pkgs.k8s.io offering `releases`."""
     stubs = kubernetes_stubs(*[f"{r}-{REV}" for r in releases]) + [Stub(n) for n in INSTALL_PACKAGES]
     root = BootRoot(tmp_path, stubs, IMAGE_PACKAGES)
@@ -242,7 +242,7 @@ def test_a_replaced_control_plane_joins_at_the_release_the_cluster_runs(tmp_path
     old release). Executed in the throwaway root: real dpkg and openssl, stand-ins for the API server's
     /version, kubeadm, ctr."""
     old, new = versions.KUBERNETES_PATCH["1.35"], versions.KUBERNETES_PATCH["1.36"]
-    root = _control_plane_root(tmp_path, ha_docs[label], [old, new])
+    root = _bootstrap_root(tmp_path, ha_docs[label], [old, new])
     (root.root / "run" / "apiserver-version").write_text(f"v{new}\n")
     proc = root.run(_bootstrap(ha_docs[label]))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -264,7 +264,7 @@ def test_a_first_cp0_finds_no_peer_and_initialises_the_pinned_release(tmp_path, 
     installs the pinned release and runs kubeadm init."""
     doc = _plan_doc("linode-dev", "gpu-dev-cp-0")
     pinned = versions.KUBERNETES_PATCH["1.35"]
-    root = _control_plane_root(tmp_path, doc, [pinned, versions.KUBERNETES_PATCH["1.36"]])
+    root = _bootstrap_root(tmp_path, doc, [pinned, versions.KUBERNETES_PATCH["1.36"]])
     proc = root.run(_bootstrap(doc))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert root.versions()["kubeadm"] == f"{pinned}-{REV}"
@@ -275,7 +275,7 @@ def test_a_first_cp0_finds_no_peer_and_initialises_the_pinned_release(tmp_path, 
 
 @needs_namespaces
 def test_a_joining_control_plane_waits_while_no_peer_answers(tmp_path, ha_docs):
-    root = _control_plane_root(tmp_path, ha_docs["gpu-staging-cp-2"], [versions.KUBERNETES_PATCH["1.35"]])
+    root = _bootstrap_root(tmp_path, ha_docs["gpu-staging-cp-2"], [versions.KUBERNETES_PATCH["1.35"]])
     proc = root.run(_bootstrap(ha_docs["gpu-staging-cp-2"]))
     assert proc.returncode == 1 and "retrying later" in proc.stderr
     assert "kubeadm" not in root.versions()  # nothing installed at a guessed release

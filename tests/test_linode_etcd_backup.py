@@ -46,6 +46,8 @@ def test_every_control_plane_snapshots_etcd_to_a_bucket_of_its_own_on_a_timer_wi
     for instance in plan.by_type(INSTANCE):
         files, runcmd = _files(instance)
         control_plane = "-cp-" in instance.plain_inputs["label"]
+        # Every node has the textfile collector's folder from the start (missing: a scrape error alert).
+        assert f"{render.NODE_METRICS_DIR}/README" in files
         assert (render.ETCD_SNAPSHOT_SCRIPT_PATH in files) is control_plane
         assert (render.ETCD_BACKUP_ENV_PATH in files) is control_plane
         if control_plane:

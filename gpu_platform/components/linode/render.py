@@ -868,7 +868,7 @@ def metadata_allow_unit() -> str:
     """Keeps the allowed pods' RETURN rules current (metadata_guard_script watch)."""
     return f"""[Unit]
 Description=gpu-platform: let the CSI node plugin (only) reach the instance metadata service
-Requires={METADATA_BLOCK_UNIT}
+Wants={METADATA_BLOCK_UNIT}
 After={METADATA_BLOCK_UNIT}
 Before=kubelet.service
 
@@ -1099,6 +1099,10 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         File(METADATA_GUARD_PATH, metadata_guard_script(), "0700"),
         File(f"/etc/systemd/system/{METADATA_BLOCK_UNIT}", metadata_block_unit(), "0644"),
         File(f"/etc/systemd/system/{METADATA_ALLOW_UNIT}", metadata_allow_unit(), "0644"),
+        # The folder node-exporter's textfile collector reads must exist on every node from the start: a
+        # missing one is a scrape error (node_textfile_scrape_error, kube-prometheus-stack's
+        # NodeTextFileCollectorScrapeError alert).
+        File(f"{NODE_METRICS_DIR}/README", "node-exporter's textfile collector reads *.prom files here\n", "0644"),
     ]
     commands = ["systemctl daemon-reload", f"systemctl enable --now {METADATA_BLOCK_UNIT}",
                 f"systemctl enable --now {METADATA_ALLOW_UNIT}",
