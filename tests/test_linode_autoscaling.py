@@ -28,7 +28,8 @@ def gp(raw: dict) -> dict:
 
 
 def with_image(raw: dict, image: str = IMAGE) -> dict:
-    raw["gpu-platform:linode"]["nodeGroups"] = {"image": image}
+    # The provider's token expiry is required once it runs (linode.nodeGroups.apiTokenExpires).
+    raw["gpu-platform:linode"]["nodeGroups"] = {"image": image, "apiTokenExpires": "2027-05-03"}
     return raw
 
 
@@ -171,8 +172,66 @@ def test_costs_treat_the_autoscaled_pool_like_gke_and_eks(tmp_path):
     maxNodes, and the autoscaler overhead simulated with Linode's boot path and the stack's grace."""
     from gpu_platform.preflight.__main__ import main
 
-    assert main(["linode-dev", "--out", str(tmp_path), "--no-policies", "--quiet", "--allow-missing-chart", "cilium"]) == 0
+    stack = tmp_path / "Pulumi.linode-dev.yaml"  # with a provider: without one the pool never scales (exit 3)
+    stack.write_text(yaml.safe_dump({"config": with_image(stack_config("linode-dev"))}, sort_keys=False))
+    assert main(["--stack-file", str(stack), "--out", str(tmp_path), "--no-policies", "--quiet",
+                 "--allow-missing-chart", "cilium"]) == 0
     cost = json.loads((tmp_path / "linode-dev" / "cost.json").read_text())
     assert cost["idleMonthlyUsd"] < 200 and cost["idleGpus"] == 0
     assert cost["fullMonthlyUsd"] > 500 and cost["fullGpus"] == 1
     assert "boot 16 min, scale-down after 15 min idle" in json.dumps(cost)
+
+
+# --- a pool that can never get a node (issue 32 item 2) ---------------------------------------------------
+
+
+def _preflight(tmp_path, config: dict, capsys) -> tuple[int, str, dict]:
+    from gpu_platform.preflight.__main__ import main
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "Pulumi.linode-dev.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    out = tmp_path / "build"
+    code = main(["--stack-file", str(path), "--no-policies", "--out", str(out)])
+    text = capsys.readouterr()
+    doc = json.loads((out / "linode-dev" / "preflight.json").read_text())
+    return code, text.out + text.err, doc
+
+
+def _gpu_quota(plan) -> dict[str, object]:
+    cq = next(r for r in plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
+              if r.plain_inputs["metadata"]["name"] == "gpu-training")
+    return {f["name"]: next(r["nominalQuota"] for r in f["resources"] if r["name"] == "nvidia.com/gpu")
+            for g in cq.plain_inputs["spec"]["resourceGroups"] for f in g["flavors"]}
+
+
+def test_a_gpu_pool_nothing_scales_from_zero_fails_preflight_naming_the_pool(tmp_path, capsys):
+    """minNodes 0 and no node-group provider: nothing ever creates the pool's node. Preflight said PASS with a
+    warning, and every GPU TrainJob and notebook waited for ever after `pulumi up`."""
+    config = stack_config("linode-dev")
+    config["gpu-platform:linode"].pop("nodeGroups", None)
+    code, text, doc = _preflight(tmp_path, config, capsys)
+    assert code == 3, text
+    never = [p for p in doc["clusterFit"]["problems"] if p["object"] == "GPU pool ada"]
+    assert never and "can never get a node" in never[0]["reason"] and "linode-node-groups" in never[0]["reason"], never
+    assert "GPU pool ada" in text and "can never get a node" in text
+
+
+def test_kueue_offers_no_quota_for_nodes_that_never_come(plan, plan_without_image):
+    """The GPU ClusterQueue's quota for a pool is what the pool can reach: its maxNodes with a provider, its
+    minNodes without one (0 here: Kueue admits nothing there, so no job waits admitted for a node)."""
+    assert _gpu_quota(plan) == {"ada": 1}
+    assert _gpu_quota(plan_without_image) == {"ada": 0}
+    # And the training namespace's quota follows.
+    quota = next(r for r in plan_without_image.by_type("kubernetes:core/v1:ResourceQuota")
+                 if r.plain_inputs["metadata"]["name"] == "training-quota")
+    assert str(quota.plain_inputs["spec"]["hard"]["requests.nvidia.com/gpu"]) == "0"
+
+
+def test_with_a_provider_the_pool_is_not_reported(tmp_path, capsys):
+    code, text, doc = _preflight(tmp_path, with_image(stack_config("linode-dev")), capsys)
+    assert not [p for p in doc["clusterFit"]["problems"] if "can never get a node" in p["reason"]], text
+    a_fixed_pool = stack_config("linode-dev")
+    a_fixed_pool["gpu-platform:gpuPools"][0].update(minNodes=1, maxNodes=1)
+    code, text, doc = _preflight(tmp_path / "fixed", a_fixed_pool, capsys)
+    assert not [p for p in doc["clusterFit"]["problems"] if "can never get a node" in p["reason"]], text

@@ -29,7 +29,7 @@ BASE: dict[str, Any] = {
         {"name": "rtx", "instanceType": "g2-gpu-rtx4000a1-m", "capacity": "on-demand", "minNodes": 2, "maxNodes": 2},
     ],
     # A region with VPCs and these GPU plans (gpu_platform/config/linode_regions.yaml).
-    "gpu-platform:linode": {"region": "us-ord"},
+    "gpu-platform:linode": {"region": "us-ord", "apiTokenExpires": "2027-11-20"},
     "gpu-platform:platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "alerts@example.com"}},
 }
 TWO_POOLS = [

@@ -174,6 +174,9 @@ class ClusterHandle:
     # Minutes from a scale-up to a schedulable GPU node, where the stack states it (cloud kubernetes); None: the
     # cloud's figure (gpu_platform/costs/node_boot.py).
     node_boot_minutes: Optional[float] = None
+    # A host folder whose *.prom files node-exporter's textfile collector reads (node-level metrics the
+    # cluster's own scripts write, e.g. Linode's etcd snapshots). None: the collector stays off.
+    node_textfile_dir: Optional[str] = None
 
     @property
     def max_gpus(self) -> int:

@@ -22,11 +22,12 @@ BUCKET_SUFFIX_LENGTH = 8
 _BUCKET_LABEL = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 
 
-def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True) -> str:
-    """The checkpoint bucket's label within Linode's rules (3-63 characters of lower-case letters,
-    digits and dashes, starting and ending with a letter or digit, not an IP address); the owner part
-    is shortened when needed, the random suffix never is."""
-    base = f"{prefix}-ckpt-{owner}"
+def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True, kind: str = "ckpt") -> str:
+    """A bucket's label within Linode's rules (3-63 characters of lower-case letters, digits and dashes,
+    starting and ending with a letter or digit, not an IP address): <prefix>-<kind>-<owner>-<suffix>, kind
+    `ckpt` (checkpoints) or `etcd` (etcd snapshots); the owner part is shortened when needed, the random
+    suffix never is."""
+    base = f"{prefix}-{kind}-{owner}"
     label = f"{base[:63 - len(suffix) - 1].rstrip('-')}-{suffix}"
     if check and (not _BUCKET_LABEL.fullmatch(label) or "--" in label):
         raise ValueError(f"bucket label {label!r} breaks Linode's bucket naming rules")
@@ -41,6 +42,11 @@ SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ss
 # SigV4, and tests/boot_harness.py executes them against a recorded Ubuntu 24.04 image. Another release
 # (or another distribution) is untested: a node that never joins, found 40 minutes into `pulumi up`.
 SUPPORTED_IMAGES = ("linode/ubuntu24.04",)
+# cloud-init's Akamai datasource decoded base64 user data to text until 24.4 (canonical/cloud-init
+# cloudinit/sources/DataSourceAkamai.py: `b64decode(self.userdata_raw).decode()` at 24.3.1, the bytes kept at
+# 24.4, "fix(akamai): handle non-string user data in base64 decoding" #5751): gzip-compressed user data
+# raised UnicodeDecodeError and the node never ran its boot document.
+IMAGE_CLOUD_INIT_MIN = (24, 4)
 
 
 class LinodeControlPlane(Model):
@@ -85,6 +91,10 @@ class LinodeSection(Model):
     # A public image the node scripts support (SUPPORTED_IMAGES) or one of the account's own images
     # (private/<id>), which must be built from one of them: the program cannot look inside it offline.
     image: str = Field(default="linode/ubuntu24.04", pattern=r"^(linode/[a-z0-9][a-z0-9._-]{0,62}|private/[0-9]{1,12})$")
+    # The cloud-init release a private/<id> image ships (`cloud-init --version` on an instance of it): the
+    # program cannot look inside the image, and before 24.4 cloud-init's Linode (Akamai) datasource cannot
+    # read compressed user data (IMAGE_CLOUD_INIT_MIN). Required with a private image.
+    image_cloud_init: Optional[str] = Field(default=None, pattern=r"^[0-9]{1,3}\.[0-9]{1,2}(\.[0-9]{1,3})?$")
     # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
     subnet_cidr: Cidr = "10.0.0.0/24"
     pod_cidr: Cidr = "10.244.0.0/16"

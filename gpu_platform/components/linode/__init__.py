@@ -19,6 +19,7 @@ NODE_GROUPS_TOKEN_NAMESPACE = "linode-node-groups"
 
 def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
     from gpu_platform.components.linode.cluster import LinodeClusterArgs, LinodeKubeadmCluster
+    from gpu_platform.config.checks.linode import node_groups_deployed
 
     # The deployer's token (`pulumi config set --secret linode:token ...`) creates the resources; the
     # in-cluster CCM/CSI driver gets its own, narrower token (`linode-cluster:token`, docs/quickstart-linode.md "Linode
@@ -31,11 +32,18 @@ def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
                         "(docs/quickstart-linode.md, Linode API tokens).")
         cluster_token = deploy_token
     node_groups_token = None
-    if any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools) and cfg.linode and cfg.linode.node_groups.image:
-        node_groups_token = pulumi.Config(NODE_GROUPS_TOKEN_NAMESPACE).get_secret("token")
-        if node_groups_token is None:
-            pulumi.log.warn(f"{NODE_GROUPS_TOKEN_NAMESPACE}:token is not set: the node-group provider gets the CCM/CSI "
-                            "token. Create a token with only Linodes: Read/Write (docs/linode-autoscaling.md).")
+    if node_groups_deployed(cfg):
+        # The provider creates and deletes instances: it gets a token of its own, limited to Linodes, never
+        # the CCM/CSI one (NodeBalancers, Volumes, VPCs and IPs too), whose expiry alerts are for other readers.
+        # Read as plain text only to see it is there (CI passes "" for an unset GitHub secret); used as a secret.
+        if not pulumi.Config(NODE_GROUPS_TOKEN_NAMESPACE).get("token"):
+            raise pulumi.RunError(
+                f"{NODE_GROUPS_TOKEN_NAMESPACE}:token is not set: the node-group provider (autoscaled GPU pools "
+                f"{', '.join(p.name for p in cfg.gpu_pools if p.min_nodes < p.max_nodes)}) needs a Linode API token "
+                "of its own with only Linodes: Read/Write. Create it with an expiry, run `pulumi config set --secret "
+                f"{NODE_GROUPS_TOKEN_NAMESPACE}:token <token>` and state its expiry in "
+                "gpu-platform:linode.nodeGroups.apiTokenExpires (docs/linode-autoscaling.md).")
+        node_groups_token = pulumi.Config(NODE_GROUPS_TOKEN_NAMESPACE).require_secret("token")
     cluster = LinodeKubeadmCluster(cfg.name_prefix, LinodeClusterArgs(config=cfg, api_token=cluster_token,
                                                                       deploy_token=deploy_token,
                                                                       node_groups_token=node_groups_token))

@@ -100,8 +100,9 @@ def pool_settings(cfg: StackConfig, pool: GpuPoolSpec, addresses: Sequence[str],
     }
 
 
-def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int) -> dict:
-    """pools.json: everything the provider needs that the program knows at plan time."""
+def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int, fixed_gpus: int = 0) -> dict:
+    """pools.json: everything the provider needs that the program knows at plan time. `max_gpus` is the
+    stack's ceiling over every pool; `fixed_gpus` what the fixed pools (the program's own instances) hold of it."""
     section = cfg.linode
     assert section is not None
     return {
@@ -112,6 +113,7 @@ def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int) -> 
         "podCidr": section.pod_cidr,
         "serviceCidr": section.service_cidr,
         "maxGpus": max_gpus,
+        "fixedGpus": fixed_gpus,
         "joinDeadlineSeconds": section.node_groups.join_deadline_minutes * 60,
         "gpuLabel": GPU_LABEL,
         "diskEncryption": section.disk_encryption,
@@ -268,12 +270,14 @@ class LinodeNodeGroupsArgs:
     pool_tags: Sequence[Sequence[str]]
     common_tags: Sequence[str]
     image: Optional[str]  # None: only the pool definition (no provider, no autoscaler; pools stay at minNodes)
-    api_token: pulumi.Input[str]  # the provider's own token (linodes:read_write)
+    api_token: Optional[pulumi.Input[str]]  # the provider's own token (linode-node-groups:token, Linodes read/write only)
     deploy_token: pulumi.Input[str]  # the deployer's, for the destroy hook
     firewall_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     control_plane_endpoint: pulumi.Input[str]
     k8s_provider: k8s.Provider
+    # GPUs of the stack's fixed pools: they count against the ceiling too.
+    fixed_gpus: int = 0
     # Deleted after the destroy hook has removed the provider's instances (they sit on these).
     network: Sequence[pulumi.Resource] = ()
     # Created or updated only after these (the control planes' upgrade Jobs): the autoscaler's image and
@@ -305,7 +309,7 @@ class LinodeNodeGroups(pulumi.ComponentResource):
         kube = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider)
         max_gpus = policy_max_gpus(pulumi.get_stack())
         pools = [pool_settings(cfg, p, a, t) for p, a, t in zip(args.pools, args.pool_addresses, args.pool_tags)]
-        settings = service_settings(cfg, pools, max_gpus)
+        settings = service_settings(cfg, pools, max_gpus, args.fixed_gpus)
         settings["tags"] = list(args.common_tags)
         settings_json = json.dumps(settings, indent=1, sort_keys=True)
 
@@ -327,6 +331,8 @@ class LinodeNodeGroups(pulumi.ComponentResource):
         self.register_outputs({"maxGpus": max_gpus})
         if args.image is None:
             return
+        if args.api_token is None:
+            raise ValueError("the node-group provider needs a Linode API token of its own (linode-node-groups:token)")
 
         # --- mutual TLS between the autoscaler and the provider ---------------------------------
         ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)

@@ -338,9 +338,28 @@ DISABLED_DEFAULT_ALERTS = ("KubeCPUOvercommit", "KubeMemoryOvercommit", "KubeCPU
                            "KubeMemoryQuotaOvercommit")
 
 
+# kube-prometheus-stack 88.5.3's own node-exporter arguments (values.yaml, prometheus-node-exporter.extraArgs):
+# setting extraArgs replaces them, so they are repeated with the textfile collector's folder
+# (tests/test_linode_etcd_backup.py compares them with the pinned chart).
+NODE_EXPORTER_CHART_ARGS = (
+    "--collector.filesystem.mount-points-exclude=^/(dev|proc|sys|run/containerd/.+|var/lib/docker/.+|var/lib/kubelet/.+)($|/)",
+    "--collector.filesystem.fs-types-exclude=^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|sysfs|tracefs|erofs)$",
+)
+# Where the chart mounts the node's root file system in node-exporter (hostRootFsMount, on by default).
+NODE_EXPORTER_HOST_ROOT = "/host/root"
+
+
+def node_exporter_values(textfile_dir: Optional[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}}
+    if textfile_dir:
+        values["extraArgs"] = [*NODE_EXPORTER_CHART_ARGS,
+                               f"--collector.textfile.directory={NODE_EXPORTER_HOST_ROOT}{textfile_dir}"]
+    return values
+
+
 def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp: Optional[AlertSmtp],
                                  retention_days: int = 15, storage_gib: int = 50,
-                                 cloud: str = "linode") -> dict[str, Any]:
+                                 cloud: str = "linode", textfile_dir: Optional[str] = None) -> dict[str, Any]:
     am_spec: dict[str, Any] = {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}}
     if smtp is not None and smtp.password_secret:
         am_spec["secrets"] = [smtp.password_secret]
@@ -364,8 +383,7 @@ def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp
         "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{POOL_LABEL}]"],
                                "priorityClassName": PLATFORM_PRIORITY_CLASS},
         # on every node, GPU nodes included (queue.NODE_DAEMONS counts this request)
-        "prometheus-node-exporter": {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
-                                                   "limits": {"memory": "128Mi"}}},
+        "prometheus-node-exporter": node_exporter_values(textfile_dir),
         "prometheus": {"prometheusSpec": {
             # Pick up every ServiceMonitor/PrometheusRule in the cluster, not only this release's.
             "serviceMonitorSelectorNilUsesHelmValues": False,
@@ -419,7 +437,8 @@ class Monitoring(pulumi.ComponentResource):
                              string_data=pulumi.Output.secret(password.result.apply(
                                  lambda pw: {"admin-user": "admin", "admin-password": pw})))
         values = kube_prometheus_stack_values(cluster.default_storage_class, args.alert_emails, args.alert_smtp,
-                                              args.retention_days, args.storage_gib, cluster.cloud)
+                                              args.retention_days, args.storage_gib, cluster.cloud,
+                                              textfile_dir=cluster.node_textfile_dir)
         self.stack = helm_release(f"{name}-kube-prometheus-stack", RELEASE, versions.KUBE_PROMETHEUS_STACK,
                                   MONITORING_NAMESPACE, values, k8s_opts(cluster, self, [ns, admin, *args.after]))
         after = k8s_opts(cluster, self, [self.stack])

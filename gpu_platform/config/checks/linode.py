@@ -169,9 +169,7 @@ def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
     out = []
     for key, token, who, expires in api_token_expiries(cfg):
         if expires is None:
-            out.append(f"{key} is not set: nothing warns before {who} ({token}) expires (Linode API tokens last up "
-                       "to a year). Set it to the expiry date Cloud Manager shows.")
-            continue
+            continue  # a config error (token_expiry_issues)
         left = (expires - calendar_today()).days
         if 0 < left <= TOKEN_EXPIRY_WARN_DAYS:
             out.append(f"{who} ({token}) expires in {left} day(s), on {expires.isoformat()} ({key}): create a new "
@@ -180,10 +178,19 @@ def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
 
 
 def token_expiry_issues(cfg: "StackConfig") -> list[ConfigIssue]:
-    """A token whose stated expiry is today or past has stopped working: a config error naming the key."""
+    """A token without a stated expiry, or whose stated expiry is today or past: a config error naming the key.
+    Linode cannot tell the program a token's expiry offline, and without it no alert warns before the token
+    stops working (then LoadBalancers, volumes and node lifecycle, or autoscaling, stop with it)."""
     issues = []
     for key, token, who, expires in api_token_expiries(cfg):
-        if expires is not None and expires <= calendar_today():
+        if expires is None:
+            issues.append(ConfigIssue(key, None,
+                                      f"the date {who} ({token}) expires, as Cloud Manager shows it (YYYY-MM-DD): the "
+                                      "platform's Prometheus alerts 30 and 7 days before it and preflight warns. The "
+                                      "program cannot read it offline, and a token created without an expiry is a "
+                                      "credential that never ends: create it with one"))
+            continue
+        if expires <= calendar_today():
             breaks = ("LoadBalancers, volumes and node lifecycle stop working" if token == "linode-cluster:token"
                       else "autoscaled GPU pools can neither create nor delete nodes")
             issues.append(ConfigIssue(key, expires.isoformat(),
@@ -228,9 +235,32 @@ def label_size_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     return issues
 
 
+def image_cloud_init_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """A node reads a boot document larger than Linode's 16 KiB only gzip-compressed (control planes' are
+    about 22-24 KB; render.encode_user_data sends smaller ones uncompressed), and cloud-init reads compressed
+    Linode user data from 24.4 on. The program cannot look inside a private image: the stack declares its
+    cloud-init (linode.imageCloudInit)."""
+    from gpu_platform.config.linode import IMAGE_CLOUD_INIT_MIN
+
+    section = cfg.linode
+    if section is None or not section.image.startswith("private/"):
+        return []
+    need = ".".join(map(str, IMAGE_CLOUD_INIT_MIN))
+    why = (f"cloud-init {need} or later, as the image ships it (`cloud-init --version` on an instance of it): "
+           f"before {need} cloud-init's Linode datasource cannot read gzip-compressed user data "
+           "(canonical/cloud-init#5751), and a control plane's boot document only fits Linode's 16 KiB compressed; "
+           "rebuild the image from one with a newer cloud-init")
+    if section.image_cloud_init is None:
+        return [ConfigIssue("linode.imageCloudInit", None, f"set with a private image ({section.image}): {why}")]
+    if tuple(int(x) for x in section.image_cloud_init.split(".")[:2]) < IMAGE_CLOUD_INIT_MIN:
+        return [ConfigIssue("linode.imageCloudInit", section.image_cloud_init, why)]
+    return []
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
+    issues += image_cloud_init_issues(cfg)
     issues += region_issues(cfg)
     issues += address_plan_issues(cfg)
     issues += label_size_issues(cfg)

@@ -617,6 +617,8 @@ def _group_label(group: NodeGroup) -> str:
 
 
 def _why_not(group: NodeGroup, pod: _Pod) -> Optional[str]:
+    if group.max_nodes == 0:
+        return f"never has a node ({group.capped or 'maximum size 0'})"
     bad = untolerated(group.taints, pod.tolerations)
     if bad:
         return "taint " + ", ".join(f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}" for t in bad) \
@@ -968,7 +970,18 @@ class _Checker:
                                  f"refuses the object (namespaces \"{ns}\" not found)",
                                  f"submit it to a namespace the platform creates: {', '.join(sorted(known - set(BUILTIN_NAMESPACES)))}")
 
+    def never_scaled(self) -> None:
+        """A GPU pool that can never get a node: every GPU job, trial and notebook meant for it would wait for
+        ever (after Kueue admitted it, if its ClusterQueue offers the pool quota)."""
+        for g in self.model.node_groups:
+            if g.role == "gpu" and g.max_nodes == 0:
+                self.problem("schedulable", "cluster", f"GPU pool {g.name}",
+                             f"can never get a node: {g.capped or 'its maximum size is 0'}",
+                             "deploy what scales it (on Linode the node-group provider: docs/linode-autoscaling.md) or "
+                             "give the pool minNodes of at least 1")
+
     def run(self) -> FitReport:
+        self.never_scaled()
         self.unserved_jobs()
         self.missing_namespaces()
         pods = self.build_pods()

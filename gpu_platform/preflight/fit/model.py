@@ -25,6 +25,9 @@ class NodeGroup:
     allocatable: Allocatable  # per node (the smallest instance type where a group mixes several)
     instance_type: str  # "g5.xlarge" or "g5.xlarge|g6.xlarge" for a mixed-instances group
     capacity: str  # on-demand | spot | preemptible
+    # Why the group cannot grow to its configured maximum as deployed (max_nodes is then what it can reach):
+    # e.g. an autoscaled Linode pool with no node-group provider in the plan stays at minNodes.
+    capped: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

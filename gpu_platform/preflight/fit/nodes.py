@@ -165,16 +165,23 @@ def _linode_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[N
         notes.append("linode: autoscaled GPU pools (" + ", ".join(g.name for g in scaled) + ") from the node-group "
                      "provider's pool definition (ConfigMap kube-system/linode-node-groups, pools.json): min..max nodes, "
                      "the labels and taints its nodes register with")
+        for g in scaled:
+            if g.capped:
+                notes.append(f"linode: GPU pool {g.name}: {g.capped}")
     return out + scaled
 
 
 def _linode_autoscaled_groups(plan: "Plan") -> list[NodeGroup]:
     """Pools the node-group provider scales (gpu_platform/components/linode/node_groups.py): they have no
-    instance in the plan, only their definition."""
+    instance in the plan, only their definition. Without the provider's Deployment in the plan nothing
+    creates their nodes: such a pool stays at minNodes (max_nodes = min_nodes, `capped` says why)."""
     import json
 
     from gpu_platform.components.linode.node_groups import NAME, NAMESPACE
 
+    provider = any((d.plain_inputs.get("metadata") or {}).get("name") == NAME
+                   and (d.plain_inputs.get("metadata") or {}).get("namespace") == NAMESPACE
+                   for d in plan.by_type("kubernetes:apps/v1:Deployment"))
     out = []
     for cm in plan.by_type("kubernetes:core/v1:ConfigMap"):
         meta = cm.plain_inputs.get("metadata") or {}
@@ -185,10 +192,14 @@ def _linode_autoscaled_groups(plan: "Plan") -> list[NodeGroup]:
             raise ModelError(f"{cm.name}: pools.json is not known at plan time")
         for pool in json.loads(raw)["pools"]:
             itype = pool["instanceType"]
+            lo, hi = int(pool["minNodes"]), int(pool["maxNodes"])
+            capped = "" if provider else (
+                f"no node-group provider in the plan (Deployment {NAMESPACE}/{NAME}): nothing creates its nodes, "
+                f"so it stays at minNodes {lo} of maxNodes {hi}")
             out.append(NodeGroup(
-                name=pool["name"], role="gpu", min_nodes=int(pool["minNodes"]), max_nodes=int(pool["maxNodes"]),
+                name=pool["name"], role="gpu", min_nodes=lo, max_nodes=hi if provider else lo,
                 labels={**_well_known(itype), **pool["labels"]}, taints=[dict(t) for t in pool["taints"]],
-                allocatable=allocatable("linode", itype), instance_type=itype, capacity="on-demand"))
+                allocatable=allocatable("linode", itype), instance_type=itype, capacity="on-demand", capped=capped))
     return out
 
 
