@@ -19,7 +19,7 @@ Prices are the catalog's reference-region prices; a stack elsewhere gets a warni
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, a_cloud, load_catalog
@@ -548,14 +548,36 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
     if shape.region and ref and shape.region != ref:
         warnings.append(f"prices are the catalog's {ref} reference prices; {shape.region} may differ")
 
-    idle = sum(line.idle_monthly_usd for line in lines)
-    full = sum(line.monthly_usd for line in lines)
+    # A bill adds up in cents: each line is rounded to the cent and the totals are the sums of the rounded
+    # lines, so cost.json, the policy pack's message and a --base diff's per-line deltas agree to the cent.
+    lines = [replace(line, idle_monthly_usd=_cents(line.idle_monthly_usd), monthly_usd=_cents(line.monthly_usd))
+             for line in lines]
+    idle = _cents(sum(line.idle_monthly_usd for line in lines))
+    full = _cents(sum(line.monthly_usd for line in lines))
     return Estimate(name=shape.name or f"{cloud}-stack", cloud=cloud, region=shape.region, lines=tuple(lines),
                     idle_monthly_usd=idle, full_monthly_usd=full, idle_gpus=idle_gpus, full_gpus=full_gpus,
                     warnings=tuple(warnings),
                     not_modelled=tuple(not_modelled) + tuple(shape.extra_not_modelled) + ALWAYS_NOT_MODELLED,
                     gpu_models=tuple(gpu_models), capacities=tuple(dict.fromkeys(p.capacity for p in shape.gpu_pools)),
                     expected_utilization=shape.expected_utilization)
+
+
+def _cents(usd: float) -> float:
+    return round(usd + 0.0, 2) + 0.0
+
+
+def extended_support(cloud: str, minor: Optional[str], today: _dt.date) -> tuple[Optional[float], str]:
+    """(the extended-support fee per cluster-hour of `minor` on `today`, where the number comes from), from the
+    version calendar (gpu_platform/data/versions_calendar.py); preflight's bill and the policy pack's cost
+    ceiling both price it here."""
+    from gpu_platform.data.versions_calendar import load_calendar
+
+    cal = load_calendar()
+    status = cal.status(cloud, minor, today)
+    fee = cal.extended_support_fee_per_hour(cloud, minor, today)
+    fees = cal.fees(cloud)
+    src = f"{fees.source} (retrieved {fees.retrieved})" if fees else "gpu_platform/costs/catalog/kubernetes-versions.yaml"
+    return fee, f"{minor} is in {status} support on {today.isoformat()}; {src}"
 
 
 def catalog_age(dates: list[str], today: Optional[_dt.date] = None) -> tuple[int, str]:
@@ -566,4 +588,4 @@ def catalog_age(dates: list[str], today: Optional[_dt.date] = None) -> tuple[int
 
 
 __all__ = ["ALWAYS_NOT_MODELLED", "CostLine", "DEFAULT_SYSTEM_NODES", "Estimate", "EstimateError", "NodeGroup",
-           "PoolShape", "StackShape", "catalog_age", "dearest_type", "estimate"]
+           "PoolShape", "StackShape", "catalog_age", "dearest_type", "estimate", "extended_support"]

@@ -142,16 +142,9 @@ def _boot_disks(cfg: "StackConfig", plan: Any):
 
 
 def _extended_support(cfg: "StackConfig", today: _dt.date) -> tuple[Optional[float], str]:
-    try:
-        from gpu_platform.data.versions_calendar import load_calendar
-    except ImportError:  # the calendar module is absent: say so rather than guess a fee
-        return None, ""
-    cal = load_calendar()
-    status = cal.status(cfg.cloud, cfg.kubernetes_version, today)
-    fee = cal.extended_support_fee_per_hour(cfg.cloud, cfg.kubernetes_version, today)
-    fees = cal.fees(cfg.cloud)
-    src = f"{fees.source} (retrieved {fees.retrieved})" if fees else "gpu_platform/costs/catalog/kubernetes-versions.yaml"
-    return fee, f"{cfg.kubernetes_version} is in {status} support on {today.isoformat()}; {src}"
+    from gpu_platform.costs.estimator import extended_support
+
+    return extended_support(cfg.cloud, cfg.kubernetes_version, today)
 
 
 def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[Any]] = None,
@@ -212,6 +205,10 @@ class CostReport:
         self._chart: Optional[subprocess.Popen] = subprocess.Popen(
             [sys.executable, "-m", "gpu_platform.preflight.costs", str(self.png_path)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         self._sent = False
+        # What the rendered charts add that no resource shows (None until they are rendered): handed to the
+        # policy pack's monthly-cost-ceiling (chartStorageGib, chartLoadBalancers), so its figure is this bill's.
+        self.chart_storage_gib: Optional[float] = None
+        self.chart_load_balancers: Optional[int] = None
 
     def report(self, releases: Optional[list[Any]] = None) -> str:
         from gpu_platform.costs import report
@@ -220,6 +217,9 @@ class CostReport:
 
         catalog = load_catalog(self.cfg.catalog_overrides() or None)
         shape = stack_shape(self.cfg, self.plan, releases, self.today)
+        if releases is not None:
+            self.chart_storage_gib = sum(g for _, g in storage_requests(releases))
+            self.chart_load_balancers = len(load_balancer_services(releases))
         self.estimate = estimate(shape, catalog)
         autoscaled = [p for p in shape.gpu_pools if p.max_nodes > p.min_nodes]
         if autoscaled:

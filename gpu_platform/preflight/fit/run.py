@@ -71,6 +71,8 @@ class FitWorker:
         self._then_error: Optional[BaseException] = None
         self._result: Optional[FitResult] = None
         self._error: Optional[BaseException] = None
+        # Set once `then` has run on the rendered releases, or the run ended without getting there.
+        self.rendered = threading.Event()
         self.thread = threading.Thread(target=self._run, name="cluster-fit", daemon=True)
         self.thread.start()
 
@@ -80,12 +82,16 @@ class FitWorker:
                                    on_rendered=self._run_then if self._then is not None else None, **self.render_args)
         except BaseException as exc:  # noqa: BLE001 re-raised in result()
             self._error = exc
+        finally:
+            self.rendered.set()
 
     def _run_then(self, releases: list[Any]) -> None:
         try:
             self._then_value = self._then(releases)
         except BaseException as exc:  # noqa: BLE001 re-raised in then_result(); the fit goes on
             self._then_error = exc
+        finally:
+            self.rendered.set()
 
     def then_result(self) -> Any:
         self.result()
