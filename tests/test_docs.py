@@ -253,3 +253,43 @@ def test_the_quickstarts_say_what_the_shipped_stacks_do():
         text = (ROOT / "docs" / name).read_text()
         assert "as above" not in text.split("\n2. ", 1)[0], name
         assert "pulumi login" in text and "https://www.pulumi.com/docs/install/" in text, name
+
+
+# --- issue 37 item 5: state that holds credentials is named honestly ---------------------------------------
+
+# Resources whose *outputs* (not in a plan's inputs) are credentials the state keeps.
+CREDENTIAL_OUTPUTS = ("tls:index/privateKey:PrivateKey", "random:index/randomString:RandomString",
+                      "random:index/randomPassword:RandomPassword", "linode:index/objectStorageKey:ObjectStorageKey")
+
+
+def _secret_paths(value: Any, path: str = "") -> list[str]:
+    from gpu_platform.preflight.runner import REDACTED
+
+    if value == REDACTED:
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _secret_paths(v, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [p for v in value for p in _secret_paths(v, f"{path}[]")]
+    return []
+
+
+@pytest.mark.parametrize("stack", ["gcp-prod", "aws-prod", "linode-dev", "linode-ha"])
+def test_the_state_table_names_every_secret_each_shipped_stack_keeps(stack):
+    """docs/state-and-secrets.md, "What the state holds": every secret input and every credential-generating
+    resource of the shipped stacks' plans has a row for its cloud; GKE and EKS keep only the kubeconfig (the
+    doc and docs/ci.md say their state holds no credential: the Grafana password was one, issue 37)."""
+    from tests.conftest import shipped_plan
+
+    text = (ROOT / "docs" / "state-and-secrets.md").read_text()
+    table = text.split("## What the state holds", 1)[1].split("\n## ", 1)[0]
+    plan = shipped_plan(stack)
+    cloud = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["gpu-platform:cloud"]
+    rows = [line for line in table.splitlines() if line.startswith(("| all ", f"| {cloud} "))]
+    found = {(r.type, p) for r in plan.resources for p in _secret_paths(r.inputs)}
+    found |= {(r.type, "(outputs)") for r in plan.resources if r.type in CREDENTIAL_OUTPUTS}
+    missing = [(t, p) for t, p in sorted(found)
+               if not any(f"`{t}`" in row and (p == "(outputs)" and "outputs" in row or f"`{p}`" in row) for row in rows)]
+    assert not missing, f"docs/state-and-secrets.md's table lacks, for {cloud}: {missing}"
+    if cloud in ("gcp", "aws"):
+        assert found <= {("pulumi:providers:kubernetes", "kubeconfig")}, found

@@ -201,7 +201,26 @@ def markdown(docs: list[dict[str, Any]]) -> str:
             details.append(f"- approved: {a}")
         if details:
             lines += ["", f"### {doc['stack']}", *details]
+    compared = any(doc.get("baseDiff") for doc in docs)
+    for doc in sorted(docs, key=lambda d: d["stack"]):
+        if doc.get("baseDiff"):
+            from gpu_platform.preflight.review import render_diff
+
+            lines += ["", f"### {doc['stack']}: changes against the base branch", *fenced(render_diff(doc["baseDiff"]))]
+        elif compared:
+            lines += ["", f"### {doc['stack']}: not compared", "The base branch's run has no plan of this stack (a stack "
+                      "new in this pull request, or the base run failed before planning it)."]
     return "\n".join(lines) + "\n"
+
+
+def fenced(text: str) -> list[str]:
+    """`text` as a Markdown code block whose fence no run of backticks in it can close (its lines come from
+    plans a pull request writes)."""
+    import re
+
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + "text", *text.splitlines(), fence]
 
 
 def summary_main(argv: list[str]) -> int:
