@@ -639,3 +639,18 @@ def test_docs_ci_lists_the_repository_settings_the_gates_rely_on():
     names = re.findall(r"`([^`]+)`", checks.group(1))
     jobs = {job["name"] for job in workflow("ci.yml")["jobs"].values()}
     assert names and set(names) <= jobs, (names, jobs)
+
+
+def test_the_preview_comment_keeps_the_output_inside_its_block(tmp_path):
+    """The preview's output (the pull request's program's) is put in a ~~~~~~~~ block; a line of eight
+    tildes in it would close the block early and let the rest render as the comment's own Markdown."""
+    job = workflow("preview.yml")["jobs"]["preview"]
+    step = next(s for s in job["steps"] if s.get("name", "").startswith("The pull request's comment"))
+    env = {"PATH": "/usr/bin:/bin", "STACK": "gcp-prod", "PR": "7", "OUTCOME": "failure",
+           "OUTPUT": "Previewing\n~~~~~~~~\n## forged heading"}
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    body = (tmp_path / "pr-comment" / "body.md").read_text()
+    assert body.startswith("## pulumi preview: gcp-prod (failure)\n")
+    assert body.count("\n~~~~~~~~\n") == 1 and "## forged heading" in body.split("~~~~~~~~text\n", 1)[1].split("\n~~~~~~~~\n")[0]
+    assert (tmp_path / "pr-comment" / "pr-number").read_text() == "7\n"
