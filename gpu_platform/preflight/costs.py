@@ -147,8 +147,24 @@ def _extended_support(cfg: "StackConfig", today: _dt.date) -> tuple[Optional[flo
     return extended_support(cfg.cloud, cfg.kubernetes_version, today)
 
 
+def platform_idle_floor(group: Any, idle: Optional[dict[str, int]]) -> Any:
+    """The system group at the nodes the platform's own pods need with no job running (fit.checks.idle_nodes,
+    summed over a pool's zonal groups), when that is more than its configured idle floor: the cluster
+    autoscaler keeps those nodes, whatever the minimum says."""
+    if not idle:
+        return group
+    need = sum(n for key, n in idle.items() if key.split("/", 1)[0] == "system")
+    if need <= group.count:
+        return group
+    need = min(need, group.full_count)
+    return replace(group, count=need,
+                   idle_basis=f"the platform's own pods need {need} system node(s) with no job running (preflight's "
+                              f"packing of the rendered charts; the cloud's own agents not counted), whatever the "
+                              f"minimum of {group.count}")
+
+
 def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[Any]] = None,
-                today: Optional[_dt.date] = None):
+                today: Optional[_dt.date] = None, idle: Optional[dict[str, int]] = None):
     """The estimator's StackShape of a configured stack with what the program and its charts add."""
     from gpu_platform.costs.estimator import StackShape
 
@@ -161,6 +177,8 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
         system = tuple(replace(g, boot_disk_gib=system_disk) for g in system)
     if system is not None and cfg.cloud == "gcp":
         system = tuple(gke_system_idle_floor(g, plan) for g in system)
+    if system is not None:
+        system = tuple(platform_idle_floor(g, idle) if g.role == "system" else g for g in system)
     fee, fee_basis = _extended_support(cfg, day)
     changes: dict[str, Any] = dict(gpu_pools=pools, system_nodes=system, extended_support_usd_per_hour=fee,
                                    extended_support_basis=fee_basis)
@@ -210,13 +228,15 @@ class CostReport:
         self.chart_storage_gib: Optional[float] = None
         self.chart_load_balancers: Optional[int] = None
 
-    def report(self, releases: Optional[list[Any]] = None) -> str:
+    def report(self, releases: Optional[list[Any]] = None, idle: Optional[dict[str, int]] = None) -> str:
+        """The bill; `releases`: the rendered charts (their volumes and load balancers), `idle`: the nodes
+        each group keeps with no job running (fit.checks.idle_nodes)."""
         from gpu_platform.costs import report
         from gpu_platform.costs.catalog import load_catalog
         from gpu_platform.costs.estimator import estimate
 
         catalog = load_catalog(self.cfg.catalog_overrides() or None)
-        shape = stack_shape(self.cfg, self.plan, releases, self.today)
+        shape = stack_shape(self.cfg, self.plan, releases, self.today, idle)
         if releases is not None:
             self.chart_storage_gib = sum(g for _, g in storage_requests(releases))
             self.chart_load_balancers = len(load_balancer_services(releases))
