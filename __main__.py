@@ -29,12 +29,15 @@ pulumi.export("gpuPools", [
 ])
 
 # What this stack costs (catalog prices, 730 h/month): the same figures preflight prints.
-from gpu_platform.costs.estimator import StackShape, estimate  # noqa: E402
+from gpu_platform.costs.estimator import RegionPriceRefused, StackShape, estimate  # noqa: E402
 
-cost = estimate(StackShape.from_config(cfg))
-pulumi.export("costEstimate", {
-    "idleMonthlyUsd": round(cost.idle_monthly_usd, 2),
-    "fullCapacityMonthlyUsd": round(cost.full_monthly_usd, 2),
-    "usdPerGpuHourAtFullUse": None if cost.usd_per_gpu_hour is None else round(cost.usd_per_gpu_hour, 4),
-    "monthlyBudgetUsd": cfg.monthly_budget_usd,
-})
+try:
+    cost = estimate(StackShape.from_config(cfg))
+    pulumi.export("costEstimate", {
+        "idleMonthlyUsd": round(cost.idle_monthly_usd, 2),
+        "fullCapacityMonthlyUsd": round(cost.full_monthly_usd, 2),
+        "usdPerGpuHourAtFullUse": None if cost.usd_per_gpu_hour is None else round(cost.usd_per_gpu_hour, 4),
+        "monthlyBudgetUsd": cfg.monthly_budget_usd,
+    })
+except RegionPriceRefused as exc:  # no price for the stack's region: preflight's budget verdict refuses it (exit 3)
+    pulumi.export("costEstimate", {"refused": str(exc), "monthlyBudgetUsd": cfg.monthly_budget_usd})

@@ -81,10 +81,23 @@ def test_shapes_the_catalog_cannot_price_are_refused(shape, match):
         estimate(shape)
 
 
-def test_region_outside_the_catalog_and_reference_region_warn():
-    est = estimate(StackShape("linode", "us-ord", (PoolShape("r", "g1-gpu-rtx6000-1", "on-demand", 1, 1),)))
-    assert any("does not list g1-gpu-rtx6000-1 in us-ord" in w for w in est.warnings)
-    assert any("us-east reference prices" in w for w in est.warnings)
+def test_a_region_the_catalog_has_no_price_for_is_refused_unless_an_override_gives_it():
+    """issue 37 item 1: a type outside the reference region was priced at the reference price with a warning.
+    Linode's default plan price holds only where the plan is offered (the catalog's `regions`): RTX6000 plans
+    are not listed in us-ord, so that bill is refused, naming the type and the region; an override prices it."""
+    from gpu_platform.costs.estimator import RegionPriceRefused
+
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("linode", "us-ord", (PoolShape("r", "g1-gpu-rtx6000-1", "on-demand", 1, 1),)))
+    assert (err.value.type, err.value.region, err.value.capacity) == ("g1-gpu-rtx6000-1", "us-ord", "on-demand")
+    est = estimate(StackShape("linode", "us-ord", (PoolShape("r", "g1-gpu-rtx6000-1", "on-demand", 1, 1),),
+                              price_overrides={"linode/g1-gpu-rtx6000-1": {"onDemand": 1.6}}))
+    assert est.lines[0].unit_usd_per_hour == 1.6
+    # Where Linode offers the plan, its default price holds (the types API lists only the regions that differ).
+    ada = estimate(StackShape("linode", "us-ord", (PoolShape("a", "g2-gpu-rtx4000a1-m", "on-demand", 1, 1),)))
+    assert any("us-east reference prices" in w for w in ada.warnings)
+    with pytest.raises(RegionPriceRefused, match="no spot price for g5.xlarge in eu-west-1"):
+        estimate(StackShape("aws", "eu-west-1", (PoolShape("g", "g5.xlarge", "spot", 0, 2),)))
 
 
 def test_from_config_duck_types_the_stack_config():
@@ -247,7 +260,7 @@ def test_the_bill_adds_up_in_cents():
     """Each line is a whole number of cents and the totals are the lines' sums: cost.json, the policy pack's
     message and a --base diff's per-line changes then agree to the cent (they disagreed by $282 when the
     totals were sums of unrounded lines and the pack priced fewer of them)."""
-    est = estimate(StackShape("gcp", "europe-west4", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 7),),
+    est = estimate(StackShape("gcp", "us-central1", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 7),),
                               checkpoint_gib=33.3, checkpoint_gib_per_day=7.7, checkpoint_retention_days=11,
                               nat_gib_per_month=123.4, pvc_gib=(("x", 101.0),)))
     for ln in est.lines:

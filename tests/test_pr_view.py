@@ -169,13 +169,41 @@ def test_standing_notes_come_once_per_stack(tmp_path):
     assert "- internet egress and cross-zone traffic" in verbose
 
 
-def test_the_verdict_says_when_prices_are_another_regions(tmp_path):
-    need_charts()
+def _eu_gke(tmp_path, overrides: str = "") -> subprocess.CompletedProcess:
     text = (ROOT / "stacks" / "Pulumi.gcp-prod.yaml").read_text()
     eu = (text.replace("region: us-central1", "region: europe-west4").replace("us-central1-a", "europe-west4-a")
           .replace("us-central1-b", "europe-west4-b").replace("      - us-central1-c\n", ""))
     stack = tmp_path / "Pulumi.gcp-eu.yaml"
-    stack.write_text(eu)
+    stack.write_text(eu.replace("config:\n", "config:\n" + overrides, 1))
+    return preflight("--stack-file", str(stack), "--out", str(tmp_path / "out"), "--no-policies")
+
+
+def test_an_eu_gke_stack_is_refused_without_its_regions_prices_and_priced_with_them(tmp_path):
+    """issue 37 item 1: an EU GKE stack was priced at us-central1's prices with a warning ("europe-west4 may
+    differ") and its budget verdict passed on them. The catalog has no europe-west4 price for a2-highgpu-1g:
+    the budget verdict refuses (exit 3) naming the type and the region, until priceOverrides gives the price."""
+    need_charts()
+    refused = _eu_gke(tmp_path)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    cost_row = next(line for line in refused.stdout.splitlines() if line.startswith("  cost "))
+    assert "REFUSED: no spot price for a2-highgpu-1g in europe-west4" in cost_row, cost_row
+    assert "priceOverrides.a2-highgpu-1g.spot" in refused.stdout
+    doc = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())
+    assert doc["refused"]["type"] == "a2-highgpu-1g" and doc["refused"]["region"] == "europe-west4"
+    priced = _eu_gke(tmp_path, "  gpu-platform:priceOverrides:\n    a2-highgpu-1g: {spot: 2.1}\n"
+                               "    e2-standard-4: {onDemand: 0.15}\n")
+    assert priced.returncode == 0, priced.stdout + priced.stderr
+    cost_row = next(line for line in priced.stdout.splitlines() if line.startswith("  cost "))
+    assert "instance prices are europe-west4's" in cost_row and "REFUSED" not in cost_row, cost_row
+    assert json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["fullMonthlyUsd"] > 0
+
+
+def test_an_eks_stack_in_eu_west_1_is_refused_naming_the_type_and_region(tmp_path):
+    need_charts()
+    text = (ROOT / "stacks" / "Pulumi.aws-prod.yaml").read_text().replace("us-east-1", "eu-west-1")
+    stack = tmp_path / "Pulumi.aws-eu.yaml"
+    stack.write_text(text)
     run = preflight("--stack-file", str(stack), "--out", str(tmp_path / "out"), "--no-policies")
+    assert run.returncode == 3, run.stdout + run.stderr
     cost_row = next(line for line in run.stdout.splitlines() if line.startswith("  cost "))
-    assert "us-central1 reference prices; europe-west4 may differ" in cost_row, run.stdout[:2000]
+    assert "REFUSED: no spot price for" in cost_row and "in eu-west-1" in cost_row, cost_row

@@ -43,6 +43,15 @@ class EstimateError(ValueError):
     """The shape names something the catalog cannot price."""
 
 
+class RegionPriceRefused(EstimateError):
+    """The stack's region has no price for an instance type it uses (catalog.RegionalPriceMissing): the bill
+    is refused rather than priced at another region's rate. `type`, `capacity`, `region` name what is missing."""
+
+    def __init__(self, missing: Any):
+        super().__init__(str(missing))
+        self.type, self.capacity, self.region, self.cloud = missing.name, missing.capacity, missing.region, missing.cloud
+
+
 @dataclass(frozen=True)
 class PoolShape:
     name: str
@@ -324,9 +333,25 @@ def _price_of(t: InstanceType, capacity: str, cloud: str, label: str) -> Price:
     return p
 
 
-def _node_line(catalog: Catalog, cloud: str, kind: str, label: str, itype: str, capacity: str,
-               idle_n: float, full_n: float, assumption: str = "", scales_with: str = "fixed") -> CostLine:
+def _in_region(catalog: Catalog, cloud: str, itype: str, capacity: str, region: Optional[str],
+               label: str) -> tuple[InstanceType, str]:
+    from gpu_platform.costs.catalog import RegionalPriceMissing
+
     t = _lookup(catalog, cloud, itype, label)
+    if t.price(capacity) is None and capacity not in t.overridden:
+        _price_of(t, capacity, cloud, label)  # the capacity is not offered at all: that error, not a region's
+    try:
+        return catalog.in_region(cloud, itype, capacity, region)
+    except RegionalPriceMissing as exc:
+        raise RegionPriceRefused(exc) from None
+
+
+def _node_line(catalog: Catalog, cloud: str, kind: str, label: str, itype: str, capacity: str,
+               idle_n: float, full_n: float, assumption: str = "", scales_with: str = "fixed",
+               region: Optional[str] = None, how: Optional[list[str]] = None) -> CostLine:
+    t, priced = _in_region(catalog, cloud, itype, capacity, region, label)
+    if how is not None:
+        how.append(priced)
     p = _price_of(t, capacity, cloud, label)
     per_node = _node_month(t, p)
     spread = f"; observed {p.spread}" if p.spread else ""
@@ -365,11 +390,14 @@ def _volume_line(catalog: Catalog, cloud: str, key: str, kind: str, label: str, 
                     assumption=assumption, scales_with=scales_with, unit=p.unit, status=p.status)
 
 
-def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape) -> tuple[str, list[str]]:
-    """(the pool's dearest allowed type for its capacity, the allowed types with no price for it)."""
+def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape, region: Optional[str] = None) -> tuple[str, list[str]]:
+    """(the pool's dearest allowed type for its capacity, the allowed types with no price for it), priced in
+    `region` (RegionPriceRefused when an allowed type offered at the capacity has no price there)."""
     best, best_rate, unpriced = None, -1.0, []
     for name in pool.allowed_types:
         t = _lookup(catalog, cloud, name, f"gpu pool {pool.name}")
+        if t.price(pool.capacity) is not None or pool.capacity in t.overridden:
+            t, _ = _in_region(catalog, cloud, name, pool.capacity, region, f"gpu pool {pool.name}")
         p = t.price(pool.capacity)
         if p is None:
             unpriced.append(name)
@@ -395,10 +423,12 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
     gpu_models: list[str] = []
 
     idle_gpus = full_gpus = 0
+    region = shape.region
+    how: list[str] = []  # how each instance line was priced for the region (catalog.Catalog.in_region)
     for pool in shape.gpu_pools:
         if pool.min_nodes > pool.max_nodes:
             raise EstimateError(f"gpu pool {pool.name}: minNodes {pool.min_nodes} > maxNodes {pool.max_nodes}")
-        itype, unpriced = dearest_type(cat, cloud, pool)
+        itype, unpriced = dearest_type(cat, cloud, pool, region)
         others = [t for t in pool.allowed_types if t != itype]
         why = (f"{pool.min_nodes}..{pool.max_nodes} nodes; priced at the dearest type the pool may launch "
                f"({', '.join(pool.allowed_types)})" if others else f"{pool.min_nodes}..{pool.max_nodes} nodes")
@@ -408,7 +438,8 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
             warnings.append(f"gpu pool {pool.name}: no {pool.capacity} price for {', '.join(unpriced)}; "
                             f"priced at {itype}")
         line = _node_line(cat, cloud, "gpu-pool", f"gpu pool {pool.name} ({itype}, {pool.capacity})",
-                          itype, pool.capacity, pool.min_nodes, pool.max_nodes, assumption=why, scales_with="gpu")
+                          itype, pool.capacity, pool.min_nodes, pool.max_nodes, assumption=why, scales_with="gpu",
+                          region=region, how=how)
         t = cat.instance(cloud, itype)
         if t is not None and not t.is_gpu:
             warnings.append(f"gpu pool {pool.name}: {itype} has no GPU")
@@ -424,7 +455,7 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         cp = shape.control_plane_type or "g6-standard-4"
         lines.append(_node_line(cat, cloud, "control-plane", f"control plane ({cp} x{shape.control_plane_count})", cp,
                                 "on-demand", shape.control_plane_count, shape.control_plane_count,
-                                assumption="kubeadm control-plane Linodes, always on"))
+                                assumption="kubeadm control-plane Linodes, always on", region=region, how=how))
 
     system = DEFAULT_SYSTEM_NODES[cloud] if shape.system_nodes is None else shape.system_nodes
     for g in system:
@@ -434,7 +465,7 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
                                     g.instance_type, g.capacity, g.count, g.full_count,
                                     assumption=f"{g.count} at idle, {g.full_count} at full capacity"
                                     + (f" ({g.idle_basis})" if g.idle_basis else ""),
-                                    scales_with="system" if g.full_count != g.count else "fixed"))
+                                    scales_with="system" if g.full_count != g.count else "fixed", region=region, how=how))
 
     # --- boot disks (Linode plans include theirs) ---------------------------------------------------
     if cloud in BOOT_DISK_STORAGE:
@@ -546,7 +577,12 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
 
     ref = cat.reference_region(cloud)
     if shape.region and ref and shape.region != ref:
-        warnings.append(f"prices are the catalog's {ref} reference prices; {shape.region} may differ")
+        if "default" in how:
+            warnings.append(f"prices are the catalog's {ref} reference prices; {shape.region} may differ "
+                            f"({cat.default_price_rule(cloud)})")
+        else:
+            warnings.append(f"instance prices are {shape.region}'s (the catalog's regional prices or priceOverrides); "
+                            f"disks, storage, network and fees are the catalog's {ref} prices and may differ")
 
     # A bill adds up in cents: each line is rounded to the cent and the totals are the sums of the rounded
     # lines, so cost.json, the policy pack's message and a --base diff's per-line deltas agree to the cent.
@@ -588,4 +624,5 @@ def catalog_age(dates: list[str], today: Optional[_dt.date] = None) -> tuple[int
 
 
 __all__ = ["ALWAYS_NOT_MODELLED", "CostLine", "DEFAULT_SYSTEM_NODES", "Estimate", "EstimateError", "NodeGroup",
+           "RegionPriceRefused",
            "PoolShape", "StackShape", "catalog_age", "dearest_type", "estimate", "extended_support"]

@@ -273,7 +273,7 @@ def config_extras(cloud: str) -> dict[str, Any]:
     fee, basis = extended_support(cfg.cloud, cfg.kubernetes_version, today())
     return dict(checkpoint_gib=shape.checkpoint_gib, checkpoint_gib_per_day=shape.checkpoint_gib_per_day,
                 checkpoint_retention_days=shape.checkpoint_retention_days, nat_gib_per_month=shape.nat_gib_per_month,
-                extended_support_usd_per_hour=fee, extended_support_basis=basis)
+                extended_support_usd_per_hour=fee, extended_support_basis=basis, region=shape.region)
 
 
 def stack_shapes(nodes: list[Node], chart_storage_gib: float = 0.0, chart_load_balancers: int = 0,
@@ -293,6 +293,8 @@ def stack_shapes(nodes: list[Node], chart_storage_gib: float = 0.0, chart_load_b
                if chart_storage_gib > 0 else None)
     for cloud in sorted(clouds_of(nodes)):
         extras = config_extras(cloud) if with_config else {}
+        # The stack's region prices its instances (catalog.Catalog.in_region): the resources' own where they say it.
+        config_region = extras.pop("region", None)
         extras.update(pvc_gib=storage, pvc_basis="chartStorageGib, from the rendered charts" if storage else "")
         pools, system = [], []
         for group in node_groups(nodes) + ([p for p in gpu_pools(nodes) if p.cloud == "linode"]):
@@ -328,7 +330,7 @@ def stack_shapes(nodes: list[Node], chart_storage_gib: float = 0.0, chart_load_b
         else:
             nats = sum(1 for n in nodes if n.type == "aws:ec2/natGateway:NatGateway")
             lbs = sum(1 for n in nodes if n.type in ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer"))
-            shapes.append(StackShape(cloud, None, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
+            shapes.append(StackShape(cloud, config_region, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
                                      load_balancers=lbs + chart_load_balancers,
                                      managed_control_plane=any(n.type == "aws:eks/cluster:Cluster" for n in nodes),
                                      price_overrides=overrides, **extras))

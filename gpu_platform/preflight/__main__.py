@@ -473,6 +473,9 @@ class Run:
         with _step(self.err, "drawing the cost chart", not self.json):
             files.append(costs.finish())
         self.sections["cost"] = cost_section(costs.json_path)
+        if costs.refused is not None:
+            # A budget verdict on another region's prices is no verdict: refused, naming the type and region.
+            status = EXIT_POLICY
         # The bill is always shown, after the verdict: line by line with its assumptions, the budget
         # comparison and the catalog's age (what a finance reviewer checks).
         self.details.append(bill)

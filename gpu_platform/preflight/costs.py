@@ -227,20 +227,26 @@ class CostReport:
         # policy pack's monthly-cost-ceiling (chartStorageGib, chartLoadBalancers), so its figure is this bill's.
         self.chart_storage_gib: Optional[float] = None
         self.chart_load_balancers: Optional[int] = None
+        # The bill refused: the stack's region has no price for a type it uses (estimator.RegionPriceRefused).
+        self.refused: Optional[Exception] = None
 
     def report(self, releases: Optional[list[Any]] = None, idle: Optional[dict[str, int]] = None) -> str:
         """The bill; `releases`: the rendered charts (their volumes and load balancers), `idle`: the nodes
         each group keeps with no job running (fit.checks.idle_nodes)."""
         from gpu_platform.costs import report
         from gpu_platform.costs.catalog import load_catalog
-        from gpu_platform.costs.estimator import estimate
+        from gpu_platform.costs.estimator import RegionPriceRefused, estimate
 
         catalog = load_catalog(self.cfg.catalog_overrides() or None)
         shape = stack_shape(self.cfg, self.plan, releases, self.today, idle)
         if releases is not None:
             self.chart_storage_gib = sum(g for _, g in storage_requests(releases))
             self.chart_load_balancers = len(load_balancer_services(releases))
-        self.estimate = estimate(shape, catalog)
+        try:
+            self.estimate = estimate(shape, catalog)
+        except RegionPriceRefused as exc:
+            return self._refuse(exc)
+        self.refused = None
         autoscaled = [p for p in shape.gpu_pools if p.max_nodes > p.min_nodes]
         if autoscaled:
             # the pool with the most GPUs at full size sets the overhead of the stack's curve
@@ -267,6 +273,20 @@ class CostReport:
             self._chart.stdin.close()
         return self._summary
 
+    def _refuse(self, exc: Exception) -> str:
+        """No bill: the region has no price for a type the stack uses. cost.json says so (and nothing else),
+        the chart is not drawn, and the verdict fails (exit 3) naming the type and the region."""
+        self.refused = exc
+        self.json_path.write_text(json.dumps({"refused": {
+            "type": exc.type, "capacity": exc.capacity, "region": exc.region, "message": str(exc)}}, indent=2) + "\n")
+        if self.png_path.exists():
+            self.png_path.unlink()  # an earlier run's chart is not this stack's bill
+        if not self._sent:
+            self._sent = True
+            self._chart.stdin.close()  # the child draws nothing when no data comes
+        self._summary = f"Cost estimate for {self.cfg.name_prefix} ({self.cfg.cloud}, {exc.region}): REFUSED\n  {exc}"
+        return self._summary
+
     @property
     def summary(self) -> str:
         return self._summary if self._summary is not None else self.report(None)
@@ -278,6 +298,8 @@ class CostReport:
         err = self._chart.stderr.read().decode()
         if self._chart.wait() != 0:
             raise RuntimeError(f"drawing {self.png_path} failed:\n{err}")
+        if self.refused is not None:
+            return f"Wrote {self.json_path} (the bill refused: no chart)"
         return f"Wrote {self.json_path} and {self.png_path}"
 
 

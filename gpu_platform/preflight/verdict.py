@@ -72,6 +72,10 @@ def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
     if not cost_json.exists():
         return None
     doc = json.loads(cost_json.read_text())
+    if doc.get("refused"):
+        r = doc["refused"]
+        return {"idleMonthlyUsd": None, "fullMonthlyUsd": None, "budgetUsd": None, "priceNotes": [],
+                "refused": {k: r.get(k) for k in ("type", "capacity", "region", "message")}}
     budget = doc.get("budget") or {}
     return {"idleMonthlyUsd": doc.get("idleMonthlyUsd"), "fullMonthlyUsd": doc.get("fullMonthlyUsd"),
             "fullGpus": doc.get("fullGpus"), "gpuModels": doc.get("gpuModels", []),
@@ -136,7 +140,12 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
         rows.append(("cluster fit", text, "bold red" if fit["verdict"] == "fail" else
                      ("yellow" if fit["notRendered"] else "green")))
     cost = doc.get("cost")
-    if cost is not None:
+    if cost is not None and cost.get("refused"):
+        r = cost["refused"]
+        rows.append(("cost", f"REFUSED: no {r['capacity']} price for {r['type']} in {r['region']}; give "
+                             f"priceOverrides.{r['type']} or record {r['region']}'s price (the bill below says how)",
+                     "bold red"))
+    elif cost is not None:
         text = f"idle {money(cost['idleMonthlyUsd'])}/month, full capacity {money(cost['fullMonthlyUsd'])}/month"
         budget, full = cost.get("budgetUsd"), cost.get("fullMonthlyUsd")
         style = None
