@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
 
         return summary_main(argv[1:])
     parser = _Parser(prog=command_name("gpu_platform.preflight"), description=__doc__.splitlines()[0],
-                     epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure, 4 usage, 1 bug")
+                     epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure or a refused bill, 4 usage, 1 bug")
     parser.add_argument("stack", nargs="?", help="stack name: Pulumi.<stack>.yaml in the project's stackConfigDir")
     parser.add_argument("--stack-file", help="plan this stack file instead (its name gives the stack name)")
     parser.add_argument("-C", "--cwd", metavar="DIR",

@@ -195,6 +195,9 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         if fit and fit["notRendered"]:
             fit_text += f", not rendered: {', '.join(fit['notRendered'])}"
         cost_text = "–" if cost is None else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}"
+        if cost is not None and cost.get("refused"):
+            r = cost["refused"]
+            cost_text = f"refused: no {r['capacity']} price for {r['type']} in {r['region']}"
         mark = "✅" if doc["verdict"] == "pass" else "❌"
         lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
     for doc in sorted(docs, key=lambda d: d["stack"]):
