@@ -59,9 +59,19 @@ rehearse: venv rehearsal-build jupyterhub-venv
 
 ## CI (network): pull the pinned charts, then preflight every stack, each writing
 ## build/<stack>/preflight.json (`python -m gpu_platform.preflight summary build` tabulates them); fails if any fails.
+# BASE=DIR: a base branch's preflight-ci output (its build/): each stack it planned is compared with it (--base);
+# a stack it did not plan (new in this branch) is planned without a comparison, and says so.
+BASE ?=
 preflight-ci: venv
 	$(PY) -m gpu_platform.preflight charts pull --dest build/charts
-	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m gpu_platform.preflight $$s || rc=1; done; exit $$rc
+	@rc=0; for s in $(STACKS); do \
+	  base=""; \
+	  if [ -n "$(BASE)" ]; then \
+	    if [ -e "$(BASE)/$$s/plan.json" ]; then base="--base $(BASE)"; \
+	    else echo "preflight-ci: $(BASE) has no plan of $$s (a stack new in this branch, or the base run did not plan it): not compared"; fi; \
+	  fi; \
+	  GPU_PLATFORM_CHARTS=build/charts $(PY) -m gpu_platform.preflight $$s $$base || rc=1; \
+	done; exit $$rc
 
 ## Differential check of cluster fit (docs/rehearsal.md): every shipped stack and N hypothesis-generated ones
 ## (SEED fixed), fit's answers vs one real control plane per cloud; build/differential.json; exit 3 on a disagreement.

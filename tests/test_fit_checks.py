@@ -819,3 +819,26 @@ def test_a_pools_zonal_groups_each_keep_their_headroom_and_pods():
     assert all("   1 pods" in row for row in rows), rows
     # Without zones nothing changes: the key is the name.
     assert set(check_fit(model(group("system")), [rel("r", [web])]).headroom) == {"system"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The nodes each group keeps at idle (issue 37 item 8: the bill's idle floor)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_idle_nodes_are_what_the_platforms_own_pods_need_from_the_minimum_up():
+    """Three 1.5-CPU controllers need two 3.8-CPU system nodes at idle whatever minNodes says; queued work
+    (a GPU job) and GPU-only DaemonSets ask for nothing at idle; a minimum that already holds them stays."""
+    system = group("system", cpu=3800, mem_gib=14, lo=1, hi=3)
+    gpu = gpu_group(hi=4)
+    queued = deployment("job", "training", pod_spec(container(cpu="8", gpu="1")), labels={"kueue.x-k8s.io/queue-name": "q"})
+    objs = [deployment("ctl", spec=pod_spec(container(cpu="1500m", mem="1Gi")), replicas=3), queued,
+            daemonset("exporter", spec=pod_spec(container(cpu="50m", mem="64Mi")))]
+    assert C.idle_nodes(model(system, gpu), [rel("r", objs)]) == {"system": 2, "a10g": 0}
+    small = [deployment("ctl", spec=pod_spec(container(cpu="500m", mem="1Gi")), replicas=3)]
+    assert C.idle_nodes(model(group("system", cpu=3800, mem_gib=14, lo=2, hi=3), gpu), [rel("r", small)])["system"] == 2
+    # Required anti-affinity on the hostname: one replica per node.
+    spread = pod_spec(container(cpu="100m", mem="64Mi"), affinity={"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "ha"}},
+                                                            "topologyKey": "kubernetes.io/hostname"}]}})
+    assert C.idle_nodes(model(group("system", lo=1, hi=3)), [rel("r", [deployment("ha", spec=spread, replicas=2)])]) == {"system": 2}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Callable
 
 import pytest
@@ -316,3 +317,28 @@ def test_old_and_new_system_pool_key_together_is_an_error_naming_both():
     message = str(err.value)
     assert "gpu-platform:gcp.systemPool.machineType:" in message
     assert "gcp.systemPool.instanceType" in message and "Traceback" not in message
+
+
+def test_a_zonal_system_pool_runs_in_zones_of_the_cluster():
+    """issue 37 item 8: gcp.systemPool.zones picks the zones of gcp.zones the system pool runs in (one: a
+    zonal pool that idles at the nodes the platform needs); a zone outside gcp.zones, or twice, is refused."""
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.gcp import system_pool_zones
+    from gpu_platform.config.stack import parse_config
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
+    gcp = json.loads(raw["gcp"]) if isinstance(raw["gcp"], str) else dict(raw["gcp"])
+
+    def with_zones(zones):
+        pool = {k: v for k, v in gcp["systemPool"].items() if k != "zones"}
+        return parse_config({**raw, "gcp": {**gcp, "systemPool": {**pool, **({"zones": zones} if zones is not None else {})}}},
+                            "gcp-prod")
+
+    assert system_pool_zones(with_zones(["us-central1-b"]).gcp) == ["us-central1-b"]
+    assert system_pool_zones(with_zones(None).gcp) == ["us-central1-a", "us-central1-b", "us-central1-c"]
+    with pytest.raises(ConfigError) as err:
+        with_zones(["us-central1-f", "us-central1-a", "us-central1-a"])
+    text = str(err.value)
+    assert 'gcp.systemPool.zones[0]: "us-central1-f" -> one of gcp.zones (us-central1-a, us-central1-b, us-central1-c)' in text
+    assert 'gcp.systemPool.zones[2]: "us-central1-a" -> each zone once' in text

@@ -224,7 +224,7 @@ def test_pack_declares_every_policy_with_level_description_and_knob_schema(analy
     assert all("exception" in knobs[n] for n, level in ALL_POLICIES.items() if level == "mandatory")
     assert knobs["gpu-count-ceiling"] == {"maxGpus", "exception"}
     assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd", "minOverrideRatio", "maxBudgetOverrun", "maxBudgetHeadroom",
-                                             "exception"}
+                                             "chartStorageGib", "chartLoadBalancers", "exception"}
     assert knobs["gpu-pools-scale-to-zero"] == {"exemptPools", "exception"}
     assert knobs["no-public-admin-access"] == {"sshPorts", "kubeApiPorts", "minPrefixV4", "minPrefixV6",
                                                "maxUnionPrefixV4", "maxUnionPrefixV6", "exception"}

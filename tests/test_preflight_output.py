@@ -144,3 +144,22 @@ def test_ci_summary_tabulates_every_stack(tmp_path):
     assert result.returncode == 3  # one stack failed
     assert "| aws-prod (?) | ❌ fail |" in result.stdout and "| gcp-prod (?) | ✅ pass |" in result.stdout
     assert "schedulable: `Pod/ns/p` (r): no node group — fix: add one" in result.stdout
+
+
+def test_the_summary_carries_each_stacks_changes_against_the_base_in_a_fence_it_cannot_close(tmp_path):
+    """ci.yml's pull-request comment is this summary: with --base it shows each stack's changes (issue 37
+    item 3). A changed value is the pull request's text: a run of backticks in it cannot end the block."""
+    doc = verdict.document("gcp-prod", None, 0)
+    doc["baseDiff"] = {"base": "base/build/gcp-prod", "resources": {"added": [], "removed": [], "changed": ["u"]},
+                       "changes": [{"urn": "urn:pulumi:s::p::gcp:container/nodePool:NodePool::gpu", "type": "t",
+                                    "name": "gpu", "change": "changed", "category": "other",
+                                    "fields": [{"path": "autoscaling.totalMaxNodeCount", "base": 8, "head": 12},
+                                               {"path": "labels.x", "base": "a", "head": "````\n# forged"}]}]}
+    verdict.validate(doc)
+    (tmp_path / "gcp-prod").mkdir()
+    (tmp_path / "gcp-prod" / verdict.DOCUMENT).write_text(json.dumps(doc))
+    out = run("summary", str(tmp_path)).stdout
+    section = out.split("### gcp-prod: changes against the base branch\n", 1)[1]
+    fence = section.splitlines()[0].removesuffix("text")
+    assert len(fence) >= 5 and "autoscaling.totalMaxNodeCount: 8 -> 12" in section
+    assert "\n# forged" not in out and section.count(fence) == 2

@@ -91,6 +91,16 @@ class Maintenance(Model):
     exclusions: list[MaintenanceExclusion] = Field(default_factory=list)
 
 
+class GcpSystemPool(SystemPool):
+    """GKE's system pool: the shared shape plus the zones it runs in (docs/quickstart-gcp.md, "System pool
+    layout"). Empty `zones` (the default): every zone of gcp.zones, a regional pool, which GKE starts with
+    one node per zone and whose zonal volumes then keep a node in each zone they were created in. One zone:
+    a zonal pool; the platform's volumes are all made in that zone (their pods run there), so they stay
+    schedulable, and the pool idles at the nodes the platform needs there (often one)."""
+
+    zones: list[str] = Field(default_factory=list, max_length=8)
+
+
 class GcpSection(Model):
     project: str
     region: str
@@ -107,8 +117,8 @@ class GcpSection(Model):
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
     # None: on when environment is prod or production (see effective_deletion_protection).
     deletion_protection: Optional[bool] = None
-    # gcp.systemPool {instanceType, minNodes, maxNodes}; machineType is last release's name of instanceType.
-    system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["gcp"]))
+    # gcp.systemPool {instanceType, minNodes, maxNodes, zones}; machineType is last release's name of instanceType.
+    system_pool: GcpSystemPool = Field(default_factory=lambda: GcpSystemPool(**SYSTEM_POOL_DEFAULTS["gcp"]))
     gpu_driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = "LATEST"
     # Checkpoints older than this are deleted by a bucket lifecycle rule.
     checkpoint_retention_days: int = Field(default=30, ge=1, le=3650)
@@ -191,6 +201,9 @@ def pod_shutdown_grace_seconds(capacity: str, kubernetes_minor: Optional[str]) -
     if capacity == "spot" and spot_grace_allowed(kubernetes_minor):
         return SPOT_SHUTDOWN_GRACE_SECONDS - SPOT_SHUTDOWN_GRACE_CRITICAL_PODS_SECONDS
     return DEFAULT_POD_SHUTDOWN_GRACE_SECONDS
+def system_pool_zones(section: GcpSection) -> list[str]:
+    """The zones the system pool's nodes run in: `gcp.systemPool.zones`, or every zone of `gcp.zones`."""
+    return list(section.system_pool.zones) or list(section.zones)
 
 
 def pool_zones(section: GcpSection, itype: "Optional[InstanceType]") -> list[str]:
@@ -201,5 +214,5 @@ def pool_zones(section: GcpSection, itype: "Optional[InstanceType]") -> list[str
     return [z for z in section.zones if z in itype.zones]
 
 
-__all__ = ["GcpSection", "Maintenance", "MaintenanceExclusion", "SystemPool", "pool_zones", "PRODUCTION_ENVIRONMENTS",
+__all__ = ["GcpSection", "GcpSystemPool", "Maintenance", "MaintenanceExclusion", "SystemPool", "pool_zones", "system_pool_zones", "PRODUCTION_ENVIRONMENTS",
            "SYSTEM_POOL_NAME"]

@@ -19,7 +19,7 @@ Prices are the catalog's reference-region prices; a stack elsewhere gets a warni
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, a_cloud, load_catalog
@@ -51,6 +51,15 @@ ALWAYS_NOT_MODELLED = (
 )
 class EstimateError(ValueError):
     """The shape names something the catalog cannot price."""
+
+
+class RegionPriceRefused(EstimateError):
+    """The stack's region has no price for an instance type it uses (catalog.RegionalPriceMissing): the bill
+    is refused rather than priced at another region's rate. `type`, `capacity`, `region` name what is missing."""
+
+    def __init__(self, missing: Any):
+        super().__init__(str(missing))
+        self.type, self.capacity, self.region, self.cloud = missing.name, missing.capacity, missing.region, missing.cloud
 
 
 @dataclass(frozen=True)
@@ -356,9 +365,25 @@ def _price_of(t: InstanceType, capacity: str, cloud: str, label: str) -> Price:
     return p
 
 
-def _node_line(catalog: Catalog, cloud: str, kind: str, label: str, itype: str, capacity: str,
-               idle_n: float, full_n: float, assumption: str = "", scales_with: str = "fixed") -> CostLine:
+def _in_region(catalog: Catalog, cloud: str, itype: str, capacity: str, region: Optional[str],
+               label: str) -> tuple[InstanceType, str]:
+    from gpu_platform.costs.catalog import RegionalPriceMissing
+
     t = _lookup(catalog, cloud, itype, label)
+    if t.price(capacity) is None and capacity not in t.overridden:
+        _price_of(t, capacity, cloud, label)  # the capacity is not offered at all: that error, not a region's
+    try:
+        return catalog.in_region(cloud, itype, capacity, region)
+    except RegionalPriceMissing as exc:
+        raise RegionPriceRefused(exc) from None
+
+
+def _node_line(catalog: Catalog, cloud: str, kind: str, label: str, itype: str, capacity: str,
+               idle_n: float, full_n: float, assumption: str = "", scales_with: str = "fixed",
+               region: Optional[str] = None, how: Optional[list[str]] = None) -> CostLine:
+    t, priced = _in_region(catalog, cloud, itype, capacity, region, label)
+    if how is not None:
+        how.append(priced)
     p = _price_of(t, capacity, cloud, label)
     per_node = _node_month(t, p)
     spread = f"; observed {p.spread}" if p.spread else ""
@@ -397,11 +422,14 @@ def _volume_line(catalog: Catalog, cloud: str, key: str, kind: str, label: str, 
                     assumption=assumption, scales_with=scales_with, unit=p.unit, status=p.status)
 
 
-def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape) -> tuple[str, list[str]]:
-    """(the pool's dearest allowed type for its capacity, the allowed types with no price for it)."""
+def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape, region: Optional[str] = None) -> tuple[str, list[str]]:
+    """(the pool's dearest allowed type for its capacity, the allowed types with no price for it), priced in
+    `region` (RegionPriceRefused when an allowed type offered at the capacity has no price there)."""
     best, best_rate, unpriced = None, -1.0, []
     for name in pool.allowed_types:
         t = _lookup(catalog, cloud, name, f"gpu pool {pool.name}")
+        if t.price(pool.capacity) is not None or pool.capacity in t.overridden:
+            t, _ = _in_region(catalog, cloud, name, pool.capacity, region, f"gpu pool {pool.name}")
         p = t.price(pool.capacity)
         if p is None:
             unpriced.append(name)
@@ -436,10 +464,12 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
     gpu_models: list[str] = []
 
     idle_gpus = full_gpus = 0
+    region = shape.region
+    how: list[str] = []  # how each instance line was priced for the region (catalog.Catalog.in_region)
     for pool in shape.gpu_pools:
         if pool.min_nodes > pool.max_nodes:
             raise EstimateError(f"gpu pool {pool.name}: minNodes {pool.min_nodes} > maxNodes {pool.max_nodes}")
-        itype, unpriced = dearest_type(cat, cloud, pool)
+        itype, unpriced = dearest_type(cat, cloud, pool, region)
         others = [t for t in pool.allowed_types if t != itype]
         why = (f"{pool.min_nodes}..{pool.max_nodes} nodes; priced at the dearest type the pool may launch "
                f"({', '.join(pool.allowed_types)})" if others else f"{pool.min_nodes}..{pool.max_nodes} nodes")
@@ -451,7 +481,8 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
             warnings.append(f"gpu pool {pool.name}: no {pool.capacity} price for {', '.join(unpriced)}; "
                             f"priced at {itype}")
         line = _node_line(cat, cloud, "gpu-pool", f"gpu pool {pool.name} ({itype}, {pool.capacity})",
-                          itype, pool.capacity, pool.min_nodes, pool.max_nodes, assumption=why, scales_with="gpu")
+                          itype, pool.capacity, pool.min_nodes, pool.max_nodes, assumption=why, scales_with="gpu",
+                          region=region, how=how)
         t = cat.instance(cloud, itype)
         if t is not None and not t.is_gpu:
             warnings.append(f"gpu pool {pool.name}: {itype} has no GPU")
@@ -467,7 +498,7 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         cp = shape.control_plane_type or "g6-standard-4"
         lines.append(_node_line(cat, cloud, "control-plane", f"control plane ({cp} x{shape.control_plane_count})", cp,
                                 "on-demand", shape.control_plane_count, shape.control_plane_count,
-                                assumption="kubeadm control-plane Linodes, always on"))
+                                assumption="kubeadm control-plane Linodes, always on", region=region, how=how))
 
     system = DEFAULT_SYSTEM_NODES[cloud] if shape.system_nodes is None else shape.system_nodes
     for g in system:
@@ -477,7 +508,7 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
                                     g.instance_type, g.capacity, g.count, g.full_count,
                                     assumption=f"{g.count} at idle, {g.full_count} at full capacity"
                                     + (f" ({g.idle_basis})" if g.idle_basis else ""),
-                                    scales_with="system" if g.full_count != g.count else "fixed"))
+                                    scales_with="system" if g.full_count != g.count else "fixed", region=region, how=how))
 
     # --- boot disks (Linode plans include theirs) ---------------------------------------------------
     if cloud in BOOT_DISK_STORAGE:
@@ -618,12 +649,21 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
 
     ref = cat.reference_region(cloud)
     if shape.region and ref and shape.region != ref:
-        warnings.append(f"prices are the catalog's {ref} reference prices; {shape.region} may differ")
+        if "default" in how:
+            warnings.append(f"prices are the catalog's {ref} reference prices; {shape.region} may differ "
+                            f"({cat.default_price_rule(cloud)})")
+        else:
+            warnings.append(f"instance prices are {shape.region}'s (the catalog's regional prices or priceOverrides); "
+                            f"disks, storage, network and fees are the catalog's {ref} prices and may differ")
 
     if cloud == "kubernetes":
         not_modelled += OWN_CLUSTER_NOT_MODELLED
-    idle = sum(line.idle_monthly_usd for line in lines)
-    full = sum(line.monthly_usd for line in lines)
+    # A bill adds up in cents: each line is rounded to the cent and the totals are the sums of the rounded
+    # lines, so cost.json, the policy pack's message and a --base diff's per-line deltas agree to the cent.
+    lines = [replace(line, idle_monthly_usd=_cents(line.idle_monthly_usd), monthly_usd=_cents(line.monthly_usd))
+             for line in lines]
+    idle = _cents(sum(line.idle_monthly_usd for line in lines))
+    full = _cents(sum(line.monthly_usd for line in lines))
     return Estimate(name=shape.name or f"{cloud}-stack", cloud=cloud, region=shape.region, lines=tuple(lines),
                     idle_monthly_usd=idle, full_monthly_usd=full, idle_gpus=idle_gpus, full_gpus=full_gpus,
                     warnings=tuple(warnings),
@@ -677,6 +717,22 @@ def _unpriced_estimate(shape: StackShape, catalog: Catalog, unpriced: list[str])
                     not_modelled=tuple(_own_cluster_storage(shape)) + tuple(shape.extra_not_modelled) + OWN_CLUSTER_NOT_MODELLED,
                     gpu_models=tuple(models), capacities=tuple(dict.fromkeys(p.capacity for p in shape.gpu_pools)),
                     expected_utilization=shape.expected_utilization, unpriced=tuple(unpriced))
+def _cents(usd: float) -> float:
+    return round(usd + 0.0, 2) + 0.0
+
+
+def extended_support(cloud: str, minor: Optional[str], today: _dt.date) -> tuple[Optional[float], str]:
+    """(the extended-support fee per cluster-hour of `minor` on `today`, where the number comes from), from the
+    version calendar (gpu_platform/data/versions_calendar.py); preflight's bill and the policy pack's cost
+    ceiling both price it here."""
+    from gpu_platform.data.versions_calendar import load_calendar
+
+    cal = load_calendar()
+    status = cal.status(cloud, minor, today)
+    fee = cal.extended_support_fee_per_hour(cloud, minor, today)
+    fees = cal.fees(cloud)
+    src = f"{fees.source} (retrieved {fees.retrieved})" if fees else "gpu_platform/costs/catalog/kubernetes-versions.yaml"
+    return fee, f"{minor} is in {status} support on {today.isoformat()}; {src}"
 
 
 def catalog_age(dates: list[str], today: Optional[_dt.date] = None) -> tuple[int, str]:
@@ -687,5 +743,5 @@ def catalog_age(dates: list[str], today: Optional[_dt.date] = None) -> tuple[int
 
 
 __all__ = ["ALWAYS_NOT_MODELLED", "CostLine", "DEFAULT_SYSTEM_NODES", "Estimate", "EstimateError", "NodeGroup",
-           "OWN_CLUSTER_NOT_MODELLED", "PoolShape", "StackShape", "catalog_age", "dearest_type", "estimate",
-           "own_nodes_unpriced"]
+           "OWN_CLUSTER_NOT_MODELLED", "PoolShape", "RegionPriceRefused", "StackShape", "catalog_age", "dearest_type",
+           "estimate", "extended_support", "own_nodes_unpriced"]

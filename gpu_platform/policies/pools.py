@@ -93,6 +93,7 @@ class GpuPool:
     autoscaled: bool
     problems: list[str] = field(default_factory=list)
     approval_problem: Optional[str] = None  # an approval tag without approver/reason
+    boot_disk_gib: Optional[int] = None  # per node, as registered (None: not given; Linode plans include theirs)
 
     @property
     def urn(self) -> str:
@@ -248,8 +249,16 @@ def _gke_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
             gpus_per_node=gpus if gpus else (0 if from_catalog == 0 else None),
             min_nodes=lo, max_nodes=hi, capacity=capacity,
             on_demand_approved=approval_of(labels)[0], approval_problem=approval_of(labels)[1],
-            autoscaled=auto is not None, problems=problems))
+            autoscaled=auto is not None, problems=problems, boot_disk_gib=as_int(get(cfg, "diskSizeGb"))))
     return out
+
+
+def _template_disks(template: Optional[Node]) -> Optional[int]:
+    """GiB of the EBS volumes a launch template gives each instance (None when it names none)."""
+    sizes = [as_int(get(m, "ebs.volumeSize")) for m in as_list(get(template.props, "blockDeviceMappings"))] \
+        if template is not None else []
+    sizes = [s for s in sizes if s is not None]
+    return sum(sizes) if sizes else None
 
 
 def _launch_template_of(group: Node, templates: list[Node]) -> Optional[Node]:
@@ -288,6 +297,7 @@ def _aws_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
                 capacity = "on-demand"
             lo, hi = as_int(get(n.props, "minSize"), 0) or 0, as_int(get(n.props, "maxSize"), 0) or 0
             autoscaled = True
+            disk = _template_disks(lt)
         elif n.type == AWS_EKS_NODE_GROUP:
             tags = tags_of(n.props)
             types = [str(t) for t in as_list(get(n.props, "instanceTypes"))]
@@ -295,6 +305,9 @@ def _aws_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
             lo = as_int(get(n.props, "scalingConfig.minSize"), 0) or 0
             hi = as_int(get(n.props, "scalingConfig.maxSize"), 0) or 0
             autoscaled = True
+            disk = as_int(get(n.props, "diskSize"))
+            if disk is None:
+                disk = _template_disks(_launch_template_of(n, templates))
         else:
             continue
         known = [gpus_of("aws", t) for t in types]
@@ -308,7 +321,7 @@ def _aws_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
             cloud="aws", name=tags.get(POOL_KEY) or n.name, urns=[n.urn], resource_type=n.type, instance_types=types,
             gpus_per_node=None if problems and not gpus else gpus, min_nodes=lo, max_nodes=hi, capacity=capacity,
             on_demand_approved=approval_of(tags)[0], approval_problem=approval_of(tags)[1], autoscaled=autoscaled,
-            problems=problems))
+            problems=problems, boot_disk_gib=disk))
     return out
 
 

@@ -142,16 +142,25 @@ def _boot_disks(cfg: "StackConfig", plan: Any):
 
 
 def _extended_support(cfg: "StackConfig", today: _dt.date) -> tuple[Optional[float], str]:
-    try:
-        from gpu_platform.data.versions_calendar import load_calendar
-    except ImportError:  # the calendar module is absent: say so rather than guess a fee
-        return None, ""
-    cal = load_calendar()
-    status = cal.status(cfg.cloud, cfg.kubernetes_version, today)
-    fee = cal.extended_support_fee_per_hour(cfg.cloud, cfg.kubernetes_version, today)
-    fees = cal.fees(cfg.cloud)
-    src = f"{fees.source} (retrieved {fees.retrieved})" if fees else "gpu_platform/costs/catalog/kubernetes-versions.yaml"
-    return fee, f"{cfg.kubernetes_version} is in {status} support on {today.isoformat()}; {src}"
+    from gpu_platform.costs.estimator import extended_support
+
+    return extended_support(cfg.cloud, cfg.kubernetes_version, today)
+
+
+def platform_idle_floor(group: Any, idle: Optional[dict[str, int]]) -> Any:
+    """The system group at the nodes the platform's own pods need with no job running (fit.checks.idle_nodes,
+    summed over a pool's zonal groups), when that is more than its configured idle floor: the cluster
+    autoscaler keeps those nodes, whatever the minimum says."""
+    if not idle:
+        return group
+    need = sum(n for key, n in idle.items() if key.split("/", 1)[0] == "system")
+    if need <= group.count:
+        return group
+    need = min(need, group.full_count)
+    return replace(group, count=need,
+                   idle_basis=f"the platform's own pods need {need} system node(s) with no job running (preflight's "
+                              f"packing of the rendered charts; the cloud's own agents not counted), whatever the "
+                              f"minimum of {group.count}")
 
 
 def _network_and_keys(cfg: "StackConfig", plan: Any) -> dict[str, Any]:
@@ -177,7 +186,7 @@ def _network_and_keys(cfg: "StackConfig", plan: Any) -> dict[str, Any]:
 
 
 def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[Any]] = None,
-                today: Optional[_dt.date] = None):
+                today: Optional[_dt.date] = None, idle: Optional[dict[str, int]] = None):
     """The estimator's StackShape of a configured stack with what the program and its charts add."""
     from gpu_platform.costs.estimator import StackShape
 
@@ -190,6 +199,8 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
         system = tuple(replace(g, boot_disk_gib=system_disk) for g in system)
     if system is not None and cfg.cloud == "gcp":
         system = tuple(gke_system_idle_floor(g, plan) for g in system)
+    if system is not None:
+        system = tuple(platform_idle_floor(g, idle) if g.role == "system" else g for g in system)
     fee, fee_basis = _extended_support(cfg, day)
     changes: dict[str, Any] = dict(gpu_pools=pools, system_nodes=system, extended_support_usd_per_hour=fee,
                                    extended_support_basis=fee_basis)
@@ -236,15 +247,30 @@ class CostReport:
         self._chart: Optional[subprocess.Popen] = subprocess.Popen(
             [sys.executable, "-m", "gpu_platform.preflight.costs", str(self.png_path)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         self._sent = False
+        # What the rendered charts add that no resource shows (None until they are rendered): handed to the
+        # policy pack's monthly-cost-ceiling (chartStorageGib, chartLoadBalancers), so its figure is this bill's.
+        self.chart_storage_gib: Optional[float] = None
+        self.chart_load_balancers: Optional[int] = None
+        # The bill refused: the stack's region has no price for a type it uses (estimator.RegionPriceRefused).
+        self.refused: Optional[Exception] = None
 
-    def report(self, releases: Optional[list[Any]] = None) -> str:
+    def report(self, releases: Optional[list[Any]] = None, idle: Optional[dict[str, int]] = None) -> str:
+        """The bill; `releases`: the rendered charts (their volumes and load balancers), `idle`: the nodes
+        each group keeps with no job running (fit.checks.idle_nodes)."""
         from gpu_platform.config.derived import stack_catalog
         from gpu_platform.costs import report
-        from gpu_platform.costs.estimator import estimate
+        from gpu_platform.costs.estimator import RegionPriceRefused, estimate
 
         catalog = stack_catalog(self.cfg)
-        shape = stack_shape(self.cfg, self.plan, releases, self.today)
-        self.estimate = estimate(shape, catalog)
+        shape = stack_shape(self.cfg, self.plan, releases, self.today, idle)
+        if releases is not None:
+            self.chart_storage_gib = sum(g for _, g in storage_requests(releases))
+            self.chart_load_balancers = len(load_balancer_services(releases))
+        try:
+            self.estimate = estimate(shape, catalog)
+        except RegionPriceRefused as exc:
+            return self._refuse(exc)
+        self.refused = None
         autoscaled = [p for p in shape.gpu_pools if p.max_nodes > p.min_nodes]
         if not self.estimate.priced:
             self.overhead = report.Overhead(1.0, "not simulated: the stack has no node prices")
@@ -276,6 +302,20 @@ class CostReport:
             self._chart.stdin.close()
         return self._summary
 
+    def _refuse(self, exc: Exception) -> str:
+        """No bill: the region has no price for a type the stack uses. cost.json says so (and nothing else),
+        the chart is not drawn, and the verdict fails (exit 3) naming the type and the region."""
+        self.refused = exc
+        self.json_path.write_text(json.dumps({"refused": {
+            "type": exc.type, "capacity": exc.capacity, "region": exc.region, "message": str(exc)}}, indent=2) + "\n")
+        if self.png_path.exists():
+            self.png_path.unlink()  # an earlier run's chart is not this stack's bill
+        if not self._sent:
+            self._sent = True
+            self._chart.stdin.close()  # the child draws nothing when no data comes
+        self._summary = f"Cost estimate for {self.cfg.name_prefix} ({self.cfg.cloud}, {exc.region}): REFUSED\n  {exc}"
+        return self._summary
+
     @property
     def summary(self) -> str:
         return self._summary if self._summary is not None else self.report(None)
@@ -287,6 +327,8 @@ class CostReport:
         err = self._chart.stderr.read().decode()
         if self._chart.wait() != 0:
             raise RuntimeError(f"drawing {self.png_path} failed:\n{err}")
+        if self.refused is not None:
+            return f"Wrote {self.json_path} (the bill refused: no chart)"
         return f"Wrote {self.json_path} and {self.png_path}"
 
 

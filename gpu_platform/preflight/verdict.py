@@ -78,6 +78,10 @@ def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
     if not cost_json.exists():
         return None
     doc = json.loads(cost_json.read_text())
+    if doc.get("refused"):
+        r = doc["refused"]
+        return {"idleMonthlyUsd": None, "fullMonthlyUsd": None, "budgetUsd": None, "priceNotes": [],
+                "refused": {k: r.get(k) for k in ("type", "capacity", "region", "message")}}
     budget = doc.get("budget") or {}
     return {"idleMonthlyUsd": doc.get("idleMonthlyUsd"), "fullMonthlyUsd": doc.get("fullMonthlyUsd"),
             "fullGpus": doc.get("fullGpus"), "gpuModels": doc.get("gpuModels", []),
@@ -147,6 +151,11 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
     if cost is not None and cost.get("unpriced"):
         rows.append(("cost", f"NOT ESTIMATED: no node prices ({'; '.join(cost['unpriced'])}); set "
                              "kubernetes.nodeTypes.<type>.usdPerHour to have a bill", "yellow"))
+    if cost is not None and cost.get("refused"):
+        r = cost["refused"]
+        rows.append(("cost", f"REFUSED: no {r['capacity']} price for {r['type']} in {r['region']}; give "
+                             f"priceOverrides.{r['type']} or record {r['region']}'s price (the bill below says how)",
+                     "bold red"))
     elif cost is not None:
         text = f"idle {money(cost['idleMonthlyUsd'])}/month, full capacity {money(cost['fullMonthlyUsd'])}/month"
         budget, full = cost.get("budgetUsd"), cost.get("fullMonthlyUsd")
@@ -196,8 +205,12 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         fit_text = "–" if fit is None else f"{fit['verdict']} ({plural(len(fit['problems']), 'problem')})"
         if fit and fit["notRendered"]:
             fit_text += f", not rendered: {', '.join(fit['notRendered'])}"
-        cost_text = "–" if cost is None else (f"not priced / {money(cost.get('budgetUsd'))}" if cost.get("unpriced")
-                                              else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}")
+        if cost is not None and cost.get("refused"):
+            r = cost["refused"]
+            cost_text = f"refused: no {r['capacity']} price for {r['type']} in {r['region']}"
+        else:
+            cost_text = "–" if cost is None else (f"not priced / {money(cost.get('budgetUsd'))}" if cost.get("unpriced")
+                                                  else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}")
         mark = "✅" if doc["verdict"] == "pass" else "❌"
         lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
     for doc in sorted(docs, key=lambda d: d["stack"]):
@@ -213,7 +226,26 @@ def markdown(docs: list[dict[str, Any]]) -> str:
             details.append(f"- approved: {a}")
         if details:
             lines += ["", f"### {doc['stack']}", *details]
+    compared = any(doc.get("baseDiff") for doc in docs)
+    for doc in sorted(docs, key=lambda d: d["stack"]):
+        if doc.get("baseDiff"):
+            from gpu_platform.preflight.review import render_diff
+
+            lines += ["", f"### {doc['stack']}: changes against the base branch", *fenced(render_diff(doc["baseDiff"]))]
+        elif compared:
+            lines += ["", f"### {doc['stack']}: not compared", "The base branch's run has no plan of this stack (a stack "
+                      "new in this pull request, or the base run failed before planning it)."]
     return "\n".join(lines) + "\n"
+
+
+def fenced(text: str) -> list[str]:
+    """`text` as a Markdown code block whose fence no run of backticks in it can close (its lines come from
+    plans a pull request writes)."""
+    import re
+
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + "text", *text.splitlines(), fence]
 
 
 def summary_main(argv: list[str]) -> int:

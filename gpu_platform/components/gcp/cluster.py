@@ -22,7 +22,7 @@ from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, Syst
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.gcp.bucket import WORKLOAD_IDENTITY_ANNOTATION, CheckpointBucket, CheckpointBucketArgs
 from gpu_platform.config.names import account_id
-from gpu_platform.config.gcp import GcpSection, Maintenance, SystemPool, pool_zones
+from gpu_platform.config.gcp import GcpSection, GcpSystemPool, Maintenance, pool_zones
 from gpu_platform.config.derived import effective_deletion_protection, gke_node_minor_floor
 from gpu_platform.components.gcp.network import PODS_RANGE, SERVICES_RANGE, GcpNetwork, NetworkArgs
 from gpu_platform.components.gcp.nodepool import GkeGpuPool, create_gpu_pool, create_system_pool, system_node_config
@@ -55,7 +55,7 @@ class GkeClusterArgs:
     services_cidr: str
     master_cidr: str
     deletion_protection: bool
-    system_pool: SystemPool
+    system_pool: GcpSystemPool
     gpu_pools: tuple[GkeGpuPool, ...]
     gpu_driver_version: str
     checkpoint_retention_days: int
@@ -280,7 +280,8 @@ class GkeCluster(pulumi.ComponentResource):
         )
 
         self.system_pool = create_system_pool(
-            f"{name}-system", self.cluster, args.region, args.zones, args.system_pool.instance_type,
+            f"{name}-system", self.cluster, args.region, list(args.system_pool.zones) or list(args.zones),
+            args.system_pool.instance_type,
             args.system_pool.min_nodes, args.system_pool.max_nodes, node_sa, args.node_tag, args.labels, opts=child)
         self.gpu_node_pools = [
             create_gpu_pool(f"{name}-gpu-{p.spec.name}", self.cluster, args.region, p, node_sa, args.node_tag,

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
-import pulumi_random as random
 
 from gpu_platform.components.cluster import POOL_LABEL, ClusterHandle, GpuPoolSpec
 from gpu_platform.data import platform_versions as versions
@@ -35,7 +34,13 @@ SPEND_RULE_NAME = "gpu-spend-run-rate"  # the policy pack recognises this as the
 IDLE_RULE_NAME = "gpu-idle"
 SPEND_RECORD = "gpu_platform:gpu_spend_usd_per_hour"
 SPEND_THRESHOLDS = (50, 100)  # percent of monthlyBudgetUsd
-GRAFANA_ADMIN_SECRET = "grafana-admin"
+# Grafana's admin login: the kube-prometheus-stack chart's grafana subchart (12.11.1 in 88.5.3) generates it when
+# `admin.existingSecret` is empty: templates/secret.yaml renders the Secret `<release>-grafana` with
+# `admin-user` and `admin-password`, a randAlphaNum 40 that its `grafana.password` helper keeps across upgrades
+# by `lookup` of the Secret already there, and the pods read it from that Secret. The password is made in
+# the cluster by Helm (the Release resource runs Helm as a library), so it is never in the Pulumi state, as it
+# was when the program generated it (RandomPassword) and wrote it to a Secret of its own.
+GRAFANA_ADMIN_SECRET = "kube-prometheus-stack-grafana"
 RELEASE = "kube-prometheus-stack"
 
 
@@ -238,16 +243,6 @@ def render_dashboard_configmap(namespace: str = MONITORING_NAMESPACE) -> dict[st
     }
 
 
-def render_grafana_admin_secret(password: Any, namespace: str = MONITORING_NAMESPACE) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {"name": GRAFANA_ADMIN_SECRET, "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "stringData": {"admin-user": "admin", "admin-password": password},
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # Alertmanager and chart values
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +370,8 @@ def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp
         "prometheusOperator": {"priorityClassName": PLATFORM_PRIORITY_CLASS},
         "grafana": {
             "priorityClassName": PLATFORM_PRIORITY_CLASS,
-            "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": "admin-user", "passwordKey": "admin-password"},
+            # No existingSecret: the subchart generates the admin Secret in the cluster (GRAFANA_ADMIN_SECRET).
+            "admin": {"existingSecret": "", "userKey": "admin-user", "passwordKey": "admin-password"},
             "sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1",
                                        "searchNamespace": "ALL"}},
             "service": {"type": "ClusterIP"},
@@ -431,16 +427,11 @@ class Monitoring(pulumi.ComponentResource):
                                                           cluster.catalog)
         ns = apply_object(f"{name}-namespace", render_namespace(MONITORING_NAMESPACE, "privileged"),
                           k8s_opts(cluster, self))
-        password = random.RandomPassword(f"{name}-grafana-password", length=32, special=False,
-                                         opts=pulumi.ResourceOptions(parent=self))
-        admin = apply_object(f"{name}-grafana-admin", render_grafana_admin_secret(None), k8s_opts(cluster, self, [ns]),
-                             string_data=pulumi.Output.secret(password.result.apply(
-                                 lambda pw: {"admin-user": "admin", "admin-password": pw})))
         values = kube_prometheus_stack_values(cluster.default_storage_class, args.alert_emails, args.alert_smtp,
                                               args.retention_days, args.storage_gib, cluster.cloud,
                                               textfile_dir=cluster.node_textfile_dir)
         self.stack = helm_release(f"{name}-kube-prometheus-stack", RELEASE, versions.KUBE_PROMETHEUS_STACK,
-                                  MONITORING_NAMESPACE, values, k8s_opts(cluster, self, [ns, admin, *args.after]))
+                                  MONITORING_NAMESPACE, values, k8s_opts(cluster, self, [ns, *args.after]))
         after = k8s_opts(cluster, self, [self.stack])
         self.dcgm_scrape = apply_object(f"{name}-dcgm-service-monitor", render_dcgm_service_monitor(), after)
         self.idle_rules = apply_object(f"{name}-{IDLE_RULE_NAME}",

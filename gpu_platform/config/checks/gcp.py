@@ -217,6 +217,12 @@ def _system_pool_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigI
     elif itype.vcpus < 2 or itype.memory_gib < 4:
         issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
                                   "a machine type with at least 2 vCPUs and 4 GiB (the platform's controllers run there)"))
+    for i, zone in enumerate(pool.zones):
+        if zone not in section.zones:
+            issues.append(ConfigIssue(f"{key('zones')}[{i}]", zone,
+                                      f"one of gcp.zones ({', '.join(section.zones)}): the cluster's nodes run only there"))
+        elif pool.zones.index(zone) != i:
+            issues.append(ConfigIssue(f"{key('zones')}[{i}]", zone, "each zone once"))
     return issues
 
 

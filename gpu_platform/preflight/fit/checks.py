@@ -130,6 +130,8 @@ class FitReport:
         width = max([16, *(len(k) for k in self.headroom)])
         for key, h in self.headroom.items():
             size = f"{h.get('minNodes', h['nodes'])}-{h['nodes']}" if h.get("minNodes", h["nodes"]) != h["nodes"] else str(h["nodes"])
+            if h.get("idleNodes") is not None and h["idleNodes"] != h.get("minNodes", h["nodes"]):
+                size += f" (idle {h['idleNodes']})"
             lines.append(f"  {key:<{width}} {size:>5} x {h['instanceType']:<24} {per_group.get(key, 0):>4} pods   "
                          f"headroom {h['cpuMillis'] / 1000:.1f} CPU, {h['memoryBytes'] / GI:.1f} GiB, "
                          f"{h['gpus']} GPU, {h['pods']} pod slots")
@@ -1609,6 +1611,72 @@ def _per_node_capacity(g: NodeGroup, req: dict[str, int]) -> int:
         if v > 0 and k in have:
             n = min(n, have[k] // v)
     return n
+
+
+def idle_nodes(model: ClusterModel, releases: Iterable[Any]) -> dict[str, int]:
+    """Per node group (NodeGroup.key): the fewest nodes, from its minimum up, on which the platform's own
+    pods run with no job running: every pod of the rendered releases but queued work (Kueue admits jobs
+    and notebooks only when someone submits one) and install hooks, DaemonSets on every node, packed
+    first-fit largest-first as the scheduler fills nodes. A group whose minimum already holds them keeps
+    it. What the cluster autoscaler keeps running at idle, and so what the idle floor of the bill counts
+    (the clouds' own agents are not in the rendered releases: a lower bound)."""
+    checker = _Checker(model, list(releases))
+    pods = checker.build_pods()
+    daemonsets: list[tuple[_Pod, list[NodeGroup]]] = []
+    platform: list[_Pod] = []
+    for pod in pods:
+        if pod.pt.queue_name or pod.pt.hook:
+            continue
+        if pod.pt.daemonset:
+            daemonsets.append((pod, [g for g in model.node_groups if not untolerated(g.taints, pod.tolerations)
+                                     and all(g.labels.get(k) == str(v) for k, v in pod.node_selector.items())
+                                     and node_affinity_matches(pod.affinity, g.labels)
+                                     and not _resource_shortfall(g, pod.requests)]))
+        elif checker.candidates(pod):
+            platform.append(pod)
+    counts = {id(g): g.min_nodes for g in model.node_groups}
+    order = sorted(platform, key=lambda p: (-p.requests.get(GPU, 0), -p.requests.get("cpu", 0), -p.requests.get("memory", 0)))
+    for _ in range(sum(g.max_nodes for g in model.node_groups) + 1):
+        stuck = _first_unplaced(model, counts, daemonsets, order, checker)
+        if stuck is None:
+            break
+        grow = next((g for g in checker.candidates(stuck) if counts[id(g)] < g.max_nodes), None)
+        if grow is None:
+            break  # it does not fit even at maximum size: the packing check reports that
+        counts[id(grow)] += 1
+    return {g.key: counts[id(g)] for g in model.node_groups}
+
+
+def _first_unplaced(model: ClusterModel, counts: dict[int, int], daemonsets: list[tuple[_Pod, list[NodeGroup]]],
+                    pods: list[_Pod], checker: "_Checker") -> Optional[_Pod]:
+    """The first pod (in `pods`' order) that finds no room on the groups at `counts` nodes, or None."""
+    nodes = [{"group": g, "free": {"cpu": g.allocatable.cpu_millis, "memory": g.allocatable.memory_bytes,
+                                   GPU: g.allocatable.gpus, "pods": g.allocatable.pods}, "hosts": set()}
+             for g in model.node_groups for _ in range(counts[id(g)])]
+
+    def take(node: dict, req: dict[str, int]) -> bool:
+        need = {"pods": 1, **{k: v for k, v in req.items() if k in ("cpu", "memory", GPU)}}
+        if any(node["free"].get(k, 0) < v for k, v in need.items()):
+            return False
+        for k, v in need.items():
+            node["free"][k] -= v
+        return True
+
+    for pod, groups in daemonsets:
+        for node in nodes:
+            if node["group"] in groups:
+                take(node, pod.requests)
+    for pod in pods:
+        groups = {id(g) for g in checker.candidates(pod)}
+        spread = _self_anti_affinity(pod.pt)
+        for _ in range(pod.pt.replicas):
+            for node in nodes:
+                if id(node["group"]) in groups and not (spread and id(pod.pt) in node["hosts"]) and take(node, pod.requests):
+                    node["hosts"].add(id(pod.pt))
+                    break
+            else:
+                return pod
+    return None
 
 
 def check_fit(model: ClusterModel, releases: Iterable[Any]) -> FitReport:
