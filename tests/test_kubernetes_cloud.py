@@ -514,7 +514,7 @@ def test_the_gpu_policies_hold_on_the_described_pools(analyzer, pool, policy, fr
 def test_the_cost_ceiling_reads_the_stacks_own_prices(analyzer, plan):
     report = analyzer.analyze(plan, {"monthly-cost-ceiling": {"maxMonthlyUsd": 5000}})
     failing = _failing(report)
-    assert "At full capacity the stack costs about $9,855/month, over the ceiling of $5,000" in \
+    assert "At full capacity the stack costs $9,855.00/month, over the ceiling of $5,000" in \
         failing["monthly-cost-ceiling"], report.render()
 
 
