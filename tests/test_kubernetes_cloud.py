@@ -163,10 +163,36 @@ def test_the_example_stack_is_valid_and_warns_of_nothing():
                                                         "bucket": "ckpt"})),
      "gpu-platform:kubernetes.checkpointStore.endpoint", "https"),
     (lambda: config(kubernetes=section(clusterName="On Prem")), "gpu-platform:kubernetes.clusterName", "DNS-1123"),
+    # the network: required, so the platform's connections are checked against the cluster's own CNI
+    (lambda: config(kubernetes=section(network=None)), "gpu-platform:kubernetes.network",
+     "required on cloud kubernetes: {cni: cilium | calico | other-upstream | none"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "cni": "flannel"})),
+     "gpu-platform:kubernetes.network.cni", "'cilium', 'calico', 'other-upstream' or 'none'"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "cni": "calico"})),
+     "gpu-platform:kubernetes.network.cilium", "only with cni: cilium"),
+    (lambda: config(kubernetes=section(network={"cni": "calico", "nodeCidrs": ["10.20.0.0/24"],
+                                                "apiServer": {"onNodes": True, "port": 6443}})),
+     "gpu-platform:kubernetes.network.podCidrs", "at least one CIDR with cni calico"),
+    (lambda: config(kubernetes=section(network={"cni": "calico", "podCidrs": ["10.244.0.0/16"],
+                                                "nodeCidrs": ["10.20.0.0/24"]})),
+     "gpu-platform:kubernetes.network.apiServer", "{onNodes, port} with cni calico"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "apiServer": {"onNodes": True}})),
+     "gpu-platform:kubernetes.network.apiServer.port", "required"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "apiServer": {
+        "onNodes": True, "port": 6443, "cidrs": ["10.30.0.10/32"]}})),
+     "gpu-platform:kubernetes.network.apiServer.cidrs[0]", "a range inside nodeCidrs (10.20.0.0/24)"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "apiServer": {"onNodes": False, "port": 443}})),
+     "gpu-platform:kubernetes.network.apiServer.cidrs", "with onNodes: false"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "podCidrs": ["10.244.0.1/16"]})),
+     "gpu-platform:kubernetes.network.podCidrs[0]", "no host bits set"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "cilium": {"policyCidrMatchMode": ["world"]}})),
+     "gpu-platform:kubernetes.network.cilium.policyCidrMatchMode[0]", "'nodes' or 'pods'"),
 ], ids=["pool-type-without-gpus", "gpus-without-model", "catalog-and-own", "unknown-catalog-type", "no-device-plugin-choice",
         "no-storage-class", "no-section", "no-version", "admin-cidrs", "no-alert-emails", "price-overrides", "delete-bucket", "preemptible",
         "some-prices", "unknown-pool", "gpu-taint-again", "gpu-system-pool", "allocatable-above-capacity",
-        "allocatable-not-a-quantity", "http-endpoint", "cluster-name"])
+        "allocatable-not-a-quantity", "http-endpoint", "cluster-name", "no-network", "unknown-cni", "cilium-settings-on-calico",
+        "no-pod-cidrs", "no-api-server", "no-api-server-port", "api-server-off-the-nodes", "api-server-elsewhere-without-address",
+        "pod-cidr-host-bits", "unknown-cidr-match-mode"])
 def test_a_mistake_names_the_key_the_file_and_what_is_allowed(change, key, allowed):
     message = errors(change())
     line = next((ln for ln in message.splitlines() if ln.strip().startswith(f"{key}:")), None)
@@ -472,6 +498,127 @@ def test_the_platform_fits_the_example_cluster_and_its_nodes_can_be_rehearsed(pl
     small = check_fit(cluster_model(cfg_small, plan_of(smaller)), [copy.deepcopy(r) for r in rendered(STACK) if r.rendered])
     assert any(p.check == "packing" and p.object == "StatefulSet/monitoring/prometheus-kube-prometheus-stack-prometheus"
                and "groups system at maximum size" in p.reason for p in small.problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# Network flows, on the cluster's own CNI as kubernetes.network states it
+# ---------------------------------------------------------------------------------------------
+
+# An on-premises kubeadm cluster on Cilium as its chart installs it: no policy-cidr-match-mode, the API server a
+# static pod on the control-plane nodes (reached at their addresses, port 6443).
+CILIUM_DEFAULTS = {"cni": "cilium", "podCidrs": ["10.244.0.0/16"], "nodeCidrs": ["10.20.0.0/24"],
+                   "apiServer": {"onNodes": True, "port": 6443}}
+# What the quickstart offers instead of the mode: a CiliumNetworkPolicy letting the hub and the notebooks reach the
+# kube-apiserver entity (Cilium Documentation/security/policy/layer3.rst "Entities based").
+APISERVER_CNP = {
+    "apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+    "metadata": {"name": "jupyterhub-to-kube-apiserver", "namespace": "jupyterhub"},
+    "spec": {"endpointSelector": {"matchExpressions": [{"key": "component", "operator": "In",
+                                                        "values": ["hub", "singleuser-server"]}]},
+             "egress": [{"toEntities": ["kube-apiserver"]}]},
+}
+
+
+def _fit_on(plan: Plan, network: dict[str, Any] | None, extra: tuple[dict[str, Any], ...] = ()):
+    import dataclasses
+
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+    from tests.fit_support import need_charts, rendered
+
+    need_charts()
+    cfg = parse_config(stack_input_from_mapping(STACK, config(kubernetes=section(network=network))).raw, STACK)
+    rels = [copy.deepcopy(r) for r in rendered(STACK) if r.rendered]
+    if extra:
+        rels = [dataclasses.replace(r, objects=r.objects + list(extra)) if r.name == "jupyterhub" else r for r in rels]
+    return check_fit(cluster_model(cfg, plan), rels)
+
+
+def _verdicts(report) -> dict[str, str]:
+    return {r.name: r.verdict for r in report.flows.results if r.protocol == "TCP"}
+
+
+def test_on_cilium_defaults_the_hub_cannot_reach_an_api_server_on_the_nodes(plan):
+    """z2jh's hub reaches the API server through ipBlock egress only (10/8, 172.16/12, 192.168/16 and the rest);
+    Cilium does not match an ipBlock against a node unless policy-cidr-match-mode lists `nodes`
+    (zero-to-jupyterhub-k8s#3202, cilium#20550): KubeSpawner cannot create a single pod. Before kubernetes.network,
+    cloud kubernetes had no network model: no flow was checked and nothing said so (fit.json flows: null)."""
+    report = _fit_on(plan, CILIUM_DEFAULTS)
+    assert report.flows is not None, "the flows must be checked on cloud kubernetes"
+    verdicts = _verdicts(report)
+    assert verdicts["hub to the Kubernetes API"] == "denied"
+    assert verdicts["notebook to the Kubernetes API"] == "denied"
+    problem = next(p for p in report.by_check("flows") if "flow 'hub to the Kubernetes API'" in p.reason)
+    assert problem.object == "NetworkPolicy/jupyterhub/hub" and problem.release == "jupyterhub"
+    assert "does not apply ipBlock/CIDR rules to a node" in problem.reason
+    assert "KubeSpawner" in problem.reason
+    assert "policy-cidr-match-mode: none" in report.flows.dataplane
+    # The rest of the platform is unaffected: notebooks reach Pipelines by pod selector.
+    assert verdicts["notebook to Pipelines"] == "allowed"
+
+
+def test_with_policy_cidr_match_mode_nodes_every_flow_passes(plan):
+    report = _fit_on(plan, {**CILIUM_DEFAULTS, "cilium": {"policyCidrMatchMode": ["nodes"]}})
+    assert not report.by_check("flows"), [p.reason for p in report.by_check("flows")]
+    assert _verdicts(report)["hub to the Kubernetes API"] == "allowed"
+    assert "policy-cidr-match-mode: nodes" in report.flows.dataplane
+    # the quickstart's other way: a CiliumNetworkPolicy to the kube-apiserver entity, the mode left alone
+    cnp = _fit_on(plan, CILIUM_DEFAULTS, (APISERVER_CNP,))
+    assert not cnp.by_check("flows"), [p.reason for p in cnp.by_check("flows")]
+
+
+def test_other_cnis_and_a_control_plane_outside_the_nodes(plan):
+    # a managed control plane (EKS, GKE) is no node: Cilium matches its address by CIDR as upstream does
+    managed = _fit_on(plan, {**CILIUM_DEFAULTS, "apiServer": {"onNodes": False, "port": 443, "cidrs": ["10.20.1.0/28"]}})
+    assert not managed.by_check("flows"), [p.reason for p in managed.by_check("flows")]
+    # Calico (upstream semantics): an ipBlock matches a node's address
+    calico = _fit_on(plan, {**CILIUM_DEFAULTS, "cni": "calico"})
+    assert not calico.by_check("flows") and "upstream semantics" in calico.flows.dataplane
+    # nothing enforces NetworkPolicies: what the platform keeps closed is open, and preflight says so
+    none = _fit_on(plan, {"cni": "none"})
+    assert [r.name for r in none.flows.failed] == ["notebook to the cloud metadata server"]
+    assert "not enforced" in none.flows.dataplane
+    # Cilium with enable-policy never enforces nothing either
+    never = _fit_on(plan, {**CILIUM_DEFAULTS, "cilium": {"enablePolicy": "never"}})
+    assert [r.name for r in never.flows.failed] == ["notebook to the cloud metadata server"]
+
+
+def test_preflight_checks_the_flows_of_an_existing_cluster_and_names_the_hub(tmp_path, capsys):
+    """Through the command: the shipped example passes with its flows in fit.json and -v; the same stack on Cilium
+    defaults exits 3 naming the flow."""
+    import yaml
+
+    from tests.fit_support import need_charts
+    from tests.test_hostile_input import run_main
+
+    need_charts()
+    code, text, _ = run_main([STACK, "--no-policies", "-v", "--out", str(tmp_path / "ok")], capsys)
+    assert code == 0, text[-3000:]
+    assert "flows: " in text and "checked on Cilium (kubernetes.network.cni cilium)" in text
+    assert "ok   hub to the Kubernetes API" in text
+    fit = json.loads((tmp_path / "ok" / STACK / "fit.json").read_text())
+    assert fit["report"]["flows"]["checked"] > 20 and fit["report"]["flows"]["failed"] == 0
+    assert fit["model"]["network"]["ciliumPolicyCidrMatchMode"] == ["nodes"]
+
+    from tests.conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
+    doc["config"]["gpu-platform:kubernetes"]["network"] = CILIUM_DEFAULTS
+    stack_file = tmp_path / f"Pulumi.{STACK}.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    code, text, _ = run_main(["--stack-file", str(stack_file), "--no-policies", "--out", str(tmp_path / "bad")], capsys)
+    assert code == 3, text[-3000:]
+    assert "[flows] NetworkPolicy/jupyterhub/hub (jupyterhub): flow 'hub to the Kubernetes API'" in text
+    flows = json.loads((tmp_path / "bad" / STACK / "fit.json").read_text())["report"]["flows"]
+    assert {f["name"] for f in flows["flows"] if f["verdict"] == "denied"} >= {"hub to the Kubernetes API"}
+    # The quickstart's CiliumNetworkPolicy, given beside the job: the cluster's Cilium serves its kind (no plan
+    # installs the CRD), and the hub reaches the API server by its identity.
+    job = tmp_path / "job.yaml"
+    job.write_text((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text().rstrip("\n")
+                   + "\n---\n" + yaml.safe_dump(APISERVER_CNP))
+    code, text, _ = run_main(["--stack-file", str(stack_file), "--no-policies", "--job", str(job),
+                              "--out", str(tmp_path / "cnp")], capsys)
+    assert code == 0, text[-3000:]
 
 
 # ---------------------------------------------------------------------------------------------

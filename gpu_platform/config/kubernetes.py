@@ -14,6 +14,11 @@ and therefore know, the stack file states instead:
 - what each cloud component provides itself: the StorageClass for volumes (`storageClass`), whether an NVIDIA
   device plugin already runs (`gpuDevicePlugin`), the checkpoint store (`checkpointStore`, an S3-compatible
   endpoint, or none).
+- the network (`network`, required): what enforces NetworkPolicies on the cluster, where pods, nodes and the API
+  server have their addresses. Preflight checks the platform's connections against it (preflight/fit/flows.py), as
+  it reads the same from a cloud's plan: on Cilium an ipBlock never matches a node unless the agent's
+  policy-cidr-match-mode lists `nodes`, so z2jh's hub cannot reach an API server on the nodes (kubeadm, k3s,
+  RKE2, Talos) through its ipBlock egress (zero-to-jupyterhub-k8s#3202, cilium#20550).
 
 The rules that read the rest of the stack are in checks/kubernetes.py. Pure: no Pulumi.
 """
@@ -27,7 +32,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from gpu_platform.config.base import DnsLabel, Model, SystemPool, UsdPerHour
+from gpu_platform.config.base import Cidr, DnsLabel, Model, SystemPool, UsdPerHour
 
 # Node type names: what `kubectl get node -L node.kubernetes.io/instance-type` would show for a cloud's type,
 # or a name of your own (a label value: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends).
@@ -207,6 +212,59 @@ class CheckpointStore(Model):
         return f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
 
 
+# What enforces NetworkPolicies on the cluster. cilium: Cilium's policy engine (GKE Dataplane V2 is Cilium too);
+# ipBlock/CIDR rules never match pods and match nodes only with policy-cidr-match-mode `nodes` (`pods`, 1.20+).
+# calico, other-upstream (Antrea, kube-router, the EKS VPC CNI's network policy agent, ...): upstream semantics,
+# an ipBlock matches any address. none: nothing enforces them (flannel alone, a CNI without a policy engine).
+NETWORK_CNIS = ("cilium", "calico", "other-upstream", "none")
+CILIUM_CIDR_MATCH_MODES = ("nodes", "pods")
+
+
+class ApiServer(Model):
+    """Where a pod's connection to the API server goes, after the `kubernetes` Service: the addresses and port of
+    its endpoints (`kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes` prints both).
+    NetworkPolicies see those, never the Service's ClusterIP."""
+
+    # The API server runs on the cluster's own nodes (kubeadm, k3s, RKE2, Talos: a static pod or a process on
+    # the control-plane nodes) rather than outside them (EKS, GKE, AKS: the provider's control plane).
+    on_nodes: bool
+    port: int = Field(ge=1, le=65535)
+    # Its endpoints' addresses; default with onNodes: nodeCidrs (the control-plane nodes are nodes).
+    cidrs: list[Cidr] = Field(default_factory=list, max_length=20)
+
+
+class CiliumNetwork(Model):
+    """The Cilium agent's settings that decide what a policy matches, as `kubectl -n kube-system get configmap
+    cilium-config -o yaml` shows them (the Helm values policyCIDRMatchMode and policyEnforcementMode)."""
+
+    # policy-cidr-match-mode: empty (Cilium's default) or nodes and/or pods (pods: Cilium 1.20 and later).
+    policy_cidr_match_mode: list[Literal["nodes", "pods"]] = Field(default_factory=list, max_length=2)
+    # enable-policy: default, always (every endpoint isolated), never (nothing enforced).
+    enable_policy: Literal["default", "always", "never"] = "default"
+
+    @field_validator("policy_cidr_match_mode")
+    @classmethod
+    def _modes_once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("each mode once")
+        return value
+
+
+class KubernetesNetwork(Model):
+    """How the cluster's network enforces NetworkPolicies (read by preflight's flow check, gpu_platform/preflight/
+    fit/flows.py): the CNI that enforces them, where pods and nodes get their addresses, where the API server is.
+    podCidrs, nodeCidrs and apiServer are required unless cni is none (checks/kubernetes.py)."""
+
+    cni: Literal["cilium", "calico", "other-upstream", "none"]
+    # Where pods get addresses: the CNI's IPAM pools (Cilium's cluster-pool-ipv4-cidr, Calico's IPPools) or the
+    # nodes' spec.podCIDR ranges; on the EKS VPC CNI the VPC's subnets, like the nodes.
+    pod_cidrs: list[Cidr] = Field(default_factory=list, max_length=20)
+    # Where the nodes' InternalIPs are (`kubectl get nodes -o wide`): hostNetwork pods, the kubelets.
+    node_cidrs: list[Cidr] = Field(default_factory=list, max_length=20)
+    api_server: Optional[ApiServer] = None
+    cilium: Optional[CiliumNetwork] = None
+
+
 class KubernetesSection(Model):
     # Names the existing cluster (exports, the Kubernetes provider's identity: a different name is a
     # different cluster, and the provider and everything on it are replaced).
@@ -224,6 +282,8 @@ class KubernetesSection(Model):
     system_zones: list[str] = Field(default_factory=list, max_length=20)
     pools: dict[str, KubernetesPool] = Field(default_factory=dict)
     checkpoint_store: Optional[CheckpointStore] = None
+    # Required (checks/kubernetes.py says so, naming the key): what enforces NetworkPolicies and where things are.
+    network: Optional[KubernetesNetwork] = None
     # Minutes from a scale-up to a schedulable GPU node with your autoscaler (the job queue's wait for a job's
     # pods, the notebook start timeout); a fixed-size pool never waits for one.
     node_boot_minutes: int = Field(default=DEFAULT_NODE_BOOT_MINUTES, ge=1, le=120)

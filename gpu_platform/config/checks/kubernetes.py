@@ -28,6 +28,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _system_pool(section, catalog)
     issues += _prices(cfg, section)
     issues += _version(cfg)
+    issues += _network(section)
     return issues
 
 
@@ -142,6 +143,58 @@ def _prices(cfg: "StackConfig", section: KubernetesSection) -> list[ConfigIssue]
                         f"{', '.join(w for w, _, _ in priced)} have one (the cost estimate would show part of the bill "
                         "as the whole)")
             for _, t, c in unpriced[:1]]
+
+
+NETWORK_HOW = ("docs/quickstart-kubernetes.md \"The network\" says how to read each from the cluster")
+
+
+def _network(section: KubernetesSection) -> list[ConfigIssue]:
+    """kubernetes.network: required, so that preflight checks the platform's connections against the cluster's
+    own CNI instead of skipping them (the stack creates no network to read them from)."""
+    import ipaddress
+
+    net = section.network
+    if net is None:
+        return [ConfigIssue("kubernetes.network", MISSING,
+                            "required on cloud kubernetes: {cni: cilium | calico | other-upstream | none, podCidrs, "
+                            "nodeCidrs, apiServer: {onNodes, port}}, what enforces NetworkPolicies on the cluster and "
+                            "where pods, nodes and the API server are; preflight checks the platform's connections (the "
+                            "hub to the API server, notebooks to Pipelines, ...) against it. " + NETWORK_HOW)]
+    issues = []
+    key = "kubernetes.network"
+    if net.cilium is not None and net.cni != "cilium":
+        issues.append(ConfigIssue(f"{key}.cilium", net.cilium.model_dump(by_alias=True),
+                                  f"only with cni: cilium (the Cilium agent's settings; cni is {net.cni})"))
+    if net.cni == "none":
+        return issues
+    for name, value in (("podCidrs", net.pod_cidrs), ("nodeCidrs", net.node_cidrs)):
+        if not value:
+            issues.append(ConfigIssue(f"{key}.{name}", MISSING,
+                                      f"at least one CIDR with cni {net.cni}: where the cluster's "
+                                      f"{'pods' if name == 'podCidrs' else 'nodes'} get their addresses (ipBlock rules are "
+                                      f"matched against them). {NETWORK_HOW}"))
+        elif len(set(value)) != len(value):
+            issues.append(ConfigIssue(f"{key}.{name}", value, "each CIDR once"))
+    api = net.api_server
+    if api is None:
+        issues.append(ConfigIssue(f"{key}.apiServer", MISSING,
+                                  f"{{onNodes, port}} with cni {net.cni}: whether the API server runs on the cluster's "
+                                  "nodes (kubeadm, k3s, RKE2, Talos) or outside them (EKS, GKE, AKS), and the port of its "
+                                  "endpoints (6443 on kubeadm, 443 on the managed control planes). " + NETWORK_HOW))
+        return issues
+    nodes = [ipaddress.ip_network(c) for c in net.node_cidrs]
+    for i, c in enumerate(api.cidrs):
+        n = ipaddress.ip_network(c)
+        if api.on_nodes and nodes and not any(n.version == m.version and n.subnet_of(m) for m in nodes):
+            issues.append(ConfigIssue(f"{key}.apiServer.cidrs[{i}]", c,
+                                      f"a range inside nodeCidrs ({', '.join(net.node_cidrs)}) with onNodes: true (the API "
+                                      "server runs on nodes), or onNodes: false"))
+    if not api.on_nodes and not api.cidrs:
+        issues.append(ConfigIssue(f"{key}.apiServer.cidrs", MISSING,
+                                  "the addresses of the API server's endpoints with onNodes: false (`kubectl get "
+                                  "endpointslices -n default -l kubernetes.io/service-name=kubernetes` prints them; a /32 "
+                                  "each, or the subnets a managed control plane puts them in)"))
+    return issues
 
 
 def _version(cfg: "StackConfig") -> list[ConfigIssue]:

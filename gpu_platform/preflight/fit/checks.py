@@ -41,6 +41,10 @@ from gpu_platform.preflight.fit.pods import (
     parse_amounts, pod_templates,
 )
 
+# Where the dataplane is Cilium (Linode's chart, a cluster's own: kubernetes.network.cni cilium), its operator
+# registers Cilium's CRDs itself (cilium v1.18.2-v1.20.0 pkg/k8s/apis/cilium.io/client/register.go RegisterCRDs, run
+# by pkg/k8s/apis/cell.go): the API server serves its policies though no plan installs their CRDs.
+CILIUM_SERVED = frozenset({("cilium.io", "v2", "CiliumNetworkPolicy"), ("cilium.io", "v2", "CiliumClusterwideNetworkPolicy")})
 CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "flows", "scale-down",
           "render")
 # The user-server pods JupyterHub spawns (fit/pods.py jupyterhub_user_pods: one per profile).
@@ -933,6 +937,9 @@ class _Checker:
         """A job file's object whose kind no API the cluster serves: a real API server refuses it (`no matches
         for kind`), e.g. Training Operator v1's PyTorchJob on a platform that installs Trainer v2."""
         served = {(g, v, k) for g, v, k in _crd_kinds(o for rel in self.releases for o in rel.objects)}
+        network = self.model.network
+        if network is not None and network.dataplane == "cilium":
+            served |= CILIUM_SERVED
         for rel in self.releases:
             if rel.source != "example":
                 continue

@@ -346,11 +346,19 @@ def dataplane(network: Any, releases: Iterable[Any]) -> Dataplane:
     kind = network.dataplane
     if kind == "none":
         return Dataplane(network.description, enforced=False)
-    if kind in ("calico", "aws-vpc-cni"):
+    if kind in ("calico", "aws-vpc-cni", "other-upstream"):
         return Dataplane(f"{network.description}, upstream semantics: ipBlock matches any address")
     if kind == "gke-dataplane-v2":
         # GKE manages the agent's configuration: Cilium's defaults (no policy-cidr-match-mode).
         return Dataplane(f"{network.description}, Cilium: ipBlock never matches pods or nodes", cilium=True)
+    if network.cilium_cidr_match_mode is not None:
+        # The cluster's own Cilium (cloud kubernetes): its settings as the stack file states them.
+        modes = set(network.cilium_cidr_match_mode)
+        enable = network.cilium_enable_policy or "default"
+        name = (f"{network.description}: Cilium (policy-cidr-match-mode: {' '.join(sorted(modes)) or 'none'}"
+                f"{'' if enable == 'default' else f', enable-policy: {enable}'})")
+        return Dataplane(name, enforced=enable != "never", cilium=True, cidr_matches_nodes="nodes" in modes,
+                         cidr_matches_pods="pods" in modes, enforce_always=enable == "always")
     config: Mapping[str, Any] = {}
     version = None
     for rel in releases:
