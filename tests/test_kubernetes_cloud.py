@@ -397,6 +397,40 @@ def test_without_a_checkpoint_store_pods_get_no_checkpoint_url():
     assert plan.outputs.get("checkpointBucket") is None
 
 
+def test_without_a_checkpoint_store_the_example_job_starts_and_a_job_that_needs_the_url_is_caught(tmp_path, capsys):
+    """Without kubernetes.checkpointStore ConfigMap training/checkpoint-store has no CHECKPOINT_URL. The example
+    TrainJob read it without `optional`: its pods sat in CreateContainerConfigError, Kueue re-admitted the job about
+    four times holding the pool's GPU quota, then deactivated it, and preflight passed. Now the example's reference is
+    optional (the program then stops at its start, saying why) and preflight's config-keys check reports a job whose
+    reference is not, naming the pod, the key and the ConfigMap."""
+    import yaml
+
+    from tests.conftest import ROOT
+    from tests.fit_support import need_charts
+    from tests.test_hostile_input import run_main
+
+    need_charts()
+    doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
+    del doc["config"]["gpu-platform:kubernetes"]["checkpointStore"]
+    stack_file = tmp_path / f"Pulumi.{STACK}.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    code, text, _ = run_main(["--stack-file", str(stack_file), "--no-policies", "--out", str(tmp_path / "example")], capsys)
+    assert code == 0, text[-3000:]
+    assert "config-keys" not in text
+    example = (ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text()
+    strict = example.replace("configMapKeyRef: {name: checkpoint-store, key: CHECKPOINT_URL, optional: true}",
+                             "configMapKeyRef: {name: checkpoint-store, key: CHECKPOINT_URL}")
+    assert strict != example
+    job = tmp_path / "strict.yaml"
+    job.write_text(strict)
+    code, text, _ = run_main(["--stack-file", str(stack_file), "--no-policies", "--job", str(job),
+                              "--out", str(tmp_path / "strict")], capsys)
+    assert code == 3, text[-3000:]
+    assert ("[config-keys] TrainJob/training/resnet-checkpointed[node] (strict): container node (env CHECKPOINT_URL) reads key "
+            "CHECKPOINT_URL of ConfigMap training/checkpoint-store, which the rendered ConfigMap does not have") in text
+    assert "holds its queue's quota until Kueue evicts it" in text
+
+
 def test_the_queue_is_sized_from_the_stated_allocatable(plan):
     from gpu_platform.components.capacity import MI
     from gpu_platform.components.platform.queue import node_share

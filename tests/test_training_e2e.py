@@ -215,6 +215,22 @@ def test_bad_options_exit_2_without_traceback():
     assert "Traceback" not in proc.stderr
 
 
+def test_without_a_checkpoint_store_it_stops_at_its_start_saying_why():
+    """A cluster without a checkpoint store (cloud kubernetes without kubernetes.checkpointStore) has no CHECKPOINT_URL
+    in ConfigMap training/checkpoint-store; the example job reads it with `optional: true`, so the pod starts without
+    it and the program says what is missing before any work (a run that cannot checkpoint loses it all to the next
+    preemption), rather than the pod never starting."""
+    if not TRAINING_PYTHON.exists():
+        pytest.fail(f"{TRAINING_PYTHON} is missing: run `make training-venv` (make test does)")
+    env = {k: v for k, v in os.environ.items() if k != "CHECKPOINT_URL"}
+    proc = subprocess.run([str(TRAINING_PYTHON), "-m", "ckpt_train", *SMALL], cwd=TRAINING_DIR,
+                          env={**env, "PYTHONPATH": str(TRAINING_DIR)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "none is set" in proc.stderr and "ConfigMap training/checkpoint-store" in proc.stderr
+    assert "kubernetes.checkpointStore" in proc.stderr and "Traceback" not in proc.stderr
+    assert '"event": "step"' not in proc.stdout
+
+
 def _run_plain(args: list[str], extra_env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
     if not TRAINING_PYTHON.exists():
         pytest.fail(f"{TRAINING_PYTHON} is missing: run `make training-venv` (make test does)")

@@ -241,8 +241,11 @@ def kubernetes_warnings(cfg: "StackConfig") -> list[str]:
                    "run-rate alert and no cost guardrail of the policy pack (monthly ceiling, idle floor); set what a node "
                    "costs you per hour to have them")
     if section.checkpoint_store is None:
-        out.append("kubernetes.checkpointStore is not set: training pods get no CHECKPOINT_URL; a job that is preempted or "
-                   "evicted restarts from its last checkpoint only if it writes one somewhere of its own")
+        out.append("kubernetes.checkpointStore is not set: ConfigMap training/checkpoint-store has no CHECKPOINT_URL. The "
+                   "example TrainJob (examples/training) then stops at its start saying so; a job that reads the key without "
+                   "`optional: true` never starts (CreateContainerConfigError) and holds its GPU quota until Kueue evicts "
+                   "it (preflight's config-keys check reports one given with --job); a job that is preempted or evicted "
+                   "restarts from its last checkpoint only if it writes one somewhere of its own")
     return out
 
 
