@@ -268,8 +268,10 @@ class _Cluster:
         if spec.get("hostNetwork"):
             return Peer(what, NODE, namespace, dict(labels), self.ns_labels.get(namespace, {}), _ports(spec),
                         tuple(net.node_cidrs), frozenset({"host", "remote-node"}))
+        # The API server's ServiceAccount admission names "default" where the spec names none.
+        account = str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
         return Peer(what, POD, namespace, dict(labels), self.ns_labels.get(namespace, {NAMESPACE_NAME_LABEL: namespace}),
-                    _ports(spec), tuple(net.pod_cidrs))
+                    _ports(spec), tuple(net.pod_cidrs), service_account=account)
 
     def place(self, place: Place) -> Peer:
         net = self.network
@@ -370,7 +372,8 @@ def dataplane(network: Any, releases: Iterable[Any]) -> Dataplane:
     modes = set(str(config.get("policy-cidr-match-mode", "")).replace(",", " ").split())
     name = f"Cilium{' ' + version if version else ''} (policy-cidr-match-mode: {' '.join(sorted(modes)) or 'none'})"
     return Dataplane(name, cilium=True, cidr_matches_nodes="nodes" in modes, cidr_matches_pods="pods" in modes,
-                     enforce_always=str(config.get("enable-policy", "default")) == "always")
+                     enforce_always=str(config.get("enable-policy", "default")) == "always",
+                     cluster_name=str(config.get("cluster-name") or "default"))
 
 
 # ---------------------------------------------------------------------------------------------
