@@ -787,3 +787,131 @@ def test_the_autoscaler_overhead_is_simulated_with_the_stated_boot_time():
     over = simulated_overhead("kubernetes", PoolShape("a100", "dgx-a100-4x", "on-demand", 0, 2), cfg.stack_catalog(),
                               scale_up_minutes=12)
     assert over.factor > 1 and "boot 12 min" in over.basis
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint store with a private CA (kubernetes.checkpointStore.caBundle)
+# ---------------------------------------------------------------------------------------------
+
+
+def _ca_pem(days: int = 30) -> str:
+    """A CA certificate valid from the (pinned) day before today for `days` days."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from gpu_platform.data.versions_calendar import today
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "onprem-s3-ca")])
+    start = datetime.datetime.combine(today() - datetime.timedelta(days=1), datetime.time(), datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(start)
+            .not_valid_after(start + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _with_ca(pem: str, endpoint: str = "https://s3.example.internal:9000") -> dict[str, Any]:
+    return config(kubernetes=section(checkpointStore={**section()["checkpointStore"], "endpoint": endpoint, "caBundle": pem}))
+
+
+def test_a_private_ca_reaches_the_training_pods_through_the_runtime():
+    """Before: an on-prem store had to be https (config) but pods got only AWS_ENDPOINT_URL_S3 and AWS_REGION, so an
+    endpoint signed by a private CA failed every checkpoint with a TLS verification error."""
+    from gpu_platform.components.cluster import CHECKPOINT_CA_DIR, CHECKPOINT_CA_KEY, CHECKPOINT_CA_PATH
+
+    pem = _ca_pem()
+    plan = plan_of(_with_ca(pem))
+    maps = {r.plain_inputs["metadata"]["name"]: r.plain_inputs for r in plan.by_type("kubernetes:core/v1:ConfigMap")}
+    assert maps["checkpoint-store"]["data"]["AWS_CA_BUNDLE"] == CHECKPOINT_CA_PATH
+    assert maps["checkpoint-ca"]["metadata"]["namespace"] == "training"
+    assert maps["checkpoint-ca"]["data"] == {CHECKPOINT_CA_KEY: pem}
+    (runtime,) = [r.plain_inputs for r in plan.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")]
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "checkpoint-ca", "configMap": {
+        "name": "checkpoint-ca", "items": [{"key": CHECKPOINT_CA_KEY, "path": CHECKPOINT_CA_KEY}]}}]
+    (node,) = pod["containers"]
+    assert node["volumeMounts"] == [{"name": "checkpoint-ca", "mountPath": CHECKPOINT_CA_DIR, "readOnly": True}]
+    assert CHECKPOINT_CA_PATH == f"{CHECKPOINT_CA_DIR}/{CHECKPOINT_CA_KEY}"
+    # without a CA: no ConfigMap, no mount, no AWS_CA_BUNDLE (botocore would fail on a path that does not exist)
+    plain = plan_of(config())
+    names = {r.plain_inputs["metadata"]["name"]: r.plain_inputs for r in plain.by_type("kubernetes:core/v1:ConfigMap")}
+    assert "checkpoint-ca" not in names and "AWS_CA_BUNDLE" not in names["checkpoint-store"]["data"]
+    (runtime,) = [r.plain_inputs for r in plain.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")]
+    assert "volumes" not in runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+
+
+def test_the_example_job_reads_the_ca_bundle_and_the_runtime_mounts_it(plan):
+    """The example TrainJob on the stack with a CA: its pod (Trainer's runtime merged with the job) mounts the file
+    AWS_CA_BUNDLE names, and every key it reads exists (preflight's fit, config-keys included, has no problem)."""
+    import yaml
+
+    from gpu_platform.components.cluster import CHECKPOINT_CA_DIR
+    from tests.conftest import ROOT
+
+    job = yaml.safe_load((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text())
+    env = {e["name"]: e for e in job["spec"]["trainer"]["env"]}
+    assert env["AWS_CA_BUNDLE"]["valueFrom"]["configMapKeyRef"] == {"name": "checkpoint-store", "key": "AWS_CA_BUNDLE",
+                                                                   "optional": True}
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+    from gpu_platform.preflight.fit.render import render_plan
+    from tests.fit_support import CHART_DIRS, need_charts
+
+    need_charts()
+    cfg_map = _with_ca(_ca_pem())
+    cfg = parse_config(stack_input_from_mapping(STACK, cfg_map).raw, STACK)
+    ca_plan = plan_of(cfg_map)
+    rels = render_plan(ca_plan, CHART_DIRS, kubernetes_version=cfg.kubernetes_version, base=ROOT)
+    report = check_fit(cluster_model(cfg, ca_plan), rels)
+    assert not report.problems, [(p.check, p.object, p.reason) for p in report.problems]
+    from gpu_platform.preflight.fit.pods import pod_templates
+
+    templates, _issues = pod_templates(rels)
+    (pt,) = [t for t in templates if t.owner.startswith("TrainJob/training/resnet-checkpointed")]
+    (node,) = [c for c in pt.containers() if c["name"] == "node"]
+    assert {"name": "checkpoint-ca", "mountPath": CHECKPOINT_CA_DIR, "readOnly": True} in node.get("volumeMounts", [])
+
+
+@pytest.mark.parametrize("bundle,endpoint,fragment", [
+    ("not a certificate", None, "PEM certificates (-----BEGIN CERTIFICATE-----"),
+    ("-----BEGIN CERTIFICATE-----\nMIIBbroken\n-----END CERTIFICATE-----\n", None,
+     "X.509 certificates; certificate 1 of 1 is not one"),
+    ("-----BEGIN X509 CRL-----\nMIIB\n-----END X509 CRL-----\n", None, "CERTIFICATE blocks only; block 1 of 1 is X509 CRL"),
+    (None, "http://minio.minio.svc:9000", "only with an https endpoint"),
+], ids=["not-pem", "corrupt-certificate", "not-a-certificate", "http-endpoint"])
+def test_a_bad_ca_bundle_names_the_key_and_never_shows_it(bundle, endpoint, fragment):
+    pem = bundle if bundle is not None else _ca_pem()
+    message = errors(_with_ca(pem, endpoint or "https://s3.example.internal:9000"))
+    line = next(ln for ln in message.splitlines() if ln.strip().startswith("gpu-platform:kubernetes.checkpointStore.caBundle:"))
+    assert fragment in line, message
+    assert "not shown" in line and "MIIB" not in message
+
+
+def test_a_private_key_in_the_ca_bundle_is_refused_without_quoting_it():
+    from gpu_platform.rehearsal.pki import CA
+
+    ca = CA.new("onprem-s3-ca")
+    _cert, key = ca.issue("s3.example.internal", dns=["s3.example.internal"])
+    body = key.decode().splitlines()[1]
+    message = errors(_with_ca(ca.cert_pem.decode() + key.decode()))
+    assert "gpu-platform:kubernetes.checkpointStore.caBundle" in message and "PRIVATE KEY block" in message
+    assert body not in message and body[:12] not in message
+
+
+def test_an_expired_certificate_in_the_bundle_is_a_warning(monkeypatch):
+    pem = _ca_pem(days=2)
+    cfg = parse_config(stack_input_from_mapping(STACK, _with_ca(pem)).raw, STACK)
+    assert config_warnings(cfg) == []
+    import datetime
+
+    from gpu_platform.data.versions_calendar import today
+
+    later = (today() + datetime.timedelta(days=40)).isoformat()
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", later)
+    (warning,) = [w for w in config_warnings(cfg) if "caBundle" in w]
+    assert "certificate 1 (CN=onprem-s3-ca) is valid" in warning and "not today" in warning

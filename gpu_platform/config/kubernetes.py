@@ -190,6 +190,10 @@ class CheckpointStore(Model):
     region: str = Field(default="us-east-1", min_length=2, max_length=40, pattern=r"^[a-z0-9-]+$")
     # A folder in the bucket (several stacks sharing one bucket).
     prefix: Optional[str] = Field(default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")
+    # PEM certificates the endpoint's TLS certificate chains to, when a private CA signed it (an on-premises MinIO
+    # or Ceph RGW): training pods trust them (AWS_CA_BUNDLE). Checked in checks/kubernetes.py (never echoed: a
+    # pasted private key must not reach a terminal).
+    ca_bundle: Optional[str] = None
 
     @field_validator("endpoint")
     @classmethod
@@ -210,6 +214,57 @@ class CheckpointStore(Model):
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+
+
+MAX_CA_BUNDLE_BYTES = 256 * 1024  # a CA bundle is a few KiB; a whole system trust store about 200 KiB
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.S)
+
+
+def ca_bundle_problems(pem: str) -> list[str]:
+    """What is wrong with a CA bundle, in words that never quote it: at most MAX_CA_BUNDLE_BYTES, one or more PEM
+    CERTIFICATE blocks (text between blocks is ignored, as OpenSSL's PEM reader ignores it), each an X.509
+    certificate, no private key anywhere."""
+    from cryptography import x509
+
+    if len(pem.encode("utf-8", "replace")) > MAX_CA_BUNDLE_BYTES:
+        return [f"at most {MAX_CA_BUNDLE_BYTES // 1024} KiB of PEM certificates (the CA's, not a whole trust store)"]
+    if "PRIVATE KEY-----" in pem:
+        return ["certificates only: it holds a PRIVATE KEY block. Remove it from the stack file (and treat the key as "
+                "exposed: it was in a file meant for version control)"]
+    blocks = _PEM_BLOCK.findall(pem)
+    if not blocks:
+        return ["PEM certificates (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----), one or more: the CA that "
+                "signed the endpoint's TLS certificate (`openssl s_client -showcerts -connect host:port` shows the chain)"]
+    out = []
+    for i, (kind, _) in enumerate(blocks, 1):
+        if kind != "CERTIFICATE":
+            out.append(f"CERTIFICATE blocks only; block {i} of {len(blocks)} is {kind[:40]}")
+    if out:
+        return out
+    for i, m in enumerate(_PEM_BLOCK.finditer(pem), 1):
+        try:
+            x509.load_pem_x509_certificate(m.group(0).encode("ascii"))
+        except (ValueError, UnicodeEncodeError):
+            out.append(f"X.509 certificates; certificate {i} of {len(blocks)} is not one (corrupt or cut short)")
+    return out
+
+
+def ca_bundle_expired(pem: str, on: Any) -> list[str]:
+    """The bundle's certificates that are not valid on date `on`: subject and dates (a warning: TLS to the store
+    fails if the endpoint's chain needs one of them)."""
+    from cryptography import x509
+
+    out = []
+    for i, m in enumerate(_PEM_BLOCK.finditer(pem), 1):
+        try:
+            cert = x509.load_pem_x509_certificate(m.group(0).encode("ascii"))
+        except (ValueError, UnicodeEncodeError):
+            continue
+        start, end = cert.not_valid_before_utc.date(), cert.not_valid_after_utc.date()
+        if not start <= on <= end:
+            out.append(f"certificate {i} ({cert.subject.rfc4514_string()[:80]}) is valid {start.isoformat()} to "
+                       f"{end.isoformat()}")
+    return out
 
 
 # What enforces NetworkPolicies on the cluster. cilium: Cilium's policy engine (GKE Dataplane V2 is Cilium too);

@@ -29,7 +29,23 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _prices(cfg, section)
     issues += _version(cfg)
     issues += _network(section)
+    issues += _checkpoint_store(section)
     return issues
+
+
+def _checkpoint_store(section: KubernetesSection) -> list[ConfigIssue]:
+    """caBundle: PEM certificates only (the value is described, never shown), and only for an https endpoint."""
+    from gpu_platform.config.kubernetes import ca_bundle_problems
+
+    store = section.checkpoint_store
+    if store is None or store.ca_bundle is None:
+        return []
+    key = "kubernetes.checkpointStore.caBundle"
+    shown = f"(PEM text, {len(store.ca_bundle.splitlines())} lines: not shown)"
+    if not store.endpoint.startswith("https://"):
+        return [ConfigIssue(key, shown, f"only with an https endpoint (the endpoint is {store.endpoint}: no TLS to "
+                                        "verify); leave it out")]
+    return [ConfigIssue(key, shown, p) for p in ca_bundle_problems(store.ca_bundle)]
 
 
 def _unused_keys(cfg: "StackConfig") -> list[ConfigIssue]:
@@ -240,6 +256,13 @@ def kubernetes_warnings(cfg: "StackConfig") -> list[str]:
         out.append("kubernetes.nodeTypes: no usdPerHour on any node type, so the stack has no cost estimate, no GPU spend "
                    "run-rate alert and no cost guardrail of the policy pack (monthly ceiling, idle floor); set what a node "
                    "costs you per hour to have them")
+    store = section.checkpoint_store
+    if store is not None and store.ca_bundle:
+        from gpu_platform.config.kubernetes import ca_bundle_expired
+
+        for text in ca_bundle_expired(store.ca_bundle, today()):
+            out.append(f"kubernetes.checkpointStore.caBundle: {text}, not today: training pods cannot verify the store's "
+                       "TLS certificate if its chain needs it; put the CA's current certificate in the bundle")
     if section.checkpoint_store is None:
         out.append("kubernetes.checkpointStore is not set: ConfigMap training/checkpoint-store has no CHECKPOINT_URL. The "
                    "example TrainJob (examples/training) then stops at its start saying so; a job that reads the key without "
