@@ -238,6 +238,34 @@ def test_a_reserved_peer_selects_the_entity():
     assert not decide(NOTEBOOK, API, 8888, "TCP", [reserved], CILIUM).allowed
 
 
+# --- what to do about a denied flow depends on what is blocked ---------------------------------
+
+
+def test_the_fix_for_a_denied_flow_fits_the_other_side_pod_node_api_server_or_address():
+    """A NetworkPolicy selects pods only: "select it with podSelector/namespaceSelector" is the advice for a pod, never
+    for a node or the API server on the nodes (before, every denied flow got it)."""
+    from gpu_platform.preflight.fit.flows import _explain, _fix
+
+    kubelet = Peer("kubelets", NODE, addresses=("10.0.0.0/24",), entities=frozenset({"host", "remote-node"}))
+    egress_only_private = [netpol("jupyterhub", PRIVATE_EGRESS)]
+    to_pod = decide(NOTEBOOK, API, 8888, "TCP", egress_only_private, CILIUM)
+    assert "select it with podSelector/namespaceSelector instead" in _explain(to_pod, NOTEBOOK, API, CILIUM)
+    assert "selecting the other side with podSelector/namespaceSelector" in _fix(to_pod, NOTEBOOK, API, CILIUM)
+    to_apiserver = decide(NOTEBOOK, APISERVER_NODE, 6443, "TCP", egress_only_private, CILIUM)
+    text, fix = _explain(to_apiserver, NOTEBOOK, APISERVER_NODE, CILIUM), _fix(to_apiserver, NOTEBOOK, APISERVER_NODE, CILIUM)
+    assert "to the API server (on the nodes) unless its policy-cidr-match-mode lists nodes" in text
+    assert "podSelector/namespaceSelector instead" not in text
+    assert "policy-cidr-match-mode: nodes" in fix and "toEntities: [kube-apiserver]" in fix and "10.0.0.0/24" in fix
+    to_kubelet = decide(NOTEBOOK, kubelet, 10250, "TCP", egress_only_private, CILIUM)
+    assert "toEntities: [host, remote-node]" in _fix(to_kubelet, NOTEBOOK, kubelet, CILIUM)
+    nothing = [netpol("jupyterhub", {"podSelector": {}, "policyTypes": ["Egress"]})]
+    upstream = decide(NOTEBOOK, APISERVER_NODE, 6443, "TCP", nothing, UPSTREAM)
+    fix = _fix(upstream, NOTEBOOK, APISERVER_NODE, UPSTREAM)
+    assert "with an ipBlock covering its addresses (10.0.0.0/24)" in fix and "toEntities" not in fix
+    outside = decide(NOTEBOOK, INTERNET, 443, "TCP", nothing, CILIUM)
+    assert "with an ipBlock covering an address outside the cluster's addresses" in _fix(outside, NOTEBOOK, INTERNET, CILIUM)
+
+
 # --- the shipped stacks ----------------------------------------------------------------------
 
 

@@ -584,8 +584,12 @@ def test_on_cilium_defaults_the_hub_cannot_reach_an_api_server_on_the_nodes(plan
     assert verdicts["notebook to the Kubernetes API"] == "denied"
     problem = next(p for p in report.by_check("flows") if "flow 'hub to the Kubernetes API'" in p.reason)
     assert problem.object == "NetworkPolicy/jupyterhub/hub" and problem.release == "jupyterhub"
-    assert "does not apply ipBlock/CIDR rules to a node" in problem.reason
+    assert "does not apply ipBlock/CIDR rules to the API server (on the nodes)" in problem.reason
     assert "KubeSpawner" in problem.reason
+    # The advice fits what is blocked: the API server is no pod, no selector reaches it.
+    assert "select it with podSelector" not in problem.reason and "podSelector/namespaceSelector, not" not in problem.fix
+    assert "policy-cidr-match-mode: nodes" in problem.fix and "kubernetes.network.cilium.policyCidrMatchMode" in problem.fix
+    assert "egress toEntities: [kube-apiserver]" in problem.fix and "10.20.0.0/24" in problem.fix
     assert "policy-cidr-match-mode: none" in report.flows.dataplane
     # The rest of the platform is unaffected: notebooks reach Pipelines by pod selector.
     assert verdicts["notebook to Pipelines"] == "allowed"

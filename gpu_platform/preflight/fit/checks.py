@@ -1240,8 +1240,7 @@ class _Checker:
         if report is None:
             return None
         fixes = {
-            "denied": "allow it in the policy that isolates that side (or the chart value that renders it): on "
-                      "Cilium select pods with podSelector/namespaceSelector, not ipBlock",
+            "denied": "allow it in the policy that isolates that side (or the chart value that renders it)",
             "unresolved": "render what the flow names (the Service, its port, the pods it selects), or fix the "
                           "labels that should connect them",
             "not-evaluated": "express the policy with the fields the check evaluates (netpol.py), or check this "
@@ -1253,7 +1252,7 @@ class _Checker:
                          f"flow '{r.name}' ({r.source} -> {r.destination}"
                          f"{'' if r.port is None else f':{r.port}/{r.protocol}'}) is {r.verdict.replace('-', ' ')}"
                          f"{', but must not be' if r.expected == 'denied' else ''}: "
-                         f"{r.reason}. Needed because: {r.why}", fixes[r.verdict])
+                         f"{r.reason}. Needed because: {r.why}", r.fix or fixes[r.verdict])
         return report
 
     # --- packing -----------------------------------------------------------------------------
