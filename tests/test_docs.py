@@ -314,6 +314,7 @@ SECTION_DOCS = {
     "checkpointBucket": ("docs/configuration.md", "| `checkpointBucket` |"),
     "gpuPools": ("docs/configuration.md", "| `gpuPools` |"),
     "priceOverrides": ("docs/configuration.md", "| `priceOverrides` |"),
+    "kubernetes": ("docs/configuration.md", "## Cloud kubernetes"),
 }
 
 
@@ -340,6 +341,8 @@ def _section_text(doc: str, start: str) -> str:
     if start not in text:
         return ""
     rest = text.split(start, 1)[1]
+    if start.startswith("#"):  # a whole section, to the next heading of its level
+        return rest.split("\n" + start.split(" ", 1)[0] + " ", 1)[0]
     return rest.split("\n", 1)[0] if start.startswith("|") else rest.split("\n\n", 1)[0]
 
 

@@ -842,3 +842,50 @@ def test_idle_nodes_are_what_the_platforms_own_pods_need_from_the_minimum_up():
         "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "ha"}},
                                                             "topologyKey": "kubernetes.io/hostname"}]}})
     assert C.idle_nodes(model(group("system", lo=1, hi=3)), [rel("r", [deployment("ha", spec=spread, replicas=2)])]) == {"system": 2}
+# config-keys: a key a pod reads from a rendered ConfigMap or Secret
+# ---------------------------------------------------------------------------------------------
+
+
+def _store(kind="ConfigMap", ns="training", name="checkpoint-store", **data):
+    field = "data" if kind == "ConfigMap" else "stringData"
+    return {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": ns}, field: dict(data)}
+
+
+def _env_ref(env, kind, name, key, optional=None):
+    ref = {"name": name, "key": key, **({"optional": optional} if optional is not None else {})}
+    return {"name": env, "valueFrom": {("configMapKeyRef" if kind == "ConfigMap" else "secretKeyRef"): ref}}
+
+
+def test_a_pod_reading_a_key_its_configmap_lacks_is_reported_naming_pod_key_and_configmap():
+    """The example TrainJob read CHECKPOINT_URL from training/checkpoint-store without `optional`; on cloud kubernetes
+    without kubernetes.checkpointStore the ConfigMap is `data: {}` and the pods sat in CreateContainerConfigError while
+    Kueue re-admitted the job, holding GPU quota. Preflight passed."""
+    store = _store(AWS_REGION="us-east-1")
+    reader = deployment("trainer", "training", pod_spec(container(cpu="100m", mem="64Mi", env=[
+        _env_ref("CHECKPOINT_URL", "ConfigMap", "checkpoint-store", "CHECKPOINT_URL"),
+        _env_ref("AWS_REGION", "ConfigMap", "checkpoint-store", "AWS_REGION")])))
+    report = check_fit(model(group("sys")), [rel("platform", [namespace("training"), store]), rel("job", [reader])])
+    (p,) = checks_of(report, "config-keys")
+    assert p.object == "Deployment/training/trainer" and p.release == "job"
+    assert "reads key CHECKPOINT_URL of ConfigMap training/checkpoint-store" in p.reason
+    assert "its keys: AWS_REGION" in p.reason and "CreateContainerConfigError" in p.reason
+    assert "optional: true" in p.fix
+    # optional: the pod starts without it
+    reader["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"]["optional"] = True
+    report = check_fit(model(group("sys")), [rel("platform", [namespace("training"), store]), rel("job", [reader])])
+    assert not checks_of(report, "config-keys")
+
+
+def test_secret_keys_and_volume_items_are_checked_and_objects_not_rendered_are_not_judged():
+    secret = _store("Secret", name="creds", AWS_ACCESS_KEY_ID="x")
+    spec = pod_spec(container(cpu="100m", mem="64Mi", env=[
+        _env_ref("AWS_SECRET_ACCESS_KEY", "Secret", "creds", "AWS_SECRET_ACCESS_KEY"),
+        _env_ref("TOKEN", "Secret", "made-by-someone-else", "token")]),
+        volumes=[{"name": "conf", "configMap": {"name": "checkpoint-store", "items": [{"key": "app.yaml", "path": "a"}]}},
+                 {"name": "both", "projected": {"sources": [{"secret": {"name": "creds", "items": [
+                     {"key": "AWS_ACCESS_KEY_ID", "path": "id"}, {"key": "ca.pem", "path": "ca"}]}}]}}])
+    report = check_fit(model(group("sys")), [rel("platform", [namespace("training"), secret, _store()]),
+                                             rel("job", [deployment("t", "training", spec)])])
+    reasons = sorted(p.reason.split(" reads key ")[1].split(",")[0] for p in checks_of(report, "config-keys"))
+    assert reasons == ["AWS_SECRET_ACCESS_KEY of Secret training/creds", "app.yaml of ConfigMap training/checkpoint-store",
+                       "ca.pem of Secret training/creds"], reasons

@@ -166,6 +166,106 @@ def test_cilium_policies_deny_wins_default_deny_off_and_unknown_fields_are_repor
     assert decide(NOTEBOOK, API, 8888, "TCP", [l7], CILIUM).unsupported
 
 
+# --- Cilium selectors as Cilium parses them (pkg/k8s/apis/cilium.io/utils/utils.go, v1.18.2 to v1.20.0) ------
+
+
+METADATA = Peer("metadata", EXTERNAL, addresses=("169.254.169.254/32",), entities=frozenset({"world"}))
+TRAINER = pod("training", {"app": "trainer"})
+DENY_METADATA = {"egressDeny": [{"toCIDR": ["169.254.169.254/32"]}], "enableDefaultDeny": {"egress": False}}
+
+
+@pytest.mark.parametrize("key", ["k8s:io.kubernetes.pod.namespace", "io.kubernetes.pod.namespace"])
+def test_a_namespaced_cilium_policy_applies_in_its_own_namespace_whatever_its_selector_names(key):
+    """ParseToCiliumRule sets k8s:io.kubernetes.pod.namespace to the policy's namespace: a CiliumNetworkPolicy in
+    jupyterhub whose endpointSelector names training never touches training's pods. Before, the check took it to
+    keep them off the metadata server: a false "kept closed"."""
+    foreign = cnp({"endpointSelector": {"matchLabels": {key: "training"}}, **DENY_METADATA}, ns="jupyterhub")
+    assert decide(TRAINER, METADATA, 80, "TCP", [foreign], CILIUM).allowed
+    notebook = decide(NOTEBOOK, METADATA, 80, "TCP", [foreign], CILIUM)
+    if key.startswith("k8s:"):  # replaced by the policy's own namespace: it selects jupyterhub's pods
+        assert not notebook.allowed and notebook.egress.denied_by == ["CiliumNetworkPolicy/jupyterhub/c"]
+    else:  # any:, beside the k8s: match Cilium adds: both must hold, so it selects nothing
+        assert notebook.allowed
+    own = cnp({"endpointSelector": {"matchLabels": {"app": "trainer"}}, **DENY_METADATA}, ns="training")
+    assert not decide(TRAINER, METADATA, 80, "TCP", [own], CILIUM).allowed
+    clusterwide = cnp({"endpointSelector": {"matchLabels": {key: "training"}}, **DENY_METADATA})
+    assert not decide(TRAINER, METADATA, 80, "TCP", [clusterwide], CILIUM).allowed, "a CCNP selects as written"
+
+
+def test_namespace_label_peers_span_namespaces_and_a_plain_peer_stays_in_the_policys():
+    """getEndpointSelector pins a CiliumNetworkPolicy's peer to its namespace unless the peer names a namespace or
+    namespace labels (io.cilium.k8s.namespace.labels.*): before, such a peer was read as same-namespace."""
+    by_ns_labels = cnp({"endpointSelector": {}, "egress": [{"toEndpoints": [
+        {"matchLabels": {"k8s:io.cilium.k8s.namespace.labels.team": "kubeflow", "app": "ml-pipeline"}}]}]}, ns="jupyterhub")
+    assert decide(NOTEBOOK, API, 8888, "TCP", [by_ns_labels], CILIUM).allowed
+    expr = cnp({"endpointSelector": {}, "egress": [{"toEndpoints": [{"matchExpressions": [
+        {"key": "io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name", "operator": "In", "values": ["kubeflow"]}]}]}]},
+               ns="jupyterhub")
+    assert decide(NOTEBOOK, API, 8888, "TCP", [expr], CILIUM).allowed
+    other_team = cnp({"endpointSelector": {}, "egress": [{"toEndpoints": [
+        {"matchLabels": {"io.cilium.k8s.namespace.labels.team": "katib", "app": "ml-pipeline"}}]}]}, ns="jupyterhub")
+    assert not decide(NOTEBOOK, API, 8888, "TCP", [other_team], CILIUM).allowed
+    plain = cnp({"endpointSelector": {}, "egress": [{"toEndpoints": [{"matchLabels": {"app": "ml-pipeline"}}]}]},
+                ns="jupyterhub")
+    assert not decide(NOTEBOOK, API, 8888, "TCP", [plain], CILIUM).allowed
+
+
+def test_a_pods_service_account_is_part_of_its_cilium_identity():
+    """SanitizePodLabels adds io.cilium.k8s.policy.serviceaccount (and the cluster's name) to every pod identity."""
+    runner = Peer("step", POD, "kubeflow", {"app": "step"}, {"kubernetes.io/metadata.name": "kubeflow"}, (), POD_CIDR,
+                  service_account="pipeline-runner")
+    by_account = cnp({"endpointSelector": {"matchLabels": {"app": "ml-pipeline"}}, "ingress": [{"fromEndpoints": [
+        {"matchLabels": {"io.cilium.k8s.policy.serviceaccount": "pipeline-runner"}}]}]}, ns="kubeflow")
+    assert decide(runner, API, 8888, "TCP", [by_account], CILIUM).allowed
+    other = Peer("other", POD, "kubeflow", {"app": "step"}, {"kubernetes.io/metadata.name": "kubeflow"}, (), POD_CIDR,
+                 service_account="default")
+    assert not decide(other, API, 8888, "TCP", [by_account], CILIUM).allowed
+    subject = cnp({"endpointSelector": {"matchLabels": {"k8s:io.cilium.k8s.policy.serviceaccount": "pipeline-runner"}},
+                   **DENY_METADATA}, ns="kubeflow")
+    assert not decide(runner, METADATA, 80, "TCP", [subject], CILIUM).allowed
+    assert decide(other, METADATA, 80, "TCP", [subject], CILIUM).allowed
+    local = cnp({"endpointSelector": {}, "egress": [{"toEndpoints": [{"matchLabels": {
+        "io.cilium.k8s.policy.cluster": "default", "app": "ml-pipeline", "io.kubernetes.pod.namespace": "kubeflow"}}]}]},
+                ns="jupyterhub")
+    assert decide(NOTEBOOK, API, 8888, "TCP", [local], CILIUM).allowed
+
+
+def test_a_reserved_peer_selects_the_entity():
+    """A peer with a reserved: key is taken as written (no namespace added): reserved:kube-apiserver is the API server."""
+    reserved = cnp({"endpointSelector": {}, "egress": [{"toEndpoints": [{"matchLabels": {"reserved:kube-apiserver": ""}}]}]},
+                   ns="jupyterhub")
+    assert decide(NOTEBOOK, APISERVER_NODE, 6443, "TCP", [reserved], CILIUM).allowed
+    assert not decide(NOTEBOOK, API, 8888, "TCP", [reserved], CILIUM).allowed
+
+
+# --- what to do about a denied flow depends on what is blocked ---------------------------------
+
+
+def test_the_fix_for_a_denied_flow_fits_the_other_side_pod_node_api_server_or_address():
+    """A NetworkPolicy selects pods only: "select it with podSelector/namespaceSelector" is the advice for a pod, never
+    for a node or the API server on the nodes (before, every denied flow got it)."""
+    from gpu_platform.preflight.fit.flows import _explain, _fix
+
+    kubelet = Peer("kubelets", NODE, addresses=("10.0.0.0/24",), entities=frozenset({"host", "remote-node"}))
+    egress_only_private = [netpol("jupyterhub", PRIVATE_EGRESS)]
+    to_pod = decide(NOTEBOOK, API, 8888, "TCP", egress_only_private, CILIUM)
+    assert "select it with podSelector/namespaceSelector instead" in _explain(to_pod, NOTEBOOK, API, CILIUM)
+    assert "selecting the other side with podSelector/namespaceSelector" in _fix(to_pod, NOTEBOOK, API, CILIUM)
+    to_apiserver = decide(NOTEBOOK, APISERVER_NODE, 6443, "TCP", egress_only_private, CILIUM)
+    text, fix = _explain(to_apiserver, NOTEBOOK, APISERVER_NODE, CILIUM), _fix(to_apiserver, NOTEBOOK, APISERVER_NODE, CILIUM)
+    assert "to the API server (on the nodes) unless its policy-cidr-match-mode lists nodes" in text
+    assert "podSelector/namespaceSelector instead" not in text
+    assert "policy-cidr-match-mode: nodes" in fix and "toEntities: [kube-apiserver]" in fix and "10.0.0.0/24" in fix
+    to_kubelet = decide(NOTEBOOK, kubelet, 10250, "TCP", egress_only_private, CILIUM)
+    assert "toEntities: [host, remote-node]" in _fix(to_kubelet, NOTEBOOK, kubelet, CILIUM)
+    nothing = [netpol("jupyterhub", {"podSelector": {}, "policyTypes": ["Egress"]})]
+    upstream = decide(NOTEBOOK, APISERVER_NODE, 6443, "TCP", nothing, UPSTREAM)
+    fix = _fix(upstream, NOTEBOOK, APISERVER_NODE, UPSTREAM)
+    assert "with an ipBlock covering its addresses (10.0.0.0/24)" in fix and "toEntities" not in fix
+    outside = decide(NOTEBOOK, INTERNET, 443, "TCP", nothing, CILIUM)
+    assert "with an ipBlock covering an address outside the cluster's addresses" in _fix(outside, NOTEBOOK, INTERNET, CILIUM)
+
+
 # --- the shipped stacks ----------------------------------------------------------------------
 
 

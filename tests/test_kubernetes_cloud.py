@@ -163,10 +163,36 @@ def test_the_example_stack_is_valid_and_warns_of_nothing():
                                                         "bucket": "ckpt"})),
      "gpu-platform:kubernetes.checkpointStore.endpoint", "https"),
     (lambda: config(kubernetes=section(clusterName="On Prem")), "gpu-platform:kubernetes.clusterName", "DNS-1123"),
+    # the network: required, so the platform's connections are checked against the cluster's own CNI
+    (lambda: config(kubernetes=section(network=None)), "gpu-platform:kubernetes.network",
+     "required on cloud kubernetes: {cni: cilium | calico | other-upstream | none"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "cni": "flannel"})),
+     "gpu-platform:kubernetes.network.cni", "'cilium', 'calico', 'other-upstream' or 'none'"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "cni": "calico"})),
+     "gpu-platform:kubernetes.network.cilium", "only with cni: cilium"),
+    (lambda: config(kubernetes=section(network={"cni": "calico", "nodeCidrs": ["10.20.0.0/24"],
+                                                "apiServer": {"onNodes": True, "port": 6443}})),
+     "gpu-platform:kubernetes.network.podCidrs", "at least one CIDR with cni calico"),
+    (lambda: config(kubernetes=section(network={"cni": "calico", "podCidrs": ["10.244.0.0/16"],
+                                                "nodeCidrs": ["10.20.0.0/24"]})),
+     "gpu-platform:kubernetes.network.apiServer", "{onNodes, port} with cni calico"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "apiServer": {"onNodes": True}})),
+     "gpu-platform:kubernetes.network.apiServer.port", "required"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "apiServer": {
+        "onNodes": True, "port": 6443, "cidrs": ["10.30.0.10/32"]}})),
+     "gpu-platform:kubernetes.network.apiServer.cidrs[0]", "a range inside nodeCidrs (10.20.0.0/24)"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "apiServer": {"onNodes": False, "port": 443}})),
+     "gpu-platform:kubernetes.network.apiServer.cidrs", "with onNodes: false"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "podCidrs": ["10.244.0.1/16"]})),
+     "gpu-platform:kubernetes.network.podCidrs[0]", "no host bits set"),
+    (lambda: config(kubernetes=section(network={**section()["network"], "cilium": {"policyCidrMatchMode": ["world"]}})),
+     "gpu-platform:kubernetes.network.cilium.policyCidrMatchMode[0]", "'nodes' or 'pods'"),
 ], ids=["pool-type-without-gpus", "gpus-without-model", "catalog-and-own", "unknown-catalog-type", "no-device-plugin-choice",
         "no-storage-class", "no-section", "no-version", "admin-cidrs", "no-alert-emails", "price-overrides", "delete-bucket", "preemptible",
         "some-prices", "unknown-pool", "gpu-taint-again", "gpu-system-pool", "allocatable-above-capacity",
-        "allocatable-not-a-quantity", "http-endpoint", "cluster-name"])
+        "allocatable-not-a-quantity", "http-endpoint", "cluster-name", "no-network", "unknown-cni", "cilium-settings-on-calico",
+        "no-pod-cidrs", "no-api-server", "no-api-server-port", "api-server-off-the-nodes", "api-server-elsewhere-without-address",
+        "pod-cidr-host-bits", "unknown-cidr-match-mode"])
 def test_a_mistake_names_the_key_the_file_and_what_is_allowed(change, key, allowed):
     message = errors(change())
     line = next((ln for ln in message.splitlines() if ln.strip().startswith(f"{key}:")), None)
@@ -371,6 +397,40 @@ def test_without_a_checkpoint_store_pods_get_no_checkpoint_url():
     assert plan.outputs.get("checkpointBucket") is None
 
 
+def test_without_a_checkpoint_store_the_example_job_starts_and_a_job_that_needs_the_url_is_caught(tmp_path, capsys):
+    """Without kubernetes.checkpointStore ConfigMap training/checkpoint-store has no CHECKPOINT_URL. The example
+    TrainJob read it without `optional`: its pods sat in CreateContainerConfigError, Kueue re-admitted the job about
+    four times holding the pool's GPU quota, then deactivated it, and preflight passed. Now the example's reference is
+    optional (the program then stops at its start, saying why) and preflight's config-keys check reports a job whose
+    reference is not, naming the pod, the key and the ConfigMap."""
+    import yaml
+
+    from tests.conftest import ROOT
+    from tests.fit_support import need_charts
+    from tests.test_hostile_input import run_main
+
+    need_charts()
+    doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
+    del doc["config"]["gpu-platform:kubernetes"]["checkpointStore"]
+    stack_file = tmp_path / f"Pulumi.{STACK}.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    code, text, _ = run_main(["--stack-file", str(stack_file), "--no-policies", "--out", str(tmp_path / "example")], capsys)
+    assert code == 0, text[-3000:]
+    assert "[config-keys]" not in text
+    example = (ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text()
+    strict = example.replace("configMapKeyRef: {name: checkpoint-store, key: CHECKPOINT_URL, optional: true}",
+                             "configMapKeyRef: {name: checkpoint-store, key: CHECKPOINT_URL}")
+    assert strict != example
+    job = tmp_path / "strict.yaml"
+    job.write_text(strict)
+    code, text, _ = run_main(["--stack-file", str(stack_file), "--no-policies", "--job", str(job),
+                              "--out", str(tmp_path / "strict")], capsys)
+    assert code == 3, text[-3000:]
+    assert ("[config-keys] TrainJob/training/resnet-checkpointed[node] (strict): container node (env CHECKPOINT_URL) reads key "
+            "CHECKPOINT_URL of ConfigMap training/checkpoint-store, which the rendered ConfigMap does not have") in text
+    assert "holds its queue's quota until Kueue evicts it" in text
+
+
 def test_the_queue_is_sized_from_the_stated_allocatable(plan):
     from gpu_platform.components.capacity import MI
     from gpu_platform.components.platform.queue import node_share
@@ -472,6 +532,131 @@ def test_the_platform_fits_the_example_cluster_and_its_nodes_can_be_rehearsed(pl
     small = check_fit(cluster_model(cfg_small, plan_of(smaller)), [copy.deepcopy(r) for r in rendered(STACK) if r.rendered])
     assert any(p.check == "packing" and p.object == "StatefulSet/monitoring/prometheus-kube-prometheus-stack-prometheus"
                and "groups system at maximum size" in p.reason for p in small.problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# Network flows, on the cluster's own CNI as kubernetes.network states it
+# ---------------------------------------------------------------------------------------------
+
+# An on-premises kubeadm cluster on Cilium as its chart installs it: no policy-cidr-match-mode, the API server a
+# static pod on the control-plane nodes (reached at their addresses, port 6443).
+CILIUM_DEFAULTS = {"cni": "cilium", "podCidrs": ["10.244.0.0/16"], "nodeCidrs": ["10.20.0.0/24"],
+                   "apiServer": {"onNodes": True, "port": 6443}}
+# What the quickstart offers instead of the mode: a CiliumNetworkPolicy letting the hub and the notebooks reach the
+# kube-apiserver entity (Cilium Documentation/security/policy/layer3.rst "Entities based").
+APISERVER_CNP = {
+    "apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+    "metadata": {"name": "jupyterhub-to-kube-apiserver", "namespace": "jupyterhub"},
+    "spec": {"endpointSelector": {"matchExpressions": [{"key": "component", "operator": "In",
+                                                        "values": ["hub", "singleuser-server"]}]},
+             "egress": [{"toEntities": ["kube-apiserver"]}]},
+}
+
+
+def _fit_on(plan: Plan, network: dict[str, Any] | None, extra: tuple[dict[str, Any], ...] = ()):
+    import dataclasses
+
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+    from tests.fit_support import need_charts, rendered
+
+    need_charts()
+    cfg = parse_config(stack_input_from_mapping(STACK, config(kubernetes=section(network=network))).raw, STACK)
+    rels = [copy.deepcopy(r) for r in rendered(STACK) if r.rendered]
+    if extra:
+        rels = [dataclasses.replace(r, objects=r.objects + list(extra)) if r.name == "jupyterhub" else r for r in rels]
+    return check_fit(cluster_model(cfg, plan), rels)
+
+
+def _verdicts(report) -> dict[str, str]:
+    return {r.name: r.verdict for r in report.flows.results if r.protocol == "TCP"}
+
+
+def test_on_cilium_defaults_the_hub_cannot_reach_an_api_server_on_the_nodes(plan):
+    """z2jh's hub reaches the API server through ipBlock egress only (10/8, 172.16/12, 192.168/16 and the rest);
+    Cilium does not match an ipBlock against a node unless policy-cidr-match-mode lists `nodes`
+    (zero-to-jupyterhub-k8s#3202, cilium#20550): KubeSpawner cannot create a single pod. Before kubernetes.network,
+    cloud kubernetes had no network model: no flow was checked and nothing said so (fit.json flows: null)."""
+    report = _fit_on(plan, CILIUM_DEFAULTS)
+    assert report.flows is not None, "the flows must be checked on cloud kubernetes"
+    verdicts = _verdicts(report)
+    assert verdicts["hub to the Kubernetes API"] == "denied"
+    assert verdicts["notebook to the Kubernetes API"] == "denied"
+    problem = next(p for p in report.by_check("flows") if "flow 'hub to the Kubernetes API'" in p.reason)
+    assert problem.object == "NetworkPolicy/jupyterhub/hub" and problem.release == "jupyterhub"
+    assert "does not apply ipBlock/CIDR rules to the API server (on the nodes)" in problem.reason
+    assert "KubeSpawner" in problem.reason
+    # The advice fits what is blocked: the API server is no pod, no selector reaches it.
+    assert "select it with podSelector" not in problem.reason and "podSelector/namespaceSelector, not" not in problem.fix
+    assert "policy-cidr-match-mode: nodes" in problem.fix and "kubernetes.network.cilium.policyCidrMatchMode" in problem.fix
+    assert "egress toEntities: [kube-apiserver]" in problem.fix and "10.20.0.0/24" in problem.fix
+    assert "policy-cidr-match-mode: none" in report.flows.dataplane
+    # The rest of the platform is unaffected: notebooks reach Pipelines by pod selector.
+    assert verdicts["notebook to Pipelines"] == "allowed"
+
+
+def test_with_policy_cidr_match_mode_nodes_every_flow_passes(plan):
+    report = _fit_on(plan, {**CILIUM_DEFAULTS, "cilium": {"policyCidrMatchMode": ["nodes"]}})
+    assert not report.by_check("flows"), [p.reason for p in report.by_check("flows")]
+    assert _verdicts(report)["hub to the Kubernetes API"] == "allowed"
+    assert "policy-cidr-match-mode: nodes" in report.flows.dataplane
+    # the quickstart's other way: a CiliumNetworkPolicy to the kube-apiserver entity, the mode left alone
+    cnp = _fit_on(plan, CILIUM_DEFAULTS, (APISERVER_CNP,))
+    assert not cnp.by_check("flows"), [p.reason for p in cnp.by_check("flows")]
+
+
+def test_other_cnis_and_a_control_plane_outside_the_nodes(plan):
+    # a managed control plane (EKS, GKE) is no node: Cilium matches its address by CIDR as upstream does
+    managed = _fit_on(plan, {**CILIUM_DEFAULTS, "apiServer": {"onNodes": False, "port": 443, "cidrs": ["10.20.1.0/28"]}})
+    assert not managed.by_check("flows"), [p.reason for p in managed.by_check("flows")]
+    # Calico (upstream semantics): an ipBlock matches a node's address
+    calico = _fit_on(plan, {**CILIUM_DEFAULTS, "cni": "calico"})
+    assert not calico.by_check("flows") and "upstream semantics" in calico.flows.dataplane
+    # nothing enforces NetworkPolicies: what the platform keeps closed is open, and preflight says so
+    none = _fit_on(plan, {"cni": "none"})
+    assert [r.name for r in none.flows.failed] == ["notebook to the cloud metadata server"]
+    assert "not enforced" in none.flows.dataplane
+    # Cilium with enable-policy never enforces nothing either
+    never = _fit_on(plan, {**CILIUM_DEFAULTS, "cilium": {"enablePolicy": "never"}})
+    assert [r.name for r in never.flows.failed] == ["notebook to the cloud metadata server"]
+
+
+def test_preflight_checks_the_flows_of_an_existing_cluster_and_names_the_hub(tmp_path, capsys):
+    """Through the command: the shipped example passes with its flows in fit.json and -v; the same stack on Cilium
+    defaults exits 3 naming the flow."""
+    import yaml
+
+    from tests.fit_support import need_charts
+    from tests.test_hostile_input import run_main
+
+    need_charts()
+    code, text, _ = run_main([STACK, "--no-policies", "-v", "--out", str(tmp_path / "ok")], capsys)
+    assert code == 0, text[-3000:]
+    assert "flows: " in text and "checked on Cilium (kubernetes.network.cni cilium)" in text
+    assert "ok   hub to the Kubernetes API" in text
+    fit = json.loads((tmp_path / "ok" / STACK / "fit.json").read_text())
+    assert fit["report"]["flows"]["checked"] > 20 and fit["report"]["flows"]["failed"] == 0
+    assert fit["model"]["network"]["ciliumPolicyCidrMatchMode"] == ["nodes"]
+
+    from tests.conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
+    doc["config"]["gpu-platform:kubernetes"]["network"] = CILIUM_DEFAULTS
+    stack_file = tmp_path / f"Pulumi.{STACK}.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    code, text, _ = run_main(["--stack-file", str(stack_file), "--no-policies", "--out", str(tmp_path / "bad")], capsys)
+    assert code == 3, text[-3000:]
+    assert "[flows] NetworkPolicy/jupyterhub/hub (jupyterhub): flow 'hub to the Kubernetes API'" in text
+    flows = json.loads((tmp_path / "bad" / STACK / "fit.json").read_text())["report"]["flows"]
+    assert {f["name"] for f in flows["flows"] if f["verdict"] == "denied"} >= {"hub to the Kubernetes API"}
+    # The quickstart's CiliumNetworkPolicy, given beside the job: the cluster's Cilium serves its kind (no plan
+    # installs the CRD), and the hub reaches the API server by its identity.
+    job = tmp_path / "job.yaml"
+    job.write_text((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text().rstrip("\n")
+                   + "\n---\n" + yaml.safe_dump(APISERVER_CNP))
+    code, text, _ = run_main(["--stack-file", str(stack_file), "--no-policies", "--job", str(job),
+                              "--out", str(tmp_path / "cnp")], capsys)
+    assert code == 0, text[-3000:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -606,3 +791,131 @@ def test_the_autoscaler_overhead_is_simulated_with_the_stated_boot_time():
     over = simulated_overhead("kubernetes", PoolShape("a100", "dgx-a100-4x", "on-demand", 0, 2), cfg.stack_catalog(),
                               scale_up_minutes=12)
     assert over.factor > 1 and "boot 12 min" in over.basis
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint store with a private CA (kubernetes.checkpointStore.caBundle)
+# ---------------------------------------------------------------------------------------------
+
+
+def _ca_pem(days: int = 30) -> str:
+    """A CA certificate valid from the (pinned) day before today for `days` days."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from gpu_platform.data.versions_calendar import today
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "onprem-s3-ca")])
+    start = datetime.datetime.combine(today() - datetime.timedelta(days=1), datetime.time(), datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(start)
+            .not_valid_after(start + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def _with_ca(pem: str, endpoint: str = "https://s3.example.internal:9000") -> dict[str, Any]:
+    return config(kubernetes=section(checkpointStore={**section()["checkpointStore"], "endpoint": endpoint, "caBundle": pem}))
+
+
+def test_a_private_ca_reaches_the_training_pods_through_the_runtime():
+    """Before: an on-prem store had to be https (config) but pods got only AWS_ENDPOINT_URL_S3 and AWS_REGION, so an
+    endpoint signed by a private CA failed every checkpoint with a TLS verification error."""
+    from gpu_platform.components.cluster import CHECKPOINT_CA_DIR, CHECKPOINT_CA_KEY, CHECKPOINT_CA_PATH
+
+    pem = _ca_pem()
+    plan = plan_of(_with_ca(pem))
+    maps = {r.plain_inputs["metadata"]["name"]: r.plain_inputs for r in plan.by_type("kubernetes:core/v1:ConfigMap")}
+    assert maps["checkpoint-store"]["data"]["AWS_CA_BUNDLE"] == CHECKPOINT_CA_PATH
+    assert maps["checkpoint-ca"]["metadata"]["namespace"] == "training"
+    assert maps["checkpoint-ca"]["data"] == {CHECKPOINT_CA_KEY: pem}
+    (runtime,) = [r.plain_inputs for r in plan.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")]
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "checkpoint-ca", "configMap": {
+        "name": "checkpoint-ca", "items": [{"key": CHECKPOINT_CA_KEY, "path": CHECKPOINT_CA_KEY}]}}]
+    (node,) = pod["containers"]
+    assert node["volumeMounts"] == [{"name": "checkpoint-ca", "mountPath": CHECKPOINT_CA_DIR, "readOnly": True}]
+    assert CHECKPOINT_CA_PATH == f"{CHECKPOINT_CA_DIR}/{CHECKPOINT_CA_KEY}"
+    # without a CA: no ConfigMap, no mount, no AWS_CA_BUNDLE (botocore would fail on a path that does not exist)
+    plain = plan_of(config())
+    names = {r.plain_inputs["metadata"]["name"]: r.plain_inputs for r in plain.by_type("kubernetes:core/v1:ConfigMap")}
+    assert "checkpoint-ca" not in names and "AWS_CA_BUNDLE" not in names["checkpoint-store"]["data"]
+    (runtime,) = [r.plain_inputs for r in plain.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")]
+    assert "volumes" not in runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+
+
+def test_the_example_job_reads_the_ca_bundle_and_the_runtime_mounts_it(plan):
+    """The example TrainJob on the stack with a CA: its pod (Trainer's runtime merged with the job) mounts the file
+    AWS_CA_BUNDLE names, and every key it reads exists (preflight's fit, config-keys included, has no problem)."""
+    import yaml
+
+    from gpu_platform.components.cluster import CHECKPOINT_CA_DIR
+    from tests.conftest import ROOT
+
+    job = yaml.safe_load((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text())
+    env = {e["name"]: e for e in job["spec"]["trainer"]["env"]}
+    assert env["AWS_CA_BUNDLE"]["valueFrom"]["configMapKeyRef"] == {"name": "checkpoint-store", "key": "AWS_CA_BUNDLE",
+                                                                   "optional": True}
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+    from gpu_platform.preflight.fit.render import render_plan
+    from tests.fit_support import CHART_DIRS, need_charts
+
+    need_charts()
+    cfg_map = _with_ca(_ca_pem())
+    cfg = parse_config(stack_input_from_mapping(STACK, cfg_map).raw, STACK)
+    ca_plan = plan_of(cfg_map)
+    rels = render_plan(ca_plan, CHART_DIRS, kubernetes_version=cfg.kubernetes_version, base=ROOT)
+    report = check_fit(cluster_model(cfg, ca_plan), rels)
+    assert not report.problems, [(p.check, p.object, p.reason) for p in report.problems]
+    from gpu_platform.preflight.fit.pods import pod_templates
+
+    templates, _issues = pod_templates(rels)
+    (pt,) = [t for t in templates if t.owner.startswith("TrainJob/training/resnet-checkpointed")]
+    (node,) = [c for c in pt.containers() if c["name"] == "node"]
+    assert {"name": "checkpoint-ca", "mountPath": CHECKPOINT_CA_DIR, "readOnly": True} in node.get("volumeMounts", [])
+
+
+@pytest.mark.parametrize("bundle,endpoint,fragment", [
+    ("not a certificate", None, "PEM certificates (-----BEGIN CERTIFICATE-----"),
+    ("-----BEGIN CERTIFICATE-----\nMIIBbroken\n-----END CERTIFICATE-----\n", None,
+     "X.509 certificates; certificate 1 of 1 is not one"),
+    ("-----BEGIN X509 CRL-----\nMIIB\n-----END X509 CRL-----\n", None, "CERTIFICATE blocks only; block 1 of 1 is X509 CRL"),
+    (None, "http://minio.minio.svc:9000", "only with an https endpoint"),
+], ids=["not-pem", "corrupt-certificate", "not-a-certificate", "http-endpoint"])
+def test_a_bad_ca_bundle_names_the_key_and_never_shows_it(bundle, endpoint, fragment):
+    pem = bundle if bundle is not None else _ca_pem()
+    message = errors(_with_ca(pem, endpoint or "https://s3.example.internal:9000"))
+    line = next(ln for ln in message.splitlines() if ln.strip().startswith("gpu-platform:kubernetes.checkpointStore.caBundle:"))
+    assert fragment in line, message
+    assert "not shown" in line and "MIIB" not in message
+
+
+def test_a_private_key_in_the_ca_bundle_is_refused_without_quoting_it():
+    from gpu_platform.rehearsal.pki import CA
+
+    ca = CA.new("onprem-s3-ca")
+    _cert, key = ca.issue("s3.example.internal", dns=["s3.example.internal"])
+    body = key.decode().splitlines()[1]
+    message = errors(_with_ca(ca.cert_pem.decode() + key.decode()))
+    assert "gpu-platform:kubernetes.checkpointStore.caBundle" in message and "PRIVATE KEY block" in message
+    assert body not in message and body[:12] not in message
+
+
+def test_an_expired_certificate_in_the_bundle_is_a_warning(monkeypatch):
+    pem = _ca_pem(days=2)
+    cfg = parse_config(stack_input_from_mapping(STACK, _with_ca(pem)).raw, STACK)
+    assert config_warnings(cfg) == []
+    import datetime
+
+    from gpu_platform.data.versions_calendar import today
+
+    later = (today() + datetime.timedelta(days=40)).isoformat()
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", later)
+    (warning,) = [w for w in config_warnings(cfg) if "caBundle" in w]
+    assert "certificate 1 (CN=onprem-s3-ca) is valid" in warning and "not today" in warning

@@ -128,6 +128,16 @@ class SystemPoolSpec:
         return dict(SYSTEM_NODE_LABELS)
 
 
+# Where a training pod finds the certificates the checkpoint store's TLS certificate chains to, when the store has
+# a private CA (cloud kubernetes: kubernetes.checkpointStore.caBundle): ConfigMap training/checkpoint-ca, key
+# CHECKPOINT_CA_KEY, mounted by the torch-checkpointed runtime at CHECKPOINT_CA_DIR; the store's env names the file in
+# AWS_CA_BUNDLE, which botocore (and s3fs through aiobotocore) reads as its `ca_bundle` (botocore configprovider.py).
+CHECKPOINT_CA_CONFIGMAP = "checkpoint-ca"
+CHECKPOINT_CA_KEY = "ca-bundle.pem"
+CHECKPOINT_CA_DIR = "/etc/gpu-platform/checkpoint-ca"
+CHECKPOINT_CA_PATH = f"{CHECKPOINT_CA_DIR}/{CHECKPOINT_CA_KEY}"
+
+
 @dataclass(frozen=True)
 class CheckpointStore:
     """Where training writes checkpoints and how a pod in the training namespace reaches it.
@@ -135,13 +145,16 @@ class CheckpointStore:
     url: bucket URL (s3://…, gs://…); None where the cluster has no checkpoint store (cloud kubernetes without
     kubernetes.checkpointStore: pods get no CHECKPOINT_URL). service_account_annotations: put on the training
     service account (IRSA role ARN, GKE Workload Identity). env: plain environment for pods (endpoint,
-    region). credentials: secret environment (e.g. S3 keys on Linode), None where identity-based.
+    region, AWS_CA_BUNDLE). credentials: secret environment (e.g. S3 keys on Linode), None where identity-based.
+    ca_bundle: PEM certificates of the store's private CA (None: the image's trust store), put in ConfigMap
+    CHECKPOINT_CA_CONFIGMAP and mounted at CHECKPOINT_CA_PATH.
     """
 
     url: Optional[pulumi.Input[str]]
     service_account_annotations: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     credentials: Optional[pulumi.Output[Mapping[str, str]]] = None
+    ca_bundle: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,11 @@ and therefore know, the stack file states instead:
 - what each cloud component provides itself: the StorageClass for volumes (`storageClass`), whether an NVIDIA
   device plugin already runs (`gpuDevicePlugin`), the checkpoint store (`checkpointStore`, an S3-compatible
   endpoint, or none).
+- the network (`network`, required): what enforces NetworkPolicies on the cluster, where pods, nodes and the API
+  server have their addresses. Preflight checks the platform's connections against it (preflight/fit/flows.py), as
+  it reads the same from a cloud's plan: on Cilium an ipBlock never matches a node unless the agent's
+  policy-cidr-match-mode lists `nodes`, so z2jh's hub cannot reach an API server on the nodes (kubeadm, k3s,
+  RKE2, Talos) through its ipBlock egress (zero-to-jupyterhub-k8s#3202, cilium#20550).
 
 The rules that read the rest of the stack are in checks/kubernetes.py. Pure: no Pulumi.
 """
@@ -27,7 +32,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from gpu_platform.config.base import DnsLabel, Model, SystemPool, UsdPerHour
+from gpu_platform.config.base import Cidr, DnsLabel, Model, SystemPool, UsdPerHour
 
 # Node type names: what `kubectl get node -L node.kubernetes.io/instance-type` would show for a cloud's type,
 # or a name of your own (a label value: at most 63 of [A-Za-z0-9._-], alphanumeric at both ends).
@@ -185,6 +190,10 @@ class CheckpointStore(Model):
     region: str = Field(default="us-east-1", min_length=2, max_length=40, pattern=r"^[a-z0-9-]+$")
     # A folder in the bucket (several stacks sharing one bucket).
     prefix: Optional[str] = Field(default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$")
+    # PEM certificates the endpoint's TLS certificate chains to, when a private CA signed it (an on-premises MinIO
+    # or Ceph RGW): training pods trust them (AWS_CA_BUNDLE). Checked in checks/kubernetes.py (never echoed: a
+    # pasted private key must not reach a terminal).
+    ca_bundle: Optional[str] = None
 
     @field_validator("endpoint")
     @classmethod
@@ -207,6 +216,110 @@ class CheckpointStore(Model):
         return f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
 
 
+MAX_CA_BUNDLE_BYTES = 256 * 1024  # a CA bundle is a few KiB; a whole system trust store about 200 KiB
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.S)
+
+
+def ca_bundle_problems(pem: str) -> list[str]:
+    """What is wrong with a CA bundle, in words that never quote it: at most MAX_CA_BUNDLE_BYTES, one or more PEM
+    CERTIFICATE blocks (text between blocks is ignored, as OpenSSL's PEM reader ignores it), each an X.509
+    certificate, no private key anywhere."""
+    from cryptography import x509
+
+    if len(pem.encode("utf-8", "replace")) > MAX_CA_BUNDLE_BYTES:
+        return [f"at most {MAX_CA_BUNDLE_BYTES // 1024} KiB of PEM certificates (the CA's, not a whole trust store)"]
+    if "PRIVATE KEY-----" in pem:
+        return ["certificates only: it holds a PRIVATE KEY block. Remove it from the stack file (and treat the key as "
+                "exposed: it was in a file meant for version control)"]
+    blocks = _PEM_BLOCK.findall(pem)
+    if not blocks:
+        return ["PEM certificates (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----), one or more: the CA that "
+                "signed the endpoint's TLS certificate (`openssl s_client -showcerts -connect host:port` shows the chain)"]
+    out = []
+    for i, (kind, _) in enumerate(blocks, 1):
+        if kind != "CERTIFICATE":
+            out.append(f"CERTIFICATE blocks only; block {i} of {len(blocks)} is {kind[:40]}")
+    if out:
+        return out
+    for i, m in enumerate(_PEM_BLOCK.finditer(pem), 1):
+        try:
+            x509.load_pem_x509_certificate(m.group(0).encode("ascii"))
+        except (ValueError, UnicodeEncodeError):
+            out.append(f"X.509 certificates; certificate {i} of {len(blocks)} is not one (corrupt or cut short)")
+    return out
+
+
+def ca_bundle_expired(pem: str, on: Any) -> list[str]:
+    """The bundle's certificates that are not valid on date `on`: subject and dates (a warning: TLS to the store
+    fails if the endpoint's chain needs one of them)."""
+    from cryptography import x509
+
+    out = []
+    for i, m in enumerate(_PEM_BLOCK.finditer(pem), 1):
+        try:
+            cert = x509.load_pem_x509_certificate(m.group(0).encode("ascii"))
+        except (ValueError, UnicodeEncodeError):
+            continue
+        start, end = cert.not_valid_before_utc.date(), cert.not_valid_after_utc.date()
+        if not start <= on <= end:
+            out.append(f"certificate {i} ({cert.subject.rfc4514_string()[:80]}) is valid {start.isoformat()} to "
+                       f"{end.isoformat()}")
+    return out
+
+
+# What enforces NetworkPolicies on the cluster. cilium: Cilium's policy engine (GKE Dataplane V2 is Cilium too);
+# ipBlock/CIDR rules never match pods and match nodes only with policy-cidr-match-mode `nodes` (`pods`, 1.20+).
+# calico, other-upstream (Antrea, kube-router, the EKS VPC CNI's network policy agent, ...): upstream semantics,
+# an ipBlock matches any address. none: nothing enforces them (flannel alone, a CNI without a policy engine).
+NETWORK_CNIS = ("cilium", "calico", "other-upstream", "none")
+CILIUM_CIDR_MATCH_MODES = ("nodes", "pods")
+
+
+class ApiServer(Model):
+    """Where a pod's connection to the API server goes, after the `kubernetes` Service: the addresses and port of
+    its endpoints (`kubectl get endpointslices -n default -l kubernetes.io/service-name=kubernetes` prints both).
+    NetworkPolicies see those, never the Service's ClusterIP."""
+
+    # The API server runs on the cluster's own nodes (kubeadm, k3s, RKE2, Talos: a static pod or a process on
+    # the control-plane nodes) rather than outside them (EKS, GKE, AKS: the provider's control plane).
+    on_nodes: bool
+    port: int = Field(ge=1, le=65535)
+    # Its endpoints' addresses; default with onNodes: nodeCidrs (the control-plane nodes are nodes).
+    cidrs: list[Cidr] = Field(default_factory=list, max_length=20)
+
+
+class CiliumNetwork(Model):
+    """The Cilium agent's settings that decide what a policy matches, as `kubectl -n kube-system get configmap
+    cilium-config -o yaml` shows them (the Helm values policyCIDRMatchMode and policyEnforcementMode)."""
+
+    # policy-cidr-match-mode: empty (Cilium's default) or nodes and/or pods (pods: Cilium 1.20 and later).
+    policy_cidr_match_mode: list[Literal["nodes", "pods"]] = Field(default_factory=list, max_length=2)
+    # enable-policy: default, always (every endpoint isolated), never (nothing enforced).
+    enable_policy: Literal["default", "always", "never"] = "default"
+
+    @field_validator("policy_cidr_match_mode")
+    @classmethod
+    def _modes_once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("each mode once")
+        return value
+
+
+class KubernetesNetwork(Model):
+    """How the cluster's network enforces NetworkPolicies (read by preflight's flow check, gpu_platform/preflight/
+    fit/flows.py): the CNI that enforces them, where pods and nodes get their addresses, where the API server is.
+    podCidrs, nodeCidrs and apiServer are required unless cni is none (checks/kubernetes.py)."""
+
+    cni: Literal["cilium", "calico", "other-upstream", "none"]
+    # Where pods get addresses: the CNI's IPAM pools (Cilium's cluster-pool-ipv4-cidr, Calico's IPPools) or the
+    # nodes' spec.podCIDR ranges; on the EKS VPC CNI the VPC's subnets, like the nodes.
+    pod_cidrs: list[Cidr] = Field(default_factory=list, max_length=20)
+    # Where the nodes' InternalIPs are (`kubectl get nodes -o wide`): hostNetwork pods, the kubelets.
+    node_cidrs: list[Cidr] = Field(default_factory=list, max_length=20)
+    api_server: Optional[ApiServer] = None
+    cilium: Optional[CiliumNetwork] = None
+
+
 class KubernetesSection(Model):
     # Names the existing cluster (exports, the Kubernetes provider's identity: a different name is a
     # different cluster, and the provider and everything on it are replaced).
@@ -224,6 +337,8 @@ class KubernetesSection(Model):
     system_zones: list[str] = Field(default_factory=list, max_length=20)
     pools: dict[str, KubernetesPool] = Field(default_factory=dict)
     checkpoint_store: Optional[CheckpointStore] = None
+    # Required (checks/kubernetes.py says so, naming the key): what enforces NetworkPolicies and where things are.
+    network: Optional[KubernetesNetwork] = None
     # Minutes from a scale-up to a schedulable GPU node with your autoscaler (the job queue's wait for a job's
     # pods, the notebook start timeout); a fixed-size pool never waits for one.
     node_boot_minutes: int = Field(default=DEFAULT_NODE_BOOT_MINUTES, ge=1, le=120)

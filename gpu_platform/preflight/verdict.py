@@ -151,7 +151,7 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
     if cost is not None and cost.get("unpriced"):
         rows.append(("cost", f"NOT ESTIMATED: no node prices ({'; '.join(cost['unpriced'])}); set "
                              "kubernetes.nodeTypes.<type>.usdPerHour to have a bill", "yellow"))
-    if cost is not None and cost.get("refused"):
+    elif cost is not None and cost.get("refused"):
         r = cost["refused"]
         rows.append(("cost", f"REFUSED: no {r['capacity']} price for {r['type']} in {r['region']}; give "
                              f"priceOverrides.{r['type']} or record {r['region']}'s price (the bill below says how)",

@@ -28,7 +28,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from gpu_platform.components.cluster import (
-    GPU_TAINT, POOL_LABEL, SYSTEM_NODE_LABELS, CheckpointStore, ClusterHandle, GpuPoolSpec, SystemPoolSpec, Taint,
+    CHECKPOINT_CA_PATH, GPU_TAINT, POOL_LABEL, SYSTEM_NODE_LABELS, CheckpointStore, ClusterHandle, GpuPoolSpec,
+    SystemPoolSpec, Taint,
 )
 from gpu_platform.config.base import UNDECRYPTABLE, approval_tags
 from gpu_platform.config.kubernetes import (
@@ -115,8 +116,13 @@ def render_namespace() -> dict[str, Any]:
 
 def checkpoint_env(store: Any) -> dict[str, str]:
     """What a pod needs besides the keys to reach an S3-compatible store: its endpoint (AWS SDKs and boto3 read
-    AWS_ENDPOINT_URL_S3) and the region it signs for."""
-    return {"AWS_ENDPOINT_URL_S3": store.endpoint, "AWS_REGION": store.region}
+    AWS_ENDPOINT_URL_S3), the region it signs for and, for a store with a private CA, the file of its certificates
+    (botocore reads AWS_CA_BUNDLE as its ca_bundle: botocore/configprovider.py; s3fs passes no `verify`, so
+    aiobotocore's create_client takes it too), where the torch-checkpointed runtime mounts them."""
+    env = {"AWS_ENDPOINT_URL_S3": store.endpoint, "AWS_REGION": store.region}
+    if store.ca_bundle:
+        env["AWS_CA_BUNDLE"] = CHECKPOINT_CA_PATH
+    return env
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +208,7 @@ class ExistingCluster(pulumi.ComponentResource):
             keys = pulumi.Config(CHECKPOINT_CREDENTIALS_NAMESPACE)
             access, secret = (keys.require_secret(k) for k in CHECKPOINT_CREDENTIAL_KEYS)
             checkpoint = CheckpointStore(
-                url=store.url, env=checkpoint_env(store),
+                url=store.url, env=checkpoint_env(store), ca_bundle=store.ca_bundle,
                 credentials=pulumi.Output.secret(pulumi.Output.all(access, secret).apply(
                     lambda k: {"AWS_ACCESS_KEY_ID": k[0], "AWS_SECRET_ACCESS_KEY": k[1]})))
         self.endpoint = None if target is None else pulumi.Output.from_input(target.server)

@@ -22,7 +22,9 @@ from typing import Any, Mapping, Optional
 import pulumi
 
 from gpu_platform.components.capacity import MI
-from gpu_platform.components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT, ClusterHandle
+from gpu_platform.components.cluster import (
+    CHECKPOINT_CA_CONFIGMAP, CHECKPOINT_CA_KEY, TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT, ClusterHandle,
+)
 from gpu_platform.components.platform.common import (
     KATIB_METRICS_COLLECTOR_LABEL, MANAGED_BY, apply_object, k8s_opts, render_metadata_block_policy, render_namespace,
 )
@@ -74,6 +76,17 @@ def render_checkpoint_configmap(url: Any, env: Mapping[str, Any]) -> dict[str, A
         "kind": "ConfigMap",
         "metadata": {"name": CHECKPOINT_CONFIGMAP, "namespace": TRAINING_NAMESPACE, "labels": dict(MANAGED_BY)},
         "data": {**({} if url is None else {CHECKPOINT_URL_KEY: url}), **dict(env)},
+    }
+
+
+def render_checkpoint_ca_configmap(pem: str) -> dict[str, Any]:
+    """The certificates of the store's private CA (public: a ConfigMap), mounted by the torch-checkpointed runtime
+    (kubeflow.render_checkpointed_runtime) where the store's AWS_CA_BUNDLE points."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CHECKPOINT_CA_CONFIGMAP, "namespace": TRAINING_NAMESPACE, "labels": dict(MANAGED_BY)},
+        "data": {CHECKPOINT_CA_KEY: pem},
     }
 
 
@@ -159,6 +172,8 @@ class TrainingNamespace(pulumi.ComponentResource):
             f"{name}-service-account", render_training_service_account(store.service_account_annotations), in_ns)
         self.checkpoint_config = apply_object(
             f"{name}-checkpoint-config", render_checkpoint_configmap(store.url, store.env), in_ns)
+        self.checkpoint_ca = (apply_object(f"{name}-checkpoint-ca", render_checkpoint_ca_configmap(store.ca_bundle), in_ns)
+                              if store.ca_bundle else None)
         self.checkpoint_secret: Optional[pulumi.Resource] = None
         if store.credentials is not None:
             secret_data = pulumi.Output.secret(store.credentials)

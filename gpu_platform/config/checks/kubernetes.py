@@ -28,7 +28,24 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _system_pool(section, catalog)
     issues += _prices(cfg, section)
     issues += _version(cfg)
+    issues += _network(section)
+    issues += _checkpoint_store(section)
     return issues
+
+
+def _checkpoint_store(section: KubernetesSection) -> list[ConfigIssue]:
+    """caBundle: PEM certificates only (the value is described, never shown), and only for an https endpoint."""
+    from gpu_platform.config.kubernetes import ca_bundle_problems
+
+    store = section.checkpoint_store
+    if store is None or store.ca_bundle is None:
+        return []
+    key = "kubernetes.checkpointStore.caBundle"
+    shown = f"(PEM text, {len(store.ca_bundle.splitlines())} lines: not shown)"
+    if not store.endpoint.startswith("https://"):
+        return [ConfigIssue(key, shown, f"only with an https endpoint (the endpoint is {store.endpoint}: no TLS to "
+                                        "verify); leave it out")]
+    return [ConfigIssue(key, shown, p) for p in ca_bundle_problems(store.ca_bundle)]
 
 
 def _unused_keys(cfg: "StackConfig") -> list[ConfigIssue]:
@@ -144,6 +161,58 @@ def _prices(cfg: "StackConfig", section: KubernetesSection) -> list[ConfigIssue]
             for _, t, c in unpriced[:1]]
 
 
+NETWORK_HOW = ("docs/quickstart-kubernetes.md \"The network\" says how to read each from the cluster")
+
+
+def _network(section: KubernetesSection) -> list[ConfigIssue]:
+    """kubernetes.network: required, so that preflight checks the platform's connections against the cluster's
+    own CNI instead of skipping them (the stack creates no network to read them from)."""
+    import ipaddress
+
+    net = section.network
+    if net is None:
+        return [ConfigIssue("kubernetes.network", MISSING,
+                            "required on cloud kubernetes: {cni: cilium | calico | other-upstream | none, podCidrs, "
+                            "nodeCidrs, apiServer: {onNodes, port}}, what enforces NetworkPolicies on the cluster and "
+                            "where pods, nodes and the API server are; preflight checks the platform's connections (the "
+                            "hub to the API server, notebooks to Pipelines, ...) against it. " + NETWORK_HOW)]
+    issues = []
+    key = "kubernetes.network"
+    if net.cilium is not None and net.cni != "cilium":
+        issues.append(ConfigIssue(f"{key}.cilium", net.cilium.model_dump(by_alias=True),
+                                  f"only with cni: cilium (the Cilium agent's settings; cni is {net.cni})"))
+    if net.cni == "none":
+        return issues
+    for name, value in (("podCidrs", net.pod_cidrs), ("nodeCidrs", net.node_cidrs)):
+        if not value:
+            issues.append(ConfigIssue(f"{key}.{name}", MISSING,
+                                      f"at least one CIDR with cni {net.cni}: where the cluster's "
+                                      f"{'pods' if name == 'podCidrs' else 'nodes'} get their addresses (ipBlock rules are "
+                                      f"matched against them). {NETWORK_HOW}"))
+        elif len(set(value)) != len(value):
+            issues.append(ConfigIssue(f"{key}.{name}", value, "each CIDR once"))
+    api = net.api_server
+    if api is None:
+        issues.append(ConfigIssue(f"{key}.apiServer", MISSING,
+                                  f"{{onNodes, port}} with cni {net.cni}: whether the API server runs on the cluster's "
+                                  "nodes (kubeadm, k3s, RKE2, Talos) or outside them (EKS, GKE, AKS), and the port of its "
+                                  "endpoints (6443 on kubeadm, 443 on the managed control planes). " + NETWORK_HOW))
+        return issues
+    nodes = [ipaddress.ip_network(c) for c in net.node_cidrs]
+    for i, c in enumerate(api.cidrs):
+        n = ipaddress.ip_network(c)
+        if api.on_nodes and nodes and not any(n.version == m.version and n.subnet_of(m) for m in nodes):
+            issues.append(ConfigIssue(f"{key}.apiServer.cidrs[{i}]", c,
+                                      f"a range inside nodeCidrs ({', '.join(net.node_cidrs)}) with onNodes: true (the API "
+                                      "server runs on nodes), or onNodes: false"))
+    if not api.on_nodes and not api.cidrs:
+        issues.append(ConfigIssue(f"{key}.apiServer.cidrs", MISSING,
+                                  "the addresses of the API server's endpoints with onNodes: false (`kubectl get "
+                                  "endpointslices -n default -l kubernetes.io/service-name=kubernetes` prints them; a /32 "
+                                  "each, or the subnets a managed control plane puts them in)"))
+    return issues
+
+
 def _version(cfg: "StackConfig") -> list[ConfigIssue]:
     """The minor the cluster runs: required (the program cannot ask the cluster offline), known to the version
     calendar and released upstream. Past upstream support it is a warning (kubernetes_warnings): the cluster
@@ -187,9 +256,19 @@ def kubernetes_warnings(cfg: "StackConfig") -> list[str]:
         out.append("kubernetes.nodeTypes: no usdPerHour on any node type, so the stack has no cost estimate, no GPU spend "
                    "run-rate alert and no cost guardrail of the policy pack (monthly ceiling, idle floor); set what a node "
                    "costs you per hour to have them")
+    store = section.checkpoint_store
+    if store is not None and store.ca_bundle:
+        from gpu_platform.config.kubernetes import ca_bundle_expired
+
+        for text in ca_bundle_expired(store.ca_bundle, today()):
+            out.append(f"kubernetes.checkpointStore.caBundle: {text}, not today: training pods cannot verify the store's "
+                       "TLS certificate if its chain needs it; put the CA's current certificate in the bundle")
     if section.checkpoint_store is None:
-        out.append("kubernetes.checkpointStore is not set: training pods get no CHECKPOINT_URL; a job that is preempted or "
-                   "evicted restarts from its last checkpoint only if it writes one somewhere of its own")
+        out.append("kubernetes.checkpointStore is not set: ConfigMap training/checkpoint-store has no CHECKPOINT_URL. The "
+                   "example TrainJob (examples/training) then stops at its start saying so; a job that reads the key without "
+                   "`optional: true` never starts (CreateContainerConfigError) and holds its GPU quota until Kueue evicts "
+                   "it (preflight's config-keys check reports one given with --job); a job that is preempted or evicted "
+                   "restarts from its last checkpoint only if it writes one somewhere of its own")
     return out
 
 

@@ -16,6 +16,8 @@
 - flows: every connection the platform needs (notebook to Pipelines, hub to the API server, the API
   server to each webhook, Prometheus to each target, ...) is allowed by the rendered NetworkPolicies
   and Cilium policies, with the semantics of the stack's CNI (gpu_platform.preflight.fit.flows).
+- config-keys: every key a pod reads from a rendered ConfigMap or Secret (env configMapKeyRef/secretKeyRef,
+  a volume's items) without `optional: true` is in it; otherwise the pod never starts.
 
 Semantics follow the Kubernetes docs/sources named at each function. Pure functions; no I/O.
 """
@@ -41,8 +43,12 @@ from gpu_platform.preflight.fit.pods import (
     parse_amounts, pod_templates,
 )
 
+# Where the dataplane is Cilium (Linode's chart, a cluster's own: kubernetes.network.cni cilium), its operator
+# registers Cilium's CRDs itself (cilium v1.18.2-v1.20.0 pkg/k8s/apis/cilium.io/client/register.go RegisterCRDs, run
+# by pkg/k8s/apis/cell.go): the API server serves its policies though no plan installs their CRDs.
+CILIUM_SERVED = frozenset({("cilium.io", "v2", "CiliumNetworkPolicy"), ("cilium.io", "v2", "CiliumClusterwideNetworkPolicy")})
 CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "flows", "scale-down",
-          "render")
+          "config-keys", "render")
 # The user-server pods JupyterHub spawns (fit/pods.py jupyterhub_user_pods: one per profile).
 NOTEBOOK_POD = "jupyter-<user>"
 # CPU notebooks that must run at once where notebooks may run: two people (below it the second user's
@@ -937,6 +943,9 @@ class _Checker:
         """A job file's object whose kind no API the cluster serves: a real API server refuses it (`no matches
         for kind`), e.g. Training Operator v1's PyTorchJob on a platform that installs Trainer v2."""
         served = {(g, v, k) for g, v, k in _crd_kinds(o for rel in self.releases for o in rel.objects)}
+        network = self.model.network
+        if network is not None and network.dataplane == "cilium":
+            served |= CILIUM_SERVED
         for rel in self.releases:
             if rel.source != "example":
                 continue
@@ -1046,6 +1055,7 @@ class _Checker:
         self.ordering()
         self.reachable()
         self.scrape()
+        self.config_keys()
         flows = self.flows()
         self.scale_down()
         self.guarded(self.queue_fit, "Kueue quotas")
@@ -1164,6 +1174,74 @@ class _Checker:
         for f in scrape_findings(objects):
             self.problem("scrape", f.release, f.object, f.reason, f.fix)
 
+    # --- config keys -------------------------------------------------------------------------
+    def config_keys(self) -> None:
+        """A pod reading a key its ConfigMap or Secret lacks, not `optional: true`, never starts: the kubelet
+        reports CreateContainerConfigError for an env reference (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables:
+        `couldn't find key ... in ConfigMap`) and never mounts a volume whose items name a missing key
+        (pkg/volume/configmap, pkg/volume/secret: "configmap references non-existent config key"). A queued job's
+        pods then hold its quota until Kueue's waitForPodsReady evicts and requeues the workload, a few times, and
+        deactivates it. Checked where the ConfigMap or Secret is rendered (one the cluster or a person creates is
+        not known here), against the keys of its data, binaryData and stringData."""
+        stores: dict[tuple[str, str, str], Optional[set[str]]] = {}
+        for rel in self.releases:
+            for o in rel.objects:
+                kind = o.get("kind")
+                if kind not in ("ConfigMap", "Secret") or o.get("apiVersion") != "v1":
+                    continue
+                meta = o.get("metadata") or {}
+                keys: Optional[set[str]] = set()
+                for fld in ("data", "binaryData") if kind == "ConfigMap" else ("data", "stringData"):
+                    value = o.get(fld)
+                    if value is None:
+                        continue
+                    if not isinstance(value, dict):  # not known at plan time (a secret Output as a whole)
+                        keys = None
+                        break
+                    keys |= {str(k) for k in value}
+                key = (kind, str(meta.get("namespace") or rel.namespace), str(meta.get("name")))
+                if key in stores:  # the same object twice: what either has (unknown stays unknown)
+                    keys = None if stores[key] is None or keys is None else stores[key] | keys
+                stores[key] = keys
+
+        def check(pt: PodTemplate, kind: str, name: Any, key: Any, optional: Any, where: str) -> None:
+            if optional is True or name is None or key is None:
+                return
+            where_ = (kind, str(pt.namespace), str(name))
+            have = stores.get(where_)
+            if where_ not in stores or have is None or str(key) in have:
+                return
+            self.problem("config-keys", pt.release, pt.owner,
+                         f"{where} reads key {key} of {kind} {pt.namespace}/{name}, which the rendered {kind} does not "
+                         f"have ({'its keys: ' + ', '.join(sorted(have)) if have else 'it has no keys'}): the pod never "
+                         "starts (CreateContainerConfigError)"
+                         + (", and its job holds its queue's quota until Kueue evicts it" if pt.queue_name else ""),
+                         f"give {kind} {pt.namespace}/{name} the key {key} (or the stack setting that renders it), or mark "
+                         "the reference `optional: true` and have the program handle its absence")
+
+        for pt in self.templates:
+            for c in pt.all_containers():
+                cname = c.get("name")
+                for env in c.get("env") or []:
+                    ref = (env or {}).get("valueFrom") or {}
+                    for field_, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+                        r = ref.get(field_)
+                        if isinstance(r, dict):
+                            check(pt, kind, r.get("name"), r.get("key"), r.get("optional"),
+                                  f"container {cname} (env {env.get('name')})")
+            for vol in pt.spec.get("volumes") or []:
+                vol = vol or {}
+                sources = [("ConfigMap", vol.get("configMap"), "name"), ("Secret", vol.get("secret"), "secretName")]
+                for src in ((vol.get("projected") or {}).get("sources") or []):
+                    sources += [("ConfigMap", (src or {}).get("configMap"), "name"),
+                                ("Secret", (src or {}).get("secret"), "name")]
+                for kind, ref, name_key in sources:
+                    if not isinstance(ref, dict):
+                        continue
+                    for item in ref.get("items") or []:
+                        check(pt, kind, ref.get(name_key), (item or {}).get("key"), ref.get("optional"),
+                              f"volume {vol.get('name')}")
+
     # --- flows -------------------------------------------------------------------------------
     def flows(self) -> Optional[FlowReport]:
         """The platform's connections against the rendered network policies (fit/flows.py): a flow they
@@ -1177,8 +1255,7 @@ class _Checker:
         if report is None:
             return None
         fixes = {
-            "denied": "allow it in the policy that isolates that side (or the chart value that renders it): on "
-                      "Cilium select pods with podSelector/namespaceSelector, not ipBlock",
+            "denied": "allow it in the policy that isolates that side (or the chart value that renders it)",
             "unresolved": "render what the flow names (the Service, its port, the pods it selects), or fix the "
                           "labels that should connect them",
             "not-evaluated": "express the policy with the fields the check evaluates (netpol.py), or check this "
@@ -1190,7 +1267,7 @@ class _Checker:
                          f"flow '{r.name}' ({r.source} -> {r.destination}"
                          f"{'' if r.port is None else f':{r.port}/{r.protocol}'}) is {r.verdict.replace('-', ' ')}"
                          f"{', but must not be' if r.expected == 'denied' else ''}: "
-                         f"{r.reason}. Needed because: {r.why}", fixes[r.verdict])
+                         f"{r.reason}. Needed because: {r.why}", r.fix or fixes[r.verdict])
         return report
 
     # --- packing -----------------------------------------------------------------------------

@@ -199,6 +199,7 @@ class FlowResult:
     policies: list[str] = field(default_factory=list)  # the policies that decide it (isolating or denying)
     releases: list[str] = field(default_factory=list)
     expected: str = "allowed"  # what the platform needs: allowed, or denied (kept closed)
+    fix: str = ""  # for a denied flow: what lets it through, for what the blocked side is (a pod, a node, ...)
 
     def line(self) -> str:
         port = f":{self.port}/{self.protocol}" if self.port is not None else ""
@@ -268,8 +269,10 @@ class _Cluster:
         if spec.get("hostNetwork"):
             return Peer(what, NODE, namespace, dict(labels), self.ns_labels.get(namespace, {}), _ports(spec),
                         tuple(net.node_cidrs), frozenset({"host", "remote-node"}))
+        # The API server's ServiceAccount admission names "default" where the spec names none.
+        account = str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
         return Peer(what, POD, namespace, dict(labels), self.ns_labels.get(namespace, {NAMESPACE_NAME_LABEL: namespace}),
-                    _ports(spec), tuple(net.pod_cidrs))
+                    _ports(spec), tuple(net.pod_cidrs), service_account=account)
 
     def place(self, place: Place) -> Peer:
         net = self.network
@@ -346,11 +349,19 @@ def dataplane(network: Any, releases: Iterable[Any]) -> Dataplane:
     kind = network.dataplane
     if kind == "none":
         return Dataplane(network.description, enforced=False)
-    if kind in ("calico", "aws-vpc-cni"):
+    if kind in ("calico", "aws-vpc-cni", "other-upstream"):
         return Dataplane(f"{network.description}, upstream semantics: ipBlock matches any address")
     if kind == "gke-dataplane-v2":
         # GKE manages the agent's configuration: Cilium's defaults (no policy-cidr-match-mode).
         return Dataplane(f"{network.description}, Cilium: ipBlock never matches pods or nodes", cilium=True)
+    if network.cilium_cidr_match_mode is not None:
+        # The cluster's own Cilium (cloud kubernetes): its settings as the stack file states them.
+        modes = set(network.cilium_cidr_match_mode)
+        enable = network.cilium_enable_policy or "default"
+        name = (f"{network.description}: Cilium (policy-cidr-match-mode: {' '.join(sorted(modes)) or 'none'}"
+                f"{'' if enable == 'default' else f', enable-policy: {enable}'})")
+        return Dataplane(name, enforced=enable != "never", cilium=True, cidr_matches_nodes="nodes" in modes,
+                         cidr_matches_pods="pods" in modes, enforce_always=enable == "always")
     config: Mapping[str, Any] = {}
     version = None
     for rel in releases:
@@ -362,7 +373,8 @@ def dataplane(network: Any, releases: Iterable[Any]) -> Dataplane:
     modes = set(str(config.get("policy-cidr-match-mode", "")).replace(",", " ").split())
     name = f"Cilium{' ' + version if version else ''} (policy-cidr-match-mode: {' '.join(sorted(modes)) or 'none'})"
     return Dataplane(name, cilium=True, cidr_matches_nodes="nodes" in modes, cidr_matches_pods="pods" in modes,
-                     enforce_always=str(config.get("enable-policy", "default")) == "always")
+                     enforce_always=str(config.get("enable-policy", "default")) == "always",
+                     cluster_name=str(config.get("cluster-name") or "default"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,6 +461,14 @@ def _scrape_flows(cluster: _Cluster) -> list[FlowSpec]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _what_kind(peer: Peer) -> str:
+    if peer.kind == POD:
+        return "a pod"
+    if "kube-apiserver" in peer.entities:
+        return "the API server" + (" (on the nodes)" if peer.kind == NODE else "")
+    return "a node" if peer.kind == NODE else "an address outside the cluster"
+
+
 def _explain(decision: Decision, src: Peer, dst: Peer, dp: Dataplane) -> str:
     parts = []
     for label, side, pod in (("egress", decision.egress, src), ("ingress", decision.ingress, dst)):
@@ -462,10 +482,40 @@ def _explain(decision: Decision, src: Peer, dst: Peer, dp: Dataplane) -> str:
         if side.cidr_skipped:
             other = dst if label == "egress" else src
             text += (f" ({', '.join(sorted(set(side.cidr_skipped)))} has an ipBlock covering its address, but {dp.name} "
-                     f"does not apply ipBlock/CIDR rules to {'a pod' if other.kind == POD else 'a node'}: select it "
-                     "with podSelector/namespaceSelector instead)")
+                     f"does not apply ipBlock/CIDR rules to {_what_kind(other)}"
+                     + (": select it with podSelector/namespaceSelector instead)" if other.kind == POD else
+                        " unless its policy-cidr-match-mode lists nodes, and no NetworkPolicy selector can select it)"))
         parts.append(text)
     return "; ".join(parts)
+
+
+def _fix(decision: Decision, src: Peer, dst: Peer, dp: Dataplane) -> str:
+    """What lets a denied flow through, by what the blocked side's other end is: a pod is selected by
+    podSelector/namespaceSelector; a node or an API server on the nodes by no selector: an ipBlock reaches it where the
+    CNI applies one (upstream semantics, Cilium with policy-cidr-match-mode nodes), or on Cilium a CiliumNetworkPolicy
+    entity (Documentation/security/policy/layer3.rst "Entities based": kube-apiserver, host, remote-node)."""
+    egress_blocked = not decision.egress.allowed
+    side = decision.egress if egress_blocked else decision.ingress
+    other = dst if egress_blocked else src
+    if side.denied_by:
+        return f"remove or narrow the deny rule of {', '.join(sorted(set(side.denied_by)))} that matches it"
+    where = ("allow it in the policy that isolates that side (or the chart value that renders it)")
+    if other.kind == POD:
+        return (f"{where}, selecting the other side with podSelector/namespaceSelector"
+                + (" (on Cilium an ipBlock never matches a pod)" if dp.cilium else ""))
+    addresses = ", ".join(other.addresses[:4]) + (", ..." if len(other.addresses) > 4 else "")
+    if other.kind == EXTERNAL:
+        return f"{where} with an ipBlock covering {_what_kind(other)}'s addresses ({addresses})"
+    entities = "kube-apiserver" if "kube-apiserver" in other.entities else "host, remote-node"
+    if dp.cilium:
+        return (f"{_what_kind(other)} is no pod, so no podSelector/namespaceSelector selects it: on Cilium either let "
+                f"ipBlock rules match nodes (policy-cidr-match-mode: nodes, the Helm value policyCIDRMatchMode: nodes; "
+                f"on cloud kubernetes also kubernetes.network.cilium.policyCidrMatchMode: [nodes]), so that an ipBlock "
+                f"covering {addresses} applies, or allow the pods a CiliumNetworkPolicy "
+                f"{'egress toEntities' if egress_blocked else 'ingress fromEntities'}: [{entities}] "
+                "(docs/quickstart-kubernetes.md \"The network\")")
+    return (f"{_what_kind(other)} is no pod, so no podSelector/namespaceSelector selects it: {where} with an ipBlock "
+            f"covering its addresses ({addresses}), which this CNI applies to nodes (upstream semantics)")
 
 
 def _check(cluster: _Cluster, dp: Dataplane, spec: FlowSpec, derived: bool) -> list[FlowResult]:
@@ -517,6 +567,7 @@ def _check(cluster: _Cluster, dp: Dataplane, spec: FlowSpec, derived: bool) -> l
                     side = d.egress if not d.egress.allowed else d.ingress
                     failed = result(src.what, dst.what, port, proto, "denied", _explain(d, src, dst, dp),
                                     side.denied_by or side.isolated_by)
+                    failed.fix = _fix(d, src, dst, dp)
                 if failed:
                     break
             if failed:

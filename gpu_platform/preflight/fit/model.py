@@ -59,18 +59,27 @@ class NodeGroup:
 class NetworkModel:
     """How the cluster's network enforces NetworkPolicies, and where what is not a pod lives: read by the
     flow check (gpu_platform.preflight.fit.flows)."""
-    dataplane: str  # cilium | gke-dataplane-v2 | calico | aws-vpc-cni | none
+    dataplane: str  # cilium | gke-dataplane-v2 | calico | aws-vpc-cni | other-upstream | none
     description: str  # what enforces policies, with its source
     pod_cidrs: tuple[str, ...]  # where pods get their addresses
     node_cidrs: tuple[str, ...]  # where nodes (and hostNetwork pods) get theirs
     apiserver_cidrs: tuple[str, ...]  # the address(es) pods reach the API server at, after the Service
     apiserver_port: int
     apiserver_on_nodes: bool  # the API server runs on cluster nodes (kubeadm) rather than outside them
+    # Cilium's policy-cidr-match-mode and enable-policy as the stack file states them (cloud kubernetes: the
+    # cluster's own agent); None: read from the rendered cilium-config (Linode installs the chart itself).
+    cilium_cidr_match_mode: Optional[tuple[str, ...]] = None
+    cilium_enable_policy: Optional[str] = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"dataplane": self.dataplane, "description": self.description, "podCidrs": list(self.pod_cidrs),
-                "nodeCidrs": list(self.node_cidrs), "apiserverCidrs": list(self.apiserver_cidrs),
-                "apiserverPort": self.apiserver_port, "apiserverOnNodes": self.apiserver_on_nodes}
+        out = {"dataplane": self.dataplane, "description": self.description, "podCidrs": list(self.pod_cidrs),
+               "nodeCidrs": list(self.node_cidrs), "apiserverCidrs": list(self.apiserver_cidrs),
+               "apiserverPort": self.apiserver_port, "apiserverOnNodes": self.apiserver_on_nodes}
+        if self.cilium_cidr_match_mode is not None:
+            out["ciliumPolicyCidrMatchMode"] = list(self.cilium_cidr_match_mode)
+        if self.cilium_enable_policy is not None:
+            out["ciliumEnablePolicy"] = self.cilium_enable_policy
+        return out
 
 
 @dataclass(eq=False)

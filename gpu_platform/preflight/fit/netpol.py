@@ -30,7 +30,12 @@ dataplanes for the fields below (Documentation/security/policy/{intro,language,l
 endpointSelector; ingress/egress/ingressDeny/egressDeny rules with from/toEndpoints, from/toEntities,
 from/toCIDR, from/toCIDRSet (cidr, except) and toPorts (port number or name, endPort, protocol); deny
 rules win over any allow; a selecting policy with a section of a direction isolates that direction
-unless its enableDefaultDeny says false. Anything else (L7 rules, toFQDNs, toServices, nodeSelector,
+unless its enableDefaultDeny says false. Selectors as Cilium parses them (pkg/k8s/apis/cilium.io/utils/utils.go
+ParseToCiliumRule, getEndpointSelector; pkg/k8s/utils/utils.go SanitizePodLabels, v1.18.2 to v1.20.0): a
+CiliumNetworkPolicy's endpointSelector applies in its own namespace only, whatever namespace it names; its peers
+stay there unless they name a namespace or namespace labels (io.cilium.k8s.namespace.labels.*); a peer with a
+`reserved:` key selects that entity; a pod's identity carries its namespace's name and labels, its ServiceAccount
+(io.cilium.k8s.policy.serviceaccount) and the cluster's name (io.cilium.k8s.policy.cluster). Anything else (L7 rules, toFQDNs, toServices, nodeSelector,
 ...) is reported as not evaluated instead of guessed.
 
 Pure: objects in, decisions out.
@@ -49,9 +54,14 @@ NETWORK_POLICY_API = "networking.k8s.io/v1"
 CILIUM_API = "cilium.io/v2"
 CILIUM_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
-# The labels Cilium gives a pod's identity besides the pod's own (pkg/k8s/apis/cilium.io/const.go).
+# The labels Cilium gives a pod's identity besides the pod's own (pkg/k8s/apis/cilium.io/const.go; set by
+# pkg/k8s/utils/utils.go SanitizePodLabels, the same at v1.18.2, v1.19.6 and v1.20.0): its namespace's name and
+# labels, its ServiceAccount and the cluster's name (the agent's cluster-name, "default" unless set).
 CILIUM_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 CILIUM_NAMESPACE_LABELS_PREFIX = "io.cilium.k8s.namespace.labels."
+CILIUM_SERVICE_ACCOUNT_LABEL = "io.cilium.k8s.policy.serviceaccount"
+CILIUM_CLUSTER_LABEL = "io.cilium.k8s.policy.cluster"
+CILIUM_RESERVED_PREFIX = "reserved:"
 # The CiliumNetworkPolicy/CiliumClusterwideNetworkPolicy fields this evaluator understands.
 _CILIUM_SPEC_KEYS = {"endpointSelector", "ingress", "egress", "ingressDeny", "egressDeny", "enableDefaultDeny",
                      "description", "labels"}
@@ -138,6 +148,7 @@ class Peer:
     ports: tuple[tuple[Optional[str], int, str], ...] = ()  # container ports: (name, number, protocol)
     addresses: tuple[str, ...] = ()  # the ranges its address lies in
     entities: frozenset[str] = frozenset()  # Cilium reserved entities it belongs to (world, kube-apiserver, ...)
+    service_account: Optional[str] = None  # a pod's spec.serviceAccountName ("default" when the spec names none)
 
     def port_name(self, port: int, protocol: str) -> Optional[str]:
         return next((n for n, p, proto in self.ports if p == port and proto == protocol and n), None)
@@ -154,6 +165,7 @@ class Dataplane:
     cidr_matches_nodes: bool = False  # Cilium --policy-cidr-match-mode lists `nodes`
     cidr_matches_pods: bool = False  # ... lists `pods` (Cilium 1.20+)
     enforce_always: bool = False  # Cilium --enable-policy=always: every endpoint isolated
+    cluster_name: str = "default"  # Cilium --cluster-name: every pod identity's io.cilium.k8s.policy.cluster
 
     def cidr_applies(self, peer: Peer) -> bool:
         """Whether ipBlock/CIDR rules can match `peer` at all."""
@@ -314,6 +326,8 @@ def _np_direction(policies: list[Policy], pod: Peer, other: Peer, port: int, pro
 
 
 def _strip(key: str) -> str:
+    """A selector key without its label source: `k8s:` and `any:` match a pod's labels (which come from k8s), as
+    does a key without one (EndpointSelector.Sanitize gives it `any:`); `reserved:` keys stay, they name entities."""
     for prefix in ("k8s:", "any:"):
         if key.startswith(prefix):
             return key[len(prefix):]
@@ -326,27 +340,58 @@ def _cilium_selector(selector: Optional[Mapping[str, Any]]) -> dict[str, Any]:
             "matchExpressions": [{**e, "key": _strip(str(e.get("key")))} for e in selector.get("matchExpressions") or []]}
 
 
-def _cilium_labels(pod: Peer) -> dict[str, str]:
-    labels = dict(pod.labels)
-    labels[CILIUM_NAMESPACE_LABEL] = str(pod.namespace)
-    for k, v in pod.namespace_labels.items():
+def _cilium_identity(peer: Peer, dp: Dataplane) -> dict[str, str]:
+    """The labels Cilium matches a selector against: a pod's own labels plus its namespace's name and labels, its
+    ServiceAccount and the cluster (SanitizePodLabels); anything else, its reserved entities (reserved:host, ...)."""
+    if peer.kind != POD:
+        return {CILIUM_RESERVED_PREFIX + e: "" for e in peer.entities}
+    labels = dict(peer.labels)
+    for k, v in peer.namespace_labels.items():
         labels[CILIUM_NAMESPACE_LABELS_PREFIX + k] = v
+    labels[CILIUM_NAMESPACE_LABEL] = str(peer.namespace)
+    if peer.service_account:
+        labels[CILIUM_SERVICE_ACCOUNT_LABEL] = peer.service_account
+    labels[CILIUM_CLUSTER_LABEL] = dp.cluster_name
     return labels
 
 
-def _names_namespace(selector: dict[str, Any]) -> bool:
-    return CILIUM_NAMESPACE_LABEL in selector["matchLabels"] or any(
-        e.get("key") == CILIUM_NAMESPACE_LABEL for e in selector["matchExpressions"])
+def _keys(sel: Mapping[str, Any]) -> list[str]:
+    return list(sel["matchLabels"]) + [str(e.get("key")) for e in sel["matchExpressions"]]
 
 
-def _cilium_endpoint_matches(pol: Policy, selector: Optional[Mapping[str, Any]], pod: Peer) -> bool:
-    """A CiliumNetworkPolicy's selectors stay in its namespace unless they name one; a clusterwide one's don't."""
+def _cilium_subject_matches(pol: Policy, selector: Optional[Mapping[str, Any]], pod: Peer, dp: Dataplane) -> bool:
+    """A policy's endpointSelector: the pods it applies to. A CiliumNetworkPolicy's applies in its own namespace only,
+    whatever the selector says: Cilium sets k8s:io.kubernetes.pod.namespace to the policy's namespace, replacing a
+    match of another one there (and warning "illegal namespace match"), and a match of another one under another
+    source stays beside it, so it selects nothing (pkg/k8s/apis/cilium.io/utils/utils.go ParseToCiliumRule, v1.18.2 to
+    v1.20.0). A clusterwide one's selects as written."""
     if pod.kind != POD:
         return False
+    selector = dict(selector or {})
+    if pol.kind == "CiliumNetworkPolicy":
+        if pod.namespace != pol.namespace:
+            return False
+        selector["matchLabels"] = {k: v for k, v in (selector.get("matchLabels") or {}).items()
+                                   if str(k) != "k8s:" + CILIUM_NAMESPACE_LABEL}
+    return label_selector_matches(_cilium_selector(selector), _cilium_identity(pod, dp))
+
+
+def _cilium_peer_matches(pol: Policy, selector: Optional[Mapping[str, Any]], peer: Peer, dp: Dataplane) -> bool:
+    """A from/toEndpoints selector (utils.go getEndpointSelector, v1.18.2 to v1.20.0): one with a `reserved:` key
+    selects entities as written; otherwise only pods (a clusterwide policy's gets `io.kubernetes.pod.namespace
+    Exists`), and a CiliumNetworkPolicy's stays in the policy's namespace unless it names a namespace
+    (io.kubernetes.pod.namespace) or namespace labels (io.cilium.k8s.namespace.labels.*), which span namespaces."""
     sel = _cilium_selector(selector)
-    if pol.kind == "CiliumNetworkPolicy" and not _names_namespace(sel) and pod.namespace != pol.namespace:
+    keys = _keys(sel)
+    if any(k.startswith(CILIUM_RESERVED_PREFIX) for k in keys):
+        return label_selector_matches(sel, _cilium_identity(peer, dp))
+    if peer.kind != POD:
         return False
-    return label_selector_matches(sel, _cilium_labels(pod))
+    if (pol.kind == "CiliumNetworkPolicy" and CILIUM_NAMESPACE_LABEL not in keys
+            and not any(k.startswith(CILIUM_NAMESPACE_LABELS_PREFIX) for k in keys)
+            and peer.namespace != pol.namespace):
+        return False
+    return label_selector_matches(sel, _cilium_identity(peer, dp))
 
 
 def _cilium_specs(pol: Policy) -> list[Mapping[str, Any]]:
@@ -408,7 +453,7 @@ def _cilium_rule_matches(pol: Policy, rule: Mapping[str, Any], other: Peer, port
     l3 = [k for k in (f"{pre}Endpoints", f"{pre}Entities", f"{pre}CIDR", f"{pre}CIDRSet") if k in rule]
     if not l3:
         return "toPorts" in rule  # L4 alone selects every peer; an empty rule selects none
-    if any(_cilium_endpoint_matches(pol, s, other) for s in rule.get(f"{pre}Endpoints") or []):
+    if any(_cilium_peer_matches(pol, s, other, dp) for s in rule.get(f"{pre}Endpoints") or []):
         return True
     if any(_entity_matches(e, other) for e in rule.get(f"{pre}Entities") or []):
         return True
@@ -439,7 +484,7 @@ def _cilium_direction(policies: list[Policy], pod: Peer, other: Peer, port: int,
             if "nodeSelector" in spec:
                 side.unsupported.append(f"{pol.id}: nodeSelector (host policies)")
                 continue
-            if not _cilium_endpoint_matches(pol, spec.get("endpointSelector"), pod):
+            if not _cilium_subject_matches(pol, spec.get("endpointSelector"), pod, dp):
                 continue
             extra = set(spec) - _CILIUM_SPEC_KEYS
             if extra:

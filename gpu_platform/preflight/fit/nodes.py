@@ -557,7 +557,38 @@ def network_model(cfg: "StackConfig", plan: "Plan") -> Optional[NetworkModel]:
         return _gke_network(cfg, plan)
     if cfg.cloud == "aws":
         return _eks_network(cfg, plan)
-    return None  # cloud kubernetes: the cluster's own CNI, which the stack does not name
+    if cfg.cloud == "kubernetes":
+        return _kubernetes_network(cfg)
+    return None
+
+
+_CNI_NAMES = {"cilium": "Cilium", "calico": "Calico", "other-upstream": "a CNI with upstream NetworkPolicy semantics",
+              "none": "no policy engine"}
+
+
+def _kubernetes_network(cfg: "StackConfig") -> Optional[NetworkModel]:
+    """A cluster the stack does not create: its network as the stack file states it (kubernetes.network, required by
+    config/checks/kubernetes.py). The API server's endpoints are on the nodes (kubeadm, k3s, RKE2, Talos: reached at
+    the control-plane nodes' addresses) or outside them (a managed control plane, at the stated addresses)."""
+    net = cfg.kubernetes.network if cfg.kubernetes else None
+    if net is None:
+        return None
+    where = "as the stack file states it (kubernetes.network)"
+    if net.cni == "none":
+        return NetworkModel(dataplane="none", description=f"kubernetes.network.cni none, {where}: NetworkPolicies are "
+                                                          "not enforced", pod_cidrs=tuple(net.pod_cidrs),
+                            node_cidrs=tuple(net.node_cidrs), apiserver_cidrs=(), apiserver_port=443,
+                            apiserver_on_nodes=False)
+    api = net.api_server
+    assert api is not None, "validated by config/checks/kubernetes.py"
+    cidrs = tuple(api.cidrs) or (tuple(net.node_cidrs) if api.on_nodes else ())
+    cilium = net.cilium
+    return NetworkModel(
+        dataplane=net.cni, description=f"{_CNI_NAMES[net.cni]} (kubernetes.network.cni {net.cni}), {where}",
+        pod_cidrs=tuple(net.pod_cidrs), node_cidrs=tuple(net.node_cidrs), apiserver_cidrs=cidrs,
+        apiserver_port=api.port, apiserver_on_nodes=api.on_nodes,
+        cilium_cidr_match_mode=(tuple(cilium.policy_cidr_match_mode) if cilium else ()) if net.cni == "cilium" else None,
+        cilium_enable_policy=(cilium.enable_policy if cilium else "default") if net.cni == "cilium" else None)
 
 
 # ---------------------------------------------------------------------------------------------
