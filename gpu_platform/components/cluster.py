@@ -147,6 +147,12 @@ class ClusterHandle:
     alert_rules: Sequence[Mapping[str, Any]] = ()
     # The system (CPU) pool: the job queue gives CPU-only work a flavor there. None: not known.
     system_pool: Optional[SystemPoolSpec] = None
+    # The example training image by digest (components/images.py training_image), the stack output
+    # trainingImage. None: not built and none published.
+    training_image: Optional[pulumi.Output[str]] = None
+    # A kubernetes.io/dockerconfigjson document (a secret) pods in the training namespace pull the stack's
+    # images with, where the nodes cannot pull from the registry on their own identity (linode.imageRegistry).
+    image_pull_config: Optional[pulumi.Output[str]] = None
 
     @property
     def max_gpus(self) -> int:

@@ -35,8 +35,9 @@ REDACTED = "[secret]"
 UNKNOWN_TEXT = "[unknown]"
 # A `secure:` value preflight cannot decrypt stands in as this (always marked secret).
 UNDECRYPTABLE = "preflight-cannot-decrypt-secure-value"
-# Provider credentials a stack's program requires that CI supplies at run time, per cloud (docs/ci.md).
-RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token")}
+# Provider credentials a stack's program requires that CI supplies at run time, per cloud (docs/ci.md);
+# linode-registry:password is read only where the program builds into linode.imageRegistry.
+RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token", "linode-registry:password")}
 
 
 # ---------------------------------------------------------------------------------------------

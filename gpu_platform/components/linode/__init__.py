@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import pulumi
 
@@ -30,16 +30,56 @@ def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
                         "linode:token. Create a token limited to Linodes, NodeBalancers, Volumes, VPCs and IPs "
                         "(docs/quickstart-linode.md, Linode API tokens).")
         cluster_token = deploy_token
+    from gpu_platform.config.checks.linode import node_groups_deployed
+
+    registry_password, pull_password = registry_secrets(cfg)
     node_groups_token = None
-    if any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools) and cfg.linode and cfg.linode.node_groups.image:
+    if node_groups_deployed(cfg):
         node_groups_token = pulumi.Config(NODE_GROUPS_TOKEN_NAMESPACE).get_secret("token")
         if node_groups_token is None:
             pulumi.log.warn(f"{NODE_GROUPS_TOKEN_NAMESPACE}:token is not set: the node-group provider gets the CCM/CSI "
                             "token. Create a token with only Linodes: Read/Write (docs/linode-autoscaling.md).")
     cluster = LinodeKubeadmCluster(cfg.name_prefix, LinodeClusterArgs(config=cfg, api_token=cluster_token,
                                                                       deploy_token=deploy_token,
-                                                                      node_groups_token=node_groups_token))
+                                                                      node_groups_token=node_groups_token,
+                                                                      registry_password=registry_password,
+                                                                      registry_pull_password=pull_password))
     return cluster.handle
+
+
+def builds_images(cfg: "StackConfig") -> bool:
+    """Whether `pulumi up` builds an image into linode.imageRegistry: the node-group provider's (autoscaled
+    pools without linode.nodeGroups.image) or the example training image."""
+    from gpu_platform.components.images import TRAINING
+
+    section = cfg.linode
+    if section is None or section.image_registry is None:
+        return False
+    provider = section.node_groups.image is None and any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools)
+    training = cfg.platform.training_image
+    return provider or (training.build and training.image is None and TRAINING.available())
+
+
+def registry_secrets(cfg: "StackConfig") -> "tuple[Optional[pulumi.Output[str]], Optional[pulumi.Output[str]]]":
+    """(push password, pull password) of linode.imageRegistry, from their secret namespace; a missing one
+    stops the program before any resource is registered, naming the key."""
+    from gpu_platform.config.linode import REGISTRY_SECRET_NAMESPACE as NS
+
+    if not builds_images(cfg):
+        return None, None
+    registry = cfg.linode.image_registry  # type: ignore[union-attr]
+    config = pulumi.Config(NS)
+    password = config.get_secret("password")
+    if password is None:
+        raise pulumi.RunError(f"{NS}:password is not set: the password or token {registry.username} pushes to "
+                              f"{registry.server} with (linode.imageRegistry). Set it with `pulumi config set --secret "
+                              f"{NS}:password <token>` (docs/quickstart-linode.md, \"Images\")")
+    pull = config.get_secret("pullPassword")
+    if registry.pull_username is not None and pull is None:
+        raise pulumi.RunError(f"{NS}:pullPassword is not set, but linode.imageRegistry.pullUsername is "
+                              f"({registry.pull_username}): set the read-only token with `pulumi config set --secret "
+                              f"{NS}:pullPassword <token>`, or remove pullUsername to pull with the push credentials")
+    return password, pull
 
 
 def create_billing_alerts(cfg: "StackConfig") -> list[pulumi.Resource]:

@@ -36,7 +36,9 @@ from gpu_platform.components.cluster import (
 )
 from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
+from gpu_platform.components.images import LINODE_NODE_GROUPS, training_image
 from gpu_platform.components.linode import addons, node_groups, render, upgrade
+from gpu_platform.components.linode.registry import NamedRegistry
 from gpu_platform.data import linode_versions as versions
 from gpu_platform.config.linode import (
     BUCKET_SUFFIX_LENGTH, LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE, bucket_label,
@@ -66,6 +68,9 @@ class LinodeClusterArgs:
     deploy_token: Optional[pulumi.Input[str]] = None
     # The node-group provider's token (linodes:read_write; autoscaled GPU pools only).
     node_groups_token: Optional[pulumi.Input[str]] = None
+    # linode.imageRegistry's passwords (linode-registry:password, :pullPassword), where images are built into it.
+    registry_password: Optional[pulumi.Input[str]] = None
+    registry_pull_password: Optional[pulumi.Input[str]] = None
 
 
 def linode_tags(cfg: StackConfig, **extra: str) -> list[str]:
@@ -533,20 +538,35 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # After the control planes' upgrade Jobs: cluster-autoscaler supports only its own Kubernetes minor
         # (kubernetes/autoscaler cluster-autoscaler/README.md, "Releases"), and its image and the provider's
         # pools.json follow kubernetesVersion, so neither may move before the control plane has.
-        if scaled and section.node_groups.image is None:
-            pulumi.log.warn("linode.nodeGroups.image is not set: GPU pool(s) " + ", ".join(p.name for p, _, _ in scaled)
-                            + " autoscale but no node-group provider is deployed, so they stay at minNodes. Set the "
-                            "digest published by .github/workflows/linode-node-groups-image.yml (docs/linode-autoscaling.md).")
+        # The provider's image: the published digest linode.nodeGroups.image, else built from this repository
+        # into linode.imageRegistry (config/checks/linode.py refuses an autoscaled pool with neither).
+        registries: list[NamedRegistry] = []
+
+        def registry() -> NamedRegistry:
+            if not registries:
+                assert section.image_registry is not None and args.registry_password is not None, \
+                    "validated by config/checks/linode.py and components/linode/__init__.py"
+                registries.append(NamedRegistry(f"{name}-images", section.image_registry, args.registry_password,
+                                                args.registry_pull_password, opts=child))
+            return registries[0]
+
+        provider_image: Optional[pulumi.Input[str]] = section.node_groups.image
+        provider_pull: Optional[pulumi.Output[str]] = None
+        if scaled and provider_image is None:
+            provider_image = registry().image(LINODE_NODE_GROUPS)
+            provider_pull = registry().pull_config
         if scaled:
             node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
                 config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],
                 pool_tags=[linode_tags(cfg, **t) for _, _, t in scaled], common_tags=tags,
-                image=section.node_groups.image, api_token=args.node_groups_token or args.api_token,
+                image=provider_image, image_pull_config=provider_pull,
+                api_token=args.node_groups_token or args.api_token,
                 deploy_token=args.deploy_token or args.api_token, firewall_id=firewall.id, subnet_id=subnet.id,
                 control_plane_endpoint=endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint),
                 k8s_provider=provider, network=[firewall, subnet], after=control_plane_upgrades),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*installed.ready]))
 
+        training = training_image(cfg, registry if section.image_registry is not None else None)
         self.api_endpoint = server
         self.handle = ClusterHandle(
             cloud="linode",
@@ -569,5 +589,9 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             if section.api_token_expires or section.node_groups.api_token_expires else [],
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes),
+            training_image=training,
+            # Pods in `training` pull the built training image with the registry's pull Secret (platform/training.py).
+            image_pull_config=(registries[0].pull_config if training is not None and registries
+                               and cfg.platform.training_image.image is None else None),
         )
         self.register_outputs({"apiEndpoint": server, "kubeconfig": self.kubeconfig})
