@@ -21,8 +21,9 @@ def _image(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     out: dict[str, Any] = {"digest": digest,
                            "contextHash": hashlib.sha256(repr(inputs.get("context")).encode()).hexdigest()}
     if inputs.get("push") and tags:
-        repo, _, tag = tags[0].rpartition(":")
-        out["ref"] = f"{repo}:{tag}@{digest}" if repo and "/" not in tag else f"{tags[0]}:latest@{digest}"
+        name, _, tag = tags[0].rpartition(":")
+        # a ':' after the last '/' separates the tag; one before it is a registry port
+        out["ref"] = f"{name}:{tag}@{digest}" if name and "/" not in tag else f"{tags[0]}:latest@{digest}"
     return out
 
 
