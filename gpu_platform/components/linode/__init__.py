@@ -69,16 +69,25 @@ def registry_secrets(cfg: "StackConfig") -> "tuple[Optional[pulumi.Output[str]],
         return None, None
     registry = cfg.linode.image_registry  # type: ignore[union-attr]
     config = pulumi.Config(NS)
-    password = config.get_secret("password")
-    if password is None:
-        raise pulumi.RunError(f"{NS}:password is not set: the password or token {registry.username} pushes to "
-                              f"{registry.server} with (linode.imageRegistry). Set it with `pulumi config set --secret "
-                              f"{NS}:password <token>` (docs/quickstart-linode.md, \"Images\")")
-    pull = config.get_secret("pullPassword")
-    if registry.pull_username is not None and pull is None:
-        raise pulumi.RunError(f"{NS}:pullPassword is not set, but linode.imageRegistry.pullUsername is "
-                              f"({registry.pull_username}): set the read-only token with `pulumi config set --secret "
-                              f"{NS}:pullPassword <token>`, or remove pullUsername to pull with the push credentials")
+
+    def secret(key: str, why: str) -> "pulumi.Output[str]":
+        value = config.get_secret(key)
+        if value is not None:
+            return value
+        missing = f"{NS}:{key} is not set: {why}. Set it with `pulumi config set --secret {NS}:{key} <token>`"
+        if not pulumi.runtime.is_dry_run():
+            raise pulumi.RunError(missing + " (docs/quickstart-linode.md, \"Images\")")
+        # A preview builds nothing (components/images.py: buildOnPreview false), so it needs no password; CI's
+        # previews hold none (docs/ci.md). `pulumi up` stops above.
+        pulumi.log.warn(missing + "; `pulumi up` stops until it is")
+        return pulumi.Output.secret("")
+
+    password = secret("password", f"the password or token {registry.username} pushes to {registry.server} with "
+                                  "(linode.imageRegistry)")
+    pull = None
+    if registry.pull_username is not None:
+        pull = secret("pullPassword", f"linode.imageRegistry.pullUsername ({registry.pull_username}) needs its "
+                                      "read-only token, or remove pullUsername to pull with the push credentials")
     return password, pull
 
 
