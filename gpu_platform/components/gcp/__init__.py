@@ -29,7 +29,8 @@ def create_cluster(cfg: "StackConfig") -> ClusterHandle:
     # The stack's Artifact Registry repository, made when an image is built into it (only the example
     # training image on GKE: the cluster needs no image of this project's own).
     registry = lambda: ArtifactRegistry(f"{cfg.name_prefix}-images", section.project, section.region,  # noqa: E731
-                                        cfg.name_prefix, common_labels(cfg), cluster.gcp_provider)
+                                        cfg.name_prefix, common_labels(cfg), cluster.gcp_provider,
+                                        opts=pulumi.ResourceOptions(parent=cluster))
     return replace(cluster.handle, training_image=training_image(cfg, registry))
 
 
