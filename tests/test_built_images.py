@@ -135,6 +135,7 @@ def test_linode_dev_builds_the_provider_and_runs_the_pushed_digest(linode_dev):
     image = builds(linode_dev)["gpu-platform-linode-node-groups"]
     inputs = image.plain_inputs
     assert inputs["push"] is True and inputs["buildOnPreview"] is False and inputs["platforms"] == ["linux/amd64"]
+    assert image.options["retainOnDelete"] is True  # destroy never asks the registry to delete a manifest
     assert inputs["context"] == {"location": "."}  # the folder holding gpu_platform/ (the Dockerfile copies from it)
     assert inputs["dockerfile"] == {"location": "gpu_platform/controllers/linode_node_groups/Dockerfile"}
     (tag,) = inputs["tags"]

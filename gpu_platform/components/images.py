@@ -174,7 +174,12 @@ def build(name: str, source: ImageSource, repository: pulumi.Input[str], login: 
                      "password": pulumi.Output.secret(login.password)}],
         labels={"org.opencontainers.image.title": source.name, "org.opencontainers.image.version": tag,
                 **(labels or {})},
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)),
+        # `pulumi destroy` leaves the pushed image to its registry: the provider's delete removes each pushed
+        # digest and fails where a registry refuses the manifest DELETE API (pulumi-docker-build
+        # provider/internal/image.go Delete; "not all registries support" it, e.g. Docker Hub) or an immutable tag;
+        # the stack's own repositories go with their images (ECR force_delete, Artifact Registry repository
+        # deletion), a named registry keeps them under its own retention.
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on), retain_on_delete=True),
     )
     return pulumi.Output.all(repository, image.digest).apply(lambda v: by_digest(v[0], v[1]))
 
