@@ -293,7 +293,7 @@ def test_the_source_tag_changes_with_what_the_image_is_built_from_and_nothing_el
     (tmp_path / "ctx" / "Dockerfile.dockerignore").write_text("*\n!pkg\n")
     (tmp_path / "ctx" / "pkg" / "a.py").write_text("A = 1\n")
     monkeypatch.chdir(tmp_path)
-    source = images.ImageSource("t", "project", "ctx", "ctx/Dockerfile", ("pkg",), "x.image")
+    source = images.ImageSource("t", "project", "ctx", "ctx/Dockerfile", ("pkg",))
     first = images.source_tag(source)
     assert re.fullmatch(r"src-[0-9a-f]{16}", first) and images.source_tag(source) == first
     (tmp_path / "ctx" / "README.md").write_text("not in the image\n")

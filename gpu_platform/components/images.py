@@ -12,8 +12,10 @@ The tag an image is pushed under is a hash of what goes into it (`source_tag`): 
 tags (ECR, Artifact Registry) accept one push per tag, and the provider pushes only when its build context
 changed, which changes the tag too. Builds do not run during `pulumi preview` (buildOnPreview false: the
 pull-request workflows in .github/workflows build every Dockerfile; a preview needs no build of a
-several-gigabyte training image). BuildKit's layer cache is the Docker daemon's own: the default `docker`
-driver exports no cache (cacheTo), so nothing is configured for it.
+several-gigabyte training image). No cacheFrom/cacheTo: the daemon's default `docker` build driver exports
+cache only with the containerd image store (docs.docker.com/build/cache/backends), and a registry cache tag
+would be refused by immutable tags; BuildKit's own layer cache in the daemon serves repeat builds on one
+machine, and an unchanged image is not rebuilt at all.
 
 Pure parts first (what each image is built from, its source tag, a pull Secret's document); `build` makes
 the resource.
@@ -60,8 +62,6 @@ class ImageSource:
     context: str
     dockerfile: str
     inputs: tuple[str, ...]
-    # The stack config key whose published digest replaces the build.
-    digest_key: str
 
     def root_dir(self) -> Path:
         return PACKAGE_DIR.parent if self.root == "package" else Path(os.getcwd())
@@ -83,17 +83,15 @@ LINODE_NODE_GROUPS = ImageSource(
     name="gpu-platform-linode-node-groups", root="package", context=".",
     dockerfile="gpu_platform/controllers/linode_node_groups/Dockerfile",
     inputs=("gpu_platform/__init__.py", "gpu_platform/components", "gpu_platform/data",
-            "gpu_platform/controllers/__init__.py", "gpu_platform/controllers/linode_node_groups"),
-    digest_key="linode.nodeGroups.image")
+            "gpu_platform/controllers/__init__.py", "gpu_platform/controllers/linode_node_groups"))
 SCALE_IN_PROTECTION = ImageSource(
     name="gpu-platform-scale-in", root="package", context="gpu_platform/controllers/scale_in_protection",
     dockerfile="gpu_platform/controllers/scale_in_protection/Dockerfile",
-    inputs=("requirements.txt", "controller.py"), digest_key="aws.scaleInController.image")
+    inputs=("requirements.txt", "controller.py"))
 # In this repository, not in the installed package: a team's own program has no examples/ and builds none.
 TRAINING = ImageSource(
     name="gpu-platform-training", root="project", context="examples/training",
-    dockerfile="examples/training/Dockerfile", inputs=("requirements.txt", "ckpt_train"),
-    digest_key="platform.trainingImage.image")
+    dockerfile="examples/training/Dockerfile", inputs=("requirements.txt", "ckpt_train"))
 IMAGES = (LINODE_NODE_GROUPS, SCALE_IN_PROTECTION, TRAINING)
 
 _SKIPPED = ("__pycache__",)

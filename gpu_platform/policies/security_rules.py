@@ -322,7 +322,7 @@ POD_SPEC_PATHS = {
     "kubernetes:batch/v1:CronJob": "spec.jobTemplate.spec.template.spec",
     "kubernetes:core/v1:Pod": "spec",
 }
-_BY_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}")
+_BY_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 def images_not_by_digest(pod_spec: Any) -> list[str]:

@@ -46,6 +46,7 @@ class EcrRegistry(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-platform:aws:ImageRegistry", name, None, opts)
         self._name, self._prefix, self._tags, self._provider = name, prefix, dict(tags), provider
+        self.register_outputs({})
 
     def image(self, source: ImageSource) -> pulumi.Output[str]:
         """The image built from `source` and pushed here: <account>.dkr.ecr.<region>.amazonaws.com/<prefix>/<name>@sha256:..."""
