@@ -140,7 +140,7 @@ def test_linode_dev_builds_the_provider_and_runs_the_pushed_digest(linode_dev):
     assert inputs["dockerfile"] == {"location": "gpu_platform/controllers/linode_node_groups/Dockerfile"}
     (tag,) = inputs["tags"]
     assert tag == ("registry.example.com/ml-platform/gpu-platform/gpu-platform-linode-node-groups:"
-                   + images.source_tag(images.LINODE_NODE_GROUPS))
+                   + images.source_tag(images.LINODE_NODE_GROUPS, "registry.example.com", "ml-platform-ci"))
     (login,) = image.inputs["registries"]
     assert login == {"address": "registry.example.com", "username": "ml-platform-ci", "password": "[secret]"}
     pod = deployment(linode_dev, node_groups.NAME)
@@ -225,7 +225,7 @@ def test_aws_prod_builds_the_scale_in_controller_into_its_own_ecr_and_runs_the_d
     assert policies == [lifecycle_policy()] * 2
     image = builds(aws_prod)["gpu-platform-scale-in"]
     url = repos["gpu-prod/gpu-platform-scale-in"].outputs["repositoryUrl"]
-    assert image.plain_inputs["tags"] == [f"{url}:{images.source_tag(images.SCALE_IN_PROTECTION)}"]
+    assert image.plain_inputs["tags"] == [f"{url}:{images.source_tag(images.SCALE_IN_PROTECTION)}"]  # login: Outputs
     assert image.plain_inputs["context"] == {"location": "gpu_platform/controllers/scale_in_protection"}
     (login,) = image.inputs["registries"]
     assert login == {"address": url.split("/")[0], "username": "AWS", "password": "[secret]"}
@@ -301,7 +301,12 @@ def test_the_source_tag_changes_with_what_the_image_is_built_from_and_nothing_el
     (tmp_path / "ctx" / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
     assert images.source_tag(source) == first
     (tmp_path / "ctx" / "pkg" / "a.py").write_text("A = 2\n")
-    assert images.source_tag(source) != first
+    second = images.source_tag(source)
+    assert second != first
+    # what else makes the provider rebuild makes a new tag too: a file's mode, the registry login
+    (tmp_path / "ctx" / "pkg" / "a.py").chmod(0o664)
+    assert images.source_tag(source) != second
+    assert images.source_tag(source, "registry.example.com", "someone-else") != images.source_tag(source)
 
 
 # ---------------------------------------------------------------------------------------------

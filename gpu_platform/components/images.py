@@ -27,6 +27,7 @@ import base64
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -111,16 +112,21 @@ def _files(base: Path, relative: str) -> list[tuple[str, Path]]:
     return out
 
 
-def source_tag(source: ImageSource) -> str:
-    """src-<16 hex>: a hash of every file the image is built from (its inputs, the Dockerfile and its ignore
-    file) and of the platform. A change anywhere in them is a new tag; the same files give the same tag on
-    every machine. It covers at least what the provider's context hash covers, so every rebuild is pushed
-    under a tag the registry has not seen (immutable tags refuse a second push to a tag)."""
+def source_tag(source: ImageSource, *settings: str) -> str:
+    """src-<16 hex>: a hash of every file the image is built from (its inputs with their paths and file modes,
+    the Dockerfile and its ignore file), the platform and `settings` (the registry login where it is plain
+    config). It covers at least what makes pulumi-docker-build rebuild (its context hash: each file's
+    content, path and mode, provider/internal/context.go hashFile; the registry's address and username), so
+    every rebuild is pushed under a tag the registry has not seen: immutable tags refuse a second push to a tag,
+    and a rebuild of the same files is not the same image (layers carry the files' times). The same checkout
+    gives the same tag on every machine whose umask gives the same modes."""
     context = source.path(source.context)
-    h = hashlib.sha256(f"platform={PLATFORM}\n".encode())
+    h = hashlib.sha256(f"platform={PLATFORM}\n".encode() + "\n".join(settings).encode())
     files = [(f"context/{name}", path) for rel in source.inputs for name, path in _files(context, rel)]
-    files += [("Dockerfile", source.path(source.dockerfile)), ("dockerignore", source.path(source.ignore_file))]
     for name, path in sorted(files):
+        mode = stat.filemode(os.lstat(path).st_mode)
+        h.update(name.encode() + b"\0" + mode.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    for name, path in (("Dockerfile", source.path(source.dockerfile)), ("dockerignore", source.path(source.ignore_file))):
         h.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return TAG_PREFIX + h.hexdigest()[:16]
 
@@ -159,7 +165,7 @@ def build(name: str, source: ImageSource, repository: pulumi.Input[str], login: 
     return what to deploy: <repository>@<pushed digest>."""
     import pulumi_docker_build as docker_build
 
-    tag = source_tag(source)
+    tag = source_tag(source, *(v for v in (login.address, login.username) if isinstance(v, str)))
     image = docker_build.Image(
         name,
         context={"location": program_relative(source.path(source.context))},
