@@ -337,3 +337,24 @@ def test_the_bill_names_the_registry_the_images_go_to_and_its_price(stack, where
     assert len(notes) == 1 and where in notes[0] and "gpu-platform-training" in notes[0]
     if stack != "linode-dev":
         assert "$0.1/GiB-month" in notes[0]
+
+
+def test_the_rendered_pull_secret_is_what_the_api_server_accepts_and_numbers_are_integers(linode_dev):
+    """Preflight's render (what the cluster fit, checkov and the rehearsal read) stands in for secret values:
+    a kubernetes.io/dockerconfigjson Secret whose document were the plain stand-in string would be refused by
+    the API server (its .dockerconfigjson must be JSON), and runAsUser 65532.0 (the engine's doubles) read by
+    checkov as no high UID."""
+    from pathlib import Path
+
+    from gpu_platform.preflight.fit.render import render_plan
+
+    rendered = render_plan(linode_dev, [Path(__file__).resolve().parents[2] / "shared" / "charts"],
+                           kubernetes_version="1.35", example=None)
+    objects = [o for rel in rendered if rel.source == "manifest" for o in rel.objects]
+    pulls = [o for o in objects if o["kind"] == "Secret" and o.get("type") == "kubernetes.io/dockerconfigjson"]
+    assert {o["metadata"]["namespace"] for o in pulls} == {"kube-system", "training"}
+    for secret in pulls:
+        assert "auths" in json.loads(secret["stringData"][".dockerconfigjson"])
+    (dep,) = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == node_groups.NAME]
+    ctx = dep["spec"]["template"]["spec"]["securityContext"]
+    assert ctx["runAsUser"] == 65532 and isinstance(ctx["runAsUser"], int) and isinstance(dep["spec"]["replicas"], int)

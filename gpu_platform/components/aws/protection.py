@@ -96,11 +96,17 @@ def render_deployment(image: str, role_arn: str, asg_names: Sequence[str], regio
                             {"name": "NODE_SELECTOR", "value": POOL_LABEL},
                         ],
                         "securityContext": hardened,
-                        "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+                        "resources": {"requests": {"cpu": "20m", "memory": "96Mi"},
+                                      "limits": {"cpu": "250m", "memory": "256Mi"}},
                         "livenessProbe": {
                             # The controller touches /tmp/heartbeat after every successful cycle.
                             "exec": {"command": ["sh", "-c", "test $(( $(date +%s) - $(stat -c %Y /tmp/heartbeat) )) -lt 600"]},
                             "initialDelaySeconds": 120, "periodSeconds": 60,
+                        },
+                        # Ready once a cycle has completed (it serves no traffic: the pod's Ready condition says
+                        # it is protecting nodes).
+                        "readinessProbe": {
+                            "exec": {"command": ["sh", "-c", "test -f /tmp/heartbeat"]}, "periodSeconds": 30,
                         },
                         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                     }],

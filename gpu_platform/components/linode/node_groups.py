@@ -222,7 +222,8 @@ def render_deployment(image: str, settings_hash: str, pull_secret: Optional[str]
                             *env_from_secret,
                         ],
                         "securityContext": hardened,
-                        "resources": {"requests": {"cpu": "20m", "memory": "128Mi"}, "limits": {"memory": "384Mi"}},
+                        "resources": {"requests": {"cpu": "20m", "memory": "128Mi"},
+                                      "limits": {"cpu": "500m", "memory": "384Mi"}},
                         "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 10},
                         "livenessProbe": {
                             "exec": {"command": ["sh", "-c", "test $(( $(date +%s) - $(stat -c %Y /tmp/heartbeat) )) -lt 600"]},
