@@ -88,9 +88,10 @@ CHECK_WORKERS ?= 2
 TEST_WORKERS ?= 4
 
 ## The quick lane for every edit (target: under 3 minutes on 2 cores): the whole suite except the rehearsal
-## (Go components) and the tools in their own virtualenvs (checkov, the training program, JupyterHub).
+## (Go components) and the tools in their own virtualenvs (checkov, the training program, JupyterHub); property
+## tests draw a quarter of their examples (GPU_PLATFORM_TEST_LANE, tests/conftest.py lane_examples).
 check: venv
-	$(PYTEST) -n $(CHECK_WORKERS) -m "not live and not rehearsal and not sidevenv" tests
+	GPU_PLATFORM_TEST_LANE=check $(PYTEST) -n $(CHECK_WORKERS) -m "not live and not rehearsal and not sidevenv" tests
 
 ## The whole offline test suite, what CI runs (target: under 20 minutes on 2 cores with the components and
 ## virtualenvs built; live cloud tests are skipped without credentials). The 25 slowest tests are listed last.

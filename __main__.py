@@ -31,13 +31,16 @@ pulumi.export("gpuPools", [
     for p in cluster.gpu_pools
 ])
 
-# What this stack costs (catalog prices, 730 h/month): the same figures preflight prints.
+# What this stack costs (catalog prices, or a kubernetes stack's own node prices; 730 h/month): the same figures
+# preflight prints. Without node prices (cloud kubernetes) there is no figure, and the export says what is unpriced.
+from gpu_platform.config.derived import stack_catalog  # noqa: E402
 from gpu_platform.costs.estimator import StackShape, estimate  # noqa: E402
 
-cost = estimate(StackShape.from_config(cfg))
+cost = estimate(StackShape.from_config(cfg), stack_catalog(cfg))
 pulumi.export("costEstimate", {
-    "idleMonthlyUsd": round(cost.idle_monthly_usd, 2),
-    "fullCapacityMonthlyUsd": round(cost.full_monthly_usd, 2),
-    "usdPerGpuHourAtFullUse": None if cost.usd_per_gpu_hour is None else round(cost.usd_per_gpu_hour, 4),
+    "idleMonthlyUsd": round(cost.idle_monthly_usd, 2) if cost.priced else None,
+    "fullCapacityMonthlyUsd": round(cost.full_monthly_usd, 2) if cost.priced else None,
+    "usdPerGpuHourAtFullUse": None if cost.usd_per_gpu_hour is None or not cost.priced else round(cost.usd_per_gpu_hour, 4),
     "monthlyBudgetUsd": cfg.monthly_budget_usd,
+    **({} if cost.priced else {"unpriced": list(cost.unpriced)}),
 })

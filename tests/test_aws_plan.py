@@ -147,9 +147,10 @@ def test_eks_control_plane(plan):
     assert addons == set(versions.EKS_ADDONS)
     groups = {r.name: r.inputs for r in plan.by_type("aws:eks/nodeGroup:NodeGroup")}
     assert all(ng["capacityType"] == "ON_DEMAND" and ng["instanceTypes"] == ["m6i.large"] for ng in groups.values())
-    # aws.systemPool {minNodes: 2, maxNodes: 3} split over the three zones, one managed node group each
+    # aws.systemPool {minNodes: 2, maxNodes: 6} split over the three zones, one managed node group each (two
+    # nodes a zone at most: room for CPU notebooks in the zones they may run in, issue 33 item 4)
     assert {n.rsplit("-", 1)[1]: (g["scalingConfig"]["minSize"], g["scalingConfig"]["maxSize"])
-            for n, g in groups.items()} == {"1a": (1, 1), "1b": (1, 1), "1c": (0, 1)}
+            for n, g in groups.items()} == {"1a": (1, 2), "1b": (1, 2), "1c": (0, 2)}
     entry = plan.one("aws:eks/accessEntry:AccessEntry", "gpu-node").inputs
     assert entry["type"] == "EC2_LINUX"
 
@@ -225,7 +226,7 @@ def test_existing_vpc_and_private_endpoint():
     for k in ("vpcCidr", "availabilityZones", "natGateways"):
         aws.pop(k)
     aws.update(vpcId="vpc-0a1b2c3d4e5f60718", privateSubnetIds=["subnet-0a1b2c3d4e5f60718", "subnet-0f1e2d3c4b5a69788"],
-               endpointPrivateOnly=True)
+               endpointPrivateOnly=True, s3GatewayEndpoint="existing")
     plan = plan_config(config, stack="aws-prod")
     assert plan.by_type("aws:ec2/vpc:Vpc") == [] and plan.by_type("aws:ec2/natGateway:NatGateway") == []
     vpc = plan.one("aws:eks/cluster:Cluster").inputs["vpcConfig"]

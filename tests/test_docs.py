@@ -29,7 +29,8 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 NAMESPACED_KEY = re.compile(r"gpu-platform:([A-Za-z][A-Za-z0-9_.<>\[\]-]*)")
 # `platform.idleGpuMinutes`, `aws.pools.<pool>`, `checkpointBucket.onDestroy` in backticks.
-DOTTED_KEY = re.compile(r"`((?:platform|aws|gcp|linode|costs|checkpointBucket)\.[A-Za-z<>][A-Za-z0-9_.<>\[\]]*)`")
+# (`kubernetes.io/...` is a label namespace, not the `kubernetes` section)
+DOTTED_KEY = re.compile(r"`((?:platform|aws|gcp|linode|kubernetes(?!\.io\b)|costs|checkpointBucket)\.[A-Za-z<>][A-Za-z0-9_.<>\[\]]*)`")
 REPO_PATH = re.compile(r"`((?:\.github|gpu_platform|examples|stacks|tests|docs)"
                        r"/[A-Za-z0-9_./-]+)`")
 PYTHON_MODULE = re.compile(r"python -m ([A-Za-z_][A-Za-z0-9_.]*)")

@@ -646,7 +646,9 @@ def test_trainjob_admitted_to_a_pool_whose_allocatable_is_smaller_never_schedule
     assert p.object == "TrainJob/training/resnet[node]" and "flavor a10g" in p.reason
     assert "cpu 4" in p.reason and "re-admitted forever" in p.reason
     ok = check_fit(_queue_model(), [releases[0], rel("example", [trainjob(cpu="3", mem="12Gi")], source="example")])
-    assert ok.ok, ok.problems
+    # The queue fits; what remains is that the chart's torch-distributed runtime carries no safe-to-evict
+    # annotation (issue 33 item 2), so its pods are named for scale-down, and only that.
+    assert {p.check for p in ok.problems} == {"scale-down"}, ok.problems
     assert ("a10g", 1) in [(pl.group, pl.pods) for pl in ok.placements if "resnet" in pl.object]
 
 

@@ -182,6 +182,9 @@ def test_checkpointed_runtime_is_torch_distributed_with_the_checkpoint_contract(
     for key in ("backoffLimit", "podFailurePolicy"):
         del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][key]
     del ours["template"]["spec"]["failurePolicy"]
+    # Scale-down never evicts its pods (issue 33 item 2): the pod template's only metadata.
+    assert ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"].pop("metadata") == {
+        "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}}
     del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert ours == upstream["spec"]
     pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]

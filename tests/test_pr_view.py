@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_support import preflight_in_process
 from tests.conftest import ROOT
 from tests.fit_support import need_charts
 
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpu_platform.preflight", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**__import__("os").environ, "NO_COLOR": "1"})
+    """What the reviewer reads: the command's text and files (run in-process, tests/cli_support.py)."""
+    return preflight_in_process(*args, env={"NO_COLOR": "1"})
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 
 from gpu_platform.preflight import verdict
+from tests.cli_support import preflight_in_process
 from tests.conftest import ROOT
 from tests.fit_support import CHARTS
 
@@ -59,7 +60,7 @@ def test_whole_numbers_are_integers_in_plan_json(two_runs):
 
 
 def test_json_document_validates_and_matches_the_written_one(tmp_path):
-    result = run("gcp-prod", "--format", "json", "--out", str(tmp_path))
+    result = preflight_in_process("gcp-prod", "--format", "json", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)  # stdout is the document and nothing else
     jsonschema.validate(doc, json.loads(verdict.SCHEMA_PATH.read_text()))
@@ -69,11 +70,11 @@ def test_json_document_validates_and_matches_the_written_one(tmp_path):
 
 
 def test_exit_codes_are_distinct(tmp_path):
-    unknown = run("no-such-stack")
+    unknown = preflight_in_process("no-such-stack")
     assert unknown.returncode == 4 and "Traceback" not in unknown.stderr
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text("config:\n  gpu-platform:cloud: mars\n")
-    config = run("--stack-file", str(bad), "--format", "json")
+    config = preflight_in_process("--stack-file", str(bad), "--format", "json")
     assert config.returncode == 2 and str(bad) in config.stderr
     assert json.loads(config.stdout)["verdict"] == "config-error"
     # A chart folder that really lacks the pinned Cilium chart: a chart error (2) naming it, unless allowed.
@@ -82,12 +83,12 @@ def test_exit_codes_are_distinct(tmp_path):
     for f in CHARTS.iterdir():
         if not f.name.startswith("cilium-"):
             (charts / f.name).symlink_to(f)
-    missing_chart = run("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts))
+    missing_chart = preflight_in_process("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts))
     assert missing_chart.returncode == 2 and "cilium" in missing_chart.stderr
-    allowed = run("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts),
-                  "--allow-missing-chart", "cilium", "-v")
+    allowed = preflight_in_process("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts),
+                                   "--allow-missing-chart", "cilium", "-v")
     assert allowed.returncode in (0, 3) and "NOT RENDERED" in allowed.stdout + allowed.stderr, allowed.stderr
-    assert run("linode-dev", "--no-policies", "--out", str(tmp_path), "--quiet").returncode == 0
+    assert preflight_in_process("linode-dev", "--no-policies", "--out", str(tmp_path), "--quiet").returncode == 0
 
 
 def test_colour_only_when_asked_and_never_with_no_color(tmp_path):

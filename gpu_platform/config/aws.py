@@ -80,11 +80,21 @@ class AwsSection(Model):
     availability_zones: list[str] = Field(default_factory=list)
     # One NAT gateway (cheapest) or one per zone (no cross-zone dependency).
     nat_gateways: Literal["single", "per-az"] = "single"
+    # Existing VPC only: the S3 gateway endpoint that keeps checkpoint traffic off the NAT. `create`: the
+    # stack adds one on the private subnets' route tables; `existing`: the VPC has one on them already.
+    s3_gateway_endpoint: Optional[Literal["create", "existing"]] = None
     # True: the Kubernetes API is reachable only from inside the VPC. False: also publicly, from
     # adminCidrs only (no adminCidrs = private only).
     endpoint_private_only: bool = False
-    # IAM roles/users made cluster admins through EKS access entries (the deployer always is).
+    # IAM roles/users made cluster admins through EKS access entries, one each, whoever runs `pulumi up`
+    # (the cluster is created with bootstrapClusterCreatorAdminPermissions false: its creator gets nothing
+    # implicit). Whoever deploys must be among them: the platform's Kubernetes objects are installed with
+    # the deployer's own credentials.
     admin_principal_arns: list[str] = Field(default_factory=list)
+    # Only for a cluster created before that (by an earlier release, bootstrapClusterCreatorAdminPermissions
+    # true): the principal that created it. EKS made its admin access entry then; the program makes no
+    # second one for it (EKS would refuse: ResourceInUseException).
+    cluster_creator_arn: Optional[str] = None
     # aws.systemPool {instanceType, minNodes, maxNodes}: the small on-demand managed node group for add-ons.
     # Last release's aws.systemNodes {instanceType, min, max} is read with a deprecation warning.
     system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["aws"]))

@@ -22,8 +22,11 @@ import yaml
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 CLOUDS = ("linode", "gcp", "aws")
+# The cloud of a stack on a cluster it does not create (gpu_platform/config/kubernetes.py): its instance types are
+# the stack's own node types, priced (or not) by the stack file, never by a catalog file.
+OWN_NODES = "kubernetes"
 # How messages name a cloud, with its article: "an AWS stack", "not a GCP GPU type".
-CLOUD_TITLES = {"linode": "Linode", "gcp": "GCP", "aws": "AWS"}
+CLOUD_TITLES = {"linode": "Linode", "gcp": "GCP", "aws": "AWS", OWN_NODES: "Kubernetes"}
 
 
 def a_cloud(cloud: str) -> str:
@@ -84,13 +87,17 @@ class InstanceType:
     vcpus: int
     memory_gib: float
     accelerator: Optional[str]  # GCP accelerator type; None elsewhere
-    on_demand: Price
+    on_demand: Optional[Price]  # None only for a stack's own node type without a price (cloud kubernetes)
     spot: Optional[Price]  # GCP Spot VM / AWS Spot (typical) price
     preemptible: Optional[Price]  # GCP preemptible (legacy) price; None elsewhere
     regions: Optional[tuple[str, ...]]  # regions where offered; None = unknown (no check)
     zones: Optional[tuple[str, ...]]  # GCP zones offering the accelerator; None = unknown
     # Linode bills hourly up to a monthly cap per instance; None = no cap (GCP, AWS).
     monthly_cap_usd: Optional[float] = None
+    # What a node's kubelet offers pods, as the stack file states it for its own node types (cloud kubernetes:
+    # {"cpu", "memory", "pods"} quantities, copied from `kubectl get node`); None: computed per cloud
+    # (gpu_platform/components/capacity.py).
+    allocatable: Optional[Mapping[str, Any]] = None
 
     @property
     def is_gpu(self) -> bool:
@@ -133,6 +140,12 @@ class Catalog:
 
     def fixed_costs(self, cloud: str) -> dict[str, Price]:
         return dict(self._fixed.get(cloud, {}))
+
+    def with_instances(self, cloud: str, instances: Mapping[str, InstanceType]) -> "Catalog":
+        """This catalog plus `instances` as `cloud`'s types (replacing any it had): a stack's own node types."""
+        merged = {c: dict(v) for c, v in self._instances.items()}
+        merged[cloud] = dict(instances)
+        return Catalog(merged, self._fixed, self._meta)
 
     def gpu_only_price(self, cloud: str, accelerator: str, capacity: str) -> Optional[Price]:
         """The GPU-only price of an accelerator (GCP prices A2 machines as host + GPUs), if the catalog has it."""
@@ -359,7 +372,8 @@ def apply_overrides(base: Catalog, overrides: Mapping[str, Mapping[str, Any]]) -
     """A new catalog with the given prices replaced. Keys '<cloud>/<type>', values map onDemand /
     spot / preemptible to a $/hour number or a {usdPerHour, source, date} mapping."""
     today = _dt.date.today().isoformat()
-    instances = {c: {t.name: t for t in base.instances(c)} for c in CLOUDS}
+    clouds = tuple(dict.fromkeys((*CLOUDS, *base._instances)))
+    instances = {c: {t.name: t for t in base.instances(c)} for c in clouds}
     for key, prices in overrides.items():
         cloud, _, name = str(key).partition("/")
         t = instances.get(cloud, {}).get(name)
@@ -375,13 +389,13 @@ def apply_overrides(base: Catalog, overrides: Mapping[str, Mapping[str, Any]]) -
                 continue
             changes[attr] = _override_price(key, cap_key, value, today)
         cap = t.monthly_cap_usd
-        if "on_demand" in changes and cap is not None and t.on_demand.usd_per_hour > 0:
+        if "on_demand" in changes and cap is not None and t.on_demand is not None and t.on_demand.usd_per_hour > 0:
             # Linode's monthly cap is the plan's price at its hourly rate: a different rate moves the cap with
             # it. Kept as it was, an override of any size was capped back to the list price (a stack overriding
             # $100/h still showed $446 a month and passed its budget).
             changes["monthly_cap_usd"] = cap * changes["on_demand"].usd_per_hour / t.on_demand.usd_per_hour
         instances[cloud][name] = replace(t, **changes)
-    return Catalog(instances, {c: base.fixed_costs(c) for c in CLOUDS}, base._meta)
+    return Catalog(instances, {c: base.fixed_costs(c) for c in clouds}, base._meta)
 
 
 def load_catalog(overrides: dict | None = None) -> Catalog:
@@ -437,7 +451,7 @@ def load_gpu_speeds() -> GpuSpeeds:
     return GpuSpeeds(str(doc["reference"]), str(doc["source"]), str(doc["date"]), speeds)
 
 
-__all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "Catalog", "CatalogError",
+__all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "OWN_NODES", "Catalog", "CatalogError",
            "GpuSpeeds", "InstanceType", "PRICE_STATUSES", "Price", "apply_overrides", "catalog_files", "load_catalog",
            "load_gpu_speeds", "load_override_set",
            "parse_document", "read_document", "validate_document", "validate_override_set"]

@@ -3,6 +3,7 @@ monthly bill at full capacity, and budget alerts on every stack with GPUs."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 from collections import Counter
@@ -10,7 +11,8 @@ from typing import Any, Optional
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
 
-from gpu_platform.policies.pools import GKE_CLUSTER, LINODE_INSTANCE, Node, clouds_of, gpu_pools, node_groups, stack_nodes
+from gpu_platform.policies.pools import (GKE_CLUSTER, LINODE_INSTANCE, Node, clouds_of, gpu_pools, node_groups,
+                                         own_node_groups, stack_nodes)
 from gpu_platform.policies.props import get
 
 DEFAULT_MAX_GPUS = 64
@@ -38,6 +40,7 @@ def _validate_interruptible(args, report_violation) -> None:
             "linode": f"Linode has no spot market: set {approve}",
             "gcp": f"set capacity: spot or preemptible, or {approve}",
             "aws": f"set capacity: spot (mixed-instances, 0 % on-demand), or {approve}",
+            "kubernetes": f"set capacity: spot where the node group runs on spot capacity, or {approve}",
         }[pool.cloud]
         why = f" ({pool.approval_problem})" if pool.approval_problem else ""
         report_violation(
@@ -264,7 +267,7 @@ def stack_shapes(nodes: list[Node]):
     overrides = _price_overrides()
     catalog = load_catalog(overrides or None)
     shapes = []
-    for cloud in sorted(clouds_of(nodes)):
+    for cloud in sorted(clouds_of(nodes) - {"kubernetes"}):  # priced by its own node groups: own_nodes_estimate
         pools, system = [], []
         for group in node_groups(nodes) + ([p for p in gpu_pools(nodes) if p.cloud == "linode"]):
             if group.cloud != cloud:
@@ -304,15 +307,61 @@ def stack_shapes(nodes: list[Node]):
     return [s for s in shapes if s.gpu_pools or s.system_nodes]
 
 
+def own_nodes_estimate(nodes: list[Node]):
+    """The estimate of a cluster the stack does not create, from its node-groups ConfigMap: each group at its own
+    price per node-hour (the stack's, never the catalog's). None when there is no such cluster or its groups carry
+    no price (nothing to estimate: preflight's cost report says so); ValueError when only some carry one."""
+    from gpu_platform.costs.catalog import OWN_NODES, InstanceType, Price, load_catalog
+    from gpu_platform.costs.estimator import NodeGroup, PoolShape, StackShape, estimate
+
+    groups = own_node_groups(nodes, include_cpu=True)
+    if not groups:
+        return None
+    unreadable = [p for g in groups for p in g.problems]
+    if unreadable:
+        raise ValueError(f"node groups of the cluster: {'; '.join(unreadable)}")
+    priced = [g for g in groups if g.usd_per_hour is not None]
+    if not priced:
+        return None
+    if len(priced) != len(groups):
+        raise ValueError(f"node groups {', '.join(g.name for g in groups if g.usd_per_hour is None)} have no price "
+                         f"while {', '.join(g.name for g in priced)} have one")
+    types, pools, system = {}, [], []
+    for g in groups:
+        itype = f"{g.name}/{g.instance_types[0]}"  # one type per group: its price belongs to the group's capacity
+        price = Price(float(g.usd_per_hour), f"stack file: node group {g.name}", _dt.date.today().isoformat())
+        types[itype] = InstanceType(cloud=OWN_NODES, name=itype, gpus=g.gpus_per_node or 0, gpu_model=None,
+                                    gpu_memory_gib=None, vcpus=g.vcpus, memory_gib=g.memory_gib, accelerator=None,
+                                    on_demand=price if g.capacity == "on-demand" else None,
+                                    spot=price if g.capacity == "spot" else None, preemptible=None,
+                                    regions=None, zones=None)
+        if g.role == "gpu":
+            pools.append(PoolShape(g.name, itype, g.capacity, g.min_nodes, g.max_nodes))
+        elif g.max_nodes:
+            system.append(NodeGroup(g.name, itype, g.min_nodes, g.capacity, max_count=g.max_nodes))
+    catalog = load_catalog().with_instances(OWN_NODES, types)
+    return estimate(StackShape(OWN_NODES, None, tuple(pools), system_nodes=tuple(system)), catalog)
+
+
+def stack_estimates(nodes: list[Node]) -> list:
+    """One gpu_platform.costs.estimator.Estimate per cloud the stack runs on (stack_shapes) and, on a cluster the
+    stack does not create, one from its node groups' own prices (none without prices)."""
+    from gpu_platform.costs.estimator import estimate
+
+    out = [estimate(shape) for shape in stack_shapes(nodes)]
+    own = own_nodes_estimate(nodes)
+    return out + ([own] if own is not None else [])
+
+
 def _validate_monthly_cost(args, report_violation) -> None:
-    from gpu_platform.costs.estimator import EstimateError, estimate
+    from gpu_platform.costs.estimator import EstimateError
 
     limit = float(_config(args, "maxMonthlyUsd", DEFAULT_MAX_MONTHLY_USD))
     for problem in override_problems(float(_config(args, "minOverrideRatio", DEFAULT_MIN_OVERRIDE_RATIO))):
         report_violation(f"{problem}.")
     nodes = stack_nodes(args.resources)
     try:
-        estimates = [estimate(shape) for shape in stack_shapes(nodes)]
+        estimates = stack_estimates(nodes)
     except (EstimateError, ValueError) as exc:
         report_violation(f"Cannot estimate the stack's monthly cost: {exc}.")
         return
@@ -379,7 +428,7 @@ def _length(value: Any) -> int:
 
 def _has_budget_alerts(cloud: str, nodes: list[Node]) -> bool:
     for n in nodes:
-        if cloud == "linode" and n.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule":
+        if cloud in ("linode", "kubernetes") and n.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule":
             if get(n.props, "metadata.name") == SPEND_RULE_NAME and _length(get(n.props, "spec.groups")):
                 return True
         if cloud == "gcp" and n.type == "gcp:billing/budget:Budget":
@@ -399,6 +448,8 @@ _BUDGET_HINT = {
     "linode": f"a PrometheusRule named {SPEND_RULE_NAME} (Linode has no billing API; the platform's monitoring must be on)",
     "gcp": "a gcp.billing.Budget with threshold rules",
     "aws": "an aws.budgets.Budget with notifications, or a CloudWatch alarm with actions on AWS/Billing EstimatedCharges",
+    "kubernetes": f"a PrometheusRule named {SPEND_RULE_NAME} (an existing cluster has no billing API here; the platform's "
+                  "monitoring must be on)",
 }
 
 
@@ -406,8 +457,12 @@ def _validate_budget_alerts(args, report_violation) -> None:
     from gpu_platform.policies.stack_settings import NAMESPACE, raw_config, stack_settings
 
     nodes = stack_nodes(args.resources)
-    clouds = sorted({p.cloud for p in gpu_pools(nodes)})
+    pools = gpu_pools(nodes)
+    clouds = sorted({p.cloud for p in pools})
     for cloud in clouds:
+        if cloud == "kubernetes" and not any(getattr(p, "usd_per_hour", None) is not None for p in pools
+                                             if p.cloud == "kubernetes"):
+            continue  # no node prices: no spend to alert on (preflight says the stack has no bill)
         if not _has_budget_alerts(cloud, nodes):
             report_violation(f"The stack has GPU capacity on {cloud} but no budget alert: it needs {_BUDGET_HINT[cloud]}.")
     # Alerts reach people through the stack's alertEmails (billing budgets, Alertmanager); without any,

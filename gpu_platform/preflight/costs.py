@@ -179,6 +179,28 @@ def _extended_support(cfg: "StackConfig", today: _dt.date) -> tuple[Optional[flo
     return fee, f"{cfg.kubernetes_version} is in {status} support on {today.isoformat()}; {src}"
 
 
+def _network_and_keys(cfg: "StackConfig", plan: Any) -> dict[str, Any]:
+    """What the plan registers that the bill prices per unit: NAT gateways and the public IPv4 addresses
+    they use, customer-managed KMS keys, the checkpoint bucket's soft-delete retention (GCS). An existing
+    AWS VPC's NAT is not the stack's: no gateway, no address."""
+    out: dict[str, Any] = {}
+    if cfg.cloud == "aws":
+        out["nat_gateways"] = len(plan.by_type("aws:ec2/natGateway:NatGateway"))
+        out["public_ipv4"] = len(plan.by_type("aws:ec2/eip:Eip"))
+        out["kms_keys"] = len(plan.by_type("aws:kms/key:Key"))
+    elif cfg.cloud == "gcp":
+        nats = plan.by_type("gcp:compute/routerNat:RouterNat")
+        out["nat_gateways"] = len(nats)
+        # AUTO_ONLY: GCP allocates the addresses, one per 1,008 VMs at the default 64 ports each; MANUAL_ONLY: listed.
+        out["public_ipv4"] = sum(len(n.plain_inputs.get("natIps") or []) or 1 for n in nats)
+        out["kms_keys"] = len(plan.by_type("gcp:kms/cryptoKey:CryptoKey"))
+        for bucket in plan.by_type("gcp:storage/bucket:Bucket"):
+            seconds = (bucket.plain_inputs.get("softDeletePolicy") or {}).get("retentionDurationSeconds")
+            if seconds is not None:
+                out["soft_delete_days"] = int(seconds) / 86400
+    return out
+
+
 def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[Any]] = None,
                 today: Optional[_dt.date] = None):
     """The estimator's StackShape of a configured stack with what the program and its charts add."""
@@ -207,6 +229,8 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
     if note:
         extra.append(note)
     changes["extra_not_modelled"] = tuple(extra)
+    if plan is not None:
+        changes.update(_network_and_keys(cfg, plan))
     if releases is not None:
         pvcs = storage_requests(releases)
         changes.update(pvc_gib=tuple(pvcs), pvc_basis="requests in the rendered charts (gpu_platform/preflight/fit/render.py)")
@@ -242,20 +266,25 @@ class CostReport:
         self._sent = False
 
     def report(self, releases: Optional[list[Any]] = None) -> str:
+        from gpu_platform.config.derived import stack_catalog
         from gpu_platform.costs import report
-        from gpu_platform.costs.catalog import load_catalog
         from gpu_platform.costs.estimator import estimate
 
-        catalog = load_catalog(self.cfg.catalog_overrides() or None)
+        catalog = stack_catalog(self.cfg)
         shape = stack_shape(self.cfg, self.plan, releases, self.today)
         self.estimate = estimate(shape, catalog)
         autoscaled = [p for p in shape.gpu_pools if p.max_nodes > p.min_nodes]
-        if autoscaled:
+        if not self.estimate.priced:
+            self.overhead = report.Overhead(1.0, "not simulated: the stack has no node prices")
+        elif autoscaled:
             # the pool with the most GPUs at full size sets the overhead of the stack's curve
             pool = max(autoscaled, key=lambda p: catalog.instance(shape.cloud, p.instance_type).gpus * p.max_nodes)
             # The stack's scaleDownGraceMinutes (aws. or linode.; GKE's autoscaler default otherwise).
             down = getattr(self.cfg.cloud_section, "scale_down_grace_minutes", None) or 10.0
-            self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down))
+            # A cluster the stack does not create boots its GPU nodes as the stack says (kubernetes.nodeBootMinutes).
+            boot = getattr(self.cfg.cloud_section, "node_boot_minutes", None)
+            self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down),
+                                                      scale_up_minutes=None if boot is None else float(boot))
         else:
             self.overhead = report.Overhead(1.0, "fixed-size pools: billed all month whatever the use")
         budget = float(self.cfg.monthly_budget_usd)

@@ -62,8 +62,10 @@ def kubernetes(cfg: Any) -> dict[str, Any]:
     if row is None:
         return {"version": minor, "text": f"{minor} (not in the version calendar)"}
     days = row.days_to_end_of_standard()
+    whose = " (the cluster's; upstream" if cfg.cloud == "kubernetes" else ""
     return {"version": minor, "endOfStandardSupport": row.end_of_standard.isoformat(), "status": row.status(),
-            "text": f"{minor}, standard support until {row.end_of_standard.isoformat()} ({days} days)"}
+            "text": f"{minor}{whose}{',' if not whose else ''} standard support until {row.end_of_standard.isoformat()}"
+                    f"{')' if whose else ''} ({days} days)"}
 
 
 def api_exposure(cfg: Any) -> dict[str, Any]:
@@ -74,6 +76,10 @@ def api_exposure(cfg: Any) -> dict[str, Any]:
         private = bool(getattr(cfg.gcp, "private_endpoint", False))
     elif cfg.cloud == "aws":
         private = bool(getattr(cfg.aws, "endpoint_private_only", False))
+    if cfg.cloud == "kubernetes":
+        return {"private": False, "adminCidrs": cidrs,
+                "text": "the existing cluster's own: the program creates no API endpoint (cloud kubernetes); who "
+                        "reaches it is the cluster's setting"}
     if private:
         text = "private endpoint only (reachable inside the VPC" + (f", from {', '.join(cidrs)}" if cidrs else "") + ")"
     elif cidrs:

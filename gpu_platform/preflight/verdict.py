@@ -82,9 +82,15 @@ def fit_section(result: Any) -> dict[str, Any]:
     report = result.report
     problems = sorted(({"check": p.check, "release": p.release, "object": p.object, "reason": p.reason, "fix": p.fix}
                        for p in report.problems), key=lambda p: (p["check"], p["release"], p["object"], p["reason"]))
+    flows = getattr(report, "flows", None)
     return {"verdict": "fail" if problems else "pass", "releases": report.releases, "pods": report.pods,
             "problems": problems,
-            "notRendered": sorted(f"{r.name} ({r.chart} {r.version})" for r in result.not_rendered)}
+            "notRendered": sorted(f"{r.name} ({r.chart} {r.version})" for r in result.not_rendered),
+            # the platform's connections (fit/flows.py); every detail in fit.json
+            "flows": None if flows is None else {
+                "dataplane": flows.dataplane, "checked": len(flows.results),
+                "failed": [{"name": r.name, "verdict": r.verdict, "expected": r.expected, "policies": r.policies}
+                           for r in flows.failed]}}
 
 
 def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
@@ -100,7 +106,9 @@ def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
             # a share (0..1) in cost.json; a percentage here, as the summary prints it
             "budgetReachedAtUtilisation": (None if budget.get("budgetReachedAtUtilization") is None
                                            else round(100 * budget["budgetReachedAtUtilization"], 1)),
-            "catalogAge": doc.get("catalogAge")}
+            "catalogAge": doc.get("catalogAge"),
+            # what has no price (cloud kubernetes without node prices): then there are no figures above
+            "unpriced": list(doc.get("unpriced") or [])}
 
 
 def document(stack: str, cfg: Any, exit_code: int, *, plan: Any = None, policies: Optional[dict] = None,
@@ -159,7 +167,10 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
         rows.append(("cluster fit", text, "bold red" if fit["verdict"] == "fail" else
                      ("yellow" if fit["notRendered"] else "green")))
     cost = doc.get("cost")
-    if cost is not None:
+    if cost is not None and cost.get("unpriced"):
+        rows.append(("cost", f"NOT ESTIMATED: no node prices ({'; '.join(cost['unpriced'])}); set "
+                             "kubernetes.nodeTypes.<type>.usdPerHour to have a bill", "yellow"))
+    elif cost is not None:
         text = f"idle {money(cost['idleMonthlyUsd'])}/month, full capacity {money(cost['fullMonthlyUsd'])}/month"
         budget, full = cost.get("budgetUsd"), cost.get("fullMonthlyUsd")
         style = None
@@ -208,7 +219,8 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         fit_text = "–" if fit is None else f"{fit['verdict']} ({plural(len(fit['problems']), 'problem')})"
         if fit and fit["notRendered"]:
             fit_text += f", not rendered: {', '.join(fit['notRendered'])}"
-        cost_text = "–" if cost is None else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}"
+        cost_text = "–" if cost is None else (f"not priced / {money(cost.get('budgetUsd'))}" if cost.get("unpriced")
+                                              else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}")
         mark = "✅" if doc["verdict"] == "pass" else "❌"
         lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
     for doc in sorted(docs, key=lambda d: d["stack"]):

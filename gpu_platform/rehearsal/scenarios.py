@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from gpu_platform.components.cluster import NOT_EVICTED_BY_SCALE_DOWN
 from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
 from gpu_platform.preflight.fit.selectors import match_expression, tolerates_any
 from gpu_platform.rehearsal import autoscale
@@ -537,7 +538,7 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     # and skips a pod whose owner is a Job it manages).
     unrelated = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rehearsal-unrelated", "namespace": ns,
                                                                        "labels": {QUEUE_LABEL: CPU_LOCAL_QUEUE}},
-                 "spec": {"suspend": True, "template": {"spec": {
+                 "spec": {"suspend": True, "template": {"metadata": {"annotations": dict(NOT_EVICTED_BY_SCALE_DOWN)}, "spec": {
                      "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
                          {"name": "c", "image": "busybox", "securityContext": _RESTRICTED_CONTAINER,
                           "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}
@@ -691,7 +692,7 @@ def cpu_job_placement(ctx: Context) -> Scenario:
     name = "rehearsal-cpu-job"
     cpu_job = {"apiVersion": "batch/v1", "kind": "Job",
                "metadata": {"name": name, "namespace": ns, "labels": {QUEUE_LABEL: CPU_LOCAL_QUEUE}},
-               "spec": {"backoffLimit": 0, "template": {"spec": {
+               "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": dict(NOT_EVICTED_BY_SCALE_DOWN)}, "spec": {
                    "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
                        {"name": "c", "image": "busybox", "command": ["sleep", "3600"],
                         "securityContext": _RESTRICTED_CONTAINER,

@@ -47,7 +47,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.kustomize import v2 as kustomize
 
-from gpu_platform.components.cluster import TRAINING_SERVICE_ACCOUNT, ClusterHandle
+from gpu_platform.components.cluster import NOT_EVICTED_BY_SCALE_DOWN, TRAINING_SERVICE_ACCOUNT, ClusterHandle
 from gpu_platform.components.paths import program_relative
 from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
@@ -133,7 +133,8 @@ def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *
     the training ServiceAccount (bound to the checkpoint bucket by Workload Identity / IRSA; Linode
     reads keys from a Secret), `grace_seconds` to write a checkpoint after SIGTERM (GKE Spot's graceful
     node shutdown gives up to 120 s where the stack enables it, an AWS Spot interruption 2 min), and a
-    non-root, RuntimeDefault-seccomp pod (UID 10001, the example image's user). Disruptions are not
+    non-root, RuntimeDefault-seccomp pod (UID 10001, the example image's user), annotated so that
+    cluster-autoscaler never removes its node while it runs (cluster.NOT_EVICTED_BY_SCALE_DOWN). Disruptions are not
     failures (render_pod_failure_policy, render_jobset_failure_policy); podFailurePolicy needs
     restartPolicy Never (JobSet's webhook would default OnFailure, which the Job API refuses with a
     podFailurePolicy), so a crash is a failed pod, retried by the Job up to JOB_BACKOFF_LIMIT."""
@@ -155,7 +156,8 @@ def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *
                         "spec": {
                             "backoffLimit": JOB_BACKOFF_LIMIT,
                             "podFailurePolicy": render_pod_failure_policy("node"),
-                            "template": {"spec": {
+                            # Scale-down never evicts a running trainer (cluster.NOT_EVICTED_BY_SCALE_DOWN).
+                            "template": {"metadata": {"annotations": dict(NOT_EVICTED_BY_SCALE_DOWN)}, "spec": {
                                 "restartPolicy": "Never",
                                 "serviceAccountName": TRAINING_SERVICE_ACCOUNT,
                                 "terminationGracePeriodSeconds": grace_seconds,

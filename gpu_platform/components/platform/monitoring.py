@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_random as random
@@ -25,6 +25,9 @@ from gpu_platform.components.platform.common import (
 )
 from gpu_platform.config.platform import AlertSmtp
 from gpu_platform.components.platform.gpu import DCGM_SERVICE_LABELS
+
+if TYPE_CHECKING:
+    from gpu_platform.costs.catalog import Catalog
 
 HOURS_PER_MONTH = 730
 MONITORING_API = "monitoring.coreos.com/v1"
@@ -50,11 +53,13 @@ POOL_METRIC_LABEL = ksm_label(POOL_LABEL)
 
 
 def pool_hourly_prices(cloud: str, pools: Sequence[GpuPoolSpec],
-                       overrides: Optional[Mapping[str, Mapping[str, Any]]] = None) -> dict[str, float]:
-    """$/hour of one node of each pool at its capacity type, from the price catalog."""
+                       overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                       catalog: Optional["Catalog"] = None) -> dict[str, float]:
+    """$/hour of one node of each pool at its capacity type, from the price catalog (or `catalog`: the stack's own
+    node types on cloud kubernetes)."""
     from gpu_platform.costs.catalog import load_catalog
 
-    catalog = load_catalog(dict(overrides) if overrides else None)
+    catalog = catalog if catalog is not None else load_catalog(dict(overrides) if overrides else None)
     prices: dict[str, float] = {}
     for p in pools:
         itype = catalog.instance(cloud, p.instance_type)
@@ -63,6 +68,19 @@ def pool_hourly_prices(cloud: str, pools: Sequence[GpuPoolSpec],
             raise ValueError(f"GPU pool {p.name}: no {p.capacity} price for {cloud}/{p.instance_type} in the catalog")
         prices[p.name] = price.usd_per_hour
     return prices
+
+
+def unpriced_pools(cluster: ClusterHandle) -> list[str]:
+    """The GPU pools without a price for their capacity on a cluster whose node types are the stack's own (cloud
+    kubernetes: prices are all or none, checks/kubernetes.py); empty elsewhere (the catalog prices every type)."""
+    if cluster.catalog is None:
+        return []
+    out = []
+    for p in cluster.gpu_pools:
+        t = cluster.catalog.instance(cluster.cloud, p.instance_type)
+        if t is None or t.price(p.capacity) is None:
+            out.append(p.name)
+    return out
 
 
 def spend_expression(prices: Mapping[str, float]) -> str:
@@ -287,8 +305,10 @@ def control_plane_scrapes(cloud: str) -> dict[str, bool]:
     - gcp: GKE runs scheduler, controller-manager and etcd out of reach; Dataplane V2 has no kube-proxy;
     - aws: EKS's control plane is AWS's; the kube-proxy add-on serves metrics on 127.0.0.1:10249 only;
     - linode: kubeadm binds scheduler (10259), controller-manager (10257), etcd metrics (2381) and
-      kube-proxy metrics (10249) to 127.0.0.1 by default, and the cluster keeps those defaults."""
-    if cloud not in ("gcp", "aws", "linode"):
+      kube-proxy metrics (10249) to 127.0.0.1 by default, and the cluster keeps those defaults;
+    - kubernetes: a cluster the stack does not create; whether its control plane is reachable is not known, and a
+      scrape that cannot reach it raises TargetDown for ever."""
+    if cloud not in ("gcp", "aws", "linode", "kubernetes"):
         raise ValueError(f"unknown cloud {cloud!r}")
     return {component: False for component in CONTROL_PLANE_COMPONENTS}
 
@@ -296,8 +316,9 @@ def control_plane_scrapes(cloud: str) -> dict[str, bool]:
 def dns_scrape(cloud: str) -> bool:
     """Whether the chart's coreDns scrape (a Service on k8s-app=kube-dns pods, port 9153) has a target:
     EKS's CoreDNS add-on and kubeadm's CoreDNS serve metrics on 9153; GKE runs kube-dns (kubedns,
-    dnsmasq, sidecar containers, no :9153) or Cloud DNS, so the scrape only ever raised TargetDown."""
-    if cloud not in ("gcp", "aws", "linode"):
+    dnsmasq, sidecar containers, no :9153) or Cloud DNS, so the scrape only ever raised TargetDown. An existing
+    cluster (kubernetes) is assumed to run CoreDNS, as kubeadm, EKS and most distributions do."""
+    if cloud not in ("gcp", "aws", "linode", "kubernetes"):
         raise ValueError(f"unknown cloud {cloud!r}")
     return cloud != "gcp"
 
@@ -386,7 +407,10 @@ class Monitoring(pulumi.ComponentResource):
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:platform:Monitoring", name, None, opts)
         cluster = args.cluster
-        prices = pool_hourly_prices(cluster.cloud, cluster.gpu_pools, args.price_overrides)
+        # No node prices (cloud kubernetes without usdPerHour): no spend rule; a run rate of $0 would be invented.
+        unpriced = unpriced_pools(cluster)
+        prices = None if unpriced else pool_hourly_prices(cluster.cloud, cluster.gpu_pools, args.price_overrides,
+                                                          cluster.catalog)
         ns = apply_object(f"{name}-namespace", render_namespace(MONITORING_NAMESPACE, "privileged"),
                           k8s_opts(cluster, self))
         password = random.RandomPassword(f"{name}-grafana-password", length=32, special=False,
@@ -402,11 +426,11 @@ class Monitoring(pulumi.ComponentResource):
         self.dcgm_scrape = apply_object(f"{name}-dcgm-service-monitor", render_dcgm_service_monitor(), after)
         self.idle_rules = apply_object(f"{name}-{IDLE_RULE_NAME}",
                                        render_idle_rules(args.idle_gpu_minutes, args.idle_gpu_util_percent), after)
-        self.spend_rule = apply_object(f"{name}-{SPEND_RULE_NAME}",
-                                       render_spend_rule(prices, args.monthly_budget_usd), after)
+        self.spend_rule = None if prices is None else apply_object(
+            f"{name}-{SPEND_RULE_NAME}", render_spend_rule(prices, args.monthly_budget_usd), after)
         self.cluster_rules = [apply_object(f"{name}-{rule['metadata']['name']}",
                                            {**rule, "metadata": {**rule["metadata"], "namespace": MONITORING_NAMESPACE}},
                                            after) for rule in cluster.alert_rules]
         self.dashboard = apply_object(f"{name}-gpu-dashboard", render_dashboard_configmap(), k8s_opts(cluster, self, [ns]))
         self.register_outputs({"namespace": MONITORING_NAMESPACE, "gpuPricesUsdPerHour": prices,
-                               "spendRule": SPEND_RULE_NAME})
+                               "spendRule": SPEND_RULE_NAME if prices is not None else None})

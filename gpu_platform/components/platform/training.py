@@ -77,14 +77,15 @@ def render_pull_secret(name: str) -> dict[str, Any]:
 
 
 def render_checkpoint_configmap(url: Any, env: Mapping[str, Any]) -> dict[str, Any]:
-    """Plain settings pods need for the bucket: CHECKPOINT_URL plus the cluster's env (endpoint, region)."""
+    """Plain settings pods need for the bucket: CHECKPOINT_URL plus the cluster's env (endpoint, region). No URL
+    (a cluster without a checkpoint store): no CHECKPOINT_URL, so a job that needs one says so at its start."""
     if CHECKPOINT_URL_KEY in env:
         raise ValueError(f"checkpoint env must not set {CHECKPOINT_URL_KEY}; it comes from the bucket URL")
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CHECKPOINT_CONFIGMAP, "namespace": TRAINING_NAMESPACE, "labels": dict(MANAGED_BY)},
-        "data": {CHECKPOINT_URL_KEY: url, **dict(env)},
+        "data": {**({} if url is None else {CHECKPOINT_URL_KEY: url}), **dict(env)},
     }
 
 

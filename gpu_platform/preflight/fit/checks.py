@@ -13,6 +13,9 @@
   targetPort -> container port) is one the control plane may open on nodes.
 - queue-fit: each Kueue flavor's nominal quota fits its nodes at maximum size, and every job the queue
   may admit to a flavor fits there (each pod on one node, all pods at maximum size).
+- flows: every connection the platform needs (notebook to Pipelines, hub to the API server, the API
+  server to each webhook, Prometheus to each target, ...) is allowed by the rendered NetworkPolicies
+  and Cilium policies, with the semantics of the stack's CNI (gpu_platform.preflight.fit.flows).
 
 Semantics follow the Kubernetes docs/sources named at each function. Pure functions; no I/O.
 """
@@ -31,13 +34,23 @@ from gpu_platform.preflight.fit.selectors import label_selector_matches, match_e
 from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, manager_excluded_prefixes, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.render import CLUSTER_SCOPED_KINDS
+from gpu_platform.preflight.fit.flows import FlowReport, check_flows
 from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
     GPU, INSTALL_HOOKS, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
     parse_amounts, pod_templates,
 )
 
-CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "render")
+CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "flows", "scale-down",
+          "render")
+# The user-server pods JupyterHub spawns (fit/pods.py jupyterhub_user_pods: one per profile).
+NOTEBOOK_POD = "jupyter-<user>"
+# CPU notebooks that must run at once where notebooks may run: two people (below it the second user's
+# server waits until the first one's is culled).
+MIN_CPU_NOTEBOOKS = 2
+# cluster-autoscaler keeps a node whose pods carry this annotation "false" (components/cluster.py
+# NOT_EVICTED_BY_SCALE_DOWN; cluster-autoscaler 1.35.2 utils/drain HasNotSafeToEvictAnnotation).
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 PSS_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
@@ -91,6 +104,8 @@ class FitReport:
     queue: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Per pod template alone on the cluster: outcome (runs | not-admitted | unschedulable), flavor, groups
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The platform's connections checked against the network policies (None: no network model)
+    flows: Optional[FlowReport] = None
 
     @property
     def ok(self) -> bool:
@@ -102,7 +117,8 @@ class FitReport:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "releases": self.releases, "pods": self.pods,
                 "problems": [asdict(p) for p in self.problems], "placements": [asdict(p) for p in self.placements],
-                "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue}
+                "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue,
+                "flows": None if self.flows is None else self.flows.to_json()}
 
     def render(self, verbose: bool = False) -> str:
         lines = [f"Cluster fit: {self.releases} releases, {self.pods} pods, "
@@ -127,9 +143,22 @@ class FitReport:
             lines.append(f"      fix: {p.fix}")
         if len(shown) < len(self.problems):
             lines.append(f"  ... {len(self.problems) - len(shown)} more (--verbose or fit.json)")
+        if verbose and self.flows is not None:
+            lines += self.flows_lines()
         if verbose:
             lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def flows_lines(self) -> list[str]:
+        f = self.flows
+        assert f is not None
+        lines = [f"  flows: {len(f.results)} checked on {f.dataplane}, "
+                 f"{'each as the platform needs' if not f.failed else f'{len(f.failed)} not as the platform needs'}"]
+        for r in f.results:
+            mark = "ok  " if r.verdict == r.expected else r.verdict.upper()
+            lines.append(f"    {mark} {r.line()}" + (" (kept closed)" if r.expected == "denied" and r.verdict == "denied" else ""))
+        lines += [f"    note: {n}" for n in f.notes]
+        return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +183,33 @@ def node_affinity_matches(affinity: Optional[dict], labels: dict[str, str]) -> b
         if all(match_expression(labels, e) for e in exprs):
             return True
     return False
+
+
+def _expression_text(expr: dict) -> str:
+    op, values = expr.get("operator"), [str(v) for v in expr.get("values") or []]
+    if op in ("Exists", "DoesNotExist"):
+        return f"{expr.get('key')} {op}"
+    return f"{expr.get('key')} {op} [{', '.join(values)}]"
+
+
+def unmet_node_affinity(affinity: Optional[dict], labels: dict[str, str]) -> Optional[str]:
+    """Why a group's nodes fail the pod's required node affinity, naming the rule: for each term (ORed),
+    the first of its expressions the nodes do not meet and what they carry under that key. None when
+    they meet it."""
+    if node_affinity_matches(affinity, labels):
+        return None
+    req = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    why = []
+    for term in req.get("nodeSelectorTerms") or []:
+        exprs = term.get("matchExpressions") or []
+        failing = next((e for e in exprs if not match_expression(labels, e)), None)
+        if failing is None:
+            why.append("a term with no matchExpressions (matches no node)")
+            continue
+        key = failing.get("key")
+        have = f"{key}={labels[key]}" if key in labels else f"no {key} label"
+        why.append(f"{_expression_text(failing)} (its nodes: {have})")
+    return "required node affinity not satisfied: " + (" or ".join(why) if why else "no nodeSelectorTerms")
 
 
 def _affinity_keys(affinity: Optional[dict]) -> set[str]:
@@ -556,7 +612,7 @@ def _resource_shortfall(group: NodeGroup, requests: dict[str, int]) -> list[str]
 
 def _group_label(group: NodeGroup) -> str:
     """A group's name, with its zone where a pool has one group per zone."""
-    zone = group.labels.get("topology.kubernetes.io/zone")
+    zone = group.zone
     return f"{group.name} ({zone})" if zone else group.name
 
 
@@ -568,8 +624,9 @@ def _why_not(group: NodeGroup, pod: _Pod) -> Optional[str]:
     missing = {k: v for k, v in pod.node_selector.items() if group.labels.get(k) != str(v)}
     if missing:
         return "nodeSelector " + ", ".join(f"{k}={v}" for k, v in missing.items()) + " not on its nodes"
-    if not node_affinity_matches(pod.affinity, group.labels):
-        return "required node affinity not satisfied"
+    unmet = unmet_node_affinity(pod.affinity, group.labels)
+    if unmet:
+        return unmet
     short = _resource_shortfall(group, pod.requests)
     if short:
         return "needs " + "; ".join(short)
@@ -968,15 +1025,20 @@ class _Checker:
                 continue
             placed.append(pod)
         placements, headroom, ds_pods = self.pack(daemonsets, placed)
+        self.placements = placements
+        self.notebook_room(placed)
         pod_count = ds_pods + sum(pt.replicas for pt in self.templates if not pt.daemonset)
         self.ordering()
         self.reachable()
         self.scrape()
+        flows = self.flows()
+        self.scale_down()
         self.guarded(self.queue_fit, "Kueue quotas")
         queue = {k: {"admitted": v.admitted, "reason": v.reason,
                      "flavors": {ps.podset: ps.flavors for ps in v.podsets}} for k, v in self.verdicts.items() if v is not None}
         report = FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count, queue)
         report.verdicts = self.pod_verdicts(pods)
+        report.flows = flows
         return report
 
     def pod_verdicts(self, pods: list[_Pod]) -> dict[str, dict[str, Any]]:
@@ -1015,12 +1077,106 @@ class _Checker:
             out[pt.owner] = row
         return out
 
+    # --- notebooks -----------------------------------------------------------------------------
+    def notebook_room(self, pods: list[_Pod]) -> None:
+        """How many CPU notebooks run at once where notebooks may run (issue 33 item 4): every pod packed,
+        the nodes of the groups a CPU notebook's pod may use (its zones: a home is a zonal disk) at maximum
+        size hold how many of it. Fewer than MIN_CPU_NOTEBOOKS: the next user's server waits for a node
+        that never comes (Kueue admits it on the system flavor's quota, which counts every zone)."""
+        nodes = getattr(self, "nodes", None)
+        if nodes is None:
+            return
+        for pod in pods:
+            pt = pod.pt
+            if not (pt.kind == "Pod" and NOTEBOOK_POD in pt.owner) or pod.requests.get(GPU):
+                continue
+            groups = {id(g) for g in self.candidates(pod)}
+            if not groups:
+                continue  # reported as unschedulable
+            need = {"pods": 1, **{k: v for k, v in pod.requests.items() if k in ("cpu", "memory") and v > 0}}
+            more = 0
+            for node in nodes:
+                if id(node["group"]) in groups:
+                    more += min(node["free"].get(k, 0) // v for k, v in need.items())
+            placed = any(pl.object == pt.owner for pl in getattr(self, "placements", []))
+            total = more + (1 if placed else 0)
+            where = sorted({_group_label(g) for g in self.model.node_groups if id(g) in groups})
+            self.notes.append(f"notebooks: {total} {pt.owner.rsplit('(', 1)[-1].rstrip(')')} server(s) fit at once on "
+                              f"{', '.join(where)} at maximum size, every other pod placed")
+            if total < MIN_CPU_NOTEBOOKS:
+                self.problem("packing", pt.release, pt.owner,
+                             f"only {total} such notebook(s) fit at once where notebooks may run ({', '.join(where)}: "
+                             "the zones every GPU profile's pool reaches, a home being a zonal disk) once the platform's "
+                             f"and the cloud's add-ons' pods are placed; at least {MIN_CPU_NOTEBOOKS} are needed, or the "
+                             "next user's server waits for a node that never comes",
+                             "give the system pool more room in those zones (systemPool.maxNodes: the maximum is split over "
+                             "the zones, or a larger systemPool.instanceType)")
+
+    # --- scale-down ----------------------------------------------------------------------------
+    def scale_down(self) -> None:
+        """A queued job's running pods (training work) must keep cluster-autoscaler off their node: the pod
+        template carries safe-to-evict "false" (cluster-autoscaler FAQ, "What types of pods can prevent CA
+        from removing a node?": a Job's pod is replicated, so drainable, and a node whose use is under the
+        utilisation threshold, 0.5, is drained once unneeded for scale-down-unneeded-time). Judged where some
+        node group can shrink (min < max): a fixed-size cluster has no scale-down."""
+        scalable = [g for g in self.model.node_groups if g.min_nodes < g.max_nodes]
+        if not scalable:
+            self.notes.append("scale-down: no node group can shrink (min = max): nothing removes a node under a job")
+            return
+        kept, seen = 0, set()
+        for pt in self.templates:
+            if not (pt.job and pt.queue_name) or pt.hook or pt.daemonset or pt.replicas <= 0:
+                continue
+            if str(pt.annotations.get(SAFE_TO_EVICT, "")).lower() == "false":
+                kept += 1
+                continue
+            if pt.owner in seen:
+                continue
+            seen.add(pt.owner)
+            self.problem("scale-down", pt.release, pt.owner,
+                         f"its pods carry no {SAFE_TO_EVICT}: \"false\": cluster-autoscaler may remove the node a pod "
+                         f"runs on ({', '.join(sorted({g.name for g in scalable}))} can shrink) once the node's use is "
+                         "under its utilisation threshold (one GPU busy of several), evicting the running job",
+                         f"add the annotation {SAFE_TO_EVICT}: \"false\" to the pod template's metadata.annotations "
+                         "(a TrainJob: name the platform's runtime torch-checkpointed, whose pod template carries it)")
+        self.notes.append(f"scale-down: {kept} queued job pod set(s) carry {SAFE_TO_EVICT}=false: cluster-autoscaler "
+                          "keeps their nodes while they run")
+
     # --- scrape targets ----------------------------------------------------------------------
     def scrape(self) -> None:
         """Every ServiceMonitor/PodMonitor selects a rendered Service (pod) with the port it names."""
         objects = [(rel.name, obj) for rel in self.releases for obj in rel.objects if isinstance(obj, dict)]
         for f in scrape_findings(objects):
             self.problem("scrape", f.release, f.object, f.reason, f.fix)
+
+    # --- flows -------------------------------------------------------------------------------
+    def flows(self) -> Optional[FlowReport]:
+        """The platform's connections against the rendered network policies (fit/flows.py): a flow they
+        deny, or one whose ends cannot be found in the render, is a problem naming the flow and the policy."""
+        try:
+            report = check_flows(self.model.network, self.releases, self.templates, cloud=self.model.cloud)
+        except (ValueError, TypeError) as exc:  # an address or port no API server would accept
+            self.problem("render", "?", "NetworkPolicy", f"a network policy cannot be read: {exc}",
+                         "use valid CIDRs and ports (the API server refuses the policy as it is)")
+            return None
+        if report is None:
+            return None
+        fixes = {
+            "denied": "allow it in the policy that isolates that side (or the chart value that renders it): on "
+                      "Cilium select pods with podSelector/namespaceSelector, not ipBlock",
+            "unresolved": "render what the flow names (the Service, its port, the pods it selects), or fix the "
+                          "labels that should connect them",
+            "not-evaluated": "express the policy with the fields the check evaluates (netpol.py), or check this "
+                             "flow by hand on a cluster",
+            "allowed": "restore the policy (or chart value) that keeps it closed",
+        }
+        for r in report.failed:
+            self.problem("flows", ", ".join(r.releases) or "?", ", ".join(r.policies) or f"flow {r.name}",
+                         f"flow '{r.name}' ({r.source} -> {r.destination}"
+                         f"{'' if r.port is None else f':{r.port}/{r.protocol}'}) is {r.verdict.replace('-', ' ')}"
+                         f"{', but must not be' if r.expected == 'denied' else ''}: "
+                         f"{r.reason}. Needed because: {r.why}", fixes[r.verdict])
+        return report
 
     # --- packing -----------------------------------------------------------------------------
     def pack(self, daemonsets: list[tuple[_Pod, list[NodeGroup]]], pods: list[_Pod]):
@@ -1080,6 +1236,7 @@ class _Checker:
                              f"{missing} of {pod.pt.replicas} pods find no room when every pod is placed "
                              f"(groups {', '.join(sorted(groups))} at maximum size)",
                              "add nodes (raise the group's maximum or count) or lower requests")
+        self.nodes = nodes
         placements = [Placement(r, o, g.name, n, g.zone) for (r, o, g), n in counts.items()]
         # What the platform's own pods leave free on each group at maximum size (queue_fit: a flavor of
         # system nodes may hand jobs only that, not the nodes' whole allocatable).

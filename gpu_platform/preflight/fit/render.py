@@ -42,7 +42,9 @@ EXAMPLE_NAMESPACE = "training"
 SECRET_PLACEHOLDER = "preflight-secret-value"
 UNKNOWN_PLACEHOLDER = "preflight-unknown-value"
 
-SOURCES = ("helm", "kustomize", "manifest", "example")
+SOURCES = ("helm", "kustomize", "manifest", "addon", "example")
+# The cloud's managed add-ons whose pods fit models (data/eks_addon_pods.py): not objects the program applies.
+ADDON_TYPE = "aws:eks/addon:Addon"
 # Built-in kinds that are not namespaced (kubectl api-resources --namespaced=false, Kubernetes 1.33).
 CLUSTER_SCOPED_KINDS = frozenset({
     "Namespace", "Node", "PersistentVolume", "ComponentStatus", "MutatingWebhookConfiguration",
@@ -854,6 +856,19 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
             rel = RenderedRelease(r.name, r.name, r.urn, "kustomize", target, None, inputs.get("namespace"),
                                   objs, deps.of(deps.direct(r)), texts=texts)
             releases.append(rel)
+        elif r.type == ADDON_TYPE:
+            from gpu_platform.data.eks_addon_pods import NAMESPACE as ADDON_NAMESPACE, addon_objects
+
+            inputs = r.plain_inputs
+            try:
+                configuration = json.loads(inputs.get("configurationValues") or "{}")
+            except (TypeError, ValueError):
+                configuration = {}
+            objs = addon_objects(str(inputs.get("addonName")), configuration if isinstance(configuration, dict) else {})
+            if objs:
+                releases.append(RenderedRelease(f"eks-addon-{inputs.get('addonName')}", r.name, r.urn, "addon",
+                                                inputs.get("addonName"), inputs.get("addonVersion"), ADDON_NAMESPACE,
+                                                objs, deps.of(deps.direct(r))))
         elif r.type.startswith("kubernetes:") and r.type not in NOT_OBJECTS and r.custom:
             parent = deps.by_urn.get(r.parent) if r.parent else None
             key = parent.urn if parent is not None and not parent.custom else r.urn

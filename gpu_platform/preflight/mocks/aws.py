@@ -190,8 +190,17 @@ def _ecr_authorization_token(args: dict[str, Any]) -> dict[str, Any]:
             "proxyEndpoint": f"https://{registry}.dkr.ecr.{region}.amazonaws.com", "registryId": registry, "id": region}
 
 
+def _route_table(args: dict[str, Any]) -> dict[str, Any]:
+    """The route table a subnet is explicitly associated with: one per subnet, named after it."""
+    subnet = str(args.get("subnetId") or "subnet-unknown")
+    rtb = f"rtb-{_suffix(subnet, 17)}"
+    return {"id": rtb, "routeTableId": rtb, "subnetId": subnet, "vpcId": "vpc-preflight", "ownerId": ACCOUNT,
+            "arn": f"arn:aws:ec2:us-east-1:{ACCOUNT}:route-table/{rtb}", "associations": [], "routes": [], "tags": {}}
+
+
 INVOKES = {
     "aws:ecr/getAuthorizationToken:getAuthorizationToken": _ecr_authorization_token,
+    "aws:ec2/getRouteTable:getRouteTable": _route_table,
     "aws:eks/getAddonVersion:getAddonVersion": _addon_version,
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
     "aws:index/getAvailabilityZones:getAvailabilityZones": _availability_zones,
