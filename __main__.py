@@ -19,6 +19,9 @@ pulumi.export("kubeconfig", cluster.kubeconfig)
 if cluster.endpoint is not None:
     pulumi.export("apiEndpoint", cluster.endpoint)
 pulumi.export("checkpointBucket", cluster.checkpoint.url)
+# The example training image by digest (built at `pulumi up` or published): docs/first-training-job.md runs it.
+if cluster.training_image is not None:
+    pulumi.export("trainingImage", cluster.training_image)
 pulumi.export("platformParts", platform.parts)
 pulumi.export("trainingQueue", platform.local_queue)
 pulumi.export("gpuQuota", platform.gpu_quota)

@@ -170,6 +170,7 @@ def test_readme_opens_with_exactly_the_two_commands_and_ci_runs_the_test_one():
 
 # Secrets and variables that can change a cloud or a stack: they may live only in the `<stack>` environments.
 DEPLOY_CREDENTIALS = ("PULUMI_DEPLOY_TOKEN", "LINODE_DEPLOY_TOKEN", "LINODE_CLUSTER_TOKEN", "LINODE_NODE_GROUPS_TOKEN",
+                      "LINODE_REGISTRY_PASSWORD",
                       "AWS_DEPLOY_ROLE_ARN", "GCP_DEPLOY_SERVICE_ACCOUNT", "KUBECONFIG_DEPLOY")
 SECRET_REF = re.compile(r"\$\{\{[^}]*?\b(?:secrets|vars)\.([A-Za-z_][A-Za-z0-9_]*)")
 

@@ -40,6 +40,7 @@ def plan():
 
 @pytest.fixture(scope="module")
 def plan_without_image():
+    """linode-dev as shipped: no published digest, so the provider's image is built into its registry."""
     return plan_config(stack_config("linode-dev"), "linode-dev")
 
 
@@ -137,12 +138,16 @@ def test_destroy_deletes_the_providers_instances_before_their_network(plan):
     assert hook.urn in release.dependencies, "the autoscaler goes first, so nothing re-creates an instance"
 
 
-def test_without_an_image_only_the_pool_definition_is_deployed_and_a_warning_says_so(plan_without_image):
+def test_without_a_published_image_the_provider_and_autoscaler_still_deploy_from_the_built_image(plan_without_image):
+    """Before (issue 32 item 2): no digest meant no provider and no autoscaler, a warning, and a GPU pool that
+    never got a node. Now the image is built at `pulumi up` and the whole autoscaling path is deployed."""
     names = [r.inputs.get("name") for r in plan_without_image.by_type("kubernetes:helm.sh/v3:Release")]
-    assert "cluster-autoscaler" not in names
-    assert not [r for r in plan_without_image.by_type("kubernetes:apps/v1:Deployment")
-                if r.plain_inputs["metadata"]["name"] == node_groups.NAME]
-    assert any("linode.nodeGroups.image is not set" in w for w in plan_without_image.warnings)
+    assert "cluster-autoscaler" in names
+    (dep,) = [r for r in plan_without_image.by_type("kubernetes:apps/v1:Deployment")
+              if r.plain_inputs["metadata"]["name"] == node_groups.NAME]
+    image = dep.plain_inputs["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.startswith("registry.example.com/ml-platform/gpu-platform/gpu-platform-linode-node-groups@sha256:")
+    assert not any("linode.nodeGroups.image is not set" in w for w in plan_without_image.warnings)
 
 
 def test_policy_file_sets_the_providers_gpu_ceiling(tmp_path):

@@ -196,15 +196,19 @@ def test_a_past_or_malformed_provider_token_date_is_refused_naming_the_key(monke
 @pytest.mark.parametrize("image,value,expect", [
     (IMAGE, "2026-12-01", "expires in 7 day(s), on 2026-12-01 (linode.nodeGroups.apiTokenExpires)"),
     (IMAGE, "2027-06-01", None),
-    # No provider deployed (no image): no token of its own in the cluster, nothing to warn about.
-    (None, None, None),
+    # No published image: the provider is still deployed, from the image built into linode.imageRegistry.
+    (None, None, "linode.nodeGroups.apiTokenExpires is not set"),
+    # No autoscaled pool: no provider, no token of its own in the cluster, nothing to warn about.
+    ("fixed pool", None, None),
 ])
 def test_preflight_warns_about_the_providers_token(monkeypatch, image, value, expect):
     from gpu_platform.config.stack import config_warnings
 
     monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-24")
-    warnings = [w for w in config_warnings(_parse(_cfg("2027-06-01", value, image=image)))
-                if "linode-node-groups:token" in w]
+    cfg = _cfg("2027-06-01", value, image=None if image == "fixed pool" else image)
+    if image == "fixed pool":
+        cfg["gpu-platform:gpuPools"][0].update(minNodes=1, maxNodes=1)
+    warnings = [w for w in config_warnings(_parse(cfg)) if "linode-node-groups:token" in w]
     assert warnings == [] if expect is None else (len(warnings) == 1 and expect in warnings[0]), warnings
 
 

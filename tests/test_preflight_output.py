@@ -43,8 +43,8 @@ def test_the_verdict_comes_first_then_the_bill(two_runs):
     (result, _), _ = two_runs
     lines = result.stdout.splitlines()
     assert lines[0] == "preflight linode-ha (linode): PASS (exit 0)"
-    labels = [line.split()[0] for line in lines[1:5]]
-    assert labels == ["plan", "policies", "cluster", "cost"]
+    labels = [line.split()[0] for line in lines[1:6]]
+    assert labels == ["plan", "images", "policies", "cluster", "cost"]  # images: what `pulumi up` builds
     assert "Cost estimate for" in result.stdout and "the whole bill:" in result.stdout
     assert "Resource tree:" not in result.stdout and "POLICY" not in result.stdout  # details behind -v
     assert "\x1b[" not in result.stdout  # piped: no colour codes

@@ -190,6 +190,12 @@ class ClusterHandle:
     # A host folder whose *.prom files node-exporter's textfile collector reads (node-level metrics the
     # cluster's own scripts write, e.g. Linode's etcd snapshots). None: the collector stays off.
     node_textfile_dir: Optional[str] = None
+    # The example training image by digest (components/images.py training_image), the stack output
+    # trainingImage. None: not built and none published.
+    training_image: Optional[pulumi.Output[str]] = None
+    # A kubernetes.io/dockerconfigjson document (a secret) pods in the training namespace pull the stack's
+    # images with, where the nodes cannot pull from the registry on their own identity (linode.imageRegistry).
+    image_pull_config: Optional[pulumi.Output[str]] = None
 
     @property
     def max_gpus(self) -> int:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from gpu_platform.config.base import SYSTEM_POOL_DEFAULTS, Cidr, Model, SystemPool, validate_system_pool
+from gpu_platform.config.base import IMAGE_BY_DIGEST, SYSTEM_POOL_DEFAULTS, Cidr, Model, SystemPool, validate_system_pool
 
 if TYPE_CHECKING:
     from gpu_platform.costs.catalog import InstanceType
@@ -37,25 +37,24 @@ MAX_SYSTEM_NODES = 20
 class ScaleInController(Model):
     """The job-aware scale-in protection controller (gpu_platform/components/aws/protection.py)."""
 
-    # Off: no controller; cluster-autoscaler alone removes idle GPU nodes after scaleDownGraceMinutes,
-    # and nothing marks busy nodes (see docs/quickstart-aws.md, "Scale-in protection"). Unset: on once
-    # `image` is given, off until then (a new stack plans on its first run; the verdict says it is off).
-    enabled: Optional[bool] = None
-    # Its image by digest, as published by .github/workflows/controller-image.yml on a release tag:
-    # ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex>. Required when enabled.
-    image: Optional[str] = Field(
-        default=None,
-        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$")
+    # On by default. Off: no controller; cluster-autoscaler alone removes idle GPU nodes after
+    # scaleDownGraceMinutes, and nothing marks busy nodes (see docs/quickstart-aws.md, "Scale-in protection").
+    enabled: bool = True
+    # A published image by digest (ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex>, as
+    # .github/workflows/controller-image.yml publishes it on a release tag): deployed as given, nothing built.
+    # Unset: `pulumi up` builds the image from gpu_platform/controllers/scale_in_protection/Dockerfile and
+    # pushes it to an ECR repository of the stack (components/aws/registry.py); the Deployment takes its digest.
+    image: Optional[str] = Field(default=None, pattern=IMAGE_BY_DIGEST)
 
     @property
     def on(self) -> bool:
-        """Whether the controller is deployed: `enabled` when set, else whether an image is given."""
-        return self.image is not None if self.enabled is None else self.enabled
+        """Whether the controller is deployed."""
+        return self.enabled
 
     @property
-    def off_until_an_image(self) -> bool:
-        """Off only because no image digest was given (not chosen with `enabled: false`)."""
-        return self.enabled is None and self.image is None
+    def built(self) -> bool:
+        """Whether `pulumi up` builds the controller's image (deployed, and no published digest given)."""
+        return self.enabled and self.image is None
 
 
 class AwsPool(Model):

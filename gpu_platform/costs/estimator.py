@@ -46,7 +46,7 @@ ALWAYS_NOT_MODELLED = (
     "load-balancer traffic charges (AWS LCUs, GCP forwarding-rule data)",
     "disk and bucket operations, snapshots, IOPS/throughput above the gp3/pd-balanced baseline",
     "logs and metrics shipped to the cloud (CloudWatch, Cloud Logging/Monitoring)",
-    "container registry storage and image pulls",
+    "container registry storage and pulls of images the program does not build (your training images)",
     "taxes, support plans, committed-use or savings-plan discounts",
 )
 class EstimateError(ValueError):

@@ -121,6 +121,31 @@ def load_balancer_services(releases: Iterable[Any]) -> list[str]:
     return out
 
 
+# Where the program pushes the images it builds, and the catalog's price of storing them (components/images.py).
+REGISTRY_STORAGE = {"aws": ("ECR", "ecr-storage"), "gcp": ("Artifact Registry", "artifact-registry-storage")}
+
+
+def registry_note(cfg: "StackConfig", plan: Any) -> Optional[str]:
+    """What the stack's own images cost to keep, in words: the registry, the images, what is kept and the
+    catalog's storage price. Not a line of the bill: an image's size is known only once it is built."""
+    from gpu_platform.components.images import KEEP_IMAGES
+    from gpu_platform.preflight.verdict import image_builds
+
+    images = image_builds(plan) if plan is not None else []
+    if not images:
+        return None
+    names = ", ".join(i["name"] for i in images)
+    if cfg.cloud in REGISTRY_STORAGE:
+        from gpu_platform.costs.catalog import load_catalog
+
+        where, key = REGISTRY_STORAGE[cfg.cloud]
+        price = load_catalog(cfg.catalog_overrides() or None).fixed_costs(cfg.cloud)[key]
+        return (f"container images the program builds into the stack's {where} ({names}; the newest {KEEP_IMAGES} "
+                f"pushes of each kept): ${price.usd_per_hour:g}/GiB-month ({key}, {price.date}); their size is known "
+                "only after the build")
+    return f"container images the program builds into linode.imageRegistry ({names}): that registry's own pricing"
+
+
 def _boot_disks(cfg: "StackConfig", plan: Any):
     """(GPU pool boot disk GiB by pool name, system node boot disk GiB) as the program registers them."""
     pools: dict[str, int] = {}
@@ -211,6 +236,9 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
         if cap:
             extra.append(f"notebook home volumes: {cap} per user, created when a user first starts a server "
                          "(the number of users is not known)")
+    note = registry_note(cfg, plan)
+    if note:
+        extra.append(note)
     changes["extra_not_modelled"] = tuple(extra)
     if plan is not None:
         changes.update(_network_and_keys(cfg, plan))

@@ -37,8 +37,10 @@ UNKNOWN_TEXT = "[unknown]"
 # marked secret).
 # Provider credentials a stack's program requires that CI supplies at run time, per cloud (docs/ci.md). On cloud
 # kubernetes the kubeconfig may also come from $KUBECONFIG: preflight plans with the stand-in either way, so a plan
-# never depends on which cluster the machine running it points at.
-RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token", "linode-node-groups:token"),
+# never depends on which cluster the machine running it points at. linode-registry:password is read only where
+# the program builds into linode.imageRegistry.
+RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token", "linode-node-groups:token",
+                                   "linode-registry:password"),
                         "kubernetes": ("kubernetes:kubeconfig", "checkpoint-store:accessKeyId",
                                        "checkpoint-store:secretAccessKey")}
 

@@ -33,10 +33,29 @@ def money(usd: Optional[float]) -> str:
     return "n/a" if usd is None else f"${usd:,.0f}"
 
 
+# pulumi-docker-build's image: what `pulumi up` builds from the repository and pushes (components/images.py).
+IMAGE_BUILD = "docker-build:index:Image"
+
+
+def image_builds(plan: Any) -> list[dict[str, Any]]:
+    """The images `pulumi up` would build: name, where it is pushed, its build context and Dockerfile."""
+    out = []
+    for r in plan.by_type(IMAGE_BUILD):
+        inputs = r.inputs
+        tags = [t for t in inputs.get("tags") or [] if isinstance(t, str)]
+        labels = inputs.get("labels") if isinstance(inputs.get("labels"), dict) else {}
+        out.append({"name": str(labels.get("org.opencontainers.image.title") or r.name),
+                    "repository": tags[0].rsplit(":", 1)[0] if tags else "[unknown]",
+                    "context": str((inputs.get("context") or {}).get("location", "")),
+                    "dockerfile": str((inputs.get("dockerfile") or {}).get("location", ""))})
+    return sorted(out, key=lambda i: (i["name"], i["repository"]))
+
+
 def plan_summary(plan: Any) -> dict[str, Any]:
     by_type = Counter(r.type for r in plan.resources)
     return {"resources": len(plan.resources),
-            "byType": [{"type": t, "count": n} for t, n in sorted(by_type.items(), key=lambda kv: (-kv[1], kv[0]))]}
+            "byType": [{"type": t, "count": n} for t, n in sorted(by_type.items(), key=lambda kv: (-kv[1], kv[0]))],
+            "images": image_builds(plan)}
 
 
 def kinds_line(plan: dict[str, Any], top: int = 6) -> str:
@@ -130,6 +149,10 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
     rows: list[tuple[str, str, Optional[str]]] = []
     if doc.get("plan"):
         rows.append(("plan", kinds_line(doc["plan"]), None))
+        images = doc["plan"].get("images") or []
+        if images:
+            rows.append(("images", "built at `pulumi up` (a Docker daemon with BuildKit): "
+                         + "; ".join(f"{i['name']} -> {i['repository']}" for i in images), None))
     pol = doc.get("policies")
     if pol is not None:
         text = (f"{'FAIL' if pol['verdict'] == 'fail' else 'PASS'}  {plural(len(pol['policies']), 'policy')}"

@@ -20,6 +20,8 @@ from gpu_platform.config.names import asg_name, zonal_groups
 from gpu_platform.components.aws.network import Network, NetworkArgs, default_zones, existing_vpc_s3_endpoint
 from gpu_platform.components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs, termination_timing
 from gpu_platform.components.aws.protection import ScaleInProtection, ScaleInProtectionArgs
+from gpu_platform.components.aws.registry import EcrRegistry
+from gpu_platform.components.images import SCALE_IN_PROTECTION, training_image
 from gpu_platform.components.aws.scale_down import scale_down_timing
 from gpu_platform.components.cluster import (SUBNET_LABEL, CheckpointStore, ClusterHandle, SystemPoolSpec, common_labels,
                                              gpu_pool_specs)
@@ -106,10 +108,21 @@ class AwsCluster(pulumi.ComponentResource):
             cluster_name=cluster_name, region=region, kubernetes_version=cfg.kubernetes_version,
             oidc_provider_arn=eks.oidc_provider_arn,
             oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags), opts=child)
+        # The project's own images (components/images.py): built into the stack's ECR repositories unless a
+        # published digest is given.
+        registries: list[EcrRegistry] = []
+
+        def registry() -> EcrRegistry:
+            if not registries:
+                registries.append(EcrRegistry(f"{name}-images", cluster_name, tags, provider,
+                                              opts=pulumi.ResourceOptions(parent=self)))
+            return registries[0]
+
         if controller.on:
-            assert controller.image is not None, "validated by gpu_platform.config.checks.aws"
+            image = (pulumi.Output.from_input(controller.image) if controller.image is not None
+                     else registry().image(SCALE_IN_PROTECTION))
             ScaleInProtection(f"{name}-scale-in-protection", ScaleInProtectionArgs(
-                region=region, asg_names=names, asg_arns=asg_arns, image=controller.image, timing=scale_down,
+                region=region, asg_names=names, asg_arns=asg_arns, image=image, timing=scale_down,
                 oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url,
                 k8s_provider=eks.k8s_provider, tags=tags), opts=child)
         bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
@@ -142,6 +155,7 @@ class AwsCluster(pulumi.ComponentResource):
             zone_label=zone_node_label or "topology.kubernetes.io/zone",
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes),
+            training_image=training_image(cfg, registry),
         )
         self.register_outputs({"clusterName": cluster_name, "endpoint": eks.endpoint, "kubeconfig": eks.kubeconfig,
                                "checkpointUrl": bucket.url, "asgNames": names})

@@ -38,7 +38,9 @@ from gpu_platform.components.cluster import (
 from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.config.checks.linode import node_groups_deployed
+from gpu_platform.components.images import LINODE_NODE_GROUPS, training_image
 from gpu_platform.components.linode import addons, node_groups, render, upgrade
+from gpu_platform.components.linode.registry import NamedRegistry
 from gpu_platform.data import linode_versions as versions
 from gpu_platform.config.linode import (
     BUCKET_SUFFIX_LENGTH, LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE, bucket_label,
@@ -68,6 +70,9 @@ class LinodeClusterArgs:
     deploy_token: Optional[pulumi.Input[str]] = None
     # The node-group provider's token (linodes:read_write; autoscaled GPU pools only).
     node_groups_token: Optional[pulumi.Input[str]] = None
+    # linode.imageRegistry's passwords (linode-registry:password, :pullPassword), where images are built into it.
+    registry_password: Optional[pulumi.Input[str]] = None
+    registry_pull_password: Optional[pulumi.Input[str]] = None
 
 
 def linode_tags(cfg: StackConfig, **extra: str) -> list[str]:
@@ -563,17 +568,28 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # (kubernetes/autoscaler cluster-autoscaler/README.md, "Releases"), and its image and the provider's
         # pools.json follow kubernetesVersion, so neither may move before the control plane has.
         scaler_deployed = node_groups_deployed(cfg)
-        if scaled and not scaler_deployed:
-            pulumi.log.warn("linode.nodeGroups.image is not set: GPU pool(s) " + ", ".join(p.name for p, _, _ in scaled)
-                            + " autoscale but no node-group provider is deployed, so they stay at minNodes (Kueue "
-                            "offers no quota beyond that; a pool at minNodes 0 never gets a node, which preflight "
-                            "refuses). Set the digest published by .github/workflows/linode-node-groups-image.yml "
-                            "(docs/linode-autoscaling.md).")
+        # The provider's image: the published digest linode.nodeGroups.image, else built from this repository
+        # into linode.imageRegistry (config/checks/linode.py refuses an autoscaled pool with neither).
+        registries: list[NamedRegistry] = []
+
+        def registry() -> NamedRegistry:
+            if not registries:
+                assert section.image_registry is not None and args.registry_password is not None, \
+                    "validated by config/checks/linode.py and components/linode/__init__.py"
+                registries.append(NamedRegistry(f"{name}-images", section.image_registry, args.registry_password,
+                                                args.registry_pull_password, opts=child))
+            return registries[0]
+
+        provider_image: Optional[pulumi.Input[str]] = section.node_groups.image
+        provider_pull: Optional[pulumi.Output[str]] = None
+        if scaled and provider_image is None:
+            provider_image = registry().image(LINODE_NODE_GROUPS)
+            provider_pull = registry().pull_config
         if scaled:
             node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
                 config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],
                 pool_tags=[linode_tags(cfg, **t) for _, _, t in scaled], common_tags=tags,
-                image=section.node_groups.image,
+                image=provider_image, image_pull_config=provider_pull,
                 # Its own token, never the CCM/CSI one (create_cluster requires linode-node-groups:token).
                 api_token=args.node_groups_token,
                 fixed_gpus=sum(p.max_gpus for p in pools if not node_groups.autoscaled(p)),
@@ -582,6 +598,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 k8s_provider=provider, network=[firewall, subnet], after=control_plane_upgrades),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*installed.ready]))
 
+        training = training_image(cfg, registry if section.image_registry is not None else None)
         self.api_endpoint = server
         self.handle = ClusterHandle(
             cloud="linode",
@@ -608,5 +625,9 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             node_textfile_dir=render.NODE_METRICS_DIR,
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes),
+            training_image=training,
+            # Pods in `training` pull the built training image with the registry's pull Secret (platform/training.py).
+            image_pull_config=(registries[0].pull_config if training is not None and registries
+                               and cfg.platform.training_image.image is None else None),
         )
         self.register_outputs({"apiEndpoint": server, "kubeconfig": self.kubeconfig})

@@ -107,7 +107,8 @@ def apply_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions
         return k8s.core.v1.Namespace(name, metadata=meta, opts=opts)
     if kind == "ServiceAccount":
         return k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts,
-                                          automount_service_account_token=obj.get("automountServiceAccountToken"))
+                                          automount_service_account_token=obj.get("automountServiceAccountToken"),
+                                          image_pull_secrets=obj.get("imagePullSecrets"))
     if kind == "ConfigMap":
         return k8s.core.v1.ConfigMap(name, metadata=meta, data=extra.get("data", obj.get("data")), opts=opts)
     if kind == "Secret":

@@ -52,11 +52,6 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _check_pools(cfg, section, catalog)
     issues += _check_system_pool(section, catalog)
     issues += _check_label_tags(cfg)
-    if section.scale_in_controller.enabled is True and section.scale_in_controller.image is None:
-        issues.append(ConfigIssue("aws.scaleInController.image", None,
-                                  "the controller image by digest, ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex> "
-                                  "(published by .github/workflows/controller-image.yml on a v* tag; docs/quickstart-aws.md: "
-                                  "'Scale-in protection controller image'), or aws.scaleInController.enabled: false"))
     issues += version_issues(cfg)
     for i, arn in enumerate(section.admin_principal_arns):
         if not re.fullmatch(ARN_PRINCIPAL, arn):
@@ -132,17 +127,6 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
             issues.append(ConfigIssue(f"{base}.onDemandPercentageAboveBase", pct,
                                       f"100 or unset for an on-demand pool (gpuPools[{i}].capacity); use capacity: spot for a Spot share"))
     return pool_region_issues(cfg, catalog, "aws.region", section.region, not_in_region) + issues
-
-
-def scale_in_warnings(cfg: "StackConfig") -> list[str]:
-    """The verdict says when the scale-in controller is off for want of an image digest."""
-    section = getattr(cfg, "aws", None)
-    if cfg.cloud != "aws" or section is None or not section.scale_in_controller.off_until_an_image:
-        return []
-    return ["aws.scaleInController is off until an image digest is given (aws.scaleInController.image, "
-            "published by .github/workflows/controller-image.yml on a v* tag): until then the autoscaler alone "
-            "removes GPU nodes it finds under-used after aws.scaleDownGraceMinutes, except those running a training "
-            "pod, which carries cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\" (docs/quickstart-aws.md)"]
 
 
 def termination_handler_warnings(cfg: "StackConfig") -> list[str]:

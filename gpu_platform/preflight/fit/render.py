@@ -23,7 +23,8 @@ from typing import Any, Iterable, Optional
 import yaml
 
 from gpu_platform.preflight.fit.errors import ChartError
-from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource
+from gpu_platform.preflight.runner import (SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource,
+                                           whole_numbers)
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE_TYPES = ("kubernetes:kustomize/v2:Directory", "kubernetes:kustomize:Directory")
@@ -766,9 +767,18 @@ def fill_namespaces(objects: list[dict[str, Any]], namespace: Optional[str], sco
     return changed
 
 
+# A kubernetes.io/dockerconfigjson Secret's stand-in (the API server refuses one whose .dockerconfigjson is not
+# a JSON document: core validation ValidateSecret): a registry login that names no real registry or password.
+DOCKERCONFIG_STAND_IN = json.dumps({"auths": {"preflight.invalid": {
+    "username": "preflight", "password": SECRET_PLACEHOLDER,
+    "auth": base64.b64encode(f"preflight:{SECRET_PLACEHOLDER}".encode()).decode()}}})
+
+
 def _plain_object(r: PlannedResource) -> dict[str, Any]:
-    """A typed Kubernetes resource's inputs are the object; fill apiVersion/kind and the autoname."""
-    obj = plain_values(r.wire_inputs)
+    """A typed Kubernetes resource's inputs are the object; fill apiVersion/kind and the autoname. Whole numbers
+    are integers, as pulumi-kubernetes sends them (the engine's wire form carries every number as a double:
+    `runAsUser: 65532.0` is what a checker would otherwise read)."""
+    obj = whole_numbers(plain_values(r.wire_inputs))
     api_kind = r.type.split(":", 1)[1]  # `core/v1:ConfigMap`
     group_version, kind = api_kind.rsplit(":", 1)
     obj.setdefault("apiVersion", group_version[len("core/"):] if group_version.startswith("core/") else group_version)
@@ -954,9 +964,12 @@ def mask_secret(obj: dict[str, Any]) -> bool:
                     annotations[k] = "preflight-checksum"
                     changed = True
     if obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1":
+        # An image pull Secret's document must stay JSON (the API server refuses it otherwise).
+        pull = {".dockerconfigjson": DOCKERCONFIG_STAND_IN} if obj.get("type") == "kubernetes.io/dockerconfigjson" else {}
         for key, stand_in in (("data", _MASKED), ("stringData", SECRET_PLACEHOLDER)):
             if isinstance(obj.get(key), dict) and obj[key]:
-                obj[key] = {k: stand_in for k in obj[key]}
+                obj[key] = {k: (base64.b64encode(pull[k].encode()).decode() if key == "data" else pull[k])
+                            if k in pull else stand_in for k in obj[key]}
                 changed = True
     return changed
 
