@@ -218,6 +218,16 @@ def test_an_integer_with_a_leading_zero_is_refused_because_yaml_readers_disagree
         load_yaml_text(f"config:\n  gpu-platform:monthlyBudgetUsd: {text}\n", "Pulumi.x.yaml")
 
 
+@pytest.mark.parametrize("text, line", [("\x01onfig:\n  n: 1\n", 1), ("config:\n  n: \x02\n", 2), ("a: \x7f\n", 1)])
+def test_a_control_character_is_a_stack_file_error_naming_the_line(text, line):
+    """Found by tests/test_config_properties.py (a mutated linode-dev): PyYAML's Reader refuses a non-printable
+    character while it is constructed, before load_yaml_text's handler, so preflight ended in a traceback."""
+    from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_text
+
+    with pytest.raises(YamlInputError, match=rf"Pulumi.x.yaml:{line}: not valid YAML: control character U\+00"):
+        load_yaml_text(text, "Pulumi.x.yaml")
+
+
 @pytest.mark.parametrize("text, value", [("0", 0), ("10", 10), ("0o17", 15), ("0x1f", 31), ("-5", -5)])
 def test_integers_without_a_leading_zero_read_as_before(text, value):
     from gpu_platform.preflight.safe_yaml import load_yaml_text
