@@ -210,27 +210,37 @@ def _gpu_quota(plan) -> dict[str, object]:
             for g in cq.plain_inputs["spec"]["resourceGroups"] for f in g["flavors"]}
 
 
-def test_a_gpu_pool_nothing_scales_from_zero_fails_preflight_naming_the_pool(tmp_path, capsys):
+def test_a_gpu_pool_nothing_scales_from_zero_is_refused_naming_the_pool(tmp_path, capsys):
     """minNodes 0 and no node-group provider: nothing ever creates the pool's node. Preflight said PASS with a
-    warning, and every GPU TrainJob and notebook waited for ever after `pulumi up`."""
+    warning, and every GPU TrainJob and notebook waited for ever after `pulumi up`. With the provider built at
+    `pulumi up` (issue 32 item 2), such a stack names neither a registry nor a published image: a config error
+    naming the key and the pool, before anything is planned."""
     config = stack_config("linode-dev")
     config["gpu-platform:linode"].pop("nodeGroups", None)
-    code, text, doc = _preflight(tmp_path, config, capsys)
-    assert code == 3, text
-    never = [p for p in doc["clusterFit"]["problems"] if p["object"] == "GPU pool ada"]
-    assert never and "can never get a node" in never[0]["reason"] and "linode-node-groups" in never[0]["reason"], never
-    assert "GPU pool ada" in text and "can never get a node" in text
+    config["gpu-platform:linode"].pop("imageRegistry", None)
+    from gpu_platform.preflight.__main__ import main
+
+    path = tmp_path / "Pulumi.linode-dev.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    code = main(["--stack-file", str(path), "--no-policies", "--out", str(tmp_path / "build")])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == 2, text
+    assert "linode.imageRegistry" in text and "ada" in text, text
 
 
-def test_kueue_offers_no_quota_for_nodes_that_never_come(plan, plan_without_image):
+def test_kueue_offers_no_quota_for_nodes_that_never_come(plan):
     """The GPU ClusterQueue's quota for a pool is what the pool can reach: its maxNodes with a provider, its
-    minNodes without one (0 here: Kueue admits nothing there, so no job waits admitted for a node)."""
+    minNodes without one (0 here: Kueue admits nothing there, so no job waits admitted for a node). The config
+    refuses a stack without a provider image; the component's own rule still holds for any caller."""
+    from gpu_platform.components.linode.cluster import reachable_pools
+
     assert _gpu_quota(plan) == {"ada": 1}
-    assert _gpu_quota(plan_without_image) == {"ada": 0}
-    # And the training namespace's quota follows.
-    quota = next(r for r in plan_without_image.by_type("kubernetes:core/v1:ResourceQuota")
-                 if r.plain_inputs["metadata"]["name"] == "training-quota")
-    assert str(quota.plain_inputs["spec"]["hard"]["requests.nvidia.com/gpu"]) == "0"
+    from gpu_platform.components.cluster import gpu_pool_specs
+
+    pools = gpu_pool_specs(parse_config(gp(stack_config("linode-dev")), "linode-dev"))
+    assert [(p.name, p.max_nodes) for p in reachable_pools(pools, provider=False)] == [("ada", 0)]
+    assert [(p.name, p.max_nodes) for p in reachable_pools(pools, provider=True)] == [("ada", 1)]
 
 
 def test_with_a_provider_the_pool_is_not_reported(tmp_path, capsys):
