@@ -189,7 +189,7 @@ def test_a_read_only_pull_user_is_what_the_cluster_holds():
 
 def test_a_published_provider_digest_wins_no_build_no_pull_secret():
     config = stack_config("linode-dev")
-    config["gpu-platform:linode"]["nodeGroups"] = {"image": PUBLISHED}
+    config["gpu-platform:linode"].setdefault("nodeGroups", {})["image"] = PUBLISHED
     plan = plan_config(config, "linode-dev")
     assert "gpu-platform-linode-node-groups" not in builds(plan)
     pod = deployment(plan, node_groups.NAME)

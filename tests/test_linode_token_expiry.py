@@ -197,7 +197,7 @@ def test_a_past_or_malformed_provider_token_date_is_refused_naming_the_key(monke
     (IMAGE, "2026-12-01", "expires in 7 day(s), on 2026-12-01 (linode.nodeGroups.apiTokenExpires)"),
     (IMAGE, "2027-06-01", None),
     # No published image: the provider is still deployed, from the image built into linode.imageRegistry.
-    (None, None, "linode.nodeGroups.apiTokenExpires is not set"),
+    (None, "2026-12-01", "expires in 7 day(s), on 2026-12-01 (linode.nodeGroups.apiTokenExpires)"),
     # No autoscaled pool: no provider, no token of its own in the cluster, nothing to warn about.
     ("fixed pool", None, None),
 ])
