@@ -326,12 +326,23 @@ def stack_shapes(nodes: list[Node], chart_storage_gib: float = 0.0, chart_load_b
                                      price_overrides=overrides, **extras))
         elif cloud == "gcp":
             location = next((get(n.props, "location") for n in nodes if n.type == GKE_CLUSTER), None)
-            nats = sum(1 for n in nodes if n.type == "gcp:compute/routerNat:RouterNat")
+            nat_nodes = [n for n in nodes if n.type == "gcp:compute/routerNat:RouterNat"]
+            nats = len(nat_nodes)
+            # As preflight's bill counts them (preflight/costs.py _network_and_keys): the NAT's addresses, KMS keys,
+            # the checkpoint bucket's soft-delete retention.
+            extras.setdefault("public_ipv4", sum(len(get(n.props, "natIps") or []) or 1 for n in nat_nodes))
+            extras.setdefault("kms_keys", sum(1 for n in nodes if n.type == "gcp:kms/cryptoKey:CryptoKey"))
+            for n in nodes:
+                seconds = get(n.props, "softDeletePolicy.retentionDurationSeconds") if n.type == "gcp:storage/bucket:Bucket" else None
+                if seconds is not None:
+                    extras.setdefault("soft_delete_days", int(seconds) / 86400)
             shapes.append(StackShape(cloud, location, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
                                      managed_control_plane=any(n.type == GKE_CLUSTER for n in nodes),
                                      load_balancers=chart_load_balancers or None, price_overrides=overrides, **extras))
         else:
             nats = sum(1 for n in nodes if n.type == "aws:ec2/natGateway:NatGateway")
+            extras.setdefault("public_ipv4", sum(1 for n in nodes if n.type == "aws:ec2/eip:Eip"))
+            extras.setdefault("kms_keys", sum(1 for n in nodes if n.type == "aws:kms/key:Key"))
             lbs = sum(1 for n in nodes if n.type in ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer"))
             shapes.append(StackShape(cloud, config_region, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
                                      load_balancers=lbs + chart_load_balancers,
