@@ -398,7 +398,7 @@ def local_repo(tmp_path: Path):
     helm_python.repo_index_generate(repo)
     handler = functools.partial(_QuietHandler, directory=str(repo))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

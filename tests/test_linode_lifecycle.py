@@ -456,7 +456,9 @@ def test_drain_cordons_evicts_all_but_daemonsets_and_mirror_pods_then_deletes_th
 
     api = FakeApi([_pod("job-0", "Job"), _pod("cilium-x", "DaemonSet"), _pod("etcd", mirror=True),
                    _pod("done", "Job", phase="Succeeded")], pdb_blocks=1)
-    assert nodeops.leave(api, "gpu-dev-ada-1", deadline_s=100) == 0
+    slept: list[float] = []
+    assert nodeops.leave(api, "gpu-dev-ada-1", deadline_s=100, sleep=slept.append) == 0
+    assert slept and set(slept) == {10}  # a round every 10 s while a pod is left
     assert api.calls[0] == ("PATCH", "/api/v1/nodes/gpu-dev-ada-1")
     evicted = [p for m, p in api.calls if m == "POST"]
     assert evicted and all(p == "/api/v1/namespaces/training/pods/job-0/eviction" for p in evicted)

@@ -18,6 +18,11 @@ from gpu_platform.components.linode import addons
 
 EXPIRES = datetime.date(2027, 11, 20)
 NODE_GROUPS_EXPIRES = datetime.date(2027, 5, 3)
+# promtool 2.42 (Debian bookworm) starts every rule test at the Unix epoch and evaluates each interval up to the
+# last eval_time (no start_timestamp before Prometheus 3): a 2027 expiry is 20,000 daily evaluations, 20 s a
+# test. The alert tests use expiries in 1970: the same rule, a hundred evaluations.
+PROMTOOL_EXPIRES = datetime.date(1970, 5, 20)
+PROMTOOL_NODE_GROUPS_EXPIRES = datetime.date(1970, 3, 3)
 IMAGE = "ghcr.io/example/gpu-platform-linode-node-groups@sha256:" + "ab" * 32
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian package prometheus)")
 
@@ -43,14 +48,15 @@ def _day(date: datetime.date) -> int:
 
 
 @needs_promtool
-@pytest.mark.parametrize("token,expires", [(addons.CLUSTER_TOKEN, EXPIRES), (addons.NODE_GROUPS_TOKEN, NODE_GROUPS_EXPIRES)],
+@pytest.mark.parametrize("token,expires", [(addons.CLUSTER_TOKEN, PROMTOOL_EXPIRES),
+                                           (addons.NODE_GROUPS_TOKEN, PROMTOOL_NODE_GROUPS_EXPIRES)],
                          ids=["ccm-csi", "node-groups"])
 def test_alerts_fire_30_and_7_days_before_each_tokens_expiry_and_not_earlier(tmp_path, token, expires):
     """Both tokens in one rule (as the program renders it): each token's alerts follow its own date only."""
-    rules = _rules_file(tmp_path)
+    rule = addons.token_expiry_rule(PROMTOOL_EXPIRES, PROMTOOL_NODE_GROUPS_EXPIRES)
+    rules = _rules_file(tmp_path, rule)
     day = _day(expires)
-    annotations = {r["alert"]: r["annotations"] for r in
-                   addons.token_expiry_rule(EXPIRES, NODE_GROUPS_EXPIRES)["spec"]["groups"][0]["rules"] if "alert" in r}
+    annotations = {r["alert"]: r["annotations"] for r in rule["spec"]["groups"][0]["rules"] if "alert" in r}
 
     def at(days_before: int, firing: list[str]) -> list[dict]:
         # The description says how long is left, humanised by Prometheus' template.

@@ -576,12 +576,20 @@ class Analyzer:
     def _stop_process(self) -> str:
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # the pack stops its gRPC server on KeyboardInterrupt
+            # The lifeline (policies/lifeline.py): at the end of its stdin the pack exits at once; SIGINT
+            # (the pack stops its gRPC server on KeyboardInterrupt) takes a second of interpreter shutdown,
+            # and is left for a pack that did not install the lifeline.
+            if proc.stdin is not None:
+                proc.stdin.close()
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
         if proc is not None:
             thread = getattr(self, "_stderr_thread", None)
             if thread is not None:

@@ -32,7 +32,9 @@ def recorded(name: str) -> dict:
 class _Server:
     def __init__(self, handler_factory):
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_factory)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # A short poll: shutdown() waits for serve_forever's next poll (0.5 s by default), and tests start
+        # and stop dozens of these.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
 
     @property

@@ -70,9 +70,10 @@ def drain(request: Request, node: str, deadline_s: float, sleep: Callable[[float
         sleep(10)
 
 
-def leave(request: Request, node: str, deadline_s: float, skip_drain: bool = False) -> int:
+def leave(request: Request, node: str, deadline_s: float, skip_drain: bool = False,
+          sleep: Callable[[float], None] = time.sleep) -> int:
     if not skip_drain:
-        stuck = drain(request, node, deadline_s)
+        stuck = drain(request, node, deadline_s, sleep=sleep)
         if stuck:
             print(f"{node}: drain did not finish; still running: {', '.join(stuck)}. Stop them or set "
                   "GPU_PLATFORM_SKIP_DRAIN=1 to remove the node anyway.", file=sys.stderr)
