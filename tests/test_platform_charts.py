@@ -36,7 +36,7 @@ def render(chart: str, version: str, values: dict[str, Any], name: str, namespac
     archive = chart_archive(chart, version)
     out = helm_python.Chart.load_archive(archive.read_bytes()).render(values, name=name, namespace=namespace)
     return [doc for path, text in sorted(out.items()) if path.endswith((".yaml", ".yml"))
-            for doc in yaml.safe_load_all(text) if doc]
+            for doc in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if doc]
 
 
 @lru_cache(maxsize=None)

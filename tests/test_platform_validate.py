@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -110,11 +111,16 @@ def _strict(schema: Any) -> Any:
     return schema
 
 
+@functools.lru_cache(maxsize=None)
+def _crd_file(path: Path) -> dict[str, Any]:
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def crd_schema(folder: str, group: str, kind: str, version: str) -> dict[str, Any]:
     if not CRDS.is_dir():
         pytest.skip(f"upstream CRDs not found at {CRDS.resolve()} (the shared checkout's crds/ folder)")
     for path in sorted((CRDS / folder).glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+        crd = _crd_file(path)  # read only: _strict returns new mappings
         if crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == kind:
             for v in crd["spec"]["versions"]:
                 if v["name"] == version:

@@ -7,6 +7,7 @@ else the request is refused with that validation's message."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import celpy
@@ -68,7 +69,7 @@ def admit(obj: dict[str, Any], user: str = USER) -> Optional[str]:
                   "request": celpy.json_to_cel({"kind": {"kind": "Pod"}, "userInfo": {"username": user}})}
 
     def ev(expr: str) -> Any:
-        return env.program(env.compile(expr)).evaluate(activation)
+        return env.program(compiled(expr)).evaluate(activation)
 
     if not all(ev(c["expression"]) for c in policy["matchConditions"]):
         return None
@@ -177,6 +178,13 @@ def test_no_gpu_notebook_profile_for_a_pool_without_quota() -> None:
 CAPS = {"a10g": PoolCapacity(3_320, 12 * 1024**3, 1), "l4x4": PoolCapacity(44_000, 170 * 1024**3, 4)}
 
 
+@functools.lru_cache(maxsize=None)
+def compiled(expr: str) -> Any:
+    """An expression's parse tree once per session: parsing is most of an evaluation, and these tests
+    evaluate the same few expressions a thousand times."""
+    return celpy.Environment().compile(expr)
+
+
 CEL_FUNCTIONS = cel_functions()  # the evaluator preflight's fit uses (gpu_platform/preflight/fit/admission_policy.py)
 
 
@@ -189,7 +197,7 @@ def policy_refusal(policy: dict, obj: dict, user: str = USER) -> Optional[str]:
            "request": celpy.json_to_cel({"kind": {"kind": obj["kind"]}, "userInfo": {"username": user}})}
 
     def ev(expr: str):
-        return env.program(env.compile(expr), functions=CEL_FUNCTIONS).evaluate(act)
+        return env.program(compiled(expr), functions=CEL_FUNCTIONS).evaluate(act)
 
     # matchConditions first, without `variables` (the API server declares none there)
     if not all(ev(c["expression"]) for c in policy.get("matchConditions") or []):
@@ -272,15 +280,15 @@ def test_the_example_trainjob_passes_both_policies_of_every_shipped_stack(stack:
            "request": celpy.json_to_cel({"kind": {"kind": "TrainJob"}, "userInfo": {"username": USER}}),
            "namespaceObject": celpy.json_to_cel(render_training_namespace())}
     fns = CEL_FUNCTIONS
-    assert all(env.program(env.compile(c["expression"]), functions=fns).evaluate(act) for c in fit_spec["matchConditions"])
+    assert all(env.program(compiled(c["expression"]), functions=fns).evaluate(act) for c in fit_spec["matchConditions"])
     variables: dict = {}
     for v in fit_spec["variables"]:
         act["variables"] = celpy.celtypes.MapType(variables)
-        variables[celpy.celtypes.StringType(v["name"])] = env.program(env.compile(v["expression"]), functions=fns).evaluate(act)
+        variables[celpy.celtypes.StringType(v["name"])] = env.program(compiled(v["expression"]), functions=fns).evaluate(act)
     act["variables"] = celpy.celtypes.MapType(variables)
     assert variables["asksForGpu"]
     failed = [v["message"] for v in fit_spec["validations"]
-              if not env.program(env.compile(v["expression"]), functions=fns).evaluate(act)]
+              if not env.program(compiled(v["expression"]), functions=fns).evaluate(act)]
     assert not failed, failed
 
 
