@@ -41,7 +41,9 @@ def _run(tmp_path: Path, capsys, *extra: str, stack: Path | None = None) -> tupl
 
 
 def _docs(*objs: dict) -> str:
-    return "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objs)
+    # libyaml's dumper: a Pod of 5,000 containers is built at collection, in every worker
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return "".join("---\n" + yaml.dump(o, Dumper=dumper, sort_keys=False) for o in objs)
 
 
 # --- --job -----------------------------------------------------------------------------------------
