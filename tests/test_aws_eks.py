@@ -111,13 +111,16 @@ def test_version_past_extended_support_is_refused(monkeypatch):
     assert "2026-11-26" in str(err.value) and "new clusters are refused" in str(err.value)
 
 
-def test_unset_version_is_the_newest_in_eks_standard_support():
+def test_unset_version_is_the_newest_in_eks_standard_support_with_pinned_addons():
+    """1.36 is in EKS standard support but has no recorded add-on versions (gpu_platform/data/
+    eks_addon_versions.py): an unset kubernetesVersion takes the newest minor that has them, not one the
+    add-on check would refuse (issue 33 item 6)."""
     cfg = parse_config({k: v for k, v in raw().items() if k != "kubernetesVersion"}, "aws-prod")
-    assert cfg.kubernetes_version == "1.36" and not cfg.kubernetes_version_pinned
+    assert cfg.kubernetes_version == "1.35" and not cfg.kubernetes_version_pinned
     # a stack outside the repository without the key plans end to end on that version
     config = {k: v for k, v in stack_config("aws-prod").items() if k != "gpu-platform:kubernetesVersion"}
     plan = run_program(stack_input_from_mapping("eks-unpinned", config))
-    assert plan.one("aws:eks/cluster:Cluster").inputs["version"] == "1.36"
+    assert plan.one("aws:eks/cluster:Cluster").inputs["version"] == "1.35"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,18 +298,20 @@ def test_one_zone_is_still_refused_with_the_key():
         parse_config(with_aws(availabilityZones=["us-east-1a"]), "aws-prod")
 
 
-def test_managed_addons_move_with_the_kubernetes_minor():
-    """Before: no addon_version, so the provider kept the add-on versions EKS installed first; after a
-    control-plane upgrade vpc-cni, kube-proxy, coredns and the EBS CSI driver stayed a minor behind
-    (issue 22). Now each asks EKS for its default version for the cluster's minor at every deploy."""
+def test_managed_addons_carry_the_versions_pinned_for_the_kubernetes_minor():
+    """Before: each add-on asked EKS for its default version at every deploy (issue 22's fix), so a deploy
+    moved an add-on whenever AWS changed its default and vpc-cni could jump minors (issue 33 item 6). Now
+    each carries the version pinned for the stack's minor, and moves only with kubernetesVersion."""
+    from gpu_platform.data.eks_addon_versions import ROWS
+
     addons = {a.inputs["addonName"]: a.inputs.get("addonVersion") for a in plan_stack("aws-prod").by_type(ADDON)}
-    assert set(addons) == {"vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver"}
-    assert all(v == f"eks-default:{name}@1.35" for name, v in addons.items()), addons
+    assert addons == ROWS["1.35"].versions
+    assert addons["vpc-cni"] == "v1.21.1-eksbuild.1" and addons["kube-proxy"].startswith("v1.35.")
     config = stack_config("aws-prod")
-    config["gpu-platform:kubernetesVersion"] = "1.36"
+    config["gpu-platform:kubernetesVersion"] = "1.34"
     moved = {a.inputs["addonName"]: a.inputs.get("addonVersion")
              for a in run_program(stack_input_from_mapping("aws-prod", config)).by_type(ADDON)}
-    assert all(v == f"eks-default:{name}@1.36" for name, v in moved.items()), moved
+    assert moved == ROWS["1.34"].versions and moved["kube-proxy"].startswith("v1.34.")
 
 
 def test_the_versions_guide_says_what_the_code_does():
@@ -322,4 +327,5 @@ def test_the_versions_guide_says_what_the_code_does():
     assert "update-nodegroup-version" not in version_part
     assert "system managed node groups (one per zone) follow it" in aws and "managed add-ons" in aws
     eks_source = (Path(__file__).resolve().parents[1] / "gpu_platform" / "components" / "aws" / "eks.py").read_text()
-    assert "version=cluster.version" in eks_source and "get_addon_version_output" in eks_source
+    assert "version=cluster.version" in eks_source and "get_addon_version_output" not in eks_source
+    assert "eks_addon_versions.addon_versions(args.kubernetes_version)" in eks_source

@@ -19,6 +19,7 @@ from gpu_platform.config.gcp import GcpSection
 from gpu_platform.config.kubernetes import KubernetesSection
 from gpu_platform.config.linode import LinodeSection
 from gpu_platform.config.platform import PlatformSection
+from gpu_platform.data import eks_addon_versions
 from gpu_platform.data.versions_calendar import default_minor
 
 __all__ = ["CheckpointBucketSection", "CostsSection", "GpuPool", "PriceOverride", "STRUCTURED_KEYS", "StackConfig"]
@@ -112,7 +113,10 @@ class StackConfig(Model):
         if not pinned and data.get("cloud") in CLOUDS and data.get("cloud") != "kubernetes":
             linode = data.get("linode") if isinstance(data.get("linode"), dict) else {}
             cni = linode.get("cni", LinodeSection.model_fields["cni"].default) if data["cloud"] == "linode" else None
-            data = {**data, "kubernetesVersion": default_minor(data["cloud"], cni=cni if isinstance(cni, str) else None)}
+            # EKS: only a minor whose managed add-on versions are pinned (config/checks/aws.py refuses the others).
+            among = eks_addon_versions.ROWS if data["cloud"] == "aws" else None
+            data = {**data, "kubernetesVersion": default_minor(data["cloud"], cni=cni if isinstance(cni, str) else None,
+                                                               among=among)}
         model = handler(data)
         model._kubernetes_version_pinned = pinned
         return model

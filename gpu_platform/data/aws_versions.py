@@ -6,6 +6,8 @@ them in agreement).
 
 from __future__ import annotations
 
+from gpu_platform.data.eks_addon_versions import ADDONS as _EKS_ADDONS
+
 # aws-node-termination-handler, queue-processor mode (Helm chart from ECR Public, OCI).
 # https://github.com/aws/aws-node-termination-handler/tree/main/config/helm/aws-node-termination-handler
 NTH_CHART = "oci://public.ecr.aws/aws-ec2/helm/aws-node-termination-handler"
@@ -43,9 +45,9 @@ GPU_AMI_SSM_PARAMETER = "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/
 # EKS managed node group AMI type for the (non-GPU) system nodes.
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 
-# EKS managed add-ons. Versions: EKS's default for the control plane's minor, looked up at every deploy
-# (eks.get_addon_version), so they move with kubernetesVersion (eks.py).
-EKS_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver")
+# EKS managed add-ons. Versions: pinned per Kubernetes minor in gpu_platform/data/eks_addon_versions.py
+# (dated, sourced; vpc-cni moves one minor per Kubernetes minor), so they move with kubernetesVersion (eks.py).
+EKS_ADDONS = _EKS_ADDONS
 
 # The scale-in protection controller's image is built from gpu_platform/controllers/scale_in_protection/Dockerfile
 # (base image and wheels pinned there) by .github/workflows/controller-image.yml and published to

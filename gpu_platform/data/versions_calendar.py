@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Collection, Literal, Optional, Union
 
 import yaml
 
@@ -328,15 +328,18 @@ def extended_support_fee_per_hour(cloud: str, minor: str, on: DateLike = None) -
 
 
 def default_minor(cloud: str, on: DateLike = None, calendar: Optional[Calendar] = None,
-                  cni: Optional[str] = None) -> Optional[str]:
+                  cni: Optional[str] = None, among: Optional[Collection[str]] = None) -> Optional[str]:
     """The newest minor in standard support for the cloud on the day (None if the calendar has none); with
     `cni` (Linode, which installs its own), the newest of those the CNI's compatibility rows list, so an
-    unset kubernetesVersion never lands on a minor the stack's CNI is refused on."""
+    unset kubernetesVersion never lands on a minor the stack's CNI is refused on; with `among` (EKS: the
+    minors with pinned add-on versions, gpu_platform/data/eks_addon_versions.py), the newest of those."""
     cal = calendar or load_calendar()
     allowed = cal.allowed_minors(cloud, on)
     if cni is not None:
         tested = {k for cni_minor in cal.cni_minors(cni) for k in cal.cni_kubernetes(cni, cni_minor)}
         allowed = [m for m in allowed if m in tested] or allowed  # none tested: linode.cni's check says why
+    if among is not None:
+        allowed = [m for m in allowed if m in among] or allowed  # none recorded: kubernetesVersion's check says why
     return allowed[-1] if allowed else None
 
 

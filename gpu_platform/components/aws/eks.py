@@ -21,6 +21,7 @@ import yaml
 from pulumi_aws import cloudwatch, ec2, eks, iam, kms
 
 from gpu_platform.data import aws_versions as versions
+from gpu_platform.data import eks_addon_versions
 from gpu_platform.config.names import zonal_groups
 from gpu_platform.components.aws.iam import irsa_role, managed_policy_arn, partition, service_trust_policy
 
@@ -249,12 +250,17 @@ class EksCluster(pulumi.ComponentResource):
         # --- add-ons that nodes need before they are Ready -------------------------------------
         addon_opts = pulumi.ResourceOptions(parent=self)
 
-        def addon_version(addon: str) -> pulumi.Output[str]:
-            # EKS's default version of the add-on for the control plane's minor, asked at each deploy
-            # (aws_eks_addon_version data source): when kubernetesVersion moves, the add-on moves with
-            # it, after the control plane (the lookup waits for the cluster's new version). Without a
-            # version the provider keeps whatever EKS installed first, a minor behind after an upgrade.
-            return eks.get_addon_version_output(addon_name=addon, kubernetes_version=cluster.version).version
+        # Each add-on's version is pinned per Kubernetes minor (gpu_platform/data/eks_addon_versions.py, dated
+        # and sourced), not EKS's default asked at each deploy: a deploy moves an add-on only when
+        # kubernetesVersion or the table moves, and the table moves vpc-cni one minor per Kubernetes minor
+        # (EKS: "Updating VPC-CNI can only go up or down 1 minor version at a time"). config/checks/aws.py
+        # refuses a minor without a row before anything is registered. A changed addon_version is an
+        # in-place UpdateAddon (aws:eks/Addon replaces only on a new addonName or clusterName); the
+        # add-ons are created after the cluster and so updated after its version change.
+        addon_versions = eks_addon_versions.addon_versions(args.kubernetes_version)
+
+        def addon_version(addon: str) -> str:
+            return addon_versions[addon]
 
         cni_role = irsa_role(f"{name}-vpc-cni-role", self.oidc_provider_arn, self.oidc_issuer_url, *VPC_CNI_SERVICE_ACCOUNT,
                              tags=tags, opts=child)

@@ -52,7 +52,8 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _check_pools(cfg, section, catalog)
     issues += _check_system_pool(section, catalog)
     issues += _check_label_tags(cfg)
-    issues += version_issues(cfg)
+    versions = version_issues(cfg)
+    issues += versions or addon_version_issues(cfg)
     for i, arn in enumerate(section.admin_principal_arns):
         if not re.fullmatch(ARN_PRINCIPAL, arn):
             issues.append(ConfigIssue(f"aws.adminPrincipalArns[{i}]", arn, "an IAM role or user ARN: arn:aws:iam::123456789012:role/name"))
@@ -127,6 +128,18 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
             issues.append(ConfigIssue(f"{base}.onDemandPercentageAboveBase", pct,
                                       f"100 or unset for an on-demand pool (gpuPools[{i}].capacity); use capacity: spot for a Spot share"))
     return pool_region_issues(cfg, catalog, "aws.region", section.region, not_in_region) + issues
+
+
+def addon_version_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """The EKS managed add-ons are pinned per Kubernetes minor (gpu_platform/data/eks_addon_versions.py); a
+    minor the calendar allows but the table has no row for is refused here, naming kubernetesVersion and the
+    file, instead of a KeyError (or an unpinned add-on) at `pulumi up`."""
+    from gpu_platform.data import eks_addon_versions
+
+    if cfg.kubernetes_version in eks_addon_versions.ROWS:
+        return []
+    return [ConfigIssue("kubernetesVersion", cfg.kubernetes_version,
+                        eks_addon_versions.missing_minor_message(cfg.kubernetes_version))]
 
 
 def termination_handler_warnings(cfg: "StackConfig") -> list[str]:
