@@ -209,7 +209,8 @@ def policy_refusal(policy: dict, obj: dict, user: str = USER) -> Optional[str]:
     act["variables"] = celpy.celtypes.MapType(variables)
     for v in policy["validations"]:
         if not ev(v["expression"]):
-            return v["message"]
+            # the API server prefers messageExpression, and falls back to message
+            return str(ev(v["messageExpression"])) if "messageExpression" in v else v["message"]
     return None
 
 

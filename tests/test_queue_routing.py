@@ -19,6 +19,7 @@ from typing import Optional
 
 import pytest
 
+from gpu_platform.components.cluster import TRAINING_NAMESPACE
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE
 from gpu_platform.components.platform.queue import (
     CLUSTER_QUEUE, CPU_CLUSTER_QUEUE, CPU_LOCAL_QUEUE, DEFAULT_LOCAL_QUEUE, LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_ROUTING_POLICY,
@@ -317,3 +318,43 @@ def test_a_zero_gpu_limit_is_cpu_work_not_a_way_onto_a_gpu_node() -> None:
         assert refusal(_zero_gpu(batch_job("2"), value)) is None, value
         said = refusal(labelled(_zero_gpu(batch_job("2"), value), CPU_LOCAL_QUEUE))
         assert said and "asks for a GPU" in said, value
+
+
+def _in(obj: dict, namespace: str) -> dict:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["namespace"] = namespace
+    return obj
+
+
+def test_a_gpu_job_where_the_job_controllers_pods_are_refused_is_refused_at_submission() -> None:
+    """Platform review: a GPU Job labelled gpu-queue in `kubeflow` (a pipeline step's `pipeline-runner` may
+    create Jobs there) was admitted by Kueue while gpu-pods-through-the-queue refused every pod the job
+    controller made for it (it trusts those only where every Job is queued): the Job held its GPU quota
+    until waitForPodsReady evicted it, three times. Now refused when created, naming the namespace."""
+    for namespace in (KUBEFLOW_NAMESPACE, JUPYTERHUB_NAMESPACE):
+        for obj in (labelled(batch_job("2"), LOCAL_QUEUE), labelled(trainjob("2"), LOCAL_QUEUE)):
+            said = refusal(_in(obj, namespace))
+            assert said and said.startswith(f"a GPU {obj['kind']} in namespace {namespace} would never start"), said
+            assert f"namespace {TRAINING_NAMESPACE}" in said and "waitForPodsReady" in said
+        exp = _in(experiment(1, LOCAL_QUEUE), namespace)
+        assert refusal(exp) and "would never start" in refusal(exp)
+        # what does run there: a GPU pod the queue gates (a pipeline step, a notebook), CPU-only jobs
+        assert refusal(labelled(pod(namespace), LOCAL_QUEUE)) is None
+        assert refusal(_in(labelled(batch_job("2", gpus=0), CPU_LOCAL_QUEUE), namespace)) is None
+    # in training the same jobs run (the job controller's pods are trusted there)
+    assert refusal(labelled(batch_job("2"), LOCAL_QUEUE)) is None and refusal(labelled(trainjob("2"), LOCAL_QUEUE)) is None
+
+
+def test_preflight_refuses_the_reviewers_kubeflow_gpu_job(tmp_path, capsys) -> None:
+    """End to end (fit evaluates the rendered policies for --job): exit 3 naming the policy and the namespace."""
+    import yaml
+
+    from tests.fit_support import need_charts
+    from tests.test_hostile_input import run_main
+
+    need_charts()
+    job = tmp_path / "kf-gpu-job.yaml"
+    job.write_text(yaml.safe_dump(_in(labelled(batch_job("2"), LOCAL_QUEUE), KUBEFLOW_NAMESPACE)))
+    code, text, _ = run_main(["gcp-prod", "--no-policies", "--out", str(tmp_path / "out"), "--job", str(job)], capsys)
+    assert code == 3, text
+    assert QUEUE_ROUTING_POLICY in text and f"in namespace {KUBEFLOW_NAMESPACE} would never start" in text, text

@@ -704,7 +704,10 @@ def render_queue_routing_policy() -> dict[str, Any]:
       `gpu-queue` is refused: those queues' flavors are GPU nodes, where Kueue would place it (and scale
       a GPU node up for it); the message says to label it `cpu-queue`;
     - GPU work naming `cpu-queue` is refused: that queue's only flavor is the system nodes (GPU quota 0),
-      so Kueue would never admit it; the message says to drop the label or name `gpu-queue`.
+      so Kueue would never admit it; the message says to drop the label or name `gpu-queue`;
+    - a GPU job (not a plain pod) in a queue namespace where Kueue does not queue every Job (`kubeflow`,
+      `jupyterhub`) is refused: its pods come from the job controller, which gpu-pods-through-the-queue
+      trusts only where every Job is queued, so it would hold quota and never start.
     What the object's spec does not show (a TrainJob without trainer.resourcesPerNode takes its
     resources from the runtime; a Katib trial template held in a ConfigMap) is not judged: it is
     judged when its Job is created, or reported by Kueue (`insufficient quota for nvidia.com/gpu in
@@ -722,6 +725,17 @@ def render_queue_routing_policy() -> dict[str, Any]:
                        f"(in {TRAINING_NAMESPACE} GPU work is queued in LocalQueue {DEFAULT_LOCAL_QUEUE}, the GPU "
                        f"pools) or name the GPU queue, {QUEUE_NAME_LABEL}: {LOCAL_QUEUE} (a Katib experiment: in "
                        f"trialTemplate.trialSpec.metadata.labels)")
+    # A GPU job (not a plain pod) where Kueue does not queue every Job (kubeflow, jupyterhub): Kueue admits it
+    # when it names gpu-queue, but its pods come from the job controller, which gpu-pods-through-the-queue
+    # trusts only where every Job is queued (QUEUED_JOB_POD): no pod would ever start, and the Job would hold
+    # its quota until waitForPodsReady evicts it, three times, then be deactivated. Refused at submission.
+    gpu_job_where_pods_are_refused = (
+        '"a GPU " + request.kind.kind + " in namespace " + namespaceObject.metadata.name + " would never start: '
+        f'its pods are made by the job controller, whose GPU pods are admitted only where Kueue queues every Job '
+        f'(namespace {TRAINING_NAMESPACE}), so Kueue would hold its GPU quota until waitForPodsReady evicts it. '
+        f'{HOW_TO_SUBMIT}"')
+    in_default_queue_namespace = (f"has(namespaceObject.metadata.labels) && "
+                                  f"'{DEFAULT_QUEUE_NAMESPACE_LABEL}' in namespaceObject.metadata.labels")
     return render_admission_policy(QUEUE_ROUTING_POLICY, {
         "matchConstraints": _queued_work_created(),
         "variables": [
@@ -742,6 +756,9 @@ def render_queue_routing_policy() -> dict[str, Any]:
             {"expression": f"!variables.asksForGpu || variables.landsIn != '{CPU_LOCAL_QUEUE}'",
              "message": gpu_wrong_queue,
              "reason": "Invalid"},
+            {"expression": f"request.kind.kind == 'Pod' || !variables.asksForGpu || ({in_default_queue_namespace})",
+             "messageExpression": gpu_job_where_pods_are_refused,
+             "reason": "Forbidden"},
             {"expression": (f"variables.asksForGpu || !variables.resourcesKnown || "
                             f"!(variables.landsIn in ['{DEFAULT_LOCAL_QUEUE}', '{LOCAL_QUEUE}'])"),
              "message": cpu_wrong_queue,
