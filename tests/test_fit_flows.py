@@ -137,6 +137,31 @@ def test_an_ipblock_reaches_a_node_on_cilium_only_with_policy_cidr_match_mode_no
     assert decide(NOTEBOOK, APISERVER_NODE, 6443, "TCP", policies, CILIUM_NODES).allowed
 
 
+def test_a_wildcard_ipblock_reaches_no_node_on_cilium_even_in_nodes_mode():
+    """Platform review: Cilium 1.19/1.20 turn 0.0.0.0/0 into the `world` selector, which selects no node even
+    with --policy-cidr-match-mode=nodes (cilium/cilium#47827, open); a narrower range does. A node at a
+    CGNAT address (100.64.0.0/10, outside the RFC 1918 rules) reached only through z2jh's 0.0.0.0/0 rule
+    was passed as reachable; the hub could not spawn a pod there."""
+    cgnat_node = Peer("apiserver", NODE, addresses=("100.64.20.0/24",), entities=frozenset({"kube-apiserver", "remote-node"}))
+    public = netpol("jupyterhub", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {
+        "cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]}}]}]})
+    d = decide(NOTEBOOK, cgnat_node, 6443, "TCP", [public], CILIUM_NODES)
+    assert not d.allowed and d.egress.cidr_skipped == ["NetworkPolicy/jupyterhub/p"]
+    assert decide(NOTEBOOK, cgnat_node, 6443, "TCP", [public], UPSTREAM).allowed  # upstream: any address
+    narrow = netpol("jupyterhub", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {
+        "cidr": "100.64.0.0/10"}}]}]})
+    assert decide(NOTEBOOK, cgnat_node, 6443, "TCP", [narrow], CILIUM_NODES).allowed
+    # the same in a Cilium policy: toCIDR 0.0.0.0/0 no, toCIDRSet 100.64.0.0/10 yes
+    ns = "jupyterhub"
+    sel = {"endpointSelector": {"matchLabels": {"component": "singleuser-server"}}}
+    wild = cnp({**sel, "egress": [{"toCIDR": ["0.0.0.0/0"]}]}, ns=ns)
+    assert not decide(NOTEBOOK, cgnat_node, 6443, "TCP", [wild], CILIUM_NODES).allowed
+    some = cnp({**sel, "egress": [{"toCIDRSet": [{"cidr": "100.64.0.0/10"}]}]}, ns=ns)
+    assert decide(NOTEBOOK, cgnat_node, 6443, "TCP", [some], CILIUM_NODES).allowed
+    # and a wildcard still reaches addresses outside the cluster
+    assert decide(NOTEBOOK, INTERNET, 443, "TCP", [public], CILIUM_NODES).allowed
+
+
 def test_an_ipblock_reaches_addresses_outside_the_cluster_on_cilium():
     public = netpol("jupyterhub", {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {
         "cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"]}}]}]})

@@ -484,6 +484,9 @@ def _explain(decision: Decision, src: Peer, dst: Peer, dp: Dataplane) -> str:
             text += (f" ({', '.join(sorted(set(side.cidr_skipped)))} has an ipBlock covering its address, but {dp.name} "
                      f"does not apply ipBlock/CIDR rules to {_what_kind(other)}"
                      + (": select it with podSelector/namespaceSelector instead)" if other.kind == POD else
+                        " through 0.0.0.0/0 or ::/0, even with policy-cidr-match-mode nodes (cilium/cilium#47827): "
+                        "only a narrower range that holds the nodes' addresses, and no NetworkPolicy selector can "
+                        "select it)" if dp.cidr_matches_nodes else
                         " unless its policy-cidr-match-mode lists nodes, and no NetworkPolicy selector can select it)"))
         parts.append(text)
     return "; ".join(parts)

@@ -95,6 +95,14 @@ def subtract(nets: Iterable[Net], minus: Net) -> list[Net]:
     return out
 
 
+def _wildcard(cidr: Any) -> bool:
+    """An ipBlock/CIDR whose base range is every address of its family (0.0.0.0/0, ::/0)."""
+    try:
+        return _net(cidr).prefixlen == 0
+    except ValueError:
+        return False
+
+
 def block(cidr: Any, excepts: Iterable[Any] = ()) -> list[Net]:
     """The addresses an ipBlock (cidr minus its excepts) stands for."""
     return list(_block(str(cidr), tuple(str(e) for e in excepts)))
@@ -167,11 +175,16 @@ class Dataplane:
     enforce_always: bool = False  # Cilium --enable-policy=always: every endpoint isolated
     cluster_name: str = "default"  # Cilium --cluster-name: every pod identity's io.cilium.k8s.policy.cluster
 
-    def cidr_applies(self, peer: Peer) -> bool:
-        """Whether ipBlock/CIDR rules can match `peer` at all."""
+    def cidr_applies(self, peer: Peer, wildcard: bool = False) -> bool:
+        """Whether an ipBlock/CIDR rule can match `peer` at all. `wildcard`: the rule's base range is
+        0.0.0.0/0 or ::/0. Cilium turns a wildcard into the `world` selector, which never selects a node,
+        even with --policy-cidr-match-mode=nodes (cilium/cilium#47827, open, affects 1.19 and 1.20; the
+        fixes #47828 and #48046 are unmerged): only a narrower range reaches nodes there."""
         if not self.cilium or peer.kind == EXTERNAL:
             return True
-        return self.cidr_matches_pods if peer.kind == POD else self.cidr_matches_nodes
+        if peer.kind == POD:
+            return self.cidr_matches_pods
+        return self.cidr_matches_nodes and not wildcard
 
 
 @dataclass
@@ -311,7 +324,7 @@ def _np_direction(policies: list[Policy], pod: Peer, other: Peer, port: int, pro
                 elif hit is None:
                     ib = (peer or {}).get("ipBlock") or {}
                     nets = block(ib.get("cidr"), ib.get("except") or [])
-                    if dp.cidr_applies(other):
+                    if dp.cidr_applies(other, wildcard=_wildcard(ib.get("cidr"))):
                         allowed_nets.extend(nets)
                         if covered(other.nets(), nets):
                             side.allowed_by.append(pol.id)
@@ -457,15 +470,18 @@ def _cilium_rule_matches(pol: Policy, rule: Mapping[str, Any], other: Peer, port
         return True
     if any(_entity_matches(e, other) for e in rule.get(f"{pre}Entities") or []):
         return True
-    nets: list[Net] = [n for c in rule.get(f"{pre}CIDR") or [] for n in block(c)]
+    # (nets, wildcard) per CIDR entry: a wildcard entry reaches no node under Cilium (Dataplane.cidr_applies)
+    entries: list[tuple[list[Net], bool]] = [(block(c), _wildcard(c)) for c in rule.get(f"{pre}CIDR") or []]
     for cs in rule.get(f"{pre}CIDRSet") or []:
         if "cidr" not in (cs or {}):
             side.unsupported.append(f"{where}: {pre}CIDRSet without cidr (cidrGroupRef, cidrGroupSelector)")
             continue
-        nets.extend(block(cs["cidr"], cs.get("except") or []))
-    if nets and covered(other.nets(), nets):
-        if dp.cidr_applies(other):
-            return True
+        entries.append((block(cs["cidr"], cs.get("except") or []), _wildcard(cs["cidr"])))
+    applying = [n for nets, wild in entries if dp.cidr_applies(other, wildcard=wild) for n in nets]
+    if applying and covered(other.nets(), applying):
+        return True
+    everything = [n for nets, _ in entries for n in nets]
+    if everything and covered(other.nets(), everything):
         side.cidr_skipped.append(pol.id)
     return False
 
