@@ -131,6 +131,8 @@ def test_the_example_stack_is_valid_and_warns_of_nothing():
     (lambda: config(kubernetes=section(nodeTypes={**section()["nodeTypes"], "dgx-a100-4x": {"catalog": "aws/p9.huge"}})),
      "gpu-platform:kubernetes.nodeTypes.dgx-a100-4x.catalog", "a aws type of the price catalog"),
     (lambda: config(kubernetes=section(gpuDevicePlugin=None)), "gpu-platform:kubernetes.gpuDevicePlugin", "required"),
+    (lambda: config(kubernetes=section(autoscaler=None)), "gpu-platform:kubernetes.autoscaler", "required"),
+    (lambda: config(kubernetes=section(autoscaler="keda")), "gpu-platform:kubernetes.autoscaler", "karpenter"),
     (lambda: config(kubernetes=section(storageClass=None)), "gpu-platform:kubernetes.storageClass", "required"),
     (lambda: config(kubernetes=None), "gpu-platform:kubernetes", "required when cloud is kubernetes"),
     (lambda: config(kubernetesVersion=None), "gpu-platform:kubernetesVersion", "the minor your cluster runs"),
@@ -188,6 +190,7 @@ def test_the_example_stack_is_valid_and_warns_of_nothing():
     (lambda: config(kubernetes=section(network={**section()["network"], "cilium": {"policyCidrMatchMode": ["world"]}})),
      "gpu-platform:kubernetes.network.cilium.policyCidrMatchMode[0]", "'nodes' or 'pods'"),
 ], ids=["pool-type-without-gpus", "gpus-without-model", "catalog-and-own", "unknown-catalog-type", "no-device-plugin-choice",
+        "no-autoscaler-choice", "unknown-autoscaler",
         "no-storage-class", "no-section", "no-version", "admin-cidrs", "no-alert-emails", "price-overrides", "delete-bucket", "preemptible",
         "some-prices", "unknown-pool", "gpu-taint-again", "gpu-system-pool", "allocatable-above-capacity",
         "allocatable-not-a-quantity", "http-endpoint", "cluster-name", "no-network", "unknown-cni", "cilium-settings-on-calico",
@@ -919,3 +922,134 @@ def test_an_expired_certificate_in_the_bundle_is_a_warning(monkeypatch):
     monkeypatch.setenv("GPU_PLATFORM_TODAY", later)
     (warning,) = [w for w in config_warnings(cfg) if "caBundle" in w]
     assert "certificate 1 (CN=onprem-s3-ca) is valid" in warning and "not today" in warning
+
+
+# ---------------------------------------------------------------------------------------------
+# A cluster other teams share: their GPU pods, the autoscaler that removes nodes, GPU isolation
+# ---------------------------------------------------------------------------------------------
+
+VAP_TYPES = ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy",
+             "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+
+
+def _admission_objects(plan: Plan) -> list[dict[str, Any]]:
+    """The policies and bindings the plan registers, as the API server would hold them."""
+    from gpu_platform.preflight.fit.render import _plain_object
+
+    return [_plain_object(r) for t in VAP_TYPES for r in plan.by_type(t)]
+
+
+def _inference_pod() -> dict[str, Any]:
+    """Another team's GPU Deployment's pod, as the ReplicaSet controller creates it."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "llm-7d9-abc", "namespace": "inference", "labels": {"app": "llm"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "llm-7d9", "uid": "y",
+                             "controller": True}]},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def test_other_teams_gpu_pods_are_theirs_on_a_shared_cluster_and_refused_on_the_stacks_own(plan):
+    """Before: the GPU pod policy was bound cluster-wide on cloud kubernetes too, refusing every other tenant's GPU
+    Deployment and a preinstalled GPU operator's validator pod (gpu-operator validator/manifests/
+    plugin-workload-validation.yaml asks for one nvidia.com/gpu). Evaluated as preflight's fit evaluates the plan."""
+    from gpu_platform.preflight.fit import admission_policy
+
+    objects = _admission_objects(plan)
+    inference = {"kubernetes.io/metadata.name": "inference"}
+    assert admission_policy.refusal(objects, _inference_pod(), "pods", inference, REPLICASET_CONTROLLER) is None
+    validator = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nvidia-device-plugin-validator-x",
+                                                                 "namespace": "gpu-operator"},
+                 "spec": {"initContainers": [{"name": "plugin-validation", "image": "x",
+                                              "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                          "containers": [{"name": "c", "image": "x"}]}}
+    assert admission_policy.refusal(objects, validator, "pods", {"kubernetes.io/metadata.name": "gpu-operator"},
+                                    "system:serviceaccount:gpu-operator:nvidia-operator-validator") is None
+    # In the platform's own namespaces the queue still decides: an unqueued GPU pod in `jupyterhub` is refused.
+    mine = copy.deepcopy(_inference_pod())
+    mine["metadata"]["namespace"] = "jupyterhub"
+    said = admission_policy.refusal(objects, mine, "pods", {"kubernetes.io/metadata.name": "jupyterhub",
+                                                            "gpu-platform.io/queue": "enabled"}, REPLICASET_CONTROLLER)
+    assert said and "gpu-pods-through-the-queue" in said and "not queued by Kueue" in said
+    # On a cluster the stack creates nothing else asks for GPUs: the same pod is refused.
+    gcp = _admission_objects(plan_stack("gcp-prod"))
+    said = admission_policy.refusal(gcp, _inference_pod(), "pods", inference, REPLICASET_CONTROLLER)
+    assert said and "namespace inference is not queued" in said, said
+
+
+def _runtime_annotations(plan: Plan) -> list[dict[str, str]]:
+    (runtime,) = plan.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")
+    return [rj["template"]["spec"]["template"].get("metadata", {}).get("annotations", {})
+            for rj in runtime.plain_inputs["spec"]["template"]["spec"]["replicatedJobs"]]
+
+
+def _training_job(annotations: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "j", "namespace": "training", "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue"}},
+        "spec": {"template": {"metadata": {"annotations": annotations}, "spec": {"restartPolicy": "Never", "containers": [
+            {"name": "t", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
+                                                      "limits": {"nvidia.com/gpu": "1"}}}]}}}}
+
+
+def test_on_karpenter_the_trainers_carry_do_not_disrupt_and_a_job_must_too(plan):
+    """Before: the runtime and the policy knew only cluster-autoscaler's safe-to-evict, which Karpenter ignores
+    (karpenter.sh "Well-Known Annotations": karpenter.sh/do-not-disrupt alone blocks consolidation of the pod's
+    node), so Karpenter consolidated a node under a running trainer."""
+    from gpu_platform.components.platform.training import render_training_namespace
+    from gpu_platform.preflight.fit import admission_policy
+
+    training = render_training_namespace()["metadata"]["labels"]
+    assert _runtime_annotations(plan) == [{"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}]
+    karpenter = plan_of(config(kubernetes=section(autoscaler="karpenter")))
+    assert _runtime_annotations(karpenter) == [{"karpenter.sh/do-not-disrupt": "true"}]
+    objects = _admission_objects(karpenter)
+    said = admission_policy.refusal(objects, _training_job({"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}),
+                                    "jobs", training)
+    assert said and 'karpenter.sh/do-not-disrupt: "true"' in said and "Karpenter's consolidation" in said, said
+    assert admission_policy.refusal(objects, _training_job({"karpenter.sh/do-not-disrupt": "true"}), "jobs",
+                                    training) is None
+    # none: nothing removes a node on its own; no annotation is asked for
+    none = plan_of(config(kubernetes=section(autoscaler="none")))
+    names = {o["metadata"]["name"] for o in _admission_objects(none)}
+    assert "training-pods-survive-scale-down" not in names and "gpu-pods-through-the-queue" in names
+    assert admission_policy.refusal(_admission_objects(none), _training_job({}), "jobs", training) is None
+
+
+def test_fit_judges_the_trainers_by_the_stacks_autoscaler_and_names_what_the_cluster_owner_must_set(plan):
+    """Fit's scale-down check asks for the annotation the stated autoscaler honours (before: safe-to-evict and
+    "cluster-autoscaler keeps their nodes" whatever the stack said), and its notes say what a shared cluster
+    leaves to its owner: other tenants' GPU pods, and GPU isolation with a preinstalled device plugin."""
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+    from gpu_platform.preflight.fit.render import _plain_object
+    from tests.fit_support import need_charts, rendered
+
+    need_charts()
+    cfg = parse_config(stack_input_from_mapping(STACK, config()).raw, STACK)
+    report = check_fit(cluster_model(cfg, plan), [copy.deepcopy(r) for r in rendered(STACK) if r.rendered])
+    assert not report.problems, [(p.check, p.object, p.reason) for p in report.problems]
+    assert any("cluster-autoscaler.kubernetes.io/safe-to-evict=false: cluster-autoscaler keeps" in n for n in report.notes)
+    isolation = [n for n in report.notes if "gpuDevicePlugin preinstalled" in n]
+    assert isolation and "DEVICE_LIST_STRATEGY=volume-mounts" in isolation[0] and \
+        "accept-nvidia-visible-devices-envvar-when-unprivileged=false" in isolation[0]
+    assert any("GPU pool(s) a100 carry only the taint nvidia.com/gpu=present:NoSchedule" in n for n in report.notes)
+
+    # Karpenter: the shipped runtime (safe-to-evict) does not keep the node; the karpenter plan's runtime does.
+    kcfg_map = config(kubernetes=section(autoscaler="karpenter", gpuDevicePlugin="install",
+                                         pools={"a100": {"taints": [{"key": "gpu-platform.io/reserved", "value": "true",
+                                                                     "effect": "NoSchedule"}]}}))
+    kcfg = parse_config(stack_input_from_mapping(STACK, kcfg_map).raw, STACK)
+    kplan = plan_of(kcfg_map)
+    model = cluster_model(kcfg, kplan)
+    found = [p for p in check_fit(model, [copy.deepcopy(r) for r in rendered(STACK) if r.rendered]).problems
+             if p.check == "scale-down"]
+    assert found and 'karpenter.sh/do-not-disrupt: "true"' in found[0].reason and "Karpenter" in found[0].reason
+    (runtime,) = [_plain_object(r) for r in kplan.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")]
+    releases = [copy.deepcopy(r) for r in rendered(STACK) if r.rendered]
+    for rel in releases:
+        rel.objects = [runtime if o.get("kind") == "ClusterTrainingRuntime" else o for o in rel.objects]
+    report = check_fit(model, releases)
+    assert not [p for p in report.problems if p.check == "scale-down"]
+    assert any("karpenter.sh/do-not-disrupt=true: Karpenter keeps their nodes" in n for n in report.notes)
+    assert not any("gpuDevicePlugin preinstalled" in n for n in report.notes)  # the platform's own device plugin
+    assert not any("carry only the taint" in n for n in report.notes)  # a taint only the platform tolerates

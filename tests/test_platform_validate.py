@@ -76,7 +76,7 @@ def core_objects() -> list[dict[str, Any]]:
         render_network_policy("linode"),
         render_notebooks_namespace(),
         render_kubeflow_namespace(),
-        render_gpu_admission_policy(),
+        render_gpu_admission_policy("cluster"),
         render_gpu_admission_binding(),
         render_fit_policy(pool_capacities("linode", POOLS)),
         render_policy_binding(FIT_POLICY),

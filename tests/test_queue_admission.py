@@ -62,7 +62,7 @@ JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
 def admit(obj: dict[str, Any], user: str = USER) -> Optional[str]:
     """None when admitted, else the refusal message (as the API server evaluates the policy), for a
     request by `user`."""
-    policy = render_gpu_admission_policy()["spec"]
+    policy = render_gpu_admission_policy("cluster")["spec"]
     env = celpy.Environment()
     activation = {"object": celpy.json_to_cel(obj),
                   "namespaceObject": celpy.json_to_cel(NAMESPACES[obj["metadata"]["namespace"]]),
@@ -106,11 +106,25 @@ def test_queued_gpu_pods_and_cpu_pods_are_admitted() -> None:
     assert admit(pod("default", gpus=None)) is None
 
 
+def test_on_a_shared_cluster_the_policy_judges_only_the_queue_namespaces() -> None:
+    """cloud kubernetes (scope queue-namespaces): the API server matches the policy only in namespaces with the
+    queue label, so another team's GPU pod in `default` is not judged; inside them the validations are the same."""
+    from gpu_platform.components.platform.queue import QUEUE_NAMESPACE_SELECTOR
+
+    shared = render_gpu_admission_policy("queue-namespaces")["spec"]
+    assert shared["matchConstraints"]["namespaceSelector"] == QUEUE_NAMESPACE_SELECTOR
+    own = render_gpu_admission_policy("cluster")["spec"]
+    assert "namespaceSelector" not in own["matchConstraints"]
+    assert shared["validations"] == own["validations"] and shared["matchConditions"] == own["matchConditions"]
+    with pytest.raises(ValueError, match="cluster, queue-namespaces"):
+        render_gpu_admission_policy("everywhere")  # type: ignore[arg-type]
+
+
 def test_the_binding_denies_and_the_policy_fails_closed() -> None:
     binding = render_gpu_admission_binding()
     assert binding["spec"]["validationActions"] == ["Deny"]
-    assert binding["spec"]["policyName"] == render_gpu_admission_policy()["metadata"]["name"]
-    assert render_gpu_admission_policy()["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"]["policyName"] == render_gpu_admission_policy("cluster")["metadata"]["name"]
+    assert render_gpu_admission_policy("cluster")["spec"]["failurePolicy"] == "Fail"
 
 
 def test_training_has_a_default_local_queue_and_kueue_manages_it() -> None:

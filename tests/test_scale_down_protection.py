@@ -91,6 +91,37 @@ def test_a_training_job_without_the_annotation_is_refused_and_with_it_admitted(m
     assert refusal(make(True)) is None
 
 
+@pytest.mark.parametrize("make", [lambda a: job(a), lambda a: cronjob(a), lambda a: jobset(a), lambda a: experiment(a)])
+def test_on_karpenter_the_policy_asks_for_do_not_disrupt_which_alone_keeps_the_node(make):
+    """cloud kubernetes with kubernetes.autoscaler karpenter: safe-to-evict does nothing there (karpenter.sh
+    "Well-Known Annotations": karpenter.sh/do-not-disrupt "true" blocks consolidation of the pod's node)."""
+    from gpu_platform.components.cluster import KARPENTER_DO_NOT_DISRUPT_ANNOTATION
+
+    spec = render_scale_down_policy("karpenter")["spec"]
+    said = policy_refusal(spec, make(True), USER)  # safe-to-evict "false" only
+    assert said and f'{KARPENTER_DO_NOT_DISRUPT_ANNOTATION}: "true"' in said and "Karpenter's consolidation" in said
+    kept = make(False)
+    for t in _templates_of(kept):
+        t["metadata"] = {"annotations": {KARPENTER_DO_NOT_DISRUPT_ANNOTATION: "true"}}
+    assert policy_refusal(spec, kept, USER) is None
+    runtime = render_checkpointed_runtime(cloud="linode", autoscaler="karpenter")
+    for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        assert rj["template"]["spec"]["template"]["metadata"]["annotations"] == {KARPENTER_DO_NOT_DISRUPT_ANNOTATION: "true"}
+    with pytest.raises(ValueError, match="removes no node"):
+        render_scale_down_policy("none")
+
+
+def _templates_of(obj: dict) -> list:
+    spec = obj["spec"]
+    if obj["kind"] == "Job":
+        return [spec["template"]]
+    if obj["kind"] == "CronJob":
+        return [spec["jobTemplate"]["spec"]["template"]]
+    if obj["kind"] == "JobSet":
+        return [r["template"]["spec"]["template"] for r in spec["replicatedJobs"]]
+    return [spec["trialTemplate"]["trialSpec"]["spec"]["template"]]
+
+
 def test_every_replicated_job_of_a_jobset_must_carry_it():
     assert refusal(jobset(True, False))
     assert refusal(jobset(True, True)) is None

@@ -8,9 +8,11 @@ to land on them), the default StorageClass, and the checkpoint store with what a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
 
 import pulumi
+
+from gpu_platform.config.kubernetes import Autoscaler
 
 if TYPE_CHECKING:
     import pulumi_kubernetes as k8s
@@ -33,6 +35,29 @@ TRAINING_SERVICE_ACCOUNT = "trainer"
 # or an upgrade, where the job should checkpoint and go.
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 NOT_EVICTED_BY_SCALE_DOWN = {SAFE_TO_EVICT_ANNOTATION: "false"}
+# Karpenter reads none of that: a pod blocks the voluntary disruption (consolidation, drift) of its node only
+# with karpenter.sh/do-not-disrupt: "true" (karpenter.sh "Well-Known Annotations", GA; "Disruption", Pod-Level
+# Controls). A cluster that is not the stack's own (cloud kubernetes) says which autoscaler removes its nodes
+# (kubernetes.autoscaler); the clouds of this project all run cluster-autoscaler.
+KARPENTER_DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
+SCALE_DOWN_PROTECTION: Mapping[str, Mapping[str, str]] = {
+    "cluster-autoscaler": NOT_EVICTED_BY_SCALE_DOWN,
+    "karpenter": {KARPENTER_DO_NOT_DISRUPT_ANNOTATION: "true"},
+    "none": {},  # nothing removes a node on its own: nothing to ask of a pod
+}
+
+
+def not_evicted_by_scale_down(autoscaler: Autoscaler) -> dict[str, str]:
+    """The pod annotations that keep `autoscaler` from removing the node a training pod runs on."""
+    return dict(SCALE_DOWN_PROTECTION[autoscaler])
+
+
+# Which GPU pods the platform's GPU pod policy (platform/queue.py render_gpu_admission_policy) judges. "cluster":
+# every namespace's, on a cluster the stack creates, where nothing but the platform asks for GPUs and a GPU pod
+# outside the queue takes a GPU Kueue counts free. "queue-namespaces": only the namespaces the platform labels for
+# its queue (queue.QUEUE_NAMESPACE_SELECTOR), on a cluster another team runs (cloud kubernetes): its other
+# tenants' GPU Deployments and a preinstalled GPU operator's validator pod are theirs, not the platform's to refuse.
+GpuPodScope = Literal["cluster", "queue-namespaces"]
 
 # The private subnet (hence the zone) of an EKS node in an existing VPC, whose zones the config knows only as
 # its subnets ("subnet1", ...): every system and GPU node group is one subnet and labels its nodes with it,
@@ -196,6 +221,10 @@ class ClusterHandle:
     # A kubernetes.io/dockerconfigjson document (a secret) pods in the training namespace pull the stack's
     # images with, where the nodes cannot pull from the registry on their own identity (linode.imageRegistry).
     image_pull_config: Optional[pulumi.Output[str]] = None
+    # What removes idle nodes (SCALE_DOWN_PROTECTION: the annotation a training pod carries to keep its node).
+    autoscaler: Autoscaler = "cluster-autoscaler"
+    # Which GPU pods the GPU pod policy judges (GpuPodScope): every namespace's on a cluster the stack creates.
+    gpu_pod_scope: GpuPodScope = "cluster"
 
     @property
     def max_gpus(self) -> int:

@@ -60,6 +60,10 @@ KUBECONFIG_ENV = "KUBECONFIG"
 GPU_TAINT_KEY = "nvidia.com/gpu"
 # Minutes until a GPU node your autoscaler starts is schedulable, when the stack does not say.
 DEFAULT_NODE_BOOT_MINUTES = 10
+# What removes the cluster's idle nodes (`kubernetes.autoscaler`): each honours its own pod annotation only
+# (components/cluster.py SCALE_DOWN_PROTECTION): cluster-autoscaler's safe-to-evict "false", Karpenter's
+# karpenter.sh/do-not-disrupt "true"; none: nothing removes a node on its own.
+Autoscaler = Literal["cluster-autoscaler", "karpenter", "none"]
 
 
 class NodeAllocatable(Model):
@@ -339,6 +343,9 @@ class KubernetesSection(Model):
     checkpoint_store: Optional[CheckpointStore] = None
     # Required (checks/kubernetes.py says so, naming the key): what enforces NetworkPolicies and where things are.
     network: Optional[KubernetesNetwork] = None
+    # What removes idle nodes: the annotation training pods carry to keep their node, and the one the platform's
+    # admission policy asks of a training job, are the ones it honours. No default: say which.
+    autoscaler: Autoscaler
     # Minutes from a scale-up to a schedulable GPU node with your autoscaler (the job queue's wait for a job's
     # pods, the notebook start timeout); a fixed-size pool never waits for one.
     node_boot_minutes: int = Field(default=DEFAULT_NODE_BOOT_MINUTES, ge=1, le=120)

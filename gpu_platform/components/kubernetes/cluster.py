@@ -228,6 +228,9 @@ class ExistingCluster(pulumi.ComponentResource):
             system_pool=SystemPoolSpec(sp.instance_type, sp.min_nodes, sp.max_nodes),
             catalog=args.catalog,
             node_boot_minutes=float(section.node_boot_minutes),
+            autoscaler=section.autoscaler,
+            # Other teams' workloads share the cluster: the GPU pod policy judges the platform's namespaces only.
+            gpu_pod_scope="queue-namespaces",
         )
         self.register_outputs({"clusterName": section.cluster_name, "endpoint": self.endpoint,
                                "kubeconfig": self.kubeconfig, "checkpointStore": checkpoint.url})

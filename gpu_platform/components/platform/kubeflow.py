@@ -48,9 +48,10 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes.kustomize import v2 as kustomize
 
 from gpu_platform.components.cluster import (
-    CHECKPOINT_CA_CONFIGMAP, CHECKPOINT_CA_DIR, CHECKPOINT_CA_KEY, NOT_EVICTED_BY_SCALE_DOWN, TRAINING_SERVICE_ACCOUNT,
-    ClusterHandle,
+    CHECKPOINT_CA_CONFIGMAP, CHECKPOINT_CA_DIR, CHECKPOINT_CA_KEY, TRAINING_SERVICE_ACCOUNT, ClusterHandle,
+    not_evicted_by_scale_down,
 )
+from gpu_platform.config.kubernetes import Autoscaler
 from gpu_platform.components.paths import program_relative
 from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
@@ -130,7 +131,8 @@ def render_jobset_failure_policy() -> dict[str, Any]:
 
 
 def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *, cloud: str,
-                                checkpoint_ca: bool = False) -> dict[str, Any]:
+                                checkpoint_ca: bool = False,
+                                autoscaler: Autoscaler = "cluster-autoscaler") -> dict[str, Any]:
     """torch-distributed plus what a job that survives preemption needs, in the JobSet's pod template:
     the env `cloud`'s GPU driver install needs for CUDA to be found (gpu.gpu_driver_env: on GKE
     LD_LIBRARY_PATH=/usr/local/nvidia/lib64, without which torch silently runs on the CPU),
@@ -138,7 +140,8 @@ def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *
     reads keys from a Secret), `grace_seconds` to write a checkpoint after SIGTERM (GKE Spot's graceful
     node shutdown gives up to 120 s where the stack enables it, an AWS Spot interruption 2 min), and a
     non-root, RuntimeDefault-seccomp pod (UID 10001, the example image's user), annotated so that
-    cluster-autoscaler never removes its node while it runs (cluster.NOT_EVICTED_BY_SCALE_DOWN). Disruptions are not
+    `autoscaler` (cluster-autoscaler on the clouds; cloud kubernetes: kubernetes.autoscaler) never removes its node
+    while it runs (cluster.not_evicted_by_scale_down; none for `none`). Disruptions are not
     failures (render_pod_failure_policy, render_jobset_failure_policy); podFailurePolicy needs
     restartPolicy Never (JobSet's webhook would default OnFailure, which the Job API refuses with a
     podFailurePolicy), so a crash is a failed pod, retried by the Job up to JOB_BACKOFF_LIMIT.
@@ -168,8 +171,8 @@ def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *
                         "spec": {
                             "backoffLimit": JOB_BACKOFF_LIMIT,
                             "podFailurePolicy": render_pod_failure_policy("node"),
-                            # Scale-down never evicts a running trainer (cluster.NOT_EVICTED_BY_SCALE_DOWN).
-                            "template": {"metadata": {"annotations": dict(NOT_EVICTED_BY_SCALE_DOWN)}, "spec": {
+                            # Scale-down never evicts a running trainer (cluster.SCALE_DOWN_PROTECTION).
+                            "template": {"metadata": {"annotations": not_evicted_by_scale_down(autoscaler)}, "spec": {
                                 "restartPolicy": "Never",
                                 "serviceAccountName": TRAINING_SERVICE_ACCOUNT,
                                 "terminationGracePeriodSeconds": grace_seconds,
@@ -295,7 +298,7 @@ class Kubeflow(pulumi.ComponentResource):
             for dep in TRAINER_PLATFORM_DEPLOYMENTS]
         # After the release: its CRDs and its validating webhook for runtimes.
         self.checkpointed_runtime = apply_object(f"{name}-checkpointed-runtime", render_checkpointed_runtime(
-            cloud=cluster.cloud, checkpoint_ca=cluster.checkpoint.ca_bundle is not None),
+            cloud=cluster.cloud, checkpoint_ca=cluster.checkpoint.ca_bundle is not None, autoscaler=cluster.autoscaler),
                                                  k8s_opts(cluster, self, [self.trainer]))
         self.kubeflow_namespace = apply_object(f"{name}-namespace", render_kubeflow_namespace(),
                                                k8s_opts(cluster, self))

@@ -41,9 +41,10 @@ import yaml
 
 from gpu_platform.components.capacity import GI, MI, Allocatable, allocatable
 from gpu_platform.components.cluster import (
-    GPU_TAINT, NOT_EVICTED_BY_SCALE_DOWN, POOL_LABEL, SAFE_TO_EVICT_ANNOTATION, TRAINING_NAMESPACE, ClusterHandle,
+    GPU_TAINT, POOL_LABEL, SCALE_DOWN_PROTECTION, TRAINING_NAMESPACE, ClusterHandle, GpuPodScope,
     GpuPoolSpec, SystemPoolSpec,
 )
+from gpu_platform.config.kubernetes import Autoscaler
 from gpu_platform.data import platform_versions as versions
 from gpu_platform.data.eks_addon_pods import system_node_requests
 from gpu_platform.components.platform.common import (
@@ -432,16 +433,26 @@ HOW_TO_SUBMIT = (f"submit GPU work as a TrainJob, Job or Katib experiment in nam
                  f"{PIPELINE_HOW_TO}, or start a GPU notebook from JupyterHub; see docs/first-training-job.md section 6")
 
 
-def render_gpu_admission_policy() -> dict[str, Any]:
+def render_gpu_admission_policy(scope: GpuPodScope) -> dict[str, Any]:
     """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) that
     refuses any pod asking for a GPU that Kueue did not queue: outside the queue's namespaces Kueue
     never sees it (it would take a GPU the ClusterQueue counts as free); inside them it must either
     carry the queue-name label and have no owner of a kind Kueue manages (so Kueue's pod webhook,
     which runs before validation, gated it), or be created by the job controller in a namespace
-    whose every Job Kueue queues. An ownerReference alone proves nothing: anyone may write one."""
+    whose every Job Kueue queues. An ownerReference alone proves nothing: anyone may write one.
+
+    `scope` (components/cluster.py GpuPodScope): "cluster" judges every namespace's GPU pods (a cluster the
+    stack creates); "queue-namespaces" only those of the namespaces labelled for the queue
+    (QUEUE_NAMESPACE_SELECTOR), on a cluster other teams share (cloud kubernetes), whose GPU Deployments and
+    GPU operator validator pods are not the platform's to refuse."""
+    constraints: dict[str, Any] = {"resourceRules": [{
+        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]}
+    if scope == "queue-namespaces":
+        constraints = {"namespaceSelector": dict(QUEUE_NAMESPACE_SELECTOR), **constraints}
+    elif scope != "cluster":
+        raise ValueError(f"GPU pod policy scope {scope!r}: one of cluster, queue-namespaces")
     return render_admission_policy(GPU_ADMISSION_POLICY, {
-        "matchConstraints": {"resourceRules": [{
-            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "matchConstraints": constraints,
         "matchConditions": [{"name": "requests-a-gpu", "expression": GPU_POD_CONDITION}],
         "validations": [
             {"expression": IN_QUEUE_NAMESPACE,
@@ -925,18 +936,17 @@ def render_gpu_toleration_policy() -> dict[str, Any]:
     })
 
 
-# Training pods stay on their nodes through scale-down (cluster.NOT_EVICTED_BY_SCALE_DOWN): a job whose pod
-# template the request shows must carry the annotation. Judged where users submit training work: the
-# namespaces where Kueue queues every Job (`training`, DEFAULT_QUEUE_NAMESPACE_LABEL). Kubernetes 1.35, the
-# shipped stacks' minor, serves no MutatingAdmissionPolicy by default (beta in 1.34 and 1.35, behind a
-# feature gate and admissionregistration.k8s.io/v1beta1 runtime-config; GA in 1.36, KEP-3962), so the
+# Training pods stay on their nodes through scale-down (cluster.SCALE_DOWN_PROTECTION: the annotation the cluster's
+# autoscaler honours): a job whose pod template the request shows must carry the annotation. Judged where users
+# submit training work: the namespaces where Kueue queues every Job (`training`, DEFAULT_QUEUE_NAMESPACE_LABEL).
+# Kubernetes 1.35, the shipped stacks' minor, serves no MutatingAdmissionPolicy by default (beta in 1.34 and 1.35,
+# behind a feature gate and admissionregistration.k8s.io/v1beta1 runtime-config; GA in 1.36, KEP-3962), so the
 # platform cannot add the annotation itself: it refuses the job and says what to add.
 SCALE_DOWN_POLICY = "training-pods-survive-scale-down"
 # TrainJobs take their pods from a runtime: the platform's runtime carries the annotation; a TrainJob on
 # another runtime (the Trainer chart's defaults carry none) is admitted with a warning (a Warn binding).
 TRAINJOB_SCALE_DOWN_POLICY = "trainjob-runtime-survives-scale-down"
 ANNOTATED_RUNTIMES = ("torch-checkpointed",)  # kubeflow.CHECKPOINTED_RUNTIME (a test keeps them equal)
-_SAFE_TO_EVICT_VALUE = NOT_EVICTED_BY_SCALE_DOWN[SAFE_TO_EVICT_ANNOTATION]
 # The pod templates of the object, by kind: Job, CronJob, JobSet (each replicated job's), a Katib
 # Experiment's inline Job trial template.
 POD_TEMPLATES = (
@@ -944,23 +954,49 @@ POD_TEMPLATES = (
     "request.kind.kind == 'CronJob' ? [object.spec.jobTemplate.spec.template] : "
     "request.kind.kind == 'JobSet' ? object.spec.replicatedJobs.map(r, r.template.spec.template) : "
     f"{_TRIAL_IS}'Job' && has({_TRIAL}.spec.template) ? [{_TRIAL}.spec.template] : []")
-_TEMPLATE_NOT_EVICTED = (f"has(t.metadata) && has(t.metadata.annotations) && "
-                         f"'{SAFE_TO_EVICT_ANNOTATION}' in t.metadata.annotations && "
-                         f"t.metadata.annotations['{SAFE_TO_EVICT_ANNOTATION}'] == '{_SAFE_TO_EVICT_VALUE}'")
-SCALE_DOWN_HOW_TO = (f"Add the annotation {SAFE_TO_EVICT_ANNOTATION}: \"{_SAFE_TO_EVICT_VALUE}\" to the pod template's "
-                     f"metadata.annotations (a Job: spec.template.metadata; a JobSet: every replicatedJobs[].template"
-                     f".spec.template.metadata; a Katib Experiment: trialTemplate.trialSpec.spec.template.metadata)")
 _TRAINING_NAMESPACES = {"matchExpressions": [{"key": DEFAULT_QUEUE_NAMESPACE_LABEL, "operator": "Exists"}]}
+# What each autoscaler does to a node under a training pod without its annotation (cluster-autoscaler FAQ, "What
+# types of pods can prevent CA from removing a node?"; karpenter.sh "Disruption", Consolidation and Pod-Level Controls).
+_SCALE_DOWN_RISK = {
+    "cluster-autoscaler": ("cluster-autoscaler may remove its node while the job runs (a node whose GPUs are less than "
+                           "half in use counts as unneeded and is drained after the autoscaler's "
+                           "scale-down-unneeded-time, its running pod evicted)"),
+    "karpenter": ("Karpenter's consolidation may remove its node while the job runs (a node whose pods fit on other "
+                  "nodes, or on a cheaper one, is drained and deleted, its running pod evicted)"),
+}
 
 
-def render_scale_down_policy() -> dict[str, Any]:
+def scale_down_protected(autoscaler: Autoscaler) -> bool:
+    """Whether `autoscaler` removes nodes on its own, so that training pods need its annotation (none: no)."""
+    return bool(SCALE_DOWN_PROTECTION[autoscaler])
+
+
+def _protection(autoscaler: Autoscaler) -> tuple[str, str]:
+    if not scale_down_protected(autoscaler):
+        raise ValueError(f"autoscaler {autoscaler!r} removes no node: there is no scale-down policy to render")
+    ((key, value),) = SCALE_DOWN_PROTECTION[autoscaler].items()
+    return key, value
+
+
+def scale_down_how_to(autoscaler: Autoscaler) -> str:
+    key, value = _protection(autoscaler)
+    return (f"Add the annotation {key}: \"{value}\" to the pod template's metadata.annotations (a Job: "
+            f"spec.template.metadata; a JobSet: every replicatedJobs[].template.spec.template.metadata; a Katib "
+            f"Experiment: trialTemplate.trialSpec.spec.template.metadata)")
+
+
+def render_scale_down_policy(autoscaler: Autoscaler = "cluster-autoscaler") -> dict[str, Any]:
     """Refuses, in the namespaces where Kueue queues every Job, a Job, CronJob, JobSet or Katib Experiment
-    (inline Job trial template) whose pod template lacks `cluster-autoscaler.kubernetes.io/safe-to-evict:
-    "false"`: without it cluster-autoscaler (EKS, Linode: the platform's chart; GKE: its own) may drain
-    a node whose use is under its utilisation threshold (0.5: one GPU busy on a four-GPU node) and evict
-    the running trainer (cluster-autoscaler FAQ, "What types of pods can prevent CA from removing a
-    node?"; the Job's pod is otherwise replicated, hence drainable). Children a parent's controller makes
-    (a JobSet's Jobs, a TrainJob's JobSet) follow their parent and are not judged again."""
+    (inline Job trial template) whose pod template lacks the annotation `autoscaler` honours
+    (cluster.SCALE_DOWN_PROTECTION: cluster-autoscaler's safe-to-evict "false", EKS and Linode: the platform's
+    chart; GKE: its own; Karpenter's karpenter.sh/do-not-disrupt "true", cloud kubernetes): without it the
+    autoscaler may drain a node whose use is under its threshold (0.5: one GPU busy on a four-GPU node) or that
+    it can consolidate, and evict the running trainer (the Job's pod is otherwise replicated, hence drainable).
+    Children a parent's controller makes (a JobSet's Jobs, a TrainJob's JobSet) follow their parent and are not
+    judged again."""
+    key, value = _protection(autoscaler)
+    not_evicted = (f"has(t.metadata) && has(t.metadata.annotations) && '{key}' in t.metadata.annotations && "
+                   f"t.metadata.annotations['{key}'] == '{value}'")
     return render_admission_policy(SCALE_DOWN_POLICY, {
         "matchConstraints": {
             "namespaceSelector": _TRAINING_NAMESPACES,
@@ -975,22 +1011,21 @@ def render_scale_down_policy() -> dict[str, Any]:
             "expression": f"!(request.userInfo.username in ['{JOBSET_CONTROLLER_USER}', '{TRAINER_CONTROLLER_USER}'])"}],
         "variables": [{"name": "templates", "expression": POD_TEMPLATES}],
         "validations": [{
-            "expression": f"variables.templates.all(t, {_TEMPLATE_NOT_EVICTED})",
-            "message": (f"a training pod here must carry {SAFE_TO_EVICT_ANNOTATION}: \"{_SAFE_TO_EVICT_VALUE}\": without it "
-                        f"cluster-autoscaler may remove its node while the job runs (a node whose GPUs are less than "
-                        f"half in use counts as unneeded and is drained after the autoscaler's scale-down-unneeded-time, "
-                        f"its running pod evicted). "
-                        f"{SCALE_DOWN_HOW_TO}. A TrainJob on the platform's runtime "
+            "expression": f"variables.templates.all(t, {not_evicted})",
+            "message": (f"a training pod here must carry {key}: \"{value}\": without it {_SCALE_DOWN_RISK[autoscaler]}. "
+                        f"{scale_down_how_to(autoscaler)}. A TrainJob on the platform's runtime "
                         f"({', '.join(ANNOTATED_RUNTIMES)}) has it already"),
             "reason": "Invalid"}],
     })
 
 
-def render_trainjob_scale_down_policy() -> dict[str, Any]:
+def render_trainjob_scale_down_policy(autoscaler: Autoscaler = "cluster-autoscaler") -> dict[str, Any]:
     """Warns (bound with validationActions Warn: `kubectl apply` prints it, the TrainJob is created) when a
     TrainJob in a training namespace names a runtime other than the platform's annotated ones: its pods
-    carry the annotation only if that runtime's pod template does (the Trainer chart's default runtimes do
-    not), so cluster-autoscaler's scale-down may evict them."""
+    carry the annotation `autoscaler` honours only if that runtime's pod template does (the Trainer chart's
+    default runtimes do not), so the autoscaler's scale-down may evict them."""
+    key, value = _protection(autoscaler)
+    who = "Karpenter" if autoscaler == "karpenter" else "cluster-autoscaler"
     return render_admission_policy(TRAINJOB_SCALE_DOWN_POLICY, {
         "matchConstraints": {
             "namespaceSelector": _TRAINING_NAMESPACES,
@@ -1002,8 +1037,8 @@ def render_trainjob_scale_down_policy() -> dict[str, Any]:
                            + ", ".join(f"'{r}'" for r in ANNOTATED_RUNTIMES) + "]"),
             "messageExpression": (f'"runtime " + object.spec.runtimeRef.name + " is not the platform\'s '
                                   f'{", ".join(ANNOTATED_RUNTIMES)}: unless its pod template carries '
-                                  f'{SAFE_TO_EVICT_ANNOTATION}: \\"{_SAFE_TO_EVICT_VALUE}\\" (the Trainer chart\'s '
-                                  f'default runtimes do not), cluster-autoscaler may remove a node this job runs on and '
+                                  f'{key}: \\"{value}\\" (the Trainer chart\'s '
+                                  f'default runtimes do not), {who} may remove a node this job runs on and '
                                   f'evict it. Use runtimeRef {{kind: ClusterTrainingRuntime, name: {ANNOTATED_RUNTIMES[0]}}}"'),
             "reason": "Invalid"}],
     })
@@ -1104,8 +1139,8 @@ class JobQueue(pulumi.ComponentResource):
         policy_deps = k8s_opts(cluster, self, [self.local_queue, self.default_local_queue,
                                                *([self.cpu_local_queue] if self.cpu_local_queue else []),
                                                *([self.pipelines_local_queue] if self.pipelines_local_queue else [])])
-        self.gpu_admission_policy = apply_object(f"{name}-gpu-admission-policy", render_gpu_admission_policy(),
-                                                 policy_deps)
+        self.gpu_admission_policy = apply_object(f"{name}-gpu-admission-policy",
+                                                 render_gpu_admission_policy(cluster.gpu_pod_scope), policy_deps)
         self.gpu_admission_binding = apply_object(
             f"{name}-gpu-admission-binding", render_gpu_admission_binding(),
             k8s_opts(cluster, self, [self.gpu_admission_policy]))
@@ -1142,14 +1177,19 @@ class JobQueue(pulumi.ComponentResource):
                                                    k8s_opts(cluster, self, [self.gpu_toleration_policy]))
         # Training pods stay on their nodes through scale-down (render_scale_down_policy), TrainJobs on
         # another runtime than the platform's get a warning (render_trainjob_scale_down_policy).
-        self.scale_down_policy = apply_object(f"{name}-scale-down-policy", render_scale_down_policy(), k8s_opts(cluster, self))
-        self.scale_down_binding = apply_object(f"{name}-scale-down-binding", render_policy_binding(SCALE_DOWN_POLICY),
-                                               k8s_opts(cluster, self, [self.scale_down_policy]))
-        self.trainjob_scale_down_policy = apply_object(f"{name}-trainjob-scale-down-policy",
-                                                       render_trainjob_scale_down_policy(), k8s_opts(cluster, self))
-        self.trainjob_scale_down_binding = apply_object(
-            f"{name}-trainjob-scale-down-binding", render_warn_binding(TRAINJOB_SCALE_DOWN_POLICY),
-            k8s_opts(cluster, self, [self.trainjob_scale_down_policy]))
+        self.scale_down_policy = self.scale_down_binding = None
+        self.trainjob_scale_down_policy = self.trainjob_scale_down_binding = None
+        if scale_down_protected(cluster.autoscaler):  # `none`: nothing removes a node under a job
+            self.scale_down_policy = apply_object(f"{name}-scale-down-policy", render_scale_down_policy(cluster.autoscaler),
+                                                  k8s_opts(cluster, self))
+            self.scale_down_binding = apply_object(f"{name}-scale-down-binding", render_policy_binding(SCALE_DOWN_POLICY),
+                                                   k8s_opts(cluster, self, [self.scale_down_policy]))
+            self.trainjob_scale_down_policy = apply_object(f"{name}-trainjob-scale-down-policy",
+                                                           render_trainjob_scale_down_policy(cluster.autoscaler),
+                                                           k8s_opts(cluster, self))
+            self.trainjob_scale_down_binding = apply_object(
+                f"{name}-trainjob-scale-down-binding", render_warn_binding(TRAINJOB_SCALE_DOWN_POLICY),
+                k8s_opts(cluster, self, [self.trainjob_scale_down_policy]))
         self.gpu_quota = quotas
         self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
                                "cpuClusterQueue": CPU_CLUSTER_QUEUE if self.cpu_cluster_queue else None,

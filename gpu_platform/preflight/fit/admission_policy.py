@@ -120,8 +120,10 @@ def available() -> bool:
     return importlib.util.find_spec("celpy") is not None
 
 
-def refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, str]) -> Optional[str]:
-    """The API server's refusal of creating `obj` (plural `resource`) by a policy among `objects`, or None."""
+def refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, str],
+            user: str = SUBMITTER) -> Optional[str]:
+    """The API server's refusal of creating `obj` (plural `resource`) by `user` (default: a user submitting work)
+    by a policy among `objects`, or None."""
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]
     meta = obj.get("metadata") or {}
     bound = {(b.get("spec") or {}).get("policyName") for b in objects
@@ -137,7 +139,8 @@ def refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, 
             continue
         if not label_selector_matches(mc.get("objectSelector"), dict(meta.get("labels") or {})):
             continue
-        ev = _evaluator(obj, {"metadata": {"name": meta.get("namespace"), "labels": ns_labels}} if meta.get("namespace") else None)
+        ev = _evaluator(obj, {"metadata": {"name": meta.get("namespace"), "labels": ns_labels}} if meta.get("namespace") else None,
+                        user)
         if ev is None:
             return None
         name = (pol.get("metadata") or {}).get("name")

@@ -54,9 +54,6 @@ NOTEBOOK_POD = "jupyter-<user>"
 # CPU notebooks that must run at once where notebooks may run: two people (below it the second user's
 # server waits until the first one's is culled).
 MIN_CPU_NOTEBOOKS = 2
-# cluster-autoscaler keeps a node whose pods carry this annotation "false" (components/cluster.py
-# NOT_EVICTED_BY_SCALE_DOWN; cluster-autoscaler 1.35.2 utils/drain HasNotSafeToEvictAnnotation).
-SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 PSS_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
@@ -1139,32 +1136,46 @@ class _Checker:
 
     # --- scale-down ----------------------------------------------------------------------------
     def scale_down(self) -> None:
-        """A queued job's running pods (training work) must keep cluster-autoscaler off their node: the pod
-        template carries safe-to-evict "false" (cluster-autoscaler FAQ, "What types of pods can prevent CA
-        from removing a node?": a Job's pod is replicated, so drainable, and a node whose use is under the
-        utilisation threshold, 0.5, is drained once unneeded for scale-down-unneeded-time). Judged where some
-        node group can shrink (min < max): a fixed-size cluster has no scale-down."""
+        """A queued job's running pods (training work) must keep the cluster's autoscaler off their node: the pod
+        template carries the annotation that autoscaler honours (components/cluster.py SCALE_DOWN_PROTECTION:
+        cluster-autoscaler's safe-to-evict "false", FAQ "What types of pods can prevent CA from removing a node?":
+        a Job's pod is replicated, so drainable, and a node whose use is under the utilisation threshold, 0.5, is
+        drained once unneeded for scale-down-unneeded-time; Karpenter's karpenter.sh/do-not-disrupt "true", which
+        alone blocks its consolidation). Judged where some node group can shrink (min < max): a fixed-size cluster
+        has no scale-down; nor has a cluster whose stack says no autoscaler removes nodes (kubernetes.autoscaler none)."""
+        from gpu_platform.components.cluster import SCALE_DOWN_PROTECTION
+
         scalable = [g for g in self.model.node_groups if g.min_nodes < g.max_nodes]
         if not scalable:
             self.notes.append("scale-down: no node group can shrink (min = max): nothing removes a node under a job")
             return
+        autoscaler = self.model.autoscaler
+        protection = SCALE_DOWN_PROTECTION[autoscaler]
+        if not protection:
+            self.notes.append(f"scale-down: kubernetes.autoscaler is {autoscaler}: nothing removes a node under a job "
+                              "(no annotation asked of training pods)")
+            return
+        ((key, value),) = protection.items()
+        who = "Karpenter" if autoscaler == "karpenter" else "cluster-autoscaler"
+        how = ("once it can consolidate the node (its pods fit on other nodes or a cheaper one)" if autoscaler == "karpenter"
+               else "once the node's use is under its utilisation threshold (one GPU busy of several)")
         kept, seen = 0, set()
         for pt in self.templates:
             if not (pt.job and pt.queue_name) or pt.hook or pt.daemonset or pt.replicas <= 0:
                 continue
-            if str(pt.annotations.get(SAFE_TO_EVICT, "")).lower() == "false":
+            if str(pt.annotations.get(key, "")).lower() == value:
                 kept += 1
                 continue
             if pt.owner in seen:
                 continue
             seen.add(pt.owner)
             self.problem("scale-down", pt.release, pt.owner,
-                         f"its pods carry no {SAFE_TO_EVICT}: \"false\": cluster-autoscaler may remove the node a pod "
-                         f"runs on ({', '.join(sorted({g.name for g in scalable}))} can shrink) once the node's use is "
-                         "under its utilisation threshold (one GPU busy of several), evicting the running job",
-                         f"add the annotation {SAFE_TO_EVICT}: \"false\" to the pod template's metadata.annotations "
+                         f"its pods carry no {key}: \"{value}\": {who} may remove the node a pod "
+                         f"runs on ({', '.join(sorted({g.name for g in scalable}))} can shrink) {how}, evicting the "
+                         "running job",
+                         f"add the annotation {key}: \"{value}\" to the pod template's metadata.annotations "
                          "(a TrainJob: name the platform's runtime torch-checkpointed, whose pod template carries it)")
-        self.notes.append(f"scale-down: {kept} queued job pod set(s) carry {SAFE_TO_EVICT}=false: cluster-autoscaler "
+        self.notes.append(f"scale-down: {kept} queued job pod set(s) carry {key}={value}: {who} "
                           "keeps their nodes while they run")
 
     # --- scrape targets ----------------------------------------------------------------------

@@ -94,6 +94,9 @@ class ClusterModel:
     extended_resource_toleration: bool = False
     # The network the flow check evaluates NetworkPolicies on (None: not modelled, no flow is checked).
     network: Optional[NetworkModel] = None
+    # What removes idle nodes, so which pod annotation keeps a training pod's node (components/cluster.py
+    # SCALE_DOWN_PROTECTION): cluster-autoscaler on the clouds, the stack's kubernetes.autoscaler on cloud kubernetes.
+    autoscaler: str = "cluster-autoscaler"
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:
@@ -105,5 +108,6 @@ class ClusterModel:
         return {"cloud": self.cloud, "kubernetesVersion": self.kubernetes_version,
                 "nodeGroups": [g.to_json() for g in self.node_groups],
                 "controlPlanePorts": None if self.control_plane_ports is None else sorted(self.control_plane_ports),
-                "extendedResourceToleration": self.extended_resource_toleration, "notes": list(self.notes),
+                "extendedResourceToleration": self.extended_resource_toleration, "autoscaler": self.autoscaler,
+                "notes": list(self.notes),
                 "network": None if self.network is None else self.network.to_json()}

@@ -637,7 +637,39 @@ def _kubernetes_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> li
                  + "otherwise the kubelet's defaults (no reservation but the 100Mi eviction threshold: an upper bound)")
     notes.append("kubernetes: whether the control plane reaches webhooks on the nodes is the cluster's own business: "
                  "assumed it reaches every port; ExtendedResourceToleration assumed off (GPU pods carry their tolerations)")
+    notes.extend(shared_cluster_notes(cfg))
     return out
+
+
+def shared_cluster_notes(cfg: "StackConfig") -> list[str]:
+    """What a cluster the stack does not create leaves to its owner, as fit notes: GPU pods outside the platform's
+    queue namespaces (the GPU pod policy judges only those there), and, with a preinstalled device plugin, whether a
+    pod sees only the GPUs it was given (components/cluster.py DEVICE_LIST_STRATEGY)."""
+    from gpu_platform.components.cluster import DEVICE_LIST_STRATEGY, GPU_TAINT, TOOLKIT_ISOLATION_SETTINGS
+    from gpu_platform.components.platform.queue import QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE
+
+    section = cfg.kubernetes
+    assert section is not None
+    gpu_taint = f"{GPU_TAINT.key}={GPU_TAINT.value}:{GPU_TAINT.effect}"
+    notes = [f"kubernetes: GPU pods outside the platform's queue namespaces (label {QUEUE_NAMESPACE_LABEL}="
+             f"{QUEUE_NAMESPACE_VALUE}) are other tenants' and not judged by the GPU pod policy: they are outside Kueue's "
+             "accounting, so the GPU node groups must be the platform's alone (a taint only the platform's pods "
+             "tolerate; not modelled here: fit places only the platform's pods)"]
+    bare = [p.name for p in cfg.gpu_pools if not section.pool(p.name).taints]
+    if bare:
+        notes.append(f"kubernetes: GPU pool(s) {', '.join(bare)} carry only the taint {gpu_taint}, which other GPU pods "
+                     f"often tolerate (the GPU operator's own pods; on EKS and GKE every pod asking for {GPU_TAINT.key}, "
+                     "by ExtendedResourceToleration): such a pod can take a GPU Kueue counts free. Add a taint only the "
+                     "platform tolerates in kubernetes.pools.<pool>.taints (e.g. gpu-platform.io/reserved=true:NoSchedule) "
+                     "and on the nodes")
+    if section.gpu_device_plugin == "preinstalled":
+        toolkit = ", ".join(f"{k}={v}" for k, v in TOOLKIT_ISOLATION_SETTINGS)
+        notes.append(f"kubernetes: gpuDevicePlugin preinstalled: a pod sees only the GPUs it was given only if the "
+                     f"cluster's device plugin runs with DEVICE_LIST_STRATEGY={DEVICE_LIST_STRATEGY} and the nodes' "
+                     f"container toolkit has {toolkit} (/etc/nvidia-container-runtime/config.toml); with the defaults "
+                     "(envvar) a 1-GPU pod that sets NVIDIA_VISIBLE_DEVICES=all sees every GPU of its node. Not visible "
+                     "in the plan: check the GPU operator's settings (docs/quickstart-kubernetes.md)")
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -686,4 +718,5 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
                      f"allocatable per node {g.allocatable}")
     return ClusterModel(cloud=cfg.cloud, kubernetes_version=cfg.kubernetes_version, node_groups=groups,
                         control_plane_ports=ports, notes=notes, extended_resource_toleration=ert,
-                        network=network_model(cfg, plan))
+                        network=network_model(cfg, plan),
+                        autoscaler=cfg.kubernetes.autoscaler if cfg.kubernetes is not None else "cluster-autoscaler")
