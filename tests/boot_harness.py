@@ -283,6 +283,12 @@ case "$*" in
   *:6443/version*)
     [ -f /run/apiserver-version ] || { echo "curl: (7) Failed to connect: Connection refused" >&2; exit 7; }
     printf '{\n  "major": "1",\n  "gitVersion": "%s",\n  "platform": "linux/amd64"\n}\n' "$(cat /run/apiserver-version)" ;;
+  # Other API reads (cluster-info): the body recorded under /run/api/<path>, else a refused connection.
+  *:6443/api/*)
+    url=${*: -1}
+    f="/run/api/${url#*:6443/}"
+    [ -f "$f" ] || { echo "curl: (7) Failed to connect: Connection refused" >&2; exit 7; }
+    cat "$f" ;;
   *) echo "curl stand-in: no recording for $*" >&2; exit 22 ;;
 esac
 """,

@@ -652,7 +652,7 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
                 "  found=1",
                 "fi",
                 "if [ \"$found\" -eq 2 ]; then",
-                "  echo 'a peer answers, but its cluster-info is not signed for this node's token: retrying later' >&2",
+                "  echo \"a peer answers, but its cluster-info is not signed for this node's token: retrying later\" >&2",
                 "  exit 1",
                 "elif [ \"$found\" -eq 0 ]; then",
                 "  # Pin the CA the signature vouched for (kubeadm's caCertHashes: sha256 of its public key).",
