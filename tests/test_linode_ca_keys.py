@@ -142,19 +142,10 @@ def _signed_cluster_info(ca_pem: str, token: str, endpoint: str) -> str:
         "kubeconfig": kubeconfig, f"jws-kubeconfig-{token_id}": cluster_info.detached_signature(kubeconfig, token_id, secret)}})
 
 
-# kubeadm as the flow needs it: `join phase control-plane-prepare download-certs` fails like kubeadm's
-# copycerts.getSecret while /run/cluster/kubeadm-certs is absent, and writes the CAs when it is there;
-# `init phase upload-certs` creates it; `version -o short` prints the release.
+# kubeadm as the uploader needs it (tests/boot_harness.py plays init and download-certs): `init phase
+# upload-certs` creates the Secret, with the certificate key from its config; `version -o short` prints the release.
 KUBEADM_EXTRA = r"""
 case "$*" in
-  *"join phase control-plane-prepare download-certs"*)
-    if [ ! -f /run/cluster/kubeadm-certs ]; then
-      echo 'error downloading the secret: Secret "kubeadm-certs" was not found in the "kube-system" Namespace. This Secret might have expired.' >&2
-      exit 1
-    fi
-    mkdir -p /etc/kubernetes/pki/etcd
-    cp /run/cluster/etcd-ca.crt /etc/kubernetes/pki/etcd/ca.crt
-    cp /run/cluster/etcd-ca.key /etc/kubernetes/pki/etcd/ca.key ;;
   *"init phase upload-certs --upload-certs"*)
     cfg=${@: -1}
     grep -q "^certificateKey: [0-9a-f]\{64\}$" "$cfg" || { echo "no certificate key in $cfg" >&2; exit 1; }
@@ -207,12 +198,6 @@ def _serve(root: BootRoot, path: str, body: str) -> None:
     target.write_text(body)
 
 
-def _etcd_ca(root: BootRoot) -> None:
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-subj", "/CN=etcd-ca", "-days", "1", "-keyout", str(root.root / "run/cluster/etcd-ca.key"),
-                    "-out", str(root.root / "run/cluster/etcd-ca.crt")], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def ha_files(plans):
     return {label: _files(t) for label, t in _docs(plans["linode-ha"]).items()}
@@ -230,20 +215,26 @@ def _bootstrap_env(root: BootRoot, files: dict[str, str]) -> None:
 @needs_namespaces
 def test_cp0_initialises_with_upload_certs_and_publishes_the_admin_certificate(tmp_path, ha_files):
     """A new cluster: no peer answers, so cp-0 runs kubeadm init with --upload-certs (its config carries the
-    certificate key and the init token) and publishes the admin certificate for the program's CSR."""
+    certificate key and the init token), then signs the program's admin CSR with the CA kubeadm generated
+    and publishes the certificate in kube-public."""
+    from cryptography import x509
+
     files = ha_files["gpu-staging-cp-0"]
-    release = versions.KUBERNETES_PATCH["1.36"]
+    release = versions.KUBERNETES_PATCH["1.35"]
     root = _root(tmp_path, files, release)
-    proc = root.run(files[render.BOOTSTRAP_SCRIPT_PATH].replace("deadline=$((SECONDS + 180))", "deadline=$((SECONDS + 0))"))
-    # The admin certificate step needs the CA kubeadm would have generated: a stand-in CA is not there, so
-    # the bootstrap stops after init (openssl fails); what ran before is what this test checks.
+    proc = root.run(files[render.BOOTSTRAP_SCRIPT_PATH].replace(
+        f"deadline=$((SECONDS + {render.PEER_WAIT_SECONDS}))", "deadline=$((SECONDS + 0))"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
     log = root.log()
-    inits = [line for line in log if " init " in line]
-    assert inits, proc.stderr[-3000:]
-    assert inits[0].endswith(f"init --config {render.KUBEADM_CONFIG_PATH} --upload-certs --skip-token-print "
-                                       "--skip-certificate-key-print"), log
+    assert f"kubeadm@{release}-{REV} init --config {render.KUBEADM_CONFIG_PATH} --upload-certs --skip-token-print " \
+           "--skip-certificate-key-print" in log, log
     assert not [line for line in log if " join " in line]
-    assert proc.returncode != 0 or (root.root / render.JOINED_MARKER.lstrip("/")).exists()
+    published = [line for line in log if "create configmap gpu-platform-admin --from-file=cert.pem=" in line]
+    assert published and [line for line in log if "create rolebinding gpu-platform-admin" in line and "system:anonymous" in line]
+    # The program's CSR (public): its key stays in Pulumi state.
+    csr = x509.load_pem_x509_csr(files[render.ADMIN_CSR_PATH].encode())
+    assert csr.subject.rfc4514_string() == "O=kubeadm:cluster-admins,CN=gpu-platform-admin"
+    assert (root.root / render.JOINED_MARKER.lstrip("/")).exists()
 
 
 @needs_namespaces
@@ -255,9 +246,8 @@ def test_a_further_control_plane_downloads_the_certificates_then_joins(tmp_path,
     release = versions.KUBERNETES_PATCH["1.36"]
     root = _root(tmp_path, files, release)
     _bootstrap_env(root, files)
-    _etcd_ca(root)
-    if certs_present:
-        (root.root / "run" / "cluster" / "kubeadm-certs").touch()
+    if not certs_present:
+        (root.root / "run" / "kubeadm-certs-gone").touch()
     proc = root.run(files[render.BOOTSTRAP_SCRIPT_PATH])
     log = root.log()
     download = f"kubeadm@{release}-{REV} join phase control-plane-prepare download-certs --config {render.KUBEADM_CONFIG_PATH}"
@@ -312,8 +302,6 @@ def test_a_replaced_cp0_pins_the_ca_from_a_cluster_info_signed_for_its_token(tmp
     release = versions.KUBERNETES_PATCH["1.36"]
     root = _root(tmp_path, files, release)
     _bootstrap_env(root, files)
-    _etcd_ca(root)
-    (root.root / "run" / "cluster" / "kubeadm-certs").touch()
     ca_pem = _ca(plans)
     join_cfg = yaml.safe_load(files[render.KUBEADM_JOIN_CONFIG_PATH].split("---\n")[0])
     token = join_cfg["discovery"]["bootstrapToken"]["token"] if signed_for == "own-token" else "abcdef.0123456789abcdef"
