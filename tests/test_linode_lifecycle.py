@@ -318,7 +318,9 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
 def test_units_pass_systemd_analyze_verify(tmp_path):
     service, timer = render.renew_units()
     snapshot_service, snapshot_timer = render.etcd_snapshot_units()
-    for name, text in ((render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
+    upload_service, upload_timer = render.certs_upload_units()
+    for name, text in ((render.CERTS_UPLOAD_UNIT, upload_service), (render.CERTS_UPLOAD_TIMER, upload_timer),
+                       (render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
                        (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit()),
                        (render.METADATA_ALLOW_UNIT, render.metadata_allow_unit()),
                        (render.ETCD_SNAPSHOT_UNIT, snapshot_service), (render.ETCD_SNAPSHOT_TIMER, snapshot_timer)):
