@@ -39,8 +39,37 @@ ADMIN_CERT_PATH = f"/api/v1/namespaces/kube-public/configmaps/{ADMIN_CERT_CONFIG
 TLS_SERVER_NAME = "kubernetes"
 
 
+# kubeadm init's token lives this long (render.INIT_TOKEN_TTL): a cluster-info older than that, signed for none of
+# the program's tokens, will never be (the only other token, cp-0's own, is applied after this read-back).
+INIT_TOKEN_TTL_SECONDS = 24 * 3600
+# The stack config key that keeps gpu-platform 0.2.0's program-owned CAs (config/linode.py, LinodeSection.pki).
+PKI_KEY = "linode.pki"
+
+
 class ClusterInfoError(Exception):
     pass
+
+
+class NotSignedError(ClusterInfoError):
+    """cluster-info answered, but carries no valid signature for any of the reader's tokens."""
+
+
+class UnsignedClusterError(ClusterInfoError):
+    """Final (not retried): a cluster this program's tokens will never be signed for."""
+
+
+def unsigned_message(host: str, ids: str, age_hours: Optional[float]) -> str:
+    """What the program says when the cluster's CA cannot be read back: most likely a cluster gpu-platform 0.2.0
+    created, whose CAs are the program's own; the fix is the stack config key that keeps that flow."""
+    age = f", created {age_hours:.0f} hours ago," if age_hours is not None else ""
+    return (f"the cluster at {host} answers, but its cluster-info{age} carries no valid signature for the bootstrap "
+            f"token(s) this program holds ({ids}), so its CA cannot be trusted or read back. A cluster created by "
+            f"gpu-platform 0.2.0 holds the program's own CAs (pulumi-tls), not ones kubeadm generated: set "
+            f"`{PKI_KEY}: program` (`pulumi config set --path 'gpu-platform:{PKI_KEY}' program`) and run `pulumi up` "
+            f"again; this run changed "
+            f"nothing on the cluster (docs/linode.md, \"Upgrading a 0.2.0 cluster\"). A cluster created with "
+            f"`{PKI_KEY}: cluster` whose cp-0 was replaced after its token expired (no `pulumi up` for two "
+            f"rotation windows) is the other cause: see docs/linode.md, \"How control planes get the CAs\"")
 
 
 def _b64url(data: bytes) -> str:
@@ -81,7 +110,34 @@ def verified_ca(cluster_info: dict[str, Any], tokens: list[str]) -> str:
                 raise ClusterInfoError("the signed cluster-info kubeconfig has no certificate-authority-data")
             return base64.b64decode(found.group(1)).decode()
     ids = ", ".join(t.strip().partition(".")[0] for t in tokens)
-    raise ClusterInfoError(f"cluster-info carries no valid signature for the bootstrap token(s) {ids}")
+    raise NotSignedError(f"cluster-info carries no valid signature for the bootstrap token(s) {ids}")
+
+
+def age_seconds(cluster_info: dict[str, Any], now: Optional[float] = None) -> Optional[float]:
+    """How long ago the ConfigMap was created (metadata.creationTimestamp, RFC 3339 UTC), or None."""
+    import calendar
+
+    stamp = (cluster_info.get("metadata") or {}).get("creationTimestamp", "")
+    try:
+        created = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except (TypeError, ValueError):
+        return None
+    return (time.time() if now is None else now) - created
+
+
+def checked_cluster_ca(host: str, cluster_info: dict[str, Any], tokens: list[str],
+                       now: Optional[float] = None) -> str:
+    """verified_ca, with the verdict the program acts on: a cluster-info older than the init token's TTL that is
+    signed for none of the tokens never will be, so that is final (UnsignedClusterError naming the config key);
+    a younger one may still be signed (the bootstrap signer has not run yet) and is retried."""
+    try:
+        return verified_ca(cluster_info, tokens)
+    except NotSignedError:
+        age = age_seconds(cluster_info, now)
+        if age is not None and age > INIT_TOKEN_TTL_SECONDS:
+            ids = ", ".join(t.strip().partition(".")[0] for t in tokens)
+            raise UnsignedClusterError(unsigned_message(host, ids, age / 3600)) from None
+        raise
 
 
 def _get(host: str, path: str, context: ssl.SSLContext) -> dict[str, Any]:
@@ -115,23 +171,30 @@ def _verified(ca_pem: str) -> ssl.SSLContext:
     return ssl.create_default_context(cadata=ca_pem)
 
 
-def _poll(fetch, what: str, timeout: float) -> Any:
+def _poll(fetch, what: str, timeout: float, unsigned: str = "", interval: float = 10) -> Any:
+    """fetch() until it returns, an UnsignedClusterError (final), or `timeout`; then ClusterInfoError. `unsigned`:
+    the message for a timeout whose last answer was a cluster-info signed for none of the tokens."""
     deadline = time.monotonic() + timeout
-    last = ""
+    last: Exception = ClusterInfoError("no answer")
     while True:
         try:
             return fetch()
+        except UnsignedClusterError:
+            raise
         except (OSError, ClusterInfoError, ValueError) as exc:
-            last = str(exc)
+            last = exc
         if time.monotonic() >= deadline:
+            if unsigned and isinstance(last, NotSignedError):
+                raise ClusterInfoError(f"after {int(timeout)} s, {unsigned}")
             raise ClusterInfoError(f"{what} not available after {int(timeout)} s (last: {last}); check cp-0's console "
                                    "(Lish): `journalctl -u gpu-platform-bootstrap`")
-        time.sleep(10)
+        time.sleep(interval)
 
 
-def read_ca(host: str, tokens: list[str], timeout: float = 1800) -> str:
-    return _poll(lambda: verified_ca(_get(host, CLUSTER_INFO_PATH, _unverified()), tokens),
-                 f"a signed cluster-info at {host}", timeout)
+def read_ca(host: str, tokens: list[str], timeout: float = 1800, interval: float = 10) -> str:
+    ids = ", ".join(t.strip().partition(".")[0] for t in tokens)
+    return _poll(lambda: checked_cluster_ca(host, _get(host, CLUSTER_INFO_PATH, _unverified()), tokens),
+                 f"a signed cluster-info at {host}", timeout, unsigned_message(host, ids, None), interval)
 
 
 def read_admin_cert(host: str, ca_pem: str, timeout: float = 900) -> str:

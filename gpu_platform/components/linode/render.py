@@ -155,6 +155,29 @@ class ControlPlaneKeys:
             raise ValueError("control planes get the admin CSR, never a key")
 
 
+# linode.pki: program (gpu-platform 0.2.0's flow, kept for clusters created by it): every CA is the program's
+# (pulumi-tls), placed on control planes before kubeadm runs, so kubeadm uses them instead of generating its
+# own (kubeadm "custom certificates" mode); control planes join with a discovery kubeconfig they mint from
+# the cluster CA. The CA keys travel in user data and sit in Pulumi state (docs/linode.md).
+PKI_SEED = "/var/lib/gpu-platform/pki"
+
+
+@dataclass(frozen=True)
+class ControlPlanePki:
+    """PEM material of one cluster: what every control plane needs and nothing a worker gets."""
+
+    ca_cert: str
+    ca_key: str
+    front_proxy_ca_cert: str
+    front_proxy_ca_key: str
+    etcd_ca_cert: str
+    etcd_ca_key: str
+    service_account_key: str
+    service_account_pub: str
+    # The key the API server encrypts Secrets with before they reach etcd (32 random bytes, base64).
+    secrets_encryption_key: str
+
+
 ENCRYPTION_DIR = "/etc/kubernetes/encryption"
 ENCRYPTION_CONFIG_PATH = f"{ENCRYPTION_DIR}/config.yaml"
 ENCRYPTION_KEY_NAME = "gpu-platform-1"
@@ -177,6 +200,21 @@ def encryption_configuration(key_b64: str) -> str:
     }, sort_keys=False)
 
 
+def pki_files(pki: ControlPlanePki) -> list["File"]:
+    """linode.pki: program: the files kubeadm expects in its certificatesDir (names from kubeadm's constants)."""
+    return [
+        File(f"{PKI_DIR}/ca.crt", pki.ca_cert, "0644"),
+        File(f"{PKI_DIR}/ca.key", pki.ca_key, "0600"),
+        File(f"{PKI_DIR}/front-proxy-ca.crt", pki.front_proxy_ca_cert, "0644"),
+        File(f"{PKI_DIR}/front-proxy-ca.key", pki.front_proxy_ca_key, "0600"),
+        File(f"{PKI_DIR}/etcd/ca.crt", pki.etcd_ca_cert, "0644"),
+        File(f"{PKI_DIR}/etcd/ca.key", pki.etcd_ca_key, "0600"),
+        File(f"{PKI_DIR}/sa.key", pki.service_account_key, "0600"),
+        File(f"{PKI_DIR}/sa.pub", pki.service_account_pub, "0644"),
+        File(ENCRYPTION_CONFIG_PATH, encryption_configuration(pki.secrets_encryption_key), "0600"),
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # kubeadm configuration (v1beta4)
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +226,9 @@ KUBEADM_JOIN_CONFIG_PATH = "/etc/kubernetes/kubeadm-join-config.yaml"
 CA_HASH_FROM_PEERS = "sha256:ca-hash-from-signed-cluster-info"
 INIT_TOKEN_TTL = "24h0m0s"
 NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+# linode.pki: program: control planes join with file discovery, a kubeconfig the node mints at boot from
+# the cluster CA it holds (a one-day client certificate for system:node:<name>), so no bootstrap token.
+DISCOVERY_KUBECONFIG_PATH = "/etc/kubernetes/discovery-kubeconfig.conf"
 
 
 @dataclass(frozen=True)
@@ -294,9 +335,20 @@ def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, init_token: str = 
 
 
 def kubeadm_control_plane_join_config(cluster: ClusterSpec, node: NodeSpec, token: str = "",
-                                      ca_hash: str = CA_HASH_FROM_PEERS, certificate_key: str = "") -> str:
+                                      ca_hash: str = CA_HASH_FROM_PEERS, certificate_key: str = "",
+                                      program_pki: bool = False) -> str:
     """JoinConfiguration for a further (or replaced) control plane: token discovery pinned to the CA hash
-    (cp-0's is filled in at boot, CA_HASH_FROM_PEERS), certificates downloaded with the certificate key."""
+    (cp-0's is filled in at boot, CA_HASH_FROM_PEERS), certificates downloaded with the certificate key.
+    `program_pki` (linode.pki: program): file discovery with the minted node kubeconfig, certificates from
+    the node's own pki directory (no token, no certificateKey)."""
+    if program_pki:
+        return _dump([{
+            "apiVersion": KUBEADM_API,
+            "kind": "JoinConfiguration",
+            "discovery": {"file": {"kubeConfigPath": DISCOVERY_KUBECONFIG_PATH}},
+            "nodeRegistration": _node_registration(node, control_plane=True),
+            "controlPlane": {"localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443}},
+        }, _kubelet_configuration()])
     join = {
         "apiVersion": KUBEADM_API,
         "kind": "JoinConfiguration",
@@ -517,6 +569,41 @@ def mint_client_cert_script() -> str:
 """
 
 
+def mint_discovery_kubeconfig_script(node_name: str, endpoint: str) -> str:
+    """linode.pki: program. Shell that writes DISCOVERY_KUBECONFIG_PATH: a one-day client certificate for
+    system:node:<name> (group system:nodes) signed with the cluster CA this control plane holds.
+    kubeadm join uses it for discovery and the kubelet's TLS bootstrap (the node authorizer and
+    kubeadm's auto-approval of node client certificates accept it), so no token is involved."""
+    return f"""mint_discovery_kubeconfig() {{
+  local tmp
+  tmp=$(mktemp -d)
+  mint_client_cert "{PKI_DIR}/ca" "/O=system:nodes/CN=system:node:{node_name}" "$tmp/node"
+  umask 077
+  cat > "{DISCOVERY_KUBECONFIG_PATH}" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubernetes
+  cluster:
+    server: https://{endpoint}
+    certificate-authority-data: $(base64 -w0 < "{PKI_DIR}/ca.crt")
+users:
+- name: system:node:{node_name}
+  user:
+    client-certificate-data: $(base64 -w0 < "$tmp/node.crt")
+    client-key-data: $(base64 -w0 < "$tmp/node.key")
+contexts:
+- name: join
+  context:
+    cluster: kubernetes
+    user: system:node:{node_name}
+current-context: join
+KUBECONFIG
+  rm -rf "$tmp"
+}}
+"""
+
+
 def remove_stale_etcd_member_script(node_name: str) -> str:
     """Shell: before a control plane joins, remove an etcd member that still carries its name (the
     node it replaces), asking each surviving peer in turn. Uses etcdctl from the etcd image kubeadm
@@ -556,16 +643,16 @@ remove_stale_etcd_member() {{
 PEER_WAIT_SECONDS = 180
 
 
-def cluster_version_script(wait_seconds: int) -> str:
+def cluster_version_script(wait_seconds: int, ca_path: str = CLUSTER_CA_PATH) -> str:
     """Shell: `cluster_version` prints what the first answering peer's API server runs (GET /version,
     readable without credentials: kubeadm binds system:public-info-viewer to system:unauthenticated,
-    verified with the cluster CA at CLUSTER_CA_PATH), trying for up to `wait_seconds` (0: one round); exit 1
-    when none answers."""
+    verified with the cluster CA at `ca_path`: CLUSTER_CA_PATH, or with linode.pki: program the CA the node
+    holds in its pki directory), trying for up to `wait_seconds` (0: one round); exit 1 when none answers."""
     return f"""cluster_version() {{
   local ip v deadline=$((SECONDS + {wait_seconds}))
   while :; do
     for ip in "${{peers[@]}}"; do
-      v=$(curl --silent --fail --max-time 5 --cacert {CLUSTER_CA_PATH} "https://$ip:6443/version" \\
+      v=$(curl --silent --fail --max-time 5 --cacert {ca_path} "https://$ip:6443/version" \\
         | sed -n 's/.*"gitVersion": *"\\(v[0-9][0-9.]*\\)".*/\\1/p') || continue
       if [[ "$v" =~ ^v1\\.[0-9]+\\.[0-9]+$ ]]; then
         echo "$v"
@@ -617,15 +704,23 @@ def peer_cluster_ca_script(wait_seconds: int) -> str:
 
 
 def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: Sequence[str] = (),
-                     gpu: bool = False, kubernetes_minor: str = "") -> str:
+                     gpu: bool = False, kubernetes_minor: str = "", program_pki: bool = False) -> str:
     """The node's whole bootstrap, run by BOOTSTRAP_UNIT until it succeeds: install, driver (GPU
     nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join.
 
     Control planes first ask their peers which release the cluster runs: one that joins installs that
     release (its user data, kept as first written, names the minor of the day it was created); cp-0 finds
-    no peer answering on a first deploy and initialises the pinned release."""
+    no peer answering on a first deploy and initialises the pinned release.
+
+    `program_pki` (linode.pki: program): gpu-platform 0.2.0's script, the CAs already on the node
+    (_program_pki_bootstrap_script)."""
     if role not in ("init", "join-control-plane", "join"):
         raise ValueError(f"unknown role {role!r}")
+    if program_pki and role != "join":
+        return _program_pki_bootstrap_script(role, node_name, endpoint, peers)
+    reset_comment = (["# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
+                      "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote)."]
+                     if program_pki else ["# A previous attempt that failed half-way left kubeadm state behind: reset it."])
     lines = [
         "#!/usr/bin/env bash",
         f"# Brings this node into the cluster ({role}). Run by {BOOTSTRAP_UNIT}, which retries until this",
@@ -679,7 +774,7 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
             ]
         lines.append(f'{INSTALL_SCRIPT_PATH} "$version"')
     lines += [
-        "# A previous attempt that failed half-way left kubeadm state behind: reset it.",
+        *reset_comment,
         "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then",
         "  kubeadm reset --force",
         "fi",
@@ -718,7 +813,74 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
     return "\n".join(lines) + "\n"
 
 
-def renew_certs_script() -> str:
+def _program_pki_bootstrap_script(role: str, node_name: str, endpoint: str, peers: Sequence[str]) -> str:
+    """A control plane's bootstrap with linode.pki: program, as gpu-platform 0.2.0 wrote it: the program's CAs
+    are in PKI_DIR (cloud-init wrote them; a copy in PKI_SEED survives `kubeadm reset`); a joining control
+    plane mints its discovery kubeconfig from the cluster CA (mint_discovery_kubeconfig_script); a replaced
+    cp-0 waits PEER_WAIT_SECONDS for a peer before it initialises."""
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Brings this node into the cluster ({role}). Run by {BOOTSTRAP_UNIT}, which retries until this",
+        "# exits 0; every step is idempotent, and the marker file makes later boots a no-op.",
+        "set -euo pipefail",
+        f"marker={JOINED_MARKER}",
+        'if [ -f "$marker" ]; then',
+        "  exit 0",
+        "fi",
+        "mkdir -p /var/lib/gpu-platform",
+        f"peers=({' '.join(peers)})",
+        cluster_version_script(PEER_WAIT_SECONDS if role == "init" and peers else 0, f"{PKI_DIR}/ca.crt"),
+    ]
+    if role == "init":
+        lines += [
+            "# A replaced cp-0 of an HA cluster joins the survivors; a first deploy finds nobody and initialises.",
+            "if version=$(cluster_version); then",
+            "  mode=\"join\"",
+            "  echo \"a control plane of this cluster answers (it runs $version): joining it (replaced cp-0)\"",
+            "else",
+            "  mode=\"init\"",
+            "  version=\"\"",
+            "fi",
+        ]
+    else:
+        lines += [
+            "if ! version=$(cluster_version); then",
+            "  echo 'no control plane of this cluster answers /version yet: retrying later' >&2",
+            "  exit 1",
+            "fi",
+            "mode=\"join\"",
+        ]
+    lines += [
+        f'{INSTALL_SCRIPT_PATH} "$version"',
+        "# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
+        "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote).",
+        f"[ -d {PKI_SEED} ] || cp -a {PKI_DIR} {PKI_SEED}",
+        "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then",
+        "  kubeadm reset --force",
+        f"  cp -a {PKI_SEED}/. {PKI_DIR}/",
+        "fi",
+        mint_client_cert_script().rstrip("\n"),
+        mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"),
+        remove_stale_etcd_member_script(node_name).rstrip("\n"),
+    ]
+    join = [
+        "mint_discovery_kubeconfig",
+        *(["remove_stale_etcd_member"] if peers else []),
+        f"kubeadm join --config {KUBEADM_JOIN_CONFIG_PATH if role == 'init' else KUBEADM_CONFIG_PATH}",
+        f"rm -f {DISCOVERY_KUBECONFIG_PATH}",
+    ]
+    lines += [
+        'if [ "$mode" = join ]; then',
+        *[f"  {line}" for line in join],
+        "else",
+        f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
+        "fi",
+        'touch "$marker"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def renew_certs_script(program_pki: bool = False) -> str:
     """Control planes: renew kubeadm's certificates (1-year validity) monthly, then restart the static
     pods one at a time so they load them (kubeadm docs, "Certificate Management with kubeadm", manual
     renewal). The manifests never leave /etc/kubernetes/manifests: each pod's sandbox is stopped with
@@ -726,7 +888,12 @@ def renew_certs_script() -> str:
     interrupted run (a reboot, a kill) cannot strand a control-plane component without its manifest.
     Stray `*.yaml.renewing` files that older versions of this script left behind are put back first.
     Certificates signed by the cluster's CAs (kubeadm's, valid 10 years). Then the program's admin certificate,
-    if it expires within ADMIN_CERT_RENEW_DAYS (admin_cert_script renew)."""
+    if it expires within ADMIN_CERT_RENEW_DAYS (admin_cert_script renew). `program_pki` (linode.pki: program):
+    the script gpu-platform 0.2.0 wrote, without that step (the program signs the admin certificate)."""
+    admin_renew = "" if program_pki else f"""if [ -x {ADMIN_CERT_SCRIPT_PATH} ]; then
+  {ADMIN_CERT_SCRIPT_PATH} renew
+fi
+"""
     return f"""#!/usr/bin/env bash
 # Renews every kubeadm-managed certificate of this control plane and restarts its static pods.
 set -euo pipefail
@@ -756,10 +923,7 @@ for component in etcd kube-apiserver kube-controller-manager kube-scheduler; do
     exit 1
   fi
 done
-if [ -x {ADMIN_CERT_SCRIPT_PATH} ]; then
-  {ADMIN_CERT_SCRIPT_PATH} renew
-fi
-kubeadm certs check-expiration
+{admin_renew}kubeadm certs check-expiration
 """
 
 
@@ -1244,7 +1408,8 @@ def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) 
 def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool, *,
                    endpoint: str = "", peers: Sequence[str] = (), keys: Optional[ControlPlaneKeys] = None,
                    join_config: Optional[str] = None, cluster_ca_pem: str = "",
-                   etcd_backup: Optional[EtcdBackup] = None, peer_names: Sequence[str] = ()) -> str:
+                   etcd_backup: Optional[EtcdBackup] = None, peer_names: Sequence[str] = (),
+                   pki: Optional[ControlPlanePki] = None, program_pki: bool = False) -> str:
     """The whole first-boot document of one node. role: init | join-control-plane | join.
 
     What each role carries, no private key in any: control planes the certificate key (the CAs come from
@@ -1252,11 +1417,20 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
     the admin CSR; further control planes and workers the CA certificate and its hash (cp-0's document is
     written before the CA exists: it learns it from a signed cluster-info when it replaces a lost cp-0);
     workers only a bootstrap token with an expiry. The bootstrap runs as a systemd unit that retries until
-    it succeeds."""
+    it succeeds.
+
+    `pki` instead of `keys` (linode.pki: program, gpu-platform 0.2.0's flow for clusters created by it):
+    control planes carry the program's CAs and mint their own join credential; with `program_pki` (implied
+    by `pki`) every document is the one 0.2.0 wrote, workers' included."""
+    program_pki = program_pki or pki is not None
     control_plane = role in ("init", "join-control-plane")
-    if control_plane and keys is None:
+    if control_plane and program_pki and pki is None:
+        raise ValueError("a control plane of a linode.pki: program cluster needs the program's CAs")
+    if control_plane and keys is not None and pki is not None:
+        raise ValueError("a control plane gets either its keys (linode.pki: cluster) or the program's CAs (program)")
+    if control_plane and keys is None and pki is None:
         raise ValueError("a control plane needs its keys (certificate key, token, encryption key, admin CSR)")
-    if role == "join-control-plane" and not cluster_ca_pem:
+    if role == "join-control-plane" and pki is None and not cluster_ca_pem:
         raise ValueError("a further control plane needs the cluster CA certificate (read back from cp-0)")
     if role == "init" and join_config is None:
         raise ValueError("cp-0 needs its join configuration (used when it replaces a lost cp-0)")
@@ -1264,7 +1438,8 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         raise ValueError("a worker needs the API endpoint and the cluster CA certificate (it installs the version the API runs)")
     files = [
         File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor, endpoint if role == "join" else ""), "0700"),
-        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
+        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor,
+                                                          program_pki=program_pki), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
         File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
         File(METADATA_GUARD_PATH, metadata_guard_script(), "0700"),
@@ -1280,7 +1455,9 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
                 f"systemctl enable --now --no-block {BOOTSTRAP_UNIT}"]
     if gpu:
         files.append(File(NVIDIA_SCRIPT_PATH, install_nvidia_script(), "0700"))
-    if control_plane:
+    if control_plane and pki is not None:
+        files += pki_files(pki)
+    elif control_plane:
         assert keys is not None
         files += [File(CERTIFICATE_KEY_PATH, keys.certificate_key + "\n", "0600"),
                   File(ENCRYPTION_CONFIG_PATH, encryption_configuration(keys.secrets_encryption_key), "0600"),
@@ -1294,8 +1471,9 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
                       File(f"/etc/systemd/system/{CERTS_UPLOAD_UNIT}", service, "0644"),
                       File(f"/etc/systemd/system/{CERTS_UPLOAD_TIMER}", timer, "0644")]
             commands.insert(2, f"systemctl enable --now {CERTS_UPLOAD_TIMER}")
+    if control_plane:
         service, timer = renew_units()
-        files += [File(RENEW_SCRIPT_PATH, renew_certs_script(), "0700"),
+        files += [File(RENEW_SCRIPT_PATH, renew_certs_script(program_pki=pki is not None), "0700"),
                   File(f"/etc/systemd/system/{RENEW_UNIT}", service, "0644"),
                   File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
         commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
@@ -1311,7 +1489,7 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
             commands.insert(3, f"systemctl enable --now {ETCD_SNAPSHOT_TIMER}")
     if join_config is not None:
         files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
-    if role in ("join", "join-control-plane"):
+    if role == "join" or (role == "join-control-plane" and pki is None):
         files.append(File(CLUSTER_CA_PATH, cluster_ca_pem, "0644"))
     return cloud_config(node.name, files, commands)
 
