@@ -213,7 +213,7 @@ def pki_warnings(cfg: "StackConfig") -> list[str]:
         return []
     return ["linode.pki is `program`: the cluster's CA private keys (cluster, front-proxy, etcd) and the "
             "service-account key travel in every control plane's Linode user data (readable from the node's "
-            "metadata service and by anyone with the deployer's linodes:read_only scope) and sit in Pulumi state. "
+            "metadata service for its whole life) and sit in Pulumi state. "
             "Kept for clusters gpu-platform 0.2.0 created; a new cluster (`cluster`, the default) holds no "
             "private key there (docs/linode.md, \"Upgrading a 0.2.0 cluster\")"]
 
