@@ -2,7 +2,8 @@
 
 Linode's managed Kubernetes has no GPU nodes, so this builds what LKE would: cp-0 generates the CAs
 (`kubeadm init --upload-certs`; no private key in any user data or in Pulumi state), the program reads the
-CA back from the signed `cluster-info` and pins it in every later join, a bootstrap token per node the
+CA back from the signed `cluster-info` and pins it in every later join (with `linode.pki: program`, kept for
+clusters created before 0.3.0: the program's pulumi-tls CAs, exactly as that flow registered them), a bootstrap token per node the
 program keeps as a `bootstrap.kubernetes.io/token` Secret whose expiry every run renews, control planes (1, or 3
 behind a NodeBalancer with private-IP backends), untainted system workers and GPU workers on a VPC
 behind a DROP-by-default firewall, the add-ons a cloud cluster needs (CNI, Linode CCM and CSI, NVIDIA
