@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence
 
 import pulumi
 
-from gpu_platform.config.kubernetes import Autoscaler
-
 if TYPE_CHECKING:
     import pulumi_kubernetes as k8s
+
+    # For annotations only: the node-group provider's image imports this module and carries no pydantic.
+    from gpu_platform.config.kubernetes import Autoscaler
 
     from gpu_platform.config.model import StackConfig
     from gpu_platform.costs.catalog import Catalog

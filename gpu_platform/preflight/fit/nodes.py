@@ -719,4 +719,5 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
     return ClusterModel(cloud=cfg.cloud, kubernetes_version=cfg.kubernetes_version, node_groups=groups,
                         control_plane_ports=ports, notes=notes, extended_resource_toleration=ert,
                         network=network_model(cfg, plan),
-                        autoscaler=cfg.kubernetes.autoscaler if cfg.kubernetes is not None else "cluster-autoscaler")
+                        autoscaler=(cfg.kubernetes.autoscaler if getattr(cfg, "kubernetes", None) is not None
+                                    else "cluster-autoscaler"))
