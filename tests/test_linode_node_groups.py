@@ -760,41 +760,6 @@ def test_the_drill_fails_on_a_template_with_a_wrong_gpu_count_or_without_the_tai
         assert bool(bridge.problems) is fails, bridge.problems
 
 
-def test_the_stand_in_fits_pods_to_the_template_as_the_scheduler_would(world, pb):
-    from gpu_platform.rehearsal.autoscale import fits
-
-    start, *_ = world
-    tmpl = _template(start(), pb)
-    pod = {"spec": {"nodeSelector": {"gpu-platform.io/pool": "ada"}, "tolerations": [GPU_TAINT.toleration()],
-                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "2"}}}]}}
-    assert fits(pod, tmpl) is None
-    assert fits(pod, tmpl, used={"nvidia.com/gpu": 1}) == "insufficient nvidia.com/gpu"
-    assert fits({**pod, "spec": {**pod["spec"], "tolerations": []}}, tmpl) == "taint nvidia.com/gpu:NoSchedule"
-    assert fits({**pod, "spec": {**pod["spec"], "nodeSelector": {"gpu-platform.io/pool": "other"}}}, tmpl) \
-        == "node selector gpu-platform.io/pool=other"
-
-
-@pytest.mark.rehearsal(stack="linode-dev")
-def test_rehearsal_drill_scales_linode_dev_from_zero_and_back(tmp_path):
-    """The drill on the rehearsal's control plane (docs/linode-autoscaling.md, "Rehearsed")."""
-    from tests.test_rehearsal import HAVE_CACHE, _failures, _rehearse
-
-    if not HAVE_CACHE:
-        pytest.skip("no rehearsal component cache (make rehearsal-build)")
-    from gpu_platform.rehearsal.scenarios import linode_autoscaling
-
-    result = _rehearse("linode-dev", tmp_path, scenarios=(linode_autoscaling,))
-    [sc] = result.scenarios
-    assert sc.status == "PASS", _failures(result)
-    text = "\n".join(sc.details)
-    assert "cluster-autoscaler STAND-IN" in text
-    assert "scale-up: IncreaseSize [('ada', 1)]" in text and "TrainJob admitted and bound" in text
-    assert "the fake Linode API holds no instance of ada" in text
-    assert "never registered: the provider deleted it at the join deadline" in text
-    assert "after the restart: instance(s) ['gpu-dev-ada-0'], node(s) ['gpu-dev-ada-0'], 2 create call(s)" in text
-    assert "the fake Linode API holds 0 instance(s) of the stack" in text
-
-
 def test_the_release_workflow_publishes_the_image_by_digest_for_the_stack_key():
     """As the scale-in controller's controller-image.yml: pull requests build only, release tags push to
     GHCR (the only job that may write packages), actions pinned by commit, and the digest is printed in

@@ -264,7 +264,7 @@ class StackCluster:
         self.runs += 1
         if base.error is None:
             ctx = Context(self.cp.client, releases if releases is not None else self.releases, self.model, self.placements,
-                          {c.binary: c for c in self.controllers}, timeout=self.timeout, plan=self.plan)
+                          {c.binary: c for c in self.controllers}, timeout=self.timeout, plan=self.plan, cfg=self.cfg)
             started = time.monotonic()
             try:
                 for fn in scenarios:
@@ -359,7 +359,7 @@ class StackCluster:
         """The cluster as the scenarios expect to find it: the example TrainJob gone (its quota free) and every
         node of the model there (a drill that deleted one gives it back itself; this is the safety net)."""
         ctx = Context(self.cp.client, self.releases, self.model, self.placements, {c.binary: c for c in self.controllers},
-                      timeout=self.timeout, plan=self.plan)
+                      timeout=self.timeout, plan=self.plan, cfg=self.cfg)
         release_example(ctx)
         restore_model_nodes(ctx)
         down = [f"{c.binary} {c.status} {c.problem}".strip() for c in self.controllers if c.status not in ("running", "not-built")]

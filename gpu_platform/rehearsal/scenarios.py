@@ -48,6 +48,7 @@ class Context:
     timeout: float = 60.0
     workloads: list[dict] = field(default_factory=list)  # filled by scenario (a), read by the report
     plan: Any = None  # preflight's plan of the stack (the autoscaling drill reads the provider's pools.json from it)
+    cfg: Any = None  # the stack's config (the autoscaling drill renders the autoscaler's chart from it when the plan has none)
 
 
 # --- helpers ------------------------------------------------------------------------------------------
