@@ -423,6 +423,34 @@ def test_template_allocatable_is_the_capacity_models(world):
                                 "nvidia.com/gpu": str(a.gpus)}
 
 
+def test_template_offers_the_plans_disk_less_swap_and_kubelet_reservations_as_ephemeral_storage(world, pb):
+    """Issue 32 item 3: Katib's metrics collector asks 500Mi of ephemeral storage; a template without any
+    never fits it, so the autoscaler never scales the pool from zero for a trial. The disk is the Linode
+    API's for the plan (asked once), the reservations the kubelet's (data/linode_kubelet.py)."""
+    from gpu_platform.rehearsal.linode_fake_api import plan_type
+
+    start, linode, *_ = world
+    p = start()
+    disk = plan_type("g2-gpu-rtx4000a1-m")["disk"]  # what the (fake) API says of the plan
+    tmpl = _template(p, pb)
+    capacity = (disk - 512) * 1024 * 1024
+    assert tmpl["status"]["capacity"]["ephemeral-storage"] == str(capacity)
+    want = capacity - 2 * 1024 ** 3 - capacity // 10  # kube- and system-reserved 1Gi each, nodefs.available 10%
+    assert abs(int(tmpl["status"]["allocatable"]["ephemeral-storage"]) - want) <= 1
+    _template(p, pb)
+    assert len([r for r in linode.calls("GET") if r[1] == "/v4/linode/types/g2-gpu-rtx4000a1-m"]) == 1, "asked once"
+    assert p.settings.ephemeral_storage.reserved_bytes == 2 * 1024 ** 3
+
+
+def test_without_an_answer_about_the_plan_the_template_is_refused_not_served_without_storage(world, pb):
+    start, linode, *_ = world
+    p = start()
+    linode.faults["GET"] += [("status", 404)] * 4
+    with pytest.raises(grpc.RpcError) as err:
+        p.stub.NodeGroupTemplateNodeInfo(p.pb2.NodeGroupTemplateNodeInfoRequest(id="ada"))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "404" in err.value.details()
+
+
 # ---------------------------------------------------------------------------------------------
 # Linode API client: rate limits, errors, pagination, filters
 # ---------------------------------------------------------------------------------------------

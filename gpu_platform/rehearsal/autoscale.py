@@ -477,9 +477,11 @@ class AutoscalerProcess:
         return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
 
     def forbidden(self) -> list[str]:
-        """The distinct RBAC refusals it logged (resource and verb), e.g. `list resourceslices.resource.k8s.io`."""
+        """The distinct RBAC refusals its current process logged (verb and resource), e.g. `list
+        resourceslices.resource.k8s.io`."""
         found = []
-        for m in re.finditer(r'cannot (\w+) resource "([^"]+)" in API group "([^"]*)"', self.text()):
+        text = self.proc.log.read_text(errors="replace") if self.proc is not None and self.proc.log.exists() else ""
+        for m in re.finditer(r'cannot (\w+) resource \\?"([^"\\]+)\\?" in API group \\?"([^"\\]*)\\?"', text):
             what = f"{m[1]} {m[2]}{'.' + m[3] if m[3] else ''}"
             if what not in found:
                 found.append(what)
@@ -623,8 +625,20 @@ def _admitted(w: Optional[dict]) -> bool:
 
 
 def _node_resources(pool: dict) -> tuple[dict, dict]:
-    """(capacity, allocatable) the kubelet of a node of this pool reports: what pools.json says a node has."""
-    return dict(pool["capacity"]), dict(pool["allocatable"])
+    """(capacity, allocatable) the kubelet of a node of this pool reports: CPU, memory, pods and GPUs of the
+    capacity model (pools.json), and the root filesystem of the plan's disk as the (fake) Linode API gives it,
+    less the swap disk, with the kubelet's Node Allocatable reservations (data/linode_kubelet.py)."""
+    from gpu_platform.components.capacity import linode_ephemeral_storage_reservation
+    from gpu_platform.rehearsal.linode_fake_api import plan_type
+
+    capacity, allocatable = dict(pool["capacity"]), dict(pool["allocatable"])
+    plan = plan_type(pool["instanceType"])
+    if plan is not None:
+        r = linode_ephemeral_storage_reservation()
+        disk = (int(plan["disk"]) - r["swapMib"]) * 1024 * 1024
+        capacity["ephemeral-storage"] = str(disk)
+        allocatable["ephemeral-storage"] = str(disk - r["reservedBytes"] - int(disk * r["evictionPercent"] / 100))
+    return capacity, allocatable
 
 
 
@@ -704,13 +718,17 @@ class Drill:
     # --- jobs -------------------------------------------------------------------------------------
 
     def submit(self, job: dict, name: str, extra_requests: Optional[dict] = None,
-               annotations: Optional[dict] = None) -> Optional[tuple[str, str]]:
+               gpus: Optional[int] = None) -> Optional[tuple[str, str]]:
+        """The example TrainJob under another name; `extra_requests` added to its requests, `gpus` per node."""
         obj = copy.deepcopy(job)
         ns = job["metadata"].get("namespace") or "training"
         obj["metadata"] = {"name": name, "namespace": ns, "labels": dict(job["metadata"].get("labels") or {})}
+        res = obj["spec"]["trainer"].setdefault("resourcesPerNode", {})
         if extra_requests:
-            res = obj["spec"]["trainer"].setdefault("resourcesPerNode", {})
             res.setdefault("requests", {}).update(extra_requests)
+        if gpus is not None:
+            for part in ("requests", "limits"):
+                res.setdefault(part, {})[GPU_RESOURCE] = str(gpus)
         try:
             self.client.create(obj)
         except (ApiError, UnknownKind) as exc:
@@ -772,6 +790,53 @@ class Drill:
             f": its informers never synced, the API server refused its ServiceAccount {', '.join(refused)}"
             if refused else f" ({self._last_words()})"))
         return False
+
+    def extra_rbac(self) -> list[dict]:
+        """The program's extra RBAC for the autoscaler's ServiceAccount (components/autoscaler_rbac.py)."""
+        from gpu_platform.components import autoscaler_rbac
+
+        ns, sa = self.autoscaler.namespace, self.autoscaler.service_account
+        return autoscaler_rbac.extra_rbac_objects(ns, sa, self.planned["kubernetesMinor"])
+
+    def chart_rbac_alone(self, wait: float = 30.0) -> None:
+        """The autoscaler with the chart's RBAC alone: the program's extra rules taken away (and put back
+        after): it must not sync while the API server refuses it; what it was refused is the report's."""
+        extra = self.extra_rbac()
+        if not extra:
+            self.sc.details.append(f"chart's RBAC alone: the program adds no rule for Kubernetes {self.planned['kubernetesMinor']}")
+            return
+        present = [o for o in extra if self.client.get(o["apiVersion"], o["kind"], o["metadata"]["name"]) is not None]
+        for o in present:
+            self.client.delete(o["apiVersion"], o["kind"], o["metadata"]["name"])
+        try:
+            self.autoscaler.start()
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and self.status_stamp() is None:
+                time.sleep(0.5)
+            synced = self.status_stamp() is not None
+            refused = self.autoscaler.forbidden()
+            self.autoscaler.kill()
+        finally:
+            for o in extra:  # as installed (or as the drill applies them)
+                self.client.apply(o)
+            self._forget_leader()
+        if synced:
+            self.sc.details.append("chart's RBAC alone: the autoscaler synced and ran its loop: the program's extra rules "
+                                   f"({', '.join(o['metadata']['name'] for o in extra)}) are not needed by this image")
+        elif refused:
+            self.sc.details.append(f"chart's RBAC alone: the autoscaler never synced its informers in {wait:.0f}s; the API "
+                                   f"server refused: {', '.join(refused)} (what the program's ClusterRole "
+                                   f"{extra[0]['metadata']['name']} grants)")
+        else:
+            self.sc.fail(f"chart's RBAC alone: the autoscaler neither synced nor was refused anything in {wait:.0f}s "
+                         f"({self._last_words()})")
+
+    def _forget_leader(self) -> None:
+        """The killed autoscaler's leader lease removed (the next one would wait out its 15 s lease duration)."""
+        try:
+            self.client.delete("coordination.k8s.io/v1", "Lease", LEASE, self.autoscaler.namespace)
+        except (ApiError, UnknownKind):
+            pass
 
     def _apply_rbac(self, release: AutoscalerRelease) -> None:
         for obj in release.rbac():
@@ -943,7 +1008,8 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     killed while its scale-up is in flight and started again neither leaks nor doubles an instance."""
     sc, t = d.sc, d.timing
     _check_template(d, pool)
-    if not d.start_autoscaler("sync"):
+    d.chart_rbac_alone()
+    if not d.start_autoscaler("sync with the program's RBAC"):
         return
 
     # 1. A pending GPU TrainJob: the autoscaler scales the pool from zero, the job is admitted, bound, running.
@@ -1046,9 +1112,63 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
                           f"{len(left)} instance(s) of the stack")
 
 
-def sync_only(d: Drill, job: dict, pool: str) -> None:
-    """The autoscaler starts and syncs its informers with the RBAC it was given (nothing is scaled)."""
-    d.start_autoscaler("sync")
+def busy_node_at_low_utilisation(d: Drill, job: dict, pool: str) -> None:
+    """A node whose training pod uses a quarter of its GPUs, beside a node with room for that pod: the
+    autoscaler's simulation can move the pod, so only what protects a running trainer keeps the node
+    (cluster-autoscaler FAQ, "What types of pods can prevent CA from removing a node?"). Needs a pool of
+    nodes with 4 or more GPUs and maxNodes >= 2 (the shipped linode-dev pool has 1-GPU nodes, whose training
+    pod keeps them at 100 %); tests plant one."""
+    sc, t = d.sc, d.timing
+    gpus, most = int(d.pools[pool]["gpusPerNode"]), int(d.pools[pool]["maxNodes"])
+    if gpus < 4 or most < 2:
+        sc.status = "NOT REHEARSED"
+        sc.problems.append(f"pool {pool} has {gpus}-GPU nodes, at most {most}: a busy node below the autoscaler's "
+                           "utilisation threshold needs nodes of 4 or more GPUs and maxNodes >= 2")
+        return
+    if not d.start_autoscaler("sync with the program's RBAC"):
+        return
+    half = gpus // 2
+    refs = {}
+    for key, name, n in (("m", "rehearsal-autoscale-m", half), ("f", "rehearsal-autoscale-f", gpus - half)):
+        refs[key] = d.submit(job, name, gpus=n)
+        if refs[key] is None or not d.until(f"TrainJob {name} ({n} GPUs) running on a node of {pool}",
+                                            d.bound_in_pool(*refs[key], pool), timeout=t.join_deadline_seconds + 90):
+            return
+    first = {p["spec"]["nodeName"] for key in "mf" for p in d.pods_of(*refs[key])}
+    refs["s"] = d.submit(job, "rehearsal-autoscale-s", gpus=1)
+    if refs["s"] is None or not d.until(f"TrainJob rehearsal-autoscale-s (1 GPU) running on a second node of {pool}",
+                                        d.bound_in_pool(*refs["s"], pool), timeout=t.join_deadline_seconds + 90):
+        return
+    [pod] = d.pods_of(*refs["s"])
+    node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+    if len(first) != 1 or node in first:
+        sc.fail(f"set-up: the {gpus - half}+{half}-GPU jobs landed on {sorted(first)}, the 1-GPU one on {node}: not the "
+                "two nodes the scenario needs")
+        return
+    d.end(*refs["f"])  # the first node now has room for the small job: half its GPUs are free
+    started = time.monotonic()
+    sc.details.append(f"{node}: TrainJob rehearsal-autoscale-s's pod uses 1 of {gpus} GPUs; {sorted(first)[0]} runs "
+                      f"{half} of {gpus} with room for it")
+    evicted = ""
+    while time.monotonic() - started < t.busy_watch_seconds + t.grace_seconds:
+        pods = d.pods_of(*refs["s"])
+        here = [p for p in pods if p["metadata"]["uid"] == uid and not p["metadata"].get("deletionTimestamp")]
+        if not here or node not in {n["metadata"]["name"] for n in d.pool_nodes(pool)}:
+            evicted = f"after {time.monotonic() - started:.0f}s its pod was evicted or its node removed"
+            break
+        time.sleep(1)
+    why = [e.text for e in d.events() if e.group == pool and node in e.text and e.kind in ("not removable", "unremovable", "scale-down")]
+    if evicted:
+        sc.fail(f"busy node at low utilisation: {node} runs a training pod using 1 of {gpus} GPUs; {evicted} (the "
+                f"autoscaler: {why[-1] if why else 'nothing logged'}): nothing protects a running trainer from scale-down")
+    else:
+        sc.details.append(f"busy node at low utilisation: {node} and its training pod kept for "
+                          f"{time.monotonic() - started:.0f}s (grace {t.grace_seconds}s); the autoscaler's reason: "
+                          f"{why[-1] if why else 'none logged'}")
+    for key in ("m", "s"):
+        d.end(*refs[key])
+    d.until(f"the pool {pool} back at minNodes", lambda: not d.pool_instances(pool) and not d.pool_nodes(pool),
+            timeout=t.grace_seconds + 180)
 
 
 # --- the entry points ------------------------------------------------------------------------------------
@@ -1082,3 +1202,7 @@ def run_drill(ctx: Any, sc: Any, phases: Callable[[Drill, dict, str], None], tim
 
 def linode_autoscaling(ctx: Any, sc: Any, timing: Optional[Timing] = None) -> Any:
     return run_drill(ctx, sc, scale_from_zero_and_back, timing)
+
+
+def linode_busy_node(ctx: Any, sc: Any, timing: Optional[Timing] = None) -> Any:
+    return run_drill(ctx, sc, busy_node_at_low_utilisation, timing)

@@ -1369,6 +1369,17 @@ def linode_autoscaling(ctx: Context) -> Scenario:
             sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
 
 
+def linode_busy_node(ctx: Context) -> Scenario:
+    """Not in SCENARIOS: the shipped linode-dev pool has 1-GPU nodes, which a training pod keeps at 100 % use;
+    tests run it on a planted pool of 4-GPU nodes (tests/test_rehearsal_autoscaler.py)."""
+    sc = Scenario("linode-busy-node", "a node whose training pod uses a quarter of its GPUs is not scaled down by the "
+                                      "real cluster-autoscaler while the pod runs")
+    try:
+        return autoscale.linode_busy_node(ctx, sc)
+    finally:
+        restore_model_nodes(ctx)
+
+
 def restore_model_nodes(ctx: Context) -> list[str]:
     present = {n["metadata"]["name"] for n in ctx.client.list("v1", "Node")}
     added = []

@@ -27,7 +27,7 @@ import yaml
 
 from gpu_platform.components import autoscaler_rbac
 from gpu_platform.data import aws_versions as aws_versions
-from gpu_platform.components.capacity import GI, allocatable
+from gpu_platform.components.capacity import GI, allocatable, linode_ephemeral_storage_reservation
 from gpu_platform.components.cluster import GpuPoolSpec
 from gpu_platform.config.model import StackConfig
 from gpu_platform.components.paths import program_relative
@@ -118,6 +118,9 @@ def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int) -> 
         "serviceCidr": section.service_cidr,
         "maxGpus": max_gpus,
         "joinDeadlineSeconds": section.node_groups.join_deadline_minutes * 60,
+        # The template node's ephemeral storage: the plan's disk (the provider reads it from the Linode API)
+        # less these (capacity.linode_ephemeral_storage_reservation).
+        "ephemeralStorage": linode_ephemeral_storage_reservation(),
         "gpuLabel": GPU_LABEL,
         "diskEncryption": section.disk_encryption,
         "authorizedKeys": list(section.ssh_authorized_keys),
