@@ -70,13 +70,16 @@ KATIB_EPHEMERAL_STORAGE = "500Mi"
 class Timing:
     """The drill's clock, shortened from the stack's (each change is listed in the report)."""
 
+    # Kueue's waitForPodsReady timeout is 30 s in the rehearsal (controllers.REHEARSAL_PODS_READY_TIMEOUT_S):
+    # a pod pending longer is evicted and requeued (the stack's maxRequeues allow 3), so a join deadline
+    # and backoff this short keep the never-join drill to one or two requeues.
     grace_seconds: int = 20  # --scale-down-unneeded-time (linode.scaleDownGraceMinutes)
-    join_deadline_seconds: int = 40  # --max-node-provision-time and the provider's joinDeadlineSeconds
+    join_deadline_seconds: int = 20  # --max-node-provision-time and the provider's joinDeadlineSeconds
     boot_seconds: float = 3.0  # a Linode boot plus kubeadm join
     scan_interval_seconds: int = 2  # --scan-interval (10 s)
     delay_after_add_seconds: int = 5  # --scale-down-delay-after-add (the chart's 10m)
-    backoff_seconds: int = 10  # --initial-node-group-backoff-duration (5m) and the failure delays
-    busy_watch_seconds: int = 45  # how long a busy node is watched for a scale-down that must not come
+    backoff_seconds: int = 5  # --initial-node-group-backoff-duration (5m) and the failure delays
+    busy_watch_seconds: int = 40  # how long a busy node is watched for a scale-down that must not come
 
     def flags(self) -> dict[str, str]:
         """cluster-autoscaler flags the drill sets over the chart's (seconds where the cluster has minutes)."""
