@@ -71,15 +71,18 @@ class Timing:
     """The drill's clock, shortened from the stack's (each change is listed in the report)."""
 
     # Kueue's waitForPodsReady timeout is 30 s in the rehearsal (controllers.REHEARSAL_PODS_READY_TIMEOUT_S):
-    # a pod pending longer is evicted and requeued (the stack's maxRequeues allow 3), so a join deadline
-    # and backoff this short keep the never-join drill to one or two requeues.
+    # a pod pending longer is evicted and requeued (the stack's maxRequeues allow 3): the never-join drill
+    # (a join deadline, a backoff, a restart) costs its TrainJob one or two requeues. The join deadline must
+    # outlast the autoscaler's restart (its leader lease, its informers' sync, its first loops) or the
+    # provider deletes the instance the restarted autoscaler is waiting for.
     grace_seconds: int = 20  # --scale-down-unneeded-time (linode.scaleDownGraceMinutes)
-    join_deadline_seconds: int = 20  # --max-node-provision-time and the provider's joinDeadlineSeconds
+    join_deadline_seconds: int = 30  # --max-node-provision-time and the provider's joinDeadlineSeconds
     boot_seconds: float = 3.0  # a Linode boot plus kubeadm join
     scan_interval_seconds: int = 2  # --scan-interval (10 s)
     delay_after_add_seconds: int = 5  # --scale-down-delay-after-add (the chart's 10m)
     backoff_seconds: int = 5  # --initial-node-group-backoff-duration (5m) and the failure delays
     busy_watch_seconds: int = 40  # how long a busy node is watched for a scale-down that must not come
+    lease_seconds: int = 6  # --leader-elect-lease-duration (15 s)
 
     def flags(self) -> dict[str, str]:
         """cluster-autoscaler flags the drill sets over the chart's (seconds where the cluster has minutes)."""
@@ -92,6 +95,10 @@ class Timing:
             "initial-node-group-backoff-duration": f"{self.backoff_seconds}s",
             "max-node-group-backoff-duration": f"{self.backoff_seconds * 3}s",
             "unremovable-node-recheck-timeout": f"{self.backoff_seconds}s",
+            # A killed autoscaler's successor waits out its lease (15 s, renew 10 s, retry 2 s by default).
+            "leader-elect-lease-duration": f"{self.lease_seconds}s",
+            "leader-elect-renew-deadline": f"{max(1, self.lease_seconds * 2 // 3)}s",
+            "leader-elect-retry-period": "1s",
         }
 
 
@@ -1093,7 +1100,7 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
         d.bridge.booting = True
         return
     posts_after_restart = len(d.fake.calls("POST"))
-    if not d.loops(3):
+    if not d.loops(2):
         sc.fail("restart: the restarted autoscaler stopped running its loop")
     d.bridge.booting = True
     if len(d.fake.calls("POST")) != posts_after_restart:
