@@ -486,11 +486,12 @@ class AutoscalerProcess:
     def text(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
 
-    def forbidden(self) -> list[str]:
-        """The distinct RBAC refusals its current process logged (verb and resource), e.g. `list
-        resourceslices.resource.k8s.io`."""
+    def forbidden(self, log: Optional[Path] = None) -> list[str]:
+        """The distinct RBAC refusals logged (verb and resource), e.g. `list resourceslices.resource.k8s.io`,
+        by the process that wrote `log` (default: the current one)."""
         found = []
-        text = self.proc.log.read_text(errors="replace") if self.proc is not None and self.proc.log.exists() else ""
+        log = log or (self.proc.log if self.proc is not None else None)
+        text = log.read_text(errors="replace") if log is not None and log.exists() else ""
         for m in re.finditer(r'cannot (\w+) resource \\?"([^"\\]+)\\?" in API group \\?"([^"\\]*)\\?"', text):
             what = f"{m[1]} {m[2]}{'.' + m[3] if m[3] else ''}"
             if what not in found:
@@ -674,6 +675,7 @@ class Drill:
         self._stop = threading.Event()
         self._world: Optional[threading.Thread] = None
         self.world_errors: list[str] = []
+        self.chart_only_log: Optional[Path] = None  # the run with the chart's RBAC alone (refusals expected)
 
     # --- the world ----------------------------------------------------------------------------------
 
@@ -766,12 +768,16 @@ class Drill:
     # --- the autoscaler -----------------------------------------------------------------------------
 
     def status_stamp(self) -> Optional[str]:
-        """The autoscaler's status ConfigMap's last update (written at the end of every loop), None before the first."""
+        """The time of the autoscaler's status ConfigMap (written at the end of every loop); None while it says
+        `Initializing` (what the autoscaler writes when it starts, before its informers have synced)."""
         cm = self.client.get("v1", "ConfigMap", STATUS_CONFIGMAP, self.autoscaler.namespace)
-        if cm is None:
+        try:
+            status = yaml.safe_load(((cm or {}).get("data") or {}).get("status") or "") or {}
+        except yaml.YAMLError:
             return None
-        return (cm.get("metadata", {}).get("annotations") or {}).get("cluster-autoscaler.kubernetes.io/last-updated") \
-            or (cm.get("data") or {}).get("status", "")[:200] or cm["metadata"].get("resourceVersion")
+        if not isinstance(status, dict) or status.get("autoscalerStatus") in (None, "Initializing"):
+            return None
+        return str(status.get("time"))
 
     def loops(self, n: int, timeout: float = 90) -> bool:
         """Waits until the autoscaler has finished `n` more loops (its status ConfigMap rewritten n times)."""
@@ -825,6 +831,7 @@ class Drill:
                 time.sleep(0.5)
             synced = self.status_stamp() is not None
             refused = self.autoscaler.forbidden()
+            self.chart_only_log = self.autoscaler.proc.log
             self.autoscaler.kill()
         finally:
             for o in extra:  # as installed (or as the drill applies them)
@@ -864,6 +871,13 @@ class Drill:
 
     def events(self) -> list[LoggedEvent]:
         return logged_events(self.autoscaler.text(), self.group_of_node) if self.autoscaler else []
+
+    def check_refusals(self) -> None:
+        """With the program's RBAC, the API server refused the autoscaler nothing, in any of its runs."""
+        for log in self.autoscaler.logs:
+            refused = self.autoscaler.forbidden(log) if log != self.chart_only_log else []
+            if refused:
+                self.sc.fail(f"RBAC: the API server refused cluster-autoscaler ({log.name}) {', '.join(refused)}")
 
     def report_events(self) -> None:
         """Per node group, the scale-ups and scale-downs and the reasons the autoscaler logged."""
@@ -958,6 +972,7 @@ class Drill:
                 self._world.join(30)
             try:
                 if self.autoscaler is not None:
+                    self.check_refusals()
                     self.report_events()
             finally:
                 if self.probe is not None:
