@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -807,7 +808,7 @@ class Drill:
             if refused else f" ({self._last_words()})"))
         return False
 
-    def extra_rbac(self) -> list[dict]:
+    def program_rbac(self) -> list[dict]:
         """The program's extra RBAC for the autoscaler's ServiceAccount (components/autoscaler_rbac.py)."""
         from gpu_platform.components import autoscaler_rbac
 
@@ -817,7 +818,7 @@ class Drill:
     def chart_rbac_alone(self, wait: float = 30.0) -> None:
         """The autoscaler with the chart's RBAC alone: the program's extra rules taken away (and put back
         after): it must not sync while the API server refuses it; what it was refused is the report's."""
-        extra = self.extra_rbac()
+        extra = self.program_rbac()
         if not extra:
             self.sc.details.append(f"chart's RBAC alone: the program adds no rule for Kubernetes {self.planned['kubernetesMinor']}")
             return
@@ -826,8 +827,10 @@ class Drill:
             self.client.delete(o["apiVersion"], o["kind"], o["metadata"]["name"])
         try:
             self.autoscaler.start()
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and self.status_stamp() is None:
+            started = time.monotonic()
+            # Refused, and still not past its informers' sync 10 s on: it waits for ever (as long as `wait` shows).
+            while (time.monotonic() - started < wait and self.status_stamp() is None
+                   and not (time.monotonic() - started > 10 and len(self.autoscaler.forbidden()) >= len(self._dra_resources(extra)))):
                 time.sleep(0.5)
             synced = self.status_stamp() is not None
             refused = self.autoscaler.forbidden()
@@ -837,16 +840,21 @@ class Drill:
             for o in extra:  # as installed (or as the drill applies them)
                 self.client.apply(o)
             self._forget_leader()
+        waited = time.monotonic() - started
         if synced:
             self.sc.details.append("chart's RBAC alone: the autoscaler synced and ran its loop: the program's extra rules "
                                    f"({', '.join(o['metadata']['name'] for o in extra)}) are not needed by this image")
         elif refused:
-            self.sc.details.append(f"chart's RBAC alone: the autoscaler never synced its informers in {wait:.0f}s; the API "
+            self.sc.details.append(f"chart's RBAC alone: the autoscaler never synced its informers in {waited:.0f}s; the API "
                                    f"server refused: {', '.join(refused)} (what the program's ClusterRole "
                                    f"{extra[0]['metadata']['name']} grants)")
         else:
             self.sc.fail(f"chart's RBAC alone: the autoscaler neither synced nor was refused anything in {wait:.0f}s "
                          f"({self._last_words()})")
+
+    @staticmethod
+    def _dra_resources(extra: list[dict]) -> set[str]:
+        return {r for o in extra for rule in o.get("rules") or [] for r in rule["resources"]}
 
     def _forget_leader(self) -> None:
         """The killed autoscaler's leader lease removed (the next one would wait out its 15 s lease duration)."""
@@ -868,6 +876,10 @@ class Drill:
             except (ApiError, UnknownKind):
                 pass
         self._applied.clear()
+
+    def provider_log(self) -> str:
+        logs = [p for p in self.log_dir.glob(f"{ProviderProcess.NAME}-*.log")]
+        return "\n".join(p.read_text(errors="replace") for p in sorted(logs))
 
     def events(self) -> list[LoggedEvent]:
         return logged_events(self.autoscaler.text(), self.group_of_node) if self.autoscaler else []
@@ -965,7 +977,8 @@ class Drill:
                 client.delete("v1", "Node", n["metadata"]["name"])
             self._world = threading.Thread(target=self._run_world, name="autoscale-world", daemon=True)
             self._world.start()
-            phases(self, job, pool)
+            with self.kueue_at_stack_timing():
+                phases(self, job, pool)
         finally:
             self._stop.set()
             if self._world is not None:
@@ -986,6 +999,33 @@ class Drill:
                 sc.status = "FAIL"
             sc.details.append(f"autoscaler and provider logs: {self.log_dir}")
 
+    @contextmanager
+    def kueue_at_stack_timing(self):
+        """Kueue runs with the stack's own waitForPodsReady for the drill. The rehearsal shortens its timeout to
+        30 s (the never-ready drill), but cluster-autoscaler waits 30 s after a GPU pod appears before it scales
+        up for it (core/static_autoscaler.go unschedulablePodWithGpuTimeBuffer, not a flag): at 30 s Kueue would
+        evict every job a GPU pool must be scaled up for, and its requeued pods would start that wait again."""
+        kueue = self.ctx.controllers.get("kueue-manager")
+        restart = getattr(self.ctx, "restart", None)
+        timeout = ((getattr(kueue, "config", None) or {}).get("waitForPodsReady") or {}).get("timeout")
+        if kueue is None or restart is None or timeout is None or kueue.status != "running":
+            yield
+            return
+        kueue.stack_timing = True
+        problems = restart(kueue)
+        try:
+            if problems:
+                self.sc.fail(f"Kueue could not be restarted with the stack's waitForPodsReady: {'; '.join(problems)}")
+            else:
+                self.sc.details.append(f"Kueue runs with the stack's waitForPodsReady.timeout {timeout} for the drill (the "
+                                       "rehearsal's 30 s would evict a job before the autoscaler's 30 s wait for a new "
+                                       "GPU pod is over); put back after it")
+            yield
+        finally:
+            kueue.stack_timing = False
+            for p in restart(kueue):
+                self.sc.fail(f"Kueue could not be put back to the rehearsal's timing: {p}")
+
     def ctx_server(self) -> str:
         return f"https://{self.client.host}:{self.client.port}"
 
@@ -1005,9 +1045,12 @@ class Drill:
                 self.client.delete(api, kind, name, ns)
             except (ApiError, UnknownKind):
                 pass
-        for tj in self.client.list(TRAINER, "TrainJob", "training"):
-            if tj["metadata"]["name"].startswith("rehearsal-autoscale-"):
-                self.client.delete(TRAINER, "TrainJob", tj["metadata"]["name"], "training")
+        try:
+            for tj in self.client.list(TRAINER, "TrainJob", "training"):
+                if tj["metadata"]["name"].startswith("rehearsal-autoscale-"):
+                    self.client.delete(TRAINER, "TrainJob", tj["metadata"]["name"], "training")
+        except (ApiError, UnknownKind):
+            pass
         self._remove_applied()
 
 
@@ -1101,12 +1144,14 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     lost = sorted(d.bridge.never_join)
     alive = {i["id"] for i in d.fake.instances_tagged(d.stack_tag)}
     timed_out = [e.text for e in d.events() if e.group == pool and e.kind in ("scale-up timed out", "unregistered removed")]
+    provider_said = [ln.split(": ", 1)[-1] for ln in d.provider_log().splitlines() if "did not join within" in ln]
     if not lost or set(lost) & alive:
         sc.fail(f"never joined: the pool scaled up again while instance(s) {lost} that never joined still exist")
     else:
         sc.details.append(f"never joined: instance {lost[0]} never registered; it was deleted at the join deadline "
-                          f"({t.join_deadline_seconds}s; the autoscaler: {'; '.join(timed_out) or 'nothing logged'}) and the "
-                          f"autoscaler asked for a node again {time.monotonic() - started:.0f}s after the TrainJob")
+                          f"({t.join_deadline_seconds}s; the provider: {'; '.join(provider_said) or 'nothing logged'}; the "
+                          f"autoscaler: {'; '.join(timed_out) or 'saw its node group short again'}) and the autoscaler "
+                          f"asked for a node again {time.monotonic() - started:.0f}s after the TrainJob")
     d.bridge.booting = False  # the in-flight instance stays booting until the restarted autoscaler has looked at it
     d.autoscaler.kill()
     held.set()

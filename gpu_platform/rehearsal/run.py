@@ -264,7 +264,8 @@ class StackCluster:
         self.runs += 1
         if base.error is None:
             ctx = Context(self.cp.client, releases if releases is not None else self.releases, self.model, self.placements,
-                          {c.binary: c for c in self.controllers}, timeout=self.timeout, plan=self.plan, cfg=self.cfg)
+                          {c.binary: c for c in self.controllers}, timeout=self.timeout, plan=self.plan, cfg=self.cfg,
+                          restart=lambda ctl: self._restart(ctl, ctl.config))
             started = time.monotonic()
             try:
                 for fn in scenarios:

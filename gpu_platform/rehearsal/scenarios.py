@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
 from gpu_platform.preflight.fit.selectors import match_expression, tolerates_any
@@ -49,6 +49,8 @@ class Context:
     workloads: list[dict] = field(default_factory=list)  # filled by scenario (a), read by the report
     plan: Any = None  # preflight's plan of the stack (the autoscaling drill reads the provider's pools.json from it)
     cfg: Any = None  # the stack's config (the autoscaling drill renders the autoscaler's chart from it when the plan has none)
+    # Restarts a controller with its Configuration (as ctl.config and ctl.stack_timing say); returns its problems.
+    restart: Optional[Callable[[Any], list[str]]] = None
 
 
 # --- helpers ------------------------------------------------------------------------------------------
