@@ -222,7 +222,8 @@ def _drill(tmp_path):
     result = rehearse("linode-dev", tmp_path, scenarios=(linode_autoscaling,))
     [sc] = result.scenarios
     assert sc.status != "NOT REHEARSED", sc.problems
-    return sc, "\n".join(sc.details)
+    # The details, then the problems: an assertion on the text shows both.
+    return sc, "\n".join(sc.details + [f"PROBLEM: {p}" for p in sc.problems])
 
 
 def _no_problem(sc, *prefixes: str) -> None:
@@ -298,7 +299,7 @@ def test_with_the_charts_rbac_alone_the_autoscaler_never_syncs_and_with_the_prog
     assert m, text
     assert {"list resourceslices.resource.k8s.io", "list resourceclaims.resource.k8s.io",
             "list deviceclasses.resource.k8s.io"} <= {x.strip() for x in m[1].split(",")}
-    assert re.search(r"sync with the program's RBAC: cluster-autoscaler v1.35.2 \(as kube-system/cluster-autoscaler\) synced "
+    assert re.search(r"sync with the program's RBAC: cluster-autoscaler 1.35.2 \(as kube-system/cluster-autoscaler\) synced "
                      r"its informers and ran its loop", text), text
 
 

@@ -484,6 +484,11 @@ class AutoscalerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.alive
 
+    def version(self) -> str:
+        """What the running binary says it is (main.go logs `Cluster Autoscaler <version>` first)."""
+        m = re.search(r"\] Cluster Autoscaler (\S+)", self.proc.log.read_text(errors="replace") if self.proc else "")
+        return m[1] if m else "?"
+
     def text(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.logs if p.exists())
 
@@ -798,7 +803,7 @@ class Drill:
         started = time.monotonic()
         self.autoscaler.start()
         if self.loops(2, timeout=120):
-            self.sc.details.append(f"{what}: cluster-autoscaler {binaries.versions().get(AUTOSCALER, {}).get('version', '?')} "
+            self.sc.details.append(f"{what}: cluster-autoscaler {self.autoscaler.version()} "
                                    f"(as {self.autoscaler.namespace}/{self.autoscaler.service_account}) synced its informers "
                                    f"and ran its loop {time.monotonic() - started:.0f}s after it started")
             return True
