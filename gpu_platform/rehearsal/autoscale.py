@@ -1188,11 +1188,12 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
 
 
 def busy_node_at_low_utilisation(d: Drill, job: dict, pool: str) -> None:
-    """A node whose training pod uses a quarter of its GPUs, beside a node with room for that pod: the
-    autoscaler's simulation can move the pod, so only what protects a running trainer keeps the node
-    (cluster-autoscaler FAQ, "What types of pods can prevent CA from removing a node?"). Needs a pool of
-    nodes with 4 or more GPUs and maxNodes >= 2 (the shipped linode-dev pool has 1-GPU nodes, whose training
-    pod keeps them at 100 %); tests plant one."""
+    """Two nodes whose training pods use at most half their GPUs (2 of 4 on one, 1 of 4 on the other), each
+    with room for the other's pod: the autoscaler's simulation can move either pod, so only what protects a
+    running trainer keeps its node (cluster-autoscaler FAQ, "What types of pods can prevent CA from removing
+    a node?"). No training pod may be evicted nor its node removed while it runs. Needs a pool of nodes with
+    4 or more GPUs and maxNodes >= 2 (the shipped linode-dev pool has 1-GPU nodes, whose training pod keeps
+    them at 100 %); tests plant one."""
     sc, t = d.sc, d.timing
     gpus, most = int(d.pools[pool]["gpusPerNode"]), int(d.pools[pool]["maxNodes"])
     if gpus < 4 or most < 2:
@@ -1215,31 +1216,39 @@ def busy_node_at_low_utilisation(d: Drill, job: dict, pool: str) -> None:
                                         d.bound_in_pool(*refs["s"], pool), timeout=t.join_deadline_seconds + 90):
         return
     [pod] = d.pods_of(*refs["s"])
-    node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+    node = pod["spec"]["nodeName"]
     if len(first) != 1 or node in first:
-        sc.fail(f"set-up: the {gpus - half}+{half}-GPU jobs landed on {sorted(first)}, the 1-GPU one on {node}: not the "
+        sc.fail(f"set-up: the {half}+{gpus - half}-GPU jobs landed on {sorted(first)}, the 1-GPU one on {node}: not the "
                 "two nodes the scenario needs")
         return
     d.end(*refs["f"])  # the first node now has room for the small job: half its GPUs are free
+    # Every running training pod, where it runs: none may be evicted nor its node removed while it runs.
+    watched = {p["metadata"]["uid"]: (p["metadata"]["name"], p["spec"]["nodeName"]) for key in "ms" for p in d.pods_of(*refs[key])}
     started = time.monotonic()
     sc.details.append(f"{node}: TrainJob rehearsal-autoscale-s's pod uses 1 of {gpus} GPUs; {sorted(first)[0]} runs "
-                      f"{half} of {gpus} with room for it")
+                      f"rehearsal-autoscale-m's {half} of {gpus}: both at or below the autoscaler's 0.5 utilisation threshold "
+                      "(eligibility.go isNodeAtOrBelowUtilizationThreshold), each with room for the other's pod")
     evicted = ""
-    while time.monotonic() - started < t.busy_watch_seconds + t.grace_seconds:
-        pods = d.pods_of(*refs["s"])
-        here = [p for p in pods if p["metadata"]["uid"] == uid and not p["metadata"].get("deletionTimestamp")]
-        if not here or node not in {n["metadata"]["name"] for n in d.pool_nodes(pool)}:
-            evicted = f"after {time.monotonic() - started:.0f}s its pod was evicted or its node removed"
-            break
+    while not evicted and time.monotonic() - started < t.busy_watch_seconds + t.grace_seconds:
+        running = {p["metadata"]["uid"]: p for key in "ms" for p in d.pods_of(*refs[key]) if not p["metadata"].get("deletionTimestamp")}
+        nodes = {n["metadata"]["name"] for n in d.pool_nodes(pool)}
+        for uid, (name, where) in watched.items():
+            if uid not in running or where not in nodes:
+                evicted = (f"after {time.monotonic() - started:.0f}s training pod {name} was evicted from {where}"
+                           + ("" if where in nodes else f" and {where} removed"))
+                break
         time.sleep(1)
-    why = [e.text for e in d.events() if e.group == pool and node in e.text and e.kind in ("not removable", "unremovable", "scale-down")]
+    busy = {where for _, where in watched.values()}
+    why = [e.text for e in d.events() if e.group == pool and any(n in e.text for n in busy)
+           and e.kind in ("not removable", "unremovable", "scale-down")]
+    downs = [w for w in why if w.startswith("Scale-down")]
     if evicted:
-        sc.fail(f"busy node at low utilisation: {node} runs a training pod using 1 of {gpus} GPUs; {evicted} (the "
-                f"autoscaler: {why[-1] if why else 'nothing logged'}): nothing protects a running trainer from scale-down")
+        sc.fail(f"busy node at low utilisation: {evicted} (the autoscaler: {downs[-1] if downs else why[-1] if why else 'nothing logged'}): "
+                "nothing protects a running trainer from scale-down")
     else:
-        sc.details.append(f"busy node at low utilisation: {node} and its training pod kept for "
-                          f"{time.monotonic() - started:.0f}s (grace {t.grace_seconds}s); the autoscaler's reason: "
-                          f"{why[-1] if why else 'none logged'}")
+        sc.details.append(f"busy node at low utilisation: {sorted(busy)} and their training pods kept for "
+                          f"{time.monotonic() - started:.0f}s (grace {t.grace_seconds}s); the autoscaler's reasons: "
+                          f"{'; '.join(dict.fromkeys(w for w in why if not w.startswith('Scale-down'))) or 'none logged'}")
     for key in ("m", "s"):
         d.end(*refs[key])
     d.until(f"the pool {pool} back at minNodes", lambda: not d.pool_instances(pool) and not d.pool_nodes(pool),

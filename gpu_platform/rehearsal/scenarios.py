@@ -1374,8 +1374,8 @@ def linode_autoscaling(ctx: Context) -> Scenario:
 def linode_busy_node(ctx: Context) -> Scenario:
     """Not in SCENARIOS: the shipped linode-dev pool has 1-GPU nodes, which a training pod keeps at 100 % use;
     tests run it on a planted pool of 4-GPU nodes (tests/test_rehearsal_autoscaler.py)."""
-    sc = Scenario("linode-busy-node", "a node whose training pod uses a quarter of its GPUs is not scaled down by the "
-                                      "real cluster-autoscaler while the pod runs")
+    sc = Scenario("linode-busy-node", "nodes whose training pods use at most half their GPUs are not scaled down by "
+                                      "the real cluster-autoscaler while the pods run")
     try:
         return autoscale.linode_busy_node(ctx, sc)
     finally:
