@@ -709,10 +709,13 @@ class Drill:
         return False
 
     def _last_words(self) -> str:
-        if self.autoscaler is None:
+        """The current autoscaler's last warnings or errors, and why it last refused to scale a group up."""
+        if self.autoscaler is None or self.autoscaler.proc is None:
             return "not started"
-        lines = [ln for ln in self.autoscaler.text().splitlines() if ln[:1] in ("E", "W")]
-        return " | ".join(ln[:300] for ln in lines[-2:]) or "no warning or error"
+        lines = self.autoscaler.proc.log.read_text(errors="replace").splitlines() if self.autoscaler.proc.log.exists() else []
+        said = [ln for ln in lines if ln[:1] in ("E", "W")][-2:]
+        said += [ln for ln in lines if "predicate checking error" in ln][-1:]
+        return " | ".join(ln.split("] ", 1)[-1][:300] for ln in said) or "no warning or error"
 
     def pool_nodes(self, pool: str) -> list[dict]:
         return [n for n in self.client.list("v1", "Node") if (n["metadata"].get("labels") or {}).get(GROUP_LABEL) == pool
