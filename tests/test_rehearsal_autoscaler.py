@@ -337,3 +337,11 @@ def test_a_node_whose_training_pod_uses_a_quarter_of_its_gpus_is_never_scaled_do
     assert sc.status == "PASS", sc.problems
     assert any(d.startswith("busy node at low utilisation:") and "kept" in d for d in sc.details), sc.details
     assert "training pod" not in " ".join(sc.problems)
+
+
+def test_gke_and_eks_autoscaling_are_reported_not_rehearsed():
+    """Issue 35 item 4: GKE's autoscaler is Google's; the report says so rather than pass silently. EKS's
+    cluster-autoscaler (aws) is not rehearsed yet, and the report says that too."""
+    assert "GKE autoscaling" in autoscale.not_rehearsed("gcp")[0] and "Google's own" in autoscale.not_rehearsed("gcp")[0]
+    assert "EKS autoscaling" in autoscale.not_rehearsed("aws")[0]
+    assert autoscale.not_rehearsed("linode") == []

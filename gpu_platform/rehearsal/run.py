@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import yaml
 
-from gpu_platform.rehearsal import binaries, cilium, controllers as ctlmod, pki
+from gpu_platform.rehearsal import autoscale, binaries, cilium, controllers as ctlmod, pki
 from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.install import InstallLog, Installer, hooks_of, order_releases
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind, wait_for
@@ -214,6 +214,7 @@ class StackCluster:
         base.secrets_as_rendered = restore_rendered_secrets(self.plan, self.releases, self.chart_dirs or default_chart_dirs(),
                                                             getattr(self.cfg, "kubernetes_version", None))
         self.controllers, self.ca_pem, self.cert_dir = prepare_controllers(self.releases, base.not_rehearsed)
+        base.not_rehearsed.extend(autoscale.not_rehearsed(self.model.cloud))
         self._installed_config = {c.binary: c.config for c in self.controllers}
         self.cp = ControlPlane(Path(base.logs), extended_resource_toleration=self.model.extended_resource_toleration)
         self.cp.__enter__()
