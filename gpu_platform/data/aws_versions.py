@@ -47,8 +47,10 @@ CLUSTER_AUTOSCALER_IMAGE_TAGS = {
 # nothing (kubernetes/autoscaler#9244; the chart on master gained the rule in #9487; #10278 backports it
 # to the 1.35 example manifest). Read from tags cluster-autoscaler-1.35.2 and cluster-autoscaler-1.36.1
 # (../shared/sources/cluster-autoscaler) on 2026-11-28, and shown by the rehearsal's real 1.35.2 (the
-# autoscaler-rbac scenario: refused with the chart's rules alone, synced with these). 1.34 and older
-# handle DRA only when the flag is set, which the program never does: nothing to add.
+# linode-autoscaling scenario: with the chart's rules alone the API server refuses list/watch of exactly
+# these three and it never syncs; with these it syncs, refused nothing). 1.34 and older handle DRA only
+# when the flag is set, which the program never does (upstream's issue puts the change at 1.35; their
+# source is not here): nothing to add.
 CLUSTER_AUTOSCALER_DRA_RULES = (
     {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceclaims", "resourceslices"],
      "verbs": ["get", "list", "watch"]},
