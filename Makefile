@@ -59,9 +59,19 @@ rehearse: venv rehearsal-build jupyterhub-venv
 
 ## CI (network): pull the pinned charts, then preflight every stack, each writing
 ## build/<stack>/preflight.json (`python -m gpu_platform.preflight summary build` tabulates them); fails if any fails.
+# BASE=DIR: a base branch's preflight-ci output (its build/): each stack it planned is compared with it (--base);
+# a stack it did not plan (new in this branch) is planned without a comparison, and says so.
+BASE ?=
 preflight-ci: venv
 	$(PY) -m gpu_platform.preflight charts pull --dest build/charts
-	@rc=0; for s in $(STACKS); do GPU_PLATFORM_CHARTS=build/charts $(PY) -m gpu_platform.preflight $$s || rc=1; done; exit $$rc
+	@rc=0; for s in $(STACKS); do \
+	  base=""; \
+	  if [ -n "$(BASE)" ]; then \
+	    if [ -e "$(BASE)/$$s/plan.json" ]; then base="--base $(BASE)"; \
+	    else echo "preflight-ci: $(BASE) has no plan of $$s (a stack new in this branch, or the base run did not plan it): not compared"; fi; \
+	  fi; \
+	  GPU_PLATFORM_CHARTS=build/charts $(PY) -m gpu_platform.preflight $$s $$base || rc=1; \
+	done; exit $$rc
 
 ## Differential check of cluster fit (docs/rehearsal.md): every shipped stack and N hypothesis-generated ones
 ## (SEED fixed), fit's answers vs one real control plane per cloud; build/differential.json; exit 3 on a disagreement.
@@ -88,9 +98,10 @@ CHECK_WORKERS ?= 2
 TEST_WORKERS ?= 4
 
 ## The quick lane for every edit (target: under 3 minutes on 2 cores): the whole suite except the rehearsal
-## (Go components) and the tools in their own virtualenvs (checkov, the training program, JupyterHub).
+## (Go components) and the tools in their own virtualenvs (checkov, the training program, JupyterHub); property
+## tests draw a quarter of their examples (GPU_PLATFORM_TEST_LANE, tests/conftest.py lane_examples).
 check: venv
-	$(PYTEST) -n $(CHECK_WORKERS) -m "not live and not rehearsal and not sidevenv" tests
+	GPU_PLATFORM_TEST_LANE=check $(PYTEST) -n $(CHECK_WORKERS) -m "not live and not rehearsal and not sidevenv" tests
 
 ## The whole offline test suite, what CI runs (target: under 20 minutes on 2 cores with the components and
 ## virtualenvs built; live cloud tests are skipped without credentials). The 25 slowest tests are listed last.

@@ -7,11 +7,13 @@ Subpackages: `components` (clusters per cloud, the ML platform, the typed config
 cluster fit and cost), `controllers` (the scale-in protection controller's image source).
 """
 
-# The package's version (PEP 440). While CHANGELOG.md has an [Unreleased] section it is the next release's
-# `.dev0`, so a wheel built between releases never claims to be the last one; a release sets X.Y.Z, names
-# the section after it and tags `vX.Y.Z` (docs/architecture.md, Releasing). No release is tagged yet:
-# 0.1.0 and 0.2.0 have CHANGELOG sections but no tags, so programs pin a commit.
-__version__ = "0.3.0.dev0"
+# The package's version (PEP 440), set here and nowhere else: pyproject.toml reads it, the wheel's name
+# carries it, the policy pack's manifest restates it (the Pulumi CLI reads a pack's version from
+# PulumiPolicy.yaml; tests/test_package.py keeps the two equal) and .github/workflows/release.yml refuses a
+# tag that is not `v` + this (tools/release.py). While CHANGELOG.md has an [Unreleased] section it is the next
+# release's `.dev0`, so a wheel built between releases never claims to be the last one (docs/architecture.md,
+# Releasing). 0.1.0 and 0.2.0 were never tagged; 0.3.0 is the first release to pin (`@v0.3.0`).
+__version__ = "0.3.0"
 
 
 def command_name(module: str) -> str:

@@ -153,6 +153,10 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
                 esac
               done
             fi
+            if [ "$1 $2 $3" = "config images list" ]; then
+              echo "registry.k8s.io/kube-apiserver:{release}"
+              echo "registry.k8s.io/etcd:3.6.5-0"
+            fi
             exit 0
             """)
         kubelet = f"#!/bin/sh\n[ \"$1\" = --version ] && echo 'Kubernetes {release}'\nexit 0\n"
@@ -275,6 +279,10 @@ case "$*" in
   *gpgkey*) echo "-----BEGIN PGP PUBLIC KEY BLOCK----- (recorded stand-in)" ;;
   *.list*) echo "deb https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /" ;;
   *pkgs.k8s.io/core:/stable:/v*/deb/Release.key*) echo "-----BEGIN PGP PUBLIC KEY BLOCK----- (recorded stand-in: pkgs.k8s.io)" ;;
+  # A running API server (/run/apiserver-version holds its release): GET /version, as kube-apiserver answers it.
+  *:6443/version*)
+    [ -f /run/apiserver-version ] || { echo "curl: (7) Failed to connect: Connection refused" >&2; exit 7; }
+    printf '{\n  "major": "1",\n  "gitVersion": "%s",\n  "platform": "linux/amd64"\n}\n' "$(cat /run/apiserver-version)" ;;
   *) echo "curl stand-in: no recording for $*" >&2; exit 22 ;;
 esac
 """,
@@ -297,7 +305,30 @@ echo "$1" >> /run/loaded-modules
     "systemctl": """#!/bin/sh
 echo "systemctl $*" >> /var/log/standins.log
 """,
+    # The install step's host changes (no swap, kernel settings) and containerd's default config.
+    "swapoff": """#!/bin/sh
+echo "swapoff $*" >> /var/log/standins.log
+""",
+    "sysctl": """#!/bin/sh
+echo "sysctl $*" >> /var/log/standins.log
+""",
+    "containerd": """#!/bin/sh
+echo "containerd $*" >> /var/log/standins.log
+[ "$1 $2" = "config default" ] && printf '[plugins]\\n  SystemdCgroup = false\\n'
+exit 0
+""",
+    # containerd's ctr: pulls are recorded; `run ... etcdctl member list` lists $ETCD_MEMBERS (/run/etcd-members).
+    "ctr": """#!/bin/sh
+echo "ctr $*" >> /var/log/standins.log
+case "$*" in
+  *"member list"*) cat /run/etcd-members 2>/dev/null ;;
+esac
+exit 0
+""",
 }
+
+# Packages the install step asks apt for besides Kubernetes (the image has them or the archive does).
+INSTALL_PACKAGES = ["apt-transport-https", "ca-certificates", "curl", "gpg", "openssl"]
 
 
 class BootRoot:

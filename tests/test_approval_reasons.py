@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_platform.config import approvals
+from tests.conftest import lane_examples
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +84,7 @@ def sentence(draw, words):
     return text + draw(st.sampled_from(["", ".", "!", " 123", " (OPS-42)"]))
 
 
-@settings(max_examples=300, derandomize=True, deadline=None, database=None)
+@settings(max_examples=lane_examples(300), derandomize=True, deadline=None, database=None)
 @given(sentence(st.sampled_from(FILLER)))
 def test_filler_alone_is_never_a_reason(text):
     assert approvals.reason_problem(text)
@@ -94,7 +95,7 @@ CONTENT = ["capacity", "spot", "market", "linode", "training", "quota", "finance
            "warm", "region", "launch", "customer", "deadline", "reserved", "h100", "gpu", "interruptions", "budget"]
 
 
-@settings(max_examples=300, derandomize=True, deadline=None, database=None)
+@settings(max_examples=lane_examples(300), derandomize=True, deadline=None, database=None)
 @given(st.lists(st.sampled_from([w for w in CONTENT if not w[-1].isdigit()]), min_size=2, max_size=6, unique=True),
        st.lists(st.sampled_from(FILLER), max_size=8), st.randoms(use_true_random=False), CASE)
 def test_two_words_of_substance_make_a_reason_whatever_filler_surrounds_them(content, filler, rnd, case):
@@ -106,7 +107,7 @@ def test_two_words_of_substance_make_a_reason_whatever_filler_surrounds_them(con
         assert approvals.reason_problem(text) is None, text
 
 
-@settings(max_examples=200, derandomize=True, deadline=None, database=None)
+@settings(max_examples=lane_examples(200), derandomize=True, deadline=None, database=None)
 @given(st.sampled_from(_reasons_used_in_the_repository()), st.lists(st.sampled_from(FILLER), max_size=5),
        st.sampled_from(sorted(approvals.UNFINISHED)))
 def test_an_unfinished_mark_refuses_any_reason(reason, filler, mark):

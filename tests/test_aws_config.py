@@ -39,7 +39,8 @@ def test_existing_vpc_is_accepted():
     aws = raw["aws"]
     for k in ("vpcCidr", "availabilityZones", "natGateways"):
         aws.pop(k)
-    aws.update(vpcId="vpc-0a1b2c3d4e5f60718", privateSubnetIds=["subnet-0a1b2c3d4e5f60718", "subnet-0f1e2d3c4b5a69788"])
+    aws.update(vpcId="vpc-0a1b2c3d4e5f60718", privateSubnetIds=["subnet-0a1b2c3d4e5f60718", "subnet-0f1e2d3c4b5a69788"],
+               s3GatewayEndpoint="existing")  # required with vpcId (issue 33 item 7, tests/test_aws_existing_vpc.py)
     cfg = parse_config(raw, "aws-prod")
     assert not cfg.aws.new_vpc
 
@@ -167,11 +168,11 @@ def test_system_pool_new_shape_and_defaults():
 
     cfg = parse_config(raw_config(), "aws-prod")
     assert (cfg.aws.system_pool.instance_type, cfg.aws.system_pool.min_nodes, cfg.aws.system_pool.max_nodes) == (
-        "m6i.large", 2, 3)
+        "m6i.large", 2, 6)
     assert not [w for w in config_warnings(cfg) if "system" in w]
     raw = raw_config()
     raw["aws"].pop("systemPool")
-    assert parse_config(raw, "aws-prod").aws.system_pool == cfg.aws.system_pool  # defaults: m6i.large 2..3
+    assert parse_config(raw, "aws-prod").aws.system_pool == cfg.aws.system_pool  # defaults: m6i.large 2..6
     raw["aws"]["systemPool"] = {"maxNodes": 5}
     assert parse_config(raw, "aws-prod").aws.system_pool.model_dump() == {
         "instance_type": "m6i.large", "min_nodes": 2, "max_nodes": 5}

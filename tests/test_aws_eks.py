@@ -18,10 +18,10 @@ from gpu_platform.components.aws.eks import (
     principal_key,
     secure_launch_template_args,
 )
-from gpu_platform.config.checks.aws import scale_in_warnings
+from gpu_platform.config.checks.aws import termination_handler_warnings
 from gpu_platform.config.base import ConfigError
 from gpu_platform.config.stack import config_warnings, parse_config
-from gpu_platform.preflight.mocks.aws import ACCOUNT, DEPLOYER_ARN, DEPLOYER_ROLE
+from gpu_platform.preflight.mocks.aws import ACCOUNT, DEPLOYER_ROLE
 from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
 from tests.conftest import plan_stack, stack_config
 
@@ -62,11 +62,11 @@ def plan_with(**aws_changes: Any):
 
 
 def version_warnings(cfg) -> list[str]:
-    """The stack's warnings less the one every stack without a controller digest gets (issue 26: the
-    shipped aws-prod plans with the scale-in controller off, and the verdict says so)."""
+    """The stack's warnings less the one a minor NTH's maintainers have not tested gets (issue 33 item 11,
+    test_aws_spot_handling.py); the scale-in controller is on with an image built at `pulumi up`, so no warning
+    about it (issue 33 item 2)."""
     warnings = config_warnings(cfg)
-    assert scale_in_warnings(cfg) == [w for w in warnings if w.startswith("aws.scaleInController is off")]
-    return [w for w in warnings if w not in scale_in_warnings(cfg)]
+    return [w for w in warnings if w not in termination_handler_warnings(cfg)]
 
 
 def test_shipped_version_is_inside_standard_support_and_the_cluster_asks_for_standard(plan):
@@ -161,11 +161,14 @@ def test_system_node_group_follows_the_control_plane_version(plan):
 
 
 # ---------------------------------------------------------------------------------------------
-# Admin access entries and the deployer
+# Admin access entries: one per listed principal, whoever deploys (issue 33 item 3)
 # ---------------------------------------------------------------------------------------------
 
+OPS = f"arn:aws:iam::{ACCOUNT}:role/ops"
+DEPLOY = f"arn:aws:iam::{ACCOUNT}:role/{DEPLOYER_ROLE}"
 
-@pytest.mark.parametrize("admin, deployer, same", [
+
+@pytest.mark.parametrize("admin, creator, same", [
     (f"arn:aws:iam::{ACCOUNT}:role/ops", f"arn:aws:sts::{ACCOUNT}:assumed-role/ops/session-1", True),
     (f"arn:aws:iam::{ACCOUNT}:role/teams/ops", f"arn:aws:sts::{ACCOUNT}:assumed-role/ops/ci", True),  # STS drops the path
     (f"arn:aws:iam::{ACCOUNT}:user/alice", f"arn:aws:iam::{ACCOUNT}:user/alice", True),
@@ -173,23 +176,62 @@ def test_system_node_group_follows_the_control_plane_version(plan):
     (f"arn:aws:iam::{ACCOUNT}:role/ops", "arn:aws:sts::210987654321:assumed-role/ops/s", False),  # other account
     (f"arn:aws:iam::{ACCOUNT}:role/ops", f"arn:aws:sts::{ACCOUNT}:assumed-role/ops-admin/s", False),
 ])
-def test_deployer_matching(admin, deployer, same):
-    kept, skipped = admin_principals([admin], deployer)
+def test_creator_matching(admin, creator, same):
+    kept, skipped = admin_principals([admin], creator)
     assert (skipped == [admin]) is same and (kept == [admin]) is not same
-    assert principal_key(deployer) is not None
+    assert principal_key(creator) is not None
+    assert admin_principals([admin]) == ([admin], [])  # no creator named: every listed principal
 
 
-def test_the_deployer_gets_no_second_access_entry():
-    deployer_role = f"arn:aws:iam::{ACCOUNT}:role/{DEPLOYER_ROLE}"
-    ops = f"arn:aws:iam::{ACCOUNT}:role/ops"
-    plan = plan_with(adminPrincipalArns=[deployer_role, ops])
-    admins = [e.inputs for e in plan.by_type(ENTRY) if e.inputs.get("type") == "STANDARD"]
-    assert [e["principalArn"] for e in admins] == [ops]  # the deployer is admin through EKS's creator entry
-    (assoc,) = plan.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
-    assert assoc.inputs["principalArn"] == ops and assoc.inputs["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
-    c = plan.one("aws:eks/cluster:Cluster").inputs
-    assert c["accessConfig"]["bootstrapClusterCreatorAdminPermissions"] is True
-    assert DEPLOYER_ARN.startswith(f"arn:aws:sts::{ACCOUNT}:assumed-role/{DEPLOYER_ROLE}/")
+def _admins(plan) -> list[str]:
+    return sorted(e.inputs["principalArn"] for e in plan.by_type(ENTRY) if e.inputs.get("type") == "STANDARD")
+
+
+def test_access_entries_do_not_depend_on_who_runs_pulumi_up(monkeypatch):
+    """Before: the entries were adminPrincipalArns minus the current caller. The first deployer's run
+    made one for the second; the second's run deleted its own and tried to create the first's, which
+    EKS already had (its creator entry): ResourceInUseException. Now both get one, whoever deploys."""
+    from gpu_platform.preflight.mocks import aws as aws_mocks
+
+    first = plan_with(adminPrincipalArns=[DEPLOY, OPS])
+    monkeypatch.setattr(aws_mocks, "DEPLOYER_ARN", f"arn:aws:sts::{ACCOUNT}:assumed-role/ops/second-deployer")
+    second = plan_with(adminPrincipalArns=[DEPLOY, OPS])
+    assert _admins(first) == _admins(second) == sorted([DEPLOY, OPS])
+    assocs = first.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    assert sorted(a.inputs["principalArn"] for a in assocs) == sorted([DEPLOY, OPS])
+    assert all(a.inputs["policyArn"].endswith("/AmazonEKSClusterAdminPolicy") for a in assocs)
+
+
+def test_the_cluster_gives_its_creator_nothing_implicit_and_is_never_replaced_for_it(plan):
+    """EKS's implicit creator entry is what made the entries depend on the caller. The field forces a new
+    cluster in the provider (terraform-provider-aws: ForceNew), so a cluster created with true keeps it."""
+    cluster = plan.one("aws:eks/cluster:Cluster")
+    assert cluster.inputs["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
+    assert "accessConfig.bootstrapClusterCreatorAdminPermissions" in cluster.options.get("ignoreChanges", [])
+
+
+def test_the_kubernetes_provider_waits_for_the_admins_access(plan):
+    """The deployer reaches the API only through its own access entry now: the provider (and every
+    Kubernetes object) comes after the policy associations."""
+    (provider,) = [r for r in plan.resources if r.type == "pulumi:providers:kubernetes" and r.name.endswith("-eks-k8s")]
+    assocs = {a.urn for a in plan.by_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")}
+    assert assocs and assocs <= set(provider.dependencies)
+
+
+def test_a_cluster_created_by_an_earlier_release_skips_its_creators_entry():
+    """aws.clusterCreatorArn: EKS made that principal's admin entry when it created the cluster (bootstrap
+    true); a second one would fail with ResourceInUseException."""
+    plan = plan_with(adminPrincipalArns=[DEPLOY, OPS], clusterCreatorArn=DEPLOY)
+    assert _admins(plan) == [OPS]
+
+
+def test_no_admin_is_a_config_error_naming_the_key():
+    with pytest.raises(ConfigError) as err:
+        parse_config(with_aws(adminPrincipalArns=[]), "aws-prod")
+    assert "aws.adminPrincipalArns" in str(err.value) and "pulumi up" in str(err.value)
+    parse_config(with_aws(adminPrincipalArns=[], clusterCreatorArn=OPS), "aws-prod")  # an earlier release's cluster
+    with pytest.raises(ConfigError, match="aws.clusterCreatorArn"):
+        parse_config(with_aws(clusterCreatorArn="ops"), "aws-prod")
 
 
 # ---------------------------------------------------------------------------------------------

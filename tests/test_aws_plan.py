@@ -67,8 +67,8 @@ def test_gpu_asg_spot_mixed_instances_and_scale_from_zero(plan):
     assert dist["onDemandBaseCapacity"] == 0 and dist["onDemandPercentageAboveBaseCapacity"] == 0
     types = [o["instanceType"] for o in asg["mixedInstancesPolicy"]["launchTemplate"]["overrides"]]
     assert types == ["g5.xlarge"]  # aws-prod: no alternative of the same GPU model and shape (cc2424b)
-    # aws-prod runs without the protection controller (no image published yet): nothing would release protection
-    assert asg["capacityRebalance"] is False and asg["protectFromScaleIn"] is False
+    # aws-prod runs the protection controller (its image built at `pulumi up`), which releases idle nodes
+    assert asg["capacityRebalance"] is False and asg["protectFromScaleIn"] is True
     # AZRebalance would terminate a busy training node to even out zones (autoscaler AWS README)
     assert asg["suspendedProcesses"] == ["AZRebalance"]
     (hook,) = asg["initialLifecycleHooks"]
@@ -80,8 +80,8 @@ def test_gpu_asg_spot_mixed_instances_and_scale_from_zero(plan):
     assert tags[f"{p}/taint/nvidia.com/gpu"] == "present:NoSchedule"
     assert tags[f"{p}/resources/nvidia.com/gpu"] == "1"
     assert tags[f"{p}/label/k8s.amazonaws.com/accelerator"] == "nvidia-a10g"
-    # without the controller the autoscaler's own count is the whole grace period (15 min)
-    assert tags[f"{p}/autoscaling-options/scaledownunneededtime"] == "15m0s"
+    # with the controller the autoscaler's own count is the last 2 of the 15 minutes (scale_down.py)
+    assert tags[f"{p}/autoscaling-options/scaledownunneededtime"] == "2m0s"
     assert plan.one(ASG, "gpu-l4x4-us-east-1a").inputs["tags"][-1] == {"key": f"{p}/resources/nvidia.com/gpu", "value": "4",
                                                            "propagateAtLaunch": False}
     assert tags["k8s.io/cluster-autoscaler/enabled"] == "true" and tags["k8s.io/cluster-autoscaler/gpu-prod"] == "owned"
@@ -147,9 +147,10 @@ def test_eks_control_plane(plan):
     assert addons == set(versions.EKS_ADDONS)
     groups = {r.name: r.inputs for r in plan.by_type("aws:eks/nodeGroup:NodeGroup")}
     assert all(ng["capacityType"] == "ON_DEMAND" and ng["instanceTypes"] == ["m6i.large"] for ng in groups.values())
-    # aws.systemPool {minNodes: 2, maxNodes: 3} split over the three zones, one managed node group each
+    # aws.systemPool {minNodes: 2, maxNodes: 6} split over the three zones, one managed node group each (two
+    # nodes a zone at most: room for CPU notebooks in the zones they may run in, issue 33 item 4)
     assert {n.rsplit("-", 1)[1]: (g["scalingConfig"]["minSize"], g["scalingConfig"]["maxSize"])
-            for n, g in groups.items()} == {"1a": (1, 1), "1b": (1, 1), "1c": (0, 1)}
+            for n, g in groups.items()} == {"1a": (1, 2), "1b": (1, 2), "1c": (0, 2)}
     entry = plan.one("aws:eks/accessEntry:AccessEntry", "gpu-node").inputs
     assert entry["type"] == "EC2_LINUX"
 
@@ -182,9 +183,10 @@ def test_storage_class_checkpoint_bucket_and_trainer_role(plan):
     assert "system:serviceaccount:training:trainer" in cond.values()
 
 
-def test_no_controller_without_an_image_and_the_autoscaler_default(plan):
-    # aws-prod gives no controller image yet, so the controller is off (it stays off until a digest is set)
-    assert not [d for d in plan.by_type("kubernetes:apps/v1:Deployment") if "scale-in-protection" in d.urn]
+def test_the_controller_runs_as_shipped_and_the_autoscaler_default(plan):
+    # Issue 33 item 2: aws-prod ships the scale-in protection it documents; its image is built at `pulumi up`
+    # (tests/test_built_images.py). It was off until someone published a digest.
+    assert [d for d in plan.by_type("kubernetes:apps/v1:Deployment") if "scale-in-protection" in d.urn]
     ca = plan.one("kubernetes:helm.sh/v3:Release", "autoscaler").inputs
     assert ca["version"] == versions.CLUSTER_AUTOSCALER_CHART_VERSION
     assert ca["values"]["extraArgs"]["scale-down-unneeded-time"] == "10m"  # untagged groups (system nodes)
@@ -224,7 +226,7 @@ def test_existing_vpc_and_private_endpoint():
     for k in ("vpcCidr", "availabilityZones", "natGateways"):
         aws.pop(k)
     aws.update(vpcId="vpc-0a1b2c3d4e5f60718", privateSubnetIds=["subnet-0a1b2c3d4e5f60718", "subnet-0f1e2d3c4b5a69788"],
-               endpointPrivateOnly=True)
+               endpointPrivateOnly=True, s3GatewayEndpoint="existing")
     plan = plan_config(config, stack="aws-prod")
     assert plan.by_type("aws:ec2/vpc:Vpc") == [] and plan.by_type("aws:ec2/natGateway:NatGateway") == []
     vpc = plan.one("aws:eks/cluster:Cluster").inputs["vpcConfig"]

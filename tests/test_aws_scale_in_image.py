@@ -1,5 +1,6 @@
 """The scale-in protection controller as an image: its Dockerfile, its hash-pinned dependencies, the
-workflow that publishes it, and the stack config that deploys it by digest."""
+workflow that publishes it, and the stack config that deploys it by digest (built into ECR at `pulumi up`
+unless a published digest is given: tests/test_built_images.py has the build)."""
 
 from __future__ import annotations
 
@@ -103,27 +104,25 @@ def raw_config() -> dict:
     return {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
 
 
-def test_enabling_the_controller_without_an_image_is_refused_with_the_key():
-    raw = raw_config()
-    raw["aws"]["scaleInController"] = {"enabled": True}
-    with pytest.raises(ConfigError) as err:
-        parse_config(raw, "aws-prod")
-    text = str(err.value)
-    assert "aws.scaleInController.image" in text and "controller-image.yml" in text and "enabled: false" in text
-
-
-def test_a_new_eks_stack_plans_on_its_first_run_with_the_controller_off_and_says_so():
-    """No image is published when a stack is new: the controller stays off until a digest is given
-    (it was on by default, so every new EKS stack failed its first run), and the verdict says it is off."""
+def test_the_controller_is_on_by_default_with_an_image_built_at_pulumi_up_and_no_warning():
+    """Issue 33 item 2: aws-prod documented scale-in protection that stayed off until someone published a
+    digest nobody published. Now it is on by default and its image is built into the stack's ECR."""
     from gpu_platform.config.stack import config_warnings
 
     raw = raw_config()
     raw["aws"].pop("scaleInController", None)
     cfg = parse_config(raw, "aws-prod")
-    assert not cfg.aws.scale_in_controller.on
-    assert any("aws.scaleInController is off until an image digest is given" in w for w in config_warnings(cfg))
-    raw["aws"]["scaleInController"] = {"enabled": False}  # chosen: no warning
-    assert not [w for w in config_warnings(parse_config(raw, "aws-prod")) if "scaleInController" in w]
+    assert cfg.aws.scale_in_controller.on and cfg.aws.scale_in_controller.built
+    assert not [w for w in config_warnings(cfg) if "scaleInController" in w]
+    raw["aws"]["scaleInController"] = {"enabled": True}  # what used to be refused for want of a digest
+    assert parse_config(raw, "aws-prod").aws.scale_in_controller.built
+
+
+def test_enabled_false_turns_the_controller_and_its_build_off():
+    raw = raw_config()
+    raw["aws"]["scaleInController"] = {"enabled": False}
+    controller = parse_config(raw, "aws-prod").aws.scale_in_controller
+    assert not controller.on and not controller.built
 
 
 @pytest.mark.parametrize("bad", ["ghcr.io/o/gpu-platform-scale-in:v1.2.0", "python:3.12.8-slim-bookworm",
@@ -140,6 +139,7 @@ def test_a_digest_reference_is_accepted_and_config_and_renderer_agree_on_the_for
     raw["aws"]["scaleInController"] = {"image": DIGEST}
     cfg = parse_config(raw, "aws-prod")
     assert cfg.aws.scale_in_controller.on and cfg.aws.scale_in_controller.image == DIGEST
+    assert not cfg.aws.scale_in_controller.built, "a published digest wins: nothing is built"
     pattern = ScaleInController.model_fields["image"].metadata[0].pattern
     assert pattern == protection.IMAGE_BY_DIGEST
 

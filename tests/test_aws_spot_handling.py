@@ -94,3 +94,25 @@ def test_nth_compatibility_is_recorded_for_the_readme():
     # The newest NTH release is the chart's app version; its tested Kubernetes minors are recorded.
     assert versions.NTH_APP_VERSION == "v1.25.6"
     assert "1.33" in versions.NTH_TESTED_KUBERNETES
+
+
+def test_nth_on_an_untested_minor_is_a_recorded_decision_and_a_warning():
+    """Issue 33 item 11. NTH v1.25.6, the newest release, is tested up to Kubernetes 1.33; aws-prod runs
+    1.35. The decision to keep it (docs/versions.md) rests on what the pinned chart lets it do: only GA
+    APIs that 1.34-1.36 keep. Before: nothing said so, and no stack was warned."""
+    from gpu_platform.config.stack import config_warnings, parse_config
+    from gpu_platform.preflight.runner import load_stack
+    from tests.conftest import ROOT
+
+    cfg = parse_config(load_stack("aws-prod").raw, "aws-prod")
+    (w,) = [w for w in config_warnings(cfg) if "aws-node-termination-handler" in w]
+    assert "kubernetesVersion 1.35" in w and "docs/versions.md" in w
+    doc = (ROOT / "docs" / "versions.md").read_text()
+    assert "## aws-node-termination-handler on Kubernetes 1.34+" in doc and versions.NTH_APP_VERSION in doc
+
+    (role,) = [o for o in render({"enableSqsTerminationDraining": True}) if o.get("kind") == "ClusterRole"]
+    used = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    # core/v1 and apps/v1 are GA and removed by no release through 1.36; `extensions` daemonsets were removed
+    # in 1.16, so that rule grants nothing (NTH's drain, kubectl v0.30.4, reads apps/v1).
+    assert used <= {("", "nodes"), ("", "pods"), ("", "pods/eviction"), ("", "events"), ("apps", "daemonsets"),
+                    ("extensions", "daemonsets")}, used

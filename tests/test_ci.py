@@ -74,7 +74,7 @@ def test_a_missing_stack_names_the_three_files_to_edit():
 def test_one_preflight_job_plans_every_stack_and_writes_the_summary():
     steps = workflow("ci.yml")["jobs"]["preflight"]["steps"]
     runs = [s.get("run", "") for s in steps]
-    assert "make preflight-ci" in runs and any("preflight summary build" in r and "GITHUB_STEP_SUMMARY" in r for r in runs)
+    assert 'make preflight-ci BASE="$BASE"' in runs and any("preflight summary build" in r and "GITHUB_STEP_SUMMARY" in r for r in runs)
     makefile = (ROOT / "Makefile").read_text()
     assert "STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))" in makefile
     target = makefile.split("preflight-ci: venv", 1)[1].split("\n\n", 1)[0]
@@ -143,7 +143,11 @@ def test_preview_runs_only_for_same_repository_pull_requests():
     job = doc["jobs"]["preview"]
     assert job["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
     step = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@"))
-    assert step["with"]["command"] == "preview" and step["with"]["comment-on-pr"] is True
+    # The preview runs the pull request's code: it leaves its comment as an artifact, comment.yml posts it.
+    assert step["with"]["command"] == "preview" and step["with"]["comment-on-pr"] is False
+    assert "github-token" not in step["with"] and "pull-requests" not in job["permissions"]
+    upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
+    assert upload["with"]["name"] == "pr-comment-preview-${{ matrix.stack }}" and upload["if"] == "always()"
 
 
 def readme_commands() -> list[str]:
@@ -165,8 +169,9 @@ def test_readme_opens_with_exactly_the_two_commands_and_ci_runs_the_test_one():
 # --- The trust model docs/ci.md states: no pull request reaches a deploy credential --------------------
 
 # Secrets and variables that can change a cloud or a stack: they may live only in the `<stack>` environments.
-DEPLOY_CREDENTIALS = ("PULUMI_DEPLOY_TOKEN", "LINODE_DEPLOY_TOKEN", "LINODE_CLUSTER_TOKEN", "AWS_DEPLOY_ROLE_ARN",
-                      "GCP_DEPLOY_SERVICE_ACCOUNT")
+DEPLOY_CREDENTIALS = ("PULUMI_DEPLOY_TOKEN", "LINODE_DEPLOY_TOKEN", "LINODE_CLUSTER_TOKEN", "LINODE_NODE_GROUPS_TOKEN",
+                      "LINODE_REGISTRY_PASSWORD",
+                      "AWS_DEPLOY_ROLE_ARN", "GCP_DEPLOY_SERVICE_ACCOUNT", "KUBECONFIG_DEPLOY")
 SECRET_REF = re.compile(r"\$\{\{[^}]*?\b(?:secrets|vars)\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -209,6 +214,11 @@ def trust_problems(docs: dict[str, dict]) -> list[str]:
             if perms is None:
                 problems.append(f"{wf}:{name}: no job-level permissions")
             if name in pr_jobs:
+                writes = sorted(k for k, v in (perms or {}).items() if v == "write" and k != "id-token")
+                if writes:
+                    # It runs the pull request's code: a write token there is the pull request's (issue 37:
+                    # the comment job ran `make venv` and the summary with `pull-requests: write`).
+                    problems.append(f"{wf}:{name}: a pull request's job holds write permissions {writes}")
                 if deploy_refs:
                     problems.append(f"{wf}:{name}: a pull request's job reads deploy credentials {deploy_refs}")
                 if env_name and not str(env_name).startswith("preview-"):
@@ -290,6 +300,10 @@ def test_a_repository_still_setting_pulumi_runs_on_is_told_of_the_split(name):
     assert first["if"] == f"vars.PULUMI_RUNS_ON != '' && vars.{own[0]} == ''" and "exit 1" in first["run"], first
 
 
+def _pulumi_step(job: dict) -> dict:
+    return next(s for s in job["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@"))
+
+
 def test_the_trust_check_catches_each_way_around(tmp_path):
     """Each edit a pull request could make to walk around a gate is caught."""
     def broken(name, edit):
@@ -298,11 +312,11 @@ def test_the_trust_check_catches_each_way_around(tmp_path):
         return trust_problems(docs)
 
     def deploy_token_in_preview(doc):
-        doc["jobs"]["preview"]["steps"][-1]["env"]["PULUMI_ACCESS_TOKEN"] = "${{ secrets.PULUMI_DEPLOY_TOKEN }}"
+        _pulumi_step(doc["jobs"]["preview"])["env"]["PULUMI_ACCESS_TOKEN"] = "${{ secrets.PULUMI_DEPLOY_TOKEN }}"
     assert any("deploy credentials" in p for p in broken("preview.yml", deploy_token_in_preview))
 
     def repository_token(doc):
-        doc["jobs"]["preview"]["steps"][-1]["env"]["PULUMI_ACCESS_TOKEN"] = "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+        _pulumi_step(doc["jobs"]["preview"])["env"]["PULUMI_ACCESS_TOKEN"] = "${{ secrets.PULUMI_ACCESS_TOKEN }}"
     assert any("repository-level" in p for p in broken("preview.yml", repository_token))
 
     def deploy_environment(doc):
@@ -318,6 +332,15 @@ def test_the_trust_check_catches_each_way_around(tmp_path):
         doc["jobs"]["build"]["permissions"]["packages"] = "write"
     found = broken("controller-image.yml", packages_for_pull_requests)
     assert any("may write packages" in p for p in found) and any("must be {}" in p for p in found)
+
+    def comment_from_the_pull_request(doc):
+        doc["jobs"]["preview"]["permissions"]["pull-requests"] = "write"
+    assert any("holds write permissions ['pull-requests']" in p for p in broken("preview.yml", comment_from_the_pull_request))
+
+    def preflight_comment_job(doc):
+        doc["jobs"]["comment"] = {"runs-on": "ubuntu-24.04", "permissions": {"contents": "read", "pull-requests": "write"},
+                                  "steps": [{"run": "make venv"}]}
+    assert any("ci.yml:comment" in p and "write permissions" in p for p in broken("ci.yml", preflight_comment_job))
 
     def preview_on_the_deploy_runner(doc):
         doc["jobs"]["preview"]["runs-on"] = "${{ fromJSON(vars.PULUMI_DEPLOY_RUNS_ON) }}"
@@ -494,3 +517,141 @@ def test_the_full_suite_job_may_run_longer_than_a_measured_cold_run():
     assert found, "the README records a cold `.ci/run` as 'Cold `.ci/run` ...: N s'"
     cold_minutes = int(found.group(1).replace(",", "")) / 60
     assert _job_running("bash .ci/run")["timeout-minutes"] >= cold_minutes * 1.25
+
+
+# --- issue 37 item 5: the comments are posted by a job that runs none of the pull request's code -------------
+
+def _comment_job() -> dict:
+    return workflow("comment.yml")["jobs"]["post"]
+
+
+def test_the_comment_workflow_runs_no_pull_request_code_and_holds_only_what_posting_needs():
+    doc = workflow("comment.yml")
+    assert triggers(doc) == {"workflow_run"}
+    on = doc.get("on", doc.get(True))
+    assert set(on["workflow_run"]["workflows"]) == {workflow("ci.yml")["name"], workflow("preview.yml")["name"]}
+    job = _comment_job()
+    assert job["permissions"] == {"actions": "read", "pull-requests": "write"}
+    uses = [str(s.get("uses", "")).split("@")[0] for s in job["steps"]]
+    assert uses == ["actions/download-artifact", ""], "no checkout, no other action: only the artifacts, as text"
+    script = job["steps"][-1]["run"]
+    assert "${{" not in script, "event fields reach the script through env, never pasted into it"
+    assert "make" not in script.split() and "python" not in script and "bash " not in script and "source" not in script
+    # Each PR job leaves its comment as an artifact, the only thing comment.yml reads.
+    names = {s["with"]["name"] for wf in ("ci.yml", "preview.yml") for j in workflow(wf)["jobs"].values()
+             for s in j["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")}
+    assert {"pr-comment-preflight", "pr-comment-preview-${{ matrix.stack }}"} <= names
+    assert "comment" not in workflow("ci.yml")["jobs"]
+
+
+def _post_comments(tmp_path, artifacts: dict[str, tuple[str, str]], heads: dict[str, str],
+                   existing: list[dict] | None = None) -> list[str]:
+    """comment.yml's script with `gh` replaced by a recorder: artifacts {kind: (pr-number, body)}, the pull
+    requests' head commits {number: sha}; the run was for commit `abc`. Returns the gh calls that write."""
+    import json as _json
+
+    work = tmp_path / "work"
+    for kind, (number, body) in artifacts.items():
+        d = work / "comments" / f"pr-comment-{kind}"
+        d.mkdir(parents=True)
+        (d / "pr-number").write_text(number)
+        (d / "body.md").write_text(body)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "gh.log"
+    (tmp_path / "heads.json").write_text(_json.dumps(heads))
+    (tmp_path / "comments.json").write_text(_json.dumps(existing or []))
+    (bin_dir / "gh").write_text(f"""#!/usr/bin/env python3
+import json, sys
+args = sys.argv[1:]
+heads = json.load(open({str(tmp_path / "heads.json")!r}))
+if args[:1] == ["api"] and "/pulls/" in args[1]:
+    print(heads[args[1].rsplit("/", 1)[1]]); sys.exit(0)
+if "--paginate" in args:
+    jq = args[args.index("--jq") + 1]
+    marker = jq.split('startswith("', 1)[1].split('")', 1)[0]
+    for c in json.load(open({str(tmp_path / "comments.json")!r})):
+        if c["user"] == "github-actions[bot]" and c["body"].startswith(marker):
+            print(c["id"])
+    sys.exit(0)
+body = open(args[-1].split("@", 1)[1]).read()
+open({str(log)!r}, "a").write(" ".join(a for a in args if not a.startswith("body=")) + " " + json.dumps(body) + "\\n")
+""")
+    (bin_dir / "gh").chmod(0o755)
+    script = _comment_job()["steps"][-1]["run"]
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GH_TOKEN": "t", "REPO": "o/r", "HEAD_SHA": "abc"}
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return (log.read_text().splitlines() if log.exists() else []) + [f"stdout: {done.stdout}"]
+
+
+def test_the_comment_script_posts_only_to_the_pull_request_whose_head_the_run_was_for(tmp_path):
+    calls = _post_comments(tmp_path, {"preflight": ("7", "## Preflight"), "preview-gcp-prod": ("8", "other pr"),
+                                      "Bad_Name": ("7", "x"), "preview-aws-prod": ("7; rm -rf /", "x")},
+                           heads={"7": "abc", "8": "def"})
+    posts = [c for c in calls if not c.startswith("stdout")]
+    assert posts == ['api repos/o/r/issues/7/comments -F "<!-- gpu-platform-comment: preflight -->\\n## Preflight"'], calls
+    assert "pull request #8 is at def, not abc" in calls[-1] and "skipped an artifact named Bad_Name" in calls[-1]
+    assert "preview-aws-prod: no pull-request number" in calls[-1]
+
+
+def test_the_comment_script_edits_its_earlier_comment_of_the_same_kind(tmp_path):
+    existing = [{"id": 41, "user": "someone", "body": "<!-- gpu-platform-comment: preflight -->\\nforged"},
+                {"id": 42, "user": "github-actions[bot]", "body": "<!-- gpu-platform-comment: preflight -->\\nold"}]
+    calls = _post_comments(tmp_path, {"preflight": ("7", "new")}, heads={"7": "abc"}, existing=existing)
+    assert calls[0].startswith("api -X PATCH repos/o/r/issues/comments/42 -F "), calls
+
+
+def test_preflight_ci_compares_each_stack_the_base_planned(tmp_path):
+    """`make preflight-ci BASE=DIR` (ci.yml on a pull request, after planning the base branch in base/):
+    --base for each stack with a plan there; a stack new in the branch is planned alone and said so."""
+    (tmp_path / "base" / "gcp-prod").mkdir(parents=True)
+    (tmp_path / "base" / "gcp-prod" / "plan.json").write_text("{}")
+    py = tmp_path / "py"
+    py.write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'calls'}\n")
+    py.chmod(0o755)
+    run = subprocess.run(["make", "-s", "-o", "venv", "-o", ".venv/.installed", "preflight-ci", f"PY={py}",
+                          f"BASE={tmp_path / 'base'}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert f"-m gpu_platform.preflight gcp-prod --base {tmp_path / 'base'}" in calls
+    assert "-m gpu_platform.preflight aws-prod" in calls
+    assert f"{tmp_path / 'base'} has no plan of aws-prod (a stack new in this branch" in run.stdout
+    steps = workflow("ci.yml")["jobs"]["preflight"]["steps"]
+    base = next(s for s in steps if s.get("with", {}).get("path") == "base")
+    assert base["with"]["ref"] == "${{ github.event.pull_request.base.sha }}"
+    assert any("make -C base preflight-ci" in s.get("run", "") for s in steps)
+    assert any(s.get("run") == 'make preflight-ci BASE="$BASE"' for s in steps)
+
+
+def test_docs_ci_lists_the_repository_settings_the_gates_rely_on():
+    """issue 37 item 5: docs/ci.md did not say to keep "Allow GitHub Actions to create and approve pull requests"
+    off. The required status checks it names must be job names ci.yml really has (a renamed job would leave a
+    required check that never reports, or a gate that no longer exists)."""
+    text = (ROOT / "docs" / "ci.md").read_text()
+    section = text.split("## Repository settings the gates rely on", 1)[1].split("\n## ", 1)[0]
+    for setting in ('"Allow GitHub Actions to create and approve pull requests" off',
+                    '"Read repository contents and packages permissions"',
+                    '"Require actions to be pinned to a full-length commit SHA"',
+                    '"Require approval for all external contributors"', "Deployment branches"):
+        assert setting in section, setting
+    checks = re.search(r"status checks ((?:`[^`]+`(?:, | and )?)+) required", re.sub(r"\s+", " ", section))
+    assert checks, "the ruleset names its required status checks"
+    names = re.findall(r"`([^`]+)`", checks.group(1))
+    jobs = {job["name"] for job in workflow("ci.yml")["jobs"].values()}
+    assert names and set(names) <= jobs, (names, jobs)
+
+
+def test_the_preview_comment_keeps_the_output_inside_its_block(tmp_path):
+    """The preview's output (the pull request's program's) is put in a ~~~~~~~~ block; a line of eight
+    tildes in it would close the block early and let the rest render as the comment's own Markdown."""
+    job = workflow("preview.yml")["jobs"]["preview"]
+    step = next(s for s in job["steps"] if s.get("name", "").startswith("The pull request's comment"))
+    env = {"PATH": "/usr/bin:/bin", "STACK": "gcp-prod", "PR": "7", "OUTCOME": "failure",
+           "OUTPUT": "Previewing\n~~~~~~~~\n## forged heading"}
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    body = (tmp_path / "pr-comment" / "body.md").read_text()
+    assert body.startswith("## pulumi preview: gcp-prod (failure)\n")
+    assert body.count("\n~~~~~~~~\n") == 1 and "## forged heading" in body.split("~~~~~~~~text\n", 1)[1].split("\n~~~~~~~~\n")[0]
+    assert (tmp_path / "pr-comment" / "pr-number").read_text() == "7\n"

@@ -55,7 +55,7 @@ def _set(cfg: dict, path: str, value):
 
 # (change to linode-dev, key the message must name, a fragment of what is allowed)
 MALFORMED = [
-    ("cloud", "azure", "gpu-platform:cloud", "'linode', 'gcp' or 'aws'"),
+    ("cloud", "azure", "gpu-platform:cloud", "'linode', 'gcp', 'aws' or 'kubernetes'"),
     ("gpuPools.0.minNodes", 3, "gpuPools[0].minNodes", "at most maxNodes"),
     ("gpuPools.0.capacity", "spot", "gpuPools[0].capacity", "on-demand"),
     ("gpuPools.0.capacity", "cheap", "gpuPools[0].capacity", "'spot', 'preemptible' or 'on-demand'"),

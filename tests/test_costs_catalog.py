@@ -164,3 +164,44 @@ def test_linode_types_match_a_recorded_linode_api_answer():
         checked.append(inst["name"])
     assert {"g6-standard-2", "g6-standard-4", "g6-standard-8", "g6-dedicated-4", "g6-dedicated-8",
             "g1-gpu-rtx6000-1"} <= set(checked)
+
+
+# --- issue 37 item 1: prices where the stack runs ------------------------------------------------------------
+
+def _regional_doc(**extra):
+    price = {"usdPerHour": 1.0, "source": "test document", "date": "2026-11-01"}
+    return {"cloud": "gcp", "referenceRegion": "us-central1", **extra, "instances": [{
+        "name": "t1", "gpus": 1, "gpuModel": "G", "vcpus": 4, "memoryGib": 16, "onDemand": price,
+        "spot": {**price, "usdPerHour": 0.4}, "regions": ["us-central1", "europe-west4", "asia-east1"],
+        "regionalPrices": {"europe-west4": {"spot": {**price, "usdPerHour": 0.5, "source": "eu document"}}}}]}
+
+
+def test_a_region_is_priced_from_its_own_recorded_price_or_refused():
+    from gpu_platform.costs.catalog import Catalog, RegionalPriceMissing, apply_overrides, parse_document
+
+    instances, fixed = parse_document(_regional_doc())
+    cat = Catalog({"gcp": instances, "aws": {}, "linode": {}}, {"gcp": fixed},
+                  {"gcp": {"referenceRegion": "us-central1"}})
+    t, how = cat.in_region("gcp", "t1", "spot", "europe-west4")
+    assert (t.spot.usd_per_hour, t.spot.source, how) == (0.5, "eu document", "regional")
+    assert cat.in_region("gcp", "t1", "spot", "us-central1")[0].spot.usd_per_hour == 0.4
+    with pytest.raises(RegionalPriceMissing) as err:
+        cat.in_region("gcp", "t1", "on-demand", "europe-west4")  # only the Spot price is recorded there
+    assert "no on-demand price for t1 in europe-west4" in str(err.value)
+    assert "only in us-central1" in str(err.value) and "priceOverrides.t1.onDemand" in str(err.value)
+    with pytest.raises(RegionalPriceMissing, match="asia-east1.*only in us-central1, europe-west4"):
+        cat.in_region("gcp", "t1", "spot", "asia-east1")
+    overridden = apply_overrides(cat, {"gcp/t1": {"onDemand": 1.7}})
+    t, how = overridden.in_region("gcp", "t1", "on-demand", "asia-east1")
+    assert (t.on_demand.usd_per_hour, how) == (1.7, "override")
+
+
+def test_a_regional_price_needs_a_source_and_a_date_and_not_the_reference_region():
+    from gpu_platform.costs.catalog import validate_document
+
+    doc = _regional_doc()
+    doc["instances"][0]["regionalPrices"]["europe-west4"]["spot"].pop("source")
+    doc["instances"][0]["regionalPrices"]["us-central1"] = {"onDemand": {"usdPerHour": 1, "source": "x", "date": "2026-01-01"}}
+    problems = "\n".join(validate_document(doc, "gcp.yaml"))
+    assert "regionalPrices.europe-west4.spot.source: missing" in problems
+    assert "regionalPrices.us-central1: the reference region's prices are the type's own" in problems

@@ -18,9 +18,10 @@ def test_gcp_spot_pool_idle_floor_and_full_capacity():
     e2 = cat.instance("gcp", "e2-standard-4").on_demand.usd_per_hour
     fee = cat.fixed_costs("gcp")["gke-control-plane-fee"].usd_per_hour
     nat_vm = cat.fixed_costs("gcp")["cloud-nat-per-vm"].usd_per_hour
+    nat_ip = cat.fixed_costs("gcp")["cloud-nat-ip"].usd_per_hour  # the NAT's external IPv4 (issue 33 item 10)
     est = estimate(StackShape("gcp", "us-central1", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 8),)))
-    assert est.idle_monthly_usd == pytest.approx((e2 + fee + 1 * nat_vm) * H)
-    assert est.full_monthly_usd == pytest.approx((8 * a100 + e2 + fee + 9 * nat_vm) * H)
+    assert est.idle_monthly_usd == pytest.approx((e2 + fee + 1 * nat_vm + nat_ip) * H, abs=0.01)
+    assert est.full_monthly_usd == pytest.approx((8 * a100 + e2 + fee + 9 * nat_vm + nat_ip) * H, abs=0.01)
     assert (est.idle_gpus, est.full_gpus) == (0, 8)
     assert est.usd_per_gpu_hour == pytest.approx(est.full_monthly_usd / (8 * H))
     pool = est.lines[0]
@@ -48,8 +49,10 @@ def test_aws_eks_fee_system_nodes_and_nat():
     est = estimate(StackShape("aws", "us-east-1", (PoolShape("g5", "g5.xlarge", "spot", 1, 4),)))
     g5 = cat.instance("aws", "g5.xlarge").spot.usd_per_hour
     m6i = cat.instance("aws", "m6i.large").on_demand.usd_per_hour
-    assert est.idle_monthly_usd == pytest.approx((g5 + 2 * m6i + 0.10 + 0.045) * H)
-    assert est.full_monthly_usd == pytest.approx((4 * g5 + 2 * m6i + 0.10 + 0.045) * H)
+    # + the NAT gateway's Elastic IP, $0.005/h (issue 33 item 10); KMS keys not given: listed as not modelled
+    assert est.idle_monthly_usd == pytest.approx((g5 + 2 * m6i + 0.10 + 0.045 + 0.005) * H, abs=0.01)
+    assert est.full_monthly_usd == pytest.approx((4 * g5 + 2 * m6i + 0.10 + 0.045 + 0.005) * H, abs=0.01)
+    assert "KMS keys (how many the stack creates not given)" in est.not_modelled
 
 
 def test_utilisation_interpolates_autoscaled_pools_only():
@@ -81,10 +84,23 @@ def test_shapes_the_catalog_cannot_price_are_refused(shape, match):
         estimate(shape)
 
 
-def test_region_outside_the_catalog_and_reference_region_warn():
-    est = estimate(StackShape("linode", "us-ord", (PoolShape("r", "g1-gpu-rtx6000-1", "on-demand", 1, 1),)))
-    assert any("does not list g1-gpu-rtx6000-1 in us-ord" in w for w in est.warnings)
-    assert any("us-east reference prices" in w for w in est.warnings)
+def test_a_region_the_catalog_has_no_price_for_is_refused_unless_an_override_gives_it():
+    """issue 37 item 1: a type outside the reference region was priced at the reference price with a warning.
+    Linode's default plan price holds only where the plan is offered (the catalog's `regions`): RTX6000 plans
+    are not listed in us-ord, so that bill is refused, naming the type and the region; an override prices it."""
+    from gpu_platform.costs.estimator import RegionPriceRefused
+
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("linode", "us-ord", (PoolShape("r", "g1-gpu-rtx6000-1", "on-demand", 1, 1),)))
+    assert (err.value.type, err.value.region, err.value.capacity) == ("g1-gpu-rtx6000-1", "us-ord", "on-demand")
+    est = estimate(StackShape("linode", "us-ord", (PoolShape("r", "g1-gpu-rtx6000-1", "on-demand", 1, 1),),
+                              price_overrides={"linode/g1-gpu-rtx6000-1": {"onDemand": 1.6}}))
+    assert est.lines[0].unit_usd_per_hour == 1.6
+    # Where Linode offers the plan, its default price holds (the types API lists only the regions that differ).
+    ada = estimate(StackShape("linode", "us-ord", (PoolShape("a", "g2-gpu-rtx4000a1-m", "on-demand", 1, 1),)))
+    assert any("us-east reference prices" in w for w in ada.warnings)
+    with pytest.raises(RegionPriceRefused, match="no spot price for g5.xlarge in eu-west-1"):
+        estimate(StackShape("aws", "eu-west-1", (PoolShape("g", "g5.xlarge", "spot", 0, 2),)))
 
 
 def test_from_config_duck_types_the_stack_config():
@@ -117,7 +133,7 @@ def test_system_nodes_can_be_given():
     est = estimate(StackShape("gcp", "us-central1", (), system_nodes=(NodeGroup("system", "n2-standard-4", 3),),
                               managed_control_plane=False, nat_gateways=0))
     cat = load_catalog()
-    assert est.idle_monthly_usd == pytest.approx(3 * cat.instance("gcp", "n2-standard-4").on_demand.usd_per_hour * H)
+    assert est.idle_monthly_usd == pytest.approx(3 * cat.instance("gcp", "n2-standard-4").on_demand.usd_per_hour * H, abs=0.01)
     assert est.usd_per_gpu_hour is None
 
 
@@ -130,12 +146,12 @@ def test_every_shipped_stack_file_can_be_estimated():
     stacks = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
     if not stacks:
         pytest.skip("no stack files shipped yet")
-    cat = load_catalog()
     for path in stacks:
         raw = yaml.safe_load(path.read_text())["config"]
         # structural model only: the semantic checks belong to other areas and are tested there
         cfg = config_mod.StackConfig.model_validate(
             {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("gpu-platform:")})
+        cat = cfg.stack_catalog()  # the price catalog, or a kubernetes stack's own node types
         est = estimate(cfg)
         gpus = sum(cat.instance(cfg.cloud, p.instance_type).gpus * p.max_nodes for p in cfg.gpu_pools)
         assert est.full_gpus == gpus and est.full_monthly_usd >= est.idle_monthly_usd > 0, path.name
@@ -150,7 +166,7 @@ def test_autoscaled_system_pool_counts_min_at_idle_and_max_at_full():
     sys_line = next(ln for ln in est.lines if ln.kind == "system")
     n2 = load_catalog().instance("gcp", "n2-standard-4").on_demand.usd_per_hour
     assert (sys_line.idle_quantity, sys_line.quantity) == (1, 3)
-    assert sys_line.idle_monthly_usd == pytest.approx(n2 * H) and sys_line.monthly_usd == pytest.approx(3 * n2 * H)
+    assert sys_line.idle_monthly_usd == pytest.approx(n2 * H, abs=0.01) and sys_line.monthly_usd == pytest.approx(3 * n2 * H, abs=0.01)
     aws = NS(cloud="aws", gpu_pools=[], aws=NS(region="us-east-1", system_pool=NS(instance_type="m7i.large", min_nodes=2, max_nodes=3)),
              price_overrides={})
     line = next(ln for ln in estimate(aws).lines if ln.kind == "system")
@@ -241,3 +257,16 @@ def test_nat_traffic_excludes_checkpoints():
     raw = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
     nat = next(x for x in estimate(parse_config(raw, "aws-prod")).lines if x.name == "NAT data processing")
     assert "S3 gateway endpoint" in nat.assumption
+
+
+def test_the_bill_adds_up_in_cents():
+    """Each line is a whole number of cents and the totals are the lines' sums: cost.json, the policy pack's
+    message and a --base diff's per-line changes then agree to the cent (they disagreed by $282 when the
+    totals were sums of unrounded lines and the pack priced fewer of them)."""
+    est = estimate(StackShape("gcp", "us-central1", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 7),),
+                              checkpoint_gib=33.3, checkpoint_gib_per_day=7.7, checkpoint_retention_days=11,
+                              nat_gib_per_month=123.4, pvc_gib=(("x", 101.0),)))
+    for ln in est.lines:
+        assert round(ln.monthly_usd, 2) == ln.monthly_usd and round(ln.idle_monthly_usd, 2) == ln.idle_monthly_usd, ln.name
+    assert round(sum(ln.monthly_usd for ln in est.lines) * 100) == round(est.full_monthly_usd * 100)
+    assert round(sum(ln.idle_monthly_usd for ln in est.lines) * 100) == round(est.idle_monthly_usd * 100)

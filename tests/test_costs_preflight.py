@@ -70,7 +70,12 @@ def test_every_shipped_stack_gets_the_whole_bill_budget_and_catalog_age(stack, t
     assert f"budget (monthlyBudgetUsd): ${cfg.monthly_budget_usd:,.2f}" in text and "GPU utilisation" in text
     assert "catalog age: prices dated" in text
     kinds = {ln.kind for ln in est.lines}
-    assert "gpu-pool" in kinds and "storage" in kinds  # the PVC and the checkpoint bucket
+    assert "gpu-pool" in kinds
+    if cfg.cloud == "kubernetes":  # an existing cluster's storage and bucket are its owner's: named, never priced
+        assert "storage" not in kinds and any(n.startswith("persistent volumes of the platform (20 GiB requested")
+                                              for n in est.not_modelled)
+    else:
+        assert "storage" in kinds  # the PVC and the checkpoint bucket
     if cfg.cloud in ("aws", "gcp"):
         assert "disk" in kinds and "network-data" in kinds and "support" in kinds
     if stack == "linode-ha":
@@ -122,11 +127,48 @@ def test_costs_keys_are_validated_with_the_key_named():
     assert "bucketGib" in str(err.value) and "checkpointGib" in str(err.value)  # the allowed keys are listed
 
 
+def _regional_gcp_prod():
+    """gcp-prod with its system pool regional again (every zone of gcp.zones: the layout before 0.3.0)."""
+    from tests.conftest import plan_config
+
+    raw = stack_config("gcp-prod")
+    gcp = json.loads(raw["gpu-platform:gcp"]) if isinstance(raw["gpu-platform:gcp"], str) else dict(raw["gpu-platform:gcp"])
+    gcp["systemPool"] = {k: v for k, v in gcp["systemPool"].items() if k != "zones"}
+    raw = {**raw, "gpu-platform:gcp": gcp}
+    cfg = parse_config({k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("gpu-platform:")}, "gcp-prod")
+    return cfg, plan_config(raw, "gcp-prod")
+
+
 def test_gke_system_pool_idles_at_one_node_per_zone_not_at_its_minimum():
     # initial_node_count is per zone on a regional pool (pulumi_gcp NodePool docstring), and the platform's
     # zonal disks then pin a node in each zone: gcp-prod's minimum of 1 was billed as its idle floor.
-    cfg = _cfg("gcp-prod")
-    assert cfg.gcp.system_pool.min_nodes == 1
-    (system,) = stack_shape(cfg, plan_stack("gcp-prod"), today=TODAY).system_nodes
+    cfg, plan = _regional_gcp_prod()
+    assert cfg.gcp.system_pool.min_nodes == 1 and not cfg.gcp.system_pool.zones
+    (system,) = stack_shape(cfg, plan, today=TODAY).system_nodes
     assert (system.count, system.full_count) == (3, 3)
     assert "1 per zone in 3 zones" in system.idle_basis
+
+
+def test_gcp_prods_zonal_system_pool_idles_at_one_node_and_the_platform_needs_no_more():
+    """issue 37 item 8: gcp-prod idled at $400 a month (one system node in each of three zones). Its system
+    pool is zonal now: one node at idle, and preflight's packing of the rendered platform says its own
+    pods fit there (a floor the packing raised would be billed: the next test)."""
+    from gpu_platform.costs.estimator import estimate
+
+    cfg = _cfg("gcp-prod")
+    plan = plan_stack("gcp-prod")
+    assert cfg.gcp.system_pool.zones == ["us-central1-a"]
+    pool = next(r for r in plan.by_type("gcp:container/nodePool:NodePool") if r.name.endswith("-system"))
+    assert pool.plain_inputs["nodeLocations"] == ["us-central1-a"]
+    gpu = next(r for r in plan.by_type("gcp:container/nodePool:NodePool") if r.name.endswith("-gpu-a100"))
+    assert len(gpu.plain_inputs["nodeLocations"]) == 3  # the GPU pool keeps every zone (Spot capacity)
+    (system,) = stack_shape(cfg, plan, today=TODAY, idle={"system": 1, "a100": 0}).system_nodes
+    assert (system.count, system.full_count) == (1, 3)
+    assert estimate(stack_shape(cfg, plan, today=TODAY, idle={"system": 1})).idle_monthly_usd < 200
+
+
+def test_the_idle_floor_counts_the_system_nodes_the_platforms_pods_need():
+    cfg = _cfg("gcp-prod")
+    (system,) = stack_shape(cfg, plan_stack("gcp-prod"), today=TODAY, idle={"system": 2, "a100": 0}).system_nodes
+    assert (system.count, system.full_count) == (2, 3)
+    assert "the platform's own pods need 2 system node(s) with no job running" in system.idle_basis

@@ -97,13 +97,13 @@ def test_gcp_retain_and_delete(retained, deleted):
 
 def test_linode_retain_and_delete_through_the_bucket_provider(retained, deleted):
     kept, gone = retained["linode"], deleted["linode"]
-    assert kept.one(LINODE_BUCKET).options["retainOnDelete"] is True
-    assert gone.one(LINODE_BUCKET).options["retainOnDelete"] is False
+    assert kept.one(LINODE_BUCKET, "checkpoints").options["retainOnDelete"] is True
+    assert gone.one(LINODE_BUCKET, "checkpoints").options["retainOnDelete"] is False
     # pulumi-linode has no per-bucket force_destroy: the provider that manages the bucket carries it
     # (provider inputs travel as JSON strings).
     objects_kept = kept.one(LINODE_PROVIDER, "objects")
     objects_gone = gone.one(LINODE_PROVIDER, "objects")
-    assert kept.one(LINODE_BUCKET).provider.startswith(objects_kept.urn)
+    assert kept.one(LINODE_BUCKET, "checkpoints").provider.startswith(objects_kept.urn)
     assert objects_kept.inputs["objBucketForceDelete"] == "false"
     assert objects_gone.inputs["objBucketForceDelete"] == "true"
 

@@ -29,7 +29,8 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 NAMESPACED_KEY = re.compile(r"gpu-platform:([A-Za-z][A-Za-z0-9_.<>\[\]-]*)")
 # `platform.idleGpuMinutes`, `aws.pools.<pool>`, `checkpointBucket.onDestroy` in backticks.
-DOTTED_KEY = re.compile(r"`((?:platform|aws|gcp|linode|costs|checkpointBucket)\.[A-Za-z<>][A-Za-z0-9_.<>\[\]]*)`")
+# (`kubernetes.io/...` is a label namespace, not the `kubernetes` section)
+DOTTED_KEY = re.compile(r"`((?:platform|aws|gcp|linode|kubernetes(?!\.io\b)|costs|checkpointBucket)\.[A-Za-z<>][A-Za-z0-9_.<>\[\]]*)`")
 REPO_PATH = re.compile(r"`((?:\.github|gpu_platform|examples|stacks|tests|docs)"
                        r"/[A-Za-z0-9_./-]+)`")
 PYTHON_MODULE = re.compile(r"python -m ([A-Za-z_][A-Za-z0-9_.]*)")
@@ -253,3 +254,183 @@ def test_the_quickstarts_say_what_the_shipped_stacks_do():
         text = (ROOT / "docs" / name).read_text()
         assert "as above" not in text.split("\n2. ", 1)[0], name
         assert "pulumi login" in text and "https://www.pulumi.com/docs/install/" in text, name
+
+
+# --- issue 37 item 5: state that holds credentials is named honestly ---------------------------------------
+
+# Resources whose *outputs* (not in a plan's inputs) are credentials the state keeps.
+CREDENTIAL_OUTPUTS = ("tls:index/privateKey:PrivateKey", "random:index/randomString:RandomString",
+                      "random:index/randomPassword:RandomPassword", "linode:index/objectStorageKey:ObjectStorageKey")
+
+
+def _secret_paths(value: Any, path: str = "") -> list[str]:
+    from gpu_platform.preflight.runner import REDACTED
+
+    if value == REDACTED:
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _secret_paths(v, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [p for v in value for p in _secret_paths(v, f"{path}[]")]
+    return []
+
+
+@pytest.mark.parametrize("stack", ["gcp-prod", "aws-prod", "linode-dev", "linode-ha"])
+def test_the_state_table_names_every_secret_each_shipped_stack_keeps(stack):
+    """docs/state-and-secrets.md, "What the state holds": every secret input and every credential-generating
+    resource of the shipped stacks' plans has a row for its cloud; GKE and EKS keep only the kubeconfig (the
+    doc and docs/ci.md say their state holds no credential: the Grafana password was one, issue 37)."""
+    from tests.conftest import shipped_plan
+
+    text = (ROOT / "docs" / "state-and-secrets.md").read_text()
+    table = text.split("## What the state holds", 1)[1].split("\n## ", 1)[0]
+    plan = shipped_plan(stack)
+    cloud = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["gpu-platform:cloud"]
+    rows = [line for line in table.splitlines() if line.startswith(("| all ", f"| {cloud} "))]
+    found = {(r.type, p) for r in plan.resources for p in _secret_paths(r.inputs)}
+    found |= {(r.type, "(outputs)") for r in plan.resources if r.type in CREDENTIAL_OUTPUTS}
+    missing = [(t, p) for t, p in sorted(found)
+               if not any(f"`{t}`" in row and (p == "(outputs)" and "outputs" in row or f"`{p}`" in row) for row in rows)]
+    assert not missing, f"docs/state-and-secrets.md's table lacks, for {cloud}: {missing}"
+    if cloud in ("gcp", "aws"):
+        # Nothing long-lived: the kubeconfig (endpoint and CA) and the image builds' registry login, a token of
+        # hours (the deployer's access token on GKE, ECR's authorization token on EKS), refreshed at every up.
+        assert found <= {("pulumi:providers:kubernetes", "kubeconfig"), ("docker-build:index:Image", "registries[].password")}, found
+
+
+# --- issue 37 item 7: the kinds of docs mismatch an adopter found, each caught here --------------------------
+# (1) a config key the model reads but the docs never name (`nameSuffix`, `costs.checkpointGibPerDay` were
+# missing from the key table); (2) artifact names that differ from what the workflows upload (docs/ci.md said
+# `preflight-<stack>`, ci.yml uploads `preflight`); (3) a `make` target, (4) a command-line flag, (5) an
+# environment variable or (6) an output file named in prose that the code does not have. Commands in code
+# blocks are run or parsed by tests/test_doc_commands.py; links, paths and keys the docs name by
+# test_relative_links_and_anchors_resolve and the key tests above.
+
+# Where each section's keys are documented: the paragraph (or key-table row) that starts with the text.
+SECTION_DOCS = {
+    "linode": ("docs/configuration.md", "`linode` section:"),
+    "gcp": ("docs/quickstart-gcp.md", "`gcp` section:"),
+    "aws": ("docs/quickstart-aws.md", "`aws` section:"),
+    "platform": ("docs/platform.md", "`platform` keys"),
+    "costs": ("docs/configuration.md", "| `costs` |"),
+    "checkpointBucket": ("docs/configuration.md", "| `checkpointBucket` |"),
+    "gpuPools": ("docs/configuration.md", "| `gpuPools` |"),
+    "priceOverrides": ("docs/configuration.md", "| `priceOverrides` |"),
+    "kubernetes": ("docs/configuration.md", "## Cloud kubernetes"),
+}
+
+
+def _model_key_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    out = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        out.append(key)
+        subs: list[type[BaseModel]] = []
+
+        def collect(a: Any) -> None:
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                subs.append(a)
+            for x in typing.get_args(a):
+                collect(x)
+        collect(field.annotation)
+        for sub in subs:
+            out += _model_key_paths(sub, key + ".")
+    return out
+
+
+def _section_text(doc: str, start: str) -> str:
+    text = (ROOT / doc).read_text()
+    if start not in text:
+        return ""
+    rest = text.split(start, 1)[1]
+    if start.startswith("#"):  # a whole section, to the next heading of its level
+        return rest.split("\n" + start.split(" ", 1)[0] + " ", 1)[0]
+    return rest.split("\n", 1)[0] if start.startswith("|") else rest.split("\n\n", 1)[0]
+
+
+def undocumented_keys() -> list[str]:
+    """Keys of the config model no doc names: a top-level key needs a row in docs/configuration.md's key
+    table; a nested one its name in its section's paragraph (or row), or its dotted path anywhere."""
+    conf = (ROOT / "docs" / "configuration.md").read_text()
+    table = conf.split("| key | required | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    rows = {k for line in table.splitlines() if line.startswith("| `") for k in re.findall(r"`([^`]+)`", line.split("|")[1])}
+    every = "\n".join(p.read_text() for p in PAGES)
+    missing = []
+    for path in _model_key_paths(StackConfig):
+        parts = path.split(".")
+        if len(parts) == 1:
+            if path not in rows:
+                missing.append(path)
+            continue
+        text = _section_text(*SECTION_DOCS[parts[0]]) if parts[0] in SECTION_DOCS else ""
+        if f"`{path}`" in every or re.search(rf"(?<![A-Za-z]){re.escape(parts[-1])}(?![A-Za-z])", text):
+            continue
+        missing.append(path)
+    return missing
+
+
+def test_every_config_key_the_model_reads_is_documented():
+    missing = undocumented_keys()
+    assert not missing, f"config keys no doc names (add them to their section; docs/configuration.md): {missing}"
+
+
+def test_the_key_check_catches_a_missing_key(monkeypatch):
+    real = _section_text
+
+    def without(doc, start):
+        text = real(doc, start)
+        return text.replace("checkpointGibPerDay", "x") if start == "| `costs` |" else text
+    monkeypatch.setitem(globals(), "_section_text", without)
+    assert "costs.checkpointGibPerDay" in undocumented_keys()
+
+
+def _uploaded_artifacts() -> set[str]:
+    out = set()
+    for wf in sorted((ROOT / ".github" / "workflows").glob("*.yml")):
+        for job in yaml.safe_load(wf.read_text())["jobs"].values():
+            for step in job.get("steps", []):
+                if str(step.get("uses", "")).startswith("actions/upload-artifact@"):
+                    out.add(step["with"]["name"].replace("${{ matrix.stack }}", "<stack>"))
+    return out
+
+
+def test_artifact_names_in_the_docs_are_the_ones_the_workflows_upload():
+    uploaded = _uploaded_artifacts()
+    named = set()
+    for page in PAGES:
+        for line in _prose(page.read_text()):
+            if "artifact" in line:
+                named |= {m for m in re.findall(r"artifacts? `([A-Za-z0-9<>_-]+)`", line)}
+    ci = (ROOT / "docs" / "ci.md").read_text()
+    assert named and named <= uploaded, f"artifacts the docs name but no workflow uploads: {sorted(named - uploaded)}"
+    assert all(f"`{a}`" in ci for a in uploaded), f"docs/ci.md does not name: {sorted(a for a in uploaded if f'`{a}`' not in ci)}"
+
+
+def test_make_targets_named_in_prose_exist():
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", (ROOT / "Makefile").read_text(), re.M))
+    named = {m for page in PAGES for m in re.findall(r"`make ([a-z][a-z0-9-]*)", page.read_text())}
+    assert named and not named - targets, sorted(named - targets)
+
+
+# Flags of the upstream components the rehearsal runs, which docs/rehearsal.md quotes.
+UPSTREAM_FLAGS = {"--authorization-mode", "--feature-gates", "--config-reloader-", "--create-namespace"}
+
+
+def test_flags_named_in_the_preflight_and_rehearsal_docs_exist():
+    code = "\n".join(p.read_text() for d in ("gpu_platform", "tools", "rehearsal")
+                     for p in sorted((ROOT / d).rglob("*.py")))
+    defined = set(re.findall(r"add_argument\(\s*(?:\"-\w\",\s*)?\"(--[a-z0-9-]+)\"", code))
+    named = {m for name in ("README.md", "docs/preflight.md", "docs/rehearsal.md")
+             for m in re.findall(r"`(--[a-z][a-z0-9-]*)", (ROOT / name).read_text())}
+    unknown = sorted(f for f in named - defined if not any(f.startswith(u) for u in UPSTREAM_FLAGS))
+    assert named and not unknown, f"flags the docs name that no parser defines: {unknown}"
+
+
+def test_environment_variables_and_output_files_named_in_the_docs_exist():
+    code = "\n".join(p.read_text() for d in ("gpu_platform", "rehearsal", "tests") for p in sorted((ROOT / d).rglob("*.py")))
+    code += (ROOT / "Makefile").read_text()
+    every = "\n".join(p.read_text() for p in PAGES)
+    variables = set(re.findall(r"\b(GPU_PLATFORM_[A-Z_]+)\b", every))
+    assert variables and not {v for v in variables if v not in code}, sorted(v for v in variables if v not in code)
+    files = set(re.findall(r"build/<stack>/([A-Za-z0-9_.-]+)", every))
+    assert files and not {f for f in files if f'"{f}"' not in code}, sorted(f for f in files if f'"{f}"' not in code)

@@ -60,3 +60,16 @@ def test_the_timings_the_doc_quotes_are_the_configured_ones() -> None:
     assert f"({mins['gcp'][1]} / {mins['linode'][1]} minutes)" in never
     assert f"admitted {defaults.max_requeues + 1} times" in never
     assert "no retry limit" not in DOC
+
+
+def test_the_doc_runs_the_image_the_stack_built() -> None:
+    """Issue 32 item 2: the example training image is built at `pulumi up` and offered as the stack output
+    trainingImage, by digest; the doc applies that image (building it by hand only where no stack builds it)."""
+    import re as _re
+
+    from tests.conftest import plan_stack
+
+    assert "IMAGE=$(pulumi stack output trainingImage)" in DOC
+    for stack in ("gcp-prod", "aws-prod", "linode-dev"):
+        image = plan_stack(stack).outputs["trainingImage"]
+        assert _re.fullmatch(r"\S+/gpu-platform-training@sha256:[0-9a-f]{64}", image), (stack, image)

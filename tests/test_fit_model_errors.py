@@ -47,5 +47,8 @@ def test_gke_pool_sizes_per_zone_when_not_total():
                                                              "autoscaling": {"minNodeCount": 0, "maxNodeCount": 4},
                                                              "nodeConfig": {"machineType": "e2-standard-4"}})
     m = nodes.cluster_model(Cfg(), Plan("t", [cluster, fixed, per_zone], {}))
-    assert (m.group("a").min_nodes, m.group("a").max_nodes) == (6, 6)
-    assert (m.group("b").min_nodes, m.group("b").max_nodes) == (0, 8)
+    # One group per zone of the pool's nodeLocations (issue 33 item 5), each with the per-zone size.
+    assert sorted((g.zone, g.min_nodes, g.max_nodes) for g in m.node_groups if g.name == "a") == [
+        ("z1", 2, 2), ("z2", 2, 2), ("z3", 2, 2)]
+    assert sorted((g.zone, g.min_nodes, g.max_nodes) for g in m.node_groups if g.name == "b") == [
+        ("z1", 0, 4), ("z2", 0, 4)]

@@ -538,3 +538,22 @@ def test_charts_with_c_dir_finds_the_project_from_any_directory(tmp_path: Path, 
     assert "exit codes: 0" in " ".join(out.split())
     code, out, err = _preflight(capsys, "-C", str(tmp_path / "nowhere"), "charts", "list")
     assert code == 2 and "-C" in err and "no such folder" in err
+
+
+def test_grafanas_admin_secret_is_the_subcharts_own_and_its_pods_read_it_from_there() -> None:
+    """issue 37 item 5: with `admin.existingSecret` empty, the pinned chart's grafana subchart renders its own
+    Secret (`admin-user`, `admin-password`, kept across upgrades by `lookup`) and the Grafana container reads
+    the login from it: nothing of the password is a Pulumi resource."""
+    from gpu_platform.components.platform.monitoring import GRAFANA_ADMIN_SECRET, kube_prometheus_stack_values
+
+    need_charts()
+    values = kube_prometheus_stack_values("standard-rwo", ["ops@example.com"], None, cloud="gcp")
+    plan = Plan("t", [release_resource("kps", "kube-prometheus-stack", "88.5.3", "monitoring", values,
+                                       "kube-prometheus-stack")], {})
+    rel = render_plan(plan, [CHARTS], kubernetes_version="1.35", example=None)[0]
+    secret = next(o for o in rel.objects if o["kind"] == "Secret" and o["metadata"]["name"] == GRAFANA_ADMIN_SECRET)
+    assert set(secret["data"]) >= {"admin-user", "admin-password"}
+    grafana = next(o for o in rel.objects if o["kind"] == "Deployment" and o["metadata"]["name"] == GRAFANA_ADMIN_SECRET)
+    env = {e["name"]: e for c in grafana["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])}
+    ref = env["GF_SECURITY_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == (GRAFANA_ADMIN_SECRET, "admin-password")

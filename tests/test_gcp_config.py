@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Callable
 
 import pytest
@@ -209,16 +210,24 @@ def test_extended_channel_accepts_a_version_in_extended_support_and_warns_about_
 
     cfg = parse_config(with_(lambda raw: (raw.update(kubernetesVersion="1.34"), raw["gcp"].update(releaseChannel="EXTENDED"))),
                        "gcp-prod")
-    warnings = config_warnings(cfg)
+    warnings = version_warnings_only(cfg)
     assert len(warnings) == 1 and "extended support" in warnings[0] and "$0.50" in warnings[0]
     assert "2027-09-30" in warnings[0]
+
+
+def version_warnings_only(cfg):
+    """The stack's warnings but the per-pool shutdown-grace ones: the base stack's pool is preemptible, which
+    is warned with the grace its pods get (issue 33 item 9, tests/test_gcp_plan.py)."""
+    from gpu_platform.config.stack import config_warnings
+
+    return [w for w in config_warnings(cfg) if not w.startswith("gpuPools[")]
 
 
 def test_version_with_ample_standard_support_has_no_warning():
     from gpu_platform.config.stack import config_warnings
 
     cfg = parse_config(with_(top(kubernetesVersion="1.35")), "gcp-prod")
-    assert cfg.kubernetes_version_pinned and config_warnings(cfg) == []
+    assert cfg.kubernetes_version_pinned and version_warnings_only(cfg) == []
 
 
 def test_version_within_60_days_of_end_of_standard_support_warns_with_the_date(monkeypatch):
@@ -226,7 +235,7 @@ def test_version_within_60_days_of_end_of_standard_support_warns_with_the_date(m
 
     monkeypatch.setenv("GPU_PLATFORM_TODAY", "2027-03-01")  # 1.35 leaves GKE standard support on 2027-04-11
     cfg = parse_config(with_(top(kubernetesVersion="1.35")), "gcp-prod")
-    [warning] = config_warnings(cfg)
+    [warning] = version_warnings_only(cfg)
     assert "2027-04-11" in warning and "41 day(s)" in warning and "1.36" in warning
 
 
@@ -274,9 +283,9 @@ def test_pinned_version_on_stable_channel_warns_that_the_calendar_tracks_regular
 
     cfg = parse_config(with_(lambda raw: (raw.update(kubernetesVersion="1.36"), raw["gcp"].update(releaseChannel="STABLE"))),
                        "gcp-prod")
-    [warning] = config_warnings(cfg)
+    [warning] = version_warnings_only(cfg)
     assert "Regular channel" in warning and "2026-06-09" in warning and "STABLE" in warning
-    assert config_warnings(parse_config(with_(gcp(releaseChannel="STABLE")), "gcp-prod")) == []  # unpinned: nothing to warn
+    assert version_warnings_only(parse_config(with_(gcp(releaseChannel="STABLE")), "gcp-prod")) == []  # unpinned: nothing to warn
 
 
 # --- one system-pool shape on every cloud; last release's machineType still read, with a warning ---------
@@ -308,3 +317,28 @@ def test_old_and_new_system_pool_key_together_is_an_error_naming_both():
     message = str(err.value)
     assert "gpu-platform:gcp.systemPool.machineType:" in message
     assert "gcp.systemPool.instanceType" in message and "Traceback" not in message
+
+
+def test_a_zonal_system_pool_runs_in_zones_of_the_cluster():
+    """issue 37 item 8: gcp.systemPool.zones picks the zones of gcp.zones the system pool runs in (one: a
+    zonal pool that idles at the nodes the platform needs); a zone outside gcp.zones, or twice, is refused."""
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.gcp import system_pool_zones
+    from gpu_platform.config.stack import parse_config
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
+    gcp = json.loads(raw["gcp"]) if isinstance(raw["gcp"], str) else dict(raw["gcp"])
+
+    def with_zones(zones):
+        pool = {k: v for k, v in gcp["systemPool"].items() if k != "zones"}
+        return parse_config({**raw, "gcp": {**gcp, "systemPool": {**pool, **({"zones": zones} if zones is not None else {})}}},
+                            "gcp-prod")
+
+    assert system_pool_zones(with_zones(["us-central1-b"]).gcp) == ["us-central1-b"]
+    assert system_pool_zones(with_zones(None).gcp) == ["us-central1-a", "us-central1-b", "us-central1-c"]
+    with pytest.raises(ConfigError) as err:
+        with_zones(["us-central1-f", "us-central1-a", "us-central1-a"])
+    text = str(err.value)
+    assert 'gcp.systemPool.zones[0]: "us-central1-f" -> one of gcp.zones (us-central1-a, us-central1-b, us-central1-c)' in text
+    assert 'gcp.systemPool.zones[2]: "us-central1-a" -> each zone once' in text

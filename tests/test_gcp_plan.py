@@ -467,7 +467,68 @@ def test_spot_pool_gives_pods_the_120_s_graceful_shutdown_where_the_minor_allows
     assert spot_shutdown_grace("on-demand", "1.36") is None
     assert spot_shutdown_grace("spot", "1.34") is None
     assert spot_shutdown_grace("spot", None) is None
+
+
+def _unpinned_a100(monkeypatch, channel="REGULAR", today=None):
+    from gpu_platform.data.versions_calendar import TODAY_ENV
+
+    if today:
+        monkeypatch.setenv(TODAY_ENV, today)
     config = stack_config("gcp-prod")
     config.pop("gpu-platform:kubernetesVersion")
-    unpinned = run_program(stack_input_from_mapping("gcp-prod", config)).one(NODE_POOL, "a100").inputs
-    assert "kubeletConfig" not in unpinned["nodeConfig"]
+    config["gpu-platform:gcp"] = {**config["gpu-platform:gcp"], "releaseChannel": channel}
+    raw = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpu-platform:")}
+    from gpu_platform.config.stack import config_warnings, parse_config
+
+    warnings = [w for w in config_warnings(parse_config(raw, "gcp-prod")) if w.startswith("gpuPools[0]")]
+    pool = run_program(stack_input_from_mapping("gcp-prod", config)).one(NODE_POOL, "a100").inputs
+    return pool["nodeConfig"].get("kubeletConfig"), warnings
+
+
+def test_spot_grace_when_the_version_is_left_to_the_channel(monkeypatch):
+    """Issue 33 item 9. Before: with kubernetesVersion unset no kubeletConfig was planned at all, so Spot
+    pods got GKE's 15 s against the runtime's 60 s. Now the oldest minor the channel can still run today
+    decides (the version calendar): on 2026-11-23 every Regular-channel cluster runs 1.35 or later (1.34 left
+    standard support on 2026-10-01, and GKE upgrades clusters off it), so the pool asks for 120 s."""
+    kubelet, warnings = _unpinned_a100(monkeypatch)
+    assert kubelet == {"shutdownGracePeriodSeconds": 120, "shutdownGracePeriodCriticalPodsSeconds": 15}
+    assert warnings == []
+
+
+@pytest.mark.parametrize("channel, today", [("EXTENDED", None), ("REGULAR", "2026-09-01")])
+def test_spot_pool_that_may_run_a_minor_before_1_35_is_warned_with_the_grace_it_gets(monkeypatch, channel, today):
+    """The Extended channel still runs 1.33 (extended support); on 2026-09-01 Regular still ran 1.34: GKE
+    would refuse the 120 s setting there, so none is planned and the stack is warned with what pods get."""
+    kubelet, warnings = _unpinned_a100(monkeypatch, channel, today)
+    assert kubelet is None
+    (w,) = warnings
+    assert "its pods get 15 s" in w and "less than the 60 s" in w and 'pin kubernetesVersion: "1.35"' in w
+
+
+def test_a_preemptible_pool_is_warned_with_the_grace_it_gets():
+    from gpu_platform.components.platform.training import CHECKPOINT_GRACE_SECONDS
+    from gpu_platform.config.gcp import TRAINING_CHECKPOINT_GRACE_SECONDS
+    from gpu_platform.config.stack import config_warnings, parse_config
+
+    assert TRAINING_CHECKPOINT_GRACE_SECONDS == CHECKPOINT_GRACE_SECONDS
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
+    raw["gpuPools"] = [{**raw["gpuPools"][0], "capacity": "preemptible"}]
+    (w,) = [w for w in config_warnings(parse_config(raw, "gcp-prod")) if w.startswith("gpuPools[0]")]
+    assert "preemptible" in w and "its pods get 15 s" in w and "use capacity: spot" in w
+    assert not [w for w in config_warnings(parse_config(
+        {**raw, "gpuPools": [{**raw["gpuPools"][0], "capacity": "spot"}]}, "gcp-prod")) if w.startswith("gpuPools[0]")]
+
+
+def test_the_gke_quota_step_counts_the_upgrade_surge_node():
+    """Issue 33 item 9: the quickstart's quota step said Σ maxNodes; an upgrade's surge node (max_surge 1,
+    max_unavailable 0) needs one more node's GPUs per pool, or the upgrade stalls."""
+    from gpu_platform.components.gcp.nodepool import gpu_upgrade_settings
+    from gpu_platform.costs.catalog import load_catalog
+    from tests.conftest import ROOT
+
+    assert gpu_upgrade_settings()["max_surge"] == 1
+    cat = load_catalog()
+    pools = stack_config("gcp-prod")["gpu-platform:gpuPools"]
+    need = sum((p["maxNodes"] + 1) * cat.instance("gcp", p["instanceType"]).gpus for p in pools)
+    text = " ".join((ROOT / "docs" / "quickstart-gcp.md").read_text().split())
+    assert "Σ (`maxNodes` + 1) × GPUs per node" in text and f"(gcp-prod: {need})" in text

@@ -22,7 +22,9 @@ from tests.conftest import ROOT, stack_config
 
 CASES_FILE = ROOT / "tests" / "data" / "bad-stacks" / "cases.yaml"
 CASES = yaml.safe_load(CASES_FILE.read_text())
-FAST_LIMIT_S = 10.0
+# Bad input never hangs (a billion laughs, 10^9 replicas): past this a case has hung on any machine, loaded or
+# not. How fast bad input is refused is `make bench`'s to measure, not a timed test's (10 s failed under load).
+HANG_S = 60.0
 CIPHERTEXT = "AAABAMvbf0TQl7pq2dKk4oS0b0MHYb3j4nLJrmWbVJt4rYQ4yjV2iJ8y"
 
 
@@ -133,7 +135,7 @@ def test_bad_input_exits_fast_with_one_message_naming_the_file(case, tmp_path, c
     assert code == case["exit"], text
     assert case["message"] in text, text
     assert "Traceback" not in text
-    assert taken < FAST_LIMIT_S, f"{case['id']} took {taken:.1f}s"
+    assert taken < HANG_S, f"{case['id']} took {taken:.1f}s"
     if code == 2 and policy is None:
         assert str(path) in text, "the message names the file actually read"
     assert CIPHERTEXT not in text, "a secure value's ciphertext is never printed"
@@ -214,6 +216,16 @@ def test_an_integer_with_a_leading_zero_is_refused_because_yaml_readers_disagree
 
     with pytest.raises(YamlInputError, match="leading zero"):
         load_yaml_text(f"config:\n  gpu-platform:monthlyBudgetUsd: {text}\n", "Pulumi.x.yaml")
+
+
+@pytest.mark.parametrize("text, line", [("\x01onfig:\n  n: 1\n", 1), ("config:\n  n: \x02\n", 2), ("a: \x7f\n", 1)])
+def test_a_control_character_is_a_stack_file_error_naming_the_line(text, line):
+    """Found by tests/test_config_properties.py (a mutated linode-dev): PyYAML's Reader refuses a non-printable
+    character while it is constructed, before load_yaml_text's handler, so preflight ended in a traceback."""
+    from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_text
+
+    with pytest.raises(YamlInputError, match=rf"Pulumi.x.yaml:{line}: not valid YAML: control character U\+00"):
+        load_yaml_text(text, "Pulumi.x.yaml")
 
 
 @pytest.mark.parametrize("text, value", [("0", 0), ("10", 10), ("0o17", 15), ("0x1f", 31), ("-5", -5)])

@@ -63,3 +63,43 @@ def test_checkov_dockerfile_checks(path: Path):
     passed = sum(r.get("summary", {}).get("passed", 0) for r in reports)
     assert passed > 10, "checkov did not scan the Dockerfile"
     assert not failed - justified_docker_checks(), f"unjustified checkov failures in {path}: {sorted(failed)}"
+
+
+# --- what `pulumi up` builds (gpu_platform/components/images.py) ------------------------------------------
+
+from gpu_platform.components.images import IMAGES  # noqa: E402
+
+
+def copy_sources(path: Path) -> list[str]:
+    """The build-context paths a Dockerfile's COPY/ADD instructions read (not those copied from a stage)."""
+    out = []
+    for word, args in instructions(path):
+        if word in ("COPY", "ADD"):
+            parts = [p for p in args.split() if not p.startswith("--chown") and not p.startswith("--chmod")]
+            if any(p.startswith("--from") for p in parts):
+                continue
+            out += [p.rstrip("/") for p in parts[:-1] if not p.startswith("--")]
+    return out
+
+
+def allowed(ignore_file: Path) -> tuple[list[str], list[str]]:
+    """(re-included paths, excluded patterns) of a .dockerignore that starts by excluding everything."""
+    lines = [line.strip() for line in ignore_file.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [line[1:] for line in lines if line.startswith("!")], [line for line in lines if not line.startswith("!")]
+
+
+@pytest.mark.parametrize("source", IMAGES, ids=[s.name for s in IMAGES])
+def test_every_built_image_admits_exactly_what_its_dockerfile_copies(source):
+    """The build context holds only what the Dockerfile copies: an edit elsewhere in the repository neither
+    rebuilds an image (pulumi-docker-build hashes the context after its Dockerfile.dockerignore) nor sends the
+    repository to the daemon; and what the image copies is all there, so the build cannot miss a file."""
+    dockerfile, ignore = ROOT / source.dockerfile, ROOT / (source.dockerfile + ".dockerignore")
+    included, excluded = allowed(ignore)
+    assert excluded[0] == "*" and set(excluded[1:]) <= {"**/__pycache__", "**/*.pyc"}
+    assert sorted(included) == sorted(source.inputs), "the ignore file and ImageSource.inputs name the same paths"
+    context = ROOT / source.context
+    for src in copy_sources(dockerfile):
+        assert any(src == i or src.startswith(i + "/") for i in source.inputs), f"{src} is not in the build context"
+        assert (context / src).exists(), src
+    for i in source.inputs:
+        assert (context / i).exists(), i

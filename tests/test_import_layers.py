@@ -337,7 +337,7 @@ def test_the_config_package_is_built_bottom_up():
     reach = _closure(import_graph())
     above = {f"{PACKAGE}.config.{m}" for m in ("model", "stack", "checks", "names", "derived", "kubernetes_version")}
     above |= {m for m in reach if m.startswith(f"{PACKAGE}.config.checks.")}
-    for low in ("base", "aws", "gcp", "linode", "platform"):
+    for low in ("base", "aws", "gcp", "linode", "kubernetes", "catalog", "platform"):
         assert not reach[f"{PACKAGE}.config.{low}"] & above, f"config.{low} reaches {sorted(reach[f'{PACKAGE}.config.{low}'] & above)}"
     # The model reaches neither the loader nor the checks.
     assert not reach[f"{PACKAGE}.config.model"] & (above - {f"{PACKAGE}.config.model"})
@@ -346,7 +346,7 @@ def test_the_config_package_is_built_bottom_up():
 def test_the_cluster_contract_needs_only_the_stack_model():
     """components/cluster.py (ClusterHandle) imports the StackConfig model, not the loader and its checks."""
     reach = _closure(import_graph())[f"{PACKAGE}.components.cluster"]
-    model = {f"{PACKAGE}.config.{m}" for m in ("model", "base", "aws", "gcp", "linode", "platform", "approvals",
+    model = {f"{PACKAGE}.config.{m}" for m in ("model", "base", "aws", "gcp", "linode", "kubernetes", "catalog", "platform", "approvals",
                                               "bucket_lifecycle")}
     assert {m for m in reach if m.startswith(f"{PACKAGE}.config.")} <= model, sorted(reach)
 

@@ -11,12 +11,15 @@ from typing import Any, Optional
 import celpy
 import pytest
 
-from gpu_platform.components.platform.common import TRAINER_NAMESPACE
+from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE, TRAINER_NAMESPACE
+from gpu_platform.components.platform.notebooks import NOTEBOOK_SERVICE_ACCOUNT
 from gpu_platform.components.platform.queue import (
     JOBSET_CONTROLLER_USER, KUEUE_ADMISSION_GATE, KUEUE_CONTROLLER_USER, QUEUE_NAMESPACE_SELECTOR, SUSPEND_POLICY,
     TRAINER_CONTROLLER_USER, render_admission_gate_policy, render_job_owner_policy, render_suspend_policy,
 )
 from tests.fit_support import need_charts, rendered
+from tests.test_rehearsal import _failures, needs_components
+from tests.rehearsal_support import rehearse as _rehearse
 
 USER = "system:serviceaccount:jupyterhub:notebook-user"
 OWNERS = {"Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "TrainJob": "trainer.kubeflow.org/v1alpha1",
@@ -201,3 +204,73 @@ def test_the_suspend_policy_is_installed_and_bound_in_the_queue_namespaces():
     assert policy["spec"]["matchConstraints"]["namespaceSelector"] == QUEUE_NAMESPACE_SELECTOR
     bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding" and o["spec"]["policyName"] == SUSPEND_POLICY]
     assert bindings and bindings[0]["spec"]["validationActions"] == ["Deny"]
+
+
+# --- on the rehearsal's real API server, job controller and Kueue (docs/rehearsal.md, `unsuspend-by-hand`) --------
+
+
+def _without_suspend_policy(releases):
+    """The program as it was before the policy: no jobs-started-only-by-kueue and no binding of it."""
+    dropped = 0
+    for rel in releases:
+        kept = [o for o in rel.objects if not (o["kind"].startswith("ValidatingAdmissionPolicy") and (
+            o["metadata"]["name"] == SUSPEND_POLICY or (o.get("spec") or {}).get("policyName") == SUSPEND_POLICY))]
+        dropped += len(rel.objects) - len(kept)
+        rel.objects = kept
+    assert dropped == 2, dropped  # the policy and its binding
+
+
+def test_the_rehearsal_submits_as_the_service_account_the_platform_binds_job_submitter_to():
+    """The scenario acts as whom the rendered RoleBinding names in `training` (not a name of its own)."""
+    from gpu_platform.rehearsal.scenarios import submitter_identity
+
+    need_charts()
+    assert submitter_identity(rendered("gcp-prod"), "training") == (JUPYTERHUB_NAMESPACE, NOTEBOOK_SERVICE_ACCOUNT)
+    assert submitter_identity(rendered("gcp-prod"), "kubeflow") is None  # bound in training only
+
+
+@needs_components
+@pytest.mark.rehearsal(stack="gcp-prod")
+def test_rehearsal_a_submitter_cannot_start_an_unadmitted_job_nor_widen_an_admitted_one(tmp_path):
+    """The race on the real kube-apiserver, job controller and Kueue v0.19.2: the notebooks' ServiceAccount
+    (bound to job-submitter as the platform binds it, with its own token) patches suspend: false on a Job
+    Kueue holds; refused by the policy, no pod created, Kueue admits it once the ClusterQueue runs again;
+    raising the admitted Job's parallelism is refused."""
+    from gpu_platform.rehearsal.scenarios import unsuspend_by_hand
+
+    result = _rehearse("gcp-prod", tmp_path, scenarios=(unsuspend_by_hand,))
+    sc = result.scenarios[0]
+    assert sc.status == "PASS", _failures(result)
+    said = "\n".join(sc.details)
+    user = "ServiceAccount jupyterhub/notebook-user"
+    wanted = [
+        f"as {user} (Role job-submitter): Job training/rehearsal-unsuspended-by-hand (1 GPU) created, suspended by Kueue",
+        "ClusterQueue gpu-training is inactive",  # held: Kueue cannot admit it
+        f"spec.suspend: false by {user} on the unadmitted Job: refused (HTTP 403",
+        f"ValidatingAdmissionPolicy '{SUSPEND_POLICY}'", "only Kueue starts a queued job",
+        "no pod created for the Job in the 6s after the patch", "spec.suspend still True",
+        "ClusterQueue gpu-training running again: Kueue admitted Workload", "(group a100)",
+        f"parallelism 1 -> 2 by {user} on the admitted Job: refused (HTTP 403", "parallelism may not be raised",
+    ]
+    assert [w for w in wanted if w not in said] == [], said
+
+
+@needs_components
+@pytest.mark.rehearsal(stack="gcp-prod")
+def test_planted_without_the_suspend_policy_the_job_controller_starts_the_unadmitted_job(tmp_path):
+    """Before the policy: the API server and Kueue's webhooks accept the user's suspend: false, the job
+    controller creates the Job's GPU pod before Kueue's reconciler suspends it again; and a wider
+    admitted Job is accepted."""
+    from gpu_platform.rehearsal.scenarios import unsuspend_by_hand
+
+    result = _rehearse("gcp-prod", tmp_path, mutate=_without_suspend_policy, scenarios=(unsuspend_by_hand,))
+    sc = result.scenarios[0]
+    assert sc.status == "FAIL"
+    failures = "\n".join(sc.problems)
+    assert ("ServiceAccount jupyterhub/notebook-user lifted spec.suspend of Job training/rehearsal-unsuspended-by-hand, "
+            "which Kueue had not admitted: the API server accepted it") in failures
+    assert "the job controller created pod(s) for the Job Kueue had not admitted" in failures, failures
+    assert "rehearsal-unsuspended-by-hand-" in failures and "kube-controller-manager" in failures
+    assert "raised the parallelism of the admitted Job from 1 to 2: accepted" in failures
+    # Kueue v0.19.2 still admits it afterwards: the planted run differs only by what the policy refuses.
+    assert "Kueue admitted Workload" in "\n".join(sc.details), failures

@@ -147,7 +147,7 @@ def test_kubeconfig_is_a_secret_signed_by_the_cluster_ca_for_cluster_admins(dev)
 
 
 def test_checkpoint_bucket_is_private_with_a_scoped_key(dev):
-    bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket").inputs
+    bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket", "checkpoints").inputs
     assert bucket["acl"] == "private" and bucket["versioning"] is True
     key = dev.one("linode:index/objectStorageKey:ObjectStorageKey", "checkpoints-key").inputs
     assert key["bucketAccesses"][0]["permissions"] == "read_write"
@@ -251,6 +251,7 @@ def test_gpu_worker_boots_with_driver_toolkit_and_joins_tainted_and_labelled(dev
     doc = yaml.safe_load(all_user_data(dev)["gpu-dev-ada-0"])
     paths = [f["path"] for f in doc["write_files"]]
     assert doc["runcmd"] == [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", render.METADATA_BLOCK_UNIT],
+                             ["systemctl", "enable", "--now", render.METADATA_ALLOW_UNIT],
                              ["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT]]
     nvidia = next(f["content"] for f in doc["write_files"] if f["path"] == render.NVIDIA_SCRIPT_PATH)
     branch = versions.NVIDIA_DRIVER_BRANCH
@@ -362,6 +363,7 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
     # (kubeadm: the id is public, only the token secret is secret; it names the Secret).
     token_names = [r["inputs"]["metadata"]["name"] for r in plan["resources"]
                    if r["type"] == "kubernetes:core/v1:Secret" and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]
+    # Both buckets' labels end in the same public random suffix.
     bucket = next(r["inputs"]["label"] for r in plan["resources"]
                   if r["type"] == "linode:index/objectStorageBucket:ObjectStorageBucket")
     public = {*(n.removeprefix("bootstrap-token-") for n in token_names), bucket.rsplit("-", 1)[1]}

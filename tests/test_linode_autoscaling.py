@@ -28,7 +28,8 @@ def gp(raw: dict) -> dict:
 
 
 def with_image(raw: dict, image: str = IMAGE) -> dict:
-    raw["gpu-platform:linode"]["nodeGroups"] = {"image": image}
+    # The provider's token expiry is required once it runs (linode.nodeGroups.apiTokenExpires).
+    raw["gpu-platform:linode"]["nodeGroups"] = {"image": image, "apiTokenExpires": "2027-05-03"}
     return raw
 
 
@@ -39,6 +40,7 @@ def plan():
 
 @pytest.fixture(scope="module")
 def plan_without_image():
+    """linode-dev as shipped: no published digest, so the provider's image is built into its registry."""
     return plan_config(stack_config("linode-dev"), "linode-dev")
 
 
@@ -136,12 +138,16 @@ def test_destroy_deletes_the_providers_instances_before_their_network(plan):
     assert hook.urn in release.dependencies, "the autoscaler goes first, so nothing re-creates an instance"
 
 
-def test_without_an_image_only_the_pool_definition_is_deployed_and_a_warning_says_so(plan_without_image):
+def test_without_a_published_image_the_provider_and_autoscaler_still_deploy_from_the_built_image(plan_without_image):
+    """Before (issue 32 item 2): no digest meant no provider and no autoscaler, a warning, and a GPU pool that
+    never got a node. Now the image is built at `pulumi up` and the whole autoscaling path is deployed."""
     names = [r.inputs.get("name") for r in plan_without_image.by_type("kubernetes:helm.sh/v3:Release")]
-    assert "cluster-autoscaler" not in names
-    assert not [r for r in plan_without_image.by_type("kubernetes:apps/v1:Deployment")
-                if r.plain_inputs["metadata"]["name"] == node_groups.NAME]
-    assert any("linode.nodeGroups.image is not set" in w for w in plan_without_image.warnings)
+    assert "cluster-autoscaler" in names
+    (dep,) = [r for r in plan_without_image.by_type("kubernetes:apps/v1:Deployment")
+              if r.plain_inputs["metadata"]["name"] == node_groups.NAME]
+    image = dep.plain_inputs["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.startswith("registry.example.com/ml-platform/gpu-platform/gpu-platform-linode-node-groups@sha256:")
+    assert not any("linode.nodeGroups.image is not set" in w for w in plan_without_image.warnings)
 
 
 def test_policy_file_sets_the_providers_gpu_ceiling(tmp_path):
@@ -171,8 +177,76 @@ def test_costs_treat_the_autoscaled_pool_like_gke_and_eks(tmp_path):
     maxNodes, and the autoscaler overhead simulated with Linode's boot path and the stack's grace."""
     from gpu_platform.preflight.__main__ import main
 
-    assert main(["linode-dev", "--out", str(tmp_path), "--no-policies", "--quiet", "--allow-missing-chart", "cilium"]) == 0
+    stack = tmp_path / "Pulumi.linode-dev.yaml"  # with a provider: without one the pool never scales (exit 3)
+    stack.write_text(yaml.safe_dump({"config": with_image(stack_config("linode-dev"))}, sort_keys=False))
+    assert main(["--stack-file", str(stack), "--out", str(tmp_path), "--no-policies", "--quiet",
+                 "--allow-missing-chart", "cilium"]) == 0
     cost = json.loads((tmp_path / "linode-dev" / "cost.json").read_text())
     assert cost["idleMonthlyUsd"] < 200 and cost["idleGpus"] == 0
     assert cost["fullMonthlyUsd"] > 500 and cost["fullGpus"] == 1
     assert "boot 16 min, scale-down after 15 min idle" in json.dumps(cost)
+
+
+# --- a pool that can never get a node (issue 32 item 2) ---------------------------------------------------
+
+
+def _preflight(tmp_path, config: dict, capsys) -> tuple[int, str, dict]:
+    from gpu_platform.preflight.__main__ import main
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "Pulumi.linode-dev.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    out = tmp_path / "build"
+    code = main(["--stack-file", str(path), "--no-policies", "--out", str(out)])
+    text = capsys.readouterr()
+    doc = json.loads((out / "linode-dev" / "preflight.json").read_text())
+    return code, text.out + text.err, doc
+
+
+def _gpu_quota(plan) -> dict[str, object]:
+    cq = next(r for r in plan.by_type("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
+              if r.plain_inputs["metadata"]["name"] == "gpu-training")
+    return {f["name"]: next(r["nominalQuota"] for r in f["resources"] if r["name"] == "nvidia.com/gpu")
+            for g in cq.plain_inputs["spec"]["resourceGroups"] for f in g["flavors"]}
+
+
+def test_a_gpu_pool_nothing_scales_from_zero_is_refused_naming_the_pool(tmp_path, capsys):
+    """minNodes 0 and no node-group provider: nothing ever creates the pool's node. Preflight said PASS with a
+    warning, and every GPU TrainJob and notebook waited for ever after `pulumi up`. With the provider built at
+    `pulumi up` (issue 32 item 2), such a stack names neither a registry nor a published image: a config error
+    naming the key and the pool, before anything is planned."""
+    config = stack_config("linode-dev")
+    config["gpu-platform:linode"].pop("nodeGroups", None)
+    config["gpu-platform:linode"].pop("imageRegistry", None)
+    from gpu_platform.preflight.__main__ import main
+
+    path = tmp_path / "Pulumi.linode-dev.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    code = main(["--stack-file", str(path), "--no-policies", "--out", str(tmp_path / "build")])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == 2, text
+    assert "linode.imageRegistry" in text and "ada" in text, text
+
+
+def test_kueue_offers_no_quota_for_nodes_that_never_come(plan):
+    """The GPU ClusterQueue's quota for a pool is what the pool can reach: its maxNodes with a provider, its
+    minNodes without one (0 here: Kueue admits nothing there, so no job waits admitted for a node). The config
+    refuses a stack without a provider image; the component's own rule still holds for any caller."""
+    from gpu_platform.components.linode.cluster import reachable_pools
+
+    assert _gpu_quota(plan) == {"ada": 1}
+    from gpu_platform.components.cluster import gpu_pool_specs
+
+    pools = gpu_pool_specs(parse_config(gp(stack_config("linode-dev")), "linode-dev"))
+    assert [(p.name, p.max_nodes) for p in reachable_pools(pools, provider=False)] == [("ada", 0)]
+    assert [(p.name, p.max_nodes) for p in reachable_pools(pools, provider=True)] == [("ada", 1)]
+
+
+def test_with_a_provider_the_pool_is_not_reported(tmp_path, capsys):
+    code, text, doc = _preflight(tmp_path, with_image(stack_config("linode-dev")), capsys)
+    assert not [p for p in doc["clusterFit"]["problems"] if "can never get a node" in p["reason"]], text
+    a_fixed_pool = stack_config("linode-dev")
+    a_fixed_pool["gpu-platform:gpuPools"][0].update(minNodes=1, maxNodes=1)
+    code, text, doc = _preflight(tmp_path / "fixed", a_fixed_pool, capsys)
+    assert not [p for p in doc["clusterFit"]["problems"] if "can never get a node" in p["reason"]], text

@@ -178,3 +178,104 @@ def test_an_interrupted_cert_renewal_leaves_every_manifest_in_place(tmp_path):
     (root.root / "etc/kubernetes/manifests/kube-scheduler.yaml").rename(root.root / "etc/kubernetes/kube-scheduler.yaml.renewing")
     assert root.run(render.renew_certs_script()).returncode == 0
     assert _manifests(root) == [f"{c}.yaml" for c in COMPONENTS]
+
+
+# --- a control plane's bootstrap, executed: it installs the release the cluster runs ----------------------
+
+from pathlib import Path  # noqa: E402
+import shutil  # noqa: E402
+
+import yaml  # noqa: E402
+
+from tests.boot_harness import INSTALL_PACKAGES, IMAGE_PACKAGES, Stub, kubernetes_stubs  # noqa: E402
+
+REV = versions.KUBERNETES_DEB_REVISION
+
+
+def _bootstrap_root(tmp_path: Path, doc: dict, releases: list[str]) -> BootRoot:
+    """A throwaway root holding the node's write_files, with pkgs.k8s.io offering `releases`."""
+    stubs = kubernetes_stubs(*[f"{r}-{REV}" for r in releases]) + [Stub(n) for n in INSTALL_PACKAGES]
+    root = BootRoot(tmp_path, stubs, IMAGE_PACKAGES)
+    for f in doc["write_files"]:
+        # /usr/local of the root is its local/ folder, bind-mounted over the read-only /usr.
+        rel = f["path"].lstrip("/")
+        path = root.root / ("local/" + rel.removeprefix("usr/local/") if rel.startswith("usr/local/") else rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f["content"])
+        path.chmod(int(f["permissions"], 8))
+    shutil.copytree("/etc/ssl", root.root / "etc" / "ssl", symlinks=True, dirs_exist_ok=True)  # openssl's config
+    for d in ("modules-load.d", "sysctl.d"):  # an Ubuntu image has them
+        (root.root / "etc" / d).mkdir(exist_ok=True)
+    (root.root / "etc" / "fstab").write_text("/dev/sda / ext4 defaults 0 1\n/dev/sdb none swap sw 0 0\n")
+    return root
+
+
+def _bootstrap(doc: dict) -> str:
+    return next(f["content"] for f in doc["write_files"] if f["path"] == render.BOOTSTRAP_SCRIPT_PATH)
+
+
+def _plan_doc(stack: str, label: str, minor: str | None = None) -> dict:
+    from gpu_platform.components.linode.render import decode_user_data
+    from tests.conftest import plan_config, stack_config
+
+    cfg = stack_config(stack)
+    if minor:
+        cfg["gpu-platform:kubernetesVersion"] = minor
+        cfg["gpu-platform:linode"]["controlPlaneVersion"] = minor
+    plan = plan_config(cfg, stack)
+    inst = next(r for r in plan.by_type("linode:index/instance:Instance") if r.plain_inputs["label"] == label)
+    return yaml.safe_load(decode_user_data(inst.plain_inputs["metadatas"][0]["userData"]))
+
+
+@pytest.fixture(scope="module")
+def ha_docs() -> dict[str, dict]:
+    """linode-ha's control planes as first written at 1.35 (user data is kept: ignore_changes)."""
+    return {label: _plan_doc("linode-ha", label, "1.35") for label in ("gpu-staging-cp-0", "gpu-staging-cp-2")}
+
+
+@needs_namespaces
+@pytest.mark.parametrize("label", ["gpu-staging-cp-2", "gpu-staging-cp-0"])
+def test_a_replaced_control_plane_joins_at_the_release_the_cluster_runs(tmp_path, ha_docs, label):
+    """The cluster moved to 1.36 (node-upgrade Jobs) after these nodes' user data was written at 1.35. A
+    replacement boots with the old document: it must install and join with what the cluster runs, as a
+    worker does; a kubeadm 1.35 join into a 1.36 control plane is a skipped upgrade (and etcd pulled at the
+    old release). Executed in the throwaway root: real dpkg and openssl, stand-ins for the API server's
+    /version, kubeadm, ctr."""
+    old, new = versions.KUBERNETES_PATCH["1.35"], versions.KUBERNETES_PATCH["1.36"]
+    root = _bootstrap_root(tmp_path, ha_docs[label], [old, new])
+    (root.root / "run" / "apiserver-version").write_text(f"v{new}\n")
+    proc = root.run(_bootstrap(ha_docs[label]))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    installed = root.versions()
+    assert {installed[p] for p in ("kubeadm", "kubelet", "kubectl")} == {f"{new}-{REV}"}, installed
+    assert root.packages()["kubeadm"] == "hi"  # held: only the upgrade Jobs move it
+    log = root.log()
+    joins = [line for line in log if " join --config " in line]
+    assert joins and joins[0].startswith(f"kubeadm@{new}-{REV} join"), log
+    assert not [line for line in log if " init " in line], "a replaced control plane must not initialise a cluster"
+    assert f"kubeadm@{new}-{REV} config images list --kubernetes-version v{new}" in log  # etcd of the cluster's release
+    assert f"/v{new.rsplit('.', 1)[0]}/deb/" in root.file("/etc/apt/sources.list.d/kubernetes.list")
+    assert (root.root / render.JOINED_MARKER.lstrip("/")).exists()
+
+
+@needs_namespaces
+def test_a_first_cp0_finds_no_peer_and_initialises_the_pinned_release(tmp_path, monkeypatch):
+    """A new cluster: nobody answers /version (the single control plane of linode-dev has no peers), so cp-0
+    installs the pinned release and runs kubeadm init."""
+    doc = _plan_doc("linode-dev", "gpu-dev-cp-0")
+    pinned = versions.KUBERNETES_PATCH["1.35"]
+    root = _bootstrap_root(tmp_path, doc, [pinned, versions.KUBERNETES_PATCH["1.36"]])
+    proc = root.run(_bootstrap(doc))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert root.versions()["kubeadm"] == f"{pinned}-{REV}"
+    log = root.log()
+    assert any(line.startswith(f"kubeadm@{pinned}-{REV} init --config") for line in log), log
+    assert not [line for line in log if " join " in line]
+
+
+@needs_namespaces
+def test_a_joining_control_plane_waits_while_no_peer_answers(tmp_path, ha_docs):
+    root = _bootstrap_root(tmp_path, ha_docs["gpu-staging-cp-2"], [versions.KUBERNETES_PATCH["1.35"]])
+    proc = root.run(_bootstrap(ha_docs["gpu-staging-cp-2"]))
+    assert proc.returncode == 1 and "retrying later" in proc.stderr
+    assert "kubeadm" not in root.versions()  # nothing installed at a guessed release

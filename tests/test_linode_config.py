@@ -148,3 +148,52 @@ def test_an_rtx6000_pool_is_refused_saying_which_gpu_plans_and_regions_work_inst
         message = _reject(cfg)
         assert "gpuPools[0].instanceType" in message and "VPCs are missing" in message, message
         assert re.search(r"g2-gpu-rtx4000a1-m \(in [a-z-]+", message), message
+
+
+# --- cloud-init and compressed user data (issue 32 item 8) -------------------------------------------------
+
+
+def _private_image(**linode):
+    from gpu_platform.config.stack import parse_config
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("linode-ha").items() if k.startswith("gpu-platform:")}
+    raw["linode"].update(image="private/12345678", **linode)
+    return parse_config(raw, "linode-ha")
+
+
+@pytest.mark.parametrize("declared,fragment", [(None, "set with a private image"), ("24.3", "24.4 or later"),
+                                               ("23.4.4", "canonical/cloud-init#5751")])
+def test_a_private_image_must_declare_a_cloud_init_that_reads_compressed_user_data(declared, fragment):
+    """cloud-init before 24.4 decoded Linode's base64 user data to text (DataSourceAkamai.py at 24.3.1:
+    `b64decode(...).decode()`), so a gzip-compressed document raised UnicodeDecodeError and the node never
+    booted. A private image's cloud-init cannot be read offline: the stack declares it."""
+    from gpu_platform.config.base import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        _private_image(**({} if declared is None else {"imageCloudInit": declared}))
+    assert "linode.imageCloudInit" in str(err.value) and fragment in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("declared", ["24.4", "25.1.2"])
+def test_a_private_image_with_a_recent_cloud_init_is_accepted(declared):
+    assert _private_image(imageCloudInit=declared).linode.image_cloud_init == declared
+
+
+def test_documents_that_fit_go_uncompressed_and_only_control_planes_need_gzip():
+    """Any cloud-init reads a plain document; compression is used only where Linode's 16 KiB limit forces it
+    (the control planes', which is why an old cloud-init is refused rather than worked around)."""
+    import base64
+
+    from gpu_platform.components.linode.render import USER_DATA_LIMIT_BYTES, decode_user_data
+    from tests.conftest import plan_stack
+
+    for stack in ("linode-dev", "linode-ha"):
+        for r in plan_stack(stack).by_type("linode:index/instance:Instance"):
+            raw = base64.b64decode(r.plain_inputs["metadatas"][0]["userData"])
+            doc = decode_user_data(r.plain_inputs["metadatas"][0]["userData"])
+            control_plane = "-cp-" in r.plain_inputs["label"]
+            assert (raw[:2] == b"\x1f\x8b") is control_plane, r.plain_inputs["label"]
+            assert (len(doc.encode()) > USER_DATA_LIMIT_BYTES) is control_plane, r.plain_inputs["label"]
+            if not control_plane:
+                assert raw.decode() == doc

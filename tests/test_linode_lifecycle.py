@@ -102,8 +102,8 @@ def test_replaced_cp0_joins_the_survivors_instead_of_initialising(ha, dev):
     ha_cp0 = files_of(docs_of(ha)["gpu-staging-cp-0"])
     script = ha_cp0[render.BOOTSTRAP_SCRIPT_PATH]
     assert "peers=(10.0.0.11 10.0.0.12)" in script
-    assert script.index("if peer_answers; then") < script.index("kubeadm join") < script.index("kubeadm init")
-    assert f"SECONDS + {render.PEER_WAIT_SECONDS}" in script
+    assert script.index("if version=$(cluster_version); then") < script.index("kubeadm join") < script.index("kubeadm init")
+    assert f"SECONDS + {render.PEER_WAIT_SECONDS}" in script  # executed: tests/test_linode_boot_scripts.py
     join = yaml.safe_load(ha_cp0[render.KUBEADM_JOIN_CONFIG_PATH].split("---\n")[0])
     assert join["kind"] == "JoinConfiguration" and "controlPlane" in join
     # A single control plane has nobody to join: it initialises at once (no wait).
@@ -320,7 +320,8 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
         assert ["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT] in doc["runcmd"]
         # Pods are kept off the metadata service (where this user data stays readable) on every node.
         block = files[f"/etc/systemd/system/{render.METADATA_BLOCK_UNIT}"]
-        assert "iptables -I FORWARD -d 169.254.169.254/32 -j DROP" in block and "Before=kubelet.service" in block
+        assert f"ExecStart={render.METADATA_GUARD_PATH} setup" in block and "Before=kubelet.service" in block
+        assert files[render.METADATA_GUARD_PATH] == render.metadata_guard_script()  # executed: test_linode_metadata.py
         runcmd = doc["runcmd"]
         assert runcmd.index(["systemctl", "enable", "--now", render.METADATA_BLOCK_UNIT]) < \
             runcmd.index(["systemctl", "enable", "--now", "--no-block", render.BOOTSTRAP_UNIT])
@@ -338,6 +339,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path):
     snapshot_service, snapshot_timer = render.etcd_snapshot_units()
     for name, text in ((render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
                        (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit()),
+                       (render.METADATA_ALLOW_UNIT, render.metadata_allow_unit()),
                        (render.ETCD_SNAPSHOT_UNIT, snapshot_service), (render.ETCD_SNAPSHOT_TIMER, snapshot_timer)):
         (tmp_path / name).write_text(text.replace("/usr/local/sbin/", "/bin/true #"))
     run = subprocess.run(["systemd-analyze", "verify", *[str(p) for p in tmp_path.iterdir()]],
@@ -396,7 +398,7 @@ def test_readiness_gate_runs_with_the_system_python_alone():
 
 
 def test_bucket_gets_a_random_suffix_within_linode_naming_rules(dev):
-    bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket")
+    bucket = dev.one("linode:index/objectStorageBucket:ObjectStorageBucket", "checkpoints")
     label = bucket.plain_inputs["label"]
     assert re.fullmatch(r"gpu-dev-ckpt-ml-platform-[a-z0-9]{8}", label)
     # Versioning and lifecycle rules need keys: the bucket's provider makes temporary ones.
@@ -501,7 +503,8 @@ def test_a_joining_control_plane_first_removes_the_etcd_member_of_the_node_it_re
     body = script[script.index("peers=(10.0.0.10"):]
     assert body.index("remove_stale_etcd_member") < body.index("kubeadm join")
     assert """-v name="gpu-staging-cp-1" '$3 == name""" in script and 'member remove "$id"' in script
-    assert f"kubeadm config images list --kubernetes-version v{__import__('gpu_platform.data.linode_versions', fromlist=['x']).KUBERNETES_PATCH['1.35']}" in script
+    # The etcd image of the release the cluster runs now (what its peers report), not of the user data's day.
+    assert 'kubeadm config images list --kubernetes-version "$version"' in script
 
 
 # --- the CCM, rendered with the pinned chart --------------------------------------------------------

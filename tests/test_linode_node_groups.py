@@ -266,6 +266,42 @@ def test_the_gpu_ceiling_is_enforced_over_the_whole_stack(world):
     assert len(linode.instances) == 2
 
 
+def test_the_gpu_ceiling_counts_the_fixed_pools_too(world):
+    """A stack with a fixed GPU pool beside the autoscaled one: the fixed pool's GPUs are always there, so
+    with maxGpus 3 and 2 fixed GPUs the provider may add one GPU, not three."""
+    start, linode, *_ = world
+    doc = linode_dev_settings()
+    doc["maxGpus"], doc["fixedGpus"] = 3, 2
+    p = start()
+    p.groups.settings = settings_mod.parse(doc, {"LINODE_FIREWALL_ID": "1", "LINODE_SUBNET_ID": "2",
+                                                 "CONTROL_PLANE_ENDPOINT": "10.0.0.10:6443"})
+    with pytest.raises(grpc.RpcError) as err:
+        p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=2))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "4 GPUs (2 of them in fixed pools), over the ceiling of 3" in err.value.details()
+    assert linode.calls("POST") == []
+    p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=1))
+    assert len(linode.instances) == 1
+
+
+def test_the_program_tells_the_provider_the_fixed_pools_gpus():
+    """pools.json carries what the fixed pools hold of the ceiling (the program's own instances)."""
+    import json
+
+    from tests.conftest import plan_config
+
+    raw = stack_config("linode-dev")
+    raw["gpu-platform:linode"]["nodeGroups"] = {"image": "ghcr.io/example/gpu-platform-linode-node-groups@sha256:" + "ab" * 32,
+                                                "apiTokenExpires": "2027-05-03"}
+    fixed = dict(raw["gpu-platform:gpuPools"][0], name="fixed", minNodes=2, maxNodes=2)
+    raw["gpu-platform:gpuPools"].append(fixed)
+    plan = plan_config(raw, "linode-dev")
+    cm = next(r for r in plan.by_type("kubernetes:core/v1:ConfigMap") if r.plain_inputs["metadata"]["name"] == component.NAME)
+    doc = json.loads(cm.plain_inputs["data"]["pools.json"])
+    assert doc["fixedGpus"] == 2 and [p["name"] for p in doc["pools"]] == ["ada"]
+    assert settings_mod.parse(doc, {"CONTROL_PLANE_ENDPOINT": "10.0.0.10:6443"}).fixed_gpus == 2
+
+
 def test_a_restart_mid_scale_up_neither_leaks_nor_duplicates(world):
     start, linode, *_ = world
     p = start()

@@ -88,7 +88,9 @@ def _cfg(expires, node_groups_expires=None, image=None, node_groups_token=None):
     from tests.conftest import stack_config
 
     cfg = copy.deepcopy(stack_config("linode-dev"))
-    if expires is not None:
+    if expires is None:
+        cfg["gpu-platform:linode"].pop("apiTokenExpires", None)
+    else:
         cfg["gpu-platform:linode"]["apiTokenExpires"] = expires
     groups = {}
     if image is not None:
@@ -124,11 +126,10 @@ def test_a_past_or_malformed_date_is_refused_naming_the_key(monkeypatch, value, 
 
 
 @pytest.mark.parametrize("value,expect", [
-    (None, "linode.apiTokenExpires is not set"),
     ("2026-12-10", "expires in 16 day(s), on 2026-12-10"),
     ("2027-06-01", None),
 ])
-def test_preflight_warns_within_30_days_and_when_unset(monkeypatch, value, expect):
+def test_preflight_warns_within_30_days(monkeypatch, value, expect):
     from gpu_platform.config.stack import config_warnings
 
     monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-24")
@@ -144,9 +145,38 @@ def test_the_program_applies_the_rule_in_the_monitoring_namespace():
               if r.inputs["metadata"]["name"] == addons.TOKEN_EXPIRY_RULE]
     assert rule.inputs["metadata"]["namespace"] == "monitoring"
     assert "vector(1826668800)" in str(rule.inputs["spec"])
-    unset = plan_config(_cfg(None), "linode-dev")
-    assert not [r for r in unset.by_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
-                if r.inputs["metadata"]["name"] == addons.TOKEN_EXPIRY_RULE]
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha"])
+def test_every_shipped_linode_stack_alerts_before_its_token_expires(stack):
+    from tests.conftest import plan_stack
+
+    plan = plan_stack(stack)
+    assert [r for r in plan.by_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+            if r.inputs["metadata"]["name"] == addons.TOKEN_EXPIRY_RULE]
+
+
+def test_a_linode_stack_without_the_token_expiry_is_a_config_error(monkeypatch):
+    """Unset, nothing warned before the CCM/CSI token stopped working (LoadBalancers, volumes and node
+    lifecycle with it): it was a warning and no alert. Now a config error naming the key."""
+    from gpu_platform.config.base import ConfigError
+
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-24")
+    with pytest.raises(ConfigError) as err:
+        _parse(_cfg(None))
+    text = str(err.value)
+    assert "linode.apiTokenExpires" in text and "linode-cluster:token" in text and "Cloud Manager" in text, text
+
+
+def test_a_provider_without_its_token_expiry_is_a_config_error(monkeypatch):
+    from gpu_platform.config.base import ConfigError
+
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-24")
+    with pytest.raises(ConfigError) as err:
+        _parse(_cfg("2027-06-01", None, image=IMAGE))
+    assert "linode.nodeGroups.apiTokenExpires" in str(err.value) and "linode-node-groups:token" in str(err.value)
+    # No provider (no image): its token is not in the cluster, nothing to state.
+    _parse(_cfg("2027-06-01", None, image=None))
 
 
 @pytest.mark.parametrize("value,fragment", [
@@ -164,18 +194,21 @@ def test_a_past_or_malformed_provider_token_date_is_refused_naming_the_key(monke
 
 
 @pytest.mark.parametrize("image,value,expect", [
-    (IMAGE, None, "linode.nodeGroups.apiTokenExpires is not set"),
     (IMAGE, "2026-12-01", "expires in 7 day(s), on 2026-12-01 (linode.nodeGroups.apiTokenExpires)"),
     (IMAGE, "2027-06-01", None),
-    # No provider deployed (no image): no token of its own in the cluster, nothing to warn about.
-    (None, None, None),
+    # No published image: the provider is still deployed, from the image built into linode.imageRegistry.
+    (None, "2026-12-01", "expires in 7 day(s), on 2026-12-01 (linode.nodeGroups.apiTokenExpires)"),
+    # No autoscaled pool: no provider, no token of its own in the cluster, nothing to warn about.
+    ("fixed pool", None, None),
 ])
 def test_preflight_warns_about_the_providers_token(monkeypatch, image, value, expect):
     from gpu_platform.config.stack import config_warnings
 
     monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-11-24")
-    warnings = [w for w in config_warnings(_parse(_cfg("2027-06-01", value, image=image)))
-                if "linode-node-groups:token" in w]
+    cfg = _cfg("2027-06-01", value, image=None if image == "fixed pool" else image)
+    if image == "fixed pool":
+        cfg["gpu-platform:gpuPools"][0].update(minNodes=1, maxNodes=1)
+    warnings = [w for w in config_warnings(_parse(cfg)) if "linode-node-groups:token" in w]
     assert warnings == [] if expect is None else (len(warnings) == 1 and expect in warnings[0]), warnings
 
 
@@ -210,3 +243,17 @@ def test_a_rotated_provider_token_restarts_the_provider():
     again = _provider_template("old-token-aaaa")
     assert again == old
     assert "old-token-aaaa" not in str(old)
+
+
+def test_the_provider_never_runs_on_the_ccm_csi_token():
+    """It used to fall back to linode-cluster:token (Linodes, NodeBalancers, Volumes, VPCs, IPs) with a warning,
+    whose expiry alert said the CCM and CSI read it. Now `pulumi up` stops before any resource, naming the key."""
+    from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
+
+    stack_input = stack_input_from_mapping("linode-dev", _cfg("2027-11-20", "2027-05-03", image=IMAGE))
+    # Preflight plans the run-time credentials as unknown secrets; `pulumi up` without it:
+    del stack_input.config["linode-node-groups:token"]
+    with pytest.raises(Exception) as err:
+        plan = run_program(stack_input)
+        assert not plan.resources, "stopped before registering anything"
+    assert "linode-node-groups:token is not set" in str(err.value) and "Linodes: Read/Write" in str(err.value)

@@ -408,7 +408,7 @@ def autoscaled_upgrade_plan():
     from tests.conftest import plan_config, stack_config
 
     cfg = stack_config("linode-dev")
-    cfg["gpu-platform:linode"]["nodeGroups"] = {"image": IMAGE_DIGEST}
+    cfg["gpu-platform:linode"]["nodeGroups"] = {"image": IMAGE_DIGEST, "apiTokenExpires": "2027-05-03"}
     cfg["gpu-platform:linode"]["controlPlaneVersion"] = "1.34"
     cfg["gpu-platform:kubernetesVersion"] = "1.35"
     return plan_config(cfg, "linode-dev")

@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 import gpu_platform
+from tests.cli_support import preflight_in_process
 from tests.conftest import ROOT
 from tests.fit_support import CHARTS
 
@@ -114,6 +115,9 @@ def test_the_docs_name_no_release_tag_that_git_lacks():
     if shallow.stdout.strip() != "false":
         pytest.skip("a shallow clone (CI's checkout) has no tags to compare with")
     tags = set(subprocess.run(["git", "tag", "--list"], cwd=ROOT, capture_output=True, text=True).stdout.split())
+    if not Version(gpu_platform.__version__).is_devrelease:
+        # A release commit names its own tag, which is made on it once it is merged (docs/architecture.md).
+        tags.add(f"v{gpu_platform.__version__}")
     texts = [ROOT / "README.md", ROOT / "examples" / "team-gke" / "requirements.txt", ROOT / "examples" / "team-gke" / "README.md",
              *sorted((ROOT / "docs").glob("*.md"))]
     named = {(p.relative_to(ROOT).as_posix(), m) for p in texts for line in p.read_text().splitlines()
@@ -253,12 +257,10 @@ def test_project_is_found_and_read_like_the_pulumi_cli(tmp_path):
 
 def test_preflight_dash_c_plans_another_project_and_names_its_files(tmp_path):
     """-C DIR from anywhere; a bad project file is a config error (2) naming it, never a traceback."""
-    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "-C", str(EXAMPLE), "nope"], cwd=ROOT,
-                         capture_output=True, text=True)
+    run = preflight_in_process("-C", str(EXAMPLE), "nope")
     assert run.returncode == 4 and "no stack file Pulumi.nope.yaml; stacks: dev" in run.stderr, run.stderr
     (tmp_path / "Pulumi.yaml").write_text("name: other\nruntime: go\n")
-    bad = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "-C", str(tmp_path), "dev"], cwd=ROOT,
-                         capture_output=True, text=True)
+    bad = preflight_in_process("-C", str(tmp_path), "dev")
     assert bad.returncode == 2 and f"{tmp_path / 'Pulumi.yaml'}: runtime is 'go'" in bad.stderr
     assert "Traceback" not in run.stderr + bad.stderr
 
@@ -268,21 +270,19 @@ def test_preflight_checks_the_jobs_named_by_dash_dash_job(tmp_path):
     job = (ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text()
     greedy = tmp_path / "greedy.yaml"
     greedy.write_text(job.replace('nvidia.com/gpu: "1"', 'nvidia.com/gpu: "8"'))  # a2-highgpu-1g has one A100
-    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "gcp-prod", "--no-policies", "--job", str(greedy),
-                          "--out", str(tmp_path / "out"), "--format", "json"], cwd=ROOT, capture_output=True, text=True)
+    run = preflight_in_process("gcp-prod", "--no-policies", "--job", str(greedy), "--out", str(tmp_path / "out"),
+                               "--format", "json")
     doc = json.loads(run.stdout)
     assert run.returncode == 3 and doc["clusterFit"]["verdict"] == "fail", run.stderr
-    missing = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "gcp-prod", "--job", str(tmp_path / "no.yaml")],
-                             cwd=ROOT, capture_output=True, text=True)
+    missing = preflight_in_process("gcp-prod", "--job", str(tmp_path / "no.yaml"))
     assert missing.returncode == 4 and "--job" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_without_a_job_preflight_says_no_training_job_was_checked(tmp_path):
     """A team's own program has no examples/training/: queue fit for training jobs was skipped in silence."""
     def run(*extra, code=0):
-        done = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "-C", str(EXAMPLE), "dev", "--no-policies",
-                               "--charts", str(CHARTS), "--out", str(tmp_path / "out"), "--format", "json", *extra],
-                              cwd=ROOT, capture_output=True, text=True)
+        done = preflight_in_process("-C", str(EXAMPLE), "dev", "--no-policies", "--charts", str(CHARTS),
+                                    "--out", str(tmp_path / "out"), "--format", "json", *extra)
         assert done.returncode == code, done.stderr[-3000:]
         return [w for w in json.loads(done.stdout)["warnings"] if "no training job was checked" in w]
 
@@ -291,3 +291,23 @@ def test_without_a_job_preflight_says_no_training_job_was_checked(tmp_path):
     # A job given: it was checked (this one names a runtime the team's platform lacks, so the fit fails).
     job = ROOT / "examples" / "training" / "trainjob-checkpointed.yaml"
     assert run("--job", str(job), code=3) == []
+
+
+def test_an_in_process_run_of_another_project_leaves_the_test_process_as_it_was(tmp_path, monkeypatch):
+    """tests/cli_support.py: a `-C DIR` run loads the other project's program and its own modules from its folder;
+    afterwards that folder is off sys.path, its modules are unloaded and the environment is as before (a variable
+    given None is unset during the run only)."""
+    project = tmp_path / "team"
+    shutil.copytree(EXAMPLE, project)
+    (project / "team_naming.py").write_text('PREFIX = "team"\n')
+    main_py = project / "__main__.py"
+    main_py.write_text("import team_naming  # noqa: F401  (the team's own module, beside its program)\n"
+                       + main_py.read_text())
+    monkeypatch.setenv("GPU_PLATFORM_PROBE", "kept")
+    path_before = list(sys.path)
+    done = preflight_in_process("-C", str(project), "dev", "--no-policies", "--charts", str(CHARTS),
+                                "--out", str(tmp_path / "out"), "--quiet", env={"GPU_PLATFORM_PROBE": None})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sys.path == path_before
+    assert "team_naming" not in sys.modules
+    assert os.environ["GPU_PLATFORM_PROBE"] == "kept"

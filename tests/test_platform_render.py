@@ -280,7 +280,7 @@ def test_versions_are_pinned_exactly() -> None:
 def _raw(**platform) -> dict:
     # A minor the pinned Cilium is tested on (kubernetes-versions.yaml cni:); the default (newest) may not be.
     return {"cloud": "linode", "kubernetesVersion": "1.35", "owner": "ml", "costCenter": "r", "monthlyBudgetUsd": 1000,
-            "alertEmails": ["ops@example.com"], "linode": {"region": "us-ord"},
+            "alertEmails": ["ops@example.com"], "linode": {"region": "us-ord", "apiTokenExpires": "2027-11-20"},
             "gpuPools": [{"name": "rtx", "instanceType": "g2-gpu-rtx4000a1-m", "capacity": "on-demand",
                           "minNodes": 1, "maxNodes": 1}],
             "platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "a@example.com"}, **platform}}

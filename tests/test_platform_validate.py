@@ -27,7 +27,7 @@ from gpu_platform.components.platform.common import (
     GPU_NAMESPACE, JUPYTERHUB_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, TRAINER_NAMESPACE, render_namespace,
 )
 from gpu_platform.components.platform.monitoring import (
-    render_dashboard_configmap, render_dcgm_service_monitor, render_grafana_admin_secret, render_idle_rules,
+    render_dashboard_configmap, render_dcgm_service_monitor, render_idle_rules,
     render_spend_rule,
 )
 from gpu_platform.components.platform.queue import (
@@ -80,7 +80,6 @@ def core_objects() -> list[dict[str, Any]]:
         render_fit_policy(pool_capacities("linode", POOLS)),
         render_policy_binding(FIT_POLICY),
         render_dashboard_configmap(),
-        render_grafana_admin_secret("example-password"),
         *[render_namespace(ns, psa) for ns, psa in ((GPU_NAMESPACE, "privileged"), (KUEUE_NAMESPACE, "restricted"),
                                                      (TRAINER_NAMESPACE, "baseline"), (JUPYTERHUB_NAMESPACE, "baseline"),
                                                      (MONITORING_NAMESPACE, "privileged"))],
@@ -182,6 +181,9 @@ def test_checkpointed_runtime_is_torch_distributed_with_the_checkpoint_contract(
     for key in ("backoffLimit", "podFailurePolicy"):
         del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][key]
     del ours["template"]["spec"]["failurePolicy"]
+    # Scale-down never evicts its pods (issue 33 item 2): the pod template's only metadata.
+    assert ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"].pop("metadata") == {
+        "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}}
     del ours["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert ours == upstream["spec"]
     pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]

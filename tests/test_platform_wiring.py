@@ -29,7 +29,7 @@ BASE: dict[str, Any] = {
         {"name": "rtx", "instanceType": "g2-gpu-rtx4000a1-m", "capacity": "on-demand", "minNodes": 2, "maxNodes": 2},
     ],
     # A region with VPCs and these GPU plans (gpu_platform/config/linode_regions.yaml).
-    "gpu-platform:linode": {"region": "us-ord"},
+    "gpu-platform:linode": {"region": "us-ord", "apiTokenExpires": "2027-11-20"},
     "gpu-platform:platform": {"alertSmtp": {"smarthost": "smtp.example.com:587", "from": "alerts@example.com"}},
 }
 TWO_POOLS = [
@@ -142,8 +142,6 @@ def test_switching_a_part_off_removes_it_and_nothing_else(full_plan: Plan, part:
     # what stays is registered with the same inputs
     before = {r.name: r.inputs for r in platform_children(full_plan)}
     for r in platform_children(plan):
-        if r.type == "random:index/randomPassword:RandomPassword":
-            continue
         if part == "queue" and r.name == "platform-notebooks-jupyterhub":
             profiles = r.inputs["values"]["singleuser"]["profileList"]
             assert not any("extra_labels" in p["kubespawner_override"] for p in profiles)
@@ -297,10 +295,18 @@ def test_secrets_stay_secret(full_plan: Plan) -> None:
     creds = full_plan.one("kubernetes:core/v1:Secret", "checkpoint-credentials")
     assert creds.inputs["stringData"] == "[secret]"
     assert creds.plain_inputs["stringData"]["AWS_SECRET_ACCESS_KEY"] == "s3cr3t-value"
-    grafana = full_plan.one("kubernetes:core/v1:Secret", "grafana-admin")
-    assert grafana.inputs["stringData"] == "[secret]"
     kps = full_plan.one(RELEASE, "kube-prometheus-stack")
     assert "s3cr3t" not in json.dumps(kps.plain_inputs) and "adminPassword" not in json.dumps(kps.plain_inputs)
+
+
+def test_the_grafana_password_is_made_in_the_cluster_never_in_the_state(full_plan: Plan) -> None:
+    """issue 37 item 5: the program generated Grafana's admin password (RandomPassword) and wrote it to a
+    Secret of its own, so it sat in the Pulumi state, which a preview token decrypts. Now no resource holds
+    it: the grafana subchart generates its admin Secret in the cluster and its pods read it from there."""
+    assert not full_plan.by_type("random:index/randomPassword:RandomPassword")
+    assert not [r for r in full_plan.by_type("kubernetes:core/v1:Secret") if "grafana" in r.name]
+    grafana = full_plan.one(RELEASE, "kube-prometheus-stack").plain_inputs["values"]["grafana"]
+    assert grafana["admin"]["existingSecret"] == "" and "adminPassword" not in grafana
 
 
 def test_identity_based_clouds_get_no_credentials_secret_and_an_annotated_service_account() -> None:

@@ -13,7 +13,8 @@ from gpu_platform.config import approvals
 from gpu_platform.preflight.analyzer import Analyzer, PolicyPackIncomplete
 from tests.test_policy_pack import _test_pack, approval, assert_violates, eks, gke, plan_of
 
-LOCKED = ("no-public-admin-access", "aws-imdsv2-encrypted-volumes", "linode-disk-encryption", "gke-node-hardening")
+LOCKED = ("no-public-admin-access", "aws-imdsv2-encrypted-volumes", "linode-disk-encryption", "gke-node-hardening",
+          "images-by-digest")
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,7 @@ ALL_POLICIES = {
     "aws-imdsv2-encrypted-volumes": "mandatory",
     "linode-disk-encryption": "mandatory",
     "gke-node-hardening": "mandatory",
+    "images-by-digest": "mandatory",
     "cost-allocation-tags": "advisory",
     "idle-floor-budget-share": "advisory",
 }
@@ -224,7 +225,7 @@ def test_pack_declares_every_policy_with_level_description_and_knob_schema(analy
     assert all("exception" in knobs[n] for n, level in ALL_POLICIES.items() if level == "mandatory")
     assert knobs["gpu-count-ceiling"] == {"maxGpus", "exception"}
     assert knobs["monthly-cost-ceiling"] == {"maxMonthlyUsd", "minOverrideRatio", "maxBudgetOverrun", "maxBudgetHeadroom",
-                                             "exception"}
+                                             "chartStorageGib", "chartLoadBalancers", "exception"}
     assert knobs["gpu-pools-scale-to-zero"] == {"exemptPools", "exception"}
     assert knobs["no-public-admin-access"] == {"sshPorts", "kubeApiPorts", "minPrefixV4", "minPrefixV6",
                                                "maxUnionPrefixV4", "maxUnionPrefixV6", "exception"}
@@ -507,7 +508,7 @@ def test_all_and_per_policy_levels_apply_like_the_cli(analyzer):
     refused = {r.name for r in report.results for m in r.messages if "sets it to advisory" in m.message}
     assert refused == {n for n, level in ALL_POLICIES.items() if level == "mandatory"}, report.render()
     locked = [m for r in report.results for m in r.messages if "is a locked security policy" in m.message]
-    assert len(locked) == 4, report.render()
+    assert len(locked) == 5, report.render()  # images-by-digest is the fifth (gpu_platform/policies/enforcement.yaml)
     report = analyzer.analyze(plan, {"all": "advisory", "gpu-pools-scale-to-zero": {"enforcementLevel": "mandatory"}})
     assert report.result("gpu-pools-scale-to-zero").status == "mandatory"
     report = analyzer.analyze(plan, {"cost-allocation-tags": "mandatory", "idle-floor-budget-share": "disabled"})
@@ -845,3 +846,41 @@ def test_an_untagged_ecr_repository_is_reported(analyzer):
 
     report = analyzer.analyze(plan_of(program, "aws"), None)
     assert_violates(report, "cost-allocation-tags", "advisory", "images", "lack owner, cost-center, environment")
+
+
+
+# ---------------------------------------------------------------------------------------------
+# images-by-digest (issue 32 item 2: what runs is the digest the build pushed)
+# ---------------------------------------------------------------------------------------------
+
+BY_DIGEST = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpu-prod/gpu-platform-scale-in@sha256:" + "ab" * 32
+
+
+def workloads(deployment_image: str, job_image: str = BY_DIGEST, init_image: str = BY_DIGEST) -> Callable[[], None]:
+    def program() -> None:
+        labels = {"app": "x"}
+        k8s.apps.v1.Deployment("controller", metadata={"name": "controller", "labels": LABELS}, spec={
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {
+                "initContainers": [{"name": "init", "image": init_image}],
+                "containers": [{"name": "main", "image": deployment_image}]}}})
+        k8s.batch.v1.CronJob("nightly", metadata={"name": "nightly", "labels": LABELS}, spec={
+            "schedule": "0 3 * * *",
+            "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "job", "image": job_image}]}}}}})
+    return program
+
+
+def test_workloads_running_images_by_digest_pass(analyzer):
+    assert_only(analyzer.analyze(plan_of(gke(extra=workloads(BY_DIGEST)))))
+
+
+@pytest.mark.parametrize("images,named", [
+    ((BY_DIGEST.split("@")[0] + ":src-0123456789abcdef",), "main: 123456789012.dkr.ecr"),  # a tag, however specific
+    ((BY_DIGEST, "python:3.13-slim"), "job: python:3.13-slim"),  # a CronJob's pod template
+    ((BY_DIGEST, BY_DIGEST, "busybox@sha256:123"), "init: busybox@sha256:123"),  # an init container, a short digest
+], ids=["deployment-tag", "cronjob-tag", "init-short-digest"])
+def test_a_workload_image_not_by_digest_is_a_mandatory_violation_naming_the_container(analyzer, images, named):
+    report = analyzer.analyze(plan_of(gke(extra=workloads(*images))))
+    assert_violates(report, "images-by-digest", "mandatory", "not by digest", named)
+    assert_only(report, "images-by-digest")

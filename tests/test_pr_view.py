@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_support import preflight_in_process
 from tests.conftest import ROOT
 from tests.fit_support import need_charts
 
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpu_platform.preflight", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**__import__("os").environ, "NO_COLOR": "1"})
+    """What the reviewer reads: the command's text and files (run in-process, tests/cli_support.py)."""
+    return preflight_in_process(*args, env={"NO_COLOR": "1"})
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +58,92 @@ def test_the_text_report_leads_with_the_changes(base_and_head):
     after_verdict = text.split("\n\n", 1)[1]
     assert after_verdict.startswith(f"Changes against the base ({base / 'gcp-prod'})")
     assert "+0 added, -0 removed, ~0 changed" in after_verdict and "policies      no result changed" in after_verdict
+    full = json.loads((base / "gcp-prod" / "cost.json").read_text())["fullMonthlyUsd"]
+    assert f"cost          full capacity: ${full:,.2f}/month, unchanged" in after_verdict
+
+
+def test_a_pools_max_nodes_change_prints_the_fields_old_and_new_values(base_and_head):
+    """issue 37: `--base` listed the changed node pool but not what changed in it (maxNodes 8 -> 4 was
+    invisible, even with -vv). The report the reviewer reads is render_diff of baseDiff."""
+    from gpu_platform.preflight.review import render_diff
+
+    _, _, head = base_and_head
+    diff = json.loads(head.stdout)["baseDiff"]
+    pool = next(c for c in diff["changes"] if c["urn"].endswith("::gpu-prod-gpu-a100"))
+    assert {"path": "autoscaling.totalMaxNodeCount", "base": 8, "head": 4} in pool["fields"], pool
+    text = render_diff(diff)
+    assert "    ~ gcp:container/nodePool:NodePool gpu-prod-gpu-a100\n        autoscaling.totalMaxNodeCount: 8 -> 4" in text
+    assert "  capacity      gpu pool a100: 0..8 -> 0..4 nodes (idle..full), 8 -> 4 GPUs at full capacity" in text
+
+
+def test_the_cost_lines_changes_add_up_to_the_totals_change_to_the_cent(base_and_head):
+    _, out, head = base_and_head
+    diff = json.loads(head.stdout)["baseDiff"]
+    full = diff["cost"]["fullMonthlyUsd"]
+    lines = diff["costLines"]
+    assert {ln["line"] for ln in lines} >= {"gpu pool a100", "boot disks gpu pool a100"}
+    assert sum(round(ln["full"]["head"] * 100) - round(ln["full"]["base"] * 100) for ln in lines) == \
+        round(full["head"] * 100) - round(full["base"] * 100)
+    gpu = next(ln for ln in lines if ln["line"] == "gpu pool a100")["full"]
+    assert round(gpu["head"] * 2, 2) == gpu["base"]  # half the nodes, half the bill line
+    text = (out / "gcp-prod" / "preflight.json").read_text()
+    assert json.loads(text)["baseDiff"]["costLines"] == lines
+
+
+def test_the_ordering_puts_iam_firewall_and_network_first():
+    """A change to who may reach the API (a cluster's authorized networks) and a new IAM binding come
+    before a pool's resize; secrets stay masked, and a changed IAM policy document is compared as JSON."""
+    from gpu_platform.preflight.review import diff, render_diff
+
+    def plan(cidr, size, secret, policy, binding):
+        res = [{"urn": "urn:pulumi:s::p::gcp:container/cluster:Cluster::c", "type": "gcp:container/cluster:Cluster",
+                "name": "c", "inputs": {"masterAuthorizedNetworksConfig": {"cidrBlocks": [{"cidrBlock": cidr}]}}},
+               {"urn": "urn:pulumi:s::p::gcp:container/nodePool:NodePool::gpu", "type": "gcp:container/nodePool:NodePool",
+                "name": "gpu", "inputs": {"autoscaling": {"totalMaxNodeCount": size}}},
+               {"urn": "urn:pulumi:s::p::kubernetes:core/v1:Secret::s", "type": "kubernetes:core/v1:Secret", "name": "s",
+                "inputs": {"stringData": secret, "metadata": {"name": "s"}}},
+               {"urn": "urn:pulumi:s::p::aws:iam/policy:Policy::pol", "type": "aws:iam/policy:Policy", "name": "pol",
+                "inputs": {"policy": json.dumps(policy)}}]
+        if binding:
+            res.append({"urn": "urn:pulumi:s::p::gcp:projects/iAMMember:IAMMember::b", "type": "gcp:projects/iAMMember:IAMMember",
+                        "name": "b", "inputs": {"role": "roles/owner", "member": "user:x@example.com"}})
+        return {"resources": res}
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        head = Path(d)
+        pol = {"Statement": [{"Action": "s3:GetObject", "Resource": "*"}]}
+        (head / "plan.json").write_text(json.dumps(plan("0.0.0.0/0", 12, {"password": "new-pass"},
+                                                        {"Statement": [{"Action": "s3:*", "Resource": "*"}]}, True)))
+        base = {"dir": "base", "plan": plan("203.0.113.0/24", 8, {"password": "old-pass"}, pol, False),
+                "cost": None, "policy": None}
+        d = diff(base, head)
+    text = render_diff(d)
+    order = [text.index(s) for s in ("IAM and access", "Statement[0].Action: \"s3:GetObject\" -> \"s3:*\"",
+                                      "stringData.password: [secret] changed", "roles/owner",
+                                      "firewall and API access", "cidrBlock: \"203.0.113.0/24\" -> \"0.0.0.0/0\"",
+                                      "other resources", "totalMaxNodeCount: 8 -> 12")]
+    assert order == sorted(order), text
+    assert "old-pass" not in text and "new-pass" not in text
+    assert "old-pass" not in json.dumps(d) and "new-pass" not in json.dumps(d)
+
+
+@pytest.mark.parametrize("stack", ["gcp-prod", "aws-prod", "linode-dev"])
+def test_the_policy_message_and_the_bill_are_one_number(stack, tmp_path):
+    """issue 37: the verdict's cost line said $17,553 and the monthly-cost-ceiling message $17,271 in one
+    run: the pack priced the pools, system nodes and fees but not the boot disks, the charts' volumes, the
+    bucket or NAT traffic. Now it prices the same bill (the charts' volumes handed over by preflight), and
+    says it to the cent."""
+    need_charts()
+    config = tmp_path / "policy.yaml"
+    config.write_text("monthly-cost-ceiling:\n  maxMonthlyUsd: 1\n")
+    run = preflight(stack, "--out", str(tmp_path / "out"), "--policy-config", str(config), "--format", "json")
+    assert run.returncode == 3, run.stderr
+    full = json.loads((tmp_path / "out" / stack / "cost.json").read_text())["fullMonthlyUsd"]
+    policy = json.loads((tmp_path / "out" / stack / "policy.json").read_text())
+    message = next(p for p in policy["policies"] if p["name"] == "monthly-cost-ceiling")["violations"][0]["message"]
+    assert f"the stack costs ${full:,.2f}/month, over the ceiling of $1 " in message, (full, message)
 
 
 def test_verbose_shows_headroom_policy_config_version_and_api_exposure(base_and_head):
@@ -84,13 +170,41 @@ def test_standing_notes_come_once_per_stack(tmp_path):
     assert "- internet egress and cross-zone traffic" in verbose
 
 
-def test_the_verdict_says_when_prices_are_another_regions(tmp_path):
-    need_charts()
+def _eu_gke(tmp_path, overrides: str = "") -> subprocess.CompletedProcess:
     text = (ROOT / "stacks" / "Pulumi.gcp-prod.yaml").read_text()
     eu = (text.replace("region: us-central1", "region: europe-west4").replace("us-central1-a", "europe-west4-a")
           .replace("us-central1-b", "europe-west4-b").replace("      - us-central1-c\n", ""))
     stack = tmp_path / "Pulumi.gcp-eu.yaml"
-    stack.write_text(eu)
+    stack.write_text(eu.replace("config:\n", "config:\n" + overrides, 1))
+    return preflight("--stack-file", str(stack), "--out", str(tmp_path / "out"), "--no-policies")
+
+
+def test_an_eu_gke_stack_is_refused_without_its_regions_prices_and_priced_with_them(tmp_path):
+    """issue 37 item 1: an EU GKE stack was priced at us-central1's prices with a warning ("europe-west4 may
+    differ") and its budget verdict passed on them. The catalog has no europe-west4 price for a2-highgpu-1g:
+    the budget verdict refuses (exit 3) naming the type and the region, until priceOverrides gives the price."""
+    need_charts()
+    refused = _eu_gke(tmp_path)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    cost_row = next(line for line in refused.stdout.splitlines() if line.startswith("  cost "))
+    assert "REFUSED: no spot price for a2-highgpu-1g in europe-west4" in cost_row, cost_row
+    assert "priceOverrides.a2-highgpu-1g.spot" in refused.stdout
+    doc = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())
+    assert doc["refused"]["type"] == "a2-highgpu-1g" and doc["refused"]["region"] == "europe-west4"
+    priced = _eu_gke(tmp_path, "  gpu-platform:priceOverrides:\n    a2-highgpu-1g: {spot: 2.1}\n"
+                               "    e2-standard-4: {onDemand: 0.15}\n")
+    assert priced.returncode == 0, priced.stdout + priced.stderr
+    cost_row = next(line for line in priced.stdout.splitlines() if line.startswith("  cost "))
+    assert "instance prices are europe-west4's" in cost_row and "REFUSED" not in cost_row, cost_row
+    assert json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["fullMonthlyUsd"] > 0
+
+
+def test_an_eks_stack_in_eu_west_1_is_refused_naming_the_type_and_region(tmp_path):
+    need_charts()
+    text = (ROOT / "stacks" / "Pulumi.aws-prod.yaml").read_text().replace("us-east-1", "eu-west-1")
+    stack = tmp_path / "Pulumi.aws-eu.yaml"
+    stack.write_text(text)
     run = preflight("--stack-file", str(stack), "--out", str(tmp_path / "out"), "--no-policies")
+    assert run.returncode == 3, run.stdout + run.stderr
     cost_row = next(line for line in run.stdout.splitlines() if line.startswith("  cost "))
-    assert "us-central1 reference prices; europe-west4 may differ" in cost_row, run.stdout[:2000]
+    assert "REFUSED: no spot price for" in cost_row and "in eu-west-1" in cost_row, cost_row

@@ -265,6 +265,21 @@ def test_a_base_that_is_not_a_folder_is_a_usage_error(tmp_path, capsys, target, 
     assert not (tmp_path / "build" / "demo" / "plan.json").exists()
 
 
+@pytest.mark.parametrize("layout", ["empty", "other-stack"])
+def test_a_base_without_a_plan_is_a_usage_error_not_a_warning(tmp_path, capsys, layout):
+    """issue 37 item 3: a --base folder with no plan.json (the base branch's job did not run, or ran another
+    stack) printed a warning and a verdict with no comparison: a pull request's review could pass without
+    one. It is a usage error (exit 4), before the program runs."""
+    base = tmp_path / "base"
+    (base / ("other" if layout == "other-stack" else "")).mkdir(parents=True, exist_ok=True)
+    if layout == "other-stack":
+        (base / "other" / "plan.json").write_text('{"resources": []}')
+    code, text = _run(tmp_path, capsys, "--base", str(base))
+    assert code == 4, text
+    assert f"--base {base}: no plan.json there or in demo/" in text, text
+    assert not (tmp_path / "build" / "demo" / "plan.json").exists()
+
+
 # --- issue 37: preflight killed with SIGKILL leaves no config file and no policy pack behind ------------------
 
 KILLED_PREFLIGHT = """

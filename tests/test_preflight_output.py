@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 
 from gpu_platform.preflight import verdict
+from tests.cli_support import preflight_in_process
 from tests.conftest import ROOT
 from tests.fit_support import CHARTS
 
@@ -42,8 +43,8 @@ def test_the_verdict_comes_first_then_the_bill(two_runs):
     (result, _), _ = two_runs
     lines = result.stdout.splitlines()
     assert lines[0] == "preflight linode-ha (linode): PASS (exit 0)"
-    labels = [line.split()[0] for line in lines[1:5]]
-    assert labels == ["plan", "policies", "cluster", "cost"]
+    labels = [line.split()[0] for line in lines[1:6]]
+    assert labels == ["plan", "images", "policies", "cluster", "cost"]  # images: what `pulumi up` builds
     assert "Cost estimate for" in result.stdout and "the whole bill:" in result.stdout
     assert "Resource tree:" not in result.stdout and "POLICY" not in result.stdout  # details behind -v
     assert "\x1b[" not in result.stdout  # piped: no colour codes
@@ -59,7 +60,7 @@ def test_whole_numbers_are_integers_in_plan_json(two_runs):
 
 
 def test_json_document_validates_and_matches_the_written_one(tmp_path):
-    result = run("gcp-prod", "--format", "json", "--out", str(tmp_path))
+    result = preflight_in_process("gcp-prod", "--format", "json", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)  # stdout is the document and nothing else
     jsonschema.validate(doc, json.loads(verdict.SCHEMA_PATH.read_text()))
@@ -69,11 +70,11 @@ def test_json_document_validates_and_matches_the_written_one(tmp_path):
 
 
 def test_exit_codes_are_distinct(tmp_path):
-    unknown = run("no-such-stack")
+    unknown = preflight_in_process("no-such-stack")
     assert unknown.returncode == 4 and "Traceback" not in unknown.stderr
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text("config:\n  gpu-platform:cloud: mars\n")
-    config = run("--stack-file", str(bad), "--format", "json")
+    config = preflight_in_process("--stack-file", str(bad), "--format", "json")
     assert config.returncode == 2 and str(bad) in config.stderr
     assert json.loads(config.stdout)["verdict"] == "config-error"
     # A chart folder that really lacks the pinned Cilium chart: a chart error (2) naming it, unless allowed.
@@ -82,12 +83,12 @@ def test_exit_codes_are_distinct(tmp_path):
     for f in CHARTS.iterdir():
         if not f.name.startswith("cilium-"):
             (charts / f.name).symlink_to(f)
-    missing_chart = run("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts))
+    missing_chart = preflight_in_process("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts))
     assert missing_chart.returncode == 2 and "cilium" in missing_chart.stderr
-    allowed = run("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts),
-                  "--allow-missing-chart", "cilium", "-v")
+    allowed = preflight_in_process("linode-dev", "--no-policies", "--out", str(tmp_path), "--charts", str(charts),
+                                   "--allow-missing-chart", "cilium", "-v")
     assert allowed.returncode in (0, 3) and "NOT RENDERED" in allowed.stdout + allowed.stderr, allowed.stderr
-    assert run("linode-dev", "--no-policies", "--out", str(tmp_path), "--quiet").returncode == 0
+    assert preflight_in_process("linode-dev", "--no-policies", "--out", str(tmp_path), "--quiet").returncode == 0
 
 
 def test_colour_only_when_asked_and_never_with_no_color(tmp_path):
@@ -143,3 +144,22 @@ def test_ci_summary_tabulates_every_stack(tmp_path):
     assert result.returncode == 3  # one stack failed
     assert "| aws-prod (?) | ❌ fail |" in result.stdout and "| gcp-prod (?) | ✅ pass |" in result.stdout
     assert "schedulable: `Pod/ns/p` (r): no node group — fix: add one" in result.stdout
+
+
+def test_the_summary_carries_each_stacks_changes_against_the_base_in_a_fence_it_cannot_close(tmp_path):
+    """ci.yml's pull-request comment is this summary: with --base it shows each stack's changes (issue 37
+    item 3). A changed value is the pull request's text: a run of backticks in it cannot end the block."""
+    doc = verdict.document("gcp-prod", None, 0)
+    doc["baseDiff"] = {"base": "base/build/gcp-prod", "resources": {"added": [], "removed": [], "changed": ["u"]},
+                       "changes": [{"urn": "urn:pulumi:s::p::gcp:container/nodePool:NodePool::gpu", "type": "t",
+                                    "name": "gpu", "change": "changed", "category": "other",
+                                    "fields": [{"path": "autoscaling.totalMaxNodeCount", "base": 8, "head": 12},
+                                               {"path": "labels.x", "base": "a", "head": "````\n# forged"}]}]}
+    verdict.validate(doc)
+    (tmp_path / "gcp-prod").mkdir()
+    (tmp_path / "gcp-prod" / verdict.DOCUMENT).write_text(json.dumps(doc))
+    out = run("summary", str(tmp_path)).stdout
+    section = out.split("### gcp-prod: changes against the base branch\n", 1)[1]
+    fence = section.splitlines()[0].removesuffix("text")
+    assert len(fence) >= 5 and "autoscaling.totalMaxNodeCount: 8 -> 12" in section
+    assert "\n# forged" not in out and section.count(fence) == 2

@@ -57,12 +57,14 @@ def s3():
 class Run:
     """The training program as a child process, its JSON log read as it arrives."""
 
-    def __init__(self, url: str, run_name: str, args: list[str], endpoint: str | None = None):
-        env = {**os.environ, "PYTHONPATH": str(TRAINING_DIR), "OMP_NUM_THREADS": "1",
-               "PYTHONUNBUFFERED": "1", "RUN_NAME": run_name}
+    def __init__(self, url: str, run_name: str, args: list[str], endpoint: str | None = None,
+                 extra_env: dict[str, str] | None = None):
+        env = {**{k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}, "PYTHONPATH": str(TRAINING_DIR),
+               "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RUN_NAME": run_name}
         if endpoint:
             env.update(AWS_ENDPOINT_URL_S3=endpoint, AWS_ACCESS_KEY_ID="testing",
                        AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1")
+        env.update(extra_env or {})
         self.proc = subprocess.Popen(
             [str(TRAINING_PYTHON), "-m", "ckpt_train", "--checkpoint-url", url, *SMALL, *args],
             cwd=TRAINING_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -117,6 +119,59 @@ def step_of(name: str) -> int:
 
 def completed(names: list[str]) -> list[int]:
     return sorted(step_of(n) for n in names if n.startswith("step-") and n.endswith(".pt"))
+
+
+@pytest.fixture(scope="module")
+def s3_private_ca(tmp_path_factory):
+    """The same S3 API over HTTPS, its certificate signed by a CA of its own (an on-premises MinIO or Ceph RGW): what
+    kubernetes.checkpointStore.caBundle is for. Yields (endpoint, client, the CA's PEM file)."""
+    if not TRAINING_PYTHON.exists():
+        pytest.fail(f"{TRAINING_PYTHON} is missing: run `make training-venv` (make test does)")
+    import ssl
+
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    from gpu_platform.rehearsal.pki import CA
+
+    folder = tmp_path_factory.mktemp("private-ca")
+    ca = CA.new("onprem-s3-ca")
+    cert, key = ca.issue("localhost", dns=["localhost"], ips=["127.0.0.1"])
+    (folder / "ca.pem").write_bytes(ca.cert_pem)
+    (folder / "tls.crt").write_bytes(cert)
+    (folder / "tls.key").write_bytes(key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "tls.crt", folder / "tls.key")
+    server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), threaded=True,
+                         ssl_context=context)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"https://localhost:{server.server_port}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", verify=str(folder / "ca.pem"),
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket=BUCKET)
+    yield endpoint, client, folder / "ca.pem"
+    server.shutdown()
+
+
+def test_a_store_with_a_private_ca_is_trusted_through_aws_ca_bundle(s3_private_ca):
+    """What the platform sets for kubernetes.checkpointStore.caBundle (AWS_CA_BUNDLE, the mounted file) is what the
+    program's s3fs/aiobotocore reads: with it, checkpoints land and a restart resumes; without it, TLS verification
+    fails and the program stops (no silent run without checkpoints)."""
+    endpoint, client, ca_file = s3_private_ca
+    url = f"s3://{BUCKET}/runs"
+    trusted = Run(url, "ca", ["--total-steps", "20", "--checkpoint-every", "10"], endpoint, {"AWS_CA_BUNDLE": str(ca_file)})
+    assert trusted.finish() == 0, trusted.stderr()
+    assert completed(objects(client, "runs/ca/")) == [10, 20]
+    resumed = Run(url, "ca", ["--total-steps", "30", "--checkpoint-every", "10"], endpoint, {"AWS_CA_BUNDLE": str(ca_file)})
+    assert resumed.finish() == 0, resumed.stderr()
+    assert resumed.of("resume")[0]["step"] == 20
+    # one attempt: botocore would retry a TLS failure with backoff, to the same end
+    untrusted = Run(url, "no-ca", ["--total-steps", "20", "--checkpoint-every", "10"], endpoint, {"AWS_MAX_ATTEMPTS": "1"})
+    code = untrusted.finish()
+    err = untrusted.stderr()
+    assert code not in (0, CHECKPOINT_EXIT_CODE), err
+    assert "CERTIFICATE_VERIFY_FAILED" in err or "certificate verify failed" in err, err
+    assert not untrusted.of("step") and completed(objects(client, "runs/no-ca/")) == []
 
 
 def test_sigkill_then_restart_resumes_from_the_last_checkpoint(s3):
@@ -213,6 +268,22 @@ def test_bad_options_exit_2_without_traceback():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--keep must be at least 1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_without_a_checkpoint_store_it_stops_at_its_start_saying_why():
+    """A cluster without a checkpoint store (cloud kubernetes without kubernetes.checkpointStore) has no CHECKPOINT_URL
+    in ConfigMap training/checkpoint-store; the example job reads it with `optional: true`, so the pod starts without
+    it and the program says what is missing before any work (a run that cannot checkpoint loses it all to the next
+    preemption), rather than the pod never starting."""
+    if not TRAINING_PYTHON.exists():
+        pytest.fail(f"{TRAINING_PYTHON} is missing: run `make training-venv` (make test does)")
+    env = {k: v for k, v in os.environ.items() if k != "CHECKPOINT_URL"}
+    proc = subprocess.run([str(TRAINING_PYTHON), "-m", "ckpt_train", *SMALL], cwd=TRAINING_DIR,
+                          env={**env, "PYTHONPATH": str(TRAINING_DIR)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "none is set" in proc.stderr and "ConfigMap training/checkpoint-store" in proc.stderr
+    assert "kubernetes.checkpointStore" in proc.stderr and "Traceback" not in proc.stderr
+    assert '"event": "step"' not in proc.stdout
 
 
 def _run_plain(args: list[str], extra_env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:

@@ -12,12 +12,12 @@ checks; nothing here imports Pulumi.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Optional
 
 from gpu_platform.data import linode_kubelet
+from gpu_platform.data.quantity import cpu_millis, memory_bytes, parse_quantity  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from gpu_platform.costs.catalog import Catalog
@@ -44,40 +44,6 @@ class Allocatable:
 
 class CapacityError(ValueError):
     """An instance type the catalog does not know, or a cloud without a formula."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Kubernetes quantities
-# ---------------------------------------------------------------------------------------------
-
-_SUFFIX = {"Ki": 1024, "Mi": 1024 ** 2, "Gi": 1024 ** 3, "Ti": 1024 ** 4, "Pi": 1024 ** 5, "Ei": 1024 ** 6,
-           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1, "k": 10 ** 3, "M": 10 ** 6,
-           "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-
-
-def parse_quantity(value: object) -> Decimal:
-    """A Kubernetes resource.Quantity ("500m", "1.5Gi", 2, "1e3") as an exact Decimal in base units."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, (int, float)):
-        return Decimal(str(value))
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    number, suffix = m.group(1), m.group(2) or ""
-    return Decimal(number) * Decimal(_SUFFIX[suffix])
-
-
-def cpu_millis(value: object) -> int:
-    """CPU quantity in millicores, rounded up as the API server does (it keeps milli precision)."""
-    q = parse_quantity(value) * 1000
-    return int(q.to_integral_value(rounding="ROUND_CEILING"))
-
-
-def memory_bytes(value: object) -> int:
-    q = parse_quantity(value)
-    return int(q.to_integral_value(rounding="ROUND_CEILING"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +182,23 @@ def _linode(vcpus: int, memory: int, gpus: int) -> Allocatable:
 
 
 # ---------------------------------------------------------------------------------------------
+# A cluster the stack does not create (cloud kubernetes): what the stack file states
+# ---------------------------------------------------------------------------------------------
+
+
+def _own_node(vcpus: int, memory: int, gpus: int, stated: "Optional[dict]") -> Allocatable:
+    """A node type of the stack's own (kubernetes.nodeTypes): its `allocatable` as the stack file copies it from
+    `kubectl get node`, or, not given, the kubelet's defaults: no kube/system reservation, the hard eviction
+    threshold memory.available 100Mi, maxPods 110 (KubeletConfiguration v1beta1 defaults; an upper bound, and the
+    config warns so)."""
+    if stated:
+        return Allocatable(cpu_millis(stated["cpu"]), memory_bytes(stated["memory"]), gpus,
+                           int(stated.get("pods", KUBELET_DEFAULT_MAX_PODS)))
+    return Allocatable(vcpus * 1000, memory - memory_bytes(KUBELET_DEFAULT_EVICTION_MEMORY), gpus,
+                       KUBELET_DEFAULT_MAX_PODS)
+
+
+# ---------------------------------------------------------------------------------------------
 # The entry point
 # ---------------------------------------------------------------------------------------------
 
@@ -232,8 +215,12 @@ def allocatable(cloud: str, instance_type: str, catalog: Optional["Catalog"] = N
         catalog = load_catalog()
     itype = catalog.instance(cloud, instance_type)
     if itype is None:
+        if cloud == "kubernetes":
+            raise CapacityError(f"kubernetes/{instance_type}: not a node type of the stack (kubernetes.nodeTypes)")
         raise CapacityError(f"{cloud}/{instance_type}: not in the price catalog (gpu_platform/costs/catalog/{cloud}.yaml)")
     memory = int(Decimal(str(itype.memory_gib)) * GI)
+    if cloud == "kubernetes":
+        return _own_node(itype.vcpus, memory, itype.gpus, itype.allocatable)
     if cloud == "gcp":
         cpu = itype.vcpus * 1000 - tiered_cpu_reserved_millis(itype.vcpus)
         mem = memory - gke_memory_reserved_bytes(memory) - GKE_EVICTION_MEMORY
@@ -245,7 +232,7 @@ def allocatable(cloud: str, instance_type: str, catalog: Optional["Catalog"] = N
         return Allocatable(cpu, mem, itype.gpus, pods)
     if cloud == "linode":
         return _linode(itype.vcpus, memory, itype.gpus)
-    raise CapacityError(f"no allocatable formula for cloud {cloud!r} (linode, gcp, aws)")
+    raise CapacityError(f"no allocatable formula for cloud {cloud!r} (linode, gcp, aws, kubernetes)")
 
 
 def scale(a: Allocatable, nodes: int) -> Allocatable:

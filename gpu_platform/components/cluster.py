@@ -16,11 +16,28 @@ if TYPE_CHECKING:
     import pulumi_kubernetes as k8s
 
     from gpu_platform.config.model import StackConfig
+    from gpu_platform.costs.catalog import Catalog
 
 # Namespace and service account that training jobs run as; cloud IAM is bound to this identity
 # (GKE Workload Identity, EKS IRSA), so both sides must agree on the names.
 TRAINING_NAMESPACE = "training"
 TRAINING_SERVICE_ACCOUNT = "trainer"
+
+# What keeps cluster-autoscaler's scale-down off a node while a training pod runs there, on every cloud
+# (our chart on EKS and Linode, GKE's managed autoscaler): a pod annotated safe-to-evict "false" blocks the
+# removal of its node (cluster-autoscaler 1.35.2 simulator/drainability/rules/notsafetoevict, FAQ "What
+# types of pods can prevent CA from removing a node?"). Without it a Job's pod is "replicated" and
+# drainable: a node under the utilisation threshold (0.5 of its GPUs: one GPU of a four-GPU node) is
+# drained after scale-down-unneeded-time, its running job evicted. Not a PodDisruptionBudget: that would
+# also hold off the drains that give a pod its SIGTERM before a Spot reclaim (aws-node-termination-handler)
+# or an upgrade, where the job should checkpoint and go.
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+NOT_EVICTED_BY_SCALE_DOWN = {SAFE_TO_EVICT_ANNOTATION: "false"}
+
+# The private subnet (hence the zone) of an EKS node in an existing VPC, whose zones the config knows only as
+# its subnets ("subnet1", ...): every system and GPU node group is one subnet and labels its nodes with it,
+# so notebooks can be held where every GPU profile reaches, as zone names do in a new VPC.
+SUBNET_LABEL = "gpu-platform.io/subnet"
 
 # Label every GPU node carries with its pool name, on every cloud.
 POOL_LABEL = "gpu-platform.io/pool"
@@ -111,19 +128,33 @@ class SystemPoolSpec:
         return dict(SYSTEM_NODE_LABELS)
 
 
+# Where a training pod finds the certificates the checkpoint store's TLS certificate chains to, when the store has
+# a private CA (cloud kubernetes: kubernetes.checkpointStore.caBundle): ConfigMap training/checkpoint-ca, key
+# CHECKPOINT_CA_KEY, mounted by the torch-checkpointed runtime at CHECKPOINT_CA_DIR; the store's env names the file in
+# AWS_CA_BUNDLE, which botocore (and s3fs through aiobotocore) reads as its `ca_bundle` (botocore configprovider.py).
+CHECKPOINT_CA_CONFIGMAP = "checkpoint-ca"
+CHECKPOINT_CA_KEY = "ca-bundle.pem"
+CHECKPOINT_CA_DIR = "/etc/gpu-platform/checkpoint-ca"
+CHECKPOINT_CA_PATH = f"{CHECKPOINT_CA_DIR}/{CHECKPOINT_CA_KEY}"
+
+
 @dataclass(frozen=True)
 class CheckpointStore:
     """Where training writes checkpoints and how a pod in the training namespace reaches it.
 
-    url: bucket URL (s3://…, gs://…). service_account_annotations: put on the training service
-    account (IRSA role ARN, GKE Workload Identity). env: plain environment for pods (endpoint,
-    region). credentials: secret environment (e.g. S3 keys on Linode), None where identity-based.
+    url: bucket URL (s3://…, gs://…); None where the cluster has no checkpoint store (cloud kubernetes without
+    kubernetes.checkpointStore: pods get no CHECKPOINT_URL). service_account_annotations: put on the training
+    service account (IRSA role ARN, GKE Workload Identity). env: plain environment for pods (endpoint,
+    region, AWS_CA_BUNDLE). credentials: secret environment (e.g. S3 keys on Linode), None where identity-based.
+    ca_bundle: PEM certificates of the store's private CA (None: the image's trust store), put in ConfigMap
+    CHECKPOINT_CA_CONFIGMAP and mounted at CHECKPOINT_CA_PATH.
     """
 
-    url: pulumi.Output[str]
+    url: Optional[pulumi.Input[str]]
     service_account_annotations: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     env: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     credentials: Optional[pulumi.Output[Mapping[str, str]]] = None
+    ca_bundle: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -142,11 +173,29 @@ class ClusterHandle:
     endpoint: Optional[pulumi.Output[str]] = None
     # The zones the system (non-GPU) nodes can be in; empty: not known or no zones.
     system_zones: tuple[str, ...] = ()
+    # The node label whose values system_zones and GpuPoolSpec.zones are: the zone itself, or, on an
+    # existing AWS VPC whose subnets' zones are not known by name, SUBNET_LABEL (one value per subnet).
+    zone_label: str = "topology.kubernetes.io/zone"
     # PrometheusRules the cluster component asks the platform's monitoring to apply (metadata without a
     # namespace), e.g. Linode's API-token expiry alert.
     alert_rules: Sequence[Mapping[str, Any]] = ()
     # The system (CPU) pool: the job queue gives CPU-only work a flavor there. None: not known.
     system_pool: Optional[SystemPoolSpec] = None
+    # Where the pools' instance types are sized and priced: the stack's own node types on a cluster the stack does
+    # not create (cloud kubernetes, with their prices or none). None: the price catalog (with priceOverrides).
+    catalog: Optional["Catalog"] = None
+    # Minutes from a scale-up to a schedulable GPU node, where the stack states it (cloud kubernetes); None: the
+    # cloud's figure (gpu_platform/costs/node_boot.py).
+    node_boot_minutes: Optional[float] = None
+    # A host folder whose *.prom files node-exporter's textfile collector reads (node-level metrics the
+    # cluster's own scripts write, e.g. Linode's etcd snapshots). None: the collector stays off.
+    node_textfile_dir: Optional[str] = None
+    # The example training image by digest (components/images.py training_image), the stack output
+    # trainingImage. None: not built and none published.
+    training_image: Optional[pulumi.Output[str]] = None
+    # A kubernetes.io/dockerconfigjson document (a secret) pods in the training namespace pull the stack's
+    # images with, where the nodes cannot pull from the registry on their own identity (linode.imageRegistry).
+    image_pull_config: Optional[pulumi.Output[str]] = None
 
     @property
     def max_gpus(self) -> int:
@@ -173,10 +222,9 @@ def common_labels(cfg: "StackConfig") -> dict[str, str]:
 
 
 def gpu_pool_specs(cfg: "StackConfig", extra_labels: Optional[Mapping[str, Mapping[str, str]]] = None) -> list[GpuPoolSpec]:
-    """GpuPoolSpecs from the config and the catalog (GPUs per node, GPU model)."""
-    from gpu_platform.costs.catalog import load_catalog
-
-    catalog = load_catalog()
+    """GpuPoolSpecs from the config and the catalog (GPUs per node, GPU model): the stack's catalog, which on cloud
+    kubernetes holds its own node types (that cloud's component adds taints and zones: components/kubernetes)."""
+    catalog = cfg.stack_catalog()
     specs = []
     for pool in cfg.gpu_pools:
         itype = catalog.instance(cfg.cloud, pool.instance_type)

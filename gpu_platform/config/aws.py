@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from gpu_platform.config.base import SYSTEM_POOL_DEFAULTS, Cidr, Model, SystemPool, validate_system_pool
+from gpu_platform.config.base import IMAGE_BY_DIGEST, SYSTEM_POOL_DEFAULTS, Cidr, Model, SystemPool, validate_system_pool
 
 if TYPE_CHECKING:
     from gpu_platform.costs.catalog import InstanceType
@@ -37,25 +37,24 @@ MAX_SYSTEM_NODES = 20
 class ScaleInController(Model):
     """The job-aware scale-in protection controller (gpu_platform/components/aws/protection.py)."""
 
-    # Off: no controller; cluster-autoscaler alone removes idle GPU nodes after scaleDownGraceMinutes,
-    # and nothing marks busy nodes (see docs/quickstart-aws.md, "Scale-in protection"). Unset: on once
-    # `image` is given, off until then (a new stack plans on its first run; the verdict says it is off).
-    enabled: Optional[bool] = None
-    # Its image by digest, as published by .github/workflows/controller-image.yml on a release tag:
-    # ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex>. Required when enabled.
-    image: Optional[str] = Field(
-        default=None,
-        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$")
+    # On by default. Off: no controller; cluster-autoscaler alone removes idle GPU nodes after
+    # scaleDownGraceMinutes, and nothing marks busy nodes (see docs/quickstart-aws.md, "Scale-in protection").
+    enabled: bool = True
+    # A published image by digest (ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex>, as
+    # .github/workflows/controller-image.yml publishes it on a release tag): deployed as given, nothing built.
+    # Unset: `pulumi up` builds the image from gpu_platform/controllers/scale_in_protection/Dockerfile and
+    # pushes it to an ECR repository of the stack (components/aws/registry.py); the Deployment takes its digest.
+    image: Optional[str] = Field(default=None, pattern=IMAGE_BY_DIGEST)
 
     @property
     def on(self) -> bool:
-        """Whether the controller is deployed: `enabled` when set, else whether an image is given."""
-        return self.image is not None if self.enabled is None else self.enabled
+        """Whether the controller is deployed."""
+        return self.enabled
 
     @property
-    def off_until_an_image(self) -> bool:
-        """Off only because no image digest was given (not chosen with `enabled: false`)."""
-        return self.enabled is None and self.image is None
+    def built(self) -> bool:
+        """Whether `pulumi up` builds the controller's image (deployed, and no published digest given)."""
+        return self.enabled and self.image is None
 
 
 class AwsPool(Model):
@@ -81,11 +80,21 @@ class AwsSection(Model):
     availability_zones: list[str] = Field(default_factory=list)
     # One NAT gateway (cheapest) or one per zone (no cross-zone dependency).
     nat_gateways: Literal["single", "per-az"] = "single"
+    # Existing VPC only: the S3 gateway endpoint that keeps checkpoint traffic off the NAT. `create`: the
+    # stack adds one on the private subnets' route tables; `existing`: the VPC has one on them already.
+    s3_gateway_endpoint: Optional[Literal["create", "existing"]] = None
     # True: the Kubernetes API is reachable only from inside the VPC. False: also publicly, from
     # adminCidrs only (no adminCidrs = private only).
     endpoint_private_only: bool = False
-    # IAM roles/users made cluster admins through EKS access entries (the deployer always is).
+    # IAM roles/users made cluster admins through EKS access entries, one each, whoever runs `pulumi up`
+    # (the cluster is created with bootstrapClusterCreatorAdminPermissions false: its creator gets nothing
+    # implicit). Whoever deploys must be among them: the platform's Kubernetes objects are installed with
+    # the deployer's own credentials.
     admin_principal_arns: list[str] = Field(default_factory=list)
+    # Only for a cluster created before that (by an earlier release, bootstrapClusterCreatorAdminPermissions
+    # true): the principal that created it. EKS made its admin access entry then; the program makes no
+    # second one for it (EKS would refuse: ResourceInUseException).
+    cluster_creator_arn: Optional[str] = None
     # aws.systemPool {instanceType, minNodes, maxNodes}: the small on-demand managed node group for add-ons.
     # Last release's aws.systemNodes {instanceType, min, max} is read with a deprecation warning.
     system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["aws"]))

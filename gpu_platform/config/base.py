@@ -21,7 +21,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic.alias_generators import to_camel
 
 NAMESPACE = "gpu-platform"
-CLOUDS = ("linode", "gcp", "aws")
+CLOUDS = ("linode", "gcp", "aws", "kubernetes")
 CAPACITIES = ("spot", "preemptible", "on-demand")
 
 
@@ -56,6 +56,11 @@ MISSING = object()
 
 # Stands in for a secret value in messages: neither its plaintext nor its ciphertext is shown.
 SECRET = object()
+
+# What preflight hands the program for a `secure:` value it cannot decrypt, and for a run-time credential CI
+# supplies (gpu_platform/preflight/runner.py): always a secret, never a usable value. A component that reads a
+# credential's content (the kubeconfig of cloud kubernetes) plans without looking inside it.
+UNDECRYPTABLE = "preflight-cannot-decrypt-secure-value"
 
 
 def _holds_secure(value: Any, depth: int = 0) -> bool:
@@ -118,6 +123,12 @@ class ConfigError(Exception):
 # ---------------------------------------------------------------------------------------------
 # Reusable field types
 # ---------------------------------------------------------------------------------------------
+
+# A container image by digest, registry/repository[:tag]@sha256:<64 hex>, the registry host required (no
+# Docker Hub shorthand): the form of every image key a stack sets (a published image the program then does
+# not build) and of every image the program deploys (components/aws/protection.py, linode/node_groups.py).
+IMAGE_BY_DIGEST = (r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?"
+                   r"@sha256:[0-9a-f]{64}$")
 
 # Every pattern is used with fullmatch: `$` alone also matches before a trailing newline.
 DNS1123_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -253,6 +264,34 @@ def _kubernetes_minor(value: str) -> str:
     return value
 
 
+# The most a priceOverrides entry may say one node costs per hour. The catalog's dearest node is about
+# $88/hour (gcp/a3-highgpu-8g on-demand, gpu_platform/costs/catalog/gcp.yaml): ten times that is still a
+# price, anything above is a typo, and 1e306 overflows the estimate's monthly sums to infinity, which
+# the Pulumi runtime cannot serialize (a traceback instead of a config error).
+MAX_PRICE_OVERRIDE_USD_PER_HOUR = 1000.0
+
+
+_PRICE_ALLOWED = (f"a number of USD per node-hour, above 0 and at most {MAX_PRICE_OVERRIDE_USD_PER_HOUR:,.0f}, written "
+                  "without quotes (such as 0.42)")
+
+
+def _usd_per_hour_text(value: Any) -> Any:
+    """A number as YAML writes it (2 or 0.42), never text: "0.1" would pass here and be refused later by
+    the policy pack, whose check sees the raw stack value."""
+    if isinstance(value, str):
+        raise ValueError(f"{_PRICE_ALLOWED}; not text")
+    return value
+
+
+def _usd_per_hour_range(value: float) -> float:
+    if not 0 < value <= MAX_PRICE_OVERRIDE_USD_PER_HOUR:
+        raise ValueError(f"{_PRICE_ALLOWED}; the catalog's dearest node costs about $88/hour")
+    return value
+
+
+UsdPerHour = Annotated[float, BeforeValidator(_usd_per_hour_text), AfterValidator(_usd_per_hour_range)]
+
+
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 KubernetesMinor = Annotated[str, BeforeValidator(_minor_from_number), AfterValidator(_kubernetes_minor)]
 Cidr = Annotated[str, AfterValidator(_cidr)]
@@ -340,6 +379,8 @@ _TAG_RULES = {
     "aws": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 256, str),
     # Linode tags are one "key:value" string of 3 to 50 characters (Cloud Manager's tag validation).
     "linode": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 50, str),
+    # cloud kubernetes: JSON in the node-groups ConfigMap (components/kubernetes), kept to the AWS rule's characters.
+    "kubernetes": (re.compile(r"[^A-Za-z0-9 _.:/=+@-]"), 256, str),
 }
 
 
@@ -374,7 +415,8 @@ class SystemPool(Model):
 
 SYSTEM_POOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "gcp": {"instanceType": "e2-standard-4", "minNodes": 1, "maxNodes": 3},
-    "aws": {"instanceType": "m6i.large", "minNodes": 2, "maxNodes": 3},
+    # maxNodes 6: two a zone over three zones, room for CPU notebooks in the zones they may run in (issue 33 item 4).
+    "aws": {"instanceType": "m6i.large", "minNodes": 2, "maxNodes": 6},
     # A kubeadm pool on Linode is a fixed set of instances: min == max (check_stack).
     "linode": {"instanceType": "g6-standard-4", "minNodes": 1, "maxNodes": 1},
 }

@@ -3,9 +3,10 @@ AWS, deletion protection and the zones of each GPU pool on GKE. Pure functions o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from gpu_platform.config.aws import AwsPool
+from gpu_platform.config.catalog import stack_catalog  # noqa: F401 (re-exported: the components import it from here)
 from gpu_platform.config.gcp import PRODUCTION_ENVIRONMENTS, GcpSection, pool_zones
 
 if TYPE_CHECKING:
@@ -30,6 +31,19 @@ def on_demand_split(cfg: "StackConfig", pool_index: int) -> tuple[int, int]:
     return extra.on_demand_base_capacity, 0 if pct is None else pct
 
 
+def gke_node_minor_floor(cfg: "StackConfig") -> Optional[str]:
+    """The oldest Kubernetes minor the stack's GKE nodes can run: kubernetesVersion when pinned (GKE's
+    minimum), else the oldest minor the release channel can still run today (the version calendar:
+    Rapid/Regular/Stable upgrade a cluster at the end of standard support, Extended keeps it to the end of
+    extended support). Before issue 33 item 9 an unpinned stack planned no Spot shutdown grace at all."""
+    from gpu_platform.data.versions_calendar import oldest_running_minor
+
+    if cfg.kubernetes_version_pinned:
+        return cfg.kubernetes_version
+    section: GcpSection = cfg.gcp  # type: ignore[assignment]
+    return oldest_running_minor("gcp", extended=section.release_channel == "EXTENDED")
+
+
 def effective_deletion_protection(cfg: "StackConfig") -> bool:
     """deletionProtection as configured; unset, it is on for prod/production environments."""
     section: GcpSection = cfg.gcp  # type: ignore[assignment]
@@ -42,3 +56,4 @@ def gpu_pool_zone_map(cfg: "StackConfig", catalog: "Catalog") -> dict[str, list[
     """Pool name -> the zones its nodes run in (see pool_zones)."""
     section: GcpSection = cfg.gcp  # type: ignore[assignment]
     return {p.name: pool_zones(section, catalog.instance("gcp", p.instance_type)) for p in cfg.gpu_pools}
+

@@ -91,6 +91,16 @@ class Maintenance(Model):
     exclusions: list[MaintenanceExclusion] = Field(default_factory=list)
 
 
+class GcpSystemPool(SystemPool):
+    """GKE's system pool: the shared shape plus the zones it runs in (docs/quickstart-gcp.md, "System pool
+    layout"). Empty `zones` (the default): every zone of gcp.zones, a regional pool, which GKE starts with
+    one node per zone and whose zonal volumes then keep a node in each zone they were created in. One zone:
+    a zonal pool; the platform's volumes are all made in that zone (their pods run there), so they stay
+    schedulable, and the pool idles at the nodes the platform needs there (often one)."""
+
+    zones: list[str] = Field(default_factory=list, max_length=8)
+
+
 class GcpSection(Model):
     project: str
     region: str
@@ -107,8 +117,8 @@ class GcpSection(Model):
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
     # None: on when environment is prod or production (see effective_deletion_protection).
     deletion_protection: Optional[bool] = None
-    # gcp.systemPool {instanceType, minNodes, maxNodes}; machineType is last release's name of instanceType.
-    system_pool: SystemPool = Field(default_factory=lambda: SystemPool(**SYSTEM_POOL_DEFAULTS["gcp"]))
+    # gcp.systemPool {instanceType, minNodes, maxNodes, zones}; machineType is last release's name of instanceType.
+    system_pool: GcpSystemPool = Field(default_factory=lambda: GcpSystemPool(**SYSTEM_POOL_DEFAULTS["gcp"]))
     gpu_driver_version: Literal["LATEST", "DEFAULT", "INSTALLATION_DISABLED"] = "LATEST"
     # Checkpoints older than this are deleted by a bucket lifecycle rule.
     checkpoint_retention_days: int = Field(default=30, ge=1, le=3650)
@@ -155,6 +165,47 @@ class GcpSection(Model):
         return value
 
 
+# GKE graceful node shutdown on a Spot or preemptible reclaim: 30 s by default, of which 15 s for pods and 15 s
+# for critical system pods (GKE "Spot VMs", "Termination and graceful shutdown of Spot VMs"; "Preemptible VMs").
+# Spot pools may extend it to 120 s (kubelet_config shutdown_grace_period_seconds /
+# shutdown_grace_period_critical_pods_seconds) on Standard node pools whose control plane runs GKE
+# 1.35.0-gke.1171000 or later; preemptible VMs keep the default. Pods get the total less the critical pods'
+# share: 105 s, more than the training runtime's 60 s checkpoint grace
+# (components/platform/training.py CHECKPOINT_GRACE_SECONDS); with the default they get 15 s.
+DEFAULT_POD_SHUTDOWN_GRACE_SECONDS = 15
+SPOT_SHUTDOWN_GRACE_SECONDS = 120
+SPOT_SHUTDOWN_GRACE_CRITICAL_PODS_SECONDS = 15
+# The first minor with a GKE version that allows it. The calendar holds minors, not GKE patch builds: nodes
+# on 1.35 get the newest 1.35 patch of their channel, which GKE must run at 1.35.0-gke.1171000 or later;
+# should it not, GKE refuses the pool at `pulumi up` with its message (nothing is dropped silently).
+SPOT_GRACE_MIN_MINOR = (1, 35)
+TRAINING_CHECKPOINT_GRACE_SECONDS = 60  # components/platform/training.py CHECKPOINT_GRACE_SECONDS (a test keeps them equal)
+
+
+def spot_grace_allowed(kubernetes_minor: Optional[str]) -> bool:
+    """Whether nodes whose oldest possible minor is `kubernetes_minor` may take the 120 s Spot grace."""
+    if not kubernetes_minor:
+        return False
+    try:
+        minor = tuple(int(x) for x in kubernetes_minor.split(".")[:2])
+    except ValueError:
+        raise ValueError(f"kubernetes minor {kubernetes_minor!r}: expected MAJOR.MINOR like 1.35") from None
+    return minor >= SPOT_GRACE_MIN_MINOR
+
+
+def pod_shutdown_grace_seconds(capacity: str, kubernetes_minor: Optional[str]) -> Optional[int]:
+    """Seconds a pod gets between SIGTERM and the VM's stop on a reclaim of a `capacity` node (None:
+    on-demand, never reclaimed)."""
+    if capacity == "on-demand":
+        return None
+    if capacity == "spot" and spot_grace_allowed(kubernetes_minor):
+        return SPOT_SHUTDOWN_GRACE_SECONDS - SPOT_SHUTDOWN_GRACE_CRITICAL_PODS_SECONDS
+    return DEFAULT_POD_SHUTDOWN_GRACE_SECONDS
+def system_pool_zones(section: GcpSection) -> list[str]:
+    """The zones the system pool's nodes run in: `gcp.systemPool.zones`, or every zone of `gcp.zones`."""
+    return list(section.system_pool.zones) or list(section.zones)
+
+
 def pool_zones(section: GcpSection, itype: "Optional[InstanceType]") -> list[str]:
     """The configured zones a GPU pool's nodes may run in: those offering its accelerator where the
     catalog knows, otherwise all of them (GKE then places nodes wherever capacity is)."""
@@ -163,5 +214,5 @@ def pool_zones(section: GcpSection, itype: "Optional[InstanceType]") -> list[str
     return [z for z in section.zones if z in itype.zones]
 
 
-__all__ = ["GcpSection", "Maintenance", "MaintenanceExclusion", "SystemPool", "pool_zones", "PRODUCTION_ENVIRONMENTS",
+__all__ = ["GcpSection", "GcpSystemPool", "Maintenance", "MaintenanceExclusion", "SystemPool", "pool_zones", "system_pool_zones", "PRODUCTION_ENVIRONMENTS",
            "SYSTEM_POOL_NAME"]

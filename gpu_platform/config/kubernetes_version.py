@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 KEY = "kubernetesVersion"
 # How a stack opts into paid extended support, per cloud: (key as written in the stack file, value).
 EXTENDED_OPT_IN = {"aws": ("aws.supportType", "EXTENDED"), "gcp": ("gcp.releaseChannel", "EXTENDED")}
-CLOUD_NAMES = {"aws": "EKS", "gcp": "GKE", "linode": "upstream Kubernetes (kubeadm)"}
+CLOUD_NAMES = {"aws": "EKS", "gcp": "GKE", "linode": "upstream Kubernetes (kubeadm)",
+               "kubernetes": "upstream Kubernetes"}
 
 
 def extended_chosen(cfg: "StackConfig") -> bool:
@@ -99,7 +100,9 @@ def version_warnings(cfg: "StackConfig", on: DateLike = None, calendar: Optional
                                        else "upgrades the control plane automatically (aws.supportType: STANDARD)"),
                  "gcp": "then GKE upgrades the cluster automatically" + (
                      "" if extended_chosen(cfg) else " (unless gcp.releaseChannel: EXTENDED)"),
-                 "linode": "then upstream publishes no more patches"}[cloud]
+                 "linode": "then upstream publishes no more patches",
+                 "kubernetes": "then upstream publishes no more patches (your cluster's provider may support it "
+                               "longer)"}[cloud]
         return out + [f"{KEY} {minor} leaves {name} standard support on {row.end_of_standard.isoformat()} "
                       f"(in {days} day(s)); {after}. Plan to {upgrade}."]
     if state == "extended":

@@ -15,18 +15,19 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from gpu_platform.config.base import SYSTEM_POOL_DEFAULTS, Cidr, Model, SystemPool, validate_system_pool
+from gpu_platform.config.base import IMAGE_BY_DIGEST, SYSTEM_POOL_DEFAULTS, Cidr, Model, SystemPool, validate_system_pool
 
 # Object Storage bucket names are global across all Linode customers: <prefix>-ckpt-<owner>-<random>.
 BUCKET_SUFFIX_LENGTH = 8
 _BUCKET_LABEL = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 
 
-def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True) -> str:
-    """The checkpoint bucket's label within Linode's rules (3-63 characters of lower-case letters,
-    digits and dashes, starting and ending with a letter or digit, not an IP address); the owner part
-    is shortened when needed, the random suffix never is."""
-    base = f"{prefix}-ckpt-{owner}"
+def bucket_label(prefix: str, owner: str, suffix: str, check: bool = True, kind: str = "ckpt") -> str:
+    """A bucket's label within Linode's rules (3-63 characters of lower-case letters, digits and dashes,
+    starting and ending with a letter or digit, not an IP address): <prefix>-<kind>-<owner>-<suffix>, kind
+    `ckpt` (checkpoints) or `etcd` (etcd snapshots); the owner part is shortened when needed, the random
+    suffix never is."""
+    base = f"{prefix}-{kind}-{owner}"
     label = f"{base[:63 - len(suffix) - 1].rstrip('-')}-{suffix}"
     if check and (not _BUCKET_LABEL.fullmatch(label) or "--" in label):
         raise ValueError(f"bucket label {label!r} breaks Linode's bucket naming rules")
@@ -41,6 +42,11 @@ SSH_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ss
 # SigV4, and tests/boot_harness.py executes them against a recorded Ubuntu 24.04 image. Another release
 # (or another distribution) is untested: a node that never joins, found 40 minutes into `pulumi up`.
 SUPPORTED_IMAGES = ("linode/ubuntu24.04",)
+# cloud-init's Akamai datasource decoded base64 user data to text until 24.4 (canonical/cloud-init
+# cloudinit/sources/DataSourceAkamai.py: `b64decode(self.userdata_raw).decode()` at 24.3.1, the bytes kept at
+# 24.4, "fix(akamai): handle non-string user data in base64 decoding" #5751): gzip-compressed user data
+# raised UnicodeDecodeError and the node never ran its boot document.
+IMAGE_CLOUD_INIT_MIN = (24, 4)
 
 
 class LinodeControlPlane(Model):
@@ -60,12 +66,11 @@ class LinodeNodeGroups(Model):
     """The node-group provider that scales autoscaled Linode GPU pools (minNodes < maxNodes):
     gpu_platform/controllers/linode_node_groups, docs/linode-autoscaling.md."""
 
-    # Its image by digest, as published by .github/workflows/linode-node-groups-image.yml on a release tag:
-    # ghcr.io/<owner>/gpu-platform-linode-node-groups@sha256:<64 hex>. Unset: no provider and no
-    # autoscaler are deployed, and autoscaled pools stay at minNodes (a warning says so).
-    image: Optional[str] = Field(
-        default=None,
-        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$")
+    # A published image by digest (ghcr.io/<owner>/gpu-platform-linode-node-groups@sha256:<64 hex>, as
+    # .github/workflows/linode-node-groups-image.yml publishes it on a release tag): deployed as given, nothing
+    # built. Unset: `pulumi up` builds the image from gpu_platform/controllers/linode_node_groups/Dockerfile
+    # and pushes it to linode.imageRegistry (required then, a config error otherwise).
+    image: Optional[str] = Field(default=None, pattern=IMAGE_BY_DIGEST)
     # A new node that has not registered after this long is deleted (its boot failed); the pool
     # recovers on the autoscaler's next scale-up. The node's bootstrap token expires at the same time.
     join_deadline_minutes: int = Field(default=40, ge=15, le=180)
@@ -74,6 +79,32 @@ class LinodeNodeGroups(Model):
     # preflight warns within 30 days, like linode.apiTokenExpires. Without linode-node-groups:token the
     # provider runs on linode-cluster:token: then the same date as linode.apiTokenExpires.
     api_token_expires: Optional[datetime.date] = None
+
+
+# Config namespace of the registry's passwords (Pulumi secrets; never in the gpu-platform namespace, whose
+# values end up in clear in names, tags and labels): `password` pushes, `pullPassword` (optional) pulls.
+REGISTRY_SECRET_NAMESPACE = "linode-registry"
+
+
+class LinodeImageRegistry(Model):
+    """The container registry a Linode stack names (Linode has no registry service of its own): `pulumi up`
+    pushes the images it builds from this repository to <server>/<repository>/<image> and the cluster pulls
+    them from there by digest (docs/quickstart-linode.md, "Images")."""
+
+    # The registry's host, with a port if it is not 443: ghcr.io, registry.example.com:5000.
+    server: str = Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:[0-9]{1,5})?$")
+    # The path under the server the images go to: <owner>/<name> on GHCR (an organisation or user the
+    # push token can write to), a Harbor project, ...
+    repository: str = Field(pattern=r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*){0,4}$", max_length=200)
+    # Who pushes; the password is `pulumi config set --secret linode-registry:password <token>`.
+    username: str = Field(pattern=r"^[^\s:]{1,255}$")
+    # Who pulls, when a read-only token exists (its password: linode-registry:pullPassword): the cluster
+    # keeps pull credentials in image pull Secrets (kube-system, training). Unset: the push credentials.
+    pull_username: Optional[str] = Field(default=None, pattern=r"^[^\s:]{1,255}$")
+
+    def address(self, image: str) -> str:
+        """Where an image of this registry lives: <server>/<repository>/<image>."""
+        return f"{self.server}/{self.repository}/{image}"
 
 
 class LinodeSection(Model):
@@ -85,6 +116,10 @@ class LinodeSection(Model):
     # A public image the node scripts support (SUPPORTED_IMAGES) or one of the account's own images
     # (private/<id>), which must be built from one of them: the program cannot look inside it offline.
     image: str = Field(default="linode/ubuntu24.04", pattern=r"^(linode/[a-z0-9][a-z0-9._-]{0,62}|private/[0-9]{1,12})$")
+    # The cloud-init release a private/<id> image ships (`cloud-init --version` on an instance of it): the
+    # program cannot look inside the image, and before 24.4 cloud-init's Linode (Akamai) datasource cannot
+    # read compressed user data (IMAGE_CLOUD_INIT_MIN). Required with a private image.
+    image_cloud_init: Optional[str] = Field(default=None, pattern=r"^[0-9]{1,3}\.[0-9]{1,2}(\.[0-9]{1,3})?$")
     # Node-to-node traffic (kubelet, etcd, CNI) stays on this VPC subnet.
     subnet_cidr: Cidr = "10.0.0.0/24"
     pod_cidr: Cidr = "10.244.0.0/16"
@@ -110,6 +145,9 @@ class LinodeSection(Model):
     # aws.scaleDownGraceMinutes; cluster-autoscaler's scale-down-unneeded-time).
     scale_down_grace_minutes: int = Field(default=15, ge=1, le=24 * 60)
     node_groups: LinodeNodeGroups = Field(default_factory=LinodeNodeGroups)
+    # Where `pulumi up` pushes the images it builds (the node-group provider's, the example training image).
+    # Needed by autoscaled GPU pools unless linode.nodeGroups.image names a published image.
+    image_registry: Optional[LinodeImageRegistry] = None
 
     @field_validator("image")
     @classmethod

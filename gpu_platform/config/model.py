@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from gpu_platform.config.aws import AwsSection
-from gpu_platform.config.base import CLOUDS, Cidr, DnsLabel, Email, KubernetesMinor, Model, NodeLabels, OnDemandApproval
+from gpu_platform.config.base import (CLOUDS, MAX_PRICE_OVERRIDE_USD_PER_HOUR, Cidr, DnsLabel, Email, KubernetesMinor,  # noqa: F401
+                                      Model, NodeLabels, OnDemandApproval, UsdPerHour)
 from gpu_platform.config.bucket_lifecycle import OnDestroy
 from gpu_platform.config.gcp import GcpSection
+from gpu_platform.config.kubernetes import KubernetesSection
 from gpu_platform.config.linode import LinodeSection
 from gpu_platform.config.platform import PlatformSection
 from gpu_platform.data.versions_calendar import default_minor
@@ -39,34 +41,6 @@ class GpuPool(Model):
     # {reason, approver} (recorded in tags/labels). A bare `true` is still read, but carries no
     # reason or approver, so the policy pack does not accept it as an approval.
     approved_on_demand: Union[bool, OnDemandApproval] = False
-
-
-# The most a priceOverrides entry may say one node costs per hour. The catalog's dearest node is about
-# $88/hour (gcp/a3-highgpu-8g on-demand, gpu_platform/costs/catalog/gcp.yaml): ten times that is still a
-# price, anything above is a typo, and 1e306 overflows the estimate's monthly sums to infinity, which
-# the Pulumi runtime cannot serialize (a traceback instead of a config error).
-MAX_PRICE_OVERRIDE_USD_PER_HOUR = 1000.0
-
-
-_PRICE_ALLOWED = (f"a number of USD per node-hour, above 0 and at most {MAX_PRICE_OVERRIDE_USD_PER_HOUR:,.0f}, written "
-                  "without quotes (such as 0.42)")
-
-
-def _usd_per_hour_text(value: Any) -> Any:
-    """A number as YAML writes it (2 or 0.42), never text: "0.1" would pass here and be refused later by
-    the policy pack, whose check sees the raw stack value."""
-    if isinstance(value, str):
-        raise ValueError(f"{_PRICE_ALLOWED}; not text")
-    return value
-
-
-def _usd_per_hour_range(value: float) -> float:
-    if not 0 < value <= MAX_PRICE_OVERRIDE_USD_PER_HOUR:
-        raise ValueError(f"{_PRICE_ALLOWED}; the catalog's dearest node costs about $88/hour")
-    return value
-
-
-UsdPerHour = Annotated[float, BeforeValidator(_usd_per_hour_text), AfterValidator(_usd_per_hour_range)]
 
 
 class PriceOverride(Model):
@@ -103,7 +77,8 @@ class CostsSection(Model):
 class StackConfig(Model):
     """The whole `gpu-platform:*` namespace of one stack."""
 
-    cloud: Literal["linode", "gcp", "aws"]
+    # kubernetes: a cluster that exists (the `kubernetes` section says how to reach it and what its nodes are).
+    cloud: Literal["linode", "gcp", "aws", "kubernetes"]
     environment: DnsLabel = "dev"
     # Opt-in: a short suffix that makes every cloud name of this stack unique where two stacks share an
     # `environment` in one account/project (gpu-<environment>-<nameSuffix>); the stack budget filters on
@@ -122,6 +97,7 @@ class StackConfig(Model):
     linode: Optional[LinodeSection] = None
     gcp: Optional[GcpSection] = None
     aws: Optional[AwsSection] = None
+    kubernetes: Optional[KubernetesSection] = None
     platform: PlatformSection = Field(default_factory=PlatformSection)
     price_overrides: dict[str, PriceOverride] = Field(default_factory=dict)
     costs: CostsSection = Field(default_factory=CostsSection)
@@ -132,7 +108,8 @@ class StackConfig(Model):
     @classmethod
     def _default_kubernetes_version(cls, data: Any, handler: Any) -> "StackConfig":
         pinned = not isinstance(data, dict) or data.get("kubernetesVersion", data.get("kubernetes_version")) is not None
-        if not pinned and data.get("cloud") in CLOUDS:
+        # On an existing cluster (kubernetes) the version is the cluster's: the stack states it (checks/kubernetes.py).
+        if not pinned and data.get("cloud") in CLOUDS and data.get("cloud") != "kubernetes":
             linode = data.get("linode") if isinstance(data.get("linode"), dict) else {}
             cni = linode.get("cni", LinodeSection.model_fields["cni"].default) if data["cloud"] == "linode" else None
             data = {**data, "kubernetesVersion": default_minor(data["cloud"], cni=cni if isinstance(cni, str) else None)}
@@ -154,6 +131,13 @@ class StackConfig(Model):
     def cloud_section(self) -> Any:
         return getattr(self, self.cloud)
 
+    def stack_catalog(self) -> Any:
+        """The catalog this stack's instance types are sized and priced from (gpu_platform.config.derived.stack_catalog):
+        the price catalog with priceOverrides, or on cloud kubernetes the stack's own node types."""
+        from gpu_platform.config.catalog import stack_catalog
+
+        return stack_catalog(self)
+
     def catalog_overrides(self) -> dict[str, dict[str, float]]:
         """price_overrides in the catalog's form: {"<cloud>/<type>": {"onDemand": ..}}."""
         out: dict[str, dict[str, float]] = {}
@@ -165,7 +149,7 @@ class StackConfig(Model):
 # Keys whose value is structured (the CLI hands the program those as JSON strings).
 STRUCTURED_KEYS = {
     StackConfig.model_fields[f].alias or f
-    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "platform", "price_overrides", "costs",
+    for f in ("alert_emails", "admin_cidrs", "gpu_pools", "linode", "gcp", "aws", "kubernetes", "platform", "price_overrides", "costs",
               "checkpoint_bucket")
 }
 

@@ -264,8 +264,14 @@ def aws_names(cfg: "StackConfig") -> list[DerivedName]:
     return out
 
 
+def kubernetes_names(cfg: "StackConfig") -> list[DerivedName]:
+    """gpu_platform/components/kubernetes: no cloud resource; the Kubernetes objects' names come from pool names
+    (DNS labels, checked by the model) and fixed names."""
+    return []
+
+
 def derived_names(cfg: "StackConfig") -> list[DerivedName]:
-    return {"linode": linode_names, "gcp": gcp_names, "aws": aws_names}[cfg.cloud](cfg)
+    return {"linode": linode_names, "gcp": gcp_names, "aws": aws_names, "kubernetes": kubernetes_names}[cfg.cloud](cfg)
 
 
 def name_issues(cfg: "StackConfig") -> list[ConfigIssue]:

@@ -11,7 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from gpu_platform.config.base import DnsLabel, Email, Model
+from gpu_platform.config.base import IMAGE_BY_DIGEST, DnsLabel, Email, Model
 
 
 class AlertSmtp(Model):
@@ -36,6 +36,19 @@ class AlertSmtp(Model):
     # password never passes through the stack file). Mounted into Alertmanager.
     password_secret: Optional[DnsLabel] = None
     require_tls: bool = True
+
+
+class TrainingImage(Model):
+    """The example training program's image (examples/training): the stack output `trainingImage`, the image
+    docs/first-training-job.md runs."""
+
+    # Build it at `pulumi up` from examples/training/Dockerfile and push it to the stack's registry (ECR, Artifact
+    # Registry, linode.imageRegistry). torch from PyPI brings the CUDA libraries: the first build downloads and
+    # pushes gigabytes; later runs rebuild only when examples/training changes. false: no training image.
+    build: bool = True
+    # A published image by digest instead (e.g. ghcr.io/<owner>/gpu-platform-training@sha256:<64 hex>, as
+    # .github/workflows/training-image.yml publishes it on a release tag): nothing built.
+    image: Optional[str] = Field(default=None, pattern=IMAGE_BY_DIGEST)
 
 
 class PlatformSection(Model):
@@ -75,5 +88,8 @@ class PlatformSection(Model):
     # --- monitoring --------------------------------------------------------------------------
     prometheus_retention_days: int = Field(default=15, ge=1, le=365)
     prometheus_storage_gib: int = Field(default=50, ge=5, le=10_000)
+
+    # --- images ------------------------------------------------------------------------------
+    training_image: TrainingImage = Field(default_factory=TrainingImage)
 
 

@@ -17,12 +17,14 @@ from pydantic import BaseModel, ValidationError
 from gpu_platform.config.base import MISSING, NAMESPACE, SECRET, ConfigError, ConfigIssue
 from gpu_platform.config.checks import aws as aws_checks
 from gpu_platform.config.checks import gcp as gcp_checks
+from gpu_platform.config.checks import kubernetes as kubernetes_checks
 from gpu_platform.config.checks import linode as linode_checks
 from gpu_platform.config.checks import platform as platform_checks
 from gpu_platform.config.checks.pools import system_pool_warnings
 from gpu_platform.config.gcp import INTERNAL_TEXT, is_internal
 from gpu_platform.config.kubernetes_version import version_warnings
 from gpu_platform.config.model import STRUCTURED_KEYS, StackConfig
+from gpu_platform.config.derived import stack_catalog
 from gpu_platform.config.names import name_issues
 from gpu_platform.costs.catalog import a_cloud, load_catalog
 
@@ -273,20 +275,34 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
         if names.index(name) != i:
             issues.append(ConfigIssue(f"gpuPools[{i}].name", name, "unique among gpuPools"))
 
+    own_nodes = cfg.cloud == "kubernetes"
     base = load_catalog()
-    for key in cfg.price_overrides:
-        if base.instance(cfg.cloud, key) is None:
-            issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"{a_cloud(cfg.cloud)} instance type in the catalog"))
-    catalog = load_catalog(cfg.catalog_overrides()) if cfg.price_overrides and not issues else base
+    if own_nodes:  # the stack's own node types (kubernetes.nodeTypes); priceOverrides is refused by its check
+        catalog = stack_catalog(cfg)
+    else:
+        for key in cfg.price_overrides:
+            if base.instance(cfg.cloud, key) is None:
+                issues.append(ConfigIssue(f"priceOverrides.{key}", key, f"{a_cloud(cfg.cloud)} instance type in the catalog"))
+        catalog = load_catalog(cfg.catalog_overrides()) if cfg.price_overrides and not issues else base
     known = sorted(t.name for t in catalog.gpu_instances(cfg.cloud))
     for i, pool in enumerate(cfg.gpu_pools):
         if pool.min_nodes > pool.max_nodes:
             issues.append(ConfigIssue(f"gpuPools[{i}].minNodes", pool.min_nodes, f"at most maxNodes ({pool.max_nodes})"))
         itype = catalog.instance(cfg.cloud, pool.instance_type)
         if itype is None or not itype.is_gpu:
+            if own_nodes:
+                what = ("is a node type without GPUs" if itype is not None else
+                        "is not a kubernetes.nodeTypes key" if pool.instance_type not in cfg.kubernetes.node_types
+                        else "names a catalog type that does not exist")
+                issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
+                                          f"{pool.instance_type} {what}; allowed: the node types with GPUs "
+                                          f"({', '.join(known) or 'none: give one gpus above 0'})"))
+                continue
             what = "has no GPU" if itype is not None else f"is not {a_cloud(cfg.cloud)} GPU type in the catalog"
             issues.append(ConfigIssue(f"gpuPools[{i}].instanceType", pool.instance_type,
                                       f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
+        elif own_nodes:
+            continue  # priced by the stack's node types, all or none (checks/kubernetes.py)
         elif itype.price(pool.capacity) is None:
             # The budget alert's spend rule and the cost estimate price every pool: a type without a
             # price at this capacity would crash them, so it is a config error naming both ways out.
@@ -297,7 +313,8 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
                 f"a capacity the price catalog prices for {pool.instance_type}: {', '.join(priced) or 'none'}; "
                 f"or price it yourself with priceOverrides.{pool.instance_type}.{override} (USD per node-hour)"))
 
-    checks = {"linode": linode_checks.check_stack, "gcp": gcp_checks.check_stack, "aws": aws_checks.check_stack}
+    checks = {"linode": linode_checks.check_stack, "gcp": gcp_checks.check_stack, "aws": aws_checks.check_stack,
+              "kubernetes": kubernetes_checks.check_stack}
     issues += checks[cfg.cloud](cfg, catalog)
     issues += private_range_issues(cfg)
     issues += platform_checks.check_stack(cfg)
@@ -332,7 +349,10 @@ def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
 def config_warnings(cfg: StackConfig) -> list[str]:
     """Problems that do not stop a deploy but need a person soon (e.g. a version near end of support)."""
     return (system_pool_warnings(cfg) + version_warnings(cfg) + platform_checks.platform_warnings(cfg)
-            + aws_checks.scale_in_warnings(cfg) + linode_checks.token_expiry_warnings(cfg))
+            + aws_checks.termination_handler_warnings(cfg)
+            + linode_checks.token_expiry_warnings(cfg) + linode_checks.image_registry_warnings(cfg)
+            + gcp_checks.shutdown_grace_warnings(cfg)
+            + kubernetes_checks.kubernetes_warnings(cfg))
 
 
 def load_from_pulumi() -> StackConfig:

@@ -107,23 +107,24 @@ def _refresh_clouds(args) -> int:
             p = Path(args.aws_spot)
             res = rc.apply_aws(rc.read_skypilot_vms_csv(p, region), rc.read_skypilot_on_demand(p, region),
                                on_demand_source=f"{rc._rel(p)} (SkyPilot catalog Price column, {region})",
-                               write=not args.dry_run, drop_untraced_spot=True)
+                               write=not args.dry_run, drop_untraced_spot=True, region=region)
         elif args.aws_spot_history:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_spot_history)
             doc = json.loads(p.read_text(encoding="utf-8"))
-            res = rc.apply_aws(rc.read_spot_price_history(doc, region, rc._rel(p)), write=not args.dry_run)
+            res = rc.apply_aws(rc.read_spot_price_history(doc, region, rc._rel(p)), write=not args.dry_run, region=region)
         elif args.aws_price_list:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_price_list)
             doc = json.loads(p.read_text(encoding="utf-8"))
             res = rc.apply_aws(on_demand=rc.read_ec2_price_list(doc, region),
-                               on_demand_source=f"{rc._rel(p)} (EC2 price list, {region})", write=not args.dry_run)
+                               on_demand_source=f"{rc._rel(p)} (EC2 price list, {region})", write=not args.dry_run,
+                               region=region)
         else:
             region = args.region or cat.reference_region("gcp")
             p = Path(args.gcp_skus)
             doc = json.loads(p.read_text(encoding="utf-8"))
-            res = rc.apply_gcp(rc.read_gcp_skus(doc, region), rc._rel(p), write=not args.dry_run)
+            res = rc.apply_gcp(rc.read_gcp_skus(doc, region), rc._rel(p), write=not args.dry_run, region=region)
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

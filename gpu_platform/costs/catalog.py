@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -22,8 +22,11 @@ import yaml
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 CLOUDS = ("linode", "gcp", "aws")
+# The cloud of a stack on a cluster it does not create (gpu_platform/config/kubernetes.py): its instance types are
+# the stack's own node types, priced (or not) by the stack file, never by a catalog file.
+OWN_NODES = "kubernetes"
 # How messages name a cloud, with its article: "an AWS stack", "not a GCP GPU type".
-CLOUD_TITLES = {"linode": "Linode", "gcp": "GCP", "aws": "AWS"}
+CLOUD_TITLES = {"linode": "Linode", "gcp": "GCP", "aws": "AWS", OWN_NODES: "Kubernetes"}
 
 
 def a_cloud(cloud: str) -> str:
@@ -38,6 +41,7 @@ OVERRIDE_SOURCE = "stack config override"
 _CAPACITY_FIELDS = {"on-demand": ("on_demand", "onDemand"), "spot": ("spot", "spot"),
                     "preemptible": ("preemptible", "preemptible")}
 _YAML_TO_ATTR = {yaml_key: attr for attr, yaml_key in _CAPACITY_FIELDS.values()}
+_ATTR_TO_CAPACITY = {attr: cap for cap, (attr, _) in _CAPACITY_FIELDS.items()}
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -84,13 +88,22 @@ class InstanceType:
     vcpus: int
     memory_gib: float
     accelerator: Optional[str]  # GCP accelerator type; None elsewhere
-    on_demand: Price
+    on_demand: Optional[Price]  # None only for a stack's own node type without a price (cloud kubernetes)
     spot: Optional[Price]  # GCP Spot VM / AWS Spot (typical) price
     preemptible: Optional[Price]  # GCP preemptible (legacy) price; None elsewhere
     regions: Optional[tuple[str, ...]]  # regions where offered; None = unknown (no check)
     zones: Optional[tuple[str, ...]]  # GCP zones offering the accelerator; None = unknown
     # Linode bills hourly up to a monthly cap per instance; None = no cap (GCP, AWS).
     monthly_cap_usd: Optional[float] = None
+    # What a node's kubelet offers pods, as the stack file states it for its own node types (cloud kubernetes:
+    # {"cpu", "memory", "pods"} quantities, copied from `kubectl get node`); None: computed per cloud
+    # (gpu_platform/components/capacity.py).
+    allocatable: Optional[Mapping[str, Any]] = None
+    # Prices of other regions than the catalog's reference region: region -> capacity -> Price (each sourced
+    # and dated, like the reference prices; `regionalPrices` in the catalog file).
+    regional: Mapping[str, Mapping[str, Price]] = field(default_factory=dict)
+    # Capacities whose price a stack's priceOverrides set: they hold in every region.
+    overridden: frozenset[str] = frozenset()
 
     @property
     def is_gpu(self) -> bool:
@@ -111,6 +124,20 @@ class InstanceType:
         if self.monthly_cap_usd is not None:
             cost = min(cost, self.monthly_cap_usd)
         return cost
+
+
+class RegionalPriceMissing(ValueError):
+    """A stack's region has no price for an instance type it uses (at the capacity it uses)."""
+
+    def __init__(self, cloud: str, name: str, capacity: str, region: str, reference: Optional[str], known: list[str]):
+        self.cloud, self.name, self.capacity, self.region = cloud, name, capacity, region
+        key = _CAPACITY_FIELDS[capacity][1]
+        places = ", ".join([*(r for r in [reference] if r), *known])
+        super().__init__(
+            f"no {capacity} price for {name} in {region}: the catalog prices {CLOUD_TITLES.get(cloud, cloud)} {name} "
+            f"only in {places or 'no region'} (gpu_platform/costs/catalog/{cloud}.yaml), and {region}'s price may differ. "
+            f"Give the price you pay there as priceOverrides.{name}.{key} (USD per node-hour), or record {region}'s "
+            f"published price in the catalog (python -m gpu_platform.costs refresh ... --region {region})")
 
 
 class Catalog:
@@ -134,6 +161,12 @@ class Catalog:
     def fixed_costs(self, cloud: str) -> dict[str, Price]:
         return dict(self._fixed.get(cloud, {}))
 
+    def with_instances(self, cloud: str, instances: Mapping[str, InstanceType]) -> "Catalog":
+        """This catalog plus `instances` as `cloud`'s types (replacing any it had): a stack's own node types."""
+        merged = {c: dict(v) for c, v in self._instances.items()}
+        merged[cloud] = dict(instances)
+        return Catalog(merged, self._fixed, self._meta)
+
     def gpu_only_price(self, cloud: str, accelerator: str, capacity: str) -> Optional[Price]:
         """The GPU-only price of an accelerator (GCP prices A2 machines as host + GPUs), if the catalog has it."""
         key = _CAPACITY_FIELDS[capacity][1]
@@ -143,6 +176,31 @@ class Catalog:
     def reference_region(self, cloud: str) -> Optional[str]:
         """The region the catalog's prices are quoted for (us-east, us-central1, us-east-1)."""
         return self._meta.get(cloud, {}).get("referenceRegion")
+
+    def default_price_rule(self, cloud: str) -> Optional[str]:
+        """Where a cloud's reference price also holds outside the reference region (the catalog file's
+        `defaultPriceHolds`, with its source), or None: then only recorded regional prices do."""
+        return self._meta.get(cloud, {}).get("defaultPriceHolds")
+
+    def in_region(self, cloud: str, name: str, capacity: str, region: Optional[str]) -> tuple[InstanceType, str]:
+        """The instance type priced for `region` at `capacity`, and how ("reference", "regional", "override",
+        "default"); RegionalPriceMissing when the catalog has no price there. No region (a shape that does not
+        say) is the reference region."""
+        t = self.instance(cloud, name)
+        if t is None:
+            raise KeyError(name)
+        ref = self.reference_region(cloud)
+        if capacity in t.overridden:
+            return t, "override"
+        if not region or region == ref or ref is None:  # no reference region: a stack's own node prices (cloud kubernetes)
+            return t, "reference"
+        p = (t.regional.get(region) or {}).get(capacity)
+        if p is not None:
+            return replace(t, **{_CAPACITY_FIELDS[capacity][0]: p}), "regional"
+        if self.default_price_rule(cloud) and (t.regions is None or region in t.regions):
+            return t, "default"
+        raise RegionalPriceMissing(cloud, name, capacity, region, ref,
+                                   sorted(r for r, ps in t.regional.items() if capacity in ps))
 
     def all_prices(self) -> list[tuple[str, Price]]:
         """(where, price) for every price in the catalog, for reports and checks."""
@@ -249,6 +307,21 @@ def validate_document(doc: Any, name: str = "catalog") -> list[str]:
             v = e.get(key)
             if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
                 problems.append(f"{where}.{key}: a list of names or null")
+        regional = e.get("regionalPrices") or {}
+        if not isinstance(regional, Mapping):
+            problems.append(f"{where}.regionalPrices: a mapping of region -> {{onDemand, spot, preemptible}} prices")
+            regional = {}
+        for region, prices in regional.items():
+            if region == doc.get("referenceRegion"):
+                problems.append(f"{where}.regionalPrices.{region}: the reference region's prices are the type's own")
+            if not isinstance(prices, Mapping) or not prices:
+                problems.append(f"{where}.regionalPrices.{region}: a mapping of onDemand/spot/preemptible prices")
+                continue
+            for cap, p in prices.items():
+                if cap not in _YAML_TO_ATTR:
+                    problems.append(f"{where}.regionalPrices.{region}.{cap}: one of onDemand, spot, preemptible")
+                else:
+                    problems += _price_problems(f"{where}.regionalPrices.{region}.{cap}", p)
     for acc, prices in (doc.get("gpuOnlyPrices") or {}).items():
         for cap, p in (prices or {}).items():
             if cap not in _YAML_TO_ATTR:
@@ -326,6 +399,8 @@ def parse_document(doc: Mapping[str, Any], name: str = "catalog") -> tuple[dict[
             preemptible=_price(e["preemptible"]) if e.get("preemptible") else None,
             regions=_tuple(e.get("regions")), zones=_tuple(e.get("zones")),
             monthly_cap_usd=float(e["monthlyCapUsd"]) if e.get("monthlyCapUsd") is not None else None,
+            regional={region: {_ATTR_TO_CAPACITY[_YAML_TO_ATTR[k]]: _price(v) for k, v in prices.items()}
+                      for region, prices in (e.get("regionalPrices") or {}).items()},
         )
     fixed = {k: _price(v) for k, v in (doc.get("fixedCosts") or {}).items()}
     return instances, fixed
@@ -340,7 +415,7 @@ def _base_catalog() -> Catalog:
         if doc.get("cloud") != cloud:
             raise CatalogError(f"{path}: cloud must be {cloud!r}")
         instances[cloud], fixed[cloud] = parse_document(doc, path.name)
-        meta[cloud] = {k: doc.get(k) for k in ("referenceRegion", "billing", "currency", "gpuOnlyPrices")}
+        meta[cloud] = {k: doc.get(k) for k in ("referenceRegion", "billing", "currency", "gpuOnlyPrices", "defaultPriceHolds")}
     return Catalog(instances, fixed, meta)
 
 
@@ -359,7 +434,8 @@ def apply_overrides(base: Catalog, overrides: Mapping[str, Mapping[str, Any]]) -
     """A new catalog with the given prices replaced. Keys '<cloud>/<type>', values map onDemand /
     spot / preemptible to a $/hour number or a {usdPerHour, source, date} mapping."""
     today = _dt.date.today().isoformat()
-    instances = {c: {t.name: t for t in base.instances(c)} for c in CLOUDS}
+    clouds = tuple(dict.fromkeys((*CLOUDS, *base._instances)))
+    instances = {c: {t.name: t for t in base.instances(c)} for c in clouds}
     for key, prices in overrides.items():
         cloud, _, name = str(key).partition("/")
         t = instances.get(cloud, {}).get(name)
@@ -375,13 +451,14 @@ def apply_overrides(base: Catalog, overrides: Mapping[str, Mapping[str, Any]]) -
                 continue
             changes[attr] = _override_price(key, cap_key, value, today)
         cap = t.monthly_cap_usd
-        if "on_demand" in changes and cap is not None and t.on_demand.usd_per_hour > 0:
+        if "on_demand" in changes and cap is not None and t.on_demand is not None and t.on_demand.usd_per_hour > 0:
             # Linode's monthly cap is the plan's price at its hourly rate: a different rate moves the cap with
             # it. Kept as it was, an override of any size was capped back to the list price (a stack overriding
             # $100/h still showed $446 a month and passed its budget).
             changes["monthly_cap_usd"] = cap * changes["on_demand"].usd_per_hour / t.on_demand.usd_per_hour
-        instances[cloud][name] = replace(t, **changes)
-    return Catalog(instances, {c: base.fixed_costs(c) for c in CLOUDS}, base._meta)
+        overridden = t.overridden | {_ATTR_TO_CAPACITY[a] for a in changes if a in _ATTR_TO_CAPACITY}
+        instances[cloud][name] = replace(t, overridden=overridden, **changes)
+    return Catalog(instances, {c: base.fixed_costs(c) for c in clouds}, base._meta)
 
 
 def load_catalog(overrides: dict | None = None) -> Catalog:
@@ -437,7 +514,8 @@ def load_gpu_speeds() -> GpuSpeeds:
     return GpuSpeeds(str(doc["reference"]), str(doc["source"]), str(doc["date"]), speeds)
 
 
-__all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "Catalog", "CatalogError",
+__all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "OWN_NODES", "Catalog", "CatalogError",
+           "RegionalPriceMissing",
            "GpuSpeeds", "InstanceType", "PRICE_STATUSES", "Price", "apply_overrides", "catalog_files", "load_catalog",
            "load_gpu_speeds", "load_override_set",
            "parse_document", "read_document", "validate_document", "validate_override_set"]

@@ -19,7 +19,7 @@ Prices are the catalog's reference-region prices; a stack elsewhere gets a warni
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, a_cloud, load_catalog
@@ -30,17 +30,36 @@ PVC_STORAGE = {"aws": "ebs-gp3", "gcp": "pd-balanced", "linode": "block-storage"
 BOOT_DISK_STORAGE = {"aws": "ebs-gp3", "gcp": "pd-balanced"}  # Linode: the plan includes its disk
 BUCKET_STORAGE = {"aws": "s3-standard", "gcp": "gcs-standard", "linode": "object-storage"}
 NAT_DATA = {"aws": "nat-gateway-data", "gcp": "cloud-nat-data"}
+# The public IPv4 addresses a NAT uses, per address-hour: an AWS NAT gateway's Elastic IP, a Cloud NAT's
+# external IP (AUTO_ONLY allocates one per 1,008 VMs at the default 64 ports per VM: one here).
+NAT_IP = {"aws": "public-ipv4", "gcp": "cloud-nat-ip"}
+# Cloud Storage keeps a deleted object (a checkpoint version the lifecycle rule removes) as soft-deleted,
+# billed at its storage class's rate, for the bucket's soft-delete retention: 7 days unless the bucket sets
+# another (Cloud Storage "Soft delete": the default retention of new buckets since 2024-03-01,
+# https://cloud.google.com/storage/docs/soft-delete).
+GCS_DEFAULT_SOFT_DELETE_DAYS = 7.0
+GCS_SOFT_DELETE_SOURCE = ("Cloud Storage soft delete (https://cloud.google.com/storage/docs/soft-delete): deleted objects "
+                          "stay billable at their storage class's rate for the retention, 7 days by default")
 # What no line below prices, whatever the stack (kept short and concrete; docs/cost-model.md explains each).
 ALWAYS_NOT_MODELLED = (
     "internet egress and cross-zone traffic",
     "load-balancer traffic charges (AWS LCUs, GCP forwarding-rule data)",
     "disk and bucket operations, snapshots, IOPS/throughput above the gp3/pd-balanced baseline",
     "logs and metrics shipped to the cloud (CloudWatch, Cloud Logging/Monitoring)",
-    "container registry storage and image pulls",
+    "container registry storage and pulls of images the program does not build (your training images)",
     "taxes, support plans, committed-use or savings-plan discounts",
 )
 class EstimateError(ValueError):
     """The shape names something the catalog cannot price."""
+
+
+class RegionPriceRefused(EstimateError):
+    """The stack's region has no price for an instance type it uses (catalog.RegionalPriceMissing): the bill
+    is refused rather than priced at another region's rate. `type`, `capacity`, `region` name what is missing."""
+
+    def __init__(self, missing: Any):
+        super().__init__(str(missing))
+        self.type, self.capacity, self.region, self.cloud = missing.name, missing.capacity, missing.region, missing.cloud
 
 
 @dataclass(frozen=True)
@@ -80,7 +99,15 @@ DEFAULT_SYSTEM_NODES: dict[str, tuple[NodeGroup, ...]] = {
     "linode": (),  # kubeadm: platform pods run on the control-plane nodes, counted separately
     "gcp": (NodeGroup("system", "e2-standard-4", 1),),
     "aws": (NodeGroup("system", "m6i.large", 2),),
+    "kubernetes": (),  # a cluster the stack does not create: its kubernetes.systemPool, always given
 }
+# A cluster the stack does not create (cloud kubernetes) bills what its owner pays: the stack prices its node
+# types (kubernetes.nodeTypes.<type>.usdPerHour) and nothing else, so everything else is named, never priced.
+OWN_CLUSTER_NOT_MODELLED = (
+    "the cluster's control plane, network, load balancers and anything else it runs besides the node groups "
+    "(your cluster's own bill)",
+    "node disks, beyond what your node price includes",
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +130,10 @@ class StackShape:
     checkpoint_gib_per_day: Optional[float] = None  # written per day at full capacity (costs.checkpointGibPerDay)
     checkpoint_retention_days: Optional[int] = None  # how long the bucket keeps deleted/overwritten versions
     nat_gib_per_month: Optional[float] = None  # traffic through the NAT (image pulls, datasets, pip)
+    public_ipv4: Optional[int] = None  # public IPv4 addresses the NAT(s) use; None = one per NAT gateway
+    kms_keys: Optional[int] = None  # customer-managed KMS keys the stack creates; None = not known (not modelled)
+    # The checkpoint bucket's soft-delete retention (GCS); None = GCS's default (GCS_DEFAULT_SOFT_DELETE_DAYS).
+    soft_delete_days: Optional[float] = None
     extended_support_usd_per_hour: Optional[float] = None  # extra control-plane fee; 0 = standard support
     extended_support_basis: str = ""
     extra_not_modelled: tuple[str, ...] = ()  # stack-specific items the caller knows are left out
@@ -217,6 +248,13 @@ class Estimate:
     gpu_models: tuple[str, ...] = ()  # GPU models of the pools (as priced)
     capacities: tuple[str, ...] = ()
     expected_utilization: Optional[float] = None
+    # What has no price (cloud kubernetes without node prices): then there is no bill, only this list; the
+    # totals are 0 and mean nothing, and every report says so instead of printing them (`priced`).
+    unpriced: tuple[str, ...] = ()
+
+    @property
+    def priced(self) -> bool:
+        return not self.unpriced
 
     @property
     def fixed_monthly_usd(self) -> float:
@@ -279,12 +317,15 @@ class Estimate:
         return (lo + hi) / 2
 
     def as_dict(self) -> dict[str, Any]:
+        priced = self.priced
         return {
-            "name": self.name, "cloud": self.cloud, "region": self.region,
-            "idleMonthlyUsd": round(self.idle_monthly_usd, 2), "fullMonthlyUsd": round(self.full_monthly_usd, 2),
+            "name": self.name, "cloud": self.cloud, "region": self.region, "priced": priced,
+            "unpriced": list(self.unpriced),
+            "idleMonthlyUsd": round(self.idle_monthly_usd, 2) if priced else None,
+            "fullMonthlyUsd": round(self.full_monthly_usd, 2) if priced else None,
             "idleGpus": self.idle_gpus, "fullGpus": self.full_gpus, "gpuModels": list(self.gpu_models),
             "capacities": list(self.capacities),
-            "usdPerGpuHourAtFullUse": None if self.usd_per_gpu_hour is None else round(self.usd_per_gpu_hour, 4),
+            "usdPerGpuHourAtFullUse": None if self.usd_per_gpu_hour is None or not priced else round(self.usd_per_gpu_hour, 4),
             "hoursPerMonth": HOURS_PER_MONTH,
             "lines": [{
                 "name": ln.name, "kind": ln.kind, "resource": ln.resource, "capacity": ln.capacity,
@@ -324,9 +365,25 @@ def _price_of(t: InstanceType, capacity: str, cloud: str, label: str) -> Price:
     return p
 
 
-def _node_line(catalog: Catalog, cloud: str, kind: str, label: str, itype: str, capacity: str,
-               idle_n: float, full_n: float, assumption: str = "", scales_with: str = "fixed") -> CostLine:
+def _in_region(catalog: Catalog, cloud: str, itype: str, capacity: str, region: Optional[str],
+               label: str) -> tuple[InstanceType, str]:
+    from gpu_platform.costs.catalog import RegionalPriceMissing
+
     t = _lookup(catalog, cloud, itype, label)
+    if t.price(capacity) is None and capacity not in t.overridden:
+        _price_of(t, capacity, cloud, label)  # the capacity is not offered at all: that error, not a region's
+    try:
+        return catalog.in_region(cloud, itype, capacity, region)
+    except RegionalPriceMissing as exc:
+        raise RegionPriceRefused(exc) from None
+
+
+def _node_line(catalog: Catalog, cloud: str, kind: str, label: str, itype: str, capacity: str,
+               idle_n: float, full_n: float, assumption: str = "", scales_with: str = "fixed",
+               region: Optional[str] = None, how: Optional[list[str]] = None) -> CostLine:
+    t, priced = _in_region(catalog, cloud, itype, capacity, region, label)
+    if how is not None:
+        how.append(priced)
     p = _price_of(t, capacity, cloud, label)
     per_node = _node_month(t, p)
     spread = f"; observed {p.spread}" if p.spread else ""
@@ -365,11 +422,14 @@ def _volume_line(catalog: Catalog, cloud: str, key: str, kind: str, label: str, 
                     assumption=assumption, scales_with=scales_with, unit=p.unit, status=p.status)
 
 
-def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape) -> tuple[str, list[str]]:
-    """(the pool's dearest allowed type for its capacity, the allowed types with no price for it)."""
+def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape, region: Optional[str] = None) -> tuple[str, list[str]]:
+    """(the pool's dearest allowed type for its capacity, the allowed types with no price for it), priced in
+    `region` (RegionPriceRefused when an allowed type offered at the capacity has no price there)."""
     best, best_rate, unpriced = None, -1.0, []
     for name in pool.allowed_types:
         t = _lookup(catalog, cloud, name, f"gpu pool {pool.name}")
+        if t.price(pool.capacity) is not None or pool.capacity in t.overridden:
+            t, _ = _in_region(catalog, cloud, name, pool.capacity, region, f"gpu pool {pool.name}")
         p = t.price(pool.capacity)
         if p is None:
             unpriced.append(name)
@@ -385,30 +445,44 @@ def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape) -> tuple[str, li
 def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate:
     """The monthly cost estimate of a stack. Accepts a StackShape or anything StackShape.from_config reads."""
     shape = stack_cfg_like if isinstance(stack_cfg_like, StackShape) else StackShape.from_config(stack_cfg_like)
-    if shape.cloud not in ("linode", "gcp", "aws"):
-        raise EstimateError(f"cloud must be linode, gcp or aws, not {shape.cloud!r}")
+    if catalog is None and shape.cloud == "kubernetes" and callable(getattr(stack_cfg_like, "stack_catalog", None)):
+        catalog = stack_cfg_like.stack_catalog()  # a StackConfig knows its own node types
+    if shape.cloud not in ("linode", "gcp", "aws", "kubernetes"):
+        raise EstimateError(f"cloud must be linode, gcp, aws or kubernetes, not {shape.cloud!r}")
+    if shape.cloud == "kubernetes" and catalog is None:
+        raise EstimateError("a kubernetes stack is sized and priced by its own node types: pass the stack's catalog "
+                            "(gpu_platform.config.derived.stack_catalog)")
     cat = catalog if catalog is not None else load_catalog(dict(shape.price_overrides) or None)
     cloud = shape.cloud
+    if cloud == "kubernetes":
+        unpriced = own_nodes_unpriced(shape, cat)
+        if unpriced:
+            return _unpriced_estimate(shape, cat, unpriced)
     lines: list[CostLine] = []
     warnings: list[str] = []
     not_modelled: list[str] = []
     gpu_models: list[str] = []
 
     idle_gpus = full_gpus = 0
+    region = shape.region
+    how: list[str] = []  # how each instance line was priced for the region (catalog.Catalog.in_region)
     for pool in shape.gpu_pools:
         if pool.min_nodes > pool.max_nodes:
             raise EstimateError(f"gpu pool {pool.name}: minNodes {pool.min_nodes} > maxNodes {pool.max_nodes}")
-        itype, unpriced = dearest_type(cat, cloud, pool)
+        itype, unpriced = dearest_type(cat, cloud, pool, region)
         others = [t for t in pool.allowed_types if t != itype]
         why = (f"{pool.min_nodes}..{pool.max_nodes} nodes; priced at the dearest type the pool may launch "
                f"({', '.join(pool.allowed_types)})" if others else f"{pool.min_nodes}..{pool.max_nodes} nodes")
         if cloud == "linode":
             why += "; its disk is included in the Linode plan"
+        elif cloud == "kubernetes":
+            why += f"; your price per node-hour (kubernetes.nodeTypes.{itype}.usdPerHour)"
         if unpriced:
             warnings.append(f"gpu pool {pool.name}: no {pool.capacity} price for {', '.join(unpriced)}; "
                             f"priced at {itype}")
         line = _node_line(cat, cloud, "gpu-pool", f"gpu pool {pool.name} ({itype}, {pool.capacity})",
-                          itype, pool.capacity, pool.min_nodes, pool.max_nodes, assumption=why, scales_with="gpu")
+                          itype, pool.capacity, pool.min_nodes, pool.max_nodes, assumption=why, scales_with="gpu",
+                          region=region, how=how)
         t = cat.instance(cloud, itype)
         if t is not None and not t.is_gpu:
             warnings.append(f"gpu pool {pool.name}: {itype} has no GPU")
@@ -424,7 +498,7 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         cp = shape.control_plane_type or "g6-standard-4"
         lines.append(_node_line(cat, cloud, "control-plane", f"control plane ({cp} x{shape.control_plane_count})", cp,
                                 "on-demand", shape.control_plane_count, shape.control_plane_count,
-                                assumption="kubeadm control-plane Linodes, always on"))
+                                assumption="kubeadm control-plane Linodes, always on", region=region, how=how))
 
     system = DEFAULT_SYSTEM_NODES[cloud] if shape.system_nodes is None else shape.system_nodes
     for g in system:
@@ -434,7 +508,7 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
                                     g.instance_type, g.capacity, g.count, g.full_count,
                                     assumption=f"{g.count} at idle, {g.full_count} at full capacity"
                                     + (f" ({g.idle_basis})" if g.idle_basis else ""),
-                                    scales_with="system" if g.full_count != g.count else "fixed"))
+                                    scales_with="system" if g.full_count != g.count else "fixed", region=region, how=how))
 
     # --- boot disks (Linode plans include theirs) ---------------------------------------------------
     if cloud in BOOT_DISK_STORAGE:
@@ -459,7 +533,9 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
                                       "system" if g.full_count != g.count else "fixed"))
 
     # --- storage the platform creates ---------------------------------------------------------------
-    if shape.pvc_gib is None:
+    if cloud == "kubernetes":
+        not_modelled += _own_cluster_storage(shape)
+    elif shape.pvc_gib is None:
         not_modelled.append("persistent volumes of the platform (sizes not given)")
     elif shape.pvc_gib:
         total = sum(g for _, g in shape.pvc_gib)
@@ -467,7 +543,9 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         lines.append(_volume_line(cat, cloud, PVC_STORAGE[cloud], "storage", f"persistent volumes ({PVC_STORAGE[cloud]})",
                                   total, total, f"{total:g} GiB requested ({parts}) GiB; {shape.pvc_basis}".rstrip("; "),
                                   "fixed"))
-    if shape.checkpoint_gib is None:
+    if cloud == "kubernetes":
+        pass  # _own_cluster_storage named the checkpoint store
+    elif shape.checkpoint_gib is None:
         not_modelled.append("checkpoint bucket (expected size not given: costs.checkpointGib)")
     else:
         live, full, idle = shape.checkpoint_gib, shape.checkpoint_gib, shape.checkpoint_gib
@@ -483,6 +561,16 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         if full > 0:
             lines.append(_volume_line(cat, cloud, BUCKET_STORAGE[cloud], "storage", f"checkpoint bucket ({BUCKET_STORAGE[cloud]})",
                                       idle, full, basis, "system" if full > idle else "fixed"))
+        soft = GCS_DEFAULT_SOFT_DELETE_DAYS if shape.soft_delete_days is None else shape.soft_delete_days
+        if cloud == "gcp" and soft > 0 and shape.checkpoint_gib_per_day and shape.checkpoint_retention_days:
+            # In steady state the lifecycle rule deletes as much a day as jobs write: each deleted version
+            # stays soft-deleted (billed) for the retention.
+            gb = shape.checkpoint_gib_per_day * soft
+            lines.append(_volume_line(cat, cloud, BUCKET_STORAGE[cloud], "storage",
+                                      f"checkpoint bucket, soft-deleted versions ({BUCKET_STORAGE[cloud]})", gb * 0.25, gb,
+                                      f"{shape.checkpoint_gib_per_day:g} GiB/day that the lifecycle rule deletes (as much as "
+                                      f"is written, costs.checkpointGibPerDay) x {soft:g} days of soft-delete retention "
+                                      f"at full capacity, a quarter of that at idle; {GCS_SOFT_DELETE_SOURCE}", "system"))
 
     # --- network and fees ----------------------------------------------------------------------------
     if cloud == "linode":
@@ -509,6 +597,11 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
                 monthly_usd=full_rate * HOURS_PER_MONTH * nats, gpus_per_unit=0, source=p.source, date=p.date,
                 assumption="every node reaches the internet through Cloud NAT (private nodes)", scales_with="system",
                 status=p.status))
+            ips = nats if shape.public_ipv4 is None else shape.public_ipv4
+            if ips:
+                lines.append(_fixed_line(cat, cloud, NAT_IP[cloud], f"Cloud NAT external IPv4 x{ips}", ips,
+                                         assumption="the external IP addresses the NAT uses (AUTO_ONLY: one per 1,008 VMs "
+                                                    "at 64 ports each), all month"))
         if shape.load_balancers:
             not_modelled.append(f"{shape.load_balancers} GCP load balancer(s)")
     elif cloud == "aws":
@@ -519,6 +612,16 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
         if nats:
             lines.append(_fixed_line(cat, cloud, "nat-gateway", f"NAT gateway x{nats}", nats,
                                      assumption="hours of the gateway(s), all month"))
+        ips = nats if shape.public_ipv4 is None else shape.public_ipv4
+        if ips:
+            lines.append(_fixed_line(cat, cloud, NAT_IP[cloud], f"public IPv4 addresses x{ips}", ips,
+                                     assumption="the NAT gateways' Elastic IPs (one each), all month"))
+        if shape.kms_keys is None:
+            not_modelled.append("KMS keys (how many the stack creates not given)")
+        elif shape.kms_keys:
+            lines.append(_fixed_line(cat, cloud, "kms-key", f"KMS keys x{shape.kms_keys}", shape.kms_keys,
+                                     assumption="customer-managed keys the stack creates (EKS secrets, the alert topic), "
+                                                "yearly rotation on: $3/month each from the third year"))
         if shape.load_balancers:
             lines.append(_fixed_line(cat, cloud, "network-load-balancer", f"Network Load Balancer x{shape.load_balancers}",
                                      shape.load_balancers, assumption="hours only"))
@@ -546,16 +649,90 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
 
     ref = cat.reference_region(cloud)
     if shape.region and ref and shape.region != ref:
-        warnings.append(f"prices are the catalog's {ref} reference prices; {shape.region} may differ")
+        if "default" in how:
+            warnings.append(f"prices are the catalog's {ref} reference prices; {shape.region} may differ "
+                            f"({cat.default_price_rule(cloud)})")
+        else:
+            warnings.append(f"instance prices are {shape.region}'s (the catalog's regional prices or priceOverrides); "
+                            f"disks, storage, network and fees are the catalog's {ref} prices and may differ")
 
-    idle = sum(line.idle_monthly_usd for line in lines)
-    full = sum(line.monthly_usd for line in lines)
+    if cloud == "kubernetes":
+        not_modelled += OWN_CLUSTER_NOT_MODELLED
+    # A bill adds up in cents: each line is rounded to the cent and the totals are the sums of the rounded
+    # lines, so cost.json, the policy pack's message and a --base diff's per-line deltas agree to the cent.
+    lines = [replace(line, idle_monthly_usd=_cents(line.idle_monthly_usd), monthly_usd=_cents(line.monthly_usd))
+             for line in lines]
+    idle = _cents(sum(line.idle_monthly_usd for line in lines))
+    full = _cents(sum(line.monthly_usd for line in lines))
     return Estimate(name=shape.name or f"{cloud}-stack", cloud=cloud, region=shape.region, lines=tuple(lines),
                     idle_monthly_usd=idle, full_monthly_usd=full, idle_gpus=idle_gpus, full_gpus=full_gpus,
                     warnings=tuple(warnings),
-                    not_modelled=tuple(not_modelled) + tuple(shape.extra_not_modelled) + ALWAYS_NOT_MODELLED,
+                    not_modelled=tuple(not_modelled) + tuple(shape.extra_not_modelled)
+                    + (ALWAYS_NOT_MODELLED if cloud != "kubernetes" else ()),
                     gpu_models=tuple(gpu_models), capacities=tuple(dict.fromkeys(p.capacity for p in shape.gpu_pools)),
                     expected_utilization=shape.expected_utilization)
+
+
+def own_nodes_unpriced(shape: StackShape, catalog: Catalog) -> list[str]:
+    """The node groups of a kubernetes stack without a price for their capacity: (group, type, capacity) in words.
+    Prices are all or none (the config refuses a mix); EstimateError for a mix handed in another way (a hand-made
+    node-groups ConfigMap the policy pack reads)."""
+    groups = [(f"gpu pool {p.name}", p.instance_type, p.capacity) for p in shape.gpu_pools]
+    groups += [(f"{g.role} nodes", g.instance_type, g.capacity) for g in (shape.system_nodes or ()) if g.full_count]
+    missing, priced = [], []
+    for what, itype, capacity in groups:
+        t = _lookup(catalog, "kubernetes", itype, what)
+        (priced if t.price(capacity) is not None else missing).append(f"{what} ({itype}, {capacity})")
+    if missing and priced:
+        raise EstimateError(f"node groups {', '.join(missing)} have no price while {', '.join(priced)} have one: a price "
+                            "for every node group or for none")
+    return missing
+
+
+def _own_cluster_storage(shape: StackShape) -> list[str]:
+    out = []
+    if shape.pvc_gib:
+        total = sum(g for _, g in shape.pvc_gib)
+        out.append(f"persistent volumes of the platform ({total:g} GiB requested on the cluster's StorageClass; "
+                   "its cost is your cluster's)")
+    else:
+        out.append("persistent volumes of the platform (on the cluster's StorageClass; its cost is your cluster's)")
+    out.append("the checkpoint store (kubernetes.checkpointStore: yours, not priced)")
+    return out
+
+
+def _unpriced_estimate(shape: StackShape, catalog: Catalog, unpriced: list[str]) -> Estimate:
+    """No bill: the GPUs are known, the prices are not. The totals are 0 and `priced` False, and the reports say
+    'not estimated' instead of a number."""
+    idle_gpus = full_gpus = 0
+    models: list[str] = []
+    for p in shape.gpu_pools:
+        t = _lookup(catalog, "kubernetes", p.instance_type, f"gpu pool {p.name}")
+        idle_gpus += t.gpus * p.min_nodes
+        full_gpus += t.gpus * p.max_nodes
+        if t.gpu_model and t.gpu_model not in models:
+            models.append(t.gpu_model)
+    return Estimate(name=shape.name or "kubernetes-stack", cloud="kubernetes", region=shape.region, lines=(),
+                    idle_monthly_usd=0.0, full_monthly_usd=0.0, idle_gpus=idle_gpus, full_gpus=full_gpus,
+                    not_modelled=tuple(_own_cluster_storage(shape)) + tuple(shape.extra_not_modelled) + OWN_CLUSTER_NOT_MODELLED,
+                    gpu_models=tuple(models), capacities=tuple(dict.fromkeys(p.capacity for p in shape.gpu_pools)),
+                    expected_utilization=shape.expected_utilization, unpriced=tuple(unpriced))
+def _cents(usd: float) -> float:
+    return round(usd + 0.0, 2) + 0.0
+
+
+def extended_support(cloud: str, minor: Optional[str], today: _dt.date) -> tuple[Optional[float], str]:
+    """(the extended-support fee per cluster-hour of `minor` on `today`, where the number comes from), from the
+    version calendar (gpu_platform/data/versions_calendar.py); preflight's bill and the policy pack's cost
+    ceiling both price it here."""
+    from gpu_platform.data.versions_calendar import load_calendar
+
+    cal = load_calendar()
+    status = cal.status(cloud, minor, today)
+    fee = cal.extended_support_fee_per_hour(cloud, minor, today)
+    fees = cal.fees(cloud)
+    src = f"{fees.source} (retrieved {fees.retrieved})" if fees else "gpu_platform/costs/catalog/kubernetes-versions.yaml"
+    return fee, f"{minor} is in {status} support on {today.isoformat()}; {src}"
 
 
 def catalog_age(dates: list[str], today: Optional[_dt.date] = None) -> tuple[int, str]:
@@ -566,4 +743,5 @@ def catalog_age(dates: list[str], today: Optional[_dt.date] = None) -> tuple[int
 
 
 __all__ = ["ALWAYS_NOT_MODELLED", "CostLine", "DEFAULT_SYSTEM_NODES", "Estimate", "EstimateError", "NodeGroup",
-           "PoolShape", "StackShape", "catalog_age", "dearest_type", "estimate"]
+           "OWN_CLUSTER_NOT_MODELLED", "PoolShape", "RegionPriceRefused", "StackShape", "catalog_age", "dearest_type",
+           "estimate", "extended_support", "own_nodes_unpriced"]

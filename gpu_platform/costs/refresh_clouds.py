@@ -161,12 +161,22 @@ def _write(path: Path, doc: Mapping[str, Any]) -> None:
         yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
 
 
+def _prices_of(doc: Mapping[str, Any], inst: dict[str, Any], region: Optional[str]) -> dict[str, Any]:
+    """Where a refresh for `region` writes an instance type's prices: the type itself for the catalog's
+    reference region, else its `regionalPrices[region]` (another region's prices never replace the reference
+    region's: a refresh with `--region eu-west-1` used to overwrite us-east-1's)."""
+    if not region or region == doc.get("referenceRegion"):
+        return inst
+    return inst.setdefault("regionalPrices", {}).setdefault(region, {})
+
+
 def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping[str, float] | None = None,
               on_demand_source: str = "", catalog_path: Path | None = None, today: Optional[str] = None,
-              write: bool = True, drop_untraced_spot: bool = False) -> RefreshResult:
+              write: bool = True, drop_untraced_spot: bool = False, region: Optional[str] = None) -> RefreshResult:
     """Rewrite aws.yaml: Spot prices (median, spread, date range) from `spot`; On-Demand prices from
-    `on_demand`. With `drop_untraced_spot`, a Spot price of a type absent from `spot` is removed (set to
-    null) unless it already traces to recorded data: the catalog then holds no Spot price it cannot trace."""
+    `on_demand`, for `region` (default: the reference region; another region's go to `regionalPrices`).
+    With `drop_untraced_spot`, a reference Spot price of a type absent from `spot` is removed (set to null)
+    unless it already traces to recorded data: the catalog then holds no Spot price it cannot trace."""
     path = catalog_path or CATALOG_DIR / "aws.yaml"
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     today = today or _dt.date.today().isoformat()
@@ -175,6 +185,7 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
     on_demand = on_demand or {}
     for inst in doc["instances"]:
         name = inst["name"]
+        target = _prices_of(doc, inst, region)
         if name in spot:
             o = spot[name]
             # `date` is when the observations were made (not when they were copied): the catalog-age check
@@ -183,29 +194,33 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
                    f"later than {o.last} (refreshed by python -m gpu_platform.costs refresh on {today})", "date": o.last,
                    "low": min(o.prices), "high": max(o.prices),
                    "observed": o.observed, "samples": len(o.prices), "status": "recorded"}
-            old = inst.get("spot") or {}
+            old = target.get("spot") or {}
             if any(old.get(k) != new[k] for k in ("usdPerHour", "low", "high", "date", "observed")):
                 res.changed.append(f"{name}: spot {old.get('usdPerHour')} -> {new['usdPerHour']} $/h "
                                    f"(range {new['low']}-{new['high']}, {new['samples']} samples)")
-                inst["spot"] = new
+                target["spot"] = new
             else:
                 res.unchanged.append(name)
-        elif drop_untraced_spot and inst.get("spot") and inst["spot"].get("status") != "recorded":
+        elif drop_untraced_spot and target is inst and inst.get("spot") and inst["spot"].get("status") != "recorded":
             res.changed.append(f"{name}: spot {inst['spot']['usdPerHour']} removed (no recorded observation)")
             inst["spot"] = None
         elif int(inst.get("gpus") or 0) > 0 and spot:
             res.missing_from_response.append(name)
         if name in on_demand:
             price = on_demand[name]
-            old = inst["onDemand"]
-            if abs(float(old["usdPerHour"]) - price) > 1e-9:
-                res.changed.append(f"{name}: on-demand {old['usdPerHour']} -> {price} $/h")
-                inst["onDemand"] = {"usdPerHour": price, "source": f"{on_demand_source} (refreshed by python -m gpu_platform.costs refresh)",
-                                    "date": today, "status": "recorded"}
+            old = target.get("onDemand") or {}
+            if old.get("usdPerHour") is None or abs(float(old["usdPerHour"]) - price) > 1e-9:
+                res.changed.append(f"{name}: on-demand {old.get('usdPerHour')} -> {price} $/h")
+                target["onDemand"] = {"usdPerHour": price, "source": f"{on_demand_source} (refreshed by python -m gpu_platform.costs refresh)",
+                                      "date": today, "status": "recorded"}
             elif old.get("status") not in ("recorded", "verified"):
-                inst["onDemand"] = dict(old, status="recorded",
-                                        source=f"{old['source']}; matches {on_demand_source} ({today})")
+                target["onDemand"] = dict(old, status="recorded",
+                                          source=f"{old['source']}; matches {on_demand_source} ({today})")
                 res.notes.append(f"{name}: on-demand {price} confirmed by {on_demand_source}")
+        if target is not inst and not target:
+            inst["regionalPrices"].pop(region)
+            if not inst["regionalPrices"]:
+                inst.pop("regionalPrices")
     if write and (res.changed or res.notes):
         _write(path, doc)
     elif not write:
@@ -265,7 +280,7 @@ def gcp_a2_prices(parts: Mapping[tuple[str, str], tuple[float, str]], vcpus: int
 
 
 def apply_gcp(parts: Mapping[tuple[str, str], tuple[float, str]], source: str, catalog_path: Path | None = None,
-              today: Optional[str] = None, write: bool = True) -> RefreshResult:
+              today: Optional[str] = None, write: bool = True, region: Optional[str] = None) -> RefreshResult:
     """Rewrite the A100 (a2-highgpu-*) machine prices of gcp.yaml from their parts. Spot = preemptible
     (one SKU set). The A100 GPU-only prices go to the file's top-level `gpuOnlyPrices` for reports."""
     path = catalog_path or CATALOG_DIR / "gcp.yaml"
@@ -279,20 +294,22 @@ def apply_gcp(parts: Mapping[tuple[str, str], tuple[float, str]], source: str, c
         if not prices:
             res.missing_from_response.append(inst["name"])
             continue
+        target = _prices_of(doc, inst, region)
         for usage, keys in (("OnDemand", ("onDemand",)), ("Preemptible", ("spot", "preemptible"))):
             if usage not in prices:
                 continue
             for key in keys:
-                old = inst.get(key) or {}
+                old = target.get(key) or {}
                 if old.get("usdPerHour") is not None and abs(float(old["usdPerHour"]) - prices[usage]) <= 1e-6:
                     res.unchanged.append(f"{inst['name']} {key}")
                     continue
                 res.changed.append(f"{inst['name']}: {key} {old.get('usdPerHour')} -> {prices[usage]} $/h")
-                inst[key] = {"usdPerHour": prices[usage], "date": today, "status": "recorded",
+                target[key] = {"usdPerHour": prices[usage], "date": today, "status": "recorded",
                              "source": f"{source}: {inst['vcpus']} vCPU x A2 core + {inst['memoryGib']} GiB x A2 ram + "
                                        f"{inst['gpus']} x A100 ({usage} SKUs; refreshed by python -m gpu_platform.costs refresh)"}
     gpu = {}
-    for usage, key in (("OnDemand", "onDemand"), ("Preemptible", "preemptible")):
+    for usage, key in (() if region and region != doc.get("referenceRegion") else
+                       (("OnDemand", "onDemand"), ("Preemptible", "preemptible"))):
         if ("gpu-a100", usage) in parts:
             rate, eff = parts[("gpu-a100", usage)]
             gpu[key] = {"usdPerHour": round(rate, 6), "source": f"{source} (A100 GPU SKU, {usage}, effective {eff})",

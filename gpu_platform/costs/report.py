@@ -48,6 +48,8 @@ class Overhead:
 def budget_comparison(est: Estimate, budget_usd: Optional[float], overhead: Overhead = Overhead()) -> dict[str, Any]:
     if not budget_usd:
         return {}
+    if not est.priced:  # nothing to compare: no share, no utilisation at which it is reached
+        return {"monthlyBudgetUsd": budget_usd, "comparable": False}
     u_exp = est.expected_utilization
     at_exp = est.monthly_at_utilisation(u_exp, overhead.factor) if u_exp is not None else None
     reach = est.utilisation_at_budget(budget_usd, overhead.factor)
@@ -70,6 +72,8 @@ def render_budget(est: Estimate, budget_usd: Optional[float], overhead: Overhead
     b = budget_comparison(est, budget_usd, overhead)
     if not b:
         return ["  budget: no monthlyBudgetUsd given"]
+    if not est.priced:
+        return [f"  budget (monthlyBudgetUsd): {_m(budget_usd)} / month: not compared (the stack has no node prices)"]
     out = [f"  budget (monthlyBudgetUsd): {_m(budget_usd)} / month"]
 
     def verdict(share: float) -> str:
@@ -92,8 +96,11 @@ def render_budget(est: Estimate, budget_usd: Optional[float], overhead: Overhead
     return out
 
 
-def catalog_age_info(est: Estimate, today: Optional[_dt.date] = None) -> dict[str, Any]:
+def catalog_age_info(est: Estimate, today: Optional[_dt.date] = None) -> Optional[dict[str, Any]]:
+    """How old the estimate's prices are; None without prices (an unpriced estimate)."""
     dates = est.price_dates()
+    if not dates:
+        return None
     day = today or _dt.date.today()
     age, oldest = catalog_age(dates, day)
     stale = sorted({ln.resource for ln in est.lines if (day - _dt.date.fromisoformat(ln.date)).days > CATALOG_MAX_AGE_DAYS})
@@ -104,7 +111,7 @@ def catalog_age_info(est: Estimate, today: Optional[_dt.date] = None) -> dict[st
 
 def stale_warning(est: Estimate, today: Optional[_dt.date] = None) -> Optional[str]:
     a = catalog_age_info(est, today)
-    if not a["stale"]:
+    if a is None or not a["stale"]:
         return None
     return (f"prices older than {CATALOG_MAX_AGE_DAYS} days ({', '.join(a['staleResources'])}): refresh them "
             "(.venv/bin/python -m gpu_platform.costs refresh --help) before trusting this bill")
@@ -112,6 +119,8 @@ def stale_warning(est: Estimate, today: Optional[_dt.date] = None) -> Optional[s
 
 def render_catalog_age(est: Estimate, today: Optional[_dt.date] = None, seen: frozenset[str] = frozenset()) -> list[str]:
     a = catalog_age_info(est, today)
+    if a is None:
+        return []
     out = [f"  catalog age: prices dated {a['oldestPriceDate']} .. {a['newestPriceDate']}; the oldest is "
            f"{a['ageDays']} days old"]
     stale = stale_warning(est, today)
@@ -136,7 +145,10 @@ def notes(est: Estimate, today: Optional[_dt.date] = None) -> list[str]:
 def render_cost_summary(est: Estimate, budget_usd: Optional[float] = None, overhead: Overhead = Overhead(),
                         today: Optional[_dt.date] = None, seen: frozenset[str] = frozenset()) -> str:
     """The whole monthly bill line by line with its assumptions, what is not modelled, the budget
-    comparison and the catalog's age, as plain text. Notes in `seen` (shown before) take one line."""
+    comparison and the catalog's age, as plain text. Notes in `seen` (shown before) take one line. Without prices
+    (cloud kubernetes without node prices) it says so and what is unpriced, and prints no figure."""
+    if not est.priced:
+        return render_unpriced_summary(est, budget_usd, seen)
     out = [f"Cost estimate for {est.name} ({est.cloud}{', ' + est.region if est.region else ''}; "
            f"{HOURS_PER_MONTH:.0f} h/month)",
            f"  idle floor (no job running, pools at minNodes): {_m(est.idle_monthly_usd)} / month "
@@ -171,9 +183,36 @@ def render_cost_summary(est: Estimate, budget_usd: Optional[float] = None, overh
     return "\n".join(out)
 
 
+def render_unpriced_summary(est: Estimate, budget_usd: Optional[float] = None, seen: frozenset[str] = frozenset()) -> str:
+    """The bill of a stack without prices: none. What has no price, how to give one, the GPUs, what is not
+    modelled anyway, and that the budget is not compared."""
+    out = [f"Cost estimate for {est.name} ({est.cloud}): NOT ESTIMATED: the stack gives no node prices",
+           "  without a price per node-hour there is no bill, no GPU spend run-rate alert and no cost guardrail; "
+           "nothing is made up in their place",
+           "  unpriced:"]
+    out += [f"    - {u}" for u in est.unpriced]
+    out.append("  to price them: kubernetes.nodeTypes.<type>.usdPerHour {onDemand, spot} in the stack file (what one "
+               "node costs you per hour)")
+    out.append(f"  GPUs: {est.idle_gpus} at idle (pools at minNodes), {est.full_gpus} at full capacity"
+               + (f" ({', '.join(est.gpu_models)})" if est.gpu_models else ""))
+    if est.not_modelled and set(est.not_modelled) <= seen:
+        out.append(f"  not modelled: {len(est.not_modelled)} items, as on the last run (cost.json `notModelled`; -v lists them)")
+    else:
+        out.append("  not modelled either way:")
+        out += [f"    - {item}" for item in est.not_modelled]
+    out += render_budget(est, budget_usd)
+    return "\n".join(out)
+
+
 def cost_document(est: Estimate, budget_usd: Optional[float] = None, overhead: Overhead = Overhead(),
                   today: Optional[_dt.date] = None) -> dict[str, Any]:
     doc = est.as_dict()
+    if not est.priced:
+        doc["monthlyAtUtilisation"] = None
+        doc["monthlyAtUtilisationWithOverhead"] = None
+        doc["budget"] = budget_comparison(est, budget_usd, overhead)
+        doc["catalogAge"] = None
+        return doc
     doc["monthlyAtUtilisation"] = {f"{int(u * 100)}%": round(est.monthly_at_utilisation(u), 2) for u in UTILISATIONS}
     doc["monthlyAtUtilisationWithOverhead"] = {f"{int(u * 100)}%": round(est.monthly_at_utilisation(u, overhead.factor), 2)
                                                for u in UTILISATIONS}
@@ -334,6 +373,8 @@ def chart_data(est: Estimate, alternatives: Optional[Alternatives] = None, budge
     (reference-GPU hours) and costed at the utilisation that work gives it."""
     if alternatives is None:
         alternatives = default_alternatives(est)
+    if not est.priced:
+        return _unpriced_chart_data(est, alternatives, budget_usd)
     alts = list(alternatives.items()) if isinstance(alternatives, Mapping) else [(a.name, a) for a in alternatives]
     speeds = load_gpu_speeds()
     s_stack, speed_note = _stack_speed(est)
@@ -365,6 +406,32 @@ def chart_data(est: Estimate, alternatives: Optional[Alternatives] = None, budge
         budget_label = f"budget ${budget_usd:,.0f}/month ({where})"
     return ChartData(title, "GPU utilisation of this stack over the month (%)", "USD per month", series,
                      budget_usd, budget_label, notes)
+
+
+def _unpriced_chart_data(est: Estimate, alternatives: Alternatives, budget_usd: Optional[float]) -> ChartData:
+    """Without node prices the stack has no curve: the chart shows what the same work (its GPUs at full use) would
+    cost elsewhere, and says the stack's own cost is not known."""
+    speeds = load_gpu_speeds()
+    s_stack, speed_note = _stack_speed(est)
+    stack_work = est.full_gpus * s_stack
+    xs = [round(100 * u, 1) for u in CHART_UTILISATIONS]
+    series = []
+    for label, a in (list(alternatives.items()) if isinstance(alternatives, Mapping) else [(a.name, a) for a in alternatives]):
+        s_a = speeds.speed(a.gpu_models[0]) if a.gpu_models else None
+        alt_work = a.full_gpus * (s_a or 1.0)
+        ys = []
+        for u in CHART_UTILISATIONS:
+            ua = u * stack_work / alt_work if alt_work else 0.0
+            ys.append(a.monthly_at_utilisation(min(ua, 1.0)) * max(ua, 1.0))
+        series.append(ChartSeries(label, xs, ys))
+    models = ", ".join(est.gpu_models) or "no GPU"
+    title = (f"{est.name} ({est.cloud}): {est.full_gpus} x {models}; its own cost is NOT ESTIMATED (no node prices)\n"
+             "What the same work would cost elsewhere, vs its GPU utilisation")
+    notes = [f"work = GPU-hours x relative speed ({speed_note}); speeds: {speeds.source}",
+             "this stack: no node prices (kubernetes.nodeTypes.<type>.usdPerHour), so no curve of its own"]
+    label = f"budget ${budget_usd:,.0f}/month (not compared: no node prices)" if budget_usd else ""
+    return ChartData(title, "GPU utilisation of this stack over the month (%)", "USD per month", series, budget_usd,
+                     label, notes)
 
 
 def render_figure(data: ChartData):

@@ -517,7 +517,12 @@ def simulate_platform(platform: Platform, jobs: list[Job], catalog: Catalog, mon
                 same_instant += 1  # nodes usable at once: schedule again before time moves
                 continue
             same_instant = 0
-            removable = len(live_nodes()) - platform.min_nodes
+            # A ready node stays while nodes booting for queued work are not ready: the queued multi-node job's
+            # pods sit on it waiting for their peers (a job is placed whole here, so it looks idle). Removing it
+            # once its idle time passed the scale-down delay, with a boot longer than that delay, asked for it
+            # again, for ever (a 2 x 4-GPU pool with a 12-minute boot never finished an 8-GPU job).
+            gang_waits = bool(queue) and any(n.ready_h > t + EPS for n in live_nodes())
+            removable = 0 if gang_waits else len(live_nodes()) - platform.min_nodes
             for n in sorted(live_nodes(), key=lambda n: n.idle_since):
                 if removable <= 0:
                     break

@@ -3,7 +3,8 @@
 Reads `gpu_platform/costs/catalog/kubernetes-versions.yaml` (dated, sourced rows; see its header). Pure: no Pulumi, no
 network, so config validation, the cost estimator and tests share it.
 
-Clouds: "linode" (kubeadm, follows upstream Kubernetes), "gcp" (GKE), "aws" (EKS).
+Clouds: "linode" (kubeadm, follows upstream Kubernetes), "gcp" (GKE), "aws" (EKS); "kubernetes" (a cluster the stack
+does not create) reads the upstream rows.
 Statuses on a day:
   "unreleased"  not yet available for new clusters (upstream/EKS release, GKE Regular-channel availability);
   "standard"    inside standard support (upstream: before the end of patch support);
@@ -28,6 +29,9 @@ CALENDAR_FILE = Path(__file__).resolve().parent.parent / "costs" / "catalog" / "
 TODAY_ENV = "GPU_PLATFORM_TODAY"
 WARN_DAYS = 60  # warn this many days before the end of standard support
 CLOUD_SECTIONS = {"linode": "upstream", "gcp": "gke", "aws": "eks"}
+# A cluster the stack does not create (cloud kubernetes) is judged by upstream Kubernetes' support dates: the
+# program cannot know whose it is (EKS, GKE, kubeadm, a distribution) nor their extended support.
+_SECTION_OF = {**CLOUD_SECTIONS, "kubernetes": "upstream"}
 CNIS = ("cilium", "calico")
 Status = Literal["unreleased", "standard", "extended", "unsupported"]
 DateLike = Union[_dt.date, str, None]
@@ -172,9 +176,9 @@ def minor_key(minor: str) -> tuple[int, int]:
 
 def _section(cloud: str) -> str:
     try:
-        return CLOUD_SECTIONS[cloud]
+        return _SECTION_OF[cloud]
     except KeyError:
-        raise ValueError(f"cloud must be one of {', '.join(CLOUD_SECTIONS)}, not {cloud!r}") from None
+        raise ValueError(f"cloud must be one of {', '.join(_SECTION_OF)}, not {cloud!r}") from None
 
 
 def validate_document(doc: Any) -> list[str]:
@@ -334,6 +338,18 @@ def default_minor(cloud: str, on: DateLike = None, calendar: Optional[Calendar] 
         tested = {k for cni_minor in cal.cni_minors(cni) for k in cal.cni_kubernetes(cni, cni_minor)}
         allowed = [m for m in allowed if m in tested] or allowed  # none tested: linode.cni's check says why
     return allowed[-1] if allowed else None
+
+
+def oldest_running_minor(cloud: str, on: DateLike = None, extended: bool = False,
+                         calendar: Optional[Calendar] = None) -> Optional[str]:
+    """The oldest minor a cluster can still run on the day when its version is left to the cloud: the
+    oldest in standard support (GKE's Rapid, Regular and Stable channels upgrade a cluster off a minor at
+    the end of its standard support, GKE "Release schedule" / "Get long-term support with the Extended
+    channel"), or in extended support too (`extended`: GKE's Extended channel keeps it until then). None
+    when the calendar has no such minor."""
+    cal = calendar or load_calendar()
+    allowed = cal.allowed_minors(cloud, on, extended=extended)
+    return allowed[0] if allowed else None
 
 
 def known_minors() -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
 
-from gpu_platform.policies.cost_rules import stack_shapes
+from gpu_platform.policies.cost_rules import stack_estimates
 from gpu_platform.policies.pools import stack_nodes
 
 DEFAULT_MAX_IDLE_SHARE = 0.5
@@ -27,14 +27,14 @@ def monthly_budget() -> Optional[float]:
 
 
 def _validate_idle_share(args: Any, report_violation) -> None:
-    from gpu_platform.costs.estimator import EstimateError, estimate
+    from gpu_platform.costs.estimator import EstimateError
 
     share = float((args.get_config() or {}).get("maxIdleShare", DEFAULT_MAX_IDLE_SHARE))
     budget = monthly_budget()
     if budget is None:
         return  # no budget to compare with; budget-alerts-required covers a stack without one
     try:
-        estimates = [estimate(s) for s in stack_shapes(stack_nodes(args.resources))]
+        estimates = stack_estimates(stack_nodes(args.resources))
     except (EstimateError, ValueError) as exc:
         report_violation(f"Cannot estimate the stack's idle floor: {exc}.")
         return

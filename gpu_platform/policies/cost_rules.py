@@ -3,6 +3,7 @@ monthly bill at full capacity, and budget alerts on every stack with GPUs."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 from collections import Counter
@@ -10,7 +11,8 @@ from typing import Any, Optional
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
 
-from gpu_platform.policies.pools import GKE_CLUSTER, LINODE_INSTANCE, Node, clouds_of, gpu_pools, node_groups, stack_nodes
+from gpu_platform.policies.pools import (GKE_CLUSTER, LINODE_INSTANCE, Node, clouds_of, gpu_pools, node_groups,
+                                         own_node_groups, stack_nodes)
 from gpu_platform.policies.props import get
 
 DEFAULT_MAX_GPUS = 64
@@ -38,6 +40,7 @@ def _validate_interruptible(args, report_violation) -> None:
             "linode": f"Linode has no spot market: set {approve}",
             "gcp": f"set capacity: spot or preemptible, or {approve}",
             "aws": f"set capacity: spot (mixed-instances, 0 % on-demand), or {approve}",
+            "kubernetes": f"set capacity: spot where the node group runs on spot capacity, or {approve}",
         }[pool.cloud]
         why = f" ({pool.approval_problem})" if pool.approval_problem else ""
         report_violation(
@@ -256,15 +259,46 @@ def _dearest(cloud: str, types: list[str], capacity: str, catalog) -> Optional[s
     return best
 
 
-def stack_shapes(nodes: list[Node]):
-    """One gpu_platform.costs.estimator.StackShape per cloud the stack runs on, read from its resources."""
+def config_extras(cloud: str) -> dict[str, Any]:
+    """What the bill takes from the stack's config rather than its resources: the checkpoint bucket
+    (costs.checkpointGib, costs.checkpointGibPerDay, checkpointRetentionDays), NAT traffic (costs.natGibPerMonth)
+    and the extended-support fee of its Kubernetes minor on the day, exactly as preflight's bill reads them
+    (StackShape.from_config, estimator.extended_support). Empty when the pack was handed no config that
+    validates (a pack run on a partial config): those lines are then listed as not modelled."""
+    from gpu_platform.costs.estimator import StackShape, extended_support
+    from gpu_platform.data.versions_calendar import today
+    from gpu_platform.policies.stack_settings import stack_settings
+
+    cfg = stack_settings().config
+    if cfg is None or cfg.cloud != cloud:
+        return {}
+    shape = StackShape.from_config(cfg)
+    fee, basis = extended_support(cfg.cloud, cfg.kubernetes_version, today())
+    return dict(checkpoint_gib=shape.checkpoint_gib, checkpoint_gib_per_day=shape.checkpoint_gib_per_day,
+                checkpoint_retention_days=shape.checkpoint_retention_days, nat_gib_per_month=shape.nat_gib_per_month,
+                extended_support_usd_per_hour=fee, extended_support_basis=basis, region=shape.region)
+
+
+def stack_shapes(nodes: list[Node], chart_storage_gib: float = 0.0, chart_load_balancers: int = 0,
+                 with_config: bool = True):
+    """One gpu_platform.costs.estimator.StackShape per cloud the stack runs on, read from its resources (and,
+    `with_config`, the bucket, NAT traffic and extended-support fee from its config: config_extras).
+    `chart_storage_gib`, `chart_load_balancers`: the persistent volumes and LoadBalancer Services the
+    platform's charts create, which no resource shows (preflight renders the charts and passes them in the
+    monthly-cost-ceiling's settings of the same names)."""
     from gpu_platform.costs.catalog import load_catalog
     from gpu_platform.costs.estimator import NodeGroup, PoolShape, StackShape
 
     overrides = _price_overrides()
     catalog = load_catalog(overrides or None)
     shapes = []
-    for cloud in sorted(clouds_of(nodes)):
+    storage = ((("the platform's charts (rendered by preflight: chartStorageGib)", float(chart_storage_gib)),)
+               if chart_storage_gib > 0 else None)
+    for cloud in sorted(clouds_of(nodes) - {"kubernetes"}):  # priced by its own node groups: own_nodes_estimate
+        extras = config_extras(cloud) if with_config else {}
+        # The stack's region prices its instances (catalog.Catalog.in_region): the resources' own where they say it.
+        config_region = extras.pop("region", None)
+        extras.update(pvc_gib=storage, pvc_basis="chartStorageGib, from the rendered charts" if storage else "")
         pools, system = [], []
         for group in node_groups(nodes) + ([p for p in gpu_pools(nodes) if p.cloud == "linode"]):
             if group.cloud != cloud:
@@ -277,50 +311,116 @@ def stack_shapes(nodes: list[Node]):
             if t.price(capacity) is None:
                 capacity = "on-demand"
             if group.gpus_per_node:
-                pools.append(PoolShape(group.name, itype, capacity, group.min_nodes, group.max_nodes))
+                pools.append(PoolShape(group.name, itype, capacity, group.min_nodes, group.max_nodes,
+                                       boot_disk_gib=group.boot_disk_gib))
             elif group.max_nodes:
-                system.append(NodeGroup(group.name, itype, group.max_nodes, capacity))
+                system.append(NodeGroup(group.name, itype, group.max_nodes, capacity, boot_disk_gib=group.boot_disk_gib))
         region = None
         if cloud == "linode":
             gpu_urns = {u for p in gpu_pools(nodes) for u in p.urns}
             plain = Counter(str(get(n.props, "type")) for n in nodes if n.type == LINODE_INSTANCE and n.urn not in gpu_urns)
             system += [NodeGroup("control-plane and system", t, c) for t, c in sorted(plain.items())]
             region = next((get(n.props, "region") for n in nodes if n.type == LINODE_INSTANCE), None)
-            lbs = sum(1 for n in nodes if n.type == "linode:index/nodeBalancer:NodeBalancer")
+            lbs = sum(1 for n in nodes if n.type == "linode:index/nodeBalancer:NodeBalancer") + chart_load_balancers
             shapes.append(StackShape(cloud, region, tuple(pools), system_nodes=tuple(system), load_balancers=lbs,
-                                     price_overrides=overrides))
+                                     price_overrides=overrides, **extras))
         elif cloud == "gcp":
             location = next((get(n.props, "location") for n in nodes if n.type == GKE_CLUSTER), None)
-            nats = sum(1 for n in nodes if n.type == "gcp:compute/routerNat:RouterNat")
+            nat_nodes = [n for n in nodes if n.type == "gcp:compute/routerNat:RouterNat"]
+            nats = len(nat_nodes)
+            # As preflight's bill counts them (preflight/costs.py _network_and_keys): the NAT's addresses, KMS keys,
+            # the checkpoint bucket's soft-delete retention.
+            extras.setdefault("public_ipv4", sum(len(get(n.props, "natIps") or []) or 1 for n in nat_nodes))
+            extras.setdefault("kms_keys", sum(1 for n in nodes if n.type == "gcp:kms/cryptoKey:CryptoKey"))
+            for n in nodes:
+                seconds = get(n.props, "softDeletePolicy.retentionDurationSeconds") if n.type == "gcp:storage/bucket:Bucket" else None
+                if seconds is not None:
+                    extras.setdefault("soft_delete_days", int(seconds) / 86400)
             shapes.append(StackShape(cloud, location, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
                                      managed_control_plane=any(n.type == GKE_CLUSTER for n in nodes),
-                                     price_overrides=overrides))
+                                     load_balancers=chart_load_balancers or None, price_overrides=overrides, **extras))
         else:
             nats = sum(1 for n in nodes if n.type == "aws:ec2/natGateway:NatGateway")
+            extras.setdefault("public_ipv4", sum(1 for n in nodes if n.type == "aws:ec2/eip:Eip"))
+            extras.setdefault("kms_keys", sum(1 for n in nodes if n.type == "aws:kms/key:Key"))
             lbs = sum(1 for n in nodes if n.type in ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer"))
-            shapes.append(StackShape(cloud, None, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
-                                     load_balancers=lbs, managed_control_plane=any(n.type == "aws:eks/cluster:Cluster" for n in nodes),
-                                     price_overrides=overrides))
+            shapes.append(StackShape(cloud, config_region, tuple(pools), system_nodes=tuple(system), nat_gateways=nats,
+                                     load_balancers=lbs + chart_load_balancers,
+                                     managed_control_plane=any(n.type == "aws:eks/cluster:Cluster" for n in nodes),
+                                     price_overrides=overrides, **extras))
     return [s for s in shapes if s.gpu_pools or s.system_nodes]
 
 
+def own_nodes_estimate(nodes: list[Node]):
+    """The estimate of a cluster the stack does not create, from its node-groups ConfigMap: each group at its own
+    price per node-hour (the stack's, never the catalog's). None when there is no such cluster or its groups carry
+    no price (nothing to estimate: preflight's cost report says so); ValueError when only some carry one."""
+    from gpu_platform.costs.catalog import OWN_NODES, InstanceType, Price, load_catalog
+    from gpu_platform.costs.estimator import NodeGroup, PoolShape, StackShape, estimate
+
+    groups = own_node_groups(nodes, include_cpu=True)
+    if not groups:
+        return None
+    unreadable = [p for g in groups for p in g.problems]
+    if unreadable:
+        raise ValueError(f"node groups of the cluster: {'; '.join(unreadable)}")
+    priced = [g for g in groups if g.usd_per_hour is not None]
+    if not priced:
+        return None
+    if len(priced) != len(groups):
+        raise ValueError(f"node groups {', '.join(g.name for g in groups if g.usd_per_hour is None)} have no price "
+                         f"while {', '.join(g.name for g in priced)} have one")
+    types, pools, system = {}, [], []
+    for g in groups:
+        itype = f"{g.name}/{g.instance_types[0]}"  # one type per group: its price belongs to the group's capacity
+        price = Price(float(g.usd_per_hour), f"stack file: node group {g.name}", _dt.date.today().isoformat())
+        types[itype] = InstanceType(cloud=OWN_NODES, name=itype, gpus=g.gpus_per_node or 0, gpu_model=None,
+                                    gpu_memory_gib=None, vcpus=g.vcpus, memory_gib=g.memory_gib, accelerator=None,
+                                    on_demand=price if g.capacity == "on-demand" else None,
+                                    spot=price if g.capacity == "spot" else None, preemptible=None,
+                                    regions=None, zones=None)
+        if g.role == "gpu":
+            pools.append(PoolShape(g.name, itype, g.capacity, g.min_nodes, g.max_nodes))
+        elif g.max_nodes:
+            system.append(NodeGroup(g.name, itype, g.min_nodes, g.capacity, max_count=g.max_nodes))
+    catalog = load_catalog().with_instances(OWN_NODES, types)
+    return estimate(StackShape(OWN_NODES, None, tuple(pools), system_nodes=tuple(system)), catalog)
+
+
+def stack_estimates(nodes: list[Node], chart_storage_gib: float = 0.0, chart_load_balancers: int = 0) -> list:
+    """One gpu_platform.costs.estimator.Estimate per cloud the stack runs on (stack_shapes, with the charts'
+    volumes and load balancers preflight hands over) and, on a cluster the stack does not create, one from its
+    node groups' own prices (none without prices)."""
+    from gpu_platform.costs.estimator import estimate
+
+    out = [estimate(shape) for shape in stack_shapes(nodes, chart_storage_gib, chart_load_balancers)]
+    own = own_nodes_estimate(nodes)
+    return out + ([own] if own is not None else [])
+
+
 def _validate_monthly_cost(args, report_violation) -> None:
-    from gpu_platform.costs.estimator import EstimateError, estimate
+    from gpu_platform.costs.estimator import EstimateError
 
     limit = float(_config(args, "maxMonthlyUsd", DEFAULT_MAX_MONTHLY_USD))
     for problem in override_problems(float(_config(args, "minOverrideRatio", DEFAULT_MIN_OVERRIDE_RATIO))):
         report_violation(f"{problem}.")
     nodes = stack_nodes(args.resources)
+    storage = float(_config(args, "chartStorageGib", 0) or 0)
+    balancers = int(_config(args, "chartLoadBalancers", 0) or 0)
     try:
-        estimates = [estimate(shape) for shape in stack_shapes(nodes)]
+        estimates = stack_estimates(nodes, storage, balancers)
     except (EstimateError, ValueError) as exc:
         report_violation(f"Cannot estimate the stack's monthly cost: {exc}.")
         return
-    total = sum(e.full_monthly_usd for e in estimates)
+    # The same bill as preflight's cost report, to the cent (lines rounded to cents, summed).
+    total = round(sum(e.full_monthly_usd for e in estimates), 2)
     lines = sorted((ln for e in estimates for ln in e.lines), key=lambda ln: -ln.monthly_usd)
-    top = "; ".join(f"{ln.name}: ${ln.monthly_usd:,.0f}" for ln in lines[:4])
+    top = "; ".join(f"{ln.name}: ${ln.monthly_usd:,.2f}" for ln in lines[:4])
+    left_out = sorted({m for e in estimates for m in e.not_modelled if m.startswith(NOT_SEEN)})
+    if left_out:
+        top += f" (not counted: {'; '.join(left_out)})"
     if total > limit:
-        report_violation(f"At full capacity the stack costs about ${total:,.0f}/month, over the ceiling of "
+        report_violation(f"At full capacity the stack costs ${total:,.2f}/month, over the ceiling of "
                          f"${limit:,.0f} (maxMonthlyUsd). Largest items: {top}.")
     from gpu_platform.policies.stack_settings import stack_settings
 
@@ -330,17 +430,23 @@ def _validate_monthly_cost(args, report_violation) -> None:
     factor = float(_config(args, "maxBudgetOverrun", DEFAULT_MAX_BUDGET_OVERRUN))
     budget = settings.monthly_budget_usd
     if budget and total > factor * budget:
-        report_violation(f"At full capacity the stack costs about ${total:,.0f}/month, {total / budget:,.1f} times its "
+        report_violation(f"At full capacity the stack costs ${total:,.2f}/month, {total / budget:,.1f} times its "
                          f"monthly budget of ${budget:,.0f} (monthlyBudgetUsd); at most {factor:g} times is allowed "
                          f"(maxBudgetOverrun). Raise the budget to what the stack may spend, or lower maxNodes. "
                          f"Largest items: {top}.")
     headroom = float(_config(args, "maxBudgetHeadroom", DEFAULT_MAX_BUDGET_HEADROOM))
     if budget and total > 0 and budget > headroom * total:
         report_violation(f"The monthly budget of ${budget:,.0f} (monthlyBudgetUsd) is {budget / total:,.1f} times the "
-                         f"most the stack can cost (about ${total:,.0f}/month at full capacity); at most {headroom:g} "
+                         f"most the stack can cost (${total:,.2f}/month at full capacity); at most {headroom:g} "
                          f"times is allowed (maxBudgetHeadroom): no budget alert can ever fire, as the stack cannot "
                          f"spend even 25 % of it (${budget / 4:,.0f}; the lowest alert is at 25 % on AWS and GCP, 50 % "
                          f"on Linode). Set monthlyBudgetUsd to what the stack may spend, at most ${headroom * total:,.0f}.")
+
+
+# Lines of the bill the pack cannot price when preflight did not hand it the rendered charts or the stack's
+# config (estimator.not_modelled texts): named in the message, so a lower figure than preflight's says why.
+NOT_SEEN = ("persistent volumes of the platform", "checkpoint bucket", "NAT data processing", "extended-support fee",
+            "boot disks")
 
 
 monthly_cost_ceiling = StackValidationPolicy(
@@ -357,6 +463,13 @@ monthly_cost_ceiling = StackValidationPolicy(
                                             "spot and preemptible) is a violation."},
         "maxBudgetOverrun": {"type": "number", "minimum": 1, "default": DEFAULT_MAX_BUDGET_OVERRUN,
                              "description": "Most times the stack's monthlyBudgetUsd its full-capacity cost may be."},
+        "chartStorageGib": {"type": "number", "minimum": 0, "default": 0,
+                            "description": "GiB of persistent volumes the platform's charts request (PVCs, StatefulSet "
+                                           "and Prometheus claims), which no resource shows: preflight sets it from "
+                                           "the rendered charts. It only adds to the estimate."},
+        "chartLoadBalancers": {"type": "integer", "minimum": 0, "default": 0,
+                               "description": "Services of type LoadBalancer the platform's charts create (preflight "
+                                              "sets it from the rendered charts). It only adds to the estimate."},
         "maxBudgetHeadroom": {"type": "number", "minimum": 1, "default": DEFAULT_MAX_BUDGET_HEADROOM,
                               "description": "Most times its full-capacity cost the stack's monthlyBudgetUsd may be "
                                              "(above it no budget alert can fire)."},
@@ -379,7 +492,7 @@ def _length(value: Any) -> int:
 
 def _has_budget_alerts(cloud: str, nodes: list[Node]) -> bool:
     for n in nodes:
-        if cloud == "linode" and n.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule":
+        if cloud in ("linode", "kubernetes") and n.type == "kubernetes:monitoring.coreos.com/v1:PrometheusRule":
             if get(n.props, "metadata.name") == SPEND_RULE_NAME and _length(get(n.props, "spec.groups")):
                 return True
         if cloud == "gcp" and n.type == "gcp:billing/budget:Budget":
@@ -399,6 +512,8 @@ _BUDGET_HINT = {
     "linode": f"a PrometheusRule named {SPEND_RULE_NAME} (Linode has no billing API; the platform's monitoring must be on)",
     "gcp": "a gcp.billing.Budget with threshold rules",
     "aws": "an aws.budgets.Budget with notifications, or a CloudWatch alarm with actions on AWS/Billing EstimatedCharges",
+    "kubernetes": f"a PrometheusRule named {SPEND_RULE_NAME} (an existing cluster has no billing API here; the platform's "
+                  "monitoring must be on)",
 }
 
 
@@ -406,8 +521,12 @@ def _validate_budget_alerts(args, report_violation) -> None:
     from gpu_platform.policies.stack_settings import NAMESPACE, raw_config, stack_settings
 
     nodes = stack_nodes(args.resources)
-    clouds = sorted({p.cloud for p in gpu_pools(nodes)})
+    pools = gpu_pools(nodes)
+    clouds = sorted({p.cloud for p in pools})
     for cloud in clouds:
+        if cloud == "kubernetes" and not any(getattr(p, "usd_per_hour", None) is not None for p in pools
+                                             if p.cloud == "kubernetes"):
+            continue  # no node prices: no spend to alert on (preflight says the stack has no bill)
         if not _has_budget_alerts(cloud, nodes):
             report_violation(f"The stack has GPU capacity on {cloud} but no budget alert: it needs {_BUDGET_HINT[cloud]}.")
     # Alerts reach people through the stack's alertEmails (billing budgets, Alertmanager); without any,

@@ -41,6 +41,8 @@ LOOSER: dict[str, Callable[[Any, Any], bool]] = {
     "maxGpus": lambda new, old: new > old, "maxMonthlyUsd": lambda new, old: new > old,
     "minOverrideRatio": lambda new, old: new < old, "maxIdleShare": lambda new, old: new > old,
     "maxBudgetOverrun": lambda new, old: new > old, "maxBudgetHeadroom": lambda new, old: new > old,
+    # What preflight measured in the rendered charts: more only raises the cost estimate.
+    "chartStorageGib": lambda new, old: new < old, "chartLoadBalancers": lambda new, old: new < old,
 }
 # Settings that are approvals themselves (each exemptPools entry carries its reason and approver,
 # checked by the policy) or the record of one.

@@ -20,6 +20,10 @@ KUBE_CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 # The pool definition of autoscaled Linode GPU pools (gpu_platform/components/linode/node_groups.py NAME,
 # NAMESPACE): their instances are the node-group provider's, never in the plan.
 LINODE_NODE_GROUPS = ("kube-system", "linode-node-groups")
+# The node groups of a cluster the stack does not create (cloud kubernetes; gpu_platform/components/kubernetes/cluster.py
+# NAMESPACE, NODE_GROUPS, NODE_GROUPS_KEY; the pack imports no component).
+OWN_NODE_GROUPS = ("gpu-platform", "node-groups")
+OWN_NODE_GROUPS_KEY = "node-groups.json"
 GKE_CLUSTER = "gcp:container/cluster:Cluster"
 GKE_NODE_POOL = "gcp:container/nodePool:NodePool"
 AWS_ASG = "aws:autoscaling/group:Group"
@@ -89,6 +93,7 @@ class GpuPool:
     autoscaled: bool
     problems: list[str] = field(default_factory=list)
     approval_problem: Optional[str] = None  # an approval tag without approver/reason
+    boot_disk_gib: Optional[int] = None  # per node, as registered (None: not given; Linode plans include theirs)
 
     @property
     def urn(self) -> str:
@@ -244,8 +249,16 @@ def _gke_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
             gpus_per_node=gpus if gpus else (0 if from_catalog == 0 else None),
             min_nodes=lo, max_nodes=hi, capacity=capacity,
             on_demand_approved=approval_of(labels)[0], approval_problem=approval_of(labels)[1],
-            autoscaled=auto is not None, problems=problems))
+            autoscaled=auto is not None, problems=problems, boot_disk_gib=as_int(get(cfg, "diskSizeGb"))))
     return out
+
+
+def _template_disks(template: Optional[Node]) -> Optional[int]:
+    """GiB of the EBS volumes a launch template gives each instance (None when it names none)."""
+    sizes = [as_int(get(m, "ebs.volumeSize")) for m in as_list(get(template.props, "blockDeviceMappings"))] \
+        if template is not None else []
+    sizes = [s for s in sizes if s is not None]
+    return sum(sizes) if sizes else None
 
 
 def _launch_template_of(group: Node, templates: list[Node]) -> Optional[Node]:
@@ -284,6 +297,7 @@ def _aws_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
                 capacity = "on-demand"
             lo, hi = as_int(get(n.props, "minSize"), 0) or 0, as_int(get(n.props, "maxSize"), 0) or 0
             autoscaled = True
+            disk = _template_disks(lt)
         elif n.type == AWS_EKS_NODE_GROUP:
             tags = tags_of(n.props)
             types = [str(t) for t in as_list(get(n.props, "instanceTypes"))]
@@ -291,6 +305,9 @@ def _aws_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
             lo = as_int(get(n.props, "scalingConfig.minSize"), 0) or 0
             hi = as_int(get(n.props, "scalingConfig.maxSize"), 0) or 0
             autoscaled = True
+            disk = as_int(get(n.props, "diskSize"))
+            if disk is None:
+                disk = _template_disks(_launch_template_of(n, templates))
         else:
             continue
         known = [gpus_of("aws", t) for t in types]
@@ -304,13 +321,73 @@ def _aws_pools(nodes: list[Node], include_cpu: bool = False) -> list[GpuPool]:
             cloud="aws", name=tags.get(POOL_KEY) or n.name, urns=[n.urn], resource_type=n.type, instance_types=types,
             gpus_per_node=None if problems and not gpus else gpus, min_nodes=lo, max_nodes=hi, capacity=capacity,
             on_demand_approved=approval_of(tags)[0], approval_problem=approval_of(tags)[1], autoscaled=autoscaled,
-            problems=problems))
+            problems=problems, boot_disk_gib=disk))
     return out
+
+
+@dataclass
+class OwnNodeGroup(GpuPool):
+    """A node group of a cluster the stack does not create, as its node-groups ConfigMap describes it: what it is
+    made of comes from there (GPUs, vCPUs, memory, the stack's own price or none), not from the catalog."""
+
+    vcpus: int = 0
+    memory_gib: float = 0.0
+    usd_per_hour: Optional[float] = None
+    role: str = "gpu"
+
+
+def own_node_groups(nodes: list[Node], include_cpu: bool = False) -> list[OwnNodeGroup]:
+    """The node groups of cloud kubernetes, from ConfigMap gpu-platform/node-groups (node-groups.json; written by
+    gpu_platform/components/kubernetes/cluster.py): GPU groups, and with include_cpu the system group too. A group
+    is autoscaled when its sizes differ (the cluster's autoscaler moves it between them); a fixed one is held to the
+    rules as a fixed GKE or EKS pool is."""
+    import json
+
+    out: list[OwnNodeGroup] = []
+    for n in nodes:
+        if n.type != KUBE_CONFIG_MAP or (get(n.props, "metadata.namespace"), get(n.props, "metadata.name")) != OWN_NODE_GROUPS:
+            continue
+        data = get(n.props, "data")
+        raw = data.get(OWN_NODE_GROUPS_KEY) if isinstance(data, Mapping) else None
+        try:
+            groups = json.loads(raw)["nodeGroups"] if isinstance(raw, str) else None
+        except (ValueError, KeyError, TypeError):
+            groups = None
+        if not isinstance(groups, list):
+            out.append(OwnNodeGroup(cloud="kubernetes", name=n.name, urns=[n.urn], resource_type=n.type, instance_types=[],
+                                    gpus_per_node=None, min_nodes=0, max_nodes=0, capacity="on-demand",
+                                    on_demand_approved=False, autoscaled=False,
+                                    problems=[f"its node groups ({OWN_NODE_GROUPS_KEY}) are not readable at plan time"]))
+            continue
+        for g in groups:
+            if not isinstance(g, Mapping):
+                continue
+            role = str(g.get("role"))
+            gpus = as_int(g.get("gpusPerNode"))
+            if role != "gpu" and not include_cpu:
+                continue
+            approved, why = approval_of(tags_from_mapping(g.get("tags")))
+            lo, hi = as_int(g.get("minNodes")) or 0, as_int(g.get("maxNodes")) or 0
+            price = g.get("usdPerHour")
+            out.append(OwnNodeGroup(
+                cloud="kubernetes", name=str(g.get("name")), urns=[n.urn], resource_type=n.type,
+                instance_types=[str(g.get("instanceType"))], gpus_per_node=gpus, min_nodes=lo, max_nodes=hi,
+                capacity="spot" if g.get("capacity") == "spot" else "on-demand",
+                on_demand_approved=approved, approval_problem=why, autoscaled=lo < hi,
+                problems=[] if gpus is not None else ["gpusPerNode is not a number"],
+                vcpus=as_int(g.get("vcpus")) or 0, memory_gib=float(g.get("memoryGib") or 0),
+                usd_per_hour=float(price) if isinstance(price, (int, float)) and not isinstance(price, bool) else None,
+                role=role))
+    return out
+
+
+def tags_from_mapping(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
 def gpu_pools(nodes: list[Node]) -> list[GpuPool]:
     """Every GPU pool of the stack, on whichever clouds its resources are."""
-    return _linode_pools(nodes) + _gke_pools(nodes) + _aws_pools(nodes)
+    return _linode_pools(nodes) + _gke_pools(nodes) + _aws_pools(nodes) + own_node_groups(nodes)
 
 
 def node_groups(nodes: list[Node]) -> list[GpuPool]:
@@ -319,5 +396,9 @@ def node_groups(nodes: list[Node]) -> list[GpuPool]:
 
 
 def clouds_of(nodes: list[Node]) -> set[str]:
-    """Clouds the stack has resources on (from type tokens: linode:, gcp:, aws:)."""
-    return {n.type.split(":", 1)[0] for n in nodes} & {"linode", "gcp", "aws"}
+    """Clouds the stack has resources on (from type tokens: linode:, gcp:, aws:), and kubernetes where the stack
+    describes the node groups of a cluster it does not create."""
+    clouds = {n.type.split(":", 1)[0] for n in nodes} & {"linode", "gcp", "aws"}
+    if own_node_groups(nodes, include_cpu=True):
+        clouds.add("kubernetes")
+    return clouds

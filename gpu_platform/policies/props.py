@@ -57,7 +57,7 @@ def as_int(value: Any, default: Optional[int] = None) -> Optional[int]:
         return default
     try:
         return int(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
 
 

@@ -1,8 +1,9 @@
 """Security guardrails: no SSH or Kubernetes API open to the internet, hardened AWS launch templates,
-Linode disk encryption, hardened GKE nodes."""
+Linode disk encryption, hardened GKE nodes, container images by digest."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from pulumi_policy import (
@@ -307,4 +308,52 @@ gke_node_hardening = StackValidationPolicy(
 )
 
 
-POLICIES = [no_public_admin_access, aws_imdsv2_encrypted_volumes, linode_disk_encryption, gke_node_hardening]
+# ---------------------------------------------------------------------------------------------
+# Images by digest
+# ---------------------------------------------------------------------------------------------
+
+# Where each workload kind the program registers keeps its pod spec (Pulumi's camelCase properties).
+POD_SPEC_PATHS = {
+    "kubernetes:apps/v1:Deployment": "spec.template.spec",
+    "kubernetes:apps/v1:DaemonSet": "spec.template.spec",
+    "kubernetes:apps/v1:StatefulSet": "spec.template.spec",
+    "kubernetes:apps/v1:ReplicaSet": "spec.template.spec",
+    "kubernetes:batch/v1:Job": "spec.template.spec",
+    "kubernetes:batch/v1:CronJob": "spec.jobTemplate.spec.template.spec",
+    "kubernetes:core/v1:Pod": "spec",
+}
+_BY_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def images_not_by_digest(pod_spec: Any) -> list[str]:
+    """Every container (init and ephemeral ones too) whose image names no sha256 digest: `name: image`."""
+    out = []
+    for field in ("initContainers", "containers", "ephemeralContainers"):
+        for c in as_list(get(pod_spec, field)):
+            image = str(get(c, "image", ""))
+            if not _BY_DIGEST.search(image):
+                out.append(f"{get(c, 'name', '?')}: {image or '(no image)'}")
+    return out
+
+
+def _validate_images(args, report_violation) -> None:
+    path = POD_SPEC_PATHS.get(args.resource_type)
+    if path is None:
+        return
+    bad = images_not_by_digest(get(args.props, path))
+    if bad:
+        report_violation(f"container image(s) not by digest: {'; '.join(bad)}. Deploy the digest the build pushed "
+                         "(registry/repository@sha256:<64 hex>), never a tag: a tag can be moved to other content.", None)
+
+
+images_by_digest = ResourceValidationPolicy(
+    name="images-by-digest",
+    description="Workloads the program registers (Deployments, DaemonSets, StatefulSets, ReplicaSets, Jobs, CronJobs, "
+                "Pods) run every container image by digest (@sha256:...), as the images the program builds are.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=_validate_images,
+)
+
+
+POLICIES = [no_public_admin_access, aws_imdsv2_encrypted_volumes, linode_disk_encryption, gke_node_hardening,
+            images_by_digest]

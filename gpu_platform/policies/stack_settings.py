@@ -71,6 +71,9 @@ class StackSettings:
     alert_emails: tuple[str, ...] = ()
     # Why a setting could not be read (named in the rules' messages), e.g. a wrong budget value.
     problems: tuple[str, ...] = field(default_factory=tuple)
+    # The whole validated StackConfig when the config validates (preflight's and the CLI's always do; a pack run
+    # on a partial config has none): the cost ceiling reads the bucket, NAT and Kubernetes version from it.
+    config: Any = field(default=None, compare=False)
 
 
 def _one(field_name: str, value: Any) -> tuple[Any, Optional[str]]:
@@ -103,7 +106,7 @@ def _parse(text: str) -> StackSettings:
     raw = {k[len(prefix):]: v for k, v in config.items() if isinstance(k, str) and k.startswith(prefix)}
     try:
         cfg = parse_config(raw, os.environ.get("PULUMI_STACK") or "stack")
-        return StackSettings(cfg.cloud, cfg.monthly_budget_usd, tuple(cfg.alert_emails))
+        return StackSettings(cfg.cloud, cfg.monthly_budget_usd, tuple(cfg.alert_emails), config=cfg)
     except ConfigError:
         pass
     except Exception:  # noqa: BLE001 (a config the model cannot even walk: read field by field)

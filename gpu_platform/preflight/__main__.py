@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
 
         return summary_main(argv[1:])
     parser = _Parser(prog=command_name("gpu_platform.preflight"), description=__doc__.splitlines()[0],
-                     epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure, 4 usage, 1 bug")
+                     epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure or a refused bill, 4 usage, 1 bug")
     parser.add_argument("stack", nargs="?", help="stack name: Pulumi.<stack>.yaml in the project's stackConfigDir")
     parser.add_argument("--stack-file", help="plan this stack file instead (its name gives the stack name)")
     parser.add_argument("-C", "--cwd", metavar="DIR",
@@ -321,11 +321,16 @@ class Run:
                 return self.fail(EXIT_USAGE, f"--base {one_line(args.base)}: {what}; give the output folder of an "
                                              "earlier preflight run (its --out)")
             folder = review.base_dir(Path(args.base), args.stack)
-            if folder is not None:
-                try:
-                    self.base = review.load_base(folder)
-                except review.BaseRunError as exc:
-                    return self.fail(EXIT_USAGE, f"--base: {exc}; give the output folder of an earlier preflight run")
+            if folder is None:
+                # Nothing to compare with is a wrong path (a base job that did not run, a stack name that
+                # differs), not a review that found no change: a usage error, like a missing folder.
+                return self.fail(EXIT_USAGE, f"--base {one_line(args.base)}: no plan.json there or in "
+                                             f"{one_line(args.stack)}/; give the output folder of an earlier preflight "
+                                             "run of this stack (its --out)")
+            try:
+                self.base = review.load_base(folder)
+            except review.BaseRunError as exc:
+                return self.fail(EXIT_USAGE, f"--base: {exc}; give the output folder of an earlier preflight run")
         try:
             self.cfg = parse_config(stack_input.raw, args.stack, source=stack_input.source,
                                     secret_keys=stack_input.bare_secret_keys)
@@ -422,6 +427,11 @@ class Run:
             from gpu_platform.preflight.analyzer import PolicyConfigError, PolicyPackError, PolicyPackIncomplete, PolicyTimeout
             from gpu_platform.preflight.verdict import policy_section
 
+            # The cost ceiling judges the same bill as the cost report: it waits for the rendered charts'
+            # volumes and load balancers (the render runs first in the fit thread; the fit check after it
+            # still overlaps the analysis).
+            fit.rendered.wait()
+            policy_config = with_chart_costs(policy_config, costs)
             try:
                 with _step(self.err, "analysing the plan with the policy pack", not self.json):
                     report = policies.analyze(plan, policy_config)
@@ -463,6 +473,9 @@ class Run:
         with _step(self.err, "drawing the cost chart", not self.json):
             files.append(costs.finish())
         self.sections["cost"] = cost_section(costs.json_path)
+        if costs.refused is not None:
+            # A budget verdict on another region's prices is no verdict: refused, naming the type and region.
+            status = EXIT_POLICY
         # The bill is always shown, after the verdict: line by line with its assumptions, the budget
         # comparison and the catalog's age (what a finance reviewer checks).
         self.details.append(bill)
@@ -485,15 +498,27 @@ class Run:
 
         doc = review.review(self.cfg, self.policy_config, self.policy_config_file, self.sections.get("cost"))
         self.sections["review"] = doc
-        if self.args.base:
-            if self.base is None:
-                self.warnings.append(f"--base {one_line(self.args.base)}: no plan.json there or in {self.args.stack}/: "
-                                     "nothing to compare with")
-            else:
-                self.sections["base_diff"] = review.diff(self.base, out)
-                self.details.insert(0, review.render_diff(self.sections["base_diff"]))
+        if self.args.base and self.base is not None:
+            self.sections["base_diff"] = review.diff(self.base, out)
+            self.details.insert(0, review.render_diff(self.sections["base_diff"]))
         if self.verbose or self.args.base:
             self.details.insert(1 if self.args.base and "base_diff" in self.sections else 0, review.render_review(doc))
+
+
+def with_chart_costs(policy_config: Optional[dict[str, Any]], costs: Any) -> Optional[dict[str, Any]]:
+    """The policy config with monthly-cost-ceiling's chartStorageGib and chartLoadBalancers set to what the
+    rendered charts create (unchanged when the charts were not rendered). A copy; the stack's own settings
+    of the policy are kept (an enforcement level alone becomes {enforcementLevel: ...})."""
+    if costs.chart_storage_gib is None:
+        return policy_config
+    out = dict(policy_config or {})
+    name = "monthly-cost-ceiling"
+    entry = out.get(name)
+    entry = dict(entry) if isinstance(entry, dict) else ({"enforcementLevel": entry} if isinstance(entry, str) else {})
+    entry.update(chartStorageGib=round(float(costs.chart_storage_gib), 6),
+                 chartLoadBalancers=int(costs.chart_load_balancers or 0))
+    out[name] = entry
+    return out
 
 
 def _out_problem(text: str) -> Optional[str]:

@@ -121,6 +121,31 @@ def load_balancer_services(releases: Iterable[Any]) -> list[str]:
     return out
 
 
+# Where the program pushes the images it builds, and the catalog's price of storing them (components/images.py).
+REGISTRY_STORAGE = {"aws": ("ECR", "ecr-storage"), "gcp": ("Artifact Registry", "artifact-registry-storage")}
+
+
+def registry_note(cfg: "StackConfig", plan: Any) -> Optional[str]:
+    """What the stack's own images cost to keep, in words: the registry, the images, what is kept and the
+    catalog's storage price. Not a line of the bill: an image's size is known only once it is built."""
+    from gpu_platform.components.images import KEEP_IMAGES
+    from gpu_platform.preflight.verdict import image_builds
+
+    images = image_builds(plan) if plan is not None else []
+    if not images:
+        return None
+    names = ", ".join(i["name"] for i in images)
+    if cfg.cloud in REGISTRY_STORAGE:
+        from gpu_platform.costs.catalog import load_catalog
+
+        where, key = REGISTRY_STORAGE[cfg.cloud]
+        price = load_catalog(cfg.catalog_overrides() or None).fixed_costs(cfg.cloud)[key]
+        return (f"container images the program builds into the stack's {where} ({names}; the newest {KEEP_IMAGES} "
+                f"pushes of each kept): ${price.usd_per_hour:g}/GiB-month ({key}, {price.date}); their size is known "
+                "only after the build")
+    return f"container images the program builds into linode.imageRegistry ({names}): that registry's own pricing"
+
+
 def _boot_disks(cfg: "StackConfig", plan: Any):
     """(GPU pool boot disk GiB by pool name, system node boot disk GiB) as the program registers them."""
     pools: dict[str, int] = {}
@@ -142,20 +167,51 @@ def _boot_disks(cfg: "StackConfig", plan: Any):
 
 
 def _extended_support(cfg: "StackConfig", today: _dt.date) -> tuple[Optional[float], str]:
-    try:
-        from gpu_platform.data.versions_calendar import load_calendar
-    except ImportError:  # the calendar module is absent: say so rather than guess a fee
-        return None, ""
-    cal = load_calendar()
-    status = cal.status(cfg.cloud, cfg.kubernetes_version, today)
-    fee = cal.extended_support_fee_per_hour(cfg.cloud, cfg.kubernetes_version, today)
-    fees = cal.fees(cfg.cloud)
-    src = f"{fees.source} (retrieved {fees.retrieved})" if fees else "gpu_platform/costs/catalog/kubernetes-versions.yaml"
-    return fee, f"{cfg.kubernetes_version} is in {status} support on {today.isoformat()}; {src}"
+    from gpu_platform.costs.estimator import extended_support
+
+    return extended_support(cfg.cloud, cfg.kubernetes_version, today)
+
+
+def platform_idle_floor(group: Any, idle: Optional[dict[str, int]]) -> Any:
+    """The system group at the nodes the platform's own pods need with no job running (fit.checks.idle_nodes,
+    summed over a pool's zonal groups), when that is more than its configured idle floor: the cluster
+    autoscaler keeps those nodes, whatever the minimum says."""
+    if not idle:
+        return group
+    need = sum(n for key, n in idle.items() if key.split("/", 1)[0] == "system")
+    if need <= group.count:
+        return group
+    need = min(need, group.full_count)
+    return replace(group, count=need,
+                   idle_basis=f"the platform's own pods need {need} system node(s) with no job running (preflight's "
+                              f"packing of the rendered charts; the cloud's own agents not counted), whatever the "
+                              f"minimum of {group.count}")
+
+
+def _network_and_keys(cfg: "StackConfig", plan: Any) -> dict[str, Any]:
+    """What the plan registers that the bill prices per unit: NAT gateways and the public IPv4 addresses
+    they use, customer-managed KMS keys, the checkpoint bucket's soft-delete retention (GCS). An existing
+    AWS VPC's NAT is not the stack's: no gateway, no address."""
+    out: dict[str, Any] = {}
+    if cfg.cloud == "aws":
+        out["nat_gateways"] = len(plan.by_type("aws:ec2/natGateway:NatGateway"))
+        out["public_ipv4"] = len(plan.by_type("aws:ec2/eip:Eip"))
+        out["kms_keys"] = len(plan.by_type("aws:kms/key:Key"))
+    elif cfg.cloud == "gcp":
+        nats = plan.by_type("gcp:compute/routerNat:RouterNat")
+        out["nat_gateways"] = len(nats)
+        # AUTO_ONLY: GCP allocates the addresses, one per 1,008 VMs at the default 64 ports each; MANUAL_ONLY: listed.
+        out["public_ipv4"] = sum(len(n.plain_inputs.get("natIps") or []) or 1 for n in nats)
+        out["kms_keys"] = len(plan.by_type("gcp:kms/cryptoKey:CryptoKey"))
+        for bucket in plan.by_type("gcp:storage/bucket:Bucket"):
+            seconds = (bucket.plain_inputs.get("softDeletePolicy") or {}).get("retentionDurationSeconds")
+            if seconds is not None:
+                out["soft_delete_days"] = int(seconds) / 86400
+    return out
 
 
 def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[Any]] = None,
-                today: Optional[_dt.date] = None):
+                today: Optional[_dt.date] = None, idle: Optional[dict[str, int]] = None):
     """The estimator's StackShape of a configured stack with what the program and its charts add."""
     from gpu_platform.costs.estimator import StackShape
 
@@ -168,6 +224,8 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
         system = tuple(replace(g, boot_disk_gib=system_disk) for g in system)
     if system is not None and cfg.cloud == "gcp":
         system = tuple(gke_system_idle_floor(g, plan) for g in system)
+    if system is not None:
+        system = tuple(platform_idle_floor(g, idle) if g.role == "system" else g for g in system)
     fee, fee_basis = _extended_support(cfg, day)
     changes: dict[str, Any] = dict(gpu_pools=pools, system_nodes=system, extended_support_usd_per_hour=fee,
                                    extended_support_basis=fee_basis)
@@ -178,7 +236,12 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
         if cap:
             extra.append(f"notebook home volumes: {cap} per user, created when a user first starts a server "
                          "(the number of users is not known)")
+    note = registry_note(cfg, plan)
+    if note:
+        extra.append(note)
     changes["extra_not_modelled"] = tuple(extra)
+    if plan is not None:
+        changes.update(_network_and_keys(cfg, plan))
     if releases is not None:
         pvcs = storage_requests(releases)
         changes.update(pvc_gib=tuple(pvcs), pvc_basis="requests in the rendered charts (gpu_platform/preflight/fit/render.py)")
@@ -212,22 +275,42 @@ class CostReport:
         self._chart: Optional[subprocess.Popen] = subprocess.Popen(
             [sys.executable, "-m", "gpu_platform.preflight.costs", str(self.png_path)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         self._sent = False
+        # What the rendered charts add that no resource shows (None until they are rendered): handed to the
+        # policy pack's monthly-cost-ceiling (chartStorageGib, chartLoadBalancers), so its figure is this bill's.
+        self.chart_storage_gib: Optional[float] = None
+        self.chart_load_balancers: Optional[int] = None
+        # The bill refused: the stack's region has no price for a type it uses (estimator.RegionPriceRefused).
+        self.refused: Optional[Exception] = None
 
-    def report(self, releases: Optional[list[Any]] = None) -> str:
+    def report(self, releases: Optional[list[Any]] = None, idle: Optional[dict[str, int]] = None) -> str:
+        """The bill; `releases`: the rendered charts (their volumes and load balancers), `idle`: the nodes
+        each group keeps with no job running (fit.checks.idle_nodes)."""
+        from gpu_platform.config.derived import stack_catalog
         from gpu_platform.costs import report
-        from gpu_platform.costs.catalog import load_catalog
-        from gpu_platform.costs.estimator import estimate
+        from gpu_platform.costs.estimator import RegionPriceRefused, estimate
 
-        catalog = load_catalog(self.cfg.catalog_overrides() or None)
-        shape = stack_shape(self.cfg, self.plan, releases, self.today)
-        self.estimate = estimate(shape, catalog)
+        catalog = stack_catalog(self.cfg)
+        shape = stack_shape(self.cfg, self.plan, releases, self.today, idle)
+        if releases is not None:
+            self.chart_storage_gib = sum(g for _, g in storage_requests(releases))
+            self.chart_load_balancers = len(load_balancer_services(releases))
+        try:
+            self.estimate = estimate(shape, catalog)
+        except RegionPriceRefused as exc:
+            return self._refuse(exc)
+        self.refused = None
         autoscaled = [p for p in shape.gpu_pools if p.max_nodes > p.min_nodes]
-        if autoscaled:
+        if not self.estimate.priced:
+            self.overhead = report.Overhead(1.0, "not simulated: the stack has no node prices")
+        elif autoscaled:
             # the pool with the most GPUs at full size sets the overhead of the stack's curve
             pool = max(autoscaled, key=lambda p: catalog.instance(shape.cloud, p.instance_type).gpus * p.max_nodes)
             # The stack's scaleDownGraceMinutes (aws. or linode.; GKE's autoscaler default otherwise).
             down = getattr(self.cfg.cloud_section, "scale_down_grace_minutes", None) or 10.0
-            self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down))
+            # A cluster the stack does not create boots its GPU nodes as the stack says (kubernetes.nodeBootMinutes).
+            boot = getattr(self.cfg.cloud_section, "node_boot_minutes", None)
+            self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down),
+                                                      scale_up_minutes=None if boot is None else float(boot))
         else:
             self.overhead = report.Overhead(1.0, "fixed-size pools: billed all month whatever the use")
         budget = float(self.cfg.monthly_budget_usd)
@@ -247,6 +330,20 @@ class CostReport:
             self._chart.stdin.close()
         return self._summary
 
+    def _refuse(self, exc: Exception) -> str:
+        """No bill: the region has no price for a type the stack uses. cost.json says so (and nothing else),
+        the chart is not drawn, and the verdict fails (exit 3) naming the type and the region."""
+        self.refused = exc
+        self.json_path.write_text(json.dumps({"refused": {
+            "type": exc.type, "capacity": exc.capacity, "region": exc.region, "message": str(exc)}}, indent=2) + "\n")
+        if self.png_path.exists():
+            self.png_path.unlink()  # an earlier run's chart is not this stack's bill
+        if not self._sent:
+            self._sent = True
+            self._chart.stdin.close()  # the child draws nothing when no data comes
+        self._summary = f"Cost estimate for {self.cfg.name_prefix} ({self.cfg.cloud}, {exc.region}): REFUSED\n  {exc}"
+        return self._summary
+
     @property
     def summary(self) -> str:
         return self._summary if self._summary is not None else self.report(None)
@@ -258,6 +355,8 @@ class CostReport:
         err = self._chart.stderr.read().decode()
         if self._chart.wait() != 0:
             raise RuntimeError(f"drawing {self.png_path} failed:\n{err}")
+        if self.refused is not None:
+            return f"Wrote {self.json_path} (the bill refused: no chart)"
         return f"Wrote {self.json_path} and {self.png_path}"
 
 

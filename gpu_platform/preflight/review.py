@@ -62,8 +62,10 @@ def kubernetes(cfg: Any) -> dict[str, Any]:
     if row is None:
         return {"version": minor, "text": f"{minor} (not in the version calendar)"}
     days = row.days_to_end_of_standard()
+    whose = " (the cluster's; upstream" if cfg.cloud == "kubernetes" else ""
     return {"version": minor, "endOfStandardSupport": row.end_of_standard.isoformat(), "status": row.status(),
-            "text": f"{minor}, standard support until {row.end_of_standard.isoformat()} ({days} days)"}
+            "text": f"{minor}{whose}{',' if not whose else ''} standard support until {row.end_of_standard.isoformat()}"
+                    f"{')' if whose else ''} ({days} days)"}
 
 
 def api_exposure(cfg: Any) -> dict[str, Any]:
@@ -74,6 +76,10 @@ def api_exposure(cfg: Any) -> dict[str, Any]:
         private = bool(getattr(cfg.gcp, "private_endpoint", False))
     elif cfg.cloud == "aws":
         private = bool(getattr(cfg.aws, "endpoint_private_only", False))
+    if cfg.cloud == "kubernetes":
+        return {"private": False, "adminCidrs": cidrs,
+                "text": "the existing cluster's own: the program creates no API endpoint (cloud kubernetes); who "
+                        "reaches it is the cluster's setting"}
     if private:
         text = "private endpoint only (reachable inside the VPC" + (f", from {', '.join(cidrs)}" if cidrs else "") + ")"
     elif cidrs:
@@ -126,6 +132,7 @@ MAX_BASE_BYTES = {"plan.json": 16 * 1024 * 1024, "cost.json": 1024 * 1024, "poli
 MAX_BASE_DEPTH = 200  # resource inputs (Helm values) nest a few dozen levels
 MAX_BASE_RESOURCES = 10_000  # a stack registers a few hundred
 COST_KEYS = ("idleMonthlyUsd", "fullMonthlyUsd", "fullGpus")
+LINE_NUMBERS = ("idleQuantity", "quantity", "idleMonthlyUsd", "monthlyUsd")
 
 
 def _shown(path: Path) -> str:
@@ -196,6 +203,15 @@ def load_base(folder: Path) -> dict[str, Any]:
             if not _number(cost.get(key), integer=key == "fullGpus"):
                 raise BaseRunError(f"{_shown(cost_path)}: {key}: {_shown(json.dumps(cost.get(key)))[:60]} is not "
                                    f"{'a whole number' if key == 'fullGpus' else 'a number'} (or null)")
+        lines = cost.get("lines", [])
+        if not isinstance(lines, list) or len(lines) > MAX_BASE_RESOURCES:
+            raise BaseRunError(f"{_shown(cost_path)}: lines: not a list of the bill's lines")
+        for i, ln in enumerate(lines):
+            if not (isinstance(ln, dict) and isinstance(ln.get("name"), str) and isinstance(ln.get("kind"), str)
+                    and all(_number(ln.get(k)) and ln.get(k) is not None for k in LINE_NUMBERS)
+                    and _number(ln.get("gpusPerUnit", 0), integer=True)):
+                raise BaseRunError(f"{_shown(cost_path)}: lines[{i}]: not a line of the bill (an object with `name` and "
+                                   f"`kind` strings and {', '.join(f'`{k}`' for k in LINE_NUMBERS)} numbers)")
         out["cost"] = cost
     policy_path = folder / "policy.json"
     if os.path.lexists(policy_path):
@@ -219,8 +235,127 @@ def _read(path: Path) -> Optional[dict[str, Any]]:
         return None
 
 
+# --- what changed inside a resource ---------------------------------------------------------------
+
+# The order a reviewer reads changes in: who may do what, who may reach what, how traffic flows, the rest.
+CATEGORIES = ("iam", "firewall", "network", "other")
+CATEGORY_TITLES = {"iam": "IAM and access", "firewall": "firewall and API access", "network": "network",
+                   "other": "other resources"}
+# By type token (lower case; provider:module/name:Type) ...
+_TYPE_WORDS = {
+    "iam": ("iam", "serviceaccount", "rbac.authorization", "accessentry", "accesspolicyassociation", "kms/",
+            "openidconnectprovider", "workloadidentity", "identitypool", "role", "instanceprofile", "core/v1:secret"),
+    "firewall": ("firewall", "securitygroup", "networkpolicy", "networkacl", "validatingadmissionpolicy",
+                 "podsecurity"),
+    "network": ("network", "subnet", "vpc", "route", "router", "nat", "address", "nodebalancer", "loadbalancer",
+                "lb/", "endpoint", "gateway", "peering", "dns", "eip"),
+}
+# ... and by the name of the changed field, whatever the resource (a cluster's authorized networks).
+_FIELD_WORDS = {
+    "iam": ("iam", "role", "serviceaccount", "principal", "policy", "oauthscopes", "workloadidentity", "accessconfig"),
+    "firewall": ("cidr", "authorizednetwork", "sourceranges", "ingress", "egress", "firewall", "publicaccess",
+                 "privateendpoint", "endpointprivateaccess", "endpointpublicaccess", "allowed", "ports"),
+    "network": ("network", "subnet", "vpc", "ipallocation", "ip_range", "iprange", "servicecidr", "podcidr",
+                "nodelocations", "zones", "region"),
+}
+MAX_FIELDS = 200  # per resource in baseDiff (a chart's values can change in hundreds of places)
+SHOWN_FIELDS = 12  # per resource in the text
+SHOWN_RESOURCES = 20  # per category in the text
+MAX_VALUE = 80  # characters of a value in the text
+# Keys whose values are credentials, masked even where the program did not mark them secret.
+_SECRET_KEY = __import__("re").compile(r"(?i)(password|passwd|secret|token|private_?key|privatekeypem|credential|"
+                                       r"kubeconfig|apikey|api_key|stringdata|certificatekey)")
+SECRET = "[secret]"
+
+
+def category_of_type(type_token: str) -> str:
+    low = type_token.lower().split("::")[-1]
+    for cat in ("iam", "firewall", "network"):
+        if any(w in low for w in _TYPE_WORDS[cat]):
+            return cat
+    return "other"
+
+
+def category_of_field(path: str) -> Optional[str]:
+    low = path.lower().replace("_", "").replace("-", "")
+    for cat in ("iam", "firewall", "network"):
+        if any(w.replace("_", "") in low for w in _FIELD_WORDS[cat]):
+            return cat
+    return None
+
+
+def _json_text(value: Any) -> Any:
+    """A string that holds a JSON object or array (an IAM policy document) as that object, else the value."""
+    if isinstance(value, str) and value[:1] in "{[" and len(value) <= 1_000_000:
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def field_changes(old: Any, new: Any, path: str = "", secret: bool = False, out: Optional[list] = None,
+                  depth: int = 0) -> list[dict[str, Any]]:
+    """Every leaf that differs between two resources' inputs: [{path, base, head}] (a path in
+    dotted/indexed form; `base`/`head` absent when the field is added/removed). Values under a key that
+    names a credential, and values the plan already redacted, are shown as [secret]. JSON documents held in
+    strings (IAM policies) are compared as documents."""
+    out = [] if out is None else out
+    if len(out) >= MAX_FIELDS or depth > MAX_BASE_DEPTH:
+        return out
+    old, new = _json_text(old), _json_text(new)
+    if old == new:
+        return out
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            hidden = secret or bool(_SECRET_KEY.search(str(k)))
+            if k not in old:
+                out.append({"path": sub, "head": _mask(new[k], hidden)})
+            elif k not in new:
+                out.append({"path": sub, "base": _mask(old[k], hidden)})
+            else:
+                field_changes(old[k], new[k], sub, hidden, out, depth + 1)
+            if len(out) >= MAX_FIELDS:
+                break
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            field_changes(a, b, f"{path}[{i}]", secret, out, depth + 1)
+        return out
+    out.append({"path": path or "(inputs)", "base": _mask(old, secret), "head": _mask(new, secret)})
+    return out
+
+
+def _mask(value: Any, secret: bool) -> Any:
+    if secret or value == SECRET:
+        return SECRET
+    if isinstance(value, dict):
+        return {k: _mask(v, bool(_SECRET_KEY.search(str(k)))) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v, False) for v in value]
+    return value
+
+
+def _resource_change(urn: str, change: str, old: Optional[dict], new: Optional[dict]) -> dict[str, Any]:
+    r = new or old or {}
+    rtype = str(r.get("type") or (urn.split("::")[-2].rsplit("$", 1)[-1] if urn.count("::") >= 2 else ""))
+    if change == "changed":
+        fields = field_changes(old.get("inputs"), new.get("inputs"))
+    elif change == "added":
+        fields = field_changes({}, new.get("inputs") if isinstance(new.get("inputs"), dict) else {})
+    else:
+        fields = []
+    cats = [category_of_type(rtype)] + [c for c in (category_of_field(f["path"]) for f in fields) if c]
+    category = min(cats, key=CATEGORIES.index)
+    return {"urn": urn, "type": rtype, "name": str(r.get("name") or _short(urn).split(" ", 1)[-1]), "change": change,
+            "category": category, "fields": fields}
+
+
 def diff(base: dict[str, Any], head: Path) -> dict[str, Any]:
-    """Resources added, removed and changed (by URN and inputs), the cost, and each policy's result.
+    """Resources added, removed and changed (by URN and inputs) with, per resource, the inputs that changed
+    (old -> new, secrets masked), ordered IAM, firewall, network, the rest; the capacity and the bill line by
+    line (the total's change is the sum of the lines' to the cent); and each policy's result.
     `base`: load_base's documents of the base run; `head`: this run's folder."""
     old, new = base["plan"], _read(head / "plan.json") or {}
     before = {r["urn"]: r for r in old.get("resources", [])}
@@ -228,10 +363,17 @@ def diff(base: dict[str, Any], head: Path) -> dict[str, Any]:
     added = sorted(set(after) - set(before))
     removed = sorted(set(before) - set(after))
     changed = sorted(u for u in set(before) & set(after) if before[u].get("inputs") != after[u].get("inputs"))
-    out: dict[str, Any] = {"base": str(base["dir"]), "resources": {"added": added, "removed": removed, "changed": changed}}
+    details = ([_resource_change(u, "changed", before[u], after[u]) for u in changed]
+               + [_resource_change(u, "added", None, after[u]) for u in added]
+               + [_resource_change(u, "removed", before[u], None) for u in removed])
+    order = {"changed": 0, "removed": 1, "added": 2}
+    details.sort(key=lambda d: (CATEGORIES.index(d["category"]), order[d["change"]], d["type"], d["name"]))
+    out: dict[str, Any] = {"base": str(base["dir"]), "resources": {"added": added, "removed": removed, "changed": changed},
+                           "changes": details}
     oc, nc = base["cost"], _read(head / "cost.json")
     if oc and nc:
         out["cost"] = {k: {"base": oc.get(k), "head": nc.get(k)} for k in COST_KEYS}
+        out["capacity"], out["costLines"] = _bill_changes(oc.get("lines") or [], nc.get("lines") or [])
     op, np_ = base["policy"], _read(head / "policy.json")
     if op and np_:
         was = {p["name"]: (p["status"], len(p.get("violations", []))) for p in op.get("policies", [])}
@@ -242,31 +384,143 @@ def diff(base: dict[str, Any], head: Path) -> dict[str, Any]:
     return out
 
 
+def _line_key(line: dict[str, Any]) -> str:
+    """A bill line's name without what it says about its size ("gpu pool a100 (a2-highgpu-1g, spot)" ->
+    "gpu pool a100"), so a resized line is the same line."""
+    return str(line.get("name", "")).split(" (", 1)[0]
+
+
+def _cents(usd: Any) -> int:
+    return round(float(usd or 0) * 100)
+
+
+def _bill_changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+    """(capacity changes: node lines whose idle..full count changed; cost changes: every line whose idle or
+    full monthly amount changed, in cents, so the lines' changes add up to the total's exactly)."""
+    if not old or not new:  # a base run from before cost.json had its lines: the totals only
+        return [], []
+    was = {_line_key(ln): ln for ln in old}
+    now = {_line_key(ln): ln for ln in new}
+    capacity, costs = [], []
+    for key in list(was) + [k for k in now if k not in was]:
+        a, b = was.get(key), now.get(key)
+        if (a or b).get("kind") in ("gpu-pool", "system", "control-plane"):
+            qa = (a["idleQuantity"], a["quantity"]) if a else (0, 0)
+            qb = (b["idleQuantity"], b["quantity"]) if b else (0, 0)
+            ga = int(a.get("gpusPerUnit") or 0) * qa[1] if a else 0
+            gb = int(b.get("gpusPerUnit") or 0) * qb[1] if b else 0
+            if qa != qb or (a or {}).get("resource") != (b or {}).get("resource"):
+                capacity.append({"line": key, "base": {"nodes": list(qa), "resource": (a or {}).get("resource"), "gpus": ga},
+                                 "head": {"nodes": list(qb), "resource": (b or {}).get("resource"), "gpus": gb}})
+        full = (_cents(a["monthlyUsd"]) if a else 0, _cents(b["monthlyUsd"]) if b else 0)
+        idle = (_cents(a["idleMonthlyUsd"]) if a else 0, _cents(b["idleMonthlyUsd"]) if b else 0)
+        if full[0] != full[1] or idle[0] != idle[1]:
+            costs.append({"line": key, "name": (b or a)["name"], "full": {"base": full[0] / 100, "head": full[1] / 100},
+                          "idle": {"base": idle[0] / 100, "head": idle[1] / 100}})
+    return capacity, costs
+
+
 def _short(urn: str) -> str:
     """type::name of a URN."""
     parts = urn.split("::")
     return f"{parts[-2].rsplit('$', 1)[-1]} {parts[-1]}" if len(parts) >= 2 else urn
 
 
-def render_diff(d: dict[str, Any]) -> str:
-    r = d["resources"]
+def _value(v: Any) -> str:
     from gpu_platform.config.approvals import one_line
 
+    if v == SECRET:
+        return SECRET
+    if isinstance(v, str) and "\n" in v:
+        return f"({len(v.splitlines())} lines of text)"
+    text = one_line(json.dumps(v, sort_keys=True, ensure_ascii=False) if not isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "..."
+
+
+def _field_line(f: dict[str, Any]) -> str:
+    from gpu_platform.config.approvals import one_line
+
+    path = one_line(f["path"])
+    if "base" not in f:
+        return f"{path}: (none) -> {_value(f['head'])}"
+    if "head" not in f:
+        return f"{path}: {_value(f['base'])} -> (removed)"
+    a, b = f["base"], f["head"]
+    if a == SECRET and b == SECRET:
+        return f"{path}: [secret] changed"
+    if isinstance(a, str) and isinstance(b, str) and ("\n" in a or "\n" in b):
+        la, lb = a.splitlines(), b.splitlines()
+        at = next((i for i, (x, y) in enumerate(zip(la, lb)) if x != y), min(len(la), len(lb)))
+        first = (f"line {at + 1}: {_value(la[at]) if at < len(la) else '(none)'} -> "
+                 f"{_value(lb[at]) if at < len(lb) else '(none)'}")
+        return f"{path}: text of {len(la)} -> {len(lb)} lines, first change at {first}"
+    return f"{path}: {_value(a)} -> {_value(b)}"
+
+
+def _usd(cents_value: float) -> str:
+    return f"${cents_value:,.2f}"
+
+
+def _delta(a: float, b: float) -> str:
+    d = (round(b * 100) - round(a * 100)) / 100
+    return f"{'+' if d >= 0 else '-'}${abs(d):,.2f}"
+
+
+def _nodes(q: list) -> str:
+    lo, hi = (int(x) if float(x).is_integer() else x for x in q)
+    return f"{lo}" if lo == hi else f"{lo}..{hi}"
+
+
+def render_diff(d: dict[str, Any]) -> str:
+    from gpu_platform.config.approvals import one_line
+
+    r = d["resources"]
     lines = [f"Changes against the base ({one_line(d['base'])})",
              f"  resources     +{len(r['added'])} added, -{len(r['removed'])} removed, ~{len(r['changed'])} changed"]
-    for sign, key in (("+", "added"), ("-", "removed"), ("~", "changed")):
-        for urn in r[key][:20]:
-            lines.append(f"    {sign} {one_line(_short(urn))}")
-        if len(r[key]) > 20:
-            lines.append(f"    {sign} ... {len(r[key]) - 20} more (plan.json)")
-    for key, label in (("fullMonthlyUsd", "full capacity"), ("idleMonthlyUsd", "idle floor")):
-        c = (d.get("cost") or {}).get(key)
-        if c and c["base"] is not None and c["head"] is not None:
-            delta = c["head"] - c["base"]
-            lines.append(f"  cost          {label}: ${c['base']:,.0f} -> ${c['head']:,.0f}/month ({delta:+,.0f})")
-    g = (d.get("cost") or {}).get("fullGpus")
-    if g and g["base"] != g["head"]:
+    details = d.get("changes", [])
+    sign = {"added": "+", "removed": "-", "changed": "~"}
+    for cat in CATEGORIES:
+        items = [i for i in details if i["category"] == cat]
+        if items:
+            lines.append(f"  {CATEGORY_TITLES[cat]}")
+        for item in items[:SHOWN_RESOURCES]:
+            lines.append(f"    {sign[item['change']]} {one_line(_short(item['urn']))}")
+            if item["change"] == "removed" or (item["change"] == "added" and cat == "other"):
+                continue  # a new resource's inputs are the plan's; those of an IAM, firewall or network one are shown
+            fields = item["fields"]
+            for f in fields[:SHOWN_FIELDS]:
+                lines.append(f"        {_field_line(f)}")
+            if len(fields) > SHOWN_FIELDS:
+                more = len(fields) - SHOWN_FIELDS
+                lines.append(f"        ... {more}{'+' if len(fields) >= MAX_FIELDS else ''} more field(s) "
+                             "(baseDiff in preflight.json)")
+        if len(items) > SHOWN_RESOURCES:
+            lines.append(f"    ... {len(items) - SHOWN_RESOURCES} more (baseDiff in preflight.json)")
+    for c in d.get("capacity", []):
+        a, b = c["base"], c["head"]
+        what = f"{_nodes(a['nodes'])} -> {_nodes(b['nodes'])} nodes (idle..full)"
+        if a["resource"] != b["resource"]:
+            what += f", {a['resource'] or '(none)'} -> {b['resource'] or '(none)'}"
+        if a["gpus"] or b["gpus"]:
+            what += f", {a['gpus']} -> {b['gpus']} GPUs at full capacity"
+        lines.append(one_line(f"  capacity      {c['line']}: {what}"))
+    cost = d.get("cost") or {}
+    g = cost.get("fullGpus")
+    if g and g["base"] != g["head"] and not d.get("capacity"):
         lines.append(f"  GPUs          at full capacity: {g['base']} -> {g['head']}")
+    for key, label, part in (("fullMonthlyUsd", "full capacity", "full"), ("idleMonthlyUsd", "idle floor", "idle")):
+        c = cost.get(key)
+        if not c or c["base"] is None or c["head"] is None:
+            continue
+        if round(c["base"] * 100) == round(c["head"] * 100):
+            lines.append(f"  cost          {label}: {_usd(c['head'])}/month, unchanged")
+            continue
+        lines.append(f"  cost          {label}: {_usd(c['base'])} -> {_usd(c['head'])}/month ({_delta(c['base'], c['head'])})")
+        for ln in d.get("costLines", []):
+            x = ln[part]
+            if round(x["base"] * 100) != round(x["head"] * 100):
+                lines.append(one_line(f"                  {ln['line']}: {_usd(x['base'])} -> {_usd(x['head'])} "
+                                      f"({_delta(x['base'], x['head'])})"))
     if "policies" in d:
         if not d["policies"]:
             lines.append("  policies      no result changed")

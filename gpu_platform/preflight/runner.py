@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from gpu_platform.config.base import NAMESPACE
+from gpu_platform.config.base import NAMESPACE, UNDECRYPTABLE  # noqa: F401 (UNDECRYPTABLE re-exported)
 from gpu_platform.project import Project, ProjectFileError, ProjectNotFound, find_project  # noqa: F401 (re-exported)
 
 # The config namespace every program built from these components reads (`gpu-platform:cloud`, ...),
@@ -33,10 +33,16 @@ RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 REDACTED = "[secret]"
 UNKNOWN_TEXT = "[unknown]"
-# A `secure:` value preflight cannot decrypt stands in as this (always marked secret).
-UNDECRYPTABLE = "preflight-cannot-decrypt-secure-value"
-# Provider credentials a stack's program requires that CI supplies at run time, per cloud (docs/ci.md).
-RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token")}
+# A `secure:` value preflight cannot decrypt stands in as UNDECRYPTABLE (gpu_platform/config/base.py; always
+# marked secret).
+# Provider credentials a stack's program requires that CI supplies at run time, per cloud (docs/ci.md). On cloud
+# kubernetes the kubeconfig may also come from $KUBECONFIG: preflight plans with the stand-in either way, so a plan
+# never depends on which cluster the machine running it points at. linode-registry:password is read only where
+# the program builds into linode.imageRegistry.
+RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token", "linode-node-groups:token",
+                                   "linode-registry:password"),
+                        "kubernetes": ("kubernetes:kubeconfig", "checkpoint-store:accessKeyId",
+                                       "checkpoint-store:secretAccessKey")}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -257,7 +257,13 @@ def read_limited(path: Path, shown: str, max_bytes: int = MAX_BYTES) -> bytes:
 
 
 def load_yaml_text(text: str, shown: str) -> Any:
-    loader = StrictLoader(text)
+    try:
+        # PyYAML's Reader checks a whole string for non-printable characters as it is constructed.
+        loader = StrictLoader(text)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        raise YamlInputError(shown, f"not valid YAML: control character U+{exc.character:04X} (YAML allows only "
+                                    "printable characters, tabs and line breaks)", line) from None
     try:
         node = loader.get_single_node()
         if node is None:

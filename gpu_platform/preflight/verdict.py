@@ -33,10 +33,29 @@ def money(usd: Optional[float]) -> str:
     return "n/a" if usd is None else f"${usd:,.0f}"
 
 
+# pulumi-docker-build's image: what `pulumi up` builds from the repository and pushes (components/images.py).
+IMAGE_BUILD = "docker-build:index:Image"
+
+
+def image_builds(plan: Any) -> list[dict[str, Any]]:
+    """The images `pulumi up` would build: name, where it is pushed, its build context and Dockerfile."""
+    out = []
+    for r in plan.by_type(IMAGE_BUILD):
+        inputs = r.inputs
+        tags = [t for t in inputs.get("tags") or [] if isinstance(t, str)]
+        labels = inputs.get("labels") if isinstance(inputs.get("labels"), dict) else {}
+        out.append({"name": str(labels.get("org.opencontainers.image.title") or r.name),
+                    "repository": tags[0].rsplit(":", 1)[0] if tags else "[unknown]",
+                    "context": str((inputs.get("context") or {}).get("location", "")),
+                    "dockerfile": str((inputs.get("dockerfile") or {}).get("location", ""))})
+    return sorted(out, key=lambda i: (i["name"], i["repository"]))
+
+
 def plan_summary(plan: Any) -> dict[str, Any]:
     by_type = Counter(r.type for r in plan.resources)
     return {"resources": len(plan.resources),
-            "byType": [{"type": t, "count": n} for t, n in sorted(by_type.items(), key=lambda kv: (-kv[1], kv[0]))]}
+            "byType": [{"type": t, "count": n} for t, n in sorted(by_type.items(), key=lambda kv: (-kv[1], kv[0]))],
+            "images": image_builds(plan)}
 
 
 def kinds_line(plan: dict[str, Any], top: int = 6) -> str:
@@ -63,15 +82,25 @@ def fit_section(result: Any) -> dict[str, Any]:
     report = result.report
     problems = sorted(({"check": p.check, "release": p.release, "object": p.object, "reason": p.reason, "fix": p.fix}
                        for p in report.problems), key=lambda p: (p["check"], p["release"], p["object"], p["reason"]))
+    flows = getattr(report, "flows", None)
     return {"verdict": "fail" if problems else "pass", "releases": report.releases, "pods": report.pods,
             "problems": problems,
-            "notRendered": sorted(f"{r.name} ({r.chart} {r.version})" for r in result.not_rendered)}
+            "notRendered": sorted(f"{r.name} ({r.chart} {r.version})" for r in result.not_rendered),
+            # the platform's connections (fit/flows.py); every detail in fit.json
+            "flows": None if flows is None else {
+                "dataplane": flows.dataplane, "checked": len(flows.results),
+                "failed": [{"name": r.name, "verdict": r.verdict, "expected": r.expected, "policies": r.policies}
+                           for r in flows.failed]}}
 
 
 def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
     if not cost_json.exists():
         return None
     doc = json.loads(cost_json.read_text())
+    if doc.get("refused"):
+        r = doc["refused"]
+        return {"idleMonthlyUsd": None, "fullMonthlyUsd": None, "budgetUsd": None, "priceNotes": [],
+                "refused": {k: r.get(k) for k in ("type", "capacity", "region", "message")}}
     budget = doc.get("budget") or {}
     return {"idleMonthlyUsd": doc.get("idleMonthlyUsd"), "fullMonthlyUsd": doc.get("fullMonthlyUsd"),
             "fullGpus": doc.get("fullGpus"), "gpuModels": doc.get("gpuModels", []),
@@ -81,7 +110,9 @@ def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
             # a share (0..1) in cost.json; a percentage here, as the summary prints it
             "budgetReachedAtUtilisation": (None if budget.get("budgetReachedAtUtilization") is None
                                            else round(100 * budget["budgetReachedAtUtilization"], 1)),
-            "catalogAge": doc.get("catalogAge")}
+            "catalogAge": doc.get("catalogAge"),
+            # what has no price (cloud kubernetes without node prices): then there are no figures above
+            "unpriced": list(doc.get("unpriced") or [])}
 
 
 def document(stack: str, cfg: Any, exit_code: int, *, plan: Any = None, policies: Optional[dict] = None,
@@ -118,6 +149,10 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
     rows: list[tuple[str, str, Optional[str]]] = []
     if doc.get("plan"):
         rows.append(("plan", kinds_line(doc["plan"]), None))
+        images = doc["plan"].get("images") or []
+        if images:
+            rows.append(("images", "built at `pulumi up` (a Docker daemon with BuildKit): "
+                         + "; ".join(f"{i['name']} -> {i['repository']}" for i in images), None))
     pol = doc.get("policies")
     if pol is not None:
         text = (f"{'FAIL' if pol['verdict'] == 'fail' else 'PASS'}  {plural(len(pol['policies']), 'policy')}"
@@ -136,7 +171,15 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
         rows.append(("cluster fit", text, "bold red" if fit["verdict"] == "fail" else
                      ("yellow" if fit["notRendered"] else "green")))
     cost = doc.get("cost")
-    if cost is not None:
+    if cost is not None and cost.get("unpriced"):
+        rows.append(("cost", f"NOT ESTIMATED: no node prices ({'; '.join(cost['unpriced'])}); set "
+                             "kubernetes.nodeTypes.<type>.usdPerHour to have a bill", "yellow"))
+    elif cost is not None and cost.get("refused"):
+        r = cost["refused"]
+        rows.append(("cost", f"REFUSED: no {r['capacity']} price for {r['type']} in {r['region']}; give "
+                             f"priceOverrides.{r['type']} or record {r['region']}'s price (the bill below says how)",
+                     "bold red"))
+    elif cost is not None:
         text = f"idle {money(cost['idleMonthlyUsd'])}/month, full capacity {money(cost['fullMonthlyUsd'])}/month"
         budget, full = cost.get("budgetUsd"), cost.get("fullMonthlyUsd")
         style = None
@@ -185,7 +228,12 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         fit_text = "–" if fit is None else f"{fit['verdict']} ({plural(len(fit['problems']), 'problem')})"
         if fit and fit["notRendered"]:
             fit_text += f", not rendered: {', '.join(fit['notRendered'])}"
-        cost_text = "–" if cost is None else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}"
+        if cost is not None and cost.get("refused"):
+            r = cost["refused"]
+            cost_text = f"refused: no {r['capacity']} price for {r['type']} in {r['region']}"
+        else:
+            cost_text = "–" if cost is None else (f"not priced / {money(cost.get('budgetUsd'))}" if cost.get("unpriced")
+                                                  else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}")
         mark = "✅" if doc["verdict"] == "pass" else "❌"
         lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
     for doc in sorted(docs, key=lambda d: d["stack"]):
@@ -201,7 +249,26 @@ def markdown(docs: list[dict[str, Any]]) -> str:
             details.append(f"- approved: {a}")
         if details:
             lines += ["", f"### {doc['stack']}", *details]
+    compared = any(doc.get("baseDiff") for doc in docs)
+    for doc in sorted(docs, key=lambda d: d["stack"]):
+        if doc.get("baseDiff"):
+            from gpu_platform.preflight.review import render_diff
+
+            lines += ["", f"### {doc['stack']}: changes against the base branch", *fenced(render_diff(doc["baseDiff"]))]
+        elif compared:
+            lines += ["", f"### {doc['stack']}: not compared", "The base branch's run has no plan of this stack (a stack "
+                      "new in this pull request, or the base run failed before planning it)."]
     return "\n".join(lines) + "\n"
+
+
+def fenced(text: str) -> list[str]:
+    """`text` as a Markdown code block whose fence no run of backticks in it can close (its lines come from
+    plans a pull request writes)."""
+    import re
+
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + "text", *text.splitlines(), fence]
 
 
 def summary_main(argv: list[str]) -> int:

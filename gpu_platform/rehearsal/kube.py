@@ -1,5 +1,5 @@
 """A small Kubernetes API client over HTTPS (http.client + ssl): discovery, server-side apply, get,
-list, create, delete, status patches. The Python `kubernetes` client is not a dependency of the
+list, watch, create, delete, status patches. The Python `kubernetes` client is not a dependency of the
 project; this is all the rehearsal needs."""
 
 from __future__ import annotations
@@ -161,6 +161,40 @@ class Client:
             query["fieldSelector"] = field_selector
         doc = self.request("GET", self.path(api_version, kind, namespace), query=query or None)
         return doc.get("items", [])
+
+    def resource_version(self, api_version: str, kind: str, namespace: Optional[str] = None,
+                         selector: Optional[str] = None) -> str:
+        """The collection's resourceVersion now: where a `watch` that must miss nothing starts."""
+        query = {"labelSelector": selector} if selector else None
+        return self.request("GET", self.path(api_version, kind, namespace), query=query)["metadata"]["resourceVersion"]
+
+    def watch(self, api_version: str, kind: str, resource_version: str, namespace: Optional[str] = None,
+              selector: Optional[str] = None, seconds: int = 1) -> list[dict]:
+        """Every watch event ({type, object}) of the collection after `resource_version`, as the API server
+        replays and streams them for `seconds` (it ends the stream then): what happened in between, objects
+        created and deleted again included, which a later list cannot show. An ERROR event (the version is
+        too old) raises ApiError."""
+        query = {"watch": "1", "resourceVersion": resource_version, "timeoutSeconds": str(seconds),
+                 "allowWatchBookmarks": "false"}
+        if selector:
+            query["labelSelector"] = selector
+        path = self.path(api_version, kind, namespace) + "?" + urllib.parse.urlencode(query)
+        # A connection of its own: the stream occupies it until the server ends it.
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=seconds + self.timeout)
+        try:
+            conn.request("GET", path, headers={"Authorization": f"Bearer {self._bearer}", "Accept": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            conn.close()
+        if resp.status >= 400:
+            raise ApiError(resp.status, *_message(resp.status, raw))
+        events = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        for e in events:
+            if e.get("type") == "ERROR":
+                status = e.get("object") or {}
+                raise ApiError(int(status.get("code") or 500), status.get("message") or str(status), status)
+        return events
 
     def create(self, obj: dict[str, Any], subresource: Optional[str] = None) -> Any:
         meta = obj.get("metadata") or {}

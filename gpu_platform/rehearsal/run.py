@@ -17,7 +17,7 @@ from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.install import InstallLog, Installer, hooks_of, order_releases
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind, wait_for
 from gpu_platform.rehearsal.nodes import create_nodes
-from gpu_platform.rehearsal.volumes import CLOUD_STORAGE_CLASSES, Provisioner
+from gpu_platform.rehearsal.volumes import CLOUD_STORAGE_CLASSES, existing_storage_class, Provisioner
 from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario, release_example, restore_model_nodes
 from gpu_platform.rehearsal.standins import alertmanager_config, restore_rendered_secrets
 from gpu_platform.rehearsal.hub import HUB_SCENARIOS
@@ -108,6 +108,7 @@ def prepare_controllers(releases: list[Any], not_rehearsed: list[str]):
     """The platform's controllers among the rendered releases, the webhook serving CA and certificate
     folder; a controller that cannot run here is marked not-built and listed in `not_rehearsed`."""
     controllers = ctlmod.find_controllers(releases)
+    not_rehearsed.extend(ctlmod.not_run(releases))
     for ctl in controllers:
         if not ctl.built:
             ctl.status = "not-built"
@@ -227,6 +228,11 @@ class StackCluster:
             for sc_obj in CLOUD_STORAGE_CLASSES.get(self.model.cloud, []):
                 client.apply(sc_obj)
                 base.cloud_objects.append(f"StorageClass {sc_obj['metadata']['name']} (the cloud creates it)")
+            existing = existing_storage_class(self.cfg)
+            if existing is not None:
+                client.apply(existing)
+                base.cloud_objects.append(f"StorageClass {existing['metadata']['name']} (the existing cluster has it: "
+                                          "kubernetes.storageClass)")
             self.provisioner = Provisioner(client).start()
             t = time.monotonic()
             self.installer = install(self.cp, self.releases, self.controllers, self.ca_pem, self.cert_dir, base.install,

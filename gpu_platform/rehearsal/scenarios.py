@@ -9,6 +9,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from gpu_platform.components.cluster import NOT_EVICTED_BY_SCALE_DOWN
+from gpu_platform.components.platform.notebooks import SUBMITTER_ROLE
+from gpu_platform.components.platform.queue import LOCAL_QUEUE, SUSPEND_POLICY
 from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
 from gpu_platform.preflight.fit.selectors import match_expression, tolerates_any
 from gpu_platform.rehearsal import autoscale
@@ -540,7 +543,7 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     # and skips a pod whose owner is a Job it manages).
     unrelated = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rehearsal-unrelated", "namespace": ns,
                                                                        "labels": {QUEUE_LABEL: CPU_LOCAL_QUEUE}},
-                 "spec": {"suspend": True, "template": {"spec": {
+                 "spec": {"suspend": True, "template": {"metadata": {"annotations": dict(NOT_EVICTED_BY_SCALE_DOWN)}, "spec": {
                      "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
                          {"name": "c", "image": "busybox", "securityContext": _RESTRICTED_CONTAINER,
                           "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}
@@ -644,6 +647,194 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     return sc
 
 
+# --- (c2b) only Kueue starts a queued Job ----------------------------------------------------------------------
+
+UNSUSPEND_JOB = "rehearsal-unsuspended-by-hand"
+
+
+def submitter_identity(releases: list[Any], namespace: str) -> Optional[tuple[str, str]]:
+    """(namespace, name) of the first ServiceAccount the platform's RoleBinding binds Role `job-submitter`
+    to in `namespace`, as rendered (notebooks.render_submitter_binding: the notebooks' `notebook-user`)."""
+    for rel in releases:
+        for o in rel.objects:
+            if (o.get("kind") == "RoleBinding" and (o.get("roleRef") or {}).get("name") == SUBMITTER_ROLE
+                    and (o["metadata"].get("namespace") or rel.namespace) == namespace):
+                for s in o.get("subjects") or []:
+                    if s.get("kind") == "ServiceAccount":
+                        return s.get("namespace") or namespace, s["name"]
+    return None
+
+
+def _wait(check, timeout: float, interval: float = 1.0):
+    """check()'s first truthy value within `timeout` seconds, else its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def _created_by(pod: dict) -> str:
+    """The field managers that wrote the pod (kube-controller-manager for the job controller's)."""
+    return ", ".join(sorted({m.get("manager", "?") for m in pod["metadata"].get("managedFields") or []})) or "?"
+
+
+def unsuspend_by_hand(ctx: Context, window: float = 6.0) -> Scenario:
+    """A user with the platform's `job-submitter` Role (the ServiceAccount its RoleBinding names, with a
+    token of its own: the real RBAC and admission decide) creates a GPU Job in LocalQueue `gpu-queue`
+    while its ClusterQueue is held (stopPolicy Hold: Kueue cannot admit it) and patches
+    `spec.suspend: false`. Kueue v0.19.2's webhooks let that through and its job reconciler suspends the
+    Job again only afterwards; the job controller creates the Job's pods in between. The API server
+    must refuse the patch (jobs-started-only-by-kueue) and no pod may be created; once the ClusterQueue
+    runs again Kueue must admit the Job as usual; raising the admitted Job's parallelism as that user
+    must be refused too."""
+    sc = Scenario("unsuspend-by-hand", f"a {SUBMITTER_ROLE} lifting spec.suspend of a Job Kueue has not admitted is "
+                                       f"refused by {SUSPEND_POLICY} and the job controller creates no pod for it; Kueue "
+                                       "admits the Job once its ClusterQueue can; raising the admitted Job's "
+                                       "parallelism is refused")
+    ctl = ctx.controllers.get("kueue-manager")
+    if ctl is None or ctl.status != "running":
+        sc.status = "NOT REHEARSED"
+        sc.problems.append("needs a running Kueue")
+        return sc
+    ns = ((_example(ctx) or {}).get("metadata") or {}).get("namespace") or "training"
+    who = submitter_identity(ctx.releases, ns)
+    if who is None:
+        if any(o.get("kind") == "Role" and o["metadata"]["name"] == SUBMITTER_ROLE for rel in ctx.releases for o in rel.objects):
+            sc.fail(f"Role {SUBMITTER_ROLE} is rendered but no RoleBinding in {ns} binds it to a ServiceAccount: "
+                    "nobody to rehearse as")
+        else:
+            sc.details.append(f"the stack renders no Role {SUBMITTER_ROLE} (notebooks off): no user may patch a Job, "
+                              "nothing to rehearse")
+        return sc
+    lq = wait_local_queue_active(ctx, LOCAL_QUEUE, ns)
+    if lq is None:
+        sc.fail(f"no LocalQueue {LOCAL_QUEUE} in {ns}")
+        return sc
+    cq_name = lq["spec"]["clusterQueue"]
+    held_before = ((ctx.client.get(KUEUE, "ClusterQueue", cq_name) or {}).get("spec") or {}).get("stopPolicy") or "None"
+    user = f"ServiceAccount {who[0]}/{who[1]}"
+    try:
+        as_user = ctx.client.with_token(ctx.client.token(*who))
+    except ApiError as exc:
+        sc.fail(f"no token for {user}, which RoleBinding {SUBMITTER_ROLE} names: {exc}")
+        return sc
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": UNSUSPEND_JOB, "namespace": ns, "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
+           "spec": {"completions": 2, "parallelism": 1, "backoffLimit": 0, "template": {
+               "metadata": {"annotations": dict(NOT_EVICTED_BY_SCALE_DOWN)}, "spec": {
+                   "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [{
+                       "name": "c", "image": "busybox", "command": ["sleep", "3600"], "securityContext": _RESTRICTED_CONTAINER,
+                       "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {GPU_RESOURCE: "1"}}}]}}}}
+    pods_of_job = f"batch.kubernetes.io/job-name={UNSUSPEND_JOB}"
+    ctx.client.merge_patch(KUEUE, "ClusterQueue", cq_name, {"spec": {"stopPolicy": "Hold"}})
+    try:
+        cq = _wait(lambda: (lambda c: c if (_conditions(c).get("Active") or {}).get("status") == "False" else None)(
+            ctx.client.get(KUEUE, "ClusterQueue", cq_name) or {}), ctx.timeout)
+        if not cq:
+            sc.fail(f"ClusterQueue {cq_name} held (stopPolicy Hold) but Kueue still reports it active")
+            return sc
+        if err := submit(as_user, job):
+            sc.fail(f"as {user} (Role {SUBMITTER_ROLE}): a GPU Job in LocalQueue {LOCAL_QUEUE} was refused: {err}")
+            return sc
+        live = ctx.client.get("batch/v1", "Job", UNSUSPEND_JOB, ns) or {}
+        if live.get("spec", {}).get("suspend") is not True:
+            sc.fail(f"Kueue did not suspend the Job {ns}/{UNSUSPEND_JOB} at creation (spec.suspend "
+                    f"{live.get('spec', {}).get('suspend')}): its job webhook does not manage {ns}")
+            return sc
+        # The Workload, once Kueue has said why it waits (QuotaReserved False: the ClusterQueue is inactive).
+        w = _wait(lambda: (lambda w: w if w and (_admitted(w) or "QuotaReserved" in _conditions(w)) else None)(
+            _workload_for(ctx.client, ns, "Job", UNSUSPEND_JOB)), min(ctx.timeout, 30))
+        w = w or _workload_for(ctx.client, ns, "Job", UNSUSPEND_JOB)
+        if w is None or _admitted(w):
+            sc.fail(f"the Job's Workload while ClusterQueue {cq_name} is held: "
+                    + ("none created" if w is None else f"ADMITTED on {_flavors(w)}"))
+            return sc
+        sc.details.append(f"as {user} (Role {SUBMITTER_ROLE}): Job {ns}/{UNSUSPEND_JOB} (1 GPU) created, suspended by "
+                          f"Kueue, Workload {w['metadata']['name']} not admitted while ClusterQueue {cq_name} is held "
+                          f"({_short(_workload_message(w))})")
+        _lift_suspend(ctx, sc, as_user, user, ns, pods_of_job, window)
+        ctx.client.merge_patch(KUEUE, "ClusterQueue", cq_name, {"spec": {"stopPolicy": held_before}})
+        _admitted_later(ctx, sc, as_user, user, ns, cq_name, pods_of_job)
+        return sc
+    finally:
+        ctx.client.merge_patch(KUEUE, "ClusterQueue", cq_name, {"spec": {"stopPolicy": held_before}})
+        ctx.client.delete("batch/v1", "Job", UNSUSPEND_JOB, ns, grace_seconds=0)
+        _wait(lambda: _workload_for(ctx.client, ns, "Job", UNSUSPEND_JOB) is None, 30)
+
+
+def _lift_suspend(ctx: Context, sc: Scenario, as_user: Client, user: str, ns: str, pods_of_job: str,
+                  window: float) -> None:
+    """The user's `kubectl patch job --type merge -p '{"spec":{"suspend":false}}'`; then every pod the job
+    controller created for the Job in the next `window` seconds (a watch from before the patch: Kueue
+    suspends the Job again and the pods are deleted, so a later list would not show them)."""
+    since = ctx.client.resource_version("v1", "Pod", ns, pods_of_job)
+    try:
+        as_user.merge_patch("batch/v1", "Job", UNSUSPEND_JOB, {"spec": {"suspend": False}}, ns)
+        accepted = True
+    except ApiError as exc:
+        accepted = False
+        if SUSPEND_POLICY in str(exc):
+            sc.details.append(f"spec.suspend: false by {user} on the unadmitted Job: refused (HTTP {exc.status}: "
+                              f"{_short(exc.message)})")
+        else:
+            sc.fail(f"spec.suspend: false by {user} on the unadmitted Job was refused, but not by {SUSPEND_POLICY} "
+                    f"(HTTP {exc.status}: {exc.message}): the Role does not let the user patch Jobs, so the policy is untested")
+    if accepted:
+        sc.fail(f"{user} lifted spec.suspend of Job {ns}/{UNSUSPEND_JOB}, which Kueue had not admitted: the API server "
+                f"accepted it ({SUSPEND_POLICY} missing or not enforced)")
+    time.sleep(window)
+    created = [e["object"] for e in ctx.client.watch("v1", "Pod", since, ns, pods_of_job) if e.get("type") == "ADDED"]
+    live = ctx.client.get("batch/v1", "Job", UNSUSPEND_JOB, ns) or {}
+    if created:
+        sc.fail(f"the job controller created pod(s) for the Job Kueue had not admitted, within {window:.0f}s of the "
+                f"patch: " + ", ".join(f"{p['metadata']['name']} (written by {_created_by(p)})" for p in created)
+                + f"; the Job is now spec.suspend {live.get('spec', {}).get('suspend')} (Kueue suspends it again "
+                  "afterwards), its GPU pods ran outside the quota meanwhile")
+    else:
+        sc.details.append(f"no pod created for the Job in the {window:.0f}s after the patch (a watch from before it); "
+                          f"spec.suspend still {live.get('spec', {}).get('suspend')}")
+
+
+def _admitted_later(ctx: Context, sc: Scenario, as_user: Client, user: str, ns: str, cq_name: str,
+                    pods_of_job: str) -> None:
+    """ClusterQueue running again: Kueue admits the Job and starts it, its pod is bound; then the user's
+    raise of the running Job's parallelism must be refused and no second pod created."""
+
+    def running():
+        w = _workload_for(ctx.client, ns, "Job", UNSUSPEND_JOB)
+        pods = [p for p in ctx.client.list("v1", "Pod", ns, pods_of_job)
+                if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+        return (w, pods) if _admitted(w) and pods else None
+
+    seen = _wait(running, ctx.timeout)
+    if not seen:
+        w = _workload_for(ctx.client, ns, "Job", UNSUSPEND_JOB)
+        sc.fail(f"once ClusterQueue {cq_name} ran again, Kueue did not admit and start the Job within {ctx.timeout:.0f}s: "
+                f"{_workload_message(w)}")
+        return
+    w, pods = seen
+    nodes = _nodes(ctx.client)
+    sc.details.append(f"ClusterQueue {cq_name} running again: Kueue admitted Workload {w['metadata']['name']} on flavor "
+                      f"{', '.join(sorted(set(_flavors(w).values())))}, pod {pods[0]['metadata']['name']} bound to "
+                      f"{pods[0]['spec']['nodeName']} (group {group_of(nodes.get(pods[0]['spec']['nodeName'], {}))})")
+    since = ctx.client.resource_version("v1", "Pod", ns, pods_of_job)
+    try:
+        as_user.merge_patch("batch/v1", "Job", UNSUSPEND_JOB, {"spec": {"parallelism": 2}}, ns)
+    except ApiError as exc:
+        if SUSPEND_POLICY in str(exc) and "parallelism" in str(exc):
+            sc.details.append(f"parallelism 1 -> 2 by {user} on the admitted Job: refused (HTTP {exc.status}: {_short(exc.message)})")
+        else:
+            sc.fail(f"raising the admitted Job's parallelism by {user} was refused, but not by {SUSPEND_POLICY}: {exc}")
+        return
+    time.sleep(3)
+    more = [e["object"]["metadata"]["name"] for e in ctx.client.watch("v1", "Pod", since, ns, pods_of_job)
+            if e.get("type") == "ADDED"]
+    sc.fail(f"{user} raised the parallelism of the admitted Job from 1 to 2: accepted (Kueue had admitted and counted "
+            f"one pod); pods created in the 3s after: {', '.join(more) or 'none'}")
+
+
 # --- (c3) CPU-only work stays off the GPU pools -------------------------------------------------------------------
 
 
@@ -694,7 +885,7 @@ def cpu_job_placement(ctx: Context) -> Scenario:
     name = "rehearsal-cpu-job"
     cpu_job = {"apiVersion": "batch/v1", "kind": "Job",
                "metadata": {"name": name, "namespace": ns, "labels": {QUEUE_LABEL: CPU_LOCAL_QUEUE}},
-               "spec": {"backoffLimit": 0, "template": {"spec": {
+               "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": dict(NOT_EVICTED_BY_SCALE_DOWN)}, "spec": {
                    "restartPolicy": "Never", "securityContext": _RESTRICTED_POD, "containers": [
                        {"name": "c", "image": "busybox", "command": ["sleep", "3600"],
                         "securityContext": _RESTRICTED_CONTAINER,
@@ -1401,4 +1592,4 @@ def restore_model_nodes(ctx: Context) -> list[str]:
 
 
 SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, preemption_not_counted, inadmissible, never_ready,
-             queue_bypass, cpu_job_placement, notebook_profiles, operator_pods, linode_autoscaling)
+             queue_bypass, unsuspend_by_hand, cpu_job_placement, notebook_profiles, operator_pods, linode_autoscaling)

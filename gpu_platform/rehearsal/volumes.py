@@ -26,6 +26,16 @@ CLOUD_STORAGE_CLASSES = {
 }
 
 
+def existing_storage_class(cfg: object) -> Optional[dict]:
+    """On a cluster the stack does not create (cloud kubernetes), the StorageClass it names, which that cluster has:
+    its provisioner is the rehearsal's stand-in (Provisioner below), binding Immediate. None on the clouds."""
+    section = getattr(cfg, "kubernetes", None) if getattr(cfg, "cloud", None) == "kubernetes" else None
+    if section is None:
+        return None
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": section.storage_class},
+            "provisioner": "rehearsal.invalid/existing-cluster", "volumeBindingMode": "Immediate"}
+
+
 class Provisioner:
     def __init__(self, client: Client, interval: float = 1.0):
         self.client, self.interval = client, interval

@@ -64,7 +64,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="auto (the GPU when the container was given one, else the CPU) | cpu | cuda; env DEVICE")
     args = p.parse_args(argv)
     if not args.checkpoint_url:
-        p.error("--checkpoint-url (or CHECKPOINT_URL) is required")
+        # On the platform CHECKPOINT_URL comes from ConfigMap training/checkpoint-store, which has none on a cluster
+        # without a checkpoint store (cloud kubernetes without kubernetes.checkpointStore). Stop before any work:
+        # a run that cannot checkpoint loses everything to the next preemption.
+        p.error("--checkpoint-url (or CHECKPOINT_URL) is required, and none is set. On the platform it comes from "
+                "ConfigMap training/checkpoint-store, which has no CHECKPOINT_URL when the cluster has no checkpoint "
+                "store (cloud kubernetes without kubernetes.checkpointStore): set one in the stack, or give the job a "
+                "URL of its own (s3://, gs://, or file:// on a volume that outlives the pod)")
     for name in ("total_steps", "checkpoint_every", "keep", "batch_size", "width", "log_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -17,11 +17,14 @@ from gpu_platform.config.derived import instance_types_of, on_demand_split
 from gpu_platform.components.aws.eks import STORAGE_CLASS, EksCluster, EksClusterArgs
 from gpu_platform.components.aws.gpu_asg import CAPACITY_REBALANCE, GpuNodeGroup, GpuNodeGroupArgs
 from gpu_platform.config.names import asg_name, zonal_groups
-from gpu_platform.components.aws.network import Network, NetworkArgs, default_zones
+from gpu_platform.components.aws.network import Network, NetworkArgs, default_zones, existing_vpc_s3_endpoint
 from gpu_platform.components.aws.nth import NodeTerminationHandler, NodeTerminationHandlerArgs, termination_timing
 from gpu_platform.components.aws.protection import ScaleInProtection, ScaleInProtectionArgs
+from gpu_platform.components.aws.registry import EcrRegistry
+from gpu_platform.components.images import SCALE_IN_PROTECTION, training_image
 from gpu_platform.components.aws.scale_down import scale_down_timing
-from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, SystemPoolSpec, common_labels, gpu_pool_specs
+from gpu_platform.components.cluster import (SUBNET_LABEL, CheckpointStore, ClusterHandle, SystemPoolSpec, common_labels,
+                                             gpu_pool_specs)
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -50,10 +53,15 @@ class AwsCluster(pulumi.ComponentResource):
             subnet_ids = net.private_subnet_ids
         else:
             subnet_ids = list(section.private_subnet_ids)
+            if section.s3_gateway_endpoint == "create":
+                existing_vpc_s3_endpoint(f"{name}-s3-endpoint", section.vpc_id, subnet_ids, region, cluster_name, tags,
+                                         child)
         # One GPU group per pool and zone (config/names.zonal_groups): the zone names of a new VPC; an
-        # existing VPC's private subnets are one zone each (EC2 subnets never span zones), named by position.
+        # existing VPC's private subnets are one zone each (EC2 subnets never span zones), named by position,
+        # and every node there carries its subnet (SUBNET_LABEL): the same zone guarantees by that label.
         zone_labels = zones if section.new_vpc else [f"subnet{i + 1}" for i in range(len(subnet_ids))]
         subnet_of = dict(zip(zone_labels, subnet_ids))
+        zone_node_label = None if section.new_vpc else SUBNET_LABEL
 
         public_cidrs = [] if section.endpoint_private_only else list(cfg.admin_cidrs)
         eks = EksCluster(f"{name}-eks", EksClusterArgs(
@@ -61,12 +69,13 @@ class AwsCluster(pulumi.ComponentResource):
             public_access_cidrs=public_cidrs, admin_principal_arns=section.admin_principal_arns,
             system_instance_type=section.system_pool.instance_type, system_min=section.system_pool.min_nodes,
             system_max=section.system_pool.max_nodes, log_retention_days=section.log_retention_days, tags=tags,
-            support_type=section.support_type, system_subnets=list(subnet_of.items())), opts=child)
+            support_type=section.support_type, system_subnets=list(subnet_of.items()),
+            cluster_creator_arn=section.cluster_creator_arn, zone_node_label=zone_node_label), opts=child)
 
         specs = gpu_pool_specs(cfg, {p.name: {CAPACITY_LABEL: p.capacity} for p in cfg.gpu_pools})
-        if section.new_vpc:  # an existing VPC's zones are not known by name (only its subnets)
-            specs = [replace(spec, zones=tuple(z for z, _, _ in zonal_groups(pool.min_nodes, pool.max_nodes, zones)))
-                     for pool, spec in zip(cfg.gpu_pools, specs)]
+        # The zones (a new VPC) or subnets (an existing one, SUBNET_LABEL) each pool has groups in.
+        specs = [replace(spec, zones=tuple(z for z, _, _ in zonal_groups(pool.min_nodes, pool.max_nodes, zone_labels)))
+                 for pool, spec in zip(cfg.gpu_pools, specs)]
         controller = section.scale_in_controller
         scale_down = scale_down_timing(section.scale_down_grace_minutes * 60, controller_enabled=controller.on)
         termination = termination_timing(section.drain_grace_seconds)
@@ -85,7 +94,8 @@ class AwsCluster(pulumi.ComponentResource):
                     service_cidr=eks.service_cidr, tags=tags, scale_down_unneeded_time=scale_down.unneeded_tag_value(),
                     protect_from_scale_in=controller.on,
                     lifecycle_hook_timeout_seconds=termination.hook_timeout_seconds,
-                    depends_on=[eks.gpu_node_access, *eks.ready[:1]], zone=zone, min_size=lo, max_size=hi), opts=child))
+                    depends_on=[eks.gpu_node_access, *eks.ready[:1]], zone=zone, min_size=lo, max_size=hi,
+                    extra_node_labels={zone_node_label: zone} if zone_node_label else {}), opts=child))
                 names.append(asg_name(cluster_name, pool.name, zone))
                 alarm_groups[f"{pool.name}-{zone}"] = names[-1]
         asg_arns = [g.asg_arn for g in groups]
@@ -98,10 +108,21 @@ class AwsCluster(pulumi.ComponentResource):
             cluster_name=cluster_name, region=region, kubernetes_version=cfg.kubernetes_version,
             oidc_provider_arn=eks.oidc_provider_arn,
             oidc_issuer_url=eks.oidc_issuer_url, k8s_provider=eks.k8s_provider, tags=tags), opts=child)
+        # The project's own images (components/images.py): built into the stack's ECR repositories unless a
+        # published digest is given.
+        registries: list[EcrRegistry] = []
+
+        def registry() -> EcrRegistry:
+            if not registries:
+                registries.append(EcrRegistry(f"{name}-images", cluster_name, tags, provider,
+                                              opts=pulumi.ResourceOptions(parent=self)))
+            return registries[0]
+
         if controller.on:
-            assert controller.image is not None, "validated by gpu_platform.config.checks.aws"
+            image = (pulumi.Output.from_input(controller.image) if controller.image is not None
+                     else registry().image(SCALE_IN_PROTECTION))
             ScaleInProtection(f"{name}-scale-in-protection", ScaleInProtectionArgs(
-                region=region, asg_names=names, asg_arns=asg_arns, image=controller.image, timing=scale_down,
+                region=region, asg_names=names, asg_arns=asg_arns, image=image, timing=scale_down,
                 oidc_provider_arn=eks.oidc_provider_arn, oidc_issuer_url=eks.oidc_issuer_url,
                 k8s_provider=eks.k8s_provider, tags=tags), opts=child)
         bucket = CheckpointBucket(f"{name}-checkpoints", CheckpointBucketArgs(
@@ -130,9 +151,11 @@ class AwsCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=False,
             ready=[*eks.ready, nth.release],
             endpoint=eks.endpoint,
-            system_zones=tuple(zones) if section.new_vpc else (),
+            system_zones=tuple(zone_labels),
+            zone_label=zone_node_label or "topology.kubernetes.io/zone",
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes),
+            training_image=training_image(cfg, registry),
         )
         self.register_outputs({"clusterName": cluster_name, "endpoint": eks.endpoint, "kubeconfig": eks.kubeconfig,
                                "checkpointUrl": bucket.url, "asgNames": names})

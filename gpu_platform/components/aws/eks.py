@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 import yaml
 from pulumi_aws import cloudwatch, ec2, eks, iam, kms
@@ -37,6 +36,18 @@ NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnl
 # vpc-cni add-on configuration (schema: `aws eks describe-addon-configuration --addon-name vpc-cni`, add-on
 # v1.14.0-eksbuild.3 or later): the network policy agent enforces Kubernetes NetworkPolicies.
 VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": "true"}
+
+
+def ebs_csi_configuration(tags: Mapping[str, str]) -> dict:
+    """aws-ebs-csi-driver add-on configuration (schema: `aws eks describe-addon-configuration --addon-name
+    aws-ebs-csi-driver`, controller.extraVolumeTags): every volume the driver creates (PVCs: databases,
+    Prometheus, notebook homes) carries the stack's tags, `cluster` among them, which the stack's AWS Budget
+    filters on (billing.stack_cost_filter). Without it the driver tags only its own keys (CSIVolumeName,
+    ebs.csi.aws.com/cluster, kubernetes.io/created-for/*) and those volumes' cost was outside the budget.
+    The driver tags a volume when it creates it: volumes made before keep their tags."""
+    return {"controller": {"extraVolumeTags": dict(tags)}}
+
+
 # IMDSv2 answers are not forwarded past the node's own network namespace: pods (one hop further) get no
 # node credentials. Nothing on these nodes needs IMDS from a pod (add-ons use IRSA).
 IMDS_HOP_LIMIT = 1
@@ -91,15 +102,33 @@ def principal_key(arn: str) -> Optional[tuple[str, str, str, str]]:
     return None
 
 
-def admin_principals(admin_arns: Sequence[str], deployer_arn: str) -> tuple[list[str], list[str]]:
-    """(ARNs that get an admin access entry, ARNs skipped because they are the deployer). EKS gives the
-    cluster creator an access entry with cluster-admin itself (bootstrap_cluster_creator_admin_permissions);
-    a second entry for the same principal fails with ResourceInUseException ("already exists")."""
-    deployer = principal_key(deployer_arn)
+def admin_principals(admin_arns: Sequence[str], creator_arn: Optional[str] = None) -> tuple[list[str], list[str]]:
+    """(ARNs that get an admin access entry, ARNs skipped because they created the cluster).
+
+    The program creates the cluster with bootstrap_cluster_creator_admin_permissions false, so every
+    listed principal gets its own entry, whoever runs `pulumi up`: a second deployer changes nothing. A
+    cluster an earlier release created with it true has an entry EKS made for its creator
+    (`aws.clusterCreatorArn`), and a second one for the same principal fails with ResourceInUseException:
+    that one is skipped. Not the current caller: that made the entries depend on who deploys (a second
+    deployer's run deleted its own entry and tried to create the first deployer's)."""
+    creator = principal_key(creator_arn) if creator_arn else None
     kept, skipped = [], []
     for arn in admin_arns:
-        (skipped if deployer is not None and principal_key(arn) == deployer else kept).append(arn)
+        (skipped if creator is not None and principal_key(arn) == creator else kept).append(arn)
     return kept, skipped
+
+
+def access_config() -> dict:
+    """The cluster's access config: access entries only (API), and no implicit admin entry for whoever
+    creates it (bootstrap_cluster_creator_admin_permissions false; the EKS API's default is true, AWS
+    "Grant IAM users access to Kubernetes with EKS access entries"). The field forces a new cluster in
+    the provider (terraform-provider-aws internal/service/eks/cluster.go: ForceNew), so EksCluster ignores
+    its changes: a cluster created with true keeps it."""
+    return {"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": False}
+
+
+# Changing it replaces the cluster (ForceNew); a cluster created with true by an earlier release keeps it.
+ACCESS_CONFIG_IGNORED = ("accessConfig.bootstrapClusterCreatorAdminPermissions",)
 
 
 # The zone of a per-zone system node group, as a tag on the group (preflight's node model reads it).
@@ -129,6 +158,12 @@ class EksClusterArgs:
     # (zone, private subnet) pairs: one system node group per zone (system_node_groups). Empty: the
     # subnets in order, named subnet1, subnet2, ... (an existing VPC's subnets are one zone each).
     system_subnets: Sequence[tuple[str, pulumi.Input[str]]] = ()
+    # A cluster an earlier release created (bootstrap_cluster_creator_admin_permissions true): its creator
+    # has EKS's admin entry already (aws.clusterCreatorArn).
+    cluster_creator_arn: Optional[str] = None
+    # An existing VPC: the node label naming each system group's subnet (cluster.SUBNET_LABEL), whose value
+    # is the group's key in system_subnets; None in a new VPC (the zone label says it).
+    zone_node_label: Optional[str] = None
 
 
 class EksCluster(pulumi.ComponentResource):
@@ -166,14 +201,14 @@ class EksCluster(pulumi.ComponentResource):
                 "endpoint_public_access": public,
                 **({"public_access_cidrs": list(args.public_access_cidrs)} if public else {}),
             },
-            access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+            access_config=access_config(),
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=list(CONTROL_PLANE_LOGS),
             # STANDARD unless the stack chose EXTENDED (aws.supportType): the config admits a version past the end
             # of standard support only with EXTENDED, which AWS requires for such a version (and bills).
             upgrade_policy={"support_type": args.support_type},
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[attach, logs]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[attach, logs], ignore_changes=list(ACCESS_CONFIG_IGNORED)),
         )
         self.cluster = cluster
         self.cluster_name = cluster.name
@@ -187,19 +222,19 @@ class EksCluster(pulumi.ComponentResource):
                                          tags=tags, opts=child)
         self.oidc_provider_arn = oidc.arn
 
-        # The deployer (the cluster's creator) is admin already; an access entry for it would fail.
-        deployer = aws.get_caller_identity(opts=pulumi.InvokeOptions(parent=self)).arn
-        admins, skipped = admin_principals(args.admin_principal_arns, deployer)
+        # One admin access entry per listed principal, the same whoever deploys (admin_principals).
+        admins, skipped = admin_principals(args.admin_principal_arns, args.cluster_creator_arn)
         for arn in skipped:
-            pulumi.log.warn(f"aws.adminPrincipalArns: {arn} is the deployer ({deployer}); EKS makes the cluster creator "
-                            "admin itself, so no access entry is created for it", resource=self)
+            pulumi.log.info(f"aws.adminPrincipalArns: {arn} created the cluster (aws.clusterCreatorArn): EKS gave it its "
+                            "admin access entry then, so no second one is created", resource=self)
+        self.admin_access = []
         for i, arn in enumerate(admins):
             entry = eks.AccessEntry(f"{name}-admin-{i}", cluster_name=cluster.name, principal_arn=arn, type="STANDARD",
                                     tags=tags, opts=child)
-            eks.AccessPolicyAssociation(
+            self.admin_access.append(eks.AccessPolicyAssociation(
                 f"{name}-admin-{i}-policy", cluster_name=cluster.name, principal_arn=arn,
                 policy_arn=f"arn:{partition(region)}:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy",
-                access_scope={"type": "cluster"}, opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+                access_scope={"type": "cluster"}, opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
 
         # --- node identities -------------------------------------------------------------------
         system_role = self._node_role(f"{name}-system-node-role", region, tags, extra=())
@@ -262,7 +297,7 @@ class EksCluster(pulumi.ComponentResource):
                 scaling_config={"min_size": lo, "max_size": hi, "desired_size": lo},
                 update_config={"max_unavailable": 1},
                 launch_template={"id": system_lt.id, "version": system_lt.latest_version.apply(str)},
-                labels={"gpu-platform.io/role": "system"},
+                labels={"gpu-platform.io/role": "system", **({args.zone_node_label: zone} if args.zone_node_label else {})},
                 tags={**tags, SYSTEM_ZONE_TAG: zone},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[vpc_cni, kube_proxy],
                                             ignore_changes=["scalingConfig.desiredSize"]),
@@ -277,15 +312,17 @@ class EksCluster(pulumi.ComponentResource):
         iam.RolePolicyAttachment(f"{name}-ebs-csi-policy", role=ebs_role.name,
                                  policy_arn=managed_policy_arn(region, "service-role/AmazonEBSCSIDriverPolicy"), opts=child)
         ebs = eks.Addon(f"{name}-addon-aws-ebs-csi-driver", cluster_name=cluster.name, addon_name="aws-ebs-csi-driver", addon_version=addon_version("aws-ebs-csi-driver"),
-                        service_account_role_arn=ebs_role.arn, resolve_conflicts_on_create="OVERWRITE",
+                        service_account_role_arn=ebs_role.arn,
+                        configuration_values=json.dumps(ebs_csi_configuration(tags)), resolve_conflicts_on_create="OVERWRITE",
                         resolve_conflicts_on_update="OVERWRITE", tags=tags,
                         opts=pulumi.ResourceOptions(parent=self, depends_on=node_groups))
 
         # --- kubeconfig and the Kubernetes provider --------------------------------------------
         self.kubeconfig: pulumi.Output[str] = pulumi.Output.secret(pulumi.Output.all(
             cluster.name, cluster.endpoint, self.ca_data).apply(lambda a: render_kubeconfig(a[0], a[1], a[2], region)))
+        # The deployer reaches the API through its own access entry (no implicit creator entry): after it.
         self.k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
-                                         opts=pulumi.ResourceOptions(parent=self, depends_on=node_groups))
+                                         opts=pulumi.ResourceOptions(parent=self, depends_on=[*node_groups, *self.admin_access]))
         storage_class = k8s.storage.v1.StorageClass(
             f"{name}-storage-class-gp3",
             metadata={"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import pulumi
@@ -86,9 +86,10 @@ def accelerator_value(gpu_model: str) -> str:
                      f"gpu_platform/components/aws/gpu_asg.ACCELERATOR_VALUES ({', '.join(sorted(ACCELERATOR_VALUES))})")
 
 
-def node_labels(spec: GpuPoolSpec) -> dict[str, str]:
-    """Every label a GPU node of this pool registers with (also the autoscaler's template labels)."""
-    return {**spec.node_labels, ACCELERATOR_LABEL: accelerator_value(spec.gpu_model)}
+def node_labels(spec: GpuPoolSpec, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """Every label a GPU node of this pool registers with (also the autoscaler's template labels); `extra`:
+    the group's own (its subnet in an existing VPC, cluster.SUBNET_LABEL)."""
+    return {**spec.node_labels, **(extra or {}), ACCELERATOR_LABEL: accelerator_value(spec.gpu_model)}
 
 
 def gpu_launch_template_args(root_volume_gib: int, tags: Mapping[str, str]) -> dict:
@@ -178,13 +179,14 @@ def render_user_data(nodeadm_config: str, shell_script: str) -> str:
     )
 
 
-def autoscaler_tags(cluster_name: str, spec: GpuPoolSpec, unneeded_time: str) -> dict[str, str]:
+def autoscaler_tags(cluster_name: str, spec: GpuPoolSpec, unneeded_time: str,
+                    extra_labels: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """Auto-discovery plus the node-template tags that let cluster-autoscaler scale from zero (it
     cannot read labels, taints or GPUs from a node that does not exist yet), and the group's
     scale-down-unneeded-time (a Go duration, see gpu_platform/components/aws/scale_down.py)."""
     prefix = "k8s.io/cluster-autoscaler/node-template"
     tags = {"k8s.io/cluster-autoscaler/enabled": "true", f"k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
-    tags.update({f"{prefix}/label/{k}": v for k, v in node_labels(spec).items()})
+    tags.update({f"{prefix}/label/{k}": v for k, v in node_labels(spec, extra_labels).items()})
     tags.update({f"{prefix}/taint/{t.key}": f"{t.value}:{t.effect}" for t in spec.taints})
     tags[UNNEEDED_TIME_TAG] = unneeded_time
     tags[f"{prefix}/resources/nvidia.com/gpu"] = str(spec.gpus_per_node)
@@ -198,14 +200,15 @@ def pool_tags(spec: GpuPoolSpec, approved_on_demand: bool, zone: Optional[str] =
 
 
 def asg_tag_list(common: Mapping[str, str], cluster_name: str, spec: GpuPoolSpec, approved_on_demand: bool,
-                 unneeded_time: str, zone: Optional[str] = None) -> list[dict]:
+                 unneeded_time: str, zone: Optional[str] = None,
+                 extra_labels: Optional[Mapping[str, str]] = None) -> list[dict]:
     """All ASG tags. Owner/pool tags and the NTH/cluster-ownership tags propagate to instances;
     autoscaler tags stay on the group."""
     propagated = {**common, **pool_tags(spec, approved_on_demand, zone), "Name": f"{asg_name(cluster_name, spec.name, zone)}",
                   f"kubernetes.io/cluster/{cluster_name}": "owned", NTH_MANAGED_TAG: "true"}
     out = [{"key": k, "value": v, "propagate_at_launch": True} for k, v in propagated.items()]
     out += [{"key": k, "value": v, "propagate_at_launch": False}
-            for k, v in autoscaler_tags(cluster_name, spec, unneeded_time).items()]
+            for k, v in autoscaler_tags(cluster_name, spec, unneeded_time, extra_labels).items()]
     if len(out) > 50:
         raise ValueError(f"{len(out)} tags on {asg_name(cluster_name, spec.name, zone)}; an ASG holds at most 50")
     return out
@@ -239,6 +242,8 @@ class GpuNodeGroupArgs:
     zone: Optional[str] = None
     min_size: Optional[int] = None
     max_size: Optional[int] = None
+    # Labels of this group's nodes beyond the pool's (its subnet in an existing VPC: cluster.SUBNET_LABEL).
+    extra_node_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
@@ -252,7 +257,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         script = render_gpu_node_script()
         user_data = pulumi.Output.all(args.endpoint, args.ca_data, args.service_cidr).apply(
             lambda a: base64.b64encode(render_user_data(
-                render_nodeadm_config(args.cluster_name, a[0], a[1], a[2], node_labels(spec), spec.taints), script
+                render_nodeadm_config(args.cluster_name, a[0], a[1], a[2], node_labels(spec, args.extra_node_labels),
+                                      spec.taints), script
             ).encode()).decode())
 
         lt = ec2.LaunchTemplate(
@@ -298,7 +304,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             enabled_metrics=["GroupDesiredCapacity", "GroupInServiceInstances", "GroupPendingInstances",
                              "GroupTerminatingInstances", "GroupTotalInstances"],
             tags=asg_tag_list(args.tags, args.cluster_name, spec, args.approved_on_demand, args.scale_down_unneeded_time,
-                              args.zone),
+                              args.zone, args.extra_node_labels),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on or []),
                                         # The cluster-autoscaler owns the desired size.
                                         ignore_changes=["desiredCapacity"]),

@@ -117,3 +117,18 @@ class Network(pulumi.ComponentResource):
         self.vpc_id: pulumi.Output[str] = vpc.id
         self.private_subnet_ids: list[pulumi.Output[str]] = private_ids
         self.register_outputs({"vpcId": vpc.id, "privateSubnetIds": private_ids})
+
+
+def existing_vpc_s3_endpoint(name: str, vpc_id: str, subnet_ids: Sequence[str], region: str, cluster_name: str,
+                             tags: Mapping[str, str], opts: pulumi.ResourceOptions) -> ec2.VpcEndpoint:
+    """An existing VPC's S3 gateway endpoint (aws.s3GatewayEndpoint: create), on the route tables of the
+    stack's private subnets, each once, as a new VPC's: checkpoints and image layers then bypass the NAT.
+    The tables are looked up at deploy time (aws.ec2.get_route_table by subnet_id, EC2's association.subnet-id
+    filter): a subnet must be explicitly associated with its route table, or the lookup fails at `pulumi up`.
+    A route table that has an S3 gateway endpoint already makes EC2 refuse a second one (RouteAlreadyExists):
+    say `existing` then."""
+    tables = [ec2.get_route_table_output(subnet_id=sid, opts=pulumi.InvokeOutputOptions(parent=opts.parent)).route_table_id
+              for sid in subnet_ids]
+    return ec2.VpcEndpoint(name, vpc_id=vpc_id, service_name=s3_gateway_service(region), vpc_endpoint_type="Gateway",
+                           route_table_ids=pulumi.Output.all(*tables).apply(lambda ids: sorted(set(ids))),
+                           tags={**tags, "Name": f"{cluster_name}-s3"}, opts=opts)

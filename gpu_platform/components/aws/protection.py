@@ -2,9 +2,10 @@
 
 The controller runs from its own image, built from gpu_platform/controllers/scale_in_protection/Dockerfile
 (python slim base pinned by digest, boto3 and its dependencies installed at build time with
---require-hashes) by .github/workflows/controller-image.yml, published to the repository's GHCR on
-a release tag, and deployed here by digest (aws.scaleInController.image). Nothing is installed
-when the pod starts, so a cluster without internet egress is protected like any other. The pod
+--require-hashes): at `pulumi up` into the stack's ECR repository (components/aws/registry.py), or
+published by .github/workflows/controller-image.yml on a release tag and named by
+aws.scaleInController.image. Either way it is deployed by digest. Nothing is installed when the pod
+starts, so a cluster without internet egress is protected like any other. The pod
 meets the Kubernetes "restricted" Pod Security Standard: non-root, no privilege escalation, all
 capabilities dropped, RuntimeDefault seccomp, read-only root filesystem.
 
@@ -30,6 +31,7 @@ import pulumi_kubernetes as k8s
 from pulumi_aws import iam
 
 from gpu_platform.components.aws.iam import irsa_role, policy, statement
+from gpu_platform.config import base
 from gpu_platform.components.aws.scale_down import ScaleDownTiming
 from gpu_platform.components.cluster import POOL_LABEL
 
@@ -37,7 +39,7 @@ NAMESPACE = "kube-system"
 NAME = "gpu-scale-in-protection"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "gpu-platform"}
 # registry/repository[:tag]@sha256:<64 hex>; the registry host is required (no Docker Hub shorthand).
-IMAGE_BY_DIGEST = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?@sha256:[0-9a-f]{64}$"
+IMAGE_BY_DIGEST = base.IMAGE_BY_DIGEST
 RUN_AS = 65532  # the image's USER (gpu_platform/controllers/scale_in_protection/Dockerfile)
 
 
@@ -94,11 +96,17 @@ def render_deployment(image: str, role_arn: str, asg_names: Sequence[str], regio
                             {"name": "NODE_SELECTOR", "value": POOL_LABEL},
                         ],
                         "securityContext": hardened,
-                        "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+                        "resources": {"requests": {"cpu": "20m", "memory": "96Mi"},
+                                      "limits": {"cpu": "250m", "memory": "256Mi"}},
                         "livenessProbe": {
                             # The controller touches /tmp/heartbeat after every successful cycle.
                             "exec": {"command": ["sh", "-c", "test $(( $(date +%s) - $(stat -c %Y /tmp/heartbeat) )) -lt 600"]},
                             "initialDelaySeconds": 120, "periodSeconds": 60,
+                        },
+                        # Ready once a cycle has completed (it serves no traffic: the pod's Ready condition says
+                        # it is protecting nodes).
+                        "readinessProbe": {
+                            "exec": {"command": ["sh", "-c", "test -f /tmp/heartbeat"]}, "periodSeconds": 30,
                         },
                         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                     }],
@@ -114,7 +122,7 @@ class ScaleInProtectionArgs:
     region: str
     asg_names: Sequence[str]
     asg_arns: Sequence[pulumi.Input[str]]
-    image: str  # by digest (aws.scaleInController.image)
+    image: pulumi.Input[str]  # by digest: aws.scaleInController.image, or the image built into ECR
     timing: ScaleDownTiming
     oidc_provider_arn: pulumi.Input[str]
     oidc_issuer_url: pulumi.Input[str]
@@ -140,7 +148,8 @@ class ScaleInProtection(pulumi.ComponentResource):
             f"{name}-cluster-role-binding", metadata={"name": NAME, "labels": dict(LABELS)},
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
             subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}], opts=kube)
-        manifest = role.arn.apply(lambda arn: render_deployment(args.image, arn, list(args.asg_names), args.region, args.timing))
+        manifest = pulumi.Output.all(role.arn, args.image).apply(
+            lambda v: render_deployment(v[1], v[0], list(args.asg_names), args.region, args.timing))
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=meta, spec=manifest.apply(lambda m: m["spec"]),
             opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[sa, cr, crb]))

@@ -17,9 +17,21 @@ if TYPE_CHECKING:
 
 
 def create_cluster(cfg: "StackConfig") -> ClusterHandle:
-    from gpu_platform.components.gcp.cluster import GkeCluster, GkeClusterArgs
+    from dataclasses import replace
 
-    return GkeCluster(cfg.name_prefix, GkeClusterArgs.from_config(cfg)).handle
+    from gpu_platform.components.gcp.cluster import GkeCluster, GkeClusterArgs
+    from gpu_platform.components.gcp.registry import ArtifactRegistry
+    from gpu_platform.components.images import training_image
+
+    section = cfg.gcp
+    assert section is not None, "validated by gpu_platform.config.stack"
+    cluster = GkeCluster(cfg.name_prefix, GkeClusterArgs.from_config(cfg))
+    # The stack's Artifact Registry repository, made when an image is built into it (only the example
+    # training image on GKE: the cluster needs no image of this project's own).
+    registry = lambda: ArtifactRegistry(f"{cfg.name_prefix}-images", section.project, section.region,  # noqa: E731
+                                        cfg.name_prefix, common_labels(cfg), cluster.gcp_provider,
+                                        opts=pulumi.ResourceOptions(parent=cluster))
+    return replace(cluster.handle, training_image=training_image(cfg, registry))
 
 
 def create_billing_alerts(cfg: "StackConfig") -> list[pulumi.Resource]:

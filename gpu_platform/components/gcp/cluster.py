@@ -22,8 +22,8 @@ from gpu_platform.components.cluster import CheckpointStore, ClusterHandle, Syst
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
 from gpu_platform.components.gcp.bucket import WORKLOAD_IDENTITY_ANNOTATION, CheckpointBucket, CheckpointBucketArgs
 from gpu_platform.config.names import account_id
-from gpu_platform.config.gcp import GcpSection, Maintenance, SystemPool, pool_zones
-from gpu_platform.config.derived import effective_deletion_protection
+from gpu_platform.config.gcp import GcpSection, GcpSystemPool, Maintenance, pool_zones
+from gpu_platform.config.derived import effective_deletion_protection, gke_node_minor_floor
 from gpu_platform.components.gcp.network import PODS_RANGE, SERVICES_RANGE, GcpNetwork, NetworkArgs
 from gpu_platform.components.gcp.nodepool import GkeGpuPool, create_gpu_pool, create_system_pool, system_node_config
 
@@ -55,10 +55,13 @@ class GkeClusterArgs:
     services_cidr: str
     master_cidr: str
     deletion_protection: bool
-    system_pool: SystemPool
+    system_pool: GcpSystemPool
     gpu_pools: tuple[GkeGpuPool, ...]
     gpu_driver_version: str
     checkpoint_retention_days: int
+    # The oldest minor the nodes can run: the pinned one, or, left to the channel, the oldest the channel
+    # can still run today (config/derived.py gke_node_minor_floor). Decides Spot pools' shutdown grace.
+    node_minor_floor: Optional[str] = None
     labels: Mapping[str, str] = field(default_factory=dict)
     checkpoint_deletion: BucketDeletion = BucketDeletion.of("retain")  # checkpointBucket.onDestroy
     maintenance: Maintenance = field(default_factory=Maintenance)
@@ -89,6 +92,7 @@ class GkeClusterArgs:
             project=section.project, region=section.region, zones=tuple(section.zones),
             resource_prefix=cfg.name_prefix,
             kubernetes_version=cfg.kubernetes_version if cfg.kubernetes_version_pinned else None,
+            node_minor_floor=gke_node_minor_floor(cfg),
             release_channel=section.release_channel, admin_cidrs=tuple(cfg.admin_cidrs),
             private_endpoint=section.private_endpoint, network_cidr=section.network_cidr,
             pods_cidr=section.pods_cidr, services_cidr=section.services_cidr, master_cidr=section.master_cidr,
@@ -276,11 +280,12 @@ class GkeCluster(pulumi.ComponentResource):
         )
 
         self.system_pool = create_system_pool(
-            f"{name}-system", self.cluster, args.region, args.zones, args.system_pool.instance_type,
+            f"{name}-system", self.cluster, args.region, list(args.system_pool.zones) or list(args.zones),
+            args.system_pool.instance_type,
             args.system_pool.min_nodes, args.system_pool.max_nodes, node_sa, args.node_tag, args.labels, opts=child)
         self.gpu_node_pools = [
             create_gpu_pool(f"{name}-gpu-{p.spec.name}", self.cluster, args.region, p, node_sa, args.node_tag,
-                            args.labels, args.gpu_driver_version, args.kubernetes_version, opts=child)
+                            args.labels, args.gpu_driver_version, args.node_minor_floor, opts=child)
             for p in args.gpu_pools
         ]
 

@@ -13,6 +13,9 @@ import pulumi
 from pulumi_gcp import container
 
 from gpu_platform.config.base import approval_tags
+from gpu_platform.config.gcp import (  # noqa: F401 (SPOT_GRACE_MIN_MINOR: re-exported)
+    SPOT_GRACE_MIN_MINOR, SPOT_SHUTDOWN_GRACE_CRITICAL_PODS_SECONDS, SPOT_SHUTDOWN_GRACE_SECONDS, spot_grace_allowed,
+)
 from gpu_platform.components.cluster import GpuPoolSpec, Taint
 
 # GKE's spelling of the Kubernetes taint effects.
@@ -47,34 +50,12 @@ def capacity_flags(capacity: str) -> dict[str, bool]:
     return {"spot": capacity == "spot", "preemptible": capacity == "preemptible"}
 
 
-# GKE Spot VMs: graceful node shutdown of up to 120 s (default 30 s, of which 15 s for pods and 15 s for
-# critical system pods), configurable on Standard node pools whose control plane runs GKE
-# 1.35.0-gke.1171000 or later (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms,
-# "Termination and graceful shutdown of Spot VMs"; the provider's kubelet_config
-# shutdown_grace_period_seconds / shutdown_grace_period_critical_pods_seconds). Pods get the total less
-# the critical pods' share: 105 s, more than the training runtime's 60 s checkpoint grace
-# (gpu_platform/components/platform/training.py CHECKPOINT_GRACE_SECONDS); with the default they get 15 s.
-SPOT_SHUTDOWN_GRACE_SECONDS = 120
-SPOT_SHUTDOWN_GRACE_CRITICAL_PODS_SECONDS = 15
-# The first minor with a GKE version that allows it. The version calendar holds minors, not GKE
-# patch builds: a stack pinning 1.35 gets the newest 1.35 patch of its channel (min_master_version),
-# which GKE must run at 1.35.0-gke.1171000 or later; should it not, GKE refuses the pool at
-# `pulumi up` with its message (nothing is dropped silently). Unpinned, the channel picks the minor:
-# the setting is left at GKE's default then.
-SPOT_GRACE_MIN_MINOR = (1, 35)
-
-
 def spot_shutdown_grace(capacity: str, kubernetes_minor: Optional[str]) -> Optional[dict[str, int]]:
-    """The kubelet_config fields that give a Spot pool's pods 105 s to checkpoint before the VM stops,
-    or None where GKE keeps its default (on-demand or preemptible pools; a minor before 1.35 or none
-    pinned)."""
-    if capacity != "spot" or not kubernetes_minor:
-        return None
-    try:
-        minor = tuple(int(x) for x in kubernetes_minor.split(".")[:2])
-    except ValueError:
-        raise ValueError(f"kubernetes minor {kubernetes_minor!r}: expected MAJOR.MINOR like 1.35") from None
-    if minor < SPOT_GRACE_MIN_MINOR:
+    """The kubelet_config fields that give a Spot pool's pods 105 s to checkpoint before the VM stops
+    (config/gcp.py: GKE's Spot grace, 1.35+), or None where GKE keeps its default (on-demand or
+    preemptible pools; nodes that may run a minor before 1.35). `kubernetes_minor`: the oldest minor the
+    nodes can run, pinned or the release channel's (components/gcp/cluster.py node_minor_floor)."""
+    if capacity != "spot" or not spot_grace_allowed(kubernetes_minor):
         return None
     return {"shutdown_grace_period_seconds": SPOT_SHUTDOWN_GRACE_SECONDS,
             "shutdown_grace_period_critical_pods_seconds": SPOT_SHUTDOWN_GRACE_CRITICAL_PODS_SECONDS}

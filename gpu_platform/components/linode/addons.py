@@ -194,6 +194,63 @@ def token_expiry_rule(expires: Optional[datetime.date], node_groups_expires: Opt
     }
 
 
+ETCD_BACKUP_RULE = "linode-etcd-backups"
+ETCD_BACKUP_ALERTS = ("EtcdSnapshotTooOld", "EtcdSnapshotMissing", "EtcdSnapshotUploadFailed")
+
+
+def etcd_backup_rule() -> dict[str, Any]:
+    """PrometheusRule (no namespace: the platform's monitoring places it) on what each control plane's
+    snapshot script leaves for node-exporter's textfile collector (render.etcd_snapshot_script):
+    EtcdSnapshotTooOld when the newest snapshot of the cluster is older than twice the interval (none at all
+    for that long included: the timer, the script or the metrics stopped); EtcdSnapshotUploadFailed when a
+    control plane's last run failed after its last success."""
+    ok, failed = render.ETCD_SNAPSHOT_SUCCESS_METRIC, render.ETCD_SNAPSHOT_FAILURE_METRIC
+    limit_s = 2 * render.ETCD_SNAPSHOT_INTERVAL_HOURS * 3600
+    hours = 2 * render.ETCD_SNAPSHOT_INTERVAL_HOURS
+    restore = "docs/linode.md, Etcd snapshots"
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": ETCD_BACKUP_RULE, "labels": {"app.kubernetes.io/managed-by": "gpu-platform"}},
+        "spec": {"groups": [{"name": ETCD_BACKUP_RULE, "interval": "5m", "rules": [
+            {"alert": "EtcdSnapshotTooOld",
+             "expr": f"time() - max({ok}) > {limit_s}",
+             "for": "15m",
+             "labels": {"severity": "critical"},
+             "annotations": {
+                 "summary": f"No etcd snapshot in the last {hours} hours",
+                 "description": (f"The newest etcd snapshot of the cluster is older than {hours} hours (snapshots run "
+                                 f"every {render.ETCD_SNAPSHOT_INTERVAL_HOURS} hours on every control plane): a lost "
+                                 "control plane would lose everything since. Look at `journalctl -u "
+                                 f"{render.ETCD_SNAPSHOT_UNIT}` on the control planes ({restore})."),
+             }},
+            # No snapshot ever (a new cluster's first comes within one interval), or node-exporter no longer
+            # reads them: for as long as a snapshot may be old.
+            {"alert": "EtcdSnapshotMissing",
+             "expr": f"absent({ok})",
+             "for": f"{hours}h",
+             "labels": {"severity": "critical"},
+             "annotations": {
+                 "summary": f"No etcd snapshot recorded for {hours} hours",
+                 "description": (f"No control plane has recorded a successful etcd snapshot for {hours} hours (the "
+                                 f"metric {ok}, from node-exporter's textfile collector). Look at `journalctl -u "
+                                 f"{render.ETCD_SNAPSHOT_UNIT}` on the control planes and at node-exporter there "
+                                 f"({restore})."),
+             }},
+            {"alert": "EtcdSnapshotUploadFailed",
+             "expr": (f"max by (node) ({failed}) > max by (node) ({ok}) "
+                      f"or (max by (node) ({failed}) unless on (node) max by (node) ({ok}))"),
+             "labels": {"severity": "warning"},
+             "annotations": {
+                 "summary": "An etcd snapshot failed on {{ $labels.node }}",
+                 "description": ("The last etcd snapshot run on {{ $labels.node }} failed (taking, encrypting or "
+                                 f"uploading it) and none succeeded since. `journalctl -u {render.ETCD_SNAPSHOT_UNIT}` "
+                                 f"on that node says why ({restore})."),
+             }},
+        ]}]},
+    }
+
+
 def storage_class_manifest() -> dict[str, Any]:
     """The default StorageClass: encrypted Linode volumes, deleted with their claim. A claim outlives its
     pods (a notebook's work survives server restarts and culling); Retain would leave a billed volume behind

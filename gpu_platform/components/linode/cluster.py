@@ -11,6 +11,7 @@ that did not join.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 import json
@@ -36,7 +37,10 @@ from gpu_platform.components.cluster import (
 )
 from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
+from gpu_platform.config.checks.linode import node_groups_deployed
+from gpu_platform.components.images import LINODE_NODE_GROUPS, training_image
 from gpu_platform.components.linode import addons, node_groups, render, upgrade
+from gpu_platform.components.linode.registry import NamedRegistry
 from gpu_platform.data import linode_versions as versions
 from gpu_platform.config.linode import (
     BUCKET_SUFFIX_LENGTH, LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE, bucket_label,
@@ -66,6 +70,9 @@ class LinodeClusterArgs:
     deploy_token: Optional[pulumi.Input[str]] = None
     # The node-group provider's token (linodes:read_write; autoscaled GPU pools only).
     node_groups_token: Optional[pulumi.Input[str]] = None
+    # linode.imageRegistry's passwords (linode-registry:password, :pullPassword), where images are built into it.
+    registry_password: Optional[pulumi.Input[str]] = None
+    registry_pull_password: Optional[pulumi.Input[str]] = None
 
 
 def linode_tags(cfg: StackConfig, **extra: str) -> list[str]:
@@ -124,6 +131,13 @@ def balancer_rules(admin_cidrs: list[str], node_cidrs: list[str]) -> list[dict]:
              **({"ipv4s": v4} if v4 else {}), **({"ipv6s": v6} if v6 else {})}]
 
 
+def reachable_pools(pools: list[GpuPoolSpec], provider: bool) -> list[GpuPoolSpec]:
+    """The GPU pools as the platform may count on them: an autoscaled pool with no node-group provider
+    (nothing creates its nodes) at its minNodes, so Kueue offers no quota for nodes that never come."""
+    return [p if provider or not node_groups.autoscaled(p) else dataclasses.replace(p, max_nodes=p.min_nodes)
+            for p in pools]
+
+
 def now_utc() -> datetime.datetime:
     """Wall-clock time for token rotation; GPU_PLATFORM_TODAY (ISO date) pins it for tests and previews."""
     from gpu_platform.data.versions_calendar import TODAY_ENV, today
@@ -168,9 +182,11 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         fp_key, fp_cert = _ca(f"{name}-front-proxy-ca", "front-proxy-ca", child)
         etcd_key, etcd_cert = _ca(f"{name}-etcd-ca", "etcd-ca", child)
         sa_key = tls.PrivateKey(f"{name}-service-account-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        # Secrets at rest: the API server's encryption key, handled like the CA keys (render.encryption_configuration).
+        secrets_key = random.RandomBytes(f"{name}-secrets-encryption-key", length=32, opts=child)
         pki = pulumi.Output.all(ca_cert.cert_pem, ca_key.private_key_pem, fp_cert.cert_pem, fp_key.private_key_pem,
                                 etcd_cert.cert_pem, etcd_key.private_key_pem, sa_key.private_key_pem,
-                                sa_key.public_key_pem).apply(lambda v: render.ControlPlanePki(*v))
+                                sa_key.public_key_pem, secrets_key.base64).apply(lambda v: render.ControlPlanePki(*v))
         ca_hash = ca_cert.cert_pem.apply(render.discovery_hash)
 
         # Worker join tokens: one per worker, written once into its user data (kept as first written,
@@ -283,7 +299,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             lifecycle_rules=[{"id": "expire-old-checkpoint-versions", "enabled": True,
                               "noncurrent_version_expiration": {"days": 30},
                               "abort_incomplete_multipart_upload_days": 7},
-                             # Retention of the control planes' etcd snapshots (render.etcd_snapshot_script).
+                             # Snapshots earlier releases put here (now in the etcd bucket below) still expire.
                              {"id": "expire-etcd-snapshots", "enabled": True, "prefix": f"{render.ETCD_SNAPSHOT_PREFIX}/",
                               "expiration": {"days": ETCD_SNAPSHOT_RETENTION_DAYS}}],
             opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
@@ -294,14 +310,32 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             opts=child)
         endpoint_url = bucket.s3_endpoint.apply(lambda e: f"https://{e}") if bucket.s3_endpoint is not None else None
 
-        # What control planes upload etcd snapshots with: a key for this bucket alone.
+        # --- Etcd snapshots: a bucket and a key of their own (every Secret of the cluster is in a snapshot;
+        # the checkpoint bucket's key is in every training pod). Each snapshot is encrypted on the control
+        # plane to a certificate whose private key only Pulumi state holds (stack output etcdBackupKey).
+        etcd_bucket = linode.ObjectStorageBucket(
+            f"{name}-etcd-backups", region=section.region,
+            label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s, kind="etcd")),
+            acl="private",
+            lifecycle_rules=[{"id": "expire-etcd-snapshots", "enabled": True,
+                              "expiration": {"days": ETCD_SNAPSHOT_RETENTION_DAYS},
+                              "abort_incomplete_multipart_upload_days": 1}],
+            opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
         etcd_key = linode.ObjectStorageKey(
             f"{name}-etcd-backup-key", label=f"{cfg.name_prefix}-etcd-backup",
-            bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
+            bucket_accesses=[{"bucket_name": etcd_bucket.label, "region": section.region, "permissions": "read_write"}],
             opts=child)
-        etcd_backup = pulumi.Output.secret(pulumi.Output.all(bucket.label, bucket.s3_endpoint, etcd_key.access_key,
-                                                             etcd_key.secret_key).apply(
-            lambda v: render.EtcdBackup(bucket=v[0], endpoint=v[1], region=section.region, access_key=v[2], secret_key=v[3])))
+        backup_key = tls.PrivateKey(f"{name}-etcd-backup-recipient-key", algorithm="RSA", rsa_bits=4096, opts=child)
+        backup_cert = tls.SelfSignedCert(
+            f"{name}-etcd-backup-recipient", private_key_pem=backup_key.private_key_pem,
+            validity_period_hours=10 * 365 * 24, allowed_uses=["key_encipherment", "data_encipherment"],
+            subject={"common_name": f"{cfg.name_prefix} etcd backups", "organization": "gpu-platform"}, opts=child)
+        pulumi.export("etcdBackupKey", pulumi.Output.secret(backup_key.private_key_pem))
+        pulumi.export("etcdBackupBucket", etcd_bucket.label)
+        etcd_backup = pulumi.Output.secret(pulumi.Output.all(etcd_bucket.label, etcd_bucket.s3_endpoint, etcd_key.access_key,
+                                                             etcd_key.secret_key, backup_cert.cert_pem).apply(
+            lambda v: render.EtcdBackup(bucket=v[0], endpoint=v[1], region=section.region, access_key=v[2],
+                                        secret_key=v[3], recipient_cert=v[4])))
 
         # --- Control planes ------------------------------------------------------------------
         self.user_data: dict[str, pulumi.Output[str]] = {}
@@ -533,27 +567,46 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # After the control planes' upgrade Jobs: cluster-autoscaler supports only its own Kubernetes minor
         # (kubernetes/autoscaler cluster-autoscaler/README.md, "Releases"), and its image and the provider's
         # pools.json follow kubernetesVersion, so neither may move before the control plane has.
-        if scaled and section.node_groups.image is None:
-            pulumi.log.warn("linode.nodeGroups.image is not set: GPU pool(s) " + ", ".join(p.name for p, _, _ in scaled)
-                            + " autoscale but no node-group provider is deployed, so they stay at minNodes. Set the "
-                            "digest published by .github/workflows/linode-node-groups-image.yml (docs/linode-autoscaling.md).")
+        scaler_deployed = node_groups_deployed(cfg)
+        # The provider's image: the published digest linode.nodeGroups.image, else built from this repository
+        # into linode.imageRegistry (config/checks/linode.py refuses an autoscaled pool with neither).
+        registries: list[NamedRegistry] = []
+
+        def registry() -> NamedRegistry:
+            if not registries:
+                assert section.image_registry is not None and args.registry_password is not None, \
+                    "validated by config/checks/linode.py and components/linode/__init__.py"
+                registries.append(NamedRegistry(f"{name}-images", section.image_registry, args.registry_password,
+                                                args.registry_pull_password, opts=child))
+            return registries[0]
+
+        provider_image: Optional[pulumi.Input[str]] = section.node_groups.image
+        provider_pull: Optional[pulumi.Output[str]] = None
+        if scaled and provider_image is None:
+            provider_image = registry().image(LINODE_NODE_GROUPS)
+            provider_pull = registry().pull_config
         if scaled:
             node_groups.LinodeNodeGroups(f"{name}-node-groups", node_groups.LinodeNodeGroupsArgs(
                 config=cfg, pools=[p for p, _, _ in scaled], pool_addresses=[a for _, a, _ in scaled],
                 pool_tags=[linode_tags(cfg, **t) for _, _, t in scaled], common_tags=tags,
-                image=section.node_groups.image, api_token=args.node_groups_token or args.api_token,
+                image=provider_image, image_pull_config=provider_pull,
+                # Its own token, never the CCM/CSI one (create_cluster requires linode-node-groups:token).
+                api_token=args.node_groups_token,
+                fixed_gpus=sum(p.max_gpus for p in pools if not node_groups.autoscaled(p)),
                 deploy_token=args.deploy_token or args.api_token, firewall_id=firewall.id, subnet_id=subnet.id,
                 control_plane_endpoint=endpoint_host.apply(lambda h: cluster_spec(h).control_plane_endpoint),
                 k8s_provider=provider, network=[firewall, subnet], after=control_plane_upgrades),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*installed.ready]))
 
+        training = training_image(cfg, registry if section.image_registry is not None else None)
         self.api_endpoint = server
         self.handle = ClusterHandle(
             cloud="linode",
             name=cfg.name_prefix,
             kubeconfig=self.kubeconfig,
             provider=provider,
-            gpu_pools=pools,
+            # What Kueue may offer: a pool nothing scales stays at minNodes (reachable_pools).
+            gpu_pools=reachable_pools(pools, scaler_deployed),
             default_storage_class=addons.DEFAULT_STORAGE_CLASS,
             checkpoint=CheckpointStore(
                 url=bucket.label.apply(lambda b: f"s3://{b}"),
@@ -565,9 +618,16 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=True,
             ready=[*installed.ready, nodes_ready, *upgrades[-1:]],
             endpoint=server,
-            alert_rules=[addons.token_expiry_rule(section.api_token_expires, section.node_groups.api_token_expires)]
-            if section.api_token_expires or section.node_groups.api_token_expires else [],
+            alert_rules=[addons.etcd_backup_rule(),
+                         *([addons.token_expiry_rule(section.api_token_expires, section.node_groups.api_token_expires)]
+                           if section.api_token_expires or section.node_groups.api_token_expires else [])],
+            # node-exporter reads what the etcd snapshot script records there (render.NODE_METRICS_DIR).
+            node_textfile_dir=render.NODE_METRICS_DIR,
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes),
+            training_image=training,
+            # Pods in `training` pull the built training image with the registry's pull Secret (platform/training.py).
+            image_pull_config=(registries[0].pull_config if training is not None and registries
+                               and cfg.platform.training_image.image is None else None),
         )
         self.register_outputs({"apiEndpoint": server, "kubeconfig": self.kubeconfig})

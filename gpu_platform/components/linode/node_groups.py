@@ -2,7 +2,8 @@
 
 A pool with minNodes < maxNodes is not a set of Pulumi instances: the program owns its definition
 (rendered here into the provider's pools.json), the provider (gpu_platform/controllers/linode_node_groups,
-its own image, deployed by digest from linode.nodeGroups.image) owns its instances, creating and
+its own image, deployed by digest: linode.nodeGroups.image, or built from this repository at `pulumi up` and
+pushed to linode.imageRegistry, components/images.py) owns its instances, creating and
 deleting them when cluster-autoscaler asks. The two talk gRPC over mutual TLS (certificates from
 pulumi-tls). `pulumi destroy` deletes the provider's instances through a delete hook that runs before
 the VPC subnet and firewall they sit on are deleted. docs/linode-autoscaling.md has the whole story.
@@ -29,6 +30,7 @@ from gpu_platform.components import autoscaler_rbac
 from gpu_platform.data import aws_versions as aws_versions
 from gpu_platform.components.capacity import GI, allocatable, linode_ephemeral_storage_reservation
 from gpu_platform.components.cluster import GpuPoolSpec
+from gpu_platform.components.images import PULL_SECRET
 from gpu_platform.config.model import StackConfig
 from gpu_platform.components.paths import program_relative
 from gpu_platform.policies.cost_rules import DEFAULT_MAX_GPUS
@@ -105,8 +107,9 @@ def pool_settings(cfg: StackConfig, pool: GpuPoolSpec, addresses: Sequence[str],
     }
 
 
-def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int) -> dict:
-    """pools.json: everything the provider needs that the program knows at plan time."""
+def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int, fixed_gpus: int = 0) -> dict:
+    """pools.json: everything the provider needs that the program knows at plan time. `max_gpus` is the
+    stack's ceiling over every pool; `fixed_gpus` what the fixed pools (the program's own instances) hold of it."""
     section = cfg.linode
     assert section is not None
     return {
@@ -117,6 +120,7 @@ def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int) -> 
         "podCidr": section.pod_cidr,
         "serviceCidr": section.service_cidr,
         "maxGpus": max_gpus,
+        "fixedGpus": fixed_gpus,
         "joinDeadlineSeconds": section.node_groups.join_deadline_minutes * 60,
         # The template node's ephemeral storage: the plan's disk (the provider reads it from the Linode API)
         # less these (capacity.linode_ephemeral_storage_reservation).
@@ -191,9 +195,10 @@ def rbac_rules() -> tuple[list[dict], list[dict]]:
     return role, cluster_role
 
 
-def render_deployment(image: str, settings_hash: str) -> dict:
-    """The provider's Deployment (Pod Security "restricted"; the image by digest)."""
-    from gpu_platform.components.aws.protection import IMAGE_BY_DIGEST
+def render_deployment(image: str, settings_hash: str, pull_secret: Optional[str] = None) -> dict:
+    """The provider's Deployment (Pod Security "restricted"; the image by digest; `pull_secret`: the image
+    pull Secret the kubelet pulls it with, when the registry needs one)."""
+    from gpu_platform.config.base import IMAGE_BY_DIGEST
 
     if not re.fullmatch(IMAGE_BY_DIGEST, image):
         raise ValueError(f"node-group provider image {image!r}: a reference by digest, registry/repository@sha256:<64 hex>")
@@ -224,6 +229,7 @@ def render_deployment(image: str, settings_hash: str) -> dict:
                     "nodeSelector": {"gpu-platform.io/role": "system"},
                     "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                    **({"imagePullSecrets": [{"name": pull_secret}]} if pull_secret else {}),
                     "containers": [{
                         "name": "provider",
                         "image": image,
@@ -235,7 +241,8 @@ def render_deployment(image: str, settings_hash: str) -> dict:
                             *env_from_secret,
                         ],
                         "securityContext": hardened,
-                        "resources": {"requests": {"cpu": "20m", "memory": "128Mi"}, "limits": {"memory": "384Mi"}},
+                        "resources": {"requests": {"cpu": "20m", "memory": "128Mi"},
+                                      "limits": {"cpu": "500m", "memory": "384Mi"}},
                         "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 10},
                         "livenessProbe": {
                             "exec": {"command": ["sh", "-c", "test $(( $(date +%s) - $(stat -c %Y /tmp/heartbeat) )) -lt 600"]},
@@ -284,19 +291,26 @@ class LinodeNodeGroupsArgs:
     pool_addresses: Sequence[Sequence[str]]
     pool_tags: Sequence[Sequence[str]]
     common_tags: Sequence[str]
-    image: Optional[str]  # None: only the pool definition (no provider, no autoscaler; pools stay at minNodes)
-    api_token: pulumi.Input[str]  # the provider's own token (linodes:read_write)
+    # By digest (linode.nodeGroups.image, or the image built into linode.imageRegistry). None: only the pool
+    # definition (no provider, no autoscaler; pools stay at minNodes).
+    image: Optional[pulumi.Input[str]]
+    api_token: Optional[pulumi.Input[str]]  # the provider's own token (linode-node-groups:token, Linodes read/write only)
     deploy_token: pulumi.Input[str]  # the deployer's, for the destroy hook
     firewall_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     control_plane_endpoint: pulumi.Input[str]
     k8s_provider: k8s.Provider
+    # GPUs of the stack's fixed pools: they count against the ceiling too.
+    fixed_gpus: int = 0
     # Deleted after the destroy hook has removed the provider's instances (they sit on these).
     network: Sequence[pulumi.Resource] = ()
     # Created or updated only after these (the control planes' upgrade Jobs): the autoscaler's image and
     # the provider's pools.json follow kubernetesVersion, and cluster-autoscaler supports only its own
     # minor, so they must not move before the control plane has.
     after: Sequence[pulumi.Resource] = ()
+    # A kubernetes.io/dockerconfigjson document (a secret) the kubelet pulls the image with: the registry's
+    # pull credentials where the image was built into linode.imageRegistry. None: the image needs none.
+    image_pull_config: Optional[pulumi.Output[str]] = None
 
 
 def _server_cert(name: str, ca_key: tls.PrivateKey, ca: tls.SelfSignedCert, common_name: str,
@@ -322,7 +336,7 @@ class LinodeNodeGroups(pulumi.ComponentResource):
         kube = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider)
         max_gpus = policy_max_gpus(pulumi.get_stack())
         pools = [pool_settings(cfg, p, a, t) for p, a, t in zip(args.pools, args.pool_addresses, args.pool_tags)]
-        settings = service_settings(cfg, pools, max_gpus)
+        settings = service_settings(cfg, pools, max_gpus, args.fixed_gpus)
         settings["tags"] = list(args.common_tags)
         settings_json = json.dumps(settings, indent=1, sort_keys=True)
 
@@ -344,6 +358,8 @@ class LinodeNodeGroups(pulumi.ComponentResource):
         self.register_outputs({"maxGpus": max_gpus})
         if args.image is None:
             return
+        if args.api_token is None:
+            raise ValueError("the node-group provider needs a Linode API token of its own (linode-node-groups:token)")
 
         # --- mutual TLS between the autoscaler and the provider ---------------------------------
         ca_key = tls.PrivateKey(f"{name}-ca-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
@@ -394,15 +410,21 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             annotations[TOKEN_DIGEST_ANNOTATION] = token_digest(token)
             return spec
 
-        manifest = render_deployment(args.image, hashlib.sha256(settings_json.encode()).hexdigest())
-        # Not secret: a digest prefix of the token (token_digest).
-        spec = pulumi.Output.unsecret(pulumi.Output.all(server_cert.cert_pem, args.api_token).apply(
-            lambda v: _rolled(json.loads(json.dumps(manifest["spec"])), v[0], v[1])))
+        pulled_with: list[pulumi.Resource] = []
+        if args.image_pull_config is not None:
+            pulled_with.append(k8s.core.v1.Secret(
+                f"{name}-pull", metadata={**meta, "name": PULL_SECRET}, type="kubernetes.io/dockerconfigjson",
+                string_data={".dockerconfigjson": pulumi.Output.secret(args.image_pull_config)}, opts=kube))
+        settings_hash = hashlib.sha256(settings_json.encode()).hexdigest()
+        pull_secret = PULL_SECRET if pulled_with else None
+        # Not secret: a digest prefix of the token (token_digest); the image is a registry address and digest.
+        spec = pulumi.Output.unsecret(pulumi.Output.all(server_cert.cert_pem, args.api_token, args.image).apply(
+            lambda v: _rolled(render_deployment(v[2], settings_hash, pull_secret)["spec"], v[0], v[1])))
         deployment = k8s.apps.v1.Deployment(
-            f"{name}-deployment", metadata=manifest["metadata"],
+            f"{name}-deployment", metadata={"name": NAME, "namespace": NAMESPACE, "labels": dict(LABELS)},
             spec=spec,
             opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider,
-                                        depends_on=[cleanup, sa, role, rb, cr, crb, *args.after]))
+                                        depends_on=[cleanup, sa, role, rb, cr, crb, *pulled_with, *args.after]))
         k8s.core.v1.Service(f"{name}-service", metadata={**meta, "name": NAME},
                             spec={"selector": dict(LABELS), "ports": [{"name": "grpc", "port": PORT, "targetPort": PORT}]},
                             opts=kube)

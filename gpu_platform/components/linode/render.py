@@ -109,6 +109,30 @@ class ControlPlanePki:
     etcd_ca_key: str
     service_account_key: str
     service_account_pub: str
+    # The key the API server encrypts Secrets with before they reach etcd (32 random bytes, base64).
+    secrets_encryption_key: str
+
+
+ENCRYPTION_DIR = "/etc/kubernetes/encryption"
+ENCRYPTION_CONFIG_PATH = f"{ENCRYPTION_DIR}/config.yaml"
+ENCRYPTION_KEY_NAME = "gpu-platform-1"
+
+
+def encryption_configuration(key_b64: str) -> str:
+    """The API server's EncryptionConfiguration (apiserver.config.k8s.io/v1): Secrets written with
+    `secretbox` (XSalsa20-Poly1305; Kubernetes docs "Encrypting Confidential Data at Rest" rate it strong,
+    aescbc weak, aesgcm needing rotation every 200k writes), `identity` last only to read what was stored
+    before encryption was on. So etcd, and every snapshot of it, holds Secrets encrypted."""
+    if len(base64.b64decode(key_b64)) != 32:
+        raise ValueError("the secrets encryption key must be 32 bytes")
+    return yaml.safe_dump({
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "EncryptionConfiguration",
+        "resources": [{"resources": ["secrets"], "providers": [
+            {"secretbox": {"keys": [{"name": ENCRYPTION_KEY_NAME, "secret": key_b64}]}},
+            {"identity": {}},
+        ]}],
+    }, sort_keys=False)
 
 
 def pki_files(pki: ControlPlanePki) -> list["File"]:
@@ -122,6 +146,7 @@ def pki_files(pki: ControlPlanePki) -> list["File"]:
         File(f"{PKI_DIR}/etcd/ca.key", pki.etcd_ca_key, "0600"),
         File(f"{PKI_DIR}/sa.key", pki.service_account_key, "0600"),
         File(f"{PKI_DIR}/sa.pub", pki.service_account_pub, "0644"),
+        File(ENCRYPTION_CONFIG_PATH, encryption_configuration(pki.secrets_encryption_key), "0600"),
     ]
 
 
@@ -179,7 +204,11 @@ def _cluster_configuration(cluster: ClusterSpec) -> dict:
         "networking": {"podSubnet": cluster.pod_cidr, "serviceSubnet": cluster.service_cidr, "dnsDomain": "cluster.local"},
         "apiServer": {
             "certSANs": list(cluster.cert_sans),
-            "extraArgs": [{"name": "profiling", "value": "false"}],
+            "extraArgs": [{"name": "profiling", "value": "false"},
+                          # Secrets encrypted before they reach etcd (encryption_configuration).
+                          {"name": "encryption-provider-config", "value": ENCRYPTION_CONFIG_PATH}],
+            "extraVolumes": [{"name": "encryption-config", "hostPath": ENCRYPTION_DIR, "mountPath": ENCRYPTION_DIR,
+                              "readOnly": True, "pathType": "DirectoryOrCreate"}],
         },
         "controllerManager": {"extraArgs": [{"name": "cloud-provider", "value": "external"},
                                             {"name": "profiling", "value": "false"}]},
@@ -311,14 +340,30 @@ pkg="${{version#v}}-{versions.KUBERNETES_DEB_REVISION}"
 
 
 def install_kubernetes_script(kubernetes_minor: str, discover_endpoint: str = "") -> str:
-    """containerd (systemd cgroups) and kubeadm/kubelet/kubectl from pkgs.k8s.io: control planes the
-    pinned patch of `kubernetes_minor`; workers (`discover_endpoint` set) the exact version the API
-    server runs when they boot."""
+    """containerd (systemd cgroups) and kubeadm/kubelet/kubectl from pkgs.k8s.io: workers
+    (`discover_endpoint` set) the exact version the API server runs when they boot; control planes the
+    version their bootstrap passes as $1 (what the running control planes report: a control plane that
+    joins an existing cluster, cp-0 replaced included), else the pinned patch of `kubernetes_minor` (a
+    new cluster)."""
     if discover_endpoint:
         choose = _discover_version(discover_endpoint)
     else:
-        choose = (f"minor={kubernetes_minor}\n"
-                  f"pkg={versions.kubernetes_package_version(kubernetes_minor)}\n")
+        choose = f"""# A control plane joining a running cluster installs what that cluster runs ($1, from its peers): its
+# user data is kept as first written (ignore_changes), so the pinned minor below may be an old one.
+version=${{1:-}}
+if [ -n "$version" ]; then
+  if ! [[ "$version" =~ ^v1\\.[0-9]+\\.[0-9]+$ ]]; then
+    echo "not a Kubernetes release: '$version'" >&2
+    exit 1
+  fi
+  minor=${{version#v}}
+  minor=${{minor%.*}}
+  pkg="${{version#v}}-{versions.KUBERNETES_DEB_REVISION}"
+else
+  minor={kubernetes_minor}
+  pkg={versions.kubernetes_package_version(kubernetes_minor)}
+fi
+"""
     return f"""#!/usr/bin/env bash
 # Installs containerd and pinned Kubernetes packages; idempotent so a re-run is harmless.
 set -euo pipefail
@@ -468,12 +513,12 @@ KUBECONFIG
 """
 
 
-def remove_stale_etcd_member_script(node_name: str, kubernetes_minor: str) -> str:
+def remove_stale_etcd_member_script(node_name: str) -> str:
     """Shell: before a control plane joins, remove an etcd member that still carries its name (the
     node it replaces), asking each surviving peer in turn. Uses etcdctl from the etcd image kubeadm
-    runs (through containerd) and a one-day client certificate from the etcd CA this node holds.
-    Nothing to remove (a first deploy) or no peer answering is not an error: kubeadm join decides."""
-    patch = "v" + versions.KUBERNETES_PATCH[kubernetes_minor]
+    runs at the cluster's version ($version, what the peers report) through containerd, and a one-day
+    client certificate from the etcd CA this node holds. Nothing to remove (a first deploy) or no peer
+    answering is not an error: kubeadm join decides."""
     return f"""etcd_peer() {{
   ctr -n k8s.io run --rm --net-host --mount "type=bind,src=$etcd_tmp,dst=/certs,options=rbind:ro" \\
     "$etcd_image" "etcdctl-$$-$RANDOM" etcdctl --endpoints "https://$1:2379" --cacert /certs/ca.crt \\
@@ -484,7 +529,7 @@ remove_stale_etcd_member() {{
   etcd_tmp=$(mktemp -d)
   mint_client_cert "{PKI_DIR}/etcd/ca" "/CN=gpu-platform-etcd-member-cleanup" "$etcd_tmp/client"
   cp "{PKI_DIR}/etcd/ca.crt" "$etcd_tmp/ca.crt"
-  etcd_image=$(kubeadm config images list --kubernetes-version {patch} | grep '/etcd:')
+  etcd_image=$(kubeadm config images list --kubernetes-version "$version" | grep '/etcd:')
   ctr -n k8s.io images pull "$etcd_image" >/dev/null
   for ip in "${{peers[@]}}"; do
     if id=$(etcd_peer "$ip" member list | awk -F', ' -v name="{node_name}" '$3 == name {{print $1}}'); then
@@ -506,13 +551,37 @@ remove_stale_etcd_member() {{
 PEER_WAIT_SECONDS = 180
 
 
+def cluster_version_script(wait_seconds: int) -> str:
+    """Shell: `cluster_version` prints what the first answering peer's API server runs (GET /version,
+    readable without credentials: kubeadm binds system:public-info-viewer to system:unauthenticated,
+    verified with the cluster CA), trying for up to `wait_seconds` (0: one round); exit 1 when none answers."""
+    return f"""cluster_version() {{
+  local ip v deadline=$((SECONDS + {wait_seconds}))
+  while :; do
+    for ip in "${{peers[@]}}"; do
+      v=$(curl --silent --fail --max-time 5 --cacert {PKI_DIR}/ca.crt "https://$ip:6443/version" \\
+        | sed -n 's/.*"gitVersion": *"\\(v[0-9][0-9.]*\\)".*/\\1/p') || continue
+      if [[ "$v" =~ ^v1\\.[0-9]+\\.[0-9]+$ ]]; then
+        echo "$v"
+        return 0
+      fi
+    done
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 10
+  done
+}}"""
+
+
 def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: Sequence[str] = (),
                      gpu: bool = False, kubernetes_minor: str = "") -> str:
     """The node's whole bootstrap, run by BOOTSTRAP_UNIT until it succeeds: install, driver (GPU
-    nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join."""
+    nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join.
+
+    Control planes first ask their peers which release the cluster runs: one that joins installs that
+    release (its user data, kept as first written, names the minor of the day it was created); cp-0 finds
+    no peer answering on a first deploy and initialises the pinned release."""
     if role not in ("init", "join-control-plane", "join"):
         raise ValueError(f"unknown role {role!r}")
-    steps = [INSTALL_SCRIPT_PATH] + ([NVIDIA_SCRIPT_PATH] if gpu else [])
     lines = [
         "#!/usr/bin/env bash",
         f"# Brings this node into the cluster ({role}). Run by {BOOTSTRAP_UNIT}, which retries until this",
@@ -523,7 +592,32 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
         "  exit 0",
         "fi",
         "mkdir -p /var/lib/gpu-platform",
-        *steps,
+    ]
+    if role == "join":
+        lines += [INSTALL_SCRIPT_PATH, *([NVIDIA_SCRIPT_PATH] if gpu else [])]
+    else:
+        lines += [f"peers=({' '.join(peers)})", cluster_version_script(PEER_WAIT_SECONDS if role == "init" and peers else 0)]
+        if role == "init":
+            lines += [
+                "# A replaced cp-0 of an HA cluster joins the survivors; a first deploy finds nobody and initialises.",
+                "if version=$(cluster_version); then",
+                "  mode=\"join\"",
+                "  echo \"a control plane of this cluster answers (it runs $version): joining it (replaced cp-0)\"",
+                "else",
+                "  mode=\"init\"",
+                "  version=\"\"",
+                "fi",
+            ]
+        else:
+            lines += [
+                "if ! version=$(cluster_version); then",
+                "  echo 'no control plane of this cluster answers /version yet: retrying later' >&2",
+                "  exit 1",
+                "fi",
+                "mode=\"join\"",
+            ]
+        lines.append(f'{INSTALL_SCRIPT_PATH} "$version"')
+    lines += [
         "# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
         "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote).",
         *([f"[ -d {PKI_SEED} ] || cp -a {PKI_DIR} {PKI_SEED}"] if role != "join" else []),
@@ -542,38 +636,20 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
     else:
         lines.append(mint_client_cert_script().rstrip("\n"))
         lines.append(mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"))
-        if kubernetes_minor:
-            lines.append(remove_stale_etcd_member_script(node_name, kubernetes_minor).rstrip("\n"))
+        lines.append(remove_stale_etcd_member_script(node_name).rstrip("\n"))
         join = [
             "mint_discovery_kubeconfig",
-            *(["remove_stale_etcd_member"] if kubernetes_minor and peers else []),
+            *(["remove_stale_etcd_member"] if peers else []),
             f"kubeadm join --config {KUBEADM_JOIN_CONFIG_PATH if role == 'init' else KUBEADM_CONFIG_PATH}",
             f"rm -f {DISCOVERY_KUBECONFIG_PATH}",
         ]
-        if role == "join-control-plane":
-            lines += [f"peers=({' '.join(peers)})", *join]
-        else:
-            lines += [
-                f"peers=({' '.join(peers)})",
-                "peer_answers() {",
-                f"  local ip deadline=$((SECONDS + {PEER_WAIT_SECONDS if peers else 0}))",
-                "  while :; do",
-                '    for ip in "${peers[@]}"; do',
-                f'      if curl --silent --fail --max-time 5 --cacert {PKI_DIR}/ca.crt "https://$ip:6443/readyz" >/dev/null; then',
-                "        return 0",
-                "      fi",
-                "    done",
-                '    [ "$SECONDS" -lt "$deadline" ] || return 1',
-                "    sleep 10",
-                "  done",
-                "}",
-                "if peer_answers; then",
-                "  echo 'a control plane of this cluster answers: joining it (replaced cp-0)'",
-                *[f"  {line}" for line in join],
-                "else",
-                f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
-                "fi",
-            ]
+        lines += [
+            'if [ "$mode" = join ]; then',
+            *[f"  {line}" for line in join],
+            "else",
+            f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
+            "fi",
+        ]
     lines.append('touch "$marker"')
     return "\n".join(lines) + "\n"
 
@@ -654,22 +730,124 @@ WantedBy=multi-user.target
 
 
 METADATA_BLOCK_UNIT = "gpu-platform-block-metadata.service"
+METADATA_ALLOW_UNIT = "gpu-platform-metadata-allow.service"
+METADATA_GUARD_PATH = "/usr/local/sbin/gpu-platform-metadata-guard.sh"
+# Linode's metadata service, as cloud-init's Akamai datasource reaches it (canonical/cloud-init
+# cloudinit/sources/DataSourceAkamai.py BUILTIN_DS_CONFIG base_urls: ipv4 http://169.254.169.254, ipv6
+# http://[fd00:a9fe:a9fe::1], both allowed by default): a node's user data is served on both.
 METADATA_ADDRESS = "169.254.169.254"
+METADATA_ADDRESS_V6 = "fd00:a9fe:a9fe::1"
 # The kubelet's pod cgroup under the systemd cgroup driver (KubeletConfiguration cgroupDriver: systemd).
 POD_CGROUP = "kubepods.slice"
+# The filter-table chain OUTPUT sends pod-cgroup traffic for the metadata service through: RETURN for the
+# pods allowed (below), DROP for every other.
+METADATA_CHAIN = "GPU-PLATFORM-METADATA"
+# The one pod that needs the metadata service: the Linode CSI driver's node plugin (hostNetwork). In the
+# pinned driver (linode/linode-blockstorage-csi-driver v1.0.6, internal/driver/metadata.go GetNodeMetadata)
+# it finds its own instance through the metadata service first; the fallbacks (product_serial, then the
+# Node's providerID) both ask the Linode API, and the chart gives the node plugin no token (only the
+# controller gets LINODE_TOKEN), so without the metadata service the plugin exits, the driver never
+# registers on the node and no volume attaches. Selected by what the chart's DaemonSet sets: namespace
+# kube-system (where only cluster admins create pods) and its pod label.
+METADATA_ALLOWED_PODS = (("kube-system", "app=csi-linode-node"),)
+METADATA_ALLOW_INTERVAL_SECONDS = 3
+
+
+def metadata_guard_script() -> str:
+    """`setup`: the host rules (IPv4 and IPv6), idempotent. Pod traffic is denied by a Cilium clusterwide
+    policy (addons.metadata_deny_policy: per endpoint in eBPF; an iptables FORWARD rule alone is passed
+    over by Cilium's CILIUM_FORWARD chain, which ACCEPTs lxc traffic first); FORWARD stays as a second
+    layer. hostNetwork pods bypass both: their packets leave through OUTPUT, so OUTPUT sends those whose
+    socket belongs to the kubelet's pod cgroup tree (kubepods.slice; Cilium's CILIUM_OUTPUT only marks
+    such traffic, it accepts only its proxy's) to METADATA_CHAIN, which drops them. The node's own
+    services (cloud-init, root shells) still reach the metadata service.
+
+    `allow` (one pass) / `watch` (every few seconds, the allow unit): METADATA_CHAIN gets a RETURN rule
+    for the pod cgroup of each running METADATA_ALLOWED_PODS pod, ahead of its DROP, rewritten atomically
+    (iptables-restore --noflush replaces the chain in one commit) when the set changes. A pod's cgroup
+    (kubepods[-<qos>].slice/kubepods-<qos>-pod<uid>.slice) is made with its sandbox, before its containers
+    start, and keeps its name across container restarts. `-m cgroup --path` matches that cgroup and its
+    descendants (the containers' scopes): kernel net/netfilter/xt_cgroup.c, cgroup_mt_v1 ->
+    cgroup_is_descendant. A plugin that starts before its rule is in retries its connection (its SYNs pass
+    OUTPUT again) or is restarted by the kubelet into the same pod cgroup."""
+    pods = " ".join(f"{ns}/{label}" for ns, label in METADATA_ALLOWED_PODS)
+    return f"""#!/usr/bin/env bash
+# Keeps pods (hostNetwork ones included) off the Linode metadata service, where this node's user data stays
+# readable for its whole life, except the pods listed in allowed_pods (the CSI node plugin).
+set -euo pipefail
+chain={METADATA_CHAIN}
+cgroup_root=${{CGROUP_ROOT:-/sys/fs/cgroup}}
+allowed_pods=({pods})
+families=("iptables {METADATA_ADDRESS}/32" "ip6tables {METADATA_ADDRESS_V6}/128")
+crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
+
+setup() {{
+  local tool address family
+  for family in "${{families[@]}}"; do
+    read -r tool address <<<"$family"
+    "$tool" -w -N "$chain" 2>/dev/null || true
+    "$tool" -w -C "$chain" -j DROP 2>/dev/null || "$tool" -w -A "$chain" -j DROP
+    "$tool" -w -C FORWARD -d "$address" -j DROP 2>/dev/null || "$tool" -w -I FORWARD -d "$address" -j DROP
+    "$tool" -w -C OUTPUT -d "$address" -m cgroup --path {POD_CGROUP} -j "$chain" 2>/dev/null \\
+      || "$tool" -w -I OUTPUT -d "$address" -m cgroup --path {POD_CGROUP} -j "$chain"
+  done
+}}
+
+# The cgroup paths (relative to the cgroup root) of the running allowed pods, one a line, sorted.
+allowed_cgroups() {{
+  local entry ns label uid dir
+  command -v crictl >/dev/null 2>&1 || return 0
+  for entry in "${{allowed_pods[@]}}"; do
+    ns=${{entry%%/*}}
+    label=${{entry#*/}}
+    for uid in $(crictl_ pods --namespace "$ns" --label "$label" --state ready -o json 2>/dev/null \\
+        | python3 -c 'import json, sys; [print(p["metadata"]["uid"]) for p in json.load(sys.stdin).get("items") or []]'); do
+      [[ "$uid" =~ ^[0-9a-f-]+$ ]] || continue
+      # The systemd cgroup driver names the pod's slice after its UID with dashes as underscores.
+      dir=$(find "$cgroup_root/{POD_CGROUP}" -maxdepth 2 -type d -name "kubepods*-pod${{uid//-/_}}.slice" 2>/dev/null \
+        | head -n 1 || true)
+      if [ -n "$dir" ]; then
+        echo "${{dir#"$cgroup_root"/}}"
+      fi
+    done
+  done | sort -u
+}}
+
+applied=""
+allow() {{
+  local want family tool address rules path
+  want=$(allowed_cgroups)
+  [ "$want" != "$applied" ] || return 0
+  for family in "${{families[@]}}"; do
+    read -r tool address <<<"$family"
+    rules="*filter"$'\\n'":$chain - [0:0]"$'\\n'
+    while read -r path; do
+      [ -n "$path" ] && rules+="-A $chain -m cgroup --path $path -j RETURN"$'\\n'
+    done <<<"$want"
+    rules+="-A $chain -j DROP"$'\\n'"COMMIT"$'\\n'
+    # A pod gone between the listing and this call fails the commit and leaves the chain as it was.
+    printf '%s' "$rules" | "$tool-restore" -w --noflush || return 0
+  done
+  applied=$want
+  echo "metadata service open to pod cgroups: ${{want:-none}}"
+}}
+
+case "${{1:-}}" in
+  setup) setup ;;
+  allow) allow ;;
+  watch)
+    while :; do
+      allow || true
+      sleep {METADATA_ALLOW_INTERVAL_SECONDS}
+    done ;;
+  *) echo "usage: $0 setup|allow|watch" >&2; exit 2 ;;
+esac
+"""
 
 
 def metadata_block_unit() -> str:
-    """Nothing in a pod needs Linode's metadata service, and a node's user data stays readable there for
-    the node's lifetime (Linode cannot delete it). Pod traffic is denied by a Cilium clusterwide policy
-    (addons.metadata_deny_policy: enforced per endpoint in eBPF; an iptables FORWARD rule alone is
-    passed over by Cilium's CILIUM_FORWARD chain, which ACCEPTs lxc traffic first). hostNetwork pods
-    bypass both: their packets leave through OUTPUT, so drop those whose socket belongs to the kubelet's
-    pod cgroup tree (kubepods.slice; Cilium's CILIUM_OUTPUT only marks such traffic, it accepts only its
-    proxy's). The slice is started first so the cgroup exists when the rule is inserted. The node's own
-    services (cloud-init, root shells) still reach the metadata service. FORWARD stays as a second layer."""
-    forward = f"FORWARD -d {METADATA_ADDRESS}/32 -j DROP"
-    output = f"OUTPUT -d {METADATA_ADDRESS}/32 -m cgroup --path {POD_CGROUP} -j DROP"
+    """The host rules (metadata_guard_script setup), before the kubelet starts any pod. The slice is
+    started first so the cgroup exists when the rule naming it is inserted."""
     return f"""[Unit]
 Description=gpu-platform: keep pods (hostNetwork ones included) off the instance metadata service
 Before=kubelet.service
@@ -679,8 +857,26 @@ After=network-pre.target
 Type=oneshot
 RemainAfterExit=yes
 ExecStartPre=/bin/systemctl start {POD_CGROUP}
-ExecStart=/bin/sh -c 'iptables -C {forward} 2>/dev/null || iptables -I {forward}'
-ExecStart=/bin/sh -c 'iptables -C {output} 2>/dev/null || iptables -I {output}'
+ExecStart={METADATA_GUARD_PATH} setup
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def metadata_allow_unit() -> str:
+    """Keeps the allowed pods' RETURN rules current (metadata_guard_script watch)."""
+    return f"""[Unit]
+Description=gpu-platform: let the CSI node plugin (only) reach the instance metadata service
+Wants={METADATA_BLOCK_UNIT}
+After={METADATA_BLOCK_UNIT}
+Before=kubelet.service
+
+[Service]
+Type=simple
+ExecStart={METADATA_GUARD_PATH} watch
+Restart=always
+RestartSec=5
 
 [Install]
 WantedBy=multi-user.target
@@ -714,17 +910,28 @@ ETCD_SNAPSHOT_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-etcd-snapshot.sh"
 ETCD_SNAPSHOT_UNIT = "gpu-platform-etcd-snapshot.service"
 ETCD_SNAPSHOT_TIMER = "gpu-platform-etcd-snapshot.timer"
 ETCD_BACKUP_ENV_PATH = "/etc/gpu-platform/etcd-backup.env"
+# The certificate snapshots are encrypted to (public; its private key is in Pulumi state only).
+ETCD_BACKUP_RECIPIENT_PATH = "/etc/gpu-platform/etcd-backup-recipient.crt"
 ETCD_SNAPSHOT_PREFIX = "etcd"
+ETCD_SNAPSHOT_SUFFIX = ".db.cms"
+ETCD_SNAPSHOT_INTERVAL_HOURS = 6
+# node-exporter's textfile collector reads *.prom here (platform monitoring: the node's root is mounted at
+# /host/root); the snapshot script writes its last success and last failure times.
+NODE_METRICS_DIR = "/var/lib/gpu-platform/metrics"
+ETCD_SNAPSHOT_SUCCESS_METRIC = "gpu_platform_etcd_snapshot_last_success_timestamp_seconds"
+ETCD_SNAPSHOT_FAILURE_METRIC = "gpu_platform_etcd_snapshot_last_failure_timestamp_seconds"
 
 
 @dataclass(frozen=True)
 class EtcdBackup:
-    """Where control planes put etcd snapshots: the stack's bucket (S3 API), with a key for it."""
+    """Where control planes put etcd snapshots: a bucket of their own (S3 API) with a key for it alone, and
+    the certificate they encrypt each snapshot to."""
     bucket: str
     endpoint: str  # e.g. us-ord-1.linodeobjects.com
     region: str
     access_key: str
     secret_key: str
+    recipient_cert: str = ""
 
 
 def etcd_backup_env(backup: EtcdBackup) -> str:
@@ -734,15 +941,31 @@ def etcd_backup_env(backup: EtcdBackup) -> str:
 
 def etcd_snapshot_script(node_name: str) -> str:
     """Control planes: an etcd snapshot every few hours, taken by the etcdctl inside the running etcd
-    static pod (its image ships etcdctl; kubeadm mounts /var/lib/etcd and the etcd PKI into it), then
-    uploaded to the stack's bucket under etcd/<node>/ with curl's SigV4 signing (curl >= 7.75; Ubuntu
-    24.04 has 8.5). The bucket's lifecycle rule expires old snapshots (retention)."""
+    static pod (its image ships etcdctl; kubeadm mounts /var/lib/etcd and the etcd PKI into it), encrypted
+    to the backup certificate (CMS AuthEnvelopedData, AES-256-GCM, the key wrapped with RSA-OAEP: only the
+    private key in Pulumi state opens it), then uploaded to the stack's etcd bucket under etcd/<node>/ with
+    curl's SigV4 signing (curl >= 7.75; Ubuntu 24.04 has 8.5). The bucket's lifecycle rule expires old
+    snapshots (retention). Every run leaves its outcome for node-exporter's textfile collector (the last
+    success, the last failure), which the platform's alerts read."""
     return f"""#!/usr/bin/env bash
-# Saves an etcd snapshot of this control plane and uploads it to the checkpoint bucket.
+# Saves an etcd snapshot of this control plane, encrypts it and uploads it to the etcd backup bucket.
 set -euo pipefail
 [ -f {JOINED_MARKER} ] || exit 0
 # shellcheck disable=SC1091 # written by cloud-init
 . {ETCD_BACKUP_ENV_PATH}
+metrics={NODE_METRICS_DIR}
+snapshot=/var/lib/etcd/gpu-platform-snapshot.db
+# The outcome, for node-exporter's textfile collector (written whole, then renamed: never read half-way).
+record() {{
+  local status=$? metric file
+  rm -f "$snapshot" "$snapshot.cms"
+  if [ "$status" -eq 0 ]; then metric={ETCD_SNAPSHOT_SUCCESS_METRIC}; file="etcd-snapshot-success.prom"
+  else metric={ETCD_SNAPSHOT_FAILURE_METRIC}; file="etcd-snapshot-failure.prom"; fi
+  mkdir -p "$metrics"
+  printf '# TYPE %s gauge\n%s{{node="{node_name}"}} %s\n' "$metric" "$metric" "$(date +%s)" > "$metrics/$file.tmp"
+  mv "$metrics/$file.tmp" "$metrics/$file"
+}}
+trap record EXIT
 crictl_() {{ crictl --runtime-endpoint unix:///run/containerd/containerd.sock "$@"; }}
 # The static pod carries kubeadm's label component=etcd (pod labels are on the sandbox, not on its
 # containers): find the pod, then its running container.
@@ -755,25 +978,32 @@ if [ -z "$etcd" ]; then
   echo "no running etcd container on this node" >&2
   exit 1
 fi
-snapshot=/var/lib/etcd/gpu-platform-snapshot.db
-rm -f "$snapshot"
+rm -f "$snapshot" "$snapshot.cms"
 crictl_ exec "$etcd" etcdctl --endpoints=https://127.0.0.1:2379 \\
   --cacert=/etc/kubernetes/pki/etcd/ca.crt \\
   --cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt \\
   --key=/etc/kubernetes/pki/etcd/healthcheck-client.key \\
   snapshot save "$snapshot"
-name="{ETCD_SNAPSHOT_PREFIX}/{node_name}/$(date -u +%Y%m%dT%H%M%SZ).db"
+# Every Secret of the cluster is in it: it leaves this node encrypted.
+openssl cms -encrypt -binary -stream -aes-256-gcm -outform DER -recip {ETCD_BACKUP_RECIPIENT_PATH} \\
+  -keyopt rsa_padding_mode:oaep -in "$snapshot" -out "$snapshot.cms"
+name="{ETCD_SNAPSHOT_PREFIX}/{node_name}/$(date -u +%Y%m%dT%H%M%SZ){ETCD_SNAPSHOT_SUFFIX}"
 curl --silent --show-error --fail --max-time 600 \\
   --aws-sigv4 "aws:amz:${{REGION}}:s3" --user "${{ACCESS_KEY}}:${{SECRET_KEY}}" \\
-  --upload-file "$snapshot" "https://${{BUCKET}}.${{ENDPOINT}}/${{name}}"
-rm -f "$snapshot"
-echo "etcd snapshot uploaded: s3://${{BUCKET}}/${{name}}"
+  --upload-file "$snapshot.cms" "https://${{BUCKET}}.${{ENDPOINT}}/${{name}}"
+echo "etcd snapshot uploaded, encrypted: s3://${{BUCKET}}/${{name}}"
 """
+
+
+def etcd_snapshot_decrypt_args(encrypted: str, private_key: str, out: str) -> list[str]:
+    """The first step of a restore (docs/linode.md): the snapshot as etcd wrote it, from what the bucket holds."""
+    return ["openssl", "cms", "-decrypt", "-binary", "-inform", "DER", "-inkey", private_key, "-in", encrypted,
+            "-out", out]
 
 
 def etcd_restore_args(snapshot: str, member: str, peer_url: str, data_dir: str,
                       initial_cluster: str = "", tool: str = "etcdutl") -> list[str]:
-    """The restore step of docs/etcd-restore.md: a fresh data directory for one member from a snapshot.
+    """The restore step of docs/linode.md ("Etcd snapshots, and restoring one"): a fresh data directory for one member from a snapshot.
     `etcdutl` (in the etcd image kubeadm runs, etcd >= 3.5); etcd 3.4's `etcdctl` takes the same flags.
     HA: run it on every control plane with the same `initial_cluster` (all members' peer URLs)."""
     return [tool, "snapshot", "restore", snapshot, "--name", member, "--data-dir", data_dir,
@@ -783,18 +1013,18 @@ def etcd_restore_args(snapshot: str, member: str, peer_url: str, data_dir: str,
 
 def etcd_snapshot_units() -> tuple[str, str]:
     service = f"""[Unit]
-Description=gpu-platform: etcd snapshot to the checkpoint bucket
+Description=gpu-platform: encrypted etcd snapshot to the etcd backup bucket
 ConditionPathExists={JOINED_MARKER}
 
 [Service]
 Type=oneshot
 ExecStart={ETCD_SNAPSHOT_SCRIPT_PATH}
 """
-    timer = """[Unit]
-Description=gpu-platform: etcd snapshot every 6 hours
+    timer = f"""[Unit]
+Description=gpu-platform: etcd snapshot every {ETCD_SNAPSHOT_INTERVAL_HOURS} hours
 
 [Timer]
-OnCalendar=00/6:00
+OnCalendar=00/{ETCD_SNAPSHOT_INTERVAL_HOURS}:00
 RandomizedDelaySec=15m
 Persistent=true
 
@@ -866,9 +1096,16 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
         File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
+        File(METADATA_GUARD_PATH, metadata_guard_script(), "0700"),
         File(f"/etc/systemd/system/{METADATA_BLOCK_UNIT}", metadata_block_unit(), "0644"),
+        File(f"/etc/systemd/system/{METADATA_ALLOW_UNIT}", metadata_allow_unit(), "0644"),
+        # The folder node-exporter's textfile collector reads must exist on every node from the start: a
+        # missing one is a scrape error (node_textfile_scrape_error, kube-prometheus-stack's
+        # NodeTextFileCollectorScrapeError alert).
+        File(f"{NODE_METRICS_DIR}/README", "node-exporter's textfile collector reads *.prom files here\n", "0644"),
     ]
     commands = ["systemctl daemon-reload", f"systemctl enable --now {METADATA_BLOCK_UNIT}",
+                f"systemctl enable --now {METADATA_ALLOW_UNIT}",
                 f"systemctl enable --now --no-block {BOOTSTRAP_UNIT}"]
     if gpu:
         files.append(File(NVIDIA_SCRIPT_PATH, install_nvidia_script(), "0700"))
@@ -881,8 +1118,11 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
                   File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
         commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
         if etcd_backup is not None:
+            if not etcd_backup.recipient_cert:
+                raise ValueError("etcd snapshots need the certificate they are encrypted to")
             service, timer = etcd_snapshot_units()
             files += [File(ETCD_BACKUP_ENV_PATH, etcd_backup_env(etcd_backup), "0600"),
+                      File(ETCD_BACKUP_RECIPIENT_PATH, etcd_backup.recipient_cert, "0644"),
                       File(ETCD_SNAPSHOT_SCRIPT_PATH, etcd_snapshot_script(node.name), "0700"),
                       File(f"/etc/systemd/system/{ETCD_SNAPSHOT_UNIT}", service, "0644"),
                       File(f"/etc/systemd/system/{ETCD_SNAPSHOT_TIMER}", timer, "0644")]
@@ -901,13 +1141,18 @@ USER_DATA_LIMIT_BYTES = 16384
 
 
 def encode_user_data(document: str) -> str:
-    """Linode's metadata service takes user data base64-encoded; gzip-compressed first, which cloud-init
-    undoes itself (cloud-init docs, "User-data formats": gzip-compressed content is uncompressed and then
-    used as if it were not compressed). mtime 0: the same document gives the same bytes (no Pulumi diff)."""
-    packed = gzip.compress(document.encode(), compresslevel=9, mtime=0)
-    if len(packed) > USER_DATA_LIMIT_BYTES:
-        raise ValueError(f"user data of {len(packed)} bytes compressed is over Linode's {USER_DATA_LIMIT_BYTES}-byte limit")
-    return base64.b64encode(packed).decode()
+    """Linode's metadata service takes user data base64-encoded. A document that fits Linode's limit goes
+    as it is (every cloud-init reads it); a larger one (a control plane's) gzip-compressed first, which
+    cloud-init undoes itself (cloud-init docs, "User-data formats": gzip-compressed content is uncompressed
+    and then used as if it were not compressed) from 24.4 on: before, its Linode (Akamai) datasource
+    decoded the bytes as text and failed (canonical/cloud-init#5751; config refuses a private image with an
+    older one, linode.imageCloudInit). mtime 0: the same document gives the same bytes (no Pulumi diff)."""
+    raw = document.encode()
+    if len(raw) > USER_DATA_LIMIT_BYTES:
+        raw = gzip.compress(raw, compresslevel=9, mtime=0)
+        if len(raw) > USER_DATA_LIMIT_BYTES:
+            raise ValueError(f"user data of {len(raw)} bytes compressed is over Linode's {USER_DATA_LIMIT_BYTES}-byte limit")
+    return base64.b64encode(raw).decode()
 
 
 def decode_user_data(encoded: str) -> str:

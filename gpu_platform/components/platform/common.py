@@ -83,6 +83,14 @@ def render_metadata_block_policy(namespace: str, name: str) -> dict[str, Any]:
     }
 
 
+def boot_minutes(cluster: ClusterHandle) -> float:
+    """Minutes from a scale-up to a schedulable GPU node on this cluster: what the stack states (cloud kubernetes),
+    else the cloud's figure (gpu_platform/costs/node_boot.py)."""
+    from gpu_platform.costs.node_boot import node_boot_minutes
+
+    return cluster.node_boot_minutes if cluster.node_boot_minutes is not None else node_boot_minutes(cluster.cloud)
+
+
 def k8s_opts(cluster: ClusterHandle, parent: pulumi.Resource,
              depends_on: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
     """Options of every Kubernetes child: the cluster's provider, after the cluster is ready."""
@@ -99,7 +107,8 @@ def apply_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions
         return k8s.core.v1.Namespace(name, metadata=meta, opts=opts)
     if kind == "ServiceAccount":
         return k8s.core.v1.ServiceAccount(name, metadata=meta, opts=opts,
-                                          automount_service_account_token=obj.get("automountServiceAccountToken"))
+                                          automount_service_account_token=obj.get("automountServiceAccountToken"),
+                                          image_pull_secrets=obj.get("imagePullSecrets"))
     if kind == "ConfigMap":
         return k8s.core.v1.ConfigMap(name, metadata=meta, data=extra.get("data", obj.get("data")), opts=opts)
     if kind == "Secret":

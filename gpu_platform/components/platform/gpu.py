@@ -53,6 +53,9 @@ GPU_DRIVER_ENV = {
     "gcp": (("LD_LIBRARY_PATH", f"{GKE_DRIVER_MOUNT}/lib64"),),
     "linode": (("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),),
     "aws": (("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),),
+    # A cluster the stack does not create: its GPU nodes are expected to run the NVIDIA container toolkit (the GPU
+    # operator or a host install, docs/quickstart-kubernetes.md), which injects the driver as on Linode and EKS.
+    "kubernetes": (("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"),),
 }
 
 

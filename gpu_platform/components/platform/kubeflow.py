@@ -47,7 +47,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.kustomize import v2 as kustomize
 
-from gpu_platform.components.cluster import TRAINING_SERVICE_ACCOUNT, ClusterHandle
+from gpu_platform.components.cluster import (
+    CHECKPOINT_CA_CONFIGMAP, CHECKPOINT_CA_DIR, CHECKPOINT_CA_KEY, NOT_EVICTED_BY_SCALE_DOWN, TRAINING_SERVICE_ACCOUNT,
+    ClusterHandle,
+)
 from gpu_platform.components.paths import program_relative
 from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
@@ -126,19 +129,29 @@ def render_jobset_failure_policy() -> dict[str, Any]:
     ]}
 
 
-def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *, cloud: str) -> dict[str, Any]:
+def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *, cloud: str,
+                                checkpoint_ca: bool = False) -> dict[str, Any]:
     """torch-distributed plus what a job that survives preemption needs, in the JobSet's pod template:
     the env `cloud`'s GPU driver install needs for CUDA to be found (gpu.gpu_driver_env: on GKE
     LD_LIBRARY_PATH=/usr/local/nvidia/lib64, without which torch silently runs on the CPU),
     the training ServiceAccount (bound to the checkpoint bucket by Workload Identity / IRSA; Linode
     reads keys from a Secret), `grace_seconds` to write a checkpoint after SIGTERM (GKE Spot's graceful
     node shutdown gives up to 120 s where the stack enables it, an AWS Spot interruption 2 min), and a
-    non-root, RuntimeDefault-seccomp pod (UID 10001, the example image's user). Disruptions are not
+    non-root, RuntimeDefault-seccomp pod (UID 10001, the example image's user), annotated so that
+    cluster-autoscaler never removes its node while it runs (cluster.NOT_EVICTED_BY_SCALE_DOWN). Disruptions are not
     failures (render_pod_failure_policy, render_jobset_failure_policy); podFailurePolicy needs
     restartPolicy Never (JobSet's webhook would default OnFailure, which the Job API refuses with a
-    podFailurePolicy), so a crash is a failed pod, retried by the Job up to JOB_BACKOFF_LIMIT."""
+    podFailurePolicy), so a crash is a failed pod, retried by the Job up to JOB_BACKOFF_LIMIT.
+    `checkpoint_ca`: the store has a private CA (ConfigMap training/checkpoint-ca): mounted read-only at
+    CHECKPOINT_CA_DIR, where the store's AWS_CA_BUNDLE (ConfigMap checkpoint-store) points."""
     if grace_seconds < 0:
         raise ValueError(f"checkpoint grace period {grace_seconds}s: must be at least 0")
+    container: dict[str, Any] = {"name": "node", "image": TORCH_RUNTIME_IMAGE, "env": gpu_driver_env(cloud)}
+    volumes: dict[str, Any] = {}
+    if checkpoint_ca:
+        container["volumeMounts"] = [{"name": CHECKPOINT_CA_CONFIGMAP, "mountPath": CHECKPOINT_CA_DIR, "readOnly": True}]
+        volumes = {"volumes": [{"name": CHECKPOINT_CA_CONFIGMAP, "configMap": {
+            "name": CHECKPOINT_CA_CONFIGMAP, "items": [{"key": CHECKPOINT_CA_KEY, "path": CHECKPOINT_CA_KEY}]}}]}
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "ClusterTrainingRuntime",
@@ -155,14 +168,15 @@ def render_checkpointed_runtime(grace_seconds: int = CHECKPOINT_GRACE_SECONDS, *
                         "spec": {
                             "backoffLimit": JOB_BACKOFF_LIMIT,
                             "podFailurePolicy": render_pod_failure_policy("node"),
-                            "template": {"spec": {
+                            # Scale-down never evicts a running trainer (cluster.NOT_EVICTED_BY_SCALE_DOWN).
+                            "template": {"metadata": {"annotations": dict(NOT_EVICTED_BY_SCALE_DOWN)}, "spec": {
                                 "restartPolicy": "Never",
                                 "serviceAccountName": TRAINING_SERVICE_ACCOUNT,
                                 "terminationGracePeriodSeconds": grace_seconds,
                                 "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
                                                     "seccompProfile": {"type": "RuntimeDefault"}},
-                                "containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE,
-                                                "env": gpu_driver_env(cloud)}],
+                                "containers": [container],
+                                **volumes,
                             }},
                         },
                     },
@@ -280,7 +294,8 @@ class Kubeflow(pulumi.ComponentResource):
                               k8s_opts(cluster, self, [self.trainer, *self._priority]))
             for dep in TRAINER_PLATFORM_DEPLOYMENTS]
         # After the release: its CRDs and its validating webhook for runtimes.
-        self.checkpointed_runtime = apply_object(f"{name}-checkpointed-runtime", render_checkpointed_runtime(cloud=cluster.cloud),
+        self.checkpointed_runtime = apply_object(f"{name}-checkpointed-runtime", render_checkpointed_runtime(
+            cloud=cluster.cloud, checkpoint_ca=cluster.checkpoint.ca_bundle is not None),
                                                  k8s_opts(cluster, self, [self.trainer]))
         self.kubeflow_namespace = apply_object(f"{name}-namespace", render_kubeflow_namespace(),
                                                k8s_opts(cluster, self))

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
-import pulumi_random as random
 
 from gpu_platform.components.cluster import POOL_LABEL, ClusterHandle, GpuPoolSpec
 from gpu_platform.data import platform_versions as versions
@@ -26,13 +25,22 @@ from gpu_platform.components.platform.common import (
 from gpu_platform.config.platform import AlertSmtp
 from gpu_platform.components.platform.gpu import DCGM_SERVICE_LABELS
 
+if TYPE_CHECKING:
+    from gpu_platform.costs.catalog import Catalog
+
 HOURS_PER_MONTH = 730
 MONITORING_API = "monitoring.coreos.com/v1"
 SPEND_RULE_NAME = "gpu-spend-run-rate"  # the policy pack recognises this as the Linode budget guardrail
 IDLE_RULE_NAME = "gpu-idle"
 SPEND_RECORD = "gpu_platform:gpu_spend_usd_per_hour"
 SPEND_THRESHOLDS = (50, 100)  # percent of monthlyBudgetUsd
-GRAFANA_ADMIN_SECRET = "grafana-admin"
+# Grafana's admin login: the kube-prometheus-stack chart's grafana subchart (12.11.1 in 88.5.3) generates it when
+# `admin.existingSecret` is empty: templates/secret.yaml renders the Secret `<release>-grafana` with
+# `admin-user` and `admin-password`, a randAlphaNum 40 that its `grafana.password` helper keeps across upgrades
+# by `lookup` of the Secret already there, and the pods read it from that Secret. The password is made in
+# the cluster by Helm (the Release resource runs Helm as a library), so it is never in the Pulumi state, as it
+# was when the program generated it (RandomPassword) and wrote it to a Secret of its own.
+GRAFANA_ADMIN_SECRET = "kube-prometheus-stack-grafana"
 RELEASE = "kube-prometheus-stack"
 
 
@@ -50,11 +58,13 @@ POOL_METRIC_LABEL = ksm_label(POOL_LABEL)
 
 
 def pool_hourly_prices(cloud: str, pools: Sequence[GpuPoolSpec],
-                       overrides: Optional[Mapping[str, Mapping[str, Any]]] = None) -> dict[str, float]:
-    """$/hour of one node of each pool at its capacity type, from the price catalog."""
+                       overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                       catalog: Optional["Catalog"] = None) -> dict[str, float]:
+    """$/hour of one node of each pool at its capacity type, from the price catalog (or `catalog`: the stack's own
+    node types on cloud kubernetes)."""
     from gpu_platform.costs.catalog import load_catalog
 
-    catalog = load_catalog(dict(overrides) if overrides else None)
+    catalog = catalog if catalog is not None else load_catalog(dict(overrides) if overrides else None)
     prices: dict[str, float] = {}
     for p in pools:
         itype = catalog.instance(cloud, p.instance_type)
@@ -63,6 +73,19 @@ def pool_hourly_prices(cloud: str, pools: Sequence[GpuPoolSpec],
             raise ValueError(f"GPU pool {p.name}: no {p.capacity} price for {cloud}/{p.instance_type} in the catalog")
         prices[p.name] = price.usd_per_hour
     return prices
+
+
+def unpriced_pools(cluster: ClusterHandle) -> list[str]:
+    """The GPU pools without a price for their capacity on a cluster whose node types are the stack's own (cloud
+    kubernetes: prices are all or none, checks/kubernetes.py); empty elsewhere (the catalog prices every type)."""
+    if cluster.catalog is None:
+        return []
+    out = []
+    for p in cluster.gpu_pools:
+        t = cluster.catalog.instance(cluster.cloud, p.instance_type)
+        if t is None or t.price(p.capacity) is None:
+            out.append(p.name)
+    return out
 
 
 def spend_expression(prices: Mapping[str, float]) -> str:
@@ -220,16 +243,6 @@ def render_dashboard_configmap(namespace: str = MONITORING_NAMESPACE) -> dict[st
     }
 
 
-def render_grafana_admin_secret(password: Any, namespace: str = MONITORING_NAMESPACE) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {"name": GRAFANA_ADMIN_SECRET, "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "stringData": {"admin-user": "admin", "admin-password": password},
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # Alertmanager and chart values
 # ---------------------------------------------------------------------------------------------
@@ -287,8 +300,10 @@ def control_plane_scrapes(cloud: str) -> dict[str, bool]:
     - gcp: GKE runs scheduler, controller-manager and etcd out of reach; Dataplane V2 has no kube-proxy;
     - aws: EKS's control plane is AWS's; the kube-proxy add-on serves metrics on 127.0.0.1:10249 only;
     - linode: kubeadm binds scheduler (10259), controller-manager (10257), etcd metrics (2381) and
-      kube-proxy metrics (10249) to 127.0.0.1 by default, and the cluster keeps those defaults."""
-    if cloud not in ("gcp", "aws", "linode"):
+      kube-proxy metrics (10249) to 127.0.0.1 by default, and the cluster keeps those defaults;
+    - kubernetes: a cluster the stack does not create; whether its control plane is reachable is not known, and a
+      scrape that cannot reach it raises TargetDown for ever."""
+    if cloud not in ("gcp", "aws", "linode", "kubernetes"):
         raise ValueError(f"unknown cloud {cloud!r}")
     return {component: False for component in CONTROL_PLANE_COMPONENTS}
 
@@ -296,8 +311,9 @@ def control_plane_scrapes(cloud: str) -> dict[str, bool]:
 def dns_scrape(cloud: str) -> bool:
     """Whether the chart's coreDns scrape (a Service on k8s-app=kube-dns pods, port 9153) has a target:
     EKS's CoreDNS add-on and kubeadm's CoreDNS serve metrics on 9153; GKE runs kube-dns (kubedns,
-    dnsmasq, sidecar containers, no :9153) or Cloud DNS, so the scrape only ever raised TargetDown."""
-    if cloud not in ("gcp", "aws", "linode"):
+    dnsmasq, sidecar containers, no :9153) or Cloud DNS, so the scrape only ever raised TargetDown. An existing
+    cluster (kubernetes) is assumed to run CoreDNS, as kubeadm, EKS and most distributions do."""
+    if cloud not in ("gcp", "aws", "linode", "kubernetes"):
         raise ValueError(f"unknown cloud {cloud!r}")
     return cloud != "gcp"
 
@@ -317,9 +333,28 @@ DISABLED_DEFAULT_ALERTS = ("KubeCPUOvercommit", "KubeMemoryOvercommit", "KubeCPU
                            "KubeMemoryQuotaOvercommit")
 
 
+# kube-prometheus-stack 88.5.3's own node-exporter arguments (values.yaml, prometheus-node-exporter.extraArgs):
+# setting extraArgs replaces them, so they are repeated with the textfile collector's folder
+# (tests/test_linode_etcd_backup.py compares them with the pinned chart).
+NODE_EXPORTER_CHART_ARGS = (
+    "--collector.filesystem.mount-points-exclude=^/(dev|proc|sys|run/containerd/.+|var/lib/docker/.+|var/lib/kubelet/.+)($|/)",
+    "--collector.filesystem.fs-types-exclude=^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|sysfs|tracefs|erofs)$",
+)
+# Where the chart mounts the node's root file system in node-exporter (hostRootFsMount, on by default).
+NODE_EXPORTER_HOST_ROOT = "/host/root"
+
+
+def node_exporter_values(textfile_dir: Optional[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}}
+    if textfile_dir:
+        values["extraArgs"] = [*NODE_EXPORTER_CHART_ARGS,
+                               f"--collector.textfile.directory={NODE_EXPORTER_HOST_ROOT}{textfile_dir}"]
+    return values
+
+
 def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp: Optional[AlertSmtp],
                                  retention_days: int = 15, storage_gib: int = 50,
-                                 cloud: str = "linode") -> dict[str, Any]:
+                                 cloud: str = "linode", textfile_dir: Optional[str] = None) -> dict[str, Any]:
     am_spec: dict[str, Any] = {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}}
     if smtp is not None and smtp.password_secret:
         am_spec["secrets"] = [smtp.password_secret]
@@ -335,7 +370,8 @@ def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp
         "prometheusOperator": {"priorityClassName": PLATFORM_PRIORITY_CLASS},
         "grafana": {
             "priorityClassName": PLATFORM_PRIORITY_CLASS,
-            "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": "admin-user", "passwordKey": "admin-password"},
+            # No existingSecret: the subchart generates the admin Secret in the cluster (GRAFANA_ADMIN_SECRET).
+            "admin": {"existingSecret": "", "userKey": "admin-user", "passwordKey": "admin-password"},
             "sidecar": {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1",
                                        "searchNamespace": "ALL"}},
             "service": {"type": "ClusterIP"},
@@ -343,8 +379,7 @@ def kube_prometheus_stack_values(storage_class: str, emails: Sequence[str], smtp
         "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{POOL_LABEL}]"],
                                "priorityClassName": PLATFORM_PRIORITY_CLASS},
         # on every node, GPU nodes included (queue.NODE_DAEMONS counts this request)
-        "prometheus-node-exporter": {"resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
-                                                   "limits": {"memory": "128Mi"}}},
+        "prometheus-node-exporter": node_exporter_values(textfile_dir),
         "prometheus": {"prometheusSpec": {
             # Pick up every ServiceMonitor/PrometheusRule in the cluster, not only this release's.
             "serviceMonitorSelectorNilUsesHelmValues": False,
@@ -386,27 +421,26 @@ class Monitoring(pulumi.ComponentResource):
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:platform:Monitoring", name, None, opts)
         cluster = args.cluster
-        prices = pool_hourly_prices(cluster.cloud, cluster.gpu_pools, args.price_overrides)
+        # No node prices (cloud kubernetes without usdPerHour): no spend rule; a run rate of $0 would be invented.
+        unpriced = unpriced_pools(cluster)
+        prices = None if unpriced else pool_hourly_prices(cluster.cloud, cluster.gpu_pools, args.price_overrides,
+                                                          cluster.catalog)
         ns = apply_object(f"{name}-namespace", render_namespace(MONITORING_NAMESPACE, "privileged"),
                           k8s_opts(cluster, self))
-        password = random.RandomPassword(f"{name}-grafana-password", length=32, special=False,
-                                         opts=pulumi.ResourceOptions(parent=self))
-        admin = apply_object(f"{name}-grafana-admin", render_grafana_admin_secret(None), k8s_opts(cluster, self, [ns]),
-                             string_data=pulumi.Output.secret(password.result.apply(
-                                 lambda pw: {"admin-user": "admin", "admin-password": pw})))
         values = kube_prometheus_stack_values(cluster.default_storage_class, args.alert_emails, args.alert_smtp,
-                                              args.retention_days, args.storage_gib, cluster.cloud)
+                                              args.retention_days, args.storage_gib, cluster.cloud,
+                                              textfile_dir=cluster.node_textfile_dir)
         self.stack = helm_release(f"{name}-kube-prometheus-stack", RELEASE, versions.KUBE_PROMETHEUS_STACK,
-                                  MONITORING_NAMESPACE, values, k8s_opts(cluster, self, [ns, admin, *args.after]))
+                                  MONITORING_NAMESPACE, values, k8s_opts(cluster, self, [ns, *args.after]))
         after = k8s_opts(cluster, self, [self.stack])
         self.dcgm_scrape = apply_object(f"{name}-dcgm-service-monitor", render_dcgm_service_monitor(), after)
         self.idle_rules = apply_object(f"{name}-{IDLE_RULE_NAME}",
                                        render_idle_rules(args.idle_gpu_minutes, args.idle_gpu_util_percent), after)
-        self.spend_rule = apply_object(f"{name}-{SPEND_RULE_NAME}",
-                                       render_spend_rule(prices, args.monthly_budget_usd), after)
+        self.spend_rule = None if prices is None else apply_object(
+            f"{name}-{SPEND_RULE_NAME}", render_spend_rule(prices, args.monthly_budget_usd), after)
         self.cluster_rules = [apply_object(f"{name}-{rule['metadata']['name']}",
                                            {**rule, "metadata": {**rule["metadata"], "namespace": MONITORING_NAMESPACE}},
                                            after) for rule in cluster.alert_rules]
         self.dashboard = apply_object(f"{name}-gpu-dashboard", render_dashboard_configmap(), k8s_opts(cluster, self, [ns]))
         self.register_outputs({"namespace": MONITORING_NAMESPACE, "gpuPricesUsdPerHour": prices,
-                               "spendRule": SPEND_RULE_NAME})
+                               "spendRule": SPEND_RULE_NAME if prices is not None else None})

@@ -225,11 +225,34 @@ def gpu_profile(pool: GpuPoolSpec, queue_name: Optional[str] = None) -> dict[str
 
 # Every pod of the chart is kept from the cloud metadata server by the chart's NetworkPolicies.
 NO_METADATA = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": False}}
+# The platform services a notebook calls, by the labels and ports their upstream manifests give their pods:
+# Kubeflow Pipelines' API server (pipelines 2.17.0 platform-agnostic, Service ml-pipeline selects app=ml-pipeline,
+# port 8888: kfp.Client() at PIPELINES_API) and Katib's DB manager (katib-standalone v0.19.0, Service
+# katib-db-manager selects katib.kubeflow.org/component=db-manager, port 6789: the Katib SDK's
+# get_trial_metrics default address katib-db-manager.kubeflow:6789).
+NOTEBOOK_SERVICES = (
+    ("kubeflow", {"app": "ml-pipeline"}, 8888),
+    ("kubeflow", {"katib.kubeflow.org/component": "db-manager"}, 6789),
+)
+
+
+def notebook_service_rules() -> list[dict[str, Any]]:
+    """Egress rules to each of NOTEBOOK_SERVICES by namespace and pod labels. Not ipBlock: Cilium (Linode) and
+    GKE Dataplane V2 never apply ipBlock/CIDR rules to traffic to a pod (Cilium v1.20.0
+    Documentation/security/policy/layer3.rst "IP/CIDR based"), so `privateIPs` alone left kfp.Client() hanging.
+    Inert where Kubeflow is off (no such pods)."""
+    return [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                     "podSelector": {"matchLabels": dict(labels)}}],
+             "ports": [{"port": port, "protocol": "TCP"}]} for ns, labels, port in NOTEBOOK_SERVICES]
+
+
 # Notebooks additionally reach private addresses: the Kubernetes API server (a private IP on every
-# cloud: EKS's ENIs, GKE's private endpoint, Linode's control-plane nodes) and in-cluster services
-# (Kubeflow Pipelines' API) -- z2jh's `privateIPs` rule (10/8, 172.16/12, 192.168/16), which is off
-# for user pods by default. The metadata server stays blocked (a link-local address, its own rule).
-NOTEBOOK_EGRESS = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": False, "privateIPs": True}}
+# cloud: EKS's ENIs, GKE's private endpoint, Linode's control-plane nodes, which Cilium's
+# policy-cidr-match-mode `nodes` lets an ipBlock select, addons.py) -- z2jh's `privateIPs` rule (10/8,
+# 172.16/12, 192.168/16), off for user pods by default -- and the platform's services by pod selector
+# (notebook_service_rules). The metadata server stays blocked (a link-local address, its own rule).
+NOTEBOOK_EGRESS = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": False, "privateIPs": True},
+                   "egress": notebook_service_rules()}
 # The hub and the proxy run at the platform's PriorityClass, notebooks at 0: every spawn and every
 # request to a notebook goes through them, so on full system nodes the scheduler preempts a user pod
 # (a CPU notebook, an unqueued pipeline step) to place them. Through z2jh's `extraPodSpec` (merged
@@ -278,7 +301,7 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
                       queue_name: Optional[str] = None,
                       gpu_quota: Optional[Mapping[str, int]] = None,
                       system_zones: Sequence[str] = (), start_timeout_seconds: int = 600,
-                      cpu_queue_name: Optional[str] = None) -> dict[str, Any]:
+                      cpu_queue_name: Optional[str] = None, zone_label: str = ZONE_LABEL) -> dict[str, Any]:
     if idle_cull_minutes < 1:
         raise ValueError("idle_cull_minutes must be at least 1")
     pools = offered_pools(pools, gpu_quota)
@@ -311,7 +334,7 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
             "startTimeout": start_timeout_seconds,
             # Every profile: keeps each user's home (a zonal disk) in a zone all GPU profiles reach.
             "extraNodeAffinity": {"required": [{"matchExpressions": [
-                {"key": ZONE_LABEL, "operator": "In", "values": zones}]}] if zones else []},
+                {"key": zone_label, "operator": "In", "values": zones}]}] if zones else []},
         },
         "cull": {
             "enabled": True,
@@ -353,7 +376,8 @@ class Notebooks(pulumi.ComponentResource):
                                    args.idle_cull_minutes, args.admin_users, LOCAL_QUEUE if queue else None,
                                    queue.gpu_quota if queue else None, cluster.system_zones,
                                    args.start_timeout_seconds,
-                                   CPU_LOCAL_QUEUE if queue is not None and queue.cpu_cluster_queue else None)
+                                   CPU_LOCAL_QUEUE if queue is not None and queue.cpu_cluster_queue else None,
+                                   cluster.zone_label)
         self.local_queue = self.cpu_local_queue = None
         if queue is not None:
             self.local_queue = apply_object(f"{name}-local-queue", render_local_queue(JUPYTERHUB_NAMESPACE),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Optional
 import pulumi
 
 from gpu_platform.components.cluster import ClusterHandle
-from gpu_platform.components.platform.common import apply_object, k8s_opts, render_priority_class
+from gpu_platform.components.platform.common import apply_object, boot_minutes, k8s_opts, render_priority_class
 from gpu_platform.components.platform.gpu import GpuEnablement, GpuEnablementArgs
 from gpu_platform.components.platform.kubeflow import Kubeflow, KubeflowArgs
 from gpu_platform.components.platform.monitoring import Monitoring, MonitoringArgs
@@ -28,7 +28,6 @@ from gpu_platform.components.platform.queue import (
     pool_capacities, system_quota,
 )
 from gpu_platform.components.platform.training import TrainingNamespace, TrainingNamespaceArgs
-from gpu_platform.costs.node_boot import node_boot_minutes
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -53,7 +52,7 @@ def training_quota(cluster: ClusterHandle, caps: dict[str, PoolCapacity], queued
     cpu = sum(caps[x.name].cpu_millis * x.max_nodes for x in cluster.gpu_pools)
     memory = sum(caps[x.name].memory_bytes * x.max_nodes for x in cluster.gpu_pools)
     if queued and cluster.system_pool is not None:
-        system = system_quota(cluster.cloud, cluster.system_pool)
+        system = system_quota(cluster.cloud, cluster.system_pool, cluster.catalog)
         cpu, memory = cpu + system.cpu_millis, memory + system.memory_bytes
     return cpu, memory
 
@@ -76,7 +75,7 @@ class MlPlatform(pulumi.ComponentResource):
 
         quotas = gpu_quotas(cluster.gpu_pools, p.gpu_quota)
         types = pool_instance_types(cfg)
-        caps = pool_capacities(cluster.cloud, cluster.gpu_pools, types)
+        caps = pool_capacities(cluster.cloud, cluster.gpu_pools, types, cluster.catalog)
         self.gpu = GpuEnablement(f"{name}-gpu", GpuEnablementArgs(cluster=cluster), child)
         # The priority of the platform's controllers (Kueue, monitoring): before the releases naming it.
         self.priority_class = apply_object(f"{name}-priority-class", render_priority_class(), k8s_opts(cluster, self))
@@ -110,7 +109,7 @@ class MlPlatform(pulumi.ComponentResource):
                 cluster=cluster, storage_gib=p.notebook_storage_gib,
                 idle_cull_minutes=p.notebook_idle_cull_minutes, admin_users=p.notebook_admin_users,
                 queue=self.queue, training_namespace=self.training.namespace, priority_class=self.priority_class,
-                start_timeout_seconds=60 * pods_ready_timeouts(node_boot_minutes(cluster.cloud),
+                start_timeout_seconds=60 * pods_ready_timeouts(boot_minutes(cluster),
                                                                p.pods_ready_timeout_minutes)[0]), child)
         self.monitoring: Optional[Monitoring] = None
         if p.monitoring:

@@ -34,21 +34,25 @@ namespaceSelector), so the other releases' hook Jobs never wait for Kueue.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pulumi
 import yaml
 
 from gpu_platform.components.capacity import GI, MI, Allocatable, allocatable
 from gpu_platform.components.cluster import (
-    GPU_TAINT, POOL_LABEL, TRAINING_NAMESPACE, ClusterHandle, GpuPoolSpec, SystemPoolSpec,
+    GPU_TAINT, NOT_EVICTED_BY_SCALE_DOWN, POOL_LABEL, SAFE_TO_EVICT_ANNOTATION, TRAINING_NAMESPACE, ClusterHandle,
+    GpuPoolSpec, SystemPoolSpec,
 )
 from gpu_platform.data import platform_versions as versions
-from gpu_platform.costs.node_boot import node_boot_minutes
+from gpu_platform.data.eks_addon_pods import system_node_requests
 from gpu_platform.components.platform.common import (
-    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release,
-    k8s_opts, render_namespace,
+    KUBEFLOW_NAMESPACE, KUEUE_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, boot_minutes,
+    helm_release, k8s_opts, render_namespace,
 )
+
+if TYPE_CHECKING:
+    from gpu_platform.costs.catalog import Catalog
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 CLUSTER_QUEUE = "gpu-training"
@@ -138,14 +142,16 @@ def node_share(a: Allocatable) -> PoolCapacity:
 
 
 def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec],
-                    instance_types: Optional[Mapping[str, Sequence[str]]] = None) -> dict[str, PoolCapacity]:
+                    instance_types: Optional[Mapping[str, Sequence[str]]] = None,
+                    catalog: Optional["Catalog"] = None) -> dict[str, PoolCapacity]:
     """Per pool, one node's share for jobs. `instance_types`: every type a node of the pool may be
-    (EKS mixed-instances pools); the smallest decides, since a job may land on any of them."""
+    (EKS mixed-instances pools); the smallest decides, since a job may land on any of them. `catalog`: where the
+    types are (the cluster handle's: a stack's own node types on cloud kubernetes; None: the price catalog)."""
     out: dict[str, PoolCapacity] = {}
     for p in pools:
         types = list((instance_types or {}).get(p.name) or [p.instance_type])
         try:
-            shares = [node_share(allocatable(cloud, t)) for t in types]
+            shares = [node_share(allocatable(cloud, t, catalog)) for t in types]
         except ValueError as e:
             raise ValueError(f"GPU pool {p.name}: {e}") from None
         out[p.name] = PoolCapacity(min(s.cpu_millis for s in shares), min(s.memory_bytes for s in shares),
@@ -153,13 +159,16 @@ def pool_capacities(cloud: str, pools: Sequence[GpuPoolSpec],
     return out
 
 
-def system_quota(cloud: str, pool: SystemPoolSpec) -> PoolCapacity:
+def system_quota(cloud: str, pool: SystemPoolSpec, catalog: Optional["Catalog"] = None) -> PoolCapacity:
     """CPU and memory the system flavor may admit: the system pool's allocatable at its maximum size,
     less PLATFORM_SYSTEM_REQUESTS and HEADROOM_PERCENT; zero (never negative) where the platform fills
     the pool. No GPUs: it is the only flavor of the CPU ClusterQueue, where GPU work is never admitted."""
-    a = allocatable(cloud, pool.instance_type, managed_node_group=cloud == "aws")
-    cpu = (a.cpu_millis * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["cpu_millis"]) * (100 - HEADROOM_PERCENT) // 100
-    mem = (a.memory_bytes * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["memory_bytes"]) * (100 - HEADROOM_PERCENT) // 100
+    a = allocatable(cloud, pool.instance_type, catalog, managed_node_group=cloud == "aws")
+    # EKS's managed add-ons (CoreDNS, EBS CSI, kube-proxy, aws-node) run on the system nodes too
+    # (data/eks_addon_pods.py): before issue 33 item 4 the quota counted their CPU as free for jobs.
+    addon_cpu, addon_mem = system_node_requests(pool.max_nodes) if cloud == "aws" else (0, 0)
+    cpu = (a.cpu_millis * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["cpu_millis"] - addon_cpu) * (100 - HEADROOM_PERCENT) // 100
+    mem = (a.memory_bytes * pool.max_nodes - PLATFORM_SYSTEM_REQUESTS["memory_bytes"] - addon_mem) * (100 - HEADROOM_PERCENT) // 100
     return PoolCapacity(max(0, cpu), max(0, mem) // MI * MI, 0)
 
 
@@ -899,6 +908,97 @@ def render_gpu_toleration_policy() -> dict[str, Any]:
     })
 
 
+# Training pods stay on their nodes through scale-down (cluster.NOT_EVICTED_BY_SCALE_DOWN): a job whose pod
+# template the request shows must carry the annotation. Judged where users submit training work: the
+# namespaces where Kueue queues every Job (`training`, DEFAULT_QUEUE_NAMESPACE_LABEL). Kubernetes 1.35, the
+# shipped stacks' minor, serves no MutatingAdmissionPolicy by default (beta in 1.34 and 1.35, behind a
+# feature gate and admissionregistration.k8s.io/v1beta1 runtime-config; GA in 1.36, KEP-3962), so the
+# platform cannot add the annotation itself: it refuses the job and says what to add.
+SCALE_DOWN_POLICY = "training-pods-survive-scale-down"
+# TrainJobs take their pods from a runtime: the platform's runtime carries the annotation; a TrainJob on
+# another runtime (the Trainer chart's defaults carry none) is admitted with a warning (a Warn binding).
+TRAINJOB_SCALE_DOWN_POLICY = "trainjob-runtime-survives-scale-down"
+ANNOTATED_RUNTIMES = ("torch-checkpointed",)  # kubeflow.CHECKPOINTED_RUNTIME (a test keeps them equal)
+_SAFE_TO_EVICT_VALUE = NOT_EVICTED_BY_SCALE_DOWN[SAFE_TO_EVICT_ANNOTATION]
+# The pod templates of the object, by kind: Job, CronJob, JobSet (each replicated job's), a Katib
+# Experiment's inline Job trial template.
+POD_TEMPLATES = (
+    "request.kind.kind == 'Job' ? [object.spec.template] : "
+    "request.kind.kind == 'CronJob' ? [object.spec.jobTemplate.spec.template] : "
+    "request.kind.kind == 'JobSet' ? object.spec.replicatedJobs.map(r, r.template.spec.template) : "
+    f"{_TRIAL_IS}'Job' && has({_TRIAL}.spec.template) ? [{_TRIAL}.spec.template] : []")
+_TEMPLATE_NOT_EVICTED = (f"has(t.metadata) && has(t.metadata.annotations) && "
+                         f"'{SAFE_TO_EVICT_ANNOTATION}' in t.metadata.annotations && "
+                         f"t.metadata.annotations['{SAFE_TO_EVICT_ANNOTATION}'] == '{_SAFE_TO_EVICT_VALUE}'")
+SCALE_DOWN_HOW_TO = (f"Add the annotation {SAFE_TO_EVICT_ANNOTATION}: \"{_SAFE_TO_EVICT_VALUE}\" to the pod template's "
+                     f"metadata.annotations (a Job: spec.template.metadata; a JobSet: every replicatedJobs[].template"
+                     f".spec.template.metadata; a Katib Experiment: trialTemplate.trialSpec.spec.template.metadata)")
+_TRAINING_NAMESPACES = {"matchExpressions": [{"key": DEFAULT_QUEUE_NAMESPACE_LABEL, "operator": "Exists"}]}
+
+
+def render_scale_down_policy() -> dict[str, Any]:
+    """Refuses, in the namespaces where Kueue queues every Job, a Job, CronJob, JobSet or Katib Experiment
+    (inline Job trial template) whose pod template lacks `cluster-autoscaler.kubernetes.io/safe-to-evict:
+    "false"`: without it cluster-autoscaler (EKS, Linode: the platform's chart; GKE: its own) may drain
+    a node whose use is under its utilisation threshold (0.5: one GPU busy on a four-GPU node) and evict
+    the running trainer (cluster-autoscaler FAQ, "What types of pods can prevent CA from removing a
+    node?"; the Job's pod is otherwise replicated, hence drainable). Children a parent's controller makes
+    (a JobSet's Jobs, a TrainJob's JobSet) follow their parent and are not judged again."""
+    return render_admission_policy(SCALE_DOWN_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": _TRAINING_NAMESPACES,
+            "resourceRules": [
+                {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs", "cronjobs"]},
+                {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "operations": ["CREATE"],
+                 "resources": ["jobsets"]},
+                {"apiGroups": ["kubeflow.org"], "apiVersions": ["v1beta1"], "operations": ["CREATE"],
+                 "resources": ["experiments"]}]},
+        "matchConditions": [{
+            "name": "not-made-by-its-parents-controller",
+            "expression": f"!(request.userInfo.username in ['{JOBSET_CONTROLLER_USER}', '{TRAINER_CONTROLLER_USER}'])"}],
+        "variables": [{"name": "templates", "expression": POD_TEMPLATES}],
+        "validations": [{
+            "expression": f"variables.templates.all(t, {_TEMPLATE_NOT_EVICTED})",
+            "message": (f"a training pod here must carry {SAFE_TO_EVICT_ANNOTATION}: \"{_SAFE_TO_EVICT_VALUE}\": without it "
+                        f"cluster-autoscaler may remove its node while the job runs (a node whose GPUs are less than "
+                        f"half in use counts as unneeded and is drained after the autoscaler's scale-down-unneeded-time, "
+                        f"its running pod evicted). "
+                        f"{SCALE_DOWN_HOW_TO}. A TrainJob on the platform's runtime "
+                        f"({', '.join(ANNOTATED_RUNTIMES)}) has it already"),
+            "reason": "Invalid"}],
+    })
+
+
+def render_trainjob_scale_down_policy() -> dict[str, Any]:
+    """Warns (bound with validationActions Warn: `kubectl apply` prints it, the TrainJob is created) when a
+    TrainJob in a training namespace names a runtime other than the platform's annotated ones: its pods
+    carry the annotation only if that runtime's pod template does (the Trainer chart's default runtimes do
+    not), so cluster-autoscaler's scale-down may evict them."""
+    return render_admission_policy(TRAINJOB_SCALE_DOWN_POLICY, {
+        "matchConstraints": {
+            "namespaceSelector": _TRAINING_NAMESPACES,
+            "resourceRules": [{"apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["v1alpha1"],
+                               "operations": ["CREATE"], "resources": ["trainjobs"]}]},
+        "validations": [{
+            "expression": ("has(object.spec.runtimeRef) && (!has(object.spec.runtimeRef.kind) || "
+                           "object.spec.runtimeRef.kind == 'ClusterTrainingRuntime') && object.spec.runtimeRef.name in ["
+                           + ", ".join(f"'{r}'" for r in ANNOTATED_RUNTIMES) + "]"),
+            "messageExpression": (f'"runtime " + object.spec.runtimeRef.name + " is not the platform\'s '
+                                  f'{", ".join(ANNOTATED_RUNTIMES)}: unless its pod template carries '
+                                  f'{SAFE_TO_EVICT_ANNOTATION}: \\"{_SAFE_TO_EVICT_VALUE}\\" (the Trainer chart\'s '
+                                  f'default runtimes do not), cluster-autoscaler may remove a node this job runs on and '
+                                  f'evict it. Use runtimeRef {{kind: ClusterTrainingRuntime, name: {ANNOTATED_RUNTIMES[0]}}}"'),
+            "reason": "Invalid"}],
+    })
+
+
+def render_warn_binding(policy: str) -> dict[str, Any]:
+    """A binding whose refusals are warnings to the client (and audit annotations), not denials."""
+    binding = render_policy_binding(policy)
+    binding["spec"]["validationActions"] = ["Warn", "Audit"]
+    return binding
+
+
 def render_policy_binding(policy: str) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -933,11 +1033,11 @@ class JobQueue(pulumi.ComponentResource):
         super().__init__("gpu-platform:platform:JobQueue", name, None, opts)
         cluster = args.cluster
         quotas = gpu_quotas(cluster.gpu_pools, args.gpu_quota)
-        capacities = pool_capacities(cluster.cloud, cluster.gpu_pools, args.instance_types)
+        capacities = pool_capacities(cluster.cloud, cluster.gpu_pools, args.instance_types, cluster.catalog)
         ns = apply_object(f"{name}-namespace", render_namespace(KUEUE_NAMESPACE, "restricted"), k8s_opts(cluster, self))
         self.kueue = helm_release(f"{name}-kueue", "kueue", versions.KUEUE, KUEUE_NAMESPACE,
                                   kueue_values(args.pods_ready_timeout_minutes, args.max_requeues,
-                                               node_boot_minutes(cluster.cloud)),
+                                               boot_minutes(cluster)),
                                   k8s_opts(cluster, self, [ns, *args.after]))
         after_kueue = k8s_opts(cluster, self, [self.kueue])
         gpu_flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)
@@ -946,8 +1046,8 @@ class JobQueue(pulumi.ComponentResource):
         system = system_fit = None
         self.cpu_cluster_queue = None
         if cluster.system_pool is not None:
-            system = system_quota(cluster.cloud, cluster.system_pool)
-            system_fit = (node_share(allocatable(cluster.cloud, cluster.system_pool.instance_type,
+            system = system_quota(cluster.cloud, cluster.system_pool, cluster.catalog)
+            system_fit = (node_share(allocatable(cluster.cloud, cluster.system_pool.instance_type, cluster.catalog,
                                                  managed_node_group=cluster.cloud == "aws")), system)
             system_flavor = apply_object(f"{name}-flavor-{SYSTEM_FLAVOR}", render_system_flavor(cluster.system_pool),
                                          after_kueue)
@@ -1023,6 +1123,16 @@ class JobQueue(pulumi.ComponentResource):
         self.gpu_toleration_binding = apply_object(f"{name}-gpu-toleration-binding",
                                                    render_policy_binding(GPU_TOLERATION_POLICY),
                                                    k8s_opts(cluster, self, [self.gpu_toleration_policy]))
+        # Training pods stay on their nodes through scale-down (render_scale_down_policy), TrainJobs on
+        # another runtime than the platform's get a warning (render_trainjob_scale_down_policy).
+        self.scale_down_policy = apply_object(f"{name}-scale-down-policy", render_scale_down_policy(), k8s_opts(cluster, self))
+        self.scale_down_binding = apply_object(f"{name}-scale-down-binding", render_policy_binding(SCALE_DOWN_POLICY),
+                                               k8s_opts(cluster, self, [self.scale_down_policy]))
+        self.trainjob_scale_down_policy = apply_object(f"{name}-trainjob-scale-down-policy",
+                                                       render_trainjob_scale_down_policy(), k8s_opts(cluster, self))
+        self.trainjob_scale_down_binding = apply_object(
+            f"{name}-trainjob-scale-down-binding", render_warn_binding(TRAINJOB_SCALE_DOWN_POLICY),
+            k8s_opts(cluster, self, [self.trainjob_scale_down_policy]))
         self.gpu_quota = quotas
         self.register_outputs({"clusterQueue": CLUSTER_QUEUE, "localQueue": LOCAL_QUEUE,
                                "cpuClusterQueue": CPU_CLUSTER_QUEUE if self.cpu_cluster_queue else None,

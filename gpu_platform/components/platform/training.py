@@ -22,7 +22,10 @@ from typing import Any, Mapping, Optional
 import pulumi
 
 from gpu_platform.components.capacity import MI
-from gpu_platform.components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT, ClusterHandle
+from gpu_platform.components.cluster import (
+    CHECKPOINT_CA_CONFIGMAP, CHECKPOINT_CA_KEY, TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT, ClusterHandle,
+)
+from gpu_platform.components.images import PULL_SECRET
 from gpu_platform.components.platform.common import (
     KATIB_METRICS_COLLECTOR_LABEL, MANAGED_BY, apply_object, k8s_opts, render_metadata_block_policy, render_namespace,
 )
@@ -52,27 +55,50 @@ def render_training_namespace() -> dict[str, Any]:
     })
 
 
-def render_training_service_account(annotations: Mapping[str, Any]) -> dict[str, Any]:
+def render_training_service_account(annotations: Mapping[str, Any], pull_secret: Optional[str] = None) -> dict[str, Any]:
     """The identity training pods run as; cloud IAM (Workload Identity, IRSA) binds to it. No API
-    token is mounted: training needs the bucket, not the Kubernetes API."""
-    return {
+    token is mounted: training needs the bucket, not the Kubernetes API. `pull_secret`: an image pull
+    Secret every pod of the account pulls with (the ServiceAccount admission plugin adds it to the pod),
+    where the stack's training image sits in a registry the nodes cannot read on their own (Linode)."""
+    doc = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": {"name": TRAINING_SERVICE_ACCOUNT, "namespace": TRAINING_NAMESPACE,
                      "labels": dict(MANAGED_BY), "annotations": dict(annotations)},
         "automountServiceAccountToken": False,
     }
+    if pull_secret:
+        doc["imagePullSecrets"] = [{"name": pull_secret}]
+    return doc
+
+
+def render_pull_secret(name: str) -> dict[str, Any]:
+    """The image pull Secret of the training namespace; its .dockerconfigjson is the secret Output."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+            "metadata": {"name": name, "namespace": TRAINING_NAMESPACE, "labels": dict(MANAGED_BY)}}
 
 
 def render_checkpoint_configmap(url: Any, env: Mapping[str, Any]) -> dict[str, Any]:
-    """Plain settings pods need for the bucket: CHECKPOINT_URL plus the cluster's env (endpoint, region)."""
+    """Plain settings pods need for the bucket: CHECKPOINT_URL plus the cluster's env (endpoint, region). No URL
+    (a cluster without a checkpoint store): no CHECKPOINT_URL, so a job that needs one says so at its start."""
     if CHECKPOINT_URL_KEY in env:
         raise ValueError(f"checkpoint env must not set {CHECKPOINT_URL_KEY}; it comes from the bucket URL")
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CHECKPOINT_CONFIGMAP, "namespace": TRAINING_NAMESPACE, "labels": dict(MANAGED_BY)},
-        "data": {CHECKPOINT_URL_KEY: url, **dict(env)},
+        "data": {**({} if url is None else {CHECKPOINT_URL_KEY: url}), **dict(env)},
+    }
+
+
+def render_checkpoint_ca_configmap(pem: str) -> dict[str, Any]:
+    """The certificates of the store's private CA (public: a ConfigMap), mounted by the torch-checkpointed runtime
+    (kubeflow.render_checkpointed_runtime) where the store's AWS_CA_BUNDLE points."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CHECKPOINT_CA_CONFIGMAP, "namespace": TRAINING_NAMESPACE, "labels": dict(MANAGED_BY)},
+        "data": {CHECKPOINT_CA_KEY: pem},
     }
 
 
@@ -154,10 +180,18 @@ class TrainingNamespace(pulumi.ComponentResource):
         cluster, store = args.cluster, args.cluster.checkpoint
         self.namespace = apply_object(f"{name}-namespace", render_training_namespace(), k8s_opts(cluster, self))
         in_ns = k8s_opts(cluster, self, [self.namespace])
+        pull: list[pulumi.Resource] = []
+        if cluster.image_pull_config is not None:
+            pull.append(apply_object(f"{name}-image-pull", render_pull_secret(PULL_SECRET), in_ns,
+                                     string_data={".dockerconfigjson": pulumi.Output.secret(cluster.image_pull_config)}))
         self.service_account = apply_object(
-            f"{name}-service-account", render_training_service_account(store.service_account_annotations), in_ns)
+            f"{name}-service-account",
+            render_training_service_account(store.service_account_annotations, PULL_SECRET if pull else None),
+            k8s_opts(cluster, self, [self.namespace, *pull]))
         self.checkpoint_config = apply_object(
             f"{name}-checkpoint-config", render_checkpoint_configmap(store.url, store.env), in_ns)
+        self.checkpoint_ca = (apply_object(f"{name}-checkpoint-ca", render_checkpoint_ca_configmap(store.ca_bundle), in_ns)
+                              if store.ca_bundle else None)
         self.checkpoint_secret: Optional[pulumi.Resource] = None
         if store.credentials is not None:
             secret_data = pulumi.Output.secret(store.credentials)

@@ -52,15 +52,20 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += _check_pools(cfg, section, catalog)
     issues += _check_system_pool(section, catalog)
     issues += _check_label_tags(cfg)
-    if section.scale_in_controller.enabled is True and section.scale_in_controller.image is None:
-        issues.append(ConfigIssue("aws.scaleInController.image", None,
-                                  "the controller image by digest, ghcr.io/<owner>/gpu-platform-scale-in@sha256:<64 hex> "
-                                  "(published by .github/workflows/controller-image.yml on a v* tag; docs/quickstart-aws.md: "
-                                  "'Scale-in protection controller image'), or aws.scaleInController.enabled: false"))
     issues += version_issues(cfg)
     for i, arn in enumerate(section.admin_principal_arns):
         if not re.fullmatch(ARN_PRINCIPAL, arn):
             issues.append(ConfigIssue(f"aws.adminPrincipalArns[{i}]", arn, "an IAM role or user ARN: arn:aws:iam::123456789012:role/name"))
+    if section.cluster_creator_arn is not None and not re.fullmatch(ARN_PRINCIPAL, section.cluster_creator_arn):
+        issues.append(ConfigIssue("aws.clusterCreatorArn", section.cluster_creator_arn,
+                                  "the IAM role or user ARN that created the cluster: arn:aws:iam::123456789012:role/name"))
+    if not section.admin_principal_arns and section.cluster_creator_arn is None:
+        issues.append(ConfigIssue("aws.adminPrincipalArns", [],
+                                  "at least one IAM role or user ARN (arn:aws:iam::123456789012:role/name), the principal "
+                                  "that runs `pulumi up` among them: each gets an EKS access entry with cluster admin, and "
+                                  "EKS gives the cluster's creator none of its own (bootstrapClusterCreatorAdminPermissions "
+                                  "false), so with none nobody could reach the Kubernetes API, the deployer included "
+                                  "(a cluster created by an earlier release: aws.clusterCreatorArn)"))
     if not section.endpoint_private_only and len(cfg.admin_cidrs) > EKS_PUBLIC_ACCESS_CIDRS_MAX:
         issues.append(ConfigIssue("adminCidrs", f"{len(cfg.admin_cidrs)} ranges",
                                   f"at most {EKS_PUBLIC_ACCESS_CIDRS_MAX} ranges on AWS: they become the EKS API endpoint's "
@@ -124,14 +129,18 @@ def _check_pools(cfg: "StackConfig", section: AwsSection, catalog: "Catalog") ->
     return pool_region_issues(cfg, catalog, "aws.region", section.region, not_in_region) + issues
 
 
-def scale_in_warnings(cfg: "StackConfig") -> list[str]:
-    """The verdict says when the scale-in controller is off for want of an image digest."""
-    section = getattr(cfg, "aws", None)
-    if cfg.cloud != "aws" or section is None or not section.scale_in_controller.off_until_an_image:
+def termination_handler_warnings(cfg: "StackConfig") -> list[str]:
+    """aws-node-termination-handler's maintainers test it up to NTH_TESTED_KUBERNETES; the newest release
+    is the pinned one, so a stack on a later minor runs it untested (the decision and its sources:
+    docs/versions.md, "aws-node-termination-handler on Kubernetes 1.34+")."""
+    from gpu_platform.data import aws_versions as versions
+
+    if cfg.cloud != "aws" or cfg.kubernetes_version in versions.NTH_TESTED_KUBERNETES:
         return []
-    return ["aws.scaleInController is off until an image digest is given (aws.scaleInController.image, "
-            "published by .github/workflows/controller-image.yml on a v* tag): until then the autoscaler alone "
-            "removes idle GPU nodes after aws.scaleDownGraceMinutes, busy or not (docs/quickstart-aws.md)"]
+    return [f"kubernetesVersion {cfg.kubernetes_version}: aws-node-termination-handler {versions.NTH_APP_VERSION}, the "
+            f"newest release, is tested by its maintainers on Kubernetes {', '.join(versions.NTH_TESTED_KUBERNETES)} "
+            "only; it calls only GA APIs none of which 1.34-1.36 removes, so the platform keeps it (docs/versions.md, "
+            "\"aws-node-termination-handler on Kubernetes 1.34+\"); watch a Spot interruption drain the node once"]
 
 
 def _check_network(section: AwsSection) -> list[ConfigIssue]:
@@ -143,10 +152,19 @@ def _check_network(section: AwsSection) -> list[ConfigIssue]:
         for key, value in (("aws.vpcCidr", section.vpc_cidr), ("aws.availabilityZones", section.availability_zones or None)):
             if value is not None:
                 issues.append(ConfigIssue(key, value, "only for a new VPC; with vpcId the existing subnets decide (remove it, or remove vpcId)"))
+        if section.s3_gateway_endpoint is None:
+            issues.append(ConfigIssue("aws.s3GatewayEndpoint", None,
+                                      "create (the stack adds an S3 gateway endpoint on the route tables of "
+                                      "aws.privateSubnetIds) or existing (the VPC has one on them): without it every "
+                                      "checkpoint and image layer goes through the VPC's NAT, billed per GB, which a new "
+                                      "VPC avoids (its S3 gateway endpoint) and the cost estimate assumes"))
     else:
         if section.private_subnet_ids:
             issues.append(ConfigIssue("aws.privateSubnetIds", section.private_subnet_ids,
                                       "only with vpcId (an existing VPC); for a new VPC give vpcCidr and availabilityZones"))
+        if section.s3_gateway_endpoint is not None:
+            issues.append(ConfigIssue("aws.s3GatewayEndpoint", section.s3_gateway_endpoint,
+                                      "only with vpcId (an existing VPC); a new VPC always gets its S3 gateway endpoint"))
         zones = section.availability_zones
         if len(zones) == 1:  # none: the region's first zones at deploy time (network.default_zones)
             issues.append(ConfigIssue("aws.availabilityZones", zones,

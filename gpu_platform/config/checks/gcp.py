@@ -19,6 +19,9 @@ from gpu_platform.config.gcp import (INTERNAL_TEXT, MACHINE_TYPE, MAX_AUTHORIZED
                                      GcpSection, Maintenance, is_internal, pool_zones)
 from gpu_platform.config.kubernetes_version import version_issues
 
+# gcp.gpuDriverVersion that leaves the NVIDIA driver to the user (GKE installs none).
+DRIVER_DISABLED = "INSTALLATION_DISABLED"
+
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
     from gpu_platform.costs.catalog import Catalog
@@ -44,6 +47,14 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   f"({section.project}.svc.id.goog), so each cluster's training/trainer could use the "
                                   "other's checkpoint bucket, and a GCP budget counts the whole project; give each "
                                   "stack its own project (gcp.project) and leave nameSuffix unset"))
+    if section.gpu_driver_version == DRIVER_DISABLED and cfg.gpu_pools:
+        # The platform installs no NVIDIA driver of its own on GKE (no driver DaemonSet, no GPU operator): GKE's
+        # is the only one. Without it GKE's device plugin advertises no nvidia.com/gpu and every GPU pod waits.
+        issues.append(ConfigIssue("gcp.gpuDriverVersion", section.gpu_driver_version,
+                                  "LATEST or DEFAULT (GKE installs the NVIDIA driver): with INSTALLATION_DISABLED GKE "
+                                  "installs none and the platform has no driver installer of its own, so the GPU nodes "
+                                  "advertise no nvidia.com/gpu and every GPU job and notebook waits for ever "
+                                  "(GKE \"Run GPUs in Standard node pools\", manual driver installation)"))
     if len(cfg.alert_emails) > MAX_BUDGET_CHANNELS:
         issues.append(ConfigIssue("alertEmails", cfg.alert_emails,
                                   f"at most {MAX_BUDGET_CHANNELS} addresses on GCP (a billing budget notifies at most "
@@ -206,6 +217,12 @@ def _system_pool_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigI
     elif itype.vcpus < 2 or itype.memory_gib < 4:
         issues.append(ConfigIssue(key("instanceType"), pool.instance_type,
                                   "a machine type with at least 2 vCPUs and 4 GiB (the platform's controllers run there)"))
+    for i, zone in enumerate(pool.zones):
+        if zone not in section.zones:
+            issues.append(ConfigIssue(f"{key('zones')}[{i}]", zone,
+                                      f"one of gcp.zones ({', '.join(section.zones)}): the cluster's nodes run only there"))
+        elif pool.zones.index(zone) != i:
+            issues.append(ConfigIssue(f"{key('zones')}[{i}]", zone, "each zone once"))
     return issues
 
 
@@ -240,3 +257,37 @@ def _maintenance_issues(m: Maintenance) -> list[ConfigIssue]:
             issues.append(ConfigIssue(f"{key}.end", e.end, f"at most {MAX_NO_UPGRADES_DAYS} days after start for scope "
                                                            "NO_UPGRADES; use NO_MINOR_OR_NODE_UPGRADES for longer"))
     return issues
+
+
+def shutdown_grace_warnings(cfg: "StackConfig") -> list[str]:
+    """A GKE pool whose pods get less time to checkpoint on a reclaim than the training runtime asks for:
+    a preemptible pool (GKE's default 15 s of graceful shutdown; the 120 s setting is Spot's only), or a Spot
+    pool whose nodes may run a minor before 1.35 (the channel's oldest today, or the pinned one)."""
+    from gpu_platform.config.derived import gke_node_minor_floor
+    from gpu_platform.config.gcp import (SPOT_GRACE_MIN_MINOR, TRAINING_CHECKPOINT_GRACE_SECONDS,
+                                         pod_shutdown_grace_seconds)
+
+    if cfg.cloud != "gcp":
+        return []
+    floor = gke_node_minor_floor(cfg)
+    need = TRAINING_CHECKPOINT_GRACE_SECONDS
+    out = []
+    for i, pool in enumerate(cfg.gpu_pools):
+        grace = pod_shutdown_grace_seconds(pool.capacity, floor)
+        if grace is None or grace >= need:
+            continue
+        if pool.capacity == "preemptible":
+            why = ("GKE gives a preemptible VM's pods 15 of its 30 seconds of graceful shutdown, and only Spot pools "
+                   "may extend it (to 120 s); use capacity: spot (the same price, no 24-hour limit)")
+        else:
+            minimum = ".".join(map(str, SPOT_GRACE_MIN_MINOR))
+            section: GcpSection = cfg.gcp  # type: ignore[assignment]
+            source = ("kubernetesVersion" if cfg.kubernetes_version_pinned else
+                      f"the oldest minor gcp.releaseChannel {section.release_channel} can still run today")
+            why = (f"The nodes may run {floor or 'a minor the version calendar does not know'} ({source}), before "
+                   f"{minimum}, the first whose Spot pools may extend graceful shutdown to 120 s (105 s for pods); "
+                   f"pin kubernetesVersion: \"{minimum}\" or later")
+        out.append(f"gpuPools[{i}] ({pool.name}, {pool.capacity}): on a reclaim its pods get {grace} s between SIGTERM "
+                   f"and the VM's stop, less than the {need} s the training runtime (torch-checkpointed) gives a "
+                   f"checkpoint: a checkpoint in progress is cut and the job resumes from the one before. {why}")
+    return out

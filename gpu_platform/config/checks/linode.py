@@ -10,7 +10,8 @@ from gpu_platform.config.base import RFC1918_TEXT, ConfigIssue, is_rfc1918
 from gpu_platform.data.versions_calendar import today as calendar_today
 from gpu_platform.config.checks.pools import pool_issue_capacity
 from gpu_platform.config.linode import (AUTOSCALING_MIN_KUBERNETES, GPU_POOL_BLOCK, GPU_POOLS_FIRST_HOST, MAX_SYSTEM_NODES,
-                                        LINODE_POOL_LABEL_BYTES_MAX, LINODE_SHARED_PRIVATE_RANGE, LinodeSection, region_capabilities, required_capabilities)
+                                        LINODE_POOL_LABEL_BYTES_MAX, LINODE_SHARED_PRIVATE_RANGE, REGISTRY_SECRET_NAMESPACE,
+                                        LinodeSection, region_capabilities, required_capabilities)
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -143,10 +144,50 @@ TOKEN_EXPIRY_WARN_DAYS = 30
 
 
 def node_groups_deployed(cfg: "StackConfig") -> bool:
-    """Whether the cluster runs the node-group provider, and so holds its Linode API token."""
+    """Whether the cluster runs the node-group provider, and so holds its Linode API token: every stack with
+    an autoscaled pool (its image published, or built into linode.imageRegistry; image_registry_issues)."""
     section = cfg.linode
-    return (section is not None and section.node_groups.image is not None
+    return (section is not None and (section.node_groups.image is not None or section.image_registry is not None)
             and any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools))
+
+
+def image_registry_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """An autoscaled pool gets nodes only from the node-group provider, whose image is either published
+    (linode.nodeGroups.image) or built at `pulumi up` and pushed to the registry the stack names. With
+    neither the pool could never get a node: refused here, before anything is created."""
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    if section.node_groups.image is not None or section.image_registry is not None:
+        return []
+    scaled = [f"gpuPools[{i}] ({p.name}, minNodes {p.min_nodes} < maxNodes {p.max_nodes})"
+              for i, p in enumerate(cfg.gpu_pools) if p.min_nodes < p.max_nodes]
+    if not scaled:
+        return []
+    return [ConfigIssue("linode.imageRegistry", None,
+                        f"a registry for the node-group provider's image, which `pulumi up` builds from this "
+                        f"repository for the autoscaled pool(s) {', '.join(scaled)}: {{server, repository, username}} "
+                        f"and its password as a secret (`pulumi config set --secret {REGISTRY_SECRET_NAMESPACE}:password "
+                        "<token>`; docs/quickstart-linode.md, \"Images\"). Or linode.nodeGroups.image, a published image "
+                        "by digest (nothing built), or minNodes equal to maxNodes (fixed pools need no provider)")]
+
+
+def image_registry_warnings(cfg: "StackConfig") -> list[str]:
+    """What a Linode stack's images leave to the user: a training image nobody builds, pull credentials that
+    can push."""
+    section = cfg.linode
+    if cfg.cloud != "linode" or section is None:
+        return []
+    out = []
+    training = cfg.platform.training_image
+    if section.image_registry is None and training.build and training.image is None:
+        out.append("linode.imageRegistry is not set: the example training image is not built (no trainingImage "
+                   "output); name a registry, set platform.trainingImage.image to a published digest, or build and "
+                   "push it yourself (docs/first-training-job.md)")
+    if section.image_registry is not None and section.image_registry.pull_username is None:
+        out.append("linode.imageRegistry.pullUsername is not set: the cluster's image pull Secrets hold the push "
+                   f"credentials ({REGISTRY_SECRET_NAMESPACE}:password); give a read-only token "
+                   f"(pullUsername and {REGISTRY_SECRET_NAMESPACE}:pullPassword) so a leaked Secret cannot "
+                   "replace images")
+    return out
 
 
 def api_token_expiries(cfg: "StackConfig") -> list[tuple[str, str, str, Optional[datetime.date]]]:
@@ -169,9 +210,7 @@ def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
     out = []
     for key, token, who, expires in api_token_expiries(cfg):
         if expires is None:
-            out.append(f"{key} is not set: nothing warns before {who} ({token}) expires (Linode API tokens last up "
-                       "to a year). Set it to the expiry date Cloud Manager shows.")
-            continue
+            continue  # a config error (token_expiry_issues)
         left = (expires - calendar_today()).days
         if 0 < left <= TOKEN_EXPIRY_WARN_DAYS:
             out.append(f"{who} ({token}) expires in {left} day(s), on {expires.isoformat()} ({key}): create a new "
@@ -180,10 +219,19 @@ def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
 
 
 def token_expiry_issues(cfg: "StackConfig") -> list[ConfigIssue]:
-    """A token whose stated expiry is today or past has stopped working: a config error naming the key."""
+    """A token without a stated expiry, or whose stated expiry is today or past: a config error naming the key.
+    Linode cannot tell the program a token's expiry offline, and without it no alert warns before the token
+    stops working (then LoadBalancers, volumes and node lifecycle, or autoscaling, stop with it)."""
     issues = []
     for key, token, who, expires in api_token_expiries(cfg):
-        if expires is not None and expires <= calendar_today():
+        if expires is None:
+            issues.append(ConfigIssue(key, None,
+                                      f"the date {who} ({token}) expires, as Cloud Manager shows it (YYYY-MM-DD): the "
+                                      "platform's Prometheus alerts 30 and 7 days before it and preflight warns. The "
+                                      "program cannot read it offline, and a token created without an expiry is a "
+                                      "credential that never ends: create it with one"))
+            continue
+        if expires <= calendar_today():
             breaks = ("LoadBalancers, volumes and node lifecycle stop working" if token == "linode-cluster:token"
                       else "autoscaled GPU pools can neither create nor delete nodes")
             issues.append(ConfigIssue(key, expires.isoformat(),
@@ -228,12 +276,36 @@ def label_size_issues(cfg: "StackConfig") -> list[ConfigIssue]:
     return issues
 
 
+def image_cloud_init_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """A node reads a boot document larger than Linode's 16 KiB only gzip-compressed (control planes' are
+    about 22-24 KB; render.encode_user_data sends smaller ones uncompressed), and cloud-init reads compressed
+    Linode user data from 24.4 on. The program cannot look inside a private image: the stack declares its
+    cloud-init (linode.imageCloudInit)."""
+    from gpu_platform.config.linode import IMAGE_CLOUD_INIT_MIN
+
+    section = cfg.linode
+    if section is None or not section.image.startswith("private/"):
+        return []
+    need = ".".join(map(str, IMAGE_CLOUD_INIT_MIN))
+    why = (f"cloud-init {need} or later, as the image ships it (`cloud-init --version` on an instance of it): "
+           f"before {need} cloud-init's Linode datasource cannot read gzip-compressed user data "
+           "(canonical/cloud-init#5751), and a control plane's boot document only fits Linode's 16 KiB compressed; "
+           "rebuild the image from one with a newer cloud-init")
+    if section.image_cloud_init is None:
+        return [ConfigIssue("linode.imageCloudInit", None, f"set with a private image ({section.image}): {why}")]
+    if tuple(int(x) for x in section.image_cloud_init.split(".")[:2]) < IMAGE_CLOUD_INIT_MIN:
+        return [ConfigIssue("linode.imageCloudInit", section.image_cloud_init, why)]
+    return []
+
+
 def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     section: LinodeSection = cfg.linode  # type: ignore[assignment]
     issues = pool_issue_capacity(cfg, ("on-demand",), "Linode has no spot or preemptible capacity")
+    issues += image_cloud_init_issues(cfg)
     issues += region_issues(cfg)
     issues += address_plan_issues(cfg)
     issues += label_size_issues(cfg)
+    issues += image_registry_issues(cfg)
     if not cfg.alert_emails:
         # AWS and GCP mail their own budget alerts to the billing account's contacts; Linode has no budget API.
         issues.append(ConfigIssue("alertEmails", [],

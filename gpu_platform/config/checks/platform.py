@@ -30,6 +30,8 @@ CLOUD_BILLING_CHANNELS = {
     "aws": "AWS Budgets and CloudWatch billing alarms mail them through SNS",
     "gcp": "the GCP billing budget mails them through Cloud Monitoring e-mail channels",
     "linode": "Linode has no billing-alert API: the GPU spend run-rate rule in Prometheus is the only budget alert",
+    "kubernetes": "on an existing cluster the GPU spend run-rate rule in Prometheus (with node prices) is the only "
+                  "budget alert",
 }
 
 

@@ -137,10 +137,12 @@ class NodeGroups:
                 raise ValueError(f"delta must be positive, got {delta}")
             if size + delta > pool.max_nodes:
                 raise ValueError(f"pool {pool.name}: {size} + {delta} nodes would exceed maxNodes {pool.max_nodes}")
-            gpus = self.gpus_in_use() + delta * pool.gpus_per_node
+            # Every GPU of the stack counts: the fixed pools' (always there) and the autoscaled ones'.
+            fixed = self.settings.fixed_gpus
+            gpus = fixed + self.gpus_in_use() + delta * pool.gpus_per_node
             if gpus > self.settings.max_gpus:
-                raise ValueError(f"pool {pool.name}: {delta} more node(s) would bring the stack to {gpus} GPUs, "
-                                 f"over the ceiling of {self.settings.max_gpus} (maxGpus)")
+                raise ValueError(f"pool {pool.name}: {delta} more node(s) would bring the stack to {gpus} GPUs "
+                                 f"({fixed} of them in fixed pools), over the ceiling of {self.settings.max_gpus} (maxGpus)")
             used = {i.slot for i in self.instances(pool.name)}
             free = [s for s in range(pool.max_nodes) if s not in used][:delta]
             for slot in free:

@@ -72,6 +72,9 @@ class Settings:
     ephemeral_storage: Optional[EphemeralStorage] = None
     disk_encryption: bool = True
     authorized_keys: tuple[str, ...] = ()
+    # GPUs of the stack's fixed pools (the program's own instances, always there): they count against
+    # max_gpus with the provider's.
+    fixed_gpus: int = 0
     # Deploy-time (environment): resources the program creates.
     firewall_id: Optional[int] = None
     subnet_id: Optional[int] = None
@@ -125,6 +128,7 @@ def parse(doc: Mapping[str, Any], env: Mapping[str, str] = {}) -> Settings:
         gpu_label=str(_req(doc, "gpuLabel", "pools.json")), pools=tuple(pools), tags=tuple(doc.get("tags", ())),
         ephemeral_storage=ephemeral,
         disk_encryption=bool(doc.get("diskEncryption", True)), authorized_keys=tuple(doc.get("authorizedKeys", ())),
+        fixed_gpus=int(doc.get("fixedGpus", 0)),
         firewall_id=int(fw) if fw else None, subnet_id=int(subnet) if subnet else None)
 
 

@@ -13,6 +13,11 @@
   targetPort -> container port) is one the control plane may open on nodes.
 - queue-fit: each Kueue flavor's nominal quota fits its nodes at maximum size, and every job the queue
   may admit to a flavor fits there (each pod on one node, all pods at maximum size).
+- flows: every connection the platform needs (notebook to Pipelines, hub to the API server, the API
+  server to each webhook, Prometheus to each target, ...) is allowed by the rendered NetworkPolicies
+  and Cilium policies, with the semantics of the stack's CNI (gpu_platform.preflight.fit.flows).
+- config-keys: every key a pod reads from a rendered ConfigMap or Secret (env configMapKeyRef/secretKeyRef,
+  a volume's items) without `optional: true` is in it; otherwise the pod never starts.
 
 Semantics follow the Kubernetes docs/sources named at each function. Pure functions; no I/O.
 """
@@ -31,13 +36,27 @@ from gpu_platform.preflight.fit.selectors import label_selector_matches, match_e
 from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, manager_excluded_prefixes, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
 from gpu_platform.preflight.fit.render import CLUSTER_SCOPED_KINDS
+from gpu_platform.preflight.fit.flows import FlowReport, check_flows
 from gpu_platform.preflight.fit.scrape import scrape_findings
 from gpu_platform.preflight.fit.pods import (
     GPU, INSTALL_HOOKS, PodTemplate, _amount, container_resources, effective_requests, fmt_amount, object_id,
     parse_amounts, pod_templates,
 )
 
-CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "render")
+# Where the dataplane is Cilium (Linode's chart, a cluster's own: kubernetes.network.cni cilium), its operator
+# registers Cilium's CRDs itself (cilium v1.18.2-v1.20.0 pkg/k8s/apis/cilium.io/client/register.go RegisterCRDs, run
+# by pkg/k8s/apis/cell.go): the API server serves its policies though no plan installs their CRDs.
+CILIUM_SERVED = frozenset({("cilium.io", "v2", "CiliumNetworkPolicy"), ("cilium.io", "v2", "CiliumClusterwideNetworkPolicy")})
+CHECKS = ("schedulable", "packing", "admission", "ordering", "reachable", "queue-fit", "scrape", "flows", "scale-down",
+          "config-keys", "render")
+# The user-server pods JupyterHub spawns (fit/pods.py jupyterhub_user_pods: one per profile).
+NOTEBOOK_POD = "jupyter-<user>"
+# CPU notebooks that must run at once where notebooks may run: two people (below it the second user's
+# server waits until the first one's is culled).
+MIN_CPU_NOTEBOOKS = 2
+# cluster-autoscaler keeps a node whose pods carry this annotation "false" (components/cluster.py
+# NOT_EVICTED_BY_SCALE_DOWN; cluster-autoscaler 1.35.2 utils/drain HasNotSafeToEvictAnnotation).
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 PSS_ENFORCE = "pod-security.kubernetes.io/enforce"
 PSS_ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
@@ -91,6 +110,8 @@ class FitReport:
     queue: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Per pod template alone on the cluster: outcome (runs | not-admitted | unschedulable), flavor, groups
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The platform's connections checked against the network policies (None: no network model)
+    flows: Optional[FlowReport] = None
 
     @property
     def ok(self) -> bool:
@@ -102,7 +123,8 @@ class FitReport:
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "releases": self.releases, "pods": self.pods,
                 "problems": [asdict(p) for p in self.problems], "placements": [asdict(p) for p in self.placements],
-                "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue}
+                "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue,
+                "flows": None if self.flows is None else self.flows.to_json()}
 
     def render(self, verbose: bool = False) -> str:
         lines = [f"Cluster fit: {self.releases} releases, {self.pods} pods, "
@@ -114,6 +136,8 @@ class FitReport:
         width = max([16, *(len(k) for k in self.headroom)])
         for key, h in self.headroom.items():
             size = f"{h.get('minNodes', h['nodes'])}-{h['nodes']}" if h.get("minNodes", h["nodes"]) != h["nodes"] else str(h["nodes"])
+            if h.get("idleNodes") is not None and h["idleNodes"] != h.get("minNodes", h["nodes"]):
+                size += f" (idle {h['idleNodes']})"
             lines.append(f"  {key:<{width}} {size:>5} x {h['instanceType']:<24} {per_group.get(key, 0):>4} pods   "
                          f"headroom {h['cpuMillis'] / 1000:.1f} CPU, {h['memoryBytes'] / GI:.1f} GiB, "
                          f"{h['gpus']} GPU, {h['pods']} pod slots")
@@ -127,9 +151,22 @@ class FitReport:
             lines.append(f"      fix: {p.fix}")
         if len(shown) < len(self.problems):
             lines.append(f"  ... {len(self.problems) - len(shown)} more (--verbose or fit.json)")
+        if verbose and self.flows is not None:
+            lines += self.flows_lines()
         if verbose:
             lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def flows_lines(self) -> list[str]:
+        f = self.flows
+        assert f is not None
+        lines = [f"  flows: {len(f.results)} checked on {f.dataplane}, "
+                 f"{'each as the platform needs' if not f.failed else f'{len(f.failed)} not as the platform needs'}"]
+        for r in f.results:
+            mark = "ok  " if r.verdict == r.expected else r.verdict.upper()
+            lines.append(f"    {mark} {r.line()}" + (" (kept closed)" if r.expected == "denied" and r.verdict == "denied" else ""))
+        lines += [f"    note: {n}" for n in f.notes]
+        return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +191,33 @@ def node_affinity_matches(affinity: Optional[dict], labels: dict[str, str]) -> b
         if all(match_expression(labels, e) for e in exprs):
             return True
     return False
+
+
+def _expression_text(expr: dict) -> str:
+    op, values = expr.get("operator"), [str(v) for v in expr.get("values") or []]
+    if op in ("Exists", "DoesNotExist"):
+        return f"{expr.get('key')} {op}"
+    return f"{expr.get('key')} {op} [{', '.join(values)}]"
+
+
+def unmet_node_affinity(affinity: Optional[dict], labels: dict[str, str]) -> Optional[str]:
+    """Why a group's nodes fail the pod's required node affinity, naming the rule: for each term (ORed),
+    the first of its expressions the nodes do not meet and what they carry under that key. None when
+    they meet it."""
+    if node_affinity_matches(affinity, labels):
+        return None
+    req = ((affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    why = []
+    for term in req.get("nodeSelectorTerms") or []:
+        exprs = term.get("matchExpressions") or []
+        failing = next((e for e in exprs if not match_expression(labels, e)), None)
+        if failing is None:
+            why.append("a term with no matchExpressions (matches no node)")
+            continue
+        key = failing.get("key")
+        have = f"{key}={labels[key]}" if key in labels else f"no {key} label"
+        why.append(f"{_expression_text(failing)} (its nodes: {have})")
+    return "required node affinity not satisfied: " + (" or ".join(why) if why else "no nodeSelectorTerms")
 
 
 def _affinity_keys(affinity: Optional[dict]) -> set[str]:
@@ -556,11 +620,13 @@ def _resource_shortfall(group: NodeGroup, requests: dict[str, int]) -> list[str]
 
 def _group_label(group: NodeGroup) -> str:
     """A group's name, with its zone where a pool has one group per zone."""
-    zone = group.labels.get("topology.kubernetes.io/zone")
+    zone = group.zone
     return f"{group.name} ({zone})" if zone else group.name
 
 
 def _why_not(group: NodeGroup, pod: _Pod) -> Optional[str]:
+    if group.max_nodes == 0:
+        return f"never has a node ({group.capped or 'maximum size 0'})"
     bad = untolerated(group.taints, pod.tolerations)
     if bad:
         return "taint " + ", ".join(f"{t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}" for t in bad) \
@@ -568,8 +634,9 @@ def _why_not(group: NodeGroup, pod: _Pod) -> Optional[str]:
     missing = {k: v for k, v in pod.node_selector.items() if group.labels.get(k) != str(v)}
     if missing:
         return "nodeSelector " + ", ".join(f"{k}={v}" for k, v in missing.items()) + " not on its nodes"
-    if not node_affinity_matches(pod.affinity, group.labels):
-        return "required node affinity not satisfied"
+    unmet = unmet_node_affinity(pod.affinity, group.labels)
+    if unmet:
+        return unmet
     short = _resource_shortfall(group, pod.requests)
     if short:
         return "needs " + "; ".join(short)
@@ -876,6 +943,9 @@ class _Checker:
         """A job file's object whose kind no API the cluster serves: a real API server refuses it (`no matches
         for kind`), e.g. Training Operator v1's PyTorchJob on a platform that installs Trainer v2."""
         served = {(g, v, k) for g, v, k in _crd_kinds(o for rel in self.releases for o in rel.objects)}
+        network = self.model.network
+        if network is not None and network.dataplane == "cilium":
+            served |= CILIUM_SERVED
         for rel in self.releases:
             if rel.source != "example":
                 continue
@@ -911,7 +981,18 @@ class _Checker:
                                  f"refuses the object (namespaces \"{ns}\" not found)",
                                  f"submit it to a namespace the platform creates: {', '.join(sorted(known - set(BUILTIN_NAMESPACES)))}")
 
+    def never_scaled(self) -> None:
+        """A GPU pool that can never get a node: every GPU job, trial and notebook meant for it would wait for
+        ever (after Kueue admitted it, if its ClusterQueue offers the pool quota)."""
+        for g in self.model.node_groups:
+            if g.role == "gpu" and g.max_nodes == 0:
+                self.problem("schedulable", "cluster", f"GPU pool {g.name}",
+                             f"can never get a node: {g.capped or 'its maximum size is 0'}",
+                             "deploy what scales it (on Linode the node-group provider: docs/linode-autoscaling.md) or "
+                             "give the pool minNodes of at least 1")
+
     def run(self) -> FitReport:
+        self.never_scaled()
         self.unserved_jobs()
         self.missing_namespaces()
         pods = self.build_pods()
@@ -968,15 +1049,21 @@ class _Checker:
                 continue
             placed.append(pod)
         placements, headroom, ds_pods = self.pack(daemonsets, placed)
+        self.placements = placements
+        self.notebook_room(placed)
         pod_count = ds_pods + sum(pt.replicas for pt in self.templates if not pt.daemonset)
         self.ordering()
         self.reachable()
         self.scrape()
+        self.config_keys()
+        flows = self.flows()
+        self.scale_down()
         self.guarded(self.queue_fit, "Kueue quotas")
         queue = {k: {"admitted": v.admitted, "reason": v.reason,
                      "flavors": {ps.podset: ps.flavors for ps in v.podsets}} for k, v in self.verdicts.items() if v is not None}
         report = FitReport(self.problems, placements, headroom, self.notes, len(self.releases), pod_count, queue)
         report.verdicts = self.pod_verdicts(pods)
+        report.flows = flows
         return report
 
     def pod_verdicts(self, pods: list[_Pod]) -> dict[str, dict[str, Any]]:
@@ -1015,12 +1102,173 @@ class _Checker:
             out[pt.owner] = row
         return out
 
+    # --- notebooks -----------------------------------------------------------------------------
+    def notebook_room(self, pods: list[_Pod]) -> None:
+        """How many CPU notebooks run at once where notebooks may run (issue 33 item 4): every pod packed,
+        the nodes of the groups a CPU notebook's pod may use (its zones: a home is a zonal disk) at maximum
+        size hold how many of it. Fewer than MIN_CPU_NOTEBOOKS: the next user's server waits for a node
+        that never comes (Kueue admits it on the system flavor's quota, which counts every zone)."""
+        nodes = getattr(self, "nodes", None)
+        if nodes is None:
+            return
+        for pod in pods:
+            pt = pod.pt
+            if not (pt.kind == "Pod" and NOTEBOOK_POD in pt.owner) or pod.requests.get(GPU):
+                continue
+            groups = {id(g) for g in self.candidates(pod)}
+            if not groups:
+                continue  # reported as unschedulable
+            need = {"pods": 1, **{k: v for k, v in pod.requests.items() if k in ("cpu", "memory") and v > 0}}
+            more = 0
+            for node in nodes:
+                if id(node["group"]) in groups:
+                    more += min(node["free"].get(k, 0) // v for k, v in need.items())
+            placed = any(pl.object == pt.owner for pl in getattr(self, "placements", []))
+            total = more + (1 if placed else 0)
+            where = sorted({_group_label(g) for g in self.model.node_groups if id(g) in groups})
+            self.notes.append(f"notebooks: {total} {pt.owner.rsplit('(', 1)[-1].rstrip(')')} server(s) fit at once on "
+                              f"{', '.join(where)} at maximum size, every other pod placed")
+            if total < MIN_CPU_NOTEBOOKS:
+                self.problem("packing", pt.release, pt.owner,
+                             f"only {total} such notebook(s) fit at once where notebooks may run ({', '.join(where)}: "
+                             "the zones every GPU profile's pool reaches, a home being a zonal disk) once the platform's "
+                             f"and the cloud's add-ons' pods are placed; at least {MIN_CPU_NOTEBOOKS} are needed, or the "
+                             "next user's server waits for a node that never comes",
+                             "give the system pool more room in those zones (systemPool.maxNodes: the maximum is split over "
+                             "the zones, or a larger systemPool.instanceType)")
+
+    # --- scale-down ----------------------------------------------------------------------------
+    def scale_down(self) -> None:
+        """A queued job's running pods (training work) must keep cluster-autoscaler off their node: the pod
+        template carries safe-to-evict "false" (cluster-autoscaler FAQ, "What types of pods can prevent CA
+        from removing a node?": a Job's pod is replicated, so drainable, and a node whose use is under the
+        utilisation threshold, 0.5, is drained once unneeded for scale-down-unneeded-time). Judged where some
+        node group can shrink (min < max): a fixed-size cluster has no scale-down."""
+        scalable = [g for g in self.model.node_groups if g.min_nodes < g.max_nodes]
+        if not scalable:
+            self.notes.append("scale-down: no node group can shrink (min = max): nothing removes a node under a job")
+            return
+        kept, seen = 0, set()
+        for pt in self.templates:
+            if not (pt.job and pt.queue_name) or pt.hook or pt.daemonset or pt.replicas <= 0:
+                continue
+            if str(pt.annotations.get(SAFE_TO_EVICT, "")).lower() == "false":
+                kept += 1
+                continue
+            if pt.owner in seen:
+                continue
+            seen.add(pt.owner)
+            self.problem("scale-down", pt.release, pt.owner,
+                         f"its pods carry no {SAFE_TO_EVICT}: \"false\": cluster-autoscaler may remove the node a pod "
+                         f"runs on ({', '.join(sorted({g.name for g in scalable}))} can shrink) once the node's use is "
+                         "under its utilisation threshold (one GPU busy of several), evicting the running job",
+                         f"add the annotation {SAFE_TO_EVICT}: \"false\" to the pod template's metadata.annotations "
+                         "(a TrainJob: name the platform's runtime torch-checkpointed, whose pod template carries it)")
+        self.notes.append(f"scale-down: {kept} queued job pod set(s) carry {SAFE_TO_EVICT}=false: cluster-autoscaler "
+                          "keeps their nodes while they run")
+
     # --- scrape targets ----------------------------------------------------------------------
     def scrape(self) -> None:
         """Every ServiceMonitor/PodMonitor selects a rendered Service (pod) with the port it names."""
         objects = [(rel.name, obj) for rel in self.releases for obj in rel.objects if isinstance(obj, dict)]
         for f in scrape_findings(objects):
             self.problem("scrape", f.release, f.object, f.reason, f.fix)
+
+    # --- config keys -------------------------------------------------------------------------
+    def config_keys(self) -> None:
+        """A pod reading a key its ConfigMap or Secret lacks, not `optional: true`, never starts: the kubelet
+        reports CreateContainerConfigError for an env reference (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables:
+        `couldn't find key ... in ConfigMap`) and never mounts a volume whose items name a missing key
+        (pkg/volume/configmap, pkg/volume/secret: "configmap references non-existent config key"). A queued job's
+        pods then hold its quota until Kueue's waitForPodsReady evicts and requeues the workload, a few times, and
+        deactivates it. Checked where the ConfigMap or Secret is rendered (one the cluster or a person creates is
+        not known here), against the keys of its data, binaryData and stringData."""
+        stores: dict[tuple[str, str, str], Optional[set[str]]] = {}
+        for rel in self.releases:
+            for o in rel.objects:
+                kind = o.get("kind")
+                if kind not in ("ConfigMap", "Secret") or o.get("apiVersion") != "v1":
+                    continue
+                meta = o.get("metadata") or {}
+                keys: Optional[set[str]] = set()
+                for fld in ("data", "binaryData") if kind == "ConfigMap" else ("data", "stringData"):
+                    value = o.get(fld)
+                    if value is None:
+                        continue
+                    if not isinstance(value, dict):  # not known at plan time (a secret Output as a whole)
+                        keys = None
+                        break
+                    keys |= {str(k) for k in value}
+                key = (kind, str(meta.get("namespace") or rel.namespace), str(meta.get("name")))
+                if key in stores:  # the same object twice: what either has (unknown stays unknown)
+                    keys = None if stores[key] is None or keys is None else stores[key] | keys
+                stores[key] = keys
+
+        def check(pt: PodTemplate, kind: str, name: Any, key: Any, optional: Any, where: str) -> None:
+            if optional is True or name is None or key is None:
+                return
+            where_ = (kind, str(pt.namespace), str(name))
+            have = stores.get(where_)
+            if where_ not in stores or have is None or str(key) in have:
+                return
+            self.problem("config-keys", pt.release, pt.owner,
+                         f"{where} reads key {key} of {kind} {pt.namespace}/{name}, which the rendered {kind} does not "
+                         f"have ({'its keys: ' + ', '.join(sorted(have)) if have else 'it has no keys'}): the pod never "
+                         "starts (CreateContainerConfigError)"
+                         + (", and its job holds its queue's quota until Kueue evicts it" if pt.queue_name else ""),
+                         f"give {kind} {pt.namespace}/{name} the key {key} (or the stack setting that renders it), or mark "
+                         "the reference `optional: true` and have the program handle its absence")
+
+        for pt in self.templates:
+            for c in pt.all_containers():
+                cname = c.get("name")
+                for env in c.get("env") or []:
+                    ref = (env or {}).get("valueFrom") or {}
+                    for field_, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+                        r = ref.get(field_)
+                        if isinstance(r, dict):
+                            check(pt, kind, r.get("name"), r.get("key"), r.get("optional"),
+                                  f"container {cname} (env {env.get('name')})")
+            for vol in pt.spec.get("volumes") or []:
+                vol = vol or {}
+                sources = [("ConfigMap", vol.get("configMap"), "name"), ("Secret", vol.get("secret"), "secretName")]
+                for src in ((vol.get("projected") or {}).get("sources") or []):
+                    sources += [("ConfigMap", (src or {}).get("configMap"), "name"),
+                                ("Secret", (src or {}).get("secret"), "name")]
+                for kind, ref, name_key in sources:
+                    if not isinstance(ref, dict):
+                        continue
+                    for item in ref.get("items") or []:
+                        check(pt, kind, ref.get(name_key), (item or {}).get("key"), ref.get("optional"),
+                              f"volume {vol.get('name')}")
+
+    # --- flows -------------------------------------------------------------------------------
+    def flows(self) -> Optional[FlowReport]:
+        """The platform's connections against the rendered network policies (fit/flows.py): a flow they
+        deny, or one whose ends cannot be found in the render, is a problem naming the flow and the policy."""
+        try:
+            report = check_flows(self.model.network, self.releases, self.templates, cloud=self.model.cloud)
+        except (ValueError, TypeError) as exc:  # an address or port no API server would accept
+            self.problem("render", "?", "NetworkPolicy", f"a network policy cannot be read: {exc}",
+                         "use valid CIDRs and ports (the API server refuses the policy as it is)")
+            return None
+        if report is None:
+            return None
+        fixes = {
+            "denied": "allow it in the policy that isolates that side (or the chart value that renders it)",
+            "unresolved": "render what the flow names (the Service, its port, the pods it selects), or fix the "
+                          "labels that should connect them",
+            "not-evaluated": "express the policy with the fields the check evaluates (netpol.py), or check this "
+                             "flow by hand on a cluster",
+            "allowed": "restore the policy (or chart value) that keeps it closed",
+        }
+        for r in report.failed:
+            self.problem("flows", ", ".join(r.releases) or "?", ", ".join(r.policies) or f"flow {r.name}",
+                         f"flow '{r.name}' ({r.source} -> {r.destination}"
+                         f"{'' if r.port is None else f':{r.port}/{r.protocol}'}) is {r.verdict.replace('-', ' ')}"
+                         f"{', but must not be' if r.expected == 'denied' else ''}: "
+                         f"{r.reason}. Needed because: {r.why}", r.fix or fixes[r.verdict])
+        return report
 
     # --- packing -----------------------------------------------------------------------------
     def pack(self, daemonsets: list[tuple[_Pod, list[NodeGroup]]], pods: list[_Pod]):
@@ -1080,6 +1328,7 @@ class _Checker:
                              f"{missing} of {pod.pt.replicas} pods find no room when every pod is placed "
                              f"(groups {', '.join(sorted(groups))} at maximum size)",
                              "add nodes (raise the group's maximum or count) or lower requests")
+        self.nodes = nodes
         placements = [Placement(r, o, g.name, n, g.zone) for (r, o, g), n in counts.items()]
         # What the platform's own pods leave free on each group at maximum size (queue_fit: a flavor of
         # system nodes may hand jobs only that, not the nodes' whole allocatable).
@@ -1439,6 +1688,72 @@ def _per_node_capacity(g: NodeGroup, req: dict[str, int]) -> int:
         if v > 0 and k in have:
             n = min(n, have[k] // v)
     return n
+
+
+def idle_nodes(model: ClusterModel, releases: Iterable[Any]) -> dict[str, int]:
+    """Per node group (NodeGroup.key): the fewest nodes, from its minimum up, on which the platform's own
+    pods run with no job running: every pod of the rendered releases but queued work (Kueue admits jobs
+    and notebooks only when someone submits one) and install hooks, DaemonSets on every node, packed
+    first-fit largest-first as the scheduler fills nodes. A group whose minimum already holds them keeps
+    it. What the cluster autoscaler keeps running at idle, and so what the idle floor of the bill counts
+    (the clouds' own agents are not in the rendered releases: a lower bound)."""
+    checker = _Checker(model, list(releases))
+    pods = checker.build_pods()
+    daemonsets: list[tuple[_Pod, list[NodeGroup]]] = []
+    platform: list[_Pod] = []
+    for pod in pods:
+        if pod.pt.queue_name or pod.pt.hook:
+            continue
+        if pod.pt.daemonset:
+            daemonsets.append((pod, [g for g in model.node_groups if not untolerated(g.taints, pod.tolerations)
+                                     and all(g.labels.get(k) == str(v) for k, v in pod.node_selector.items())
+                                     and node_affinity_matches(pod.affinity, g.labels)
+                                     and not _resource_shortfall(g, pod.requests)]))
+        elif checker.candidates(pod):
+            platform.append(pod)
+    counts = {id(g): g.min_nodes for g in model.node_groups}
+    order = sorted(platform, key=lambda p: (-p.requests.get(GPU, 0), -p.requests.get("cpu", 0), -p.requests.get("memory", 0)))
+    for _ in range(sum(g.max_nodes for g in model.node_groups) + 1):
+        stuck = _first_unplaced(model, counts, daemonsets, order, checker)
+        if stuck is None:
+            break
+        grow = next((g for g in checker.candidates(stuck) if counts[id(g)] < g.max_nodes), None)
+        if grow is None:
+            break  # it does not fit even at maximum size: the packing check reports that
+        counts[id(grow)] += 1
+    return {g.key: counts[id(g)] for g in model.node_groups}
+
+
+def _first_unplaced(model: ClusterModel, counts: dict[int, int], daemonsets: list[tuple[_Pod, list[NodeGroup]]],
+                    pods: list[_Pod], checker: "_Checker") -> Optional[_Pod]:
+    """The first pod (in `pods`' order) that finds no room on the groups at `counts` nodes, or None."""
+    nodes = [{"group": g, "free": {"cpu": g.allocatable.cpu_millis, "memory": g.allocatable.memory_bytes,
+                                   GPU: g.allocatable.gpus, "pods": g.allocatable.pods}, "hosts": set()}
+             for g in model.node_groups for _ in range(counts[id(g)])]
+
+    def take(node: dict, req: dict[str, int]) -> bool:
+        need = {"pods": 1, **{k: v for k, v in req.items() if k in ("cpu", "memory", GPU)}}
+        if any(node["free"].get(k, 0) < v for k, v in need.items()):
+            return False
+        for k, v in need.items():
+            node["free"][k] -= v
+        return True
+
+    for pod, groups in daemonsets:
+        for node in nodes:
+            if node["group"] in groups:
+                take(node, pod.requests)
+    for pod in pods:
+        groups = {id(g) for g in checker.candidates(pod)}
+        spread = _self_anti_affinity(pod.pt)
+        for _ in range(pod.pt.replicas):
+            for node in nodes:
+                if id(node["group"]) in groups and not (spread and id(pod.pt) in node["hosts"]) and take(node, pod.requests):
+                    node["hosts"].add(id(pod.pt))
+                    break
+            else:
+                return pod
+    return None
 
 
 def check_fit(model: ClusterModel, releases: Iterable[Any]) -> FitReport:

@@ -25,6 +25,9 @@ class NodeGroup:
     allocatable: Allocatable  # per node (the smallest instance type where a group mixes several)
     instance_type: str  # "g5.xlarge" or "g5.xlarge|g6.xlarge" for a mixed-instances group
     capacity: str  # on-demand | spot | preemptible
+    # Why the group cannot grow to its configured maximum as deployed (max_nodes is then what it can reach):
+    # e.g. an autoscaled Linode pool with no node-group provider in the plan stays at minNodes.
+    capped: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -34,8 +37,9 @@ class NodeGroup:
 
     @property
     def zone(self) -> Optional[str]:
-        """The zone of a group that lives in one (EKS: one group per pool and zone, config/names.zonal_groups)."""
-        return self.labels.get("topology.kubernetes.io/zone")
+        """The zone of a group that lives in one (EKS and GKE: one group per pool and zone, config/names.zonal_groups);
+        in an existing AWS VPC, whose zones are known only as its subnets, the subnet (gpu-platform.io/subnet)."""
+        return self.labels.get("topology.kubernetes.io/zone") or self.labels.get("gpu-platform.io/subnet")
 
     @property
     def key(self) -> str:
@@ -51,6 +55,33 @@ class NodeGroup:
                 "allocatable": {"cpuMillis": a.cpu_millis, "memoryBytes": a.memory_bytes, "gpus": a.gpus, "pods": a.pods}}
 
 
+@dataclass(frozen=True)
+class NetworkModel:
+    """How the cluster's network enforces NetworkPolicies, and where what is not a pod lives: read by the
+    flow check (gpu_platform.preflight.fit.flows)."""
+    dataplane: str  # cilium | gke-dataplane-v2 | calico | aws-vpc-cni | other-upstream | none
+    description: str  # what enforces policies, with its source
+    pod_cidrs: tuple[str, ...]  # where pods get their addresses
+    node_cidrs: tuple[str, ...]  # where nodes (and hostNetwork pods) get theirs
+    apiserver_cidrs: tuple[str, ...]  # the address(es) pods reach the API server at, after the Service
+    apiserver_port: int
+    apiserver_on_nodes: bool  # the API server runs on cluster nodes (kubeadm) rather than outside them
+    # Cilium's policy-cidr-match-mode and enable-policy as the stack file states them (cloud kubernetes: the
+    # cluster's own agent); None: read from the rendered cilium-config (Linode installs the chart itself).
+    cilium_cidr_match_mode: Optional[tuple[str, ...]] = None
+    cilium_enable_policy: Optional[str] = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"dataplane": self.dataplane, "description": self.description, "podCidrs": list(self.pod_cidrs),
+               "nodeCidrs": list(self.node_cidrs), "apiserverCidrs": list(self.apiserver_cidrs),
+               "apiserverPort": self.apiserver_port, "apiserverOnNodes": self.apiserver_on_nodes}
+        if self.cilium_cidr_match_mode is not None:
+            out["ciliumPolicyCidrMatchMode"] = list(self.cilium_cidr_match_mode)
+        if self.cilium_enable_policy is not None:
+            out["ciliumEnablePolicy"] = self.cilium_enable_policy
+        return out
+
+
 @dataclass(eq=False)
 class ClusterModel:
     cloud: str
@@ -61,6 +92,8 @@ class ClusterModel:
     # The API server runs the ExtendedResourceToleration admission plugin: a pod requesting an extended
     # resource (nvidia.com/gpu) gets a toleration for the taint of the same key (GKE, EKS; not kubeadm's default).
     extended_resource_toleration: bool = False
+    # The network the flow check evaluates NetworkPolicies on (None: not modelled, no flow is checked).
+    network: Optional[NetworkModel] = None
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:
@@ -72,4 +105,5 @@ class ClusterModel:
         return {"cloud": self.cloud, "kubernetesVersion": self.kubernetes_version,
                 "nodeGroups": [g.to_json() for g in self.node_groups],
                 "controlPlanePorts": None if self.control_plane_ports is None else sorted(self.control_plane_ports),
-                "extendedResourceToleration": self.extended_resource_toleration, "notes": list(self.notes)}
+                "extendedResourceToleration": self.extended_resource_toleration, "notes": list(self.notes),
+                "network": None if self.network is None else self.network.to_json()}

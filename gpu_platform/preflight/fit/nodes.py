@@ -8,7 +8,8 @@ allocatable per node from `gpu_platform.components.capacity`.
 
 Facts used (also written into ClusterModel.notes so a reader of fit.json sees them):
 - GKE adds cloud.google.com/gke-nodepool, gke-accelerator, gke-spot / gke-preemptible,
-  gke-gpu-driver-version, machine-family, gke-os-distribution labels, and the nvidia.com/gpu=present:
+  gke-gpu-driver-version, machine-family, gke-os-distribution labels (and, as on every cloud node,
+  topology.kubernetes.io/zone: a pool's nodes are in the zones of its nodeLocations), and the nvidia.com/gpu=present:
   NoSchedule taint on GPU nodes; its ExtendedResourceToleration admission controller adds the matching
   toleration to pods requesting nvidia.com/gpu (GKE "Run GPUs in Standard node pools", "About GPUs").
   A private cluster's control plane reaches nodes on TCP 443 and 10250 only (GKE's own
@@ -34,14 +35,15 @@ import binascii
 import email
 import ipaddress
 from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import yaml
 
 from gpu_platform.components.capacity import Allocatable, CapacityError, allocatable
-from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL
+from gpu_platform.components.cluster import GPU_TAINT, POOL_LABEL, SUBNET_LABEL
 from gpu_platform.components.linode.render import ROLE_LABEL  # the system pools' label (GKE and EKS set the same key)
-from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
+from gpu_platform.preflight.fit.model import ClusterModel, NetworkModel, NodeGroup
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -57,8 +59,10 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Per cloud, node agents no rendered release shows (installed by the cloud or as managed add-ons).
 _CLOUD_AGENTS = {
     "gcp": "GKE's fluentbit, gke-metadata-server, anetd/Dataplane V2, pdcsi-node, GPU driver installer",
-    "aws": "the vpc-cni (aws-node), kube-proxy and EBS CSI node add-ons",
+    "aws": "",  # EKS's managed add-ons (aws-node, kube-proxy, CoreDNS, EBS CSI) are counted: data/eks_addon_pods.py
     "linode": "kube-proxy and, unless its chart is rendered, the CNI",
+    "kubernetes": "whatever the cluster runs besides the platform (its CNI, kube-proxy, CSI, the GPU operator, "
+                  "other teams' DaemonSets)",
 }
 
 
@@ -161,16 +165,23 @@ def _linode_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[N
         notes.append("linode: autoscaled GPU pools (" + ", ".join(g.name for g in scaled) + ") from the node-group "
                      "provider's pool definition (ConfigMap kube-system/linode-node-groups, pools.json): min..max nodes, "
                      "the labels and taints its nodes register with")
+        for g in scaled:
+            if g.capped:
+                notes.append(f"linode: GPU pool {g.name}: {g.capped}")
     return out + scaled
 
 
 def _linode_autoscaled_groups(plan: "Plan") -> list[NodeGroup]:
     """Pools the node-group provider scales (gpu_platform/components/linode/node_groups.py): they have no
-    instance in the plan, only their definition."""
+    instance in the plan, only their definition. Without the provider's Deployment in the plan nothing
+    creates their nodes: such a pool stays at minNodes (max_nodes = min_nodes, `capped` says why)."""
     import json
 
     from gpu_platform.components.linode.node_groups import NAME, NAMESPACE
 
+    provider = any((d.plain_inputs.get("metadata") or {}).get("name") == NAME
+                   and (d.plain_inputs.get("metadata") or {}).get("namespace") == NAMESPACE
+                   for d in plan.by_type("kubernetes:apps/v1:Deployment"))
     out = []
     for cm in plan.by_type("kubernetes:core/v1:ConfigMap"):
         meta = cm.plain_inputs.get("metadata") or {}
@@ -181,10 +192,14 @@ def _linode_autoscaled_groups(plan: "Plan") -> list[NodeGroup]:
             raise ModelError(f"{cm.name}: pools.json is not known at plan time")
         for pool in json.loads(raw)["pools"]:
             itype = pool["instanceType"]
+            lo, hi = int(pool["minNodes"]), int(pool["maxNodes"])
+            capped = "" if provider else (
+                f"no node-group provider in the plan (Deployment {NAMESPACE}/{NAME}): nothing creates its nodes, "
+                f"so it stays at minNodes {lo} of maxNodes {hi}")
             out.append(NodeGroup(
-                name=pool["name"], role="gpu", min_nodes=int(pool["minNodes"]), max_nodes=int(pool["maxNodes"]),
+                name=pool["name"], role="gpu", min_nodes=lo, max_nodes=hi if provider else lo,
                 labels={**_well_known(itype), **pool["labels"]}, taints=[dict(t) for t in pool["taints"]],
-                allocatable=allocatable("linode", itype), instance_type=itype, capacity="on-demand"))
+                allocatable=allocatable("linode", itype), instance_type=itype, capacity="on-demand", capped=capped))
     return out
 
 
@@ -235,6 +250,34 @@ def _port_set(specs: Iterable[str]) -> set[int]:
     return out
 
 
+def _gke_zonal_sizes(inputs: dict) -> list[tuple[Optional[str], int, int]]:
+    """(zone, min, max) of a node pool's nodes per zone of its node locations.
+
+    GKE creates a pool's nodes in every zone of its `nodeLocations`, and each node carries its zone in
+    topology.kubernetes.io/zone (GKE "About cluster configuration choices", regional clusters: a node
+    pool's nodes are replicated to each of its node locations). A pod held to some zones (a notebook whose
+    home is a zonal persistent disk, components/platform/notebooks.py home_zones) can only land on the
+    pool's nodes there, so the model has one group per pool and zone, as for EKS's zonal groups.
+    Sizes: per-zone limits (minNodeCount/maxNodeCount, nodeCount) are each zone's own; total limits
+    (totalMinNodeCount/totalMaxNodeCount, what the platform sets) are split over the zones so that the
+    groups add up to the pool's totals (config/names.zonal_groups: the first zones get the remainder), the
+    spread of the BALANCED location policy. Under ANY (Spot and preemptible pools) the autoscaler may put
+    more of the total in one zone than the split shows."""
+    from gpu_platform.config.names import zonal_groups
+
+    zones = [str(z) for z in inputs.get("nodeLocations") or []]
+    auto = inputs.get("autoscaling") or {}
+    if "totalMaxNodeCount" in auto:
+        lo, hi = _num(auto.get("totalMinNodeCount")), _num(auto.get("totalMaxNodeCount"))
+        if not zones:
+            return [(None, lo, hi)]
+        return list(zonal_groups(lo, hi, zones)) if hi > 0 else [(zones[0], 0, 0)]
+    fixed = _num(inputs.get("nodeCount", inputs.get("initialNodeCount", 1)), 1)
+    lo = _num(auto.get("minNodeCount"), fixed) if auto else fixed
+    hi = _num(auto.get("maxNodeCount"), fixed) if auto else fixed
+    return [(z, lo, hi) for z in zones] if zones else [(None, lo, hi)]
+
+
 def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[NodeGroup]:
     from gpu_platform.components.gcp.nodepool import GKE_TAINT_EFFECTS
 
@@ -244,14 +287,6 @@ def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         i = pool.plain_inputs
         nc = i.get("nodeConfig") or {}
         itype = nc.get("machineType")
-        auto = i.get("autoscaling") or {}
-        if "totalMaxNodeCount" in auto:
-            lo, hi = _num(auto.get("totalMinNodeCount")), _num(auto.get("totalMaxNodeCount"))
-        else:  # a fixed-size pool or per-zone limits: counts are per zone of the pool's node locations
-            zones = max(1, len(i.get("nodeLocations") or []))
-            fixed = _num(i.get("nodeCount", i.get("initialNodeCount", 1)), 1)
-            lo = _num(auto.get("minNodeCount"), fixed) * zones if auto else fixed * zones
-            hi = _num(auto.get("maxNodeCount"), fixed) * zones if auto else fixed * zones
         labels = {**_well_known(itype), **(nc.get("labels") or {})}
         labels["cloud.google.com/gke-nodepool"] = i.get("name") or pool.name
         labels["cloud.google.com/machine-family"] = str(itype).split("-")[0]
@@ -266,17 +301,29 @@ def _gke_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
                   for t in nc.get("taints") or []]
         accels = nc.get("guestAccelerators") or []
+        alloc = allocatable("gcp", itype)
         if accels:
             labels["cloud.google.com/gke-accelerator"] = accels[0]["type"]
             driver = (accels[0].get("gpuDriverInstallationConfig") or {}).get("gpuDriverVersion")
             if driver and driver != "INSTALLATION_DISABLED":
                 labels["cloud.google.com/gke-gpu-driver-version"] = str(driver).lower()
+            elif driver == "INSTALLATION_DISABLED":
+                # No driver from GKE (and none the platform installs): GKE's device plugin advertises no
+                # nvidia.com/gpu until a driver is loaded, so the nodes have no GPU to schedule on.
+                alloc = replace(alloc, gpus=0)
+                notes.append(f"gcp: node pool {i.get('name') or pool.name} has no GPU driver (gpuDriverVersion "
+                             f"{driver}): its nodes advertise no nvidia.com/gpu")
             _add_taint(taints, GPU_TAINT.as_k8s())
-        out.append(NodeGroup(name=labels["cloud.google.com/gke-nodepool"], role=_role(labels, taints), min_nodes=lo,
-                             max_nodes=hi, labels=labels, taints=taints, allocatable=allocatable("gcp", itype),
-                             instance_type=itype, capacity=capacity))
+        for zone, lo, hi in _gke_zonal_sizes(i):
+            zonal = {**labels, ZONE_LABEL: zone} if zone else dict(labels)
+            out.append(NodeGroup(name=labels["cloud.google.com/gke-nodepool"], role=_role(labels, taints), min_nodes=lo,
+                                 max_nodes=hi, labels=zonal, taints=[dict(t) for t in taints],
+                                 allocatable=alloc, instance_type=itype, capacity=capacity))
     notes.append("gcp: node pools from the plan's NodePool inputs plus GKE's own labels (gke-nodepool, gke-accelerator, "
-                 "gke-spot/gke-preemptible) and GPU taint; ExtendedResourceToleration on (GPU pods get the toleration)")
+                 "gke-spot/gke-preemptible, topology.kubernetes.io/zone) and GPU taint; one group per pool and zone of its "
+                 "nodeLocations, total limits split over the zones as GKE's BALANCED policy spreads them (under ANY, "
+                 "Spot and preemptible pools, one zone may get more); ExtendedResourceToleration on (GPU pods get the "
+                 "toleration)")
     return out
 
 
@@ -350,9 +397,10 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         taints = [{"key": t["key"], "value": t.get("value", ""), "effect": effect.get(t["effect"], t["effect"])}
                   for t in i.get("taints") or []]
         alloc = _min_allocatable(allocatable("aws", t, managed_node_group=True) for t in types)
-        # One system node group per zone (aws/eks.py): its nodes carry the zone, as EC2 labels them.
+        # One system node group per zone (aws/eks.py): its nodes carry the zone, as EC2 labels them; in an
+        # existing VPC the group is one subnet, whose label (SUBNET_LABEL) it carries instead (zone unknown).
         zone = (i.get("tags") or {}).get("node-group-zone")
-        if zone:
+        if zone and SUBNET_LABEL not in labels:
             labels[ZONE_LABEL] = zone
         out.append(NodeGroup(name=labels.get(ROLE_LABEL, name), role=_role(labels, taints), min_nodes=_num(sc.get("minSize")),
                              max_nodes=_num(sc.get("maxSize")), labels=labels, taints=taints, allocatable=alloc,
@@ -380,7 +428,7 @@ def _eks_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[Node
         labels = {**_well_known(types[0]), **labels}
         # One group per pool and zone (config/names.zonal_groups): its nodes carry the zone, as EC2 labels them.
         zone = next((t.get("value") for t in i.get("tags") or [] if t.get("key") == "gpu-pool-zone"), None)
-        if zone:
+        if zone and SUBNET_LABEL not in labels:
             labels[ZONE_LABEL] = zone
         out.append(NodeGroup(name=labels.get(POOL_LABEL, asg.name), role=_role(labels, taints),
                              min_nodes=_num(i.get("minSize")), max_nodes=_num(i.get("maxSize")), labels=labels,
@@ -414,6 +462,185 @@ def _eks_ports(plan: "Plan", notes: list[str]) -> Optional[frozenset[int]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Network: what enforces NetworkPolicies, where pods, nodes and the API server live
+# ---------------------------------------------------------------------------------------------
+
+# The private IPv4 ranges (RFC 1918): where an existing VPC of unknown CIDR lies.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+# kubeadm's API server port on the Linode control planes (components/linode/render.py localAPIEndpoint).
+KUBEADM_API_PORT = 6443
+
+
+def _linode_network(cfg: "StackConfig") -> NetworkModel:
+    """Pods get addresses from linode.podCidr (Cilium's cluster-pool IPAM or Calico's pool), nodes and the
+    control planes from the VPC subnet; the API server is a static pod on the control-plane nodes (host
+    network), reached at their VPC address on 6443 (the kubeadm advertiseAddress)."""
+    section = cfg.linode
+    cni = section.cni
+    return NetworkModel(
+        dataplane=cni, description=f"{'Cilium' if cni == 'cilium' else 'Calico'} (linode.cni), installed by the "
+                                   "program's own chart (rendered)",
+        pod_cidrs=(section.pod_cidr,), node_cidrs=(section.subnet_cidr,), apiserver_cidrs=(section.subnet_cidr,),
+        apiserver_port=KUBEADM_API_PORT, apiserver_on_nodes=True)
+
+
+def _gke_network(cfg: "StackConfig", plan: "Plan") -> NetworkModel:
+    """GKE Dataplane V2 (datapathProvider ADVANCED_DATAPATH) enforces NetworkPolicies with Cilium (GKE "About
+    GKE Dataplane V2": "GKE Dataplane V2 is implemented using Cilium"); the legacy datapath with the
+    networkPolicy add-on enforces them with Calico. A private cluster's pods reach the control plane at its
+    private endpoint in the master CIDR (outside the cluster's nodes); otherwise at a public address."""
+    cluster = plan.by_type("gcp:container/cluster:Cluster")
+    inputs = cluster[0].plain_inputs if cluster else {}
+    section = cfg.gcp
+    if inputs.get("datapathProvider") == "ADVANCED_DATAPATH":
+        dataplane, desc = "gke-dataplane-v2", "GKE Dataplane V2 (datapathProvider ADVANCED_DATAPATH)"
+    elif (inputs.get("networkPolicy") or {}).get("enabled"):
+        dataplane, desc = "calico", "GKE's legacy datapath with the networkPolicy add-on: Calico"
+    else:
+        dataplane, desc = "none", "GKE's legacy datapath without the networkPolicy add-on: NetworkPolicies are not enforced"
+    pcc = inputs.get("privateClusterConfig") or {}
+    master = pcc.get("masterIpv4CidrBlock") if pcc.get("enablePrivateNodes") else None
+    return NetworkModel(dataplane=dataplane, description=desc, pod_cidrs=(section.pods_cidr,),
+                        node_cidrs=(section.network_cidr,), apiserver_cidrs=(master,) if master else PUBLIC_RANGES,
+                        apiserver_port=443, apiserver_on_nodes=False)
+
+
+def _eks_network(cfg: "StackConfig", plan: "Plan") -> NetworkModel:
+    """The VPC CNI gives pods addresses of the VPC's subnets, like the nodes; the EKS control plane's ENIs sit
+    in the same subnets (not nodes). NetworkPolicies are enforced by the VPC CNI's network policy agent when
+    its add-on configuration sets enableNetworkPolicy (EKS "Limit pod traffic with Kubernetes network
+    policies"); it matches ipBlock against any address, pods' included (upstream semantics)."""
+    enforced = False
+    for addon in plan.by_type("aws:eks/addon:Addon"):
+        if addon.plain_inputs.get("addonName") != "vpc-cni":
+            continue
+        try:
+            values = yaml.load(str(addon.plain_inputs.get("configurationValues") or "{}"), Loader=_Loader) or {}
+        except yaml.YAMLError:
+            values = {}
+        enforced = isinstance(values, dict) and str(values.get("enableNetworkPolicy", "")).lower() == "true"
+    section = cfg.aws
+    vpc = (section.effective_vpc_cidr,) if section.new_vpc else PRIVATE_RANGES
+    return NetworkModel(
+        dataplane="aws-vpc-cni" if enforced else "none",
+        description=("the VPC CNI's network policy agent (vpc-cni add-on, enableNetworkPolicy)" if enforced else
+                     "the vpc-cni add-on without enableNetworkPolicy: NetworkPolicies are not enforced"),
+        pod_cidrs=vpc, node_cidrs=vpc, apiserver_cidrs=vpc, apiserver_port=443, apiserver_on_nodes=False)
+
+
+def _public_ranges() -> tuple[str, ...]:
+    """Every IPv4 address outside the private, shared, link-local, loopback, multicast and reserved ranges:
+    where an address on the internet (a bucket's endpoint, a public API endpoint) may be."""
+    special = [ipaddress.ip_network(n) for n in (*PRIVATE_RANGES, "0.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8",
+                                                 "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4")]
+    out = [ipaddress.ip_network("0.0.0.0/0")]
+    for sp in special:
+        nxt = []
+        for n in out:
+            if n.subnet_of(sp):
+                continue
+            nxt.extend(n.address_exclude(sp) if sp.subnet_of(n) else [n])
+        out = nxt
+    return tuple(str(n) for n in sorted(out))
+
+
+PUBLIC_RANGES = _public_ranges()
+
+
+def network_model(cfg: "StackConfig", plan: "Plan") -> Optional[NetworkModel]:
+    """None where the config has no section for its cloud (a model built for a test of the nodes alone)."""
+    if getattr(cfg, cfg.cloud, None) is None:
+        return None
+    if cfg.cloud == "linode":
+        return _linode_network(cfg)
+    if cfg.cloud == "gcp":
+        return _gke_network(cfg, plan)
+    if cfg.cloud == "aws":
+        return _eks_network(cfg, plan)
+    if cfg.cloud == "kubernetes":
+        return _kubernetes_network(cfg)
+    return None
+
+
+_CNI_NAMES = {"cilium": "Cilium", "calico": "Calico", "other-upstream": "a CNI with upstream NetworkPolicy semantics",
+              "none": "no policy engine"}
+
+
+def _kubernetes_network(cfg: "StackConfig") -> Optional[NetworkModel]:
+    """A cluster the stack does not create: its network as the stack file states it (kubernetes.network, required by
+    config/checks/kubernetes.py). The API server's endpoints are on the nodes (kubeadm, k3s, RKE2, Talos: reached at
+    the control-plane nodes' addresses) or outside them (a managed control plane, at the stated addresses)."""
+    net = cfg.kubernetes.network if cfg.kubernetes else None
+    if net is None:
+        return None
+    where = "as the stack file states it (kubernetes.network)"
+    if net.cni == "none":
+        return NetworkModel(dataplane="none", description=f"kubernetes.network.cni none, {where}: NetworkPolicies are "
+                                                          "not enforced", pod_cidrs=tuple(net.pod_cidrs),
+                            node_cidrs=tuple(net.node_cidrs), apiserver_cidrs=(), apiserver_port=443,
+                            apiserver_on_nodes=False)
+    api = net.api_server
+    assert api is not None, "validated by config/checks/kubernetes.py"
+    cidrs = tuple(api.cidrs) or (tuple(net.node_cidrs) if api.on_nodes else ())
+    cilium = net.cilium
+    return NetworkModel(
+        dataplane=net.cni, description=f"{_CNI_NAMES[net.cni]} (kubernetes.network.cni {net.cni}), {where}",
+        pod_cidrs=tuple(net.pod_cidrs), node_cidrs=tuple(net.node_cidrs), apiserver_cidrs=cidrs,
+        apiserver_port=api.port, apiserver_on_nodes=api.on_nodes,
+        cilium_cidr_match_mode=(tuple(cilium.policy_cidr_match_mode) if cilium else ()) if net.cni == "cilium" else None,
+        cilium_enable_policy=(cilium.enable_policy if cilium else "default") if net.cni == "cilium" else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# A cluster the stack does not create (cloud kubernetes): the node groups the stack describes
+# ---------------------------------------------------------------------------------------------
+
+
+def _kubernetes_groups(cfg: "StackConfig", plan: "Plan", notes: list[str]) -> list[NodeGroup]:
+    """From the node-groups ConfigMap the program registers (gpu_platform/components/kubernetes/cluster.py): the
+    labels and taints the stack says the nodes carry, allocatable as stated or the kubelet's defaults. A pool in
+    several zones is one group per zone, its sizes split as config/names.zonal_groups splits an EKS pool (where the
+    nodes really are is the cluster's autoscaler's choice: the split keeps the totals)."""
+    import json
+
+    from gpu_platform.components.kubernetes.cluster import NAMESPACE, NODE_GROUPS, NODE_GROUPS_KEY
+    from gpu_platform.config.derived import stack_catalog
+    from gpu_platform.config.names import zonal_groups
+
+    catalog = stack_catalog(cfg)
+    docs = [cm for cm in plan.by_type("kubernetes:core/v1:ConfigMap")
+            if (cm.plain_inputs.get("metadata") or {}).get("name") == NODE_GROUPS
+            and (cm.plain_inputs.get("metadata") or {}).get("namespace") == NAMESPACE]
+    if len(docs) != 1:
+        raise ModelError(f"kubernetes: {len(docs)} ConfigMaps {NAMESPACE}/{NODE_GROUPS} in the plan, expected one")
+    raw = (docs[0].plain_inputs.get("data") or {}).get(NODE_GROUPS_KEY)
+    if not isinstance(raw, str):
+        raise ModelError(f"{docs[0].name}: {NODE_GROUPS_KEY} is not known at plan time")
+    out = []
+    stated = []
+    for g in json.loads(raw)["nodeGroups"]:
+        itype = g["instanceType"]
+        alloc = allocatable("kubernetes", itype, catalog)
+        if g.get("allocatable"):
+            stated.append(g["name"])
+        labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", **g["labels"]}
+        taints = [dict(t) for t in g["taints"]]
+        zones = g.get("zones") or []
+        for zone, lo, hi in (zonal_groups(int(g["minNodes"]), int(g["maxNodes"]), zones) if zones
+                             else [(None, int(g["minNodes"]), int(g["maxNodes"]))]):
+            out.append(NodeGroup(name=g["name"], role=g["role"], min_nodes=lo, max_nodes=hi,
+                                 labels={**labels, **({ZONE_LABEL: zone} if zone else {})}, taints=taints,
+                                 allocatable=alloc, instance_type=itype, capacity=g["capacity"]))
+    notes.append(f"kubernetes: node groups as the stack describes them (ConfigMap {NAMESPACE}/{NODE_GROUPS}): the nodes "
+                 "must carry these labels and taints (docs/quickstart-kubernetes.md); allocatable "
+                 + (f"as stated for {', '.join(stated)}, " if stated else "")
+                 + "otherwise the kubelet's defaults (no reservation but the 100Mi eviction threshold: an upper bound)")
+    notes.append("kubernetes: whether the control plane reaches webhooks on the nodes is the cluster's own business: "
+                 "assumed it reaches every port; ExtendedResourceToleration assumed off (GPU pods carry their tolerations)")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
 
@@ -433,14 +660,22 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
             groups = _eks_groups(cfg, plan, notes)
             ports = _eks_ports(plan, notes)
             ert = True
+        elif cfg.cloud == "kubernetes":
+            groups = _kubernetes_groups(cfg, plan, notes)
+            ports = None
+            ert = False
         else:
             raise ModelError(f"unknown cloud {cfg.cloud!r}")
     except CapacityError as exc:
         raise ModelError(str(exc)) from None
     if not groups:
         raise ModelError(f"{cfg.cloud}: the plan registers no node group")
-    notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
-                 "releases: their requests are not counted, so the headroom shown is an upper bound")
+    if _CLOUD_AGENTS[cfg.cloud]:
+        notes.append(f"{cfg.cloud}: node agents the cloud runs itself ({_CLOUD_AGENTS[cfg.cloud]}) are not in the rendered "
+                     "releases: their requests are not counted, so the headroom shown is an upper bound")
+    else:
+        notes.append(f"{cfg.cloud}: the managed add-ons' pods (aws-node, kube-proxy, CoreDNS, EBS CSI controller and node "
+                     "plugin) are counted from what each add-on runs (gpu_platform/data/eks_addon_pods.py)")
     # The plan registers resources in the order their outputs resolve: order the groups by role, then
     # name, then zone (a pool's zonal groups share the name), so packing, the report and fit.json are the
     # same on every run.
@@ -450,4 +685,5 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
         notes.append(f"{g.key}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
                      f"allocatable per node {g.allocatable}")
     return ClusterModel(cloud=cfg.cloud, kubernetes_version=cfg.kubernetes_version, node_groups=groups,
-                        control_plane_ports=ports, notes=notes, extended_resource_toleration=ert)
+                        control_plane_ports=ports, notes=notes, extended_resource_toleration=ert,
+                        network=network_model(cfg, plan))

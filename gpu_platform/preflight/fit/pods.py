@@ -283,6 +283,10 @@ def _cfg(values: dict, path: str, default: Any = None) -> Any:
     return cur
 
 
+# KubeSpawner's default server port (kubespawner KubeSpawner.port = 8888; z2jh 4.4.0 does not change it).
+KUBESPAWNER_PORT = 8888
+
+
 def jupyterhub_user_pods(release: str, namespace: Optional[str], values: dict) -> list[PodTemplate]:
     """One user server pod per profile (one if there are none), as the zero-to-jupyterhub 4.4.0 hub
     configures KubeSpawner (files/hub/jupyterhub_config.py): image, uid/fsGid, cpu/memory guarantee ->
@@ -332,7 +336,11 @@ def jupyterhub_user_pods(release: str, namespace: Optional[str], values: dict) -
         if cfg.get("allow_privilege_escalation") is not None:
             sc["allowPrivilegeEscalation"] = cfg["allow_privilege_escalation"]
         spec: dict[str, Any] = {
+            # KubeSpawner's notebook container and its port (jupyterhub/kubespawner objects.py make_pod:
+            # V1ContainerPort(name='notebook-port', container_port=port), port 8888 by default), which
+            # z2jh's singleuser NetworkPolicy allows by name.
             "containers": [{"name": "notebook", "image": cfg.get("image"), "securityContext": sc,
+                            "ports": [{"name": "notebook-port", "containerPort": KUBESPAWNER_PORT}],
                             "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v}}],
             "initContainers": cfg.get("init_containers") or [],
             "nodeSelector": cfg.get("node_selector") or {},
@@ -410,7 +418,12 @@ def operator_pods(release: str, obj: dict, reloader: dict) -> list[PodTemplate]:
     resources = copy.deepcopy(spec.get("resources") or {})
     if kind == "Alertmanager" and "memory" not in (resources.get("requests") or {}):
         resources.setdefault("requests", {})["memory"] = "200Mi"
-    containers = [{"name": main, "resources": resources}, {"name": "config-reloader", "resources": copy.deepcopy(reloader)}]
+    # The web port (spec.portName, default "http-web"; 9090 / 9093) and the reloader's "reloader-web" (8080),
+    # which the chart's Services target by name (scrape.py models the same).
+    web = {"name": spec.get("portName") or "http-web", "containerPort": 9090 if kind == "Prometheus" else 9093}
+    containers = [{"name": main, "resources": resources, "ports": [web]},
+                  {"name": "config-reloader", "resources": copy.deepcopy(reloader),
+                   "ports": [{"name": "reloader-web", "containerPort": 8080}]}]
     if kind == "Prometheus" and spec.get("thanos") is not None:
         containers.append({"name": "thanos-sidecar", "resources": copy.deepcopy((spec.get("thanos") or {}).get("resources") or {})})
     pod_spec: dict[str, Any] = {

@@ -23,7 +23,8 @@ from typing import Any, Iterable, Optional
 import yaml
 
 from gpu_platform.preflight.fit.errors import ChartError
-from gpu_platform.preflight.runner import SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource
+from gpu_platform.preflight.runner import (SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource,
+                                           whole_numbers)
 
 RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 KUSTOMIZE_TYPES = ("kubernetes:kustomize/v2:Directory", "kubernetes:kustomize:Directory")
@@ -41,7 +42,9 @@ EXAMPLE_NAMESPACE = "training"
 SECRET_PLACEHOLDER = "preflight-secret-value"
 UNKNOWN_PLACEHOLDER = "preflight-unknown-value"
 
-SOURCES = ("helm", "kustomize", "manifest", "example")
+SOURCES = ("helm", "kustomize", "manifest", "addon", "example")
+# The cloud's managed add-ons whose pods fit models (data/eks_addon_pods.py): not objects the program applies.
+ADDON_TYPE = "aws:eks/addon:Addon"
 # Built-in kinds that are not namespaced (kubectl api-resources --namespaced=false, Kubernetes 1.33).
 CLUSTER_SCOPED_KINDS = frozenset({
     "Namespace", "Node", "PersistentVolume", "ComponentStatus", "MutatingWebhookConfiguration",
@@ -764,9 +767,18 @@ def fill_namespaces(objects: list[dict[str, Any]], namespace: Optional[str], sco
     return changed
 
 
+# A kubernetes.io/dockerconfigjson Secret's stand-in (the API server refuses one whose .dockerconfigjson is not
+# a JSON document: core validation ValidateSecret): a registry login that names no real registry or password.
+DOCKERCONFIG_STAND_IN = json.dumps({"auths": {"preflight.invalid": {
+    "username": "preflight", "password": SECRET_PLACEHOLDER,
+    "auth": base64.b64encode(f"preflight:{SECRET_PLACEHOLDER}".encode()).decode()}}})
+
+
 def _plain_object(r: PlannedResource) -> dict[str, Any]:
-    """A typed Kubernetes resource's inputs are the object; fill apiVersion/kind and the autoname."""
-    obj = plain_values(r.wire_inputs)
+    """A typed Kubernetes resource's inputs are the object; fill apiVersion/kind and the autoname. Whole numbers
+    are integers, as pulumi-kubernetes sends them (the engine's wire form carries every number as a double:
+    `runAsUser: 65532.0` is what a checker would otherwise read)."""
+    obj = whole_numbers(plain_values(r.wire_inputs))
     api_kind = r.type.split(":", 1)[1]  # `core/v1:ConfigMap`
     group_version, kind = api_kind.rsplit(":", 1)
     obj.setdefault("apiVersion", group_version[len("core/"):] if group_version.startswith("core/") else group_version)
@@ -844,6 +856,19 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
             rel = RenderedRelease(r.name, r.name, r.urn, "kustomize", target, None, inputs.get("namespace"),
                                   objs, deps.of(deps.direct(r)), texts=texts)
             releases.append(rel)
+        elif r.type == ADDON_TYPE:
+            from gpu_platform.data.eks_addon_pods import NAMESPACE as ADDON_NAMESPACE, addon_objects
+
+            inputs = r.plain_inputs
+            try:
+                configuration = json.loads(inputs.get("configurationValues") or "{}")
+            except (TypeError, ValueError):
+                configuration = {}
+            objs = addon_objects(str(inputs.get("addonName")), configuration if isinstance(configuration, dict) else {})
+            if objs:
+                releases.append(RenderedRelease(f"eks-addon-{inputs.get('addonName')}", r.name, r.urn, "addon",
+                                                inputs.get("addonName"), inputs.get("addonVersion"), ADDON_NAMESPACE,
+                                                objs, deps.of(deps.direct(r))))
         elif r.type.startswith("kubernetes:") and r.type not in NOT_OBJECTS and r.custom:
             parent = deps.by_urn.get(r.parent) if r.parent else None
             key = parent.urn if parent is not None and not parent.custom else r.urn
@@ -939,9 +964,12 @@ def mask_secret(obj: dict[str, Any]) -> bool:
                     annotations[k] = "preflight-checksum"
                     changed = True
     if obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1":
+        # An image pull Secret's document must stay JSON (the API server refuses it otherwise).
+        pull = {".dockerconfigjson": DOCKERCONFIG_STAND_IN} if obj.get("type") == "kubernetes.io/dockerconfigjson" else {}
         for key, stand_in in (("data", _MASKED), ("stringData", SECRET_PLACEHOLDER)):
             if isinstance(obj.get(key), dict) and obj[key]:
-                obj[key] = {k: stand_in for k in obj[key]}
+                obj[key] = {k: (base64.b64encode(pull[k].encode()).decode() if key == "data" else pull[k])
+                            if k in pull else stand_in for k in obj[key]}
                 changed = True
     return changed
 

@@ -71,6 +71,8 @@ class FitWorker:
         self._then_error: Optional[BaseException] = None
         self._result: Optional[FitResult] = None
         self._error: Optional[BaseException] = None
+        # Set once `then` has run on the rendered releases, or the run ended without getting there.
+        self.rendered = threading.Event()
         self.thread = threading.Thread(target=self._run, name="cluster-fit", daemon=True)
         self.thread.start()
 
@@ -80,12 +82,16 @@ class FitWorker:
                                    on_rendered=self._run_then if self._then is not None else None, **self.render_args)
         except BaseException as exc:  # noqa: BLE001 re-raised in result()
             self._error = exc
+        finally:
+            self.rendered.set()
 
-    def _run_then(self, releases: list[Any]) -> None:
+    def _run_then(self, releases: list[Any], idle: Optional[dict[str, int]] = None) -> None:
         try:
-            self._then_value = self._then(releases)
+            self._then_value = self._then(releases, idle)
         except BaseException as exc:  # noqa: BLE001 re-raised in then_result(); the fit goes on
             self._then_error = exc
+        finally:
+            self.rendered.set()
 
     def then_result(self) -> Any:
         self.result()
@@ -102,12 +108,13 @@ class FitWorker:
 
 
 def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[str] = (),
-            on_rendered: Optional[Callable[[list[Any]], None]] = None, **render_args: Any) -> FitResult:
-    """`on_rendered`, if given, is called with the rendered releases (not those allowed missing) as soon
-    as the charts are rendered and the node model is built, i.e. only when the run gets to check the fit.
+            on_rendered: Optional[Callable[[list[Any], dict[str, int]], None]] = None, **render_args: Any) -> FitResult:
+    """`on_rendered`, if given, is called with the rendered releases (not those allowed missing) and the nodes
+    each group keeps at idle (checks.idle_nodes) as soon as the charts are rendered and the node model is
+    built, i.e. only when the run gets to check the fit.
     `render_args`: render_plan's `base` (the project's folder) and `example` (jobs to check)."""
     from gpu_platform.preflight.fit.render import release_file_names, render_plan, write_rendered
-    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.checks import check_fit, idle_nodes
     from gpu_platform.preflight.fit.nodes import cluster_model
 
     releases = render_plan(plan, chart_dirs, kubernetes_version=cfg.kubernetes_version, allow_missing=allow_missing,
@@ -118,10 +125,14 @@ def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[st
         write_rendered(releases, out / "rendered")
         raise
     rendered = [r for r in releases if r.rendered]
+    idle = idle_nodes(model, rendered)
     if on_rendered is not None:
-        on_rendered(rendered)
+        on_rendered(rendered, idle)
     files = write_rendered(releases, out / "rendered")
     report = check_fit(model, rendered)
+    for key, n in idle.items():
+        if key in report.headroom:
+            report.headroom[key]["idleNodes"] = n
     result = FitResult(releases, files, report, model, [r for r in releases if not r.rendered])
     names = {id(rel): fname for fname, rel in release_file_names(releases).items()}
     doc = {

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pulumi
 
-_PACKAGES = ("tls", "random", "linode", "gcp", "aws", "kubernetes", "command")
+_PACKAGES = ("tls", "random", "linode", "gcp", "aws", "kubernetes", "command", "docker_build")
 
 # Secret-looking values the mocks made up (keys, tokens); preflight masks them in written artifacts.
 SENSITIVE: set[str] = set()

@@ -116,7 +116,23 @@ def _node_group(inputs: dict[str, Any], name: str) -> dict[str, Any]:
             "resources": [{"autoscalingGroups": [{"name": f"eks-{ng}-{_suffix(name)}"}]}], "status": "ACTIVE"}
 
 
+def _stack_region(inputs: dict[str, Any]) -> str:
+    """The resource's region: its own input, else the stack's aws.region (the program's explicit provider)."""
+    import pulumi
+
+    return inputs.get("region") or (pulumi.Config("gpu-platform").get_object("aws") or {}).get("region") or DEFAULT_REGION
+
+
+def _ecr_repository(inputs: dict[str, Any], name: str) -> dict[str, Any]:
+    """ECR CreateRepository: registryId is the account, repositoryUrl <account>.dkr.ecr.<region>.amazonaws.com/<name>
+    (terraform-provider-aws internal/service/ecr/repository.go sets both from the API's Repository)."""
+    rname, region = inputs.get("name") or name, _stack_region(inputs)
+    return {"name": rname, "registryId": ACCOUNT, "arn": f"arn:aws:ecr:{region}:{ACCOUNT}:repository/{rname}",
+            "repositoryUrl": f"{ACCOUNT}.dkr.ecr.{region}.amazonaws.com/{rname}"}
+
+
 RESOURCES = {
+    "aws:ecr/repository:Repository": _ecr_repository,
     "aws:eks/cluster:Cluster": _eks_cluster,
     "aws:eks/nodeGroup:NodeGroup": _node_group,
     "aws:iam/role:Role": _iam("role"),
@@ -160,7 +176,31 @@ def _addon_version(args: dict[str, Any]) -> dict[str, Any]:
             "id": f"{addon}-{minor}", "mostRecent": bool(args.get("mostRecent"))}
 
 
+def _ecr_authorization_token(args: dict[str, Any]) -> dict[str, Any]:
+    """ecr:GetAuthorizationToken as terraform-provider-aws's data source returns it
+    (internal/service/ecr/authorization_token_data_source.go): the token is base64 of user:password, the user
+    AWS, the proxy endpoint https://<registry>.dkr.ecr.<region>.amazonaws.com, valid 12 hours."""
+    from gpu_platform.preflight.mocks import sensitive
+
+    registry = args.get("registryId") or ACCOUNT
+    password = sensitive("preflight-ecr-token-" + _suffix(registry, 24))
+    region = _stack_region(args)
+    return {"authorizationToken": sensitive(base64.b64encode(f"AWS:{password}".encode()).decode()),
+            "userName": "AWS", "password": password, "expiresAt": "2026-01-01T12:00:00Z",
+            "proxyEndpoint": f"https://{registry}.dkr.ecr.{region}.amazonaws.com", "registryId": registry, "id": region}
+
+
+def _route_table(args: dict[str, Any]) -> dict[str, Any]:
+    """The route table a subnet is explicitly associated with: one per subnet, named after it."""
+    subnet = str(args.get("subnetId") or "subnet-unknown")
+    rtb = f"rtb-{_suffix(subnet, 17)}"
+    return {"id": rtb, "routeTableId": rtb, "subnetId": subnet, "vpcId": "vpc-preflight", "ownerId": ACCOUNT,
+            "arn": f"arn:aws:ec2:us-east-1:{ACCOUNT}:route-table/{rtb}", "associations": [], "routes": [], "tags": {}}
+
+
 INVOKES = {
+    "aws:ecr/getAuthorizationToken:getAuthorizationToken": _ecr_authorization_token,
+    "aws:ec2/getRouteTable:getRouteTable": _route_table,
     "aws:eks/getAddonVersion:getAddonVersion": _addon_version,
     "aws:index/getCallerIdentity:getCallerIdentity": _caller_identity,
     "aws:index/getAvailabilityZones:getAvailabilityZones": _availability_zones,

@@ -95,7 +95,16 @@ def _get_project(args: dict[str, Any]) -> dict[str, Any]:
             "labels": {}, "effectiveLabels": {}, "pulumiLabels": {}, "tags": {}}
 
 
+def _artifact_repository(inputs: dict[str, Any], name: str) -> dict[str, Any]:
+    """Artifact Registry: `name` is the resource path, `registryUri` <location>-docker.pkg.dev/<project>/<id>
+    for a regional Docker repository (pulumi_gcp artifactregistry.Repository docstrings)."""
+    project, location, repo = _project(inputs), inputs.get("location", "us-central1"), inputs.get("repositoryId", name)
+    return {"name": f"projects/{project}/locations/{location}/repositories/{repo}",
+            "registryUri": f"{location}-docker.pkg.dev/{project}/{repo}", "mode": "STANDARD_REPOSITORY"}
+
+
 RESOURCES = {
+    "gcp:artifactregistry/repository:Repository": _artifact_repository,
     "gcp:container/cluster:Cluster": _cluster,
     "gcp:container/nodePool:NodePool": _node_pool,
     "gcp:serviceaccount/account:Account": _service_account,
@@ -108,6 +117,19 @@ RESOURCES = {
     "gcp:billing/budget:Budget": _budget,
 }
 
+def _client_config(args: dict[str, Any]) -> dict[str, Any]:
+    """The provider's own settings and the caller's OAuth access token (ya29.…; gcp.organizations.getClientConfig)."""
+    import pulumi
+
+    from gpu_platform.preflight.mocks import sensitive
+
+    section = pulumi.Config("gpu-platform").get_object("gcp") or {}
+    project, region = section.get("project") or PLACEHOLDER_PROJECT, section.get("region") or "us-central1"
+    return {"accessToken": sensitive("ya29.preflight-" + _number(project, 20)), "project": project, "region": region,
+            "zone": "", "id": f"projects/{project}/regions/{region}/zones/"}
+
+
 INVOKES = {
     "gcp:organizations/getProject:getProject": _get_project,
+    "gcp:organizations/getClientConfig:getClientConfig": _client_config,
 }

@@ -41,7 +41,16 @@ def _random_id(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     return {"hex": raw.hex(), "b64Url": raw.hex(), "b64Std": raw.hex(), "dec": str(int.from_bytes(raw, "big"))}
 
 
+def _random_bytes(inputs: dict[str, Any], name: str) -> dict[str, Any]:
+    """random.RandomBytes: `length` bytes, as base64 and hex (both secret in the provider)."""
+    import base64
+
+    raw = _rng(inputs, name).randbytes(int(inputs.get("length", 32)))
+    return {"base64": sensitive(base64.b64encode(raw).decode()), "hex": sensitive(raw.hex())}
+
+
 RESOURCES = {
+    "random:index/randomBytes:RandomBytes": _random_bytes,
     "random:index/randomString:RandomString": _random_string,
     "random:index/randomPassword:RandomPassword": _random_string,
     "random:index/randomId:RandomId": _random_id,
