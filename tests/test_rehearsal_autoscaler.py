@@ -10,6 +10,7 @@ rules (synced)."""
 
 from __future__ import annotations
 
+import copy
 import re
 import tarfile
 from pathlib import Path
@@ -26,7 +27,6 @@ from tests.conftest import ROOT, plan_config, stack_config
 from tests.fit_support import CHARTS, need_charts
 
 SOURCES = ROOT.parent / "shared" / "sources" / "cluster-autoscaler"
-IMAGE = "ghcr.io/example/gpu-platform-linode-node-groups@sha256:" + "ab" * 32
 
 
 def _upstream(version: str, member: str) -> str:
@@ -106,12 +106,10 @@ def _bound_rules(releases, service_account: str, namespace: str = "kube-system")
 @pytest.mark.parametrize("stack", ["linode-dev", "aws-prod"])
 def test_the_planned_autoscaler_is_granted_the_dra_rules_of_its_image(stack):
     """The plan's autoscaler ServiceAccount (the one its Deployment runs as) is bound to every rule its image's
-    minor needs (on Linode the provider image must be set for the autoscaler to be deployed at all)."""
+    minor needs (linode-dev builds the node-group provider's image into linode.imageRegistry, so its plan
+    deploys the autoscaler)."""
     need_charts()
-    config = stack_config(stack)
-    if stack == "linode-dev":
-        config["gpu-platform:linode"]["nodeGroups"] = {"image": IMAGE}
-    plan = plan_config(config, stack)
+    plan = plan_config(stack_config(stack), stack)
     releases = _rendered(plan)
     dep = next(o for r in releases if r.name == "cluster-autoscaler" for o in r.objects if o["kind"] == "Deployment")
     sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
@@ -172,6 +170,21 @@ def test_the_drill_runs_the_charts_arguments_and_lists_every_change(linode_dev_r
     assert "cloud-config address: linode-node-groups.kube-system.svc:8086 -> localhost:4321" in cc_changes
     with pytest.raises(ValueError, match="not cluster-autoscaler"):
         autoscale.autoscaler_argv({"command": ["/bin/sh"]}, {}, "/bin/ca")
+
+
+def test_the_drill_takes_away_and_gives_back_the_extra_rbac_the_installed_program_grants():
+    """The chart's-RBAC-alone phase removes what the installed releases bind to the autoscaler's ServiceAccount
+    beyond the chart (the program's ClusterRole and binding), not a list of its own: a program without them
+    leaves the drill nothing to take away, and its autoscaler never syncs (the planted test below)."""
+    from tests.fit_support import rendered
+
+    releases = [copy.copy(r) for r in rendered("linode-dev")]
+    [chart] = [r for r in releases if r.name == "cluster-autoscaler"]
+    extra = autoscale.installed_extra_rbac(releases, chart, "kube-system", node_groups.AUTOSCALER_SERVICE_ACCOUNT)
+    name = autoscaler_rbac.role_name(node_groups.AUTOSCALER_SERVICE_ACCOUNT)
+    assert [(o["kind"], o["metadata"]["name"]) for o in extra] == [("ClusterRole", name), ("ClusterRoleBinding", name)]
+    _without_the_programs_autoscaler_rbac(releases)
+    assert autoscale.installed_extra_rbac(releases, chart, "kube-system", node_groups.AUTOSCALER_SERVICE_ACCOUNT) == []
 
 
 # klog lines as cluster-autoscaler 1.35.2 (--v=4) wrote them in the rehearsal, cut to what the reader uses.
@@ -337,6 +350,102 @@ def test_a_node_whose_training_pod_uses_a_quarter_of_its_gpus_is_never_scaled_do
     assert sc.status == "PASS", sc.problems
     assert any(d.startswith("busy node at low utilisation:") and "kept" in d for d in sc.details), sc.details
     assert "training pod" not in " ".join(sc.problems)
+
+
+# --- each fix taken out again: the same drill on the shared cluster, with the program's old behaviour planted ---
+
+
+def _planted_drill(tmp_path, mutate, scenario=None, config=None):
+    """The drill's scenario (linode-autoscaling by default) with `mutate` planted in the installed releases;
+    returns (scenario, its problems as one text)."""
+    from tests.test_rehearsal import HAVE_CACHE
+    from tests.rehearsal_support import rehearse
+    from gpu_platform.rehearsal.scenarios import linode_autoscaling
+
+    if not HAVE_CACHE:
+        pytest.skip(f"no rehearsal component cache (`{binaries.BUILD_COMMAND}`)")
+    result = rehearse("linode-dev", tmp_path, config=config, mutate=mutate, scenarios=(scenario or linode_autoscaling,))
+    [sc] = result.scenarios
+    assert sc.status != "NOT REHEARSED", sc.problems
+    return sc, "\n".join(sc.problems)
+
+
+def _without_the_programs_autoscaler_rbac(releases) -> None:
+    """Issue 33 item 1's fix reverted: no ClusterRole of components/autoscaler_rbac.py, nor its binding."""
+    name = autoscaler_rbac.role_name(node_groups.AUTOSCALER_SERVICE_ACCOUNT)
+    removed = 0
+    for rel in releases:
+        kept = [o for o in rel.objects if not (o.get("kind") in ("ClusterRole", "ClusterRoleBinding")
+                                               and o["metadata"]["name"] == name)]
+        removed += len(rel.objects) - len(kept)
+        rel.objects = kept
+    assert removed == 2, "the program's ClusterRole and ClusterRoleBinding for the autoscaler"
+
+
+@pytest.mark.rehearsal(stack="linode-dev")
+def test_planted_without_the_programs_dra_rules_the_autoscaler_never_syncs_and_never_scales(tmp_path):
+    """The chart's ClusterRole alone, as before the fix: cluster-autoscaler 1.35.2 waits for ever on its
+    resource.k8s.io informers, so the pending TrainJob never scales the pool (the shipped run above passes)."""
+    sc, failures = _planted_drill(tmp_path, _without_the_programs_autoscaler_rbac)
+    assert sc.status == "FAIL"
+    assert re.search(r"sync with the program's RBAC: cluster-autoscaler ran no loop within 120s: its informers never "
+                     r"synced, the API server refused its ServiceAccount .*list resourceslices\.resource\.k8s\.io", failures), failures
+    assert not [d for d in sc.details if d.startswith("scale-up:")], "nothing was scaled"
+
+
+def _without_template_ephemeral_storage(releases) -> None:
+    """Issue 32 item 3's fix reverted: pools.json without `ephemeralStorage`, so the node-group provider's
+    template node offers none (as it did before)."""
+    import json
+
+    found = 0
+    for rel in releases:
+        for o in rel.objects:
+            data = o.get("data") or {}
+            if o.get("kind") == "ConfigMap" and isinstance(data.get("pools.json"), str):
+                doc = json.loads(data["pools.json"])
+                found += doc.pop("ephemeralStorage", None) is not None
+                data["pools.json"] = json.dumps(doc)
+    assert found == 1, "pools.json with ephemeralStorage"
+
+
+@pytest.mark.rehearsal(stack="linode-dev")
+def test_planted_without_ephemeral_storage_on_the_template_a_katib_trial_never_scales_the_pool(tmp_path):
+    """A template node with no ephemeral-storage: the autoscaler's simulation never fits a pod asking 500Mi
+    (Katib's metrics collector), so the pool stays at zero (the shipped run above scales it)."""
+    sc, failures = _planted_drill(tmp_path, _without_template_ephemeral_storage)
+    assert sc.status == "FAIL"
+    assert any(d.startswith("template node: 1 nvidia.com/gpu, ephemeral-storage NONE") for d in sc.details), sc.details
+    assert re.search(rf"scale-up: TrainJob training/rehearsal-autoscale-a \(asking {autoscale.KATIB_EPHEMERAL_STORAGE} "
+                     r"ephemeral-storage\) admitted, bound and running on a new node of ada: not within \d+s", failures), failures
+    assert not [d for d in sc.details if d.startswith("  ada: ") and "scale-up: Scale-up" in d], "the pool was never scaled up"
+
+
+def _without_scale_down_protection(releases) -> None:
+    """Issue 33 item 2's fix reverted: the platform's training runtime without safe-to-evict "false" on its pods."""
+    from gpu_platform.components.cluster import SAFE_TO_EVICT_ANNOTATION
+
+    dropped = 0
+    for rel in releases:
+        for o in rel.objects:
+            if o.get("kind") == "ClusterTrainingRuntime":
+                for rj in o["spec"]["template"]["spec"]["replicatedJobs"]:
+                    meta = rj["template"]["spec"]["template"].get("metadata") or {}
+                    dropped += (meta.get("annotations") or {}).pop(SAFE_TO_EVICT_ANNOTATION, None) is not None
+    assert dropped == 1, "the torch-checkpointed runtime's pod template carries the annotation"
+
+
+@pytest.mark.rehearsal(stack="linode-dev")
+def test_planted_without_safe_to_evict_the_autoscaler_evicts_a_trainer_from_a_half_used_node(tmp_path):
+    """The 4-GPU pool of the test above with the runtime's pods unannotated, as before the fix: the
+    autoscaler drains a node whose trainer uses half its GPUs or less and evicts the running pod."""
+    from gpu_platform.rehearsal.scenarios import linode_busy_node
+
+    sc, failures = _planted_drill(tmp_path, _without_scale_down_protection, linode_busy_node,
+                                  config=_four_gpu_pool(stack_config("linode-dev")))
+    assert sc.status == "FAIL"
+    assert re.search(r"busy node at low utilisation: after \d+s training pod rehearsal-autoscale-[ms]-\S+ was evicted from "
+                     r"gpu-dev-ada-\d.*nothing protects a running trainer from scale-down", failures), failures
 
 
 def test_gke_and_eks_autoscaling_are_reported_not_rehearsed():

@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -314,6 +314,9 @@ class AutoscalerRelease:
     objects: list[dict]  # the chart's render (and, when rendered here, the program's extra RBAC)
     source: str  # for the report
     installed: bool  # True: part of the installed releases; False: the drill applies (and removes) them
+    # The program's RBAC for the autoscaler beyond the chart's (components/autoscaler_rbac.py): as installed
+    # (the releases' ClusterRoles bound to its ServiceAccount outside the chart), or as rendered here.
+    extra: list[dict] = field(default_factory=list)
 
     def deployment(self) -> dict:
         found = [o for o in self.objects if o.get("kind") == "Deployment"]
@@ -356,7 +359,9 @@ def autoscaler_release(ctx: Any, settings: dict, extra_rbac: bool = True) -> Aut
 
     for rel in ctx.releases:
         if _is_autoscaler_chart(rel) and rel.rendered:
-            return AutoscalerRelease(list(rel.objects), f"the plan's release {rel.name} (chart {rel.chart} {rel.version})", True)
+            release = AutoscalerRelease(list(rel.objects), f"the plan's release {rel.name} (chart {rel.chart} {rel.version})", True)
+            release.extra = installed_extra_rbac(ctx.releases, rel, *release.service_account())
+            return release
     cfg = getattr(ctx, "cfg", None)
     grace = cfg.linode.scale_down_grace_minutes if cfg is not None and cfg.linode is not None else 15
     minor = settings["kubernetesMinor"]
@@ -380,7 +385,21 @@ def autoscaler_release(ctx: Any, settings: dict, extra_rbac: bool = True) -> Aut
         what += f", no extra RBAC for Kubernetes {minor}"
     else:
         what += ", WITHOUT the program's extra RBAC (the chart's ClusterRole alone)"
-    return AutoscalerRelease(objects + extra, what, False)
+    return AutoscalerRelease(objects + extra, what, False, extra)
+
+
+def installed_extra_rbac(releases: list[Any], chart: Any, namespace: str, service_account: str) -> list[dict]:
+    """The ClusterRoleBindings of the installed releases other than the autoscaler's chart that bind its
+    ServiceAccount, each after its ClusterRole: what the program grants beyond the chart."""
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+    others = [o for rel in releases if rel is not chart and rel.rendered for o in rel.objects]
+    roles = {o["metadata"]["name"]: o for o in others if o.get("kind") == "ClusterRole"}
+    out: list[dict] = []
+    for b in others:
+        if b.get("kind") == "ClusterRoleBinding" and subject in (b.get("subjects") or []):
+            role = roles.get((b.get("roleRef") or {}).get("name"))
+            out += ([role] if role is not None else []) + [b]
+    return out
 
 
 def cloud_config(program_yaml: str, port: int, tls_dir: Path) -> tuple[str, list[str]]:
@@ -675,6 +694,7 @@ class Drill:
         self.pools = {p["name"]: p for p in settings["pools"]}
         self._templates: dict[str, dict] = {}
         self._applied: list[dict] = []
+        self.release: Optional[AutoscalerRelease] = None
         self.autoscaler: Optional[AutoscalerProcess] = None
         self.bridge: Optional[InstanceBridge] = None
         self.probe: Optional[ProviderProbe] = None
@@ -817,11 +837,9 @@ class Drill:
         return False
 
     def program_rbac(self) -> list[dict]:
-        """The program's extra RBAC for the autoscaler's ServiceAccount (components/autoscaler_rbac.py)."""
-        from gpu_platform.components import autoscaler_rbac
-
-        ns, sa = self.autoscaler.namespace, self.autoscaler.service_account
-        return autoscaler_rbac.extra_rbac_objects(ns, sa, self.planned["kubernetesMinor"])
+        """The program's extra RBAC for the autoscaler's ServiceAccount (components/autoscaler_rbac.py) as the
+        releases carry it: a stack whose program grants none has none to take away."""
+        return list(self.release.extra) if self.release is not None else []
 
     def chart_rbac_alone(self, wait: float = 30.0) -> None:
         """The autoscaler with the chart's RBAC alone: the program's extra rules taken away (and put back
@@ -941,7 +959,7 @@ class Drill:
         generated = load_stubs(str(stubs_dir))
         sys.path.remove(str(stubs_dir))  # imported; the folder goes with the drill
         try:
-            release = autoscaler_release(self.ctx, self.planned, self.extra_rbac)
+            release = self.release = autoscaler_release(self.ctx, self.planned, self.extra_rbac)
         except (OSError, ValueError) as exc:
             sc.fail(f"the autoscaler's release: {exc}")
             return
