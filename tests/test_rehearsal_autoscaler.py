@@ -433,8 +433,10 @@ def _without_scale_down_protection(releases) -> None:
                     pod = rj["template"]["spec"]["template"]
                     annotations = (pod.get("metadata") or {}).get("annotations") or {}
                     dropped += annotations.pop(SAFE_TO_EVICT_ANNOTATION, None) is not None
-                    if not annotations:  # the CRD refuses `annotations: null`; server-side apply drops the field
+                    if not annotations:  # an empty map is sent as null, which the CRD refuses: leave the field out
                         pod.get("metadata", {}).pop("annotations", None)
+                    if not pod.get("metadata", True):
+                        pod.pop("metadata")
     assert dropped == 1, "the torch-checkpointed runtime's pod template carries the annotation"
 
 
