@@ -430,13 +430,11 @@ def _without_scale_down_protection(releases) -> None:
         for o in rel.objects:
             if o.get("kind") == "ClusterTrainingRuntime":
                 for rj in o["spec"]["template"]["spec"]["replicatedJobs"]:
-                    pod = rj["template"]["spec"]["template"]
-                    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+                    annotations = rj["template"]["spec"]["template"]["metadata"]["annotations"]
                     dropped += annotations.pop(SAFE_TO_EVICT_ANNOTATION, None) is not None
-                    if not annotations:  # an empty map is sent as null, which the CRD refuses: leave the field out
-                        pod.get("metadata", {}).pop("annotations", None)
-                    if not pod.get("metadata", True):
-                        pod.pop("metadata")
+                    # Another annotation in its place: server-side apply would leave an emptied map null, which
+                    # the CRD refuses; this one means nothing to the autoscaler.
+                    annotations["gpu-platform.io/planted"] = "safe-to-evict removed"
     assert dropped == 1, "the torch-checkpointed runtime's pod template carries the annotation"
 
 
