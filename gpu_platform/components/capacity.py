@@ -151,6 +151,23 @@ def linode_kubelet_reservations() -> tuple[dict, dict, Optional[dict], int]:
             int(getattr(linode_kubelet, "MAX_PODS", KUBELET_DEFAULT_MAX_PODS)))
 
 
+def linode_ephemeral_storage_reservation() -> dict:
+    """What a Linode node keeps of its plan's disk from pods (pools.json `ephemeralStorage`; the node-group
+    provider subtracts it from the disk the Linode API gives for the plan): kubeReserved + systemReserved
+    ephemeral-storage (plus an absolute evictionHard nodefs.available), the evictionHard nodefs.available
+    percentage of the filesystem, and the swap disk Linode makes beside the root disk."""
+    kube, system, eviction, _ = linode_kubelet_reservations()
+    reserved = sum(memory_bytes(r["ephemeral-storage"]) for r in (kube, system) if "ephemeral-storage" in r)
+    threshold = str((eviction or {}).get("nodefs.available", "10%" if eviction is None else "0%"))
+    percent = 0.0
+    if threshold.endswith("%"):
+        percent = float(Decimal(threshold[:-1]))
+    else:
+        reserved += memory_bytes(threshold)
+    return {"reservedBytes": reserved, "evictionPercent": percent,
+            "swapMib": int(getattr(linode_kubelet, "DEFAULT_SWAP_MIB", 0))}
+
+
 def _linode(vcpus: int, memory: int, gpus: int) -> Allocatable:
     kube, system, eviction, max_pods = linode_kubelet_reservations()
     cpu = vcpus * 1000 - sum(cpu_millis(r["cpu"]) for r in (kube, system) if "cpu" in r)

@@ -39,6 +39,30 @@ CLUSTER_AUTOSCALER_IMAGE_TAGS = {
     "1.36": "v1.36.1",
 }
 
+# What each minor's cluster-autoscaler image lists and watches beyond the ClusterRole of the pinned chart
+# (CLUSTER_AUTOSCALER_CHART_VERSION 9.47.0, templates/clusterrole.yaml, which has no rule for
+# resource.k8s.io and no value to add rules). From 1.35 the autoscaler always handles Dynamic Resource
+# Allocation (config/flags/flags.go: --enable-dynamic-resource-allocation "locked to true"; a false value
+# is fatal) and so always lists and watches resourceclaims, resourceslices and deviceclasses
+# (simulator/dynamicresources/provider/provider.go), and main.go's buildAutoscaler waits for every informer
+# to sync before its first loop: with the chart's ClusterRole alone it waits for ever, Running, scaling
+# nothing (kubernetes/autoscaler#9244; the chart on master gained the rule in #9487; #10278 backports it
+# to the 1.35 example manifest). Read from tags cluster-autoscaler-1.35.2 and cluster-autoscaler-1.36.1
+# (../shared/sources/cluster-autoscaler) on 2026-11-28, and shown by the rehearsal's real 1.35.2 (the
+# linode-autoscaling scenario: with the chart's rules alone the API server refuses list/watch of exactly
+# these three and it never syncs; with these it syncs, refused nothing). 1.34 and older handle DRA only
+# when the flag is set, which the program never does (upstream's issue puts the change at 1.35; their
+# source is not here): nothing to add.
+CLUSTER_AUTOSCALER_DRA_RULES = (
+    {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceclaims", "resourceslices"],
+     "verbs": ["get", "list", "watch"]},
+)
+CLUSTER_AUTOSCALER_EXTRA_RULES: dict[str, tuple[dict, ...]] = {
+    "1.31": (), "1.32": (), "1.33": (), "1.34": (),
+    "1.35": CLUSTER_AUTOSCALER_DRA_RULES,
+    "1.36": CLUSTER_AUTOSCALER_DRA_RULES,
+}
+
 # EKS-optimized Amazon Linux 2023 NVIDIA AMI (driver + container toolkit preinstalled), resolved at
 # launch from its public SSM parameter for the cluster's Kubernetes version.
 GPU_AMI_SSM_PARAMETER = "/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
@@ -67,4 +91,9 @@ def gpu_ami_parameter(kubernetes_version: str) -> str:
 
 def cluster_autoscaler_image_tag(kubernetes_version: str) -> str:
     return CLUSTER_AUTOSCALER_IMAGE_TAGS[kubernetes_version]
+
+
+def cluster_autoscaler_extra_rules(kubernetes_version: str) -> list[dict]:
+    """The RBAC rules the autoscaler image of this minor needs beyond the pinned chart's ClusterRole."""
+    return [dict(r) for r in CLUSTER_AUTOSCALER_EXTRA_RULES[kubernetes_version]]
 

@@ -13,3 +13,9 @@ SYSTEM_RESERVED = {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "1Gi"}
 EVICTION_HARD = {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
                  "nodefs.inodesFree": "5%"}
 MAX_PODS = 110
+
+# The swap disk Linode creates beside the root disk when an instance is deployed from an image without
+# `swap_size` (the node-group provider sets none): "When deploying from an Image, this field is optional with
+# a Linode API default of 512mb" (pulumi-linode Instance.swap_size, the Linode API's instance create). The
+# root filesystem, the kubelet's nodefs, is the plan's disk less this.
+DEFAULT_SWAP_MIB = 512

@@ -47,6 +47,9 @@ class Controller:
     proc: Optional[Proc] = None
     status: str = "pending"  # pending | running | failed | not-built
     problem: str = ""
+    # True: started with the Configuration's own timing (the autoscaling drill: cluster-autoscaler waits 30 s
+    # before it scales up for a GPU pod, which the rehearsal's shortened waitForPodsReady would evict first)
+    stack_timing: bool = False
 
     @property
     def built(self) -> bool:
@@ -182,7 +185,7 @@ def prepare(ctl: Controller, run_dir: Path, cert_dir: Path) -> list[str]:
     else:
         _set(cfg, "internalCertManagement.enable", False, changes)
         _set(cfg, "webhook.certDir", str(cert_dir), changes)
-    if ctl.binary == "kueue-manager" and isinstance(cfg.get("waitForPodsReady"), dict):
+    if ctl.binary == "kueue-manager" and isinstance(cfg.get("waitForPodsReady"), dict) and not ctl.stack_timing:
         _set(cfg, "waitForPodsReady.timeout", f"{REHEARSAL_PODS_READY_TIMEOUT_S}s", changes)
         if isinstance(cfg["waitForPodsReady"].get("requeuingStrategy"), dict):
             _set(cfg, "waitForPodsReady.requeuingStrategy.backoffBaseSeconds", REHEARSAL_BACKOFF_BASE_S, changes)

@@ -1,6 +1,6 @@
 """A local fake of the Linode API v4 instance endpoints the node-group provider
 (gpu_platform/controllers/linode_node_groups) calls, served on 127.0.0.1: create (POST), list (GET,
-paginated, X-Filter on tags) and delete, built from recorded real responses (linode_api_data/, each
+paginated, X-Filter on tags), delete and a plan (GET /linode/types/{id}), built from recorded real responses (linode_api_data/, each
 naming its linodego fixture). Faults on demand: an answer instead of the endpoint (429 with
 Retry-After, 5xx), a create that succeeds but whose response is lost (500), a create that succeeds and
 whose answer is held until released (a caller killed mid-request).
@@ -146,6 +146,11 @@ class FakeLinodeApi(_Server):
                 pages = max(1, -(-len(items) // size))
                 chunk = items[(page - 1) * size: page * size]
                 return 200, {"data": [_public(i) for i in chunk], "page": page, "pages": pages, "results": len(items)}
+            if method == "GET" and path.startswith("/v4/linode/types/"):
+                found = plan_type(urllib.parse.unquote(path.rsplit("/", 1)[1]))
+                if found is None:
+                    return errors["not_found"]["status"], errors["not_found"]["body"]
+                return 200, found
             if method == "DELETE" and path.startswith("/v4/linode/instances/"):
                 iid = int(path.rsplit("/", 1)[1])
                 if iid not in self.instances:
@@ -177,6 +182,28 @@ class FakeLinodeApi(_Server):
 
     def calls(self, method: str) -> list[tuple[str, str, Optional[dict]]]:
         return [r for r in self.requests if r[0] == method]
+
+
+# A plan the recording does not hold (linodego's recorded type list predates the RTX 4000 Ada plans) is
+# answered from the price catalog's vcpus, memory and GPUs with this disk: the fake's stand-in value, not a
+# fact about the plan (in a cluster the provider reads the real API's `disk`).
+STAND_IN_DISK_MIB = 512000
+
+
+def plan_type(type_id: str) -> Optional[dict]:
+    """GET /v4/linode/types/{id}: the recorded plan, else one shaped like it from the catalog, else None."""
+    for t in recorded("types_list.json")["response"]["data"]:
+        if t["id"] == type_id:
+            return copy.deepcopy(t)
+    from gpu_platform.costs.catalog import load_catalog
+
+    itype = load_catalog().instance("linode", type_id)
+    if itype is None:
+        return None
+    shape = copy.deepcopy(recorded("types_list.json")["response"]["data"][-1])
+    shape.update(id=type_id, label=type_id, vcpus=itype.vcpus, memory=int(itype.memory_gib * 1024), gpus=itype.gpus,
+                 disk=STAND_IN_DISK_MIB, **{"class": "gpu" if itype.gpus else "standard"})
+    return shape
 
 
 def _public(inst: dict) -> dict:

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import yaml
 
-from gpu_platform.rehearsal import binaries, cilium, controllers as ctlmod, pki
+from gpu_platform.rehearsal import autoscale, binaries, cilium, controllers as ctlmod, pki
 from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.install import InstallLog, Installer, hooks_of, order_releases
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind, wait_for
@@ -215,6 +215,7 @@ class StackCluster:
         base.secrets_as_rendered = restore_rendered_secrets(self.plan, self.releases, self.chart_dirs or default_chart_dirs(),
                                                             getattr(self.cfg, "kubernetes_version", None))
         self.controllers, self.ca_pem, self.cert_dir = prepare_controllers(self.releases, base.not_rehearsed)
+        base.not_rehearsed.extend(autoscale.not_rehearsed(self.model.cloud))
         self._installed_config = {c.binary: c.config for c in self.controllers}
         self.cp = ControlPlane(Path(base.logs), extended_resource_toleration=self.model.extended_resource_toleration)
         self.cp.__enter__()
@@ -270,7 +271,8 @@ class StackCluster:
         self.runs += 1
         if base.error is None:
             ctx = Context(self.cp.client, releases if releases is not None else self.releases, self.model, self.placements,
-                          {c.binary: c for c in self.controllers}, timeout=self.timeout, plan=self.plan)
+                          {c.binary: c for c in self.controllers}, timeout=self.timeout, plan=self.plan, cfg=self.cfg,
+                          restart=lambda ctl: self._restart(ctl, ctl.config))
             started = time.monotonic()
             try:
                 for fn in scenarios:
@@ -365,7 +367,7 @@ class StackCluster:
         """The cluster as the scenarios expect to find it: the example TrainJob gone (its quota free) and every
         node of the model there (a drill that deleted one gives it back itself; this is the safety net)."""
         ctx = Context(self.cp.client, self.releases, self.model, self.placements, {c.binary: c for c in self.controllers},
-                      timeout=self.timeout, plan=self.plan)
+                      timeout=self.timeout, plan=self.plan, cfg=self.cfg)
         release_example(ctx)
         restore_model_nodes(ctx)
         down = [f"{c.binary} {c.status} {c.problem}".strip() for c in self.controllers if c.status not in ("running", "not-built")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from gpu_platform.components.cluster import NOT_EVICTED_BY_SCALE_DOWN
 from gpu_platform.components.platform.notebooks import SUBMITTER_ROLE
@@ -51,6 +51,9 @@ class Context:
     timeout: float = 60.0
     workloads: list[dict] = field(default_factory=list)  # filled by scenario (a), read by the report
     plan: Any = None  # preflight's plan of the stack (the autoscaling drill reads the provider's pools.json from it)
+    cfg: Any = None  # the stack's config (the autoscaling drill renders the autoscaler's chart from it when the plan has none)
+    # Restarts a controller with its Configuration (as ctl.config and ctl.stack_timing say); returns its problems.
+    restart: Optional[Callable[[Any], list[str]]] = None
 
 
 # --- helpers ------------------------------------------------------------------------------------------
@@ -1557,6 +1560,17 @@ def linode_autoscaling(ctx: Context) -> Scenario:
         restored = restore_model_nodes(ctx)
         if restored:
             sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
+
+
+def linode_busy_node(ctx: Context) -> Scenario:
+    """Not in SCENARIOS: the shipped linode-dev pool has 1-GPU nodes, which a training pod keeps at 100 % use;
+    tests run it on a planted pool of 4-GPU nodes (tests/test_rehearsal_autoscaler.py)."""
+    sc = Scenario("linode-busy-node", "nodes whose training pods use at most half their GPUs are not scaled down by "
+                                      "the real cluster-autoscaler while the pods run")
+    try:
+        return autoscale.linode_busy_node(ctx, sc)
+    finally:
+        restore_model_nodes(ctx)
 
 
 def restore_model_nodes(ctx: Context) -> list[str]:

@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 from pulumi_aws import iam
 
 from gpu_platform.data import aws_versions as versions
+from gpu_platform.components import autoscaler_rbac
 from gpu_platform.components.aws.iam import irsa_role, policy, statement
 
 NAMESPACE = "kube-system"
@@ -83,6 +84,10 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         role = irsa_role(f"{name}-role", args.oidc_provider_arn, args.oidc_issuer_url, NAMESPACE, SERVICE_ACCOUNT, args.tags, child)
         iam.RolePolicy(f"{name}-role-policy", role=role.id, policy=json.dumps(autoscaler_policy(args.cluster_name)), opts=child)
+        # The rules the image of this minor needs beyond the pinned chart's ClusterRole (resource.k8s.io from
+        # 1.35: without them it never syncs its informers and never scales; components/autoscaler_rbac.py).
+        extra_rbac = autoscaler_rbac.register(name, NAMESPACE, SERVICE_ACCOUNT, args.kubernetes_version,
+                                              pulumi.ResourceOptions(parent=self, provider=args.k8s_provider))
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name="cluster-autoscaler",
@@ -92,6 +97,6 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             namespace=NAMESPACE,
             values=role.arn.apply(lambda arn: helm_values(args.cluster_name, args.region, arn, args.kubernetes_version)),
             atomic=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=extra_rbac),
         )
         self.register_outputs({"roleArn": role.arn})

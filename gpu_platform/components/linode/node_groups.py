@@ -26,8 +26,9 @@ import pulumi_kubernetes as k8s
 import pulumi_tls as tls
 import yaml
 
+from gpu_platform.components import autoscaler_rbac
 from gpu_platform.data import aws_versions as aws_versions
-from gpu_platform.components.capacity import GI, allocatable
+from gpu_platform.components.capacity import GI, allocatable, linode_ephemeral_storage_reservation
 from gpu_platform.components.cluster import GpuPoolSpec
 from gpu_platform.components.images import PULL_SECRET
 from gpu_platform.config.model import StackConfig
@@ -45,6 +46,10 @@ IMAGE_NAME = "gpu-platform-linode-node-groups"
 # nvidia.com/gpu yet is a GPU node whose device plugin has not started, not an idle CPU node).
 GPU_LABEL = "gpu-platform.io/accelerator"
 AUTOSCALER_SECRET = "cluster-autoscaler-externalgrpc"
+AUTOSCALER_RELEASE = "cluster-autoscaler"
+# Named, not the chart's generated name, so the program's extra ClusterRoleBinding can bind it
+# (components/autoscaler_rbac.py): the same name the EKS autoscaler's ServiceAccount has.
+AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 AUTOSCALER_CONFIG_DIR = "/etc/externalgrpc"
 # The stack's policy config, beside its stack file (gpu_platform/preflight/analyzer.py policy_config_path).
 POLICY_FILE = "policy.{stack}.yaml"
@@ -117,6 +122,9 @@ def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int, fix
         "maxGpus": max_gpus,
         "fixedGpus": fixed_gpus,
         "joinDeadlineSeconds": section.node_groups.join_deadline_minutes * 60,
+        # The template node's ephemeral storage: the plan's disk (the provider reads it from the Linode API)
+        # less these (capacity.linode_ephemeral_storage_reservation).
+        "ephemeralStorage": linode_ephemeral_storage_reservation(),
         "gpuLabel": GPU_LABEL,
         "diskEncryption": section.disk_encryption,
         "authorizedKeys": list(section.ssh_authorized_keys),
@@ -165,9 +173,18 @@ def autoscaler_values(cluster_name: str, kubernetes_version: str, grace_minutes:
             "skip-nodes-with-system-pods": True,
         },
         "extraVolumeSecrets": {"externalgrpc": {"name": AUTOSCALER_SECRET, "mountPath": AUTOSCALER_CONFIG_DIR}},
+        "rbac": {"serviceAccount": {"name": AUTOSCALER_SERVICE_ACCOUNT}},
         "nodeSelector": {"gpu-platform.io/role": "system"},
         "resources": {"requests": {"cpu": "100m", "memory": "300Mi"}, "limits": {"memory": "600Mi"}},
     }
+
+
+def autoscaler_release_values(cluster_name: str, kubernetes_version: str, grace_minutes: int, join_deadline_minutes: int,
+                              client_cert_pem: str) -> dict:
+    """The cluster-autoscaler release's values as the component passes them: autoscaler_values plus the
+    client certificate's digest on the pod (a renewed certificate restarts it: it loads it at start)."""
+    return {**autoscaler_values(cluster_name, kubernetes_version, grace_minutes, join_deadline_minutes),
+            "podAnnotations": {"gpu-platform.io/tls-sha256": hashlib.sha256(client_cert_pem.encode()).hexdigest()}}
 
 
 def rbac_rules() -> tuple[list[dict], list[dict]]:
@@ -412,18 +429,22 @@ class LinodeNodeGroups(pulumi.ComponentResource):
                             spec={"selector": dict(LABELS), "ports": [{"name": "grpc", "port": PORT, "targetPort": PORT}]},
                             opts=kube)
 
+        # What the image of this minor lists and watches beyond the pinned chart's ClusterRole (resource.k8s.io
+        # from 1.35): without it the autoscaler never syncs its informers and never scales.
+        extra_rbac = autoscaler_rbac.register(f"{name}-autoscaler", NAMESPACE, AUTOSCALER_SERVICE_ACCOUNT,
+                                              cfg.kubernetes_version, pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(
+                                                  depends_on=[cleanup, *args.after])))
         self.autoscaler = k8s.helm.v3.Release(
             f"{name}-cluster-autoscaler",
-            name="cluster-autoscaler",
+            name=AUTOSCALER_RELEASE,
             chart=aws_versions.CLUSTER_AUTOSCALER_CHART,
             version=aws_versions.CLUSTER_AUTOSCALER_CHART_VERSION,
             repository_opts={"repo": aws_versions.CLUSTER_AUTOSCALER_REPO},
             namespace=NAMESPACE,
-            values=client_cert.cert_pem.apply(lambda pem: {
-                **autoscaler_values(cfg.name_prefix, cfg.kubernetes_version, section.scale_down_grace_minutes,
-                                    section.node_groups.join_deadline_minutes),
-                "podAnnotations": {"gpu-platform.io/tls-sha256": hashlib.sha256(pem.encode()).hexdigest()}}),
+            values=client_cert.cert_pem.apply(lambda pem: autoscaler_release_values(
+                cfg.name_prefix, cfg.kubernetes_version, section.scale_down_grace_minutes,
+                section.node_groups.join_deadline_minutes, pem)),
             atomic=True,
             opts=pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(
-                depends_on=[cleanup, deployment, autoscaler_secret, *args.after])),
+                depends_on=[cleanup, deployment, autoscaler_secret, *extra_rbac, *args.after])),
         )

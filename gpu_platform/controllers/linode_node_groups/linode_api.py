@@ -3,7 +3,8 @@
 Endpoints and shapes: https://techdocs.akamai.com/linode-api/reference/post-linode-instance (create),
 get-linode-instances (list: paginated `{"data", "page", "pages", "results"}`, filterable with the
 X-Filter header, `{"tags": "<tag>"}` as terraform-provider-linode's linode_instances data source
-filters), delete-linode-instance; errors are `{"errors": [{"reason", "field"?}]}`. Retries
+filters), delete-linode-instance, get-linode-type (a plan's size: `disk` in MB, what the template node's
+ephemeral storage is computed from); errors are `{"errors": [{"reason", "field"?}]}`. Retries
 follow linodego's (linode/linodego retries.go): 429 waits the Retry-After seconds; 503 is retried
 unless X-Maintenance-Mode is set; 408 and other 5xx, and connection errors, back off exponentially.
 A POST retried after a lost response cannot duplicate an instance: labels are unique per account,
@@ -114,6 +115,10 @@ class LinodeClient:
 
     def create_instance(self, body: dict) -> dict:
         return self._request("POST", "/linode/instances", body=body)
+
+    def get_type(self, type_id: str) -> dict:
+        """The plan `type_id` (`GET /linode/types/{id}`: vcpus, memory and disk in MB, gpus, ...)."""
+        return self._request("GET", f"/linode/types/{urllib.parse.quote(type_id, safe='')}")
 
     def delete_instance(self, instance_id: int) -> None:
         """Deletes; an instance that is already gone counts as deleted."""

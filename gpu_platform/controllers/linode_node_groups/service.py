@@ -81,6 +81,7 @@ class NodeGroups:
         self.now = now
         self._lock = threading.RLock()
         self._instances: Optional[list[Instance]] = None
+        self._disk_mib: dict[str, int] = {}  # instance type -> the plan's disk (MB), as the Linode API says
         self._label = re.compile(rf"^{re.escape(settings.cluster)}-(?P<pool>.+)-(?P<slot>\d+)$")
 
     # --- state ---------------------------------------------------------------------------
@@ -114,6 +115,16 @@ class NodeGroups:
 
     def gpus_in_use(self) -> int:
         return sum(i.gpus for i in self.instances() if i.status not in DELETING)
+
+    def disk_mib(self, pool_name: str) -> Optional[int]:
+        """The disk of the pool's plan (MB), from the Linode API once per type; None when pools.json carries
+        no kubelet reservation to compute ephemeral storage with (a program before it)."""
+        pool = self.settings.pool(pool_name)
+        if self.settings.ephemeral_storage is None:
+            return None
+        if pool.instance_type not in self._disk_mib:
+            self._disk_mib[pool.instance_type] = int(self.linode.get_type(pool.instance_type)["disk"])
+        return self._disk_mib[pool.instance_type]
 
     # --- scale up ------------------------------------------------------------------------
 
@@ -399,7 +410,9 @@ def make_servicer(groups: NodeGroups, pb2: ModuleType, pb2_grpc: ModuleType, cor
         @guarded
         def NodeGroupTemplateNodeInfo(self, request, context):
             pool = pool_or_abort(context, request.id)
-            return pb2.NodeGroupTemplateNodeInfoResponse(nodeBytes=template.template_node_bytes(core, settings, pool))
+            # The plan's disk comes from the Linode API: if it does not answer, neither would the create.
+            return pb2.NodeGroupTemplateNodeInfoResponse(
+                nodeBytes=template.template_node_bytes(core, settings, pool, groups.disk_mib(pool.name)))
 
         def NodeGroupGetOptions(self, request, context):
             # The autoscaler's flags (scale-down-unneeded-time from scaleDownGraceMinutes) apply to every group.

@@ -27,6 +27,17 @@ class Taint:
 
 
 @dataclass(frozen=True)
+class EphemeralStorage:
+    """What the kubelet of every node keeps of its root filesystem (kubeReserved + systemReserved
+    ephemeral-storage, evictionHard nodefs.available) and the swap disk Linode carves out of the plan's
+    disk: the template node's ephemeral-storage is the plan's disk less these."""
+
+    reserved_bytes: int
+    eviction_percent: float
+    swap_mib: int
+
+
+@dataclass(frozen=True)
 class Pool:
     name: str
     instance_type: str
@@ -57,6 +68,8 @@ class Settings:
     gpu_label: str
     pools: tuple[Pool, ...]
     tags: tuple[str, ...] = ()
+    # None: pools.json of a program before it (the template then offers no ephemeral storage)
+    ephemeral_storage: Optional[EphemeralStorage] = None
     disk_encryption: bool = True
     authorized_keys: tuple[str, ...] = ()
     # GPUs of the stack's fixed pools (the program's own instances, always there): they count against
@@ -98,6 +111,12 @@ def parse(doc: Mapping[str, Any], env: Mapping[str, str] = {}) -> Settings:
         if not 0 <= pool.min_nodes <= pool.max_nodes <= len(pool.addresses):
             raise SettingsError(f"{where}: need 0 <= minNodes <= maxNodes <= {len(pool.addresses)} addresses")
         pools.append(pool)
+    eph = doc.get("ephemeralStorage")
+    ephemeral = None
+    if eph is not None:
+        where = "pools.json ephemeralStorage"
+        ephemeral = EphemeralStorage(int(_req(eph, "reservedBytes", where)), float(_req(eph, "evictionPercent", where)),
+                                     int(_req(eph, "swapMib", where)))
     fw, subnet = env.get("LINODE_FIREWALL_ID"), env.get("LINODE_SUBNET_ID")
     return Settings(
         cluster=str(_req(doc, "cluster", "pools.json")), region=str(_req(doc, "region", "pools.json")),
@@ -107,6 +126,7 @@ def parse(doc: Mapping[str, Any], env: Mapping[str, str] = {}) -> Settings:
         max_gpus=int(_req(doc, "maxGpus", "pools.json")),
         join_deadline_seconds=int(_req(doc, "joinDeadlineSeconds", "pools.json")),
         gpu_label=str(_req(doc, "gpuLabel", "pools.json")), pools=tuple(pools), tags=tuple(doc.get("tags", ())),
+        ephemeral_storage=ephemeral,
         disk_encryption=bool(doc.get("diskEncryption", True)), authorized_keys=tuple(doc.get("authorizedKeys", ())),
         fixed_gpus=int(doc.get("fixedGpus", 0)),
         firewall_id=int(fw) if fw else None, subnet_id=int(subnet) if subnet else None)

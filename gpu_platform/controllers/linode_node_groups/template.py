@@ -6,16 +6,32 @@ cloudprovider/externalgrpc/externalgrpc_node_group.go).
 What the autoscaler's simulation needs from it: the labels and taints a new node registers with
 (the kubelet's node-labels and kubeadm's JoinConfiguration taints rendered by
 gpu_platform/components/linode/render.py), and capacity/allocatable with the GPUs as nvidia.com/gpu
-(what the NVIDIA device plugin advertises) - from gpu_platform/components/capacity.py via pools.json.
+(what the NVIDIA device plugin advertises) - from gpu_platform/components/capacity.py via pools.json -
+and ephemeral-storage: the plan's disk (the Linode API's `disk` of the instance type, read by the
+provider) less the swap disk and what the kubelet reserves. Without it a pod asking any ephemeral storage
+(Katib's metrics collector asks 500Mi) never fits the template, and the pool never leaves zero for it.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from gpu_platform.controllers.linode_node_groups.settings import Pool, Settings
+from typing import Optional
+
+from gpu_platform.controllers.linode_node_groups.settings import EphemeralStorage, Pool, Settings
 
 GPU_RESOURCE = "nvidia.com/gpu"
+MIB = 1024 * 1024
+
+
+def ephemeral_storage(disk_mib: int, reservation: EphemeralStorage) -> tuple[int, int]:
+    """(capacity, allocatable) bytes of ephemeral storage of a node whose plan has `disk_mib` MB of disk:
+    the root filesystem is the plan's disk less the swap disk (Linode creates both from an image);
+    allocatable is that less kubeReserved + systemReserved and the evictionHard nodefs.available share
+    (the kubelet's Node Allocatable)."""
+    capacity = (int(disk_mib) - reservation.swap_mib) * MIB
+    allocatable = capacity - reservation.reserved_bytes - int(capacity * reservation.eviction_percent / 100)
+    return capacity, max(0, allocatable)
 
 
 def template_labels(settings: Settings, pool: Pool, node_name: str) -> dict[str, str]:
@@ -31,8 +47,9 @@ def template_labels(settings: Settings, pool: Pool, node_name: str) -> dict[str,
     }
 
 
-def template_node(core: ModuleType, settings: Settings, pool: Pool) -> "object":
-    """A k8s.io.api.core.v1.Node message (core = the generated core/v1 module)."""
+def template_node(core: ModuleType, settings: Settings, pool: Pool, disk_mib: Optional[int] = None) -> "object":
+    """A k8s.io.api.core.v1.Node message (core = the generated core/v1 module); `disk_mib`: the plan's disk
+    (the Linode API's), for its ephemeral-storage."""
     name = f"{settings.cluster}-{pool.name}-template"
     node = core.Node()
     node.metadata.name = name
@@ -44,11 +61,15 @@ def template_node(core: ModuleType, settings: Settings, pool: Pool) -> "object":
         node.status.capacity[k].string = v
     for k, v in pool.allocatable.items():
         node.status.allocatable[k].string = v
+    if disk_mib is not None and settings.ephemeral_storage is not None:
+        capacity, allocatable = ephemeral_storage(disk_mib, settings.ephemeral_storage)
+        node.status.capacity["ephemeral-storage"].string = str(capacity)
+        node.status.allocatable["ephemeral-storage"].string = str(allocatable)
     node.status.conditions.add(type="Ready", status="True", reason="KubeletReady")
     node.status.nodeInfo.operatingSystem = "linux"
     node.status.nodeInfo.architecture = "amd64"
     return node
 
 
-def template_node_bytes(core: ModuleType, settings: Settings, pool: Pool) -> bytes:
-    return template_node(core, settings, pool).SerializeToString()
+def template_node_bytes(core: ModuleType, settings: Settings, pool: Pool, disk_mib: Optional[int] = None) -> bytes:
+    return template_node(core, settings, pool, disk_mib).SerializeToString()
