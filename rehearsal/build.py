@@ -6,9 +6,17 @@ the lock's order (one marked `on_demand` only when named: `python3 rehearsal/bui
 `go build -trimpath -mod=readonly` inside its wrapper module (rehearsal/go/<wrapper>), so the exact
 dependency graph is the committed go.mod/go.sum; the Go module proxy is the only source.
 
+A component whose module the proxy refuses (cluster-autoscaler) names a `source` instead of a wrapper: an
+upstream `git archive` tarball in the shared sources folder ($GPU_PLATFORM_SOURCES, default
+../shared/sources beside the project), pinned by its `sha256`. The tarball is checked against that hash
+(a mismatch or a missing file stops the build, naming the file), unpacked into a temporary folder under
+the cache, built there with its own go.mod/go.sum (`-mod=readonly`: dependencies from the module proxy
+only) and the lock's build `tags` (one binary per cloud provider), then removed: nothing of it is kept
+or committed, and nothing but Go modules is downloaded.
+
 Cache: $GPU_PLATFORM_REHEARSAL_CACHE (default ~/.cache/gpu-platform/rehearsal)/bin/<name>. A binary
 is rebuilt only when its key changes: the sha256 of its lock entry's build fields (module, version,
-package, wrapper, ldflags_x), its wrapper's go.mod, go.sum and
+package, wrapper or source + sha256 + tags, ldflags_x), its wrapper's go.mod, go.sum and
 *.go files, the go build flags, the Go version and the target platform. Each binary is written under a
 temporary name and renamed into bin/ as soon as it is built, and bin/VERSIONS.json (name ->
 {module, version, package}) is rewritten after each, so a harness can start on the first binaries
@@ -22,7 +30,10 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import subprocess
+import tarfile
+import tempfile
 import sys
 import time
 import tomllib
@@ -32,16 +43,26 @@ HERE = Path(__file__).resolve().parent
 LOCK = HERE / "components.lock.toml"
 WRAPPERS = HERE / "go"
 CACHE_ENV = "GPU_PLATFORM_REHEARSAL_CACHE"
-REQUIRED = ("name", "module", "version", "package", "wrapper", "pin", "ldflags_x")
+# The shared folder of upstream source tarballs the proxy does not serve (../shared/sources/README.md).
+SOURCES_ENV = "GPU_PLATFORM_SOURCES"
+REQUIRED = ("name", "module", "version", "package", "pin", "ldflags_x")
+# A component is built from exactly one of: a wrapper module (rehearsal/go/<wrapper>) or a source tarball.
+SOURCE_REQUIRED = ("source", "sha256", "tags")
 # A component whose entry has `on_demand = "<why>"` is built only when named (or with --all): no shipped
 # stack's rehearsal runs it, and each cold build costs minutes on 2 cores.
 ON_DEMAND = "on_demand"
-# The lock fields that change the binary (not `pin`, `chart` or `on_demand`, which only document and test it).
+# The lock fields that change the binary (not `pin`, `chart`, `commit` or `on_demand`, which only document and
+# test it). A source component's `sha256` stands for the tarball's whole content (checked before each build).
 BUILD_FIELDS = ("name", "module", "version", "package", "wrapper", "ldflags_x")
+SOURCE_BUILD_FIELDS = ("name", "module", "version", "package", "source", "sha256", "tags", "ldflags_x")
 # Shared by every build: no cgo (static binaries, no C toolchain needed), paths trimmed and symbols
 # stripped so the same lock gives the same bytes on any machine.
 GO_FLAGS = ["-trimpath", "-mod=readonly"]
 LD_BASE = "-s -w"
+# A source tarball unpacks outside any repository: no VCS stamp (the lock's commit says which one it is).
+SOURCE_GO_FLAGS = ["-buildvcs=false"]
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_TAG = re.compile(r"[A-Za-z0-9_.]+")
 
 
 class BuildError(Exception):
@@ -51,6 +72,15 @@ class BuildError(Exception):
 def cache_dir() -> Path:
     env = os.environ.get(CACHE_ENV)
     return Path(env) if env else Path.home() / ".cache" / "gpu-platform" / "rehearsal"
+
+
+def sources_dir() -> Path:
+    env = os.environ.get(SOURCES_ENV)
+    return Path(env) if env else HERE.parent.parent / "shared" / "sources"
+
+
+def is_source(comp: dict) -> bool:
+    return "source" in comp
 
 
 def load_lock(path: Path = LOCK) -> list[dict]:
@@ -64,13 +94,30 @@ def load_lock(path: Path = LOCK) -> list[dict]:
         raise BuildError(f"{path}: no [[component]] entries")
     seen: set[str] = set()
     for i, comp in enumerate(components):
+        where = f"{path}: component #{i + 1} ({comp.get('name', '?')})"
         missing = [k for k in REQUIRED if k not in comp]
         if missing:
-            raise BuildError(f"{path}: component #{i + 1} ({comp.get('name', '?')}) lacks {', '.join(missing)}")
+            raise BuildError(f"{where} lacks {', '.join(missing)}")
         if comp["name"] in seen:
             raise BuildError(f"{path}: component name {comp['name']!r} appears twice")
         seen.add(comp["name"])
-        if not (WRAPPERS / comp["wrapper"] / "go.mod").is_file():
+        if ("wrapper" in comp) == is_source(comp):
+            raise BuildError(f"{where} needs exactly one of `wrapper` (a module wrapper in rehearsal/go) or `source` "
+                             "(a tarball in the shared sources folder)")
+        if is_source(comp):
+            missing = [k for k in SOURCE_REQUIRED if k not in comp]
+            if missing:
+                raise BuildError(f"{where}: a `source` component also needs {', '.join(missing)}")
+            if not isinstance(comp["sha256"], str) or not _SHA256.fullmatch(comp["sha256"]):
+                raise BuildError(f"{where}: sha256 must be 64 lowercase hex digits (`sha256sum` of the tarball), "
+                                 f"got {comp['sha256']!r}")
+            tags = comp["tags"]
+            if not isinstance(tags, list) or not all(isinstance(t, str) and _TAG.fullmatch(t) for t in tags):
+                raise BuildError(f"{where}: tags must be a list of Go build tags ([A-Za-z0-9_.]), got {tags!r}")
+            src = Path(comp["source"])
+            if src.is_absolute() or ".." in src.parts:
+                raise BuildError(f"{where}: source {comp['source']!r} must be a path inside the shared sources folder")
+        elif not (WRAPPERS / comp["wrapper"] / "go.mod").is_file():
             raise BuildError(f"{path}: {comp['name']}: wrapper rehearsal/go/{comp['wrapper']}/go.mod does not exist")
     return components
 
@@ -91,9 +138,13 @@ def wrapper_files(wrapper: str) -> list[Path]:
 
 def build_key(comp: dict, env: dict[str, str]) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps({k: comp[k] for k in BUILD_FIELDS}, sort_keys=True).encode())
-    for f in wrapper_files(comp["wrapper"]):
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    if is_source(comp):
+        h.update(json.dumps({k: comp[k] for k in SOURCE_BUILD_FIELDS}, sort_keys=True).encode())
+        h.update(" ".join(SOURCE_GO_FLAGS).encode())
+    else:
+        h.update(json.dumps({k: comp[k] for k in BUILD_FIELDS}, sort_keys=True).encode())
+        for f in wrapper_files(comp["wrapper"]):
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     h.update(" ".join([*GO_FLAGS, LD_BASE]).encode())
     h.update(f"{env['GOVERSION']} {env['GOOS']} {env['GOARCH']} CGO_ENABLED=0".encode())
     return h.hexdigest()
@@ -126,10 +177,55 @@ def ldflags(comp: dict, info: dict) -> str:
     return " ".join(flags)
 
 
+def source_info(comp: dict) -> dict:
+    """ldflags values of a source component: its lock entry's commit (the tarball has no VCS data)."""
+    return {"Time": "", "Origin": {"Hash": comp.get("commit", "unknown")}}
+
+
 def fetch_source(comp: dict, env: dict[str, str]) -> None:
     """The module of an on_demand component into Go's module cache, without building it (seconds): tests
-    read pinned upstream files from there (Cilium's compatibility table of each pinned chart)."""
-    module_info(comp, env)
+    read pinned upstream files from there (Cilium's compatibility table of each pinned chart). A source
+    component has nothing to fetch: its tarball is only checked against the lock."""
+    if is_source(comp):
+        verified_archive(comp)
+    else:
+        module_info(comp, env)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verified_archive(comp: dict) -> Path:
+    """The component's tarball, after checking it is the one the lock pins (BuildError naming it if not)."""
+    path = sources_dir() / comp["source"]
+    if not path.is_file():
+        raise BuildError(f"{comp['name']}: source tarball {path} does not exist (the shared sources folder is "
+                         f"../shared/sources beside the project, or ${SOURCES_ENV})")
+    actual = sha256_file(path)
+    if actual != comp["sha256"]:
+        raise BuildError(f"{comp['name']}: {path} has sha256 {actual}, rehearsal/components.lock.toml pins "
+                         f"{comp['sha256']}: refusing to build from a tarball that is not the pinned one")
+    return path
+
+
+def unpack(archive: Path, dest: Path, module: str) -> Path:
+    """Unpacks `archive` into `dest` (tarfile's "data" filter: no links out, no device files, no absolute
+    paths) and returns the folder whose go.mod declares `module`."""
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise BuildError(f"{archive}: cannot unpack: {exc}") from None
+    for gomod in sorted(dest.rglob("go.mod"), key=lambda p: len(p.parts)):
+        first = gomod.read_text(errors="replace").split("\n", 1)[0].strip()
+        if first == f"module {module}":
+            return gomod.parent
+    raise BuildError(f"{archive}: no go.mod declaring `module {module}` in the tarball")
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -138,16 +234,31 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def go_build_command(comp: dict, info: dict, jobs: int, output: Path) -> list[str]:
+    extra = [*SOURCE_GO_FLAGS, "-tags", ",".join(comp["tags"])] if is_source(comp) else []
+    return ["nice", "-n", "10", "go", "build", "-p", str(jobs), *GO_FLAGS, *extra,
+            "-ldflags", ldflags(comp, info), "-o", str(output), comp["package"]]
+
+
 def build(comp: dict, env: dict[str, str], bin_dir: Path, jobs: int) -> None:
     target = bin_dir / comp["name"]
     tmp = bin_dir / f".{comp['name']}.building.{os.getpid()}"
-    cmd = ["nice", "-n", "10", "go", "build", "-p", str(jobs), *GO_FLAGS,
-           "-ldflags", ldflags(comp, module_info(comp, env)), "-o", str(tmp), comp["package"]]
-    proc = subprocess.run(cmd, cwd=WRAPPERS / comp["wrapper"], env={**os.environ, "CGO_ENABLED": "0"},
-                          capture_output=True, text=True)
+    go_env_vars = {**os.environ, "CGO_ENABLED": "0"}
+    if not is_source(comp):
+        cmd = go_build_command(comp, module_info(comp, env), jobs, tmp)
+        proc = subprocess.run(cmd, cwd=WRAPPERS / comp["wrapper"], env=go_env_vars, capture_output=True, text=True)
+        where = f"rehearsal/go/{comp['wrapper']}"
+    else:
+        archive = verified_archive(comp)
+        # Unpacked beside bin/ (same disk), removed after the build whatever happens.
+        with tempfile.TemporaryDirectory(prefix=f".src-{comp['name']}-", dir=bin_dir.parent) as work:
+            root = unpack(archive, Path(work), comp["module"])
+            cmd = go_build_command(comp, source_info(comp), jobs, tmp)
+            proc = subprocess.run(cmd, cwd=root, env=go_env_vars, capture_output=True, text=True)
+        where = f"{archive.name} (tags {','.join(comp['tags'])})"
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise BuildError(f"{comp['name']}: `go build {comp['package']}` in rehearsal/go/{comp['wrapper']} failed:\n"
+        raise BuildError(f"{comp['name']}: `go build {comp['package']}` in {where} failed:\n"
                          f"{proc.stdout}{proc.stderr}".rstrip())
     os.replace(tmp, target)
 
@@ -197,7 +308,10 @@ def build_all(components: list[dict], env: dict[str, str], root: Path, only: set
         return (bin_dir / name).is_file() and key_file.is_file() and key_file.read_text() == keys[name]
 
     def entry(comp: dict) -> dict:
-        return {"module": comp["module"], "version": comp["version"], "package": comp["package"]}
+        out = {"module": comp["module"], "version": comp["version"], "package": comp["package"]}
+        if is_source(comp):
+            out.update(source=comp["source"], sha256=comp["sha256"], tags=list(comp["tags"]))
+        return out
 
     # VERSIONS.json names only binaries that match the lock as it is now (a moved pin drops its entry
     # until the new binary is in place).

@@ -26,6 +26,9 @@ _spec.loader.exec_module(build)
 
 COMPONENTS = build.load_lock()
 BY_NAME = {c["name"]: c for c in COMPONENTS}
+# Built inside a wrapper module of rehearsal/go, or from a pinned tarball of the shared sources folder.
+WRAPPED = [c for c in COMPONENTS if not build.is_source(c)]
+SOURCES = [c for c in COMPONENTS if build.is_source(c)]
 # The binaries the rehearsal harness starts, in the order they are built (the harness can start etcd and
 # the API server while the controllers still build).
 HARNESS_ORDER = ["etcd", "kube-apiserver", "kwok", "kube-scheduler", "kube-controller-manager",
@@ -66,7 +69,7 @@ def test_lock_names_the_harness_binaries_in_build_order():
     assert names[:len(HARNESS_ORDER)] == HARNESS_ORDER
 
 
-@pytest.mark.parametrize("comp", COMPONENTS, ids=lambda c: c["name"])
+@pytest.mark.parametrize("comp", WRAPPED, ids=lambda c: c["name"])
 def test_wrapper_pins_the_locked_module_and_names_its_package(comp):
     mod = go_mod(comp["wrapper"])
     assert requires(comp["wrapper"]).get(comp["module"]) == comp["version"], (
@@ -83,13 +86,13 @@ def test_wrapper_pins_the_locked_module_and_names_its_package(comp):
     assert (folder / "go.sum").is_file()
 
 
-@pytest.mark.parametrize("wrapper", sorted({c["wrapper"] for c in COMPONENTS}))
+@pytest.mark.parametrize("wrapper", sorted({c["wrapper"] for c in WRAPPED}))
 def test_wrapper_builds_with_the_projects_go(wrapper):
     # Go 1.26 on the CI machine: a wrapper asking for a newer Go would need GOTOOLCHAIN everywhere.
     assert tuple(int(x) for x in go_mod(wrapper)["Go"].split(".")[:2]) <= (1, 26)
 
 
-@pytest.mark.parametrize("wrapper", sorted({c["wrapper"] for c in COMPONENTS}))
+@pytest.mark.parametrize("wrapper", sorted({c["wrapper"] for c in WRAPPED}))
 def test_kubernetes_libraries_agree_within_each_wrapper(wrapper):
     """k8s.io/api, apimachinery, client-go, apiserver and component-base are released together and used
     together; a skewed pair is a broken graph. (Others may trail as upstream has them: JobSet v0.11.0's own
@@ -198,6 +201,8 @@ def _rehearsed_binaries() -> set[str]:
         linode = getattr(cfg, "linode", None)
         if linode is not None and linode.cni == "cilium":
             needed.add(f"cilium-crds-{cni_chart('cilium', cfg.kubernetes_version).version}")
+        if linode is not None and any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools):
+            needed.add("cluster-autoscaler-externalgrpc")  # the linode-autoscaling drill's autoscaler
     return needed
 
 
@@ -305,3 +310,163 @@ def test_naming_components_builds_only_those_and_a_failed_source_fetch_only_warn
     monkeypatch.setattr(build, "fetch_source", offline)
     assert build.main([]) == 0
     assert "warning" in capsys.readouterr().err
+
+
+# --- components built from a pinned source tarball (cluster-autoscaler: the proxy refuses its module) -------
+
+
+def test_the_autoscaler_is_built_from_the_tarball_of_the_image_the_program_runs():
+    """The lock builds the cluster-autoscaler the program deploys on the stacks' minor (the image tag of
+    aws_versions, used on EKS and by the Linode stacks' externalgrpc autoscaler), from that tag's tarball."""
+    from gpu_platform.data import aws_versions
+
+    comp = BY_NAME["cluster-autoscaler-externalgrpc"]
+    minors = {str(yaml.safe_load(p.read_text())["config"]["gpu-platform:kubernetesVersion"])
+              for p in (ROOT / "stacks").glob("Pulumi.*.yaml")}
+    assert {aws_versions.cluster_autoscaler_image_tag(m) for m in minors} == {comp["version"]}
+    assert comp["source"] == f"cluster-autoscaler/cluster-autoscaler-{comp['version'].lstrip('v')}.tar.gz"
+    assert comp["tags"] == ["externalgrpc"] and comp["package"] == comp["module"]
+
+
+def _sources_or_skip():
+    if not build.sources_dir().is_dir():
+        pytest.skip(f"no shared sources folder ({build.sources_dir()}, ${build.SOURCES_ENV})")
+    return build.sources_dir()
+
+
+@pytest.mark.parametrize("comp", SOURCES, ids=lambda c: c["name"])
+def test_the_shared_tarball_is_the_pinned_one_and_says_its_version(comp):
+    _sources_or_skip()
+    archive = build.verified_archive(comp)  # raises, naming the file, on a hash mismatch
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        root = next(n.rsplit("/", 1)[0] for n in sorted(names, key=len) if n.endswith("/go.mod"))
+        gomod = tar.extractfile(f"{root}/go.mod").read().decode()
+        assert gomod.splitlines()[0] == f"module {comp['module']}"
+        go = re.search(r"(?m)^go (\d+)\.(\d+)", gomod)
+        assert (int(go[1]), int(go[2])) <= (1, 26), "the project's Go is 1.26"
+        version = tar.extractfile(f"{root}/version/version.go").read().decode()
+        assert f'ClusterAutoscalerVersion = "{comp["version"].lstrip("v")}"' in version
+        for tag in comp["tags"]:
+            assert f"{root}/cloudprovider/builder/builder_{tag}.go" in names, f"no cloud provider builds with -tags {tag}"
+
+
+def _tarball(path: Path, files: dict[str, str], top: str = "cluster-autoscaler-9.9.9") -> str:
+    """A git-archive-like tarball (one top folder) of `files`; returns its sha256."""
+    import hashlib
+    import io
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}" if top else name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# A tiny module shaped like cluster-autoscaler: the provider is chosen by a build tag, as in
+# cloudprovider/builder/builder_<tag>.go. No dependencies, so it builds with the proxy switched off.
+TAGGED = {
+    "go.mod": "module k8s.io/autoscaler/cluster-autoscaler\n\ngo 1.22\n",
+    "main.go": 'package main\n\nimport "fmt"\n\nvar provider = "none"\n\nfunc main() { fmt.Print(provider) }\n',
+    "builder_externalgrpc.go": '//go:build externalgrpc\n\npackage main\n\nfunc init() { provider = "externalgrpc" }\n',
+    "builder_aws.go": '//go:build aws\n\npackage main\n\nfunc init() { provider = "aws" }\n',
+}
+
+
+@pytest.fixture
+def source_comp(tmp_path, monkeypatch):
+    sources = tmp_path / "sources"
+    (sources / "ca").mkdir(parents=True)
+    sha = _tarball(sources / "ca" / "ca-9.9.9.tar.gz", TAGGED)
+    monkeypatch.setenv(build.SOURCES_ENV, str(sources))
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
+    comp = {"name": "ca-externalgrpc", "module": "k8s.io/autoscaler/cluster-autoscaler", "version": "v9.9.9",
+            "package": "k8s.io/autoscaler/cluster-autoscaler", "source": "ca/ca-9.9.9.tar.gz", "sha256": sha,
+            "tags": ["externalgrpc"], "pin": "test", "ldflags_x": {}}
+    return comp, sources / "ca" / "ca-9.9.9.tar.gz"
+
+
+def test_a_source_component_builds_from_its_tarball_with_its_tags_and_downloads_nothing(source_comp, tmp_path, monkeypatch):
+    """A real `go build` of the tarball with the module proxy switched off (GOPROXY=off; GOFLAGS=-mod=mod,
+    which would let go edit go.mod, is overridden by the command's -mod=readonly): the binary runs the
+    tagged provider, and the unpacked source is gone afterwards."""
+    if shutil.which("go") is None:
+        pytest.skip("go is not on PATH")
+    comp, _ = source_comp
+    monkeypatch.setenv("GOPROXY", "off")
+    monkeypatch.setenv("GOFLAGS", "-mod=mod")
+    monkeypatch.setattr(build, "module_info", lambda *a: pytest.fail("a source component asked the proxy for its module"))
+    root = tmp_path / "cache"
+    (root / "bin").mkdir(parents=True)
+    (root / "keys").mkdir()
+    env = build.go_env()
+    assert build.build_all([comp], env, root, set(), jobs=1) == 0
+    binary = root / "bin" / "ca-externalgrpc"
+    assert subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout == "externalgrpc"
+    assert sorted(p.name for p in root.iterdir()) == ["bin", "build-times.json", "keys"], "the unpacked source was removed"
+    listed = json.loads((root / "bin" / "VERSIONS.json").read_text())["ca-externalgrpc"]
+    assert listed["sha256"] == comp["sha256"] and listed["tags"] == ["externalgrpc"]
+    aws = dict(comp, name="ca-aws", tags=["aws"])
+    assert build.build_all([comp, aws], env, root, set(), jobs=1) == 0
+    assert subprocess.run([str(root / "bin" / "ca-aws")], capture_output=True, text=True).stdout == "aws"
+
+
+def test_a_tarball_that_is_not_the_pinned_one_is_refused_naming_the_file(source_comp, tmp_path, monkeypatch, capsys):
+    comp, archive = source_comp
+    ran: list = []
+    monkeypatch.setattr(build.subprocess, "run", lambda *a, **k: ran.append(a) or pytest.fail(f"ran {a}"))
+    _tarball(archive, {**TAGGED, "main.go": TAGGED["main.go"] + "// changed\n"})
+    root = tmp_path / "cache"
+    (root / "bin").mkdir(parents=True)
+    (root / "keys").mkdir()
+    env = {"GOVERSION": "go1.26.8", "GOOS": "linux", "GOARCH": "amd64"}
+    assert build.build_all([comp], env, root, set(), jobs=1) == 1
+    err = capsys.readouterr().err
+    assert str(archive) in err and comp["sha256"] in err and "refusing" in err and "FAILED: ca-externalgrpc" in err
+    assert ran == [] and not (root / "bin" / "ca-externalgrpc").exists()
+    archive.unlink()
+    with pytest.raises(build.BuildError, match=re.escape(str(archive)) + " does not exist"):
+        build.verified_archive(comp)
+
+
+def test_a_tarball_reaching_out_of_its_folder_is_refused(source_comp, tmp_path):
+    comp, archive = source_comp
+    evil = tmp_path / "evil.tar.gz"
+    _tarball(evil, {**TAGGED, "../../outside.txt": "x"})
+    with pytest.raises(build.BuildError, match=re.escape(str(evil)) + ": cannot unpack"):
+        build.unpack(evil, tmp_path / "dest", comp["module"])
+    assert not (tmp_path / "outside.txt").exists()
+
+
+def test_the_key_of_a_source_component_covers_the_tarball_hash_and_the_tags(source_comp):
+    comp, _ = source_comp
+    env = {"GOVERSION": "go1.26.8", "GOOS": "linux", "GOARCH": "amd64"}
+    key = build.build_key(comp, env)
+    assert build.build_key(dict(comp, sha256="0" * 64), env) != key
+    assert build.build_key(dict(comp, tags=["aws"]), env) != key
+    assert build.build_key(dict(comp, source="ca/other.tar.gz"), env) != key
+    assert build.build_key(comp, dict(env, GOVERSION="go1.27.0")) != key
+    assert build.build_key(dict(comp, pin="reworded", commit="abc"), env) == key  # documentation only
+
+
+def test_source_lock_errors_name_the_file_and_the_component(tmp_path):
+    lock = tmp_path / "components.lock.toml"
+    head = '[[component]]\nname = "ca"\nmodule = "k8s.io/autoscaler/cluster-autoscaler"\nversion = "v1.35.2"\n' \
+           'package = "k8s.io/autoscaler/cluster-autoscaler"\npin = "x"\nldflags_x = {}\n'
+    lock.write_text(head + 'source = "ca.tar.gz"\ntags = ["externalgrpc"]\n')
+    with pytest.raises(build.BuildError, match=r"components.lock.toml: component #1 \(ca\): a `source` component also needs sha256"):
+        build.load_lock(lock)
+    lock.write_text(head + 'source = "ca.tar.gz"\nsha256 = "abc"\ntags = ["externalgrpc"]\n')
+    with pytest.raises(build.BuildError, match=r"\(ca\): sha256 must be 64 lowercase hex"):
+        build.load_lock(lock)
+    lock.write_text(head + f'source = "../ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = ["externalgrpc"]\n')
+    with pytest.raises(build.BuildError, match=r"inside the shared sources folder"):
+        build.load_lock(lock)
+    lock.write_text(head + f'source = "ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = ["external grpc"]\n')
+    with pytest.raises(build.BuildError, match=r"tags must be a list of Go build tags"):
+        build.load_lock(lock)
+    lock.write_text(head + f'source = "ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = []\nwrapper = "etcd"\n')
+    with pytest.raises(build.BuildError, match=r"exactly one of `wrapper`"):
+        build.load_lock(lock)
