@@ -94,6 +94,12 @@ differential: venv rehearsal-build
 rehearsal-build:
 	$(PYTHON) rehearsal/build.py
 
+## The Pulumi engine (CLI, Python language host, Kubernetes provider): on demand, not part of
+## rehearsal-build (docs/rehearsal.md "The Pulumi engine").
+.PHONY: engine-build
+engine-build:
+	$(PYTHON) rehearsal/build.py pulumi pulumi-language-python pulumi-resource-kubernetes
+
 ## pytest with `--dist loadgroup`: each stack's rehearsal tests go to one worker together and share one cluster
 ## there (tests/rehearsal_support.py); every other test goes with its module (tests/conftest.py).
 PYTEST := $(PY) -m pytest -q --dist loadgroup

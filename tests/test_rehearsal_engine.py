@@ -29,7 +29,7 @@ _spec.loader.exec_module(build)
 BY_NAME = {c["name"]: c for c in build.load_lock()}
 CLI, HOST, PROVIDER = BY_NAME["pulumi"], BY_NAME["pulumi-language-python"], BY_NAME["pulumi-resource-kubernetes"]
 ENGINE = (CLI, HOST, PROVIDER)
-BUILD_COMMAND = "python3 rehearsal/build.py pulumi pulumi-language-python pulumi-resource-kubernetes"
+BUILD_COMMAND = "`make engine-build` (python3 rehearsal/build.py pulumi pulumi-language-python pulumi-resource-kubernetes)"
 ENV = {"GOVERSION": "go1.26.8", "GOOS": "linux", "GOARCH": "amd64"}
 
 
@@ -323,8 +323,8 @@ def _engine_bin() -> Path:
     missing = [n for n in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec",
                            "pulumi-resource-kubernetes") if not (bin_dir / n).is_file()]
     if stale or missing:
-        pytest.skip(f"the Pulumi engine is not built in {bin_dir} ({', '.join(stale + missing)}): "
-                    f"run `{BUILD_COMMAND}` (on demand: minutes of CPU, docs/rehearsal.md)")
+        pytest.skip(f"the Pulumi engine is not built in {bin_dir} ({', '.join(sorted(set(stale + missing)))}): "
+                    f"run {BUILD_COMMAND}: on demand, minutes of CPU (docs/rehearsal.md)")
     return bin_dir
 
 
