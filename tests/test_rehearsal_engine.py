@@ -372,7 +372,8 @@ def test_the_built_provider_reports_its_release_over_its_grpc_interface(tmp_path
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline().strip())
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        # The schema is 5 MB; the engine raises gRPC's 4 MB receive limit too.
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 64 << 20)]) as channel:
             grpc.channel_ready_future(channel).result(timeout=30)
             stub = provider_pb2_grpc.ResourceProviderStub(channel)
             assert stub.GetPluginInfo(empty_pb2.Empty()).version == _provider_release()
@@ -406,3 +407,44 @@ def test_the_built_engine_previews_an_empty_python_program_offline(tmp_path):
     assert "using pulumi-language-python from $PATH" not in out
     assert not any((Path(env["PULUMI_HOME"]) / "plugins").glob("*")), "a plugin was installed into PULUMI_HOME"
     assert time.monotonic() - t0 < 240
+
+
+ENGINE_VENV = ROOT / ".venv-engine"
+
+
+@pytest.mark.sidevenv
+def test_the_built_engine_previews_a_kubernetes_object_with_the_providers_sdk_offline(tmp_path):
+    """The engine's own environment (`make engine-venv`: pulumi-kubernetes at the provider's release) and
+    the built provider: a ConfigMap through an explicit provider whose cluster does not answer previews as a
+    create; the provider is the built binary on PATH (the engine says which), and nothing is downloaded."""
+    bin_dir = _engine_bin()
+    python = ENGINE_VENV / "bin" / "python"
+    if not python.is_file():
+        pytest.skip(f"no {ENGINE_VENV.name}: run `make engine-venv` (requirements-engine.txt)")
+    installed = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('pulumi_kubernetes'))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    assert installed == _provider_release().lstrip("v"), f"{ENGINE_VENV.name} has pulumi-kubernetes {installed}"
+    env = _offline_env(tmp_path, bin_dir)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text(
+        f"name: engine-k8s\nruntime:\n  name: python\n  options:\n    toolchain: pip\n    virtualenv: {ENGINE_VENV}\n")
+    (project / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\n"
+        'clusters: [{name: nowhere, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]\n'
+        "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: nowhere, user: u}}]\n"
+        "current-context: c\n")
+    (project / "__main__.py").write_text(
+        "import pulumi\nimport pulumi_kubernetes as k8s\n\n"
+        'provider = k8s.Provider("rehearsal", kubeconfig=open("kubeconfig").read())\n'
+        'cm = k8s.core.v1.ConfigMap("smoke", metadata={"name": "smoke", "namespace": "default"}, data={"a": "b"},\n'
+        "                           opts=pulumi.ResourceOptions(provider=provider))\n"
+        'pulumi.export("name", cm.metadata.name)\n')
+    pulumi = str(bin_dir / "pulumi")
+    _run([pulumi, "login", env["PULUMI_BACKEND_URL"]], env, project)
+    _run([pulumi, "stack", "init", "rehearsal", "--non-interactive"], env, project)
+    preview = _run([pulumi, "preview", "--non-interactive", "--stack", "rehearsal"], env, project)
+    out = preview.stdout + preview.stderr
+    assert "kubernetes:core/v1:ConfigMap" in out and "+ 3 to create" in out, out
+    assert f"using pulumi-resource-kubernetes from $PATH at {bin_dir / 'pulumi-resource-kubernetes'}" in out
+    assert not any((Path(env["PULUMI_HOME"]) / "plugins").glob("*")), "a plugin was installed into PULUMI_HOME"
