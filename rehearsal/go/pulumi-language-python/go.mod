@@ -4,7 +4,7 @@
 // does not hold, and requiring both at v3.259.0 from the Go module proxy instead. `go mod tidy` then
 // selected grpc v1.83.1, go-runewidth v0.0.28 and genproto 20260819154853 (pkg/v3 v3.259.0 requires them):
 // the versions upstream's own go.mod has at the pkg/v3.259.0 tag (a05d88f2 "Changelog and go.mod updates
-// for v3.259.0", the release commit after the tarball's 0ac56e87, which changes no Go source).
+// for v3.259.0", two commits after the tarball's 0ac56e87; neither changes a Go file).
 module github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3
 
 go 1.25.11
