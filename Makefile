@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STACK ?= gcp-prod
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: dist venv checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci rehearse check test test-live bench bench-tests clean
+.PHONY: dist venv checkov-venv training-venv jupyterhub-venv engine-venv preflight preflight-all preflight-ci rehearse check test test-live bench bench-tests clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@echo "Building $(VENV) from requirements-dev.txt (first run only, a few minutes; pip prints what it installs)"
@@ -35,10 +35,15 @@ $(eval $(call side_venv,.venv-checkov,requirements-checkov.txt))
 $(eval $(call side_venv,.venv-training,examples/training/requirements.txt))
 # The JupyterHub login test's real hub (requirements-jupyterhub.txt says why).
 $(eval $(call side_venv,.venv-jupyterhub,requirements-jupyterhub.txt))
+# The program as the real Pulumi engine runs it (the CLI, language host and Kubernetes provider the rehearsal
+# builds on demand): requirements.txt with pulumi-kubernetes at the built provider's release
+# (requirements-engine.txt says why).
+$(eval $(call side_venv,.venv-engine,requirements-engine.txt))
 
 checkov-venv: .venv-checkov/.installed
 training-venv: .venv-training/.installed
 jupyterhub-venv: .venv-jupyterhub/.installed
+engine-venv: .venv-engine/.installed
 
 ## Plan a stack offline: the verdict (policies, cluster fit, cost vs budget) first; STACK=gcp-prod by default.
 PREFLIGHT_FLAGS ?=
@@ -88,6 +93,12 @@ differential: venv rehearsal-build
 .PHONY: rehearsal-build
 rehearsal-build:
 	$(PYTHON) rehearsal/build.py
+
+## The Pulumi engine (CLI, Python language host, Kubernetes provider): on demand, not part of
+## rehearsal-build (docs/rehearsal.md "The Pulumi engine").
+.PHONY: engine-build
+engine-build:
+	$(PYTHON) rehearsal/build.py pulumi pulumi-language-python pulumi-resource-kubernetes
 
 ## pytest with `--dist loadgroup`: each stack's rehearsal tests go to one worker together and share one cluster
 ## there (tests/rehearsal_support.py); every other test goes with its module (tests/conftest.py).

@@ -12,7 +12,16 @@ upstream `git archive` tarball in the shared sources folder ($GPU_PLATFORM_SOURC
 (a mismatch or a missing file stops the build, naming the file), unpacked into a temporary folder under
 the cache, built there with its own go.mod/go.sum (`-mod=readonly`: dependencies from the module proxy
 only) and the lock's build `tags` (one binary per cloud provider), then removed: nothing of it is kept
-or committed, and nothing but Go modules is downloaded.
+or committed, and nothing but Go modules is downloaded. Where the tarball's go.mod cannot build outside
+its repository (the Pulumi language host's replaces pkg/v3 and sdk/v3 by paths in the pulumi repository),
+`overlay` names a folder rehearsal/go/<overlay> whose committed go.mod and go.sum replace the tarball's;
+`files` names files of the tarball (relative to its go.mod's folder) installed beside the binary (the
+language host's `pulumi-language-python-exec` shim, which it runs from its own folder).
+
+A wrapper component whose upstream main package embeds files its release build generates (the
+pulumi-kubernetes provider's `//go:embed schema-embed.json`, written by its `go generate`) names
+`generate` (the environment upstream's Makefile gives `go generate`): the package's folder is copied from
+the module cache into a temporary copy of the wrapper, `go generate` runs there, and that copy is built.
 
 Cache: $GPU_PLATFORM_REHEARSAL_CACHE (default ~/.cache/gpu-platform/rehearsal)/bin/<name>. A binary
 is rebuilt only when its key changes: the sha256 of its lock entry's build fields (module, version,
@@ -31,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -55,6 +65,8 @@ ON_DEMAND = "on_demand"
 # test it). A source component's `sha256` stands for the tarball's whole content (checked before each build).
 BUILD_FIELDS = ("name", "module", "version", "package", "wrapper", "ldflags_x")
 SOURCE_BUILD_FIELDS = ("name", "module", "version", "package", "source", "sha256", "tags", "ldflags_x")
+# Optional build fields: each changes the key only where it is set (a lock without them keeps its keys).
+OPTIONAL_BUILD_FIELDS = ("overlay", "files", "generate")
 # Shared by every build: no cgo (static binaries, no C toolchain needed), paths trimmed and symbols
 # stripped so the same lock gives the same bytes on any machine.
 GO_FLAGS = ["-trimpath", "-mod=readonly"]
@@ -117,6 +129,24 @@ def load_lock(path: Path = LOCK) -> list[dict]:
             src = Path(comp["source"])
             if src.is_absolute() or ".." in src.parts:
                 raise BuildError(f"{where}: source {comp['source']!r} must be a path inside the shared sources folder")
+            if "overlay" in comp and not all((WRAPPERS / str(comp["overlay"]) / f).is_file() for f in ("go.mod", "go.sum")):
+                raise BuildError(f"{where}: overlay rehearsal/go/{comp['overlay']} needs a go.mod and a go.sum")
+            files = comp.get("files", [])
+            if not isinstance(files, list) or not all(isinstance(f, str) and f and not Path(f).is_absolute()
+                                                      for f in files):
+                raise BuildError(f"{where}: files must be a list of paths relative to the tarball's go.mod folder, "
+                                 f"got {files!r}")
+            if "generate" in comp:
+                raise BuildError(f"{where}: `generate` is for wrapper components (a source tarball is built as it is)")
+        elif "overlay" in comp or "files" in comp:
+            raise BuildError(f"{where}: `overlay` and `files` are for `source` components")
+        elif "generate" in comp and (not isinstance(comp["generate"], dict)
+                                     or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in comp["generate"].items())):
+            raise BuildError(f"{where}: generate must be a table of environment variables for `go generate`, "
+                             f"got {comp['generate']!r}")
+        elif "generate" in comp and not comp["package"].startswith(comp["module"] + "/"):
+            raise BuildError(f"{where}: generate needs a package inside module {comp['module']}, got {comp['package']!r}")
         elif not (WRAPPERS / comp["wrapper"] / "go.mod").is_file():
             raise BuildError(f"{path}: {comp['name']}: wrapper rehearsal/go/{comp['wrapper']}/go.mod does not exist")
     return components
@@ -141,23 +171,33 @@ def build_key(comp: dict, env: dict[str, str]) -> str:
     if is_source(comp):
         h.update(json.dumps({k: comp[k] for k in SOURCE_BUILD_FIELDS}, sort_keys=True).encode())
         h.update(" ".join(SOURCE_GO_FLAGS).encode())
+        if "overlay" in comp:
+            for f in wrapper_files(comp["overlay"]):
+                h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     else:
         h.update(json.dumps({k: comp[k] for k in BUILD_FIELDS}, sort_keys=True).encode())
         for f in wrapper_files(comp["wrapper"]):
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    optional = {k: comp[k] for k in OPTIONAL_BUILD_FIELDS if k in comp}
+    if optional:
+        h.update(json.dumps(optional, sort_keys=True).encode())
     h.update(" ".join([*GO_FLAGS, LD_BASE]).encode())
     h.update(f"{env['GOVERSION']} {env['GOOS']} {env['GOARCH']} CGO_ENABLED=0".encode())
     return h.hexdigest()
 
 
-def module_info(comp: dict, env: dict[str, str]) -> dict:
-    """The proxy's .info for module@version (Time; Origin.Hash where the proxy recorded it)."""
+def module_download(comp: dict) -> dict:
+    """`go mod download -json` of module@version (Info: the proxy's .info file; Dir: the unpacked module)."""
     out = subprocess.run(["go", "mod", "download", "-json", f"{comp['module']}@{comp['version']}"],
                          cwd=WRAPPERS / comp["wrapper"], capture_output=True, text=True)
     if out.returncode != 0:
         raise BuildError(f"{comp['name']}: go mod download {comp['module']}@{comp['version']}: {out.stdout}{out.stderr}".strip())
-    info = json.loads(out.stdout)
-    return json.loads(Path(info["Info"]).read_text())
+    return json.loads(out.stdout)
+
+
+def module_info(comp: dict, env: dict[str, str]) -> dict:
+    """The proxy's .info for module@version (Time; Origin.Hash where the proxy recorded it)."""
+    return json.loads(Path(module_download(comp)["Info"]).read_text())
 
 
 def ldflags(comp: dict, info: dict) -> str:
@@ -228,23 +268,75 @@ def unpack(archive: Path, dest: Path, module: str) -> Path:
     raise BuildError(f"{archive}: no go.mod declaring `module {module}` in the tarball")
 
 
+def apply_overlay(comp: dict, root: Path) -> None:
+    """The committed go.mod/go.sum of rehearsal/go/<overlay> in place of the unpacked tarball's."""
+    for name in ("go.mod", "go.sum"):
+        (root / name).unlink(missing_ok=True)
+        shutil.copyfile(WRAPPERS / comp["overlay"] / name, root / name)
+
+
+def install_files(comp: dict, root: Path, work: Path, bin_dir: Path) -> None:
+    """The lock's `files` of the unpacked tarball (relative to its go.mod folder `root`), beside the binary."""
+    for rel in comp.get("files", []):
+        src = (root / rel).resolve()
+        if not src.is_relative_to(work.resolve()) or not src.is_file():
+            raise BuildError(f"{comp['name']}: file {rel!r} of the lock's `files` is not a file inside "
+                             f"{comp['source']}")
+        tmp = bin_dir / f".{src.name}.building.{os.getpid()}"
+        shutil.copyfile(src, tmp)
+        tmp.chmod(0o755)
+        os.replace(tmp, bin_dir / src.name)
+
+
+def installed_files(comp: dict) -> list[str]:
+    return [Path(rel).name for rel in comp.get("files", [])]
+
+
+def generated_package(comp: dict, work: Path) -> tuple[Path, str]:
+    """A temporary copy of the wrapper with the upstream package's folder copied in (writable) and `go generate`
+    run there with the lock's environment; returns the folder to build in and the package to build."""
+    for f in wrapper_files(comp["wrapper"]):
+        shutil.copyfile(f, work / f.name)
+    pkg_dir = Path(module_download(comp)["Dir"]) / comp["package"][len(comp["module"]) + 1:]
+    local = work / pkg_dir.name
+    local.mkdir()
+    for f in sorted(pkg_dir.iterdir()):
+        if f.is_file():  # the package's own files; subfolders are other packages
+            shutil.copyfile(f, local / f.name)
+    flags = " ".join(filter(None, [os.environ.get("GOFLAGS", ""), "-mod=readonly"]))
+    proc = subprocess.run(["nice", "-n", "10", "go", "generate", f"./{local.name}"], cwd=work,
+                          env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": flags, **comp["generate"]},
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"{comp['name']}: `go generate {comp['package']}` (environment {comp['generate']}) failed:\n"
+                         f"{proc.stdout}{proc.stderr}".rstrip())
+    return work, f"./{local.name}"
+
+
 def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
-def go_build_command(comp: dict, info: dict, jobs: int, output: Path) -> list[str]:
+def go_build_command(comp: dict, info: dict, jobs: int, output: Path, package: str | None = None) -> list[str]:
     extra = [*SOURCE_GO_FLAGS, "-tags", ",".join(comp["tags"])] if is_source(comp) else []
     return ["nice", "-n", "10", "go", "build", "-p", str(jobs), *GO_FLAGS, *extra,
-            "-ldflags", ldflags(comp, info), "-o", str(output), comp["package"]]
+            "-ldflags", ldflags(comp, info), "-o", str(output), package or comp["package"]]
 
 
 def build(comp: dict, env: dict[str, str], bin_dir: Path, jobs: int) -> None:
     target = bin_dir / comp["name"]
     tmp = bin_dir / f".{comp['name']}.building.{os.getpid()}"
     go_env_vars = {**os.environ, "CGO_ENABLED": "0"}
-    if not is_source(comp):
+    if not is_source(comp) and "generate" in comp:
+        # The generated files are written beside bin/ (same disk), removed after the build whatever happens.
+        with tempfile.TemporaryDirectory(prefix=f".gen-{comp['name']}-", dir=bin_dir.parent) as work:
+            folder, package = generated_package(comp, Path(work))
+            cmd = go_build_command(comp, module_info(comp, env), jobs, tmp, package)
+            proc = subprocess.run(cmd, cwd=folder, env=go_env_vars, capture_output=True, text=True)
+        where = f"rehearsal/go/{comp['wrapper']} (after go generate)"
+    elif not is_source(comp):
         cmd = go_build_command(comp, module_info(comp, env), jobs, tmp)
         proc = subprocess.run(cmd, cwd=WRAPPERS / comp["wrapper"], env=go_env_vars, capture_output=True, text=True)
         where = f"rehearsal/go/{comp['wrapper']}"
@@ -253,8 +345,12 @@ def build(comp: dict, env: dict[str, str], bin_dir: Path, jobs: int) -> None:
         # Unpacked beside bin/ (same disk), removed after the build whatever happens.
         with tempfile.TemporaryDirectory(prefix=f".src-{comp['name']}-", dir=bin_dir.parent) as work:
             root = unpack(archive, Path(work), comp["module"])
+            if "overlay" in comp:
+                apply_overlay(comp, root)
             cmd = go_build_command(comp, source_info(comp), jobs, tmp)
             proc = subprocess.run(cmd, cwd=root, env=go_env_vars, capture_output=True, text=True)
+            if proc.returncode == 0:
+                install_files(comp, root, Path(work), bin_dir)
         where = f"{archive.name} (tags {','.join(comp['tags'])})"
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -302,15 +398,20 @@ def build_all(components: list[dict], env: dict[str, str], root: Path, only: set
     versions_path, times_path = bin_dir / "VERSIONS.json", root / "build-times.json"
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
     keys = {c["name"]: build_key(c, env) for c in components}
+    by_name = {c["name"]: c for c in components}
 
     def cached(name: str) -> bool:
         key_file = key_dir / name
-        return (bin_dir / name).is_file() and key_file.is_file() and key_file.read_text() == keys[name]
+        extra = installed_files(by_name[name])
+        return (all((bin_dir / f).is_file() for f in [name, *extra]) and key_file.is_file()
+                and key_file.read_text() == keys[name])
 
     def entry(comp: dict) -> dict:
         out = {"module": comp["module"], "version": comp["version"], "package": comp["package"]}
         if is_source(comp):
             out.update(source=comp["source"], sha256=comp["sha256"], tags=list(comp["tags"]))
+            if comp.get("files"):
+                out["files"] = installed_files(comp)
         return out
 
     # VERSIONS.json names only binaries that match the lock as it is now (a moved pin drops its entry

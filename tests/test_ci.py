@@ -496,9 +496,11 @@ def test_make_check_runs_on_every_push_and_make_test_on_pull_requests_and_main()
 def test_the_full_suite_job_sets_up_go_and_caches_what_the_locks_decide():
     job = _job_running("bash .ci/run")
     go = _uses(job, "actions/setup-go")["with"]
-    wrapper_go = {re.search(r"^go (\d+\.\d+)", p.read_text(), re.M).group(1)
+    # Each wrapper's (or overlay's) `go` line; the language host's overlay keeps upstream's go 1.25.
+    wrapper_go = {tuple(int(x) for x in re.search(r"^go (\d+)\.(\d+)", p.read_text(), re.M).groups())
                   for p in (ROOT / "rehearsal" / "go").glob("*/go.mod")}
-    assert wrapper_go == {str(go["go-version"])}, "setup-go gives the Go the rehearsal's wrappers ask for"
+    setup = tuple(int(x) for x in str(go["go-version"]).split("."))
+    assert max(wrapper_go) == setup, "setup-go gives the Go the rehearsal's wrappers ask for"
     assert go.get("cache") is True and "rehearsal/go/" in go["cache-dependency-path"]
     components = _uses(job, "actions/cache")["with"]
     assert components["path"] == "~/.cache/gpu-platform/rehearsal"

@@ -1,0 +1,450 @@
+"""The Pulumi engine the rehearsal builds (issue 36 item 2): the CLI, the Python language host and the
+Kubernetes provider in rehearsal/components.lock.toml, how rehearsal/build.py builds the two that need
+more than a wrapper module (a tarball with a go.mod overlay and an installed shim; a provider whose main
+package embeds what its `go generate` writes), and, once built (`python3 rehearsal/build.py pulumi
+pulumi-language-python pulumi-resource-kubernetes`), the binaries themselves run offline."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("rehearsal_build_engine", ROOT / "rehearsal" / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
+
+BY_NAME = {c["name"]: c for c in build.load_lock()}
+CLI, HOST, PROVIDER = BY_NAME["pulumi"], BY_NAME["pulumi-language-python"], BY_NAME["pulumi-resource-kubernetes"]
+ENGINE = (CLI, HOST, PROVIDER)
+BUILD_COMMAND = "`make engine-build` (python3 rehearsal/build.py pulumi pulumi-language-python pulumi-resource-kubernetes)"
+ENV = {"GOVERSION": "go1.26.8", "GOOS": "linux", "GOARCH": "amd64"}
+
+
+def _go_mod_json(folder: Path) -> dict:
+    if shutil.which("go") is None:
+        pytest.skip("go is not on PATH: go.mod files are read with Go's own parser (`go mod edit -json`)")
+    return json.loads(subprocess.run(["go", "mod", "edit", "-json"], cwd=folder, check=True,
+                                     capture_output=True, text=True).stdout)
+
+
+def _requires(mod: dict) -> dict[str, str]:
+    return {r["Path"]: r["Version"] for r in mod.get("Require") or []}
+
+
+def _provider_release() -> str:
+    """The provider release the lock builds, as its version variable is set (upstream: the release tag)."""
+    (value,) = PROVIDER["ldflags_x"].values()
+    return value
+
+
+# --- the lock ----------------------------------------------------------------------------------------------
+
+def test_engine_components_are_pinned_built_on_demand_and_one_pulumi_release():
+    for comp in ENGINE:
+        assert comp.get("on_demand"), f"{comp['name']}: no rehearsal runs the engine yet; it must not slow `make rehearsal-build`"
+    # The CLI and its language host ship together upstream: one tag, the language host's (the tarball's) one.
+    assert CLI["version"] == HOST["version"] == "v3.259.0"
+    assert CLI["module"] == "github.com/pulumi/pulumi/pkg/v3" and CLI["package"] == CLI["module"] + "/cmd/pulumi"
+    assert HOST["source"] == f"pulumi/pulumi-language-python-{HOST['version']}.tar.gz"
+    assert re.fullmatch(r"[0-9a-f]{64}", HOST["sha256"]) and re.fullmatch(r"[0-9a-f]{40}", HOST["commit"])
+    # Both report the release they are (upstream's goreleaser -X of sdk/v3's version.Version).
+    for comp in (CLI, HOST):
+        assert comp["ldflags_x"] == {"github.com/pulumi/pulumi/sdk/v3/go/common/version.Version": "{version}"}
+    # The provider: the one the proxy serves, v4.25.0's commit; its schema and its version say 4.25.0.
+    assert PROVIDER["version"].endswith("-f47bc2d6f199")
+    assert _provider_release() == "v4.25.0" and PROVIDER["generate"] == {"VERSION": "4.25.0"}
+
+
+def test_the_wrappers_pin_the_release_and_its_dependencies():
+    cli = _go_mod_json(ROOT / "rehearsal" / "go" / CLI["wrapper"])
+    assert _requires(cli)["github.com/pulumi/pulumi/sdk/v3"] == CLI["version"], "pkg/v3 replaces sdk/v3 with the same tag's"
+    # pkg/v3's own replace of atotto/clipboard, which a dependency's go.mod cannot carry.
+    assert {(r["Old"]["Path"], r["New"]["Path"]) for r in cli.get("Replace") or []} == {
+        ("github.com/atotto/clipboard", "github.com/tgummerer/clipboard")}
+    provider = _go_mod_json(ROOT / "rehearsal" / "go" / PROVIDER["wrapper"])
+    # The provider replaces its SDK with ../sdk (same commit); the proxy serves that SDK at the release tag.
+    assert _requires(provider)["github.com/pulumi/pulumi-kubernetes/sdk/v4"] == _provider_release()
+    assert not provider.get("Replace")
+
+
+def test_the_engine_environment_is_the_programs_with_the_providers_sdk_release():
+    """The engine runs the program with requirements-engine.txt: requirements.txt's pins but pulumi-kubernetes
+    at the built provider's release (the engine takes a provider binary on $PATH whatever version the SDK
+    asks for, so a skew would go unnoticed: pulumi/pulumi sdk/go/common/workspace/plugins.go)."""
+    def pins(name: str) -> dict[str, str]:
+        out = {}
+        for line in (ROOT / name).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                pkg, _, version = line.partition("==")
+                assert version, f"{name}: {line!r} is not pinned with =="
+                out[pkg.lower()] = version
+        return out
+
+    program, engine = pins("requirements.txt"), pins("requirements-engine.txt")
+    assert engine["pulumi-kubernetes"] == _provider_release().lstrip("v")
+    assert {k: v for k, v in engine.items() if k != "pulumi-kubernetes"} == \
+        {k: v for k, v in program.items() if k != "pulumi-kubernetes"}
+
+
+# --- the language host: tarball + go.mod overlay + the exec shim ---------------------------------------------
+
+def _sources_or_skip() -> Path:
+    if not build.sources_dir().is_dir():
+        pytest.skip(f"no shared sources folder ({build.sources_dir()}, ${build.SOURCES_ENV})")
+    return build.sources_dir()
+
+
+def _member(tar: tarfile.TarFile, suffix: str) -> str:
+    (name,) = [n for n in tar.getnames() if n.endswith(suffix)]
+    return name
+
+
+def test_the_language_host_tarball_is_the_pinned_tag_and_holds_the_shim(tmp_path):
+    _sources_or_skip()
+    archive = build.verified_archive(HOST)  # raises, naming the file, on a hash mismatch
+    with tarfile.open(archive) as tar:
+        assert tar.pax_headers.get("comment") == HOST["commit"], "git archive records its commit: the lock's"
+        gomod = tar.extractfile(_member(tar, "pulumi-language-python/go.mod")).read().decode()
+        assert gomod.splitlines()[0] == f"module {HOST['module']}"
+        main = tar.extractfile(_member(tar, "pulumi-language-python/main.go")).read().decode()
+        assert 'pythonDefaultExec = "pulumi-language-python-exec"' in main
+        shim = tar.getmember(_member(tar, "cmd/pulumi-language-python-exec"))
+        assert shim.isfile() and shim.mode & 0o100
+
+
+def test_the_overlay_is_the_tarballs_go_mod_less_the_repository_replaces(tmp_path):
+    """rehearsal/go/pulumi-language-python/go.mod is the tarball's go.mod, less the two `replace`s by paths
+    inside the pulumi repository, with pkg/v3 and sdk/v3 at the tag; the only other versions that differ are
+    the four that pkg/v3 v3.259.0 requires newer (upstream's own go.mod has them at the pkg/v3.259.0 tag)."""
+    _sources_or_skip()
+    with tarfile.open(build.verified_archive(HOST)) as tar:
+        (tmp_path / "go.mod").write_bytes(tar.extractfile(_member(tar, "pulumi-language-python/go.mod")).read())
+    upstream, overlay = _go_mod_json(tmp_path), _go_mod_json(ROOT / "rehearsal" / "go" / HOST["overlay"])
+    local = {r["Old"]["Path"] for r in upstream["Replace"] if r["New"]["Path"].startswith(".")}
+    assert local == {"github.com/pulumi/pulumi/pkg/v3", "github.com/pulumi/pulumi/sdk/v3"}
+    assert overlay.get("Replace") == [r for r in upstream["Replace"] if r["Old"]["Path"] not in local]
+    up, ov = _requires(upstream), _requires(overlay)
+    assert set(ov) == set(up)
+    assert all(ov[m] == HOST["version"] for m in local)
+    moved = {m for m in up if m not in local and up[m] != ov[m]}
+    assert moved == {"google.golang.org/grpc", "github.com/mattn/go-runewidth",
+                     "google.golang.org/genproto/googleapis/api", "google.golang.org/genproto/googleapis/rpc"}
+    assert overlay["Module"] == upstream["Module"] and overlay["Go"] == upstream["Go"]
+
+
+def _tarball(path: Path, files: dict[str, tuple[str, int]], top: str = "lang-1.0.0") -> str:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, (text, mode) in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# Shaped like the language host's tarball: the module in cmd/lang with a go.mod whose replace points into a
+# repository the tarball does not hold (so it cannot build as it is), and a shim beside the module folder.
+# The SDK it imports is elsewhere in this tarball (the real overlay takes it from the module proxy instead).
+LANG = {
+    "cmd/lang/go.mod": ("module example.com/lang\n\ngo 1.22\n\nrequire example.com/sdk v1.0.0\n\n"
+                        "replace example.com/sdk => ../../sdk\n", 0o644),
+    "cmd/lang/main.go": ('package main\n\nimport (\n\t"fmt"\n\t"os"\n\t"path/filepath"\n\n\t"example.com/sdk"\n)\n\n'
+                         'var Version = "dev"\n\nfunc main() {\n\texe, _ := os.Executable()\n'
+                         '\t_, err := os.Stat(filepath.Join(filepath.Dir(exe), "lang-exec"))\n'
+                         '\tfmt.Print(Version, " ", sdk.Name, " shim:", err == nil)\n}\n', 0o644),
+    "cmd/lang/third_party/sdk/go.mod": ("module example.com/sdk\n\ngo 1.22\n", 0o644),
+    "cmd/lang/third_party/sdk/sdk.go": ('package sdk\n\nconst Name = "sdk"\n', 0o644),
+    "cmd/lang-exec": ("#!/bin/sh\necho shim\n", 0o755),
+}
+
+
+@pytest.fixture
+def lang_comp(tmp_path, monkeypatch):
+    sources, wrappers = tmp_path / "sources", tmp_path / "go"
+    sources.mkdir()
+    (wrappers / "lang").mkdir(parents=True)
+    sha = _tarball(sources / "lang-1.0.0.tar.gz", LANG)
+    # The overlay: the same module, its SDK replaced by a folder the tarball holds.
+    (wrappers / "lang" / "go.mod").write_text("module example.com/lang\n\ngo 1.22\n\nrequire example.com/sdk v1.0.0\n\n"
+                                              "replace example.com/sdk => ./third_party/sdk\n")
+    (wrappers / "lang" / "go.sum").write_text("")
+    monkeypatch.setenv(build.SOURCES_ENV, str(sources))
+    monkeypatch.setattr(build, "WRAPPERS", wrappers)
+    comp = {"name": "lang", "module": "example.com/lang", "version": "v1.0.0", "package": "example.com/lang",
+            "source": "lang-1.0.0.tar.gz", "sha256": sha, "tags": [], "overlay": "lang", "files": ["../lang-exec"],
+            "pin": "test", "ldflags_x": {"main.Version": "{version}"}}
+    root = tmp_path / "cache"
+    (root / "bin").mkdir(parents=True)
+    (root / "keys").mkdir()
+    return comp, root
+
+
+def test_a_tarball_builds_with_its_overlay_and_installs_its_files_offline(lang_comp, monkeypatch):
+    """A real `go build` with the proxy off: the tarball's go.mod (a replace into a missing repository) would
+    fail; the overlay's builds; the shim lands beside the binary, executable, and counts in the cache check."""
+    if shutil.which("go") is None:
+        pytest.skip("go is not on PATH")
+    comp, root = lang_comp
+    monkeypatch.setenv("GOPROXY", "off")
+    env = build.go_env()
+    no_overlay = {k: v for k, v in comp.items() if k != "overlay"}
+    assert build.build_all([no_overlay], env, root, set(), jobs=1) == 1, "the tarball's own go.mod must not build"
+    assert build.build_all([comp], env, root, set(), jobs=1) == 0
+    out = subprocess.run([str(root / "bin" / "lang")], capture_output=True, text=True, check=True).stdout
+    assert out == "v1.0.0 sdk shim:true"
+    assert os.access(root / "bin" / "lang-exec", os.X_OK)
+    assert json.loads((root / "bin" / "VERSIONS.json").read_text())["lang"]["files"] == ["lang-exec"]
+    assert sorted(p.name for p in root.iterdir()) == ["bin", "build-times.json", "keys"], "the unpacked source was removed"
+    # A missing shim is not a cached build: the next run builds again.
+    (root / "bin" / "lang-exec").unlink()
+    monkeypatch.setattr(build, "build", lambda *a: (root / "bin" / "lang-exec").write_text("again"))
+    assert build.build_all([comp], env, root, set(), jobs=1) == 0
+    assert (root / "bin" / "lang-exec").read_text() == "again"
+
+
+def test_the_language_host_tarball_is_refused_when_it_is_not_the_pinned_one(tmp_path, monkeypatch, capsys):
+    """The real lock entry against a tarball of the same name with other bytes: refused before anything runs."""
+    sources = tmp_path / "sources"
+    (sources / "pulumi").mkdir(parents=True)
+    fake = sources / HOST["source"]
+    _tarball(fake, LANG, top="pulumi-language-python-v3.259.0")
+    monkeypatch.setenv(build.SOURCES_ENV, str(sources))
+    monkeypatch.setattr(build.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    root = tmp_path / "cache"
+    (root / "bin").mkdir(parents=True)
+    (root / "keys").mkdir()
+    assert build.build_all([HOST], ENV, root, set(), jobs=1) == 1
+    err = capsys.readouterr().err
+    assert str(fake) in err and HOST["sha256"] in err and "refusing" in err and "FAILED: pulumi-language-python" in err
+    assert not any((root / "bin").glob("pulumi-language-python*"))
+
+
+def test_files_and_overlay_lock_errors_name_the_component(lang_comp, tmp_path):
+    comp, root = lang_comp
+    escaping = dict(comp, files=["../../../../outside"])
+    (tmp_path / "outside").write_text("not part of the tarball")
+    if shutil.which("go") is not None:
+        assert build.build_all([escaping], build.go_env(), root, set(), jobs=1) == 1
+        assert not (root / "bin" / "outside").exists()
+    lock = tmp_path / "components.lock.toml"
+    head = ('[[component]]\nname = "lang"\nmodule = "example.com/lang"\nversion = "v1.0.0"\npackage = "example.com/lang"\n'
+            f'pin = "x"\nldflags_x = {{}}\nsource = "lang-1.0.0.tar.gz"\nsha256 = "{"a" * 64}"\ntags = []\n')
+    lock.write_text(head + 'overlay = "missing"\n')
+    with pytest.raises(build.BuildError, match=r"\(lang\): overlay rehearsal/go/missing needs a go.mod and a go.sum"):
+        build.load_lock(lock)
+    lock.write_text(head + 'files = "lang-exec"\n')
+    with pytest.raises(build.BuildError, match=r"\(lang\): files must be a list of paths"):
+        build.load_lock(lock)
+    lock.write_text(head + 'generate = { VERSION = "1" }\n')
+    with pytest.raises(build.BuildError, match=r"\(lang\): `generate` is for wrapper components"):
+        build.load_lock(lock)
+
+
+def test_the_key_covers_the_overlay_and_the_files(lang_comp):
+    comp, _ = lang_comp
+    key = build.build_key(comp, ENV)
+    assert build.build_key(dict(comp, files=[]), ENV) != key
+    (build.WRAPPERS / "lang" / "go.sum").write_text("example.com/x v1.0.0 h1:abc=\n")
+    assert build.build_key(comp, ENV) != key
+
+
+def test_the_key_covers_generate():
+    assert build.build_key(dict(PROVIDER, generate={"VERSION": "4.25.1"}), ENV) != build.build_key(PROVIDER, ENV)
+
+
+# --- go generate before the build (the provider's embedded schema) -------------------------------------------
+
+GENERATED = {
+    "main.go": ('//go:generate go run ./generate.go\n\npackage main\n\nimport (\n\t_ "embed"\n\t"fmt"\n)\n\n'
+                '//go:embed schema-embed.json\nvar schema string\n\nfunc main() { fmt.Print(schema) }\n'),
+    "generate.go": ('//go:build ignore\n\npackage main\n\nimport "os"\n\nfunc main() {\n'
+                    '\tos.WriteFile("schema-embed.json", []byte(`{"version":"`+os.Getenv("VERSION")+`"}`), 0o600)\n}\n'),
+}
+
+
+def test_a_generated_embed_is_written_by_go_generate_in_a_copy_and_built_offline(tmp_path, monkeypatch):
+    """As pulumi-kubernetes' main package: it embeds a file only its `go generate` writes (absent from the
+    module). The package is copied out of the (read-only) module cache into a copy of the wrapper, generated
+    with the lock's environment, built; the module cache and the wrapper are left as they were."""
+    if shutil.which("go") is None:
+        pytest.skip("go is not on PATH")
+    module_dir = tmp_path / "modcache" / "example.com" / "prov@v1.0.0"
+    pkg = module_dir / "cmd" / "prov"
+    pkg.mkdir(parents=True)
+    for name, text in GENERATED.items():
+        (pkg / name).write_text(text)
+        (pkg / name).chmod(0o444)
+    pkg.chmod(0o555)
+    wrappers = tmp_path / "go"
+    (wrappers / "prov").mkdir(parents=True)
+    (wrappers / "prov" / "go.mod").write_text("module gpu-platform.local/rehearsal/prov\n\ngo 1.22\n")
+    (wrappers / "prov" / "go.sum").write_text("")
+    monkeypatch.setattr(build, "WRAPPERS", wrappers)
+    monkeypatch.setattr(build, "module_download", lambda comp: {"Dir": str(module_dir), "Info": str(tmp_path / "info")})
+    (tmp_path / "info").write_text('{"Version": "v1.0.0", "Time": "2026-01-15T03:34:56Z"}')
+    monkeypatch.setenv("GOPROXY", "off")
+    comp = {"name": "prov", "module": "example.com/prov", "version": "v1.0.0", "package": "example.com/prov/cmd/prov",
+            "wrapper": "prov", "generate": {"VERSION": "4.25.0"}, "pin": "test", "ldflags_x": {}}
+    root = tmp_path / "cache"
+    (root / "bin").mkdir(parents=True)
+    (root / "keys").mkdir()
+    try:
+        assert build.build_all([comp], build.go_env(), root, set(), jobs=1) == 0
+    finally:
+        pkg.chmod(0o755)
+    out = subprocess.run([str(root / "bin" / "prov")], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == {"version": "4.25.0"}
+    assert sorted(p.name for p in pkg.iterdir()) == ["generate.go", "main.go"], "the module cache was written to"
+    assert sorted(p.name for p in (wrappers / "prov").iterdir()) == ["go.mod", "go.sum"]
+    assert sorted(p.name for p in root.iterdir()) == ["bin", "build-times.json", "keys"]
+
+
+# --- the built engine, offline -------------------------------------------------------------------------------
+
+def _engine_bin() -> Path:
+    """The cache's bin/ when it holds the three built from the lock as it is now (VERSIONS.json), else skip."""
+    bin_dir = build.cache_dir() / "bin"
+    listed = json.loads((bin_dir / "VERSIONS.json").read_text()) if (bin_dir / "VERSIONS.json").is_file() else {}
+    stale = [c["name"] for c in ENGINE if listed.get(c["name"], {}).get("version") != c["version"]]
+    missing = [n for n in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec",
+                           "pulumi-resource-kubernetes") if not (bin_dir / n).is_file()]
+    if stale or missing:
+        pytest.skip(f"the Pulumi engine is not built in {bin_dir} ({', '.join(sorted(set(stale + missing)))}): "
+                    f"run {BUILD_COMMAND}: on demand, minutes of CPU (docs/rehearsal.md)")
+    return bin_dir
+
+
+def _offline_env(tmp_path: Path, bin_dir: Path) -> dict[str, str]:
+    """Only the built binaries on PATH (and the system's sh/python3), a home and a file backend of the test's
+    own, no update check, no plugin acquisition, and any HTTP(S) request sent to a closed port: a download
+    attempt fails the test instead of succeeding quietly."""
+    home = tmp_path / "pulumi-home"
+    home.mkdir()
+    (tmp_path / "state").mkdir()
+    return {
+        "PATH": os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"]),
+        "HOME": str(tmp_path),
+        "PULUMI_HOME": str(home),
+        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
+        "PULUMI_CONFIG_PASSPHRASE": "rehearsal-only-passphrase",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "",
+    }
+
+
+def _run(cmd: list[str], env: dict, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_the_built_cli_and_language_host_report_their_release(tmp_path):
+    bin_dir = _engine_bin()
+    env = _offline_env(tmp_path, bin_dir)
+    assert _run([str(bin_dir / "pulumi"), "version"], env).stdout.strip() == CLI["version"]
+    assert _run([str(bin_dir / "pulumi-language-python"), "-version"], env).stdout.strip() == HOST["version"]
+
+
+def test_the_built_provider_reports_its_release_over_its_grpc_interface(tmp_path):
+    """Started as the engine starts a provider (it prints its port), asked GetPluginInfo and GetSchema with the
+    Python SDK's own gRPC stubs: version v4.25.0 and the generated schema's 4.25.0."""
+    import grpc
+    from google.protobuf import empty_pb2
+    from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+    bin_dir = _engine_bin()
+    proc = subprocess.Popen([str(bin_dir / "pulumi-resource-kubernetes")], env=_offline_env(tmp_path, bin_dir),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline().strip())
+        # The schema is 5 MB; the engine raises gRPC's 4 MB receive limit too.
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 64 << 20)]) as channel:
+            grpc.channel_ready_future(channel).result(timeout=30)
+            stub = provider_pb2_grpc.ResourceProviderStub(channel)
+            assert stub.GetPluginInfo(empty_pb2.Empty()).version == _provider_release()
+            schema = json.loads(stub.GetSchema(provider_pb2.GetSchemaRequest()).schema)
+            assert schema["name"] == "kubernetes" and schema["version"] == PROVIDER["generate"]["VERSION"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_built_engine_previews_an_empty_python_program_offline(tmp_path):
+    """`pulumi login` to a local file backend, `stack init`, `preview` of a Python program with no resources,
+    with only the built binaries on PATH: the CLI finds its language host beside itself, the host its exec
+    shim, the program runs on this interpreter's environment (the SDK of requirements.txt), and nothing is
+    downloaded (PULUMI_HOME's plugin folder stays empty)."""
+    bin_dir = _engine_bin()
+    env = _offline_env(tmp_path, bin_dir)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text(
+        "name: engine-smoke\nruntime:\n  name: python\n  options:\n"
+        f"    toolchain: pip\n    virtualenv: {sys.prefix}\n")
+    (project / "__main__.py").write_text('import pulumi\n\npulumi.export("answer", 42)\n')
+    pulumi = str(bin_dir / "pulumi")
+    _run([pulumi, "login", env["PULUMI_BACKEND_URL"]], env, project)
+    _run([pulumi, "stack", "init", "rehearsal", "--non-interactive"], env, project)
+    t0 = time.monotonic()
+    preview = _run([pulumi, "preview", "--non-interactive", "--diff", "--stack", "rehearsal"], env, project)
+    out = preview.stdout + preview.stderr
+    assert "answer: 42" in out and "pulumi:pulumi:Stack" in out and "engine-smoke-rehearsal" in out, out
+    assert "using pulumi-language-python from $PATH" not in out
+    assert not any((Path(env["PULUMI_HOME"]) / "plugins").glob("*")), "a plugin was installed into PULUMI_HOME"
+    assert time.monotonic() - t0 < 240
+
+
+ENGINE_VENV = ROOT / ".venv-engine"
+
+
+@pytest.mark.sidevenv
+def test_the_built_engine_previews_a_kubernetes_object_with_the_providers_sdk_offline(tmp_path):
+    """The engine's own environment (`make engine-venv`: pulumi-kubernetes at the provider's release) and
+    the built provider: a ConfigMap through an explicit provider whose cluster does not answer previews as a
+    create; the provider is the built binary on PATH (the engine says which), and nothing is downloaded."""
+    bin_dir = _engine_bin()
+    python = ENGINE_VENV / "bin" / "python"
+    if not python.is_file():
+        pytest.skip(f"no {ENGINE_VENV.name}: run `make engine-venv` (requirements-engine.txt)")
+    installed = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('pulumi_kubernetes'))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    assert installed == _provider_release().lstrip("v"), f"{ENGINE_VENV.name} has pulumi-kubernetes {installed}"
+    env = _offline_env(tmp_path, bin_dir)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text(
+        f"name: engine-k8s\nruntime:\n  name: python\n  options:\n    toolchain: pip\n    virtualenv: {ENGINE_VENV}\n")
+    (project / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\n"
+        'clusters: [{name: nowhere, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]\n'
+        "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: nowhere, user: u}}]\n"
+        "current-context: c\n")
+    (project / "__main__.py").write_text(
+        "import pulumi\nimport pulumi_kubernetes as k8s\n\n"
+        'provider = k8s.Provider("rehearsal", kubeconfig=open("kubeconfig").read())\n'
+        'cm = k8s.core.v1.ConfigMap("smoke", metadata={"name": "smoke", "namespace": "default"}, data={"a": "b"},\n'
+        "                           opts=pulumi.ResourceOptions(provider=provider))\n"
+        'pulumi.export("name", cm.metadata.name)\n')
+    pulumi = str(bin_dir / "pulumi")
+    _run([pulumi, "login", env["PULUMI_BACKEND_URL"]], env, project)
+    _run([pulumi, "stack", "init", "rehearsal", "--non-interactive"], env, project)
+    preview = _run([pulumi, "preview", "--non-interactive", "--stack", "rehearsal"], env, project)
+    out = preview.stdout + preview.stderr
+    assert "kubernetes:core/v1:ConfigMap" in out and "+ 3 to create" in out, out
+    assert f"using pulumi-resource-kubernetes from $PATH at {bin_dir / 'pulumi-resource-kubernetes'}" in out
+    assert not any((Path(env["PULUMI_HOME"]) / "plugins").glob("*")), "a plugin was installed into PULUMI_HOME"
