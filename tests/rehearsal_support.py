@@ -58,6 +58,10 @@ class Shared:
 
 
 _OPEN: dict[str, Shared] = {}
+# How long a scenario waits for what must eventually happen (an admission, a bind, a replacement pod): a
+# hang guard, not a speed target. `make test` runs four stacks' control planes, and linode-dev's autoscaler
+# drill, on two cores: Kueue admitting within `preflight --rehearse`'s 90 s did not always happen there.
+SHARED_TIMEOUT_S = 180.0
 
 
 def shared(stack: str) -> Shared:
@@ -68,7 +72,7 @@ def shared(stack: str) -> Shared:
         cfg, plan, fit = prepared(stack)
         out = Path(tempfile.mkdtemp(prefix=f"rehearsal-{stack}-"))
         cluster = StackCluster(stack, cfg, plan, copy.deepcopy(fit.releases), fit.model,
-                               fit.report.to_json()["placements"], out)
+                               fit.report.to_json()["placements"], out, timeout=SHARED_TIMEOUT_S)
         cluster.__enter__()
         try:
             result = cluster.run(ALL_SCENARIOS)

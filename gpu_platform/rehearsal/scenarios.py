@@ -553,7 +553,14 @@ def queue_bypass(ctx: Context, wait: float = 20.0) -> Scenario:
     live_job = ctx.client.get("batch/v1", "Job", "rehearsal-unrelated", ns) or {"metadata": {}}
     owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "rehearsal-unrelated",
              "uid": live_job["metadata"].get("uid", ""), "controller": True}
-    err = submit(ctx.client, _gpu_pod("rehearsal-forged-owner", ns, owner=owner))
+    # Kueue's pod webhook reads the owner from its informer cache: right after the Job is created it may not
+    # hold it yet and answers 404 (mpod.kb.io ... not found) for a Job the API server has. Try again then.
+    deadline = time.monotonic() + min(ctx.timeout, 30)
+    while True:
+        err = submit(ctx.client, _gpu_pod("rehearsal-forged-owner", ns, owner=owner))
+        if err is None or "mpod.kb.io" not in err or "not found" not in err or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     # A GPU Job hung under that Job: Kueue would neither queue nor count it (it skips a child of a job it
     # manages), and its pods are the job controller's.
     child = copy.deepcopy(unrelated)
