@@ -453,22 +453,20 @@ def test_the_key_of_a_source_component_covers_the_tarball_hash_and_the_tags(sour
     assert build.build_key(dict(comp, pin="reworded", commit="abc"), env) == key  # documentation only
 
 
+def refused(module, lock, text: str, match: str) -> None:
+    """The lock file `text`, written to `lock`, is refused by `module`'s load_lock (rehearsal/build.py, as the
+    test module loaded it) with a message matching `match`."""
+    lock.write_text(text)
+    with pytest.raises(module.BuildError, match=match):
+        module.load_lock(lock)
+
+
 def test_source_lock_errors_name_the_file_and_the_component(tmp_path):
     lock = tmp_path / "components.lock.toml"
     head = '[[component]]\nname = "ca"\nmodule = "k8s.io/autoscaler/cluster-autoscaler"\nversion = "v1.35.2"\n' \
            'package = "k8s.io/autoscaler/cluster-autoscaler"\npin = "x"\nldflags_x = {}\n'
-    lock.write_text(head + 'source = "ca.tar.gz"\ntags = ["externalgrpc"]\n')
-    with pytest.raises(build.BuildError, match=r"components.lock.toml: component #1 \(ca\): a `source` component also needs sha256"):
-        build.load_lock(lock)
-    lock.write_text(head + 'source = "ca.tar.gz"\nsha256 = "abc"\ntags = ["externalgrpc"]\n')
-    with pytest.raises(build.BuildError, match=r"\(ca\): sha256 must be 64 lowercase hex"):
-        build.load_lock(lock)
-    lock.write_text(head + f'source = "../ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = ["externalgrpc"]\n')
-    with pytest.raises(build.BuildError, match=r"inside the shared sources folder"):
-        build.load_lock(lock)
-    lock.write_text(head + f'source = "ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = ["external grpc"]\n')
-    with pytest.raises(build.BuildError, match=r"tags must be a list of Go build tags"):
-        build.load_lock(lock)
-    lock.write_text(head + f'source = "ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = []\nwrapper = "etcd"\n')
-    with pytest.raises(build.BuildError, match=r"exactly one of `wrapper`"):
-        build.load_lock(lock)
+    refused(build, lock, head + 'source = "ca.tar.gz"\ntags = ["externalgrpc"]\n', r"components.lock.toml: component #1 \(ca\): a `source` component also needs sha256")
+    refused(build, lock, head + 'source = "ca.tar.gz"\nsha256 = "abc"\ntags = ["externalgrpc"]\n', r"\(ca\): sha256 must be 64 lowercase hex")
+    refused(build, lock, head + f'source = "../ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = ["externalgrpc"]\n', r"inside the shared sources folder")
+    refused(build, lock, head + f'source = "ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = ["external grpc"]\n', r"tags must be a list of Go build tags")
+    refused(build, lock, head + f'source = "ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = []\nwrapper = "etcd"\n', r"exactly one of `wrapper`")

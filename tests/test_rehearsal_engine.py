@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_rehearsal_build import refused
+
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("rehearsal_build_engine", ROOT / "rehearsal" / "build.py")
 build = importlib.util.module_from_spec(_spec)
@@ -243,15 +245,9 @@ def test_files_and_overlay_lock_errors_name_the_component(lang_comp, tmp_path):
     lock = tmp_path / "components.lock.toml"
     head = ('[[component]]\nname = "lang"\nmodule = "example.com/lang"\nversion = "v1.0.0"\npackage = "example.com/lang"\n'
             f'pin = "x"\nldflags_x = {{}}\nsource = "lang-1.0.0.tar.gz"\nsha256 = "{"a" * 64}"\ntags = []\n')
-    lock.write_text(head + 'overlay = "missing"\n')
-    with pytest.raises(build.BuildError, match=r"\(lang\): overlay rehearsal/go/missing needs a go.mod and a go.sum"):
-        build.load_lock(lock)
-    lock.write_text(head + 'files = "lang-exec"\n')
-    with pytest.raises(build.BuildError, match=r"\(lang\): files must be a list of paths"):
-        build.load_lock(lock)
-    lock.write_text(head + 'generate = { VERSION = "1" }\n')
-    with pytest.raises(build.BuildError, match=r"\(lang\): `generate` is for wrapper components"):
-        build.load_lock(lock)
+    refused(build, lock, head + 'overlay = "missing"\n', r"\(lang\): overlay rehearsal/go/missing needs a go.mod and a go.sum")
+    refused(build, lock, head + 'files = "lang-exec"\n', r"\(lang\): files must be a list of paths")
+    refused(build, lock, head + 'generate = { VERSION = "1" }\n', r"\(lang\): `generate` is for wrapper components")
 
 
 def test_the_key_covers_the_overlay_and_the_files(lang_comp):
