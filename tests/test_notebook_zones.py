@@ -28,6 +28,10 @@ ABC = ("z-a", "z-b", "z-c")
     ([pool("a", ABC), pool("b", ())], ABC, []),                   # a pool's zones unknown
     ([pool("a", ABC[:2])], (), []),                               # system zones unknown (existing VPC, Linode)
     ([], ABC, []),
+    # GKE/EKS review 2026-11-28: a one-zone system pool beside pools in three zones. A first GPU server in
+    # z-b makes the home there; the CPU profile (system nodes, z-a only) could never start for that user.
+    ([pool("a", ABC)], ("z-a",), ["z-a"]),
+    ([pool("a", ABC), pool("b", ABC[:2])], ABC[:2], ["z-a", "z-b"]),   # pool a reaches z-c, nobody else
 ])
 def test_home_zones(pools, system, expected):
     assert home_zones(pools, system) == expected
@@ -44,8 +48,15 @@ def test_aws_prod_notebooks_start_only_where_the_l4x4_pool_has_nodes():
                                                "values": ["us-east-1a", "us-east-1b"]}]}]
 
 
-@pytest.mark.parametrize("stack", ["gcp-prod", "linode-dev"])
-def test_no_restriction_where_every_pool_reaches_every_zone_or_there_are_no_zones(stack):
+def test_gcp_prod_notebooks_start_only_in_the_zonal_system_pools_zone():
+    """gcp-prod's system pool is in us-central1-a only (the zonal layout), its A100 pool in a, b and c: a
+    first GPU notebook in b would make the user's home there, where the CPU profile never runs."""
+    required = _singleuser("gcp-prod")["extraNodeAffinity"]["required"]
+    assert required == [{"matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": ["us-central1-a"]}]}]
+
+
+@pytest.mark.parametrize("stack", ["linode-dev"])
+def test_no_restriction_where_there_are_no_zones(stack):
     assert _singleuser(stack)["extraNodeAffinity"] == {"required": []}
 
 

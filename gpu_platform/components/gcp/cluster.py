@@ -325,7 +325,8 @@ class GkeCluster(pulumi.ComponentResource):
             gpu_device_plugin_installed=True,
             ready=[self.cluster, self.system_pool],
             endpoint=endpoint,
-            system_zones=tuple(args.zones),
+            # Where the CPU notebook profile can run: the system pool's own zones (gcp.systemPool.zones).
+            system_zones=tuple(args.system_pool.zones) or tuple(args.zones),
             system_pool=SystemPoolSpec(args.system_pool.instance_type, args.system_pool.min_nodes,
                                        args.system_pool.max_nodes),
         )

@@ -286,14 +286,17 @@ def offered_pools(pools: Sequence[GpuPoolSpec], gpu_quota: Optional[Mapping[str,
 def home_zones(pools: Sequence[GpuPoolSpec], system_zones: Sequence[str]) -> list[str]:
     """The zones a notebook (and so its home volume) may start in, when that must be narrower than
     everywhere: a home is a zonal disk made where the user's first server ran, usually a CPU notebook on
-    a system node, and every later server of that user (the GPU profiles too) can only run in that zone.
-    So homes are kept to the zones every offered GPU pool reaches (aws-prod's l4x4 pool has two groups,
-    in 1a and 1b: a home in 1c could never start the l4x4 profile). Empty: no restriction needed, or
-    not known (a pool's or the system nodes' zones unknown), or no zone all pools share."""
+    a system node or a GPU node, and every later server of that user (every profile) can only run in that
+    zone. So homes are kept to the zones where the CPU profile (system nodes) and every offered GPU pool
+    all reach: aws-prod's l4x4 pool has two groups, in 1a and 1b, so a home in 1c could never start the
+    l4x4 profile; gcp-prod's system pool is in us-central1-a only, so a home a first GPU server made in
+    1b could never start the CPU profile. Empty: no restriction needed (every zone a notebook can start
+    in is shared), or not known (a pool's or the system nodes' zones unknown), or no zone all share."""
     if not system_zones or not pools or any(not p.zones for p in pools):
         return []
     common = [z for z in system_zones if all(z in p.zones for p in pools)]
-    return common if common and len(common) < len(system_zones) else []
+    reachable = set(system_zones).union(*(p.zones for p in pools))
+    return common if common and set(common) != reachable else []
 
 
 def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_gib: int = 20,
