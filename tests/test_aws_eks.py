@@ -111,16 +111,21 @@ def test_version_past_extended_support_is_refused(monkeypatch):
     assert "2026-11-26" in str(err.value) and "new clusters are refused" in str(err.value)
 
 
-def test_unset_version_is_the_newest_in_eks_standard_support_with_pinned_addons():
-    """1.36 is in EKS standard support but has no recorded add-on versions (gpu_platform/data/
-    eks_addon_versions.py): an unset kubernetesVersion takes the newest minor that has them, not one the
-    add-on check would refuse (issue 33 item 6)."""
-    cfg = parse_config({k: v for k, v in raw().items() if k != "kubernetesVersion"}, "aws-prod")
-    assert cfg.kubernetes_version == "1.35" and not cfg.kubernetes_version_pinned
+def test_unset_version_is_the_newest_in_eks_standard_support_with_pinned_addons(monkeypatch):
+    """An unset kubernetesVersion takes the newest minor in EKS standard support that has recorded add-on
+    versions (gpu_platform/data/eks_addon_versions.py), not one the add-on check would refuse (issue 33
+    item 6): 1.36 since it has a row; 1.35 when 1.36's row is missing."""
+    from gpu_platform.data.eks_addon_versions import ROWS
+
+    unset = {k: v for k, v in raw().items() if k != "kubernetesVersion"}
+    cfg = parse_config(unset, "aws-prod")
+    assert cfg.kubernetes_version == "1.36" and not cfg.kubernetes_version_pinned
     # a stack outside the repository without the key plans end to end on that version
     config = {k: v for k, v in stack_config("aws-prod").items() if k != "gpu-platform:kubernetesVersion"}
     plan = run_program(stack_input_from_mapping("eks-unpinned", config))
-    assert plan.one("aws:eks/cluster:Cluster").inputs["version"] == "1.35"
+    assert plan.one("aws:eks/cluster:Cluster").inputs["version"] == "1.36"
+    monkeypatch.delitem(ROWS, "1.36")
+    assert parse_config(unset, "aws-prod").kubernetes_version == "1.35"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ INTERESTING = (
     "eventPattern", "kmsMasterKeyId", "spec",
 )
 MAX_VALUE = 160
+EKS_ADDON = "aws:eks/addon:Addon"
 
 
 def counts(plan: Plan) -> list[tuple[str, int]]:
@@ -38,6 +39,12 @@ def highlights(r: PlannedResource) -> list[str]:
         where = f" repo={repo}" if repo else ""  # OCI charts carry their registry in the chart reference
         return [f"chart={inputs.get('chart')}@{inputs.get('version')}{where} namespace={inputs.get('namespace')}"]
     out = []
+    if r.type == EKS_ADDON:
+        # The EKS add-on versions are dated data: the plan says which row pins the version and how old its source is.
+        from gpu_platform.data.eks_addon_versions import provenance
+
+        name, version = inputs.get("addonName"), inputs.get("addonVersion")
+        out.append(f"addon={name}@{version} ({provenance(str(name), str(version))})")
     for key in INTERESTING:
         if key in inputs and inputs[key] not in (None, "", [], {}):
             out += _lines(key, inputs[key])
