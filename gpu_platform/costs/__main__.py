@@ -68,6 +68,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         print(seed_check())
         return 0
+    if args.cmd == "refresh" and args.all_regions and args.region:
+        print("error: --all-regions and --region exclude each other", file=sys.stderr)
+        return 2
+    if args.cmd == "refresh" and args.all_regions and not (args.aws_spot or args.gcp_machine_prices):
+        print("error: --all-regions reads a recorded file of every region: --aws-spot CSV or --gcp-machine-prices CSV",
+              file=sys.stderr)
+        return 2
     if args.cmd == "refresh" and not args.linode:
         return _refresh_clouds(args)
     if args.cmd == "refresh":
@@ -108,13 +115,6 @@ def _refresh_clouds(args) -> int:
     from gpu_platform.costs.catalog import load_catalog
 
     cat = load_catalog()
-    if args.all_regions and args.region:
-        print("error: --all-regions and --region exclude each other", file=sys.stderr)
-        return 2
-    if args.all_regions and not (args.aws_spot or args.gcp_machine_prices):
-        print("error: --all-regions reads a recorded file of every region: --aws-spot CSV or --gcp-machine-prices CSV",
-              file=sys.stderr)
-        return 2
     try:
         if args.aws_spot and args.all_regions:
             p = Path(args.aws_spot)
