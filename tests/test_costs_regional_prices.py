@@ -268,3 +268,37 @@ def test_refresh_all_regions_writes_every_region_of_the_file_and_leaves_the_refe
 def test_refresh_all_regions_usage_errors(argv, message, capsys):
     assert costs_main(["refresh", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_linode_regions_priced_otherwise_than_the_default_get_their_own_price_and_monthly_cap(tmp_path):
+    """Linode's types API lists the regions whose price differs from a plan's default (`region_prices`):
+    `costs refresh --linode` records each (the reference region's aside) with its monthly cap, the estimator
+    bills a stack there at that price, and a region the API no longer lists falls back to the default."""
+    from gpu_platform.costs.catalog import Catalog, parse_document
+    from gpu_platform.costs.refresh import refresh_linode
+
+    response = json.loads((ROOT / "tests" / "data" / "linode-types-response.json").read_text())  # a labelled fixture
+    copy = tmp_path / "linode.yaml"
+    shutil.copy(CATALOG_DIR / "linode.yaml", copy)
+    res = refresh_linode(response, copy, today="2030-01-02", source="recorded response")
+    doc = read_document(copy)
+    assert validate_document(doc) == []
+    std2 = next(e for e in doc["instances"] if e["name"] == "g6-standard-2")
+    assert std2["regionalPrices"]["id-cgk"]["onDemand"]["usdPerHour"] == 0.043
+    assert std2["regionalPrices"]["id-cgk"]["monthlyCapUsd"] == 28.8
+    assert "g6-standard-2 id-cgk: None -> 0.043 $/h (region price)" in res.changed
+    ada = next(e for e in doc["instances"] if e["name"] == "g2-gpu-rtx4000a1-s")
+    assert set(ada["regionalPrices"]) == {"us-ord"}  # us-east is the reference: its price is the plan's own
+    instances, fixed = parse_document(doc)
+    cat = Catalog({"linode": instances}, {"linode": fixed}, {"linode": {
+        "referenceRegion": "us-east", "defaultPriceHolds": read_document(copy)["defaultPriceHolds"]}})
+    t, how = cat.in_region("linode", "g6-standard-2", "on-demand", "id-cgk")
+    assert (how, t.on_demand.usd_per_hour, t.monthly_cap_usd) == ("regional", 0.043, 28.8)
+    assert t.monthly_cost("on-demand") == 28.8  # the region's cap, not the default plan's $24
+    t, how = cat.in_region("linode", "g6-standard-2", "on-demand", "us-ord")
+    assert (how, t.on_demand.usd_per_hour) == ("default", std2["onDemand"]["usdPerHour"])
+    for e in response["data"]:
+        e["region_prices"] = []
+    res = refresh_linode(response, copy, today="2030-01-03", source="recorded response")
+    assert "regionalPrices" not in next(e for e in read_document(copy)["instances"] if e["name"] == "g6-standard-2")
+    assert any(c.startswith("g6-standard-2 id-cgk: regional price 0.043 removed") for c in res.changed)
