@@ -108,7 +108,7 @@ def test_a_gcp_region_the_recorded_prices_do_not_cover_is_refused():
         estimate(StackShape("gcp", "europe-north2", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 8),)))
 
 
-# --- preflight: the verdict ------------------------------------------------------------------------------------
+# --- preflight: the verdict (the EU GKE stack's: tests/test_pr_view.py) ----------------------------------------
 
 
 def _stack(tmp_path: Path, base: str, name: str, text_changes: dict[str, str], **config) -> Path:
@@ -120,17 +120,6 @@ def _stack(tmp_path: Path, base: str, name: str, text_changes: dict[str, str], *
     path = tmp_path / f"Pulumi.{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-def test_preflight_prices_an_eu_gke_stack_from_its_region(tmp_path, capsys):
-    stack = _stack(tmp_path, "gcp-prod", "gke-eu", {"us-central1": "europe-west4", "      - europe-west4-c\n": ""})
-    code, text, _ = run_main(["--stack-file", str(stack), "--no-policies", "-v", "--out", str(tmp_path / "build")],
-                             capsys)
-    assert code == 0, text
-    assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4" in text
-    doc = json.loads((tmp_path / "build" / "gke-eu" / "cost.json").read_text())
-    priced = {ln["resource"]: (ln["pricedIn"], ln["unitUsd"]) for ln in doc["lines"]}
-    assert priced["a2-highgpu-1g"] == ("europe-west4", 1.44587) and priced["e2-standard-4"] == ("europe-west4", 0.14754)
 
 
 def test_preflight_refuses_an_eu_west_1_eks_stack_naming_the_type_and_region_until_an_override_covers_it(tmp_path,
