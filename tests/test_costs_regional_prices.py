@@ -291,3 +291,32 @@ def test_linode_regions_priced_otherwise_than_the_default_get_their_own_price_an
     res = refresh_linode(response, copy, today="2030-01-03", source="recorded response")
     assert "regionalPrices" not in next(e for e in read_document(copy)["instances"] if e["name"] == "g6-standard-2")
     assert any(c.startswith("g6-standard-2 id-cgk: regional price 0.043 removed") for c in res.changed)
+
+
+@pytest.mark.parametrize("which", ["clouds", "linode"])
+def test_a_refresh_that_fails_while_writing_leaves_the_catalog_as_it_was(tmp_path, monkeypatch, which):
+    """The catalog was rewritten in place: a preflight reading it meanwhile (or a refresh stopped midway) saw an
+    empty or half-written aws.yaml ('NoneType' object has no attribute 'get'). It is written beside and moved."""
+    import gpu_platform.costs.refresh as refresh_mod
+    from gpu_platform.costs.refresh import refresh_linode
+
+    name = "gcp.yaml" if which == "clouds" else "linode.yaml"
+    copy = tmp_path / name
+    doc = read_document(CATALOG_DIR / name)
+    for inst in doc["instances"]:
+        inst.pop("regionalPrices", None)  # so that the refresh has prices to write
+    copy.write_text(yaml.safe_dump(doc, sort_keys=False))
+    before = copy.read_text()
+
+    def broken_dump(*args, **kwargs):
+        args[1].write("instances:\n- name: half")  # part of the document reaches the file, then the write fails
+        raise OSError("disk full")
+
+    monkeypatch.setattr(refresh_mod.yaml, "dump", broken_dump)
+    with pytest.raises(OSError, match="disk full"):
+        if which == "clouds":
+            apply_gcp_machines(read_gcp_machine_prices(GCP_A2), ["europe-west4"], catalog_path=copy, today="2030-01-01")
+        else:
+            refresh_linode({"data": [{"id": "g6-standard-4", "price": {"hourly": 9.0, "monthly": 9.0}}]}, copy)
+    assert copy.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # no half-written file left beside it

@@ -126,6 +126,19 @@ def _flow_lists(doc: Any) -> Any:
     return doc
 
 
+def _replace(path: Path, header: str, doc: Any) -> None:
+    """Write a catalog file beside it and move it into place: a preflight reading the catalog meanwhile sees the
+    old file or the new one, never a half-written one; a write that fails leaves the old file and nothing else."""
+    tmp = path.with_name(f".{path.name}.refresh")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(header)
+            yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def refresh_linode(response: Mapping[str, Any], catalog_path: Path | None = None, today: Optional[str] = None,
                    source: str = LINODE_TYPES_URL, write: bool = True) -> RefreshResult:
     """Rewrite the Linode catalog file's prices from a types API response."""
@@ -170,11 +183,7 @@ def refresh_linode(response: Mapping[str, Any], catalog_path: Path | None = None
     if problems:
         raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
     if write and res.changed:
-        tmp = path.with_name(f".{path.name}.refresh")  # moved into place: a reader never sees half a file
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(header)
-            yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
-        os.replace(tmp, path)
+        _replace(path, header, doc)
     return res
 
 

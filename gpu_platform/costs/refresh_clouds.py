@@ -31,7 +31,6 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
-import os
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from typing import Any, Iterable, Mapping, Optional
 import yaml
 
 from gpu_platform.costs.catalog import CATALOG_DIR, validate_document
-from gpu_platform.costs.refresh import RefreshResult, _Dumper, _flow_lists
+from gpu_platform.costs.refresh import RefreshResult, _replace
 
 REPO_ROOT = CATALOG_DIR.parents[2]
 
@@ -177,13 +176,7 @@ def _write(path: Path, doc: Mapping[str, Any]) -> None:
     problems = validate_document(doc, path.name)
     if problems:
         raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
-    # Written beside and moved into place: a preflight reading the catalog meanwhile sees the old file or the new
-    # one, never a half-written one.
-    tmp = path.with_name(f".{path.name}.refresh")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(header)
-        yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
-    os.replace(tmp, path)
+    _replace(path, header, doc)
 
 
 def _prices_of(doc: Mapping[str, Any], inst: dict[str, Any], region: Optional[str]) -> dict[str, Any]:
