@@ -125,21 +125,21 @@ def test_a_refresh_for_another_region_records_that_regions_prices_and_leaves_the
     shutil.copy(CATALOG_DIR / "aws.yaml", copy)
     before = {e["name"]: e for e in read_document(copy)["instances"]}
     # An offer-file shape for eu-west-1 (test input: the numbers are not prices anyone quotes).
-    offer = {"products": {"sku1": {"attributes": {"instanceType": "g5.xlarge", "regionCode": "eu-west-1",
+    offer = {"products": {"sku1": {"attributes": {"instanceType": "g5.2xlarge", "regionCode": "eu-west-1",
                                                   "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
                                                   "capacitystatus": "Used"}}},
              "terms": {"OnDemand": {"sku1": {"t": {"priceDimensions": {"d": {"unit": "Hrs",
-                                                                            "pricePerUnit": {"USD": "1.123"}}}}}}}}
+                                                                            "pricePerUnit": {"USD": "9.876"}}}}}}}}
     on_demand = read_ec2_price_list(offer, "eu-west-1")
-    assert on_demand == {"g5.xlarge": 1.123}
+    assert on_demand == {"g5.2xlarge": 9.876}
     apply_aws(on_demand=on_demand, on_demand_source="offer-eu.json (EC2 price list, eu-west-1)",
               catalog_path=copy, today="2030-01-02", region="eu-west-1")
     doc = read_document(copy)
     after = {e["name"]: e for e in doc["instances"]}
-    assert after["g5.xlarge"]["onDemand"] == before["g5.xlarge"]["onDemand"]  # the reference price untouched
-    eu = after["g5.xlarge"]["regionalPrices"]["eu-west-1"]["onDemand"]
-    assert (eu["usdPerHour"], eu["date"], eu["status"]) == (1.123, "2030-01-02", "recorded")
+    assert after["g5.2xlarge"]["onDemand"] == before["g5.2xlarge"]["onDemand"]  # the reference price untouched
+    eu = after["g5.2xlarge"]["regionalPrices"]["eu-west-1"]["onDemand"]
+    assert (eu["usdPerHour"], eu["date"], eu["status"]) == (9.876, "2030-01-02", "recorded")
     assert "regionalPrices" not in after["g6.xlarge"] and validate_document(doc) == []
     instances, fixed = parse_document(doc)
     cat = Catalog({"aws": instances}, {"aws": fixed}, {"aws": {"referenceRegion": "us-east-1"}})
-    assert cat.in_region("aws", "g5.xlarge", "on-demand", "eu-west-1")[0].on_demand.usd_per_hour == 1.123
+    assert cat.in_region("aws", "g5.2xlarge", "on-demand", "eu-west-1")[0].on_demand.usd_per_hour == 9.876

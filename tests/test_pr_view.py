@@ -170,8 +170,9 @@ def test_standing_notes_come_once_per_stack(tmp_path):
     assert "- internet egress and cross-zone traffic" in verbose
 
 
-def _eu_gke(tmp_path, overrides: str = "") -> subprocess.CompletedProcess:
-    text = (ROOT / "stacks" / "Pulumi.gcp-prod.yaml").read_text()
+def _eu_gke(tmp_path, overrides: str = "", pool: str = "a2-highgpu-1g") -> subprocess.CompletedProcess:
+    text = (ROOT / "stacks" / "Pulumi.gcp-prod.yaml").read_text().replace("instanceType: a2-highgpu-1g",
+                                                                          f"instanceType: {pool}")
     eu = (text.replace("region: us-central1", "region: europe-west4").replace("us-central1-a", "europe-west4-a")
           .replace("us-central1-b", "europe-west4-b").replace("      - us-central1-c\n", ""))
     stack = tmp_path / "Pulumi.gcp-eu.yaml"
@@ -179,23 +180,29 @@ def _eu_gke(tmp_path, overrides: str = "") -> subprocess.CompletedProcess:
     return preflight("--stack-file", str(stack), "--out", str(tmp_path / "out"), "--no-policies")
 
 
-def test_an_eu_gke_stack_is_refused_without_its_regions_prices_and_priced_with_them(tmp_path):
+def test_an_eu_gke_stack_is_priced_from_its_regions_prices_or_refused_until_an_override_gives_one(tmp_path):
     """issue 37 item 1: an EU GKE stack was priced at us-central1's prices with a warning ("europe-west4 may
-    differ") and its budget verdict passed on them. The catalog has no europe-west4 price for a2-highgpu-1g:
-    the budget verdict refuses (exit 3) naming the type and the region, until priceOverrides gives the price."""
+    differ") and its budget verdict passed on them. gcp-prod in europe-west4 is priced from europe-west4's recorded
+    prices; a type without one there (a2-highgpu-2g) makes the budget verdict refuse (exit 3) naming the type and
+    the region, until priceOverrides gives the price."""
     need_charts()
-    refused = _eu_gke(tmp_path)
-    assert refused.returncode == 3, refused.stdout + refused.stderr
-    cost_row = next(line for line in refused.stdout.splitlines() if line.startswith("  cost "))
-    assert "REFUSED: no spot price for a2-highgpu-1g in europe-west4" in cost_row, cost_row
-    assert "priceOverrides.a2-highgpu-1g.spot" in refused.stdout
-    doc = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())
-    assert doc["refused"]["type"] == "a2-highgpu-1g" and doc["refused"]["region"] == "europe-west4"
-    priced = _eu_gke(tmp_path, "  gpu-platform:priceOverrides:\n    a2-highgpu-1g: {spot: 2.1}\n"
-                               "    e2-standard-4: {onDemand: 0.15}\n")
+    priced = _eu_gke(tmp_path)
     assert priced.returncode == 0, priced.stdout + priced.stderr
     cost_row = next(line for line in priced.stdout.splitlines() if line.startswith("  cost "))
     assert "instance prices are europe-west4's" in cost_row and "REFUSED" not in cost_row, cost_row
+    assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4" in priced.stdout
+    lines = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["lines"]
+    gpu = next(ln for ln in lines if ln["resource"] == "a2-highgpu-1g")
+    assert (gpu["pricedIn"], gpu["unitUsd"]) == ("europe-west4", 1.44587)  # us-central1: 1.92802
+    refused = _eu_gke(tmp_path, pool="a2-highgpu-2g")
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    cost_row = next(line for line in refused.stdout.splitlines() if line.startswith("  cost "))
+    assert "REFUSED: no spot price for a2-highgpu-2g in europe-west4" in cost_row, cost_row
+    assert "priceOverrides.a2-highgpu-2g.spot" in refused.stdout
+    doc = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())
+    assert doc["refused"]["type"] == "a2-highgpu-2g" and doc["refused"]["region"] == "europe-west4"
+    covered = _eu_gke(tmp_path, "  gpu-platform:priceOverrides:\n    a2-highgpu-2g: {spot: 4.2}\n", pool="a2-highgpu-2g")
+    assert covered.returncode == 0, covered.stdout + covered.stderr
     assert json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["fullMonthlyUsd"] > 0
 
 

@@ -5,6 +5,8 @@
     python -m gpu_platform.costs refresh --linode [--from-file F] [--dry-run]
     python -m gpu_platform.costs refresh --aws-spot gpu_platform/costs/catalog/recorded/skypilot-aws-vms-us-east-1.csv [--dry-run]
     python -m gpu_platform.costs refresh --aws-spot-history F.json | --aws-price-list F.json | --gcp-skus F.json [--dry-run]
+    python -m gpu_platform.costs refresh --aws-spot gpu_platform/costs/catalog/recorded/skypilot-aws-vms-v9.csv --all-regions
+    python -m gpu_platform.costs refresh --gcp-machine-prices gpu_platform/costs/catalog/recorded/cyclenerd-gcp-pricing-a2-highgpu-1g.csv --all-regions
     python -m gpu_platform.costs check-catalog
 """
 
@@ -37,7 +39,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     which.add_argument("--aws-price-list", metavar="JSON", help="AWS On-Demand prices from a saved EC2 offer file")
     which.add_argument("--gcp-skus", metavar="JSON", help="GCP A2/A100 prices from a saved Cloud Billing Catalog "
                        "API skus response (service 6F81-5844-456A)")
+    which.add_argument("--gcp-machine-prices", metavar="CSV", help="GCP machine prices per region (machine,region,hour,"
+                       "hour_spot; e.g. gpu_platform/costs/catalog/recorded/cyclenerd-gcp-pricing-a2-highgpu-1g.csv)")
     ref.add_argument("--region", default=None, help="region of the AWS/GCP data (default: the catalog's reference region)")
+    ref.add_argument("--all-regions", action="store_true", help="--aws-spot / --gcp-machine-prices: every region the "
+                     "file has rows for, each into the type's regionalPrices (the reference region is left as it is: "
+                     "refresh it with --region)")
     ref.add_argument("--from-file", default=None, help="a saved response of https://api.linode.com/v4/linode/types")
     ref.add_argument("--dry-run", action="store_true", help="report the changes without writing the catalog")
     sub.add_parser("check-catalog", help="validate every catalog file (every price has a source and a date)")
@@ -61,6 +68,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         print(seed_check())
         return 0
+    if args.cmd == "refresh" and args.all_regions and args.region:
+        print("error: --all-regions and --region exclude each other", file=sys.stderr)
+        return 2
+    if args.cmd == "refresh" and args.all_regions and not (args.aws_spot or args.gcp_machine_prices):
+        print("error: --all-regions reads a recorded file of every region: --aws-spot CSV or --gcp-machine-prices CSV",
+              file=sys.stderr)
+        return 2
     if args.cmd == "refresh" and not args.linode:
         return _refresh_clouds(args)
     if args.cmd == "refresh":
@@ -102,12 +116,30 @@ def _refresh_clouds(args) -> int:
 
     cat = load_catalog()
     try:
-        if args.aws_spot:
+        if args.aws_spot and args.all_regions:
+            p = Path(args.aws_spot)
+            ref = cat.reference_region("aws")
+            regions = [r for r in rc.skypilot_regions(p) if r != ref]
+            res = rc.merge_results({r: rc.apply_aws(rc.read_skypilot_vms_csv(p, r), rc.read_skypilot_on_demand(p, r),
+                                                    on_demand_source=f"{rc._rel(p)} (SkyPilot catalog Price column, {r})",
+                                                    write=not args.dry_run, region=r) for r in regions})
+            res.notes.append(f"{len(regions)} regions read; the reference region {ref} is left as it is "
+                             f"(--region {ref} refreshes it)")
+        elif args.aws_spot:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_spot)
             res = rc.apply_aws(rc.read_skypilot_vms_csv(p, region), rc.read_skypilot_on_demand(p, region),
                                on_demand_source=f"{rc._rel(p)} (SkyPilot catalog Price column, {region})",
                                write=not args.dry_run, drop_untraced_spot=True, region=region)
+        elif args.gcp_machine_prices:
+            data = rc.read_gcp_machine_prices(Path(args.gcp_machine_prices))
+            ref = cat.reference_region("gcp")
+            regions = ([r for r in sorted(data.prices) if r != ref] if args.all_regions
+                       else [args.region or ref])
+            res = rc.apply_gcp_machines(data, regions, write=not args.dry_run)
+            if args.all_regions:
+                res.notes.append(f"{len(regions)} regions read; the reference region {ref} is left as it is "
+                                 f"(--region {ref} refreshes it)")
         elif args.aws_spot_history:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_spot_history)

@@ -104,6 +104,8 @@ class InstanceType:
     regional: Mapping[str, Mapping[str, Price]] = field(default_factory=dict)
     # Capacities whose price a stack's priceOverrides set: they hold in every region.
     overridden: frozenset[str] = frozenset()
+    # Linode's monthly cap in a region priced otherwise than the default (`regionalPrices.<region>.monthlyCapUsd`).
+    regional_caps: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def is_gpu(self) -> bool:
@@ -196,7 +198,16 @@ class Catalog:
             return t, "reference"
         p = (t.regional.get(region) or {}).get(capacity)
         if p is not None:
-            return replace(t, **{_CAPACITY_FIELDS[capacity][0]: p}), "regional"
+            changes: dict[str, Any] = {_CAPACITY_FIELDS[capacity][0]: p}
+            if capacity == "on-demand" and t.monthly_cap_usd is not None:
+                # Linode bills a region priced otherwise up to that region's monthly price (types API
+                # region_prices: {hourly, monthly}); without one recorded, the cap moves with the hourly rate.
+                cap = t.regional_caps.get(region)
+                if cap is None and t.on_demand and t.on_demand.usd_per_hour > 0:
+                    cap = t.monthly_cap_usd * p.usd_per_hour / t.on_demand.usd_per_hour
+                changes["monthly_cap_usd"] = cap
+            return replace(t, **changes), "regional"
+            return replace(t, **changes), "regional"
         if self.default_price_rule(cloud) and (t.regions is None or region in t.regions):
             return t, "default"
         raise RegionalPriceMissing(cloud, name, capacity, region, ref,
@@ -318,8 +329,12 @@ def validate_document(doc: Any, name: str = "catalog") -> list[str]:
                 problems.append(f"{where}.regionalPrices.{region}: a mapping of onDemand/spot/preemptible prices")
                 continue
             for cap, p in prices.items():
-                if cap not in _YAML_TO_ATTR:
-                    problems.append(f"{where}.regionalPrices.{region}.{cap}: one of onDemand, spot, preemptible")
+                if cap == "monthlyCapUsd":
+                    if isinstance(p, bool) or not isinstance(p, (int, float)) or p <= 0:
+                        problems.append(f"{where}.regionalPrices.{region}.monthlyCapUsd: a positive number, got {p!r}")
+                elif cap not in _YAML_TO_ATTR:
+                    problems.append(f"{where}.regionalPrices.{region}.{cap}: one of onDemand, spot, preemptible, "
+                                    "monthlyCapUsd")
                 else:
                     problems += _price_problems(f"{where}.regionalPrices.{region}.{cap}", p)
     for acc, prices in (doc.get("gpuOnlyPrices") or {}).items():
@@ -399,8 +414,11 @@ def parse_document(doc: Mapping[str, Any], name: str = "catalog") -> tuple[dict[
             preemptible=_price(e["preemptible"]) if e.get("preemptible") else None,
             regions=_tuple(e.get("regions")), zones=_tuple(e.get("zones")),
             monthly_cap_usd=float(e["monthlyCapUsd"]) if e.get("monthlyCapUsd") is not None else None,
-            regional={region: {_ATTR_TO_CAPACITY[_YAML_TO_ATTR[k]]: _price(v) for k, v in prices.items()}
+            regional={region: {_ATTR_TO_CAPACITY[_YAML_TO_ATTR[k]]: _price(v) for k, v in prices.items()
+                               if k in _YAML_TO_ATTR}
                       for region, prices in (e.get("regionalPrices") or {}).items()},
+            regional_caps={region: float(prices["monthlyCapUsd"])
+                           for region, prices in (e.get("regionalPrices") or {}).items() if "monthlyCapUsd" in prices},
         )
     fixed = {k: _price(v) for k, v in (doc.get("fixedCosts") or {}).items()}
     return instances, fixed

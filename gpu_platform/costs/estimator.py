@@ -231,6 +231,9 @@ class CostLine:
     scales_with: str = "fixed"  # gpu (nodes follow GPU demand) | system (between idle and full) | fixed
     unit: str = "hour"
     status: Optional[str] = None  # the price's verification status (gpu_platform.costs.catalog.PRICE_STATUSES)
+    # Whose price this is: the region it was recorded for ("eu-west-1"), the catalog's reference region
+    # ("us-east-1 (reference)"), "priceOverrides", or None (a stack's own node prices, a computed fee).
+    priced_in: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -334,7 +337,7 @@ class Estimate:
                 "unitUsdPerHour": round(ln.unit_usd_per_hour, 6) if ln.unit == "hour" else None,
                 "idleMonthlyUsd": round(ln.idle_monthly_usd, 2), "monthlyUsd": round(ln.monthly_usd, 2),
                 "gpusPerUnit": ln.gpus_per_unit, "assumption": ln.assumption, "scalesWith": ln.scales_with,
-                "source": ln.source, "date": ln.date, "priceStatus": ln.status,
+                "source": ln.source, "date": ln.date, "priceStatus": ln.status, "pricedIn": ln.priced_in,
             } for ln in self.lines],
             "notModelled": list(self.not_modelled),
             "warnings": list(self.warnings),
@@ -390,7 +393,22 @@ def _node_line(catalog: Catalog, cloud: str, kind: str, label: str, itype: str, 
     return CostLine(name=label, kind=kind, resource=itype, capacity=capacity, idle_quantity=idle_n, quantity=full_n,
                     unit_usd_per_hour=p.usd_per_hour, idle_monthly_usd=per_node * idle_n,
                     monthly_usd=per_node * full_n, gpus_per_unit=t.gpus, source=p.source, date=p.date,
-                    assumption=(assumption + spread).lstrip("; "), scales_with=scales_with, status=p.status)
+                    assumption=(assumption + spread).lstrip("; "), scales_with=scales_with, status=p.status,
+                    priced_in=_priced_in(catalog, cloud, priced, region))
+
+
+def _priced_in(catalog: Catalog, cloud: str, how: str, region: Optional[str]) -> Optional[str]:
+    """Whose price an instance line carries (catalog.Catalog.in_region's `how`), in words for the bill."""
+    ref = catalog.reference_region(cloud)
+    if how == "override":
+        return "priceOverrides"
+    if how == "regional":
+        return region
+    if ref is None:
+        return None
+    if how == "default":
+        return f"{ref} (reference; the default price holds in {region})"
+    return f"{ref} (reference)"
 
 
 def _fixed_price(catalog: Catalog, cloud: str, key: str, label: str) -> Price:
@@ -407,7 +425,14 @@ def _fixed_line(catalog: Catalog, cloud: str, key: str, label: str, qty: float, 
     monthly = rate * HOURS_PER_MONTH * qty
     return CostLine(name=label, kind="fixed", resource=key, capacity=None, idle_quantity=qty, quantity=qty,
                     unit_usd_per_hour=rate, idle_monthly_usd=monthly, monthly_usd=monthly, gpus_per_unit=0,
-                    source=p.source, date=p.date, assumption=assumption, status=p.status)
+                    source=p.source, date=p.date, assumption=assumption, status=p.status,
+                    priced_in=_reference_of(catalog, cloud))
+
+
+def _reference_of(catalog: Catalog, cloud: str) -> Optional[str]:
+    """Fixed costs, disks, storage and traffic are the catalog's reference region's prices."""
+    ref = catalog.reference_region(cloud)
+    return f"{ref} (reference)" if ref else None
 
 
 def _volume_line(catalog: Catalog, cloud: str, key: str, kind: str, label: str, idle_gib: float, full_gib: float,
@@ -419,7 +444,8 @@ def _volume_line(catalog: Catalog, cloud: str, key: str, kind: str, label: str, 
     return CostLine(name=label, kind=kind, resource=key, capacity=None, idle_quantity=idle_gib, quantity=full_gib,
                     unit_usd_per_hour=p.usd_per_hour, idle_monthly_usd=p.usd_per_hour * idle_gib,
                     monthly_usd=p.usd_per_hour * full_gib, gpus_per_unit=0, source=p.source, date=p.date,
-                    assumption=assumption, scales_with=scales_with, unit=p.unit, status=p.status)
+                    assumption=assumption, scales_with=scales_with, unit=p.unit, status=p.status,
+                    priced_in=_reference_of(catalog, cloud))
 
 
 def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape, region: Optional[str] = None) -> tuple[str, list[str]]:
@@ -596,7 +622,7 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
                 unit_usd_per_hour=full_rate, idle_monthly_usd=idle_rate * HOURS_PER_MONTH * nats,
                 monthly_usd=full_rate * HOURS_PER_MONTH * nats, gpus_per_unit=0, source=p.source, date=p.date,
                 assumption="every node reaches the internet through Cloud NAT (private nodes)", scales_with="system",
-                status=p.status))
+                status=p.status, priced_in=_reference_of(cat, cloud)))
             ips = nats if shape.public_ipv4 is None else shape.public_ipv4
             if ips:
                 lines.append(_fixed_line(cat, cloud, NAT_IP[cloud], f"Cloud NAT external IPv4 x{ips}", ips,

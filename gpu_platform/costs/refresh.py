@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,36 @@ def _pick_price(entry: Mapping[str, Any], region: Optional[str]) -> tuple[Option
     return None, None, "no price"
 
 
+def _regional_linode(inst: dict[str, Any], entry: Mapping[str, Any], reference: Optional[str], today: str, source: str,
+                     res: RefreshResult) -> None:
+    """The regions Linode prices otherwise than the default (`region_prices`, reference region aside: its price is
+    the type's own) go to the type's `regionalPrices.<region>.onDemand`; the monthly cap there follows the hourly
+    rate (catalog.Catalog.in_region). A region no longer listed keeps no regional price: the default holds again."""
+    listed = {rp.get("id"): rp for rp in entry.get("region_prices") or []
+              if rp.get("id") and rp.get("id") != reference and rp.get("hourly")}
+    regional = inst.get("regionalPrices") or {}
+    for region in sorted(set(regional) - set(listed)):
+        res.changed.append(f"{inst['name']} {region}: regional price {regional[region]['onDemand']['usdPerHour']} "
+                           "removed (the types API lists no region price there: the default holds)")
+        regional.pop(region)
+    for region, rp in sorted(listed.items()):
+        hourly = float(rp["hourly"])
+        monthly = float(rp["monthly"]) if rp.get("monthly") else None
+        old = (regional.get(region) or {}).get("onDemand") or {}
+        if old.get("usdPerHour") is not None and abs(float(old["usdPerHour"]) - hourly) <= 1e-9 \
+                and (regional.get(region) or {}).get("monthlyCapUsd") == monthly:
+            res.unchanged.append(f"{inst['name']} {region}")
+            continue
+        regional[region] = {"onDemand": {"usdPerHour": hourly, "date": today, "source": (
+            f"{source} ({region} region price; refreshed by python -m gpu_platform.costs refresh)")},
+            **({"monthlyCapUsd": monthly} if monthly else {})}
+        res.changed.append(f"{inst['name']} {region}: {old.get('usdPerHour')} -> {hourly} $/h (region price)")
+    if regional:
+        inst["regionalPrices"] = regional
+    else:
+        inst.pop("regionalPrices", None)
+
+
 class _FlowList(list):
     pass
 
@@ -95,6 +126,19 @@ def _flow_lists(doc: Any) -> Any:
     return doc
 
 
+def _replace(path: Path, header: str, doc: Any) -> None:
+    """Write a catalog file beside it and move it into place: a preflight reading the catalog meanwhile sees the
+    old file or the new one, never a half-written one; a write that fails leaves the old file and nothing else."""
+    tmp = path.with_name(f".{path.name}.refresh")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(header)
+            yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def refresh_linode(response: Mapping[str, Any], catalog_path: Path | None = None, today: Optional[str] = None,
                    source: str = LINODE_TYPES_URL, write: bool = True) -> RefreshResult:
     """Rewrite the Linode catalog file's prices from a types API response."""
@@ -114,6 +158,7 @@ def refresh_linode(response: Mapping[str, Any], catalog_path: Path | None = None
         if entry is None:
             res.missing_from_response.append(name)
             continue
+        _regional_linode(inst, entry, region, today, source, res)
         hourly, monthly, how = _pick_price(entry, region)
         if hourly is None:
             res.notes.append(f"{name}: the response has no usable price (base 0, no {region} region price); kept")
@@ -138,9 +183,7 @@ def refresh_linode(response: Mapping[str, Any], catalog_path: Path | None = None
     if problems:
         raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
     if write and res.changed:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(header)
-            yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+        _replace(path, header, doc)
     return res
 
 

@@ -4,6 +4,8 @@
     python -m gpu_platform.costs refresh --aws-spot-history FILE.json     # `aws ec2 describe-spot-price-history` output
     python -m gpu_platform.costs refresh --aws-price-list FILE.json       # the public EC2 price list (offer file) for a region
     python -m gpu_platform.costs refresh --gcp-skus FILE.json             # Cloud Billing Catalog API services/6F81-5844-456A/skus
+    python -m gpu_platform.costs refresh --aws-spot F.csv --all-regions   # every region of a recorded SkyPilot catalog excerpt
+    python -m gpu_platform.costs refresh --gcp-machine-prices F.csv --all-regions   # recorded per-region GCP machine prices
 
 Readers turn each documented response shape into plain observations; `apply_aws` / `apply_gcp` write them
 into gpu_platform/costs/catalog/<cloud>.yaml with the file as the source, today's date, and for market prices (AWS Spot)
@@ -29,6 +31,7 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +40,7 @@ from typing import Any, Iterable, Mapping, Optional
 import yaml
 
 from gpu_platform.costs.catalog import CATALOG_DIR, validate_document
-from gpu_platform.costs.refresh import RefreshResult, _Dumper, _flow_lists
+from gpu_platform.costs.refresh import RefreshResult, _replace
 
 REPO_ROOT = CATALOG_DIR.parents[2]
 
@@ -89,15 +92,32 @@ def _observed_date(text: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
+# An availability zone ID of a region's own zones ("use1-az1", "euw1-az3"); Local Zones ("use1-atl2-az1") and
+# Wavelength zones carry a location between the region and the zone number. A node group in the region's subnets
+# never lands in them, and their prices differ: they are not read.
+_REGION_AZ_ID = re.compile(r"^[a-z]+[0-9]+-az[0-9]+$")
+
+
+def _regional_zone(row: Mapping[str, Any]) -> bool:
+    az = str(row.get("AvailabilityZone") or "")
+    return not az or bool(_REGION_AZ_ID.match(az))
+
+
+def skypilot_regions(path: Path) -> list[str]:
+    """The regions a recorded SkyPilot catalog excerpt has rows for, sorted."""
+    text = Path(path).read_text(encoding="utf-8")
+    return sorted({row["Region"] for row in csv.DictReader(io.StringIO(_skip_comments(text))) if row.get("Region")})
+
+
 def read_skypilot_vms_csv(path: Path, region: str) -> dict[str, Observations]:
-    """Spot prices per type from a recorded SkyPilot catalog (catalogs/v7/aws/vms.csv): one row per
-    availability zone; rows without a SpotPrice are skipped. Their date is the header's
-    'observed-no-later-than' date if it states one, else the 'read' date."""
+    """Spot prices per type from a recorded SkyPilot catalog (catalogs/v7 or v9 aws/vms.csv): one row per
+    availability zone; rows without a SpotPrice, and rows of Local Zones, are skipped. Their date is the
+    header's 'observed-no-later-than' date if it states one, else the 'read' date."""
     text = Path(path).read_text(encoding="utf-8")
     date = _observed_date(text) or _header_date(text) or _dt.date.fromtimestamp(Path(path).stat().st_mtime).isoformat()
     by_type: dict[str, list[float]] = {}
     for row in csv.DictReader(io.StringIO(_skip_comments(text))):
-        if row.get("Region") != region or not row.get("SpotPrice"):
+        if row.get("Region") != region or not row.get("SpotPrice") or not _regional_zone(row):
             continue
         by_type.setdefault(row["InstanceType"], []).append(float(row["SpotPrice"]))
     src = f"{_rel(path)} (SkyPilot catalog rows, {region}, one per availability zone)"
@@ -108,7 +128,7 @@ def read_skypilot_on_demand(path: Path, region: str) -> dict[str, float]:
     text = Path(path).read_text(encoding="utf-8")
     out: dict[str, float] = {}
     for row in csv.DictReader(io.StringIO(_skip_comments(text))):
-        if row.get("Region") == region and row.get("Price"):
+        if row.get("Region") == region and row.get("Price") and _regional_zone(row):
             out[row["InstanceType"]] = float(row["Price"])
     return out
 
@@ -156,9 +176,7 @@ def _write(path: Path, doc: Mapping[str, Any]) -> None:
     problems = validate_document(doc, path.name)
     if problems:
         raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(header)
-        yaml.dump(_flow_lists(doc), f, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+    _replace(path, header, doc)
 
 
 def _prices_of(doc: Mapping[str, Any], inst: dict[str, Any], region: Optional[str]) -> dict[str, Any]:
@@ -325,5 +343,123 @@ def apply_gcp(parts: Mapping[tuple[str, str], tuple[float, str]], source: str, c
     return res
 
 
-__all__ = ["Observations", "apply_aws", "apply_gcp", "gcp_a2_prices", "read_ec2_price_list", "read_gcp_skus",
-           "read_skypilot_on_demand", "read_skypilot_vms_csv", "read_spot_price_history"]
+# ---------------------------------------------------------------------------------------------
+# GCP: per-region machine prices (a recorded excerpt of a catalog generated from the Cloud Billing Catalog API)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MachinePrices:
+    """Per-region prices of the machine types in a recorded file: region -> machine -> (On-Demand $/h, Spot $/h)."""
+
+    prices: Mapping[str, Mapping[str, tuple[float, Optional[float]]]]
+    date: str  # when the prices were generated or read (the file's 'observed-no-later-than')
+    source: str
+    # Whether a price is the whole machine's, GPUs included. A SkyPilot GCP row prices an A2/A3/G2 machine's host
+    # only (its GPUs are separate accelerator rows), so a file of that format never prices a GPU type.
+    includes_gpus: bool = True
+    basis: str = "machine incl. GPUs, generated {date} from the Cloud Billing Catalog API"
+
+
+def read_gcp_machine_prices(path: Path) -> MachinePrices:
+    """Per-region GCP machine prices from a recorded file, in one of two shapes:
+    - `machine,region,hour,hour_spot` (cyclenerd-gcp-pricing-*.csv): the machine's On-Demand price including its
+      GPUs, and its Spot price;
+    - SkyPilot's catalogs/v9/gcp/vms.csv rows (InstanceType,...,Region,AvailabilityZone,Price,SpotPrice): one row
+      per zone; a region's price is its zones' (the same in every zone), its Spot price their median. Rows with an
+      accelerator are not read, and the result prices no GPU machine (a host row is not the machine's price).
+    The header must state when the prices were generated or read ('observed-no-later-than: YYYY-MM-DD')."""
+    text = Path(path).read_text(encoding="utf-8")
+    date = _observed_date(text)
+    if not date:
+        raise ValueError(f"{_rel(path)}: the header must say when its prices were generated "
+                         "('# observed-no-later-than: YYYY-MM-DD')")
+    reader = csv.DictReader(io.StringIO(_skip_comments(text)))
+    skypilot = "InstanceType" in (reader.fieldnames or [])
+    rows: dict[tuple[str, str], list[tuple[float, Optional[float]]]] = {}
+    for i, row in enumerate(reader, start=1):
+        if skypilot and row.get("AcceleratorName"):
+            continue
+        machine, region = (row.get("InstanceType"), row.get("Region")) if skypilot else (row.get("machine"), row.get("region"))
+        hour_key, spot_key = ("Price", "SpotPrice") if skypilot else ("hour", "hour_spot")
+        try:
+            hour = float(row[hour_key])
+            spot = float(row[spot_key]) if row.get(spot_key) else None
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{_rel(path)}: data row {i}: needs a machine, a region and {hour_key}/{spot_key} "
+                             f"numbers, got {dict(row)!r}") from None
+        if not machine or not region:
+            raise ValueError(f"{_rel(path)}: data row {i}: no machine or region in {dict(row)!r}")
+        if hour <= 0 or (spot is not None and not 0 < spot <= hour):
+            raise ValueError(f"{_rel(path)}: {machine} in {region}: an On-Demand price above 0 and a Spot price "
+                             f"above 0 and not above it, got {hour} and {spot}")
+        rows.setdefault((region, machine), []).append((hour, spot))
+    out: dict[str, dict[str, tuple[float, Optional[float]]]] = {}
+    for (region, machine), obs in rows.items():
+        hours = {h for h, _ in obs}
+        if len(hours) > 1:
+            raise ValueError(f"{_rel(path)}: {machine} in {region}: the zones disagree on the On-Demand price "
+                             f"({sorted(hours)}); GCP prices a machine per region")
+        spots = [sp for _, sp in obs if sp is not None]
+        out.setdefault(region, {})[machine] = (obs[0][0], statistics.median(spots) if spots else None)
+    if skypilot:
+        return MachinePrices(out, date, _rel(path), includes_gpus=False,
+                             basis="SkyPilot catalog rows from the Cloud Billing Catalog API, read {date}")
+    return MachinePrices(out, date, _rel(path))
+
+
+def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path: Path | None = None,
+                       today: Optional[str] = None, write: bool = True) -> RefreshResult:
+    """Write each region's machine prices into gcp.yaml: `regionalPrices.<region>` (the type's own prices for the
+    reference region). Spot and preemptible get the Spot price (GCP bills preemptible VMs at Spot prices)."""
+    path = catalog_path or CATALOG_DIR / "gcp.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    today = today or _dt.date.today().isoformat()
+    res = RefreshResult()
+    by_name = {inst["name"]: inst for inst in doc["instances"]}
+    for region in regions:
+        for machine, (hour, spot) in sorted((data.prices.get(region) or {}).items()):
+            inst = by_name.get(machine)
+            if inst is None:
+                res.not_in_catalog.append(f"{machine} ({region})")
+                continue
+            if int(inst.get("gpus") or 0) > 0 and not data.includes_gpus:
+                res.notes.append(f"{machine} ({region}): {data.source} prices its host only, not the GPUs; not written")
+                continue
+            target = _prices_of(doc, inst, region)
+            src = (f"{data.source} ({region}, {data.basis.format(date=data.date)}; refreshed by python -m "
+                   f"gpu_platform.costs refresh on {today})")
+            new = {"onDemand": hour, **({"spot": spot, "preemptible": spot} if spot is not None else {})}
+            for key, usd in new.items():
+                old = target.get(key) or {}
+                if old.get("usdPerHour") is not None and abs(float(old["usdPerHour"]) - usd) <= 1e-9 \
+                        and old.get("date") == data.date:
+                    res.unchanged.append(f"{machine} {region} {key}")
+                    continue
+                res.changed.append(f"{machine} {region}: {key} {old.get('usdPerHour')} -> {usd} $/h")
+                target[key] = {"usdPerHour": usd, "source": src, "date": data.date, "status": "recorded"}
+    problems = validate_document(doc, path.name)
+    if problems:
+        raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
+    if write and res.changed:
+        _write(path, doc)
+    return res
+
+
+def merge_results(results: Mapping[str, RefreshResult]) -> RefreshResult:
+    """One result for a refresh of several regions, each line naming its region."""
+    out = RefreshResult()
+    missing: dict[str, list[str]] = {}
+    for region, r in results.items():
+        out.changed += [f"{region}: {c}" for c in r.changed]
+        out.unchanged += [f"{region}: {c}" for c in r.unchanged]
+        for m in r.missing_from_response:
+            missing.setdefault(m, []).append(region)
+        out.notes += [f"{region}: {n}" for n in r.notes]
+    out.missing_from_response = [f"{m} ({len(rs)} of {len(results)} regions)" for m, rs in missing.items()]
+    return out
+
+
+__all__ = ["MachinePrices", "Observations", "apply_aws", "apply_gcp", "apply_gcp_machines", "gcp_a2_prices",
+           "merge_results", "read_ec2_price_list", "read_gcp_machine_prices", "read_gcp_skus",
+           "read_skypilot_on_demand", "read_skypilot_vms_csv", "read_spot_price_history", "skypilot_regions"]

@@ -176,11 +176,34 @@ def render_cost_summary(est: Estimate, budget_usd: Optional[float] = None, overh
             out.append(f"    {'':<{w}}    - {item}")
     out.append("  prices: " + "; ".join(sorted({f"{ln.resource} ({ln.date}{', ' + ln.status if ln.status else ''})"
                                                 for ln in est.lines})))
+    out += render_priced_in(est)
     out += render_catalog_age(est, today, seen)
     out += render_budget(est, budget_usd, overhead)
     for w_ in est.warnings:
         out.append(f"  warning: {w_}")
     return "\n".join(out)
+
+
+def priced_in(est: Estimate) -> list[tuple[str, list[str], str, str]]:
+    """(whose prices, the resources priced with them, oldest date, newest date), the stack's own region first:
+    which region's prices the bill used, and how old they are."""
+    groups: dict[str, list[Any]] = {}
+    for ln in est.lines:
+        if ln.priced_in:
+            groups.setdefault(ln.priced_in, []).append(ln)
+    order = sorted(groups, key=lambda k: (k != est.region, k == "priceOverrides", k))
+    return [(k, sorted({ln.resource for ln in groups[k]}), min(ln.date for ln in groups[k]),
+             max(ln.date for ln in groups[k])) for k in order]
+
+
+def render_priced_in(est: Estimate) -> list[str]:
+    """One line per source of prices: '  priced in eu-west-1: g5.xlarge, m6i.large (dated 2026-11-28)'."""
+    out = []
+    for where, resources, oldest, newest in priced_in(est):
+        dated = oldest if oldest == newest else f"{oldest} .. {newest}"
+        label = "priced with" if where == "priceOverrides" else "priced in"
+        out.append(f"  {label} {where}: {', '.join(resources)} (dated {dated})")
+    return out
 
 
 def render_unpriced_summary(est: Estimate, budget_usd: Optional[float] = None, seen: frozenset[str] = frozenset()) -> str:

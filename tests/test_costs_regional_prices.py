@@ -1,0 +1,322 @@
+"""Prices where the stack runs (issue 37 item 1): an EU GKE stack and an eu-west-1 EKS stack are priced from their
+own region's recorded prices, or refused naming the type and the region; `priceOverrides` covers a refused type; the
+bill says whose prices it used and how old they are; every regional price traces to a recorded file's rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_platform.costs.__main__ import main as costs_main
+from gpu_platform.costs.catalog import CATALOG_DIR, load_catalog, read_document, validate_document
+from gpu_platform.costs.estimator import PoolShape, RegionPriceRefused, StackShape, estimate
+from gpu_platform.costs.refresh_clouds import (apply_gcp_machines, read_gcp_machine_prices, read_skypilot_on_demand,
+                                               read_skypilot_vms_csv, skypilot_regions)
+from gpu_platform.costs.report import render_cost_summary
+from tests.conftest import ROOT
+from tests.test_hostile_input import run_main
+
+RECORDED = CATALOG_DIR / "recorded"
+AWS_V9 = RECORDED / "skypilot-aws-vms-v9.csv"
+GCP_A2 = RECORDED / "cyclenerd-gcp-pricing-a2-highgpu-1g.csv"
+GCP_E2 = RECORDED / "skypilot-gcp-vms-v9-e2-standard-4.csv"
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    text = "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def _aws_rows(itype: str, region: str) -> list[dict[str, str]]:
+    # Local Zones (use1-atl2-az1) are not where a node group in the region's subnets runs.
+    return [r for r in _rows(AWS_V9) if r["InstanceType"] == itype and r["Region"] == region
+            and r["AvailabilityZone"].count("-") == 1]
+
+
+# --- the estimator --------------------------------------------------------------------------------------------
+
+
+def test_an_eu_gke_stack_is_priced_from_europe_west4s_recorded_prices():
+    """gcp-prod moved to europe-west4: the Spot A100 machine and the e2-standard-4 system nodes carry
+    europe-west4's recorded prices (not us-central1's), and the bill says so with the prices' date."""
+    a2 = next(r for r in _rows(GCP_A2) if r["machine"] == "a2-highgpu-1g" and r["region"] == "europe-west4")
+    e2 = [r for r in _rows(GCP_E2) if r["Region"] == "europe-west4"]
+    shape = StackShape("gcp", "europe-west4", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 8),), name="gpu-prod")
+    est = estimate(shape)
+    gpu = next(ln for ln in est.lines if ln.resource == "a2-highgpu-1g")
+    system = next(ln for ln in est.lines if ln.resource == "e2-standard-4")
+    assert gpu.unit_usd_per_hour == float(a2["hour_spot"]) == 1.44587
+    assert system.unit_usd_per_hour == float(e2[0]["Price"]) == 0.14754
+    us = load_catalog()
+    assert gpu.unit_usd_per_hour != us.instance("gcp", "a2-highgpu-1g").spot.usd_per_hour  # us-central1: 1.92802
+    assert system.unit_usd_per_hour != us.instance("gcp", "e2-standard-4").on_demand.usd_per_hour
+    assert (gpu.priced_in, system.priced_in, gpu.date) == ("europe-west4", "europe-west4", "2025-03-06")
+    text = render_cost_summary(est)
+    assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4 (dated 2025-03-06 .. 2026-11-28)" in text
+    assert "priced in us-central1 (reference): " in text  # disks, storage, traffic and fees
+    lines = {ln["resource"]: ln["pricedIn"] for ln in est.as_dict()["lines"]}
+    assert lines["a2-highgpu-1g"] == "europe-west4" and lines["gke-control-plane-fee"] == "us-central1 (reference)"
+
+
+def test_an_eu_west_1_eks_stack_is_priced_from_eu_west_1s_recorded_prices():
+    """aws-prod's g5.xlarge Spot pool and m6i.large system pool in eu-west-1: the Spot price is the median of
+    eu-west-1's availability zones, the On-Demand price eu-west-1's, both different from us-east-1's."""
+    g5 = _aws_rows("g5.xlarge", "eu-west-1")
+    m6 = _aws_rows("m6i.large", "eu-west-1")
+    shape = StackShape("aws", "eu-west-1", (PoolShape("a10g", "g5.xlarge", "spot", 0, 8),),
+                       system_nodes=None, name="gpu-prod")
+    est = estimate(shape)
+    gpu = next(ln for ln in est.lines if ln.resource == "g5.xlarge")
+    system = next(ln for ln in est.lines if ln.resource == "m6i.large")
+    assert gpu.unit_usd_per_hour == pytest.approx(statistics.median(float(r["SpotPrice"]) for r in g5)) == 0.5917
+    assert system.unit_usd_per_hour == float(m6[0]["Price"]) == 0.107
+    us = load_catalog()
+    assert gpu.unit_usd_per_hour != us.instance("aws", "g5.xlarge").spot.usd_per_hour
+    assert system.unit_usd_per_hour != us.instance("aws", "m6i.large").on_demand.usd_per_hour
+    assert "observed $0.5868-0.5941 over 3 samples" in gpu.assumption
+    assert {gpu.priced_in, system.priced_in} == {"eu-west-1"}
+    assert "priced in eu-west-1: g5.xlarge, m6i.large (dated 2026-11-28)" in render_cost_summary(est)
+
+
+def test_a_region_without_a_price_for_a_type_the_stack_uses_is_refused_unless_price_overrides_cover_it():
+    """g6.12xlarge (aws-prod's L4 pool) has no eu-west-1 price: the bill is refused, naming the type, the
+    capacity and the region; an override of its Spot price prices the stack, the other lines stay eu-west-1's."""
+    pools = (PoolShape("a10g", "g5.xlarge", "spot", 0, 8), PoolShape("l4x4", "g6.12xlarge", "spot", 0, 2))
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("aws", "eu-west-1", pools, name="gpu-prod"))
+    assert (err.value.type, err.value.capacity, err.value.region) == ("g6.12xlarge", "spot", "eu-west-1")
+    assert "no spot price for g6.12xlarge in eu-west-1" in str(err.value)
+    assert "priceOverrides.g6.12xlarge.spot" in str(err.value)
+    est = estimate(StackShape("aws", "eu-west-1", pools, name="gpu-prod",
+                              price_overrides={"aws/g6.12xlarge": {"spot": 2.5}}))
+    l4 = next(ln for ln in est.lines if ln.resource == "g6.12xlarge")
+    assert (l4.unit_usd_per_hour, l4.priced_in) == (2.5, "priceOverrides")
+    assert next(ln for ln in est.lines if ln.resource == "g5.xlarge").priced_in == "eu-west-1"
+    assert "priced with priceOverrides: g6.12xlarge" in render_cost_summary(est)
+
+
+def test_a_gcp_region_the_recorded_prices_do_not_cover_is_refused():
+    """The recorded A2 prices have no europe-north2 row: an A100 stack there is refused, naming type and region."""
+    with pytest.raises(RegionPriceRefused, match="no spot price for a2-highgpu-1g in europe-north2"):
+        estimate(StackShape("gcp", "europe-north2", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 8),)))
+
+
+# --- preflight: the verdict (the EU GKE stack's: tests/test_pr_view.py) ----------------------------------------
+
+
+def _stack(tmp_path: Path, base: str, name: str, text_changes: dict[str, str], **config) -> Path:
+    text = (ROOT / "stacks" / f"Pulumi.{base}.yaml").read_text()
+    for old, new in text_changes.items():
+        text = text.replace(old, new)
+    doc = yaml.safe_load(text)
+    doc["config"].update({f"gpu-platform:{k}": v for k, v in config.items()})
+    path = tmp_path / f"Pulumi.{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_preflight_refuses_an_eu_west_1_eks_stack_naming_the_type_and_region_until_an_override_covers_it(tmp_path,
+                                                                                                          capsys):
+    stack = _stack(tmp_path, "aws-prod", "eks-eu", {"us-east-1": "eu-west-1"})
+    code, text, _ = run_main(["--stack-file", str(stack), "--no-policies", "--out", str(tmp_path / "build")], capsys)
+    assert code == 3, text
+    assert "REFUSED: no spot price for g6.12xlarge in eu-west-1" in text
+    refused = json.loads((tmp_path / "build" / "eks-eu" / "cost.json").read_text())["refused"]
+    assert (refused["type"], refused["region"]) == ("g6.12xlarge", "eu-west-1")
+    covered = _stack(tmp_path, "aws-prod", "eks-eu2", {"us-east-1": "eu-west-1"},
+                     priceOverrides={"g6.12xlarge": {"spot": 2.5}})
+    code, text, _ = run_main(["--stack-file", str(covered), "--no-policies", "--out", str(tmp_path / "build")], capsys)
+    assert code == 0, text
+    doc = json.loads((tmp_path / "build" / "eks-eu2" / "cost.json").read_text())
+    priced = {ln["resource"]: ln["pricedIn"] for ln in doc["lines"]}
+    assert priced["g5.xlarge"] == priced["m6i.large"] == "eu-west-1" and priced["g6.12xlarge"] == "priceOverrides"
+
+
+# --- the catalog traces to the recorded files ------------------------------------------------------------------
+
+
+def _regional(cloud: str):
+    for inst in read_document(CATALOG_DIR / f"{cloud}.yaml")["instances"]:
+        for region, prices in (inst.get("regionalPrices") or {}).items():
+            for cap, p in prices.items():
+                yield inst["name"], region, cap, p
+
+
+def test_every_regional_price_traces_to_a_recorded_file_in_the_repository():
+    """Each regional price names a recorded file, and recomputing it from that file's rows gives the catalog's
+    number: AWS Spot = median over the region's availability zones (low, high, samples too), AWS On-Demand =
+    the region's Price; GCP = the machine's row (its Spot price for spot and preemptible)."""
+    seen = 0
+    for cloud in ("aws", "gcp"):
+        for name, region, cap, p in _regional(cloud):
+            path = ROOT / p["source"].split(" ", 1)[0]
+            assert path.is_file() and path.parent == RECORDED, (name, region, cap, p["source"])
+            assert p["status"] == "recorded"
+            if cloud == "aws" and cap == "spot":
+                o = read_skypilot_vms_csv(path, region)[name]
+                assert (p["usdPerHour"], p["low"], p["high"], p["samples"]) == \
+                    (o.median, min(o.prices), max(o.prices), len(o.prices)), (name, region)
+            elif cloud == "aws":
+                assert p["usdPerHour"] == read_skypilot_on_demand(path, region)[name], (name, region)
+            else:
+                data = read_gcp_machine_prices(path)
+                hour, spot = data.prices[region][name]
+                assert p["usdPerHour"] == (hour if cap == "onDemand" else spot) and p["date"] == data.date
+            seen += 1
+    assert seen > 300
+
+
+def test_every_region_of_the_recorded_files_is_in_the_catalog():
+    """`costs refresh ... --all-regions` was run on every recorded file: each region the files price a catalogued
+    type in (but the reference region) has that type's regional prices."""
+    cat = load_catalog()
+    for region in skypilot_regions(AWS_V9):
+        for name in {r["InstanceType"] for r in _rows(AWS_V9) if r["Region"] == region}:
+            t = cat.instance("aws", name)
+            assert region == "us-east-1" or {"on-demand", "spot"} <= set(t.regional.get(region, {})), (name, region)
+    for path in (GCP_A2, GCP_E2):
+        data = read_gcp_machine_prices(path)
+        for region, machines in data.prices.items():
+            for name in machines:
+                t = cat.instance("gcp", name)
+                assert region == "us-central1" or set(t.regional[region]) == {"on-demand", "spot", "preemptible"}
+
+
+# --- the readers and the refresh -------------------------------------------------------------------------------
+
+
+def test_local_zone_rows_are_not_read():
+    """us-east-1's m6i.large rows include the Atlanta Local Zone (use1-atl2-az1, Spot $0.0143): a node group in
+    the region's subnets never runs there, so it is not one of the region's observations."""
+    o = read_skypilot_vms_csv(AWS_V9, "us-east-1")["m6i.large"]
+    assert len(o.prices) == 5 and min(o.prices) == 0.0283
+
+
+def test_a_host_only_row_never_prices_a_gpu_machine(tmp_path):
+    """A SkyPilot GCP row of an A2 machine prices its host only (the A100s are separate accelerator rows, and
+    that catalog's europe-west4 A100 row is half Google's SKU): such a file writes no GPU machine's price."""
+    f = tmp_path / "host.csv"
+    f.write_text("# observed-no-later-than: 2026-11-28\n"
+                 "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,Region,AvailabilityZone,Price,SpotPrice\n"
+                 "a2-highgpu-1g,12.0,85.0,,,europe-west4,europe-west4-a,0.81406,0.36774\n"
+                 "e2-standard-4,4.0,16.0,,,europe-west4,europe-west4-a,0.14754,0.06716\n"
+                 ",,,A100,1,europe-west4,europe-west4-a,1.61365,1.3251\n")
+    copy = tmp_path / "gcp.yaml"
+    shutil.copy(CATALOG_DIR / "gcp.yaml", copy)
+    before = read_document(copy)
+    res = apply_gcp_machines(read_gcp_machine_prices(f), ["europe-west4"], catalog_path=copy, today="2030-01-01")
+    after = {e["name"]: e for e in read_document(copy)["instances"]}
+    a2_before = next(e for e in before["instances"] if e["name"] == "a2-highgpu-1g")
+    assert after["a2-highgpu-1g"]["regionalPrices"] == a2_before["regionalPrices"]
+    assert any("a2-highgpu-1g (europe-west4)" in n and "host only" in n for n in res.notes)
+    assert validate_document(read_document(copy)) == []
+
+
+def test_a_recorded_price_file_without_a_date_or_with_a_spot_price_above_on_demand_is_refused(tmp_path):
+    f = tmp_path / "p.csv"
+    f.write_text("machine,region,hour,hour_spot\na2-highgpu-1g,europe-west4,3.7,1.4\n")
+    with pytest.raises(ValueError, match="must say when its prices were generated"):
+        read_gcp_machine_prices(f)
+    f.write_text("# observed-no-later-than: 2025-03-06\nmachine,region,hour,hour_spot\na2-highgpu-1g,europe-west4,1.4,3.7\n")
+    with pytest.raises(ValueError, match="a2-highgpu-1g in europe-west4: .*Spot price above 0 and not above it"):
+        read_gcp_machine_prices(f)
+
+
+def test_refresh_all_regions_writes_every_region_of_the_file_and_leaves_the_reference(tmp_path, monkeypatch, capsys):
+    """`costs refresh --aws-spot F --all-regions` on a catalog without regional prices writes them for each region
+    of F but us-east-1, whose (reference) prices stay as they are."""
+    import gpu_platform.costs.refresh_clouds as rc
+
+    doc = read_document(CATALOG_DIR / "aws.yaml")
+    for inst in doc["instances"]:
+        inst.pop("regionalPrices", None)
+    copy = tmp_path / "aws.yaml"
+    copy.write_text(yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.setattr(rc, "CATALOG_DIR", tmp_path)
+    assert costs_main(["refresh", "--aws-spot", str(AWS_V9), "--all-regions"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(skypilot_regions(AWS_V9)) - 1} regions read; the reference region us-east-1 is left as it is" in out
+    after = {e["name"]: e for e in read_document(copy)["instances"]}
+    assert after["g5.xlarge"]["onDemand"] == next(e for e in doc["instances"] if e["name"] == "g5.xlarge")["onDemand"]
+    m6i_regions = {r["Region"] for r in _rows(AWS_V9) if r["InstanceType"] == "m6i.large"}
+    assert set(after["m6i.large"]["regionalPrices"]) == m6i_regions - {"us-east-1"} and len(m6i_regions) > 20
+    assert after["g5.xlarge"]["regionalPrices"]["eu-west-1"]["onDemand"]["usdPerHour"] == 1.123
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--aws-spot", str(AWS_V9), "--all-regions", "--region", "eu-west-1"], "--all-regions and --region exclude each other"),
+    (["--linode", "--all-regions"], "--all-regions reads a recorded file of every region"),
+])
+def test_refresh_all_regions_usage_errors(argv, message, capsys):
+    assert costs_main(["refresh", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_linode_regions_priced_otherwise_than_the_default_get_their_own_price_and_monthly_cap(tmp_path):
+    """Linode's types API lists the regions whose price differs from a plan's default (`region_prices`):
+    `costs refresh --linode` records each (the reference region's aside) with its monthly cap, the estimator
+    bills a stack there at that price, and a region the API no longer lists falls back to the default."""
+    from gpu_platform.costs.catalog import Catalog, parse_document
+    from gpu_platform.costs.refresh import refresh_linode
+
+    response = json.loads((ROOT / "tests" / "data" / "linode-types-response.json").read_text())  # a labelled fixture
+    copy = tmp_path / "linode.yaml"
+    shutil.copy(CATALOG_DIR / "linode.yaml", copy)
+    res = refresh_linode(response, copy, today="2030-01-02", source="recorded response")
+    doc = read_document(copy)
+    assert validate_document(doc) == []
+    std2 = next(e for e in doc["instances"] if e["name"] == "g6-standard-2")
+    assert std2["regionalPrices"]["id-cgk"]["onDemand"]["usdPerHour"] == 0.043
+    assert std2["regionalPrices"]["id-cgk"]["monthlyCapUsd"] == 28.8
+    assert "g6-standard-2 id-cgk: None -> 0.043 $/h (region price)" in res.changed
+    ada = next(e for e in doc["instances"] if e["name"] == "g2-gpu-rtx4000a1-s")
+    assert set(ada["regionalPrices"]) == {"us-ord"}  # us-east is the reference: its price is the plan's own
+    instances, fixed = parse_document(doc)
+    cat = Catalog({"linode": instances}, {"linode": fixed}, {"linode": {
+        "referenceRegion": "us-east", "defaultPriceHolds": read_document(copy)["defaultPriceHolds"]}})
+    t, how = cat.in_region("linode", "g6-standard-2", "on-demand", "id-cgk")
+    assert (how, t.on_demand.usd_per_hour, t.monthly_cap_usd) == ("regional", 0.043, 28.8)
+    assert t.monthly_cost("on-demand") == 28.8  # the region's cap, not the default plan's $24
+    t, how = cat.in_region("linode", "g6-standard-2", "on-demand", "us-ord")
+    assert (how, t.on_demand.usd_per_hour) == ("default", std2["onDemand"]["usdPerHour"])
+    for e in response["data"]:
+        e["region_prices"] = []
+    res = refresh_linode(response, copy, today="2030-01-03", source="recorded response")
+    assert "regionalPrices" not in next(e for e in read_document(copy)["instances"] if e["name"] == "g6-standard-2")
+    assert any(c.startswith("g6-standard-2 id-cgk: regional price 0.043 removed") for c in res.changed)
+
+
+@pytest.mark.parametrize("which", ["clouds", "linode"])
+def test_a_refresh_that_fails_while_writing_leaves_the_catalog_as_it_was(tmp_path, monkeypatch, which):
+    """The catalog was rewritten in place: a preflight reading it meanwhile (or a refresh stopped midway) saw an
+    empty or half-written aws.yaml ('NoneType' object has no attribute 'get'). It is written beside and moved."""
+    import gpu_platform.costs.refresh as refresh_mod
+    from gpu_platform.costs.refresh import refresh_linode
+
+    name = "gcp.yaml" if which == "clouds" else "linode.yaml"
+    copy = tmp_path / name
+    doc = read_document(CATALOG_DIR / name)
+    for inst in doc["instances"]:
+        inst.pop("regionalPrices", None)  # so that the refresh has prices to write
+    copy.write_text(yaml.safe_dump(doc, sort_keys=False))
+    before = copy.read_text()
+
+    def broken_dump(*args, **kwargs):
+        args[1].write("instances:\n- name: half")  # part of the document reaches the file, then the write fails
+        raise OSError("disk full")
+
+    monkeypatch.setattr(refresh_mod.yaml, "dump", broken_dump)
+    with pytest.raises(OSError, match="disk full"):
+        if which == "clouds":
+            apply_gcp_machines(read_gcp_machine_prices(GCP_A2), ["europe-west4"], catalog_path=copy, today="2030-01-01")
+        else:
+            refresh_linode({"data": [{"id": "g6-standard-4", "price": {"hourly": 9.0, "monthly": 9.0}}]}, copy)
+    assert copy.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # no half-written file left beside it
