@@ -153,6 +153,26 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
                 esac
               done
             fi
+            # What kubeadm leaves on disk that the next steps read: `init` generates the CAs and the service-account
+            # key and writes admin.conf; `join phase control-plane-prepare download-certs` writes the CAs from the
+            # kubeadm-certs Secret, and fails like kubeadm (copycerts.getSecret) where /run/kubeadm-certs-gone says
+            # the Secret has expired.
+            newca() {{ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=${{1//\//-}}" -days 1 \
+              -keyout "/etc/kubernetes/pki/$1.key" -out "/etc/kubernetes/pki/$1.crt" 2>/dev/null; }}
+            if [ "$1" = init ] && [ "$2" = --config ]; then
+              mkdir -p /etc/kubernetes/pki/etcd /run/kubeadm
+              newca ca && newca front-proxy-ca && newca etcd/ca
+              printf 'apiVersion: v1\nkind: Config\nusers:\n- user:\n    tokenFile: /run/kubeadm/admin-token\n' > /etc/kubernetes/admin.conf
+              touch /run/kubeadm/admin-token
+            fi
+            if [ "$1 $2 $3 $4" = "join phase control-plane-prepare download-certs" ]; then
+              if [ -f /run/kubeadm-certs-gone ]; then
+                echo 'error downloading the secret: Secret "kubeadm-certs" was not found in the "kube-system" Namespace. This Secret might have expired.' >&2
+                exit 1
+              fi
+              mkdir -p /etc/kubernetes/pki/etcd
+              newca ca && newca front-proxy-ca && newca etcd/ca
+            fi
             if [ "$1 $2 $3" = "config images list" ]; then
               echo "registry.k8s.io/kube-apiserver:{release}"
               echo "registry.k8s.io/etcd:3.6.5-0"
@@ -283,6 +303,12 @@ case "$*" in
   *:6443/version*)
     [ -f /run/apiserver-version ] || { echo "curl: (7) Failed to connect: Connection refused" >&2; exit 7; }
     printf '{\n  "major": "1",\n  "gitVersion": "%s",\n  "platform": "linux/amd64"\n}\n' "$(cat /run/apiserver-version)" ;;
+  # Other API reads (cluster-info): the body recorded under /run/api/<path>, else a refused connection.
+  *:6443/api/*)
+    url=${*: -1}
+    f="/run/api/${url#*:6443/}"
+    [ -f "$f" ] || { echo "curl: (7) Failed to connect: Connection refused" >&2; exit 7; }
+    cat "$f" ;;
   *) echo "curl stand-in: no recording for $*" >&2; exit 22 ;;
 esac
 """,
