@@ -1,5 +1,6 @@
-"""What `linode.pki: program` must keep exactly as gpu-platform 0.3.0-before-this-change (main at 7cf8024)
-registered it: every resource's type and name, the PKI resources' inputs, and each node's boot files. Key
+"""What `linode.pki: program` must keep exactly as the program-owned-CA flow registers it (recorded from main at
+57ca698, where that flow is the only one): every resource's type and name, the PKI resources' inputs, and each
+node's boot files. Key
 material is random in every plan (the mocks generate real keys), so PEM blocks, hashes and long base64 are
 masked before hashing. tests/data/linode_pki_program_main.json holds the summary of main's plans, recorded with
 
