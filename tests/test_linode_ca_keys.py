@@ -154,17 +154,31 @@ case "$*" in
 esac
 """
 
-# kubectl for the control-plane maintenance scripts: nodes from /run/cluster/ready-nodes, the kubeadm-certs
-# Secret from /run/cluster/kubeadm-certs.
+# kubectl for the control-plane maintenance scripts: nodes from /run/cluster/nodes (`<name> <Ready status>
+# <lastTransitionTime>`; a name not there is NotFound), the kubeadm-certs Secret from /run/cluster/kubeadm-certs,
+# `replace -f` keeps the manifest under /run/cluster/replaced/.
 KUBECTL = r"""#!/bin/bash
 echo "kubectl $*" >> /var/log/standins.log
 [ "$1" = --kubeconfig ] && shift 2
 case "$*" in
-  "get node "*) grep -qx "$3" /run/cluster/ready-nodes 2>/dev/null && echo True; exit 0 ;;
+  "get node "*)
+    line=$(grep "^$3 " /run/cluster/nodes 2>/dev/null) || { echo "Error from server (NotFound): nodes \"$3\" not found" >&2; exit 1; }
+    echo "${line#* }"; exit 0 ;;
   "-n kube-system get secret kubeadm-certs") [ -f /run/cluster/kubeadm-certs ] || { echo 'Error from server (NotFound)' >&2; exit 1; } ;;
+  "replace -f "*) mkdir -p /run/cluster/replaced; cp "$3" /run/cluster/replaced/ ;;
 esac
 exit 0
 """
+
+
+def _nodes(root: BootRoot, **status: tuple[str, int]) -> None:
+    """Peer Nodes as the API has them: name -> (Ready status, seconds since its last transition)."""
+    import datetime
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    (root.root / "run/cluster/nodes").write_text("".join(
+        f"{name.replace('_', '-')} {ready} {(now - datetime.timedelta(seconds=ago)).strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
+        for name, (ready, ago) in status.items()))
 
 
 def _root(tmp_path, files: dict[str, str], release: str) -> BootRoot:
@@ -276,11 +290,11 @@ def test_a_live_control_plane_uploads_the_certificates_again_while_a_peer_is_mis
     (root.root / "standins" / "kubectl").write_text(KUBECTL)
     (root.root / "standins" / "kubectl").chmod(0o755)
     # Every peer Ready: nothing uploaded (the Secret expired two hours after init and stays gone).
-    (root.root / "run/cluster/ready-nodes").write_text("gpu-staging-cp-1\ngpu-staging-cp-2\n")
+    _nodes(root, gpu_staging_cp_1=("True", 86400), gpu_staging_cp_2=("True", 86400))
     assert root.run(script).returncode == 0
     assert not [line for line in root.log() if "upload-certs" in line]
     # cp-2 replaced (its Node gone): the certificates are uploaded, with the certificate key from disk.
-    (root.root / "run/cluster/ready-nodes").write_text("gpu-staging-cp-1\n")
+    _nodes(root, gpu_staging_cp_1=("True", 86400))
     proc = root.run(script)
     assert proc.returncode == 0, proc.stderr
     assert [line for line in root.log() if "init phase upload-certs --upload-certs" in line]
@@ -311,7 +325,7 @@ def test_a_replaced_cp0_pins_the_ca_from_a_cluster_info_signed_for_its_token(tmp
     log = root.log()
     assert not [line for line in log if " init --config" in line], "cp-0 must not initialise while a peer answers"
     if signed_for == "other-token":
-        assert proc.returncode == 1 and "not signed for this node's token" in proc.stderr
+        assert proc.returncode == 1 and "not yet with a cluster-info signed for a token this node holds" in proc.stderr
         assert not [line for line in log if " join " in line]
         return
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -335,3 +349,252 @@ def test_cluster_info_check_matches_kubeadms_signature_and_refuses_a_forgery():
     forged = {"data": {"kubeconfig": kubeconfig.replace("UEVN", "WFhY"), "jws-kubeconfig-abcdef": sig}}
     with pytest.raises(cluster_info.ClusterInfoError):
         cluster_info.verified_ca(forged, ["abcdef.0123456789abcdef"])
+
+
+# --- the Linode review of the first version (issue 32 item 5): each test fails on that code ----------------------
+
+CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
+
+
+def _no_wait(script: str) -> str:
+    return script.replace(f"deadline=$((SECONDS + {render.PEER_WAIT_SECONDS}))", "deadline=$((SECONDS + 0))")
+
+
+def _record(root: BootRoot, ca_pem: str = "", status: str = "") -> None:
+    """The etcd bucket's answer for the cluster record: the CA the program recorded, or an HTTP status."""
+    where = "s3-status" if status else "s3"
+    target = root.root / "run" / where / render.CLUSTER_RECORD_KEY
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(status or ca_pem)
+
+
+def _init_config(files: dict[str, str]) -> dict:
+    return yaml.safe_load(files[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
+
+
+@needs_namespaces
+@pytest.mark.parametrize("case", ["peer-503", "recorded-no-peer", "bucket-503"])
+def test_a_replaced_ha_cp0_never_initialises_without_evidence_that_no_cluster_exists(tmp_path, plans, ha_files, case):
+    """Major 1: a peer answering 5xx is a cluster (not "no peer"); with no peer answering, cp-0 initialises only
+    when the etcd bucket answers 404 for the record the program writes once it read a CA back. A recorded
+    cluster, or a bucket that cannot say, is a retry: never a second cluster behind the NodeBalancer."""
+    files = ha_files["gpu-staging-cp-0"]
+    root = _root(tmp_path, files, versions.KUBERNETES_PATCH["1.35"])
+    if case == "peer-503":
+        status = root.root / "run" / "api-status" / CLUSTER_INFO.lstrip("/")
+        status.parent.mkdir(parents=True)
+        status.write_text("503")
+    elif case == "recorded-no-peer":
+        _record(root, _ca(plans))
+    else:
+        _record(root, status="503")
+    proc = root.run(_no_wait(files[render.BOOTSTRAP_SCRIPT_PATH]))
+    log = root.log()
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert not [line for line in log if " init " in line], "cp-0 initialised a second cluster"
+    expected = {"peer-503": "answers HTTP 503", "recorded-no-peer": "waiting for one; never a second cluster",
+                "bucket-503": "answers 503 for s3://"}[case]
+    assert expected in proc.stderr
+    assert not (root.root / render.JOINED_MARKER.lstrip("/")).exists()
+
+
+@needs_namespaces
+@pytest.mark.parametrize("operator_says_init", [False, True])
+def test_a_replaced_single_cp0_of_a_recorded_cluster_refuses_to_initialise_unless_told(tmp_path, plans, operator_says_init):
+    """Major 1, single control plane: no peer can answer, so the bucket record decides. A recorded cluster's
+    replaced cp-0 refuses (loudly, naming the restore) until the operator asks for a new control plane."""
+    files = _files(_docs(plans["linode-dev"])["gpu-dev-cp-0"])
+    release = versions.KUBERNETES_PATCH["1.35"]
+    root = _root(tmp_path, files, release)
+    _record(root, "-----BEGIN CERTIFICATE-----\nrecorded\n-----END CERTIFICATE-----\n")
+    if operator_says_init:
+        (root.root / render.INIT_NEW_CONTROL_PLANE_PATH.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root.root / render.INIT_NEW_CONTROL_PLANE_PATH.lstrip("/")).touch()
+    proc = root.run(files[render.BOOTSTRAP_SCRIPT_PATH])
+    inits = [line for line in root.log() if " init --config" in line]
+    if not operator_says_init:
+        assert proc.returncode == 1 and "REFUSING to initialise" in proc.stderr
+        assert "Restoring a single control plane" in proc.stderr and not inits
+        return
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert inits
+
+
+@needs_namespaces
+def test_a_failed_init_is_resumed_with_the_cas_it_generated(tmp_path, ha_files):
+    """Major 3: kubeadm init generated the CAs, then failed (wait-control-plane): the next attempt resumes the
+    init with those CAs (the program may have read them back already), it never resets them."""
+    files = ha_files["gpu-staging-cp-0"]
+    root = _root(tmp_path, files, versions.KUBERNETES_PATCH["1.35"])
+    (root.root / "run" / "kubeadm-init-times-out").touch()
+    script = _no_wait(files[render.BOOTSTRAP_SCRIPT_PATH])
+    first = root.run(script)
+    assert first.returncode != 0 and "context deadline exceeded" in first.stderr
+    ca = root.file(f"{render.PKI_DIR}/ca.crt")
+    assert "BEGIN CERTIFICATE" in ca
+    # Meanwhile the program read that CA back and recorded it: the retry must still resume, not wait or refuse.
+    _record(root, ca)
+    second = root.run(script)
+    assert second.returncode == 0, second.stderr[-2000:]
+    log = root.log()
+    assert not [line for line in log if " reset " in line], "a reset throws away the CAs the program pinned"
+    assert [line for line in log if " init --config" in line and "--skip-phases=preflight" in line]
+    assert root.file(f"{render.PKI_DIR}/ca.crt") == ca
+    assert (root.root / render.JOINED_MARKER.lstrip("/")).exists()
+
+
+def test_the_read_back_token_never_expires_signs_only_and_the_program_holds_it(plans):
+    """Major 2: cluster-info stays signed for a token the program and cp-0 hold however long the stack is left
+    alone: kubeadm init creates it with `ttl: 0s` (no expiration in its Secret) and the signing usage only
+    (it authenticates nobody), and the read-back checks it."""
+    for stack, prefix in (("linode-dev", "gpu-dev"), ("linode-ha", "gpu-staging")):
+        files = _files(_docs(plans[stack])[f"{prefix}-cp-0"])
+        tokens = _init_config(files)["bootstrapTokens"]
+        readback = [t for t in tokens if t["ttl"] == render.READBACK_TOKEN_TTL]
+        assert len(readback) == 1 and readback[0]["usages"] == ["signing"], tokens
+        read = next(r for r in plans[stack].by_type("command:local:Command") if r.name == f"{prefix}-cluster-ca")
+        assert readback[0]["token"] in read.plain_inputs["environment"]["TOKENS"].split("\n")
+        # Workers and further control planes never get it.
+        for label, text in _docs(plans[stack]).items():
+            if not label.endswith("-cp-0"):
+                assert readback[0]["token"] not in text, label
+
+
+@needs_namespaces
+def test_cp0_replaced_long_after_the_last_up_pins_the_ca_signed_for_the_read_back_token(tmp_path, plans, ha_files):
+    """Major 2: cp-0 replaced weeks after the last `pulumi up`: its join token's Secret has expired and the init
+    token is long gone, so the survivors' cluster-info is signed only for the read-back token. cp-0 pins the
+    CA from that signature and joins (the replacing `pulumi up` renews its join token's Secret meanwhile)."""
+    files = ha_files["gpu-staging-cp-0"]
+    release = versions.KUBERNETES_PATCH["1.36"]
+    root = _root(tmp_path, files, release)
+    _bootstrap_env(root, files)
+    ca_pem = _ca(plans)
+    readback = next(t["token"] for t in _init_config(files)["bootstrapTokens"] if t["ttl"] == render.READBACK_TOKEN_TTL)
+    _serve(root, CLUSTER_INFO, _signed_cluster_info(ca_pem, readback, "192.168.0.11:6443"))
+    _record(root, ca_pem)
+    proc = root.run(files[render.BOOTSTRAP_SCRIPT_PATH])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = yaml.safe_load(root.file(render.KUBEADM_JOIN_CONFIG_PATH).split("---\n")[0])
+    assert written["discovery"]["bootstrapToken"]["caCertHashes"] == [render.discovery_hash(ca_pem)]
+    assert not [line for line in root.log() if " init --config" in line]
+
+
+def _ca_cert(organization: str = "") -> str:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")]
+    if organization:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    name, key = x509.Name(attrs), ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+@pytest.mark.parametrize("made_by", ["kubeadm", "program"])
+def test_an_unsigned_cluster_info_is_explained_by_whose_ca_it_carries(made_by):
+    """Major 2's message: linode.pki is named only for a CA the program made (0.2.0's pulumi-tls CA, O=gpu-platform);
+    a kubeadm CA whose cluster-info is signed for none of the tokens gets the command that re-creates them."""
+    info = json.loads(_signed_cluster_info(_ca_cert("gpu-platform" if made_by == "program" else ""),
+                                           "zzzzzz.0123456789abcdef", "192.168.0.11:6443"))
+    info["metadata"] = {"creationTimestamp": "2026-06-01T10:00:00Z"}
+    with pytest.raises(cluster_info.UnsignedClusterError) as err:
+        cluster_info.checked_cluster_ca("198.51.100.7", info, ["abcdef.0123456789abcdef"])
+    message = str(err.value)
+    if made_by == "program":
+        assert "linode.pki: program" in message
+    else:
+        assert "set `linode.pki: program`" not in message and "kubeadm init phase bootstrap-token" in message
+
+
+def test_the_read_back_refuses_a_cluster_info_whose_ca_the_api_server_does_not_use(monkeypatch):
+    """Major 4: etcd restored on a re-initialised control plane brings back a cluster-info signed for the
+    read-back token but carrying the old CA. The read-back checks the CA against the API server's own
+    certificate and pins nothing until they agree (the restore's republish step), naming that step."""
+    import ssl
+
+    token = "abcdef.0123456789abcdef"
+    old, new = _ca_cert(), _ca_cert()
+    answers = {"info": json.loads(_signed_cluster_info(old, token, "192.168.0.11:6443"))}
+
+    def fake_get(host, path, context):
+        if path == "/version":
+            # The API server's certificate is signed by `new`: TLS verified with another CA fails.
+            if answers["info"] is stale:
+                raise ssl.SSLCertVerificationError("certificate verify failed: unable to get local issuer certificate")
+            return {"gitVersion": "v1.35.8"}
+        return answers["info"]
+
+    stale = answers["info"]
+    monkeypatch.setattr(cluster_info, "_get", fake_get)
+    with pytest.raises(cluster_info.ClusterInfoError) as err:
+        cluster_info.read_ca("198.51.100.7", [token], timeout=0, interval=0)
+    assert "gpu-platform-republish-cluster-info.sh" in str(err.value)
+    answers["info"] = json.loads(_signed_cluster_info(new, token, "192.168.0.11:6443"))
+    assert cluster_info.read_ca("198.51.100.7", [token], timeout=0, interval=0).strip() == new.strip()
+
+
+@needs_namespaces
+def test_the_restore_republishes_cluster_info_from_the_nodes_own_ca(tmp_path, ha_files):
+    """Major 4, the restore step: cluster-info is written again from /etc/kubernetes/pki/ca.crt (the CA the
+    program read back after the new init), with admin.conf's server; once the bootstrap signer signs it for the
+    read-back token, the program's check reads that CA, the one it pinned."""
+    files = ha_files["gpu-staging-cp-0"]
+    root = _root(tmp_path, files, versions.KUBERNETES_PATCH["1.35"])
+    (root.root / "standins" / "kubectl").write_text(KUBECTL)
+    (root.root / "standins" / "kubectl").chmod(0o755)
+    node_ca = _ca_cert()
+    (root.root / "etc/kubernetes/pki").mkdir(parents=True)
+    (root.root / "etc/kubernetes/pki/ca.crt").write_text(node_ca)
+    (root.root / "etc/kubernetes/admin.conf").write_text(
+        "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: eA==\n    server: https://192.168.0.10:6443\n")
+    proc = root.run(files[render.REPUBLISH_SCRIPT_PATH])
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load((root.root / "run/cluster/replaced/cluster-info.yaml").read_text())
+    assert manifest["metadata"] == {"name": "cluster-info", "namespace": "kube-public"}
+    assert list(manifest["data"]) == ["kubeconfig"], "old signatures must go with the old CA"
+    kubeconfig = yaml.safe_load(manifest["data"]["kubeconfig"])
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://192.168.0.10:6443"
+    token = next(t["token"] for t in _init_config(files)["bootstrapTokens"] if t["ttl"] == render.READBACK_TOKEN_TTL)
+    token_id, _, secret = token.partition(".")
+    manifest["data"][f"jws-kubeconfig-{token_id}"] = cluster_info.detached_signature(manifest["data"]["kubeconfig"],
+                                                                                      token_id, secret)
+    assert cluster_info.verified_ca(manifest, [token]).strip() == node_ca.strip()
+
+
+@needs_namespaces
+def test_certificates_are_not_uploaded_for_a_peer_that_is_only_briefly_silent_or_still_reporting(tmp_path, ha_files):
+    """Minor: a kubelet restart (Ready=Unknown for a minute) or a NotReady node whose kubelet still reports
+    (Ready=False) needs no certificates; a peer silent for PEER_GONE_SECONDS does (it is being replaced)."""
+    files = ha_files["gpu-staging-cp-0"]
+    script = files[render.CERTS_UPLOAD_SCRIPT_PATH]
+    root = _root(tmp_path, files, versions.KUBERNETES_PATCH["1.36"])
+    (root.root / render.JOINED_MARKER.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (root.root / render.JOINED_MARKER.lstrip("/")).touch()
+    assert root.run(f"apt-get install -y kubeadm={versions.KUBERNETES_PATCH['1.36']}-{REV}").returncode == 0
+    (root.root / "standins" / "kubectl").write_text(KUBECTL)
+    (root.root / "standins" / "kubectl").chmod(0o755)
+    _nodes(root, gpu_staging_cp_1=("Unknown", 60), gpu_staging_cp_2=("False", 3600))
+    assert root.run(script).returncode == 0
+    assert not [line for line in root.log() if "upload-certs" in line]
+    _nodes(root, gpu_staging_cp_1=("True", 60), gpu_staging_cp_2=("Unknown", render.PEER_GONE_SECONDS + 60))
+    proc = root.run(script)
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in root.log() if "init phase upload-certs --upload-certs" in line]
+
+
+def test_the_read_back_commands_name_no_path(plans):
+    """Minor: the read-back's text is the same wherever the package is installed (pulumi-command runs `create`
+    again on any change of its inputs): the source goes on stdin."""
+    for r in plans["linode-ha"].by_type("command:local:Command"):
+        if r.name.endswith(("-cluster-ca", "-admin-cert")):
+            assert r.plain_inputs["create"] in ("python3 - ca", "python3 - admin"), r.plain_inputs["create"]
+            assert r.plain_inputs["stdin"] == render.cluster_info_script()

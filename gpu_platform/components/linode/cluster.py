@@ -62,6 +62,10 @@ ADMIN_CERT_READ_DAYS = 28
 # terraform-provider-linode's instance schema): later edits apply to new nodes only, never silently
 # replace a running one. `metadatas` = first-boot user data (also ForceNew).
 NODE_IGNORE_CHANGES = ["metadatas", "authorizedKeys", "image", "diskEncryption", "firewallId"]
+# The read-back commands (cluster_info.py, its source on stdin): no path in them, so the same text wherever the
+# package is installed.
+READ_BACK_CA = "python3 - ca"
+READ_ADMIN_CERT = "python3 - admin"
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,16 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                                               opts=child)
             init_token = pulumi.Output.secret(pulumi.Output.all(init_id.result, init_secret.result)
                                               .apply(lambda t: render.bootstrap_token(t[0], t[1])))
+        # The read-back token (render.READBACK_TOKEN_TTL): kubeadm init creates it with no expiry and the signing
+        # usage only (it authenticates nobody), so the program and a replaced cp-0 can always check cluster-info,
+        # however long the stack was left alone.
+        readback_token: pulumi.Output[str] = pulumi.Output.from_input("")
+        if not program_pki:
+            rb_id = random.RandomString(f"{name}-readback-token-id", length=6, upper=False, special=False, opts=child)
+            rb_secret = random.RandomString(f"{name}-readback-token-secret", length=16, upper=False, special=False,
+                                            opts=child)
+            readback_token = pulumi.Output.secret(pulumi.Output.all(rb_id.result, rb_secret.result)
+                                                  .apply(lambda t: render.bootstrap_token(t[0], t[1])))
 
         # Admin access: the key stays in Pulumi state; control planes get only the CSR and sign it
         # (render.admin_cert_script), or, with linode.pki: program, the program signs it with its CA.
@@ -246,9 +260,9 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
 
         def cp_keys(join_token: pulumi.Output[str], init: bool) -> pulumi.Output[render.ControlPlaneKeys]:
             return pulumi.Output.all(certificate_key.hex, secrets_key.base64, join_token, admin_csr.cert_request_pem,
-                                     init_token if init else "").apply(
+                                     init_token if init else "", readback_token if init else "").apply(
                 lambda v: render.ControlPlaneKeys(certificate_key=v[0], secrets_encryption_key=v[1], join_token=v[2],
-                                                  admin_csr=v[3], init_token=v[4]))
+                                                  admin_csr=v[3], init_token=v[4], readback_token=v[5]))
 
         # --- Network -------------------------------------------------------------------------
         vpc = linode.Vpc(f"{name}-vpc", label=f"{cfg.name_prefix}-vpc", region=section.region,
@@ -360,7 +374,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             f"{name}-etcd-backups", region=section.region,
             label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s, kind="etcd")),
             acl="private",
-            lifecycle_rules=[{"id": "expire-etcd-snapshots", "enabled": True,
+            # Snapshots only: the cluster record (render.CLUSTER_RECORD_KEY) must outlive them.
+            lifecycle_rules=[{"id": "expire-etcd-snapshots", "enabled": True, "prefix": f"{render.ETCD_SNAPSHOT_PREFIX}/",
                               "expiration": {"days": ETCD_SNAPSHOT_RETENTION_DAYS},
                               "abort_incomplete_multipart_upload_days": 1}],
             opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
@@ -386,7 +401,9 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         ca_read: Optional[command.local.Command] = None
         cp_names = [f"{cfg.name_prefix}-cp-{i}" for i in range(cp_count)]
 
-        cluster_info = program_relative("components/linode/cluster_info.py")
+        # The read-back's source on stdin: the command's text names no path, so it is the same wherever the package
+        # is installed (a changed path would re-run it: pulumi-command runs `create` again on any input change).
+        cluster_info_source = render.cluster_info_script()
 
         def public_api_address(cp0: linode.Instance) -> pulumi.Output[str]:
             """Where the program reaches the API: the NodeBalancer, the reserved IP, or cp-0's public IPv4."""
@@ -432,7 +449,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             doc0 = pulumi.Output.secret(pulumi.Output.all(endpoint_host, cp_keys(cp_tokens[0], init=True), etcd_backup).apply(
                 lambda v: render.node_user_data(
                     "init", node0,
-                    render.kubeadm_init_config(cluster_spec(v[0]), node0, v[1].init_token, v[1].certificate_key),
+                    render.kubeadm_init_config(cluster_spec(v[0]), node0, v[1].init_token, v[1].certificate_key,
+                                               v[1].readback_token),
                     cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
                     peers=cp_ips[1:], keys=v[1], etcd_backup=v[2], peer_names=cp_names[1:],
                     join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node0, v[1].join_token,
@@ -449,14 +467,22 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             # fails here, naming that key, before anything else changes.
             ca_read = command.local.Command(
                 f"{name}-cluster-ca",
-                create=f"python3 {cluster_info} ca",
+                create=READ_BACK_CA,
+                stdin=cluster_info_source,
                 environment={"API_HOST": public_api_ip,
-                             "TOKENS": pulumi.Output.secret(pulumi.Output.all(init_token, cp_tokens[0]).apply("\n".join))},
+                             "TOKENS": pulumi.Output.secret(pulumi.Output.all(init_token, readback_token, cp_tokens[0])
+                                                            .apply("\n".join))},
                 triggers=[control_planes[0].id],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=control_planes[:1]))
             ca_pem = ca_read.stdout.apply(render.checked_ca_pem)
             ca_hash = ca_pem.apply(render.discovery_hash)
-            joins_after = [ca_read]
+            # The record a new cp-0 reads at boot (render.cluster_record_script): this cluster exists, never
+            # initialise another. Every further node is created after it.
+            record = linode.ObjectStorageObject(
+                f"{name}-cluster-record", bucket=etcd_bucket.label, region=section.region,
+                key=render.CLUSTER_RECORD_KEY, content=ca_pem, content_type="application/x-pem-file",
+                opts=pulumi.ResourceOptions(parent=self, provider=objects, depends_on=[ca_read]))
+            joins_after = [record]
 
             for i in range(1, cp_count):
                 node = render.NodeSpec(name=cp_names[i], vpc_ip=cp_ips[i])
@@ -473,7 +499,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 self.user_data[f"control-plane-{i}"] = doc
                 # They retry their join until their token's Secret exists and the kubeadm-certs Secret is there.
                 control_planes.append(instance(f"cp-{i}", cp_names[i], section.control_plane.type, cp_ips[i], doc,
-                                               {"role": "control-plane"}, [ca_read], control_plane=True))
+                                               {"role": "control-plane"}, joins_after, control_plane=True))
 
         if balancer is not None:
             api_config = linode.NodeBalancerConfig(
@@ -554,7 +580,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             renew_window, _ = render.token_window(now_utc(), ADMIN_CERT_READ_DAYS)
             admin_read = command.local.Command(
                 f"{name}-admin-cert",
-                create=f"python3 {cluster_info} admin",
+                create=READ_ADMIN_CERT,
+                stdin=cluster_info_source,
                 environment={"API_HOST": public_api_ip, "CLUSTER_CA_PEM": ca_pem,
                              "ADMIN_PUBLIC_KEY_PEM": admin_key.public_key_pem},
                 triggers=[ca_pem, renew_window],

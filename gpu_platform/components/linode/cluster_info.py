@@ -9,12 +9,14 @@ ComputeDetachedSignature, v0.35.4). A reader that holds a token checks that sign
 the token's secret (the program, the node it was written for, the cluster) could have made it, so the CA it
 carries is the cluster's. The standard library only: it runs in two places,
 
-- on the operator's machine, as a pulumi-command `local.Command` (`python3 .../cluster_info.py ca`): the
-  program reads the CA back once cp-0's API answers (env API_HOST, TOKENS: bootstrap tokens, one a line),
+- on the operator's machine, as a pulumi-command `local.Command` (`python3 - ca`, this source on stdin): the
+  program reads the CA back once cp-0's API answers (env API_HOST, TOKENS: bootstrap tokens, one a line: the
+  init token, the read-back token that never expires and signs only, cp-0's join token), checks that the CA
+  verifies the API server's own certificate,
   and `admin` reads the admin client certificate cp-0 signed for the program's key (env API_HOST,
   CLUSTER_CA_PEM), verified with that CA;
-- on a replaced cp-0 (render.CLUSTER_INFO_SCRIPT_PATH, `verify` reads the ConfigMap's JSON on stdin, TOKEN
-  in the environment): its user data was written before the CA existed, so it pins the CA hash it passes to
+- on a replaced cp-0 (render.CLUSTER_INFO_SCRIPT_PATH, `verify` reads the ConfigMap's JSON on stdin, TOKENS
+  in the environment: the tokens cp-0's configuration holds): its user data was written before the CA existed, so it pins the CA hash it passes to
   `kubeadm join` (`caCertHashes`) from this check, the same one the program made.
 """
 
@@ -39,8 +41,9 @@ ADMIN_CERT_PATH = f"/api/v1/namespaces/kube-public/configmaps/{ADMIN_CERT_CONFIG
 TLS_SERVER_NAME = "kubernetes"
 
 
-# kubeadm init's token lives this long (render.INIT_TOKEN_TTL): a cluster-info older than that, signed for none of
-# the program's tokens, will never be (the only other token, cp-0's own, is applied after this read-back).
+# kubeadm init's token lives this long (render.INIT_TOKEN_TTL), and the bootstrap signer signs cluster-info for the
+# read-back token (no expiry) within seconds of init: a cluster-info older than that, signed for none of the
+# program's tokens, never will be.
 INIT_TOKEN_TTL_SECONDS = 24 * 3600
 # The stack config key that keeps gpu-platform 0.2.0's program-owned CAs (config/linode.py, LinodeSection.pki).
 PKI_KEY = "linode.pki"
@@ -51,25 +54,67 @@ class ClusterInfoError(Exception):
 
 
 class NotSignedError(ClusterInfoError):
-    """cluster-info answered, but carries no valid signature for any of the reader's tokens."""
+    """cluster-info answered, but carries no valid signature for any of the reader's tokens. `advice`: what to
+    say if it stays so (not_signed_message)."""
+
+    def __init__(self, message: str, advice: str = "") -> None:
+        super().__init__(message)
+        self.advice = advice
+
+
+class StaleClusterInfoError(ClusterInfoError):
+    """cluster-info is signed, but its CA does not verify the API server's certificate."""
 
 
 class UnsignedClusterError(ClusterInfoError):
     """Final (not retried): a cluster this program's tokens will never be signed for."""
 
 
+# cp-0's kubeadm configuration (render.KUBEADM_CONFIG_PATH): `kubeadm init phase bootstrap-token --config` re-creates
+# the init and read-back tokens from it.
+KUBEADM_CONFIG_PATH = "/etc/kubernetes/kubeadm-config.yaml"
+
+
+def program_ca(cluster_info: dict[str, Any]) -> Optional[bool]:
+    """Whether cluster-info's (unverified) CA is one gpu-platform 0.2.0's program made (pulumi-tls, subject
+    O=gpu-platform) rather than kubeadm's (subject CN=kubernetes only); None when it carries no readable CA.
+    Only picks the message: nothing is trusted on it. The standard library has no X.509 parser, so the
+    organizationName attribute (OID 2.5.4.10, DER 06 03 55 04 0a) is found in the DER as a Printable- or
+    UTF8String "gpu-platform"."""
+    found = re.search(r"certificate-authority-data:\s*(\S+)", (cluster_info.get("data") or {}).get("kubeconfig", ""))
+    if not found:
+        return None
+    try:
+        pem = base64.b64decode(found.group(1)).decode()
+        body = "".join(line for line in pem.splitlines() if line and not line.startswith("-----"))
+        der = base64.b64decode(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    org = b"gpu-platform"
+    return any(b"\x06\x03\x55\x04\x0a" + bytes([tag, len(org)]) + org in der for tag in (0x0C, 0x13))
+
+
+def expired_tokens_message(host: str, ids: str) -> str:
+    """The cluster's CA is kubeadm's (this flow's), yet its cluster-info is signed for none of the program's tokens:
+    the read-back token's Secret is gone (deleted by hand, or etcd restored from a snapshot of another cluster)."""
+    return (f"the cluster at {host} answers with a CA kubeadm generated, but its cluster-info carries no valid "
+            f"signature for the bootstrap token(s) this program holds ({ids}): the read-back token (no expiry) is "
+            "gone from kube-system. On cp-0 (Lish) run `kubeadm init phase bootstrap-token --config "
+            f"{KUBEADM_CONFIG_PATH}` (it re-creates the init and read-back tokens from cp-0's own configuration), "
+            f"then `pulumi up` again; `{PKI_KEY}` does not apply to this cluster (docs/linode.md, \"How control "
+            "planes get the CAs\")")
+
+
 def unsigned_message(host: str, ids: str, age_hours: Optional[float]) -> str:
-    """What the program says when the cluster's CA cannot be read back: most likely a cluster gpu-platform 0.2.0
-    created, whose CAs are the program's own; the fix is the stack config key that keeps that flow."""
+    """What the program says when the cluster's CA cannot be read back from a cluster whose CA is the program's
+    own (pulumi-tls): one gpu-platform 0.2.0 created; the fix is the stack config key that keeps that flow."""
     age = f", created {age_hours:.0f} hours ago," if age_hours is not None else ""
     return (f"the cluster at {host} answers, but its cluster-info{age} carries no valid signature for the bootstrap "
             f"token(s) this program holds ({ids}), so its CA cannot be trusted or read back. A cluster created by "
             f"gpu-platform 0.2.0 holds the program's own CAs (pulumi-tls), not ones kubeadm generated: set "
             f"`{PKI_KEY}: program` (`pulumi config set --path 'gpu-platform:{PKI_KEY}' program`) and run `pulumi up` "
             f"again; this run changed "
-            f"nothing on the cluster (docs/linode.md, \"Upgrading a 0.2.0 cluster\"). A cluster created with "
-            f"`{PKI_KEY}: cluster` whose cp-0 was replaced after its token expired (no `pulumi up` for two "
-            f"rotation windows) is the other cause: see docs/linode.md, \"How control planes get the CAs\"")
+            f"nothing on the cluster (docs/linode.md, \"Upgrading a 0.2.0 cluster\")")
 
 
 def _b64url(data: bytes) -> str:
@@ -125,19 +170,29 @@ def age_seconds(cluster_info: dict[str, Any], now: Optional[float] = None) -> Op
     return (time.time() if now is None else now) - created
 
 
+def not_signed_message(host: str, cluster_info: dict[str, Any], tokens: list[str],
+                       age_hours: Optional[float]) -> str:
+    """The message for a cluster-info signed for none of the tokens, by whose CA it carries: the program's own
+    (a 0.2.0 cluster: `linode.pki: program`) or kubeadm's (the read-back token is gone: re-create it)."""
+    ids = ", ".join(t.strip().partition(".")[0] for t in tokens)
+    if program_ca(cluster_info) is False:
+        return expired_tokens_message(host, ids)
+    return unsigned_message(host, ids, age_hours)
+
+
 def checked_cluster_ca(host: str, cluster_info: dict[str, Any], tokens: list[str],
                        now: Optional[float] = None) -> str:
     """verified_ca, with the verdict the program acts on: a cluster-info older than the init token's TTL that is
-    signed for none of the tokens never will be, so that is final (UnsignedClusterError naming the config key);
-    a younger one may still be signed (the bootstrap signer has not run yet) and is retried."""
+    signed for none of the tokens never will be (the read-back token never expires), so that is final
+    (UnsignedClusterError, not_signed_message); a younger one may still be signed (the bootstrap signer has not
+    run yet) and is retried."""
     try:
         return verified_ca(cluster_info, tokens)
-    except NotSignedError:
+    except NotSignedError as exc:
         age = age_seconds(cluster_info, now)
         if age is not None and age > INIT_TOKEN_TTL_SECONDS:
-            ids = ", ".join(t.strip().partition(".")[0] for t in tokens)
-            raise UnsignedClusterError(unsigned_message(host, ids, age / 3600)) from None
-        raise
+            raise UnsignedClusterError(not_signed_message(host, cluster_info, tokens, age / 3600)) from None
+        raise NotSignedError(str(exc), not_signed_message(host, cluster_info, tokens, None)) from None
 
 
 def _get(host: str, path: str, context: ssl.SSLContext) -> dict[str, Any]:
@@ -173,7 +228,8 @@ def _verified(ca_pem: str) -> ssl.SSLContext:
 
 def _poll(fetch, what: str, timeout: float, unsigned: str = "", interval: float = 10) -> Any:
     """fetch() until it returns, an UnsignedClusterError (final), or `timeout`; then ClusterInfoError. `unsigned`:
-    the message for a timeout whose last answer was a cluster-info signed for none of the tokens."""
+    the message for a timeout whose last answer was a cluster-info signed for none of the tokens (the error's
+    own advice first)."""
     deadline = time.monotonic() + timeout
     last: Exception = ClusterInfoError("no answer")
     while True:
@@ -184,16 +240,37 @@ def _poll(fetch, what: str, timeout: float, unsigned: str = "", interval: float 
         except (OSError, ClusterInfoError, ValueError) as exc:
             last = exc
         if time.monotonic() >= deadline:
-            if unsigned and isinstance(last, NotSignedError):
-                raise ClusterInfoError(f"after {int(timeout)} s, {unsigned}")
+            if isinstance(last, NotSignedError) and (last.advice or unsigned):
+                raise ClusterInfoError(f"after {int(timeout)} s, {last.advice or unsigned}")
+            if isinstance(last, StaleClusterInfoError):
+                raise ClusterInfoError(f"after {int(timeout)} s, {last}")
             raise ClusterInfoError(f"{what} not available after {int(timeout)} s (last: {last}); check cp-0's console "
                                    "(Lish): `journalctl -u gpu-platform-bootstrap`")
         time.sleep(interval)
 
 
+STALE_MESSAGE = ("cluster-info at {host} is signed for the program's token, but its CA does not verify the API "
+                 "server's certificate ({error}): cluster-info is older than the node's CAs (etcd restored from a "
+                 "snapshot taken before the control plane was initialised again). On the control plane run "
+                 "`/usr/local/sbin/gpu-platform-republish-cluster-info.sh` (docs/linode.md, \"Restoring a single "
+                 "control plane\"); the program pins nothing until both agree")
+
+
+def current_ca(host: str, cluster_info: dict[str, Any], tokens: list[str], now: Optional[float] = None) -> str:
+    """checked_cluster_ca, then the CA must verify the API server's own certificate (GET /version over TLS
+    verified with it): a cluster-info restored from a snapshot can be signed for the program's tokens yet carry
+    a CA the running control plane no longer has (StaleClusterInfoError, retried)."""
+    ca = checked_cluster_ca(host, cluster_info, tokens, now)
+    try:
+        _get(host, "/version", _verified(ca))
+    except ssl.SSLError as exc:
+        raise StaleClusterInfoError(STALE_MESSAGE.format(host=host, error=exc)) from None
+    return ca
+
+
 def read_ca(host: str, tokens: list[str], timeout: float = 1800, interval: float = 10) -> str:
     ids = ", ".join(t.strip().partition(".")[0] for t in tokens)
-    return _poll(lambda: checked_cluster_ca(host, _get(host, CLUSTER_INFO_PATH, _unverified()), tokens),
+    return _poll(lambda: current_ca(host, _get(host, CLUSTER_INFO_PATH, _unverified()), tokens),
                  f"a signed cluster-info at {host}", timeout, unsigned_message(host, ids, None), interval)
 
 
@@ -217,7 +294,8 @@ def main(argv: list[str]) -> int:
         elif mode == "admin":
             sys.stdout.write(read_admin_cert(os.environ["API_HOST"], os.environ["CLUSTER_CA_PEM"]))
         elif mode == "verify":
-            sys.stdout.write(verified_ca(json.load(sys.stdin), [os.environ["TOKEN"]]))
+            tokens = [t for t in os.environ.get("TOKENS", os.environ.get("TOKEN", "")).split() if t.strip()]
+            sys.stdout.write(verified_ca(json.load(sys.stdin), tokens))
         else:
             print("usage: cluster_info.py ca|admin|verify", file=sys.stderr)
             return 2

@@ -147,6 +147,10 @@ class ControlPlaneKeys:
     admin_csr: str
     # cp-0 only: the 24-hour token kubeadm init creates, whose cluster-info signature the program checks.
     init_token: str = ""
+    # cp-0 only: the read-back token (signing only, never expires, authenticates nobody): kubeadm init creates
+    # it, so cluster-info stays signed for a token the program and cp-0 hold however long the stack is left
+    # alone (the CA read-back and a replaced cp-0's peer check never depend on a token that can expire).
+    readback_token: str = ""
 
     def __post_init__(self) -> None:
         if len(self.certificate_key) != 64 or any(c not in "0123456789abcdef" for c in self.certificate_key):
@@ -225,6 +229,10 @@ KUBEADM_JOIN_CONFIG_PATH = "/etc/kubernetes/kubeadm-join-config.yaml"
 # cluster-info a peer serves, signed for cp-0's own token (cluster_info.py).
 CA_HASH_FROM_PEERS = "sha256:ca-hash-from-signed-cluster-info"
 INIT_TOKEN_TTL = "24h0m0s"
+# The read-back token: `ttl: 0s` is a Secret without `expiration` (kubeadm cmd/kubeadm/app/apis/bootstraptoken/v1
+# utils.go encodeTokenSecretData writes one only for TTL > 0; defaults.go replaces only a nil TTL), and
+# `usages: [signing]` only: the bootstrap authenticator accepts no token without usage-bootstrap-authentication.
+READBACK_TOKEN_TTL = "0s"
 NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 # linode.pki: program: control planes join with file discovery, a kubeconfig the node mints at boot from
 # the cluster CA it holds (a one-day client certificate for system:node:<name>), so no bootstrap token.
@@ -312,7 +320,8 @@ def _dump(docs: list[dict]) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
 
 
-def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, init_token: str = "", certificate_key: str = "") -> str:
+def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, init_token: str = "", certificate_key: str = "",
+                        readback_token: str = "") -> str:
     """InitConfiguration + ClusterConfiguration + KubeletConfiguration for the first control plane.
 
     kubeadm generates the CAs and the service-account key; `kubeadm init --upload-certs` stores them in
@@ -329,6 +338,10 @@ def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, init_token: str = 
         init["bootstrapTokens"] = [{"token": init_token, "ttl": INIT_TOKEN_TTL, "usages": ["signing", "authentication"],
                                     "groups": [NODE_TOKEN_GROUP],
                                     "description": "gpu-platform init: the program reads the cluster CA with it"}]
+    if readback_token:
+        init.setdefault("bootstrapTokens", []).append(
+            {"token": readback_token, "ttl": READBACK_TOKEN_TTL, "usages": ["signing"],
+             "description": "gpu-platform read-back: signs cluster-info only (no expiry, authenticates nobody)"})
     if certificate_key:
         init["certificateKey"] = certificate_key
     return _dump([init, _cluster_configuration(cluster), _kubelet_configuration()])
@@ -670,36 +683,101 @@ CLUSTER_INFO_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-cluster-info.py"
 
 def cluster_info_script() -> str:
     """components/linode/cluster_info.py itself (standard library only): the check the program makes on the
-    operator's machine, run on a replaced cp-0 too."""
+    operator's machine (the read-back commands' stdin)."""
     from pathlib import Path
 
     return "#!/usr/bin/env python3\n" + (Path(__file__).parent / "cluster_info.py").read_text()
 
 
+def cluster_info_verify_script() -> str:
+    """What a replaced cp-0 runs (CLUSTER_INFO_SCRIPT_PATH, `verify`: cluster-info's JSON on stdin, TOKENS in the
+    environment, the CA on stdout): cluster_info.py's own signature check, its functions' source as they are
+    (inspect), without the read-back's polling and messages, which would not fit in user data."""
+    import inspect
+
+    from gpu_platform.components.linode import cluster_info as ci
+
+    parts = [inspect.getsource(f) for f in (ci.ClusterInfoError, ci.NotSignedError, ci._b64url,
+                                             ci.detached_signature, ci.verified_ca)]
+    return ("#!/usr/bin/env python3\n# gpu-platform: cluster_info.py's signature check (verify only).\n"
+            "import base64, hashlib, hmac, json, os, re, sys\nfrom typing import Any, Optional\n\n\n"
+            + "\n\n".join(parts) + "\n\n"
+            "try:\n"
+            "    sys.stdout.write(verified_ca(json.load(sys.stdin), os.environ.get(\"TOKENS\", \"\").split()))\n"
+            "except (ClusterInfoError, ValueError) as exc:\n"
+            "    sys.exit(f\"cluster-info: {exc}\")\n")
+
+
+PEER_CLUSTER_INFO_PATH = "/var/lib/gpu-platform/peer-cluster-info.json"
+# Where the program records a cluster it has read the CA of (the etcd bucket, cluster.py `{name}-cluster-record`):
+# cp-0's positive evidence, at boot, of whether this cluster was ever created.
+CLUSTER_RECORD_KEY = "cluster/ca.crt"
+# Written just before cp-0's `kubeadm init`: a later attempt on the same disk resumes that init, never resets it.
+INIT_STARTED_PATH = "/var/lib/gpu-platform/init-started"
+# An operator's decision (Lish, docs/linode.md "Restoring a single control plane"): the only control plane of a
+# recorded cluster is gone, initialise a new one (new CAs) to restore the snapshot into.
+INIT_NEW_CONTROL_PLANE_PATH = "/var/lib/gpu-platform/init-new-control-plane"
+
+
 def peer_cluster_ca_script(wait_seconds: int) -> str:
     """Shell (cp-0 of an HA cluster): `peer_cluster_ca` asks the peers for cluster-info (kube-public, readable
     without credentials) for up to `wait_seconds`. Returns 0 with CLUSTER_CA_PATH written when a peer's is
-    signed for this node's own token (the CA is the cluster's: only a holder of that token could sign it),
-    1 when no peer answers (a new cluster), 2 when one answers without that signature (never initialise then:
-    the token may be expired; the next `pulumi up` renews it)."""
+    signed for one of the tokens this node holds (its join token, the init token, the read-back token, which
+    never expires): the CA is the cluster's, only a holder of such a token could sign it. 2 when a peer
+    answered at all (a TCP connection to 6443: any HTTP status, 5xx and 403 included, or a timeout after
+    connecting) without such a cluster-info: a cluster is there, so retry, never initialise. 1 only when no
+    peer could be connected to for the whole wait."""
     return f"""peer_cluster_ca() {{
-  local ip info token deadline=$((SECONDS + {wait_seconds}))
-  token=$(sed -n 's/^ *token: *//p' {KUBEADM_JOIN_CONFIG_PATH} | head -n 1)
+  local ip out code connects tokens answered=0 deadline=$((SECONDS + {wait_seconds}))
+  tokens=$(sed -n 's/^[ -]*token: *//p' {KUBEADM_JOIN_CONFIG_PATH} {KUBEADM_CONFIG_PATH})
   while :; do
     for ip in "${{peers[@]}}"; do
-      # The channel is not checked (no CA yet): the content is, with this node's token.
-      info=$(curl --silent --fail --insecure --max-time 5 \
-        "https://$ip:6443/api/v1/namespaces/kube-public/configmaps/cluster-info") || continue
-      if TOKEN="$token" python3 {CLUSTER_INFO_SCRIPT_PATH} verify <<<"$info" > "{CLUSTER_CA_PATH}.new"; then
+      rm -f {PEER_CLUSTER_INFO_PATH}
+      # The channel is not checked (no CA yet): the content is, with this node's tokens.
+      out=$(curl --silent --insecure --connect-timeout 5 --max-time 10 --output {PEER_CLUSTER_INFO_PATH} \
+        --write-out '%{{http_code}} %{{num_connects}}' \
+        "https://$ip:6443/api/v1/namespaces/kube-public/configmaps/cluster-info") || true
+      code=${{out%% *}}
+      connects=${{out##* }}
+      # Nothing listens there (refused, unreachable): no answer from this peer.
+      [ "${{connects:-0}}" -gt 0 ] 2>/dev/null || continue
+      answered=1
+      if [ "$code" != 200 ]; then
+        echo "peer $ip answers HTTP $code: a cluster is there" >&2
+        continue
+      fi
+      if TOKENS="$tokens" python3 {CLUSTER_INFO_SCRIPT_PATH} verify < {PEER_CLUSTER_INFO_PATH} > "{CLUSTER_CA_PATH}.new"; then
         mv "{CLUSTER_CA_PATH}.new" {CLUSTER_CA_PATH}
         return 0
       fi
       rm -f "{CLUSTER_CA_PATH}.new"
-      return 2
     done
-    [ "$SECONDS" -lt "$deadline" ] || return 1
+    [ "$SECONDS" -lt "$deadline" ] || break
     sleep 10
   done
+  [ "$answered" -eq 0 ] || return 2
+  return 1
+}}"""
+
+
+def cluster_record_script() -> str:
+    """Shell (cp-0): `cluster_record` asks the etcd bucket (its key is in ETCD_BACKUP_ENV_PATH) for the record
+    the program writes once it has read this cluster's CA back (CLUSTER_RECORD_KEY). 0: recorded (this cluster
+    exists, or existed: never initialise another); 1: HTTP 404, never recorded (the first creation); 2: any
+    other answer or none (cannot tell: retry)."""
+    return f"""cluster_record() {{
+  local code
+  # shellcheck disable=SC1091 # written by cloud-init
+  . {ETCD_BACKUP_ENV_PATH}
+  code=$(curl --silent --connect-timeout 10 --max-time 30 --output /dev/null --write-out '%{{http_code}}' \
+    --aws-sigv4 "aws:amz:${{REGION}}:s3" --user "${{ACCESS_KEY}}:${{SECRET_KEY}}" \
+    "https://${{BUCKET}}.${{ENDPOINT}}/{CLUSTER_RECORD_KEY}") || true
+  case "$code" in
+    200) return 0 ;;
+    404) return 1 ;;
+  esac
+  echo "the etcd bucket answers ${{code:-nothing}} for s3://${{BUCKET}}/{CLUSTER_RECORD_KEY}: cannot tell whether this cluster exists" >&2
+  return 2
 }}"""
 
 
@@ -737,31 +815,51 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
     else:
         lines += [f"peers=({' '.join(peers)})", cluster_version_script(0)]
         if role == "init":
-            lines += [peer_cluster_ca_script(PEER_WAIT_SECONDS if peers else 0)]
+            lines += [peer_cluster_ca_script(PEER_WAIT_SECONDS if peers else 0), cluster_record_script()]
             lines += [
-                "# A replaced cp-0 of an HA cluster joins the survivors; a first deploy finds nobody and initialises.",
-                "found=0",
-                "if [ ${#peers[@]} -gt 0 ]; then",
-                "  peer_cluster_ca || found=$?",
+                "# cp-0 initialises only on positive evidence that no cluster exists: no peer could be connected to",
+                "# AND the etcd bucket answers 404 for the record the program writes once it has read a CA back.",
+                "# Anything else (a peer answering 5xx, the bucket unreachable) is a cluster to join or a retry.",
+                f"if [ -f {INIT_STARTED_PATH} ] && [ -f {PKI_DIR}/ca.crt ] && [ -f {PKI_DIR}/ca.key ]; then",
+                "  # An earlier attempt on this disk ran kubeadm init: resume it with the CAs it generated (the",
+                "  # program may already have read them back and recorded them); never reset them.",
+                "  mode=\"resume\"",
+                "  version=\"\"",
                 "else",
                 "  found=1",
-                "fi",
-                "if [ \"$found\" -eq 2 ]; then",
-                "  echo \"a peer answers, but its cluster-info is not signed for this node's token: retrying later\" >&2",
-                "  exit 1",
-                "elif [ \"$found\" -eq 0 ]; then",
-                "  # Pin the CA the signature vouched for (kubeadm's caCertHashes: sha256 of its public key).",
-                f"  hash=$(openssl x509 -pubkey -noout -in {CLUSTER_CA_PATH} | openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1)",
-                f"  sed -i \"s|{CA_HASH_FROM_PEERS}|sha256:$hash|\" {KUBEADM_JOIN_CONFIG_PATH}",
-                "  if ! version=$(cluster_version); then",
-                "    echo 'no control plane of this cluster answers /version: retrying later' >&2",
-                "    exit 1",
+                "  if [ ${#peers[@]} -gt 0 ]; then",
+                "    found=0",
+                "    peer_cluster_ca || found=$?",
                 "  fi",
-                "  mode=\"join\"",
-                "  echo \"a control plane of this cluster answers (it runs $version): joining it (replaced cp-0)\"",
-                "else",
-                "  mode=\"init\"",
-                "  version=\"\"",
+                "  if [ \"$found\" -eq 2 ]; then",
+                "    echo 'a peer control plane answers, but not yet with a cluster-info signed for a token this node holds: retrying later (never a second cluster)' >&2",
+                "    exit 1",
+                "  elif [ \"$found\" -eq 0 ]; then",
+                "    # Pin the CA the signature vouched for (kubeadm's caCertHashes: sha256 of its public key).",
+                f"    hash=$(openssl x509 -pubkey -noout -in {CLUSTER_CA_PATH} | openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1)",
+                f"    sed -i \"s|{CA_HASH_FROM_PEERS}|sha256:$hash|\" {KUBEADM_JOIN_CONFIG_PATH}",
+                "    if ! version=$(cluster_version); then",
+                "      echo 'no control plane of this cluster answers /version: retrying later' >&2",
+                "      exit 1",
+                "    fi",
+                "    mode=\"join\"",
+                "    echo \"a control plane of this cluster answers (it runs $version): joining it (replaced cp-0)\"",
+                "  else",
+                "    recorded=0",
+                "    cluster_record || recorded=$?",
+                "    if [ \"$recorded\" -eq 2 ]; then",
+                "      exit 1",
+                "    elif [ \"$recorded\" -eq 0 ] && [ ${#peers[@]} -gt 0 ]; then",
+                "      echo 'this cluster exists (the program recorded its CA) and no peer control plane answers: waiting for one; never a second cluster' >&2",
+                "      exit 1",
+                f"    elif [ \"$recorded\" -eq 0 ] && [ ! -f {INIT_NEW_CONTROL_PLANE_PATH} ]; then",
+                "      echo 'REFUSING to initialise: this cluster exists (the program recorded its CA) and its only control plane is gone.' >&2",
+                f"      echo 'To restore it, follow docs/linode.md \"Restoring a single control plane\" (it starts with: touch {INIT_NEW_CONTROL_PLANE_PATH}).' >&2",
+                "      exit 1",
+                "    fi",
+                "    mode=\"init\"",
+                "    version=\"\"",
+                "  fi",
                 "fi",
             ]
         else:
@@ -773,9 +871,13 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
                 "mode=\"join\"",
             ]
         lines.append(f'{INSTALL_SCRIPT_PATH} "$version"')
+    reset_test = "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then"
+    if role == "init" and not program_pki:
+        # A resumed init keeps everything; a join or a fresh init starts from a clean node.
+        reset_test = "if [ \"$mode\" != resume ] && { " + reset_test[3:-6] + "; }; then"
     lines += [
         *reset_comment,
-        "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then",
+        reset_test,
         "  kubeadm reset --force",
         "fi",
     ]
@@ -804,7 +906,13 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
         lines += [
             'if [ "$mode" = join ]; then',
             *[f"  {line}" for line in join],
+            "elif [ \"$mode\" = resume ]; then",
+            "  # kubeadm's certs and kubeconfig phases use the files an earlier attempt wrote (\"Using existing ca",
+            "  # certificate authority\"); preflight is skipped, as it refuses the manifests and etcd data it left.",
+            f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --upload-certs --skip-token-print --skip-certificate-key-print --skip-phases=preflight",
+            f"  {ADMIN_CERT_SCRIPT_PATH} publish",
             "else",
+            f"  touch {INIT_STARTED_PATH}",
             f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --upload-certs --skip-token-print --skip-certificate-key-print",
             f"  {ADMIN_CERT_SCRIPT_PATH} publish",
             "fi",
@@ -978,22 +1086,35 @@ echo "admin certificate published: kube-public/$name"
 """
 
 
+# A peer control plane whose kubelet has posted no status this long (Ready=Unknown: the machine is gone, a
+# replacement is booting) may need the certificates; a shorter silence (a kubelet restart, a reboot) does not.
+PEER_GONE_SECONDS = 300
+
+
 def certs_upload_script(peer_names: Sequence[str]) -> str:
-    """Control planes of an HA cluster, every few minutes: while a peer control plane is missing or not Ready
-    (a replacement booting, days after init) and no kubeadm-certs Secret exists, upload the certificates
-    again, encrypted with the certificate key (`kubeadm init phase upload-certs --upload-certs`, the way
-    kubeadm's own error names when the Secret has expired). The Secret goes again two hours later (its
-    token's TTL); with every peer Ready nothing is uploaded."""
+    """Control planes of an HA cluster, every few minutes: while a peer control plane is gone (its Node missing,
+    or Ready=Unknown, i.e. no kubelet status, for PEER_GONE_SECONDS: the machine was lost and a replacement
+    is booting) and no kubeadm-certs Secret exists, upload the certificates again, encrypted with the
+    certificate key (`kubeadm init phase upload-certs --upload-certs`, the way kubeadm's own error names when
+    the Secret has expired). The Secret goes again two hours later (its token's TTL). A peer that is
+    NotReady with its kubelet reporting (Ready=False), or silent for less than that, gets nothing."""
     names = " ".join(peer_names)
     return f"""#!/usr/bin/env bash
-# Keeps the kubeadm-certs Secret available while a peer control plane is missing.
+# Keeps the kubeadm-certs Secret available while a peer control plane is gone (being replaced).
 set -euo pipefail
 [ -f {JOINED_MARKER} ] || exit 0
 k() {{ kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }}
 missing=""
+now=$(date +%s)
 for name in {names}; do
-  ready=$(k get node "$name" -o jsonpath='{{.status.conditions[?(@.type=="Ready")].status}}' 2>/dev/null || true)
-  [ "$ready" = True ] || missing="$missing $name"
+  if ! ready=$(k get node "$name" -o jsonpath='{{range .status.conditions[?(@.type=="Ready")]}}{{.status}} {{.lastTransitionTime}}{{end}}' 2>/dev/null); then
+    missing="$missing $name"
+    continue
+  fi
+  if [ "${{ready%% *}}" = Unknown ]; then
+    since=$(date -d "${{ready#* }}" +%s 2>/dev/null || echo "$now")
+    [ $((now - since)) -lt {PEER_GONE_SECONDS} ] || missing="$missing $name"
+  fi
 done
 [ -n "$missing" ] || exit 0
 if k -n kube-system get secret kubeadm-certs >/dev/null 2>&1; then
@@ -1011,8 +1132,51 @@ apiVersion: {KUBEADM_API}
 kind: ClusterConfiguration
 kubernetesVersion: $(kubeadm version -o short)
 CONFIG
-echo "control plane(s)$missing not Ready and no kubeadm-certs Secret: uploading the certificates (for 2 hours)"
+echo "control plane(s)$missing gone for {PEER_GONE_SECONDS // 60} minutes and no kubeadm-certs Secret: uploading the certificates (for 2 hours)"
 kubeadm init phase upload-certs --upload-certs --skip-certificate-key-print --config "$tmp/upload.yaml"
+"""
+
+
+REPUBLISH_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-republish-cluster-info.sh"
+
+
+def republish_cluster_info_script() -> str:
+    """Control planes, by hand in a restore (docs/linode.md "Restoring a single control plane"): publish
+    kube-public/cluster-info again from this node's own CA, as kubeadm init wrote it (the cluster of admin.conf:
+    its server, the CA of PKI_DIR). etcd restored from a snapshot brings back the cluster-info of the CA the
+    snapshot's cluster had, which kubeadm never rewrites (clusterinfo.CreateBootstrapConfigMapIfNotExists); the
+    whole object is replaced, so every old signature goes and the bootstrap signer signs it again for every
+    signing token (the read-back token the program checks among them)."""
+    return f"""#!/usr/bin/env bash
+# Publishes kube-public/cluster-info again from this control plane's own CA.
+set -euo pipefail
+k() {{ kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }}
+server=$(sed -n 's/^ *server: *//p' /etc/kubernetes/admin.conf | head -n 1)
+[ -n "$server" ] || {{ echo "no server in /etc/kubernetes/admin.conf" >&2; exit 1; }}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/cluster-info.yaml" <<MANIFEST
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cluster-info
+  namespace: kube-public
+data:
+  kubeconfig: |
+    apiVersion: v1
+    clusters:
+    - cluster:
+        certificate-authority-data: $(base64 -w0 {PKI_DIR}/ca.crt)
+        server: $server
+      name: ""
+    contexts: null
+    current-context: ""
+    kind: Config
+    preferences: {{}}
+    users: null
+MANIFEST
+k replace -f "$tmp/cluster-info.yaml"
+echo "cluster-info published again from {PKI_DIR}/ca.crt; the bootstrap signer signs it within seconds"
 """
 
 
@@ -1462,9 +1626,10 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
         files += [File(CERTIFICATE_KEY_PATH, keys.certificate_key + "\n", "0600"),
                   File(ENCRYPTION_CONFIG_PATH, encryption_configuration(keys.secrets_encryption_key), "0600"),
                   File(ADMIN_CSR_PATH, keys.admin_csr, "0644"),
-                  File(ADMIN_CERT_SCRIPT_PATH, admin_cert_script(), "0700")]
+                  File(ADMIN_CERT_SCRIPT_PATH, admin_cert_script(), "0700"),
+                  File(REPUBLISH_SCRIPT_PATH, republish_cluster_info_script(), "0700")]
         if role == "init":
-            files.append(File(CLUSTER_INFO_SCRIPT_PATH, cluster_info_script(), "0755"))
+            files.append(File(CLUSTER_INFO_SCRIPT_PATH, cluster_info_verify_script(), "0755"))
         if peer_names:
             service, timer = certs_upload_units()
             files += [File(CERTS_UPLOAD_SCRIPT_PATH, certs_upload_script(peer_names), "0700"),

@@ -58,7 +58,8 @@ _CA_OWNER: dict[str, str] = {}
 
 def _command(inputs: dict[str, Any], name: str) -> dict[str, Any]:
     create = inputs.get("create") or ""
-    if not create.endswith("cluster_info.py ca") and not create.endswith("cluster_info.py admin"):
+    # The read-back runs cluster_info.py's source from stdin (`python3 - ca|admin`, cluster.READ_BACK_CA).
+    if create not in ("python3 - ca", "python3 - admin") or "CLUSTER_INFO_PATH" not in (inputs.get("stdin") or ""):
         return {}
     env = inputs.get("environment") or {}
     if create.endswith(" ca"):
