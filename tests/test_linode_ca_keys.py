@@ -354,6 +354,11 @@ def test_cluster_info_check_matches_kubeadms_signature_and_refuses_a_forgery():
 # --- the Linode review of the first version (issue 32 item 5): each test fails on that code ----------------------
 
 CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
+# What the scripts are given, spelled out (so each test below fails on the first version's behaviour, not on a
+# missing name); test_the_program_records_the_cluster_after_the_read_back checks them against render's.
+RECORD_KEY = "cluster/ca.crt"
+READBACK_TTL = "0s"
+INIT_NEW_CONTROL_PLANE = "/var/lib/gpu-platform/init-new-control-plane"
 
 
 def _no_wait(script: str) -> str:
@@ -363,7 +368,7 @@ def _no_wait(script: str) -> str:
 def _record(root: BootRoot, ca_pem: str = "", status: str = "") -> None:
     """The etcd bucket's answer for the cluster record: the CA the program recorded, or an HTTP status."""
     where = "s3-status" if status else "s3"
-    target = root.root / "run" / where / render.CLUSTER_RECORD_KEY
+    target = root.root / "run" / where / RECORD_KEY
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(status or ca_pem)
 
@@ -408,8 +413,8 @@ def test_a_replaced_single_cp0_of_a_recorded_cluster_refuses_to_initialise_unles
     root = _root(tmp_path, files, release)
     _record(root, "-----BEGIN CERTIFICATE-----\nrecorded\n-----END CERTIFICATE-----\n")
     if operator_says_init:
-        (root.root / render.INIT_NEW_CONTROL_PLANE_PATH.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
-        (root.root / render.INIT_NEW_CONTROL_PLANE_PATH.lstrip("/")).touch()
+        (root.root / INIT_NEW_CONTROL_PLANE.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root.root / INIT_NEW_CONTROL_PLANE.lstrip("/")).touch()
     proc = root.run(files[render.BOOTSTRAP_SCRIPT_PATH])
     inits = [line for line in root.log() if " init --config" in line]
     if not operator_says_init:
@@ -450,7 +455,7 @@ def test_the_read_back_token_never_expires_signs_only_and_the_program_holds_it(p
     for stack, prefix in (("linode-dev", "gpu-dev"), ("linode-ha", "gpu-staging")):
         files = _files(_docs(plans[stack])[f"{prefix}-cp-0"])
         tokens = _init_config(files)["bootstrapTokens"]
-        readback = [t for t in tokens if t["ttl"] == render.READBACK_TOKEN_TTL]
+        readback = [t for t in tokens if t["ttl"] == READBACK_TTL]
         assert len(readback) == 1 and readback[0]["usages"] == ["signing"], tokens
         read = next(r for r in plans[stack].by_type("command:local:Command") if r.name == f"{prefix}-cluster-ca")
         assert readback[0]["token"] in read.plain_inputs["environment"]["TOKENS"].split("\n")
@@ -470,7 +475,7 @@ def test_cp0_replaced_long_after_the_last_up_pins_the_ca_signed_for_the_read_bac
     root = _root(tmp_path, files, release)
     _bootstrap_env(root, files)
     ca_pem = _ca(plans)
-    readback = next(t["token"] for t in _init_config(files)["bootstrapTokens"] if t["ttl"] == render.READBACK_TOKEN_TTL)
+    readback = next(t["token"] for t in _init_config(files)["bootstrapTokens"] if t["ttl"] == READBACK_TTL)
     _serve(root, CLUSTER_INFO, _signed_cluster_info(ca_pem, readback, "192.168.0.11:6443"))
     _record(root, ca_pem)
     proc = root.run(files[render.BOOTSTRAP_SCRIPT_PATH])
@@ -563,7 +568,7 @@ def test_the_restore_republishes_cluster_info_from_the_nodes_own_ca(tmp_path, ha
     assert list(manifest["data"]) == ["kubeconfig"], "old signatures must go with the old CA"
     kubeconfig = yaml.safe_load(manifest["data"]["kubeconfig"])
     assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://192.168.0.10:6443"
-    token = next(t["token"] for t in _init_config(files)["bootstrapTokens"] if t["ttl"] == render.READBACK_TOKEN_TTL)
+    token = next(t["token"] for t in _init_config(files)["bootstrapTokens"] if t["ttl"] == READBACK_TTL)
     token_id, _, secret = token.partition(".")
     manifest["data"][f"jws-kubeconfig-{token_id}"] = cluster_info.detached_signature(manifest["data"]["kubeconfig"],
                                                                                       token_id, secret)
@@ -589,6 +594,28 @@ def test_certificates_are_not_uploaded_for_a_peer_that_is_only_briefly_silent_or
     proc = root.run(script)
     assert proc.returncode == 0, proc.stderr
     assert [line for line in root.log() if "init phase upload-certs --upload-certs" in line]
+
+
+def test_the_program_records_the_cluster_after_the_read_back(plans):
+    """The record a new cp-0 reads: the CA the program pinned, in the etcd bucket, written after the read-back and
+    before any further node; the bucket's expiry rule covers snapshots only, so the record never expires."""
+    assert (render.CLUSTER_RECORD_KEY, render.READBACK_TOKEN_TTL, render.INIT_NEW_CONTROL_PLANE_PATH) == (
+        RECORD_KEY, READBACK_TTL, INIT_NEW_CONTROL_PLANE)
+    for stack, prefix in (("linode-dev", "gpu-dev"), ("linode-ha", "gpu-staging")):
+        plan = plans[stack]
+        record = next(r for r in plan.by_type("linode:index/objectStorageObject:ObjectStorageObject")
+                      if r.name == f"{prefix}-cluster-record")
+        assert record.plain_inputs["key"] == RECORD_KEY
+        assert record.plain_inputs["content"] == _ca_of(plan, prefix)
+        bucket = next(r for r in plan.by_type("linode:index/objectStorageBucket:ObjectStorageBucket")
+                      if r.name == f"{prefix}-etcd-backups")
+        assert all(rule.get("prefix") == f"{render.ETCD_SNAPSHOT_PREFIX}/" for rule in bucket.plain_inputs["lifecycleRules"]
+                   if "expiration" in rule)
+
+
+def _ca_of(plan, prefix: str) -> str:
+    return render.checked_ca_pem(next(r for r in plan.by_type("command:local:Command")
+                                      if r.name == f"{prefix}-cluster-ca").outputs["stdout"])
 
 
 def test_the_read_back_commands_name_no_path(plans):
