@@ -76,7 +76,8 @@ def test_replaced_cp0_joins_the_survivors_instead_of_initialising(ha, dev):
     ha_cp0 = files_of(docs_of(ha)["gpu-staging-cp-0"])
     script = ha_cp0[render.BOOTSTRAP_SCRIPT_PATH]
     assert "peers=(10.0.0.11 10.0.0.12)" in script
-    assert script.index("peer_cluster_ca || found=$?") < script.index("kubeadm join") < script.index("kubeadm init")
+    assert (script.index("peer_cluster_ca || found=$?") < script.index("cluster_record || recorded=$?")
+            < script.index("  kubeadm join --config") < script.rindex("  kubeadm init --config"))
     assert f"SECONDS + {render.PEER_WAIT_SECONDS}" in script  # executed: tests/test_linode_boot_scripts.py
     join = yaml.safe_load(ha_cp0[render.KUBEADM_JOIN_CONFIG_PATH].split("---\n")[0])
     assert join["kind"] == "JoinConfiguration" and "controlPlane" in join
@@ -120,11 +121,12 @@ def test_each_worker_has_its_own_bootstrap_secret_with_an_expiry_and_no_token_li
         assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
     for label, doc in docs_of(dev).items():
         text = yaml.safe_dump(doc)
-        assert 'ttl: 0s' not in text
-        # kubeadm init's own token (the one the program reads the CA with) lives 24 hours.
+        # kubeadm init's own token (24 hours) and the read-back token, cp-0's only.
         assert ("bootstrapTokens" in text) == label.endswith("-cp-0")
     init = yaml.safe_load(files_of(docs_of(dev)["gpu-dev-cp-0"])[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
-    assert [t["ttl"] for t in init["bootstrapTokens"]] == ["24h0m0s"]
+    assert [t["ttl"] for t in init["bootstrapTokens"]] == ["24h0m0s", "0s"]
+    # The one token without an expiry cannot authenticate (no usage-bootstrap-authentication): it only signs.
+    assert [t["usages"] for t in init["bootstrapTokens"] if t["ttl"] == "0s"] == [["signing"]]
 
 
 def test_a_replaced_worker_joins_with_material_valid_when_it_boots(monkeypatch):
