@@ -153,6 +153,45 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
                 esac
               done
             fi
+            # What kubeadm leaves on disk that the next steps read: `init` generates the CAs and the service-account
+            # key and writes admin.conf; `join phase control-plane-prepare download-certs` writes the CAs from the
+            # kubeadm-certs Secret, and fails like kubeadm (copycerts.getSecret) where /run/kubeadm-certs-gone says
+            # the Secret has expired.
+            newca() {{ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=${{1//\//-}}" -days 1 \
+              -keyout "/etc/kubernetes/pki/$1.key" -out "/etc/kubernetes/pki/$1.crt" 2>/dev/null; }}
+            # `init` as kubeadm: preflight refuses the manifests an earlier attempt left (unless skipped); the certs
+            # phase keeps a CA that is already there ("Using existing ca certificate authority"); where
+            # /run/kubeadm-init-times-out exists, it fails once after writing them (wait-control-plane). `reset`
+            # empties the pki directory and the manifests, as kubeadm reset does.
+            if [ "$1" = init ] && [ "$2" = --config ]; then
+              if [ -n "$(ls -A /etc/kubernetes/manifests 2>/dev/null)" ] && [[ "$*" != *--skip-phases=preflight* ]]; then
+                echo "[ERROR FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml]: /etc/kubernetes/manifests/kube-apiserver.yaml already exists" >&2
+                exit 1
+              fi
+              mkdir -p /etc/kubernetes/pki/etcd /run/kubeadm /etc/kubernetes/manifests
+              for c in ca front-proxy-ca etcd/ca; do
+                [ -f "/etc/kubernetes/pki/$c.crt" ] && [ -f "/etc/kubernetes/pki/$c.key" ] || newca "$c"
+              done
+              touch /etc/kubernetes/manifests/kube-apiserver.yaml
+              printf 'apiVersion: v1\nkind: Config\nusers:\n- user:\n    tokenFile: /run/kubeadm/admin-token\n' > /etc/kubernetes/admin.conf
+              if [ -f /run/kubeadm-init-times-out ]; then
+                rm -f /run/kubeadm-init-times-out
+                echo "[wait-control-plane] context deadline exceeded" >&2
+                exit 1
+              fi
+              touch /run/kubeadm/admin-token
+            fi
+            if [ "$1" = reset ]; then
+              rm -rf /etc/kubernetes/pki /etc/kubernetes/manifests /etc/kubernetes/admin.conf /etc/kubernetes/kubelet.conf
+            fi
+            if [ "$1 $2 $3 $4" = "join phase control-plane-prepare download-certs" ]; then
+              if [ -f /run/kubeadm-certs-gone ]; then
+                echo 'error downloading the secret: Secret "kubeadm-certs" was not found in the "kube-system" Namespace. This Secret might have expired.' >&2
+                exit 1
+              fi
+              mkdir -p /etc/kubernetes/pki/etcd
+              newca ca && newca front-proxy-ca && newca etcd/ca
+            fi
             if [ "$1 $2 $3" = "config images list" ]; then
               echo "registry.k8s.io/kube-apiserver:{release}"
               echo "registry.k8s.io/etcd:3.6.5-0"
@@ -275,6 +314,41 @@ dpkg-deb -f /archive/"$2"_*.deb
     "curl": r"""#!/bin/bash
 echo "curl $*" >> /var/log/standins.log
 if [ -f /run/fail-curl ]; then rm -f /run/fail-curl; echo "curl: (6) Could not resolve host" >&2; exit 6; fi
+# --output and --write-out (%{http_code}, %{num_connects}) as curl does them; without --fail an HTTP error
+# status is exit 0, with it exit 22; nothing listening is exit 7 with http_code 000 and no connect.
+out=""; wo=""; fail=""; prev=""
+for a in "$@"; do
+  case "$prev" in --output) out=$a ;; --write-out) wo=$a ;; esac
+  [ "$a" = --fail ] && fail=1
+  prev=$a
+done
+url=${*: -1}
+answer() {
+  local status=$1 body=$2 connects=$3 w
+  if [ -n "$out" ]; then if [ -n "$body" ]; then cat "$body" > "$out"; else : > "$out"; fi
+  elif [ -n "$body" ]; then cat "$body"; fi
+  if [ -n "$wo" ]; then w=${wo//%\{http_code\}/$status}; w=${w//%\{num_connects\}/$connects}; printf '%s' "$w"; fi
+  if [ "$connects" = 0 ]; then echo "curl: (7) Failed to connect: Connection refused" >&2; exit 7; fi
+  if [ -n "$fail" ] && [ "$status" -ge 400 ]; then echo "curl: (22) The requested URL returned error: $status" >&2; exit 22; fi
+  exit 0
+}
+case "$*" in
+  # The etcd bucket (SigV4): an object recorded under /run/s3/<key> answers 200, /run/s3-status/<key> that
+  # status, anything else 404 (NoSuchKey).
+  *--aws-sigv4*)
+    key=${url#https://*/}
+    [ -f "/run/s3-status/$key" ] && answer "$(cat "/run/s3-status/$key")" "" 1
+    [ -f "/run/s3/$key" ] && answer 200 "/run/s3/$key" 1
+    answer 404 "" 1 ;;
+  # Other API reads (cluster-info): the body recorded under /run/api/<path>; /run/api-status/<path> answers
+  # that HTTP status instead (an API server whose etcd is not ready: 503); else a refused connection.
+  *:6443/api/*)
+    f="/run/api/${url#*:6443/}"
+    s="/run/api-status/${url#*:6443/}"
+    [ -f "$s" ] && answer "$(cat "$s")" "" 1
+    [ -f "$f" ] && answer 200 "$f" 1
+    answer 000 "" 0 ;;
+esac
 case "$*" in
   *gpgkey*) echo "-----BEGIN PGP PUBLIC KEY BLOCK----- (recorded stand-in)" ;;
   *.list*) echo "deb https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /" ;;

@@ -179,7 +179,9 @@ def test_ha_puts_three_control_planes_behind_a_firewalled_nodebalancer(ha):
     assert ha.one("linode:index/firewallDevice:FirewallDevice").inputs["entityType"] == "nodebalancer"
 
 
-def test_ha_control_planes_join_with_their_own_pki_and_file_discovery(ha):
+def test_ha_control_planes_join_with_the_certificate_key_and_a_pinned_token(ha):
+    """cp-0's kubeadm generates the CAs and uploads them (--upload-certs, certificateKey); cp-1 and cp-2
+    download them with the same key and discover the API with their own token, pinned to the CA's hash."""
     docs = all_user_data(ha)
     cp1 = yaml.safe_load(docs["gpu-staging-cp-1"])
     join_cp = yaml.safe_load(next(f["content"] for f in cp1["write_files"] if f["path"] == render.KUBEADM_CONFIG_PATH)
@@ -187,12 +189,12 @@ def test_ha_control_planes_join_with_their_own_pki_and_file_discovery(ha):
     init = [yaml.safe_load(d) for d in next(f["content"] for f in yaml.safe_load(docs["gpu-staging-cp-0"])["write_files"]
                                             if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")]
     assert join_cp["kind"] == "JoinConfiguration"
-    # No uploaded certificates (they expire 2 h after init) and no bootstrap token anywhere.
-    assert "certificateKey" not in join_cp["controlPlane"] and "certificateKey" not in init[0]
-    assert join_cp["discovery"] == {"file": {"kubeConfigPath": render.DISCOVERY_KUBECONFIG_PATH}}
-    assert "bootstrapTokens" not in init[0]
+    assert join_cp["controlPlane"]["certificateKey"] == init[0]["certificateKey"]
+    boot = join_cp["discovery"]["bootstrapToken"]
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", boot["caCertHashes"][0])
+    assert boot["token"] != init[0]["bootstrapTokens"][0]["token"]  # its own, renewed; the init token expires in 24 h
     paths = {f["path"] for f in cp1["write_files"]}
-    assert {f"{render.PKI_DIR}/{p}" for p in ("ca.key", "front-proxy-ca.key", "etcd/ca.key", "sa.key", "sa.pub")} <= paths
+    assert not {f"{render.PKI_DIR}/{p}" for p in ("ca.key", "front-proxy-ca.key", "etcd/ca.key", "sa.key")} & paths
     lb = ha.one("linode:index/nodeBalancer:NodeBalancer").inputs
     assert init[1]["controlPlaneEndpoint"] == f"{lb['ipv4']}:6443" if "ipv4" in lb else True
 
@@ -289,23 +291,27 @@ def test_gpu_worker_boots_with_driver_toolkit_and_joins_tainted_and_labelled(dev
 def test_first_control_plane_inits_with_external_cloud_provider(dev):
     doc = yaml.safe_load(all_user_data(dev)["gpu-dev-cp-0"])
     files = {f["path"]: f for f in doc["write_files"]}
-    assert files["/etc/kubernetes/pki/ca.key"]["permissions"] == "0600"
+    assert "/etc/kubernetes/pki/ca.key" not in files  # kubeadm generates it on cp-0
+    assert files[render.CERTIFICATE_KEY_PATH]["permissions"] == "0600"
     init, cluster, kubelet = [yaml.safe_load(d) for d in files[render.KUBEADM_CONFIG_PATH]["content"].split("---\n")]
     assert init["kind"] == "InitConfiguration" and cluster["kind"] == "ClusterConfiguration"
     assert cluster["kubernetesVersion"] == "v" + versions.KUBERNETES_PATCH["1.35"]
     assert {"name": "cloud-provider", "value": "external"} in cluster["controllerManager"]["extraArgs"]
     assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12", "dnsDomain": "cluster.local"}
-    assert "bootstrapTokens" not in init and "certificateKey" not in init
-    assert not re.search(r"[a-z0-9]{6}\.[a-z0-9]{16}", files[render.KUBEADM_CONFIG_PATH]["content"])
+    # The init token (24 h) and the read-back token (no expiry, signing only): the program checks cluster-info's
+    # signature with them; and the certificate key.
+    assert [t["ttl"] for t in init["bootstrapTokens"]] == [render.INIT_TOKEN_TTL, render.READBACK_TOKEN_TTL]
+    assert re.fullmatch(r"[0-9a-f]{64}", init["certificateKey"])
     assert "kubeadm init --config" in files[render.BOOTSTRAP_SCRIPT_PATH]["content"]
-    assert "--upload-certs" not in files[render.BOOTSTRAP_SCRIPT_PATH]["content"]
+    assert "--upload-certs" in files[render.BOOTSTRAP_SCRIPT_PATH]["content"]
     assert kubelet["cgroupDriver"] == "systemd"
 
 
 def test_worker_join_hash_is_the_hash_of_the_cluster_ca(dev):
     worker = yaml.safe_load(all_user_data(dev)["gpu-dev-ada-0"])
-    cp = yaml.safe_load(all_user_data(dev)["gpu-dev-cp-0"])
-    ca_pem = next(f["content"] for f in cp["write_files"] if f["path"] == "/etc/kubernetes/pki/ca.crt")
+    # The CA the program read back from cp-0's signed cluster-info (the mock stands in for cp-0's kubeadm).
+    ca_pem = render.checked_ca_pem(dev.one("command:local:Command", "-cluster-ca").outputs["stdout"])
+    assert next(f["content"] for f in worker["write_files"] if f["path"] == render.CLUSTER_CA_PATH) == ca_pem
     join = yaml.safe_load(next(f["content"] for f in worker["write_files"] if f["path"] == render.KUBEADM_CONFIG_PATH).split("---\n")[0])
     assert join["discovery"]["bootstrapToken"]["caCertHashes"] == [render.discovery_hash(ca_pem)]
 
@@ -374,8 +380,9 @@ def test_preflight_writes_plan_and_artifacts_without_secret_values(tmp_path):
     # it creates them (tests/test_linode_node_groups.py), so the plan has the control plane's and the system worker's.
     assert "cloud-init/gpu-dev-cp-0.yaml" in artifacts and "kubeadm/gpu-dev-system-0.yaml" in artifacts
     pieces = {line.strip() for s in SENSITIVE for line in s.splitlines() if len(line.strip()) >= 6 and not line.startswith("-----")}
-    ca_key = (out / "artifacts" / "cloud-init" / "gpu-dev-cp-0.yaml").read_text()
-    assert "BEGIN PRIVATE KEY" in ca_key and "<masked-by-preflight>" in ca_key
+    cp0 = (out / "artifacts" / "cloud-init" / "gpu-dev-cp-0.yaml").read_text()
+    # No private key at all (kubeadm generates the CAs on cp-0); its tokens and certificate key are masked.
+    assert "PRIVATE KEY" not in cp0 and "<masked-by-preflight>" in cp0
     for p in (out / "artifacts").rglob("*"):
         if p.is_file():
             text = p.read_text()

@@ -227,6 +227,25 @@ def _plan_doc(stack: str, label: str, minor: str | None = None) -> dict:
     return yaml.safe_load(decode_user_data(inst.plain_inputs["metadatas"][0]["userData"]))
 
 
+def _serve_cluster_info(root: BootRoot, docs: dict) -> None:
+    """What the peers' API servers answer for kube-public/cluster-info (the harness's curl serves /run/api)."""
+    import base64
+    import json
+
+    from gpu_platform.components.linode import cluster_info
+
+    files = {f["path"]: f["content"] for f in docs["gpu-staging-cp-0"]["write_files"]}
+    token = yaml.safe_load(files[render.KUBEADM_JOIN_CONFIG_PATH].split("---\n")[0])["discovery"]["bootstrapToken"]["token"]
+    ca = next(f["content"] for f in docs["gpu-staging-cp-2"]["write_files"] if f["path"] == render.CLUSTER_CA_PATH)
+    kubeconfig = f"clusters:\n- cluster:\n    certificate-authority-data: {base64.b64encode(ca.encode()).decode()}\n"
+    token_id, _, secret = token.partition(".")
+    body = {"data": {"kubeconfig": kubeconfig,
+                     f"jws-kubeconfig-{token_id}": cluster_info.detached_signature(kubeconfig, token_id, secret)}}
+    target = root.root / "run/api/api/v1/namespaces/kube-public/configmaps/cluster-info"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(body))
+
+
 @pytest.fixture(scope="module")
 def ha_docs() -> dict[str, dict]:
     """linode-ha's control planes as first written at 1.35 (user data is kept: ignore_changes)."""
@@ -244,6 +263,9 @@ def test_a_replaced_control_plane_joins_at_the_release_the_cluster_runs(tmp_path
     old, new = versions.KUBERNETES_PATCH["1.35"], versions.KUBERNETES_PATCH["1.36"]
     root = _bootstrap_root(tmp_path, ha_docs[label], [old, new])
     (root.root / "run" / "apiserver-version").write_text(f"v{new}\n")
+    if label.endswith("-cp-0"):
+        # cp-0's user data predates the CA: the peers' cluster-info, signed for cp-0's own token, gives it.
+        _serve_cluster_info(root, ha_docs)
     proc = root.run(_bootstrap(ha_docs[label]))
     assert proc.returncode == 0, proc.stderr[-3000:]
     installed = root.versions()

@@ -37,7 +37,8 @@ def test_every_control_plane_snapshots_etcd_to_a_bucket_of_its_own_on_a_timer_wi
     assert etcd_bucket.plain_inputs["label"] != checkpoints.plain_inputs["label"]
     assert "-etcd-" in etcd_bucket.plain_inputs["label"] and etcd_bucket.plain_inputs["acl"] == "private"
     [rule] = etcd_bucket.plain_inputs["lifecycleRules"]
-    assert rule["expiration"]["days"] == 14 and "prefix" not in rule
+    # Snapshots only: the cluster record beside them (render.CLUSTER_RECORD_KEY) must never expire.
+    assert rule["expiration"]["days"] == 14 and rule["prefix"] == f"{render.ETCD_SNAPSHOT_PREFIX}/"
     keys = {k.name: k for k in plan.by_type("linode:index/objectStorageKey:ObjectStorageKey")}
     etcd_key = next(k for n, k in keys.items() if n.endswith("-etcd-backup-key"))
     training_key = next(k for n, k in keys.items() if n.endswith("-checkpoints-key"))
@@ -410,3 +411,26 @@ def test_a_secret_written_through_the_real_api_server_is_encrypted_in_etcd(tmp_p
         for p in reversed(procs):
             p.terminate()
             p.wait(timeout=30)
+
+
+@pytest.mark.parametrize("stack", ["linode-dev", "linode-ha"])
+def test_the_single_control_plane_restore_runbook_names_what_the_nodes_have(stack):
+    """The restore of a single control plane (docs/linode.md) ends with cluster-info published again from the
+    node's own CA, so the CA the program pinned after the new init and cluster-info agree: the runbook's steps
+    name the operator's file the bootstrap reads and the republish script every control plane carries
+    (executed: tests/test_linode_ca_keys.py, test_the_restore_republishes_cluster_info_from_the_nodes_own_ca)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "linode.md").read_text()
+    section = doc.split("### Restoring a single control plane", 1)[1].split("\n## ", 1)[0]
+    steps = section.split("\n1. ", 1)[1]
+    assert steps.index(render.INIT_NEW_CONTROL_PLANE_PATH) < steps.index("Restore the newest snapshot") \
+        < steps.index(render.REPUBLISH_SCRIPT_PATH) < steps.index("`pulumi up` again")
+    plan = plan_stack(stack)
+    for r in plan.by_type("linode:index/instance:Instance"):
+        if "-cp-" in r.plain_inputs["label"]:
+            files = {f["path"]: f for f in yaml.safe_load(render.decode_user_data(
+                r.plain_inputs["metadatas"][0]["userData"]))["write_files"]}
+            assert render.REPUBLISH_SCRIPT_PATH in files, r.plain_inputs["label"]
+            if r.plain_inputs["label"].endswith("-cp-0"):
+                assert render.INIT_NEW_CONTROL_PLANE_PATH in files[render.BOOTSTRAP_SCRIPT_PATH]["content"]

@@ -50,59 +50,34 @@ def files_of(doc: dict) -> dict[str, str]:
 # --- a control plane created a week after init ---------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
-def test_control_plane_created_a_week_after_init_joins_from_its_own_user_data(ha, tmp_path):
-    """Simulated: no kubeadm-certs Secret exists (it expired 2 h after init) and every token of the
-    first week has expired. cp-2's user data alone must carry what its join needs."""
-    files = files_of(docs_of(ha)["gpu-staging-cp-2"])
-    join = [yaml.safe_load(d) for d in files[render.KUBEADM_CONFIG_PATH].split("---\n")][0]
-    # Nothing from the uploaded-certs path, nothing time-limited from init.
-    text = "\n".join(files.values())
-    assert "certificateKey" not in text and "--upload-certs" not in text and "kubeadm-certs" not in text
-    assert "bootstrapToken" not in join["discovery"] and "tlsBootstrapToken" not in join["discovery"]
-    assert join["discovery"]["file"]["kubeConfigPath"] == render.DISCOVERY_KUBECONFIG_PATH
-    # Every shared key kubeadm would otherwise download: cluster, front-proxy and etcd CAs, SA keys.
-    for name in ("ca.crt", "ca.key", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key",
-                 "sa.key", "sa.pub"):
-        assert f"{render.PKI_DIR}/{name}" in files, name
-    ca = x509.load_pem_x509_certificate(files[f"{render.PKI_DIR}/ca.crt"].encode())
-    week_later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=7)
-    assert ca.not_valid_after_utc > week_later + datetime.timedelta(days=365)
-
-    # Run the node's own credential minting (real openssl) with that CA, a week later: the result
-    # is a client certificate kubeadm's discovery and the kubelet's TLS bootstrap accept.
+def test_control_plane_created_a_week_after_init_joins_from_its_own_user_data(ha):
+    """No CA key in its user data: cp-2, created (or replaced) long after the kubeadm-certs Secret of init
+    expired (two hours), downloads the CAs with the certificate key once a live peer uploaded them again: every
+    other control plane's user data has the timer that does so while cp-2 is missing (executed in
+    tests/test_linode_ca_keys.py). Its own token is renewed by every `pulumi up`; its discovery is pinned."""
+    docs = docs_of(ha)
+    files = files_of(docs["gpu-staging-cp-2"])
+    join = yaml.safe_load(files[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
+    assert not [p for p in files if p.startswith(render.PKI_DIR)]
+    assert re.fullmatch(r"[0-9a-f]{64}", join["controlPlane"]["certificateKey"])
+    assert files[render.CERTIFICATE_KEY_PATH].strip() == join["controlPlane"]["certificateKey"]
+    assert join["discovery"]["bootstrapToken"]["caCertHashes"][0].startswith("sha256:")
+    token_id = join["discovery"]["bootstrapToken"]["token"].split(".")[0]
+    assert token_id in _worker_tokens(ha)  # a Secret the program renews
     bootstrap = files[render.BOOTSTRAP_SCRIPT_PATH]
-    # The user data's own functions: the certificate minting helper, then the kubeconfig writer.
-    start = bootstrap.index("mint_client_cert() {")
-    end = bootstrap.index("\n}\n", bootstrap.index("mint_discovery_kubeconfig() {")) + 3
-    func = bootstrap[start:end]
-    pki = tmp_path / "pki"
-    (pki / "etcd").mkdir(parents=True)
-    for rel in ("ca.crt", "ca.key"):
-        (pki / rel).write_text(files[f"{render.PKI_DIR}/{rel}"])
-    out = tmp_path / "discovery.conf"
-    script = func.replace(render.PKI_DIR, str(pki)).replace(render.DISCOVERY_KUBECONFIG_PATH, str(out))
-    subprocess.run(["bash", "-c", f"set -euo pipefail\n{script}\nmint_discovery_kubeconfig"], check=True, cwd=tmp_path)
-    kubeconfig = yaml.safe_load(out.read_text())
-    user = kubeconfig["users"][0]["user"]
-    cert = x509.load_pem_x509_certificate(base64.b64decode(user["client-certificate-data"]))
-    cert.verify_directly_issued_by(ca)
-    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:gpu-staging-cp-2"
-    assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
-    assert ExtendedKeyUsageOID.CLIENT_AUTH in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert cert.not_valid_after_utc - cert.not_valid_before_utc <= datetime.timedelta(days=1)
-    assert base64.b64decode(kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"]).decode() == \
-        files[f"{render.PKI_DIR}/ca.crt"]
-    endpoint = yaml.safe_load(files[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
-    assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("https://")
-    assert "controlPlane" in endpoint
+    assert bootstrap.index("download-certs") < bootstrap.index("remove_stale_etcd_member\n") < bootstrap.rindex("kubeadm join --config")
+    for peer in ("gpu-staging-cp-0", "gpu-staging-cp-1"):
+        peer_files = files_of(docs[peer])
+        assert "gpu-staging-cp-2" in peer_files[render.CERTS_UPLOAD_SCRIPT_PATH]
+        assert f"/etc/systemd/system/{render.CERTS_UPLOAD_TIMER}" in peer_files
 
 
 def test_replaced_cp0_joins_the_survivors_instead_of_initialising(ha, dev):
     ha_cp0 = files_of(docs_of(ha)["gpu-staging-cp-0"])
     script = ha_cp0[render.BOOTSTRAP_SCRIPT_PATH]
     assert "peers=(10.0.0.11 10.0.0.12)" in script
-    assert script.index("if version=$(cluster_version); then") < script.index("kubeadm join") < script.index("kubeadm init")
+    assert (script.index("peer_cluster_ca || found=$?") < script.index("cluster_record || recorded=$?")
+            < script.index("  kubeadm join --config") < script.rindex("  kubeadm init --config"))
     assert f"SECONDS + {render.PEER_WAIT_SECONDS}" in script  # executed: tests/test_linode_boot_scripts.py
     join = yaml.safe_load(ha_cp0[render.KUBEADM_JOIN_CONFIG_PATH].split("---\n")[0])
     assert join["kind"] == "JoinConfiguration" and "controlPlane" in join
@@ -134,7 +109,8 @@ def _join_token(plan, label: str) -> str:
 def test_each_worker_has_its_own_bootstrap_secret_with_an_expiry_and_no_token_lives_forever(dev):
     tokens = _worker_tokens(dev)
     workers = [label for label in docs_of(dev) if "-cp-" not in label]
-    assert len(tokens) == len(workers) == 3  # two system workers and the GPU worker
+    assert len(workers) == 3  # two system workers and the GPU worker
+    assert len(tokens) == len(workers) + 1  # and the control plane's own
     now = datetime.datetime.now(datetime.timezone.utc)
     for label in workers:
         token_id, secret = _join_token(dev, label).split(".")
@@ -143,8 +119,14 @@ def test_each_worker_has_its_own_bootstrap_secret_with_an_expiry_and_no_token_li
         expiry = datetime.datetime.strptime(data["expiration"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
         assert now < expiry <= now + datetime.timedelta(days=2 * TOKEN_ROTATION_DAYS)
         assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
-    for doc in docs_of(dev).values():
-        assert 'ttl: 0s' not in yaml.safe_dump(doc) and "bootstrapTokens" not in yaml.safe_dump(doc)
+    for label, doc in docs_of(dev).items():
+        text = yaml.safe_dump(doc)
+        # kubeadm init's own token (24 hours) and the read-back token, cp-0's only.
+        assert ("bootstrapTokens" in text) == label.endswith("-cp-0")
+    init = yaml.safe_load(files_of(docs_of(dev)["gpu-dev-cp-0"])[render.KUBEADM_CONFIG_PATH].split("---\n")[0])
+    assert [t["ttl"] for t in init["bootstrapTokens"]] == ["24h0m0s", "0s"]
+    # The one token without an expiry cannot authenticate (no usage-bootstrap-authentication): it only signs.
+    assert [t["usages"] for t in init["bootstrapTokens"] if t["ttl"] == "0s"] == [["signing"]]
 
 
 def test_a_replaced_worker_joins_with_material_valid_when_it_boots(monkeypatch):
@@ -183,12 +165,13 @@ def test_token_rotates_per_window_and_overlaps_the_next():
 
 def test_workers_carry_no_ca_key_and_control_planes_no_worker_token(dev):
     docs = docs_of(dev)
-    token = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
+    worker_tokens = {_join_token(dev, label) for label in docs if "-cp-" not in label}
     for label, doc in docs.items():
         files = files_of(doc)
         if "-cp-" in label:
-            assert not token.search(files[render.KUBEADM_CONFIG_PATH])
+            assert not [t for t in worker_tokens if t in "\n".join(files.values())], label
         else:
+            assert render.CERTIFICATE_KEY_PATH not in files and "certificateKey" not in files[render.KUBEADM_CONFIG_PATH]
             assert not [p for p in files if p.startswith(render.PKI_DIR)], label
             assert "PRIVATE KEY" not in "\n".join(files.values()), label
 
@@ -337,7 +320,9 @@ def test_bootstrap_is_a_retrying_systemd_unit_and_control_planes_renew_certifica
 def test_units_pass_systemd_analyze_verify(tmp_path):
     service, timer = render.renew_units()
     snapshot_service, snapshot_timer = render.etcd_snapshot_units()
-    for name, text in ((render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
+    upload_service, upload_timer = render.certs_upload_units()
+    for name, text in ((render.CERTS_UPLOAD_UNIT, upload_service), (render.CERTS_UPLOAD_TIMER, upload_timer),
+                       (render.BOOTSTRAP_UNIT, render.bootstrap_unit()), (render.RENEW_UNIT, service),
                        (render.RENEW_TIMER, timer), (render.METADATA_BLOCK_UNIT, render.metadata_block_unit()),
                        (render.METADATA_ALLOW_UNIT, render.metadata_allow_unit()),
                        (render.ETCD_SNAPSHOT_UNIT, snapshot_service), (render.ETCD_SNAPSHOT_TIMER, snapshot_timer)):
@@ -553,7 +538,7 @@ def test_a_three_control_plane_stack_not_in_the_repository_passes_preflight(tmp_
     assert "linode:index/reservedIp:ReservedIp" not in types
     token = [r for r in plan["resources"] if r["type"] == "kubernetes:core/v1:Secret"
              and r["inputs"].get("type") == "bootstrap.kubernetes.io/token"]
-    assert len(token) == 3 and all(t["inputs"]["stringData"] == "[secret]" for t in token)  # one per worker
+    assert len(token) == 6 and all(t["inputs"]["stringData"] == "[secret]" for t in token)  # one per node
 
 
 def test_reserved_ip_is_optional_and_the_api_is_verified_by_name(dev):

@@ -132,6 +132,12 @@ class LinodeSection(Model):
     # A single control plane's public API address: a Linode Reserved IP (kept when cp-0 is replaced;
     # not every account can reserve IPs) or, false, cp-0's own address.
     reserved_api_ip: bool = False
+    # Where the cluster's CAs come from. `cluster` (new stacks): cp-0's `kubeadm init --upload-certs` generates
+    # them and no private key is in any node's user data or in Pulumi state. `program`: gpu-platform 0.2.0's
+    # flow, kept for clusters it created (their PKI is the program's pulumi-tls CAs, and their nodes join
+    # with them): the CA keys travel in control planes' user data and sit in state; preflight warns. A
+    # running cluster cannot move from one to the other (docs/linode.md, "Upgrading a 0.2.0 cluster").
+    pki: Literal["cluster", "program"] = "cluster"
     # `protect` on control-plane instances: `pulumi destroy` and replacements stop until unprotected.
     protect_control_planes: bool = True
     # The minor the running control plane has. kubernetesVersion may equal it or be the next minor: then

@@ -1,8 +1,10 @@
 """A self-managed kubeadm GPU cluster on Linode, joined declaratively through cloud-init (no SSH).
 
-Linode's managed Kubernetes has no GPU nodes, so this builds what LKE would: every CA from pulumi-tls
-(control planes get them and join on their own, any time), a bootstrap token per worker the program
-keeps as a `bootstrap.kubernetes.io/token` Secret whose expiry every run renews, control planes (1, or 3
+Linode's managed Kubernetes has no GPU nodes, so this builds what LKE would: cp-0 generates the CAs
+(`kubeadm init --upload-certs`; no private key in any user data or in Pulumi state), the program reads the
+CA back from the signed `cluster-info` and pins it in every later join (with `linode.pki: program`, kept for
+clusters created before 0.3.0: the program's pulumi-tls CAs, exactly as that flow registered them), a bootstrap token per node the
+program keeps as a `bootstrap.kubernetes.io/token` Secret whose expiry every run renews, control planes (1, or 3
 behind a NodeBalancer with private-IP backends), untainted system workers and GPU workers on a VPC
 behind a DROP-by-default firewall, the add-ons a cloud cluster needs (CNI, Linode CCM and CSI, NVIDIA
 device plugin, a default StorageClass), and a readiness gate that fails `pulumi up` naming any node
@@ -54,10 +56,16 @@ NODE_PORTS = "30000-32767"
 TOKEN_ROTATION_DAYS = 7
 # Control planes snapshot etcd every 6 hours into the bucket; the bucket keeps each snapshot this long.
 ETCD_SNAPSHOT_RETENTION_DAYS = 14
+# The program reads the admin certificate back this often (control planes renew it 60 days before expiry).
+ADMIN_CERT_READ_DAYS = 28
 # Node inputs the Linode provider can only change by re-creating the node (ForceNew in
 # terraform-provider-linode's instance schema): later edits apply to new nodes only, never silently
 # replace a running one. `metadatas` = first-boot user data (also ForceNew).
 NODE_IGNORE_CHANGES = ["metadatas", "authorizedKeys", "image", "diskEncryption", "firewallId"]
+# The read-back commands (cluster_info.py, its source on stdin): no path in them, so the same text wherever the
+# package is installed.
+READ_BACK_CA = "python3 - ca"
+READ_ADMIN_CERT = "python3 - admin"
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,7 @@ def now_utc() -> datetime.datetime:
 
 
 def _ca(name: str, common_name: str, opts: pulumi.ResourceOptions) -> tuple[tls.PrivateKey, tls.SelfSignedCert]:
+    """linode.pki: program: one of the program's CAs (gpu-platform 0.2.0's resources, names and inputs unchanged)."""
     key = tls.PrivateKey(f"{name}-key", algorithm="ECDSA", ecdsa_curve="P256", opts=opts)
     cert = tls.SelfSignedCert(
         name,
@@ -177,35 +186,83 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                                          [p.max_nodes for p in pools])
         cp_ips = addresses.control_planes
 
-        # --- PKI: every CA kubeadm uses, owned by the program -------------------------------------
-        ca_key, ca_cert = _ca(f"{name}-ca", "kubernetes", child)
-        fp_key, fp_cert = _ca(f"{name}-front-proxy-ca", "front-proxy-ca", child)
-        etcd_key, etcd_cert = _ca(f"{name}-etcd-ca", "etcd-ca", child)
-        sa_key = tls.PrivateKey(f"{name}-service-account-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
-        # Secrets at rest: the API server's encryption key, handled like the CA keys (render.encryption_configuration).
-        secrets_key = random.RandomBytes(f"{name}-secrets-encryption-key", length=32, opts=child)
-        pki = pulumi.Output.all(ca_cert.cert_pem, ca_key.private_key_pem, fp_cert.cert_pem, fp_key.private_key_pem,
-                                etcd_cert.cert_pem, etcd_key.private_key_pem, sa_key.private_key_pem,
-                                sa_key.public_key_pem, secrets_key.base64).apply(lambda v: render.ControlPlanePki(*v))
-        ca_hash = ca_cert.cert_pem.apply(render.discovery_hash)
+        # --- Control-plane keys -----------------------------------------------------------------
+        # linode.pki: cluster (the default): cp-0's kubeadm generates the CAs; the program holds no CA key.
+        # linode.pki: program (clusters created by gpu-platform 0.2.0): the program's pulumi-tls CAs, in user
+        # data and state, exactly as 0.2.0 registered them, so `pulumi up` of such a stack changes nothing.
+        program_pki = section.pki == "program"
+        pki: Optional[pulumi.Output[render.ControlPlanePki]] = None
+        if program_pki:
+            ca_key, ca_cert = _ca(f"{name}-ca", "kubernetes", child)
+            fp_key, fp_cert = _ca(f"{name}-front-proxy-ca", "front-proxy-ca", child)
+            etcd_key, etcd_cert = _ca(f"{name}-etcd-ca", "etcd-ca", child)
+            sa_key = tls.PrivateKey(f"{name}-service-account-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+            secrets_key = random.RandomBytes(f"{name}-secrets-encryption-key", length=32, opts=child)
+            pki = pulumi.Output.all(ca_cert.cert_pem, ca_key.private_key_pem, fp_cert.cert_pem, fp_key.private_key_pem,
+                                    etcd_cert.cert_pem, etcd_key.private_key_pem, sa_key.private_key_pem,
+                                    sa_key.public_key_pem, secrets_key.base64).apply(lambda v: render.ControlPlanePki(*v))
+        else:
+            # The certificate key (kubeadm --upload-certs) decrypts the kubeadm-certs Secret; only control planes get it.
+            certificate_key = random.RandomBytes(f"{name}-kubeadm-certificate-key", length=32, opts=child)
+            # Secrets at rest: the API server's encryption key (render.encryption_configuration).
+            secrets_key = random.RandomBytes(f"{name}-secrets-encryption-key", length=32, opts=child)
 
-        # Worker join tokens: one per worker, written once into its user data (kept as first written,
+        # Bootstrap tokens: one per node, written once into its user data (kept as first written,
         # ignore_changes), and renewed by every `pulumi up`: the Secret's expiry is the end of the next
-        # rotation window. A worker the program replaces boots with that same user data while the
-        # token is valid; one whose stack is left alone for a window can no longer join.
+        # rotation window. A node the program replaces boots with that same user data while the token is
+        # valid; one whose stack is left alone for a window can no longer join.
         _, window_end = render.token_window(now_utc(), TOKEN_ROTATION_DAYS)
         expiration = render.token_expiration(window_end, TOKEN_ROTATION_DAYS)
+        join_tokens: list[tuple[str, random.RandomString, random.RandomString]] = []
 
+        def node_token(role_name: str) -> pulumi.Output[str]:
+            token_id = random.RandomString(f"{name}-{role_name}-join-token-id", length=6, upper=False,
+                                           special=False, opts=child)
+            token_secret = random.RandomString(f"{name}-{role_name}-join-token-secret", length=16, upper=False,
+                                               special=False, opts=child)
+            join_tokens.append((role_name, token_id, token_secret))
+            return pulumi.Output.secret(pulumi.Output.all(token_id.result, token_secret.result)
+                                        .apply(lambda t: render.bootstrap_token(t[0], t[1])))
+
+        # cp-0's init token (kubeadm creates it, 24 h): the program checks cluster-info's signature with it.
+        init_token: pulumi.Output[str] = pulumi.Output.from_input("")
+        if not program_pki:
+            init_id = random.RandomString(f"{name}-init-token-id", length=6, upper=False, special=False, opts=child)
+            init_secret = random.RandomString(f"{name}-init-token-secret", length=16, upper=False, special=False,
+                                              opts=child)
+            init_token = pulumi.Output.secret(pulumi.Output.all(init_id.result, init_secret.result)
+                                              .apply(lambda t: render.bootstrap_token(t[0], t[1])))
+        # The read-back token (render.READBACK_TOKEN_TTL): kubeadm init creates it with no expiry and the signing
+        # usage only (it authenticates nobody), so the program and a replaced cp-0 can always check cluster-info,
+        # however long the stack was left alone.
+        readback_token: pulumi.Output[str] = pulumi.Output.from_input("")
+        if not program_pki:
+            rb_id = random.RandomString(f"{name}-readback-token-id", length=6, upper=False, special=False, opts=child)
+            rb_secret = random.RandomString(f"{name}-readback-token-secret", length=16, upper=False, special=False,
+                                            opts=child)
+            readback_token = pulumi.Output.secret(pulumi.Output.all(rb_id.result, rb_secret.result)
+                                                  .apply(lambda t: render.bootstrap_token(t[0], t[1])))
+
+        # Admin access: the key stays in Pulumi state; control planes get only the CSR and sign it
+        # (render.admin_cert_script), or, with linode.pki: program, the program signs it with its CA.
         admin_key = tls.PrivateKey(f"{name}-admin-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
         admin_csr = tls.CertRequest(
             f"{name}-admin-csr", private_key_pem=admin_key.private_key_pem,
             # kubeadm binds this group to cluster-admin (kubeadm >= 1.29).
             subject={"common_name": "gpu-platform-admin", "organization": "kubeadm:cluster-admins"}, opts=child)
-        admin_cert = tls.LocallySignedCert(
-            f"{name}-admin-cert", cert_request_pem=admin_csr.cert_request_pem,
-            ca_cert_pem=ca_cert.cert_pem, ca_private_key_pem=ca_key.private_key_pem,
-            validity_period_hours=365 * 24, early_renewal_hours=30 * 24,
-            allowed_uses=["digital_signature", "key_encipherment", "client_auth"], opts=child)
+        admin_cert: Optional[tls.LocallySignedCert] = None
+        if program_pki:
+            admin_cert = tls.LocallySignedCert(
+                f"{name}-admin-cert", cert_request_pem=admin_csr.cert_request_pem,
+                ca_cert_pem=ca_cert.cert_pem, ca_private_key_pem=ca_key.private_key_pem,
+                validity_period_hours=365 * 24, early_renewal_hours=30 * 24,
+                allowed_uses=["digital_signature", "key_encipherment", "client_auth"], opts=child)
+
+        def cp_keys(join_token: pulumi.Output[str], init: bool) -> pulumi.Output[render.ControlPlaneKeys]:
+            return pulumi.Output.all(certificate_key.hex, secrets_key.base64, join_token, admin_csr.cert_request_pem,
+                                     init_token if init else "", readback_token if init else "").apply(
+                lambda v: render.ControlPlaneKeys(certificate_key=v[0], secrets_encryption_key=v[1], join_token=v[2],
+                                                  admin_csr=v[3], init_token=v[4], readback_token=v[5]))
 
         # --- Network -------------------------------------------------------------------------
         vpc = linode.Vpc(f"{name}-vpc", label=f"{cfg.name_prefix}-vpc", region=section.region,
@@ -317,7 +374,8 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             f"{name}-etcd-backups", region=section.region,
             label=suffix.result.apply(lambda s: bucket_label(cfg.name_prefix, cfg.owner, s, kind="etcd")),
             acl="private",
-            lifecycle_rules=[{"id": "expire-etcd-snapshots", "enabled": True,
+            # Snapshots only: the cluster record (render.CLUSTER_RECORD_KEY) must outlive them.
+            lifecycle_rules=[{"id": "expire-etcd-snapshots", "enabled": True, "prefix": f"{render.ETCD_SNAPSHOT_PREFIX}/",
                               "expiration": {"days": ETCD_SNAPSHOT_RETENTION_DAYS},
                               "abort_incomplete_multipart_upload_days": 1}],
             opts=pulumi.ResourceOptions(parent=self, provider=objects, retain_on_delete=deletion.retain_on_delete))
@@ -340,29 +398,108 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # --- Control planes ------------------------------------------------------------------
         self.user_data: dict[str, pulumi.Output[str]] = {}
         control_planes: list[linode.Instance] = []
-        for i in range(cp_count):
-            label = f"{cfg.name_prefix}-cp-{i}"
-            node = render.NodeSpec(name=label, vpc_ip=cp_ips[i])
-            if i == 0:
-                peers = cp_ips[1:]
-                doc = pulumi.Output.all(endpoint_host, pki, etcd_backup).apply(
-                    lambda v, node=node, peers=peers: render.node_user_data(
-                        "init", node, render.kubeadm_init_config(cluster_spec(v[0]), node), cfg.kubernetes_version,
-                        gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint, peers=peers, pki=v[1],
-                        join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node),
-                        etcd_backup=v[2]))
-            else:
+        ca_read: Optional[command.local.Command] = None
+        cp_names = [f"{cfg.name_prefix}-cp-{i}" for i in range(cp_count)]
+
+        # The read-back's source on stdin: the command's text names no path, so it is the same wherever the package
+        # is installed (a changed path would re-run it: pulumi-command runs `create` again on any input change).
+        cluster_info_source = render.cluster_info_script()
+
+        def public_api_address(cp0: linode.Instance) -> pulumi.Output[str]:
+            """Where the program reaches the API: the NodeBalancer, the reserved IP, or cp-0's public IPv4."""
+            return (balancer.ipv4 if balancer is not None else
+                    reserved_ip.address if reserved_ip is not None else cp0.ipv4s.apply(public_ipv4))
+
+        if program_pki:
+            assert pki is not None
+            # gpu-platform 0.2.0's control planes: every one holds the CAs and joins on its own, any time.
+            for i in range(cp_count):
+                node = render.NodeSpec(name=cp_names[i], vpc_ip=cp_ips[i])
+                if i == 0:
+                    peers = cp_ips[1:]
+                    doc = pulumi.Output.all(endpoint_host, pki, etcd_backup).apply(
+                        lambda v, node=node, peers=peers: render.node_user_data(
+                            "init", node, render.kubeadm_init_config(cluster_spec(v[0]), node), cfg.kubernetes_version,
+                            gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint, peers=peers, pki=v[1],
+                            join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node,
+                                                                                 program_pki=True),
+                            etcd_backup=v[2]))
+                else:
+                    peers = [ip for j, ip in enumerate(cp_ips) if j != i]
+                    doc = pulumi.Output.all(endpoint_host, pki, etcd_backup).apply(
+                        lambda v, node=node, peers=peers: render.node_user_data(
+                            "join-control-plane", node,
+                            render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node, program_pki=True),
+                            cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
+                            peers=peers, pki=v[1], etcd_backup=v[2]))
+                doc = pulumi.Output.secret(doc)
+                self.user_data[f"control-plane-{i}"] = doc
+                # Later control planes retry their join until cp-0 answers (systemd unit).
+                control_planes.append(instance(f"cp-{i}", cp_names[i], section.control_plane.type, cp_ips[i], doc,
+                                               {"role": "control-plane"}, control_planes[:1], control_plane=True))
+            ca_pem: pulumi.Output[str] = ca_cert.cert_pem
+            ca_hash = ca_cert.cert_pem.apply(render.discovery_hash)
+            joins_after: list[pulumi.Resource] = control_planes[:1]
+            public_api_ip = public_api_address(control_planes[0])
+        else:
+            # cp-0 first; the others once the program has read the CA back from cp-0's signed cluster-info
+            # (their joins pin its hash), below.
+            cp_tokens = [node_token(f"cp-{i}") for i in range(cp_count)]
+            node0 = render.NodeSpec(name=cp_names[0], vpc_ip=cp_ips[0])
+            doc0 = pulumi.Output.secret(pulumi.Output.all(endpoint_host, cp_keys(cp_tokens[0], init=True), etcd_backup).apply(
+                lambda v: render.node_user_data(
+                    "init", node0,
+                    render.kubeadm_init_config(cluster_spec(v[0]), node0, v[1].init_token, v[1].certificate_key,
+                                               v[1].readback_token),
+                    cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
+                    peers=cp_ips[1:], keys=v[1], etcd_backup=v[2], peer_names=cp_names[1:],
+                    join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node0, v[1].join_token,
+                                                                         render.CA_HASH_FROM_PEERS,
+                                                                         v[1].certificate_key))))
+            self.user_data["control-plane-0"] = doc0
+            control_planes.append(instance("cp-0", cp_names[0], section.control_plane.type, cp_ips[0], doc0,
+                                           {"role": "control-plane"}, [], control_plane=True))
+            public_api_ip = public_api_address(control_planes[0])
+
+            # The CA, read back from cp-0 (cluster_info.py: cluster-info signed for the init token, or cp-0's
+            # own token once a replaced cp-0 joined the survivors). Run again when cp-0 is replaced. A cluster
+            # whose cluster-info is signed for neither (one gpu-platform 0.2.0 created: linode.pki: program)
+            # fails here, naming that key, before anything else changes.
+            ca_read = command.local.Command(
+                f"{name}-cluster-ca",
+                create=READ_BACK_CA,
+                stdin=cluster_info_source,
+                environment={"API_HOST": public_api_ip,
+                             "TOKENS": pulumi.Output.secret(pulumi.Output.all(init_token, readback_token, cp_tokens[0])
+                                                            .apply("\n".join))},
+                triggers=[control_planes[0].id],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=control_planes[:1]))
+            ca_pem = ca_read.stdout.apply(render.checked_ca_pem)
+            ca_hash = ca_pem.apply(render.discovery_hash)
+            # The record a new cp-0 reads at boot (render.cluster_record_script): this cluster exists, never
+            # initialise another. Every further node is created after it.
+            record = linode.ObjectStorageObject(
+                f"{name}-cluster-record", bucket=etcd_bucket.label, region=section.region,
+                key=render.CLUSTER_RECORD_KEY, content=ca_pem, content_type="application/x-pem-file",
+                opts=pulumi.ResourceOptions(parent=self, provider=objects, depends_on=[ca_read]))
+            joins_after = [record]
+
+            for i in range(1, cp_count):
+                node = render.NodeSpec(name=cp_names[i], vpc_ip=cp_ips[i])
                 peers = [ip for j, ip in enumerate(cp_ips) if j != i]
-                doc = pulumi.Output.all(endpoint_host, pki, etcd_backup).apply(
-                    lambda v, node=node, peers=peers: render.node_user_data(
-                        "join-control-plane", node, render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node),
+                peer_names = [n for j, n in enumerate(cp_names) if j != i]
+                doc = pulumi.Output.secret(pulumi.Output.all(endpoint_host, cp_keys(cp_tokens[i], init=False),
+                                                             etcd_backup, ca_pem, ca_hash).apply(
+                    lambda v, node=node, peers=peers, peer_names=peer_names: render.node_user_data(
+                        "join-control-plane", node,
+                        render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node, v[1].join_token, v[4],
+                                                                 v[1].certificate_key),
                         cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
-                        peers=peers, pki=v[1], etcd_backup=v[2]))
-            doc = pulumi.Output.secret(doc)
-            self.user_data[f"control-plane-{i}"] = doc
-            # Later control planes retry their join until cp-0 answers (systemd unit).
-            control_planes.append(instance(f"cp-{i}", label, section.control_plane.type, cp_ips[i], doc,
-                                           {"role": "control-plane"}, control_planes[:1], control_plane=True))
+                        peers=peers, keys=v[1], etcd_backup=v[2], cluster_ca_pem=v[3], peer_names=peer_names)))
+                self.user_data[f"control-plane-{i}"] = doc
+                # They retry their join until their token's Secret exists and the kubeadm-certs Secret is there.
+                control_planes.append(instance(f"cp-{i}", cp_names[i], section.control_plane.type, cp_ips[i], doc,
+                                               {"role": "control-plane"}, joins_after, control_plane=True))
 
         if balancer is not None:
             api_config = linode.NodeBalancerConfig(
@@ -376,20 +513,13 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                     mode="accept", opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
 
         # --- Workers: system (untainted CPU) and GPU -----------------------------------------
-        join_tokens: list[tuple[str, random.RandomString, random.RandomString]] = []
-
         def worker_doc(node: render.NodeSpec, gpu: bool, role_name: str) -> pulumi.Output[str]:
-            token_id = random.RandomString(f"{name}-{role_name}-join-token-id", length=6, upper=False,
-                                           special=False, opts=child)
-            token_secret = random.RandomString(f"{name}-{role_name}-join-token-secret", length=16, upper=False,
-                                               special=False, opts=child)
-            join_tokens.append((role_name, token_id, token_secret))
-            token = pulumi.Output.all(token_id.result, token_secret.result).apply(lambda t: render.bootstrap_token(t[0], t[1]))
-            return pulumi.Output.secret(pulumi.Output.all(endpoint_host, token, ca_hash, ca_cert.cert_pem).apply(
+            token = node_token(role_name)
+            return pulumi.Output.secret(pulumi.Output.all(endpoint_host, token, ca_hash, ca_pem).apply(
                 lambda v: render.node_user_data(
                     "join", node, render.kubeadm_worker_join_config(cluster_spec(v[0]), node, v[1], v[2]),
                     cfg.kubernetes_version, gpu=gpu, endpoint=cluster_spec(v[0]).control_plane_endpoint,
-                    cluster_ca_pem=v[3])))
+                    cluster_ca_pem=v[3], program_pki=program_pki)))
 
         workers: list[linode.Instance] = []
         expected: list[dict] = [{"name": f"{cfg.name_prefix}-cp-{i}", "gpus": 0} for i in range(cp_count)]
@@ -399,7 +529,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             doc = worker_doc(node, gpu=False, role_name=f"system-{i}")
             self.user_data[f"system-{i}"] = doc
             workers.append(instance(f"system-{i}", label, section.system_pool.instance_type, ip, doc,
-                                    {"role": "system-worker"}, control_planes[:1], control_plane=False))
+                                    {"role": "system-worker"}, joins_after, control_plane=False))
             expected.append({"name": label, "gpus": 0})
 
         scaled: list[tuple[GpuPoolSpec, list[str], dict[str, str]]] = []  # autoscaled pools (node_groups.py)
@@ -416,7 +546,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                 self.user_data[f"gpu-{pool.name}-{i}"] = doc
                 workers.append(instance(
                     f"{pool.name}-{i}", label, pool.instance_type, ip, doc, pool_tags,
-                    control_planes[:1], control_plane=False))
+                    joins_after, control_plane=False))
                 expected.append({"name": label, "gpus": pool.gpus_per_node})
 
         if balancer is not None:
@@ -438,24 +568,41 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                                   entity_id=balancer.id.apply(int), entity_type="nodebalancer", opts=child)
 
         # --- Kubeconfig, API wait, provider --------------------------------------------------
-        public_api_ip: pulumi.Output[str] = (balancer.ipv4 if balancer is not None else
-                                             reserved_ip.address if reserved_ip is not None else
-                                             control_planes[0].ipv4s.apply(public_ipv4))
         server = public_api_ip.apply(lambda ip: f"https://{ip}:{API_PORT}")
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(server, ca_cert.cert_pem, admin_cert.cert_pem,
+        api_after: list[pulumi.Resource] = list(control_planes)
+        if admin_cert is not None:
+            # linode.pki: program: the program signed the admin certificate with its own CA.
+            admin_cert_pem: pulumi.Output[str] = admin_cert.cert_pem
+        else:
+            # The admin certificate cp-0 signed for the program's key, read over TLS verified with the CA; read
+            # again each renewal window (control planes re-sign it ADMIN_CERT_RENEW_DAYS before it expires).
+            assert ca_read is not None
+            renew_window, _ = render.token_window(now_utc(), ADMIN_CERT_READ_DAYS)
+            admin_read = command.local.Command(
+                f"{name}-admin-cert",
+                create=READ_ADMIN_CERT,
+                stdin=cluster_info_source,
+                environment={"API_HOST": public_api_ip, "CLUSTER_CA_PEM": ca_pem,
+                             "ADMIN_PUBLIC_KEY_PEM": admin_key.public_key_pem},
+                triggers=[ca_pem, renew_window],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ca_read]))
+            admin_cert_pem = pulumi.Output.all(admin_read.stdout, admin_key.public_key_pem, ca_pem).apply(
+                lambda v: render.checked_admin_cert(v[0], v[1], v[2]))
+            api_after.append(admin_read)
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(server, ca_pem, admin_cert_pem,
                                                                  admin_key.private_key_pem).apply(
             lambda v: render.admin_kubeconfig(cfg.name_prefix, v[0], v[1], v[2], v[3])))
         api_ready = command.local.Command(
             f"{name}-wait-for-api",
             create=render.wait_for_api_script(),
             interpreter=["/bin/bash", "-c"],
-            environment={"API_HOST": public_api_ip, "CLUSTER_CA_PEM": ca_cert.cert_pem},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=control_planes),
+            environment={"API_HOST": public_api_ip, "CLUSTER_CA_PEM": ca_pem},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=api_after),
         )
         gate_env = {
             "GATE_SERVER": server,
-            "GATE_CA_PEM": ca_cert.cert_pem,
-            "GATE_CLIENT_CERT_PEM": admin_cert.cert_pem,
+            "GATE_CA_PEM": ca_pem,
+            "GATE_CLIENT_CERT_PEM": admin_cert_pem,
             "GATE_CLIENT_KEY_PEM": pulumi.Output.secret(admin_key.private_key_pem),
         }
         # Removing a worker (a smaller pool, a replaced node) drains it and deletes its Node first:
@@ -473,7 +620,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[api_ready]))
 
-        # Each worker's join token, as kubeadm reads it: a Secret whose expiry each `pulumi up` renews.
+        # Each node's join token, as kubeadm reads it: a Secret whose expiry each `pulumi up` renews.
         self.join_tokens: list[k8s.core.v1.Secret] = []
         for role_name, token_id, token_secret in join_tokens:
             token_doc = pulumi.Output.all(token_id.result, token_secret.result).apply(

@@ -52,6 +52,33 @@ def discovery_hash(ca_cert_pem: str) -> str:
     return "sha256:" + hashlib.sha256(spki).hexdigest()
 
 
+def checked_ca_pem(text: str) -> str:
+    """The CA certificate the program read back from cp-0's signed cluster-info (cluster_info.py ca)."""
+    try:
+        cert = x509.load_pem_x509_certificate((text or "").strip().encode())
+        ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except (ValueError, x509.ExtensionNotFound) as exc:
+        raise ValueError(f"the cluster CA read back from cluster-info is not a CA certificate: {exc}") from None
+    if not ca:
+        raise ValueError("the cluster CA read back from cluster-info is not a CA certificate")
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def checked_admin_cert(text: str, public_key_pem: str, ca_pem: str) -> str:
+    """The admin certificate a control plane signed: for the program's own key, issued by the cluster CA."""
+    cert = x509.load_pem_x509_certificate((text or "").strip().encode())
+    ca = x509.load_pem_x509_certificate(ca_pem.encode())
+    pub = serialization.load_pem_public_key(public_key_pem.encode())
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if cert.public_key().public_bytes(*spki) != pub.public_bytes(*spki):
+        raise ValueError("the published admin certificate is not for the program's admin key")
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, Exception) as exc:  # InvalidSignature included
+        raise ValueError(f"the published admin certificate is not signed by the cluster CA: {exc}") from None
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
 def bootstrap_token(token_id: str, token_secret: str) -> str:
     """kubeadm's bootstrap token form [a-z0-9]{6}.[a-z0-9]{16}."""
     token = f"{token_id}.{token_secret}"
@@ -89,12 +116,54 @@ def vpc_addresses(subnet_cidr: str, control_planes: int, system_nodes: int, pool
 
 
 # ---------------------------------------------------------------------------------------------
-# PKI: every CA is the program's (pulumi-tls), placed on control planes before kubeadm runs, so
-# kubeadm uses them instead of generating its own (kubeadm "custom certificates" mode). No join ever
-# depends on kubeadm's uploaded-certs Secret, which expires two hours after `kubeadm init`.
+# Control-plane keys: cp-0 generates every CA and the service-account key itself (`kubeadm init`), and
+# uploads them encrypted with the certificate key (`--upload-certs`: the kubeadm-certs Secret, deleted
+# with its two-hour token, kubeadm constants DefaultCertTokenDuration). Further and replaced control
+# planes download them with that key; a live control plane uploads them again while a peer is missing
+# (certs_upload_script). No private key is ever in user data or Pulumi state.
 # ---------------------------------------------------------------------------------------------
 
 PKI_DIR = "/etc/kubernetes/pki"
+# kubeadm's certificate key (hex of 32 random bytes, copycerts.CreateCertificateKey): it decrypts the
+# kubeadm-certs Secret, which only exists for two hours after an upload.
+CERTIFICATE_KEY_PATH = "/etc/gpu-platform/kubeadm-certificate-key"
+# The program's admin client CSR (public): control planes sign it with the cluster CA and publish the
+# certificate in kube-public (admin_cert_script); the private key stays in Pulumi state.
+ADMIN_CSR_PATH = "/etc/gpu-platform/admin.csr"
+
+
+@dataclass(frozen=True)
+class ControlPlaneKeys:
+    """What a control plane's user data carries instead of the CAs: all symmetric or public."""
+
+    # kubeadm's certificate key (64 hex characters).
+    certificate_key: str
+    # The key the API server encrypts Secrets with before they reach etcd (32 random bytes, base64). Not
+    # among what `upload-certs` shares, so every control plane gets it here.
+    secrets_encryption_key: str
+    # This control plane's bootstrap token (its Secret renewed by every `pulumi up`): a further control
+    # plane's join, and cp-0's own when it replaces a lost cp-0.
+    join_token: str
+    admin_csr: str
+    # cp-0 only: the 24-hour token kubeadm init creates, whose cluster-info signature the program checks.
+    init_token: str = ""
+    # cp-0 only: the read-back token (signing only, never expires, authenticates nobody): kubeadm init creates
+    # it, so cluster-info stays signed for a token the program and cp-0 hold however long the stack is left
+    # alone (the CA read-back and a replaced cp-0's peer check never depend on a token that can expire).
+    readback_token: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.certificate_key) != 64 or any(c not in "0123456789abcdef" for c in self.certificate_key):
+            raise ValueError("the kubeadm certificate key must be 32 bytes, hex-encoded")
+        if "PRIVATE KEY" in self.admin_csr or "CERTIFICATE REQUEST" not in self.admin_csr:
+            raise ValueError("control planes get the admin CSR, never a key")
+
+
+# linode.pki: program (gpu-platform 0.2.0's flow, kept for clusters created by it): every CA is the program's
+# (pulumi-tls), placed on control planes before kubeadm runs, so kubeadm uses them instead of generating its
+# own (kubeadm "custom certificates" mode); control planes join with a discovery kubeconfig they mint from
+# the cluster CA. The CA keys travel in user data and sit in Pulumi state (docs/linode.md).
+PKI_SEED = "/var/lib/gpu-platform/pki"
 
 
 @dataclass(frozen=True)
@@ -136,7 +205,7 @@ def encryption_configuration(key_b64: str) -> str:
 
 
 def pki_files(pki: ControlPlanePki) -> list["File"]:
-    """The files kubeadm expects in its certificatesDir (names from kubeadm's constants)."""
+    """linode.pki: program: the files kubeadm expects in its certificatesDir (names from kubeadm's constants)."""
     return [
         File(f"{PKI_DIR}/ca.crt", pki.ca_cert, "0644"),
         File(f"{PKI_DIR}/ca.key", pki.ca_key, "0600"),
@@ -154,11 +223,20 @@ def pki_files(pki: ControlPlanePki) -> list["File"]:
 # kubeadm configuration (v1beta4)
 # ---------------------------------------------------------------------------------------------
 
-# Control planes join with file discovery: a kubeconfig the node mints at boot from the cluster CA
-# (a one-day client certificate for system:node:<name>), so no bootstrap token is needed.
-DISCOVERY_KUBECONFIG_PATH = "/etc/kubernetes/discovery-kubeconfig.conf"
 # cp-0 holds both: it initialises a new cluster, or joins one that already answers (a replaced cp-0).
 KUBEADM_JOIN_CONFIG_PATH = "/etc/kubernetes/kubeadm-join-config.yaml"
+# cp-0's join config is written before the cluster CA exists: its CA hash is filled in at boot, from the
+# cluster-info a peer serves, signed for cp-0's own token (cluster_info.py).
+CA_HASH_FROM_PEERS = "sha256:ca-hash-from-signed-cluster-info"
+INIT_TOKEN_TTL = "24h0m0s"
+# The read-back token: `ttl: 0s` is a Secret without `expiration` (kubeadm cmd/kubeadm/app/apis/bootstraptoken/v1
+# utils.go encodeTokenSecretData writes one only for TTL > 0; defaults.go replaces only a nil TTL), and
+# `usages: [signing]` only: the bootstrap authenticator accepts no token without usage-bootstrap-authentication.
+READBACK_TOKEN_TTL = "0s"
+NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
+# linode.pki: program: control planes join with file discovery, a kubeconfig the node mints at boot from
+# the cluster CA it holds (a one-day client certificate for system:node:<name>), so no bootstrap token.
+DISCOVERY_KUBECONFIG_PATH = "/etc/kubernetes/discovery-kubeconfig.conf"
 
 
 @dataclass(frozen=True)
@@ -242,30 +320,56 @@ def _dump(docs: list[dict]) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
 
 
-def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec) -> str:
+def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, init_token: str = "", certificate_key: str = "",
+                        readback_token: str = "") -> str:
     """InitConfiguration + ClusterConfiguration + KubeletConfiguration for the first control plane.
 
-    No bootstrapTokens and no certificateKey: workers join with the token the program manages as a
-    Secret (with an expiry), control planes with their own copy of the CAs. kubeadm still creates
-    its default 24-hour token (not printed: --skip-token-print); it expires unused."""
-    init = {
+    kubeadm generates the CAs and the service-account key; `kubeadm init --upload-certs` stores them in
+    the kubeadm-certs Secret encrypted with `certificateKey`. `bootstrapTokens`: the init token (24 h), the
+    one whose cluster-info signature the program checks to learn the CA; workers and further control
+    planes join with tokens the program keeps as Secrets."""
+    init: dict = {
         "apiVersion": KUBEADM_API,
         "kind": "InitConfiguration",
         "nodeRegistration": _node_registration(node, control_plane=True),
         "localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443},
     }
+    if init_token:
+        init["bootstrapTokens"] = [{"token": init_token, "ttl": INIT_TOKEN_TTL, "usages": ["signing", "authentication"],
+                                    "groups": [NODE_TOKEN_GROUP],
+                                    "description": "gpu-platform init: the program reads the cluster CA with it"}]
+    if readback_token:
+        init.setdefault("bootstrapTokens", []).append(
+            {"token": readback_token, "ttl": READBACK_TOKEN_TTL, "usages": ["signing"],
+             "description": "gpu-platform read-back: signs cluster-info only (no expiry, authenticates nobody)"})
+    if certificate_key:
+        init["certificateKey"] = certificate_key
     return _dump([init, _cluster_configuration(cluster), _kubelet_configuration()])
 
 
-def kubeadm_control_plane_join_config(cluster: ClusterSpec, node: NodeSpec) -> str:
-    """JoinConfiguration for a further (or replaced) control plane: file discovery with the minted
-    node kubeconfig, certificates from the node's own pki directory (no certificateKey)."""
+def kubeadm_control_plane_join_config(cluster: ClusterSpec, node: NodeSpec, token: str = "",
+                                      ca_hash: str = CA_HASH_FROM_PEERS, certificate_key: str = "",
+                                      program_pki: bool = False) -> str:
+    """JoinConfiguration for a further (or replaced) control plane: token discovery pinned to the CA hash
+    (cp-0's is filled in at boot, CA_HASH_FROM_PEERS), certificates downloaded with the certificate key.
+    `program_pki` (linode.pki: program): file discovery with the minted node kubeconfig, certificates from
+    the node's own pki directory (no token, no certificateKey)."""
+    if program_pki:
+        return _dump([{
+            "apiVersion": KUBEADM_API,
+            "kind": "JoinConfiguration",
+            "discovery": {"file": {"kubeConfigPath": DISCOVERY_KUBECONFIG_PATH}},
+            "nodeRegistration": _node_registration(node, control_plane=True),
+            "controlPlane": {"localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443}},
+        }, _kubelet_configuration()])
     join = {
         "apiVersion": KUBEADM_API,
         "kind": "JoinConfiguration",
-        "discovery": {"file": {"kubeConfigPath": DISCOVERY_KUBECONFIG_PATH}},
+        "discovery": {"bootstrapToken": {"apiServerEndpoint": cluster.control_plane_endpoint, "token": token,
+                                         "caCertHashes": [ca_hash]}},
         "nodeRegistration": _node_registration(node, control_plane=True),
-        "controlPlane": {"localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443}},
+        "controlPlane": {"localAPIEndpoint": {"advertiseAddress": node.vpc_ip, "bindPort": 6443},
+                         "certificateKey": certificate_key},
     }
     return _dump([join, _kubelet_configuration()])
 
@@ -465,8 +569,8 @@ nvidia-smi -L
 
 def mint_client_cert_script() -> str:
     """Shell: `mint_client_cert <ca path without .crt/.key> <subject> <out path without .key/.crt>`
-    writes a P-256 key and a one-day client certificate signed by that CA. Control planes use it for
-    their discovery kubeconfig (cluster CA) and the etcd member clean-up (etcd CA)."""
+    writes a P-256 key and a one-day client certificate signed by that CA. A joining control plane uses it
+    for the etcd member clean-up, with the etcd CA it has just downloaded from the kubeadm-certs Secret."""
     return """mint_client_cert() {
   local ca=$1 subject=$2 out=$3
   openssl ecparam -name prime256v1 -genkey -noout -out "$out.key"
@@ -479,7 +583,7 @@ def mint_client_cert_script() -> str:
 
 
 def mint_discovery_kubeconfig_script(node_name: str, endpoint: str) -> str:
-    """Shell that writes DISCOVERY_KUBECONFIG_PATH: a one-day client certificate for
+    """linode.pki: program. Shell that writes DISCOVERY_KUBECONFIG_PATH: a one-day client certificate for
     system:node:<name> (group system:nodes) signed with the cluster CA this control plane holds.
     kubeadm join uses it for discovery and the kubelet's TLS bootstrap (the node authorizer and
     kubeadm's auto-approval of node client certificates accept it), so no token is involved."""
@@ -517,7 +621,8 @@ def remove_stale_etcd_member_script(node_name: str) -> str:
     """Shell: before a control plane joins, remove an etcd member that still carries its name (the
     node it replaces), asking each surviving peer in turn. Uses etcdctl from the etcd image kubeadm
     runs at the cluster's version ($version, what the peers report) through containerd, and a one-day
-    client certificate from the etcd CA this node holds. Nothing to remove (a first deploy) or no peer
+    client certificate from the etcd CA this node downloaded (kubeadm join phase control-plane-prepare
+    download-certs). Nothing to remove (a first deploy) or no peer
     answering is not an error: kubeadm join decides."""
     return f"""etcd_peer() {{
   ctr -n k8s.io run --rm --net-host --mount "type=bind,src=$etcd_tmp,dst=/certs,options=rbind:ro" \\
@@ -551,15 +656,16 @@ remove_stale_etcd_member() {{
 PEER_WAIT_SECONDS = 180
 
 
-def cluster_version_script(wait_seconds: int) -> str:
+def cluster_version_script(wait_seconds: int, ca_path: str = CLUSTER_CA_PATH) -> str:
     """Shell: `cluster_version` prints what the first answering peer's API server runs (GET /version,
     readable without credentials: kubeadm binds system:public-info-viewer to system:unauthenticated,
-    verified with the cluster CA), trying for up to `wait_seconds` (0: one round); exit 1 when none answers."""
+    verified with the cluster CA at `ca_path`: CLUSTER_CA_PATH, or with linode.pki: program the CA the node
+    holds in its pki directory), trying for up to `wait_seconds` (0: one round); exit 1 when none answers."""
     return f"""cluster_version() {{
   local ip v deadline=$((SECONDS + {wait_seconds}))
   while :; do
     for ip in "${{peers[@]}}"; do
-      v=$(curl --silent --fail --max-time 5 --cacert {PKI_DIR}/ca.crt "https://$ip:6443/version" \\
+      v=$(curl --silent --fail --max-time 5 --cacert {ca_path} "https://$ip:6443/version" \\
         | sed -n 's/.*"gitVersion": *"\\(v[0-9][0-9.]*\\)".*/\\1/p') || continue
       if [[ "$v" =~ ^v1\\.[0-9]+\\.[0-9]+$ ]]; then
         echo "$v"
@@ -572,16 +678,127 @@ def cluster_version_script(wait_seconds: int) -> str:
 }}"""
 
 
+CLUSTER_INFO_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-cluster-info.py"
+
+
+def cluster_info_script() -> str:
+    """components/linode/cluster_info.py itself (standard library only): the check the program makes on the
+    operator's machine (the read-back commands' stdin)."""
+    from pathlib import Path
+
+    return "#!/usr/bin/env python3\n" + (Path(__file__).parent / "cluster_info.py").read_text()
+
+
+def cluster_info_verify_script() -> str:
+    """What a replaced cp-0 runs (CLUSTER_INFO_SCRIPT_PATH, `verify`: cluster-info's JSON on stdin, TOKENS in the
+    environment, the CA on stdout): cluster_info.py's own signature check, its functions' source as they are
+    (inspect), without the read-back's polling and messages, which would not fit in user data."""
+    import inspect
+
+    from gpu_platform.components.linode import cluster_info as ci
+
+    parts = [inspect.getsource(f) for f in (ci.ClusterInfoError, ci.NotSignedError, ci._b64url,
+                                             ci.detached_signature, ci.verified_ca)]
+    return ("#!/usr/bin/env python3\n# gpu-platform: cluster_info.py's signature check (verify only).\n"
+            "import base64, hashlib, hmac, json, os, re, sys\nfrom typing import Any, Optional\n\n\n"
+            + "\n\n".join(parts) + "\n\n"
+            "try:\n"
+            "    sys.stdout.write(verified_ca(json.load(sys.stdin), os.environ.get(\"TOKENS\", \"\").split()))\n"
+            "except (ClusterInfoError, ValueError) as exc:\n"
+            "    sys.exit(f\"cluster-info: {exc}\")\n")
+
+
+PEER_CLUSTER_INFO_PATH = "/var/lib/gpu-platform/peer-cluster-info.json"
+# Where the program records a cluster it has read the CA of (the etcd bucket, cluster.py `{name}-cluster-record`):
+# cp-0's positive evidence, at boot, of whether this cluster was ever created.
+CLUSTER_RECORD_KEY = "cluster/ca.crt"
+# Written just before cp-0's `kubeadm init`: a later attempt on the same disk resumes that init, never resets it.
+INIT_STARTED_PATH = "/var/lib/gpu-platform/init-started"
+# An operator's decision (Lish, docs/linode.md "Restoring a single control plane"): the only control plane of a
+# recorded cluster is gone, initialise a new one (new CAs) to restore the snapshot into.
+INIT_NEW_CONTROL_PLANE_PATH = "/var/lib/gpu-platform/init-new-control-plane"
+
+
+def peer_cluster_ca_script(wait_seconds: int) -> str:
+    """Shell (cp-0 of an HA cluster): `peer_cluster_ca` asks the peers for cluster-info (kube-public, readable
+    without credentials) for up to `wait_seconds`. Returns 0 with CLUSTER_CA_PATH written when a peer's is
+    signed for one of the tokens this node holds (its join token, the init token, the read-back token, which
+    never expires): the CA is the cluster's, only a holder of such a token could sign it. 2 when a peer
+    answered at all (a TCP connection to 6443: any HTTP status, 5xx and 403 included, or a timeout after
+    connecting) without such a cluster-info: a cluster is there, so retry, never initialise. 1 only when no
+    peer could be connected to for the whole wait."""
+    return f"""peer_cluster_ca() {{
+  local ip out code connects tokens answered=0 deadline=$((SECONDS + {wait_seconds}))
+  tokens=$(sed -n 's/^[ -]*token: *//p' {KUBEADM_JOIN_CONFIG_PATH} {KUBEADM_CONFIG_PATH})
+  while :; do
+    for ip in "${{peers[@]}}"; do
+      rm -f {PEER_CLUSTER_INFO_PATH}
+      # The channel is not checked (no CA yet): the content is, with this node's tokens.
+      out=$(curl --silent --insecure --connect-timeout 5 --max-time 10 --output {PEER_CLUSTER_INFO_PATH} \
+        --write-out '%{{http_code}} %{{num_connects}}' \
+        "https://$ip:6443/api/v1/namespaces/kube-public/configmaps/cluster-info") || true
+      code=${{out%% *}}
+      connects=${{out##* }}
+      # Nothing listens there (refused, unreachable): no answer from this peer.
+      [ "${{connects:-0}}" -gt 0 ] 2>/dev/null || continue
+      answered=1
+      if [ "$code" != 200 ]; then
+        echo "peer $ip answers HTTP $code: a cluster is there" >&2
+        continue
+      fi
+      if TOKENS="$tokens" python3 {CLUSTER_INFO_SCRIPT_PATH} verify < {PEER_CLUSTER_INFO_PATH} > "{CLUSTER_CA_PATH}.new"; then
+        mv "{CLUSTER_CA_PATH}.new" {CLUSTER_CA_PATH}
+        return 0
+      fi
+      rm -f "{CLUSTER_CA_PATH}.new"
+    done
+    [ "$SECONDS" -lt "$deadline" ] || break
+    sleep 10
+  done
+  [ "$answered" -eq 0 ] || return 2
+  return 1
+}}"""
+
+
+def cluster_record_script() -> str:
+    """Shell (cp-0): `cluster_record` asks the etcd bucket (its key is in ETCD_BACKUP_ENV_PATH) for the record
+    the program writes once it has read this cluster's CA back (CLUSTER_RECORD_KEY). 0: recorded (this cluster
+    exists, or existed: never initialise another); 1: HTTP 404, never recorded (the first creation); 2: any
+    other answer or none (cannot tell: retry)."""
+    return f"""cluster_record() {{
+  local code
+  # shellcheck disable=SC1091 # written by cloud-init
+  . {ETCD_BACKUP_ENV_PATH}
+  code=$(curl --silent --connect-timeout 10 --max-time 30 --output /dev/null --write-out '%{{http_code}}' \
+    --aws-sigv4 "aws:amz:${{REGION}}:s3" --user "${{ACCESS_KEY}}:${{SECRET_KEY}}" \
+    "https://${{BUCKET}}.${{ENDPOINT}}/{CLUSTER_RECORD_KEY}") || true
+  case "$code" in
+    200) return 0 ;;
+    404) return 1 ;;
+  esac
+  echo "the etcd bucket answers ${{code:-nothing}} for s3://${{BUCKET}}/{CLUSTER_RECORD_KEY}: cannot tell whether this cluster exists" >&2
+  return 2
+}}"""
+
+
 def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: Sequence[str] = (),
-                     gpu: bool = False, kubernetes_minor: str = "") -> str:
+                     gpu: bool = False, kubernetes_minor: str = "", program_pki: bool = False) -> str:
     """The node's whole bootstrap, run by BOOTSTRAP_UNIT until it succeeds: install, driver (GPU
     nodes: must pass nvidia-smi first), then kubeadm. role: init (cp-0) | join-control-plane | join.
 
     Control planes first ask their peers which release the cluster runs: one that joins installs that
     release (its user data, kept as first written, names the minor of the day it was created); cp-0 finds
-    no peer answering on a first deploy and initialises the pinned release."""
+    no peer answering on a first deploy and initialises the pinned release.
+
+    `program_pki` (linode.pki: program): gpu-platform 0.2.0's script, the CAs already on the node
+    (_program_pki_bootstrap_script)."""
     if role not in ("init", "join-control-plane", "join"):
         raise ValueError(f"unknown role {role!r}")
+    if program_pki and role != "join":
+        return _program_pki_bootstrap_script(role, node_name, endpoint, peers)
+    reset_comment = (["# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
+                      "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote)."]
+                     if program_pki else ["# A previous attempt that failed half-way left kubeadm state behind: reset it."])
     lines = [
         "#!/usr/bin/env bash",
         f"# Brings this node into the cluster ({role}). Run by {BOOTSTRAP_UNIT}, which retries until this",
@@ -596,16 +813,53 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
     if role == "join":
         lines += [INSTALL_SCRIPT_PATH, *([NVIDIA_SCRIPT_PATH] if gpu else [])]
     else:
-        lines += [f"peers=({' '.join(peers)})", cluster_version_script(PEER_WAIT_SECONDS if role == "init" and peers else 0)]
+        lines += [f"peers=({' '.join(peers)})", cluster_version_script(0)]
         if role == "init":
+            lines += [peer_cluster_ca_script(PEER_WAIT_SECONDS if peers else 0), cluster_record_script()]
             lines += [
-                "# A replaced cp-0 of an HA cluster joins the survivors; a first deploy finds nobody and initialises.",
-                "if version=$(cluster_version); then",
-                "  mode=\"join\"",
-                "  echo \"a control plane of this cluster answers (it runs $version): joining it (replaced cp-0)\"",
-                "else",
-                "  mode=\"init\"",
+                "# cp-0 initialises only on positive evidence that no cluster exists: no peer could be connected to",
+                "# AND the etcd bucket answers 404 for the record the program writes once it has read a CA back.",
+                "# Anything else (a peer answering 5xx, the bucket unreachable) is a cluster to join or a retry.",
+                f"if [ -f {INIT_STARTED_PATH} ] && [ -f {PKI_DIR}/ca.crt ] && [ -f {PKI_DIR}/ca.key ]; then",
+                "  # An earlier attempt on this disk ran kubeadm init: resume it with the CAs it generated (the",
+                "  # program may already have read them back and recorded them); never reset them.",
+                "  mode=\"resume\"",
                 "  version=\"\"",
+                "else",
+                "  found=1",
+                "  if [ ${#peers[@]} -gt 0 ]; then",
+                "    found=0",
+                "    peer_cluster_ca || found=$?",
+                "  fi",
+                "  if [ \"$found\" -eq 2 ]; then",
+                "    echo 'a peer control plane answers, but not yet with a cluster-info signed for a token this node holds: retrying later (never a second cluster)' >&2",
+                "    exit 1",
+                "  elif [ \"$found\" -eq 0 ]; then",
+                "    # Pin the CA the signature vouched for (kubeadm's caCertHashes: sha256 of its public key).",
+                f"    hash=$(openssl x509 -pubkey -noout -in {CLUSTER_CA_PATH} | openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1)",
+                f"    sed -i \"s|{CA_HASH_FROM_PEERS}|sha256:$hash|\" {KUBEADM_JOIN_CONFIG_PATH}",
+                "    if ! version=$(cluster_version); then",
+                "      echo 'no control plane of this cluster answers /version: retrying later' >&2",
+                "      exit 1",
+                "    fi",
+                "    mode=\"join\"",
+                "    echo \"a control plane of this cluster answers (it runs $version): joining it (replaced cp-0)\"",
+                "  else",
+                "    recorded=0",
+                "    cluster_record || recorded=$?",
+                "    if [ \"$recorded\" -eq 2 ]; then",
+                "      exit 1",
+                "    elif [ \"$recorded\" -eq 0 ] && [ ${#peers[@]} -gt 0 ]; then",
+                "      echo 'this cluster exists (the program recorded its CA) and no peer control plane answers: waiting for one; never a second cluster' >&2",
+                "      exit 1",
+                f"    elif [ \"$recorded\" -eq 0 ] && [ ! -f {INIT_NEW_CONTROL_PLANE_PATH} ]; then",
+                "      echo 'REFUSING to initialise: this cluster exists (the program recorded its CA) and its only control plane is gone.' >&2",
+                f"      echo 'To restore it, follow docs/linode.md \"Restoring a single control plane\" (it starts with: touch {INIT_NEW_CONTROL_PLANE_PATH}).' >&2",
+                "      exit 1",
+                "    fi",
+                "    mode=\"init\"",
+                "    version=\"\"",
+                "  fi",
                 "fi",
             ]
         else:
@@ -617,13 +871,14 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
                 "mode=\"join\"",
             ]
         lines.append(f'{INSTALL_SCRIPT_PATH} "$version"')
+    reset_test = "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then"
+    if role == "init" and not program_pki:
+        # A resumed init keeps everything; a join or a fresh init starts from a clean node.
+        reset_test = "if [ \"$mode\" != resume ] && { " + reset_test[3:-6] + "; }; then"
     lines += [
-        "# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
-        "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote).",
-        *([f"[ -d {PKI_SEED} ] || cp -a {PKI_DIR} {PKI_SEED}"] if role != "join" else []),
-        "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then",
+        *reset_comment,
+        reset_test,
         "  kubeadm reset --force",
-        *([f"  cp -a {PKI_SEED}/. {PKI_DIR}/"] if role != "join" else []),
         "fi",
     ]
     if role == "join":
@@ -634,34 +889,119 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
             f"shred -u {KUBEADM_CONFIG_PATH}",
         ]
     else:
+        config = KUBEADM_JOIN_CONFIG_PATH if role == "init" else KUBEADM_CONFIG_PATH
         lines.append(mint_client_cert_script().rstrip("\n"))
-        lines.append(mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"))
         lines.append(remove_stale_etcd_member_script(node_name).rstrip("\n"))
         join = [
-            "mint_discovery_kubeconfig",
+            "# The CAs and the service-account key, from the kubeadm-certs Secret (the certificate key decrypts",
+            "# it). It lives two hours after an upload: a live control plane uploads again while this one is",
+            f"# missing ({CERTS_UPLOAD_SCRIPT_PATH}), so a failure here is retried.",
+            f"if ! kubeadm join phase control-plane-prepare download-certs --config {config}; then",
+            "  echo 'the kubeadm-certs Secret is not there yet (a live control plane uploads it within minutes): retrying later' >&2",
+            "  exit 1",
+            "fi",
             *(["remove_stale_etcd_member"] if peers else []),
-            f"kubeadm join --config {KUBEADM_JOIN_CONFIG_PATH if role == 'init' else KUBEADM_CONFIG_PATH}",
-            f"rm -f {DISCOVERY_KUBECONFIG_PATH}",
+            f"kubeadm join --config {config}",
         ]
         lines += [
             'if [ "$mode" = join ]; then',
             *[f"  {line}" for line in join],
+            "elif [ \"$mode\" = resume ]; then",
+            "  # kubeadm's certs and kubeconfig phases use the files an earlier attempt wrote (\"Using existing ca",
+            "  # certificate authority\"); preflight is skipped, as it refuses the manifests and etcd data it left.",
+            f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --upload-certs --skip-token-print --skip-certificate-key-print --skip-phases=preflight",
+            f"  {ADMIN_CERT_SCRIPT_PATH} publish",
             "else",
-            f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
+            f"  touch {INIT_STARTED_PATH}",
+            f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --upload-certs --skip-token-print --skip-certificate-key-print",
+            f"  {ADMIN_CERT_SCRIPT_PATH} publish",
             "fi",
         ]
     lines.append('touch "$marker"')
     return "\n".join(lines) + "\n"
 
 
-def renew_certs_script() -> str:
+def _program_pki_bootstrap_script(role: str, node_name: str, endpoint: str, peers: Sequence[str]) -> str:
+    """A control plane's bootstrap with linode.pki: program, as gpu-platform 0.2.0 wrote it: the program's CAs
+    are in PKI_DIR (cloud-init wrote them; a copy in PKI_SEED survives `kubeadm reset`); a joining control
+    plane mints its discovery kubeconfig from the cluster CA (mint_discovery_kubeconfig_script); a replaced
+    cp-0 waits PEER_WAIT_SECONDS for a peer before it initialises."""
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Brings this node into the cluster ({role}). Run by {BOOTSTRAP_UNIT}, which retries until this",
+        "# exits 0; every step is idempotent, and the marker file makes later boots a no-op.",
+        "set -euo pipefail",
+        f"marker={JOINED_MARKER}",
+        'if [ -f "$marker" ]; then',
+        "  exit 0",
+        "fi",
+        "mkdir -p /var/lib/gpu-platform",
+        f"peers=({' '.join(peers)})",
+        cluster_version_script(PEER_WAIT_SECONDS if role == "init" and peers else 0, f"{PKI_DIR}/ca.crt"),
+    ]
+    if role == "init":
+        lines += [
+            "# A replaced cp-0 of an HA cluster joins the survivors; a first deploy finds nobody and initialises.",
+            "if version=$(cluster_version); then",
+            "  mode=\"join\"",
+            "  echo \"a control plane of this cluster answers (it runs $version): joining it (replaced cp-0)\"",
+            "else",
+            "  mode=\"init\"",
+            "  version=\"\"",
+            "fi",
+        ]
+    else:
+        lines += [
+            "if ! version=$(cluster_version); then",
+            "  echo 'no control plane of this cluster answers /version yet: retrying later' >&2",
+            "  exit 1",
+            "fi",
+            "mode=\"join\"",
+        ]
+    lines += [
+        f'{INSTALL_SCRIPT_PATH} "$version"',
+        "# A previous attempt that failed half-way left kubeadm state behind: reset it (kubeadm reset",
+        "# also empties the pki directory, so control planes keep a copy of what cloud-init wrote).",
+        f"[ -d {PKI_SEED} ] || cp -a {PKI_DIR} {PKI_SEED}",
+        "if [ -f /etc/kubernetes/kubelet.conf ] || [ -n \"$(ls -A /etc/kubernetes/manifests 2>/dev/null)\" ]; then",
+        "  kubeadm reset --force",
+        f"  cp -a {PKI_SEED}/. {PKI_DIR}/",
+        "fi",
+        mint_client_cert_script().rstrip("\n"),
+        mint_discovery_kubeconfig_script(node_name, endpoint).rstrip("\n"),
+        remove_stale_etcd_member_script(node_name).rstrip("\n"),
+    ]
+    join = [
+        "mint_discovery_kubeconfig",
+        *(["remove_stale_etcd_member"] if peers else []),
+        f"kubeadm join --config {KUBEADM_JOIN_CONFIG_PATH if role == 'init' else KUBEADM_CONFIG_PATH}",
+        f"rm -f {DISCOVERY_KUBECONFIG_PATH}",
+    ]
+    lines += [
+        'if [ "$mode" = join ]; then',
+        *[f"  {line}" for line in join],
+        "else",
+        f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --skip-token-print",
+        "fi",
+        'touch "$marker"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def renew_certs_script(program_pki: bool = False) -> str:
     """Control planes: renew kubeadm's certificates (1-year validity) monthly, then restart the static
     pods one at a time so they load them (kubeadm docs, "Certificate Management with kubeadm", manual
     renewal). The manifests never leave /etc/kubernetes/manifests: each pod's sandbox is stopped with
     crictl (cri-tools, a dependency of the kubeadm package) and the kubelet starts it again, so an
     interrupted run (a reboot, a kill) cannot strand a control-plane component without its manifest.
     Stray `*.yaml.renewing` files that older versions of this script left behind are put back first.
-    Certificates signed by the program's CAs (valid 10 years)."""
+    Certificates signed by the cluster's CAs (kubeadm's, valid 10 years). Then the program's admin certificate,
+    if it expires within ADMIN_CERT_RENEW_DAYS (admin_cert_script renew). `program_pki` (linode.pki: program):
+    the script gpu-platform 0.2.0 wrote, without that step (the program signs the admin certificate)."""
+    admin_renew = "" if program_pki else f"""if [ -x {ADMIN_CERT_SCRIPT_PATH} ]; then
+  {ADMIN_CERT_SCRIPT_PATH} renew
+fi
+"""
     return f"""#!/usr/bin/env bash
 # Renews every kubeadm-managed certificate of this control plane and restarts its static pods.
 set -euo pipefail
@@ -691,7 +1031,7 @@ for component in etcd kube-apiserver kube-controller-manager kube-scheduler; do
     exit 1
   fi
 done
-kubeadm certs check-expiration
+{admin_renew}kubeadm certs check-expiration
 """
 
 
@@ -704,7 +1044,162 @@ RENEW_UNIT = "gpu-platform-renew-certs.service"
 RENEW_TIMER = "gpu-platform-renew-certs.timer"
 RENEW_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-renew-certs.sh"
 JOINED_MARKER = "/var/lib/gpu-platform/joined"
-PKI_SEED = "/var/lib/gpu-platform/pki"
+ADMIN_CERT_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-admin-cert.sh"
+CERTS_UPLOAD_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-upload-certs.sh"
+CERTS_UPLOAD_UNIT = "gpu-platform-upload-certs.service"
+CERTS_UPLOAD_TIMER = "gpu-platform-upload-certs.timer"
+ADMIN_CERT_DAYS = 365
+ADMIN_CERT_RENEW_DAYS = 60
+
+
+def admin_cert_script() -> str:
+    """Control planes: sign the program's admin CSR (ADMIN_CSR_PATH; its key is in Pulumi state only) with the
+    cluster CA and publish the certificate in the kube-public ConfigMap cluster_info.ADMIN_CERT_CONFIGMAP,
+    readable without credentials like cluster-info (a certificate is public). `publish` after kubeadm init;
+    `renew` (the monthly renewal timer) only when the published one expires within ADMIN_CERT_RENEW_DAYS.
+    The program reads it back verified with the CA (cluster_info.py admin) on each renewal window."""
+    from gpu_platform.components.linode.cluster_info import ADMIN_CERT_CONFIGMAP, ADMIN_CERT_KEY
+
+    return f"""#!/usr/bin/env bash
+# Signs the program's admin client CSR with the cluster CA and publishes the certificate in kube-public.
+set -euo pipefail
+k() {{ kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }}
+name={ADMIN_CERT_CONFIGMAP}
+if [ "${{1:-publish}}" = renew ]; then
+  current=$(k -n kube-public get configmap "$name" -o jsonpath='{{.data.cert\.pem}}' 2>/dev/null || true)
+  if [ -n "$current" ] && openssl x509 -noout -checkend {ADMIN_CERT_RENEW_DAYS * 86400} <<<"$current" >/dev/null; then
+    exit 0
+  fi
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' > "$tmp/ext"
+openssl x509 -req -in {ADMIN_CSR_PATH} -CA {PKI_DIR}/ca.crt -CAkey {PKI_DIR}/ca.key \
+  -set_serial "0x$(openssl rand -hex 16)" -days {ADMIN_CERT_DAYS} -sha256 -extfile "$tmp/ext" -out "$tmp/admin.crt"
+k -n kube-public create configmap "$name" --from-file={ADMIN_CERT_KEY}="$tmp/admin.crt" --dry-run=client -o yaml \
+  | k apply -f -
+k -n kube-public create role "$name" --verb=get --resource=configmaps --resource-name="$name" --dry-run=client -o yaml \
+  | k apply -f -
+k -n kube-public create rolebinding "$name" --role="$name" --user=system:anonymous --dry-run=client -o yaml \
+  | k apply -f -
+echo "admin certificate published: kube-public/$name"
+"""
+
+
+# A peer control plane whose kubelet has posted no status this long (Ready=Unknown: the machine is gone, a
+# replacement is booting) may need the certificates; a shorter silence (a kubelet restart, a reboot) does not.
+PEER_GONE_SECONDS = 300
+
+
+def certs_upload_script(peer_names: Sequence[str]) -> str:
+    """Control planes of an HA cluster, every few minutes: while a peer control plane is gone (its Node missing,
+    or Ready=Unknown, i.e. no kubelet status, for PEER_GONE_SECONDS: the machine was lost and a replacement
+    is booting) and no kubeadm-certs Secret exists, upload the certificates again, encrypted with the
+    certificate key (`kubeadm init phase upload-certs --upload-certs`, the way kubeadm's own error names when
+    the Secret has expired). The Secret goes again two hours later (its token's TTL). A peer that is
+    NotReady with its kubelet reporting (Ready=False), or silent for less than that, gets nothing."""
+    names = " ".join(peer_names)
+    return f"""#!/usr/bin/env bash
+# Keeps the kubeadm-certs Secret available while a peer control plane is gone (being replaced).
+set -euo pipefail
+[ -f {JOINED_MARKER} ] || exit 0
+k() {{ kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }}
+missing=""
+now=$(date +%s)
+for name in {names}; do
+  if ! ready=$(k get node "$name" -o jsonpath='{{range .status.conditions[?(@.type=="Ready")]}}{{.status}} {{.lastTransitionTime}}{{end}}' 2>/dev/null); then
+    missing="$missing $name"
+    continue
+  fi
+  if [ "${{ready%% *}}" = Unknown ]; then
+    since=$(date -d "${{ready#* }}" +%s 2>/dev/null || echo "$now")
+    [ $((now - since)) -lt {PEER_GONE_SECONDS} ] || missing="$missing $name"
+  fi
+done
+[ -n "$missing" ] || exit 0
+if k -n kube-system get secret kubeadm-certs >/dev/null 2>&1; then
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+umask 077
+cat > "$tmp/upload.yaml" <<CONFIG
+apiVersion: {KUBEADM_API}
+kind: InitConfiguration
+certificateKey: $(cat {CERTIFICATE_KEY_PATH})
+---
+apiVersion: {KUBEADM_API}
+kind: ClusterConfiguration
+kubernetesVersion: $(kubeadm version -o short)
+CONFIG
+echo "control plane(s)$missing gone for {PEER_GONE_SECONDS // 60} minutes and no kubeadm-certs Secret: uploading the certificates (for 2 hours)"
+kubeadm init phase upload-certs --upload-certs --skip-certificate-key-print --config "$tmp/upload.yaml"
+"""
+
+
+REPUBLISH_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-republish-cluster-info.sh"
+
+
+def republish_cluster_info_script() -> str:
+    """Control planes, by hand in a restore (docs/linode.md "Restoring a single control plane"): publish
+    kube-public/cluster-info again from this node's own CA, as kubeadm init wrote it (the cluster of admin.conf:
+    its server, the CA of PKI_DIR). etcd restored from a snapshot brings back the cluster-info of the CA the
+    snapshot's cluster had, which kubeadm never rewrites (clusterinfo.CreateBootstrapConfigMapIfNotExists); the
+    whole object is replaced, so every old signature goes and the bootstrap signer signs it again for every
+    signing token (the read-back token the program checks among them)."""
+    return f"""#!/usr/bin/env bash
+# Publishes kube-public/cluster-info again from this control plane's own CA.
+set -euo pipefail
+k() {{ kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }}
+server=$(sed -n 's/^ *server: *//p' /etc/kubernetes/admin.conf | head -n 1)
+[ -n "$server" ] || {{ echo "no server in /etc/kubernetes/admin.conf" >&2; exit 1; }}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/cluster-info.yaml" <<MANIFEST
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cluster-info
+  namespace: kube-public
+data:
+  kubeconfig: |
+    apiVersion: v1
+    clusters:
+    - cluster:
+        certificate-authority-data: $(base64 -w0 {PKI_DIR}/ca.crt)
+        server: $server
+      name: ""
+    contexts: null
+    current-context: ""
+    kind: Config
+    preferences: {{}}
+    users: null
+MANIFEST
+k replace -f "$tmp/cluster-info.yaml"
+echo "cluster-info published again from {PKI_DIR}/ca.crt; the bootstrap signer signs it within seconds"
+"""
+
+
+def certs_upload_units() -> tuple[str, str]:
+    service = f"""[Unit]
+Description=gpu-platform: upload the control-plane certificates while a peer control plane is missing
+ConditionPathExists={JOINED_MARKER}
+
+[Service]
+Type=oneshot
+ExecStart={CERTS_UPLOAD_SCRIPT_PATH}
+"""
+    timer = """[Unit]
+Description=gpu-platform: check every 2 minutes for a missing peer control plane
+
+[Timer]
+OnBootSec=2min
+OnUnitActiveSec=2min
+
+[Install]
+WantedBy=timers.target
+"""
+    return service, timer
 
 
 def bootstrap_unit() -> str:
@@ -1075,25 +1570,40 @@ def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) 
 
 
 def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_minor: str, gpu: bool, *,
-                   endpoint: str = "", peers: Sequence[str] = (), pki: Optional[ControlPlanePki] = None,
+                   endpoint: str = "", peers: Sequence[str] = (), keys: Optional[ControlPlaneKeys] = None,
                    join_config: Optional[str] = None, cluster_ca_pem: str = "",
-                   etcd_backup: Optional[EtcdBackup] = None) -> str:
+                   etcd_backup: Optional[EtcdBackup] = None, peer_names: Sequence[str] = (),
+                   pki: Optional[ControlPlanePki] = None, program_pki: bool = False) -> str:
     """The whole first-boot document of one node. role: init | join-control-plane | join.
 
-    What each role carries: control planes the CAs (they sign the cluster's certificates and mint
-    their own join credential); cp-0 also the join config it uses when replaced; workers only a
-    bootstrap token with an expiry and the CA's hash. The bootstrap runs as a systemd unit that
-    retries until it succeeds."""
+    What each role carries, no private key in any: control planes the certificate key (the CAs come from
+    cp-0's kubeadm, through the kubeadm-certs Secret), a bootstrap token, the Secrets encryption key and
+    the admin CSR; further control planes and workers the CA certificate and its hash (cp-0's document is
+    written before the CA exists: it learns it from a signed cluster-info when it replaces a lost cp-0);
+    workers only a bootstrap token with an expiry. The bootstrap runs as a systemd unit that retries until
+    it succeeds.
+
+    `pki` instead of `keys` (linode.pki: program, gpu-platform 0.2.0's flow for clusters created by it):
+    control planes carry the program's CAs and mint their own join credential; with `program_pki` (implied
+    by `pki`) every document is the one 0.2.0 wrote, workers' included."""
+    program_pki = program_pki or pki is not None
     control_plane = role in ("init", "join-control-plane")
-    if control_plane and pki is None:
-        raise ValueError("a control plane needs the cluster PKI")
+    if control_plane and program_pki and pki is None:
+        raise ValueError("a control plane of a linode.pki: program cluster needs the program's CAs")
+    if control_plane and keys is not None and pki is not None:
+        raise ValueError("a control plane gets either its keys (linode.pki: cluster) or the program's CAs (program)")
+    if control_plane and keys is None and pki is None:
+        raise ValueError("a control plane needs its keys (certificate key, token, encryption key, admin CSR)")
+    if role == "join-control-plane" and pki is None and not cluster_ca_pem:
+        raise ValueError("a further control plane needs the cluster CA certificate (read back from cp-0)")
     if role == "init" and join_config is None:
         raise ValueError("cp-0 needs its join configuration (used when it replaces a lost cp-0)")
     if role == "join" and not (endpoint and cluster_ca_pem):
         raise ValueError("a worker needs the API endpoint and the cluster CA certificate (it installs the version the API runs)")
     files = [
         File(INSTALL_SCRIPT_PATH, install_kubernetes_script(kubernetes_minor, endpoint if role == "join" else ""), "0700"),
-        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor), "0700"),
+        File(BOOTSTRAP_SCRIPT_PATH, bootstrap_script(role, node.name, endpoint, peers, gpu, kubernetes_minor,
+                                                          program_pki=program_pki), "0700"),
         File(KUBEADM_CONFIG_PATH, kubeadm_config, "0600"),
         File(f"/etc/systemd/system/{BOOTSTRAP_UNIT}", bootstrap_unit(), "0644"),
         File(METADATA_GUARD_PATH, metadata_guard_script(), "0700"),
@@ -1109,11 +1619,26 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
                 f"systemctl enable --now --no-block {BOOTSTRAP_UNIT}"]
     if gpu:
         files.append(File(NVIDIA_SCRIPT_PATH, install_nvidia_script(), "0700"))
-    if control_plane:
-        assert pki is not None
+    if control_plane and pki is not None:
         files += pki_files(pki)
+    elif control_plane:
+        assert keys is not None
+        files += [File(CERTIFICATE_KEY_PATH, keys.certificate_key + "\n", "0600"),
+                  File(ENCRYPTION_CONFIG_PATH, encryption_configuration(keys.secrets_encryption_key), "0600"),
+                  File(ADMIN_CSR_PATH, keys.admin_csr, "0644"),
+                  File(ADMIN_CERT_SCRIPT_PATH, admin_cert_script(), "0700"),
+                  File(REPUBLISH_SCRIPT_PATH, republish_cluster_info_script(), "0700")]
+        if role == "init":
+            files.append(File(CLUSTER_INFO_SCRIPT_PATH, cluster_info_verify_script(), "0755"))
+        if peer_names:
+            service, timer = certs_upload_units()
+            files += [File(CERTS_UPLOAD_SCRIPT_PATH, certs_upload_script(peer_names), "0700"),
+                      File(f"/etc/systemd/system/{CERTS_UPLOAD_UNIT}", service, "0644"),
+                      File(f"/etc/systemd/system/{CERTS_UPLOAD_TIMER}", timer, "0644")]
+            commands.insert(2, f"systemctl enable --now {CERTS_UPLOAD_TIMER}")
+    if control_plane:
         service, timer = renew_units()
-        files += [File(RENEW_SCRIPT_PATH, renew_certs_script(), "0700"),
+        files += [File(RENEW_SCRIPT_PATH, renew_certs_script(program_pki=pki is not None), "0700"),
                   File(f"/etc/systemd/system/{RENEW_UNIT}", service, "0644"),
                   File(f"/etc/systemd/system/{RENEW_TIMER}", timer, "0644")]
         commands.insert(2, f"systemctl enable --now {RENEW_TIMER}")  # cloud-init runs after boot: start it now
@@ -1129,7 +1654,7 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
             commands.insert(3, f"systemctl enable --now {ETCD_SNAPSHOT_TIMER}")
     if join_config is not None:
         files.append(File(KUBEADM_JOIN_CONFIG_PATH, join_config, "0600"))
-    if role == "join":
+    if role == "join" or (role == "join-control-plane" and pki is None):
         files.append(File(CLUSTER_CA_PATH, cluster_ca_pem, "0644"))
     return cloud_config(node.name, files, commands)
 

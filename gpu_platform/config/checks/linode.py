@@ -206,6 +206,18 @@ _RESTARTS = {"linode-cluster:token": "the CCM and CSI restart with it",
              "linode-node-groups:token": "the node-group provider restarts with it"}
 
 
+def pki_warnings(cfg: "StackConfig") -> list[str]:
+    """linode.pki: program keeps gpu-platform 0.2.0's PKI for a cluster it created: say what that costs."""
+    section = cfg.linode
+    if section is None or section.pki != "program":
+        return []
+    return ["linode.pki is `program`: the cluster's CA private keys (cluster, front-proxy, etcd) and the "
+            "service-account key travel in every control plane's Linode user data (readable from the node's "
+            "metadata service for its whole life) and sit in Pulumi state. "
+            "Kept for clusters gpu-platform 0.2.0 created; a new cluster (`cluster`, the default) holds no "
+            "private key there (docs/linode.md, \"Upgrading a 0.2.0 cluster\")"]
+
+
 def token_expiry_warnings(cfg: "StackConfig") -> list[str]:
     out = []
     for key, token, who, expires in api_token_expiries(cfg):
