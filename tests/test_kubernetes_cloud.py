@@ -624,6 +624,52 @@ def test_other_cnis_and_a_control_plane_outside_the_nodes(plan):
     assert [r.name for r in never.flows.failed] == ["notebook to the cloud metadata server"]
 
 
+def _with_endpoint(endpoint: str):
+    """The shipped example's render with the checkpoint store at `endpoint`: the checkpoint-store ConfigMap the
+    program writes from kubernetes.checkpointStore.endpoint (test_the_checkpoint_store_is_the_users_... checks that
+    it does)."""
+    import dataclasses
+
+    from tests.fit_support import need_charts, rendered
+
+    need_charts()
+    rels = []
+    for r in rendered(STACK):
+        if not r.rendered:
+            continue
+        objs = copy.deepcopy(r.objects)
+        for o in objs:
+            if o.get("kind") == "ConfigMap" and o["metadata"]["name"] == "checkpoint-store":
+                o["data"]["AWS_ENDPOINT_URL_S3"] = endpoint
+        rels.append(dataclasses.replace(r, objects=objs))
+    return rels
+
+
+@pytest.mark.parametrize("endpoint,verdict,destination,port", [
+    ("http://minio.minio.svc:9000", "allowed", "Service minio/minio's pods", 9000),
+    ("https://192.168.50.10:9000", "allowed", "(https://192.168.50.10:9000)", 9000),
+    # On the nodes' network (a MinIO on hostNetwork, the nodes' own disks): training-egress's 0.0.0.0/0 reaches no
+    # node on Cilium, even with policy-cidr-match-mode nodes (cilium/cilium#47827)
+    ("https://10.20.0.9:9000", "denied", "on the nodes' network", 9000),
+    ("https://s3.example.internal:9000", "allowed", "(https://s3.example.internal:9000)", 9000),
+], ids=["in-cluster-service", "private-address", "node-address", "host-name"])
+def test_the_bucket_flow_goes_to_the_stacks_checkpoint_endpoint(plan, endpoint, verdict, destination, port):
+    """platform review 9: the flow assumed the cloud's object storage (public addresses, port 443) whatever
+    kubernetes.checkpointStore.endpoint said, so an in-cluster MinIO or one on the nodes' network was judged on
+    the wrong address and port (a store on a node's address passed on Cilium, where training cannot reach it)."""
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+
+    cfg = parse_config(stack_input_from_mapping(STACK, config()).raw, STACK)
+    report = check_fit(cluster_model(cfg, plan), _with_endpoint(endpoint))
+    (r,) = [r for r in report.flows.results if r.name == "training to the checkpoint bucket"]
+    assert (r.verdict, r.port) == (verdict, port), (r.verdict, r.port, r.destination, r.reason)
+    assert destination in r.destination, r.destination
+    if verdict == "denied":
+        problem = next(p for p in report.by_check("flows") if "'training to the checkpoint bucket'" in p.reason)
+        assert "NetworkPolicy/training/training-egress" in problem.reason and "10.20.0.9" in problem.fix
+
+
 def test_preflight_checks_the_flows_of_an_existing_cluster_and_names_the_hub(tmp_path, capsys):
     """Through the command: the shipped example passes with its flows in fit.json and -v; the same stack on Cilium
     defaults exits 3 naming the flow."""
