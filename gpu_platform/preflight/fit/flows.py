@@ -732,10 +732,11 @@ def check_flows(network: Any, releases: Iterable[Any], templates: Iterable[Any],
     if not dp.enforced:
         report.notes.append(f"{dp.name}: every flow is allowed")
     if cloud == "kubernetes" and network.dataplane != "none":
-        report.notes.append("kubernetes.network (the CNI, policy-cidr-match-mode, enable-policy, the API server's "
-                            "addresses and port) is the stack file's, not read from the cluster offline: `pulumi "
-                            "preview` and `up` read kube-system/cilium-config (Cilium) and the default/kubernetes "
-                            "EndpointSlice and stop, naming the key, where the cluster says otherwise")
+        report.notes.append("kubernetes.network is the stack file's, not read from the cluster offline: `pulumi "
+                            "preview` and `up` read Cilium's kube-system/cilium-config (policy-cidr-match-mode, "
+                            "enable-policy) and the default/kubernetes EndpointSlice (the API server's addresses and "
+                            "port) and stop, naming the key, where the cluster says otherwise (podCidrs, and a CNI "
+                            "other than Cilium, are not read)")
     specs = [(s, False) for s in declared if all(n in cluster.ids for n in s.needs)
              and (not s.clouds or cloud in s.clouds)]
     specs += [(s, True) for s in _webhook_flows(cluster) + _scrape_flows(cluster)]
