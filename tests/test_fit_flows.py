@@ -395,6 +395,8 @@ def test_the_shipped_notebook_values_carry_the_pod_selector_rules():
                 tuple(r["to"][0]["podSelector"]["matchLabels"].items()), r["ports"][0]["port"]) for r in NOTEBOOK_EGRESS["egress"]}
     assert ("kubeflow", (("app", "ml-pipeline"),), 8888) in targets
     assert ("kubeflow", (("katib.kubeflow.org/component", "db-manager"),), 6789) in targets
+    assert ("kubeflow", (("app", "seaweedfs"),), 8333) in targets, "the artifact store's S3 port (Service port 9000)"
+    assert not any("mysql" in str(t) for t in targets), "no way to the databases"
 
 
 def test_without_policy_cidr_match_mode_nodes_the_hub_cannot_reach_a_kubeadm_api_server():
@@ -482,3 +484,106 @@ def test_a_policy_with_an_address_that_is_no_cidr_is_a_render_problem_not_a_trac
     bad["spec"]["ingress"] = [{"from": [{"ipBlock": {"cidr": "10.0.0.300/8"}}]}]
     report = check_fit(model, _plant(releases, bad))
     assert any("a network policy cannot be read" in p.reason for p in report.by_check("render"))
+
+
+# --- the data paths users need, and the databases nobody but their servers may reach (platform review 7, 8) -----
+
+DATABASE_FLOWS = ("notebook to Pipelines' MySQL", "training to Pipelines' MySQL", "pipeline step to Pipelines' MySQL",
+                  "notebook to Katib's MySQL", "training to Katib's MySQL", "trial to Katib's MySQL")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_notebooks_training_and_steps_never_reach_the_databases_their_servers_do(stack):
+    """Pipelines' MySQL lets root in without a password, Katib's with the password its manifest ships; upstream
+    installs no NetworkPolicy for either. Before: on upstream CNIs (aws-prod) a notebook reached both through z2jh's
+    privateIPs ipBlock, and on every stack a training pod through training-egress's namespaceSelector {} (and on
+    gcp-prod through no policy at all); nothing checked it."""
+    need_charts()
+    model, releases = _stack(stack)
+    report = check_fit(model, releases)
+    flows = _flows(report)
+    for name in DATABASE_FLOWS:
+        assert flows[(name, "TCP")].verdict == "denied" and flows[(name, "TCP")].expected == "denied", name
+    for name in ("Pipelines API to MySQL", "ML Metadata to MySQL", "Katib DB manager to MySQL"):
+        assert flows[(name, "TCP")].verdict == "allowed", name
+    assert not report.by_check("flows"), [p.reason for p in report.by_check("flows")]
+
+
+@pytest.mark.parametrize("stack,opened", [
+    ("aws-prod", {"notebook to Pipelines' MySQL", "training to Pipelines' MySQL", "pipeline step to Pipelines' MySQL"}),
+    ("linode-dev", {"training to Pipelines' MySQL", "pipeline step to Pipelines' MySQL"}),
+])
+def test_without_the_database_policy_the_check_fails_naming_each_opened_flow(stack, opened):
+    need_charts()
+    model, releases = _stack(stack)
+    report = check_fit(model, _without(releases, "NetworkPolicy", "pipelines-mysql-clients"))
+    assert {r.name for r in report.flows.failed} == opened
+    reasons = [p.reason for p in report.by_check("flows")]
+    for name in opened:
+        assert any(f"flow '{name}'" in r and "is allowed, but must not be" in r and "MYSQL_ALLOW_EMPTY_PASSWORD" in r
+                   for r in reasons), (name, reasons)
+
+
+def test_the_database_policies_admit_the_pinned_manifests_servers_by_their_labels():
+    """The selectors are the pinned manifests' (../shared/charts/kustomize): every Deployment whose pods carry the
+    database's settings (DBCONFIG_*, MYSQL_HOST, DB_PASSWORD) is admitted, and nothing else of those installs."""
+    from gpu_platform.components.platform.kubeflow import render_database_policies
+    from gpu_platform.preflight.fit.selectors import label_selector_matches
+    from tests.fit_support import CHARTS
+
+    need_charts()
+    policies = {p["metadata"]["name"]: p["spec"] for p in render_database_policies()}
+    for target, manifest, db_label in (
+            ("pipelines-mysql-clients", "pipelines-2.17.0-platform-agnostic.yaml", {"app": "mysql"}),
+            ("katib-mysql-clients", "katib-v0.19.0-katib-standalone.yaml", {"katib.kubeflow.org/component": "mysql"})):
+        spec = policies[target]
+        docs = [d for d in yaml.safe_load_all((CHARTS / "kustomize" / manifest).read_text()) if d]
+        deployments = {d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] == "Deployment"}
+        clients = {name for name, t in deployments.items()
+                   if any(e["name"].startswith(("DBCONFIG_", "MYSQL_HOST", "DB_PASSWORD"))
+                          for c in t["spec"]["containers"] for e in c.get("env") or [])
+                   and not label_selector_matches(spec["podSelector"], t["metadata"]["labels"])}
+        admitted = {name for name, t in deployments.items()
+                    if any(label_selector_matches(peer["podSelector"], t["metadata"]["labels"])
+                           for peer in spec["ingress"][0]["from"])}
+        assert admitted == clients, (target, admitted, clients)
+        (db,) = [name for name, t in deployments.items() if label_selector_matches(spec["podSelector"], t["metadata"]["labels"])]
+        assert all(deployments[db]["metadata"]["labels"][k] == v for k, v in db_label.items())
+        assert spec["ingress"][0]["ports"] == [{"port": 3306, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_notebook_reaches_the_artifact_store_ml_pipeline_names(stack):
+    """Upstream's NetworkPolicy `seaweedfs` admits pods of kubeflow, of kubeflow-profile namespaces and of
+    istio-system only: before, no flow named the artifact store from a notebook, and a notebook in jupyterhub could
+    not read a run's outputs on any CNI. The destination is where ml-pipeline's OBJECTSTORECONFIG_HOST points."""
+    need_charts()
+    model, releases = _stack(stack)
+    flows = _flows(check_fit(model, releases))
+    r = flows[("notebook to the Pipelines artifact store", "TCP")]
+    assert r.verdict == "allowed" and r.destination == "Service kubeflow/seaweedfs" and r.port == 8333
+    assert flows[("pipeline step to the object store", "TCP")].destination == "Service kubeflow/seaweedfs"
+    denied = check_fit(model, _without(releases, "NetworkPolicy", "seaweedfs-from-notebooks"))
+    assert [r.name for r in denied.flows.failed] == ["notebook to the Pipelines artifact store"]
+    assert any("NetworkPolicy/kubeflow/seaweedfs" in p.reason for p in denied.by_check("flows"))
+
+
+def test_the_artifact_store_follows_ml_pipeline_s_object_store_setting():
+    """An external S3 for Pipelines (OBJECTSTORECONFIG_HOST set to a bucket's endpoint): the flows go there, and the
+    notebooks' way to SeaweedFS is no longer what they need."""
+    need_charts()
+    model, releases = _stack("aws-prod")
+    for r in releases:
+        for o in r.objects:
+            if o.get("kind") == "Deployment" and o["metadata"]["name"] == "ml-pipeline":
+                for e in o["spec"]["template"]["spec"]["containers"][0]["env"]:
+                    if e["name"] == "OBJECTSTORECONFIG_HOST":
+                        e["value"] = "s3.us-east-1.amazonaws.com"
+                    if e["name"] == "OBJECTSTORECONFIG_SECURE":
+                        e["value"] = "true"
+                    if e["name"] == "OBJECTSTORECONFIG_PORT":
+                        e["value"] = "443"
+    report = check_fit(model, releases)
+    r = _flows(report)[("notebook to the Pipelines artifact store", "TCP")]
+    assert r.destination == "Pipelines' artifact store (https://s3.us-east-1.amazonaws.com:443)" and r.port == 443
+    assert any("s3.us-east-1.amazonaws.com is resolved at run time" in n for n in report.flows.notes)

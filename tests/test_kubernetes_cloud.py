@@ -617,11 +617,136 @@ def test_other_cnis_and_a_control_plane_outside_the_nodes(plan):
     assert not calico.by_check("flows") and "upstream semantics" in calico.flows.dataplane
     # nothing enforces NetworkPolicies: what the platform keeps closed is open, and preflight says so
     none = _fit_on(plan, {"cni": "none"})
-    assert [r.name for r in none.flows.failed] == ["notebook to the cloud metadata server"]
+    from tests.test_fit_flows import DATABASE_FLOWS
+
+    kept_closed = {"notebook to the cloud metadata server", *DATABASE_FLOWS}
+    assert {r.name for r in none.flows.failed} == kept_closed
     assert "not enforced" in none.flows.dataplane
     # Cilium with enable-policy never enforces nothing either
     never = _fit_on(plan, {**CILIUM_DEFAULTS, "cilium": {"enablePolicy": "never"}})
-    assert [r.name for r in never.flows.failed] == ["notebook to the cloud metadata server"]
+    assert {r.name for r in never.flows.failed} == kept_closed
+
+
+# --- kubernetes.network against the cluster, at deploy (platform review 4) ----------------------------------------
+
+def _network(**changes: Any):
+    from gpu_platform.config.kubernetes import KubernetesNetwork
+
+    doc = {**copy.deepcopy(section()["network"]), **changes}
+    return parse_config(stack_input_from_mapping(STACK, config(kubernetes=section(network=doc))).raw,
+                        STACK).kubernetes.network
+
+
+ENDPOINTS = [{"addresses": ["10.20.0.11"]}, {"addresses": ["10.20.0.12"]}]
+PORTS = [{"name": "https", "port": 6443, "protocol": "TCP"}]
+
+
+def test_the_stack_files_network_is_compared_with_what_the_cluster_says():
+    from gpu_platform.components.kubernetes.cluster import network_disagreements
+
+    net = _network()
+    assert network_disagreements(net, FILE, {"policy-cidr-match-mode": "nodes"}, ENDPOINTS, PORTS) == []
+    # Cilium's defaults: the hub's ipBlock to the API server on the nodes would be dropped
+    (mode,) = network_disagreements(net, FILE, {}, ENDPOINTS, PORTS)
+    assert mode.startswith(f"gpu-platform:kubernetes.network.cilium.policyCidrMatchMode in {FILE} is ['nodes']")
+    assert "kube-system/cilium-config" in mode and "has []" in mode
+    (enable,) = network_disagreements(net, FILE, {"policy-cidr-match-mode": "nodes", "enable-policy": "always"},
+                                      ENDPOINTS, PORTS)
+    assert "kubernetes.network.cilium.enablePolicy" in enable and "'always'" in enable
+    port, where = network_disagreements(net, FILE, {"policy-cidr-match-mode": "nodes"},
+                                        [{"addresses": ["10.30.0.5"]}], [{"name": "https", "port": 443}])
+    assert "kubernetes.network.apiServer.port" in port and "listen on 443" in port
+    assert "kubernetes.network.nodeCidrs" in where and "10.30.0.5" in where
+    managed = _network(apiServer={"onNodes": False, "port": 6443, "cidrs": ["10.20.1.0/28"]})
+    (cidrs,) = network_disagreements(managed, FILE, {"policy-cidr-match-mode": "nodes"}, ENDPOINTS, PORTS)
+    assert "kubernetes.network.apiServer.cidrs" in cidrs and "10.20.0.11, 10.20.0.12" in cidrs
+    # what was not read is not judged (a CNI other than Cilium has no cilium-config)
+    assert network_disagreements(_network(cni="calico", cilium=None), FILE, None, ENDPOINTS, PORTS) == []
+
+
+def test_the_program_reads_the_network_and_preflight_plans_with_the_stack_files_values(plan):
+    """Offline, the mocks answer the reads with the stack file's values (gpu_platform/preflight/mocks/kubernetes.py);
+    the node-groups ConfigMap carries what was read, and the platform waits for it."""
+    (cm,) = [r for r in plan.by_type("kubernetes:core/v1:ConfigMap") if r.plain_inputs["metadata"]["name"] == "node-groups"]
+    assert json.loads(cm.plain_inputs["data"]["network.json"]) == {
+        "cilium": {"policyCidrMatchMode": ["nodes"], "enablePolicy": "default"},
+        "apiServer": {"addresses": ["10.20.0.1"], "ports": [6443]}}
+    trainer = next(r for r in plan.by_type("kubernetes:helm.sh/v3:Release") if r.plain_inputs["name"] == "kubeflow-trainer")
+    assert cm.urn in trainer.dependencies
+
+
+@pytest.mark.parametrize("read,key", [
+    (("kubernetes:core/v1:ConfigMap", "kube-system/cilium-config"),
+     "gpu-platform:kubernetes.network.cilium.policyCidrMatchMode"),
+    (("kubernetes:discovery.k8s.io/v1:EndpointSlice", "default/kubernetes"),
+     "gpu-platform:kubernetes.network.nodeCidrs"),
+], ids=["cilium-config", "apiserver-endpoints"])
+def test_a_deploy_stops_naming_the_key_where_the_cluster_disagrees(monkeypatch, read, key):
+    """Before: kubernetes.network was taken from the stack file only; a cluster on Cilium's defaults (or with its API
+    server elsewhere) deployed a platform whose hub could not reach the API server, after preflight had passed."""
+    import gpu_platform.preflight.mocks.kubernetes as mocked
+
+    answers = {"kubernetes:core/v1:ConfigMap": {"data": {"policy-cidr-match-mode": ""}},
+               "kubernetes:discovery.k8s.io/v1:EndpointSlice": {"endpoints": [{"addresses": ["192.168.7.7"]}],
+                                                                 "ports": [{"name": "https", "port": 6443}]}}
+    monkeypatch.setitem(mocked.READS, read, lambda _id: answers[read[0]])
+    with pytest.raises(ProgramError) as err:
+        plan_of(config(), {"kubernetes:kubeconfig": KUBECONFIG}, secret=("kubernetes:kubeconfig",))
+    text = str(err.value)
+    assert f"{key} in {FILE}" in text and "does not describe the cluster" in text, text
+    assert TOKEN not in text
+
+
+def test_preflight_says_the_network_is_the_stack_files_until_deploy(plan):
+    report = _fit_on(plan, section()["network"])
+    assert any("is the stack file's, not read from the cluster offline" in n and "default/kubernetes EndpointSlice" in n
+               for n in report.flows.notes), report.flows.notes
+
+
+def _with_endpoint(endpoint: str):
+    """The shipped example's render with the checkpoint store at `endpoint`: the checkpoint-store ConfigMap the
+    program writes from kubernetes.checkpointStore.endpoint (test_the_checkpoint_store_is_the_users_... checks that
+    it does)."""
+    import dataclasses
+
+    from tests.fit_support import need_charts, rendered
+
+    need_charts()
+    rels = []
+    for r in rendered(STACK):
+        if not r.rendered:
+            continue
+        objs = copy.deepcopy(r.objects)
+        for o in objs:
+            if o.get("kind") == "ConfigMap" and o["metadata"]["name"] == "checkpoint-store":
+                o["data"]["AWS_ENDPOINT_URL_S3"] = endpoint
+        rels.append(dataclasses.replace(r, objects=objs))
+    return rels
+
+
+@pytest.mark.parametrize("endpoint,verdict,destination,port", [
+    ("http://minio.minio.svc:9000", "allowed", "Service minio/minio's pods", 9000),
+    ("https://192.168.50.10:9000", "allowed", "(https://192.168.50.10:9000)", 9000),
+    # On the nodes' network (a MinIO on hostNetwork, the nodes' own disks): training-egress's 0.0.0.0/0 reaches no
+    # node on Cilium, even with policy-cidr-match-mode nodes (cilium/cilium#47827)
+    ("https://10.20.0.9:9000", "denied", "on the nodes' network", 9000),
+    ("https://s3.example.internal:9000", "allowed", "(https://s3.example.internal:9000)", 9000),
+], ids=["in-cluster-service", "private-address", "node-address", "host-name"])
+def test_the_bucket_flow_goes_to_the_stacks_checkpoint_endpoint(plan, endpoint, verdict, destination, port):
+    """platform review 9: the flow assumed the cloud's object storage (public addresses, port 443) whatever
+    kubernetes.checkpointStore.endpoint said, so an in-cluster MinIO or one on the nodes' network was judged on
+    the wrong address and port (a store on a node's address passed on Cilium, where training cannot reach it)."""
+    from gpu_platform.preflight.fit.checks import check_fit
+    from gpu_platform.preflight.fit.nodes import cluster_model
+
+    cfg = parse_config(stack_input_from_mapping(STACK, config()).raw, STACK)
+    report = check_fit(cluster_model(cfg, plan), _with_endpoint(endpoint))
+    (r,) = [r for r in report.flows.results if r.name == "training to the checkpoint bucket"]
+    assert (r.verdict, r.port) == (verdict, port), (r.verdict, r.port, r.destination, r.reason)
+    assert destination in r.destination, r.destination
+    if verdict == "denied":
+        problem = next(p for p in report.by_check("flows") if "'training to the checkpoint bucket'" in p.reason)
+        assert "NetworkPolicy/training/training-egress" in problem.reason and "10.20.0.9" in problem.fix
 
 
 def test_preflight_checks_the_flows_of_an_existing_cluster_and_names_the_hub(tmp_path, capsys):

@@ -445,6 +445,10 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
         with _without_source_positions():
             loop.run_until_complete(run_in_stack(program))
     except pulumi.RunError as exc:
+        # A RunError from an Output (a check at deploy) leaves the registrations waiting on it pending and its
+        # futures unretrieved: the message is the ProgramError's; the loop is dropped without reporting each of them
+        # again when they are collected ("Task was destroyed but it is pending", "Future exception was never retrieved").
+        loop.set_exception_handler(lambda _loop, _context: None)
         raise ProgramError(str(exc)) from None
     finally:
         os.chdir(old_cwd)

@@ -12,14 +12,21 @@ last. What it registers:
   whole platform. With the identifier only a new clusterName does.
 - a read (`StorageClass.get`) of `kubernetes.storageClass`: `pulumi preview` and `up` stop with the provider's
   "not found" before any volume is asked of a StorageClass that does not exist.
+- reads of what the cluster says about `kubernetes.network` (`ConfigMap.get` of Cilium's kube-system/cilium-config
+  where `cni` is cilium: policy-cidr-match-mode, enable-policy; `EndpointSlice.get` of default/kubernetes, the
+  API server's addresses and port, which kube-apiserver keeps under that name: kubernetes/kubernetes
+  pkg/controlplane/reconcilers/endpointsadapter.go). Where the stack file disagrees, `pulumi preview` and `up`
+  stop with one message naming each key (network_disagreements) before the platform is installed: preflight's
+  flow check, offline, judged the platform's NetworkPolicies by the stack file's values.
 - Namespace `gpu-platform` with ConfigMap `node-groups` (node-groups.json): the node groups as the stack file
-  describes them. The cluster-fit model (gpu_platform/preflight/fit/nodes.py) and the policy pack
+  describes them; network.json: the network as read from the cluster and found as the stack file says. The cluster-fit model (gpu_platform/preflight/fit/nodes.py) and the policy pack
   (gpu_platform/policies/pools.py) read it from the plan, as they read a cloud's node pools; an operator reads it
   with kubectl to compare with the nodes.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
@@ -34,7 +41,7 @@ from gpu_platform.components.cluster import (
 from gpu_platform.config.base import UNDECRYPTABLE, approval_tags
 from gpu_platform.config.kubernetes import (
     CHECKPOINT_CREDENTIAL_KEYS, CHECKPOINT_CREDENTIALS_NAMESPACE, KUBECONFIG_KEY, KubeconfigError, KubeconfigSource,
-    KubeconfigTarget, check_kubeconfig, kubeconfig_source,
+    KubeconfigTarget, KubernetesNetwork, check_kubeconfig, kubeconfig_source,
 )
 
 if TYPE_CHECKING:
@@ -44,6 +51,10 @@ if TYPE_CHECKING:
 NAMESPACE = "gpu-platform"
 NODE_GROUPS = "node-groups"
 NODE_GROUPS_KEY = "node-groups.json"
+NETWORK_KEY = "network.json"
+# What the program reads to check kubernetes.network (ids as pulumi-kubernetes takes them: namespace/name).
+CILIUM_CONFIG_ID = "kube-system/cilium-config"  # the Cilium agent's settings (Helm chart and cilium CLI alike)
+APISERVER_ENDPOINTS_ID = "default/kubernetes"  # the `kubernetes` Service's EndpointSlice, kept by kube-apiserver
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "gpu-platform"}
 SYSTEM_GROUP = "system"
 
@@ -99,6 +110,82 @@ def render_node_groups(cfg: "StackConfig", catalog: "Catalog", pools: Sequence[G
     groups.append(group(SYSTEM_GROUP, "system", sp.instance_type, sp.min_nodes, sp.max_nodes, "on-demand",
                         SYSTEM_NODE_LABELS, [], section.system_zones, {}))
     return {"cluster": section.cluster_name, "nodeGroups": groups}
+
+
+def _field(obj: Any, key: str) -> Any:
+    """A field of a read object: a plain mapping (mocks, tests) or the SDK's output type (a dict subclass)."""
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _modes(value: Any) -> list[str]:
+    return sorted(set(str(value or "").replace(",", " ").split()))
+
+
+def network_disagreements(net: KubernetesNetwork, stack_file: str, cilium_config: Optional[Mapping[str, Any]],
+                          endpoints: Optional[Sequence[Any]], ports: Optional[Sequence[Any]]) -> list[str]:
+    """Where `kubernetes.network` says otherwise than the cluster: Cilium's agent settings (cilium_config: the data of
+    kube-system/cilium-config, None when not read) and the API server's endpoints (the default/kubernetes
+    EndpointSlice's endpoints and ports, None when not read). One line per key, naming it and the file, what the
+    cluster has and what to do. Pure."""
+    key = "gpu-platform:kubernetes.network"
+    out = []
+    if cilium_config is not None:
+        cilium = net.cilium
+        stated = sorted(cilium.policy_cidr_match_mode) if cilium else []
+        found = _modes(cilium_config.get("policy-cidr-match-mode"))
+        if stated != found:
+            out.append(f"{key}.cilium.policyCidrMatchMode in {stack_file} is {stated}, but the cluster's Cilium "
+                       f"(ConfigMap {CILIUM_CONFIG_ID}, policy-cidr-match-mode) has {found}")
+        enable = cilium.enable_policy if cilium else "default"
+        found_enable = str(cilium_config.get("enable-policy") or "default")
+        if enable != found_enable:
+            out.append(f"{key}.cilium.enablePolicy in {stack_file} is {enable!r}, but the cluster's Cilium "
+                       f"(ConfigMap {CILIUM_CONFIG_ID}, enable-policy) has {found_enable!r}")
+    api = net.api_server
+    if api is not None and (endpoints is not None or ports is not None):
+        numbers = sorted({int(_field(p, "port")) for p in ports or [] if _field(p, "port") is not None})
+        if numbers and api.port not in numbers:
+            out.append(f"{key}.apiServer.port in {stack_file} is {api.port}, but the API server's endpoints "
+                       f"(EndpointSlice {APISERVER_ENDPOINTS_ID}) listen on {', '.join(map(str, numbers))}")
+        ranges, where = (list(api.cidrs), "apiServer.cidrs") if api.cidrs else (
+            (list(net.node_cidrs), "nodeCidrs") if api.on_nodes else ([], ""))
+        nets = [ipaddress.ip_network(c, strict=False) for c in ranges]
+        outside = []
+        for ep in endpoints or []:
+            for address in _field(ep, "addresses") or []:
+                try:
+                    ip = ipaddress.ip_address(str(address))
+                except ValueError:
+                    continue
+                if nets and not any(ip.version == n.version and ip in n for n in nets):
+                    outside.append(str(ip))
+        if outside:
+            out.append(f"{key}.{where} in {stack_file} is {ranges}, which does not hold the API server's address"
+                       f"{'es' if len(outside) > 1 else ''} {', '.join(sorted(set(outside)))} (EndpointSlice "
+                       f"{APISERVER_ENDPOINTS_ID})" + ("" if api.cidrs else ": with apiServer.onNodes true and no "
+                                                       "apiServer.cidrs, the API server is taken to be on nodeCidrs"))
+    return out
+
+
+def network_error(problems: Sequence[str]) -> str:
+    return ("cloud kubernetes: kubernetes.network does not describe the cluster, and preflight's flow check judged "
+            "the platform's NetworkPolicies by it:\n  " + "\n  ".join(problems) + "\nCorrect the stack file to what "
+            "the cluster runs (docs/quickstart-kubernetes.md \"The network\"), run preflight again, then deploy.")
+
+
+def network_as_read(cilium_config: Optional[Mapping[str, Any]], endpoints: Optional[Sequence[Any]],
+                    ports: Optional[Sequence[Any]]) -> dict[str, Any]:
+    """network.json: what was read and found as the stack file says."""
+    doc: dict[str, Any] = {}
+    if cilium_config is not None:
+        doc["cilium"] = {"policyCidrMatchMode": _modes(cilium_config.get("policy-cidr-match-mode")),
+                         "enablePolicy": str(cilium_config.get("enable-policy") or "default")}
+    if endpoints is not None or ports is not None:
+        doc["apiServer"] = {"addresses": sorted({str(a) for ep in endpoints or [] for a in _field(ep, "addresses") or []}),
+                            "ports": sorted({int(_field(p, "port")) for p in ports or [] if _field(p, "port") is not None})}
+    return doc
 
 
 def render_node_groups_configmap(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,9 +284,11 @@ class ExistingCluster(pulumi.ComponentResource):
                                                              opts=in_cluster)
         self.namespace = k8s.core.v1.Namespace(f"{name}-namespace", metadata=render_namespace()["metadata"],
                                                opts=in_cluster)
+        network = self._read_network(name, section.network, args.stack_file, in_cluster)
         cm = render_node_groups_configmap(args.node_groups)
+        data: Any = cm["data"] if network is None else network.apply(lambda doc: {**cm["data"], NETWORK_KEY: doc})
         self.node_groups = k8s.core.v1.ConfigMap(
-            f"{name}-node-groups", metadata=cm["metadata"], data=cm["data"],
+            f"{name}-node-groups", metadata=cm["metadata"], data=data,
             opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.namespace]))
 
         checkpoint = CheckpointStore(url=None)
@@ -222,7 +311,8 @@ class ExistingCluster(pulumi.ComponentResource):
             default_storage_class=section.storage_class,
             checkpoint=checkpoint,
             gpu_device_plugin_installed=section.gpu_device_plugin == "preinstalled",
-            ready=[self.storage_class],
+            # The platform waits for the node-groups ConfigMap, which waits for the network check.
+            ready=[self.storage_class, self.node_groups],
             endpoint=self.endpoint,
             system_zones=tuple(section.system_zones),
             system_pool=SystemPoolSpec(sp.instance_type, sp.min_nodes, sp.max_nodes),
@@ -234,3 +324,31 @@ class ExistingCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"clusterName": section.cluster_name, "endpoint": self.endpoint,
                                "kubeconfig": self.kubeconfig, "checkpointStore": checkpoint.url})
+
+    def _read_network(self, name: str, net: Optional[KubernetesNetwork], stack_file: str,
+                      opts: pulumi.ResourceOptions) -> Optional[pulumi.Output[str]]:
+        """Read what the cluster says about kubernetes.network (see the module docstring); the Output fails with
+        network_error where the stack file disagrees, else is network.json. None where nothing is to be read
+        (no network section, or cni none: no policy engine to ask)."""
+        if net is None or net.cni == "none":
+            return None
+        parts: dict[str, Any] = {}
+        if net.cni == "cilium":
+            self.cilium_config = k8s.core.v1.ConfigMap.get(f"{name}-cilium-config", CILIUM_CONFIG_ID, opts=opts)
+            parts["cilium"] = self.cilium_config.data
+        if net.api_server is not None:
+            self.apiserver_endpoints = k8s.discovery.v1.EndpointSlice.get(f"{name}-apiserver-endpoints",
+                                                                          APISERVER_ENDPOINTS_ID, opts=opts)
+            parts["endpoints"] = self.apiserver_endpoints.endpoints
+            parts["ports"] = self.apiserver_endpoints.ports
+
+        def check(read: dict[str, Any]) -> str:
+            cilium = (read.get("cilium") or {}) if "cilium" in parts else None
+            endpoints = (read.get("endpoints") or []) if "endpoints" in parts else None
+            ports = (read.get("ports") or []) if "ports" in parts else None
+            problems = network_disagreements(net, stack_file, cilium, endpoints, ports)
+            if problems:
+                raise pulumi.RunError(network_error(problems))
+            return json.dumps(network_as_read(cilium, endpoints, ports), indent=2, sort_keys=True)
+
+        return pulumi.Output.all(**parts).apply(check)

@@ -23,6 +23,9 @@ KUEUE_NAMESPACE = "kueue-system"
 TRAINER_NAMESPACE = "kubeflow-system"
 KUBEFLOW_NAMESPACE = "kubeflow"
 JUPYTERHUB_NAMESPACE = "jupyterhub"
+# The labels KubeSpawner gives every notebook server (z2jh 4.4.0 files/hub/jupyterhub_config.py common_labels
+# app=jupyterhub, KubeSpawner's component_label singleuser-server; templates/singleuser/netpol.yaml selects them).
+NOTEBOOK_POD_LABELS = {"app": "jupyterhub", "component": "singleuser-server"}
 MONITORING_NAMESPACE = "monitoring"
 
 # Katib's pod webhook injects its metrics collector into trials only in namespaces with this label

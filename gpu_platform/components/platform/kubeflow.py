@@ -55,8 +55,8 @@ from gpu_platform.config.kubernetes import Autoscaler
 from gpu_platform.components.paths import program_relative
 from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
-    KUBEFLOW_NAMESPACE, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE, apply_object, helm_release, k8s_opts,
-    MANAGED_BY, render_namespace,
+    JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE, NOTEBOOK_POD_LABELS, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE,
+    apply_object, helm_release, k8s_opts, MANAGED_BY, render_namespace,
 )
 from gpu_platform.components.platform.gpu import gpu_driver_env
 from gpu_platform.components.platform.queue import (
@@ -215,6 +215,77 @@ def render_priority_patch(deployment: str, namespace: str = TRAINER_NAMESPACE) -
     }
 
 
+# Who may open a connection to the databases and the artifact store of Pipelines and Katib, by the labels the
+# pinned manifests give their pods (pipelines 2.17.0 platform-agnostic, katib-standalone v0.19.0; ../shared/charts/
+# kustomize). Both MySQLs let root in from any address (Pipelines: MYSQL_ALLOW_EMPTY_PASSWORD, no password;
+# Katib: the password `test` of its Secret katib-mysql-secrets, which the manifest ships), and upstream installs no
+# NetworkPolicy for them: a notebook or a training pod on a CNI with upstream semantics (z2jh's privateIPs
+# ipBlock, training-egress's 0.0.0.0/0) reached both. Only the servers whose pods carry the database's
+# settings (DBCONFIG_* / MYSQL_HOST env) are let in.
+PIPELINES_MYSQL = {"app": "mysql", "application-crd-id": "kubeflow-pipelines"}
+KATIB_MYSQL = {"katib.kubeflow.org/component": "mysql"}
+MYSQL_PORT = 3306
+MYSQL_CLIENTS: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
+    "pipelines-mysql-clients": (
+        ("the Pipelines API server (Deployment ml-pipeline: DBCONFIG_*)", {"app": "ml-pipeline"}),
+        ("ML Metadata (Deployment metadata-grpc-deployment: MYSQL_HOST, --mysql_config_host)",
+         {"component": "metadata-grpc-server"}),
+        # The overlay drops the v1 cache server (kustomize/pipelines/kustomization.yaml); a later overlay that
+        # restores it (it reads DBCONFIG_* too) keeps its database.
+        ("the v1 cache server (Deployment cache-server: DBCONFIG_*)", {"app": "cache-server"}),
+    ),
+    "katib-mysql-clients": (
+        ("Katib's DB manager (Deployment katib-db-manager: DB_NAME mysql, DB_PASSWORD)",
+         {"katib.kubeflow.org/component": "db-manager"}),
+    ),
+}
+# Pipelines' artifact store: SeaweedFS's S3 API (Service seaweedfs port 9000 -> container port 8333; ml-pipeline's
+# OBJECTSTORECONFIG_HOST seaweedfs.kubeflow, OBJECTSTORECONFIG_PORT 9000). Upstream's NetworkPolicy `seaweedfs`
+# admits pods of `kubeflow`, of namespaces labelled app.kubernetes.io/part-of=kubeflow-profile and of istio-system
+# only: a notebook in `jupyterhub` could not read a run's artifacts.
+ARTIFACT_STORE = {"app": "seaweedfs"}
+ARTIFACT_STORE_S3_PORT = 8333
+
+
+def render_database_policies() -> list[dict[str, Any]]:
+    """One ingress NetworkPolicy per MySQL of `kubeflow`: port 3306 from the servers of MYSQL_CLIENTS only, so
+    nothing else (a notebook, a training pod, a pipeline step, a Katib trial) reaches a passwordless root. Kept
+    closed on every CNI that enforces NetworkPolicies: the ingress side is selected by pod labels, which Cilium
+    and upstream CNIs apply alike (preflight's flow check declares these flows `denied`)."""
+    out = []
+    for name, selector in (("pipelines-mysql-clients", PIPELINES_MYSQL), ("katib-mysql-clients", KATIB_MYSQL)):
+        out.append({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": KUBEFLOW_NAMESPACE, "labels": dict(MANAGED_BY)},
+            "spec": {
+                "podSelector": {"matchLabels": dict(selector)},
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"podSelector": {"matchLabels": dict(labels)}} for _w, labels in MYSQL_CLIENTS[name]],
+                             "ports": [{"port": MYSQL_PORT, "protocol": "TCP"}]}],
+            },
+        })
+    return out
+
+
+def render_artifact_store_policy() -> dict[str, Any]:
+    """Notebook servers (namespace jupyterhub) to the artifact store's S3 port, on top of upstream's `seaweedfs`
+    policy (NetworkPolicies add up): a notebook reads and writes a run's artifacts where kfp.Client() put them.
+    The notebooks' egress names the same pods and port (notebooks.NOTEBOOK_SERVICES)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "seaweedfs-from-notebooks", "namespace": KUBEFLOW_NAMESPACE, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "podSelector": {"matchLabels": dict(ARTIFACT_STORE)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": JUPYTERHUB_NAMESPACE}},
+                                   "podSelector": {"matchLabels": dict(NOTEBOOK_POD_LABELS)}}],
+                         "ports": [{"port": ARTIFACT_STORE_S3_PORT, "protocol": "TCP"}]}],
+        },
+    }
+
+
 def render_kubeflow_namespace() -> dict[str, Any]:
     """The namespace Pipelines and Katib share, owned here (both upstream installs ship one):
     Pipelines' Pod Security level (baseline). Not Katib's metrics-collector label, which Katib's copy
@@ -326,3 +397,7 @@ class Kubeflow(pulumi.ComponentResource):
         self.katib = kustomize.Directory(
             f"{name}-katib", directory=overlays["katib-standalone"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace, *self._priority, *after]))
+        # Before the databases start: who may reach them, and the notebooks' way to the artifact store.
+        self.network_policies = [
+            apply_object(f"{name}-{p['metadata']['name']}", p, k8s_opts(cluster, self, [self.kubeflow_namespace]))
+            for p in [*render_database_policies(), render_artifact_store_policy()]]

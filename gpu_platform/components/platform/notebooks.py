@@ -34,6 +34,7 @@ from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     JUPYTERHUB_NAMESPACE, MANAGED_BY, PLATFORM_PRIORITY_CLASS, apply_object, helm_release, k8s_opts, render_namespace,
 )
+from gpu_platform.components.platform.kubeflow import ARTIFACT_STORE, ARTIFACT_STORE_S3_PORT
 from gpu_platform.components.platform.queue import (
     CPU_CLUSTER_QUEUE, CPU_LOCAL_QUEUE, LOCAL_QUEUE, QUEUE_NAME_LABEL, QUEUE_NAMESPACE_LABEL, QUEUE_NAMESPACE_VALUE,
     JobQueue, render_admission_policy, render_local_queue, render_policy_binding,
@@ -229,10 +230,14 @@ NO_METADATA = {"enabled": True, "egressAllowRules": {"cloudMetadataServer": Fals
 # Kubeflow Pipelines' API server (pipelines 2.17.0 platform-agnostic, Service ml-pipeline selects app=ml-pipeline,
 # port 8888: kfp.Client() at PIPELINES_API) and Katib's DB manager (katib-standalone v0.19.0, Service
 # katib-db-manager selects katib.kubeflow.org/component=db-manager, port 6789: the Katib SDK's
-# get_trial_metrics default address katib-db-manager.kubeflow:6789).
+# get_trial_metrics default address katib-db-manager.kubeflow:6789), and Pipelines' artifact store (SeaweedFS's S3
+# API, Service seaweedfs port 9000 -> container port 8333, where a run's artifacts are: kubeflow.ARTIFACT_STORE,
+# whose ingress the platform opens to notebooks with kubeflow.render_artifact_store_policy). Nothing else of
+# `kubeflow`: its MySQLs admit their servers only (kubeflow.render_database_policies).
 NOTEBOOK_SERVICES = (
     ("kubeflow", {"app": "ml-pipeline"}, 8888),
     ("kubeflow", {"katib.kubeflow.org/component": "db-manager"}, 6789),
+    ("kubeflow", dict(ARTIFACT_STORE), ARTIFACT_STORE_S3_PORT),
 )
 
 

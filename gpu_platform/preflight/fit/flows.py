@@ -22,7 +22,9 @@ modelled with the labels their controllers give them, and say so. Pure: objects 
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Union
 
@@ -69,7 +71,23 @@ class Place:
     what: str
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """An address a URL of the stack names, outside any rendered Service: on the nodes' network or outside the
+    cluster (an on-premises MinIO, a cloud's object storage)."""
+    what: str
+    addresses: tuple[str, ...]
+    port: int
+    on_nodes: bool = False
+
+
 APISERVER = Place("apiserver", "the Kubernetes API server")
+# Resolved from the rendered objects (_Cluster.resolve): where ml-pipeline's OBJECTSTORECONFIG_HOST/PORT point
+# (SeaweedFS in `kubeflow` on every shipped stack), and the endpoint of the checkpoint-store ConfigMap
+# (AWS_ENDPOINT_URL_S3: the stack's kubernetes.checkpointStore.endpoint, Linode's Object Storage cluster), else
+# the cloud's own object storage (S3, GCS: public addresses, HTTPS).
+ARTIFACT_STORE = Place("artifact-store", "Pipelines' artifact store")
+CHECKPOINT_BUCKET = Place("checkpoint-bucket", "the checkpoint bucket")
 METADATA = Place("metadata", "the cloud metadata server (169.254.169.254)")
 NODES = Place("nodes", "every node (kubelet, hostNetwork pods)")
 
@@ -78,7 +96,7 @@ NODES = Place("nodes", "every node (kubelet, hostNetwork pods)")
 class FlowSpec:
     name: str
     source: Union[Pods, Service, Place]
-    destination: Union[Pods, Service, Place]
+    destination: Union[Pods, Service, Place, Endpoint]
     why: str
     port: Optional[int] = None  # for a Pods or Place destination; a Service names its own
     protocols: tuple[str, ...] = ("TCP",)
@@ -108,6 +126,17 @@ GRAFANA = Pods("monitoring", {"app.kubernetes.io/name": "grafana"}, "Grafana")
 HUB_NEEDS = ("Deployment/jupyterhub/hub",)
 PIPELINES_NEEDS = ("Service/kubeflow/ml-pipeline",)
 KATIB_NEEDS = ("Service/kubeflow/katib-db-manager",)
+PIPELINES_MYSQL = Service("kubeflow", "mysql", 3306)
+KATIB_MYSQL = Service("kubeflow", "katib-mysql", 3306)
+# The databases nothing but their servers may reach (components/platform/kubeflow.py render_database_policies):
+# Pipelines' MySQL lets root in without a password, Katib's with the password its manifest ships.
+MYSQL_WHY = ("kept closed: {db} lets root in from any address ({how}); only {servers} may reach it "
+             "(NetworkPolicy {policy}, docs/platform.md \"Network flows\")")
+PIPELINES_MYSQL_WHY = MYSQL_WHY.format(db="Pipelines' MySQL", how="MYSQL_ALLOW_EMPTY_PASSWORD, no password",
+                                       servers="ml-pipeline, metadata-grpc and the cache server",
+                                       policy="kubeflow/pipelines-mysql-clients")
+KATIB_MYSQL_WHY = MYSQL_WHY.format(db="Katib's MySQL", how="the password `test` of the shipped katib-mysql-secrets",
+                                   servers="katib-db-manager", policy="kubeflow/katib-mysql-clients")
 
 # What the platform needs, with why and where that is written. Ports are the pods' (policies see the
 # address and port after the Service's translation).
@@ -138,9 +167,9 @@ DECLARED: tuple[FlowSpec, ...] = (
              protocols=("UDP", "TCP"), needs=HUB_NEEDS),
     FlowSpec("training to DNS", TRAINING, DNS, "the bucket's and the peers' names", port=53, protocols=("UDP", "TCP"),
              needs=("Namespace/training",)),
-    FlowSpec("training to the checkpoint bucket", TRAINING, Place("internet", "the checkpoint bucket (object storage "
-             "endpoint, public addresses)"), "checkpoints are written to and read from the stack's bucket (HTTPS)",
-             port=443, needs=("ConfigMap/training/checkpoint-store",)),
+    FlowSpec("training to the checkpoint bucket", TRAINING, CHECKPOINT_BUCKET, "checkpoints are written to and read "
+             "from the stack's bucket at the endpoint the checkpoint-store ConfigMap gives pods (AWS_ENDPOINT_URL_S3)",
+             needs=("ConfigMap/training/checkpoint-store",)),
     FlowSpec("training peers (torch rendezvous)", TRAINING, TRAINING, "the nodes of a multi-node TrainJob meet on the "
              "trainer port (kubeflow/trainer v2.3.0 pkg/constants ContainerTrainerPort 29500)", port=29500,
              needs=("Namespace/training",)),
@@ -153,14 +182,31 @@ DECLARED: tuple[FlowSpec, ...] = (
              needs=KATIB_NEEDS),
     FlowSpec("Katib DB manager to MySQL", Pods("kubeflow", {"katib.kubeflow.org/component": "db-manager"},
                                                "Katib's DB manager"),
-             Service("kubeflow", "katib-mysql", 3306), "Katib's database", needs=KATIB_NEEDS),
+             KATIB_MYSQL, "Katib's database", needs=KATIB_NEEDS),
     FlowSpec("Pipelines API to MySQL", Pods("kubeflow", {"app": "ml-pipeline"}, "the Pipelines API server"),
-             Service("kubeflow", "mysql", 3306), "runs, pipelines and experiments", needs=PIPELINES_NEEDS),
+             PIPELINES_MYSQL, "runs, pipelines and experiments", needs=PIPELINES_NEEDS),
     FlowSpec("Pipelines API to the object store", Pods("kubeflow", {"app": "ml-pipeline"}, "the Pipelines API server"),
-             Service("kubeflow", "seaweedfs", 9000), "pipeline packages and artifacts (OBJECTSTORECONFIG_HOST "
-             "seaweedfs.kubeflow:9000)", needs=PIPELINES_NEEDS),
-    FlowSpec("pipeline step to the object store", PIPELINE_STEP, Service("kubeflow", "seaweedfs", 9000),
+             ARTIFACT_STORE, "pipeline packages and artifacts (its OBJECTSTORECONFIG_HOST and _PORT)",
+             needs=PIPELINES_NEEDS),
+    FlowSpec("pipeline step to the object store", PIPELINE_STEP, ARTIFACT_STORE,
              "each step's inputs and outputs (the launcher)", needs=PIPELINES_NEEDS),
+    FlowSpec("notebook to the Pipelines artifact store", NOTEBOOK, ARTIFACT_STORE,
+             "a notebook reads a run's outputs and uploads inputs where kfp.Client()'s runs keep them (the S3 API "
+             "ml-pipeline's OBJECTSTORECONFIG_HOST names)", needs=HUB_NEEDS + PIPELINES_NEEDS),
+    FlowSpec("ML Metadata to MySQL", Pods("kubeflow", {"component": "metadata-grpc-server"}, "ML Metadata (metadata-grpc)"),
+             PIPELINES_MYSQL, "executions and artifacts of every v2 step (--mysql_config_host)", needs=PIPELINES_NEEDS),
+    FlowSpec("notebook to Pipelines' MySQL", NOTEBOOK, PIPELINES_MYSQL, PIPELINES_MYSQL_WHY,
+             needs=HUB_NEEDS + PIPELINES_NEEDS, expect="denied"),
+    FlowSpec("training to Pipelines' MySQL", TRAINING, PIPELINES_MYSQL, PIPELINES_MYSQL_WHY,
+             needs=PIPELINES_NEEDS + ("Namespace/training",), expect="denied"),
+    FlowSpec("pipeline step to Pipelines' MySQL", PIPELINE_STEP, PIPELINES_MYSQL, PIPELINES_MYSQL_WHY,
+             needs=PIPELINES_NEEDS, expect="denied"),
+    FlowSpec("notebook to Katib's MySQL", NOTEBOOK, KATIB_MYSQL, KATIB_MYSQL_WHY,
+             needs=HUB_NEEDS + KATIB_NEEDS, expect="denied"),
+    FlowSpec("training to Katib's MySQL", TRAINING, KATIB_MYSQL, KATIB_MYSQL_WHY,
+             needs=KATIB_NEEDS + ("Namespace/training",), expect="denied"),
+    FlowSpec("trial to Katib's MySQL", TRIAL, KATIB_MYSQL, KATIB_MYSQL_WHY,
+             needs=KATIB_NEEDS + ("Namespace/training",), expect="denied"),
     FlowSpec("pipeline step to Pipelines", PIPELINE_STEP, Service("kubeflow", "ml-pipeline", 8887),
              "the driver and launcher call the API server's gRPC port", needs=PIPELINES_NEEDS),
     FlowSpec("pipeline step to ML Metadata", PIPELINE_STEP, Service("kubeflow", "metadata-grpc-service", 8080),
@@ -263,6 +309,7 @@ class _Cluster:
             self.pods.append(peer)
             self.pod_release[id(peer)] = pt.release
         self.policies: list[Policy] = policies_of(self.objects)
+        self.notes: list[str] = []
 
     def pod(self, what: str, namespace: str, labels: Mapping[str, str], spec: Mapping[str, Any]) -> Peer:
         net = self.network
@@ -299,6 +346,77 @@ class _Cluster:
         return [Peer(f"{ref.what} [not rendered: {ref.unrendered}]", POD, ref.namespace, dict(ref.labels),
                      self.ns_labels.get(ref.namespace, {NAMESPACE_NAME_LABEL: ref.namespace}), ports,
                      tuple(self.network.pod_cidrs))]
+
+    def _env(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        """The plain env values of a rendered workload's containers (name -> value)."""
+        for _r, o in self.objects:
+            meta = o.get("metadata") or {}
+            if (o.get("kind"), meta.get("namespace"), meta.get("name")) == (kind, namespace, name):
+                spec = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
+                return {e.get("name"): e.get("value") for c in spec.get("containers") or [] for e in c.get("env") or []
+                        if isinstance(e, dict) and "value" in e}
+        return {}
+
+    def _configmap(self, namespace: str, name: str) -> Optional[Mapping[str, Any]]:
+        for _r, o in self.objects:
+            meta = o.get("metadata") or {}
+            if (o.get("kind"), meta.get("namespace"), meta.get("name")) == ("ConfigMap", namespace, name):
+                return o.get("data") or {}
+        return None
+
+    def resolve(self, place: Place) -> tuple[Any, Optional[int], str]:
+        """ARTIFACT_STORE and CHECKPOINT_BUCKET as the rendered objects configure them: (destination, port, "") with
+        the destination a Service, pods, an Endpoint or a Place; or (None, None, why not)."""
+        if place.kind == ARTIFACT_STORE.kind:
+            env = self._env("Deployment", "kubeflow", "ml-pipeline")
+            host, port = env.get("OBJECTSTORECONFIG_HOST"), env.get("OBJECTSTORECONFIG_PORT")
+            if not host:
+                return None, None, "Deployment kubeflow/ml-pipeline is not rendered or sets no OBJECTSTORECONFIG_HOST"
+            scheme = "https" if str(env.get("OBJECTSTORECONFIG_SECURE", "false")).lower() == "true" else "http"
+            return self.url_destination(f"{scheme}://{host}" + (f":{port}" if port else ""), place.what,
+                                        "ml-pipeline's OBJECTSTORECONFIG_HOST")
+        if place.kind == CHECKPOINT_BUCKET.kind:
+            data = self._configmap("training", "checkpoint-store") or {}
+            url = data.get("AWS_ENDPOINT_URL_S3")
+            if not url:  # the SDK's default: the cloud's own object storage (S3, GCS) on the internet
+                return Place("internet", f"{place.what} (the cloud's object storage: public addresses)"), 443, ""
+            return self.url_destination(str(url), place.what, "the checkpoint-store ConfigMap's AWS_ENDPOINT_URL_S3")
+        return place, None, ""
+
+    def url_destination(self, url: str, what: str, where: str) -> tuple[Any, Optional[int], str]:
+        """Where a pod's connection to `url` goes: a Service of the cluster (<name>.<namespace>[.svc[.cluster.local]]),
+        rendered or not; an address (on the nodes' network or outside the cluster); or a host name, resolved at run
+        time, somewhere outside the cluster (public or private addresses, not the nodes': said in a note)."""
+        m = re.fullmatch(r"(https?)://([A-Za-z0-9.:\[\]-]+?)(?::([0-9]{1,5}))?/?", url.strip())
+        if not m:
+            return None, None, f"{where} is {url[:100]!r}, not a URL http(s)://host[:port]"
+        host, port = m.group(2).strip("[]").lower(), int(m.group(3) or (443 if m.group(1) == "https" else 80))
+        shown = f"{what} ({m.group(1)}://{host}:{port})"
+        svc = re.fullmatch(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.svc(\.cluster\.local)?)?", host)
+        if svc and (svc.group(5) or svc.group(3) in self.ns_labels):
+            name, ns = svc.group(1), svc.group(3)
+            if (ns, name) in self.services:
+                return Service(ns, name, port), port, ""
+            if any((o.get("metadata") or {}).get("namespace") == ns for _r, o in self.objects):
+                return None, None, f"{where} names Service {ns}/{name}, which is not rendered"
+            # Another team's Service (an in-cluster MinIO): its pods' labels are not known, its targetPort taken as
+            # its port.
+            return Pods(ns, {}, f"{shown}: Service {ns}/{name}'s pods",
+                        unrendered=f"Service {ns}/{name} is not the platform's: any pod of {ns}, port {port}"), port, ""
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            ip = None
+        if ip is not None:
+            cidr = f"{ip}/{ip.max_prefixlen}"
+            if any(ip in ipaddress.ip_network(n, strict=False) for n in self.network.node_cidrs):
+                return Endpoint(f"{shown}, on the nodes' network", (cidr,), port, on_nodes=True), port, ""
+            return Endpoint(shown, (cidr,), port), port, ""
+        from gpu_platform.preflight.fit.nodes import PRIVATE_RANGES, PUBLIC_RANGES
+
+        self.notes.append(f"{what}: {host} is resolved at run time; judged as an address outside the cluster (public "
+                          f"or private) on port {port}, not a node's (an address in the URL is checked as it is)")
+        return Endpoint(shown, tuple(PRIVATE_RANGES) + tuple(PUBLIC_RANGES), port), port, ""
 
     def service_backends(self, svc: Service) -> tuple[list[tuple[Peer, int]], str]:
         """(pod, container port) for each pod the Service selects on its port; or [] and why not."""
@@ -532,23 +650,34 @@ def _check(cluster: _Cluster, dp: Dataplane, spec: FlowSpec, derived: bool) -> l
     src_peers = cluster.select(spec.source) if isinstance(spec.source, Pods) else (
         [cluster.place(spec.source)] if isinstance(spec.source, Place) else [])
     src_what = spec.source.what if isinstance(spec.source, (Pods, Place)) else f"Service {spec.source.name}"
+    destination: Any = spec.destination
+    dst_port = spec.port
+    if isinstance(destination, Place) and destination.kind in (ARTIFACT_STORE.kind, CHECKPOINT_BUCKET.kind):
+        destination, resolved_port, why = cluster.resolve(destination)
+        if destination is None:
+            return [result(src_what, spec.destination.what, None, spec.protocols[0], "unresolved", why)]
+        dst_port = resolved_port if resolved_port is not None else dst_port
     if not src_peers:
-        return [result(src_what, _dst_what(spec.destination), spec.port, spec.protocols[0], "unresolved",
+        return [result(src_what, _dst_what(destination), dst_port, spec.protocols[0], "unresolved",
                        f"no rendered pod in {spec.source.namespace} carries {dict(spec.source.labels)}")]
-    if isinstance(spec.destination, Service):
-        backends, why = cluster.service_backends(spec.destination)
+    if isinstance(destination, Service):
+        backends, why = cluster.service_backends(destination)
         if not backends:
-            return [result(src_what, _dst_what(spec.destination), None, spec.protocols[0], "unresolved", why)]
-    elif isinstance(spec.destination, Pods):
-        dsts = cluster.select(spec.destination)
+            return [result(src_what, _dst_what(destination), None, spec.protocols[0], "unresolved", why)]
+    elif isinstance(destination, Pods):
+        dsts = cluster.select(destination)
         if not dsts:
-            return [result(src_what, _dst_what(spec.destination), spec.port, spec.protocols[0], "unresolved",
-                           f"no rendered pod in {spec.destination.namespace} carries {dict(spec.destination.labels)}")]
-        backends = [(d, int(spec.port or 0)) for d in dsts]
+            return [result(src_what, _dst_what(destination), dst_port, spec.protocols[0], "unresolved",
+                           f"no rendered pod in {destination.namespace} carries {dict(destination.labels)}")]
+        backends = [(d, int(dst_port or 0)) for d in dsts]
+    elif isinstance(destination, Endpoint):
+        peer = Peer(destination.what, NODE if destination.on_nodes else EXTERNAL, addresses=destination.addresses,
+                    entities=frozenset({"host", "remote-node"} if destination.on_nodes else {"world"}))
+        backends = [(peer, destination.port)]
     else:
-        place = cluster.place(spec.destination)
-        port = spec.port if spec.port is not None else (
-            cluster.network.apiserver_port if spec.destination.kind == "apiserver" else 443)
+        place = cluster.place(destination)
+        port = dst_port if dst_port is not None else (
+            cluster.network.apiserver_port if destination.kind == "apiserver" else 443)
         backends = [(place, port)]
     out = []
     for proto in spec.protocols:
@@ -575,12 +704,12 @@ def _check(cluster: _Cluster, dp: Dataplane, spec: FlowSpec, derived: bool) -> l
                     break
             if failed:
                 break
-        out.append(failed or result(src_what, _dst_what(spec.destination), ports[0] if len(ports) == 1 else None, proto,
+        out.append(failed or result(src_what, _dst_what(destination), ports[0] if len(ports) == 1 else None, proto,
                                     spec.expect))
     return out
 
 
-def _dst_what(dst: Union[Pods, Service, Place]) -> str:
+def _dst_what(dst: Union[Pods, Service, Place, Endpoint]) -> str:
     if isinstance(dst, Service):
         return f"Service {dst.namespace}/{dst.name}"
     return dst.what
@@ -602,11 +731,18 @@ def check_flows(network: Any, releases: Iterable[Any], templates: Iterable[Any],
                             f"but the dataplane is not Cilium: not evaluated")
     if not dp.enforced:
         report.notes.append(f"{dp.name}: every flow is allowed")
+    if cloud == "kubernetes" and network.dataplane != "none":
+        report.notes.append("kubernetes.network is the stack file's, not read from the cluster offline: `pulumi "
+                            "preview` and `up` read Cilium's kube-system/cilium-config (policy-cidr-match-mode, "
+                            "enable-policy) and the default/kubernetes EndpointSlice (the API server's addresses and "
+                            "port) and stop, naming the key, where the cluster says otherwise (podCidrs, and a CNI "
+                            "other than Cilium, are not read)")
     specs = [(s, False) for s in declared if all(n in cluster.ids for n in s.needs)
              and (not s.clouds or cloud in s.clouds)]
     specs += [(s, True) for s in _webhook_flows(cluster) + _scrape_flows(cluster)]
     for spec, derived in specs:
         report.results.extend(_check(cluster, dp, spec, derived))
+    report.notes.extend(dict.fromkeys(cluster.notes))
     return report
 
 

@@ -1,9 +1,10 @@
 """Mock answers for resources and invokes while preflight runs the program offline.
 
 One module per provider package (`gpu_platform/preflight/mocks/<package>.py`) exports `RESOURCES` (type token ->
-function(inputs, name) -> output state) and `INVOKES` (token -> function(args) -> result). A resource
-without a special mock echoes its inputs; an invoke without a mock is an error that names the
-token, so the program never silently plans with made-up data.
+function(inputs, name) -> output state), `INVOKES` (token -> function(args) -> result) and `READS` ((type token,
+id, or "*" for any) -> function(id) -> state: a `<Resource>.get` of an existing object). A resource without a special mock
+echoes its inputs; an invoke or a read without a mock is an error that names it, so the program never
+silently plans with made-up data.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ def sensitive(value: str) -> str:
     return value
 
 
-def _load() -> tuple[dict[str, Callable[..., dict]], dict[str, Callable[..., dict]], dict[str, Callable[[str], str]]]:
+def _load() -> tuple[dict[str, Callable[..., dict]], dict[str, Callable[..., dict]], dict[str, Callable[[str], str]],
+                     dict[tuple[str, str], Callable[[str], dict]]]:
     resources: dict[str, Callable[..., dict]] = {}
     invokes: dict[str, Callable[..., dict]] = {}
     ids: dict[str, Callable[[str], str]] = {}
+    reads: dict[tuple[str, str], Callable[[str], dict]] = {}
     for pkg in _PACKAGES:
         try:
             mod = importlib.import_module(f"gpu_platform.preflight.mocks.{pkg}")
@@ -37,10 +40,11 @@ def _load() -> tuple[dict[str, Callable[..., dict]], dict[str, Callable[..., dic
             continue
         resources.update(getattr(mod, "RESOURCES", {}))
         invokes.update(getattr(mod, "INVOKES", {}))
+        reads.update(getattr(mod, "READS", {}))
         # Optional: provider packages whose ids have a shape (Linode's are integers).
         if hasattr(mod, "resource_id"):
             ids[f"{pkg}:"] = mod.resource_id
-    return resources, invokes, ids
+    return resources, invokes, ids, reads
 
 
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
@@ -62,11 +66,22 @@ class MissingInvokeMock(Exception):
     pass
 
 
+class MissingReadMock(Exception):
+    pass
+
+
 class PreflightMocks(pulumi.runtime.Mocks):
     def __init__(self) -> None:
-        self.resources, self.invokes, self.ids = _load()
+        self.resources, self.invokes, self.ids, self.reads = _load()
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        if args.custom is None and args.resource_id:  # a read (MockMonitor.ReadResource sets no `custom`)
+            read = self.reads.get((args.typ, args.resource_id)) or self.reads.get((args.typ, "*"))
+            if read is not None:
+                return args.resource_id, read(args.resource_id)
+            if args.typ.startswith("kubernetes:"):
+                raise MissingReadMock(f"preflight has no mock for reading {args.typ} {args.resource_id}; add one in "
+                                      "gpu_platform/preflight/mocks/")
         state = dict(args.inputs)
         fn = self.resources.get(args.typ)
         if fn is not None:
