@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import os
 import sys
 from pathlib import Path
@@ -35,6 +36,20 @@ def pytest_report_header(config) -> list[str]:
     return [f"charts: {len(charts)} pinned charts and {len(targets)} kustomize installs missing from "
             f"{', '.join(map(str, dirs))}; tests that need them skip or fail. Looked in:",
             where_charts_come_from(ROOT), HOW_TO_FILL]
+
+
+# The cyclic collector, tuned for a test process: with CPython's default thresholds (700, 10, 10) a test process
+# holding the SDKs, charts and shared plans spent a third of its CPU collecting (1.5 s of every 5 in
+# tests/test_gcp_plan.py with tests/test_linode.py, measured with gc.callbacks); a first generation of 10,000 objects
+# cut that to a tenth for 3 % more peak memory. What the collector finds is unchanged, only how often it looks.
+gc.set_threshold(10_000, 20, 20)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Everything imported to collect the tests (the SDKs, pydantic models, test modules) lives for the whole
+    session: frozen, the collector stops walking it on each full collection."""
+    gc.collect()
+    gc.freeze()
 
 
 # `make check` sets GPU_PLATFORM_TEST_LANE=check: there the property tests draw a quarter of their examples (at

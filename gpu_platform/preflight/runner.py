@@ -400,6 +400,7 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
     from pulumi.runtime.mocks import MockEngine, MockSettings
     from pulumi.runtime.stack import run_in_stack
 
+    from gpu_platform.preflight.linear_wait import linear_output_wait
     from gpu_platform.preflight.mocks import PreflightMocks
 
     project = stack_input.project or find_project()
@@ -442,7 +443,7 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
     old_cwd = os.getcwd()
     os.chdir(project.root)
     try:
-        with _without_source_positions():
+        with _without_source_positions(), linear_output_wait():
             loop.run_until_complete(run_in_stack(program))
     except pulumi.RunError as exc:
         # A RunError from an Output (a check at deploy) leaves the registrations waiting on it pending and its

@@ -3,7 +3,10 @@ exercised end to end offline. Nothing here leaves preflight: plan.json redacts s
 
 Deterministic, so the same stack gives the same plan on every run: ECDSA keys derived from the
 resource name, serial numbers from the certificate's content, validity from the start of the UTC day,
-and deterministic (RFC 6979) ECDSA signatures. RSA keys, which cannot be derived, stay random."""
+and deterministic (RFC 6979) ECDSA signatures. RSA keys, which cannot be derived, are random, generated once
+per process for each resource name and size (a 4096-bit key takes about half a CPU-second, as long as the rest
+of a Linode plan): every plan in one process (a preflight run of several stacks, a test session) sees the same
+key for the same resource."""
 
 from __future__ import annotations
 
@@ -19,6 +22,13 @@ from cryptography.x509.oid import NameOID
 from gpu_platform.preflight.mocks import sensitive
 
 _KEYS: dict[str, Any] = {}
+_RSA_KEYS: dict[tuple[str, int], Any] = {}
+
+
+def _rsa_key(name: str, bits: int):
+    if (name, bits) not in _RSA_KEYS:
+        _RSA_KEYS[(name, bits)] = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+    return _RSA_KEYS[(name, bits)]
 
 
 def _private_key(inputs: dict[str, Any], name: str) -> dict[str, Any]:
@@ -28,7 +38,7 @@ def _private_key(inputs: dict[str, Any], name: str) -> dict[str, Any]:
         secret = int.from_bytes(hashlib.sha256(f"preflight-mock-key|{name}".encode()).digest(), "big") % (order - 1) + 1
         key = ec.derive_private_key(secret, curve)
     else:
-        key = rsa.generate_private_key(public_exponent=65537, key_size=int(inputs.get("rsaBits", 2048)))
+        key = _rsa_key(name, int(inputs.get("rsaBits", 2048)))
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption()).decode()
     pub = key.public_key().public_bytes(serialization.Encoding.PEM,
