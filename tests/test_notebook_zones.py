@@ -77,3 +77,19 @@ def test_fit_places_a_zone_restricted_gpu_notebook_on_its_pools_group_in_that_zo
     assert zones == {"us-east-1a", "us-east-1b", "us-east-1c"}
     report = check_fit(model, [r for r in rendered("aws-prod") if r.rendered])
     assert not [p for p in report.problems if "profile gpu-a10g" in p.object], report.problems
+
+
+def test_the_rehearsals_zone_drill_homes_the_notebook_where_the_hub_lets_it_start():
+    """The zone drill put the drill's home in the pool's second zone; with gcp-prod's notebooks held to
+    us-central1-a (home_zones) that notebook could never start there and the drill failed."""
+    from gpu_platform.rehearsal.hub import _drop_zone_affinity, _required_zones
+
+    spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": ["z-a"]},
+                              {"key": "other", "operator": "Exists"}]}]}}}}
+    assert _required_zones(spec, list(ABC)) == {"z-a"}
+    assert _required_zones({}, list(ABC)) == set(ABC)
+    _drop_zone_affinity(spec)
+    assert _required_zones(spec, list(ABC)) == set(ABC)
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "other", "operator": "Exists"}]}]

@@ -594,6 +594,31 @@ def _volume_conflict(reason: str) -> bool:
     return "PersistentVolume's node affinity" in reason or "volume node affinity conflict" in reason
 
 
+def _zone_terms(spec: dict) -> list:
+    return (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+
+
+def _required_zones(spec: dict, zones: list[str]) -> set[str]:
+    """The zones a pod's required node affinity lets it start in (every one of `zones` when it names none)."""
+    allowed: set[str] = set()
+    for term in _zone_terms(spec) or [{}]:
+        exprs = [e for e in term.get("matchExpressions") or [] if e.get("key") == ZONE]
+        ok = set(zones)
+        for e in exprs:
+            if e.get("operator") == "In":
+                ok &= set(e.get("values") or [])
+            elif e.get("operator") == "NotIn":
+                ok -= set(e.get("values") or [])
+        allowed |= ok
+    return allowed
+
+
+def _drop_zone_affinity(spec: dict) -> None:
+    for term in _zone_terms(spec):
+        term["matchExpressions"] = [e for e in term.get("matchExpressions") or [] if e.get("key") != ZONE]
+
+
 def zone_drill(ctx: Context) -> Scenario:
     sc = Scenario("zone-drill", "a GPU notebook whose home volume is in zone b gets a node of its pool in zone b "
                                 "(Kueue's flavor and the scheduler's volume topology agree)")
@@ -604,7 +629,6 @@ def zone_drill(ctx: Context) -> Scenario:
         sc.details.append("no GPU pool spans zones on this stack (one node group per pool): nothing to drill")
         return sc
     pool, zones = found
-    zone = zones[1]
     rel = _jupyterhub_release(ctx)
     templates = jupyterhub_user_pods(rel.name, rel.namespace, rel.values) if rel is not None and isinstance(rel.values, dict) else []
     tmpl = next((t for t in templates if t.owner.endswith(f"(profile gpu-{pool})")), None)
@@ -612,6 +636,14 @@ def zone_drill(ctx: Context) -> Scenario:
         sc.status = "NOT REHEARSED"
         sc.problems.append(f"no notebook profile gpu-{pool} to drill with (pool {pool} spans {', '.join(zones)})")
         return sc
+    # The home goes where a notebook may start (the hub holds notebooks to the zones every profile reaches:
+    # notebooks.home_zones); the control is held to another zone of the pool.
+    startable = [z for z in zones if z in _required_zones(tmpl.spec, zones)]
+    if not startable:
+        sc.fail(f"profile gpu-{pool} may start in none of its pool's zones ({', '.join(zones)})")
+        return sc
+    zone = startable[1] if len(startable) > 1 else startable[0]
+    control_zone = next(z for z in zones if z != zone)
     ns, claim, pv_name = tmpl.namespace, "rehearsal-zone-home", f"rehearsal-zone-home-{zone}"
     storage_class = (((rel.values.get("singleuser") or {}).get("storage") or {}).get("dynamic") or {}).get("storageClass") or ""
     pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
@@ -667,7 +699,8 @@ def zone_drill(ctx: Context) -> Scenario:
             sc.fail(f"bound to {node} of group {labels.get('rehearsal.gpu-platform.io/node-group')}, not the profile's pool {pool}")
         # The control: the same notebook held to another zone must not start (so zone b was no chance).
         other = {**copy.deepcopy(pod), "metadata": {**pod["metadata"], "name": "jupyter-zone-drill-control"}}
-        other["spec"]["nodeSelector"] = {**(other["spec"].get("nodeSelector") or {}), ZONE: zones[0]}
+        _drop_zone_affinity(other["spec"])  # only the volume may keep it from the other zone
+        other["spec"]["nodeSelector"] = {**(other["spec"].get("nodeSelector") or {}), ZONE: control_zone}
         if err := submit(ctx.client, other):
             sc.fail(f"control pod refused: {err}")
             return sc
@@ -681,12 +714,12 @@ def zone_drill(ctx: Context) -> Scenario:
                 break
             time.sleep(1)
         if (live.get("spec") or {}).get("nodeName"):
-            sc.fail(f"control: the same notebook held to zone {zones[0]} was bound to {live['spec']['nodeName']} although "
+            sc.fail(f"control: the same notebook held to zone {control_zone} was bound to {live['spec']['nodeName']} although "
                     f"its volume is in {zone}: the volume's zone is not enforced")
         elif _volume_conflict(why):
-            sc.details.append(f"control: the same notebook held to zone {zones[0]} stays Pending: {why}")
+            sc.details.append(f"control: the same notebook held to zone {control_zone} stays Pending: {why}")
         else:
-            sc.fail(f"control: the notebook held to zone {zones[0]} is Pending for another reason than its volume: {why}")
+            sc.fail(f"control: the notebook held to zone {control_zone} is Pending for another reason than its volume: {why}")
     finally:
         for obj in reversed(made):
             try:
