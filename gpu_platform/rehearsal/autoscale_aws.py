@@ -69,6 +69,14 @@ PROVIDER_ID_PREFIX = "aws:///"
 DISCOVERY_TAG = "k8s.io/cluster-autoscaler/enabled"
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template/"
 UNNEEDED_TIME_TAG = TEMPLATE_PREFIX + "autoscaling-options/scaledownunneededtime"
+# What moto does differently from AWS in what the drill touches, and what the drill does about it (the report's).
+MOTO_GAPS = ("moto and AWS: every Auto Scaling and EC2 call the autoscaler made was answered (none missing, nothing of "
+             "moto patched); moto launches a mixed-instances group's instances with an empty InstanceType and on demand "
+             "(the node takes the group's override type), resolves no resolve:ssm: image, enforces no lifecycle hook "
+             "(TerminateInstanceInAutoScalingGroup terminates at once: aws-node-termination-handler's drain is not "
+             "rehearsed) and records no scaling activities (a group is always available); EKS's managed system node "
+             "group (its own Auto Scaling group, tagged for discovery by EKS) is not created: the system nodes carry no "
+             "providerID and are not autoscaled here")
 # Fake credentials: moto accepts any; nothing here can reach AWS.
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIAREHEARSAL0000000", "AWS_SECRET_ACCESS_KEY": "rehearsal-not-a-secret"}
 
@@ -514,6 +522,7 @@ class AwsDrill(Drill):
                 for g in self.groups.values()))
             sc.details.append(f"drill clock: scale-down unneeded time {t.grace_seconds}s, boot {t.boot_seconds:.0f}s, scan every "
                               f"{t.scan_interval_seconds}s")
+            sc.details.append(MOTO_GAPS)
             # The groups at their minimum (zero): the rehearsal made the pools' nodes at maxNodes (node model).
             for pool in self.pools:
                 for n in client.list("v1", "Node", selector=f"{GROUP_LABEL}={pool}"):
