@@ -453,7 +453,10 @@ def test_planted_without_safe_to_evict_the_autoscaler_evicts_a_trainer_from_a_ha
 
 def test_gke_and_eks_autoscaling_are_reported_not_rehearsed():
     """Issue 35 item 4: GKE's autoscaler is Google's; the report says so rather than pass silently. EKS's
-    cluster-autoscaler (aws) is not rehearsed yet, and the report says that too."""
+    cluster-autoscaler (aws) has its drill against moto (tests/test_rehearsal_autoscaler_aws.py); the report
+    names what moto cannot show."""
     assert "GKE autoscaling" in autoscale.not_rehearsed("gcp")[0] and "Google's own" in autoscale.not_rehearsed("gcp")[0]
-    assert "EKS autoscaling" in autoscale.not_rehearsed("aws")[0] and "NOT REHEARSED" in autoscale.not_rehearsed("aws")[0]
+    [aws] = autoscale.not_rehearsed("aws")
+    assert "eks-autoscaling drill runs cluster-autoscaler (aws) against moto" in aws
+    assert "NOT REHEARSED there: the termination lifecycle hook's wait" in aws
     assert autoscale.not_rehearsed("linode") == []

@@ -203,6 +203,9 @@ def _rehearsed_binaries() -> set[str]:
             needed.add(f"cilium-crds-{cni_chart('cilium', cfg.kubernetes_version).version}")
         if linode is not None and any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools):
             needed.add("cluster-autoscaler-externalgrpc")  # the linode-autoscaling drill's autoscaler
+        aws = getattr(cfg, "aws", None)
+        if aws is not None and any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools):
+            needed.add("cluster-autoscaler-aws")  # the eks-autoscaling drill's autoscaler
     return needed
 
 

@@ -441,16 +441,22 @@ class AutoscalerProcess:
     NAME = "cluster-autoscaler"
 
     def __init__(self, release: AutoscalerRelease, client: Client, server: str, ca_file: str, work: Path, tls_dir: Path,
-                 provider_port: int, timing: Timing, procs: ProcessGroup):
-        from gpu_platform.components.linode import node_groups
-
-        exe = binaries.find(AUTOSCALER)
+                 provider_port: int, timing: Timing, procs: ProcessGroup, binary: str = AUTOSCALER,
+                 config: Optional[tuple[str, list[str]]] = None, extra_env: Optional[dict[str, str]] = None):
+        """`binary`: the lock's name of the build to run; `config`: the --cloud-config text and its changes for
+        the report (default: the Linode provider's, from tls_dir and provider_port); `extra_env`: set over the
+        chart container's environment (the AWS drill's credentials and endpoints)."""
+        exe = binaries.find(binary)
         if exe is None:
-            raise binaries.MissingBinaries([AUTOSCALER])
+            raise binaries.MissingBinaries([binary])
         self.release, self.client, self.procs = release, client, procs
         container = release.container()
         self.namespace, self.service_account = release.service_account()
-        text, self.changes = cloud_config(node_groups.autoscaler_cloud_config(), provider_port, tls_dir)
+        if config is None:
+            from gpu_platform.components.linode import node_groups
+
+            config = cloud_config(node_groups.autoscaler_cloud_config(), provider_port, tls_dir)
+        text, self.changes = config[0], list(config[1])
         conf = pki.write(work / "cloud-config.yaml", text.encode())
         self.port = free_port()
         kc_path = work / "cluster-autoscaler.kubeconfig"
@@ -467,6 +473,7 @@ class AutoscalerProcess:
             elif path:
                 self.env[e["name"]] = {"metadata.namespace": self.namespace,
                                        "spec.serviceAccountName": self.service_account}.get(path, "")
+        self.env.update(extra_env or {})
         self.proc = None
         self.starts = 0
         self.logs: list[Path] = []
@@ -1286,8 +1293,10 @@ def not_rehearsed(cloud: str) -> list[str]:
                 "GKE node pools' scale-ups and scale-downs are not rehearsed (cluster fit keeps GKE's documented "
                 "scale-from-zero rules)"]
     if cloud == "aws":
-        return ["EKS autoscaling: cluster-autoscaler with --cloud-provider=aws against the GPU Auto Scaling groups is NOT "
-                "REHEARSED yet (the lock builds no -tags aws binary and no moto-backed drill is written; issue 35 item 3)"]
+        return ["EKS autoscaling: the eks-autoscaling drill runs cluster-autoscaler (aws) against moto's Auto Scaling and "
+                "EC2 APIs; NOT REHEARSED there: the termination lifecycle hook's wait (moto terminates an instance at once; "
+                "aws-node-termination-handler does not run), Spot capacity and interruptions (moto launches on-demand), "
+                "and the scale-in protection controller"]
     return []
 
 

@@ -14,7 +14,7 @@ from gpu_platform.components.platform.notebooks import SUBMITTER_ROLE
 from gpu_platform.components.platform.queue import LOCAL_QUEUE, SUSPEND_POLICY
 from gpu_platform.preflight.fit.render import SECRET_PLACEHOLDER
 from gpu_platform.preflight.fit.selectors import match_expression, tolerates_any
-from gpu_platform.rehearsal import autoscale
+from gpu_platform.rehearsal import autoscale, autoscale_aws
 from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind, selector
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of, node_objects
 
@@ -1569,6 +1569,17 @@ def linode_autoscaling(ctx: Context) -> Scenario:
             sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
 
 
+def eks_autoscaling(ctx: Context) -> Scenario:
+    sc = Scenario("eks-autoscaling", autoscale_aws.TITLE)
+    try:
+        return autoscale_aws.eks_autoscaling(ctx, sc)
+    finally:
+        # As linode_autoscaling: the drill starts the GPU groups at zero; the model's nodes come back after it.
+        restored = restore_model_nodes(ctx) if ctx.model.cloud == "aws" else []
+        if restored:
+            sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
+
+
 def linode_busy_node(ctx: Context) -> Scenario:
     """Not in SCENARIOS: the shipped linode-dev pool has 1-GPU nodes, which a training pod keeps at 100 % use;
     tests run it on a planted pool of 4-GPU nodes (tests/test_rehearsal_autoscaler.py)."""
@@ -1599,4 +1610,5 @@ def restore_model_nodes(ctx: Context) -> list[str]:
 
 
 SCENARIOS = (workloads_ready, example_trainjob, preemption_drill, preemption_not_counted, inadmissible, never_ready,
-             queue_bypass, unsuspend_by_hand, cpu_job_placement, notebook_profiles, operator_pods, linode_autoscaling)
+             queue_bypass, unsuspend_by_hand, cpu_job_placement, notebook_profiles, operator_pods, linode_autoscaling,
+             eks_autoscaling)

@@ -1,0 +1,689 @@
+"""The EKS autoscaling drill: the plan's GPU Auto Scaling groups go from zero to a node and back on the
+rehearsal's control plane, driven by the REAL cluster-autoscaler (built from its tagged source with
+`-tags aws`, rehearsal/components.lock.toml: `cluster-autoscaler-aws`) against moto's EC2 and Auto Scaling
+APIs (moto's server, `python -m moto.server`, a separate process).
+
+The world is the plan's, not typed here: the VPC and the subnets the groups use (CIDR, zone), each GPU
+group's launch template (its user data, root volume, metadata options, tag specifications) and its Auto
+Scaling group (sizes, subnets, mixed-instances policy, lifecycle hook, suspended processes, scale-in
+protection, and every tag: auto-discovery and the node-template label/taint/resources tags the autoscaler
+builds its template node from) are created in moto from the plan's resources. The autoscaler runs with
+the arguments the pinned chart renders for the stack (auto-discovery by ASG tags), the chart's
+ServiceAccount and roles plus the program's extra rules, that ServiceAccount's token, and the chart's
+environment (AWS_REGION); what the drill changes (the addresses, the clock, the fake credentials) is
+listed in the report.
+
+`AsgBridge` plays EC2 and EKS: an instance moto launched "boots" and its kubelet registers the Node its
+launch template's nodeadm NodeConfig describes (the EC2 private DNS name, the node labels and taints of
+the NodeConfig, the zone of the instance, the providerID `aws:///<zone>/<instance id>` the AWS cloud
+provider sets, the allocatable of the node model); an instance that is gone or terminated loses its Node
+(the cloud controller's node lifecycle). Any disagreement between the group's node-template tags, the
+launch template's NodeConfig, the instance type moto describes and the rehearsal's node model fails the
+drill.
+
+Where moto and AWS differ in what the drill touches (found while writing it, each stated in the report):
+- moto launches the instances of a mixed-instances group with an empty InstanceType (and not as Spot):
+  the drill takes the node's instance type from the group's override, as EC2 would launch it;
+- moto resolves no `resolve:ssm:` image parameter (the instance keeps the parameter as its ImageId) and
+  enforces no lifecycle hook: TerminateInstanceInAutoScalingGroup terminates at once (no Terminating:Wait
+  for the node termination handler, which is not rehearsed);
+- moto records no scaling activities (DescribeScalingActivities is empty: a group is always available).
+cluster-autoscaler 1.35.2 builds its Auto Scaling and EC2 clients with a legacy endpoint resolver
+(cloudprovider/aws/aws_manager.go), which answers the real AWS endpoint and so overrides the SDK's
+AWS_ENDPOINT_URL variables; only its instance-type listing (aws_util.go GenerateEC2InstanceTypes) honours
+them. The drill therefore points the clients at moto with the cloud config's `[ServiceOverride]` sections
+(k8s.io/cloud-provider-aws config, read by aws_sdk_provider.go) and sets the endpoint variables too.
+"""
+
+from __future__ import annotations
+
+import base64
+import email
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from gpu_platform.components.capacity import parse_quantity
+from gpu_platform.rehearsal import binaries
+from gpu_platform.rehearsal.autoscale import (AutoscalerProcess, AutoscalerRelease, Drill, Timing, _admitted,
+                                              _example, _workload, autoscaler_release)
+from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION
+from gpu_platform.rehearsal.kube import ApiError, UnknownKind
+from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, resources
+from gpu_platform.rehearsal.processes import ProcessGroup, free_port
+
+TITLE = ("autoscaled EKS GPU groups from zero and back: the real cluster-autoscaler (aws) against moto's EC2 and "
+         "Auto Scaling APIs")
+AUTOSCALER = "cluster-autoscaler-aws"  # the binary (rehearsal/components.lock.toml)
+ASG = "aws:autoscaling/group:Group"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+SUBNET = "aws:ec2/subnet:Subnet"
+VPC = "aws:ec2/vpc:Vpc"
+PROVIDER_ID_PREFIX = "aws:///"
+DISCOVERY_TAG = "k8s.io/cluster-autoscaler/enabled"
+TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template/"
+UNNEEDED_TIME_TAG = TEMPLATE_PREFIX + "autoscaling-options/scaledownunneededtime"
+# What moto does differently from AWS in what the drill touches, and what the drill does about it (the report's).
+MOTO_GAPS = ("moto and AWS: every Auto Scaling and EC2 call the autoscaler made was answered (none missing, nothing of "
+             "moto patched); moto launches a mixed-instances group's instances with an empty InstanceType and on demand "
+             "(the node takes the group's override type), resolves no resolve:ssm: image, enforces no lifecycle hook "
+             "(TerminateInstanceInAutoScalingGroup terminates at once: aws-node-termination-handler's drain is not "
+             "rehearsed) and records no scaling activities (a group is always available); EKS's managed system node "
+             "group (its own Auto Scaling group, tagged for discovery by EKS) is not created: the system nodes carry no "
+             "providerID and are not autoscaled here")
+# Fake credentials: moto accepts any; nothing here can reach AWS.
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIAREHEARSAL0000000", "AWS_SECRET_ACCESS_KEY": "rehearsal-not-a-secret"}
+
+
+# --- the plan's groups ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PlannedGroup:
+    """One Auto Scaling group of the plan with its launch template, as the provider would create them."""
+
+    name: str
+    pool: str
+    zone: str
+    asg: dict  # the ASG resource's inputs (Pulumi's names)
+    launch_template: dict  # its launch template's inputs
+    launch_template_name: str  # the launch template resource's name (moto's name for it)
+    subnets: list[dict]  # {name, cidr, zone} of each subnet the group uses
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {t["key"]: str(t["value"]) for t in self.asg.get("tags") or []}
+
+    @property
+    def instance_types(self) -> list[str]:
+        lt = ((self.asg.get("mixedInstancesPolicy") or {}).get("launchTemplate") or {})
+        return [o["instanceType"] for o in lt.get("overrides") or [] if o.get("instanceType")]
+
+    def template_node(self) -> dict:
+        """What cluster-autoscaler 1.35.2 reads from the group's tags for its template node
+        (cloudprovider/aws/aws_manager.go extractLabelsFromAsg, extractTaintsFromAsg, extractAllocatableResourcesFromAsg)."""
+        labels, taints, res = {}, [], {}
+        for key, value in self.tags.items():
+            if key.startswith(TEMPLATE_PREFIX + "label/"):
+                labels[key[len(TEMPLATE_PREFIX + "label/"):]] = value
+            elif key.startswith(TEMPLATE_PREFIX + "taint/") and re.fullmatch(r".*:(NoSchedule|NoExecute|PreferNoSchedule)", value):
+                v, effect = value.split(":", 1)
+                taints.append({"key": key[len(TEMPLATE_PREFIX + "taint/"):], "value": v, "effect": effect})
+            elif key.startswith(TEMPLATE_PREFIX + "resources/"):
+                res[key[len(TEMPLATE_PREFIX + "resources/"):]] = value
+        return {"labels": labels, "taints": taints, "resources": res}
+
+
+def _name(resource: Any) -> str:
+    return resource.urn.rsplit("::", 1)[-1]
+
+
+def _by_output_id(plan: Any, type_: str) -> dict[str, Any]:
+    """The plan's resources of `type_` by the id preview gives them (`<name>-id`)."""
+    return {f"{_name(r)}-id": r for r in plan.by_type(type_)}
+
+
+def planned_groups(plan: Any) -> list[PlannedGroup]:
+    """Every autoscaler-discovered Auto Scaling group of the plan with its launch template and subnets; a
+    reference the plan does not resolve is a ValueError naming it."""
+    if plan is None:
+        return []
+    templates = _by_output_id(plan, LAUNCH_TEMPLATE)
+    subnets = _by_output_id(plan, SUBNET)
+    out = []
+    for r in plan.by_type(ASG):
+        asg = r.plain_inputs or {}
+        tags = {t["key"]: str(t["value"]) for t in asg.get("tags") or []}
+        if tags.get(DISCOVERY_TAG) != "true":
+            continue
+        spec = (((asg.get("mixedInstancesPolicy") or {}).get("launchTemplate") or {}).get("launchTemplateSpecification") or {})
+        lt = templates.get(str(spec.get("launchTemplateId")))
+        if lt is None:
+            raise ValueError(f"Auto Scaling group {asg.get('name')}: its launch template {spec.get('launchTemplateId')!r} is "
+                             "not a launch template of the plan")
+        used = []
+        for sid in asg.get("vpcZoneIdentifiers") or []:
+            sub = subnets.get(str(sid))
+            if sub is None:
+                raise ValueError(f"Auto Scaling group {asg.get('name')}: subnet {sid!r} is not a subnet of the plan")
+            used.append({"name": _name(sub), "cidr": sub.plain_inputs["cidrBlock"], "zone": sub.plain_inputs["availabilityZone"]})
+        out.append(PlannedGroup(str(asg["name"]), tags.get("gpu-pool", str(asg["name"])),
+                                tags.get("gpu-pool-zone", used[0]["zone"] if used else ""), asg, lt.plain_inputs or {},
+                                _name(lt), used))
+    return out
+
+
+def vpc_cidr(plan: Any) -> str:
+    vpcs = plan.by_type(VPC)
+    return str(vpcs[0].plain_inputs["cidrBlock"]) if vpcs else "10.0.0.0/16"
+
+
+def nodeadm_registration(user_data_b64: str) -> dict:
+    """What the instance's kubelet registers with, from its launch template's user data (the MIME part
+    application/node.eks.aws: nodeadm's NodeConfig): node labels and registerWithTaints."""
+    msg = email.message_from_string(base64.b64decode(user_data_b64).decode())
+    parts = [p for p in msg.walk() if p.get_content_type() == "application/node.eks.aws"]
+    if not parts:
+        raise ValueError("the launch template's user data has no application/node.eks.aws part (nodeadm NodeConfig)")
+    doc = yaml.safe_load(parts[0].get_payload())
+    kubelet = (doc.get("spec") or {}).get("kubelet") or {}
+    labels: dict[str, str] = {}
+    for flag in kubelet.get("flags") or []:
+        if str(flag).startswith("--node-labels="):
+            labels.update(kv.split("=", 1) for kv in str(flag).split("=", 1)[1].split(",") if kv)
+    return {"labels": labels, "taints": list((kubelet.get("config") or {}).get("registerWithTaints") or [])}
+
+
+def tag_disagreements(group: PlannedGroup, model_group: Any, gpus_of_type: Optional[int]) -> list[str]:
+    """Where the group's node-template tags, its NodeConfig, the instance type and the node model differ on
+    what scheduling decides."""
+    tmpl = group.template_node()
+    reg = nodeadm_registration(group.launch_template["userData"])
+    problems = []
+    wrong = {k: v for k, v in reg["labels"].items() if tmpl["labels"].get(k) != v}
+    if wrong:
+        problems.append(f"the kubelet registers labels {wrong} the node-template tags do not have")
+    missing = {k: v for k, v in tmpl["labels"].items() if reg["labels"].get(k) != v}
+    if missing:
+        problems.append(f"the node-template tags promise labels {missing} the kubelet does not register")
+    key = lambda t: (t.get("key"), t.get("value") or "", t.get("effect"))  # noqa: E731
+    if sorted(map(key, reg["taints"])) != sorted(map(key, tmpl["taints"])):
+        problems.append(f"the kubelet registers taints {reg['taints']}, the node-template tags say {tmpl['taints']}")
+    tag_gpus = int(parse_quantity(tmpl["resources"].get(GPU_RESOURCE, gpus_of_type or 0)))
+    if gpus_of_type is not None and tag_gpus != gpus_of_type:
+        problems.append(f"the node-template tags say {tag_gpus} {GPU_RESOURCE}, the instance type has {gpus_of_type}")
+    if model_group is not None:
+        if tag_gpus != model_group.allocatable.gpus:
+            problems.append(f"the node-template tags say {tag_gpus} {GPU_RESOURCE}, the node model {model_group.allocatable.gpus}")
+        if sorted(map(key, tmpl["taints"])) != sorted(map(key, model_group.taints)):
+            problems.append(f"the node-template taints {tmpl['taints']} are not the node model's {model_group.taints}")
+        lacking = {k: v for k, v in model_group.labels.items() if tmpl["labels"].get(k) != v
+                   and k not in ("topology.kubernetes.io/zone", "kubernetes.io/os", "kubernetes.io/arch",
+                                 "node.kubernetes.io/instance-type")}
+        if lacking:
+            problems.append(f"the node-template tags lack the node model's labels {lacking}")
+    return [f"{group.name}: {p}" for p in problems]
+
+
+def cloud_config(url: str, region: str) -> tuple[str, list[str]]:
+    """The autoscaler's --cloud-config: each AWS service it calls pointed at moto (k8s.io/cloud-provider-aws
+    CloudConfig [ServiceOverride], gcfg); the change for the report."""
+    lines = ["[Global]"]
+    for i, service in enumerate(("autoscaling", "ec2", "eks"), 1):
+        lines += [f'[ServiceOverride "{i}"]', f"Service = {service}", f"Region = {region}", f"URL = {url}",
+                  f"SigningRegion = {region}"]
+    return "\n".join(lines) + "\n", [f"cloud-config: (none) -> [ServiceOverride] autoscaling, ec2 and eks at {url} "
+                                     "(the SDK's AWS_ENDPOINT_URL variables are overridden by the autoscaler's legacy "
+                                     "endpoint resolvers; set too, for its instance-type listing)"]
+
+
+# --- moto: the plan's groups created in it, and the world outside the cluster --------------------------------
+
+
+def _ec2_launch_template_data(lt: dict) -> dict:
+    """The plan's launch template inputs (Pulumi's names) as EC2's LaunchTemplateData. The instance profile
+    and security group are left out: moto has neither the plan's role nor its security group (the drill
+    checks scheduling, not IAM or networking)."""
+    def ebs(e: dict) -> dict:
+        out = {}
+        for k, api in (("volumeSize", "VolumeSize"), ("volumeType", "VolumeType"), ("iops", "Iops"), ("throughput", "Throughput")):
+            if e.get(k) is not None:
+                out[api] = int(e[k]) if k != "volumeType" else e[k]
+        for k, api in (("encrypted", "Encrypted"), ("deleteOnTermination", "DeleteOnTermination")):
+            if e.get(k) is not None:
+                out[api] = str(e[k]).lower() == "true"
+        return out
+
+    data: dict[str, Any] = {"ImageId": lt["imageId"], "UserData": lt["userData"]}
+    data["BlockDeviceMappings"] = [{"DeviceName": b["deviceName"], "Ebs": ebs(b.get("ebs") or {})}
+                                   for b in lt.get("blockDeviceMappings") or []]
+    md = lt.get("metadataOptions") or {}
+    data["MetadataOptions"] = {api: (int(md[k]) if k == "httpPutResponseHopLimit" else md[k])
+                               for k, api in (("httpEndpoint", "HttpEndpoint"), ("httpTokens", "HttpTokens"),
+                                              ("httpPutResponseHopLimit", "HttpPutResponseHopLimit"),
+                                              ("instanceMetadataTags", "InstanceMetadataTags")) if md.get(k) is not None}
+    data["TagSpecifications"] = [{"ResourceType": t["resourceType"], "Tags": [{"Key": k, "Value": v} for k, v in (t.get("tags") or {}).items()]}
+                                 for t in lt.get("tagSpecifications") or []]
+    return data
+
+
+class Moto:
+    """moto's server as a process, with boto3 clients of the region."""
+
+    NAME = "moto-server"
+
+    def __init__(self, procs: ProcessGroup, region: str):
+        import boto3
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.region = region
+        self.proc = procs.start(self.NAME, [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)])
+        kw = dict(endpoint_url=self.url, region_name=region, aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                  aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        self.ec2 = boto3.client("ec2", **kw)
+        self.autoscaling = boto3.client("autoscaling", **kw)
+
+    def ready(self, timeout: float = 60) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.alive:
+            try:
+                self.ec2.describe_vpcs()
+                return True
+            except Exception:  # noqa: BLE001 (botocore's connection errors: not up yet)
+                time.sleep(0.3)
+        return False
+
+    def create(self, groups: list[PlannedGroup], cidr: str, unneeded_time: str) -> list[str]:
+        """The VPC, subnets, launch templates and Auto Scaling groups of `groups`; each group's
+        scale-down-unneeded-time tag set to the drill's clock. Returns what the drill changed."""
+        vpc = self.ec2.create_vpc(CidrBlock=cidr)["Vpc"]["VpcId"]
+        subnet_ids: dict[str, str] = {}
+        for g in groups:
+            for s in g.subnets:
+                if s["name"] not in subnet_ids:
+                    subnet_ids[s["name"]] = self.ec2.create_subnet(VpcId=vpc, CidrBlock=s["cidr"],
+                                                                   AvailabilityZone=s["zone"])["Subnet"]["SubnetId"]
+        changes = []
+        for g in groups:
+            lt_id = self.ec2.create_launch_template(LaunchTemplateName=g.launch_template_name,
+                                                    LaunchTemplateData=_ec2_launch_template_data(g.launch_template))["LaunchTemplate"]["LaunchTemplateId"]
+            a = g.asg
+            mip = a["mixedInstancesPolicy"]
+            dist = mip.get("instancesDistribution") or {}
+            tags = []
+            for t in a.get("tags") or []:
+                value = str(t["value"])
+                if t["key"] == UNNEEDED_TIME_TAG and value != unneeded_time:
+                    changes.append(f"{g.name} tag {UNNEEDED_TIME_TAG}: {value} -> {unneeded_time}")
+                    value = unneeded_time
+                tags.append({"Key": t["key"], "Value": value, "PropagateAtLaunch": bool(t.get("propagateAtLaunch")),
+                             "ResourceId": g.name, "ResourceType": "auto-scaling-group"})
+            args: dict[str, Any] = dict(
+                AutoScalingGroupName=g.name, MinSize=int(a["minSize"]), MaxSize=int(a["maxSize"]),
+                VPCZoneIdentifier=",".join(subnet_ids[s["name"]] for s in g.subnets),
+                MixedInstancesPolicy={
+                    "InstancesDistribution": {api: (int(dist[k]) if "Capacity" in api else dist[k]) for k, api in (
+                        ("onDemandBaseCapacity", "OnDemandBaseCapacity"),
+                        ("onDemandPercentageAboveBaseCapacity", "OnDemandPercentageAboveBaseCapacity"),
+                        ("onDemandAllocationStrategy", "OnDemandAllocationStrategy"),
+                        ("spotAllocationStrategy", "SpotAllocationStrategy")) if dist.get(k) is not None},
+                    "LaunchTemplate": {"LaunchTemplateSpecification": {"LaunchTemplateId": lt_id,
+                                                                       "Version": mip["launchTemplate"]["launchTemplateSpecification"].get("version", "$Default")},
+                                       "Overrides": [{"InstanceType": t} for t in g.instance_types]}},
+                Tags=tags)
+            for k, api in (("protectFromScaleIn", "NewInstancesProtectedFromScaleIn"), ("capacityRebalance", "CapacityRebalance"),
+                           ("healthCheckType", "HealthCheckType"), ("healthCheckGracePeriod", "HealthCheckGracePeriod"),
+                           ("defaultInstanceWarmup", "DefaultInstanceWarmup")):
+                if a.get(k) is not None:
+                    args[api] = int(a[k]) if isinstance(a[k], float) else a[k]
+            hooks = [{"LifecycleHookName": h["name"], "LifecycleTransition": h["lifecycleTransition"],
+                      "DefaultResult": h.get("defaultResult", "ABANDON"), "HeartbeatTimeout": int(h.get("heartbeatTimeout", 3600))}
+                     for h in a.get("initialLifecycleHooks") or []]
+            if hooks:
+                args["LifecycleHookSpecificationList"] = hooks
+            self.autoscaling.create_auto_scaling_group(**args)
+            if a.get("suspendedProcesses"):
+                self.autoscaling.suspend_processes(AutoScalingGroupName=g.name, ScalingProcesses=list(a["suspendedProcesses"]))
+        return changes
+
+    def groups(self, names: list[str]) -> dict[str, dict]:
+        return {g["AutoScalingGroupName"]: g for g in
+                self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=names)["AutoScalingGroups"]}
+
+    def instances(self, ids: list[str]) -> dict[str, dict]:
+        if not ids:
+            return {}
+        return {i["InstanceId"]: i for r in self.ec2.describe_instances(InstanceIds=ids)["Reservations"] for i in r["Instances"]}
+
+    def gpus_of_type(self, instance_type: str) -> Optional[int]:
+        info = self.ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
+        gpus = ((info[0].get("GpuInfo") or {}).get("Gpus") or []) if info else []
+        return sum(int(g.get("Count", 0)) for g in gpus) if info else None
+
+
+class AsgBridge:
+    """Instances moto launched become KWOK nodes (and go away with them)."""
+
+    def __init__(self, drill: "AwsDrill"):
+        self.d = drill
+        self.seen: dict[str, float] = {}
+        self.joined: dict[str, tuple[str, str]] = {}  # instance id -> (node name, group)
+        self.terminated: dict[str, str] = {}  # instance id -> its group, once moto says it is gone
+        self.problems: list[str] = []
+
+    def step(self) -> None:
+        d = self.d
+        now = time.monotonic()
+        groups = d.moto.groups(list(d.groups))
+        live: set[str] = set()
+        for name, g in groups.items():
+            for inst in g.get("Instances") or []:
+                iid = inst["InstanceId"]
+                if inst.get("LifecycleState", "").startswith("Terminat"):
+                    continue
+                live.add(iid)
+                self.seen.setdefault(iid, now)
+                if iid not in self.joined and now - self.seen[iid] >= d.timing.boot_seconds:
+                    self.joined[iid] = (self._register(d.groups[name], inst), name)
+        running = {i for i, x in d.moto.instances(sorted(live)).items() if x["State"]["Name"] in ("pending", "running")}
+        for iid, (_, group) in self.joined.items():
+            if iid not in running and iid not in self.terminated:
+                self.terminated[iid] = group
+        for node in d.client.list("v1", "Node"):
+            pid = (node.get("spec") or {}).get("providerID") or ""
+            if pid.startswith(PROVIDER_ID_PREFIX) and pid.rsplit("/", 1)[-1] not in running:
+                d.client.delete("v1", "Node", node["metadata"]["name"])  # the cloud controller: the instance is gone
+
+    def _register(self, group: PlannedGroup, inst: dict) -> str:
+        d = self.d
+        iid, zone = inst["InstanceId"], inst["AvailabilityZone"]
+        ec2 = d.moto.instances([iid])[iid]
+        name = ec2.get("PrivateDnsName") or iid
+        reg = nodeadm_registration(group.launch_template["userData"])
+        # moto leaves a mixed-instances group's instance type empty: EC2 launches the (single) override.
+        itype = ec2.get("InstanceType") or (group.instance_types[0] if group.instance_types else "")
+        model = d.model_group(group.pool, zone)
+        res = resources(model) if model is not None else {}
+        root = next((b.get("ebs") or {} for b in group.launch_template.get("blockDeviceMappings") or []), {})
+        if root.get("volumeSize"):
+            res["ephemeral-storage"] = f"{int(root['volumeSize'])}Gi"
+        tmpl = group.template_node()
+        tag_gpus = tmpl["resources"].get(GPU_RESOURCE)
+        if tag_gpus is not None and parse_quantity(res.get(GPU_RESOURCE, 0)) != parse_quantity(tag_gpus):
+            self.problems.append(f"{name}: the kubelet reports {res.get(GPU_RESOURCE)} {GPU_RESOURCE}, the group's "
+                                 f"node-template tag says {tag_gpus}")
+        labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": itype,
+                  "topology.kubernetes.io/region": zone[:-1], "topology.kubernetes.io/zone": zone,
+                  **reg["labels"], "kubernetes.io/hostname": name, GROUP_LABEL: group.pool}
+        d.client.create({"apiVersion": "v1", "kind": "Node",
+                         "metadata": {"name": name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
+                         "spec": {"taints": reg["taints"], "providerID": f"{PROVIDER_ID_PREFIX}{zone}/{iid}"}})
+        d.client.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                        "status": {"allocatable": res, "capacity": res}}, subresource="status")
+        return name
+
+
+# --- the drill ----------------------------------------------------------------------------------------------
+
+
+class AwsDrill(Drill):
+    """The Linode drill's clock, jobs and autoscaler handling (autoscale.Drill) with moto's world in place of
+    the node-group provider and the fake Linode API."""
+
+    def __init__(self, ctx: Any, sc: Any, groups: list[PlannedGroup], work: Path, log_dir: Path, timing: Timing,
+                 extra_rbac: bool = True):
+        cluster = next((g.tags.get("cluster") for g in groups if g.tags.get("cluster")), "cluster")
+        minor = str(getattr(getattr(ctx, "cfg", None), "kubernetes_version", "") or "")
+        super().__init__(ctx, sc, {"cluster": cluster, "kubernetesMinor": minor,
+                                   "pools": [{"name": p} for p in dict.fromkeys(g.pool for g in groups)]},
+                         work, log_dir, timing, extra_rbac)
+        self.groups = {g.name: g for g in groups}
+        self.moto: Optional[Moto] = None
+        self.bridge: Optional[AsgBridge] = None  # type: ignore[assignment]
+
+    # --- what autoscale.Drill asks of its world ---
+
+    def model_group(self, pool: str, zone: str) -> Any:
+        return next((g for g in self.ctx.model.node_groups if g.name == pool
+                     and g.labels.get("topology.kubernetes.io/zone") in (zone, None)), None)
+
+    def pool_nodes(self, pool: str) -> list[dict]:
+        return [n for n in self.client.list("v1", "Node") if (n["metadata"].get("labels") or {}).get(GROUP_LABEL) == pool
+                and ((n.get("spec") or {}).get("providerID") or "").startswith(PROVIDER_ID_PREFIX)]
+
+    def pool_instances(self, pool: str) -> list[dict]:
+        """The pool's instances moto holds in its groups (not terminating), each with its group."""
+        names = [n for n, g in self.groups.items() if g.pool == pool]
+        return [{**i, "group": n} for n, g in self.moto.groups(names).items() for i in g.get("Instances") or []
+                if not i.get("LifecycleState", "").startswith("Terminat")]
+
+    def group_of_node(self, name: str) -> Optional[str]:
+        return next((g for n, g in (self.bridge.joined.values() if self.bridge else []) if n == name), None)
+
+    def pool_of_groups(self, pool: str) -> list[str]:
+        return [n for n, g in self.groups.items() if g.pool == pool]
+
+    def _run_world(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.bridge.step()
+            except Exception as exc:  # noqa: BLE001 (the API server's or moto's: reported; the next step tries again)
+                self.world_errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(0.5)
+
+    # --- set-up and tear-down ---
+
+    def run(self, phases) -> None:  # type: ignore[override]
+        sc, client, t = self.sc, self.client, self.timing
+        job = _example(self.ctx)
+        if job is None:
+            sc.status = "NOT REHEARSED"
+            sc.problems.append("no example TrainJob to make the GPU demand")
+            return
+        for need in ("kueue-manager", "trainer-manager", "jobset-manager"):
+            ctl = self.ctx.controllers.get(need)
+            if ctl is None or ctl.status != "running":
+                sc.status = "NOT REHEARSED"
+                sc.problems.append(f"{need} is not running")
+        if binaries.find(AUTOSCALER) is None:
+            sc.status = "NOT REHEARSED"
+            sc.problems.append(f"{AUTOSCALER} is not built (`{binaries.BUILD_COMMAND}`)")
+        try:
+            import boto3  # noqa: F401
+            import flask  # noqa: F401  (moto's server mode)
+            import moto  # noqa: F401
+        except ImportError as exc:
+            sc.status = "NOT REHEARSED"
+            sc.problems.append(f"moto's server cannot run: {exc} (moto, flask and boto3: requirements-dev.txt)")
+        if sc.status != "PASS":
+            return
+        try:
+            release = self.release = autoscaler_release(self.ctx, self.planned, self.extra_rbac)
+            if not release.installed:
+                raise ValueError("the plan has no cluster-autoscaler release to run")
+        except (OSError, ValueError) as exc:
+            sc.fail(f"the autoscaler's release: {exc}")
+            return
+        region = next((str(e.get("value")) for e in release.container().get("env") or [] if e.get("name") == "AWS_REGION"),
+                      None) or next(iter(self.groups.values())).zone[:-1]
+        procs = ProcessGroup(self.log_dir)
+        try:
+            self.moto = Moto(procs, region)
+            if not self.moto.ready():
+                sc.fail(f"moto's server did not answer within 60s: {self.moto.proc.tail()}")
+                return
+            tag_changes = self.moto.create(list(self.groups.values()), vpc_cidr(self.ctx.plan), f"{t.grace_seconds}s")
+            for g in self.groups.values():
+                model = self.model_group(g.pool, g.zone)
+                gpus = self.moto.gpus_of_type(g.instance_types[0]) if g.instance_types else None
+                for p in tag_disagreements(g, model, gpus):
+                    sc.fail(p)
+            env = {**CREDENTIALS, "AWS_REGION": region, "AWS_ENDPOINT_URL": self.moto.url,
+                   "AWS_ENDPOINT_URL_AUTOSCALING": self.moto.url, "AWS_ENDPOINT_URL_EC2": self.moto.url,
+                   "AWS_ENDPOINT_URL_EKS": self.moto.url, "AWS_EC2_METADATA_DISABLED": "true"}
+            self.autoscaler = AutoscalerProcess(release, client, self.ctx_server(), self.ctx_ca_file(), self.work, self.work, 0,
+                                                t, procs, binary=AUTOSCALER, config=cloud_config(self.moto.url, region),
+                                                extra_env=env)
+            self.autoscaler.changes += tag_changes + [f"environment: fake credentials, AWS_ENDPOINT_URL(_AUTOSCALING, _EC2, _EKS) "
+                                                      f"{self.moto.url}, AWS_EC2_METADATA_DISABLED=true"]
+            self.bridge = AsgBridge(self)
+            sc.details.append(f"autoscaler: {release.source}; run with {len(self.autoscaler.argv) - 1} arguments, changed: "
+                              + "; ".join(self.autoscaler.changes))
+            sc.details.append("groups created in moto from the plan: " + "; ".join(
+                f"{g.name} ({g.pool}, {g.zone}, {'/'.join(g.instance_types)} x {int(g.asg['minSize'])}-{int(g.asg['maxSize'])}, "
+                f"template tags {sorted(k[len(TEMPLATE_PREFIX):] for k in g.tags if k.startswith(TEMPLATE_PREFIX))})"
+                for g in self.groups.values()))
+            sc.details.append(f"drill clock: scale-down unneeded time {t.grace_seconds}s, boot {t.boot_seconds:.0f}s, scan every "
+                              f"{t.scan_interval_seconds}s")
+            sc.details.append(MOTO_GAPS)
+            # The groups at their minimum (zero): the rehearsal made the pools' nodes at maxNodes (node model).
+            for pool in self.pools:
+                for n in client.list("v1", "Node", selector=f"{GROUP_LABEL}={pool}"):
+                    client.delete("v1", "Node", n["metadata"]["name"])
+            self._world = threading.Thread(target=self._run_world, name="autoscale-aws-world", daemon=True)
+            self._world.start()
+            with self.kueue_at_stack_timing():
+                phases(self, job)
+        finally:
+            self._stop.set()
+            if self._world is not None:
+                self._world.join(30)
+            try:
+                if self.autoscaler is not None:
+                    self.check_refusals()
+                    self.report_events()
+            finally:
+                procs.stop_all()
+                self._cleanup_aws()
+            sc.problems.extend(self.bridge.problems if self.bridge is not None else [])
+            sc.problems.extend(f"the instance bridge: {e}" for e in self.world_errors[:3])
+            if sc.problems and sc.status == "PASS":
+                sc.status = "FAIL"
+            sc.details.append(f"autoscaler and moto logs: {self.log_dir}")
+
+    def _cleanup_aws(self) -> None:
+        for pool in self.pools:
+            for n in self.pool_nodes(pool):
+                self.client.delete("v1", "Node", n["metadata"]["name"])
+        self._cleanup(next(iter(self.pools)))
+
+    def autoscaler_said(self, pattern: str) -> list[str]:
+        return [m[0] for m in re.finditer(pattern, self.autoscaler.text() if self.autoscaler else "")]
+
+
+# --- the phases ------------------------------------------------------------------------------------------
+
+
+def _bound_pool(d: AwsDrill, ns: str, name: str) -> Optional[str]:
+    """The pool whose new node runs every pod of the TrainJob (admitted by Kueue), else None."""
+    pods = d.pods_of(ns, name)
+    if not pods or not _admitted(_workload(d.client, ns, name)):
+        return None
+    pools = set()
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        if not node or (p.get("status") or {}).get("phase") != "Running":
+            return None
+        pool = next((pl for pl in d.pools if node in {n["metadata"]["name"] for n in d.pool_nodes(pl)}), None)
+        if pool is None:
+            return None
+        pools.add(pool)
+    return pools.pop() if len(pools) == 1 else None
+
+
+def scale_from_zero_and_back(d: AwsDrill, job: dict) -> None:
+    """The shipped drill: the chart's RBAC alone (never synced) and the program's (synced); a pending GPU
+    TrainJob admitted by Kueue scales its group from zero, binds and runs on a node in the instance's zone;
+    its busy node outlives the grace; after the job ends the node goes after the grace and its instance is
+    terminated through TerminateInstanceInAutoScalingGroup."""
+    sc, t = d.sc, d.timing
+    d.chart_rbac_alone()
+    if not d.start_autoscaler("sync with the program's RBAC"):
+        return
+
+    # 1. A pending GPU TrainJob: the autoscaler scales a group from zero, the job is admitted, bound, running.
+    started = time.monotonic()
+    ref = d.submit(job, "rehearsal-autoscale-a")
+    if ref is None:
+        return
+    found: dict[str, str] = {}
+
+    def bound() -> bool:
+        pool = _bound_pool(d, *ref)
+        if pool:
+            found["pool"] = pool
+        return pool is not None
+
+    if not d.until(f"scale-up: TrainJob {ref[0]}/{ref[1]} admitted, bound and running on a new node of a GPU group",
+                   bound, timeout=t.join_deadline_seconds + 120):
+        return
+    pool = found["pool"]
+    instances = d.pool_instances(pool)
+    nodes = d.pool_nodes(pool)
+    ups = [e for e in d.events() if e.kind == "scale-up" and e.group in d.pool_of_groups(pool)]
+    sc.details.append(f"scale-up: {len(ups)} scale-up(s) of {pool} ({ups[0].text if ups else 'none logged'}) -> instance(s) "
+                      f"{[(i['InstanceId'], i['group'], i['AvailabilityZone']) for i in instances]} -> node(s) "
+                      f"{[(n['metadata']['name'], n['metadata']['labels'].get('topology.kubernetes.io/zone'), n['spec'].get('providerID')) for n in nodes]}; "
+                      f"TrainJob admitted, bound and running after {time.monotonic() - started:.0f}s")
+    if len(ups) != 1 or len(instances) != 1 or len(nodes) != 1:
+        sc.fail(f"scale-up: one pending pod, one node: the autoscaler scaled {pool}'s groups up {len(ups)} time(s), moto "
+                f"holds {len(instances)} instance(s), {len(nodes)} node(s) registered")
+        return
+    [inst], [node] = instances, nodes
+    want = f"{PROVIDER_ID_PREFIX}{inst['AvailabilityZone']}/{inst['InstanceId']}"
+    if node["spec"].get("providerID") != want or node["metadata"]["labels"].get("topology.kubernetes.io/zone") != inst["AvailabilityZone"]:
+        sc.fail(f"scale-up: node {node['metadata']['name']} has providerID {node['spec'].get('providerID')} and zone "
+                f"{node['metadata']['labels'].get('topology.kubernetes.io/zone')}; its instance is {want}")
+    if ups and ups[0].group != inst["group"]:
+        sc.fail(f"scale-up: the autoscaler scaled {ups[0].group}, moto launched the instance in {inst['group']}")
+    name = node["metadata"]["name"]
+
+    # 2. The busy node: past the grace, the autoscaler keeps it (and says why).
+    time.sleep(max(t.busy_watch_seconds, t.grace_seconds + 3 * t.scan_interval_seconds))
+    still = [n["metadata"]["name"] for n in d.pool_nodes(pool)]
+    pods = d.pods_of(*ref)
+    why = [e.text for e in d.events() if e.kind in ("unremovable", "not removable") and name in e.text]
+    if still != [name] or not pods or any(p["metadata"].get("deletionTimestamp") for p in pods):
+        sc.fail(f"busy node: {name} running TrainJob {ref[1]} was scaled down or its pod evicted within "
+                f"{t.busy_watch_seconds}s (nodes now {still}; the autoscaler logged {why[-1:] or 'no reason'})")
+    else:
+        sc.details.append(f"busy node: {name} kept while TrainJob {ref[1]} runs ({max(t.busy_watch_seconds, t.grace_seconds):.0f}s, "
+                          f"grace {t.grace_seconds}s); the autoscaler's reason: {why[-1] if why else 'none logged'}")
+
+    # 3. The job ends; after the grace the idle node is removed and its instance terminated by the autoscaler.
+    if not d.end(*ref):
+        return
+    ended = time.monotonic()
+    if not d.until(f"scale-down: idle node {name} of {inst['group']} removed and instance {inst['InstanceId']} terminated",
+                   lambda: not d.pool_instances(pool) and not d.pool_nodes(pool), timeout=t.grace_seconds + 120):
+        return
+    gone = time.monotonic() - ended
+    downs = [e for e in d.events() if e.kind == "scale-down" and e.group == inst["group"]]
+    terminated = d.autoscaler_said(rf"Terminated instance {re.escape(inst['InstanceId'])} in autoscaling group: [^\n]*")
+    state = d.moto.instances([inst["InstanceId"]]).get(inst["InstanceId"], {}).get("State", {}).get("Name")
+    desired = d.moto.groups([inst["group"]])[inst["group"]]["DesiredCapacity"]
+    sc.details.append(f"scale-down: {downs[-1].text if downs else 'none logged'}, {gone:.0f}s after the job ended (grace "
+                      f"{t.grace_seconds}s); {terminated[-1] if terminated else 'no TerminateInstanceInAutoScalingGroup logged'}; "
+                      f"moto: instance {inst['InstanceId']} {state}, {inst['group']} desired capacity {desired}")
+    if gone < t.grace_seconds:
+        sc.fail(f"scale-down: the idle node went {gone:.0f}s after the job ended, before the grace of {t.grace_seconds}s")
+    if not downs or not terminated:
+        sc.fail("scale-down: the node went, but the autoscaler logged no scale-down through TerminateInstanceInAutoScalingGroup "
+                "(something else removed it)")
+    if state != "terminated" or desired != 0:
+        sc.fail(f"scale-down: moto's instance {inst['InstanceId']} is {state} and {inst['group']} wants {desired} instance(s)")
+
+
+# --- the entry points ------------------------------------------------------------------------------------
+
+
+def run_drill(ctx: Any, sc: Any, phases=scale_from_zero_and_back, timing: Optional[Timing] = None,
+              extra_rbac: bool = True) -> Any:
+    """Fills scenario `sc` with `phases` of the drill on `ctx` (an EKS stack's rehearsal)."""
+    import tempfile
+
+    t = timing or Timing()
+    try:
+        groups = planned_groups(getattr(ctx, "plan", None)) if ctx.model.cloud == "aws" else []
+    except (KeyError, ValueError) as exc:
+        sc.fail(f"the plan's Auto Scaling groups: {exc}")
+        return sc
+    if not groups:
+        sc.details.append("the stack has no autoscaled EKS GPU group (no Auto Scaling group to drill)")
+        return sc
+    with tempfile.TemporaryDirectory(prefix="rehearsal-autoscale-aws-") as tmp:
+        work = Path(tmp)
+        logs = next((Path(c.proc.log).parent for c in ctx.controllers.values() if getattr(c, "proc", None)), None)
+        AwsDrill(ctx, sc, groups, work, (logs / sc.name) if logs else work / "logs", t, extra_rbac).run(phases)
+    return sc
+
+
+def eks_autoscaling(ctx: Any, sc: Any, timing: Optional[Timing] = None) -> Any:
+    return run_drill(ctx, sc, scale_from_zero_and_back, timing)

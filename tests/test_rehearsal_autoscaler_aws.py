@@ -1,0 +1,203 @@
+"""The real cluster-autoscaler (aws) in the rehearsal against moto (gpu_platform/rehearsal/autoscale_aws.py).
+
+The first tests need no component: the plan's Auto Scaling groups as the drill reads them, their
+node-template tags against the launch template's nodeadm NodeConfig and the node model, the groups
+created in moto's server as the autoscaler will discover them, the cloud config pointing it at moto. The
+rehearsal tests run the real autoscaler (`cluster-autoscaler-aws`, built by `make rehearsal-build` from
+../shared/sources) on the shared aws-prod cluster: scale from zero and back, a busy node kept, and its
+informers with the chart's RBAC alone (never synced) and with the program's rules (synced)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+
+from gpu_platform.rehearsal import autoscale_aws, binaries
+from gpu_platform.rehearsal.processes import ProcessGroup
+from tests.conftest import plan_stack
+
+
+@pytest.fixture(scope="module")
+def groups():
+    return autoscale_aws.planned_groups(plan_stack("aws-prod"))
+
+
+def test_the_drill_reads_every_discovered_group_of_the_plan_with_its_launch_template_and_subnets(groups):
+    by_name = {g.name: g for g in groups}
+    assert sorted(by_name) == ["gpu-prod-gpu-a10g-us-east-1a", "gpu-prod-gpu-a10g-us-east-1b", "gpu-prod-gpu-a10g-us-east-1c",
+                               "gpu-prod-gpu-l4x4-us-east-1a", "gpu-prod-gpu-l4x4-us-east-1b"]
+    g = by_name["gpu-prod-gpu-l4x4-us-east-1b"]
+    assert (g.pool, g.zone, g.instance_types) == ("l4x4", "us-east-1b", ["g6.12xlarge"])
+    assert g.subnets == [{"name": "gpu-prod-network-private-us-east-1b", "cidr": "10.40.32.0/19", "zone": "us-east-1b"}]
+    assert g.launch_template_name == "gpu-prod-gpu-l4x4-us-east-1b-launch-template"
+    assert g.template_node() == {
+        "labels": {"gpu-platform.io/pool": "l4x4", "nvidia.com/gpu.present": "true", "gpu-platform.io/capacity": "spot",
+                   "k8s.amazonaws.com/accelerator": "nvidia-l4"},
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        "resources": {"nvidia.com/gpu": "4"}}
+
+
+def test_a_group_whose_launch_template_is_not_in_the_plan_is_named():
+    plan = plan_stack("aws-prod")
+
+    class Without:
+        def by_type(self, t):
+            return [] if t == autoscale_aws.LAUNCH_TEMPLATE else plan.by_type(t)
+
+    with pytest.raises(ValueError, match=r"Auto Scaling group (gpu-prod-gpu-\w+-us-east-1[abc]): its launch template "
+                                         r"'\1-launch-template-id' is not a launch template of the plan"):
+        autoscale_aws.planned_groups(Without())
+
+
+def test_the_node_template_tags_agree_with_the_nodeconfig_the_instance_type_and_the_node_model(groups):
+    from tests.rehearsal_support import prepared
+
+    model = prepared("aws-prod")[2].model
+    for g in groups:
+        group = next(m for m in model.node_groups if m.name == g.pool and m.labels["topology.kubernetes.io/zone"] == g.zone)
+        assert autoscale_aws.tag_disagreements(g, group, {"g5.xlarge": 1, "g6.12xlarge": 4}[g.instance_types[0]]) == [], g.name
+
+
+def test_a_node_template_tag_the_kubelet_does_not_match_is_a_disagreement(groups):
+    g = copy.deepcopy(groups[0])
+    g.asg["tags"] = [t for t in g.asg["tags"] if "/taint/" not in t["key"]]
+    for t in g.asg["tags"]:
+        if t["key"].endswith("/resources/nvidia.com/gpu"):
+            t["value"] = "2"
+    problems = autoscale_aws.tag_disagreements(g, None, 1)
+    assert any("the kubelet registers taints [{'key': 'nvidia.com/gpu'" in p for p in problems), problems
+    assert any("the node-template tags say 2 nvidia.com/gpu, the instance type has 1" in p for p in problems), problems
+
+
+def test_the_cloud_config_points_every_service_the_autoscaler_calls_at_moto():
+    text, changes = autoscale_aws.cloud_config("http://127.0.0.1:4242", "us-east-1")
+    sections = re.findall(r'\[ServiceOverride "\d"\]\nService = (\w+)\nRegion = us-east-1\nURL = http://127.0.0.1:4242\n'
+                          r"SigningRegion = us-east-1", text)
+    assert sections == ["autoscaling", "ec2", "eks"]
+    assert "legacy endpoint resolvers" in changes[0]
+
+
+def test_moto_holds_the_plans_groups_as_the_autoscaler_discovers_them_and_launches_into_their_zone(groups, tmp_path):
+    """moto's server, the plan's groups created in it: the autoscaler's auto-discovery filters
+    (aws_wrapper.go getAutoscalingGroupsByTags: tag-key per --node-group-auto-discovery tag) find all five,
+    with their mixed-instances override, suspended AZRebalance and the drill's unneeded time; a desired
+    capacity of one launches an instance in the group's zone and TerminateInstanceInAutoScalingGroup
+    takes it back to zero."""
+    pytest.importorskip("flask")
+    procs = ProcessGroup(tmp_path / "logs")
+    try:
+        moto = autoscale_aws.Moto(procs, "us-east-1")
+        assert moto.ready(), moto.proc.tail()
+        changes = moto.create(groups, autoscale_aws.vpc_cidr(plan_stack("aws-prod")), "20s")
+        assert len(changes) == 5 and all(c.endswith("scaledownunneededtime: 2m0s -> 20s") for c in changes)
+        found = moto.autoscaling.describe_auto_scaling_groups(Filters=[
+            {"Name": "tag-key", "Values": ["k8s.io/cluster-autoscaler/enabled"]},
+            {"Name": "tag-key", "Values": ["k8s.io/cluster-autoscaler/gpu-prod"]}])["AutoScalingGroups"]
+        assert sorted(g["AutoScalingGroupName"] for g in found) == sorted(g.name for g in groups)
+        asg = next(g for g in found if g["AutoScalingGroupName"] == "gpu-prod-gpu-a10g-us-east-1b")
+        assert asg["MixedInstancesPolicy"]["LaunchTemplate"]["Overrides"] == [{"InstanceType": "g5.xlarge"}]
+        assert [p["ProcessName"] for p in asg["SuspendedProcesses"]] == ["AZRebalance"]
+        assert asg["AvailabilityZones"] == ["us-east-1b"] and asg["DesiredCapacity"] == 0
+        assert moto.gpus_of_type("g6.12xlarge") == 4
+        moto.autoscaling.set_desired_capacity(AutoScalingGroupName=asg["AutoScalingGroupName"], DesiredCapacity=1)
+        [inst] = moto.groups([asg["AutoScalingGroupName"]])[asg["AutoScalingGroupName"]]["Instances"]
+        assert inst["AvailabilityZone"] == "us-east-1b"
+        moto.autoscaling.terminate_instance_in_auto_scaling_group(InstanceId=inst["InstanceId"], ShouldDecrementDesiredCapacity=True)
+        after = moto.groups([asg["AutoScalingGroupName"]])[asg["AutoScalingGroupName"]]
+        assert after["DesiredCapacity"] == 0 and after["Instances"] == []
+        assert moto.instances([inst["InstanceId"]])[inst["InstanceId"]]["State"]["Name"] == "terminated"
+    finally:
+        procs.stop_all()
+
+
+def test_the_drill_needs_the_aws_autoscaler_binary(monkeypatch):
+    from gpu_platform.rehearsal import autoscale
+
+    monkeypatch.setattr(binaries, "find", lambda name: None)
+    release = autoscale.AutoscalerRelease([{"kind": "Deployment", "metadata": {"name": "ca"}, "spec": {"template": {"spec": {
+        "containers": [{"command": ["./cluster-autoscaler"]}]}}}}], "test", True)
+    with pytest.raises(binaries.MissingBinaries, match=autoscale_aws.AUTOSCALER):
+        autoscale.AutoscalerProcess(release, None, "", "", Path("/nonexistent"), Path("/nonexistent"), 1, autoscale.Timing(), None,
+                                    binary=autoscale_aws.AUTOSCALER, config=("", []))
+
+
+# --- the real autoscaler on the shared aws-prod rehearsal cluster -------------------------------------------
+
+
+def _drill(tmp_path):
+    """The eks-autoscaling scenario of the shipped aws-prod run: (scenario, its details and problems as one text)."""
+    from tests.test_rehearsal import HAVE_CACHE
+    from tests.rehearsal_support import rehearse
+    from gpu_platform.rehearsal.scenarios import eks_autoscaling
+
+    if not HAVE_CACHE:
+        pytest.skip(f"no rehearsal component cache (`{binaries.BUILD_COMMAND}`)")
+    result = rehearse("aws-prod", tmp_path, scenarios=(eks_autoscaling,))
+    [sc] = result.scenarios
+    assert sc.status != "NOT REHEARSED", sc.problems
+    return sc, "\n".join(sc.details + [f"PROBLEM: {p}" for p in sc.problems])
+
+
+def _no_problem(sc, *prefixes: str) -> None:
+    mine = [p for p in sc.problems if p.startswith(prefixes)]
+    assert not mine, mine
+
+
+GROUP = r"gpu-prod-gpu-(?:a10g|l4x4)-us-east-1[abc]"
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_a_pending_gpu_trainjob_scales_its_group_from_zero_and_binds_on_a_node_in_the_instances_zone(tmp_path):
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "scale-up", "gpu-prod-gpu-")
+    m = re.search(rf"scale-up: 1 scale-up\(s\) of (a10g|l4x4) \(Scale-up: setting group ({GROUP}) size to 1 \(pods "
+                  rf"training/rehearsal-autoscale-a-\S+ unschedulable; plan \[[^\]]*\]\)\) -> instance\(s\) \[\('(i-[0-9a-f]+)', "
+                  r"'([^']+)', '(us-east-1[abc])'\)\] -> node\(s\) \[\('(ip-[0-9-]+\.ec2\.internal)', '(us-east-1[abc])', "
+                  r"'aws:///(us-east-1[abc])/(i-[0-9a-f]+)'\)\]; TrainJob admitted, bound and running", text)
+    assert m, text
+    assert m[2] == m[4], "the group the autoscaler scaled is the one moto launched into"
+    assert m[5] == m[7] == m[8] and m[3] == m[9], "the node is in its instance's zone, with its providerID"
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_a_node_running_a_training_pod_is_kept_past_the_grace(tmp_path):
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "busy node")
+    assert re.search(r"busy node: ip-\S+ kept while TrainJob rehearsal-autoscale-a runs .*the autoscaler's reason: Node "
+                     r"ip-\S+ unremovable: nvidia.com/gpu requested \(100% of allocatable\)", text), text
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_after_the_job_ends_the_node_goes_after_the_grace_and_its_instance_is_terminated(tmp_path):
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "scale-down")
+    m = re.search(r'scale-down: Scale-down: removing empty node "?(ip-\S+?)"?, (\d+)s after the job ended \(grace (\d+)s\); '
+                  r"Terminated instance (i-[0-9a-f]+) in autoscaling group: [^;]*; moto: instance (i-[0-9a-f]+) terminated, "
+                  rf"{GROUP} desired capacity 0", text)
+    assert m and int(m[2]) >= int(m[3]) and m[4] == m[5], text
+    assert sc.status == "PASS", sc.problems
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_with_the_charts_rbac_alone_the_aws_autoscaler_never_syncs_and_with_the_programs_it_does(tmp_path):
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "chart's RBAC alone", "sync with the program's RBAC")
+    m = re.search(r"chart's RBAC alone: the autoscaler never synced its informers in \d+s; the API server refused: ([^(]+)", text)
+    assert m, text
+    assert {"list resourceslices.resource.k8s.io", "list resourceclaims.resource.k8s.io",
+            "list deviceclasses.resource.k8s.io"} <= {x.strip() for x in m[1].split(",")}
+    assert re.search(r"sync with the program's RBAC: cluster-autoscaler 1.35.2 \(as kube-system/cluster-autoscaler\) synced "
+                     r"its informers and ran its loop", text), text
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_the_report_names_each_groups_scale_ups_and_downs_with_the_autoscalers_reasons(tmp_path):
+    sc, text = _drill(tmp_path)
+    m = re.search(rf"node group ({GROUP}): (\d+) scale-up\(s\), (\d+) scale-down\(s\), as cluster-autoscaler logged them:", text)
+    assert m and int(m[2]) == 1 and int(m[3]) == 1, text
+    lines = [d for d in sc.details if d.startswith(f"  {m[1]}: ")]
+    assert any(f"scale-up: Scale-up: setting group {m[1]} size to 1 (pods training/" in ln for ln in lines), lines
+    assert any("scale-down: Scale-down: removing empty node" in ln for ln in lines), lines
