@@ -271,3 +271,31 @@ def test_zonal_groups_split_the_pool_exactly():
         groups = zonal_groups(lo, hi, ["a", "b", "c"])
         assert sum(g[1] for g in groups) == lo and sum(g[2] for g in groups) == hi
         assert all(g[1] <= g[2] for g in groups)
+
+
+def test_gpu_groups_tell_the_autoscaler_the_ephemeral_storage_a_node_gives_pods():
+    """EKS drill (rehearsal, 2026-11-28): cluster-autoscaler 1.35's AWS template node has no ephemeral
+    storage unless a node-template tag gives it, so a Katib trial (its metrics collector asks 500Mi) never
+    scaled a GPU group from zero. The tag is the node's allocatable: the 200 GiB root volume less 1 GiB of
+    filesystem margin, nodeadm's 1 GiB kubeReserved and the 10 % nodefs eviction share (rounded up)."""
+    from gpu_platform.components.aws.gpu_asg import template_ephemeral_storage_gib
+
+    p = "k8s.io/cluster-autoscaler/node-template"
+    assert f"{p}/resources/ephemeral-storage" not in autoscaler_tags("gpu-prod", SPEC, "2m0s")
+    tags = autoscaler_tags("gpu-prod", SPEC, "2m0s", root_volume_gib=200)
+    assert tags[f"{p}/resources/ephemeral-storage"] == "178Gi"  # 199 - 1 - 20
+    assert template_ephemeral_storage_gib(20) == 16 and template_ephemeral_storage_gib(1) == 0
+    listed = {t["key"]: t for t in asg_tag_list({}, "gpu-prod", SPEC, False, "2m0s", root_volume_gib=100)}
+    assert listed[f"{p}/resources/ephemeral-storage"] == {"key": f"{p}/resources/ephemeral-storage", "value": "88Gi",
+                                                          "propagate_at_launch": False}
+
+
+def test_aws_prod_plans_the_ephemeral_storage_tag_on_every_gpu_group():
+    from tests.conftest import plan_stack
+
+    groups = plan_stack("aws-prod").by_type("aws:autoscaling/group:Group")
+    assert groups
+    for g in groups:
+        tags = {t["key"]: t["value"] for t in g.plain_inputs.get("tags") or []}
+        if "k8s.io/cluster-autoscaler/enabled" in tags:
+            assert tags["k8s.io/cluster-autoscaler/node-template/resources/ephemeral-storage"].endswith("Gi"), g.name

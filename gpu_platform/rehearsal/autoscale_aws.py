@@ -51,8 +51,8 @@ import yaml
 
 from gpu_platform.components.capacity import parse_quantity
 from gpu_platform.rehearsal import binaries
-from gpu_platform.rehearsal.autoscale import (AutoscalerProcess, AutoscalerRelease, Drill, Timing, _admitted,
-                                              _example, _workload, autoscaler_release)
+from gpu_platform.rehearsal.autoscale import (KATIB_EPHEMERAL_STORAGE, AutoscalerProcess, AutoscalerRelease, Drill,
+                                              Timing, _admitted, _example, _workload, autoscaler_release)
 from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, resources
@@ -590,7 +590,8 @@ def scale_from_zero_and_back(d: AwsDrill, job: dict) -> None:
 
     # 1. A pending GPU TrainJob: the autoscaler scales a group from zero, the job is admitted, bound, running.
     started = time.monotonic()
-    ref = d.submit(job, "rehearsal-autoscale-a")
+    # With a Katib trial's ephemeral storage (its metrics collector's request), as the Linode drill asks.
+    ref = d.submit(job, "rehearsal-autoscale-a", extra_requests={"ephemeral-storage": KATIB_EPHEMERAL_STORAGE})
     if ref is None:
         return
     found: dict[str, str] = {}
@@ -601,7 +602,8 @@ def scale_from_zero_and_back(d: AwsDrill, job: dict) -> None:
             found["pool"] = pool
         return pool is not None
 
-    if not d.until(f"scale-up: TrainJob {ref[0]}/{ref[1]} admitted, bound and running on a new node of a GPU group",
+    if not d.until(f"scale-up: TrainJob {ref[0]}/{ref[1]} (asking {KATIB_EPHEMERAL_STORAGE} ephemeral-storage) admitted, "
+                   "bound and running on a new node of a GPU group",
                    bound, timeout=t.join_deadline_seconds + 120):
         return
     pool = found["pool"]

@@ -179,17 +179,38 @@ def render_user_data(nodeadm_config: str, shell_script: str) -> str:
     )
 
 
+# nodeadm's kubelet defaults on the AL2023 EKS AMIs (awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go
+# @ e48b98ad: kubeReserved ephemeral-storage "1Gi", evictionHard nodefs.available "10%").
+NODEADM_KUBE_RESERVED_EPHEMERAL_GIB = 1
+NODEADM_NODEFS_EVICTION_PERCENT = 10
+# The root filesystem is a little smaller than its volume (partition table, XFS metadata): one GiB of margin.
+ROOT_FILESYSTEM_MARGIN_GIB = 1
+
+
+def template_ephemeral_storage_gib(root_volume_gib: int) -> int:
+    """The ephemeral storage a GPU node of the group can give pods (its Node Allocatable), in GiB, rounded
+    down: the root volume less the filesystem's margin, nodeadm's kubeReserved and the nodefs eviction share."""
+    fs = root_volume_gib - ROOT_FILESYSTEM_MARGIN_GIB
+    return max(0, fs - NODEADM_KUBE_RESERVED_EPHEMERAL_GIB - -(-fs * NODEADM_NODEFS_EVICTION_PERCENT // 100))
+
+
 def autoscaler_tags(cluster_name: str, spec: GpuPoolSpec, unneeded_time: str,
-                    extra_labels: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+                    extra_labels: Optional[Mapping[str, str]] = None,
+                    root_volume_gib: Optional[int] = None) -> dict[str, str]:
     """Auto-discovery plus the node-template tags that let cluster-autoscaler scale from zero (it
-    cannot read labels, taints or GPUs from a node that does not exist yet), and the group's
-    scale-down-unneeded-time (a Go duration, see gpu_platform/components/aws/scale_down.py)."""
+    cannot read labels, taints, GPUs or disk from a node that does not exist yet), and the group's
+    scale-down-unneeded-time (a Go duration, see gpu_platform/components/aws/scale_down.py).
+    Ephemeral storage: cluster-autoscaler 1.35's AWS template node has none unless this tag gives it
+    (cloudprovider/aws aws_manager.go), so a pod asking any (Katib's metrics collector asks 500Mi) never
+    scaled a group from zero."""
     prefix = "k8s.io/cluster-autoscaler/node-template"
     tags = {"k8s.io/cluster-autoscaler/enabled": "true", f"k8s.io/cluster-autoscaler/{cluster_name}": "owned"}
     tags.update({f"{prefix}/label/{k}": v for k, v in node_labels(spec, extra_labels).items()})
     tags.update({f"{prefix}/taint/{t.key}": f"{t.value}:{t.effect}" for t in spec.taints})
     tags[UNNEEDED_TIME_TAG] = unneeded_time
     tags[f"{prefix}/resources/nvidia.com/gpu"] = str(spec.gpus_per_node)
+    if root_volume_gib is not None:
+        tags[f"{prefix}/resources/ephemeral-storage"] = f"{template_ephemeral_storage_gib(root_volume_gib)}Gi"
     return tags
 
 
@@ -201,14 +222,15 @@ def pool_tags(spec: GpuPoolSpec, approved_on_demand: bool, zone: Optional[str] =
 
 def asg_tag_list(common: Mapping[str, str], cluster_name: str, spec: GpuPoolSpec, approved_on_demand: bool,
                  unneeded_time: str, zone: Optional[str] = None,
-                 extra_labels: Optional[Mapping[str, str]] = None) -> list[dict]:
+                 extra_labels: Optional[Mapping[str, str]] = None,
+                 root_volume_gib: Optional[int] = None) -> list[dict]:
     """All ASG tags. Owner/pool tags and the NTH/cluster-ownership tags propagate to instances;
     autoscaler tags stay on the group."""
     propagated = {**common, **pool_tags(spec, approved_on_demand, zone), "Name": f"{asg_name(cluster_name, spec.name, zone)}",
                   f"kubernetes.io/cluster/{cluster_name}": "owned", NTH_MANAGED_TAG: "true"}
     out = [{"key": k, "value": v, "propagate_at_launch": True} for k, v in propagated.items()]
     out += [{"key": k, "value": v, "propagate_at_launch": False}
-            for k, v in autoscaler_tags(cluster_name, spec, unneeded_time, extra_labels).items()]
+            for k, v in autoscaler_tags(cluster_name, spec, unneeded_time, extra_labels, root_volume_gib).items()]
     if len(out) > 50:
         raise ValueError(f"{len(out)} tags on {asg_name(cluster_name, spec.name, zone)}; an ASG holds at most 50")
     return out
@@ -304,7 +326,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             enabled_metrics=["GroupDesiredCapacity", "GroupInServiceInstances", "GroupPendingInstances",
                              "GroupTerminatingInstances", "GroupTotalInstances"],
             tags=asg_tag_list(args.tags, args.cluster_name, spec, args.approved_on_demand, args.scale_down_unneeded_time,
-                              args.zone, args.extra_node_labels),
+                              args.zone, args.extra_node_labels, args.root_volume_gib),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on or []),
                                         # The cluster-autoscaler owns the desired size.
                                         ignore_changes=["desiredCapacity"]),
