@@ -1,0 +1,62 @@
+"""onprem-dev's Kubernetes layer deployed by the real Pulumi engine onto a rehearsal control plane (issue 36
+item 3, the slice that runs today: gpu_platform/rehearsal/engine.py says which platform parts the engine cannot
+deploy onto KWOK nodes yet, and why). Needs `make engine-build`, `make engine-venv` and the chart folder."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from gpu_platform.components.helm import LOCAL_CHARTS_ENV
+from gpu_platform.data.chart import Chart
+from gpu_platform.rehearsal import engine
+from tests.conftest import ROOT
+from tests.fit_support import CHARTS, need_charts
+from tests.test_rehearsal_engine import _engine_bin
+
+
+def test_a_chart_missing_from_the_local_folder_stops_the_program_naming_both(tmp_path, monkeypatch):
+    import pulumi
+
+    from gpu_platform.components.helm import local_chart
+
+    chart = Chart("kueue", "0.14.4", "oci://registry.k8s.io/kueue/charts")
+    monkeypatch.delenv(LOCAL_CHARTS_ENV, raising=False)
+    assert local_chart(chart) is None  # unset: the chart's repository, as before
+    monkeypatch.setenv(LOCAL_CHARTS_ENV, str(tmp_path))
+    with pytest.raises(pulumi.RunError, match=rf"{tmp_path}, which has no kueue-0.14.4.tgz .*charts pull --dest"):
+        local_chart(chart)
+    (tmp_path / "kueue-0.14.4.tgz").write_bytes(b"archive")
+    assert local_chart(chart) == str(tmp_path / "kueue-0.14.4.tgz")
+
+
+@pytest.mark.rehearsal
+def test_onprem_dev_is_deployed_by_pulumi_up_unchanged_by_a_second_up_and_destroyed_without_a_trace(tmp_path):
+    """Starts its own control plane: the session's shared cluster of a stack has the platform installed by the
+    rehearsal's own installer, and the engine must deploy onto a cluster that does not have it yet."""
+    _engine_bin()
+    if not (ROOT / ".venv-engine" / "bin" / "python").is_file():
+        pytest.skip("no .venv-engine: run `make engine-venv` (requirements-engine.txt)")
+    need_charts()
+    from tests.rehearsal_support import prepared
+
+    cfg, _plan, fit = prepared("onprem-dev")
+    t0 = time.monotonic()
+    with engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS) as run:
+        run.up()
+        second = run.second_up()
+        run.destroy()
+    report = run.report
+    (tmp_path / "engine.json").write_text(json.dumps(report.to_json(), indent=1))
+    types = {r["type"] for r in report.resources}
+    assert {"kubernetes:core/v1:Namespace", "kubernetes:scheduling.k8s.io/v1:PriorityClass",
+            "kubernetes:core/v1:ResourceQuota", "kubernetes:networking.k8s.io/v1:NetworkPolicy"} <= types, types
+    releases = [r for r in report.resources if r["type"] == "kubernetes:helm.sh/v3:Release"]
+    assert releases and all(r["status"] == "deployed" and r["chart"].startswith(str(CHARTS.resolve())) for r in releases), releases
+    assert second.returncode == 0 and "unchanged" in report.second_up and "to update" not in report.second_up, \
+        (second.stdout + second.stderr)[-4000:]
+    assert report.left_behind == [], report.left_behind
+    assert set(report.not_deployed) == set(engine.NOT_DEPLOYABLE)
+    assert time.monotonic() - t0 < 600
