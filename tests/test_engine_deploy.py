@@ -60,3 +60,58 @@ def test_onprem_dev_is_deployed_by_pulumi_up_unchanged_by_a_second_up_and_destro
     assert report.left_behind == [], report.left_behind
     assert set(report.not_deployed) == set(engine.NOT_DEPLOYABLE)
     assert time.monotonic() - t0 < 600
+
+
+PLANT_PROVIDER = (
+    "import os\nimport pulumi\nimport pulumi_kubernetes as k8s\n\n"
+    "_kc = open(os.environ['KUBECONFIG']).read()\n"
+    "_p = pulumi.ResourceOptions(provider=k8s.Provider('planted', kubeconfig=_kc))\n")
+
+
+def _planted_run(tmp_path, plant: str):
+    _engine_bin()
+    if not (ROOT / ".venv-engine" / "bin" / "python").is_file():
+        pytest.skip("no .venv-engine: run `make engine-venv` (requirements-engine.txt)")
+    need_charts()
+    from tests.rehearsal_support import prepared
+
+    cfg, _plan, fit = prepared("onprem-dev")
+    return engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS, plant=PLANT_PROVIDER + plant)
+
+
+# A perpetual diff: an input that differs on every run (a timestamp in a ConfigMap). A value the API server only
+# rewrites (a LimitRange's "1000m" read back as "1") was planted first and is NOT a diff for this provider:
+# pulumi-kubernetes v4.25.0's server-side apply compares quantities as quantities, also after --refresh.
+PERPETUAL = ("import time\n"
+             "k8s.core.v1.ConfigMap('planted-stamp', metadata={'name': 'planted-stamp', 'namespace': 'default'},\n"
+             "                      data={'renderedAt': str(time.time_ns())}, opts=_p)\n")
+# A custom resource ordered before its CRD (the CRD depends on it).
+CR_BEFORE_CRD = (
+    "_cr = k8s.apiextensions.CustomResource('planted-widget', api_version='example.com/v1', kind='Widget',\n"
+    "    metadata={'name': 'w', 'namespace': 'default'}, spec={'size': 1}, opts=_p)\n"
+    "k8s.apiextensions.v1.CustomResourceDefinition('planted-crd', metadata={'name': 'widgets.example.com'},\n"
+    "    spec={'group': 'example.com', 'scope': 'Namespaced',\n"
+    "          'names': {'kind': 'Widget', 'plural': 'widgets', 'singular': 'widget'},\n"
+    "          'versions': [{'name': 'v1', 'served': True, 'storage': True,\n"
+    "                        'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}]},\n"
+    "    opts=pulumi.ResourceOptions.merge(_p, pulumi.ResourceOptions(depends_on=[_cr])))\n")
+
+
+@pytest.mark.rehearsal
+def test_a_perpetual_diff_and_a_custom_resource_before_its_crd_fail_the_engine_checks(tmp_path):
+    """Starts its own control plane (as the test above, and one for both plants: the second is planted after the
+    first is caught). The program with a perpetual diff deploys, and the second `up --refresh --expect-no-changes`
+    fails naming the resource; then with a custom resource ordered before its CRD, `up` fails naming its kind;
+    `destroy` still leaves nothing."""
+    run = _planted_run(tmp_path, PERPETUAL)
+    with run:
+        run.up()
+        second = run.second_up()
+        out = second.stdout + second.stderr
+        assert second.returncode != 0 and "planted-stamp" in out and "renderedAt" in out, out[-4000:]
+        assert "no changes were expected for update but changes were proposed" in out, out[-4000:]
+        run.replant(PLANT_PROVIDER + CR_BEFORE_CRD)
+        with pytest.raises(engine.EngineError, match=r'no matches for kind "Widget" in version "example.com/v1"'):
+            run.up()
+        run.destroy()
+    assert run.report.left_behind == [], run.report.left_behind

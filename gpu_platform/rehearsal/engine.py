@@ -118,10 +118,11 @@ class EngineRun:
     """One stack through the engine in `out`: project copy, backend, PULUMI_HOME and logs all under it."""
 
     def __init__(self, stack: str, cfg: Any, model: Any, out: Path, root: Path, charts: Path,
-                 venv: Optional[Path] = None, config: Optional[dict[str, str]] = None):
+                 venv: Optional[Path] = None, config: Optional[dict[str, str]] = None, plant: Optional[str] = None):
         self.stack, self.cfg, self.model, self.out, self.root = stack, cfg, model, Path(out), Path(root)
         self.charts, self.venv = Path(charts), Path(venv or root / ".venv-engine")
         self.config = dict(config or {})
+        self.plant = plant  # Python run after the program, in its Pulumi runtime (tests plant defects with it)
         self.report = EngineReport(stack)
         self.project = self.out / "project"
         self.log_dir = self.out / "logs"
@@ -131,10 +132,20 @@ class EngineRun:
 
     def _project(self) -> None:
         self.project.mkdir(parents=True)
-        for top in ("Pulumi.yaml", "__main__.py", "gpu_platform", "examples"):
+        for top in ("Pulumi.yaml", "gpu_platform", "examples"):
             (self.project / top).symlink_to(self.root / top)
         shutil.copytree(self.root / "stacks", self.project / "stacks")
         (self.project / ".venv").symlink_to(self.venv)
+        if self.plant is None:
+            (self.project / "__main__.py").symlink_to(self.root / "__main__.py")
+        else:
+            self.replant(self.plant)
+
+    def replant(self, plant: str) -> None:
+        """The program as it is, then `plant` (Python in the same Pulumi runtime): what the next command runs."""
+        self.plant = plant
+        (self.project / "__main__.py").write_text(
+            f"import runpy\n\nrunpy.run_path({str(self.root / '__main__.py')!r}, run_name='__main__')\n\n{plant}\n")
 
     def env(self, kubeconfig: Path) -> dict[str, str]:
         for d in ("state", "pulumi-home"):
@@ -215,9 +226,11 @@ class EngineRun:
             self.report.resources.append(entry)
 
     def second_up(self) -> subprocess.CompletedProcess:
-        """`pulumi up --expect-no-changes`: exit 0 only if the engine finds nothing to change."""
-        proc = self.pulumi("up", "--yes", "--skip-preview", "--expect-no-changes", "--diff", "--stack", self.stack,
-                           check=False)
+        """`pulumi up --refresh --expect-no-changes`: exit 0 only if the engine finds nothing to change once it has
+        read every object back from the API server (drift.yml's check): a value the API server defaults or
+        rewrites differently from the program's shows up here as a change."""
+        proc = self.pulumi("up", "--yes", "--skip-preview", "--refresh", "--expect-no-changes", "--diff",
+                           "--stack", self.stack, check=False)
         self.report.second_up = (proc.stdout + proc.stderr).split("Resources:", 1)[-1].strip().split("\n\n", 1)[0]
         return proc
 
