@@ -5,6 +5,8 @@ deploy onto KWOK nodes yet, and why). Needs `make engine-build`, `make engine-ve
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -44,7 +46,11 @@ def test_onprem_dev_is_deployed_by_pulumi_up_unchanged_by_a_second_up_and_destro
 
     cfg, _plan, fit = prepared("onprem-dev")
     t0 = time.monotonic()
-    with engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS) as run:
+    with engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS,
+                          policy_config=_policy_config(tmp_path)) as run:
+        # The policy pack through the engine on the stack as shipped, as the workflows run it: no violation.
+        assert run.policy_preview.returncode == 0 and run.report.policy_violations == [], \
+            (run.policy_preview.stdout + run.policy_preview.stderr)[-4000:]
         run.up()
         second = run.second_up()
         run.destroy()
@@ -76,13 +82,26 @@ def _planted_run(tmp_path, plant: str):
     from tests.rehearsal_support import prepared
 
     cfg, _plan, fit = prepared("onprem-dev")
-    return engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS, plant=PLANT_PROVIDER + plant)
+    return engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS, plant=PLANT_PROVIDER + plant,
+                            policy_config=_policy_config(tmp_path))
+
+
+def _policy_config(tmp_path) -> "Path":
+    """The stack's policy pack config as preview.yml and deploy.yml write it."""
+    path = tmp_path / "policy-config.json"
+    path.write_text(subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "policy-config", "onprem-dev"],
+                                   cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    return path
 
 
 # A perpetual diff: an input that differs on every run (a timestamp in a ConfigMap). A value the API server only
 # rewrites (a LimitRange's "1000m" read back as "1") was planted first and is NOT a diff for this provider:
 # pulumi-kubernetes v4.25.0's server-side apply compares quantities as quantities, also after --refresh.
 PERPETUAL = ("import time\n"
+             # and an image by tag, which the mandatory images-by-digest policy refuses
+             "k8s.apps.v1.Deployment('planted-web', metadata={'name': 'web', 'namespace': 'default'},\n"
+             "    spec={'selector': {'matchLabels': {'app': 'web'}}, 'template': {'metadata': {'labels': {'app': 'web'}},\n"
+             "          'spec': {'containers': [{'name': 'web', 'image': 'nginx:1.27'}]}}}, opts=_p)\n"
              "k8s.core.v1.ConfigMap('planted-stamp', metadata={'name': 'planted-stamp', 'namespace': 'default'},\n"
              "                      data={'renderedAt': str(time.time_ns())}, opts=_p)\n")
 # A custom resource ordered before its CRD (the CRD depends on it).
@@ -101,10 +120,12 @@ CR_BEFORE_CRD = (
 def test_a_perpetual_diff_and_a_custom_resource_before_its_crd_fail_the_engine_checks(tmp_path):
     """Starts its own control plane (as the test above, and one for both plants: the second is planted after the
     first is caught). The program with a perpetual diff deploys, and the second `up --refresh --expect-no-changes`
-    fails naming the resource; then with a custom resource ordered before its CRD, `up` fails naming its kind;
+    fails naming the resource (and the pack, run by the engine, refuses its image by tag); then with a custom resource ordered before its CRD, `up` fails naming its kind;
     `destroy` still leaves nothing."""
     run = _planted_run(tmp_path, PERPETUAL)
     with run:
+        assert run.policy_preview.returncode != 0, (run.policy_preview.stdout + run.policy_preview.stderr)[-4000:]
+        assert run.report.policy_violations == ["[mandatory]  images-by-digest  (kubernetes:apps/v1:Deployment: planted-web)"]
         run.up()
         second = run.second_up()
         out = second.stdout + second.stderr

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -45,6 +46,8 @@ NOT_DEPLOYABLE = {
     "queue": "Kueue's admission webhook (failurePolicy Fail) is unreachable without a service network",
     "monitoring": "kube-prometheus-stack's admission-create hook Job never completes on a KWOK node",
 }
+# Of those, the ones that cannot even be previewed offline: the policy preview runs with them off.
+NOT_PREVIEWABLE = {"kubeflow"}
 # Stand-ins for the secrets CI passes from the deploy environment (deploy.yml's config-map).
 STANDIN_SECRETS = {"checkpoint-store:accessKeyId": "rehearsal-access-key",
                    "checkpoint-store:secretAccessKey": "rehearsal-secret-key"}
@@ -62,10 +65,12 @@ class EngineReport:
     left_behind: list[str] = field(default_factory=list)
     not_deployed: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    policy_violations: list[str] = field(default_factory=list)  # "[level]  policy  (type: name)" lines of the preview
 
     def to_json(self) -> dict:
         return {"stack": self.stack, "resources": self.resources, "secondUp": self.second_up,
-                "leftBehind": self.left_behind, "notDeployed": self.not_deployed, "timings": self.timings}
+                "leftBehind": self.left_behind, "notDeployed": self.not_deployed, "timings": self.timings,
+                "policyViolations": self.policy_violations}
 
 
 def engine_bin() -> Path:
@@ -118,11 +123,14 @@ class EngineRun:
     """One stack through the engine in `out`: project copy, backend, PULUMI_HOME and logs all under it."""
 
     def __init__(self, stack: str, cfg: Any, model: Any, out: Path, root: Path, charts: Path,
-                 venv: Optional[Path] = None, config: Optional[dict[str, str]] = None, plant: Optional[str] = None):
+                 venv: Optional[Path] = None, config: Optional[dict[str, str]] = None, plant: Optional[str] = None,
+                 policy_config: Optional[Path] = None):
         self.stack, self.cfg, self.model, self.out, self.root = stack, cfg, model, Path(out), Path(root)
         self.charts, self.venv = Path(charts), Path(venv or root / ".venv-engine")
         self.config = dict(config or {})
         self.plant = plant  # Python run after the program, in its Pulumi runtime (tests plant defects with it)
+        self.policy_config = policy_config  # the stack's policy pack config (preflight policy-config), as CI passes it
+        self.policy_preview: Optional[subprocess.CompletedProcess] = None
         self.report = EngineReport(stack)
         self.project = self.out / "project"
         self.log_dir = self.out / "logs"
@@ -156,6 +164,8 @@ class EngineRun:
             "PULUMI_BACKEND_URL": f"file://{self.out / 'state'}", "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
             "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             "KUBECONFIG": str(kubeconfig), LOCAL_CHARTS_ENV: str(self.charts),
+            # The policy pack imports the package it ships in; .venv-engine does not install it.
+            "PYTHONPATH": str(self.root),
             # Nothing but the local API server may be reached: a download attempt fails instead of succeeding.
             "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost",
         }
@@ -195,9 +205,14 @@ class EngineRun:
             pairs = [x for (k, v), flag in zip(self.config.items(), settings) for x in (flag, f"{k}={v}")]
             secrets = [x for k, v in STANDIN_SECRETS.items() for x in ("--secret", f"{k}={v}")]
             self.pulumi("config", "set-all", "--stack", self.stack, *secrets, *pairs)
-            for part, why in NOT_DEPLOYABLE.items():
+            # Parts that cannot even preview offline first; then the policy pack on the stack as shipped otherwise
+            # (a preview deploys nothing), as CI previews it; then the parts the engine cannot deploy here.
+            parts = sorted(NOT_DEPLOYABLE, key=lambda p: p not in NOT_PREVIEWABLE)
+            for part in parts:
+                if self.policy_config is not None and self.policy_preview is None and part not in NOT_PREVIEWABLE:
+                    self.policy_preview = self.preview_with_policies(self.policy_config)
                 self.pulumi("config", "set", "--path", f"gpu-platform:platform.{part}", "false", "--stack", self.stack)
-                self.report.not_deployed[part] = why
+                self.report.not_deployed[part] = NOT_DEPLOYABLE[part]
         except BaseException:
             self.close()
             raise
@@ -232,6 +247,15 @@ class EngineRun:
         proc = self.pulumi("up", "--yes", "--skip-preview", "--refresh", "--expect-no-changes", "--diff",
                            "--stack", self.stack, check=False)
         self.report.second_up = (proc.stdout + proc.stderr).split("Resources:", 1)[-1].strip().split("\n\n", 1)[0]
+        return proc
+
+    def preview_with_policies(self, policy_config: Path) -> subprocess.CompletedProcess:
+        """`pulumi preview --policy-pack gpu_platform/policies --policy-pack-config FILE`, as the workflows run it:
+        the pack through the engine on what the program registers; exit non-zero on a mandatory violation."""
+        proc = self.pulumi("preview", "--policy-pack", str(self.project / "gpu_platform" / "policies"),
+                           "--policy-pack-config", str(policy_config), "--stack", self.stack, check=False)
+        self.report.policy_violations = [line.strip()[2:] for line in (proc.stdout + proc.stderr).splitlines()
+                                         if re.match(r"\s*- \[(mandatory|advisory)\]", line)]
         return proc
 
     def destroy(self) -> None:
