@@ -15,3 +15,8 @@ class Chart:
     @property
     def ref(self) -> str:
         return self.chart if self.repo is None else f"{self.repo} {self.chart}"
+
+    @property
+    def archive_name(self) -> str:
+        """`NAME-VERSION.tgz`, as `helm pull` saves it and chart folders hold it (OCI: the last path element)."""
+        return f"{self.chart.rstrip('/').rsplit('/', 1)[-1]}-{self.version}.tgz"

@@ -1,0 +1,138 @@
+"""onprem-dev's Kubernetes layer deployed by the real Pulumi engine onto a rehearsal control plane (issue 36
+item 3, the slice that runs today: gpu_platform/rehearsal/engine.py says which platform parts the engine cannot
+deploy onto KWOK nodes yet, and why). Needs `make engine-build`, `make engine-venv` and the chart folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpu_platform.components.helm import LOCAL_CHARTS_ENV
+from gpu_platform.data.chart import Chart
+from gpu_platform.rehearsal import engine
+from tests.conftest import ROOT
+from tests.fit_support import CHARTS, need_charts
+from tests.test_rehearsal_engine import _engine_bin
+
+
+def test_a_chart_missing_from_the_local_folder_stops_the_program_naming_both(tmp_path, monkeypatch):
+    import pulumi
+
+    from gpu_platform.components.helm import local_chart
+
+    chart = Chart("kueue", "0.14.4", "oci://registry.k8s.io/kueue/charts")
+    monkeypatch.delenv(LOCAL_CHARTS_ENV, raising=False)
+    assert local_chart(chart) is None  # unset: the chart's repository, as before
+    monkeypatch.setenv(LOCAL_CHARTS_ENV, str(tmp_path))
+    with pytest.raises(pulumi.RunError, match=rf"{tmp_path}, which has no kueue-0.14.4.tgz .*charts pull --dest"):
+        local_chart(chart)
+    (tmp_path / "kueue-0.14.4.tgz").write_bytes(b"archive")
+    assert local_chart(chart) == str(tmp_path / "kueue-0.14.4.tgz")
+
+
+@pytest.mark.rehearsal
+def test_onprem_dev_is_deployed_by_pulumi_up_unchanged_by_a_second_up_and_destroyed_without_a_trace(tmp_path):
+    """Starts its own control plane: the session's shared cluster of a stack has the platform installed by the
+    rehearsal's own installer, and the engine must deploy onto a cluster that does not have it yet."""
+    _engine_bin()
+    if not (ROOT / ".venv-engine" / "bin" / "python").is_file():
+        pytest.skip("no .venv-engine: run `make engine-venv` (requirements-engine.txt)")
+    need_charts()
+    from tests.rehearsal_support import prepared
+
+    cfg, _plan, fit = prepared("onprem-dev")
+    t0 = time.monotonic()
+    with engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS,
+                          policy_config=_policy_config(tmp_path)) as run:
+        # The policy pack through the engine on the stack as shipped, as the workflows run it: no violation.
+        assert run.policy_preview.returncode == 0 and run.report.policy_violations == [], \
+            (run.policy_preview.stdout + run.policy_preview.stderr)[-4000:]
+        run.up()
+        second = run.second_up()
+        run.destroy()
+    report = run.report
+    (tmp_path / "engine.json").write_text(json.dumps(report.to_json(), indent=1))
+    types = {r["type"] for r in report.resources}
+    assert {"kubernetes:core/v1:Namespace", "kubernetes:scheduling.k8s.io/v1:PriorityClass",
+            "kubernetes:core/v1:ResourceQuota", "kubernetes:networking.k8s.io/v1:NetworkPolicy"} <= types, types
+    releases = [r for r in report.resources if r["type"] == "kubernetes:helm.sh/v3:Release"]
+    assert releases and all(r["status"] == "deployed" and r["chart"].startswith(str(CHARTS.resolve())) for r in releases), releases
+    assert second.returncode == 0 and "unchanged" in report.second_up and "to update" not in report.second_up, \
+        (second.stdout + second.stderr)[-4000:]
+    assert report.left_behind == [], report.left_behind
+    assert set(report.not_deployed) == set(engine.NOT_DEPLOYABLE)
+    assert time.monotonic() - t0 < 600
+
+
+PLANT_PROVIDER = (
+    "import os\nimport pulumi\nimport pulumi_kubernetes as k8s\n\n"
+    "_kc = open(os.environ['KUBECONFIG']).read()\n"
+    "_p = pulumi.ResourceOptions(provider=k8s.Provider('planted', kubeconfig=_kc))\n")
+
+
+def _planted_run(tmp_path, plant: str):
+    _engine_bin()
+    if not (ROOT / ".venv-engine" / "bin" / "python").is_file():
+        pytest.skip("no .venv-engine: run `make engine-venv` (requirements-engine.txt)")
+    need_charts()
+    from tests.rehearsal_support import prepared
+
+    cfg, _plan, fit = prepared("onprem-dev")
+    return engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS, plant=PLANT_PROVIDER + plant,
+                            policy_config=_policy_config(tmp_path))
+
+
+def _policy_config(tmp_path) -> "Path":
+    """The stack's policy pack config as preview.yml and deploy.yml write it."""
+    path = tmp_path / "policy-config.json"
+    path.write_text(subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "policy-config", "onprem-dev"],
+                                   cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    return path
+
+
+# A perpetual diff: an input that differs on every run (a timestamp in a ConfigMap). A value the API server only
+# rewrites (a LimitRange's "1000m" read back as "1") was planted first and is NOT a diff for this provider:
+# pulumi-kubernetes v4.25.0's server-side apply compares quantities as quantities, also after --refresh.
+PERPETUAL = ("import time\n"
+             # and an image by tag, which the mandatory images-by-digest policy refuses
+             "k8s.apps.v1.Deployment('planted-web', metadata={'name': 'web', 'namespace': 'default'},\n"
+             "    spec={'selector': {'matchLabels': {'app': 'web'}}, 'template': {'metadata': {'labels': {'app': 'web'}},\n"
+             "          'spec': {'containers': [{'name': 'web', 'image': 'nginx:1.27'}]}}}, opts=_p)\n"
+             "k8s.core.v1.ConfigMap('planted-stamp', metadata={'name': 'planted-stamp', 'namespace': 'default'},\n"
+             "                      data={'renderedAt': str(time.time_ns())}, opts=_p)\n")
+# A custom resource ordered before its CRD (the CRD depends on it).
+CR_BEFORE_CRD = (
+    "_cr = k8s.apiextensions.CustomResource('planted-widget', api_version='example.com/v1', kind='Widget',\n"
+    "    metadata={'name': 'w', 'namespace': 'default'}, spec={'size': 1}, opts=_p)\n"
+    "k8s.apiextensions.v1.CustomResourceDefinition('planted-crd', metadata={'name': 'widgets.example.com'},\n"
+    "    spec={'group': 'example.com', 'scope': 'Namespaced',\n"
+    "          'names': {'kind': 'Widget', 'plural': 'widgets', 'singular': 'widget'},\n"
+    "          'versions': [{'name': 'v1', 'served': True, 'storage': True,\n"
+    "                        'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}]},\n"
+    "    opts=pulumi.ResourceOptions.merge(_p, pulumi.ResourceOptions(depends_on=[_cr])))\n")
+
+
+@pytest.mark.rehearsal
+def test_a_perpetual_diff_and_a_custom_resource_before_its_crd_fail_the_engine_checks(tmp_path):
+    """Starts its own control plane (as the test above, and one for both plants: the second is planted after the
+    first is caught). The program with a perpetual diff deploys, and the second `up --refresh --expect-no-changes`
+    fails naming the resource (and the pack, run by the engine, refuses its image by tag); then with a custom resource ordered before its CRD, `up` fails naming its kind;
+    `destroy` still leaves nothing."""
+    run = _planted_run(tmp_path, PERPETUAL)
+    with run:
+        assert run.policy_preview.returncode != 0, (run.policy_preview.stdout + run.policy_preview.stderr)[-4000:]
+        assert run.report.policy_violations == ["[mandatory]  images-by-digest  (kubernetes:apps/v1:Deployment: planted-web)"]
+        run.up()
+        second = run.second_up()
+        out = second.stdout + second.stderr
+        assert second.returncode != 0 and "planted-stamp" in out and "renderedAt" in out, out[-4000:]
+        assert "no changes were expected for update but changes were proposed" in out, out[-4000:]
+        run.replant(PLANT_PROVIDER + CR_BEFORE_CRD)
+        with pytest.raises(engine.EngineError, match=r'no matches for kind "Widget" in version "example.com/v1"'):
+            run.up()
+        run.destroy()
+    assert run.report.left_behind == [], run.report.left_behind
