@@ -1178,3 +1178,30 @@ def test_fit_judges_the_trainers_by_the_stacks_autoscaler_and_names_what_the_clu
     assert any("karpenter.sh/do-not-disrupt=true: Karpenter keeps their nodes" in n for n in report.notes)
     assert not any("gpuDevicePlugin preinstalled" in n for n in report.notes)  # the platform's own device plugin
     assert not any("carry only the taint" in n for n in report.notes)  # a taint only the platform tolerates
+
+
+def test_missing_checkpoint_credentials_stop_the_program_before_any_resource(monkeypatch):
+    """The engine run (issue 36) found onprem-dev without checkpoint-store:accessKeyId stopping with
+    'Missing required configuration variable' only after its Namespace and ConfigMap were created: the
+    credentials were read after them. Now they are read before anything is registered."""
+    import pulumi
+
+    registered: list[str] = []
+    real_init = pulumi.CustomResource.__init__
+
+    def recording_init(self, t, name, *a, **kw):
+        registered.append(f"{t} {name}")
+        return real_init(self, t, name, *a, **kw)
+
+    real_require = pulumi.Config.require_secret
+
+    def missing(self, key):
+        if self.name == "checkpoint-store":
+            raise pulumi.ConfigMissingError(f"checkpoint-store:{key}", True)
+        return real_require(self, key)
+
+    monkeypatch.setattr(pulumi.CustomResource, "__init__", recording_init)
+    monkeypatch.setattr(pulumi.Config, "require_secret", missing)
+    with pytest.raises(ProgramError, match="checkpoint-store:accessKeyId"):
+        plan_of(config())
+    assert registered == []

@@ -271,8 +271,14 @@ class ExistingCluster(pulumi.ComponentResource):
         cfg = args.cfg
         section = cfg.kubernetes
         assert section is not None, "validated by gpu_platform.config.stack"
-        # Before anything is registered: a missing or broken kubeconfig stops the program with one message.
+        # Before anything is registered: a missing or broken kubeconfig, or a checkpoint store without its
+        # credentials (checkpoint-store:accessKeyId/secretAccessKey), stops the program with one message.
         source, target = read_kubeconfig(section.context, args.stack_file)
+        store = section.checkpoint_store
+        credentials = None
+        if store is not None:
+            keys = pulumi.Config(CHECKPOINT_CREDENTIALS_NAMESPACE)
+            credentials = [keys.require_secret(k) for k in CHECKPOINT_CREDENTIAL_KEYS]
         super().__init__("gpu-platform:kubernetes:ExistingCluster", name, None, opts)
         self.kubeconfig = pulumi.Output.secret(source.text)
         self.provider = k8s.Provider(
@@ -292,10 +298,8 @@ class ExistingCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=self.provider, depends_on=[self.namespace]))
 
         checkpoint = CheckpointStore(url=None)
-        store = section.checkpoint_store
-        if store is not None:
-            keys = pulumi.Config(CHECKPOINT_CREDENTIALS_NAMESPACE)
-            access, secret = (keys.require_secret(k) for k in CHECKPOINT_CREDENTIAL_KEYS)
+        if store is not None and credentials is not None:
+            access, secret = credentials
             checkpoint = CheckpointStore(
                 url=store.url, env=checkpoint_env(store), ca_bundle=store.ca_bundle,
                 credentials=pulumi.Output.secret(pulumi.Output.all(access, secret).apply(
