@@ -93,3 +93,8 @@ def test_the_rehearsals_zone_drill_homes_the_notebook_where_the_hub_lets_it_star
     assert _required_zones(spec, list(ABC)) == set(ABC)
     assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
         {"matchExpressions": [{"key": "other", "operator": "Exists"}]}]
+    # gcp-prod's rule is the zone alone: dropping it must not leave an empty term (which matches no node).
+    only_zone = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": ["z-a"]}]}]}}}}
+    _drop_zone_affinity(only_zone)
+    assert only_zone == {"affinity": {"nodeAffinity": {}}}

@@ -615,8 +615,16 @@ def _required_zones(spec: dict, zones: list[str]) -> set[str]:
 
 
 def _drop_zone_affinity(spec: dict) -> None:
-    for term in _zone_terms(spec):
+    """The pod's required node affinity without its zone rules. A term left empty is dropped, and the
+    whole rule when no term is left: an empty nodeSelectorTerm matches no node at all."""
+    terms = _zone_terms(spec)
+    for term in terms:
         term["matchExpressions"] = [e for e in term.get("matchExpressions") or [] if e.get("key") != ZONE]
+    kept = [t for t in terms if t.get("matchExpressions") or t.get("matchFields")]
+    if terms and not kept:
+        spec["affinity"]["nodeAffinity"].pop("requiredDuringSchedulingIgnoredDuringExecution", None)
+    elif terms:
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = kept
 
 
 def zone_drill(ctx: Context) -> Scenario:
