@@ -38,10 +38,10 @@ from gpu_platform.components.cluster import (
     CHECKPOINT_CA_PATH, GPU_TAINT, POOL_LABEL, SYSTEM_NODE_LABELS, CheckpointStore, ClusterHandle, GpuPoolSpec,
     SystemPoolSpec, Taint,
 )
-from gpu_platform.config.base import UNDECRYPTABLE, approval_tags
+from gpu_platform.config.base import approval_tags
 from gpu_platform.config.kubernetes import (
     CHECKPOINT_CREDENTIAL_KEYS, CHECKPOINT_CREDENTIALS_NAMESPACE, KUBECONFIG_KEY, KubeconfigError, KubeconfigSource,
-    KubeconfigTarget, KubernetesNetwork, check_kubeconfig, checked_kubeconfig, kubeconfig_source,
+    KubeconfigTarget, KubernetesNetwork, checked_kubeconfig,
 )
 
 if TYPE_CHECKING:
