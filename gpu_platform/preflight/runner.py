@@ -156,9 +156,10 @@ def _without_ciphertext(value: Any) -> tuple[Any, bool]:
 
 
 def _credential_in_clear(key: str, value: Any) -> bool:
-    """A plaintext credential: a CLEAR_REFUSED key with a value, or a kubeconfig's content (more than one line,
-    or a mapping) rather than the path to its file."""
-    if value is None or value == "":
+    """A plaintext credential in a stack file: a CLEAR_REFUSED key with a value (not a `secure:` one), or a
+    kubeconfig's content (more than one line, JSON, or a mapping) rather than the path to its file. Checked where
+    a stack file is read (load_stack_file), not for a config built in code (tests stand in for CI's tokens)."""
+    if value is None or value == "" or _is_secure(value):
         return False
     if key in CLEAR_REFUSED:
         return True
@@ -184,13 +185,6 @@ def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: 
         value, secret = _without_ciphertext(value)
         if secret:
             secret_keys.add(full)
-        elif _credential_in_clear(full, value):
-            shown = source or project.shown(project.stacks_dir / stack_file_name(stack))
-            how = (f"store it with `pulumi config set --secret {full}`" if full != KUBECONFIG_KEY else
-                   f"store it with `pulumi config set --secret {full} < kubeconfig.yaml` (or give the path to the "
-                   "file, or set $KUBECONFIG)")
-            raise StackFileError(f"{full}: a credential in clear in {shown}; {how} (Pulumi encrypts `secure:` "
-                                 "values; docs/state-and-secrets.md)")
         merged[full] = value
     prefix = f"{CONFIG_NAMESPACE}:"
     raw = {k[len(prefix):]: v for k, v in merged.items() if k.startswith(prefix)}
@@ -263,6 +257,13 @@ def load_stack_file(path: Path, project: Optional[Project] = None, shown: Option
     for key in doc.get("config") or {}:
         if ":" in key and not key.split(":", 1)[0]:
             raise StackFileError(f"{shown}: config key {key!r}: a namespace before ':' (e.g. {CONFIG_NAMESPACE}:cloud)")
+    for key, value in (doc.get("config") or {}).items():
+        if _credential_in_clear(key, value):
+            how = (f"store it with `pulumi config set --secret {key}`" if key != KUBECONFIG_KEY else
+                   f"store it with `pulumi config set --secret {key} < kubeconfig.yaml` (or give the path to the "
+                   "file, or set $KUBECONFIG)")
+            raise StackFileError(f"{one_line(key)}: a credential in clear in {shown}; {how} (Pulumi encrypts "
+                                 "`secure:` values; docs/state-and-secrets.md)")
     return stack_input_from_mapping(stack, doc.get("config") or {}, project or find_project(), source=shown,
                                     written=number_texts(text, "config"))
 
