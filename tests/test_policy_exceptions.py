@@ -184,7 +184,7 @@ def test_alerts_that_reach_nobody_are_a_violation(gke_plan):
 def test_the_budget_is_read_from_a_config_padded_past_100_kib(gke_plan):
     """PULUMI_CONFIG is left out of a config over 100 KiB: the pack reads the file and still sees the budget."""
     config = _stack_config(monthlyBudgetUsd=1)
-    config["other:padding"] = "x" * 150_000
+    config["gpu-platform:padding"] = "x" * 150_000  # the pack is handed the gpu-platform namespace only
     with Analyzer(stack="gcp-prod", stack_config=config) as a:
         assert_violates(a.analyze(gke_plan), "monthly-cost-ceiling", "mandatory", "monthly budget of $1")
 

@@ -43,7 +43,7 @@ class ConfigIssue:
     allowed: str
 
     def render(self) -> str:
-        shown = _short(self.value)
+        shown = _short(self.value, self.key, by_name=self.allowed.startswith("unknown key"))
         # The key comes from the file: escape sequences in it must not reach the terminal.
         from gpu_platform.config.approvals import one_line
 
@@ -75,11 +75,75 @@ def _holds_secure(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _short(value: Any) -> str:
+# Key names that say their value may be a credential: an unknown key so named (gpu-platform:dbPassword), or a
+# `secure` key written beside other keys (a `secure:` value that is not alone is no secret to Pulumi, but was
+# meant as one). Their values are never shown, whatever they are.
+SECRET_KEY_NAME = re.compile(r"(?i:passw(or)?d|passwd|pwd|token|secret|credential|private[-_]?key|api[-_]?key|"
+                             r"access[-_]?key|^secure$|[-_.]key$)|[a-z]Key$")
+# A URL's user info (scheme://user:password@host, or a token before the @): shown as user:***@, or ***@.
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s?#]*)@")
+# A PEM private key (-----BEGIN OPENSSH PRIVATE KEY-----, RSA, EC, ENCRYPTED...): never shown, whole or cut.
+_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY")
+
+
+def secret_looking_key(key: str) -> bool:
+    """Whether the last part of a key path (gpuPools[0].foo.dbPassword -> dbPassword) names a credential."""
+    last = re.split(r"[.:\[\]]", str(key).rstrip("]"))[-1] if key else ""
+    return bool(last) and bool(SECRET_KEY_NAME.search(last))
+
+
+def _mask_text(text: str) -> str:
+    """`text` with what may be a credential in it replaced: a URL's password (or a bare token as user info), a
+    user:password pair's password."""
+    def userinfo(m: "re.Match[str]") -> str:
+        user, sep, _password = m.group(2).partition(":")
+        return f"{m.group(1)}{user}:***@" if sep else f"{m.group(1)}***@"
+
+    return _URL_USERINFO.sub(userinfo, text)
+
+
+def _holds_private_key(value: Any, depth: int = 0) -> bool:
+    if depth > 64:
+        return False
+    if isinstance(value, str):
+        return bool(_PRIVATE_KEY.search(value))
+    if isinstance(value, dict):
+        return any(_holds_private_key(v, depth + 1) for v in list(value.values())[:1000])
+    if isinstance(value, list):
+        return any(_holds_private_key(v, depth + 1) for v in value[:1000])
+    return False
+
+
+def _masked(value: Any, depth: int = 0) -> Any:
+    """`value` with secret-looking parts replaced: URL passwords masked, a dict's secret-named keys' values hidden."""
+    if depth > 64:
+        return "..."
+    if isinstance(value, str):
+        return _mask_text(value)
+    if isinstance(value, dict):
+        return {k: "***" if secret_looking_key(str(k)) else _masked(v, depth + 1) for k, v in list(value.items())[:10]}
+    if isinstance(value, list):
+        return [_masked(v, depth + 1) for v in value[:10]]
+    return value
+
+
+def _short(value: Any, key: str = "", by_name: bool = False) -> str:
+    """`value` for a message about `key`: never a secret's value. A `secure:` value, the value of a `secure` key
+    beside others, of an unknown key (`by_name`) named like a credential (password, token, secret, apiKey,
+    credential), a private key: not shown at all; a URL's password, a user:password pair's password in a user
+    name, and a mapping's values under credential-like names are replaced by ***."""
     if value is MISSING:
         return "(missing)"
     if value is SECRET or _holds_secure(value):
         return "(a secret value)"
+    last = re.split(r"[.:\[\]]", key.rstrip("]"))[-1] if key else ""
+    if last == "secure" or (by_name and secret_looking_key(key)):
+        return "(value not shown: the key's name says it may hold a secret)"
+    value = _masked(value)
+    if value is SECRET or _holds_private_key(value):
+        return "(value not shown: it holds a private key)"
+    if isinstance(value, str) and key.endswith(("username", "Username", "user", "User")) and ":" in value:
+        value = value.split(":", 1)[0] + ":***"  # user:password in a user name
     try:
         # Bounded: a huge or deeply nested input is cut, never serialized whole.
         text = json.dumps(_clip(value, 3), default=str)

@@ -25,6 +25,7 @@ The rules that read the rest of the stack are in checks/kubernetes.py. Pure: no 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
@@ -540,7 +541,67 @@ def check_kubeconfig(source: KubeconfigSource, context: Optional[str], context_k
     server = clusters[cluster].get("server")
     if not isinstance(server, str) or not re.fullmatch(r"https?://[^\s/]+(/\S*)?", server):
         raise KubeconfigError(f"{where}: cluster {cluster[:80]!r} has no server URL (https://host:port)")
+    problem = server_problem(server)
+    if problem:
+        raise KubeconfigError(f"{where}: cluster {cluster[:80]!r}: its server URL {problem}")
     return KubeconfigTarget(context, cluster, user, server)
+
+
+# Cloud instance metadata services (credentials of the machine that runs the deploy): AWS IMDS (169.254.169.254,
+# fd00:ec2::254), GCP (metadata.google.internal, 169.254.169.254), Azure and Linode (169.254.169.254); every
+# link-local address (169.254.0.0/16, fe80::/10) is refused with them: no Kubernetes API server is reached there.
+METADATA_HOSTS = ("metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal")
+
+
+def server_problem(server: str) -> Optional[str]:
+    """What is wrong with a kubeconfig's server URL, never echoing it: user info (user:password@, a token in the
+    URL; it would be printed in plans and outputs as the API endpoint), or a link-local or metadata address."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(server)
+        host = parts.hostname or ""
+    except ValueError:
+        return "is not a URL (https://host:port)"
+    if "@" in parts.netloc:
+        return ("holds user info (user:password@ or a token before the host): credentials belong in the kubeconfig's "
+                "`users` entry, not in the address the plan shows as the API endpoint")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    if ip is not None and getattr(ip, "ipv4_mapped", None) is not None:
+        ip = ip.ipv4_mapped
+    if (ip is not None and ip.is_link_local) or host.rstrip(".").lower() in METADATA_HOSTS \
+            or (ip is not None and ip == ipaddress.ip_address("fd00:ec2::254")):
+        return (f"points at {host}, a link-local or cloud metadata address (169.254.0.0/16, fe80::/10, "
+                "metadata.google.internal, fd00:ec2::254): no Kubernetes API server listens there, and the deploy's "
+                "credentials would be sent to the machine's metadata service")
+    return None
+
+
+def checked_kubeconfig(value: Optional[str], secret: bool, context: Optional[str], stack_file: str,
+                       env: Optional[dict[str, str]] = None) -> tuple[KubeconfigSource, Optional[KubeconfigTarget]]:
+    """`kubernetes:kubeconfig` (`value`, `secret`: set with --secret) or $KUBECONFIG, read and checked: the source
+    and what it points at (None for preflight's stand-in). KubeconfigError naming the key and `stack_file`, never
+    the content. The program (components/kubernetes/cluster.py) and preflight, before the program runs, call it."""
+    from gpu_platform.config.base import UNDECRYPTABLE
+
+    source = kubeconfig_source(value, stack_file, env)
+    if source.text == UNDECRYPTABLE:
+        return source, None
+    if value and source.path is None and not secret:
+        text = value.strip()
+        if "\n" not in text and not text.startswith("{") and ": " not in text:
+            from gpu_platform.config.approvals import one_line
+
+            raise KubeconfigError(f"{source.where}: names the file {one_line(value[:200])}, which does not exist or is "
+                                  "not a regular file; give the path to the kubeconfig file (or store its content with "
+                                  f"`pulumi config set --secret {KUBECONFIG_KEY} < kubeconfig.yaml`)")
+        raise KubeconfigError(f"{source.where}: a kubeconfig in clear in the stack file; its credentials belong in "
+                              f"a secret: `pulumi config set --secret {KUBECONFIG_KEY} < kubeconfig.yaml` (or a path "
+                              "to the file, or $KUBECONFIG)")
+    return source, check_kubeconfig(source, context, f"gpu-platform:kubernetes.context in {stack_file}")
 
 
 def _names(items: dict[str, Any]) -> str:

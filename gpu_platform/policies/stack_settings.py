@@ -1,9 +1,9 @@
 """The stack's own settings as the policy pack sees them: read from the same config the program reads and
 validated by the same model (gpu_platform.config.stack), never by a second, looser parser.
 
-The config comes from the file preflight names in GPU_PLATFORM_STACK_CONFIG_FILE (whatever its size: an
-environment string is capped at 128 KiB, so preflight leaves PULUMI_CONFIG out of a large config), else
-from PULUMI_CONFIG as the Pulumi CLI hands it to a pack. The whole namespace is validated with
+The config comes from PULUMI_CONFIG, as the Pulumi CLI hands it to a pack; preflight leaves it out of a config
+too big for one environment string (capped at 128 KiB) and hands the pack a file instead, which counts only
+when preflight started the pack (its lifeline, lifeline.py, reads it at start-up), never from a variable alone. The whole namespace is validated with
 `parse_config`; when it does not validate (a pack run on a partial config, as the tests do) each setting
 the pack needs is validated alone with its field's type from the same model, so `monthly_budget_usd`
 or a budget of "1e12" never reaches a rule.
@@ -31,7 +31,8 @@ _taken: Optional[str] = None
 
 def take_config_file() -> None:
     """Read the file GPU_PLATFORM_STACK_CONFIG_FILE names into memory and delete it (lifeline.py): the pack
-    keeps no copy of the config on disk once it runs."""
+    keeps no copy of the config on disk once it runs. Called only where preflight started the pack (its
+    lifeline); nothing else makes the file count."""
     global _taken
     path = os.environ.get(CONFIG_FILE_ENV)
     if not path or _taken is not None:
@@ -48,18 +49,16 @@ def take_config_file() -> None:
 
 
 def raw_config() -> dict[str, Any]:
-    """The stack config the pack was handed: namespaced keys -> CLI strings."""
+    """The stack config the pack was handed: namespaced keys -> CLI strings. PULUMI_CONFIG, as the Pulumi CLI
+    hands it to a pack, whenever it is set; the file GPU_PLATFORM_STACK_CONFIG_FILE named only when preflight
+    started the pack (lifeline.py took it at start-up) and left PULUMI_CONFIG out (a config too big for one
+    environment string). A variable set around `pulumi preview` cannot swap the config the pack judges (a
+    copy with a budget of $10,000,000 beside the real one in PULUMI_CONFIG)."""
     try:
-        path = os.environ.get(CONFIG_FILE_ENV)
-        if _taken is not None:
-            text = _taken
-        elif path:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        else:
-            text = os.environ.get("PULUMI_CONFIG") or "{}"
-        config = json.loads(text, parse_constant=_refuse_constant)
-    except (OSError, ValueError, RecursionError):
+        env = os.environ.get("PULUMI_CONFIG")
+        text = env if env is not None else (_taken if _taken is not None else "{}")
+        config = json.loads(text or "{}", parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
         return {}
     return config if isinstance(config, dict) else {}
 

@@ -192,6 +192,27 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
     return run.execute()
 
 
+def _kubeconfig_problem(cfg: Any, stack_input: Any, project: Any) -> Optional[str]:
+    """Cloud kubernetes: the kubeconfig the stack file names (a path; its content is refused in clear when the file
+    is read, a `secure:` one is planned with a stand-in), read and checked now as the program would, so a wrong
+    one is a config error naming the key and the file read, before the program runs."""
+    from gpu_platform.config.kubernetes import KUBECONFIG_KEY, KubeconfigError, checked_kubeconfig
+
+    value = stack_input.config.get(KUBECONFIG_KEY)
+    if cfg.cloud != "kubernetes" or not value or KUBECONFIG_KEY in stack_input.secret_keys:
+        return None
+    shown = stack_input.source or project.shown(project.stacks_dir / f"Pulumi.{stack_input.stack}.yaml")
+    # A relative path is the program's: it runs in the project's folder.
+    path = value if value.startswith(("/", "~")) or "\n" in value else str(project.root / value)
+    if "\n" not in value and not os.path.isfile(os.path.expanduser(path)):
+        path = value
+    try:
+        checked_kubeconfig(path, False, cfg.kubernetes.context, shown, env={})
+    except KubeconfigError as exc:
+        return str(exc)
+    return None
+
+
 class Run:
     """One preflight run: plan, policies and cluster fit in parallel, then the verdict."""
 
@@ -336,6 +357,9 @@ class Run:
                                     secret_keys=stack_input.bare_secret_keys)
         except ConfigError as exc:
             return self.fail(EXIT_CONFIG, str(exc))
+        problem = _kubeconfig_problem(self.cfg, stack_input, project)
+        if problem:
+            return self.fail(EXIT_CONFIG, problem)
         from gpu_platform.config.stack import config_warnings
 
         # Shown once, in the verdict (and the JSON document's `warnings`).

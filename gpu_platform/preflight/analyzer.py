@@ -64,6 +64,7 @@ class PolicyTimeout(PolicyPackError):
 # ---------------------------------------------------------------------------------------------
 
 from gpu_platform.policies.locks import ENFORCEMENT_FILE, Enforcement, guarded, judge, parse_enforcement  # noqa: E402
+from gpu_platform.policies.stack_settings import CONFIG_FILE_ENV  # noqa: E402
 
 
 def load_enforcement(path: Path = ENFORCEMENT_FILE) -> Enforcement:
@@ -410,6 +411,15 @@ def _stack_resource(plan: Plan) -> PlannedResource:
 # ---------------------------------------------------------------------------------------------
 
 
+def pack_stack_config(stack_config: Mapping[str, str]) -> dict[str, str]:
+    """What the pack is handed of the stack config: the `gpu-platform` namespace only, which is all it reads
+    (policies/stack_settings.py, cost_rules.py) and never holds a secret (the config refuses `secure:` values
+    there). Provider credentials (linode:token, aws:secretKey, a kubeconfig, ...) and their stand-ins never reach
+    the pack's environment or a file."""
+    prefix = f"{CONFIG_NAMESPACE}:"
+    return {k: v for k, v in stack_config.items() if isinstance(k, str) and k.startswith(prefix)}
+
+
 class Analyzer:
     """One running policy pack. `with Analyzer() as a: report = a.analyze(plan)`; reusable across plans.
 
@@ -481,19 +491,22 @@ class Analyzer:
         env.update({"PULUMI_PROJECT": self.project, "PULUMI_STACK": self.stack, "PULUMI_DRY_RUN": "true",
                     "PULUMI_ORGANIZATION": "organization"})
         env.pop("PULUMI_CONFIG", None)
-        if self.stack_config:
-            # In a file: one environment string is capped at 128 KiB (E2BIG); PULUMI_CONFIG as well, as
-            # the CLI passes it, when it fits.
-            import tempfile
-
-            self._config_dir = tempfile.mkdtemp(prefix="gpu-platform-policy-")
-            config_file = os.path.join(self._config_dir, "stack-config.json")
-            with open(os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
-                json.dump(self.stack_config, f)
-            env["GPU_PLATFORM_STACK_CONFIG_FILE"] = config_file
-            text = json.dumps(self.stack_config)
+        env.pop(CONFIG_FILE_ENV, None)
+        config = pack_stack_config(self.stack_config)
+        if config:
+            text = json.dumps(config)
             if len(text) < 100 * 1024:
-                env["PULUMI_CONFIG"] = text
+                env["PULUMI_CONFIG"] = text  # as the CLI passes it; no copy on disk
+            else:
+                # Too big for one environment string (capped at 128 KiB: E2BIG): in a file the pack reads and
+                # deletes at start-up (policies/lifeline.py). It holds gpu-platform values only, never a credential.
+                import tempfile
+
+                self._config_dir = tempfile.mkdtemp(prefix="gpu-platform-policy-")
+                config_file = os.path.join(self._config_dir, "stack-config.json")
+                with open(os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+                    f.write(text)
+                env[CONFIG_FILE_ENV] = config_file
         # Like the CLI: the pack's folder is the program (its __main__.py puts the package on sys.path).
         # A pipe on stdin that this process never writes: the pack exits at its end of file, i.e. when this
         # process is gone however it ended (SIGKILL included), and deletes the config file once read

@@ -44,6 +44,16 @@ RUN_TIME_CREDENTIALS = {"linode": ("linode:token", "linode-cluster:token", "lino
                                    "linode-registry:password"),
                         "kubernetes": ("kubernetes:kubeconfig", "checkpoint-store:accessKeyId",
                                        "checkpoint-store:secretAccessKey")}
+# Credentials a stack file may hold only as `secure:` values (Pulumi encrypts those with the stack's secrets
+# provider): in clear, the plaintext would reach the program, every copy of the config and whoever reads the
+# repository. The providers' own secret settings (pulumi-linode `token`, pulumi-aws `secretKey` and `token`,
+# pulumi-gcp `credentials` and `accessToken`, pulumi-kubernetes `kubeconfig`: the content, a path to a file is
+# fine) and the program's own credential namespaces. Identifiers (aws:accessKey, checkpoint-store:accessKeyId)
+# are not secrets on their own.
+CLEAR_REFUSED = ("linode:token", "linode-cluster:token", "linode-node-groups:token", "linode-registry:password",
+                 "linode-registry:pullPassword", "aws:secretKey", "aws:token", "gcp:credentials", "gcp:accessToken",
+                 "checkpoint-store:secretAccessKey")
+KUBECONFIG_KEY = "kubernetes:kubeconfig"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,6 +155,20 @@ def _without_ciphertext(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
+def _credential_in_clear(key: str, value: Any) -> bool:
+    """A plaintext credential in a stack file: a CLEAR_REFUSED key with a value (not a `secure:` one), or a
+    kubeconfig's content (more than one line, JSON, or a mapping) rather than the path to its file. Checked where
+    a stack file is read (load_stack_file), not for a config built in code (tests stand in for CI's tokens)."""
+    if value is None or value == "" or _is_secure(value):
+        return False
+    if key in CLEAR_REFUSED:
+        return True
+    if key == KUBECONFIG_KEY:
+        text = value.strip() if isinstance(value, str) else ""
+        return isinstance(value, (dict, list)) or "\n" in text or text.startswith("{") or ": " in text
+    return False
+
+
 def stack_input_from_mapping(stack: str, stack_config: dict[str, Any], project: Optional[Project] = None,
                              source: Optional[str] = None, written: Optional[dict[Any, str]] = None) -> StackInput:
     """Apply Pulumi.yaml defaults to a stack's `config:` mapping as the CLI would. `written`: the text of each
@@ -233,6 +257,13 @@ def load_stack_file(path: Path, project: Optional[Project] = None, shown: Option
     for key in doc.get("config") or {}:
         if ":" in key and not key.split(":", 1)[0]:
             raise StackFileError(f"{shown}: config key {key!r}: a namespace before ':' (e.g. {CONFIG_NAMESPACE}:cloud)")
+    for key, value in (doc.get("config") or {}).items():
+        if _credential_in_clear(key, value):
+            how = (f"store it with `pulumi config set --secret {key}`" if key != KUBECONFIG_KEY else
+                   f"store it with `pulumi config set --secret {key} < kubeconfig.yaml` (or give the path to the "
+                   "file, or set $KUBECONFIG)")
+            raise StackFileError(f"{one_line(key)}: a credential in clear in {shown}; {how} (Pulumi encrypts "
+                                 "`secure:` values; docs/state-and-secrets.md)")
     return stack_input_from_mapping(stack, doc.get("config") or {}, project or find_project(), source=shown,
                                     written=number_texts(text, "config"))
 

@@ -38,10 +38,10 @@ from gpu_platform.components.cluster import (
     CHECKPOINT_CA_PATH, GPU_TAINT, POOL_LABEL, SYSTEM_NODE_LABELS, CheckpointStore, ClusterHandle, GpuPoolSpec,
     SystemPoolSpec, Taint,
 )
-from gpu_platform.config.base import UNDECRYPTABLE, approval_tags
+from gpu_platform.config.base import approval_tags
 from gpu_platform.config.kubernetes import (
     CHECKPOINT_CREDENTIAL_KEYS, CHECKPOINT_CREDENTIALS_NAMESPACE, KUBECONFIG_KEY, KubeconfigError, KubeconfigSource,
-    KubeconfigTarget, KubernetesNetwork, check_kubeconfig, kubeconfig_source,
+    KubeconfigTarget, KubernetesNetwork, checked_kubeconfig,
 )
 
 if TYPE_CHECKING:
@@ -228,14 +228,7 @@ def read_kubeconfig(context: Optional[str], stack_file: str) -> tuple[Kubeconfig
     (printed without a traceback) naming the key or $KUBECONFIG and the problem, never the content."""
     value = pulumi.Config("kubernetes").get("kubeconfig")
     try:
-        source = kubeconfig_source(value, stack_file)
-        if source.text == UNDECRYPTABLE:
-            return source, None
-        if value and source.path is None and not _is_secret(KUBECONFIG_KEY):
-            raise KubeconfigError(f"{source.where}: a kubeconfig in clear in the stack file; its credentials belong in "
-                                  f"a secret: `pulumi config set --secret {KUBECONFIG_KEY} < kubeconfig.yaml` (or a path "
-                                  "to the file, or $KUBECONFIG)")
-        return source, check_kubeconfig(source, context, f"gpu-platform:kubernetes.context in {stack_file}")
+        return checked_kubeconfig(value, _is_secret(KUBECONFIG_KEY), context, stack_file)
     except KubeconfigError as exc:
         raise pulumi.RunError(f"cloud kubernetes: {exc}") from None
 
