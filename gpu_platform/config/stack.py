@@ -351,7 +351,7 @@ def config_warnings(cfg: StackConfig) -> list[str]:
     return (system_pool_warnings(cfg) + version_warnings(cfg) + platform_checks.platform_warnings(cfg)
             + aws_checks.termination_handler_warnings(cfg)
             + linode_checks.token_expiry_warnings(cfg) + linode_checks.image_registry_warnings(cfg)
-            + linode_checks.pki_warnings(cfg)
+            + linode_checks.pki_warnings(cfg) + linode_checks.upgrade_step_warnings(cfg)
             + gcp_checks.shutdown_grace_warnings(cfg)
             + kubernetes_checks.kubernetes_warnings(cfg))
 
