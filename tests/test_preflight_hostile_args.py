@@ -382,3 +382,23 @@ def test_a_pod_of_thousands_of_containers_is_a_fit_problem_naming_the_field_not_
     assert code == 3, text
     assert "Pod/training/p" in text and "5000 containers in its pod templates (spec.containers: 5000)" in text
     assert "at most 100 containers an object" in text
+
+
+def test_a_job_borrowing_a_platform_components_service_account_is_a_fit_problem_naming_it(tmp_path, capsys):
+    """serviceAccountName: cluster-autoscaler in training planned clean; the platform creates that account in
+    kube-system only, so the API server refuses every pod of the job. Fit says so, naming the account."""
+    need_charts()
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "x", "namespace": "training", "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue"}},
+        "spec": {"template": {"metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}},
+                              "spec": {"restartPolicy": "Never", "serviceAccountName": "cluster-autoscaler",
+                                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                                       "containers": [{"name": "c", "image": "busybox@sha256:" + "a" * 64, "resources": {
+                                           "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                                           "limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    path = tmp_path / "job.yaml"
+    path.write_text(_docs(job))
+    code, text = _run(tmp_path, capsys, "--job", str(path))
+    assert code == 3, text
+    assert "its pods run as ServiceAccount cluster-autoscaler, which the platform creates for its own components in " \
+           "kube-system, not in training" in text

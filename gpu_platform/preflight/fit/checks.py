@@ -999,11 +999,40 @@ class _Checker:
                              "deploy what scales it (on Linode the node-group provider: docs/linode-autoscaling.md) or "
                              "give the pool minNodes of at least 1")
 
+    def platform_accounts(self) -> None:
+        """A job file's pods that name a ServiceAccount the platform creates for its own components in another
+        namespace (cluster-autoscaler, a controller's account) and that does not exist in the job's namespace:
+        the API server refuses every pod (ServiceAccount admission: serviceaccount not found), and borrowing a
+        component's name never gives a job its rights (attacker review)."""
+        accounts: dict[str, set[str]] = {}
+        for rel in self.releases:
+            for o in rel.objects:
+                if isinstance(o, dict) and o.get("kind") == "ServiceAccount" and o.get("apiVersion") == "v1":
+                    meta = o.get("metadata") or {}
+                    accounts.setdefault(str(meta.get("name")), set()).add(str(meta.get("namespace") or rel.namespace))
+        sources = {rel.name: rel.source for rel in self.releases}
+        for pt in self.templates:
+            if sources.get(pt.release) != "example":
+                continue
+            name = pt.spec.get("serviceAccountName") or pt.spec.get("serviceAccount")
+            if not isinstance(name, str) or name == "default" or str(pt.namespace) in accounts.get(name, set()):
+                continue
+            elsewhere = sorted(accounts.get(name, set()))
+            if not elsewhere:
+                continue
+            self.problem("admission", pt.release, pt.owner,
+                         f"its pods run as ServiceAccount {name}, which the platform creates for its own components in "
+                         f"{', '.join(elsewhere)}, not in {pt.namespace}: the API server refuses every pod "
+                         f"(serviceaccount \"{name}\" not found), and a job never runs with a platform component's rights",
+                         f"remove serviceAccountName (the namespace's default account) or use an account of "
+                         f"{pt.namespace}: {', '.join(sorted(n for n, ns in accounts.items() if str(pt.namespace) in ns)) or 'none'}")
+
     def run(self) -> FitReport:
         self.never_scaled()
         self.unserved_jobs()
         self.missing_namespaces()
         pods = self.build_pods()
+        self.platform_accounts()
         self.refused = self.admission_refusals()
         self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")
         placed: list[_Pod] = []
