@@ -97,6 +97,10 @@ def build(case: dict, tmp_path: Path) -> tuple[Path, Path | None]:
         config = copy.deepcopy(stack_config(case["base"]))
         for keys, value in case.get("set", []):
             _set(config, keys, value)
+        if "pools" in case:
+            pool = config["gpu-platform:gpuPools"][0]
+            config["gpu-platform:gpuPools"] = [{**copy.deepcopy(pool), "name": f"{pool['name']}{i}"}
+                                               for i in range(case["pools"])]
         text = yaml.safe_dump({"config": config}, sort_keys=False, allow_unicode=True) + case.get("append", "")
         path.write_text(text)
     policy = None
@@ -268,3 +272,43 @@ def test_an_empty_or_unusable_out_is_a_usage_error(out, shown, problem, tmp_path
     assert shown in text and problem in text, text
     assert "Traceback" not in text
     assert [p.name for p in tmp_path.iterdir()] == [path.name], "nothing written"
+
+
+# --- attacker review (0.3.0): Linode's kubernetesVersion against the dated calendar --------------------------
+
+def test_a_linode_minor_past_upstream_support_on_the_day_is_refused_with_its_end_date(tmp_path, capsys, monkeypatch):
+    """1.35 with every token renewed, preflight run on 2031-01-01: 1.35's end of patch support (2027-02-28) has
+    passed, so the stack is refused naming kubernetesVersion, the day and the date (it used to pass)."""
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2031-01-01")
+    case = {"id": "linode-2031", "base": "linode-dev",
+            "set": [[["gpu-platform:linode", "apiTokenExpires"], "2032-01-01"],
+                    [["gpu-platform:linode", "nodeGroups", "apiTokenExpires"], "2032-01-01"]]}
+    path, _ = build(case, tmp_path)
+    code, text, _ = run_main(["--stack-file", str(path), "--quiet", "--no-policies", "--out", str(tmp_path / "b")], capsys)
+    assert code == 2, text
+    assert 'gpu-platform:kubernetesVersion: "1.35" -> a minor in upstream Kubernetes (kubeadm) standard support on 2031-01-01' in text
+    assert "1.35 reached the end of upstream Kubernetes (kubeadm) support on 2027-02-28" in text
+
+
+def test_the_one_minor_step_out_of_an_unsupported_linode_minor_stays_possible(tmp_path):
+    """kubeadm upgrades one minor at a time: a control plane on 1.33 reaches the supported 1.35 only through
+    1.34, itself past its end of support. That step plans, with a warning naming the date; staying on 1.33
+    or jumping to 1.35 does not."""
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import config_warnings, parse_config
+    from gpu_platform.preflight.runner import load_stack_file
+
+    def parse(running: str, target: str):
+        case = {"id": f"step-{running}-{target}", "base": "linode-dev",
+                "set": [[["gpu-platform:kubernetesVersion"], target], [["gpu-platform:linode", "controlPlaneVersion"], running]]}
+        si = load_stack_file(build(case, tmp_path)[0])
+        return parse_config(si.raw, si.stack)
+
+    cfg = parse("1.33", "1.34")
+    [warning] = [w for w in config_warnings(cfg) if w.startswith("kubernetesVersion 1.34")]
+    assert "end of upstream support on 2026-10-27" in warning and "1.35 or 1.36" in warning
+    with pytest.raises(ConfigError, match="kubernetesVersion 1.34 first"):
+        parse("1.33", "1.33")
+    with pytest.raises(ConfigError, match="skips a minor"):
+        parse("1.33", "1.35")
+    assert not [w for w in config_warnings(parse("1.34", "1.35")) if "kubernetesVersion" in w]

@@ -330,3 +330,75 @@ def test_a_preflight_killed_with_sigkill_leaves_no_token_on_disk_and_no_orphan_p
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# --- attacker review (0.3.0): huge objects in --job never hang or crawl ---------------------------------------
+
+def _preflight_within(stack: str, job: Path, tmp_path: Path, limit: float) -> tuple[int, str]:
+    """preflight <stack> --job <job> as a user runs it, in a process killed after `limit` seconds (a hang guard:
+    how fast it answers is `make bench`'s to measure)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", stack, "--no-policies", "--quiet",
+                               "--out", str(tmp_path / "build"), "--job", str(job)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"preflight {stack} --job {job.name} still ran after {limit:.0f} s")
+    text = done.stdout + done.stderr
+    assert "Traceback" not in text, text
+    return done.returncode, text
+
+
+def test_a_deployment_of_a_billion_replicas_is_packed_at_once_not_one_replica_at_a_time(tmp_path):
+    """It hung on gcp-prod (fit's packing placed each replica on its own, over every node). Identical replicas
+    fill a node at a time, and the answer names the Deployment and how many pods find no room."""
+    need_charts()
+    job = tmp_path / "deploy.yaml"
+    job.write_text(_docs({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "big", "namespace": "training", "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue"}},
+        "spec": {"replicas": 1_000_000_000, "selector": {"matchLabels": {"a": "b"}}, "template": {
+            "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                                                               "limits": {"nvidia.com/gpu": "1"}}}]}}}}))
+    code, text = _preflight_within("gcp-prod", job, tmp_path, 180)
+    assert code == 3, text
+    assert "Deployment/training/big" in text and "of 1000000000 pods find no room when every pod is placed" in text
+
+
+def test_a_pod_of_thousands_of_containers_is_a_fit_problem_naming_the_field_not_minutes_of_cel(tmp_path):
+    """A Pod of 5,000 containers kept the admission-policy evaluation (cel-python, per container) busy for
+    two minutes; now fit says it evaluates at most 100 containers an object, naming the object and the field."""
+    need_charts()
+    job = tmp_path / "pod.yaml"
+    job.write_text(_docs({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "training"},
+                          "spec": {"containers": [{"name": f"c{i}", "image": "busybox",
+                                                   "resources": {"requests": {"cpu": "1m"}}} for i in range(5000)]}}))
+    code, text = _preflight_within("linode-dev", job, tmp_path, 180)
+    assert code == 3, text
+    assert "Pod/training/p" in text and "5000 containers in its pod templates (spec.containers: 5000)" in text
+    assert "at most 100 containers an object" in text
+
+
+def test_a_job_borrowing_a_platform_components_service_account_is_a_fit_problem_naming_it(tmp_path, capsys):
+    """serviceAccountName: cluster-autoscaler in training planned clean; the platform creates that account in
+    kube-system only, so the API server refuses every pod of the job. Fit says so, naming the account."""
+    need_charts()
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "x", "namespace": "training", "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue"}},
+        "spec": {"template": {"metadata": {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}},
+                              "spec": {"restartPolicy": "Never", "serviceAccountName": "cluster-autoscaler",
+                                       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                                       "containers": [{"name": "c", "image": "busybox@sha256:" + "a" * 64, "resources": {
+                                           "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                                           "limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    path = tmp_path / "job.yaml"
+    path.write_text(_docs(job))
+    code, text = _run(tmp_path, capsys, "--job", str(path))
+    assert code == 3, text
+    assert "its pods run as ServiceAccount cluster-autoscaler, which the platform creates for its own components in " \
+           "kube-system, not in training" in text

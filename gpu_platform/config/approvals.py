@@ -186,19 +186,33 @@ def email_problem(value: Any) -> Optional[str]:
     return None
 
 
+# Addresses no service the platform talks to may have (attacker review): a checkpoint store or mail relay
+# there would send S3 keys, checkpoints or alert mail to the node's own metadata service (169.254.169.254 on
+# Linode, GCP and AWS, which also serve fd00:a9fe:a9fe::/48 / fd00:ec2::254), the pod itself or nowhere.
+NON_SERVICE_IPV4 = {"0.0.0.0/8": "'this network' (RFC 1122), no host", "127.0.0.0/8": "loopback: the pod itself",
+                    "169.254.0.0/16": "link-local (RFC 3927), where the cloud's instance metadata service answers"}
+METADATA_HOSTS = ("metadata.google.internal", "metadata")
+
+
 def hostname_problem(value: str) -> Optional[str]:
     """None when `value` is a host name of RFC 1123 (LDH labels of 1 to 63, not starting or ending with
-    '-', at most 253 in all) or a dotted IPv4 address."""
+    '-', at most 253 in all) or a dotted IPv4 address outside NON_SERVICE_IPV4, and not a metadata server's name."""
     import ipaddress
 
     try:
-        ipaddress.IPv4Address(value)
-        return None
+        addr = ipaddress.IPv4Address(value)
     except ValueError:
-        pass
+        addr = None
+    if addr is not None:
+        for net, what in NON_SERVICE_IPV4.items():
+            if addr in ipaddress.ip_network(net):
+                return f"not {value}: {net} is {what}; give the service's own address or host name"
+        return None
     labels = value.split(".")
     if len(value) > 253 or not all(_LABEL.fullmatch(x) for x in labels) or labels[-1].isdigit():
         return "a host name of letters, digits and '-' in dot-separated labels (RFC 1123), or an IPv4 address"
+    if value.lower().rstrip(".") in METADATA_HOSTS:
+        return f"not {value}: the cloud's instance metadata service; give the service's own address or host name"
     return None
 
 
@@ -220,12 +234,20 @@ def ssh_key_problem(value: str) -> Optional[str]:
     return None
 
 
+# Local parts of addresses that by name reach nobody (attacker review: noreply@example.com approved an exemption).
+NOBODY = re.compile(r"(?i)^(no-?reply|do-?not-?reply|nobody|null|devnull)$")
+
+
 def approver_problem(value: Any) -> Optional[str]:
-    """None when `value` names a person: an e-mail address or a @github-handle."""
+    """None when `value` names a person: an e-mail address or a @github-handle, not an address that reaches
+    nobody by name (noreply@, donotreply@, nobody@)."""
     if isinstance(value, str) and value.startswith("@"):
         return None if _GITHUB_HANDLE.fullmatch(value) else \
             "a @github-handle (1 to 39 letters, digits and single hyphens after the @) or an e-mail address"
     if email_problem(value) is None:
+        if NOBODY.fullmatch(value.rpartition("@")[0]):
+            return (f"who approved it: a person's e-mail address or @github-handle, not {value.rpartition('@')[0]}@, "
+                    "which by its name reaches nobody")
         return None
     return "who approved it: an e-mail address (jane@example.com) or a @github-handle"
 

@@ -235,6 +235,25 @@ RFC1918 = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12",
 RFC1918_TEXT = "10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
 
 
+# Ranges that hold no host a connection can come from, or a pod or node can have: 'this network', loopback and
+# link-local (RFC 1122, RFC 3927, RFC 4291), where the metadata services answer.
+NON_HOST_RANGES = {"0.0.0.0/8": "'this network' (RFC 1122)", "127.0.0.0/8": "loopback", "169.254.0.0/16": "link-local",
+                   "::/128": "the unspecified address", "::1/128": "loopback", "fe80::/10": "link-local"}
+
+
+def non_host_range_problem(net: "ipaddress.IPv4Network | ipaddress.IPv6Network", contains: bool = False) -> "str | None":
+    """What is wrong with `net` when it lies inside (with `contains`, also: holds) one of NON_HOST_RANGES."""
+    for text, what in NON_HOST_RANGES.items():
+        other = ipaddress.ip_network(text)
+        if other.version != net.version:
+            continue
+        if net.subnet_of(other):  # type: ignore[arg-type]
+            return f"{net} is inside {other}, {what}"
+        if contains and net.supernet_of(other):  # type: ignore[arg-type]
+            return f"{net} holds {other}, {what}"
+    return None
+
+
 def is_rfc1918(net: "ipaddress.IPv4Network | ipaddress.IPv6Network") -> bool:
     """Whether `net` lies wholly inside one RFC 1918 range."""
     return net.version == 4 and any(net.subnet_of(r) for r in RFC1918)  # type: ignore[arg-type]

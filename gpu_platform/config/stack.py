@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ValidationError
 
-from gpu_platform.config.base import MISSING, NAMESPACE, SECRET, ConfigError, ConfigIssue
+from gpu_platform.config.base import MISSING, NAMESPACE, SECRET, ConfigError, ConfigIssue, non_host_range_problem
 from gpu_platform.config.checks import aws as aws_checks
 from gpu_platform.config.checks import gcp as gcp_checks
 from gpu_platform.config.checks import kubernetes as kubernetes_checks
@@ -338,6 +338,12 @@ def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
             if not is_internal(ipaddress.ip_network(value)):
                 issues.append(ConfigIssue(key, value, f"a private IPv4 range inside {INTERNAL_TEXT} (the cluster is IPv4 "
                                                       "and its firewall trusts this range)"))
+    for i, cidr in enumerate(cfg.admin_cidrs):
+        problem = non_host_range_problem(ipaddress.ip_network(cidr))
+        if problem:
+            issues.append(ConfigIssue(f"adminCidrs[{i}]", cidr,
+                                      f"the public ranges (or a VPN's) your administrators connect from: {problem}, "
+                                      "never the source of a connection to the cluster's API or SSH"))
     if cfg.cloud == "aws":
         for i, cidr in enumerate(cfg.admin_cidrs):
             if ipaddress.ip_network(cidr).version != 4:
@@ -351,7 +357,7 @@ def config_warnings(cfg: StackConfig) -> list[str]:
     return (system_pool_warnings(cfg) + version_warnings(cfg) + platform_checks.platform_warnings(cfg)
             + aws_checks.termination_handler_warnings(cfg)
             + linode_checks.token_expiry_warnings(cfg) + linode_checks.image_registry_warnings(cfg)
-            + linode_checks.pki_warnings(cfg)
+            + linode_checks.pki_warnings(cfg) + linode_checks.upgrade_step_warnings(cfg)
             + gcp_checks.shutdown_grace_warnings(cfg)
             + kubernetes_checks.kubernetes_warnings(cfg))
 

@@ -4,9 +4,10 @@ create, and the cluster's Kubernetes minor against upstream support."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING
 
-from gpu_platform.config.base import MISSING, ConfigIssue
+from gpu_platform.config.base import MISSING, ConfigIssue, non_host_range_problem
 from gpu_platform.config.kubernetes import GPU_TAINT_KEY, KubernetesSection
 
 if TYPE_CHECKING:
@@ -191,6 +192,13 @@ def _network(section: KubernetesSection) -> list[ConfigIssue]:
                                       f"matched against them). {NETWORK_HOW}"))
         elif len(set(value)) != len(value):
             issues.append(ConfigIssue(f"{key}.{name}", value, "each CIDR once"))
+        for i, cidr in enumerate(value):
+            problem = non_host_range_problem(ipaddress.ip_network(cidr), contains=True)
+            if problem:
+                issues.append(ConfigIssue(f"{key}.{name}[{i}]", cidr,
+                                          f"the range the cluster's {'pods' if name == 'podCidrs' else 'nodes'} get their "
+                                          f"addresses from (`kubectl get nodes -o wide`, the CNI's IPAM pools): {problem}, "
+                                          "which no pod or node has; the network policies would treat it as theirs"))
     api = net.api_server
     if api is None:
         issues.append(ConfigIssue(f"{key}.apiServer", MISSING,

@@ -51,9 +51,14 @@ def address_plan_issues(cfg: "StackConfig") -> list[ConfigIssue]:
         issues.append(ConfigIssue("linode.subnetCidr", section.subnet_cidr,
                                   f"a subnet with at least {needed} host addresses for {len(cfg.gpu_pools)} GPU pools "
                                   f"(control planes and system nodes below .{GPU_POOLS_FIRST_HOST}, then "
-                                  f"{GPU_POOL_BLOCK} per pool), e.g. a /23"))
+                                  f"{GPU_POOL_BLOCK} per pool), e.g. a /{_prefix_for_hosts(needed)}"))
     issues += _cluster_range_issues(cfg)
     return issues
+
+
+def _prefix_for_hosts(hosts: int) -> int:
+    """The longest IPv4 prefix whose subnet has `hosts` usable addresses (network and broadcast excluded)."""
+    return 32 - (hosts + 1).bit_length()
 
 
 # Cilium's cluster-pool IPAM gives each node a block of this size (chart value
@@ -62,6 +67,11 @@ CILIUM_NODE_MASK = 24
 # The Service range must hold the platform's own Services (about 60 in the rendered charts) and kubeadm's
 # cluster DNS address, the range's 10th (kubeadm constants.GetDNSIP).
 MIN_SERVICE_ADDRESSES = 256
+# kubeadm refuses a Service subnet with more than 20 host bits (an IPv4 range wider than /12): "specified
+# service subnet is too large" (kubernetes/kubernetes cmd/kubeadm/app/apis/kubeadm/validation/validation.go,
+# ValidateServiceSubnetSize; cmd/kubeadm/app/constants/constants.go MaximumBitsForServiceSubnet = 20), the
+# same bound as kube-apiserver's --service-cluster-ip-range (the allocator's bitmap is kept in etcd).
+MAX_SERVICE_HOST_BITS = 20
 
 
 def _cluster_range_issues(cfg: "StackConfig") -> list[ConfigIssue]:
@@ -83,6 +93,12 @@ def _cluster_range_issues(cfg: "StackConfig") -> list[ConfigIssue]:
                                   f"a range of at least {MIN_SERVICE_ADDRESSES} addresses (a /24 or larger): the "
                                   "platform creates about 60 Services and kubeadm puts cluster DNS at the range's "
                                   "10th address"))
+    if services.max_prefixlen - services.prefixlen > MAX_SERVICE_HOST_BITS:
+        widest = services.max_prefixlen - MAX_SERVICE_HOST_BITS
+        issues.append(ConfigIssue("linode.serviceCidr", section.service_cidr,
+                                  f"a range of /{widest} or smaller (e.g. the default 10.96.0.0/12): kubeadm init "
+                                  f"refuses a Service subnet wider than /{widest} (at most {MAX_SERVICE_HOST_BITS} "
+                                  "host bits), so the first control plane would never come up"))
     return issues
 
 
@@ -137,6 +153,75 @@ def check_upgrade(current: str, target: str, allowed: Optional[Sequence[str]] = 
     if allowed is not None and target not in allowed:
         raise UpgradeError(f"{target} is not allowed on Linode today by the version calendar "
                            f"(gpu_platform/costs/catalog/kubernetes-versions.yaml): {', '.join(allowed)}")
+
+
+def upgrade_step_out_of_support(cfg: "StackConfig", running: Optional[str]) -> bool:
+    """Whether kubernetesVersion is the one-minor step up from a control plane whose minor is itself out of
+    upstream support, towards the supported minors: kubeadm upgrades one minor at a time, so a cluster on
+    1.33 reaches 1.35 only through 1.34, even after 1.34's end of life."""
+    from gpu_platform.data.versions_calendar import load_calendar, minor_key
+
+    cal = load_calendar()
+    allowed = cal.allowed_minors("linode")
+    target = cfg.kubernetes_version
+    if running is None or not allowed or target in allowed or running in allowed:
+        return False
+    try:
+        cur, tgt = _minor(running), _minor(target)
+    except UpgradeError:
+        return False
+    row = cal.row("linode", target)
+    return (tgt == (cur[0], cur[1] + 1) and row is not None and row.status() != "unreleased"
+            and minor_key(target) < minor_key(allowed[0]))
+
+
+def support_issues(cfg: "StackConfig", running: Optional[str]) -> list[ConfigIssue]:
+    """kubernetesVersion against upstream Kubernetes' dated support calendar (kubeadm has no extended
+    support): refused past its end of patch support, like GKE's and EKS's minors past theirs (attacker
+    review: 1.31, 1.33 and 1.34 planned on Linode). `running`: linode.controlPlaneVersion when the upgrade
+    to kubernetesVersion is valid. A one-minor step up from a running minor that is itself out of support
+    passes (upgrade_step_out_of_support, a warning says so): kubeadm cannot skip the minor in between."""
+    from gpu_platform.config.kubernetes_version import version_issues
+    from gpu_platform.data.versions_calendar import allowed_minors
+
+    issues = version_issues(cfg)
+    if not issues or upgrade_step_out_of_support(cfg, running):
+        return []
+    allowed = allowed_minors("linode")
+    section = cfg.linode
+    cp = section.control_plane_version if section is not None else None
+    try:
+        behind = cp is not None and bool(allowed) and _minor(cp) < _minor(allowed[0])
+    except UpgradeError:
+        behind = False
+    if behind:
+        major, minor = _minor(cp)  # type: ignore[arg-type]
+        hint = (f". The control plane runs {cp} (linode.controlPlaneVersion): upgrade it one minor per `pulumi up`, "
+                f"kubernetesVersion {major}.{minor + 1} first, until it runs {allowed[0]} (docs/kubernetes-versions.md)")
+        issues = [ConfigIssue(i.key, i.value, i.allowed + hint) for i in issues]
+    return issues
+
+
+def upgrade_step_warnings(cfg: "StackConfig") -> list[str]:
+    """The one-minor step through a minor out of upstream support that support_issues lets pass."""
+    section = cfg.linode
+    if cfg.cloud != "linode" or section is None or section.control_plane_version is None:
+        return []
+    running = section.control_plane_version
+    try:
+        check_upgrade(running, cfg.kubernetes_version)
+    except UpgradeError:
+        return []
+    if not upgrade_step_out_of_support(cfg, running):
+        return []
+    from gpu_platform.data.versions_calendar import allowed_minors, load_calendar
+
+    row = load_calendar().row("linode", cfg.kubernetes_version)
+    allowed = allowed_minors("linode")
+    return [f"kubernetesVersion {cfg.kubernetes_version} reached the end of upstream support on "
+            f"{row.end_of_standard.isoformat()}: allowed only as the one-minor upgrade step from the running "
+            f"{running} (linode.controlPlaneVersion); once it has run, record it and upgrade again until the "
+            f"cluster is on {' or '.join(allowed)}"]  # type: ignore[union-attr]
 
 
 # Preflight and `pulumi up` warn this many days before a Linode API token expires (the alert fires then too).
@@ -349,6 +434,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
                                   f"minor: {exc}. `pulumi up` upgrades the running cluster by one minor (node-upgrade Jobs, "
                                   "docs/linode.md); set linode.controlPlaneVersion to the new minor once it has run"))
         running = None
+    issues += support_issues(cfg, running)
     also = running if running is not None and running != cfg.kubernetes_version else None
     if versions.cni_chart(section.cni, cfg.kubernetes_version, also=also) is None:
         from gpu_platform.data.versions_calendar import load_calendar

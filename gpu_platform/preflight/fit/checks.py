@@ -929,6 +929,17 @@ class _Checker:
                     "pods", pt.owner, pt.release))
         for obj, resource, key, release in submitted:
             ns = (obj.get("metadata") or {}).get("namespace")
+            lists = admission_policy.container_lists(obj)
+            if sum(n for _, n in lists) > admission_policy.MAX_EVALUATED_CONTAINERS:
+                biggest = max(lists, key=lambda x: x[1])
+                self.problem("admission", release, key,
+                             f"{sum(n for _, n in lists)} containers in its pod templates ({biggest[0]}: {biggest[1]}): "
+                             f"preflight evaluates the platform's admission policies on at most "
+                             f"{admission_policy.MAX_EVALUATED_CONTAINERS} containers an object, so it cannot say whether "
+                             "the API server admits it",
+                             "give each pod the few containers it runs (a training pod has a handful); run more pods "
+                             "(replicas, parallelism, numNodes) instead of more containers")
+                continue
             why = admission_policy.refusal(objects, obj, resource, self.idx.ns_labels.get(ns, {NAMESPACE_NAME_LABEL: ns}))
             if why:
                 out[key] = why
@@ -988,11 +999,40 @@ class _Checker:
                              "deploy what scales it (on Linode the node-group provider: docs/linode-autoscaling.md) or "
                              "give the pool minNodes of at least 1")
 
+    def platform_accounts(self) -> None:
+        """A job file's pods that name a ServiceAccount the platform creates for its own components in another
+        namespace (cluster-autoscaler, a controller's account) and that does not exist in the job's namespace:
+        the API server refuses every pod (ServiceAccount admission: serviceaccount not found), and borrowing a
+        component's name never gives a job its rights (attacker review)."""
+        accounts: dict[str, set[str]] = {}
+        for rel in self.releases:
+            for o in rel.objects:
+                if isinstance(o, dict) and o.get("kind") == "ServiceAccount" and o.get("apiVersion") == "v1":
+                    meta = o.get("metadata") or {}
+                    accounts.setdefault(str(meta.get("name")), set()).add(str(meta.get("namespace") or rel.namespace))
+        sources = {rel.name: rel.source for rel in self.releases}
+        for pt in self.templates:
+            if sources.get(pt.release) != "example":
+                continue
+            name = pt.spec.get("serviceAccountName") or pt.spec.get("serviceAccount")
+            if not isinstance(name, str) or name == "default" or str(pt.namespace) in accounts.get(name, set()):
+                continue
+            elsewhere = sorted(accounts.get(name, set()))
+            if not elsewhere:
+                continue
+            self.problem("admission", pt.release, pt.owner,
+                         f"its pods run as ServiceAccount {name}, which the platform creates for its own components in "
+                         f"{', '.join(elsewhere)}, not in {pt.namespace}: the API server refuses every pod "
+                         f"(serviceaccount \"{name}\" not found), and a job never runs with a platform component's rights",
+                         f"remove serviceAccountName (the namespace's default account) or use an account of "
+                         f"{pt.namespace}: {', '.join(sorted(n for n, ns in accounts.items() if str(pt.namespace) in ns)) or 'none'}")
+
     def run(self) -> FitReport:
         self.never_scaled()
         self.unserved_jobs()
         self.missing_namespaces()
         pods = self.build_pods()
+        self.platform_accounts()
         self.refused = self.admission_refusals()
         self.guarded(lambda: self.quota_totals(pods), "ResourceQuota totals")
         placed: list[_Pod] = []
@@ -1302,6 +1342,16 @@ class _Checker:
                 free[k] -= v
             return True
 
+        def take_many(node: dict, req: dict[str, int], most: int) -> int:
+            """Place up to `most` pods of `req` on the node; how many it took."""
+            free = node["free"]
+            need = {"pods": 1, **{k: v for k, v in req.items() if k in ("cpu", "memory", GPU)}}
+            n = min([most] + [free.get(k, 0) // v if v > 0 else most for k, v in need.items()])
+            n = max(n, 0)
+            for k, v in need.items():
+                free[k] -= v * n
+            return n
+
         for pod, groups in daemonsets:
             names = {g.name for g in groups}
             for node in nodes:
@@ -1322,18 +1372,21 @@ class _Checker:
                 continue  # hook Jobs run before/after the release's pods, not beside them
             groups = {g.name for g in self.candidates(pod)}
             spread = _self_anti_affinity(pod.pt)
-            missing = 0
-            for _ in range(pod.pt.replicas):
-                for node in nodes:
-                    if node["group"].name not in groups or (spread and id(pod.pt) in node["hosts"]):
-                        continue
-                    if take(node, pod.requests):
-                        node["hosts"].add(id(pod.pt))
-                        key = (pod.pt.release, pod.pt.owner, node["group"])
-                        counts[key] = counts.get(key, 0) + 1
-                        break
-                else:
-                    missing += 1
+            # First fit of identical replicas, a node at a time: each replica would take the first node with
+            # room, so a node fills until it has none, then the next (O(nodes), not O(replicas x nodes): a
+            # Deployment of 10^9 replicas is placed at once).
+            missing = max(pod.pt.replicas, 0)
+            for node in nodes:
+                if not missing:
+                    break
+                if node["group"].name not in groups or (spread and id(pod.pt) in node["hosts"]):
+                    continue
+                placed = take_many(node, pod.requests, 1 if spread else missing)
+                if placed:
+                    node["hosts"].add(id(pod.pt))
+                    key = (pod.pt.release, pod.pt.owner, node["group"])
+                    counts[key] = counts.get(key, 0) + placed
+                    missing -= placed
             if missing and not pod.pt.queue_name:
                 self.problem("packing", pod.pt.release, pod.pt.owner,
                              f"{missing} of {pod.pt.replicas} pods find no room when every pod is placed "
@@ -1754,16 +1807,27 @@ def _first_unplaced(model: ClusterModel, counts: dict[int, int], daemonsets: lis
         for node in nodes:
             if node["group"] in groups:
                 take(node, pod.requests)
+    def take_many(node: dict, req: dict[str, int], most: int) -> int:
+        need = {"pods": 1, **{k: v for k, v in req.items() if k in ("cpu", "memory", GPU)}}
+        n = max(min([most] + [node["free"].get(k, 0) // v if v > 0 else most for k, v in need.items()]), 0)
+        for k, v in need.items():
+            node["free"][k] -= v * n
+        return n
+
     for pod in pods:
         groups = {id(g) for g in checker.candidates(pod)}
         spread = _self_anti_affinity(pod.pt)
-        for _ in range(pod.pt.replicas):
-            for node in nodes:
-                if id(node["group"]) in groups and not (spread and id(pod.pt) in node["hosts"]) and take(node, pod.requests):
+        left = max(pod.pt.replicas, 0)  # identical replicas, first fit a node at a time (as pack)
+        for node in nodes:
+            if not left:
+                break
+            if id(node["group"]) in groups and not (spread and id(pod.pt) in node["hosts"]):
+                placed = take_many(node, pod.requests, 1 if spread else left)
+                if placed:
                     node["hosts"].add(id(pod.pt))
-                    break
-            else:
-                return pod
+                    left -= placed
+        if left > 0:
+            return pod
     return None
 
 
