@@ -1342,16 +1342,6 @@ class _Checker:
                 free[k] -= v
             return True
 
-        def take_many(node: dict, req: dict[str, int], most: int) -> int:
-            """Place up to `most` pods of `req` on the node; how many it took."""
-            free = node["free"]
-            need = {"pods": 1, **{k: v for k, v in req.items() if k in ("cpu", "memory", GPU)}}
-            n = min([most] + [free.get(k, 0) // v if v > 0 else most for k, v in need.items()])
-            n = max(n, 0)
-            for k, v in need.items():
-                free[k] -= v * n
-            return n
-
         for pod, groups in daemonsets:
             names = {g.name for g in groups}
             for node in nodes:
@@ -1381,7 +1371,7 @@ class _Checker:
                     break
                 if node["group"].name not in groups or (spread and id(pod.pt) in node["hosts"]):
                     continue
-                placed = take_many(node, pod.requests, 1 if spread else missing)
+                placed = _take_many(node, pod.requests, 1 if spread else missing)
                 if placed:
                     node["hosts"].add(id(pod.pt))
                     key = (pod.pt.release, pod.pt.owner, node["group"])
@@ -1788,6 +1778,17 @@ def idle_nodes(model: ClusterModel, releases: Iterable[Any]) -> dict[str, int]:
     return {g.key: counts[id(g)] for g in model.node_groups}
 
 
+def _take_many(node: dict, req: dict[str, int], most: int) -> int:
+    """Place up to `most` identical pods asking `req` on the node (first fit's `take`, repeated while the node
+    has room); how many it took."""
+    free = node["free"]
+    need = {"pods": 1, **{k: v for k, v in req.items() if k in ("cpu", "memory", GPU)}}
+    n = max(min([most] + [free.get(k, 0) // v if v > 0 else most for k, v in need.items()]), 0)
+    for k, v in need.items():
+        free[k] -= v * n
+    return n
+
+
 def _first_unplaced(model: ClusterModel, counts: dict[int, int], daemonsets: list[tuple[_Pod, list[NodeGroup]]],
                     pods: list[_Pod], checker: "_Checker") -> Optional[_Pod]:
     """The first pod (in `pods`' order) that finds no room on the groups at `counts` nodes, or None."""
@@ -1807,12 +1808,6 @@ def _first_unplaced(model: ClusterModel, counts: dict[int, int], daemonsets: lis
         for node in nodes:
             if node["group"] in groups:
                 take(node, pod.requests)
-    def take_many(node: dict, req: dict[str, int], most: int) -> int:
-        need = {"pods": 1, **{k: v for k, v in req.items() if k in ("cpu", "memory", GPU)}}
-        n = max(min([most] + [node["free"].get(k, 0) // v if v > 0 else most for k, v in need.items()]), 0)
-        for k, v in need.items():
-            node["free"][k] -= v * n
-        return n
 
     for pod in pods:
         groups = {id(g) for g in checker.candidates(pod)}
@@ -1822,7 +1817,7 @@ def _first_unplaced(model: ClusterModel, counts: dict[int, int], daemonsets: lis
             if not left:
                 break
             if id(node["group"]) in groups and not (spread and id(pod.pt) in node["hosts"]):
-                placed = take_many(node, pod.requests, 1 if spread else left)
+                placed = _take_many(node, pod.requests, 1 if spread else left)
                 if placed:
                     node["hosts"].add(id(pod.pt))
                     left -= placed
