@@ -37,7 +37,8 @@ def test_the_drill_reads_every_discovered_group_of_the_plan_with_its_launch_temp
         "labels": {"gpu-platform.io/pool": "l4x4", "nvidia.com/gpu.present": "true", "gpu-platform.io/capacity": "spot",
                    "k8s.amazonaws.com/accelerator": "nvidia-l4"},
         "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
-        "resources": {"nvidia.com/gpu": "4"}}
+        # 300 GiB root volume: 299 less nodeadm's 1 GiB kubeReserved and 10 % nodefs eviction (gpu_asg.py).
+        "resources": {"nvidia.com/gpu": "4", "ephemeral-storage": "268Gi"}}
 
 
 def test_a_group_whose_launch_template_is_not_in_the_plan_is_named():
