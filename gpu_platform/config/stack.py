@@ -352,7 +352,7 @@ def config_warnings(cfg: StackConfig) -> list[str]:
             + aws_checks.termination_handler_warnings(cfg)
             + linode_checks.token_expiry_warnings(cfg) + linode_checks.image_registry_warnings(cfg)
             + linode_checks.pki_warnings(cfg)
-            + gcp_checks.shutdown_grace_warnings(cfg)
+            + gcp_checks.shutdown_grace_warnings(cfg) + gcp_checks.assumed_offering_warnings(cfg)
             + kubernetes_checks.kubernetes_warnings(cfg))
 
 

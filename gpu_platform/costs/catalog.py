@@ -106,6 +106,8 @@ class InstanceType:
     overridden: frozenset[str] = frozenset()
     # Linode's monthly cap in a region priced otherwise than the default (`regionalPrices.<region>.monthlyCapUsd`).
     regional_caps: Mapping[str, float] = field(default_factory=dict)
+    # Where `regions` comes from, with its date (the catalog file's regionsSource); None when not stated.
+    regions_source: Optional[str] = None
 
     @property
     def is_gpu(self) -> bool:
@@ -412,7 +414,7 @@ def parse_document(doc: Mapping[str, Any], name: str = "catalog") -> tuple[dict[
             on_demand=_price(e["onDemand"]),
             spot=_price(e["spot"]) if e.get("spot") else None,
             preemptible=_price(e["preemptible"]) if e.get("preemptible") else None,
-            regions=_tuple(e.get("regions")), zones=_tuple(e.get("zones")),
+            regions=_tuple(e.get("regions")), zones=_tuple(e.get("zones")), regions_source=e.get("regionsSource"),
             monthly_cap_usd=float(e["monthlyCapUsd"]) if e.get("monthlyCapUsd") is not None else None,
             regional={region: {_ATTR_TO_CAPACITY[_YAML_TO_ATTR[k]]: _price(v) for k, v in prices.items()
                                if k in _YAML_TO_ATTR}
