@@ -93,6 +93,17 @@ def fit_section(result: Any) -> dict[str, Any]:
                            for r in flows.failed]}}
 
 
+def stale_prices_text(cost: dict[str, Any]) -> Optional[str]:
+    """'STALE PRICES: a2-highgpu-1g 632 days old ...' when a price of the bill is older than the catalog's
+    maximum age (gpu_platform/costs/report.py CATALOG_MAX_AGE_DAYS), else None."""
+    age = cost.get("catalogAge") or {}
+    if not age.get("stale"):
+        return None
+    names = ", ".join(age.get("staleResources") or [])
+    return (f"STALE PRICES: {names} up to {age['ageDays']} days old (dated {age['oldestPriceDate']}; more than "
+            f"{age['maxAgeDays']}): refresh before trusting these figures (docs/cost-model.md, \"Catalog age\")")
+
+
 def _missing_text(refused: dict[str, Any]) -> str:
     """'no spot price for g5.2xlarge, g6.xlarge in eu-west-1': every type a refused bill lacks, by capacity."""
     missing = refused.get("missing") or [{"type": refused["type"], "capacity": refused["capacity"]}]
@@ -203,6 +214,10 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
         for note in cost.get("priceNotes") or []:
             text += f"; {note}"
             style = style or "yellow"
+        stale = stale_prices_text(cost)
+        if stale:  # the verdict stays PASS: the age is shown where the figures are (docs/cost-model.md, "Catalog age")
+            text += f"; {stale}"
+            style = style or "yellow"
         rows.append(("cost", text, style))
     # Every exception and approval in force: a reviewer sees who allowed what, and until when.
     rows += [("approved", a, "yellow") for a in (pol or {}).get("approvals", [])]
@@ -245,6 +260,8 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         else:
             cost_text = "–" if cost is None else (f"not priced / {money(cost.get('budgetUsd'))}" if cost.get("unpriced")
                                                   else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}")
+            if cost.get("catalogAge") and cost["catalogAge"].get("stale"):
+                cost_text += f" (prices up to {cost['catalogAge']['ageDays']} days old)"
         mark = "✅" if doc["verdict"] == "pass" else "❌"
         lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
     for doc in sorted(docs, key=lambda d: d["stack"]):
