@@ -102,7 +102,7 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
                 f"{pool.instance_type} is offered in: {', '.join(in_region) or 'no zone'}"))
     issues += pool_region_issues(cfg, catalog, "gcp.region", section.region, not_in_region, lambda itype: (
         f" (the catalog's type-by-region data: {_offering_date(catalog, itype)}); if GCP offers it in {section.region} "
-        f"now, assert it: gcp.assumeOffered: [{{type: {itype}, zones: [{', '.join(section.zones)}]}}] "
+        f"now, assert it: gcp.assumeOffered: [{{type: {itype}, zones: [{', '.join(dict.fromkeys(section.zones))}]}}] "
         "(docs/configuration.md, \"GCP regions and zones\")"))
     if zones_known and not not_in_region and offered_somewhere:
         wanted = sorted({t.accelerator for p in cfg.gpu_pools
