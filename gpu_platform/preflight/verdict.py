@@ -260,7 +260,7 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         else:
             cost_text = "–" if cost is None else (f"not priced / {money(cost.get('budgetUsd'))}" if cost.get("unpriced")
                                                   else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}")
-            if cost.get("catalogAge") and cost["catalogAge"].get("stale"):
+            if cost is not None and (cost.get("catalogAge") or {}).get("stale"):
                 cost_text += f" (prices up to {cost['catalogAge']['ageDays']} days old)"
         mark = "✅" if doc["verdict"] == "pass" else "❌"
         lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
