@@ -74,20 +74,22 @@ def test_an_unknown_key_without_a_guess_does_not_hide_the_others():
 
 
 def test_every_pool_outside_the_gcp_region_is_named_with_the_regions_offering_them_all():
+    # europe-north1: no L4 and no A100 40GB there (gcp.yaml regions: Cyclenerd machinetyperegion.csv, 2026-08-17)
     config = raw("gcp-prod")
-    config["gcp"]["region"] = "europe-west2"
-    config["gcp"]["zones"] = ["europe-west2-a", "europe-west2-b"]
+    config["gcp"]["region"] = "europe-north1"
+    config["gcp"]["zones"] = ["europe-north1-a", "europe-north1-b"]
     config["gpuPools"] = [{"name": "l4", "instanceType": "g2-standard-8", "capacity": "spot", "minNodes": 0, "maxNodes": 4},
                           {"name": "a100", "instanceType": "a2-highgpu-1g", "capacity": "spot", "minNodes": 0, "maxNodes": 2}]
     with pytest.raises(ConfigError) as err:
         parse_config(config, "gcp-prod")
     issues = {i.key: i.allowed for i in err.value.issues}
-    assert "europe-west2" in issues["gpuPools[0].instanceType"] and "europe-west2" in issues["gpuPools[1].instanceType"]
+    assert "europe-north1" in issues["gpuPools[0].instanceType"] and "europe-north1" in issues["gpuPools[1].instanceType"]
     region = issues["gcp.region"]
     assert "a2-highgpu-1g and g2-standard-8" in region
     common = region.split(": ", 1)[1].split(", ")
-    assert common == ["asia-southeast1", "europe-west4", "us-central1", "us-east1", "us-west1"], region
-    assert "us-west4" not in common  # A100 only: no L4 there
+    assert common == ["asia-northeast1", "asia-northeast3", "asia-southeast1", "europe-west4", "us-central1", "us-east1",
+                      "us-west1", "us-west4"], region
+    assert "me-west1" not in common and "europe-west1" not in common  # A100 only / L4 only
 
 
 def test_a_misspelt_structured_key_as_the_cli_passes_it_is_read_as_the_right_key():
@@ -101,3 +103,27 @@ def test_a_misspelt_structured_key_as_the_cli_passes_it_is_read_as_the_right_key
     with pytest.raises(ConfigError) as err:
         parse_config(config, "aws-prod")
     assert {i.key for i in err.value.issues} == {"gpu_pools", "gpuPools[0].minNodes"}, err.value
+
+
+def test_an_on_demand_approval_with_a_filler_reason_is_one_problem_on_its_own_key():
+    """Adopter review F8: `approvedOnDemand: {reason: "foo bar baz qux quux", approver: bob@corp.com}` reported 2
+    problems, one of them pydantic's union noise `approvedOnDemand.bool: {...} -> Input should be a valid
+    boolean`. The map is an approval: only its reason is wrong, under approvedOnDemand.reason; a scalar that is
+    no boolean is judged as a boolean, without the approval's fields."""
+    from gpu_platform.config.base import ConfigError
+    from gpu_platform.config.stack import parse_config
+    from tests.test_gcp_config import base
+
+    raw = base()
+    raw["gpuPools"][0].update(capacity="on-demand",
+                              approvedOnDemand={"reason": "foo bar baz qux quux", "approver": "bob@corp.com"})
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "host3")
+    keys = [i.key for i in err.value.issues]
+    assert keys == ["gpuPools[0].approvedOnDemand.reason"], str(err.value)
+    assert "valid boolean" not in str(err.value) and "must be a real reason" in str(err.value)
+    raw["gpuPools"][0]["approvedOnDemand"] = "yes please"
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "host3")
+    assert [i.key for i in err.value.issues] == ["gpuPools[0].approvedOnDemand"], str(err.value)
+    assert "OnDemandApproval" not in str(err.value)

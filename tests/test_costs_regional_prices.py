@@ -139,6 +139,54 @@ def test_preflight_refuses_an_eu_west_1_eks_stack_naming_the_type_and_region_unt
     assert priced["g5.xlarge"] == priced["m6i.large"] == "eu-west-1" and priced["g6.12xlarge"] == "priceOverrides"
 
 
+def test_a_refused_bill_names_every_unpriced_type_with_a_snippet_and_a_command_that_work(tmp_path, capsys):
+    """Adopter review F3/F4: eu-west-1 with g5.2xlarge and g6.xlarge was refused naming g5.2xlarge only (the next
+    run, after its override, named g6.xlarge), and the fix read "(the bill below says how)" and `python -m
+    gpu_platform.costs refresh ... --region eu-west-1`. One run names both; the bill's priceOverrides lines,
+    pasted with prices, make the stack pass; its refresh command is exact and its options parse."""
+    moved = {"us-east-1": "eu-west-1", "instanceType: g5.xlarge": "instanceType: g5.2xlarge",
+             "instanceType: g6.12xlarge": "instanceType: g6.xlarge"}
+    stack = _stack(tmp_path, "aws-prod", "eks-eu3", moved)
+    code, text, _ = run_main(["--stack-file", str(stack), "--no-policies", "--out", str(tmp_path / "build")], capsys)
+    assert code == 3, text
+    cost_row = next(line for line in text.splitlines() if line.startswith("  cost "))
+    assert "REFUSED: no spot price for g5.2xlarge, g6.xlarge in eu-west-1" in cost_row, cost_row
+    assert "..." not in text and "(the bill below says how)" not in text
+    refused_text = text
+    refused = json.loads((tmp_path / "build" / "eks-eu3" / "cost.json").read_text())["refused"]
+    assert [m["type"] for m in refused["missing"]] == ["g5.2xlarge", "g6.xlarge"]
+    assert ".venv/bin/python -m gpu_platform.costs refresh --aws-spot-history spot-eu-west-1.json --region eu-west-1" \
+        in refresh_lines(text)
+    snippet = refused["priceOverrides"]
+    assert snippet.splitlines()[0] == "  gpu-platform:priceOverrides:" and snippet in text
+    # Pasted into the stack file as printed, with the placeholders replaced: the bill is priced.
+    pasted = tmp_path / "Pulumi.eks-eu4.yaml"
+    pasted.write_text(stack.read_text() + snippet.replace("REPLACE", "0.61") + "\n")
+    code, text, _ = run_main(["--stack-file", str(pasted), "--no-policies", "--out", str(tmp_path / "build")], capsys)
+    assert code == 0, text
+    doc = json.loads((tmp_path / "build" / "eks-eu4" / "cost.json").read_text())
+    assert {ln["resource"] for ln in doc["lines"] if ln.get("pricedIn") == "priceOverrides"} == {"g5.2xlarge", "g6.xlarge"}
+    # Left unreplaced, the placeholder is a config error naming the key, not a price.
+    raw = tmp_path / "Pulumi.eks-eu5.yaml"
+    raw.write_text(stack.read_text() + snippet + "\n")
+    code, text, _ = run_main(["--stack-file", str(raw), "--no-policies", "--out", str(tmp_path / "build")], capsys)
+    assert code == 2 and "priceOverrides.g5.2xlarge.spot" in text, text
+    # The printed refresh command's options parse and record the region from a describe-spot-price-history answer.
+    answer = tmp_path / "spot-eu-west-1.json"
+    answer.write_text(json.dumps({"SpotPriceHistory": [
+        {"AvailabilityZone": "eu-west-1a", "InstanceType": t, "ProductDescription": "Linux/UNIX", "SpotPrice": price,
+         "Timestamp": "2026-11-27T10:00:00+00:00"} for t, price in (("g5.2xlarge", "0.52"), ("g6.xlarge", "0.41"))]}))
+    args = refresh_lines(refused_text)[-1].split()[3:]
+    assert args[:2] == ["refresh", "--aws-spot-history"]
+    assert costs_main([args[0], args[1], str(answer), *args[3:], "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "g5.2xlarge: spot None -> 0.52" in out and "g6.xlarge: spot None -> 0.41" in out, out
+
+
+def refresh_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith(".venv/bin/python -m gpu_platform.costs refresh")]
+
+
 # --- the catalog traces to the recorded files ------------------------------------------------------------------
 
 

@@ -436,3 +436,43 @@ def test_environment_variables_and_output_files_named_in_the_docs_exist():
     assert variables and not {v for v in variables if v not in code}, sorted(v for v in variables if v not in code)
     files = set(re.findall(r"build/<stack>/([A-Za-z0-9_.-]+)", every))
     assert files and not {f for f in files if f'"{f}"' not in code}, sorted(f for f in files if f'"{f}"' not in code)
+
+
+DOCS_PAGE = re.compile(r"(?<![\w/.-])docs/([A-Za-z0-9_-]+\.md)")
+
+
+def test_every_docs_page_named_in_code_and_recorded_files_exists():
+    """Adopter review F9: recorded/cyclenerd-gcp-pricing-a2-highgpu-1g.csv said "see docs/costs.md" (the page is
+    docs/cost-model.md). Every `docs/<page>.md` named in the package's code and comments, its catalog and
+    recorded files, the tests' messages, the examples and the stack files is a page that exists."""
+    roots = [ROOT / "gpu_platform", ROOT / "examples", ROOT / "stacks", ROOT / "tests", ROOT / "Makefile",
+             ROOT / "CHANGELOG.md", ROOT / ".github"]
+    files = [p for r in roots for p in ([r] if r.is_file() else r.rglob("*"))
+             if p.is_file() and p.suffix in {".py", ".yaml", ".yml", ".csv", ".md", ".toml", ".txt", ".sh", ""}
+             and "__pycache__" not in p.parts]
+    problems = []
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for page in sorted(set(DOCS_PAGE.findall(text))):
+            if not (ROOT / "docs" / page).is_file() and path.name != "test_docs.py":
+                problems.append(f"{path.relative_to(ROOT)}: docs/{page}")
+    assert not problems, problems
+
+
+def test_the_upgrade_notes_name_the_types_with_regional_prices():
+    """Adopter review F7: "Upgrading from 0.2.0" step 1 said every AWS/GCP stack outside us-east-1/us-central1 is
+    refused, while six types have prices in other regions. The step names exactly the catalog's types with
+    regional prices, each with its count of regions."""
+    from gpu_platform.costs.catalog import load_catalog
+
+    text = (ROOT / "CHANGELOG.md").read_text()
+    step = text[text.index("### Upgrading from 0.2.0"):text.index("2. **Your own program's imports**")]
+    step = " ".join(step.split())
+    assert "outside us-east-1/us-central1 is refused (exit 3) until" not in step
+    catalog = load_catalog()
+    regional = {t.name: len(t.regional) for cloud in ("aws", "gcp") for t in catalog.instances(cloud) if t.regional}
+    named = dict(re.findall(r"`([a-z0-9.-]+)` \((\d+)(?: more regions)?\)", step))
+    assert {k: int(v) for k, v in named.items()} == regional, (named, regional)

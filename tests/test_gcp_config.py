@@ -342,3 +342,84 @@ def test_a_zonal_system_pool_runs_in_zones_of_the_cluster():
     text = str(err.value)
     assert 'gcp.systemPool.zones[0]: "us-central1-f" -> one of gcp.zones (us-central1-a, us-central1-b, us-central1-c)' in text
     assert 'gcp.systemPool.zones[2]: "us-central1-a" -> each zone once' in text
+
+
+def _ew1(**gcp_extra: Any) -> dict[str, Any]:
+    """The adopter's stack: europe-west1 with an L4 pool (g2-standard-8) and its three zones."""
+    raw = with_(top(gpuPools=[{"name": "l4", "instanceType": "g2-standard-8", "capacity": "spot",
+                               "minNodes": 0, "maxNodes": 6}]))
+    raw["gcp"].update(region="europe-west1", zones=["europe-west1-b", "europe-west1-c", "europe-west1-d"],
+                      systemPool={"zones": ["europe-west1-b"]}, **gcp_extra)
+    return raw
+
+
+def test_offering_data_is_the_dated_2026_region_list_not_2023s():
+    # GCP offers the L4 (g2) in europe-west1 (Cyclenerd machinetyperegion.csv @8bf3293a, 2026-08-17); the 2023
+    # zone file the catalog used to read alone listed 8 regions without it, so this stack was refused.
+    g2 = load_catalog().instance("gcp", "g2-standard-8")
+    assert "europe-west1" in g2.regions and len(g2.regions) == 18
+    cfg = parse_config(_ew1(), "ew1")
+    # No zone of europe-west1 is recorded (zones: 2023): all of gcp.zones, GKE places the nodes.
+    assert gpu_pool_zone_map(cfg, load_catalog())["l4"] == ["europe-west1-b", "europe-west1-c", "europe-west1-d"]
+
+
+def test_a_region_the_catalog_does_not_list_for_a_type_is_still_refused_with_the_regions_that_do():
+    raw = _ew1()
+    raw["gpuPools"].append({"name": "a100", "instanceType": "a2-highgpu-1g", "capacity": "spot",
+                            "minNodes": 0, "maxNodes": 4})
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, "ew1")
+    msg = str(err.value)
+    assert "gcp.region: \"europe-west1\" -> a region offering a2-highgpu-1g and g2-standard-8" in msg
+    assert "gpuPools[1].instanceType" in msg and "gcp.assumeOffered" in msg
+
+
+def test_assume_offered_lets_a_stack_assert_an_offering_and_preflight_warns():
+    from gpu_platform.config.stack import config_warnings
+
+    raw = _ew1(assumeOffered=[{"type": "a2-highgpu-1g", "zones": ["europe-west1-b", "europe-west1-d"]}])
+    raw["gpuPools"].append({"name": "a100", "instanceType": "a2-highgpu-1g", "capacity": "spot",
+                            "minNodes": 0, "maxNodes": 4})
+    cfg = parse_config(raw, "ew1")
+    assert gpu_pool_zone_map(cfg, load_catalog())["a100"] == ["europe-west1-b", "europe-west1-d"]
+    warnings = [w for w in config_warnings(cfg) if w.startswith("gcp.assumeOffered")]
+    assert len(warnings) == 1
+    assert "a2-highgpu-1g in europe-west1 (europe-west1-b, europe-west1-d) is asserted by the stack" in warnings[0]
+
+
+def test_assume_offered_for_what_the_catalog_records_says_it_can_go():
+    from gpu_platform.config.stack import config_warnings
+
+    cfg = parse_config(_ew1(assumeOffered=[{"type": "g2-standard-8"}]), "ew1")
+    assert any("already records g2-standard-8 in europe-west1" in w for w in config_warnings(cfg))
+
+
+@pytest.mark.parametrize("entry,key,allowed", [
+    ({"type": "g9-imaginary-8"}, "gcp.assumeOffered[0].type", "a GCP machine type of the price catalog"),
+    ({"type": "a2-highgpu-1g"}, "gcp.assumeOffered[0].type", "the instanceType of a gpuPools entry"),
+    ({"type": "g2-standard-8", "zones": ["europe-west1-a"]}, "gcp.assumeOffered[0].zones[0]", "one of gcp.zones"),
+    ({"type": "g2-standard-8", "zone": ["europe-west1-b"]}, "gcp.assumeOffered[0].zone", ""),
+])
+def test_assume_offered_entries_are_checked(entry, key, allowed):
+    with pytest.raises(ConfigError) as err:
+        parse_config(_ew1(assumeOffered=[entry]), "ew1")
+    assert key in str(err.value) and allowed in str(err.value)
+
+
+def test_every_gcp_types_regions_are_the_recorded_region_file():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "gpu_platform/costs/catalog/recorded/cyclenerd-gcp-machinetyperegion.csv"
+    text = path.read_text()
+    assert "# observed-no-later-than: 2026-08-17" in text and "8bf3293a35613e7ee333e2365d3cf0a3b8a8f347" in text
+    recorded: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and not line.startswith("NAME;"):
+            cols = line.split(";")
+            recorded.setdefault(cols[0], set()).add(cols[5])
+    for t in load_catalog().instances("gcp"):
+        assert t.name in recorded, t.name
+        assert set(t.regions) == recorded[t.name], t.name
+        assert "8bf3293a (2026-08-17)" in (t.regions_source or ""), t.name
+        # zones (2023) only of regions the newer list still has
+        assert all(z.rsplit("-", 1)[0] in recorded[t.name] for z in t.zones or ()), t.name

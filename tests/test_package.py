@@ -311,3 +311,33 @@ def test_an_in_process_run_of_another_project_leaves_the_test_process_as_it_was(
     assert sys.path == path_before
     assert "team_naming" not in sys.modules
     assert os.environ["GPU_PLATFORM_PROBE"] == "kept"
+
+
+def test_preflight_C_on_a_project_inside_the_checkout_finds_the_checkouts_charts(tmp_path, monkeypatch):
+    """Adopter review F5: `preflight -C examples/team-gke dev` (docs/preflight.md) exited 4 inside the repository,
+    "chart directory ~/.cache/gpu-platform/charts does not exist", though gcp-prod from the repository root
+    found ../shared/charts. A project inside a checkout finds the checkout's ../shared/charts; when no folder
+    has them, the message lists every folder searched."""
+    from gpu_platform.preflight.fit import run
+
+    from tests.fit_support import need_charts
+
+    need_charts()
+    tree = tmp_path / "work"
+    checkout = tree / "gpu-platform"
+    (checkout / ".git").mkdir(parents=True)  # a checkout: the search stops at it
+    shutil.copytree(EXAMPLE, checkout / "examples" / "team-gke", ignore=shutil.ignore_patterns("build", "__pycache__"))
+    (tree / "shared").mkdir()
+    (tree / "shared" / "charts").symlink_to(CHARTS)
+    monkeypatch.setattr(run, "USER_CACHE", tmp_path / "cache" / "charts")  # not this machine's cache
+    project = checkout / "examples" / "team-gke"
+    env = {"GPU_PLATFORM_CHARTS": None, "NO_COLOR": "1"}
+    found = preflight_in_process("-C", str(project), "dev", "--no-policies", "--out", str(tmp_path / "out"), env=env)
+    assert found.returncode == 0, found.stdout + found.stderr
+    (tree / "shared" / "charts").unlink()
+    missing = preflight_in_process("-C", str(project), "dev", "--no-policies", "--out", str(tmp_path / "out"), env=env)
+    assert missing.returncode == 4, missing.stdout + missing.stderr
+    text = " ".join((missing.stdout + missing.stderr).split())
+    for folder in (checkout / "examples" / "shared" / "charts", checkout / "shared" / "charts",
+                   tree / "shared" / "charts", tmp_path / "cache" / "charts"):
+        assert f"{folder} (absent)" in text, text

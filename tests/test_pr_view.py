@@ -215,3 +215,18 @@ def test_an_eks_stack_in_eu_west_1_is_refused_naming_the_type_and_region(tmp_pat
     assert run.returncode == 3, run.stdout + run.stderr
     cost_row = next(line for line in run.stdout.splitlines() if line.startswith("  cost "))
     assert "REFUSED: no spot price for" in cost_row and "in eu-west-1" in cost_row, cost_row
+
+def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(tmp_path):
+    """Adopter review F6: europe-west4's A100 price is from 2025-03-06, hundreds of days old, and only a warning
+    deep in the bill said so under a plain PASS. The verdict's cost line names it (docs/cost-model.md, "Catalog
+    age": PASS at any age, the age shown where the figures are), and so does the pull-request table."""
+    from gpu_platform.preflight.verdict import DOCUMENT, markdown
+
+    need_charts()
+    run = _eu_gke(tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines()[0].endswith("PASS (exit 0)"), run.stdout
+    cost_row = next(line for line in run.stdout.splitlines() if line.startswith("  cost "))
+    assert "STALE PRICES: a2-highgpu-1g up to " in cost_row and "(dated 2025-03-06; more than 90)" in cost_row, cost_row
+    doc = json.loads(next((tmp_path / "out").rglob(DOCUMENT)).read_text())
+    assert doc["verdict"] == "pass" and "days old)" in markdown([doc])

@@ -101,6 +101,17 @@ class GcpSystemPool(SystemPool):
     zones: list[str] = Field(default_factory=list, max_length=8)
 
 
+class AssumedOffering(Model):
+    """One entry of gcp.assumeOffered: the stack asserts that GCP offers machine type `type` in gcp.region,
+    in `zones` (default: every zone of gcp.zones), where the catalog's offering data (gcp.yaml `regions`,
+    `zones`, dated by their regionsSource/zonesSource) does not say so. The checks then trust the stack, and
+    preflight warns that the offering is asserted, not recorded: GKE refuses the node pool at `pulumi up`
+    if the assertion is wrong."""
+
+    type: str = Field(min_length=1)
+    zones: list[str] = Field(default_factory=list, max_length=8)
+
+
 class GcpSection(Model):
     project: str
     region: str
@@ -126,6 +137,9 @@ class GcpSection(Model):
     # (VPN, Interconnect, a bastion in the VPC).
     private_endpoint: bool = False
     maintenance: Maintenance = Field(default_factory=Maintenance)
+    # Offerings the stack asserts where the catalog's type-by-region data is older than GCP's (docs/configuration.md,
+    # "GCP regions and zones"): [{type: g2-standard-8, zones: [europe-west1-b]}].
+    assume_offered: list[AssumedOffering] = Field(default_factory=list, max_length=32)
 
     _system_pool_renamed: tuple[tuple[str, str], ...] = PrivateAttr(default=())
 
@@ -133,6 +147,14 @@ class GcpSection(Model):
     @classmethod
     def _system_pool_shape(cls, data: Any, handler: Any) -> "GcpSection":
         return validate_system_pool("gcp", data, handler)
+
+    def assumed_zones(self, machine_type: str) -> Optional[list[str]]:
+        """The zones gcp.assumeOffered asserts for `machine_type` (every zone of gcp.zones when the entry names
+        none), or None when the stack asserts nothing for it."""
+        for entry in self.assume_offered:
+            if entry.type == machine_type:
+                return list(entry.zones) or list(self.zones)
+        return None
 
     @field_validator("project")
     @classmethod
@@ -208,11 +230,26 @@ def system_pool_zones(section: GcpSection) -> list[str]:
 
 def pool_zones(section: GcpSection, itype: "Optional[InstanceType]") -> list[str]:
     """The configured zones a GPU pool's nodes may run in: those offering its accelerator where the
-    catalog knows, otherwise all of them (GKE then places nodes wherever capacity is)."""
-    if itype is None or itype.zones is None:
+    catalog knows, otherwise all of them (GKE then places nodes wherever capacity is). The catalog knows a
+    region's zones only where its zone list (older than its region list) names one of that region's zones;
+    gcp.assumeOffered names them for a type the stack asserts."""
+    asserted = section.assumed_zones(itype.name) if itype is not None else None
+    if asserted is not None:
+        return [z for z in section.zones if z in asserted]
+    known = zones_in_region(itype, section.region)
+    if known is None:
         return list(section.zones)
-    return [z for z in section.zones if z in itype.zones]
+    return [z for z in section.zones if z in known]
 
 
-__all__ = ["GcpSection", "GcpSystemPool", "Maintenance", "MaintenanceExclusion", "SystemPool", "pool_zones", "system_pool_zones", "PRODUCTION_ENVIRONMENTS",
+def zones_in_region(itype: "Optional[InstanceType]", region: str) -> "Optional[list[str]]":
+    """The zones of `region` the catalog records for `itype`, or None when it records none there (unknown:
+    the zone list is from 2023, the region list newer; gpu_platform/costs/catalog/gcp.yaml zonesSource)."""
+    if itype is None or itype.zones is None:
+        return None
+    known = [z for z in itype.zones if z.startswith(region + "-")]
+    return known or None
+
+
+__all__ = ["AssumedOffering", "GcpSection", "GcpSystemPool", "Maintenance", "MaintenanceExclusion", "SystemPool", "pool_zones", "system_pool_zones", "zones_in_region", "PRODUCTION_ENVIRONMENTS",
            "SYSTEM_POOL_NAME"]

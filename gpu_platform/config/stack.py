@@ -68,7 +68,8 @@ def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
         cfg = StackConfig.model_validate(values)
     except ValidationError as exc:
         seen = {i.key for i in issues}
-        issues += [i for i in (_issue_from_pydantic(e, values) for e in exc.errors()) if i.key not in seen]
+        issues += [i for i in (_issue_from_pydantic(e, values) for e in _union_branches_dropped(exc.errors(), values))
+                   if i.key not in seen]
         # Every mistake of the file in one run: the checks that need a typed config also run on the
         # config without the values refused above, and their findings on the other keys are added.
         rest = _without_refused(values, exc.errors())
@@ -151,6 +152,65 @@ def _has(container: Any, part: Any) -> bool:
 SECRET_REFUSED = ("a plain value, not a secret: every gpu-platform value is written in clear into resource names, "
                   "tags, labels or cloud settings, so it cannot stay secret (set it with `pulumi config set` "
                   "without --secret; keep real secrets such as provider tokens in their provider's namespace)")
+
+
+_SCALAR_BRANCHES = {"bool", "int", "float", "str", "strict-bool", "strict-int", "strict-float", "strict-str"}
+
+
+def _model_names() -> set[str]:
+    from gpu_platform.config.base import Model
+
+    names, todo = set(), [Model]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub.__name__ not in names:
+                names.add(sub.__name__)
+                todo.append(sub)
+    return names
+
+
+def _union_branches_dropped(errors: list[Any], values: dict[str, Any]) -> list[Any]:
+    """Pydantic reports a value that fits no member of a union (`approvedOnDemand: bool | OnDemandApproval`) once
+    per member, each under the member's name (`approvedOnDemand.bool`, `approvedOnDemand.OnDemandApproval.reason`).
+    Only the member of the value's shape is the user's mistake: a map is judged as the model, anything else as
+    the scalar. The member's name is taken out of the key."""
+    branches = _SCALAR_BRANCHES | _model_names()
+
+    def split(err: Any) -> tuple[Optional[tuple], Optional[str]]:
+        loc = tuple(err["loc"])
+        for i, part in enumerate(loc):
+            if isinstance(part, str) and part in branches:
+                return loc[:i], part
+        return None, None
+
+    tags: dict[tuple, set[str]] = {}
+    for err in errors:
+        prefix, tag = split(err)
+        if prefix is not None:
+            tags.setdefault(prefix, set()).add(tag)
+    out = []
+    for err in errors:
+        prefix, tag = split(err)
+        if prefix is None:
+            out.append(err)
+            continue
+        if len(tags[prefix]) > 1:
+            value: Any = values
+            for part in prefix:
+                try:
+                    value = value[part]
+                except (KeyError, IndexError, TypeError):
+                    value = None
+                    break
+            want_model = isinstance(value, dict)
+            keep = {t for t in tags[prefix] if (t not in _SCALAR_BRANCHES) == want_model}
+            if keep and tag not in keep:
+                continue
+        loc = list(err["loc"])
+        del loc[len(prefix)]
+        out.append({**err, "loc": tuple(loc)})
+    return out
 
 
 def _issue_from_pydantic(err: dict[str, Any], values: dict[str, Any]) -> ConfigIssue:
@@ -358,7 +418,7 @@ def config_warnings(cfg: StackConfig) -> list[str]:
             + aws_checks.termination_handler_warnings(cfg)
             + linode_checks.token_expiry_warnings(cfg) + linode_checks.image_registry_warnings(cfg)
             + linode_checks.pki_warnings(cfg) + linode_checks.upgrade_step_warnings(cfg)
-            + gcp_checks.shutdown_grace_warnings(cfg)
+            + gcp_checks.shutdown_grace_warnings(cfg) + gcp_checks.assumed_offering_warnings(cfg)
             + kubernetes_checks.kubernetes_warnings(cfg))
 
 

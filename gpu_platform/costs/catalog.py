@@ -106,6 +106,8 @@ class InstanceType:
     overridden: frozenset[str] = frozenset()
     # Linode's monthly cap in a region priced otherwise than the default (`regionalPrices.<region>.monthlyCapUsd`).
     regional_caps: Mapping[str, float] = field(default_factory=dict)
+    # Where `regions` comes from, with its date (the catalog file's regionsSource); None when not stated.
+    regions_source: Optional[str] = None
 
     @property
     def is_gpu(self) -> bool:
@@ -133,13 +135,32 @@ class RegionalPriceMissing(ValueError):
 
     def __init__(self, cloud: str, name: str, capacity: str, region: str, reference: Optional[str], known: list[str]):
         self.cloud, self.name, self.capacity, self.region = cloud, name, capacity, region
+        self.reference, self.known = reference, list(known)
         key = _CAPACITY_FIELDS[capacity][1]
-        places = ", ".join([*(r for r in [reference] if r), *known])
         super().__init__(
-            f"no {capacity} price for {name} in {region}: the catalog prices {CLOUD_TITLES.get(cloud, cloud)} {name} "
-            f"only in {places or 'no region'} (gpu_platform/costs/catalog/{cloud}.yaml), and {region}'s price may differ. "
+            f"{self.gap()} (gpu_platform/costs/catalog/{cloud}.yaml), and {region}'s price may differ. "
             f"Give the price you pay there as priceOverrides.{name}.{key} (USD per node-hour), or record {region}'s "
-            f"published price in the catalog (python -m gpu_platform.costs refresh ... --region {region})")
+            f"published price in the catalog ({refresh_command(cloud, capacity, region)}; docs/cost-model.md, "
+            "\"Recording a region's prices\")")
+
+    def gap(self) -> str:
+        """What is missing, and where the catalog has the type's price instead, in one clause."""
+        places = ", ".join([*(r for r in [self.reference] if r), *self.known])
+        return (f"no {self.capacity} price for {self.name} in {self.region}: the catalog prices "
+                f"{CLOUD_TITLES.get(self.cloud, self.cloud)} {self.name} only in {places or 'no region'}")
+
+
+def refresh_command(cloud: str, capacity: str, region: str, data_file: Optional[str] = None) -> str:
+    """The `costs refresh` command that records `region`'s `capacity` prices of `cloud` from a saved file
+    (docs/cost-model.md, "Recording a region's prices", says how to get the file)."""
+    run = ".venv/bin/python -m gpu_platform.costs refresh"
+    if cloud == "linode":
+        return f"{run} --linode"
+    if cloud == "gcp":
+        return f"{run} --gcp-machine-prices {data_file or f'prices-{region}.csv'} --region {region}"
+    if capacity == "on-demand":
+        return f"{run} --aws-price-list {data_file or f'ec2-{region}.json'} --region {region}"
+    return f"{run} --aws-spot-history {data_file or f'spot-{region}.json'} --region {region}"
 
 
 class Catalog:
@@ -412,7 +433,7 @@ def parse_document(doc: Mapping[str, Any], name: str = "catalog") -> tuple[dict[
             on_demand=_price(e["onDemand"]),
             spot=_price(e["spot"]) if e.get("spot") else None,
             preemptible=_price(e["preemptible"]) if e.get("preemptible") else None,
-            regions=_tuple(e.get("regions")), zones=_tuple(e.get("zones")),
+            regions=_tuple(e.get("regions")), zones=_tuple(e.get("zones")), regions_source=e.get("regionsSource"),
             monthly_cap_usd=float(e["monthlyCapUsd"]) if e.get("monthlyCapUsd") is not None else None,
             regional={region: {_ATTR_TO_CAPACITY[_YAML_TO_ATTR[k]]: _price(v) for k, v in prices.items()
                                if k in _YAML_TO_ATTR}
@@ -533,7 +554,7 @@ def load_gpu_speeds() -> GpuSpeeds:
 
 
 __all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "OWN_NODES", "Catalog", "CatalogError",
-           "RegionalPriceMissing",
+           "RegionalPriceMissing", "refresh_command",
            "GpuSpeeds", "InstanceType", "PRICE_STATUSES", "Price", "apply_overrides", "catalog_files", "load_catalog",
            "load_gpu_speeds", "load_override_set",
            "parse_document", "read_document", "validate_document", "validate_override_set"]

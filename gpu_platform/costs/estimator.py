@@ -22,7 +22,7 @@ import datetime as _dt
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
-from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, a_cloud, load_catalog
+from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, InstanceType, Price, a_cloud, load_catalog, refresh_command
 
 # Storage the platform's PVCs land on, per cloud (the default StorageClass each cluster sets up):
 # EKS: gp3 (gpu_platform/components/aws/eks.py STORAGE_CLASS); GKE: standard-rwo = pd-balanced; Linode: Block Storage (CSI).
@@ -54,12 +54,82 @@ class EstimateError(ValueError):
 
 
 class RegionPriceRefused(EstimateError):
-    """The stack's region has no price for an instance type it uses (catalog.RegionalPriceMissing): the bill
-    is refused rather than priced at another region's rate. `type`, `capacity`, `region` name what is missing."""
+    """The stack's region has no price for instance types it uses (catalog.RegionalPriceMissing, one or more): the
+    bill is refused rather than priced at another region's rate. `missing` lists every one; `type`, `capacity`,
+    `region` name the first. `fix()` is what to write or run, line by line (the bill prints it)."""
 
-    def __init__(self, missing: Any):
-        super().__init__(str(missing))
-        self.type, self.capacity, self.region, self.cloud = missing.name, missing.capacity, missing.region, missing.cloud
+    def __init__(self, missing: Any, catalog: Optional[Catalog] = None):
+        items = list(missing) if isinstance(missing, (list, tuple)) else [missing]
+        self.missing = items
+        first = items[0]
+        self.type, self.capacity, self.region, self.cloud = first.name, first.capacity, first.region, first.cloud
+        self._catalog = catalog
+        if len(items) == 1:
+            super().__init__(str(first))
+            return
+        region, cloud = first.region, first.cloud
+        snippet = ", ".join(f"{m.name}: {{{_yaml_key(m.capacity)}: <USD per node-hour>}}" for m in items)
+        commands = "; ".join(dict.fromkeys(refresh_command(cloud, m.capacity, region) for m in items))
+        super().__init__(
+            "; ".join(m.gap() for m in items) + f" (gpu_platform/costs/catalog/{cloud}.yaml), and {region}'s prices "
+            f"may differ. Give the prices you pay there as priceOverrides: {{{snippet}}}, or record {region}'s "
+            f"published prices in the catalog ({commands}; docs/cost-model.md, \"Recording a region's prices\")")
+
+    @property
+    def types(self) -> list[str]:
+        return [m.name for m in self.missing]
+
+    def overrides_yaml(self) -> str:
+        """The stack-file lines that price every missing type: a placeholder each (a price is the stack's to
+        give: left as is, the config check refuses it naming the key), the reference price beside it."""
+        width = max(len(f"{m.name}: {{{_yaml_key(m.capacity)}: REPLACE}}") for m in self.missing)
+        lines = ["  gpu-platform:priceOverrides:"]
+        for m in self.missing:
+            entry = f"{m.name}: {{{_yaml_key(m.capacity)}: REPLACE}}"
+            ref = ""
+            t = self._catalog.instance(m.cloud, m.name) if self._catalog is not None else None
+            p = t.price(m.capacity) if t is not None else None
+            if p is not None and m.reference:
+                ref = f"; {m.reference}'s is {p.usd_per_hour:g} ({p.date})"
+            lines.append(f"    {entry.ljust(width)}  # {m.capacity} USD per node-hour you pay in {m.region}{ref}")
+        return "\n".join(lines)
+
+    def refresh_lines(self) -> list[str]:
+        """How to record the region's published prices instead: getting the file, then the refresh command."""
+        region, cloud = self.region, self.cloud
+        out: list[str] = []
+        for capacity in dict.fromkeys(m.capacity for m in self.missing):
+            names = [m.name for m in self.missing if m.capacity == capacity]
+            if cloud == "aws" and capacity == "on-demand":
+                out.append(f"curl -o ec2-{region}.json https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/"
+                           f"current/{region}/index.json")
+            elif cloud == "aws":
+                out.append(f"aws ec2 describe-spot-price-history --region {region} --instance-types {' '.join(names)} "
+                           f"--product-descriptions Linux/UNIX --start-time {_week_ago()}T00:00:00Z --output json "
+                           f"> spot-{region}.json")
+            elif cloud == "gcp":
+                out.append(f"# prices-{region}.csv: '# observed-no-later-than: YYYY-MM-DD', then machine,region,hour,hour_spot "
+                           f"with a row per type ({', '.join(names)}): On-Demand and Spot USD/h of the whole machine")
+            out.append(refresh_command(cloud, capacity, region))
+        return list(dict.fromkeys(out))
+
+    def fix(self) -> list[str]:
+        """The bill's lines after the refusal: both ways out, ready to paste."""
+        return ([f"fix, either: give the prices you pay in {self.region} in the stack file (merged into its "
+                 "gpu-platform:priceOverrides if it has one; REPLACE each placeholder):"]
+                # at the stack file's own indentation once the bill's two spaces are added: paste the lines as they are
+                + [line[2:] for line in self.overrides_yaml().splitlines()]
+                + [f"or record {self.region}'s published prices in the catalog (docs/cost-model.md, "
+                   "\"Recording a region's prices\"):"]
+                + ["    " + line for line in self.refresh_lines()])
+
+
+def _yaml_key(capacity: str) -> str:
+    return {"on-demand": "onDemand"}.get(capacity, capacity)
+
+
+def _week_ago() -> str:
+    return (_dt.date.today() - _dt.timedelta(days=7)).isoformat()
 
 
 @dataclass(frozen=True)
@@ -468,6 +538,32 @@ def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape, region: Optional
     return best or pool.instance_type, unpriced
 
 
+def _missing_regional_prices(cat: Catalog, cloud: str, shape: "StackShape", region: Optional[str]) -> list[Any]:
+    """Every (instance type, capacity) the stack uses that has no price in its region (catalog.RegionalPriceMissing
+    each, in the order of the bill), so that one refusal names them all."""
+    from gpu_platform.costs.catalog import RegionalPriceMissing
+
+    wanted: list[tuple[str, str]] = []
+    for pool in shape.gpu_pools:
+        for name in pool.allowed_types:
+            t = cat.instance(cloud, name)
+            if t is not None and (t.price(pool.capacity) is not None or pool.capacity in t.overridden):
+                wanted.append((name, pool.capacity))
+    if cloud == "linode" and shape.control_plane_count:
+        wanted.append((shape.control_plane_type or "g6-standard-4", "on-demand"))
+    system = DEFAULT_SYSTEM_NODES[cloud] if shape.system_nodes is None else shape.system_nodes
+    wanted += [(g.instance_type, g.capacity) for g in system if g.full_count]
+    out = []
+    for name, capacity in dict.fromkeys(wanted):
+        if cat.instance(cloud, name) is None:
+            continue  # EstimateError from _lookup, with the known types
+        try:
+            cat.in_region(cloud, name, capacity, region)
+        except RegionalPriceMissing as exc:
+            out.append(exc)
+    return out
+
+
 def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate:
     """The monthly cost estimate of a stack. Accepts a StackShape or anything StackShape.from_config reads."""
     shape = stack_cfg_like if isinstance(stack_cfg_like, StackShape) else StackShape.from_config(stack_cfg_like)
@@ -491,6 +587,9 @@ def estimate(stack_cfg_like: Any, catalog: Optional[Catalog] = None) -> Estimate
 
     idle_gpus = full_gpus = 0
     region = shape.region
+    missing = _missing_regional_prices(cat, cloud, shape, region)
+    if missing:
+        raise RegionPriceRefused(missing, cat)
     how: list[str] = []  # how each instance line was priced for the region (catalog.Catalog.in_region)
     for pool in shape.gpu_pools:
         if pool.min_nodes > pool.max_nodes:

@@ -421,15 +421,20 @@ class Run:
                 policies.close()
             return self.fail(EXIT_USAGE, f"--out {one_line(args.out)}: cannot write {one_line(str(out))} ({exc.strerror or exc})")
         # Render the charts and check the fit in a thread while the policy pack analyses the plan.
-        from gpu_platform.preflight.fit.run import FitWorker, default_chart_dirs
+        from gpu_platform.preflight.fit.run import FitWorker, default_chart_dirs, searched_chart_dirs
 
         chart_dirs = [Path(d) for d in args.charts] if args.charts else default_chart_dirs(project.root)
         missing_dirs = [one_line(str(d)) for d in chart_dirs if not d.is_dir()]
         if missing_dirs:
             if policies is not None:
                 policies.close()
-            return self.fail(EXIT_USAGE, f"chart directory {', '.join(missing_dirs)} does not exist "
-                             "(--charts DIR, $GPU_PLATFORM_CHARTS; fill one with `python -m gpu_platform.preflight charts pull --dest DIR`)",
+            searched = ([("--charts", Path(d)) for d in args.charts] if args.charts
+                        else searched_chart_dirs(project.root))
+            where = "; ".join(f"{what} {one_line(str(d))} ({'present' if d.is_dir() else 'absent'})"
+                              for what, d in searched)
+            return self.fail(EXIT_USAGE, f"chart directory {', '.join(missing_dirs)} does not exist; searched: {where} "
+                             "(give --charts DIR or set $GPU_PLATFORM_CHARTS; fill one with "
+                             "`.venv/bin/python -m gpu_platform.preflight charts pull --dest DIR`)",
                              out)
         from gpu_platform.preflight.costs import CostReport
 

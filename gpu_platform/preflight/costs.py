@@ -334,14 +334,19 @@ class CostReport:
         """No bill: the region has no price for a type the stack uses. cost.json says so (and nothing else),
         the chart is not drawn, and the verdict fails (exit 3) naming the type and the region."""
         self.refused = exc
+        fix = exc.fix()
         self.json_path.write_text(json.dumps({"refused": {
-            "type": exc.type, "capacity": exc.capacity, "region": exc.region, "message": str(exc)}}, indent=2) + "\n")
+            "type": exc.type, "capacity": exc.capacity, "region": exc.region, "message": str(exc),
+            # every type without a price there (the first is `type`), and what to write or run
+            "missing": [{"type": m.name, "capacity": m.capacity} for m in exc.missing],
+            "priceOverrides": exc.overrides_yaml(), "refresh": exc.refresh_lines()}}, indent=2) + "\n")
         if self.png_path.exists():
             self.png_path.unlink()  # an earlier run's chart is not this stack's bill
         if not self._sent:
             self._sent = True
             self._chart.stdin.close()  # the child draws nothing when no data comes
-        self._summary = f"Cost estimate for {self.cfg.name_prefix} ({self.cfg.cloud}, {exc.region}): REFUSED\n  {exc}"
+        self._summary = "\n  ".join([f"Cost estimate for {self.cfg.name_prefix} ({self.cfg.cloud}, {exc.region}): REFUSED",
+                                      str(exc), *fix])
         return self._summary
 
     @property

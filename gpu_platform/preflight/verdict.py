@@ -93,14 +93,37 @@ def fit_section(result: Any) -> dict[str, Any]:
                            for r in flows.failed]}}
 
 
+def stale_prices_text(cost: dict[str, Any]) -> Optional[str]:
+    """'STALE PRICES: a2-highgpu-1g 632 days old ...' when a price of the bill is older than the catalog's
+    maximum age (gpu_platform/costs/report.py CATALOG_MAX_AGE_DAYS), else None."""
+    age = cost.get("catalogAge") or {}
+    if not age.get("stale"):
+        return None
+    names = ", ".join(age.get("staleResources") or [])
+    return (f"STALE PRICES: {names} up to {age['ageDays']} days old (dated {age['oldestPriceDate']}; more than "
+            f"{age['maxAgeDays']}): refresh before trusting these figures (docs/cost-model.md, \"Catalog age\")")
+
+
+def _missing_text(refused: dict[str, Any]) -> str:
+    """'no spot price for g5.2xlarge, g6.xlarge in eu-west-1': every type a refused bill lacks, by capacity."""
+    missing = refused.get("missing") or [{"type": refused["type"], "capacity": refused["capacity"]}]
+    by_capacity: dict[str, list[str]] = {}
+    for m in missing:
+        by_capacity.setdefault(m["capacity"], []).append(m["type"])
+    return "; ".join(f"no {capacity} price for {', '.join(types)} in {refused['region']}"
+                     for capacity, types in by_capacity.items())
+
+
 def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
     if not cost_json.exists():
         return None
     doc = json.loads(cost_json.read_text())
     if doc.get("refused"):
         r = doc["refused"]
+        refused = {k: r.get(k) for k in ("type", "capacity", "region", "message")}
+        refused["missing"] = r.get("missing") or [{"type": r.get("type"), "capacity": r.get("capacity")}]
         return {"idleMonthlyUsd": None, "fullMonthlyUsd": None, "budgetUsd": None, "priceNotes": [],
-                "refused": {k: r.get(k) for k in ("type", "capacity", "region", "message")}}
+                "refused": refused}
     budget = doc.get("budget") or {}
     return {"idleMonthlyUsd": doc.get("idleMonthlyUsd"), "fullMonthlyUsd": doc.get("fullMonthlyUsd"),
             "fullGpus": doc.get("fullGpus"), "gpuModels": doc.get("gpuModels", []),
@@ -176,9 +199,8 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
                              "kubernetes.nodeTypes.<type>.usdPerHour to have a bill", "yellow"))
     elif cost is not None and cost.get("refused"):
         r = cost["refused"]
-        rows.append(("cost", f"REFUSED: no {r['capacity']} price for {r['type']} in {r['region']}; give "
-                             f"priceOverrides.{r['type']} or record {r['region']}'s price (the bill below says how)",
-                     "bold red"))
+        rows.append(("cost", f"REFUSED: {_missing_text(r)}; the bill below gives the priceOverrides lines to "
+                             f"paste and the command that records {r['region']}'s published prices", "bold red"))
     elif cost is not None:
         text = f"idle {money(cost['idleMonthlyUsd'])}/month, full capacity {money(cost['fullMonthlyUsd'])}/month"
         budget, full = cost.get("budgetUsd"), cost.get("fullMonthlyUsd")
@@ -191,6 +213,10 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
                 style = "yellow"
         for note in cost.get("priceNotes") or []:
             text += f"; {note}"
+            style = style or "yellow"
+        stale = stale_prices_text(cost)
+        if stale:  # the verdict stays PASS: the age is shown where the figures are (docs/cost-model.md, "Catalog age")
+            text += f"; {stale}"
             style = style or "yellow"
         rows.append(("cost", text, style))
     # Every exception and approval in force: a reviewer sees who allowed what, and until when.
@@ -230,10 +256,12 @@ def markdown(docs: list[dict[str, Any]]) -> str:
             fit_text += f", not rendered: {', '.join(fit['notRendered'])}"
         if cost is not None and cost.get("refused"):
             r = cost["refused"]
-            cost_text = f"refused: no {r['capacity']} price for {r['type']} in {r['region']}"
+            cost_text = f"refused: {_missing_text(r)}"
         else:
             cost_text = "–" if cost is None else (f"not priced / {money(cost.get('budgetUsd'))}" if cost.get("unpriced")
                                                   else f"{money(cost['fullMonthlyUsd'])} / {money(cost.get('budgetUsd'))}")
+            if cost is not None and (cost.get("catalogAge") or {}).get("stale"):
+                cost_text += f" (prices up to {cost['catalogAge']['ageDays']} days old)"
         mark = "✅" if doc["verdict"] == "pass" else "❌"
         lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
     for doc in sorted(docs, key=lambda d: d["stack"]):

@@ -16,7 +16,7 @@ from gpu_platform.config.base import ConfigIssue, system_pool_key
 from gpu_platform.config.checks.pools import pool_issue_capacity, pool_region_issues
 from gpu_platform.config.gcp import (INTERNAL_TEXT, MACHINE_TYPE, MAX_AUTHORIZED_NETWORKS, MAX_BUDGET_CHANNELS, MAX_EXCLUSIONS,
                                      MAX_NO_UPGRADES_DAYS, MIN_WINDOW_HOURS_PER_32_DAYS, POD_RANGE_PER_NODE, SYSTEM_POOL_NAME,
-                                     GcpSection, Maintenance, is_internal, pool_zones)
+                                     GcpSection, Maintenance, is_internal, pool_zones, zones_in_region)
 from gpu_platform.config.kubernetes_version import version_issues
 
 # gcp.gpuDriverVersion that leaves the NVIDIA driver to the user (GKE installs none).
@@ -32,6 +32,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues = pool_issue_capacity(cfg, ("spot", "preemptible", "on-demand"),
                                  "GCP offers Spot, preemptible and on-demand VMs")
     issues += _zone_issues(section, catalog)
+    issues += _assumed_offering_issues(cfg, section, catalog)
     issues += _pool_issues(cfg, section, catalog)
     issues += _network_issues(cfg, section)
     issues += _access_issues(cfg, section)
@@ -79,12 +80,16 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
             issues.append(ConfigIssue(f"gpuPools[{i}].capacity", pool.capacity,
                                       f"a capacity {pool.instance_type} is sold as: "
                                       f"{', '.join(c for c in ('spot', 'preemptible', 'on-demand') if itype.price(c))}"))
+        asserted = section.assumed_zones(pool.instance_type)
+        if asserted is not None:  # gcp.assumeOffered: the stack's word, checked by _assumed_offering_issues
+            offered_somewhere.update(z for z in section.zones if z in asserted)
+            continue
         if itype.regions is not None and section.region not in itype.regions:
             if regions and section.region not in regions:
                 continue
             not_in_region.append((i, pool.instance_type, itype.regions))
             continue
-        if itype.zones is None:
+        if zones_in_region(itype, section.region) is None:  # no zone recorded in this region (zonesSource)
             zones_known = False
             continue
         offered = pool_zones(section, itype)
@@ -95,7 +100,10 @@ def _pool_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") ->
                 f"gpuPools[{i}].instanceType", pool.instance_type,
                 f"a type whose GPU ({itype.accelerator}) is offered in one of gcp.zones; in {section.region} "
                 f"{pool.instance_type} is offered in: {', '.join(in_region) or 'no zone'}"))
-    issues += pool_region_issues(cfg, catalog, "gcp.region", section.region, not_in_region)
+    issues += pool_region_issues(cfg, catalog, "gcp.region", section.region, not_in_region, lambda itype: (
+        f" (the catalog's type-by-region data: {_offering_date(catalog, itype)}); if GCP offers it in {section.region} "
+        f"now, assert it: gcp.assumeOffered: [{{type: {itype}, zones: [{', '.join(dict.fromkeys(section.zones))}]}}] "
+        "(docs/configuration.md, \"GCP regions and zones\")"))
     if zones_known and not not_in_region and offered_somewhere:
         wanted = sorted({t.accelerator for p in cfg.gpu_pools
                          if (t := catalog.instance("gcp", p.instance_type)) is not None and t.accelerator})
@@ -174,10 +182,68 @@ def recorded_places(catalog: "Catalog") -> tuple[set[str], set[str]]:
     return regions, zones
 
 
+def _offering_date(catalog: "Catalog", name: str) -> str:
+    """Where and when the catalog's regions of a GCP type come from (its regionsSource), in a few words."""
+    t = catalog.instance("gcp", name)
+    src = (t.regions_source if t is not None else None) or "gpu_platform/costs/catalog/gcp.yaml"
+    return src.removeprefix("regions: ").split(", recorded in")[0]
+
+
+def _assumed_offering_issues(cfg: "StackConfig", section: GcpSection, catalog: "Catalog") -> list[ConfigIssue]:
+    """gcp.assumeOffered names a GPU pool's machine type the catalog prices and sizes, once, and zones of gcp.zones."""
+    issues: list[ConfigIssue] = []
+    pool_types = [p.instance_type for p in cfg.gpu_pools]
+    named = [e.type for e in section.assume_offered]
+    for i, entry in enumerate(section.assume_offered):
+        key = f"gcp.assumeOffered[{i}]"
+        if catalog.instance("gcp", entry.type) is None:
+            known = ", ".join(sorted(t.name for t in catalog.gpu_instances("gcp")))
+            issues.append(ConfigIssue(f"{key}.type", entry.type, "a GCP machine type of the price catalog "
+                                      f"(gpu_platform/costs/catalog/gcp.yaml; it sizes and prices the pool): {known}"))
+        elif entry.type not in pool_types:
+            issues.append(ConfigIssue(f"{key}.type", entry.type, "the instanceType of a gpuPools entry "
+                                      f"({', '.join(pool_types) or 'none'}): an assertion about no pool changes nothing"))
+        elif named.index(entry.type) != i:
+            issues.append(ConfigIssue(f"{key}.type", entry.type, "each machine type once"))
+        for j, zone in enumerate(entry.zones):
+            if zone not in section.zones:
+                issues.append(ConfigIssue(f"{key}.zones[{j}]", zone,
+                                          f"one of gcp.zones ({', '.join(section.zones)}): the cluster's nodes run only there"))
+    return issues
+
+
+def assumed_offering_warnings(cfg: "StackConfig") -> list[str]:
+    """One warning per gcp.assumeOffered entry: the offering is the stack's word, not recorded data; and a
+    note when the catalog already records it (the entry can go)."""
+    if cfg.cloud != "gcp" or cfg.gcp is None or not cfg.gcp.assume_offered:
+        return []
+    from gpu_platform.config.catalog import stack_catalog
+
+    catalog = stack_catalog(cfg)
+    section: GcpSection = cfg.gcp  # type: ignore[assignment]
+    out = []
+    for entry in section.assume_offered:
+        zones = section.assumed_zones(entry.type) or []
+        itype = catalog.instance("gcp", entry.type)
+        recorded = itype is not None and itype.regions is not None and section.region in itype.regions
+        known = zones_in_region(itype, section.region) if recorded else None
+        if recorded and (known is None or all(z in known for z in zones)):
+            out.append(f"gcp.assumeOffered: the catalog already records {entry.type} in {section.region}"
+                       f"{' (' + ', '.join(zones) + ')' if known else ''}: the entry can be removed")
+            continue
+        out.append(f"gcp.assumeOffered: {entry.type} in {section.region} ({', '.join(zones)}) is asserted by the stack, "
+                   "not recorded in the catalog (gpu_platform/costs/catalog/gcp.yaml, regionsSource/zonesSource): "
+                   "the region and zone checks trust it, and GKE refuses the node pool at `pulumi up` if it is wrong "
+                   "(check with `gcloud compute machine-types list --filter=\"name=" + entry.type + "\" "
+                   f"--zones={','.join(zones)}`)")
+    return out
+
+
 def _zone_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigIssue]:
     issues = []
     regions, zones = recorded_places(catalog)
-    if regions and section.region not in regions:
+    asserted = {z for e in section.assume_offered for z in (e.zones or section.zones)}
+    if regions and section.region not in regions and not section.assume_offered:
         issues.append(ConfigIssue("gcp.region", section.region,
                                   "a GCP region the price catalog records (gpu_platform/costs/catalog/gcp.yaml): "
                                   f"{', '.join(sorted(regions))}"))
@@ -187,7 +253,7 @@ def _zone_issues(section: GcpSection, catalog: "Catalog") -> list[ConfigIssue]:
         if not zone_re.fullmatch(zone):
             issues.append(ConfigIssue(f"gcp.zones[{i}]", zone,
                                       f"a zone of gcp.region {section.region}, such as {section.region}-a"))
-        elif in_region and zone not in in_region:
+        elif in_region and zone not in in_region and zone not in asserted:
             issues.append(ConfigIssue(f"gcp.zones[{i}]", zone,
                                       f"a zone of {section.region} the price catalog records (gpu_platform/costs/catalog/"
                                       f"gcp.yaml): {', '.join(in_region)}"))

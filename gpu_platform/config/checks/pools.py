@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Optional
 
 from gpu_platform.config.base import NAMESPACE, ConfigIssue
 
@@ -21,7 +21,8 @@ def pool_issue_capacity(cfg: "StackConfig", allowed: tuple[str, ...], why: str) 
 
 
 def pool_region_issues(cfg: "StackConfig", catalog: "Catalog", region_key: str, region: str,
-                       not_in_region: list[tuple[int, str, tuple[str, ...]]]) -> list[ConfigIssue]:
+                       not_in_region: list[tuple[int, str, tuple[str, ...]]],
+                       assert_hint: Optional[Callable[[str], str]] = None) -> list[ConfigIssue]:
     """Every pool whose type the stack's region lacks ((pool index, type, the type's regions) each), and,
     on the region key, the regions that offer all the pools' types together: one stack is one region, so
     a region offering only some of them is no way out."""
@@ -35,7 +36,8 @@ def pool_region_issues(cfg: "StackConfig", catalog: "Catalog", region_key: str, 
     issues = [ConfigIssue(region_key, region, f"a region offering {named} (every gpuPools type): "
                                               f"{', '.join(common) or 'none; change or drop a pool type'}")]
     issues += [ConfigIssue(f"gpuPools[{i}].instanceType", itype,
-                           f"a type offered in {region_key} ({region}); {itype} is offered in: {', '.join(regions)}")
+                           f"a type offered in {region_key} ({region}); {itype} is offered in: {', '.join(regions)}"
+                           + (assert_hint(itype) if assert_hint else ""))
                for i, itype, regions in not_in_region]
     return issues
 

@@ -172,13 +172,13 @@ def where_charts_come_from(project_root: Optional[Path] = None) -> str:
     """The folders preflight reads charts from, in order, each with whether it is there."""
     import os
 
-    from gpu_platform.preflight.fit.run import CHARTS_ENV, USER_CACHE
+    from gpu_platform.preflight.fit.run import CHARTS_ENV, USER_CACHE, shared_chart_candidates
 
     env = os.environ.get(CHARTS_ENV)
     lines = [f"  ${CHARTS_ENV}: {env if env else 'not set'}"]
     if project_root is not None:
-        shared = project_root.parent / "shared" / "charts"
-        lines.append(f"  {shared}: {'present' if shared.is_dir() else 'absent'}")
+        for shared in shared_chart_candidates(project_root):
+            lines.append(f"  {shared}: {'present' if shared.is_dir() else 'absent'}")
     lines.append(f"  {USER_CACHE} (the user cache): {'present' if USER_CACHE.is_dir() else 'absent'}")
     return "\n".join(lines)
 

@@ -18,21 +18,54 @@ CHARTS_ENV = "GPU_PLATFORM_CHARTS"
 USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-platform" / "charts"
 
 
+def shared_chart_candidates(project_root: Path) -> list[Path]:
+    """Where this repository's offline chart copy may be: ../shared/charts beside the project, and beside
+    every folder above it up to the checkout holding it (the nearest with `.git`), so that a project inside
+    the repository (`-C examples/team-gke`) finds the checkout's copy as the repository root does. Outside a
+    checkout, only beside the project."""
+    folders = [project_root]
+    for parent in project_root.parents:
+        if any((f / ".git").exists() for f in folders):
+            break
+        folders.append(parent)
+    if not any((f / ".git").exists() for f in folders):
+        folders = [project_root]
+    return [f.parent / "shared" / "charts" for f in folders]
+
+
 def default_chart_dirs(project_root: Optional[Path] = None) -> list[Path]:
-    """$GPU_PLATFORM_CHARTS (os.pathsep-separated); else ../shared/charts beside the project (this
-    repository's offline copy) when it exists; else the user's cache (`charts pull`'s default)."""
+    """$GPU_PLATFORM_CHARTS (os.pathsep-separated); else the checkout's ../shared/charts (this repository's
+    offline copy, shared_chart_candidates) when it exists; else the user's cache (`charts pull`'s default)."""
     env = os.environ.get(CHARTS_ENV)
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
-    if project_root is None:
-        from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
+    project_root = _project_root(project_root)
+    if project_root is None:  # `charts pull` outside any project
+        return [USER_CACHE]
+    shared = next((c for c in shared_chart_candidates(project_root) if c.is_dir()), None)
+    return [shared or USER_CACHE]
 
-        try:
-            project_root = find_project().root
-        except (ProjectNotFound, ProjectFileError):  # `charts pull` outside any project
-            return [USER_CACHE]
-    shared = project_root.parent / "shared" / "charts"
-    return [shared if shared.is_dir() else USER_CACHE]
+
+def searched_chart_dirs(project_root: Optional[Path] = None) -> list[tuple[str, Path]]:
+    """(what, folder) for every place preflight looks for charts, in order: the text of a 'not found' error."""
+    env = os.environ.get(CHARTS_ENV)
+    if env:
+        return [(f"${CHARTS_ENV}", Path(p)) for p in env.split(os.pathsep) if p]
+    project_root = _project_root(project_root)
+    found = [] if project_root is None else [("the checkout's shared folder", c)
+                                             for c in shared_chart_candidates(project_root)]
+    return found + [("the user cache", USER_CACHE)]
+
+
+def _project_root(project_root: Optional[Path]) -> Optional[Path]:
+    if project_root is not None:
+        return project_root
+    from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
+
+    try:
+        return find_project().root
+    except (ProjectNotFound, ProjectFileError):
+        return None
 
 
 @dataclass
