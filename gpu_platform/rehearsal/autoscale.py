@@ -928,25 +928,32 @@ class Drill:
 
     # --- set-up and tear-down -------------------------------------------------------------------------
 
-    def run(self, phases: Callable[["Drill", dict, str], None]) -> None:
-        from gpu_platform.controllers.linode_node_groups import stubs
-        from gpu_platform.controllers.linode_node_groups.__main__ import load_stubs
-
-        sc, client, t = self.sc, self.client, self.timing
+    def example_job(self, autoscaler: str) -> Optional[dict]:
+        """The example TrainJob that makes the GPU demand, or None with the scenario NOT REHEARSED and why:
+        no example, a controller the drill needs not running, or the `autoscaler` binary not built."""
+        sc = self.sc
         job = _example(self.ctx)
         if job is None:
             sc.status = "NOT REHEARSED"
             sc.problems.append("no example TrainJob to make the GPU demand")
-            return
+            return None
         for need in ("kueue-manager", "trainer-manager", "jobset-manager"):
             ctl = self.ctx.controllers.get(need)
             if ctl is None or ctl.status != "running":
                 sc.status = "NOT REHEARSED"
                 sc.problems.append(f"{need} is not running")
-        if binaries.find(AUTOSCALER) is None:
+        if binaries.find(autoscaler) is None:
             sc.status = "NOT REHEARSED"
-            sc.problems.append(f"{AUTOSCALER} is not built (`{binaries.BUILD_COMMAND}`)")
-        if sc.status != "PASS":
+            sc.problems.append(f"{autoscaler} is not built (`{binaries.BUILD_COMMAND}`)")
+        return job
+
+    def run(self, phases: Callable[["Drill", dict, str], None]) -> None:
+        from gpu_platform.controllers.linode_node_groups import stubs
+        from gpu_platform.controllers.linode_node_groups.__main__ import load_stubs
+
+        sc, client, t = self.sc, self.client, self.timing
+        job = self.example_job(AUTOSCALER)
+        if job is None or sc.status != "PASS":
             return
         try:
             stubs_dir = stubs.generate(self.work / "stubs")

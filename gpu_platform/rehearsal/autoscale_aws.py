@@ -50,9 +50,8 @@ from typing import Any, Optional
 import yaml
 
 from gpu_platform.components.capacity import parse_quantity
-from gpu_platform.rehearsal import binaries
 from gpu_platform.rehearsal.autoscale import (KATIB_EPHEMERAL_STORAGE, AutoscalerProcess, AutoscalerRelease, Drill,
-                                              Timing, _admitted, _example, _workload, autoscaler_release)
+                                              Timing, _admitted, _workload, autoscaler_release)
 from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, resources
@@ -462,19 +461,9 @@ class AwsDrill(Drill):
 
     def run(self, phases) -> None:  # type: ignore[override]
         sc, client, t = self.sc, self.client, self.timing
-        job = _example(self.ctx)
+        job = self.example_job(AUTOSCALER)
         if job is None:
-            sc.status = "NOT REHEARSED"
-            sc.problems.append("no example TrainJob to make the GPU demand")
             return
-        for need in ("kueue-manager", "trainer-manager", "jobset-manager"):
-            ctl = self.ctx.controllers.get(need)
-            if ctl is None or ctl.status != "running":
-                sc.status = "NOT REHEARSED"
-                sc.problems.append(f"{need} is not running")
-        if binaries.find(AUTOSCALER) is None:
-            sc.status = "NOT REHEARSED"
-            sc.problems.append(f"{AUTOSCALER} is not built (`{binaries.BUILD_COMMAND}`)")
         try:
             import boto3  # noqa: F401
             import flask  # noqa: F401  (moto's server mode)
