@@ -148,8 +148,9 @@ class ControlPlaneKeys:
     # cp-0 only: the 24-hour token kubeadm init creates, whose cluster-info signature the program checks.
     init_token: str = ""
     # cp-0 only: the read-back token (signing only, never expires, authenticates nobody): cp-0 creates its Secret
-    # after kubeadm init (readback_token_script), so cluster-info stays signed for a token the program and cp-0 hold however long the stack is left
-    # alone (the CA read-back and a replaced cp-0's peer check never depend on a token that can expire).
+    # after kubeadm init (readback_token_script), so cluster-info stays signed for a token the program and cp-0
+    # hold however long the stack is left alone (the CA read-back and a replaced cp-0's peer check never depend
+    # on a token that can expire).
     readback_token: str = ""
 
     def __post_init__(self) -> None:
