@@ -164,6 +164,23 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
             # /run/kubeadm-init-times-out exists, it fails once after writing them (wait-control-plane). `reset`
             # empties the pki directory and the manifests, as kubeadm reset does.
             if [ "$1" = init ] && [ "$2" = --config ]; then
+              # kubeadm's config validation (cmd/kubeadm/app/apis/kubeadm/validation/validation.go
+              # ValidateBootstrapTokens, after bootstraptoken/v1 defaults.go gives a token without groups the
+              # default-node-token group): a token whose usages lack "authentication" is refused.
+              bad=$(awk '/^---/ {{ exit }}
+                /^bootstrapTokens:/ {{ bt = 1; next }}
+                bt && /^[^ -]/ {{ bt = 0 }}
+                !bt {{ next }}
+                /^- / {{ if (n++ && hasu && !auth) print id; hasu = 0; auth = 0; inu = 0; id = "?" }}
+                {{ line = $0; sub(/^- /, "  ", line) }}
+                line ~ /^  token: / {{ id = line; sub(/^  token: */, "", id); sub(/\..*/, "", id) }}
+                line ~ /^  [a-zA-Z]/ {{ inu = (line ~ /^  usages:/); if (inu) hasu = 1; next }}
+                inu && line ~ /^  - authentication *$/ {{ auth = 1 }}
+                END {{ if (n && hasu && !auth) print id }}' "$3")
+              if [ -n "$bad" ]; then
+                echo "bootstrapTokens.groups: Invalid value: [system:bootstrappers:kubeadm:default-node-token]: token groups cannot be specified unless --usages includes authentication (token $bad)" >&2
+                exit 1
+              fi
               if [ -n "$(ls -A /etc/kubernetes/manifests 2>/dev/null)" ] && [[ "$*" != *--skip-phases=preflight* ]]; then
                 echo "[ERROR FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml]: /etc/kubernetes/manifests/kube-apiserver.yaml already exists" >&2
                 exit 1
@@ -207,6 +224,10 @@ def kubernetes_stubs(*package_versions: str) -> list[Stub]:
               token=$(sed -n 's/^ *tokenFile: *//p' "$2")
               [ -n "$token" ] && [ -f "$token" ] || {{ echo "kubectl: the kubeconfig's token file is missing" >&2; exit 1; }}
               shift 2
+            fi
+            # `apply -f FILE|-`: what was applied is kept in /run/applied.yaml (a document a line of ---).
+            if [ "$1" = apply ] && [ "$2" = -f ]; then
+              {{ if [ "$3" = - ]; then cat; else cat "$3"; fi; echo "---"; }} >> /run/applied.yaml
             fi
             if [ "$1" = version ]; then
               # A balancer over several API servers: /run/apiserver-old-answers more answers from an old one,

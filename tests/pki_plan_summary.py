@@ -20,6 +20,16 @@ import yaml
 
 PKI_TYPES = ("tls:", "random:")
 STACKS = ("linode-dev", "linode-ha")
+# Every resource of the Linode cluster layer (components/linode: instances and their user data, the PKI, the CA
+# read-back, the token Secrets, the add-ons) is named after the stack's name prefix; the platform layer's are
+# named `platform...`. `linode.pki` is read by the cluster layer only.
+PREFIXES = {"linode-dev": "gpu-dev", "linode-ha": "gpu-staging"}
+
+
+def cluster_layer(resources: list[str], stack: str) -> set[str]:
+    """The `type::name` entries of the Linode cluster layer: what `linode.pki` can change."""
+    prefix = PREFIXES[stack]
+    return {r for r in resources if r.split("::", 1)[1] == prefix or r.split("::", 1)[1].startswith(prefix + "-")}
 
 
 def _mask(text: str) -> str:

@@ -232,9 +232,9 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
                                               opts=child)
             init_token = pulumi.Output.secret(pulumi.Output.all(init_id.result, init_secret.result)
                                               .apply(lambda t: render.bootstrap_token(t[0], t[1])))
-        # The read-back token (render.READBACK_TOKEN_TTL): kubeadm init creates it with no expiry and the signing
-        # usage only (it authenticates nobody), so the program and a replaced cp-0 can always check cluster-info,
-        # however long the stack was left alone.
+        # The read-back token (render.READBACK_TOKEN_PATH): cp-0 creates its Secret after kubeadm init, with no expiry
+        # and the signing usage only (it authenticates nobody), so the program and a replaced cp-0 can always check
+        # cluster-info, however long the stack was left alone.
         readback_token: pulumi.Output[str] = pulumi.Output.from_input("")
         if not program_pki:
             rb_id = random.RandomString(f"{name}-readback-token-id", length=6, upper=False, special=False, opts=child)
@@ -449,8 +449,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             doc0 = pulumi.Output.secret(pulumi.Output.all(endpoint_host, cp_keys(cp_tokens[0], init=True), etcd_backup).apply(
                 lambda v: render.node_user_data(
                     "init", node0,
-                    render.kubeadm_init_config(cluster_spec(v[0]), node0, v[1].init_token, v[1].certificate_key,
-                                               v[1].readback_token),
+                    render.kubeadm_init_config(cluster_spec(v[0]), node0, v[1].init_token, v[1].certificate_key),
                     cfg.kubernetes_version, gpu=False, endpoint=cluster_spec(v[0]).control_plane_endpoint,
                     peers=cp_ips[1:], keys=v[1], etcd_backup=v[2], peer_names=cp_names[1:],
                     join_config=render.kubeadm_control_plane_join_config(cluster_spec(v[0]), node0, v[1].join_token,

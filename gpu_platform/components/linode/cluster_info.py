@@ -70,9 +70,9 @@ class UnsignedClusterError(ClusterInfoError):
     """Final (not retried): a cluster this program's tokens will never be signed for."""
 
 
-# cp-0's kubeadm configuration (render.KUBEADM_CONFIG_PATH): `kubeadm init phase bootstrap-token --config` re-creates
-# the init and read-back tokens from it.
-KUBEADM_CONFIG_PATH = "/etc/kubernetes/kubeadm-config.yaml"
+# cp-0's script that creates the read-back token's Secret (render.READBACK_TOKEN_SCRIPT_PATH, from the token its user
+# data holds). Not `kubeadm init phase bootstrap-token`: kubeadm refuses a signing-only token in its configuration.
+READBACK_TOKEN_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-readback-token.sh"
 
 
 def program_ca(cluster_info: dict[str, Any]) -> Optional[bool]:
@@ -99,8 +99,8 @@ def expired_tokens_message(host: str, ids: str) -> str:
     the read-back token's Secret is gone (deleted by hand, or etcd restored from a snapshot of another cluster)."""
     return (f"the cluster at {host} answers with a CA kubeadm generated, but its cluster-info carries no valid "
             f"signature for the bootstrap token(s) this program holds ({ids}): the read-back token (no expiry) is "
-            "gone from kube-system. On cp-0 (Lish) run `kubeadm init phase bootstrap-token --config "
-            f"{KUBEADM_CONFIG_PATH}` (it re-creates the init and read-back tokens from cp-0's own configuration), "
+            f"gone from kube-system. On cp-0 (Lish) run `{READBACK_TOKEN_SCRIPT_PATH}` (it creates the read-back "
+            "token's Secret again from cp-0's own copy: signing only, no expiry), "
             f"then `pulumi up` again; `{PKI_KEY}` does not apply to this cluster (docs/linode.md, \"How control "
             "planes get the CAs\")")
 

@@ -147,9 +147,10 @@ class ControlPlaneKeys:
     admin_csr: str
     # cp-0 only: the 24-hour token kubeadm init creates, whose cluster-info signature the program checks.
     init_token: str = ""
-    # cp-0 only: the read-back token (signing only, never expires, authenticates nobody): kubeadm init creates
-    # it, so cluster-info stays signed for a token the program and cp-0 hold however long the stack is left
-    # alone (the CA read-back and a replaced cp-0's peer check never depend on a token that can expire).
+    # cp-0 only: the read-back token (signing only, never expires, authenticates nobody): cp-0 creates its Secret
+    # after kubeadm init (readback_token_script), so cluster-info stays signed for a token the program and cp-0
+    # hold however long the stack is left alone (the CA read-back and a replaced cp-0's peer check never depend
+    # on a token that can expire).
     readback_token: str = ""
 
     def __post_init__(self) -> None:
@@ -229,10 +230,15 @@ KUBEADM_JOIN_CONFIG_PATH = "/etc/kubernetes/kubeadm-join-config.yaml"
 # cluster-info a peer serves, signed for cp-0's own token (cluster_info.py).
 CA_HASH_FROM_PEERS = "sha256:ca-hash-from-signed-cluster-info"
 INIT_TOKEN_TTL = "24h0m0s"
-# The read-back token: `ttl: 0s` is a Secret without `expiration` (kubeadm cmd/kubeadm/app/apis/bootstraptoken/v1
-# utils.go encodeTokenSecretData writes one only for TTL > 0; defaults.go replaces only a nil TTL), and
-# `usages: [signing]` only: the bootstrap authenticator accepts no token without usage-bootstrap-authentication.
-READBACK_TOKEN_TTL = "0s"
+# The read-back token is NOT in kubeadm's configuration: kubeadm defaults a token's empty `groups` to
+# [system:bootstrappers:kubeadm:default-node-token] (cmd/kubeadm/app/apis/bootstraptoken/v1 defaults.go) and then
+# refuses groups unless `usages` includes "authentication" (apis/kubeadm/validation/validation.go
+# ValidateBootstrapTokens: "token groups cannot be specified unless --usages includes \"authentication\""), so a
+# signing-only token there fails `kubeadm init`. cp-0 creates its Secret itself after init (readback_token_script):
+# no `expiration` (it never expires; the token cleaner deletes only expired ones), usage-bootstrap-signing only
+# (the bootstrap authenticator accepts no token without usage-bootstrap-authentication: it authenticates nobody).
+READBACK_TOKEN_PATH = "/etc/gpu-platform/readback-token"
+READBACK_TOKEN_SCRIPT_PATH = "/usr/local/sbin/gpu-platform-readback-token.sh"
 NODE_TOKEN_GROUP = "system:bootstrappers:kubeadm:default-node-token"
 # linode.pki: program: control planes join with file discovery, a kubeconfig the node mints at boot from
 # the cluster CA it holds (a one-day client certificate for system:node:<name>), so no bootstrap token.
@@ -320,8 +326,7 @@ def _dump(docs: list[dict]) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
 
 
-def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, init_token: str = "", certificate_key: str = "",
-                        readback_token: str = "") -> str:
+def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, init_token: str = "", certificate_key: str = "") -> str:
     """InitConfiguration + ClusterConfiguration + KubeletConfiguration for the first control plane.
 
     kubeadm generates the CAs and the service-account key; `kubeadm init --upload-certs` stores them in
@@ -338,10 +343,6 @@ def kubeadm_init_config(cluster: ClusterSpec, node: NodeSpec, init_token: str = 
         init["bootstrapTokens"] = [{"token": init_token, "ttl": INIT_TOKEN_TTL, "usages": ["signing", "authentication"],
                                     "groups": [NODE_TOKEN_GROUP],
                                     "description": "gpu-platform init: the program reads the cluster CA with it"}]
-    if readback_token:
-        init.setdefault("bootstrapTokens", []).append(
-            {"token": readback_token, "ttl": READBACK_TOKEN_TTL, "usages": ["signing"],
-             "description": "gpu-platform read-back: signs cluster-info only (no expiry, authenticates nobody)"})
     if certificate_key:
         init["certificateKey"] = certificate_key
     return _dump([init, _cluster_configuration(cluster), _kubelet_configuration()])
@@ -384,6 +385,39 @@ def kubeadm_worker_join_config(cluster: ClusterSpec, node: NodeSpec, token: str,
         "nodeRegistration": _node_registration(node, control_plane=False),
     }
     return _dump([join, _kubelet_configuration()])
+
+
+def readback_token_script() -> str:
+    """cp-0 (after `kubeadm init`, a resumed init, and by hand when the program says the token is gone): create the
+    read-back token's Secret from READBACK_TOKEN_PATH with `kubectl apply` (idempotent): kube-system
+    bootstrap-token-<id>, type bootstrap.kubernetes.io/token, usage-bootstrap-signing only, no expiration (the
+    bootstrap signer signs cluster-info for it; it authenticates nobody, so it is no join credential)."""
+    return f"""#!/usr/bin/env bash
+# Creates (or keeps) the read-back token's Secret: cluster-info stays signed for a token the program holds.
+set -euo pipefail
+token=$(tr -d '[:space:]' < {READBACK_TOKEN_PATH})
+[[ "$token" =~ ^[a-z0-9]{{6}}\.[a-z0-9]{{16}}$ ]] || {{ echo "{READBACK_TOKEN_PATH} holds no bootstrap token" >&2; exit 1; }}
+id=${{token%%.*}}
+secret=${{token#*.}}
+umask 077
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+cat > "$tmp" <<MANIFEST
+apiVersion: v1
+kind: Secret
+metadata:
+  name: bootstrap-token-$id
+  namespace: kube-system
+type: bootstrap.kubernetes.io/token
+stringData:
+  token-id: "$id"
+  token-secret: "$secret"
+  usage-bootstrap-signing: "true"
+  description: "gpu-platform read-back: signs cluster-info only (no expiry, authenticates nobody)"
+MANIFEST
+kubectl --kubeconfig /etc/kubernetes/admin.conf apply -f "$tmp"
+echo "read-back token kube-system/bootstrap-token-$id in place (signing only, no expiry)"
+"""
 
 
 def bootstrap_token_secret(token_id: str, token_secret: str, expiration: str) -> dict:
@@ -729,7 +763,7 @@ def peer_cluster_ca_script(wait_seconds: int) -> str:
     peer could be connected to for the whole wait."""
     return f"""peer_cluster_ca() {{
   local ip out code connects tokens answered=0 deadline=$((SECONDS + {wait_seconds}))
-  tokens=$(sed -n 's/^[ -]*token: *//p' {KUBEADM_JOIN_CONFIG_PATH} {KUBEADM_CONFIG_PATH})
+  tokens="$(sed -n 's/^[ -]*token: *//p' {KUBEADM_JOIN_CONFIG_PATH} {KUBEADM_CONFIG_PATH}) $(cat {READBACK_TOKEN_PATH} 2>/dev/null || true)"
   while :; do
     for ip in "${{peers[@]}}"; do
       rm -f {PEER_CLUSTER_INFO_PATH}
@@ -849,12 +883,16 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
                 "    cluster_record || recorded=$?",
                 "    if [ \"$recorded\" -eq 2 ]; then",
                 "      exit 1",
-                "    elif [ \"$recorded\" -eq 0 ] && [ ${#peers[@]} -gt 0 ]; then",
-                "      echo 'this cluster exists (the program recorded its CA) and no peer control plane answers: waiting for one; never a second cluster' >&2",
-                "      exit 1",
+                "    # A recorded cluster: initialise a new control plane (new CAs, to restore a snapshot into) only on the",
+                "    # operator's explicit word (docs/linode.md: a single control plane lost, or every HA control plane).",
                 f"    elif [ \"$recorded\" -eq 0 ] && [ ! -f {INIT_NEW_CONTROL_PLANE_PATH} ]; then",
-                "      echo 'REFUSING to initialise: this cluster exists (the program recorded its CA) and its only control plane is gone.' >&2",
-                f"      echo 'To restore it, follow docs/linode.md \"Restoring a single control plane\" (it starts with: touch {INIT_NEW_CONTROL_PLANE_PATH}).' >&2",
+                "      if [ ${#peers[@]} -gt 0 ]; then",
+                "        echo 'this cluster exists (the program recorded its CA) and no peer control plane answers: waiting for one; never a second cluster' >&2",
+                f"        echo 'If every control plane is lost, follow docs/linode.md \"Losing every control plane\" (it starts with: touch {INIT_NEW_CONTROL_PLANE_PATH}).' >&2",
+                "      else",
+                "        echo 'REFUSING to initialise: this cluster exists (the program recorded its CA) and its only control plane is gone.' >&2",
+                f"        echo 'To restore it, follow docs/linode.md \"Restoring a single control plane\" (it starts with: touch {INIT_NEW_CONTROL_PLANE_PATH}).' >&2",
+                "      fi",
                 "      exit 1",
                 "    fi",
                 "    mode=\"init\"",
@@ -910,10 +948,13 @@ def bootstrap_script(role: str, node_name: str = "", endpoint: str = "", peers: 
             "  # kubeadm's certs and kubeconfig phases use the files an earlier attempt wrote (\"Using existing ca",
             "  # certificate authority\"); preflight is skipped, as it refuses the manifests and etcd data it left.",
             f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --upload-certs --skip-token-print --skip-certificate-key-print --skip-phases=preflight",
+            f"  {READBACK_TOKEN_SCRIPT_PATH}",
             f"  {ADMIN_CERT_SCRIPT_PATH} publish",
             "else",
             f"  touch {INIT_STARTED_PATH}",
             f"  kubeadm init --config {KUBEADM_CONFIG_PATH} --upload-certs --skip-token-print --skip-certificate-key-print",
+            "  # The read-back token: not in kubeadm's config (kubeadm refuses a signing-only token there).",
+            f"  {READBACK_TOKEN_SCRIPT_PATH}",
             f"  {ADMIN_CERT_SCRIPT_PATH} publish",
             "fi",
         ]
@@ -1630,6 +1671,9 @@ def node_user_data(role: str, node: NodeSpec, kubeadm_config: str, kubernetes_mi
                   File(REPUBLISH_SCRIPT_PATH, republish_cluster_info_script(), "0700")]
         if role == "init":
             files.append(File(CLUSTER_INFO_SCRIPT_PATH, cluster_info_verify_script(), "0755"))
+            if keys.readback_token:
+                files += [File(READBACK_TOKEN_PATH, keys.readback_token + "\n", "0600"),
+                          File(READBACK_TOKEN_SCRIPT_PATH, readback_token_script(), "0700")]
         if peer_names:
             service, timer = certs_upload_units()
             files += [File(CERTS_UPLOAD_SCRIPT_PATH, certs_upload_script(peer_names), "0700"),
