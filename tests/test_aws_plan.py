@@ -82,8 +82,10 @@ def test_gpu_asg_spot_mixed_instances_and_scale_from_zero(plan):
     assert tags[f"{p}/label/k8s.amazonaws.com/accelerator"] == "nvidia-a10g"
     # with the controller the autoscaler's own count is the last 2 of the 15 minutes (scale_down.py)
     assert tags[f"{p}/autoscaling-options/scaledownunneededtime"] == "2m0s"
-    assert plan.one(ASG, "gpu-l4x4-us-east-1a").inputs["tags"][-1] == {"key": f"{p}/resources/nvidia.com/gpu", "value": "4",
-                                                           "propagateAtLaunch": False}
+    assert plan.one(ASG, "gpu-l4x4-us-east-1a").inputs["tags"][-2:] == [
+        {"key": f"{p}/resources/nvidia.com/gpu", "value": "4", "propagateAtLaunch": False},
+        # the template node's ephemeral storage (300 GiB root volume): a Katib trial scales the group from zero
+        {"key": f"{p}/resources/ephemeral-storage", "value": "268Gi", "propagateAtLaunch": False}]
     assert tags["k8s.io/cluster-autoscaler/enabled"] == "true" and tags["k8s.io/cluster-autoscaler/gpu-prod"] == "owned"
     assert tags["gpu-pool"] == "a10g" and tags["capacity"] == "spot" and tags["on-demand-approved"] == "false"
     assert {k: tags[k] for k in OWNER_TAGS} == OWNER_TAGS
