@@ -947,6 +947,23 @@ class Drill:
             sc.problems.append(f"{autoscaler} is not built (`{binaries.BUILD_COMMAND}`)")
         return job
 
+    def busy_node_kept(self, ref: tuple[str, str], pool: str, nodes: list[str], shown: str,
+                       reason_of: Callable[[Any], bool]) -> None:
+        """Past the grace, the pool's `nodes` running TrainJob `ref` are still there and its pods not evicted;
+        the autoscaler's last "unremovable" reason for them (the events `reason_of` picks) goes in the report."""
+        sc, t = self.sc, self.timing
+        time.sleep(max(t.busy_watch_seconds, t.grace_seconds + 3 * t.scan_interval_seconds))
+        still = [n["metadata"]["name"] for n in self.pool_nodes(pool)]
+        pods = self.pods_of(*ref)
+        why = [e.text for e in self.events() if e.kind in ("unremovable", "not removable") and reason_of(e)]
+        if still != nodes or not pods or any(p["metadata"].get("deletionTimestamp") for p in pods):
+            sc.fail(f"busy node: {shown} running TrainJob {ref[1]} was scaled down or its pod evicted within "
+                    f"{t.busy_watch_seconds}s (nodes now {still}; the autoscaler logged {why[-1:] or 'no reason'})")
+        else:
+            sc.details.append(f"busy node: {shown} kept while TrainJob {ref[1]} runs "
+                              f"({max(t.busy_watch_seconds, t.grace_seconds):.0f}s, grace {t.grace_seconds}s); "
+                              f"the autoscaler's reason: {why[-1] if why else 'none logged'}")
+
     def run(self, phases: Callable[["Drill", dict, str], None]) -> None:
         from gpu_platform.controllers.linode_node_groups import stubs
         from gpu_platform.controllers.linode_node_groups.__main__ import load_stubs
@@ -1130,16 +1147,7 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
                 f"called create {creates} time(s)")
 
     # 2. The busy node: past the grace, the autoscaler keeps it (and says why).
-    time.sleep(max(t.busy_watch_seconds, t.grace_seconds + 3 * t.scan_interval_seconds))
-    still = [n["metadata"]["name"] for n in d.pool_nodes(pool)]
-    pods = d.pods_of(*ref)
-    why = [e.text for e in d.events() if e.kind in ("unremovable", "not removable") and e.group == pool]
-    if still != nodes or not pods or any(p["metadata"].get("deletionTimestamp") for p in pods):
-        sc.fail(f"busy node: {nodes} running TrainJob {ref[1]} was scaled down or its pod evicted within "
-                f"{t.busy_watch_seconds}s (nodes now {still}; the autoscaler logged {why[-1:] or 'no reason'})")
-    else:
-        sc.details.append(f"busy node: {nodes} kept while TrainJob {ref[1]} runs ({max(t.busy_watch_seconds, t.grace_seconds):.0f}s, "
-                          f"grace {t.grace_seconds}s); the autoscaler's reason: {why[-1] if why else 'none logged'}")
+    d.busy_node_kept(ref, pool, nodes, str(nodes), lambda e: e.group == pool)
 
     # 3. The job ends; after the grace the idle node is removed and its instance deleted.
     if not d.end(*ref):

@@ -617,16 +617,7 @@ def scale_from_zero_and_back(d: AwsDrill, job: dict) -> None:
     name = node["metadata"]["name"]
 
     # 2. The busy node: past the grace, the autoscaler keeps it (and says why).
-    time.sleep(max(t.busy_watch_seconds, t.grace_seconds + 3 * t.scan_interval_seconds))
-    still = [n["metadata"]["name"] for n in d.pool_nodes(pool)]
-    pods = d.pods_of(*ref)
-    why = [e.text for e in d.events() if e.kind in ("unremovable", "not removable") and name in e.text]
-    if still != [name] or not pods or any(p["metadata"].get("deletionTimestamp") for p in pods):
-        sc.fail(f"busy node: {name} running TrainJob {ref[1]} was scaled down or its pod evicted within "
-                f"{t.busy_watch_seconds}s (nodes now {still}; the autoscaler logged {why[-1:] or 'no reason'})")
-    else:
-        sc.details.append(f"busy node: {name} kept while TrainJob {ref[1]} runs ({max(t.busy_watch_seconds, t.grace_seconds):.0f}s, "
-                          f"grace {t.grace_seconds}s); the autoscaler's reason: {why[-1] if why else 'none logged'}")
+    d.busy_node_kept(ref, pool, [name], name, lambda e: name in e.text)
 
     # 3. The job ends; after the grace the idle node is removed and its instance terminated by the autoscaler.
     if not d.end(*ref):
