@@ -341,7 +341,14 @@ def test_a_replaced_cp0_pins_the_ca_from_a_cluster_info_signed_for_its_token(tmp
     token = join_cfg["discovery"]["bootstrapToken"]["token"] if signed_for == "own-token" else "abcdef.0123456789abcdef"
     _serve(root, "/api/v1/namespaces/kube-public/configmaps/cluster-info",
            _signed_cluster_info(ca_pem, token, "192.168.0.11:6443"))
-    proc = root.run(files[render.BOOTSTRAP_SCRIPT_PATH])
+    script = files[render.BOOTSTRAP_SCRIPT_PATH]
+    if signed_for == "other-token":
+        # One pass over the peers, not the real 180 s of retries (it never trusts a forged cluster-info however
+        # long it waits; the unit retries the script).
+        wait = f"deadline=$((SECONDS + {render.PEER_WAIT_SECONDS}))"
+        assert wait in script
+        script = script.replace(wait, "deadline=$((SECONDS + 0))")
+    proc = root.run(script)
     log = root.log()
     assert not [line for line in log if " init --config" in line], "cp-0 must not initialise while a peer answers"
     if signed_for == "other-token":
