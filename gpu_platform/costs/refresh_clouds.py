@@ -211,9 +211,12 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
 
 def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None, on_demand: Mapping[str, float] | None,
                    on_demand_source: str, today: Optional[str], drop_untraced_spot: bool, region: Optional[str],
-                   on_demand_date: Optional[str]) -> RefreshResult:
-    """apply_aws on a loaded aws.yaml document (changed in place)."""
+                   on_demand_date: Optional[str], file_dated: bool = False) -> RefreshResult:
+    """apply_aws on a loaded aws.yaml document (changed in place). `file_dated`: every price is dated by the recorded
+    file alone (its sources name no refresh day), so that re-running on the same file writes the same catalog."""
     today = today or _dt.date.today().isoformat()
+    refreshed = ("(refreshed by python -m gpu_platform.costs refresh)" if file_dated
+                 else f"(refreshed by python -m gpu_platform.costs refresh on {today})")
     on_demand_date = on_demand_date or today
     res = RefreshResult()
     spot = spot or {}
@@ -226,11 +229,12 @@ def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None,
             # `date` is when the observations were made (not when they were copied): the catalog-age check
             # must see how old a market price really is.
             new = {"usdPerHour": o.median, "source": f"{o.source}; median of {len(o.prices)} observations, made no "
-                   f"later than {o.last} (refreshed by python -m gpu_platform.costs refresh on {today})", "date": o.last,
+                   f"later than {o.last} {refreshed}", "date": o.last,
                    "low": min(o.prices), "high": max(o.prices),
                    "observed": o.observed, "samples": len(o.prices), "status": "recorded"}
             old = target.get("spot") or {}
-            if any(old.get(k) != new[k] for k in ("usdPerHour", "low", "high", "date", "observed")):
+            if any(old.get(k) != new[k] for k in ("usdPerHour", "low", "high", "date", "observed")
+                   + (("source",) if file_dated else ())):
                 res.changed.append(f"{name}: spot {old.get('usdPerHour')} -> {new['usdPerHour']} $/h "
                                    f"(range {new['low']}-{new['high']}, {new['samples']} samples)")
                 target["spot"] = new
@@ -244,7 +248,8 @@ def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None,
         if name in on_demand:
             price = on_demand[name]
             old = target.get("onDemand") or {}
-            if old.get("usdPerHour") is None or abs(float(old["usdPerHour"]) - price) > 1e-9:
+            if old.get("usdPerHour") is None or abs(float(old["usdPerHour"]) - price) > 1e-9 \
+                    or (file_dated and (old.get("date"), old.get("source")) != (on_demand_date, f"{on_demand_source} {refreshed}")):
                 res.changed.append(f"{name}: on-demand {old.get('usdPerHour')} -> {price} $/h")
                 target["onDemand"] = {"usdPerHour": price, "source": f"{on_demand_source} (refreshed by python -m gpu_platform.costs refresh)",
                                       "date": on_demand_date, "status": "recorded"}
@@ -420,7 +425,7 @@ def read_gcp_machine_prices(path: Path) -> MachinePrices:
 
 
 def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path: Path | None = None,
-                       today: Optional[str] = None, write: bool = True) -> RefreshResult:
+                       today: Optional[str] = None, write: bool = True, file_dated: bool = False) -> RefreshResult:
     """Write each region's machine prices into gcp.yaml: `regionalPrices.<region>` (the type's own prices for the
     reference region). Spot and preemptible get the Spot price (GCP bills preemptible VMs at Spot prices)."""
     path = catalog_path or CATALOG_DIR / "gcp.yaml"
@@ -439,12 +444,12 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
                 continue
             target = _prices_of(doc, inst, region)
             src = (f"{data.source} ({region}, {data.basis.format(date=data.date)}; refreshed by python -m "
-                   f"gpu_platform.costs refresh on {today})")
+                   f"gpu_platform.costs refresh" + (")" if file_dated else f" on {today})"))
             new = {"onDemand": hour, **({"spot": spot, "preemptible": spot} if spot is not None else {})}
             for key, usd in new.items():
                 old = target.get(key) or {}
                 if old.get("usdPerHour") is not None and abs(float(old["usdPerHour"]) - usd) <= 1e-9 \
-                        and old.get("date") == data.date:
+                        and old.get("date") == data.date and (not file_dated or old.get("source") == src):
                     res.unchanged.append(f"{machine} {region} {key}")
                     continue
                 res.changed.append(f"{machine} {region}: {key} {old.get('usdPerHour')} -> {usd} $/h")
@@ -480,7 +485,8 @@ def refresh_aws_all_regions(path: Path, catalog_path: Path | None = None, today:
     date = skypilot_file_date(path)
     regions = [r for r in skypilot_regions(path) if r != ref]
     res = merge_results({r: _apply_aws_doc(doc, read_skypilot_vms_csv(path, r), read_skypilot_on_demand(path, r),
-                                           f"{_rel(path)} (SkyPilot catalog Price column, {r})", today, False, r, date)
+                                           f"{_rel(path)} (SkyPilot catalog Price column, {r})", today, False, r, date,
+                                           file_dated=True)
                          for r in regions})
     if write and (res.changed or res.notes):
         _write(target, doc)
@@ -500,7 +506,7 @@ def refresh_gcp_all_regions(path: Path, catalog_path: Path | None = None, today:
     target = catalog_path or CATALOG_DIR / "gcp.yaml"
     ref = read_document(Path(target)).get("referenceRegion")
     regions = [r for r in sorted(data.prices) if r != ref]
-    res = apply_gcp_machines(data, regions, catalog_path=catalog_path, today=today, write=write)
+    res = apply_gcp_machines(data, regions, catalog_path=catalog_path, today=today, write=write, file_dated=True)
     res.notes.append(f"{len(regions)} regions read; the reference region {ref} is left as it is "
                      f"(--region {ref} refreshes it)")
     return res
