@@ -99,9 +99,10 @@ def test_a_region_the_catalog_has_no_price_for_is_refused_unless_an_override_giv
     # Where Linode offers the plan, its default price holds (the types API lists only the regions that differ).
     ada = estimate(StackShape("linode", "us-ord", (PoolShape("a", "g2-gpu-rtx4000a1-m", "on-demand", 1, 1),)))
     assert any("us-east reference prices" in w for w in ada.warnings)
-    # AWS prices each region on its own: eu-west-1 has recorded g5.xlarge prices, none for g5.2xlarge.
-    with pytest.raises(RegionPriceRefused, match="no spot price for g5.2xlarge in eu-west-1"):
-        estimate(StackShape("aws", "eu-west-1", (PoolShape("g", "g5.2xlarge", "spot", 0, 2),)))
+    # AWS prices each region on its own: eu-west-1 has recorded G5 prices, none for G6e (no eu-west-1 zone offers it).
+    estimate(StackShape("aws", "eu-west-1", (PoolShape("g", "g5.2xlarge", "spot", 0, 2),)))
+    with pytest.raises(RegionPriceRefused, match="no spot price for g6e.xlarge in eu-west-1"):
+        estimate(StackShape("aws", "eu-west-1", (PoolShape("g", "g6e.xlarge", "spot", 0, 2),)))
 
 
 def test_from_config_duck_types_the_stack_config():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -25,7 +26,7 @@ from tests.test_hostile_input import run_main
 
 RECORDED = CATALOG_DIR / "recorded"
 AWS_V9 = RECORDED / "skypilot-aws-vms-v9.csv"
-GCP_A2 = RECORDED / "cyclenerd-gcp-pricing-a2-highgpu-1g.csv"
+GCP_MACHINES = RECORDED / "cyclenerd-gcp-pricing.csv"
 GCP_E2 = RECORDED / "skypilot-gcp-vms-v9-e2-standard-4.csv"
 
 
@@ -46,20 +47,20 @@ def _aws_rows(itype: str, region: str) -> list[dict[str, str]]:
 def test_an_eu_gke_stack_is_priced_from_europe_west4s_recorded_prices():
     """gcp-prod moved to europe-west4: the Spot A100 machine and the e2-standard-4 system nodes carry
     europe-west4's recorded prices (not us-central1's), and the bill says so with the prices' date."""
-    a2 = next(r for r in _rows(GCP_A2) if r["machine"] == "a2-highgpu-1g" and r["region"] == "europe-west4")
+    a2 = next(r for r in _rows(GCP_MACHINES) if r["machine"] == "a2-highgpu-1g" and r["region"] == "europe-west4")
     e2 = [r for r in _rows(GCP_E2) if r["Region"] == "europe-west4"]
     shape = StackShape("gcp", "europe-west4", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 8),), name="gpu-prod")
     est = estimate(shape)
     gpu = next(ln for ln in est.lines if ln.resource == "a2-highgpu-1g")
     system = next(ln for ln in est.lines if ln.resource == "e2-standard-4")
-    assert gpu.unit_usd_per_hour == float(a2["hour_spot"]) == 1.44587
+    assert gpu.unit_usd_per_hour == float(a2["hour_spot"]) == 1.692835
     assert system.unit_usd_per_hour == float(e2[0]["Price"]) == 0.14754
     us = load_catalog()
     assert gpu.unit_usd_per_hour != us.instance("gcp", "a2-highgpu-1g").spot.usd_per_hour  # us-central1: 1.92802
     assert system.unit_usd_per_hour != us.instance("gcp", "e2-standard-4").on_demand.usd_per_hour
-    assert (gpu.priced_in, system.priced_in, gpu.date) == ("europe-west4", "europe-west4", "2025-03-06")
+    assert (gpu.priced_in, system.priced_in, gpu.date) == ("europe-west4", "europe-west4", "2026-07-30")
     text = render_cost_summary(est)
-    assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4 (dated 2025-03-06 .. 2026-11-28)" in text
+    assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4 (dated 2026-07-30 .. 2026-11-28)" in text
     assert "priced in us-central1 (reference): " in text  # disks, storage, traffic and fees
     lines = {ln["resource"]: ln["pricedIn"] for ln in est.as_dict()["lines"]}
     assert lines["a2-highgpu-1g"] == "europe-west4" and lines["gke-control-plane-fee"] == "us-central1 (reference)"
@@ -100,6 +101,44 @@ def test_a_region_without_a_price_for_a_type_the_stack_uses_is_refused_unless_pr
     assert (l4.unit_usd_per_hour, l4.priced_in) == (2.5, "priceOverrides")
     assert next(ln for ln in est.lines if ln.resource == "g5.xlarge").priced_in == "eu-west-1"
     assert "priced with priceOverrides: g6.12xlarge" in render_cost_summary(est)
+
+
+def test_an_eu_gke_stack_with_an_a100_pool_other_than_a2_highgpu_1g_is_priced_from_its_regions_rows():
+    """Issue 37: only a2-highgpu-1g had European prices. An 8-GPU A100 pool (a2-highgpu-8g, Spot) and an A100 80GB
+    pool (a2-ultragpu-1g, On-Demand) in europe-west4 carry europe-west4's rows of the recorded pricing.yml: the
+    whole machine, GPUs included, not us-central1's price."""
+    rows = {(r["machine"], r["region"]): r for r in _rows(GCP_MACHINES)}
+    pools = (PoolShape("a100x8", "a2-highgpu-8g", "spot", 0, 2), PoolShape("a100-80", "a2-ultragpu-1g", "on-demand", 0, 2))
+    est = estimate(StackShape("gcp", "europe-west4", pools, name="gpu-prod"))
+    lines = {ln.resource: ln for ln in est.lines}
+    assert lines["a2-highgpu-8g"].unit_usd_per_hour == float(rows[("a2-highgpu-8g", "europe-west4")]["hour_spot"]) == 13.54268
+    assert lines["a2-ultragpu-1g"].unit_usd_per_hour == float(rows[("a2-ultragpu-1g", "europe-west4")]["hour"])
+    assert lines["a2-ultragpu-1g"].unit_usd_per_hour == 5.58091847945206
+    us = load_catalog()
+    assert lines["a2-highgpu-8g"].unit_usd_per_hour != us.instance("gcp", "a2-highgpu-8g").spot.usd_per_hour  # 15.42416
+    assert lines["a2-ultragpu-1g"].unit_usd_per_hour != us.instance("gcp", "a2-ultragpu-1g").on_demand.usd_per_hour
+    assert {lines["a2-highgpu-8g"].priced_in, lines["a2-ultragpu-1g"].priced_in} == {"europe-west4"}
+    assert lines["a2-highgpu-8g"].date == "2026-07-30"
+    assert "priced in europe-west4: a2-highgpu-8g, a2-ultragpu-1g, e2-standard-4" in render_cost_summary(est)
+
+
+def test_an_eu_west_1_eks_stack_with_g6e_and_p5_is_refused_and_eu_north_1_is_priced_from_its_rows():
+    """Issue 37 asks an eu-west-1 EKS stack with G6e and P5 pools to be priced from eu-west-1's rows: the recorded
+    SkyPilot snapshot has no G6e and no P5 row in eu-west-1 (neither is offered in any of its zones), so that bill
+    is refused, naming both types in one run. In eu-north-1, which offers both, the same pools carry
+    eu-north-1's rows: G6e Spot the median of its zones, P5 On-Demand the region's Price."""
+    assert not _aws_rows("g6e.xlarge", "eu-west-1") and not _aws_rows("p5.48xlarge", "eu-west-1")
+    pools = (PoolShape("l40s", "g6e.xlarge", "spot", 0, 4), PoolShape("h100", "p5.48xlarge", "on-demand", 0, 1))
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("aws", "eu-west-1", pools, name="gpu-prod"))
+    assert err.value.types == ["g6e.xlarge", "p5.48xlarge"] and err.value.region == "eu-west-1"
+    est = estimate(StackShape("aws", "eu-north-1", pools, name="gpu-prod"))
+    lines = {ln.resource: ln for ln in est.lines}
+    g6e = [float(r["SpotPrice"]) for r in _aws_rows("g6e.xlarge", "eu-north-1")]
+    assert lines["g6e.xlarge"].unit_usd_per_hour == pytest.approx(statistics.median(g6e)) == 0.8422
+    assert lines["p5.48xlarge"].unit_usd_per_hour == float(_aws_rows("p5.48xlarge", "eu-north-1")[0]["Price"]) == 58.8928
+    assert lines["p5.48xlarge"].unit_usd_per_hour != load_catalog().instance("aws", "p5.48xlarge").on_demand.usd_per_hour
+    assert {lines["g6e.xlarge"].priced_in, lines["p5.48xlarge"].priced_in, lines["m6i.large"].priced_in} == {"eu-north-1"}
 
 
 def test_a_gcp_region_the_recorded_prices_do_not_cover_is_refused():
@@ -143,18 +182,19 @@ def test_a_refused_bill_names_every_unpriced_type_with_a_snippet_and_a_command_t
     """Adopter review F3/F4: eu-west-1 with g5.2xlarge and g6.xlarge was refused naming g5.2xlarge only (the next
     run, after its override, named g6.xlarge), and the fix read "(the bill below says how)" and `python -m
     gpu_platform.costs refresh ... --region eu-west-1`. One run names both; the bill's priceOverrides lines,
-    pasted with prices, make the stack pass; its refresh command is exact and its options parse."""
-    moved = {"us-east-1": "eu-west-1", "instanceType: g5.xlarge": "instanceType: g5.2xlarge",
+    pasted with prices, make the stack pass; its refresh command is exact and its options parse. (g5.2xlarge now
+    has eu-west-1 prices: the two types are G6e and G6, which the recorded snapshot lists in no eu-west-1 zone.)"""
+    moved = {"us-east-1": "eu-west-1", "instanceType: g5.xlarge": "instanceType: g6e.xlarge",
              "instanceType: g6.12xlarge": "instanceType: g6.xlarge"}
     stack = _stack(tmp_path, "aws-prod", "eks-eu3", moved)
     code, text, _ = run_main(["--stack-file", str(stack), "--no-policies", "--out", str(tmp_path / "build")], capsys)
     assert code == 3, text
     cost_row = next(line for line in text.splitlines() if line.startswith("  cost "))
-    assert "REFUSED: no spot price for g5.2xlarge, g6.xlarge in eu-west-1" in cost_row, cost_row
+    assert "REFUSED: no spot price for g6e.xlarge, g6.xlarge in eu-west-1" in cost_row, cost_row
     assert "..." not in text and "(the bill below says how)" not in text
     refused_text = text
     refused = json.loads((tmp_path / "build" / "eks-eu3" / "cost.json").read_text())["refused"]
-    assert [m["type"] for m in refused["missing"]] == ["g5.2xlarge", "g6.xlarge"]
+    assert [m["type"] for m in refused["missing"]] == ["g6e.xlarge", "g6.xlarge"]
     assert ".venv/bin/python -m gpu_platform.costs refresh --aws-spot-history spot-eu-west-1.json --region eu-west-1" \
         in refresh_lines(text)
     snippet = refused["priceOverrides"]
@@ -165,22 +205,22 @@ def test_a_refused_bill_names_every_unpriced_type_with_a_snippet_and_a_command_t
     code, text, _ = run_main(["--stack-file", str(pasted), "--no-policies", "--out", str(tmp_path / "build")], capsys)
     assert code == 0, text
     doc = json.loads((tmp_path / "build" / "eks-eu4" / "cost.json").read_text())
-    assert {ln["resource"] for ln in doc["lines"] if ln.get("pricedIn") == "priceOverrides"} == {"g5.2xlarge", "g6.xlarge"}
+    assert {ln["resource"] for ln in doc["lines"] if ln.get("pricedIn") == "priceOverrides"} == {"g6e.xlarge", "g6.xlarge"}
     # Left unreplaced, the placeholder is a config error naming the key, not a price.
     raw = tmp_path / "Pulumi.eks-eu5.yaml"
     raw.write_text(stack.read_text() + snippet + "\n")
     code, text, _ = run_main(["--stack-file", str(raw), "--no-policies", "--out", str(tmp_path / "build")], capsys)
-    assert code == 2 and "priceOverrides.g5.2xlarge.spot" in text, text
+    assert code == 2 and "priceOverrides.g6e.xlarge.spot" in text, text
     # The printed refresh command's options parse and record the region from a describe-spot-price-history answer.
     answer = tmp_path / "spot-eu-west-1.json"
     answer.write_text(json.dumps({"SpotPriceHistory": [
         {"AvailabilityZone": "eu-west-1a", "InstanceType": t, "ProductDescription": "Linux/UNIX", "SpotPrice": price,
-         "Timestamp": "2026-11-27T10:00:00+00:00"} for t, price in (("g5.2xlarge", "0.52"), ("g6.xlarge", "0.41"))]}))
+         "Timestamp": "2026-11-27T10:00:00+00:00"} for t, price in (("g6e.xlarge", "0.52"), ("g6.xlarge", "0.41"))]}))
     args = refresh_lines(refused_text)[-1].split()[3:]
     assert args[:2] == ["refresh", "--aws-spot-history"]
     assert costs_main([args[0], args[1], str(answer), *args[3:], "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "g5.2xlarge: spot None -> 0.52" in out and "g6.xlarge: spot None -> 0.41" in out, out
+    assert "g6e.xlarge: spot None -> 0.52" in out and "g6.xlarge: spot None -> 0.41" in out, out
 
 
 def refresh_lines(text: str) -> list[str]:
@@ -223,18 +263,103 @@ def test_every_regional_price_traces_to_a_recorded_file_in_the_repository():
 
 def test_every_region_of_the_recorded_files_is_in_the_catalog():
     """`costs refresh ... --all-regions` was run on every recorded file: each region the files price a catalogued
-    type in (but the reference region) has that type's regional prices."""
+    type in (but the reference region) has that type's regional prices, at every capacity the rows price."""
     cat = load_catalog()
     for region in skypilot_regions(AWS_V9):
+        if region == "us-east-1":
+            continue
         for name in {r["InstanceType"] for r in _rows(AWS_V9) if r["Region"] == region}:
-            t = cat.instance("aws", name)
-            assert region == "us-east-1" or {"on-demand", "spot"} <= set(t.regional.get(region, {})), (name, region)
-    for path in (GCP_A2, GCP_E2):
+            rows = _aws_rows(name, region)
+            want = {cap for cap, col in (("on-demand", "Price"), ("spot", "SpotPrice")) if any(r[col] for r in rows)}
+            assert want and set(cat.instance("aws", name).regional.get(region, {})) == want, (name, region, want)
+    for path in (GCP_MACHINES, GCP_E2):
         data = read_gcp_machine_prices(path)
         for region, machines in data.prices.items():
             for name in machines:
                 t = cat.instance("gcp", name)
                 assert region == "us-central1" or set(t.regional[region]) == {"on-demand", "spot", "preemptible"}
+
+
+# (type, region, capacity) -> why the recorded source has no price there. Every other region a catalogued type is
+# offered in (the catalog's `regions`; for a type without them, every region the recorded file has rows for) has a
+# regional price at every capacity of the cloud; a stack using one of these is refused (exit 3) unless
+# priceOverrides covers it.
+_G6E = ("xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge")
+UNPRICED = {
+    **{(f"g6e.{size}", "ap-northeast-3", "on-demand"): "SkyPilot's ap-northeast-3 rows have a SpotPrice but an empty "
+       "Price" for size in _G6E},
+    ("p5.48xlarge", "ap-northeast-2", "spot"): "the only ap-northeast-2 zone SkyPilot lists (apne2-az1) has no SpotPrice",
+}
+CAPACITIES = {"aws": ("on-demand", "spot"), "gcp": ("on-demand", "spot", "preemptible")}
+
+
+def _offered(cloud: str, t) -> set[str]:
+    if t.regions is not None:
+        return set(t.regions)
+    assert cloud == "aws", t.name  # every GCP type lists its regions
+    return {r["Region"] for r in _rows(AWS_V9) if r["InstanceType"] == t.name}
+
+
+def test_every_catalogued_type_is_priced_in_every_region_it_is_offered_in_or_listed_unpriced_with_the_reason():
+    """Issue 37: every catalogued AWS and GCP type, GPU and system, has On-Demand and Spot (GCP: and preemptible)
+    prices in every region it is offered in, or the (type, region, capacity) is in UNPRICED, whose reason the
+    recorded file bears out."""
+    cat = load_catalog()
+    missing = set()
+    for cloud in ("aws", "gcp"):
+        ref = cat.reference_region(cloud)
+        for t in cat.instances(cloud):
+            offered = _offered(cloud, t)
+            assert len(offered - {ref}) >= 2, (cloud, t.name)
+            for region in sorted(offered - {ref}):
+                missing |= {(t.name, region, cap) for cap in CAPACITIES[cloud] if cap not in t.regional.get(region, {})}
+    assert missing == set(UNPRICED), sorted(missing ^ set(UNPRICED))
+    for (name, region, cap) in UNPRICED:
+        rows = _aws_rows(name, region)
+        assert rows and not any(r["Price" if cap == "on-demand" else "SpotPrice"] for r in rows), (name, region, cap)
+        if cat.instance("aws", name).price(cap) is None:
+            continue  # p5.48xlarge Spot: not priced in the reference region either, so a Spot P5 pool is a config
+            # error anywhere (config/stack.py, gpuPools[].capacity: give priceOverrides)
+        with pytest.raises(RegionPriceRefused, match=f"no {cap} price for {re.escape(name)} in {region}"):
+            estimate(StackShape("aws", region, (PoolShape("p", name, cap, 0, 1),)))
+
+
+def test_gcp_spot_and_preemptible_are_the_same_recorded_spot_price_and_aws_spot_is_the_zones_median():
+    """What the catalog calls spot is what the source calls Spot: GCP's hour_spot (Spot VM SKUs; preemptible VMs are
+    billed at the Spot price) for both `spot` and `preemptible`; AWS's SpotPrice column (describe-spot-price-history)."""
+    cat = load_catalog()
+    data = read_gcp_machine_prices(GCP_MACHINES)
+    for t in cat.instances("gcp"):
+        for region, prices in t.regional.items():
+            assert prices["spot"].usd_per_hour == prices["preemptible"].usd_per_hour <= prices["on-demand"].usd_per_hour
+            if t.name != "e2-standard-4":
+                assert (prices["on-demand"].usd_per_hour, prices["spot"].usd_per_hour) == data.prices[region][t.name]
+
+
+def test_rerunning_costs_refresh_on_the_recorded_files_reproduces_the_catalog_byte_for_byte(tmp_path):
+    """The regional prices are exactly what `costs refresh --all-regions` writes from the recorded files
+    (refresh_clouds.RECORDED_ALL_REGIONS, in that order): strip them, re-run, and aws.yaml and gcp.yaml come back
+    byte for byte, on any day (a price is dated by its recorded file, and its source names no refresh day).
+    A hand edit, or a recorded row changed without a refresh, fails."""
+    import gpu_platform.costs.refresh_clouds as rc
+    from gpu_platform.costs.refresh import _replace
+
+    assert not [p["source"] for cloud in ("aws", "gcp") for *_, p in _regional(cloud) if "refresh on" in p["source"]]
+    for cloud in ("aws", "gcp"):
+        text = (CATALOG_DIR / f"{cloud}.yaml").read_text()
+        doc = yaml.safe_load(text)
+        for inst in doc["instances"]:
+            inst.pop("regionalPrices", None)
+        _replace(tmp_path / f"{cloud}.yaml", "".join(ln + "\n" for ln in text.splitlines() if ln.startswith("#")), doc)
+    for cloud, name in rc.RECORDED_ALL_REGIONS:
+        refresh = rc.refresh_aws_all_regions if cloud == "aws" else rc.refresh_gcp_all_regions
+        refresh(RECORDED / name, catalog_path=tmp_path / f"{cloud}.yaml", today="2031-01-01")
+    for cloud in ("aws", "gcp"):
+        assert (tmp_path / f"{cloud}.yaml").read_bytes() == (CATALOG_DIR / f"{cloud}.yaml").read_bytes(), cloud
+    # and a second run on its own output changes nothing
+    for cloud, name in rc.RECORDED_ALL_REGIONS:
+        refresh = rc.refresh_aws_all_regions if cloud == "aws" else rc.refresh_gcp_all_regions
+        assert not refresh(RECORDED / name, catalog_path=tmp_path / f"{cloud}.yaml", today="2032-02-02").changed, name
 
 
 # --- the readers and the refresh -------------------------------------------------------------------------------
@@ -363,7 +488,7 @@ def test_a_refresh_that_fails_while_writing_leaves_the_catalog_as_it_was(tmp_pat
     monkeypatch.setattr(refresh_mod.yaml, "dump", broken_dump)
     with pytest.raises(OSError, match="disk full"):
         if which == "clouds":
-            apply_gcp_machines(read_gcp_machine_prices(GCP_A2), ["europe-west4"], catalog_path=copy, today="2030-01-01")
+            apply_gcp_machines(read_gcp_machine_prices(GCP_MACHINES), ["europe-west4"], catalog_path=copy, today="2030-01-01")
         else:
             refresh_linode({"data": [{"id": "g6-standard-4", "price": {"hourly": 9.0, "monthly": 9.0}}]}, copy)
     assert copy.read_text() == before

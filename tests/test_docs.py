@@ -464,15 +464,23 @@ def test_every_docs_page_named_in_code_and_recorded_files_exists():
 
 def test_the_upgrade_notes_name_the_types_with_regional_prices():
     """Adopter review F7: "Upgrading from 0.2.0" step 1 said every AWS/GCP stack outside us-east-1/us-central1 is
-    refused, while six types have prices in other regions. The step names exactly the catalog's types with
-    regional prices, each with its count of regions."""
+    refused, while the catalog has prices in other regions. The step says every catalogued AWS and GCP type has
+    them, with the range of region counts per cloud the catalog has, and names the offered regions left unpriced
+    (tests/test_costs_regional_prices.py UNPRICED)."""
     from gpu_platform.costs.catalog import load_catalog
+    from tests.test_costs_regional_prices import UNPRICED
 
     text = (ROOT / "CHANGELOG.md").read_text()
     step = text[text.index("### Upgrading from 0.2.0"):text.index("2. **Your own program's imports**")]
     step = " ".join(step.split())
     assert "outside us-east-1/us-central1 is refused (exit 3) until" not in step
+    assert "for every catalogued AWS type" in step
     catalog = load_catalog()
-    regional = {t.name: len(t.regional) for cloud in ("aws", "gcp") for t in catalog.instances(cloud) if t.regional}
-    named = dict(re.findall(r"`([a-z0-9.-]+)` \((\d+)(?: more regions)?\)", step))
-    assert {k: int(v) for k, v in named.items()} == regional, (named, regional)
+    for cloud, word in (("aws", "AWS"), ("gcp", "GCP")):
+        counts = [len(t.regional) for t in catalog.instances(cloud)]
+        assert min(counts) > 0, cloud
+        assert f"{word} type ({min(counts)} to {max(counts)} more" in step, (cloud, min(counts), max(counts))
+    for name, region, cap in UNPRICED:
+        family = name.split(".")[0]
+        assert region in step and (f"`{name}`" in step or f"{family[0].upper()}{family[1:]} types" in step), (name, region)
+        assert f"{'On-Demand' if cap == 'on-demand' else 'Spot'} of " in step, cap

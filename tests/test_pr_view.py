@@ -183,8 +183,10 @@ def _eu_gke(tmp_path, overrides: str = "", pool: str = "a2-highgpu-1g") -> subpr
 def test_an_eu_gke_stack_is_priced_from_its_regions_prices_or_refused_until_an_override_gives_one(tmp_path):
     """issue 37 item 1: an EU GKE stack was priced at us-central1's prices with a warning ("europe-west4 may
     differ") and its budget verdict passed on them. gcp-prod in europe-west4 is priced from europe-west4's recorded
-    prices; a type without one there (a2-highgpu-2g) makes the budget verdict refuse (exit 3) naming the type and
-    the region, until priceOverrides gives the price."""
+    prices, with its A100 pool of a2-highgpu-1g or of a2-highgpu-2g (which had no European price before the whole
+    GCP catalog was recorded per region); priceOverrides, when given, wins over the region's price. (Every GCP type
+    is now priced in every region it is offered in: a GKE refusal is tests/test_costs_regional_prices.py's
+    europe-north2 case.)"""
     need_charts()
     priced = _eu_gke(tmp_path)
     assert priced.returncode == 0, priced.stdout + priced.stderr
@@ -193,17 +195,17 @@ def test_an_eu_gke_stack_is_priced_from_its_regions_prices_or_refused_until_an_o
     assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4" in priced.stdout
     lines = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["lines"]
     gpu = next(ln for ln in lines if ln["resource"] == "a2-highgpu-1g")
-    assert (gpu["pricedIn"], gpu["unitUsd"]) == ("europe-west4", 1.44587)  # us-central1: 1.92802
-    refused = _eu_gke(tmp_path, pool="a2-highgpu-2g")
-    assert refused.returncode == 3, refused.stdout + refused.stderr
-    cost_row = next(line for line in refused.stdout.splitlines() if line.startswith("  cost "))
-    assert "REFUSED: no spot price for a2-highgpu-2g in europe-west4" in cost_row, cost_row
-    assert "priceOverrides.a2-highgpu-2g.spot" in refused.stdout
-    doc = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())
-    assert doc["refused"]["type"] == "a2-highgpu-2g" and doc["refused"]["region"] == "europe-west4"
+    assert (gpu["pricedIn"], gpu["unitUsd"]) == ("europe-west4", 1.692835)  # us-central1: 1.92802
+    two = _eu_gke(tmp_path, pool="a2-highgpu-2g")
+    assert two.returncode == 0, two.stdout + two.stderr
+    lines = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["lines"]
+    gpu = next(ln for ln in lines if ln["resource"] == "a2-highgpu-2g")
+    assert (gpu["pricedIn"], gpu["unitUsd"]) == ("europe-west4", 3.38567)  # us-central1: 3.85604
     covered = _eu_gke(tmp_path, "  gpu-platform:priceOverrides:\n    a2-highgpu-2g: {spot: 4.2}\n", pool="a2-highgpu-2g")
     assert covered.returncode == 0, covered.stdout + covered.stderr
-    assert json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["fullMonthlyUsd"] > 0
+    lines = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["lines"]
+    gpu = next(ln for ln in lines if ln["resource"] == "a2-highgpu-2g")
+    assert (gpu["pricedIn"], gpu["unitUsd"]) == ("priceOverrides", 4.2)
 
 
 def test_an_eks_stack_in_eu_west_1_is_refused_naming_the_type_and_region(tmp_path):
@@ -217,9 +219,10 @@ def test_an_eks_stack_in_eu_west_1_is_refused_naming_the_type_and_region(tmp_pat
     assert "REFUSED: no spot price for" in cost_row and "in eu-west-1" in cost_row, cost_row
 
 def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(tmp_path):
-    """Adopter review F6: europe-west4's A100 price is from 2025-03-06, hundreds of days old, and only a warning
+    """Adopter review F6: europe-west4's A100 price was from 2025-03-06, hundreds of days old, and only a warning
     deep in the bill said so under a plain PASS. The verdict's cost line names it (docs/cost-model.md, "Catalog
-    age": PASS at any age, the age shown where the figures are), and so does the pull-request table."""
+    age": PASS at any age, the age shown where the figures are), and so does the pull-request table. The recorded
+    pricing.yml is now from 2026-07-30, still over the 90-day mark."""
     from gpu_platform.preflight.verdict import DOCUMENT, markdown
 
     need_charts()
@@ -227,6 +230,6 @@ def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(t
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines()[0].endswith("PASS (exit 0)"), run.stdout
     cost_row = next(line for line in run.stdout.splitlines() if line.startswith("  cost "))
-    assert "STALE PRICES: a2-highgpu-1g up to " in cost_row and "(dated 2025-03-06; more than 90)" in cost_row, cost_row
+    assert "STALE PRICES: a2-highgpu-1g up to " in cost_row and "(dated 2026-07-30; more than 90)" in cost_row, cost_row
     doc = json.loads(next((tmp_path / "out").rglob(DOCUMENT)).read_text())
     assert doc["verdict"] == "pass" and "days old)" in markdown([doc])

@@ -6,7 +6,7 @@
     python -m gpu_platform.costs refresh --aws-spot gpu_platform/costs/catalog/recorded/skypilot-aws-vms-us-east-1.csv [--dry-run]
     python -m gpu_platform.costs refresh --aws-spot-history F.json | --aws-price-list F.json | --gcp-skus F.json [--dry-run]
     python -m gpu_platform.costs refresh --aws-spot gpu_platform/costs/catalog/recorded/skypilot-aws-vms-v9.csv --all-regions
-    python -m gpu_platform.costs refresh --gcp-machine-prices gpu_platform/costs/catalog/recorded/cyclenerd-gcp-pricing-a2-highgpu-1g.csv --all-regions
+    python -m gpu_platform.costs refresh --gcp-machine-prices gpu_platform/costs/catalog/recorded/cyclenerd-gcp-pricing.csv --all-regions
     python -m gpu_platform.costs check-catalog
 """
 
@@ -40,7 +40,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     which.add_argument("--gcp-skus", metavar="JSON", help="GCP A2/A100 prices from a saved Cloud Billing Catalog "
                        "API skus response (service 6F81-5844-456A)")
     which.add_argument("--gcp-machine-prices", metavar="CSV", help="GCP machine prices per region (machine,region,hour,"
-                       "hour_spot; e.g. gpu_platform/costs/catalog/recorded/cyclenerd-gcp-pricing-a2-highgpu-1g.csv)")
+                       "hour_spot; e.g. gpu_platform/costs/catalog/recorded/cyclenerd-gcp-pricing.csv)")
     ref.add_argument("--region", default=None, help="region of the AWS/GCP data (default: the catalog's reference region)")
     ref.add_argument("--all-regions", action="store_true", help="--aws-spot / --gcp-machine-prices: every region the "
                      "file has rows for, each into the type's regionalPrices (the reference region is left as it is: "
@@ -117,29 +117,18 @@ def _refresh_clouds(args) -> int:
     cat = load_catalog()
     try:
         if args.aws_spot and args.all_regions:
-            p = Path(args.aws_spot)
-            ref = cat.reference_region("aws")
-            regions = [r for r in rc.skypilot_regions(p) if r != ref]
-            res = rc.merge_results({r: rc.apply_aws(rc.read_skypilot_vms_csv(p, r), rc.read_skypilot_on_demand(p, r),
-                                                    on_demand_source=f"{rc._rel(p)} (SkyPilot catalog Price column, {r})",
-                                                    write=not args.dry_run, region=r) for r in regions})
-            res.notes.append(f"{len(regions)} regions read; the reference region {ref} is left as it is "
-                             f"(--region {ref} refreshes it)")
+            res = rc.refresh_aws_all_regions(Path(args.aws_spot), write=not args.dry_run)
         elif args.aws_spot:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_spot)
             res = rc.apply_aws(rc.read_skypilot_vms_csv(p, region), rc.read_skypilot_on_demand(p, region),
                                on_demand_source=f"{rc._rel(p)} (SkyPilot catalog Price column, {region})",
                                write=not args.dry_run, drop_untraced_spot=True, region=region)
+        elif args.gcp_machine_prices and args.all_regions:
+            res = rc.refresh_gcp_all_regions(Path(args.gcp_machine_prices), write=not args.dry_run)
         elif args.gcp_machine_prices:
             data = rc.read_gcp_machine_prices(Path(args.gcp_machine_prices))
-            ref = cat.reference_region("gcp")
-            regions = ([r for r in sorted(data.prices) if r != ref] if args.all_regions
-                       else [args.region or ref])
-            res = rc.apply_gcp_machines(data, regions, write=not args.dry_run)
-            if args.all_regions:
-                res.notes.append(f"{len(regions)} regions read; the reference region {ref} is left as it is "
-                                 f"(--region {ref} refreshes it)")
+            res = rc.apply_gcp_machines(data, [args.region or cat.reference_region("gcp")], write=not args.dry_run)
         elif args.aws_spot_history:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_spot_history)

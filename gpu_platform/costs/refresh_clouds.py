@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import yaml
 
-from gpu_platform.costs.catalog import CATALOG_DIR, validate_document
+from gpu_platform.costs.catalog import CATALOG_DIR, read_document, validate_document
 from gpu_platform.costs.refresh import RefreshResult, _replace
 
 REPO_ROOT = CATALOG_DIR.parents[2]
@@ -190,14 +190,34 @@ def _prices_of(doc: Mapping[str, Any], inst: dict[str, Any], region: Optional[st
 
 def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping[str, float] | None = None,
               on_demand_source: str = "", catalog_path: Path | None = None, today: Optional[str] = None,
-              write: bool = True, drop_untraced_spot: bool = False, region: Optional[str] = None) -> RefreshResult:
+              write: bool = True, drop_untraced_spot: bool = False, region: Optional[str] = None,
+              on_demand_date: Optional[str] = None) -> RefreshResult:
     """Rewrite aws.yaml: Spot prices (median, spread, date range) from `spot`; On-Demand prices from
     `on_demand`, for `region` (default: the reference region; another region's go to `regionalPrices`).
     With `drop_untraced_spot`, a reference Spot price of a type absent from `spot` is removed (set to null)
-    unless it already traces to recorded data: the catalog then holds no Spot price it cannot trace."""
+    unless it already traces to recorded data: the catalog then holds no Spot price it cannot trace.
+    `on_demand_date` is the date the On-Demand prices are from (a recorded file's date); default: today."""
     path = catalog_path or CATALOG_DIR / "aws.yaml"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc = read_document(path)
+    res = _apply_aws_doc(doc, spot, on_demand, on_demand_source, today, drop_untraced_spot, region, on_demand_date)
+    if write and (res.changed or res.notes):
+        _write(path, doc)
+    elif not write:
+        problems = validate_document(doc, path.name)
+        if problems:
+            raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
+    return res
+
+
+def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None, on_demand: Mapping[str, float] | None,
+                   on_demand_source: str, today: Optional[str], drop_untraced_spot: bool, region: Optional[str],
+                   on_demand_date: Optional[str], file_dated: bool = False) -> RefreshResult:
+    """apply_aws on a loaded aws.yaml document (changed in place). `file_dated`: every price is dated by the recorded
+    file alone (its sources name no refresh day), so that re-running on the same file writes the same catalog."""
     today = today or _dt.date.today().isoformat()
+    refreshed = ("(refreshed by python -m gpu_platform.costs refresh)" if file_dated
+                 else f"(refreshed by python -m gpu_platform.costs refresh on {today})")
+    on_demand_date = on_demand_date or today
     res = RefreshResult()
     spot = spot or {}
     on_demand = on_demand or {}
@@ -209,11 +229,12 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
             # `date` is when the observations were made (not when they were copied): the catalog-age check
             # must see how old a market price really is.
             new = {"usdPerHour": o.median, "source": f"{o.source}; median of {len(o.prices)} observations, made no "
-                   f"later than {o.last} (refreshed by python -m gpu_platform.costs refresh on {today})", "date": o.last,
+                   f"later than {o.last} {refreshed}", "date": o.last,
                    "low": min(o.prices), "high": max(o.prices),
                    "observed": o.observed, "samples": len(o.prices), "status": "recorded"}
             old = target.get("spot") or {}
-            if any(old.get(k) != new[k] for k in ("usdPerHour", "low", "high", "date", "observed")):
+            if any(old.get(k) != new[k] for k in ("usdPerHour", "low", "high", "date", "observed")
+                   + (("source",) if file_dated else ())):
                 res.changed.append(f"{name}: spot {old.get('usdPerHour')} -> {new['usdPerHour']} $/h "
                                    f"(range {new['low']}-{new['high']}, {new['samples']} samples)")
                 target["spot"] = new
@@ -227,10 +248,11 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
         if name in on_demand:
             price = on_demand[name]
             old = target.get("onDemand") or {}
-            if old.get("usdPerHour") is None or abs(float(old["usdPerHour"]) - price) > 1e-9:
+            if old.get("usdPerHour") is None or abs(float(old["usdPerHour"]) - price) > 1e-9 \
+                    or (file_dated and (old.get("date"), old.get("source")) != (on_demand_date, f"{on_demand_source} {refreshed}")):
                 res.changed.append(f"{name}: on-demand {old.get('usdPerHour')} -> {price} $/h")
                 target["onDemand"] = {"usdPerHour": price, "source": f"{on_demand_source} (refreshed by python -m gpu_platform.costs refresh)",
-                                      "date": today, "status": "recorded"}
+                                      "date": on_demand_date, "status": "recorded"}
             elif old.get("status") not in ("recorded", "verified"):
                 target["onDemand"] = dict(old, status="recorded",
                                           source=f"{old['source']}; matches {on_demand_source} ({today})")
@@ -239,12 +261,6 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
             inst["regionalPrices"].pop(region)
             if not inst["regionalPrices"]:
                 inst.pop("regionalPrices")
-    if write and (res.changed or res.notes):
-        _write(path, doc)
-    elif not write:
-        problems = validate_document(doc, path.name)
-        if problems:
-            raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
     return res
 
 
@@ -409,11 +425,11 @@ def read_gcp_machine_prices(path: Path) -> MachinePrices:
 
 
 def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path: Path | None = None,
-                       today: Optional[str] = None, write: bool = True) -> RefreshResult:
+                       today: Optional[str] = None, write: bool = True, file_dated: bool = False) -> RefreshResult:
     """Write each region's machine prices into gcp.yaml: `regionalPrices.<region>` (the type's own prices for the
     reference region). Spot and preemptible get the Spot price (GCP bills preemptible VMs at Spot prices)."""
     path = catalog_path or CATALOG_DIR / "gcp.yaml"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc = read_document(path)
     today = today or _dt.date.today().isoformat()
     res = RefreshResult()
     by_name = {inst["name"]: inst for inst in doc["instances"]}
@@ -428,12 +444,12 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
                 continue
             target = _prices_of(doc, inst, region)
             src = (f"{data.source} ({region}, {data.basis.format(date=data.date)}; refreshed by python -m "
-                   f"gpu_platform.costs refresh on {today})")
+                   f"gpu_platform.costs refresh" + (")" if file_dated else f" on {today})"))
             new = {"onDemand": hour, **({"spot": spot, "preemptible": spot} if spot is not None else {})}
             for key, usd in new.items():
                 old = target.get(key) or {}
                 if old.get("usdPerHour") is not None and abs(float(old["usdPerHour"]) - usd) <= 1e-9 \
-                        and old.get("date") == data.date:
+                        and old.get("date") == data.date and (not file_dated or old.get("source") == src):
                     res.unchanged.append(f"{machine} {region} {key}")
                     continue
                 res.changed.append(f"{machine} {region}: {key} {old.get('usdPerHour')} -> {usd} $/h")
@@ -444,6 +460,65 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
     if write and res.changed:
         _write(path, doc)
     return res
+
+
+def skypilot_file_date(path: Path) -> str:
+    """The date a recorded SkyPilot excerpt's prices carry: its header's 'observed-no-later-than' date, else its
+    'read YYYY-MM-DD' date."""
+    text = Path(path).read_text(encoding="utf-8")
+    date = _observed_date(text) or _header_date(text)
+    if not date:
+        raise ValueError(f"{_rel(path)}: the header must say when its rows were read ('read YYYY-MM-DD') or "
+                         "observed ('# observed-no-later-than: YYYY-MM-DD')")
+    return date
+
+
+def refresh_aws_all_regions(path: Path, catalog_path: Path | None = None, today: Optional[str] = None,
+                            write: bool = True) -> RefreshResult:
+    """`costs refresh --aws-spot F --all-regions`: every region F has rows for but the reference region, in
+    region order, each into its types' `regionalPrices` (Spot: the median over the region's zones; On-Demand:
+    the region's Price), all dated by F's header. The reference region is left as it is."""
+    path = Path(path)
+    target = Path(catalog_path or CATALOG_DIR / "aws.yaml")
+    doc = read_document(target)  # one load and one write for all regions
+    ref = doc.get("referenceRegion")
+    date = skypilot_file_date(path)
+    regions = [r for r in skypilot_regions(path) if r != ref]
+    res = merge_results({r: _apply_aws_doc(doc, read_skypilot_vms_csv(path, r), read_skypilot_on_demand(path, r),
+                                           f"{_rel(path)} (SkyPilot catalog Price column, {r})", today, False, r, date,
+                                           file_dated=True)
+                         for r in regions})
+    if write and (res.changed or res.notes):
+        _write(target, doc)
+    else:
+        problems = validate_document(doc, target.name)
+        if problems:
+            raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
+    res.notes.append(f"{len(regions)} regions read; the reference region {ref} is left as it is "
+                     f"(--region {ref} refreshes it)")
+    return res
+
+
+def refresh_gcp_all_regions(path: Path, catalog_path: Path | None = None, today: Optional[str] = None,
+                            write: bool = True) -> RefreshResult:
+    """`costs refresh --gcp-machine-prices F --all-regions`: every region F prices but the reference region."""
+    data = read_gcp_machine_prices(Path(path))
+    target = catalog_path or CATALOG_DIR / "gcp.yaml"
+    ref = read_document(Path(target)).get("referenceRegion")
+    regions = [r for r in sorted(data.prices) if r != ref]
+    res = apply_gcp_machines(data, regions, catalog_path=catalog_path, today=today, write=write, file_dated=True)
+    res.notes.append(f"{len(regions)} regions read; the reference region {ref} is left as it is "
+                     f"(--region {ref} refreshes it)")
+    return res
+
+
+# The recorded files `costs refresh --all-regions` reads, in the order that writes the shipped catalog's
+# regional prices (tests/test_costs_regional_prices.py re-runs them and compares the catalog byte for byte).
+RECORDED_ALL_REGIONS = (
+    ("aws", "skypilot-aws-vms-v9.csv"),
+    ("gcp", "cyclenerd-gcp-pricing.csv"),
+    ("gcp", "skypilot-gcp-vms-v9-e2-standard-4.csv"),
+)
 
 
 def merge_results(results: Mapping[str, RefreshResult]) -> RefreshResult:
@@ -460,6 +535,7 @@ def merge_results(results: Mapping[str, RefreshResult]) -> RefreshResult:
     return out
 
 
-__all__ = ["MachinePrices", "Observations", "apply_aws", "apply_gcp", "apply_gcp_machines", "gcp_a2_prices",
-           "merge_results", "read_ec2_price_list", "read_gcp_machine_prices", "read_gcp_skus",
-           "read_skypilot_on_demand", "read_skypilot_vms_csv", "read_spot_price_history", "skypilot_regions"]
+__all__ = ["MachinePrices", "Observations", "RECORDED_ALL_REGIONS", "apply_aws", "apply_gcp", "apply_gcp_machines",
+           "gcp_a2_prices", "merge_results", "read_ec2_price_list", "read_gcp_machine_prices", "read_gcp_skus",
+           "read_skypilot_on_demand", "read_skypilot_vms_csv", "read_spot_price_history", "refresh_aws_all_regions",
+           "refresh_gcp_all_regions", "skypilot_file_date", "skypilot_regions"]
