@@ -4,10 +4,15 @@ deploy onto KWOK nodes yet, and why). Needs `make engine-build`, `make engine-ve
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import subprocess
 import sys
+import tarfile
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -34,38 +39,107 @@ def test_a_chart_missing_from_the_local_folder_stops_the_program_naming_both(tmp
     assert local_chart(chart) == str(tmp_path / "kueue-0.14.4.tgz")
 
 
-@pytest.mark.rehearsal
-def test_onprem_dev_is_deployed_by_pulumi_up_unchanged_by_a_second_up_and_destroyed_without_a_trace(tmp_path):
-    """Starts its own control plane: the session's shared cluster of a stack has the platform installed by the
-    rehearsal's own installer, and the engine must deploy onto a cluster that does not have it yet."""
+def _need_engine() -> None:
     _engine_bin()
     if not (ROOT / ".venv-engine" / "bin" / "python").is_file():
         pytest.skip("no .venv-engine: run `make engine-venv` (requirements-engine.txt)")
     need_charts()
+
+
+# One chart's pinned version moved, before the program runs: dcgm-exporter (a release onprem-dev deploys) to 4.8.3, an
+# archive the test's chart folder holds (4.8.2's, with that version in its Chart.yaml: what `charts pull` would save).
+MOVED = ("from dataclasses import replace as _replace\n\n"
+         "from gpu_platform.data import platform_versions as _versions\n\n"
+         "_versions.DCGM_EXPORTER = _replace(_versions.DCGM_EXPORTER, version='4.8.3')\n")
+
+
+def _charts_with_a_moved_version(tmp) -> Path:
+    """The chart folder (links to every archive and the kustomize builds) plus dcgm-exporter-4.8.3.tgz."""
+    folder = tmp / "charts"
+    folder.mkdir()
+    for entry in CHARTS.iterdir():
+        (folder / entry.name).symlink_to(entry.resolve())
+    with tarfile.open(CHARTS / "dcgm-exporter-4.8.2.tgz") as src, \
+            tarfile.open(folder / "dcgm-exporter-4.8.3.tgz", "w:gz") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read() if member.isfile() else None
+            if member.name == "dcgm-exporter/Chart.yaml":
+                data = re.sub(rb"(?m)^version: 4\.8\.2$", b"version: 4.8.3", data)
+                assert b"version: 4.8.3" in data
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data) if data is not None else None)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def onprem(tmp_path_factory):
+    """onprem-dev through the engine once, every assertion below on its record: the policy preview, `up`, a second
+    `up --refresh --expect-no-changes`, a preview with one chart's version moved, `destroy`. Starts its own control
+    plane: the session's shared cluster of a stack (tests/rehearsal_support.py shared()) has the platform installed
+    by the rehearsal's own installer, and the engine must deploy onto a cluster that does not have it yet."""
+    _need_engine()
     from tests.rehearsal_support import prepared
 
+    tmp = tmp_path_factory.mktemp("engine-onprem")
     cfg, _plan, fit = prepared("onprem-dev")
     t0 = time.monotonic()
-    with engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS,
-                          policy_config=_policy_config(tmp_path)) as run:
-        # The policy pack through the engine on the stack as shipped, as the workflows run it: no violation.
-        assert run.policy_preview.returncode == 0 and run.report.policy_violations == [], \
-            (run.policy_preview.stdout + run.policy_preview.stderr)[-4000:]
+    with engine.EngineRun("onprem-dev", cfg, fit.model, tmp / "run", ROOT, _charts_with_a_moved_version(tmp),
+                          policy_config=_policy_config(tmp)) as run:
+        policy = run.policy_preview
         run.up()
         second = run.second_up()
+        run.replant(None, prelude=MOVED)
+        moved = run.preview_changes()
+        run.replant(None, prelude="")
         run.destroy()
-    report = run.report
-    (tmp_path / "engine.json").write_text(json.dumps(report.to_json(), indent=1))
+    (tmp / "engine.json").write_text(json.dumps(run.report.to_json(), indent=1))
+    return SimpleNamespace(report=run.report, policy=policy, second=second, moved=moved,
+                           wall=time.monotonic() - t0)
+
+
+@pytest.mark.rehearsal
+def test_the_policy_pack_run_by_the_engine_finds_no_violation_in_onprem_dev_as_shipped(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    # The whole stack as shipped, Kubeflow's kustomize installs included (they preview from the local folder).
+    out = onprem.policy.stdout + onprem.policy.stderr
+    assert onprem.policy.returncode == 0 and onprem.report.policy_violations == [], out[-4000:]
+    # Kubeflow's kustomize installs built by the provider from the local folder's pinned YAML, nothing cloned
+    for obj in ("platform-kubeflow-pipelines:kubeflow/ml-pipeline", "platform-kubeflow-katib:kubeflow/katib-controller"):
+        assert obj in out, out[-4000:]
+
+
+@pytest.mark.rehearsal
+def test_onprem_dev_is_deployed_by_pulumi_up_with_every_chart_from_the_local_folder(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    report = onprem.report
     types = {r["type"] for r in report.resources}
     assert {"kubernetes:core/v1:Namespace", "kubernetes:scheduling.k8s.io/v1:PriorityClass",
             "kubernetes:core/v1:ResourceQuota", "kubernetes:networking.k8s.io/v1:NetworkPolicy"} <= types, types
     releases = [r for r in report.resources if r["type"] == "kubernetes:helm.sh/v3:Release"]
     assert releases and all(r["status"] == "deployed" and r["chart"].startswith(str(CHARTS.resolve())) for r in releases), releases
-    assert second.returncode == 0 and "unchanged" in report.second_up and "to update" not in report.second_up, \
-        (second.stdout + second.stderr)[-4000:]
-    assert report.left_behind == [], report.left_behind
     assert set(report.not_deployed) == set(engine.NOT_DEPLOYABLE)
-    assert time.monotonic() - t0 < 600
+    assert onprem.wall < 900
+
+
+@pytest.mark.rehearsal
+def test_a_second_up_of_onprem_dev_changes_nothing(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    second = onprem.second
+    assert second.returncode == 0 and "unchanged" in onprem.report.second_up and "to update" not in onprem.report.second_up, \
+        (second.stdout + second.stderr)[-4000:]
+
+
+@pytest.mark.rehearsal
+def test_one_charts_pinned_version_moved_previews_as_an_update_of_that_release_only(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    assert onprem.moved == [{"op": "update", "type": "kubernetes:helm.sh/v3:Release", "name": "platform-gpu-dcgm-exporter",
+                             "diffKeys": ["chart", "version"]}], onprem.moved
+
+
+@pytest.mark.rehearsal
+def test_destroy_of_onprem_dev_leaves_no_object_behind(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    assert onprem.report.left_behind == [], onprem.report.left_behind
 
 
 PLANT_PROVIDER = (
@@ -75,10 +149,7 @@ PLANT_PROVIDER = (
 
 
 def _planted_run(tmp_path, plant: str):
-    _engine_bin()
-    if not (ROOT / ".venv-engine" / "bin" / "python").is_file():
-        pytest.skip("no .venv-engine: run `make engine-venv` (requirements-engine.txt)")
-    need_charts()
+    _need_engine()
     from tests.rehearsal_support import prepared
 
     cfg, _plan, fit = prepared("onprem-dev")
@@ -86,7 +157,7 @@ def _planted_run(tmp_path, plant: str):
                             policy_config=_policy_config(tmp_path))
 
 
-def _policy_config(tmp_path) -> "Path":
+def _policy_config(tmp_path) -> Path:
     """The stack's policy pack config as preview.yml and deploy.yml write it."""
     path = tmp_path / "policy-config.json"
     path.write_text(subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "policy-config", "onprem-dev"],

@@ -1,0 +1,78 @@
+"""A cloud stack's platform layer deployed by the real Pulumi engine onto a rehearsal control plane, its cloud layer
+supplied by a named shim (gpu_platform/rehearsal/shims.py; issue 36 item 3). No cloud provider plugin can be built
+here, and each cloud program makes its cluster and installs the platform on it in one program, so the engine run
+starts the program from a `__main__.py` that first replaces the cloud module's `create_cluster` with the shim's
+(the handle the cloud component would return, with the rehearsal's API server behind its Kubernetes provider) and
+`create_billing_alerts` with nothing: what runs through the engine is MlPlatform on that handle; what does not is
+every resource of the cloud itself (the shim's docstring lists them).
+
+gcp-prod: GkeClusterShim. Its own control plane (one up, second up, destroy for the module): the session's shared
+cluster of the stack has the platform installed by the rehearsal's own installer. Needs `make engine-build`,
+`make engine-venv` and the chart folder."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from gpu_platform.components.cluster import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
+from gpu_platform.rehearsal import engine, shims
+from tests.conftest import ROOT
+from tests.fit_support import CHARTS
+from tests.test_engine_deploy import _need_engine
+
+
+def test_a_cloud_without_a_shim_is_refused_naming_the_clouds_that_have_one():
+    with pytest.raises(engine.EngineError, match=r"no cloud-layer shim for cloud 'aws' .*has gcp"):
+        engine.shim_prelude("aws")
+    assert engine.shim_prelude("kubernetes") == ""
+    assert "shims.install('gcp')" in engine.shim_prelude("gcp")
+    with pytest.raises(ValueError, match="no cloud-layer shim for cloud 'linode'"):
+        shims.install("linode")
+
+
+@pytest.fixture(scope="module")
+def gcp(tmp_path_factory):
+    _need_engine()
+    from tests.rehearsal_support import prepared
+
+    tmp = tmp_path_factory.mktemp("engine-gcp")
+    cfg, _plan, fit = prepared("gcp-prod")
+    t0 = time.monotonic()
+    with engine.EngineRun("gcp-prod", cfg, fit.model, tmp / "run", ROOT, CHARTS) as run:
+        run.up()
+        sa = run.cp.client.get("v1", "ServiceAccount", TRAINING_SERVICE_ACCOUNT, TRAINING_NAMESPACE)
+        second = run.second_up()
+        run.destroy()
+    (tmp / "engine.json").write_text(json.dumps(run.report.to_json(), indent=1))
+    return SimpleNamespace(report=run.report, second=second, sa=sa, cfg=cfg, wall=time.monotonic() - t0)
+
+
+@pytest.mark.rehearsal
+def test_gcp_prod_platform_is_deployed_by_pulumi_up_on_the_gke_shim(gcp):
+    """On the module fixture's own control plane (`gcp`: the engine must deploy onto a cluster without the platform)."""
+    report = gcp.report
+    types = {r["type"] for r in report.resources}
+    assert "gpu-platform:rehearsal:GkeClusterShim" in types and not any(t.startswith("gcp:") for t in types), types
+    releases = {r["name"]: r for r in report.resources if r["type"] == "kubernetes:helm.sh/v3:Release"}
+    assert releases and all(r["status"] == "deployed" and r["chart"].startswith(str(CHARTS.resolve()))
+                            for r in releases.values()), releases
+    # The GKE handle's own values reach the platform: GKE runs the device plugin (none installed), and the training
+    # ServiceAccount is bound to the checkpoint bucket's service account by Workload Identity.
+    assert not [n for n in releases if "device-plugin" in n], sorted(releases)
+    assert gcp.sa is not None, "no training ServiceAccount"
+    email = (gcp.sa["metadata"].get("annotations") or {}).get("iam.gke.io/gcp-service-account", "")
+    assert email.endswith(f"@{gcp.cfg.gcp.project}.iam.gserviceaccount.com"), gcp.sa["metadata"]
+    assert set(report.not_deployed) == set(engine.NOT_DEPLOYABLE)
+
+
+@pytest.mark.rehearsal
+def test_a_second_up_of_gcp_prod_changes_nothing_and_destroy_leaves_nothing(gcp):
+    """On the module fixture's own control plane (`gcp`: the engine must deploy onto a cluster without the platform)."""
+    second = gcp.second
+    assert second.returncode == 0 and "unchanged" in gcp.report.second_up and "to update" not in gcp.report.second_up, \
+        (second.stdout + second.stderr)[-4000:]
+    assert gcp.report.left_behind == [], gcp.report.left_behind
