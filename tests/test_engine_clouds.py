@@ -76,3 +76,15 @@ def test_a_second_up_of_gcp_prod_changes_nothing_and_destroy_leaves_nothing(gcp)
     assert second.returncode == 0 and "unchanged" in gcp.report.second_up and "to update" not in gcp.report.second_up, \
         (second.stdout + second.stderr)[-4000:]
     assert gcp.report.left_behind == [], gcp.report.left_behind
+
+
+def test_the_engine_option_goes_with_rehearse_and_names_the_two_engines():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "onprem-dev", "--engine", "pulumi"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--engine goes with --rehearse" in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "onprem-dev", "--rehearse", "--engine", "terraform"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "invalid choice: 'terraform' (choose from 'rehearsal', 'pulumi')" in proc.stderr, proc.stderr[-2000:]

@@ -90,22 +90,22 @@ def onprem(tmp_path_factory):
         second = run.second_up()
         run.replant(None, prelude=MOVED)
         moved = run.preview_changes()
+        run.replant(PLANT_PROVIDER + KATIB_FROM_THE_FOLDER, prelude="")
+        katib = run.preview_changes(check=False)
+        katib_errors = list(run.preview_errors)
         run.replant(None, prelude="")
         run.destroy()
     (tmp / "engine.json").write_text(json.dumps(run.report.to_json(), indent=1))
-    return SimpleNamespace(report=run.report, policy=policy, second=second, moved=moved,
+    return SimpleNamespace(report=run.report, policy=policy, second=second, moved=moved, katib=katib, katib_errors=katib_errors,
                            wall=time.monotonic() - t0)
 
 
 @pytest.mark.rehearsal
 def test_the_policy_pack_run_by_the_engine_finds_no_violation_in_onprem_dev_as_shipped(onprem):
     """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
-    # The whole stack as shipped, Kubeflow's kustomize installs included (they preview from the local folder).
+    # The stack as shipped less engine.NOT_PREVIEWABLE (Kubeflow: its docstring says what the engine found).
     out = onprem.policy.stdout + onprem.policy.stderr
     assert onprem.policy.returncode == 0 and onprem.report.policy_violations == [], out[-4000:]
-    # Kubeflow's kustomize installs built by the provider from the local folder's pinned YAML, nothing cloned
-    for obj in ("platform-kubeflow-pipelines:kubeflow/ml-pipeline", "platform-kubeflow-katib:kubeflow/katib-controller"):
-        assert obj in out, out[-4000:]
 
 
 @pytest.mark.rehearsal
@@ -137,11 +137,37 @@ def test_one_charts_pinned_version_moved_previews_as_an_update_of_that_release_o
 
 
 @pytest.mark.rehearsal
+def test_katibs_kustomize_install_from_the_local_folder_is_built_by_the_engines_provider(onprem):
+    """On the module fixture's own control plane (`onprem`). The program's own overlay, as it passes it with
+    $GPU_PLATFORM_LOCAL_CHARTS set, previewed through pulumi-resource-kubernetes' kustomize (krusty): every object of
+    the pinned release, the overlay's patches applied, and nothing cloned (any HTTP request goes to a closed port).
+    Without the fix the provider tries to clone github.com/kubeflow/katib and the preview registers no child."""
+    creates = {(c["type"], c["name"]) for c in onprem.katib if c["op"] == "create"}
+    assert ("kubernetes:kustomize/v2:Directory", "planted-katib") in creates, onprem.katib
+    assert ("kubernetes:apps/v1:Deployment", "planted-katib:kubeflow/katib-controller") in creates, onprem.katib
+    assert ("kubernetes:core/v1:Namespace", "planted-katib:kubeflow") not in creates  # the overlay deletes it
+    planted = [c for c in onprem.katib if c["type"] != "pulumi:providers:kubernetes"]  # the plant's own provider
+    assert all(c["op"] == "create" and c["name"].startswith("planted-katib") for c in planted), onprem.katib
+    # The one error: the pinned SDK's type for the Directory's `resources` (engine.NOT_PREVIEWABLE), raised only after
+    # the provider built the install. Any other error, or none once the SDK is fixed, is news.
+    sdk_bug = "AssertionError: Unexpected type. Expected 'list' got '<class 'str'>'"
+    assert [e for e in onprem.katib_errors if sdk_bug not in e] == [], onprem.katib_errors
+
+
+@pytest.mark.rehearsal
 def test_destroy_of_onprem_dev_leaves_no_object_behind(onprem):
     """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
     assert onprem.report.left_behind == [], onprem.report.left_behind
 
 
+# Katib's overlay as the program passes it with $GPU_PLATFORM_LOCAL_CHARTS set (kubeflow.py install_apps).
+KATIB_FROM_THE_FOLDER = (
+    "from pulumi_kubernetes.kustomize import v2 as _kustomize\n"
+    "from gpu_platform.components.helm import local_kustomize\n"
+    "from gpu_platform.components.paths import PACKAGE_DIR\n"
+    "from gpu_platform.data import platform_versions as _v\n\n"
+    "_kustomize.Directory('planted-katib', directory=local_kustomize(PACKAGE_DIR / _v.KUSTOMIZE_OVERLAYS['katib-standalone']),\n"
+    "                     opts=_p)\n")
 PLANT_PROVIDER = (
     "import os\nimport pulumi\nimport pulumi_kubernetes as k8s\n\n"
     "_kc = open(os.environ['KUBECONFIG']).read()\n"
