@@ -82,9 +82,11 @@ def test_the_engine_option_goes_with_rehearse_and_names_the_two_engines():
     import subprocess
     import sys
 
+    from gpu_platform.preflight.verdict import EXIT_USAGE
+
     proc = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "onprem-dev", "--engine", "pulumi"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--engine goes with --rehearse" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == EXIT_USAGE and "--engine goes with --rehearse" in proc.stderr, proc.stderr[-2000:]
     proc = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "onprem-dev", "--rehearse", "--engine", "terraform"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "invalid choice: 'terraform' (choose from 'rehearsal', 'pulumi')" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == EXIT_USAGE and "invalid choice: 'terraform' (choose from 'rehearsal', 'pulumi')" in proc.stderr, proc.stderr[-2000:]
