@@ -52,7 +52,8 @@ NOT_DEPLOYABLE = {
     "kubeflow": ("the Kubeflow Trainer chart's post-install hook Job kubeflow-trainer-runtimes-installer never completes "
                  "on a KWOK node, and the program's ClusterTrainingRuntime is checked by the Trainer's validating webhook "
                  "(failurePolicy Fail, Service kubeflow-system/kubeflow-trainer-controller-manager), which nothing serves "
-                 "without a pod network (its kustomize installs build from the local folder)"),
+                 "without a pod network; its kustomize installs build from the local folder, but the pinned SDK cannot run "
+                 "them (NOT_PREVIEWABLE)"),
     "notebooks": "JupyterHub's chart hook and admission webhook need a pod network the KWOK nodes do not have",
     "queue": "Kueue's admission webhook (failurePolicy Fail) answers nobody without a pod network",
     "monitoring": "kube-prometheus-stack's admission-create hook Job never completes on a KWOK node",
