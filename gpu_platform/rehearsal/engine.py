@@ -165,10 +165,11 @@ class ClusterShim:
         if api is not None:
             ranges = list(api.cidrs) or (list(network.node_cidrs) if api.on_nodes else [])
             address = str(next(ipaddress.ip_network(str(ranges[0]), strict=False).hosts())) if ranges else "127.0.0.1"
+            # No managed-by label: neither kube-controller-manager's EndpointSlice controller nor its mirroring
+            # controller touches it.
             out.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                         "metadata": {"name": "kubernetes", "namespace": "default",
-                                     "labels": {"kubernetes.io/service-name": "kubernetes"}},  # no managed-by label: neither kube-controller-manager's
-                        # EndpointSlice controller nor its mirroring controller touches it
+                                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
                         "addressType": "IPv6" if ":" in address else "IPv4",
                         "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
                         "ports": [{"name": "https", "port": api.port, "protocol": "TCP"}]})
