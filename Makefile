@@ -59,8 +59,11 @@ preflight-all: venv
 ## Preflight, then rehearse STACK on a throwaway local control plane with the platform's controllers
 ## (docs/rehearsal.md): exit 3 if any workload, scenario or controller fails. The components come from
 ## `make rehearsal-build` (the rehearsal names any that are missing).
-rehearse: venv rehearsal-build jupyterhub-venv
-	$(PY) -m gpu_platform.preflight $(STACK) --rehearse $(PREFLIGHT_FLAGS)
+## ENGINE=pulumi: deploy the stack's Kubernetes layer with the real `pulumi up` instead, then a second up that
+## must change nothing and destroy (docs/rehearsal.md "The Pulumi engine"); writes build/STACK/engine.json.
+ENGINE ?= rehearsal
+rehearse: venv rehearsal-build $(if $(filter pulumi,$(ENGINE)),engine-build engine-venv,jupyterhub-venv)
+	$(PY) -m gpu_platform.preflight $(STACK) --rehearse --engine $(ENGINE) $(PREFLIGHT_FLAGS)
 
 ## CI (network): pull the pinned charts, then preflight every stack, each writing
 ## build/<stack>/preflight.json (`python -m gpu_platform.preflight summary build` tabulates them); fails if any fails.

@@ -4,10 +4,15 @@ deploy onto KWOK nodes yet, and why). Needs `make engine-build`, `make engine-ve
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import subprocess
 import sys
+import tarfile
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -34,40 +39,135 @@ def test_a_chart_missing_from_the_local_folder_stops_the_program_naming_both(tmp
     assert local_chart(chart) == str(tmp_path / "kueue-0.14.4.tgz")
 
 
-@pytest.mark.rehearsal
-def test_onprem_dev_is_deployed_by_pulumi_up_unchanged_by_a_second_up_and_destroyed_without_a_trace(tmp_path):
-    """Starts its own control plane: the session's shared cluster of a stack has the platform installed by the
-    rehearsal's own installer, and the engine must deploy onto a cluster that does not have it yet."""
+def _need_engine() -> None:
     _engine_bin()
     if not (ROOT / ".venv-engine" / "bin" / "python").is_file():
         pytest.skip("no .venv-engine: run `make engine-venv` (requirements-engine.txt)")
     need_charts()
+
+
+# One chart's pinned version moved, before the program runs: dcgm-exporter (a release onprem-dev deploys) to 4.8.3, an
+# archive the test's chart folder holds (4.8.2's, with that version in its Chart.yaml: what `charts pull` would save).
+MOVED = ("from dataclasses import replace as _replace\n\n"
+         "from gpu_platform.data import platform_versions as _versions\n\n"
+         "_versions.DCGM_EXPORTER = _replace(_versions.DCGM_EXPORTER, version='4.8.3')\n")
+
+
+def _charts_with_a_moved_version(tmp) -> Path:
+    """The chart folder (links to every archive and the kustomize builds) plus dcgm-exporter-4.8.3.tgz."""
+    folder = tmp / "charts"
+    folder.mkdir()
+    for entry in CHARTS.iterdir():
+        (folder / entry.name).symlink_to(entry.resolve())
+    with tarfile.open(CHARTS / "dcgm-exporter-4.8.2.tgz") as src, \
+            tarfile.open(folder / "dcgm-exporter-4.8.3.tgz", "w:gz") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read() if member.isfile() else None
+            if member.name == "dcgm-exporter/Chart.yaml":
+                data = re.sub(rb"(?m)^version: 4\.8\.2$", b"version: 4.8.3", data)
+                assert b"version: 4.8.3" in data
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data) if data is not None else None)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def onprem(tmp_path_factory):
+    """onprem-dev through the engine once, every assertion below on its record: the policy preview, `up`, a second
+    `up --refresh --expect-no-changes`, a preview with one chart's version moved, `destroy`. Starts its own control
+    plane: the session's shared cluster of a stack (tests/rehearsal_support.py shared()) has the platform installed
+    by the rehearsal's own installer, and the engine must deploy onto a cluster that does not have it yet."""
+    _need_engine()
     from tests.rehearsal_support import prepared
 
+    tmp = tmp_path_factory.mktemp("engine-onprem")
     cfg, _plan, fit = prepared("onprem-dev")
     t0 = time.monotonic()
-    with engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS,
-                          policy_config=_policy_config(tmp_path)) as run:
-        # The policy pack through the engine on the stack as shipped, as the workflows run it: no violation.
-        assert run.policy_preview.returncode == 0 and run.report.policy_violations == [], \
-            (run.policy_preview.stdout + run.policy_preview.stderr)[-4000:]
+    with engine.EngineRun("onprem-dev", cfg, fit.model, tmp / "run", ROOT, _charts_with_a_moved_version(tmp),
+                          policy_config=_policy_config(tmp)) as run:
+        policy = run.policy_preview
         run.up()
         second = run.second_up()
+        run.replant(None, prelude=MOVED)
+        moved = run.preview_changes()
+        run.replant(PLANT_PROVIDER + KATIB_FROM_THE_FOLDER, prelude="")
+        katib = run.preview_changes(check=False)
+        katib_errors = list(run.preview_errors)
+        run.replant(None, prelude="")
         run.destroy()
-    report = run.report
-    (tmp_path / "engine.json").write_text(json.dumps(report.to_json(), indent=1))
+    (tmp / "engine.json").write_text(json.dumps(run.report.to_json(), indent=1))
+    return SimpleNamespace(report=run.report, policy=policy, second=second, moved=moved, katib=katib, katib_errors=katib_errors,
+                           wall=time.monotonic() - t0)
+
+
+@pytest.mark.rehearsal
+def test_the_policy_pack_run_by_the_engine_finds_no_violation_in_onprem_dev_as_shipped(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    # The stack as shipped less engine.NOT_PREVIEWABLE (Kubeflow: its docstring says what the engine found).
+    out = onprem.policy.stdout + onprem.policy.stderr
+    assert onprem.policy.returncode == 0 and onprem.report.policy_violations == [], out[-4000:]
+
+
+@pytest.mark.rehearsal
+def test_onprem_dev_is_deployed_by_pulumi_up_with_every_chart_from_the_local_folder(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    report = onprem.report
     types = {r["type"] for r in report.resources}
     assert {"kubernetes:core/v1:Namespace", "kubernetes:scheduling.k8s.io/v1:PriorityClass",
             "kubernetes:core/v1:ResourceQuota", "kubernetes:networking.k8s.io/v1:NetworkPolicy"} <= types, types
     releases = [r for r in report.resources if r["type"] == "kubernetes:helm.sh/v3:Release"]
     assert releases and all(r["status"] == "deployed" and r["chart"].startswith(str(CHARTS.resolve())) for r in releases), releases
-    assert second.returncode == 0 and "unchanged" in report.second_up and "to update" not in report.second_up, \
-        (second.stdout + second.stderr)[-4000:]
-    assert report.left_behind == [], report.left_behind
     assert set(report.not_deployed) == set(engine.NOT_DEPLOYABLE)
-    assert time.monotonic() - t0 < 600
+    assert onprem.wall < 900
 
 
+@pytest.mark.rehearsal
+def test_a_second_up_of_onprem_dev_changes_nothing(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    second = onprem.second
+    assert second.returncode == 0 and "unchanged" in onprem.report.second_up and "to update" not in onprem.report.second_up, \
+        (second.stdout + second.stderr)[-4000:]
+
+
+@pytest.mark.rehearsal
+def test_one_charts_pinned_version_moved_previews_as_an_update_of_that_release_only(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    assert onprem.moved == [{"op": "update", "type": "kubernetes:helm.sh/v3:Release", "name": "platform-gpu-dcgm-exporter",
+                             "diffKeys": ["chart", "version"]}], onprem.moved
+
+
+@pytest.mark.rehearsal
+def test_katibs_kustomize_install_from_the_local_folder_is_built_by_the_engines_provider(onprem):
+    """On the module fixture's own control plane (`onprem`). The program's own overlay, as it passes it with
+    $GPU_PLATFORM_LOCAL_CHARTS set, previewed through pulumi-resource-kubernetes' kustomize (krusty): every object of
+    the pinned release, the overlay's patches applied, and nothing cloned (any HTTP request goes to a closed port).
+    Without the fix the provider tries to clone github.com/kubeflow/katib and the preview registers no child."""
+    creates = {(c["type"], c["name"]) for c in onprem.katib if c["op"] == "create"}
+    assert ("kubernetes:kustomize/v2:Directory", "planted-katib") in creates, onprem.katib
+    assert ("kubernetes:apps/v1:Deployment", "planted-katib:kubeflow/katib-controller") in creates, onprem.katib
+    assert ("kubernetes:core/v1:Namespace", "planted-katib:kubeflow") not in creates  # the overlay deletes it
+    planted = [c for c in onprem.katib if c["type"] != "pulumi:providers:kubernetes"]  # the plant's own provider
+    assert all(c["op"] == "create" and c["name"].startswith("planted-katib") for c in planted), onprem.katib
+    # The one error: the pinned SDK's type for the Directory's `resources` (engine.NOT_PREVIEWABLE), raised only after
+    # the provider built the install. Any other error, or none once the SDK is fixed, is news.
+    sdk_bug = "AssertionError: Unexpected type. Expected 'list' got '<class 'str'>'"
+    assert [e for e in onprem.katib_errors if sdk_bug not in e] == [], onprem.katib_errors
+
+
+@pytest.mark.rehearsal
+def test_destroy_of_onprem_dev_leaves_no_object_behind(onprem):
+    """On the module fixture's own control plane (`onprem`: the engine must deploy onto a cluster without the platform)."""
+    assert onprem.report.left_behind == [], onprem.report.left_behind
+
+
+# Katib's overlay as the program passes it with $GPU_PLATFORM_LOCAL_CHARTS set (kubeflow.py install_apps).
+KATIB_FROM_THE_FOLDER = (
+    "from pulumi_kubernetes.kustomize import v2 as _kustomize\n"
+    "from gpu_platform.components.helm import local_kustomize\n"
+    "from gpu_platform.components.paths import PACKAGE_DIR\n"
+    "from gpu_platform.data import platform_versions as _v\n\n"
+    "_kustomize.Directory('planted-katib', directory=local_kustomize(PACKAGE_DIR / _v.KUSTOMIZE_OVERLAYS['katib-standalone']),\n"
+    "                     opts=_p)\n")
 PLANT_PROVIDER = (
     "import os\nimport pulumi\nimport pulumi_kubernetes as k8s\n\n"
     "_kc = open(os.environ['KUBECONFIG']).read()\n"
@@ -75,10 +175,7 @@ PLANT_PROVIDER = (
 
 
 def _planted_run(tmp_path, plant: str):
-    _engine_bin()
-    if not (ROOT / ".venv-engine" / "bin" / "python").is_file():
-        pytest.skip("no .venv-engine: run `make engine-venv` (requirements-engine.txt)")
-    need_charts()
+    _need_engine()
     from tests.rehearsal_support import prepared
 
     cfg, _plan, fit = prepared("onprem-dev")
@@ -86,7 +183,7 @@ def _planted_run(tmp_path, plant: str):
                             policy_config=_policy_config(tmp_path))
 
 
-def _policy_config(tmp_path) -> "Path":
+def _policy_config(tmp_path) -> Path:
     """The stack's policy pack config as preview.yml and deploy.yml write it."""
     path = tmp_path / "policy-config.json"
     path.write_text(subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "policy-config", "onprem-dev"],

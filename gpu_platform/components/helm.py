@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
 
-from gpu_platform.data.chart import Chart
+from gpu_platform.data.chart import Chart, kustomize_file_name
 
 
 # A folder of pinned chart archives (`NAME-VERSION.tgz`, what `python -m gpu_platform.preflight charts pull --dest
@@ -29,6 +31,42 @@ def local_chart(chart: Chart) -> Optional[str]:
                               f"{chart.version}): fill it with `python -m gpu_platform.preflight charts pull --dest {folder}`, "
                               f"or unset {LOCAL_CHARTS_ENV} to install from the chart repositories")
     return str(path.resolve())
+
+
+def local_kustomize(overlay: Path) -> Optional[str]:
+    """The kustomize overlay folder `overlay` as the program should pass it when $GPU_PLATFORM_LOCAL_CHARTS is set:
+    the same kustomization with each pinned remote target (`github.com/...?ref=...`, which kustomize clones at
+    `pulumi up`) replaced by the absolute path of its built YAML in the folder's `kustomize/` (what `preflight charts
+    pull` writes there, REPO-REF-NAME.yaml), written to a folder named by its content under the user cache
+    (~/.cache/gpu-platform/kustomize-overlays: the same path on every run, so a second `up` changes nothing).
+    None when the variable is unset (the overlay as shipped, its targets from GitHub). A target missing from the
+    folder stops the program (pulumi.RunError, no traceback) naming the folder and the file."""
+    import yaml
+
+    folder = os.environ.get(LOCAL_CHARTS_ENV)
+    if not folder:
+        return None
+    kfile = Path(overlay) / "kustomization.yaml"
+    text = kfile.read_text()
+    for target in (yaml.safe_load(text) or {}).get("resources") or []:
+        fname = kustomize_file_name(target)
+        if fname is None:
+            continue
+        built = Path(folder) / "kustomize" / fname
+        if not built.is_file():
+            raise pulumi.RunError(
+                f"${LOCAL_CHARTS_ENV} is {folder}, which has no kustomize/{fname} (the kustomize target {target} of "
+                f"{kfile}): fill it with `python -m gpu_platform.preflight charts pull --dest {folder}`, or unset "
+                f"{LOCAL_CHARTS_ENV} to fetch it from GitHub")
+        text = text.replace(target, str(built.resolve()))
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-platform" / "kustomize-overlays"
+    dest = base / f"{Path(overlay).name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    if not (dest / "kustomization.yaml").is_file() or (dest / "kustomization.yaml").read_text() != text:
+        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.NamedTemporaryFile("w", dir=dest, delete=False, suffix=".tmp") as tmp:
+            tmp.write(text)
+        os.replace(tmp.name, dest / "kustomization.yaml")  # whole or not at all: two programs may write it at once
+    return str(dest)
 
 
 def helm_release(name: str, chart: Chart, namespace: str, values: Any, opts: pulumi.ResourceOptions, *,

@@ -181,7 +181,13 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
     parser.add_argument("--rehearse", action="store_true",
                         help="then rehearse the stack on a throwaway local Kubernetes control plane with the platform's "
                              "controllers (components built by `make rehearsal-build`; docs/rehearsal.md); exit 3 if it fails")
+    parser.add_argument("--engine", choices=("rehearsal", "pulumi"), default="rehearsal",
+                        help="with --rehearse: `rehearsal` (default) installs the plan with the rehearsal's own installer and "
+                             "runs the scenarios; `pulumi` deploys the stack's Kubernetes layer with the real `pulumi up`, "
+                             "a second up and destroy (`make engine-build engine-venv`; docs/rehearsal.md)")
     args = parser.parse_args(argv)
+    if args.engine != "rehearsal" and not args.rehearse:
+        parser.error("--engine goes with --rehearse")
     if bool(args.stack) == bool(args.stack_file):
         parser.error("give a stack name or --stack-file, not both")
     if not 0 < args.timeout <= 24 * 3600:
@@ -512,6 +518,13 @@ class Run:
         if self.verbose:
             self.details.append("Wrote " + one_line("; ".join(files)))
         code = self.finish(status, out)
+        if args.rehearse and args.engine == "pulumi":
+            from gpu_platform.rehearsal.cli import rehearse_with_engine
+
+            rehearsed = rehearse_with_engine(args.stack, self.cfg, fit_result, out,
+                                             self.err if self.json else self.out_console, project.root,
+                                             chart_dirs[0], getattr(self, "policy_config", None))
+            return max(code, rehearsed)
         if args.rehearse:
             from gpu_platform.rehearsal.cli import rehearse_after_preflight
 

@@ -12,12 +12,20 @@ What one run does, each step once: `pulumi up`; the engine's own record of what 
 a second `pulumi up --expect-no-changes` (exit 0 only when the engine finds nothing to change); `pulumi destroy`;
 then every object the API server lists that the control plane did not have before `up` (none may be left).
 
-What it cannot deploy yet, and why (the run refuses those parts by name rather than hanging): the rehearsal's
-KWOK nodes run no containers and its control plane has no service network, so a Helm hook Job never completes
-(kube-prometheus-stack's admission-create waits the release's whole timeout), an in-cluster admission webhook
-(Kueue's, JupyterHub's) is unreachable, and Kubeflow Pipelines' kustomize remote targets are fetched from GitHub
-at `pulumi up`. The rehearsal's own installer works around the first two (gpu_platform/rehearsal/install.py);
-under the engine they need changes to the objects the program deploys, which this run does not make.
+What it cannot deploy yet, and why (the run switches those parts off by name rather than hanging; each reason was
+seen under the engine on 2026-11-28): the rehearsal's KWOK nodes run no containers and its control plane has no pod
+or service network, so a Helm hook Job never completes (kube-prometheus-stack's admission-create; the Kubeflow
+Trainer chart's post-install runtimes installer) and an in-cluster admission webhook with failurePolicy Fail
+(Kueue's, the Trainer's, JupyterHub's) answers nobody. The rehearsal's own installer works around both
+(gpu_platform/rehearsal/install.py: it performs the Trainer's `kubectl apply` hook itself and points each webhook's
+clientConfig at a controller process on the host); under the engine that would change the objects the program
+deploys. kube-apiserver's --enable-aggregator-routing does make admission webhooks resolve a Service through its
+EndpointSlices (kubernetes v1.35.4 cmd/kube-apiserver/app/server.go buildServiceResolver, handed to the admission
+plugins in pkg/controlplane/apiserver/config.go), but the address it finds is a KWOK pod's, where nothing listens.
+Kubeflow's kustomize installs (Pipelines, Katib) no longer stop it: with $GPU_PLATFORM_LOCAL_CHARTS the program
+builds them from the folder's pinned YAML (components/helm.py local_kustomize; the provider builds them offline).
+The policy preview still runs without Kubeflow, and Kubeflow would not deploy even with a pod network:
+NOT_PREVIEWABLE says what the engine found there (an SDK bug of the pinned pulumi-kubernetes, and the pack).
 """
 
 from __future__ import annotations
@@ -36,18 +44,29 @@ from gpu_platform.components.helm import LOCAL_CHARTS_ENV
 from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.kube import ApiError, Client
 from gpu_platform.rehearsal.nodes import create_nodes
-from gpu_platform.rehearsal.volumes import existing_storage_class
+from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
 
 PASSPHRASE = "rehearsal-only-passphrase"
 # The platform parts the engine cannot deploy onto the rehearsal control plane (the module docstring says why).
 NOT_DEPLOYABLE = {
-    "kubeflow": "Kubeflow Pipelines' kustomize remote targets are fetched from github.com at `pulumi up`",
+    "kubeflow": ("the Kubeflow Trainer chart's post-install hook Job kubeflow-trainer-runtimes-installer never completes "
+                 "on a KWOK node, and the program's ClusterTrainingRuntime is checked by the Trainer's validating webhook "
+                 "(failurePolicy Fail, Service kubeflow-system/kubeflow-trainer-controller-manager), which nothing serves "
+                 "without a pod network; its kustomize installs build from the local folder, but the pinned SDK cannot run "
+                 "them (NOT_PREVIEWABLE)"),
     "notebooks": "JupyterHub's chart hook and admission webhook need a pod network the KWOK nodes do not have",
-    "queue": "Kueue's admission webhook (failurePolicy Fail) is unreachable without a service network",
+    "queue": "Kueue's admission webhook (failurePolicy Fail) answers nobody without a pod network",
     "monitoring": "kube-prometheus-stack's admission-create hook Job never completes on a KWOK node",
 }
-# Of those, the ones that cannot even be previewed offline: the policy preview runs with them off.
-NOT_PREVIEWABLE = {"kubeflow"}
+# Of those, the ones the policy preview (the stack as shipped otherwise) also leaves out, and why (seen 2026-11-28).
+NOT_PREVIEWABLE = {
+    "kubeflow": ("pulumi-kubernetes 4.25.0's Python SDK (the provider's release, .venv-engine) types kustomize.v2.Directory's "
+                 "`resources` output as a string, so the program stops (AssertionError \"Unexpected type. Expected 'list' "
+                 "got '<class 'str'>'\") once the provider has built the install and returns the list "
+                 "(pulumi/pulumi-kubernetes#3389, fixed by #4295 after 4.25.0); and through the engine each upstream "
+                 "object of those installs is a resource the pack judges: the mandatory images-by-digest refuses Katib's "
+                 "Deployments (images by tag), which preflight's mocks never expand"),
+}
 # Stand-ins for the secrets CI passes from the deploy environment (deploy.yml's config-map).
 STANDIN_SECRETS = {"checkpoint-store:accessKeyId": "rehearsal-access-key",
                    "checkpoint-store:secretAccessKey": "rehearsal-secret-key"}
@@ -66,11 +85,25 @@ class EngineReport:
     not_deployed: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     policy_violations: list[str] = field(default_factory=list)  # "[level]  policy  (type: name)" lines of the preview
+    preview_changes: list[dict] = field(default_factory=list)  # the last preview_changes(): steps other than same
 
     def to_json(self) -> dict:
         return {"stack": self.stack, "resources": self.resources, "secondUp": self.second_up,
                 "leftBehind": self.left_behind, "notDeployed": self.not_deployed, "timings": self.timings,
-                "policyViolations": self.policy_violations}
+                "policyViolations": self.policy_violations, "previewChanges": self.preview_changes}
+
+
+def shim_prelude(cloud: str) -> str:
+    """What the engine's `__main__.py` runs before the program for a stack of `cloud`: the cloud-layer shim
+    (gpu_platform/rehearsal/shims.py) where the cloud creates the cluster; nothing for `cloud: kubernetes`."""
+    from gpu_platform.rehearsal.shims import SHIMMED_CLOUDS
+
+    if cloud == "kubernetes":
+        return ""
+    if cloud not in SHIMMED_CLOUDS:
+        raise EngineError(f"no cloud-layer shim for cloud {cloud!r} (gpu_platform/rehearsal/shims.py has "
+                          f"{', '.join(SHIMMED_CLOUDS)})")
+    return f"from gpu_platform.rehearsal import shims\n\nshims.install({cloud!r})\n"
 
 
 def engine_bin() -> Path:
@@ -109,6 +142,39 @@ class ClusterShim:
     cp: ControlPlane
     context: Optional[str]
 
+    def network_objects(self, network: Any) -> list[dict]:
+        """What a cluster whose `kubernetes.network` is `network` has, and the program reads before it installs
+        anything (components/kubernetes/cluster.py `_read_network`): with Cilium, the agent's kube-system/cilium-config
+        (policy-cidr-match-mode, enable-policy as the stack file states them); with `apiServer`, the default/kubernetes
+        EndpointSlice that kube-apiserver keeps (the rehearsal's runs with --endpoint-reconciler-type=none, so it has
+        none) with an address where the stack file says the API server is (the first of apiServer.cidrs, else with
+        onNodes the first host of nodeCidrs) and its port. The reads are exercised; as the shim writes what the stack
+        file says, the disagreement check always agrees here (its own tests plant disagreements)."""
+        import ipaddress
+
+        out: list[dict] = []
+        if network is None or network.cni == "none":
+            return out
+        if network.cni == "cilium":
+            cilium = network.cilium
+            out.append({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+                        "data": {"policy-cidr-match-mode": " ".join(cilium.policy_cidr_match_mode) if cilium else "",
+                                 "enable-policy": cilium.enable_policy if cilium else "default"}})
+        api = network.api_server
+        if api is not None:
+            ranges = list(api.cidrs) or (list(network.node_cidrs) if api.on_nodes else [])
+            address = str(next(ipaddress.ip_network(str(ranges[0]), strict=False).hosts())) if ranges else "127.0.0.1"
+            # No managed-by label: neither kube-controller-manager's EndpointSlice controller nor its mirroring
+            # controller touches it.
+            out.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                        "metadata": {"name": "kubernetes", "namespace": "default",
+                                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                        "addressType": "IPv6" if ":" in address else "IPv4",
+                        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+                        "ports": [{"name": "https", "port": api.port, "protocol": "TCP"}]})
+        return out
+
     def kubeconfig(self, path: Path) -> Path:
         doc = json.loads(Path(self.cp.admin_kubeconfig).read_text())
         name = self.context or doc["current-context"]
@@ -124,17 +190,22 @@ class EngineRun:
 
     def __init__(self, stack: str, cfg: Any, model: Any, out: Path, root: Path, charts: Path,
                  venv: Optional[Path] = None, config: Optional[dict[str, str]] = None, plant: Optional[str] = None,
-                 policy_config: Optional[Path] = None):
+                 policy_config: Optional[Path] = None, prelude: Optional[str] = None):
         self.stack, self.cfg, self.model, self.out, self.root = stack, cfg, model, Path(out), Path(root)
         self.charts, self.venv = Path(charts), Path(venv or root / ".venv-engine")
         self.config = dict(config or {})
         self.plant = plant  # Python run after the program, in its Pulumi runtime (tests plant defects with it)
+        # Python run before the program: the cloud-layer shim of a stack whose cloud creates the cluster (shims.py),
+        # and a test's change to what the program reads (a chart's pinned version).
+        self.prelude = prelude if prelude is not None else shim_prelude(getattr(cfg, "cloud", "kubernetes"))
         self.policy_config = policy_config  # the stack's policy pack config (preflight policy-config), as CI passes it
         self.policy_preview: Optional[subprocess.CompletedProcess] = None
         self.report = EngineReport(stack)
         self.project = self.out / "project"
         self.log_dir = self.out / "logs"
         self.cp: Optional[ControlPlane] = None
+        self.provisioner: Optional[Provisioner] = None
+        self.preview_errors: list[str] = []
 
     # --- set-up ----------------------------------------------------------------------------------------------
 
@@ -144,16 +215,21 @@ class EngineRun:
             (self.project / top).symlink_to(self.root / top)
         shutil.copytree(self.root / "stacks", self.project / "stacks")
         (self.project / ".venv").symlink_to(self.venv)
-        if self.plant is None:
+        if self.plant is None and not self.prelude:
             (self.project / "__main__.py").symlink_to(self.root / "__main__.py")
         else:
-            self.replant(self.plant)
+            self.replant(self.plant, self.prelude)
 
-    def replant(self, plant: str) -> None:
-        """The program as it is, then `plant` (Python in the same Pulumi runtime): what the next command runs."""
-        self.plant = plant
-        (self.project / "__main__.py").write_text(
-            f"import runpy\n\nrunpy.run_path({str(self.root / '__main__.py')!r}, run_name='__main__')\n\n{plant}\n")
+    def replant(self, plant: Optional[str], prelude: Optional[str] = None) -> None:
+        """`prelude` (None: the run's own), the program as it is, then `plant` (Python in the same Pulumi runtime):
+        what the next command runs."""
+        self.plant, self.prelude = plant, self.prelude if prelude is None else prelude
+        prelude = self.prelude
+        main = self.project / "__main__.py"
+        if main.is_symlink():
+            main.unlink()
+        main.write_text(f"import runpy\n\n{prelude or ''}\n"
+                        f"runpy.run_path({str(self.root / '__main__.py')!r}, run_name='__main__')\n\n{plant or ''}\n")
 
     def env(self, kubeconfig: Path) -> dict[str, str]:
         for d in ("state", "pulumi-home"):
@@ -187,17 +263,21 @@ class EngineRun:
 
     def __enter__(self) -> "EngineRun":
         t = time.monotonic()
-        self.cp = ControlPlane(self.log_dir)
+        self.cp = ControlPlane(self.log_dir, extended_resource_toleration=self.model.extended_resource_toleration)
         self.cp.__enter__()
         try:
             create_nodes(self.cp.client, self.model)
-            storage = existing_storage_class(self.cfg)
-            if storage is not None:
+            for storage, _why in cluster_storage_classes(self.model.cloud, self.cfg):
                 self.cp.client.apply(storage)
-            self.report.timings["controlPlane"] = round(time.monotonic() - t, 1)
+            # The cluster's CSI driver: a PersistentVolume for each Pending claim (Kubeflow's MySQL and artifact
+            # store, Katib's MySQL), which the program's Deployments wait for.
+            self.provisioner = Provisioner(self.cp.client).start()
             self._project()
-            context = getattr(getattr(self.cfg, "kubernetes", None), "context", None)
-            self.shim = ClusterShim(self.cp, context)
+            section = getattr(self.cfg, "kubernetes", None)
+            self.shim = ClusterShim(self.cp, getattr(section, "context", None))
+            for obj in self.shim.network_objects(getattr(section, "network", None)):
+                self.cp.client.apply(obj)
+            self.report.timings["controlPlane"] = round(time.monotonic() - t, 1)
             self._env = self.env(self.shim.kubeconfig(self.out / "kubeconfig"))
             self.before = snapshot(self.cp.client)
             self.pulumi("stack", "init", self.stack)
@@ -205,10 +285,9 @@ class EngineRun:
             pairs = [x for (k, v), flag in zip(self.config.items(), settings) for x in (flag, f"{k}={v}")]
             secrets = [x for k, v in STANDIN_SECRETS.items() for x in ("--secret", f"{k}={v}")]
             self.pulumi("config", "set-all", "--stack", self.stack, *secrets, *pairs)
-            # Parts that cannot even preview offline first; then the policy pack on the stack as shipped otherwise
+            # The parts the policy preview cannot take first; then the policy pack on the stack as shipped otherwise
             # (a preview deploys nothing), as CI previews it; then the parts the engine cannot deploy here.
-            parts = sorted(NOT_DEPLOYABLE, key=lambda p: p not in NOT_PREVIEWABLE)
-            for part in parts:
+            for part in sorted(NOT_DEPLOYABLE, key=lambda p: p not in NOT_PREVIEWABLE):
                 if self.policy_config is not None and self.policy_preview is None and part not in NOT_PREVIEWABLE:
                     self.policy_preview = self.preview_with_policies(self.policy_config)
                 self.pulumi("config", "set", "--path", f"gpu-platform:platform.{part}", "false", "--stack", self.stack)
@@ -222,6 +301,9 @@ class EngineRun:
         self.close()
 
     def close(self) -> None:
+        if self.provisioner is not None:
+            self.provisioner.stop()
+            self.provisioner = None
         if self.cp is not None:
             self.cp.close()
             self.cp = None
@@ -249,6 +331,27 @@ class EngineRun:
         self.report.second_up = (proc.stdout + proc.stderr).split("Resources:", 1)[-1].strip().split("\n\n", 1)[0]
         return proc
 
+    def preview_changes(self, check: bool = True) -> list[dict]:
+        """`pulumi preview --json`: each step the engine would take other than `same` or a read, as it reports it
+        (op, type, name, and the keys its diff names), e.g. after a prelude that moves one chart's pinned version.
+        With check=False a failed preview still returns the steps it reported; its error diagnostics are in
+        `preview_errors`."""
+        proc = self.pulumi("preview", "--json", "--stack", self.stack, check=check)
+        doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+        self.preview_errors = [d.get("message", "") for d in doc.get("diagnostics") or [] if d.get("severity") == "error"]
+        if proc.returncode != 0 and not self.preview_errors:
+            self.preview_errors = [(proc.stdout + proc.stderr)[-2000:]]
+        steps = doc.get("steps") or []
+        out = []
+        for step in steps:
+            if step.get("op") in ("same", "read"):  # a read (`.get`) is made on every run and changes nothing
+                continue
+            urn = step.get("urn", "")
+            out.append({"op": step.get("op"), "type": urn.split("::")[-2].rsplit("$", 1)[-1] if "::" in urn else "",
+                        "name": urn.rsplit("::", 1)[-1], "diffKeys": sorted(step.get("diffReasons") or [])})
+        self.report.preview_changes = out
+        return out
+
     def preview_with_policies(self, policy_config: Path) -> subprocess.CompletedProcess:
         """`pulumi preview --policy-pack gpu_platform/policies --policy-pack-config FILE`, as the workflows run it:
         the pack through the engine on what the program registers; exit non-zero on a mandatory violation."""
@@ -258,10 +361,23 @@ class EngineRun:
                                          if re.match(r"\s*- \[(mandatory|advisory)\]", line)]
         return proc
 
+    def _delete_released_volumes(self) -> None:
+        """What the CSI driver does for a released volume of reclaim policy Delete: the stand-in's hostPath volumes
+        have no deleter in kube-controller-manager, which marks them Failed instead."""
+        for pv in self.cp.client.list("v1", "PersistentVolume"):
+            spec, phase = pv.get("spec") or {}, (pv.get("status") or {}).get("phase")
+            if (str((spec.get("hostPath") or {}).get("path", "")).startswith("/rehearsal-volumes/")
+                    and spec.get("persistentVolumeReclaimPolicy") == "Delete" and phase in ("Released", "Failed")):
+                try:
+                    self.cp.client.delete("v1", "PersistentVolume", pv["metadata"]["name"])
+                except ApiError:
+                    pass
+
     def destroy(self) -> None:
         self.pulumi("destroy", "--yes", "--skip-preview", "--stack", self.stack)
         deadline = time.monotonic() + 60
         while True:  # a namespace's contents go after the namespace's own deletion returns
+            self._delete_released_volumes()
             left = sorted(snapshot(self.cp.client) - self.before)
             if not left or time.monotonic() > deadline:
                 break

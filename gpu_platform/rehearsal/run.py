@@ -17,7 +17,7 @@ from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.install import InstallLog, Installer, hooks_of, order_releases
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind, wait_for
 from gpu_platform.rehearsal.nodes import create_nodes
-from gpu_platform.rehearsal.volumes import CLOUD_STORAGE_CLASSES, existing_storage_class, Provisioner
+from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
 from gpu_platform.rehearsal.scenarios import SCENARIOS, Context, Scenario, release_example, restore_model_nodes
 from gpu_platform.rehearsal.standins import alertmanager_config, restore_rendered_secrets
 from gpu_platform.rehearsal.hub import HUB_SCENARIOS
@@ -225,14 +225,9 @@ class StackCluster:
             t = time.monotonic()
             base.nodes = create_nodes(client, self.model)
             base.timings["nodes"] = round(time.monotonic() - t, 1)
-            for sc_obj in CLOUD_STORAGE_CLASSES.get(self.model.cloud, []):
+            for sc_obj, why in cluster_storage_classes(self.model.cloud, self.cfg):
                 client.apply(sc_obj)
-                base.cloud_objects.append(f"StorageClass {sc_obj['metadata']['name']} (the cloud creates it)")
-            existing = existing_storage_class(self.cfg)
-            if existing is not None:
-                client.apply(existing)
-                base.cloud_objects.append(f"StorageClass {existing['metadata']['name']} (the existing cluster has it: "
-                                          "kubernetes.storageClass)")
+                base.cloud_objects.append(why)
             self.provisioner = Provisioner(client).start()
             t = time.monotonic()
             self.installer = install(self.cp, self.releases, self.controllers, self.ca_pem, self.cert_dir, base.install,

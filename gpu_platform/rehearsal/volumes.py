@@ -36,6 +36,19 @@ def existing_storage_class(cfg: object) -> Optional[dict]:
             "provisioner": "rehearsal.invalid/existing-cluster", "volumeBindingMode": "Immediate"}
 
 
+def cluster_storage_classes(cloud: str, cfg: object) -> list[tuple[dict, str]]:
+    """The StorageClasses the cluster has before the program runs, each with why: the cloud's own (GKE's
+    standard-rwo), or the one an existing cluster has (cloud kubernetes: kubernetes.storageClass). The rehearsal's
+    installer (run.py) and the engine run (engine.py) start their clusters with them."""
+    out = [(obj, f"StorageClass {obj['metadata']['name']} (the cloud creates it)")
+           for obj in CLOUD_STORAGE_CLASSES.get(cloud, [])]
+    existing = existing_storage_class(cfg)
+    if existing is not None:
+        out.append((existing, f"StorageClass {existing['metadata']['name']} (the existing cluster has it: "
+                              "kubernetes.storageClass)"))
+    return out
+
+
 class Provisioner:
     def __init__(self, client: Client, interval: float = 1.0):
         self.client, self.interval = client, interval

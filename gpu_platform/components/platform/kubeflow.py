@@ -52,7 +52,8 @@ from gpu_platform.components.cluster import (
     not_evicted_by_scale_down,
 )
 from gpu_platform.config.kubernetes import Autoscaler
-from gpu_platform.components.paths import program_relative
+from gpu_platform.components.helm import local_kustomize
+from gpu_platform.components.paths import PACKAGE_DIR, program_relative
 from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import (
     JUPYTERHUB_NAMESPACE, KUBEFLOW_NAMESPACE, NOTEBOOK_POD_LABELS, PLATFORM_PRIORITY_CLASS, TRAINER_NAMESPACE,
@@ -387,7 +388,9 @@ class Kubeflow(pulumi.ComponentResource):
         fails closed and covers `kubeflow`, so their pods wait for it to serve; Kueue itself waits for
         the Trainer above, hence a second step the platform calls once Kueue exists)."""
         cluster, name = self._cluster, self._name
-        overlays = {key: program_relative(path) for key, path in versions.KUSTOMIZE_OVERLAYS.items()}
+        # The air-gapped option ($GPU_PLATFORM_LOCAL_CHARTS): the same overlays on the pinned targets' built YAML.
+        overlays = {key: local_kustomize(PACKAGE_DIR / path) or program_relative(path)
+                    for key, path in versions.KUSTOMIZE_OVERLAYS.items()}
         self.pipelines_cluster = kustomize.Directory(
             f"{name}-pipelines-cluster-scoped", directory=overlays["pipelines-cluster-scoped"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
+from gpu_platform.data.chart import kustomize_file_name  # noqa: F401 (also pull.py's, through this module)
 from gpu_platform.preflight.fit.errors import ChartError
 from gpu_platform.preflight.runner import (SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource,
                                            whole_numbers)
@@ -671,7 +672,6 @@ def load_job_file(path: Path, shown: Optional[str] = None) -> list[dict[str, Any
 # Kustomize
 # ---------------------------------------------------------------------------------------------
 
-_REMOTE = re.compile(r"^(?:https://)?github\.com/[^/]+/(?P<repo>[^/?]+?)(?:\.git)?/(?P<path>[^?]+)\?ref=(?P<ref>[^&]+)$")
 
 
 def _project_root(base: Optional[Path]) -> Path:
@@ -681,14 +681,6 @@ def _project_root(base: Optional[Path]) -> Path:
     from gpu_platform.project import find_project
 
     return find_project().root
-
-
-def kustomize_file_name(target: str) -> Optional[str]:
-    """`github.com/ORG/REPO(.git)/PATH?ref=REF` -> `REPO-REF-<last element of PATH>.yaml` (../shared/charts/kustomize)."""
-    m = _REMOTE.match(target.strip())
-    if not m:
-        return None
-    return f"{m['repo']}-{m['ref']}-{m['path'].rstrip('/').rsplit('/', 1)[-1]}.yaml"
 
 
 def load_kustomize(target: str, release: str, chart_dirs: list[Path], base: Optional[Path] = None,
