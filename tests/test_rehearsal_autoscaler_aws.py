@@ -5,7 +5,10 @@ node-template tags against the launch template's nodeadm NodeConfig and the node
 created in moto's server as the autoscaler will discover them, the cloud config pointing it at moto. The
 rehearsal tests run the real autoscaler (`cluster-autoscaler-aws`, built by `make rehearsal-build` from
 ../shared/sources) on the shared aws-prod cluster: scale from zero and back, a busy node kept, and its
-informers with the chart's RBAC alone (never synced) and with the program's rules (synced)."""
+informers with the chart's RBAC alone (never synced) and with the program's rules (synced), a Katib
+trial and a GPU notebook each from zero, two half-used 4-GPU nodes keeping their trainers, a node that never
+joins, the autoscaler killed mid-scale-up; then each fix taken out again (the node-template ephemeral-storage
+tag, the runtime's safe-to-evict annotation) on the same cluster, where the drill must find the defect."""
 
 from __future__ import annotations
 
@@ -157,7 +160,8 @@ def test_a_pending_gpu_trainjob_scales_its_group_from_zero_and_binds_on_a_node_i
     m = re.search(rf"scale-up: 1 scale-up\(s\) of (a10g|l4x4) \(Scale-up: setting group ({GROUP}) size to 1 \(pods "
                   rf"training/rehearsal-autoscale-a-\S+ unschedulable; plan \[[^\]]*\]\)\) -> instance\(s\) \[\('(i-[0-9a-f]+)', "
                   r"'([^']+)', '(us-east-1[abc])'\)\] -> node\(s\) \[\('(ip-[0-9-]+\.ec2\.internal)', '(us-east-1[abc])', "
-                  r"'aws:///(us-east-1[abc])/(i-[0-9a-f]+)'\)\]; TrainJob admitted, bound and running", text)
+                  r"'aws:///(us-east-1[abc])/(i-[0-9a-f]+)'\)\]; TrainJob \(a Katib trial, with 500Mi ephemeral-storage\) "
+                  r"admitted, bound and running", text)
     assert m, text
     assert m[2] == m[4], "the group the autoscaler scaled is the one moto launched into"
     assert m[5] == m[7] == m[8] and m[3] == m[9], "the node is in its instance's zone, with its providerID"
@@ -202,3 +206,138 @@ def test_the_report_names_each_groups_scale_ups_and_downs_with_the_autoscalers_r
     lines = [d for d in sc.details if d.startswith(f"  {m[1]}: ")]
     assert any(f"scale-up: Scale-up: setting group {m[1]} size to 1 (pods training/" in ln for ln in lines), lines
     assert any("scale-down: Scale-down: removing empty node" in ln for ln in lines), lines
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_a_gpu_notebook_scales_its_profiles_pool_from_zero_binds_and_runs(tmp_path):
+    """The pod the hub's KubeSpawner makes for a GPU profile (as aws-prod's hub values render it, queued in
+    Kueue's gpu-queue) scales its pool from zero; stopped, the pool goes back to zero."""
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "GPU notebook")
+    m = re.search(rf"GPU notebook: 1 scale-up\(s\) of (a10g|l4x4) \(Scale-up: setting group ({GROUP}) size to 1 \(pods "
+                  r"jupyterhub/jupyter-rehearsal-autoscale unschedulable; plan \[[^\]]*\]\)\) -> instance\(s\) \[\('(i-[0-9a-f]+)', "
+                  r"'([^']+)', '(us-east-1[ab])'\)\] -> node\(s\) \[\('(ip-[0-9-]+\.ec2\.internal)', '(us-east-1[ab])', "
+                  r"'aws:///(us-east-1[ab])/(i-[0-9a-f]+)'\)\]; notebook pod of profile gpu-(\w+) \(the hub's KubeSpawner pod as "
+                  r"rendered; LocalQueue gpu-queue, Kueue workload \S+\) admitted, bound and running", text)
+    assert m, text
+    assert m[1] == m[10] and m[2] == m[4] and m[5] == m[7] == m[8] and m[3] == m[9], "its profile's pool, in its instance's zone"
+    first = re.search(r"scale-up: 1 scale-up\(s\) of (a10g|l4x4) ", text)
+    assert first and first[1] != m[1], "the notebook drills the other pool than the Katib trial"
+    assert re.search(rf"GPU notebook: stopped; {m[1]} back at zero \(0 instance\(s\), 0 node\(s\)\)", text), text
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_two_half_used_4_gpu_nodes_keep_their_trainers_and_the_autoscaler_says_why(tmp_path):
+    """aws-prod's l4x4 (g6.12xlarge, 4 GPUs, a group in us-east-1a and one in 1b): a 2-GPU and a 1-GPU trainer on
+    two nodes, each at or below the 0.5 threshold with room for the other: the runtime's safe-to-evict "false"
+    keeps both, concluded as soon as the autoscaler says so for each node (not after a watch)."""
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "half-used nodes")
+    assert re.search(r"half-used nodes: ip-\S+ runs TrainJob rehearsal-autoscale-[mfs], ip-\S+ runs TrainJob "
+                     r"rehearsal-autoscale-[mfs] \((2 and 1|1 and 2) of 4 GPUs\)", text), text
+    m = re.search(r"half-used nodes: \['(ip-\S+)', '(ip-\S+)'\] and their training pods kept \((\d+)s after the 2-GPU TrainJob "
+                  r"rehearsal-autoscale-[mf] ended, grace (\d+)s\); the autoscaler's reasons: Node (ip-\S+) cannot be removed: "
+                  r"pod annotated as not safe to evict present: rehearsal-autoscale-[mfs]-\S+; Node (ip-\S+) cannot be removed: "
+                  r"pod annotated as not safe to evict present: rehearsal-autoscale-[mfs]-\S+", text)
+    assert m and {m[1], m[2]} == {m[5], m[6]}, text
+    assert int(m[3]) < int(m[4]) + 40, "concluded from the autoscaler's words, within the watch"
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_a_node_that_never_joins_is_removed_at_the_join_deadline_and_the_group_recovers(tmp_path):
+    """moto launches the instance, no node registers: at --max-node-provision-time (aws-prod's chart renders
+    none, so the autoscaler's 15m default; the drill's 30s, as the Linode drill's) the autoscaler removes the
+    long-unregistered node through TerminateInstanceInAutoScalingGroup (ShouldDecrementDesiredCapacity: moto
+    terminates it and lowers the desired capacity) and scales the pool up again."""
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "never joined")
+    m = re.search(rf"never joined: instance (i-[0-9a-f]+) of ({GROUP}) launched, never registered; at the join deadline "
+                  r"\(30s\) the autoscaler: ([^\n]*?); Terminated instance (i-[0-9a-f]+) in autoscaling group: [^;]*; moto: "
+                  r"(i-[0-9a-f]+) terminated; (a10g|l4x4) scaled up again \((i-[0-9a-f]+) in ({GROUP})\)", text)
+    assert m and m[1] == m[4] == m[5] and m[7] != m[1], text
+    assert f"Removing 1 unregistered nodes for node group {m[2]}" in m[3], m[3]
+    assert "--max-node-provision-time: (default) -> 30s" in text
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_the_autoscaler_killed_mid_scale_up_neither_leaks_nor_duplicates_an_instance(tmp_path):
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "restart", "TrainJob training/rehearsal-autoscale-b")
+    m = re.search(r"restart: killed \(SIGKILL\) while its scale-up \((i-[0-9a-f]+): launched, not yet a node\) was in flight, "
+                  r"started again: cluster-autoscaler 1\.35\.2 \(as kube-system/cluster-autoscaler\) synced", text)
+    assert m, text
+    after = re.search(rf"after the restart: (a10g|l4x4)'s groups \(desired capacity, instances, nodes\): ({GROUP}): 1, "
+                      r"\['(i-[0-9a-f]+)'\], \['(ip-\S+)'\]; EC2 instances outside any group: none", text)
+    assert after and after[3] == m[1], text
+    assert "every GPU group back at zero: desired capacity 0, instances running in moto: none" in text
+    assert sc.status == "PASS", sc.problems
+
+
+# --- each fix taken out again: the drill on the shared aws-prod cluster, with the program's old behaviour planted ---
+
+
+def _nothing_planted_in_the_releases(releases) -> None:
+    """The defect is in what the cloud holds (the Auto Scaling groups' tags: `plant`), not in the releases."""
+
+
+def _planted_drill(tmp_path, phases, plant=None, mutate=None):
+    """The drill's `phases` on the shared aws-prod cluster with `plant` changing the plan's groups before moto
+    gets them and/or `mutate` the installed releases; returns (scenario, its problems as one text)."""
+    from tests.test_rehearsal import HAVE_CACHE
+    from tests.rehearsal_support import rehearse
+    from gpu_platform.rehearsal.scenarios import Scenario, restore_model_nodes
+
+    if not HAVE_CACHE:
+        pytest.skip(f"no rehearsal component cache (`{binaries.BUILD_COMMAND}`)")
+
+    def eks_autoscaling_planted(ctx):
+        sc = Scenario("eks-autoscaling", autoscale_aws.TITLE)
+        try:
+            return autoscale_aws.run_drill(ctx, sc, phases, plant=plant)
+        finally:
+            restore_model_nodes(ctx)
+
+    result = rehearse("aws-prod", tmp_path, mutate=mutate or _nothing_planted_in_the_releases,
+                      scenarios=(eks_autoscaling_planted,))
+    [sc] = result.scenarios
+    assert sc.status != "NOT REHEARSED", sc.problems
+    return sc, "\n".join(sc.problems)
+
+
+def _without_the_ephemeral_storage_tag(groups) -> None:
+    """The fix reverted: no `k8s.io/cluster-autoscaler/node-template/resources/ephemeral-storage` tag on the GPU
+    groups (gpu_asg.autoscaler_tags before it), so the autoscaler's AWS template node offers none."""
+    dropped = 0
+    for g in groups:
+        kept = [t for t in g.asg["tags"] if t["key"] != autoscale_aws.TEMPLATE_PREFIX + "resources/ephemeral-storage"]
+        dropped += len(g.asg["tags"]) - len(kept)
+        g.asg["tags"] = kept
+    assert dropped == len(groups) == 5, "every GPU group carries the tag"
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_planted_without_the_ephemeral_storage_tag_a_katib_trial_never_scales_a_group(tmp_path):
+    """cluster-autoscaler 1.35.2's AWS template node has ephemeral storage only from the tag
+    (aws_manager.go buildNodeFromTemplate): without it a pod asking Katib's 500Mi fits no group. Concluded
+    from the autoscaler's NotTriggerScaleUp on the trial's pod, not after the drill's hang guard (the
+    shipped run above scales the group)."""
+    sc, failures = _planted_drill(tmp_path, autoscale_aws.katib_trial_only, plant=_without_the_ephemeral_storage_tag)
+    assert sc.status == "FAIL"
+    m = re.search(r"scale-up: TrainJob training/rehearsal-autoscale-a \(a Katib trial: asking 500Mi ephemeral-storage, its "
+                  r"metrics collector's\) admitted, bound and running on a new node of a GPU group: the autoscaler did not "
+                  r"scale up for it: pod didn't trigger scale-up: ([^\n]*)", failures)
+    assert m and "Insufficient ephemeral-storage" in m[1], failures
+    assert "not within" not in failures, "concluded from the autoscaler's words, not a timeout"
+    assert not [d for d in sc.details if re.match(r"  \S+: \S+ scale-up: Scale-up", d)], "no group was scaled up"
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_planted_without_safe_to_evict_the_autoscaler_evicts_a_trainer_from_a_half_used_4_gpu_node(tmp_path):
+    """The runtime's pods unannotated, as before the fix: on aws-prod's l4x4 nodes the autoscaler drains a node
+    whose trainer uses half its GPUs or less and evicts the running pod (the shipped run above keeps both)."""
+    from tests.test_rehearsal_autoscaler import _without_scale_down_protection
+
+    sc, failures = _planted_drill(tmp_path, autoscale_aws.half_used_only, mutate=_without_scale_down_protection)
+    assert sc.status == "FAIL"
+    assert re.search(r"half-used nodes: after \d+s training pod rehearsal-autoscale-[mfs]-\S+ was evicted from ip-\S+ .*"
+                     r"nothing protects a running trainer from scale-down", failures), failures
