@@ -415,7 +415,7 @@ def test_make_targets_named_in_prose_exist():
 # Flags of the upstream components the rehearsal runs, which docs/rehearsal.md quotes.
 UPSTREAM_FLAGS = {"--authorization-mode", "--feature-gates", "--config-reloader-", "--create-namespace",
                   # cluster-autoscaler 1.35.2's (config/flags/flags.go), which the autoscaling drills run
-                  "--cloud-config", "--cloud-provider", "--scale-down-unneeded-time"}
+                  "--cloud-config", "--cloud-provider", "--scale-down-unneeded-time", "--max-node-provision-time"}
 
 
 def test_flags_named_in_the_preflight_and_rehearsal_docs_exist():

@@ -154,14 +154,16 @@ GROUP = r"gpu-prod-gpu-(?:a10g|l4x4)-us-east-1[abc]"
 
 
 @pytest.mark.rehearsal(stack="aws-prod")
-def test_a_pending_gpu_trainjob_scales_its_group_from_zero_and_binds_on_a_node_in_the_instances_zone(tmp_path):
+def test_a_katib_trial_scales_its_group_from_zero_and_binds_on_a_node_in_the_instances_zone(tmp_path):
+    """The example TrainJob pending with what Katib's metrics collector sidecar adds to a trial's pod (500Mi of
+    ephemeral storage): the group's node-template tag offers it, so the autoscaler scales the group from zero."""
     sc, text = _drill(tmp_path)
     _no_problem(sc, "scale-up", "gpu-prod-gpu-")
     m = re.search(rf"scale-up: 1 scale-up\(s\) of (a10g|l4x4) \(Scale-up: setting group ({GROUP}) size to 1 \(pods "
                   rf"training/rehearsal-autoscale-a-\S+ unschedulable; plan \[[^\]]*\]\)\) -> instance\(s\) \[\('(i-[0-9a-f]+)', "
                   r"'([^']+)', '(us-east-1[abc])'\)\] -> node\(s\) \[\('(ip-[0-9-]+\.ec2\.internal)', '(us-east-1[abc])', "
-                  r"'aws:///(us-east-1[abc])/(i-[0-9a-f]+)'\)\]; TrainJob \(a Katib trial, with 500Mi ephemeral-storage\) "
-                  r"admitted, bound and running", text)
+                  r"'aws:///(us-east-1[abc])/(i-[0-9a-f]+)'\)\]; TrainJob \(the example resnet-checkpointed as a Katib "
+                  r"trial, with 500Mi ephemeral-storage\) admitted, bound and running", text)
     assert m, text
     assert m[2] == m[4], "the group the autoscaler scaled is the one moto launched into"
     assert m[5] == m[7] == m[8] and m[3] == m[9], "the node is in its instance's zone, with its providerID"
@@ -200,12 +202,25 @@ def test_with_the_charts_rbac_alone_the_aws_autoscaler_never_syncs_and_with_the_
 
 @pytest.mark.rehearsal(stack="aws-prod")
 def test_the_report_names_each_groups_scale_ups_and_downs_with_the_autoscalers_reasons(tmp_path):
+    """Per pool, summed over its groups: a10g scaled up for the Katib trial, the node that never joined and its
+    replacement (the restarted autoscaler added none), and down twice (the lost node is removed as
+    unregistered, not scaled down); l4x4 for the notebook and the two half-used nodes, and down three times.
+    Every scale-up names the pods it was for, a balanced one's second group too."""
     sc, text = _drill(tmp_path)
-    m = re.search(rf"node group ({GROUP}): (\d+) scale-up\(s\), (\d+) scale-down\(s\), as cluster-autoscaler logged them:", text)
-    assert m and int(m[2]) == 1 and int(m[3]) == 1, text
-    lines = [d for d in sc.details if d.startswith(f"  {m[1]}: ")]
-    assert any(f"scale-up: Scale-up: setting group {m[1]} size to 1 (pods training/" in ln for ln in lines), lines
+    counts: dict[str, list[int]] = {}
+    for group, ups, downs in re.findall(rf"node group ({GROUP}): (\d+) scale-up\(s\), (\d+) scale-down\(s\), as "
+                                        r"cluster-autoscaler logged them:", text):
+        pool = group.split("-")[3]
+        counts.setdefault(pool, [0, 0])
+        counts[pool][0] += int(ups)
+        counts[pool][1] += int(downs)
+    assert counts == {"a10g": [3, 2], "l4x4": [3, 3]}, text
+    lines = [d for d in sc.details if re.match(rf"  {GROUP}: ", d)]
+    ups = [ln for ln in lines if " scale-up: Scale-up: setting group " in ln]
+    assert len(ups) == 6 and all(re.search(r"size to 1 \(pods (training|jupyterhub)/\S+ .*unschedulable; plan \[", ln)
+                                 for ln in ups), ups
     assert any("scale-down: Scale-down: removing empty node" in ln for ln in lines), lines
+    assert any("unregistered removed: Removing 1 unregistered nodes for node group" in ln for ln in lines), lines
 
 
 @pytest.mark.rehearsal(stack="aws-prod")
@@ -253,7 +268,7 @@ def test_a_node_that_never_joins_is_removed_at_the_join_deadline_and_the_group_r
     _no_problem(sc, "never joined")
     m = re.search(rf"never joined: instance (i-[0-9a-f]+) of ({GROUP}) launched, never registered; at the join deadline "
                   r"\(30s\) the autoscaler: ([^\n]*?); Terminated instance (i-[0-9a-f]+) in autoscaling group: [^;]*; moto: "
-                  r"(i-[0-9a-f]+) terminated; (a10g|l4x4) scaled up again \((i-[0-9a-f]+) in ({GROUP})\)", text)
+                  rf"(i-[0-9a-f]+) terminated; (a10g|l4x4) scaled up again \((i-[0-9a-f]+) in ({GROUP})\)", text)
     assert m and m[1] == m[4] == m[5] and m[7] != m[1], text
     assert f"Removing 1 unregistered nodes for node group {m[2]}" in m[3], m[3]
     assert "--max-node-provision-time: (default) -> 30s" in text
@@ -341,3 +356,27 @@ def test_planted_without_safe_to_evict_the_autoscaler_evicts_a_trainer_from_a_ha
     assert sc.status == "FAIL"
     assert re.search(r"half-used nodes: after \d+s training pod rehearsal-autoscale-[mfs]-\S+ was evicted from ip-\S+ .*"
                      r"nothing protects a running trainer from scale-down", failures), failures
+
+
+def test_a_balanced_scale_up_names_its_pods_under_each_group():
+    """--balance-similar-node-groups (the chart's values) logs one executor line per group of a plan: the report
+    gives each the pods and plan (cluster-autoscaler 1.35.2's lines from the drill, cut to what the reader uses)."""
+    from gpu_platform.rehearsal import autoscale
+
+    klog = """\
+I1128 20:45:57.500000   21351 orchestrator.go:100] Pod training/rehearsal-autoscale-m-node-0-0-wxr6v is unschedulable
+I1128 20:45:57.500100   21351 orchestrator.go:100] Pod training/rehearsal-autoscale-s-node-0-0-lh5b9 is unschedulable
+I1128 20:45:57.525646   21351 orchestrator.go:263] Final scale-up plan: [{l4x4-1b 0->1 (max: 1)} {l4x4-1a 0->1 (max: 1)}]
+I1128 20:45:57.525660   21351 executor.go:164] Scale-up: setting group l4x4-1b size to 1
+I1128 20:45:57.595810   21351 executor.go:164] Scale-up: setting group l4x4-1a size to 1
+I1128 20:47:30.000000   21351 orchestrator.go:100] Pod training/rehearsal-autoscale-b-node-0-0-xphnz is unschedulable
+I1128 20:47:32.253000   21351 orchestrator.go:263] Final scale-up plan: [{a10g-1c 0->1 (max: 2)}]
+I1128 20:47:32.253027   21351 executor.go:164] Scale-up: setting group a10g-1c size to 1
+"""
+    ups = autoscale.logged_events(klog, lambda n: None)
+    assert [(e.group, e.text.split(" (", 1)[1]) for e in ups] == [
+        ("l4x4-1b", "pods training/rehearsal-autoscale-m-node-0-0-wxr6v, training/rehearsal-autoscale-s-node-0-0-lh5b9 "
+                    "unschedulable; plan [{l4x4-1b 0->1 (max: 1)} {l4x4-1a 0->1 (max: 1)}])"),
+        ("l4x4-1a", "pods training/rehearsal-autoscale-m-node-0-0-wxr6v, training/rehearsal-autoscale-s-node-0-0-lh5b9 "
+                    "unschedulable; plan [{l4x4-1b 0->1 (max: 1)} {l4x4-1a 0->1 (max: 1)}])"),
+        ("a10g-1c", "pods training/rehearsal-autoscale-b-node-0-0-xphnz unschedulable; plan [{a10g-1c 0->1 (max: 2)}])")]

@@ -646,6 +646,8 @@ def _scale_from_zero(d: AwsDrill, what: str, ns: str, prefixes: list[str],
         return found["pool"]
     why = sorted(set(d.autoscaler_said(rf"Pod {re.escape(ns)}/(?:{'|'.join(map(re.escape, prefixes))})\S* can't be scheduled "
                                        r"on [^,\n]+, predicate checking error: [^\n]*")))
+    # The groups the pod's own pool pin (its Kueue flavor) rules out say nothing about why its pool was not scaled.
+    why = [w for w in why if '"NodeAffinity"' not in w] or why
     d.sc.fail(f"{what}: the autoscaler did not scale up for it: {found['refused']}"
               + (f" ({'; '.join(w.split(' ', 2)[-1] for w in why[-3:])})" if why else ""))
     return None
@@ -701,7 +703,8 @@ def katib_trial_from_zero(d: AwsDrill, job: dict) -> Optional[tuple[tuple[str, s
     if pool is None:
         return None
     got = _one_new_node(d, "scale-up", pool, ups_before, started,
-                        f"TrainJob (a Katib trial, with {KATIB_EPHEMERAL_STORAGE} ephemeral-storage) admitted, bound and running")
+                        f"TrainJob (the example {job['metadata'].get('name')} as a Katib trial, with {KATIB_EPHEMERAL_STORAGE} "
+                        "ephemeral-storage) admitted, bound and running")
     return (ref, pool, *got) if got is not None else None
 
 
