@@ -415,7 +415,7 @@ def test_make_targets_named_in_prose_exist():
 # Flags of the upstream components the rehearsal runs, which docs/rehearsal.md quotes.
 UPSTREAM_FLAGS = {"--authorization-mode", "--feature-gates", "--config-reloader-", "--create-namespace",
                   # cluster-autoscaler 1.35.2's (config/flags/flags.go), which the autoscaling drills run
-                  "--cloud-config", "--cloud-provider", "--scale-down-unneeded-time",
+                  "--cloud-config", "--cloud-provider", "--scale-down-unneeded-time", "--max-node-provision-time",
                   # kube-apiserver v1.35.4's (pkg/controlplane/apiserver/options/options.go), in the engine section
                   "--enable-aggregator-routing"}
 

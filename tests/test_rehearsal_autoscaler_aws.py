@@ -5,7 +5,10 @@ node-template tags against the launch template's nodeadm NodeConfig and the node
 created in moto's server as the autoscaler will discover them, the cloud config pointing it at moto. The
 rehearsal tests run the real autoscaler (`cluster-autoscaler-aws`, built by `make rehearsal-build` from
 ../shared/sources) on the shared aws-prod cluster: scale from zero and back, a busy node kept, and its
-informers with the chart's RBAC alone (never synced) and with the program's rules (synced)."""
+informers with the chart's RBAC alone (never synced) and with the program's rules (synced), a Katib
+trial and a GPU notebook each from zero, two half-used 4-GPU nodes keeping their trainers, a node that never
+joins, the autoscaler killed mid-scale-up; then each fix taken out again (the node-template ephemeral-storage
+tag, the runtime's safe-to-evict annotation) on the same cluster, where the drill must find the defect."""
 
 from __future__ import annotations
 
@@ -151,13 +154,16 @@ GROUP = r"gpu-prod-gpu-(?:a10g|l4x4)-us-east-1[abc]"
 
 
 @pytest.mark.rehearsal(stack="aws-prod")
-def test_a_pending_gpu_trainjob_scales_its_group_from_zero_and_binds_on_a_node_in_the_instances_zone(tmp_path):
+def test_a_katib_trial_scales_its_group_from_zero_and_binds_on_a_node_in_the_instances_zone(tmp_path):
+    """The example TrainJob pending with what Katib's metrics collector sidecar adds to a trial's pod (500Mi of
+    ephemeral storage): the group's node-template tag offers it, so the autoscaler scales the group from zero."""
     sc, text = _drill(tmp_path)
     _no_problem(sc, "scale-up", "gpu-prod-gpu-")
     m = re.search(rf"scale-up: 1 scale-up\(s\) of (a10g|l4x4) \(Scale-up: setting group ({GROUP}) size to 1 \(pods "
                   rf"training/rehearsal-autoscale-a-\S+ unschedulable; plan \[[^\]]*\]\)\) -> instance\(s\) \[\('(i-[0-9a-f]+)', "
                   r"'([^']+)', '(us-east-1[abc])'\)\] -> node\(s\) \[\('(ip-[0-9-]+\.ec2\.internal)', '(us-east-1[abc])', "
-                  r"'aws:///(us-east-1[abc])/(i-[0-9a-f]+)'\)\]; TrainJob admitted, bound and running", text)
+                  r"'aws:///(us-east-1[abc])/(i-[0-9a-f]+)'\)\]; TrainJob \(the example resnet-checkpointed as a Katib "
+                  r"trial, with 500Mi ephemeral-storage\) admitted, bound and running", text)
     assert m, text
     assert m[2] == m[4], "the group the autoscaler scaled is the one moto launched into"
     assert m[5] == m[7] == m[8] and m[3] == m[9], "the node is in its instance's zone, with its providerID"
@@ -202,3 +208,202 @@ def test_the_report_names_each_groups_scale_ups_and_downs_with_the_autoscalers_r
     lines = [d for d in sc.details if d.startswith(f"  {m[1]}: ")]
     assert any(f"scale-up: Scale-up: setting group {m[1]} size to 1 (pods training/" in ln for ln in lines), lines
     assert any("scale-down: Scale-down: removing empty node" in ln for ln in lines), lines
+
+
+# --- the extended drill (eks-autoscaling-extended: not in the default run), once on the shared aws-prod cluster ---
+
+_EXTENDED: dict = {}
+
+
+def _extended(tmp_path):
+    """The eks-autoscaling-extended scenario run once on the shared aws-prod cluster (nothing planted): a GPU
+    notebook from zero, two half-used 4-GPU nodes, a node that never joins, the autoscaler killed mid-scale-up.
+    Not in the default run: about six more minutes would take aws-prod's `--rehearse` past preflight's
+    default --timeout on a loaded machine. Returns (scenario, its details and problems as one text)."""
+    from gpu_platform.rehearsal.scenarios import eks_autoscaling_extended
+
+    if "result" not in _EXTENDED:
+        _EXTENDED["result"] = _planted_drill(tmp_path, None, scenario=eks_autoscaling_extended)[0]
+    sc = _EXTENDED["result"]
+    return sc, "\n".join(sc.details + [f"PROBLEM: {p}" for p in sc.problems])
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_the_extended_drill_reports_each_pools_scale_ups_and_downs_each_with_its_pods(tmp_path):
+    """Per pool, summed over its groups: a10g scaled up for the notebook, the node that never joined and its
+    replacement (the restarted autoscaler added none), and down twice (the lost node is removed as
+    unregistered, not scaled down); l4x4 for the two half-used nodes (a balanced plan: one line per group),
+    and down twice. Every scale-up names the pods it was for, a balanced one's second group too."""
+    sc, text = _extended(tmp_path)
+    assert sc.status == "PASS", sc.problems
+    counts: dict[str, list[int]] = {}
+    for group, ups, downs in re.findall(rf"node group ({GROUP}): (\d+) scale-up\(s\), (\d+) scale-down\(s\), as "
+                                        r"cluster-autoscaler logged them:", text):
+        pool = group.split("-")[3]
+        counts.setdefault(pool, [0, 0])
+        counts[pool][0] += int(ups)
+        counts[pool][1] += int(downs)
+    assert counts == {"a10g": [3, 2], "l4x4": [2, 2]}, text
+    lines = [d for d in sc.details if re.match(rf"  {GROUP}: ", d)]
+    ups = [ln for ln in lines if " scale-up: Scale-up: setting group " in ln]
+    assert len(ups) == 5 and all(re.search(r"size to 1 \(pods (training|jupyterhub)/\S+ .*unschedulable; plan \[", ln)
+                                 for ln in ups), ups
+    assert any("unregistered removed: Removing 1 unregistered nodes for node group" in ln for ln in lines), lines
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_a_gpu_notebook_scales_its_profiles_pool_from_zero_binds_and_runs(tmp_path):
+    """The pod the hub's KubeSpawner makes for a GPU profile (as aws-prod's hub values render it, queued in
+    Kueue's gpu-queue) scales its pool from zero; stopped, the pool goes back to zero."""
+    sc, text = _extended(tmp_path)
+    _no_problem(sc, "GPU notebook")
+    m = re.search(rf"GPU notebook: 1 scale-up\(s\) of (a10g|l4x4) \(Scale-up: setting group ({GROUP}) size to 1 \(pods "
+                  r"jupyterhub/jupyter-rehearsal-autoscale unschedulable; plan \[[^\]]*\]\)\) -> instance\(s\) \[\('(i-[0-9a-f]+)', "
+                  r"'([^']+)', '(us-east-1[ab])'\)\] -> node\(s\) \[\('(ip-[0-9-]+\.ec2\.internal)', '(us-east-1[ab])', "
+                  r"'aws:///(us-east-1[ab])/(i-[0-9a-f]+)'\)\]; notebook pod of profile gpu-(\w+) \(the hub's KubeSpawner pod as "
+                  r"rendered; LocalQueue gpu-queue, Kueue workload \S+\) admitted, bound and running", text)
+    assert m, text
+    assert m[1] == m[10] and m[2] == m[4] and m[5] == m[7] == m[8] and m[3] == m[9], "its profile's pool, in its instance's zone"
+    assert re.search(rf"GPU notebook: stopped; {m[1]} back at zero \(0 instance\(s\), 0 node\(s\)\)", text), text
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_two_half_used_4_gpu_nodes_keep_their_trainers_and_the_autoscaler_says_why(tmp_path):
+    """aws-prod's l4x4 (g6.12xlarge, 4 GPUs, a group in us-east-1a and one in 1b): a 2-GPU and a 1-GPU trainer on
+    two nodes, each at or below the 0.5 threshold with room for the other: the runtime's safe-to-evict "false"
+    keeps both, concluded as soon as the autoscaler says so for each node (not after a watch)."""
+    sc, text = _extended(tmp_path)
+    _no_problem(sc, "half-used nodes")
+    assert re.search(r"half-used nodes: ip-\S+ runs TrainJob rehearsal-autoscale-[mfs], ip-\S+ runs TrainJob "
+                     r"rehearsal-autoscale-[mfs] \((2 and 1|1 and 2) of 4 GPUs\)", text), text
+    m = re.search(r"half-used nodes: \['(ip-\S+)', '(ip-\S+)'\] and their training pods kept \((\d+)s after the 2-GPU TrainJob "
+                  r"rehearsal-autoscale-[mf] ended, grace (\d+)s\); the autoscaler's reasons: Node (ip-\S+) cannot be removed: "
+                  r"pod annotated as not safe to evict present: rehearsal-autoscale-[mfs]-\S+; Node (ip-\S+) cannot be removed: "
+                  r"pod annotated as not safe to evict present: rehearsal-autoscale-[mfs]-\S+", text)
+    assert m and {m[1], m[2]} == {m[5], m[6]}, text
+    assert int(m[3]) < int(m[4]) + 40, "concluded from the autoscaler's words, within the watch"
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_a_node_that_never_joins_is_removed_at_the_join_deadline_and_the_group_recovers(tmp_path):
+    """moto launches the instance, no node registers: at --max-node-provision-time (aws-prod's chart renders
+    none, so the autoscaler's 15m default; the drill's 30s, as the Linode drill's) the autoscaler removes the
+    long-unregistered node through TerminateInstanceInAutoScalingGroup (ShouldDecrementDesiredCapacity: moto
+    terminates it and lowers the desired capacity) and scales the pool up again."""
+    sc, text = _extended(tmp_path)
+    _no_problem(sc, "never joined")
+    m = re.search(rf"never joined: instance (i-[0-9a-f]+) of ({GROUP}) launched, never registered; at the join deadline "
+                  r"\(30s\) the autoscaler: ([^\n]*?); Terminated instance (i-[0-9a-f]+) in autoscaling group: [^;]*; moto: "
+                  rf"(i-[0-9a-f]+) terminated; (a10g|l4x4) scaled up again \((i-[0-9a-f]+) in ({GROUP})\)", text)
+    assert m and m[1] == m[4] == m[5] and m[7] != m[1], text
+    assert f"Removing 1 unregistered nodes for node group {m[2]}" in m[3], m[3]
+    assert "--max-node-provision-time: (default) -> 30s" in text
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_the_autoscaler_killed_mid_scale_up_neither_leaks_nor_duplicates_an_instance(tmp_path):
+    sc, text = _extended(tmp_path)
+    _no_problem(sc, "restart", "TrainJob training/rehearsal-autoscale-b")
+    m = re.search(r"restart: killed \(SIGKILL\) while its scale-up \((i-[0-9a-f]+): launched, not yet a node\) was in flight, "
+                  r"started again: cluster-autoscaler 1\.35\.2 \(as kube-system/cluster-autoscaler\) synced", text)
+    assert m, text
+    after = re.search(rf"after the restart: (a10g|l4x4)'s groups \(desired capacity, instances, nodes\): ({GROUP}): 1, "
+                      r"\['(i-[0-9a-f]+)'\], \['(ip-\S+)'\]; EC2 instances outside any group: none", text)
+    assert after and after[3] == m[1], text
+    assert "every GPU group back at zero: desired capacity 0, instances running in moto: none" in text
+    assert sc.status == "PASS", sc.problems
+
+
+# --- each fix taken out again: the drill on the shared aws-prod cluster, with the program's old behaviour planted ---
+
+
+def _nothing_planted_in_the_releases(releases) -> None:
+    """The defect is in what the cloud holds (the Auto Scaling groups' tags: `plant`), not in the releases."""
+
+
+def _planted_drill(tmp_path, phases, plant=None, mutate=None, scenario=None):
+    """The drill's `phases` (or a `scenario` of scenarios.py) on the shared aws-prod cluster with `plant`
+    changing the plan's groups before moto gets them and/or `mutate` the installed releases; returns
+    (scenario, its problems as one text)."""
+    from tests.test_rehearsal import HAVE_CACHE
+    from tests.rehearsal_support import rehearse
+    from gpu_platform.rehearsal.scenarios import Scenario, restore_model_nodes
+
+    if not HAVE_CACHE:
+        pytest.skip(f"no rehearsal component cache (`{binaries.BUILD_COMMAND}`)")
+
+    def eks_autoscaling_planted(ctx):
+        sc = Scenario("eks-autoscaling", autoscale_aws.TITLE)
+        try:
+            return autoscale_aws.run_drill(ctx, sc, phases, plant=plant)
+        finally:
+            restore_model_nodes(ctx)
+
+    result = rehearse("aws-prod", tmp_path, mutate=mutate or _nothing_planted_in_the_releases,
+                      scenarios=(scenario or eks_autoscaling_planted,))
+    [sc] = result.scenarios
+    assert sc.status != "NOT REHEARSED", sc.problems
+    return sc, "\n".join(sc.problems)
+
+
+def _without_the_ephemeral_storage_tag(groups) -> None:
+    """The fix reverted: no `k8s.io/cluster-autoscaler/node-template/resources/ephemeral-storage` tag on the GPU
+    groups (gpu_asg.autoscaler_tags before it), so the autoscaler's AWS template node offers none."""
+    dropped = 0
+    for g in groups:
+        kept = [t for t in g.asg["tags"] if t["key"] != autoscale_aws.TEMPLATE_PREFIX + "resources/ephemeral-storage"]
+        dropped += len(g.asg["tags"]) - len(kept)
+        g.asg["tags"] = kept
+    assert dropped == len(groups) == 5, "every GPU group carries the tag"
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_planted_without_the_ephemeral_storage_tag_a_katib_trial_never_scales_a_group(tmp_path):
+    """cluster-autoscaler 1.35.2's AWS template node has ephemeral storage only from the tag
+    (aws_manager.go buildNodeFromTemplate): without it a pod asking Katib's 500Mi fits no group. Concluded
+    from the autoscaler's NotTriggerScaleUp on the trial's pod, not after the drill's hang guard (the
+    shipped run above scales the group)."""
+    sc, failures = _planted_drill(tmp_path, autoscale_aws.katib_trial_only, plant=_without_the_ephemeral_storage_tag)
+    assert sc.status == "FAIL"
+    m = re.search(r"scale-up: TrainJob training/rehearsal-autoscale-a \(a Katib trial: asking 500Mi ephemeral-storage, its "
+                  r"metrics collector's\) admitted, bound and running on a new node of a GPU group: the autoscaler did not "
+                  r"scale up for it: pod didn't trigger scale-up: ([^\n]*)", failures)
+    assert m and "Insufficient ephemeral-storage" in m[1], failures
+    assert "not within" not in failures, "concluded from the autoscaler's words, not a timeout"
+    assert not [d for d in sc.details if re.match(r"  \S+: \S+ scale-up: Scale-up", d)], "no group was scaled up"
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_planted_without_safe_to_evict_the_autoscaler_evicts_a_trainer_from_a_half_used_4_gpu_node(tmp_path):
+    """The runtime's pods unannotated, as before the fix: on aws-prod's l4x4 nodes the autoscaler drains a node
+    whose trainer uses half its GPUs or less and evicts the running pod (the shipped run above keeps both)."""
+    from tests.test_rehearsal_autoscaler import _without_scale_down_protection
+
+    sc, failures = _planted_drill(tmp_path, autoscale_aws.half_used_only, mutate=_without_scale_down_protection)
+    assert sc.status == "FAIL"
+    assert re.search(r"half-used nodes: after \d+s training pod rehearsal-autoscale-[mfs]-\S+ was evicted from ip-\S+ .*"
+                     r"nothing protects a running trainer from scale-down", failures), failures
+
+
+def test_a_balanced_scale_up_names_its_pods_under_each_group():
+    """--balance-similar-node-groups (the chart's values) logs one executor line per group of a plan: the report
+    gives each the pods and plan (cluster-autoscaler 1.35.2's lines from the drill, cut to what the reader uses)."""
+    from gpu_platform.rehearsal import autoscale
+
+    klog = """\
+I1128 20:45:57.500000   21351 orchestrator.go:100] Pod training/rehearsal-autoscale-m-node-0-0-wxr6v is unschedulable
+I1128 20:45:57.500100   21351 orchestrator.go:100] Pod training/rehearsal-autoscale-s-node-0-0-lh5b9 is unschedulable
+I1128 20:45:57.525646   21351 orchestrator.go:263] Final scale-up plan: [{l4x4-1b 0->1 (max: 1)} {l4x4-1a 0->1 (max: 1)}]
+I1128 20:45:57.525660   21351 executor.go:164] Scale-up: setting group l4x4-1b size to 1
+I1128 20:45:57.595810   21351 executor.go:164] Scale-up: setting group l4x4-1a size to 1
+I1128 20:47:30.000000   21351 orchestrator.go:100] Pod training/rehearsal-autoscale-b-node-0-0-xphnz is unschedulable
+I1128 20:47:32.253000   21351 orchestrator.go:263] Final scale-up plan: [{a10g-1c 0->1 (max: 2)}]
+I1128 20:47:32.253027   21351 executor.go:164] Scale-up: setting group a10g-1c size to 1
+"""
+    ups = autoscale.logged_events(klog, lambda n: None)
+    assert [(e.group, e.text.split(" (", 1)[1]) for e in ups] == [
+        ("l4x4-1b", "pods training/rehearsal-autoscale-m-node-0-0-wxr6v, training/rehearsal-autoscale-s-node-0-0-lh5b9 "
+                    "unschedulable; plan [{l4x4-1b 0->1 (max: 1)} {l4x4-1a 0->1 (max: 1)}])"),
+        ("l4x4-1a", "pods training/rehearsal-autoscale-m-node-0-0-wxr6v, training/rehearsal-autoscale-s-node-0-0-lh5b9 "
+                    "unschedulable; plan [{l4x4-1b 0->1 (max: 1)} {l4x4-1a 0->1 (max: 1)}])"),
+        ("a10g-1c", "pods training/rehearsal-autoscale-b-node-0-0-xphnz unschedulable; plan [{a10g-1c 0->1 (max: 2)}])")]

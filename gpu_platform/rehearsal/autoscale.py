@@ -558,6 +558,7 @@ def logged_events(text: str, group_of_node: Callable[[str], Optional[str]]) -> l
     out: list[LoggedEvent] = []
     pods: list[str] = []
     plan = ""
+    scaled = False  # a scale-up was logged since the pods and plan: the next pod line starts a new loop's
     seen_unremovable: set[tuple[str, str]] = set()
     for line in text.splitlines():
         m = _KLOG.match(line)
@@ -569,14 +570,18 @@ def logged_events(text: str, group_of_node: Callable[[str], Optional[str]]) -> l
             if not e:
                 continue
             if kind == "unschedulable":
+                if scaled:
+                    pods, plan, scaled = [], "", False
                 if e[1] not in pods:
                     pods.append(e[1])
             elif kind == "plan":
                 plan = e[1]
             elif kind == "scale-up":
+                # A plan of several groups (--balance-similar-node-groups) logs one line per group: each is
+                # for the same pods and plan.
                 why = f"pods {', '.join(pods)} unschedulable" if pods else "no pod named"
                 out.append(LoggedEvent(clock, e[1], kind, f"{msg} ({why}; plan {plan or '?'})"))
-                pods, plan = [], ""
+                scaled = True
             elif kind in ("scale-up timed out", "backoff"):
                 out.append(LoggedEvent(clock, e[1], kind, msg))
             elif kind == "unregistered removed":

@@ -38,6 +38,7 @@ them. The drill therefore points the clients at moto with the cloud config's `[S
 from __future__ import annotations
 
 import base64
+import copy
 import email
 import re
 import sys
@@ -45,12 +46,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 
 from gpu_platform.components.capacity import parse_quantity
-from gpu_platform.rehearsal.autoscale import (KATIB_EPHEMERAL_STORAGE, AutoscalerProcess, AutoscalerRelease, Drill,
+from gpu_platform.rehearsal.autoscale import (KATIB_EPHEMERAL_STORAGE, KUEUE, AutoscalerProcess, AutoscalerRelease, Drill,
                                               Timing, _admitted, _workload, autoscaler_release)
 from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION
 from gpu_platform.rehearsal.kube import ApiError, UnknownKind
@@ -355,6 +356,9 @@ class AsgBridge:
         self.seen: dict[str, float] = {}
         self.joined: dict[str, tuple[str, str]] = {}  # instance id -> (node name, group)
         self.terminated: dict[str, str] = {}  # instance id -> its group, once moto says it is gone
+        self.never_join: dict[str, str] = {}  # instance id -> its group: launched, its kubelet never registers
+        self.refuse_next = False  # the next instance moto launches never registers (its boot fails)
+        self.booting = True  # False: new instances stay booting (held while the autoscaler restarts)
         self.problems: list[str] = []
 
     def step(self) -> None:
@@ -368,8 +372,13 @@ class AsgBridge:
                 if inst.get("LifecycleState", "").startswith("Terminat"):
                     continue
                 live.add(iid)
-                self.seen.setdefault(iid, now)
-                if iid not in self.joined and now - self.seen[iid] >= d.timing.boot_seconds:
+                if iid not in self.seen:
+                    self.seen[iid] = now
+                    if self.refuse_next:
+                        self.refuse_next = False
+                        self.never_join[iid] = name
+                if (iid not in self.joined and iid not in self.never_join and self.booting
+                        and now - self.seen[iid] >= d.timing.boot_seconds):
                     self.joined[iid] = (self._register(d.groups[name], inst), name)
         running = {i for i, x in d.moto.instances(sorted(live)).items() if x["State"]["Name"] in ("pending", "running")}
         for iid, (_, group) in self.joined.items():
@@ -546,14 +555,44 @@ class AwsDrill(Drill):
     def autoscaler_said(self, pattern: str) -> list[str]:
         return [m[0] for m in re.finditer(pattern, self.autoscaler.text() if self.autoscaler else "")]
 
+    def no_scale_up(self, ns: str, pod_prefix: str) -> Optional[str]:
+        """The autoscaler's latest word that a pod of `pod_prefix` did not trigger a scale-up (its NotTriggerScaleUp
+        Event, processors/status/eventing_scale_up_processor.go: "pod didn't trigger scale-up: <reasons per
+        group>"), else None: what a scale-up that cannot come is concluded from, as soon as the autoscaler says it."""
+        said = [e for e in self.client.list("v1", "Event", ns) if e.get("reason") == "NotTriggerScaleUp"
+                and ((e.get("involvedObject") or {}).get("name") or "").startswith(pod_prefix)]
+        said.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return str(said[-1].get("message")) if said else None
+
+    def pool_groups(self, pool: str) -> dict[str, dict]:
+        """Per Auto Scaling group of `pool`: moto's desired capacity, its live instances and the nodes registered."""
+        nodes = self.pool_nodes(pool)
+        out = {}
+        for name, g in self.moto.groups(self.pool_of_groups(pool)).items():
+            live = [i["InstanceId"] for i in g.get("Instances") or [] if not i.get("LifecycleState", "").startswith("Terminat")]
+            out[name] = {"desired": int(g["DesiredCapacity"]), "instances": live,
+                         "nodes": [n["metadata"]["name"] for n in nodes
+                                   if (n["spec"].get("providerID") or "").rsplit("/", 1)[-1] in live]}
+        return out
+
+    def stray_instances(self) -> list[str]:
+        """EC2 instances moto runs that no Auto Scaling group holds: what a lost scale-up would leak."""
+        held = {i["InstanceId"] for g in self.moto.groups(list(self.groups)).values() for i in g.get("Instances") or []}
+        running = [i["InstanceId"] for r in self.moto.ec2.describe_instances(Filters=[
+            {"Name": "instance-state-name", "Values": ["pending", "running"]}])["Reservations"] for i in r["Instances"]]
+        return sorted(set(running) - held)
+
 
 # --- the phases ------------------------------------------------------------------------------------------
 
+NOTEBOOK_POD = "jupyter-rehearsal-autoscale"
+POOL_LABEL = "gpu-platform.io/pool"
+NOT_SAFE_TO_EVICT = "pod annotated as not safe to evict present"  # simulator/drainability/rules/notsafetoevict
 
-def _bound_pool(d: AwsDrill, ns: str, name: str) -> Optional[str]:
-    """The pool whose new node runs every pod of the TrainJob (admitted by Kueue), else None."""
-    pods = d.pods_of(ns, name)
-    if not pods or not _admitted(_workload(d.client, ns, name)):
+
+def _pool_of_pods(d: AwsDrill, pods: list[dict]) -> Optional[str]:
+    """The one pool whose instance-backed nodes run every pod of `pods`, each Running; else None."""
+    if not pods:
         return None
     pools = set()
     for p in pods:
@@ -567,65 +606,125 @@ def _bound_pool(d: AwsDrill, ns: str, name: str) -> Optional[str]:
     return pools.pop() if len(pools) == 1 else None
 
 
-def scale_from_zero_and_back(d: AwsDrill, job: dict) -> None:
-    """The shipped drill: the chart's RBAC alone (never synced) and the program's (synced); a pending GPU
-    TrainJob admitted by Kueue scales its group from zero, binds and runs on a node in the instance's zone;
-    its busy node outlives the grace; after the job ends the node goes after the grace and its instance is
-    terminated through TerminateInstanceInAutoScalingGroup."""
-    sc, t = d.sc, d.timing
-    d.chart_rbac_alone()
-    if not d.start_autoscaler("sync with the program's RBAC"):
-        return
+def _bound_pool(d: AwsDrill, ns: str, name: str) -> Optional[str]:
+    """The pool whose new node runs every pod of the TrainJob (admitted by Kueue), else None."""
+    if not _admitted(_workload(d.client, ns, name)):
+        return None
+    return _pool_of_pods(d, d.pods_of(ns, name))
 
-    # 1. A pending GPU TrainJob: the autoscaler scales a group from zero, the job is admitted, bound, running.
-    started = time.monotonic()
-    # With a Katib trial's ephemeral storage (its metrics collector's request), as the Linode drill asks.
-    ref = d.submit(job, "rehearsal-autoscale-a", extra_requests={"ephemeral-storage": KATIB_EPHEMERAL_STORAGE})
-    if ref is None:
-        return
+
+def _pod_workload(client: Any, ns: str, pod: str) -> Optional[dict]:
+    """Kueue's Workload of a plain pod (the pod integration: owned by the Pod)."""
+    for w in client.list(KUEUE, "Workload", ns):
+        if any(o.get("kind") == "Pod" and o.get("name") == pod for o in w["metadata"].get("ownerReferences") or []):
+            return w
+    return None
+
+
+def _pinned(job: dict, pool: str) -> dict:
+    """The TrainJob pinned to `pool` as docs/first-training-job.md pins one (runtimePatches' nodeSelector):
+    Kueue then assigns only that pool's flavor, and the fit policy lets a multi-GPU job in."""
+    out = copy.deepcopy(job)
+    out["spec"]["runtimePatches"] = [{"manager": "gpu-platform.io/rehearsal", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+            "nodeSelector": {POOL_LABEL: pool}}}}}}]}}}}]
+    return out
+
+
+def _scale_from_zero(d: AwsDrill, what: str, ns: str, prefixes: list[str],
+                     bound: Callable[[], Optional[str]]) -> Optional[str]:
+    """Waits until `bound` names the pool whose new node(s) run the pods (the autoscaler scaled it up), or the
+    autoscaler says a pod of `prefixes` did not trigger a scale-up (its NotTriggerScaleUp Event: concluded at
+    once, not after a hang guard). Returns the pool, or None with the failure and the autoscaler's reasons."""
     found: dict[str, str] = {}
 
-    def bound() -> bool:
-        pool = _bound_pool(d, *ref)
+    def done() -> bool:
+        pool = bound()
         if pool:
             found["pool"] = pool
-        return pool is not None
+            return True
+        said = next((m for m in (d.no_scale_up(ns, p) for p in prefixes) if m), None)
+        if said:
+            found["refused"] = said
+        return said is not None
 
-    if not d.until(f"scale-up: TrainJob {ref[0]}/{ref[1]} (asking {KATIB_EPHEMERAL_STORAGE} ephemeral-storage) admitted, "
-                   "bound and running on a new node of a GPU group",
-                   bound, timeout=t.join_deadline_seconds + 120):
-        return
-    pool = found["pool"]
-    instances = d.pool_instances(pool)
-    nodes = d.pool_nodes(pool)
-    ups = [e for e in d.events() if e.kind == "scale-up" and e.group in d.pool_of_groups(pool)]
-    sc.details.append(f"scale-up: {len(ups)} scale-up(s) of {pool} ({ups[0].text if ups else 'none logged'}) -> instance(s) "
+    if not d.until(what, done, timeout=d.timing.join_deadline_seconds + 120):
+        return None
+    if "pool" in found:
+        return found["pool"]
+    why = sorted(set(d.autoscaler_said(rf"Pod {re.escape(ns)}/(?:{'|'.join(map(re.escape, prefixes))})\S* can't be scheduled "
+                                       r"on [^,\n]+, predicate checking error: [^\n]*")))
+    # The groups the pod's own pool pin (its Kueue flavor) rules out say nothing about why its pool was not scaled.
+    why = [w for w in why if '"NodeAffinity"' not in w] or why
+    d.sc.fail(f"{what}: the autoscaler did not scale up for it: {found['refused']}"
+              + (f" ({'; '.join(w.split(' ', 2)[-1] for w in why[-3:])})" if why else ""))
+    return None
+
+
+def _scale_ups(d: AwsDrill, pool: str) -> list[Any]:
+    return [e for e in d.events() if e.kind == "scale-up" and e.group in d.pool_of_groups(pool)]
+
+
+def _one_new_node(d: AwsDrill, label: str, pool: str, ups_before: int, started: float, ran: str) -> Optional[tuple[dict, dict]]:
+    """After a scale-up from zero for one pod: one scale-up, one instance, one node in the instance's zone with
+    its providerID (the report's line `label: ...`). Returns (instance, node) or None with the failure."""
+    sc = d.sc
+    instances, nodes = d.pool_instances(pool), d.pool_nodes(pool)
+    ups = _scale_ups(d, pool)[ups_before:]
+    sc.details.append(f"{label}: {len(ups)} scale-up(s) of {pool} ({ups[0].text if ups else 'none logged'}) -> instance(s) "
                       f"{[(i['InstanceId'], i['group'], i['AvailabilityZone']) for i in instances]} -> node(s) "
                       f"{[(n['metadata']['name'], n['metadata']['labels'].get('topology.kubernetes.io/zone'), n['spec'].get('providerID')) for n in nodes]}; "
-                      f"TrainJob admitted, bound and running after {time.monotonic() - started:.0f}s")
+                      f"{ran} after {time.monotonic() - started:.0f}s")
     if len(ups) != 1 or len(instances) != 1 or len(nodes) != 1:
-        sc.fail(f"scale-up: one pending pod, one node: the autoscaler scaled {pool}'s groups up {len(ups)} time(s), moto "
+        sc.fail(f"{label}: one pending pod, one node: the autoscaler scaled {pool}'s groups up {len(ups)} time(s), moto "
                 f"holds {len(instances)} instance(s), {len(nodes)} node(s) registered")
-        return
+        return None
     [inst], [node] = instances, nodes
     want = f"{PROVIDER_ID_PREFIX}{inst['AvailabilityZone']}/{inst['InstanceId']}"
     if node["spec"].get("providerID") != want or node["metadata"]["labels"].get("topology.kubernetes.io/zone") != inst["AvailabilityZone"]:
-        sc.fail(f"scale-up: node {node['metadata']['name']} has providerID {node['spec'].get('providerID')} and zone "
+        sc.fail(f"{label}: node {node['metadata']['name']} has providerID {node['spec'].get('providerID')} and zone "
                 f"{node['metadata']['labels'].get('topology.kubernetes.io/zone')}; its instance is {want}")
     if ups and ups[0].group != inst["group"]:
-        sc.fail(f"scale-up: the autoscaler scaled {ups[0].group}, moto launched the instance in {inst['group']}")
-    name = node["metadata"]["name"]
+        sc.fail(f"{label}: the autoscaler scaled {ups[0].group}, moto launched the instance in {inst['group']}")
+    return inst, node
 
-    # 2. The busy node: past the grace, the autoscaler keeps it (and says why).
-    d.busy_node_kept(ref, pool, [name], name, lambda e: name in e.text)
 
-    # 3. The job ends; after the grace the idle node is removed and its instance terminated by the autoscaler.
+def _back_to_zero(d: AwsDrill, what: str, pools: list[str]) -> bool:
+    t = d.timing
+    return d.until(what, lambda: all(not d.pool_instances(p) and not d.pool_nodes(p) for p in pools),
+                   timeout=t.grace_seconds + 120)
+
+
+def katib_trial_from_zero(d: AwsDrill, job: dict) -> Optional[tuple[tuple[str, str], str, dict, dict]]:
+    """A Katib trial's pod (the TrainJob with what Katib's metrics collector sidecar asks, 500Mi of ephemeral
+    storage, on top of the trainer's requests) pending, admitted by Kueue: the autoscaler scales a GPU group
+    from zero (its template node offers ephemeral storage only through the node-template tag), it binds and
+    runs. Returns (its TrainJob, the pool, the instance, the node), or None with the failure."""
+    started = time.monotonic()
+    ups_before = 0
+    ref = d.submit(job, "rehearsal-autoscale-a", extra_requests={"ephemeral-storage": KATIB_EPHEMERAL_STORAGE})
+    if ref is None:
+        return None
+    pool = _scale_from_zero(d, f"scale-up: TrainJob {ref[0]}/{ref[1]} (a Katib trial: asking {KATIB_EPHEMERAL_STORAGE} "
+                               "ephemeral-storage, its metrics collector's) admitted, bound and running on a new node of a "
+                               "GPU group", ref[0], [f"{ref[1]}-"], lambda: _bound_pool(d, *ref))
+    if pool is None:
+        return None
+    got = _one_new_node(d, "scale-up", pool, ups_before, started,
+                        f"TrainJob (the example {job['metadata'].get('name')} as a Katib trial, with {KATIB_EPHEMERAL_STORAGE} "
+                        "ephemeral-storage) admitted, bound and running")
+    return (ref, pool, *got) if got is not None else None
+
+
+def job_ends_node_goes(d: AwsDrill, ref: tuple[str, str], pool: str, inst: dict, name: str) -> bool:
+    """The job ends; after the grace the idle node is removed and its instance terminated by the autoscaler."""
+    sc, t = d.sc, d.timing
     if not d.end(*ref):
-        return
+        return False
     ended = time.monotonic()
     if not d.until(f"scale-down: idle node {name} of {inst['group']} removed and instance {inst['InstanceId']} terminated",
                    lambda: not d.pool_instances(pool) and not d.pool_nodes(pool), timeout=t.grace_seconds + 120):
-        return
+        return False
     gone = time.monotonic() - ended
     downs = [e for e in d.events() if e.kind == "scale-down" and e.group == inst["group"]]
     terminated = d.autoscaler_said(rf"Terminated instance {re.escape(inst['InstanceId'])} in autoscaling group: [^\n]*")
@@ -641,14 +740,281 @@ def scale_from_zero_and_back(d: AwsDrill, job: dict) -> None:
                 "(something else removed it)")
     if state != "terminated" or desired != 0:
         sc.fail(f"scale-down: moto's instance {inst['InstanceId']} is {state} and {inst['group']} wants {desired} instance(s)")
+    return True
+
+
+def gpu_notebook_from_zero(d: AwsDrill, other_than: Optional[str] = None) -> bool:
+    """The pod JupyterHub's KubeSpawner makes for a GPU profile, as the stack's rendered hub values describe it
+    (preflight.fit.pods.jupyterhub_user_pods, as the notebook-profiles scenario creates it), pending in Kueue's
+    gpu-queue: the autoscaler scales its profile's pool from zero, it is admitted, binds and runs; the notebook
+    stopped, the pool goes back to zero. The profile of a pool `other_than` the first drill's when there is one."""
+    from gpu_platform.preflight.fit.pods import jupyterhub_user_pods
+
+    sc, client = d.sc, d.client
+    templates = [t for rel in d.ctx.releases if rel.rendered and isinstance(rel.values, dict)
+                 and str(rel.chart or "").rstrip("/").rsplit("/", 1)[-1] == "jupyterhub"
+                 for t in jupyterhub_user_pods(rel.name, rel.namespace, rel.values)]
+    gpu = [t for t in templates if (t.spec.get("nodeSelector") or {}).get(POOL_LABEL) in d.pools]
+    if not gpu:
+        sc.details.append("GPU notebook: the stack installs no JupyterHub GPU profile on an autoscaled pool: not drilled")
+        return True
+    tmpl = next((t for t in gpu if t.spec["nodeSelector"][POOL_LABEL] != other_than), gpu[0])
+    pool, profile = tmpl.spec["nodeSelector"][POOL_LABEL], tmpl.owner.rsplit("(profile ", 1)[-1].rstrip(")")
+    ns = tmpl.namespace
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": NOTEBOOK_POD, "namespace": ns, "labels": dict(tmpl.labels)},
+           "spec": copy.deepcopy(tmpl.spec)}
+    started = time.monotonic()
+    ups_before = len(_scale_ups(d, pool))
+    try:
+        client.create(pod)
+    except (ApiError, UnknownKind) as exc:
+        sc.fail(f"GPU notebook: the API server refused the pod of profile {profile}: {exc}")
+        return False
+    try:
+        def bound() -> Optional[str]:
+            live = client.get("v1", "Pod", NOTEBOOK_POD, ns)
+            return _pool_of_pods(d, [live]) if live and _admitted(_pod_workload(client, ns, NOTEBOOK_POD)) else None
+
+        landed = _scale_from_zero(d, f"GPU notebook: pod {ns}/{NOTEBOOK_POD} of profile {profile} admitted, bound and running "
+                                     f"on a new node of {pool}", ns, [NOTEBOOK_POD], bound)
+        if landed is None:
+            return False
+        if landed != pool:
+            sc.fail(f"GPU notebook: profile {profile} asks pool {pool}; its pod runs on {landed}")
+            return False
+        w = _pod_workload(client, ns, NOTEBOOK_POD)
+        queue = tmpl.labels.get("kueue.x-k8s.io/queue-name")
+        if _one_new_node(d, "GPU notebook", pool, ups_before, started,
+                         f"notebook pod of profile {profile} (the hub's KubeSpawner pod as rendered; LocalQueue {queue}, "
+                         f"Kueue workload {(w or {}).get('metadata', {}).get('name')}) admitted, bound and running") is None:
+            return False
+    finally:
+        try:
+            client.delete("v1", "Pod", NOTEBOOK_POD, ns, grace_seconds=0)
+        except (ApiError, UnknownKind):
+            pass
+    # The notebook stopped: its node goes after the grace (the next phase may want the pool at zero).
+    if not _back_to_zero(d, f"GPU notebook: {pool} back at zero after the notebook stopped", [pool]):
+        return False
+    sc.details.append(f"GPU notebook: stopped; {pool} back at zero ({len(d.pool_instances(pool))} instance(s), "
+                      f"{len(d.pool_nodes(pool))} node(s))")
+    return True
+
+
+def _multi_gpu_pool(d: AwsDrill) -> Optional[tuple[str, int]]:
+    """The first pool whose nodes have 4 or more GPUs and whose groups may hold two nodes: (pool, GPUs per node)."""
+    for pool in d.pools:
+        groups = [g for g in d.groups.values() if g.pool == pool]
+        gpus = min(int(parse_quantity(g.template_node()["resources"].get(GPU_RESOURCE, 0))) for g in groups)
+        if gpus >= 4 and sum(int(g.asg["maxSize"]) for g in groups) >= 2:
+            return pool, gpus
+    return None
+
+
+def half_used_nodes_kept(d: AwsDrill, job: dict) -> bool:
+    """Two nodes of a multi-GPU pool whose training pods use at most half their GPUs, each with room for the
+    other's pod: the autoscaler's simulation could move either pod, so only what protects a running trainer
+    (the runtime's safe-to-evict "false") keeps its node (cluster-autoscaler FAQ, "What types of pods can
+    prevent CA from removing a node?"). Kept: concluded when the autoscaler says so for both nodes
+    ("cannot be removed: pod annotated as not safe to evict present"); evicted: a training pod gone or its
+    node removed. aws-prod's l4x4 (g6.12xlarge, 4 GPUs, a group in each of two zones)."""
+    sc, t = d.sc, d.timing
+    found = _multi_gpu_pool(d)
+    if found is None:
+        sc.details.append("half-used nodes: no pool of nodes with 4 or more GPUs and room for two: not drilled")
+        return True
+    pool, gpus = found
+    half = gpus // 2
+    pinned = _pinned(job, pool)
+    refs: dict[str, tuple[str, str]] = {}
+    share = {"m": half, "f": gpus - half, "s": 1}
+    for key, n in share.items():
+        ref = d.submit(pinned, f"rehearsal-autoscale-{key}", gpus=n)
+        if ref is None:
+            return False
+        refs[key] = ref
+    ns = refs["m"][0]
+    if _scale_from_zero(d, f"half-used nodes: TrainJobs of {half}, {gpus - half} and 1 GPU(s) pinned to {pool} running on "
+                           f"new nodes of {pool}", ns, [f"{r[1]}-" for r in refs.values()],
+                        lambda: pool if all(_bound_pool(d, *r) == pool for r in refs.values()) else None) is None:
+        return False
+    where = {k: d.pods_of(*r)[0]["spec"]["nodeName"] for k, r in refs.items()}
+    if len(set(where.values())) != 2:
+        sc.fail(f"half-used nodes: the jobs landed on {sorted(set(where.values()))}: not the two nodes the phase needs")
+        return False
+    # End a job whose node holds another: the two left run on two nodes, each at or below half its GPUs.
+    gone = next(k for k in ("f", "m") if any(where[o] == where[k] for o in refs if o != k))
+    kept = [k for k in refs if k != gone]
+    mark = len(d.autoscaler.text())
+    if not d.end(*refs[gone]):
+        return False
+    watched = {p["metadata"]["uid"]: (p["metadata"]["name"], p["spec"]["nodeName"]) for k in kept for p in d.pods_of(*refs[k])}
+    busy = sorted({node for _, node in watched.values()})
+    sc.details.append(f"half-used nodes: {', '.join(f'{where[k]} runs TrainJob {refs[k][1]}' for k in kept)} "
+                      f"({' and '.join(str(share[k]) for k in kept)} of {gpus} GPUs): both at or below the "
+                      "autoscaler's 0.5 utilisation threshold (eligibility.go), each with room for the other's pod")
+    started = time.monotonic()
+    evicted, blocked = "", {}
+    while time.monotonic() - started < t.busy_watch_seconds + t.grace_seconds:
+        running = {p["metadata"]["uid"] for k in kept for p in d.pods_of(*refs[k]) if not p["metadata"].get("deletionTimestamp")}
+        nodes = {n["metadata"]["name"] for n in d.pool_nodes(pool)}
+        evicted = next((f"after {time.monotonic() - started:.0f}s training pod {name} was evicted from {node}"
+                        + ("" if node in nodes else f" and {node} removed")
+                        for uid, (name, node) in watched.items() if uid not in running or node not in nodes), "")
+        if evicted:
+            break
+        text = d.autoscaler.text()[mark:]
+        blocked = {n: m[-1] for n in busy if (m := re.findall(rf"Node {re.escape(n)} cannot be removed: ([^\n]*)", text))}
+        if len(blocked) == len(busy) and all(NOT_SAFE_TO_EVICT in why for why in blocked.values()):
+            break
+        time.sleep(1)
+    if evicted:
+        said = d.autoscaler_said(rf"Scale-down: removing node (?:{'|'.join(map(re.escape, busy))})[^\n]*")
+        sc.fail(f"half-used nodes: {evicted} (the autoscaler: {said[-1] if said else 'nothing logged'}): nothing protects a "
+                "running trainer from scale-down")
+        return False
+    reasons = "; ".join(f"Node {n} cannot be removed: {why}" for n, why in blocked.items()) or "none logged"
+    sc.details.append(f"half-used nodes: {busy} and their training pods kept ({time.monotonic() - started:.0f}s after the "
+                      f"{share[gone]}-GPU TrainJob {refs[gone][1]} ended, grace {t.grace_seconds}s); the autoscaler's reasons: {reasons}")
+    for k in kept:
+        if not d.end(*refs[k]):
+            return False
+    return _back_to_zero(d, f"half-used nodes: {pool} back at zero after the jobs ended", [pool])
+
+
+def never_joins_then_restart(d: AwsDrill, job: dict) -> None:
+    """A node that never joins: moto launches the instance, its kubelet never registers. At the join deadline
+    (--max-node-provision-time) the autoscaler gives the scale-up up and removes the long-unregistered node
+    (static_autoscaler.go removeOldUnregisteredNodes -> AwsNodeGroup.DeleteNodes -> asgCache.DeleteInstances:
+    TerminateInstanceInAutoScalingGroup with ShouldDecrementDesiredCapacity), then scales up again. Its second
+    instance is held booting while the autoscaler is killed (SIGKILL) and started again: the restarted one
+    counts the booting instance (no other SetDesiredCapacity), the instance joins, the TrainJob binds; moto's
+    instances and desired capacities agree with the nodes (nothing leaked, nothing doubled); after the job
+    every group is back at zero."""
+    sc, t = d.sc, d.timing
+    d.bridge.refuse_next = True
+    d.bridge.booting = False  # the recovery instance boots only once the restarted autoscaler has looked at it
+    try:
+        ref = d.submit(job, "rehearsal-autoscale-b")
+        if ref is None:
+            return
+        started = time.monotonic()
+        seen: dict[str, Any] = {}
+
+        def recovered() -> bool:
+            if not d.bridge.never_join:
+                return False
+            iid, group = next(iter(d.bridge.never_join.items()))
+            pool = d.groups[group].pool
+            live = [(i, g) for g, st in d.pool_groups(pool).items() for i in st["instances"]]
+            seen.update(lost=iid, group=group, pool=pool, live=live)
+            return iid not in {i for i, _ in live} and bool(live)
+
+        if not d.until("never joined: the instance that never registered removed at the join deadline and its pool scaled up again",
+                       recovered, timeout=t.join_deadline_seconds + 150):
+            return
+        lost, group, pool = seen["lost"], seen["group"], seen["pool"]
+        state = d.moto.instances([lost]).get(lost, {}).get("State", {}).get("Name")
+        timed_out = [e.text for e in d.events() if e.group == group and e.kind in ("scale-up timed out", "unregistered removed")]
+        terminated = d.autoscaler_said(rf"Terminated instance {re.escape(lost)} in autoscaling group: [^\n]*")
+        sc.details.append(f"never joined: instance {lost} of {group} launched, never registered; at the join deadline "
+                          f"({t.join_deadline_seconds}s) the autoscaler: {'; '.join(timed_out) or 'nothing logged'}; "
+                          f"{terminated[-1] if terminated else 'no TerminateInstanceInAutoScalingGroup logged'}; moto: {lost} {state}; "
+                          f"{pool} scaled up again ({', '.join(f'{i} in {g}' for i, g in seen['live'])}) "
+                          f"{time.monotonic() - started:.0f}s after the TrainJob")
+        if not terminated or state != "terminated":
+            sc.fail(f"never joined: instance {lost} is {state} and the autoscaler logged "
+                    f"{'no' if not terminated else 'a'} TerminateInstanceInAutoScalingGroup for it")
+
+        # The autoscaler killed while its second scale-up is in flight (the instance launched, not yet a node).
+        before = d.pool_groups(pool)
+        in_flight = [i for st in before.values() for i in st["instances"]]
+        d.autoscaler.kill()
+        if not d.start_autoscaler(f"restart: killed (SIGKILL) while its scale-up ({', '.join(in_flight)}: launched, not yet "
+                                  "a node) was in flight, started again"):
+            return
+        if not d.loops(2):
+            sc.fail("restart: the restarted autoscaler stopped running its loop")
+        after = d.pool_groups(pool)
+        if {g: (st["desired"], st["instances"]) for g, st in after.items()} != {g: (st["desired"], st["instances"]) for g, st in before.items()}:
+            sc.fail(f"restart: the restarted autoscaler changed {pool}'s groups while {in_flight} was still booting: "
+                    f"{ {g: st['desired'] for g, st in before.items()} } -> { {g: st['desired'] for g, st in after.items()} }")
+    finally:
+        d.bridge.booting = True
+    if not d.until(f"restart: TrainJob {ref[0]}/{ref[1]} bound to {pool} after the restart", lambda: _bound_pool(d, *ref) == pool,
+                   timeout=t.join_deadline_seconds + 90):
+        return
+    d.loops(2)  # settled: what the restarted autoscaler does next is in moto now
+    groups, strays = d.pool_groups(pool), d.stray_instances()
+    shown = {g: st for g, st in groups.items() if st["desired"] or st["instances"] or st["nodes"]}
+    sc.details.append(f"after the restart: {pool}'s groups (desired capacity, instances, nodes): "
+                      + "; ".join(f"{g}: {st['desired']}, {st['instances']}, {st['nodes']}" for g, st in shown.items())
+                      + f"; EC2 instances outside any group: {strays or 'none'}")
+    total = sum(len(st["instances"]) for st in groups.values())
+    wrong = [g for g, st in groups.items() if not st["desired"] == len(st["instances"]) == len(st["nodes"])]
+    if wrong or total != 1 or strays:
+        sc.fail(f"restart: moto and the nodes disagree: {total} instance(s) of {pool} for one pending pod; groups whose "
+                f"desired capacity, instances and nodes differ: {wrong or 'none'}; instances outside any group: {strays or 'none'}")
+    if not d.end(*ref) or not _back_to_zero(d, "every GPU group back at zero", list(d.pools)):
+        return
+    left = {g: st["desired"] for g, st in ((g, st) for p in d.pools for g, st in d.pool_groups(p).items()) if st["desired"]}
+    running = d.stray_instances() + [i for p in d.pools for st in d.pool_groups(p).values() for i in st["instances"]]
+    sc.details.append(f"every GPU group back at zero: desired capacity {left or 0}, instances running in moto: {running or 'none'}")
+    if left or running:
+        sc.fail(f"back at zero: moto's groups want {left} and run {running}")
+
+
+def scale_from_zero_and_back(d: AwsDrill, job: dict) -> None:
+    """The shipped drill (every aws-prod rehearsal): the chart's RBAC alone (never synced) and the program's
+    (synced); a Katib trial's TrainJob (with its metrics collector's ephemeral storage) scales a group from
+    zero, binds and runs on a node in the instance's zone; its busy node outlives the grace; after the job
+    ends the node goes after the grace and its instance is terminated through TerminateInstanceInAutoScalingGroup."""
+    d.chart_rbac_alone()
+    if not d.start_autoscaler("sync with the program's RBAC"):
+        return
+    got = katib_trial_from_zero(d, job)
+    if got is None:
+        return
+    ref, pool, inst, node = got
+    name = node["metadata"]["name"]
+    d.busy_node_kept(ref, pool, [name], name, lambda e: name in e.text)
+    job_ends_node_goes(d, ref, pool, inst, name)
+
+
+def notebook_half_used_never_joins_restart(d: AwsDrill, job: dict) -> None:
+    """The extended drill (its own scenario, run by the tests on the shared aws-prod cluster: about six more
+    minutes, which would take aws-prod's `--rehearse` past preflight's default --timeout on a loaded
+    machine): a GPU notebook's pod scales its pool from zero; two half-used multi-GPU nodes keep their
+    trainers; a node that never joins is removed at the join deadline and the pool recovers through a restart
+    of the autoscaler mid-scale-up; every group back at zero."""
+    if not d.start_autoscaler("sync with the program's RBAC"):
+        return
+    if not gpu_notebook_from_zero(d):
+        return
+    if not half_used_nodes_kept(d, job):
+        return
+    never_joins_then_restart(d, job)
+
+
+def katib_trial_only(d: AwsDrill, job: dict) -> None:
+    """The drill's first scale-up alone (the planted template tests): sync, then a Katib trial from zero."""
+    if d.start_autoscaler("sync with the program's RBAC"):
+        katib_trial_from_zero(d, job)
+
+
+def half_used_only(d: AwsDrill, job: dict) -> None:
+    """The half-used multi-GPU phase alone (the planted safe-to-evict test)."""
+    if d.start_autoscaler("sync with the program's RBAC"):
+        half_used_nodes_kept(d, job)
 
 
 # --- the entry points ------------------------------------------------------------------------------------
 
 
 def run_drill(ctx: Any, sc: Any, phases=scale_from_zero_and_back, timing: Optional[Timing] = None,
-              extra_rbac: bool = True) -> Any:
-    """Fills scenario `sc` with `phases` of the drill on `ctx` (an EKS stack's rehearsal)."""
+              extra_rbac: bool = True, plant: Optional[Callable[[list[PlannedGroup]], None]] = None) -> Any:
+    """Fills scenario `sc` with `phases` of the drill on `ctx` (an EKS stack's rehearsal). `plant` changes the
+    plan's groups before moto gets them (a test's planted defect in what the cloud holds, e.g. a tag)."""
     import tempfile
 
     t = timing or Timing()
@@ -657,6 +1023,9 @@ def run_drill(ctx: Any, sc: Any, phases=scale_from_zero_and_back, timing: Option
     except (KeyError, ValueError) as exc:
         sc.fail(f"the plan's Auto Scaling groups: {exc}")
         return sc
+    if plant is not None and groups:
+        groups = copy.deepcopy(groups)
+        plant(groups)
     if not groups:
         sc.details.append("the stack has no autoscaled EKS GPU group (no Auto Scaling group to drill)")
         return sc
@@ -669,3 +1038,11 @@ def run_drill(ctx: Any, sc: Any, phases=scale_from_zero_and_back, timing: Option
 
 def eks_autoscaling(ctx: Any, sc: Any, timing: Optional[Timing] = None) -> Any:
     return run_drill(ctx, sc, scale_from_zero_and_back, timing)
+
+
+EXTENDED_TITLE = ("EKS autoscaling beyond the first scale-up: a GPU notebook from zero, half-used 4-GPU nodes kept, a node "
+                  "that never joins, the autoscaler killed mid-scale-up (the real cluster-autoscaler against moto)")
+
+
+def eks_autoscaling_extended(ctx: Any, sc: Any, timing: Optional[Timing] = None) -> Any:
+    return run_drill(ctx, sc, notebook_half_used_never_joins_restart, timing)

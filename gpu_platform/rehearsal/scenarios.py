@@ -1580,6 +1580,20 @@ def eks_autoscaling(ctx: Context) -> Scenario:
             sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
 
 
+def eks_autoscaling_extended(ctx: Context) -> Scenario:
+    """Not in SCENARIOS: about six more minutes of the EKS drill (a GPU notebook from zero, half-used 4-GPU
+    nodes kept, a node that never joins, the autoscaler killed mid-scale-up), which would take aws-prod's
+    `--rehearse` past preflight's default --timeout (900 s) on a loaded machine; tests run it on the shared
+    aws-prod cluster (tests/test_rehearsal_autoscaler_aws.py)."""
+    sc = Scenario("eks-autoscaling-extended", autoscale_aws.EXTENDED_TITLE)
+    try:
+        return autoscale_aws.eks_autoscaling_extended(ctx, sc)
+    finally:
+        restored = restore_model_nodes(ctx) if ctx.model.cloud == "aws" else []
+        if restored:
+            sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
+
+
 def linode_busy_node(ctx: Context) -> Scenario:
     """Not in SCENARIOS: the shipped linode-dev pool has 1-GPU nodes, which a training pod keeps at 100 % use;
     tests run it on a planted pool of 4-GPU nodes (tests/test_rehearsal_autoscaler.py)."""
