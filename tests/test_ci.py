@@ -657,3 +657,54 @@ def test_the_preview_comment_keeps_the_output_inside_its_block(tmp_path):
     assert body.startswith("## pulumi preview: gcp-prod (failure)\n")
     assert body.count("\n~~~~~~~~\n") == 1 and "## forged heading" in body.split("~~~~~~~~text\n", 1)[1].split("\n~~~~~~~~\n")[0]
     assert (tmp_path / "pr-comment" / "pr-number").read_text() == "7\n"
+
+
+def preview_token_problems(docs: dict[str, dict], ci_md: str, linode_stacks: list[str]) -> list[str]:
+    """Adopter review (issue 37 brief), item 1: one Pulumi team with Stack Read on every stack and its token in
+    every `preview-<stack>` environment let a pull request read the token of `preview-gcp-prod` (no approval)
+    and decrypt linode-dev's state. The token must be one per stack, held only by that stack's environment."""
+    problems = []
+    for wf, doc in docs.items():
+        for name, job in doc["jobs"].items():
+            if "secrets.PULUMI_PREVIEW_TOKEN" not in yaml.safe_dump(job):
+                continue
+            env = job.get("environment")
+            env_name = str(env.get("name") if isinstance(env, dict) else env)
+            if env_name != "preview-${{ matrix.stack }}":
+                problems.append(f"{wf}:{name}: reads PULUMI_PREVIEW_TOKEN from environment {env_name!r}, not the "
+                                f"stack's own preview-<stack>")
+            for step in job.get("steps", []):
+                token = (step.get("env") or {}).get("PULUMI_ACCESS_TOKEN")
+                if token and token != "${{ secrets.PULUMI_PREVIEW_TOKEN }}":
+                    problems.append(f"{wf}:{name}: PULUMI_ACCESS_TOKEN is {token}")
+    section = re.sub(r"\s+", " ", ci_md.split("## Repository settings the gates rely on", 1)[1].split("\n## ", 1)[0])
+    rule = ("team `gpu-platform-preview-<stack>` has the `Stack Read` permission set on `<stack>` and on nothing "
+            "else; its team access token is `PULUMI_PREVIEW_TOKEN` in `preview-<stack>` and nowhere else")
+    if rule not in section:
+        problems.append("docs/ci.md's settings do not state one Pulumi team and token per stack: " + rule)
+    if re.search(r"`gpu-platform-preview` with Stack Read|teams? `gpu-platform-preview`", re.sub(r"\s+", " ", ci_md)):
+        problems.append("docs/ci.md still tells one shared `gpu-platform-preview` team")
+    if linode_stacks and "`preview-linode-*` with required reviewers" not in section:
+        problems.append(f"docs/ci.md: the preview environments of {linode_stacks}, whose state holds deploy "
+                        "credentials, need required reviewers")
+    return problems
+
+
+def test_each_stack_has_its_own_preview_token_and_linode_previews_need_reviewers():
+    linode = [s for s in shipped_stacks()
+              if (yaml.safe_load((ROOT / "stacks" / f"Pulumi.{s}.yaml").read_text())["config"] or {}).get(
+                  "gpu-platform:cloud") == "linode"]
+    assert linode, "the shipped Linode stacks (their state holds the Linode deploy token)"
+    assert all(s.startswith("linode-") for s in linode), linode  # docs/ci.md's `preview-linode-*` covers them
+    assert not preview_token_problems(all_workflows(), (ROOT / "docs" / "ci.md").read_text(), linode)
+
+
+def test_the_preview_token_check_catches_a_shared_token():
+    docs = all_workflows()
+    shared = copy.deepcopy(docs)
+    shared["preview.yml"]["jobs"]["preview"]["environment"] = "preview-gcp-prod"
+    assert any("not the stack's own" in p for p in preview_token_problems(shared, (ROOT / "docs" / "ci.md").read_text(), ["linode-dev"]))
+    old_docs = ("## Repository settings the gates rely on\n\n- **Environments**: `preview-linode-*` with required "
+                "reviewers\n\nIn Pulumi Cloud, two teams (`gpu-platform-preview` with Stack Read, ...)\n")
+    found = preview_token_problems(docs, old_docs, ["linode-dev"])
+    assert any("one Pulumi team and token per stack" in p for p in found) and any("shared" in p for p in found)
