@@ -4,6 +4,7 @@ the README's test command, and the README's first two commands being the ones th
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shutil
 import subprocess
@@ -708,3 +709,33 @@ def test_the_preview_token_check_catches_a_shared_token():
                 "reviewers\n\nIn Pulumi Cloud, two teams (`gpu-platform-preview` with Stack Read, ...)\n")
     found = preview_token_problems(docs, old_docs, ["linode-dev"])
     assert any("one Pulumi team and token per stack" in p for p in found) and any("shared" in p for p in found)
+
+
+def test_ci_pulls_the_charts_and_a_chart_test_without_them_fails_there():
+    """Adopter review (issue 37 brief), item 3: `make check` on GitHub never fetched the charts and `make test`
+    ignored a failed pull, so the chart tests skipped silently and the gate was weaker than it looked."""
+    jobs = workflow("ci.yml")["jobs"]
+    for name in ("check", "tests"):
+        envs = [s.get("env") or {} for s in jobs[name]["steps"]]
+        assert any(e.get("GPU_PLATFORM_REQUIRE_CHARTS") == "1" for e in envs), f"ci.yml:{name}"
+    runs = [s.get("run", "") for s in jobs["check"]["steps"]]
+    ensure = next(i for i, r in enumerate(runs) if "preflight charts ensure" in r)
+    check = next(i for i, r in enumerate(runs) if r == "make check")
+    assert ensure < check and jobs["check"]["steps"][check]["env"]["GPU_PLATFORM_REQUIRE_CHARTS"] == "1"
+    make_test = subprocess.run(["make", "-n", "test", "GPU_PLATFORM_REQUIRE_CHARTS=1"], cwd=ROOT, capture_output=True,
+                               text=True).stdout
+    assert re.search(r"^\S*python\S* -m gpu_platform.preflight charts ensure$", make_test, re.M), make_test  # no `-`
+
+
+@pytest.mark.parametrize("require,outcome", [("", "1 skipped"), ("1", "1 failed")])
+def test_a_chart_test_without_charts_skips_offline_and_fails_when_charts_are_required(tmp_path, require, outcome):
+    empty = tmp_path / "charts"
+    empty.mkdir()
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("from tests.fit_support import need_charts\n\n\ndef test_probe():\n    need_charts()\n")
+    env = {**os.environ, "GPU_PLATFORM_CHARTS": str(empty), "GPU_PLATFORM_REQUIRE_CHARTS": require,
+           "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-rs",
+                          "--rootdir", str(tmp_path), str(probe)], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert outcome in run.stdout, run.stdout + run.stderr
+    assert "charts pull" in run.stdout  # either way it says how to fill the folder
