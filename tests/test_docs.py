@@ -476,3 +476,21 @@ def test_the_upgrade_notes_name_the_types_with_regional_prices():
     regional = {t.name: len(t.regional) for cloud in ("aws", "gcp") for t in catalog.instances(cloud) if t.regional}
     named = dict(re.findall(r"`([a-z0-9.-]+)` \((\d+)(?: more regions)?\)", step))
     assert {k: int(v) for k, v in named.items()} == regional, (named, regional)
+
+
+def test_wheel_commands_name_no_file_the_wheel_lacks():
+    """Adopter review (issue 37 brief), item 6: docs/architecture.md's wheel section ran `gpu-platform-costs
+    simulate examples/seed-scenario.yaml`, a file only a checkout has. An installed console script's line that
+    names a repository file outside the package must say it comes from a checkout."""
+    import re
+
+    bad = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            if not re.search(r"(^|\s|/)gpu-platform-(costs|preflight)\s", line):
+                continue
+            command = line.split("#", 1)[0]
+            files = [w for w in command.split() if re.match(r"(examples|stacks|tests|tools)/", w)]
+            if files and "checkout" not in command:
+                bad.append(f"{page.name}:{n}: {files}")
+    assert not bad, bad

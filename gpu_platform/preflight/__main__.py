@@ -150,8 +150,17 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
         from gpu_platform.preflight.verdict import summary_main
 
         return summary_main(argv[1:])
-    parser = _Parser(prog=command_name("gpu_platform.preflight"), description=__doc__.splitlines()[0],
-                     epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure or a refused bill, 4 usage, 1 bug")
+    prog = command_name("gpu_platform.preflight")
+    parser = _Parser(prog=prog, description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog=("other commands (each with its own --help):\n"
+                             f"  {prog} charts pull|list|ensure   the pinned Helm charts and kustomize installs "
+                             "preflight renders\n"
+                             f"  {prog} summary DIR               Markdown of every DIR/<stack>/preflight.json "
+                             "(CI's job summary)\n"
+                             f"  {prog} policy-config STACK       stacks/policy.<stack>.yaml as the JSON "
+                             "`pulumi preview/up --policy-pack-config` reads\n\n"
+                             "exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure or a refused "
+                             "bill, 4 usage, 1 bug"))
     parser.add_argument("stack", nargs="?", help="stack name: Pulumi.<stack>.yaml in the project's stackConfigDir")
     parser.add_argument("--stack-file", help="plan this stack file instead (its name gives the stack name)")
     parser.add_argument("-C", "--cwd", metavar="DIR",
