@@ -191,6 +191,8 @@ def test_an_eu_gke_stack_is_priced_from_its_regions_prices_or_refused_until_an_o
     cost_row = next(line for line in priced.stdout.splitlines() if line.startswith("  cost "))
     assert "instance prices are europe-west4's" in cost_row and "REFUSED" not in cost_row, cost_row
     assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4" in priced.stdout
+    # Adopter review (issue 37 brief), item 6: the bill was headed "Cost estimate for gpu-prod" (the names' prefix).
+    assert "Cost estimate for gcp-eu, resources named gpu-prod-* (gcp, europe-west4; " in priced.stdout
     lines = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["lines"]
     gpu = next(ln for ln in lines if ln["resource"] == "a2-highgpu-1g")
     assert (gpu["pricedIn"], gpu["unitUsd"]) == ("europe-west4", 1.44587)  # us-central1: 1.92802
@@ -199,6 +201,7 @@ def test_an_eu_gke_stack_is_priced_from_its_regions_prices_or_refused_until_an_o
     cost_row = next(line for line in refused.stdout.splitlines() if line.startswith("  cost "))
     assert "REFUSED: no spot price for a2-highgpu-2g in europe-west4" in cost_row, cost_row
     assert "priceOverrides.a2-highgpu-2g.spot" in refused.stdout
+    assert "Cost estimate for gcp-eu, resources named gpu-prod-* (gcp, europe-west4): REFUSED" in refused.stdout
     doc = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())
     assert doc["refused"]["type"] == "a2-highgpu-2g" and doc["refused"]["region"] == "europe-west4"
     covered = _eu_gke(tmp_path, "  gpu-platform:priceOverrides:\n    a2-highgpu-2g: {spot: 4.2}\n", pool="a2-highgpu-2g")
@@ -271,3 +274,18 @@ def test_list_elements_added_and_removed_are_each_shown_and_secrets_stay_masked(
     assert '        rules[1]: added {"cidr": "192.0.2.0/24", "description": "' + "vpn " * 30 + '"}' in text
     assert '        users[0]: removed {"name": "a", "token": "[secret]"}' in text
     assert "s1" not in text and "s2" not in text and "s3" not in text
+
+
+def test_a_stack_over_its_ceilings_says_by_how_much_not_headroom_of_less():
+    """Adopter review (issue 37 brief), item 6: over its $15k ceiling the reviewer section read "headroom $17.6k of
+    $15.0k", as if there were room left."""
+    from gpu_platform.preflight.costs import bill_label
+    from gpu_platform.preflight.review import headroom
+
+    config = {"monthly-cost-ceiling": {"maxMonthlyUsd": 15000}, "gpu-count-ceiling": {"maxGpus": 16}}
+    over = {h["policy"]: h["text"] for h in headroom(config, {"fullGpus": 20, "fullMonthlyUsd": 17600.0})}
+    assert over == {"gpu-count-ceiling": "20 GPUs, over the ceiling of 16 by 4",
+                    "monthly-cost-ceiling": "$17.6k a month at full capacity, over the ceiling of $15.0k by $2.6k"}
+    under = {h["policy"]: h["text"] for h in headroom(config, {"fullGpus": 8, "fullMonthlyUsd": 11844.54})}
+    assert under == {"gpu-count-ceiling": "8 of 16 GPUs", "monthly-cost-ceiling": "$11.8k of $15.0k a month at full capacity"}
+    assert bill_label("gpu-prod", "gpu-prod") == "gpu-prod" and bill_label("eu-gke", "gpu-prod") == "eu-gke, resources named gpu-prod-*"

@@ -449,7 +449,7 @@ class Run:
 
         # The fit thread prices the rendered storage as soon as the charts are rendered, so the cost
         # chart is drawn (in a child process) while the policy pack is still analysing.
-        costs = self.costs = CostReport(self.cfg, out, plan, repeat_notes=self.verbose >= 1)
+        costs = self.costs = CostReport(self.cfg, out, plan, repeat_notes=self.verbose >= 1, stack=args.stack)
         fit = FitWorker(self.cfg, plan, out, chart_dirs, args.allow_missing_chart,
                         then=costs.report, base=project.root, example=(Path.cwd() / job) if args.job else job)
         (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")

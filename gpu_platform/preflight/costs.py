@@ -339,12 +339,21 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
     return replace(shape, **changes)
 
 
+def bill_label(stack: Optional[str], prefix: str) -> str:
+    """What the bill is for: the stack, and the prefix of its resources' names where that is another name (a
+    stack eu-gke whose nameSuffix keeps the shipped gpu-prod-* names)."""
+    if not stack or stack == prefix:
+        return stack or prefix
+    return f"{stack}, resources named {prefix}-*"
+
+
 class CostReport:
     """Build with the config and the plan; `report(releases)` once the charts are rendered prints the bill."""
 
     def __init__(self, cfg: "StackConfig", out: Path, plan: Any = None, today: Optional[_dt.date] = None,
-                 repeat_notes: bool = True):
+                 repeat_notes: bool = True, stack: Optional[str] = None):
         self.cfg, self.out, self.plan = cfg, out, plan
+        self.label = bill_label(stack, cfg.name_prefix)
         # False: notes this stack's last run showed (out/notes-shown.json) take one line.
         self.repeat_notes = repeat_notes
         self.today = today or calendar_today()  # GPU_PLATFORM_TODAY, like the config checks
@@ -371,7 +380,7 @@ class CostReport:
         from gpu_platform.costs.estimator import RegionPriceRefused, estimate
 
         catalog = stack_catalog(self.cfg)
-        shape = stack_shape(self.cfg, self.plan, releases, self.today, idle)
+        shape = replace(stack_shape(self.cfg, self.plan, releases, self.today, idle), name=self.label)
         if releases is not None:
             self.chart_storage_gib = sum(g for _, g in storage_requests(releases))
             self.chart_load_balancers = len(load_balancer_services(releases))
@@ -426,7 +435,7 @@ class CostReport:
         if not self._sent:
             self._sent = True
             self._chart.stdin.close()  # the child draws nothing when no data comes
-        self._summary = "\n  ".join([f"Cost estimate for {self.cfg.name_prefix} ({self.cfg.cloud}, {exc.region}): REFUSED",
+        self._summary = "\n  ".join([f"Cost estimate for {self.label} ({self.cfg.cloud}, {exc.region}): REFUSED",
                                       str(exc), *fix])
         return self._summary
 

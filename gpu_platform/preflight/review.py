@@ -42,13 +42,17 @@ def headroom(config: Optional[dict[str, Any]], cost: Optional[dict[str, Any]]) -
     gpus = cost.get("fullGpus")
     if gpus is not None:
         limit, where = _setting(config, "gpu-count-ceiling", "maxGpus", DEFAULT_MAX_GPUS)
+        text = (f"{gpus} GPUs, over the ceiling of {limit:g} by {gpus - limit:g}" if gpus > limit
+                else f"{gpus} of {limit:g} GPUs")
         out.append({"policy": "gpu-count-ceiling", "setting": "maxGpus", "value": gpus, "limit": limit, "from": where,
-                    "text": f"{gpus} of {limit:g} GPUs"})
+                    "text": text})
     full = cost.get("fullMonthlyUsd")
     if full is not None:
         limit, where = _setting(config, "monthly-cost-ceiling", "maxMonthlyUsd", DEFAULT_MAX_MONTHLY_USD)
+        text = (f"{_money(full)} a month at full capacity, over the ceiling of {_money(limit)} by {_money(full - limit)}"
+                if full > limit else f"{_money(full)} of {_money(limit)} a month at full capacity")
         out.append({"policy": "monthly-cost-ceiling", "setting": "maxMonthlyUsd", "value": round(full, 2),
-                    "limit": limit, "from": where, "text": f"{_money(full)} of {_money(limit)} a month at full capacity"})
+                    "limit": limit, "from": where, "text": text})
     return out
 
 
