@@ -758,10 +758,17 @@ def test_preflight_checks_the_flows_of_an_existing_cluster_and_names_the_hub(tmp
     from tests.test_hostile_input import run_main
 
     need_charts()
-    code, text, _ = run_main([STACK, "--no-policies", "-v", "--out", str(tmp_path / "ok")], capsys)
+    code, text, _ = run_main([STACK, "--no-policies", "-vv", "--out", str(tmp_path / "ok")], capsys)
     assert code == 0, text[-3000:]
     assert "flows: " in text and "checked on Cilium (kubernetes.network.cni cilium)" in text
     assert "ok   hub to the Kubernetes API" in text
+    # Adopter review (issue 37 brief), item 6: -v listed every passing flow (53 lines on gcp-prod); -vv does.
+    code, brief, _ = run_main([STACK, "--no-policies", "-v", "--out", str(tmp_path / "ok")], capsys)
+    flows = brief.split("  flows: ", 1)[1].split("\n  note: ", 1)[0].splitlines()
+    assert code == 0 and "ok   hub to the Kubernetes API" not in brief
+    passing = sum(1 for line in text.splitlines() if line.startswith("    ok   "))
+    assert any(line.startswith(f"    ok   {passing} flow(s) as the platform needs (") for line in flows), flows
+    assert len([line for line in flows if line.startswith("    ok")]) == 1, flows
     fit = json.loads((tmp_path / "ok" / STACK / "fit.json").read_text())
     assert fit["report"]["flows"]["checked"] > 20 and fit["report"]["flows"]["failed"] == 0
     assert fit["model"]["network"]["ciliumPolicyCidrMatchMode"] == ["nodes"]

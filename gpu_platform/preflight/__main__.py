@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
                         help="jobs (e.g. a TrainJob) to check for queue fit (default: the project's "
                              "examples/training/trainjob-checkpointed.yaml, if present)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="-v: the policy table and the cluster fit; -vv: also the resource tree")
+                        help="-v: the policy table and the cluster fit (the network flows that pass as one line); -vv: also each "
+                             "passing flow and the resource tree")
     parser.add_argument("--quiet", action="store_true", help="the verdict and the bill only (the default; overrides -v)")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="json: one document on stdout (schema: gpu_platform/preflight/preflight.schema.json)")
@@ -502,7 +503,7 @@ class Run:
             return self.fail(EXIT_CONFIG, str(exc), out)
         self.sections["fit"] = fit_section(fit_result)
         if fit_result.failed or fit_result.not_rendered or self.verbose:
-            self.details.append(fit_result.render(verbose=self.verbose >= 1))
+            self.details.append(fit_result.render(verbose=self.verbose))
         files.append(f"{len(fit_result.files)} rendered release(s) under {out / 'rendered'} and {out / 'fit.json'}")
         if fit_result.failed:
             status = EXIT_POLICY
