@@ -739,3 +739,39 @@ def test_a_chart_test_without_charts_skips_offline_and_fails_when_charts_are_req
                           "--rootdir", str(tmp_path), str(probe)], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert outcome in run.stdout, run.stdout + run.stderr
     assert "charts pull" in run.stdout  # either way it says how to fill the folder
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "drift.yml"])
+def test_each_preview_checks_its_token_is_its_own_stacks_team_token(name):
+    """A shared token is refused at run time too: before the preview, the job asks Pulumi Cloud whose team token
+    it holds and fails unless it is gpu-platform-preview-<stack>'s (docs/ci.md)."""
+    job = next(iter(workflow(name)["jobs"].values()))
+    steps = job["steps"]
+    check = next(i for i, s in enumerate(steps) if s.get("run") == 'bash .github/pulumi-token-team.sh "$TEAM"')
+    preview = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("pulumi/actions@"))
+    assert check < preview
+    assert steps[check]["env"] == {"PULUMI_ACCESS_TOKEN": "${{ secrets.PULUMI_PREVIEW_TOKEN }}",
+                                   "TEAM": "gpu-platform-preview-${{ matrix.stack }}"}
+    assert steps[preview]["env"]["PULUMI_ACCESS_TOKEN"] == steps[check]["env"]["PULUMI_ACCESS_TOKEN"]
+
+
+@pytest.mark.parametrize("answer,ok", [('{"githubLogin": "gpu-platform-preview-gcp-prod", "tokenInfo": '
+                                        '{"name": "ci", "team": "gpu-platform-preview-gcp-prod"}}', True),
+                                       ('{"githubLogin": "acme", "tokenInfo": {"name": "ci", "team": '
+                                        '"gpu-platform-preview"}}', False),
+                                       ('{"githubLogin": "acme", "tokenInfo": {"name": "ci", "organization": "acme"}}', False),
+                                       ('{"githubLogin": "jane"}', False)])
+def test_the_token_check_passes_only_the_stacks_own_team(tmp_path, answer, ok):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    curl = bin_dir / "curl"
+    curl.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\ncat <<'JSON'\n{answer}\nJSON\n")
+    curl.chmod(0o755)
+    run = subprocess.run(["bash", str(ROOT / ".github" / "pulumi-token-team.sh"), "gpu-platform-preview-gcp-prod"],
+                         capture_output=True, text=True,
+                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "PULUMI_ACCESS_TOKEN": "pul-secret"})
+    assert (run.returncode == 0) is ok, run.stdout + run.stderr
+    assert "pul-secret" not in run.stdout + run.stderr
+    assert "https://api.pulumi.com/api/user" in (tmp_path / "args").read_text()
+    if not ok:
+        assert "not one of the team gpu-platform-preview-gcp-prod" in run.stderr and "docs/ci.md" in run.stderr
