@@ -220,6 +220,7 @@ def unpriced_resources(plan: Any) -> list[str]:
         left.setdefault(r.type, []).append(r.name)
     out = []
     for rtype, names in sorted(left.items()):
+        names = sorted(names)  # the plan's order varies between runs; a note is shown again only when it changes
         shown = ", ".join(names[:SHOWN_NAMES]) + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
         out.append(f"{len(names)} planned {rtype} resource(s) the cost model does not price: {shown}")
     return out
