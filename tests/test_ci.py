@@ -4,6 +4,7 @@ the README's test command, and the README's first two commands being the ones th
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shutil
 import subprocess
@@ -657,3 +658,120 @@ def test_the_preview_comment_keeps_the_output_inside_its_block(tmp_path):
     assert body.startswith("## pulumi preview: gcp-prod (failure)\n")
     assert body.count("\n~~~~~~~~\n") == 1 and "## forged heading" in body.split("~~~~~~~~text\n", 1)[1].split("\n~~~~~~~~\n")[0]
     assert (tmp_path / "pr-comment" / "pr-number").read_text() == "7\n"
+
+
+def preview_token_problems(docs: dict[str, dict], ci_md: str, linode_stacks: list[str]) -> list[str]:
+    """Adopter review (issue 37 brief), item 1: one Pulumi team with Stack Read on every stack and its token in
+    every `preview-<stack>` environment let a pull request read the token of `preview-gcp-prod` (no approval)
+    and decrypt linode-dev's state. The token must be one per stack, held only by that stack's environment."""
+    problems = []
+    for wf, doc in docs.items():
+        for name, job in doc["jobs"].items():
+            if "secrets.PULUMI_PREVIEW_TOKEN" not in yaml.safe_dump(job):
+                continue
+            env = job.get("environment")
+            env_name = str(env.get("name") if isinstance(env, dict) else env)
+            if env_name != "preview-${{ matrix.stack }}":
+                problems.append(f"{wf}:{name}: reads PULUMI_PREVIEW_TOKEN from environment {env_name!r}, not the "
+                                f"stack's own preview-<stack>")
+            for step in job.get("steps", []):
+                token = (step.get("env") or {}).get("PULUMI_ACCESS_TOKEN")
+                if token and token != "${{ secrets.PULUMI_PREVIEW_TOKEN }}":
+                    problems.append(f"{wf}:{name}: PULUMI_ACCESS_TOKEN is {token}")
+    section = re.sub(r"\s+", " ", ci_md.split("## Repository settings the gates rely on", 1)[1].split("\n## ", 1)[0])
+    rule = ("team `gpu-platform-preview-<stack>` has the `Stack Read` permission set on `<stack>` and on nothing "
+            "else; its team access token is `PULUMI_PREVIEW_TOKEN` in `preview-<stack>` and nowhere else")
+    if rule not in section:
+        problems.append("docs/ci.md's settings do not state one Pulumi team and token per stack: " + rule)
+    if re.search(r"`gpu-platform-preview` with Stack Read|teams? `gpu-platform-preview`", re.sub(r"\s+", " ", ci_md)):
+        problems.append("docs/ci.md still tells one shared `gpu-platform-preview` team")
+    if linode_stacks and "`preview-linode-*` with required reviewers" not in section:
+        problems.append(f"docs/ci.md: the preview environments of {linode_stacks}, whose state holds deploy "
+                        "credentials, need required reviewers")
+    return problems
+
+
+def test_each_stack_has_its_own_preview_token_and_linode_previews_need_reviewers():
+    linode = [s for s in shipped_stacks()
+              if (yaml.safe_load((ROOT / "stacks" / f"Pulumi.{s}.yaml").read_text())["config"] or {}).get(
+                  "gpu-platform:cloud") == "linode"]
+    assert linode, "the shipped Linode stacks (their state holds the Linode deploy token)"
+    assert all(s.startswith("linode-") for s in linode), linode  # docs/ci.md's `preview-linode-*` covers them
+    assert not preview_token_problems(all_workflows(), (ROOT / "docs" / "ci.md").read_text(), linode)
+
+
+def test_the_preview_token_check_catches_a_shared_token():
+    docs = all_workflows()
+    shared = copy.deepcopy(docs)
+    shared["preview.yml"]["jobs"]["preview"]["environment"] = "preview-gcp-prod"
+    assert any("not the stack's own" in p for p in preview_token_problems(shared, (ROOT / "docs" / "ci.md").read_text(), ["linode-dev"]))
+    old_docs = ("## Repository settings the gates rely on\n\n- **Environments**: `preview-linode-*` with required "
+                "reviewers\n\nIn Pulumi Cloud, two teams (`gpu-platform-preview` with Stack Read, ...)\n")
+    found = preview_token_problems(docs, old_docs, ["linode-dev"])
+    assert any("one Pulumi team and token per stack" in p for p in found) and any("shared" in p for p in found)
+
+
+def test_ci_pulls_the_charts_and_a_chart_test_without_them_fails_there():
+    """Adopter review (issue 37 brief), item 3: `make check` on GitHub never fetched the charts and `make test`
+    ignored a failed pull, so the chart tests skipped silently and the gate was weaker than it looked."""
+    jobs = workflow("ci.yml")["jobs"]
+    for name in ("check", "tests"):
+        envs = [s.get("env") or {} for s in jobs[name]["steps"]]
+        assert any(e.get("GPU_PLATFORM_REQUIRE_CHARTS") == "1" for e in envs), f"ci.yml:{name}"
+    runs = [s.get("run", "") for s in jobs["check"]["steps"]]
+    ensure = next(i for i, r in enumerate(runs) if "preflight charts ensure" in r)
+    check = next(i for i, r in enumerate(runs) if r == "make check")
+    assert ensure < check and jobs["check"]["steps"][check]["env"]["GPU_PLATFORM_REQUIRE_CHARTS"] == "1"
+    make_test = subprocess.run(["make", "-n", "test", "GPU_PLATFORM_REQUIRE_CHARTS=1"], cwd=ROOT, capture_output=True,
+                               text=True).stdout
+    assert re.search(r"^\S*python\S* -m gpu_platform.preflight charts ensure$", make_test, re.M), make_test  # no `-`
+
+
+@pytest.mark.parametrize("require,outcome", [("", "1 skipped"), ("1", "1 failed")])
+def test_a_chart_test_without_charts_skips_offline_and_fails_when_charts_are_required(tmp_path, require, outcome):
+    empty = tmp_path / "charts"
+    empty.mkdir()
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("from tests.fit_support import need_charts\n\n\ndef test_probe():\n    need_charts()\n")
+    env = {**os.environ, "GPU_PLATFORM_CHARTS": str(empty), "GPU_PLATFORM_REQUIRE_CHARTS": require,
+           "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-rs",
+                          "--rootdir", str(tmp_path), str(probe)], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert outcome in run.stdout, run.stdout + run.stderr
+    assert "charts pull" in run.stdout  # either way it says how to fill the folder
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "drift.yml"])
+def test_each_preview_checks_its_token_is_its_own_stacks_team_token(name):
+    """A shared token is refused at run time too: before the preview, the job asks Pulumi Cloud whose team token
+    it holds and fails unless it is gpu-platform-preview-<stack>'s (docs/ci.md)."""
+    job = next(iter(workflow(name)["jobs"].values()))
+    steps = job["steps"]
+    check = next(i for i, s in enumerate(steps) if s.get("run") == 'bash .github/pulumi-token-team.sh "$TEAM"')
+    preview = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("pulumi/actions@"))
+    assert check < preview
+    assert steps[check]["env"] == {"PULUMI_ACCESS_TOKEN": "${{ secrets.PULUMI_PREVIEW_TOKEN }}",
+                                   "TEAM": "gpu-platform-preview-${{ matrix.stack }}"}
+    assert steps[preview]["env"]["PULUMI_ACCESS_TOKEN"] == steps[check]["env"]["PULUMI_ACCESS_TOKEN"]
+
+
+@pytest.mark.parametrize("answer,ok", [('{"githubLogin": "gpu-platform-preview-gcp-prod", "tokenInfo": '
+                                        '{"name": "ci", "team": "gpu-platform-preview-gcp-prod"}}', True),
+                                       ('{"githubLogin": "acme", "tokenInfo": {"name": "ci", "team": '
+                                        '"gpu-platform-preview"}}', False),
+                                       ('{"githubLogin": "acme", "tokenInfo": {"name": "ci", "organization": "acme"}}', False),
+                                       ('{"githubLogin": "jane"}', False)])
+def test_the_token_check_passes_only_the_stacks_own_team(tmp_path, answer, ok):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    curl = bin_dir / "curl"
+    curl.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\ncat <<'JSON'\n{answer}\nJSON\n")
+    curl.chmod(0o755)
+    run = subprocess.run(["bash", str(ROOT / ".github" / "pulumi-token-team.sh"), "gpu-platform-preview-gcp-prod"],
+                         capture_output=True, text=True,
+                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "PULUMI_ACCESS_TOKEN": "pul-secret"})
+    assert (run.returncode == 0) is ok, run.stdout + run.stderr
+    assert "pul-secret" not in run.stdout + run.stderr
+    assert "https://api.pulumi.com/api/user" in (tmp_path / "args").read_text()
+    if not ok:
+        assert "not one of the team gpu-platform-preview-gcp-prod" in run.stderr and "docs/ci.md" in run.stderr

@@ -80,3 +80,44 @@ def test_gcp_bill_has_the_nat_address_and_the_soft_deleted_checkpoints():
     soft = lines["checkpoint bucket, soft-deleted versions (gcs-standard)"]
     assert soft.quantity == pytest.approx(shape.checkpoint_gib_per_day * GCS_DEFAULT_SOFT_DELETE_DAYS)
     assert "soft-delete" in soft.assumption and soft.monthly_usd > 0
+
+
+def test_a_library_users_own_resources_are_listed_as_not_modelled(tmp_path):
+    """Adopter review (issue 37 brief), item 5: a program that plans resources of its own (examples/team-gke's
+    datasets bucket, a planted static address) got them neither priced nor listed: the bill looked complete."""
+    import shutil
+
+    from tests.cli_support import preflight_in_process
+    from tests.conftest import ROOT
+    from tests.fit_support import CHART_DIRS, need_charts
+
+    need_charts()
+    project = tmp_path / "team-gke"
+    shutil.copytree(ROOT / "examples" / "team-gke", project)
+    program = project / "__main__.py"
+    text = program.read_text()
+    program.write_text(text.replace('pulumi.export("kubeconfig"', 'gcp.compute.Address("egress-ip", region=cfg.gcp.region)\n\n'
+                                    'pulumi.export("kubeconfig"', 1))
+    run = preflight_in_process("-C", str(project), "dev", "--out", str(tmp_path / "out"),
+                               *(a for d in CHART_DIRS for a in ("--charts", str(d))), env={"NO_COLOR": "1"})
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    not_modelled = json.loads((tmp_path / "out" / "dev" / "cost.json").read_text())["notModelled"]
+    assert "1 planned gcp:storage/bucket:Bucket resource(s) the cost model does not price: datasets" in not_modelled
+    assert "1 planned gcp:compute/address:Address resource(s) the cost model does not price: egress-ip" in not_modelled
+    # The package's own bucket, cluster and pools are priced (or noted) already: never listed twice.
+    assert not any("gpu-prod" in item or "container/" in item for item in not_modelled), not_modelled
+
+
+@pytest.mark.parametrize("stack", ["aws-prod", "gcp-prod", "linode-dev", "linode-ha", "onprem-dev"])
+def test_every_resource_the_shipped_stacks_plan_is_priced_free_or_listed(stack):
+    """Each type the program registers is accounted for (gpu_platform/preflight/costs.py); what is not, a new
+    component's resource included, shows up under "not modelled". AWS's CloudWatch alarms ($0.10 an alarm-month
+    on AWS's price list) are not priced, so they are listed."""
+    from gpu_platform.preflight.costs import unpriced_resources
+    from tests.conftest import shipped_plan
+
+    listed = unpriced_resources(shipped_plan(stack, "2026-11-23"))
+    if stack == "aws-prod":
+        assert len(listed) == 1 and listed[0].startswith("9 planned aws:cloudwatch/metricAlarm:MetricAlarm"), listed
+    else:
+        assert listed == []

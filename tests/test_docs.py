@@ -486,3 +486,21 @@ def test_the_upgrade_notes_name_the_types_with_regional_prices():
         family = name.split(".")[0]
         assert region in step and (f"`{name}`" in step or f"{family[0].upper()}{family[1:]} types" in step), (name, region)
         assert f"{'On-Demand' if cap == 'on-demand' else 'Spot'} of " in step, cap
+
+
+def test_wheel_commands_name_no_file_the_wheel_lacks():
+    """Adopter review (issue 37 brief), item 6: docs/architecture.md's wheel section ran `gpu-platform-costs
+    simulate examples/seed-scenario.yaml`, a file only a checkout has. An installed console script's line that
+    names a repository file outside the package must say it comes from a checkout."""
+    import re
+
+    bad = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            if not re.search(r"(^|\s|/)gpu-platform-(costs|preflight)\s", line):
+                continue
+            command = line.split("#", 1)[0]
+            files = [w for w in command.split() if re.match(r"(examples|stacks|tests|tools)/", w)]
+            if files and "checkout" not in command:
+                bad.append(f"{page.name}:{n}: {files}")
+    assert not bad, bad

@@ -437,7 +437,7 @@ def test_preflight_reports_the_flows_and_exits_3_on_a_planted_policy(tmp_path, c
     job.write_text((ROOT / "examples" / "training" / "trainjob-checkpointed.yaml").read_text().rstrip("\n")
                    + "\n---\n" + yaml.safe_dump(PIPELINES_LOCKDOWN, sort_keys=False))
     out = tmp_path / "build"
-    code, text, _ = run_main(["linode-dev", "--no-policies", "-v", "--job", str(job), "--out", str(out)], capsys)
+    code, text, _ = run_main(["linode-dev", "--no-policies", "-vv", "--job", str(job), "--out", str(out)], capsys)
     assert code == 3, text[-3000:]
     assert "[flows] NetworkPolicy/kubeflow/ml-pipeline-from-kubeflow-only" in text
     assert "flow 'notebook to Pipelines'" in text

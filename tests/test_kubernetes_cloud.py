@@ -112,10 +112,10 @@ def releases(plan: Plan) -> dict[str, dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_the_example_stack_is_valid_and_warns_of_nothing():
+def test_the_example_stack_is_valid_and_warns_only_of_its_placeholder_alert_address():
     cfg = parse_config(stack_input_from_mapping(STACK, config()).raw, STACK)
     assert cfg.cloud == "kubernetes" and cfg.kubernetes.cluster_name == "onprem-a"
-    assert config_warnings(cfg) == []
+    assert [w.split(":", 1)[0] for w in config_warnings(cfg)] == ["alertEmails[0] ml-platform-alerts@example.com"]
 
 
 @pytest.mark.parametrize("change,key,allowed", [
@@ -758,10 +758,17 @@ def test_preflight_checks_the_flows_of_an_existing_cluster_and_names_the_hub(tmp
     from tests.test_hostile_input import run_main
 
     need_charts()
-    code, text, _ = run_main([STACK, "--no-policies", "-v", "--out", str(tmp_path / "ok")], capsys)
+    code, text, _ = run_main([STACK, "--no-policies", "-vv", "--out", str(tmp_path / "ok")], capsys)
     assert code == 0, text[-3000:]
     assert "flows: " in text and "checked on Cilium (kubernetes.network.cni cilium)" in text
     assert "ok   hub to the Kubernetes API" in text
+    # Adopter review (issue 37 brief), item 6: -v listed every passing flow (53 lines on gcp-prod); -vv does.
+    code, brief, _ = run_main([STACK, "--no-policies", "-v", "--out", str(tmp_path / "ok")], capsys)
+    flows = brief.split("  flows: ", 1)[1].split("\n  note: ", 1)[0].splitlines()
+    assert code == 0 and "ok   hub to the Kubernetes API" not in brief
+    passing = sum(1 for line in text.splitlines() if line.startswith("    ok   "))
+    assert any(line.startswith(f"    ok   {passing} flow(s) as the platform needs (") for line in flows), flows
+    assert len([line for line in flows if line.startswith("    ok")]) == 1, flows
     fit = json.loads((tmp_path / "ok" / STACK / "fit.json").read_text())
     assert fit["report"]["flows"]["checked"] > 20 and fit["report"]["flows"]["failed"] == 0
     assert fit["model"]["network"]["ciliumPolicyCidrMatchMode"] == ["nodes"]
@@ -1038,7 +1045,7 @@ def test_a_private_key_in_the_ca_bundle_is_refused_without_quoting_it():
 def test_an_expired_certificate_in_the_bundle_is_a_warning(monkeypatch):
     pem = _ca_pem(days=2)
     cfg = parse_config(stack_input_from_mapping(STACK, _with_ca(pem)).raw, STACK)
-    assert config_warnings(cfg) == []
+    assert [w for w in config_warnings(cfg) if not w.startswith("alertEmails[")] == []
     import datetime
 
     from gpu_platform.data.versions_calendar import today

@@ -193,6 +193,8 @@ def test_an_eu_gke_stack_is_priced_from_its_regions_prices_or_refused_until_an_o
     cost_row = next(line for line in priced.stdout.splitlines() if line.startswith("  cost "))
     assert "instance prices are europe-west4's" in cost_row and "REFUSED" not in cost_row, cost_row
     assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4" in priced.stdout
+    # Adopter review (issue 37 brief), item 6: the bill was headed "Cost estimate for gpu-prod" (the names' prefix).
+    assert "Cost estimate for gcp-eu, resources named gpu-prod-* (gcp, europe-west4; " in priced.stdout
     lines = json.loads((tmp_path / "out" / "gcp-eu" / "cost.json").read_text())["lines"]
     gpu = next(ln for ln in lines if ln["resource"] == "a2-highgpu-1g")
     assert (gpu["pricedIn"], gpu["unitUsd"]) == ("europe-west4", 1.692835)  # us-central1: 1.92802
@@ -233,3 +235,59 @@ def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(t
     assert "STALE PRICES: a2-highgpu-1g up to " in cost_row and "(dated 2026-07-30; more than 90)" in cost_row, cost_row
     doc = json.loads(next((tmp_path / "out").rglob(DOCUMENT)).read_text())
     assert doc["verdict"] == "pass" and "days old)" in markdown([doc])
+
+
+def test_an_admin_cidr_added_shows_the_new_element_whole(base_and_head):
+    """Adopter review (issue 37 brief), item 4: adding an admin CIDR printed both lists side by side, cut off
+    at 80 characters (`... {"cidrBlock": "10...`) just before the element that changed."""
+    from gpu_platform.preflight.review import render_diff
+
+    base, _, _ = base_and_head
+    head_dir = base.parent / "cidr"
+    head_dir.mkdir()
+    text = (ROOT / "stacks" / "Pulumi.gcp-prod.yaml").read_text()
+    assert "    - 203.0.113.0/24\n" in text
+    (head_dir / "Pulumi.gcp-prod.yaml").write_text(text.replace("    - 203.0.113.0/24\n",
+                                                                "    - 203.0.113.0/24\n    - 10.20.30.0/24\n", 1))
+    run = preflight("--stack-file", str(head_dir / "Pulumi.gcp-prod.yaml"), "--out", str(head_dir / "out"),
+                    "--base", str(base), "--format", "json")
+    diff = json.loads(run.stdout)["baseDiff"]
+    report = render_diff(diff)
+    lines = [ln.strip() for ln in report.splitlines() if "10.20.30.0/24" in ln]
+    assert lines, report
+    for line in lines:  # each a whole element added, never a list cut short
+        assert ": added " in line and not line.endswith("...") and line.count("{") == line.count("}"), line
+    assert any('"cidrBlock": "10.20.30.0/24"' in ln for ln in lines), lines
+    assert "203.0.113.0/24" not in "\n".join(ln for ln in report.splitlines() if "cidr" in ln.lower()), report
+
+
+def test_list_elements_added_and_removed_are_each_shown_and_secrets_stay_masked():
+    from gpu_platform.preflight.review import field_changes, render_diff
+
+    old = {"rules": [{"cidr": "10.0.0.0/8", "description": "office " * 20}], "users": [{"name": "a", "token": "s1"}]}
+    new = {"rules": [{"cidr": "10.0.0.0/8", "description": "office " * 20}, {"cidr": "192.0.2.0/24", "description": "vpn " * 30}],
+           "users": [{"name": "b", "token": "s2"}, {"name": "c", "token": "s3"}]}
+    fields = field_changes(old, new)
+    assert {"path": "rules[1]", "head": new["rules"][1], "element": "added"} in fields
+    assert {"path": "users[0]", "base": {"name": "a", "token": "[secret]"}, "element": "removed"} in fields
+    text = render_diff({"base": "b", "resources": {"added": [], "removed": [], "changed": ["u"]},
+                        "changes": [{"urn": "urn:pulumi:s::p::gcp:compute/firewall:Firewall::fw", "type": "gcp:compute/firewall:Firewall",
+                                     "name": "fw", "change": "changed", "category": "firewall", "fields": fields}]})
+    assert '        rules[1]: added {"cidr": "192.0.2.0/24", "description": "' + "vpn " * 30 + '"}' in text
+    assert '        users[0]: removed {"name": "a", "token": "[secret]"}' in text
+    assert "s1" not in text and "s2" not in text and "s3" not in text
+
+
+def test_a_stack_over_its_ceilings_says_by_how_much_not_headroom_of_less():
+    """Adopter review (issue 37 brief), item 6: over its $15k ceiling the reviewer section read "headroom $17.6k of
+    $15.0k", as if there were room left."""
+    from gpu_platform.preflight.costs import bill_label
+    from gpu_platform.preflight.review import headroom
+
+    config = {"monthly-cost-ceiling": {"maxMonthlyUsd": 15000}, "gpu-count-ceiling": {"maxGpus": 16}}
+    over = {h["policy"]: h["text"] for h in headroom(config, {"fullGpus": 20, "fullMonthlyUsd": 17600.0})}
+    assert over == {"gpu-count-ceiling": "20 GPUs, over the ceiling of 16 by 4",
+                    "monthly-cost-ceiling": "$17.6k a month at full capacity, over the ceiling of $15.0k by $2.6k"}
+    under = {h["policy"]: h["text"] for h in headroom(config, {"fullGpus": 8, "fullMonthlyUsd": 11844.54})}
+    assert under == {"gpu-count-ceiling": "8 of 16 GPUs", "monthly-cost-ceiling": "$11.8k of $15.0k a month at full capacity"}
+    assert bill_label("gpu-prod", "gpu-prod") == "gpu-prod" and bill_label("eu-gke", "gpu-prod") == "eu-gke, resources named gpu-prod-*"

@@ -180,3 +180,18 @@ def test_the_charts_help_names_every_folder_preflight_looks_in():
     charts = next(line for line in run.stdout.splitlines() if line.strip().startswith("--charts DIR"))
     assert all(where in charts for where in ("$GPU_PLATFORM_CHARTS", "../shared/charts", "~/.cache/gpu-platform/charts",
                                              "charts pull")), charts
+
+
+def test_the_help_lists_the_other_subcommands_each_of_which_answers_help():
+    """Adopter review (issue 37 brief), item 6: `preflight --help` named none of `charts`, `summary` and
+    `policy-config`, so a user reading it could not find them."""
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "COLUMNS": "400"})
+    assert run.returncode == 0
+    epilog = run.stdout.split("other commands", 1)[1]
+    for sub in ("charts pull|list|ensure", "summary DIR", "policy-config STACK"):
+        assert f"gpu_platform.preflight {sub} " in epilog, epilog
+        word = sub.split()[0]
+        sub_help = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", word, "--help"], cwd=ROOT,
+                                  capture_output=True, text=True)
+        assert sub_help.returncode == 0 and f"gpu_platform.preflight {word}" in sub_help.stdout, sub_help.stderr

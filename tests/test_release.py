@@ -4,6 +4,8 @@ version's CHANGELOG section with its upgrade note, and the workflow publishes on
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,3 +80,59 @@ def test_the_release_workflow_checks_builds_and_publishes_only_from_a_tag():
     for wf in ("controller-image.yml", "linode-node-groups-image.yml", "training-image.yml"):
         image = yaml.safe_load((ROOT / ".github" / "workflows" / wf).read_text())
         assert "v*" in image.get("on", image.get(True))["push"]["tags"], wf
+
+
+PUBLISHERS = {"release.yml": "check", "controller-image.yml": "publish", "linode-node-groups-image.yml": "publish",
+              "training-image.yml": "publish"}
+
+
+@pytest.mark.parametrize("wf", sorted(PUBLISHERS))
+def test_a_release_tag_publishes_only_a_commit_of_main_after_a_reviewer_approves(wf):
+    """Adopter review (issue 37 brief), item 2: any `v*` tag on any commit created a release and pushed images to
+    GHCR. Each job that may write runs in the protected `release` environment, and the tag's commit must be on
+    main (checked before anything is built or written), with main fetched by the checkout."""
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / wf).read_text())
+    for name, job in doc["jobs"].items():
+        if any(v == "write" for v in (job.get("permissions") or {}).values()):
+            assert job.get("environment") == "release", f"{wf}:{name} writes outside the release environment"
+    gate = doc["jobs"][PUBLISHERS[wf]]
+    steps = gate["steps"]
+    checkout = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("actions/checkout@"))
+    assert steps[checkout]["with"].get("fetch-depth") == 0, "origin/main is fetched only with fetch-depth: 0"
+    on_main = next(i for i, s in enumerate(steps) if s.get("run") == "bash .github/tag-on-main.sh")
+    assert checkout < on_main
+    first_effect = next(i for i, s in enumerate(steps) if i > checkout and i != on_main and (
+        "make" in s.get("run", "") or "docker/" in str(s.get("uses", ""))))
+    assert on_main < first_effect, f"{wf}: the main check comes before anything is built or pushed"
+    if wf == "release.yml":
+        assert doc["jobs"]["publish"]["needs"] == "check"
+    docs = re.sub(r"\s+", " ", (ROOT / "docs" / "ci.md").read_text())
+    assert "A `release` environment and a tag ruleset for `v*`." in docs
+
+
+def _git(cwd, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid", "-C", str(cwd), *args],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_main_check_refuses_a_tag_of_a_commit_main_lacks(tmp_path):
+    origin, clone = tmp_path / "origin", tmp_path / "clone"
+    origin.mkdir()
+    _git(origin, "init", "-q", "-b", "main")
+    _git(origin, "commit", "-q", "--allow-empty", "-m", "on main")
+    on_main = _git(origin, "rev-parse", "HEAD")
+    _git(origin, "checkout", "-q", "-b", "side")
+    _git(origin, "commit", "-q", "--allow-empty", "-m", "never reviewed")
+    side = _git(origin, "rev-parse", "HEAD")
+    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+
+    def check(sha, cwd=clone):
+        return subprocess.run(["bash", str(ROOT / ".github" / "tag-on-main.sh")], cwd=cwd, capture_output=True,
+                              text=True, env={"PATH": os.environ["PATH"], "GITHUB_SHA": sha, "GITHUB_REF_NAME": "v9.9.9"})
+
+    assert check(on_main).returncode == 0
+    refused = check(side)
+    assert refused.returncode == 1 and f"v9.9.9 points at {side}, which is not on main" in refused.stderr
+    shallow = tmp_path / "shallow"  # a checkout without fetch-depth: 0 has no origin/main: refused, not passed
+    _git(tmp_path, "init", "-q", "shallow")
+    assert check(on_main, shallow).returncode == 1

@@ -415,6 +415,7 @@ def private_range_issues(cfg: StackConfig) -> list[ConfigIssue]:
 def config_warnings(cfg: StackConfig) -> list[str]:
     """Problems that do not stop a deploy but need a person soon (e.g. a version near end of support)."""
     return (system_pool_warnings(cfg) + version_warnings(cfg) + platform_checks.platform_warnings(cfg)
+            + platform_checks.reserved_alert_address_warnings(cfg)
             + aws_checks.termination_handler_warnings(cfg)
             + linode_checks.token_expiry_warnings(cfg) + linode_checks.image_registry_warnings(cfg)
             + linode_checks.pki_warnings(cfg) + linode_checks.upgrade_step_warnings(cfg)

@@ -150,8 +150,17 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
         from gpu_platform.preflight.verdict import summary_main
 
         return summary_main(argv[1:])
-    parser = _Parser(prog=command_name("gpu_platform.preflight"), description=__doc__.splitlines()[0],
-                     epilog="exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure or a refused bill, 4 usage, 1 bug")
+    prog = command_name("gpu_platform.preflight")
+    parser = _Parser(prog=prog, description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog=("other commands (each with its own --help):\n"
+                             f"  {prog} charts pull|list|ensure   the pinned Helm charts and kustomize installs "
+                             "preflight renders\n"
+                             f"  {prog} summary DIR               Markdown of every DIR/<stack>/preflight.json "
+                             "(CI's job summary)\n"
+                             f"  {prog} policy-config STACK       stacks/policy.<stack>.yaml as the JSON "
+                             "`pulumi preview/up --policy-pack-config` reads\n\n"
+                             "exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure or a refused "
+                             "bill, 4 usage, 1 bug"))
     parser.add_argument("stack", nargs="?", help="stack name: Pulumi.<stack>.yaml in the project's stackConfigDir")
     parser.add_argument("--stack-file", help="plan this stack file instead (its name gives the stack name)")
     parser.add_argument("-C", "--cwd", metavar="DIR",
@@ -163,7 +172,8 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
                         help="jobs (e.g. a TrainJob) to check for queue fit (default: the project's "
                              "examples/training/trainjob-checkpointed.yaml, if present)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="-v: the policy table and the cluster fit; -vv: also the resource tree")
+                        help="-v: the policy table and the cluster fit (the network flows that pass as one line); -vv: also each "
+                             "passing flow and the resource tree")
     parser.add_argument("--quiet", action="store_true", help="the verdict and the bill only (the default; overrides -v)")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="json: one document on stdout (schema: gpu_platform/preflight/preflight.schema.json)")
@@ -446,7 +456,7 @@ class Run:
 
         # The fit thread prices the rendered storage as soon as the charts are rendered, so the cost
         # chart is drawn (in a child process) while the policy pack is still analysing.
-        costs = self.costs = CostReport(self.cfg, out, plan, repeat_notes=self.verbose >= 1)
+        costs = self.costs = CostReport(self.cfg, out, plan, repeat_notes=self.verbose >= 1, stack=args.stack)
         fit = FitWorker(self.cfg, plan, out, chart_dirs, args.allow_missing_chart,
                         then=costs.report, base=project.root, example=(Path.cwd() / job) if args.job else job)
         (out / "plan.json").write_text(json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
@@ -499,7 +509,7 @@ class Run:
             return self.fail(EXIT_CONFIG, str(exc), out)
         self.sections["fit"] = fit_section(fit_result)
         if fit_result.failed or fit_result.not_rendered or self.verbose:
-            self.details.append(fit_result.render(verbose=self.verbose >= 1))
+            self.details.append(fit_result.render(verbose=self.verbose))
         files.append(f"{len(fit_result.files)} rendered release(s) under {out / 'rendered'} and {out / 'fit.json'}")
         if fit_result.failed:
             status = EXIT_POLICY

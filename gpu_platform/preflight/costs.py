@@ -146,6 +146,86 @@ def registry_note(cfg: "StackConfig", plan: Any) -> Optional[str]:
     return f"container images the program builds into linode.imageRegistry ({names}): that registry's own pricing"
 
 
+# How the bill accounts for each resource type a plan registers (tests/test_costs_accounting.py holds every type the
+# shipped stacks plan to one of these). A planned resource of a type in none of them is listed under "not
+# modelled", by type, with its names: a library user's own bucket or database is never silently left off.
+# Priced from the plan, whoever registered them (_network_and_keys, the load balancers in stack_shape):
+PRICED_FROM_PLAN = frozenset({
+    "aws:ec2/natGateway:NatGateway", "aws:ec2/eip:Eip", "aws:kms/key:Key", "aws:lb/loadBalancer:LoadBalancer",
+    "gcp:compute/routerNat:RouterNat", "gcp:kms/cryptoKey:CryptoKey", "linode:index/nodeBalancer:NodeBalancer",
+})
+# Priced from the stack config, so only as the program's own components register them (a second cluster, node
+# pool or bucket of the user's program is not in the bill):
+PRICED_FROM_CONFIG = frozenset({
+    "aws:eks/cluster:Cluster", "aws:eks/nodeGroup:NodeGroup", "aws:autoscaling/group:Group", "aws:s3/bucket:Bucket",
+    "gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool", "gcp:storage/bucket:Bucket",
+    "linode:index/instance:Instance", "linode:index/objectStorageBucket:ObjectStorageBucket",
+})
+# Billed by use only, and named by a standing note of the bill (ALWAYS_NOT_MODELLED, registry_note), when the
+# program registers them:
+USAGE_NOTED = frozenset({
+    "aws:cloudwatch/logGroup:LogGroup",  # "logs and metrics shipped to the cloud"
+    "aws:ecr/repository:Repository", "gcp:artifactregistry/repository:Repository",  # registry_note
+    "docker-build:index:Image",  # registry_note
+    "linode:index/objectStorageObject:ObjectStorageObject",  # bytes in the priced bucket
+})
+# No charge of their own (configuration, identity, networking without an hourly fee, objects in the cluster), or
+# requests far below the providers' free tiers (SNS topics, SQS queues, EventBridge rules on AWS events).
+FREE_PREFIXES = ("kubernetes:", "pulumi:providers:", "random:", "tls:", "command:", "aws:iam/", "gcp:serviceaccount/")
+FREE_TYPES = frozenset({
+    "aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/routeTable:RouteTable",
+    "aws:ec2/routeTableAssociation:RouteTableAssociation", "aws:ec2/internetGateway:InternetGateway",
+    "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup", "aws:ec2/securityGroup:SecurityGroup",
+    "aws:ec2/launchTemplate:LaunchTemplate", "aws:eks/accessEntry:AccessEntry",
+    "aws:eks/accessPolicyAssociation:AccessPolicyAssociation", "aws:eks/addon:Addon", "aws:kms/alias:Alias",
+    "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+    "aws:s3/bucketOwnershipControls:BucketOwnershipControls", "aws:s3/bucketPolicy:BucketPolicy",
+    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+    "aws:s3/bucketVersioning:BucketVersioning", "aws:ecr/lifecyclePolicy:LifecyclePolicy",
+    "aws:budgets/budget:Budget", "aws:cloudwatch/eventRule:EventRule", "aws:cloudwatch/eventTarget:EventTarget",
+    "aws:sns/topic:Topic", "aws:sns/topicPolicy:TopicPolicy", "aws:sns/topicSubscription:TopicSubscription",
+    "aws:sqs/queue:Queue", "aws:sqs/queuePolicy:QueuePolicy",
+    "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
+    "gcp:compute/router:Router", "gcp:projects/iAMMember:IAMMember", "gcp:storage/bucketIAMMember:BucketIAMMember",
+    "gcp:billing/budget:Budget", "gcp:monitoring/notificationChannel:NotificationChannel",
+    "linode:index/firewall:Firewall", "linode:index/firewallDevice:FirewallDevice", "linode:index/vpc:Vpc",
+    "linode:index/vpcSubnet:VpcSubnet", "linode:index/nodeBalancerConfig:NodeBalancerConfig",
+    "linode:index/nodeBalancerNode:NodeBalancerNode", "linode:index/objectStorageKey:ObjectStorageKey",
+})
+SHOWN_NAMES = 5
+
+
+def _programs_own(urn: str) -> bool:
+    """Registered inside one of the package's components (its URN's type chain holds a gpu-platform: type)."""
+    parts = urn.split("::")
+    return len(parts) >= 3 and any(t.startswith("gpu-platform:") for t in parts[2].split("$")[:-1])
+
+
+def _free(r: Any) -> bool:
+    if r.type == "aws:ec2/vpcEndpoint:VpcEndpoint":  # a Gateway endpoint (S3, DynamoDB) has no charge; others do
+        return (r.plain_inputs.get("vpcEndpointType") or "Gateway") == "Gateway"
+    return r.type in FREE_TYPES or r.type.startswith(FREE_PREFIXES)
+
+
+def unpriced_resources(plan: Any) -> list[str]:
+    """The planned resources the bill neither prices nor knows to be free (or billed by use and noted), one item
+    per type: how many, and their names."""
+    left: dict[str, list[str]] = {}
+    for r in plan.resources:
+        if not r.custom or _free(r) or r.type in PRICED_FROM_PLAN:
+            continue
+        if (r.type in PRICED_FROM_CONFIG or r.type in USAGE_NOTED) and _programs_own(r.urn):
+            continue
+        left.setdefault(r.type, []).append(r.name)
+    out = []
+    for rtype, names in sorted(left.items()):
+        names = sorted(names)  # the plan's order varies between runs; a note is shown again only when it changes
+        shown = ", ".join(names[:SHOWN_NAMES]) + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
+        out.append(f"{len(names)} planned {rtype} resource(s) the cost model does not price: {shown}")
+    return out
+
+
 def _boot_disks(cfg: "StackConfig", plan: Any):
     """(GPU pool boot disk GiB by pool name, system node boot disk GiB) as the program registers them."""
     pools: dict[str, int] = {}
@@ -239,6 +319,8 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
     note = registry_note(cfg, plan)
     if note:
         extra.append(note)
+    if plan is not None:
+        extra += unpriced_resources(plan)
     changes["extra_not_modelled"] = tuple(extra)
     if plan is not None:
         changes.update(_network_and_keys(cfg, plan))
@@ -258,12 +340,21 @@ def stack_shape(cfg: "StackConfig", plan: Any = None, releases: Optional[list[An
     return replace(shape, **changes)
 
 
+def bill_label(stack: Optional[str], prefix: str) -> str:
+    """What the bill is for: the stack, and the prefix of its resources' names where that is another name (a
+    stack eu-gke whose nameSuffix keeps the shipped gpu-prod-* names)."""
+    if not stack or stack == prefix:
+        return stack or prefix
+    return f"{stack}, resources named {prefix}-*"
+
+
 class CostReport:
     """Build with the config and the plan; `report(releases)` once the charts are rendered prints the bill."""
 
     def __init__(self, cfg: "StackConfig", out: Path, plan: Any = None, today: Optional[_dt.date] = None,
-                 repeat_notes: bool = True):
+                 repeat_notes: bool = True, stack: Optional[str] = None):
         self.cfg, self.out, self.plan = cfg, out, plan
+        self.label = bill_label(stack, cfg.name_prefix)
         # False: notes this stack's last run showed (out/notes-shown.json) take one line.
         self.repeat_notes = repeat_notes
         self.today = today or calendar_today()  # GPU_PLATFORM_TODAY, like the config checks
@@ -290,7 +381,7 @@ class CostReport:
         from gpu_platform.costs.estimator import RegionPriceRefused, estimate
 
         catalog = stack_catalog(self.cfg)
-        shape = stack_shape(self.cfg, self.plan, releases, self.today, idle)
+        shape = replace(stack_shape(self.cfg, self.plan, releases, self.today, idle), name=self.label)
         if releases is not None:
             self.chart_storage_gib = sum(g for _, g in storage_requests(releases))
             self.chart_load_balancers = len(load_balancer_services(releases))
@@ -345,7 +436,7 @@ class CostReport:
         if not self._sent:
             self._sent = True
             self._chart.stdin.close()  # the child draws nothing when no data comes
-        self._summary = "\n  ".join([f"Cost estimate for {self.cfg.name_prefix} ({self.cfg.cloud}, {exc.region}): REFUSED",
+        self._summary = "\n  ".join([f"Cost estimate for {self.label} ({self.cfg.cloud}, {exc.region}): REFUSED",
                                       str(exc), *fix])
         return self._summary
 

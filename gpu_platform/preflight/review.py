@@ -42,13 +42,17 @@ def headroom(config: Optional[dict[str, Any]], cost: Optional[dict[str, Any]]) -
     gpus = cost.get("fullGpus")
     if gpus is not None:
         limit, where = _setting(config, "gpu-count-ceiling", "maxGpus", DEFAULT_MAX_GPUS)
+        text = (f"{gpus} GPUs, over the ceiling of {limit:g} by {gpus - limit:g}" if gpus > limit
+                else f"{gpus} of {limit:g} GPUs")
         out.append({"policy": "gpu-count-ceiling", "setting": "maxGpus", "value": gpus, "limit": limit, "from": where,
-                    "text": f"{gpus} of {limit:g} GPUs"})
+                    "text": text})
     full = cost.get("fullMonthlyUsd")
     if full is not None:
         limit, where = _setting(config, "monthly-cost-ceiling", "maxMonthlyUsd", DEFAULT_MAX_MONTHLY_USD)
+        text = (f"{_money(full)} a month at full capacity, over the ceiling of {_money(limit)} by {_money(full - limit)}"
+                if full > limit else f"{_money(full)} of {_money(limit)} a month at full capacity")
         out.append({"policy": "monthly-cost-ceiling", "setting": "maxMonthlyUsd", "value": round(full, 2),
-                    "limit": limit, "from": where, "text": f"{_money(full)} of {_money(limit)} a month at full capacity"})
+                    "limit": limit, "from": where, "text": text})
     return out
 
 
@@ -262,6 +266,7 @@ MAX_FIELDS = 200  # per resource in baseDiff (a chart's values can change in hun
 SHOWN_FIELDS = 12  # per resource in the text
 SHOWN_RESOURCES = 20  # per category in the text
 MAX_VALUE = 80  # characters of a value in the text
+MAX_ELEMENT = 2000  # characters of a list element added or removed, shown whole up to this
 # Keys whose values are credentials, masked even where the program did not mark them secret.
 _SECRET_KEY = __import__("re").compile(r"(?i)(password|passwd|secret|token|private_?key|privatekeypem|credential|"
                                        r"kubeconfig|apikey|api_key|stringdata|certificatekey)")
@@ -323,8 +328,44 @@ def field_changes(old: Any, new: Any, path: str = "", secret: bool = False, out:
         for i, (a, b) in enumerate(zip(old, new)):
             field_changes(a, b, f"{path}[{i}]", secret, out, depth + 1)
         return out
+    if isinstance(old, list) and isinstance(new, list) and not secret:
+        # A list that grew or shrank (an admin CIDR added): the elements removed and added, each whole, not
+        # the two lists side by side, which the text cut off before the element that changed.
+        removed, added = _list_difference(old, new)
+        for i, element in removed:
+            out.append({"path": f"{path}[{i}]", "base": _mask(element, False), "element": "removed"})
+        for i, element in added:
+            out.append({"path": f"{path}[{i}]", "head": _mask(element, False), "element": "added"})
+        return out
     out.append({"path": path or "(inputs)", "base": _mask(old, secret), "head": _mask(new, secret)})
     return out
+
+
+def _list_difference(old: list, new: list) -> tuple[list[tuple[int, Any]], list[tuple[int, Any]]]:
+    """(index in old, element) of the elements only the old list has, and (index in new, element) of those only
+    the new one has, compared as whole elements and counted (a duplicate removed is one removal)."""
+    def key(v: Any) -> str:
+        return json.dumps(v, sort_keys=True, default=str)
+
+    left: dict[str, int] = {}
+    for v in new:
+        left[key(v)] = left.get(key(v), 0) + 1
+    removed = []
+    for i, v in enumerate(old):
+        if left.get(key(v), 0):
+            left[key(v)] -= 1
+        else:
+            removed.append((i, v))
+    right: dict[str, int] = {}
+    for v in old:
+        right[key(v)] = right.get(key(v), 0) + 1
+    added = []
+    for i, v in enumerate(new):
+        if right.get(key(v), 0):
+            right[key(v)] -= 1
+        else:
+            added.append((i, v))
+    return removed, added
 
 
 def _mask(value: Any, secret: bool) -> Any:
@@ -441,6 +482,12 @@ def _field_line(f: dict[str, Any]) -> str:
     from gpu_platform.config.approvals import one_line
 
     path = one_line(f["path"])
+    if f.get("element") in ("added", "removed"):  # a list's element, whole (up to MAX_ELEMENT characters)
+        v = f["head"] if f["element"] == "added" else f["base"]
+        text = SECRET if v == SECRET else one_line(json.dumps(v, sort_keys=True, ensure_ascii=False))
+        if len(text) > MAX_ELEMENT:
+            text = text[:MAX_ELEMENT - 3] + "..."
+        return f"{path}: {f['element']} {text}"
     if "base" not in f:
         return f"{path}: (none) -> {_value(f['head'])}"
     if "head" not in f:

@@ -35,6 +35,21 @@ CLOUD_BILLING_CHANNELS = {
 }
 
 
+def reserved_alert_address_warnings(cfg: "StackConfig") -> list[str]:
+    """An alert address in a name reserved for documentation (RFC 2606: .example, .test, .invalid, .localhost and
+    example.com, example.net, example.org) receives no mail: the budget and platform alerts sent there reach no
+    one. A warning, the same for each of those names (the shipped stacks' example.com is a placeholder)."""
+    from gpu_platform.config.approvals import reserved_mail_domain
+
+    out = []
+    for i, address in enumerate(cfg.alert_emails):
+        name = reserved_mail_domain(address)
+        if name:
+            out.append(f"alertEmails[{i}] {address}: {name} is reserved for documentation (RFC 2606) and receives no "
+                       "mail, so the budget and platform alerts sent there reach no one; give your team's address")
+    return out
+
+
 def platform_warnings(cfg: "StackConfig") -> list[str]:
     """alertEmails without an SMTP relay is allowed: the cloud's own budget and billing alerts do not
     need one. What is lost is mail from Alertmanager (idle GPUs, GPU spend run-rate, platform

@@ -123,7 +123,9 @@ class FitReport:
                 "headroom": self.headroom, "notes": list(self.notes), "queue": self.queue,
                 "flows": None if self.flows is None else self.flows.to_json()}
 
-    def render(self, verbose: bool = False) -> str:
+    def render(self, verbose: int = 0) -> str:
+        """`verbose` 1 (-v): placements, every problem, the flows (passing ones as one line), notes; 2 (-vv): every
+        passing flow too."""
         lines = [f"Cluster fit: {self.releases} releases, {self.pods} pods, "
                  f"{'no problems' if self.ok else f'{len(self.problems)} problem(s)'} "
                  "(node groups at maximum size: pods placed, headroom left)"]
@@ -149,19 +151,28 @@ class FitReport:
         if len(shown) < len(self.problems):
             lines.append(f"  ... {len(self.problems) - len(shown)} more (--verbose or fit.json)")
         if verbose and self.flows is not None:
-            lines += self.flows_lines()
+            lines += self.flows_lines(every=verbose >= 2)
         if verbose:
             lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
-    def flows_lines(self) -> list[str]:
+    def flows_lines(self, every: bool = True) -> list[str]:
+        """The flows checked: each one not as the platform needs; the passing ones each (`every`, -vv) or as
+        one line (-v: 53 lines of `ok` on gcp-prod buried what a reviewer looks for)."""
         f = self.flows
         assert f is not None
         lines = [f"  flows: {len(f.results)} checked on {f.dataplane}, "
                  f"{'each as the platform needs' if not f.failed else f'{len(f.failed)} not as the platform needs'}"]
+        passing = [r for r in f.results if r.verdict == r.expected]
         for r in f.results:
+            if r.verdict == r.expected and not every:
+                continue
             mark = "ok  " if r.verdict == r.expected else r.verdict.upper()
             lines.append(f"    {mark} {r.line()}" + (" (kept closed)" if r.expected == "denied" and r.verdict == "denied" else ""))
+        if passing and not every:
+            closed = sum(1 for r in passing if r.expected == "denied")
+            lines.append(f"    ok   {len(passing)} flow(s) as the platform needs ({len(passing) - closed} open, {closed} "
+                         "kept closed; -vv lists each, fit.json has them)")
         lines += [f"    note: {n}" for n in f.notes]
         return lines
 

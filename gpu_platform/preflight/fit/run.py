@@ -80,7 +80,7 @@ class FitResult:
     def failed(self) -> bool:
         return bool(self.report.problems)
 
-    def render(self, verbose: bool = False) -> str:
+    def render(self, verbose: int = 0) -> str:
         text = self.report.render(verbose)
         if self.not_rendered:
             lines = [f"  NOT RENDERED (chart missing, allowed by --allow-missing-chart): {r.name} "
