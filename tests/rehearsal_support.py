@@ -16,6 +16,7 @@ and says why in its docstring.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import shutil
@@ -46,8 +47,11 @@ def _prepare(stack: str, config: Optional[dict], out: Path, example: Optional[Pa
 
 @functools.lru_cache(maxsize=None)
 def prepared(stack: str):
-    """The shipped stack's config, plan and fit, computed once per test process (read-only: copy to change)."""
-    return _prepare(stack, None, Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-")))
+    """The shipped stack's config, plan and fit, computed once per test process (read-only: copy to change).
+    Fit's output folder lives as long as the cache, the whole process: it is removed when the process exits."""
+    out = Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-"))
+    atexit.register(shutil.rmtree, out, True)
+    return _prepare(stack, None, out)
 
 
 @dataclass
