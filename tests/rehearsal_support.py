@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import copy
 import functools
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -52,6 +53,20 @@ def prepared(stack: str):
     out = Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-"))
     atexit.register(shutil.rmtree, out, True)
     return _prepare(stack, None, out)
+
+
+_PREPARED_CONFIGS: dict[str, Any] = {}
+
+
+def _prepared_config(stack: str, config: dict):
+    """Another config's config, plan and fit (a planted render), computed once per test process for each
+    distinct config (two autoscaler tests plant the same 4-GPU pool): read-only, as prepared()'s."""
+    key = json.dumps([stack, config], sort_keys=True, default=repr)
+    if key not in _PREPARED_CONFIGS:
+        out = Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-"))
+        atexit.register(shutil.rmtree, out, True)
+        _PREPARED_CONFIGS[key] = _prepare(stack, copy.deepcopy(config), out)
+    return _PREPARED_CONFIGS[key]
 
 
 @dataclass
@@ -115,7 +130,7 @@ def rehearse(stack: str, tmp_path: Path, config: Optional[dict] = None,
     else:
         releases = copy.deepcopy(entry.cluster.releases)
         if config is not None:
-            cfg, plan, fit = _prepare(stack, config, tmp_path / "prep")
+            cfg, plan, fit = _prepared_config(stack, config)
             releases = copy.deepcopy([r for r in fit.releases if r.rendered])
             # The installed releases carry the chart's own render of the Secrets a controller reads; so must these.
             restore_rendered_secrets(plan, releases, [CHARTS], cfg.kubernetes_version)
