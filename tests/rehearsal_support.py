@@ -2,16 +2,20 @@
 tests of that stack run (tests are ordered by stack, conftest.py), then closed.
 
 What a test reads comes from one of two places:
-- the shipped run: every scenario (run.ALL_SCENARIOS), in order, on the stack as shipped, run once right
-  after the install. A test of the shipped stack reads its scenarios from that run: the same scenarios in
-  the same order on the same cluster, so running them again would only repeat the work;
+- the shipped run: every scenario (run.ALL_SCENARIOS), in order, on the stack as shipped, run once, when a
+  test first reads it (the first test of a stack's group does). A test of the shipped stack reads its
+  scenarios from that run: the same scenarios in the same order on the same cluster, so running them again
+  would only repeat the work;
 - a planted run: the test's scenarios on the same cluster with a bug planted (StackCluster.planted
   changes the installed objects, restarts a controller whose Configuration changed, and puts everything
   back afterwards). The scenarios run in the platform's own namespaces (the policies they test are bound
   to them) and delete what they create, as they do when they follow each other in one rehearsal.
 
 A test that needs a control plane of its own (one that checks start-up or shutdown) starts it itself
-and says why in its docstring.
+and says why in its docstring. `@pytest.mark.rehearsal(stack=..., group=...)` puts a stack's planted tests
+in an xdist group of their own (conftest.py): another worker boots a second cluster of the stack for them
+and, reading nothing of the shipped run, never runs it (linode-dev's autoscaler drills: the stack's tests
+would otherwise take twice as long as any other stack's on one worker).
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import functools
 import json
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -69,36 +72,47 @@ def _prepared_config(stack: str, config: dict):
     return _PREPARED_CONFIGS[key]
 
 
-@dataclass
 class Shared:
-    cluster: StackCluster
-    shipped: Rehearsal  # every scenario on the stack as shipped
-    out: Path
+    """A stack's cluster of this test process and its shipped run: every scenario on the stack as shipped,
+    run the first time a test reads it (a worker that only runs planted tests of the stack, a second group
+    of them, never runs it)."""
+
+    def __init__(self, cluster: StackCluster, out: Path):
+        self.cluster, self.out = cluster, out
+        self._shipped: Optional[Rehearsal] = None
+
+    @property
+    def shipped(self) -> Rehearsal:
+        if self._shipped is None:
+            self._shipped = self.cluster.run(ALL_SCENARIOS)
+        return self._shipped
 
 
 _OPEN: dict[str, Shared] = {}
 # How long a scenario waits for what must eventually happen (an admission, a bind, a replacement pod): a
 # hang guard, not a speed target. `make test` runs four stacks' control planes, and linode-dev's autoscaler
 # drill, on two cores: Kueue admitting within `preflight --rehearse`'s 90 s did not always happen there.
+# A scenario that expects something not to happen does not wait it out: it ends on the controller's own
+# verdict (scenarios.kueue_never_admits, scheduler_never_binds; the autoscaler drill's never_syncs and
+# never_scales_for).
 SHARED_TIMEOUT_S = 180.0
 
 
 def shared(stack: str) -> Shared:
-    """The stack's cluster of this test process, with its shipped run. One at a time: the tests come
-    ordered by stack, so asking for another stack means the previous one's tests are done."""
+    """The stack's cluster of this test process, installed. One at a time: the tests come ordered by
+    stack, so asking for another stack means the previous one's tests are done."""
     if stack not in _OPEN:
         close_all()
         cfg, plan, fit = prepared(stack)
         out = Path(tempfile.mkdtemp(prefix=f"rehearsal-{stack}-"))
         cluster = StackCluster(stack, cfg, plan, copy.deepcopy(fit.releases), fit.model,
                                fit.report.to_json()["placements"], out, timeout=SHARED_TIMEOUT_S)
-        cluster.__enter__()
         try:
-            result = cluster.run(ALL_SCENARIOS)
+            cluster.__enter__()
         except BaseException:
-            cluster.close()
+            shutil.rmtree(out, ignore_errors=True)
             raise
-        _OPEN[stack] = Shared(cluster, result, out)
+        _OPEN[stack] = Shared(cluster, out)
     return _OPEN[stack]
 
 
