@@ -391,6 +391,8 @@ def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
     assert result.failed
     text = _failures(result)
     assert "kueue-manager" in text and "forbidden" in text.lower() and "workloads" in text
+    # The shipped run's zero-quota ClusterQueue is still there: this run applies it again (it was refused, 409).
+    assert "already exists" not in text, text
 
 
 @needs_components
@@ -404,8 +406,9 @@ def test_planted_zero_quota_flavor_fails(tmp_path):
     assert result.failed
     assert "not admitted by Kueue" in _failures(result)
     # Kueue's own verdict (its Workload's QuotaReserved reason) ends the wait, not the hang guard.
-    assert re.search(r"not admitted by Kueue \((ExceedsMaxQuota|NoMatchingFlavor) in ClusterQueue \S+: it never admits it as "
-                     r"the queue stands\)", _failures(result)), _failures(result)
+    assert re.search(r"not admitted by Kueue \(ClusterQueue \S+ can never admit it as it stands\): QuotaReserved=False: "
+                     r"couldn't assign flavors to pod set node: insufficient quota for nvidia.com/gpu in flavor ada, .*"
+                     r"> maximum capacity \(0\)", _failures(result)), _failures(result)
 
 
 def _privileged_notebook_profile(releases):
