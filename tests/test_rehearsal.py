@@ -496,9 +496,11 @@ def test_planted_runtime_without_failure_policy_is_found(tmp_path):
     sc = result.scenarios[1]
     assert sc.status == "FAIL" and "JobSet was not restarted" in " ".join(sc.problems), _failures(result)
     # Concluded once the Job replaced its pod itself and the Workload recovered (the JobSet then never restarts),
-    # not after the drill's 180 s guard.
+    # not after the drill's 180 s guard: the pod garbage collector's 40 s quarantine and 20 s period
+    # (kube-controller-manager 1.35 podgc) and the new pod's start are well within 150 s (77 s measured on a
+    # loaded 2-core machine).
     after = next(d for d in sc.details if d.startswith("after "))
-    assert int(after.split("s:", 1)[0].removeprefix("after ")) < 90, after
+    assert int(after.split("s:", 1)[0].removeprefix("after ")) < 150, after
 
 
 # --- the platform as a team uses it (rehearsal/hub.py) and the Alertmanager configuration (rehearsal/standins.py) ---
