@@ -125,7 +125,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     its module, so a module-scoped fixture (a preflight run, a rendered chart) is computed by one worker."""
     if item.config.pluginmanager.hasplugin("xdist"):
         stack = rehearsal_stack(item)
-        item.add_marker(pytest.mark.xdist_group(f"rehearsal-{stack}" if stack is not None else item.nodeid.split("::")[0]))
+        group = (item.get_closest_marker("rehearsal").kwargs.get("group") or stack) if stack is not None else None
+        item.add_marker(pytest.mark.xdist_group(f"rehearsal-{group}" if group is not None else item.nodeid.split("::")[0]))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -2,25 +2,30 @@
 tests of that stack run (tests are ordered by stack, conftest.py), then closed.
 
 What a test reads comes from one of two places:
-- the shipped run: every scenario (run.ALL_SCENARIOS), in order, on the stack as shipped, run once right
-  after the install. A test of the shipped stack reads its scenarios from that run: the same scenarios in
-  the same order on the same cluster, so running them again would only repeat the work;
+- the shipped run: every scenario (run.ALL_SCENARIOS), in order, on the stack as shipped, run once, when a
+  test first reads it (the first test of a stack's group does). A test of the shipped stack reads its
+  scenarios from that run: the same scenarios in the same order on the same cluster, so running them again
+  would only repeat the work;
 - a planted run: the test's scenarios on the same cluster with a bug planted (StackCluster.planted
   changes the installed objects, restarts a controller whose Configuration changed, and puts everything
   back afterwards). The scenarios run in the platform's own namespaces (the policies they test are bound
   to them) and delete what they create, as they do when they follow each other in one rehearsal.
 
 A test that needs a control plane of its own (one that checks start-up or shutdown) starts it itself
-and says why in its docstring.
+and says why in its docstring. `@pytest.mark.rehearsal(stack=..., group=...)` puts a stack's planted tests
+in an xdist group of their own (conftest.py): another worker boots a second cluster of the stack for them
+and, reading nothing of the shipped run, never runs it (linode-dev's autoscaler drills: the stack's tests
+would otherwise take twice as long as any other stack's on one worker).
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
+import json
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -46,40 +51,68 @@ def _prepare(stack: str, config: Optional[dict], out: Path, example: Optional[Pa
 
 @functools.lru_cache(maxsize=None)
 def prepared(stack: str):
-    """The shipped stack's config, plan and fit, computed once per test process (read-only: copy to change)."""
-    return _prepare(stack, None, Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-")))
+    """The shipped stack's config, plan and fit, computed once per test process (read-only: copy to change).
+    Fit's output folder lives as long as the cache, the whole process: it is removed when the process exits."""
+    out = Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-"))
+    atexit.register(shutil.rmtree, out, True)
+    return _prepare(stack, None, out)
 
 
-@dataclass
+_PREPARED_CONFIGS: dict[str, Any] = {}
+
+
+def _prepared_config(stack: str, config: dict):
+    """Another config's config, plan and fit (a planted render), computed once per test process for each
+    distinct config (two autoscaler tests plant the same 4-GPU pool): read-only, as prepared()'s."""
+    key = json.dumps([stack, config], sort_keys=True, default=repr)
+    if key not in _PREPARED_CONFIGS:
+        out = Path(tempfile.mkdtemp(prefix=f"rehearsal-test-{stack}-"))
+        atexit.register(shutil.rmtree, out, True)
+        _PREPARED_CONFIGS[key] = _prepare(stack, copy.deepcopy(config), out)
+    return _PREPARED_CONFIGS[key]
+
+
 class Shared:
-    cluster: StackCluster
-    shipped: Rehearsal  # every scenario on the stack as shipped
-    out: Path
+    """A stack's cluster of this test process and its shipped run: every scenario on the stack as shipped,
+    run the first time a test reads it (a worker that only runs planted tests of the stack, a second group
+    of them, never runs it)."""
+
+    def __init__(self, cluster: StackCluster, out: Path):
+        self.cluster, self.out = cluster, out
+        self._shipped: Optional[Rehearsal] = None
+
+    @property
+    def shipped(self) -> Rehearsal:
+        if self._shipped is None:
+            self._shipped = self.cluster.run(ALL_SCENARIOS)
+        return self._shipped
 
 
 _OPEN: dict[str, Shared] = {}
 # How long a scenario waits for what must eventually happen (an admission, a bind, a replacement pod): a
 # hang guard, not a speed target. `make test` runs four stacks' control planes, and linode-dev's autoscaler
 # drill, on two cores: Kueue admitting within `preflight --rehearse`'s 90 s did not always happen there.
+# A scenario that expects something not to happen does not wait it out: it ends on the controller's own
+# verdict (scenarios.kueue_never_admits, scheduler_never_binds; the autoscaler drill's never_syncs and
+# never_scales_for).
 SHARED_TIMEOUT_S = 180.0
 
 
 def shared(stack: str) -> Shared:
-    """The stack's cluster of this test process, with its shipped run. One at a time: the tests come
-    ordered by stack, so asking for another stack means the previous one's tests are done."""
+    """The stack's cluster of this test process, installed. One at a time: the tests come ordered by
+    stack, so asking for another stack means the previous one's tests are done."""
     if stack not in _OPEN:
         close_all()
         cfg, plan, fit = prepared(stack)
         out = Path(tempfile.mkdtemp(prefix=f"rehearsal-{stack}-"))
         cluster = StackCluster(stack, cfg, plan, copy.deepcopy(fit.releases), fit.model,
                                fit.report.to_json()["placements"], out, timeout=SHARED_TIMEOUT_S)
-        cluster.__enter__()
         try:
-            result = cluster.run(ALL_SCENARIOS)
+            cluster.__enter__()
         except BaseException:
-            cluster.close()
+            shutil.rmtree(out, ignore_errors=True)
             raise
-        _OPEN[stack] = Shared(cluster, result, out)
+        _OPEN[stack] = Shared(cluster, out)
     return _OPEN[stack]
 
 
@@ -111,7 +144,7 @@ def rehearse(stack: str, tmp_path: Path, config: Optional[dict] = None,
     else:
         releases = copy.deepcopy(entry.cluster.releases)
         if config is not None:
-            cfg, plan, fit = _prepare(stack, config, tmp_path / "prep")
+            cfg, plan, fit = _prepared_config(stack, config)
             releases = copy.deepcopy([r for r in fit.releases if r.rendered])
             # The installed releases carry the chart's own render of the Secrets a controller reads; so must these.
             restore_rendered_secrets(plan, releases, [CHARTS], cfg.kubernetes_version)

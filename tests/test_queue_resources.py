@@ -145,6 +145,8 @@ def test_rehearsal_admits_a_cpu_job_asking_for_ephemeral_storage(tmp_path) -> No
     [sc] = before.scenarios
     assert sc.status == "FAIL", sc.details
     assert "ephemeral-storage unavailable in ClusterQueue" in " ".join(sc.problems), sc.problems
+    # Kueue's verdict ended the wait, not the hang guard.
+    assert "(Kueue: ClusterQueue cpu-work can never admit it as it stands)" in " ".join(sc.problems), sc.problems
 
 
 # --- 2. the training namespace's quota holds what the queues admit there -----------------------------------------

@@ -522,6 +522,62 @@ class AutoscalerProcess:
         return found
 
 
+    def informers_refused(self) -> list[str]:
+        """The lists its informers were refused (client-go's reflector: `"Failed to watch" err="failed to list
+        *v1.ResourceSlice: ... cannot list resource "resourceslices" in API group "resource.k8s.io"`), as
+        `list resourceslices.resource.k8s.io`: an informer whose list is refused never syncs."""
+        text = self.proc.log.read_text(errors="replace") if self.proc is not None and self.proc.log.exists() else ""
+        found = []
+        for line in text.splitlines():
+            if "reflector.go" not in line or "Failed to watch" not in line:
+                continue
+            for m in re.finditer(r'cannot (list) resource \\?"([^"\\]+)\\?" in API group \\?"([^"\\]*)\\?"', line):
+                what = f"{m[1]} {m[2]}{'.' + m[3] if m[3] else ''}"
+                if what not in found:
+                    found.append(what)
+        return found
+
+
+def rbac_grants(client: Client, namespace: str, service_account: str, what: str) -> bool:
+    """Whether an RBAC object the API server holds grants ServiceAccount namespace/service_account `what`
+    (`verb resource.group`, as AutoscalerProcess.forbidden writes it): a ClusterRoleBinding, or a RoleBinding
+    in its namespace, naming it (or a group every ServiceAccount of the namespace is in) with a rule for the
+    verb, the resource and the group. The objects are the truth the authorizer converges to (it reads them
+    through informers); nothing changes them while the autoscaler waits, so a refusal none grants stands."""
+    verb, _, res = what.partition(" ")
+    resource, _, group = res.partition(".")
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    groups = {"system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"}
+
+    def names_it(binding: dict) -> bool:
+        for s in binding.get("subjects") or []:
+            if (s.get("kind") == "ServiceAccount" and s.get("name") == service_account
+                    and (s.get("namespace") or binding["metadata"].get("namespace")) == namespace):
+                return True
+            if (s.get("kind") == "User" and s.get("name") == user) or (s.get("kind") == "Group" and s.get("name") in groups):
+                return True
+        return False
+
+    def allows(rule: dict) -> bool:
+        return (any(g in (group, "*") for g in rule.get("apiGroups") or []) and any(r in (resource, "*") for r in rule.get("resources") or [])
+                and any(v in (verb, "*") for v in rule.get("verbs") or []) and not rule.get("resourceNames"))
+
+    rbac = "rbac.authorization.k8s.io/v1"
+    bindings = client.list(rbac, "ClusterRoleBinding") + client.list(rbac, "RoleBinding", namespace)
+    for b in bindings:
+        if not names_it(b):
+            continue
+        ref = b.get("roleRef") or {}
+        role = client.get(rbac, ref.get("kind"), ref.get("name"), None if ref.get("kind") == "ClusterRole" else namespace)
+        if role is not None and any(allows(r) for r in role.get("rules") or []):
+            return True
+    return False
+
+
+def _short(text: str, head: int = 300) -> str:
+    return text if len(text) <= head else text[:head] + " …"
+
+
 # --- what the autoscaler logged, per node group ---------------------------------------------------------
 
 # klog's header: severity, MMDD, time, thread, file:line]
@@ -716,20 +772,46 @@ class Drill:
                 self.world_errors.append(f"{type(exc).__name__}: {exc}")
             self._stop.wait(0.5)
 
-    def until(self, what: str, done: Callable[[], bool], timeout: Optional[float] = None) -> bool:
-        """Waits (the world and the autoscaler run on their own) until `done`; False and a failure on timeout."""
+    def until(self, what: str, done: Callable[[], bool], timeout: Optional[float] = None,
+              never: Optional[Callable[[], Optional[str]]] = None) -> bool:
+        """Waits (the world and the autoscaler run on their own) until `done`; False and a failure on timeout,
+        or as soon as `never()` returns the autoscaler's own word that it never will."""
         limit = timeout or max(self.ctx.timeout, 90)
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        said = None
+        while time.monotonic() < started + limit:
             if done():
                 return True
             if self.autoscaler is not None and self.autoscaler.proc is not None and not self.autoscaler.alive:
                 self.sc.fail(f"{what}: cluster-autoscaler exited ({self.autoscaler.proc.tail(5)})")
                 return False
+            said = never() if never is not None else None
+            if said:
+                break
             time.sleep(0.5)
-        self.sc.fail(f"{what}: not within {limit:.0f}s (the autoscaler's last words: {self._last_words()}; "
-                     f"logs {self.log_dir})")
+        self.sc.fail(f"{what}: not within {time.monotonic() - started:.0f}s"
+                     + (f", and never: {said}" if said else "")
+                     + f" (the autoscaler's last words: {self._last_words()}; logs {self.log_dir})")
         return False
+
+    def never_scales_for(self, ns: str, name: str, pool: str, loops: int = 2) -> Callable[[], Optional[str]]:
+        """For Drill.until: the autoscaler's own word that no scale-up of `pool` can take TrainJob ns/name's pod,
+        said in `loops` of its loops: its simulation of the pod on the pool's template node failed a predicate
+        (cluster-autoscaler 1.35.2 core/scaleup/orchestrator/orchestrator.go:629 logs "Pod %s/%s can't be
+        scheduled on %s, predicate checking error: %v", then "No expansion options", line 170). The template node is the
+        provider's (NodeGroupTemplateNodeInfo, from pools.json) and does not change while the drill runs, nor
+        does the pod: the verdict stands."""
+        said = re.compile(rf"\] Pod {re.escape(ns)}/{re.escape(name)}-\S+ can't be scheduled on {re.escape(pool)}, "
+                          r"predicate checking error: (.*)$", re.M)
+
+        def check() -> Optional[str]:
+            if self.autoscaler is None or self.autoscaler.proc is None or not self.autoscaler.proc.log.exists():
+                return None
+            found = said.findall(self.autoscaler.proc.log.read_text(errors="replace"))
+            if len(found) < loops:
+                return None
+            return f"its simulation of the pod on {pool}'s template node fails, {len(found)} loops running: {_short(found[-1])}"
+        return check
 
     def _last_words(self) -> str:
         """The current autoscaler's last warnings or errors, and why it last refused to scale a group up."""
@@ -811,12 +893,13 @@ class Drill:
             return None
         return str(status.get("time"))
 
-    def loops(self, n: int, timeout: float = 90) -> bool:
-        """Waits until the autoscaler has finished `n` more loops (its status ConfigMap rewritten n times)."""
+    def loops(self, n: int, timeout: float = 90, stop: Optional[Callable[[], bool]] = None) -> bool:
+        """Waits until the autoscaler has finished `n` more loops (its status ConfigMap rewritten n times); False
+        at `timeout`, or as soon as `stop()` says it never will."""
         seen, stamps = self.status_stamp(), 0
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and stamps < n:
-            if not self.autoscaler.alive:
+            if not self.autoscaler.alive or (stop is not None and stop()):
                 return False
             now = self.status_stamp()
             if now is not None and now != seen:
@@ -824,18 +907,42 @@ class Drill:
             time.sleep(0.3)
         return stamps >= n
 
+    def never_syncs(self) -> list[str]:
+        """The lists the autoscaler's informers were refused that no RBAC object grants its ServiceAccount
+        (rbac_grants): while it has not run a loop, each is an informer that never syncs, and cluster-autoscaler
+        runs no loop before every informer has synced (main.go buildAutoscaler; aws_versions.CLUSTER_AUTOSCALER_DRA_RULES
+        says where it was read)."""
+        if self.status_stamp() is not None:
+            return []
+        a = self.autoscaler
+        return [r for r in a.informers_refused() if not rbac_grants(self.client, a.namespace, a.service_account, r)]
+
     def start_autoscaler(self, what: str) -> bool:
-        """Starts the autoscaler (again) and waits until it has synced its informers and run a loop."""
+        """Starts the autoscaler (again) and waits until it has synced its informers and run a loop, or until
+        an informer was refused what no RBAC rule grants (never_syncs); at most 120 s."""
         started = time.monotonic()
         self.autoscaler.start()
-        if self.loops(2, timeout=120):
+        first: list[float] = []
+
+        def refused_for_good() -> bool:
+            # The verdict standing 2 s: every informer's first list has been refused by then (they start
+            # together), so the report names them all, as it did when it waited 120 s.
+            if not self.never_syncs():
+                first.clear()
+                return False
+            first[:] = first or [time.monotonic()]
+            return time.monotonic() - first[0] >= 2.0
+
+        if self.loops(2, timeout=120, stop=refused_for_good):
             self.sc.details.append(f"{what}: cluster-autoscaler {self.autoscaler.version()} "
                                    f"(as {self.autoscaler.namespace}/{self.autoscaler.service_account}) synced its informers "
                                    f"and ran its loop {time.monotonic() - started:.0f}s after it started")
             return True
         refused = self.autoscaler.forbidden()
-        self.sc.fail(f"{what}: cluster-autoscaler ran no loop within 120s" + (
+        never = self.never_syncs() if self.autoscaler.alive else []
+        self.sc.fail(f"{what}: cluster-autoscaler ran no loop within {time.monotonic() - started:.0f}s" + (
             f": its informers never synced, the API server refused its ServiceAccount {', '.join(refused)}"
+            + (f" (no RBAC rule grants {', '.join(never)}: it never will)" if never else "")
             if refused else f" ({self._last_words()})"))
         return False
 
@@ -857,9 +964,10 @@ class Drill:
         try:
             self.autoscaler.start()
             started = time.monotonic()
-            # Refused, and still not past its informers' sync 10 s on: it waits for ever (as long as `wait` shows).
+            # Every resource of the program's rules refused to its informers, with no RBAC rule granting it
+            # (never_syncs): it waits for ever (at most `wait` s).
             while (time.monotonic() - started < wait and self.status_stamp() is None
-                   and not (time.monotonic() - started > 10 and len(self.autoscaler.forbidden()) >= len(self._dra_resources(extra)))):
+                   and not len({r.split(" ", 1)[1].split(".", 1)[0] for r in self.never_syncs()}) >= len(self._dra_resources(extra))):
                 time.sleep(0.5)
             synced = self.status_stamp() is not None
             refused = self.autoscaler.forbidden()
@@ -1139,7 +1247,8 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     if ref is None:
         return
     if not d.until(f"scale-up: TrainJob {ref[0]}/{ref[1]} (asking {KATIB_EPHEMERAL_STORAGE} ephemeral-storage) admitted, "
-                   f"bound and running on a new node of {pool}", d.bound_in_pool(*ref, pool), timeout=t.join_deadline_seconds + 90):
+                   f"bound and running on a new node of {pool}", d.bound_in_pool(*ref, pool), timeout=t.join_deadline_seconds + 90,
+                   never=d.never_scales_for(*ref, pool)):
         return
     nodes = [n["metadata"]["name"] for n in d.pool_nodes(pool)]
     creates = len(d.fake.calls("POST"))

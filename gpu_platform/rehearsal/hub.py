@@ -40,7 +40,7 @@ from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
 from gpu_platform.rehearsal.processes import ProcessGroup, free_port
 from gpu_platform.rehearsal.scenarios import (
     QUEUE_LABEL, TRAINER, Context, Scenario, _admitted, _conditions, _example, _flavors, _job_pods, _nodes, _pending_reason,
-    _workload_for, _workload_message, example_or_not_rehearsed, submit, wait_local_queue_active,
+    _workload_for, _workload_message, example_or_not_rehearsed, scheduler_never_binds, submit, wait_local_queue_active,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -684,9 +684,13 @@ def zone_drill(ctx: Context) -> Scenario:
                           f"bound to claim {ns}/{claim}; notebook pod of profile gpu-{pool} (pool {pool}: zones {', '.join(zones)})")
         deadline = time.monotonic() + ctx.timeout
         live: dict = {}
+        never = None  # the scheduler's own word that no node can take it, as the nodes stand
         while time.monotonic() < deadline:
             live = ctx.client.get("v1", "Pod", "jupyter-zone-drill", ns) or {}
             if (live.get("spec") or {}).get("nodeName"):
+                break
+            never = scheduler_never_binds(live)
+            if never:
                 break
             time.sleep(1)
         node = (live.get("spec") or {}).get("nodeName")
@@ -694,7 +698,9 @@ def zone_drill(ctx: Context) -> Scenario:
             gates = [g.get("name") for g in (live.get("spec") or {}).get("schedulingGates") or []]
             why = (f"gated by Kueue: {_workload_message(_workload_for(ctx.client, ns, 'Pod', 'jupyter-zone-drill'))}"
                    if gates else _pending_reason(live))
-            sc.fail(f"the notebook with its home in zone {zone} got no node within {ctx.timeout:.0f}s: {why}")
+            sc.fail(f"the notebook with its home in zone {zone} got no node "
+                    + ("(no node can ever take it as the cluster stands)" if never else f"within {ctx.timeout:.0f}s")
+                    + f": {why}")
             return sc
         labels = (_nodes(ctx.client).get(node, {}).get("metadata") or {}).get("labels") or {}
         w = _workload_for(ctx.client, ns, "Pod", "jupyter-zone-drill")

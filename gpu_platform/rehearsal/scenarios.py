@@ -273,6 +273,134 @@ def _workload_message(w: Optional[dict]) -> str:
     return "no admission condition yet"
 
 
+# --- a negative from the controller's own verdict, not from a timeout -----------------------------------------------
+#
+# A scenario that expects something NOT to happen (Kueue never admits, a pod never binds) used to wait out
+# ctx.timeout, the hang guard (180 s in the test suite). It ends as soon as the controller itself says it
+# never will, as the cluster stands: its verdict is the finding, read where the controller writes it.
+
+# Kueue v0.19.2's words on a Workload's QuotaReserved=False condition for a pod set no flavor can ever take
+# while the ClusterQueue stays as it is (pkg/scheduler/flavorassigner/flavorassigner.go: the message is each
+# pod set's "couldn't assign flavors to pod set <name>: " and its flavors' reasons, sorted, joined by ", "):
+# the request above a flavor's maximum capacity (nominal quota plus what the cohort may lend;
+# fitsResourceQuota, reason ExceedsMaxQuota), a taint of the flavor the pod set does not tolerate or labels
+# its affinity refuses (checkFlavorForPodSets, NoMatchingFlavor), a resource no resource group covers
+# (findFlavorForPodSets). The condition's reason says so only with the UnadmittedWorkloadsObservability
+# feature gate (off by default in v0.19, pkg/features/kube_features.go; otherwise "Pending"), so the message
+# is read. Any other reason of any flavor ("insufficient unused quota": the quota is in use and frees when
+# another workload ends; "flavor X not found": not in Kueue's cache yet) leaves the pod set admissible later.
+KUEUE_NEVER_FIT = (
+    r"insufficient quota for \S+ in flavor \S+, previously considered podsets requests \(\S+\) \+ current podset "
+    r"request \(\S+\) > maximum capacity \(\S+\)",
+    r"untolerated taint \S+ in flavor \S+",
+    r"flavor \S+ doesn't match node affinity",
+    r"resource \S+ unavailable in ClusterQueue",
+)
+KUEUE_UNCOVERED = "unavailable in ClusterQueue"
+_POD_SET = "couldn't assign flavors to pod set "
+# A verdict must still stand this long after it is first read. Kueue's scheduler re-evaluates an inadmissible
+# Workload as soon as its ClusterQueue's spec changes in Kueue's cache (ClusterQueueReconciler.Update ->
+# qManager.UpdateClusterQueue requeues them; pkg/controller/core/clusterqueue_controller.go), within
+# milliseconds of the change; 2 s of the verdict standing covers a verdict computed just before.
+VERDICT_STANDS_S = 2.0
+
+
+def _never_fits(message: str) -> bool:
+    """Kueue's message names pod sets, each with only reasons of KUEUE_NEVER_FIT."""
+    import re
+
+    if not message.startswith(_POD_SET):
+        return False
+    for part in message[len(_POD_SET):].split("; " + _POD_SET):
+        reasons = part.split(": ", 1)[1] if ": " in part else ""
+        rest = reasons
+        for pattern in KUEUE_NEVER_FIT:
+            rest = re.sub(pattern, "", rest)
+        if rest == reasons or rest.replace(",", "").strip():
+            return False
+    return True
+
+
+def kueue_never_admits(client: Client, w: Optional[dict]) -> Optional[str]:
+    """Kueue's own word that Workload `w` cannot be admitted by its ClusterQueue as it stands (its
+    QuotaReserved=False condition's message: a pod set no flavor can ever take, KUEUE_NEVER_FIT), once
+    Kueue's cache holds that ClusterQueue's current spec (its Active condition's observedGeneration is the
+    object's generation: the cache is updated in the event handler, before the reconciler writes it);
+    None otherwise."""
+    cond = _conditions(w or {}).get("QuotaReserved") or {}
+    if cond.get("status") != "False" or not _never_fits(cond.get("message") or ""):
+        return None
+    ns, queue = w["metadata"].get("namespace"), (w.get("spec") or {}).get("queueName")
+    lq = client.get(KUEUE, "LocalQueue", queue, ns) if queue else None
+    cq = client.get(KUEUE, "ClusterQueue", (lq.get("spec") or {}).get("clusterQueue")) if lq else None
+    active = _conditions(cq or {}).get("Active") or {}
+    if cq is None or active.get("observedGeneration") != cq["metadata"].get("generation"):
+        return None
+    return f"ClusterQueue {cq['metadata']['name']} can never admit it as it stands"
+
+
+def wait_admission(ctx: Context, fetch: Callable[[], Optional[dict]], timeout: float,
+                   done: Optional[Callable[[Optional[dict]], bool]] = None) -> tuple[Optional[dict], Optional[str]]:
+    """Polls fetch() (a Workload) until done(w) (default: admitted), or until Kueue says it never admits it
+    (kueue_never_admits, standing VERDICT_STANDS_S), or `timeout`. Returns (the last Workload, Kueue's
+    verdict or None)."""
+    done = done or _admitted
+    deadline, first = time.monotonic() + timeout, None
+    while True:
+        w = fetch()
+        if done(w):
+            return w, None
+        verdict = kueue_never_admits(ctx.client, w)
+        if verdict is None:
+            first = None
+        elif first is None:
+            first = time.monotonic()
+        elif time.monotonic() - first >= VERDICT_STANDS_S:
+            return w, verdict
+        if time.monotonic() > deadline:
+            return w, None
+        time.sleep(0.5)
+
+
+# kube-scheduler v1.35's Filter reasons that no pod leaving a node can lift: the pod's node selector or
+# affinity, a bound volume's node affinity, a taint (pkg/scheduler/framework/plugins/nodeaffinity,
+# volumebinding/binder.go ErrReasonNodeConflict, tainttoleration). With a fixed set of nodes (the rehearsal's
+# nodes are the model's; no autoscaler runs outside its drill) a pod every node refuses for these reasons
+# never binds.
+STATIC_UNSCHEDULABLE = ("didn't match Pod's node affinity/selector", "didn't match PersistentVolume's node affinity",
+                        "volume node affinity conflict", "had untolerated taint")
+
+
+# PostFilter words of kube-scheduler v1.35's DynamicResources plugin for a pod without resource claims
+# (plugins/dynamicresources/dynamicresources.go PostFilter): it has nothing to deallocate.
+NOTHING_TO_FREE = ("no new claims to deallocate", "plugin disabled")
+
+
+def scheduler_never_binds(pod: dict) -> Optional[str]:
+    """The scheduler's own word that `pod` binds to no node as the nodes stand: PodScheduled=False,
+    reason Unschedulable, every node refused for a reason of STATIC_UNSCHEDULABLE, and preemption not
+    helpful on every node (pkg/scheduler/framework/preemption/preemption.go: "Preemption is not helpful
+    for scheduling" for each node whose filter failed UnschedulableAndUnresolvable); None otherwise."""
+    import re
+
+    cond = _conditions(pod).get("PodScheduled") or {}
+    message = cond.get("message") or ""
+    if cond.get("status") != "False" or cond.get("reason") != "Unschedulable":
+        return None
+    m = re.match(r"^0/(\d+) nodes are available: (.*?)\. (.*)preemption: 0/(\d+) nodes are available: (\d+) Preemption is "
+                 r"not helpful for scheduling\.?$", message)
+    if m is None or not (m[1] == m[4] == m[5]):
+        return None
+    # The other PostFilter plugins' words come first, joined by ", " (framework.go RunPostFilterPlugins): only
+    # those saying they have nothing to free are allowed.
+    if any(r.strip() not in NOTHING_TO_FREE for r in m[3].split(", ") if r.strip()):
+        return None
+    reasons = [re.sub(r"^\d+ ", "", r.strip()) for r in m[2].split(", ")]
+    if not reasons or not all(any(s in r for s in STATIC_UNSCHEDULABLE) for r in reasons):
+        return None
+    return message
+
+
 def _short(text: str, head: int = 260, tail: int = 160) -> str:
     return text if len(text) <= head + tail + 5 else f"{text[:head]} … {text[-tail:]}"
 
@@ -297,6 +425,14 @@ def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str) -> str
                 err = line
             return f"{b} says: {_short(str(err))}"
     return ""
+
+
+def _apply(client: Client, obj: dict) -> Optional[str]:
+    try:
+        client.apply(obj)
+        return None
+    except (ApiError, UnknownKind) as exc:
+        return str(exc)
 
 
 def submit(client: Client, obj: dict) -> Optional[str]:
@@ -336,14 +472,23 @@ def example_trainjob(ctx: Context) -> Scenario:
         sc.fail(f"TrainJob {ns}/{name} refused by the API server: {err}")
         return sc
     deadline = time.monotonic() + ctx.timeout
-    w = None
-    while time.monotonic() < deadline:
+    live = ctx.client.get(TRAINER, "TrainJob", name, ns) or {}
+    if (live.get("spec") or {}).get("suspend") is not True:
+        # Kueue's webhook suspends a queued TrainJob at creation (v0.19.2 pkg/controller/jobs/trainjob/
+        # trainjob_webhook.go Default: WorkloadShouldBeSuspended); the job stays suspended until admitted. For a
+        # framework its Configuration does not enable, Kueue sets up a no-op webhook and no reconciler
+        # (pkg/controller/jobframework/setup.go: cb.SetupWebhook(mgr, WithNoopWebhook(true))), and it ignores a
+        # job in a namespace it does not manage: a TrainJob it did not suspend gets no Workload, ever.
         w = _workload_for(ctx.client, ns, "TrainJob", name)
-        if _admitted(w):
-            break
-        time.sleep(1)
+        if not w:
+            sc.fail(f"TrainJob {ns}/{name} not admitted by Kueue: {_workload_message(w)}; Kueue's webhook did not "
+                    f"suspend it at creation (spec.suspend {(live.get('spec') or {}).get('suspend')})")
+            return sc
+    w, verdict = wait_admission(ctx, lambda: _workload_for(ctx.client, ns, "TrainJob", name), ctx.timeout)
     if not _admitted(w):
-        sc.fail(f"TrainJob {ns}/{name} not admitted by Kueue within {ctx.timeout:.0f}s: {_workload_message(w)}")
+        sc.fail(f"TrainJob {ns}/{name} not admitted by Kueue "
+                + (f"({verdict})" if verdict else f"within {ctx.timeout:.0f}s")
+                + f": {_workload_message(w)}")
         return sc
     flavors = _flavors(w)
     gpu_flavor = flavors.get(GPU_RESOURCE) or next(iter(flavors.values()), None)
@@ -400,6 +545,29 @@ def _probe_job(job: dict, name: str, queue: str, gpus: int) -> dict:
     return probe
 
 
+def _log_mark(ctx: Context, binary: str) -> int:
+    """Where the controller's log ends now (what it logs after this is read by _kueue_refused_workloads)."""
+    from gpu_platform.rehearsal.controllers import log_size
+
+    ctl = ctx.controllers.get(binary)
+    return log_size(ctl.proc.log) if ctl is not None and ctl.proc is not None else 0
+
+
+def _kueue_refused_workloads(ctx: Context, since: int) -> bool:
+    """kueue-manager's log, after byte `since`, says the API server refused it to create, list or watch
+    Workloads (client-go's `... is forbidden: User ... cannot create resource "workloads" in API group
+    "kueue.x-k8s.io"`): RBAC does not change while a scenario runs, so it creates none."""
+    import re
+
+    from gpu_platform.rehearsal.controllers import error_lines
+
+    ctl = ctx.controllers.get("kueue-manager")
+    if ctl is None or ctl.proc is None:
+        return False
+    refused = re.compile(r'cannot (create|list|watch) resource \\?"workloads\\?" in API group \\?"kueue\.x-k8s\.io')
+    return any(refused.search(ln) for ln in error_lines(ctl.proc.log, limit=10_000, width=None, since=since))
+
+
 def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
     sc = Scenario("inadmissible", "a job larger than any node is refused at submission; a job within every node but "
                                   "beyond the queue's quota, and one on zero-quota flavors, stay inadmissible in Kueue")
@@ -431,6 +599,7 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
     else:
         sc.fail(f"rehearsal-too-big refused, but not by the fit policy: {err}")
     # A ClusterQueue with the shipped flavors, every quota zero, and its LocalQueue.
+    kueue_mark = _log_mark(ctx, "kueue-manager")
     lq = ctx.client.get(KUEUE, "LocalQueue", queue, ns) if queue else None
     cq = ctx.client.get(KUEUE, "ClusterQueue", lq["spec"]["clusterQueue"]) if lq else None
     submitted = []
@@ -454,7 +623,9 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
                                                          for f in rg["flavors"]]} for rg in cq["spec"]["resourceGroups"]]}}
         zq = {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": "rehearsal-zero-quota", "namespace": ns},
               "spec": {"clusterQueue": "rehearsal-zero-quota"}}
-        errs = [e for e in (submit(ctx.client, zero), submit(ctx.client, zq)) if e]
+        # Applied, not created: a later run on the same cluster (the test suite's planted runs after the shipped
+        # one) finds them from the run before, and a create would be refused (409 already exists).
+        errs = [e for e in (_apply(ctx.client, zero), _apply(ctx.client, zq)) if e]
         if errs:
             sc.fail(f"zero-quota ClusterQueue refused: {errs[0]}")
         elif err := submit(ctx.client, _probe_job(job, "rehearsal-zero-quota", "rehearsal-zero-quota", 1)):
@@ -463,7 +634,23 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
             submitted.append(("rehearsal-zero-quota", "one GPU on flavors with zero quota", "insufficient quota"))
     else:
         sc.fail(f"no LocalQueue {queue!r} (or its ClusterQueue) in {ns}: Kueue's inadmissibility not exercised")
-    time.sleep(wait)
+    # Until Kueue has said of each probe that it never admits it (kueue_never_admits: above maximum capacity),
+    # the verdict standing VERDICT_STANDS_S, or the API server has refused Kueue what making a Workload takes
+    # (in its log since the probes were submitted: no Workload can come); at most `wait` seconds.
+    started, first = time.monotonic(), None
+    while submitted and time.monotonic() - started < wait:
+        ws = [_workload_for(ctx.client, ns, "TrainJob", name) for name, _, _ in submitted]
+        if any(w is None for w in ws) and _kueue_refused_workloads(ctx, kueue_mark):
+            break
+        if all(not _admitted(w) and reason in _workload_message(w) and kueue_never_admits(ctx.client, w)
+               for w, (_, _, reason) in zip(ws, submitted)):
+            first = first or time.monotonic()
+            if time.monotonic() - first >= VERDICT_STANDS_S:
+                break
+        else:
+            first = None
+        time.sleep(0.5)
+    waited = time.monotonic() - started
     for name, what, reason in submitted:
         w = _workload_for(ctx.client, ns, "TrainJob", name)
         said = _workload_message(w)
@@ -474,7 +661,7 @@ def inadmissible(ctx: Context, wait: float = 15.0) -> Scenario:
         elif reason not in said:
             sc.fail(f"{name} ({what}): not admitted, but Kueue does not say why ({reason!r} expected): {said}")
         else:
-            sc.details.append(f"{name} ({what}): not admitted after {wait:.0f}s ({said})")
+            sc.details.append(f"{name} ({what}): not admitted after {waited:.0f}s ({said})")
         ctx.client.delete(TRAINER, "TrainJob", name, ns)
     return sc
 
@@ -941,14 +1128,15 @@ def _cpu_job_placed(ctx: Context, sc: Scenario, ns: str, cpu_job: dict) -> Scena
                 if p["spec"].get("nodeName")]
         return (w, pods) if _admitted(w) and pods else None
 
-    deadline, seen = time.monotonic() + ctx.timeout, None
-    while time.monotonic() < deadline and seen is None:
-        seen = bound()
-        time.sleep(1)
+    _, verdict = wait_admission(ctx, lambda: _workload_for(ctx.client, ns, "Job", name), ctx.timeout,
+                                done=lambda w: _admitted(w) and bound() is not None)
+    seen = bound()
     try:
         if seen is None:
             w = _workload_for(ctx.client, ns, "Job", name)
-            sc.fail(f"the CPU-only Job was not admitted and bound within {ctx.timeout:.0f}s: {_workload_message(w)}")
+            sc.fail("the CPU-only Job was not admitted and bound "
+                    + (f"(Kueue: {verdict})" if verdict else f"within {ctx.timeout:.0f}s")
+                    + f": {_workload_message(w)}")
             return sc
         w, pods = seen
         flavors = _flavors(w)
@@ -1452,6 +1640,15 @@ def preemption_not_counted(ctx: Context) -> Scenario:
         restarts, counted = _jobset_restarts(ctx.client, ns, name)
         if restarts > restarts0 and pr.get("status") == "True" and pr.get("reason") == "Recovered":
             break
+        if (restarts == restarts0 and pr.get("status") == "True" and pr.get("reason") == "Recovered"
+                and _replaced_in_place(ctx.client, ns, name, pods, old)):
+            # The Job made the replacement pod itself and has not failed, and the Workload runs again: the JobSet
+            # restarts only when a child Job fails (jobset v0.12.0 pkg/controllers/jobset_controller.go,
+            # executeFailurePolicy on a failed Job), so it never restarts for this preemption.
+            break
+        js = ctx.client.get(JOBSET, "JobSet", name, ns) or {}
+        if restarts == restarts0 and (_conditions(js).get("Failed") or {}).get("status") == "True":
+            break  # a failed JobSet is finished: it restarts no more (jobset_controller.go: jobSetFinished)
         time.sleep(2)
     pr = _pods_ready(w)
     sc.details.append(f"after {time.monotonic() - deleted:.0f}s: JobSet restarts {restarts} ({counted} counted), Workload "
@@ -1481,6 +1678,23 @@ def preemption_not_counted(ctx: Context) -> Scenario:
         if node and landed != group:
             sc.fail(f"pod {p['metadata']['name']} bound to group {landed}, not {group}")
     return sc
+
+
+def _replaced_in_place(client: Client, ns: str, name: str, before: list[dict], old: set[str]) -> bool:
+    """A new pod of the TrainJob, bound, made by the same child Job as the pods before (same owner uid: a
+    JobSet restart recreates its Jobs), and that Job not failed."""
+    owners = {o.get("uid") for p in before for o in p["metadata"].get("ownerReferences") or [] if o.get("kind") == "Job"}
+    new = [p for p in _job_pods(client, ns, name) if p["metadata"]["uid"] not in old and p["spec"].get("nodeName")]
+    if not owners or not new:
+        return False
+    for p in new:
+        ref = next((o for o in p["metadata"].get("ownerReferences") or [] if o.get("kind") == "Job"), None)
+        if ref is None or ref.get("uid") not in owners:
+            return False
+        job = client.get("batch/v1", "Job", ref["name"], ns) or {}
+        if (_conditions(job).get("Failed") or {}).get("status") == "True" or (_conditions(job).get("FailureTarget") or {}).get("status") == "True":
+            return False
+    return True
 
 
 def never_ready(ctx: Context) -> Scenario:

@@ -1,0 +1,234 @@
+"""A rehearsal scenario that expects something NOT to happen concludes from the controller's own verdict
+(Kueue's Workload condition, the scheduler's PodScheduled condition, the autoscaler's log and the RBAC
+objects), not by waiting out the hang guard. These tests read the verdicts as the pinned components write
+them (Kueue v0.19.2, kube-scheduler v1.35.4, cluster-autoscaler 1.35.2); no component runs here. The
+rehearsal tests that plant each bug (tests/test_rehearsal*.py, tests/test_queue_resources.py) check the
+same verdicts on the real components.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gpu_platform.rehearsal import autoscale, scenarios
+from gpu_platform.rehearsal.scenarios import KUEUE, kueue_never_admits, scheduler_never_binds, wait_admission
+from tests.conftest import ROOT
+
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+class FakeClient:
+    """get/list over a dict of objects keyed (apiVersion, kind, namespace, name)."""
+
+    def __init__(self, objects: list[dict]):
+        self.objects = {(o["apiVersion"], o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects}
+
+    def get(self, api_version, kind, name, namespace=None):
+        return self.objects.get((api_version, kind, namespace, name))
+
+    def list(self, api_version, kind, namespace=None, selector=None):
+        return [o for (a, k, ns, _), o in self.objects.items() if a == api_version and k == kind
+                and (namespace is None or ns == namespace)]
+
+
+def _queues(generation: int = 2, observed: int = 2) -> list[dict]:
+    return [{"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": "gpu-queue", "namespace": "training"},
+             "spec": {"clusterQueue": "gpu-training"}},
+            {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "gpu-training", "generation": generation},
+             "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Ready",
+                                        "observedGeneration": observed}]}}]
+
+
+def _workload(reason: str, message: str, status: str = "False") -> dict:
+    return {"apiVersion": KUEUE, "kind": "Workload", "metadata": {"name": "trainjob-x", "namespace": "training"},
+            "spec": {"queueName": "gpu-queue"},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": status, "reason": reason, "message": message}]}}
+
+
+# Kueue v0.19.2's words (pkg/scheduler/flavorassigner/flavorassigner.go) on the condition it writes
+# (pkg/scheduler/scheduler.go: reason "Pending" unless the UnadmittedWorkloadsObservability gate is on).
+EXCEEDS = ("couldn't assign flavors to pod set node: insufficient quota for nvidia.com/gpu in flavor ada, previously "
+           "considered podsets requests (0) + current podset request (1) > maximum capacity (0)")
+UNCOVERED = "couldn't assign flavors to pod set main: resource ephemeral-storage unavailable in ClusterQueue"
+IN_USE = "couldn't assign flavors to pod set node: insufficient unused quota for nvidia.com/gpu in flavor ada, 1 more needed"
+
+
+NEVER = "ClusterQueue gpu-training can never admit it as it stands"
+
+
+@pytest.mark.parametrize("reason, message, verdict", [
+    ("Pending", EXCEEDS, NEVER),
+    ("ExceedsMaxQuota", EXCEEDS, NEVER),  # the reason, with the UnadmittedWorkloadsObservability gate on
+    ("Pending", UNCOVERED, NEVER),
+    ("Pending", "couldn't assign flavors to pod set node: flavor ada doesn't match node affinity, untolerated taint "
+                "nvidia.com/gpu=present:NoSchedule in flavor system", NEVER),
+    # the quota is in use: it frees when another workload ends
+    ("Pending", IN_USE, None),
+    # one flavor can never take it, another may once its quota frees
+    ("Pending", EXCEEDS + ", insufficient unused quota for nvidia.com/gpu in flavor rtx, 1 more needed", None),
+    ("Pending", "", None),
+    # a flavor Kueue's cache does not hold yet (just created): no verdict
+    ("Pending", "couldn't assign flavors to pod set node: flavor ada not found", None),
+    # two pod sets, the second may fit later
+    ("Pending", EXCEEDS + "; couldn't assign flavors to pod set launcher: " + IN_USE.split(": ", 1)[1], None),
+])
+def test_kueue_says_never_only_for_a_reason_no_wait_changes(reason, message, verdict):
+    assert kueue_never_admits(FakeClient(_queues()), _workload(reason, message)) == verdict
+
+
+def test_kueue_verdict_counts_only_once_its_cache_holds_the_cluster_queue_as_it_is():
+    """A verdict Kueue reached before its cache held the ClusterQueue's current spec (observedGeneration behind
+    the generation: just changed, say by a planted run being put back) is no verdict."""
+    stale = FakeClient(_queues(generation=3, observed=2))
+    assert kueue_never_admits(stale, _workload("Pending", EXCEEDS)) is None
+    assert kueue_never_admits(FakeClient(_queues()), _workload("Pending", EXCEEDS, status="True")) is None
+    assert kueue_never_admits(FakeClient(_queues()), None) is None
+
+
+def test_waiting_for_admission_ends_on_kueues_verdict_not_the_hang_guard(monkeypatch):
+    monkeypatch.setattr(scenarios, "VERDICT_STANDS_S", 0.2)
+    ctx = SimpleNamespace(client=FakeClient(_queues()))
+    started = time.monotonic()
+    w, verdict = wait_admission(ctx, lambda: _workload("Pending", EXCEEDS), timeout=60)
+    assert verdict == NEVER and time.monotonic() - started < 10
+    # Waiting for quota in use is no verdict: the wait goes on to its end.
+    started = time.monotonic()
+    w, verdict = wait_admission(ctx, lambda: _workload("Pending", IN_USE), timeout=1)
+    assert verdict is None and time.monotonic() - started >= 1
+
+
+def _pending(message: str, reason: str = "Unschedulable") -> dict:
+    return {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message}]}}
+
+
+# kube-scheduler v1.35.4's FitError (pkg/scheduler/framework/types.go) with DefaultPreemption's PostFilter message.
+VOLUME_ELSEWHERE = ("0/12 nodes are available: 4 node(s) didn't match PersistentVolume's node affinity, 8 node(s) didn't "
+                    "match Pod's node affinity/selector. preemption: 0/12 nodes are available: 12 Preemption is not "
+                    "helpful for scheduling.")
+
+
+# As the rehearsal's kube-scheduler wrote it for the zone drill's planted notebook (aws-prod, 2026-11-28): the
+# DynamicResources plugin's PostFilter words come before DefaultPreemption's.
+ZONE_DRILL = ("0/16 nodes are available: 13 node(s) didn't match Pod's node affinity/selector, 3 node(s) didn't match "
+              "PersistentVolume's node affinity. no new claims to deallocate, preemption: 0/16 nodes are available: 16 "
+              "Preemption is not helpful for scheduling.")
+
+
+def test_the_scheduler_says_never_when_every_node_is_refused_for_what_no_eviction_changes():
+    assert scheduler_never_binds(_pending(VOLUME_ELSEWHERE)) == VOLUME_ELSEWHERE
+    assert scheduler_never_binds(_pending(ZONE_DRILL)) == ZONE_DRILL
+    tainted = ("0/3 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}, 2 node(s) didn't "
+               "match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful "
+               "for scheduling.")
+    assert scheduler_never_binds(_pending(tainted)) == tainted
+
+
+@pytest.mark.parametrize("message, reason", [
+    # a node that is only full: another pod ending (or a preemption) frees it
+    ("0/12 nodes are available: 1 Insufficient nvidia.com/gpu, 11 node(s) didn't match Pod's node affinity/selector. "
+     "preemption: 0/12 nodes are available: 1 No preemption victims found for incoming pod, 11 Preemption is not helpful "
+     "for scheduling.", "Unschedulable"),
+    # the claim not bound yet: the volume controller binds it in a moment
+    ("0/12 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/12 nodes are available: "
+     "12 Preemption is not helpful for scheduling.", "Unschedulable"),
+    (VOLUME_ELSEWHERE, "SchedulingGated"),
+    # the first try, the claim not bound yet (as the zone drill's pod was for its first seconds)
+    ("0/16 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found", "Unschedulable"),
+    # another PostFilter plugin that might free something
+    (ZONE_DRILL.replace("no new claims to deallocate", "claim x deallocated"), "Unschedulable"),
+])
+def test_the_scheduler_says_nothing_final_while_a_node_may_still_take_the_pod(message, reason):
+    assert scheduler_never_binds(_pending(message, reason)) is None
+
+
+def _binding(kind: str, name: str, role: str, subjects: list[dict], namespace=None) -> dict:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": RBAC, "kind": kind, "metadata": meta, "subjects": subjects,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}}
+
+
+def _role(name: str, rules: list[dict]) -> dict:
+    return {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": {"name": name}, "rules": rules}
+
+
+SA = {"kind": "ServiceAccount", "name": "cluster-autoscaler", "namespace": "kube-system"}
+DRA = {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses", "resourceclaims", "resourceslices"],
+       "verbs": ["get", "list", "watch"]}
+
+
+def test_a_refusal_no_rbac_object_grants_stands():
+    chart_only = FakeClient([_role("chart", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]),
+                             _binding("ClusterRoleBinding", "chart", "chart", [SA])])
+    assert not autoscale.rbac_grants(chart_only, "kube-system", "cluster-autoscaler", "list resourceslices.resource.k8s.io")
+    assert autoscale.rbac_grants(chart_only, "kube-system", "cluster-autoscaler", "list pods")
+    program = FakeClient([_role("extra", [DRA]), _binding("ClusterRoleBinding", "extra", "extra", [SA])])
+    assert autoscale.rbac_grants(program, "kube-system", "cluster-autoscaler", "list resourceslices.resource.k8s.io")
+    # bound to another ServiceAccount, or only for named objects: not granted
+    other = FakeClient([_role("extra", [DRA]), _binding("ClusterRoleBinding", "extra", "extra", [{**SA, "name": "other"}])])
+    assert not autoscale.rbac_grants(other, "kube-system", "cluster-autoscaler", "list resourceslices.resource.k8s.io")
+    named = FakeClient([_role("extra", [{**DRA, "resourceNames": ["x"]}]), _binding("ClusterRoleBinding", "extra", "extra", [SA])])
+    assert not autoscale.rbac_grants(named, "kube-system", "cluster-autoscaler", "list resourceslices.resource.k8s.io")
+    # a group every ServiceAccount is in, through a RoleBinding in its namespace
+    group = FakeClient([_role("extra", [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+                        _binding("RoleBinding", "extra", "extra", [{"kind": "Group", "name": "system:serviceaccounts"}],
+                                 namespace="kube-system")])
+    assert autoscale.rbac_grants(group, "kube-system", "cluster-autoscaler", "list resourceslices.resource.k8s.io")
+
+
+# cluster-autoscaler 1.35.2's log lines, as the rehearsal's real run wrote them (klog; client-go's reflector).
+REFLECTOR = ('E1128 12:50:57.788295   20232 reflector.go:204] "Failed to watch" err="failed to list *v1.ResourceSlice: '
+             'resourceslices.resource.k8s.io is forbidden: User \\"system:serviceaccount:kube-system:cluster-autoscaler\\" '
+             'cannot list resource \\"resourceslices\\" in API group \\"resource.k8s.io\\" at the cluster scope" '
+             'logger="UnhandledError"')
+WATCHLIST = ('I1128 12:50:57.788295   20232 reflector.go:429] "Data couldn\'t be fetched in watchlist mode. Falling back '
+             'to regular list." err="deviceclasses.resource.k8s.io is forbidden: User \\"system:serviceaccount:kube-system:'
+             'cluster-autoscaler\\" cannot watch resource \\"deviceclasses\\" in API group \\"resource.k8s.io\\" at the cluster scope"')
+NO_FIT = ("I1128 12:50:57.788295   20232 orchestrator.go:629] Pod training/rehearsal-autoscale-a-node-0-0-x7k2p can't be "
+          "scheduled on ada, predicate checking error: can't schedule pod training/rehearsal-autoscale-a-node-0-0-x7k2p: "
+          'predicate "NodeResourcesFit" didn\'t pass (predicateReasons=[Insufficient ephemeral-storage]; debugInfo=nodeName: '
+          '"template-node-for-ada-2340244436357625910")')
+
+
+def _process(tmp_path: Path, lines: list[str]) -> SimpleNamespace:
+    log = tmp_path / "cluster-autoscaler-1.log"
+    log.write_text("\n".join(lines) + "\n")
+    return SimpleNamespace(proc=SimpleNamespace(log=log))
+
+
+def test_the_lists_refused_to_the_autoscalers_informers_are_read_from_its_reflector(tmp_path):
+    proc = _process(tmp_path, [WATCHLIST, REFLECTOR, REFLECTOR])
+    assert autoscale.AutoscalerProcess.informers_refused(proc) == ["list resourceslices.resource.k8s.io"]
+
+
+def test_the_autoscaler_says_never_after_its_simulation_fails_on_the_template_in_two_loops(tmp_path):
+    drill = autoscale.Drill.__new__(autoscale.Drill)
+    drill.autoscaler = _process(tmp_path, [NO_FIT, "I1128 12:50:57.788339   20232 orchestrator.go:170] No expansion options"])
+    never = drill.never_scales_for("training", "rehearsal-autoscale-a", "ada")
+    assert never() is None  # one loop: not yet
+    drill.autoscaler = _process(tmp_path, [NO_FIT, NO_FIT])
+    said = never()
+    assert said and "ada's template node fails, 2 loops running" in said and "Insufficient ephemeral-storage" in said
+    # another pool, another job: not this verdict
+    assert drill.never_scales_for("training", "rehearsal-autoscale-b", "ada")() is None
+    assert drill.never_scales_for("training", "rehearsal-autoscale-a", "rtx")() is None
+
+
+def test_the_prepared_stacks_fit_folder_goes_when_the_test_process_ends(tmp_path):
+    """tests/rehearsal_support.prepared() made /tmp/rehearsal-test-<stack>-* for every process (each xdist
+    worker, every session, the check lane too) and left it there."""
+    code = ("import tests.rehearsal_support as s\n"
+            "s._prepare = lambda stack, config, out, example=None: out\n"
+            "print(s.prepared('linode-dev'))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    made = Path(proc.stdout.strip().splitlines()[-1])
+    assert made.name.startswith("rehearsal-test-linode-dev-") and made.parent == tmp_path
+    assert not made.exists()
