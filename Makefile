@@ -124,7 +124,7 @@ check: venv
 ## (with GPU_PLATFORM_REQUIRE_CHARTS=1, as CI sets it, a failed pull fails here and a missing chart fails its test).
 test: venv checkov-venv training-venv jupyterhub-venv rehearsal-build
 	$(if $(filter 1,$(GPU_PLATFORM_REQUIRE_CHARTS)),,-)$(PY) -m gpu_platform.preflight charts ensure
-	$(PYTEST) -n $(TEST_WORKERS) --durations=25 tests
+	$(PYTEST) -n $(TEST_WORKERS) --no-loadscope-reorder --durations=25 tests
 
 test-live: venv
 	$(PY) -m pytest -q -m live tests
