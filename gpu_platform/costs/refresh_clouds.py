@@ -42,6 +42,10 @@ import yaml
 from gpu_platform.costs.catalog import CATALOG_DIR, validate_document
 from gpu_platform.costs.refresh import RefreshResult, _replace
 
+# The catalogs are read with libyaml (the same safe resolver, as catalog.read_document does): `refresh
+# --all-regions` reads aws.yaml once per region, and the pure-Python parser took most of that command.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 REPO_ROOT = CATALOG_DIR.parents[2]
 
 
@@ -196,7 +200,7 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
     With `drop_untraced_spot`, a reference Spot price of a type absent from `spot` is removed (set to null)
     unless it already traces to recorded data: the catalog then holds no Spot price it cannot trace."""
     path = catalog_path or CATALOG_DIR / "aws.yaml"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
     today = today or _dt.date.today().isoformat()
     res = RefreshResult()
     spot = spot or {}
@@ -302,7 +306,7 @@ def apply_gcp(parts: Mapping[tuple[str, str], tuple[float, str]], source: str, c
     """Rewrite the A100 (a2-highgpu-*) machine prices of gcp.yaml from their parts. Spot = preemptible
     (one SKU set). The A100 GPU-only prices go to the file's top-level `gpuOnlyPrices` for reports."""
     path = catalog_path or CATALOG_DIR / "gcp.yaml"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
     today = today or _dt.date.today().isoformat()
     res = RefreshResult()
     for inst in doc["instances"]:
@@ -413,7 +417,7 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
     """Write each region's machine prices into gcp.yaml: `regionalPrices.<region>` (the type's own prices for the
     reference region). Spot and preemptible get the Spot price (GCP bills preemptible VMs at Spot prices)."""
     path = catalog_path or CATALOG_DIR / "gcp.yaml"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
     today = today or _dt.date.today().isoformat()
     res = RefreshResult()
     by_name = {inst["name"]: inst for inst in doc["instances"]}
