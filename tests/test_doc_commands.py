@@ -13,10 +13,14 @@ The rules, for fenced `sh`/`bash` blocks:
 - `.venv/bin/python -m gpu_platform.X ARGS` is run with argparse stopped right after parsing: the flags
   are the real parser's verdict, nothing is planned. `make TARGET VARS` is checked with `make -n`, and the
   preflight command it would run is parsed the same way (so `PREFLIGHT_FLAGS=--typo` fails).
+- The parses of a test's commands run in one child interpreter, one module run after another (each run
+  imports the modules again costs 0.4 CPU-s: 40 commands were a tenth of `make check`'s test time).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import shlex
@@ -37,19 +41,53 @@ CONSOLE_SCRIPTS = {".venv/bin/gpu-platform-preflight": "gpu_platform.preflight",
 # Placeholders the docs use, replaced by a value the parsers accept.
 PLACEHOLDERS = {"<stack>": "gcp-prod", "<env>": "dev", "F.json": "tests/data/aws-describe-spot-price-history.json",
                 "F": "tests/data/linode-types-response.json"}
-# Run a module with argparse stopped after its first successful parse (exit 0, nothing done).
-PARSE_ONLY = """
-import argparse, runpy, sys
+# Run each module named on stdin ([[module, [args...]], ...]) with argparse stopped after its first successful
+# parse, one after another in this one interpreter; print, for each, whether its parser accepted the arguments
+# and, if not, the last line it printed. A module run does nothing but parse: the parse is its first step.
+PARSE_MANY = """
+import argparse, contextlib, io, json, runpy, sys, traceback
+class Accepted(BaseException):
+    pass
 _parse = argparse.ArgumentParser.parse_args
 def parse_args(self, args=None, namespace=None):
     _parse(self, args, namespace)
-    print("doc-command: arguments accepted", file=sys.stderr)
-    raise SystemExit(0)
+    raise Accepted
 argparse.ArgumentParser.parse_args = parse_args
-module = sys.argv[1]
-sys.argv = [module] + sys.argv[2:]
-runpy.run_module(module, run_name="__main__", alter_sys=True)
+stdout, results = sys.stdout, []
+for module, args in json.load(sys.stdin):
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = [module, *args]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except Accepted:
+            code = None
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    text = (err.getvalue() or out.getvalue()).strip()
+    results.append(None if code is None else text.splitlines()[-1] if text else f"exit {code}")
+json.dump(results, stdout)
 """
+
+# (module, args) -> None when the module's parser accepts args, else its message; filled by parse_all.
+_PARSED: dict[tuple[str, tuple[str, ...]], str | None] = {}
+# While not None, parse_only records what it would parse here instead of parsing (see checked()).
+_WANTED: list[tuple[str, tuple[str, ...]]] | None = None
+
+
+def parse_all(keys) -> None:
+    """Parse every (module, args) not parsed yet, in one child interpreter."""
+    todo = [k for k in dict.fromkeys(keys) if k not in _PARSED]
+    if not todo:
+        return
+    run = subprocess.run([str(ROOT / VENV_PY), "-c", PARSE_MANY], cwd=ROOT, input=json.dumps(todo), capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
+    assert run.returncode == 0, run.stderr
+    _PARSED.update(zip(todo, json.loads(run.stdout)))
 
 
 def blocks(page: Path) -> list[tuple[set[str], str]]:
@@ -86,15 +124,26 @@ def _words(command: str) -> list[str]:
 
 def parse_only(module: str, args: list[str]) -> str | None:
     """None when the module's own argument parser accepts args; else its message."""
-    run = subprocess.run([str(ROOT / VENV_PY), "-c", PARSE_ONLY, module, *args], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
-    if run.returncode == 0 and "doc-command: arguments accepted" in run.stderr:
+    key = (module, tuple(args))
+    if _WANTED is not None:
+        _WANTED.append(key)
         return None
-    return (run.stderr or run.stdout).strip().splitlines()[-1] if (run.stderr or run.stdout).strip() else f"exit {run.returncode}"
+    parse_all([key])
+    return _PARSED[key]
+
+
+@functools.lru_cache(maxsize=None)
+def _make_n(words: tuple[str, ...]) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-n", *words], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+@functools.lru_cache(maxsize=None)
+def _run_c(words: tuple[str, ...]) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / VENV_PY), *words], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def check_make(words: list[str]) -> str | None:
-    run = subprocess.run(["make", "-n", *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    run = _make_n(tuple(words[1:]))
     if run.returncode != 0:
         return run.stderr.strip() or f"make -n exit {run.returncode}"
     for line in run.stdout.splitlines():
@@ -126,7 +175,7 @@ def check(command: str, marks: frozenset[str] = frozenset()) -> str | None:
         if module.startswith("gpu_platform"):
             return parse_only(module, words[3:])
     if head == VENV_PY and words[1:2] == ["-c"]:  # a one-line check: cheap, run it
-        run = subprocess.run([str(ROOT / VENV_PY), *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        run = _run_c(tuple(words[1:]))
         return None if run.returncode == 0 else (run.stderr.strip().splitlines() or [f"exit {run.returncode}"])[-1]
     if marks:
         return None  # needs a cloud or the network: not run here
@@ -142,11 +191,37 @@ def doc_commands() -> list[tuple[str, frozenset[str], str]]:
     return out
 
 
+def checked(cases) -> list[str | None]:
+    """check() of each (command, marks), their parses run together: a first pass collects what each would
+    parse, one child parses it all, a second pass judges with the answers."""
+    global _WANTED
+    cases = list(cases)
+    _WANTED = []
+    try:
+        for command, marks in cases:
+            check(command, marks)
+        wanted = _WANTED
+    finally:
+        _WANTED = None
+    parse_all(wanted)
+    return [check(command, marks) for command, marks in cases]
+
+
+@functools.lru_cache(maxsize=None)
+def doc_problems() -> dict[str, list[str]]:
+    """Each page's problems, every documented command checked once per test process."""
+    found = doc_commands()
+    problems: dict[str, list[str]] = {}
+    for (doc, _, command), problem in zip(found, checked((command, marks) for _, marks, command in found)):
+        if problem:
+            problems.setdefault(doc, []).append(f"{command!r}: {problem}")
+    return problems
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_documented_command_runs_here_or_is_marked(page):
     where = page.relative_to(ROOT).as_posix()
-    problems = [f"{command!r}: {problem}" for doc, marks, command in doc_commands() if doc == where
-                if (problem := check(command, marks))]
+    problems = doc_problems().get(where, [])
     assert not problems, f"{where}:\n" + "\n".join(problems)
 
 
@@ -156,6 +231,11 @@ def test_the_docs_say_how_to_run_commands_without_an_activated_virtualenv():
 
 
 def test_a_planted_wrong_flag_fails(tmp_path):
+    checked((c, frozenset()) for c in (  # their parses in one child: the checks below read its answers
+        ".venv/bin/python -m gpu_platform.preflight gcp-prod -v", ".venv/bin/python -m gpu_platform.preflight gcp-prod --verbosity",
+        ".venv/bin/python -m gpu_platform.costs simulate examples/seed-scenario.yaml --seedz 20",
+        ".venv/bin/python -m gpu_platform.preflight charts pul", "make preflight STACK=aws-prod PREFLIGHT_FLAGS=--verbose-typo",
+        ".venv/bin/python -m gpu_platform.preflight gcp-prod --no-such-flag"))
     assert check(".venv/bin/python -m gpu_platform.preflight gcp-prod -v") is None
     assert check(".venv/bin/python -m gpu_platform.preflight gcp-prod --verbosity")
     assert check(".venv/bin/python -m gpu_platform.costs simulate examples/seed-scenario.yaml --seedz 20")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
+import os
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT, stack_config
+from tests.conftest import ROOT, shipped_plan, stack_config
 
 CORPUS = ROOT / "tests" / "data" / "hostile"
 CASES = yaml.safe_load((CORPUS / "cases.yaml").read_text())
@@ -94,14 +95,16 @@ def analyzers():
 @pytest.mark.parametrize("case", [c for c in CASES if c["kind"] == "policy"], ids=lambda c: c["id"])
 def test_policy_case(case, analyzers):
     from gpu_platform.preflight.analyzer import Analyzer
-    from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
+    from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 
     si = stack_input_from_mapping(case["base"], _config(case))
     key = json.dumps(si.config, sort_keys=True)
     if key not in analyzers:
         analyzers[key] = Analyzer(stack=si.stack, stack_config=si.config)
         analyzers[key].start()
-        _PLANS[key] = run_program(si)
+        # Most cases weaken the policy config of a shipped stack as it is: its plan is the process's shared one.
+        _PLANS[key] = (shipped_plan(si.stack, os.environ.get("GPU_PLATFORM_TODAY"))
+                       if si.config == load_stack(si.stack).config else run_program(si))
     report = analyzers[key].analyze(_PLANS[key], _resolve(case.get("policy_config")))
     if case["exit"] == 0:
         assert report.mandatory_violations == 0, report.render()

@@ -92,9 +92,11 @@ def test_exit_codes_are_distinct(tmp_path):
 
 
 def test_colour_only_when_asked_and_never_with_no_color(tmp_path):
-    forced = run("aws-prod", "--no-policies", "--out", str(tmp_path), env={"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"})
+    """The environment decides, read when main() builds its consoles: in this process (piped stdout either way)."""
+    forced = preflight_in_process("aws-prod", "--no-policies", "--out", str(tmp_path),
+                                  env={"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "NO_COLOR": None})
     assert "\x1b[" in forced.stdout
-    plain = run("aws-prod", "--no-policies", "--out", str(tmp_path), env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
+    plain = preflight_in_process("aws-prod", "--no-policies", "--out", str(tmp_path), env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
     assert not re.search(r"\x1b\[[0-9;]*3[0-9]m", plain.stdout)  # no colour (bold may stay, as NO_COLOR allows)
 
 

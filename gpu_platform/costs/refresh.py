@@ -145,7 +145,7 @@ def refresh_linode(response: Mapping[str, Any], catalog_path: Path | None = None
     path = catalog_path or CATALOG_DIR / "linode.yaml"
     text = path.read_text(encoding="utf-8")
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-    doc = yaml.safe_load(text)
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: same resolver
     today = today or _dt.date.today().isoformat()
     region = doc.get("referenceRegion")
     by_id = {e["id"]: e for e in response.get("data", []) if isinstance(e, Mapping) and "id" in e}

@@ -42,6 +42,7 @@ import yaml
 from gpu_platform.costs.catalog import CATALOG_DIR, read_document, validate_document
 from gpu_platform.costs.refresh import RefreshResult, _replace
 
+
 REPO_ROOT = CATALOG_DIR.parents[2]
 
 
@@ -318,7 +319,7 @@ def apply_gcp(parts: Mapping[tuple[str, str], tuple[float, str]], source: str, c
     """Rewrite the A100 (a2-highgpu-*) machine prices of gcp.yaml from their parts. Spot = preemptible
     (one SKU set). The A100 GPU-only prices go to the file's top-level `gpuOnlyPrices` for reports."""
     path = catalog_path or CATALOG_DIR / "gcp.yaml"
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc = read_document(path)
     today = today or _dt.date.today().isoformat()
     res = RefreshResult()
     for inst in doc["instances"]:

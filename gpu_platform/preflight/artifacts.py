@@ -15,6 +15,10 @@ from gpu_platform.preflight.runner import Plan, PlannedResource
 
 MASK = "<masked-by-preflight>"
 
+# libyaml where PyYAML has it: the documents read here are the program's own cloud-init, tens of kilobytes
+# per node, and the pure-Python loader spent most of a Linode stack's artifact step on them.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def mask(text: str, sensitive: Iterable[str]) -> str:
     """Mask every line of every made-up secret (line by line: YAML re-indents multi-line PEM)."""
@@ -34,7 +38,7 @@ def _linode_instance(r: PlannedResource) -> dict[str, str]:
     doc = decode_user_data(data)
     label = r.plain_inputs.get("label", r.name)
     out = {f"cloud-init/{label}.yaml": doc}
-    parsed = yaml.safe_load(doc)
+    parsed = yaml.load(doc, Loader=_Loader)
     for f in parsed.get("write_files", []):
         if f["path"].endswith("kubeadm-config.yaml"):
             out[f"kubeadm/{label}.yaml"] = f["content"]

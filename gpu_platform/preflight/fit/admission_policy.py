@@ -147,10 +147,38 @@ def available() -> bool:
     return importlib.util.find_spec("celpy") is not None
 
 
+# refusal()'s answers, by what they depend on (the policies and bindings, the object, its plural, its
+# namespace's labels, the user): cel-python interprets some 20 evaluations an object at a few milliseconds each,
+# and a process that checks the same stack again (a test session, a preflight with --base) asks the same
+# questions. The answer is a pure function of those inputs; the key keeps every dict's order, so two inputs
+# share an answer only when they are the same to the evaluator.
+_REFUSALS: dict[str, Optional[str]] = {}
+_REFUSALS_KEPT = 4096
+_POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def _key_part(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}:{value!r}"
+
+
 def refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, str],
             user: str = SUBMITTER) -> Optional[str]:
     """The API server's refusal of creating `obj` (plural `resource`) by `user` (default: a user submitting work)
     by a policy among `objects`, or None."""
+    import json
+
+    policies = [o for o in objects if o.get("kind") in _POLICY_KINDS]
+    key = json.dumps([policies, obj, resource, ns_labels, user], default=_key_part)
+    if key in _REFUSALS:
+        return _REFUSALS[key]
+    answer = _refusal(policies, obj, resource, ns_labels, user)
+    if len(_REFUSALS) >= _REFUSALS_KEPT:
+        _REFUSALS.clear()
+    _REFUSALS[key] = answer
+    return answer
+
+
+def _refusal(objects: list[dict], obj: dict, resource: str, ns_labels: dict[str, str], user: str) -> Optional[str]:
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]
     meta = obj.get("metadata") or {}
     bound = {(b.get("spec") or {}).get("policyName") for b in objects

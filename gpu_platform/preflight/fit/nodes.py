@@ -125,7 +125,7 @@ def _kubeadm_docs(instance: "PlannedResource") -> Optional[list[dict]]:
         return None
     for f in (cloud_config or {}).get("write_files", []):
         if f.get("path") == KUBEADM_CONFIG_PATH:
-            return [d for d in yaml.safe_load_all(f["content"]) if isinstance(d, dict)]
+            return [d for d in yaml.load_all(f["content"], Loader=_Loader) if isinstance(d, dict)]
     return None
 
 
