@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-import yaml
 
 from gpu_platform.costs.catalog import CATALOG_DIR, read_document, validate_document
 from gpu_platform.costs.refresh import RefreshResult, _replace
