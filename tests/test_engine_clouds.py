@@ -34,21 +34,27 @@ def test_a_cloud_without_a_shim_is_refused_naming_the_clouds_that_have_one():
         shims.install("linode")
 
 
-@pytest.fixture(scope="module")
-def gcp(tmp_path_factory):
+def _up_second_up_destroy(stack: str, tmp_path_factory) -> SimpleNamespace:
+    """One engine run of the stack on its own control plane: up, the training ServiceAccount read, a second up,
+    destroy; the report written beside it."""
     _need_engine()
     from tests.rehearsal_support import prepared
 
-    tmp = tmp_path_factory.mktemp("engine-gcp")
-    cfg, _plan, fit = prepared("gcp-prod")
+    tmp = tmp_path_factory.mktemp(f"engine-{stack.split('-')[0]}")
+    cfg, _plan, fit = prepared(stack)
     t0 = time.monotonic()
-    with engine.EngineRun("gcp-prod", cfg, fit.model, tmp / "run", ROOT, CHARTS) as run:
+    with engine.EngineRun(stack, cfg, fit.model, tmp / "run", ROOT, CHARTS) as run:
         run.up()
         sa = run.cp.client.get("v1", "ServiceAccount", TRAINING_SERVICE_ACCOUNT, TRAINING_NAMESPACE)
         second = run.second_up()
         run.destroy()
     (tmp / "engine.json").write_text(json.dumps(run.report.to_json(), indent=1))
     return SimpleNamespace(report=run.report, second=second, sa=sa, cfg=cfg, wall=time.monotonic() - t0)
+
+
+@pytest.fixture(scope="module")
+def gcp(tmp_path_factory):
+    return _up_second_up_destroy("gcp-prod", tmp_path_factory)
 
 
 @pytest.mark.rehearsal
@@ -94,19 +100,7 @@ def test_the_engine_option_goes_with_rehearse_and_names_the_two_engines():
 
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory):
-    _need_engine()
-    from tests.rehearsal_support import prepared
-
-    tmp = tmp_path_factory.mktemp("engine-aws")
-    cfg, _plan, fit = prepared("aws-prod")
-    t0 = time.monotonic()
-    with engine.EngineRun("aws-prod", cfg, fit.model, tmp / "run", ROOT, CHARTS) as run:
-        run.up()
-        sa = run.cp.client.get("v1", "ServiceAccount", TRAINING_SERVICE_ACCOUNT, TRAINING_NAMESPACE)
-        second = run.second_up()
-        run.destroy()
-    (tmp / "engine.json").write_text(json.dumps(run.report.to_json(), indent=1))
-    return SimpleNamespace(report=run.report, second=second, sa=sa, wall=time.monotonic() - t0)
+    return _up_second_up_destroy("aws-prod", tmp_path_factory)
 
 
 @pytest.mark.rehearsal
