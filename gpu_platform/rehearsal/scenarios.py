@@ -1783,15 +1783,19 @@ def linode_autoscaling(ctx: Context) -> Scenario:
             sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
 
 
+def _model_nodes_back_after_eks_drill(ctx: Context, sc: Scenario) -> None:
+    # As linode_autoscaling: the drill starts the GPU groups at zero; the model's nodes come back after it.
+    restored = restore_model_nodes(ctx) if ctx.model.cloud == "aws" else []
+    if restored:
+        sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
+
+
 def eks_autoscaling(ctx: Context) -> Scenario:
     sc = Scenario("eks-autoscaling", autoscale_aws.TITLE)
     try:
         return autoscale_aws.eks_autoscaling(ctx, sc)
     finally:
-        # As linode_autoscaling: the drill starts the GPU groups at zero; the model's nodes come back after it.
-        restored = restore_model_nodes(ctx) if ctx.model.cloud == "aws" else []
-        if restored:
-            sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
+        _model_nodes_back_after_eks_drill(ctx, sc)
 
 
 def eks_autoscaling_extended(ctx: Context) -> Scenario:
@@ -1803,9 +1807,7 @@ def eks_autoscaling_extended(ctx: Context) -> Scenario:
     try:
         return autoscale_aws.eks_autoscaling_extended(ctx, sc)
     finally:
-        restored = restore_model_nodes(ctx) if ctx.model.cloud == "aws" else []
-        if restored:
-            sc.details.append(f"after the drill, the model's nodes were added back: {', '.join(restored)}")
+        _model_nodes_back_after_eks_drill(ctx, sc)
 
 
 def linode_busy_node(ctx: Context) -> Scenario:
