@@ -9,6 +9,7 @@ import json
 import math
 import os
 import stat
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -347,25 +348,17 @@ def _list_difference(old: list, new: list) -> tuple[list[tuple[int, Any]], list[
     def key(v: Any) -> str:
         return json.dumps(v, sort_keys=True, default=str)
 
-    left: dict[str, int] = {}
-    for v in new:
-        left[key(v)] = left.get(key(v), 0) + 1
-    removed = []
-    for i, v in enumerate(old):
-        if left.get(key(v), 0):
-            left[key(v)] -= 1
-        else:
-            removed.append((i, v))
-    right: dict[str, int] = {}
-    for v in old:
-        right[key(v)] = right.get(key(v), 0) + 1
-    added = []
-    for i, v in enumerate(new):
-        if right.get(key(v), 0):
-            right[key(v)] -= 1
-        else:
-            added.append((i, v))
-    return removed, added
+    def only_in(these: list, others: list) -> list[tuple[int, Any]]:
+        unmatched = Counter(key(v) for v in others)
+        out = []
+        for i, v in enumerate(these):
+            if unmatched[key(v)]:
+                unmatched[key(v)] -= 1
+            else:
+                out.append((i, v))
+        return out
+
+    return only_in(old, new), only_in(new, old)
 
 
 def _mask(value: Any, secret: bool) -> Any:
