@@ -145,23 +145,28 @@ _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _LOCAL = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*")
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _TLD = re.compile(r"[A-Za-z]{2,63}")
-# Names reserved for tests and documentation that receive no mail: the top-level domains of RFC 2606 section 2
-# (RFC 6761 section 6) and the second-level example.com, example.net, example.org of RFC 2606 section 3 (their
-# DNS publishes a null MX, RFC 7505), with every name under them. An alert sent there reaches nobody. Both are a
-# warning, not a refusal (config.checks.platform.reserved_alert_address_warnings): the shipped stacks and the docs
-# use example.com as the stand-in a user replaces, and no real domain would be an honest one.
-NO_MAIL_TLDS = ("test", "example", "invalid", "localhost")
-NO_MAIL_DOMAINS = ("example.com", "example.net", "example.org")
+# Names that receive no mail. Two kinds, told apart because one of them is the documentation's stand-in:
+# - refused (email_problem): the top-level domains RFC 2606 section 2 reserves for tests, invalid names and
+#   loopback (.test, .invalid, .localhost; RFC 6761 section 6): nobody writes them as a placeholder to replace,
+#   and an alert sent there reaches nobody (the attacker review's budget-alert bypass);
+# - a warning (config.checks.platform.reserved_alert_address_warnings): the names reserved for documentation,
+#   the .example top-level domain and example.com, example.net, example.org (RFC 2606 sections 2 and 3; their DNS
+#   publishes a null MX, RFC 7505), with every name under them: the shipped stacks and the docs use example.com
+#   as the stand-in a user replaces, and no real domain would be an honest one; .example and example.com are
+#   treated alike (the adopter review found one refused and the other accepted).
+UNDELIVERABLE_TLDS = ("test", "invalid", "localhost")
+DOCUMENTATION_TLDS = ("example",)
+DOCUMENTATION_DOMAINS = ("example.com", "example.net", "example.org")
 
 
-def reserved_mail_domain(address: str) -> Optional[str]:
-    """The reserved name `address`'s domain falls under (".example", "example.com"), or None."""
+def documentation_mail_domain(address: str) -> Optional[str]:
+    """The documentation name `address`'s domain falls under (".example", "example.com"), or None."""
     domain = address.rpartition("@")[2].lower().rstrip(".")
-    for name in NO_MAIL_DOMAINS:
+    for name in DOCUMENTATION_DOMAINS:
         if domain == name or domain.endswith("." + name):
             return name
     tld = domain.rpartition(".")[2]
-    return "." + tld if tld in NO_MAIL_TLDS else None
+    return "." + tld if tld in DOCUMENTATION_TLDS else None
 # GitHub user names: 1 to 39 letters, digits and single hyphens, not starting or ending with one.
 _GITHUB_HANDLE = re.compile(r"@[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -194,6 +199,9 @@ def email_problem(value: Any) -> Optional[str]:
         # RFC 5322 atext admits { and }, but Alertmanager renders its `to:` as a Go template: {{ ... }} there
         # would be executed (or break the configuration), not mailed.
         return "an e-mail address without '{{' or '}}' (Alertmanager reads the address as a Go template)"
+    if labels[-1].lower() in UNDELIVERABLE_TLDS:
+        return (f"an e-mail address that can receive mail: .{labels[-1].lower()} is a reserved top-level domain "
+                f"({', '.join('.' + t for t in UNDELIVERABLE_TLDS)}; RFC 2606 and RFC 6761), no mail is ever delivered there")
     return None
 
 

@@ -36,14 +36,15 @@ CLOUD_BILLING_CHANNELS = {
 
 
 def reserved_alert_address_warnings(cfg: "StackConfig") -> list[str]:
-    """An alert address in a name reserved for documentation (RFC 2606: .example, .test, .invalid, .localhost and
+    """An alert address in a name reserved for documentation (RFC 2606: the .example top-level domain and
     example.com, example.net, example.org) receives no mail: the budget and platform alerts sent there reach no
-    one. A warning, the same for each of those names (the shipped stacks' example.com is a placeholder)."""
-    from gpu_platform.config.approvals import reserved_mail_domain
+    one. A warning, the same for each of those names (the shipped stacks' example.com is a placeholder); .test,
+    .invalid and .localhost are refused (config.approvals.email_problem)."""
+    from gpu_platform.config.approvals import documentation_mail_domain
 
     out = []
     for i, address in enumerate(cfg.alert_emails):
-        name = reserved_mail_domain(address)
+        name = documentation_mail_domain(address)
         if name:
             out.append(f"alertEmails[{i}] {address}: {name} is reserved for documentation (RFC 2606) and receives no "
                        "mail, so the budget and platform alerts sent there reach no one; give your team's address")
