@@ -52,6 +52,17 @@ def _up_second_up_destroy(stack: str, tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(report=run.report, second=second, sa=sa, cfg=cfg, wall=time.monotonic() - t0)
 
 
+def _shim_and_releases_from_the_folder(report, shim: str, cloud: str) -> dict:
+    """The run's Helm releases by name, after checking the shim stood in for the cloud layer (no resource of the
+    cloud's provider) and that every release is deployed from the local chart folder."""
+    types = {r["type"] for r in report.resources}
+    assert f"gpu-platform:rehearsal:{shim}" in types and not any(t.startswith(f"{cloud}:") for t in types), types
+    releases = {r["name"]: r for r in report.resources if r["type"] == "kubernetes:helm.sh/v3:Release"}
+    assert releases and all(r["status"] == "deployed" and r["chart"].startswith(str(CHARTS.resolve()))
+                            for r in releases.values()), releases
+    return releases
+
+
 @pytest.fixture(scope="module")
 def gcp(tmp_path_factory):
     return _up_second_up_destroy("gcp-prod", tmp_path_factory)
@@ -61,11 +72,7 @@ def gcp(tmp_path_factory):
 def test_gcp_prod_platform_is_deployed_by_pulumi_up_on_the_gke_shim(gcp):
     """On the module fixture's own control plane (`gcp`: the engine must deploy onto a cluster without the platform)."""
     report = gcp.report
-    types = {r["type"] for r in report.resources}
-    assert "gpu-platform:rehearsal:GkeClusterShim" in types and not any(t.startswith("gcp:") for t in types), types
-    releases = {r["name"]: r for r in report.resources if r["type"] == "kubernetes:helm.sh/v3:Release"}
-    assert releases and all(r["status"] == "deployed" and r["chart"].startswith(str(CHARTS.resolve()))
-                            for r in releases.values()), releases
+    releases = _shim_and_releases_from_the_folder(report, "GkeClusterShim", "gcp")
     # The GKE handle's own values reach the platform: GKE runs the device plugin (none installed), and the training
     # ServiceAccount is bound to the checkpoint bucket's service account by Workload Identity.
     assert not [n for n in releases if "device-plugin" in n], sorted(releases)
@@ -107,11 +114,7 @@ def aws(tmp_path_factory):
 def test_aws_prod_platform_is_deployed_by_pulumi_up_on_the_eks_shim(aws):
     """On the module fixture's own control plane (`aws`: the engine must deploy onto a cluster without the platform)."""
     report = aws.report
-    types = {r["type"] for r in report.resources}
-    assert "gpu-platform:rehearsal:EksClusterShim" in types and not any(t.startswith("aws:") for t in types), types
-    releases = {r["name"]: r for r in report.resources if r["type"] == "kubernetes:helm.sh/v3:Release"}
-    assert releases and all(r["status"] == "deployed" and r["chart"].startswith(str(CHARTS.resolve()))
-                            for r in releases.values()), releases
+    releases = _shim_and_releases_from_the_folder(report, "EksClusterShim", "aws")
     # The EKS handle's own values reach the platform: the AL2023 AMI has no device plugin (the platform installs
     # it), and the training ServiceAccount carries the IRSA role annotation.
     assert [n for n in releases if "device-plugin" in n], sorted(releases)

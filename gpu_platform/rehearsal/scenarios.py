@@ -427,20 +427,21 @@ def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str) -> str
     return ""
 
 
-def _apply(client: Client, obj: dict) -> Optional[str]:
+def _refusal(write: Callable[[dict], Any], obj: dict) -> Optional[str]:
+    """None when the API server took `obj` through `write` (create or apply), else its refusal."""
     try:
-        client.apply(obj)
+        write(obj)
         return None
     except (ApiError, UnknownKind) as exc:
         return str(exc)
+
+
+def _apply(client: Client, obj: dict) -> Optional[str]:
+    return _refusal(client.apply, obj)
 
 
 def submit(client: Client, obj: dict) -> Optional[str]:
-    try:
-        client.create(obj)
-        return None
-    except (ApiError, UnknownKind) as exc:
-        return str(exc)
+    return _refusal(client.create, obj)
 
 
 def example_trainjob(ctx: Context) -> Scenario:
