@@ -56,3 +56,23 @@ def test_artifact_registry_uri_is_the_regional_docker_host_project_and_repositor
         {"project": "p", "location": "us-central1", "repositoryId": "gpu-prod-images", "format": "DOCKER"}, "r")
     assert repo["registryUri"] == "us-central1-docker.pkg.dev/p/gpu-prod-images"
     assert repo["name"] == "projects/p/locations/us-central1/repositories/gpu-prod-images"
+
+
+def test_mock_certificates_start_on_the_day_preflight_judges_not_the_wall_clocks(monkeypatch):
+    """A run that crosses midnight UTC planned the session's shared linode-dev plan with one day's certificates
+    and a later plan with the next day's (tests/test_linear_wait.py failed at 00:0x): the mocks' day is
+    preflight's, GPU_PLATFORM_TODAY when set, so one stack's plan is the same all day and across midnight."""
+    import datetime
+
+    from cryptography import x509
+
+    from gpu_platform.preflight.mocks import command, tls
+
+    monkeypatch.setenv("GPU_PLATFORM_TODAY", "2026-03-04")
+    key = tls.RESOURCES["tls:index/privateKey:PrivateKey"]({"algorithm": "ECDSA", "ecdsaCurve": "P256"}, "k")
+    cert = tls.RESOURCES["tls:index/selfSignedCert:SelfSignedCert"](
+        {"privateKeyPem": key["privateKeyPem"], "subject": {"commonName": "kubernetes"}, "isCaCertificate": True,
+         "validityPeriodHours": 24}, "ca")
+    parsed = x509.load_pem_x509_certificate(cert["certPem"].encode())
+    assert parsed.not_valid_before_utc == datetime.datetime(2026, 3, 4, tzinfo=datetime.timezone.utc)
+    assert command._day() == datetime.datetime(2026, 3, 4, tzinfo=datetime.timezone.utc)

@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from gpu_platform.data.versions_calendar import today
+
 _P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 
@@ -25,7 +27,8 @@ def _ca_key(name: str) -> ec.EllipticCurvePrivateKey:
 
 
 def _day() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    """Midnight UTC of the day preflight judges the stack on (GPU_PLATFORM_TODAY when set), as tls.py's."""
+    return datetime.datetime.combine(today(), datetime.time(), tzinfo=datetime.timezone.utc)
 
 
 def _ca_name() -> x509.Name:

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from gpu_platform.data.versions_calendar import today
 from gpu_platform.preflight.mocks import sensitive
 
 _KEYS: dict[str, Any] = {}
@@ -67,7 +68,9 @@ def _sign_kwargs(signer) -> dict[str, Any]:
 
 
 def _build(subject: x509.Name, issuer: x509.Name, public_key, signer, inputs: dict[str, Any]) -> str:
-    now = datetime.datetime.now(datetime.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    # The day preflight judges the stack on (GPU_PLATFORM_TODAY when set), at midnight UTC: two plans of one day agree,
+    # and a run that crosses midnight plans the same certificates throughout.
+    now = datetime.datetime.combine(today(), datetime.time(), tzinfo=datetime.timezone.utc)
     hours = int(inputs.get("validityPeriodHours", 8760))
     pub = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     serial = int.from_bytes(hashlib.sha256(subject.public_bytes() + issuer.public_bytes() + pub).digest()[:19], "big") or 1
