@@ -5,6 +5,7 @@ bill says whose prices it used and how old they are; every regional price traces
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
@@ -241,6 +242,10 @@ def test_every_regional_price_traces_to_a_recorded_file_in_the_repository():
     """Each regional price names a recorded file, and recomputing it from that file's rows gives the catalog's
     number: AWS Spot = median over the region's availability zones (low, high, samples too), AWS On-Demand =
     the region's Price; GCP = the machine's row (its Spot price for spot and preemptible)."""
+    # Each recorded file is read once per region (the readers are pure; reading them per price was 12 CPU-s).
+    spot_rows = functools.lru_cache(maxsize=None)(read_skypilot_vms_csv)
+    on_demand_rows = functools.lru_cache(maxsize=None)(read_skypilot_on_demand)
+    gcp_rows = functools.lru_cache(maxsize=None)(read_gcp_machine_prices)
     seen = 0
     for cloud in ("aws", "gcp"):
         for name, region, cap, p in _regional(cloud):
@@ -248,13 +253,13 @@ def test_every_regional_price_traces_to_a_recorded_file_in_the_repository():
             assert path.is_file() and path.parent == RECORDED, (name, region, cap, p["source"])
             assert p["status"] == "recorded"
             if cloud == "aws" and cap == "spot":
-                o = read_skypilot_vms_csv(path, region)[name]
+                o = spot_rows(path, region)[name]
                 assert (p["usdPerHour"], p["low"], p["high"], p["samples"]) == \
                     (o.median, min(o.prices), max(o.prices), len(o.prices)), (name, region)
             elif cloud == "aws":
-                assert p["usdPerHour"] == read_skypilot_on_demand(path, region)[name], (name, region)
+                assert p["usdPerHour"] == on_demand_rows(path, region)[name], (name, region)
             else:
-                data = read_gcp_machine_prices(path)
+                data = gcp_rows(path)
                 hour, spot = data.prices[region][name]
                 assert p["usdPerHour"] == (hour if cap == "onDemand" else spot) and p["date"] == data.date
             seen += 1
