@@ -789,3 +789,73 @@ def test_the_token_check_passes_only_the_stacks_own_team(tmp_path, answer, ok):
     assert "https://api.pulumi.com/api/user" in (tmp_path / "args").read_text()
     if not ok:
         assert "not one of the team gpu-platform-preview-gcp-prod" in run.stderr and "docs/ci.md" in run.stderr
+
+
+# --- issue 37 follow-up: no unreviewed preview environment's token decrypts a credential ----------------------
+
+# Secret inputs of a plan that are no credential: a GKE/EKS kubeconfig is the endpoint and CA certificate, its token
+# comes from gke-gcloud-auth-plugin / aws eks get-token at run time (docs/state-and-secrets.md).
+NOT_A_CREDENTIAL = {("gcp", "pulumi:providers:kubernetes", "kubeconfig"), ("aws", "pulumi:providers:kubernetes", "kubeconfig")}
+
+
+def _state_credentials(stack: str) -> list[tuple[str, str]]:
+    """The secret inputs of the shipped stack's plan (what its state keeps encrypted and Stack Read decrypts) that
+    are credentials, as (resource type, input path)."""
+    from tests.conftest import shipped_plan
+    from tests.test_docs import _secret_paths
+
+    cloud = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["gpu-platform:cloud"]
+    found = {(r.type, p) for r in shipped_plan(stack).resources for p in _secret_paths(r.inputs)}
+    return sorted(f for f in found if (cloud, *f) not in NOT_A_CREDENTIAL)
+
+
+def _preview_needs_reviewers(stack: str, ci_md: str) -> bool:
+    """docs/ci.md asks for required reviewers on this stack's preview environment."""
+    cloud = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["gpu-platform:cloud"]
+    text = re.sub(r"\s+", " ", ci_md)
+    if stack.startswith("linode-"):
+        return "`preview-linode-*` with required reviewers" in text
+    if cloud == "kubernetes":
+        return "A `cloud: kubernetes` stack has no cloud identity" in text and \
+            "As with Linode, give `preview-<stack>` required reviewers" in text
+    return False
+
+
+@pytest.mark.parametrize("stack", ["gcp-prod", "aws-prod", "linode-dev", "onprem-dev"])
+def test_a_preview_environment_without_reviewers_reads_no_credential_in_its_stacks_state(stack):
+    """Adopter review of 94425ce: the GKE and EKS image builds passed the deployer's OAuth access token / an ECR
+    authorization token as `registries[].password`, so it was in the state that preview-gcp-prod's and
+    preview-aws-prod's Stack Read token (no reviewers) decrypts, while docs/ci.md said "On AWS and GCP there is
+    no credential in it". Every stack whose plan keeps a credential has reviewers on its preview environment
+    in docs/ci.md, and the GKE/EKS stacks keep none, as docs/ci.md says."""
+    ci_md = (ROOT / "docs" / "ci.md").read_text()
+    credentials = _state_credentials(stack)
+    if not _preview_needs_reviewers(stack, ci_md):
+        assert not credentials, (f"{stack}: its state holds {credentials}, which preview-{stack}'s token (no required "
+                                 "reviewers in docs/ci.md) decrypts")
+    if stack in ("gcp-prod", "aws-prod"):
+        assert "On AWS and GCP there is no credential in it" in re.sub(r"\s+", " ", ci_md)
+        assert not credentials, credentials
+
+
+def test_deploy_logs_docker_in_to_the_gke_and_eks_registries_before_pulumi_up():
+    """The program passes GKE/EKS builds no registry login, so the deploy runner's Docker must have one: a step
+    after the cloud credentials and before `pulumi up` logs in to the registry `preflight image-registry` names."""
+    steps = workflow("deploy.yml")["jobs"]["up"]["steps"]
+    at = {k: next(i for i, s in enumerate(steps) if pred(s)) for k, pred in {
+        "gcp": lambda s: "google-github-actions/setup-gcloud@" in str(s.get("uses")),
+        "aws": lambda s: "aws-actions/configure-aws-credentials@" in str(s.get("uses")),
+        "login": lambda s: "gpu_platform.preflight image-registry" in s.get("run", ""),
+        "up": lambda s: str(s.get("uses", "")).startswith("pulumi/actions@")}.items()}
+    assert at["gcp"] < at["login"] < at["up"] and at["aws"] < at["login"], at
+    login = steps[at["login"]]
+    assert "gcp-" in login["if"] and "aws-" in login["if"]
+    assert "gcloud auth configure-docker" in login["run"] and "docker login --username AWS --password-stdin" in login["run"]
+
+
+@pytest.mark.parametrize("stack,line", [("gcp-prod", "gcp us-central1-docker.pkg.dev"), ("aws-prod", "aws us-east-1"),
+                                        ("linode-dev", "")])
+def test_image_registry_names_what_deploy_logs_docker_in_to(stack, line):
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "image-registry", stack], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert (run.returncode, run.stdout.strip()) == (0, line), run.stderr
