@@ -859,3 +859,56 @@ def test_image_registry_names_what_deploy_logs_docker_in_to(stack, line):
     run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "image-registry", stack], cwd=ROOT,
                          capture_output=True, text=True)
     assert (run.returncode, run.stdout.strip()) == (0, line), run.stderr
+
+
+# --- issue 37 follow-up: every job that runs chart tests fetches the charts first ------------------------------
+
+def _uses_charts(test_file: Path) -> bool:
+    """A test module that renders the pinned charts (tests/fit_support.py's chart folder or need_charts)."""
+    return test_file.is_file() and "tests.fit_support import" in test_file.read_text()
+
+
+def chart_test_problems(workflows: dict[str, dict]) -> list[str]:
+    """Each step that runs tests needing the pinned charts (the whole suite, `make check`, or a pytest of a module
+    that imports tests/fit_support.py) must run with GPU_PLATFORM_REQUIRE_CHARTS=1 after the job fetched them
+    (`preflight charts ensure|pull` in an earlier step, or `make test`/.ci/run, whose `charts ensure` fails the
+    target under that variable). On a runner without ../shared/charts such a test fails (release.yml's
+    tests/test_package.py did: 4 failures, so no tag could publish) or skips and the gate is weaker than it looks."""
+    problems = []
+    for name, doc in sorted(workflows.items()):
+        for job_name, job in (doc.get("jobs") or {}).items():
+            fetched = False
+            for step in job.get("steps") or []:
+                run = step.get("run", "") or ""
+                if re.search(r"gpu_platform\.preflight charts (ensure|pull)\b", run):
+                    fetched = True
+                self_fetching = bool(re.search(r"(^|\s)(make test\b|bash \.ci/run\b)", run))
+                files = re.findall(r"\btests/\S+\.py\b", run)
+                runs_tests = self_fetching or "make check" in run or ("pytest" in run and (
+                    not files or any(_uses_charts(ROOT / f) for f in files)))
+                if not runs_tests:
+                    continue
+                where = f"{name}:{job_name}: {step.get('name') or run.splitlines()[0]}"
+                if not (fetched or self_fetching):
+                    problems.append(f"{where}: runs chart tests without fetching the charts first (`charts ensure`)")
+                if str((step.get("env") or {}).get("GPU_PLATFORM_REQUIRE_CHARTS")) != "1":
+                    problems.append(f"{where}: a chart test that lacks its chart skips (GPU_PLATFORM_REQUIRE_CHARTS not 1)")
+    return problems
+
+
+def test_every_job_running_chart_tests_fetches_the_charts_first():
+    assert not chart_test_problems(all_workflows())
+
+
+def test_the_chart_test_check_catches_release_yml_as_it_was():
+    """release.yml at 94425ce: `make dist`, then pytest of tests/test_package.py (which imports tests/fit_support.py)
+    with no charts step and no GPU_PLATFORM_REQUIRE_CHARTS."""
+    docs = all_workflows()
+    old = copy.deepcopy(docs)
+    steps = old["release.yml"]["jobs"]["check"]["steps"]
+    steps[:] = [s for s in steps if "charts ensure" not in (s.get("run") or "")]
+    for s in steps:
+        (s.get("env") or {}).pop("GPU_PLATFORM_REQUIRE_CHARTS", None)
+    found = chart_test_problems(old)
+    assert any("release.yml:check" in p and "without fetching" in p for p in found), found
+    assert any("release.yml:check" in p and "GPU_PLATFORM_REQUIRE_CHARTS" in p for p in found), found
