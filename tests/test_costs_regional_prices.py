@@ -493,3 +493,68 @@ def test_a_refresh_that_fails_while_writing_leaves_the_catalog_as_it_was(tmp_pat
             refresh_linode({"data": [{"id": "g6-standard-4", "price": {"hourly": 9.0, "monthly": 9.0}}]}, copy)
     assert copy.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == [name]  # no half-written file left beside it
+
+
+# --- a capacity priced in some regions but not the reference one (adopter review of 94425ce) --------------------
+
+
+def _p4d_spot_stack(region: str) -> dict:
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
+    raw["aws"] = {**raw["aws"], "region": region, "availabilityZones": [f"{region}{z}" for z in "abc"],
+                  "pools": {"a100x8": {"rootVolumeGiB": 300}}}
+    raw["gpuPools"] = [{"name": "a100x8", "instanceType": "p4d.24xlarge", "capacity": "spot", "minNodes": 0, "maxNodes": 1}]
+    return raw
+
+
+def test_an_eu_west_1_p4d_spot_pool_plans_and_is_priced_from_eu_west_1s_rows():
+    """The config refused a Spot pool of p4d.24xlarge in every region ("a capacity the price catalog prices for
+    p4d.24xlarge: on-demand"): it read only the reference us-east-1 price, though the catalog records p4d Spot
+    for eu-west-1 and ten other regions. In eu-west-1 the config passes, the bill carries eu-west-1's Spot price
+    (the median of its zones' recorded rows), and the budget spend rule prices the pool the same way."""
+    from gpu_platform.components.cluster import GpuPoolSpec
+    from gpu_platform.components.platform.monitoring import pool_hourly_prices
+    from gpu_platform.config.stack import parse_config
+
+    cfg = parse_config(_p4d_spot_stack("eu-west-1"), "euw1")  # ConfigError before the fix
+    (pool,) = cfg.gpu_pools
+    spot = [float(r["SpotPrice"]) for r in _aws_rows("p4d.24xlarge", "eu-west-1")]
+    assert spot and load_catalog().instance("aws", "p4d.24xlarge").spot is None  # none in us-east-1
+    est = estimate(cfg)
+    line = next(ln for ln in est.lines if ln.resource == "p4d.24xlarge")
+    assert (line.capacity, line.priced_in) == ("spot", "eu-west-1")
+    assert line.unit_usd_per_hour == pytest.approx(statistics.median(spot))
+    spec = GpuPoolSpec(name=pool.name, instance_type=pool.instance_type, capacity=pool.capacity, min_nodes=0,
+                       max_nodes=1, gpus_per_node=8, gpu_model="NVIDIA A100", node_labels={})
+    assert pool_hourly_prices("aws", [spec], region="eu-west-1") == {"a100x8": line.unit_usd_per_hour}
+
+
+def test_a_region_without_a_spot_price_for_p4d_is_refused_naming_the_type_and_the_region():
+    """us-east-1, the reference region, has no p4d.24xlarge Spot price: the config passes (other regions price it)
+    and the bill is refused (exit 3's RegionPriceRefused), naming the type and the region and where it is priced;
+    priceOverrides prices it."""
+    from gpu_platform.config.stack import parse_config
+
+    cfg = parse_config(_p4d_spot_stack("us-east-1"), "use1")
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(cfg)
+    assert (err.value.type, err.value.capacity, err.value.region) == ("p4d.24xlarge", "spot", "us-east-1")
+    assert "no spot price for p4d.24xlarge in us-east-1: the catalog prices AWS p4d.24xlarge only in " in str(err.value)
+    assert "eu-west-1" in str(err.value) and "only in us-east-1" not in str(err.value)
+    raw = _p4d_spot_stack("us-east-1")
+    raw["priceOverrides"] = {"p4d.24xlarge": {"spot": 12.0}}
+    line = next(ln for ln in estimate(parse_config(raw, "use1")).lines if ln.resource == "p4d.24xlarge")
+    assert (line.unit_usd_per_hour, line.priced_in) == (12.0, "priceOverrides")
+
+
+def test_the_program_plans_a_p4d_spot_pool_where_its_region_has_no_price_and_leaves_the_refusal_to_the_bill():
+    """With the config passing a capacity priced elsewhere, the program's budget spend rule must not crash on
+    us-east-1's missing p4d Spot price (a ValueError traceback in preflight): the plan completes, the rule leaves
+    the unpriced pool out, and the bill and the policy pack refuse the stack (exit 3)."""
+    from tests.conftest import plan_config, stack_config
+
+    config = {k: v for k, v in stack_config("aws-prod").items()}
+    config.update({f"gpu-platform:{k}": v for k, v in _p4d_spot_stack("us-east-1").items()})
+    plan = plan_config(config, "use1")
+    assert any(r.type == "aws:autoscaling/group:Group" for r in plan.resources)

@@ -119,6 +119,12 @@ class InstanceType:
             raise ValueError(f"capacity must be one of {', '.join(CAPACITIES)}, not {capacity!r}")
         return getattr(self, _CAPACITY_FIELDS[capacity][0])
 
+    def priced_somewhere(self, capacity: str) -> bool:
+        """Whether any region has a price for `capacity` (the reference, a `regionalPrices` entry, or an override):
+        AWS Spot of p3dn/p4d/p5 is priced in some regions but not in the reference us-east-1."""
+        return (self.price(capacity) is not None or capacity in self.overridden
+                or any(capacity in prices for prices in self.regional.values()))
+
     def monthly_cost(self, capacity: str, hours: float = HOURS_PER_MONTH) -> Optional[float]:
         """What one instance running `hours` in a month is billed (Linode's monthly cap applied)."""
         p = self.price(capacity)
@@ -215,7 +221,12 @@ class Catalog:
         ref = self.reference_region(cloud)
         if capacity in t.overridden:
             return t, "override"
-        if not region or region == ref or ref is None:  # no reference region: a stack's own node prices (cloud kubernetes)
+        if not region or ref is None:  # no reference region: a stack's own node prices (cloud kubernetes)
+            return t, "reference"
+        if region == ref:
+            if t.price(capacity) is None and t.priced_somewhere(capacity):  # priced elsewhere, not here
+                raise RegionalPriceMissing(cloud, name, capacity, region, None,
+                                           sorted(r for r, ps in t.regional.items() if capacity in ps))
             return t, "reference"
         p = (t.regional.get(region) or {}).get(capacity)
         if p is not None:
@@ -228,10 +239,9 @@ class Catalog:
                     cap = t.monthly_cap_usd * p.usd_per_hour / t.on_demand.usd_per_hour
                 changes["monthly_cap_usd"] = cap
             return replace(t, **changes), "regional"
-            return replace(t, **changes), "regional"
-        if self.default_price_rule(cloud) and (t.regions is None or region in t.regions):
+        if self.default_price_rule(cloud) and t.price(capacity) is not None and (t.regions is None or region in t.regions):
             return t, "default"
-        raise RegionalPriceMissing(cloud, name, capacity, region, ref,
+        raise RegionalPriceMissing(cloud, name, capacity, region, ref if t.price(capacity) is not None else None,
                                    sorted(r for r, ps in t.regional.items() if capacity in ps))
 
     def all_prices(self) -> list[tuple[str, Price]]:

@@ -443,8 +443,8 @@ def _in_region(catalog: Catalog, cloud: str, itype: str, capacity: str, region: 
     from gpu_platform.costs.catalog import RegionalPriceMissing
 
     t = _lookup(catalog, cloud, itype, label)
-    if t.price(capacity) is None and capacity not in t.overridden:
-        _price_of(t, capacity, cloud, label)  # the capacity is not offered at all: that error, not a region's
+    if not t.priced_somewhere(capacity):
+        _price_of(t, capacity, cloud, label)  # the capacity is not priced anywhere: that error, not a region's
     try:
         return catalog.in_region(cloud, itype, capacity, region)
     except RegionalPriceMissing as exc:
@@ -524,7 +524,7 @@ def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape, region: Optional
     best, best_rate, unpriced = None, -1.0, []
     for name in pool.allowed_types:
         t = _lookup(catalog, cloud, name, f"gpu pool {pool.name}")
-        if t.price(pool.capacity) is not None or pool.capacity in t.overridden:
+        if t.priced_somewhere(pool.capacity):
             t, _ = _in_region(catalog, cloud, name, pool.capacity, region, f"gpu pool {pool.name}")
         p = t.price(pool.capacity)
         if p is None:
@@ -547,7 +547,7 @@ def _missing_regional_prices(cat: Catalog, cloud: str, shape: "StackShape", regi
     for pool in shape.gpu_pools:
         for name in pool.allowed_types:
             t = cat.instance(cloud, name)
-            if t is not None and (t.price(pool.capacity) is not None or pool.capacity in t.overridden):
+            if t is not None and t.priced_somewhere(pool.capacity):
                 wanted.append((name, pool.capacity))
     if cloud == "linode" and shape.control_plane_count:
         wanted.append((shape.control_plane_type or "g6-standard-4", "on-demand"))
