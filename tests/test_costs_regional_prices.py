@@ -195,8 +195,10 @@ def test_a_refused_bill_names_every_unpriced_type_with_a_snippet_and_a_command_t
     refused_text = text
     refused = json.loads((tmp_path / "build" / "eks-eu3" / "cost.json").read_text())["refused"]
     assert [m["type"] for m in refused["missing"]] == ["g6e.xlarge", "g6.xlarge"]
-    assert ".venv/bin/python -m gpu_platform.costs refresh --aws-spot-history spot-eu-west-1.json --region eu-west-1" \
-        in refresh_lines(text)
+    # Neither is offered in eu-west-1 (the recorded offerings list them in no eu-west-1 zone): recording eu-west-1's
+    # price is a dead end (describe-spot-price-history answers nothing), so the bill says so and prints no refresh.
+    assert not refresh_lines(text) and "describe-spot-price-history" not in text, text
+    assert "not offered in eu-west-1 as far as recorded data says (g6e.xlarge, g6.xlarge)" in text, text
     snippet = refused["priceOverrides"]
     assert snippet.splitlines()[0] == "  gpu-platform:priceOverrides:" and snippet in text
     # Pasted into the stack file as printed, with the placeholders replaced: the bill is priced.
@@ -211,16 +213,60 @@ def test_a_refused_bill_names_every_unpriced_type_with_a_snippet_and_a_command_t
     raw.write_text(stack.read_text() + snippet + "\n")
     code, text, _ = run_main(["--stack-file", str(raw), "--no-policies", "--out", str(tmp_path / "build")], capsys)
     assert code == 2 and "priceOverrides.g6e.xlarge.spot" in text, text
-    # The printed refresh command's options parse and record the region from a describe-spot-price-history answer.
-    answer = tmp_path / "spot-eu-west-1.json"
+    assert refused_text
+
+
+def test_a_type_offered_but_unpriced_in_the_region_gets_a_refresh_command_that_records_it(tmp_path, capsys):
+    """p5.48xlarge is offered in ap-northeast-2 (the recorded offerings list a zone) but its one zone has no Spot
+    price: the refusal prints the describe-spot-price-history and refresh commands; their options parse and record
+    the region from an answer."""
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("aws", "ap-northeast-2", (PoolShape("h100", "p5.48xlarge", "spot", 0, 1),), name="gpu-prod"))
+    assert err.value.missing[0].offered is True
+    fix = "\n".join(err.value.fix())
+    assert "aws ec2 describe-spot-price-history --region ap-northeast-2 --instance-types p5.48xlarge" in fix
+    answer = tmp_path / "spot-ap-northeast-2.json"
     answer.write_text(json.dumps({"SpotPriceHistory": [
-        {"AvailabilityZone": "eu-west-1a", "InstanceType": t, "ProductDescription": "Linux/UNIX", "SpotPrice": price,
-         "Timestamp": "2026-11-27T10:00:00+00:00"} for t, price in (("g6e.xlarge", "0.52"), ("g6.xlarge", "0.41"))]}))
-    args = refresh_lines(refused_text)[-1].split()[3:]
+        {"AvailabilityZone": "ap-northeast-2a", "InstanceType": "p5.48xlarge", "ProductDescription": "Linux/UNIX",
+         "SpotPrice": "21.5", "Timestamp": "2026-11-27T10:00:00+00:00"}]}))
+    args = refresh_lines(fix)[-1].split()[3:]
     assert args[:2] == ["refresh", "--aws-spot-history"]
     assert costs_main([args[0], args[1], str(answer), *args[3:], "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "g6e.xlarge: spot None -> 0.52" in out and "g6.xlarge: spot None -> 0.41" in out, out
+    assert "p5.48xlarge: spot None -> 21.5" in out, out
+
+
+def test_an_empty_spot_price_answer_is_an_error_not_zero_changes(tmp_path, capsys):
+    """Adopter review of 94425ce: `costs refresh --aws-spot-history` of an empty answer (what AWS returns for a type
+    the region does not offer) printed `changed: 0, unchanged: 0` and exited 0. Now exit 2, saying nothing was
+    recorded and why an answer comes back empty."""
+    empty = tmp_path / "spot-eu-west-1.json"
+    empty.write_text(json.dumps({"SpotPriceHistory": []}))
+    before = (CATALOG_DIR / "aws.yaml").read_text()
+    assert costs_main(["refresh", "--aws-spot-history", str(empty), "--region", "eu-west-1"]) == 2
+    err = capsys.readouterr().err
+    assert "no Spot price (Linux/UNIX) of a catalogued AWS instance type in eu-west-1" in err
+    assert "nothing recorded" in err and "does not offer" in err
+    assert (CATALOG_DIR / "aws.yaml").read_text() == before
+    # An EC2 price list without the region's rows likewise.
+    empty.write_text(json.dumps({"products": {}, "terms": {"OnDemand": {}}}))
+    assert costs_main(["refresh", "--aws-price-list", str(empty), "--region", "eu-west-1", "--dry-run"]) == 2
+    assert "no On-Demand price" in capsys.readouterr().err
+
+
+def test_the_refusal_for_a_type_the_region_does_not_offer_suggests_no_dead_end():
+    """g6e.xlarge in eu-west-1 (regions: null in the catalog; the recorded offerings list it in no eu-west-1 zone):
+    the refusal says the region may not offer it and prints no refresh command. p4d.24xlarge Spot in us-east-1 is
+    offered (zones listed) but unpriced: the refusal keeps its refresh command."""
+    assert load_catalog().instance("aws", "g6e.xlarge").regions is None
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("aws", "eu-west-1", (PoolShape("l40s", "g6e.xlarge", "spot", 0, 4),), name="gpu-prod"))
+    text = str(err.value) + "\n" + "\n".join(err.value.fix())
+    assert "eu-west-1 may not offer g6e.xlarge at all" in text and "skypilot-aws-vms-v9.csv" in text
+    assert "costs refresh" not in text and "describe-spot-price-history" not in text, text
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("aws", "us-east-1", (PoolShape("a100x8", "p4d.24xlarge", "spot", 0, 1),), name="gpu-prod"))
+    assert "--aws-spot-history spot-us-east-1.json --region us-east-1" in str(err.value)
 
 
 def refresh_lines(text: str) -> list[str]:
