@@ -8,6 +8,7 @@ exists. A renamed key, file or heading fails here instead of misleading a reader
 
 from __future__ import annotations
 
+import json
 import re
 import typing
 from pathlib import Path
@@ -506,3 +507,49 @@ def test_wheel_commands_name_no_file_the_wheel_lacks():
             if files and "checkout" not in command:
                 bad.append(f"{page.name}:{n}: {files}")
     assert not bad, bad
+
+
+# --- dollar figures quoted for the shipped stacks are preflight's own (adopter review of 94425ce) -------------
+# docs/quickstart-gcp.md and CHANGELOG.md said gcp-prod idles at $192.71 (regional layout $400.43), the stack file
+# "$193", and stacks/policy.gcp-prod.yaml "$11,839.49 ... one number", while preflight printed $196.71, $404.43 and
+# $11,844.54. Each quote below is checked against preflight's cost.json of the stack (and of gcp-prod with the
+# regional system pool, the layout the quickstart compares).
+
+# (file, pattern whose groups are dollar figures, which figure each group must be; "~" rounds to whole dollars)
+DOLLAR_QUOTES = [
+    ("docs/quickstart-gcp.md", r"3 × e2-standard-4, idle floor \$([\d,.]+)/month", ("regional-idle",)),
+    ("docs/quickstart-gcp.md", r"1 × e2-standard-4, idle floor \$([\d,.]+)/month", ("idle",)),
+    ("CHANGELOG.md", r'"gcp-prod idles at \$([\d,.]+)"', ("idle",)),
+    ("CHANGELOG.md", r"gcp-prod idles at \$([\d,.]+) a month, was \$([\d,.]+)\*\*", ("idle", "regional-idle")),
+    ("stacks/Pulumi.gcp-prod.yaml", r"\(\$(\d+) a month\s*#\s*idle instead of \$(\d+)\)", ("~idle", "~regional-idle")),
+    ("stacks/policy.gcp-prod.yaml", r"full capacity is \$([\d,.]+)/month", ("full",)),
+]
+
+
+@pytest.fixture(scope="module")
+def gcp_prod_bills(tmp_path_factory) -> dict[str, float]:
+    """preflight's own figures for gcp-prod and for gcp-prod with a regional system pool (no systemPool.zones)."""
+    from gpu_platform.preflight.__main__ import main
+
+    out = tmp_path_factory.mktemp("bills")
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.gcp-prod.yaml").read_text())
+    doc["config"]["gpu-platform:gcp"]["systemPool"].pop("zones")
+    regional = out / "Pulumi.gcp-regional.yaml"
+    regional.write_text(yaml.safe_dump(doc))
+    assert main(["gcp-prod", "--no-policies", "--out", str(out)]) in (0, 3)  # 3: over its budget at full capacity
+    assert main(["--stack-file", str(regional), "--no-policies", "--out", str(out)]) in (0, 3)
+    zonal = json.loads((out / "gcp-prod" / "cost.json").read_text())
+    wide = json.loads((out / "gcp-regional" / "cost.json").read_text())
+    return {"idle": zonal["idleMonthlyUsd"], "full": zonal["fullMonthlyUsd"], "regional-idle": wide["idleMonthlyUsd"]}
+
+
+@pytest.mark.parametrize("path,pattern,figures", DOLLAR_QUOTES, ids=lambda v: str(v)[:40])
+def test_dollar_figures_quoted_for_shipped_stacks_are_preflights(gcp_prod_bills, path, pattern, figures):
+    text = (ROOT / path).read_text()
+    found = re.findall(pattern, text)
+    assert found, f"{path}: no quote matching {pattern!r} (reworded? update DOLLAR_QUOTES)"
+    for match in found:
+        for quoted, which in zip((match,) if isinstance(match, str) else match, figures):
+            value = gcp_prod_bills[which.lstrip("~")]
+            want = f"{round(value):,}" if which.startswith("~") else f"{value:,.2f}"
+            assert quoted == want, f"{path}: ${quoted} quoted for gcp-prod's {which.lstrip('~')}, preflight says ${want}"
