@@ -136,6 +136,19 @@ def test_a_malformed_base_run_is_a_usage_error_naming_the_file_before_the_run(tm
     assert not (tmp_path / "build" / "demo" / "plan.json").exists()  # refused before the program ran
 
 
+def test_a_base_run_of_another_stack_is_refused_naming_both(tmp_path, capsys):
+    """Adopter review of 94425ce: `--base build/linode-dev` on a gcp-prod run was compared without a word, though
+    the base's plan.json records "stack": "linode-dev": the review listed every difference of two stacks as the
+    pull request's change. Refused (exit 4) before the program runs, naming both stacks."""
+    base = tmp_path / "base" / "linode-dev"
+    base.mkdir(parents=True)
+    (base / "plan.json").write_text(json.dumps({"stack": "linode-dev", "resources": [], "outputs": {}}))
+    code, text = _run(tmp_path, capsys, "--base", str(base))
+    assert code == 4, text
+    assert "that run planned stack 'linode-dev', this one plans 'demo'" in text, text
+    assert not (tmp_path / "build" / "demo" / "plan.json").exists()  # refused before the program ran
+
+
 # --- names that would forge output lines -----------------------------------------------------------
 
 

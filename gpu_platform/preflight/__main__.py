@@ -407,6 +407,13 @@ class Run:
                 self.base = review.load_base(folder)
             except review.BaseRunError as exc:
                 return self.fail(EXIT_USAGE, f"--base: {exc}; give the output folder of an earlier preflight run")
+            # Another stack's run compared with this one lists every difference of two stacks as this change.
+            base_stack = self.base["plan"].get("stack")
+            if isinstance(base_stack, str) and base_stack != stack_input.stack:
+                return self.fail(EXIT_USAGE, f"--base {one_line(args.base)}: that run planned stack "
+                                             f"{one_line(base_stack)!r}, this one plans {one_line(stack_input.stack)!r}; "
+                                             "give the output folder of an earlier preflight run of this stack "
+                                             f"(DIR/{one_line(stack_input.stack)}/plan.json or DIR/plan.json)")
         try:
             self.cfg = parse_config(stack_input.raw, args.stack, source=stack_input.source,
                                     secret_keys=stack_input.bare_secret_keys)
