@@ -553,3 +553,18 @@ def test_dollar_figures_quoted_for_shipped_stacks_are_preflights(gcp_prod_bills,
             value = gcp_prod_bills[which.lstrip("~")]
             want = f"{round(value):,}" if which.startswith("~") else f"{value:,.2f}"
             assert quoted == want, f"{path}: ${quoted} quoted for gcp-prod's {which.lstrip('~')}, preflight says ${want}"
+
+
+def test_the_changelog_lists_as_config_errors_only_what_the_config_check_refuses():
+    """Adopter review of 94425ce: CHANGELOG 0.3.0's upgrade note listed "`monthlyBudgetUsd` at most 4 times the
+    full-capacity cost" among the config errors, but the config accepts such a budget; the policy pack's
+    monthly-cost-ceiling refuses it (exit 3)."""
+    from gpu_platform.config.stack import parse_config
+    from tests.conftest import stack_config
+
+    text = re.sub(r"\s+", " ", (ROOT / "CHANGELOG.md").read_text())
+    config_errors = text.split("each a config error naming the key", 1)[1].split(". ", 1)[0]
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
+    raw["monthlyBudgetUsd"] = 10_000_000  # hundreds of times gcp-prod's full capacity
+    parse_config(raw, "gcp-prod")  # no ConfigError: not a config check
+    assert "monthlyBudgetUsd" not in config_errors, config_errors
