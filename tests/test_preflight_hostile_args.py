@@ -227,6 +227,20 @@ def test_a_job_object_the_api_server_refuses_is_a_config_error_naming_the_file(t
     assert "preflight demo: CONFIG-ERROR" in text
 
 
+def test_a_job_file_with_several_problems_reports_every_one_in_one_run(tmp_path, capsys):
+    """Adopter review of 94425ce: a --job file with both a negative CPU and half a GPU reported only the negative
+    CPU; fixing it and running again met the half GPU. One run names both (and a second object's problem)."""
+    bad = _job(**{CONTAINER: {"requests": {"cpu": "-1"}, "limits": {"nvidia.com/gpu": "0.5"}}})
+    other = _job(metadata__name="Bad_Name")
+    path = tmp_path / "job.yaml"
+    path.write_text(_docs(bad, other))
+    code, text = _run(tmp_path, capsys, "--job", str(path))
+    assert code == 2, text
+    assert "3 problems:" in text, text
+    assert "requests.cpu: -1 is negative" in text and "limits.nvidia.com/gpu: 0.5 is not a whole number" in text, text
+    assert "metadata.name 'Bad_Name'" in text, text
+
+
 def test_a_valid_job_with_generate_name_and_whole_gpus_is_read():
     from gpu_platform.preflight.fit.render import job_object_problem
 
