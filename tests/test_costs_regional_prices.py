@@ -83,7 +83,7 @@ def test_an_eu_west_1_eks_stack_is_priced_from_eu_west_1s_recorded_prices():
     assert system.unit_usd_per_hour != us.instance("aws", "m6i.large").on_demand.usd_per_hour
     assert "observed $0.5868-0.5941 over 3 samples" in gpu.assumption
     assert {gpu.priced_in, system.priced_in} == {"eu-west-1"}
-    assert "priced in eu-west-1: g5.xlarge, m6i.large (dated 2026-11-28)" in render_cost_summary(est)
+    assert "priced in eu-west-1: g5.xlarge, m6i.large (dated 2026-06-03 .. 2026-11-28)" in render_cost_summary(est)
 
 
 def test_a_region_without_a_price_for_a_type_the_stack_uses_is_refused_unless_price_overrides_cover_it():
@@ -256,8 +256,8 @@ def test_an_empty_spot_price_answer_is_an_error_not_zero_changes(tmp_path, capsy
 
 def test_the_refusal_for_a_type_the_region_does_not_offer_suggests_no_dead_end():
     """g6e.xlarge in eu-west-1 (regions: null in the catalog; the recorded offerings list it in no eu-west-1 zone):
-    the refusal says the region may not offer it and prints no refresh command. p4d.24xlarge Spot in us-east-1 is
-    offered (zones listed) but unpriced: the refusal keeps its refresh command."""
+    the refusal says the region may not offer it and prints no refresh command. p5.48xlarge Spot in ap-northeast-2
+    is offered (a zone listed) but unpriced: the refusal keeps its refresh command."""
     assert load_catalog().instance("aws", "g6e.xlarge").regions is None
     with pytest.raises(RegionPriceRefused) as err:
         estimate(StackShape("aws", "eu-west-1", (PoolShape("l40s", "g6e.xlarge", "spot", 0, 4),), name="gpu-prod"))
@@ -265,8 +265,8 @@ def test_the_refusal_for_a_type_the_region_does_not_offer_suggests_no_dead_end()
     assert "eu-west-1 may not offer g6e.xlarge at all" in text and "skypilot-aws-vms-v9.csv" in text
     assert "costs refresh" not in text and "describe-spot-price-history" not in text, text
     with pytest.raises(RegionPriceRefused) as err:
-        estimate(StackShape("aws", "us-east-1", (PoolShape("a100x8", "p4d.24xlarge", "spot", 0, 1),), name="gpu-prod"))
-    assert "--aws-spot-history spot-us-east-1.json --region us-east-1" in str(err.value)
+        estimate(StackShape("aws", "ap-northeast-2", (PoolShape("h100", "p5.48xlarge", "spot", 0, 1),), name="gpu-prod"))
+    assert "--aws-spot-history spot-ap-northeast-2.json --region ap-northeast-2" in str(err.value)
 
 
 def refresh_lines(text: str) -> list[str]:
@@ -556,8 +556,8 @@ def _p4d_spot_stack(region: str) -> dict:
 
 def test_an_eu_west_1_p4d_spot_pool_plans_and_is_priced_from_eu_west_1s_rows():
     """The config refused a Spot pool of p4d.24xlarge in every region ("a capacity the price catalog prices for
-    p4d.24xlarge: on-demand"): it read only the reference us-east-1 price, though the catalog records p4d Spot
-    for eu-west-1 and ten other regions. In eu-west-1 the config passes, the bill carries eu-west-1's Spot price
+    p4d.24xlarge: on-demand"): it read only the reference us-east-1 price (then none), though the catalog records
+    p4d Spot for eu-west-1 and ten other regions. In eu-west-1 the config passes, the bill carries eu-west-1's Spot price
     (the median of its zones' recorded rows), and the budget spend rule prices the pool the same way."""
     from gpu_platform.components.cluster import GpuPoolSpec
     from gpu_platform.components.platform.monitoring import pool_hourly_prices
@@ -566,7 +566,7 @@ def test_an_eu_west_1_p4d_spot_pool_plans_and_is_priced_from_eu_west_1s_rows():
     cfg = parse_config(_p4d_spot_stack("eu-west-1"), "euw1")  # ConfigError before the fix
     (pool,) = cfg.gpu_pools
     spot = [float(r["SpotPrice"]) for r in _aws_rows("p4d.24xlarge", "eu-west-1")]
-    assert spot and load_catalog().instance("aws", "p4d.24xlarge").spot is None  # none in us-east-1
+    assert spot and load_catalog().instance("aws", "p4d.24xlarge").spot.usd_per_hour != statistics.median(spot)
     est = estimate(cfg)
     line = next(ln for ln in est.lines if ln.resource == "p4d.24xlarge")
     assert (line.capacity, line.priced_in) == ("spot", "eu-west-1")
@@ -577,30 +577,54 @@ def test_an_eu_west_1_p4d_spot_pool_plans_and_is_priced_from_eu_west_1s_rows():
 
 
 def test_a_region_without_a_spot_price_for_p4d_is_refused_naming_the_type_and_the_region():
-    """us-east-1, the reference region, has no p4d.24xlarge Spot price: the config passes (other regions price it)
-    and the bill is refused (exit 3's RegionPriceRefused), naming the type and the region and where it is priced;
-    priceOverrides prices it."""
+    """ap-southeast-1 has no p4d.24xlarge Spot price: the config passes (other regions price it) and the bill is
+    refused (exit 3's RegionPriceRefused), naming the type and the region and where it is priced; priceOverrides
+    prices it."""
     from gpu_platform.config.stack import parse_config
 
-    cfg = parse_config(_p4d_spot_stack("us-east-1"), "use1")
+    cfg = parse_config(_p4d_spot_stack("ap-southeast-1"), "apse1")
     with pytest.raises(RegionPriceRefused) as err:
         estimate(cfg)
-    assert (err.value.type, err.value.capacity, err.value.region) == ("p4d.24xlarge", "spot", "us-east-1")
-    assert "no spot price for p4d.24xlarge in us-east-1: the catalog prices AWS p4d.24xlarge only in " in str(err.value)
-    assert "eu-west-1" in str(err.value) and "only in us-east-1" not in str(err.value)
-    raw = _p4d_spot_stack("us-east-1")
+    assert (err.value.type, err.value.capacity, err.value.region) == ("p4d.24xlarge", "spot", "ap-southeast-1")
+    assert "no spot price for p4d.24xlarge in ap-southeast-1: the catalog prices AWS p4d.24xlarge only in " in str(err.value)
+    assert "eu-west-1" in str(err.value)
+    raw = _p4d_spot_stack("ap-southeast-1")
     raw["priceOverrides"] = {"p4d.24xlarge": {"spot": 12.0}}
-    line = next(ln for ln in estimate(parse_config(raw, "use1")).lines if ln.resource == "p4d.24xlarge")
+    line = next(ln for ln in estimate(parse_config(raw, "apse1")).lines if ln.resource == "p4d.24xlarge")
     assert (line.unit_usd_per_hour, line.priced_in) == (12.0, "priceOverrides")
 
 
 def test_the_program_plans_a_p4d_spot_pool_where_its_region_has_no_price_and_leaves_the_refusal_to_the_bill():
     """With the config passing a capacity priced elsewhere, the program's budget spend rule must not crash on
-    us-east-1's missing p4d Spot price (a ValueError traceback in preflight): the plan completes, the rule leaves
-    the unpriced pool out, and the bill and the policy pack refuse the stack (exit 3)."""
+    ap-southeast-1's missing p4d Spot price (a ValueError traceback in preflight): the plan completes, the rule
+    leaves the unpriced pool out, and the bill and the policy pack refuse the stack (exit 3)."""
     from tests.conftest import plan_config, stack_config
 
     config = {k: v for k, v in stack_config("aws-prod").items()}
-    config.update({f"gpu-platform:{k}": v for k, v in _p4d_spot_stack("us-east-1").items()})
-    plan = plan_config(config, "use1")
+    config["aws:region"] = "ap-southeast-1"
+    config.update({f"gpu-platform:{k}": v for k, v in _p4d_spot_stack("ap-southeast-1").items()})
+    plan = plan_config(config, "apse1")
     assert any(r.type == "aws:autoscaling/group:Group" for r in plan.resources)
+
+
+def test_a_capacity_the_reference_region_does_not_price_passes_the_config_where_the_stacks_region_does(monkeypatch):
+    """0.3.0's catalog had no us-east-1 Spot price for p3dn/p4d/p5, and the config check read only the reference
+    price, so their Spot pools were refused in every region. Against that catalog shape (p4d's reference Spot
+    removed), an eu-west-1 p4d Spot pool passes the config and the bill carries eu-west-1's price."""
+    import dataclasses
+
+    import gpu_platform.config.stack as stack_module
+    from gpu_platform.config.stack import parse_config
+
+    shipped = load_catalog()
+    p4d = shipped.instance("aws", "p4d.24xlarge")
+    assert "eu-west-1" in p4d.regional and "spot" in p4d.regional["eu-west-1"]
+    old = shipped.with_instances("aws", {**{t.name: t for t in shipped.instances("aws")},
+                                         "p4d.24xlarge": dataclasses.replace(p4d, spot=None)})
+    monkeypatch.setattr(stack_module, "load_catalog", lambda overrides=None: old)
+    cfg = parse_config(_p4d_spot_stack("eu-west-1"), "euw1")  # ConfigError "prices for p4d.24xlarge: on-demand" before
+    line = next(ln for ln in estimate(cfg, old).lines if ln.resource == "p4d.24xlarge")
+    assert (line.priced_in, line.unit_usd_per_hour) == ("eu-west-1", p4d.regional["eu-west-1"]["spot"].usd_per_hour)
+    with pytest.raises(RegionPriceRefused):  # and us-east-1, unpriced in that catalog, is refused by the bill
+        monkeypatch.setattr(stack_module, "load_catalog", lambda overrides=None: old)
+        estimate(parse_config(_p4d_spot_stack("us-east-1"), "use1"), old)

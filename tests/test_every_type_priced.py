@@ -60,14 +60,18 @@ def test_every_catalog_type_and_capacity_is_priced_or_refused_naming_the_key(clo
     assert lines
 
 
-def test_a_p4d_spot_pool_in_us_east_1_is_refused_by_the_bill_naming_the_region_and_the_way_out() -> None:
-    """p4d Spot has prices in eu-west-1 and ten other regions, none in us-east-1: the config passes (it used to
-    refuse it in every region), the bill refuses it in us-east-1 naming the type, the region and priceOverrides."""
-    cfg = parse_config(stack_with("aws", "p4d.24xlarge", "spot"), "aws-prod")
+def test_a_p4d_spot_pool_where_no_spot_price_is_recorded_is_refused_by_the_bill_naming_the_region() -> None:
+    """p4d Spot has prices in us-east-1, eu-west-1 and ten other regions, none in ap-southeast-1: the config passes
+    (it used to refuse p4d Spot in every region), the bill refuses it there naming the type, the region and
+    priceOverrides."""
+    raw = stack_with("aws", "p4d.24xlarge", "spot")
+    raw["aws"] = {**raw["aws"], "region": "ap-southeast-1",
+                  "availabilityZones": ["ap-southeast-1a", "ap-southeast-1b", "ap-southeast-1c"]}
+    cfg = parse_config(raw, "aws-prod")
     with pytest.raises(RegionPriceRefused) as err:
         estimate(cfg)
     text = str(err.value)
-    assert "no spot price for p4d.24xlarge in us-east-1" in text and "priceOverrides.p4d.24xlarge.spot" in text
+    assert "no spot price for p4d.24xlarge in ap-southeast-1" in text and "priceOverrides.p4d.24xlarge.spot" in text
 
 
 def test_a_price_override_makes_the_same_pool_valid() -> None:
