@@ -789,3 +789,126 @@ def test_the_token_check_passes_only_the_stacks_own_team(tmp_path, answer, ok):
     assert "https://api.pulumi.com/api/user" in (tmp_path / "args").read_text()
     if not ok:
         assert "not one of the team gpu-platform-preview-gcp-prod" in run.stderr and "docs/ci.md" in run.stderr
+
+
+# --- issue 37 follow-up: no unreviewed preview environment's token decrypts a credential ----------------------
+
+# Secret inputs of a plan that are no credential: a GKE/EKS kubeconfig is the endpoint and CA certificate, its token
+# comes from gke-gcloud-auth-plugin / aws eks get-token at run time (docs/state-and-secrets.md).
+NOT_A_CREDENTIAL = {("gcp", "pulumi:providers:kubernetes", "kubeconfig"), ("aws", "pulumi:providers:kubernetes", "kubeconfig")}
+
+
+def _state_credentials(stack: str) -> list[tuple[str, str]]:
+    """The secret inputs of the shipped stack's plan (what its state keeps encrypted and Stack Read decrypts) that
+    are credentials, as (resource type, input path)."""
+    from tests.conftest import shipped_plan
+    from tests.test_docs import _secret_paths
+
+    cloud = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["gpu-platform:cloud"]
+    found = {(r.type, p) for r in shipped_plan(stack).resources for p in _secret_paths(r.inputs)}
+    return sorted(f for f in found if (cloud, *f) not in NOT_A_CREDENTIAL)
+
+
+def _preview_needs_reviewers(stack: str, ci_md: str) -> bool:
+    """docs/ci.md asks for required reviewers on this stack's preview environment."""
+    cloud = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["gpu-platform:cloud"]
+    text = re.sub(r"\s+", " ", ci_md)
+    if stack.startswith("linode-"):
+        return "`preview-linode-*` with required reviewers" in text
+    if cloud == "kubernetes":
+        return "A `cloud: kubernetes` stack has no cloud identity" in text and \
+            "As with Linode, give `preview-<stack>` required reviewers" in text
+    return False
+
+
+@pytest.mark.parametrize("stack", ["gcp-prod", "aws-prod", "linode-dev", "onprem-dev"])
+def test_a_preview_environment_without_reviewers_reads_no_credential_in_its_stacks_state(stack):
+    """Adopter review of 94425ce: the GKE and EKS image builds passed the deployer's OAuth access token / an ECR
+    authorization token as `registries[].password`, so it was in the state that preview-gcp-prod's and
+    preview-aws-prod's Stack Read token (no reviewers) decrypts, while docs/ci.md said "On AWS and GCP there is
+    no credential in it". Every stack whose plan keeps a credential has reviewers on its preview environment
+    in docs/ci.md, and the GKE/EKS stacks keep none, as docs/ci.md says."""
+    ci_md = (ROOT / "docs" / "ci.md").read_text()
+    credentials = _state_credentials(stack)
+    if not _preview_needs_reviewers(stack, ci_md):
+        assert not credentials, (f"{stack}: its state holds {credentials}, which preview-{stack}'s token (no required "
+                                 "reviewers in docs/ci.md) decrypts")
+    if stack in ("gcp-prod", "aws-prod"):
+        assert "On AWS and GCP there is no credential in it" in re.sub(r"\s+", " ", ci_md)
+        assert not credentials, credentials
+
+
+def test_deploy_logs_docker_in_to_the_gke_and_eks_registries_before_pulumi_up():
+    """The program passes GKE/EKS builds no registry login, so the deploy runner's Docker must have one: a step
+    after the cloud credentials and before `pulumi up` logs in to the registry `preflight image-registry` names."""
+    steps = workflow("deploy.yml")["jobs"]["up"]["steps"]
+    at = {k: next(i for i, s in enumerate(steps) if pred(s)) for k, pred in {
+        "gcp": lambda s: "google-github-actions/setup-gcloud@" in str(s.get("uses")),
+        "aws": lambda s: "aws-actions/configure-aws-credentials@" in str(s.get("uses")),
+        "login": lambda s: "gpu_platform.preflight image-registry" in s.get("run", ""),
+        "up": lambda s: str(s.get("uses", "")).startswith("pulumi/actions@")}.items()}
+    assert at["gcp"] < at["login"] < at["up"] and at["aws"] < at["login"], at
+    login = steps[at["login"]]
+    assert "gcp-" in login["if"] and "aws-" in login["if"]
+    assert "gcloud auth configure-docker" in login["run"] and "docker login --username AWS --password-stdin" in login["run"]
+
+
+@pytest.mark.parametrize("stack,line", [("gcp-prod", "gcp us-central1-docker.pkg.dev"), ("aws-prod", "aws us-east-1"),
+                                        ("linode-dev", "")])
+def test_image_registry_names_what_deploy_logs_docker_in_to(stack, line):
+    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "image-registry", stack], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert (run.returncode, run.stdout.strip()) == (0, line), run.stderr
+
+
+# --- issue 37 follow-up: every job that runs chart tests fetches the charts first ------------------------------
+
+def _uses_charts(test_file: Path) -> bool:
+    """A test module that renders the pinned charts (tests/fit_support.py's chart folder or need_charts)."""
+    return test_file.is_file() and "tests.fit_support import" in test_file.read_text()
+
+
+def chart_test_problems(workflows: dict[str, dict]) -> list[str]:
+    """Each step that runs tests needing the pinned charts (the whole suite, `make check`, or a pytest of a module
+    that imports tests/fit_support.py) must run with GPU_PLATFORM_REQUIRE_CHARTS=1 after the job fetched them
+    (`preflight charts ensure|pull` in an earlier step, or `make test`/.ci/run, whose `charts ensure` fails the
+    target under that variable). On a runner without ../shared/charts such a test fails (release.yml's
+    tests/test_package.py did: 4 failures, so no tag could publish) or skips and the gate is weaker than it looks."""
+    problems = []
+    for name, doc in sorted(workflows.items()):
+        for job_name, job in (doc.get("jobs") or {}).items():
+            fetched = False
+            for step in job.get("steps") or []:
+                run = step.get("run", "") or ""
+                if re.search(r"gpu_platform\.preflight charts (ensure|pull)\b", run):
+                    fetched = True
+                self_fetching = bool(re.search(r"(^|\s)(make test\b|bash \.ci/run\b)", run))
+                files = re.findall(r"\btests/\S+\.py\b", run)
+                runs_tests = self_fetching or "make check" in run or ("pytest" in run and (
+                    not files or any(_uses_charts(ROOT / f) for f in files)))
+                if not runs_tests:
+                    continue
+                where = f"{name}:{job_name}: {step.get('name') or run.splitlines()[0]}"
+                if not (fetched or self_fetching):
+                    problems.append(f"{where}: runs chart tests without fetching the charts first (`charts ensure`)")
+                if str((step.get("env") or {}).get("GPU_PLATFORM_REQUIRE_CHARTS")) != "1":
+                    problems.append(f"{where}: a chart test that lacks its chart skips (GPU_PLATFORM_REQUIRE_CHARTS not 1)")
+    return problems
+
+
+def test_every_job_running_chart_tests_fetches_the_charts_first():
+    assert not chart_test_problems(all_workflows())
+
+
+def test_the_chart_test_check_catches_release_yml_as_it_was():
+    """release.yml at 94425ce: `make dist`, then pytest of tests/test_package.py (which imports tests/fit_support.py)
+    with no charts step and no GPU_PLATFORM_REQUIRE_CHARTS."""
+    docs = all_workflows()
+    old = copy.deepcopy(docs)
+    steps = old["release.yml"]["jobs"]["check"]["steps"]
+    steps[:] = [s for s in steps if "charts ensure" not in (s.get("run") or "")]
+    for s in steps:
+        (s.get("env") or {}).pop("GPU_PLATFORM_REQUIRE_CHARTS", None)
+    found = chart_test_problems(old)
+    assert any("release.yml:check" in p and "without fetching" in p for p in found), found
+    assert any("release.yml:check" in p and "GPU_PLATFORM_REQUIRE_CHARTS" in p for p in found), found

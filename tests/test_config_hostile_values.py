@@ -299,6 +299,14 @@ def test_a_checkpoint_bucket_name_with_google_misspelt_is_refused(project):
     refused("gcp-prod", "gcp.project", project, "gcp.project", "a close misspelling", "Cloud Storage bucket name")
 
 
+@pytest.mark.parametrize("environment", ["g00gle", "goog1e"])
+def test_a_bucket_name_refused_for_the_environments_text_names_environment(environment):
+    """Adopter review of 94425ce: with `environment: g00gle` the error named `gcp.project: "my-ml-project"`, the
+    real cause only in "(built from gcp.project, environment)". The key whose value carries the text is named."""
+    text = refused("gcp-prod", "environment", environment, "environment", f'"{environment}"', "a close misspelling")
+    assert "gpu-platform:gcp.project:" not in text, text
+
+
 @pytest.mark.parametrize("project", ["my-ml-1023", "go-ogle-ml", "geo-ml-2026"])
 def test_bucket_names_near_but_not_google_are_accepted(project):
     accepted("gcp-prod", "gcp.project", project)

@@ -23,8 +23,8 @@ RECORDED = CATALOG_DIR / "recorded" / "skypilot-aws-vms-us-east-1.csv"
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def _recorded_rows() -> list[dict]:
-    text = "\n".join(line for line in RECORDED.read_text().splitlines() if not line.startswith("#"))
+def _recorded_rows(path: Path = RECORDED) -> list[dict]:
+    text = "\n".join(line for line in Path(path).read_text().splitlines() if not line.startswith("#"))
     return list(csv.DictReader(io.StringIO(text)))
 
 
@@ -32,7 +32,6 @@ def test_every_aws_spot_price_traces_to_recorded_data_in_the_repository():
     """Each AWS Spot price names a recorded file in the repository, and recomputing the median, low, high
     and sample count from that file's rows gives the catalog's numbers exactly."""
     cat = load_catalog()
-    rows = _recorded_rows()
     spot_types = [t for t in cat.instances("aws") if t.spot is not None]
     assert spot_types, "the AWS catalog should price Spot for its GPU types"
     for t in spot_types:
@@ -40,8 +39,8 @@ def test_every_aws_spot_price_traces_to_recorded_data_in_the_repository():
         path = p.source.split(" ", 1)[0]
         assert (ROOT / path).is_file(), f"{t.name}: spot source {path!r} is not a file in the repository"
         assert p.status == "recorded"
-        obs = [float(r["SpotPrice"]) for r in rows if r["InstanceType"] == t.name and r["Region"] == "us-east-1"
-               and r["SpotPrice"]]
+        obs = [float(r["SpotPrice"]) for r in _recorded_rows(ROOT / path) if r["InstanceType"] == t.name
+               and r["Region"] == "us-east-1" and r["SpotPrice"] and r["AvailabilityZone"].count("-") == 1]
         assert obs, f"{t.name}: no recorded us-east-1 row"
         assert p.usd_per_hour == pytest.approx(statistics.median(obs), abs=1e-6)
         assert (p.low, p.high, p.samples) == (min(obs), max(obs), len(obs))
@@ -143,3 +142,30 @@ def test_a_refresh_for_another_region_records_that_regions_prices_and_leaves_the
     instances, fixed = parse_document(doc)
     cat = Catalog({"aws": instances}, {"aws": fixed}, {"aws": {"referenceRegion": "us-east-1"}})
     assert cat.in_region("aws", "g5.2xlarge", "on-demand", "eu-west-1")[0].on_demand.usd_per_hour == 9.876
+
+
+def test_skypilot_spot_prices_carry_the_window_the_snapshot_can_be_from_and_are_dated_by_its_start(tmp_path):
+    """Adopter review of 94425ce: the SkyPilot v9 Spot prices said `observed 2026-11-28`, the day the file was read,
+    not when the prices were observed, so the catalog-age check could never fire for them (and us-east-1's
+    reference Spot prices were the older 2025-06-30 snapshot's though the v9 file holds newer rows). The v9 file's
+    header states the evidence for the earliest its capture can be (`observed-no-earlier-than: 2026-06-03`: the same
+    commit lists a GCP image created that day); every Spot price from it, us-east-1's included, carries the window
+    and is dated by its start."""
+    from gpu_platform.costs.refresh_clouds import read_skypilot_vms_csv
+
+    v9 = CATALOG_DIR / "recorded" / "skypilot-aws-vms-v9.csv"
+    assert "# observed-no-earlier-than: 2026-06-03" in v9.read_text()
+    assert "skypilot-gcp-gpu-ubuntu-260603" in v9.read_text()  # the evidence, named
+    cat = load_catalog()
+    from_v9 = [(t.name, "us-east-1", t.spot) for t in cat.instances("aws") if t.spot is not None]
+    from_v9 += [(t.name, r, ps["spot"]) for t in cat.instances("aws") for r, ps in t.regional.items() if "spot" in ps]
+    assert len(from_v9) > 300
+    for name, region, p in from_v9:
+        assert p.source.startswith("gpu_platform/costs/catalog/recorded/skypilot-aws-vms-v9.csv"), (name, region)
+        assert (p.date, p.observed) == ("2026-06-03", "2026-06-03..2026-11-28"), (name, region, p.date, p.observed)
+    # A file without the earliest bound keeps the old reading: dated by its no-later-than (read) date.
+    plain = tmp_path / "vms.csv"
+    plain.write_text("# read 2026-11-28\nInstanceType,Price,SpotPrice,Region,AvailabilityZone\n"
+                     "g5.xlarge,1.006,0.4,us-east-1,use1-az1\n")
+    (obs,) = read_skypilot_vms_csv(plain, "us-east-1").values()
+    assert (obs.date, obs.observed) == ("2026-11-28", "2026-11-28")

@@ -84,7 +84,7 @@ def test_an_eu_west_1_eks_stack_is_priced_from_eu_west_1s_recorded_prices():
     assert system.unit_usd_per_hour != us.instance("aws", "m6i.large").on_demand.usd_per_hour
     assert "observed $0.5868-0.5941 over 3 samples" in gpu.assumption
     assert {gpu.priced_in, system.priced_in} == {"eu-west-1"}
-    assert "priced in eu-west-1: g5.xlarge, m6i.large (dated 2026-11-28)" in render_cost_summary(est)
+    assert "priced in eu-west-1: g5.xlarge, m6i.large (dated 2026-06-03 .. 2026-11-28)" in render_cost_summary(est)
 
 
 def test_a_region_without_a_price_for_a_type_the_stack_uses_is_refused_unless_price_overrides_cover_it():
@@ -196,8 +196,10 @@ def test_a_refused_bill_names_every_unpriced_type_with_a_snippet_and_a_command_t
     refused_text = text
     refused = json.loads((tmp_path / "build" / "eks-eu3" / "cost.json").read_text())["refused"]
     assert [m["type"] for m in refused["missing"]] == ["g6e.xlarge", "g6.xlarge"]
-    assert ".venv/bin/python -m gpu_platform.costs refresh --aws-spot-history spot-eu-west-1.json --region eu-west-1" \
-        in refresh_lines(text)
+    # Neither is offered in eu-west-1 (the recorded offerings list them in no eu-west-1 zone): recording eu-west-1's
+    # price is a dead end (describe-spot-price-history answers nothing), so the bill says so and prints no refresh.
+    assert not refresh_lines(text) and "describe-spot-price-history" not in text, text
+    assert "not offered in eu-west-1 as far as recorded data says (g6e.xlarge, g6.xlarge)" in text, text
     snippet = refused["priceOverrides"]
     assert snippet.splitlines()[0] == "  gpu-platform:priceOverrides:" and snippet in text
     # Pasted into the stack file as printed, with the placeholders replaced: the bill is priced.
@@ -212,16 +214,60 @@ def test_a_refused_bill_names_every_unpriced_type_with_a_snippet_and_a_command_t
     raw.write_text(stack.read_text() + snippet + "\n")
     code, text, _ = run_main(["--stack-file", str(raw), "--no-policies", "--out", str(tmp_path / "build")], capsys)
     assert code == 2 and "priceOverrides.g6e.xlarge.spot" in text, text
-    # The printed refresh command's options parse and record the region from a describe-spot-price-history answer.
-    answer = tmp_path / "spot-eu-west-1.json"
+    assert refused_text
+
+
+def test_a_type_offered_but_unpriced_in_the_region_gets_a_refresh_command_that_records_it(tmp_path, capsys):
+    """p5.48xlarge is offered in ap-northeast-2 (the recorded offerings list a zone) but its one zone has no Spot
+    price: the refusal prints the describe-spot-price-history and refresh commands; their options parse and record
+    the region from an answer."""
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("aws", "ap-northeast-2", (PoolShape("h100", "p5.48xlarge", "spot", 0, 1),), name="gpu-prod"))
+    assert err.value.missing[0].offered is True
+    fix = "\n".join(err.value.fix())
+    assert "aws ec2 describe-spot-price-history --region ap-northeast-2 --instance-types p5.48xlarge" in fix
+    answer = tmp_path / "spot-ap-northeast-2.json"
     answer.write_text(json.dumps({"SpotPriceHistory": [
-        {"AvailabilityZone": "eu-west-1a", "InstanceType": t, "ProductDescription": "Linux/UNIX", "SpotPrice": price,
-         "Timestamp": "2026-11-27T10:00:00+00:00"} for t, price in (("g6e.xlarge", "0.52"), ("g6.xlarge", "0.41"))]}))
-    args = refresh_lines(refused_text)[-1].split()[3:]
+        {"AvailabilityZone": "ap-northeast-2a", "InstanceType": "p5.48xlarge", "ProductDescription": "Linux/UNIX",
+         "SpotPrice": "21.5", "Timestamp": "2026-11-27T10:00:00+00:00"}]}))
+    args = refresh_lines(fix)[-1].split()[3:]
     assert args[:2] == ["refresh", "--aws-spot-history"]
     assert costs_main([args[0], args[1], str(answer), *args[3:], "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "g6e.xlarge: spot None -> 0.52" in out and "g6.xlarge: spot None -> 0.41" in out, out
+    assert "p5.48xlarge: spot None -> 21.5" in out, out
+
+
+def test_an_empty_spot_price_answer_is_an_error_not_zero_changes(tmp_path, capsys):
+    """Adopter review of 94425ce: `costs refresh --aws-spot-history` of an empty answer (what AWS returns for a type
+    the region does not offer) printed `changed: 0, unchanged: 0` and exited 0. Now exit 2, saying nothing was
+    recorded and why an answer comes back empty."""
+    empty = tmp_path / "spot-eu-west-1.json"
+    empty.write_text(json.dumps({"SpotPriceHistory": []}))
+    before = (CATALOG_DIR / "aws.yaml").read_text()
+    assert costs_main(["refresh", "--aws-spot-history", str(empty), "--region", "eu-west-1"]) == 2
+    err = capsys.readouterr().err
+    assert "no Spot price (Linux/UNIX) of a catalogued AWS instance type in eu-west-1" in err
+    assert "nothing recorded" in err and "does not offer" in err
+    assert (CATALOG_DIR / "aws.yaml").read_text() == before
+    # An EC2 price list without the region's rows likewise.
+    empty.write_text(json.dumps({"products": {}, "terms": {"OnDemand": {}}}))
+    assert costs_main(["refresh", "--aws-price-list", str(empty), "--region", "eu-west-1", "--dry-run"]) == 2
+    assert "no On-Demand price" in capsys.readouterr().err
+
+
+def test_the_refusal_for_a_type_the_region_does_not_offer_suggests_no_dead_end():
+    """g6e.xlarge in eu-west-1 (regions: null in the catalog; the recorded offerings list it in no eu-west-1 zone):
+    the refusal says the region may not offer it and prints no refresh command. p5.48xlarge Spot in ap-northeast-2
+    is offered (a zone listed) but unpriced: the refusal keeps its refresh command."""
+    assert load_catalog().instance("aws", "g6e.xlarge").regions is None
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("aws", "eu-west-1", (PoolShape("l40s", "g6e.xlarge", "spot", 0, 4),), name="gpu-prod"))
+    text = str(err.value) + "\n" + "\n".join(err.value.fix())
+    assert "eu-west-1 may not offer g6e.xlarge at all" in text and "skypilot-aws-vms-v9.csv" in text
+    assert "costs refresh" not in text and "describe-spot-price-history" not in text, text
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(StackShape("aws", "ap-northeast-2", (PoolShape("h100", "p5.48xlarge", "spot", 0, 1),), name="gpu-prod"))
+    assert "--aws-spot-history spot-ap-northeast-2.json --region ap-northeast-2" in str(err.value)
 
 
 def refresh_lines(text: str) -> list[str]:
@@ -498,3 +544,92 @@ def test_a_refresh_that_fails_while_writing_leaves_the_catalog_as_it_was(tmp_pat
             refresh_linode({"data": [{"id": "g6-standard-4", "price": {"hourly": 9.0, "monthly": 9.0}}]}, copy)
     assert copy.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == [name]  # no half-written file left beside it
+
+
+# --- a capacity priced in some regions but not the reference one (adopter review of 94425ce) --------------------
+
+
+def _p4d_spot_stack(region: str) -> dict:
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
+    raw["aws"] = {**raw["aws"], "region": region, "availabilityZones": [f"{region}{z}" for z in "abc"],
+                  "pools": {"a100x8": {"rootVolumeGiB": 300}}}
+    raw["gpuPools"] = [{"name": "a100x8", "instanceType": "p4d.24xlarge", "capacity": "spot", "minNodes": 0, "maxNodes": 1}]
+    return raw
+
+
+def test_an_eu_west_1_p4d_spot_pool_plans_and_is_priced_from_eu_west_1s_rows():
+    """The config refused a Spot pool of p4d.24xlarge in every region ("a capacity the price catalog prices for
+    p4d.24xlarge: on-demand"): it read only the reference us-east-1 price (then none), though the catalog records
+    p4d Spot for eu-west-1 and ten other regions. In eu-west-1 the config passes, the bill carries eu-west-1's Spot price
+    (the median of its zones' recorded rows), and the budget spend rule prices the pool the same way."""
+    from gpu_platform.components.cluster import GpuPoolSpec
+    from gpu_platform.components.platform.monitoring import pool_hourly_prices
+    from gpu_platform.config.stack import parse_config
+
+    cfg = parse_config(_p4d_spot_stack("eu-west-1"), "euw1")  # ConfigError before the fix
+    (pool,) = cfg.gpu_pools
+    spot = [float(r["SpotPrice"]) for r in _aws_rows("p4d.24xlarge", "eu-west-1")]
+    assert spot and load_catalog().instance("aws", "p4d.24xlarge").spot.usd_per_hour != statistics.median(spot)
+    est = estimate(cfg)
+    line = next(ln for ln in est.lines if ln.resource == "p4d.24xlarge")
+    assert (line.capacity, line.priced_in) == ("spot", "eu-west-1")
+    assert line.unit_usd_per_hour == pytest.approx(statistics.median(spot))
+    spec = GpuPoolSpec(name=pool.name, instance_type=pool.instance_type, capacity=pool.capacity, min_nodes=0,
+                       max_nodes=1, gpus_per_node=8, gpu_model="NVIDIA A100", node_labels={})
+    assert pool_hourly_prices("aws", [spec], region="eu-west-1") == {"a100x8": line.unit_usd_per_hour}
+
+
+def test_a_region_without_a_spot_price_for_p4d_is_refused_naming_the_type_and_the_region():
+    """ap-southeast-1 has no p4d.24xlarge Spot price: the config passes (other regions price it) and the bill is
+    refused (exit 3's RegionPriceRefused), naming the type and the region and where it is priced; priceOverrides
+    prices it."""
+    from gpu_platform.config.stack import parse_config
+
+    cfg = parse_config(_p4d_spot_stack("ap-southeast-1"), "apse1")
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(cfg)
+    assert (err.value.type, err.value.capacity, err.value.region) == ("p4d.24xlarge", "spot", "ap-southeast-1")
+    assert "no spot price for p4d.24xlarge in ap-southeast-1: the catalog prices AWS p4d.24xlarge only in " in str(err.value)
+    assert "eu-west-1" in str(err.value)
+    raw = _p4d_spot_stack("ap-southeast-1")
+    raw["priceOverrides"] = {"p4d.24xlarge": {"spot": 12.0}}
+    line = next(ln for ln in estimate(parse_config(raw, "apse1")).lines if ln.resource == "p4d.24xlarge")
+    assert (line.unit_usd_per_hour, line.priced_in) == (12.0, "priceOverrides")
+
+
+def test_the_program_plans_a_p4d_spot_pool_where_its_region_has_no_price_and_leaves_the_refusal_to_the_bill():
+    """With the config passing a capacity priced elsewhere, the program's budget spend rule must not crash on
+    ap-southeast-1's missing p4d Spot price (a ValueError traceback in preflight): the plan completes, the rule
+    leaves the unpriced pool out, and the bill and the policy pack refuse the stack (exit 3)."""
+    from tests.conftest import plan_config, stack_config
+
+    config = {k: v for k, v in stack_config("aws-prod").items()}
+    config["aws:region"] = "ap-southeast-1"
+    config.update({f"gpu-platform:{k}": v for k, v in _p4d_spot_stack("ap-southeast-1").items()})
+    plan = plan_config(config, "apse1")
+    assert any(r.type == "aws:autoscaling/group:Group" for r in plan.resources)
+
+
+def test_a_capacity_the_reference_region_does_not_price_passes_the_config_where_the_stacks_region_does(monkeypatch):
+    """0.3.0's catalog had no us-east-1 Spot price for p3dn/p4d/p5, and the config check read only the reference
+    price, so their Spot pools were refused in every region. Against that catalog shape (p4d's reference Spot
+    removed), an eu-west-1 p4d Spot pool passes the config and the bill carries eu-west-1's price."""
+    import dataclasses
+
+    import gpu_platform.config.stack as stack_module
+    from gpu_platform.config.stack import parse_config
+
+    shipped = load_catalog()
+    p4d = shipped.instance("aws", "p4d.24xlarge")
+    assert "eu-west-1" in p4d.regional and "spot" in p4d.regional["eu-west-1"]
+    old = shipped.with_instances("aws", {**{t.name: t for t in shipped.instances("aws")},
+                                         "p4d.24xlarge": dataclasses.replace(p4d, spot=None)})
+    monkeypatch.setattr(stack_module, "load_catalog", lambda overrides=None: old)
+    cfg = parse_config(_p4d_spot_stack("eu-west-1"), "euw1")  # ConfigError "prices for p4d.24xlarge: on-demand" before
+    line = next(ln for ln in estimate(cfg, old).lines if ln.resource == "p4d.24xlarge")
+    assert (line.priced_in, line.unit_usd_per_hour) == ("eu-west-1", p4d.regional["eu-west-1"]["spot"].usd_per_hour)
+    with pytest.raises(RegionPriceRefused):  # and us-east-1, unpriced in that catalog, is refused by the bill
+        monkeypatch.setattr(stack_module, "load_catalog", lambda overrides=None: old)
+        estimate(parse_config(_p4d_spot_stack("us-east-1"), "use1"), old)

@@ -8,6 +8,7 @@ exists. A renamed key, file or heading fails here instead of misleading a reader
 
 from __future__ import annotations
 
+import json
 import re
 import typing
 from pathlib import Path
@@ -293,9 +294,11 @@ def test_the_state_table_names_every_secret_each_shipped_stack_keeps(stack):
                if not any(f"`{t}`" in row and (p == "(outputs)" and "outputs" in row or f"`{p}`" in row) for row in rows)]
     assert not missing, f"docs/state-and-secrets.md's table lacks, for {cloud}: {missing}"
     if cloud in ("gcp", "aws"):
-        # Nothing long-lived: the kubeconfig (endpoint and CA) and the image builds' registry login, a token of
-        # hours (the deployer's access token on GKE, ECR's authorization token on EKS), refreshed at every up.
-        assert found <= {("pulumi:providers:kubernetes", "kubeconfig"), ("docker-build:index:Image", "registries[].password")}, found
+        # No credential at all: only the kubeconfig (endpoint and CA certificate; the token comes from a plugin at
+        # run time). docs/ci.md says so, and preview-gcp-prod / preview-aws-prod have no reviewers: an image
+        # build's registry token here (the deployer's OAuth token, an ECR token) was readable by their Stack
+        # Read token (issue 37).
+        assert found <= {("pulumi:providers:kubernetes", "kubeconfig")}, found
 
 
 # --- issue 37 item 7: the kinds of docs mismatch an adopter found, each caught here --------------------------
@@ -504,3 +507,64 @@ def test_wheel_commands_name_no_file_the_wheel_lacks():
             if files and "checkout" not in command:
                 bad.append(f"{page.name}:{n}: {files}")
     assert not bad, bad
+
+
+# --- dollar figures quoted for the shipped stacks are preflight's own (adopter review of 94425ce) -------------
+# docs/quickstart-gcp.md and CHANGELOG.md said gcp-prod idles at $192.71 (regional layout $400.43), the stack file
+# "$193", and stacks/policy.gcp-prod.yaml "$11,839.49 ... one number", while preflight printed $196.71, $404.43 and
+# $11,844.54. Each quote below is checked against preflight's cost.json of the stack (and of gcp-prod with the
+# regional system pool, the layout the quickstart compares).
+
+# (file, pattern whose groups are dollar figures, which figure each group must be; "~" rounds to whole dollars)
+DOLLAR_QUOTES = [
+    ("docs/quickstart-gcp.md", r"3 × e2-standard-4, idle floor \$([\d,.]+)/month", ("regional-idle",)),
+    ("docs/quickstart-gcp.md", r"1 × e2-standard-4, idle floor \$([\d,.]+)/month", ("idle",)),
+    ("CHANGELOG.md", r'"gcp-prod idles at \$([\d,.]+)"', ("idle",)),
+    ("CHANGELOG.md", r"gcp-prod idles at \$([\d,.]+) a month, was \$([\d,.]+)\*\*", ("idle", "regional-idle")),
+    ("stacks/Pulumi.gcp-prod.yaml", r"\(\$(\d+) a month\s*#\s*idle instead of \$(\d+)\)", ("~idle", "~regional-idle")),
+    ("stacks/policy.gcp-prod.yaml", r"full capacity is \$([\d,.]+)/month", ("full",)),
+]
+
+
+@pytest.fixture(scope="module")
+def gcp_prod_bills(tmp_path_factory) -> dict[str, float]:
+    """preflight's own figures for gcp-prod and for gcp-prod with a regional system pool (no systemPool.zones)."""
+    from gpu_platform.preflight.__main__ import main
+
+    out = tmp_path_factory.mktemp("bills")
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.gcp-prod.yaml").read_text())
+    doc["config"]["gpu-platform:gcp"]["systemPool"].pop("zones")
+    regional = out / "Pulumi.gcp-regional.yaml"
+    regional.write_text(yaml.safe_dump(doc))
+    assert main(["gcp-prod", "--no-policies", "--out", str(out)]) in (0, 3)  # 3: over its budget at full capacity
+    assert main(["--stack-file", str(regional), "--no-policies", "--out", str(out)]) in (0, 3)
+    zonal = json.loads((out / "gcp-prod" / "cost.json").read_text())
+    wide = json.loads((out / "gcp-regional" / "cost.json").read_text())
+    return {"idle": zonal["idleMonthlyUsd"], "full": zonal["fullMonthlyUsd"], "regional-idle": wide["idleMonthlyUsd"]}
+
+
+@pytest.mark.parametrize("path,pattern,figures", DOLLAR_QUOTES, ids=lambda v: str(v)[:40])
+def test_dollar_figures_quoted_for_shipped_stacks_are_preflights(gcp_prod_bills, path, pattern, figures):
+    text = (ROOT / path).read_text()
+    found = re.findall(pattern, text)
+    assert found, f"{path}: no quote matching {pattern!r} (reworded? update DOLLAR_QUOTES)"
+    for match in found:
+        for quoted, which in zip((match,) if isinstance(match, str) else match, figures):
+            value = gcp_prod_bills[which.lstrip("~")]
+            want = f"{round(value):,}" if which.startswith("~") else f"{value:,.2f}"
+            assert quoted == want, f"{path}: ${quoted} quoted for gcp-prod's {which.lstrip('~')}, preflight says ${want}"
+
+
+def test_the_changelog_lists_as_config_errors_only_what_the_config_check_refuses():
+    """Adopter review of 94425ce: CHANGELOG 0.3.0's upgrade note listed "`monthlyBudgetUsd` at most 4 times the
+    full-capacity cost" among the config errors, but the config accepts such a budget; the policy pack's
+    monthly-cost-ceiling refuses it (exit 3)."""
+    from gpu_platform.config.stack import parse_config
+    from tests.conftest import stack_config
+
+    text = re.sub(r"\s+", " ", (ROOT / "CHANGELOG.md").read_text())
+    config_errors = text.split("each a config error naming the key", 1)[1].split(". ", 1)[0]
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("gcp-prod").items() if k.startswith("gpu-platform:")}
+    raw["monthlyBudgetUsd"] = 10_000_000  # hundreds of times gcp-prod's full capacity
+    parse_config(raw, "gcp-prod")  # no ConfigError: not a config check
+    assert "monthlyBudgetUsd" not in config_errors, config_errors

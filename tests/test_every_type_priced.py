@@ -1,7 +1,7 @@
-"""Every instance type the config accepts is priced, or refused as a config error naming the key
-(issue 22 item 6). Before: an EKS stack with a p4d.24xlarge (or p5.48xlarge) spot pool passed
-validation, then preflight crashed with a traceback in the monitoring component's price lookup
-(the catalog has no spot price for them)."""
+"""Every instance type the config accepts is priced, or refused as a config error naming the key, or (priced in
+other regions than the stack's) refused by the bill naming the type and the region (issue 22 item 6). Before: an
+EKS stack with a p4d.24xlarge (or p5.48xlarge) spot pool passed validation, then preflight crashed with a
+traceback in the monitoring component's price lookup (the catalog has no us-east-1 spot price for them)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from gpu_platform.config.base import ConfigError
 from gpu_platform.config.stack import parse_config
 from gpu_platform.components.platform.monitoring import pool_hourly_prices
 from gpu_platform.costs.catalog import CAPACITIES, load_catalog
-from gpu_platform.costs.estimator import estimate
+from gpu_platform.costs.estimator import RegionPriceRefused, estimate
 from tests.conftest import stack_config
 
 BASES = {"linode": "linode-dev", "gcp": "gcp-prod", "aws": "aws-prod"}
@@ -48,16 +48,30 @@ def test_every_catalog_type_and_capacity_is_priced_or_refused_naming_the_key(clo
         return
     pool = cfg.gpu_pools[0]
     spec = GpuPoolSpec(pool.name, pool.instance_type, "GPU", 1, 0, 1, pool.capacity, {POOL_LABEL: pool.name})
+    region = cfg.cloud_section.region
+    try:
+        lines = estimate(cfg).lines
+    except RegionPriceRefused as err:  # priced in other regions only: exit 3, naming the type and the region
+        assert f"no {capacity} price for {itype} in {region}" in str(err), str(err)
+        assert pool.name not in pool_hourly_prices(cloud, [spec], cfg.catalog_overrides() or None, region=region)
+        return
     # the monitoring component's lookup (the spend rule) and the cost estimate both price it
-    assert pool_hourly_prices(cloud, [spec], cfg.catalog_overrides() or None)[pool.name] > 0
-    assert estimate(cfg).lines
+    assert pool_hourly_prices(cloud, [spec], cfg.catalog_overrides() or None, region=region)[pool.name] > 0
+    assert lines
 
 
-def test_a_p4d_spot_pool_is_a_config_error_naming_the_capacity_and_the_way_out() -> None:
-    with pytest.raises(ConfigError) as err:
-        parse_config(stack_with("aws", "p4d.24xlarge", "spot"), "aws-prod")
+def test_a_p4d_spot_pool_where_no_spot_price_is_recorded_is_refused_by_the_bill_naming_the_region() -> None:
+    """p4d Spot has prices in us-east-1, eu-west-1 and ten other regions, none in ap-southeast-1: the config passes
+    (it used to refuse p4d Spot in every region), the bill refuses it there naming the type, the region and
+    priceOverrides."""
+    raw = stack_with("aws", "p4d.24xlarge", "spot")
+    raw["aws"] = {**raw["aws"], "region": "ap-southeast-1",
+                  "availabilityZones": ["ap-southeast-1a", "ap-southeast-1b", "ap-southeast-1c"]}
+    cfg = parse_config(raw, "aws-prod")
+    with pytest.raises(RegionPriceRefused) as err:
+        estimate(cfg)
     text = str(err.value)
-    assert "gpuPools[0].capacity" in text and "on-demand" in text and "priceOverrides.p4d.24xlarge.spot" in text
+    assert "no spot price for p4d.24xlarge in ap-southeast-1" in text and "priceOverrides.p4d.24xlarge.spot" in text
 
 
 def test_a_price_override_makes_the_same_pool_valid() -> None:

@@ -136,6 +136,19 @@ def test_a_malformed_base_run_is_a_usage_error_naming_the_file_before_the_run(tm
     assert not (tmp_path / "build" / "demo" / "plan.json").exists()  # refused before the program ran
 
 
+def test_a_base_run_of_another_stack_is_refused_naming_both(tmp_path, capsys):
+    """Adopter review of 94425ce: `--base build/linode-dev` on a gcp-prod run was compared without a word, though
+    the base's plan.json records "stack": "linode-dev": the review listed every difference of two stacks as the
+    pull request's change. Refused (exit 4) before the program runs, naming both stacks."""
+    base = tmp_path / "base" / "linode-dev"
+    base.mkdir(parents=True)
+    (base / "plan.json").write_text(json.dumps({"stack": "linode-dev", "resources": [], "outputs": {}}))
+    code, text = _run(tmp_path, capsys, "--base", str(base))
+    assert code == 4, text
+    assert "that run planned stack 'linode-dev', this one plans 'demo'" in text, text
+    assert not (tmp_path / "build" / "demo" / "plan.json").exists()  # refused before the program ran
+
+
 # --- names that would forge output lines -----------------------------------------------------------
 
 
@@ -212,6 +225,20 @@ def test_a_job_object_the_api_server_refuses_is_a_config_error_naming_the_file(t
     assert code == 2, text
     assert f"--job {path}" in text and expected in text, text
     assert "preflight demo: CONFIG-ERROR" in text
+
+
+def test_a_job_file_with_several_problems_reports_every_one_in_one_run(tmp_path, capsys):
+    """Adopter review of 94425ce: a --job file with both a negative CPU and half a GPU reported only the negative
+    CPU; fixing it and running again met the half GPU. One run names both (and a second object's problem)."""
+    bad = _job(**{CONTAINER: {"requests": {"cpu": "-1"}, "limits": {"nvidia.com/gpu": "0.5"}}})
+    other = _job(metadata__name="Bad_Name")
+    path = tmp_path / "job.yaml"
+    path.write_text(_docs(bad, other))
+    code, text = _run(tmp_path, capsys, "--job", str(path))
+    assert code == 2, text
+    assert "3 problems:" in text, text
+    assert "requests.cpu: -1 is negative" in text and "limits.nvidia.com/gpu: 0.5 is not a whole number" in text, text
+    assert "metadata.name 'Bad_Name'" in text, text
 
 
 def test_a_valid_job_with_generate_name_and_whole_gpus_is_read():

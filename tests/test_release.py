@@ -28,14 +28,20 @@ def _copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_this_tree_is_release_0_3_0_and_a_tag_for_anything_else_is_refused():
-    assert gpu_platform.__version__ == "0.3.0"
-    assert release.problems("v0.3.0") == []
+def test_this_tree_is_after_release_0_3_0_and_no_tag_publishes_it_until_its_release_commit(tmp_path):
+    """After v0.3.0: the next release's .dev0 with an [Unreleased] section (docs/architecture.md, Releasing), so a
+    tag of this commit, v0.3.0 or v0.3.1, is refused naming what to change."""
+    assert gpu_platform.__version__ == "0.3.1.dev0"
+    assert any("newest section is [Unreleased], not [0.3.0]" in p for p in release.problems("v0.3.0"))
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "check", "v0.3.1"], capture_output=True,
                          text=True)
     assert run.returncode == 1
-    assert "__version__ is 0.3.0, not 0.3.1" in run.stderr and "newest section is [0.3.0], not [0.3.1]" in run.stderr
+    assert "__version__ is 0.3.1.dev0, not 0.3.1" in run.stderr
+    assert "newest section is [Unreleased], not [0.3.1] (rename [Unreleased]" in run.stderr
     assert release.problems("0.3.0") == ["'0.3.0' is not a release tag (vX.Y.Z)"]
+    # The 0.3.0 release commit itself, its section renamed back as tools/release.py asks, passes.
+    root = _copy_released_0_3_0(tmp_path)
+    assert release.problems("v0.3.0", root) == []
 
 
 @pytest.mark.parametrize("edit, expected", [
@@ -46,10 +52,22 @@ def test_this_tree_is_release_0_3_0_and_a_tag_for_anything_else_is_refused():
     (lambda root: _sub(root / "CHANGELOG.md", "## [0.3.0] — 2026-11-28", "## [0.3.0]"), "heading has no date"),
 ])
 def test_each_disagreement_is_named(tmp_path, edit, expected):
-    root = _copy(tmp_path)
+    root = _copy_released_0_3_0(tmp_path)  # the release commit's files: each edit breaks one agreement
     edit(root)
     found = release.problems("v0.3.0", root)
     assert any(expected in p for p in found), found
+
+
+def _copy_released_0_3_0(tmp_path: Path) -> Path:
+    """This tree's version files as they were at the 0.3.0 release: no [Unreleased] section, version 0.3.0."""
+    import re as _re
+
+    root = _copy(tmp_path)
+    text = (root / "CHANGELOG.md").read_text()
+    (root / "CHANGELOG.md").write_text(_re.sub(r"## \[Unreleased\].*?(?=## \[0\.3\.0\])", "", text, flags=_re.S))
+    _sub(root / "gpu_platform/__init__.py", '__version__ = "0.3.1.dev0"', '__version__ = "0.3.0"')
+    _sub(root / "gpu_platform/policies/PulumiPolicy.yaml", "version: 0.3.1-dev.0", "version: 0.3.0")
+    return root
 
 
 def _sub(path: Path, old: str, new: str) -> None:

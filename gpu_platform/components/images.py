@@ -151,21 +151,31 @@ def dockerconfigjson(server: str, username: str, password: str) -> str:
 
 @dataclass(frozen=True)
 class RegistryLogin:
-    """How the build logs in to push (kept in memory by the provider, never in the Docker config file)."""
+    """How the build logs in to push (kept in memory by the provider, never in the Docker config file, but an
+    input of the image resource, so in the stack's state). The stack's own registries on GKE and EKS pass none:
+    the provider then pushes with the deployer's Docker credentials (its host loads the Docker config file's
+    credentials and credential helpers at start, pulumi-docker-build provider/internal/host.go newHost), which
+    `gcloud auth configure-docker <region>-docker.pkg.dev` or `aws ecr get-login-password | docker login` set up
+    outside the program (deploy.yml; `preflight image-registry STACK` names the host), so no registry token
+    reaches the state a preview token decrypts (docs/state-and-secrets.md)."""
 
     address: pulumi.Input[str]  # the registry host, host[:port]
     username: pulumi.Input[str]
     password: pulumi.Input[str]  # a secret
 
 
-def build(name: str, source: ImageSource, repository: pulumi.Input[str], login: RegistryLogin,
+def build(name: str, source: ImageSource, repository: pulumi.Input[str], login: Optional[RegistryLogin],
           labels: Optional[dict[str, str]] = None, depends_on: Sequence[pulumi.Resource] = (),
           parent: Optional[pulumi.Resource] = None) -> pulumi.Output[str]:
     """Build `source`, push it to `repository` (<registry host>/<path>/<name>) under its source tag and
-    return what to deploy: <repository>@<pushed digest>."""
+    return what to deploy: <repository>@<pushed digest>. `login` None: no `registries` input, the deployer's
+    Docker credentials push (RegistryLogin)."""
     import pulumi_docker_build as docker_build
 
-    tag = source_tag(source, *(v for v in (login.address, login.username) if isinstance(v, str)))
+    plain = () if login is None else (v for v in (login.address, login.username) if isinstance(v, str))
+    tag = source_tag(source, *plain)
+    registries = None if login is None else [{"address": login.address, "username": login.username,
+                                              "password": pulumi.Output.secret(login.password)}]
     image = docker_build.Image(
         name,
         context={"location": program_relative(source.path(source.context))},
@@ -174,8 +184,7 @@ def build(name: str, source: ImageSource, repository: pulumi.Input[str], login: 
         push=True,
         build_on_preview=False,
         tags=[pulumi.Output.concat(repository, ":", tag)],
-        registries=[{"address": login.address, "username": login.username,
-                     "password": pulumi.Output.secret(login.password)}],
+        registries=registries,
         labels={"org.opencontainers.image.title": source.name, "org.opencontainers.image.version": tag,
                 **(labels or {})},
         # `pulumi destroy` leaves the pushed image to its registry: the provider's delete removes each pushed

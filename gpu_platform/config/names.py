@@ -58,6 +58,12 @@ class Rule:
     # misspellings, such as g00gle", cloud.google.com/storage/docs/buckets#naming).
     lookalikes: bool = False
 
+    def holds_forbidden(self, text: str) -> bool:
+        """Whether `text` (one key's value) holds a forbidden string itself, or a look-alike of one: the key to
+        name when the name built from it is refused for that."""
+        return any(bad in text or (self.lookalikes and bad in text.translate(LOOKALIKE_DIGITS))
+                   for bad in self.forbidden)
+
     def problem(self, name: str) -> Optional[str]:
         if not self.min_len <= len(name) <= self.max_len:
             return f"{len(name)} characters; {self.what} must have {self.min_len} to {self.max_len}"
@@ -284,7 +290,10 @@ def name_issues(cfg: "StackConfig") -> list[ConfigIssue]:
             continue
         seen.add((n.rule.what, n.keys))
         keys = ", ".join(n.keys) if n.keys else "(fixed)"
-        key = next((k for k in n.keys if k != "environment"), "environment")
+        # The key whose own value holds the forbidden text (environment `g00gle` in the bucket name), else the
+        # first key that is not the environment (a name too long is everyone's, the section's key says where).
+        carriers = [k for k in n.keys if isinstance(v := _value_at(cfg, k), str) and n.rule.holds_forbidden(v.lower())]
+        key = carriers[0] if carriers else next((k for k in n.keys if k != "environment"), "environment")
         issues.append(ConfigIssue(key, _value_at(cfg, key),
                                   f"a value that gives {n.resource} a valid name; it would be {n.value!r}: {problem} "
                                   f"(built from {keys})"))

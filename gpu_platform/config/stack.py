@@ -363,10 +363,12 @@ def semantic_issues(cfg: StackConfig) -> list[ConfigIssue]:
                                       f"{pool.instance_type} {what}; allowed: {', '.join(known)}"))
         elif own_nodes:
             continue  # priced by the stack's node types, all or none (checks/kubernetes.py)
-        elif itype.price(pool.capacity) is None:
-            # The budget alert's spend rule and the cost estimate price every pool: a type without a
-            # price at this capacity would crash them, so it is a config error naming both ways out.
-            priced = [c for c in ("on-demand", "spot", "preemptible") if itype.price(c) is not None]
+        elif not itype.priced_somewhere(pool.capacity):
+            # The budget alert's spend rule and the cost estimate price every pool: a type without a price at this
+            # capacity in any region would crash them, so it is a config error naming both ways out. Priced in
+            # some regions but not the stack's (AWS Spot of p4d: eu-west-1, not us-east-1): the bill is refused
+            # (exit 3) naming the type and the region (costs/estimator.py RegionPriceRefused).
+            priced = [c for c in ("on-demand", "spot", "preemptible") if itype.priced_somewhere(c)]
             override = {"on-demand": "onDemand"}.get(pool.capacity, pool.capacity)
             issues.append(ConfigIssue(
                 f"gpuPools[{i}].capacity", pool.capacity,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from gpu_platform import command_name
 
@@ -108,6 +108,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 
+def _nothing_to_record(path: Any, region: str, what: str, entries: int, key: str, answer: str) -> int:
+    """An AWS answer without one price of a catalogued type for the region: an error (exit 2), never a silent
+    `changed: 0, unchanged: 0`. AWS answers an empty list for a type the region does not offer."""
+    print(f"error: {path}: no {what} of a catalogued AWS instance type in {region} ({entries} entr"
+          f"{'y' if entries == 1 else 'ies'} under {key}); nothing recorded. {answer} answers nothing for a type "
+          f"{region} does not offer (see the type's regions on the AWS instance-types page or `aws ec2 "
+          "describe-instance-type-offerings --location-type availability-zone --filters Name=instance-type,"
+          f"Values=<type> --region {region}`), and for a file of another region (--region) or time window",
+          file=sys.stderr)
+    return 2
+
+
 def _refresh_clouds(args) -> int:
     from pathlib import Path
 
@@ -133,12 +145,20 @@ def _refresh_clouds(args) -> int:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_spot_history)
             doc = json.loads(p.read_text(encoding="utf-8"))
-            res = rc.apply_aws(rc.read_spot_price_history(doc, region, rc._rel(p)), write=not args.dry_run, region=region)
+            spot = rc.read_spot_price_history(doc, region, rc._rel(p))
+            if not any(cat.instance("aws", t) for t in spot):
+                return _nothing_to_record(p, region, "Spot price (Linux/UNIX)", len(doc.get("SpotPriceHistory") or []),
+                                          "SpotPriceHistory", "describe-spot-price-history")
+            res = rc.apply_aws(spot, write=not args.dry_run, region=region)
         elif args.aws_price_list:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_price_list)
             doc = json.loads(p.read_text(encoding="utf-8"))
-            res = rc.apply_aws(on_demand=rc.read_ec2_price_list(doc, region),
+            listed = rc.read_ec2_price_list(doc, region)
+            if not any(cat.instance("aws", t) for t in listed):
+                return _nothing_to_record(p, region, "On-Demand price (Linux, shared tenancy)",
+                                          len(doc.get("products") or {}), "products", "the EC2 price list")
+            res = rc.apply_aws(on_demand=listed,
                                on_demand_source=f"{rc._rel(p)} (EC2 price list, {region})", write=not args.dry_run,
                                region=region)
         else:

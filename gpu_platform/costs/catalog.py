@@ -119,6 +119,12 @@ class InstanceType:
             raise ValueError(f"capacity must be one of {', '.join(CAPACITIES)}, not {capacity!r}")
         return getattr(self, _CAPACITY_FIELDS[capacity][0])
 
+    def priced_somewhere(self, capacity: str) -> bool:
+        """Whether any region has a price for `capacity` (the reference, a `regionalPrices` entry, or an override):
+        AWS Spot of p3dn/p4d/p5 is priced in some regions but not in the reference us-east-1."""
+        return (self.price(capacity) is not None or capacity in self.overridden
+                or any(capacity in prices for prices in self.regional.values()))
+
     def monthly_cost(self, capacity: str, hours: float = HOURS_PER_MONTH) -> Optional[float]:
         """What one instance running `hours` in a month is billed (Linode's monthly cap applied)."""
         p = self.price(capacity)
@@ -130,15 +136,60 @@ class InstanceType:
         return cost
 
 
-class RegionalPriceMissing(ValueError):
-    """A stack's region has no price for an instance type it uses (at the capacity it uses)."""
+# AWS offering data: the recorded SkyPilot rows, one per availability zone that describe-instance-type-offerings
+# lists for the type (recorded/skypilot-aws-vms-v9.csv's header says how they were made).
+AWS_OFFERINGS_FILE = CATALOG_DIR / "recorded" / "skypilot-aws-vms-v9.csv"
 
-    def __init__(self, cloud: str, name: str, capacity: str, region: str, reference: Optional[str], known: list[str]):
+
+@lru_cache(maxsize=1)
+def recorded_aws_offerings() -> dict[str, frozenset[str]]:
+    """type -> the regions whose (non-Local) zones the recorded SkyPilot AWS rows list it in; {} without the file."""
+    import csv
+    import io
+
+    try:
+        text = AWS_OFFERINGS_FILE.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    rows = csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
+    out: dict[str, set[str]] = {}
+    for row in rows:
+        if row.get("Region") and str(row.get("AvailabilityZone", "")).count("-") == 1:  # not a Local Zone
+            out.setdefault(row["InstanceType"], set()).add(row["Region"])
+    return {t: frozenset(r) for t, r in out.items()}
+
+
+def offered_in(t: "InstanceType", region: str) -> tuple[Optional[bool], str]:
+    """Whether `region` offers the type, as far as recorded data says (None: no data), and which data."""
+    if t.regions is not None:
+        return region in t.regions, t.regions_source or f"gpu_platform/costs/catalog/{t.cloud}.yaml regions"
+    if t.cloud == "aws":
+        regions = recorded_aws_offerings().get(t.name)
+        if regions:
+            return region in regions, (f"the recorded offerings ({AWS_OFFERINGS_FILE.relative_to(CATALOG_DIR.parent.parent.parent)}, "
+                                       "one row per availability zone that offers the type)")
+    return None, ""
+
+
+class RegionalPriceMissing(ValueError):
+    """A stack's region has no price for an instance type it uses (at the capacity it uses). `offered`: whether the
+    region offers the type at all, as recorded offering data says (None: no data); where it does not, recording a
+    price there is a dead end, so the message says to pick another region instead."""
+
+    def __init__(self, cloud: str, name: str, capacity: str, region: str, reference: Optional[str], known: list[str],
+                 offered: Optional[bool] = None, offering_source: str = ""):
         self.cloud, self.name, self.capacity, self.region = cloud, name, capacity, region
-        self.reference, self.known = reference, list(known)
+        self.reference, self.known, self.offered = reference, list(known), offered
         key = _CAPACITY_FIELDS[capacity][1]
+        if offered is False:
+            super().__init__(
+                f"{self.gap()} (gpu_platform/costs/catalog/{cloud}.yaml), and {region} may not offer {name} at all: "
+                f"{offering_source} list it in no {region} zone. Choose a region that offers it, or, if it is offered "
+                f"there now, give the price you pay as priceOverrides.{name}.{key} (USD per node-hour)")
+            return
+        maybe = "" if offered else f" ({name} may not be offered in {region} at all: the catalog has no offering data for it)"
         super().__init__(
-            f"{self.gap()} (gpu_platform/costs/catalog/{cloud}.yaml), and {region}'s price may differ. "
+            f"{self.gap()} (gpu_platform/costs/catalog/{cloud}.yaml), and {region}'s price may differ{maybe}. "
             f"Give the price you pay there as priceOverrides.{name}.{key} (USD per node-hour), or record {region}'s "
             f"published price in the catalog ({refresh_command(cloud, capacity, region)}; docs/cost-model.md, "
             "\"Recording a region's prices\")")
@@ -215,7 +266,13 @@ class Catalog:
         ref = self.reference_region(cloud)
         if capacity in t.overridden:
             return t, "override"
-        if not region or region == ref or ref is None:  # no reference region: a stack's own node prices (cloud kubernetes)
+        if not region or ref is None:  # no reference region: a stack's own node prices (cloud kubernetes)
+            return t, "reference"
+        if region == ref:
+            if t.price(capacity) is None and t.priced_somewhere(capacity):  # priced elsewhere, not here
+                raise RegionalPriceMissing(cloud, name, capacity, region, None,
+                                           sorted(r for r, ps in t.regional.items() if capacity in ps),
+                                           *offered_in(t, region))
             return t, "reference"
         p = (t.regional.get(region) or {}).get(capacity)
         if p is not None:
@@ -228,11 +285,10 @@ class Catalog:
                     cap = t.monthly_cap_usd * p.usd_per_hour / t.on_demand.usd_per_hour
                 changes["monthly_cap_usd"] = cap
             return replace(t, **changes), "regional"
-            return replace(t, **changes), "regional"
-        if self.default_price_rule(cloud) and (t.regions is None or region in t.regions):
+        if self.default_price_rule(cloud) and t.price(capacity) is not None and (t.regions is None or region in t.regions):
             return t, "default"
-        raise RegionalPriceMissing(cloud, name, capacity, region, ref,
-                                   sorted(r for r, ps in t.regional.items() if capacity in ps))
+        raise RegionalPriceMissing(cloud, name, capacity, region, ref if t.price(capacity) is not None else None,
+                                   sorted(r for r, ps in t.regional.items() if capacity in ps), *offered_in(t, region))
 
     def all_prices(self) -> list[tuple[str, Price]]:
         """(where, price) for every price in the catalog, for reports and checks."""

@@ -69,11 +69,21 @@ class RegionPriceRefused(EstimateError):
             return
         region, cloud = first.region, first.cloud
         snippet = ", ".join(f"{m.name}: {{{_yaml_key(m.capacity)}: <USD per node-hour>}}" for m in items)
-        commands = "; ".join(dict.fromkeys(refresh_command(cloud, m.capacity, region) for m in items))
+        commands = "; ".join(dict.fromkeys(refresh_command(cloud, m.capacity, region) for m in self.recordable))
+        absent = ", ".join(m.name for m in items if m.offered is False)
         super().__init__(
             "; ".join(m.gap() for m in items) + f" (gpu_platform/costs/catalog/{cloud}.yaml), and {region}'s prices "
-            f"may differ. Give the prices you pay there as priceOverrides: {{{snippet}}}, or record {region}'s "
-            f"published prices in the catalog ({commands}; docs/cost-model.md, \"Recording a region's prices\")")
+            f"may differ" + (f"; {region} may not offer {absent} at all (no {region} zone lists them in the recorded "
+                             "offerings: choose a region that offers them)" if absent else "")
+            + f". Give the prices you pay there as priceOverrides: {{{snippet}}}"
+            + (f", or record {region}'s published prices in the catalog ({commands}; docs/cost-model.md, "
+               "\"Recording a region's prices\")" if commands else ""))
+
+    @property
+    def recordable(self) -> list[Any]:
+        """The missing prices a refresh could record: not those of a type the region does not offer (recorded
+        offering data), whose price lookup would come back empty."""
+        return [m for m in self.missing if m.offered is not False]
 
     @property
     def types(self) -> list[str]:
@@ -98,8 +108,8 @@ class RegionPriceRefused(EstimateError):
         """How to record the region's published prices instead: getting the file, then the refresh command."""
         region, cloud = self.region, self.cloud
         out: list[str] = []
-        for capacity in dict.fromkeys(m.capacity for m in self.missing):
-            names = [m.name for m in self.missing if m.capacity == capacity]
+        for capacity in dict.fromkeys(m.capacity for m in self.recordable):
+            names = [m.name for m in self.recordable if m.capacity == capacity]
             if cloud == "aws" and capacity == "on-demand":
                 out.append(f"curl -o ec2-{region}.json https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/"
                            f"current/{region}/index.json")
@@ -119,9 +129,13 @@ class RegionPriceRefused(EstimateError):
                  "gpu-platform:priceOverrides if it has one; REPLACE each placeholder):"]
                 # at the stack file's own indentation once the bill's two spaces are added: paste the lines as they are
                 + [line[2:] for line in self.overrides_yaml().splitlines()]
-                + [f"or record {self.region}'s published prices in the catalog (docs/cost-model.md, "
-                   "\"Recording a region's prices\"):"]
-                + ["    " + line for line in self.refresh_lines()])
+                + ([f"or record {self.region}'s published prices in the catalog (docs/cost-model.md, "
+                    "\"Recording a region's prices\"):"] + ["    " + line for line in self.refresh_lines()]
+                   if self.recordable else [])
+                + [f"not offered in {self.region} as far as recorded data says ({', '.join(m.name for m in group)}): "
+                   f"no price can be recorded there; choose a region that offers {'it' if len(group) == 1 else 'them'} "
+                   "(the catalog prices it in the regions named above), or give the price you pay if it is offered now"
+                   for group in [[m for m in self.missing if m.offered is False]] if group])
 
 
 def _yaml_key(capacity: str) -> str:
@@ -443,8 +457,8 @@ def _in_region(catalog: Catalog, cloud: str, itype: str, capacity: str, region: 
     from gpu_platform.costs.catalog import RegionalPriceMissing
 
     t = _lookup(catalog, cloud, itype, label)
-    if t.price(capacity) is None and capacity not in t.overridden:
-        _price_of(t, capacity, cloud, label)  # the capacity is not offered at all: that error, not a region's
+    if not t.priced_somewhere(capacity):
+        _price_of(t, capacity, cloud, label)  # the capacity is not priced anywhere: that error, not a region's
     try:
         return catalog.in_region(cloud, itype, capacity, region)
     except RegionalPriceMissing as exc:
@@ -524,7 +538,7 @@ def dearest_type(catalog: Catalog, cloud: str, pool: PoolShape, region: Optional
     best, best_rate, unpriced = None, -1.0, []
     for name in pool.allowed_types:
         t = _lookup(catalog, cloud, name, f"gpu pool {pool.name}")
-        if t.price(pool.capacity) is not None or pool.capacity in t.overridden:
+        if t.priced_somewhere(pool.capacity):
             t, _ = _in_region(catalog, cloud, name, pool.capacity, region, f"gpu pool {pool.name}")
         p = t.price(pool.capacity)
         if p is None:
@@ -547,7 +561,7 @@ def _missing_regional_prices(cat: Catalog, cloud: str, shape: "StackShape", regi
     for pool in shape.gpu_pools:
         for name in pool.allowed_types:
             t = cat.instance(cloud, name)
-            if t is not None and (t.price(pool.capacity) is not None or pool.capacity in t.overridden):
+            if t is not None and t.priced_somewhere(pool.capacity):
                 wanted.append((name, pool.capacity))
     if cloud == "linode" and shape.control_plane_count:
         wanted.append((shape.control_plane_type or "g6-standard-4", "on-demand"))

@@ -54,6 +54,14 @@ class Observations:
     first: str  # ISO date of the earliest observation
     last: str
     source: str
+    # The capture date is not stated, only bounds (a recorded catalog snapshot): first..last is when it can have
+    # been made, and the price is dated by `first`, the oldest it can be, so the catalog-age check counts the
+    # most it can be behind the market, not the day the file was read.
+    capture_unknown: bool = False
+
+    @property
+    def date(self) -> str:
+        return self.first if self.capture_unknown else self.last
 
     @property
     def median(self) -> float:
@@ -80,6 +88,15 @@ def _header_date(text: str) -> Optional[str]:
     import re
 
     m = re.search(r"read (\d{4}-\d{2}-\d{2})", "\n".join(line for line in text.splitlines() if line.startswith("#")))
+    return m.group(1) if m else None
+
+
+def _observed_not_before(text: str) -> Optional[str]:
+    """The 'observed-no-earlier-than: YYYY-MM-DD' a recorded file's header states (evidence of the earliest its
+    capture can be, when the capture date itself is not stated)."""
+    import re
+
+    m = re.search(r"observed-no-earlier-than: (\d{4}-\d{2}-\d{2})", text)
     return m.group(1) if m else None
 
 
@@ -121,7 +138,9 @@ def read_skypilot_vms_csv(path: Path, region: str) -> dict[str, Observations]:
             continue
         by_type.setdefault(row["InstanceType"], []).append(float(row["SpotPrice"]))
     src = f"{_rel(path)} (SkyPilot catalog rows, {region}, one per availability zone)"
-    return {t: Observations(t, tuple(sorted(p)), date, date, src) for t, p in by_type.items()}
+    earliest = _observed_not_before(text)
+    first, unknown = (earliest, True) if earliest and earliest < date else (date, False)
+    return {t: Observations(t, tuple(sorted(p)), first, date, src, capture_unknown=unknown) for t, p in by_type.items()}
 
 
 def read_skypilot_on_demand(path: Path, region: str) -> dict[str, float]:
@@ -228,8 +247,10 @@ def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None,
             o = spot[name]
             # `date` is when the observations were made (not when they were copied): the catalog-age check
             # must see how old a market price really is.
-            new = {"usdPerHour": o.median, "source": f"{o.source}; median of {len(o.prices)} observations, made no "
-                   f"later than {o.last} {refreshed}", "date": o.last,
+            made = (f"made between {o.first} and {o.last} (the capture date is not stated; dated by the earliest)"
+                    if o.capture_unknown else f"made no later than {o.last}")
+            new = {"usdPerHour": o.median, "source": f"{o.source}; median of {len(o.prices)} observations, {made} "
+                   f"{refreshed}", "date": o.date,
                    "low": min(o.prices), "high": max(o.prices),
                    "observed": o.observed, "samples": len(o.prices), "status": "recorded"}
             old = target.get("spot") or {}

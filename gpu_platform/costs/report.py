@@ -277,12 +277,22 @@ SCALE_UP_MINUTES = NODE_BOOT_MINUTES
 
 
 def simulated_overhead(cloud: str, pool: PoolShape, catalog: Optional[Catalog] = None, scale_up_minutes: Optional[float] = None,
-                       scale_down_minutes: float = 10.0, preemptions_per_job: float = 0.02) -> Overhead:
+                       scale_down_minutes: float = 10.0, preemptions_per_job: float = 0.02,
+                       region: Optional[str] = None) -> Overhead:
     """billed / useful GPU-hours of `pool` running the reference workload in the simulator: boot time,
-    scale-down delay and preemption rework (lost work and reloads), over a perfect autoscaler."""
+    scale-down delay and preemption rework (lost work and reloads), over a perfect autoscaler. The pool's type is
+    priced in `region` where the catalog prices it there (AWS Spot of p4d: eu-west-1's, none in us-east-1)."""
+    from gpu_platform.costs.catalog import RegionalPriceMissing
     from gpu_platform.costs.simulator import Platform, generate_workload, simulate_platform
 
     cat = catalog or load_catalog()
+    if region and cat.instance(cloud, pool.instance_type) is not None:
+        try:
+            here, _ = cat.in_region(cloud, pool.instance_type, pool.capacity, region)
+        except RegionalPriceMissing:
+            pass  # the bill refuses the stack; the simulator says what it lacks
+        else:
+            cat = cat.with_instances(cloud, {**{t.name: t for t in cat.instances(cloud)}, pool.instance_type: here})
     if scale_up_minutes is None:
         scale_up_minutes = SCALE_UP_MINUTES.get(cloud, 8.0)
     if pool.min_nodes >= pool.max_nodes:

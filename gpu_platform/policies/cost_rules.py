@@ -308,7 +308,7 @@ def stack_shapes(nodes: list[Node], chart_storage_gib: float = 0.0, chart_load_b
             if itype is None:
                 raise ValueError(f"pool '{group.name}': no instance type of {group.instance_types} is in the price catalog")
             t = catalog.instance(cloud, itype)
-            if t.price(capacity) is None:
+            if not t.priced_somewhere(capacity):  # Spot of p4d is priced in eu-west-1, not us-east-1: the bill says
                 capacity = "on-demand"
             if group.gpus_per_node:
                 pools.append(PoolShape(group.name, itype, capacity, group.min_nodes, group.max_nodes,

@@ -132,6 +132,41 @@ def policy_config_main(argv: list[str]) -> int:
     return 0
 
 
+def image_registry_main(argv: list[str]) -> int:
+    """`image-registry STACK`: where the stack's own registry is, for logging the deployer's Docker in to it before
+    `pulumi up` (deploy.yml): `gcp <region>-docker.pkg.dev` (`gcloud auth configure-docker` that host) or `aws
+    <region>` (`aws ecr get-login-password --region <region> | docker login ... <account>.dkr.ecr.<region>.amazonaws.com`);
+    nothing for Linode (linode.imageRegistry's login is the stack's secret `linode-registry:password`) and
+    cloud kubernetes. The program passes GKE and EKS builds no registry login (gpu_platform/components/images.py
+    RegistryLogin), so no registry token is in their state."""
+    from gpu_platform.config.stack import parse_config
+    from gpu_platform.project import ProjectFileError, ProjectNotFound, find_project
+
+    parser = argparse.ArgumentParser(prog=f"{command_name('gpu_platform.preflight')} image-registry",
+                                     description=image_registry_main.__doc__.splitlines()[0])
+    parser.add_argument("stack")
+    parser.add_argument("-C", dest="directory", help="the project's folder (default: found from the working directory)")
+    args = parser.parse_args(argv)
+    try:
+        project = find_project(Path(args.directory)) if args.directory else find_project()
+        stack_input = load_stack(args.stack, project)
+        cfg = parse_config(stack_input.raw, args.stack, source=stack_input.source,
+                           secret_keys=stack_input.bare_secret_keys)
+    except (ProjectNotFound, ProjectFileError, StackNotFound) as exc:
+        print(f"preflight image-registry: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (StackFileError, ConfigError) as exc:
+        print(f"preflight image-registry: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if cfg.cloud == "gcp":
+        from gpu_platform.components.gcp.registry import registry_host
+
+        print(f"gcp {registry_host(cfg.gcp.region)}")
+    elif cfg.cloud == "aws":
+        print(f"aws {cfg.aws.region}")
+    return 0
+
+
 def main(argv: list[str] | None = None, deadline: bool = False) -> int:
     """`deadline`: arm --timeout for the whole process (the command; not for callers in-process)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -146,6 +181,8 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
         return charts_main(argv[1:])
     if argv[:1] == ["policy-config"]:  # the JSON file `pulumi preview/up --policy-pack-config` reads
         return policy_config_main(argv[1:])
+    if argv[:1] == ["image-registry"]:  # the registry deploy.yml logs Docker in to before `pulumi up`
+        return image_registry_main(argv[1:])
     if argv[:1] == ["summary"]:  # `python -m gpu_platform.preflight summary DIR`: Markdown of every stack's verdict
         from gpu_platform.preflight.verdict import summary_main
 
@@ -158,7 +195,9 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
                              f"  {prog} summary DIR               Markdown of every DIR/<stack>/preflight.json "
                              "(CI's job summary)\n"
                              f"  {prog} policy-config STACK       stacks/policy.<stack>.yaml as the JSON "
-                             "`pulumi preview/up --policy-pack-config` reads\n\n"
+                             "`pulumi preview/up --policy-pack-config` reads\n"
+                             f"  {prog} image-registry STACK      the stack's own image registry, to log Docker in to "
+                             "before `pulumi up`\n\n"
                              "exit codes: 0 ok, 2 config/chart error, 3 policy or cluster-fit failure or a refused "
                              "bill, 4 usage, 1 bug"))
     parser.add_argument("stack", nargs="?", help="stack name: Pulumi.<stack>.yaml in the project's stackConfigDir")
@@ -368,6 +407,13 @@ class Run:
                 self.base = review.load_base(folder)
             except review.BaseRunError as exc:
                 return self.fail(EXIT_USAGE, f"--base: {exc}; give the output folder of an earlier preflight run")
+            # Another stack's run compared with this one lists every difference of two stacks as this change.
+            base_stack = self.base["plan"].get("stack")
+            if isinstance(base_stack, str) and base_stack != stack_input.stack:
+                return self.fail(EXIT_USAGE, f"--base {one_line(args.base)}: that run planned stack "
+                                             f"{one_line(base_stack)!r}, this one plans {one_line(stack_input.stack)!r}; "
+                                             "give the output folder of an earlier preflight run of this stack "
+                                             f"(DIR/{one_line(stack_input.stack)}/plan.json or DIR/plan.json)")
         try:
             self.cfg = parse_config(stack_input.raw, args.stack, source=stack_input.source,
                                     secret_keys=stack_input.bare_secret_keys)

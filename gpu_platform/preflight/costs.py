@@ -401,7 +401,8 @@ class CostReport:
             # A cluster the stack does not create boots its GPU nodes as the stack says (kubernetes.nodeBootMinutes).
             boot = getattr(self.cfg.cloud_section, "node_boot_minutes", None)
             self.overhead = report.simulated_overhead(shape.cloud, pool, catalog, scale_down_minutes=float(down),
-                                                      scale_up_minutes=None if boot is None else float(boot))
+                                                      scale_up_minutes=None if boot is None else float(boot),
+                                                      region=shape.region)
         else:
             self.overhead = report.Overhead(1.0, "fixed-size pools: billed all month whatever the use")
         budget = float(self.cfg.monthly_budget_usd)

@@ -5,8 +5,10 @@ scanning, no charge), AES-256 encryption at rest, and a lifecycle policy that ke
 KEEP_IMAGES pushes (the program deploys the newest one). `pulumi destroy` deletes the repositories with
 their images (force_delete): they are rebuilt from the repository on the next `pulumi up`.
 
-The build logs in with the account's ECR authorization token (ecr:GetAuthorizationToken, valid 12 hours:
-aws.ecr.get_authorization_token_output); the nodes pull with their role's AmazonEC2ContainerRegistryReadOnly
+The build pushes with the deployer's own Docker credentials (`aws ecr get-login-password | docker login
+--username AWS --password-stdin <account>.dkr.ecr.<region>.amazonaws.com`, which deploy.yml runs; docs/
+quickstart-aws.md, Images): the program passes no registry login, so no ECR authorization token is in the
+stack's state (a preview token decrypts the state; docs/state-and-secrets.md). The nodes pull with their role's AmazonEC2ContainerRegistryReadOnly
 (eks.py NODE_POLICIES).
 """
 
@@ -18,7 +20,7 @@ from typing import Mapping, Optional
 import pulumi
 from pulumi_aws import ecr
 
-from gpu_platform.components.images import KEEP_IMAGES, TAG_PREFIX, ImageSource, RegistryLogin, build
+from gpu_platform.components.images import KEEP_IMAGES, TAG_PREFIX, ImageSource, build
 
 
 def repository_name(prefix: str, image: str) -> str:
@@ -62,9 +64,5 @@ class EcrRegistry(pulumi.ComponentResource):
             opts=child)
         policy = ecr.LifecyclePolicy(f"{self._name}-{source.name}-lifecycle", repository=repo.name,
                                      policy=json.dumps(lifecycle_policy()), opts=child)
-        token = ecr.get_authorization_token_output(registry_id=repo.registry_id,
-                                                   opts=pulumi.InvokeOutputOptions(provider=self._provider))
-        host = repo.repository_url.apply(lambda url: url.split("/", 1)[0])
-        login = RegistryLogin(address=host, username=token.user_name, password=pulumi.Output.secret(token.password))
-        return build(f"{self._name}-{source.name}-image", source, repo.repository_url, login,
+        return build(f"{self._name}-{source.name}-image", source, repo.repository_url, None,
                      depends_on=[repo, policy], parent=self)

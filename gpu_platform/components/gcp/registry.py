@@ -4,9 +4,11 @@
 Immutable tags (a tag once pushed always means the same image), cleanup policies that keep the newest
 KEEP_IMAGES versions of each image and delete the rest after 30 days, vulnerability scanning as the project
 has it (INHERITED: on where the Container Scanning API is enabled, a charge per scanned image). The nodes pull
-with their service account's roles/artifactregistry.reader (cluster.py NODE_ROLES). The build logs in as
-`oauth2accesstoken` with the deployer's access token (gcp.organizations.get_client_config_output: the
-credentials `pulumi up` runs with, valid an hour).
+with their service account's roles/artifactregistry.reader (cluster.py NODE_ROLES). The build pushes with the
+deployer's own Docker credentials: `gcloud auth configure-docker <region>-docker.pkg.dev` registers gcloud as
+the host's credential helper (deploy.yml does it; docs/quickstart-gcp.md, Images). The program passes no
+registry login, so no access token is in the stack's state (a preview token decrypts the state;
+docs/state-and-secrets.md).
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 import pulumi
-from pulumi_gcp import artifactregistry, organizations
+from pulumi_gcp import artifactregistry
 
-from gpu_platform.components.images import KEEP_IMAGES, ImageSource, RegistryLogin, build
+from gpu_platform.components.images import KEEP_IMAGES, ImageSource, build
 
 CLEANUP_AFTER = "2592000s"  # 30 days: versions beyond the newest KEEP_IMAGES go after this long
 
@@ -58,13 +60,10 @@ class ArtifactRegistry(pulumi.ComponentResource):
             vulnerability_scanning_config={"enablement_config": "INHERITED"},
             labels=dict(labels),
             opts=pulumi.ResourceOptions(parent=self, provider=provider))
-        client = organizations.get_client_config_output(opts=pulumi.InvokeOutputOptions(provider=provider))
-        self.login = RegistryLogin(address=registry_host(region), username="oauth2accesstoken",
-                                   password=pulumi.Output.secret(client.access_token))
         self.register_outputs({"registryUri": self.repository.registry_uri})
 
     def image(self, source: ImageSource) -> pulumi.Output[str]:
         """<region>-docker.pkg.dev/<project>/<prefix>-images/<name>@sha256:..."""
         address = self.repository.registry_uri.apply(lambda uri: f"{uri}/{source.name}")
-        return build(f"{self._name}-{source.name}", source, address, self.login, depends_on=[self.repository],
+        return build(f"{self._name}-{source.name}", source, address, None, depends_on=[self.repository],
                      parent=self)

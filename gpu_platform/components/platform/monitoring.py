@@ -59,15 +59,24 @@ POOL_METRIC_LABEL = ksm_label(POOL_LABEL)
 
 def pool_hourly_prices(cloud: str, pools: Sequence[GpuPoolSpec],
                        overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                       catalog: Optional["Catalog"] = None) -> dict[str, float]:
+                       catalog: Optional["Catalog"] = None, region: Optional[str] = None) -> dict[str, float]:
     """$/hour of one node of each pool at its capacity type, from the price catalog (or `catalog`: the stack's own
-    node types on cloud kubernetes)."""
-    from gpu_platform.costs.catalog import load_catalog
+    node types on cloud kubernetes), in `region` where the catalog prices it there (the bill's price: AWS Spot of
+    p4d has eu-west-1's price and none in the reference us-east-1), else the reference price."""
+    from gpu_platform.costs.catalog import RegionalPriceMissing, load_catalog
 
     catalog = catalog if catalog is not None else load_catalog(dict(overrides) if overrides else None)
     prices: dict[str, float] = {}
     for p in pools:
         itype = catalog.instance(cloud, p.instance_type)
+        if itype is not None and region:
+            try:
+                itype, _ = catalog.in_region(cloud, p.instance_type, p.capacity, region)
+            except RegionalPriceMissing:
+                # The bill and the policy pack's cost rule refuse the stack (no price there; priceOverrides prices
+                # it). Nothing to deploy, so no rule to render: the reference price, or the pool left out of it.
+                if itype.price(p.capacity) is None and itype.priced_somewhere(p.capacity):
+                    continue
         price = itype.price(p.capacity) if itype is not None else None
         if price is None:
             raise ValueError(f"GPU pool {p.name}: no {p.capacity} price for {cloud}/{p.instance_type} in the catalog")
@@ -413,6 +422,8 @@ class MonitoringArgs:
     retention_days: int = 15
     storage_gib: int = 50
     price_overrides: Optional[Mapping[str, Mapping[str, Any]]] = None
+    # The stack's region: the spend rule prices each pool there, as the bill does.
+    region: Optional[str] = None
     # What the release installs after (the platform's PriorityClass, which its pods name).
     after: Sequence[pulumi.Resource] = ()
 
@@ -424,7 +435,7 @@ class Monitoring(pulumi.ComponentResource):
         # No node prices (cloud kubernetes without usdPerHour): no spend rule; a run rate of $0 would be invented.
         unpriced = unpriced_pools(cluster)
         prices = None if unpriced else pool_hourly_prices(cluster.cloud, cluster.gpu_pools, args.price_overrides,
-                                                          cluster.catalog)
+                                                          cluster.catalog, args.region) or None
         ns = apply_object(f"{name}-namespace", render_namespace(MONITORING_NAMESPACE, "privileged"),
                           k8s_opts(cluster, self))
         values = kube_prometheus_stack_values(cluster.default_storage_class, args.alert_emails, args.alert_smtp,

@@ -118,7 +118,7 @@ class MlPlatform(pulumi.ComponentResource):
                 monthly_budget_usd=cfg.monthly_budget_usd, idle_gpu_minutes=p.idle_gpu_minutes,
                 idle_gpu_util_percent=p.idle_gpu_util_percent, retention_days=p.prometheus_retention_days,
                 storage_gib=p.prometheus_storage_gib, price_overrides=cfg.catalog_overrides() or None,
-                after=[self.priority_class]), child)
+                region=getattr(cfg.cloud_section, "region", None), after=[self.priority_class]), child)
 
         self.parts = {"gpu": True, "training": True, "queue": p.queue, "kubeflow": p.kubeflow,
                       "notebooks": p.notebooks, "monitoring": p.monitoring}

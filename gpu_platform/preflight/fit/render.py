@@ -533,33 +533,39 @@ def _dig(d: Any, keys: tuple[str, ...]) -> Any:
     return d
 
 
-def _resources_problem(where: str, resources: Any) -> Optional[str]:
+def _resources_problems(where: str, resources: Any) -> list[str]:
+    """Every quantity of one container's (or TrainJob node's) resources the API server would refuse."""
     from decimal import Decimal
 
     from gpu_platform.components.capacity import parse_quantity
     from gpu_platform.config.approvals import one_line
 
     if resources is None:
-        return None
+        return []
     if not isinstance(resources, dict):
-        return f"{where} is not a mapping of requests and limits"
+        return [f"{where} is not a mapping of requests and limits"]
+    out: list[str] = []
     amounts: dict[str, dict[str, Decimal]] = {}
     for part in ("requests", "limits"):
         values = resources.get(part) or {}
         if not isinstance(values, dict):
-            return f"{where}.{part} is not a mapping of resource names to quantities"
+            out.append(f"{where}.{part} is not a mapping of resource names to quantities")
+            continue
         for name, value in values.items():
             shown = one_line(json.dumps(value) if not isinstance(value, str) else value)[:40]
             try:
                 q = parse_quantity(value)
             except (ValueError, ArithmeticError):
-                return f"{where}.{part}.{name}: {shown} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)"
+                out.append(f"{where}.{part}.{name}: {shown} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")
+                continue
             if q < 0:
-                return f"{where}.{part}.{name}: {shown} is negative; the API server refuses it (must be 0 or more)"
+                out.append(f"{where}.{part}.{name}: {shown} is negative; the API server refuses it (must be 0 or more)")
+                continue
             extended = "/" in str(name) and not str(name).split("/", 1)[0].endswith("kubernetes.io")
             if extended and q != q.to_integral_value():
-                return (f"{where}.{part}.{name}: {shown} is not a whole number; {name} is an extended resource, "
-                        "counted in whole devices (half a GPU is refused by the API server)")
+                out.append(f"{where}.{part}.{name}: {shown} is not a whole number; {name} is an extended resource, "
+                           "counted in whole devices (half a GPU is refused by the API server)")
+                continue
             amounts.setdefault(part, {})[str(name)] = q
     for name, limit in (amounts.get("limits") or {}).items():
         request = (amounts.get("requests") or {}).get(name)
@@ -567,38 +573,42 @@ def _resources_problem(where: str, resources: Any) -> Optional[str]:
             continue
         extended = "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io")
         if extended and request != limit:
-            return f"{where}: {name} request {request} and limit {limit} differ; an extended resource's must be equal"
-        if request > limit:
-            return f"{where}: the {name} request {request} is above its limit {limit}; the API server refuses it"
-    return None
+            out.append(f"{where}: {name} request {request} and limit {limit} differ; an extended resource's must be equal")
+        elif request > limit:
+            out.append(f"{where}: the {name} request {request} is above its limit {limit}; the API server refuses it")
+    return out
 
 
-def job_object_problem(obj: dict[str, Any]) -> Optional[str]:
-    """What the API server would refuse in one object of a job file (None: nothing preflight knows of)."""
+def job_object_problems(obj: dict[str, Any]) -> list[str]:
+    """Everything the API server would refuse in one object of a job file, as far as preflight knows (a name it
+    cannot use stops there: the rest is named after it)."""
     from gpu_platform.config.approvals import one_line
 
     kind = str(obj.get("kind"))
     meta = obj.get("metadata")
     what = f"{kind} ({obj.get('apiVersion')})"
     if not isinstance(meta, dict):
-        return f"a {what} without metadata; give metadata.name (and metadata.namespace)"
+        return [f"a {what} without metadata; give metadata.name (and metadata.namespace)"]
+    out: list[str] = []
     name = meta.get("name")
     if name is None and isinstance(meta.get("generateName"), str) and meta["generateName"]:
         name = None  # kubectl create fills it in
     elif not isinstance(name, str) or not name:
-        return f"a {what} without metadata.name; the API server needs a name (a DNS-1123 subdomain)"
-    if isinstance(name, str):
+        out.append(f"a {what} without metadata.name; the API server needs a name (a DNS-1123 subdomain)")
+    if isinstance(name, str) and name:
         limit = next((n for (api, k), n in _NAME_MAX.items() if k == kind and str(obj.get("apiVersion", "")).startswith(api)), 253)
         if len(name) > limit or not _DNS_SUBDOMAIN.fullmatch(name):
-            return (f"{what} metadata.name {one_line(name)[:40]!r}{'...' if len(name) > 40 else ''} ({len(name)} characters): "
-                    f"a name of at most {limit} lowercase letters, digits, '-' and '.', starting and ending with a "
-                    "letter or digit; the API server refuses it" + (
-                        f" (a {kind}'s name ends up in a label value)" if limit < 253 else ""))
+            out.append(f"{what} metadata.name {one_line(name)[:40]!r}{'...' if len(name) > 40 else ''} ({len(name)} characters): "
+                       f"a name of at most {limit} lowercase letters, digits, '-' and '.', starting and ending with a "
+                       "letter or digit; the API server refuses it" + (
+                           f" (a {kind}'s name ends up in a label value)" if limit < 253 else ""))
     ns = meta.get("namespace")
     if ns is not None and (not isinstance(ns, str) or len(ns) > 63 or not _DNS_LABEL.fullmatch(ns)):
-        return (f"{what}: metadata.namespace {one_line(str(ns))[:40]!r} is not a namespace name (at most 63 "
-                "lowercase letters, digits and '-')")
-    where_name = f"{kind}/{one_line(name if isinstance(name, str) else str(meta.get('generateName')) + '*')[:80]}"
+        out.append(f"{what}: metadata.namespace {one_line(str(ns))[:40]!r} is not a namespace name (at most 63 "
+                   "lowercase letters, digits and '-')")
+    label = name if isinstance(name, str) and name else (
+        str(meta.get("generateName")) + "*" if meta.get("generateName") else "(no name)")
+    where_name = f"{kind}/{one_line(label)[:80]}"
     for path, pod in _pod_specs(obj):
         if not isinstance(pod, dict):
             continue
@@ -606,15 +616,17 @@ def job_object_problem(obj: dict[str, Any]) -> Optional[str]:
             containers = pod.get(group)
             for i, c in enumerate(containers if isinstance(containers, list) else []):
                 if isinstance(c, dict):
-                    problem = _resources_problem(f"{where_name} {path}.{group}[{i}].resources", c.get("resources"))
-                    if problem:
-                        return problem
+                    out += _resources_problems(f"{where_name} {path}.{group}[{i}].resources", c.get("resources"))
     if kind == "TrainJob":
-        problem = _resources_problem(f"{where_name} spec.trainer.resourcesPerNode",
-                                     _dig(obj.get("spec"), ("trainer", "resourcesPerNode")))
-        if problem:
-            return problem
-    return None
+        out += _resources_problems(f"{where_name} spec.trainer.resourcesPerNode",
+                                   _dig(obj.get("spec"), ("trainer", "resourcesPerNode")))
+    return out
+
+
+def job_object_problem(obj: dict[str, Any]) -> Optional[str]:
+    """job_object_problems as one text (None: nothing preflight knows of): every problem, `; `-separated."""
+    problems = job_object_problems(obj)
+    return "; ".join(problems) if problems else None
 
 
 def load_job_file(path: Path, shown: Optional[str] = None) -> list[dict[str, Any]]:
@@ -657,10 +669,12 @@ def load_job_file(path: Path, shown: Optional[str] = None) -> list[dict[str, Any
         if not isinstance(obj.get("kind"), str) or not isinstance(obj.get("apiVersion"), str):
             raise ChartError("example", f"{shown} holds something that is not a Kubernetes object (apiVersion and "
                                         "kind must be strings)")
-    for obj in objs:
-        problem = job_object_problem(obj)
-        if problem:
-            raise ChartError("example", f"{shown}: {problem}")
+    # Every problem of every object in one run: fixing one and running again to meet the next is what a
+    # reviewer of the job file should not have to do.
+    problems = [p for obj in objs for p in job_object_problems(obj)]
+    if problems:
+        many = f"{len(problems)} problems: " if len(problems) > 1 else ""
+        raise ChartError("example", f"{shown}: {many}" + "; ".join(problems))
     if not any(is_job_kind(o) for o in objs):
         found = ", ".join(sorted({f"{o['kind']} ({o['apiVersion']})" for o in objs}))
         raise ChartError("example", f"{shown} holds no job preflight can check: {found}; the kinds it checks are "
