@@ -1027,9 +1027,12 @@ class Drill:
     def no_scale_up(self, ns: str, pod_prefix: str) -> Optional[str]:
         """The autoscaler's latest word that a pod of `pod_prefix` did not trigger a scale-up (its NotTriggerScaleUp
         Event, processors/status/eventing_scale_up_processor.go: "pod didn't trigger scale-up: <reasons per
-        group>"), else None: what a scale-up that cannot come is concluded from, as soon as the autoscaler says it."""
+        group>"), else None: what a scale-up that cannot come is concluded from, as soon as the autoscaler says it.
+        Only about the pods there now (by UID): an earlier pod of the same name (a drill before, on the same
+        cluster) left its Events behind for the API server's event TTL (an hour)."""
+        pods = {p["metadata"]["uid"] for p in self.client.list("v1", "Pod", ns) if p["metadata"]["name"].startswith(pod_prefix)}
         said = [e for e in self.client.list("v1", "Event", ns) if e.get("reason") == "NotTriggerScaleUp"
-                and ((e.get("involvedObject") or {}).get("name") or "").startswith(pod_prefix)]
+                and (e.get("involvedObject") or {}).get("uid") in pods]
         said.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
         return str(said[-1].get("message")) if said else None
 
