@@ -4,8 +4,8 @@ the program gives it beyond its pinned chart (gpu_platform/components/autoscaler
 The first tests need no component: the autoscaler's arguments as the chart renders them and what the
 drill changes, the extra RBAC against the upstream source of each image, the log reader. The rehearsal
 tests run the real autoscaler (built by `make rehearsal-build` from ../shared/sources) on the shared
-linode-dev cluster: scale from zero and back, a busy node kept, a node that never joins, the autoscaler
-killed mid-scale-up, and its informers with the chart's RBAC alone (never synced) and with the program's
+linode-dev cluster: scale from zero and back, a busy node kept, a GPU notebook from zero and back, a node that
+never joins, the autoscaler killed mid-scale-up, and its informers with the chart's RBAC alone (never synced) and with the program's
 rules (synced)."""
 
 from __future__ import annotations
@@ -221,6 +221,41 @@ def test_the_drill_needs_the_autoscaler_binary_and_says_how_to_build_it(monkeypa
         autoscale.AutoscalerProcess(release, None, "", "", Path("/nonexistent"), Path("/nonexistent"), 1, autoscale.Timing(), None)
 
 
+def test_a_scaled_down_instance_counts_as_deleted_only_once_the_linode_api_deleted_it():
+    """The notebook phase's last check (Drill.instance_deleted) reads the fake Linode API's own record: an idle
+    node gone while its instance is still listed is a failure; the provider's DELETE of it, and the instance
+    no longer listed, is what passes."""
+    import datetime
+    import json
+    import urllib.request
+
+    from gpu_platform.rehearsal.linode_fake_api import TOKEN, FakeLinodeApi
+
+    fake = FakeLinodeApi(lambda: datetime.datetime(2026, 11, 28, tzinfo=datetime.timezone.utc))
+    try:
+        drill = autoscale.Drill.__new__(autoscale.Drill)
+        drill.fake, drill.stack_tag = fake, "node-group-stack:gpu-dev"
+
+        def call(method: str, path: str, body=None) -> dict:
+            req = urllib.request.Request(fake.base_url + path, method=method, headers={
+                "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+                data=None if body is None else json.dumps(body).encode())
+            with urllib.request.urlopen(req) as resp:
+                return json.loads(resp.read())
+
+        inst = call("POST", "/linode/instances", {"region": "us-ord", "type": "g2-gpu-rtx4000a1-m", "label": "gpu-dev-ada-0",
+                                                  "tags": [drill.stack_tag, "node-group:ada"]})
+        said, problem = drill.instance_deleted(inst)
+        assert "0 DELETE" in said and "still listed" in said and problem and "gpu-dev-ada-0" in problem
+        call("DELETE", f"/linode/instances/{inst['id']}")
+        said, problem = drill.instance_deleted(inst)
+        assert problem is None
+        assert said == (f"the fake Linode API: 1 DELETE /v4/linode/instances/{inst['id']} (gpu-dev-ada-0), no instance of "
+                        "its pool left")
+    finally:
+        fake.close()
+
+
 # --- the real autoscaler on the shared linode-dev rehearsal cluster -----------------------------------------
 
 
@@ -271,6 +306,30 @@ def test_after_the_job_ends_the_node_goes_after_the_grace_and_its_instance_is_de
     m = re.search(r'scale-down: Scale-down: removing empty node "gpu-dev-ada-0", (\d+)s after the job ended \(grace (\d+)s\); '
                   r"the fake Linode API holds no instance of ada", text)
     assert m and int(m[1]) >= int(m[2]), text
+
+
+def _gpu_notebook_from_zero_and_back(sc, text: str) -> None:
+    """The GPU notebook phase's verdict and report lines (its own function: a planted run is read the same way)."""
+    _no_problem(sc, "GPU notebook")
+    m = re.search(r"GPU notebook: 1 scale-up\(s\) of ada \(Scale-up: setting group ada size to 1 \(pods "
+                  r"jupyterhub/jupyter-rehearsal-autoscale unschedulable; plan \[\{ada 0->1 \(max: 1\)\}\]\)\) -> instance\(s\) "
+                  r"\['(gpu-dev-ada-\d+)'\] -> node\(s\) \['(gpu-dev-ada-\d+)'\]; notebook pod of profile gpu-ada \(the hub's "
+                  r"KubeSpawner pod as rendered; LocalQueue gpu-queue, Kueue workload \S+\) admitted, bound and running", text)
+    assert m and m[1] == m[2], text
+    m = re.search(r"GPU notebook: stopped; ada back at zero \(0 instance\(s\), 0 node\(s\)\) (\d+)s after \(grace (\d+)s\): "
+                  rf'Scale-down: removing empty node "{m[1]}"; the fake Linode API: 1 DELETE /v4/linode/instances/\d+ \({m[1]}\), '
+                  r"no instance of its pool left", text)
+    assert m and int(m[1]) >= int(m[2]), text
+
+
+@pytest.mark.rehearsal(stack="linode-dev")
+def test_a_gpu_notebook_scales_its_profiles_pool_from_zero_binds_runs_and_its_instance_goes_after_the_grace(tmp_path):
+    """The pod the hub's KubeSpawner makes for linode-dev's GPU profile (gpu-ada, as the stack's rendered hub
+    values describe it, queued in Kueue's gpu-queue) scales ada from zero through the real autoscaler and the
+    node-group provider, is admitted, binds and runs on the new node; the notebook stopped, the idle node goes
+    after the grace and the provider deletes its instance in the fake Linode API."""
+    sc, text = _drill(tmp_path)
+    _gpu_notebook_from_zero_and_back(sc, text)
 
 
 @pytest.mark.rehearsal(stack="linode-dev")

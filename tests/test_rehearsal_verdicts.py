@@ -220,6 +220,29 @@ def test_the_autoscaler_says_never_after_its_simulation_fails_on_the_template_in
     assert drill.never_scales_for("training", "rehearsal-autoscale-a", "rtx")() is None
 
 
+def _not_triggered(name: str, pod_uid: str, message: str) -> dict:
+    """A NotTriggerScaleUp Event as cluster-autoscaler 1.35.2 records it (eventing_scale_up_processor.go)."""
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": "jupyterhub"},
+            "reason": "NotTriggerScaleUp", "message": message, "lastTimestamp": "2026-11-28T23:40:00Z",
+            "involvedObject": {"kind": "Pod", "namespace": "jupyterhub", "name": "jupyter-rehearsal-autoscale", "uid": pod_uid}}
+
+
+def test_the_autoscalers_no_scale_up_verdict_is_read_for_the_pod_there_now():
+    """An earlier drill's pod of the same name (a planted run before, on the same cluster) left its
+    NotTriggerScaleUp Event behind (Events live an hour): the verdict is the current pod's, by UID, or a later
+    drill fails at once on the earlier pod's words (it did: "1 Insufficient nvidia.com/gpu" from the run
+    before ended a drill after 0 s)."""
+    drill = autoscale.Drill.__new__(autoscale.Drill)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "jupyter-rehearsal-autoscale", "namespace": "jupyterhub",
+                                                           "uid": "new-pod"}}
+    earlier = _not_triggered("jupyter-rehearsal-autoscale.1", "earlier-pod", "pod didn't trigger scale-up: 1 Insufficient nvidia.com/gpu")
+    drill.client = FakeClient([earlier, pod])
+    assert drill.no_scale_up("jupyterhub", "jupyter-rehearsal-autoscale") is None
+    now = _not_triggered("jupyter-rehearsal-autoscale.2", "new-pod", "pod didn't trigger scale-up: 1 max node group size reached")
+    drill.client = FakeClient([earlier, pod, now])
+    assert drill.no_scale_up("jupyterhub", "jupyter-rehearsal-autoscale") == "pod didn't trigger scale-up: 1 max node group size reached"
+
+
 def test_the_prepared_stacks_fit_folder_goes_when_the_test_process_ends(tmp_path):
     """tests/rehearsal_support.prepared() made /tmp/rehearsal-test-<stack>-* for every process (each xdist
     worker, every session, the check lane too) and left it there."""

@@ -1021,6 +1021,60 @@ class Drill:
     def events(self) -> list[LoggedEvent]:
         return logged_events(self.autoscaler.text(), self.group_of_node) if self.autoscaler else []
 
+    def autoscaler_said(self, pattern: str) -> list[str]:
+        return [m[0] for m in re.finditer(pattern, self.autoscaler.text() if self.autoscaler else "")]
+
+    def no_scale_up(self, ns: str, pod_prefix: str) -> Optional[str]:
+        """The autoscaler's latest word that a pod of `pod_prefix` did not trigger a scale-up (its NotTriggerScaleUp
+        Event, processors/status/eventing_scale_up_processor.go: "pod didn't trigger scale-up: <reasons per
+        group>"), else None: what a scale-up that cannot come is concluded from, as soon as the autoscaler says it.
+        Only about the pods there now (by UID): an earlier pod of the same name (a drill before, on the same
+        cluster) left its Events behind for the API server's event TTL (an hour)."""
+        pods = {p["metadata"]["uid"] for p in self.client.list("v1", "Pod", ns) if p["metadata"]["name"].startswith(pod_prefix)}
+        said = [e for e in self.client.list("v1", "Event", ns) if e.get("reason") == "NotTriggerScaleUp"
+                and (e.get("involvedObject") or {}).get("uid") in pods]
+        said.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return str(said[-1].get("message")) if said else None
+
+    # --- what a phase shared by both clouds asks of the cloud's world (AwsDrill answers for moto) -----
+
+    def pool_of_groups(self, pool: str) -> list[str]:
+        """The autoscaler's node groups of `pool`: on Linode the pool is one node group."""
+        return [pool]
+
+    def one_new_node(self, label: str, pool: str, ups_before: int, started: float, ran: str) -> Optional[tuple[dict, dict]]:
+        """After a scale-up from zero for one pod: one scale-up, one instance in the fake Linode API, one node named
+        by the instance's label with its providerID (the report's line `label: ...`). Returns (instance, node) or
+        None with the failure."""
+        sc = self.sc
+        instances, nodes = self.pool_instances(pool), self.pool_nodes(pool)
+        ups = _scale_ups(self, pool)[ups_before:]
+        sc.details.append(f"{label}: {len(ups)} scale-up(s) of {pool} ({ups[0].text if ups else 'none logged'}) -> instance(s) "
+                          f"{[i['label'] for i in instances]} -> node(s) {[n['metadata']['name'] for n in nodes]}; {ran} after "
+                          f"{time.monotonic() - started:.0f}s")
+        if len(ups) != 1 or len(instances) != 1 or len(nodes) != 1:
+            sc.fail(f"{label}: one pending pod, one node: the autoscaler scaled {pool} up {len(ups)} time(s), the fake Linode "
+                    f"API holds {len(instances)} instance(s), {len(nodes)} node(s) registered")
+            return None
+        [inst], [node] = instances, nodes
+        want = f"{PROVIDER_ID_PREFIX}{inst['id']}"
+        if node["spec"].get("providerID") != want or node["metadata"]["name"] != inst["label"]:
+            sc.fail(f"{label}: node {node['metadata']['name']} has providerID {node['spec'].get('providerID')}; its instance is "
+                    f"{inst['label']} ({want})")
+        return inst, node
+
+    def instance_deleted(self, inst: dict) -> tuple[str, Optional[str]]:
+        """(what the cloud shows of the scaled-down instance, the failure if it was not deleted): the node-group
+        provider's DELETE of it in the fake Linode API, and the instance gone from its listing."""
+        path = f"/v4/linode/instances/{inst['id']}"
+        deletes = [c for c in self.fake.calls("DELETE") if c[1] == path]
+        left = [i for i in self.fake.instances_tagged(self.stack_tag) if i["id"] == inst["id"]]
+        said = (f"the fake Linode API: {len(deletes)} DELETE {path} ({inst['label']}), "
+                + ("the instance is still listed" if left else "no instance of its pool left"))
+        if not deletes or left:
+            return said, f"the instance {inst['label']} of the idle node was not deleted in the Linode API ({said})"
+        return said, None
+
     def check_refusals(self) -> None:
         """With the program's RBAC, the API server refused the autoscaler nothing, in any of its runs."""
         for log in self.autoscaler.logs:
@@ -1230,11 +1284,158 @@ def _check_template(d: Drill, pool: str) -> None:
                         + ", ".join(f"{x['key']}={x.get('value', '')}:{x['effect']}" for x in tmpl["spec"]["taints"]))
 
 
+# --- phases both clouds run (the EKS drill's too: autoscale_aws.py) ---------------------------------------
+
+NOTEBOOK_POD = "jupyter-rehearsal-autoscale"
+
+
+def _pool_of_pods(d: Drill, pods: list[dict]) -> Optional[str]:
+    """The one pool whose instance-backed nodes run every pod of `pods`, each Running; else None."""
+    if not pods:
+        return None
+    pools = set()
+    for p in pods:
+        node = p["spec"].get("nodeName")
+        if not node or (p.get("status") or {}).get("phase") != "Running":
+            return None
+        pool = next((pl for pl in d.pools if node in {n["metadata"]["name"] for n in d.pool_nodes(pl)}), None)
+        if pool is None:
+            return None
+        pools.add(pool)
+    return pools.pop() if len(pools) == 1 else None
+
+
+def _pod_workload(client: Any, ns: str, pod: str) -> Optional[dict]:
+    """Kueue's Workload of a plain pod (the pod integration: owned by the Pod)."""
+    for w in client.list(KUEUE, "Workload", ns):
+        if any(o.get("kind") == "Pod" and o.get("name") == pod for o in w["metadata"].get("ownerReferences") or []):
+            return w
+    return None
+
+
+def _scale_from_zero(d: Drill, what: str, ns: str, prefixes: list[str],
+                     bound: Callable[[], Optional[str]]) -> Optional[str]:
+    """Waits until `bound` names the pool whose new node(s) run the pods (the autoscaler scaled it up), or the
+    autoscaler says a pod of `prefixes` did not trigger a scale-up (its NotTriggerScaleUp Event: concluded at
+    once, not after a hang guard). Returns the pool, or None with the failure and the autoscaler's reasons."""
+    found: dict[str, str] = {}
+
+    def done() -> bool:
+        pool = bound()
+        if pool:
+            found["pool"] = pool
+            return True
+        said = next((m for m in (d.no_scale_up(ns, p) for p in prefixes) if m), None)
+        if said:
+            found["refused"] = said
+        return said is not None
+
+    if not d.until(what, done, timeout=d.timing.join_deadline_seconds + 120):
+        return None
+    if "pool" in found:
+        return found["pool"]
+    why = sorted(set(d.autoscaler_said(rf"Pod {re.escape(ns)}/(?:{'|'.join(map(re.escape, prefixes))})\S* can't be scheduled "
+                                       r"on [^,\n]+, predicate checking error: [^\n]*")))
+    # The groups the pod's own pool pin (its Kueue flavor) rules out say nothing about why its pool was not scaled.
+    why = [w for w in why if '"NodeAffinity"' not in w] or why
+    d.sc.fail(f"{what}: the autoscaler did not scale up for it: {found['refused']}"
+              + (f" ({'; '.join(w.split(' ', 2)[-1] for w in why[-3:])})" if why else ""))
+    return None
+
+
+def _scale_ups(d: Drill, pool: str) -> list[LoggedEvent]:
+    return [e for e in d.events() if e.kind == "scale-up" and e.group in d.pool_of_groups(pool)]
+
+
+def _back_to_zero(d: Drill, what: str, pools: list[str]) -> bool:
+    t = d.timing
+    return d.until(what, lambda: all(not d.pool_instances(p) and not d.pool_nodes(p) for p in pools),
+                   timeout=t.grace_seconds + 120)
+
+
+def gpu_notebook_from_zero(d: Drill, other_than: Optional[str] = None) -> bool:
+    """The pod JupyterHub's KubeSpawner makes for a GPU profile, as the stack's rendered hub values describe it
+    (preflight.fit.pods.jupyterhub_user_pods, as the notebook-profiles scenario creates it), pending in Kueue's
+    gpu-queue: the autoscaler scales its profile's pool from zero, it is admitted, binds and runs; the notebook
+    stopped, its idle node goes after the grace and the autoscaler deletes its instance (the Linode API's
+    DELETE, or moto's terminated instance). The profile of a pool `other_than` the first drill's when there is
+    one. False when the drill cannot go on (the pool not back at zero)."""
+    from gpu_platform.components.cluster import POOL_LABEL
+    from gpu_platform.preflight.fit.pods import jupyterhub_user_pods
+
+    sc, client, t = d.sc, d.client, d.timing
+    templates = [tp for rel in d.ctx.releases if rel.rendered and isinstance(rel.values, dict)
+                 and str(rel.chart or "").rstrip("/").rsplit("/", 1)[-1] == "jupyterhub"
+                 for tp in jupyterhub_user_pods(rel.name, rel.namespace, rel.values)]
+    gpu = [tp for tp in templates if (tp.spec.get("nodeSelector") or {}).get(POOL_LABEL) in d.pools]
+    if not gpu:
+        sc.details.append("GPU notebook: the stack installs no JupyterHub GPU profile on an autoscaled pool: not drilled")
+        return True
+    tmpl = next((tp for tp in gpu if tp.spec["nodeSelector"][POOL_LABEL] != other_than), gpu[0])
+    pool, profile = tmpl.spec["nodeSelector"][POOL_LABEL], tmpl.owner.rsplit("(profile ", 1)[-1].rstrip(")")
+    ns = tmpl.namespace
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": NOTEBOOK_POD, "namespace": ns, "labels": dict(tmpl.labels)},
+           "spec": copy.deepcopy(tmpl.spec)}
+    started = time.monotonic()
+    ups_before = len(_scale_ups(d, pool))
+    downs_before = len([e for e in d.events() if e.kind == "scale-down" and e.group in d.pool_of_groups(pool)])
+    try:
+        client.create(pod)
+    except (ApiError, UnknownKind) as exc:
+        sc.fail(f"GPU notebook: the API server refused the pod of profile {profile}: {exc}")
+        return False
+    try:
+        def bound() -> Optional[str]:
+            live = client.get("v1", "Pod", NOTEBOOK_POD, ns)
+            return _pool_of_pods(d, [live]) if live and _admitted(_pod_workload(client, ns, NOTEBOOK_POD)) else None
+
+        landed = _scale_from_zero(d, f"GPU notebook: pod {ns}/{NOTEBOOK_POD} of profile {profile} admitted, bound and running "
+                                     f"on a new node of {pool}", ns, [NOTEBOOK_POD], bound)
+        if landed is None:
+            return False
+        if landed != pool:
+            sc.fail(f"GPU notebook: profile {profile} asks pool {pool}; its pod runs on {landed}")
+            return False
+        w = _pod_workload(client, ns, NOTEBOOK_POD)
+        queue = tmpl.labels.get(QUEUE_LABEL)
+        got = d.one_new_node("GPU notebook", pool, ups_before, started,
+                             f"notebook pod of profile {profile} (the hub's KubeSpawner pod as rendered; LocalQueue {queue}, "
+                             f"Kueue workload {(w or {}).get('metadata', {}).get('name')}) admitted, bound and running")
+        if got is None:
+            return False
+        inst, node = got
+    finally:
+        try:
+            client.delete("v1", "Pod", NOTEBOOK_POD, ns, grace_seconds=0)
+        except (ApiError, UnknownKind):
+            pass
+    # The notebook stopped (the hub deletes its pod): its idle node goes after the grace, its instance deleted.
+    stopped = time.monotonic()
+    if not _back_to_zero(d, f"GPU notebook: {pool} back at zero after the notebook stopped", [pool]):
+        return False
+    gone = time.monotonic() - stopped
+    downs = [e for e in d.events() if e.kind == "scale-down" and e.group in d.pool_of_groups(pool)][downs_before:]
+    deleted, problem = d.instance_deleted(inst)
+    sc.details.append(f"GPU notebook: stopped; {pool} back at zero ({len(d.pool_instances(pool))} instance(s), "
+                      f"{len(d.pool_nodes(pool))} node(s)) {gone:.0f}s after (grace {t.grace_seconds}s): "
+                      f"{downs[-1].text if downs else 'no scale-down logged'}; {deleted}")
+    if gone < t.grace_seconds:
+        sc.fail(f"GPU notebook: the idle node {node['metadata']['name']} went {gone:.0f}s after the notebook stopped, before "
+                f"the grace of {t.grace_seconds}s")
+    if not downs:
+        sc.fail(f"GPU notebook: node {node['metadata']['name']} went, but the autoscaler logged no scale-down of it "
+                "(something else removed it)")
+    if problem:
+        sc.fail(f"GPU notebook: {problem}")
+    return True
+
+
 def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     """The shipped drill: sync; a pending TrainJob (with a Katib trial's ephemeral storage) scales the pool
     from zero, binds and runs; its busy node outlives the grace; after it ends the node goes after the grace
-    and its instance is deleted; a node that never joins is removed at the join deadline; the autoscaler
-    killed while its scale-up is in flight and started again neither leaks nor doubles an instance."""
+    and its instance is deleted; a GPU notebook's pod (the hub's, for the stack's GPU profile) does the same;
+    a node that never joins is removed at the join deadline; the autoscaler killed while its scale-up is in
+    flight and started again neither leaks nor doubles an instance."""
     sc, t = d.sc, d.timing
     _check_template(d, pool)
     d.chart_rbac_alone()
@@ -1278,6 +1479,11 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
         sc.fail(f"scale-down: the idle node went {gone:.0f}s after the job ended, before the grace of {t.grace_seconds}s")
     if not downs:
         sc.fail("scale-down: the node went, but the autoscaler logged no scale-down (something else removed it)")
+
+    # 3b. A GPU notebook (the hub's pod for a GPU profile) scales the pool from zero in the same way; stopped, its
+    # node goes after the grace and its instance is deleted.
+    if not gpu_notebook_from_zero(d):
+        return
 
     # 4. A node that never joins: removed at the join deadline, and the pool recovers ...
     # 5. ... with the autoscaler killed while its second scale-up is in flight (the provider's create reached

@@ -51,10 +51,11 @@ from typing import Any, Callable, Optional
 import yaml
 
 from gpu_platform.components.capacity import parse_quantity
-from gpu_platform.rehearsal.autoscale import (KATIB_EPHEMERAL_STORAGE, KUEUE, AutoscalerProcess, AutoscalerRelease, Drill,
-                                              Timing, _admitted, _workload, autoscaler_release)
+from gpu_platform.components.cluster import POOL_LABEL
+from gpu_platform.rehearsal.autoscale import (KATIB_EPHEMERAL_STORAGE, AutoscalerProcess, AutoscalerRelease, Drill, Timing,
+                                              _admitted, _back_to_zero, _pool_of_pods, _scale_from_zero, _scale_ups,
+                                              _workload, autoscaler_release, gpu_notebook_from_zero)
 from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION
-from gpu_platform.rehearsal.kube import ApiError, UnknownKind
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, resources
 from gpu_platform.rehearsal.processes import ProcessGroup, free_port
 
@@ -552,17 +553,43 @@ class AwsDrill(Drill):
                 self.client.delete("v1", "Node", n["metadata"]["name"])
         self._cleanup(next(iter(self.pools)))
 
-    def autoscaler_said(self, pattern: str) -> list[str]:
-        return [m[0] for m in re.finditer(pattern, self.autoscaler.text() if self.autoscaler else "")]
+    def one_new_node(self, label: str, pool: str, ups_before: int, started: float, ran: str) -> Optional[tuple[dict, dict]]:
+        """After a scale-up from zero for one pod: one scale-up, one instance, one node in the instance's zone with
+        its providerID (the report's line `label: ...`). Returns (instance, node) or None with the failure."""
+        sc = self.sc
+        instances, nodes = self.pool_instances(pool), self.pool_nodes(pool)
+        ups = _scale_ups(self, pool)[ups_before:]
+        sc.details.append(f"{label}: {len(ups)} scale-up(s) of {pool} ({ups[0].text if ups else 'none logged'}) -> instance(s) "
+                          f"{[(i['InstanceId'], i['group'], i['AvailabilityZone']) for i in instances]} -> node(s) "
+                          f"{[(n['metadata']['name'], n['metadata']['labels'].get('topology.kubernetes.io/zone'), n['spec'].get('providerID')) for n in nodes]}; "
+                          f"{ran} after {time.monotonic() - started:.0f}s")
+        if len(ups) != 1 or len(instances) != 1 or len(nodes) != 1:
+            sc.fail(f"{label}: one pending pod, one node: the autoscaler scaled {pool}'s groups up {len(ups)} time(s), moto "
+                    f"holds {len(instances)} instance(s), {len(nodes)} node(s) registered")
+            return None
+        [inst], [node] = instances, nodes
+        want = f"{PROVIDER_ID_PREFIX}{inst['AvailabilityZone']}/{inst['InstanceId']}"
+        if node["spec"].get("providerID") != want or node["metadata"]["labels"].get("topology.kubernetes.io/zone") != inst["AvailabilityZone"]:
+            sc.fail(f"{label}: node {node['metadata']['name']} has providerID {node['spec'].get('providerID')} and zone "
+                    f"{node['metadata']['labels'].get('topology.kubernetes.io/zone')}; its instance is {want}")
+        if ups and ups[0].group != inst["group"]:
+            sc.fail(f"{label}: the autoscaler scaled {ups[0].group}, moto launched the instance in {inst['group']}")
+        return inst, node
 
-    def no_scale_up(self, ns: str, pod_prefix: str) -> Optional[str]:
-        """The autoscaler's latest word that a pod of `pod_prefix` did not trigger a scale-up (its NotTriggerScaleUp
-        Event, processors/status/eventing_scale_up_processor.go: "pod didn't trigger scale-up: <reasons per
-        group>"), else None: what a scale-up that cannot come is concluded from, as soon as the autoscaler says it."""
-        said = [e for e in self.client.list("v1", "Event", ns) if e.get("reason") == "NotTriggerScaleUp"
-                and ((e.get("involvedObject") or {}).get("name") or "").startswith(pod_prefix)]
-        said.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
-        return str(said[-1].get("message")) if said else None
+    def instance_deleted(self, inst: dict) -> tuple[str, Optional[str]]:
+        """(what the autoscaler and moto show of the scaled-down instance, the failure if it was not terminated):
+        the autoscaler's TerminateInstanceInAutoScalingGroup, moto's instance state and its group's desired capacity."""
+        terminated = self.autoscaler_said(rf"Terminated instance {re.escape(inst['InstanceId'])} in autoscaling group: [^\n]*")
+        state = self.moto.instances([inst["InstanceId"]]).get(inst["InstanceId"], {}).get("State", {}).get("Name")
+        desired = self.moto.groups([inst["group"]])[inst["group"]]["DesiredCapacity"]
+        said = (f"{terminated[-1] if terminated else 'no TerminateInstanceInAutoScalingGroup logged'}; moto: instance "
+                f"{inst['InstanceId']} {state}, {inst['group']} desired capacity {desired}")
+        if not terminated:
+            return said, ("the node went, but the autoscaler logged no scale-down through TerminateInstanceInAutoScalingGroup "
+                          "(something else removed it)")
+        if state != "terminated" or desired != 0:
+            return said, f"moto's instance {inst['InstanceId']} is {state} and {inst['group']} wants {desired} instance(s)"
+        return said, None
 
     def pool_groups(self, pool: str) -> dict[str, dict]:
         """Per Auto Scaling group of `pool`: moto's desired capacity, its live instances and the nodes registered."""
@@ -585,25 +612,7 @@ class AwsDrill(Drill):
 
 # --- the phases ------------------------------------------------------------------------------------------
 
-NOTEBOOK_POD = "jupyter-rehearsal-autoscale"
-POOL_LABEL = "gpu-platform.io/pool"
 NOT_SAFE_TO_EVICT = "pod annotated as not safe to evict present"  # simulator/drainability/rules/notsafetoevict
-
-
-def _pool_of_pods(d: AwsDrill, pods: list[dict]) -> Optional[str]:
-    """The one pool whose instance-backed nodes run every pod of `pods`, each Running; else None."""
-    if not pods:
-        return None
-    pools = set()
-    for p in pods:
-        node = p["spec"].get("nodeName")
-        if not node or (p.get("status") or {}).get("phase") != "Running":
-            return None
-        pool = next((pl for pl in d.pools if node in {n["metadata"]["name"] for n in d.pool_nodes(pl)}), None)
-        if pool is None:
-            return None
-        pools.add(pool)
-    return pools.pop() if len(pools) == 1 else None
 
 
 def _bound_pool(d: AwsDrill, ns: str, name: str) -> Optional[str]:
@@ -611,14 +620,6 @@ def _bound_pool(d: AwsDrill, ns: str, name: str) -> Optional[str]:
     if not _admitted(_workload(d.client, ns, name)):
         return None
     return _pool_of_pods(d, d.pods_of(ns, name))
-
-
-def _pod_workload(client: Any, ns: str, pod: str) -> Optional[dict]:
-    """Kueue's Workload of a plain pod (the pod integration: owned by the Pod)."""
-    for w in client.list(KUEUE, "Workload", ns):
-        if any(o.get("kind") == "Pod" and o.get("name") == pod for o in w["metadata"].get("ownerReferences") or []):
-            return w
-    return None
 
 
 def _pinned(job: dict, pool: str) -> dict:
@@ -629,70 +630,6 @@ def _pinned(job: dict, pool: str) -> dict:
         "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
             "nodeSelector": {POOL_LABEL: pool}}}}}}]}}}}]
     return out
-
-
-def _scale_from_zero(d: AwsDrill, what: str, ns: str, prefixes: list[str],
-                     bound: Callable[[], Optional[str]]) -> Optional[str]:
-    """Waits until `bound` names the pool whose new node(s) run the pods (the autoscaler scaled it up), or the
-    autoscaler says a pod of `prefixes` did not trigger a scale-up (its NotTriggerScaleUp Event: concluded at
-    once, not after a hang guard). Returns the pool, or None with the failure and the autoscaler's reasons."""
-    found: dict[str, str] = {}
-
-    def done() -> bool:
-        pool = bound()
-        if pool:
-            found["pool"] = pool
-            return True
-        said = next((m for m in (d.no_scale_up(ns, p) for p in prefixes) if m), None)
-        if said:
-            found["refused"] = said
-        return said is not None
-
-    if not d.until(what, done, timeout=d.timing.join_deadline_seconds + 120):
-        return None
-    if "pool" in found:
-        return found["pool"]
-    why = sorted(set(d.autoscaler_said(rf"Pod {re.escape(ns)}/(?:{'|'.join(map(re.escape, prefixes))})\S* can't be scheduled "
-                                       r"on [^,\n]+, predicate checking error: [^\n]*")))
-    # The groups the pod's own pool pin (its Kueue flavor) rules out say nothing about why its pool was not scaled.
-    why = [w for w in why if '"NodeAffinity"' not in w] or why
-    d.sc.fail(f"{what}: the autoscaler did not scale up for it: {found['refused']}"
-              + (f" ({'; '.join(w.split(' ', 2)[-1] for w in why[-3:])})" if why else ""))
-    return None
-
-
-def _scale_ups(d: AwsDrill, pool: str) -> list[Any]:
-    return [e for e in d.events() if e.kind == "scale-up" and e.group in d.pool_of_groups(pool)]
-
-
-def _one_new_node(d: AwsDrill, label: str, pool: str, ups_before: int, started: float, ran: str) -> Optional[tuple[dict, dict]]:
-    """After a scale-up from zero for one pod: one scale-up, one instance, one node in the instance's zone with
-    its providerID (the report's line `label: ...`). Returns (instance, node) or None with the failure."""
-    sc = d.sc
-    instances, nodes = d.pool_instances(pool), d.pool_nodes(pool)
-    ups = _scale_ups(d, pool)[ups_before:]
-    sc.details.append(f"{label}: {len(ups)} scale-up(s) of {pool} ({ups[0].text if ups else 'none logged'}) -> instance(s) "
-                      f"{[(i['InstanceId'], i['group'], i['AvailabilityZone']) for i in instances]} -> node(s) "
-                      f"{[(n['metadata']['name'], n['metadata']['labels'].get('topology.kubernetes.io/zone'), n['spec'].get('providerID')) for n in nodes]}; "
-                      f"{ran} after {time.monotonic() - started:.0f}s")
-    if len(ups) != 1 or len(instances) != 1 or len(nodes) != 1:
-        sc.fail(f"{label}: one pending pod, one node: the autoscaler scaled {pool}'s groups up {len(ups)} time(s), moto "
-                f"holds {len(instances)} instance(s), {len(nodes)} node(s) registered")
-        return None
-    [inst], [node] = instances, nodes
-    want = f"{PROVIDER_ID_PREFIX}{inst['AvailabilityZone']}/{inst['InstanceId']}"
-    if node["spec"].get("providerID") != want or node["metadata"]["labels"].get("topology.kubernetes.io/zone") != inst["AvailabilityZone"]:
-        sc.fail(f"{label}: node {node['metadata']['name']} has providerID {node['spec'].get('providerID')} and zone "
-                f"{node['metadata']['labels'].get('topology.kubernetes.io/zone')}; its instance is {want}")
-    if ups and ups[0].group != inst["group"]:
-        sc.fail(f"{label}: the autoscaler scaled {ups[0].group}, moto launched the instance in {inst['group']}")
-    return inst, node
-
-
-def _back_to_zero(d: AwsDrill, what: str, pools: list[str]) -> bool:
-    t = d.timing
-    return d.until(what, lambda: all(not d.pool_instances(p) and not d.pool_nodes(p) for p in pools),
-                   timeout=t.grace_seconds + 120)
 
 
 def katib_trial_from_zero(d: AwsDrill, job: dict) -> Optional[tuple[tuple[str, str], str, dict, dict]]:
@@ -710,7 +647,7 @@ def katib_trial_from_zero(d: AwsDrill, job: dict) -> Optional[tuple[tuple[str, s
                                "GPU group", ref[0], [f"{ref[1]}-"], lambda: _bound_pool(d, *ref))
     if pool is None:
         return None
-    got = _one_new_node(d, "scale-up", pool, ups_before, started,
+    got = d.one_new_node("scale-up", pool, ups_before, started,
                         f"TrainJob (the example {job['metadata'].get('name')} as a Katib trial, with {KATIB_EPHEMERAL_STORAGE} "
                         "ephemeral-storage) admitted, bound and running")
     return (ref, pool, *got) if got is not None else None
@@ -727,77 +664,16 @@ def job_ends_node_goes(d: AwsDrill, ref: tuple[str, str], pool: str, inst: dict,
         return False
     gone = time.monotonic() - ended
     downs = [e for e in d.events() if e.kind == "scale-down" and e.group == inst["group"]]
-    terminated = d.autoscaler_said(rf"Terminated instance {re.escape(inst['InstanceId'])} in autoscaling group: [^\n]*")
-    state = d.moto.instances([inst["InstanceId"]]).get(inst["InstanceId"], {}).get("State", {}).get("Name")
-    desired = d.moto.groups([inst["group"]])[inst["group"]]["DesiredCapacity"]
+    terminated, problem = d.instance_deleted(inst)
     sc.details.append(f"scale-down: {downs[-1].text if downs else 'none logged'}, {gone:.0f}s after the job ended (grace "
-                      f"{t.grace_seconds}s); {terminated[-1] if terminated else 'no TerminateInstanceInAutoScalingGroup logged'}; "
-                      f"moto: instance {inst['InstanceId']} {state}, {inst['group']} desired capacity {desired}")
+                      f"{t.grace_seconds}s); {terminated}")
     if gone < t.grace_seconds:
         sc.fail(f"scale-down: the idle node went {gone:.0f}s after the job ended, before the grace of {t.grace_seconds}s")
-    if not downs or not terminated:
-        sc.fail("scale-down: the node went, but the autoscaler logged no scale-down through TerminateInstanceInAutoScalingGroup "
-                "(something else removed it)")
-    if state != "terminated" or desired != 0:
-        sc.fail(f"scale-down: moto's instance {inst['InstanceId']} is {state} and {inst['group']} wants {desired} instance(s)")
-    return True
-
-
-def gpu_notebook_from_zero(d: AwsDrill, other_than: Optional[str] = None) -> bool:
-    """The pod JupyterHub's KubeSpawner makes for a GPU profile, as the stack's rendered hub values describe it
-    (preflight.fit.pods.jupyterhub_user_pods, as the notebook-profiles scenario creates it), pending in Kueue's
-    gpu-queue: the autoscaler scales its profile's pool from zero, it is admitted, binds and runs; the notebook
-    stopped, the pool goes back to zero. The profile of a pool `other_than` the first drill's when there is one."""
-    from gpu_platform.preflight.fit.pods import jupyterhub_user_pods
-
-    sc, client = d.sc, d.client
-    templates = [t for rel in d.ctx.releases if rel.rendered and isinstance(rel.values, dict)
-                 and str(rel.chart or "").rstrip("/").rsplit("/", 1)[-1] == "jupyterhub"
-                 for t in jupyterhub_user_pods(rel.name, rel.namespace, rel.values)]
-    gpu = [t for t in templates if (t.spec.get("nodeSelector") or {}).get(POOL_LABEL) in d.pools]
-    if not gpu:
-        sc.details.append("GPU notebook: the stack installs no JupyterHub GPU profile on an autoscaled pool: not drilled")
-        return True
-    tmpl = next((t for t in gpu if t.spec["nodeSelector"][POOL_LABEL] != other_than), gpu[0])
-    pool, profile = tmpl.spec["nodeSelector"][POOL_LABEL], tmpl.owner.rsplit("(profile ", 1)[-1].rstrip(")")
-    ns = tmpl.namespace
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": NOTEBOOK_POD, "namespace": ns, "labels": dict(tmpl.labels)},
-           "spec": copy.deepcopy(tmpl.spec)}
-    started = time.monotonic()
-    ups_before = len(_scale_ups(d, pool))
-    try:
-        client.create(pod)
-    except (ApiError, UnknownKind) as exc:
-        sc.fail(f"GPU notebook: the API server refused the pod of profile {profile}: {exc}")
-        return False
-    try:
-        def bound() -> Optional[str]:
-            live = client.get("v1", "Pod", NOTEBOOK_POD, ns)
-            return _pool_of_pods(d, [live]) if live and _admitted(_pod_workload(client, ns, NOTEBOOK_POD)) else None
-
-        landed = _scale_from_zero(d, f"GPU notebook: pod {ns}/{NOTEBOOK_POD} of profile {profile} admitted, bound and running "
-                                     f"on a new node of {pool}", ns, [NOTEBOOK_POD], bound)
-        if landed is None:
-            return False
-        if landed != pool:
-            sc.fail(f"GPU notebook: profile {profile} asks pool {pool}; its pod runs on {landed}")
-            return False
-        w = _pod_workload(client, ns, NOTEBOOK_POD)
-        queue = tmpl.labels.get("kueue.x-k8s.io/queue-name")
-        if _one_new_node(d, "GPU notebook", pool, ups_before, started,
-                         f"notebook pod of profile {profile} (the hub's KubeSpawner pod as rendered; LocalQueue {queue}, "
-                         f"Kueue workload {(w or {}).get('metadata', {}).get('name')}) admitted, bound and running") is None:
-            return False
-    finally:
-        try:
-            client.delete("v1", "Pod", NOTEBOOK_POD, ns, grace_seconds=0)
-        except (ApiError, UnknownKind):
-            pass
-    # The notebook stopped: its node goes after the grace (the next phase may want the pool at zero).
-    if not _back_to_zero(d, f"GPU notebook: {pool} back at zero after the notebook stopped", [pool]):
-        return False
-    sc.details.append(f"GPU notebook: stopped; {pool} back at zero ({len(d.pool_instances(pool))} instance(s), "
-                      f"{len(d.pool_nodes(pool))} node(s))")
+    if not downs and not problem:
+        problem = ("the node went, but the autoscaler logged no scale-down through TerminateInstanceInAutoScalingGroup "
+                   "(something else removed it)")
+    if problem:
+        sc.fail(f"scale-down: {problem}")
     return True
 
 
