@@ -86,11 +86,15 @@ class EngineReport:
     timings: dict[str, float] = field(default_factory=dict)
     policy_violations: list[str] = field(default_factory=list)  # "[level]  policy  (type: name)" lines of the preview
     preview_changes: list[dict] = field(default_factory=list)  # the last preview_changes(): steps other than same
+    stood_in: list[str] = field(default_factory=list)  # what the rehearsal did in the data plane's place
+    # What a release's Helm --create-namespace made and `helm uninstall` leaves (split_helm_namespaces).
+    left_by_helm: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"stack": self.stack, "resources": self.resources, "secondUp": self.second_up,
-                "leftBehind": self.left_behind, "notDeployed": self.not_deployed, "timings": self.timings,
-                "policyViolations": self.policy_violations, "previewChanges": self.preview_changes}
+                "leftBehind": self.left_behind, "leftByHelm": self.left_by_helm, "notDeployed": self.not_deployed, "timings": self.timings,
+                "policyViolations": self.policy_violations, "previewChanges": self.preview_changes,
+                "stoodIn": self.stood_in}
 
 
 def shim_prelude(cloud: str) -> str:
@@ -133,6 +137,18 @@ def snapshot(client: Client) -> set[str]:
                 meta = item.get("metadata") or {}
                 seen.add(f"{gv} {res['kind']} {meta.get('namespace', '')}/{meta.get('name')}")
     return seen
+
+
+def split_helm_namespaces(left: list[str], resources: list[dict]) -> tuple[list[str], list[str]]:
+    """(left behind, left by Helm): of what `destroy` left, a namespace a Release of the program created with Helm's
+    --create-namespace, with the ServiceAccount and CA ConfigMap the control plane puts in every namespace, is Helm's
+    documented behaviour (`helm uninstall` deletes no namespace: helm/helm#1464); anything else in it, or elsewhere,
+    is left behind."""
+    made = {r.get("namespace") for r in resources if r.get("type") == "kubernetes:helm.sh/v3:Release"
+            and r.get("createNamespace")}
+    helm = {x for ns in made for x in (f"v1 Namespace /{ns}", f"v1 ConfigMap {ns}/kube-root-ca.crt",
+                                        f"v1 ServiceAccount {ns}/default")}
+    return [x for x in left if x not in helm], [x for x in left if x in helm]
 
 
 @dataclass
@@ -277,6 +293,16 @@ class EngineRun:
             self.shim = ClusterShim(self.cp, getattr(section, "context", None))
             for obj in self.shim.network_objects(getattr(section, "network", None)):
                 self.cp.client.apply(obj)
+            # What a controller of the cloud layer registers when it starts (Cilium's CRDs on Linode: shims.py).
+            from gpu_platform.rehearsal.shims import cluster_objects
+
+            registered = cluster_objects(self.cfg)
+            for obj in registered:
+                self.cp.client.apply(obj)
+            if registered:
+                self.report.stood_in.append(
+                    f"{len(registered)} CRDs cilium-operator registers when it starts (no container runs on a KWOK "
+                    f"node): {', '.join(o['metadata']['name'] for o in registered)}")
             self.report.timings["controlPlane"] = round(time.monotonic() - t, 1)
             self._env = self.env(self.shim.kubeconfig(self.out / "kubeconfig"))
             self.before = snapshot(self.cp.client)
@@ -319,7 +345,8 @@ class EngineRun:
             if res["type"] == "kubernetes:helm.sh/v3:Release":
                 status = outputs.get("status") or {}
                 entry.update(chart=outputs.get("chart"), version=outputs.get("version"),
-                             status=status.get("status"), namespace=status.get("namespace"))
+                             status=status.get("status"), namespace=status.get("namespace"),
+                             createNamespace=bool((res.get("inputs") or {}).get("createNamespace")))
             self.report.resources.append(entry)
 
     def second_up(self) -> subprocess.CompletedProcess:
@@ -382,4 +409,4 @@ class EngineRun:
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        self.report.left_behind = left
+        self.report.left_behind, self.report.left_by_helm = split_helm_namespaces(left, self.report.resources)
