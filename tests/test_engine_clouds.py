@@ -39,14 +39,25 @@ def test_every_cloud_that_creates_its_cluster_has_a_shim_and_another_is_refused_
         shims.install("azure")
 
 
-def test_only_what_helms_create_namespace_makes_is_left_by_helm_anything_else_is_left_behind():
+def test_only_what_helm_uninstall_keeps_by_design_is_left_by_helm_anything_else_is_left_behind():
+    from gpu_platform.data.platform_versions import KUBE_PROMETHEUS_STACK
+
     releases = [{"type": "kubernetes:helm.sh/v3:Release", "namespace": "made", "createNamespace": True},
                 {"type": "kubernetes:helm.sh/v3:Release", "namespace": "given", "createNamespace": False}]
     left = ["v1 Namespace /made", "v1 ConfigMap made/kube-root-ca.crt", "v1 ServiceAccount made/default",
             "v1 ConfigMap made/the-charts-own", "v1 Namespace /given", "v1 ServiceAccount given/default"]
-    behind, by_helm = engine.split_helm_namespaces(left, releases)
+    behind, by_helm = engine.split_left_by_helm(left, releases)
     assert by_helm == left[:3]
     assert behind == ["v1 ConfigMap made/the-charts-own", "v1 Namespace /given", "v1 ServiceAccount given/default"]
+    # A chart's crds/ CRDs (kube-prometheus-stack's crds subchart) and their group's APIServices; nothing else of it.
+    stack = [{"type": "kubernetes:helm.sh/v3:Release", "namespace": "monitoring",
+              "chart": str(CHARTS / KUBE_PROMETHEUS_STACK.archive_name)}]
+    left = ["apiextensions.k8s.io/v1 CustomResourceDefinition /prometheusrules.monitoring.coreos.com",
+            "apiregistration.k8s.io/v1 APIService /v1.monitoring.coreos.com",
+            "apiregistration.k8s.io/v1 APIService /v2.monitoring.coreos.com",
+            "apiextensions.k8s.io/v1 CustomResourceDefinition /widgets.example.com", "v1 Namespace /monitoring"]
+    behind, by_helm = engine.split_left_by_helm(left, stack)
+    assert by_helm == left[:2] and behind == left[2:]
 
 
 def _up_second_up_destroy(stack: str, tmp_path_factory, read=None) -> SimpleNamespace:
@@ -205,6 +216,9 @@ def test_linode_dev_platform_and_add_ons_are_deployed_by_pulumi_up_on_the_linode
     # The Linode handle's own values reach the platform: the training pods' checkpoint keys as a Secret (not
     # identity-based as on GKE and EKS), the ServiceAccount without a cloud identity annotation.
     assert linode.sa is not None and not (linode.sa["metadata"].get("annotations") or {}), linode.sa["metadata"]
+    # and the cluster's own alert rules (etcd snapshots, the API tokens' stated expiry) through the platform's monitoring.
+    rules = {r["name"] for r in report.resources if r["type"] == "kubernetes:monitoring.coreos.com/v1:PrometheusRule"}
+    assert {f"platform-monitoring-{addons.ETCD_BACKUP_RULE}", f"platform-monitoring-{addons.TOKEN_EXPIRY_RULE}"} <= rules, rules
     assert set(report.not_deployed) == set(engine.NOT_DEPLOYABLE)
 
 
@@ -216,7 +230,10 @@ def test_a_second_up_of_linode_dev_changes_nothing_and_destroy_leaves_nothing(li
         (second.stdout + second.stderr)[-4000:]
     assert linode.report.left_behind == [], linode.report.left_behind
     # What Helm's --create-namespace made for the device plugin's release, which `helm uninstall` leaves (the cluster
-    # itself goes in the same destroy on Linode: addons._release), and nothing else.
-    assert linode.report.left_by_helm == ["v1 ConfigMap nvidia-device-plugin/kube-root-ca.crt",
-                                          "v1 Namespace /nvidia-device-plugin",
-                                          "v1 ServiceAccount nvidia-device-plugin/default"], linode.report.left_by_helm
+    # itself goes in the same destroy on Linode: addons._release), and kube-prometheus-stack's CRDs (its crds/
+    # directory, test_engine_deploy says more), and nothing else.
+    namespace = ["v1 ConfigMap nvidia-device-plugin/kube-root-ca.crt", "v1 Namespace /nvidia-device-plugin",
+                 "v1 ServiceAccount nvidia-device-plugin/default"]
+    others = [x for x in linode.report.left_by_helm if x not in namespace]
+    assert set(namespace) <= set(linode.report.left_by_helm), linode.report.left_by_helm
+    assert len(others) == 12 and all(x.endswith(".monitoring.coreos.com") for x in others), others

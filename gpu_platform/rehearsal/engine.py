@@ -12,16 +12,33 @@ What one run does, each step once: `pulumi up`; the engine's own record of what 
 a second `pulumi up --expect-no-changes` (exit 0 only when the engine finds nothing to change); `pulumi destroy`;
 then every object the API server lists that the control plane did not have before `up` (none may be left).
 
+What the run stands in for (EngineReport.stood_in): the container of a Helm hook Job it knows, run in the pod's
+place with the pod's own ServiceAccount, the pod then completed as the kubelet would (gpu_platform/rehearsal/hooks.py:
+kube-prometheus-stack's admission-create and admission-patch, which make the operator's webhook certificate Secret and
+patch its CA into the webhook configurations); on Linode, the CRDs cilium-operator registers when it starts (shims.py).
+kube-prometheus-stack's admission webhooks (failurePolicy Ignore, as the chart renders them) still answer nobody, so
+the program's PrometheusRules are admitted unvalidated here (the rehearsal's own installer validates them with the
+operator itself).
+
 What it cannot deploy yet, and why (the run switches those parts off by name rather than hanging; each reason was
 seen under the engine on 2026-11-28): the rehearsal's KWOK nodes run no containers and its control plane has no pod
-or service network, so a Helm hook Job never completes (kube-prometheus-stack's admission-create; the Kubeflow
-Trainer chart's post-install runtimes installer) and an in-cluster admission webhook with failurePolicy Fail
-(Kueue's, the Trainer's, JupyterHub's) answers nobody. The rehearsal's own installer works around both
+or service network, so a Helm hook Job nothing stands in for never completes (the Kubeflow Trainer chart's
+post-install runtimes installer) and an in-cluster admission webhook with failurePolicy Fail (Kueue's, the
+Trainer's, JupyterHub's) answers nobody. The rehearsal's own installer works around both
 (gpu_platform/rehearsal/install.py: it performs the Trainer's `kubectl apply` hook itself and points each webhook's
 clientConfig at a controller process on the host); under the engine that would change the objects the program
 deploys. kube-apiserver's --enable-aggregator-routing does make admission webhooks resolve a Service through its
 EndpointSlices (kubernetes v1.35.4 cmd/kube-apiserver/app/server.go buildServiceResolver, handed to the admission
-plugins in pkg/controlplane/apiserver/config.go), but the address it finds is a KWOK pod's, where nothing listens.
+plugins in pkg/controlplane/apiserver/config.go), but the address it finds is a KWOK pod's, where nothing listens
+(and a pod address on the host's loopback is refused: EndpointSlice addresses may not be loopback, pkg/apis/core/
+validation ValidateEndpointIP). A way for Kueue that changes no object, checked in the sources on 2026-11-28 but not
+built: kube-apiserver dials a Service-referenced webhook through its egress selector's `cluster` network context
+(k8s.io/apiserver v0.35.4 pkg/util/webhook/authentication.go), which an EgressSelectorConfiguration may send to an
+HTTP CONNECT proxy over plain http:// (pkg/server/egressselector/config.go validateTCPConnection); a proxy of the
+rehearsal would hand the connection for the webhook Service's address to kueue-manager on the host, run with the
+chart's Configuration and its internal certificate management on (open-policy-agent/cert-controller v0.16.0 makes the
+Secret and injects the CA itself, then waits for the kubelet to mount the Secret into its certDir, ensureCertsMounted:
+the rehearsal would write it there).
 Kubeflow's kustomize installs (Pipelines, Katib) no longer stop it: with $GPU_PLATFORM_LOCAL_CHARTS the program
 builds them from the folder's pinned YAML (components/helm.py local_kustomize; the provider builds them offline).
 The policy preview still runs without Kubeflow, and Kubeflow would not deploy even with a pod network:
@@ -42,6 +59,8 @@ from typing import Any, Optional
 
 from gpu_platform.components.helm import LOCAL_CHARTS_ENV
 from gpu_platform.rehearsal.controlplane import ControlPlane
+from gpu_platform.rehearsal.hooks import HookRunner
+from gpu_platform.rehearsal.hooks import stood_in as hook_lines
 from gpu_platform.rehearsal.kube import ApiError, Client
 from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
@@ -56,7 +75,6 @@ NOT_DEPLOYABLE = {
                  "them (NOT_PREVIEWABLE)"),
     "notebooks": "JupyterHub's chart hook and admission webhook need a pod network the KWOK nodes do not have",
     "queue": "Kueue's admission webhook (failurePolicy Fail) answers nobody without a pod network",
-    "monitoring": "kube-prometheus-stack's admission-create hook Job never completes on a KWOK node",
 }
 # Of those, the ones the policy preview (the stack as shipped otherwise) also leaves out, and why (seen 2026-11-28).
 NOT_PREVIEWABLE = {
@@ -87,7 +105,7 @@ class EngineReport:
     policy_violations: list[str] = field(default_factory=list)  # "[level]  policy  (type: name)" lines of the preview
     preview_changes: list[dict] = field(default_factory=list)  # the last preview_changes(): steps other than same
     stood_in: list[str] = field(default_factory=list)  # what the rehearsal did in the data plane's place
-    # What a release's Helm --create-namespace made and `helm uninstall` leaves (split_helm_namespaces).
+    # What `helm uninstall` keeps by design: Helm-created namespaces, a chart's crds/ (split_left_by_helm).
     left_by_helm: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -139,15 +157,49 @@ def snapshot(client: Client) -> set[str]:
     return seen
 
 
-def split_helm_namespaces(left: list[str], resources: list[dict]) -> tuple[list[str], list[str]]:
-    """(left behind, left by Helm): of what `destroy` left, a namespace a Release of the program created with Helm's
-    --create-namespace, with the ServiceAccount and CA ConfigMap the control plane puts in every namespace, is Helm's
-    documented behaviour (`helm uninstall` deletes no namespace: helm/helm#1464); anything else in it, or elsewhere,
-    is left behind."""
-    made = {r.get("namespace") for r in resources if r.get("type") == "kubernetes:helm.sh/v3:Release"
-            and r.get("createNamespace")}
-    helm = {x for ns in made for x in (f"v1 Namespace /{ns}", f"v1 ConfigMap {ns}/kube-root-ca.crt",
-                                        f"v1 ServiceAccount {ns}/default")}
+def chart_crds(archive: str) -> list[tuple[str, str, list[str]]]:
+    """(name, group, versions) of every CustomResourceDefinition in a chart archive's crds/ directories, its subcharts'
+    included: what Helm installs before the release's templates and never upgrades or deletes (Helm docs, "Custom
+    Resource Definitions"). [] where the archive is not a readable file."""
+    import tarfile
+
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: the CRDs are megabytes of YAML
+
+    class Loader(base):  # type: ignore[valid-type,misc]  # YAML 1.1's `=` (the "value" type) is a plain string here
+        pass
+
+    Loader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_yaml_str)
+    out = []
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                if not member.isfile() or len(parts) < 3 or parts[-2] != "crds" or not parts[-1].endswith((".yaml", ".yml")):
+                    continue
+                for doc in yaml.load_all(tar.extractfile(member).read(), Loader=Loader):  # noqa: S506
+                    if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                        spec = doc.get("spec") or {}
+                        out.append((doc["metadata"]["name"], spec.get("group", ""),
+                                    [v["name"] for v in spec.get("versions") or [] if v.get("served", True)]))
+    except (OSError, ValueError, tarfile.TarError):
+        return []
+    return out
+
+
+def split_left_by_helm(left: list[str], resources: list[dict]) -> tuple[list[str], list[str]]:
+    """(left behind, left by Helm): of what `destroy` left, what `helm uninstall` keeps by design: a namespace a Release
+    of the program created with --create-namespace (helm/helm#1464), with the ServiceAccount and CA ConfigMap the
+    control plane puts in every namespace; and the CRDs of a Release's chart's crds/ directories (chart_crds), with
+    the APIService kube-apiserver keeps for each served version of their groups. Anything else is left behind."""
+    releases = [r for r in resources if r.get("type") == "kubernetes:helm.sh/v3:Release"]
+    helm = {x for r in releases if r.get("createNamespace") for ns in [r.get("namespace")]
+            for x in (f"v1 Namespace /{ns}", f"v1 ConfigMap {ns}/kube-root-ca.crt", f"v1 ServiceAccount {ns}/default")}
+    for r in releases:
+        for name, group, versions in chart_crds(str(r.get("chart") or "")):
+            helm.add(f"apiextensions.k8s.io/v1 CustomResourceDefinition /{name}")
+            helm.update(f"apiregistration.k8s.io/v1 APIService /{v}.{group}" for v in versions)
     return [x for x in left if x not in helm], [x for x in left if x in helm]
 
 
@@ -221,6 +273,7 @@ class EngineRun:
         self.log_dir = self.out / "logs"
         self.cp: Optional[ControlPlane] = None
         self.provisioner: Optional[Provisioner] = None
+        self.hooks: Optional[HookRunner] = None
         self.preview_errors: list[str] = []
 
     # --- set-up ----------------------------------------------------------------------------------------------
@@ -288,6 +341,8 @@ class EngineRun:
             # The cluster's CSI driver: a PersistentVolume for each Pending claim (Kubeflow's MySQL and artifact
             # store, Katib's MySQL), which the program's Deployments wait for.
             self.provisioner = Provisioner(self.cp.client).start()
+            # The containers of Helm hook Jobs it knows (hooks.py: kube-prometheus-stack's certificate hooks).
+            self.hooks = HookRunner(self.cp.client).start()
             self._project()
             section = getattr(self.cfg, "kubernetes", None)
             self.shim = ClusterShim(self.cp, getattr(section, "context", None))
@@ -327,6 +382,10 @@ class EngineRun:
         self.close()
 
     def close(self) -> None:
+        if self.hooks is not None:
+            self.hooks.stop()
+            self.report.stood_in.extend(hook_lines(self.hooks))
+            self.hooks = None
         if self.provisioner is not None:
             self.provisioner.stop()
             self.provisioner = None
@@ -409,4 +468,4 @@ class EngineRun:
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        self.report.left_behind, self.report.left_by_helm = split_helm_namespaces(left, self.report.resources)
+        self.report.left_behind, self.report.left_by_helm = split_left_by_helm(left, self.report.resources)
