@@ -22,6 +22,7 @@ Known containers:
 from __future__ import annotations
 
 import base64
+import datetime
 import threading
 from typing import Callable, Optional
 
@@ -143,7 +144,6 @@ class HookRunner:
             run = next(((c, fn) for c in containers for image, fn in KNOWN.items() if image in str(c.get("image"))), None)
             if run is None or len(containers) != 1:
                 continue
-            self._done.add(meta["uid"])
             container, fn = run
             where = f"{meta['namespace']}/{meta['name']}"
             try:
@@ -153,8 +153,11 @@ class HookRunner:
                 said, code = str(exc), 1
             except Exception as exc:  # noqa: BLE001 - a fault of the stand-in fails the pod, naming itself
                 said, code = f"the rehearsal's stand-in failed: {type(exc).__name__}: {exc}", 1
-            self.ran.append(f"{where} ({container.get('image')}): {said}" + ("" if code == 0 else " (exit 1)"))
+            # Once its status is written: were that refused, the next round runs it again (create and patch are
+            # idempotent, as a restarted container's would be).
             self._complete(pod, container, code, said)
+            self._done.add(meta["uid"])
+            self.ran.append(f"{where} ({container.get('image')}): {said}" + ("" if code == 0 else " (exit 1)"))
 
     def _complete(self, pod: dict, container: dict, code: int, message: str) -> None:
         """The pod's status as the kubelet writes it when its only container exits."""
@@ -173,8 +176,6 @@ class HookRunner:
 
 
 def _now() -> str:
-    import datetime
-
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
