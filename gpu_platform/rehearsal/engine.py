@@ -18,13 +18,15 @@ kube-prometheus-stack's admission-create and admission-patch, which make the ope
 patch its CA into the webhook configurations); on Linode, the CRDs cilium-operator registers when it starts (shims.py).
 kube-prometheus-stack's admission webhooks (failurePolicy Ignore, as the chart renders them) still answer nobody, so
 the program's PrometheusRules are admitted unvalidated here (the rehearsal's own installer validates them with the
-operator itself).
+operator itself). The notebooks part deploys as it is without the queue (which is switched off below): JupyterHub's
+release and the program's objects around it, not the notebooks' LocalQueues or Kueue's pod webhook on their
+namespace (the program renders its image-puller hooks off).
 
 What it cannot deploy yet, and why (the run switches those parts off by name rather than hanging; each reason was
 seen under the engine on 2026-11-28): the rehearsal's KWOK nodes run no containers and its control plane has no pod
 or service network, so a Helm hook Job nothing stands in for never completes (the Kubeflow Trainer chart's
 post-install runtimes installer) and an in-cluster admission webhook with failurePolicy Fail (Kueue's, the
-Trainer's, JupyterHub's) answers nobody. The rehearsal's own installer works around both
+Trainer's) answers nobody. The rehearsal's own installer works around both
 (gpu_platform/rehearsal/install.py: it performs the Trainer's `kubectl apply` hook itself and points each webhook's
 clientConfig at a controller process on the host); under the engine that would change the objects the program
 deploys. kube-apiserver's --enable-aggregator-routing does make admission webhooks resolve a Service through its
@@ -73,7 +75,6 @@ NOT_DEPLOYABLE = {
                  "(failurePolicy Fail, Service kubeflow-system/kubeflow-trainer-controller-manager), which nothing serves "
                  "without a pod network; its kustomize installs build from the local folder, but the pinned SDK cannot run "
                  "them (NOT_PREVIEWABLE)"),
-    "notebooks": "JupyterHub's chart hook and admission webhook need a pod network the KWOK nodes do not have",
     "queue": "Kueue's admission webhook (failurePolicy Fail) answers nobody without a pod network",
 }
 # Of those, the ones the policy preview (the stack as shipped otherwise) also leaves out, and why (seen 2026-11-28).
@@ -258,7 +259,7 @@ class EngineRun:
 
     def __init__(self, stack: str, cfg: Any, model: Any, out: Path, root: Path, charts: Path,
                  venv: Optional[Path] = None, config: Optional[dict[str, str]] = None, plant: Optional[str] = None,
-                 policy_config: Optional[Path] = None, prelude: Optional[str] = None):
+                 policy_config: Optional[Path] = None, prelude: Optional[str] = None, also_off: tuple[str, ...] = ()):
         self.stack, self.cfg, self.model, self.out, self.root = stack, cfg, model, Path(out), Path(root)
         self.charts, self.venv = Path(charts), Path(venv or root / ".venv-engine")
         self.config = dict(config or {})
@@ -267,6 +268,8 @@ class EngineRun:
         # and a test's change to what the program reads (a chart's pinned version).
         self.prelude = prelude if prelude is not None else shim_prelude(getattr(cfg, "cloud", "kubernetes"))
         self.policy_config = policy_config  # the stack's policy pack config (preflight policy-config), as CI passes it
+        # Parts a caller switches off as well, after the policy preview (a test that needs none of them: its cost).
+        self.also_off = tuple(also_off)
         self.policy_preview: Optional[subprocess.CompletedProcess] = None
         self.report = EngineReport(stack)
         self.project = self.out / "project"
@@ -368,11 +371,12 @@ class EngineRun:
             self.pulumi("config", "set-all", "--stack", self.stack, *secrets, *pairs)
             # The parts the policy preview cannot take first; then the policy pack on the stack as shipped otherwise
             # (a preview deploys nothing), as CI previews it; then the parts the engine cannot deploy here.
-            for part in sorted(NOT_DEPLOYABLE, key=lambda p: p not in NOT_PREVIEWABLE):
+            for part in sorted({*NOT_DEPLOYABLE, *self.also_off}, key=lambda p: (p not in NOT_PREVIEWABLE, p)):
                 if self.policy_config is not None and self.policy_preview is None and part not in NOT_PREVIEWABLE:
                     self.policy_preview = self.preview_with_policies(self.policy_config)
                 self.pulumi("config", "set", "--path", f"gpu-platform:platform.{part}", "false", "--stack", self.stack)
-                self.report.not_deployed[part] = NOT_DEPLOYABLE[part]
+                if part in NOT_DEPLOYABLE:
+                    self.report.not_deployed[part] = NOT_DEPLOYABLE[part]
         except BaseException:
             self.close()
             raise
