@@ -90,7 +90,7 @@ def rehearse_with_engine(stack: str, cfg: Any, fit_result: Any, out: Path, conso
     for what in run.report.stood_in:
         console.print(f"  STOOD IN: {what}", highlight=False)
     if run.report.left_by_helm:
-        console.print(f"  left by Helm's --create-namespace (helm uninstall keeps namespaces): "
+        console.print(f"  kept by `helm uninstall` by design (a namespace Helm created, a chart's crds/): "
                       f"{', '.join(run.report.left_by_helm)}", highlight=False)
     for line in failures:
         console.print(f"  FAILED: {line}", highlight=False)
