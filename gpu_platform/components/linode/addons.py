@@ -21,21 +21,6 @@ from gpu_platform.data import linode_versions as versions
 TOKEN_SECRET = "linode-api"
 DEFAULT_STORAGE_CLASS = "linode-block-storage-encrypted"
 CSI_PROVISIONER = "linodebs.csi.linode.com"
-DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
-SYSTEM_NAMESPACES = ("kube-system", "default")
-
-
-def cni_namespace(cni: str) -> str:
-    return "kube-system" if cni == "cilium" else "tigera-operator"
-
-
-def helm_created_namespaces(cni: str) -> list[str]:
-    """The namespaces the add-ons' releases create themselves (Helm's --create-namespace). `helm uninstall` leaves
-    such a namespace (helm/helm#1464), so `pulumi destroy` of the add-ons leaves it and the empty ServiceAccount and
-    CA ConfigMap the control plane puts in every namespace; on Linode the cluster's instances go in the same destroy.
-    Not a Namespace resource of the program: on a cluster that has it, creating it would fail (AlreadyExists,
-    pulumi-kubernetes 4.29 and later)."""
-    return [ns for ns in (cni_namespace(cni), DEVICE_PLUGIN_NAMESPACE) if ns not in SYSTEM_NAMESPACES]
 
 
 @dataclass(frozen=True)
@@ -290,7 +275,7 @@ def _release(name: str, chart: Chart, namespace: str, values: dict[str, Any],
     leaves it empty, and the cluster's instances go in the same destroy. Not a Namespace resource of the program:
     on the clusters that have it, creating it fails (AlreadyExists) from pulumi-kubernetes 4.29."""
     return helm_release(name, chart, namespace, values, opts, atomic=True,
-                        create_namespace=namespace not in SYSTEM_NAMESPACES)
+                        create_namespace=namespace not in ("kube-system", "default"))
 
 
 class LinodeAddons(pulumi.ComponentResource):
@@ -303,7 +288,7 @@ class LinodeAddons(pulumi.ComponentResource):
         cni_chart = versions.cni_chart(args.cni, args.kubernetes_minor, also=args.running_minor)
         # Config validation refuses a CNI without a pin tested on the minor (linode.cni).
         assert cni_chart is not None, (args.cni, args.kubernetes_minor)
-        cni = _release(f"{name}-cni", cni_chart, cni_namespace(args.cni),
+        cni = _release(f"{name}-cni", cni_chart, "kube-system" if args.cni == "cilium" else "tigera-operator",
                        cni_values(args.cni, args.pod_cidr), child)
 
         ready_extra: list[pulumi.Resource] = []
@@ -334,7 +319,7 @@ class LinodeAddons(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[csi], delete_before_replace=True),
         )
         device_plugin = _release(f"{name}-nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN_CHART,
-                                 DEVICE_PLUGIN_NAMESPACE, device_plugin_values(),
+                                 "nvidia-device-plugin", device_plugin_values(),
                                  pulumi.ResourceOptions(parent=self, depends_on=[cni]))
         self.cni_chart = cni_chart
         self.ready = [cni, ccm, csi, storage, device_plugin, *ready_extra]
