@@ -33,14 +33,18 @@ deploys. kube-apiserver's --enable-aggregator-routing does make admission webhoo
 EndpointSlices (kubernetes v1.35.4 cmd/kube-apiserver/app/server.go buildServiceResolver, handed to the admission
 plugins in pkg/controlplane/apiserver/config.go), but the address it finds is a KWOK pod's, where nothing listens
 (and a pod address on the host's loopback is refused: EndpointSlice addresses may not be loopback, pkg/apis/core/
-validation ValidateEndpointIP). A way for Kueue that changes no object, checked in the sources on 2026-11-28 but not
-built: kube-apiserver dials a Service-referenced webhook through its egress selector's `cluster` network context
-(k8s.io/apiserver v0.35.4 pkg/util/webhook/authentication.go), which an EgressSelectorConfiguration may send to an
-HTTP CONNECT proxy over plain http:// (pkg/server/egressselector/config.go validateTCPConnection); a proxy of the
-rehearsal would hand the connection for the webhook Service's address to kueue-manager on the host, run with the
-chart's Configuration and its internal certificate management on (open-policy-agent/cert-controller v0.16.0 makes the
-Secret and injects the CA itself, then waits for the kubelet to mount the Secret into its certDir, ensureCertsMounted:
-the rehearsal would write it there).
+validation ValidateEndpointIP). A way for Kueue that changes no object, not built yet: kube-apiserver dials a
+Service-referenced webhook through its egress selector's `cluster` network context (k8s.io/apiserver v0.35.4
+pkg/util/webhook/authentication.go). Tried on 2026-11-29 with the rehearsal's kube-apiserver v1.35.4: an
+EgressSelectorConfiguration `cluster` with HTTPConnect over a Unix socket sends `CONNECT <ClusterIP>:443` to a proxy
+there, and a webhook server behind it, with a certificate for <service>.<namespace>.svc under the configuration's
+caBundle, was called and obeyed (failurePolicy Fail). Over TCP with an http:// URL, which the config's validation
+accepts, kube-apiserver v1.35.4 panics at start (egressselector.getTLSConfig dereferences the absent tlsConfig). Left
+to build: a proxy that hands the Service's address to kueue-manager on the host, run with the chart's Configuration and
+its internal certificate management on (open-policy-agent/cert-controller v0.16.0 makes the Secret and injects the CA,
+then waits for the kubelet to mount the Secret into its certDir, ensureCertsMounted: the rehearsal would write it
+there), and the pod's readiness following the process's (a KWOK pod is Ready at once, so Helm would go on to the
+program's Kueue objects before the webhook serves, which a kubelet's readiness probe prevents).
 Kubeflow's kustomize installs (Pipelines, Katib) no longer stop it: with $GPU_PLATFORM_LOCAL_CHARTS the program
 builds them from the folder's pinned YAML (components/helm.py local_kustomize; the provider builds them offline).
 The policy preview still runs without Kubeflow, and Kubeflow would not deploy even with a pod network:
