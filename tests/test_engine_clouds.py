@@ -6,7 +6,8 @@ starts the program from a `__main__.py` that first replaces the cloud module's `
 `create_billing_alerts` with nothing: what runs through the engine is MlPlatform on that handle; what does not is
 every resource of the cloud itself (the shim's docstring lists them).
 
-gcp-prod: GkeClusterShim; aws-prod: EksClusterShim. Each its own control plane (one up, second up, destroy for the module): the session's shared
+gcp-prod: GkeClusterShim; aws-prod: EksClusterShim; linode-dev: LinodeClusterShim (its add-ons through the engine
+too). Each its own control plane (one up, second up, destroy for the module): the session's shared
 cluster of the stack has the platform installed by the rehearsal's own installer. Needs `make engine-build`,
 `make engine-venv` and the chart folder."""
 
@@ -25,31 +26,63 @@ from tests.fit_support import CHARTS
 from tests.test_engine_deploy import _need_engine
 
 
-def test_a_cloud_without_a_shim_is_refused_naming_the_clouds_that_have_one():
-    with pytest.raises(engine.EngineError, match=r"no cloud-layer shim for cloud 'linode' .*has gcp, aws"):
-        engine.shim_prelude("linode")
+def test_every_cloud_that_creates_its_cluster_has_a_shim_and_another_is_refused_by_name():
+    from gpu_platform.config.base import CLOUDS
+
+    assert set(shims.SHIMMED_CLOUDS) == set(CLOUDS) - {"kubernetes"} == set(shims.SHIMS)
     assert engine.shim_prelude("kubernetes") == ""
-    assert "shims.install('gcp')" in engine.shim_prelude("gcp") and "shims.install('aws')" in engine.shim_prelude("aws")
-    with pytest.raises(ValueError, match="no cloud-layer shim for cloud 'linode'"):
-        shims.install("linode")
+    for cloud in shims.SHIMMED_CLOUDS:
+        assert f"shims.install({cloud!r})" in engine.shim_prelude(cloud)
+    with pytest.raises(engine.EngineError, match=r"no cloud-layer shim for cloud 'azure' .*has gcp, aws, linode"):
+        engine.shim_prelude("azure")
+    with pytest.raises(ValueError, match="no cloud-layer shim for cloud 'azure'"):
+        shims.install("azure")
 
 
-def _up_second_up_destroy(stack: str, tmp_path_factory) -> SimpleNamespace:
-    """One engine run of the stack on its own control plane: up, the training ServiceAccount read, a second up,
-    destroy; the report written beside it."""
+def test_only_what_helm_uninstall_keeps_by_design_is_left_by_helm_anything_else_is_left_behind():
+    from gpu_platform.data.platform_versions import KUBE_PROMETHEUS_STACK
+
+    releases = [{"type": "kubernetes:helm.sh/v3:Release", "namespace": "made", "createNamespace": True},
+                {"type": "kubernetes:helm.sh/v3:Release", "namespace": "given", "createNamespace": False}]
+    left = ["v1 Namespace /made", "v1 ConfigMap made/kube-root-ca.crt", "v1 ServiceAccount made/default",
+            "v1 ConfigMap made/the-charts-own", "v1 Namespace /given", "v1 ServiceAccount given/default"]
+    behind, by_helm = engine.split_left_by_helm(left, releases)
+    assert by_helm == left[:3]
+    assert behind == ["v1 ConfigMap made/the-charts-own", "v1 Namespace /given", "v1 ServiceAccount given/default"]
+    # A chart's crds/ CRDs (kube-prometheus-stack's crds subchart) and their group's APIServices; nothing else of it.
+    stack = [{"type": "kubernetes:helm.sh/v3:Release", "namespace": "monitoring",
+              "chart": str(CHARTS / KUBE_PROMETHEUS_STACK.archive_name)}]
+    left = ["apiextensions.k8s.io/v1 CustomResourceDefinition /prometheusrules.monitoring.coreos.com",
+            "apiregistration.k8s.io/v1 APIService /v1.monitoring.coreos.com",
+            "apiregistration.k8s.io/v1 APIService /v2.monitoring.coreos.com",
+            "apiextensions.k8s.io/v1 CustomResourceDefinition /widgets.example.com", "v1 Namespace /monitoring"]
+    behind, by_helm = engine.split_left_by_helm(left, stack)
+    assert by_helm == left[:2] and behind == left[2:]
+
+
+def _up_second_up_destroy(stack: str, tmp_path_factory, read=None, also_off: tuple[str, ...] = ()) -> SimpleNamespace:
+    """One engine run of the stack on its own control plane: up, the training ServiceAccount read (and `read(client)`'s
+    values after up), a second up, destroy; the report written beside it. `also_off`: parts left out for time."""
     _need_engine()
     from tests.rehearsal_support import prepared
 
     tmp = tmp_path_factory.mktemp(f"engine-{stack.split('-')[0]}")
     cfg, _plan, fit = prepared(stack)
     t0 = time.monotonic()
-    with engine.EngineRun(stack, cfg, fit.model, tmp / "run", ROOT, CHARTS) as run:
+    with engine.EngineRun(stack, cfg, fit.model, tmp / "run", ROOT, CHARTS, also_off=also_off) as run:
         run.up()
         sa = run.cp.client.get("v1", "ServiceAccount", TRAINING_SERVICE_ACCOUNT, TRAINING_NAMESPACE)
+        extra = read(run.cp.client) if read is not None else {}
         second = run.second_up()
         run.destroy()
     (tmp / "engine.json").write_text(json.dumps(run.report.to_json(), indent=1))
-    return SimpleNamespace(report=run.report, second=second, sa=sa, cfg=cfg, wall=time.monotonic() - t0)
+    return SimpleNamespace(report=run.report, second=second, sa=sa, cfg=cfg, wall=time.monotonic() - t0, **extra)
+
+
+# kube-prometheus-stack under the engine (its hooks stood in for, its CRDs left by Helm) is deployed by onprem-dev's run
+# (test_engine_deploy) and linode-dev's below, where the cluster's own alert rules go through it; the GKE and EKS
+# runs leave it out for the suite's time (about 60 CPU-seconds each: the chart's CRDs through the API server).
+MONITORING_ELSEWHERE = ("monitoring",)
 
 
 def _shim_and_releases_from_the_folder(report, shim: str, cloud: str) -> dict:
@@ -65,7 +98,7 @@ def _shim_and_releases_from_the_folder(report, shim: str, cloud: str) -> dict:
 
 @pytest.fixture(scope="module")
 def gcp(tmp_path_factory):
-    return _up_second_up_destroy("gcp-prod", tmp_path_factory)
+    return _up_second_up_destroy("gcp-prod", tmp_path_factory, also_off=MONITORING_ELSEWHERE)
 
 
 @pytest.mark.rehearsal
@@ -107,7 +140,7 @@ def test_the_engine_option_goes_with_rehearse_and_names_the_two_engines():
 
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory):
-    return _up_second_up_destroy("aws-prod", tmp_path_factory)
+    return _up_second_up_destroy("aws-prod", tmp_path_factory, also_off=MONITORING_ELSEWHERE)
 
 
 @pytest.mark.rehearsal
@@ -149,3 +182,64 @@ def test_rehearse_with_the_pulumi_engine_runs_the_engine_path_after_preflight(tm
     assert proc.returncode == EXIT_FAILED, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"the engine is not built: {tmp_path / 'cache'}/bin/pulumi" in proc.stderr, proc.stderr[-2000:]
     assert "`make engine-build engine-venv`" in proc.stderr and "Rehearsal of" not in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def linode(tmp_path_factory):
+    def read(client):
+        secrets = client.list("v1", "Secret", "kube-system")
+        return {"token_secrets": sorted(s["metadata"]["name"] for s in secrets
+                                        if s["metadata"]["name"].startswith(f"{addons.TOKEN_SECRET}-"))}
+
+    from gpu_platform.components.linode import addons
+
+    return _up_second_up_destroy("linode-dev", tmp_path_factory, read)
+
+
+@pytest.mark.rehearsal
+def test_linode_dev_platform_and_add_ons_are_deployed_by_pulumi_up_on_the_linode_shim(linode):
+    """On the module fixture's own control plane (`linode`: the engine must deploy onto a cluster without the platform)."""
+    from gpu_platform.components.linode import addons
+    from gpu_platform.components.linode.cluster import addons_args
+    from gpu_platform.data import linode_versions
+
+    report = linode.report
+    releases = _shim_and_releases_from_the_folder(report, "LinodeClusterShim", "linode")
+    # LinodeKubeadmCluster's in-cluster half went through the engine too: the CNI, CCM, CSI and device plugin
+    # releases at their pins, the metadata-deny policy (a Cilium CR, after the release), the default StorageClass
+    # and the token Secret the CCM and CSI driver read (named by the token's digest).
+    args = addons_args(linode.cfg, "")
+    by_chart = {r["chart"].rsplit("/", 1)[-1]: r for r in releases.values()}
+    for chart in (linode_versions.cni_chart(args.cni, args.kubernetes_minor, also=args.running_minor),
+                  linode_versions.LINODE_CCM_CHART, linode_versions.LINODE_CSI_CHART,
+                  linode_versions.NVIDIA_DEVICE_PLUGIN_CHART):
+        assert chart.archive_name in by_chart, (chart.archive_name, sorted(by_chart))
+    kinds = {(r["type"], r["name"]) for r in report.resources}
+    assert ("kubernetes:cilium.io/v2:CiliumClusterwideNetworkPolicy", "gpu-dev-addons-deny-instance-metadata") in kinds
+    assert ("kubernetes:storage.k8s.io/v1:StorageClass", "gpu-dev-addons-default-storage") in kinds
+    assert linode.token_secrets == [addons.token_secret_name(shims.STANDIN_LINODE_TOKEN)], linode.token_secrets
+    assert report.stood_in and "cilium-operator" in report.stood_in[0], report.stood_in
+    # The Linode handle's own values reach the platform: the training pods' checkpoint keys as a Secret (not
+    # identity-based as on GKE and EKS), the ServiceAccount without a cloud identity annotation.
+    assert linode.sa is not None and not (linode.sa["metadata"].get("annotations") or {}), linode.sa["metadata"]
+    # and the cluster's own alert rules (etcd snapshots, the API tokens' stated expiry) through the platform's monitoring.
+    rules = {r["name"] for r in report.resources if r["type"] == "kubernetes:monitoring.coreos.com/v1:PrometheusRule"}
+    assert {f"platform-monitoring-{addons.ETCD_BACKUP_RULE}", f"platform-monitoring-{addons.TOKEN_EXPIRY_RULE}"} <= rules, rules
+    assert set(report.not_deployed) == set(engine.NOT_DEPLOYABLE)
+
+
+@pytest.mark.rehearsal
+def test_a_second_up_of_linode_dev_changes_nothing_and_destroy_leaves_nothing(linode):
+    """On the module fixture's own control plane (`linode`: the engine must deploy onto a cluster without the platform)."""
+    second = linode.second
+    assert second.returncode == 0 and "unchanged" in linode.report.second_up and "to update" not in linode.report.second_up, \
+        (second.stdout + second.stderr)[-4000:]
+    assert linode.report.left_behind == [], linode.report.left_behind
+    # What Helm's --create-namespace made for the device plugin's release, which `helm uninstall` leaves (the cluster
+    # itself goes in the same destroy on Linode: addons._release), and kube-prometheus-stack's CRDs (its crds/
+    # directory, test_engine_deploy says more), and nothing else.
+    namespace = ["v1 ConfigMap nvidia-device-plugin/kube-root-ca.crt", "v1 Namespace /nvidia-device-plugin",
+                 "v1 ServiceAccount nvidia-device-plugin/default"]
+    others = [x for x in linode.report.left_by_helm if x not in namespace]
+    assert set(namespace) <= set(linode.report.left_by_helm), linode.report.left_by_helm
+    assert len(others) == 12 and all(x.endswith(".monitoring.coreos.com") for x in others), others

@@ -87,6 +87,11 @@ def rehearse_with_engine(stack: str, cfg: Any, fit_result: Any, out: Path, conso
                   highlight=False)
     for part, why in run.report.not_deployed.items():
         console.print(f"  NOT DEPLOYED {part}: {why}", highlight=False)
+    for what in run.report.stood_in:
+        console.print(f"  STOOD IN: {what}", highlight=False)
+    if run.report.left_by_helm:
+        console.print(f"  kept by `helm uninstall` by design (a namespace Helm created, a chart's crds/): "
+                      f"{', '.join(run.report.left_by_helm)}", highlight=False)
     for line in failures:
         console.print(f"  FAILED: {line}", highlight=False)
     console.print(f"  report: {out / 'engine.json'}", highlight=False)

@@ -12,16 +12,39 @@ What one run does, each step once: `pulumi up`; the engine's own record of what 
 a second `pulumi up --expect-no-changes` (exit 0 only when the engine finds nothing to change); `pulumi destroy`;
 then every object the API server lists that the control plane did not have before `up` (none may be left).
 
+What the run stands in for (EngineReport.stood_in): the container of a Helm hook Job it knows, run in the pod's
+place with the pod's own ServiceAccount, the pod then completed as the kubelet would (gpu_platform/rehearsal/hooks.py:
+kube-prometheus-stack's admission-create and admission-patch, which make the operator's webhook certificate Secret and
+patch its CA into the webhook configurations); on Linode, the CRDs cilium-operator registers when it starts (shims.py).
+kube-prometheus-stack's admission webhooks (failurePolicy Ignore, as the chart renders them) still answer nobody, so
+the program's PrometheusRules are admitted unvalidated here (the rehearsal's own installer validates them with the
+operator itself). The notebooks part deploys as it is without the queue (which is switched off below): JupyterHub's
+release and the program's objects around it, not the notebooks' LocalQueues or Kueue's pod webhook on their
+namespace (the program renders its image-puller hooks off).
+
 What it cannot deploy yet, and why (the run switches those parts off by name rather than hanging; each reason was
 seen under the engine on 2026-11-28): the rehearsal's KWOK nodes run no containers and its control plane has no pod
-or service network, so a Helm hook Job never completes (kube-prometheus-stack's admission-create; the Kubeflow
-Trainer chart's post-install runtimes installer) and an in-cluster admission webhook with failurePolicy Fail
-(Kueue's, the Trainer's, JupyterHub's) answers nobody. The rehearsal's own installer works around both
+or service network, so a Helm hook Job nothing stands in for never completes (the Kubeflow Trainer chart's
+post-install runtimes installer) and an in-cluster admission webhook with failurePolicy Fail (Kueue's, the
+Trainer's) answers nobody. The rehearsal's own installer works around both
 (gpu_platform/rehearsal/install.py: it performs the Trainer's `kubectl apply` hook itself and points each webhook's
 clientConfig at a controller process on the host); under the engine that would change the objects the program
 deploys. kube-apiserver's --enable-aggregator-routing does make admission webhooks resolve a Service through its
 EndpointSlices (kubernetes v1.35.4 cmd/kube-apiserver/app/server.go buildServiceResolver, handed to the admission
-plugins in pkg/controlplane/apiserver/config.go), but the address it finds is a KWOK pod's, where nothing listens.
+plugins in pkg/controlplane/apiserver/config.go), but the address it finds is a KWOK pod's, where nothing listens
+(and a pod address on the host's loopback is refused: EndpointSlice addresses may not be loopback, pkg/apis/core/
+validation ValidateEndpointIP). A way for Kueue that changes no object, not built yet: kube-apiserver dials a
+Service-referenced webhook through its egress selector's `cluster` network context (k8s.io/apiserver v0.35.4
+pkg/util/webhook/authentication.go). Tried on 2026-11-29 with the rehearsal's kube-apiserver v1.35.4: an
+EgressSelectorConfiguration `cluster` with HTTPConnect over a Unix socket sends `CONNECT <ClusterIP>:443` to a proxy
+there, and a webhook server behind it, with a certificate for <service>.<namespace>.svc under the configuration's
+caBundle, was called and obeyed (failurePolicy Fail). Over TCP with an http:// URL, which the config's validation
+accepts, kube-apiserver v1.35.4 panics at start (egressselector.getTLSConfig dereferences the absent tlsConfig). Left
+to build: a proxy that hands the Service's address to kueue-manager on the host, run with the chart's Configuration and
+its internal certificate management on (open-policy-agent/cert-controller v0.16.0 makes the Secret and injects the CA,
+then waits for the kubelet to mount the Secret into its certDir, ensureCertsMounted: the rehearsal would write it
+there), and the pod's readiness following the process's (a KWOK pod is Ready at once, so Helm would go on to the
+program's Kueue objects before the webhook serves, which a kubelet's readiness probe prevents).
 Kubeflow's kustomize installs (Pipelines, Katib) no longer stop it: with $GPU_PLATFORM_LOCAL_CHARTS the program
 builds them from the folder's pinned YAML (components/helm.py local_kustomize; the provider builds them offline).
 The policy preview still runs without Kubeflow, and Kubeflow would not deploy even with a pod network:
@@ -42,6 +65,8 @@ from typing import Any, Optional
 
 from gpu_platform.components.helm import LOCAL_CHARTS_ENV
 from gpu_platform.rehearsal.controlplane import ControlPlane
+from gpu_platform.rehearsal.hooks import HookRunner
+from gpu_platform.rehearsal.hooks import stood_in as hook_lines
 from gpu_platform.rehearsal.kube import ApiError, Client
 from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
@@ -54,9 +79,7 @@ NOT_DEPLOYABLE = {
                  "(failurePolicy Fail, Service kubeflow-system/kubeflow-trainer-controller-manager), which nothing serves "
                  "without a pod network; its kustomize installs build from the local folder, but the pinned SDK cannot run "
                  "them (NOT_PREVIEWABLE)"),
-    "notebooks": "JupyterHub's chart hook and admission webhook need a pod network the KWOK nodes do not have",
     "queue": "Kueue's admission webhook (failurePolicy Fail) answers nobody without a pod network",
-    "monitoring": "kube-prometheus-stack's admission-create hook Job never completes on a KWOK node",
 }
 # Of those, the ones the policy preview (the stack as shipped otherwise) also leaves out, and why (seen 2026-11-28).
 NOT_PREVIEWABLE = {
@@ -86,11 +109,15 @@ class EngineReport:
     timings: dict[str, float] = field(default_factory=dict)
     policy_violations: list[str] = field(default_factory=list)  # "[level]  policy  (type: name)" lines of the preview
     preview_changes: list[dict] = field(default_factory=list)  # the last preview_changes(): steps other than same
+    stood_in: list[str] = field(default_factory=list)  # what the rehearsal did in the data plane's place
+    # What `helm uninstall` keeps by design: Helm-created namespaces, a chart's crds/ (split_left_by_helm).
+    left_by_helm: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"stack": self.stack, "resources": self.resources, "secondUp": self.second_up,
-                "leftBehind": self.left_behind, "notDeployed": self.not_deployed, "timings": self.timings,
-                "policyViolations": self.policy_violations, "previewChanges": self.preview_changes}
+                "leftBehind": self.left_behind, "leftByHelm": self.left_by_helm, "notDeployed": self.not_deployed, "timings": self.timings,
+                "policyViolations": self.policy_violations, "previewChanges": self.preview_changes,
+                "stoodIn": self.stood_in}
 
 
 def shim_prelude(cloud: str) -> str:
@@ -133,6 +160,52 @@ def snapshot(client: Client) -> set[str]:
                 meta = item.get("metadata") or {}
                 seen.add(f"{gv} {res['kind']} {meta.get('namespace', '')}/{meta.get('name')}")
     return seen
+
+
+def chart_crds(archive: str) -> list[tuple[str, str, list[str]]]:
+    """(name, group, versions) of every CustomResourceDefinition in a chart archive's crds/ directories, its subcharts'
+    included: what Helm installs before the release's templates and never upgrades or deletes (Helm docs, "Custom
+    Resource Definitions"). [] where the archive is not a readable file."""
+    import tarfile
+
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: the CRDs are megabytes of YAML
+
+    class Loader(base):  # type: ignore[valid-type,misc]  # YAML 1.1's `=` (the "value" type) is a plain string here
+        pass
+
+    Loader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_yaml_str)
+    out = []
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                if not member.isfile() or len(parts) < 3 or parts[-2] != "crds" or not parts[-1].endswith((".yaml", ".yml")):
+                    continue
+                for doc in yaml.load_all(tar.extractfile(member).read(), Loader=Loader):  # noqa: S506
+                    if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                        spec = doc.get("spec") or {}
+                        out.append((doc["metadata"]["name"], spec.get("group", ""),
+                                    [v["name"] for v in spec.get("versions") or [] if v.get("served", True)]))
+    except (OSError, ValueError, tarfile.TarError):
+        return []
+    return out
+
+
+def split_left_by_helm(left: list[str], resources: list[dict]) -> tuple[list[str], list[str]]:
+    """(left behind, left by Helm): of what `destroy` left, what `helm uninstall` keeps by design: a namespace a Release
+    of the program created with --create-namespace (helm/helm#1464), with the ServiceAccount and CA ConfigMap the
+    control plane puts in every namespace; and the CRDs of a Release's chart's crds/ directories (chart_crds), with
+    the APIService kube-apiserver keeps for each served version of their groups. Anything else is left behind."""
+    releases = [r for r in resources if r.get("type") == "kubernetes:helm.sh/v3:Release"]
+    helm = {x for r in releases if r.get("createNamespace") for ns in [r.get("namespace")]
+            for x in (f"v1 Namespace /{ns}", f"v1 ConfigMap {ns}/kube-root-ca.crt", f"v1 ServiceAccount {ns}/default")}
+    for r in releases:
+        for name, group, versions in chart_crds(str(r.get("chart") or "")):
+            helm.add(f"apiextensions.k8s.io/v1 CustomResourceDefinition /{name}")
+            helm.update(f"apiregistration.k8s.io/v1 APIService /{v}.{group}" for v in versions)
+    return [x for x in left if x not in helm], [x for x in left if x in helm]
 
 
 @dataclass
@@ -190,7 +263,7 @@ class EngineRun:
 
     def __init__(self, stack: str, cfg: Any, model: Any, out: Path, root: Path, charts: Path,
                  venv: Optional[Path] = None, config: Optional[dict[str, str]] = None, plant: Optional[str] = None,
-                 policy_config: Optional[Path] = None, prelude: Optional[str] = None):
+                 policy_config: Optional[Path] = None, prelude: Optional[str] = None, also_off: tuple[str, ...] = ()):
         self.stack, self.cfg, self.model, self.out, self.root = stack, cfg, model, Path(out), Path(root)
         self.charts, self.venv = Path(charts), Path(venv or root / ".venv-engine")
         self.config = dict(config or {})
@@ -199,12 +272,15 @@ class EngineRun:
         # and a test's change to what the program reads (a chart's pinned version).
         self.prelude = prelude if prelude is not None else shim_prelude(getattr(cfg, "cloud", "kubernetes"))
         self.policy_config = policy_config  # the stack's policy pack config (preflight policy-config), as CI passes it
+        # Parts a caller switches off as well, after the policy preview (a test that needs none of them: its cost).
+        self.also_off = tuple(also_off)
         self.policy_preview: Optional[subprocess.CompletedProcess] = None
         self.report = EngineReport(stack)
         self.project = self.out / "project"
         self.log_dir = self.out / "logs"
         self.cp: Optional[ControlPlane] = None
         self.provisioner: Optional[Provisioner] = None
+        self.hooks: Optional[HookRunner] = None
         self.preview_errors: list[str] = []
 
     # --- set-up ----------------------------------------------------------------------------------------------
@@ -272,11 +348,23 @@ class EngineRun:
             # The cluster's CSI driver: a PersistentVolume for each Pending claim (Kubeflow's MySQL and artifact
             # store, Katib's MySQL), which the program's Deployments wait for.
             self.provisioner = Provisioner(self.cp.client).start()
+            # The containers of Helm hook Jobs it knows (hooks.py: kube-prometheus-stack's certificate hooks).
+            self.hooks = HookRunner(self.cp.client).start()
             self._project()
             section = getattr(self.cfg, "kubernetes", None)
             self.shim = ClusterShim(self.cp, getattr(section, "context", None))
             for obj in self.shim.network_objects(getattr(section, "network", None)):
                 self.cp.client.apply(obj)
+            # What a controller of the cloud layer registers when it starts (Cilium's CRDs on Linode: shims.py).
+            from gpu_platform.rehearsal.shims import cluster_objects
+
+            registered = cluster_objects(self.cfg)
+            for obj in registered:
+                self.cp.client.apply(obj)
+            if registered:
+                self.report.stood_in.append(
+                    f"{len(registered)} CRDs cilium-operator registers when it starts (no container runs on a KWOK "
+                    f"node): {', '.join(o['metadata']['name'] for o in registered)}")
             self.report.timings["controlPlane"] = round(time.monotonic() - t, 1)
             self._env = self.env(self.shim.kubeconfig(self.out / "kubeconfig"))
             self.before = snapshot(self.cp.client)
@@ -287,11 +375,12 @@ class EngineRun:
             self.pulumi("config", "set-all", "--stack", self.stack, *secrets, *pairs)
             # The parts the policy preview cannot take first; then the policy pack on the stack as shipped otherwise
             # (a preview deploys nothing), as CI previews it; then the parts the engine cannot deploy here.
-            for part in sorted(NOT_DEPLOYABLE, key=lambda p: p not in NOT_PREVIEWABLE):
+            for part in sorted({*NOT_DEPLOYABLE, *self.also_off}, key=lambda p: (p not in NOT_PREVIEWABLE, p)):
                 if self.policy_config is not None and self.policy_preview is None and part not in NOT_PREVIEWABLE:
                     self.policy_preview = self.preview_with_policies(self.policy_config)
                 self.pulumi("config", "set", "--path", f"gpu-platform:platform.{part}", "false", "--stack", self.stack)
-                self.report.not_deployed[part] = NOT_DEPLOYABLE[part]
+                if part in NOT_DEPLOYABLE:
+                    self.report.not_deployed[part] = NOT_DEPLOYABLE[part]
         except BaseException:
             self.close()
             raise
@@ -301,6 +390,10 @@ class EngineRun:
         self.close()
 
     def close(self) -> None:
+        if self.hooks is not None:
+            self.hooks.stop()
+            self.report.stood_in.extend(hook_lines(self.hooks))
+            self.hooks = None
         if self.provisioner is not None:
             self.provisioner.stop()
             self.provisioner = None
@@ -319,7 +412,8 @@ class EngineRun:
             if res["type"] == "kubernetes:helm.sh/v3:Release":
                 status = outputs.get("status") or {}
                 entry.update(chart=outputs.get("chart"), version=outputs.get("version"),
-                             status=status.get("status"), namespace=status.get("namespace"))
+                             status=status.get("status"), namespace=status.get("namespace"),
+                             createNamespace=bool((res.get("inputs") or {}).get("createNamespace")))
             self.report.resources.append(entry)
 
     def second_up(self) -> subprocess.CompletedProcess:
@@ -382,4 +476,4 @@ class EngineRun:
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        self.report.left_behind = left
+        self.report.left_behind, self.report.left_by_helm = split_left_by_helm(left, self.report.resources)

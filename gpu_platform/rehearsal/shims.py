@@ -22,6 +22,21 @@ One shim per cloud layer, named:
   (STANDIN_AWS_ACCOUNT). Not exercised: the VPC, EKS and its add-ons and `gp3` StorageClass, the GPU Auto Scaling
   Groups, the node termination handler, the cluster autoscaler and the scale-in controller (Helm releases and
   objects AwsCluster installs through its own provider), the bucket, IAM, ECR, the alarms and the budget.
+- `LinodeClusterShim` (cloud linode): LinodeKubeadmCluster's in-cluster half through the real engine, on the
+  rehearsal's API server: `LinodeAddons` with the same `addons_args` (the CNI's Helm release, the metadata-deny
+  CiliumClusterwideNetworkPolicy after it, the Linode CCM and block-storage CSI driver releases with their token
+  Secret, the encrypted default StorageClass, the NVIDIA device plugin), and the handle from the same
+  `cluster_handle` (pools as Kueue may count on them, the alert rules, the textfile folder, the system pool) with
+  the checkpoint store from `checkpoint_store`. Stand-ins: the CCM/CSI token (STANDIN_LINODE_TOKEN: nothing calls
+  Linode), the bucket's random label suffix, its endpoint (`<region>-1.linodeobjects.com`, as preflight's mocks
+  answer) and its key; Cilium's CRDs, which cilium-operator registers when it starts (`cluster_objects`, from the
+  pinned cilium module as the rehearsal's installer gets them: gpu_platform/rehearsal/cilium.py). Not exercised:
+  the instances, VPC, firewalls, NodeBalancer or reserved IP, the buckets and keys (the Linode provider); the
+  program's PKI, join tokens and their Secrets, the admin certificate read-back, the API and readiness gates, the
+  node leave hooks (pulumi-tls, pulumi-random and pulumi-command: no plugin for them here); the node-upgrade Jobs
+  (their pods run kubeadm on the node: a KWOK node runs no container, so they never complete); the node-group
+  provider and its cluster-autoscaler (certificates from pulumi-tls, a destroy hook from pulumi-command, an image
+  built by docker-build); the images built into linode.imageRegistry.
 The onprem (cloud kubernetes) stack needs none: its cluster component registers only Kubernetes objects and reads,
 which the engine run supplies (engine.py ClusterShim).
 """
@@ -34,9 +49,14 @@ from typing import Any
 
 import pulumi
 
-SHIMMED_CLOUDS = ("gcp", "aws")
+SHIMMED_CLOUDS = ("gcp", "aws", "linode")
 # The account of the stand-in ARNs (AWS documents 000000000000-like IDs only as examples; nothing is called with it).
 STANDIN_AWS_ACCOUNT = "000000000000"
+# The Linode CCM/CSI token's stand-in (linode-cluster:token): put in the add-ons' Secret; nothing calls Linode with it.
+STANDIN_LINODE_TOKEN = "rehearsal-linode-token"
+# The checkpoint bucket's random label suffix (BUCKET_SUFFIX_LENGTH characters) and its key's stand-ins.
+STANDIN_BUCKET_SUFFIX = "rehearsl"
+STANDIN_BUCKET_KEY = ("REHEARSALACCESSKEY00", "rehearsal-secret-key")
 
 
 class GkeClusterShim(pulumi.ComponentResource):
@@ -112,7 +132,59 @@ class EksClusterShim(pulumi.ComponentResource):
         self.register_outputs({})
 
 
-SHIMS = {"gcp": GkeClusterShim, "aws": EksClusterShim}
+class LinodeClusterShim(pulumi.ComponentResource):
+    """LinodeKubeadmCluster's add-ons and handle, with the rehearsal's API server behind its Kubernetes provider."""
+
+    def __init__(self, name: str, cfg: Any, kubeconfig: str):
+        import pulumi_kubernetes as k8s
+
+        from gpu_platform.components.linode.addons import LinodeAddons
+        from gpu_platform.components.linode.cluster import addons_args, checkpoint_store, cluster_handle
+        from gpu_platform.config.checks.linode import node_groups_deployed
+        from gpu_platform.config.linode import BUCKET_SUFFIX_LENGTH, bucket_label
+
+        super().__init__("gpu-platform:rehearsal:LinodeClusterShim", name, None, None)
+        section = cfg.linode
+        assert len(STANDIN_BUCKET_SUFFIX) == BUCKET_SUFFIX_LENGTH
+        self.kubeconfig = pulumi.Output.secret(kubeconfig)
+        provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
+                                opts=pulumi.ResourceOptions(parent=self))
+        installed = LinodeAddons(f"{name}-addons", addons_args(cfg, pulumi.Output.secret(STANDIN_LINODE_TOKEN)),
+                                 opts=pulumi.ResourceOptions(parent=self, provider=provider))
+        access, secret = STANDIN_BUCKET_KEY
+        checkpoint = checkpoint_store(section.region, bucket_label(cfg.name_prefix, cfg.owner, STANDIN_BUCKET_SUFFIX),
+                                      f"{section.region}-1.linodeobjects.com", access, pulumi.Output.secret(secret))
+        self.handle = cluster_handle(cfg, kubeconfig=self.kubeconfig, provider=provider, checkpoint=checkpoint,
+                                     ready=list(installed.ready), endpoint=pulumi.Output.from_input(_server(kubeconfig)),
+                                     scaler_deployed=node_groups_deployed(cfg))
+        self.register_outputs({})
+
+
+def _server(kubeconfig: str) -> str:
+    """The API server's URL in a kubeconfig (JSON or YAML)."""
+    import yaml
+
+    doc = yaml.safe_load(kubeconfig)
+    return doc["clusters"][0]["cluster"]["server"]
+
+
+def cluster_objects(cfg: Any) -> list[dict]:
+    """What a stack's cluster has before the program runs that no release renders and the rehearsal must supply: on
+    Linode with Cilium, the CRDs cilium-operator registers when it starts (the program's metadata-deny policy is one
+    of them), for the CNI chart the program pins (raises binaries.MissingBinaries when their program is not built)."""
+    if getattr(cfg, "cloud", None) != "linode" or cfg.linode.cni != "cilium":
+        return []
+    from gpu_platform.components.linode.cluster import addons_args
+    from gpu_platform.data import linode_versions
+    from gpu_platform.rehearsal import cilium
+
+    args = addons_args(cfg, "")  # the chart LinodeAddons installs: the same arguments, the token unused here
+    chart = linode_versions.cni_chart(args.cni, args.kubernetes_minor, also=args.running_minor)
+    assert chart is not None, "validated by gpu_platform.config.stack (linode.cni)"
+    return cilium.operator_crds(chart.version)
+
+
+SHIMS = {"gcp": GkeClusterShim, "aws": EksClusterShim, "linode": LinodeClusterShim}
 
 
 def install(cloud: str) -> None:

@@ -270,7 +270,10 @@ def storage_class_manifest() -> dict[str, Any]:
 
 def _release(name: str, chart: Chart, namespace: str, values: dict[str, Any],
              opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
-    """Add-ons roll back as a whole if an install fails: a half-installed CNI or CCM breaks every node."""
+    """Add-ons roll back as a whole if an install fails: a half-installed CNI or CCM breaks every node. A namespace
+    of their own is Helm's (--create-namespace), which `helm uninstall` leaves (helm/helm#1464): `pulumi destroy`
+    leaves it empty, and the cluster's instances go in the same destroy. Not a Namespace resource of the program:
+    on the clusters that have it, creating it fails (AlreadyExists) from pulumi-kubernetes 4.29."""
     return helm_release(name, chart, namespace, values, opts, atomic=True,
                         create_namespace=namespace not in ("kube-system", "default"))
 

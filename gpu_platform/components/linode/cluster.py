@@ -365,7 +365,6 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
             f"{name}-checkpoints-key", label=f"{cfg.name_prefix}-checkpoints",
             bucket_accesses=[{"bucket_name": bucket.label, "region": section.region, "permissions": "read_write"}],
             opts=child)
-        endpoint_url = bucket.s3_endpoint.apply(lambda e: f"https://{e}") if bucket.s3_endpoint is not None else None
 
         # --- Etcd snapshots: a bucket and a key of their own (every Secret of the cluster is in a snapshot;
         # the checkpoint bucket's key is in every training pod). Each snapshot is encrypted on the control
@@ -634,13 +633,7 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
 
         # --- Add-ons, then the readiness gate ------------------------------------------------
         installed = addons.LinodeAddons(
-            f"{name}-addons",
-            addons.AddonsArgs(cni=section.cni, pod_cidr=section.pod_cidr, kubernetes_minor=cfg.kubernetes_version,
-                              region=section.region,
-                              running_minor=section.control_plane_version
-                              if section.control_plane_version != cfg.kubernetes_version else None,
-                              api_token=args.api_token, api_host=cp_ips[0],
-                              vpc_label=f"{cfg.name_prefix}-vpc", subnet_label=f"{cfg.name_prefix}-nodes"),
+            f"{name}-addons", addons_args(cfg, args.api_token),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[api_ready, vpc, subnet]),
         )
         expected_json = json.dumps(expected, sort_keys=True)
@@ -746,34 +739,78 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
 
         training = training_image(cfg, registry if section.image_registry is not None else None)
         self.api_endpoint = server
-        self.handle = ClusterHandle(
-            cloud="linode",
-            name=cfg.name_prefix,
-            kubeconfig=self.kubeconfig,
-            provider=provider,
-            # What Kueue may offer: a pool nothing scales stays at minNodes (reachable_pools).
-            gpu_pools=reachable_pools(pools, scaler_deployed),
-            default_storage_class=addons.DEFAULT_STORAGE_CLASS,
-            checkpoint=CheckpointStore(
-                url=bucket.label.apply(lambda b: f"s3://{b}"),
-                env={"AWS_ENDPOINT_URL_S3": endpoint_url, "AWS_REGION": section.region} if endpoint_url is not None
-                else {"AWS_REGION": section.region},
-                credentials=pulumi.Output.secret(pulumi.Output.all(bucket_key.access_key, bucket_key.secret_key).apply(
-                    lambda k: {"AWS_ACCESS_KEY_ID": k[0], "AWS_SECRET_ACCESS_KEY": k[1]})),
-            ),
-            gpu_device_plugin_installed=True,
-            ready=[*installed.ready, nodes_ready, *upgrades[-1:]],
-            endpoint=server,
-            alert_rules=[addons.etcd_backup_rule(),
-                         *([addons.token_expiry_rule(section.api_token_expires, section.node_groups.api_token_expires)]
-                           if section.api_token_expires or section.node_groups.api_token_expires else [])],
-            # node-exporter reads what the etcd snapshot script records there (render.NODE_METRICS_DIR).
-            node_textfile_dir=render.NODE_METRICS_DIR,
-            system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
-                                       section.system_pool.max_nodes),
+        self.handle = cluster_handle(
+            cfg, kubeconfig=self.kubeconfig, provider=provider,
+            checkpoint=checkpoint_store(section.region, bucket.label, bucket.s3_endpoint, bucket_key.access_key,
+                                        bucket_key.secret_key),
+            ready=[*installed.ready, nodes_ready, *upgrades[-1:]], endpoint=server, scaler_deployed=scaler_deployed,
             training_image=training,
             # Pods in `training` pull the built training image with the registry's pull Secret (platform/training.py).
             image_pull_config=(registries[0].pull_config if training is not None and registries
                                and cfg.platform.training_image.image is None else None),
         )
         self.register_outputs({"apiEndpoint": server, "kubeconfig": self.kubeconfig})
+
+
+# --- What the cluster hands the platform, and the add-ons' arguments: pure of any Linode resource, so the engine run's
+# cloud-layer shim (gpu_platform/rehearsal/shims.py LinodeClusterShim) builds them from the same functions. ----------
+
+def addons_args(cfg: StackConfig, api_token: pulumi.Input[str]) -> addons.AddonsArgs:
+    """LinodeAddons' arguments for the stack (the CNI, the CCM and CSI driver with the cluster's token, the device
+    plugin): from the stack file alone."""
+    section = cfg.linode
+    assert section is not None, "validated by gpu_platform.config.stack"
+    cp_ips = render.vpc_addresses(section.subnet_cidr, section.control_plane.count, section.system_pool.max_nodes,
+                                  [p.max_nodes for p in gpu_pool_specs(cfg)]).control_planes
+    return addons.AddonsArgs(cni=section.cni, pod_cidr=section.pod_cidr, kubernetes_minor=cfg.kubernetes_version,
+                             region=section.region,
+                             running_minor=section.control_plane_version
+                             if section.control_plane_version != cfg.kubernetes_version else None,
+                             api_token=api_token, api_host=cp_ips[0],
+                             vpc_label=f"{cfg.name_prefix}-vpc", subnet_label=f"{cfg.name_prefix}-nodes")
+
+
+def checkpoint_store(region: str, bucket_label: pulumi.Input[str], s3_endpoint: Optional[pulumi.Input[str]],
+                     access_key: pulumi.Input[str], secret_key: pulumi.Input[str]) -> CheckpointStore:
+    """The checkpoint bucket as training pods reach it: its s3:// URL, the endpoint and region, and the bucket's own
+    key as secret environment."""
+    env: dict[str, pulumi.Input[str]] = {"AWS_REGION": region}
+    if s3_endpoint is not None:
+        env = {"AWS_ENDPOINT_URL_S3": pulumi.Output.from_input(s3_endpoint).apply(lambda e: f"https://{e}"), **env}
+    return CheckpointStore(
+        url=pulumi.Output.from_input(bucket_label).apply(lambda b: f"s3://{b}"), env=env,
+        credentials=pulumi.Output.secret(pulumi.Output.all(access_key, secret_key).apply(
+            lambda k: {"AWS_ACCESS_KEY_ID": k[0], "AWS_SECRET_ACCESS_KEY": k[1]})))
+
+
+def cluster_handle(cfg: StackConfig, *, kubeconfig: pulumi.Output[str], provider: k8s.Provider,
+                   checkpoint: CheckpointStore, ready: list[pulumi.Resource], endpoint: Optional[pulumi.Output[str]],
+                   scaler_deployed: bool, training_image: Optional[pulumi.Output[str]] = None,
+                   image_pull_config: Optional[pulumi.Output[str]] = None) -> ClusterHandle:
+    """The ClusterHandle a Linode cluster hands the platform: its pools as Kueue may count on them, the default
+    StorageClass the add-ons install, the alert rules (etcd snapshots, the API tokens' stated expiry), the
+    node-exporter textfile folder, the system pool."""
+    section = cfg.linode
+    assert section is not None, "validated by gpu_platform.config.stack"
+    return ClusterHandle(
+        cloud="linode",
+        name=cfg.name_prefix,
+        kubeconfig=kubeconfig,
+        provider=provider,
+        # What Kueue may offer: a pool nothing scales stays at minNodes (reachable_pools).
+        gpu_pools=reachable_pools(gpu_pool_specs(cfg), scaler_deployed),
+        default_storage_class=addons.DEFAULT_STORAGE_CLASS,
+        checkpoint=checkpoint,
+        gpu_device_plugin_installed=True,
+        ready=ready,
+        endpoint=endpoint,
+        alert_rules=[addons.etcd_backup_rule(),
+                     *([addons.token_expiry_rule(section.api_token_expires, section.node_groups.api_token_expires)]
+                       if section.api_token_expires or section.node_groups.api_token_expires else [])],
+        # node-exporter reads what the etcd snapshot script records there (render.NODE_METRICS_DIR).
+        node_textfile_dir=render.NODE_METRICS_DIR,
+        system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
+                                   section.system_pool.max_nodes),
+        training_image=training_image,
+        image_pull_config=image_pull_config,
+    )
