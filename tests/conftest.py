@@ -31,6 +31,10 @@ from gpu_platform.preflight.runner import Plan, load_stack, run_program, stack_i
 # Version support moves with the calendar: tests judge the shipped stacks on the day they were reviewed, so a
 # later run does not fail for the date alone (preflight and `pulumi up` use the real date).
 os.environ.setdefault("GPU_PLATFORM_TODAY", "2026-11-23")
+# No cost chart (cost.png) in the ~70 preflight runs that never look at it: each drew it in a child that imports
+# matplotlib, a second of CPU a run (80 CPU-s of the quick lane's 640). The chart is still drawn where it is
+# checked: tests/test_costs_preflight.py (every shipped stack's, and the CLI's) and tests/test_costs_report.py.
+os.environ.setdefault("GPU_PLATFORM_NO_CHART", "1")
 
 
 def pytest_report_header(config) -> list[str]:

@@ -58,7 +58,8 @@ def test_volumes_the_prometheus_operator_creates_are_billed_per_replica_and_shar
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_shipped_stack_gets_the_whole_bill_budget_and_catalog_age(stack, tmp_path):
+def test_every_shipped_stack_gets_the_whole_bill_budget_and_catalog_age(stack, tmp_path, monkeypatch):
+    monkeypatch.delenv("GPU_PLATFORM_NO_CHART", raising=False)  # the chart is drawn, as a user's run draws it
     cfg = _cfg(stack)
     plan = plan_stack(stack)
     rep = CostReport(cfg, tmp_path, plan, today=TODAY)
@@ -96,10 +97,12 @@ def test_aws_boot_disks_come_from_the_pools_and_the_system_launch_template():
     assert shape.extended_support_usd_per_hour is not None and "support on 2026-11-23" in shape.extended_support_basis
 
 
-def test_preflight_prints_the_bill_with_the_charts_storage_and_writes_every_line(tmp_path, capsys):
+def test_preflight_prints_the_bill_with_the_charts_storage_and_writes_every_line(tmp_path, capsys, monkeypatch):
     """The real `python -m gpu_platform.preflight gcp-prod`: the PVC line comes from the rendered charts (Katib and
     Pipelines MySQL, SeaweedFS, the hub database), and cost.json holds each printed line."""
     from gpu_platform.preflight.__main__ import main
+
+    monkeypatch.delenv("GPU_PLATFORM_NO_CHART", raising=False)
 
     code = main(["gcp-prod", "--no-policies", "--quiet", "--out", str(tmp_path)])
     out = capsys.readouterr().out
@@ -111,6 +114,34 @@ def test_preflight_prints_the_bill_with_the_charts_storage_and_writes_every_line
     for ln in doc["lines"]:
         assert ln["name"] in out
     assert (tmp_path / "gcp-prod" / "cost.png").stat().st_size > 5000
+
+
+def test_with_no_chart_asked_preflight_writes_the_bill_draws_no_chart_and_leaves_no_earlier_one(tmp_path, capsys,
+                                                                                                 monkeypatch):
+    """GPU_PLATFORM_NO_CHART (the base branch's preflight in CI, which nobody looks at): the same bill and cost.json,
+    no cost.png, no chart process, and a cost.png an earlier run left in the folder is removed (it is not this
+    run's bill)."""
+    from gpu_platform.preflight.__main__ import main
+
+    monkeypatch.delenv("GPU_PLATFORM_NO_CHART", raising=False)
+    assert main(["gcp-prod", "--no-policies", "--quiet", "--out", str(tmp_path)]) == 0
+    drawn = capsys.readouterr().out
+    assert (tmp_path / "gcp-prod" / "cost.png").is_file()
+    bill = json.loads((tmp_path / "gcp-prod" / "cost.json").read_text())
+
+    from gpu_platform.preflight import costs
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a chart process was started: {args}")
+
+    monkeypatch.setenv("GPU_PLATFORM_NO_CHART", "1")
+    monkeypatch.setattr(costs, "subprocess", NS(Popen=no_process, PIPE=-1))
+    assert main(["gcp-prod", "--no-policies", "-v", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "gcp-prod" / "cost.png").exists()
+    assert json.loads((tmp_path / "gcp-prod" / "cost.json").read_text()) == bill
+    assert "(GPU_PLATFORM_NO_CHART is set: no chart)" in out and "the whole bill:" in out
+    assert drawn.split("the whole bill:", 1)[1].split("\n\n", 1)[0] in out
 
 
 def test_costs_keys_are_validated_with_the_key_named():

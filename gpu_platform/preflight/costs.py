@@ -348,6 +348,14 @@ def bill_label(stack: Optional[str], prefix: str) -> str:
     return f"{stack}, resources named {prefix}-*"
 
 
+# Set (to anything but "" or "0"): preflight writes cost.json but draws no cost.png.
+NO_CHART_ENV = "GPU_PLATFORM_NO_CHART"
+
+
+def chart_disabled() -> bool:
+    return os.environ.get(NO_CHART_ENV, "").strip() not in ("", "0")
+
+
 class CostReport:
     """Build with the config and the plan; `report(releases)` once the charts are rendered prints the bill."""
 
@@ -363,9 +371,13 @@ class CostReport:
         self._summary: Optional[str] = None
         # The chart is drawn in a child process started now: it imports matplotlib (about a second)
         # while the program, the charts and the policies are worked out, then waits for the data.
-        self._chart: Optional[subprocess.Popen] = subprocess.Popen(
+        # With GPU_PLATFORM_NO_CHART set there is no chart (a run whose build/ nobody looks at: the base branch's
+        # preflight in CI, most of the test suite): that second of CPU is saved and no earlier cost.png is left.
+        self._chart: Optional[subprocess.Popen] = None if chart_disabled() else subprocess.Popen(
             [sys.executable, "-m", "gpu_platform.preflight.costs", str(self.png_path)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._sent = False
+        self._sent = self._chart is None
+        if self._chart is None and self.png_path.exists():
+            self.png_path.unlink()  # an earlier run's chart is not this run's bill
         # What the rendered charts add that no resource shows (None until they are rendered): handed to the
         # policy pack's monthly-cost-ceiling (chartStorageGib, chartLoadBalancers), so its figure is this bill's.
         self.chart_storage_gib: Optional[float] = None
@@ -449,6 +461,9 @@ class CostReport:
         """Wait for the chart; raise if it could not be drawn."""
         if not self._sent:
             self.report(None)
+        if self._chart is None:
+            why = "the bill refused" if self.refused is not None else f"{NO_CHART_ENV} is set"
+            return f"Wrote {self.json_path} ({why}: no chart)"
         err = self._chart.stderr.read().decode()
         if self._chart.wait() != 0:
             raise RuntimeError(f"drawing {self.png_path} failed:\n{err}")
