@@ -103,7 +103,7 @@ def check_step(step: wc.PulumiStep, env: dict, project: Path, real_run: bool, cr
             packs = [inv.argv[i + 1] for i, a in enumerate(inv.argv) if a == "--policy-pack"]
             for pack in packs:
                 # preview's table ("<name>|local|<path>  <version>"), up's summary ("<name>@v<version> (local: <path>)")
-                if not re.search(rf"{POLICY_PACK}(\|local\|| *@v[\d.]+ \(local: ){re.escape(pack)}\b", out):
+                if not re.search(rf"{POLICY_PACK}(\|local\|| *@v[\d.]+(?:-[\w.]+)? \(local: ){re.escape(pack)}\b", out):
                     problems.append(f"{said}: the policy pack {pack} did not run:\n{out[-3000:]}")
         elif proc.returncode != 0:
             problems.append(f"{said} exited {proc.returncode}:\n{out[-3000:]}")

@@ -741,6 +741,19 @@ def zone_drill(ctx: Context) -> Scenario:
                                   grace_seconds=0 if obj["kind"] == "Pod" else None)
             except (ApiError, UnknownKind):
                 pass
+        # Gone before the next drill on this shared cluster makes the same names: the PersistentVolume keeps its
+        # pv-protection finalizer until its claim is gone, and a create meanwhile is refused ("object is being
+        # deleted", seen when the machine was loaded).
+        deadline = time.monotonic() + 60
+        for obj in reversed(made):
+            while time.monotonic() < deadline:
+                try:
+                    if ctx.client.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"],
+                                      obj["metadata"].get("namespace")) is None:
+                        break
+                except (ApiError, UnknownKind):
+                    break
+                time.sleep(0.5)
     return sc
 
 
