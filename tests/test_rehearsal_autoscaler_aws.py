@@ -214,6 +214,12 @@ def test_the_report_names_each_groups_scale_ups_and_downs_with_the_autoscalers_r
 
 _EXTENDED: dict = {}
 
+# aws-prod's extended and planted autoscaler drills run on a second aws-prod cluster, on another worker (as
+# linode-dev's: tests/test_rehearsal_autoscaler.py DRILLS): they read nothing of the shipped run, and with them
+# the stack's group was the whole suite's critical path (shipped run 571 s + extended drill 363 s + planted drills
+# 193 s in one worker, 2026-11-29); a second control plane costs about a minute of CPU.
+AWS_DRILLS = "aws-prod-drills"
+
 
 def _extended(tmp_path):
     """The eks-autoscaling-extended scenario run once on the shared aws-prod cluster (nothing planted): a GPU
@@ -228,7 +234,7 @@ def _extended(tmp_path):
     return sc, "\n".join(sc.details + [f"PROBLEM: {p}" for p in sc.problems])
 
 
-@pytest.mark.rehearsal(stack="aws-prod")
+@pytest.mark.rehearsal(stack="aws-prod", group=AWS_DRILLS)
 def test_the_extended_drill_reports_each_pools_scale_ups_and_downs_each_with_its_pods(tmp_path):
     """Per pool, summed over its groups: a10g scaled up for the notebook, the node that never joined and its
     replacement (the restarted autoscaler added none), and down twice (the lost node is removed as
@@ -251,7 +257,7 @@ def test_the_extended_drill_reports_each_pools_scale_ups_and_downs_each_with_its
     assert any("unregistered removed: Removing 1 unregistered nodes for node group" in ln for ln in lines), lines
 
 
-@pytest.mark.rehearsal(stack="aws-prod")
+@pytest.mark.rehearsal(stack="aws-prod", group=AWS_DRILLS)
 def test_a_gpu_notebook_scales_its_profiles_pool_from_zero_binds_and_runs(tmp_path):
     """The pod the hub's KubeSpawner makes for a GPU profile (as aws-prod's hub values render it, queued in
     Kueue's gpu-queue) scales its pool from zero; stopped, the pool goes back to zero after the grace, the
@@ -271,7 +277,7 @@ def test_a_gpu_notebook_scales_its_profiles_pool_from_zero_binds_and_runs(tmp_pa
     assert s and int(s[1]) >= int(s[2]), text
 
 
-@pytest.mark.rehearsal(stack="aws-prod")
+@pytest.mark.rehearsal(stack="aws-prod", group=AWS_DRILLS)
 def test_two_half_used_4_gpu_nodes_keep_their_trainers_and_the_autoscaler_says_why(tmp_path):
     """aws-prod's l4x4 (g6.12xlarge, 4 GPUs, a group in us-east-1a and one in 1b): a 2-GPU and a 1-GPU trainer on
     two nodes, each at or below the 0.5 threshold with room for the other: the runtime's safe-to-evict "false"
@@ -288,7 +294,7 @@ def test_two_half_used_4_gpu_nodes_keep_their_trainers_and_the_autoscaler_says_w
     assert int(m[3]) < int(m[4]) + 40, "concluded from the autoscaler's words, within the watch"
 
 
-@pytest.mark.rehearsal(stack="aws-prod")
+@pytest.mark.rehearsal(stack="aws-prod", group=AWS_DRILLS)
 def test_a_node_that_never_joins_is_removed_at_the_join_deadline_and_the_group_recovers(tmp_path):
     """moto launches the instance, no node registers: at --max-node-provision-time (aws-prod's chart renders
     none, so the autoscaler's 15m default; the drill's 30s, as the Linode drill's) the autoscaler removes the
@@ -304,7 +310,7 @@ def test_a_node_that_never_joins_is_removed_at_the_join_deadline_and_the_group_r
     assert "--max-node-provision-time: (default) -> 30s" in text
 
 
-@pytest.mark.rehearsal(stack="aws-prod")
+@pytest.mark.rehearsal(stack="aws-prod", group=AWS_DRILLS)
 def test_the_autoscaler_killed_mid_scale_up_neither_leaks_nor_duplicates_an_instance(tmp_path):
     sc, text = _extended(tmp_path)
     _no_problem(sc, "restart", "TrainJob training/rehearsal-autoscale-b")
@@ -361,7 +367,7 @@ def _without_the_ephemeral_storage_tag(groups) -> None:
     assert dropped == len(groups) == 5, "every GPU group carries the tag"
 
 
-@pytest.mark.rehearsal(stack="aws-prod")
+@pytest.mark.rehearsal(stack="aws-prod", group=AWS_DRILLS)
 def test_planted_without_the_ephemeral_storage_tag_a_katib_trial_never_scales_a_group(tmp_path):
     """cluster-autoscaler 1.35.2's AWS template node has ephemeral storage only from the tag
     (aws_manager.go buildNodeFromTemplate): without it a pod asking Katib's 500Mi fits no group. Concluded
@@ -377,7 +383,7 @@ def test_planted_without_the_ephemeral_storage_tag_a_katib_trial_never_scales_a_
     assert not [d for d in sc.details if re.match(r"  \S+: \S+ scale-up: Scale-up", d)], "no group was scaled up"
 
 
-@pytest.mark.rehearsal(stack="aws-prod")
+@pytest.mark.rehearsal(stack="aws-prod", group=AWS_DRILLS)
 def test_planted_without_safe_to_evict_the_autoscaler_evicts_a_trainer_from_a_half_used_4_gpu_node(tmp_path):
     """The runtime's pods unannotated, as before the fix: on aws-prod's l4x4 nodes the autoscaler drains a node
     whose trainer uses half its GPUs or less and evicts the running pod (the shipped run above keeps both)."""
