@@ -115,6 +115,12 @@ def linode_dev_plan() -> Plan:
 
 # --- the rehearsal tests: one cluster per stack per test process (tests/rehearsal_support.py) ----------------
 
+# A stack's planted drills (each its own `rehearse` with something planted) run on a second cluster of the stack,
+# on another worker (`@pytest.mark.rehearsal(stack=..., group=...)`): they read nothing of the shipped run, and
+# with them one stack's group was the suite's critical path.
+LINODE_DEV_DRILLS = "linode-dev-drills"
+AWS_PROD_DRILLS = "aws-prod-drills"
+
 # The order the stacks' rehearsal tests run in, the longest first so that they start first.
 REHEARSAL_ORDER = ("linode-dev", "gcp-prod", "aws-prod", "linode-ha")
 

@@ -26,7 +26,7 @@ from gpu_platform.rehearsal.install import REWRITTEN, InstallLog, Installer, ord
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, node_objects
 from gpu_platform.preflight.fit.selectors import tolerates_any as _tolerates
 from gpu_platform.rehearsal.scenarios import selects
-from tests.conftest import ROOT, stack_config
+from tests.conftest import LINODE_DEV_DRILLS, ROOT, stack_config
 from tests.fit_support import CHARTS, STACKS
 from tests.rehearsal_support import prepared, rehearse as _rehearse
 
@@ -316,7 +316,7 @@ def _with_grace_in_runtime_patches(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal(stack="linode-dev")
+@pytest.mark.rehearsal(stack="linode-dev", group=LINODE_DEV_DRILLS)  # a second cluster: rehearsal_support
 def test_planted_grace_period_in_runtime_patches_is_found(tmp_path):
     """Kueue 0.19.2 (built against Trainer 2.2.1) rewrites the admitted TrainJob without the 2.3-only
     terminationGracePeriodSeconds patch, and the TrainJob makes no pod."""
@@ -361,7 +361,7 @@ def _without_one_kueue_rbac_rule(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal(stack="linode-dev")
+@pytest.mark.rehearsal(stack="linode-dev", group=LINODE_DEV_DRILLS)  # a second cluster: rehearsal_support
 def test_planted_trainjob_integration_removed_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import example_trainjob
 
@@ -373,7 +373,7 @@ def test_planted_trainjob_integration_removed_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal(stack="linode-dev")
+@pytest.mark.rehearsal(stack="linode-dev", group=LINODE_DEV_DRILLS)  # a second cluster: rehearsal_support
 def test_planted_device_plugin_without_gpu_toleration_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import workloads_ready
 
@@ -383,7 +383,7 @@ def test_planted_device_plugin_without_gpu_toleration_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal(stack="linode-dev")
+@pytest.mark.rehearsal(stack="linode-dev")  # after the shipped run, whose ClusterQueue it applies again
 def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import inadmissible
 
@@ -396,7 +396,7 @@ def test_planted_missing_kueue_rbac_rule_fails(tmp_path):
 
 
 @needs_components
-@pytest.mark.rehearsal(stack="linode-dev")
+@pytest.mark.rehearsal(stack="linode-dev", group=LINODE_DEV_DRILLS)  # a second cluster: rehearsal_support
 def test_planted_zero_quota_flavor_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import example_trainjob
 
@@ -420,7 +420,7 @@ def _privileged_notebook_profile(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal(stack="linode-dev")
+@pytest.mark.rehearsal(stack="linode-dev", group=LINODE_DEV_DRILLS)  # a second cluster: rehearsal_support
 def test_planted_privileged_notebook_profile_fails(tmp_path):
     from gpu_platform.rehearsal.scenarios import notebook_profiles
 
@@ -465,7 +465,7 @@ def _without_backoff_limit(releases):
 
 
 @needs_components
-@pytest.mark.rehearsal(stack="linode-dev")
+@pytest.mark.rehearsal(stack="linode-dev", group=LINODE_DEV_DRILLS)  # a second cluster: rehearsal_support
 def test_planted_requeuing_without_limit_is_found(tmp_path):
     from gpu_platform.rehearsal.scenarios import never_ready
 

@@ -23,7 +23,7 @@ from gpu_platform.components import autoscaler_rbac
 from gpu_platform.components.linode import node_groups
 from gpu_platform.data import aws_versions
 from gpu_platform.rehearsal import autoscale, binaries
-from tests.conftest import ROOT, plan_config, stack_config
+from tests.conftest import LINODE_DEV_DRILLS, ROOT, plan_config, stack_config
 from tests.fit_support import CHARTS, need_charts
 
 SOURCES = ROOT.parent / "shared" / "sources" / "cluster-autoscaler"
@@ -389,7 +389,7 @@ def test_the_report_names_each_groups_scale_ups_and_downs_with_the_autoscalers_r
 # linode-dev's planted autoscaler drills run on a second linode-dev cluster, on another worker
 # (tests/rehearsal_support.py): they read nothing of the shipped run, and with them the stack's tests took
 # twice as long as any other stack's.
-DRILLS = "linode-dev-drills"
+DRILLS = LINODE_DEV_DRILLS
 
 
 def _four_gpu_pool(config: dict) -> dict:

@@ -20,7 +20,7 @@ import pytest
 
 from gpu_platform.rehearsal import autoscale_aws, binaries
 from gpu_platform.rehearsal.processes import ProcessGroup
-from tests.conftest import plan_stack
+from tests.conftest import AWS_PROD_DRILLS, plan_stack
 
 
 @pytest.fixture(scope="module")
@@ -215,10 +215,9 @@ def test_the_report_names_each_groups_scale_ups_and_downs_with_the_autoscalers_r
 _EXTENDED: dict = {}
 
 # aws-prod's extended and planted autoscaler drills run on a second aws-prod cluster, on another worker (as
-# linode-dev's: tests/test_rehearsal_autoscaler.py DRILLS): they read nothing of the shipped run, and with them
-# the stack's group was the whole suite's critical path (shipped run 571 s + extended drill 363 s + planted drills
-# 193 s in one worker, 2026-11-29); a second control plane costs about a minute of CPU.
-AWS_DRILLS = "aws-prod-drills"
+# linode-dev's): with them the stack's group was the whole suite's critical path (shipped run 571 s + extended
+# drill 363 s + planted drills 193 s in one worker, 2026-11-29); a second control plane costs about a minute of CPU.
+AWS_DRILLS = AWS_PROD_DRILLS
 
 
 def _extended(tmp_path):
