@@ -673,3 +673,41 @@ def test_every_price_from_a_skypilot_v9_snapshot_carries_the_snapshots_window():
             seen[(cloud, cap)] = seen.get((cloud, cap), 0) + 1
     # both snapshots, every kind of price they give
     assert {("aws", "onDemand"), ("aws", "spot"), ("gcp", "onDemand"), ("gcp", "spot"), ("gcp", "preemptible")} <= set(seen), seen
+
+
+def _spot_stack(itype: str, region: str) -> dict:
+    raw = _p4d_spot_stack(region)
+    raw["gpuPools"][0]["instanceType"] = itype
+    return raw
+
+
+def test_the_changelogs_spot_refusal_names_only_regions_the_bill_refuses():
+    """Adopter re-review of f294e99: CHANGELOG [Unreleased] said a p3dn/p4d/p5 Spot pool is refused "elsewhere,
+    us-east-1 included", but us-east-1's Spot prices were refreshed from the v9 snapshot and a p5.48xlarge Spot
+    stack there is priced ($18.7089/h). Every region the entry's refusal clause names (with the type it pairs,
+    else all three) refuses, and every region its priced clause names prices."""
+    from gpu_platform.config.stack import parse_config
+
+    text = re.sub(r"\s+", " ", (ROOT / "CHANGELOG.md").read_text().split("\n## [", 2)[1])
+    entry = text.split("A Spot pool of p3dn/p4d/p5", 1)[1].split("\n- ", 1)[0].split(" - ", 1)[0]
+    priced_clause, refused_clause = entry.split("refused by the bill", 1)
+    refused_clause = refused_clause.split("until", 1)[0]
+    types = ("p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge")
+    region = r"[a-z]{2}-[a-z]+-\d"
+
+    def claims(clause: str) -> list[tuple[str, str]]:
+        pairs = re.findall(rf"(p3dn\.24xlarge|p4d\.24xlarge|p5\.48xlarge) in ({region})", clause)
+        paired = {r for _, r in pairs}
+        return pairs + [(t, r) for r in re.findall(region, clause) if r not in paired for t in types]
+
+    refused, priced = claims(refused_clause), claims(priced_clause)
+    assert refused and priced, entry
+    for itype, r in refused:
+        with pytest.raises(RegionPriceRefused):
+            estimate(parse_config(_spot_stack(itype, r), "x"))
+    for itype, r in priced:
+        line = next(ln for ln in estimate(parse_config(_spot_stack(itype, r), "x")).lines if ln.resource == itype)
+        assert line.unit_usd_per_hour > 0, (itype, r)
+    p5 = next(ln for ln in estimate(parse_config(_spot_stack("p5.48xlarge", "us-east-1"), "x")).lines
+              if ln.resource == "p5.48xlarge")
+    assert p5.unit_usd_per_hour == 18.7089
