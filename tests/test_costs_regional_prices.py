@@ -711,3 +711,34 @@ def test_the_changelogs_spot_refusal_names_only_regions_the_bill_refuses():
     p5 = next(ln for ln in estimate(parse_config(_spot_stack("p5.48xlarge", "us-east-1"), "x")).lines
               if ln.resource == "p5.48xlarge")
     assert p5.unit_usd_per_hour == 18.7089
+
+
+def test_the_verdict_offers_a_refresh_command_only_when_the_bill_gives_one(tmp_path, capsys):
+    """Adopter re-review of f294e99: for a type the region does not offer (aws-prod moved to eu-west-1: g6.12xlarge,
+    in no eu-west-1 zone of the recorded offerings) the bill rightly gives no refresh command, but the verdict's
+    cost row said "the bill below gives ... the command that records eu-west-1's published prices". The row now
+    says a command only when the bill (cost.json's `refresh`) has one, and says the region may not offer the type."""
+    from gpu_platform.preflight.__main__ import main
+    from gpu_platform.preflight.verdict import summary_lines
+
+    stack = tmp_path / "Pulumi.aws-eu.yaml"
+    stack.write_text((ROOT / "stacks" / "Pulumi.aws-prod.yaml").read_text().replace("us-east-1", "eu-west-1"))
+    assert main(["--stack-file", str(stack), "--no-policies", "--out", str(tmp_path / "out")]) == 3
+    out = capsys.readouterr().out
+    refused = json.loads((tmp_path / "out" / "aws-eu" / "cost.json").read_text())["refused"]
+    assert refused["refresh"] == [] and "g6.12xlarge" in refused["message"]
+    row = " ".join(next(line for line in out.splitlines() if line.startswith("  cost ")).split())
+    assert "REFUSED: no spot price for" in row and "command that records" not in row, row
+    assert "eu-west-1 may not offer g6.12xlarge" in row, row
+
+    # offered but unpriced (p5.48xlarge Spot in ap-northeast-2): the bill gives the command, so does the row; mixed:
+    # the command for the one, "may not offer" for the other
+    def row_of(missing):
+        doc = {"stack": "x", "exitCode": 3, "cost": {"refused": {"region": "ap-northeast-2", "missing": missing}}}
+        return next(text for label, text, _ in summary_lines(doc) if label == "cost")
+
+    offered = row_of([{"type": "p5.48xlarge", "capacity": "spot", "offered": True}])
+    assert offered.endswith("the command that records ap-northeast-2's published prices"), offered
+    mixed = row_of([{"type": "p5.48xlarge", "capacity": "spot", "offered": True},
+                    {"type": "g6e.xlarge", "capacity": "spot", "offered": False}])
+    assert "records ap-northeast-2's published prices of p5.48xlarge; ap-northeast-2 may not offer g6e.xlarge" in mixed
