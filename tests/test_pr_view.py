@@ -224,7 +224,8 @@ def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(t
     """Adopter review F6: europe-west4's A100 price was from 2025-03-06, hundreds of days old, and only a warning
     deep in the bill said so under a plain PASS. The verdict's cost line names it (docs/cost-model.md, "Catalog
     age": PASS at any age, the age shown where the figures are), and so does the pull-request table. The recorded
-    pricing.yml is now from 2026-07-30, still over the 90-day mark."""
+    pricing.yml is now from 2026-07-30, still over the 90-day mark, and e2-standard-4's europe-west4 price (the
+    SkyPilot v9 snapshot's) is dated by its window's lower bound, 2026-06-03."""
     from gpu_platform.preflight.verdict import DOCUMENT, markdown
 
     need_charts()
@@ -232,7 +233,7 @@ def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(t
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines()[0].endswith("PASS (exit 0)"), run.stdout
     cost_row = next(line for line in run.stdout.splitlines() if line.startswith("  cost "))
-    assert "STALE PRICES: a2-highgpu-1g up to " in cost_row and "(dated 2026-07-30; more than 90)" in cost_row, cost_row
+    assert "STALE PRICES: a2-highgpu-1g, e2-standard-4 up to " in cost_row and "(dated 2026-06-03; more than 90)" in cost_row, cost_row
     doc = json.loads(next((tmp_path / "out").rglob(DOCUMENT)).read_text())
     assert doc["verdict"] == "pass" and "days old)" in markdown([doc])
 
