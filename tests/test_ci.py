@@ -4,6 +4,7 @@ the README's test command, and the README's first two commands being the ones th
 from __future__ import annotations
 
 import copy
+import fnmatch
 import os
 import json
 import re
@@ -699,7 +700,7 @@ def preview_token_problems(docs: dict[str, dict], ci_md: str, linode_stacks: lis
         problems.append("docs/ci.md's settings do not state one Pulumi team and token per stack: " + rule)
     if re.search(r"`gpu-platform-preview` with Stack Read|teams? `gpu-platform-preview`", re.sub(r"\s+", " ", ci_md)):
         problems.append("docs/ci.md still tells one shared `gpu-platform-preview` team")
-    if linode_stacks and "`preview-linode-*` with required reviewers" not in section:
+    if not all(_settings_ask_reviewers_on(f"preview-{s}", ci_md) for s in linode_stacks):
         problems.append(f"docs/ci.md: the preview environments of {linode_stacks}, whose state holds deploy "
                         "credentials, need required reviewers")
     return problems
@@ -809,19 +810,29 @@ def _state_credentials(stack: str) -> list[tuple[str, str]]:
     return sorted(f for f in found if (cloud, *f) not in NOT_A_CREDENTIAL)
 
 
-def _preview_needs_reviewers(stack: str, ci_md: str) -> bool:
-    """docs/ci.md asks for required reviewers on this stack's preview environment."""
-    cloud = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["gpu-platform:cloud"]
-    text = re.sub(r"\s+", " ", ci_md)
-    if stack.startswith("linode-"):
-        return "`preview-linode-*` with required reviewers" in text
-    if cloud == "kubernetes":
-        return "A `cloud: kubernetes` stack has no cloud identity" in text and \
-            "As with Linode, give `preview-<stack>` required reviewers" in text
+def _settings_ask_reviewers_on(environment: str, ci_md: str) -> bool:
+    """docs/ci.md's checklist "Repository settings the gates rely on", in its **Environments** item, asks for
+    required reviewers on this environment: a sentence of that item that says "required reviewers" (and not
+    "need none") names it, or a `preview-...-*` pattern that matches it. Only the checklist counts: an admin
+    setting up the repository works from it, not from a remark in another section (adopter re-review of
+    f294e99: the checklist named only `preview-linode-*`, while onprem-dev's state holds the checkpoint keys)."""
+    section = ci_md.split("## Repository settings the gates rely on", 1)[1].split("\n## ", 1)[0]
+    item = re.search(r"^- \*\*Environments\*\*.*?(?=^- |\n\n|\Z)", section, re.M | re.S)
+    if not item:
+        return False
+    for sentence in re.split(r"(?<=\.)\s+", re.sub(r"\s+", " ", item.group(0))):
+        if "required reviewers" in sentence.lower() and "need none" not in sentence:
+            if any(fnmatch.fnmatchcase(environment, name) for name in re.findall(r"`(preview-[^`]+)`", sentence)):
+                return True
     return False
 
 
-@pytest.mark.parametrize("stack", ["gcp-prod", "aws-prod", "linode-dev", "onprem-dev"])
+def _preview_needs_reviewers(stack: str, ci_md: str) -> bool:
+    """docs/ci.md's settings checklist asks for required reviewers on this stack's preview environment."""
+    return _settings_ask_reviewers_on(f"preview-{stack}", ci_md)
+
+
+@pytest.mark.parametrize("stack", ["gcp-prod", "aws-prod", "linode-dev", "linode-ha", "onprem-dev"])
 def test_a_preview_environment_without_reviewers_reads_no_credential_in_its_stacks_state(stack):
     """Adopter review of 94425ce: the GKE and EKS image builds passed the deployer's OAuth access token / an ECR
     authorization token as `registries[].password`, so it was in the state that preview-gcp-prod's and

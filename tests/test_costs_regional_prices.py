@@ -61,7 +61,7 @@ def test_an_eu_gke_stack_is_priced_from_europe_west4s_recorded_prices():
     assert system.unit_usd_per_hour != us.instance("gcp", "e2-standard-4").on_demand.usd_per_hour
     assert (gpu.priced_in, system.priced_in, gpu.date) == ("europe-west4", "europe-west4", "2026-07-30")
     text = render_cost_summary(est)
-    assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4 (dated 2026-07-30 .. 2026-11-28)" in text
+    assert "priced in europe-west4: a2-highgpu-1g, e2-standard-4 (dated 2026-06-03 .. 2026-07-30)" in text
     assert "priced in us-central1 (reference): " in text  # disks, storage, traffic and fees
     lines = {ln["resource"]: ln["pricedIn"] for ln in est.as_dict()["lines"]}
     assert lines["a2-highgpu-1g"] == "europe-west4" and lines["gke-control-plane-fee"] == "us-central1 (reference)"
@@ -84,7 +84,7 @@ def test_an_eu_west_1_eks_stack_is_priced_from_eu_west_1s_recorded_prices():
     assert system.unit_usd_per_hour != us.instance("aws", "m6i.large").on_demand.usd_per_hour
     assert "observed $0.5868-0.5941 over 3 samples" in gpu.assumption
     assert {gpu.priced_in, system.priced_in} == {"eu-west-1"}
-    assert "priced in eu-west-1: g5.xlarge, m6i.large (dated 2026-06-03 .. 2026-11-28)" in render_cost_summary(est)
+    assert "priced in eu-west-1: g5.xlarge, m6i.large (dated 2026-06-03)" in render_cost_summary(est)
 
 
 def test_a_region_without_a_price_for_a_type_the_stack_uses_is_refused_unless_price_overrides_cover_it():
@@ -633,3 +633,112 @@ def test_a_capacity_the_reference_region_does_not_price_passes_the_config_where_
     with pytest.raises(RegionPriceRefused):  # and us-east-1, unpriced in that catalog, is refused by the bill
         monkeypatch.setattr(stack_module, "load_catalog", lambda overrides=None: old)
         estimate(parse_config(_p4d_spot_stack("us-east-1"), "use1"), old)
+
+
+def _header_bounds(path: Path) -> tuple[str, str]:
+    """The capture window a recorded SkyPilot file's header states, read here from its text: the lower bound
+    ('observed-no-earlier-than') and the upper ('observed-no-later-than', else the 'read' date)."""
+    header = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
+    lower = re.search(r"observed-no-earlier-than: (\d{4}-\d{2}-\d{2})", header)
+    upper = re.search(r"observed-no-later-than: (\d{4}-\d{2}-\d{2})", header) or re.search(r"read (\d{4}-\d{2}-\d{2})", header)
+    assert lower and upper, f"{path.name}: the header bounds the capture date on both sides"
+    return lower.group(1), upper.group(1)
+
+
+def _all_prices(cloud: str):
+    for inst in read_document(CATALOG_DIR / f"{cloud}.yaml")["instances"]:
+        for cap in ("onDemand", "spot", "preemptible"):
+            if inst.get(cap):
+                yield inst["name"], None, cap, inst[cap]
+        for region, prices in (inst.get("regionalPrices") or {}).items():
+            for cap, p in prices.items():
+                if p:
+                    yield inst["name"], region, cap, p
+
+
+def test_every_price_from_a_skypilot_v9_snapshot_carries_the_snapshots_window():
+    """Adopter re-review of f294e99: the SkyPilot v9 snapshot's Spot prices were dated by the lower bound of its
+    capture window (`observed 2026-06-03..2026-11-28`), but the AWS regional On-Demand prices and the GCP
+    e2-standard-4 prices of the same snapshot said 2026-11-28, the day the file was read, so the catalog-age check
+    saw them 178 days younger than they can be. Every price, On-Demand, Spot or preemptible, reference or
+    regional, whose source is a v9 file is dated by that file's lower bound and carries the window."""
+    seen = {}
+    for cloud in ("aws", "gcp"):
+        for name, region, cap, p in _all_prices(cloud):
+            path = ROOT / p["source"].split(" ", 1)[0]
+            if not (path.parent == RECORDED and path.name.startswith("skypilot-") and "-v9" in path.name):
+                continue
+            lower, upper = _header_bounds(path)
+            assert (p["date"], p.get("observed")) == (lower, f"{lower}..{upper}"), (cloud, name, region, cap, p)
+            seen[(cloud, cap)] = seen.get((cloud, cap), 0) + 1
+    # both snapshots, every kind of price they give
+    assert {("aws", "onDemand"), ("aws", "spot"), ("gcp", "onDemand"), ("gcp", "spot"), ("gcp", "preemptible")} <= set(seen), seen
+
+
+def _spot_stack(itype: str, region: str) -> dict:
+    raw = _p4d_spot_stack(region)
+    raw["gpuPools"][0]["instanceType"] = itype
+    return raw
+
+
+def test_the_changelogs_spot_refusal_names_only_regions_the_bill_refuses():
+    """Adopter re-review of f294e99: CHANGELOG [Unreleased] said a p3dn/p4d/p5 Spot pool is refused "elsewhere,
+    us-east-1 included", but us-east-1's Spot prices were refreshed from the v9 snapshot and a p5.48xlarge Spot
+    stack there is priced ($18.7089/h). Every region the entry's refusal clause names (with the type it pairs,
+    else all three) refuses, and every region its priced clause names prices."""
+    from gpu_platform.config.stack import parse_config
+
+    text = re.sub(r"\s+", " ", (ROOT / "CHANGELOG.md").read_text().split("\n## [", 2)[1])
+    entry = text.split("A Spot pool of p3dn/p4d/p5", 1)[1].split("\n- ", 1)[0].split(" - ", 1)[0]
+    priced_clause, refused_clause = entry.split("refused by the bill", 1)
+    refused_clause = refused_clause.split("until", 1)[0]
+    types = ("p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge")
+    region = r"[a-z]{2}-[a-z]+-\d"
+
+    def claims(clause: str) -> list[tuple[str, str]]:
+        pairs = re.findall(rf"(p3dn\.24xlarge|p4d\.24xlarge|p5\.48xlarge) in ({region})", clause)
+        paired = {r for _, r in pairs}
+        return pairs + [(t, r) for r in re.findall(region, clause) if r not in paired for t in types]
+
+    refused, priced = claims(refused_clause), claims(priced_clause)
+    assert refused and priced, entry
+    for itype, r in refused:
+        with pytest.raises(RegionPriceRefused):
+            estimate(parse_config(_spot_stack(itype, r), "x"))
+    for itype, r in priced:
+        line = next(ln for ln in estimate(parse_config(_spot_stack(itype, r), "x")).lines if ln.resource == itype)
+        assert line.unit_usd_per_hour > 0, (itype, r)
+    p5 = next(ln for ln in estimate(parse_config(_spot_stack("p5.48xlarge", "us-east-1"), "x")).lines
+              if ln.resource == "p5.48xlarge")
+    assert p5.unit_usd_per_hour == 18.7089
+
+
+def test_the_verdict_offers_a_refresh_command_only_when_the_bill_gives_one(tmp_path, capsys):
+    """Adopter re-review of f294e99: for a type the region does not offer (aws-prod moved to eu-west-1: g6.12xlarge,
+    in no eu-west-1 zone of the recorded offerings) the bill rightly gives no refresh command, but the verdict's
+    cost row said "the bill below gives ... the command that records eu-west-1's published prices". The row now
+    says a command only when the bill (cost.json's `refresh`) has one, and says the region may not offer the type."""
+    from gpu_platform.preflight.__main__ import main
+    from gpu_platform.preflight.verdict import summary_lines
+
+    stack = tmp_path / "Pulumi.aws-eu.yaml"
+    stack.write_text((ROOT / "stacks" / "Pulumi.aws-prod.yaml").read_text().replace("us-east-1", "eu-west-1"))
+    assert main(["--stack-file", str(stack), "--no-policies", "--out", str(tmp_path / "out")]) == 3
+    out = capsys.readouterr().out
+    refused = json.loads((tmp_path / "out" / "aws-eu" / "cost.json").read_text())["refused"]
+    assert refused["refresh"] == [] and "g6.12xlarge" in refused["message"]
+    row = " ".join(next(line for line in out.splitlines() if line.startswith("  cost ")).split())
+    assert "REFUSED: no spot price for" in row and "command that records" not in row, row
+    assert "eu-west-1 may not offer g6.12xlarge" in row, row
+
+    # offered but unpriced (p5.48xlarge Spot in ap-northeast-2): the bill gives the command, so does the row; mixed:
+    # the command for the one, "may not offer" for the other
+    def row_of(missing):
+        doc = {"stack": "x", "exitCode": 3, "cost": {"refused": {"region": "ap-northeast-2", "missing": missing}}}
+        return next(text for label, text, _ in summary_lines(doc) if label == "cost")
+
+    offered = row_of([{"type": "p5.48xlarge", "capacity": "spot", "offered": True}])
+    assert offered.endswith("the command that records ap-northeast-2's published prices"), offered
+    mixed = row_of([{"type": "p5.48xlarge", "capacity": "spot", "offered": True},
+                    {"type": "g6e.xlarge", "capacity": "spot", "offered": False}])
+    assert "records ap-northeast-2's published prices of p5.48xlarge; ap-northeast-2 may not offer g6e.xlarge" in mixed

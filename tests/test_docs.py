@@ -523,12 +523,17 @@ DOLLAR_QUOTES = [
     ("CHANGELOG.md", r"gcp-prod idles at \$([\d,.]+) a month, was \$([\d,.]+)\*\*", ("idle", "regional-idle")),
     ("stacks/Pulumi.gcp-prod.yaml", r"\(\$(\d+) a month\s*#\s*idle instead of \$(\d+)\)", ("~idle", "~regional-idle")),
     ("stacks/policy.gcp-prod.yaml", r"full capacity is \$([\d,.]+)/month", ("full",)),
+    # adopter re-review of f294e99: docs/linode-autoscaling.md said linode-dev idles at $151 ($597 full), preflight
+    # printed $156.10 / $602.10
+    ("docs/linode-autoscaling.md", r"linode-dev: \$([\d,.]+)/month for the control plane[\s\S]*?full capacity at "
+     r"`maxNodes` \(\$([\d,.]+)\)", ("linode-dev-idle", "linode-dev-full")),
 ]
 
 
 @pytest.fixture(scope="module")
 def gcp_prod_bills(tmp_path_factory) -> dict[str, float]:
-    """preflight's own figures for gcp-prod and for gcp-prod with a regional system pool (no systemPool.zones)."""
+    """preflight's own figures for gcp-prod, for gcp-prod with a regional system pool (no systemPool.zones) and for
+    linode-dev."""
     from gpu_platform.preflight.__main__ import main
 
     out = tmp_path_factory.mktemp("bills")
@@ -538,9 +543,12 @@ def gcp_prod_bills(tmp_path_factory) -> dict[str, float]:
     regional.write_text(yaml.safe_dump(doc))
     assert main(["gcp-prod", "--no-policies", "--out", str(out)]) in (0, 3)  # 3: over its budget at full capacity
     assert main(["--stack-file", str(regional), "--no-policies", "--out", str(out)]) in (0, 3)
+    assert main(["linode-dev", "--no-policies", "--out", str(out)]) == 0
     zonal = json.loads((out / "gcp-prod" / "cost.json").read_text())
     wide = json.loads((out / "gcp-regional" / "cost.json").read_text())
-    return {"idle": zonal["idleMonthlyUsd"], "full": zonal["fullMonthlyUsd"], "regional-idle": wide["idleMonthlyUsd"]}
+    linode = json.loads((out / "linode-dev" / "cost.json").read_text())
+    return {"idle": zonal["idleMonthlyUsd"], "full": zonal["fullMonthlyUsd"], "regional-idle": wide["idleMonthlyUsd"],
+            "linode-dev-idle": linode["idleMonthlyUsd"], "linode-dev-full": linode["fullMonthlyUsd"]}
 
 
 @pytest.mark.parametrize("path,pattern,figures", DOLLAR_QUOTES, ids=lambda v: str(v)[:40])
@@ -552,7 +560,7 @@ def test_dollar_figures_quoted_for_shipped_stacks_are_preflights(gcp_prod_bills,
         for quoted, which in zip((match,) if isinstance(match, str) else match, figures):
             value = gcp_prod_bills[which.lstrip("~")]
             want = f"{round(value):,}" if which.startswith("~") else f"{value:,.2f}"
-            assert quoted == want, f"{path}: ${quoted} quoted for gcp-prod's {which.lstrip('~')}, preflight says ${want}"
+            assert quoted == want, f"{path}: ${quoted} quoted for {which.lstrip('~')}, preflight says ${want}"
 
 
 def test_the_changelog_lists_as_config_errors_only_what_the_config_check_refuses():

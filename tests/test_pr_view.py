@@ -224,7 +224,8 @@ def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(t
     """Adopter review F6: europe-west4's A100 price was from 2025-03-06, hundreds of days old, and only a warning
     deep in the bill said so under a plain PASS. The verdict's cost line names it (docs/cost-model.md, "Catalog
     age": PASS at any age, the age shown where the figures are), and so does the pull-request table. The recorded
-    pricing.yml is now from 2026-07-30, still over the 90-day mark."""
+    pricing.yml is now from 2026-07-30, still over the 90-day mark, and e2-standard-4's europe-west4 price (the
+    SkyPilot v9 snapshot's) is dated by its window's lower bound, 2026-06-03."""
     from gpu_platform.preflight.verdict import DOCUMENT, markdown
 
     need_charts()
@@ -232,7 +233,7 @@ def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(t
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines()[0].endswith("PASS (exit 0)"), run.stdout
     cost_row = next(line for line in run.stdout.splitlines() if line.startswith("  cost "))
-    assert "STALE PRICES: a2-highgpu-1g up to " in cost_row and "(dated 2026-07-30; more than 90)" in cost_row, cost_row
+    assert "STALE PRICES: a2-highgpu-1g, e2-standard-4 up to " in cost_row and "(dated 2026-06-03; more than 90)" in cost_row, cost_row
     doc = json.loads(next((tmp_path / "out").rglob(DOCUMENT)).read_text())
     assert doc["verdict"] == "pass" and "days old)" in markdown([doc])
 
@@ -291,3 +292,29 @@ def test_a_stack_over_its_ceilings_says_by_how_much_not_headroom_of_less():
     under = {h["policy"]: h["text"] for h in headroom(config, {"fullGpus": 8, "fullMonthlyUsd": 11844.54})}
     assert under == {"gpu-count-ceiling": "8 of 16 GPUs", "monthly-cost-ceiling": "$11.8k of $15.0k a month at full capacity"}
     assert bill_label("gpu-prod", "gpu-prod") == "gpu-prod" and bill_label("eu-gke", "gpu-prod") == "eu-gke, resources named gpu-prod-*"
+
+
+def test_two_long_image_refs_differing_only_at_the_end_print_differently():
+    """Adopter re-review of f294e99: `--base` cut every value at 80 characters from the front, so an image tag
+    change (two long references differing only in their last characters) printed the same on both sides, even
+    with -vv. The old and new value are cut around where they first differ; secrets stay masked."""
+    from gpu_platform.preflight.review import MAX_VALUE, field_changes, render_diff
+
+    repo = "us-central1-docker.pkg.dev/acme-ml-platform-prod/gpu-platform/training-controller"
+    old = {"image": f"{repo}:2026.11.28-build-0041", "password": "hunter2-old",
+           "env": [{"name": "MODEL_BUCKET", "value": "gs://" + "a" * 90 + "/checkpoints"}]}
+    new = {"image": f"{repo}:2026.11.28-build-0042", "password": "hunter2-new",
+           "env": [{"name": "MODEL_BUCKET", "value": "gs://" + "a" * 90 + "/checkpoints"}]}
+    fields = field_changes(old, new)
+    diff = {"base": "base/gcp-prod", "resources": {"added": [], "removed": [], "changed": ["urn"]},
+            "changes": [{"urn": "urn:pulumi:gcp-prod::gpu-platform::kubernetes:apps/v1:Deployment::controller",
+                         "change": "changed", "category": "other", "fields": fields}]}
+    text = render_diff(diff)
+    line = next(ln.strip() for ln in text.splitlines() if ln.strip().startswith("image:"))
+    was, now = line.removeprefix("image: ").split(" -> ")
+    assert was != now and was.endswith('build-0041"') and now.endswith('build-0042"'), line
+    assert max(len(was), len(now)) <= MAX_VALUE and was.startswith("...")
+    assert "password: [secret] changed" in text and "hunter2" not in text
+    # a short value is still printed whole
+    assert "replicas: 2 -> 3" in render_diff({**diff, "changes": [{**diff["changes"][0],
+                                                                  "fields": field_changes({"replicas": 2}, {"replicas": 3})}]})

@@ -133,9 +133,14 @@ def _refresh_clouds(args) -> int:
         elif args.aws_spot:
             region = args.region or cat.reference_region("aws")
             p = Path(args.aws_spot)
+            try:  # the file's date and capture window, as its Spot prices carry them (default: today)
+                od_date, od_observed = rc.skypilot_file_window(p)
+            except ValueError:
+                od_date, od_observed = None, None
             res = rc.apply_aws(rc.read_skypilot_vms_csv(p, region), rc.read_skypilot_on_demand(p, region),
                                on_demand_source=f"{rc._rel(p)} (SkyPilot catalog Price column, {region})",
-                               write=not args.dry_run, drop_untraced_spot=True, region=region)
+                               write=not args.dry_run, drop_untraced_spot=True, region=region,
+                               on_demand_date=od_date, on_demand_observed=od_observed)
         elif args.gcp_machine_prices and args.all_regions:
             res = rc.refresh_gcp_all_regions(Path(args.gcp_machine_prices), write=not args.dry_run)
         elif args.gcp_machine_prices:

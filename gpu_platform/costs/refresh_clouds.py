@@ -210,15 +210,17 @@ def _prices_of(doc: Mapping[str, Any], inst: dict[str, Any], region: Optional[st
 def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping[str, float] | None = None,
               on_demand_source: str = "", catalog_path: Path | None = None, today: Optional[str] = None,
               write: bool = True, drop_untraced_spot: bool = False, region: Optional[str] = None,
-              on_demand_date: Optional[str] = None) -> RefreshResult:
+              on_demand_date: Optional[str] = None, on_demand_observed: Optional[str] = None) -> RefreshResult:
     """Rewrite aws.yaml: Spot prices (median, spread, date range) from `spot`; On-Demand prices from
     `on_demand`, for `region` (default: the reference region; another region's go to `regionalPrices`).
     With `drop_untraced_spot`, a reference Spot price of a type absent from `spot` is removed (set to null)
     unless it already traces to recorded data: the catalog then holds no Spot price it cannot trace.
-    `on_demand_date` is the date the On-Demand prices are from (a recorded file's date); default: today."""
+    `on_demand_date` is the date the On-Demand prices are from (a recorded file's date); default: today;
+    `on_demand_observed` their capture window when only bounds are known (skypilot_file_window)."""
     path = catalog_path or CATALOG_DIR / "aws.yaml"
     doc = read_document(path)
-    res = _apply_aws_doc(doc, spot, on_demand, on_demand_source, today, drop_untraced_spot, region, on_demand_date)
+    res = _apply_aws_doc(doc, spot, on_demand, on_demand_source, today, drop_untraced_spot, region, on_demand_date,
+                         on_demand_observed=on_demand_observed)
     if write and (res.changed or res.notes):
         _write(path, doc)
     elif not write:
@@ -230,7 +232,8 @@ def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping
 
 def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None, on_demand: Mapping[str, float] | None,
                    on_demand_source: str, today: Optional[str], drop_untraced_spot: bool, region: Optional[str],
-                   on_demand_date: Optional[str], file_dated: bool = False) -> RefreshResult:
+                   on_demand_date: Optional[str], file_dated: bool = False,
+                   on_demand_observed: Optional[str] = None) -> RefreshResult:
     """apply_aws on a loaded aws.yaml document (changed in place). `file_dated`: every price is dated by the recorded
     file alone (its sources name no refresh day), so that re-running on the same file writes the same catalog."""
     today = today or _dt.date.today().isoformat()
@@ -269,11 +272,16 @@ def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None,
         if name in on_demand:
             price = on_demand[name]
             old = target.get("onDemand") or {}
+            made = (f"; made between {on_demand_observed.replace('..', ' and ')} (the capture date is not stated; "
+                    "dated by the earliest)" if on_demand_observed else "")
+            source = f"{on_demand_source}{made} (refreshed by python -m gpu_platform.costs refresh)"
             if old.get("usdPerHour") is None or abs(float(old["usdPerHour"]) - price) > 1e-9 \
-                    or (file_dated and (old.get("date"), old.get("source")) != (on_demand_date, f"{on_demand_source} {refreshed}")):
+                    or (file_dated and (old.get("date"), old.get("source"), old.get("observed"))
+                        != (on_demand_date, source, on_demand_observed)):
                 res.changed.append(f"{name}: on-demand {old.get('usdPerHour')} -> {price} $/h")
-                target["onDemand"] = {"usdPerHour": price, "source": f"{on_demand_source} (refreshed by python -m gpu_platform.costs refresh)",
-                                      "date": on_demand_date, "status": "recorded"}
+                target["onDemand"] = {"usdPerHour": price, "source": source, "date": on_demand_date,
+                                      **({"observed": on_demand_observed} if on_demand_observed else {}),
+                                      "status": "recorded"}
             elif old.get("status") not in ("recorded", "verified"):
                 target["onDemand"] = dict(old, status="recorded",
                                           source=f"{old['source']}; matches {on_demand_source} ({today})")
@@ -390,12 +398,14 @@ class MachinePrices:
     """Per-region prices of the machine types in a recorded file: region -> machine -> (On-Demand $/h, Spot $/h)."""
 
     prices: Mapping[str, Mapping[str, tuple[float, Optional[float]]]]
-    date: str  # when the prices were generated or read (the file's 'observed-no-later-than')
+    date: str  # when the prices were generated or read (the file's 'observed-no-later-than'), or the lower bound
+    # of the capture window when the header states one ('observed-no-earlier-than'), as `observed` then says
     source: str
     # Whether a price is the whole machine's, GPUs included. A SkyPilot GCP row prices an A2/A3/G2 machine's host
     # only (its GPUs are separate accelerator rows), so a file of that format never prices a GPU type.
     includes_gpus: bool = True
     basis: str = "machine incl. GPUs, generated {date} from the Cloud Billing Catalog API"
+    observed: Optional[str] = None  # "first..last" when only bounds of the capture date are known
 
 
 def read_gcp_machine_prices(path: Path) -> MachinePrices:
@@ -407,7 +417,7 @@ def read_gcp_machine_prices(path: Path) -> MachinePrices:
       accelerator are not read, and the result prices no GPU machine (a host row is not the machine's price).
     The header must state when the prices were generated or read ('observed-no-later-than: YYYY-MM-DD')."""
     text = Path(path).read_text(encoding="utf-8")
-    date = _observed_date(text)
+    date, observed = _file_window(text, _observed_date(text))
     if not date:
         raise ValueError(f"{_rel(path)}: the header must say when its prices were generated "
                          "('# observed-no-later-than: YYYY-MM-DD')")
@@ -441,8 +451,10 @@ def read_gcp_machine_prices(path: Path) -> MachinePrices:
         out.setdefault(region, {})[machine] = (obs[0][0], statistics.median(spots) if spots else None)
     if skypilot:
         return MachinePrices(out, date, _rel(path), includes_gpus=False,
-                             basis="SkyPilot catalog rows from the Cloud Billing Catalog API, read {date}")
-    return MachinePrices(out, date, _rel(path))
+                             basis=("SkyPilot catalog rows from the Cloud Billing Catalog API, " +
+                                    ("made between {first} and {last} (the capture date is not stated; dated by "
+                                     "the earliest)" if observed else "read {date}")), observed=observed)
+    return MachinePrices(out, date, _rel(path), observed=observed)
 
 
 def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path: Path | None = None,
@@ -464,17 +476,20 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
                 res.notes.append(f"{machine} ({region}): {data.source} prices its host only, not the GPUs; not written")
                 continue
             target = _prices_of(doc, inst, region)
-            src = (f"{data.source} ({region}, {data.basis.format(date=data.date)}; refreshed by python -m "
+            first, _, last = (data.observed or "").partition("..")
+            src = (f"{data.source} ({region}, {data.basis.format(date=data.date, first=first, last=last)}; refreshed by python -m "
                    f"gpu_platform.costs refresh" + (")" if file_dated else f" on {today})"))
             new = {"onDemand": hour, **({"spot": spot, "preemptible": spot} if spot is not None else {})}
             for key, usd in new.items():
                 old = target.get(key) or {}
                 if old.get("usdPerHour") is not None and abs(float(old["usdPerHour"]) - usd) <= 1e-9 \
-                        and old.get("date") == data.date and (not file_dated or old.get("source") == src):
+                        and old.get("date") == data.date and old.get("observed") == data.observed \
+                        and (not file_dated or old.get("source") == src):
                     res.unchanged.append(f"{machine} {region} {key}")
                     continue
                 res.changed.append(f"{machine} {region}: {key} {old.get('usdPerHour')} -> {usd} $/h")
-                target[key] = {"usdPerHour": usd, "source": src, "date": data.date, "status": "recorded"}
+                target[key] = {"usdPerHour": usd, "source": src, "date": data.date,
+                               **({"observed": data.observed} if data.observed else {}), "status": "recorded"}
     problems = validate_document(doc, path.name)
     if problems:
         raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))
@@ -483,15 +498,31 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
     return res
 
 
-def skypilot_file_date(path: Path) -> str:
-    """The date a recorded SkyPilot excerpt's prices carry: its header's 'observed-no-later-than' date, else its
-    'read YYYY-MM-DD' date."""
+def _file_window(text: str, latest: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+    """(date, observed) of every price a recorded file gives: when its header bounds the capture from below
+    ('observed-no-earlier-than') as well as above (`latest`), the price is dated by the lower bound, the oldest it
+    can be, and `observed` is the window; else it is dated `latest` and has no window."""
+    earliest = _observed_not_before(text)
+    if latest and earliest and earliest < latest:
+        return earliest, f"{earliest}..{latest}"
+    return latest, None
+
+
+def skypilot_file_window(path: Path) -> tuple[str, Optional[str]]:
+    """(date, observed) a recorded SkyPilot excerpt's prices carry, On-Demand and Spot alike: the lower bound of its
+    capture window and the window when its header states one ('observed-no-earlier-than'), else its
+    'observed-no-later-than' or 'read YYYY-MM-DD' date and no window."""
     text = Path(path).read_text(encoding="utf-8")
-    date = _observed_date(text) or _header_date(text)
+    date, observed = _file_window(text, _observed_date(text) or _header_date(text))
     if not date:
         raise ValueError(f"{_rel(path)}: the header must say when its rows were read ('read YYYY-MM-DD') or "
                          "observed ('# observed-no-later-than: YYYY-MM-DD')")
-    return date
+    return date, observed
+
+
+def skypilot_file_date(path: Path) -> str:
+    """The date a recorded SkyPilot excerpt's prices carry (skypilot_file_window's)."""
+    return skypilot_file_window(path)[0]
 
 
 def refresh_aws_all_regions(path: Path, catalog_path: Path | None = None, today: Optional[str] = None,
@@ -503,11 +534,11 @@ def refresh_aws_all_regions(path: Path, catalog_path: Path | None = None, today:
     target = Path(catalog_path or CATALOG_DIR / "aws.yaml")
     doc = read_document(target)  # one load and one write for all regions
     ref = doc.get("referenceRegion")
-    date = skypilot_file_date(path)
+    date, observed = skypilot_file_window(path)
     regions = [r for r in skypilot_regions(path) if r != ref]
     res = merge_results({r: _apply_aws_doc(doc, read_skypilot_vms_csv(path, r), read_skypilot_on_demand(path, r),
                                            f"{_rel(path)} (SkyPilot catalog Price column, {r})", today, False, r, date,
-                                           file_dated=True)
+                                           file_dated=True, on_demand_observed=observed)
                          for r in regions})
     if write and (res.changed or res.notes):
         _write(target, doc)
@@ -559,4 +590,4 @@ def merge_results(results: Mapping[str, RefreshResult]) -> RefreshResult:
 __all__ = ["MachinePrices", "Observations", "RECORDED_ALL_REGIONS", "apply_aws", "apply_gcp", "apply_gcp_machines",
            "gcp_a2_prices", "merge_results", "read_ec2_price_list", "read_gcp_machine_prices", "read_gcp_skus",
            "read_skypilot_on_demand", "read_skypilot_vms_csv", "read_spot_price_history", "refresh_aws_all_regions",
-           "refresh_gcp_all_regions", "skypilot_file_date", "skypilot_regions"]
+           "refresh_gcp_all_regions", "skypilot_file_date", "skypilot_file_window", "skypilot_regions"]

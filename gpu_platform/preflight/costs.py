@@ -442,7 +442,9 @@ class CostReport:
         self.json_path.write_text(json.dumps({"refused": {
             "type": exc.type, "capacity": exc.capacity, "region": exc.region, "message": str(exc),
             # every type without a price there (the first is `type`), and what to write or run
-            "missing": [{"type": m.name, "capacity": m.capacity} for m in exc.missing],
+            "missing": [{"type": m.name, "capacity": m.capacity,
+                         # False: the recorded offerings list it in no zone of the region (no price to record)
+                         **({"offered": m.offered} if m.offered is not None else {})} for m in exc.missing],
             "priceOverrides": exc.overrides_yaml(), "refresh": exc.refresh_lines()}}, indent=2) + "\n")
         if self.png_path.exists():
             self.png_path.unlink()  # an earlier run's chart is not this stack's bill

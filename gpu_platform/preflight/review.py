@@ -460,15 +460,46 @@ def _short(urn: str) -> str:
     return f"{parts[-2].rsplit('$', 1)[-1]} {parts[-1]}" if len(parts) >= 2 else urn
 
 
-def _value(v: Any) -> str:
+def _text(v: Any) -> str:
     from gpu_platform.config.approvals import one_line
 
+    return one_line(json.dumps(v, sort_keys=True, ensure_ascii=False) if not isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+
+
+def _value(v: Any) -> str:
     if v == SECRET:
         return SECRET
     if isinstance(v, str) and "\n" in v:
         return f"({len(v.splitlines())} lines of text)"
-    text = one_line(json.dumps(v, sort_keys=True, ensure_ascii=False) if not isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+    text = _text(v)
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "..."
+
+
+# Characters shown before the first difference when an old and new value are cut around it.
+DIFF_CONTEXT = 24
+
+
+def _values(a: Any, b: Any) -> tuple[str, str]:
+    """The old and new value as the report prints them: whole up to MAX_VALUE characters; longer, both cut to the
+    same window that starts a little before the first character where they differ, so that the difference stays
+    visible (two image references differing only in their tag printed identical when both were cut at the
+    front). A secret stays "[secret]"; multi-line text is summarised (_value)."""
+    if SECRET in (a, b) or any(isinstance(v, str) and "\n" in v for v in (a, b)):
+        return _value(a), _value(b)
+    ta, tb = _text(a), _text(b)
+    if len(ta) <= MAX_VALUE and len(tb) <= MAX_VALUE:
+        return ta, tb
+    at = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    start = max(0, at - DIFF_CONTEXT)
+
+    def cut(text: str) -> str:
+        if len(text) <= MAX_VALUE and start == 0:
+            return text
+        lead = "..." if start > 0 else ""
+        end = start + MAX_VALUE - len(lead) - 3
+        return lead + (text[start:end] + "..." if end < len(text) else text[start:])
+
+    return cut(ta), cut(tb)
 
 
 def _field_line(f: dict[str, Any]) -> str:
@@ -494,7 +525,8 @@ def _field_line(f: dict[str, Any]) -> str:
         first = (f"line {at + 1}: {_value(la[at]) if at < len(la) else '(none)'} -> "
                  f"{_value(lb[at]) if at < len(lb) else '(none)'}")
         return f"{path}: text of {len(la)} -> {len(lb)} lines, first change at {first}"
-    return f"{path}: {_value(a)} -> {_value(b)}"
+    va, vb = _values(a, b)
+    return f"{path}: {va} -> {vb}"
 
 
 def _usd(cents_value: float) -> str:

@@ -114,6 +114,26 @@ def _missing_text(refused: dict[str, Any]) -> str:
                      for capacity, types in by_capacity.items())
 
 
+def _refused_fix_text(refused: dict[str, Any]) -> str:
+    """What the bill below a refusal offers, as it does (estimator.RegionPriceRefused.fix): the priceOverrides lines
+    always; the command that records the region's published prices only for a type the recorded offerings do not
+    rule out there; for one they list in no zone of the region, no command (its lookup would come back empty)."""
+    region = refused["region"]
+    missing = refused.get("missing") or []
+    absent = list(dict.fromkeys(m["type"] for m in missing if m.get("offered") is False))
+    recordable = [m for m in missing if m.get("offered") is not False]
+    text = "the bill below gives the priceOverrides lines to paste"
+    if recordable:
+        text += f" and the command that records {region}'s published prices"
+        if absent:
+            text += f" of {', '.join(dict.fromkeys(m['type'] for m in recordable))}"
+    if absent:
+        them = "it" if len(absent) == 1 else "them"
+        text += (f"; {region} may not offer {', '.join(absent)} (the recorded offerings list {them} in no {region} "
+                 f"zone): no price can be recorded there, choose a region that offers {them}")
+    return text
+
+
 def cost_section(cost_json: Path) -> Optional[dict[str, Any]]:
     if not cost_json.exists():
         return None
@@ -198,9 +218,8 @@ def summary_lines(doc: dict[str, Any]) -> list[tuple[str, str, Optional[str]]]:
         rows.append(("cost", f"NOT ESTIMATED: no node prices ({'; '.join(cost['unpriced'])}); set "
                              "kubernetes.nodeTypes.<type>.usdPerHour to have a bill", "yellow"))
     elif cost is not None and cost.get("refused"):
-        r = cost["refused"]
-        rows.append(("cost", f"REFUSED: {_missing_text(r)}; the bill below gives the priceOverrides lines to "
-                             f"paste and the command that records {r['region']}'s published prices", "bold red"))
+        rows.append(("cost", f"REFUSED: {_missing_text(cost['refused'])}; {_refused_fix_text(cost['refused'])}",
+                     "bold red"))
     elif cost is not None:
         text = f"idle {money(cost['idleMonthlyUsd'])}/month, full capacity {money(cost['fullMonthlyUsd'])}/month"
         budget, full = cost.get("budgetUsd"), cost.get("fullMonthlyUsd")
