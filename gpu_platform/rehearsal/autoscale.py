@@ -1441,8 +1441,9 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     """The shipped drill: sync; a pending TrainJob (with a Katib trial's ephemeral storage) scales the pool
     from zero, binds and runs; its busy node outlives the grace; after it ends the node goes after the grace
     and its instance is deleted; a GPU notebook's pod (the hub's, for the stack's GPU profile) does the same;
-    a node that never joins is removed at the join deadline; the autoscaler killed while its scale-up is in
-    flight and started again neither leaks nor doubles an instance."""
+    a node that never joins is timed out at the join deadline by the autoscaler, which backs the pool off and
+    removes it before the provider's backstop; the autoscaler killed while its scale-up is in flight and
+    started again neither leaks nor doubles an instance."""
     sc, t = d.sc, d.timing
     _check_template(d, pool)
     d.chart_rbac_alone()
@@ -1492,7 +1493,8 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     if not gpu_notebook_from_zero(d):
         return
 
-    # 4. A node that never joins: removed at the join deadline, and the pool recovers ...
+    # 4. A node that never joins: the autoscaler times the scale-up out at the join deadline, backs the pool off
+    # and removes the instance (the provider's own deletion, a backstop, comes later), and the pool recovers ...
     # 5. ... with the autoscaler killed while its second scale-up is in flight (the provider's create reached
     # Linode, its answer is held). Started again, it counts the booting instance: nothing leaks, nothing doubles.
     posts_before = len(d.fake.calls("POST"))
