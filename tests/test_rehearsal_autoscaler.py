@@ -351,7 +351,8 @@ def test_a_node_that_never_joins_is_timed_out_backed_off_and_removed_by_the_auto
     sc, text = _drill(tmp_path)
     _no_problem(sc, "never joined", "a node that never joins")
     assert re.search(r"never joined: instance \d+ never registered; the autoscaler timed the scale-up out at "
-                     r"--max-node-provision-time \(30s\): Scale-up timed out for node group ada after [\dhm.]+s; "
+                     r"--max-node-provision-time \(30s\): Scale-up timed out for node group ada after [\dhm.]+s \(Event "
+                     r"ScaleUpTimedOut: Nodes added to group ada failed to register within [\dhm.]+s\); "
                      r"Disabling scale-up for node group ada until [^;]+; errorClass=Other; errorCode=timeout; "
                      r"Removing 1 unregistered nodes for node group ada; the provider on its DeleteNodes: deleted instance "
                      r"gpu-dev-ada-\d+ \(\d+\) of pool ada \(it never registered as a node\) \(its own backstop: 45s\); "

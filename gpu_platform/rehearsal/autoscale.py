@@ -1553,6 +1553,10 @@ def never_joined_timed_out(d: Drill, pool: str, lost: list[int], alive: set[int]
     sc, t = d.sc, d.timing
     said = {kind: [e.text for e in d.events() if e.group == pool and e.kind == kind]
             for kind in ("scale-up timed out", "backoff", "unregistered removed")}
+    # The Event it records (on its status ConfigMap; its event sink logs it too).
+    said["ScaleUpTimedOut Event"] = [m[1] for m in re.finditer(
+        rf"reason: 'ScaleUpTimedOut' (Nodes added to group {re.escape(pool)} failed to register within \S+)",
+        d.autoscaler.text() if d.autoscaler else "")]
     log = d.provider_log().splitlines()
     backstop = [ln.split(": ", 1)[-1] for ln in log if "did not join within" in ln]
     removed = [ln.split(": ", 1)[-1] for ln in log if "(it never registered as a node)" in ln]
@@ -1563,8 +1567,9 @@ def never_joined_timed_out(d: Drill, pool: str, lost: list[int], alive: set[int]
     missing = [f"{kind!r}" for kind, texts in said.items() if not texts]
     if missing:
         sc.fail(f"never joined: the autoscaler logged no {', '.join(missing)} for {pool} (want 'Scale-up timed out for "
-                f"node group {pool}', 'Disabling scale-up for node group {pool}' and 'Removing 1 unregistered nodes for "
-                f"node group {pool}' at --max-node-provision-time {t.join_deadline_seconds}s): it never backed the group off; "
+                f"node group {pool}' with its ScaleUpTimedOut Event, 'Disabling scale-up for node group {pool}' and "
+                f"'Removing 1 unregistered nodes for node group {pool}' at --max-node-provision-time "
+                f"{t.join_deadline_seconds}s): it never backed the group off; "
                 f"the provider: {'; '.join(backstop + removed) or 'nothing logged'}")
         ok = False
     if backstop:
@@ -1576,7 +1581,8 @@ def never_joined_timed_out(d: Drill, pool: str, lost: list[int], alive: set[int]
         ok = False
     if ok:
         sc.details.append(f"never joined: instance {lost[0]} never registered; the autoscaler timed the scale-up out at "
-                          f"--max-node-provision-time ({t.join_deadline_seconds}s): {said['scale-up timed out'][0]}; "
+                          f"--max-node-provision-time ({t.join_deadline_seconds}s): {said['scale-up timed out'][0]} (Event "
+                          f"ScaleUpTimedOut: {said['ScaleUpTimedOut Event'][0]}); "
                           f"{said['backoff'][0]}; {said['unregistered removed'][0]}; the provider on its DeleteNodes: "
                           f"{removed[0]} (its own backstop: {t.join_deadline_seconds + t.join_backstop_seconds}s); "
                           f"the autoscaler asked for a node again {after:.0f}s after the TrainJob")
