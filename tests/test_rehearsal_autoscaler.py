@@ -202,6 +202,42 @@ I1128 11:05:02.000000   4242 static_autoscaler.go:806] Removing 1 unregistered n
 """
 
 
+# The never-join phase as cluster-autoscaler 1.35.2 and the provider logged it before the fix (linode-dev drill,
+# 2026-11-28): the provider deleted the instance at the join deadline, the autoscaler found the group at its
+# target, called the scale-up a success and asked again 31 ms later.
+NEVER_JOINED_BEFORE = ("""\
+I1128 11:57:02.926813   30995 executor.go:164] Scale-up: setting group ada size to 1
+I1128 11:57:34.028763   30995 clusterstate.go:296] Scale up in group ada finished successfully in 30.96714886s
+I1128 11:57:34.059725   30995 executor.go:164] Scale-up: setting group ada size to 1
+""", """\
+2026-11-28 11:57:02,952 INFO gpu_platform.controllers.linode_node_groups.service: created instance gpu-dev-ada-0 (82374015) for pool ada
+2026-11-28 11:57:33,932 WARNING gpu_platform.controllers.linode_node_groups.service: instance gpu-dev-ada-0 did not join within 30s: deleting it
+2026-11-28 11:57:34,610 INFO gpu_platform.controllers.linode_node_groups.service: created instance gpu-dev-ada-0 (82374016) for pool ada
+""")
+
+
+def _never_joined_verdict(ca_log: str, provider_log: str, lost=(82374015,), alive=(82374016,)):
+    from gpu_platform.rehearsal.scenarios import Scenario
+
+    sc = Scenario("linode-autoscaling", "t")
+    d = SimpleNamespace(sc=sc, timing=autoscale.Timing(), autoscaler=SimpleNamespace(text=lambda: ca_log),
+                        provider_log=lambda: provider_log,
+                        events=lambda: autoscale.logged_events(ca_log, lambda n: "ada" if n.startswith("gpu-dev-ada-") else None))
+    ok = autoscale.never_joined_timed_out(d, "ada", list(lost), set(alive), 60.0)
+    return ok, sc
+
+
+def test_the_never_join_verdict_fails_when_the_provider_deletes_first_and_the_autoscaler_never_times_out():
+    """The drill's verdict on the log of the defect: no timeout, no backoff, the provider's deletion at the deadline."""
+    ok, sc = _never_joined_verdict(*NEVER_JOINED_BEFORE)
+    assert not ok and sc.status == "FAIL"
+    text = "\n".join(sc.problems)
+    assert "never joined: the autoscaler logged no 'scale-up timed out', 'backoff', 'unregistered removed', " \
+           "'ScaleUpTimedOut Event' for ada" in text, text
+    assert "never joined: the provider's backstop deleted the instance before the autoscaler timed it out: instance " \
+           "gpu-dev-ada-0 did not join within 30s: deleting it" in text, text
+
+
 def test_the_report_reads_each_groups_scale_ups_and_downs_with_their_reasons_from_the_log():
     events = autoscale.logged_events(KLOG, lambda n: "ada" if n.startswith("gpu-dev-ada-") else None)
     assert [(e.group, e.kind) for e in events] == [
