@@ -1498,6 +1498,8 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     # 5. ... with the autoscaler killed while its second scale-up is in flight (the provider's create reached
     # Linode, its answer is held). Started again, it counts the booting instance: nothing leaks, nothing doubles.
     posts_before = len(d.fake.calls("POST"))
+    marks = NeverJoinMarks(len(d.events()), len(d.autoscaler.text() if d.autoscaler else ""),
+                           len(d.provider_log().splitlines()))
     held = threading.Event()
     d.fake.faults["POST"] += [("pass",), ("hold", held)]
     d.bridge.refuse_next = True
@@ -1511,7 +1513,7 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
         return
     lost = sorted(d.bridge.never_join)
     alive = {i["id"] for i in d.fake.instances_tagged(d.stack_tag)}
-    never_joined_timed_out(d, pool, lost, alive, time.monotonic() - started)
+    never_joined_timed_out(d, pool, lost, alive, time.monotonic() - started, marks)
     d.bridge.booting = False  # the in-flight instance stays booting until the restarted autoscaler has looked at it
     d.autoscaler.kill()
     held.set()
@@ -1542,7 +1544,18 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
                           f"{len(left)} instance(s) of the stack")
 
 
-def never_joined_timed_out(d: Drill, pool: str, lost: list[int], alive: set[int], after: float) -> bool:
+@dataclass(frozen=True)
+class NeverJoinMarks:
+    """How much the autoscaler and the provider had logged when the never-join phase began: only what came
+    after counts (an earlier phase's backoff is not this one's)."""
+
+    events: int = 0
+    autoscaler_chars: int = 0
+    provider_lines: int = 0
+
+
+def never_joined_timed_out(d: Drill, pool: str, lost: list[int], alive: set[int], after: float,
+                           marks: NeverJoinMarks = NeverJoinMarks()) -> bool:
     """The verdict on a node that never joined, once the pool has asked for a node again: the autoscaler timed
     the scale-up out at --max-node-provision-time (clusterstate.go updateScaleRequests: "Scale-up timed out for
     node group ...", then "Disabling scale-up for node group ..." - the backoff and failed-scale-up metric a
@@ -1551,13 +1564,13 @@ def never_joined_timed_out(d: Drill, pool: str, lost: list[int], alive: set[int]
     provider deletes first leaves the autoscaler a group at its target: it logs the scale-up "finished
     successfully" and asks again at once, a fresh GPU instance every join deadline with no backoff."""
     sc, t = d.sc, d.timing
-    said = {kind: [e.text for e in d.events() if e.group == pool and e.kind == kind]
+    said = {kind: [e.text for e in d.events()[marks.events:] if e.group == pool and e.kind == kind]
             for kind in ("scale-up timed out", "backoff", "unregistered removed")}
     # The Event it records (on its status ConfigMap; its event sink logs it too).
     said["ScaleUpTimedOut Event"] = [m[1] for m in re.finditer(
         rf"reason: 'ScaleUpTimedOut' (Nodes added to group {re.escape(pool)} failed to register within \S+)",
-        d.autoscaler.text() if d.autoscaler else "")]
-    log = d.provider_log().splitlines()
+        (d.autoscaler.text() if d.autoscaler else "")[marks.autoscaler_chars:])]
+    log = d.provider_log().splitlines()[marks.provider_lines:]
     backstop = [ln.split(": ", 1)[-1] for ln in log if "did not join within" in ln]
     removed = [ln.split(": ", 1)[-1] for ln in log if "(it never registered as a node)" in ln]
     ok = True
