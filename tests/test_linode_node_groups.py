@@ -340,9 +340,13 @@ def test_a_create_whose_response_is_lost_is_retried_without_a_second_instance(wo
 # ---------------------------------------------------------------------------------------------
 
 
-def test_a_node_that_never_joins_is_deleted_after_the_deadline_and_the_pool_recovers(world):
+def test_a_node_that_never_joins_is_left_to_the_autoscaler_at_the_deadline_and_reaped_by_the_backstop(world):
+    """At the join deadline (the autoscaler's --max-node-provision-time) the instance is the autoscaler's to remove:
+    it times the scale-up out and backs the group off only if the instance is still there. The provider deletes it
+    itself only after the backstop margin (the autoscaler away), and the pool recovers."""
     start, linode, kube, clock, _ = world
     p = start()
+    assert p.settings.join_deadline_seconds == 40 * 60 and p.settings.join_backstop_seconds == component.JOIN_BACKSTOP_SECONDS
     p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=2))
     kube.join("gpu-dev-ada-0", "ada")  # ada-0 registers; ada-1's boot failed
     linode.set_status("gpu-dev-ada-0", "running")
@@ -350,6 +354,11 @@ def test_a_node_that_never_joins_is_deleted_after_the_deadline_and_the_pool_reco
     p.stub.Refresh(p.pb2.RefreshRequest())
     assert sorted(linode.by_label()) == ["gpu-dev-ada-0", "gpu-dev-ada-1"], "still inside the join deadline"
     clock.now = START + datetime.timedelta(minutes=41)
+    p.stub.Refresh(p.pb2.RefreshRequest())
+    assert sorted(linode.by_label()) == ["gpu-dev-ada-0", "gpu-dev-ada-1"], \
+        "past the join deadline but inside the backstop: the autoscaler's to time out and remove"
+    assert target(p) == 2
+    clock.now = START + datetime.timedelta(minutes=40, seconds=component.JOIN_BACKSTOP_SECONDS + 1)
     p.stub.Refresh(p.pb2.RefreshRequest())
     assert sorted(linode.by_label()) == ["gpu-dev-ada-0"]
     assert target(p) == 1
@@ -361,6 +370,44 @@ def test_a_node_that_never_joins_is_deleted_after_the_deadline_and_the_pool_reco
     clock.now = START + datetime.timedelta(hours=5)
     p.stub.Refresh(p.pb2.RefreshRequest())
     assert sorted(linode.by_label()) == ["gpu-dev-ada-0", "gpu-dev-ada-1"], "joined nodes are never reaped"
+
+
+def test_the_autoscaler_removes_a_node_that_never_registered_through_delete_nodes(world, caplog):
+    """Past --max-node-provision-time the autoscaler deletes an unregistered node (core/static_autoscaler.go
+    removeOldUnregisteredNodes) as the fake node it made from the instance: name and providerID both the
+    instance's id (clusterstate.FakeNode), no Node object, no pods."""
+    start, linode, kube, clock, _ = world
+    p = start()
+    p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=2))
+    kube.join("gpu-dev-ada-0", "ada")
+    lost = f"linode://{linode.by_label()['gpu-dev-ada-1']['id']}"
+    clock.now = START + datetime.timedelta(minutes=41)
+    p.stub.Refresh(p.pb2.RefreshRequest())
+    fake = node(p.pb2, lost, lost)
+    assert p.stub.NodeGroupForNode(p.pb2.NodeGroupForNodeRequest(node=fake)).nodeGroup.id == "ada"
+    with caplog.at_level("INFO"):
+        p.stub.NodeGroupDeleteNodes(p.pb2.NodeGroupDeleteNodesRequest(id="ada", nodes=[fake]))
+    assert sorted(linode.by_label()) == ["gpu-dev-ada-0"]
+    assert target(p) == 1
+    assert "deleted instance gpu-dev-ada-1" in caplog.text and "(it never registered as a node)" in caplog.text
+
+
+def test_the_backstop_comes_after_the_autoscalers_own_removal_of_a_node_that_never_joins():
+    """The autoscaler's removal comes up to IncreaseSize's answer (grpc_timeout), a scan interval and two loops
+    after the join deadline; the provider's backstop must come later, or the autoscaler never times out."""
+    doc = linode_dev_settings()
+    assert doc["joinBackstopSeconds"] == component.JOIN_BACKSTOP_SECONDS == settings_mod.DEFAULT_JOIN_BACKSTOP_SECONDS
+    assert component.JOIN_BACKSTOP_SECONDS >= component.GRPC_TIMEOUT_SECONDS + 2 * component.AUTOSCALER_SCAN_INTERVAL_SECONDS + 2 * 100
+    cloud_config = yaml.safe_load(component.autoscaler_cloud_config())
+    assert cloud_config["grpc_timeout"] == f"{component.GRPC_TIMEOUT_SECONDS}s"
+    args = component.autoscaler_values("gpu-dev", "1.35", 15, 40)["extraArgs"]
+    assert "scan-interval" not in args, "the scan interval the margin assumes is the flag's default"
+    assert args["max-node-provision-time"] == "40m" and doc["joinDeadlineSeconds"] == 40 * 60
+    doc["joinBackstopSeconds"] = -1
+    with pytest.raises(settings_mod.SettingsError, match=r"pools.json: joinBackstopSeconds must be a whole number"):
+        settings_mod.parse(doc, {"CONTROL_PLANE_ENDPOINT": "10.0.0.10:6443"})
+    del doc["joinBackstopSeconds"]
+    assert settings_mod.parse(doc, {"CONTROL_PLANE_ENDPOINT": "10.0.0.10:6443"}).join_backstop_seconds == 300
 
 
 def test_delete_nodes_removes_exactly_the_drained_node(world):

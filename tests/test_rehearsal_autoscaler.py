@@ -187,7 +187,8 @@ def test_the_drill_takes_away_and_gives_back_the_extra_rbac_the_installed_progra
     assert autoscale.installed_extra_rbac(releases, chart, "kube-system", node_groups.AUTOSCALER_SERVICE_ACCOUNT) == []
 
 
-# klog lines as cluster-autoscaler 1.35.2 (--v=4) wrote them in the rehearsal, cut to what the reader uses.
+# klog lines as cluster-autoscaler 1.35.2 (--v=4) wrote them in the rehearsal, cut to what the reader uses (the last
+# three: the never-join phase of linode-dev's drill, 2026-11-29, its join deadline 30 s).
 KLOG = """\
 I1128 11:02:01.100000   4242 orchestrator.go:100] Pod training/rehearsal-autoscale-a-node-0-0-abcde is unschedulable
 I1128 11:02:01.200000   4242 orchestrator.go:263] Final scale-up plan: [{ada 0->1 (max: 1)}]
@@ -196,10 +197,71 @@ I1128 11:02:30.000000   4242 eligibility.go:163] Node gpu-dev-ada-0 unremovable:
 I1128 11:02:32.000000   4242 eligibility.go:163] Node gpu-dev-ada-0 unremovable: nvidia.com/gpu requested (100% of allocatable) is above the scale-down utilization threshold
 I1128 11:02:33.000000   4242 eligibility.go:163] Node system-0 unremovable: cpu requested (90% of allocatable) is above the scale-down utilization threshold
 I1128 11:03:10.000000   4242 actuator.go:176] Scale-down: removing empty node "gpu-dev-ada-0"
-W1128 11:05:00.000000   4242 clusterstate.go:302] Scale-up timed out for node group ada after 40.2s
-W1128 11:05:00.100000   4242 clusterstate.go:337] Disabling scale-up for node group ada until 2026-11-28 11:05:10.1 +0000 UTC; errorClass=Other; errorCode=timeout
-I1128 11:05:02.000000   4242 static_autoscaler.go:806] Removing 1 unregistered nodes for node group ada
+W1129 01:30:20.520391    5049 clusterstate.go:302] Scale-up timed out for node group ada after 31.282088514s
+W1129 01:30:20.522112    5049 clusterstate.go:337] Disabling scale-up for node group ada until 2026-11-29 01:30:25.483770771 +0000 UTC m=+238.782856581; errorClass=Other; errorCode=timeout
+I1129 01:30:20.523467    5049 static_autoscaler.go:806] Removing 1 unregistered nodes for node group ada
 """
+
+
+# The never-join phase as cluster-autoscaler 1.35.2 and the provider logged it before the fix (linode-dev drill,
+# 2026-11-28): the provider deleted the instance at the join deadline, the autoscaler found the group at its
+# target, called the scale-up a success and asked again 31 ms later.
+NEVER_JOINED_BEFORE = ("""\
+I1128 11:57:02.926813   30995 executor.go:164] Scale-up: setting group ada size to 1
+I1128 11:57:34.028763   30995 clusterstate.go:296] Scale up in group ada finished successfully in 30.96714886s
+I1128 11:57:34.059725   30995 executor.go:164] Scale-up: setting group ada size to 1
+""", """\
+2026-11-28 11:57:02,952 INFO gpu_platform.controllers.linode_node_groups.service: created instance gpu-dev-ada-0 (82374015) for pool ada
+2026-11-28 11:57:33,932 WARNING gpu_platform.controllers.linode_node_groups.service: instance gpu-dev-ada-0 did not join within 30s: deleting it
+2026-11-28 11:57:34,610 INFO gpu_platform.controllers.linode_node_groups.service: created instance gpu-dev-ada-0 (82374016) for pool ada
+""")
+
+
+# The same phase after the fix (linode-dev drill, 2026-11-29): the autoscaler timed the scale-up out, backed the
+# group off and removed the instance; the provider deleted it on that DeleteNodes, 31 s after creating it.
+NEVER_JOINED_AFTER = ("""\
+I1129 01:29:49.145340    5049 executor.go:164] Scale-up: setting group ada size to 1
+W1129 01:30:20.520391    5049 clusterstate.go:302] Scale-up timed out for node group ada after 31.282088514s
+I1129 01:30:20.520499    5049 event_sink_logging_wrapper.go:48] Event(v1.ObjectReference{Kind:"ConfigMap", Namespace:"kube-system", Name:"cluster-autoscaler-status", UID:"342a1afe-8b22-4dc9-bbe6-e3b9af69cf53", APIVersion:"v1", ResourceVersion:"2636", FieldPath:""}): type: 'Warning' reason: 'ScaleUpTimedOut' Nodes added to group ada failed to register within 31.282088514s
+W1129 01:30:20.522112    5049 clusterstate.go:337] Disabling scale-up for node group ada until 2026-11-29 01:30:25.483770771 +0000 UTC m=+238.782856581; errorClass=Other; errorCode=timeout
+I1129 01:30:20.523467    5049 static_autoscaler.go:806] Removing 1 unregistered nodes for node group ada
+I1129 01:30:20.613806    5049 event_sink_logging_wrapper.go:48] Event(v1.ObjectReference{Kind:"ConfigMap", Namespace:"kube-system", Name:"cluster-autoscaler-status", UID:"342a1afe-8b22-4dc9-bbe6-e3b9af69cf53", APIVersion:"v1", ResourceVersion:"2636", FieldPath:""}): type: 'Normal' reason: 'DeleteUnregistered' Removed unregistered node linode://82374016
+""", """\
+2026-11-29 01:29:49,201 INFO gpu_platform.controllers.linode_node_groups.service: created instance gpu-dev-ada-0 (82374016) for pool ada
+2026-11-29 01:30:20,612 INFO gpu_platform.controllers.linode_node_groups.service: deleted instance gpu-dev-ada-0 (82374016) of pool ada (it never registered as a node)
+""")
+
+
+def _never_joined_verdict(ca_log: str, provider_log: str, lost=(82374015,), alive=(82374016,)):
+    from gpu_platform.rehearsal.scenarios import Scenario
+
+    sc = Scenario("linode-autoscaling", "t")
+    d = SimpleNamespace(sc=sc, timing=autoscale.Timing(), autoscaler=SimpleNamespace(text=lambda: ca_log),
+                        provider_log=lambda: provider_log,
+                        events=lambda: autoscale.logged_events(ca_log, lambda n: "ada" if n.startswith("gpu-dev-ada-") else None))
+    ok = autoscale.never_joined_timed_out(d, "ada", list(lost), set(alive), 60.0)
+    return ok, sc
+
+
+def test_the_never_join_verdict_fails_when_the_provider_deletes_first_and_the_autoscaler_never_times_out():
+    """The drill's verdict on the log of the defect: no timeout, no backoff, the provider's deletion at the deadline."""
+    ok, sc = _never_joined_verdict(*NEVER_JOINED_BEFORE)
+    assert not ok and sc.status == "FAIL"
+    text = "\n".join(sc.problems)
+    assert "never joined: the autoscaler logged no 'scale-up timed out', 'backoff', 'unregistered removed', " \
+           "'ScaleUpTimedOut Event' for ada" in text, text
+    assert "never joined: the provider's backstop deleted the instance before the autoscaler timed it out: instance " \
+           "gpu-dev-ada-0 did not join within 30s: deleting it" in text, text
+
+
+def test_the_never_join_verdict_passes_on_the_autoscalers_timeout_backoff_and_removal():
+    ok, sc = _never_joined_verdict(*NEVER_JOINED_AFTER, lost=(82374016,), alive=())
+    assert ok and sc.status == "PASS", sc.problems
+    [line] = sc.details
+    assert "Scale-up timed out for node group ada after 31.282088514s (Event ScaleUpTimedOut: Nodes added to group ada " \
+           "failed to register within 31.282088514s); Disabling scale-up for node group ada until" in line, line
+    assert "the provider on its DeleteNodes: deleted instance gpu-dev-ada-0 (82374016) of pool ada (it never registered " \
+           "as a node) (its own backstop: 45s)" in line, line
 
 
 def test_the_report_reads_each_groups_scale_ups_and_downs_with_their_reasons_from_the_log():
@@ -343,12 +405,20 @@ def test_a_node_running_a_training_pod_is_kept_past_the_grace(tmp_path):
 
 
 @pytest.mark.rehearsal(stack="linode-dev")
-def test_a_node_that_never_joins_is_removed_after_the_join_deadline_and_the_pool_recovers(tmp_path):
+def test_a_node_that_never_joins_is_timed_out_backed_off_and_removed_by_the_autoscaler_and_the_pool_recovers(tmp_path):
+    """At --max-node-provision-time the autoscaler must time the scale-up out, back the group off and delete the
+    instance through the provider's DeleteNodes; the provider's own deletion is a backstop after it (when it came
+    first, as it did at the same deadline, the autoscaler logged the scale-up "finished successfully" and asked
+    for a fresh instance with no backoff)."""
     sc, text = _drill(tmp_path)
     _no_problem(sc, "never joined", "a node that never joins")
-    assert re.search(r"never joined: instance \d+ never registered; it was deleted at the join deadline \(30s; "
-                     r"the provider: instance gpu-dev-ada-0 did not join within 30s: deleting it; .*\) and the autoscaler "
-                     r"asked for a node again", text), text
+    assert re.search(r"never joined: instance \d+ never registered; the autoscaler timed the scale-up out at "
+                     r"--max-node-provision-time \(30s\): Scale-up timed out for node group ada after [\dhm.]+s \(Event "
+                     r"ScaleUpTimedOut: Nodes added to group ada failed to register within [\dhm.]+s\); "
+                     r"Disabling scale-up for node group ada until [^;]+; errorClass=Other; errorCode=timeout; "
+                     r"Removing 1 unregistered nodes for node group ada; the provider on its DeleteNodes: deleted instance "
+                     r"gpu-dev-ada-\d+ \(\d+\) of pool ada \(it never registered as a node\) \(its own backstop: 45s\); "
+                     r"the autoscaler asked for a node again", text), text
 
 
 @pytest.mark.rehearsal(stack="linode-dev")

@@ -71,8 +71,10 @@ class LinodeNodeGroups(Model):
     # built. Unset: `pulumi up` builds the image from gpu_platform/controllers/linode_node_groups/Dockerfile
     # and pushes it to linode.imageRegistry (required then, a config error otherwise).
     image: Optional[str] = Field(default=None, pattern=IMAGE_BY_DIGEST)
-    # A new node that has not registered after this long is deleted (its boot failed); the pool
-    # recovers on the autoscaler's next scale-up. The node's bootstrap token expires at the same time.
+    # A new node that has not registered after this long is given up on (its boot failed): the autoscaler
+    # (--max-node-provision-time) times the scale-up out, backs the pool off and deletes the instance; the
+    # node-group provider deletes it itself 5 minutes later if the autoscaler has not (docs/linode-autoscaling.md,
+    # "A node that never joins"). The node's bootstrap token expires at the deadline.
     join_deadline_minutes: int = Field(default=40, ge=15, le=180)
     # When the provider's own Linode API token (linode-node-groups:token; it creates and deletes the
     # pools' instances) expires: the date Cloud Manager shows. Renders alerts 30 and 7 days before, and

@@ -78,6 +78,11 @@ class Timing:
     # provider deletes the instance the restarted autoscaler is waiting for.
     grace_seconds: int = 20  # --scale-down-unneeded-time (linode.scaleDownGraceMinutes)
     join_deadline_seconds: int = 30  # --max-node-provision-time and the provider's joinDeadlineSeconds
+    # The provider's joinBackstopSeconds (components/linode/node_groups.JOIN_BACKSTOP_SECONDS, 300 s): the
+    # autoscaler removes a never-joined instance up to IncreaseSize's answer, a scan interval and two loops
+    # after the deadline; here IncreaseSize answers at once (its held create is a later phase's) and a loop
+    # takes well under a second.
+    join_backstop_seconds: int = 15
     boot_seconds: float = 3.0  # a Linode boot plus kubeadm join
     scan_interval_seconds: int = 2  # --scan-interval (10 s)
     delay_after_add_seconds: int = 5  # --scale-down-delay-after-add (the chart's 10m)
@@ -747,7 +752,8 @@ class Drill:
         self.work, self.log_dir = work, log_dir  # work: keys and tokens (deleted after); log_dir: kept
         # pools.json as planned (the autoscaler's chart values come from it) and as the drill runs the provider
         self.planned = planned
-        settings = self.settings = {**planned, "joinDeadlineSeconds": timing.join_deadline_seconds}
+        settings = self.settings = {**planned, "joinDeadlineSeconds": timing.join_deadline_seconds,
+                                    "joinBackstopSeconds": timing.join_backstop_seconds}
         self.extra_rbac = extra_rbac
         self.stack_tag = f"node-group-stack:{settings['cluster']}"
         self.pools = {p["name"]: p for p in settings["pools"]}
@@ -1185,7 +1191,8 @@ class Drill:
                               + "; ".join(self.autoscaler.changes))
             sc.details.append(f"pool {pool}: {self.pools[pool]['instanceType']} x {self.pools[pool]['minNodes']}-"
                               f"{self.pools[pool]['maxNodes']} (pools.json as the program renders it); drill clock: scale-down "
-                              f"grace {t.grace_seconds}s, join deadline {t.join_deadline_seconds}s, boot {t.boot_seconds:.0f}s, "
+                              f"grace {t.grace_seconds}s, join deadline {t.join_deadline_seconds}s (the provider's backstop "
+                              f"{t.join_backstop_seconds}s later), boot {t.boot_seconds:.0f}s, "
                               f"scan every {t.scan_interval_seconds}s")
             # The pool at minNodes: the rehearsal made its nodes at maxNodes (node model); they are not instances.
             for n in client.list("v1", "Node", selector=f"{GROUP_LABEL}={pool}"):
@@ -1434,8 +1441,9 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     """The shipped drill: sync; a pending TrainJob (with a Katib trial's ephemeral storage) scales the pool
     from zero, binds and runs; its busy node outlives the grace; after it ends the node goes after the grace
     and its instance is deleted; a GPU notebook's pod (the hub's, for the stack's GPU profile) does the same;
-    a node that never joins is removed at the join deadline; the autoscaler killed while its scale-up is in
-    flight and started again neither leaks nor doubles an instance."""
+    a node that never joins is timed out at the join deadline by the autoscaler, which backs the pool off and
+    removes it before the provider's backstop; the autoscaler killed while its scale-up is in flight and
+    started again neither leaks nor doubles an instance."""
     sc, t = d.sc, d.timing
     _check_template(d, pool)
     d.chart_rbac_alone()
@@ -1485,10 +1493,13 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
     if not gpu_notebook_from_zero(d):
         return
 
-    # 4. A node that never joins: removed at the join deadline, and the pool recovers ...
+    # 4. A node that never joins: the autoscaler times the scale-up out at the join deadline, backs the pool off
+    # and removes the instance (the provider's own deletion, a backstop, comes later), and the pool recovers ...
     # 5. ... with the autoscaler killed while its second scale-up is in flight (the provider's create reached
     # Linode, its answer is held). Started again, it counts the booting instance: nothing leaks, nothing doubles.
     posts_before = len(d.fake.calls("POST"))
+    marks = NeverJoinMarks(len(d.events()), len(d.autoscaler.text() if d.autoscaler else ""),
+                           len(d.provider_log().splitlines()))
     held = threading.Event()
     d.fake.faults["POST"] += [("pass",), ("hold", held)]
     d.bridge.refuse_next = True
@@ -1502,15 +1513,7 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
         return
     lost = sorted(d.bridge.never_join)
     alive = {i["id"] for i in d.fake.instances_tagged(d.stack_tag)}
-    timed_out = [e.text for e in d.events() if e.group == pool and e.kind in ("scale-up timed out", "unregistered removed")]
-    provider_said = [ln.split(": ", 1)[-1] for ln in d.provider_log().splitlines() if "did not join within" in ln]
-    if not lost or set(lost) & alive:
-        sc.fail(f"never joined: the pool scaled up again while instance(s) {lost} that never joined still exist")
-    else:
-        sc.details.append(f"never joined: instance {lost[0]} never registered; it was deleted at the join deadline "
-                          f"({t.join_deadline_seconds}s; the provider: {'; '.join(provider_said) or 'nothing logged'}; the "
-                          f"autoscaler: {'; '.join(timed_out) or 'saw its node group short again'}) and the autoscaler "
-                          f"asked for a node again {time.monotonic() - started:.0f}s after the TrainJob")
+    never_joined_timed_out(d, pool, lost, alive, time.monotonic() - started, marks)
     d.bridge.booting = False  # the in-flight instance stays booting until the restarted autoscaler has looked at it
     d.autoscaler.kill()
     held.set()
@@ -1539,6 +1542,64 @@ def scale_from_zero_and_back(d: Drill, job: dict, pool: str) -> None:
         left = d.fake.instances_tagged(d.stack_tag)
         sc.details.append(f"pool {pool} back at {len(d.pool_nodes(pool))} node(s); the fake Linode API holds "
                           f"{len(left)} instance(s) of the stack")
+
+
+@dataclass(frozen=True)
+class NeverJoinMarks:
+    """How much the autoscaler and the provider had logged when the never-join phase began: only what came
+    after counts (an earlier phase's backoff is not this one's)."""
+
+    events: int = 0
+    autoscaler_chars: int = 0
+    provider_lines: int = 0
+
+
+def never_joined_timed_out(d: Drill, pool: str, lost: list[int], alive: set[int], after: float,
+                           marks: NeverJoinMarks = NeverJoinMarks()) -> bool:
+    """The verdict on a node that never joined, once the pool has asked for a node again: the autoscaler timed
+    the scale-up out at --max-node-provision-time (clusterstate.go updateScaleRequests: "Scale-up timed out for
+    node group ...", then "Disabling scale-up for node group ..." - the backoff and failed-scale-up metric a
+    group whose nodes never join must get) and removed the instance itself through the provider's DeleteNodes
+    (static_autoscaler.go removeOldUnregisteredNodes), before the provider's own backstop. An instance the
+    provider deletes first leaves the autoscaler a group at its target: it logs the scale-up "finished
+    successfully" and asks again at once, a fresh GPU instance every join deadline with no backoff."""
+    sc, t = d.sc, d.timing
+    said = {kind: [e.text for e in d.events()[marks.events:] if e.group == pool and e.kind == kind]
+            for kind in ("scale-up timed out", "backoff", "unregistered removed")}
+    # The Event it records (on its status ConfigMap; its event sink logs it too).
+    said["ScaleUpTimedOut Event"] = [m[1] for m in re.finditer(
+        rf"reason: 'ScaleUpTimedOut' (Nodes added to group {re.escape(pool)} failed to register within \S+)",
+        (d.autoscaler.text() if d.autoscaler else "")[marks.autoscaler_chars:])]
+    log = d.provider_log().splitlines()[marks.provider_lines:]
+    backstop = [ln.split(": ", 1)[-1] for ln in log if "did not join within" in ln]
+    removed = [ln.split(": ", 1)[-1] for ln in log if "(it never registered as a node)" in ln]
+    ok = True
+    if not lost or set(lost) & alive:
+        sc.fail(f"never joined: the pool scaled up again while instance(s) {lost} that never joined still exist")
+        ok = False
+    missing = [f"{kind!r}" for kind, texts in said.items() if not texts]
+    if missing:
+        sc.fail(f"never joined: the autoscaler logged no {', '.join(missing)} for {pool} (want 'Scale-up timed out for "
+                f"node group {pool}' with its ScaleUpTimedOut Event, 'Disabling scale-up for node group {pool}' and "
+                f"'Removing 1 unregistered nodes for node group {pool}' at --max-node-provision-time "
+                f"{t.join_deadline_seconds}s): it never backed the group off; "
+                f"the provider: {'; '.join(backstop + removed) or 'nothing logged'}")
+        ok = False
+    if backstop:
+        sc.fail(f"never joined: the provider's backstop deleted the instance before the autoscaler timed it out: "
+                f"{'; '.join(backstop)}")
+        ok = False
+    elif not removed:
+        sc.fail("never joined: the provider logged no deletion of a never-registered instance on the autoscaler's DeleteNodes")
+        ok = False
+    if ok:
+        sc.details.append(f"never joined: instance {lost[0]} never registered; the autoscaler timed the scale-up out at "
+                          f"--max-node-provision-time ({t.join_deadline_seconds}s): {said['scale-up timed out'][0]} (Event "
+                          f"ScaleUpTimedOut: {said['ScaleUpTimedOut Event'][0]}); "
+                          f"{said['backoff'][0]}; {said['unregistered removed'][0]}; the provider on its DeleteNodes: "
+                          f"{removed[0]} (its own backstop: {t.join_deadline_seconds + t.join_backstop_seconds}s); "
+                          f"the autoscaler asked for a node again {after:.0f}s after the TrainJob")
+    return ok
 
 
 def busy_node_at_low_utilisation(d: Drill, job: dict, pool: str) -> None:

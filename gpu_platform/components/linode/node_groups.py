@@ -51,6 +51,25 @@ AUTOSCALER_RELEASE = "cluster-autoscaler"
 # (components/autoscaler_rbac.py): the same name the EKS autoscaler's ServiceAccount has.
 AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 AUTOSCALER_CONFIG_DIR = "/etc/externalgrpc"
+# The externalgrpc client's per-call deadline (--cloud-config grpc_timeout): IncreaseSize creates the
+# instances before it answers (several API calls per node).
+GRPC_TIMEOUT_SECONDS = 60
+# cluster-autoscaler's --scan-interval: neither these values nor the pinned chart set it, so the flag's
+# default (cluster-autoscaler 1.35.2 config/const.go DefaultScanInterval).
+AUTOSCALER_SCAN_INTERVAL_SECONDS = 10
+# The provider deletes an instance that never registered this long after the join deadline, as a backstop.
+# The autoscaler must act first: it starts a scale-up's clock (ExpectedAddTime = now + max-node-provision-time,
+# clusterstate/clusterstate.go registerOrUpdateScaleUpNoLock) only when IncreaseSize has answered, up to
+# GRPC_TIMEOUT_SECONDS after the instance was created, and it times the scale-up out (ScaleUpTimedOut, the
+# group backed off) in the first loop past it; an unregistered node's clock (UnregisteredSince) starts in the
+# first loop that lists the instance (the loop after the scale-up, at most a scan interval and a loop's run
+# later), and it deletes it through NodeGroupDeleteNodes in the first loop past that + max-node-provision-time
+# (core/static_autoscaler.go removeOldUnregisteredNodes). So the autoscaler's removal comes at most
+# GRPC_TIMEOUT_SECONDS + 2 scan intervals + 2 loops' run time after the join deadline; the provider reaps at
+# each loop's Refresh, or every minute on its own. 300 s leaves each loop more than 100 s to run. An instance
+# the provider reaps first is one the autoscaler never times out: it sees the group at its target and logs
+# the scale-up "finished successfully", with no backoff (clusterstate.go updateScaleRequests).
+JOIN_BACKSTOP_SECONDS = 300
 # The stack's policy config, beside its stack file (gpu_platform/preflight/analyzer.py policy_config_path).
 POLICY_FILE = "policy.{stack}.yaml"
 
@@ -122,6 +141,7 @@ def service_settings(cfg: StackConfig, pools: Sequence[dict], max_gpus: int, fix
         "maxGpus": max_gpus,
         "fixedGpus": fixed_gpus,
         "joinDeadlineSeconds": section.node_groups.join_deadline_minutes * 60,
+        "joinBackstopSeconds": JOIN_BACKSTOP_SECONDS,
         # The template node's ephemeral storage: the plan's disk (the provider reads it from the Linode API)
         # less these (capacity.linode_ephemeral_storage_reservation).
         "ephemeralStorage": linode_ephemeral_storage_reservation(),
@@ -144,8 +164,7 @@ def autoscaler_cloud_config() -> str:
         "key": f"{AUTOSCALER_CONFIG_DIR}/tls.key",
         "cert": f"{AUTOSCALER_CONFIG_DIR}/tls.crt",
         "cacert": f"{AUTOSCALER_CONFIG_DIR}/ca.crt",
-        # IncreaseSize creates the instances before it answers (several API calls per node).
-        "grpc_timeout": "60s",
+        "grpc_timeout": f"{GRPC_TIMEOUT_SECONDS}s",
     }, sort_keys=False)
 
 
@@ -165,8 +184,9 @@ def autoscaler_values(cluster_name: str, kubernetes_version: str, grace_minutes:
             # scaleDownGraceMinutes: an idle GPU node goes after this long, as on the other clouds.
             "scale-down-unneeded-time": f"{grace_minutes}m",
             "scale-down-delay-after-add": "10m",
-            # A node that has not registered by the provider's join deadline is given up on (the
-            # provider deletes its instance at the same moment).
+            # A node that has not registered by the join deadline is given up on: the autoscaler times the
+            # scale-up out, backs the group off and deletes the instance through the provider (which deletes
+            # it itself only JOIN_BACKSTOP_SECONDS later, when the autoscaler is away).
             "max-node-provision-time": f"{join_deadline_minutes}m",
             "enforce-node-group-min-size": True,
             "skip-nodes-with-local-storage": False,

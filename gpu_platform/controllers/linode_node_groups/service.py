@@ -235,9 +235,11 @@ class NodeGroups:
                 busy = [p["metadata"]["name"] for p in self.kube.pods_on_node(inst.label) if _uses_gpu(p)]
                 if busy:
                     raise ValueError(f"node {inst.label} still runs GPU pods: {', '.join(sorted(busy))}")
+            joined = self.kube.node_names(f"gpu-platform.io/pool={pool.name}")
             for inst in doomed:
                 self.linode.delete_instance(inst.id)
-                log.info("deleted instance %s (%s) of pool %s", inst.label, inst.id, pool.name)
+                log.info("deleted instance %s (%s) of pool %s%s", inst.label, inst.id, pool.name,
+                         "" if inst.label in joined else " (it never registered as a node)")
             gone = {i.id for i in doomed}
             assert self._instances is not None
             self._instances = [i for i in self._instances if i.id not in gone]
@@ -261,8 +263,11 @@ class NodeGroups:
     # --- refresh: instances that never joined ----------------------------------------------
 
     def refresh(self) -> list[str]:
-        """Reloads the instances and deletes those that did not register as nodes within the join
-        deadline (a boot that failed: the autoscaler then sees the pool short and asks again)."""
+        """Reloads the instances and deletes those that did not register as nodes within the join deadline
+        plus the backstop margin. The autoscaler removes such an instance itself first (at
+        --max-node-provision-time, the join deadline: it times the scale-up out, backs the group off and calls
+        NodeGroupDeleteNodes); this deletion is for when the autoscaler is away, and is late enough that it
+        never pre-empts the autoscaler's (a pre-empted autoscaler sees the group at target and never backs off)."""
         removed: list[str] = []
         with self._lock:
             instances = self.reload()
@@ -271,13 +276,16 @@ class NodeGroups:
             joined: set[str] = set()
             for pool in self.settings.pools:
                 joined |= self.kube.node_names(f"gpu-platform.io/pool={pool.name}")
-            deadline = datetime.timedelta(seconds=self.settings.join_deadline_seconds)
+            s = self.settings
+            deadline = datetime.timedelta(seconds=s.join_deadline_seconds + s.join_backstop_seconds)
             for inst in instances:
                 if inst.label in joined or inst.status in DELETING:
                     continue
                 if self.now() - inst.created > deadline:
-                    log.warning("instance %s did not join within %ss: deleting it", inst.label,
-                                self.settings.join_deadline_seconds)
+                    log.warning("instance %s did not join within %ss (join deadline %ss + backstop %ss) and the "
+                                "autoscaler did not remove it: deleting it", inst.label,
+                                s.join_deadline_seconds + s.join_backstop_seconds, s.join_deadline_seconds,
+                                s.join_backstop_seconds)
                     self.linode.delete_instance(inst.id)
                     removed.append(inst.label)
             if removed:

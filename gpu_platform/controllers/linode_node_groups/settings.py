@@ -13,6 +13,9 @@ from typing import Any, Mapping, Optional
 # Tags that find the service's instances again after a restart (Linode tags are free-form strings).
 STACK_TAG = "node-group-stack:{}"
 POOL_TAG = "node-group:{}"
+# joinBackstopSeconds when pools.json (a program's before it) does not say: the program's own value,
+# components/linode/node_groups.py JOIN_BACKSTOP_SECONDS.
+DEFAULT_JOIN_BACKSTOP_SECONDS = 300
 
 
 class SettingsError(ValueError):
@@ -64,7 +67,7 @@ class Settings:
     pod_cidr: str
     service_cidr: str
     max_gpus: int  # the policy pack's gpu-count-ceiling maxGpus, over every pool
-    join_deadline_seconds: int
+    join_deadline_seconds: int  # the autoscaler's --max-node-provision-time (and the bootstrap token's life)
     gpu_label: str
     pools: tuple[Pool, ...]
     tags: tuple[str, ...] = ()
@@ -75,6 +78,10 @@ class Settings:
     # GPUs of the stack's fixed pools (the program's own instances, always there): they count against
     # max_gpus with the provider's.
     fixed_gpus: int = 0
+    # How long after the join deadline the provider deletes an instance that never registered itself: a
+    # backstop for when the autoscaler is away. The autoscaler must time the scale-up out and remove the
+    # instance first (it backs the group off only then); see components/linode/node_groups.py JOIN_BACKSTOP_SECONDS.
+    join_backstop_seconds: int = DEFAULT_JOIN_BACKSTOP_SECONDS
     # Deploy-time (environment): resources the program creates.
     firewall_id: Optional[int] = None
     subnet_id: Optional[int] = None
@@ -88,6 +95,13 @@ class Settings:
     @property
     def stack_tag(self) -> str:
         return STACK_TAG.format(self.cluster)
+
+
+def _seconds(doc: Mapping[str, Any], key: str, default: int) -> int:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SettingsError(f"pools.json: {key} must be a whole number of seconds >= 0, got {value!r}")
+    return value
 
 
 def _req(doc: Mapping[str, Any], key: str, where: str) -> Any:
@@ -129,6 +143,7 @@ def parse(doc: Mapping[str, Any], env: Mapping[str, str] = {}) -> Settings:
         ephemeral_storage=ephemeral,
         disk_encryption=bool(doc.get("diskEncryption", True)), authorized_keys=tuple(doc.get("authorizedKeys", ())),
         fixed_gpus=int(doc.get("fixedGpus", 0)),
+        join_backstop_seconds=_seconds(doc, "joinBackstopSeconds", DEFAULT_JOIN_BACKSTOP_SECONDS),
         firewall_id=int(fw) if fw else None, subnet_id=int(subnet) if subnet else None)
 
 
