@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import base64
 import datetime
-import threading
 from typing import Callable, Optional
 
 from gpu_platform.rehearsal import pki
-from gpu_platform.rehearsal.kube import ApiError, Client
+from gpu_platform.rehearsal.kube import ApiError, Client, PollingLoop
 
 CERTGEN_IMAGE = "kube-webhook-certgen"
 CERTGEN_MANAGER = "kube-webhook-certgen"
@@ -105,30 +104,15 @@ def certgen(client: Client, args: list[str]) -> str:
 KNOWN: dict[str, Callable[[Client, list[str]], str]] = {CERTGEN_IMAGE: certgen}
 
 
-class HookRunner:
+class HookRunner(PollingLoop):
     """Polls the Running pods of Jobs; runs each one whose container is KNOWN once, then writes its status."""
 
+    name = "rehearsal-hook-runner"
+
     def __init__(self, client: Client, interval: float = 1.0):
-        self.client, self.interval = client, interval
+        super().__init__(client, interval)
         self.ran: list[str] = []  # one line per pod: namespace/name, what it did, or why it failed
         self._done: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="rehearsal-hook-runner", daemon=True)
-
-    def start(self) -> "HookRunner":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.once()
-            except (ApiError, OSError):
-                continue
 
     def _as(self, namespace: str, service_account: str) -> Client:
         return self.client.with_token(self.client.token(namespace, service_account))

@@ -263,3 +263,34 @@ def selector(labels: dict[str, str]) -> str:
 
 def items_of(objs: Iterable[dict], kind: str) -> list[dict]:
     return [o for o in objs if o.get("kind") == kind]
+
+
+class PollingLoop:
+    """A stand-in's background loop over the API server: `once()` every `interval` seconds in a daemon thread until
+    `stop()`; an API error or a refused connection in one pass is retried at the next (the Provisioner's volumes,
+    the HookRunner's hook pods)."""
+
+    name = "rehearsal-loop"
+
+    def __init__(self, client: Client, interval: float = 1.0):
+        self.client, self.interval = client, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def once(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.once()
+            except (ApiError, UnknownKind, OSError):
+                continue

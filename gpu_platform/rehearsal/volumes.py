@@ -8,10 +8,9 @@ admission plugin gives class-less claims the class they get there."""
 
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
-from gpu_platform.rehearsal.kube import ApiError, Client, UnknownKind
+from gpu_platform.rehearsal.kube import ApiError, Client, PollingLoop
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 # GKE creates `standard-rwo` (the Compute Engine PD CSI driver, WaitForFirstConsumer) as the cluster's
@@ -49,27 +48,12 @@ def cluster_storage_classes(cloud: str, cfg: object) -> list[tuple[dict, str]]:
     return out
 
 
-class Provisioner:
+class Provisioner(PollingLoop):
+    name = "rehearsal-provisioner"
+
     def __init__(self, client: Client, interval: float = 1.0):
-        self.client, self.interval = client, interval
+        super().__init__(client, interval)
         self.made: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="rehearsal-provisioner", daemon=True)
-
-    def start(self) -> "Provisioner":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.once()
-            except (ApiError, UnknownKind, OSError):
-                continue
 
     def _wait_for_first_consumer(self, cls: Optional[str]) -> bool:
         if not cls:
