@@ -28,20 +28,21 @@ def _copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_this_tree_is_after_release_0_3_0_and_no_tag_publishes_it_until_its_release_commit(tmp_path):
-    """After v0.3.0: the next release's .dev0 with an [Unreleased] section (docs/architecture.md, Releasing), so a
-    tag of this commit, v0.3.0 or v0.3.1, is refused naming what to change."""
-    assert gpu_platform.__version__ == "0.3.1.dev0"
-    assert any("newest section is [Unreleased], not [0.3.0]" in p for p in release.problems("v0.3.0"))
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "check", "v0.3.1"], capture_output=True,
+def test_this_tree_is_release_0_3_1_and_only_its_tag_passes(tmp_path):
+    """The 0.3.1 release commit (docs/architecture.md, Releasing): v0.3.1 passes; the next version's tag is refused
+    naming what to change, and the 0.3.0 release's files still pass as v0.3.0."""
+    assert gpu_platform.__version__ == "0.3.1"
+    assert release.problems("v0.3.1") == []
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "check", "v0.3.2"], capture_output=True,
                          text=True)
     assert run.returncode == 1
-    assert "__version__ is 0.3.1.dev0, not 0.3.1" in run.stderr
-    assert "newest section is [Unreleased], not [0.3.1] (rename [Unreleased]" in run.stderr
-    assert release.problems("0.3.0") == ["'0.3.0' is not a release tag (vX.Y.Z)"]
-    # The 0.3.0 release commit itself, its section renamed back as tools/release.py asks, passes.
+    assert "__version__ is 0.3.1, not 0.3.2" in run.stderr
+    assert "newest section is [0.3.1], not [0.3.2] (rename [Unreleased]" in run.stderr
+    assert release.problems("0.3.1") == ["'0.3.1' is not a release tag (vX.Y.Z)"]
+    # The 0.3.0 release commit's files, this tree's newer section taken out as they were then, pass as v0.3.0.
     root = _copy_released_0_3_0(tmp_path)
     assert release.problems("v0.3.0", root) == []
+    assert release.problems("v0.3.1", root) != []
 
 
 @pytest.mark.parametrize("edit, expected", [
@@ -59,14 +60,14 @@ def test_each_disagreement_is_named(tmp_path, edit, expected):
 
 
 def _copy_released_0_3_0(tmp_path: Path) -> Path:
-    """This tree's version files as they were at the 0.3.0 release: no [Unreleased] section, version 0.3.0."""
+    """This tree's version files as they were at the 0.3.0 release: no [0.3.1] section, version 0.3.0."""
     import re as _re
 
     root = _copy(tmp_path)
     text = (root / "CHANGELOG.md").read_text()
-    (root / "CHANGELOG.md").write_text(_re.sub(r"## \[Unreleased\].*?(?=## \[0\.3\.0\])", "", text, flags=_re.S))
-    _sub(root / "gpu_platform/__init__.py", '__version__ = "0.3.1.dev0"', '__version__ = "0.3.0"')
-    _sub(root / "gpu_platform/policies/PulumiPolicy.yaml", "version: 0.3.1-dev.0", "version: 0.3.0")
+    (root / "CHANGELOG.md").write_text(_re.sub(r"## \[0\.3\.1\].*?(?=## \[0\.3\.0\])", "", text, flags=_re.S))
+    _sub(root / "gpu_platform/__init__.py", '__version__ = "0.3.1"', '__version__ = "0.3.0"')
+    _sub(root / "gpu_platform/policies/PulumiPolicy.yaml", "version: 0.3.1", "version: 0.3.0")
     return root
 
 
@@ -80,6 +81,8 @@ def test_the_notes_are_the_versions_section_with_its_upgrade_note_and_the_images
     notes = release.notes("0.3.0")
     assert notes.startswith("### Upgrading from 0.2.0\n") and "## [0.2.0]" not in notes
     assert "gpu-platform-scale-in" in notes and "gpu-platform-linode-node-groups" in notes
+    notes = release.notes("0.3.1")
+    assert notes.startswith("### Upgrading from 0.3.0\n") and "## [0.3.0]" not in notes and "docker login" in notes
     with pytest.raises(SystemExit, match=r"no \[9.9.9\] section"):
         release.notes("9.9.9")
 
