@@ -5,19 +5,42 @@ PY := $(VENV)/bin/python
 STACK ?= gcp-prod
 STACKS := $(patsubst stacks/Pulumi.%.yaml,%,$(wildcard stacks/Pulumi.*.yaml))
 
-.PHONY: dist venv checkov-venv training-venv jupyterhub-venv engine-venv preflight preflight-all preflight-ci rehearse check test test-live bench bench-tests clean
+.PHONY: dist venv lock checkov-venv training-venv jupyterhub-venv preflight preflight-all preflight-ci rehearse check test test-live bench bench-tests clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@echo "Building $(VENV) from requirements-dev.txt (first run only, a few minutes; pip prints what it installs)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar off -r requirements-dev.txt
+	@# The dev lock: the program's lock (requirements.txt) plus the test tools, every package hashed, so pip
+	@# checks every download and resolves nothing (requirements-dev.in says how it is made: `make lock`).
+	$(PY) -m pip install --progress-bar off --require-hashes -r requirements-dev.txt
 	@# The package itself, editable: `import gpu_platform` from anywhere and the console scripts
-	@# (gpu-platform-preflight, gpu-platform-costs) in $(VENV)/bin. Offline: setuptools is pinned above.
+	@# (gpu-platform-preflight, gpu-platform-costs) in $(VENV)/bin. Offline: setuptools is pinned above, and
+	@# --no-deps: its dependencies came from the lock (an editable install cannot be hash-checked).
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 venv: $(VENV)/.installed
+
+## Regenerate the locks from requirements*.in (network: PyPI; tests never run it): requirements.txt (the program's,
+## what `pulumi install` and `make venv` install), requirements-dev.txt (that plus the test tools, constrained to
+## it) and the policy pack's gpu_platform/policies/requirements.txt (constrained to it). Each is universal (one
+## file for every Python pyproject.toml's requires-python allows and every platform, with environment markers)
+## and hashed. Pins already in a lock are kept (uv prefers them); LOCK_FLAGS="--upgrade-package grpcio" moves one
+## transitive dependency, LOCK_FLAGS=--upgrade all of them.
+LOCK_PYTHON := 3.11
+LOCK_FLAGS ?=
+# $(1) the .in file, $(2) the lock, $(3) more flags (a constraint). The header says what the file is; uv's own
+# lines below it name the command (Dependabot and other tools read them).
+define compile_lock
+$(VENV)/bin/uv pip compile --quiet --universal --generate-hashes --python-version $(LOCK_PYTHON) \
+  --custom-compile-command "make lock" $(LOCK_FLAGS) $(3) $(1) -o $(2)
+sed -i '1i \# DO NOT EDIT BY HAND: the lock of $(1) (every package, transitive ones included, pinned with\n\# its sha256 hashes). Change $(1), then run `make lock` (Makefile; uv pip compile --universal --generate-hashes).' $(2)
+endef
+lock: venv
+	$(call compile_lock,requirements.in,requirements.txt)
+	$(call compile_lock,requirements-dev.in,requirements-dev.txt,-c requirements.txt)
+	$(call compile_lock,gpu_platform/policies/requirements.in,gpu_platform/policies/requirements.txt,-c requirements.txt)
 
 # Tools whose dependencies clash with the program's get a virtualenv each, built by one recipe:
 # $(1) folder, $(2) requirements file.
@@ -35,15 +58,10 @@ $(eval $(call side_venv,.venv-checkov,requirements-checkov.txt))
 $(eval $(call side_venv,.venv-training,examples/training/requirements.txt))
 # The JupyterHub login test's real hub (requirements-jupyterhub.txt says why).
 $(eval $(call side_venv,.venv-jupyterhub,requirements-jupyterhub.txt))
-# The program as the real Pulumi engine runs it (the CLI, language host and Kubernetes provider the rehearsal
-# builds on demand): requirements.txt with pulumi-kubernetes at the built provider's release
-# (requirements-engine.txt says why).
-$(eval $(call side_venv,.venv-engine,requirements-engine.txt))
 
 checkov-venv: .venv-checkov/.installed
 training-venv: .venv-training/.installed
 jupyterhub-venv: .venv-jupyterhub/.installed
-engine-venv: .venv-engine/.installed
 
 ## Plan a stack offline: the verdict (policies, cluster fit, cost vs budget) first; STACK=gcp-prod by default.
 PREFLIGHT_FLAGS ?=
@@ -62,7 +80,7 @@ preflight-all: venv
 ## ENGINE=pulumi: deploy the stack's Kubernetes layer with the real `pulumi up` instead, then a second up that
 ## must change nothing and destroy (docs/rehearsal.md "The Pulumi engine"); writes build/STACK/engine.json.
 ENGINE ?= rehearsal
-rehearse: venv rehearsal-build $(if $(filter pulumi,$(ENGINE)),engine-build engine-venv,jupyterhub-venv)
+rehearse: venv rehearsal-build $(if $(filter pulumi,$(ENGINE)),engine-build,jupyterhub-venv)
 	$(PY) -m gpu_platform.preflight $(STACK) --rehearse --engine $(ENGINE) $(PREFLIGHT_FLAGS)
 
 ## CI (network): pull the pinned charts, then preflight every stack, each writing
@@ -97,8 +115,8 @@ differential: venv rehearsal-build
 rehearsal-build:
 	$(PYTHON) rehearsal/build.py
 
-## The Pulumi engine (CLI, Python language host, Kubernetes provider): on demand, not part of
-## rehearsal-build (docs/rehearsal.md "The Pulumi engine").
+## The Pulumi engine alone (CLI, Python language host, Kubernetes provider; rehearsal-build builds it too:
+## docs/rehearsal.md "The Pulumi engine").
 .PHONY: engine-build
 engine-build:
 	$(PYTHON) rehearsal/build.py pulumi pulumi-language-python pulumi-resource-kubernetes

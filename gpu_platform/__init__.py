@@ -13,7 +13,7 @@ cluster fit and cost), `controllers` (the scale-in protection controller's image
 # tag that is not `v` + this (tools/release.py). While CHANGELOG.md has an [Unreleased] section it is the next
 # release's `.dev0`, so a wheel built between releases never claims to be the last one (docs/architecture.md,
 # Releasing). 0.1.0 and 0.2.0 were never tagged; 0.3.0 was the first release to pin; pin the newest, `@v0.3.1`.
-__version__ = "0.3.1"
+__version__ = "0.3.2.dev0"
 
 
 def command_name(module: str) -> str:

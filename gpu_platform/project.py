@@ -69,3 +69,16 @@ def find_project(start: "Path | str | None" = None) -> Project:
         if (folder / "Pulumi.yaml").is_file():
             return Project.load(folder)
     raise ProjectNotFound(f"no Pulumi.yaml in {here} or any folder above it: run from a Pulumi project or pass -C DIR")
+
+
+def source_checkout() -> Path | None:
+    """The repository this package runs from (its Pulumi.yaml and pyproject.toml beside the package), or None where
+    the package is installed (a wheel in site-packages)."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "Pulumi.yaml").is_file() else None
+
+
+def python_m(module: str) -> str:
+    """`python -m MODULE` as a message should tell the reader to run it: `.venv/bin/python -m MODULE` in a checkout
+    (the README's set-up), `python -m MODULE` where the package is installed (no .venv there)."""
+    return f".venv/bin/python -m {module}" if source_checkout() else f"python -m {module}"

@@ -371,6 +371,24 @@ def test_in_cluster_reader_paginates_and_patches(tmp_path):
     assert json.loads(patch.data) == {"metadata": {"annotations": {SCALE_DOWN_DISABLED: None}}}
 
 
+def test_the_kubernetes_api_is_the_pods_service_account_unless_service_account_dir_names_another():
+    """In a pod: the mounted service account and the in-cluster address. SERVICE_ACCOUNT_DIR (the rehearsal's
+    TokenRequest token and the cluster's CA, as for the Linode node-group provider) replaces the folder only;
+    an empty value keeps the pod's."""
+    from gpu_platform.controllers.scale_in_protection.controller import kube_from_env
+
+    pod = kube_from_env({"KUBERNETES_SERVICE_HOST": "10.100.0.1", "KUBERNETES_SERVICE_PORT": "443",
+                         "NODE_SELECTOR": "gpu-platform.io/pool"})
+    assert (pod.base_url, pod.token_file, pod.ca_file, pod.node_selector) == (
+        "https://10.100.0.1:443", "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt", "gpu-platform.io/pool")
+    assert kube_from_env({"SERVICE_ACCOUNT_DIR": ""}).token_file == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    drill = kube_from_env({"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "40001",
+                           "SERVICE_ACCOUNT_DIR": "/tmp/drill/sa"})
+    assert (drill.base_url, drill.token_file, drill.ca_file, drill.node_selector) == (
+        "https://127.0.0.1:40001", "/tmp/drill/sa/token", "/tmp/drill/sa/ca.crt", "")
+
+
 # --- instances that are not in service, failures that must not cost the busy nodes their guard ---------
 
 

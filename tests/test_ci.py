@@ -54,6 +54,16 @@ def shipped_stacks() -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
 
 
+def stack_cloud(stack: str) -> str:
+    return (yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"] or {})["gpu-platform:cloud"]
+
+
+def drift_stacks() -> list[str]:
+    """What drift.yml checks: every shipped stack but the `cloud: kubernetes` ones (docs/ci.md, "Drift": their
+    provider's kubeconfig is an input, the read-only identity's differs from the deploy's)."""
+    return [s for s in shipped_stacks() if stack_cloud(s) != "kubernetes"]
+
+
 def workflow(name: str) -> dict:
     return yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
 
@@ -67,15 +77,20 @@ def stack_matrix_problem(name: str, listed: list[str], shipped: list[str]) -> st
     if not missing and not extra:
         return None
     files = ", ".join(f".github/workflows/{w}" for w in CLOUD_WORKFLOWS)
-    said = [f"lacks {missing}" if missing else "", f"lists {extra}, which have no stacks/Pulumi.<stack>.yaml" if extra else ""]
+    left_out = [s for s in extra if name == "drift.yml" and s in shipped_stacks()]  # cloud: kubernetes stacks
+    extra = [s for s in extra if s not in left_out]
+    said = [f"lacks {missing}" if missing else "", f"lists {extra}, which have no stacks/Pulumi.<stack>.yaml" if extra else "",
+            f"lists {left_out}, `cloud: kubernetes` stacks it leaves out (docs/ci.md, \"Drift\")" if left_out else ""]
     return (f".github/workflows/{name}: its `matrix.stack` {' and '.join(s for s in said if s)}. The stack list is "
-            f"written out in three files; edit each: {files} (docs/ci.md, \"Adding a stack\")")
+            f"written out in three files; edit each: {files} (drift.yml: not the `cloud: kubernetes` stacks; "
+            f"docs/ci.md, \"Adding a stack\")")
 
 
 @pytest.mark.parametrize("name", CLOUD_WORKFLOWS)
 def test_cloud_workflows_cover_every_shipped_stack(name):
     job = next(iter(workflow(name)["jobs"].values()))
-    problem = stack_matrix_problem(name, job["strategy"]["matrix"]["stack"], shipped_stacks())
+    expected = drift_stacks() if name == "drift.yml" else shipped_stacks()
+    problem = stack_matrix_problem(name, job["strategy"]["matrix"]["stack"], expected)
     assert problem is None, problem
 
 
@@ -85,6 +100,8 @@ def test_a_missing_stack_names_the_three_files_to_edit():
     assert all(f".github/workflows/{w}" in problem for w in CLOUD_WORKFLOWS)
     assert "lists ['old']" in stack_matrix_problem("deploy.yml", ["aws-prod", "old"], ["aws-prod"])
     assert stack_matrix_problem("drift.yml", ["b", "a"], ["a", "b"]) is None
+    assert "lists ['onprem-dev'], `cloud: kubernetes` stacks it leaves out" in stack_matrix_problem(
+        "drift.yml", [*drift_stacks(), "onprem-dev"], drift_stacks())
 
 
 def test_one_preflight_job_plans_every_stack_and_writes_the_summary():
@@ -127,7 +144,7 @@ def test_no_workflow_holds_a_long_lived_cloud_key():
 
 
 def test_pulumi_cli_matches_the_sdk_pin():
-    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    sdk = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.in").read_text(), re.M).group(1)
     versions = re.findall(r"pulumi-version:\s*(\S+)", "".join(wf.read_text() for wf in WORKFLOWS))
     assert versions and set(versions) == {sdk}
 
@@ -241,7 +258,7 @@ def trust_problems(docs: dict[str, dict]) -> list[str]:
                     problems.append(f"{wf}:{name}: a pull request's job uses environment {env_name}")
                 if (perms or {}).get("packages") == "write":
                     problems.append(f"{wf}:{name}: a pull request's job may write packages")
-            elif deploy_refs and not (env_name and not str(env_name).startswith("preview-")):
+            elif deploy_refs and not (env_name and not str(env_name).startswith(("preview-", "drift-"))):
                 problems.append(f"{wf}:{name}: reads deploy credentials {deploy_refs} outside a deploy environment")
             for step in job.get("steps", []):
                 if str(step.get("uses", "")).startswith("pulumi/actions@") and step["with"].get("policyPacks"):
@@ -537,6 +554,54 @@ def test_the_full_suite_job_may_run_longer_than_a_measured_cold_run():
     assert _job_running("bash .ci/run")["timeout-minutes"] >= cold_minutes * 1.25
 
 
+README_CITATION = re.compile(r'README, "([^"]+)"')
+SECONDS_FIGURE = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+) s\b")
+
+
+def readme_section(readme: str, heading: str) -> str | None:
+    """The README section under the heading `heading` (any level), up to the next heading of its level or above."""
+    found = re.search(rf"^(#+) {re.escape(heading)}\s*$", readme, re.M)
+    if not found:
+        return None
+    rest = readme[found.end():]
+    end = re.search(rf"^#{{1,{len(found.group(1))}}} ", rest, re.M)
+    return rest[:end.start()] if end else rest
+
+
+def workflow_readme_quote_problems(workflows: dict[str, str], readme: str) -> list[str]:
+    """Workflow comments that cite the README (`README, "Section"`): the section exists, and a figure in seconds
+    quoted in the same sentence is one that section gives."""
+    problems = []
+    for name, text in workflows.items():
+        comments = " ".join(line.split("#", 1)[1].strip() for line in text.splitlines() if "#" in line)
+        for cite in README_CITATION.finditer(comments):
+            section = readme_section(readme, cite.group(1))
+            if section is None:
+                problems.append(f"{name}: cites README section {cite.group(1)!r}, which the README does not have")
+                continue
+            sentence = re.split(r"(?<=[.;])\s", comments[:cite.start()])[-1]
+            for figure in SECONDS_FIGURE.findall(sentence):
+                if not re.search(rf"(?<![\d,]){re.escape(figure)} s\b", section):
+                    problems.append(f"{name}: quotes {figure} s from README, {cite.group(1)!r}, which says no such figure")
+    return problems
+
+
+def test_workflow_comments_quote_the_readme_as_it_is():
+    """Adopter review (issue 37, round 3), B: ci.yml said a cold run "summed to 4,497 s ... (README, "Test
+    times")", but that README section gives 1,439 s for a cold `.ci/run`; 4,497 s is docs/testing.md's older sum."""
+    readme = (ROOT / "README.md").read_text()
+    texts = {wf.name: wf.read_text() for wf in WORKFLOWS}
+    assert any(README_CITATION.search(t) for t in texts.values())  # the check has something to read
+    assert not workflow_readme_quote_problems(texts, readme)
+    old = ('    # The whole suite (what .ci/run runs) on pull requests and main. A cold run (Go components, virtualenvs,\n'
+           '    # tests) summed to 4,497 s on a loaded 2-core machine (README, "Test times"); the caches below make later\n')
+    assert workflow_readme_quote_problems({"ci.yml": old}, readme) == [
+        "ci.yml: quotes 4,497 s from README, 'Test times', which says no such figure"]
+    cold = re.search(r"[Cc]old `\.ci/run`[^:\n]*: ([\d,]+) s", readme).group(1)
+    assert not workflow_readme_quote_problems({"ci.yml": old.replace("4,497", cold)}, readme)
+    assert workflow_readme_quote_problems({"ci.yml": '# see README, "Test timez"\n'}, readme)
+
+
 # --- issue 37 item 5: the comments are posted by a job that runs none of the pull request's code -------------
 
 def _comment_job() -> dict:
@@ -618,6 +683,28 @@ def test_the_comment_script_edits_its_earlier_comment_of_the_same_kind(tmp_path)
                 {"id": 42, "user": "github-actions[bot]", "body": "<!-- gpu-platform-comment: preflight -->\\nold"}]
     calls = _post_comments(tmp_path, {"preflight": ("7", "new")}, heads={"7": "abc"}, existing=existing)
     assert calls[0].startswith("api -X PATCH repos/o/r/issues/comments/42 -F "), calls
+
+
+def test_the_preflight_comment_fits_what_comment_yml_posts_and_github_takes(tmp_path):
+    """ci.yml writes the pull request's comment with `summary --comment` (at most COMMENT_MAX_BYTES, cut with a
+    note and its blocks closed), so comment.yml's own `head -c` after its marker line never cuts inside it, and
+    the posted body stays under GitHub's 65,536 characters (issue 37 round 3 item 2)."""
+    from gpu_platform.preflight import verdict
+
+    steps = workflow("ci.yml")["jobs"]["preflight"]["steps"]
+    step = next(s for s in steps if s.get("name", "").startswith("The pull request's comment"))
+    assert ".venv/bin/python -m gpu_platform.preflight summary --comment build --expect $stacks > pr-comment/body.md" in step["run"]
+    script = _comment_job()["steps"][-1]["run"]
+    kept = int(re.search(r'head -c (\d+) "\$dir/body.md"', script).group(1))
+    longest_marker = len("<!-- gpu-platform-comment: " + "k" * 64 + " -->\n")  # kinds are [a-z0-9-]{1,64}
+    assert verdict.COMMENT_MAX_BYTES <= kept and longest_marker + kept <= verdict.GITHUB_COMMENT_MAX_CHARS
+    docs = [verdict.document(f"stack-{i:02d}", None, 0, warnings=tuple(f"warning {j}: " + "é" * 400 for j in range(9)))
+            for i in range(30)]
+    body = verdict.markdown(docs, comment=True)
+    assert "**The summary stops here**" in body and len(body.encode()) <= verdict.COMMENT_MAX_BYTES
+    calls = _post_comments(tmp_path, {"preflight": ("7", body)}, heads={"7": "abc"})
+    posted = json.loads(calls[0].split(" -F ", 1)[1])
+    assert posted == "<!-- gpu-platform-comment: preflight -->\n" + body  # whole: comment.yml's cut never bites
 
 
 def test_preflight_ci_compares_each_stack_the_base_planned(tmp_path):
@@ -756,16 +843,17 @@ def test_a_chart_test_without_charts_skips_offline_and_fails_when_charts_are_req
     assert "charts pull" in run.stdout  # either way it says how to fill the folder
 
 
-@pytest.mark.parametrize("name", ["preview.yml", "drift.yml"])
-def test_each_preview_checks_its_token_is_its_own_stacks_team_token(name):
+@pytest.mark.parametrize("name,secret", [("preview.yml", "PULUMI_PREVIEW_TOKEN"), ("drift.yml", "PULUMI_DRIFT_TOKEN")])
+def test_each_preview_checks_its_token_is_its_own_stacks_team_token(name, secret):
     """A shared token is refused at run time too: before the preview, the job asks Pulumi Cloud whose team token
-    it holds and fails unless it is gpu-platform-preview-<stack>'s (docs/ci.md)."""
+    it holds and fails unless it is gpu-platform-preview-<stack>'s (docs/ci.md). drift.yml holds another token of
+    that team, in its own environment."""
     job = next(iter(workflow(name)["jobs"].values()))
     steps = job["steps"]
     check = next(i for i, s in enumerate(steps) if s.get("run") == 'bash .github/pulumi-token-team.sh "$TEAM"')
     preview = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("pulumi/actions@"))
     assert check < preview
-    assert steps[check]["env"] == {"PULUMI_ACCESS_TOKEN": "${{ secrets.PULUMI_PREVIEW_TOKEN }}",
+    assert steps[check]["env"] == {"PULUMI_ACCESS_TOKEN": f"${{{{ secrets.{secret} }}}}",
                                    "TEAM": "gpu-platform-preview-${{ matrix.stack }}"}
     assert steps[preview]["env"]["PULUMI_ACCESS_TOKEN"] == steps[check]["env"]["PULUMI_ACCESS_TOKEN"]
 
@@ -790,6 +878,99 @@ def test_the_token_check_passes_only_the_stacks_own_team(tmp_path, answer, ok):
     assert "https://api.pulumi.com/api/user" in (tmp_path / "args").read_text()
     if not ok:
         assert "not one of the team gpu-platform-preview-gcp-prod" in run.stderr and "docs/ci.md" in run.stderr
+
+
+# --- issue 37 round 3, A: the drift check runs unattended, in environments of its own -----------------------
+
+READ_ONLY_ENV = "GPU_PLATFORM_READ_ONLY_RUN"
+CHECKLIST = "## Repository settings the gates rely on"
+
+
+def drift_problems(docs: dict[str, dict], ci_md: str) -> list[str]:
+    """drift.yml runs every day with no one to approve it: its job names its own `drift-<stack>` environment (a
+    `preview-*` one has reviewers on Linode and onprem, a deploy one holds deploy credentials and reviewers), reads
+    no deploy credential, runs its preview as a read-only run, and checks every shipped stack but the
+    `cloud: kubernetes` ones; deploy.yml never runs read-only. docs/ci.md's checklist creates each `drift-<stack>`
+    environment with `main` only and no reviewers, and says why the `cloud: kubernetes` stacks are left out."""
+    problems = []
+    job = next(iter(docs["drift.yml"]["jobs"].values()))
+    env = job.get("environment")
+    env_name = str(env.get("name") if isinstance(env, dict) else env)
+    if env_name != "drift-${{ matrix.stack }}":
+        problems.append(f"drift.yml: environment {env_name!r}, not the stack's own drift-<stack> (a preview-* one "
+                        "waits for a reviewer; a deploy one holds deploy credentials)")
+    reads = sorted(set(SECRET_REF.findall(yaml.safe_dump(job))) & set(DEPLOY_CREDENTIALS))
+    if reads:
+        problems.append(f"drift.yml: reads deploy credentials {reads}")
+    listed = job["strategy"]["matrix"]["stack"]
+    if sorted(listed) != drift_stacks():
+        problems.append(f"drift.yml: checks {sorted(listed)}, not {drift_stacks()} (every stack but the "
+                        "`cloud: kubernetes` ones)")
+    for wf, want in (("drift.yml", "1"), ("preview.yml", "1"), ("deploy.yml", None)):
+        for step in next(iter(docs[wf]["jobs"].values()))["steps"]:
+            if str(step.get("uses", "")).startswith("pulumi/actions@"):
+                got = (step.get("env") or {}).get(READ_ONLY_ENV)
+                if got != want:
+                    problems.append(f"{wf}: its pulumi step sets {READ_ONLY_ENV}={got!r}, not {want!r}")
+    flat = re.sub(r"\s+", " ", ci_md)
+    checklist = re.sub(r"\s+", " ", ci_md.split(CHECKLIST, 1)[1].split("\n## ", 1)[0])
+    item = re.search(r"- \*\*Environments\*\*.*?(?= - \*\*|$)", checklist)
+    drift_sentences = [x for x in re.split(r"(?<=\.)\s+", item.group(0) if item else "") if "`drift-<stack>`" in x]
+    said = " ".join(drift_sentences)
+    for must in ('"Deployment branches and tags: Selected: `main`"', "no required reviewers", "only read-only credentials"):
+        if must not in said:
+            problems.append(f"docs/ci.md's checklist, Environments: the drift-<stack> sentence does not say {must}")
+    for stack in listed:
+        if f"`drift-{stack}`" not in said or f"`drift-{stack}`" not in checklist.split("**Create them**", 1)[-1]:
+            problems.append(f"docs/ci.md's checklist does not create `drift-{stack}`")
+    for stack in sorted(set(shipped_stacks()) - set(listed)):
+        if f"`drift-{stack}`" in flat:
+            problems.append(f"docs/ci.md names `drift-{stack}`, which drift.yml does not check")
+    if "**`cloud: kubernetes` stacks are not checked.**" not in flat:
+        problems.append("docs/ci.md does not say why drift.yml leaves the `cloud: kubernetes` stacks out")
+    return problems
+
+
+def test_the_drift_check_runs_unattended_in_environments_of_its_own():
+    """Adopter review (issue 37, round 3), A: drift.yml used `preview-<stack>`, whose Linode and onprem
+    environments need a reviewer, so the daily run waited for an approval; onprem-dev's preview reports its
+    kubeconfig's update every day; Linode's read-only token changed inputs the deploy token had set."""
+    assert not drift_problems(all_workflows(), (ROOT / "docs" / "ci.md").read_text())
+
+
+def test_the_drift_check_catches_each_way_back():
+    docs, ci_md = all_workflows(), (ROOT / "docs" / "ci.md").read_text()
+
+    def broken(edit):
+        changed = copy.deepcopy(docs)
+        edit(changed)
+        return drift_problems(changed, ci_md)
+
+    def preview_environment(d):
+        d["drift.yml"]["jobs"]["drift"]["environment"] = "preview-${{ matrix.stack }}"
+    assert any("not the stack's own drift-<stack>" in p for p in broken(preview_environment))
+
+    def deploy_environment(d):
+        d["drift.yml"]["jobs"]["drift"]["environment"] = "${{ matrix.stack }}"
+    assert any("not the stack's own drift-<stack>" in p for p in broken(deploy_environment))
+
+    def onprem_again(d):
+        d["drift.yml"]["jobs"]["drift"]["strategy"]["matrix"]["stack"].append("onprem-dev")
+    assert any("every stack but the `cloud: kubernetes` ones" in p for p in broken(onprem_again))
+
+    def read_only_deploy(d):
+        _pulumi_step(d["deploy.yml"]["jobs"]["up"]).setdefault("env", {})[READ_ONLY_ENV] = "1"
+    assert any("deploy.yml: its pulumi step sets" in p for p in broken(read_only_deploy))
+
+    def drift_with_the_deploy_token(d):
+        _pulumi_step(d["drift.yml"]["jobs"]["drift"])["env"]["PULUMI_ACCESS_TOKEN"] = "${{ secrets.PULUMI_DEPLOY_TOKEN }}"
+    assert any("reads deploy credentials ['PULUMI_DEPLOY_TOKEN']" in p for p in broken(drift_with_the_deploy_token))
+    changed = copy.deepcopy(docs)
+    drift_with_the_deploy_token(changed)
+    assert any("drift.yml:drift: reads deploy credentials" in p for p in trust_problems(changed))
+
+    old_docs = ci_md.replace("no required reviewers", "required reviewers")
+    assert any("does not say no required reviewers" in p for p in drift_problems(docs, old_docs))
 
 
 # --- issue 37 follow-up: no unreviewed preview environment's token decrypts a credential ----------------------
@@ -923,3 +1104,29 @@ def test_the_chart_test_check_catches_release_yml_as_it_was():
     found = chart_test_problems(old)
     assert any("release.yml:check" in p and "without fetching" in p for p in found), found
     assert any("release.yml:check" in p and "GPU_PLATFORM_REQUIRE_CHARTS" in p for p in found), found
+
+
+def test_every_pulumi_run_installs_the_charts_preflight_checked_from_one_fixed_folder():
+    """Adopter review of 9f3f48b: deploy.yml pulled the charts for preflight, then `pulumi up` fetched them again
+    from the repositories by version (kustomize targets by tag). Every workflow that runs the Pulumi CLI sets
+    $GPU_PLATFORM_LOCAL_CHARTS (components/helm.py) for the job, to one absolute path shared by all of them (the path
+    is an input of each release: another one would be a diff on every run), and empties and fills it before the
+    CLI runs; deploy's preflight checks that folder."""
+    folders = {}
+    for name, doc in all_workflows().items():
+        for job_name, job in doc["jobs"].items():
+            steps = job.get("steps") or []
+            pulumi_at = [i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("pulumi/actions@")]
+            if not pulumi_at:
+                continue
+            folder = (job.get("env") or {}).get("GPU_PLATFORM_LOCAL_CHARTS")
+            assert folder and folder.startswith("/"), (name, job_name, job.get("env"))
+            folders[name] = folder
+            pulls = [i for i, s in enumerate(steps) if 'charts pull --dest "$GPU_PLATFORM_LOCAL_CHARTS"' in str(s.get("run"))]
+            assert pulls and pulls[0] < pulumi_at[0], (name, job_name)
+            assert 'rm -rf "$GPU_PLATFORM_LOCAL_CHARTS"' in steps[pulls[0]]["run"], (name, job_name)
+            for s in steps:  # a step of its own may not point the CLI somewhere else
+                assert "GPU_PLATFORM_LOCAL_CHARTS" not in (s.get("env") or {}), (name, s.get("name"))
+    assert {"deploy.yml", "preview.yml", "drift.yml"} <= set(folders) and len(set(folders.values())) == 1, folders
+    preflight = next(s for s in workflow("deploy.yml")["jobs"]["up"]["steps"] if str(s.get("name", "")).startswith("Preflight"))
+    assert '--charts "$GPU_PLATFORM_LOCAL_CHARTS"' in preflight["run"], preflight

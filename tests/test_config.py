@@ -69,7 +69,7 @@ MALFORMED = [
     ("gpuPool", [], "gpu-platform:gpuPool", "unknown key"),
     ("gpuPools.0.gpus", 2, "gpuPools[0].gpus", "unknown key; allowed keys here"),
     ("linode.zone", "a", "linode.zone", "unknown key"),
-    ("gpuPools", "rtx6000", "gpu-platform:gpuPools", "structured value"),
+    ("gpuPools", "rtx6000", "gpu-platform:gpuPools", "a list (YAML sequence), not a string"),
     ("gpuPools.0.maxNodes", "two", "gpuPools[0].maxNodes", "valid integer"),
     ("gpuPools.0.name", "RTX_6000", "gpuPools[0].name", "DNS-1123 label"),
     ("linode", None, "gpu-platform:linode", "required when cloud is linode"),

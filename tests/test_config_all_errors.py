@@ -127,3 +127,24 @@ def test_an_on_demand_approval_with_a_filler_reason_is_one_problem_on_its_own_ke
         parse_config(raw, "host3")
     assert [i.key for i in err.value.issues] == ["gpuPools[0].approvedOnDemand"], str(err.value)
     assert "OnDemandApproval" not in str(err.value)
+
+
+def test_a_linode_stack_without_registry_and_provider_token_expiry_hears_of_both_at_once(tmp_path):
+    """Adopter review (issue 37, round 3), D: an autoscaled Linode pool with neither linode.imageRegistry (nor
+    linode.nodeGroups.image) nor linode.nodeGroups.apiTokenExpires got only the registry error; the missing expiry
+    came in the next run, after the registry was given. docs/configuration.md: all of a file's problems in one run."""
+    import yaml
+
+    from tests.cli_support import preflight_in_process
+    from tests.conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.linode-dev.yaml").read_text())
+    section = doc["config"]["gpu-platform:linode"]
+    del section["imageRegistry"], section["nodeGroups"]
+    stack_file = tmp_path / "Pulumi.linode-dev.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    run = preflight_in_process("--stack-file", str(stack_file), "--no-policies", "--out", str(tmp_path / "out"),
+                               env={"NO_COLOR": "1", "GPU_PLATFORM_TODAY": "2026-11-29"})
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "linode.imageRegistry" in run.stderr and "linode.nodeGroups.apiTokenExpires" in run.stderr, run.stderr
+    assert "Traceback" not in run.stdout + run.stderr

@@ -166,6 +166,29 @@ def test_linode_types_match_a_recorded_linode_api_answer():
             "g1-gpu-rtx6000-1"} <= set(checked)
 
 
+def test_linode_prices_sourced_to_the_recorded_types_answer_are_its_numbers():
+    """A Linode price whose source names linodego's TestTypes_List.yaml (a `verified` price) is that answer's hourly price,
+    and the plan's monthly cap is its monthly price: a typo in either would bill every Linode stack wrongly under a
+    source that says otherwise. Plans sourced elsewhere (RTX4000 Ada: no recorded answer) stay `unverified`."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    recorded = {t["id"]: t for t in json.loads((root / "tests/data/linodego-types-recorded.json").read_text())["data"]}
+    catalog = yaml.safe_load((root / "gpu_platform/costs/catalog/linode.yaml").read_text())["instances"]
+    sourced = [i for i in catalog if "TestTypes_List.yaml" in i["onDemand"]["source"]]
+    for inst in sourced:
+        answer = recorded[inst["name"]]["price"]
+        assert (inst["onDemand"]["usdPerHour"], inst["monthlyCapUsd"]) == (answer["hourly"], answer["monthly"]), inst["name"]
+        assert inst["onDemand"]["status"] == "verified", inst["name"]
+    assert {i["name"] for i in sourced} == {"g6-standard-2", "g6-standard-4", "g6-standard-8", "g6-dedicated-4",
+                                            "g6-dedicated-8", "g1-gpu-rtx6000-1", "g1-gpu-rtx6000-2",
+                                            "g1-gpu-rtx6000-3", "g1-gpu-rtx6000-4"}
+    assert all(i["onDemand"]["status"] == "unverified" for i in catalog if i not in sourced)
+
+
 # --- issue 37 item 1: prices where the stack runs ------------------------------------------------------------
 
 def _regional_doc(**extra):

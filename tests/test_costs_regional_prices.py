@@ -148,6 +148,98 @@ def test_a_gcp_region_the_recorded_prices_do_not_cover_is_refused():
         estimate(StackShape("gcp", "europe-north2", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 8),)))
 
 
+def test_a_gpu_type_has_no_price_in_a_region_the_catalog_does_not_record_as_offering_it():
+    """GCP's recorded machine prices cover regions that do not offer a GPU type, with a Spot figure that leaves the GPU
+    out: a2-highgpu-1g Spot in europe-west2 was $0.39576 against $4.39 On-Demand (9%; 45-60% where the type is
+    offered). Such a price is not the machine's: no type, on any cloud, is priced in a region its `regions` leave
+    out, so a stack there is refused naming the type and the region (exit 3 in preflight) until priceOverrides
+    covers it."""
+    cat = load_catalog()
+    for cloud in ("aws", "gcp", "linode"):
+        for t in cat.instances(cloud):
+            if t.regions is not None:
+                assert not set(t.regional) - set(t.regions), (cloud, t.name, sorted(set(t.regional) - set(t.regions)))
+    a2 = cat.instance("gcp", "a2-highgpu-1g")
+    assert "europe-west2" not in a2.regions and "europe-west4" in a2.regions
+    for region, prices in a2.regional.items():  # where it is offered, Spot is about half of On-Demand
+        assert prices["spot"].usd_per_hour / prices["on-demand"].usd_per_hour > 0.3, region
+    with pytest.raises(RegionPriceRefused, match="no spot price for a2-highgpu-1g in europe-west2") as err:
+        estimate(StackShape("gcp", "europe-west2", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 8),)))
+    assert "europe-west2 may not offer a2-highgpu-1g at all" in str(err.value)
+    covered = estimate(StackShape("gcp", "europe-west2", (PoolShape("a100", "a2-highgpu-1g", "spot", 0, 8),),
+                                  price_overrides={"gcp/a2-highgpu-1g": {"spot": 2.1}}))
+    assert {ln.unit_usd_per_hour for ln in covered.lines if "a2-highgpu-1g" in ln.name} == {2.1}
+
+
+def test_validation_refuses_a_regional_price_where_the_type_is_not_recorded_as_offered():
+    doc = read_document(CATALOG_DIR / "gcp.yaml")
+    a2 = next(e for e in doc["instances"] if e["name"] == "a2-highgpu-1g")
+    a2["regionalPrices"]["europe-west2"] = a2["regionalPrices"]["europe-west4"]
+    problems = validate_document(doc, "gcp.yaml")
+    assert any("gcp.yaml.instances[a2-highgpu-1g].regionalPrices.europe-west2" in p and "a region of its `regions`" in p
+               for p in problems), problems
+
+
+def test_refresh_writes_no_price_where_the_type_is_not_recorded_as_offered(tmp_path):
+    """`costs refresh --gcp-machine-prices` on the recorded file writes a2-highgpu-1g's europe-west4 row (offered)
+    but not its europe-west2 row (not offered), and says so; the AWS refresh likewise for g5 in ap-east-1."""
+    import gpu_platform.costs.refresh_clouds as rc
+
+    copy = tmp_path / "gcp.yaml"
+    doc = read_document(CATALOG_DIR / "gcp.yaml")
+    for inst in doc["instances"]:
+        inst.pop("regionalPrices", None)
+    copy.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = apply_gcp_machines(read_gcp_machine_prices(GCP_MACHINES), ["europe-west2", "europe-west4"], catalog_path=copy,
+                             today="2031-01-01", file_dated=True)
+    a2 = next(e for e in read_document(copy)["instances"] if e["name"] == "a2-highgpu-1g")
+    assert set(a2["regionalPrices"]) == {"europe-west4"}
+    assert any(n.startswith("a2-highgpu-1g: not written in europe-west2") and "does not record" in n
+               for n in res.notes), res.notes
+    # a catalog written before keeps such a row: the refresh removes it, saying so
+    doc = read_document(copy)
+    a2 = next(e for e in doc["instances"] if e["name"] == "a2-highgpu-1g")
+    a2["regionalPrices"]["europe-west2"] = dict(a2["regionalPrices"]["europe-west4"])
+    copy.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = apply_gcp_machines(read_gcp_machine_prices(GCP_MACHINES), ["europe-west2"], catalog_path=copy,
+                             today="2031-01-01", file_dated=True)
+    assert "a2-highgpu-1g europe-west2: regional prices removed (the catalog does not record europe-west2 as offering " \
+           "it)" in res.changed
+    assert "europe-west2" not in next(e for e in read_document(copy)["instances"]
+                                      if e["name"] == "a2-highgpu-1g")["regionalPrices"]
+    aws = tmp_path / "aws.yaml"
+    doc = read_document(CATALOG_DIR / "aws.yaml")
+    for inst in doc["instances"]:
+        inst.pop("regionalPrices", None)
+    aws.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert any(r["InstanceType"] == "g5.xlarge" for r in _aws_rows("g5.xlarge", "ap-east-1"))
+    res = rc.refresh_aws_all_regions(AWS_V9, catalog_path=aws, today="2031-01-01")
+    g5 = next(e for e in read_document(aws)["instances"] if e["name"] == "g5.xlarge")
+    assert "ap-east-1" not in g5["regionalPrices"] and "eu-west-1" in g5["regionalPrices"]
+    assert any("g5.xlarge: not written in ap-east-1" in n for n in res.notes), res.notes
+
+
+def test_preflight_refuses_an_assumed_offering_without_a_price_until_an_override_covers_it(tmp_path, capsys):
+    """gcp.assumeOffered lets a stack run a type where the recorded offering data is out of date; the catalog has
+    no price there, so the bill is refused (exit 3) naming type and region, and priceOverrides covers it."""
+    changes = {"region: us-central1": "region: europe-west2", "us-central1-a": "europe-west2-a",
+               "us-central1-b": "europe-west2-b", "us-central1-c": "europe-west2-c"}
+    assumed = {"assumeOffered": [{"type": "a2-highgpu-1g"}]}
+    stack = _stack(tmp_path, "gcp-prod", "gke-ew2", changes)
+    doc = yaml.safe_load(stack.read_text())
+    doc["config"]["gpu-platform:gcp"].update(assumed)
+    stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, text, _ = run_main(["--stack-file", str(stack), "--no-policies", "--out", str(tmp_path / "build")], capsys)
+    assert code == 3, text
+    assert "REFUSED: no spot price for a2-highgpu-1g in europe-west2" in text and "0.3958" not in text, text
+    doc["config"]["gpu-platform:priceOverrides"] = {"a2-highgpu-1g": {"spot": 2.2}}
+    stack.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, text, _ = run_main(["--stack-file", str(stack), "--no-policies", "--out", str(tmp_path / "build")], capsys)
+    assert code == 0, text
+    lines = json.loads((tmp_path / "build" / "gke-ew2" / "cost.json").read_text())["lines"]
+    assert {ln["pricedIn"] for ln in lines if ln["resource"] == "a2-highgpu-1g"} == {"priceOverrides"}
+
+
 # --- preflight: the verdict (the EU GKE stack's: tests/test_pr_view.py) ----------------------------------------
 
 
@@ -177,6 +269,29 @@ def test_preflight_refuses_an_eu_west_1_eks_stack_naming_the_type_and_region_unt
     doc = json.loads((tmp_path / "build" / "eks-eu2" / "cost.json").read_text())
     priced = {ln["resource"]: ln["pricedIn"] for ln in doc["lines"]}
     assert priced["g5.xlarge"] == priced["m6i.large"] == "eu-west-1" and priced["g6.12xlarge"] == "priceOverrides"
+
+
+def test_a_refused_bill_gives_its_long_reason_once_and_the_cost_policies_point_at_it(tmp_path, capsys):
+    """Adopter review (issue 37, round 3), E: with the policy pack on, the ~500-character refusal ("no spot price
+    for g6.12xlarge in eu-west-1: the catalog prices ... priceOverrides.g6.12xlarge.spot (USD per node-hour)")
+    came three times: monthly-cost-ceiling's row, idle-floor-budget-share's row and the bill. The bill keeps it
+    (with the fix); each policy row keeps its first clause and points at the bill. policy.json keeps the pack's
+    own messages whole."""
+    stack = _stack(tmp_path, "aws-prod", "eks-eu-policies", {"us-east-1": "eu-west-1"})
+    code, text, _ = run_main(["--stack-file", str(stack), "--out", str(tmp_path / "build")], capsys)
+    assert code == 3, text
+    reason = json.loads((tmp_path / "build" / "eks-eu-policies" / "cost.json").read_text())["refused"]["message"]
+    assert len(reason) > 300 and reason.startswith("no spot price for g6.12xlarge in eu-west-1: ")
+    assert text.count(reason) == 1, text
+    assert text.index(reason) > text.index("Cost estimate for ")  # in the bill, after the policy table
+    short = "no spot price for g6.12xlarge in eu-west-1 (why, and what to do: the cost estimate below)"
+    for policy, what in (("monthly-cost-ceiling", "the stack's monthly cost"), ("idle-floor-budget-share",
+                                                                              "the stack's idle floor")):
+        row = next(line for line in text.splitlines() if f"] {policy}: " in line)
+        assert row.endswith(f"{policy}: Cannot estimate {what}: {short}."), row
+    messages = [v["message"] for p in json.loads((tmp_path / "build" / "eks-eu-policies" / "policy.json").read_text())[
+        "policies"] for v in p["violations"]]
+    assert sum(reason in m for m in messages) == 2, messages
 
 
 def test_a_refused_bill_names_every_unpriced_type_with_a_snippet_and_a_command_that_work(tmp_path, capsys):
@@ -314,21 +429,33 @@ def test_every_regional_price_traces_to_a_recorded_file_in_the_repository():
 
 def test_every_region_of_the_recorded_files_is_in_the_catalog():
     """`costs refresh ... --all-regions` was run on every recorded file: each region the files price a catalogued
-    type in (but the reference region) has that type's regional prices, at every capacity the rows price."""
+    type in (but the reference region) that the catalog records as offering the type has that type's regional
+    prices, at every capacity the rows price; a region it does not record as offering it has none."""
     cat = load_catalog()
+    unoffered = 0
     for region in skypilot_regions(AWS_V9):
         if region == "us-east-1":
             continue
         for name in {r["InstanceType"] for r in _rows(AWS_V9) if r["Region"] == region}:
+            t = cat.instance("aws", name)
             rows = _aws_rows(name, region)
             want = {cap for cap, col in (("on-demand", "Price"), ("spot", "SpotPrice")) if any(r[col] for r in rows)}
-            assert want and set(cat.instance("aws", name).regional.get(region, {})) == want, (name, region, want)
+            if t.regions is not None and region not in t.regions:
+                want, unoffered = set(), unoffered + 1
+            else:
+                assert want
+            assert set(t.regional.get(region, {})) == want, (name, region, want)
     for path in (GCP_MACHINES, GCP_E2):
         data = read_gcp_machine_prices(path)
         for region, machines in data.prices.items():
             for name in machines:
                 t = cat.instance("gcp", name)
-                assert region == "us-central1" or set(t.regional[region]) == {"on-demand", "spot", "preemptible"}
+                if region in t.regions:
+                    assert region == "us-central1" or set(t.regional[region]) == {"on-demand", "spot", "preemptible"}
+                else:
+                    assert region not in t.regional
+                    unoffered += 1
+    assert unoffered > 400  # g5 in ap-east-1 (the v7 region list), and most of the Cyclenerd file's GPU rows
 
 
 # (type, region, capacity) -> why the recorded source has no price there. Every other region a catalogued type is
@@ -682,13 +809,13 @@ def _spot_stack(itype: str, region: str) -> dict:
 
 
 def test_the_changelogs_spot_refusal_names_only_regions_the_bill_refuses():
-    """Adopter re-review of f294e99: CHANGELOG [Unreleased] said a p3dn/p4d/p5 Spot pool is refused "elsewhere,
+    """Adopter re-review of f294e99: CHANGELOG [0.3.1] (then [Unreleased]) said a p3dn/p4d/p5 Spot pool is refused "elsewhere,
     us-east-1 included", but us-east-1's Spot prices were refreshed from the v9 snapshot and a p5.48xlarge Spot
     stack there is priced ($18.7089/h). Every region the entry's refusal clause names (with the type it pairs,
     else all three) refuses, and every region its priced clause names prices."""
     from gpu_platform.config.stack import parse_config
 
-    text = re.sub(r"\s+", " ", (ROOT / "CHANGELOG.md").read_text().split("\n## [", 2)[1])
+    text = re.sub(r"\s+", " ", (ROOT / "CHANGELOG.md").read_text().split("\n## [0.3.1]", 1)[1].split("\n## [", 1)[0])
     entry = text.split("A Spot pool of p3dn/p4d/p5", 1)[1].split("\n- ", 1)[0].split(" - ", 1)[0]
     priced_clause, refused_clause = entry.split("refused by the bill", 1)
     refused_clause = refused_clause.split("until", 1)[0]

@@ -44,7 +44,9 @@ def test_summary_prints_every_line_with_its_assumption_and_what_is_not_modelled(
 def test_catalog_age_warns_past_90_days(est):
     text = render_cost_summary(est, 5000, today=TODAY)
     assert "catalog age: prices dated 2026-07-30" in text and "116 days old" in text
-    assert "warning: prices older than 90 days (a2-highgpu-1g, e2-standard-4)" in text
+    # Cloud NAT data/per-VM and GCS Standard are dated by the Cloud Billing Catalog generation that states them (2026-07-30)
+    assert ("warning: prices older than 90 days (a2-highgpu-1g, cloud-nat-data, cloud-nat-per-vm, e2-standard-4, gcs-standard)"
+            in text)
     fresh = render_cost_summary(est, 5000, today=dt.date(2026, 8, 1))
     assert "warning: prices older" not in fresh
 

@@ -56,3 +56,66 @@ def test_a_target_missing_from_the_local_folder_stops_the_program_naming_folder_
     with pytest.raises(pulumi.RunError, match=rf"{tmp_path}, which has no kustomize/{fname} .*charts pull --dest"):
         local_kustomize(PACKAGE_DIR / versions.KUSTOMIZE_OVERLAYS["katib-standalone"])
     assert not cache.exists()
+
+
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet")
+DEPENDS_ON = "config.kubernetes.io/depends-on"
+
+
+def _pod_needs(pod: dict) -> set[tuple[str, str]]:
+    """(kind, name) of what a pod cannot start without: its ServiceAccount (the API server refuses the pod), the
+    ConfigMaps, Secrets and claims its volumes and env name (the kubelet starts no container before they exist)."""
+    refs = set()
+    if pod.get("serviceAccountName") or pod.get("serviceAccount"):
+        refs.add(("ServiceAccount", pod.get("serviceAccountName") or pod.get("serviceAccount")))
+    for v in pod.get("volumes") or []:
+        for kind, key, name in (("ConfigMap", "configMap", "name"), ("Secret", "secret", "secretName"),
+                                ("PersistentVolumeClaim", "persistentVolumeClaim", "claimName")):
+            if v.get(key):
+                refs.add((kind, v[key][name]))
+        for src in (v.get("projected") or {}).get("sources") or []:
+            for kind, key in (("ConfigMap", "configMap"), ("Secret", "secret")):
+                if src.get(key):
+                    refs.add((kind, src[key]["name"]))
+    for c in (pod.get("containers") or []) + (pod.get("initContainers") or []):
+        for e in c.get("envFrom") or []:
+            for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+                if e.get(key):
+                    refs.add((kind, e[key]["name"]))
+        for e in c.get("env") or []:
+            for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
+                if (e.get("valueFrom") or {}).get(key):
+                    refs.add((kind, e["valueFrom"][key]["name"]))
+    return refs
+
+
+@pytest.mark.parametrize("key", ["katib-standalone", "pipelines-platform-agnostic"])
+def test_each_workload_of_an_install_waits_for_what_its_pod_needs_from_the_same_install(key):
+    """`pulumi up` runs at most 4 x CPUs operations at once and awaits each Deployment's readiness for 10 minutes;
+    without the order, eight Pipelines Deployments held all eight slots of a 2-CPU run waiting for pods the API server
+    refused (their ServiceAccounts not created yet, and never: no slot was left), and `up` failed (seen under the
+    engine, 2026-11-29). Each workload's `config.kubernetes.io/depends-on` names exactly the objects of the same install
+    its pod cannot start without, so the provider's Directory registers it after them."""
+    need_charts()
+    objs = load_kustomize(str(PACKAGE_DIR / versions.KUSTOMIZE_OVERLAYS[key]), key, [CHARTS])
+    have = {(o["kind"], o["metadata"].get("namespace") or "", o["metadata"]["name"]) for o in objs}
+    workloads = [o for o in objs if o["kind"] in WORKLOADS]
+    assert workloads
+    for o in workloads:
+        ns = o["metadata"]["namespace"]
+        needs = sorted(r for r in _pod_needs(o["spec"]["template"]["spec"]) if (r[0], ns, r[1]) in have)
+        declared = ((o["metadata"].get("annotations") or {}).get(DEPENDS_ON) or "").split(",")
+        assert sorted(d for d in declared if d) == [f"/namespaces/{ns}/{kind}/{name}" for kind, name in needs], \
+            (o["metadata"]["name"], declared, needs)
+
+
+@pytest.mark.parametrize("key", sorted(versions.KUSTOMIZE_OVERLAYS))
+def test_no_object_of_an_install_carries_an_empty_map_the_api_server_drops(key):
+    """Katib's webhook certificate Secret shipped `data: {}`: the API server stores no `data`, so after `pulumi up
+    --refresh` the program's input differed from what it read back and the engine's second `up` proposed replacing the
+    Secret (seen 2026-11-29), as drift.yml's --expect-no-changes would on every cluster. The overlay drops it."""
+    need_charts()
+    objs = load_kustomize(str(PACKAGE_DIR / versions.KUSTOMIZE_OVERLAYS[key]), key, [CHARTS])
+    empty = [f"{o['kind']} {o['metadata']['name']}: {field}" for o in objs if o["kind"] in ("Secret", "ConfigMap")
+             for field in ("data", "stringData", "binaryData") if o.get(field) == {}]
+    assert empty == []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from gpu_platform.config.linode import LinodeNodeGroups
 from gpu_platform.config.platform import PlatformSection
 from gpu_platform.components.platform.queue import kueue_manager_config
 
@@ -48,16 +49,22 @@ def test_the_timings_the_doc_quotes_are_the_configured_ones() -> None:
     defaults = PlatformSection()
     conf = {cloud: kueue_manager_config(defaults.pods_ready_timeout_minutes, defaults.max_requeues,
                                         node_boot_minutes(cloud))["waitForPodsReady"] for cloud in ("gcp", "aws", "linode")}
+    # An autoscaled Linode pool: its node group's join deadline (the default) takes the boot's place.
+    conf["autoscaled"] = kueue_manager_config(defaults.pods_ready_timeout_minutes, defaults.max_requeues,
+                                              node_boot_minutes("linode"),
+                                              LinodeNodeGroups().join_deadline_minutes)["waitForPodsReady"]
     assert conf["gcp"] == conf["aws"]
     mins = {c: (int(v["timeout"].rstrip("m")), int(v["recoveryTimeout"].rstrip("m"))) for c, v in conf.items()}
     preemption = " ".join(DOC.split("## 4.")[1].split("## 5.")[0].split())  # whitespace as one space
     assert f"{mins['gcp'][1]} minutes on GKE and EKS, {mins['linode'][1]} on Linode" in preemption
+    assert f"{mins['autoscaled'][1]} with an autoscaled Linode pool" in preemption
     assert "recoveryTimeout" in preemption
     assert f"`platform.podsReadyTimeoutMinutes`, {defaults.pods_ready_timeout_minutes} by" in preemption
     assert f"`platform.maxRequeues` ({defaults.max_requeues})" in preemption
     never = " ".join(DOC.split("### Jobs that can never run stop")[1].split("### Availability")[0].split())
     assert f"{mins['gcp'][0]} minutes on GKE and EKS and {mins['linode'][0]} on Linode" in never
-    assert f"({mins['gcp'][1]} / {mins['linode'][1]} minutes)" in never
+    assert f"{mins['autoscaled'][0]} with an autoscaled Linode pool" in never
+    assert f"({mins['gcp'][1]} / {mins['linode'][1]} / {mins['autoscaled'][1]} minutes)" in never
     assert f"admitted {defaults.max_requeues + 1} times" in never
     assert "no retry limit" not in DOC
 

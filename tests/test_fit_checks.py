@@ -647,8 +647,11 @@ def test_trainjob_admitted_to_a_pool_whose_allocatable_is_smaller_never_schedule
     assert "cpu 4" in p.reason and "re-admitted forever" in p.reason
     ok = check_fit(_queue_model(), [releases[0], rel("example", [trainjob(cpu="3", mem="12Gi")], source="example")])
     # The queue fits; what remains is that the chart's torch-distributed runtime carries no safe-to-evict
-    # annotation (issue 33 item 2), so its pods are named for scale-down, and only that.
+    # annotation (issue 33 item 2): its dataset initializer (no GPU, on the GPU node Kueue admits it to) leaves
+    # that node a scale-down candidate, and only that; the trainer's pod asks for its node's one GPU, so its node
+    # never is (issue 37 round 3 item 1).
     assert {p.check for p in ok.problems} == {"scale-down"}, ok.problems
+    assert [p.object for p in checks_of(ok, "scale-down")] == ["TrainJob/training/resnet[dataset-initializer]"]
     assert ("a10g", 1) in [(pl.group, pl.pods) for pl in ok.placements if "resnet" in pl.object]
 
 
@@ -941,3 +944,23 @@ def test_identical_replicas_are_placed_a_node_at_a_time_exactly_as_one_by_one():
         assert [n["free"] for n in at_once] == [n["free"] for n in one_by_one]
 
     check()
+
+
+def test_at_v_each_daemonset_is_listed_once_with_its_groups_and_at_vv_under_each_group():
+    """The adopter's review (2026-11-29): `preflight -v` repeated every DaemonSet under every node group (aws-prod:
+    about 110 of 192 lines). At -v each DaemonSet is one line naming its groups (the fewest names: "every node group
+    but control-plane" where the control plane's taint keeps it off); every other placement stays under its group;
+    -vv lists everything under its group."""
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "kube-system"},
+          "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}},
+                   "spec": pod_spec(container(cpu="10m"))}}}
+    r = check_fit(model(cp_group(), group("system"), group("other"), group("third")),
+                  [rel("ds", [ds]), rel("r", [deployment("web")])])
+    placed = {pl.group_key for pl in r.placements if pl.object == "DaemonSet/kube-system/agent"}
+    assert placed == {"system", "other", "third"}, placed
+    one = r.render(verbose=1)
+    assert one.count("DaemonSet/kube-system/agent") == 1, one
+    assert "DaemonSet/kube-system/agent (ds): every node group but control-plane" in one, one
+    assert "x Deployment/apps/web (r)" in one
+    two = r.render(verbose=2)
+    assert two.count("DaemonSet/kube-system/agent") == 3 and "DaemonSets (a pod on each node of):" not in two

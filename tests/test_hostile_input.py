@@ -222,6 +222,31 @@ def test_an_integer_with_a_leading_zero_is_refused_because_yaml_readers_disagree
         load_yaml_text(f"config:\n  gpu-platform:monthlyBudgetUsd: {text}\n", "Pulumi.x.yaml")
 
 
+@pytest.mark.parametrize("text, message", [
+    ("config:\n  gpu-platform:monthlyBudgetUsd: " + "9" * 50 + "\n",
+     "Pulumi.x.yaml:2: config.gpu-platform:monthlyBudgetUsd: a number of 50 digits is not a usable value: give a "
+     "number of at most 40 digits"),
+    ("config:\n  gpu-platform:gpuPools:\n    - name: a\n      maxNodes: " + "1" * 41 + "\n",
+     "Pulumi.x.yaml:4: config.gpu-platform:gpuPools[0].maxNodes: a number of 41 digits"),
+    ("config:\n  gpu-platform:owner: !!python/object/apply:os.system ['true']\n",
+     "Pulumi.x.yaml:2: config.gpu-platform:owner: the tag tag:yaml.org,2002:python/object/apply:os.system is not "
+     "allowed here: plain strings, numbers, booleans, lists and mappings only (no tags)"),
+    ("config:\n  gpu-platform:alertEmails: [a@b.c, !Secret x]\n",
+     "Pulumi.x.yaml:2: config.gpu-platform:alertEmails[1]: the tag !Secret is not allowed"),
+    ("config:\n  gpu-platform:monthlyBudgetUsd: 01500\n",
+     "Pulumi.x.yaml:2: config.gpu-platform:monthlyBudgetUsd: '01500' has a leading zero"),
+    ("config:\n  gpu-platform:gcp:\n    region: a\n    region: b\n",
+     "Pulumi.x.yaml:4: config.gpu-platform:gcp: duplicate key 'region' (first at line 3)"),
+])
+def test_a_value_the_loader_refuses_is_named_by_its_key_path_and_what_is_allowed(text, message):
+    """Adopter review: a 50-digit number or a !!python/... tag gave the line but not the key, nor what is allowed."""
+    from gpu_platform.preflight.safe_yaml import YamlInputError, load_yaml_text
+
+    with pytest.raises(YamlInputError) as err:
+        load_yaml_text(text, "Pulumi.x.yaml")
+    assert message in str(err.value), str(err.value)
+
+
 @pytest.mark.parametrize("text, line", [("\x01onfig:\n  n: 1\n", 1), ("config:\n  n: \x02\n", 2), ("a: \x7f\n", 1)])
 def test_a_control_character_is_a_stack_file_error_naming_the_line(text, line):
     """Found by tests/test_config_properties.py (a mutated linode-dev): PyYAML's Reader refuses a non-printable
@@ -312,3 +337,22 @@ def test_the_one_minor_step_out_of_an_unsupported_linode_minor_stays_possible(tm
     with pytest.raises(ConfigError, match="skips a minor"):
         parse("1.33", "1.35")
     assert not [w for w in config_warnings(parse("1.34", "1.35")) if "kubernetesVersion" in w]
+
+
+@pytest.mark.parametrize("base, key, value, allowed", [
+    ("gcp-prod", "gcp", "just a string", "a mapping (YAML map) of the gcp section's keys, not a string"),
+    ("aws-prod", "aws", "eu-west-1", "a mapping (YAML map) of the aws section's keys, not a string"),
+    ("gcp-prod", "alertEmails", "a@b", "a list (YAML sequence), not a string"),
+])
+def test_a_section_given_as_a_string_is_one_message_naming_the_key_and_what_it_takes(base, key, value, allowed,
+                                                                                     tmp_path, capsys):
+    """Adopter review: `gcp: "just a string"` gave two messages, one of them "(missing) required when cloud is gcp"
+    for the key the file does set."""
+    doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{base}.yaml").read_text())
+    doc["config"][f"gpu-platform:{key}"] = value
+    path = tmp_path / "Pulumi.s.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, text, _ = run_main(["--stack-file", str(path), "--quiet", "--no-policies", "--out", str(tmp_path / "b")], capsys)
+    assert code == 2, text
+    assert f'gpu-platform:{key}: "{value}" -> {allowed}' in text, text
+    assert "(1 problem(s))" in text and "(missing)" not in text, text

@@ -49,10 +49,10 @@ def everything(plan: Plan) -> dict[str, Any]:
 def test_the_installed_sdk_is_the_one_read() -> None:
     """An SDK upgrade (requirements.txt) stops here until someone reads its wait_for_rpcs again: the linear
     wait copies its RPC drain and mirrors its outputs loop. Until then run_program keeps the SDK's own."""
-    pinned = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M)
-    assert pinned, "requirements.txt pins no pulumi version"
+    pinned = re.search(r"^pulumi==(\S+)$", (ROOT / "requirements.in").read_text(), re.M)
+    assert pinned, "requirements.in pins no pulumi version"
     assert pinned.group(1) == importlib.metadata.version("pulumi") == linear_wait.SDK_VERSION, (
-        f"requirements.txt pins pulumi {pinned.group(1)}, .venv has {importlib.metadata.version('pulumi')}, "
+        f"requirements.in pins pulumi {pinned.group(1)}, .venv has {importlib.metadata.version('pulumi')}, "
         f"gpu_platform/preflight/linear_wait.py was read against {linear_wait.SDK_VERSION}: read the new SDK's "
         "pulumi/runtime/stack.py wait_for_rpcs, bring linear_wait.py in line, then update SDK_VERSION and "
         "SDK_SOURCE_SHA256")

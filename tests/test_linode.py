@@ -430,13 +430,14 @@ def test_system_pool_type_and_count_come_from_the_stack():
                                                                          "gpu-dev-system-1": "10.0.0.21"}
 
 
-def test_system_pool_defaults_to_one_four_vcpu_plan():
+def test_system_pool_defaults_to_two_four_vcpu_plans():
+    """Two: on one, the platform's pods leave no room for a CPU notebook (tests/test_linode_defaults.py)."""
     from gpu_platform.config.linode import LinodeSection
     from gpu_platform.costs.catalog import load_catalog
 
     section = LinodeSection.model_validate({"region": "us-east"})
     plan = load_catalog().instance("linode", section.system_pool.instance_type)
-    assert section.system_pool.min_nodes == section.system_pool.max_nodes == 1 and plan.vcpus == 4 and not plan.is_gpu
+    assert section.system_pool.min_nodes == section.system_pool.max_nodes == 2 and plan.vcpus == 4 and not plan.is_gpu
 
 
 def test_kubelet_reservations_set_every_hard_eviction_default():

@@ -235,7 +235,7 @@ def test_kueue_offers_no_quota_for_nodes_that_never_come(plan):
     refuses a stack without a provider image; the component's own rule still holds for any caller."""
     from gpu_platform.components.linode.cluster import reachable_pools
 
-    assert _gpu_quota(plan) == {"ada": 1}
+    assert _gpu_quota(plan) == {"ada": "1"}
     from gpu_platform.components.cluster import gpu_pool_specs
 
     pools = gpu_pool_specs(parse_config(gp(stack_config("linode-dev")), "linode-dev"))

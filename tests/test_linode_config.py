@@ -6,6 +6,8 @@ import copy
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpu_platform.config.base import ConfigError
 from gpu_platform.config.stack import parse_config
@@ -50,7 +52,7 @@ def test_shipped_linode_stacks_have_a_system_pool():
         assert pool.min_nodes == pool.max_nodes >= 1 and pool.instance_type == "g6-standard-4"
 
 
-def test_system_pool_new_shape_parses_and_defaults_to_one_fixed_node():
+def test_system_pool_new_shape_parses_and_defaults_to_two_fixed_nodes():
     from gpu_platform.config.stack import config_warnings
     from gpu_platform.config.linode import LinodeSection
 
@@ -59,7 +61,7 @@ def test_system_pool_new_shape_parses_and_defaults_to_one_fixed_node():
     assert cfg.linode.system_pool.model_dump() == {"instance_type": "g6-standard-8", "min_nodes": 2, "max_nodes": 2}
     assert not [w for w in config_warnings(cfg) if "systemPool" in w]
     assert LinodeSection.model_validate({"region": "us-ord"}).system_pool.model_dump() == {
-        "instance_type": "g6-standard-4", "min_nodes": 1, "max_nodes": 1}
+        "instance_type": "g6-standard-4", "min_nodes": 2, "max_nodes": 2}
 
 
 # --- regions: the dated capability table ---------------------------------------------------------
@@ -197,3 +199,86 @@ def test_documents_that_fit_go_uncompressed_and_only_control_planes_need_gzip():
             assert (len(doc.encode()) > USER_DATA_LIMIT_BYTES) is control_plane, r.plain_inputs["label"]
             if not control_plane:
                 assert raw.decode() == doc
+
+
+# --- the node groups' join deadline against the pools' boot (issue 35 review) ------------------------------
+
+
+def _with_join_deadline(tmp_path, minutes: int):
+    """linode-dev's stack file as a user edits it: `joinDeadlineMinutes` written under `nodeGroups:`."""
+    from tests.conftest import ROOT
+
+    lines = (ROOT / "stacks" / "Pulumi.linode-dev.yaml").read_text().splitlines()
+    at = lines.index("    nodeGroups:") + 1
+    lines.insert(at, f"      joinDeadlineMinutes: {minutes}")
+    path = tmp_path / "Pulumi.linode-dev.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _front_half(path):
+    """What `python -m gpu_platform.preflight --stack-file` and the program read before any resource."""
+    from gpu_platform.preflight.runner import load_stack_file
+
+    si = load_stack_file(path)
+    return parse_config(si.raw, si.stack, source=str(path), secret_keys=si.bare_secret_keys), si
+
+
+@pytest.mark.parametrize("minutes", [15, 16, 23])
+def test_a_join_deadline_the_pools_boot_cannot_meet_is_refused_naming_the_key_file_pool_and_boot(tmp_path, minutes):
+    """Before: 15 to 180 was accepted, although an autoscaled Linode pool boots in 16 minutes: with 15 (or 16)
+    the autoscaler deleted every node before it could register and the pool never scaled up; a few minutes more
+    gave up on every node a little slower than the assumed boot."""
+    from gpu_platform.preflight.runner import ProgramError, load_stack_file, run_program
+
+    path = _with_join_deadline(tmp_path, minutes)
+    with pytest.raises(ConfigError) as err:
+        _front_half(path)
+    text = str(err.value)
+    assert f"invalid configuration in {path} " in text
+    assert f"gpu-platform:linode.nodeGroups.joinDeadlineMinutes: {minutes} -> at least 24 minutes (at most 180)" in text
+    assert "gpuPools[0] (ada, minNodes 0 < maxNodes 1) boots in 16 minutes" in text, text
+    assert len(err.value.issues) == 1
+    # The program refuses it too, before it registers anything.
+    with pytest.raises(ProgramError, match=r"linode\.nodeGroups\.joinDeadlineMinutes"):
+        run_program(load_stack_file(path))
+
+
+def test_the_shortest_join_deadline_allowed_leaves_half_a_boot_and_fixed_pools_need_none(tmp_path):
+    cfg, _ = _front_half(_with_join_deadline(tmp_path, 24))
+    assert cfg.linode.node_groups.join_deadline_minutes == 24
+    # linode-ha's pools are fixed: no autoscaler, no deadline to check.
+    raw = stack_config("linode-ha")
+    raw["gpu-platform:linode"].setdefault("nodeGroups", {})["joinDeadlineMinutes"] = 5
+    assert parse_config(stack_input_from_mapping("linode-ha", raw).raw, "linode-ha").linode.node_groups.join_deadline_minutes == 5
+
+
+def test_the_default_join_deadline_passes_its_own_rule():
+    """The default is what the shipped stacks run with: it must pass for them (1.5 x 16 = 24 <= 30)."""
+    from gpu_platform.config.linode import LinodeNodeGroups
+    from gpu_platform.costs.node_boot import min_join_deadline_minutes, node_boot_minutes
+
+    assert LinodeNodeGroups().join_deadline_minutes >= min_join_deadline_minutes(node_boot_minutes("linode"))
+    assert parse_config(stack_input_from_mapping("linode-dev", stack_config("linode-dev")).raw, "linode-dev")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(minutes=st.integers(min_value=1, max_value=180), max_nodes=st.integers(min_value=1, max_value=3))
+def test_an_autoscaled_pool_gets_a_join_deadline_past_its_boot_or_a_config_error(minutes, max_nodes):
+    """Property: with an autoscaled pool, a deadline is accepted exactly when it is at least 1.5 times the
+    pool's boot; a refused one names the key and the pool."""
+    from gpu_platform.costs.node_boot import node_boot_minutes
+
+    raw = stack_config("linode-dev")
+    raw["gpu-platform:gpuPools"][0]["maxNodes"] = max_nodes
+    raw["gpu-platform:linode"]["nodeGroups"]["joinDeadlineMinutes"] = minutes
+    boot = node_boot_minutes("linode")
+    try:
+        cfg = parse_config(stack_input_from_mapping("linode-dev", raw).raw, "linode-dev")
+    except ConfigError as err:
+        assert minutes < 1.5 * boot, str(err)
+        assert [i.key for i in err.issues] == ["linode.nodeGroups.joinDeadlineMinutes"], str(err)
+        assert f"gpuPools[0] (ada, minNodes 0 < maxNodes {max_nodes}) boots in {boot:g} minutes" in str(err)
+    else:
+        assert cfg.linode.node_groups.join_deadline_minutes >= 1.5 * boot > boot

@@ -227,7 +227,8 @@ def test_scale_up_creates_instances_with_the_pools_type_region_tags_and_the_prog
         token_id, token_secret = boot["token"].split(".")
         secret = next(s for s in kube.secrets if s["stringData"]["token-id"] == token_id)
         assert secret["stringData"]["token-secret"] == token_secret
-        assert secret["stringData"]["expiration"] == (START + datetime.timedelta(minutes=40)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        expires = START + datetime.timedelta(seconds=p.settings.join_deadline_seconds)  # the join deadline
+        assert secret["stringData"]["expiration"] == expires.strftime("%Y-%m-%dT%H:%M:%SZ")
         assert join["nodeRegistration"]["name"] == label
         assert join["nodeRegistration"]["taints"] == [GPU_TAINT.as_k8s()]
     assert len({s["stringData"]["token-id"] for s in kube.secrets}) == 2, "one token per node, never shared"
@@ -346,19 +347,20 @@ def test_a_node_that_never_joins_is_left_to_the_autoscaler_at_the_deadline_and_r
     itself only after the backstop margin (the autoscaler away), and the pool recovers."""
     start, linode, kube, clock, _ = world
     p = start()
-    assert p.settings.join_deadline_seconds == 40 * 60 and p.settings.join_backstop_seconds == component.JOIN_BACKSTOP_SECONDS
+    deadline = 30  # linode.nodeGroups.joinDeadlineMinutes' default
+    assert p.settings.join_deadline_seconds == deadline * 60 and p.settings.join_backstop_seconds == component.JOIN_BACKSTOP_SECONDS
     p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=2))
     kube.join("gpu-dev-ada-0", "ada")  # ada-0 registers; ada-1's boot failed
     linode.set_status("gpu-dev-ada-0", "running")
-    clock.now = START + datetime.timedelta(minutes=39)
+    clock.now = START + datetime.timedelta(minutes=deadline - 1)
     p.stub.Refresh(p.pb2.RefreshRequest())
     assert sorted(linode.by_label()) == ["gpu-dev-ada-0", "gpu-dev-ada-1"], "still inside the join deadline"
-    clock.now = START + datetime.timedelta(minutes=41)
+    clock.now = START + datetime.timedelta(minutes=deadline + 1)
     p.stub.Refresh(p.pb2.RefreshRequest())
     assert sorted(linode.by_label()) == ["gpu-dev-ada-0", "gpu-dev-ada-1"], \
         "past the join deadline but inside the backstop: the autoscaler's to time out and remove"
     assert target(p) == 2
-    clock.now = START + datetime.timedelta(minutes=40, seconds=component.JOIN_BACKSTOP_SECONDS + 1)
+    clock.now = START + datetime.timedelta(minutes=deadline, seconds=component.JOIN_BACKSTOP_SECONDS + 1)
     p.stub.Refresh(p.pb2.RefreshRequest())
     assert sorted(linode.by_label()) == ["gpu-dev-ada-0"]
     assert target(p) == 1
@@ -381,7 +383,7 @@ def test_the_autoscaler_removes_a_node_that_never_registered_through_delete_node
     p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=2))
     kube.join("gpu-dev-ada-0", "ada")
     lost = f"linode://{linode.by_label()['gpu-dev-ada-1']['id']}"
-    clock.now = START + datetime.timedelta(minutes=41)
+    clock.now = START + datetime.timedelta(seconds=p.settings.join_deadline_seconds + 60)
     p.stub.Refresh(p.pb2.RefreshRequest())
     fake = node(p.pb2, lost, lost)
     assert p.stub.NodeGroupForNode(p.pb2.NodeGroupForNodeRequest(node=fake)).nodeGroup.id == "ada"
@@ -400,9 +402,9 @@ def test_the_backstop_comes_after_the_autoscalers_own_removal_of_a_node_that_nev
     assert component.JOIN_BACKSTOP_SECONDS >= component.GRPC_TIMEOUT_SECONDS + 2 * component.AUTOSCALER_SCAN_INTERVAL_SECONDS + 2 * 100
     cloud_config = yaml.safe_load(component.autoscaler_cloud_config())
     assert cloud_config["grpc_timeout"] == f"{component.GRPC_TIMEOUT_SECONDS}s"
-    args = component.autoscaler_values("gpu-dev", "1.35", 15, 40)["extraArgs"]
+    args = component.autoscaler_values("gpu-dev", "1.35", 15, 30)["extraArgs"]
     assert "scan-interval" not in args, "the scan interval the margin assumes is the flag's default"
-    assert args["max-node-provision-time"] == "40m" and doc["joinDeadlineSeconds"] == 40 * 60
+    assert args["max-node-provision-time"] == "30m" and doc["joinDeadlineSeconds"] == 30 * 60
     doc["joinBackstopSeconds"] = -1
     with pytest.raises(settings_mod.SettingsError, match=r"pools.json: joinBackstopSeconds must be a whole number"):
         settings_mod.parse(doc, {"CONTROL_PLANE_ENDPOINT": "10.0.0.10:6443"})
@@ -856,10 +858,17 @@ def test_the_drill_fails_on_a_template_with_a_wrong_gpu_count_or_without_the_tai
     no_taint = copy.deepcopy(good)
     no_taint["spec"]["taints"] = []
     assert any("taints" in m for m in model_disagreements(no_taint, ada_model_group))
+    # Review of issue 35: a template label that nothing gives the node (not its kubelet's node-labels, not the
+    # kubelet, not the CCM) used to be copied onto the KWOK node, so the rehearsal scheduled what a real node refuses.
+    promised = copy.deepcopy(good)
+    promised["metadata"]["labels"]["gpu-platform/only-in-the-template"] = "yes"
+    wrong_region = copy.deepcopy(good)
+    wrong_region["metadata"]["labels"]["topology.kubernetes.io/region"] = "xx-nowhere"
 
     # The bridge registers what the boot document says; a template that says otherwise is a failure.
     p.stub.NodeGroupIncreaseSize(p.pb2.NodeGroupIncreaseSizeRequest(id="ada", delta=1))
-    for template, fails in ((good, False), (no_taint, True)):
+    for template, fails in ((good, False), (no_taint, "taints"), (promised, "only-in-the-template"),
+                            (wrong_region, "xx-nowhere")):
         nodes = _Nodes()
         bridge = InstanceBridge(nodes, linode, p.settings.stack_tag, lambda _: template, lambda _: "ada",
                                 Timing(boot_seconds=0))
@@ -868,7 +877,10 @@ def test_the_drill_fails_on_a_template_with_a_wrong_gpu_count_or_without_the_tai
         node = nodes.created[0]
         assert node["spec"]["providerID"] == f"linode://{linode.by_label()['gpu-dev-ada-0']['id']}"
         assert node["spec"]["taints"] == [GPU_TAINT.as_k8s()], "as the kubelet registers it (JoinConfiguration)"
-        assert bool(bridge.problems) is fails, bridge.problems
+        assert bool(bridge.problems) is bool(fails), bridge.problems
+        assert not fails or any(fails in m for m in bridge.problems), bridge.problems
+        assert "gpu-platform/only-in-the-template" not in node["metadata"]["labels"], "registered from the node's own sources"
+        assert node["metadata"]["labels"]["topology.kubernetes.io/region"] == p.settings.region
 
 
 def test_the_release_workflow_publishes_the_image_by_digest_for_the_stack_key():

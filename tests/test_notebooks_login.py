@@ -163,13 +163,14 @@ def logged_in(r: "requests.Response") -> bool:
 
 def test_rendered_config_lets_approved_users_in() -> None:
     """What the hub loads: NativeAuthenticator, allow_all (JupyterHub 5 defaults it to False, and
-    NativeAuthenticator does not set it, so nobody could log in), no dead admin_access."""
+    NativeAuthenticator does not set it, so nobody could log in), admin_access off whatever the provider does with a
+    null (the review of 2026-11-29 found the engine's provider kept the chart's true where a null was meant to drop it)."""
     config = rendered_hub_values([ADMIN])["hub"]["config"]
     assert config["JupyterHub"]["authenticator_class"] == "nativeauthenticator.NativeAuthenticator"
     assert config["Authenticator"]["allow_all"] is True
     assert config["Authenticator"]["admin_users"] == [ADMIN]
     assert config["NativeAuthenticator"]["open_signup"] is False
-    assert "admin_access" not in config["JupyterHub"]
+    assert config["JupyterHub"]["admin_access"] is False
 
 
 @pytest.mark.sidevenv

@@ -55,8 +55,8 @@ def test_two_pools_get_two_flavors_and_the_gpu_quota_of_both() -> None:
     assert [f["metadata"]["name"] for f in flavors] == ["rtx", "rtx4"]
     cq = render_cluster_queue(TWO, pool_capacities("linode", TWO), gpu_quotas(TWO))
     assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == ["rtx", "rtx4"]
-    assert flavor_quota(cq, "rtx", "nvidia.com/gpu") == 3  # 3 nodes x 1 GPU
-    assert flavor_quota(cq, "rtx4", "nvidia.com/gpu") == 8  # 2 nodes x 4 GPUs
+    assert flavor_quota(cq, "rtx", "nvidia.com/gpu") == "3"  # 3 nodes x 1 GPU
+    assert flavor_quota(cq, "rtx4", "nvidia.com/gpu") == "8"  # 2 nodes x 4 GPUs
     assert cq["spec"]["namespaceSelector"] == {"matchLabels": {QUEUE_NAMESPACE_LABEL: "enabled"}}
 
 

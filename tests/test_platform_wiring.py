@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any, Optional
 
 import pulumi
 import pytest
+import yaml
 
 from gpu_platform.components.cluster import GPU_TAINT, TRAINING_NAMESPACE, CheckpointStore, ClusterHandle, gpu_pool_specs
 from gpu_platform.config.stack import parse_config
@@ -184,11 +186,16 @@ def test_kubeflow_kustomizations_are_registered_pinned_and_ordered(full_plan: Pl
     assert set(dirs) == {"platform-kubeflow-pipelines-cluster-scoped", "platform-kubeflow-pipelines",
                          "platform-kubeflow-katib"}
     cluster_scoped = dirs["platform-kubeflow-pipelines-cluster-scoped"]
-    # Named relative to the program's folder (the repository root here), like every shipped file.
+    # Named relative to the program's folder (the repository root here), like every shipped file; the two installs
+    # with databases as a copy with their claims' class (helm.claims_on), in the user cache, named by its content.
     overlays = {k: f"gpu_platform/{v}" for k, v in versions.KUSTOMIZE_OVERLAYS.items()}
     assert cluster_scoped.inputs["directory"] == overlays["pipelines-cluster-scoped"]
-    assert dirs["platform-kubeflow-pipelines"].inputs["directory"] == overlays["pipelines-platform-agnostic"]
-    assert dirs["platform-kubeflow-katib"].inputs["directory"] == overlays["katib-standalone"]
+    for name, key in (("platform-kubeflow-pipelines", "pipelines-platform-agnostic"),
+                      ("platform-kubeflow-katib", "katib-standalone")):
+        built = Path(dirs[name].inputs["directory"])
+        assert built.parent.name == "kustomize-overlays" and built.name.startswith(Path(overlays[key]).name + "-"), built
+        shipped = yaml.safe_load((ROOT / overlays[key] / "kustomization.yaml").read_text())
+        assert yaml.safe_load((built / "kustomization.yaml").read_text())["resources"] == shipped["resources"]
     assert cluster_scoped.urn in dirs["platform-kubeflow-pipelines"].dependencies
     # one owner of the `kubeflow` Namespace (the program), before both installs
     ns = full_plan.one("kubernetes:core/v1:Namespace", "platform-kubeflow-namespace")
@@ -211,7 +218,7 @@ def test_kueue_objects_wait_for_kueue_and_follow_the_pool(full_plan: Plan) -> No
     notebooks_lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "notebooks")
     assert notebooks_lq.inputs["metadata"]["namespace"] == "jupyterhub" and cq.urn in notebooks_lq.dependencies
     res = cq.inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
-    assert {r["name"]: r["nominalQuota"] for r in res}["nvidia.com/gpu"] == 2  # 2 nodes x 1 RTX 6000
+    assert {r["name"]: r["nominalQuota"] for r in res}["nvidia.com/gpu"] == "2"  # 2 nodes x 1 RTX 6000
     assert flavor.inputs["spec"]["tolerations"] == [GPU_TAINT.toleration()]
     assert full_plan.outputs["localQueue"] == "gpu-queue"
     default_lq = full_plan.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue", "platform-queue-default")
@@ -272,7 +279,7 @@ def test_two_pool_stack_gets_two_flavors_and_both_quotas() -> None:
     cq = plan.one("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
     quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]}["nvidia.com/gpu"]
               for f in cq.inputs["spec"]["resourceGroups"][0]["flavors"]}
-    assert quotas == {"rtx": 2, "rtx4": 2}  # rtx4 overridden from 4 (1 node x 4 GPUs)
+    assert quotas == {"rtx": "2", "rtx4": "2"}  # rtx4 overridden from 4 (1 node x 4 GPUs)
     assert cq.inputs["spec"]["queueingStrategy"] == "StrictFIFO"
     quota = plan.one("kubernetes:core/v1:ResourceQuota")
     assert quota.inputs["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
@@ -352,7 +359,7 @@ def test_shipped_stack_gets_the_platform_for_its_pools(stack: str) -> None:
         quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]}["nvidia.com/gpu"]
                   for cq in cqs for f in cq.inputs["spec"]["resourceGroups"][0]["flavors"]}
         specs = {s.name: s for s in gpu_pool_specs(cfg)}
-        assert quotas == {"system": 0, **{n: p.gpu_quota.get(n, specs[n].max_gpus) for n in specs}}
+        assert quotas == {"system": "0", **{n: str(p.gpu_quota.get(n, specs[n].max_gpus)) for n in specs}}
         for name, spec in flavors.items():
             if name != "system":
                 assert GPU_TAINT.toleration() in spec["tolerations"]

@@ -884,3 +884,69 @@ def test_a_workload_image_not_by_digest_is_a_mandatory_violation_naming_the_cont
     report = analyzer.analyze(plan_of(gke(extra=workloads(*images))))
     assert_violates(report, "images-by-digest", "mandatory", "not by digest", named)
     assert_only(report, "images-by-digest")
+
+
+KATIB_CONTROLLER = "ghcr.io/kubeflow/katib/katib-controller:v0.19.0"  # as Katib's pinned install names it
+
+
+def upstream_workload(component: Optional[str], through_directory: bool,
+                      directory: str = "platform-kubeflow-katib") -> Callable[[], None]:
+    """Katib's controller Deployment as the engine registers it from the Directory that expands the install (the
+    mocks never expand one, so the child is registered here under the same parents); `component` None: no component."""
+    def program() -> None:
+        parent = pulumi.ComponentResource(component, "platform-kubeflow") if component else None
+        if through_directory:
+            parent = k8s.kustomize.v2.Directory(directory, directory="kustomize/katib",
+                                                opts=pulumi.ResourceOptions(parent=parent))
+        labels = {"app": "katib-controller"}
+        k8s.apps.v1.Deployment("platform-kubeflow-katib:kubeflow/katib-controller",
+                               metadata={"name": "katib-controller", "namespace": "kubeflow", "labels": LABELS},
+                               spec={"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
+                                     "spec": {"containers": [{"name": "katib-controller", "image": KATIB_CONTROLLER}]}}},
+                               opts=pulumi.ResourceOptions(parent=parent))
+    return program
+
+
+def test_the_workloads_of_kubeflows_pinned_installs_run_their_releases_images(analyzer):
+    """Found by the real engine (2026-11-29): under `pulumi preview` each object of Kubeflow's kustomize installs is a
+    resource the pack judges, and 16 Deployments of Katib and Pipelines name their images by tag, so the locked
+    images-by-digest failed every stack with Kubeflow on (the mocks never expand a Directory, so preflight passed).
+    They are the pinned releases' own images, as a Helm chart's are."""
+    report = analyzer.analyze(plan_of(gke(extra=upstream_workload("gpu-platform:platform:Kubeflow", True))))
+    assert_only(report)
+
+
+@pytest.mark.parametrize("component,through_directory,directory", [
+    ("gpu-platform:platform:Kubeflow", False, ""),  # the program's component, but not one of its installs
+    ("my-team:apps:Tools", True, "platform-kubeflow-katib"),  # a Directory of someone else's component
+    (None, True, "platform-kubeflow-katib"),  # a Directory at the top of a program
+    # a Directory added to the component, not one of its pinned installs (review, 2026-11-29: a moving branch passed)
+    ("gpu-platform:platform:Kubeflow", True, "platform-kubeflow-model-registry"),
+], ids=["kubeflow-without-directory", "other-component", "top-level-directory", "another-directory-of-kubeflow"])
+def test_the_same_workload_elsewhere_in_a_program_is_still_judged(analyzer, component, through_directory, directory):
+    report = analyzer.analyze(plan_of(gke(extra=upstream_workload(component, through_directory, directory))))
+    assert_violates(report, "images-by-digest", "mandatory", f"katib-controller: {KATIB_CONTROLLER}")
+    assert_only(report, "images-by-digest")
+
+
+def deployment_patch(image: Optional[str]) -> Callable[[], None]:
+    """A DeploymentPatch of the operator's Deployment, as the program patches Deployments it does not own
+    (kubeflow.py `_deployment_patch`): with `image`, it swaps the container's image; without, it sets a request only."""
+    def program() -> None:
+        container = {"name": "kube-prometheus-stack", "resources": {"requests": {"cpu": "100m"}}}
+        if image is not None:
+            container["image"] = image
+        k8s.apps.v1.DeploymentPatch("operator-patch", metadata={"name": "kube-prometheus-stack-operator",
+                                                                 "namespace": "monitoring"},
+                                    spec={"template": {"spec": {"containers": [container]}}})
+    return program
+
+
+def test_a_patch_that_sets_an_image_by_tag_is_a_violation_and_one_that_keeps_the_image_is_not(analyzer):
+    """Found by review (2026-11-29): a DeploymentPatch swapping a Deployment's image for `:latest` passed the locked
+    policy (patch kinds were not judged)."""
+    report = analyzer.analyze(plan_of(gke(extra=deployment_patch("quay.io/prometheus-operator/prometheus-operator:latest"))))
+    assert_violates(report, "images-by-digest", "mandatory", "kube-prometheus-stack: quay.io/prometheus-operator/")
+    assert_only(report, "images-by-digest")
+    assert_only(analyzer.analyze(plan_of(gke(extra=deployment_patch(None)))))
+    assert_only(analyzer.analyze(plan_of(gke(extra=deployment_patch(BY_DIGEST)))))

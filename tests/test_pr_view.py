@@ -233,7 +233,9 @@ def test_stale_prices_are_on_the_verdicts_cost_line_and_the_verdict_stays_pass(t
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.splitlines()[0].endswith("PASS (exit 0)"), run.stdout
     cost_row = next(line for line in run.stdout.splitlines() if line.startswith("  cost "))
-    assert "STALE PRICES: a2-highgpu-1g, e2-standard-4 up to " in cost_row and "(dated 2026-06-03; more than 90)" in cost_row, cost_row
+    assert ("STALE PRICES: a2-highgpu-1g, cloud-nat-data, cloud-nat-per-vm, e2-standard-4, gcs-standard up to "
+            in cost_row)  # Cloud NAT and GCS Standard: dated by the 2026-07-30 Cloud Billing Catalog generation
+    assert "(dated 2026-06-03; more than 90)" in cost_row, cost_row
     doc = json.loads(next((tmp_path / "out").rglob(DOCUMENT)).read_text())
     assert doc["verdict"] == "pass" and "days old)" in markdown([doc])
 
@@ -318,3 +320,27 @@ def test_two_long_image_refs_differing_only_at_the_end_print_differently():
     # a short value is still printed whole
     assert "replicas: 2 -> 3" in render_diff({**diff, "changes": [{**diff["changes"][0],
                                                                   "fields": field_changes({"replicas": 2}, {"replicas": 3})}]})
+
+
+@pytest.mark.parametrize("cidrs,says", [
+    (["0.0.0.0/0"], "public endpoint, open to the whole internet (0.0.0.0/0)"),
+    (["203.0.113.0/24", "0.0.0.0/0"], "public endpoint, open to the whole internet (0.0.0.0/0) and 203.0.113.0/24"),
+    (["203.0.113.0/24"], "public endpoint, open to 203.0.113.0/24 only"),
+])
+def test_the_reviewer_reads_a_slash_zero_as_the_whole_internet(cidrs, says):
+    """Adopter review (issue 37, round 3), C: adminCidrs [0.0.0.0/0] read "open to 0.0.0.0/0 only" in the reviewer
+    block, which sounds narrow. EKS takes a /0 for its public endpoint (the config allows it there)."""
+    from gpu_platform.config.stack import parse_config
+    from gpu_platform.preflight.review import api_exposure, render_review
+    from tests.conftest import stack_config
+
+    raw = {k.split(":", 1)[1]: v for k, v in stack_config("aws-prod").items() if k.startswith("gpu-platform:")}
+    raw["adminCidrs"] = cidrs
+    raw["aws"]["endpointPrivateOnly"] = False
+    exposure = api_exposure(parse_config(raw, "aws-prod"))
+    assert exposure["text"] == says
+    block = render_review({"headroom": [], "policyConfig": {"file": None}, "kubernetes": {"text": "1.35"},
+                           "apiExposure": exposure})
+    assert f"  API access    {says}" in block.splitlines()
+    if "0.0.0.0/0" in cidrs:
+        assert " only" not in exposure["text"]

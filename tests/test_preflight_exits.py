@@ -195,3 +195,21 @@ def test_the_help_lists_the_other_subcommands_each_of_which_answers_help():
         sub_help = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", word, "--help"], cwd=ROOT,
                                   capture_output=True, text=True)
         assert sub_help.returncode == 0 and f"gpu_platform.preflight {word}" in sub_help.stdout, sub_help.stderr
+
+
+@pytest.mark.parametrize("argv,armed", [
+    (["linode-dev"], 900.0),
+    (["linode-dev", "--rehearse"], 2700.0),  # 765-800 s measured for linode-dev's rehearsal on a loaded machine
+    (["linode-dev", "--rehearse", "--timeout", "60"], 60.0),
+])
+def test_the_deadline_leaves_a_rehearsal_room_unless_the_user_sets_one(monkeypatch, argv, armed):
+    """The whole command's deadline: 900 s for a preflight, 2,700 s when it also rehearses (the rehearsal boots a
+    control plane and runs every scenario; 900 s cut linode-dev's off on a loaded 2-core machine), a given
+    --timeout as given."""
+    from gpu_platform.preflight import __main__ as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_watchdog", lambda seconds, stack: seen.append(seconds))
+    monkeypatch.setattr(cli.Run, "execute", lambda self: 0)
+    assert cli.main(argv, deadline=True) == 0
+    assert seen == [armed]

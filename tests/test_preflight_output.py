@@ -131,6 +131,44 @@ def test_ctrl_c_ends_quietly_and_leaves_no_process_running(tmp_path, after_s):
     assert not alive
 
 
+# Ctrl-C while the command is still importing (seconds on a loaded machine; CI's run of stop 45 hit it at 1.5 s and
+# printed a KeyboardInterrupt traceback from inside pydantic). The signal is sent from an import hook the moment the
+# stack config's module is first imported, so the test hits that window every time, for both ways of starting it.
+_INTERRUPT_WHILE_IMPORTING = """
+import importlib.abc, os, signal, sys
+
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "gpu_platform.config.stack":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+sys.argv = [{argv0!r}, "gcp-prod", "--out", {out!r}]
+{start}
+"""
+
+
+@pytest.mark.parametrize("argv0,start", [
+    ("-m", "import runpy; runpy.run_module('gpu_platform.preflight', run_name='__main__', alter_sys=False)"),
+    ("gpu-platform-preflight", "from gpu_platform.preflight.startup import command; command()"),
+], ids=["python -m", "console script"])
+def test_ctrl_c_while_the_command_still_imports_ends_quietly(tmp_path, argv0, start):
+    code = _INTERRUPT_WHILE_IMPORTING.format(argv0=argv0, out=str(tmp_path / "out"), start=start)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr
+    assert "interrupted (SIGINT) while starting" in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing was written
+
+
+def test_the_console_script_starts_the_command_as_python_m_does():
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["gpu-platform-preflight"] == "gpu_platform.preflight.startup:command"
+
+
 def test_ci_summary_tabulates_every_stack(tmp_path):
     docs = []
     for stack, code in (("gcp-prod", 0), ("aws-prod", 3)):
@@ -165,3 +203,178 @@ def test_the_summary_carries_each_stacks_changes_against_the_base_in_a_fence_it_
     fence = section.splitlines()[0].removesuffix("text")
     assert len(fence) >= 5 and "autoscaling.totalMaxNodeCount: 8 -> 12" in section
     assert "\n# forged" not in out and section.count(fence) == 2
+
+
+# --- the pull request's comment (issue 37 round 3 item 2) --------------------------------------------
+
+
+def _write_docs(tmp_path, docs):
+    for doc in docs:
+        verdict.validate(doc)
+        (tmp_path / doc["stack"]).mkdir()
+        (tmp_path / doc["stack"] / verdict.DOCUMENT).write_text(json.dumps(doc))
+
+
+def _review(settings=None, file=None):
+    return {"headroom": [{"policy": "gpu-count-ceiling", "setting": "maxGpus", "value": 2, "limit": 64.0,
+                          "from": "pack default", "text": "2 of 64 GPUs"}],
+            "policyConfig": {"file": file, "settings": settings or {}},
+            "kubernetes": {"version": "1.35", "text": "1.35, standard support until 2027-02-28 (91 days)"},
+            "apiExposure": {"private": False, "adminCidrs": ["203.0.113.0/24"],
+                            "text": "public endpoint, open to 203.0.113.0/24 only"}}
+
+
+def test_the_comment_of_a_passing_stack_carries_its_warnings_and_the_reviewers_block(two_runs):
+    """Before: "✅ pass" and nothing else for a stack that passes with warnings, and no "For the reviewer"."""
+    (_, out), _ = two_runs
+    doc = json.loads((out / "linode-ha" / verdict.DOCUMENT).read_text())
+    assert doc["verdict"] == "pass" and doc["warnings"], "linode-ha plans with warnings (its example.com address)"
+    comment = run("summary", "--comment", str(out)).stdout
+    notes = list(dict.fromkeys([*doc["warnings"], *doc["cost"]["priceNotes"]]))
+    # Prices older than the catalog's limit are a warning of their own (linode-ha's Linode prices, dated by the types
+    # API answer they were checked against).
+    age = doc["cost"]["catalogAge"]
+    if age.get("stale"):
+        assert comment.count("STALE PRICES: ") == 1 and f"up to {age['ageDays']} days old" in comment
+    assert f"| linode-ha (linode) | ✅ pass, {len(notes) + bool(age.get('stale'))} warning" in comment
+    for warning in notes:
+        assert comment.count(verdict.md_text(warning)) == 1, warning
+    block = comment.split("**For the reviewer**\n", 1)[1]
+    # What `-v` prints under "For the reviewer", line for line.
+    from gpu_platform.preflight.review import render_review
+
+    printed = render_review(doc["review"]).splitlines()
+    assert printed[0] == "For the reviewer" and len(printed) >= 5
+    for line in printed[1:]:
+        assert f"- {line[2:15].strip()}: {verdict.md_text(line[16:])}\n" in block, line
+    assert "- headroom: 2 of 64 GPUs (gpu-count-ceiling.maxGpus, pack default)" in block
+    assert "- API access: public endpoint, open to 203.0.113.0/24, 2001:db8::/48 only" in block
+
+
+def test_each_warning_is_shown_once_and_many_are_folded(tmp_path):
+    doc = verdict.document("gcp-prod", None, 0, warnings=tuple(f"warning number {i}" for i in range(6)))
+    doc["cost"] = {"idleMonthlyUsd": 1.0, "fullMonthlyUsd": 2.0, "budgetUsd": 10, "priceNotes": ["warning number 0",
+                   "prices are the reference region's"]}
+    _write_docs(tmp_path, [doc])
+    out = run("summary", "--comment", str(tmp_path)).stdout
+    assert out.count("warning number 0") == 1 and "| gcp-prod (?) | ✅ pass, 7 warnings |" in out
+    folded = out.split("<details><summary>7 warnings</summary>\n\n", 1)[1].split("\n\n</details>", 1)[0]
+    assert folded.splitlines() == [f"- warning: warning number {i}" for i in range(6)] + [
+        "- warning: prices are the reference region's"]
+    few = verdict.document("aws-prod", None, 0, warnings=("one", "two"))
+    assert "<details>" not in verdict.markdown([few]) and "- warning: one\n- warning: two\n" in verdict.markdown([few])
+
+
+def test_the_comment_masks_credentials_and_keeps_a_stack_files_text_inside_its_blocks():
+    """The reviewer's block shows the policy config as `-v` does, a value under a key naming a credential as
+    [secret]; a warning or message quoting the pull request's stack file cannot close the <details> or start a
+    heading of its own, and `<host>` shows as written."""
+    doc = verdict.document("gcp-prod", None, 0, warnings=tuple(f"w{i}" for i in range(4)) +
+                           ("pool x</details>\n## forged heading <img src=x>",))
+    doc["review"] = _review({"gpu-count-ceiling": {"maxGpus": 16, "apiToken": "hunter2-do-not-show"}},
+                            "stacks/policy.gcp-prod.yaml")
+    verdict.validate(doc)
+    out = verdict.markdown([doc], comment=True)
+    assert "hunter2" not in out and '"apiToken": "[secret]"' in out and '"maxGpus": 16' in out
+    assert out.count("</details>") == 1 and "\n## forged" not in out and "<img" not in out
+    assert "pool x&lt;/details>\\n## forged heading &lt;img src=x>" in out
+    from gpu_platform.preflight.review import render_review
+    assert "hunter2" not in render_review(doc["review"])  # `-v` masks it the same way
+    # A pod name in a code span shows as written; a multi-line error keeps its lines, in a block it cannot close.
+    fit = verdict.document("linode-dev", None, 3)
+    fit["clusterFit"] = {"verdict": "fail", "releases": 1, "pods": 1, "notRendered": [], "problems": [
+        {"check": "schedulable", "release": "jupyterhub", "object": "Pod/jupyterhub/jupyter-<user>",
+         "reason": "no node group fits <it>", "fix": "add one"}]}
+    error = verdict.document("aws-prod", None, 2, error="stack file: gpu-platform:cloud: mars\n```\n## forged")
+    out = verdict.markdown([fit, error], comment=True)
+    assert "- schedulable: `Pod/jupyterhub/jupyter-<user>` (jupyterhub): no node group fits &lt;it> — fix: add one" in out
+    assert "- error:\n````text\nstack file: gpu-platform:cloud: mars\n```\n## forged\n````\n" in out
+
+
+def _balanced(text: str) -> bool:
+    fence = None
+    for line in text.splitlines():
+        if fence is not None:
+            fence = None if line == fence else fence
+        elif line.startswith("```"):
+            fence = line[:len(line) - len(line.lstrip("`"))]
+    return fence is None and text.count("<details>") == text.count("</details>")
+
+
+@pytest.mark.parametrize("warnings,cut_in", [(8, "<details>"), (0, "```")], ids=["in-warnings", "in-a-diff"])
+def test_a_comment_over_githubs_limit_is_cut_with_a_note_and_its_blocks_closed(tmp_path, warnings, cut_in):
+    """GitHub refuses a comment over 65,536 characters (comment.yml keeps 60,000 bytes of it): `--comment` stays
+    under both, whole lines, the open code fence or <details> closed, and says what it left out and where it is."""
+    docs = []
+    for s in range(30):
+        doc = verdict.document(f"stack-{s:02d}", None, 0, warnings=tuple(f"warning {i} of stack {s}: " + "é" * 300
+                                                                           for i in range(warnings)))
+        doc["review"] = _review()
+        doc["baseDiff"] = {"base": f"base/build/stack-{s:02d}",
+                           "resources": {"added": [], "removed": [], "changed": ["u"]},
+                           "changes": [{"urn": f"urn:pulumi:s::p::gcp:container/nodePool:NodePool::gpu{i}",
+                                        "type": "gcp:container/nodePool:NodePool", "name": f"gpu{i}",
+                                        "change": "changed", "category": "other",
+                                        "fields": [{"path": "labels.x", "base": "a", "head": "b" * 70}]}
+                                       for i in range(15)]}
+        docs.append(doc)
+    _write_docs(tmp_path, docs)
+    whole = run("summary", str(tmp_path)).stdout  # the job summary: all of it
+    assert len(whole.encode()) > verdict.COMMENT_MAX_BYTES + 10_000 and "stops here" not in whole and _balanced(whole)
+    comment = run("summary", "--comment", str(tmp_path))
+    assert comment.returncode == 0, comment.stderr
+    text = comment.stdout
+    assert len(text.encode()) <= verdict.COMMENT_MAX_BYTES and len(text) < verdict.GITHUB_COMMENT_MAX_CHARS
+    assert _balanced(text), text[-2000:]
+    shown, note = text.split("\n\n**The summary stops here**: ", 1)
+    left = int(note.split(" ", 1)[0].replace(",", ""))
+    lines = shown.splitlines()
+    closed = []
+    while lines and (lines[-1] in ("", "</details>") or lines[-1].startswith("```")):
+        closed.append(lines.pop())
+    assert cut_in in "".join(closed) or cut_in == "<details>" and "</details>" in closed
+    kept = "\n".join(lines) + "\n"
+    assert whole.startswith(kept) and len(whole.encode()) - len(kept.encode()) >= left > 0
+    assert note.endswith("more bytes of it are left out (a GitHub comment holds 65,536 characters). The rest is in this "
+                         "run's job summary and, for each stack, `preflight.json` in the run's `preflight` artifact.\n")
+    assert "| stack-29 (?) | ✅ pass" in text  # the table comes first and whole
+
+
+def test_a_stack_whose_config_is_refused_is_a_failed_row_of_the_pull_requests_comment(tmp_path):
+    """Adopter check of ef513ce: a stack file refused before the plan (a config error) writes no verdict (bad input
+    writes nothing: tests/test_hostile_input.py), so `summary --comment` (ci.yml's pull-request comment) listed
+    only the other stacks, all ✅. ci.yml names the stacks it expects (`--expect`): one without a verdict is a
+    failed row saying why."""
+    import yaml
+
+    from tests.cli_support import preflight_in_process as run  # the command in this process: no new interpreter
+
+    good = run("gcp-prod", "--no-policies", "--quiet", "--out", str(tmp_path))
+    assert good.returncode == 0, good.stderr
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.linode-dev.yaml").read_text())
+    doc["config"]["gpu-platform:linode"]["nodeGroups"]["joinDeadlineMinutes"] = 5  # under the pool's boot
+    bad = tmp_path / "Pulumi.linode-dev.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    refused = run("--stack-file", str(bad), "--no-policies", "--quiet", "--out", str(tmp_path))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert not (tmp_path / "linode-dev").exists()
+    assert "linode-dev" not in run("summary", "--comment", str(tmp_path)).stdout  # what the comment was
+    comment = run("summary", "--comment", str(tmp_path), "--expect", "gcp-prod", "linode-dev")
+    assert "| linode-dev (?) | ❌ error |" in comment.stdout, comment.stdout
+    assert verdict.NO_VERDICT.split(":")[0] in comment.stdout and "| gcp-prod (gcp) | ✅ pass" in comment.stdout
+    assert comment.returncode != 0
+
+
+def test_ci_names_every_shipped_stack_to_the_summary():
+    """The --expect list ci.yml builds (run here as the job runs it) is every stack file's, which `make
+    preflight-ci` plans, and both summaries (the job's and the comment's) are given it."""
+    import yaml as _yaml
+
+    job = _yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())["jobs"]
+    runs = [s["run"] for j in job.values() for s in j.get("steps", []) if "preflight summary" in str(s.get("run"))]
+    assert len(runs) == 2 and all("--expect $stacks" in r for r in runs), runs
+    for script in runs:
+        line = next(ln.strip() for ln in script.splitlines() if ln.strip().startswith("stacks="))
+        got = subprocess.run(["bash", "-c", f'{line}; echo $stacks'], cwd=ROOT, capture_output=True, text=True, check=True)
+        want = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+        assert got.stdout.split() == want, got.stdout

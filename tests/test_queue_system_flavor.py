@@ -45,7 +45,7 @@ def test_the_cpu_queue_has_only_the_system_flavor_with_no_gpu_quota() -> None:
     assert cq["metadata"]["name"] == CPU_CLUSTER_QUEUE
     assert [f["name"] for f in _flavors(cq)] == [SYSTEM_FLAVOR]
     first = _flavors(cq)[0]
-    assert _quota(first, GPU_RESOURCE) == 0
+    assert _quota(first, GPU_RESOURCE) == "0"
     assert _quota(first, "cpu") == system.cpu and _quota(first, "memory") == system.memory
     flavor = render_system_flavor(SystemPoolSpec("e2-standard-4", 1, 3))
     assert flavor["spec"]["nodeLabels"] == SYSTEM_NODE_LABELS

@@ -373,6 +373,10 @@ def test_after_the_job_ends_the_node_goes_after_the_grace_and_its_instance_is_de
 def _gpu_notebook_from_zero_and_back(sc, text: str) -> None:
     """The GPU notebook phase's verdict and report lines (its own function: a planted run is read the same way)."""
     _no_problem(sc, "GPU notebook")
+    # ada had the first drill's node, whose NodeInfo the autoscaler caches for ever: restarted first, it simulates
+    # the notebook on the template node (review of issue 35: the phase tested the cached node, not the template).
+    assert re.search(r"GPU notebook: restarted so that it simulates the notebook on ada's template node, not on the node "
+                     r"info it cached from the earlier drill's node: cluster-autoscaler \S+ .* synced its informers", text), text
     m = re.search(r"GPU notebook: 1 scale-up\(s\) of ada \(Scale-up: setting group ada size to 1 \(pods "
                   r"jupyterhub/jupyter-rehearsal-autoscale unschedulable; plan \[\{ada 0->1 \(max: 1\)\}\]\)\) -> instance\(s\) "
                   r"\['(gpu-dev-ada-\d+)'\] -> node\(s\) \['(gpu-dev-ada-\d+)'\]; notebook pod of profile gpu-ada \(the hub's "
@@ -599,4 +603,20 @@ def test_gke_and_eks_autoscaling_are_reported_not_rehearsed():
     [aws] = autoscale.not_rehearsed("aws")
     assert "eks-autoscaling drill runs cluster-autoscaler (aws) against moto" in aws
     assert "NOT REHEARSED there: the termination lifecycle hook's wait" in aws
+    assert "the scale-in protection controller in eks-autoscaling-extended (the shipped drill runs it" in aws
     assert autoscale.not_rehearsed("linode") == []
+
+
+def test_a_stack_on_another_minor_is_not_rehearsed_with_the_one_built_autoscaler():
+    """Review of issue 35: the drill always ran the lock's 1.35.2 binary, so a stack on Kubernetes 1.34 or 1.36 (image
+    v1.34.5 or v1.36.1) had its drill pass reporting what 1.35.2 does. The version must be the stack's image's."""
+    from gpu_platform.data import aws_versions
+    from gpu_platform.rehearsal.autoscale import autoscaler_version_gap
+
+    built = aws_versions.CLUSTER_AUTOSCALER_IMAGE_TAGS["1.35"]
+    assert autoscaler_version_gap(built, "1.35") is None  # every shipped stack's minor
+    for minor in ("1.34", "1.36"):
+        gap = autoscaler_version_gap(built, minor)
+        assert gap and aws_versions.CLUSTER_AUTOSCALER_IMAGE_TAGS[minor] in gap and built in gap, gap
+    assert "no recorded version" in autoscaler_version_gap(None, "1.35")
+    assert "pins no cluster-autoscaler image for Kubernetes 1.20" in autoscaler_version_gap(built, "1.20")

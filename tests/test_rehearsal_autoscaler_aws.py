@@ -117,6 +117,49 @@ def test_moto_holds_the_plans_groups_as_the_autoscaler_discovers_them_and_launch
         procs.stop_all()
 
 
+def test_the_protection_controller_runs_as_its_planned_deployment_on_the_drills_clock(tmp_path):
+    """The controller's process: its planned Deployment's environment (groups, selector, region), its grace and
+    cycle on the drill's clock (seconds where the stack has minutes, the cycle at least 1 s), moto's endpoint
+    for boto3, the rehearsal API server with its ServiceAccount's token (SERVICE_ACCOUNT_DIR), this checkout's
+    module; and the stack's promise split as the drill checks it."""
+    from tests.rehearsal_support import prepared
+
+    fit = prepared("aws-prod")[2]
+    planned = autoscale_aws.planned_protection(fit.releases)
+    assert planned is not None and planned.source.startswith("the plan's Deployment kube-system/gpu-scale-in-protection")
+    assert (planned.namespace, planned.service_account) == ("kube-system", "gpu-scale-in-protection")
+
+    class Api:
+        host, port = "127.0.0.1", 40001
+
+        def token(self, ns, sa):
+            return f"token-of-{ns}/{sa}"
+
+    class Procs:
+        started: list = []
+
+        def start(self, name, argv, env=None, cwd=None):
+            self.started.append((name, argv, env, cwd))
+
+    procs = Procs()
+    p = autoscale_aws.ProtectionProcess(planned, Api(), b"CA", tmp_path, "http://127.0.0.1:4242", procs)
+    env = p.env
+    assert (env["GRACE_SECONDS"], env["INTERVAL_SECONDS"]) == ("13", "1")
+    assert env["ASG_NAMES"].split(",") == ["gpu-prod-gpu-a10g-us-east-1a", "gpu-prod-gpu-a10g-us-east-1b",
+                                          "gpu-prod-gpu-a10g-us-east-1c", "gpu-prod-gpu-l4x4-us-east-1a",
+                                          "gpu-prod-gpu-l4x4-us-east-1b"]
+    assert (env["NODE_SELECTOR"], env["AWS_REGION"]) == ("gpu-platform.io/pool", "us-east-1")
+    assert env["AWS_ENDPOINT_URL"] == env["AWS_ENDPOINT_URL_AUTO_SCALING"] == "http://127.0.0.1:4242"
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "40001")
+    p.start()
+    [(name, argv, _, cwd)] = procs.started
+    assert argv[1:] == ["-m", "gpu_platform.controllers.scale_in_protection.controller"]
+    assert (Path(cwd) / "gpu_platform" / "controllers" / "scale_in_protection" / "controller.py").is_file()
+    sa = Path(env["SERVICE_ACCOUNT_DIR"])
+    assert (sa / "token").read_text() == "token-of-kube-system/gpu-scale-in-protection" and (sa / "ca.crt").read_bytes() == b"CA"
+    assert p.changes[:2] == ["GRACE_SECONDS 780 -> 13", "INTERVAL_SECONDS 30 -> 1"]
+
+
 def test_the_drill_needs_the_aws_autoscaler_binary(monkeypatch):
     from gpu_platform.rehearsal import autoscale
 
@@ -173,8 +216,9 @@ def test_a_katib_trial_scales_its_group_from_zero_and_binds_on_a_node_in_the_ins
 def test_a_node_running_a_training_pod_is_kept_past_the_grace(tmp_path):
     sc, text = _drill(tmp_path)
     _no_problem(sc, "busy node")
-    assert re.search(r"busy node: ip-\S+ kept while TrainJob rehearsal-autoscale-a runs .*the autoscaler's reason: Node "
-                     r"ip-\S+ unremovable: nvidia.com/gpu requested \(100% of allocatable\)", text), text
+    # The stack's scale-in protection controller annotates the busy node: the autoscaler skips it for that.
+    assert re.search(r"busy node: ip-\S+ kept while TrainJob rehearsal-autoscale-a runs .*the autoscaler's reason: Skipping "
+                     r"ip-\S+ from delete consideration - the node is marked as no scale down", text), text
 
 
 @pytest.mark.rehearsal(stack="aws-prod")
@@ -186,6 +230,25 @@ def test_after_the_job_ends_the_node_goes_after_the_grace_and_its_instance_is_te
                   rf"{GROUP} desired capacity 0", text)
     assert m and int(m[2]) >= int(m[3]) and m[4] == m[5], text
     assert sc.status == "PASS", sc.problems
+
+
+@pytest.mark.rehearsal(stack="aws-prod")
+def test_the_grace_is_the_controllers_hold_then_the_autoscalers_unneeded_time(tmp_path):
+    """aws-prod's 15-minute grace is two parts (components/aws/scale_down.py): the scale-in protection controller
+    (the real one, as its Deployment runs it) keeps the idle node annotated and its instance protected for 780 s,
+    then the autoscaler waits its 2m0s; on the drill's clock 13 s, then the drill's 20 s. Each part is measured."""
+    sc, text = _drill(tmp_path)
+    _no_problem(sc, "scale-down grace", "scale-in protection controller")
+    assert re.search(r"scale-in protection controller: the plan's Deployment kube-system/gpu-scale-in-protection \(release "
+                     r"gpu-prod-scale-in-protection\) run as `python -m gpu_platform.controllers.scale_in_protection.controller` "
+                     r"\(the image's controller.py\), changed: GRACE_SECONDS 780 -> 13; INTERVAL_SECONDS 30 -> 1; ", text), text
+    m = re.search(r"scale-down grace: 33s on the drill's clock, the stack's 900s in two parts: the scale-in protection controller "
+                  r"kept (ip-\S+) annotated cluster-autoscaler.kubernetes.io/scale-down-disabled and (i-[0-9a-f]+) protected from "
+                  r"scale-in for (\d+)s after the job ended \(its part 13s, GRACE_SECONDS 780 in the plan, run with 13; annotation "
+                  r"removed after (\d+)s, protection after (\d+)s\), then the autoscaler removed the node (\d+)s later \(its part "
+                  r"20s: scaledownunneededtime 120s in the plan\)", text)
+    assert m, text
+    assert 12 <= int(m[3]) <= 13 + 2 + 5 and int(m[6]) >= 19, text
 
 
 @pytest.mark.rehearsal(stack="aws-prod")
@@ -392,6 +455,32 @@ def test_planted_without_safe_to_evict_the_autoscaler_evicts_a_trainer_from_a_ha
     assert sc.status == "FAIL"
     assert re.search(r"half-used nodes: after \d+s training pod rehearsal-autoscale-[mfs]-\S+ was evicted from ip-\S+ .*"
                      r"nothing protects a running trainer from scale-down", failures), failures
+
+
+def _controller_grace_zero(releases) -> None:
+    """The controller's part of the grace lost: its Deployment with GRACE_SECONDS=0 (it lets an idle node go at its
+    next cycle), the autoscaler's tag unchanged: an idle node would go 2 minutes after its job, not 15."""
+    changed = 0
+    for rel in releases:
+        for o in rel.objects:
+            if o.get("kind") == "Deployment" and o["metadata"]["name"] == "gpu-scale-in-protection":
+                for e in o["spec"]["template"]["spec"]["containers"][0]["env"]:
+                    if e["name"] == "GRACE_SECONDS":
+                        e["value"], changed = "0", changed + 1
+    assert changed == 1, "the controller's Deployment sets GRACE_SECONDS"
+
+
+@pytest.mark.rehearsal(stack="aws-prod", group=AWS_DRILLS)
+def test_planted_a_controller_that_lets_go_at_once_turns_the_grace_check_red(tmp_path):
+    """The real controller run with GRACE_SECONDS=0: it removes the annotation and the protection at its first
+    idle cycle, so the node goes after the autoscaler's part alone. The drill measures the hold against the
+    stack's promise (aws.scaleDownGraceMinutes less the autoscaler's tag), not against the Deployment it runs."""
+    sc, failures = _planted_drill(tmp_path, autoscale_aws.grace_only, mutate=_controller_grace_zero)
+    assert sc.status == "FAIL"
+    m = re.search(r"scale-down grace: the controller let (ip-\S+) go (\d+)s after the job ended, before its part of the grace "
+                  r"\(13s: the stack's 900s less the autoscaler's 120s\)", failures)
+    assert m and int(m[2]) <= 3, failures
+    assert "the parts do not make the stack's grace: the controller's GRACE_SECONDS 0 + " in failures
 
 
 def test_a_balanced_scale_up_names_its_pods_under_each_group():

@@ -175,7 +175,8 @@ def cache(tmp_path, monkeypatch):
 
     def fake_build(comp, env, bin_dir, jobs):
         built.append(comp["name"])
-        (bin_dir / comp["name"]).write_text("binary")
+        for name in [comp["name"], *build.installed_files(comp)]:  # the binary and what the lock installs beside it
+            (bin_dir / name).write_text("binary")
 
     monkeypatch.setattr(build, "build", fake_build)
     fetched: list[str] = []
@@ -187,14 +188,15 @@ DEFAULT_BUILD = [c["name"] for c in COMPONENTS if not c.get("on_demand")]
 
 
 def _rehearsed_binaries() -> set[str]:
-    """What the shipped stacks' rehearsals start: the control plane, the platform's controllers and, for a
-    Linode stack on Cilium, the CRD program of the Cilium chart its Kubernetes minor picks."""
+    """What the shipped stacks' rehearsals start: the control plane, the platform's controllers, the Pulumi engine
+    (the engine tests deploy each stack's platform layer) and, for a Linode stack on Cilium, the CRD program of the
+    Cilium chart its Kubernetes minor picks."""
     from gpu_platform.data.linode_versions import cni_chart
     from gpu_platform.config.stack import parse_config
     from gpu_platform.preflight.runner import load_stack
     from gpu_platform.rehearsal import binaries
 
-    needed = set(binaries.CONTROL_PLANE) | set(binaries.CONTROLLERS)
+    needed = set(binaries.CONTROL_PLANE) | set(binaries.CONTROLLERS) | set(binaries.ENGINE)  # engine: every stack's layer
     for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
         stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
         cfg = parse_config(load_stack(stack).raw, stack)

@@ -54,9 +54,9 @@ def _provider_release() -> str:
 
 # --- the lock ----------------------------------------------------------------------------------------------
 
-def test_engine_components_are_pinned_built_on_demand_and_one_pulumi_release():
-    for comp in ENGINE:
-        assert comp.get("on_demand"), f"{comp['name']}: no rehearsal runs the engine yet; it must not slow `make rehearsal-build`"
+def test_engine_components_are_pinned_built_with_the_rest_and_one_pulumi_release():
+    for comp in ENGINE:  # the engine's tests are in `make test`: `make rehearsal-build` (CI's) builds it
+        assert not comp.get("on_demand"), f"{comp['name']}: the engine tests would skip in CI"
     # The CLI and its language host ship together upstream: one tag, the language host's (the tarball's) one.
     assert CLI["version"] == HOST["version"] == "v3.259.0"
     assert CLI["module"] == "github.com/pulumi/pulumi/pkg/v3" and CLI["package"] == CLI["module"] + "/cmd/pulumi"
@@ -82,24 +82,15 @@ def test_the_wrappers_pin_the_release_and_its_dependencies():
     assert not provider.get("Replace")
 
 
-def test_the_engine_environment_is_the_programs_with_the_providers_sdk_release():
-    """The engine runs the program with requirements-engine.txt: requirements.txt's pins but pulumi-kubernetes
-    at the built provider's release (the engine takes a provider binary on $PATH whatever version the SDK
-    asks for, so a skew would go unnoticed: pulumi/pulumi sdk/go/common/workspace/plugins.go)."""
-    def pins(name: str) -> dict[str, str]:
-        out = {}
-        for line in (ROOT / name).read_text().splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                pkg, _, version = line.partition("==")
-                assert version, f"{name}: {line!r} is not pinned with =="
-                out[pkg.lower()] = version
-        return out
-
-    program, engine = pins("requirements.txt"), pins("requirements-engine.txt")
-    assert engine["pulumi-kubernetes"] == _provider_release().lstrip("v")
-    assert {k: v for k, v in engine.items() if k != "pulumi-kubernetes"} == \
-        {k: v for k, v in program.items() if k != "pulumi-kubernetes"}
+def test_the_engine_runs_the_program_in_its_own_environment():
+    """No second requirements file: the engine runs the program with requirements.txt (pulumi-kubernetes 4.34.2,
+    what a user's `pulumi up` runs) and the built provider v4.25.0 on $PATH, which the engine takes whatever release
+    the SDK names (pulumi/pulumi v3.259.0 sdk/go/common/workspace/plugins.go GetPluginPath). The pair is safe as long
+    as every input the program sends is one the provider knows: test_every_input_the_program_sends_..._schema."""
+    assert not (ROOT / "requirements-engine.txt").exists()
+    pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.lstrip().startswith("#"))
+    assert pins["pulumi-kubernetes"].split()[0] != _provider_release().lstrip("v")  # the skew the test below guards
 
 
 # --- the language host: tarball + go.mod overlay + the exec shim ---------------------------------------------
@@ -356,9 +347,9 @@ def test_the_built_cli_and_language_host_report_their_release(tmp_path):
     assert _run([str(bin_dir / "pulumi-language-python"), "-version"], env).stdout.strip() == HOST["version"]
 
 
-def test_the_built_provider_reports_its_release_over_its_grpc_interface(tmp_path):
-    """Started as the engine starts a provider (it prints its port), asked GetPluginInfo and GetSchema with the
-    Python SDK's own gRPC stubs: version v4.25.0 and the generated schema's 4.25.0."""
+def _provider_plugin_info_and_schema(tmp_path) -> tuple[str, dict]:
+    """The built provider started as the engine starts one (it prints its port), asked GetPluginInfo and GetSchema
+    with the Python SDK's own gRPC stubs."""
     import grpc
     from google.protobuf import empty_pb2
     from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
@@ -372,12 +363,64 @@ def test_the_built_provider_reports_its_release_over_its_grpc_interface(tmp_path
         with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 64 << 20)]) as channel:
             grpc.channel_ready_future(channel).result(timeout=30)
             stub = provider_pb2_grpc.ResourceProviderStub(channel)
-            assert stub.GetPluginInfo(empty_pb2.Empty()).version == _provider_release()
-            schema = json.loads(stub.GetSchema(provider_pb2.GetSchemaRequest()).schema)
-            assert schema["name"] == "kubernetes" and schema["version"] == PROVIDER["generate"]["VERSION"]
+            version = stub.GetPluginInfo(empty_pb2.Empty()).version
+            return version, json.loads(stub.GetSchema(provider_pb2.GetSchemaRequest()).schema)
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_built_provider_reports_its_release_over_its_grpc_interface(tmp_path):
+    """Version v4.25.0 and the generated schema's 4.25.0."""
+    version, schema = _provider_plugin_info_and_schema(tmp_path)
+    assert version == _provider_release()
+    assert schema["name"] == "kubernetes" and schema["version"] == PROVIDER["generate"]["VERSION"]
+
+
+def inputs_unknown_to(schema: dict, resources) -> tuple[set[str], set[str]]:
+    """(`type key` of each top-level input of a Kubernetes resource or provider that the provider's schema does not
+    list for its type, the types checked). A custom resource's type is not in the schema: the API server checks it."""
+    known = {t: set(r.get("inputProperties") or {}) for t, r in schema["resources"].items()}
+    known["pulumi:providers:kubernetes"] = set(schema["provider"]["inputProperties"])
+    checked, unknown = set(), set()
+    for r in resources:
+        if r.type in known:
+            checked.add(r.type)
+            unknown |= {f"{r.type} {key}" for key in r.wire_inputs if key not in known[r.type]}
+    return unknown, checked
+
+
+def test_every_input_the_program_sends_is_in_the_built_providers_schema(tmp_path):
+    """Why the program's SDK (4.34.2) may drive the built provider (4.25.0): for every shipped stack, each top-level
+    input of each Kubernetes resource and provider the program registers is an input of that type in the provider's
+    own schema. An option newer than 4.25.0 (Provider's `alwaysRender`, `enablePatchForce`, `upsertExistingObjects`;
+    helm.v3.Release's `takeOwnership`) would reach a provider that does not know it, and the rehearsal would no
+    longer be what users run: this fails naming it."""
+    from gpu_platform.preflight.runner import stack_names
+    from tests.conftest import shipped_plan
+
+    _version, schema = _provider_plugin_info_and_schema(tmp_path)
+    unknown, checked = inputs_unknown_to(schema, [r for stack in stack_names(ROOT / "stacks")
+                                                  for r in shipped_plan(stack).resources])
+    assert unknown == set(), f"inputs the built provider v4.25.0 does not know: {sorted(unknown)}"
+    assert {"pulumi:providers:kubernetes", "kubernetes:helm.sh/v3:Release", "kubernetes:kustomize/v2:Directory",
+            "kubernetes:core/v1:Namespace", "kubernetes:apps/v1:Deployment"} <= checked, sorted(checked)
+
+
+def test_a_newer_sdks_option_fails_the_schema_check(tmp_path):
+    """The check above can fail: a program passing Release's `take_ownership` (pulumi-kubernetes 4.26 on) sends
+    `takeOwnership`, which the built provider's schema lacks."""
+    import pulumi_kubernetes as k8s
+
+    from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
+
+    def program() -> None:
+        k8s.helm.v3.Release("adopted", chart="/charts/kueue-0.14.4.tgz", take_ownership=True)
+
+    _version, schema = _provider_plugin_info_and_schema(tmp_path)
+    plan = run_program(stack_input_from_mapping("schema-test", {"gpu-platform:cloud": "kubernetes"}), program=program)
+    unknown, _checked = inputs_unknown_to(schema, plan.resources)
+    assert unknown == {"kubernetes:helm.sh/v3:Release takeOwnership"}, unknown
 
 
 def test_the_built_engine_previews_an_empty_python_program_offline(tmp_path):
@@ -405,26 +448,19 @@ def test_the_built_engine_previews_an_empty_python_program_offline(tmp_path):
     assert time.monotonic() - t0 < 240
 
 
-ENGINE_VENV = ROOT / ".venv-engine"
+PROGRAM_VENV = ROOT / ".venv"
 
 
-@pytest.mark.sidevenv
-def test_the_built_engine_previews_a_kubernetes_object_with_the_providers_sdk_offline(tmp_path):
-    """The engine's own environment (`make engine-venv`: pulumi-kubernetes at the provider's release) and
-    the built provider: a ConfigMap through an explicit provider whose cluster does not answer previews as a
-    create; the provider is the built binary on PATH (the engine says which), and nothing is downloaded."""
+def test_the_built_engine_previews_a_kubernetes_object_with_the_programs_sdk_offline(tmp_path):
+    """The program's own environment (requirements.txt) and the built provider: a ConfigMap through an explicit
+    provider whose cluster does not answer previews as a create; the provider is the built binary on PATH (the
+    engine says which), and nothing is downloaded."""
     bin_dir = _engine_bin()
-    python = ENGINE_VENV / "bin" / "python"
-    if not python.is_file():
-        pytest.skip(f"no {ENGINE_VENV.name}: run `make engine-venv` (requirements-engine.txt)")
-    installed = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('pulumi_kubernetes'))"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    assert installed == _provider_release().lstrip("v"), f"{ENGINE_VENV.name} has pulumi-kubernetes {installed}"
     env = _offline_env(tmp_path, bin_dir)
     project = tmp_path / "project"
     project.mkdir()
     (project / "Pulumi.yaml").write_text(
-        f"name: engine-k8s\nruntime:\n  name: python\n  options:\n    toolchain: pip\n    virtualenv: {ENGINE_VENV}\n")
+        f"name: engine-k8s\nruntime:\n  name: python\n  options:\n    toolchain: pip\n    virtualenv: {PROGRAM_VENV}\n")
     (project / "kubeconfig").write_text(
         "apiVersion: v1\nkind: Config\n"
         'clusters: [{name: nowhere, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]\n'
@@ -444,3 +480,15 @@ def test_the_built_engine_previews_a_kubernetes_object_with_the_providers_sdk_of
     assert "kubernetes:core/v1:ConfigMap" in out and "+ 3 to create" in out, out
     assert f"using pulumi-resource-kubernetes from $PATH at {bin_dir / 'pulumi-resource-kubernetes'}" in out
     assert not any((Path(env["PULUMI_HOME"]) / "plugins").glob("*")), "a plugin was installed into PULUMI_HOME"
+
+
+def test_the_provider_skew_was_reviewed_for_the_pair_the_engine_runs():
+    """The built provider and the program's SDK differ (test_the_engine_runs_the_program_in_its_own_environment);
+    engine.PROVIDER_SKEW lists what that changes, reviewed for one pair. Moving either pin fails here until the list
+    is read again against pulumi-kubernetes' changes between the two (and SKEW_REVIEWED_FOR moved with it)."""
+    from gpu_platform.rehearsal import engine
+
+    sdk = next(line.split("==")[1].split()[0] for line in (ROOT / "requirements.in").read_text().splitlines()
+               if line.startswith("pulumi-kubernetes=="))
+    assert engine.SKEW_REVIEWED_FOR == (_provider_release().lstrip("v"), sdk)
+    assert all(re.match(r"(#\d+ \(4\.\d+\.\d+\)|Helm v)", entry) for entry in engine.PROVIDER_SKEW), engine.PROVIDER_SKEW

@@ -41,3 +41,43 @@ def test_the_provisioner_and_the_hook_runner_are_such_loops():
     for cls, name in ((Provisioner, "rehearsal-provisioner"), (HookRunner, "rehearsal-hook-runner")):
         loop = cls(client=None, interval=0.01)  # type: ignore[arg-type]
         assert isinstance(loop, PollingLoop) and loop._thread.name == name
+
+
+class FakeClient:
+    """The three calls Provisioner.once makes, on a cluster holding `classes` and `claims`."""
+
+    def __init__(self, classes: dict, claims: list):
+        self.classes, self.claims, self.created = classes, claims, []
+
+    def list(self, api_version, kind):
+        assert (api_version, kind) == ("v1", "PersistentVolumeClaim")
+        return self.claims
+
+    def get(self, api_version, kind, name):
+        assert (api_version, kind) == ("storage.k8s.io/v1", "StorageClass")
+        return self.classes.get(name)
+
+    def create(self, obj):
+        self.created.append(obj)
+
+
+def _claim(name: str, cls=None) -> dict:
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}
+    if cls is not None:
+        spec["storageClassName"] = cls
+    return {"metadata": {"name": name, "namespace": "kubeflow", "uid": f"uid-{name}"}, "spec": spec,
+            "status": {"phase": "Pending"}}
+
+
+def test_the_provisioner_binds_only_claims_on_a_class_the_cluster_has():
+    """Found by review (2026-11-29): the stand-in bound class-less claims on a cluster with no default StorageClass
+    (onprem-dev's), so neither preflight nor the engine showed Katib's and Pipelines' databases and the hub's staying
+    Pending on such a cluster. In a cluster no provisioner takes a claim without a class, or on a class it lacks."""
+    client = FakeClient({"rook-ceph-block": {"volumeBindingMode": "Immediate"}},
+                        [_claim("mysql-pv-claim"), _claim("katib-mysql", "rook-ceph-block"), _claim("seaweedfs-pvc", "gone")])
+    provisioner = Provisioner(client, interval=0.01)  # type: ignore[arg-type]
+    provisioner.once()
+    assert [pv["spec"]["claimRef"]["name"] for pv in client.created] == ["katib-mysql"]
+    assert client.created[0]["spec"]["storageClassName"] == "rook-ceph-block"
+    assert provisioner.unprovisioned == {"kubeflow/mysql-pv-claim (no class)",
+                                         "kubeflow/seaweedfs-pvc (class gone, which the cluster lacks)"}

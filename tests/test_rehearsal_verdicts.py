@@ -255,3 +255,80 @@ def test_the_prepared_stacks_fit_folder_goes_when_the_test_process_ends(tmp_path
     made = Path(proc.stdout.strip().splitlines()[-1])
     assert made.name.startswith("rehearsal-test-linode-dev-") and made.parent == tmp_path
     assert not made.exists()
+
+
+class _PreemptedOneNodePool:
+    """The example TrainJob on a one-node pool as the pinned controllers showed it when preemption-not-counted
+    deletes that node (linode-dev's rehearsal, 2026-11-29): PodGC force-deletes the pod after its 40 s quarantine,
+    the JobSet's restart count moves at once, while Kueue's PodsReady is still the True (Recovered) the drill
+    before left; the replacement pod appears a poll later and binds only once the node is back. Each
+    time.sleep of the scenario is one poll."""
+
+    def __init__(self):
+        from gpu_platform.rehearsal.nodes import GROUP_LABEL
+
+        self.NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ada-0", "labels": {GROUP_LABEL: "ada"}}}
+        self.poll, self.deleted_at, self.back_at = 0, None, None
+        self.time = SimpleNamespace(monotonic=lambda: self.poll * 2.0, sleep=self.sleep)
+
+    def sleep(self, _seconds):
+        self.poll += 1
+
+    # the client
+    def delete(self, api_version, kind, name, namespace=None):
+        assert (kind, name) == ("Node", "ada-0")
+        self.deleted_at = self.poll
+        return True
+
+    def create(self, obj):
+        assert obj["metadata"]["name"] == "ada-0"
+        self.back_at = self.poll
+
+    def apply(self, obj, subresource=None):
+        pass
+
+    def get(self, api_version, kind, name, namespace=None):
+        if kind == "JobSet":
+            return {"status": {"restarts": 1 if self.deleted_at is None else 2, "restartsCountTowardsMax": 0}}
+        return None
+
+    def list(self, api_version, kind, namespace=None, selector=None):
+        if kind == "Node":
+            return [self.NODE] if self.deleted_at is None or self.back_at is not None else []
+        if kind == "Pod":
+            if self.deleted_at is None:
+                return [{"metadata": {"uid": "old", "name": "resnet-node-0-0-old"}, "spec": {"nodeName": "ada-0"}}]
+            if self.poll == self.deleted_at:
+                return []  # the old pod gone, the restarted Job's pod not created yet
+            bound = self.back_at is not None
+            return [{"metadata": {"uid": "new", "name": "resnet-node-0-0-new"}, "spec": {"nodeName": "ada-0" if bound else None},
+                     "status": {"phase": "Running" if bound else "Pending"}}]
+        raise AssertionError(kind)
+
+    def workload(self, *_args):
+        stale = self.deleted_at is None or self.poll == self.deleted_at
+        ready = stale or (self.back_at is not None and self.poll > self.back_at)
+        pods_ready = ({"type": "PodsReady", "status": "True", "reason": "Recovered"} if ready
+                      else {"type": "PodsReady", "status": "False", "reason": "WaitForRecovery"})
+        return {"metadata": {"name": "trainjob-resnet"}, "status": {"conditions": [
+            {"type": "Admitted", "status": "True"}, pods_ready]}}
+
+
+def test_preemption_not_counted_waits_for_a_replacement_pod_and_never_leaves_the_pool_without_its_node(monkeypatch):
+    """The stale Recovered condition and the moved restart count came together one poll before any replacement
+    pod existed: the scenario passed there, never brought the one-node pool's node back, and every GPU scenario
+    after it (unsuspend-by-hand, notebook-profiles) failed for want of a node."""
+    world = _PreemptedOneNodePool()
+    monkeypatch.setattr(scenarios, "time", world.time)
+    monkeypatch.setattr(scenarios, "example_or_not_rehearsed",
+                        lambda ctx, sc, controllers: {"metadata": {"name": "resnet", "namespace": "training"}})
+    monkeypatch.setattr(scenarios, "_wait_for_pods_ready_config", lambda ctx: {})
+    monkeypatch.setattr(scenarios, "_workload_for", world.workload)
+    monkeypatch.setattr(scenarios, "node_objects", lambda model: [(world.NODE, {"metadata": {"name": "ada-0"}})])
+    ctx = SimpleNamespace(client=world, model=None, timeout=60.0)
+    sc = scenarios.preemption_not_counted(ctx)
+    assert world.back_at is not None, "the pool's only node was never brought back"
+    assert sc.status == "PASS", sc.problems
+    assert any(d.startswith("the autoscaler's node ada-0 (group ada) added: pod resnet-node-0-0-new bound to ada-0")
+               for d in sc.details), sc.details
+    assert any("Workload PodsReady True (Recovered)" in d for d in sc.details), sc.details

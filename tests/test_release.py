@@ -28,21 +28,21 @@ def _copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_this_tree_is_release_0_3_1_and_only_its_tag_passes(tmp_path):
-    """The 0.3.1 release commit (docs/architecture.md, Releasing): v0.3.1 passes; the next version's tag is refused
-    naming what to change, and the 0.3.0 release's files still pass as v0.3.0."""
-    assert gpu_platform.__version__ == "0.3.1"
-    assert release.problems("v0.3.1") == []
+def test_this_tree_is_between_releases_and_the_0_3_1_release_still_passes(tmp_path):
+    """Between releases (docs/architecture.md, Releasing): the version is the next release's .dev0 and CHANGELOG
+    opens with [Unreleased], so a v0.3.2 tag is refused naming both things to change; the 0.3.1 release
+    commit's files (this tree's [Unreleased] section taken out, version 0.3.1) still pass as v0.3.1."""
+    assert gpu_platform.__version__ == "0.3.2.dev0"
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "release.py"), "check", "v0.3.2"], capture_output=True,
                          text=True)
     assert run.returncode == 1
-    assert "__version__ is 0.3.1, not 0.3.2" in run.stderr
-    assert "newest section is [0.3.1], not [0.3.2] (rename [Unreleased]" in run.stderr
-    assert release.problems("0.3.1") == ["'0.3.1' is not a release tag (vX.Y.Z)"]
-    # The 0.3.0 release commit's files, this tree's newer section taken out as they were then, pass as v0.3.0.
-    root = _copy_released_0_3_0(tmp_path)
-    assert release.problems("v0.3.0", root) == []
-    assert release.problems("v0.3.1", root) != []
+    assert "__version__ is 0.3.2.dev0, not 0.3.2" in run.stderr
+    assert "newest section is [Unreleased]" in run.stderr
+    assert release.problems("0.3.2") == ["'0.3.2' is not a release tag (vX.Y.Z)"]
+    root = _copy_released(tmp_path, "0.3.1")
+    assert release.problems("v0.3.1", root) == []
+    assert release.problems("v0.3.2", root) != []
+    assert release.problems("v0.3.0", _copy_released(tmp_path / "0.3.0", "0.3.0")) == []
 
 
 @pytest.mark.parametrize("edit, expected", [
@@ -53,22 +53,28 @@ def test_this_tree_is_release_0_3_1_and_only_its_tag_passes(tmp_path):
     (lambda root: _sub(root / "CHANGELOG.md", "## [0.3.0] — 2026-11-28", "## [0.3.0]"), "heading has no date"),
 ])
 def test_each_disagreement_is_named(tmp_path, edit, expected):
-    root = _copy_released_0_3_0(tmp_path)  # the release commit's files: each edit breaks one agreement
+    root = _copy_released(tmp_path, "0.3.0")  # the release commit's files: each edit breaks one agreement
     edit(root)
     found = release.problems("v0.3.0", root)
     assert any(expected in p for p in found), found
 
 
-def _copy_released_0_3_0(tmp_path: Path) -> Path:
-    """This tree's version files as they were at the 0.3.0 release: no [0.3.1] section, version 0.3.0."""
-    import re as _re
-
+def _copy_released(tmp_path: Path, version: str) -> Path:
+    """This tree's version files as they were at the `version` release: CHANGELOG's newer sections taken out,
+    the version set in gpu_platform/__init__.py and the pack's manifest."""
     root = _copy(tmp_path)
     text = (root / "CHANGELOG.md").read_text()
-    (root / "CHANGELOG.md").write_text(_re.sub(r"## \[0\.3\.1\].*?(?=## \[0\.3\.0\])", "", text, flags=_re.S))
-    _sub(root / "gpu_platform/__init__.py", '__version__ = "0.3.1"', '__version__ = "0.3.0"')
-    _sub(root / "gpu_platform/policies/PulumiPolicy.yaml", "version: 0.3.1", "version: 0.3.0")
+    first, at = text.index("\n## ["), text.index(f"\n## [{version}]")
+    (root / "CHANGELOG.md").write_text(text[:first] + text[at:])
+    _sub_re(root / "gpu_platform/__init__.py", r'__version__ = "[^"]+"', f'__version__ = "{version}"')
+    _sub_re(root / "gpu_platform/policies/PulumiPolicy.yaml", r"(?m)^version: \S+", f"version: {version}")
     return root
+
+
+def _sub_re(path: Path, pattern: str, new: str) -> None:
+    text, n = re.subn(pattern, new, path.read_text(), count=1)
+    assert n == 1, pattern
+    path.write_text(text)
 
 
 def _sub(path: Path, old: str, new: str) -> None:

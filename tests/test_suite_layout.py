@@ -27,21 +27,26 @@ SUITE = {
     "test_a.py": "import pytest\nfrom ran import ran\n\n@pytest.mark.rehearsal(stack='s1')\n@pytest.mark.parametrize('i', range(4))\n"
                  "def test_s1(i):\n    ran('s1')\n\n"
                  "@pytest.mark.parametrize('i', range(4))\ndef test_plain_a(i):\n"
-                 "    ran('a')\n",
+                 "    ran('a')\n\n"
+                 "@pytest.mark.rehearsal(group='e1')\n@pytest.mark.parametrize('i', range(3))\ndef test_e1(i):\n"
+                 "    \"\"\"On its engine run's own control plane.\"\"\"\n    ran('e1')\n",
     "test_b.py": "import pytest\nfrom ran import ran\n\n@pytest.mark.rehearsal(stack='s1')\ndef test_s1_elsewhere():\n"
                  "    ran('s1')\n\n"
                  "@pytest.mark.parametrize('i', range(4))\ndef test_plain_b(i):\n"
-                 "    ran('b')\n",
+                 "    ran('b')\n\n"
+                 "@pytest.mark.rehearsal(group='e1')\ndef test_e1_elsewhere():\n"
+                 "    \"\"\"On its engine run's own control plane.\"\"\"\n    ran('e1')\n",
 }
 
 
 def test_a_stacks_rehearsal_tests_and_each_module_run_on_one_worker(tmp_path: Path) -> None:
     """The conftest's grouping, under the pytest and pytest-xdist this project pins: every test of stack s1
-    (in two files) on one worker, each other module's tests on one worker."""
+    (in two files) on one worker, every test of an engine run's group e1 (a control plane of its own, in two
+    files) on one worker, each other module's tests on one worker."""
     (tmp_path / "suite").mkdir()
     for name, text in SUITE.items():
         (tmp_path / "suite" / name).write_text(text)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    rehearsal(stack=None): x\n    sidevenv: x\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    rehearsal(stack=None, group=None): x\n    sidevenv: x\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAN_FILE": str(tmp_path / "ran.txt")}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-s", "-q", "-p", "no:cacheprovider",
                            "suite"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
@@ -49,7 +54,7 @@ def test_a_stacks_rehearsal_tests_and_each_module_run_on_one_worker(tmp_path: Pa
     ran: dict[str, set[str]] = {}
     for group, worker in re.findall(r"RAN (\w+) (gw\d)", (tmp_path / "ran.txt").read_text()):
         ran.setdefault(group, set()).add(worker)
-    assert set(ran) == {"s1", "a", "b"}, ran
+    assert set(ran) == {"s1", "e1", "a", "b"}, ran
     assert all(len(workers) == 1 for workers in ran.values()), ran
 
 

@@ -213,6 +213,10 @@ class ClusterHandle:
     # Minutes from a scale-up to a schedulable GPU node, where the stack states it (cloud kubernetes); None: the
     # cloud's figure (gpu_platform/costs/node_boot.py).
     node_boot_minutes: Optional[float] = None
+    # How long a new node of an autoscaled GPU pool has to register before the autoscaler gives it up (its
+    # --max-node-provision-time, where the program sets it: linode.nodeGroups.joinDeadlineMinutes). Kueue's
+    # waitForPodsReady timeout outlasts it (platform/queue.py pods_ready_timeouts). None: the program sets none.
+    node_join_deadline_minutes: Optional[float] = None
     # A host folder whose *.prom files node-exporter's textfile collector reads (node-level metrics the
     # cluster's own scripts write, e.g. Linode's etcd snapshots). None: the collector stays off.
     node_textfile_dir: Optional[str] = None

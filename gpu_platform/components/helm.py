@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any, Optional
 import pulumi
 
 from gpu_platform.data.chart import Chart, kustomize_file_name
+from gpu_platform.project import python_m
 
 
 # A folder of pinned chart archives (`NAME-VERSION.tgz`, what `python -m gpu_platform.preflight charts pull --dest
@@ -28,27 +30,36 @@ def local_chart(chart: Chart) -> Optional[str]:
     path = Path(folder) / chart.archive_name
     if not path.is_file():
         raise pulumi.RunError(f"${LOCAL_CHARTS_ENV} is {folder}, which has no {chart.archive_name} (chart {chart.chart} "
-                              f"{chart.version}): fill it with `python -m gpu_platform.preflight charts pull --dest {folder}`, "
+                              f"{chart.version}): fill it with `{python_m('gpu_platform.preflight')} charts pull --dest {folder}`, "
                               f"or unset {LOCAL_CHARTS_ENV} to install from the chart repositories")
     return str(path.resolve())
 
 
-def local_kustomize(overlay: Path) -> Optional[str]:
+def claims_on(storage_class: str) -> dict:
+    """A kustomize patch putting every PersistentVolumeClaim of an install on `storage_class` (RFC 6902 `add`
+    replaces a class upstream set): the upstream manifests leave it unset, which on a cluster without a default
+    StorageClass leaves the claim Pending and its database never starts."""
+    return {"target": {"kind": "PersistentVolumeClaim"},
+            "patch": json.dumps([{"op": "add", "path": "/spec/storageClassName", "value": storage_class}])}
+
+
+def local_kustomize(overlay: Path, storage_class: Optional[str] = None) -> Optional[str]:
     """The kustomize overlay folder `overlay` as the program should pass it when $GPU_PLATFORM_LOCAL_CHARTS is set:
     the same kustomization with each pinned remote target (`github.com/...?ref=...`, which kustomize clones at
     `pulumi up`) replaced by the absolute path of its built YAML in the folder's `kustomize/` (what `preflight charts
-    pull` writes there, REPO-REF-NAME.yaml), written to a folder named by its content under the user cache
-    (~/.cache/gpu-platform/kustomize-overlays: the same path on every run, so a second `up` changes nothing).
-    None when the variable is unset (the overlay as shipped, its targets from GitHub). A target missing from the
-    folder stops the program (pulumi.RunError, no traceback) naming the folder and the file."""
+    pull` writes there, REPO-REF-NAME.yaml), and with `storage_class` its claims on that class (claims_on), written
+    to a folder named by its content under the user cache (~/.cache/gpu-platform/kustomize-overlays: the same path
+    on every run, so a second `up` changes nothing). None when the variable is unset and no class is given (the
+    overlay as shipped, its targets from GitHub). A target missing from the folder stops the program
+    (pulumi.RunError, no traceback) naming the folder and the file."""
     import yaml
 
     folder = os.environ.get(LOCAL_CHARTS_ENV)
-    if not folder:
+    if not folder and storage_class is None:
         return None
     kfile = Path(overlay) / "kustomization.yaml"
     text = kfile.read_text()
-    for target in (yaml.safe_load(text) or {}).get("resources") or []:
+    for target in ((yaml.safe_load(text) or {}).get("resources") or []) if folder else []:
         fname = kustomize_file_name(target)
         if fname is None:
             continue
@@ -56,9 +67,13 @@ def local_kustomize(overlay: Path) -> Optional[str]:
         if not built.is_file():
             raise pulumi.RunError(
                 f"${LOCAL_CHARTS_ENV} is {folder}, which has no kustomize/{fname} (the kustomize target {target} of "
-                f"{kfile}): fill it with `python -m gpu_platform.preflight charts pull --dest {folder}`, or unset "
+                f"{kfile}): fill it with `{python_m('gpu_platform.preflight')} charts pull --dest {folder}`, or unset "
                 f"{LOCAL_CHARTS_ENV} to fetch it from GitHub")
         text = text.replace(target, str(built.resolve()))
+    if storage_class is not None:
+        doc = yaml.safe_load(text)
+        doc["patches"] = [*(doc.get("patches") or []), claims_on(storage_class)]
+        text = yaml.safe_dump(doc, sort_keys=False)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-platform" / "kustomize-overlays"
     dest = base / f"{Path(overlay).name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     if not (dest / "kustomization.yaml").is_file() or (dest / "kustomization.yaml").read_text() != text:

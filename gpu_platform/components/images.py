@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 import pulumi
 
 from gpu_platform.components.paths import PACKAGE_DIR, program_relative
+from gpu_platform.components.read_only import keep_from_state
 
 if TYPE_CHECKING:
     from gpu_platform.config.model import StackConfig
@@ -192,7 +193,9 @@ def build(name: str, source: ImageSource, repository: pulumi.Input[str], login: 
         # provider/internal/image.go Delete; "not all registries support" it, e.g. Docker Hub) or an immutable tag;
         # the stack's own repositories go with their images (ECR force_delete, Artifact Registry repository
         # deletion), a named registry keeps them under its own retention.
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on), retain_on_delete=True),
+        # A read-only run (drift.yml) holds no registry password: the state's stays (components/read_only.py).
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on), retain_on_delete=True,
+                                    ignore_changes=keep_from_state("registries[0].password") if registries else None),
     )
     return pulumi.Output.all(repository, image.digest).apply(lambda v: by_digest(v[0], v[1]))
 

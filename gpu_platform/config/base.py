@@ -500,8 +500,10 @@ SYSTEM_POOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "gcp": {"instanceType": "e2-standard-4", "minNodes": 1, "maxNodes": 3},
     # maxNodes 6: two a zone over three zones, room for CPU notebooks in the zones they may run in (issue 33 item 4).
     "aws": {"instanceType": "m6i.large", "minNodes": 2, "maxNodes": 6},
-    # A kubeadm pool on Linode is a fixed set of instances: min == max (check_stack).
-    "linode": {"instanceType": "g6-standard-4", "minNodes": 1, "maxNodes": 1},
+    # A kubeadm pool on Linode is a fixed set of instances: min == max (check_stack). Two: on one g6-standard-4 the
+    # platform's pods leave no room for a CPU notebook, so admission and Kueue refuse the `cpu` profile (preflight's
+    # cluster fit says so); a second 8 GB node costs $48/month, as linode-dev has run since 0.3.0.
+    "linode": {"instanceType": "g6-standard-4", "minNodes": 2, "maxNodes": 2},
 }
 
 # Spellings of the last release, accepted with a warning for one more release:

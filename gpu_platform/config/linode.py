@@ -74,8 +74,15 @@ class LinodeNodeGroups(Model):
     # A new node that has not registered after this long is given up on (its boot failed): the autoscaler
     # (--max-node-provision-time) times the scale-up out, backs the pool off and deletes the instance; the
     # node-group provider deletes it itself 5 minutes later if the autoscaler has not (docs/linode-autoscaling.md,
-    # "A node that never joins"). The node's bootstrap token expires at the deadline.
-    join_deadline_minutes: int = Field(default=40, ge=15, le=180)
+    # "A node that never joins"). The node's bootstrap token expires at the deadline. With an autoscaled pool it
+    # must be at least 1.5 times the pool's boot (24 minutes for Linode's 16: checks/linode.py
+    # join_deadline_issues, costs/node_boot.py min_join_deadline_minutes), and Kueue's waitForPodsReady timeout
+    # follows it (deadline + 3 + platform.podsReadyTimeoutMinutes: platform/queue.py pods_ready_timeouts), so a
+    # longer deadline also holds a job that can never start longer. The default, 30, is the ratio
+    # cluster-autoscaler's own default keeps to a baked-image boot (15 minutes to 8), leaving a slow Linode
+    # boot 14 minutes. It was 40 while Kueue's timeout did not follow the deadline; now that it does, a longer
+    # deadline also holds a job that can never start longer (above), so the default is the shorter 30.
+    join_deadline_minutes: int = Field(default=30, ge=1, le=180)
     # When the provider's own Linode API token (linode-node-groups:token; it creates and deletes the
     # pools' instances) expires: the date Cloud Manager shows. Renders alerts 30 and 7 days before, and
     # preflight warns within 30 days, like linode.apiTokenExpires. Without linode-node-groups:token the

@@ -54,7 +54,7 @@ def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
             try:
                 value = json.loads(value)
             except (json.JSONDecodeError, RecursionError):
-                issues.append(ConfigIssue(key, value, "a structured value (YAML list or map), not a string"))
+                issues.append(ConfigIssue(key, value, f"{_structure_of(key)}, not a string"))
                 continue
         values[key] = value
     # The model also takes its Python names (monthly_budget_usd) for the code's own use; a stack file
@@ -79,10 +79,24 @@ def parse_config(raw: dict[str, Any], stack: str, source: Optional[str] = None,
         raise ConfigError(stack, issues, source) from None
     except RecursionError:
         raise ConfigError(stack, [*issues, ConfigIssue("(root)", "...", "values nested less deeply")], source) from None
-    issues += semantic_issues(cfg)
+    # A key refused above (a section given as a string) is left out of the model: the checks would report it
+    # again as missing ("gcp: (missing) required when cloud is gcp"), for a key the file does set.
+    seen = {i.key for i in issues}
+    issues += [i for i in semantic_issues(cfg) if i.key not in seen]
     if issues:
         raise ConfigError(stack, issues, source)
     return cfg
+
+
+def _structure_of(key: str) -> str:
+    """What a structured top-level key takes, in words: a list, or a mapping (of a section's keys)."""
+    field = next((f for n, f in StackConfig.model_fields.items() if (f.alias or n) == key), None)
+    annotation = field.annotation if field is not None else None
+    if typing.get_origin(annotation) is list:
+        return "a list (YAML sequence)"
+    if _model_of(annotation) is not None and typing.get_origin(annotation) is not dict:
+        return f"a mapping (YAML map) of the {key} section's keys"
+    return "a mapping (YAML map)"
 
 
 def _respelt(values: dict[str, Any], misspelt: list[tuple[tuple, str, ConfigIssue]]) -> dict[str, Any]:

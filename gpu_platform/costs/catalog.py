@@ -20,6 +20,8 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
+from gpu_platform.project import python_m
+
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 CLOUDS = ("linode", "gcp", "aws")
 # The cloud of a stack on a cluster it does not create (gpu_platform/config/kubernetes.py): its instance types are
@@ -52,7 +54,7 @@ class CatalogError(ValueError):
 # How far a price has been checked. "recorded": computed by `python -m gpu_platform.costs refresh` from a recorded file in
 # the repository; "verified": the source states this number; "secondary": a third-party catalog states it;
 # "derived": arithmetic on sourced numbers (the source says how); "unverified": kept from an earlier edit,
-# no reachable source states it today; "estimate": a rule of thumb.
+# no dated source states it (an undated page that does is named in the source); "estimate": a rule of thumb.
 PRICE_STATUSES = ("recorded", "verified", "secondary", "derived", "unverified", "estimate")
 # What a price is per: an hour of an instance or service, a GiB stored for a month, a GB processed.
 PRICE_UNITS = ("hour", "GiB-month", "GB")
@@ -159,6 +161,16 @@ def recorded_aws_offerings() -> dict[str, frozenset[str]]:
     return {t: frozenset(r) for t, r in out.items()}
 
 
+def not_offered_there(entry: Mapping[str, Any], region: str) -> bool:
+    """Whether a catalog entry's recorded offering data (its `regions`) leaves `region` out. A price recorded there is
+    not the type's: GCP's machine prices cover regions without the GPU and then sum its host alone (a2-highgpu-1g
+    Spot in europe-west2: $0.39576 against $4.39 On-Demand), so the catalog keeps no price there, `costs refresh`
+    writes none, and a stack there is refused until priceOverrides gives the price it pays. An entry without
+    `regions` (no offering data) leaves no region out."""
+    regions = entry.get("regions")
+    return regions is not None and region not in regions
+
+
 def offered_in(t: "InstanceType", region: str) -> tuple[Optional[bool], str]:
     """Whether `region` offers the type, as far as recorded data says (None: no data), and which data."""
     if t.regions is not None:
@@ -204,7 +216,7 @@ class RegionalPriceMissing(ValueError):
 def refresh_command(cloud: str, capacity: str, region: str, data_file: Optional[str] = None) -> str:
     """The `costs refresh` command that records `region`'s `capacity` prices of `cloud` from a saved file
     (docs/cost-model.md, "Recording a region's prices", says how to get the file)."""
-    run = ".venv/bin/python -m gpu_platform.costs refresh"
+    run = f"{python_m('gpu_platform.costs')} refresh"
     if cloud == "linode":
         return f"{run} --linode"
     if cloud == "gcp":
@@ -402,6 +414,10 @@ def validate_document(doc: Any, name: str = "catalog") -> list[str]:
         for region, prices in regional.items():
             if region == doc.get("referenceRegion"):
                 problems.append(f"{where}.regionalPrices.{region}: the reference region's prices are the type's own")
+            elif isinstance(e.get("regions"), list) and not_offered_there(e, region):
+                problems.append(f"{where}.regionalPrices.{region}: a region of its `regions` (the catalog does not "
+                                f"record {region} as offering {n}, so a price there is not the type's; a stack "
+                                "there gives the price it pays in priceOverrides)")
             if not isinstance(prices, Mapping) or not prices:
                 problems.append(f"{where}.regionalPrices.{region}: a mapping of onDemand/spot/preemptible prices")
                 continue
@@ -610,7 +626,7 @@ def load_gpu_speeds() -> GpuSpeeds:
 
 
 __all__ = ["CAPACITIES", "CATALOG_DIR", "CLOUDS", "HOURS_PER_MONTH", "OVERRIDE_SOURCE", "OWN_NODES", "Catalog", "CatalogError",
-           "RegionalPriceMissing", "refresh_command",
+           "RegionalPriceMissing", "not_offered_there", "refresh_command",
            "GpuSpeeds", "InstanceType", "PRICE_STATUSES", "Price", "apply_overrides", "catalog_files", "load_catalog",
            "load_gpu_speeds", "load_override_set",
            "parse_document", "read_document", "validate_document", "validate_override_set"]

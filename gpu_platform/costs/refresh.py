@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from gpu_platform.costs.catalog import CATALOG_DIR, validate_document
+from gpu_platform.costs.catalog import CATALOG_DIR, not_offered_there, validate_document
 
 LINODE_TYPES_URL = "https://api.linode.com/v4/linode/types"
 
@@ -81,6 +81,11 @@ def _regional_linode(inst: dict[str, Any], entry: Mapping[str, Any], reference: 
     rate (catalog.Catalog.in_region). A region no longer listed keeps no regional price: the default holds again."""
     listed = {rp.get("id"): rp for rp in entry.get("region_prices") or []
               if rp.get("id") and rp.get("id") != reference and rp.get("hourly")}
+    unoffered = sorted(r for r in listed if not_offered_there(inst, r))
+    if unoffered:  # a plan the catalog does not record in a region has no price there (catalog.not_offered_there)
+        res.notes.append(f"{inst['name']}: region price not written in {', '.join(unoffered)}: the catalog does not "
+                         "record the plan there (its `regions`)")
+        listed = {r: rp for r, rp in listed.items() if r not in unoffered}
     regional = inst.get("regionalPrices") or {}
     for region in sorted(set(regional) - set(listed)):
         res.changed.append(f"{inst['name']} {region}: regional price {regional[region]['onDemand']['usdPerHour']} "

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 
-from gpu_platform.costs.catalog import CATALOG_DIR, read_document, validate_document
+from gpu_platform.costs.catalog import CATALOG_DIR, not_offered_there, read_document, validate_document
 from gpu_platform.costs.refresh import RefreshResult, _replace
 
 
@@ -207,6 +207,28 @@ def _prices_of(doc: Mapping[str, Any], inst: dict[str, Any], region: Optional[st
     return inst.setdefault("regionalPrices", {}).setdefault(region, {})
 
 
+def _unoffered(inst: dict[str, Any], region: str, res: RefreshResult, skipped: dict[str, list[str]]) -> bool:
+    """Whether `region` is one the catalog does not record as offering the type (catalog.not_offered_there): then no
+    price is written there, one recorded before is removed, and `skipped` collects the region for one note per type."""
+    if not not_offered_there(inst, region):
+        return False
+    old = (inst.get("regionalPrices") or {}).pop(region, None)
+    if old is not None:
+        res.changed.append(f"{inst['name']} {region}: regional prices removed (the catalog does not record {region} "
+                           "as offering it)")
+    if "regionalPrices" in inst and not inst["regionalPrices"]:
+        inst.pop("regionalPrices")
+    skipped.setdefault(inst["name"], []).append(region)
+    return True
+
+
+def _unoffered_notes(skipped: Mapping[str, list[str]], source: str) -> list[str]:
+    return [f"{name}: not written in {', '.join(regions)}: the catalog does not record "
+            f"{'it' if len(regions) == 1 else 'them'} as offering {name} (its `regions`), and a price there is not the "
+            f"machine's (docs/cost-model.md, \"Regions\"); {source} has {'a row' if len(regions) == 1 else 'rows'} there"
+            for name, regions in skipped.items()]
+
+
 def apply_aws(spot: Mapping[str, Observations] | None = None, on_demand: Mapping[str, float] | None = None,
               on_demand_source: str = "", catalog_path: Path | None = None, today: Optional[str] = None,
               write: bool = True, drop_untraced_spot: bool = False, region: Optional[str] = None,
@@ -243,8 +265,12 @@ def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None,
     res = RefreshResult()
     spot = spot or {}
     on_demand = on_demand or {}
+    skipped: dict[str, list[str]] = {}
     for inst in doc["instances"]:
         name = inst["name"]
+        if region and region != doc.get("referenceRegion") and (name in spot or name in on_demand) \
+                and _unoffered(inst, region, res, skipped):
+            continue
         target = _prices_of(doc, inst, region)
         if name in spot:
             o = spot[name]
@@ -290,6 +316,7 @@ def _apply_aws_doc(doc: dict[str, Any], spot: Mapping[str, Observations] | None,
             inst["regionalPrices"].pop(region)
             if not inst["regionalPrices"]:
                 inst.pop("regionalPrices")
+    res.notes += _unoffered_notes(skipped, on_demand_source or "the response")
     return res
 
 
@@ -350,12 +377,15 @@ def apply_gcp(parts: Mapping[tuple[str, str], tuple[float, str]], source: str, c
     doc = read_document(path)
     today = today or _dt.date.today().isoformat()
     res = RefreshResult()
+    skipped: dict[str, list[str]] = {}
     for inst in doc["instances"]:
         if not str(inst["name"]).startswith("a2-highgpu-"):
             continue
         prices = gcp_a2_prices(parts, int(inst["vcpus"]), float(inst["memoryGib"]), int(inst["gpus"]))
         if not prices:
             res.missing_from_response.append(inst["name"])
+            continue
+        if region and region != doc.get("referenceRegion") and _unoffered(inst, region, res, skipped):
             continue
         target = _prices_of(doc, inst, region)
         for usage, keys in (("OnDemand", ("onDemand",)), ("Preemptible", ("spot", "preemptible"))):
@@ -377,6 +407,7 @@ def apply_gcp(parts: Mapping[tuple[str, str], tuple[float, str]], source: str, c
             rate, eff = parts[("gpu-a100", usage)]
             gpu[key] = {"usdPerHour": round(rate, 6), "source": f"{source} (A100 GPU SKU, {usage}, effective {eff})",
                         "date": today, "status": "recorded"}
+    res.notes += _unoffered_notes(skipped, source)
     if gpu:
         old = (doc.get("gpuOnlyPrices") or {}).get("nvidia-tesla-a100") or {}
         for key, new in gpu.items():
@@ -466,6 +497,7 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
     today = today or _dt.date.today().isoformat()
     res = RefreshResult()
     by_name = {inst["name"]: inst for inst in doc["instances"]}
+    skipped: dict[str, list[str]] = {}
     for region in regions:
         for machine, (hour, spot) in sorted((data.prices.get(region) or {}).items()):
             inst = by_name.get(machine)
@@ -474,6 +506,8 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
                 continue
             if int(inst.get("gpus") or 0) > 0 and not data.includes_gpus:
                 res.notes.append(f"{machine} ({region}): {data.source} prices its host only, not the GPUs; not written")
+                continue
+            if region != doc.get("referenceRegion") and _unoffered(inst, region, res, skipped):
                 continue
             target = _prices_of(doc, inst, region)
             first, _, last = (data.observed or "").partition("..")
@@ -490,6 +524,7 @@ def apply_gcp_machines(data: MachinePrices, regions: Iterable[str], catalog_path
                 res.changed.append(f"{machine} {region}: {key} {old.get('usdPerHour')} -> {usd} $/h")
                 target[key] = {"usdPerHour": usd, "source": src, "date": data.date,
                                **({"observed": data.observed} if data.observed else {}), "status": "recorded"}
+    res.notes += _unoffered_notes(skipped, data.source)
     problems = validate_document(doc, path.name)
     if problems:
         raise ValueError("refreshed catalog would be invalid:\n  " + "\n  ".join(problems))

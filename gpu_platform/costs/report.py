@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from gpu_platform.costs.catalog import HOURS_PER_MONTH, Catalog, load_catalog, load_gpu_speeds
 from gpu_platform.costs.estimator import Estimate, PoolShape, StackShape, catalog_age, estimate
 from gpu_platform.costs.node_boot import NODE_BOOT_MINUTES
+from gpu_platform.project import python_m, source_checkout
 
 UTILISATIONS = (0.10, 0.25, 0.50, 0.75, 1.00)  # the JSON table
 CHART_UTILISATIONS = tuple(i / 20 for i in range(21))  # 0 %, 5 %, ... 100 %: the idle floor shows at 0 %
@@ -113,8 +114,11 @@ def stale_warning(est: Estimate, today: Optional[_dt.date] = None) -> Optional[s
     a = catalog_age_info(est, today)
     if a is None or not a["stale"]:
         return None
-    return (f"prices older than {CATALOG_MAX_AGE_DAYS} days ({', '.join(a['staleResources'])}): refresh them "
-            "(.venv/bin/python -m gpu_platform.costs refresh --help) before trusting this bill")
+    stale = f"prices older than {CATALOG_MAX_AGE_DAYS} days ({', '.join(a['staleResources'])})"
+    if source_checkout() is None:  # an installed package: `costs refresh` would rewrite site-packages' catalog
+        return (f"{stale}: give the prices you pay in the stack file's gpu-platform:priceOverrides (docs/cost-model.md) "
+                "before trusting this bill")
+    return f"{stale}: refresh them ({python_m('gpu_platform.costs')} refresh --help) before trusting this bill"
 
 
 def render_catalog_age(est: Estimate, today: Optional[_dt.date] = None, seen: frozenset[str] = frozenset()) -> list[str]:
@@ -272,7 +276,8 @@ SIMULATED_GPUS_MAX = 128
 
 
 # Minutes from a scale-up to a schedulable GPU node (gpu_platform/costs/node_boot.py: the queue's
-# waitForPodsReady timeouts use the same figures).
+# waitForPodsReady timeouts start from the same figures, or from a Linode node group's longer join deadline:
+# components/platform/queue.py pods_ready_timeouts). The bill counts the boot, not the deadline.
 SCALE_UP_MINUTES = NODE_BOOT_MINUTES
 
 

@@ -6,6 +6,7 @@ them in agreement).
 
 from __future__ import annotations
 
+from gpu_platform.data.chart import Chart
 from gpu_platform.data.eks_addon_versions import ADDONS as _EKS_ADDONS
 
 # aws-node-termination-handler, queue-processor mode (Helm chart from ECR Public, OCI).
@@ -18,12 +19,14 @@ NTH_CHART_VERSION = "0.27.6"  # appVersion 1.25.6
 # statement for 1.34+ (aws/containers-roadmap#2756, open). Recorded here, shown in docs/versions.md.
 NTH_APP_VERSION = "v1.25.6"
 NTH_TESTED_KUBERNETES = ("1.29", "1.30", "1.31", "1.32", "1.33")
+NTH = Chart(NTH_CHART, NTH_CHART_VERSION)
 
 # cluster-autoscaler (chart from the kubernetes/autoscaler repository). The image tag must match the
 # cluster's Kubernetes minor version, so the chart's default image is overridden per version.
 CLUSTER_AUTOSCALER_REPO = "https://kubernetes.github.io/autoscaler"
 CLUSTER_AUTOSCALER_CHART = "cluster-autoscaler"
 CLUSTER_AUTOSCALER_CHART_VERSION = "9.47.0"
+CLUSTER_AUTOSCALER = Chart(CLUSTER_AUTOSCALER_CHART, CLUSTER_AUTOSCALER_CHART_VERSION, CLUSTER_AUTOSCALER_REPO)
 CLUSTER_AUTOSCALER_IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
 # Newest patch release per minor: tags cluster-autoscaler-<version> of github.com/kubernetes/autoscaler
 # (1.36.1, 1.35.2, 1.34.5, 1.33.6 and 1.32.7 tagged 2026-07-22; 1.31.5 earlier), read 2026-11-23 from the

@@ -51,6 +51,13 @@ KUSTOMIZE_OVERLAYS: dict[str, str] = {
     "pipelines-cluster-scoped": "components/platform/kustomize/pipelines-cluster-scoped",
     "pipelines-platform-agnostic": "components/platform/kustomize/pipelines",
 }
+# The name each install's kustomize Directory ends with (`<Kubeflow component's name>-<this>`): the policy pack
+# leaves their workloads' images to the pinned release (policies/security_rules.py PINNED_INSTALL_PARENTS).
+KUSTOMIZE_DIRECTORY_NAMES: dict[str, str] = {
+    "katib-standalone": "katib",
+    "pipelines-cluster-scoped": "pipelines-cluster-scoped",
+    "pipelines-platform-agnostic": "pipelines",
+}
 KUSTOMIZE_SOURCES: dict[str, str] = {
     "katib-standalone": KATIB_STANDALONE,
     "pipelines-cluster-scoped": PIPELINES_CLUSTER_SCOPED,

@@ -517,22 +517,55 @@ _BUDGET_HINT = {
 }
 
 
+# Clouds whose only budget alert is the platform's Prometheus rule: it leaves the cluster only as Alertmanager's
+# e-mail, which Alertmanager sends only through platform.alertSmtp (components/platform/monitoring.py,
+# alertmanager_config: without a relay every route ends at the null receiver). On GCP and AWS the cloud's own
+# budget mails alertEmails (Cloud Monitoring channels, SNS) with or without a relay.
+_RELAYED_CLOUDS = ("linode", "kubernetes")
+
+
+_RELAY_WHY = {
+    "linode": "Linode has no budget or billing-alert API",
+    "kubernetes": "The program uses no billing API of an existing cluster's owner",
+}
+
+
+def _check_relay(cloud: str, settings: Any, report_violation) -> None:
+    from gpu_platform.policies.stack_settings import NAMESPACE
+
+    where = "Linode" if cloud == "linode" else "cloud kubernetes"
+    if settings.platform_problem:
+        report_violation(f"The stack has GPU capacity on {where}, whose only budget alert is Alertmanager's e-mail, but "
+                         f"whether it sets platform.alertSmtp cannot be read: {settings.platform_problem}.")
+    elif settings.alert_smtp is None:
+        report_violation(
+            f"The stack has GPU capacity on {where} but its budget alerts reach no one: {NAMESPACE}:platform has no "
+            f"alertSmtp. {_RELAY_WHY[cloud]}, so the {SPEND_RULE_NAME} alert is the only budget alert, and "
+            "Alertmanager mails it to alertEmails only through that SMTP relay. Add to gpu-platform:platform: "
+            "alertSmtp: {smarthost: <host>:<port>, from: <sender address>} (and username and passwordSecret, a "
+            "Secret in the monitoring namespace with key `password`, if the relay needs a login); "
+            "docs/costs-and-alerts.md.")
+
+
 def _validate_budget_alerts(args, report_violation) -> None:
     from gpu_platform.policies.stack_settings import NAMESPACE, raw_config, stack_settings
 
     nodes = stack_nodes(args.resources)
     pools = gpu_pools(nodes)
     clouds = sorted({p.cloud for p in pools})
+    # Alerts reach people through the stack's alertEmails (billing budgets, Alertmanager); without any,
+    # every alarm above fires into the void. Checked when the pack is handed the stack's config.
+    has_config = any(str(k).startswith(f"{NAMESPACE}:") for k in raw_config())
+    settings = stack_settings() if has_config else None
     for cloud in clouds:
         if cloud == "kubernetes" and not any(getattr(p, "usd_per_hour", None) is not None for p in pools
                                              if p.cloud == "kubernetes"):
             continue  # no node prices: no spend to alert on (preflight says the stack has no bill)
         if not _has_budget_alerts(cloud, nodes):
             report_violation(f"The stack has GPU capacity on {cloud} but no budget alert: it needs {_BUDGET_HINT[cloud]}.")
-    # Alerts reach people through the stack's alertEmails (billing budgets, Alertmanager); without any,
-    # every alarm above fires into the void. Checked when the pack is handed the stack's config.
-    has_config = any(str(k).startswith(f"{NAMESPACE}:") for k in raw_config())
-    if clouds and has_config and not stack_settings().alert_emails:
+        if cloud in _RELAYED_CLOUDS and settings is not None:
+            _check_relay(cloud, settings, report_violation)
+    if clouds and settings is not None and not settings.alert_emails:
         report_violation(f"The stack has GPU capacity but its budget alerts reach nobody: set {NAMESPACE}:alertEmails "
                          "to at least one address that reads them.")
 
@@ -540,8 +573,9 @@ def _validate_budget_alerts(args, report_violation) -> None:
 budget_alerts_required = StackValidationPolicy(
     name="budget-alerts-required",
     description="A stack with GPU capacity has budget alerts: a GCP billing budget, an AWS budget or billing "
-                "alarm, or on Linode the platform's gpu-spend-run-rate Prometheus rule; and they reach someone "
-                "(alertEmails).",
+                "alarm, or on Linode (and cloud kubernetes) the platform's gpu-spend-run-rate Prometheus rule; and "
+                "they reach someone (alertEmails; on Linode and cloud kubernetes also platform.alertSmtp, the relay "
+                "Alertmanager mails them through).",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_validate_budget_alerts,
 )

@@ -14,6 +14,7 @@ from pulumi_policy import (
 )
 
 from gpu_platform.config.linode import LINODE_SHARED_PRIVATE_RANGE
+from gpu_platform.data.platform_versions import KUSTOMIZE_DIRECTORY_NAMES
 from gpu_platform.policies.pools import GKE_CLUSTER, GKE_NODE_POOL, stack_nodes
 from gpu_platform.policies.props import (
     as_int,
@@ -325,22 +326,52 @@ POD_SPEC_PATHS = {
 _BY_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
-def images_not_by_digest(pod_spec: Any) -> list[str]:
-    """Every container (init and ephemeral ones too) whose image names no sha256 digest: `name: image`."""
+# Their patch resources (server-side apply of some fields of an existing object): a patch that sets a container's
+# image sets what runs, so it is judged too; a container a patch names without an image keeps the image it has.
+PATCH_POD_SPEC_PATHS = {f"{kind}Patch": path for kind, path in POD_SPEC_PATHS.items()}
+
+
+def images_not_by_digest(pod_spec: Any, patch: bool = False) -> list[str]:
+    """Every container (init and ephemeral ones too) whose image names no sha256 digest: `name: image`. In a
+    patch (`patch`), only the containers whose image it sets."""
     out = []
     for field in ("initContainers", "containers", "ephemeralContainers"):
         for c in as_list(get(pod_spec, field)):
-            image = str(get(c, "image", ""))
+            image = str(get(c, "image", "") or "")
+            if patch and not image:
+                continue
             if not _BY_DIGEST.search(image):
                 out.append(f"{get(c, 'name', '?')}: {image or '(no image)'}")
     return out
 
 
+# The program's pinned upstream installs whose objects the engine registers one by one: Kubeflow's kustomize
+# installs (Pipelines, Katib: platform_versions.KUSTOMIZE_OVERLAYS, pinned by release tag). Their workloads run the
+# images the pinned release names, by tag, as a Helm release's run the pinned chart's (which the pack never sees:
+# a Release is one resource). Only a workload whose own parent is such a Directory, named as the Kubeflow component
+# names its installs and itself a child of that component, is the install's: the same Deployment anywhere else in
+# a program (at its top, under another component, under another Directory) is judged.
+PINNED_INSTALL_PARENTS = (("gpu-platform:platform:Kubeflow", "kubernetes:kustomize/v2:Directory"),)
+
+
+def from_a_pinned_install(parent_urn: Optional[str]) -> bool:
+    """True for a resource whose parent (its URN) is one of PINNED_INSTALL_PARENTS with a name of
+    KUSTOMIZE_DIRECTORY_NAMES. A URN's qualified type ends with the resource's parents' types:
+    `...$gpu-platform:platform:Kubeflow$kubernetes:kustomize/v2:Directory` for the Directory (the engine writes the
+    whole chain; Pulumi's mocks only the direct parent's, enough here)."""
+    parts = str(parent_urn or "").split("::", 3)
+    if len(parts) < 4:
+        return False
+    named = any(parts[3].endswith(f"-{suffix}") for suffix in KUSTOMIZE_DIRECTORY_NAMES.values())
+    return named and tuple(parts[2].split("$")[-2:]) in PINNED_INSTALL_PARENTS
+
+
 def _validate_images(args, report_violation) -> None:
-    path = POD_SPEC_PATHS.get(args.resource_type)
-    if path is None:
+    patch = args.resource_type in PATCH_POD_SPEC_PATHS
+    path = PATCH_POD_SPEC_PATHS.get(args.resource_type) if patch else POD_SPEC_PATHS.get(args.resource_type)
+    if path is None or from_a_pinned_install(getattr(args.opts, "parent", None)):
         return
-    bad = images_not_by_digest(get(args.props, path))
+    bad = images_not_by_digest(get(args.props, path), patch)
     if bad:
         report_violation(f"container image(s) not by digest: {'; '.join(bad)}. Deploy the digest the build pushed "
                          "(registry/repository@sha256:<64 hex>), never a tag: a tag can be moved to other content.", None)
@@ -349,7 +380,8 @@ def _validate_images(args, report_violation) -> None:
 images_by_digest = ResourceValidationPolicy(
     name="images-by-digest",
     description="Workloads the program registers (Deployments, DaemonSets, StatefulSets, ReplicaSets, Jobs, CronJobs, "
-                "Pods) run every container image by digest (@sha256:...), as the images the program builds are.",
+                "Pods) run every container image by digest (@sha256:...), as the images the program builds are; "
+                "a pinned upstream install's (Helm chart, Kubeflow's kustomize installs) run the images its release names.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_validate_images,
 )

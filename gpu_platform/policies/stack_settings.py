@@ -68,8 +68,13 @@ class StackSettings:
     cloud: Optional[str] = None
     monthly_budget_usd: Optional[int] = None
     alert_emails: tuple[str, ...] = ()
+    # platform.alertSmtp (config.platform.AlertSmtp), the relay Alertmanager mails alertEmails through; None when
+    # the config sets none (or the pack was handed no config).
+    alert_smtp: Any = field(default=None, compare=False)
     # Why a setting could not be read (named in the rules' messages), e.g. a wrong budget value.
     problems: tuple[str, ...] = field(default_factory=tuple)
+    # Why the platform section could not be read (budget-alerts-required names it instead of a missing relay).
+    platform_problem: Optional[str] = None
     # The whole validated StackConfig when the config validates (preflight's and the CLI's always do; a pack run
     # on a partial config has none): the cost ceiling reads the bucket, NAT and Kubernetes version from it.
     config: Any = field(default=None, compare=False)
@@ -105,7 +110,8 @@ def _parse(text: str) -> StackSettings:
     raw = {k[len(prefix):]: v for k, v in config.items() if isinstance(k, str) and k.startswith(prefix)}
     try:
         cfg = parse_config(raw, os.environ.get("PULUMI_STACK") or "stack")
-        return StackSettings(cfg.cloud, cfg.monthly_budget_usd, tuple(cfg.alert_emails), config=cfg)
+        return StackSettings(cfg.cloud, cfg.monthly_budget_usd, tuple(cfg.alert_emails),
+                             alert_smtp=cfg.platform.alert_smtp, config=cfg)
     except ConfigError:
         pass
     except Exception:  # noqa: BLE001 (a config the model cannot even walk: read field by field)
@@ -120,8 +126,10 @@ def _parse(text: str) -> StackSettings:
             problems.append(problem)
         else:
             values[name] = value
+    platform, platform_problem = _one("platform", raw["platform"]) if "platform" in raw else (None, None)
     return StackSettings(values.get("cloud"), values.get("monthly_budget_usd"),
-                         tuple(values.get("alert_emails") or ()), tuple(problems))
+                         tuple(values.get("alert_emails") or ()), getattr(platform, "alert_smtp", None),
+                         tuple(problems), platform_problem=platform_problem)
 
 
 @lru_cache(maxsize=4)

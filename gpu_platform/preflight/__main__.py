@@ -17,6 +17,11 @@ nothing else in preflight imports it.
 
 from __future__ import annotations
 
+from gpu_platform.preflight.startup import STOP_SIGNALS, end_quietly_until_started
+
+if __name__ == "__main__":  # before the imports below, which take seconds on a loaded machine
+    end_quietly_until_started()
+
 import argparse
 import contextlib
 import json
@@ -34,6 +39,7 @@ from gpu_platform.config.base import ConfigError
 from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight import artifacts
 from gpu_platform.preflight.report import render_plan
+from gpu_platform.project import python_m
 from gpu_platform.preflight.runner import (ProgramError, ProjectFileError, ProjectNotFound, StackFileError, StackNotFound,
                                            find_project, load_stack, load_stack_file, run_program)
 
@@ -42,6 +48,9 @@ EXIT_POLICY = 3
 EXIT_USAGE = 4  # a stack or file that does not exist, bad arguments
 # The whole command: a stack that makes any step run away (a pack rule, a chart) ends with a message.
 DEFAULT_TIMEOUT_S = 900.0
+# With --rehearse: the rehearsal boots a control plane and runs every scenario, each with its own hang guard;
+# linode-dev's took 765-800 s on a loaded 2-core machine (2026-11-29), too close to the plain default.
+DEFAULT_REHEARSE_TIMEOUT_S = 2700.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -225,20 +234,23 @@ def main(argv: list[str] | None = None, deadline: bool = False) -> int:
     parser.add_argument("--base", metavar="DIR",
                         help="a base branch's preflight output (its build folder, or the stack's folder in it): "
                              "show what changed (resources, cost, policies)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help=f"give up (exit 3, no verdict) when the whole run takes longer (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help=f"give up (exit 3, no verdict) when the whole run takes longer (default {DEFAULT_TIMEOUT_S:g}; "
+                             f"{DEFAULT_REHEARSE_TIMEOUT_S:g} with --rehearse)")
     parser.add_argument("--rehearse", action="store_true",
                         help="then rehearse the stack on a throwaway local Kubernetes control plane with the platform's "
                              "controllers (components built by `make rehearsal-build`; docs/rehearsal.md); exit 3 if it fails")
     parser.add_argument("--engine", choices=("rehearsal", "pulumi"), default="rehearsal",
                         help="with --rehearse: `rehearsal` (default) installs the plan with the rehearsal's own installer and "
                              "runs the scenarios; `pulumi` deploys the stack's Kubernetes layer with the real `pulumi up`, "
-                             "a second up and destroy (`make engine-build engine-venv`; docs/rehearsal.md)")
+                             "a second up and destroy (`make engine-build`; docs/rehearsal.md)")
     args = parser.parse_args(argv)
     if args.engine != "rehearsal" and not args.rehearse:
         parser.error("--engine goes with --rehearse")
     if bool(args.stack) == bool(args.stack_file):
         parser.error("give a stack name or --stack-file, not both")
+    if args.timeout is None:
+        args.timeout = DEFAULT_REHEARSE_TIMEOUT_S if args.rehearse else DEFAULT_TIMEOUT_S
     if not 0 < args.timeout <= 24 * 3600:
         parser.error(f"--timeout {args.timeout:g}: a number of seconds from 1 to 86400")
     run = Run(args)
@@ -496,7 +508,7 @@ class Run:
                               for what, d in searched)
             return self.fail(EXIT_USAGE, f"chart directory {', '.join(missing_dirs)} does not exist; searched: {where} "
                              "(give --charts DIR or set $GPU_PLATFORM_CHARTS; fill one with "
-                             "`.venv/bin/python -m gpu_platform.preflight charts pull --dest DIR`)",
+                             f"`{python_m('gpu_platform.preflight')} charts pull --dest DIR`)",
                              out)
         from gpu_platform.preflight.costs import CostReport
 
@@ -514,6 +526,7 @@ class Run:
         files = [f"{out / 'plan.json'}", f"{len(written)} artifact(s) under {out / 'artifacts'}"]
 
         status = 0
+        policy_block: Optional[tuple[int, Any]] = None  # where the policy table is in self.details, and its report
         if policies is not None:
             from gpu_platform.preflight.analyzer import PolicyConfigError, PolicyPackError, PolicyPackIncomplete, PolicyTimeout
             from gpu_platform.preflight.verdict import policy_section
@@ -537,6 +550,7 @@ class Run:
             files.append(str(out / "policy.json"))
             self.sections["policies"] = policy_section(report)
             if report.mandatory_violations or self.verbose:
+                policy_block = (len(self.details), report)
                 self.details.append(report.render())
             if report.mandatory_violations:
                 status = EXIT_POLICY
@@ -567,6 +581,10 @@ class Run:
         if costs.refused is not None:
             # A budget verdict on another region's prices is no verdict: refused, naming the type and region.
             status = EXIT_POLICY
+            if policy_block is not None:
+                # The cost policies quote the same refusal: the bill below gives it in full, with the fix, once.
+                at, report = policy_block
+                self.details[at] = report.render(explained={str(costs.refused): "the cost estimate below"})
         # The bill is always shown, after the verdict: line by line with its assumptions, the budget
         # comparison and the catalog's age (what a finance reviewer checks).
         self.details.append(bill)
@@ -715,7 +733,7 @@ def cli() -> None:
     import signal
 
     # SIGHUP too: a closed terminal or SSH session must not leave the pack running and its files behind.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, _on_signal)
     _exit_now(_run_cli())
 

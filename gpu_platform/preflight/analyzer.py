@@ -313,7 +313,10 @@ class PolicyReport:
                 return r
         raise KeyError(f"no policy {name!r} in pack {self.pack}; policies: {', '.join(r.name for r in self.results)}")
 
-    def render(self) -> str:
+    def render(self, explained: Optional[dict[str, str]] = None) -> str:
+        """The table and each violation. `explained` maps a long text that another block of the same output
+        gives in full (the bill's refusal) to where it is: a message holding it keeps only its first clause
+        and points there, so a reader meets the long text once."""
         width = max([len(r.name) for r in self.results] + [6])
         lines = [f"Policy pack {self.pack}@{self.version} on stack {self.stack} "
                  f"({len(self.results)} policies, {self.resources_analyzed} resources analyzed)",
@@ -331,7 +334,11 @@ class PolicyReport:
             lines.append(f"  {r.name.ljust(width)}  {r.enforcement_level.ljust(9)}  {status}{detail}")
         for r in self.results:
             for m in r.messages:
-                text = m.message.replace("\n", "\n      ")
+                text = m.message
+                for long, where in (explained or {}).items():
+                    if long and long in text:
+                        text = text.replace(long, f"{long.split(': ', 1)[0]} (why, and what to do: {where})")
+                text = text.replace("\n", "\n      ")
                 lines.append(f"  [{m.level}] {r.name}: {text}")
                 if m.urn:
                     lines.append(f"      resource: {m.urn}")

@@ -5,6 +5,7 @@ against the base branch's preflight output (resources, cost, policies)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import os
@@ -88,7 +89,14 @@ def api_exposure(cfg: Any) -> dict[str, Any]:
     if private:
         text = "private endpoint only (reachable inside the VPC" + (f", from {', '.join(cidrs)}" if cidrs else "") + ")"
     elif cidrs:
-        text = f"public endpoint, open to {', '.join(cidrs)} only"
+        # A /0 is every address of its family: said as such, not as "open to 0.0.0.0/0 only", which reads narrow.
+        everyone = [c for c in cidrs if ipaddress.ip_network(c, strict=False).prefixlen == 0]
+        if everyone:
+            others = [c for c in cidrs if c not in everyone]
+            text = (f"public endpoint, open to the whole internet ({', '.join(everyone)})"
+                    + (f" and {', '.join(others)}" if others else ""))
+        else:
+            text = f"public endpoint, open to {', '.join(cidrs)} only"
     else:
         text = "public endpoint, open to nobody outside the cluster network (adminCidrs is empty)"
     return {"private": private, "adminCidrs": cidrs, "text": text}
@@ -101,19 +109,24 @@ def review(cfg: Any, policy_config: Optional[dict[str, Any]], policy_config_file
             "kubernetes": kubernetes(cfg), "apiExposure": api_exposure(cfg)}
 
 
-def render_review(doc: dict[str, Any]) -> str:
-    lines = ["For the reviewer"]
-    for h in doc["headroom"]:
-        lines.append(f"  headroom      {h['text']} ({h['policy']}.{h['setting']}, {h['from']})")
+def review_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) of the reviewer's block, as `-v` prints it and the pull-request comment carries it. A policy
+    config value under a key that names a credential is shown as [secret], as in the changes against the base."""
+    rows = [("headroom", f"{h['text']} ({h['policy']}.{h['setting']}, {h['from']})") for h in doc["headroom"]]
     pc = doc["policyConfig"]
     if pc["file"]:
-        settings = ", ".join(f"{k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(pc["settings"].items()))
-        lines.append(f"  policy config {pc['file']}: {settings or '(empty)'}")
+        settings = _mask(pc["settings"], False)
+        text = ", ".join(f"{k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(settings.items()))
+        rows.append(("policy config", f"{pc['file']}: {text or '(empty)'}"))
     else:
-        lines.append("  policy config none: the pack's defaults")
-    lines.append(f"  kubernetes    {doc['kubernetes']['text']}")
-    lines.append(f"  API access    {doc['apiExposure']['text']}")
-    return "\n".join(lines)
+        rows.append(("policy config", "none: the pack's defaults"))
+    rows.append(("kubernetes", doc["kubernetes"]["text"]))
+    rows.append(("API access", doc["apiExposure"]["text"]))
+    return rows
+
+
+def render_review(doc: dict[str, Any]) -> str:
+    return "\n".join(["For the reviewer", *(f"  {label:<13} {text}" for label, text in review_rows(doc))])
 
 
 # --- the diff against a base plan ----------------------------------------------------------------

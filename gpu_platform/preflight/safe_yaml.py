@@ -70,20 +70,30 @@ _CoreResolver.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^(?:~
 _CoreResolver.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
 
 
+MAX_DIGITS = 40  # Python refuses to convert over 4300 digits; no config number needs 40
+
+
+class _RefusedNode(yaml.constructor.ConstructorError):
+    """A value the loader refuses, with the node it was read from: load_yaml_text names the node's key path."""
+
+    def __init__(self, node: yaml.Node, problem: str):
+        super().__init__(None, None, problem, node.start_mark)
+        self.node = node
+
+
 class _StrictConstructor(SafeConstructor):
     def construct_core_int(self, node: yaml.ScalarNode) -> int:
         text = self.construct_scalar(node)
-        if len(text) > 40:  # Python refuses to convert over 4300 digits; no config number needs 40
-            raise yaml.constructor.ConstructorError(None, None, f"a number of {len(text)} digits is not a usable value",
-                                                    node.start_mark)
+        if len(text) > MAX_DIGITS:
+            raise _RefusedNode(node, f"a number of {len(text)} digits is not a usable value: give a number of at most "
+                                     f"{MAX_DIGITS} digits (quote it if it is text)")
         if text.startswith(("0o", "0x")):
             return int(text, 0)
         if re.fullmatch(r"[-+]?0[0-9]+", text):
             # YAML 1.2 reads 010 as 10; the Pulumi CLI's go-yaml v3 parses it with strconv base 0, as octal 8:
             # a budget of 01500 would be $1,500 here and $832 once deployed.
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{text!r} has a leading zero, which YAML readers disagree on (10 or octal 8): write it "
-                            "without the zero, or 0o... for octal", node.start_mark)
+            raise _RefusedNode(node, f"{text!r} has a leading zero, which YAML readers disagree on (10 or octal 8): "
+                                     "write it without the zero, or 0o... for octal")
         return int(text, 10)
 
     def construct_core_float(self, node: yaml.ScalarNode) -> float:
@@ -98,9 +108,8 @@ class _StrictConstructor(SafeConstructor):
         return str(self.construct_scalar(node))
 
     def construct_refused(self, node: yaml.Node) -> Any:
-        raise yaml.constructor.ConstructorError(
-            None, None, f"the tag {node.tag} is not allowed here (plain strings, numbers, booleans, lists and "
-            "mappings only)", node.start_mark)
+        raise _RefusedNode(node, f"the tag {node.tag} is not allowed here: plain strings, numbers, booleans, lists "
+                                 "and mappings only (no tags)")
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         # Duplicate keys: the last one would silently win; the Pulumi CLI refuses the file instead.
@@ -110,13 +119,11 @@ class _StrictConstructor(SafeConstructor):
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
-                raise yaml.constructor.ConstructorError(
-                    None, None, "a mapping key must be a plain string, not a list or mapping", key_node.start_mark)
+                raise _RefusedNode(key_node, "a mapping key must be a plain string, not a list or mapping")
             key = self.construct_object(key_node, deep=True)
             if key in seen:
                 first = seen[key].start_mark.line + 1
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first at line {first}); give each key once", key_node.start_mark)
+                raise _RefusedNode(key_node, f"duplicate key {key!r} (first at line {first}); give each key once")
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
@@ -193,6 +200,30 @@ def _expanded_bytes(node: yaml.Node, memo: dict[int, int]) -> int:
     size = min(size, MAX_EXPANDED_BYTES + 1)
     memo[key] = size
     return size
+
+
+def _key_path(root: yaml.Node, target: yaml.Node) -> str:
+    """The key path of `target` in the document `root` ("config.gpu-platform:gpuPools[0].maxNodes"), as check_plain
+    and the config errors write it; a key node is named by the mapping that holds it. "" for the root or a node
+    not found."""
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node is target:
+            return path
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k is target:
+                    return path
+                name = str(k.value) if isinstance(k, yaml.ScalarNode) else "?"
+                stack.append((v, f"{path}.{name}" if path else name))
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
+    return ""
 
 
 def _largest_path(node: yaml.Node, memo: dict[int, int]) -> str:
@@ -282,6 +313,9 @@ def load_yaml_text(text: str, shown: str) -> Any:
     except _Recursive:
         raise YamlInputError(shown, "an alias refers to its own anchor (a recursive structure); write the values "
                                     "out") from None
+    except _RefusedNode as exc:  # valid YAML, a value refused: where it is, by key and line
+        path = _key_path(node, exc.node)
+        raise YamlInputError(shown, f"{path or '(root)'}: {exc.problem}", exc.node.start_mark.line + 1) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or str(exc)

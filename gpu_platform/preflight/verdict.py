@@ -263,8 +263,77 @@ def _escape(text: str) -> str:
 # --- CI summary -------------------------------------------------------------------------------
 
 
-def markdown(docs: list[dict[str, Any]]) -> str:
-    """One table for every stack's verdict, then each stack's problems: the job summary and PR comment."""
+# What one comment may hold: GitHub refuses a comment body over 65,536 characters, and comment.yml posts the
+# first 60,000 bytes of body.md after its marker line. A summary for the pull request (`summary --comment`) stays
+# within COMMENT_MAX_BYTES (bytes, at least as many as characters), so that cut never falls inside it; the job
+# summary, which GitHub takes up to 1 MiB of, within JOB_SUMMARY_MAX_BYTES.
+GITHUB_COMMENT_MAX_CHARS = 65_536
+COMMENT_MAX_BYTES = 59_000
+JOB_SUMMARY_MAX_BYTES = 1_000_000
+# More warnings than this for one stack are folded in a <details> block.
+WARNINGS_SHOWN_OPEN = 3
+
+
+def md_text(text: Any) -> str:
+    """`text` as one line of Markdown text that renders as written: no line break (a warning or message that
+    held one would start a heading or a table row of its own), and `&` and `<` as entities, so `<host>` shows and
+    no `</details>` or other HTML in a value (a pull request's stack file) can end the comment's own blocks (a `>`
+    opens nothing in the middle of a line: `64 -> 100` stays as it is)."""
+    from gpu_platform.config.approvals import one_line
+
+    return one_line(str(text)).replace("&", "&amp;").replace("<", "&lt;")
+
+
+def md_code(text: Any) -> str:
+    """`text` as an inline code span (nothing in one is HTML: `Pod/jupyterhub/jupyter-<user>` shows as written), or
+    as md_text where a backtick in it could end the span."""
+    from gpu_platform.config.approvals import one_line
+
+    line = one_line(str(text))
+    return md_text(line) if "`" in line else f"`{line}`"
+
+
+def warning_texts(doc: dict[str, Any]) -> list[str]:
+    """Every warning of a stack's verdict once: the verdict's own, the bill's price notes and a stale catalog."""
+    cost = doc.get("cost") or {}
+    notes = [*doc.get("warnings", []), *(cost.get("priceNotes") or [])]
+    stale = stale_prices_text(cost) if cost else None
+    return list(dict.fromkeys(notes + ([stale] if stale else [])))
+
+
+def _stack_section(doc: dict[str, Any]) -> list[str]:
+    """A stack's problems, its warnings (each once) and the reviewer's block (`-v`'s "For the reviewer")."""
+    details = []
+    if doc.get("error"):
+        error = str(doc["error"])
+        details += [f"- error: {md_text(error)}"] if "\n" not in error.strip() else ["- error:", *fenced(error)]
+    for p in (doc.get("policies") or {}).get("policies", []):
+        for v in p.get("violations", []) if p.get("status") not in ("pass", None) else []:
+            message = v.get("message", v) if isinstance(v, dict) else v
+            details.append(f"- policy `{p['name']}` ({p.get('enforcementLevel')}): {md_text(message)}")
+    for p in (doc.get("clusterFit") or {}).get("problems", []):
+        details.append(f"- {md_text(p['check'])}: {md_code(p['object'])} ({md_text(p['release'])}): "
+                       f"{md_text(p['reason'])} — fix: {md_text(p['fix'])}")
+    for a in (doc.get("policies") or {}).get("approvals", []):
+        details.append(f"- approved: {md_text(a)}")
+    warnings = [f"- warning: {md_text(w)}" for w in warning_texts(doc)]
+    if len(warnings) > WARNINGS_SHOWN_OPEN:
+        details += ["", f"<details><summary>{plural(len(warnings), 'warning')}</summary>", "", *warnings, "",
+                    "</details>"]
+    else:
+        details += warnings
+    if doc.get("review"):
+        from gpu_platform.preflight.review import review_rows
+
+        details += ["", "**For the reviewer**", "",
+                    *(f"- {label}: {md_text(text)}" for label, text in review_rows(doc["review"]))]
+    return [f"### {doc['stack']}", *details] if details else []
+
+
+def markdown(docs: list[dict[str, Any]], comment: bool = False) -> str:
+    """One table for every stack's verdict, then each stack's problems, warnings and the reviewer's block, then
+    its changes against the base branch: the job summary (within JOB_SUMMARY_MAX_BYTES) and, with `comment`, the
+    pull request's comment (within COMMENT_MAX_BYTES)."""
     lines = ["## Preflight", "", "| stack | verdict | policies | cluster fit | full capacity / budget |",
              "|---|---|---|---|---|"]
     for doc in sorted(docs, key=lambda d: d["stack"]):
@@ -282,20 +351,13 @@ def markdown(docs: list[dict[str, Any]]) -> str:
             if cost is not None and (cost.get("catalogAge") or {}).get("stale"):
                 cost_text += f" (prices up to {cost['catalogAge']['ageDays']} days old)"
         mark = "✅" if doc["verdict"] == "pass" else "❌"
-        lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {mark} {doc['verdict']} | {pol_text} | {fit_text} | {cost_text} |")
+        warned = len(warning_texts(doc))
+        verdict_text = f"{mark} {doc['verdict']}" + (f", {plural(warned, 'warning')}" if warned else "")
+        lines.append(f"| {doc['stack']} ({doc.get('cloud') or '?'}) | {verdict_text} | {pol_text} | {fit_text} | {cost_text} |")
     for doc in sorted(docs, key=lambda d: d["stack"]):
-        details = []
-        if doc.get("error"):
-            details.append(f"- error: {doc['error']}")
-        for p in (doc.get("policies") or {}).get("policies", []):
-            for v in p.get("violations", []) if p.get("status") not in ("pass", None) else []:
-                details.append(f"- policy `{p['name']}` ({p.get('enforcementLevel')}): {v.get('message', v) if isinstance(v, dict) else v}")
-        for p in (doc.get("clusterFit") or {}).get("problems", []):
-            details.append(f"- {p['check']}: `{p['object']}` ({p['release']}): {p['reason']} — fix: {p['fix']}")
-        for a in (doc.get("policies") or {}).get("approvals", []):
-            details.append(f"- approved: {a}")
-        if details:
-            lines += ["", f"### {doc['stack']}", *details]
+        section = _stack_section(doc)
+        if section:
+            lines += ["", *section]
     compared = any(doc.get("baseDiff") for doc in docs)
     for doc in sorted(docs, key=lambda d: d["stack"]):
         if doc.get("baseDiff"):
@@ -305,7 +367,52 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         elif compared:
             lines += ["", f"### {doc['stack']}: not compared", "The base branch's run has no plan of this stack (a stack "
                       "new in this pull request, or the base run failed before planning it)."]
-    return "\n".join(lines) + "\n"
+    return _within(lines, COMMENT_MAX_BYTES if comment else JOB_SUMMARY_MAX_BYTES, comment)
+
+
+def _within(lines: list[str], max_bytes: int, comment: bool) -> str:
+    """The lines joined, or, when they take more than `max_bytes` (UTF-8), as many whole lines as fit with the
+    blocks open at the cut closed (a code fence, a <details>) and a note of what was left out and where it is."""
+    text = "\n".join(lines) + "\n"
+    size = len(text.encode())
+    if size <= max_bytes:
+        return text
+
+    def note(left: int) -> str:
+        holds = (f"a GitHub comment holds {GITHUB_COMMENT_MAX_CHARS:,} characters" if comment
+                 else f"a job summary holds {JOB_SUMMARY_MAX_BYTES:,} bytes here")
+        where = "this run's job summary and, for each stack, " if comment else ""
+        return (f"\n**The summary stops here**: {left:,} more bytes of it are left out ({holds}). The rest is in "
+                f"{where}`preflight.json` in the run's `preflight` artifact.\n")
+
+    budget = max_bytes - len(note(size).encode())
+
+    def closers(fence: Optional[str], details: int) -> list[str]:
+        return ([fence] if fence else []) + ["", "</details>"] * details
+
+    out: list[str] = []
+    used = 0
+    fence: Optional[str] = None  # the open code fence
+    details = 0  # <details> blocks open
+    for line in lines:
+        after_fence, after_details = fence, details
+        if fence is not None:
+            after_fence = None if line == fence else fence
+        elif line.startswith("```"):
+            after_fence = line[:len(line) - len(line.lstrip("`"))]
+        elif line.startswith("<details>"):
+            after_details += 1
+        elif line == "</details>":
+            after_details -= 1
+        cost = len(line.encode()) + 1
+        if used + cost + sum(len(c.encode()) + 1 for c in closers(after_fence, after_details)) > budget:
+            break
+        out.append(line)
+        used += cost
+        fence, details = after_fence, after_details
+    left = sum(len(line.encode()) + 1 for line in lines[len(out):])
+    out += closers(fence, details)
+    return "\n".join(out) + "\n" + note(left)
 
 
 def fenced(text: str) -> list[str]:
@@ -318,16 +425,30 @@ def fenced(text: str) -> list[str]:
     return [fence + "text", *text.splitlines(), fence]
 
 
+# A stack `summary --expect` names that left no preflight.json: a refused stack file or argument writes none.
+NO_VERDICT = ("preflight wrote no verdict for this stack: it stopped before the plan (a config or usage error); the "
+              "job's log names the key and the file")
+
+
 def summary_main(argv: list[str]) -> int:
     """`python -m gpu_platform.preflight summary DIR`: Markdown of every DIR/<stack>/preflight.json."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m gpu_platform.preflight summary", description=markdown.__doc__)
     parser.add_argument("dir", nargs="?", default="build", help="preflight's output folder (default: build)")
+    parser.add_argument("--comment", action="store_true",
+                        help=f"for a pull-request comment: at most {COMMENT_MAX_BYTES:,} bytes (GitHub holds "
+                             f"{GITHUB_COMMENT_MAX_CHARS:,} characters a comment), cut with a note; without it, at most "
+                             f"{JOB_SUMMARY_MAX_BYTES:,} (a job summary)")
+    parser.add_argument("--expect", nargs="+", action="extend", default=[], metavar="STACK",
+                        help="stacks that must have a verdict: one without (preflight stopped before writing it, e.g. "
+                             "a stack file refused before the plan) is a failed row, not left out")
     args = parser.parse_args(argv)
     docs = [json.loads(p.read_text()) for p in sorted(Path(args.dir).glob(f"*/{DOCUMENT}"))]
+    have = {d["stack"] for d in docs}
+    docs += [document(stack, None, 1, error=NO_VERDICT) for stack in dict.fromkeys(args.expect) if stack not in have]
     if not docs:
         print(f"preflight summary: no {DOCUMENT} under {args.dir}/", file=__import__("sys").stderr)
         return EXIT_USAGE
-    print(markdown(docs), end="")
+    print(markdown(docs, comment=args.comment), end="")
     return EXIT_OK if all(d["exitCode"] == 0 for d in docs) else EXIT_FAILED

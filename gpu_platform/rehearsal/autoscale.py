@@ -149,6 +149,33 @@ def join_registration(create_request: dict) -> dict:
     return {"name": reg.get("name"), "labels": labels, "taints": list(reg.get("taints") or [])}
 
 
+def autoscaler_version_gap(built: Optional[str], minor: str) -> Optional[str]:
+    """Why the drill's cluster-autoscaler binary (its lock version, `built`) is not the one the stack runs (the image
+    tag aws_versions.CLUSTER_AUTOSCALER_IMAGE_TAGS picks for the stack's Kubernetes `minor`, on Linode and EKS alike),
+    or None when it is. A drill of another version would report what that version does, not the stack's."""
+    from gpu_platform.data import aws_versions
+
+    wanted = aws_versions.CLUSTER_AUTOSCALER_IMAGE_TAGS.get(str(minor))
+    if wanted is None:
+        return f"the program pins no cluster-autoscaler image for Kubernetes {minor}"
+    if built != wanted:
+        return (f"the stack runs cluster-autoscaler {wanted} (the image for Kubernetes {minor}); the rehearsal's binary is "
+                f"{built or 'of no recorded version'} (rehearsal/components.lock.toml builds one version), so its drill "
+                "would show another version's behaviour")
+    return None
+
+
+def kubelet_and_ccm_labels(name: str, create_request: dict) -> dict[str, str]:
+    """The labels a Linode node gets besides its kubelet's node-labels: the kubelet's own (kubernetes.io/hostname,
+    os and arch) and the Linode CCM's, from the instance (linode-cloud-controller-manager cloud/linode/instances.go
+    InstanceMetadata: InstanceType = the instance's type, Region = its region, no zone), which the cloud node
+    controller of k8s.io/cloud-provider writes as node.kubernetes.io/instance-type and topology.kubernetes.io/region
+    (the deprecated beta.* twins left out: nothing the platform selects on)."""
+    return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/instance-type": str(create_request.get("type")),
+            "topology.kubernetes.io/region": str(create_request.get("region"))}
+
+
 def model_disagreements(template: dict, group: Any) -> list[str]:
     """Where the template node and the rehearsal's node model (cluster fit's) differ on what scheduling
     decides: GPUs allocatable, taints, and the model's labels."""
@@ -266,22 +293,31 @@ class InstanceBridge:
                 self.client.delete("v1", "Node", node["metadata"]["name"])  # the CCM: the instance is gone
 
     def _register(self, inst: dict) -> str:
-        reg = join_registration(self.fake.request_of(inst["id"]))
+        request = self.fake.request_of(inst["id"])
+        reg = join_registration(request)
         pool = self.pool_of(inst)
         tmpl = self.template_of(pool) if pool else None
         name = reg["name"] or inst["label"]
         if tmpl is None:
             self.problems.append(f"instance {inst['label']} carries no pool tag the provider knows")
             return name
+        # The node registers with what its boot document, its kubelet and the CCM give it, not with the template:
+        # a template label nothing gives the node lets the autoscaler's simulation place a pod the scheduler then
+        # never places on the new node (and the pool scales up again and again).
+        registered = {**kubelet_and_ccm_labels(name, request), **reg["labels"]}
         tlabels = {**tmpl["metadata"]["labels"], "kubernetes.io/hostname": name}
         wrong = {k: v for k, v in reg["labels"].items() if tlabels.get(k) != v}
         if wrong:
             self.problems.append(f"{name}: the kubelet registers labels {wrong} the template node does not have")
+        promised = {k: v for k, v in tlabels.items() if registered.get(k) != v}
+        if promised:
+            self.problems.append(f"{name}: the template node has labels {promised} the node does not register with "
+                                 "(not in its kubelet's node-labels, nor set by the kubelet or the Linode CCM)")
         key = lambda t: (t.get("key"), t.get("value") or "", t.get("effect"))  # noqa: E731
         if sorted(map(key, reg["taints"])) != sorted(map(key, tmpl["spec"]["taints"])):
             self.problems.append(f"{name}: the kubelet registers taints {reg['taints']}, the template node has "
                                  f"{tmpl['spec']['taints']}")
-        labels = {**tlabels, **reg["labels"], GROUP_LABEL: pool}
+        labels = {**registered, GROUP_LABEL: pool}
         capacity, alloc = (self.node_resources(pool) if self.node_resources is not None
                            else (tmpl["status"]["capacity"], tmpl["status"]["allocatable"]))
         differ = sorted(k for k in set(alloc) | set(tmpl["status"]["allocatable"])
@@ -597,6 +633,8 @@ _EVENTS = (
     ("scale-down", re.compile(r'^Scale-down: removing empty node "?([^"\s]+)"?')),
     ("scale-down", re.compile(r"^Scale-down: removing node (\S+), utilization: (.*)$")),
     ("unremovable", re.compile(r"^Node (\S+) unremovable: (.*)$")),
+    # eligibility.go: a node annotated cluster-autoscaler.kubernetes.io/scale-down-disabled=true (EKS's controller)
+    ("unremovable", re.compile(r"^Skipping (\S+) from delete consideration - (the node is marked as no scale down)$")),
     ("not removable", re.compile(r"^Node (\S+) is not suitable for removal: (.*)$")),
 )
 
@@ -1048,25 +1086,44 @@ class Drill:
         """The autoscaler's node groups of `pool`: on Linode the pool is one node group."""
         return [pool]
 
+    # Where the drill's instances live, as a new node's failures name it (AwsDrill: moto).
+    INSTANCES_IN = "the fake Linode API"
+
+    def shown_instances(self, instances: list[dict]) -> list:
+        return [i["label"] for i in instances]
+
+    def shown_nodes(self, nodes: list[dict]) -> list:
+        return [n["metadata"]["name"] for n in nodes]
+
+    def scaled_groups(self, pool: str) -> str:
+        """What the autoscaler scales for `pool`, as a failure says it (on Linode the pool is its one group)."""
+        return pool
+
+    def new_node_problems(self, inst: dict, node: dict, ups: list[LoggedEvent]) -> list[str]:
+        """Where the one new node is not its instance's: the node is named by the instance's label, with its
+        providerID."""
+        want = f"{PROVIDER_ID_PREFIX}{inst['id']}"
+        if node["spec"].get("providerID") != want or node["metadata"]["name"] != inst["label"]:
+            return [f"node {node['metadata']['name']} has providerID {node['spec'].get('providerID')}; its instance is "
+                    f"{inst['label']} ({want})"]
+        return []
+
     def one_new_node(self, label: str, pool: str, ups_before: int, started: float, ran: str) -> Optional[tuple[dict, dict]]:
-        """After a scale-up from zero for one pod: one scale-up, one instance in the fake Linode API, one node named
-        by the instance's label with its providerID (the report's line `label: ...`). Returns (instance, node) or
-        None with the failure."""
+        """After a scale-up from zero for one pod: one scale-up, one instance, one node that is the instance's
+        (new_node_problems; the report's line `label: ...`). Returns (instance, node) or None with the failure."""
         sc = self.sc
         instances, nodes = self.pool_instances(pool), self.pool_nodes(pool)
         ups = _scale_ups(self, pool)[ups_before:]
         sc.details.append(f"{label}: {len(ups)} scale-up(s) of {pool} ({ups[0].text if ups else 'none logged'}) -> instance(s) "
-                          f"{[i['label'] for i in instances]} -> node(s) {[n['metadata']['name'] for n in nodes]}; {ran} after "
+                          f"{self.shown_instances(instances)} -> node(s) {self.shown_nodes(nodes)}; {ran} after "
                           f"{time.monotonic() - started:.0f}s")
         if len(ups) != 1 or len(instances) != 1 or len(nodes) != 1:
-            sc.fail(f"{label}: one pending pod, one node: the autoscaler scaled {pool} up {len(ups)} time(s), the fake Linode "
-                    f"API holds {len(instances)} instance(s), {len(nodes)} node(s) registered")
+            sc.fail(f"{label}: one pending pod, one node: the autoscaler scaled {self.scaled_groups(pool)} up {len(ups)} "
+                    f"time(s), {self.INSTANCES_IN} holds {len(instances)} instance(s), {len(nodes)} node(s) registered")
             return None
         [inst], [node] = instances, nodes
-        want = f"{PROVIDER_ID_PREFIX}{inst['id']}"
-        if node["spec"].get("providerID") != want or node["metadata"]["name"] != inst["label"]:
-            sc.fail(f"{label}: node {node['metadata']['name']} has providerID {node['spec'].get('providerID')}; its instance is "
-                    f"{inst['label']} ({want})")
+        for problem in self.new_node_problems(inst, node, ups):
+            sc.fail(f"{label}: {problem}")
         return inst, node
 
     def instance_deleted(self, inst: dict) -> tuple[str, Optional[str]]:
@@ -1118,14 +1175,26 @@ class Drill:
         if binaries.find(autoscaler) is None:
             sc.status = "NOT REHEARSED"
             sc.problems.append(f"{autoscaler} is not built (`{binaries.BUILD_COMMAND}`)")
+        else:
+            gap = autoscaler_version_gap((binaries.versions().get(autoscaler) or {}).get("version"),
+                                         self.planned.get("kubernetesMinor", ""))
+            if gap:
+                sc.status = "NOT REHEARSED"
+                sc.problems.append(gap)
         return job
+
+    def whole_grace(self) -> float:
+        """An idle node's grace on the drill's clock: the autoscaler's unneeded time (AwsDrill adds the scale-in
+        protection controller's part when it runs)."""
+        return float(self.timing.grace_seconds)
 
     def busy_node_kept(self, ref: tuple[str, str], pool: str, nodes: list[str], shown: str,
                        reason_of: Callable[[Any], bool]) -> None:
         """Past the grace, the pool's `nodes` running TrainJob `ref` are still there and its pods not evicted;
         the autoscaler's last "unremovable" reason for them (the events `reason_of` picks) goes in the report."""
         sc, t = self.sc, self.timing
-        time.sleep(max(t.busy_watch_seconds, t.grace_seconds + 3 * t.scan_interval_seconds))
+        grace = self.whole_grace()
+        time.sleep(max(t.busy_watch_seconds, grace + 3 * t.scan_interval_seconds))
         still = [n["metadata"]["name"] for n in self.pool_nodes(pool)]
         pods = self.pods_of(*ref)
         why = [e.text for e in self.events() if e.kind in ("unremovable", "not removable") and reason_of(e)]
@@ -1134,7 +1203,7 @@ class Drill:
                     f"{t.busy_watch_seconds}s (nodes now {still}; the autoscaler logged {why[-1:] or 'no reason'})")
         else:
             sc.details.append(f"busy node: {shown} kept while TrainJob {ref[1]} runs "
-                              f"({max(t.busy_watch_seconds, t.grace_seconds):.0f}s, grace {t.grace_seconds}s); "
+                              f"({max(t.busy_watch_seconds, grace):.0f}s, grace {grace:g}s); "
                               f"the autoscaler's reason: {why[-1] if why else 'none logged'}")
 
     def run(self, phases: Callable[["Drill", dict, str], None]) -> None:
@@ -1381,6 +1450,15 @@ def gpu_notebook_from_zero(d: Drill, other_than: Optional[str] = None) -> bool:
     tmpl = next((tp for tp in gpu if tp.spec["nodeSelector"][POOL_LABEL] != other_than), gpu[0])
     pool, profile = tmpl.spec["nodeSelector"][POOL_LABEL], tmpl.owner.rsplit("(profile ", 1)[-1].rstrip(")")
     ns = tmpl.namespace
+    if _scale_ups(d, pool) and d.autoscaler is not None:
+        # The autoscaler keeps the NodeInfo of a group's last ready node and simulates a scale-up from zero on it, not
+        # on the template, for --node-info-cache-expire-time (10 years; processors/nodeinfosprovider/
+        # mixed_nodeinfos_processor.go, nodeInfoCache): after the first drill's node, this pool's scale-up would not
+        # test the template. Restarted, it knows only the template, as on a new cluster or after any restart.
+        d.autoscaler.kill()
+        if not d.start_autoscaler(f"GPU notebook: restarted so that it simulates the notebook on {pool}'s template node, "
+                                  "not on the node info it cached from the earlier drill's node"):
+            return False
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": NOTEBOOK_POD, "namespace": ns, "labels": dict(tmpl.labels)},
            "spec": copy.deepcopy(tmpl.spec)}
     started = time.monotonic()
@@ -1692,7 +1770,9 @@ def not_rehearsed(cloud: str) -> list[str]:
         return ["EKS autoscaling: the eks-autoscaling drill runs cluster-autoscaler (aws) against moto's Auto Scaling and "
                 "EC2 APIs; NOT REHEARSED there: the termination lifecycle hook's wait (moto terminates an instance at once; "
                 "aws-node-termination-handler does not run), Spot capacity and interruptions (moto launches on-demand), "
-                "and the scale-in protection controller"]
+                "and the scale-in protection controller in eks-autoscaling-extended (the shipped drill runs it and measures "
+                "its hold; the extended drill's half-used nodes check the runtime's safe-to-evict guard, which the "
+                "controller's annotation would mask)"]
     return []
 
 

@@ -13,6 +13,14 @@ ServiceAccount and roles plus the program's extra rules, that ServiceAccount's t
 environment (AWS_REGION); what the drill changes (the addresses, the clock, the fake credentials) is
 listed in the report.
 
+The stack's job-aware scale-in protection controller runs beside it in the shipped drill (`ProtectionProcess`:
+`python -m gpu_platform.controllers.scale_in_protection.controller` with its planned Deployment's environment,
+its grace and cycle on the drill's clock, seconds where the stack has minutes, moto's endpoint, and a token of
+its ServiceAccount through SERVICE_ACCOUNT_DIR): the scale-down check measures both parts of the grace, the
+controller's hold (annotation and instance protection) and then the autoscaler's unneeded time. moto 5.2 answers
+SetInstanceProtection and reports ProtectedFromScaleIn in DescribeAutoScalingGroups and
+DescribeAutoScalingInstances; as in AWS, TerminateInstanceInAutoScalingGroup ignores the protection.
+
 `AsgBridge` plays EC2 and EKS: an instance moto launched "boots" and its kubelet registers the Node its
 launch template's nodeadm NodeConfig describes (the EC2 private DNS name, the node labels and taints of
 the NodeConfig, the zone of the instance, the providerID `aws:///<zone>/<instance id>` the AWS cloud
@@ -40,6 +48,7 @@ from __future__ import annotations
 import base64
 import copy
 import email
+import os
 import re
 import sys
 import threading
@@ -50,11 +59,14 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from gpu_platform.components.aws.scale_down import parse_go_duration
 from gpu_platform.components.capacity import parse_quantity
 from gpu_platform.components.cluster import POOL_LABEL
+from gpu_platform.controllers.scale_in_protection.controller import SCALE_DOWN_DISABLED
 from gpu_platform.rehearsal.autoscale import (KATIB_EPHEMERAL_STORAGE, AutoscalerProcess, AutoscalerRelease, Drill, Timing,
-                                              _admitted, _back_to_zero, _pool_of_pods, _scale_from_zero, _scale_ups,
+                                              _admitted, _back_to_zero, _cluster_ca_pem, _pool_of_pods, _scale_from_zero,
                                               _workload, autoscaler_release, gpu_notebook_from_zero)
+from gpu_platform.rehearsal import pki
 from gpu_platform.rehearsal.controlplane import KWOK_ANNOTATION
 from gpu_platform.rehearsal.nodes import GPU_RESOURCE, GROUP_LABEL, resources
 from gpu_platform.rehearsal.processes import ProcessGroup, free_port
@@ -419,6 +431,102 @@ class AsgBridge:
         return name
 
 
+# --- the job-aware scale-in protection controller, as its Deployment in the plan runs it ----------------------
+
+# The drill's clock for the controller: seconds where the stack has minutes (the rule Timing.flags follows for the
+# autoscaler's chart-rendered minutes: a 13-minute grace is 13 s here), its cycle at least a second.
+STACK_SECONDS_PER_DRILL_SECOND = 60
+PROTECTION_MODULE = "gpu_platform.controllers.scale_in_protection.controller"
+
+
+def drill_seconds(stack_seconds: float, floor: float = 0.0) -> float:
+    return max(floor, stack_seconds / STACK_SECONDS_PER_DRILL_SECOND)
+
+
+@dataclass
+class PlannedProtection:
+    """The scale-in protection controller's Deployment as the plan deploys it (components/aws/protection.py)."""
+
+    deployment: dict
+    source: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        container = self.deployment["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
+
+    @property
+    def namespace(self) -> str:
+        return self.deployment["metadata"].get("namespace") or "default"
+
+    @property
+    def service_account(self) -> str:
+        return self.deployment["spec"]["template"]["spec"].get("serviceAccountName") or "default"
+
+    def seconds(self, key: str) -> float:
+        try:
+            return float(self.env[key])
+        except (KeyError, ValueError):
+            raise ValueError(f"{self.source}: environment variable {key} is {self.env.get(key)!r}, not a number of "
+                             "seconds") from None
+
+
+def planned_protection(releases: list[Any]) -> Optional[PlannedProtection]:
+    """The controller's Deployment among the installed releases (None: the stack runs no controller,
+    aws.scaleInController off)."""
+    from gpu_platform.components.aws.protection import NAME
+
+    for rel in releases:
+        for o in rel.objects if rel.rendered else []:
+            if o.get("kind") == "Deployment" and (o.get("metadata") or {}).get("name") == NAME:
+                return PlannedProtection(o, f"the plan's Deployment {o['metadata'].get('namespace')}/{NAME} "
+                                            f"(release {rel.name})")
+    return None
+
+
+class ProtectionProcess:
+    """`python -m gpu_platform.controllers.scale_in_protection.controller` (the image runs the same file) with its
+    Deployment's environment, the drill's clock on its grace and cycle, moto's endpoint for its Auto Scaling
+    client, and the Kubernetes API with a token of its ServiceAccount (bound by the program's ClusterRole)."""
+
+    def __init__(self, planned: PlannedProtection, client: Any, server_ca: bytes, work: Path, moto_url: str,
+                 procs: ProcessGroup):
+        import gpu_platform
+
+        self.planned, self.client, self.procs = planned, client, procs
+        self.sa_dir = work / "scale-in-protection-serviceaccount"
+        pki.write(self.sa_dir / "ca.crt", server_ca)
+        env = planned.env
+        self.grace = drill_seconds(planned.seconds("GRACE_SECONDS"))
+        self.interval = drill_seconds(planned.seconds("INTERVAL_SECONDS"), floor=1.0)
+        self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), **env,
+                    "GRACE_SECONDS": f"{self.grace:g}", "INTERVAL_SECONDS": f"{self.interval:g}",
+                    **CREDENTIALS, "AWS_ENDPOINT_URL": moto_url, "AWS_ENDPOINT_URL_AUTO_SCALING": moto_url,
+                    "AWS_EC2_METADATA_DISABLED": "true", "KUBERNETES_SERVICE_HOST": client.host,
+                    "KUBERNETES_SERVICE_PORT": str(client.port), "SERVICE_ACCOUNT_DIR": str(self.sa_dir),
+                    "PYTHONUNBUFFERED": "1"}
+        self.cwd = Path(gpu_platform.__file__).resolve().parent.parent  # this checkout's controller
+        self.changes = [f"GRACE_SECONDS {env.get('GRACE_SECONDS')} -> {self.grace:g}",
+                        f"INTERVAL_SECONDS {env.get('INTERVAL_SECONDS')} -> {self.interval:g}",
+                        "fake credentials, AWS_ENDPOINT_URL(_AUTO_SCALING) moto", "the Kubernetes API at "
+                        f"{client.host}:{client.port} with a token of {planned.namespace}/{planned.service_account} "
+                        "(SERVICE_ACCOUNT_DIR)"]
+        self.proc = None
+
+    def start(self) -> None:
+        pki.write(self.sa_dir / "token", self.client.token(self.planned.namespace, self.planned.service_account).encode(),
+                  private=True)
+        self.proc = self.procs.start("gpu-scale-in-protection", [sys.executable, "-m", PROTECTION_MODULE], env=self.env,
+                                     cwd=self.cwd)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive
+
+    def text(self) -> str:
+        return self.proc.log.read_text(errors="replace") if self.proc is not None and self.proc.log.exists() else ""
+
+
 # --- the drill ----------------------------------------------------------------------------------------------
 
 
@@ -436,6 +544,8 @@ class AwsDrill(Drill):
         self.groups = {g.name: g for g in groups}
         self.moto: Optional[Moto] = None
         self.bridge: Optional[AsgBridge] = None  # type: ignore[assignment]
+        self.procs: Optional[ProcessGroup] = None
+        self.protection: Optional[ProtectionProcess] = None  # the scale-in protection controller, once started
 
     # --- what autoscale.Drill asks of its world ---
 
@@ -492,7 +602,7 @@ class AwsDrill(Drill):
             return
         region = next((str(e.get("value")) for e in release.container().get("env") or [] if e.get("name") == "AWS_REGION"),
                       None) or next(iter(self.groups.values())).zone[:-1]
-        procs = ProcessGroup(self.log_dir)
+        procs = self.procs = ProcessGroup(self.log_dir)
         try:
             self.moto = Moto(procs, region)
             if not self.moto.ready():
@@ -553,28 +663,29 @@ class AwsDrill(Drill):
                 self.client.delete("v1", "Node", n["metadata"]["name"])
         self._cleanup(next(iter(self.pools)))
 
-    def one_new_node(self, label: str, pool: str, ups_before: int, started: float, ran: str) -> Optional[tuple[dict, dict]]:
-        """After a scale-up from zero for one pod: one scale-up, one instance, one node in the instance's zone with
-        its providerID (the report's line `label: ...`). Returns (instance, node) or None with the failure."""
-        sc = self.sc
-        instances, nodes = self.pool_instances(pool), self.pool_nodes(pool)
-        ups = _scale_ups(self, pool)[ups_before:]
-        sc.details.append(f"{label}: {len(ups)} scale-up(s) of {pool} ({ups[0].text if ups else 'none logged'}) -> instance(s) "
-                          f"{[(i['InstanceId'], i['group'], i['AvailabilityZone']) for i in instances]} -> node(s) "
-                          f"{[(n['metadata']['name'], n['metadata']['labels'].get('topology.kubernetes.io/zone'), n['spec'].get('providerID')) for n in nodes]}; "
-                          f"{ran} after {time.monotonic() - started:.0f}s")
-        if len(ups) != 1 or len(instances) != 1 or len(nodes) != 1:
-            sc.fail(f"{label}: one pending pod, one node: the autoscaler scaled {pool}'s groups up {len(ups)} time(s), moto "
-                    f"holds {len(instances)} instance(s), {len(nodes)} node(s) registered")
-            return None
-        [inst], [node] = instances, nodes
+    INSTANCES_IN = "moto"
+
+    def shown_instances(self, instances: list[dict]) -> list:
+        return [(i["InstanceId"], i["group"], i["AvailabilityZone"]) for i in instances]
+
+    def shown_nodes(self, nodes: list[dict]) -> list:
+        return [(n["metadata"]["name"], n["metadata"]["labels"].get("topology.kubernetes.io/zone"), n["spec"].get("providerID"))
+                for n in nodes]
+
+    def scaled_groups(self, pool: str) -> str:
+        return f"{pool}'s groups"
+
+    def new_node_problems(self, inst: dict, node: dict, ups: list) -> list[str]:
+        """The node is in its instance's zone with its providerID, and the instance in the group the autoscaler scaled."""
+        problems = []
         want = f"{PROVIDER_ID_PREFIX}{inst['AvailabilityZone']}/{inst['InstanceId']}"
-        if node["spec"].get("providerID") != want or node["metadata"]["labels"].get("topology.kubernetes.io/zone") != inst["AvailabilityZone"]:
-            sc.fail(f"{label}: node {node['metadata']['name']} has providerID {node['spec'].get('providerID')} and zone "
-                    f"{node['metadata']['labels'].get('topology.kubernetes.io/zone')}; its instance is {want}")
+        zone = node["metadata"]["labels"].get("topology.kubernetes.io/zone")
+        if node["spec"].get("providerID") != want or zone != inst["AvailabilityZone"]:
+            problems.append(f"node {node['metadata']['name']} has providerID {node['spec'].get('providerID')} and zone "
+                            f"{zone}; its instance is {want}")
         if ups and ups[0].group != inst["group"]:
-            sc.fail(f"{label}: the autoscaler scaled {ups[0].group}, moto launched the instance in {inst['group']}")
-        return inst, node
+            problems.append(f"the autoscaler scaled {ups[0].group}, moto launched the instance in {inst['group']}")
+        return problems
 
     def instance_deleted(self, inst: dict) -> tuple[str, Optional[str]]:
         """(what the autoscaler and moto show of the scaled-down instance, the failure if it was not terminated):
@@ -608,6 +719,64 @@ class AwsDrill(Drill):
         running = [i["InstanceId"] for r in self.moto.ec2.describe_instances(Filters=[
             {"Name": "instance-state-name", "Values": ["pending", "running"]}])["Reservations"] for i in r["Instances"]]
         return sorted(set(running) - held)
+
+
+    # --- the scale-in protection controller ---
+
+    def start_protection(self) -> bool:
+        """The stack's job-aware scale-in protection controller (components/aws/protection.py), as its planned
+        Deployment runs it, started before the first scale-up (it guards a node from its first job). A stack
+        without it (aws.scaleInController off) leaves the whole grace to the autoscaler."""
+        sc = self.sc
+        planned = planned_protection(self.ctx.releases)
+        if planned is None:
+            sc.details.append("scale-in protection controller: the plan deploys none (aws.scaleInController off): the "
+                              "autoscaler's unneeded time is the whole grace")
+            return True
+        try:
+            self.protection = ProtectionProcess(planned, self.client, _cluster_ca_pem(self.client), self.work, self.moto.url,
+                                                self.procs)
+        except ValueError as exc:
+            sc.fail(f"scale-in protection controller: {exc}")
+            return False
+        managed = {g for g in planned.env.get("ASG_NAMES", "").split(",") if g}
+        unmanaged = sorted(set(self.groups) - managed)
+        if unmanaged:
+            sc.fail(f"scale-in protection controller: ASG_NAMES of {planned.source} lacks the autoscaled group(s) "
+                    f"{unmanaged}: their busy nodes are never guarded")
+        self.protection.start()
+        started = time.monotonic()
+        while time.monotonic() - started < 30 and self.protection.alive and "managing [" not in self.protection.text():
+            time.sleep(0.3)
+        if not self.protection.alive or "managing [" not in self.protection.text():
+            sc.fail(f"scale-in protection controller: did not start within 30s: {self.protection.proc.tail(8)}")
+            return False
+        sc.details.append(f"scale-in protection controller: {planned.source} run as `python -m {PROTECTION_MODULE}` "
+                          f"(the image's controller.py), changed: {'; '.join(self.protection.changes)}")
+        return True
+
+    def whole_grace(self) -> float:
+        if self.protection is None:
+            return float(self.timing.grace_seconds)
+        return self.grace_split(next(iter(self.groups)))[3] + self.timing.grace_seconds
+
+    def guarded(self, inst: dict, name: str) -> tuple[bool, bool]:
+        """(node `name` annotated scale-down-disabled, instance `inst` protected from scale-in in moto); a node or
+        instance that is gone is neither."""
+        node = self.client.get("v1", "Node", name)
+        annotated = ((node or {}).get("metadata") or {}).get("annotations", {}).get(SCALE_DOWN_DISABLED) == "true"
+        found = self.moto.autoscaling.describe_auto_scaling_instances(InstanceIds=[inst["InstanceId"]])["AutoScalingInstances"]
+        return annotated, bool(found and found[0].get("ProtectedFromScaleIn"))
+
+    def grace_split(self, group: str) -> tuple[float, float, float, float]:
+        """The stack's scale-down grace and its parts, in the stack's seconds: (aws.scaleDownGraceMinutes, the
+        controller's planned GRACE_SECONDS, the group's planned scaledownunneededtime tag) and the controller's
+        part on the drill's clock (the promise less the autoscaler's part, seconds where the stack has minutes)."""
+        aws = getattr(getattr(self.ctx, "cfg", None), "aws", None)
+        tag = parse_go_duration(self.groups[group].tags.get(UNNEEDED_TIME_TAG, "0s"))
+        promise = float(aws.scale_down_grace_minutes * 60) if aws is not None else tag
+        planned = self.protection.planned.seconds("GRACE_SECONDS") if self.protection is not None else 0.0
+        return promise, planned, tag, drill_seconds(promise - tag)
 
 
 # --- the phases ------------------------------------------------------------------------------------------
@@ -654,21 +823,75 @@ def katib_trial_from_zero(d: AwsDrill, job: dict) -> Optional[tuple[tuple[str, s
 
 
 def job_ends_node_goes(d: AwsDrill, ref: tuple[str, str], pool: str, inst: dict, name: str) -> bool:
-    """The job ends; after the grace the idle node is removed and its instance terminated by the autoscaler."""
-    sc, t = d.sc, d.timing
+    """The job ends; the idle node goes after the stack's whole grace, in its two parts when the stack runs the
+    scale-in protection controller (components/aws/scale_down.py): the controller keeps the node annotated
+    scale-down-disabled and its instance protected from scale-in for its part, then lets go; the autoscaler
+    then counts its own unneeded time (the group's scaledownunneededtime tag) and removes the node, its instance
+    terminated through TerminateInstanceInAutoScalingGroup. Without the controller the autoscaler's part is all."""
+    sc, t, guard = d.sc, d.timing, d.protection
+    promise, planned, tag, part = d.grace_split(inst["group"])
+    total = part + t.grace_seconds if guard is not None else t.grace_seconds
+    if guard is not None:
+        if planned + tag != promise:
+            sc.fail(f"scale-down grace: the parts do not make the stack's grace: the controller's GRACE_SECONDS {planned:g} "
+                    f"+ {inst['group']}'s scaledownunneededtime {tag:g}s is {planned + tag:g}s, aws.scaleDownGraceMinutes "
+                    f"{promise / 60:g} is {promise:g}s")
+        # While the job runs the controller holds the node (a cycle or two after it bound, if it just did).
+        deadline = time.monotonic() + 3 * guard.interval + 5
+        while d.guarded(inst, name) != (True, True) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        held = d.guarded(inst, name)
+        if held != (True, True):
+            sc.fail(f"scale-down grace: while TrainJob {ref[1]} runs on {name} the controller does not hold it: annotated "
+                    f"{SCALE_DOWN_DISABLED}: {held[0]}, instance {inst['InstanceId']} protected from scale-in: {held[1]} "
+                    f"({guard.proc.tail(3) if guard.proc else ''})")
     if not d.end(*ref):
         return False
     ended = time.monotonic()
+    let_go: dict[str, float] = {}  # annotation / protection -> seconds after the job ended that the controller let go
+
+    def gone() -> bool:
+        if guard is not None and len(let_go) < 2:
+            now = time.monotonic() - ended
+            for what, on in zip(("annotation", "protection"), d.guarded(inst, name)):
+                if not on:
+                    let_go.setdefault(what, now)
+        return not d.pool_instances(pool) and not d.pool_nodes(pool)
+
+    extra = part + 3 * guard.interval if guard is not None else 0
     if not d.until(f"scale-down: idle node {name} of {inst['group']} removed and instance {inst['InstanceId']} terminated",
-                   lambda: not d.pool_instances(pool) and not d.pool_nodes(pool), timeout=t.grace_seconds + 120):
+                   gone, timeout=t.grace_seconds + 120 + extra):
+        if guard is not None and len(let_go) < 2:
+            sc.fail(f"scale-down grace: the controller never let {name} go ({time.monotonic() - ended:.0f}s after the job "
+                    f"ended; its part is {part:g}s): still " + " and ".join(
+                        w for w in (f"annotated {SCALE_DOWN_DISABLED}", f"{inst['InstanceId']} protected from scale-in")
+                        if ("annotation" if w.startswith("annotated") else "protection") not in let_go))
         return False
-    gone = time.monotonic() - ended
+    gone_after = time.monotonic() - ended
     downs = [e for e in d.events() if e.kind == "scale-down" and e.group == inst["group"]]
     terminated, problem = d.instance_deleted(inst)
-    sc.details.append(f"scale-down: {downs[-1].text if downs else 'none logged'}, {gone:.0f}s after the job ended (grace "
-                      f"{t.grace_seconds}s); {terminated}")
-    if gone < t.grace_seconds:
-        sc.fail(f"scale-down: the idle node went {gone:.0f}s after the job ended, before the grace of {t.grace_seconds}s")
+    sc.details.append(f"scale-down: {downs[-1].text if downs else 'none logged'}, {gone_after:.0f}s after the job ended (grace "
+                      f"{total:.0f}s); {terminated}")
+    if guard is not None:
+        released = max(let_go.values())
+        sc.details.append(
+            f"scale-down grace: {total:g}s on the drill's clock, the stack's {promise:g}s in two parts: the scale-in protection "
+            f"controller kept {name} annotated {SCALE_DOWN_DISABLED} and {inst['InstanceId']} protected from scale-in for "
+            f"{released:.0f}s after the job ended (its part {part:g}s, GRACE_SECONDS {planned:g} in the plan, run with "
+            f"{guard.grace:g}; annotation removed after {let_go['annotation']:.0f}s, protection after "
+            f"{let_go['protection']:.0f}s), then the autoscaler removed the node {gone_after - released:.0f}s later (its part "
+            f"{t.grace_seconds}s: scaledownunneededtime {tag:g}s in the plan)")
+        if released < part - 1:
+            sc.fail(f"scale-down grace: the controller let {name} go {released:.0f}s after the job ended, before its part "
+                    f"of the grace ({part:g}s: the stack's {promise:g}s less the autoscaler's {tag:g}s)")
+        elif released > part + 2 * guard.interval + 5:
+            sc.fail(f"scale-down grace: the controller held {name} {released:.0f}s after the job ended, past its part of "
+                    f"the grace ({part:g}s): the idle node outlives the stack's grace")
+        if gone_after - released < t.grace_seconds - 1:
+            sc.fail(f"scale-down grace: the autoscaler removed {name} {gone_after - released:.0f}s after the controller let "
+                    f"go, before its part of the grace ({t.grace_seconds}s)")
+    if gone_after < total - 1:
+        sc.fail(f"scale-down: the idle node went {gone_after:.0f}s after the job ended, before the grace of {total:.0f}s")
     if not downs and not problem:
         problem = ("the node went, but the autoscaler logged no scale-down through TerminateInstanceInAutoScalingGroup "
                    "(something else removed it)")
@@ -843,10 +1066,12 @@ def never_joins_then_restart(d: AwsDrill, job: dict) -> None:
 def scale_from_zero_and_back(d: AwsDrill, job: dict) -> None:
     """The shipped drill (every aws-prod rehearsal): the chart's RBAC alone (never synced) and the program's
     (synced); a Katib trial's TrainJob (with its metrics collector's ephemeral storage) scales a group from
-    zero, binds and runs on a node in the instance's zone; its busy node outlives the grace; after the job
-    ends the node goes after the grace and its instance is terminated through TerminateInstanceInAutoScalingGroup."""
+    zero, binds and runs on a node in the instance's zone, guarded by the stack's scale-in protection controller;
+    its busy node outlives the grace; after the job ends the controller keeps the node for its part of the grace,
+    lets go, and the autoscaler removes it after its part, its instance terminated through
+    TerminateInstanceInAutoScalingGroup."""
     d.chart_rbac_alone()
-    if not d.start_autoscaler("sync with the program's RBAC"):
+    if not d.start_autoscaler("sync with the program's RBAC") or not d.start_protection():
         return
     got = katib_trial_from_zero(d, job)
     if got is None:
@@ -876,6 +1101,17 @@ def katib_trial_only(d: AwsDrill, job: dict) -> None:
     """The drill's first scale-up alone (the planted template tests): sync, then a Katib trial from zero."""
     if d.start_autoscaler("sync with the program's RBAC"):
         katib_trial_from_zero(d, job)
+
+
+def grace_only(d: AwsDrill, job: dict) -> None:
+    """The scale-down grace alone (the planted controller tests): sync, the controller, a Katib trial from zero,
+    the job ends, the node goes after the grace's two parts."""
+    if not d.start_autoscaler("sync with the program's RBAC") or not d.start_protection():
+        return
+    got = katib_trial_from_zero(d, job)
+    if got is not None:
+        ref, pool, inst, node = got
+        job_ends_node_goes(d, ref, pool, inst, node["metadata"]["name"])
 
 
 def half_used_only(d: AwsDrill, job: dict) -> None:

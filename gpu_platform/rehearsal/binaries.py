@@ -14,6 +14,8 @@ CACHE_ENV = "GPU_PLATFORM_REHEARSAL_CACHE"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # The platform's controllers: one missing is rehearsed without (its webhooks removed, reported NOT REHEARSED).
 CONTROLLERS = ("kueue-manager", "jobset-manager", "trainer-manager", "prometheus-operator")
+# The real Pulumi engine (`--engine pulumi`, engine.py): the CLI, its Python language host, the Kubernetes provider.
+ENGINE = ("pulumi", "pulumi-language-python", "pulumi-resource-kubernetes")
 BUILD_COMMAND = "make rehearsal-build"
 
 

@@ -44,11 +44,13 @@ def rehearse_with_engine(stack: str, cfg: Any, fit_result: Any, out: Path, conso
 
     from gpu_platform.rehearsal import engine
 
-    missing = [p for p in (engine.engine_bin() / "pulumi", engine.engine_bin() / "pulumi-resource-kubernetes",
-                           root / ".venv-engine" / "bin" / "python") if not p.exists()]
+    from gpu_platform.rehearsal.binaries import ENGINE
+
+    missing = [p for p in (*(engine.engine_bin() / name for name in ENGINE), root / ".venv" / "bin" / "python")
+               if not p.exists()]
     if missing:
         print(f"preflight: the engine is not built: {', '.join(map(str, missing))} missing "
-              "(`make engine-build engine-venv`)", file=sys.stderr)
+              "(`make engine-build venv`)", file=sys.stderr)
         return EXIT_FAILED
     policy_file = None
     if getattr(cfg, "cloud", None) == "kubernetes":  # the pack judges a cloud's node pools, which a shim does not make
@@ -72,6 +74,12 @@ def rehearse_with_engine(stack: str, cfg: Any, fit_result: Any, out: Path, conso
     except KeyboardInterrupt:
         print("preflight: engine run interrupted; the control plane is stopped", file=sys.stderr)
         return 130
+    if run.report.taken_over:
+        failures.append("`pulumi up` took over object(s) the cluster already had, where users' provider (pulumi-kubernetes "
+                        "4.29 and later) fails with AlreadyExists: " + ", ".join(run.report.taken_over))
+    if run.report.claims_unprovisioned:  # filled when the run closes (its provisioner stops)
+        failures.append("claim(s) no provisioner takes, which stay Pending on a cluster: "
+                        + ", ".join(run.report.claims_unprovisioned))
     doc = {**run.report.to_json(), "failures": failures, "logs": str(run.log_dir / "pulumi.log")}
     (out / "engine.json").write_text(json.dumps(doc, indent=1) + "\n")
     console.print()
@@ -92,6 +100,9 @@ def rehearse_with_engine(stack: str, cfg: Any, fit_result: Any, out: Path, conso
     if run.report.left_by_helm:
         console.print(f"  kept by `helm uninstall` by design (a namespace Helm created, a chart's crds/): "
                       f"{', '.join(run.report.left_by_helm)}", highlight=False)
+    console.print(f"  the built provider (pulumi-kubernetes {engine.SKEW_REVIEWED_FOR[0]}) differs from users' "
+                  f"({engine.SKEW_REVIEWED_FOR[1]}) in {len(engine.PROVIDER_SKEW)} known ways: providerSkew in the report",
+                  highlight=False)
     for line in failures:
         console.print(f"  FAILED: {line}", highlight=False)
     console.print(f"  report: {out / 'engine.json'}", highlight=False)

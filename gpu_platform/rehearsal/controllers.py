@@ -17,14 +17,14 @@ from typing import Any, Optional
 
 import yaml
 
-from gpu_platform.rehearsal import binaries, pki
+from gpu_platform.rehearsal import binaries, pki, podmounts
 from gpu_platform.rehearsal.kube import Client, kubeconfig
 from gpu_platform.rehearsal.processes import Proc, ProcessGroup, free_port
 
 READY_TIMEOUT = 60.0
 # Kueue's waitForPodsReady in the rehearsal: time only, never behaviour. The stack's `timeout` (a GPU
-# node's boot plus pull/start, about 18 minutes) and backoff base (60 s) would make the never-ready drill
-# take over an hour; these make it about two minutes. backoffLimitCount (the stack's maxRequeues) and
+# node's boot, or an autoscaled Linode pool's join deadline + 3, plus pull/start: 18 to 43 minutes) and
+# backoff base (60 s) would make the never-ready drill take hours; these make it about two minutes. backoffLimitCount (the stack's maxRequeues) and
 # recoveryTimeout stay as the stack renders them. Listed in the report's configChanges.
 REHEARSAL_PODS_READY_TIMEOUT_S = 30
 REHEARSAL_BACKOFF_BASE_S = 1
@@ -43,6 +43,7 @@ class Controller:
     config: Optional[dict] = None  # the Configuration from the chart's ConfigMap
     config_map: str = ""
     webhook_port: int = 0
+    health_port: int = 0  # the Configuration's health.healthProbeBindAddress, on 127.0.0.1 (prepare)
     changes: list[str] = field(default_factory=list)
     proc: Optional[Proc] = None
     status: str = "pending"  # pending | running | failed | not-built
@@ -156,10 +157,16 @@ def _set(cfg: dict, dotted: str, value: Any, changes: list[str]) -> None:
         changes.append(f"{dotted}: {old} -> {value}")
 
 
-def prepare(ctl: Controller, run_dir: Path, cert_dir: Path) -> list[str]:
-    """argv for the controller; its Configuration rewritten to local ports and the given certificates."""
+def prepare(ctl: Controller, run_dir: Path, cert_dir: Path, as_rendered: bool = False, pod_paths: bool = False) -> list[str]:
+    """argv for the controller; its Configuration rewritten to local ports and the given certificates.
+    `as_rendered` (the engine run: gpu_platform/rehearsal/controller_host.py): the chart's own certificate
+    management and leader election stay as the Configuration renders them, and `cert_dir` is where the rehearsal
+    mounts the webhook Secret, as the kubelet mounts the pod's volume at the Configuration's certDir. With
+    `pod_paths` the process sees the pod's volumes at the pod's own paths (podmounts.py), so no certDir is set: the
+    certificate folder is where the Deployment mounts the Secret (the Trainer's has no certDir field at all)."""
     ctl.webhook_port = ctl.webhook_port or free_port()
     metrics, health = free_port(), free_port()
+    ctl.health_port = health
     exe = str(binaries.find(ctl.binary))
     if ctl.binary == "prometheus-operator":
         args = []
@@ -174,12 +181,21 @@ def prepare(ctl: Controller, run_dir: Path, cert_dir: Path) -> list[str]:
         return [exe, *args]
     cfg = copy.deepcopy(ctl.config or {})
     changes: list[str] = []
-    _set(cfg, "leaderElection.leaderElect", False, changes)
+    if not as_rendered:
+        _set(cfg, "leaderElection.leaderElect", False, changes)
+    elif (cfg.get("leaderElection") or {}).get("leaderElect") and not cfg["leaderElection"].get("resourceNamespace"):
+        # In a pod, controller-runtime reads the namespace from the ServiceAccount mount; on the host it must be said.
+        _set(cfg, "leaderElection.resourceNamespace", ctl.namespace, changes)
     _set(cfg, "webhook.port", ctl.webhook_port, changes)
     _set(cfg, "webhook.host", "127.0.0.1", changes)
     _set(cfg, "metrics.bindAddress", f"127.0.0.1:{metrics}", changes)
     _set(cfg, "health.healthProbeBindAddress", f"127.0.0.1:{health}", changes)
-    if ctl.binary == "trainer-manager":
+    if as_rendered:
+        if not pod_paths:
+            _set(cfg, "webhook.certDir", str(cert_dir), changes)
+        if ctl.binary == "trainer-manager":  # the TrainJob status server listens on all interfaces otherwise
+            _set(cfg, "statusServer.port", free_port(), changes)
+    elif ctl.binary == "trainer-manager":
         _set(cfg, "certManagement.enable", False, changes)
         _set(cfg, "statusServer.port", free_port(), changes)
     else:
@@ -217,12 +233,17 @@ def _env(ctl: Controller, kubeconfig_path: Path) -> dict[str, str]:
 
 
 def start(ctl: Controller, client: Client, server: str, ca_file: str, procs: ProcessGroup, run_dir: Path,
-          cert_dir: Path) -> None:
+          cert_dir: Path, as_rendered: bool = False, mounts: Optional[dict[str, Path]] = None) -> None:
+    """`mounts` (pod path -> host folder): the process runs with those mounted at the pod's paths (podmounts.py)."""
     token = client.token(ctl.namespace, ctl.service_account)
     kc = pki.write(run_dir / f"{ctl.binary}.kubeconfig",
                    kubeconfig(server, ca_file, token, f"system:serviceaccount:{ctl.namespace}:{ctl.service_account}").encode(),
                    private=True)
-    argv = prepare(ctl, run_dir, cert_dir)
+    argv = prepare(ctl, run_dir, cert_dir, as_rendered, pod_paths=bool(mounts))
+    if mounts:
+        argv = podmounts.in_pod_mounts(argv, mounts)
+        ctl.changes.append("run with the pod's volumes at the pod's paths, private to the process: "
+                           + ", ".join(f"{path} <- {src}" for path, src in sorted(mounts.items())))
     ctl.proc = procs.start(ctl.binary, argv, env=_env(ctl, kc), cwd=run_dir)
     ctl.status = "running"
 

@@ -1,7 +1,14 @@
 """A throwaway Kubernetes control plane of local processes on 127.0.0.1: etcd, kube-apiserver (the
 admission plugins the clouds enable, Node+RBAC authorization), kube-controller-manager,
 kube-scheduler, and KWOK as the kubelet of every node it is told to manage. Keys, data and kubeconfigs
-live in a temporary folder removed on exit; logs go to the run folder."""
+live in a temporary folder removed on exit; logs go to the run folder.
+
+With `webhook_proxy=True`, kube-apiserver is started with --egress-selector-config-file sending its `cluster`
+network context (its calls to Service-referenced webhooks, to aggregated API servers and to kubelets: k8s.io/apiserver
+v0.35.4 pkg/util/webhook/authentication.go, kube-aggregator v0.35.4 pkg/apiserver/apiserver.go, kubernetes v1.35.4
+pkg/kubelet/client/kubelet_client.go) through `cp.webhook_proxy` (gpu_platform/rehearsal/webhook_proxy.py), an HTTP
+CONNECT proxy on a Unix socket that tunnels a Service's cluster IP to the local address registered for it: a
+Service-referenced webhook is called as its configuration says, with nothing of the configuration changed."""
 
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ from typing import Optional
 from gpu_platform.rehearsal import binaries, pki
 from gpu_platform.rehearsal.kube import Client, kubeconfig, wait_for
 from gpu_platform.rehearsal.processes import ProcessGroup, Proc, free_port
+from gpu_platform.rehearsal.webhook_proxy import WebhookProxy, egress_selector_config
 
 KUBERNETES_SERVICE_CIDR = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -53,7 +61,8 @@ def _on_sigterm(signum, frame):
 class ControlPlane:
     """`with ControlPlane(log_dir) as cp:` — cp.client is an admin client; everything stops on exit."""
 
-    def __init__(self, log_dir: Path, extended_resource_toleration: bool = False, start_timeout: float = STARTUP_TIMEOUT):
+    def __init__(self, log_dir: Path, extended_resource_toleration: bool = False, start_timeout: float = STARTUP_TIMEOUT,
+                 webhook_proxy: bool = False, held_images: tuple[str, ...] = ()):
         self.bins = binaries.require_control_plane()
         self.log_dir = log_dir
         self.ert = extended_resource_toleration
@@ -64,6 +73,11 @@ class ControlPlane:
         self.port = 0
         self._old_sigterm = None
         self.timings: dict[str, float] = {}
+        self.with_webhook_proxy = webhook_proxy
+        self.webhook_proxy: Optional[WebhookProxy] = None
+        # Pods with a container whose image contains one of these KWOK leaves Pending, not Ready: the caller writes
+        # their status as the kubelet would (controller_host.py: readiness following a process on the host).
+        self.held_images = tuple(held_images)
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -84,6 +98,9 @@ class ControlPlane:
 
     def close(self) -> None:
         self.procs.stop_all()
+        if self.webhook_proxy is not None:
+            self.webhook_proxy.stop()
+            self.webhook_proxy = None
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
@@ -137,6 +154,13 @@ class ControlPlane:
         # kube-apiserver
         self.port = free_port()
         plugins = list(ADMISSION_PLUGINS) + (["ExtendedResourceToleration"] if self.ert else [])
+        egress = []
+        if self.with_webhook_proxy:
+            # Listening before kube-apiserver starts; it resolves targets once the admin client exists (below).
+            self.webhook_proxy = WebhookProxy(None, self.tmp / "egress-cluster.sock").start()  # type: ignore[arg-type]
+            conf = self.tmp / "egress-selector.yaml"
+            conf.write_text(egress_selector_config(self.webhook_proxy.path))
+            egress = [f"--egress-selector-config-file={conf}"]
         apiserver = self.procs.start("kube-apiserver", [
             self.bins["kube-apiserver"], f"--etcd-servers=http://127.0.0.1:{etcd_port}", "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1", f"--secure-port={self.port}", f"--tls-cert-file={pkidir / 'apiserver.crt'}",
@@ -145,8 +169,10 @@ class ControlPlane:
             f"--service-account-key-file={pkidir / 'sa.pub'}", f"--service-account-signing-key-file={pkidir / 'sa.key'}",
             f"--service-cluster-ip-range={KUBERNETES_SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
             f"--enable-admission-plugins={','.join(plugins)}", "--allow-privileged=true",
-            "--endpoint-reconciler-type=none", "--profiling=false", f"--cert-dir={self.tmp / 'apiserver-certs'}"])
+            "--endpoint-reconciler-type=none", "--profiling=false", f"--cert-dir={self.tmp / 'apiserver-certs'}", *egress])
         self.client = Client("127.0.0.1", self.port, self.ca_file, token)
+        if self.webhook_proxy is not None:
+            self.webhook_proxy.client = self.client
         self._wait(apiserver, "kube-apiserver /readyz", lambda: self.client.request("GET", "/readyz") == "ok")
         self.server = f"https://127.0.0.1:{self.port}"
         admin_kc = pki.write(self.tmp / "admin.kubeconfig", kubeconfig(self.server, self.ca_file, token).encode(), private=True)
@@ -165,7 +191,7 @@ class ControlPlane:
         # KWOK: the kubelet of the nodes annotated kwok.x-k8s.io/node=fake, with Stages that make pods
         # Running and Ready without containers (and never complete them: a training pod runs until deleted).
         stages = self.tmp / "kwok.yaml"
-        stages.write_text(resources.files("gpu_platform.rehearsal").joinpath("kwok-stages.yaml").read_text())
+        stages.write_text(kwok_stages(self.held_images))
         kwok = self.procs.start("kwok", [
             self.bins["kwok"], f"--kubeconfig={admin_kc}", f"--config={stages}", "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake", "--node-lease-duration-seconds=40",
@@ -179,6 +205,26 @@ class ControlPlane:
     def check_running(self) -> list[str]:
         """Control-plane processes that have exited (by name, with their exit code)."""
         return [f"{p.name} exited with code {p.popen.returncode}" for p in self.procs.procs if not p.alive]
+
+
+def kwok_stages(held_images: tuple[str, ...] = ()) -> str:
+    """The KWOK Stages of kwok-stages.yaml; with `held_images`, pod-ready selects no pod that has a container whose
+    image contains one of them (a gojq query per image, DoesNotExist: sigs.k8s.io/kwok v0.8.0
+    pkg/utils/expression/query.go and selector.go), so KWOK leaves such a pod Pending."""
+    import json
+
+    import yaml
+
+    text = resources.files("gpu_platform.rehearsal").joinpath("kwok-stages.yaml").read_text()
+    if not held_images:
+        return text
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    ready = next(d for d in docs if d["metadata"]["name"] == "pod-ready")
+    for image in held_images:
+        ready["spec"]["selector"]["matchExpressions"].append(
+            {"key": f".spec.containers.[] | select(.image | contains({json.dumps(image)})) | .image",
+             "operator": "DoesNotExist"})
+    return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def _http_ok(url: str) -> bool:

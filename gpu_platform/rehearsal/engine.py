@@ -1,8 +1,10 @@
 """A stack's Kubernetes layer deployed by the real Pulumi engine onto a rehearsal control plane (issue 36 item 3).
 
 The engine is the one `make engine-build` builds (the CLI, the Python language host, pulumi-resource-kubernetes
-v4.25.0) and the program runs in `.venv-engine` (`make engine-venv`: pulumi-kubernetes 4.25.0). Offline: a file
-backend and a passphrase secrets provider in a folder of the run's own, no update check, no plugin download,
+v4.25.0) and the program runs in its own `.venv` (requirements.txt: pulumi-kubernetes 4.34.2, what users run; the
+engine takes the provider binary on $PATH whatever release the SDK names: docs/rehearsal.md says why the pair is
+safe; tests/test_rehearsal_engine.py checks every input the program sends is in that provider's schema). Offline:
+a file backend and a passphrase secrets provider in a folder of the run's own, no update check, no plugin download,
 every Helm chart from a local folder ($GPU_PLATFORM_LOCAL_CHARTS, gpu_platform/components/helm.py). The stack's
 cloud layer is stood in for by `ClusterShim`: the control plane's admin kubeconfig under the context the stack
 file names, and the KWOK nodes of the stack's node model (preflight's fit), with the StorageClass the stack file
@@ -15,40 +17,38 @@ then every object the API server lists that the control plane did not have befor
 What the run stands in for (EngineReport.stood_in): the container of a Helm hook Job it knows, run in the pod's
 place with the pod's own ServiceAccount, the pod then completed as the kubelet would (gpu_platform/rehearsal/hooks.py:
 kube-prometheus-stack's admission-create and admission-patch, which make the operator's webhook certificate Secret and
-patch its CA into the webhook configurations); on Linode, the CRDs cilium-operator registers when it starts (shims.py).
-kube-prometheus-stack's admission webhooks (failurePolicy Ignore, as the chart renders them) still answer nobody, so
-the program's PrometheusRules are admitted unvalidated here (the rehearsal's own installer validates them with the
-operator itself). The notebooks part deploys as it is without the queue (which is switched off below): JupyterHub's
-release and the program's objects around it, not the notebooks' LocalQueues or Kueue's pod webhook on their
-namespace (the program renders its image-puller hooks off).
+patch its CA into the webhook configurations; the Kubeflow Trainer chart's runtimes installer and cleanup, kubectl's
+requests for their scripts); Kueue's controller pods (gpu_platform/rehearsal/controller_host.py):
+kueue-manager, built from the pinned module, runs on the host with the Configuration the chart rendered (its internal
+certificate management on: it makes the webhook Secret and injects its CA; the rehearsal writes the Secret into the
+process's certDir as the kubelet mounts it), as the Deployment's ServiceAccount, and the pods' readiness follows the
+process's readinessProbe (KWOK holds them Pending: ControlPlane held_images), so Helm and then the program's Kueue
+objects wait for the webhooks to serve; on Linode, the CRDs cilium-operator registers when it starts (shims.py).
+kube-apiserver reaches a Service-referenced webhook through its egress selector's `cluster` network context, which
+the run's control plane sends to the rehearsal's webhook proxy (gpu_platform/rehearsal/webhook_proxy.py: a Service's
+cluster IP to the local address registered for it), so every webhook configuration stays as the chart renders it.
+kube-prometheus-stack's admission webhooks (failurePolicy Ignore, as the chart renders them) have no address
+registered, so the program's PrometheusRules are admitted unvalidated here (the rehearsal's own installer validates
+them with the operator itself); Kueue's visibility APIServices stay unavailable (kueue-manager runs with its
+visibility server off: it writes its certificates to the fixed path /visibility). The notebooks part deploys with
+the queue: JupyterHub's release, the notebooks' LocalQueues and Kueue's pod webhook on their namespace (the program
+renders its image-puller hooks off).
 
-What it cannot deploy yet, and why (the run switches those parts off by name rather than hanging; each reason was
-seen under the engine on 2026-11-28): the rehearsal's KWOK nodes run no containers and its control plane has no pod
-or service network, so a Helm hook Job nothing stands in for never completes (the Kubeflow Trainer chart's
-post-install runtimes installer) and an in-cluster admission webhook with failurePolicy Fail (Kueue's, the
-Trainer's) answers nobody. The rehearsal's own installer works around both
-(gpu_platform/rehearsal/install.py: it performs the Trainer's `kubectl apply` hook itself and points each webhook's
-clientConfig at a controller process on the host); under the engine that would change the objects the program
-deploys. kube-apiserver's --enable-aggregator-routing does make admission webhooks resolve a Service through its
-EndpointSlices (kubernetes v1.35.4 cmd/kube-apiserver/app/server.go buildServiceResolver, handed to the admission
-plugins in pkg/controlplane/apiserver/config.go), but the address it finds is a KWOK pod's, where nothing listens
-(and a pod address on the host's loopback is refused: EndpointSlice addresses may not be loopback, pkg/apis/core/
-validation ValidateEndpointIP). A way for Kueue that changes no object, not built yet: kube-apiserver dials a
-Service-referenced webhook through its egress selector's `cluster` network context (k8s.io/apiserver v0.35.4
-pkg/util/webhook/authentication.go). Tried on 2026-11-29 with the rehearsal's kube-apiserver v1.35.4: an
-EgressSelectorConfiguration `cluster` with HTTPConnect over a Unix socket sends `CONNECT <ClusterIP>:443` to a proxy
-there, and a webhook server behind it, with a certificate for <service>.<namespace>.svc under the configuration's
-caBundle, was called and obeyed (failurePolicy Fail). Over TCP with an http:// URL, which the config's validation
-accepts, kube-apiserver v1.35.4 panics at start (egressselector.getTLSConfig dereferences the absent tlsConfig). Left
-to build: a proxy that hands the Service's address to kueue-manager on the host, run with the chart's Configuration and
-its internal certificate management on (open-policy-agent/cert-controller v0.16.0 makes the Secret and injects the CA,
-then waits for the kubelet to mount the Secret into its certDir, ensureCertsMounted: the rehearsal would write it
-there), and the pod's readiness following the process's (a KWOK pod is Ready at once, so Helm would go on to the
-program's Kueue objects before the webhook serves, which a kubelet's readiness probe prevents).
+Kubeflow deploys the same way: trainer-manager and jobset-manager are hosted as kueue-manager is, each run at its pod's
+paths (podmounts.py: both read the fixed certificate folder /tmp/k8s-webhook-server/serving-certs and their namespace
+from the ServiceAccount mount), their charts' certificate management on; the Trainer chart's runtimes hooks are stood in
+for (hooks.py). What the run cannot deploy (not_deployable: the parts switched off by name rather than hanging): Kubeflow
+on a host that cannot give a process mounts of its own (no unprivileged user namespaces), where the Trainer's webhook
+(failurePolicy Fail) would answer nobody. kube-apiserver's --enable-aggregator-routing (webhooks resolved through
+EndpointSlices) was no way: the address found is a KWOK pod's, where nothing listens, and a pod address on the host's
+loopback is refused (EndpointSlice addresses may not be loopback, pkg/apis/core/validation ValidateEndpointIP). Over
+TCP with an http:// URL, which the EgressSelectorConfiguration's validation accepts, kube-apiserver v1.35.4 panics at
+start (egressselector.getTLSConfig dereferences the absent tlsConfig): the proxy listens on a Unix socket.
 Kubeflow's kustomize installs (Pipelines, Katib) no longer stop it: with $GPU_PLATFORM_LOCAL_CHARTS the program
 builds them from the folder's pinned YAML (components/helm.py local_kustomize; the provider builds them offline).
-The policy preview still runs without Kubeflow, and Kubeflow would not deploy even with a pod network:
-NOT_PREVIEWABLE says what the engine found there (an SDK bug of the pinned pulumi-kubernetes, and the pack).
+The policy preview runs on the stack as shipped, Kubeflow's installs expanded object by object (seen 2026-11-29:
+the pack passes onprem-dev whole; before, pulumi-kubernetes 4.25.0's SDK stopped the program there, and the
+pack refused Katib's and Pipelines' upstream images by tag: security_rules.PINNED_INSTALL_PARENTS).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gpu_platform.components.helm import LOCAL_CHARTS_ENV
+from gpu_platform.rehearsal.controller_host import HOSTED, ControllerHost
 from gpu_platform.rehearsal.controlplane import ControlPlane
 from gpu_platform.rehearsal.hooks import HookRunner
 from gpu_platform.rehearsal.hooks import stood_in as hook_lines
@@ -72,24 +73,45 @@ from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
 
 PASSPHRASE = "rehearsal-only-passphrase"
-# The platform parts the engine cannot deploy onto the rehearsal control plane (the module docstring says why).
-NOT_DEPLOYABLE = {
-    "kubeflow": ("the Kubeflow Trainer chart's post-install hook Job kubeflow-trainer-runtimes-installer never completes "
-                 "on a KWOK node, and the program's ClusterTrainingRuntime is checked by the Trainer's validating webhook "
-                 "(failurePolicy Fail, Service kubeflow-system/kubeflow-trainer-controller-manager), which nothing serves "
-                 "without a pod network; its kustomize installs build from the local folder, but the pinned SDK cannot run "
-                 "them (NOT_PREVIEWABLE)"),
-    "queue": "Kueue's admission webhook (failurePolicy Fail) answers nobody without a pod network",
-}
-# Of those, the ones the policy preview (the stack as shipped otherwise) also leaves out, and why (seen 2026-11-28).
-NOT_PREVIEWABLE = {
-    "kubeflow": ("pulumi-kubernetes 4.25.0's Python SDK (the provider's release, .venv-engine) types kustomize.v2.Directory's "
-                 "`resources` output as a string, so the program stops (AssertionError \"Unexpected type. Expected 'list' "
-                 "got '<class 'str'>'\") once the provider has built the install and returns the list "
-                 "(pulumi/pulumi-kubernetes#3389, fixed by #4295 after 4.25.0); and through the engine each upstream "
-                 "object of those installs is a resource the pack judges: the mandatory images-by-digest refuses Katib's "
-                 "Deployments (images by tag), which preflight's mocks never expand"),
-}
+
+
+def not_deployable() -> dict[str, str]:
+    """The platform parts the engine cannot deploy onto the rehearsal control plane, with why: none on a host that can
+    give a process mounts of its own; else Kubeflow, whose Trainer's and JobSet's controllers read their pods' paths
+    (podmounts.check: unshare, unprivileged user namespaces), so their webhooks (failurePolicy Fail) would answer
+    nobody and the program's ClusterTrainingRuntime would be refused."""
+    from gpu_platform.rehearsal import podmounts
+
+    out: dict[str, str] = {}
+    why = podmounts.check()
+    if why:
+        out["kubeflow"] = (f"the Trainer's and JobSet's controllers read their pod's paths (the webhook certificate folder, the "
+                           f"ServiceAccount's namespace), which this host cannot give a process of its own: {why}")
+    return out
+
+
+# What the built provider (v4.25.0, the only release the Go proxy serves) does otherwise than the one users'
+# `pulumi up` runs with the program's SDK (requirements.txt), for exactly the pair SKEW_REVIEWED_FOR (a test fails
+# when either moves), read on 2026-11-29 from pulumi/pulumi-kubernetes' merged pull requests and CHANGELOG up to
+# 4.32.0 (4.33.0 to 4.34.2 unread: no stored CHANGELOG for them); each with what the rehearsal does about it. Every
+# engine report carries the list (`providerSkew`).
+SKEW_REVIEWED_FOR = ("4.25.0", "4.34.2")  # (the built provider, the program's SDK)
+PROVIDER_SKEW = (
+    "#4278 (4.29.0): users' provider creates client-side and fails with AlreadyExists on an object the cluster already "
+    "has; the built one takes it over by server-side apply (and its destroy deletes it): every run reports each object "
+    "taken over (takenOver) and fails",
+    "#4293 (4.30.0): users' provider keeps a null in Helm values, deleting the chart's key; the built one drops it: the "
+    "program passes no null in values (notebooks.auth_config sets admin_access false instead)",
+    "#4094 (4.26.0): users' provider waits for a StatefulSet's observedGeneration; the built one may call it ready a "
+    "generation early (no StatefulSet update is rehearsed)",
+    "#4181 (4.27.0): users' provider no longer waits forever on a claim updated on a WaitForFirstConsumer class; the "
+    "built one would (no claim update is rehearsed)",
+    "#4417 (4.32.0): users' provider reads a Helm release's CRDs at preview to know whether its custom resources are "
+    "namespaced; the built one looks them up on the cluster",
+    "Helm v3.18.6, kustomize api v0.19.0 and client-go v0.33.3 in the built provider; v3.20.2, v0.21.1 and v0.36.1 in "
+    "4.32.0's go.mod",
+)
+
 # Stand-ins for the secrets CI passes from the deploy environment (deploy.yml's config-map).
 STANDIN_SECRETS = {"checkpoint-store:accessKeyId": "rehearsal-access-key",
                    "checkpoint-store:secretAccessKey": "rehearsal-secret-key"}
@@ -112,12 +134,17 @@ class EngineReport:
     stood_in: list[str] = field(default_factory=list)  # what the rehearsal did in the data plane's place
     # What `helm uninstall` keeps by design: Helm-created namespaces, a chart's crds/ (split_left_by_helm).
     left_by_helm: list[str] = field(default_factory=list)
+    # Claims no provisioner took (no class, or a class the cluster lacks: volumes.Provisioner), as on a cluster.
+    claims_unprovisioned: list[str] = field(default_factory=list)
+    # Objects the cluster had that `up` took over instead of failing (EngineRun.up): `group kind namespace/name`.
+    taken_over: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"stack": self.stack, "resources": self.resources, "secondUp": self.second_up,
                 "leftBehind": self.left_behind, "leftByHelm": self.left_by_helm, "notDeployed": self.not_deployed, "timings": self.timings,
                 "policyViolations": self.policy_violations, "previewChanges": self.preview_changes,
-                "stoodIn": self.stood_in}
+                "stoodIn": self.stood_in, "claimsUnprovisioned": self.claims_unprovisioned,
+                "takenOver": self.taken_over, "providerSkew": list(PROVIDER_SKEW)}
 
 
 def shim_prelude(cloud: str) -> str:
@@ -141,7 +168,9 @@ def engine_bin() -> Path:
 
 def snapshot(client: Client) -> set[str]:
     """Every object the API server lists, as `group/version kind namespace/name` (events and leases left out:
-    the control plane writes them by itself)."""
+    the control plane writes them by itself). A group version whose discovery answers 503 is an aggregated API
+    nobody serves (Kueue's visibility API, served by no process here: controller_host.py); nothing of it can be
+    listed, so it is skipped, as client-go's discovery reports such a group apart (ErrGroupDiscoveryFailed)."""
     seen: set[str] = set()
     versions = [("", "v1")]
     for group in client.request("GET", "/apis").get("groups", []):
@@ -149,7 +178,13 @@ def snapshot(client: Client) -> set[str]:
     for group, version in versions:
         base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
         gv = version if not group else f"{group}/{version}"
-        for res in client.request("GET", base).get("resources", []):
+        try:
+            resources = client.request("GET", base).get("resources", [])
+        except ApiError as exc:
+            if exc.status != 503:
+                raise
+            continue
+        for res in resources:
             if "/" in res["name"] or "list" not in res.get("verbs", []) or res["kind"] in ("Event", "Lease"):
                 continue
             try:
@@ -160,6 +195,26 @@ def snapshot(client: Client) -> set[str]:
                 meta = item.get("metadata") or {}
                 seen.add(f"{gv} {res['kind']} {meta.get('namespace', '')}/{meta.get('name')}")
     return seen
+
+
+def unversioned(entry: str) -> str:
+    """A snapshot entry (`group/version kind namespace/name`) without its version: `group kind namespace/name`."""
+    api_version, rest = entry.split(" ", 1)
+    return f"{api_version.rpartition('/')[0]} {rest}"
+
+
+def object_key(resource: dict) -> Optional[str]:
+    """The object a Kubernetes resource of the engine's state creates, as unversioned() writes it; None for what
+    creates no object of its own name (providers, components, Helm releases, kustomize and YAML groups, patches, and
+    a read of an object the cluster has: `external` in the state)."""
+    kind_of = resource["type"].rsplit(":", 1)[-1]
+    outputs = resource.get("outputs") or {}
+    meta = outputs.get("metadata") or {}
+    if (not resource["type"].startswith("kubernetes:") or kind_of.endswith("Patch") or not outputs.get("kind")
+            or not outputs.get("apiVersion") or not meta.get("name") or resource.get("custom") is False
+            or resource.get("external")):
+        return None
+    return f"{str(outputs['apiVersion']).rpartition('/')[0]} {outputs['kind']} {meta.get('namespace', '')}/{meta['name']}"
 
 
 def chart_crds(archive: str) -> list[tuple[str, str, list[str]]]:
@@ -265,7 +320,7 @@ class EngineRun:
                  venv: Optional[Path] = None, config: Optional[dict[str, str]] = None, plant: Optional[str] = None,
                  policy_config: Optional[Path] = None, prelude: Optional[str] = None, also_off: tuple[str, ...] = ()):
         self.stack, self.cfg, self.model, self.out, self.root = stack, cfg, model, Path(out), Path(root)
-        self.charts, self.venv = Path(charts), Path(venv or root / ".venv-engine")
+        self.charts, self.venv = Path(charts), Path(venv or root / ".venv")
         self.config = dict(config or {})
         self.plant = plant  # Python run after the program, in its Pulumi runtime (tests plant defects with it)
         # Python run before the program: the cloud-layer shim of a stack whose cloud creates the cluster (shims.py),
@@ -281,7 +336,9 @@ class EngineRun:
         self.cp: Optional[ControlPlane] = None
         self.provisioner: Optional[Provisioner] = None
         self.hooks: Optional[HookRunner] = None
+        self.host: Optional[ControllerHost] = None
         self.preview_errors: list[str] = []
+        self._export_cache: Optional[tuple[list, list[dict]]] = None
 
     # --- set-up ----------------------------------------------------------------------------------------------
 
@@ -315,8 +372,10 @@ class EngineRun:
             "HOME": str(self.out), "PULUMI_HOME": str(self.out / "pulumi-home"),
             "PULUMI_BACKEND_URL": f"file://{self.out / 'state'}", "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
             "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            # State written once an operation ends, not after every step (the same steps; docs/rehearsal.md).
+            "PULUMI_SKIP_CHECKPOINTS": "true",
             "KUBECONFIG": str(kubeconfig), LOCAL_CHARTS_ENV: str(self.charts),
-            # The policy pack imports the package it ships in; .venv-engine does not install it.
+            # The policy pack imports the package it ships in, from this checkout (.venv's may be another's).
             "PYTHONPATH": str(self.root),
             # Nothing but the local API server may be reached: a download attempt fails instead of succeeding.
             "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost",
@@ -339,7 +398,10 @@ class EngineRun:
 
     def __enter__(self) -> "EngineRun":
         t = time.monotonic()
-        self.cp = ControlPlane(self.log_dir, extended_resource_toleration=self.model.extended_resource_toleration)
+        # kube-apiserver's calls to Service-referenced webhooks go through the webhook proxy, and KWOK leaves the pods
+        # of the controllers the run hosts not Ready: their readiness follows the process's (controller_host.py).
+        self.cp = ControlPlane(self.log_dir, extended_resource_toleration=self.model.extended_resource_toleration,
+                               webhook_proxy=True, held_images=tuple(HOSTED.values()))
         self.cp.__enter__()
         try:
             create_nodes(self.cp.client, self.model)
@@ -348,8 +410,12 @@ class EngineRun:
             # The cluster's CSI driver: a PersistentVolume for each Pending claim (Kubeflow's MySQL and artifact
             # store, Katib's MySQL), which the program's Deployments wait for.
             self.provisioner = Provisioner(self.cp.client).start()
-            # The containers of Helm hook Jobs it knows (hooks.py: kube-prometheus-stack's certificate hooks).
+            # The containers of Helm hook Jobs it knows (hooks.py: kube-prometheus-stack's certificate hooks, the Kubeflow
+            # Trainer chart's runtimes installer and cleanup).
             self.hooks = HookRunner(self.cp.client).start()
+            # The controllers whose webhooks the program's objects go through (Kueue's), on the host in their pods'
+            # place once Helm has created their Deployment.
+            self.host = ControllerHost(self.cp, self.out / "controllers").start()
             self._project()
             section = getattr(self.cfg, "kubernetes", None)
             self.shim = ClusterShim(self.cp, getattr(section, "context", None))
@@ -373,14 +439,15 @@ class EngineRun:
             pairs = [x for (k, v), flag in zip(self.config.items(), settings) for x in (flag, f"{k}={v}")]
             secrets = [x for k, v in STANDIN_SECRETS.items() for x in ("--secret", f"{k}={v}")]
             self.pulumi("config", "set-all", "--stack", self.stack, *secrets, *pairs)
-            # The parts the policy preview cannot take first; then the policy pack on the stack as shipped otherwise
-            # (a preview deploys nothing), as CI previews it; then the parts the engine cannot deploy here.
-            for part in sorted({*NOT_DEPLOYABLE, *self.also_off}, key=lambda p: (p not in NOT_PREVIEWABLE, p)):
-                if self.policy_config is not None and self.policy_preview is None and part not in NOT_PREVIEWABLE:
-                    self.policy_preview = self.preview_with_policies(self.policy_config)
+            # The policy pack on the stack as shipped (a preview deploys nothing), as CI previews it; then the parts
+            # the engine cannot deploy here, and those the caller leaves out, switched off.
+            if self.policy_config is not None:
+                self.policy_preview = self.preview_with_policies(self.policy_config)
+            off = not_deployable()
+            for part in sorted({*off, *self.also_off}):
                 self.pulumi("config", "set", "--path", f"gpu-platform:platform.{part}", "false", "--stack", self.stack)
-                if part in NOT_DEPLOYABLE:
-                    self.report.not_deployed[part] = NOT_DEPLOYABLE[part]
+                if part in off:
+                    self.report.not_deployed[part] = off[part]
         except BaseException:
             self.close()
             raise
@@ -390,21 +457,45 @@ class EngineRun:
         self.close()
 
     def close(self) -> None:
+        if self.host is not None:
+            self.host.stop()
+            self.report.stood_in.extend(self.host.stood_in())
+            self.host = None
         if self.hooks is not None:
             self.hooks.stop()
             self.report.stood_in.extend(hook_lines(self.hooks))
             self.hooks = None
         if self.provisioner is not None:
             self.provisioner.stop()
+            self.report.claims_unprovisioned = sorted(self.provisioner.unprovisioned)
             self.provisioner = None
         if self.cp is not None:
             self.cp.close()
             self.cp = None
 
+    def _exported(self) -> list[dict]:
+        """The stack's resources as `pulumi stack export` gives them. The export (the whole state decrypted and
+        printed) is taken again only when the backend's state files changed since the last one: `up` reads the state
+        before and after, and the previous `up`'s after is this one's before."""
+        stamp = sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size)
+                       for p in (self.out / "state" / ".pulumi" / "stacks").rglob("*") if p.is_file())
+        if self._export_cache is None or self._export_cache[0] != stamp:
+            resources = json.loads(self.pulumi("stack", "export", "--stack", self.stack).stdout)["deployment"].get("resources") or []
+            self._export_cache = (stamp, resources)
+        return self._export_cache[1]
+
     def up(self) -> None:
+        """`pulumi up`, the engine's record of what it made (report.resources), and the objects it took over
+        (report.taken_over): those the cluster had before this `up` that it now holds as created. The built provider
+        (4.25.0) creates by server-side apply, which takes an existing object over silently; users' provider (4.29 and
+        later, pulumi/pulumi-kubernetes#4278) creates client-side and fails with AlreadyExists instead."""
+        held = {k for res in self._exported() for k in [object_key(res)] if k}
+        on_cluster = {unversioned(entry) for entry in snapshot(self.cp.client)}
         self.pulumi("up", "--yes", "--skip-preview", "--stack", self.stack)
-        state = json.loads(self.pulumi("stack", "export", "--stack", self.stack).stdout)
-        for res in state["deployment"].get("resources") or []:
+        resources = self._exported()
+        self.report.taken_over.extend(sorted({k for res in resources for k in [object_key(res)]
+                                              if k and k not in held and k in on_cluster}))
+        for res in resources:
             if res["type"].startswith("pulumi:providers:") or res["type"] == "pulumi:pulumi:Stack":
                 continue
             entry = {"type": res["type"], "name": res["urn"].rsplit("::", 1)[-1]}

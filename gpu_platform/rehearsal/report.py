@@ -59,6 +59,8 @@ def render(doc: dict[str, Any], console: Console) -> None:
     if doc["volumesProvisioned"]:
         console.print(f"  volumes provisioned by the rehearsal (stand-in for the CSI driver): {', '.join(doc['volumesProvisioned'])}",
                       highlight=False)
+    for c in doc.get("claimsUnprovisioned") or []:
+        console.print(f"  claim no provisioner takes (stays Pending, as on a cluster): {c}", highlight=False, markup=False)
     for r in doc.get("crdsRegistered") or []:
         console.print(f"  registered as the controller does: {r}", highlight=False, markup=False)
     for ns in doc["namespacesCreated"]:

@@ -43,6 +43,7 @@ class Rehearsal:
     scenarios: list[Scenario] = field(default_factory=list)
     not_rehearsed: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
+    volumes_unprovisioned: list[str] = field(default_factory=list)  # claims no provisioner takes (volumes.py)
     cloud_objects: list[str] = field(default_factory=list)
     secrets_as_rendered: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -65,6 +66,7 @@ class Rehearsal:
                 "controllerErrors": self.controller_errors, "controlPlaneErrors": self.control_plane_errors,
                 "workloads": self.workloads, "scenarios": [s.to_json() for s in self.scenarios],
                 "notRehearsed": self.not_rehearsed, "volumesProvisioned": self.volumes,
+                "claimsUnprovisioned": self.volumes_unprovisioned,
                 "cloudObjects": self.cloud_objects,
                 "secretsAsRendered": self.secrets_as_rendered, "timings": self.timings, "versions": self.versions, "logs": self.logs}
 
@@ -285,6 +287,7 @@ class StackCluster:
             result.timings["scenarios"] = round(time.monotonic() - started, 1)
         if self.provisioner is not None:
             result.volumes = list(self.provisioner.made)
+            result.volumes_unprovisioned = sorted(self.provisioner.unprovisioned)
         self._snapshot(result)
         result.timings["total"] = round(time.monotonic() - self._started, 1)
         result.status = "FAIL" if result.failed else "PASS"

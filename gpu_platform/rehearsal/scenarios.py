@@ -1424,14 +1424,21 @@ def preemption_drill(ctx: Context) -> Scenario:
     return sc
 
 
+def _restore_node(ctx: Context, victim: str) -> bool:
+    """The model's node `victim` created again (as KWOK registers it); False when the model has no such node."""
+    pair = next(((n, st) for n, st in node_objects(ctx.model) if n["metadata"]["name"] == victim), None)
+    if pair is None:
+        return False
+    ctx.client.create(copy.deepcopy(pair[0]))
+    ctx.client.apply(copy.deepcopy(pair[1]), subresource="status")
+    return True
+
+
 def _autoscaler_adds(ctx: Context, sc: Scenario, victim: str, group: str, ns: str, name: str) -> None:
     """No other node in the pool: play the autoscaler and bring the pool's node back (the same KWOK
     node), then the waiting pod must bind to it. Also leaves the pool whole for the scenarios after."""
-    pair = next(((n, st) for n, st in node_objects(ctx.model) if n["metadata"]["name"] == victim), None)
-    if pair is None:
+    if not _restore_node(ctx, victim):
         return
-    ctx.client.create(copy.deepcopy(pair[0]))
-    ctx.client.apply(copy.deepcopy(pair[1]), subresource="status")
     deadline = time.monotonic() + max(ctx.timeout, 90)
     pods: list[dict] = []
     while time.monotonic() < deadline:
@@ -1639,7 +1646,11 @@ def preemption_not_counted(ctx: Context) -> Scenario:
         pr = _pods_ready(w)
         seen_recovery |= pr.get("reason") == "WaitForRecovery"
         restarts, counted = _jobset_restarts(ctx.client, ns, name)
-        if restarts > restarts0 and pr.get("status") == "True" and pr.get("reason") == "Recovered":
+        # "Recovered" counts only with a replacement pod bound: the condition the drill before left is still True
+        # (Recovered) when the JobSet's restart count moves, before Kueue has seen the pod go (PodGC deletes a pod
+        # of a deleted node only after its 40 s quarantine, and the restart follows at once).
+        if (restarts > restarts0 and pr.get("status") == "True" and pr.get("reason") == "Recovered"
+                and _replacement_bound(ctx.client, ns, name, old)):
             break
         if (restarts == restarts0 and pr.get("status") == "True" and pr.get("reason") == "Recovered"
                 and _replaced_in_place(ctx.client, ns, name, pods, old)):
@@ -1651,6 +1662,14 @@ def preemption_not_counted(ctx: Context) -> Scenario:
         if restarts == restarts0 and (_conditions(js).get("Failed") or {}).get("status") == "True":
             break  # a failed JobSet is finished: it restarts no more (jobset_controller.go: jobSetFinished)
         time.sleep(2)
+    if not node_back:
+        # The pool's only node, and no replacement pod came to call it back: bring it back all the same, or every
+        # GPU scenario after this one finds its pool without a node.
+        _restore_node(ctx, victim)
+        sc.details.append(f"node {victim} (group {group}) brought back after the drill (no replacement pod called for it)")
+    if not _replacement_bound(ctx.client, ns, name, old):
+        sc.fail(f"no replacement pod of TrainJob {ns}/{name} was bound within {time.monotonic() - deleted:.0f}s of its "
+                f"node's deletion: the job does not run again")
     pr = _pods_ready(w)
     sc.details.append(f"after {time.monotonic() - deleted:.0f}s: JobSet restarts {restarts} ({counted} counted), Workload "
                       f"PodsReady {pr.get('status')} ({pr.get('reason')}), requeue count {_requeue_count(w)}, "
@@ -1679,6 +1698,11 @@ def preemption_not_counted(ctx: Context) -> Scenario:
         if node and landed != group:
             sc.fail(f"pod {p['metadata']['name']} bound to group {landed}, not {group}")
     return sc
+
+
+def _replacement_bound(client: Client, ns: str, name: str, old: set[str]) -> bool:
+    """A pod of the TrainJob that is not one of `old` (the uids before the drill) is bound to a node."""
+    return any(p["metadata"]["uid"] not in old and p["spec"].get("nodeName") for p in _job_pods(client, ns, name))
 
 
 def _replaced_in_place(client: Client, ns: str, name: str, before: list[dict], old: set[str]) -> bool:

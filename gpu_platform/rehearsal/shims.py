@@ -19,7 +19,8 @@ One shim per cloud layer, named:
   `gpu_pool_specs` with the capacity label and the zones (or, in an existing VPC, subnets) of their groups
   (`zonal_groups`), the system pool; the rehearsal's kubeconfig. The bucket's URL and the training role's ARN are
   named by AWS at creation (a random bucket suffix, an IAM role ARN): stand-ins of the same shape are used
-  (STANDIN_AWS_ACCOUNT). Not exercised: the VPC, EKS and its add-ons and `gp3` StorageClass, the GPU Auto Scaling
+  (STANDIN_AWS_ACCOUNT); the default `gp3` StorageClass AwsCluster creates in the cluster, with the same arguments
+  (eks.GP3_STORAGE_CLASS), through the engine. Not exercised: the VPC, EKS and its add-ons, the GPU Auto Scaling
   Groups, the node termination handler, the cluster autoscaler and the scale-in controller (Helm releases and
   objects AwsCluster installs through its own provider), the bucket, IAM, ECR, the alarms and the budget.
 - `LinodeClusterShim` (cloud linode): LinodeKubeadmCluster's in-cluster half through the real engine, on the
@@ -96,7 +97,7 @@ class EksClusterShim(pulumi.ComponentResource):
         import pulumi_kubernetes as k8s
 
         from gpu_platform.components.aws.cluster import CAPACITY_LABEL
-        from gpu_platform.components.aws.eks import STORAGE_CLASS
+        from gpu_platform.components.aws.eks import GP3_STORAGE_CLASS, STORAGE_CLASS
         from gpu_platform.components.cluster import (
             SUBNET_LABEL, CheckpointStore, ClusterHandle, SystemPoolSpec, gpu_pool_specs)
         from gpu_platform.config.names import zonal_groups
@@ -117,6 +118,9 @@ class EksClusterShim(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(kubeconfig)
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
                                 opts=pulumi.ResourceOptions(parent=self))
+        # The default StorageClass AwsCluster creates in the cluster (the same arguments), through the engine.
+        storage_class = k8s.storage.v1.StorageClass(f"{name}-storage-class-gp3", **GP3_STORAGE_CLASS,
+                                                    opts=pulumi.ResourceOptions(parent=self, provider=provider))
         self.handle = ClusterHandle(
             cloud="aws", name=cfg.name_prefix, kubeconfig=self.kubeconfig, provider=provider, gpu_pools=specs,
             default_storage_class=STORAGE_CLASS,
@@ -125,7 +129,7 @@ class EksClusterShim(pulumi.ComponentResource):
                 service_account_annotations={"eks.amazonaws.com/role-arn":
                                              f"arn:aws:iam::{STANDIN_AWS_ACCOUNT}:role/{cfg.name_prefix}-trainer-rehearsal"},
                 env={"AWS_REGION": section.region}),
-            gpu_device_plugin_installed=False, ready=[], endpoint=None,
+            gpu_device_plugin_installed=False, ready=[storage_class], endpoint=None,
             system_zones=tuple(zone_labels), zone_label=zone_node_label or "topology.kubernetes.io/zone",
             system_pool=SystemPoolSpec(section.system_pool.instance_type, section.system_pool.min_nodes,
                                        section.system_pool.max_nodes))

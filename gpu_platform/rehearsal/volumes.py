@@ -1,7 +1,9 @@
 """A stand-in for the clouds' CSI provisioners: nothing provisions disks here, so each
-PersistentVolumeClaim left Pending gets a PersistentVolume made for it (bound by claimRef, the size,
-access modes and class it asks, pinned to the node the scheduler selected for a WaitForFirstConsumer
-class). The PV controller and the scheduler's volume binding then do the rest as in a cluster.
+PersistentVolumeClaim left Pending on a StorageClass the cluster has gets a PersistentVolume made for it (bound
+by claimRef, the size, access modes and class it asks, pinned to the node the scheduler selected for a
+WaitForFirstConsumer class). The PV controller and the scheduler's volume binding then do the rest as in a
+cluster. A claim without a class (no default StorageClass gave it one) or on a class the cluster lacks stays
+Pending, as no provisioner acts on it in a cluster either (`unprovisioned`).
 
 And the StorageClass a cloud creates itself (not in any rendered release), so that the DefaultStorageClass
 admission plugin gives class-less claims the class they get there."""
@@ -54,6 +56,9 @@ class Provisioner(PollingLoop):
     def __init__(self, client: Client, interval: float = 1.0):
         super().__init__(client, interval)
         self.made: list[str] = []
+        # Claims no provisioner takes, as in a cluster: no class (the cluster has no default StorageClass, so the
+        # admission plugin gave it none) or a class the cluster lacks. They stay Pending, and whatever mounts them.
+        self.unprovisioned: set[str] = set()
 
     def _wait_for_first_consumer(self, cls: Optional[str]) -> bool:
         if not cls:
@@ -68,6 +73,9 @@ class Provisioner(PollingLoop):
             meta, spec = pvc["metadata"], pvc["spec"]
             node = (meta.get("annotations") or {}).get(SELECTED_NODE)
             cls = spec.get("storageClassName") or ""
+            if not cls or self.client.get("storage.k8s.io/v1", "StorageClass", cls) is None:
+                self.unprovisioned.add(f"{meta['namespace']}/{meta['name']} ({f'class {cls}, which the cluster lacks' if cls else 'no class'})")
+                continue
             if self._wait_for_first_consumer(cls) and not node:
                 continue  # the scheduler picks the node first
             name = f"pv-{meta['namespace']}-{meta['name']}"[:250]

@@ -24,12 +24,23 @@ __all__ = ["create_billing_alerts", "create_cluster"]
 
 
 def create_cluster(cfg: "StackConfig") -> "ClusterHandle":
+    """Create the stack's EKS side: the VPC (unless `aws.vpcId` names an existing one), the EKS cluster, one GPU
+    Auto Scaling group per `gpuPools` entry with Spot interruption handling, the cluster-autoscaler, the scale-in
+    protection controller, the checkpoint bucket and the idle-GPU alarms, all in `aws.region`.
+
+    Args: cfg, the validated stack config (`gpu_platform.config.parse_config`; its `aws` section set).
+    Returns the ClusterHandle the platform layer deploys onto (Kubernetes provider, pools, checkpoint store)."""
     from gpu_platform.components.aws.cluster import AwsCluster
 
     return AwsCluster(cfg.name_prefix, cfg).handle
 
 
 def create_billing_alerts(cfg: "StackConfig") -> "list[pulumi.Resource]":
+    """Create the stack's AWS Budget (its tagged spend against `monthlyBudgetUsd`, mailed to `alertEmails`) and,
+    with `aws.accountBilling`, the account's EstimatedCharges alarms, in us-east-1 where AWS keeps billing data.
+
+    Args: cfg, the validated stack config (its `aws` section set).
+    Returns a list of one BillingAlerts component (the budget, its SNS topic and the alarms are its children)."""
     from gpu_platform.components.aws.billing import BillingAlerts, BillingAlertsArgs
     from gpu_platform.components.cluster import CLUSTER_LABEL, common_labels
 

@@ -20,6 +20,7 @@ from pulumi_aws import iam
 
 from gpu_platform.data import aws_versions as versions
 from gpu_platform.components import autoscaler_rbac
+from gpu_platform.components.helm import helm_release
 from gpu_platform.components.aws.iam import irsa_role, policy, statement
 
 NAMESPACE = "kube-system"
@@ -88,15 +89,11 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         # 1.35: without them it never syncs its informers and never scales; components/autoscaler_rbac.py).
         extra_rbac = autoscaler_rbac.register(name, NAMESPACE, SERVICE_ACCOUNT, args.kubernetes_version,
                                               pulumi.ResourceOptions(parent=self, provider=args.k8s_provider))
-        self.release = k8s.helm.v3.Release(
-            f"{name}-release",
-            name="cluster-autoscaler",
-            chart=versions.CLUSTER_AUTOSCALER_CHART,
-            version=versions.CLUSTER_AUTOSCALER_CHART_VERSION,
-            repository_opts={"repo": versions.CLUSTER_AUTOSCALER_REPO},
-            namespace=NAMESPACE,
-            values=role.arn.apply(lambda arn: helm_values(args.cluster_name, args.region, arn, args.kubernetes_version)),
-            atomic=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=extra_rbac),
-        )
+        # helm_release: from $GPU_PLATFORM_LOCAL_CHARTS when set, like every other chart (the deploy installs
+        # the archives preflight checked).
+        self.release = helm_release(
+            f"{name}-release", versions.CLUSTER_AUTOSCALER, NAMESPACE,
+            role.arn.apply(lambda arn: helm_values(args.cluster_name, args.region, arn, args.kubernetes_version)),
+            pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=extra_rbac),
+            release_name="cluster-autoscaler", atomic=True)
         self.register_outputs({"roleArn": role.arn})

@@ -27,6 +27,16 @@ from gpu_platform.components.aws.iam import irsa_role, managed_policy_arn, parti
 
 CONTROL_PLANE_LOGS = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 STORAGE_CLASS = "gp3"
+# The cluster's default StorageClass, which the program creates (EKS 1.30+ marks none default): encrypted gp3 on
+# the EBS CSI add-on, bound where the pod lands.
+GP3_STORAGE_CLASS = dict(
+    metadata={"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+    provisioner="ebs.csi.aws.com",
+    parameters={"type": "gp3", "encrypted": "true", "csi.storage.k8s.io/fstype": "ext4"},
+    volume_binding_mode="WaitForFirstConsumer",
+    allow_volume_expansion=True,
+    reclaim_policy="Delete",
+)
 EBS_CSI_SERVICE_ACCOUNT = ("kube-system", "ebs-csi-controller-sa")
 # The VPC CNI's own identity (the aws-node DaemonSet's service account), not the node role's: AWS recommends it
 # (EKS user guide, "Configure Amazon VPC CNI plugin to use IRSA") so that pods cannot use ENI permissions.
@@ -330,13 +340,7 @@ class EksCluster(pulumi.ComponentResource):
         self.k8s_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
                                          opts=pulumi.ResourceOptions(parent=self, depends_on=[*node_groups, *self.admin_access]))
         storage_class = k8s.storage.v1.StorageClass(
-            f"{name}-storage-class-gp3",
-            metadata={"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-            provisioner="ebs.csi.aws.com",
-            parameters={"type": "gp3", "encrypted": "true", "csi.storage.k8s.io/fstype": "ext4"},
-            volume_binding_mode="WaitForFirstConsumer",
-            allow_volume_expansion=True,
-            reclaim_policy="Delete",
+            f"{name}-storage-class-gp3", **GP3_STORAGE_CLASS,
             opts=pulumi.ResourceOptions(parent=self, provider=self.k8s_provider, depends_on=[ebs]),
         )
         self.ready = [*node_groups, coredns, ebs, storage_class]

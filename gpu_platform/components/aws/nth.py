@@ -28,6 +28,7 @@ from pulumi_aws import cloudwatch, iam, sqs
 
 from gpu_platform.data import aws_versions as versions
 from gpu_platform.components.aws.gpu_asg import NTH_MANAGED_TAG
+from gpu_platform.components.helm import helm_release
 from gpu_platform.components.aws.iam import irsa_role, policy, statement
 
 NAMESPACE = "kube-system"
@@ -172,15 +173,8 @@ class NodeTerminationHandler(pulumi.ComponentResource):
                        policy=pulumi.Output.all(queue.arn, *args.asg_arns).apply(lambda a: json.dumps(handler_policy(a[0], a[1:]))),
                        opts=child)
         values = pulumi.Output.all(queue.url, role.arn).apply(lambda a: helm_values(a[0], args.region, a[1], args.timing))
-        self.release = k8s.helm.v3.Release(
-            f"{name}-release",
-            name="aws-node-termination-handler",
-            chart=versions.NTH_CHART,
-            version=versions.NTH_CHART_VERSION,
-            namespace=NAMESPACE,
-            values=values,
-            atomic=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider),
-        )
+        self.release = helm_release(f"{name}-release", versions.NTH, NAMESPACE, values,
+                                    pulumi.ResourceOptions(parent=self, provider=args.k8s_provider),
+                                    release_name="aws-node-termination-handler", atomic=True)
         self.queue_url = queue.url
         self.register_outputs({"queueUrl": queue.url, "queueArn": queue.arn})

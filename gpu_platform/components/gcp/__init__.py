@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 
 
 def create_cluster(cfg: "StackConfig") -> ClusterHandle:
+    """Create the stack's GKE side: the network, the private regional GKE cluster with its system pool and one
+    GPU node pool per `gpuPools` entry (scaling from zero), the checkpoint bucket reached through Workload
+    Identity, and the Artifact Registry repository when an image is built into it.
+
+    Args: cfg, the validated stack config (`gpu_platform.config.parse_config`; its `gcp` section set).
+    Returns the ClusterHandle the platform layer deploys onto, with the training image to use."""
     from dataclasses import replace
 
     from gpu_platform.components.gcp.cluster import GkeCluster, GkeClusterArgs
@@ -35,7 +41,11 @@ def create_cluster(cfg: "StackConfig") -> ClusterHandle:
 
 
 def create_billing_alerts(cfg: "StackConfig") -> list[pulumi.Resource]:
-    """The budget on the project and its e-mail notification channels."""
+    """Create the Cloud Billing budget on `gcp.project` (`monthlyBudgetUsd`) and one e-mail notification channel
+    per `alertEmails` address.
+
+    Args: cfg, the validated stack config (its `gcp` section set).
+    Returns a list of the budget and its notification channels."""
     from gpu_platform.components.gcp.budget import BudgetArgs, GcpBudget
 
     section = cfg.gcp

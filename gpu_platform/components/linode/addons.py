@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 from gpu_platform.components.cluster import DEVICE_LIST_STRATEGY, GPU_TAINT, POOL_LABEL
 from gpu_platform.data.chart import Chart
 from gpu_platform.components.helm import helm_release
+from gpu_platform.components.read_only import SECRET_CONTENT, keep_from_state
 from gpu_platform.components.linode import render
 from gpu_platform.data import linode_versions as versions
 
@@ -306,12 +307,15 @@ class LinodeAddons(pulumi.ComponentResource):
             metadata={"name": secret_name, "namespace": "kube-system"},
             type="Opaque",
             string_data={"apiToken": pulumi.Output.secret(args.api_token), "region": args.region},
-            opts=child,
+            # A read-only run (drift.yml) holds no linode-cluster:token: the Secret, its name and the releases'
+            # reference to it stay as the state has them (components/read_only.py; a Secret's whole content).
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=keep_from_state("metadata.name", *SECRET_CONTENT)),
         )
-        after_token = pulumi.ResourceOptions(parent=self, depends_on=[cni, token])
+        kept_name = keep_from_state("values.secretRef.name")
+        after_token = pulumi.ResourceOptions(parent=self, depends_on=[cni, token], ignore_changes=kept_name)
         ccm = _release(f"{name}-ccm", versions.LINODE_CCM_CHART, "kube-system", ccm_values(args.vpc_label, args.subnet_label, secret_name), after_token)
         csi = _release(f"{name}-csi", versions.LINODE_CSI_CHART, "kube-system", csi_values(secret_name),
-                       pulumi.ResourceOptions(parent=self, depends_on=[ccm]))
+                       pulumi.ResourceOptions(parent=self, depends_on=[ccm], ignore_changes=kept_name))
         storage = k8s.storage.v1.StorageClass(
             f"{name}-default-storage",
             **_storage_class_args(storage_class_manifest()),

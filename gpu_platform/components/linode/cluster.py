@@ -39,6 +39,7 @@ from gpu_platform.components.cluster import (
 )
 from gpu_platform.config.model import StackConfig
 from gpu_platform.config.bucket_lifecycle import BucketDeletion
+from gpu_platform.components.read_only import keep_from_state
 from gpu_platform.config.checks.linode import node_groups_deployed
 from gpu_platform.components.images import LINODE_NODE_GROUPS, training_image
 from gpu_platform.components.linode import addons, node_groups, render, upgrade
@@ -346,8 +347,11 @@ class LinodeKubeadmCluster(pulumi.ComponentResource):
         # checkpointBucket.onDestroy (gpu_platform/config/bucket_lifecycle.py): `retain` keeps the bucket out of the
         # provider's hands at destroy; `delete` lets the provider empty it (objects and versions) first.
         deletion = BucketDeletion.of(cfg.checkpoint_bucket.on_destroy)
+        # A read-only run (drift.yml) keeps the state's token: another token would be an update of this provider,
+        # reported by `--expect-no-changes` every day (components/read_only.py).
         objects = linode.Provider(f"{name}-objects", token=args.deploy_token, obj_use_temp_keys=True,
-                                  obj_bucket_force_delete=deletion.force_destroy, opts=child)
+                                  obj_bucket_force_delete=deletion.force_destroy,
+                                  opts=pulumi.ResourceOptions(parent=self, ignore_changes=keep_from_state("token")))
         suffix = random.RandomString(f"{name}-bucket-suffix", length=BUCKET_SUFFIX_LENGTH, upper=False, special=False, opts=child)
         bucket = linode.ObjectStorageBucket(
             f"{name}-checkpoints", region=section.region,
@@ -813,4 +817,6 @@ def cluster_handle(cfg: StackConfig, *, kubeconfig: pulumi.Output[str], provider
                                    section.system_pool.max_nodes),
         training_image=training_image,
         image_pull_config=image_pull_config,
+        # The autoscaler's --max-node-provision-time (node_groups.autoscaler_values): Kueue waits longer.
+        node_join_deadline_minutes=float(section.node_groups.join_deadline_minutes) if scaler_deployed else None,
     )

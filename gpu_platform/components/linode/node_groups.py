@@ -27,12 +27,14 @@ import pulumi_tls as tls
 import yaml
 
 from gpu_platform.components import autoscaler_rbac
+from gpu_platform.components.helm import helm_release
 from gpu_platform.data import aws_versions as aws_versions
 from gpu_platform.components.capacity import GI, allocatable, linode_ephemeral_storage_reservation
 from gpu_platform.components.cluster import GpuPoolSpec
 from gpu_platform.components.images import PULL_SECRET
 from gpu_platform.config.model import StackConfig
 from gpu_platform.components.paths import program_relative
+from gpu_platform.components.read_only import SECRET_CONTENT, keep_from_state
 from gpu_platform.policies.cost_rules import DEFAULT_MAX_GPUS
 from gpu_platform.project import find_project
 
@@ -367,7 +369,8 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             f"{name}-delete-autoscaled-instances",
             delete=f"python3 {program_relative('components/linode/delete_autoscaled.py')}",
             environment={"LINODE_TOKEN": pulumi.Output.secret(args.deploy_token), "STACK_TAG": stack_tag(cfg.name_prefix)},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.network)))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.network),
+                                        ignore_changes=keep_from_state("environment.LINODE_TOKEN")))
         after_cleanup = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=[cleanup])
         after_upgrade = pulumi.ResourceOptions(parent=self, provider=args.k8s_provider, depends_on=list(args.after))
         meta = {"namespace": NAMESPACE, "labels": dict(LABELS)}
@@ -392,7 +395,9 @@ class LinodeNodeGroups(pulumi.ComponentResource):
         client_key, client_cert = _server_cert(f"{name}-autoscaler", ca_key, ca, "cluster-autoscaler", [], "client_auth", child)
 
         k8s.core.v1.Secret(f"{name}-token", metadata={**meta, "name": f"{NAME}-token"},
-                           string_data={"token": pulumi.Output.secret(args.api_token)}, opts=kube)
+                           string_data={"token": pulumi.Output.secret(args.api_token)},
+                           opts=pulumi.ResourceOptions.merge(kube, pulumi.ResourceOptions(
+                               ignore_changes=keep_from_state(*SECRET_CONTENT))))
         k8s.core.v1.Secret(f"{name}-tls", metadata={**meta, "name": f"{NAME}-tls"}, type="Opaque",
                            string_data=pulumi.Output.secret(pulumi.Output.all(server_cert.cert_pem, server_key.private_key_pem, ca.cert_pem)
                                                             .apply(lambda v: {"tls.crt": v[0], "tls.key": v[1], "ca.crt": v[2]})),
@@ -434,7 +439,9 @@ class LinodeNodeGroups(pulumi.ComponentResource):
         if args.image_pull_config is not None:
             pulled_with.append(k8s.core.v1.Secret(
                 f"{name}-pull", metadata={**meta, "name": PULL_SECRET}, type="kubernetes.io/dockerconfigjson",
-                string_data={".dockerconfigjson": pulumi.Output.secret(args.image_pull_config)}, opts=kube))
+                string_data={".dockerconfigjson": pulumi.Output.secret(args.image_pull_config)},
+                opts=pulumi.ResourceOptions.merge(kube, pulumi.ResourceOptions(
+                    ignore_changes=keep_from_state(*SECRET_CONTENT)))))
         settings_hash = hashlib.sha256(settings_json.encode()).hexdigest()
         pull_secret = PULL_SECRET if pulled_with else None
         # Not secret: a digest prefix of the token (token_digest); the image is a registry address and digest.
@@ -444,7 +451,9 @@ class LinodeNodeGroups(pulumi.ComponentResource):
             f"{name}-deployment", metadata={"name": NAME, "namespace": NAMESPACE, "labels": dict(LABELS)},
             spec=spec,
             opts=pulumi.ResourceOptions(parent=self, provider=args.k8s_provider,
-                                        depends_on=[cleanup, sa, role, rb, cr, crb, *pulled_with, *args.after]))
+                                        depends_on=[cleanup, sa, role, rb, cr, crb, *pulled_with, *args.after],
+                                        ignore_changes=keep_from_state(
+                                            f'spec.template.metadata.annotations["{TOKEN_DIGEST_ANNOTATION}"]')))
         k8s.core.v1.Service(f"{name}-service", metadata={**meta, "name": NAME},
                             spec={"selector": dict(LABELS), "ports": [{"name": "grpc", "port": PORT, "targetPort": PORT}]},
                             opts=kube)
@@ -454,17 +463,11 @@ class LinodeNodeGroups(pulumi.ComponentResource):
         extra_rbac = autoscaler_rbac.register(f"{name}-autoscaler", NAMESPACE, AUTOSCALER_SERVICE_ACCOUNT,
                                               cfg.kubernetes_version, pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(
                                                   depends_on=[cleanup, *args.after])))
-        self.autoscaler = k8s.helm.v3.Release(
-            f"{name}-cluster-autoscaler",
-            name=AUTOSCALER_RELEASE,
-            chart=aws_versions.CLUSTER_AUTOSCALER_CHART,
-            version=aws_versions.CLUSTER_AUTOSCALER_CHART_VERSION,
-            repository_opts={"repo": aws_versions.CLUSTER_AUTOSCALER_REPO},
-            namespace=NAMESPACE,
-            values=client_cert.cert_pem.apply(lambda pem: autoscaler_release_values(
+        self.autoscaler = helm_release(
+            f"{name}-cluster-autoscaler", aws_versions.CLUSTER_AUTOSCALER, NAMESPACE,
+            client_cert.cert_pem.apply(lambda pem: autoscaler_release_values(
                 cfg.name_prefix, cfg.kubernetes_version, section.scale_down_grace_minutes,
                 section.node_groups.join_deadline_minutes, pem)),
-            atomic=True,
-            opts=pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(
+            pulumi.ResourceOptions.merge(after_cleanup, pulumi.ResourceOptions(
                 depends_on=[cleanup, deployment, autoscaler_secret, *extra_rbac, *args.after])),
-        )
+            release_name=AUTOSCALER_RELEASE, atomic=True)

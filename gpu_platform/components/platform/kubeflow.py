@@ -344,6 +344,11 @@ def _deployment_patch(name: str, patch: dict[str, Any], opts: pulumi.ResourceOpt
     return k8s.apps.v1.DeploymentPatch(name, metadata=patch["metadata"], spec=patch["spec"], opts=opts)
 
 
+# The kustomize installs whose upstream manifests hold PersistentVolumeClaims without a class (Katib's MySQL;
+# Pipelines' MySQL and SeaweedFS artifact store): tests/test_kubeflow_storage.py keeps this the list that renders any.
+OVERLAYS_WITH_CLAIMS = ("katib-standalone", "pipelines-platform-agnostic")
+
+
 @dataclass
 class KubeflowArgs:
     cluster: ClusterHandle
@@ -388,17 +393,20 @@ class Kubeflow(pulumi.ComponentResource):
         fails closed and covers `kubeflow`, so their pods wait for it to serve; Kueue itself waits for
         the Trainer above, hence a second step the platform calls once Kueue exists)."""
         cluster, name = self._cluster, self._name
-        # The air-gapped option ($GPU_PLATFORM_LOCAL_CHARTS): the same overlays on the pinned targets' built YAML.
-        overlays = {key: local_kustomize(PACKAGE_DIR / path) or program_relative(path)
+        # The air-gapped option ($GPU_PLATFORM_LOCAL_CHARTS): the same overlays on the pinned targets' built YAML;
+        # the installs with databases get their claims on the cluster's class (claims_on).
+        overlays = {key: local_kustomize(PACKAGE_DIR / path, cluster.default_storage_class if key in OVERLAYS_WITH_CLAIMS
+                                         else None) or program_relative(path)
                     for key, path in versions.KUSTOMIZE_OVERLAYS.items()}
+        dirname = {key: f"{name}-{suffix}" for key, suffix in versions.KUSTOMIZE_DIRECTORY_NAMES.items()}
         self.pipelines_cluster = kustomize.Directory(
-            f"{name}-pipelines-cluster-scoped", directory=overlays["pipelines-cluster-scoped"],
+            dirname["pipelines-cluster-scoped"], directory=overlays["pipelines-cluster-scoped"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace]))
         self.pipelines = kustomize.Directory(
-            f"{name}-pipelines", directory=overlays["pipelines-platform-agnostic"],
+            dirname["pipelines-platform-agnostic"], directory=overlays["pipelines-platform-agnostic"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace, self.pipelines_cluster, *self._priority, *after]))
         self.katib = kustomize.Directory(
-            f"{name}-katib", directory=overlays["katib-standalone"],
+            dirname["katib-standalone"], directory=overlays["katib-standalone"],
             opts=k8s_opts(cluster, self, [self.kubeflow_namespace, *self._priority, *after]))
         # Before the databases start: who may reach them, and the notebooks' way to the artifact store.
         self.network_policies = [

@@ -271,9 +271,11 @@ def auth_config(admin_users: Sequence[str]) -> dict[str, Any]:
     if not admin_users:
         raise ValueError("notebooks need at least one admin user (platform.notebookAdminUsers)")
     return {
-        # null drops the chart's default `admin_access: true` (deprecated since JupyterHub 2.0: what
-        # admins may do is the admin role's scopes), so the hub never sees the setting.
-        "JupyterHub": {"authenticator_class": "nativeauthenticator.NativeAuthenticator", "admin_access": None},
+        # False, JupyterHub's own default, over the chart's `admin_access: true` (deprecated since JupyterHub 2.0:
+        # what admins may do is the admin role's scopes; true lets admins into every user's server). Not null:
+        # whether a null reaches Helm to delete the key depends on the SDK and the provider (pulumi-kubernetes
+        # 4.30's #4293 keeps it, 4.25.0 drops it, so the chart's true stayed), and False means the same everywhere.
+        "JupyterHub": {"authenticator_class": "nativeauthenticator.NativeAuthenticator", "admin_access": False},
         "Authenticator": {"admin_users": list(admin_users), "allow_all": True},
         "NativeAuthenticator": {"open_signup": False, "minimum_password_length": 12,
                                 "check_common_password": True},
@@ -319,6 +321,9 @@ def jupyterhub_values(pools: Sequence[GpuPoolSpec], storage_class: str, storage_
             "config": auth_config(admin_users),
             "networkPolicy": NO_METADATA,
             "extraPodSpec": dict(PLATFORM_POD_SPEC),
+            # The hub's database on the stack's class, not whatever the cluster's default is (an existing cluster
+            # may have none: the claim would stay Pending and the hub never start).
+            "db": {"pvc": {"storageClassName": storage_class}},
         },
         "proxy": {"service": {"type": "ClusterIP"},
                   "chp": {"networkPolicy": NO_METADATA, "extraPodSpec": dict(PLATFORM_POD_SPEC)},
@@ -368,7 +373,8 @@ class NotebooksArgs:
     queue: Optional[JobQueue] = None  # GPU notebooks are admitted by it (and the hub installs after Kueue)
     training_namespace: Optional[pulumi.Resource] = None  # the submitter Role is created in it
     # How long KubeSpawner waits for a server: queued, then a GPU node from a pool at zero booted, the image
-    # pulled. The platform passes Kueue's own waitForPodsReady timeout (node boot + podsReadyTimeoutMinutes).
+    # pulled. The platform passes Kueue's own waitForPodsReady timeout (node boot, or a Linode node group's join
+    # deadline plus a lag, then podsReadyTimeoutMinutes: queue.pods_ready_timeouts).
     start_timeout_seconds: int = 600
     # The platform's PriorityClass, which the hub and the proxy name (PLATFORM_POD_SPEC): before the release.
     priority_class: Optional[pulumi.Resource] = None

@@ -109,8 +109,8 @@ class MlPlatform(pulumi.ComponentResource):
                 cluster=cluster, storage_gib=p.notebook_storage_gib,
                 idle_cull_minutes=p.notebook_idle_cull_minutes, admin_users=p.notebook_admin_users,
                 queue=self.queue, training_namespace=self.training.namespace, priority_class=self.priority_class,
-                start_timeout_seconds=60 * pods_ready_timeouts(boot_minutes(cluster),
-                                                               p.pods_ready_timeout_minutes)[0]), child)
+                start_timeout_seconds=60 * pods_ready_timeouts(boot_minutes(cluster), p.pods_ready_timeout_minutes,
+                                                               cluster.node_join_deadline_minutes)[0]), child)
         self.monitoring: Optional[Monitoring] = None
         if p.monitoring:
             self.monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(

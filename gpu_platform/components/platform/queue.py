@@ -225,7 +225,9 @@ def render_cluster_queue(pools: Sequence[GpuPoolSpec], capacities: Mapping[str, 
             "resources": [
                 {"name": "cpu", "nominalQuota": f"{cap.cpu_millis * p.max_nodes}m"},
                 {"name": "memory", "nominalQuota": f"{cap.memory_bytes * p.max_nodes // MI}Mi"},
-                {"name": GPU_RESOURCE, "nominalQuota": quotas[p.name]},
+                # A quantity as a string, as the API server returns it: an integer here reads back as "8", a
+                # change on every `pulumi up --refresh` (seen under the engine, 2026-11-29).
+                {"name": GPU_RESOURCE, "nominalQuota": str(quotas[p.name])},
             ],
         })
     return _cluster_queue(CLUSTER_QUEUE, flavors, queueing_strategy)
@@ -247,7 +249,7 @@ def render_cpu_cluster_queue(system: PoolCapacity) -> dict[str, Any]:
     return _cluster_queue(CPU_CLUSTER_QUEUE, [{"name": SYSTEM_FLAVOR, "resources": [
         {"name": "cpu", "nominalQuota": system.cpu},
         {"name": "memory", "nominalQuota": system.memory},
-        {"name": GPU_RESOURCE, "nominalQuota": 0},
+        {"name": GPU_RESOURCE, "nominalQuota": "0"},  # a string, as the API server returns it (render_cluster_queue)
     ]}], CPU_QUEUEING_STRATEGY)
 
 
@@ -292,21 +294,47 @@ def render_local_queue(namespace: str = TRAINING_NAMESPACE, name: str = LOCAL_QU
 RECOVERY_EXTRA_MINUTES = 2
 
 
-def pods_ready_timeouts(boot_minutes: float, pods_ready_timeout_minutes: int) -> tuple[int, int]:
-    """(timeout, recoveryTimeout) in minutes for Kueue's waitForPodsReady, from the cloud's node boot
-    time (gpu_platform/costs/node_boot.py, the cost simulator's figure) plus
-    `pods_ready_timeout_minutes` (platform.podsReadyTimeoutMinutes: image pull, start, checkpoint load
-    once the node is up). A GPU pool scales from zero, and a preempted job's replacement needs a new
-    node, so both must outlast a boot: a recoveryTimeout shorter than that evicts (and counts) every
-    preemption, however soon the job would have run again."""
+# Minutes by which a node that registers just inside a node group's join deadline can still lag Kueue's clock
+# before a pod can be scheduled on it. Kueue counts from admission; cluster-autoscaler starts the scale-up's
+# clock later: it leaves a GPU pod alone for its first 30 s (cluster-autoscaler 1.35.2 core/static_autoscaler.go
+# allPodsAreNew, unschedulablePodWithGpuTimeBuffer), acts in its next loop (--scan-interval, 10 s), and
+# registers the scale-up only when the provider's IncreaseSize has answered (clusterstate/clusterstate.go
+# registerOrUpdateScaleUpNoLock; on Linode up to the 60 s grpc_timeout, components/linode/node_groups.py):
+# 100 s. Then the registered node turns Ready and offers nvidia.com/gpu only once its CNI agent and the NVIDIA
+# device plugin run on it (the rest of the 3 minutes).
+NODE_JOIN_LAG_MINUTES = 3
+
+
+def pods_ready_timeouts(boot_minutes: float, pods_ready_timeout_minutes: int,
+                        join_deadline_minutes: Optional[float] = None) -> tuple[int, int]:
+    """(timeout, recoveryTimeout) in minutes for Kueue's waitForPodsReady, from how long a GPU node from a pool
+    at zero may take, plus `pods_ready_timeout_minutes` (platform.podsReadyTimeoutMinutes: image pull, start,
+    checkpoint load once the node is up). A GPU pool scales from zero, and a preempted job's replacement needs
+    a new node, so both must outlast a boot: a recoveryTimeout shorter than that evicts (and counts) every
+    preemption, however soon the job would have run again.
+
+    How long a node may take: the cloud's node boot time (gpu_platform/costs/node_boot.py, the cost simulator's
+    figure) or, where the cluster's node groups have a join deadline (`join_deadline_minutes`: on Linode
+    linode.nodeGroups.joinDeadlineMinutes, cluster-autoscaler's --max-node-provision-time), that deadline plus
+    NODE_JOIN_LAG_MINUTES, whichever is longer. A node that registers within the deadline is a node the
+    autoscaler keeps, so Kueue must not give up on its job first: with a timeout shorter than the deadline
+    (26 minutes against 40 on linode-dev before 0.3.2) a slow node cost the job a requeue, and a node that
+    never joined cost two (Kueue evicted the job again before the replacement, asked for after the
+    deadline and the group's backoff, had booted), leaving one before the job is deactivated although
+    the pool recovered. With it, a node that never joins costs at most one: the autoscaler gives it up and
+    asks for the replacement before Kueue's timeout, and the replacement (backoff 5 minutes, a boot)
+    joins well within the re-admitted job's own timeout. Config validation keeps the deadline above the
+    pools' boot (config/checks/linode.py join_deadline_issues), so on such a cluster the deadline decides."""
     if pods_ready_timeout_minutes < 1:
         raise ValueError("pods_ready_timeout_minutes must be >= 1")
-    timeout = int(-(-(boot_minutes + pods_ready_timeout_minutes) // 1))
+    wait = boot_minutes if join_deadline_minutes is None else max(boot_minutes,
+                                                                   join_deadline_minutes + NODE_JOIN_LAG_MINUTES)
+    timeout = int(-(-(wait + pods_ready_timeout_minutes) // 1))
     return timeout, timeout + RECOVERY_EXTRA_MINUTES
 
 
 def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3,
-                         boot_minutes: float = 8.0) -> dict[str, Any]:
+                         boot_minutes: float = 8.0, join_deadline_minutes: Optional[float] = None) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2). What Kueue v0.19.2 does with waitForPodsReady
     (pkg/controller/core/workload_controller.go, reconcileNotReadyTimeout / triggerDeactivation /
     admittedNotReadyWorkload; pkg/controller/jobframework/reconciler.go generatePodsReadyCondition):
@@ -319,13 +347,14 @@ def kueue_manager_config(pods_ready_timeout_minutes: int = 10, max_requeues: int
     - when an eviction would make the count exceed backoffLimitCount (`max_requeues`) the workload is
       deactivated instead (spec.active false, Evicted/Deactivated, underlying cause
       RequeuingLimitExceeded), so a job that can never run stops scaling a GPU node up.
-    Both timeouts therefore outlast the cloud's node boot (pods_ready_timeouts): a preempted job whose
+    Both timeouts therefore outlast the cloud's node boot and, where its node groups have one, their join
+    deadline (pods_ready_timeouts): a preempted job whose
     replacement node comes up recovers within recoveryTimeout and is never counted; a job that cannot
     become Ready (an image that never pulls, capacity that never comes) is counted on each attempt
     and stops after `max_requeues` re-admissions."""
     if max_requeues < 0:
         raise ValueError("max_requeues must be >= 0")
-    timeout, recovery = pods_ready_timeouts(boot_minutes, pods_ready_timeout_minutes)
+    timeout, recovery = pods_ready_timeouts(boot_minutes, pods_ready_timeout_minutes, join_deadline_minutes)
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -367,10 +396,11 @@ KUEUE_REPLICAS = 2
 
 
 def kueue_values(pods_ready_timeout_minutes: int = 10, max_requeues: int = 3,
-                 boot_minutes: float = 8.0) -> dict[str, Any]:
+                 boot_minutes: float = 8.0, join_deadline_minutes: Optional[float] = None) -> dict[str, Any]:
     return {
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(
-            kueue_manager_config(pods_ready_timeout_minutes, max_requeues, boot_minutes), sort_keys=False)},
+            kueue_manager_config(pods_ready_timeout_minutes, max_requeues, boot_minutes, join_deadline_minutes),
+            sort_keys=False)},
         "enablePrometheus": False,
         "enableCertManager": False,
         "enableKueueViz": False,
@@ -960,7 +990,9 @@ _TRAINING_NAMESPACES = {"matchExpressions": [{"key": DEFAULT_QUEUE_NAMESPACE_LAB
 _SCALE_DOWN_RISK = {
     "cluster-autoscaler": ("cluster-autoscaler may remove its node while the job runs (a node whose GPUs are less than "
                            "half in use counts as unneeded and is drained after the autoscaler's "
-                           "scale-down-unneeded-time, its running pod evicted)"),
+                           "scale-down-unneeded-time, its running pod evicted; admission cannot know which node the "
+                           "job lands on, and a node whose GPU device plugin stopped counts none of its GPUs in use, "
+                           "so even a job that fills its node's GPUs carries the annotation)"),
     "karpenter": ("Karpenter's consolidation may remove its node while the job runs (a node whose pods fit on other "
                   "nodes, or on a cheaper one, is drained and deleted, its running pod evicted)"),
 }
@@ -1089,7 +1121,7 @@ class JobQueue(pulumi.ComponentResource):
         ns = apply_object(f"{name}-namespace", render_namespace(KUEUE_NAMESPACE, "restricted"), k8s_opts(cluster, self))
         self.kueue = helm_release(f"{name}-kueue", "kueue", versions.KUEUE, KUEUE_NAMESPACE,
                                   kueue_values(args.pods_ready_timeout_minutes, args.max_requeues,
-                                               boot_minutes(cluster)),
+                                               boot_minutes(cluster), cluster.node_join_deadline_minutes),
                                   k8s_opts(cluster, self, [ns, *args.after]))
         after_kueue = k8s_opts(cluster, self, [self.kueue])
         gpu_flavors = [apply_object(f"{name}-flavor-{p.name}", render_resource_flavor(p), after_kueue)

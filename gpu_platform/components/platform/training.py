@@ -26,6 +26,7 @@ from gpu_platform.components.cluster import (
     CHECKPOINT_CA_CONFIGMAP, CHECKPOINT_CA_KEY, TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT, ClusterHandle,
 )
 from gpu_platform.components.images import PULL_SECRET
+from gpu_platform.components.read_only import SECRET_CONTENT, keep_from_state
 from gpu_platform.components.platform.common import (
     KATIB_METRICS_COLLECTOR_LABEL, MANAGED_BY, apply_object, k8s_opts, render_metadata_block_policy, render_namespace,
 )
@@ -182,7 +183,10 @@ class TrainingNamespace(pulumi.ComponentResource):
         in_ns = k8s_opts(cluster, self, [self.namespace])
         pull: list[pulumi.Resource] = []
         if cluster.image_pull_config is not None:
-            pull.append(apply_object(f"{name}-image-pull", render_pull_secret(PULL_SECRET), in_ns,
+            # A read-only run (drift.yml) holds no registry password: the state's stays (components/read_only.py).
+            kept = pulumi.ResourceOptions(ignore_changes=keep_from_state(*SECRET_CONTENT))
+            pull.append(apply_object(f"{name}-image-pull", render_pull_secret(PULL_SECRET),
+                                     pulumi.ResourceOptions.merge(in_ns, kept),
                                      string_data={".dockerconfigjson": pulumi.Output.secret(cluster.image_pull_config)}))
         self.service_account = apply_object(
             f"{name}-service-account",

@@ -255,6 +255,35 @@ def image_registry_issues(cfg: "StackConfig") -> list[ConfigIssue]:
                         "by digest (nothing built), or minNodes equal to maxNodes (fixed pools need no provider)")]
 
 
+def join_deadline_issues(cfg: "StackConfig") -> list[ConfigIssue]:
+    """linode.nodeGroups.joinDeadlineMinutes against the boot of every autoscaled pool. The deadline is the
+    autoscaler's --max-node-provision-time: a node not registered by then is deleted, its scale-up counted as
+    failed and its pool backed off (cluster-autoscaler 1.35.2 clusterstate/clusterstate.go updateScaleRequests,
+    core/static_autoscaler.go removeOldUnregisteredNodes), and its bootstrap token expires. A deadline at or
+    under the boot gives up on every healthy node: the pool never scales up, and each attempt bills a GPU
+    node's boot. So it must leave a slow boot room: at least JOIN_DEADLINE_BOOT_FACTOR times the pool's boot
+    (costs/node_boot.py, where the margin is argued). Kueue's timeout follows the deadline
+    (platform/queue.py pods_ready_timeouts), so no upper bound beyond the key's own 180 is needed here."""
+    from gpu_platform.costs.node_boot import JOIN_DEADLINE_BOOT_FACTOR, min_join_deadline_minutes, node_boot_minutes
+
+    section: LinodeSection = cfg.linode  # type: ignore[assignment]
+    deadline = section.node_groups.join_deadline_minutes
+    short = [(i, pool, node_boot_minutes("linode")) for i, pool in enumerate(cfg.gpu_pools)
+             if pool.min_nodes < pool.max_nodes]
+    short = [(i, pool, boot) for i, pool, boot in short if deadline < min_join_deadline_minutes(boot)]
+    if not short:
+        return []
+    need = max(min_join_deadline_minutes(boot) for _, _, boot in short)
+    pools = "; ".join(f"gpuPools[{i}] ({pool.name}, minNodes {pool.min_nodes} < maxNodes {pool.max_nodes}) boots in "
+                      f"{boot:g} minutes (gpu_platform/costs/node_boot.py)" for i, pool, boot in short)
+    return [ConfigIssue("linode.nodeGroups.joinDeadlineMinutes", deadline,
+                        f"at least {need} minutes (at most 180): {JOIN_DEADLINE_BOOT_FACTOR:g} times the boot of each "
+                        f"autoscaled pool, and {pools}. A node that has not registered by the deadline "
+                        "is deleted and its pool backed off, so a shorter one gives up on healthy nodes that boot "
+                        "slowly, or on every node: the pool never scales up (docs/linode-autoscaling.md, \"How long "
+                        "the deadline is, and Kueue's timeout with it\")")]
+
+
 def image_registry_warnings(cfg: "StackConfig") -> list[str]:
     """What a Linode stack's images leave to the user: a training image nobody builds, pull credentials that
     can push."""
@@ -281,7 +310,11 @@ def api_token_expiries(cfg: "StackConfig") -> list[tuple[str, str, str, Optional
     if section is None:
         return []
     tokens = [("linode.apiTokenExpires", "linode-cluster:token", "the CCM/CSI token", section.api_token_expires)]
-    if node_groups_deployed(cfg) or section.node_groups.api_token_expires is not None:
+    # Every autoscaled pool needs the provider, so its token's expiry is asked for with or without the image
+    # (linode.nodeGroups.image or linode.imageRegistry, whose absence image_registry_issues reports in the same run):
+    # both come in one run, not the expiry only after the registry is given.
+    autoscaled = any(p.min_nodes < p.max_nodes for p in cfg.gpu_pools)
+    if node_groups_deployed(cfg) or autoscaled or section.node_groups.api_token_expires is not None:
         tokens.append(("linode.nodeGroups.apiTokenExpires", "linode-node-groups:token", "the node-group provider's token",
                        section.node_groups.api_token_expires))
     return tokens
@@ -403,6 +436,7 @@ def check_stack(cfg: "StackConfig", catalog: "Catalog") -> list[ConfigIssue]:
     issues += address_plan_issues(cfg)
     issues += label_size_issues(cfg)
     issues += image_registry_issues(cfg)
+    issues += join_deadline_issues(cfg)
     if not cfg.alert_emails:
         # AWS and GCP mail their own budget alerts to the billing account's contacts; Linode has no budget API.
         issues.append(ConfigIssue("alertEmails", [],

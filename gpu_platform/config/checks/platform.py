@@ -52,12 +52,18 @@ def reserved_alert_address_warnings(cfg: "StackConfig") -> list[str]:
 
 
 def platform_warnings(cfg: "StackConfig") -> list[str]:
-    """alertEmails without an SMTP relay is allowed: the cloud's own budget and billing alerts do not
-    need one. What is lost is mail from Alertmanager (idle GPUs, GPU spend run-rate, platform
-    alerts), which this warning says, naming the key that restores it."""
+    """alertEmails without an SMTP relay is not a config error: on GCP and AWS the cloud's own budget and billing
+    alerts do not need one. What is lost is mail from Alertmanager (idle GPUs, GPU spend run-rate, platform
+    alerts), which this warning says, naming the key that restores it. On Linode and cloud kubernetes that mail is
+    the only budget alert, and the policy pack's budget-alerts-required fails the stack (a mandatory guardrail,
+    which a stack may lower only with a recorded exception, unlike a config error)."""
     p = cfg.platform
     if not (p.monitoring and cfg.alert_emails and p.alert_smtp is None):
         return []
+    # On Linode and cloud kubernetes that is the only budget alert: the policy pack's budget-alerts-required fails
+    # the stack (policies/cost_rules.py); this warning still says it where the pack does not run (--no-policies).
+    pack = (" (the policy pack's budget-alerts-required fails such a stack)"
+            if cfg.cloud in ("linode", "kubernetes") else "")
     return [f"platform.alertSmtp is not set: Alertmanager's alerts (idle GPUs, GPU spend run-rate, platform "
-            f"health) reach no one; {CLOUD_BILLING_CHANNELS[cfg.cloud]}. Set platform.alertSmtp "
+            f"health) reach no one; {CLOUD_BILLING_CHANNELS[cfg.cloud]}{pack}. Set platform.alertSmtp "
             "{smarthost: host:port, from: address} to mail them to alertEmails."]

@@ -22,7 +22,11 @@ Each cycle the controller:
 
 Runs in-cluster from the image built by gpu_platform/controllers/scale_in_protection/Dockerfile: the standard
 library and boto3 only. Configuration from the environment: ASG_NAMES (comma-separated),
-GRACE_SECONDS, INTERVAL_SECONDS, AWS_REGION, NODE_SELECTOR.
+GRACE_SECONDS, INTERVAL_SECONDS, AWS_REGION, NODE_SELECTOR; the Kubernetes API in-cluster
+(KUBERNETES_SERVICE_HOST/PORT and the pod's mounted service account; SERVICE_ACCOUNT_DIR, the folder of
+its `token` and `ca.crt`, points elsewhere, as for the Linode node-group provider: the rehearsal runs the
+controller as a process with a TokenRequest's token of its ServiceAccount). AWS: boto3's own chain
+(IRSA's web identity in the pod; the SDK's AWS_ENDPOINT_URL variables are honoured).
 """
 
 from __future__ import annotations
@@ -365,6 +369,16 @@ class Controller:
         return result
 
 
+def kube_from_env(environ: Optional[dict[str, str]] = None) -> InClusterKube:
+    """The Kubernetes API the controller reads and patches, from its environment: the pod's service account
+    unless SERVICE_ACCOUNT_DIR names another folder holding `token` and `ca.crt` (an empty value is the pod's)."""
+    env = os.environ if environ is None else environ
+    sa_dir = env.get("SERVICE_ACCOUNT_DIR") or InClusterKube.SA_DIR
+    host, port = env.get("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc"), env.get("KUBERNETES_SERVICE_PORT", "443")
+    return InClusterKube(base_url=f"https://{host}:{port}", token_file=f"{sa_dir}/token", ca_file=f"{sa_dir}/ca.crt",
+                         node_selector=env.get("NODE_SELECTOR", ""))
+
+
 def main() -> int:  # pragma: no cover - the in-cluster entry point
     import boto3
     from botocore.config import Config
@@ -375,7 +389,7 @@ def main() -> int:  # pragma: no cover - the in-cluster entry point
     interval = float(os.environ.get("INTERVAL_SECONDS", "30"))
     client = boto3.client("autoscaling", region_name=os.environ["AWS_REGION"],
                           config=Config(retries={"total_max_attempts": 1}))  # Controller._call owns retries
-    controller = Controller(client, InClusterKube(node_selector=os.environ.get("NODE_SELECTOR", "")), groups, grace)
+    controller = Controller(client, kube_from_env(), groups, grace)
     log.info("managing %s, grace %ss, every %ss", groups, grace, interval)
     while True:
         try:

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Optional
 import yaml
 
 from gpu_platform.components.capacity import GI
-from gpu_platform.preflight.fit import admission_policy
+from gpu_platform.preflight.fit import admission_policy, scale_down
 from gpu_platform.preflight.fit.selectors import label_selector_matches, match_expression, tolerates
 from gpu_platform.preflight.fit.kueue import Assignment, assign, flavor_mismatch, manager_excluded_prefixes, workload_podsets
 from gpu_platform.preflight.fit.model import ClusterModel, NodeGroup
@@ -133,6 +133,13 @@ class FitReport:
         for pl in self.placements:
             per_group[pl.group_key] = per_group.get(pl.group_key, 0) + pl.pods
         width = max([16, *(len(k) for k in self.headroom)])
+        # At -v each DaemonSet is listed once with the node groups it runs on, not under each of them (aws-prod: 110
+        # of 192 lines); -vv lists every placement under its group.
+        spread = self.daemonset_groups() if verbose == 1 else {}
+        if spread:
+            lines.append("  DaemonSets (a pod on each node of):")
+            for (obj, release), where in sorted(spread.items()):
+                lines.append(f"        {obj} ({release}): {self._describe_groups(where)}")
         for key, h in self.headroom.items():
             size = f"{h.get('minNodes', h['nodes'])}-{h['nodes']}" if h.get("minNodes", h["nodes"]) != h["nodes"] else str(h["nodes"])
             if h.get("idleNodes") is not None and h["idleNodes"] != h.get("minNodes", h["nodes"]):
@@ -142,7 +149,7 @@ class FitReport:
                          f"{h['gpus']} GPU, {h['pods']} pod slots")
             if verbose:
                 for pl in sorted(self.placements, key=lambda p: (p.object, p.release)):
-                    if pl.group_key == key:
+                    if pl.group_key == key and (pl.object, pl.release) not in spread:
                         lines.append(f"      {pl.pods:>3} x {pl.object} ({pl.release})")
         shown = self.problems if verbose else self.problems[:25]
         for p in shown:
@@ -155,6 +162,22 @@ class FitReport:
         if verbose:
             lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def daemonset_groups(self) -> dict[tuple[str, str], set[str]]:
+        """The node groups each DaemonSet ((object, release)) is placed on."""
+        on: dict[tuple[str, str], set[str]] = {}
+        for pl in self.placements:
+            if pl.object.startswith("DaemonSet/"):
+                on.setdefault((pl.object, pl.release), set()).add(pl.group_key)
+        return on
+
+    def _describe_groups(self, where: set[str]) -> str:
+        """'every node group', 'every node group but X, Y' or 'X, Y', whichever names fewer groups."""
+        ordered = [g for g in self.headroom if g in where] + sorted(where - set(self.headroom))
+        missing = [g for g in self.headroom if g not in where]
+        if not missing:
+            return "every node group"
+        return f"every node group but {', '.join(missing)}" if len(missing) < len(ordered) else ", ".join(ordered)
 
     def flows_lines(self, every: bool = True) -> list[str]:
         """The flows checked: each one not as the platform needs; the passing ones each (`every`, -vv) or as
@@ -1105,7 +1128,7 @@ class _Checker:
         self.scrape()
         self.config_keys()
         flows = self.flows()
-        self.scale_down()
+        self.guarded(lambda: self.scale_down(pods), "scale-down")
         self.guarded(self.queue_fit, "Kueue quotas")
         queue = {k: {"admitted": v.admitted, "reason": v.reason,
                      "flavors": {ps.podset: ps.flavors for ps in v.podsets}} for k, v in self.verdicts.items() if v is not None}
@@ -1186,14 +1209,31 @@ class _Checker:
                              "the zones, or a larger systemPool.instanceType)")
 
     # --- scale-down ----------------------------------------------------------------------------
-    def scale_down(self) -> None:
-        """A queued job's running pods (training work) must keep the cluster's autoscaler off their node: the pod
-        template carries the annotation that autoscaler honours (components/cluster.py SCALE_DOWN_PROTECTION:
-        cluster-autoscaler's safe-to-evict "false", FAQ "What types of pods can prevent CA from removing a node?":
-        a Job's pod is replicated, so drainable, and a node whose use is under the utilisation threshold, 0.5, is
-        drained once unneeded for scale-down-unneeded-time; Karpenter's karpenter.sh/do-not-disrupt "true", which
-        alone blocks its consolidation). Judged where some node group can shrink (min < max): a fixed-size cluster
-        has no scale-down; nor has a cluster whose stack says no autoscaler removes nodes (kubernetes.autoscaler none)."""
+    def landing_groups(self, pod: _Pod) -> list[NodeGroup]:
+        """The node groups a queued pod may run on over time: Kueue may admit it on any flavor of its
+        ClusterQueue with quota for what it asks (the next when the first is full), whose nodeLabels and
+        tolerations it then gets; the groups whose nodes take the pod so placed."""
+        flavors = self.queue_flavors(pod.pt) if pod.pt.queue_name else None
+        key = GPU if pod.requests.get(GPU) else "cpu"
+        probes = [self.with_flavor(pod, name, flavor) for name, flavor, quotas in flavors or [] if key in quotas]
+        groups = {id(g): g for probe in probes for g in self.candidates(probe)}
+        return list(groups.values()) if groups else self.candidates(pod)
+
+    def scale_down(self, pods: list[_Pod]) -> None:
+        """A queued job's running pods (training work) must keep the cluster's autoscaler off their node.
+        cluster-autoscaler removes a node whose utilisation is at or below its threshold once unneeded for
+        scale-down-unneeded-time, evicting its pods (a Job's pod is replicated, so drainable: FAQ "What types of
+        pods can prevent CA from removing a node?"); on a GPU node the utilisation is the GPUs' alone. So each pod
+        is judged per node group it may land on, alone on the node (fit/scale_down.py, with the autoscaler's
+        source cited there): a pod that asks for more of its node's GPUs than the threshold the stack's autoscaler
+        runs with (read from its rendered Deployment; 0.5 by default: a 1-GPU pod on a 1-GPU node, 2 of 3) never
+        leaves its node a candidate and needs nothing more. One at or below it (1 of 8 GPUs, 2 of 4) needs the
+        pod-template annotation the autoscaler honours (components/cluster.py SCALE_DOWN_PROTECTION:
+        safe-to-evict "false") - an error, as issue 35's drill saw the autoscaler evict trainers on half-used
+        multi-GPU nodes - unless the program keeps the node otherwise: EKS's scale-in protection controller
+        annotates every node a GPU pod runs on scale-down-disabled (a note then). Karpenter consolidates by
+        price and fit, not utilisation: every pod needs its do-not-disrupt annotation. Judged where the pod's
+        group can shrink (min < max); not where the stack says no autoscaler removes nodes."""
         from gpu_platform.components.cluster import SCALE_DOWN_PROTECTION
 
         scalable = [g for g in self.model.node_groups if g.min_nodes < g.max_nodes]
@@ -1207,11 +1247,18 @@ class _Checker:
                               "(no annotation asked of training pods)")
             return
         ((key, value),) = protection.items()
-        who = "Karpenter" if autoscaler == "karpenter" else "cluster-autoscaler"
-        how = ("once it can consolidate the node (its pods fit on other nodes or a cheaper one)" if autoscaler == "karpenter"
-               else "once the node's use is under its utilisation threshold (one GPU busy of several)")
-        kept, seen = 0, set()
-        for pt in self.templates:
+        karpenter = autoscaler == "karpenter"
+        thresholds = None if karpenter else scale_down.rendered_thresholds(self.releases)
+        if not karpenter:
+            self.notes.append(
+                f"scale-down: cluster-autoscaler's utilisation thresholds: GPU nodes {thresholds.gpu:g}, other nodes "
+                f"{thresholds.cpu:g} (from {thresholds.source})" if thresholds is not None else
+                "scale-down: the cluster's autoscaler is not deployed by the stack (GKE's own, or the cluster's): its "
+                "utilisation threshold is not known here, so only a pod that asks for all of its node's GPUs (on "
+                "other nodes: its CPU or memory) is taken to keep its node")
+        kept, full, seen = 0, 0, set()
+        for pod in pods:
+            pt = pod.pt
             if not (pt.job and pt.queue_name) or pt.hook or pt.daemonset or pt.replicas <= 0:
                 continue
             if str(pt.annotations.get(key, "")).lower() == value:
@@ -1220,14 +1267,39 @@ class _Checker:
             if pt.owner in seen:
                 continue
             seen.add(pt.owner)
+            groups = [g for g in self.landing_groups(pod) if g.min_nodes < g.max_nodes]
+            if karpenter:
+                at_risk = groups
+            else:
+                at_risk = [u for u in (scale_down.node_use(g, pod.requests) for g in groups)
+                           if scale_down.removable(u, thresholds)]
+                if not at_risk:
+                    full += 1
+                    continue
+                if (self.model.busy_gpu_nodes_kept and pod.requests.get(GPU)
+                        and all(u.gpu_node and u.group.role == "gpu" for u in at_risk)):
+                    self.notes.append(f"scale-down: {pt.owner}: its pods carry no {key}: \"{value}\" and leave a node "
+                                      f"a scale-down candidate ({'; '.join(scale_down.describe(u, thresholds) for u in at_risk)}), "
+                                      f"but {self.model.busy_gpu_nodes_kept}; the annotation would keep the node should "
+                                      "the controller be down")
+                    continue
+            names = ", ".join(sorted({g.name for g in groups})) if karpenter else ""
+            why = (f"Karpenter may remove the node a pod runs on ({names} can shrink) once it can consolidate the node "
+                   "(its pods fit on other nodes or a cheaper one)" if karpenter else
+                   "cluster-autoscaler may remove the node a pod runs on once it is unneeded, as the node's use can fall "
+                   "to the pod's own, at or below the autoscaler's utilisation threshold ("
+                   + "; ".join(scale_down.describe(u, thresholds) for u in at_risk) + ")")
             self.problem("scale-down", pt.release, pt.owner,
-                         f"its pods carry no {key}: \"{value}\": {who} may remove the node a pod "
-                         f"runs on ({', '.join(sorted({g.name for g in scalable}))} can shrink) {how}, evicting the "
-                         "running job",
+                         f"its pods carry no {key}: \"{value}\": {why}, evicting the running job",
                          f"add the annotation {key}: \"{value}\" to the pod template's metadata.annotations "
                          "(a TrainJob: name the platform's runtime torch-checkpointed, whose pod template carries it)")
+        who = "Karpenter" if karpenter else "cluster-autoscaler"
         self.notes.append(f"scale-down: {kept} queued job pod set(s) carry {key}={value}: {who} "
                           "keeps their nodes while they run")
+        if full:
+            self.notes.append(f"scale-down: {full} queued job pod set(s) ask for more of every node they may run on "
+                              "than the autoscaler's utilisation threshold: their nodes are never scale-down candidates "
+                              "while they run")
 
     # --- scrape targets ----------------------------------------------------------------------
     def scrape(self) -> None:

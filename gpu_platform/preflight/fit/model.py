@@ -97,6 +97,9 @@ class ClusterModel:
     # What removes idle nodes, so which pod annotation keeps a training pod's node (components/cluster.py
     # SCALE_DOWN_PROTECTION): cluster-autoscaler on the clouds, the stack's kubernetes.autoscaler on cloud kubernetes.
     autoscaler: str = "cluster-autoscaler"
+    # What else keeps cluster-autoscaler off a GPU node while a GPU pod runs on it ("" if nothing): EKS's
+    # scale-in protection controller annotates every busy GPU node scale-down-disabled (components/aws/protection.py).
+    busy_gpu_nodes_kept: str = ""
 
     def group(self, name: str) -> NodeGroup:
         for g in self.node_groups:
@@ -109,5 +112,5 @@ class ClusterModel:
                 "nodeGroups": [g.to_json() for g in self.node_groups],
                 "controlPlanePorts": None if self.control_plane_ports is None else sorted(self.control_plane_ports),
                 "extendedResourceToleration": self.extended_resource_toleration, "autoscaler": self.autoscaler,
-                "notes": list(self.notes),
+                "busyGpuNodesKept": self.busy_gpu_nodes_kept, "notes": list(self.notes),
                 "network": None if self.network is None else self.network.to_json()}

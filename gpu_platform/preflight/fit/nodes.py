@@ -716,8 +716,13 @@ def cluster_model(cfg: "StackConfig", plan: "Plan") -> ClusterModel:
     for g in groups:
         notes.append(f"{g.key}: {g.role}, {g.min_nodes}-{g.max_nodes} x {g.instance_type} ({g.capacity}), "
                      f"allocatable per node {g.allocatable}")
+    aws = getattr(cfg, "aws", None) if cfg.cloud == "aws" else None
+    kept = ("the scale-in protection controller (aws.scaleInController) annotates every node a GPU pod runs on "
+            "cluster-autoscaler.kubernetes.io/scale-down-disabled=true, which the autoscaler never removes"
+            if aws is not None and aws.scale_in_controller.on else "")
     return ClusterModel(cloud=cfg.cloud, kubernetes_version=cfg.kubernetes_version, node_groups=groups,
                         control_plane_ports=ports, notes=notes, extended_resource_toleration=ert,
                         network=network_model(cfg, plan),
                         autoscaler=(cfg.kubernetes.autoscaler if getattr(cfg, "kubernetes", None) is not None
-                                    else "cluster-autoscaler"))
+                                    else "cluster-autoscaler"),
+                        busy_gpu_nodes_kept=kept)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Optional
 
 from gpu_platform.preflight.fit.render import chart_file_name, kustomize_file_name
+from gpu_platform.project import python_m
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def where_charts_come_from(project_root: Optional[Path] = None) -> str:
     return "\n".join(lines)
 
 
-HOW_TO_FILL = ("Fill one of them: `.venv/bin/python -m gpu_platform.preflight charts pull` (needs the network: the "
+HOW_TO_FILL = (f"Fill one of them: `{python_m('gpu_platform.preflight')} charts pull` (needs the network: the "
                "charts' Helm repositories and OCI registries, and kubectl for the kustomize installs), or copy the "
                "files `charts list` names into a folder and set GPU_PLATFORM_CHARTS to it, or check out the "
                "shared folder so that ../shared/charts exists beside this checkout.")

@@ -183,7 +183,24 @@ def chart_file_name(chart: str, version: str) -> str:
     return f"{chart.rstrip('/').rsplit('/', 1)[-1]}-{version}.tgz"
 
 
+def local_chart_archive(chart: str) -> Optional[Path]:
+    """`chart` when it is an absolute path to an existing archive or chart folder: what the program passes a
+    Release with $GPU_PLATFORM_LOCAL_CHARTS set (components/helm.py local_chart). A chart name never is."""
+    path = Path(chart)
+    return path if path.is_absolute() and path.exists() else None
+
+
+def chart_name(chart: str, version: str) -> str:
+    """The chart's own name: the last element of `NAME`, `repo/NAME` or `oci://host/path/NAME`, and of a local
+    archive `.../NAME-VERSION.tgz`."""
+    last = chart.rstrip("/").rsplit("/", 1)[-1]
+    return last.removesuffix(f"-{version}.tgz") if local_chart_archive(chart) else last
+
+
 def find_chart(chart: str, version: str, chart_dirs: list[Path]) -> Optional[Path]:
+    local = local_chart_archive(chart)
+    if local is not None:
+        return local
     name = chart_file_name(chart, version)
     for d in chart_dirs:
         for candidate in (d / name, d / name[: -len(".tgz")]):
@@ -830,12 +847,15 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
             name = inputs.get("name") or _auto_name(r.name, r.urn)
             chart, version = inputs.get("chart"), inputs.get("version")
             namespace = inputs.get("namespace") or "default"
-            rel = RenderedRelease(name, r.name, r.urn, "helm", chart, version, namespace, [], deps.of(deps.direct(r)))
             if not chart or not version:
                 raise ChartError(name, f"Release {r.name} names no chart and version (chart={chart!r}, version={version!r})")
+            # A local archive ($GPU_PLATFORM_LOCAL_CHARTS) is rendered as it is and reported by its chart's name,
+            # which is what the rest of preflight (and the rehearsal) recognises a release by.
+            short = chart_name(chart, version)
+            rel = RenderedRelease(name, r.name, r.urn, "helm", short if local_chart_archive(chart) else chart, version,
+                                  namespace, [], deps.of(deps.direct(r)))
             path = find_chart(chart, version, chart_dirs)
             if path is None:
-                short = chart.rstrip("/").rsplit("/", 1)[-1]
                 if short in allow or name in allow:
                     rel.rendered = False
                     releases.append(rel)
@@ -850,7 +870,7 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
             except helm_python.HelmError as exc:
                 raise ChartError(name, f"not a valid Helm release name: {exc}") from None
             info = chart_info(path, name)
-            if (info.name, info.version) != (chart.rstrip("/").rsplit("/", 1)[-1], version):
+            if (info.name, info.version) != (short, version):
                 raise ChartError(name, f"{path} holds chart {info.name} {info.version}, not {chart} {version}")
             helm.append((rel, info, plain_values(r.wire_inputs.get("values") or {})))
             releases.append(rel)
