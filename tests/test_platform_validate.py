@@ -302,8 +302,8 @@ def checkov_bin() -> str:
     for candidate in (os.environ.get("CHECKOV_BIN"), str(ROOT / ".venv-checkov" / "bin" / "checkov"), shutil.which("checkov")):
         if candidate and Path(candidate).exists():
             return candidate
-    pytest.fail("checkov not found: python3 -m venv .venv-checkov && .venv-checkov/bin/pip install -r "
-                "requirements-checkov.txt (or set CHECKOV_BIN)")
+    pytest.fail("checkov not found: make checkov-venv (.venv-checkov from requirements-checkov.txt), "
+                "or set CHECKOV_BIN")
 
 
 def checkov_skips() -> dict[str, Any]:
