@@ -15,7 +15,21 @@ import pytest
 from gpu_platform.preflight.fit import pull
 from tests.conftest import ROOT
 
-IGNORED = shutil.ignore_patterns(".git", ".venv*", "build", "__pycache__", ".pytest_cache", "*.egg-info", ".hypothesis")
+
+
+def clone_files(root: Path) -> list[str]:
+    """What a clone of this checkout would hold: the files git tracks, plus new ones it does not ignore. Never what
+    .gitignore names (virtualenvs, build/, uv's cache: .ci/run keeps 5 GB of it inside the checkout, and a copy of
+    it filled CI's disk)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    return sorted(name for name in listed if name and (root / name).is_file())
+
+
+def copy_as_a_clone(root: Path, where: Path) -> None:
+    for name in clone_files(root):
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, where / name)
 
 
 def offline_env(home: Path) -> dict[str, str]:
@@ -34,7 +48,7 @@ def clone(tmp_path_factory) -> Path:
     if not shutil.which("make"):
         pytest.skip("make is not installed")
     where = tmp_path_factory.mktemp("elsewhere") / "gpu-platform"
-    shutil.copytree(ROOT, where, ignore=IGNORED)
+    copy_as_a_clone(ROOT, where)
     (where / ".venv").symlink_to(Path(sys.prefix))
     assert not (where.parent / "shared").exists()
     return where
@@ -81,3 +95,23 @@ def test_charts_ensure_does_nothing_when_the_cache_is_full(tmp_path, monkeypatch
         (tmp_path / "kustomize" / str(pull.kustomize_file_name(target))).write_text("x")
     monkeypatch.setattr(pull, "main", lambda argv: pytest.fail(f"pulled with a full cache: {argv}"))
     assert pull.ensure(tmp_path / "nowhere" / "project") == 0
+
+
+def test_the_copy_holds_what_a_clone_holds_and_nothing_git_ignores(tmp_path):
+    """A copy of the checkout for the fresh-clone test took every folder but a fixed list: uv's cache (.uv-cache,
+    5 GB on CI, which keeps it inside the checkout) was copied whole, on the machine whose disk is the shortest."""
+    root = tmp_path / "checkout"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "module.py").write_text("x = 1\n")
+    (root / ".gitignore").write_text(".uv-cache/\n.venv*\nbuild/\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "."], cwd=root, check=True)
+    (root / "new.txt").write_text("not yet committed\n")
+    for ignored in (".uv-cache/archive-v0/wheel/torch.so", ".venv-training/lib/torch.so", "build/plan.json"):
+        (root / ignored).parent.mkdir(parents=True, exist_ok=True)
+        (root / ignored).write_text("large\n")
+    assert clone_files(root) == [".gitignore", "new.txt", "pkg/module.py"]
+    where = tmp_path / "copy"
+    copy_as_a_clone(root, where)
+    assert sorted(str(p.relative_to(where)) for p in where.rglob("*") if p.is_file()) == \
+        [".gitignore", "new.txt", "pkg/module.py"]
