@@ -30,6 +30,7 @@ import gpu_platform
 from tests.cli_support import preflight_in_process
 from tests.conftest import ROOT
 from tests.fit_support import CHARTS
+from tests.test_requirements_lock import direct_pins
 
 EXAMPLE = ROOT / "examples" / "team-gke"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -37,16 +38,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 def pins(path: Path) -> dict[str, str]:
     """name -> pinned version of a requirements .in file, the direct dependencies (following -r); `make lock`
-    compiles each into its lock, requirements*.txt (tests/test_requirements_lock.py)."""
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line.startswith("-r "):
-            out.update(pins(path.parent / line[3:].strip()))
-        elif line:
-            name, version = line.split("==")
-            out[canonicalize_name(name)] = version
-    return out
+    compiles each into its lock, requirements*.txt (tests/test_requirements_lock.py, whose direct_pins reads them)."""
+    return {name: next(iter(req.specifier)).version for name, req in direct_pins(path).items()}
 
 
 def declared(requirements: list[str]) -> dict[str, Requirement]:
