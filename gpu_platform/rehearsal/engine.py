@@ -73,6 +73,7 @@ from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
 
 PASSPHRASE = "rehearsal-only-passphrase"
+PROVIDER_CLIENT_TIMEOUT_S = 300  # seconds; see EngineRun.env
 
 
 def not_deployable() -> dict[str, str]:
@@ -374,6 +375,10 @@ class EngineRun:
             "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             # State written once an operation ends, not after every step (the same steps; docs/rehearsal.md).
             "PULUMI_SKIP_CHECKPOINTS": "true",
+            # The provider's requests to the API server, discovery and the OpenAPI schema included, wait this long
+            # (pulumi-kubernetes provider.go, PULUMI_K8S_CLIENT_TIMEOUT; discovery's own default is 32 s): a rehearsal
+            # API server serving Kubeflow's CRDs beside three other test clusters on 2 cores took longer (CI, 2026-11-29).
+            "PULUMI_K8S_CLIENT_TIMEOUT": str(PROVIDER_CLIENT_TIMEOUT_S),
             "KUBECONFIG": str(kubeconfig), LOCAL_CHARTS_ENV: str(self.charts),
             # The policy pack imports the package it ships in, from this checkout (.venv's may be another's).
             "PYTHONPATH": str(self.root),

@@ -148,7 +148,7 @@ def registered_crds(releases: list[Any], log: InstallLog, not_rehearsed: list[st
 
 
 def install(cp: ControlPlane, releases: list[Any], controllers: list, ca_pem: bytes, cert_dir, log: InstallLog,
-            not_rehearsed: Optional[list[str]] = None) -> Installer:
+            not_rehearsed: Optional[list[str]] = None, timeout: float = 90.0) -> Installer:
     """Namespaces, CRDs (those controllers register themselves first), then every release in the
     program's order, each release's controllers started (under their ServiceAccounts, webhooks served
     locally) as soon as the release is applied."""
@@ -169,11 +169,13 @@ def install(cp: ControlPlane, releases: list[Any], controllers: list, ca_pem: by
             except (ApiError, OSError) as exc:
                 ctl.status, ctl.problem = "failed", f"could not start: {exc}"
                 continue
-            ctlmod.wait_ready(ctl, ca_file)
+            ctlmod.wait_ready(ctl, ca_file, max(ctlmod.READY_TIMEOUT, timeout))
 
     installer = Installer(client, releases, controllers, ca_pem, log, on_release=after_release)
     installer.namespaces()
-    installer.crds(registered=registered_crds(releases, log, not_rehearsed if not_rehearsed is not None else []))
+    # The run's own timeout: 39 CRDs took over a minute to be served on a loaded 2-core CI machine.
+    installer.crds(timeout=max(60.0, timeout),
+                   registered=registered_crds(releases, log, not_rehearsed if not_rehearsed is not None else []))
     for rel in order_releases(releases):
         installer.release(rel, _run_hook_job(installer, client, cp.server, cp.ca_file))
     return installer
@@ -225,7 +227,7 @@ class StackCluster:
         client = self.cp.client
         try:
             t = time.monotonic()
-            base.nodes = create_nodes(client, self.model)
+            base.nodes = create_nodes(client, self.model, timeout=max(60.0, self.timeout))
             base.timings["nodes"] = round(time.monotonic() - t, 1)
             for sc_obj, why in cluster_storage_classes(self.model.cloud, self.cfg):
                 client.apply(sc_obj)
@@ -233,7 +235,7 @@ class StackCluster:
             self.provisioner = Provisioner(client).start()
             t = time.monotonic()
             self.installer = install(self.cp, self.releases, self.controllers, self.ca_pem, self.cert_dir, base.install,
-                                     base.not_rehearsed)
+                                     base.not_rehearsed, timeout=self.timeout)
             base.timings["install"] = round(time.monotonic() - t, 1)
         except (ApiError, UnknownKind, TimeoutError, OSError) as exc:
             base.error = f"{type(exc).__name__}: {exc}"

@@ -444,6 +444,16 @@ def submit(client: Client, obj: dict) -> Optional[str]:
     return _refusal(client.create, obj)
 
 
+def submit_within_quota(ctx: Context, obj: dict, interval: float = 1.0) -> Optional[str]:
+    """`submit`, tried again while the namespace's ResourceQuota refuses it for want of room, for up to the run's
+    timeout: the pods of the scenario before still count against the quota until they are gone and the quota
+    controller has recounted (seconds on a loaded machine), as a user's next pod would wait for them too."""
+    deadline = time.monotonic() + ctx.timeout
+    while (err := submit(ctx.client, obj)) is not None and "exceeded quota" in err and time.monotonic() < deadline:
+        time.sleep(interval)
+    return err
+
+
 def example_trainjob(ctx: Context) -> Scenario:
     sc = Scenario("trainjob", "the example TrainJob admitted by Kueue on the intended flavor, bound to that pool, "
                               "checkpoint grace period kept")
@@ -689,7 +699,7 @@ def _ungate_by_hand(ctx: Context, sc: Scenario, ns: str) -> None:
     """A GPU pod labelled with a queue that never admits it is held by Kueue's scheduling gate; removing the
     gate by hand would run it unqueued, so the API server must refuse that update."""
     pod = _gpu_pod("rehearsal-ungated-by-hand", ns, labels={QUEUE_LABEL: "rehearsal-no-such-queue"})
-    if err := submit(ctx.client, pod):
+    if err := submit_within_quota(ctx, pod):
         sc.fail(f"a GPU pod labelled with a queue was refused at creation: {err}")
         return
     live = ctx.client.get("v1", "Pod", "rehearsal-ungated-by-hand", ns) or {}
