@@ -6,7 +6,9 @@ import copy
 import functools
 import gc
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +182,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (0, rank.get(group, len(rank))) if group is not None else (1, 0)
 
     items.sort(key=order)  # stable: within a stack, and for the rest, the collection order stays
+
+
+HEAVY_SLOTS_DIR_ENV = "GPU_PLATFORM_TEST_HEAVY_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the process that controls xdist's workers: the session's folder of heavy slots (rehearsal_support.heavy),
+    named in the environment the workers are started with."""
+    if not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0):
+        folder = tempfile.mkdtemp(prefix="gpu-platform-heavy-slots-")
+        os.environ[HEAVY_SLOTS_DIR_ENV] = folder
+        config.add_cleanup(lambda: (shutil.rmtree(folder, ignore_errors=True), os.environ.pop(HEAVY_SLOTS_DIR_ENV, None)))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -21,11 +21,15 @@ would otherwise take twice as long as any other stack's on one worker).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
+import fcntl
 import functools
 import json
+import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -34,7 +38,7 @@ from gpu_platform.preflight.fit.run import run_fit
 from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 from gpu_platform.rehearsal.run import ALL_SCENARIOS, Rehearsal, StackCluster, write_report
 from gpu_platform.rehearsal.standins import restore_rendered_secrets
-from tests.conftest import ROOT, plan_stack
+from tests.conftest import HEAVY_SLOTS_DIR_ENV, ROOT, plan_stack
 from tests.fit_support import CHARTS, need_charts
 
 
@@ -88,6 +92,54 @@ class Shared:
         return self._shipped
 
 
+# --- heavy slots: how many test processes boot and install a platform at once ---------------------------------
+# A cluster's boot and install (hundreds of objects, Kubeflow's CRDs: kube-apiserver rebuilds its OpenAPI
+# document after each) and an engine run's `pulumi up` are the suite's CPU-heaviest, most time-sensitive phases.
+# Four of them at once on two cores (the first four groups of GROUP_ORDER on four workers) left the API servers
+# answering too slowly for their clients: on CI (2026-11-29) the engine's provider gave up fetching the OpenAPI
+# document after 32 s and 39 CRDs took over a minute to be served. A worker waits here for a slot instead; what
+# runs on a cluster once it is installed (the scenarios, the autoscaler drills) is not held back.
+HEAVY_SLOTS_ENV = "GPU_PLATFORM_TEST_HEAVY_SLOTS"
+
+
+def heavy_slots() -> int:
+    """How many test processes may be in a heavy phase at once: $GPU_PLATFORM_TEST_HEAVY_SLOTS, else the machine's
+    CPU count (at least 1)."""
+    value = os.environ.get(HEAVY_SLOTS_ENV, "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{HEAVY_SLOTS_ENV}={value!r}: a whole number of at least 1 is allowed")
+        return int(value)
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+@contextlib.contextmanager
+def heavy(interval: float = 0.5):
+    """Held while a heavy phase runs: one of heavy_slots() lock files in the session's folder, taken with flock (freed
+    by the kernel if the process dies). Outside a session with workers there is nothing to share and nothing waits."""
+    folder = os.environ.get(HEAVY_SLOTS_DIR_ENV)
+    if not folder:
+        yield
+        return
+    fds = [os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600) for i in range(heavy_slots())]
+    held = None
+    try:
+        while held is None:
+            for fd in fds:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                held = fd
+                break
+            else:
+                time.sleep(interval)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # closing the descriptor releases its lock
+
+
 _OPEN: dict[str, Shared] = {}
 # How long a scenario waits for what must eventually happen (an admission, a bind, a replacement pod): a
 # hang guard, not a speed target. `make test` runs four stacks' control planes, and linode-dev's autoscaler
@@ -108,7 +160,8 @@ def shared(stack: str) -> Shared:
         cluster = StackCluster(stack, cfg, plan, copy.deepcopy(fit.releases), fit.model,
                                fit.report.to_json()["placements"], out, timeout=SHARED_TIMEOUT_S)
         try:
-            cluster.__enter__()
+            with heavy():
+                cluster.__enter__()
         except BaseException:
             shutil.rmtree(out, ignore_errors=True)
             raise

@@ -63,3 +63,59 @@ def test_make_check_leaves_out_what_needs_go_or_a_side_virtualenv(marker: str) -
     make = (ROOT / "Makefile").read_text()
     check = re.search(r"^check:.*\n\t(.*)$", make, re.M)
     assert check and f"not {marker}" in check.group(1) and "pytest" in make
+
+
+HEAVY_TEST = (
+    "import os, time\nfrom pathlib import Path\nfrom tests.rehearsal_support import heavy\n\n"
+    "def test_heavy():\n"
+    "    log = Path(os.environ['HEAVY_LOG'])\n"
+    "    with open(log, 'a') as f:\n        f.write('start\\n')\n"
+    "    with heavy(interval=0.05):\n"
+    "        with open(log, 'a') as f:\n            f.write('in\\n')\n"
+    "        deadline = time.monotonic() + 60\n"
+    "        # Held until every test has started (or a minute), and a second more: with the slots working, the\n"
+    "        # third waits outside; without them, all three are in here together.\n"
+    "        while log.read_text().count('start') < 3 and time.monotonic() < deadline:\n            time.sleep(0.05)\n"
+    "        time.sleep(1)\n"
+    "        with open(log, 'a') as f:\n            f.write('out\\n')\n"
+)
+
+
+def test_no_more_heavy_phases_run_at_once_than_there_are_slots(tmp_path: Path) -> None:
+    """rehearsal_support.heavy under the real pytest-xdist, with the folder conftest.py's pytest_configure makes for
+    the workers: three workers, two slots; each test holds its slot until all three have started, so without the
+    slots all three would be inside at once. The folder is gone after the session."""
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "conftest.py").write_text(
+        "from tests.conftest import pytest_collection_modifyitems, pytest_configure, pytest_itemcollected  # noqa: F401\n")
+    for name in ("a", "b", "c"):
+        (tmp_path / "suite" / f"test_{name}.py").write_text(HEAVY_TEST)
+    log = tmp_path / "heavy.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HEAVY_LOG": str(log), "GPU_PLATFORM_TEST_HEAVY_SLOTS": "2",
+           "TMPDIR": str(tmp_path)}
+    env.pop("GPU_PLATFORM_TEST_HEAVY_DIR", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-q", "-p", "no:cacheprovider",
+                           "suite"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    inside, most = 0, 0
+    for line in log.read_text().split():
+        inside += {"in": 1, "out": -1}.get(line, 0)
+        most = max(most, inside)
+    assert log.read_text().split().count("out") == 3 and most == 2, log.read_text()
+    assert not list(tmp_path.glob("gpu-platform-heavy-slots-*")), "the session's slot folder was left behind"
+
+
+def test_the_number_of_heavy_slots_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.rehearsal_support import HEAVY_SLOTS_ENV, heavy, heavy_slots
+
+    monkeypatch.setenv(HEAVY_SLOTS_ENV, "3")
+    assert heavy_slots() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(HEAVY_SLOTS_ENV, bad)
+        with pytest.raises(ValueError, match=f"{HEAVY_SLOTS_ENV}='{bad}': a whole number of at least 1"):
+            heavy_slots()
+    monkeypatch.delenv(HEAVY_SLOTS_ENV)
+    assert heavy_slots() == len(os.sched_getaffinity(0))
+    monkeypatch.delenv("GPU_PLATFORM_TEST_HEAVY_DIR", raising=False)
+    with heavy():  # a session without workers: nothing to share, nothing waits
+        pass
