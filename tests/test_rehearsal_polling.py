@@ -1,12 +1,15 @@
 """The rehearsal's background stand-ins (the Provisioner's volumes, the HookRunner's hook pods) share one loop
 (gpu_platform/rehearsal/kube.py PollingLoop): a pass that meets an API error or a refused connection is retried at
-the next, and stop() ends the thread."""
+the next, and stop() ends the thread. The install's waits are as long as the run's."""
 
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
+from gpu_platform.rehearsal import run
 from gpu_platform.rehearsal.hooks import HookRunner
+from gpu_platform.rehearsal.install import InstallLog
 from gpu_platform.rehearsal.kube import ApiError, PollingLoop, UnknownKind
 from gpu_platform.rehearsal.volumes import Provisioner
 
@@ -81,3 +84,34 @@ def test_the_provisioner_binds_only_claims_on_a_class_the_cluster_has():
     assert client.created[0]["spec"]["storageClassName"] == "rook-ceph-block"
     assert provisioner.unprovisioned == {"kubeflow/mysql-pv-claim (no class)",
                                          "kubeflow/seaweedfs-pvc (class gone, which the cluster lacks)"}
+
+
+def test_the_install_waits_for_crds_and_controllers_as_long_as_the_run_does(monkeypatch, tmp_path):
+    """CI (2026-11-29): aws-prod's cluster gave up after a fixed 60 s waiting for 39 CRDs to be served on a loaded
+    2-core machine, though the suite gives each wait 180 s. The CRD wait and each controller's readiness wait take the
+    run's timeout (never less than their own 60 s)."""
+    waits: dict[str, float] = {}
+
+    class Recorder:
+        def __init__(self, client, releases, controllers, ca_pem, log, on_release):
+            self.on_release = on_release
+
+        def namespaces(self):
+            pass
+
+        def crds(self, timeout, registered=()):
+            waits["crds"] = timeout
+
+        def release(self, rel, run_hook_job):
+            self.on_release(rel)
+
+    monkeypatch.setattr(run, "Installer", Recorder)
+    monkeypatch.setattr(run.ctlmod, "start", lambda *a: None)
+    monkeypatch.setattr(run.ctlmod, "wait_ready", lambda ctl, ca, timeout: waits.setdefault("kueue-manager", timeout))
+    rel = SimpleNamespace(name="kueue", rendered=True, source="helm", chart="kueue", urn="urn:kueue", depends_on=set(), objects=[])
+    ctl = SimpleNamespace(release="kueue", status="built", binary="kueue-manager")
+    for timeout, expected in ((180.0, 180.0), (30.0, 60.0)):
+        waits.clear()
+        run.install(SimpleNamespace(client=None, tmp=str(tmp_path), server="", ca_file="", procs=[]), [rel], [ctl],
+                    b"ca", tmp_path, InstallLog(), timeout=timeout)
+        assert waits == {"crds": expected, "kueue-manager": expected}

@@ -332,3 +332,56 @@ def test_preemption_not_counted_waits_for_a_replacement_pod_and_never_leaves_the
     assert any(d.startswith("the autoscaler's node ada-0 (group ada) added: pod resnet-node-0-0-new bound to ada-0")
                for d in sc.details), sc.details
     assert any("Workload PodsReady True (Recovered)" in d for d in sc.details), sc.details
+
+
+class QuotaClient:
+    """create() refused by the namespace's ResourceQuota `full` times (the previous scenario's pod still counted), as
+    kube-apiserver v1.35 words it, then taken."""
+
+    QUOTA = ('pods "rehearsal-ungated-by-hand" is forbidden: exceeded quota: training-quota, requested: '
+             'requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, limited: requests.nvidia.com/gpu=1')
+
+    def __init__(self, full: int, other: str = ""):
+        self.full, self.other, self.calls = full, other, 0
+
+    def create(self, obj):
+        self.calls += 1
+        if self.other:
+            raise scenarios.ApiError(403, self.other)
+        if self.calls <= self.full:
+            raise scenarios.ApiError(403, self.QUOTA)
+        self.created = obj
+        return obj
+
+    # What queue-bypass's gate step reads and writes next: the pod Kueue gated, the gate policy's refusal.
+    def get(self, api_version, kind, name, namespace=None):
+        return {**self.created, "spec": {**self.created["spec"], "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}}
+
+    def merge_patch(self, api_version, kind, name, patch, namespace=None):
+        raise scenarios.ApiError(403, "ValidatingAdmissionPolicy 'admission-gate-removed-only-by-kueue' denied request")
+
+    def delete(self, api_version, kind, name, namespace=None):
+        self.deleted = name
+
+
+def test_a_pod_refused_for_quota_the_scenario_before_still_holds_is_tried_again_until_there_is_room():
+    """linode-dev's shipped run on CI (2026-11-29): queue-bypass's gated GPU pod was refused for `exceeded quota`
+    while the pods of the scenario before still counted against the training namespace's one GPU."""
+    client = QuotaClient(full=3)
+    ctx = SimpleNamespace(client=client, timeout=30)
+    assert scenarios.submit_within_quota(ctx, {"metadata": {"name": "p"}}, interval=0.01) is None
+    assert client.calls == 4
+    # The scenario step itself waits for the room.
+    client = QuotaClient(full=2)
+    sc = scenarios.Scenario("queue-bypass", "")
+    scenarios._ungate_by_hand(SimpleNamespace(client=client, timeout=30), sc, "training")
+    assert sc.status == "PASS" and not sc.problems and client.calls == 3, sc.problems
+    assert "Kueue's admission gate removed by hand: refused" in sc.details[0] and client.deleted == "rehearsal-ungated-by-hand"
+    # Any other refusal is the answer at once; a quota that never frees is the refusal after the run's timeout.
+    client = QuotaClient(full=0, other='admission webhook "vpod.kb.io" denied the request')
+    err = scenarios.submit_within_quota(SimpleNamespace(client=client, timeout=30), {}, interval=0.01)
+    assert "vpod.kb.io" in err and client.calls == 1
+    client = QuotaClient(full=10**9)
+    started = time.monotonic()
+    err = scenarios.submit_within_quota(SimpleNamespace(client=client, timeout=0.3), {}, interval=0.01)
+    assert "exceeded quota: training-quota" in err and 0.3 <= time.monotonic() - started < 5 and client.calls > 1
