@@ -191,9 +191,17 @@ def pytest_configure(config: pytest.Config) -> None:
     """In the process that controls xdist's workers: the session's folder of heavy slots (rehearsal_support.heavy),
     named in the environment the workers are started with."""
     if not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0):
-        folder = tempfile.mkdtemp(prefix="gpu-platform-heavy-slots-")
+        folder, before = tempfile.mkdtemp(prefix="gpu-platform-heavy-slots-"), os.environ.get(HEAVY_SLOTS_DIR_ENV)
         os.environ[HEAVY_SLOTS_DIR_ENV] = folder
-        config.add_cleanup(lambda: (shutil.rmtree(folder, ignore_errors=True), os.environ.pop(HEAVY_SLOTS_DIR_ENV, None)))
+
+        def cleanup() -> None:
+            shutil.rmtree(folder, ignore_errors=True)
+            if before is None:
+                os.environ.pop(HEAVY_SLOTS_DIR_ENV, None)
+            else:
+                os.environ[HEAVY_SLOTS_DIR_ENV] = before
+
+        config.add_cleanup(cleanup)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -115,31 +115,46 @@ def heavy_slots() -> int:
     return len(os.sched_getaffinity(0)) + 1
 
 
+_heavy_depth = 0  # this process's heavy() blocks open: one inside another takes no second slot
+
+
 @contextlib.contextmanager
 def heavy(interval: float = 0.5):
     """Held while a heavy phase runs: one of heavy_slots() lock files in the session's folder, taken with flock (freed
-    by the kernel if the process dies). Outside a session with workers there is nothing to share and nothing waits."""
+    by the kernel if the process dies). A heavy() inside another of the same process holds nothing more (a second
+    slot could be the last, or none be left). Outside a session with workers, or once its folder is gone, there is
+    nothing to share and nothing waits."""
+    global _heavy_depth
     folder = os.environ.get(HEAVY_SLOTS_DIR_ENV)
-    if not folder:
-        yield
+    if _heavy_depth or not folder or not os.path.isdir(folder):
+        _heavy_depth += 1
+        try:
+            yield
+        finally:
+            _heavy_depth -= 1
         return
-    fds = [os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600) for i in range(heavy_slots())]
-    held = None
+    fds: list[int] = []
     try:
-        while held is None:
-            for fd in fds:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue
-                held = fd
-                break
-            else:
-                time.sleep(interval)
-        yield
+        for i in range(heavy_slots()):
+            fds.append(os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600))
+        while not any(_try_lock(fd) for fd in fds):
+            time.sleep(interval)
+        _heavy_depth += 1
+        try:
+            yield
+        finally:
+            _heavy_depth -= 1
     finally:
         for fd in fds:
             os.close(fd)  # closing the descriptor releases its lock
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 _OPEN: dict[str, Shared] = {}

@@ -93,6 +93,23 @@ def test_the_engine_runs_the_program_in_its_own_environment():
     assert pins["pulumi-kubernetes"].split()[0] != _provider_release().lstrip("v")  # the skew the test below guards
 
 
+def test_the_engines_provider_waits_for_a_slow_api_server_as_long_as_the_rehearsal_does(tmp_path):
+    """CI (2026-11-29): with four engine runs on two cores, the provider gave up fetching the OpenAPI document after
+    client-go's 32 s discovery timeout. The engine's environment sets the provider's own knob, at least as long as the
+    suite's rehearsal waits (180 s); where the provider's pinned source is in Go's module cache, it reads that name."""
+    from gpu_platform.rehearsal import engine
+
+    (tmp_path / "run").mkdir()
+    env = engine.EngineRun("onprem-dev", None, None, tmp_path / "run", ROOT, tmp_path).env(tmp_path / "kubeconfig")
+    assert int(env["PULUMI_K8S_CLIENT_TIMEOUT"]) >= 180
+    if shutil.which("go") is None:
+        return
+    cache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True).stdout.strip()
+    source = Path(cache) / f"{PROVIDER['module']}@{PROVIDER['version']}" / "pkg" / "provider" / "provider.go"
+    if source.is_file():
+        assert 'os.Getenv("PULUMI_K8S_CLIENT_TIMEOUT")' in source.read_text()
+
+
 # --- the language host: tarball + go.mod overlay + the exec shim ---------------------------------------------
 
 def _sources_or_skip() -> Path:

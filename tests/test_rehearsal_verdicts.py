@@ -384,4 +384,5 @@ def test_a_pod_refused_for_quota_the_scenario_before_still_holds_is_tried_again_
     client = QuotaClient(full=10**9)
     started = time.monotonic()
     err = scenarios.submit_within_quota(SimpleNamespace(client=client, timeout=0.3), {}, interval=0.01)
-    assert "exceeded quota: training-quota" in err and 0.3 <= time.monotonic() - started < 5 and client.calls > 1
+    assert "exceeded quota: training-quota" in err and err.endswith("(still after 0s)"), err
+    assert 0.3 <= time.monotonic() - started < 5 and client.calls > 1

@@ -119,3 +119,29 @@ def test_the_number_of_heavy_slots_is_read_from_the_environment(monkeypatch: pyt
     monkeypatch.delenv("GPU_PLATFORM_TEST_HEAVY_DIR", raising=False)
     with heavy():  # a session without workers: nothing to share, nothing waits
         pass
+
+
+def test_a_heavy_phase_inside_another_takes_no_second_slot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With one slot, a heavy() nested in another of the same process would wait forever for the slot its caller
+    holds; it holds nothing more. A folder that is gone (a process outliving its session) makes nothing wait."""
+    import threading
+
+    from tests.rehearsal_support import HEAVY_SLOTS_ENV, heavy
+
+    monkeypatch.setenv(HEAVY_SLOTS_ENV, "1")
+    monkeypatch.setenv("GPU_PLATFORM_TEST_HEAVY_DIR", str(tmp_path))
+    done = threading.Event()
+
+    def nested():
+        with heavy(interval=0.01), heavy(interval=0.01):
+            pass
+        with heavy(interval=0.01):  # and the slot is free again afterwards
+            done.set()
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done.is_set(), "a nested heavy() waited for the slot its caller holds"
+    monkeypatch.setenv("GPU_PLATFORM_TEST_HEAVY_DIR", str(tmp_path / "gone"))
+    with heavy():
+        pass

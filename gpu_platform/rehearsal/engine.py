@@ -74,6 +74,7 @@ from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
 
 PASSPHRASE = "rehearsal-only-passphrase"
 PROVIDER_CLIENT_TIMEOUT_S = 300  # seconds; see EngineRun.env
+NODES_TIMEOUT_S = 180.0  # the KWOK nodes' registration, as the suite's rehearsal clusters wait (a hang guard)
 
 
 def not_deployable() -> dict[str, str]:
@@ -409,7 +410,7 @@ class EngineRun:
                                webhook_proxy=True, held_images=tuple(HOSTED.values()))
         self.cp.__enter__()
         try:
-            create_nodes(self.cp.client, self.model)
+            create_nodes(self.cp.client, self.model, timeout=NODES_TIMEOUT_S)
             for storage, _why in cluster_storage_classes(self.model.cloud, self.cfg):
                 self.cp.client.apply(storage)
             # The cluster's CSI driver: a PersistentVolume for each Pending claim (Kubeflow's MySQL and artifact
