@@ -164,9 +164,23 @@ def rehearsal_group(item: pytest.Item) -> str | None:
     return mark.kwargs.get("group") or rehearsal_stack(item)
 
 
+def interleaved(heavy: list[str], light: list[str], slots: int) -> list[str]:
+    """The order xdist hands out the groups: as many heavy (rehearsal) groups as there are heavy slots, then each
+    further heavy group after an equal share of the light ones (a module each), the last share at the end. A worker
+    that takes a heavy group while every slot is held waits idle (rehearsal_support.heavy); one that takes light work
+    meanwhile does not, and the heavy groups still start in GROUP_ORDER, the costliest first."""
+    first, rest = heavy[:slots], heavy[slots:]
+    shares = len(rest) + 1
+    cuts = [round(i * len(light) / shares) for i in range(shares + 1)]
+    order = list(first)
+    for i, group in enumerate(rest):
+        order += light[cuts[i]:cuts[i + 1]] + [group]
+    return order + light[cuts[-2]:]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The rehearsal's groups first, in GROUP_ORDER (the costliest start first), each group's tests together; a
-    rehearsal test without a stack must say why it needs its own control plane."""
+    """Each group's tests together, the groups in interleaved() order: the rehearsal's in GROUP_ORDER (the costliest
+    start first); a rehearsal test without a stack must say why it needs its own control plane."""
     rank = {group: i for i, group in enumerate(GROUP_ORDER)}
     for item in items:
         if rehearsal_stack(item) is None and item.get_closest_marker("rehearsal") is not None:
@@ -177,14 +191,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     "session's shared cluster, or says in its docstring why it needs its own control plane (or that "
                     "it runs no control plane, only a Go component)")
 
-    def order(item: pytest.Item) -> tuple[int, int]:
+    def group_of(item: pytest.Item) -> tuple[bool, str]:
         group = rehearsal_group(item)
-        return (0, rank.get(group, len(rank))) if group is not None else (1, 0)
+        return (True, group) if group is not None else (False, item.nodeid.split("::")[0])
 
-    items.sort(key=order)  # stable: within a stack, and for the rest, the collection order stays
+    groups = list(dict.fromkeys(group_of(item) for item in items))  # first appearance: the collection order
+    heavy = sorted((g for is_heavy, g in groups if is_heavy), key=lambda g: rank.get(g, len(rank)))  # stable
+    position = {g: i for i, g in enumerate(interleaved(heavy, [g for is_heavy, g in groups if not is_heavy], heavy_slots()))}
+    items.sort(key=lambda item: position[group_of(item)[1]])  # stable: within a group the collection order stays
 
 
 HEAVY_SLOTS_DIR_ENV = "GPU_PLATFORM_TEST_HEAVY_DIR"
+HEAVY_SLOTS_ENV = "GPU_PLATFORM_TEST_HEAVY_SLOTS"
+
+
+def heavy_slots() -> int:
+    """How many test processes may be in a heavy phase at once (tests/rehearsal_support.py heavy):
+    $GPU_PLATFORM_TEST_HEAVY_SLOTS, else the machine's CPUs. On two cores (2026-11-29) four at once failed on CI (the
+    engine's provider and the rehearsal's own client timed out on their API servers), and so did three at once here
+    (three clusters installing: a request to one API server unanswered after 30 s)."""
+    value = os.environ.get(HEAVY_SLOTS_ENV, "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{HEAVY_SLOTS_ENV}={value!r}: a whole number of at least 1 is allowed")
+        return int(value)
+    return len(os.sched_getaffinity(0))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -38,7 +38,7 @@ from gpu_platform.preflight.fit.run import run_fit
 from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 from gpu_platform.rehearsal.run import ALL_SCENARIOS, Rehearsal, StackCluster, write_report
 from gpu_platform.rehearsal.standins import restore_rendered_secrets
-from tests.conftest import HEAVY_SLOTS_DIR_ENV, ROOT, plan_stack
+from tests.conftest import HEAVY_SLOTS_DIR_ENV, ROOT, heavy_slots, plan_stack
 from tests.fit_support import CHARTS, need_charts
 
 
@@ -99,22 +99,6 @@ class Shared:
 # answering too slowly for their clients: on CI (2026-11-29) the engine's provider gave up fetching the OpenAPI
 # document after 32 s and 39 CRDs took over a minute to be served. A worker waits here for a slot instead; what
 # runs on a cluster once it is installed (the scenarios, the autoscaler drills) is not held back.
-HEAVY_SLOTS_ENV = "GPU_PLATFORM_TEST_HEAVY_SLOTS"
-
-
-def heavy_slots() -> int:
-    """How many test processes may be in a heavy phase at once: $GPU_PLATFORM_TEST_HEAVY_SLOTS, else one more than the
-    machine's CPUs. A heavy phase waits on its API server, controllers and Helm about as much as it computes: on two
-    cores (2026-11-29) two engine runs alone took 680 and 720 s, four at once 490 to 880 s, so one slot per CPU left
-    two workers idle for twelve minutes; three keep the start's load below what failed on CI."""
-    value = os.environ.get(HEAVY_SLOTS_ENV, "")
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{HEAVY_SLOTS_ENV}={value!r}: a whole number of at least 1 is allowed")
-        return int(value)
-    return len(os.sched_getaffinity(0)) + 1
-
-
 _heavy_depth = 0  # this process's heavy() blocks open: one inside another takes no second slot
 
 

@@ -106,7 +106,8 @@ def test_no_more_heavy_phases_run_at_once_than_there_are_slots(tmp_path: Path) -
 
 
 def test_the_number_of_heavy_slots_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.rehearsal_support import HEAVY_SLOTS_ENV, heavy, heavy_slots
+    from tests.conftest import HEAVY_SLOTS_ENV, heavy_slots
+    from tests.rehearsal_support import heavy
 
     monkeypatch.setenv(HEAVY_SLOTS_ENV, "3")
     assert heavy_slots() == 3
@@ -115,7 +116,7 @@ def test_the_number_of_heavy_slots_is_read_from_the_environment(monkeypatch: pyt
         with pytest.raises(ValueError, match=f"{HEAVY_SLOTS_ENV}='{bad}': a whole number of at least 1"):
             heavy_slots()
     monkeypatch.delenv(HEAVY_SLOTS_ENV)
-    assert heavy_slots() == len(os.sched_getaffinity(0)) + 1
+    assert heavy_slots() == len(os.sched_getaffinity(0))
     monkeypatch.delenv("GPU_PLATFORM_TEST_HEAVY_DIR", raising=False)
     with heavy():  # a session without workers: nothing to share, nothing waits
         pass
@@ -126,7 +127,8 @@ def test_a_heavy_phase_inside_another_takes_no_second_slot(monkeypatch: pytest.M
     holds; it holds nothing more. A folder that is gone (a process outliving its session) makes nothing wait."""
     import threading
 
-    from tests.rehearsal_support import HEAVY_SLOTS_ENV, heavy
+    from tests.conftest import HEAVY_SLOTS_ENV
+    from tests.rehearsal_support import heavy
 
     monkeypatch.setenv(HEAVY_SLOTS_ENV, "1")
     monkeypatch.setenv("GPU_PLATFORM_TEST_HEAVY_DIR", str(tmp_path))
@@ -145,3 +147,19 @@ def test_a_heavy_phase_inside_another_takes_no_second_slot(monkeypatch: pytest.M
     monkeypatch.setenv("GPU_PLATFORM_TEST_HEAVY_DIR", str(tmp_path / "gone"))
     with heavy():
         pass
+
+
+def test_light_modules_come_between_the_heavy_groups_the_slots_cannot_take_yet() -> None:
+    """With two slots the first two heavy groups start at once; a third taken before one of them ends would wait with
+    its worker idle, so light modules come first, in equal shares before each further heavy group and at the end.
+    Every group comes once and the heavy ones keep their order."""
+    from tests.conftest import GROUP_ORDER, interleaved
+
+    heavy, light = list(GROUP_ORDER), [f"tests/test_{i}.py" for i in range(26)]
+    order = interleaved(heavy, light, 2)
+    assert sorted(order) == sorted(heavy + light) and [g for g in order if g in heavy] == heavy
+    assert order[:2] == heavy[:2] and order[-1] in light
+    gaps = [order.index(b) - order.index(a) - 1 for a, b in zip(heavy[1:], heavy[2:])]
+    assert min(gaps) >= 2 and max(gaps) - min(gaps) <= 1, gaps
+    assert interleaved(heavy[:1], light[:2], 2) == heavy[:1] + light[:2]
+    assert interleaved(heavy, [], 2) == heavy
