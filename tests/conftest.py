@@ -151,8 +151,14 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     together (`--dist loadgroup`), so each worker boots a stack's cluster once; every other test goes with
     its module, so a module-scoped fixture (a preflight run, a rendered chart) is computed by one worker."""
     if item.config.pluginmanager.hasplugin("xdist"):
-        group = rehearsal_group(item)
-        item.add_marker(pytest.mark.xdist_group(f"rehearsal-{group}" if group is not None else item.nodeid.split("::")[0]))
+        heavy, group = group_of(item)
+        item.add_marker(pytest.mark.xdist_group(f"rehearsal-{group}" if heavy else group))
+
+
+def group_of(item: pytest.Item) -> tuple[bool, str]:
+    """(heavy, name): a rehearsal test's group (rehearsal_group), else its module's path."""
+    group = rehearsal_group(item)
+    return (True, group) if group is not None else (False, item.nodeid.split("::")[0])
 
 
 def rehearsal_group(item: pytest.Item) -> str | None:
@@ -190,10 +196,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid}: a rehearsal test names its stack (@pytest.mark.rehearsal(stack=...)) to use the "
                     "session's shared cluster, or says in its docstring why it needs its own control plane (or that "
                     "it runs no control plane, only a Go component)")
-
-    def group_of(item: pytest.Item) -> tuple[bool, str]:
-        group = rehearsal_group(item)
-        return (True, group) if group is not None else (False, item.nodeid.split("::")[0])
 
     groups = list(dict.fromkeys(group_of(item) for item in items))  # first appearance: the collection order
     heavy = sorted((g for is_heavy, g in groups if is_heavy), key=lambda g: rank.get(g, len(rank)))  # stable

@@ -110,19 +110,13 @@ def heavy(interval: float = 0.5):
     nothing to share and nothing waits."""
     global _heavy_depth
     folder = os.environ.get(HEAVY_SLOTS_DIR_ENV)
-    if _heavy_depth or not folder or not os.path.isdir(folder):
-        _heavy_depth += 1
-        try:
-            yield
-        finally:
-            _heavy_depth -= 1
-        return
     fds: list[int] = []
     try:
-        for i in range(heavy_slots()):
-            fds.append(os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600))
-        while not any(_try_lock(fd) for fd in fds):
-            time.sleep(interval)
+        if not _heavy_depth and folder and os.path.isdir(folder):
+            for i in range(heavy_slots()):
+                fds.append(os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600))
+            while not any(_try_lock(fd) for fd in fds):
+                time.sleep(interval)
         _heavy_depth += 1
         try:
             yield

@@ -16,7 +16,6 @@ from gpu_platform.preflight.fit import pull
 from tests.conftest import ROOT
 
 
-
 def clone_files(root: Path) -> list[str]:
     """What a clone of this checkout would hold: the files git tracks, plus new ones it does not ignore. Never what
     .gitignore names (virtualenvs, build/, uv's cache: .ci/run keeps 5 GB of it inside the checkout, and a copy of
