@@ -258,9 +258,10 @@ def test_rehearsal_a_submitter_cannot_start_an_unadmitted_job_nor_widen_an_admit
 @needs_components
 @pytest.mark.rehearsal(stack="gcp-prod")
 def test_planted_without_the_suspend_policy_the_job_controller_starts_the_unadmitted_job(tmp_path):
-    """Before the policy: the API server and Kueue's webhooks accept the user's suspend: false, the job
-    controller creates the Job's GPU pod before Kueue's reconciler suspends it again; and a wider
-    admitted Job is accepted."""
+    """Before the policy: the API server and Kueue's webhooks accept the user's suspend: false, and the job
+    controller usually creates the Job's GPU pod before Kueue's reconciler suspends it again; and a wider
+    admitted Job is accepted. Which controller acts first is a race: under CI's load Kueue has won it, so
+    the pod is asserted only when the scenario saw one, else its report must say that none was created."""
     from gpu_platform.rehearsal.scenarios import unsuspend_by_hand
 
     result = _rehearse("gcp-prod", tmp_path, mutate=_without_suspend_policy, scenarios=(unsuspend_by_hand,))
@@ -269,8 +270,10 @@ def test_planted_without_the_suspend_policy_the_job_controller_starts_the_unadmi
     failures = "\n".join(sc.problems)
     assert ("ServiceAccount jupyterhub/notebook-user lifted spec.suspend of Job training/rehearsal-unsuspended-by-hand, "
             "which Kueue had not admitted: the API server accepted it") in failures
-    assert "the job controller created pod(s) for the Job Kueue had not admitted" in failures, failures
-    assert "rehearsal-unsuspended-by-hand-" in failures and "kube-controller-manager" in failures
+    if "the job controller created pod(s) for the Job Kueue had not admitted" in failures:
+        assert "rehearsal-unsuspended-by-hand-" in failures and "kube-controller-manager" in failures
+    else:  # Kueue's reconciler suspended the Job again first this time; the accepted patch is the finding
+        assert "no pod created for the Job in the 6s after the patch" in "\n".join(sc.details), failures
     assert "raised the parallelism of the admitted Job from 1 to 2: accepted" in failures
     # Kueue v0.19.2 still admits it afterwards: the planted run differs only by what the policy refuses.
     assert "Kueue admitted Workload" in "\n".join(sc.details), failures

@@ -893,10 +893,10 @@ def unsuspend_by_hand(ctx: Context, window: float = 6.0) -> Scenario:
     token of its own: the real RBAC and admission decide) creates a GPU Job in LocalQueue `gpu-queue`
     while its ClusterQueue is held (stopPolicy Hold: Kueue cannot admit it) and patches
     `spec.suspend: false`. Kueue v0.19.2's webhooks let that through and its job reconciler suspends the
-    Job again only afterwards; the job controller creates the Job's pods in between. The API server
-    must refuse the patch (jobs-started-only-by-kueue) and no pod may be created; once the ClusterQueue
-    runs again Kueue must admit the Job as usual; raising the admitted Job's parallelism as that user
-    must be refused too."""
+    Job again only afterwards; the job controller can create the Job's pods in between (a race either
+    controller may win). The API server must refuse the patch (jobs-started-only-by-kueue) and no pod
+    may be created; once the ClusterQueue runs again Kueue must admit the Job as usual; raising the
+    admitted Job's parallelism as that user must be refused too."""
     sc = Scenario("unsuspend-by-hand", f"a {SUBMITTER_ROLE} lifting spec.suspend of a Job Kueue has not admitted is "
                                        f"refused by {SUSPEND_POLICY} and the job controller creates no pod for it; Kueue "
                                        "admits the Job once its ClusterQueue can; raising the admitted Job's "
