@@ -58,6 +58,54 @@ def test_a_stacks_rehearsal_tests_and_each_module_run_on_one_worker(tmp_path: Pa
     assert all(len(workers) == 1 for workers in ran.values()), ran
 
 
+CLUSTERS = {
+    # The project's hooks (tests/conftest.py) and its cluster registry (tests/rehearsal_support.py `_OPEN`, emptied by
+    # `close_all`), with a stand-in cluster whose close() is recorded instead of a control plane's.
+    "conftest.py": "from tests.conftest import pytest_collection_modifyitems, pytest_itemcollected, pytest_runtest_teardown  # noqa: F401\n",
+    "use.py": "import os, tempfile, types\nfrom pathlib import Path\nfrom tests import rehearsal_support as rs\n\n"
+              "def note(what):\n    with open(os.environ['RAN_FILE'], 'a') as f:\n"
+              "        f.write(f\"{os.environ['PYTEST_XDIST_WORKER']} {what}\\n\")\n\n"
+              "class Closer:\n    def __init__(self, group):\n        self.group = group\n\n"
+              "    def close(self):\n        note(f'close {self.group}')\n\n"
+              "def use(group):\n    if group not in rs._OPEN:\n        rs.close_all()\n        note(f'boot {group}')\n"
+              "        rs._OPEN[group] = types.SimpleNamespace(cluster=Closer(group), out=Path(tempfile.mkdtemp()))\n"
+              "    note(f'test {group}')\n",
+    "test_a.py": "import pytest\nfrom use import use\n\n@pytest.mark.rehearsal(stack='s1')\n@pytest.mark.parametrize('i', range(3))\n"
+                 "def test_s1(i):\n    use('s1')\n\n@pytest.mark.parametrize('i', range(3))\ndef test_plain_a(i):\n    pass\n\n"
+                 "@pytest.mark.rehearsal(stack='s2')\ndef test_s2():\n    use('s2')\n",
+    "test_b.py": "import pytest\nfrom use import use\n\n@pytest.mark.rehearsal(stack='s1')\ndef test_s1_elsewhere():\n    use('s1')\n\n"
+                 "@pytest.mark.parametrize('i', range(3))\ndef test_plain_b(i):\n    pass\n\n"
+                 "@pytest.mark.rehearsal(stack='s2')\n@pytest.mark.parametrize('i', range(2))\ndef test_s2_elsewhere(i):\n    use('s2')\n",
+}
+
+
+def test_a_shared_cluster_stops_after_its_groups_last_test_and_boots_once(tmp_path: Path) -> None:
+    """Under the real pytest-xdist: each stack's cluster (a stand-in recording its close) is booted once, and closed
+    right after the last test of its group on that worker, before the worker runs anything else. Left open, idle
+    control planes piled up late in a run (seven API servers on two cores, 40 tests failed on slow answers)."""
+    (tmp_path / "suite").mkdir()
+    for name, text in CLUSTERS.items():
+        (tmp_path / "suite" / name).write_text(text)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    rehearsal(stack=None, group=None): x\n    sidevenv: x\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAN_FILE": str(tmp_path / "ran.txt")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q", "-p", "no:cacheprovider",
+                           "suite"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    by_worker: dict[str, list[str]] = {}
+    for line in (tmp_path / "ran.txt").read_text().splitlines():
+        worker, what = line.split(" ", 1)
+        by_worker.setdefault(worker, []).append(what)
+    for worker, seen in by_worker.items():
+        for group in ("s1", "s2"):
+            if f"test {group}" not in seen:
+                continue
+            assert seen.count(f"boot {group}") == 1, (worker, seen)
+            last = max(i for i, what in enumerate(seen) if what == f"test {group}")
+            assert seen[last + 1:last + 2] == [f"close {group}"], (worker, seen)
+    assert sum(seen.count("test s1") for seen in by_worker.values()) == 4
+    assert sum(seen.count("test s2") for seen in by_worker.values()) == 3
+
+
 @pytest.mark.parametrize("marker", ["rehearsal", "sidevenv"])
 def test_make_check_leaves_out_what_needs_go_or_a_side_virtualenv(marker: str) -> None:
     make = (ROOT / "Makefile").read_text()
