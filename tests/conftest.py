@@ -240,14 +240,15 @@ def pytest_configure(config: pytest.Config) -> None:
 def ends_its_group(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
     """Whether `item` is the last test of its rehearsal group on this process: xdist hands a group to one
     worker whole and runs a test only once it knows the next (`nextitem`: None at the end)."""
-    return rehearsal_group(item) is not None and (nextitem is None or group_of(nextitem) != group_of(item))
+    heavy, group = group_of(item)
+    return heavy and (nextitem is None or group_of(nextitem) != (heavy, group))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """A shared rehearsal cluster stops once its group's last test has run. Left up while its worker went on to
     light modules, each idle control plane (API server, etcd, Kueue and the rest) kept about a third of a core busy:
-    late in a 2-core run seven API servers were up, the load average was 12 and 40 tests failed on slow answers."""
+    late in a 2-core run seven API servers were up, the load average was 12 and 44 tests failed on slow answers."""
     support = sys.modules.get("tests.rehearsal_support")
     if support is not None and ends_its_group(item, nextitem):
         support.close_all()

@@ -82,7 +82,7 @@ CLUSTERS = {
 def test_a_shared_cluster_stops_after_its_groups_last_test_and_boots_once(tmp_path: Path) -> None:
     """Under the real pytest-xdist: each stack's cluster (a stand-in recording its close) is booted once, and closed
     right after the last test of its group on that worker, before the worker runs anything else. Left open, idle
-    control planes piled up late in a run (seven API servers on two cores, 40 tests failed on slow answers)."""
+    control planes piled up late in a run (seven API servers on two cores, 44 tests failed on slow answers)."""
     (tmp_path / "suite").mkdir()
     for name, text in CLUSTERS.items():
         (tmp_path / "suite" / name).write_text(text)

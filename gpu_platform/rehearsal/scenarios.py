@@ -582,11 +582,11 @@ def _kueue_refused_workloads(ctx: Context, since: int) -> bool:
     return any(refused.search(ln) for ln in error_lines(ctl.proc.log, limit=10_000, width=None, since=since))
 
 
-def inadmissible(ctx: Context, wait: Optional[float] = None) -> Scenario:
+def inadmissible(ctx: Context) -> Scenario:
     sc = Scenario("inadmissible", "a job larger than any node is refused at submission; a job within every node but "
                                   "beyond the queue's quota, and one on zero-quota flavors, stay inadmissible in Kueue")
     # Kueue's verdicts come in a second or two when the machine is idle; a loaded one gets the run's whole timeout.
-    wait = ctx.timeout if wait is None else wait
+    wait = ctx.timeout
     release_example(ctx)
     job = example_or_not_rehearsed(ctx, sc)
     if job is None:
@@ -726,7 +726,7 @@ def _ungate_by_hand(ctx: Context, sc: Scenario, ns: str) -> None:
         ctx.client.delete("v1", "Pod", "rehearsal-ungated-by-hand", ns)
 
 
-def queue_bypass(ctx: Context, wait: Optional[float] = None) -> Scenario:
+def queue_bypass(ctx: Context) -> Scenario:
     """The API server, with the platform's admission policies, refuses what would bypass or break the
     queue, and a Kubeflow Pipelines GPU step is queued: a bare GPU pod naming a Job it is no part of
     (a forged ownerReference), a GPU step without the queue label, a TrainJob whose runtimePatches
@@ -735,7 +735,7 @@ def queue_bypass(ctx: Context, wait: Optional[float] = None) -> Scenario:
                                   "a zero-GPU Job in the GPU queue, a CPU step tolerating the GPU taint and an unlabelled "
                                   "GPU pipeline step are refused; "
                                   "a labelled pipeline step is queued by Kueue; a TrainJob Kueue would break is refused")
-    wait = ctx.timeout if wait is None else wait  # for the pipeline step's Workload: at once when the machine is idle
+    wait = ctx.timeout  # for the pipeline step's Workload: at once when the machine is idle
     ctl = ctx.controllers.get("kueue-manager")
     job = _example(ctx)
     if ctl is None or ctl.status != "running":
