@@ -207,14 +207,21 @@ def _children_alive(pids) -> list[int]:
 @needs_components
 @pytest.mark.rehearsal
 def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
-    """Needs its own control plane: it checks what starting one runs and that closing it leaves nothing."""
+    """Needs its own control plane: it checks what starting one runs and that closing it leaves nothing. The API
+    server it runs works on a request at least as long as the engine's Pulumi provider waits for one: with
+    kube-apiserver's default 60 s, CI's two engine runs at once got a 504 for /openapi/v2 and both `up`s failed."""
     from gpu_platform.rehearsal.controlplane import ControlPlane
+    from gpu_platform.rehearsal.engine import PROVIDER_CLIENT_TIMEOUT_S
 
     with ControlPlane(tmp_path / "logs") as cp:
         pids = cp.procs.pids()
         tmp = Path(cp.tmp)
         assert cp.client.get("v1", "Namespace", "kube-system") is not None
         assert len(_children_alive(pids)) == 5
+        apiserver = next(p for p in cp.procs.procs if p.name == "kube-apiserver")
+        argv = Path(f"/proc/{apiserver.popen.pid}/cmdline").read_text().split("\0")
+        timeouts = [a.removeprefix("--request-timeout=") for a in argv if a.startswith("--request-timeout=")]
+        assert timeouts and timeouts[-1].endswith("s") and int(timeouts[-1][:-1]) >= PROVIDER_CLIENT_TIMEOUT_S, argv
     assert _children_alive(pids) == []
     assert not tmp.exists()
     assert (tmp_path / "logs" / "kube-apiserver.log").stat().st_size > 0

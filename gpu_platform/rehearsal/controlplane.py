@@ -29,6 +29,12 @@ from gpu_platform.rehearsal.processes import ProcessGroup, Proc, free_port
 from gpu_platform.rehearsal.webhook_proxy import WebhookProxy, egress_selector_config
 
 KUBERNETES_SERVICE_CIDR = "10.96.0.0/16"
+# How long kube-apiserver works on a request before answering 504 "unable to return a response in the time
+# allotted" (--request-timeout; its default is 60 s). Not below the Pulumi provider's own client timeout
+# (engine.PROVIDER_CLIENT_TIMEOUT_S): on CI (2026-11-29) two engine runs installing Kubeflow's CRDs at once on two
+# cores took the API server past 60 s to serve /openapi/v2, and both `pulumi up`s failed while the provider would
+# still have waited. Watches are not affected (--min-request-timeout governs them).
+REQUEST_TIMEOUT_S = 300
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 # KWOK manages the nodes carrying this annotation (and no other node).
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -169,7 +175,8 @@ class ControlPlane:
             f"--service-account-key-file={pkidir / 'sa.pub'}", f"--service-account-signing-key-file={pkidir / 'sa.key'}",
             f"--service-cluster-ip-range={KUBERNETES_SERVICE_CIDR}", "--authorization-mode=Node,RBAC",
             f"--enable-admission-plugins={','.join(plugins)}", "--allow-privileged=true",
-            "--endpoint-reconciler-type=none", "--profiling=false", f"--cert-dir={self.tmp / 'apiserver-certs'}", *egress])
+            "--endpoint-reconciler-type=none", "--profiling=false", f"--cert-dir={self.tmp / 'apiserver-certs'}",
+            f"--request-timeout={REQUEST_TIMEOUT_S}s", *egress])
         self.client = Client("127.0.0.1", self.port, self.ca_file, token)
         if self.webhook_proxy is not None:
             self.webhook_proxy.client = self.client
