@@ -162,6 +162,27 @@ def test_a_runs_controller_errors_are_read_up_to_a_mark_so_none_is_lost_or_told_
     assert error_lines(log, since=end) == ['{"level":"error","msg":"second"}']
 
 
+def test_a_slow_api_server_is_not_taken_for_a_controllers_refusal(tmp_path):
+    """A scenario stops waiting for a TrainJob's pods once its controllers say why they cannot make them. In a local
+    `make test` under load, jobset-manager's "Timeout: request did not complete within requested timeout" (an API
+    server too slow, retried with backoff) ended linode-ha's wait after 20 s and failed the trainjob scenario."""
+    from types import SimpleNamespace
+
+    from gpu_platform.rehearsal.scenarios import _controller_said
+
+    log = tmp_path / "jobset-manager.log"
+    log.write_text(
+        '{"level":"error","msg":"Reconciler error","JobSet":{"name":"resnet","namespace":"training"},'
+        '"error":"admission webhook \\"vjobset.kb.io\\" denied the request: resnet: replicas must be positive"}\n'
+        '{"level":"error","msg":"Reconciler error","JobSet":{"name":"resnet","namespace":"training"},'
+        '"error":"Timeout: request did not complete within requested timeout - context deadline exceeded"}\n')
+    ctx = SimpleNamespace(controllers={"jobset-manager": SimpleNamespace(proc=SimpleNamespace(log=log))})
+    said = _controller_said(ctx, ("trainer-manager", "jobset-manager"), "resnet")
+    assert said.startswith("jobset-manager says: ") and "denied the request" in said, said
+    log.write_text(log.read_text().splitlines()[1] + "\n")  # the timeout alone
+    assert _controller_said(ctx, ("trainer-manager", "jobset-manager"), "resnet") == ""
+
+
 def test_daemonset_node_selection_and_tolerations():
     gpu_node = {"metadata": {"labels": {"nvidia.com/gpu.present": "true"}},
                 "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}}

@@ -88,7 +88,11 @@ class Timing:
     delay_after_add_seconds: int = 5  # --scale-down-delay-after-add (the chart's 10m)
     backoff_seconds: int = 5  # --initial-node-group-backoff-duration (5m) and the failure delays
     busy_watch_seconds: int = 40  # how long a busy node is watched for a scale-down that must not come
-    lease_seconds: int = 6  # --leader-elect-lease-duration (15 s)
+    # --leader-elect-lease-duration (15 s); the renew deadline is two thirds of it. An autoscaler that cannot renew
+    # within it exits ("lost master"): at 6 s (renew 4 s) an API server stalled by a loaded machine (a local
+    # `make test`, 2026-11-29: one loop took 8.8 s) ended linode-dev's drill. Its successor waits this out after the
+    # restart phase's kill, inside the join deadline.
+    lease_seconds: int = 10
 
     def flags(self) -> dict[str, str]:
         """cluster-autoscaler flags the drill sets over the chart's (seconds where the cluster has minutes)."""
