@@ -425,7 +425,10 @@ UPSTREAM_FLAGS = {"--authorization-mode", "--feature-gates", "--config-reloader-
                   # kube-apiserver v1.35.4's (pkg/controlplane/apiserver/options/options.go), in the engine section
                   "--enable-aggregator-routing",
                   # k8s.io/apiserver v0.35.4's (pkg/server/options/egress_selector.go), the engine run's webhook proxy
-                  "--egress-selector-config-file"}
+                  "--egress-selector-config-file",
+                  # k8s.io/apiserver's (pkg/server/options/server_run_options.go; the 60 s default in pkg/server/config.go,
+                  # read at v0.36.3), the rehearsal API server's request timeout
+                  "--request-timeout", "--min-request-timeout"}
 
 
 def test_flags_named_in_the_preflight_and_rehearsal_docs_exist():
