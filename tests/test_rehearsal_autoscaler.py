@@ -140,6 +140,36 @@ def linode_dev_release():
     return autoscale.autoscaler_release(ctx, settings), settings
 
 
+def test_an_autoscaler_that_lost_its_lease_is_started_again_as_the_kubelet_would_a_crash_is_not(tmp_path):
+    """cluster-autoscaler exits by design when it cannot renew its leader lease (main.go OnStoppedLeading: "lost
+    master"); the kubelet restarts the container. In a local `make test` at load 10 an API stall did that to the
+    drill's autoscaler, and the drill reported "cluster-autoscaler exited" and failed. Restarted at most three times
+    a drill (more is a crash loop); any other exit is still a failure."""
+    class FakeAutoscaler:
+        def __init__(self, last_words):
+            self.starts, self.alive = 0, False
+            log = tmp_path / "cluster-autoscaler.log"
+            log.write_text(last_words)
+            self.proc = SimpleNamespace(tail=lambda n=15: "\n".join(log.read_text().splitlines()[-n:]))
+
+        def start(self):
+            self.starts += 1
+
+    lost = 'E1129 leaderelection.go:445] "Failed to renew lease"\nF1129 23:33:06.823977 main.go:458] lost master\n'
+    drill = SimpleNamespace(autoscaler=FakeAutoscaler(lost), lease_restarts=0, sc=SimpleNamespace(details=[]))
+    for n in range(1, autoscale.LOST_LEASE_RESTARTS + 1):
+        assert autoscale.Drill.restarted_after_lost_lease(drill) and drill.autoscaler.starts == n
+    assert not autoscale.Drill.restarted_after_lost_lease(drill)  # a fourth: a crash loop, the drill fails
+    assert drill.autoscaler.starts == 3 and len(drill.sc.details) == 3
+    assert "lost leader lease" in drill.sc.details[0] and "(1 of at most 3 a drill)" in drill.sc.details[0]
+
+    crash = SimpleNamespace(autoscaler=FakeAutoscaler("F1129 main.go:421] Failed to create autoscaler: bad flag\n"),
+                            lease_restarts=0, sc=SimpleNamespace(details=[]))
+    assert not autoscale.Drill.restarted_after_lost_lease(crash) and crash.autoscaler.starts == 0
+    crash.autoscaler.alive = True
+    assert not autoscale.Drill.restarted_after_lost_lease(crash)
+
+
 def test_without_a_planned_autoscaler_the_drill_renders_the_chart_as_the_component_would(linode_dev_release):
     release, settings = linode_dev_release
     assert not release.installed and "rendered by the drill" in release.source

@@ -61,6 +61,12 @@ CONFIGMAP = "kubernetes:core/v1:ConfigMap"
 PROVIDER_ID_PREFIX = "linode://"
 STATUS_CONFIGMAP = "cluster-autoscaler-status"  # --write-status-configmap (default true), in --namespace
 LEASE = "cluster-autoscaler"  # --leader-elect-resource-name's default
+# cluster-autoscaler exits by design when it cannot renew its leader lease in time (main.go OnStoppedLeading:
+# klog.Fatalf("lost master"), "committing a suicide after losing mastership"): the kubelet restarts the container.
+# An API server stalled by a loaded machine does that to the drill's autoscaler too; the drill restarts it as the
+# kubelet would, at most this many times a drill (more is a crash loop, reported).
+LOST_LEASE = "lost master"
+LOST_LEASE_RESTARTS = 3
 # Katib's metrics collector sidecar asks this much ephemeral storage (kubeflow/katib
 # pkg/apis/config/v1beta1/defaults.go DefaultMetricsCollectorEphemeralStorageRequest): a trial pod the
 # pool must be able to take from zero. The drill's first job carries it.
@@ -803,6 +809,7 @@ class Drill:
         self._applied: list[dict] = []
         self.release: Optional[AutoscalerRelease] = None
         self.autoscaler: Optional[AutoscalerProcess] = None
+        self.lease_restarts = 0
         self.bridge: Optional[InstanceBridge] = None
         self.probe: Optional[ProviderProbe] = None
         self._stop = threading.Event()
@@ -831,6 +838,8 @@ class Drill:
             if done():
                 return True
             if self.autoscaler is not None and self.autoscaler.proc is not None and not self.autoscaler.alive:
+                if self.restarted_after_lost_lease():
+                    continue
                 self.sc.fail(f"{what}: cluster-autoscaler exited ({self.autoscaler.proc.tail(5)})")
                 return False
             said = never() if never is not None else None
@@ -947,13 +956,28 @@ class Drill:
         seen, stamps = self.status_stamp(), 0
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and stamps < n:
-            if not self.autoscaler.alive or (stop is not None and stop()):
+            if (not self.autoscaler.alive and not self.restarted_after_lost_lease()) or (stop is not None and stop()):
                 return False
             now = self.status_stamp()
             if now is not None and now != seen:
                 seen, stamps = now, stamps + 1
             time.sleep(0.3)
         return stamps >= n
+
+    def restarted_after_lost_lease(self) -> bool:
+        """True if the autoscaler had exited because it lost its leader lease (LOST_LEASE) and is started again, as
+        the kubelet restarts its container; at most LOST_LEASE_RESTARTS times a drill, each one in the report."""
+        a = self.autoscaler
+        if a is None or a.proc is None or a.alive or self.lease_restarts >= LOST_LEASE_RESTARTS:
+            return False
+        if LOST_LEASE not in a.proc.tail(5):
+            return False
+        self.lease_restarts += 1
+        self.sc.details.append(f"cluster-autoscaler exited on a lost leader lease (\"{LOST_LEASE}\": it could not renew it "
+                               f"while the API server was slow) and was started again, as the kubelet restarts its "
+                               f"container ({self.lease_restarts} of at most {LOST_LEASE_RESTARTS} a drill)")
+        a.start()
+        return True
 
     def never_syncs(self) -> list[str]:
         """The lists the autoscaler's informers were refused that no RBAC object grants its ServiceAccount
