@@ -145,12 +145,15 @@ def test_an_autoscaler_that_lost_its_lease_is_started_again_as_the_kubelet_would
     master"); the kubelet restarts the container. In a local `make test` at load 10 an API stall did that to the
     drill's autoscaler, and the drill reported "cluster-autoscaler exited" and failed. Restarted at most three times
     a drill (more is a crash loop); any other exit is still a failure."""
+    from gpu_platform.rehearsal.processes import Proc
+
     class FakeAutoscaler:
+        """The drill's view of an exited autoscaler: its log read through the real Proc.tail, its restarts counted."""
         def __init__(self, last_words):
             self.starts, self.alive = 0, False
             log = tmp_path / "cluster-autoscaler.log"
             log.write_text(last_words)
-            self.proc = SimpleNamespace(tail=lambda n=15: "\n".join(log.read_text().splitlines()[-n:]))
+            self.proc = Proc("cluster-autoscaler-1", [], log, None)  # type: ignore[arg-type]  # exited: no process
 
         def start(self):
             self.starts += 1
