@@ -181,6 +181,9 @@ def test_a_slow_api_server_is_not_taken_for_a_controllers_refusal(tmp_path):
     assert said.startswith("jobset-manager says: ") and "denied the request" in said, said
     log.write_text(log.read_text().splitlines()[1] + "\n")  # the timeout alone
     assert _controller_said(ctx, ("trainer-manager", "jobset-manager"), "resnet") == ""
+    # Once the wait is over, the failure still quotes it: a webhook down for good logs such words too.
+    said = _controller_said(ctx, ("trainer-manager", "jobset-manager"), "resnet", transient=True)
+    assert "request did not complete within requested timeout" in said, said
 
 
 def test_daemonset_node_selection_and_tolerations():

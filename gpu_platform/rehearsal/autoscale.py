@@ -96,8 +96,9 @@ class Timing:
     busy_watch_seconds: int = 40  # how long a busy node is watched for a scale-down that must not come
     # --leader-elect-lease-duration (15 s); the renew deadline is two thirds of it. An autoscaler that cannot renew
     # within it exits ("lost master"): at 6 s (renew 4 s) an API server stalled by a loaded machine (a local
-    # `make test`, 2026-11-29: one loop took 8.8 s) ended linode-dev's drill. Its successor waits this out after the
-    # restart phase's kill, inside the join deadline.
+    # `make test`, 2026-11-29: one loop took 8.8 s) ended linode-dev's drill. A successor in the drill does not wait
+    # it out: every process runs on this host, and cluster-autoscaler's identity is the hostname (main.go), so it
+    # renews the lease it finds as its own.
     lease_seconds: int = 10
 
     def flags(self) -> dict[str, str]:

@@ -33,7 +33,9 @@ KUBERNETES_SERVICE_CIDR = "10.96.0.0/16"
 # allotted" (--request-timeout; its default is 60 s). Not below the Pulumi provider's own client timeout
 # (engine.PROVIDER_CLIENT_TIMEOUT_S): on CI (2026-11-29) two engine runs installing Kubeflow's CRDs at once on two
 # cores took the API server past 60 s to serve /openapi/v2, and both `pulumi up`s failed while the provider would
-# still have waited. Watches are not affected (--min-request-timeout governs them).
+# still have waited. Watches are not affected (--min-request-timeout governs them). It also lets priority and
+# fairness queue a request longer before a 429 (half its deadline, a quarter of this without one, never over a
+# minute: k8s.io/apiserver pkg/server/config.go, filters/priority-and-fairness.go getRequestWaitContext).
 REQUEST_TIMEOUT_S = 300
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 # KWOK manages the nodes carrying this annotation (and no other node).

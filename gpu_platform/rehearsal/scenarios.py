@@ -417,9 +417,11 @@ TRANSIENT_CONTROLLER_ERRORS = (
 )
 
 
-def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str) -> str:
-    """The newest error line of these controllers' logs that names `about` and is not transient (an overloaded API
-    server, a stale object: TRANSIENT_CONTROLLER_ERRORS), shortened; "" if there is none."""
+def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str, transient: bool = False) -> str:
+    """The newest error line of these controllers' logs that names `about`, shortened; "" if there is none. Lines of
+    TRANSIENT_CONTROLLER_ERRORS (an overloaded API server, a stale object, an unreachable webhook) count only with
+    `transient`: a wait does not end on them, but a failure, once the wait is over, still quotes them (a webhook
+    that is down for good logs "connection refused" too)."""
     import json as _json
 
     from gpu_platform.rehearsal.controllers import error_lines
@@ -430,7 +432,7 @@ def _controller_said(ctx: Context, binaries: tuple[str, ...], about: str) -> str
             continue
         # The newest line: early ones are often transient (an object not created yet).
         for line in reversed(error_lines(ctl.proc.log, limit=10_000, width=None)):
-            if about not in line or any(t in line for t in TRANSIENT_CONTROLLER_ERRORS):
+            if about not in line or (not transient and any(t in line for t in TRANSIENT_CONTROLLER_ERRORS)):
                 continue
             try:
                 err = _json.loads(line).get("error") or _json.loads(line).get("msg") or line
@@ -535,7 +537,7 @@ def example_trainjob(ctx: Context) -> Scenario:
         time.sleep(1)
     nodes = _nodes(ctx.client)
     if not pods:
-        said = _controller_said(ctx, ("trainer-manager", "jobset-manager"), name)
+        said = _controller_said(ctx, ("trainer-manager", "jobset-manager"), name, transient=True)
         sc.fail(f"no pod of TrainJob {ns}/{name} was created" + (f": {said}" if said else " (JobSet/Job controllers; see their logs)"))
     for p in pods:
         node = p["spec"].get("nodeName")
@@ -1372,7 +1374,7 @@ def operator_pods(ctx: Context) -> Scenario:
         sts = found[(kind, ns, name)]
         sts_name_ = sts_name(kind, name)
         if sts is None:
-            said = _controller_said(ctx, ("prometheus-operator",), f"{ns}/{name}")
+            said = _controller_said(ctx, ("prometheus-operator",), f"{ns}/{name}", transient=True)
             if _stand_in_refused(ctx, ns, name):
                 sc.status = "NOT REHEARSED" if sc.status == "PASS" else sc.status
                 sc.problems.append(f"{kind} {ns}/{name}: its configuration is a secret preflight does not know (a stand-in "
