@@ -102,20 +102,33 @@ class Shared:
 _heavy_depth = 0  # this process's heavy() blocks open: one inside another takes no second slot
 
 
+# Two engine runs at once (each `pulumi up` creating Kubeflow's, Argo's and kube-prometheus-stack's CRDs while the
+# provider fetches the OpenAPI document again after each) failed twice on CI, never one beside a cluster's install:
+# on 2026-11-29 the API server's 60 s request timeout; on 2026-11-30 Helm's fixed 60 s wait for kube-prometheus-stack's
+# CRDs to be established (helm v3.18.6 pkg/action/install.go installCRDs) ran out while the other run's Argo CRDs took
+# up to 104 s each to be created. Engine runs therefore take turns (ENGINE_RUN, below).
+ENGINE_RUN = "engine-run"
+
+
 @contextlib.contextmanager
-def heavy(interval: float = 0.5):
+def heavy(interval: float = 0.5, alone: Optional[str] = None):
     """Held while a heavy phase runs: one of heavy_slots() lock files in the session's folder, taken with flock (freed
-    by the kernel if the process dies). A heavy() inside another of the same process holds nothing more (a second
-    slot could be the last, or none be left). Outside a session with workers, or once its folder is gone, there is
-    nothing to share and nothing waits."""
+    by the kernel if the process dies). `alone`: a kind of phase of which only one may run at a time (ENGINE_RUN);
+    its own lock is taken first, so a phase waiting for its turn holds no slot. A heavy() inside another of the same
+    process holds nothing more (a second slot could be the last, or none be left). Outside a session with workers,
+    or once its folder is gone, there is nothing to share and nothing waits."""
     global _heavy_depth
     folder = os.environ.get(HEAVY_SLOTS_DIR_ENV)
     fds: list[int] = []
     try:
         if not _heavy_depth and folder and os.path.isdir(folder):
-            for i in range(heavy_slots()):
-                fds.append(os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600))
-            while not any(_try_lock(fd) for fd in fds):
+            if alone is not None:
+                fds.append(os.open(Path(folder) / f"alone-{alone}", os.O_CREAT | os.O_RDWR, 0o600))
+                while not _try_lock(fds[0]):
+                    time.sleep(interval)
+            slots = [os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600) for i in range(heavy_slots())]
+            fds.extend(slots)
+            while not any(_try_lock(fd) for fd in slots):
                 time.sleep(interval)
         _heavy_depth += 1
         try:

@@ -64,12 +64,12 @@ def _up_second_up_destroy(stack: str, tmp_path_factory, read=None, also_off: tup
     """One engine run of the stack on its own control plane: up, the training ServiceAccount read (and `read(client)`'s
     values after up), a second up, destroy; the report written beside it. `also_off`: parts left out for time."""
     _need_engine()
-    from tests.rehearsal_support import heavy, prepared
+    from tests.rehearsal_support import ENGINE_RUN, heavy, prepared
 
     tmp = tmp_path_factory.mktemp(f"engine-{stack.split('-')[0]}")
     cfg, _plan, fit = prepared(stack)
     t0 = time.monotonic()
-    with heavy(), engine.EngineRun(stack, cfg, fit.model, tmp / "run", ROOT, CHARTS, also_off=also_off) as run:
+    with heavy(alone=ENGINE_RUN), engine.EngineRun(stack, cfg, fit.model, tmp / "run", ROOT, CHARTS, also_off=also_off) as run:
         run.up()
         sa = run.cp.client.get("v1", "ServiceAccount", TRAINING_SERVICE_ACCOUNT, TRAINING_NAMESPACE)
         extra = read(run.cp.client) if read is not None else {}

@@ -76,12 +76,12 @@ def onprem(tmp_path_factory):
     plane: the session's shared cluster of a stack (tests/rehearsal_support.py shared()) has the platform installed
     by the rehearsal's own installer, and the engine must deploy onto a cluster that does not have it yet."""
     _need_engine()
-    from tests.rehearsal_support import heavy, prepared
+    from tests.rehearsal_support import ENGINE_RUN, heavy, prepared
 
     tmp = tmp_path_factory.mktemp("engine-onprem")
     cfg, _plan, fit = prepared("onprem-dev")
     t0 = time.monotonic()
-    with heavy(), engine.EngineRun("onprem-dev", cfg, fit.model, tmp / "run", ROOT, _charts_with_a_moved_version(tmp),
+    with heavy(alone=ENGINE_RUN), engine.EngineRun("onprem-dev", cfg, fit.model, tmp / "run", ROOT, _charts_with_a_moved_version(tmp),
                                    policy_config=_policy_config(tmp)) as run:
         policy = run.policy_preview
         run.up()
@@ -381,10 +381,10 @@ def test_a_perpetual_diff_a_custom_resource_before_its_crd_and_a_queue_kueue_ref
     a Namespace the cluster already has is reported taken over; then a ClusterQueue with a negative quota makes `up` fail with Kueue's own webhook's refusal (kueue-manager on the
     host, called by kube-apiserver through the webhook proxy); then a ClusterTrainingRuntime with two trainer replicas
     makes it fail with the Trainer's (trainer-manager on the host at its pod's paths); `destroy` still leaves nothing."""
-    from tests.rehearsal_support import heavy
+    from tests.rehearsal_support import ENGINE_RUN, heavy
 
     run = _planted_run(tmp_path, PERPETUAL)
-    with heavy(), run:
+    with heavy(alone=ENGINE_RUN), run:
         assert run.policy_preview.returncode != 0, (run.policy_preview.stdout + run.policy_preview.stderr)[-4000:]
         assert run.report.policy_violations == ["[mandatory]  images-by-digest  (kubernetes:apps/v1:Deployment: planted-web)"]
         run.up()

@@ -110,6 +110,46 @@ def test_the_engines_provider_waits_for_a_slow_api_server_as_long_as_the_rehears
         assert 'os.Getenv("PULUMI_K8S_CLIENT_TIMEOUT")' in source.read_text()
 
 
+# What `pulumi up` printed on CI (2026-11-30) when a Helm release's error stopped the engine, shortened: the end of the
+# output (the stack's outputs) no longer held the release's error, only the Directory cut off as the engine stopped.
+FAILED_UP = (
+    " +  kubernetes:helm.sh/v3:Release platform-monitoring-kube-prometheus-stack **creating failed** error: context "
+    "deadline exceeded\n"
+    " +  pulumi:pulumi:Stack gpu-platform-linode-dev **creating failed (193s)** 2 errors; 5 warnings; 71 messages\n"
+    "Diagnostics:\n"
+    "  kubernetes:helm.sh/v3:Release (platform-monitoring-kube-prometheus-stack):\n"
+    "    error: context deadline exceeded\n\n"
+    "  pulumi:pulumi:Stack (gpu-platform-linode-dev):\n"
+    "    Traceback (most recent call last):\n"
+    "      File \"/root/.cache/gpu-platform/rehearsal/bin/pulumi-language-python-exec\", line 232, in <module>\n"
+    "    KeyboardInterrupt\n\n"
+    "    error: update failed\n"
+    "    error: kubernetes:kustomize/v2:Directory resource 'platform-kubeflow-pipelines-cluster-scoped' has a problem: "
+    "grpc: the client connection is closing\n\n"
+    "  kubernetes:helm.sh/v3:Release (platform-kubeflow-trainer):\n"
+    "    warning: the error: word in a warning is not an error\n\n"
+    "Outputs:\n" + "".join(f"    output{i:03d}: \"{'x' * 60}\"\n" for i in range(120)) +
+    "\nResources:\n    + 66 created\n    2 errored\n\nDuration: 3m24s\n"
+)
+
+
+def test_a_failed_commands_error_names_the_error_that_stopped_it_however_long_the_output_after_it():
+    from gpu_platform.rehearsal import engine
+
+    message = engine.failure_message("up --yes", 255, FAILED_UP)
+    head = message.split("\nthe end of its output:\n", 1)[0]
+    assert head.splitlines() == [
+        "pulumi up --yes exited 255; its errors:",
+        "  kubernetes:helm.sh/v3:Release (platform-monitoring-kube-prometheus-stack): error: context deadline exceeded",
+        "  pulumi:pulumi:Stack (gpu-platform-linode-dev): error: update failed",
+        "  pulumi:pulumi:Stack (gpu-platform-linode-dev): error: kubernetes:kustomize/v2:Directory resource "
+        "'platform-kubeflow-pipelines-cluster-scoped' has a problem: grpc: the client connection is closing"], head
+    assert message.endswith("Duration: 3m24s\n") and "context deadline exceeded" not in FAILED_UP[-4000:]
+    # A command that failed before the engine ran (no Diagnostics block) keeps the end of its output.
+    assert engine.failure_message("stack init x", 1, "error: no Pulumi.yaml project file found\n") == (
+        "pulumi stack init x exited 1\nthe end of its output:\nerror: no Pulumi.yaml project file found\n")
+
+
 # --- the language host: tarball + go.mod overlay + the exec shim ---------------------------------------------
 
 def _sources_or_skip() -> Path:

@@ -153,6 +153,58 @@ def test_no_more_heavy_phases_run_at_once_than_there_are_slots(tmp_path: Path) -
     assert not list(tmp_path.glob("gpu-platform-heavy-slots-*")), "the session's slot folder was left behind"
 
 
+ALONE_TEST = (
+    "import os, time\nfrom pathlib import Path\nfrom tests.rehearsal_support import heavy\n\n"
+    "def test_heavy():\n"
+    "    log, me = Path(os.environ['HEAVY_LOG']), Path(__file__).stem\n"
+    "    deadline = time.monotonic() + 60\n"
+    "    def until(*lines):\n"
+    "        while not all(line in log.read_text() for line in lines) and time.monotonic() < deadline:\n"
+    "            time.sleep(0.05)\n"
+    "    with open(log, 'a') as f:\n        f.write(f'start {me}\\n')\n"
+    "    if me == 'test_c':  # the cluster install comes last: after one engine run is in and the other waits\n"
+    "        until('start test_a', 'start test_b')\n"
+    "        while 'in test_' not in log.read_text() and time.monotonic() < deadline:\n            time.sleep(0.05)\n"
+    "        time.sleep(0.5)\n"
+    "    with heavy(interval=0.05, alone=None if me == 'test_c' else 'engine-run'):\n"
+    "        with open(log, 'a') as f:\n            f.write(f'in {me}\\n')\n"
+    "        until('in test_c')  # held until the install is in too (a minute at most): it must not wait for a turn\n"
+    "        time.sleep(0.2)\n"
+    "        with open(log, 'a') as f:\n            f.write(f'out {me}\\n')\n"
+)
+
+
+def test_engine_runs_take_turns_and_one_waiting_for_its_turn_holds_no_slot(tmp_path: Path) -> None:
+    """Two engine runs at once failed CI twice (2026-11-29: the API server's 504 for the OpenAPI document; 2026-11-30:
+    Helm's fixed 60 s wait for kube-prometheus-stack's CRDs). Under the real pytest-xdist, two slots, three workers:
+    a and b are `heavy(alone="engine-run")`, c a cluster's install. a and b are never inside together, and the one
+    waiting for its turn holds no slot: c, started once one of them is in and the other waits for its turn, gets in
+    while the first is still in (with the slot taken before the turn, c waits a minute for it)."""
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "conftest.py").write_text(
+        "from tests.conftest import pytest_collection_modifyitems, pytest_configure, pytest_itemcollected  # noqa: F401\n")
+    for name in ("a", "b", "c"):
+        (tmp_path / "suite" / f"test_{name}.py").write_text(ALONE_TEST)
+    log = tmp_path / "heavy.log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HEAVY_LOG": str(log), "GPU_PLATFORM_TEST_HEAVY_SLOTS": "2",
+           "TMPDIR": str(tmp_path)}
+    env.pop("GPU_PLATFORM_TEST_HEAVY_DIR", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-q", "-p", "no:cacheprovider",
+                           "suite"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = [tuple(line.split()) for line in log.read_text().splitlines()]
+    inside: set[str] = set()
+    for what, who in events:
+        if what == "in":
+            inside.add(who)
+            assert not {"test_a", "test_b"} <= inside, events
+        elif what == "out":
+            inside.discard(who)
+    assert [w for w, _ in events].count("out") == 3, events
+    first_out = next(i for i, (what, _) in enumerate(events) if what == "out")
+    assert ("in", "test_c") in events[:first_out], events
+
+
 def test_the_number_of_heavy_slots_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.conftest import HEAVY_SLOTS_ENV, heavy_slots
     from tests.rehearsal_support import heavy

@@ -120,7 +120,26 @@ STANDIN_SECRETS = {"checkpoint-store:accessKeyId": "rehearsal-access-key",
 
 
 class EngineError(RuntimeError):
-    """A CLI command failed; the message holds the command and the end of its output."""
+    """A CLI command failed; the message holds the command, the errors it reported and the end of its output."""
+
+
+def failure_message(command: str, returncode: int, output: str, tail: int = 4000) -> str:
+    """What a failed CLI command said, for the test report: its `Diagnostics:` block's errors, each under the resource
+    it is about, then the end of the output. The end alone (the stack's outputs, the resource counts) can leave out
+    the error that started it: on CI (2026-11-30) the report showed a Kustomize Directory's `grpc: the client
+    connection is closing`, the engine stopping, and not the Helm release whose error had stopped it."""
+    errors: list[str] = []
+    block = output.split("\nDiagnostics:\n", 1)
+    if len(block) == 2:
+        resource = ""
+        for line in re.split(r"\n(?:Outputs|Resources|Policies|Duration):", block[1], maxsplit=1)[0].splitlines():
+            if re.match(r"  \S.*:$", line):
+                resource = line.strip()
+            elif line.strip().startswith("error:"):
+                errors.append(f"{resource} {line.strip()}" if resource else line.strip())
+    summary = "".join(f"\n  {e}" for e in errors)
+    return (f"pulumi {command} exited {returncode}" + (f"; its errors:{summary}" if errors else "")
+            + f"\nthe end of its output:\n{output[-tail:]}")
 
 
 @dataclass
@@ -397,7 +416,7 @@ class EngineRun:
             log.write(f"$ pulumi {' '.join(args)}\n{proc.stdout}{proc.stderr}\n(exit {proc.returncode})\n\n")
         self.report.timings[step] = round(self.report.timings.get(step, 0) + time.monotonic() - t, 1)
         if check and proc.returncode != 0:
-            raise EngineError(f"pulumi {' '.join(args)} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}")
+            raise EngineError(failure_message(" ".join(args), proc.returncode, proc.stdout + proc.stderr))
         return proc
 
     # --- the run ---------------------------------------------------------------------------------------------
