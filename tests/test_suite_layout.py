@@ -129,15 +129,14 @@ HEAVY_TEST = (
 )
 
 
-def test_no_more_heavy_phases_run_at_once_than_there_are_slots(tmp_path: Path) -> None:
-    """rehearsal_support.heavy under the real pytest-xdist, with the folder conftest.py's pytest_configure makes for
-    the workers: three workers, two slots; each test holds its slot until all three have started, so without the
-    slots all three would be inside at once. The folder is gone after the session."""
+def _three_heavy_tests(tmp_path: Path, test: str) -> Path:
+    """`test` as test_a, test_b and test_c under the real pytest-xdist (three workers, two heavy slots, the folder
+    conftest.py's pytest_configure makes for the workers); the log they write, once all three passed."""
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "conftest.py").write_text(
         "from tests.conftest import pytest_collection_modifyitems, pytest_configure, pytest_itemcollected  # noqa: F401\n")
     for name in ("a", "b", "c"):
-        (tmp_path / "suite" / f"test_{name}.py").write_text(HEAVY_TEST)
+        (tmp_path / "suite" / f"test_{name}.py").write_text(test)
     log = tmp_path / "heavy.log"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HEAVY_LOG": str(log), "GPU_PLATFORM_TEST_HEAVY_SLOTS": "2",
            "TMPDIR": str(tmp_path)}
@@ -145,6 +144,14 @@ def test_no_more_heavy_phases_run_at_once_than_there_are_slots(tmp_path: Path) -
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-q", "-p", "no:cacheprovider",
                            "suite"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return log
+
+
+def test_no_more_heavy_phases_run_at_once_than_there_are_slots(tmp_path: Path) -> None:
+    """rehearsal_support.heavy under the real pytest-xdist, with the folder conftest.py's pytest_configure makes for
+    the workers: three workers, two slots; each test holds its slot until all three have started, so without the
+    slots all three would be inside at once. The folder is gone after the session."""
+    log = _three_heavy_tests(tmp_path, HEAVY_TEST)
     inside, most = 0, 0
     for line in log.read_text().split():
         inside += {"in": 1, "out": -1}.get(line, 0)
@@ -180,18 +187,7 @@ def test_engine_runs_take_turns_and_one_waiting_for_its_turn_holds_no_slot(tmp_p
     a and b are `heavy(alone="engine-run")`, c a cluster's install. a and b are never inside together, and the one
     waiting for its turn holds no slot: c, started once one of them is in and the other waits for its turn, gets in
     while the first is still in (with the slot taken before the turn, c waits a minute for it)."""
-    (tmp_path / "suite").mkdir()
-    (tmp_path / "suite" / "conftest.py").write_text(
-        "from tests.conftest import pytest_collection_modifyitems, pytest_configure, pytest_itemcollected  # noqa: F401\n")
-    for name in ("a", "b", "c"):
-        (tmp_path / "suite" / f"test_{name}.py").write_text(ALONE_TEST)
-    log = tmp_path / "heavy.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HEAVY_LOG": str(log), "GPU_PLATFORM_TEST_HEAVY_SLOTS": "2",
-           "TMPDIR": str(tmp_path)}
-    env.pop("GPU_PLATFORM_TEST_HEAVY_DIR", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-q", "-p", "no:cacheprovider",
-                           "suite"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = _three_heavy_tests(tmp_path, ALONE_TEST)
     events = [tuple(line.split()) for line in log.read_text().splitlines()]
     inside: set[str] = set()
     for what, who in events:
