@@ -123,11 +123,11 @@ def linode_dev_plan() -> Plan:
 LINODE_DEV_DRILLS = "linode-dev-drills"
 AWS_PROD_DRILLS = "aws-prod-drills"
 
-# The order the rehearsal's groups start in, the costliest first (CPU-seconds of each group in `make test` on
-# 2026-11-29, measured per worker process tree: engine onprem-dev 370, its plants 361, engine linode-dev 324,
-# engine linode-ha 275, engine gcp-prod 253, aws-prod's drills 224, engine aws-prod 216, linode-dev 160, aws-prod 158,
-# linode-dev's drills 158, gcp-prod 123, linode-ha 94): on two cores the suite is CPU-bound, and a long group
-# started last is the tail. Engine runs take turns (rehearsal_support.ENGINE_RUN), so each is followed by a cluster's
+# The order the rehearsal's groups start in, the engine runs (the costliest) from the start (CPU-seconds of each
+# group in `make test` on 2026-11-29, measured per worker process tree: engine onprem-dev 370, its plants 361, engine
+# linode-dev 324, engine linode-ha 275, engine gcp-prod 253, aws-prod's drills 224, engine aws-prod 216, linode-dev
+# 160, aws-prod 158, linode-dev's drills 158, gcp-prod 123, linode-ha 94): on two cores the suite is CPU-bound, and a
+# long group started last is the tail. Engine runs take turns (rehearsal_support.ENGINE_RUN), so each is followed by a cluster's
 # group: the worker that takes the next engine group waits for the turn while the others install and test clusters.
 # A group not listed starts after these.
 GROUP_ORDER = ("engine-onprem-dev", AWS_PROD_DRILLS, "engine-onprem-dev-planted", "linode-dev", "engine-linode-dev",
@@ -176,7 +176,7 @@ def interleaved(heavy: list[str], light: list[str], slots: int) -> list[str]:
     """The order xdist hands out the groups: as many heavy (rehearsal) groups as there are heavy slots, then each
     further heavy group after an equal share of the light ones (a module each), the last share at the end. A worker
     that takes a heavy group while every slot is held waits idle (rehearsal_support.heavy); one that takes light work
-    meanwhile does not, and the heavy groups still start in GROUP_ORDER, the costliest first."""
+    meanwhile does not, and the heavy groups still start in GROUP_ORDER."""
     first, rest = heavy[:slots], heavy[slots:]
     shares = len(rest) + 1
     cuts = [round(i * len(light) / shares) for i in range(shares + 1)]
@@ -187,7 +187,7 @@ def interleaved(heavy: list[str], light: list[str], slots: int) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each group's tests together, the groups in interleaved() order: the rehearsal's in GROUP_ORDER (the costliest
+    """Each group's tests together, the groups in interleaved() order: the rehearsal's in GROUP_ORDER (engine runs
     start first); a rehearsal test without a stack must say why it needs its own control plane."""
     rank = {group: i for i, group in enumerate(GROUP_ORDER)}
     for item in items:
@@ -254,6 +254,37 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     support = sys.modules.get("tests.rehearsal_support")
     if support is not None and ends_its_group(item, nextitem):
         support.close_all()
+
+
+def guard_engine_turns(engine_run: type) -> Any:
+    """Make entering `engine_run` (rehearsal.engine.EngineRun) fail at once unless this process holds the engine
+    run's turn (tests/rehearsal_support.py heavy(alone=ENGINE_RUN)): two engine runs at once failed CI twice, and a
+    new engine test that forgot the turn would only show it by chance, under load. Returns what undoes it."""
+    enter = engine_run.__enter__
+
+    def entered_in_turn(self):
+        from tests.rehearsal_support import ENGINE_RUN, holds_turn
+
+        if not holds_turn(ENGINE_RUN):
+            raise RuntimeError(f"an engine run ({self.stack}) entered without its turn: enter it inside "
+                               "`with heavy(alone=ENGINE_RUN)` (tests/rehearsal_support.py), as the engine tests do")
+        return enter(self)
+
+    engine_run.__enter__ = entered_in_turn
+    return lambda: setattr(engine_run, "__enter__", enter)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _engine_runs_take_their_turn():
+    """Under workers (the session's heavy-slot folder set), every engine run holds its turn: guard_engine_turns."""
+    if not os.environ.get(HEAVY_SLOTS_DIR_ENV):
+        yield
+        return
+    from gpu_platform.rehearsal.engine import EngineRun
+
+    undo = guard_engine_turns(EngineRun)
+    yield
+    undo()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -110,32 +110,52 @@ _heavy_depth = 0  # this process's heavy() blocks open: one inside another takes
 ENGINE_RUN = "engine-run"
 
 
+_turns: set[str] = set()  # the kinds of phase (`alone`) whose turn this process holds
+
+
+def holds_turn(alone: str) -> bool:
+    """Whether this process is inside heavy(alone=`alone`): conftest.py's guard asks it as an engine run starts."""
+    return alone in _turns
+
+
 @contextlib.contextmanager
 def heavy(interval: float = 0.5, alone: Optional[str] = None):
     """Held while a heavy phase runs: one of heavy_slots() lock files in the session's folder, taken with flock (freed
     by the kernel if the process dies). `alone`: a kind of phase of which only one may run at a time (ENGINE_RUN);
     its own lock is taken first, so a phase waiting for its turn holds no slot. A heavy() inside another of the same
-    process holds nothing more (a second slot could be the last, or none be left). Outside a session with workers,
-    or once its folder is gone, there is nothing to share and nothing waits."""
+    process holds nothing more (a second slot could be the last, or none be left); one that asks for a turn the outer
+    one did not take is refused, as it would run without it. Outside a session with workers, or once its folder is
+    gone, there is nothing to share and nothing waits."""
     global _heavy_depth
+    if _heavy_depth and alone is not None and alone not in _turns:
+        raise RuntimeError(f"heavy(alone={alone!r}) inside a heavy() that did not take that turn would run without "
+                           f"it: take the turn in the outer heavy()")
     folder = os.environ.get(HEAVY_SLOTS_DIR_ENV)
     fds: list[int] = []
+    took_turn = False
     try:
         if not _heavy_depth and folder and os.path.isdir(folder):
             if alone is not None:
                 fds.append(os.open(Path(folder) / f"alone-{alone}", os.O_CREAT | os.O_RDWR, 0o600))
                 while not _try_lock(fds[0]):
                     time.sleep(interval)
-            slots = [os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600) for i in range(heavy_slots())]
-            fds.extend(slots)
+            slots: list[int] = []
+            for i in range(heavy_slots()):
+                fds.append(os.open(Path(folder) / f"slot-{i}", os.O_CREAT | os.O_RDWR, 0o600))
+                slots.append(fds[-1])
             while not any(_try_lock(fd) for fd in slots):
                 time.sleep(interval)
+        if alone is not None and alone not in _turns:
+            _turns.add(alone)
+            took_turn = True
         _heavy_depth += 1
         try:
             yield
         finally:
             _heavy_depth -= 1
     finally:
+        if took_turn:
+            _turns.discard(alone)
         for fd in fds:
             os.close(fd)  # closing the descriptor releases its lock
 

@@ -145,6 +145,23 @@ def test_a_failed_commands_error_names_the_error_that_stopped_it_however_long_th
         "  pulumi:pulumi:Stack (gpu-platform-linode-dev): error: kubernetes:kustomize/v2:Directory resource "
         "'platform-kubeflow-pipelines-cluster-scoped' has a problem: grpc: the client connection is closing"], head
     assert message.endswith("Duration: 3m24s\n") and "context deadline exceeded" not in FAILED_UP[-4000:]
+    # An error of several lines is kept whole (a program's traceback: its last line is the cause; a provider's joined
+    # errors), up to its first 5 and last 15 lines; a warning after it is not part of it.
+    frames = "".join(f"      File \"/p/m{i}.py\", line {i}, in f{i}\n        f{i + 1}()\n" for i in range(30))
+    program = ("Diagnostics:\n  pulumi:pulumi:Stack (gpu-platform-onprem-dev):\n"
+               "    error: Program failed with an unhandled exception:\n    Traceback (most recent call last):\n"
+               f"{frames}    RuntimeError: the cause\n"
+               "    warning: a warning after it\n    and its second line\n\n"
+               "  kubernetes:core/v1:Secret (s):\n    error: Server-Side Apply field conflict detected.\n"
+               "    conflict with \"kubectl\": .data.x\n\nResources:\n    1 errored\n")
+    head = engine.failure_message("up", 255, program).split("\nthe end of its output:\n", 1)[0].splitlines()
+    assert head[:3] == ["pulumi up exited 255; its errors:",
+                        "  pulumi:pulumi:Stack (gpu-platform-onprem-dev): error: Program failed with an unhandled "
+                        "exception:", "      Traceback (most recent call last):"], head
+    assert head[6] == "      [43 lines]" and len(head) == 24 and head[-3:] == [
+        "      RuntimeError: the cause",
+        "  kubernetes:core/v1:Secret (s): error: Server-Side Apply field conflict detected.",
+        "      conflict with \"kubectl\": .data.x"], head
     # A command that failed before the engine ran (no Diagnostics block) keeps the end of its output.
     assert engine.failure_message("stack init x", 1, "error: no Pulumi.yaml project file found\n") == (
         "pulumi stack init x exited 1\nthe end of its output:\nerror: no Pulumi.yaml project file found\n")

@@ -161,7 +161,7 @@ def test_no_more_heavy_phases_run_at_once_than_there_are_slots(tmp_path: Path) -
 
 
 ALONE_TEST = (
-    "import os, time\nfrom pathlib import Path\nfrom tests.rehearsal_support import heavy\n\n"
+    "import os, time\nfrom pathlib import Path\nfrom tests.rehearsal_support import ENGINE_RUN, heavy\n\n"
     "def test_heavy():\n"
     "    log, me = Path(os.environ['HEAVY_LOG']), Path(__file__).stem\n"
     "    deadline = time.monotonic() + 60\n"
@@ -173,7 +173,7 @@ ALONE_TEST = (
     "        until('start test_a', 'start test_b')\n"
     "        while 'in test_' not in log.read_text() and time.monotonic() < deadline:\n            time.sleep(0.05)\n"
     "        time.sleep(0.5)\n"
-    "    with heavy(interval=0.05, alone=None if me == 'test_c' else 'engine-run'):\n"
+    "    with heavy(interval=0.05, alone=None if me == 'test_c' else ENGINE_RUN):\n"
     "        with open(log, 'a') as f:\n            f.write(f'in {me}\\n')\n"
     "        until('in test_c')  # held until the install is in too (a minute at most): it must not wait for a turn\n"
     "        time.sleep(0.2)\n"
@@ -199,6 +199,49 @@ def test_engine_runs_take_turns_and_one_waiting_for_its_turn_holds_no_slot(tmp_p
     assert [w for w, _ in events].count("out") == 3, events
     first_out = next(i for i, (what, _) in enumerate(events) if what == "out")
     assert ("in", "test_c") in events[:first_out], events
+
+
+def test_an_engine_run_entered_without_its_turn_fails_at_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """conftest.py's guard (on for every session with workers): an engine run entered outside heavy(alone=ENGINE_RUN)
+    fails before it starts anything, naming what to do; inside it, the run starts (its start stood in for here)."""
+    from gpu_platform.rehearsal import engine
+    from tests.conftest import HEAVY_SLOTS_DIR_ENV, guard_engine_turns
+    from tests.rehearsal_support import ENGINE_RUN, heavy
+
+    monkeypatch.setenv(HEAVY_SLOTS_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(engine.EngineRun, "__enter__", lambda self: "started")
+    undo = guard_engine_turns(engine.EngineRun)
+    try:
+        run = engine.EngineRun("onprem-dev", None, None, tmp_path / "run", ROOT, tmp_path)
+        with pytest.raises(RuntimeError, match=r"engine run \(onprem-dev\) entered without its turn: .*heavy\(alone=ENGINE_RUN\)"):
+            run.__enter__()
+        with heavy(interval=0.01):  # a slot is not the turn
+            with pytest.raises(RuntimeError, match="without its turn"):
+                run.__enter__()
+        with heavy(interval=0.01, alone=ENGINE_RUN):
+            assert run.__enter__() == "started"
+        with pytest.raises(RuntimeError, match="without its turn"):  # the turn ends with the block
+            run.__enter__()
+    finally:
+        undo()
+    assert run.__enter__() == "started"
+
+
+def test_a_turn_asked_for_inside_a_heavy_phase_that_did_not_take_it_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                                                tmp_path: Path) -> None:
+    """A heavy(alone=...) nested in a plain heavy() takes no lock (one inside another holds nothing more), so it
+    would run without its turn: refused, naming the fix. Nested in the same turn it is fine."""
+    from tests.conftest import HEAVY_SLOTS_DIR_ENV
+    from tests.rehearsal_support import ENGINE_RUN, heavy, holds_turn
+
+    monkeypatch.setenv(HEAVY_SLOTS_DIR_ENV, str(tmp_path))
+    with heavy(interval=0.01):
+        with pytest.raises(RuntimeError, match="would run without it: take the turn in the outer heavy"):
+            with heavy(interval=0.01, alone=ENGINE_RUN):
+                pass
+    with heavy(interval=0.01, alone=ENGINE_RUN), heavy(interval=0.01, alone=ENGINE_RUN):
+        assert holds_turn(ENGINE_RUN)
+    assert not holds_turn(ENGINE_RUN)
 
 
 def test_the_number_of_heavy_slots_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -123,21 +123,34 @@ class EngineError(RuntimeError):
     """A CLI command failed; the message holds the command, the errors it reported and the end of its output."""
 
 
-def failure_message(command: str, returncode: int, output: str, tail: int = 4000) -> str:
-    """What a failed CLI command said, for the test report: its `Diagnostics:` block's errors, each under the resource
-    it is about, then the end of the output. The end alone (the stack's outputs, the resource counts) can leave out
-    the error that started it: on CI (2026-11-30) the report showed a Kustomize Directory's `grpc: the client
-    connection is closing`, the engine stopping, and not the Helm release whose error had stopped it."""
-    errors: list[str] = []
-    block = output.split("\nDiagnostics:\n", 1)
+def failure_message(command: str, returncode: int, output: str, tail: int = 4000, keep: int = 20) -> str:
+    """What a failed CLI command said, for the test report: each error of its `Diagnostics:` block under the resource
+    it is about, whole (a message's further lines follow its `error: ` line at the same indent, pulumi v3.259.0
+    backend/display/progress.go printDiagnostics: a program's traceback, a provider's joined errors), at most `keep`
+    lines of each (its first and its last); then the end of the output. The end alone (the stack's outputs, the
+    resource counts) can leave out the error that started it: on CI (2026-11-30) the report showed a Kustomize
+    Directory's `grpc: the client connection is closing`, the engine stopping, not the Helm release that stopped it."""
+    errors: list[tuple[str, list[str]]] = []
+    block = re.split(r"(?m)^Diagnostics:\n", output, maxsplit=1)
     if len(block) == 2:
-        resource = ""
-        for line in re.split(r"\n(?:Outputs|Resources|Policies|Duration):", block[1], maxsplit=1)[0].splitlines():
-            if re.match(r"  \S.*:$", line):
-                resource = line.strip()
-            elif line.strip().startswith("error:"):
-                errors.append(f"{resource} {line.strip()}" if resource else line.strip())
-    summary = "".join(f"\n  {e}" for e in errors)
+        resource, current = "", None
+        for line in re.split(r"(?m)^(?:Outputs|Resources|Duration):", block[1], maxsplit=1)[0].splitlines():
+            if re.match(r"  \S.*:$", line):  # a resource's header: "  type (name):"
+                resource, current = line.strip(), None
+            elif line.startswith("    error: "):
+                current = [line[4:]]
+                errors.append((resource, current))
+            elif current is not None and line.startswith("    ") and not re.match(r"    (warning|debug): ", line):
+                current.append(line[4:])  # the error's next line (or an unprefixed message after it)
+            else:
+                current = None  # a blank line ends a resource's stream; a warning ends the error
+    summary = ""
+    for resource, lines in errors:
+        if len(lines) > keep:
+            lines = lines[:keep // 4] + [f"[{len(lines) - keep} lines]"] + lines[-(keep - keep // 4):]
+        first, *rest = lines
+        summary += f"\n  {resource} {first}" if resource else f"\n  {first}"
+        summary += "".join(f"\n      {line}" for line in rest)
     return (f"pulumi {command} exited {returncode}" + (f"; its errors:{summary}" if errors else "")
             + f"\nthe end of its output:\n{output[-tail:]}")
 
