@@ -127,8 +127,9 @@ AWS_PROD_DRILLS = "aws-prod-drills"
 # group in `make test` on 2026-11-29, measured per worker process tree: engine onprem-dev 370, its plants 361, engine
 # linode-dev 324, engine linode-ha 275, engine gcp-prod 253, aws-prod's drills 224, engine aws-prod 216, linode-dev
 # 160, aws-prod 158, linode-dev's drills 158, gcp-prod 123, linode-ha 94): on two cores the suite is CPU-bound, and a
-# long group started last is the tail. Engine runs take turns (rehearsal_support.ENGINE_RUN), so each is followed by a cluster's
-# group: the worker that takes the next engine group waits for the turn while the others install and test clusters.
+# long group started last is the tail. Engine runs take turns (rehearsal_support.ENGINE_RUN), so each is followed by
+# a cluster's group: the worker that takes the next engine group waits for the turn while the others install and test
+# clusters.
 # A group not listed starts after these.
 GROUP_ORDER = ("engine-onprem-dev", AWS_PROD_DRILLS, "engine-onprem-dev-planted", "linode-dev", "engine-linode-dev",
                "aws-prod", "engine-linode-ha", LINODE_DEV_DRILLS, "engine-gcp-prod", "gcp-prod", "engine-aws-prod",

@@ -80,9 +80,10 @@ def onprem(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("engine-onprem")
     cfg, _plan, fit = prepared("onprem-dev")
+    charts, policy_config = _charts_with_a_moved_version(tmp), _policy_config(tmp)  # before the turn: no engine work
     t0 = time.monotonic()
-    with heavy(alone=ENGINE_RUN), engine.EngineRun("onprem-dev", cfg, fit.model, tmp / "run", ROOT, _charts_with_a_moved_version(tmp),
-                                   policy_config=_policy_config(tmp)) as run:
+    with heavy(alone=ENGINE_RUN), engine.EngineRun("onprem-dev", cfg, fit.model, tmp / "run", ROOT, charts,
+                                                   policy_config=policy_config) as run:
         policy = run.policy_preview
         run.up()
         client = run.cp.client
