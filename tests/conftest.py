@@ -189,7 +189,8 @@ def interleaved(heavy: list[str], light: list[str], slots: int) -> list[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each group's tests together, the groups in interleaved() order: the rehearsal's in GROUP_ORDER (engine runs
-    start first); a rehearsal test without a stack must say why it needs its own control plane."""
+    from the start, each followed by a cluster's group); a rehearsal test without a stack must say why it needs its
+    own control plane."""
     rank = {group: i for i, group in enumerate(GROUP_ORDER)}
     for item in items:
         if rehearsal_stack(item) is None and item.get_closest_marker("rehearsal") is not None:

@@ -112,7 +112,7 @@ class Timing:
             "initial-node-group-backoff-duration": f"{self.backoff_seconds}s",
             "max-node-group-backoff-duration": f"{self.backoff_seconds * 3}s",
             "unremovable-node-recheck-timeout": f"{self.backoff_seconds}s",
-            # A killed autoscaler's successor waits out its lease (15 s, renew 10 s, retry 2 s by default).
+            # Shorter than the defaults (15 s, renew 10 s, retry 2 s): see lease_seconds.
             "leader-elect-lease-duration": f"{self.lease_seconds}s",
             "leader-elect-renew-deadline": f"{max(1, self.lease_seconds * 2 // 3)}s",
             "leader-elect-retry-period": "1s",

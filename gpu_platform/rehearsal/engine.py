@@ -126,7 +126,7 @@ class EngineError(RuntimeError):
 def failure_message(command: str, returncode: int, output: str, tail: int = 4000, keep: int = 20) -> str:
     """What a failed CLI command said, for the test report: each error of its `Diagnostics:` block under the resource
     it is about, whole (a message's further lines follow its `error: ` line at the same indent, pulumi v3.259.0
-    backend/display/progress.go printDiagnostics: a program's traceback, a provider's joined errors), at most `keep`
+    pkg/backend/display/progress.go printDiagnostics: a program's traceback, a provider's joined errors), at most `keep`
     lines of each (its first and its last); then the end of the output. The end alone (the stack's outputs, the
     resource counts) can leave out the error that started it: on CI (2026-11-30) the report showed a Kustomize
     Directory's `grpc: the client connection is closing`, the engine stopping, not the Helm release that stopped it."""
