@@ -167,6 +167,62 @@ def test_a_failed_commands_error_names_the_error_that_stopped_it_however_long_th
         "pulumi stack init x exited 1\nthe end of its output:\nerror: no Pulumi.yaml project file found\n")
 
 
+def _destroying_run(monkeypatch, left_after: list[list[str]]):
+    """An EngineRun at its destroy, on a cluster that had `before` and, after each poll, what `left_after` lists
+    (the last list stays), with a clock that moves one second a sleep: (the run, the sleeps it took)."""
+    from types import SimpleNamespace
+
+    from gpu_platform.rehearsal import engine
+
+    before = {"v1 Namespace /default"}
+    polls = iter(left_after)
+    last: list[list[str]] = [[]]
+
+    def snapshot(_client):
+        last[0] = next(polls, last[0])
+        return before | set(last[0])
+
+    clock, sleeps = [0.0], []
+    monkeypatch.setattr(engine, "snapshot", snapshot)
+    monkeypatch.setattr(engine.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(engine.time, "sleep", lambda s: (sleeps.append(s), clock.__setitem__(0, clock[0] + s)))
+    run = object.__new__(engine.EngineRun)
+    run.before, run.stack = before, "onprem-dev"
+    run.cp = SimpleNamespace(client=None)
+    run.report = engine.EngineReport(stack="onprem-dev")
+    # A release that created its namespace: `helm uninstall` keeps the namespace (and what every namespace gets).
+    run.report.resources = [{"type": "kubernetes:helm.sh/v3:Release", "name": "r", "namespace": "made",
+                             "createNamespace": True, "chart": ""}]
+    monkeypatch.setattr(run, "pulumi", lambda *args, **kw: None, raising=False)
+    monkeypatch.setattr(run, "_delete_released_volumes", lambda: None, raising=False)
+    return run, sleeps
+
+
+KEPT = ["v1 Namespace /made", "v1 ConfigMap made/kube-root-ca.crt", "v1 ServiceAccount made/default"]
+
+
+def test_destroy_waits_for_what_it_deleted_not_for_what_helm_keeps_by_design(monkeypatch):
+    """Only what Helm keeps is left: done at the first look (the first version waited out its whole minute in every
+    engine run, every run keeping a chart's CRDs). A namespace's contents going a few seconds after: waited for."""
+    run, sleeps = _destroying_run(monkeypatch, [KEPT])
+    run.destroy()
+    assert sleeps == [] and run.report.left_behind == [] and run.report.left_by_helm == sorted(KEPT)
+    going = "v1 ConfigMap training/settings"
+    run, sleeps = _destroying_run(monkeypatch, [KEPT + [going], KEPT + [going], KEPT])
+    run.destroy()
+    assert sleeps == [1, 1] and run.report.left_behind == [] and run.report.timings["destroy-settle"] == 2
+
+
+def test_what_destroy_leaves_for_good_is_reported_after_the_settle_time(monkeypatch):
+    from gpu_platform.rehearsal import engine
+
+    leak = "v1 ConfigMap training/leaked"
+    run, sleeps = _destroying_run(monkeypatch, [KEPT + [leak]])
+    run.destroy()
+    assert len(sleeps) == engine.DESTROY_SETTLE_S + 1
+    assert run.report.left_behind == [leak] and run.report.left_by_helm == sorted(KEPT)
+
+
 # --- the language host: tarball + go.mod overlay + the exec shim ---------------------------------------------
 
 def _sources_or_skip() -> Path:

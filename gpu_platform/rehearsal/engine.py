@@ -75,6 +75,9 @@ from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
 PASSPHRASE = "rehearsal-only-passphrase"
 PROVIDER_CLIENT_TIMEOUT_S = 300  # seconds; see EngineRun.env
 NODES_TIMEOUT_S = 180.0  # the KWOK nodes' registration, as the suite's rehearsal clusters wait (a hang guard)
+# How long destroy waits for what it deleted to go (a namespace's contents go after the namespace's own deletion
+# returns) before reporting what is still there as left behind.
+DESTROY_SETTLE_S = 60
 
 
 def not_deployable() -> dict[str, str]:
@@ -282,11 +285,11 @@ def chart_crds(archive: str) -> list[tuple[str, str, list[str]]]:
     return out
 
 
-def split_left_by_helm(left: list[str], resources: list[dict]) -> tuple[list[str], list[str]]:
-    """(left behind, left by Helm): of what `destroy` left, what `helm uninstall` keeps by design: a namespace a Release
+def kept_by_helm(resources: list[dict]) -> set[str]:
+    """What `helm uninstall` keeps by design of the releases among `resources` (the report's): a namespace a Release
     of the program created with --create-namespace (helm/helm#1464), with the ServiceAccount and CA ConfigMap the
     control plane puts in every namespace; and the CRDs of a Release's chart's crds/ directories (chart_crds), with
-    the APIService kube-apiserver keeps for each served version of their groups. Anything else is left behind."""
+    the APIService kube-apiserver keeps for each served version of their groups."""
     releases = [r for r in resources if r.get("type") == "kubernetes:helm.sh/v3:Release"]
     helm = {x for r in releases if r.get("createNamespace") for ns in [r.get("namespace")]
             for x in (f"v1 Namespace /{ns}", f"v1 ConfigMap {ns}/kube-root-ca.crt", f"v1 ServiceAccount {ns}/default")}
@@ -294,6 +297,13 @@ def split_left_by_helm(left: list[str], resources: list[dict]) -> tuple[list[str
         for name, group, versions in chart_crds(str(r.get("chart") or "")):
             helm.add(f"apiextensions.k8s.io/v1 CustomResourceDefinition /{name}")
             helm.update(f"apiregistration.k8s.io/v1 APIService /{v}.{group}" for v in versions)
+    return helm
+
+
+def split_left_by_helm(left: list[str], resources: list[dict]) -> tuple[list[str], list[str]]:
+    """(left behind, left by Helm): of what `destroy` left, what `helm uninstall` keeps by design (kept_by_helm).
+    Anything else is left behind."""
+    helm = kept_by_helm(resources)
     return [x for x in left if x not in helm], [x for x in left if x in helm]
 
 
@@ -598,11 +608,16 @@ class EngineRun:
 
     def destroy(self) -> None:
         self.pulumi("destroy", "--yes", "--skip-preview", "--stack", self.stack)
-        deadline = time.monotonic() + 60
+        # What Helm keeps by design stays for good: the wait ends once nothing else is left. (Waiting for nothing at
+        # all to be left ran out its whole minute in every run, 60 snapshots of every object on the API server.)
+        kept = kept_by_helm(self.report.resources)
+        deadline = time.monotonic() + DESTROY_SETTLE_S
         while True:  # a namespace's contents go after the namespace's own deletion returns
             self._delete_released_volumes()
             left = sorted(snapshot(self.cp.client) - self.before)
-            if not left or time.monotonic() > deadline:
+            if all(x in kept for x in left) or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        self.report.left_behind, self.report.left_by_helm = split_left_by_helm(left, self.report.resources)
+        self.report.timings["destroy-settle"] = round(time.monotonic() - deadline + DESTROY_SETTLE_S, 1)
+        self.report.left_behind = [x for x in left if x not in kept]
+        self.report.left_by_helm = [x for x in left if x in kept]
