@@ -1,4 +1,5 @@
-"""How the suite is laid out over pytest-xdist's workers (`make check` and `make test`: `-n 2 --dist loadgroup`).
+"""How the suite is laid out over pytest-xdist's workers (`--dist loadgroup`; `make check`: one worker more than
+the cores, `make test`: four).
 
 tests/conftest.py gives each test an xdist group: a stack's rehearsal tests share one, so one worker boots
 that stack's cluster once (tests/rehearsal_support.py); every other test goes with its module, so a
