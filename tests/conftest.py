@@ -123,17 +123,16 @@ def linode_dev_plan() -> Plan:
 LINODE_DEV_DRILLS = "linode-dev-drills"
 AWS_PROD_DRILLS = "aws-prod-drills"
 
-# The order the rehearsal's groups start in, the engine runs (the costliest) from the start (CPU-seconds of each
-# group in `make test` on 2026-11-29, measured per worker process tree: engine onprem-dev 370, its plants 361, engine
-# linode-dev 324, engine linode-ha 275, engine gcp-prod 253, aws-prod's drills 224, engine aws-prod 216, linode-dev
-# 160, aws-prod 158, linode-dev's drills 158, gcp-prod 123, linode-ha 94): on two cores the suite is CPU-bound, and a
-# long group started last is the tail. Engine runs take turns (rehearsal_support.ENGINE_RUN), so each is followed by
-# a cluster's group: the worker that takes the next engine group waits for the turn while the others install and test
-# clusters.
-# A group not listed starts after these.
-GROUP_ORDER = ("engine-onprem-dev", AWS_PROD_DRILLS, "engine-onprem-dev-planted", "linode-dev", "engine-linode-dev",
-               "aws-prod", "engine-linode-ha", LINODE_DEV_DRILLS, "engine-gcp-prod", "gcp-prod", "engine-aws-prod",
-               "linode-ha")
+# The order the rehearsal's groups start in. Engine runs take turns (rehearsal_support.ENGINE_RUN): they are a chain,
+# about 1,200 s of `make test` one after another (wall seconds in the run of 2026-11-30: onprem-dev with its plants
+# about 470, linode-dev 230, linode-ha 200, aws-prod 156, gcp-prod 153), started first and each after a cluster's
+# group, so that the worker that takes the next one waits for its turn while the others test clusters. The clusters'
+# groups mostly wait on their controllers (linode-dev 625 s, aws-prod's drills 620, aws-prod 520, linode-dev's drills
+# 470, gcp-prod 450, linode-ha 355): the longest start first and the shortest last, so that none is the tail (with
+# linode-ha last, the run of 2026-11-30 ended on it alone, its four last minutes at 5 to 10 % CPU). A group not
+# listed starts after these.
+GROUP_ORDER = ("engine-onprem-dev", "linode-dev", AWS_PROD_DRILLS, "aws-prod", "engine-linode-dev", LINODE_DEV_DRILLS,
+               "gcp-prod", "engine-linode-ha", "linode-ha", "engine-gcp-prod", "engine-aws-prod")
 
 
 def rehearsal_stack(item: pytest.Item) -> str | None:

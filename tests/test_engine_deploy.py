@@ -72,9 +72,12 @@ def _charts_with_a_moved_version(tmp) -> Path:
 @pytest.fixture(scope="module")
 def onprem(tmp_path_factory):
     """onprem-dev through the engine once, every assertion below on its record: the policy preview, `up`, a second
-    `up --refresh --expect-no-changes`, a preview with one chart's version moved, `destroy`. Starts its own control
-    plane: the session's shared cluster of a stack (tests/rehearsal_support.py shared()) has the platform installed
-    by the rehearsal's own installer, and the engine must deploy onto a cluster that does not have it yet."""
+    `up --refresh --expect-no-changes`, a preview with one chart's version moved, Katib's overlay previewed, then the
+    planted defects on the deployed platform (_plants), `destroy`. Starts its own control plane: the session's shared
+    cluster of a stack (tests/rehearsal_support.py shared()) has the platform installed by the rehearsal's own
+    installer, and the engine must deploy onto a cluster that does not have it yet. The plants ran on a second control
+    plane of their own until 2026-11-30: its `up` of the platform and its `destroy` repeated this run's (about four
+    minutes of `make test`'s critical path, engine runs taking turns)."""
     _need_engine()
     from tests.rehearsal_support import ENGINE_RUN, heavy, prepared
 
@@ -116,11 +119,16 @@ def onprem(tmp_path_factory):
         run.replant(PLANT_PROVIDER + KATIB_FROM_THE_FOLDER, prelude="")
         katib = run.preview_changes(check=False)
         katib_errors = list(run.preview_errors)
+        # What the shipped run's tests read, before the plants add to the record.
+        shipped = SimpleNamespace(taken_over=list(run.report.taken_over),
+                                  policy_violations=list(run.report.policy_violations))
+        planted = _plants(run, policy_config)
         run.replant(None, prelude="")
         run.destroy()
     (tmp / "engine.json").write_text(json.dumps(run.report.to_json(), indent=1))
-    return SimpleNamespace(report=run.report, policy=policy, second=second, moved=moved, katib=katib, katib_errors=katib_errors,
-                           admission=admission, kueue=kueue, kubeflow=kubeflow, wall=time.monotonic() - t0)
+    return SimpleNamespace(report=run.report, shipped=shipped, planted=planted, policy=policy, second=second, moved=moved,
+                           katib=katib, katib_errors=katib_errors, admission=admission, kueue=kueue, kubeflow=kubeflow,
+                           wall=time.monotonic() - t0)
 
 
 @pytest.mark.rehearsal(group="engine-onprem-dev")
@@ -129,7 +137,7 @@ def test_the_policy_pack_run_by_the_engine_finds_no_violation_in_onprem_dev_as_s
     # The stack as shipped, Kubeflow's installs expanded object by object (their upstream images are the releases'
     # own: security_rules.PINNED_INSTALL_PARENTS; before, images-by-digest refused 16 Deployments here).
     out = onprem.policy.stdout + onprem.policy.stderr
-    assert onprem.policy.returncode == 0 and onprem.report.policy_violations == [], out[-4000:]
+    assert onprem.policy.returncode == 0 and onprem.shipped.policy_violations == [], out[-4000:]
 
 
 @pytest.mark.rehearsal(group="engine-onprem-dev")
@@ -145,7 +153,7 @@ def test_onprem_dev_is_deployed_by_pulumi_up_with_every_chart_from_the_local_fol
     # Every claim on a class the cluster has (onprem-dev's cluster has no default StorageClass), and nothing the
     # cluster had taken over (users' provider would fail with AlreadyExists there).
     assert report.claims_unprovisioned == [], report.claims_unprovisioned
-    assert report.taken_over == [], report.taken_over
+    assert onprem.shipped.taken_over == [], onprem.shipped.taken_over
 
 
 @pytest.mark.rehearsal(group="engine-onprem-dev")
@@ -312,18 +320,6 @@ PLANT_PROVIDER = (
     "_p = pulumi.ResourceOptions(provider=k8s.Provider('planted', kubeconfig=_kc))\n")
 
 
-def _planted_run(tmp_path, plant: str):
-    _need_engine()
-    from tests.rehearsal_support import prepared
-
-    cfg, _plan, fit = prepared("onprem-dev")
-    # The plants need the queue (Kueue's webhook) and Kubeflow (the Trainer's) and nothing else of the platform:
-    # monitoring and the notebooks (deployed by the module fixture's run) are left out here, after the policy preview,
-    # so that none of the run's six `up`s renders and diffs their releases again.
-    return engine.EngineRun("onprem-dev", cfg, fit.model, tmp_path / "run", ROOT, CHARTS, plant=PLANT_PROVIDER + plant,
-                            policy_config=_policy_config(tmp_path), also_off=("monitoring", "notebooks"))
-
-
 def _policy_config(tmp_path) -> Path:
     """The stack's policy pack config as preview.yml and deploy.yml write it."""
     path = tmp_path / "policy-config.json"
@@ -374,42 +370,63 @@ REFUSED_BY_TRAINER = (
     "        'spec': {'template': {'spec': {'containers': [{'name': 'node', 'image': 'busybox'}]}}}}}]}}}, opts=_p)\n")
 
 
-@pytest.mark.rehearsal(group="engine-onprem-dev-planted")
-def test_a_perpetual_diff_a_custom_resource_before_its_crd_and_a_queue_kueue_refuses_fail_the_engine_checks(tmp_path):
-    """Starts its own control plane (as the test above, and one for the plants: each is planted after the
-    one before is caught). The program with a perpetual diff deploys, and the second `up --refresh --expect-no-changes`
-    fails naming the resource (and the pack, run by the engine, refuses its image by tag); then with a custom resource ordered before its CRD, `up` fails naming its kind;
-    a Namespace the cluster already has is reported taken over; then a ClusterQueue with a negative quota makes `up` fail with Kueue's own webhook's refusal (kueue-manager on the
-    host, called by kube-apiserver through the webhook proxy); then a ClusterTrainingRuntime with two trainer replicas
-    makes it fail with the Trainer's (trainer-manager on the host at its pod's paths); `destroy` still leaves nothing."""
-    from tests.rehearsal_support import ENGINE_RUN, heavy
+def _plants(run: engine.EngineRun, policy_config: Path) -> SimpleNamespace:
+    """The planted defects, one after another on the run's deployed platform (each planted once the one before is
+    caught), the program's own resources unchanged: the policy preview and `up` with a perpetual diff, then its second
+    `up --refresh --expect-no-changes`; `up` with a custom resource ordered before its CRD; with a Namespace the cluster
+    already has; with a ClusterQueue only Kueue's webhook refuses; with a ClusterTrainingRuntime only the Trainer's
+    refuses. Each `up` that fails is recorded with its error, not raised, so that the run's `destroy` still follows."""
 
-    run = _planted_run(tmp_path, PERPETUAL)
-    with heavy(alone=ENGINE_RUN), run:
-        assert run.policy_preview.returncode != 0, (run.policy_preview.stdout + run.policy_preview.stderr)[-4000:]
-        assert run.report.policy_violations == ["[mandatory]  images-by-digest  (kubernetes:apps/v1:Deployment: planted-web)"]
-        run.up()
-        second = run.second_up()
-        out = second.stdout + second.stderr
-        assert second.returncode != 0 and "planted-stamp" in out and "renderedAt" in out, out[-4000:]
-        assert "no changes were expected for update but changes were proposed" in out, out[-4000:]
-        run.replant(PLANT_PROVIDER + CR_BEFORE_CRD)
-        with pytest.raises(engine.EngineError, match=r'no matches for kind "Widget" in version "example.com/v1"'):
+    def failed_up() -> str:
+        try:
             run.up()
-        # A Namespace the cluster already has: the built provider (4.25.0) takes it over where users' (4.29 and
-        # later) fails with AlreadyExists; the run reports it (the review of 2026-11-29 found the engine silent).
-        run.cp.client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "planted-existing"}})
-        run.replant(PLANT_PROVIDER + EXISTING_NAMESPACE)
-        run.up()
-        assert run.report.taken_over == [" Namespace /planted-existing"], run.report.taken_over
-        run.replant(PLANT_PROVIDER + REFUSED_BY_KUEUE)
-        with pytest.raises(engine.EngineError, match=r'admission webhook "vclusterqueue.kb.io" denied the request: '
-                                                     r'spec.resourceGroups\[0\].flavors\[0\].resources\[0\].nominalQuota: '
-                                                     r'Invalid value: "-1": must be greater than or equal to 0'):
-            run.up()
-        run.replant(PLANT_PROVIDER + REFUSED_BY_TRAINER)
-        with pytest.raises(engine.EngineError, match=r'admission webhook "validator.clustertrainingruntime.trainer.kubeflow.org" '
-                                                     r'denied the request: .*replicas: Invalid value: 2: always must be 1'):
-            run.up()
-        run.destroy()
-    assert run.report.left_behind == [], run.report.left_behind
+        except engine.EngineError as exc:
+            return str(exc)
+        return ""
+
+    run.replant(PLANT_PROVIDER + PERPETUAL, prelude="")
+    policy = run.preview_with_policies(policy_config)
+    violations = list(run.report.policy_violations)
+    run.up()
+    second = run.second_up()
+    run.replant(PLANT_PROVIDER + CR_BEFORE_CRD, prelude="")
+    cr_before_crd = failed_up()
+    # A Namespace the cluster already has: the built provider (4.25.0) takes it over where users' (4.29 and later)
+    # fails with AlreadyExists; the run reports it (the review of 2026-11-29 found the engine silent).
+    run.cp.client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "planted-existing"}})
+    taken_before = len(run.report.taken_over)
+    run.replant(PLANT_PROVIDER + EXISTING_NAMESPACE, prelude="")
+    existing = failed_up()
+    taken_over = run.report.taken_over[taken_before:]
+    run.replant(PLANT_PROVIDER + REFUSED_BY_KUEUE, prelude="")
+    kueue = failed_up()
+    run.replant(PLANT_PROVIDER + REFUSED_BY_TRAINER, prelude="")
+    trainer = failed_up()
+    return SimpleNamespace(policy=policy, violations=violations, second=second, cr_before_crd=cr_before_crd,
+                           existing=existing, taken_over=taken_over, kueue=kueue, trainer=trainer)
+
+
+@pytest.mark.rehearsal(group="engine-onprem-dev")
+def test_a_perpetual_diff_a_custom_resource_before_its_crd_and_a_queue_kueue_refuses_fail_the_engine_checks(onprem):
+    """On the module fixture's own control plane (`onprem`), after the shipped run's checks (_plants). The program with
+    a perpetual diff deploys, and the second `up --refresh --expect-no-changes` fails naming the resource (and the
+    pack, run by the engine, refuses its image by tag); then with a custom resource ordered before its CRD, `up` fails
+    naming its kind; a Namespace the cluster already has is reported taken over; then a ClusterQueue with a negative
+    quota makes `up` fail with Kueue's own webhook's refusal (kueue-manager on the host, called by kube-apiserver
+    through the webhook proxy); then a ClusterTrainingRuntime with two trainer replicas makes it fail with the
+    Trainer's (trainer-manager on the host at its pod's paths); `destroy` still leaves nothing
+    (test_destroy_of_onprem_dev_leaves_no_object_behind_but_the_crds_helm_keeps)."""
+    planted = onprem.planted
+    assert planted.policy.returncode != 0, (planted.policy.stdout + planted.policy.stderr)[-4000:]
+    assert planted.violations == ["[mandatory]  images-by-digest  (kubernetes:apps/v1:Deployment: planted-web)"]
+    out = planted.second.stdout + planted.second.stderr
+    assert planted.second.returncode != 0 and "planted-stamp" in out and "renderedAt" in out, out[-4000:]
+    assert "no changes were expected for update but changes were proposed" in out, out[-4000:]
+    assert re.search(r'no matches for kind "Widget" in version "example.com/v1"', planted.cr_before_crd), planted.cr_before_crd
+    assert planted.existing == "" and planted.taken_over == [" Namespace /planted-existing"], (planted.existing,
+                                                                                             planted.taken_over)
+    assert re.search(r'admission webhook "vclusterqueue.kb.io" denied the request: '
+                     r'spec.resourceGroups\[0\].flavors\[0\].resources\[0\].nominalQuota: '
+                     r'Invalid value: "-1": must be greater than or equal to 0', planted.kueue), planted.kueue
+    assert re.search(r'admission webhook "validator.clustertrainingruntime.trainer.kubeflow.org" '
+                     r'denied the request: .*replicas: Invalid value: 2: always must be 1', planted.trainer), planted.trainer
