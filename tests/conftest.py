@@ -124,13 +124,13 @@ LINODE_DEV_DRILLS = "linode-dev-drills"
 AWS_PROD_DRILLS = "aws-prod-drills"
 
 # The order the rehearsal's groups start in. Engine runs take turns (rehearsal_support.ENGINE_RUN): they are a chain,
-# about 1,200 s of `make test` one after another (wall seconds in the run of 2026-11-30: onprem-dev with its plants
-# about 470, linode-dev 230, linode-ha 200, aws-prod 156, gcp-prod 153), started first and each after a cluster's
-# group, so that the worker that takes the next one waits for its turn while the others test clusters. The clusters'
-# groups mostly wait on their controllers (linode-dev 625 s, aws-prod's drills 620, aws-prod 520, linode-dev's drills
-# 470, gcp-prod 450, linode-ha 355): the longest start first and the shortest last, so that none is the tail (with
-# linode-ha last, the run of 2026-11-30 ended on it alone, its four last minutes at 5 to 10 % CPU). A group not
-# listed starts after these.
+# most of `make test` one after another (2026-11-30, this order: onprem-dev with its plants 8.3 minutes, linode-dev
+# 6, linode-ha 3.3, gcp-prod 2.9, aws-prod 2.5; the last ended 2 minutes before the run). They start first and mostly
+# after a cluster's group, so that the worker that takes the next one waits for its turn while the others test
+# clusters. The clusters' groups mostly wait on their controllers (linode-dev 636 s, aws-prod's drills about 640,
+# aws-prod 510, linode-dev's drills about 460, gcp-prod 450, linode-ha 355): the longest start first. In the order
+# before, two engine runs and linode-ha came last and the run ended on linode-ha alone, four minutes at 5 to 10 %
+# CPU (1,658 s; this order 1,576 s). A group not listed starts after these.
 GROUP_ORDER = ("engine-onprem-dev", "linode-dev", AWS_PROD_DRILLS, "aws-prod", "engine-linode-dev", LINODE_DEV_DRILLS,
                "gcp-prod", "engine-linode-ha", "linode-ha", "engine-gcp-prod", "engine-aws-prod")
 
@@ -188,8 +188,8 @@ def interleaved(heavy: list[str], light: list[str], slots: int) -> list[str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each group's tests together, the groups in interleaved() order: the rehearsal's in GROUP_ORDER (engine runs
-    from the start, each followed by a cluster's group); a rehearsal test without a stack must say why it needs its
-    own control plane."""
+    from the start, mostly after a cluster's group); a rehearsal test without a stack must say why it needs its own
+    control plane."""
     rank = {group: i for i, group in enumerate(GROUP_ORDER)}
     for item in items:
         if rehearsal_stack(item) is None and item.get_closest_marker("rehearsal") is not None:

@@ -184,8 +184,9 @@ def _destroying_run(monkeypatch, left_after: list[list[str]]):
 
     clock, sleeps = [0.0], []
     monkeypatch.setattr(engine, "snapshot", snapshot)
-    monkeypatch.setattr(engine.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(engine.time, "sleep", lambda s: (sleeps.append(s), clock.__setitem__(0, clock[0] + s)))
+    # engine's own `time` only (a fake clock: the sleeps move it), not the time module every thread uses
+    monkeypatch.setattr(engine, "time", SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=lambda s: (sleeps.append(s), clock.__setitem__(0, clock[0] + s))))
     run = object.__new__(engine.EngineRun)
     run.before, run.stack = before, "onprem-dev"
     run.cp = SimpleNamespace(client=None)
@@ -202,15 +203,25 @@ KEPT = ["v1 Namespace /made", "v1 ConfigMap made/kube-root-ca.crt", "v1 ServiceA
 
 
 def test_destroy_waits_for_what_it_deleted_not_for_what_helm_keeps_by_design(monkeypatch):
-    """Only what Helm keeps is left: done at the first look (the first version waited out its whole minute in every
-    engine run, every run keeping a chart's CRDs). A namespace's contents going a few seconds after: waited for."""
+    """Only what Helm keeps is left: done at the second look, a second later (the first version waited out its whole
+    minute in every engine run, every run keeping a chart's CRDs). A namespace's contents going a few seconds after:
+    waited for."""
     run, sleeps = _destroying_run(monkeypatch, [KEPT])
     run.destroy()
-    assert sleeps == [] and run.report.left_behind == [] and run.report.left_by_helm == sorted(KEPT)
+    assert sleeps == [1] and run.report.left_behind == [] and run.report.left_by_helm == sorted(KEPT)
     going = "v1 ConfigMap training/settings"
     run, sleeps = _destroying_run(monkeypatch, [KEPT + [going], KEPT + [going], KEPT])
     run.destroy()
-    assert sleeps == [1, 1] and run.report.left_behind == [] and run.report.timings["destroy-settle"] == 2
+    assert sleeps == [1, 1, 1] and run.report.left_behind == [] and run.report.timings["destroy-settle"] == 3
+
+
+def test_an_object_made_again_after_destroy_seemed_done_is_left_behind(monkeypatch):
+    """One look with only what Helm keeps is not the end: a controller still running (the run's hosted ones, its hook
+    runner) may make something again a moment later, which is then left behind."""
+    made_again = "trainer.kubeflow.org/v1alpha1 ClusterTrainingRuntime /torch-distributed"
+    run, _sleeps = _destroying_run(monkeypatch, [KEPT, KEPT + [made_again]])
+    run.destroy()
+    assert run.report.left_behind == [made_again], run.report.left_behind
 
 
 def test_what_destroy_leaves_for_good_is_reported_after_the_settle_time(monkeypatch):
