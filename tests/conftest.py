@@ -124,10 +124,10 @@ LINODE_DEV_DRILLS = "linode-dev-drills"
 AWS_PROD_DRILLS = "aws-prod-drills"
 
 # The order the rehearsal's groups start in. Engine runs take turns (rehearsal_support.ENGINE_RUN): they are a chain,
-# most of `make test` one after another (2026-11-30, this order: onprem-dev with its plants 8.3 minutes, linode-dev
-# 6, linode-ha 3.3, gcp-prod 2.9, aws-prod 2.5; the last ended 2 minutes before the run). They start first and mostly
-# after a cluster's group, so that the worker that takes the next one waits for its turn while the others test
-# clusters. The clusters' groups mostly wait on their controllers (linode-dev 636 s, aws-prod's drills about 640,
+# most of `make test` one after another (2026-11-30, this order, each fixture's set-up with its wait for the turn:
+# onprem-dev with its plants 492 s, linode-dev 237, aws-prod 195, linode-ha 188, gcp-prod 160; the last ended 2
+# minutes before the run did). They start first and mostly after a cluster's group, so that the worker that takes
+# the next one waits for its turn while the others test clusters. The clusters' groups mostly wait on their controllers (linode-dev 636 s, aws-prod's drills about 640,
 # aws-prod 510, linode-dev's drills about 460, gcp-prod 450, linode-ha 355): the longest start first. In the order
 # before, two engine runs and linode-ha came last and the run ended on linode-ha alone, four minutes at 5 to 10 %
 # CPU (1,658 s; this order 1,576 s). A group not listed starts after these.
