@@ -126,11 +126,13 @@ AWS_PROD_DRILLS = "aws-prod-drills"
 # The order the rehearsal's groups start in. Engine runs take turns (rehearsal_support.ENGINE_RUN): they are a chain,
 # most of `make test` one after another (2026-11-30, this order, each fixture's set-up with its wait for the turn:
 # onprem-dev with its plants 492 s, linode-dev 237, aws-prod 195, linode-ha 188, gcp-prod 160; the last ended 2
-# minutes before the run did). They start first and mostly after a cluster's group, so that the worker that takes
-# the next one waits for its turn while the others test clusters. The clusters' groups mostly wait on their controllers (linode-dev 636 s, aws-prod's drills about 640,
-# aws-prod 510, linode-dev's drills about 460, gcp-prod 450, linode-ha 355): the longest start first. In the order
-# before, two engine runs and linode-ha came last and the run ended on linode-ha alone, four minutes at 5 to 10 %
-# CPU (1,658 s; this order 1,576 s). A group not listed starts after these.
+# minutes before the run did). onprem-dev's starts first and the others each after a cluster's group (one runs at a
+# time anyway), so that the worker that takes the next one waits for its turn while the others test clusters; the
+# last two end the list, being the shortest. The clusters' groups mostly wait on their
+# controllers (linode-dev 636 s, aws-prod's drills about 640, aws-prod 510, linode-dev's drills about 460, gcp-prod
+# 450, linode-ha 355): the longest start first. In the order before, linode-ha's cluster came after the last engine
+# run and the run ended on it alone, four minutes at 5 to 10 % CPU (1,658 s; this order 1,576 s). A group not listed
+# starts after these.
 GROUP_ORDER = ("engine-onprem-dev", "linode-dev", AWS_PROD_DRILLS, "aws-prod", "engine-linode-dev", LINODE_DEV_DRILLS,
                "gcp-prod", "engine-linode-ha", "linode-ha", "engine-gcp-prod", "engine-aws-prod")
 

@@ -303,8 +303,11 @@ def kept_by_helm(resources: list[dict]) -> set[str]:
 def split_left_by_helm(left: list[str], resources: list[dict]) -> tuple[list[str], list[str]]:
     """(left behind, left by Helm): of what `destroy` left, what `helm uninstall` keeps by design (kept_by_helm).
     Anything else is left behind."""
-    helm = kept_by_helm(resources)
-    return [x for x in left if x not in helm], [x for x in left if x in helm]
+    return _split_kept(left, kept_by_helm(resources))
+
+
+def _split_kept(left: list[str], kept: set[str]) -> tuple[list[str], list[str]]:
+    return [x for x in left if x not in kept], [x for x in left if x in kept]
 
 
 @dataclass
@@ -620,6 +623,6 @@ class EngineRun:
             if settled == 2 or time.monotonic() > start + DESTROY_SETTLE_S:
                 break
             time.sleep(1)
-        self.report.timings["destroy-settle"] = round(self.report.timings.get("destroy-settle", 0) + time.monotonic() - start, 1)
-        self.report.left_behind = [x for x in left if x not in kept]
-        self.report.left_by_helm = [x for x in left if x in kept]
+        waited = time.monotonic() - start
+        self.report.timings["destroy-settle"] = round(self.report.timings.get("destroy-settle", 0) + waited, 1)
+        self.report.left_behind, self.report.left_by_helm = _split_kept(left, kept)
