@@ -234,7 +234,7 @@ def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
     """Needs its own control plane: it checks what starting one runs and that closing it leaves nothing. The API
     server it runs works on a request at least as long as the engine's Pulumi provider waits for one: with
     kube-apiserver's default 60 s, CI's two engine runs at once got a 504 for /openapi/v2 and both `up`s failed."""
-    from gpu_platform.rehearsal.controlplane import ControlPlane
+    from gpu_platform.rehearsal.controlplane import APISERVER_GOGC, ControlPlane
     from gpu_platform.rehearsal.engine import PROVIDER_CLIENT_TIMEOUT_S
 
     with ControlPlane(tmp_path / "logs") as cp:
@@ -246,9 +246,22 @@ def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
         argv = Path(f"/proc/{apiserver.popen.pid}/cmdline").read_text().split("\0")
         timeouts = [a.removeprefix("--request-timeout=") for a in argv if a.startswith("--request-timeout=")]
         assert timeouts and timeouts[-1].endswith("s") and int(timeouts[-1][:-1]) >= PROVIDER_CLIENT_TIMEOUT_S, argv
+        # Its garbage collector runs at the rehearsal's target (controlplane.APISERVER_GOGC says why).
+        environ = dict(v.split("=", 1) for v in Path(f"/proc/{apiserver.popen.pid}/environ").read_text().split("\0") if "=" in v)
+        assert environ.get("GOGC") == os.environ.get("GOGC", APISERVER_GOGC)
     assert _children_alive(pids) == []
     assert not tmp.exists()
     assert (tmp_path / "logs" / "kube-apiserver.log").stat().st_size > 0
+
+
+def test_the_api_servers_collector_target_is_the_rehearsals_unless_the_environment_names_one():
+    from gpu_platform.rehearsal.controlplane import APISERVER_GOGC, apiserver_env
+
+    assert int(APISERVER_GOGC) > 100  # above Go's default, or it saves nothing
+    env = apiserver_env({"PATH": "/usr/bin"})
+    assert env == {"PATH": "/usr/bin", "GOGC": APISERVER_GOGC}
+    assert apiserver_env({"PATH": "/usr/bin", "GOGC": "100"})["GOGC"] == "100"
+    assert apiserver_env({"GOGC": "off"}) == {"GOGC": "off"}
 
 
 @needs_components
