@@ -73,6 +73,22 @@ from gpu_platform.rehearsal.nodes import create_nodes
 from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
 
 PASSPHRASE = "rehearsal-only-passphrase"
+# The CLI's automatic log (pulumi v3.259.0 pkg/logging/encrypted.go StartLogging, unconditional since pulumi#23731):
+# every command writes a debug-level log of every step's properties, gzipped and encrypted, to $PULUMI_HOME/logs. It
+# was 40 % of the CLI's CPU samples in each `up` and `destroy` of an engine run, the collector's share of it aside
+# (`pulumi --profiling`, 2026-11-30): the CLI took 43 to 48 CPU-seconds in linode-dev's engine run with it, 14 without.
+# No rehearsal reads it. The CLI has no switch for it; when it cannot make that folder it says "automatic logging
+# unavailable" (at a level it does not print) and runs without. AUTOMATIC_LOGS_ENV=1 keeps it, to debug the engine.
+AUTOMATIC_LOGS_ENV = "GPU_PLATFORM_ENGINE_AUTOMATIC_LOGS"
+
+
+def without_automatic_logs(pulumi_home: Path) -> None:
+    """A file where the CLI would make its automatic logs' folder (above), unless AUTOMATIC_LOGS_ENV is 1."""
+    logs = pulumi_home / "logs"
+    if os.environ.get(AUTOMATIC_LOGS_ENV) == "1" or logs.exists():
+        return
+    logs.write_text(f"Not a folder: no automatic logs in a rehearsal (gpu_platform/rehearsal/engine.py; "
+                    f"{AUTOMATIC_LOGS_ENV}=1 keeps them).\n")
 PROVIDER_CLIENT_TIMEOUT_S = 300  # seconds; see EngineRun.env
 NODES_TIMEOUT_S = 180.0  # the KWOK nodes' registration, as the suite's rehearsal clusters wait (a hang guard)
 # How long destroy waits for what it deleted to go (a namespace's contents go after the namespace's own deletion
@@ -414,6 +430,7 @@ class EngineRun:
     def env(self, kubeconfig: Path) -> dict[str, str]:
         for d in ("state", "pulumi-home"):
             (self.out / d).mkdir(exist_ok=True)
+        without_automatic_logs(self.out / "pulumi-home")
         return {
             "PATH": os.pathsep.join([str(self.venv / "bin"), str(engine_bin()), "/usr/bin", "/bin"]),
             "HOME": str(self.out), "PULUMI_HOME": str(self.out / "pulumi-home"),
