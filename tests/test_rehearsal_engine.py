@@ -459,9 +459,12 @@ def _engine_bin() -> Path:
 def _offline_env(tmp_path: Path, bin_dir: Path) -> dict[str, str]:
     """Only the built binaries on PATH (and the system's sh/python3), a home and a file backend of the test's
     own, no update check, no plugin acquisition, and any HTTP(S) request sent to a closed port: a download
-    attempt fails the test instead of succeeding quietly."""
+    attempt fails the test instead of succeeding quietly. No automatic log, as in an engine run."""
+    from gpu_platform.rehearsal.engine import without_automatic_logs
+
     home = tmp_path / "pulumi-home"
     home.mkdir()
+    without_automatic_logs(home)
     (tmp_path / "state").mkdir()
     return {
         "PATH": os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"]),
