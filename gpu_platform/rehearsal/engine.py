@@ -81,19 +81,20 @@ PASSPHRASE = "rehearsal-only-passphrase"
 # unavailable" (at a level it does not print) and runs without. AUTOMATIC_LOGS_ENV=1 keeps it, to debug the engine.
 AUTOMATIC_LOGS_ENV = "GPU_PLATFORM_ENGINE_AUTOMATIC_LOGS"
 
-
-def without_automatic_logs(pulumi_home: Path) -> None:
-    """A file where the CLI would make its automatic logs' folder (above), unless AUTOMATIC_LOGS_ENV is 1."""
-    logs = pulumi_home / "logs"
-    if os.environ.get(AUTOMATIC_LOGS_ENV) == "1" or logs.exists():
-        return
-    logs.write_text(f"Not a folder: no automatic logs in a rehearsal (gpu_platform/rehearsal/engine.py; "
-                    f"{AUTOMATIC_LOGS_ENV}=1 keeps them).\n")
 PROVIDER_CLIENT_TIMEOUT_S = 300  # seconds; see EngineRun.env
 NODES_TIMEOUT_S = 180.0  # the KWOK nodes' registration, as the suite's rehearsal clusters wait (a hang guard)
 # How long destroy waits for what it deleted to go (a namespace's contents go after the namespace's own deletion
 # returns) before reporting what is still there as left behind.
 DESTROY_SETTLE_S = 60
+
+
+def without_automatic_logs(pulumi_home: Path) -> None:
+    """A file where the CLI would make its automatic logs' folder, unless AUTOMATIC_LOGS_ENV is 1 (why: above it)."""
+    logs = pulumi_home / "logs"
+    if os.environ.get(AUTOMATIC_LOGS_ENV) == "1" or logs.exists():
+        return
+    logs.write_text(f"Not a folder: no automatic logs in a rehearsal (gpu_platform/rehearsal/engine.py; "
+                    f"{AUTOMATIC_LOGS_ENV}=1 keeps them).\n")
 
 
 def not_deployable() -> dict[str, str]:
