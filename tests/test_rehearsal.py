@@ -247,8 +247,9 @@ def test_control_plane_starts_and_leaves_nothing_running(tmp_path):
         timeouts = [a.removeprefix("--request-timeout=") for a in argv if a.startswith("--request-timeout=")]
         assert timeouts and timeouts[-1].endswith("s") and int(timeouts[-1][:-1]) >= PROVIDER_CLIENT_TIMEOUT_S, argv
         # Its garbage collector runs at the rehearsal's target (controlplane.APISERVER_GOGC says why).
-        environ = dict(v.split("=", 1) for v in Path(f"/proc/{apiserver.popen.pid}/environ").read_text().split("\0") if "=" in v)
-        assert environ.get("GOGC") == os.environ.get("GOGC", APISERVER_GOGC)
+        environ = Path(f"/proc/{apiserver.popen.pid}/environ").read_text().split("\0")
+        environ = dict(v.split("=", 1) for v in environ if "=" in v)
+        assert environ.get("GOGC") == (os.environ.get("GOGC") or APISERVER_GOGC)
     assert _children_alive(pids) == []
     assert not tmp.exists()
     assert (tmp_path / "logs" / "kube-apiserver.log").stat().st_size > 0
@@ -262,6 +263,7 @@ def test_the_api_servers_collector_target_is_the_rehearsals_unless_the_environme
     assert env == {"PATH": "/usr/bin", "GOGC": APISERVER_GOGC}
     assert apiserver_env({"PATH": "/usr/bin", "GOGC": "100"})["GOGC"] == "100"
     assert apiserver_env({"GOGC": "off"}) == {"GOGC": "off"}
+    assert apiserver_env({"GOGC": ""}) == {"GOGC": APISERVER_GOGC}
 
 
 @needs_components

@@ -63,8 +63,9 @@ APISERVER_GOGC = "200"
 
 
 def apiserver_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """kube-apiserver's environment: `environ` with APISERVER_GOGC unless it names a GOGC of its own."""
-    return {"GOGC": APISERVER_GOGC, **environ}
+    """kube-apiserver's environment: `environ` with APISERVER_GOGC unless it names a GOGC of its own (an empty one
+    is none: Go reads it as unset)."""
+    return {**environ, "GOGC": environ.get("GOGC") or APISERVER_GOGC}
 
 
 class ControlPlaneError(RuntimeError):

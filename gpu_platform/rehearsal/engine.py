@@ -74,7 +74,8 @@ from gpu_platform.rehearsal.volumes import Provisioner, cluster_storage_classes
 
 PASSPHRASE = "rehearsal-only-passphrase"
 # The CLI's automatic log (pulumi v3.259.0 pkg/logging/encrypted.go StartLogging, unconditional since pulumi#23731):
-# every command writes a debug-level log of every step's properties, gzipped and encrypted, to $PULUMI_HOME/logs. It
+# every command writes a debug-level log of every step's properties to $PULUMI_HOME/logs (gzipped; encrypted once a
+# stack's secrets manager is loaded). It
 # was 40 % of the CLI's CPU samples in each `up` and `destroy` of an engine run, the collector's share of it aside
 # (`pulumi --profiling`, 2026-11-30): the CLI took 43 to 48 CPU-seconds in linode-dev's engine run with it, 14 without.
 # No rehearsal reads it. The CLI has no switch for it; when it cannot make that folder it says "automatic logging
@@ -89,12 +90,15 @@ DESTROY_SETTLE_S = 60
 
 
 def without_automatic_logs(pulumi_home: Path) -> None:
-    """A file where the CLI would make its automatic logs' folder, unless AUTOMATIC_LOGS_ENV is 1 (why: above it)."""
+    """A file where the CLI would make its automatic logs' folder (why: above it); with AUTOMATIC_LOGS_ENV=1 exactly,
+    no such file, so that the switch also works on a PULUMI_HOME a run without it left. A real folder is left alone."""
     logs = pulumi_home / "logs"
-    if os.environ.get(AUTOMATIC_LOGS_ENV) == "1" or logs.exists():
-        return
-    logs.write_text(f"Not a folder: no automatic logs in a rehearsal (gpu_platform/rehearsal/engine.py; "
-                    f"{AUTOMATIC_LOGS_ENV}=1 keeps them).\n")
+    if os.environ.get(AUTOMATIC_LOGS_ENV) == "1":
+        if logs.is_file():
+            logs.unlink()
+    elif not logs.exists():
+        logs.write_text(f"Not a folder: no automatic logs in a rehearsal (gpu_platform/rehearsal/engine.py; "
+                        f"{AUTOMATIC_LOGS_ENV}=1 keeps them).\n")
 
 
 def not_deployable() -> dict[str, str]:
