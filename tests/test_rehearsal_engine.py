@@ -167,6 +167,89 @@ def test_a_failed_commands_error_names_the_error_that_stopped_it_however_long_th
         "pulumi stack init x exited 1\nthe end of its output:\nerror: no Pulumi.yaml project file found\n")
 
 
+
+# What the non-interactive `pulumi up` prints as steps start and end (rows from onprem-dev's engine run, 2026-11-30):
+# the Deployment and the Helm release are still in flight where the output stops; the Service finished, the Secret
+# failed, and the stack and the program's component stay in flight until everything under them is done.
+IN_FLIGHT_UP = (
+    "Updating (onprem-dev):\n@ updating....\n"
+    " +  pulumi:pulumi:Stack gpu-platform-onprem-dev creating (0s) warning: using pulumi-resource-kubernetes\n"
+    " +  gpu-platform:platform:Kubeflow platform-kubeflow creating (0s) \n"
+    " +  kubernetes:core/v1:Service platform-kubeflow-pipelines:kubeflow/mysql creating (0s) [1/3] Finding Pods to "
+    "direct traffic to\n"
+    " +  kubernetes:apps/v1:Deployment platform-kubeflow-pipelines:kubeflow/ml-pipeline creating (0s) \n"
+    " +  kubernetes:helm.sh/v3:Release platform-queue-kueue creating (3s) \n"
+    " +  kubernetes:core/v1:Secret platform-notebooks-auth creating (0s) \n"
+    "@ updating.....\n"
+    " +  kubernetes:apps/v1:Deployment platform-kubeflow-pipelines:kubeflow/ml-pipeline creating (12s) Waiting for app "
+    "ReplicaSet to be available (0/1 Pods available)\n"
+    " +  kubernetes:core/v1:Service platform-kubeflow-pipelines:kubeflow/mysql created (10s) \n"
+    " +  kubernetes:core/v1:Secret platform-notebooks-auth **creating failed** error: conflict\n"
+    " ~  kubernetes:core/v1:ConfigMap gpu-dev-node-groups updating (0s) [diff: ~data]\n"
+    " ~  kubernetes:core/v1:ConfigMap gpu-dev-node-groups updated (0.05s) [diff: ~data]\n"
+    "@ updating........\n"
+)
+
+
+def test_what_a_command_killed_at_its_timeout_was_waiting_for_is_read_from_its_rows():
+    from gpu_platform.rehearsal import engine
+
+    assert engine.unfinished_steps(IN_FLIGHT_UP) == [
+        "kubernetes:apps/v1:Deployment platform-kubeflow-pipelines:kubeflow/ml-pipeline: Waiting for app ReplicaSet to "
+        "be available (0/1 Pods available)",
+        "kubernetes:helm.sh/v3:Release platform-queue-kueue"]
+    # A destroy's rows the same way; nothing in flight once every row has ended.
+    assert engine.unfinished_steps(" -  kubernetes:apps/v1:Deployment planted-web deleting (0s) Resource scheduled "
+                                   "for deletion\n") == ["kubernetes:apps/v1:Deployment planted-web: Resource "
+                                                          "scheduled for deletion"]
+    assert engine.unfinished_steps(IN_FLIGHT_UP + " +  kubernetes:apps/v1:Deployment platform-kubeflow-pipelines:"
+                                   "kubeflow/ml-pipeline created (40s) \n + kubernetes:helm.sh/v3:Release "
+                                   "platform-queue-kueue created (51s) \n") == []
+
+
+def test_a_cli_command_past_its_timeout_is_stopped_with_its_plugins_and_says_what_it_waited_for(tmp_path, monkeypatch):
+    """The engine's `pulumi` is stopped at its timeout together with what it started (its plugins, the program), and
+    the error names the steps still in flight; before this (CI, 2026-11-30) a hung `up` gave a bare TimeoutExpired."""
+    from gpu_platform.rehearsal import engine
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    rows = tmp_path / "rows.txt"
+    rows.write_text(IN_FLIGHT_UP)
+    # A CLI that prints its rows, starts a plugin of its own and waits; the plugin writes its pid and waits too.
+    (bin_dir / "pulumi").write_text(f"#!/bin/sh\ncat {rows}\nsleep 300 &\necho $! > {tmp_path / 'plugin.pid'}\n"
+                                    "wait\n")
+    (bin_dir / "pulumi").chmod(0o755)
+    monkeypatch.setattr(engine, "engine_bin", lambda: bin_dir)
+    (tmp_path / "run").mkdir()
+    run = engine.EngineRun("onprem-dev", None, None, tmp_path / "run", ROOT, tmp_path)
+    run.project.mkdir(parents=True)
+    run._env = {"PATH": "/usr/bin:/bin"}
+    with pytest.raises(engine.EngineError) as failed:
+        run.pulumi("up", "--yes", timeout=3)
+    assert str(failed.value).splitlines()[:4] == [
+        "pulumi up --yes did not finish in 3 s; still in flight:",
+        "  kubernetes:apps/v1:Deployment platform-kubeflow-pipelines:kubeflow/ml-pipeline: Waiting for app ReplicaSet "
+        "to be available (0/1 Pods available)",
+        "  kubernetes:helm.sh/v3:Release platform-queue-kueue",
+        "the end of its output:"], str(failed.value)
+    plugin = int((tmp_path / "plugin.pid").read_text())
+    deadline = time.monotonic() + 10
+    while _alive(plugin) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(plugin), "the CLI's plugin outlived the command stopped at its timeout"
+    assert "(exit -9)" in (run.log_dir / "pulumi.log").read_text()  # the partial output is logged as well
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited (a zombie has: its parent is gone and init reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
 def _destroying_run(monkeypatch, left_after: list[list[str]]):
     """An EngineRun at its destroy, on a cluster that had `before` and, after each poll, what `left_after` lists
     (the last list stays), with a clock that moves one second a sleep: (the run, the sleeps it took)."""

@@ -57,6 +57,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -177,6 +178,32 @@ def failure_message(command: str, returncode: int, output: str, tail: int = 4000
         summary += "".join(f"\n      {line}" for line in rest)
     return (f"pulumi {command} exited {returncode}" + (f"; its errors:{summary}" if errors else "")
             + f"\nthe end of its output:\n{output[-tail:]}")
+
+
+# A step still in flight, as the non-interactive display prints its row (pulumi v3.259.0 pkg/backend/display
+# progress.go getStepInProgressOpText: a present-tense verb, the whole seconds so far, the provider's last status
+# message); a row of the same resource with any other status (`created (0.17s)`, `**creating failed**`) ends it.
+_IN_FLIGHT = re.compile(r"(?:creating replacement|creating|updating|deleting original|deleting|replacing"
+                        r"|reading for replacement|reading|refreshing|discarding original|discarding"
+                        r"|importing replacement|importing) \(\d+s\)(.*)")
+_ROW = re.compile(r" \S{0,3}\s+([\w.-]+:[\w./-]*:[\w.-]+) (\S+) (.*)")
+
+
+def unfinished_steps(output: str) -> list[str]:
+    """The resources whose last row in a command's output says their step is still in flight, in the order they
+    started, each with the provider's last status message (`Waiting for app ReplicaSet to be available`): what a command
+    killed at its timeout was waiting for. A row is printed when a step's status changes, so its seconds say little and
+    are left out. The stack and the program's own components (`gpu-platform:...`) stay in flight until every child is
+    done, so they are left out too."""
+    last: dict[tuple[str, str], Optional[str]] = {}
+    for line in output.splitlines():
+        row = _ROW.fullmatch(line)
+        if row is not None:
+            kind, name, status = row.groups()
+            flight = _IN_FLIGHT.match(status)
+            last[kind, name] = flight[1].strip() if flight else None
+    return [f"{kind} {name}" + (f": {message}" if message else "") for (kind, name), message in last.items()
+            if message is not None and not kind.startswith(("pulumi:pulumi:", "gpu-platform:"))]
 
 
 @dataclass
@@ -456,13 +483,31 @@ class EngineRun:
 
     def pulumi(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
         t = time.monotonic()
-        proc = subprocess.run([str(engine_bin() / "pulumi"), *args, "--non-interactive"], cwd=self.project,
-                              env=self._env, capture_output=True, text=True, timeout=timeout)
+        # Its own process group: at the timeout the CLI's plugins, the program and the policy pack go with it, instead
+        # of going on loading the API server the next test uses.
+        cli = subprocess.Popen([str(engine_bin() / "pulumi"), *args, "--non-interactive"], cwd=self.project,
+                               env=self._env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+        timed_out = False
+        try:
+            stdout, stderr = cli.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(cli.pid, signal.SIGKILL)
+            stdout, stderr = cli.communicate()
+        proc = subprocess.CompletedProcess(cli.args, cli.returncode, stdout, stderr)
         step = args[0] if args[0] != "stack" else f"stack-{args[1]}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_dir / "pulumi.log", "a") as log:
             log.write(f"$ pulumi {' '.join(args)}\n{proc.stdout}{proc.stderr}\n(exit {proc.returncode})\n\n")
         self.report.timings[step] = round(self.report.timings.get(step, 0) + time.monotonic() - t, 1)
+        if timed_out or proc.returncode < 0:
+            # CI (2026-11-30) showed only `TimeoutExpired` and the output's first bytes: nothing said what it waited on.
+            why = (f"did not finish in {timeout:.0f} s" if timed_out else
+                   f"was killed by signal {-proc.returncode} from outside the run (the kernel's OOM killer sends 9)")
+            waiting = unfinished_steps(proc.stdout) or ["(no resource step in flight)"]
+            raise EngineError(f"pulumi {' '.join(args)} {why}; still in flight:\n  " + "\n  ".join(waiting)
+                              + f"\nthe end of its output:\n{(proc.stdout + proc.stderr)[-4000:]}")
         if check and proc.returncode != 0:
             raise EngineError(failure_message(" ".join(args), proc.returncode, proc.stdout + proc.stderr))
         return proc
