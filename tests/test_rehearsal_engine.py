@@ -18,6 +18,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -225,14 +226,21 @@ def test_a_cli_command_past_its_timeout_is_stopped_with_its_plugins_and_says_wha
     run = engine.EngineRun("onprem-dev", None, None, tmp_path / "run", ROOT, tmp_path)
     run.project.mkdir(parents=True)
     run._env = {"PATH": "/usr/bin:/bin"}
+    exited = "kueue-manager of kueue/kueue-controller-manager exited with code 1 (leader election lost); restarted in 80 s"
+    run.host = SimpleNamespace(events=["an older event"] * 30 + [exited])
     with pytest.raises(engine.EngineError) as failed:
         run.pulumi("up", "--yes", timeout=3)
-    assert str(failed.value).splitlines()[:4] == [
+    lines = str(failed.value).splitlines()
+    assert lines[:3] == [
         "pulumi up --yes did not finish in 3 s; still in flight:",
         "  kubernetes:apps/v1:Deployment platform-kubeflow-pipelines:kubeflow/ml-pipeline: Waiting for app ReplicaSet "
         "to be available (0/1 Pods available)",
-        "  kubernetes:helm.sh/v3:Release platform-queue-kueue",
-        "the end of its output:"], str(failed.value)
+        "  kubernetes:helm.sh/v3:Release platform-queue-kueue"], lines
+    # What it ran beside: the machine's load, and the last 20 of the hosted controllers' events (a controller that
+    # keeps exiting leaves its Deployment unready, and the release and the webhooks waiting on it).
+    assert re.fullmatch(r"the machine's load average \(1, 5, 15 minutes\): [\d.]+, [\d.]+, [\d.]+", lines[3]), lines
+    assert lines[4:25] == ["the hosted controllers: an older event"] * 19 + [f"the hosted controllers: {exited}",
+                                                                            "the end of its output:"], lines
     plugin = int((tmp_path / "plugin.pid").read_text())
     deadline = time.monotonic() + 10
     while _alive(plugin) and time.monotonic() < deadline:

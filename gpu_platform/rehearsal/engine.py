@@ -507,10 +507,20 @@ class EngineRun:
                    f"was killed by signal {-proc.returncode} from outside the run (the kernel's OOM killer sends 9)")
             waiting = unfinished_steps(proc.stdout) or ["(no resource step in flight)"]
             raise EngineError(f"pulumi {' '.join(args)} {why}; still in flight:\n  " + "\n  ".join(waiting)
-                              + f"\nthe end of its output:\n{(proc.stdout + proc.stderr)[-4000:]}")
+                              + self._circumstances() + f"\nthe end of its output:\n{(proc.stdout + proc.stderr)[-4000:]}")
         if check and proc.returncode != 0:
-            raise EngineError(failure_message(" ".join(args), proc.returncode, proc.stdout + proc.stderr))
+            raise EngineError(failure_message(" ".join(args), proc.returncode, proc.stdout + proc.stderr)
+                              + self._circumstances())
         return proc
+
+    def _circumstances(self, keep: int = 20) -> str:
+        """For a failed command's report: the machine's load, and the last of what the hosted controllers did (their
+        exits and restarts, their pods' readiness), which a Helm release and the webhooks the program's objects go
+        through wait on."""
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        events = self.host.events[-keep:] if self.host is not None else []
+        return (f"\nthe machine's load average (1, 5, 15 minutes): {load}"
+                + "".join(f"\nthe hosted controllers: {event}" for event in events))
 
     # --- the run ---------------------------------------------------------------------------------------------
 
