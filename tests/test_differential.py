@@ -5,6 +5,8 @@ fixed set (one shipped stack, 10 generated ones) on the control plane built by `
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpu_platform.rehearsal import binaries
@@ -68,3 +70,7 @@ def test_fit_and_the_real_control_plane_agree_on_a_small_fixed_set(tmp_path):
     assert all(not c["controllerProblems"] for c in record["controlPlanes"]), record["controlPlanes"]
     assert record["disagreements"] == [], text
     assert (tmp_path / "differential.json").exists()
+    # Each control plane's logs beside the record, named in it (not left in /tmp, a folder a run).
+    assert [Path(c["logs"]).parent for c in record["controlPlanes"]] == [tmp_path / "differential-logs"] * len(
+        record["controlPlanes"]) and all((Path(c["logs"]) / "kube-apiserver.log").is_file()
+                                         for c in record["controlPlanes"]), record["controlPlanes"]

@@ -94,6 +94,17 @@ def test_the_engine_runs_the_program_in_its_own_environment():
     assert pins["pulumi-kubernetes"].split()[0] != _provider_release().lstrip("v")  # the skew the test below guards
 
 
+def test_an_engine_runs_temporary_files_stay_in_its_own_folder(tmp_path):
+    """The provider's kubeconfig files (bearer tokens; it never removes them) and Helm's temporary files go where the
+    run's other files go: TMPDIR is a folder of the run, made before the CLI starts. Before this, each test session
+    left dozens of kubeconfigs in /tmp (test_the_built_engine_previews_a_kubernetes_object_with_the_programs_sdk_offline
+    shows the provider writing one there)."""
+    from gpu_platform.rehearsal import engine
+
+    (tmp_path / "run").mkdir()
+    env = engine.EngineRun("onprem-dev", None, None, tmp_path / "run", ROOT, tmp_path).env(tmp_path / "kubeconfig")
+    assert Path(env["TMPDIR"]).is_dir() and Path(env["TMPDIR"]).is_relative_to(tmp_path / "run"), env["TMPDIR"]
+
 def test_the_engines_provider_waits_for_a_slow_api_server_as_long_as_the_rehearsal_does(tmp_path):
     """CI (2026-11-29): with four engine runs on two cores, the provider gave up fetching the OpenAPI document after
     client-go's 32 s discovery timeout. The engine's environment sets the provider's own knob, at least as long as the
@@ -557,9 +568,11 @@ def _offline_env(tmp_path: Path, bin_dir: Path) -> dict[str, str]:
     home.mkdir()
     without_automatic_logs(home)
     (tmp_path / "state").mkdir()
+    (tmp_path / "tmp").mkdir()
     return {
         "PATH": os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"]),
         "HOME": str(tmp_path),
+        "TMPDIR": str(tmp_path / "tmp"),  # the provider's kubeconfig files (engine.EngineRun.env)
         "PULUMI_HOME": str(home),
         "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
         "PULUMI_CONFIG_PASSPHRASE": "rehearsal-only-passphrase",
@@ -746,6 +759,10 @@ def test_the_built_engine_previews_a_kubernetes_object_with_the_programs_sdk_off
     assert "kubernetes:core/v1:ConfigMap" in out and "+ 3 to create" in out, out
     assert f"using pulumi-resource-kubernetes from $PATH at {bin_dir / 'pulumi-resource-kubernetes'}" in out
     assert not any((Path(env["PULUMI_HOME"]) / "plugins").glob("*")), "a plugin was installed into PULUMI_HOME"
+    # The provider wrote the kubeconfig it was given, token and all, to a temporary file it keeps: in TMPDIR, the
+    # test's own folder (as engine.EngineRun.env has it), not /tmp.
+    kept = list(Path(env["TMPDIR"]).glob("kubeconfig*"))
+    assert kept and "token: x" in kept[0].read_text(), sorted(Path(env["TMPDIR"]).iterdir())
 
 
 def test_the_provider_skew_was_reviewed_for_the_pair_the_engine_runs():

@@ -448,9 +448,14 @@ def run(cases: list[Case], out: Path, chart_dirs: list[Path], base: Path, timeou
                         cluster.__exit__(None, None, None)
                         cluster = None
                     t = time.monotonic()
-                    cluster = Cluster(p, Path(tempfile.mkdtemp(prefix=f"differential-{p.cloud}-"))).__enter__()
+                    # The control plane's logs beside the record (they stayed in /tmp, one folder a run, until
+                    # 2026-11-30), to read after a disagreement.
+                    logs = out.parent / f"{out.stem}-logs"
+                    logs.mkdir(parents=True, exist_ok=True)
+                    log_dir = Path(tempfile.mkdtemp(prefix=f"{p.cloud}-", dir=logs))
+                    cluster = Cluster(p, log_dir).__enter__()
                     record.setdefault("controlPlanes", []).append({
-                        "cloud": p.cloud, "startSeconds": round(time.monotonic() - t, 1),
+                        "cloud": p.cloud, "logs": str(log_dir), "startSeconds": round(time.monotonic() - t, 1),
                         "controllerProblems": cluster.controller_problems(), "notRehearsed": cluster.not_rehearsed,
                         "installRefused": [f"{r['kind']}/{r['name']}: {r['message'][:200]}" for r in cluster.log.refused]})
                     echo(f"  control plane for {p.cloud}: {time.monotonic() - t:.0f} s"

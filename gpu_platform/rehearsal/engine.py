@@ -460,12 +460,16 @@ class EngineRun:
                         f"runpy.run_path({str(self.root / '__main__.py')!r}, run_name='__main__')\n\n{plant or ''}\n")
 
     def env(self, kubeconfig: Path) -> dict[str, str]:
-        for d in ("state", "pulumi-home"):
+        for d in ("state", "pulumi-home", "tmp"):
             (self.out / d).mkdir(exist_ok=True)
         without_automatic_logs(self.out / "pulumi-home")
         return {
             "PATH": os.pathsep.join([str(self.venv / "bin"), str(engine_bin()), "/usr/bin", "/bin"]),
             "HOME": str(self.out), "PULUMI_HOME": str(self.out / "pulumi-home"),
+            # The provider writes the kubeconfig it is given to a temporary file for Helm on every configure and never
+            # removes it (pulumi-kubernetes v4.25.0 provider/util.go writeKubeconfigToFile): in the run's own folder,
+            # not hundreds of bearer-token kubeconfigs in /tmp after a few test sessions.
+            "TMPDIR": str(self.out / "tmp"),
             "PULUMI_BACKEND_URL": f"file://{self.out / 'state'}", "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
             "PULUMI_SKIP_UPDATE_CHECK": "true", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             # State written once an operation ends, not after every step (the same steps; docs/rehearsal.md).
