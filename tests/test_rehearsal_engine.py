@@ -228,9 +228,14 @@ def test_a_cli_command_past_its_timeout_is_stopped_with_its_plugins_and_says_wha
     bin_dir.mkdir()
     rows = tmp_path / "rows.txt"
     rows.write_text(IN_FLIGHT_UP)
-    # A CLI that prints its rows, starts a plugin of its own and waits; the plugin writes its pid and waits too.
-    (bin_dir / "pulumi").write_text(f"#!/bin/sh\ncat {rows}\nsleep 300 &\necho $! > {tmp_path / 'plugin.pid'}\n"
-                                    "wait\n")
+    # A CLI that prints its rows, starts a plugin in a process group of its own (as the CLI starts each plugin:
+    # plugin.go RegisterProcessGroup) and waits; the plugin's pid, its group's and the CLI's are written down.
+    (bin_dir / "pulumi").write_text(
+        f"#!{sys.executable}\nimport os, subprocess, sys\nsys.stdout.write(open({str(rows)!r}).read())\n"
+        "sys.stdout.flush()\nplugin = subprocess.Popen(['sleep', '120'], process_group=0, stdout=subprocess.DEVNULL,\n"
+        "                          stderr=subprocess.DEVNULL)\n"
+        f"open({str(tmp_path / 'plugin.pid')!r}, 'w').write(f'{{plugin.pid}} {{os.getpgid(plugin.pid)}} {{os.getpid()}}')\n"
+        "plugin.wait()\n")
     (bin_dir / "pulumi").chmod(0o755)
     monkeypatch.setattr(engine, "engine_bin", lambda: bin_dir)
     (tmp_path / "run").mkdir()
@@ -252,7 +257,8 @@ def test_a_cli_command_past_its_timeout_is_stopped_with_its_plugins_and_says_wha
     assert re.fullmatch(r"the machine's load average \(1, 5, 15 minutes\): [\d.]+, [\d.]+, [\d.]+", lines[3]), lines
     assert lines[4:25] == ["the hosted controllers: an older event"] * 19 + [f"the hosted controllers: {exited}",
                                                                             "the end of its output:"], lines
-    plugin = int((tmp_path / "plugin.pid").read_text())
+    plugin, group, cli = map(int, (tmp_path / "plugin.pid").read_text().split())
+    assert group == plugin != cli  # the plugin led a process group of its own, as the CLI's plugins do
     deadline = time.monotonic() + 10
     while _alive(plugin) and time.monotonic() < deadline:
         time.sleep(0.1)

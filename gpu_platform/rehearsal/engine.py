@@ -206,6 +206,26 @@ def unfinished_steps(output: str) -> list[str]:
             if message is not None and not kind.startswith(("pulumi:pulumi:", "gpu-platform:"))]
 
 
+
+def kill_session(sid: int) -> list[int]:
+    """SIGKILL to every process of session `sid` (each `/proc/<pid>/stat`'s sixth field), its leader first; the pids
+    signalled. A process group is not enough: the Pulumi CLI starts each plugin in a group of its own."""
+    def session(pid: int) -> Optional[int]:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+        except (OSError, IndexError, ValueError):
+            return None  # gone meanwhile, or not readable
+
+    killed = []
+    for pid in [sid] + sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != sid):
+        if session(pid) == sid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+    return killed
+
 @dataclass
 class EngineReport:
     stack: str
@@ -487,8 +507,9 @@ class EngineRun:
 
     def pulumi(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
         t = time.monotonic()
-        # Its own process group: at the timeout the CLI's plugins, the program and the policy pack go with it, instead
-        # of going on loading the API server the next test uses.
+        # A session of its own: at the timeout the CLI's plugins, the program and the policy pack go with it, instead
+        # of going on loading the API server the next test uses (each plugin has a process group of its own, pulumi
+        # v3.259.0 sdk/go/common/resource/plugin/plugin.go RegisterProcessGroup, but stays in the CLI's session).
         cli = subprocess.Popen([str(engine_bin() / "pulumi"), *args, "--non-interactive"], cwd=self.project,
                                env=self._env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
@@ -497,7 +518,7 @@ class EngineRun:
             stdout, stderr = cli.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            os.killpg(cli.pid, signal.SIGKILL)
+            kill_session(cli.pid)
             stdout, stderr = cli.communicate()
         proc = subprocess.CompletedProcess(cli.args, cli.returncode, stdout, stderr)
         step = args[0] if args[0] != "stack" else f"stack-{args[1]}"
