@@ -206,7 +206,6 @@ def unfinished_steps(output: str) -> list[str]:
             if message is not None and not kind.startswith(("pulumi:pulumi:", "gpu-platform:"))]
 
 
-
 def kill_session(sid: int) -> list[int]:
     """SIGKILL to every process of session `sid` (each `/proc/<pid>/stat`'s sixth field), its leader first; the pids
     signalled. A process group is not enough: the Pulumi CLI starts each plugin in a group of its own."""
@@ -225,6 +224,7 @@ def kill_session(sid: int) -> list[int]:
             except ProcessLookupError:
                 pass
     return killed
+
 
 @dataclass
 class EngineReport:
