@@ -62,6 +62,7 @@ def test_fit_and_the_real_control_plane_agree_on_a_small_fixed_set(tmp_path):
     generated stack: it installs only the controllers and the program's objects, not a shipped stack."""
     need_charts()
     cases = [Case("linode-dev", "linode-dev", None)] + generated_cases(10)
+    (tmp_path / "differential-logs" / "linode-from-a-run-before").mkdir(parents=True)
     record = run(cases, tmp_path / "differential.json", CHART_DIRS, ROOT, echo=lambda s: None)
     text = summary(record, 0, 10)
     compared = [s for s in record["stacks"] if "questions" in s]
@@ -70,7 +71,9 @@ def test_fit_and_the_real_control_plane_agree_on_a_small_fixed_set(tmp_path):
     assert all(not c["controllerProblems"] for c in record["controlPlanes"]), record["controlPlanes"]
     assert record["disagreements"] == [], text
     assert (tmp_path / "differential.json").exists()
-    # Each control plane's logs beside the record, named in it (not left in /tmp, a folder a run).
+    # Each control plane's logs beside the record, named in it (not left in /tmp, a folder a run); a run before's
+    # replaced, as its record is.
+    assert not (tmp_path / "differential-logs" / "linode-from-a-run-before").exists()
     assert [Path(c["logs"]).parent for c in record["controlPlanes"]] == [tmp_path / "differential-logs"] * len(
         record["controlPlanes"]) and all((Path(c["logs"]) / "kube-apiserver.log").is_file()
                                          for c in record["controlPlanes"]), record["controlPlanes"]

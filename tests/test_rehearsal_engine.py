@@ -181,12 +181,14 @@ def test_a_failed_commands_error_names_the_error_that_stopped_it_however_long_th
 
 
 # What the non-interactive `pulumi up` prints as steps start and end (rows from onprem-dev's engine run, 2026-11-30):
-# the Deployment and the Helm release are still in flight where the output stops; the Service finished, the Secret
-# failed, and the stack and the program's component stay in flight until everything under them is done.
+# the Deployment and the Helm release are still in flight where the output stops; the Services finished (the second's
+# row follows the progress dots on their line, as after a quiet spell), the Secret failed, and the stack and the
+# components (the program's, the provider's kustomize Directory) get no row when they end.
 IN_FLIGHT_UP = (
     "Updating (onprem-dev):\n@ updating....\n"
     " +  pulumi:pulumi:Stack gpu-platform-onprem-dev creating (0s) warning: using pulumi-resource-kubernetes\n"
     " +  gpu-platform:platform:Kubeflow platform-kubeflow creating (0s) \n"
+    " +  kubernetes:kustomize/v2:Directory platform-kubeflow-pipelines creating (0s) \n"
     " +  kubernetes:core/v1:Service platform-kubeflow-pipelines:kubeflow/mysql creating (0s) [1/3] Finding Pods to "
     "direct traffic to\n"
     " +  kubernetes:apps/v1:Deployment platform-kubeflow-pipelines:kubeflow/ml-pipeline creating (0s) \n"
@@ -199,6 +201,8 @@ IN_FLIGHT_UP = (
     " +  kubernetes:core/v1:Secret platform-notebooks-auth **creating failed** error: conflict\n"
     " ~  kubernetes:core/v1:ConfigMap gpu-dev-node-groups updating (0s) [diff: ~data]\n"
     " ~  kubernetes:core/v1:ConfigMap gpu-dev-node-groups updated (0.05s) [diff: ~data]\n"
+    " +  kubernetes:core/v1:Service platform-kueue-webhook creating (0s) \n"
+    "@ updating........ +  kubernetes:core/v1:Service platform-kueue-webhook created (11s) \n"
     "@ updating........\n"
 )
 
@@ -219,22 +223,23 @@ def test_what_a_command_killed_at_its_timeout_was_waiting_for_is_read_from_its_r
                                    "platform-queue-kueue created (51s) \n") == []
 
 
-def test_a_cli_command_past_its_timeout_is_stopped_with_its_plugins_and_says_what_it_waited_for(tmp_path, monkeypatch):
-    """The engine's `pulumi` is stopped at its timeout together with what it started (its plugins, the program), and
-    the error names the steps still in flight; before this (CI, 2026-11-30) a hung `up` gave a bare TimeoutExpired."""
+@pytest.fixture
+def fake_cli(tmp_path, monkeypatch):
+    """An EngineRun whose `pulumi` prints IN_FLIGHT_UP's rows, starts a plugin in a process group of its own (as the
+    CLI starts each plugin: pulumi v3.259.0 plugin.go RegisterProcessGroup) and waits on it; the plugin's pid, its
+    group's and the CLI's are written down. Yields (the run, a function reading those pids); a plugin left running
+    by a failed test is killed afterwards."""
     from gpu_platform.rehearsal import engine
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    rows = tmp_path / "rows.txt"
+    rows, pids = tmp_path / "rows.txt", tmp_path / "plugin.pid"
     rows.write_text(IN_FLIGHT_UP)
-    # A CLI that prints its rows, starts a plugin in a process group of its own (as the CLI starts each plugin:
-    # plugin.go RegisterProcessGroup) and waits; the plugin's pid, its group's and the CLI's are written down.
     (bin_dir / "pulumi").write_text(
         f"#!{sys.executable}\nimport os, subprocess, sys\nsys.stdout.write(open({str(rows)!r}).read())\n"
         "sys.stdout.flush()\nplugin = subprocess.Popen(['sleep', '120'], process_group=0, stdout=subprocess.DEVNULL,\n"
         "                          stderr=subprocess.DEVNULL)\n"
-        f"open({str(tmp_path / 'plugin.pid')!r}, 'w').write(f'{{plugin.pid}} {{os.getpgid(plugin.pid)}} {{os.getpid()}}')\n"
+        f"open({str(pids)!r}, 'w').write(f'{{plugin.pid}} {{os.getpgid(plugin.pid)}} {{os.getpid()}}')\n"
         "plugin.wait()\n")
     (bin_dir / "pulumi").chmod(0o755)
     monkeypatch.setattr(engine, "engine_bin", lambda: bin_dir)
@@ -242,6 +247,30 @@ def test_a_cli_command_past_its_timeout_is_stopped_with_its_plugins_and_says_wha
     run = engine.EngineRun("onprem-dev", None, None, tmp_path / "run", ROOT, tmp_path)
     run.project.mkdir(parents=True)
     run._env = {"PATH": "/usr/bin:/bin"}
+
+    def started() -> tuple[int, int, int]:
+        plugin, group, cli = map(int, pids.read_text().split())
+        assert group == plugin != cli  # the plugin led a process group of its own, as the CLI's plugins do
+        return plugin, group, cli
+
+    yield run, started
+    if pids.exists() and _alive(plugin := int(pids.read_text().split()[0])):
+        os.kill(plugin, 9)
+
+
+def _gone(pid: int, within: float = 10) -> bool:
+    deadline = time.monotonic() + within
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
+
+
+def test_a_cli_command_past_its_timeout_is_stopped_with_its_plugins_and_says_what_it_waited_for(fake_cli):
+    """The engine's `pulumi` is stopped at its timeout together with what it started (its plugins, the program), and
+    the error names the steps still in flight; before this (CI, 2026-11-30) a hung `up` gave a bare TimeoutExpired."""
+    from gpu_platform.rehearsal import engine
+
+    run, started = fake_cli
     exited = "kueue-manager of kueue/kueue-controller-manager exited with code 1 (leader election lost); restarted in 80 s"
     run.host = SimpleNamespace(events=["an older event"] * 30 + [exited])
     with pytest.raises(engine.EngineError) as failed:
@@ -257,13 +286,34 @@ def test_a_cli_command_past_its_timeout_is_stopped_with_its_plugins_and_says_wha
     assert re.fullmatch(r"the machine's load average \(1, 5, 15 minutes\): [\d.]+, [\d.]+, [\d.]+", lines[3]), lines
     assert lines[4:25] == ["the hosted controllers: an older event"] * 19 + [f"the hosted controllers: {exited}",
                                                                             "the end of its output:"], lines
-    plugin, group, cli = map(int, (tmp_path / "plugin.pid").read_text().split())
-    assert group == plugin != cli  # the plugin led a process group of its own, as the CLI's plugins do
-    deadline = time.monotonic() + 10
-    while _alive(plugin) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(plugin), "the CLI's plugin outlived the command stopped at its timeout"
+    plugin, _group, _cli = started()
+    assert _gone(plugin), "the CLI's plugin outlived the command stopped at its timeout"
     assert "(exit -9)" in (run.log_dir / "pulumi.log").read_text()  # the partial output is logged as well
+
+
+def test_a_cli_command_interrupted_while_it_runs_is_stopped_with_its_plugins(fake_cli):
+    """Ctrl-C, or the control plane's SIGTERM handler, raising while the CLI runs: the CLI's session of its own keeps
+    their signals from it, so the run stops it and its plugins itself, then lets the exception go on."""
+    import signal
+
+    run, started = fake_cli
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 2)
+        with pytest.raises(Interrupted):
+            run.pulumi("up", "--yes", timeout=60)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    plugin, _group, cli = started()
+    assert _gone(cli) and _gone(plugin), "the interrupted CLI or its plugin is still running"
 
 
 def _alive(pid: int) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -430,6 +431,11 @@ def run(cases: list[Case], out: Path, chart_dirs: list[Path], base: Path, timeou
     cases = sorted(cases, key=lambda c: clouds[c.base])  # stable: shipped first within a cloud
     fit_seconds = 0.0
     cluster: Optional[Cluster] = None
+    # The control planes' logs beside the record, to read after a disagreement, replaced by the next run as the record
+    # is (they stayed in /tmp, a folder a cloud a run, until 2026-11-30).
+    logs = out.parent / f"{out.stem}-logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
     # Fit of the next stack (rendering: helm's native code releases the GIL) runs while the cluster
     # answers this one; one ahead only, so that memory holds two stacks' renders at most.
     with ThreadPoolExecutor(1) as pool:
@@ -448,10 +454,6 @@ def run(cases: list[Case], out: Path, chart_dirs: list[Path], base: Path, timeou
                         cluster.__exit__(None, None, None)
                         cluster = None
                     t = time.monotonic()
-                    # The control plane's logs beside the record (they stayed in /tmp, one folder a run, until
-                    # 2026-11-30), to read after a disagreement.
-                    logs = out.parent / f"{out.stem}-logs"
-                    logs.mkdir(parents=True, exist_ok=True)
                     log_dir = Path(tempfile.mkdtemp(prefix=f"{p.cloud}-", dir=logs))
                     cluster = Cluster(p, log_dir).__enter__()
                     record.setdefault("controlPlanes", []).append({

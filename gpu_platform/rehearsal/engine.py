@@ -186,15 +186,20 @@ def failure_message(command: str, returncode: int, output: str, tail: int = 4000
 _IN_FLIGHT = re.compile(r"(?:creating replacement|creating|updating|deleting original|deleting|replacing"
                         r"|reading for replacement|reading|refreshing|discarding original|discarding"
                         r"|importing replacement|importing) \(\d+s\)(.*)")
-_ROW = re.compile(r" \S{0,3}\s+([\w.-]+:[\w./-]*:[\w.-]+) (\S+) (.*)")
+# A row may follow the progress dots on their line (`@ destroying.... -  kubernetes:... deleted (35s)`).
+_ROW = re.compile(r"(?:@ \w+\.* )?\s*\S{0,3}\s+([\w.-]+:[\w./-]*:[\w.-]+) (\S+) (.*)")
+# Components (the program's, and pulumi-kubernetes v4.25.0's: its SDK's and its provider's multi-language ones) get no
+# row when they end, only in the display's last reprint (progress.go: outside a terminal a row is printed again only
+# for a custom resource), so they would always look in flight.
+_COMPONENTS = re.compile(r"pulumi:pulumi:Stack|gpu-platform:.*"
+                         r"|kubernetes:(?:helm\.sh/v[234]:Chart|kustomize(?:/v2)?:Directory|yaml(?:/v2)?:Config(?:File|Group))")
 
 
 def unfinished_steps(output: str) -> list[str]:
     """The resources whose last row in a command's output says their step is still in flight, in the order they
     started, each with the provider's last status message (`Waiting for app ReplicaSet to be available`): what a command
     killed at its timeout was waiting for. A row is printed when a step's status changes, so its seconds say little and
-    are left out. The stack and the program's own components (`gpu-platform:...`) stay in flight until every child is
-    done, so they are left out too."""
+    are left out. Components (`_COMPONENTS`) are left out too: nothing says when they end."""
     last: dict[tuple[str, str], Optional[str]] = {}
     for line in output.splitlines():
         row = _ROW.fullmatch(line)
@@ -203,7 +208,7 @@ def unfinished_steps(output: str) -> list[str]:
             flight = _IN_FLIGHT.match(status)
             last[kind, name] = flight[1].strip() if flight else None
     return [f"{kind} {name}" + (f": {message}" if message else "") for (kind, name), message in last.items()
-            if message is not None and not kind.startswith(("pulumi:pulumi:", "gpu-platform:"))]
+            if message is not None and not _COMPONENTS.fullmatch(kind)]
 
 
 def kill_session(sid: int) -> list[int]:
@@ -215,14 +220,18 @@ def kill_session(sid: int) -> list[int]:
         except (OSError, IndexError, ValueError):
             return None  # gone meanwhile, or not readable
 
-    killed = []
-    for pid in [sid] + sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != sid):
-        if session(pid) == sid:
+    killed: list[int] = []
+    for _ in range(3):  # again: a process not yet killed may have started another meanwhile
+        found = [pid for pid in [sid] + sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != sid)
+                 if pid not in killed and session(pid) == sid]
+        if not found:
+            break
+        for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
-            except ProcessLookupError:
-                pass
+            except (ProcessLookupError, PermissionError):
+                pass  # gone meanwhile; or, its pid reused, no longer ours
     return killed
 
 
@@ -520,6 +529,10 @@ class EngineRun:
             timed_out = True
             kill_session(cli.pid)
             stdout, stderr = cli.communicate()
+        except BaseException:  # Ctrl-C, the control plane's SIGTERM: its own session keeps the CLI from either
+            kill_session(cli.pid)
+            cli.communicate()
+            raise
         proc = subprocess.CompletedProcess(cli.args, cli.returncode, stdout, stderr)
         step = args[0] if args[0] != "stack" else f"stack-{args[1]}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
