@@ -105,6 +105,7 @@ def test_an_engine_runs_temporary_files_stay_in_its_own_folder(tmp_path):
     env = engine.EngineRun("onprem-dev", None, None, tmp_path / "run", ROOT, tmp_path).env(tmp_path / "kubeconfig")
     assert Path(env["TMPDIR"]).is_dir() and Path(env["TMPDIR"]).is_relative_to(tmp_path / "run"), env["TMPDIR"]
 
+
 def test_the_engines_provider_waits_for_a_slow_api_server_as_long_as_the_rehearsal_does(tmp_path):
     """CI (2026-11-29): with four engine runs on two cores, the provider gave up fetching the OpenAPI document after
     client-go's 32 s discovery timeout. The engine's environment sets the provider's own knob, at least as long as the
@@ -177,7 +178,6 @@ def test_a_failed_commands_error_names_the_error_that_stopped_it_however_long_th
     # A command that failed before the engine ran (no Diagnostics block) keeps the end of its output.
     assert engine.failure_message("stack init x", 1, "error: no Pulumi.yaml project file found\n") == (
         "pulumi stack init x exited 1\nthe end of its output:\nerror: no Pulumi.yaml project file found\n")
-
 
 
 # What the non-interactive `pulumi up` prints as steps start and end (rows from onprem-dev's engine run, 2026-11-30):
