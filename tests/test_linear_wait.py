@@ -8,6 +8,9 @@ import contextlib
 import importlib.metadata
 import os
 import re
+import subprocess
+import sys
+import textwrap
 from typing import Any, Iterator
 
 import pulumi
@@ -179,3 +182,37 @@ def test_a_failed_output_raises_its_own_error(wait: str) -> None:
         run_program(stack_input_from_mapping("wait-test", {"gpu-platform:cloud": "gcp"}),
                     program=failing_outputs_program)
     assert sdk_stack.wait_for_rpcs is SDK_WAIT
+
+
+
+def test_a_failed_program_is_reported_once_not_again_for_each_output_it_left() -> None:
+    """A program stopped by an exception leaves its other outputs pending. The process that ran it reports the
+    error once: asyncio's default handler printed "Task was destroyed but it is pending!" for each of them once
+    the next run let go of them (124 lines after `make check`'s last dot). The run's event loop is closed."""
+    script = textwrap.dedent("""
+        import asyncio
+        import gc
+        from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
+        from tests.test_linear_wait import Boom, failing_outputs_program
+
+        loops = []
+        real_new_event_loop = asyncio.new_event_loop
+        asyncio.new_event_loop = lambda: loops.append(real_new_event_loop()) or loops[-1]
+        try:
+            run_program(stack_input_from_mapping("wait-test", {"gpu-platform:cloud": "gcp"}),
+                        program=failing_outputs_program)
+        except Boom:
+            print("failed once")
+        print("pending", sum(not t.done() for t in asyncio.all_tasks(loops[0])), "closed", loops[0].is_closed())
+        del loops[:]
+        # As a test worker goes on: the next run lets go of what the failed one left, and it is collected.
+        run_program(stack_input_from_mapping("next", {"gpu-platform:cloud": "gcp"}), program=lambda: None)
+        gc.collect()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "failed once"
+    pending, closed = re.fullmatch(r"pending (\d+) closed (\w+)", proc.stdout.splitlines()[1]).groups()
+    assert int(pending) > 40, "the program left its slow outputs pending"
+    assert closed == "True"
+    assert "Task was destroyed" not in proc.stderr and "never retrieved" not in proc.stderr, proc.stderr[:2000]

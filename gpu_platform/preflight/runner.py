@@ -476,13 +476,18 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
     try:
         with _without_source_positions(), linear_output_wait():
             loop.run_until_complete(run_in_stack(program))
-    except pulumi.RunError as exc:
-        # A RunError from an Output (a check at deploy) leaves the registrations waiting on it pending and its
-        # futures unretrieved: the message is the ProgramError's; the loop is dropped without reporting each of them
-        # again when they are collected ("Task was destroyed but it is pending", "Future exception was never retrieved").
+    except BaseException as exc:
+        # A program that stops (a RunError from an Output, a check at deploy; any other exception an apply or the
+        # program raises; Ctrl-C) leaves the registrations waiting on it pending and its futures unretrieved. The
+        # error is reported once, here or by the caller: the loop is dropped without reporting each of them again
+        # when they are collected ("Task was destroyed but it is pending", "Future exception was never retrieved",
+        # a hundred lines at the end of a test run that had passed).
         loop.set_exception_handler(lambda _loop, _context: None)
-        raise ProgramError(str(exc)) from None
+        if isinstance(exc, pulumi.RunError):
+            raise ProgramError(str(exc)) from None
+        raise
     finally:
+        loop.close()
         os.chdir(old_cwd)
         asyncio.set_event_loop(None)
     return Plan(stack_input.stack, resources, outputs, logged, project.name)
