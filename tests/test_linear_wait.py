@@ -159,7 +159,7 @@ class Boom(Exception):
     pass
 
 
-def failing_outputs_program() -> None:
+def failing_outputs_program(raised: type[BaseException] = Boom) -> None:
     """One output fails a few steps after the program's body returned, with many others still pending."""
 
     async def later(value: str, steps: int) -> str:
@@ -168,7 +168,7 @@ def failing_outputs_program() -> None:
         return value
 
     def boom(_: str) -> str:
-        raise Boom("the apply failed")
+        raise raised("the apply failed")
 
     for i in range(40):
         pulumi.Output.from_input(later(f"slow-{i}", 20)).apply(lambda v: v)
@@ -185,11 +185,13 @@ def test_a_failed_output_raises_its_own_error(wait: str) -> None:
 
 
 
-def test_a_failed_program_is_reported_once_not_again_for_each_output_it_left() -> None:
-    """A program stopped by an exception leaves its other outputs pending. The process that ran it reports the
-    error once: asyncio's default handler printed "Task was destroyed but it is pending!" for each of them once
-    the next run let go of them (124 lines after `make check`'s last dot). The run's event loop is closed."""
-    script = textwrap.dedent("""
+@pytest.mark.parametrize("raised", ["Boom", "KeyboardInterrupt"])
+def test_a_failed_program_is_reported_once_not_again_for_each_output_it_left(raised: str) -> None:
+    """A program stopped by an exception (an apply's, or Ctrl-C) leaves its other outputs pending. The process
+    that ran it reports the error once: asyncio's default handler printed "Task was destroyed but it is pending!"
+    for each of them once the next run let go of them (124 lines after `make check`'s last dot). The run's event
+    loop is closed."""
+    script = textwrap.dedent(f"""
         import asyncio
         import gc
         from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
@@ -199,14 +201,14 @@ def test_a_failed_program_is_reported_once_not_again_for_each_output_it_left() -
         real_new_event_loop = asyncio.new_event_loop
         asyncio.new_event_loop = lambda: loops.append(real_new_event_loop()) or loops[-1]
         try:
-            run_program(stack_input_from_mapping("wait-test", {"gpu-platform:cloud": "gcp"}),
-                        program=failing_outputs_program)
-        except Boom:
+            run_program(stack_input_from_mapping("wait-test", {{"gpu-platform:cloud": "gcp"}}),
+                        program=lambda: failing_outputs_program({raised}))
+        except {raised}:
             print("failed once")
         print("pending", sum(not t.done() for t in asyncio.all_tasks(loops[0])), "closed", loops[0].is_closed())
         del loops[:]
         # As a test worker goes on: the next run lets go of what the failed one left, and it is collected.
-        run_program(stack_input_from_mapping("next", {"gpu-platform:cloud": "gcp"}), program=lambda: None)
+        run_program(stack_input_from_mapping("next", {{"gpu-platform:cloud": "gcp"}}), program=lambda: None)
         gc.collect()
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -139,6 +139,33 @@ def test_sigterm_mid_analysis_stops_the_pack_and_removes_temporary_files(tmp_pat
     assert not list(tmp.iterdir()), f"temporary files left: {list(tmp.rglob('*'))[:10]}"
 
 
+
+@pytest.mark.parametrize("raised", [RuntimeError, KeyboardInterrupt])
+def test_a_program_stopped_by_an_unexpected_exception_in_process_ends_the_pack(tmp_path, monkeypatch, raised):
+    """preflight's main() called in-process (as the rehearsal and the tests call it): a program stopped by
+    anything but a ProgramError (a bug, Ctrl-C) raises on, and the policy pack started beside the program ends
+    with it. It was left running until the interpreter exited (the review of the runner's exception path)."""
+    import gpu_platform.preflight.__main__ as cli
+
+    started, packs = [], []
+
+    class Recorded(cli.BackgroundAnalyzer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    def stopped_program(_stack_input):
+        started[0].thread.join(timeout=60)  # the pack is up, as it is when a real program fails
+        packs.append(started[0].analyzer._proc)
+        raise raised("the program stopped")
+
+    monkeypatch.setattr(cli, "BackgroundAnalyzer", Recorded)
+    monkeypatch.setattr(cli, "run_program", stopped_program)
+    with pytest.raises(raised, match="the program stopped"):
+        cli.main(["--stack-file", str(_stack_file(tmp_path)), "--quiet", "--out", str(tmp_path / "build")])
+    assert len(packs) == 1 and packs[0] is not None, "the pack never started"
+    assert packs[0].poll() is not None, f"policy pack {packs[0].pid} still running"
+
 @pytest.mark.parametrize("which", ["stack", "policy"])
 def test_one_long_string_aliased_thousands_of_times_is_refused(tmp_path, capsys, which):
     """412 KB: one 400 KB string aliased 4,000 times is few YAML nodes but 1.6 GB of text once expanded;

@@ -475,10 +475,14 @@ class Run:
         try:
             with _step(self.err, "running the program under mocks", not self.json):
                 plan = run_program(stack_input)
-        except ProgramError as exc:
+        except BaseException as exc:
+            # Any way the program stops ends the pack too: a caller in-process (the rehearsal, the tests) would
+            # otherwise keep it running until the interpreter exits.
             if policies is not None:
                 policies.close()
-            return self.fail(1, f"the program failed: {exc}")
+            if isinstance(exc, ProgramError):
+                return self.fail(1, f"the program failed: {exc}")
+            raise
         self.sections["plan"] = plan
         # The program's own warnings (e.g. a fallback it took), once, beside the config's.
         self.warnings += [w for w in plan.warnings if w not in self.warnings]

@@ -487,9 +487,9 @@ def run_program(stack_input: StackInput, program: Optional[Callable[[], None]] =
             raise ProgramError(str(exc)) from None
         raise
     finally:
-        loop.close()
         os.chdir(old_cwd)
         asyncio.set_event_loop(None)
+        loop.close()  # last: the caller's folder is back even if closing fails
     return Plan(stack_input.stack, resources, outputs, logged, project.name)
 
 
