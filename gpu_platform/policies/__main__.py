@@ -7,6 +7,7 @@ sys.path first: the CLI starts packs with the pack directory as the program, pre
 
 import os
 import sys
+import threading
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _ROOT not in sys.path:
@@ -14,7 +15,11 @@ if _ROOT not in sys.path:
 
 from pulumi_policy import PolicyPack  # noqa: E402
 
-from gpu_platform.policies import budget_rules, cost_rules, hygiene_rules, locks, running, security_rules  # noqa: E402
+from gpu_platform.policies import budget_rules, cost_rules, hygiene_rules, locks, pools, running, security_rules  # noqa: E402
+
+# The price catalog is read while the pack waits for its first call, not in the stack analysis, the last
+# step of a preflight (pools.read_catalog_ahead).
+threading.Thread(target=pools.read_catalog_ahead, name="catalog-ahead", daemon=True).start()
 
 # locks.install: the pack itself refuses a policy config that lowers or loosens a mandatory policy without a
 # valid exception (and a locked one without an entry in gpu_platform/policies/enforcement.yaml), so

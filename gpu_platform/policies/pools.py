@@ -58,6 +58,17 @@ def catalog():
     return load_catalog()
 
 
+def read_catalog_ahead() -> None:
+    """Read the catalog before the first stack analysis asks for it (__main__.py runs this in a thread as the
+    pack starts): every cloud's file parsed and checked takes a quarter of a second, and that analysis is the
+    last step of a preflight, while the pack waits idle for the program to run. A catalog that does not load
+    is left for that analysis to report, as a policy error (lru_cache keeps no exception)."""
+    try:
+        catalog()
+    except Exception:  # noqa: BLE001 reported by the analysis that needs it
+        pass
+
+
 def gpus_of(cloud: str, instance_type: Optional[str]) -> Optional[int]:
     """GPUs per node of an instance type from the catalog; None when the catalog does not know it."""
     if not instance_type:
