@@ -184,7 +184,6 @@ def test_a_failed_output_raises_its_own_error(wait: str) -> None:
     assert sdk_stack.wait_for_rpcs is SDK_WAIT
 
 
-
 @pytest.mark.parametrize("raised", ["Boom", "KeyboardInterrupt"])
 def test_a_failed_program_is_reported_once_not_again_for_each_output_it_left(raised: str) -> None:
     """A program stopped by an exception (an apply's, or Ctrl-C) leaves its other outputs pending. The process

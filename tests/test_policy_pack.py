@@ -956,18 +956,12 @@ def test_the_pack_reads_the_catalog_ahead_and_leaves_a_broken_one_to_the_analysi
     """The pack reads the price catalog in a thread as it starts (__main__.py), before it serves: the first stack
     analysis, the last step of a preflight, read it itself (half a second of linode-ha's analysis, measured
     2026-11-30). A catalog that does not load is not swallowed: the analysis that needs it raises its error."""
-    import ast
-
     from gpu_platform.costs import catalog as catalog_module
     from gpu_platform.policies import pools
 
-    calls = [n for n in ast.walk(ast.parse((PACK_DIR / "__main__.py").read_text())) if isinstance(n, ast.Call)]
-    started = [n for n in calls if isinstance(n.func, ast.Attribute) and n.func.attr == "start"
-               and isinstance(n.func.value, ast.Call) and ast.unparse(n.func.value.func) == "threading.Thread"
-               and any(k.arg == "target" and ast.unparse(k.value) == "pools.read_catalog_ahead"
-                       for k in n.func.value.keywords)]
-    serve = [n for n in calls if ast.unparse(n.func) == "PolicyPack"]
-    assert len(started) == 1 and len(serve) == 1 and started[0].lineno < serve[0].lineno
+    main = (PACK_DIR / "__main__.py").read_text()
+    ahead = main.find('threading.Thread(target=pools.read_catalog_ahead, name="catalog-ahead", daemon=True).start()')
+    assert -1 < ahead < main.find("\nPolicyPack("), "the pack does not read its catalog ahead of serving"
 
     pools.catalog.cache_clear()
     try:
@@ -975,8 +969,11 @@ def test_the_pack_reads_the_catalog_ahead_and_leaves_a_broken_one_to_the_analysi
         assert pools.catalog.cache_info().currsize == 1
 
         pools.catalog.cache_clear()
-        monkeypatch.setattr(catalog_module, "load_catalog",
-                            lambda: (_ for _ in ()).throw(catalog_module.CatalogError("invalid price catalog: x")))
+
+        def broken_catalog():
+            raise catalog_module.CatalogError("invalid price catalog: x")
+
+        monkeypatch.setattr(catalog_module, "load_catalog", broken_catalog)
         pools.read_catalog_ahead()  # no exception here
         assert pools.catalog.cache_info().currsize == 0
         with pytest.raises(catalog_module.CatalogError, match="invalid price catalog"):

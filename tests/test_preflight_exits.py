@@ -139,7 +139,6 @@ def test_sigterm_mid_analysis_stops_the_pack_and_removes_temporary_files(tmp_pat
     assert not list(tmp.iterdir()), f"temporary files left: {list(tmp.rglob('*'))[:10]}"
 
 
-
 @pytest.mark.parametrize("raised", [RuntimeError, KeyboardInterrupt])
 def test_a_program_stopped_by_an_unexpected_exception_in_process_ends_the_pack(tmp_path, monkeypatch, raised):
     """preflight's main() called in-process (as the rehearsal and the tests call it): a program stopped by
@@ -165,6 +164,7 @@ def test_a_program_stopped_by_an_unexpected_exception_in_process_ends_the_pack(t
         cli.main(["--stack-file", str(_stack_file(tmp_path)), "--quiet", "--out", str(tmp_path / "build")])
     assert len(packs) == 1 and packs[0] is not None, "the pack never started"
     assert packs[0].poll() is not None, f"policy pack {packs[0].pid} still running"
+
 
 @pytest.mark.parametrize("which", ["stack", "policy"])
 def test_one_long_string_aliased_thousands_of_times_is_refused(tmp_path, capsys, which):
