@@ -963,21 +963,51 @@ def test_the_pack_reads_the_catalog_ahead_and_leaves_a_broken_one_to_the_analysi
     ahead = main.find('threading.Thread(target=pools.read_catalog_ahead, name="catalog-ahead", daemon=True).start()')
     assert -1 < ahead < main.find("\nPolicyPack("), "the pack does not read its catalog ahead of serving"
 
-    pools.catalog.cache_clear()
+    pools._catalog.cache_clear()
     try:
         pools.read_catalog_ahead()
-        assert pools.catalog.cache_info().currsize == 1
+        assert pools._catalog.cache_info().currsize == 1
 
-        pools.catalog.cache_clear()
+        pools._catalog.cache_clear()
 
         def broken_catalog():
             raise catalog_module.CatalogError("invalid price catalog: x")
 
         monkeypatch.setattr(catalog_module, "load_catalog", broken_catalog)
         pools.read_catalog_ahead()  # no exception here
-        assert pools.catalog.cache_info().currsize == 0
+        assert pools._catalog.cache_info().currsize == 0
         with pytest.raises(catalog_module.CatalogError, match="invalid price catalog"):
             pools.catalog()
     finally:
         monkeypatch.undo()
-        pools.catalog.cache_clear()
+        pools._catalog.cache_clear()
+
+
+def test_an_analysis_asking_for_the_catalog_while_it_is_read_ahead_waits_for_that_read(monkeypatch):
+    """The attacker review (2026-11-30): the catalog's cache let two first callers each read every file, so an
+    analysis that came while the pack's thread was still reading lost the head start."""
+    import threading
+    import time
+
+    from gpu_platform.costs import catalog as catalog_module
+    from gpu_platform.policies import pools
+
+    reads = []
+
+    def slow_catalog():
+        reads.append(1)
+        time.sleep(0.3)
+        return "the catalog"
+
+    pools._catalog.cache_clear()
+    monkeypatch.setattr(catalog_module, "load_catalog", slow_catalog)
+    try:
+        ahead = threading.Thread(target=pools.read_catalog_ahead)
+        ahead.start()
+        time.sleep(0.05)
+        assert pools.catalog() == "the catalog"
+        ahead.join()
+        assert len(reads) == 1
+    finally:
+        monkeypatch.undo()
+        pools._catalog.cache_clear()

@@ -9,6 +9,7 @@ same numbers preflight's cost report uses.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping, Optional, Sequence
@@ -51,8 +52,18 @@ _GCP_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 GKE_DEFAULT_REGIONAL_ZONES = 3
 
 
-@lru_cache(maxsize=1)
+_CATALOG_READ = threading.Lock()
+
+
 def catalog():
+    """The price catalog, read once: an analysis that asks while read_catalog_ahead's thread is reading it waits
+    for that read instead of reading the files a second time."""
+    with _CATALOG_READ:
+        return _catalog()
+
+
+@lru_cache(maxsize=1)
+def _catalog():
     from gpu_platform.costs.catalog import load_catalog
 
     return load_catalog()
