@@ -243,7 +243,7 @@ def test_values_the_schema_rejects_name_the_release(tmp_path: Path) -> None:
     assert err.value.release == "strict-bad" and "/replicas" in str(err.value) and "minimum" in str(err.value)
 
 
-def test_rendered_files_are_deterministic(tmp_path: Path) -> None:
+def test_rendered_files_are_deterministic(tmp_path: Path, fresh_render_memo) -> None:
     releases = list(rendered("gcp-prod"))
     files = write_rendered(releases, tmp_path / "a")
     write_rendered(list(render_plan(stack_plan("gcp-prod"), [CHARTS], kubernetes_version="1.33")), tmp_path / "b")
@@ -257,6 +257,103 @@ def test_rendered_files_are_deterministic(tmp_path: Path) -> None:
     for p in files:
         docs = [value for _, value in render.parse_yaml_docs(p.read_text())]
         assert docs == names[p.name].objects, p.name
+
+
+# --- a release rendered again in the same process --------------------------------------------------------
+
+SIZED = {"cm.yaml": """\
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: {{ .Release.Name }}
+    data:
+      size: {{ .Values.size | quote }}
+    """}
+
+
+@pytest.fixture
+def fresh_render_memo(monkeypatch) -> None:
+    """An empty memo of rendered releases, so that each render in the test is Helm's own."""
+    from collections import OrderedDict
+
+    monkeypatch.setattr(render, "_RENDERED", OrderedDict())
+    monkeypatch.setattr(render, "_RENDERED_SIZE", [0])
+
+
+@pytest.fixture
+def helm_renders(monkeypatch, fresh_render_memo) -> list[str]:
+    """The releases Helm's template engine renders from now on (the native call render_chart makes)."""
+    from helm_python import _native
+
+    real, calls = _native.call_string, []
+
+    def counting(name: str, *args):
+        if name == "helm_render":
+            calls.append(json.loads(args[2])["name"])
+        return real(name, *args)
+
+    monkeypatch.setattr(_native, "call_string", counting)
+    return calls
+
+
+def _sized(release: str, size: int, namespace: str = "team") -> Plan:
+    return Plan("t", [release_resource(release, "sized", "1.0.0", namespace, {"size": size}, release)], {})
+
+
+def test_a_release_rendered_again_in_one_process_is_read_back_as_objects_of_its_own(tmp_path: Path, helm_renders) -> None:
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    first = render_plan(_sized("a", 2), [tmp_path], example=None)[0]
+    first.objects[0]["data"]["size"] = "changed by its caller"  # what fill_namespaces and masking do to theirs
+    second = render_plan(_sized("a", 2), [tmp_path], example=None)[0]
+    assert helm_renders == ["a"]
+    assert second.objects == [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "team"},
+                               "data": {"size": "2"}}]
+    assert second.texts == render_plan(_sized("a", 2), [tmp_path], example=None)[0].texts
+    # Anything a render reads is part of what it is kept by: the values, the release's name and namespace, the
+    # Kubernetes version, the API versions the plan serves, the chart archive's bytes.
+    render_plan(_sized("a", 3), [tmp_path], example=None)
+    render_plan(_sized("b", 2), [tmp_path], example=None)
+    render_plan(_sized("a", 2, "other"), [tmp_path], example=None)
+    render_plan(_sized("a", 2), [tmp_path], kubernetes_version="1.34", example=None)
+    crd = _crd_resource(_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"))
+    render_plan(Plan("t", [crd, *_sized("a", 2).resources], {}), [tmp_path], example=None)
+    assert helm_renders == ["a", "a", "b", "a", "a", "a"]
+    shutil.rmtree(tmp_path / "src")
+    make_chart(tmp_path, "sized", "1.0.0", {"cm.yaml": SIZED["cm.yaml"].replace("size:", "rows:")}, values="size: 1\n")
+    changed = render_plan(_sized("a", 2), [tmp_path], example=None)[0]
+    assert helm_renders[-1] == "a" and len(helm_renders) == 7 and changed.objects[0]["data"] == {"rows": "2"}
+
+
+def test_a_chart_folder_is_rendered_every_time(tmp_path: Path, helm_renders) -> None:
+    """Its files can change without the folder's own stat changing: nothing of it is kept."""
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    folder = tmp_path / "sized-1.0.0"
+    shutil.copytree(tmp_path / "src" / "sized", folder)
+    (tmp_path / "sized-1.0.0.tgz").unlink()
+    assert render_plan(_sized("a", 2), [tmp_path], example=None)[0].objects[0]["data"] == {"size": "2"}
+    (folder / "templates" / "cm.yaml").write_text((folder / "templates" / "cm.yaml").read_text().replace("size:", "rows:"))
+    assert render_plan(_sized("a", 2), [tmp_path], example=None)[0].objects[0]["data"] == {"rows": "2"}
+    assert helm_renders == ["a", "a"]
+
+
+def test_the_kept_renders_stay_within_their_bound_the_least_recently_used_going_first(tmp_path: Path, helm_renders,
+                                                                                        monkeypatch) -> None:
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    render_plan(_sized("a", 1), [tmp_path], example=None)
+    one = render._RENDERED_SIZE[0]
+    monkeypatch.setattr(render, "RENDER_MEMO_BYTES", 2 * one + one // 2)  # room for two
+    for size in (2, 1, 3):  # 1 is used again before 3 comes: 2 is the least recently used
+        render_plan(_sized("a", size), [tmp_path], example=None)
+    assert len(render._RENDERED) == 2 and render._RENDERED_SIZE[0] <= render.RENDER_MEMO_BYTES
+    assert render._RENDERED_SIZE[0] == sum(len(t) for t in render._RENDERED.values())
+    render_plan(_sized("a", 1), [tmp_path], example=None)
+    render_plan(_sized("a", 2), [tmp_path], example=None)
+    assert helm_renders == ["a", "a", "a", "a"], "1 and 3 kept, 2 rendered again"
+    kept = dict(render._RENDERED)
+    monkeypatch.setattr(render, "RENDER_MEMO_BYTES", one - 1)  # a render bigger than the bound is not kept at all
+    render_plan(_sized("a", 9), [tmp_path], example=None)
+    render_plan(_sized("a", 9), [tmp_path], example=None)
+    assert len(helm_renders) == 6 and render._RENDERED == kept
 
 
 # --- preflight end to end: exit 2 naming the release ---------------------------------------------------

@@ -16,6 +16,8 @@ import hashlib
 import json
 import os
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -223,6 +225,7 @@ class ChartInfo:
     crds: list[tuple[str, list[dict[str, Any]], list[Optional[str]]]]  # (file in the archive, objects, texts)
     # what templates (subcharts included) ask .Capabilities.APIVersions.Has; None: not only literals
     api_version_queries: Optional[list[str]]
+    digest: Optional[str] = None  # sha256 of the archive; None for a folder (its files can change under one stat)
 
     def load(self):
         import helm_python
@@ -304,7 +307,7 @@ def chart_info(path: Path, release: str) -> ChartInfo:
             texts: list[Optional[str]] = []
             crds.append((fname, _load_docs(text, release, fname, texts), texts))
         _CHARTS[key] = ChartInfo(path, data, facts["name"], facts["version"], facts["dependencies"], crds,
-                                 facts["apiVersionQueries"])
+                                 facts["apiVersionQueries"], hashlib.sha256(data).hexdigest() if data is not None else None)
     return _CHARTS[key]
 
 
@@ -334,6 +337,45 @@ def coalesced_values(info: ChartInfo, values: dict[str, Any]) -> dict[str, Any]:
         raise ChartError(info.name, f"chart {info.name} {info.version}: values do not merge: {exc}") from None
 
 
+# Releases rendered in this process, as JSON text of (objects, texts), keyed by everything a render reads: the chart
+# archive's bytes, the values and Helm's render options. Rendering is most of a plan's chart work (the archive loaded
+# afresh, Helm's template engine, then every document parsed); a process that renders the same release again reads
+# it back instead: review's base and head, where most releases are unchanged, and the test suite's many preflights
+# of the same stacks in one process. Kept as text, so every caller gets objects of its own to fill in; the least
+# recently used go first past RENDER_MEMO_BYTES. A chart folder is not kept: its files can change under one stat.
+RENDER_MEMO_BYTES = 256 * 1024 * 1024
+_RENDERED: "OrderedDict[str, str]" = OrderedDict()
+_RENDERED_SIZE = [0]
+_RENDERED_LOCK = threading.Lock()
+
+
+def _memo_get(key: Optional[str]) -> Optional[str]:
+    if key is None:
+        return None
+    with _RENDERED_LOCK:
+        text = _RENDERED.get(key)
+        if text is not None:
+            _RENDERED.move_to_end(key)
+        return text
+
+
+def _memo_put(key: str, objects: list[dict[str, Any]], texts: list[Optional[str]]) -> None:
+    try:
+        text = json.dumps([objects, texts])
+    except (TypeError, ValueError):  # not plain JSON (nothing Helm renders is): not kept
+        return
+    if len(text) > RENDER_MEMO_BYTES:
+        return
+    with _RENDERED_LOCK:
+        if key in _RENDERED:
+            return
+        _RENDERED[key] = text
+        _RENDERED_SIZE[0] += len(text)
+        while _RENDERED_SIZE[0] > RENDER_MEMO_BYTES:
+            _, dropped = _RENDERED.popitem(last=False)
+            _RENDERED_SIZE[0] -= len(dropped)
+
+
 def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespace: str,
                  kube_version: Optional[str], api_versions: list[str]) -> tuple[list[dict[str, Any]], list[Optional[str]]]:
     """The objects `helm install` creates: crds/ of the chart and its enabled subcharts, then the
@@ -343,10 +385,16 @@ def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespac
     opts: dict[str, Any] = {"name": release, "namespace": namespace, "is_install": True, "api_versions": api_versions}
     if kube_version:
         opts["kube_version"] = kube_version
+    values_json, opts_json = json.dumps(values), json.dumps(opts)
+    key = hashlib.sha256("\0".join((info.digest, values_json, opts_json)).encode()).hexdigest() if info.digest else None
+    kept = _memo_get(key)
+    if kept is not None:
+        objects, texts = json.loads(kept)
+        return objects, texts
     try:
         with info.load() as chart:
             # Chart.render has no capabilities arguments; the native call takes them (helm-c render options).
-            manifests = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(opts)))
+            manifests = json.loads(_native.call_string("helm_render", chart._raw(), values_json, opts_json))
             merged = chart.merge_values(values) if info.crds else {}
     except HelmError as exc:
         raise ChartError(release, f"chart {info.name} {info.version} does not render: {exc}") from None
@@ -372,6 +420,8 @@ def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespac
                 continue
             objects.append(obj)
             texts.append(text)
+    if key is not None:
+        _memo_put(key, objects, texts)
     return objects, texts
 
 
