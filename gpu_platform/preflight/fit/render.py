@@ -340,9 +340,10 @@ def coalesced_values(info: ChartInfo, values: dict[str, Any]) -> dict[str, Any]:
 # Releases rendered in this process, as JSON text of (objects, texts), keyed by everything a render reads: the chart
 # archive's bytes, the values and Helm's render options. Rendering is most of a plan's chart work (the archive loaded
 # afresh, Helm's template engine, then every document parsed); a process that renders the same release again reads
-# it back instead: review's base and head, where most releases are unchanged, and the test suite's many preflights
-# of the same stacks in one process. Kept as text, so every caller gets objects of its own to fill in; the least
-# recently used go first past RENDER_MEMO_BYTES. A chart folder is not kept: its files can change under one stat.
+# it back instead: the differential check's cases (variants of the shipped stacks' pools and quotas, most releases
+# unchanged between them; rehearsal/differential.py) and a test session's many preflights of the same stacks. Kept
+# as text, so every caller gets objects of its own to fill in; the least recently used go first past
+# RENDER_MEMO_BYTES. A chart folder is not kept: its files can change under one stat.
 RENDER_MEMO_BYTES = 256 * 1024 * 1024
 _RENDERED: "OrderedDict[str, str]" = OrderedDict()
 _RENDERED_SIZE = [0]
