@@ -4,15 +4,13 @@ and what is allowed, before any resource is registered."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import yaml
 
 from gpu_platform.config.base import ConfigError
 from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.runner import stack_input_from_mapping
+from tests.cli_support import preflight_in_process
 from tests.conftest import ROOT, stack_config
 from tests.test_config import _set
 
@@ -173,8 +171,7 @@ def test_preflight_reports_these_as_config_errors(tmp_path, stack, path, value, 
     doc["config"] = _set(doc["config"], path, value)
     stack_file = tmp_path / f"Pulumi.{stack}.yaml"
     stack_file.write_text(yaml.safe_dump(doc))
-    run = subprocess.run([sys.executable, "-m", "gpu_platform.preflight", "--stack-file", str(stack_file),
-                          "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = preflight_in_process("--stack-file", str(stack_file), "--out", str(tmp_path / "out"), cwd=ROOT)
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"gpu-platform:{key}:" in run.stderr and str(stack_file) in run.stderr, run.stderr
     assert "Traceback" not in run.stdout + run.stderr
