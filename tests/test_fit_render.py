@@ -246,6 +246,8 @@ def test_values_the_schema_rejects_name_the_release(tmp_path: Path) -> None:
 def test_rendered_files_are_deterministic(tmp_path: Path, fresh_render_memo) -> None:
     releases = list(rendered("gcp-prod"))
     files = write_rendered(releases, tmp_path / "a")
+    render._RENDERED.clear()  # the second render is Helm's own, not the first read back
+    render._RENDERED_SIZE[0] = 0
     write_rendered(list(render_plan(stack_plan("gcp-prod"), [CHARTS], kubernetes_version="1.33")), tmp_path / "b")
     assert {p.name for p in files} == {p.name for p in (tmp_path / "b").iterdir()}
     assert "kueue.yaml" in {p.name for p in files}
@@ -322,6 +324,27 @@ def test_a_release_rendered_again_in_one_process_is_read_back_as_objects_of_its_
     make_chart(tmp_path, "sized", "1.0.0", {"cm.yaml": SIZED["cm.yaml"].replace("size:", "rows:")}, values="size: 1\n")
     changed = render_plan(_sized("a", 2), [tmp_path], example=None)[0]
     assert helm_renders[-1] == "a" and len(helm_renders) == 7 and changed.objects[0]["data"] == {"rows": "2"}
+
+
+def test_a_kept_render_too_deep_to_read_back_where_it_is_asked_for_is_rendered_again(tmp_path: Path, helm_renders) -> None:
+    """Read back from a deeper stack than it was first parsed at, a deeply nested render gets what a fresh one
+    gets (here: the chart error naming the release), never a traceback."""
+    import inspect
+
+    depth = 150
+    nested = "{a: " * depth + "x" + "}" * depth
+    make_chart(tmp_path, "deep", "1.0.0", {"cm.yaml": f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: d}}\ndata: {nested}\n"})
+    plan = Plan("t", [release_resource("deep", "deep", "1.0.0", "ns", {}, "deep")], {})
+    assert render_plan(plan, [tmp_path], example=None)[0].objects[0]["data"]["a"]["a"]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 100)  # room for preflight's frames, not for 150 levels of JSON
+    try:
+        with pytest.raises(ChartError) as err:
+            render_plan(plan, [tmp_path], example=None)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert err.value.release == "deep" and "nested too deeply" in str(err.value)
+    assert helm_renders == ["deep", "deep"]
 
 
 def test_a_chart_folder_is_rendered_every_time(tmp_path: Path, helm_renders) -> None:

@@ -390,8 +390,11 @@ def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespac
     key = hashlib.sha256("\0".join((info.digest, values_json, opts_json)).encode()).hexdigest() if info.digest else None
     kept = _memo_get(key)
     if kept is not None:
-        objects, texts = json.loads(kept)
-        return objects, texts
+        try:
+            objects, texts = json.loads(kept)
+            return objects, texts
+        except RecursionError:  # read back from a deeper stack than it was parsed at: rendered again, as before
+            pass
     try:
         with info.load() as chart:
             # Chart.render has no capabilities arguments; the native call takes them (helm-c render options).
