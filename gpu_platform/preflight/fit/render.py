@@ -306,8 +306,9 @@ def chart_info(path: Path, release: str) -> ChartInfo:
         for fname, text in facts["crds"]:
             texts: list[Optional[str]] = []
             crds.append((fname, _load_docs(text, release, fname, texts), texts))
+        digest = hashlib.sha256(data).hexdigest() if data is not None else None
         _CHARTS[key] = ChartInfo(path, data, facts["name"], facts["version"], facts["dependencies"], crds,
-                                 facts["apiVersionQueries"], hashlib.sha256(data).hexdigest() if data is not None else None)
+                                 facts["apiVersionQueries"], digest)
     return _CHARTS[key]
 
 
@@ -363,7 +364,7 @@ def _memo_get(key: Optional[str]) -> Optional[str]:
 def _memo_put(key: str, objects: list[dict[str, Any]], texts: list[Optional[str]]) -> None:
     try:
         text = json.dumps([objects, texts])
-    except (TypeError, ValueError):  # not plain JSON (nothing Helm renders is): not kept
+    except (TypeError, ValueError, RecursionError):  # not plain JSON (nothing Helm renders is), or too deep: not kept
         return
     if len(text) > RENDER_MEMO_BYTES:
         return
