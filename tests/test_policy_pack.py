@@ -952,46 +952,53 @@ def test_a_patch_that_sets_an_image_by_tag_is_a_violation_and_one_that_keeps_the
     assert_only(analyzer.analyze(plan_of(gke(extra=deployment_patch(BY_DIGEST)))))
 
 
-def test_the_pack_reads_the_catalog_ahead_and_leaves_a_broken_one_to_the_analysis(monkeypatch):
+@pytest.fixture
+def fresh_catalog(monkeypatch):
+    """The pack's catalog cache (policies/pools.py), empty before the test and again after it, once the test's own
+    load_catalog is taken away."""
+    from gpu_platform.policies import pools
+
+    pools._catalog.cache_clear()
+    yield pools
+    monkeypatch.undo()
+    pools._catalog.cache_clear()
+
+
+def test_the_pack_reads_the_catalog_ahead_and_leaves_a_broken_one_to_the_analysis(monkeypatch, fresh_catalog):
     """The pack reads the price catalog in a thread as it starts (__main__.py), before it serves: the first stack
     analysis, the last step of a preflight, read it itself (half a second of linode-ha's analysis, measured
     2026-11-30). A catalog that does not load is not swallowed: the analysis that needs it raises its error."""
     from gpu_platform.costs import catalog as catalog_module
-    from gpu_platform.policies import pools
 
+    pools = fresh_catalog
     main = (PACK_DIR / "__main__.py").read_text()
     ahead = main.find('threading.Thread(target=pools.read_catalog_ahead, name="catalog-ahead", daemon=True).start()')
     assert -1 < ahead < main.find("\nPolicyPack("), "the pack does not read its catalog ahead of serving"
 
+    pools.read_catalog_ahead()
+    assert pools._catalog.cache_info().currsize == 1
+
     pools._catalog.cache_clear()
-    try:
-        pools.read_catalog_ahead()
-        assert pools._catalog.cache_info().currsize == 1
 
-        pools._catalog.cache_clear()
+    def broken_catalog():
+        raise catalog_module.CatalogError("invalid price catalog: x")
 
-        def broken_catalog():
-            raise catalog_module.CatalogError("invalid price catalog: x")
-
-        monkeypatch.setattr(catalog_module, "load_catalog", broken_catalog)
-        pools.read_catalog_ahead()  # no exception here
-        assert pools._catalog.cache_info().currsize == 0
-        with pytest.raises(catalog_module.CatalogError, match="invalid price catalog"):
-            pools.catalog()
-    finally:
-        monkeypatch.undo()
-        pools._catalog.cache_clear()
+    monkeypatch.setattr(catalog_module, "load_catalog", broken_catalog)
+    pools.read_catalog_ahead()  # no exception here
+    assert pools._catalog.cache_info().currsize == 0
+    with pytest.raises(catalog_module.CatalogError, match="invalid price catalog"):
+        pools.catalog()
 
 
-def test_an_analysis_asking_for_the_catalog_while_it_is_read_ahead_waits_for_that_read(monkeypatch):
+def test_an_analysis_asking_for_the_catalog_while_it_is_read_ahead_waits_for_that_read(monkeypatch, fresh_catalog):
     """The attacker review (2026-11-30): the catalog's cache let two first callers each read every file, so an
     analysis that came while the pack's thread was still reading lost the head start."""
     import threading
     import time
 
     from gpu_platform.costs import catalog as catalog_module
-    from gpu_platform.policies import pools
 
+    pools = fresh_catalog
     reads = []
 
     def slow_catalog():
@@ -999,15 +1006,10 @@ def test_an_analysis_asking_for_the_catalog_while_it_is_read_ahead_waits_for_tha
         time.sleep(0.3)
         return "the catalog"
 
-    pools._catalog.cache_clear()
     monkeypatch.setattr(catalog_module, "load_catalog", slow_catalog)
-    try:
-        ahead = threading.Thread(target=pools.read_catalog_ahead)
-        ahead.start()
-        time.sleep(0.05)
-        assert pools.catalog() == "the catalog"
-        ahead.join()
-        assert len(reads) == 1
-    finally:
-        monkeypatch.undo()
-        pools._catalog.cache_clear()
+    ahead = threading.Thread(target=pools.read_catalog_ahead)
+    ahead.start()
+    time.sleep(0.05)
+    assert pools.catalog() == "the catalog"
+    ahead.join()
+    assert len(reads) == 1
