@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from gpu_platform.config.linode_network import LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE  # noqa: F401
 from gpu_platform.config.base import IMAGE_BY_DIGEST, SYSTEM_POOL_DEFAULTS, Cidr, Model, SystemPool, validate_system_pool
 
 # Object Storage bucket names are global across all Linode customers: <prefix>-ckpt-<owner>-<random>.
@@ -189,18 +190,6 @@ class LinodeSection(Model):
     def _system_pool_shape(cls, data: Any, handler: Any) -> "LinodeSection":
         return validate_system_pool("linode", data, handler)
 
-
-# Linode's regional private network: every Linode with a private IP, any customer's, in the region has an
-# address here ("The regional private IP address range, 192.168.128.0/17, is shared by all Linode Instances
-# in a region": pulumi_linode Instance.private_ip_address docstring). Admin ranges overlapping it would open
-# SSH and the API to other customers, and a VPC subnet may not overlap it (Linode API v4, POST
-# /vpcs/{vpcId}/subnets, `ipv4`: "must belong to a private address space as defined in RFC1918 ... must not
-# overlap with 192.168.128.0/17").
-LINODE_SHARED_PRIVATE_RANGE = ipaddress.ip_network("192.168.128.0/17")
-# NodeBalancers reach their backends from this range over the private network (Akamai/Linode LKE firewall
-# docs: "allowed-nodebalancers" rules accept 192.168.255.0/24): the only part of the shared network a node
-# firewall admits.
-LINODE_NODEBALANCER_BACKENDS = ipaddress.ip_network("192.168.255.0/24")
 
 # The VPC addressing plan (render.vpc_addresses) has room for this many system workers.
 MAX_SYSTEM_NODES = 20

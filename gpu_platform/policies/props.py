@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any, Iterable, Optional
 
-from gpu_platform.config.linode import LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE
+from gpu_platform.config.linode_network import LINODE_NODEBALANCER_BACKENDS, LINODE_SHARED_PRIVATE_RANGE
 
 WORLD_V4 = "0.0.0.0/0"
 WORLD_V6 = "::/0"

@@ -13,7 +13,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from gpu_platform.config.linode import LINODE_SHARED_PRIVATE_RANGE
+from gpu_platform.config.linode_network import LINODE_SHARED_PRIVATE_RANGE
 from gpu_platform.data.platform_versions import KUSTOMIZE_DIRECTORY_NAMES
 from gpu_platform.policies.pools import GKE_CLUSTER, GKE_NODE_POOL, stack_nodes
 from gpu_platform.policies.props import (
