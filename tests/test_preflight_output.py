@@ -69,6 +69,26 @@ def test_json_document_validates_and_matches_the_written_one(tmp_path):
     assert json.loads((tmp_path / "gcp-prod" / "preflight.json").read_text()) == doc
 
 
+def test_a_document_off_the_schema_is_refused_naming_the_field_and_a_broken_schema_is_refused_itself(
+        tmp_path, monkeypatch):
+    """verdict.validate checks the schema once per process (then only documents): a document off the schema still
+    fails naming its field, and a schema that is itself invalid fails as jsonschema.validate would have."""
+    doc = verdict.document("gcp-prod", None, 0)
+    verdict.validate(doc)
+    with pytest.raises(jsonschema.ValidationError) as refused:
+        verdict.validate({**doc, "verdict": "maybe"})
+    assert list(refused.value.path) == ["verdict"] and "'maybe' is not one of" in refused.value.message
+    broken = tmp_path / "preflight.schema.json"
+    broken.write_text(json.dumps({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "no-such-type"}))
+    monkeypatch.setattr(verdict, "SCHEMA_PATH", broken)
+    verdict._validator.cache_clear()
+    try:
+        with pytest.raises(jsonschema.SchemaError):
+            verdict.validate(doc)
+    finally:
+        verdict._validator.cache_clear()
+
+
 def test_exit_codes_are_distinct(tmp_path):
     unknown = preflight_in_process("no-such-stack")
     assert unknown.returncode == 4 and "Traceback" not in unknown.stderr
