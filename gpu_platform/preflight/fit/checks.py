@@ -405,26 +405,29 @@ class _Index:
 
 # The key of Kueue's manager Configuration in the chart's ConfigMap (Kubeflow Trainer's uses the same key).
 KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+# libyaml's parser where PyYAML has it (the same safe constructor): about eight times the pure-Python one.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _kueue_excluded(text: Any) -> tuple[str, ...]:
-    """excludeResourcePrefixes of a Kueue Configuration document; () for any other document."""
+def _kueue_configuration(text: Any) -> Optional[dict]:
+    """A Kueue Configuration document as data; None for any other document."""
     try:
-        conf = yaml.safe_load(str(text))
-    except yaml.YAMLError:
-        return ()
-    if not isinstance(conf, dict) or not str(conf.get("apiVersion", "")).startswith("config.kueue.x-k8s.io/"):
-        return ()
-    return manager_excluded_prefixes(conf)
-
-
-def _kueue_managed_namespaces(text: Any) -> Optional[dict]:
-    """managedJobsNamespaceSelector of a Kueue Configuration document; None for any other document."""
-    try:
-        conf = yaml.safe_load(str(text))
+        conf = yaml.load(str(text), Loader=_YAML_LOADER)
     except yaml.YAMLError:
         return None
     if not isinstance(conf, dict) or not str(conf.get("apiVersion", "")).startswith("config.kueue.x-k8s.io/"):
+        return None
+    return conf
+
+
+def _kueue_excluded(conf: Optional[dict]) -> tuple[str, ...]:
+    """excludeResourcePrefixes of a Kueue Configuration (_kueue_configuration); () for none."""
+    return manager_excluded_prefixes(conf) if conf is not None else ()
+
+
+def _kueue_managed_namespaces(conf: Optional[dict]) -> Optional[dict]:
+    """managedJobsNamespaceSelector of a Kueue Configuration (_kueue_configuration); None for none or unset."""
+    if conf is None:
         return None
     selector = conf.get("managedJobsNamespaceSelector")
     return selector if isinstance(selector, dict) else None
@@ -458,8 +461,9 @@ def _index(releases: list[Any]) -> _Index:
             elif kind == "Service" and api == "v1":
                 idx.services[(ns, name)] = obj
             elif kind == "ConfigMap" and api == "v1" and KUEUE_CONFIG_KEY in (obj.get("data") or {}):
-                idx.kueue_excluded += _kueue_excluded(obj["data"][KUEUE_CONFIG_KEY])
-                selector = _kueue_managed_namespaces(obj["data"][KUEUE_CONFIG_KEY])
+                conf = _kueue_configuration(obj["data"][KUEUE_CONFIG_KEY])
+                idx.kueue_excluded += _kueue_excluded(conf)
+                selector = _kueue_managed_namespaces(conf)
                 if selector is not None:
                     idx.kueue_managed_namespaces = selector
             elif kind == "CustomResourceDefinition":

@@ -17,6 +17,8 @@ import yaml
 
 from gpu_platform.preflight.fit.errors import ChartError
 
+# libyaml's parser where PyYAML has it (the same safe constructor): Kubeflow's manifests are megabytes.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SUPPORTED = {"apiVersion", "kind", "resources", "namespace", "patches", "patchesStrategicMerge", "patchesJson6902"}
 # Merge keys of the lists a platform patch touches (Kubernetes' patchMergeKey for these fields).
 MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "env": "name",
@@ -27,7 +29,7 @@ def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dic
           texts: Optional[list] = None) -> list[dict[str, Any]]:
     """The overlay's objects; `texts` gets each one's source YAML where no patch changed it (else None).
     `load_remote(target, texts)` returns freshly parsed objects of a pinned remote target."""
-    doc = yaml.safe_load(kfile.read_text()) or {}
+    doc = yaml.load(kfile.read_text(), Loader=_YAML_LOADER) or {}
     unknown = sorted(set(doc) - SUPPORTED)
     if unknown:
         raise ChartError(release, f"{kfile}: kustomization fields {unknown} are not supported by preflight (supported: {sorted(SUPPORTED)})")
@@ -36,7 +38,7 @@ def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dic
     for res in doc.get("resources") or []:
         local = kfile.parent / res
         if local.is_file():
-            loaded = [o for o in yaml.safe_load_all(local.read_text()) if o]
+            loaded = [o for o in yaml.load_all(local.read_text(), Loader=_YAML_LOADER) if o]
             objects.extend(loaded)
             sources.extend([None] * len(loaded))
         else:
@@ -50,13 +52,13 @@ def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dic
     patches: list[tuple[Any, dict[str, Any] | None]] = []  # (patch body, target selector)
     for p in doc.get("patches") or []:
         body = p.get("patch") if "patch" in p else (kfile.parent / p["path"]).read_text()
-        patches.append((yaml.safe_load(body), p.get("target")))
+        patches.append((yaml.load(body, Loader=_YAML_LOADER), p.get("target")))
     for p in doc.get("patchesStrategicMerge") or []:
         body = (kfile.parent / p).read_text() if (kfile.parent / p).is_file() else p
-        patches.append((yaml.safe_load(body), None))
+        patches.append((yaml.load(body, Loader=_YAML_LOADER), None))
     for p in doc.get("patchesJson6902") or []:
         body = p.get("patch") if "patch" in p else (kfile.parent / p["path"]).read_text()
-        patches.append((yaml.safe_load(body), p.get("target")))
+        patches.append((yaml.load(body, Loader=_YAML_LOADER), p.get("target")))
 
     for body, target in patches:
         try:
