@@ -8,6 +8,7 @@ import http.server
 import json
 import re
 import shutil
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -495,6 +496,40 @@ def test_local_overlay_of_a_pinned_remote_target(tmp_path: Path) -> None:
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({"resources": [], "replacements": []}))
     with pytest.raises(ChartError, match="replacements"):
         render.load_kustomize(str(overlay), "katib", [CHARTS], base=tmp_path)
+
+
+@pytest.mark.parametrize("where, text, says", [
+    ("kustomization.yaml", "resources: [a\n", "kustomization.yaml is not valid YAML"),
+    ("patch.yaml", "kind: Deployment\n  metadata: {\n", "patch.yaml is not valid YAML"),
+    ("patch.yaml", "[" * 50_000 + "]" * 50_000, "patch.yaml is nested too deeply"),
+    ("objects.yaml", "a: 2026-13-45\n", "objects.yaml is not valid YAML"),
+])
+def test_an_overlay_file_that_does_not_parse_is_a_chart_error_naming_it(tmp_path: Path, where, text, says) -> None:
+    """A local overlay's kustomization, resource file or patch that is not YAML stops the release with a chart error
+    naming the file (preflight exits 2), not a traceback, and text nested 50,000 levels deep does not crash the process
+    (libyaml's parser, which recurses in C, did: a segfault, no verdict)."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    files = {"kustomization.yaml": yaml.safe_dump({"resources": ["objects.yaml"], "patches": [{"path": "patch.yaml"}]}),
+             "objects.yaml": yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+             "patch.yaml": yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"},
+                                           "data": {"k": "v"}})}
+    files[where] = text
+    for name, body in files.items():
+        (overlay / name).write_text(body)
+    script = f"""
+import sys
+from pathlib import Path
+from gpu_platform.preflight.fit import kustomize
+from gpu_platform.preflight.fit.errors import ChartError
+try:
+    kustomize.build(Path({str(overlay / "kustomization.yaml")!r}), "katib", lambda target, texts: [])
+except ChartError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.startswith("release katib: ") and says in done.stdout, done.stdout
 
 
 def test_unknown_kustomize_target_names_the_release(tmp_path: Path) -> None:

@@ -576,30 +576,6 @@ print(seen)
     assert out.stdout.strip() == "[True]", out.stdout
 
 
-def test_the_policy_pack_starts_without_the_config_models():
-    """The pack starts once per preflight (and once per `pulumi preview --policy-pack`): its program (all but the
-    server) and the price catalog it reads ahead load without pydantic and the stack models, which were about a
-    quarter of its start-up when props.py took two address ranges from config/linode.py (now in linode_network.py)."""
-    import subprocess
-    import sys
-
-    script = """
-import runpy, sys, threading
-import pulumi_policy
-pulumi_policy.PolicyPack = lambda **kwargs: None  # everything the pack's program does but serve
-runpy.run_path("gpu_platform/policies/__main__.py", run_name="__main__")
-for thread in threading.enumerate():
-    if thread.name == "catalog-ahead":
-        thread.join()
-print(sorted(m for m in sys.modules if m == "pydantic" or m.startswith(("pydantic.", "gpu_platform.config."))))
-"""
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    loaded = ast.literal_eval(out.stdout.strip())
-    assert not [m for m in loaded if m == "pydantic" or m.startswith("pydantic.")], loaded
-    assert set(loaded) <= {f"{PACKAGE}.config.approvals", f"{PACKAGE}.config.linode_network"}, loaded
-
-
 def test_the_old_documented_import_path_still_loads_the_config_with_a_warning():
     """0.2.0's examples/team-gke imported load_from_pulumi from gpu_platform.components.config."""
     import importlib

@@ -971,10 +971,6 @@ def test_the_pack_reads_the_catalog_ahead_and_leaves_a_broken_one_to_the_analysi
     from gpu_platform.costs import catalog as catalog_module
 
     pools = fresh_catalog
-    main = (PACK_DIR / "__main__.py").read_text()
-    ahead = main.find('threading.Thread(target=pools.read_catalog_ahead, name="catalog-ahead", daemon=True).start()')
-    assert -1 < ahead < main.find("\nPolicyPack("), "the pack does not read its catalog ahead of serving"
-
     pools.read_catalog_ahead()
     assert pools._catalog.cache_info().currsize == 1
 
@@ -988,6 +984,43 @@ def test_the_pack_reads_the_catalog_ahead_and_leaves_a_broken_one_to_the_analysi
     assert pools._catalog.cache_info().currsize == 0
     with pytest.raises(catalog_module.CatalogError, match="invalid price catalog"):
         pools.catalog()
+
+
+def test_the_pack_program_reads_the_catalog_and_the_stack_settings_before_its_first_call():
+    """The pack's program (__main__.py, all but serving) starts a thread that reads the price catalog and the stack's
+    settings (the config model imported, the config validated: about half a CPU-second that the first stack
+    analysis, the last step of a preflight, paid; review of 2026-11-30). Its modules alone load neither pydantic nor
+    the config models: the pack answers its first call without waiting for them."""
+    import subprocess
+    import sys
+
+    script = """
+import json, runpy, sys, threading
+import pulumi_policy
+pulumi_policy.PolicyPack = lambda **kwargs: None  # everything the pack's program does but serve
+from gpu_platform.policies import pools, stack_settings
+from gpu_platform.policies import budget_rules, cost_rules, hygiene_rules, locks, running, security_rules
+modules_alone = sorted(m for m in sys.modules if m == "pydantic" or m.startswith("gpu_platform.config."))
+runpy.run_path("gpu_platform/policies/__main__.py", run_name="__main__")
+[ahead] = [t for t in threading.enumerate() if t.name == "read-ahead"]
+ahead.join()
+settings = stack_settings.stack_settings()
+print(json.dumps({"modules_alone": modules_alone, "catalog": pools._catalog.cache_info().currsize,
+                  "settings": stack_settings._cached.cache_info().hits, "cloud": settings.cloud,
+                  "validated": settings.config is not None}))
+"""
+    import json
+
+    from gpu_platform.preflight.analyzer import pack_stack_config
+
+    config = pack_stack_config(stack_input_from_mapping("gcp-prod", stack_config("gcp-prod")).config)
+    env = {**os.environ, "PULUMI_CONFIG": json.dumps(config)}
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(got["modules_alone"]) <= {"gpu_platform.config.approvals", "gpu_platform.config.linode_network"}, got
+    # The call after the thread finished was a hit: the thread had read and validated the settings.
+    assert got["catalog"] == 1 and got["settings"] == 1 and got["cloud"] == "gcp" and got["validated"], got
 
 
 def test_an_analysis_asking_for_the_catalog_while_it_is_read_ahead_waits_for_that_read(monkeypatch, fresh_catalog):

@@ -293,6 +293,35 @@ def test_preflight_reports_a_default_queue_where_an_unlabelled_gpu_job_waits_for
     assert "gpu-training" in problem.fix
 
 
+def test_a_job_files_configmap_does_not_configure_kueue_for_preflight() -> None:
+    """Only Kueue reads its Configuration, from its own chart's ConfigMap: a `--job` file's ConfigMap under the same key
+    (a namespace selector that matches nothing) made fit treat the file's unlabelled GPU Job as outside Kueue, its
+    queue problem replaced by another (review of 2026-11-30). Texts that do not parse, or nest 50,000 levels deep, are
+    no Configuration either and do not stop the run."""
+    from gpu_platform.preflight.fit.checks import KUEUE_CONFIG_KEY
+    from gpu_platform.preflight.fit.render import RenderedRelease
+    from tests.fit_support import need_charts
+    from tests.test_fit_stacks import _stack
+
+    need_charts()
+    model, releases = _stack("linode-dev")
+    _default_to_the_cpu_queue(releases)
+    texts = ["apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+             "managedJobsNamespaceSelector: {matchLabels: {no-such-label: x}}\n",
+             "apiVersion: [", "[" * 50_000 + "]" * 50_000, "when: 2026-13-45"]
+    configmaps = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"kueue-{i}", "namespace": TRAINING_NAMESPACE},
+                   "data": {KUEUE_CONFIG_KEY: text}} for i, text in enumerate(texts)]
+
+    def problems_of_the_job(objects):
+        job_file = RenderedRelease("job", "job", "file:job.yaml", "example", None, None, TRAINING_NAMESPACE, objects)
+        return sorted((p.check, p.reason) for p in check_fit(model, [*releases, job_file]).problems
+                      if p.object == f"Job/{TRAINING_NAMESPACE}/j")
+
+    alone = problems_of_the_job([batch_job("2")])
+    assert any(check == "queue-fit" for check, _ in alone), alone
+    assert problems_of_the_job([batch_job("2"), *configmaps]) == alone
+
+
 def _zero_gpu(obj: dict, value) -> dict:
     """`obj` (a Job or a TrainJob asking for one GPU) with its GPU limit set to `value`."""
     obj = copy.deepcopy(obj)

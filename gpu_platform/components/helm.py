@@ -54,13 +54,12 @@ def local_kustomize(overlay: Path, storage_class: Optional[str] = None) -> Optio
     (pulumi.RunError, no traceback) naming the folder and the file."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser, the same safe constructor
     folder = os.environ.get(LOCAL_CHARTS_ENV)
     if not folder and storage_class is None:
         return None
     kfile = Path(overlay) / "kustomization.yaml"
     text = kfile.read_text()
-    for target in ((yaml.load(text, Loader=loader) or {}).get("resources") or []) if folder else []:
+    for target in ((yaml.safe_load(text) or {}).get("resources") or []) if folder else []:
         fname = kustomize_file_name(target)
         if fname is None:
             continue
@@ -72,7 +71,7 @@ def local_kustomize(overlay: Path, storage_class: Optional[str] = None) -> Optio
                 f"{LOCAL_CHARTS_ENV} to fetch it from GitHub")
         text = text.replace(target, str(built.resolve()))
     if storage_class is not None:
-        doc = yaml.load(text, Loader=loader)
+        doc = yaml.safe_load(text)
         doc["patches"] = [*(doc.get("patches") or []), claims_on(storage_class)]
         text = yaml.safe_dump(doc, sort_keys=False)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-platform" / "kustomize-overlays"

@@ -6,7 +6,6 @@ The rules that read the rest of the stack are in checks/linode.py, which imports
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path

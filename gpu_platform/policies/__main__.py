@@ -15,11 +15,18 @@ if _ROOT not in sys.path:
 
 from pulumi_policy import PolicyPack  # noqa: E402
 
-from gpu_platform.policies import budget_rules, cost_rules, hygiene_rules, locks, pools, running, security_rules  # noqa: E402
+from gpu_platform.policies import (budget_rules, cost_rules, hygiene_rules, locks, pools, running,  # noqa: E402
+                                   security_rules, stack_settings)
 
-# The price catalog is read while the pack waits for its first call, not in the stack analysis, the last
-# step of a preflight (pools.read_catalog_ahead).
-threading.Thread(target=pools.read_catalog_ahead, name="catalog-ahead", daemon=True).start()
+
+def _read_ahead() -> None:
+    pools.read_catalog_ahead()
+    stack_settings.read_settings_ahead()
+
+
+# The price catalog and the stack's settings are read while the pack waits for its first call, not in the stack
+# analysis, the last step of a preflight (pools.read_catalog_ahead, stack_settings.read_settings_ahead).
+threading.Thread(target=_read_ahead, name="read-ahead", daemon=True).start()
 
 # locks.install: the pack itself refuses a policy config that lowers or loosens a mandatory policy without a
 # valid exception (and a locked one without an entry in gpu_platform/policies/enforcement.yaml), so

@@ -139,3 +139,14 @@ def _cached(text: str) -> StackSettings:
 
 def stack_settings() -> StackSettings:
     return _cached(json.dumps(raw_config(), sort_keys=True))
+
+
+def read_settings_ahead() -> None:
+    """Read the stack's settings before the first stack analysis asks for them (__main__.py runs this in its
+    read-ahead thread, after the catalog): importing the config model and validating the config take about half a
+    CPU-second, and that analysis is the last step of a preflight, while the pack waits idle for the program to run.
+    The config is fixed for the life of the process (PULUMI_CONFIG, or the file lifeline.py took at import)."""
+    try:
+        stack_settings()
+    except Exception:  # noqa: BLE001 the analysis reads them again and reports what it finds
+        pass

@@ -405,15 +405,16 @@ class _Index:
 
 # The key of Kueue's manager Configuration in the chart's ConfigMap (Kubeflow Trainer's uses the same key).
 KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
-# libyaml's parser where PyYAML has it (the same safe constructor): about eight times the pure-Python one.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _kueue_configuration(text: Any) -> Optional[dict]:
-    """A Kueue Configuration document as data; None for any other document."""
+    """A Kueue Configuration document as data; None for any other document, one that does not parse included (a
+    `--job` file's ConfigMap may carry any text under this key). PyYAML's pure-Python parser on purpose: libyaml's
+    recurses in C and crashes the process on text nested some 50,000 levels deep, where this one raises
+    RecursionError."""
     try:
-        conf = yaml.load(str(text), Loader=_YAML_LOADER)
-    except yaml.YAMLError:
+        conf = yaml.safe_load(str(text))
+    except (yaml.YAMLError, RecursionError, ValueError):  # ValueError: a date out of range, a bad surrogate
         return None
     if not isinstance(conf, dict) or not str(conf.get("apiVersion", "")).startswith("config.kueue.x-k8s.io/"):
         return None
@@ -460,7 +461,8 @@ def _index(releases: list[Any]) -> _Index:
                 idx.quotas.setdefault(ns, []).append(obj)
             elif kind == "Service" and api == "v1":
                 idx.services[(ns, name)] = obj
-            elif kind == "ConfigMap" and api == "v1" and KUEUE_CONFIG_KEY in (obj.get("data") or {}):
+            elif (kind == "ConfigMap" and api == "v1" and KUEUE_CONFIG_KEY in (obj.get("data") or {})
+                  and rel.source != "example"):  # Kueue reads its own chart's ConfigMap, not a job file's
                 conf = _kueue_configuration(obj["data"][KUEUE_CONFIG_KEY])
                 idx.kueue_excluded += _kueue_excluded(conf)
                 selector = _kueue_managed_namespaces(conf)

@@ -17,19 +17,29 @@ import yaml
 
 from gpu_platform.preflight.fit.errors import ChartError
 
-# libyaml's parser where PyYAML has it (the same safe constructor): Kubeflow's manifests are megabytes.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SUPPORTED = {"apiVersion", "kind", "resources", "namespace", "patches", "patchesStrategicMerge", "patchesJson6902"}
 # Merge keys of the lists a platform patch touches (Kubernetes' patchMergeKey for these fields).
 MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "env": "name",
               "volumeMounts": "mountPath", "ports": "containerPort", "imagePullSecrets": "name", "args": None}
 
 
+def _parse(text: str, where: Any, release: str, *, documents: bool = False) -> Any:
+    """A kustomization, resource file or patch as data (`documents`: every non-empty document of a stream); one that
+    does not parse is a ChartError naming it. PyYAML's pure-Python parser on purpose: libyaml's recurses in C and
+    crashes the process on text nested some 50,000 levels deep, where this one raises RecursionError."""
+    try:
+        return [d for d in yaml.safe_load_all(text) if d] if documents else yaml.safe_load(text)
+    except RecursionError:
+        raise ChartError(release, f"{where} is nested too deeply to read (thousands of levels)") from None
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: a date out of range
+        raise ChartError(release, f"{where} is not valid YAML: {exc}") from None
+
+
 def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dict[str, Any]]],
           texts: Optional[list] = None) -> list[dict[str, Any]]:
     """The overlay's objects; `texts` gets each one's source YAML where no patch changed it (else None).
     `load_remote(target, texts)` returns freshly parsed objects of a pinned remote target."""
-    doc = yaml.load(kfile.read_text(), Loader=_YAML_LOADER) or {}
+    doc = _parse(kfile.read_text(), kfile, release) or {}
     unknown = sorted(set(doc) - SUPPORTED)
     if unknown:
         raise ChartError(release, f"{kfile}: kustomization fields {unknown} are not supported by preflight (supported: {sorted(SUPPORTED)})")
@@ -38,7 +48,7 @@ def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dic
     for res in doc.get("resources") or []:
         local = kfile.parent / res
         if local.is_file():
-            loaded = [o for o in yaml.load_all(local.read_text(), Loader=_YAML_LOADER) if o]
+            loaded = _parse(local.read_text(), local, release, documents=True)
             objects.extend(loaded)
             sources.extend([None] * len(loaded))
         else:
@@ -51,14 +61,17 @@ def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dic
 
     patches: list[tuple[Any, dict[str, Any] | None]] = []  # (patch body, target selector)
     for p in doc.get("patches") or []:
+        where = f"{kfile} (an inline patch)" if "patch" in p else kfile.parent / p["path"]
         body = p.get("patch") if "patch" in p else (kfile.parent / p["path"]).read_text()
-        patches.append((yaml.load(body, Loader=_YAML_LOADER), p.get("target")))
+        patches.append((_parse(body, where, release), p.get("target")))
     for p in doc.get("patchesStrategicMerge") or []:
-        body = (kfile.parent / p).read_text() if (kfile.parent / p).is_file() else p
-        patches.append((yaml.load(body, Loader=_YAML_LOADER), None))
+        is_file = (kfile.parent / p).is_file()
+        body = (kfile.parent / p).read_text() if is_file else p
+        patches.append((_parse(body, kfile.parent / p if is_file else f"{kfile} (an inline patch)", release), None))
     for p in doc.get("patchesJson6902") or []:
+        where = f"{kfile} (an inline patch)" if "patch" in p else kfile.parent / p["path"]
         body = p.get("patch") if "patch" in p else (kfile.parent / p["path"]).read_text()
-        patches.append((yaml.load(body, Loader=_YAML_LOADER), p.get("target")))
+        patches.append((_parse(body, where, release), p.get("target")))
 
     for body, target in patches:
         try:
