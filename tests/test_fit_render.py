@@ -503,11 +503,12 @@ def test_local_overlay_of_a_pinned_remote_target(tmp_path: Path) -> None:
     ("patch.yaml", "kind: Deployment\n  metadata: {\n", "patch.yaml is not valid YAML"),
     ("patch.yaml", "[" * 50_000 + "]" * 50_000, "patch.yaml is nested too deeply"),
     ("objects.yaml", "a: 2026-13-45\n", "objects.yaml is not valid YAML"),
+    ("patch.yaml", "token: ghp_S3CRETvalue123\n  bad: [\n", "patch.yaml is not valid YAML (line 2, column"),
 ])
 def test_an_overlay_file_that_does_not_parse_is_a_chart_error_naming_it(tmp_path: Path, where, text, says) -> None:
     """A local overlay's kustomization, resource file or patch that is not YAML stops the release with a chart error
-    naming the file (preflight exits 2), not a traceback, and text nested 50,000 levels deep does not crash the process
-    (libyaml's parser, which recurses in C, did: a segfault, no verdict)."""
+    naming the file and the line (preflight exits 2), not a traceback and not the line's text (a token in a patch),
+    and text nested 50,000 levels deep does not crash the process (libyaml's parser, which recurses in C, did)."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     files = {"kustomization.yaml": yaml.safe_dump({"resources": ["objects.yaml"], "patches": [{"path": "patch.yaml"}]}),
@@ -530,6 +531,8 @@ except ChartError as exc:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.startswith("release katib: ") and says in done.stdout, done.stdout
+    # Where and what only, on one line: PyYAML's own message quotes the file's line (a token, a password).
+    assert done.stdout.count("\n") == 1 and "S3CRET" not in done.stdout, done.stdout
 
 
 def test_unknown_kustomize_target_names_the_release(tmp_path: Path) -> None:

@@ -293,12 +293,38 @@ def test_preflight_reports_a_default_queue_where_an_unlabelled_gpu_job_waits_for
     assert "gpu-training" in problem.fix
 
 
-def test_a_job_files_configmap_does_not_configure_kueue_for_preflight() -> None:
-    """Only Kueue reads its Configuration, from its own chart's ConfigMap: a `--job` file's ConfigMap under the same key
-    (a namespace selector that matches nothing) made fit treat the file's unlabelled GPU Job as outside Kueue, its
-    queue problem replaced by another (review of 2026-11-30). Texts that do not parse, or nest 50,000 levels deep, are
-    no Configuration either and do not stop the run."""
+def _job_file_overrides() -> dict[str, list[dict]]:
+    """Objects a `--job` file might carry that would change what fit believes of the platform, each as the cluster
+    would not take it from the file's author: Kueue's configuration (Kueue reads its own chart's ConfigMap), the
+    platform namespace relabelled out of Kueue, a second CRD for TrainJob (refused: the kind is served), the
+    platform's LocalQueue pointed elsewhere (its clusterQueue is immutable)."""
     from gpu_platform.preflight.fit.checks import KUEUE_CONFIG_KEY
+
+    meta = {"namespace": TRAINING_NAMESPACE}
+    return {
+        "kueue-configuration": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kueue", **meta},
+                                 "data": {KUEUE_CONFIG_KEY: "apiVersion: config.kueue.x-k8s.io/v1beta2\n"
+                                          "kind: Configuration\nmanagedJobsNamespaceSelector: "
+                                          "{matchLabels: {no-such-label: x}}\n"}}],
+        "namespace-relabelled": [{"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": TRAINING_NAMESPACE, "labels": {"gpu-platform.io/queue": "off"}}}],
+        "second-trainjob-crd": [{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                                 "metadata": {"name": "xtrainjobs.trainer.kubeflow.org"},
+                                 "spec": {"group": "trainer.kubeflow.org", "scope": "Namespaced",
+                                          "names": {"kind": "TrainJob", "plural": "xtrainjobs"}}}],
+        "local-queue-redirected": [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                                    "metadata": {"name": DEFAULT_LOCAL_QUEUE, **meta},
+                                    "spec": {"clusterQueue": "gpu-training"}}],
+    }
+
+
+@pytest.mark.parametrize("override", ["kueue-configuration", "namespace-relabelled", "second-trainjob-crd",
+                                      "local-queue-redirected"])
+def test_a_job_file_adds_objects_but_does_not_change_what_the_platform_defines(override: str) -> None:
+    """Fit judged a job file's objects as if they replaced the platform's: a ConfigMap under Kueue's configuration key
+    made the file's unlabelled GPU Job look outside Kueue, and so did relabelling the namespace; a second TrainJob CRD
+    hid the TrainJob from the admission policies; a redirected LocalQueue hid the queue problem (reviews of
+    2026-11-30). The Job's and the TrainJob's problems are the same with the override as without it."""
     from gpu_platform.preflight.fit.render import RenderedRelease
     from tests.fit_support import need_charts
     from tests.test_fit_stacks import _stack
@@ -306,20 +332,84 @@ def test_a_job_files_configmap_does_not_configure_kueue_for_preflight() -> None:
     need_charts()
     model, releases = _stack("linode-dev")
     _default_to_the_cpu_queue(releases)
-    texts = ["apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
-             "managedJobsNamespaceSelector: {matchLabels: {no-such-label: x}}\n",
-             "apiVersion: [", "[" * 50_000 + "]" * 50_000, "when: 2026-13-45"]
-    configmaps = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"kueue-{i}", "namespace": TRAINING_NAMESPACE},
-                   "data": {KUEUE_CONFIG_KEY: text}} for i, text in enumerate(texts)]
+    ours = {f"Job/{TRAINING_NAMESPACE}/j", f"TrainJob/{TRAINING_NAMESPACE}/t"}
 
-    def problems_of_the_job(objects):
+    def problems_of(objects):
         job_file = RenderedRelease("job", "job", "file:job.yaml", "example", None, None, TRAINING_NAMESPACE, objects)
-        return sorted((p.check, p.reason) for p in check_fit(model, [*releases, job_file]).problems
-                      if p.object == f"Job/{TRAINING_NAMESPACE}/j")
+        report = check_fit(model, [*releases, job_file])
+        return sorted((p.object, p.check, p.reason) for p in report.problems if p.object in ours), report.notes
 
-    alone = problems_of_the_job([batch_job("2")])
-    assert any(check == "queue-fit" for check, _ in alone), alone
-    assert problems_of_the_job([batch_job("2"), *configmaps]) == alone
+    alone, _ = problems_of([batch_job("2"), trainjob("2")])
+    assert {o for o, _, _ in alone} == ours and any(check == "queue-fit" for _, check, _ in alone), alone
+    overridden, notes = problems_of([batch_job("2"), trainjob("2"), *_job_file_overrides()[override]])
+    assert overridden == alone
+    if override != "kueue-configuration":
+        assert any("a job file adds objects, it does not change the platform's" in n for n in notes), notes
+
+
+def test_a_job_files_configmap_or_runtime_does_not_replace_the_platforms_training_runtime() -> None:
+    """Only the Trainer chart's hook Job applies the runtimes in its installer ConfigMap: a job file's ConfigMap holding
+    a ClusterTrainingRuntime `torch-distributed` replaced the platform's in fit (attacker review, 2026-11-30), and so
+    would the file's own copy of it (the platform's is there already). The TrainJob's problems do not change."""
+    import yaml
+
+    from gpu_platform.preflight.fit.render import RenderedRelease
+    from tests.fit_support import need_charts
+    from tests.test_fit_stacks import _stack
+
+    need_charts()
+    model, releases = _stack("linode-dev")
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torch-distributed"}, "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {
+                   "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                       "nodeSelector": {"gpu-platform.io/pool": "nowhere"},  # a runtime no node could run
+                       "containers": [{"name": "node", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}}}]}}}}
+    installer = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x-runtimes-installer",
+                                                                        "namespace": TRAINING_NAMESPACE},
+                 "data": {"torch.yaml": yaml.safe_dump(runtime)}}
+
+    def problems_of(objects):
+        job_file = RenderedRelease("job", "job", "file:job.yaml", "example", None, None, TRAINING_NAMESPACE, objects)
+        return sorted((p.object, p.check, p.reason) for p in check_fit(model, [*releases, job_file]).problems
+                      if p.object == f"TrainJob/{TRAINING_NAMESPACE}/t")
+
+    alone = problems_of([trainjob("2")])
+    assert problems_of([trainjob("2"), installer]) == alone
+    assert problems_of([trainjob("2"), runtime]) == alone
+
+
+def test_an_installer_configmap_that_does_not_parse_holds_no_runtime() -> None:
+    """A runtimes-installer ConfigMap's text that does not parse, nests 50,000 levels deep or holds a date out of range
+    holds no runtime: no traceback, and no crash (libyaml's parser, which this read before, segfaults on the deep one)."""
+    import subprocess
+    import sys
+
+    script = """
+from gpu_platform.preflight.fit.pods import _installer_payloads
+texts = ["kind: TrainingRuntime\\nspec: [", "kind: TrainingRuntime\\nspec: " + "[" * 50_000 + "]" * 50_000,
+         "kind: TrainingRuntime\\nwhen: 2026-13-45"]
+print([_installer_payloads({"data": {"f.yaml": t}}) for t in texts])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip() == "[[], [], []]", done.stdout
+
+
+def test_text_under_kueues_configuration_key_that_does_not_parse_is_no_configuration() -> None:
+    """Text that does not parse, nests 50,000 levels deep or holds a date out of range is no Kueue configuration: no
+    traceback, and no crash (libyaml's parser, tried on 2026-11-30, segfaulted on the deep one)."""
+    import subprocess
+    import sys
+
+    script = """
+from gpu_platform.preflight.fit.checks import _kueue_configuration
+texts = ["apiVersion: [", "[" * 50_000 + "]" * 50_000, "when: 2026-13-45", "\\ud800: x"]
+print([_kueue_configuration(t) for t in texts])
+print(_kueue_configuration("apiVersion: config.kueue.x-k8s.io/v1beta2\\nkind: Configuration\\n")["kind"])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["[None,", "None,", "None,", "None]", "Configuration"], done.stdout
 
 
 def _zero_gpu(obj: dict, value) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Optional
@@ -137,8 +138,15 @@ def _cached(text: str) -> StackSettings:
     return _parse(text)
 
 
+# One reader at a time: an analysis that asks while the read-ahead thread parses waits for that parse instead of
+# running a second one beside it (lru_cache alone lets both run).
+_SETTINGS_READ = threading.Lock()
+
+
 def stack_settings() -> StackSettings:
-    return _cached(json.dumps(raw_config(), sort_keys=True))
+    text = json.dumps(raw_config(), sort_keys=True)
+    with _SETTINGS_READ:
+        return _cached(text)
 
 
 def read_settings_ahead() -> None:

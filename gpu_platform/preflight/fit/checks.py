@@ -440,8 +440,21 @@ DEFAULT_LOCAL_QUEUE = "default"
 
 
 def _index(releases: list[Any]) -> _Index:
+    """What the platform's objects configure. A `--job` file's objects (source "example", indexed last) add to it but
+    never replace what a release of the platform defines (a namespace's labels, a CRD, a queue, a flavor, a Service):
+    in the cluster its author could not relabel the platform's namespace or take over its queue (LocalQueue's
+    clusterQueue is immutable, a second CRD for a served kind is refused), and Kueue reads only its own ConfigMap."""
     idx = _Index({}, {}, {}, {}, {}, {}, {}, {}, {}, [])
     owners: dict[str, list[str]] = {}
+    kept: list[str] = []
+
+    def platforms(mapping: dict, key: Any, rel: Any, what: str) -> bool:
+        """Whether `key` is the platform's already and `rel` is the job file (which then leaves it as it is)."""
+        if getattr(rel, "source", None) == "example" and key in mapping:
+            kept.append(what)
+            return True
+        return False
+
     for rel in releases:
         for obj in rel.objects:
             kind, meta = obj.get("kind"), obj.get("metadata") or {}
@@ -449,6 +462,8 @@ def _index(releases: list[Any]) -> _Index:
             ns, name = meta.get("namespace"), meta.get("name")
             idx.release_of.setdefault(object_id(obj), rel.name)
             if kind == "Namespace" and api == "v1":
+                if platforms(idx.ns_labels, name, rel, f"Namespace {name}"):
+                    continue
                 owners.setdefault(name, []).append(rel.name)
                 labels = idx.ns_labels.setdefault(name, {NAMESPACE_NAME_LABEL: name})
                 for k, v in (meta.get("labels") or {}).items():
@@ -460,9 +475,10 @@ def _index(releases: list[Any]) -> _Index:
             elif kind == "ResourceQuota" and api == "v1":
                 idx.quotas.setdefault(ns, []).append(obj)
             elif kind == "Service" and api == "v1":
-                idx.services[(ns, name)] = obj
+                if not platforms(idx.services, (ns, name), rel, f"Service {ns}/{name}"):
+                    idx.services[(ns, name)] = obj
             elif (kind == "ConfigMap" and api == "v1" and KUEUE_CONFIG_KEY in (obj.get("data") or {})
-                  and rel.source != "example"):  # Kueue reads its own chart's ConfigMap, not a job file's
+                  and getattr(rel, "source", None) != "example"):  # Kueue reads its chart's, not a job file's
                 conf = _kueue_configuration(obj["data"][KUEUE_CONFIG_KEY])
                 idx.kueue_excluded += _kueue_excluded(conf)
                 selector = _kueue_managed_namespaces(conf)
@@ -470,15 +486,23 @@ def _index(releases: list[Any]) -> _Index:
                     idx.kueue_managed_namespaces = selector
             elif kind == "CustomResourceDefinition":
                 s = obj.get("spec") or {}
-                idx.plurals[(s.get("group", ""), (s.get("names") or {}).get("kind", ""))] = (
-                    (s.get("names") or {}).get("plural", ""), s.get("scope", "Namespaced"))
+                key = (s.get("group", ""), (s.get("names") or {}).get("kind", ""))
+                if not platforms(idx.plurals, key, rel, f"the CustomResourceDefinition of {key[1]}.{key[0]}"):
+                    idx.plurals[key] = ((s.get("names") or {}).get("plural", ""), s.get("scope", "Namespaced"))
             elif api.startswith("kueue.x-k8s.io/"):
                 if kind == "LocalQueue":
-                    idx.local_queues[(ns, name)] = obj
+                    if not platforms(idx.local_queues, (ns, name), rel, f"LocalQueue {ns}/{name}"):
+                        idx.local_queues[(ns, name)] = obj
                 elif kind == "ClusterQueue":
-                    idx.cluster_queues[name] = obj
+                    if not platforms(idx.cluster_queues, name, rel, f"ClusterQueue {name}"):
+                        idx.cluster_queues[name] = obj
                 elif kind == "ResourceFlavor":
-                    idx.flavors[name] = obj
+                    if not platforms(idx.flavors, name, rel, f"ResourceFlavor {name}"):
+                        idx.flavors[name] = obj
+    if kept:
+        idx.notes.append(f"the job file's {', '.join(kept)} left as the platform defines "
+                         f"{'it' if len(kept) == 1 else 'them'}: a job file adds objects, it does not change the "
+                         "platform's")
     for ns, rels in owners.items():
         if len(set(rels)) > 1:
             idx.notes.append(f"namespace {ns} is declared by several releases ({', '.join(sorted(set(rels)))}): "

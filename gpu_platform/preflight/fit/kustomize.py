@@ -31,8 +31,12 @@ def _parse(text: str, where: Any, release: str, *, documents: bool = False) -> A
         return [d for d in yaml.safe_load_all(text) if d] if documents else yaml.safe_load(text)
     except RecursionError:
         raise ChartError(release, f"{where} is nested too deeply to read (thousands of levels)") from None
+    except yaml.MarkedYAMLError as exc:  # where and what only: PyYAML's own text quotes the line (a token in a patch)
+        mark = exc.problem_mark or exc.context_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ChartError(release, f"{where} is not valid YAML ({at}{exc.problem or exc.context})") from None
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: a date out of range
-        raise ChartError(release, f"{where} is not valid YAML: {exc}") from None
+        raise ChartError(release, f"{where} is not valid YAML ({type(exc).__name__}: {exc})") from None
 
 
 def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dict[str, Any]]],

@@ -33,7 +33,6 @@ import yaml
 
 from gpu_platform.components.capacity import cpu_millis, memory_bytes, parse_quantity
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 HOOK_ANNOTATION = "helm.sh/hook"
 TEST_HOOKS = frozenset({"test", "test-success", "test-failure"})
@@ -134,28 +133,35 @@ def _merge_resources(base: dict, override: dict) -> dict:
 def _installer_payloads(obj: dict) -> list[dict]:
     """Objects a chart ships inside a ConfigMap for a hook Job to `kubectl apply` (the kubeflow-trainer
     chart's runtimes-installer: files/runtimes/*.yaml in ConfigMap <release>-runtimes-installer, applied
-    by its post-install/post-upgrade Job)."""
+    by its post-install/post-upgrade Job). PyYAML's pure-Python parser on purpose: libyaml's recurses in C and
+    crashes the process on text nested some 50,000 levels deep; text that does not parse holds no runtime."""
     out = []
     for text in (obj.get("data") or {}).values():
         if isinstance(text, str) and "TrainingRuntime" in text:
             try:
-                out += [d for d in yaml.load_all(text, Loader=_Loader) if isinstance(d, dict)]
-            except yaml.YAMLError:
+                out += [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+            except (yaml.YAMLError, RecursionError, ValueError):  # ValueError: a date out of range
                 continue
     return out
 
 
 def _runtime_index(releases: Iterable[Any]) -> dict[tuple[str, Optional[str], str], dict]:
+    """The Trainer's runtimes by (kind, namespace, name). A `--job` file's runtimes (source "example") add to the
+    platform's and never replace one; its ConfigMaps are not installers (only the chart's hook Job applies those)."""
     idx: dict[tuple[str, Optional[str], str], dict] = {}
     for rel in releases:
+        job_file = getattr(rel, "source", None) == "example"
         objs = list(rel.objects)
-        objs += [d for o in rel.objects if o.get("kind") == "ConfigMap" for d in _installer_payloads(o)]
+        if not job_file:
+            objs += [d for o in rel.objects if o.get("kind") == "ConfigMap" for d in _installer_payloads(o)]
         for obj in objs:
             if obj.get("kind") in ("ClusterTrainingRuntime", "TrainingRuntime") and \
                     str(obj.get("apiVersion", "")).startswith("trainer.kubeflow.org/"):
                 meta = obj.get("metadata") or {}
                 ns = meta.get("namespace") if obj["kind"] == "TrainingRuntime" else None
-                idx[(obj["kind"], ns, meta.get("name"))] = obj
+                key = (obj["kind"], ns, meta.get("name"))
+                if not (job_file and key in idx):
+                    idx[key] = obj
     return idx
 
 
