@@ -272,6 +272,24 @@ def test_a_broken_kubeconfig_is_named_never_shown(text, context, fragment):
     assert TOKEN not in str(err.value) and "LS0t" not in str(err.value)
 
 
+def test_a_kubeconfig_nested_50000_levels_deep_is_an_error_not_a_crash():
+    """A kubeconfig is the user's own file ($KUBECONFIG or the config key): one nested 50,000 levels deep crashed
+    preflight with a segfault (libyaml's parser recurses in C; found 2026-11-30) where it should say what is wrong."""
+    import subprocess
+    import sys
+
+    script = """
+from gpu_platform.config.kubernetes import KubeconfigError, KubeconfigSource, check_kubeconfig
+try:
+    check_kubeconfig(KubeconfigSource("$KUBECONFIG (/k)", "[" * 50_000 + "]" * 50_000, "/k"), None, "ctx")
+except KubeconfigError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip() == "$KUBECONFIG (/k): not a kubeconfig (nested too deeply)", done.stdout
+
+
 def test_a_good_kubeconfig_names_its_target():
     target = check_kubeconfig(KubeconfigSource("x", KUBECONFIG), "onprem-a-admin", "k")
     assert (target.context, target.cluster, target.user, target.server) == ("onprem-a-admin", "onprem-a", "admin",

@@ -488,7 +488,9 @@ def check_kubeconfig(source: KubeconfigSource, context: Optional[str], context_k
 
     where = source.where
     try:
-        doc = yaml.load(source.text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        # PyYAML's own parser, not libyaml's: that one recurses in C and crashes the process (a segfault, no message)
+        # on text nested some 50,000 levels deep, where this one raises RecursionError (caught below).
+        doc = yaml.safe_load(source.text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
