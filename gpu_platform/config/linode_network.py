@@ -1,5 +1,6 @@
-"""Linode's shared private address ranges: plain constants with no model behind them, so the policy pack reads them
-without importing the config models (pydantic: about a quarter of the pack's start-up)."""
+"""Linode's shared private address ranges: plain constants with no model behind them, so the policy pack's rules read
+them without importing the config models (the pack loads those in its read-ahead thread, while it waits for its first
+call: gpu_platform/policies/__main__.py)."""
 
 import ipaddress
 
