@@ -450,7 +450,7 @@ def _index(releases: list[Any]) -> _Index:
 
     def platforms(mapping: dict, key: Any, rel: Any, what: str) -> bool:
         """Whether `key` is the platform's already and `rel` is the job file (which then leaves it as it is)."""
-        if getattr(rel, "source", None) == "example" and key in mapping:
+        if rel.source == "example" and key in mapping:
             kept.append(what)
             return True
         return False
@@ -478,7 +478,7 @@ def _index(releases: list[Any]) -> _Index:
                 if not platforms(idx.services, (ns, name), rel, f"Service {ns}/{name}"):
                     idx.services[(ns, name)] = obj
             elif (kind == "ConfigMap" and api == "v1" and KUEUE_CONFIG_KEY in (obj.get("data") or {})
-                  and getattr(rel, "source", None) != "example"):  # Kueue reads its chart's, not a job file's
+                  and rel.source != "example"):  # Kueue reads its chart's, not a job file's
                 conf = _kueue_configuration(obj["data"][KUEUE_CONFIG_KEY])
                 idx.kueue_excluded += _kueue_excluded(conf)
                 selector = _kueue_managed_namespaces(conf)

@@ -64,18 +64,21 @@ def build(kfile: Path, release: str, load_remote: Callable[[str, list], list[dic
     touched: set[int] = set()
 
     patches: list[tuple[Any, dict[str, Any] | None]] = []  # (patch body, target selector)
+    inline = f"{kfile} (an inline patch)"
+
+    def patch_of(entry: dict) -> Any:
+        """A `patches` or `patchesJson6902` entry's patch: inline, or the file its `path` names."""
+        if "patch" in entry:
+            return _parse(entry["patch"], inline, release)
+        return _parse((kfile.parent / entry["path"]).read_text(), kfile.parent / entry["path"], release)
+
     for p in doc.get("patches") or []:
-        where = f"{kfile} (an inline patch)" if "patch" in p else kfile.parent / p["path"]
-        body = p.get("patch") if "patch" in p else (kfile.parent / p["path"]).read_text()
-        patches.append((_parse(body, where, release), p.get("target")))
+        patches.append((patch_of(p), p.get("target")))
     for p in doc.get("patchesStrategicMerge") or []:
-        is_file = (kfile.parent / p).is_file()
-        body = (kfile.parent / p).read_text() if is_file else p
-        patches.append((_parse(body, kfile.parent / p if is_file else f"{kfile} (an inline patch)", release), None))
+        path = kfile.parent / p
+        patches.append((_parse(path.read_text(), path, release) if path.is_file() else _parse(p, inline, release), None))
     for p in doc.get("patchesJson6902") or []:
-        where = f"{kfile} (an inline patch)" if "patch" in p else kfile.parent / p["path"]
-        body = p.get("patch") if "patch" in p else (kfile.parent / p["path"]).read_text()
-        patches.append((_parse(body, where, release), p.get("target")))
+        patches.append((patch_of(p), p.get("target")))
 
     for body, target in patches:
         try:

@@ -150,7 +150,7 @@ def _runtime_index(releases: Iterable[Any]) -> dict[tuple[str, Optional[str], st
     platform's and never replace one; its ConfigMaps are not installers (only the chart's hook Job applies those)."""
     idx: dict[tuple[str, Optional[str], str], dict] = {}
     for rel in releases:
-        job_file = getattr(rel, "source", None) == "example"
+        job_file = rel.source == "example"
         objs = list(rel.objects)
         if not job_file:
             objs += [d for o in rel.objects if o.get("kind") == "ConfigMap" for d in _installer_payloads(o)]
