@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from gpu_platform.data import platform_versions as versions
 from gpu_platform.components.platform.common import JUPYTERHUB_NAMESPACE
 from gpu_platform.components.platform.notebooks import jupyterhub_values
 from gpu_platform.rehearsal.hub import IN_MEMORY_PROXY
+from gpu_platform.rehearsal.processes import free_port
 
 requests = pytest.importorskip("requests")
 # The hub runs from its own virtualenv (requirements-jupyterhub.txt; `make jupyterhub-venv`, which make test runs).
@@ -82,12 +82,6 @@ def rendered_hub_values(admin_users: list[str]) -> dict[str, Any]:
                     return yaml.safe_load(doc["stringData"]["values.yaml"])
                 return yaml.safe_load(base64.b64decode(doc["data"]["values.yaml"]))
     raise AssertionError("the rendered chart has no hub Secret with values.yaml")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Hub:

@@ -699,33 +699,3 @@ def test_eks_notebook_with_its_volume_in_zone_b_gets_a_zone_b_node(tmp_path, pla
         # The scheduler's own verdict (every node refused for its volume's or its selector's zone) ends the wait.
         assert "got no node (no node can ever take it as the cluster stands)" in _failures(result), _failures(result)
         assert "didn't match PersistentVolume's node affinity" in _failures(result)
-
-
-def test_free_port_never_hands_out_the_same_port_twice(monkeypatch):
-    """A rehearsal once gave jobset-manager and prometheus-operator the same webhook port (the kernel
-    reuses a port once its probe socket is closed); one of them could not listen and its scenarios failed."""
-    import socket
-
-    from gpu_platform.rehearsal import processes
-
-    class SamePort:  # a kernel that answers every bind(0) with the same two ports
-        answers = iter([40001, 40001, 40001, 40002])
-
-        def __init__(self, *a):
-            self.port = next(self.answers)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            return False
-
-        def bind(self, addr):
-            pass
-
-        def getsockname(self):
-            return ("127.0.0.1", self.port)
-
-    monkeypatch.setattr(processes, "_HANDED_OUT", set())
-    monkeypatch.setattr(socket, "socket", SamePort)
-    assert [processes.free_port(), processes.free_port()] == [40001, 40002]

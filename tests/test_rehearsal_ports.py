@@ -1,0 +1,110 @@
+"""The rehearsal's ports (gpu_platform/rehearsal/processes.py free_port): a port handed out stays its component's
+until that component binds it, minutes later for a controller, whatever else runs on the machine meanwhile. A full
+run once failed eight tests when jobset-manager could not listen on 127.0.0.1:33309, a port from the kernel's own
+range for outgoing connections."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpu_platform.rehearsal import processes
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def own_locks(tmp_path, monkeypatch):
+    """free_port with a lock folder and a held-port table of this test's own."""
+    monkeypatch.setattr(processes, "PORT_LOCKS", tmp_path / "locks")
+    monkeypatch.setattr(processes, "_HELD", {})
+    return tmp_path / "locks"
+
+
+def _quiet_band(n: int) -> range:
+    """n consecutive ports of the real band that nothing on this machine is bound to now."""
+    band = processes.port_band()
+    run = []
+    for port in band:
+        run = run + [port] if processes._listenable(port) else []
+        if len(run) == n:
+            return range(run[0], run[-1] + 1)
+    pytest.fail(f"no {n} consecutive free ports in {band}")
+
+
+@pytest.mark.parametrize(("kernel_range", "band"), [
+    ("32768\t60999\n", range(16384, 32768)),  # Linux's default: the 16,384 ports below it
+    ("10000 40000", range(40001, 56385)),     # more room above than below
+    ("1024 65000", range(1024, 65536)),        # no room on either side: every port, the locks keep workers apart
+    ("not numbers", range(16384, 32768)),      # unreadable: Linux's default range assumed
+])
+def test_the_band_lies_outside_the_kernels_range_for_outgoing_connections(tmp_path, kernel_range, band):
+    f = tmp_path / "ip_local_port_range"
+    f.write_text(kernel_range)
+    assert processes.port_band(str(f)) == band
+    assert processes.port_band(str(tmp_path / "absent")) == range(16384, 32768)
+
+
+def test_a_port_handed_out_is_one_the_kernel_never_gives_a_connection(own_locks):
+    low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [processes.free_port() for _ in range(20)]
+    assert not [p for p in ports if low <= p <= high], (ports, low, high)
+    assert len(set(ports)) == 20
+
+
+def test_a_port_is_never_handed_out_twice_by_one_process(own_locks):
+    """Two controllers of one rehearsal once got the same webhook port: the kernel repeats a probed port."""
+    band = _quiet_band(3)
+    assert sorted(processes.free_port(band) for _ in range(3)) == list(band)
+    with pytest.raises(OSError, match=f"no free TCP port on 127.0.0.1 in {band.start}-{band.stop - 1}"):
+        processes.free_port(band)
+
+
+def test_a_port_something_listens_on_is_never_handed_out(own_locks):
+    band = _quiet_band(2)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", band.start))
+        listener.listen()
+        assert [processes.free_port(band)] == [band.start + 1]
+        with pytest.raises(OSError, match="no free TCP port"):
+            processes.free_port(band)
+
+
+_ASKER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from gpu_platform.rehearsal import processes
+    processes.PORT_LOCKS = Path(sys.argv[1])
+    band = range(int(sys.argv[2]), int(sys.argv[3]))
+    print(" ".join(str(processes.free_port(band)) for _ in range(int(sys.argv[4]))), flush=True)
+    sys.stdin.read()  # the ports stay this process's until the test lets it end
+""")
+
+
+def _ask(locks: Path, band: range, n: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _ASKER, str(locks), str(band.start), str(band.stop), str(n)],
+                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_processes_asking_at_once_never_get_the_same_port_and_an_ended_ones_come_free(tmp_path):
+    """Test workers run rehearsals side by side: a port one has handed out and not yet bound is not another's."""
+    band, locks = _quiet_band(40), tmp_path / "locks"
+    first, second = _ask(locks, band, 15), _ask(locks, band, 15)
+    try:
+        got = [set(map(int, p.stdout.readline().split())) for p in (first, second)]
+        assert [len(g) for g in got] == [15, 15], [p.stderr.read() for p in (first, second)]
+        assert got[0].isdisjoint(got[1]), got
+        assert got[0] | got[1] <= set(band)
+        third = _ask(locks, band, 11)  # 40 - 30 ports are left while both hold theirs
+        out, err = third.communicate("", timeout=60)
+        assert third.returncode == 1 and "no free TCP port" in err, (out, err)
+    finally:
+        for p in (first, second):
+            p.communicate("", timeout=60)
+    again = _ask(locks, band, 40)  # the locks died with their processes
+    out, err = again.communicate("", timeout=60)
+    assert again.returncode == 0 and set(map(int, out.split())) == set(band), err
