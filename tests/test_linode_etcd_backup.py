@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 
@@ -17,6 +16,7 @@ from gpu_platform.components.linode import render
 from tests.boot_harness import BootRoot, namespaces_work
 from tests.conftest import plan_stack
 from gpu_platform.components.linode.render import decode_user_data
+from gpu_platform.rehearsal.processes import free_port
 
 INSTANCE = "linode:index/instance:Instance"
 
@@ -159,12 +159,6 @@ def test_a_failed_snapshot_is_recorded_for_the_alert(tmp_path, failure):
     assert not (root.root / "var/lib/etcd/gpu-platform-snapshot.db").exists()
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Etcd:
     def __init__(self, data_dir, name: str, client: int, peer: int):
         self.url = f"http://127.0.0.1:{client}"
@@ -194,8 +188,8 @@ class _Etcd:
 def test_a_snapshot_made_by_real_etcd_restores_what_was_written_before_it(tmp_path):
     """The whole path: a real etcd's snapshot, encrypted and uploaded by the snapshot script, decrypted with
     the backup key (docs/linode.md, restore step 1) and restored with the procedure's command."""
-    peer = _port()
-    etcd = _Etcd(tmp_path / "lost", "gpu-dev-cp-0", _port(), peer)
+    peer = free_port()
+    etcd = _Etcd(tmp_path / "lost", "gpu-dev-cp-0", free_port(), peer)
     try:
         for key, value in (("/registry/namespaces/team-a", "ns"), ("/registry/secrets/team-a/s", "v1")):
             assert etcd.ctl("put", key, value).returncode == 0
@@ -219,7 +213,7 @@ def test_a_snapshot_made_by_real_etcd_restores_what_was_written_before_it(tmp_pa
                                     tool="etcdctl")
     proc = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "ETCDCTL_API": "3"}, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    etcd = _Etcd(restored_dir, "gpu-dev-cp-0", _port(), peer)
+    etcd = _Etcd(restored_dir, "gpu-dev-cp-0", free_port(), peer)
     try:
         assert etcd.ctl("get", "/registry/secrets/team-a/s", "--print-value-only").stdout.strip() == "v1"
         assert etcd.ctl("get", "/registry/namespaces/team-a", "--print-value-only").stdout.strip() == "ns"
@@ -353,7 +347,6 @@ def test_a_secret_written_through_the_real_api_server_is_encrypted_in_etcd(tmp_p
 
     from gpu_platform.rehearsal import binaries, pki
     from gpu_platform.rehearsal.kube import Client
-    from gpu_platform.rehearsal.processes import free_port
 
     apiserver, etcd_bin = binaries.find("kube-apiserver"), binaries.find("etcd") or shutil.which("etcd")
     if apiserver is None or etcd_bin is None or shutil.which("etcdctl") is None:

@@ -5,10 +5,12 @@ range for outgoing connections."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,21 +21,31 @@ from tests.conftest import ROOT
 
 @pytest.fixture
 def own_locks(tmp_path, monkeypatch):
-    """free_port with a lock folder and a held-port table of this test's own."""
-    monkeypatch.setattr(processes, "PORT_LOCKS", tmp_path / "locks")
-    monkeypatch.setattr(processes, "_HELD", {})
-    return tmp_path / "locks"
+    """free_port with a lock file and a held-port table of this test's own."""
+    monkeypatch.setattr(processes, "PORT_LOCKS", tmp_path / "ports.lock")
+    monkeypatch.setattr(processes, "_HELD", set())
+    monkeypatch.setattr(processes, "_LOCK_FDS", {})
+    yield tmp_path / "ports.lock"
+    for fd in processes._LOCK_FDS.values():
+        os.close(fd)
+
+
+def _kernel_range() -> tuple[int, int]:
+    low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    return low, high
 
 
 def _quiet_band(n: int) -> range:
-    """n consecutive ports of the real band that nothing on this machine is bound to now."""
-    band = processes.port_band()
-    run = []
-    for port in band:
-        run = run + [port] if processes._listenable(port) else []
+    """n consecutive ports that nothing on this machine is bound to now, outside both the kernel's range and the
+    band the rehearsals of other test workers take theirs from (so none of them binds one meanwhile)."""
+    low, high = _kernel_range()
+    taken = processes.port_band()
+    run: list[int] = []
+    for port in [*range(high + 1, 65536), *range(1024, low)]:
+        run = run + [port] if port not in taken and (not run or run[-1] == port - 1) and processes._listenable(port) else []
         if len(run) == n:
             return range(run[0], run[-1] + 1)
-    pytest.fail(f"no {n} consecutive free ports in {band}")
+    pytest.fail(f"no {n} consecutive free ports outside {taken} and the kernel's {low}-{high}")
 
 
 @pytest.mark.parametrize(("kernel_range", "band"), [
@@ -50,7 +62,7 @@ def test_the_band_lies_outside_the_kernels_range_for_outgoing_connections(tmp_pa
 
 
 def test_a_port_handed_out_is_one_the_kernel_never_gives_a_connection(own_locks):
-    low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    low, high = _kernel_range()
     ports = [processes.free_port() for _ in range(20)]
     assert not [p for p in ports if low <= p <= high], (ports, low, high)
     assert len(set(ports)) == 20
@@ -60,18 +72,48 @@ def test_a_port_is_never_handed_out_twice_by_one_process(own_locks):
     """Two controllers of one rehearsal once got the same webhook port: the kernel repeats a probed port."""
     band = _quiet_band(3)
     assert sorted(processes.free_port(band) for _ in range(3)) == list(band)
-    with pytest.raises(OSError, match=f"no free TCP port on 127.0.0.1 in {band.start}-{band.stop - 1}"):
+    with pytest.raises(OSError, match=f"no free TCP port in {band.start}-{band.stop - 1}"):
         processes.free_port(band)
 
 
-def test_a_port_something_listens_on_is_never_handed_out(own_locks):
+@pytest.mark.parametrize("address", ["127.0.0.1", "0.0.0.0", "127.0.0.2", "::"])
+def test_a_port_something_listens_on_is_never_handed_out(own_locks, address):
+    """Whatever the address: the Trainer's status server listens on every interface, IPv6 included."""
     band = _quiet_band(2)
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", band.start))
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as listener:
+        listener.bind((address, band.start))
         listener.listen()
         assert [processes.free_port(band)] == [band.start + 1]
         with pytest.raises(OSError, match="no free TCP port"):
             processes.free_port(band)
+
+
+def test_threads_of_one_process_asking_at_once_never_get_the_same_port(own_locks):
+    band = _quiet_band(24)
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: processes.free_port(band), range(24)))
+    assert sorted(got) == list(band)
+
+
+@pytest.mark.parametrize("planted", ["a link", "another user's file", "a file others can write", "a folder"])
+def test_a_lock_file_that_is_not_this_users_own_is_refused_naming_it(own_locks, tmp_path, monkeypatch, planted):
+    """The lock file lies in the shared temporary folder and CI runs the suite as root: a planted link must not make
+    free_port create or lock a file elsewhere, and another user's file must not decide which ports it gets."""
+    victim = tmp_path / "victim"
+    if planted == "a link":
+        own_locks.symlink_to(victim)
+    elif planted == "a folder":
+        own_locks.mkdir()
+    else:
+        own_locks.write_text("")
+        own_locks.chmod(0o666 if planted == "a file others can write" else 0o600)
+        if planted == "another user's file":
+            monkeypatch.setattr(processes.os, "getuid", lambda: os.stat(own_locks).st_uid + 1)
+    with pytest.raises(OSError, match=f"port lock file {own_locks}.*remove it"):
+        processes.free_port(_quiet_band(1))
+    assert not victim.exists()
+    assert processes._HELD == set()
 
 
 _ASKER = textwrap.dedent("""
@@ -92,7 +134,7 @@ def _ask(locks: Path, band: range, n: int) -> subprocess.Popen:
 
 def test_two_processes_asking_at_once_never_get_the_same_port_and_an_ended_ones_come_free(tmp_path):
     """Test workers run rehearsals side by side: a port one has handed out and not yet bound is not another's."""
-    band, locks = _quiet_band(40), tmp_path / "locks"
+    band, locks = _quiet_band(40), tmp_path / "ports.lock"
     first, second = _ask(locks, band, 15), _ask(locks, band, 15)
     try:
         got = [set(map(int, p.stdout.readline().split())) for p in (first, second)]

@@ -3,14 +3,17 @@ stopped (SIGTERM to the group, then SIGKILL) when the rehearsal ends, however it
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import random
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +31,15 @@ _SETPRIV = shutil.which("setpriv")
 #   net.ipv4.ip_local_port_range, the same range bind(0) picks from; jobset-manager then failed to listen on
 #   127.0.0.1:33309 ("address already in use") in a full run;
 # - another test worker's rehearsal, which asked the kernel for a free port in the same window.
-# So ports come from below that range (a band the kernel never picks for connections), and each is reserved by an
-# exclusive lock on a file of its own, shared by every process of this user and held until the process ends (the
-# kernel drops the lock then, however the process ends). A port is never handed out twice by one process: two
+# So ports come from outside that range (a band the kernel never picks for connections), and each is reserved by
+# a lock on its own byte of one lock file, shared by every process of this user and held until the process ends
+# (the kernel drops a process's locks then, however it ends). A port is never handed out twice by one process: two
 # controllers of one rehearsal got the same webhook port when ports were only probed.
-PORT_LOCKS = Path(tempfile.gettempdir()) / f"gpu-platform-ports-{os.getuid()}"
+PORT_LOCKS = Path(tempfile.gettempdir()) / f"gpu-platform-ports-{os.getuid()}.lock"
 _BAND_SIZE = 16384
-_HELD: dict[int, int] = {}  # port -> the descriptor holding its lock
+_HELD: set[int] = set()
+_LOCK_FDS: dict[Path, int] = {}  # a lock file's one descriptor: closing any descriptor of it drops every lock
+_PICKING = threading.Lock()  # the byte locks are the process's: threads of one process are kept apart here
 
 
 def port_band(local_range: str = "/proc/sys/net/ipv4/ip_local_port_range") -> range:
@@ -50,39 +55,65 @@ def port_band(local_range: str = "/proc/sys/net/ipv4/ip_local_port_range") -> ra
     return band
 
 
+def _lock_file(path: Path) -> int:
+    """The descriptor of this user's port lock file, opened once. Refused, naming the file, when it is anything but
+    a regular file of this user's that no one else can write: it is in a shared folder, and the rehearsal runs as
+    root in CI (a planted link must not make it create or lock a file elsewhere)."""
+    fd = _LOCK_FDS.get(path)
+    if fd is not None:
+        return fd
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY, 0o600)
+    except OSError as exc:
+        what = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise OSError(f"cannot open the rehearsal's port lock file {path} ({what}): remove it") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        os.close(fd)
+        raise OSError(f"the rehearsal's port lock file {path} is not a regular file of this user's (uid {os.getuid()}) "
+                      f"that only it can write (owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}): remove it")
+    _LOCK_FDS[path] = fd
+    return fd
+
+
 def _listenable(port: int) -> bool:
-    """Nothing listens on or is bound to 127.0.0.1:port (SO_REUSEADDR, as Go's listeners: a port in TIME_WAIT is free)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    """Nothing listens on or is bound to the port on any address: some components listen on every interface (the
+    Trainer's status server), IPv6 included. SO_REUSEADDR, as Go's and Python's listeners: a port in TIME_WAIT is free."""
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
         try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:  # no IPv6 on this machine
+            continue
+        with s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                if exc.errno != errno.EADDRNOTAVAIL:  # "::" where IPv6 has no address
+                    return False
     return True
 
 
 def free_port(band: Optional[range] = None) -> int:
-    """A TCP port on 127.0.0.1 that nothing is bound to, outside the kernel's range for outgoing connections,
-    reserved for this process until it ends: no other process of this user and no later call here gets it."""
+    """A TCP port that nothing is bound to, outside the kernel's range for outgoing connections, reserved for this
+    process until it ends: no other process of this user and no later call here gets it."""
     band = band if band is not None else port_band()
-    PORT_LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
-    start = random.SystemRandom().randrange(len(band))  # workers start apart, so they seldom try each other's locks
-    for k in range(len(band)):
-        port = band[(start + k) % len(band)]
-        if port in _HELD:
-            continue
-        fd = os.open(PORT_LOCKS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # another process holds it
-            os.close(fd)
-            continue
-        if _listenable(port):
-            _HELD[port] = fd
-            return port
-        os.close(fd)  # in use by something else: the lock goes with the descriptor
-    raise OSError(f"no free TCP port on 127.0.0.1 in {band.start}-{band.stop - 1} that no other rehearsal holds "
-                  f"(locks in {PORT_LOCKS})")
+    with _PICKING:
+        fd = _lock_file(PORT_LOCKS)
+        start = random.SystemRandom().randrange(len(band))  # workers start apart and seldom meet each other's locks
+        for k in range(len(band)):
+            port = band[(start + k) % len(band)]
+            if port in _HELD:
+                continue
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port, os.SEEK_SET)
+            except OSError:  # another process holds it
+                continue
+            if _listenable(port):
+                _HELD.add(port)
+                return port
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, port, os.SEEK_SET)  # in use by something else
+    raise OSError(f"no free TCP port in {band.start}-{band.stop - 1} that no other rehearsal holds (locks: {PORT_LOCKS})")
 
 
 @dataclass
