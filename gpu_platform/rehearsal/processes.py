@@ -68,10 +68,12 @@ def _lock_file(path: Path) -> int:
         what = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
         raise OSError(f"cannot open the rehearsal's port lock file {path} ({what}): remove it") from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022 or st.st_nlink != 1:
         os.close(fd)
         raise OSError(f"the rehearsal's port lock file {path} is not a regular file of this user's (uid {os.getuid()}) "
-                      f"that only it can write (owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}): remove it")
+                      f"that only it can write, under one name (owner uid {st.st_uid}, mode "
+                      f"{stat.filemode(st.st_mode)}, {st.st_nlink} links): remove it")
+    os.utime(fd)  # a temporary-file cleaner ages files by time: the file in use is never an old one
     _LOCK_FDS[path] = fd
     return fd
 
@@ -107,8 +109,11 @@ def free_port(band: Optional[range] = None) -> int:
                 continue
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port, os.SEEK_SET)
-            except OSError:  # another process holds it
-                continue
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EAGAIN):  # another process holds it
+                    continue
+                raise OSError(f"cannot lock in the rehearsal's port lock file {PORT_LOCKS}: {exc.strerror} (its "
+                              f"file system must support POSIX record locks)") from None
             if _listenable(port):
                 _HELD.add(port)
                 return port
