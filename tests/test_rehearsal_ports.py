@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -41,10 +42,10 @@ def _quiet_band(n: int) -> range:
     band the rehearsals of other test workers take theirs from (so none of them binds one meanwhile)."""
     low, high = _kernel_range()
     taken = processes.port_band()
+    quiet = [p for p in range(1024, 65536) if p not in taken and not low <= p <= high]
+    start = random.randrange(len(quiet)) if quiet else 0  # two test sessions at once seldom pick the same ports
     run: list[int] = []
-    for port in range(1024, 65536):
-        if port in taken or low <= port <= high:
-            continue
+    for port in quiet[start:] + quiet[:start]:
         run = run + [port] if (not run or run[-1] == port - 1) and processes._listenable(port) else []
         if len(run) == n:
             return range(run[0], run[-1] + 1)
