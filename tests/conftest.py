@@ -227,7 +227,21 @@ def heavy_slots() -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     """In the process that controls xdist's workers: the session's folder of heavy slots (rehearsal_support.heavy),
-    named in the environment the workers are started with."""
+    named in the environment the workers are started with. In the first process of a session: one folder for every
+    preflight's parsed charts and renders (fit.run.CACHE_ENV), the workers' and the preflights they start: each
+    preflight writes into an output folder of its own, and beside each it would render every chart again (about 1.4
+    CPU-seconds in a new process). A folder the environment already names is kept."""
+    from gpu_platform.preflight.fit.run import CACHE_ENV
+
+    if not hasattr(config, "workerinput") and not os.environ.get(CACHE_ENV):
+        cache = tempfile.mkdtemp(prefix="gpu-platform-preflight-cache-")
+        os.environ[CACHE_ENV] = cache
+
+        def drop_cache() -> None:
+            shutil.rmtree(cache, ignore_errors=True)
+            os.environ.pop(CACHE_ENV, None)
+
+        config.add_cleanup(drop_cache)
     if not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0):
         folder, before = tempfile.mkdtemp(prefix="gpu-platform-heavy-slots-"), os.environ.get(HEAVY_SLOTS_DIR_ENV)
         os.environ[HEAVY_SLOTS_DIR_ENV] = folder

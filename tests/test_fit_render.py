@@ -380,6 +380,128 @@ def test_the_kept_renders_stay_within_their_bound_the_least_recently_used_going_
     assert len(helm_renders) == 6 and render._RENDERED == kept
 
 
+# --- renders kept on disk for the next process -------------------------------------------------------------
+
+def _kept_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("render-*.json"))
+
+
+def _as_a_new_process(monkeypatch) -> None:
+    """What the next process starts with: nothing rendered in memory."""
+    from collections import OrderedDict
+
+    monkeypatch.setattr(render, "_RENDERED", OrderedDict())
+    monkeypatch.setattr(render, "_RENDERED_SIZE", [0])
+
+
+def test_a_release_rendered_by_one_process_is_read_back_by_the_next_from_the_cache_folder(
+        tmp_path: Path, helm_renders, monkeypatch) -> None:
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    cache = tmp_path / "cache"
+    first = render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0]
+    assert helm_renders == ["a"] and len(_kept_files(cache)) == 1
+    first.objects[0]["data"]["size"] = "changed by its caller"
+    _as_a_new_process(monkeypatch)
+    second = render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0]
+    assert helm_renders == ["a"], "read back from the folder, not rendered again"
+    assert second.objects == [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "team"},
+                               "data": {"size": "2"}}]
+    second.objects[0]["data"]["size"] = "changed by the second caller"
+    assert render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0].objects[0]["data"] == {"size": "2"}
+    assert helm_renders == ["a"], "the second read comes from this process's memory"
+    # Rendered in this process for a run without the folder, then asked for with it: kept there too.
+    render_plan(_sized("b", 2), [tmp_path], example=None)
+    render_plan(_sized("b", 2), [tmp_path], example=None, cache_dir=cache)
+    assert helm_renders == ["a", "b"] and len(_kept_files(cache)) == 2
+    # Other values, or another folder, or a changed chart archive: Helm renders.
+    _as_a_new_process(monkeypatch)
+    render_plan(_sized("a", 3), [tmp_path], example=None, cache_dir=cache)
+    render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=tmp_path / "elsewhere")
+    assert helm_renders == ["a", "b", "a", "a"] and len(_kept_files(cache)) == 3
+    shutil.rmtree(tmp_path / "src")
+    make_chart(tmp_path, "sized", "1.0.0", {"cm.yaml": SIZED["cm.yaml"].replace("size:", "rows:")}, values="size: 1\n")
+    _as_a_new_process(monkeypatch)
+    assert render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0].objects[0]["data"] == {"rows": "2"}
+    assert len(helm_renders) == 5
+
+
+@pytest.mark.parametrize("damage", ["not json {", '{"a": 1}', "[[{}], []]", '[["x"], [null]]', "[" * 100_000,
+                                    "<folder>"], ids=["text", "object", "lengths", "not-objects", "deep", "folder"])
+def test_a_damaged_render_in_the_cache_folder_is_rendered_again(tmp_path: Path, helm_renders, monkeypatch,
+                                                                 damage: str) -> None:
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    cache = tmp_path / "cache"
+    render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
+    [kept] = _kept_files(cache)
+    if damage == "<folder>":  # unreadable as a file: not replaced either, and nothing fails
+        kept.unlink()
+        kept.mkdir()
+    else:
+        kept.write_text(damage)
+    _as_a_new_process(monkeypatch)
+    again = render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0]
+    assert helm_renders == ["a", "a"] and again.objects[0]["data"] == {"size": "2"}
+    if damage != "<folder>":
+        assert json.loads(kept.read_text())[0][0]["data"] == {"size": "2"}, "replaced by the render"
+        assert not list(cache.glob(".*.tmp"))
+
+
+def test_a_render_kept_by_other_code_is_not_read_back(tmp_path: Path, helm_renders, monkeypatch) -> None:
+    """render.py's own source and Helm's version are part of the key on disk: a fix to the render, or another
+    Helm, is not hidden by what the code before it kept."""
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    cache = tmp_path / "cache"
+    render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
+    _as_a_new_process(monkeypatch)
+    monkeypatch.setattr(render, "_RENDER_CODE", ["the next version of render.py"])
+    render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
+    assert helm_renders == ["a", "a"] and len(_kept_files(cache)) == 2
+    monkeypatch.setattr(render, "_RENDER_CODE", [None])
+    assert render._render_code() != "the next version of render.py"
+
+
+def test_the_cache_folders_renders_stay_within_their_bound_the_least_recently_used_going_first(
+        tmp_path: Path, helm_renders, monkeypatch) -> None:
+    import os
+
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    cache = tmp_path / "cache"
+    paths = {}
+    for size in (1, 2, 3):
+        render_plan(_sized("a", size), [tmp_path], example=None, cache_dir=cache)
+        [paths[size]] = set(_kept_files(cache)) - set(paths.values())
+        os.utime(paths[size], ns=(size * 10**9, size * 10**9))  # written in this order, a second apart
+    (cache / "parsed.json").write_text("x" * 10_000)  # the folder's other files are not counted or removed
+    one = paths[1].stat().st_size
+    _as_a_new_process(monkeypatch)
+    render_plan(_sized("a", 1), [tmp_path], example=None, cache_dir=cache)  # read back: now the most recent
+    assert helm_renders == ["a", "a", "a"]
+    monkeypatch.setattr(render, "RENDER_DISK_BYTES", 2 * one + one // 2)  # room for two
+    render_plan(_sized("a", 4), [tmp_path], example=None, cache_dir=cache)
+    assert not paths[2].exists() and not paths[3].exists() and paths[1].exists(), "2 and 3 least recently used"
+    assert len(_kept_files(cache)) == 2 and (cache / "parsed.json").exists()
+    render.prune_renders(cache, bound=0)
+    assert _kept_files(cache) == [] and (cache / "parsed.json").exists()
+    render.prune_renders(tmp_path / "no-such-folder")  # nothing there: nothing to do
+
+
+def test_preflight_keeps_its_renders_beside_its_output_or_in_the_folder_the_environment_names(tmp_path: Path,
+                                                                                             monkeypatch) -> None:
+    from gpu_platform.preflight.fit.run import CACHE_ENV
+    from tests.cli_support import preflight_in_process
+
+    args = ("gcp-prod", "--no-policies", "--quiet", "--out")
+    result = preflight_in_process(*args, str(tmp_path / "build"), env={CACHE_ENV: None})
+    assert result.returncode == 0, result.stderr
+    beside = _kept_files(tmp_path / "build" / ".cache" / "parsed-yaml")
+    assert beside, "the default folder: .cache/parsed-yaml beside the stacks' output folders"
+    _as_a_new_process(monkeypatch)
+    result = preflight_in_process(*args, str(tmp_path / "other"), env={CACHE_ENV: str(tmp_path / "shared")})
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in _kept_files(tmp_path / "shared")] == [p.name for p in beside]
+    assert not (tmp_path / "other" / ".cache").exists()
+
+
 # --- preflight end to end: exit 2 naming the release ---------------------------------------------------
 
 

@@ -34,7 +34,8 @@ def copy_as_a_clone(root: Path, where: Path) -> None:
 def offline_env(home: Path) -> dict[str, str]:
     """No chart folder named, an empty user cache, and every fetch refused at once (a proxy that is not
     there: Helm, git and kubectl honour it), as on a machine without the network."""
-    env = {k: v for k, v in os.environ.items() if k != "GPU_PLATFORM_CHARTS"}
+    # No chart folder and no preflight cache the test session keeps (tests/conftest.py): a clone starts with neither.
+    env = {k: v for k, v in os.environ.items() if k not in ("GPU_PLATFORM_CHARTS", "GPU_PLATFORM_PREFLIGHT_CACHE")}
     dead = "http://127.0.0.1:9"
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), HTTPS_PROXY=dead, HTTP_PROXY=dead,
                https_proxy=dead, http_proxy=dead, NO_PROXY="", no_proxy="", NO_COLOR="1")

@@ -79,7 +79,8 @@ def test_a_secure_value_beside_other_keys_is_never_echoed(tmp_path, capsys):
     assert "AAABAOWNERCIPHER" not in text and "gpu-platform:owner: (a secret value)" in text
 
 
-def test_a_stack_named_like_preflights_own_folders_is_refused(tmp_path, capsys):
+def test_a_stack_named_like_preflights_own_folders_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("GPU_PLATFORM_PREFLIGHT_CACHE", raising=False)  # the cache where a user's run keeps it
     stack = _stack_file(tmp_path, name=".cache")
     code, text, _ = run_main(["--stack-file", str(stack), "--quiet", "--no-policies",
                               "--out", str(tmp_path / "build")], capsys)

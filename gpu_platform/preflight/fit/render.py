@@ -366,6 +366,10 @@ def _memo_put(key: str, objects: list[dict[str, Any]], texts: list[Optional[str]
         text = json.dumps([objects, texts])
     except (TypeError, ValueError, RecursionError):  # not plain JSON (nothing Helm renders is), or too deep: not kept
         return
+    _memo_keep(key, text)
+
+
+def _memo_keep(key: str, text: str) -> None:
     if len(text) > RENDER_MEMO_BYTES:
         return
     with _RENDERED_LOCK:
@@ -378,10 +382,106 @@ def _memo_put(key: str, objects: list[dict[str, Any]], texts: list[Optional[str]
             _RENDERED_SIZE[0] -= len(dropped)
 
 
+# The same renders kept on disk too, in the cache folder preflight is given (`run_fit`: `build/.cache/parsed-yaml`,
+# or $GPU_PLATFORM_PREFLIGHT_CACHE), for the next process: a second preflight of a stack, or of a variant of it, reads
+# back every release whose chart and values did not change (linode-ha's charts: 1.4 CPU-seconds in a new process,
+# about 0.1 s read back). On disk the key also holds this module's own source and Helm's version: a render kept by
+# other code is not found. At most RENDER_DISK_BYTES of files; past that the least recently used go first.
+RENDER_DISK_BYTES = 512 * 1024 * 1024
+_RENDER_CODE: list[Optional[str]] = [None]
+
+
+def _render_code() -> str:
+    """What a render kept on disk was made by: this module's source and the Helm SDK's version."""
+    if _RENDER_CODE[0] is None:
+        from importlib import metadata
+
+        try:
+            helm = metadata.version("helm-python-sdk")
+        except metadata.PackageNotFoundError:
+            helm = "unknown"
+        _RENDER_CODE[0] = hashlib.sha256(Path(__file__).read_bytes() + b"\0" + helm.encode()).hexdigest()
+    return _RENDER_CODE[0]
+
+
+def _disk_path(folder: Path, key: str) -> Path:
+    return folder / f"render-{hashlib.sha256((key + _render_code()).encode()).hexdigest()}.json"
+
+
+def _disk_get(folder: Optional[Path], key: Optional[str]) -> Optional[tuple[list[dict[str, Any]], list[Optional[str]]]]:
+    """A render another process kept, or None (none kept, unreadable, or not the shape render_chart keeps)."""
+    if folder is None or key is None:
+        return None
+    path = _disk_path(folder, key)
+    try:
+        text = path.read_text(encoding="utf-8")
+        kept = json.loads(text)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not (isinstance(kept, list) and len(kept) == 2 and all(isinstance(part, list) for part in kept)
+            and len(kept[0]) == len(kept[1]) and all(isinstance(o, dict) for o in kept[0])
+            and all(t is None or isinstance(t, str) for t in kept[1])):
+        return None
+    try:
+        os.utime(path)  # used: the last to go when the folder is over its bound
+    except OSError:
+        pass
+    _memo_keep(key, text)  # this process reads it from memory next time
+    return kept[0], kept[1]
+
+
+def _disk_put(folder: Optional[Path], key: Optional[str], only_if_missing: bool = False) -> bool:
+    """Write the render this process keeps for `key` into the folder (whole, or not at all)."""
+    if folder is None or key is None:
+        return False
+    path = _disk_path(folder, key)
+    if only_if_missing and path.exists():
+        return False
+    text = _memo_get(key)
+    if text is None:
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        return True
+    except OSError:  # a read-only or full disk only costs speed
+        tmp.unlink(missing_ok=True)
+        return False
+
+
+def prune_renders(folder: Path, bound: Optional[int] = None) -> None:
+    """Keep the renders in `folder` within `bound` bytes (RENDER_DISK_BYTES), the least recently used going first."""
+    bound = RENDER_DISK_BYTES if bound is None else bound
+    kept = []
+    try:
+        for entry in os.scandir(folder):
+            if entry.name.startswith("render-") and entry.name.endswith(".json"):
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                kept.append((st.st_mtime_ns, st.st_size, entry.path))
+    except OSError:
+        return
+    total = sum(size for _, size, _ in kept)
+    for _, size, path in sorted(kept):
+        if total <= bound:
+            break
+        try:
+            os.unlink(path)
+        except OSError:
+            pass  # another process took it first
+        total -= size
+
+
 def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespace: str,
-                 kube_version: Optional[str], api_versions: list[str]) -> tuple[list[dict[str, Any]], list[Optional[str]]]:
+                 kube_version: Optional[str], api_versions: list[str],
+                 cache_dir: Optional[Path] = None) -> tuple[list[dict[str, Any]], list[Optional[str]]]:
     """The objects `helm install` creates: crds/ of the chart and its enabled subcharts, then the
-    rendered templates (hooks included, test hooks left out), namespace filled in by the caller."""
+    rendered templates (hooks included, test hooks left out), namespace filled in by the caller.
+    `cache_dir`: a folder where renders are kept for other processes too (see RENDER_DISK_BYTES)."""
     from helm_python import HelmError, _native
 
     opts: dict[str, Any] = {"name": release, "namespace": namespace, "is_install": True, "api_versions": api_versions}
@@ -393,9 +493,15 @@ def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespac
     if kept is not None:
         try:
             objects, texts = json.loads(kept)
-            return objects, texts
         except RecursionError:  # read back from a deeper stack than it was parsed at: rendered again, as before
             pass
+        else:
+            _disk_put(cache_dir, key, only_if_missing=True)  # rendered here before, for a run without the folder
+            return objects, texts
+    else:
+        from_disk = _disk_get(cache_dir, key)
+        if from_disk is not None:
+            return from_disk
     try:
         with info.load() as chart:
             # Chart.render has no capabilities arguments; the native call takes them (helm-c render options).
@@ -427,6 +533,7 @@ def render_chart(info: ChartInfo, release: str, values: dict[str, Any], namespac
             texts.append(text)
     if key is not None:
         _memo_put(key, objects, texts)
+        _disk_put(cache_dir, key)
     return objects, texts
 
 
@@ -872,7 +979,8 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
                 cache_dir: Optional[Path] = None, base: Optional[Path] = None) -> list[RenderedRelease]:
     """Every release the program registers, rendered. `kubernetes_version` ("1.33") sets Helm's
     capabilities; `allow_missing` names charts (chart name) whose absence is reported as not rendered
-    instead of failing. `cache_dir` keeps parsed big documents between runs (content-addressed).
+    instead of failing. `cache_dir` keeps parsed big documents and the charts' renders between runs
+    (content-addressed; the renders within RENDER_DISK_BYTES).
     `base`: the project's folder (default: the working directory's project), against which local
     kustomize paths and a relative `example` (jobs checked for queue fit; skipped when absent) resolve."""
     try:
@@ -973,7 +1081,8 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
     charts_crds = [o for _, info, _ in helm for _, objs, _ in info.crds for o in objs]
     api_versions = crd_api_versions(static + charts_crds)
     for rel, info, values in helm:
-        rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions)
+        rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions,
+                                              cache_dir)
         if info.name in VALUES_NEEDED:
             rel.values = coalesced_values(info, values)
     rendered_crds = [o for rel, _, _ in helm for o in rel.objects]
@@ -982,8 +1091,11 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
         api_versions = sorted(set(api_versions) | set(extra))
         for rel, info, values in helm:
             if info.api_version_queries is None or set(info.api_version_queries) & set(extra):
-                rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version, api_versions)
+                rel.objects, rel.texts = render_chart(info, rel.name, values, rel.namespace, kube_version,
+                                                      api_versions, cache_dir)
 
+    if cache_dir is not None and helm:
+        prune_renders(cache_dir)
     apply_patch_resources(releases, patches)
     # The program registers resources concurrently: order what it registered by identity, not by arrival.
     for group in manifest_groups.values():

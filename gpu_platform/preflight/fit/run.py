@@ -14,6 +14,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 CHARTS_ENV = "GPU_PLATFORM_CHARTS"
+# The folder preflight keeps parsed chart files and renders in (default: `.cache/parsed-yaml` beside the stacks'
+# output folders, `build/.cache/parsed-yaml`): one folder for many output folders, as a test session's preflights.
+CACHE_ENV = "GPU_PLATFORM_PREFLIGHT_CACHE"
+
+
+def cache_folder(out: Path) -> Path:
+    """Where a preflight writing to `out` keeps what it parsed and rendered for the next run."""
+    return Path(os.environ.get(CACHE_ENV) or out.parent / ".cache" / "parsed-yaml")
+
 # Where `charts pull` puts charts when not told otherwise, and where preflight looks last.
 USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-platform" / "charts"
 
@@ -151,7 +160,7 @@ def run_fit(cfg, plan, out: Path, chart_dirs: list[Path], allow_missing: list[st
     from gpu_platform.preflight.fit.nodes import cluster_model
 
     releases = render_plan(plan, chart_dirs, kubernetes_version=cfg.kubernetes_version, allow_missing=allow_missing,
-                           cache_dir=out.parent / ".cache" / "parsed-yaml", **render_args)
+                           cache_dir=cache_folder(out), **render_args)
     try:
         model = cluster_model(cfg, plan)
     except Exception:  # a model error comes after the rendered files are written, as it always has
