@@ -4,6 +4,7 @@ stack rendered with the real pinned charts (Helm's Go SDK), and the errors a use
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import json
 import re
@@ -404,6 +405,8 @@ def test_a_release_rendered_by_one_process_is_read_back_by_the_next_from_the_cac
     _as_a_new_process(monkeypatch)
     second = render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0]
     assert helm_renders == ["a"], "read back from the folder, not rendered again"
+    assert len(render._RENDERED) == 1, "and kept in this process's memory for the next read"
+    assert {oct(f.stat().st_mode & 0o777) for f in cache.iterdir()} == {"0o600"}, "the user's own files"
     assert second.objects == [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "team"},
                                "data": {"size": "2"}}]
     second.objects[0]["data"]["size"] = "changed by the second caller"
@@ -425,23 +428,39 @@ def test_a_release_rendered_by_one_process_is_read_back_by_the_next_from_the_cac
     assert len(helm_renders) == 5
 
 
-@pytest.mark.parametrize("damage", ["not json {", '{"a": 1}', "[[{}], []]", '[["x"], [null]]', "[" * 100_000,
-                                    "<folder>"], ids=["text", "object", "lengths", "not-objects", "deep", "folder"])
-def test_a_damaged_render_in_the_cache_folder_is_rendered_again(tmp_path: Path, helm_renders, monkeypatch,
-                                                                 damage: str) -> None:
+PLANTED = {"text": "not json {", "object": '{"a": 1}', "lengths": "[[{}], []]", "not-objects": '[["x"], [null]]',
+           "no-kind": '[[{"apiVersion": "v1", "kind": ""}], [null]]', "deep": "[" * 100_000, "folder": None,
+           "fifo": None, "link-to-dev-zero": None, "bigger-than-a-render-is-kept": None}
+
+
+@pytest.mark.parametrize("damage", list(PLANTED))
+def test_a_damaged_or_planted_render_in_the_cache_folder_is_rendered_again(tmp_path: Path, helm_renders, monkeypatch,
+                                                                           damage: str) -> None:
+    """Read back only when it is a regular file, small enough and the shape render_chart keeps (Kubernetes objects
+    with a kind): a pipe would hang the read, /dev/zero or a huge file exhaust the memory, an empty object pass the
+    fit check with pods missing."""
+    import os
+
     make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
     cache = tmp_path / "cache"
     render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
     [kept] = _kept_files(cache)
-    if damage == "<folder>":  # unreadable as a file: not replaced either, and nothing fails
-        kept.unlink()
+    kept.unlink()
+    if damage == "folder":
         kept.mkdir()
+    elif damage == "fifo":
+        os.mkfifo(kept)
+    elif damage == "link-to-dev-zero":
+        kept.symlink_to("/dev/zero")
+    elif damage == "bigger-than-a-render-is-kept":
+        with open(kept, "wb") as f:  # sparse: no disk used
+            f.truncate(render.RENDER_MEMO_BYTES + 1)
     else:
-        kept.write_text(damage)
+        kept.write_text(PLANTED[damage])
     _as_a_new_process(monkeypatch)
     again = render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0]
     assert helm_renders == ["a", "a"] and again.objects[0]["data"] == {"size": "2"}
-    if damage != "<folder>":
+    if PLANTED[damage] is not None or damage == "bigger-than-a-render-is-kept":
         assert json.loads(kept.read_text())[0][0]["data"] == {"size": "2"}, "replaced by the render"
         assert not list(cache.glob(".*.tmp"))
 
@@ -456,8 +475,25 @@ def test_a_render_kept_by_other_code_is_not_read_back(tmp_path: Path, helm_rende
     monkeypatch.setattr(render, "_RENDER_CODE", ["the next version of render.py"])
     render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
     assert helm_renders == ["a", "a"] and len(_kept_files(cache)) == 2
+    # What the code is: render.py's source, the Helm library's versions, and the library file itself.
+    from helm_python import _native
+
+    def code(*changes) -> str:
+        with monkeypatch.context() as m:
+            for where, name, value in changes:
+                m.setattr(where, name, value)
+            m.setattr(render, "_RENDER_CODE", [None])
+            return render._render_code()
+
     monkeypatch.setattr(render, "_RENDER_CODE", [None])
-    assert render._render_code() != "the next version of render.py"
+    assert render._RENDER_SOURCE == hashlib.sha256(Path(render.__file__).read_bytes()).hexdigest()
+    other_library = tmp_path / "libhelm_c.so"
+    other_library.write_bytes(b"a build of one's own")
+    now = code()
+    assert now == code() and len({now, code((render, "_RENDER_SOURCE", "edited")),
+                                  code((_native, "helm_c_version", lambda: "9.9.9")),
+                                  code((_native, "helm_sdk_version", lambda: "v9.9.9")),
+                                  code((_native, "library_path", other_library))}) == 5
 
 
 def test_the_cache_folders_renders_stay_within_their_bound_the_least_recently_used_going_first(
@@ -483,6 +519,54 @@ def test_the_cache_folders_renders_stay_within_their_bound_the_least_recently_us
     render.prune_renders(cache, bound=0)
     assert _kept_files(cache) == [] and (cache / "parsed.json").exists()
     render.prune_renders(tmp_path / "no-such-folder")  # nothing there: nothing to do
+
+
+@pytest.mark.parametrize("folder", ["others-can-write", "another-users", "a-file"])
+def test_a_cache_folder_others_can_write_to_or_that_is_no_folder_is_not_used(tmp_path: Path, helm_renders,
+                                                                             monkeypatch, folder: str) -> None:
+    """What is read back decides the verdict: a render planted by another user must not be."""
+    import os
+
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    cache = tmp_path / "cache"
+    if folder == "a-file":
+        cache.write_text("not a folder")
+    else:
+        cache.mkdir()
+        if folder == "others-can-write":
+            cache.chmod(0o777)
+        else:
+            real = os.getuid()
+            monkeypatch.setattr(os, "getuid", lambda: real + 1)
+    assert render.private_folder(cache) is None
+    for _ in range(2):
+        _as_a_new_process(monkeypatch)
+        assert render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0].objects[0]["data"] == {"size": "2"}
+    assert helm_renders == ["a", "a"]
+    assert folder == "a-file" or list(cache.iterdir()) == []
+    made = tmp_path / "made" / "here"
+    assert render.private_folder(made) == made and made.stat().st_mode & 0o777 == 0o700 or folder == "another-users"
+
+
+def test_temporary_files_a_killed_process_left_are_pruned_and_a_writer_leaves_none(tmp_path: Path) -> None:
+    import os
+    import time
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old, fresh = cache / ".render-x.json.1.2.ab.tmp", cache / ".render-y.json.3.4.cd.tmp"
+    for f in (old, fresh):
+        f.write_text("half a render")
+    os.utime(old, (time.time() - 2 * 3600,) * 2)
+    render.prune_renders(cache)
+    assert not old.exists() and fresh.exists(), "another process may still be writing the fresh one"
+    assert render.write_private(cache / "render-z.json", "[[], []]")
+    assert sorted(p.name for p in cache.iterdir()) == [fresh.name, "render-z.json"]
+    assert not render.write_private(tmp_path / "no-such-folder" / "render-z.json", "[[], []]")
+    assert not render.write_private(cache / "render-z.json" / "under-a-file", "[[], []]")
+    (cache / "render-dir.json").mkdir()  # written, then not put in place: the temporary file goes
+    assert not render.write_private(cache / "render-dir.json", "[[], []]")
+    assert sorted(p.name for p in cache.iterdir()) == [fresh.name, "render-dir.json", "render-z.json"]
 
 
 def test_preflight_keeps_its_renders_beside_its_output_or_in_the_folder_the_environment_names(tmp_path: Path,

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -280,28 +281,23 @@ def api_version_queries(path: Path, data: Optional[bytes]) -> Optional[list[str]
 
 
 def chart_info(path: Path, release: str) -> ChartInfo:
-    stat = path.stat()
-    key = (path.resolve(), stat.st_mtime_ns, stat.st_size)
+    st = path.stat()
+    key = (path.resolve(), st.st_mtime_ns, st.st_size)
     if key not in _CHARTS:
         data = path.read_bytes() if path.is_file() else None
         facts = None
         folder = _CACHE_DIR[0]
         cache = folder / f"chart-v2-{hashlib.sha256(data).hexdigest()}.json" if folder is not None and data is not None else None
-        if cache is not None and cache.is_file():
+        text = read_private(cache, RENDER_MEMO_BYTES) if cache is not None else None
+        if text is not None:
             try:
-                facts = json.loads(cache.read_text())
-            except ValueError:
+                facts = json.loads(text)
+            except (ValueError, RecursionError):
                 facts = None
         if facts is None:
             facts = _read_chart(path, data, release)
             if cache is not None:
-                try:
-                    cache.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-                    tmp.write_text(json.dumps(facts))
-                    tmp.replace(cache)
-                except OSError:
-                    pass
+                write_private(cache, json.dumps(facts))
         crds = []
         for fname, text in facts["crds"]:
             texts: list[Optional[str]] = []
@@ -385,23 +381,84 @@ def _memo_keep(key: str, text: str) -> None:
 # The same renders kept on disk too, in the cache folder preflight is given (`run_fit`: `build/.cache/parsed-yaml`,
 # or $GPU_PLATFORM_PREFLIGHT_CACHE), for the next process: a second preflight of a stack, or of a variant of it, reads
 # back every release whose chart and values did not change (linode-ha's charts: 1.4 CPU-seconds in a new process,
-# about 0.1 s read back). On disk the key also holds this module's own source and Helm's version: a render kept by
-# other code is not found. At most RENDER_DISK_BYTES of files; past that the least recently used go first.
+# about 0.1 s read back). On disk the key also holds the code that rendered it (this module's source, read as it is
+# imported, and the Helm library that was loaded: its versions and the file itself): a render kept by other code is
+# not found. A folder anyone else can write to is not used (renders decide the verdict); files are the user's own
+# (0600: charts render their own random passwords and tokens). At most RENDER_DISK_BYTES of renders; past that the
+# least recently used go first.
 RENDER_DISK_BYTES = 512 * 1024 * 1024
+_RENDER_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 _RENDER_CODE: list[Optional[str]] = [None]
+_LEFT_BEHIND_SECONDS = 3600  # a temporary file older than this was left by a process that was killed
+
+
+def _helm_library() -> list[str]:
+    """What identifies the loaded Helm library: its own versions, and the file ($HELM_C_LIB can name a build of
+    one's own under the same version)."""
+    from helm_python import _native
+
+    st = os.stat(_native.library_path)
+    return [_native.helm_c_version(), _native.helm_sdk_version(), str(_native.library_path), str(st.st_size),
+            str(st.st_mtime_ns), str(st.st_ino)]
 
 
 def _render_code() -> str:
-    """What a render kept on disk was made by: this module's source and the Helm SDK's version."""
+    """What a render kept on disk was made by."""
     if _RENDER_CODE[0] is None:
-        from importlib import metadata
-
-        try:
-            helm = metadata.version("helm-python-sdk")
-        except metadata.PackageNotFoundError:
-            helm = "unknown"
-        _RENDER_CODE[0] = hashlib.sha256(Path(__file__).read_bytes() + b"\0" + helm.encode()).hexdigest()
+        _RENDER_CODE[0] = hashlib.sha256("\0".join([_RENDER_SOURCE, *_helm_library()]).encode()).hexdigest()
     return _RENDER_CODE[0]
+
+
+def private_folder(folder: Optional[Path]) -> Optional[Path]:
+    """`folder`, made (0700) if missing, when only this user can write to it; else None (not used: what is read
+    from it decides preflight's verdict)."""
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return None
+    return folder
+
+
+def write_private(path: Path, text: str) -> bool:
+    """`text` into `path` whole or not at all, readable by this user only; False where the disk refuses."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{os.urandom(4).hex()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return True
+    except OSError:  # a read-only or full disk only costs speed
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+def read_private(path: Path, limit: int) -> Optional[str]:
+    """The text of `path` if it is a regular file of at most `limit` bytes (not a link, a pipe or a device: a file
+    planted there must not hang or exhaust the process); else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+        return data.decode("utf-8") if len(data) <= limit else None
+    except (OSError, UnicodeDecodeError, MemoryError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def _disk_path(folder: Path, key: str) -> Path:
@@ -409,18 +466,21 @@ def _disk_path(folder: Path, key: str) -> Path:
 
 
 def _disk_get(folder: Optional[Path], key: Optional[str]) -> Optional[tuple[list[dict[str, Any]], list[Optional[str]]]]:
-    """A render another process kept, or None (none kept, unreadable, or not the shape render_chart keeps)."""
+    """A render another process kept, or None (none kept, unreadable, or not what render_chart keeps)."""
     if folder is None or key is None:
         return None
     path = _disk_path(folder, key)
+    text = read_private(path, RENDER_MEMO_BYTES)
+    if text is None:
+        return None
     try:
-        text = path.read_text(encoding="utf-8")
         kept = json.loads(text)
-    except (OSError, ValueError, RecursionError):
+    except (ValueError, RecursionError, MemoryError):
         return None
     if not (isinstance(kept, list) and len(kept) == 2 and all(isinstance(part, list) for part in kept)
-            and len(kept[0]) == len(kept[1]) and all(isinstance(o, dict) for o in kept[0])
-            and all(t is None or isinstance(t, str) for t in kept[1])):
+            and len(kept[0]) == len(kept[1]) and all(t is None or isinstance(t, str) for t in kept[1])
+            and all(isinstance(o, dict) and all(isinstance(o.get(k), str) and o[k].strip()
+                                                for k in ("kind", "apiVersion")) for o in kept[0])):
         return None
     try:
         os.utime(path)  # used: the last to go when the folder is over its bound
@@ -435,36 +495,40 @@ def _disk_put(folder: Optional[Path], key: Optional[str], only_if_missing: bool 
     if folder is None or key is None:
         return False
     path = _disk_path(folder, key)
-    if only_if_missing and path.exists():
-        return False
+    if only_if_missing:
+        try:
+            os.utime(path, follow_symlinks=False)  # there already: used now
+            return False
+        except OSError:
+            pass
     text = _memo_get(key)
-    if text is None:
-        return False
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        return True
-    except OSError:  # a read-only or full disk only costs speed
-        tmp.unlink(missing_ok=True)
-        return False
+    return text is not None and write_private(path, text)
 
 
 def prune_renders(folder: Path, bound: Optional[int] = None) -> None:
-    """Keep the renders in `folder` within `bound` bytes (RENDER_DISK_BYTES), the least recently used going first."""
+    """Keep the renders in `folder` within `bound` bytes (RENDER_DISK_BYTES), the least recently used going first;
+    temporary files a killed process left behind go too."""
+    import time
+
     bound = RENDER_DISK_BYTES if bound is None else bound
     kept = []
     try:
-        for entry in os.scandir(folder):
-            if entry.name.startswith("render-") and entry.name.endswith(".json"):
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                kept.append((st.st_mtime_ns, st.st_size, entry.path))
+        entries = list(os.scandir(folder))
     except OSError:
         return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+            if st.st_mtime < time.time() - _LEFT_BEHIND_SECONDS:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
+        elif entry.name.startswith("render-") and entry.name.endswith(".json"):
+            kept.append((st.st_mtime_ns, st.st_size, entry.path))
     total = sum(size for _, size, _ in kept)
     for _, size, path in sorted(kept):
         if total <= bound:
@@ -554,23 +618,17 @@ def _parse_doc(doc: str) -> Any:
     key = hashlib.sha256(doc.encode()).hexdigest()
     cached = _PARSED.get(key)
     folder = _CACHE_DIR[0]
-    if cached is None and folder is not None and (folder / f"{key}.json").is_file():
-        cached = (folder / f"{key}.json").read_text()
+    if cached is None and folder is not None:
+        cached = read_private(folder / f"{key}.json", RENDER_MEMO_BYTES)
     if cached is not None:
         try:
             return json.loads(cached)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass  # a damaged cache file: parse again
     parsed = helm_python.values_from_yaml(doc)
     _PARSED[key] = text = json.dumps(parsed)
     if folder is not None:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".{key}.{os.getpid()}.tmp"
-            tmp.write_text(text)
-            tmp.replace(folder / f"{key}.json")
-        except OSError:
-            pass  # a read-only or full disk only costs speed
+        write_private(folder / f"{key}.json", text)
     return parsed
 
 
@@ -988,6 +1046,7 @@ def render_plan(plan: Plan, chart_dirs: list[Path], *, kubernetes_version: Optio
     except Exception as exc:  # noqa: BLE001 ImportError, or helm-c's HelmLibraryError
         raise ChartError("(none rendered)", f"Helm's SDK is not usable: {exc}; install it with "
                                             "`pip install -r requirements.txt` (helm-python-sdk)") from None
+    cache_dir = private_folder(cache_dir)
     _CACHE_DIR[0] = cache_dir
     base = _project_root(base)
     chart_dirs = [Path(d) for d in chart_dirs]
