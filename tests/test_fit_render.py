@@ -521,7 +521,7 @@ def test_the_cache_folders_renders_stay_within_their_bound_the_least_recently_us
     render.prune_renders(tmp_path / "no-such-folder")  # nothing there: nothing to do
 
 
-@pytest.mark.parametrize("folder", ["others-can-write", "another-users", "a-file"])
+@pytest.mark.parametrize("folder", ["another-users", "a-file"])
 def test_a_cache_folder_others_can_write_to_or_that_is_no_folder_is_not_used(tmp_path: Path, helm_renders,
                                                                              monkeypatch, folder: str) -> None:
     """What is read back decides the verdict: a render planted by another user must not be."""
@@ -533,11 +533,8 @@ def test_a_cache_folder_others_can_write_to_or_that_is_no_folder_is_not_used(tmp
         cache.write_text("not a folder")
     else:
         cache.mkdir()
-        if folder == "others-can-write":
-            cache.chmod(0o777)
-        else:
-            real = os.getuid()
-            monkeypatch.setattr(os, "getuid", lambda: real + 1)
+        real = os.getuid()
+        monkeypatch.setattr(os, "getuid", lambda: real + 1)
     assert render.private_folder(cache) is None
     for _ in range(2):
         _as_a_new_process(monkeypatch)
@@ -546,6 +543,36 @@ def test_a_cache_folder_others_can_write_to_or_that_is_no_folder_is_not_used(tmp
     assert folder == "a-file" or list(cache.iterdir()) == []
     made = tmp_path / "made" / "here"
     assert render.private_folder(made) == made and made.stat().st_mode & 0o777 == 0o700 or folder == "another-users"
+
+
+def test_a_folder_of_ones_own_that_others_could_write_to_is_closed_and_what_they_planted_is_not_read(
+        tmp_path: Path, helm_renders, monkeypatch) -> None:
+    """As an earlier version made it under a umask of 002 (0775), or a user made it 0777: the folder loses the
+    group's and others' write permission, and a file in it that is not the user's own, or that others may write,
+    is rendered again."""
+    import os
+
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    cache = tmp_path / "cache"
+    render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
+    [kept] = _kept_files(cache)
+    cache.chmod(0o777)
+    kept.chmod(0o666)  # as anyone could have left it
+    _as_a_new_process(monkeypatch)
+    render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
+    assert cache.stat().st_mode & 0o777 == 0o755 and helm_renders == ["a", "a"]
+    kept.chmod(0o600)
+    real = os.getuid()
+    with monkeypatch.context() as m:  # a file of another user's: the folder is this user's, the file is not
+        m.setattr(os, "getuid", lambda: real)
+        m.setattr(os, "fstat", lambda fd, real_fstat=os.fstat: os.stat_result(
+            (*real_fstat(fd)[:4], real + 1, *real_fstat(fd)[5:])))
+        _as_a_new_process(monkeypatch)
+        render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
+    assert helm_renders == ["a", "a", "a"]
+    _as_a_new_process(monkeypatch)
+    render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
+    assert helm_renders == ["a", "a", "a"], "the user's own file, writable by nobody else, is read back"
 
 
 def test_temporary_files_a_killed_process_left_are_pruned_and_a_writer_leaves_none(tmp_path: Path) -> None:

@@ -411,12 +411,17 @@ def _render_code() -> str:
 
 def private_folder(folder: Optional[Path]) -> Optional[Path]:
     """`folder`, made (0700) if missing, when only this user can write to it; else None (not used: what is read
-    from it decides preflight's verdict)."""
+    from it decides preflight's verdict). A folder of this user's that its group or others may write to (as an
+    earlier version made it under a umask of 002) loses that permission first: what others may have put there
+    is not read, as every file read back must be this user's own (read_private)."""
     if folder is None:
         return None
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.stat(folder)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o022:
+            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)
+            st = os.stat(folder)
     except OSError:
         return None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
@@ -442,15 +447,15 @@ def write_private(path: Path, text: str) -> bool:
 
 
 def read_private(path: Path, limit: int) -> Optional[str]:
-    """The text of `path` if it is a regular file of at most `limit` bytes (not a link, a pipe or a device: a file
-    planted there must not hang or exhaust the process); else None."""
+    """The text of `path` if it is this user's own regular file, writable by nobody else, of at most `limit` bytes
+    (not a link, a pipe or a device: a file planted there must not hang or exhaust the process); else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022 or st.st_size > limit:
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(limit + 1)
