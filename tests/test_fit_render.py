@@ -523,7 +523,7 @@ def test_the_cache_folders_renders_stay_within_their_bound_the_least_recently_us
 
 @pytest.mark.parametrize("folder", ["another-users", "a-file"])
 def test_a_cache_folder_others_can_write_to_or_that_is_no_folder_is_not_used(tmp_path: Path, helm_renders,
-                                                                             monkeypatch, folder: str) -> None:
+                                                                             monkeypatch, capsys, folder: str) -> None:
     """What is read back decides the verdict: a render planted by another user must not be."""
     import os
 
@@ -541,15 +541,17 @@ def test_a_cache_folder_others_can_write_to_or_that_is_no_folder_is_not_used(tmp
         assert render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)[0].objects[0]["data"] == {"size": "2"}
     assert helm_renders == ["a", "a"]
     assert folder == "a-file" or list(cache.iterdir()) == []
+    why = {"a-file": "not a folder", "another-users": "another user's folder"}[folder]
+    assert capsys.readouterr().err.count(f"preflight: not keeping renders in {cache} ({why})") == 1, "said once"
     made = tmp_path / "made" / "here"
     assert render.private_folder(made) == made and made.stat().st_mode & 0o777 == 0o700 or folder == "another-users"
 
 
 def test_a_folder_of_ones_own_that_others_could_write_to_is_closed_and_what_they_planted_is_not_read(
         tmp_path: Path, helm_renders, monkeypatch) -> None:
-    """As an earlier version made it under a umask of 002 (0775), or a user made it 0777: the folder loses the
-    group's and others' write permission, and a file in it that is not the user's own, or that others may write,
-    is rendered again."""
+    """As an earlier version made it (0755, or 0775 under a umask of 002), or a user made it 0777: the folder is
+    closed (0700: the 0644 files an earlier version wrote hold chart-generated passwords), and a file in it that is
+    not the user's own, or that others may write, is rendered again."""
     import os
 
     make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
@@ -560,7 +562,7 @@ def test_a_folder_of_ones_own_that_others_could_write_to_is_closed_and_what_they
     kept.chmod(0o666)  # as anyone could have left it
     _as_a_new_process(monkeypatch)
     render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
-    assert cache.stat().st_mode & 0o777 == 0o755 and helm_renders == ["a", "a"]
+    assert cache.stat().st_mode & 0o777 == 0o700 and helm_renders == ["a", "a"]
     kept.chmod(0o600)
     real = os.getuid()
     with monkeypatch.context() as m:  # a file of another user's: the folder is this user's, the file is not
@@ -573,6 +575,21 @@ def test_a_folder_of_ones_own_that_others_could_write_to_is_closed_and_what_they
     _as_a_new_process(monkeypatch)
     render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
     assert helm_renders == ["a", "a", "a"], "the user's own file, writable by nobody else, is read back"
+
+
+@pytest.mark.parametrize("facts", ["{}", '{"name": "sized"}', "[]", '{"name": "s", "version": "1", "dependencies": [],'
+                                   ' "crds": [["a.yaml"]], "apiVersionQueries": null}'])
+def test_chart_facts_of_another_shape_in_the_cache_folder_are_read_from_the_chart_again(tmp_path: Path, monkeypatch,
+                                                                                       facts: str) -> None:
+    make_chart(tmp_path, "sized", "1.0.0", SIZED, values="size: 1\n")
+    cache = tmp_path / "cache"
+    render_plan(_sized("a", 2), [tmp_path], example=None, cache_dir=cache)
+    [kept] = cache.glob("chart-v2-*.json")
+    kept.write_text(facts)
+    monkeypatch.setattr(render, "_CHARTS", {})
+    _as_a_new_process(monkeypatch)
+    assert render_plan(_sized("a", 3), [tmp_path], example=None, cache_dir=cache)[0].objects[0]["data"] == {"size": "3"}
+    assert json.loads(kept.read_text())["name"] == "sized", "written again from the chart"
 
 
 def test_temporary_files_a_killed_process_left_are_pruned_and_a_writer_leaves_none(tmp_path: Path) -> None:

@@ -131,7 +131,9 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
 
 # Ctrl-C at a chosen point of the run, not after a fixed time (on a fast machine a whole preflight of gcp-prod takes
 # 2.5 s, and 5 s "while rendering" came after the end): the command is started with the function named replaced by
-# one that sends SIGINT to the whole process group, as a terminal's Ctrl-C does (the policy pack included), first.
+# one that first sends SIGINT to the whole process group, as a terminal's Ctrl-C does (the policy pack and the cost
+# chart's child get it too), or to preflight alone, as `timeout`, a CI runner or `kill -INT` do: then only preflight
+# can stop its children.
 _INTERRUPT_AT = """
 import importlib, os, signal, sys
 
@@ -141,7 +143,7 @@ real = getattr(module, name)
 
 def interrupted(*args, **kwargs):
     if not sent:
-        sent.append(os.killpg(os.getpgrp(), signal.SIGINT))
+        sent.append(os.killpg(os.getpgrp(), signal.SIGINT) if {group!r} else os.kill(os.getpid(), signal.SIGINT))
     return real(*args, **kwargs)
 
 sent = []
@@ -152,13 +154,15 @@ import runpy; runpy.run_module("gpu_platform.preflight", run_name="__main__", al
 """
 
 
-@pytest.mark.parametrize("where", [("gpu_platform.preflight.runner", "run_program"),
-                                   ("gpu_platform.preflight.fit.render", "render_chart")],
-                         ids=["while the program runs", "while rendering and analysing"])
-def test_ctrl_c_ends_quietly_and_leaves_no_process_running(tmp_path, where):
+@pytest.mark.parametrize("where,group", [
+    (("gpu_platform.preflight.runner", "run_program"), True),
+    (("gpu_platform.preflight.fit.render", "render_chart"), True),
+    (("gpu_platform.preflight.fit.render", "render_chart"), False),
+], ids=["while the program runs", "while rendering and analysing", "preflight alone, while its children run"])
+def test_ctrl_c_ends_quietly_and_leaves_no_process_running(tmp_path, where, group):
     import time
 
-    code = _INTERRUPT_AT.format(where=where, out=str(tmp_path))
+    code = _INTERRUPT_AT.format(where=where, group=group, out=str(tmp_path))
     env = {k: v for k, v in os.environ.items() if k != "GPU_PLATFORM_NO_CHART"}  # the chart's child runs too
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True, env=env)

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import stat
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -254,6 +255,16 @@ def _read_chart(path: Path, data: Optional[bytes], release: str) -> dict[str, An
                 "apiVersionQueries": api_version_queries(path, data)}
 
 
+def _chart_facts_shape(facts: Any) -> bool:
+    """Whether chart facts read back are what _read_chart writes (else the chart is read again)."""
+    return (isinstance(facts, dict) and isinstance(facts.get("name"), str) and isinstance(facts.get("version"), str)
+            and isinstance(facts.get("dependencies"), list) and all(isinstance(d, dict) for d in facts["dependencies"])
+            and isinstance(facts.get("crds"), list)
+            and all(isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c) for c in facts["crds"])
+            and (facts.get("apiVersionQueries") is None or (isinstance(facts["apiVersionQueries"], list)
+                                                            and all(isinstance(q, str) for q in facts["apiVersionQueries"]))))
+
+
 _HAS = re.compile(r'APIVersions\.Has\s+"([^"]+)"')
 
 
@@ -293,6 +304,8 @@ def chart_info(path: Path, release: str) -> ChartInfo:
             try:
                 facts = json.loads(text)
             except (ValueError, RecursionError):
+                facts = None
+            if not _chart_facts_shape(facts):
                 facts = None
         if facts is None:
             facts = _read_chart(path, data, release)
@@ -409,24 +422,39 @@ def _render_code() -> str:
     return _RENDER_CODE[0]
 
 
+_REFUSED: set[str] = set()  # cache folders already named on stderr, this process
+
+
 def private_folder(folder: Optional[Path]) -> Optional[Path]:
-    """`folder`, made (0700) if missing, when only this user can write to it; else None (not used: what is read
-    from it decides preflight's verdict). A folder of this user's that its group or others may write to (as an
-    earlier version made it under a umask of 002) loses that permission first: what others may have put there
-    is not read, as every file read back must be this user's own (read_private)."""
+    """`folder`, made if missing and made 0700 if it is this user's, when only this user can write to it; else
+    None: not used, and said once on stderr (what is read from it decides preflight's verdict). A folder an earlier
+    version made 0755 (its files 0644, chart-generated passwords in them) or 0775 under a umask of 002 is closed;
+    what others may have put in it is not read either way, as read_private reads only this user's own files."""
     if folder is None:
         return None
+    why = None
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.stat(folder)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o022:
-            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~0o022)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(folder, stat.S_IMODE(st.st_mode) & 0o7700)
             st = os.stat(folder)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        return None
-    return folder
+    except OSError as exc:
+        why = "not a folder" if isinstance(exc, (FileExistsError, NotADirectoryError)) else (exc.strerror or str(exc))
+    else:
+        if not stat.S_ISDIR(st.st_mode):
+            why = "not a folder"
+        elif st.st_uid != os.getuid():
+            why = "another user's folder"
+        elif st.st_mode & 0o022:
+            why = "others can write to it"
+    if why is None:
+        return folder
+    if str(folder) not in _REFUSED:
+        _REFUSED.add(str(folder))
+        sys.stderr.write(f"preflight: not keeping renders in {folder} ({why}); charts are rendered afresh "
+                         f"(docs/preflight.md, What preflight keeps between runs)\n")
+    return None
 
 
 def write_private(path: Path, text: str) -> bool:
@@ -458,8 +486,8 @@ def read_private(path: Path, limit: int) -> Optional[str]:
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022 or st.st_size > limit:
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1)
-        return data.decode("utf-8") if len(data) <= limit else None
+            data = f.read(st.st_size + 1)  # not the whole bound: a buffer that size would be set aside
+        return data.decode("utf-8") if len(data) <= min(st.st_size, limit) else None
     except (OSError, UnicodeDecodeError, MemoryError):
         return None
     finally:
