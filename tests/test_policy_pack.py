@@ -776,12 +776,13 @@ def test_infinity_in_price_overrides_never_reaches_the_pack_as_a_price():
     assert report.result("monthly-cost-ceiling").status != "pass"
 
 
-def _pack_with(tmp_path, extra_policy: str, track_all: bool = True):
+def _pack_with(tmp_path, extra_policy: str, track_all: bool = True, extra_first: bool = False):
+    policies = "EXTRA + cost_rules.POLICIES" if extra_first else "cost_rules.POLICIES + EXTRA"
     pack = _test_pack(tmp_path / "pack",
         "from pulumi_policy import EnforcementLevel, PolicyPack, ResourceValidationPolicy\n"
         "from gpu_platform.policies import cost_rules, running\n"
         + extra_policy +
-        "PolicyPack('test-pack', running.track(cost_rules.POLICIES + EXTRA))\n")
+        f"PolicyPack('test-pack', running.track({policies}))\n")
     return pack
 
 
@@ -790,7 +791,8 @@ def test_a_hung_rule_fails_the_run_naming_it_and_the_pack_is_stopped(tmp_path):
         "def spin(args, report_violation):\n"
         "    while True:\n"
         "        pass\n"
-        "EXTRA = [ResourceValidationPolicy('spin-forever', 'A rule stuck in a loop.', spin, EnforcementLevel.MANDATORY)]\n"))
+        "EXTRA = [ResourceValidationPolicy('spin-forever', 'A rule stuck in a loop.', spin, EnforcementLevel.MANDATORY)]\n"),
+        extra_first=True)  # the first rule the pack runs: the cost rules before it took over 3 s in a loaded make test
     from gpu_platform.preflight.analyzer import PolicyTimeout
 
     a = Analyzer(pack, call_timeout=3)
