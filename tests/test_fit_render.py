@@ -278,10 +278,7 @@ SIZED = {"cm.yaml": """\
 @pytest.fixture
 def fresh_render_memo(monkeypatch) -> None:
     """An empty memo of rendered releases, so that each render in the test is Helm's own."""
-    from collections import OrderedDict
-
-    monkeypatch.setattr(render, "_RENDERED", OrderedDict())
-    monkeypatch.setattr(render, "_RENDERED_SIZE", [0])
+    _as_a_new_process(monkeypatch)
 
 
 @pytest.fixture
@@ -388,7 +385,7 @@ def _kept_files(folder: Path) -> list[Path]:
 
 
 def _as_a_new_process(monkeypatch) -> None:
-    """What the next process starts with: nothing rendered in memory."""
+    """What a new process starts with: nothing rendered in memory."""
     from collections import OrderedDict
 
     monkeypatch.setattr(render, "_RENDERED", OrderedDict())

@@ -512,8 +512,12 @@ def _disk_get(folder: Optional[Path], key: Optional[str]) -> Optional[tuple[list
         return None
     if not (isinstance(kept, list) and len(kept) == 2 and all(isinstance(part, list) for part in kept)
             and len(kept[0]) == len(kept[1]) and all(t is None or isinstance(t, str) for t in kept[1])
-            and all(isinstance(o, dict) and all(isinstance(o.get(k), str) and o[k].strip()
-                                                for k in ("kind", "apiVersion")) for o in kept[0])):
+            and all(isinstance(o, dict) for o in kept[0])):
+        return None
+    try:
+        for o in kept[0]:
+            _object_header_problem(o, "", str(path))  # what _load_docs holds every rendered object to
+    except ChartError:
         return None
     try:
         os.utime(path)  # used: the last to go when the folder is over its bound
