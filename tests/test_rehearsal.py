@@ -486,6 +486,7 @@ def test_preemption_is_not_counted_and_a_never_ready_job_stops_after_max_requeue
     counting it, Kueue's Workload recovers with no eviction and an unchanged requeue count. A job whose
     pods never become Ready is evicted (PodsReadyTimeout) and re-admitted maxRequeues (3) times, then
     deactivated with reason ...RequeuingLimitExceeded on its Workload."""
+    from gpu_platform.rehearsal.controllers import NEVER_READY_DRILL_TIMEOUT_S, REHEARSAL_PODS_READY_TIMEOUT_S
     from gpu_platform.rehearsal.scenarios import example_trainjob, never_ready, preemption_not_counted
 
     result = _rehearse("gcp-prod", tmp_path, scenarios=(example_trainjob, preemption_not_counted, never_ready))
@@ -494,8 +495,12 @@ def test_preemption_is_not_counted_and_a_never_ready_job_stops_after_max_requeue
     details = " ".join(by_name["never-ready"].details)
     assert "spec.active false" in details and "DeactivatedDueToRequeuingLimitExceeded" in details
     assert "'PodsReadyTimeout/WaitForStart': 3" in details and "'Deactivated/RequeuingLimitExceeded': 1" in details
+    # The drill ran at its own short timeout (Kueue restarted for it) and Kueue was put back to the rehearsal's after
+    # it, as the report says: the scenarios after it need the longer one.
+    assert f"timeout {NEVER_READY_DRILL_TIMEOUT_S}s for the drill" in details, details
     kueue = next(c for c in result.to_json()["controllers"] if c["binary"] == "kueue-manager")
-    assert any(c.startswith("waitForPodsReady.timeout:") for c in kueue["configChanges"])  # said in the report
+    timeouts = [c for c in kueue["configChanges"] if c.startswith("waitForPodsReady.timeout:")]
+    assert timeouts and timeouts[0].endswith(f"-> {REHEARSAL_PODS_READY_TIMEOUT_S}s"), kueue["configChanges"]
 
 
 def _without_backoff_limit(releases):

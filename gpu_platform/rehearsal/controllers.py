@@ -28,6 +28,10 @@ READY_TIMEOUT = 60.0
 # recoveryTimeout stay as the stack renders them. Listed in the report's configChanges.
 REHEARSAL_PODS_READY_TIMEOUT_S = 30
 REHEARSAL_BACKOFF_BASE_S = 1
+# The never-ready drill's own timeout, for its run only (scenarios.never_ready restarts Kueue with it and puts the
+# rehearsal's back after): its job's pods never become Ready, so each of its backoffLimitCount + 1 admissions waits
+# the whole timeout (about 127 s at 30 s). The other scenarios keep 30 s: their pods need the margin on a loaded machine.
+NEVER_READY_DRILL_TIMEOUT_S = 8
 
 
 @dataclass
@@ -51,6 +55,8 @@ class Controller:
     # True: started with the Configuration's own timing (the autoscaling drill: cluster-autoscaler waits 30 s
     # before it scales up for a GPU pod, which the rehearsal's shortened waitForPodsReady would evict first)
     stack_timing: bool = False
+    # Set: waitForPodsReady.timeout for a drill of its own instead of REHEARSAL_PODS_READY_TIMEOUT_S (never-ready)
+    pods_ready_timeout_s: Optional[int] = None
 
     @property
     def built(self) -> bool:
@@ -202,7 +208,7 @@ def prepare(ctl: Controller, run_dir: Path, cert_dir: Path, as_rendered: bool = 
         _set(cfg, "internalCertManagement.enable", False, changes)
         _set(cfg, "webhook.certDir", str(cert_dir), changes)
     if ctl.binary == "kueue-manager" and isinstance(cfg.get("waitForPodsReady"), dict) and not ctl.stack_timing:
-        _set(cfg, "waitForPodsReady.timeout", f"{REHEARSAL_PODS_READY_TIMEOUT_S}s", changes)
+        _set(cfg, "waitForPodsReady.timeout", f"{ctl.pods_ready_timeout_s or REHEARSAL_PODS_READY_TIMEOUT_S}s", changes)
         if isinstance(cfg["waitForPodsReady"].get("requeuingStrategy"), dict):
             _set(cfg, "waitForPodsReady.requeuingStrategy.backoffBaseSeconds", REHEARSAL_BACKOFF_BASE_S, changes)
     ctl.changes = changes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -1760,8 +1761,9 @@ def never_ready(ctx: Context) -> Scenario:
     """A TrainJob whose pods never become Ready (its image never pulls: KWOK keeps pods with
     NEVER_READY_IMAGE not Ready) is evicted by Kueue (PodsReadyTimeout) and re-admitted
     backoffLimitCount times, then deactivated, with Kueue's reason on the Workload. The rehearsal
-    shortens only the timeout and the backoff base (controllers.REHEARSAL_PODS_READY_TIMEOUT_S)."""
-    from gpu_platform.rehearsal.controllers import REHEARSAL_BACKOFF_BASE_S, REHEARSAL_PODS_READY_TIMEOUT_S
+    shortens only the timeout and the backoff base: Kueue is restarted with the drill's timeout
+    (controllers.NEVER_READY_DRILL_TIMEOUT_S) for the drill and with the rehearsal's after it."""
+    from gpu_platform.rehearsal.controllers import NEVER_READY_DRILL_TIMEOUT_S, REHEARSAL_BACKOFF_BASE_S
 
     sc = Scenario("never-ready", "a job whose pods never become Ready is re-admitted maxRequeues times, then "
                                  "deactivated with Kueue's reason on its Workload")
@@ -1779,18 +1781,54 @@ def never_ready(ctx: Context) -> Scenario:
         sc.fail("waitForPodsReady.requeuingStrategy has no backoffLimitCount: a job that can never run is re-admitted "
                 "(and scales a GPU node up) forever")
         return sc
-    sc.details.append(f"Kueue waitForPodsReady: timeout {REHEARSAL_PODS_READY_TIMEOUT_S}s for the rehearsal (the stack's "
-                      f"{conf.get('timeout')}), backoff base {REHEARSAL_BACKOFF_BASE_S}s (the stack's "
-                      f"{(conf.get('requeuingStrategy') or {}).get('backoffBaseSeconds')}), backoffLimitCount {limit} (the stack's)")
+    with _kueue_pods_ready_timeout(ctx, sc, NEVER_READY_DRILL_TIMEOUT_S) as timeout_s:
+        if timeout_s is None:
+            return sc
+        sc.details.append(f"Kueue waitForPodsReady: timeout {timeout_s}s for the drill (the stack's "
+                          f"{conf.get('timeout')}), backoff base {REHEARSAL_BACKOFF_BASE_S}s (the stack's "
+                          f"{(conf.get('requeuingStrategy') or {}).get('backoffBaseSeconds')}), backoffLimitCount {limit} (the stack's)")
+        _never_ready_drill(ctx, sc, job, int(limit), timeout_s)
+    return sc
+
+
+@contextmanager
+def _kueue_pods_ready_timeout(ctx: Context, sc: Scenario, seconds: int):
+    """Kueue restarted with waitForPodsReady.timeout `seconds` for the block, then with the rehearsal's again. Yields
+    the timeout in force: `seconds`; the rehearsal's where nothing can restart Kueue (a Context without `restart`,
+    Kueue not running); None when the restart failed (the scenario failed, saying so)."""
+    from gpu_platform.rehearsal.controllers import REHEARSAL_PODS_READY_TIMEOUT_S
+
+    kueue = ctx.controllers.get("kueue-manager")
+    if ctx.restart is None or kueue is None or kueue.status != "running":
+        yield REHEARSAL_PODS_READY_TIMEOUT_S
+        return
+    kueue.pods_ready_timeout_s = seconds
+    problems = ctx.restart(kueue)
+    try:
+        if problems:
+            sc.fail(f"Kueue could not be restarted with the drill's waitForPodsReady.timeout {seconds}s: {'; '.join(problems)}")
+            yield None
+        else:
+            yield seconds
+    finally:
+        kueue.pods_ready_timeout_s = None
+        for problem in ctx.restart(kueue):
+            sc.fail(f"Kueue could not be put back to the rehearsal's waitForPodsReady.timeout: {problem}")
+
+
+def _never_ready_drill(ctx: Context, sc: Scenario, job: dict, limit: int, timeout_s: int) -> None:
+    """The drill itself, with Kueue's waitForPodsReady.timeout at `timeout_s`."""
+    from gpu_platform.rehearsal.controllers import REHEARSAL_BACKOFF_BASE_S
+
     ns, name = job["metadata"].get("namespace") or "training", "rehearsal-never-ready"
     probe = copy.deepcopy(job)
     probe["metadata"] = {"name": name, "namespace": ns, "labels": dict(job["metadata"].get("labels") or {})}
     probe["spec"]["trainer"]["image"] = NEVER_READY_IMAGE
     if err := submit(ctx.client, probe):
         sc.fail(f"TrainJob {ns}/{name} refused: {err}")
-        return sc
+        return
     started = time.monotonic()
-    per_round = REHEARSAL_PODS_READY_TIMEOUT_S + 2 ** min(int(limit), 6) * REHEARSAL_BACKOFF_BASE_S + 30
+    per_round = timeout_s + 2 ** min(int(limit), 6) * REHEARSAL_BACKOFF_BASE_S + 30
     deadline = started + (int(limit) + 1) * per_round + 60
     w: Optional[dict] = None
     counts: list[int] = []
@@ -1830,7 +1868,6 @@ def never_ready(ctx: Context) -> Scenario:
     # Its pods count against the namespace's ResourceQuota until they are gone, and the next scenario (queue-bypass)
     # creates a GPU pod there: CI's loaded run (2026-11-29) got `exceeded quota` from a pod still going.
     _wait(lambda: not _job_pods(ctx.client, ns, name), ctx.timeout)
-    return sc
 
 
 def linode_autoscaling(ctx: Context) -> Scenario:
