@@ -28,7 +28,17 @@ def run(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.C
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     outs = [tmp_path_factory.mktemp(f"run{i}") for i in range(2)]
-    return [(run("linode-ha", "--out", str(out)), out) for out in outs]
+    # The first with gRPC's API tracer on: its INFO lines reach the terminal unless preflight quiets gRPC's core.
+    return [(run("linode-ha", "--out", str(out), env={"GRPC_TRACE": "api"} if i == 0 else None), out)
+            for i, out in enumerate(outs)]
+
+
+def test_grpc_core_logs_nothing_to_the_terminal(two_runs):
+    """gRPC's core logs at INFO by default: a run that stopped its policy pack once printed `I1201 ...
+    chttp2_transport.cc:1403] ... Got goaway` under its message (startup.quiet_grpc_core)."""
+    (first, _), _ = two_runs
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert not re.search(r"^[IWEF]\d{4} \d\d:\d\d", first.stderr, re.M), first.stderr[:2000]
 
 
 def test_two_runs_print_the_same_text_and_write_the_same_plan(two_runs):

@@ -17,10 +17,11 @@ nothing else in preflight imports it.
 
 from __future__ import annotations
 
-from gpu_platform.preflight.startup import STOP_SIGNALS, end_quietly_until_started
+from gpu_platform.preflight.startup import STOP_SIGNALS, end_quietly_until_started, quiet_grpc_core
 
 if __name__ == "__main__":  # before the imports below, which take seconds on a loaded machine
     end_quietly_until_started()
+    quiet_grpc_core()
 
 import argparse
 import contextlib

@@ -35,7 +35,15 @@ def end_quietly_until_started() -> None:
         signal.signal(sig, _before_start)
 
 
+def quiet_grpc_core() -> None:
+    """gRPC's core logs at absl's default INFO level unless told otherwise: a run that stopped its policy pack printed
+    `I1201 ... chttp2_transport.cc:1403] ... Got goaway [2]` under its one-line message. Read once, when grpc is
+    first imported (so before the command's imports); a GRPC_VERBOSITY the user set is kept."""
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
 def command() -> None:
     """The console script: the handlers first, then the command exactly as `python -m` runs it."""
     end_quietly_until_started()
+    quiet_grpc_core()
     runpy.run_module("gpu_platform.preflight", run_name="__main__", alter_sys=False)
