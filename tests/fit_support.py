@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import pickle
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,17 @@ def rendered(stack: str) -> tuple[RenderedRelease, ...]:
     stack_input = load_stack(stack)
     cfg = parse_config(stack_input.raw, stack)
     return tuple(render_plan(stack_plan(stack), CHART_DIRS, kubernetes_version=cfg.kubernetes_version))
+
+
+@functools.lru_cache(maxsize=None)
+def _rendered_pickled(stack: str) -> bytes:
+    return pickle.dumps(rendered(stack), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def rendered_copy(stack: str) -> list[RenderedRelease]:
+    """The stack's rendered releases (those that rendered), a copy of the caller's own to change: pickle's round trip
+    of what rendered() keeps, a deep copy some six times faster than copy.deepcopy (the fit tests take dozens)."""
+    return [r for r in pickle.loads(_rendered_pickled(stack)) if r.rendered]
 
 
 def make_chart(root: Path, name: str, version: str, templates: dict[str, str], values: str = "",

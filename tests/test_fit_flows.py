@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,7 +22,7 @@ from gpu_platform.preflight.fit.netpol import EXTERNAL, NODE, POD, Dataplane, Pe
 from gpu_platform.preflight.fit.nodes import PUBLIC_RANGES, cluster_model
 from gpu_platform.preflight.runner import load_stack
 from tests.conftest import ROOT
-from tests.fit_support import STACKS, need_charts, rendered, stack_plan
+from tests.fit_support import STACKS, need_charts, rendered_copy, stack_plan
 
 UPSTREAM = Dataplane("upstream")
 CILIUM = Dataplane("Cilium", cilium=True)
@@ -297,7 +296,7 @@ def test_the_fix_for_a_denied_flow_fits_the_other_side_pod_node_api_server_or_ad
 def _stack(stack: str):
     cfg = parse_config(load_stack(stack).raw, stack)
     model = cluster_model(cfg, stack_plan(stack))
-    return model, [copy.deepcopy(r) for r in rendered(stack) if r.rendered]
+    return model, rendered_copy(stack)
 
 
 def _flows(report):

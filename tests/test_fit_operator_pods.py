@@ -5,7 +5,6 @@ where the rehearsal's real operator and scheduler left about 180 MiB, and the CP
 
 from __future__ import annotations
 
-import copy
 import re
 
 from gpu_platform.components.capacity import MI, parse_quantity
@@ -16,7 +15,7 @@ from gpu_platform.preflight.fit.pods import effective_requests, pod_templates
 from gpu_platform.preflight.fit.render import render_plan
 from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
 from tests.conftest import stack_config
-from tests.fit_support import CHART_DIRS, need_charts, rendered
+from tests.fit_support import CHART_DIRS, need_charts, rendered, rendered_copy
 from tests.test_fit_checks import rel
 
 PROM = "StatefulSet/monitoring/prometheus-kube-prometheus-stack-prometheus"
@@ -87,7 +86,7 @@ def test_linode_dev_one_system_node_cannot_hold_the_operator_pods_and_a_notebook
     from tests.fit_support import stack_plan
 
     shipped = check_fit(cluster_model(shipped_cfg, stack_plan("linode-dev")),
-                        [copy.deepcopy(r) for r in rendered("linode-dev") if r.rendered])
+                        rendered_copy("linode-dev"))
     assert shipped.ok, shipped.problems
     assert {p.group for p in shipped.placements if p.object in (PROM, AM) or "(profile cpu)" in p.object} == {"system"}
     assert shipped.headroom["system"]["memoryBytes"] > 4 * 1024 * MI

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from tests.fit_support import CHARTS, need_charts, rendered, stack_plan
+from tests.fit_support import CHARTS, need_charts, rendered_copy, stack_plan
 from gpu_platform.config.stack import parse_config
 from gpu_platform.preflight.fit.checks import check_fit
 from gpu_platform.preflight.fit.nodes import cluster_model
@@ -28,7 +28,7 @@ def charts():
 def _stack(stack: str):
     cfg = parse_config(load_stack(stack).raw, stack)
     model = cluster_model(cfg, stack_plan(stack))
-    releases = [copy.deepcopy(r) for r in rendered(stack) if r.rendered]
+    releases = rendered_copy(stack)
     return model, releases
 
 

@@ -534,12 +534,12 @@ def test_the_platform_fits_the_example_cluster_and_its_nodes_can_be_rehearsed(pl
     from gpu_platform.preflight.fit.checks import check_fit
     from gpu_platform.preflight.fit.nodes import cluster_model
     from gpu_platform.rehearsal.nodes import node_objects
-    from tests.fit_support import need_charts, rendered
+    from tests.fit_support import need_charts, rendered_copy
 
     need_charts()
     cfg = parse_config(stack_input_from_mapping(STACK, config()).raw, STACK)
     model = cluster_model(cfg, plan)
-    rels = [copy.deepcopy(r) for r in rendered(STACK) if r.rendered]
+    rels = rendered_copy(STACK)
     assert {"kueue", "jupyterhub", "kube-prometheus-stack", "kubeflow-trainer"} <= {r.name for r in rels}
     report = check_fit(model, rels)
     assert not report.problems, [(p.check, p.object, p.reason) for p in report.problems]
@@ -550,7 +550,7 @@ def test_the_platform_fits_the_example_cluster_and_its_nodes_can_be_rehearsed(pl
                                         nodeTypes={**section()["nodeTypes"], "cpu-16": {
                                             "vcpus": 2, "memoryGib": 4, "usdPerHour": {"onDemand": 0.05}}}))
     cfg_small = parse_config(stack_input_from_mapping(STACK, smaller).raw, STACK)
-    small = check_fit(cluster_model(cfg_small, plan_of(smaller)), [copy.deepcopy(r) for r in rendered(STACK) if r.rendered])
+    small = check_fit(cluster_model(cfg_small, plan_of(smaller)), rendered_copy(STACK))
     assert any(p.check == "packing" and p.object == "StatefulSet/monitoring/prometheus-kube-prometheus-stack-prometheus"
                and "groups system at maximum size" in p.reason for p in small.problems)
 
@@ -579,11 +579,11 @@ def _fit_on(plan: Plan, network: dict[str, Any] | None, extra: tuple[dict[str, A
 
     from gpu_platform.preflight.fit.checks import check_fit
     from gpu_platform.preflight.fit.nodes import cluster_model
-    from tests.fit_support import need_charts, rendered
+    from tests.fit_support import need_charts, rendered_copy
 
     need_charts()
     cfg = parse_config(stack_input_from_mapping(STACK, config(kubernetes=section(network=network))).raw, STACK)
-    rels = [copy.deepcopy(r) for r in rendered(STACK) if r.rendered]
+    rels = rendered_copy(STACK)
     if extra:
         rels = [dataclasses.replace(r, objects=r.objects + list(extra)) if r.name == "jupyterhub" else r for r in rels]
     return check_fit(cluster_model(cfg, plan), rels)
@@ -648,7 +648,6 @@ def test_other_cnis_and_a_control_plane_outside_the_nodes(plan):
 # --- kubernetes.network against the cluster, at deploy (platform review 4) ----------------------------------------
 
 def _network(**changes: Any):
-    from gpu_platform.config.kubernetes import KubernetesNetwork
 
     doc = {**copy.deepcopy(section()["network"]), **changes}
     return parse_config(stack_input_from_mapping(STACK, config(kubernetes=section(network=doc))).raw,
@@ -1172,11 +1171,11 @@ def test_fit_judges_the_trainers_by_the_stacks_autoscaler_and_names_what_the_clu
     from gpu_platform.preflight.fit.checks import check_fit
     from gpu_platform.preflight.fit.nodes import cluster_model
     from gpu_platform.preflight.fit.render import _plain_object
-    from tests.fit_support import need_charts, rendered
+    from tests.fit_support import need_charts, rendered_copy
 
     need_charts()
     cfg = parse_config(stack_input_from_mapping(STACK, config()).raw, STACK)
-    report = check_fit(cluster_model(cfg, plan), [copy.deepcopy(r) for r in rendered(STACK) if r.rendered])
+    report = check_fit(cluster_model(cfg, plan), rendered_copy(STACK))
     assert not report.problems, [(p.check, p.object, p.reason) for p in report.problems]
     assert any("cluster-autoscaler.kubernetes.io/safe-to-evict=false: cluster-autoscaler keeps" in n for n in report.notes)
     isolation = [n for n in report.notes if "gpuDevicePlugin preinstalled" in n]
@@ -1191,11 +1190,11 @@ def test_fit_judges_the_trainers_by_the_stacks_autoscaler_and_names_what_the_clu
     kcfg = parse_config(stack_input_from_mapping(STACK, kcfg_map).raw, STACK)
     kplan = plan_of(kcfg_map)
     model = cluster_model(kcfg, kplan)
-    found = [p for p in check_fit(model, [copy.deepcopy(r) for r in rendered(STACK) if r.rendered]).problems
+    found = [p for p in check_fit(model, rendered_copy(STACK)).problems
              if p.check == "scale-down"]
     assert found and 'karpenter.sh/do-not-disrupt: "true"' in found[0].reason and "Karpenter" in found[0].reason
     (runtime,) = [_plain_object(r) for r in kplan.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime")]
-    releases = [copy.deepcopy(r) for r in rendered(STACK) if r.rendered]
+    releases = rendered_copy(STACK)
     for rel in releases:
         rel.objects = [runtime if o.get("kind") == "ClusterTrainingRuntime" else o for o in rel.objects]
     report = check_fit(model, releases)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from gpu_platform.preflight.fit.errors import ChartError
+from gpu_platform.preflight.fit.yaml_text import python_yaml
 
 SUPPORTED = {"apiVersion", "kind", "resources", "namespace", "patches", "patchesStrategicMerge", "patchesJson6902"}
 # Merge keys of the lists a platform patch touches (Kubernetes' patchMergeKey for these fields).
@@ -28,7 +29,7 @@ def _parse(text: str, where: Any, release: str, *, documents: bool = False) -> A
     does not parse is a ChartError naming it. PyYAML's pure-Python parser on purpose: libyaml's recurses in C and
     crashes the process on text nested some 50,000 levels deep, where this one raises RecursionError."""
     try:
-        return [d for d in yaml.safe_load_all(text) if d] if documents else yaml.safe_load(text)
+        return [d for d in python_yaml(text, documents=True) if d] if documents else python_yaml(text)
     except RecursionError:
         raise ChartError(release, f"{where} is nested too deeply to read (thousands of levels)") from None
     except yaml.MarkedYAMLError as exc:  # where and what only: PyYAML's own text quotes the line (a token in a patch)

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Optional
 import yaml
 
 from gpu_platform.components.capacity import cpu_millis, memory_bytes, parse_quantity
+from gpu_platform.preflight.fit.yaml_text import python_yaml
 
 
 HOOK_ANNOTATION = "helm.sh/hook"
@@ -139,7 +140,7 @@ def _installer_payloads(obj: dict) -> list[dict]:
     for text in (obj.get("data") or {}).values():
         if isinstance(text, str) and "TrainingRuntime" in text:
             try:
-                out += [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+                out += [d for d in python_yaml(text, documents=True) if isinstance(d, dict)]
             except (yaml.YAMLError, RecursionError, ValueError):  # ValueError: a date out of range
                 continue
     return out
