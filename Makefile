@@ -113,7 +113,7 @@ differential: venv rehearsal-build
 
 ## Build the rehearsal's Kubernetes components (etcd, kube-apiserver, KWOK, Kueue, ...) from the Go modules
 ## pinned in rehearsal/components.lock.toml into $GPU_PLATFORM_REHEARSAL_CACHE/bin (default
-## ~/.cache/gpu-platform/rehearsal/bin); an unchanged lock rebuilds nothing (docs/rehearsal.md).
+## ${XDG_CACHE_HOME:-~/.cache}/gpu-platform/rehearsal/bin); an unchanged lock rebuilds nothing (docs/rehearsal.md).
 ## Needs only Go 1.26 and the standard library's Python; `rehearse: rehearsal-build` reuses it.
 .PHONY: rehearsal-build
 rehearsal-build:

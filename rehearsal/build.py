@@ -23,7 +23,7 @@ pulumi-kubernetes provider's `//go:embed schema-embed.json`, written by its `go 
 `generate` (the environment upstream's Makefile gives `go generate`): the package's folder is copied from
 the module cache into a temporary copy of the wrapper, `go generate` runs there, and that copy is built.
 
-Cache: $GPU_PLATFORM_REHEARSAL_CACHE (default ~/.cache/gpu-platform/rehearsal)/bin/<name>. A binary
+Cache: $GPU_PLATFORM_REHEARSAL_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/gpu-platform/rehearsal)/bin/<name>. A binary
 is rebuilt only when its key changes: the sha256 of its lock entry's build fields (module, version,
 package, wrapper or source + sha256 + tags, ldflags_x), its wrapper's go.mod, go.sum and
 *.go files, the go build flags, the Go version and the target platform. Each binary is written under a
@@ -82,8 +82,12 @@ class BuildError(Exception):
 
 
 def cache_dir() -> Path:
+    """Where the binaries go: as gpu_platform/rehearsal/binaries.py looks for them ($XDG_CACHE_HOME honoured; a
+    build that ignored it put them where no test looked, and every rehearsal test skipped or failed)."""
     env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "gpu-platform" / "rehearsal"
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-platform" / "rehearsal"
 
 
 def sources_dir() -> Path:

@@ -475,3 +475,24 @@ def test_source_lock_errors_name_the_file_and_the_component(tmp_path):
     refused(build, lock, head + f'source = "../ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = ["externalgrpc"]\n', r"inside the shared sources folder")
     refused(build, lock, head + f'source = "ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = ["external grpc"]\n', r"tags must be a list of Go build tags")
     refused(build, lock, head + f'source = "ca.tar.gz"\nsha256 = "{"a" * 64}"\ntags = []\nwrapper = "etcd"\n', r"exactly one of `wrapper`")
+
+
+@pytest.mark.parametrize("env", [
+    {},
+    {"XDG_CACHE_HOME": "/xdg/cache"},
+    {"XDG_CACHE_HOME": ""},
+    {"XDG_CACHE_HOME": "/xdg/cache", "GPU_PLATFORM_REHEARSAL_CACHE": "/named/by/the/variable"},
+], ids=["home", "xdg", "empty xdg", "variable over xdg"])
+def test_the_build_puts_the_binaries_where_the_rehearsal_looks_for_them(monkeypatch, env):
+    """build.py wrote to ~/.cache whatever $XDG_CACHE_HOME said, while the rehearsal looked under $XDG_CACHE_HOME: a run
+    with it set built every component and then skipped or failed every rehearsal test ("binary not built")."""
+    from gpu_platform.rehearsal import binaries
+
+    for var in ("XDG_CACHE_HOME", "GPU_PLATFORM_REHEARSAL_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert build.cache_dir() == binaries.cache_dir()
+    assert str(build.cache_dir()).startswith(env.get("GPU_PLATFORM_REHEARSAL_CACHE") or env.get("XDG_CACHE_HOME")
+                                             or "/home/someone/.cache")
