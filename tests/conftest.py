@@ -67,16 +67,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """After the last test pytest collects twice more (its unraisableexception plugin, in pytest_unconfigure and in
-    its cleanup) so that a finalizer's exception is reported; each walked a worker's whole heap, gigabytes of the
-    session's caches (py-spy: 2 % of `make check`'s worker samples). One collection here runs the same finalizers
-    while pytest's hook still records what they raise; what is left alive is then frozen, so pytest's two
-    collections walk only what comes after."""
-    gc.collect()
-    gc.freeze()
-
 
 # `make check` sets GPU_PLATFORM_TEST_LANE=check: there the property tests draw a quarter of their examples (at
 # least 10), derandomized like the rest; `make test`, what CI runs, draws every one.

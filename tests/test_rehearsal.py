@@ -162,6 +162,70 @@ def test_a_runs_controller_errors_are_read_up_to_a_mark_so_none_is_lost_or_told_
     assert error_lines(log, since=end) == ['{"level":"error","msg":"second"}']
 
 
+def test_a_controllers_errors_before_a_restart_are_reported_by_the_next_run(tmp_path, monkeypatch):
+    """Review of 7f1c119: a restart set the old log aside unread, so what Kueue refused in the scenarios before the
+    never-ready drill (which restarts it twice) reached no run's report, and a run with an RBAC refusal passed."""
+    from types import SimpleNamespace as NS
+
+    from gpu_platform.rehearsal import controllers as ctlmod
+    from gpu_platform.rehearsal import run as runmod
+
+    class Proc:
+        def __init__(self, log):
+            self.log, self.alive, self.popen = log, True, NS(returncode=None)
+
+    log = tmp_path / "kueue-manager.log"
+    log.write_text('{"level":"info","msg":"starting"}\n')
+    ctl = ctlmod.Controller("kueue-manager", "kueue/kueue:", release="kueue", namespace="kueue-system",
+                            deployment="kueue-controller-manager", service_account="kueue", config={}, status="running",
+                            proc=Proc(log))
+    cluster = runmod.StackCluster.__new__(runmod.StackCluster)
+    cluster.__dict__.update(cp=NS(procs=NS(stop=lambda p: None, procs=[]), tmp=str(tmp_path), client=None, server="",
+                                  ca_file="", check_running=lambda: []),
+                            cert_dir=tmp_path, _restarts=0, _log_marks={"kueue-manager": log.stat().st_size},
+                            _set_aside={}, controllers=[ctl])
+    refusal = '{"level":"error","msg":"workloads.kueue.x-k8s.io is forbidden: cannot patch"}'
+    with log.open("a") as fh:
+        fh.write(refusal + "\n")
+
+    def start(c, *args, **kwargs):
+        c.proc = Proc(tmp_path / "kueue-manager.log")
+        c.proc.log.write_text('{"level":"info","msg":"restarted"}\n')
+        c.status = "running"
+
+    monkeypatch.setattr(ctlmod, "start", start)
+    monkeypatch.setattr(ctlmod, "wait_ready", lambda *a, **k: True)
+    assert cluster._restart(ctl, ctl.config) == [] and cluster._restart(ctl, ctl.config) == []
+    first, second = runmod.Rehearsal("s"), runmod.Rehearsal("s")
+    cluster._snapshot(first)
+    cluster._snapshot(second)
+    assert first.controller_errors == {"kueue-manager": [refusal]} and first.failed  # reported, once
+    assert second.controller_errors == {}
+
+
+def test_the_never_ready_drill_leaves_kueue_at_the_rehearsals_timeout_even_when_its_restart_raises():
+    """Review of 7f1c119: the drill's timeout was set before its try, so a restart that raised left 8 s on the
+    controller for every later restart of the shared cluster (a planted run's restore, the autoscaling drill)."""
+    from types import SimpleNamespace as NS
+
+    from gpu_platform.rehearsal.scenarios import Scenario, _kueue_pods_ready_timeout
+
+    kueue = NS(status="running", pods_ready_timeout_s=None)
+    seen = []
+
+    def restart(ctl):
+        seen.append(ctl.pods_ready_timeout_s)
+        if len(seen) == 1:
+            raise KeyboardInterrupt
+        return []
+
+    ctx = NS(controllers={"kueue-manager": kueue}, restart=restart)
+    with pytest.raises(KeyboardInterrupt):
+        with _kueue_pods_ready_timeout(ctx, Scenario("never-ready", ""), 8):
+            pass
+    assert seen == [8, None] and kueue.pods_ready_timeout_s is None
+
+
 def test_a_slow_api_server_is_not_taken_for_a_controllers_refusal(tmp_path):
     """A scenario stops waiting for a TrainJob's pods once its controllers say why they cannot make them. In a local
     `make test` under load, jobset-manager's "Timeout: request did not complete within requested timeout" (an API
@@ -704,3 +768,23 @@ def test_eks_notebook_with_its_volume_in_zone_b_gets_a_zone_b_node(tmp_path, pla
         # The scheduler's own verdict (every node refused for its volume's or its selector's zone) ends the wait.
         assert "got no node (no node can ever take it as the cluster stands)" in _failures(result), _failures(result)
         assert "didn't match PersistentVolume's node affinity" in _failures(result)
+
+
+def test_a_pod_gone_under_the_zone_drill_is_explained_by_kueue_and_its_events():
+    """CI's loaded run of 2026-12-01 failed gcp-prod's zone drill with "got no node within 180s: ?": the pod had
+    gone (for a plain pod Kueue's eviction deletes it) and nothing said so."""
+    from types import SimpleNamespace as NS
+
+    from gpu_platform.rehearsal.hub import _gone_pod_reason
+
+    workload = {"metadata": {"name": "pod-jupyter-zone-drill",
+                             "ownerReferences": [{"kind": "Pod", "name": "jupyter-zone-drill"}]},
+                "status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout",
+                                           "message": "Exceeded the PodsReady timeout"}],
+                           "schedulingStats": {"evictions": [{"reason": "PodsReadyTimeout", "count": 1}]}}}
+    events = [{"involvedObject": {"name": "jupyter-zone-drill"}, "reason": "Stopped", "message": "Evicted by Kueue"},
+              {"involvedObject": {"name": "another-pod"}, "reason": "Scheduled", "message": "not this one"}]
+    client = NS(list=lambda api, kind, ns=None, *a, **k: [workload] if kind == "Workload" else events)
+    said = _gone_pod_reason(NS(client=client), "jupyterhub", "jupyter-zone-drill")
+    assert "Evicted=True: Exceeded the PodsReady timeout" in said and "'PodsReadyTimeout': 1" in said, said
+    assert "Stopped: Evicted by Kueue" in said and "not this one" not in said, said

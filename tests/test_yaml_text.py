@@ -72,3 +72,18 @@ def test_the_memo_keeps_to_its_bound_least_recently_used_out_first(monkeypatch):
     assert yaml_text._KEPT_SIZE[0] <= yaml_text.YAML_TEXT_MEMO_BYTES
     monkeypatch.setattr(yaml_text, "YAML_TEXT_MEMO_BYTES", 10)  # a text larger than the bound is read, not kept
     assert python_yaml(texts[4]) == yaml.safe_load(texts[4]) and texts[4] not in [k[0] for k in yaml_text._KEPT]
+
+
+def test_a_value_pickle_cannot_hold_is_returned_as_read_not_refused():
+    """Review of 9afaf66: a 3,000-link chain of aliases is flat text PyYAML reads, but pickling its value recursed
+    past the limit, and the Trainer runtime it held left the fit check without a word."""
+    from gpu_platform.preflight.fit.pods import _installer_payloads
+
+    links = 3000
+    items = ["{k0: &a0 [x]}"] + [f"{{k{i}: &a{i} [*a{i - 1}]}}" for i in range(1, links)]
+    text = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainingRuntime\nmetadata: {name: deep}\n" \
+           "<<: [" + ", ".join(items) + "]\n"
+    [doc] = python_yaml(text, documents=True)
+    assert doc["kind"] == "TrainingRuntime" and len(doc) == len(yaml.safe_load(text)) == links + 3
+    assert not yaml_text._KEPT
+    assert [d["metadata"]["name"] for d in _installer_payloads({"data": {"runtime.yaml": text}})] == ["deep"]

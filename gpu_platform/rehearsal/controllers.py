@@ -25,7 +25,8 @@ READY_TIMEOUT = 60.0
 # Kueue's waitForPodsReady in the rehearsal: time only, never behaviour. The stack's `timeout` (a GPU
 # node's boot, or an autoscaled Linode pool's join deadline + 3, plus pull/start: 18 to 43 minutes) and
 # backoff base (60 s) would make the never-ready drill take hours; these make it about two minutes. backoffLimitCount (the stack's maxRequeues) and
-# recoveryTimeout stay as the stack renders them. Listed in the report's configChanges.
+# recoveryTimeout stay as the stack renders them. Listed in the report's configChanges (the never-ready drill's
+# own timeout below in the drill's details: configChanges shows what Kueue was last started with).
 REHEARSAL_PODS_READY_TIMEOUT_S = 30
 REHEARSAL_BACKOFF_BASE_S = 1
 # The never-ready drill's own timeout, for its run only (scenarios.never_ready restarts Kueue with it and puts the

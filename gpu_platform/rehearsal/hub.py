@@ -40,7 +40,8 @@ from gpu_platform.rehearsal.nodes import GPU_RESOURCE, group_of
 from gpu_platform.rehearsal.processes import ProcessGroup, free_port
 from gpu_platform.rehearsal.scenarios import (
     QUEUE_LABEL, TRAINER, Context, Scenario, _admitted, _conditions, _example, _flavors, _job_pods, _nodes, _pending_reason,
-    _workload_for, _workload_message, example_or_not_rehearsed, scheduler_never_binds, submit, wait_local_queue_active,
+    _evictions, _workload_for, _workload_message, example_or_not_rehearsed, scheduler_never_binds, submit,
+    wait_local_queue_active,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -627,6 +628,20 @@ def _drop_zone_affinity(spec: dict) -> None:
         spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = kept
 
 
+def _gone_pod_reason(ctx: Context, ns: str, name: str) -> str:
+    """What is known of a pod that was deleted under a scenario: its Kueue Workload's conditions and evictions (for a
+    plain pod, Kueue's eviction deletes it: a waitForPodsReady timeout on a loaded machine) and the namespace's
+    events naming it."""
+    w = _workload_for(ctx.client, ns, "Pod", name)
+    said = [f"Kueue: {_workload_message(w)}" + (f", evictions {_evictions(w)}" if _evictions(w) else "")]
+    try:
+        events = [e for e in ctx.client.list("v1", "Event", ns) if (e.get("involvedObject") or {}).get("name") == name]
+    except (ApiError, UnknownKind):
+        events = []
+    said += [f"{e.get('reason')}: {e.get('message')}" for e in events[-4:]]
+    return "; ".join(said)
+
+
 def zone_drill(ctx: Context) -> Scenario:
     sc = Scenario("zone-drill", "a GPU notebook whose home volume is in zone b gets a node of its pool in zone b "
                                 "(Kueue's flavor and the scheduler's volume topology agree)")
@@ -696,8 +711,12 @@ def zone_drill(ctx: Context) -> Scenario:
         node = (live.get("spec") or {}).get("nodeName")
         if not node:
             gates = [g.get("name") for g in (live.get("spec") or {}).get("schedulingGates") or []]
-            why = (f"gated by Kueue: {_workload_message(_workload_for(ctx.client, ns, 'Pod', 'jupyter-zone-drill'))}"
-                   if gates else _pending_reason(live))
+            if not live:  # CI's loaded run of 2026-12-01 said only "?": the pod had gone; say who took it
+                why = f"the pod is gone; {_gone_pod_reason(ctx, ns, 'jupyter-zone-drill')}"
+            elif gates:
+                why = f"gated by Kueue: {_workload_message(_workload_for(ctx.client, ns, 'Pod', 'jupyter-zone-drill'))}"
+            else:
+                why = _pending_reason(live)
             sc.fail(f"the notebook with its home in zone {zone} got no node "
                     + ("(no node can ever take it as the cluster stands)" if never else f"within {ctx.timeout:.0f}s")
                     + f": {why}")

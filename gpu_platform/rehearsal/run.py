@@ -207,6 +207,8 @@ class StackCluster:
         self._installed_config: dict[str, Optional[dict]] = {}  # controller binary -> its Configuration as installed
         self._started = 0.0
         self._log_marks: dict[str, int] = {}  # controller binary -> log offset already reported
+        # Error lines of a log a restart set aside before the next snapshot read them (reported by that snapshot)
+        self._set_aside: dict[str, list[str]] = {}
 
     # --- lifecycle ------------------------------------------------------------------------------------
 
@@ -310,10 +312,12 @@ class StackCluster:
                 end = ctlmod.log_size(ctl.proc.log)
                 lines = ctlmod.error_lines(ctl.proc.log, since=self._log_marks.get(ctl.binary, 0), until=end)
                 self._log_marks[ctl.binary] = end
+                lines = self._set_aside.pop(ctl.binary, []) + lines
                 if lines:
                     result.controller_errors[ctl.binary] = lines
 
     def _mark_logs(self) -> None:
+        self._set_aside.clear()
         for ctl in self.controllers:
             if ctl.proc is not None:
                 self._log_marks[ctl.binary] = ctlmod.log_size(ctl.proc.log)
@@ -414,6 +418,11 @@ class StackCluster:
             if old in self.cp.procs.procs:
                 self.cp.procs.procs.remove(old)
             self._restarts += 1
+            # What it logged since the last snapshot is read now: the new process starts a log of its own (a
+            # scenario that restarts Kueue, as the never-ready drill does, must not hide the errors before it).
+            unread = ctlmod.error_lines(old.log, since=self._log_marks.get(ctl.binary, 0))
+            if unread:
+                self._set_aside.setdefault(ctl.binary, []).extend(unread)
             if old.log.exists():  # each restart keeps the log it ends
                 old.log.rename(old.log.with_name(f"{ctl.binary}.before-restart-{self._restarts}.log"))
         ctl.config, ctl.status, ctl.problem = config, "pending", ""

@@ -1802,9 +1802,9 @@ def _kueue_pods_ready_timeout(ctx: Context, sc: Scenario, seconds: int):
     if ctx.restart is None or kueue is None or kueue.status != "running":
         yield REHEARSAL_PODS_READY_TIMEOUT_S
         return
-    kueue.pods_ready_timeout_s = seconds
-    problems = ctx.restart(kueue)
     try:
+        kueue.pods_ready_timeout_s = seconds
+        problems = ctx.restart(kueue)
         if problems:
             sc.fail(f"Kueue could not be restarted with the drill's waitForPodsReady.timeout {seconds}s: {'; '.join(problems)}")
             yield None

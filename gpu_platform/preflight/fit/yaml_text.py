@@ -2,11 +2,11 @@
 
 Kustomize inputs and the Trainer's runtime installer payloads are read with the pure-Python parser on purpose:
 libyaml's recurses in C and crashes the process on text nested some 50,000 levels deep, where this one raises
-RecursionError. It is also about ten times slower, and every plan of a stack reads the same text again (the
-same pinned overlay, the same runtimes ConfigMap). What a text parses to is kept pickled, bounded by
-YAML_TEXT_MEMO_BYTES, least recently used out first; each caller gets objects of its own (pickle's round trip,
-as a deep copy). A text that does not parse raises every time, as PyYAML raises it: nothing of it is kept.
-"""
+RecursionError. It is also about ten times slower, and every plan of a stack reads the same text again (the same
+pinned overlay, the same runtimes ConfigMap). What a text parses to is kept pickled, bounded by
+YAML_TEXT_MEMO_BYTES, least recently used out first; each caller gets objects of its own (pickle's round trip, as a
+deep copy). A text that does not parse raises every time, as PyYAML raises it: nothing of it is kept; nor is a value
+pickle cannot hold (aliases of aliases nest thousands deep from flat text): it is returned as read."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ def python_yaml(text: str, documents: bool = False) -> Any:
     if blob is not None:
         return pickle.loads(blob)
     value = list(yaml.safe_load_all(text)) if documents else yaml.safe_load(text)
-    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except RecursionError:  # flat text, deep value (aliases of aliases): PyYAML read it, pickle cannot keep it
+        return value
     size = len(blob) + len(text)
     if size <= YAML_TEXT_MEMO_BYTES:
         with _LOCK:
