@@ -67,7 +67,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
-
 # `make check` sets GPU_PLATFORM_TEST_LANE=check: there the property tests draw a quarter of their examples (at
 # least 10), derandomized like the rest; `make test`, what CI runs, draws every one.
 QUICK_LANE = os.environ.get("GPU_PLATFORM_TEST_LANE") == "check"

@@ -38,12 +38,12 @@ def end_quietly_until_started() -> None:
 def quiet_grpc_core() -> None:
     """gRPC's core logs at absl's default INFO level unless told otherwise: a run that stopped its policy pack printed
     `I1201 ... chttp2_transport.cc:1403] ... Got goaway [2]` under its one-line message. Read once, when grpc is
-    first imported (so before the command's imports); a GRPC_VERBOSITY the user set is kept."""
+    first imported: `__main__` calls it before its own imports, under `python -m` and the console script alike (which
+    runs that module); a GRPC_VERBOSITY the user set is kept."""
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def command() -> None:
     """The console script: the handlers first, then the command exactly as `python -m` runs it."""
     end_quietly_until_started()
-    quiet_grpc_core()
     runpy.run_module("gpu_platform.preflight", run_name="__main__", alter_sys=False)

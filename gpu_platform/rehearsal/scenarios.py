@@ -1828,8 +1828,8 @@ def _never_ready_drill(ctx: Context, sc: Scenario, job: dict, limit: int, timeou
         sc.fail(f"TrainJob {ns}/{name} refused: {err}")
         return
     started = time.monotonic()
-    per_round = timeout_s + 2 ** min(int(limit), 6) * REHEARSAL_BACKOFF_BASE_S + 30
-    deadline = started + (int(limit) + 1) * per_round + 60
+    per_round = timeout_s + 2 ** min(limit, 6) * REHEARSAL_BACKOFF_BASE_S + 30
+    deadline = started + (limit + 1) * per_round + 60
     w: Optional[dict] = None
     counts: list[int] = []
     admissions, was_admitted, bound = 0, False, set()
@@ -1862,7 +1862,7 @@ def _never_ready_drill(ctx: Context, sc: Scenario, job: dict, limit: int, timeou
         if "RequeuingLimitExceeded" not in str(evicted.get("reason")):
             sc.fail(f"deactivated, but not for the requeuing limit: Evicted reason {evicted.get('reason')} ({evicted.get('message')})")
         timeouts = sum(n for k, n in _evictions(w).items() if k.split("/")[0] == "PodsReadyTimeout")
-        if timeouts != int(limit):
+        if timeouts != limit:
             sc.fail(f"evicted {timeouts} time(s) for PodsReadyTimeout before deactivation; the stack's maxRequeues is {limit}")
     ctx.client.delete(TRAINER, "TrainJob", name, ns)
     # Its pods count against the namespace's ResourceQuota until they are gone, and the next scenario (queue-bypass)
