@@ -139,6 +139,9 @@ MALFORMED = [
     ("grace-zero", _set("aws.scaleDownGraceMinutes", 0), "aws.scaleDownGraceMinutes", "greater than or equal to 1"),
     ("log-retention", _set("aws.logRetentionDays", 45), "aws.logRetentionDays", "a CloudWatch Logs retention"),
     ("admin-arn", _set("aws.adminPrincipalArns", ["arn:aws:iam::123:role/x"]), "aws.adminPrincipalArns[0]", "an IAM role or user ARN"),
+    # IAM names are ASCII (RoleName: letters, digits and _+=,.@-); \w in Python's re took any Unicode letter.
+    ("admin-arn-non-ascii-name", _set("aws.adminPrincipalArns", ["arn:aws:iam::123456789012:role/équipe"]),
+     "aws.adminPrincipalArns[0]", "an IAM role or user ARN"),
     ("nat-mode", _set("aws.natGateways", "none"), "aws.natGateways", "single"),
     ("min-above-max", _set("gpuPools.0.minNodes", 9), "gpuPools[0].minNodes", "at most maxNodes"),
     ("aws-section-missing", _set("aws", _DELETE), "aws", "required when cloud is aws"),

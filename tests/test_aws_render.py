@@ -230,7 +230,7 @@ def test_controller_pod_meets_the_restricted_pod_security_standard():
 
 
 @pytest.mark.parametrize("bad", ["python:3.12.8-slim-bookworm", "ghcr.io/o/i:v1", "ghcr.io/o/i@sha256:abc",
-                                 "gpu-platform-scale-in@sha256:" + "a" * 64])
+                                 "gpu-platform-scale-in@sha256:" + "a" * 64, "ghcr.io/o/i:ü@sha256:" + "a" * 64])
 def test_controller_image_must_be_a_digest_reference(bad):
     with pytest.raises(ValueError, match="by digest"):
         render_deployment(bad, "arn:r", ["g"], "us-east-1", scale_down_timing(900))

@@ -125,8 +125,11 @@ def test_enabled_false_turns_the_controller_and_its_build_off():
     assert not controller.on and not controller.built
 
 
+# The last: a tag's letters are ASCII (distribution/reference's [\w], Go's \w); the Unicode \w of pydantic's Rust
+# regex took it.
 @pytest.mark.parametrize("bad", ["ghcr.io/o/gpu-platform-scale-in:v1.2.0", "python:3.12.8-slim-bookworm",
-                                 "ghcr.io/o/i@sha256:0123", "gpu-platform-scale-in@sha256:" + "a" * 64])
+                                 "ghcr.io/o/i@sha256:0123", "gpu-platform-scale-in@sha256:" + "a" * 64,
+                                 "ghcr.io/o/i:v1-é@sha256:" + "a" * 64])
 def test_a_controller_image_not_by_digest_is_refused(bad):
     raw = raw_config()
     raw["aws"]["scaleInController"] = {"image": bad}

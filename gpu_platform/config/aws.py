@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from gpu_platform.costs.catalog import InstanceType
 
 REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$"
-ARN_PRINCIPAL = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[\w+=,.@/-]+$"
+# IAM names are ASCII letters, digits and +=,.@_- (IAM API reference, Role/User: RoleName, UserName); a path adds
+# '/'. Not \w: in Python's re that is any Unicode letter, which IAM refuses.
+ARN_PRINCIPAL = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/-]+$"
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 # An ASG holds at most 50 tags; the fixed ones (owner, pool, autoscaler, NTH, ...) use about 20.

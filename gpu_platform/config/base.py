@@ -191,8 +191,12 @@ class ConfigError(Exception):
 # A container image by digest, registry/repository[:tag]@sha256:<64 hex>, the registry host required (no
 # Docker Hub shorthand): the form of every image key a stack sets (a published image the program then does
 # not build) and of every image the program deploys (components/aws/protection.py, linode/node_groups.py).
-IMAGE_BY_DIGEST = (r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[\w][\w.-]{0,127})?"
-                   r"@sha256:[0-9a-f]{64}$")
+# The tag is distribution/reference's `[\w][\w.-]{0,127}`, whose \w is Go's: ASCII letters, digits and '_'.
+# Spelled out: in pydantic's Rust regex and in Python's re, \w is any Unicode letter (a tag `v1-é` passed here and
+# failed at the registry), and the Rust engine took 60 ms to compile its Unicode tables in every process that
+# imports the config (each policy pack and preflight).
+IMAGE_BY_DIGEST = (r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+"
+                   r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[0-9a-f]{64}$")
 
 # Every pattern is used with fullmatch: `$` alone also matches before a trailing newline.
 DNS1123_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
