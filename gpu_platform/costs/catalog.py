@@ -12,6 +12,9 @@ A bare number gets the source "stack config override"; a mapping {usdPerHour, so
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -20,6 +23,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
+from gpu_platform.private_files import private_folder, read_private, user_cache_home, write_private
 from gpu_platform.project import python_m
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
@@ -482,10 +486,78 @@ def _tuple(v: Any) -> Optional[tuple[str, ...]]:
     return None if v is None else tuple(v)
 
 
+# libyaml's parser (same safe resolver), ~10x faster than the pure-Python one on the catalogs
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A catalog file parsed once is kept as JSON in the user's cache, under the hash of its bytes and of the parser, for
+# the next process: every preflight and every policy pack it starts read the three clouds' files (850 kB of YAML,
+# 0.15 CPU-seconds to parse with libyaml's scanner and PyYAML's Python constructor; the JSON reads in 10 ms). Kept
+# only where the JSON reads back as the same document (no dates, no keys other than strings, no NaN); read only
+# from this user's own files in a folder only this user can write to (gpu_platform/private_files.py): the prices
+# decide the policy verdict. The newest PARSED_KEPT files stay; older catalogs go as new ones are written.
+PARSED_FORMAT = "catalog-json-1"
+PARSED_KEPT = 12
+PARSED_LIMIT = 64 * 1024 * 1024
+
+
+def parsed_cache_folder() -> Path:
+    return user_cache_home() / "gpu-platform" / "catalog"
+
+
+def _parsed_path(folder: Path, data: bytes) -> Path:
+    h = hashlib.sha256(f"{PARSED_FORMAT}\0{yaml.__version__}\0{_YAML_LOADER.__name__}\0".encode())
+    h.update(data)
+    return folder / f"{h.hexdigest()}.json"
+
+
+def _kept_document(path: Path) -> Optional[dict[str, Any]]:
+    text = read_private(path, PARSED_LIMIT)
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    try:
+        os.utime(path)  # used now: the last to go
+    except OSError:
+        pass
+    return doc
+
+
+def _keep_document(folder: Path, path: Path, doc: Any) -> None:
+    try:
+        text = json.dumps(doc, allow_nan=False)
+        if json.loads(text) != doc:  # keys other than strings (JSON makes them strings)
+            return
+    except (TypeError, ValueError, RecursionError):  # a date, NaN: not JSON
+        return
+    if not write_private(path, text):
+        return
+    try:
+        kept = sorted((e.stat(follow_symlinks=False).st_mtime_ns, e.path) for e in os.scandir(folder)
+                      if e.name.endswith(".json") and e.is_file(follow_symlinks=False))
+        for _, old in kept[:-PARSED_KEPT]:
+            os.unlink(old)
+    except OSError:
+        pass
+
+
 def read_document(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        # libyaml's parser (same safe resolver), ~10x faster than the pure-Python one on the catalogs
-        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    """A catalog or override-set file, parsed; one of the package's own (CATALOG_DIR, what every process reads) is
+    read back from what a process before kept of it where it can be."""
+    data = Path(path).read_bytes()
+    folder = private_folder(parsed_cache_folder()) if Path(path).resolve().parent == CATALOG_DIR.resolve() else None
+    kept_path = None if folder is None else _parsed_path(folder, data)
+    if kept_path is not None:
+        doc = _kept_document(kept_path)
+        if doc is not None:
+            return doc
+    doc = yaml.load(data.decode("utf-8"), Loader=_YAML_LOADER)
+    if kept_path is not None:
+        _keep_document(folder, kept_path, doc)
+    return doc
 
 
 def parse_document(doc: Mapping[str, Any], name: str = "catalog") -> tuple[dict[str, InstanceType], dict[str, Price]]:

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import stat
-import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -26,8 +25,10 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
+from gpu_platform import private_files
 from gpu_platform.data.chart import kustomize_file_name  # noqa: F401 (also pull.py's, through this module)
 from gpu_platform.preflight.fit.errors import ChartError
+from gpu_platform.private_files import read_private, write_private  # noqa: F401 (tests reach them here)
 from gpu_platform.preflight.runner import (SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource,
                                            whole_numbers)
 
@@ -422,76 +423,12 @@ def _render_code() -> str:
     return _RENDER_CODE[0]
 
 
-_REFUSED: set[str] = set()  # cache folders already named on stderr, this process
-
-
 def private_folder(folder: Optional[Path]) -> Optional[Path]:
-    """`folder`, made if missing and made 0700 if it is this user's, when only this user can write to it; else
-    None: not used, and said once on stderr (what is read from it decides preflight's verdict). A folder an earlier
-    version made 0755 (its files 0644, chart-generated passwords in them) or 0775 under a umask of 002 is closed;
-    what others may have put in it is not read either way, as read_private reads only this user's own files."""
-    if folder is None:
-        return None
-    why = None
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.stat(folder)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
-            os.chmod(folder, stat.S_IMODE(st.st_mode) & 0o7700)
-            st = os.stat(folder)
-    except OSError as exc:
-        why = "not a folder" if isinstance(exc, (FileExistsError, NotADirectoryError)) else (exc.strerror or str(exc))
-    else:
-        if not stat.S_ISDIR(st.st_mode):
-            why = "not a folder"
-        elif st.st_uid != os.getuid():
-            why = "another user's folder"
-        elif st.st_mode & 0o022:
-            why = "others can write to it"
-    if why is None:
-        return folder
-    if str(folder) not in _REFUSED:
-        _REFUSED.add(str(folder))
-        sys.stderr.write(f"preflight: not keeping renders in {folder} ({why}); charts are rendered afresh "
-                         f"(docs/preflight.md, What preflight keeps between runs)\n")
-    return None
-
-
-def write_private(path: Path, text: str) -> bool:
-    """`text` into `path` whole or not at all, readable by this user only; False where the disk refuses."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{os.urandom(4).hex()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-        return True
-    except OSError:  # a read-only or full disk only costs speed
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return False
-
-
-def read_private(path: Path, limit: int) -> Optional[str]:
-    """The text of `path` if it is this user's own regular file, writable by nobody else, of at most `limit` bytes
-    (not a link, a pipe or a device: a file planted there must not hang or exhaust the process); else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022 or st.st_size > limit:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(st.st_size + 1)  # not the whole bound: a buffer that size would be set aside
-        return data.decode("utf-8") if len(data) <= min(st.st_size, limit) else None
-    except (OSError, UnicodeDecodeError, MemoryError):
-        return None
-    finally:
-        os.close(fd)
+    """`folder` when only this user can write to it (private_files.private_folder); else None, said once on stderr:
+    renders decide the verdict."""
+    return private_files.private_folder(
+        folder, refusal="preflight: not keeping renders in {folder} ({why}); charts are rendered afresh "
+                        "(docs/preflight.md, What preflight keeps between runs)")
 
 
 def _disk_path(folder: Path, key: str) -> Path:
