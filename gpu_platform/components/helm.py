@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -52,14 +53,12 @@ def local_kustomize(overlay: Path, storage_class: Optional[str] = None) -> Optio
     on every run, so a second `up` changes nothing). None when the variable is unset and no class is given (the
     overlay as shipped, its targets from GitHub). A target missing from the folder stops the program
     (pulumi.RunError, no traceback) naming the folder and the file."""
-    import yaml
-
     folder = os.environ.get(LOCAL_CHARTS_ENV)
     if not folder and storage_class is None:
         return None
     kfile = Path(overlay) / "kustomization.yaml"
     text = kfile.read_text()
-    for target in ((yaml.safe_load(text) or {}).get("resources") or []) if folder else []:
+    for target in _remote_targets(text) if folder else ():
         fname = kustomize_file_name(target)
         if fname is None:
             continue
@@ -71,9 +70,7 @@ def local_kustomize(overlay: Path, storage_class: Optional[str] = None) -> Optio
                 f"{LOCAL_CHARTS_ENV} to fetch it from GitHub")
         text = text.replace(target, str(built.resolve()))
     if storage_class is not None:
-        doc = yaml.safe_load(text)
-        doc["patches"] = [*(doc.get("patches") or []), claims_on(storage_class)]
-        text = yaml.safe_dump(doc, sort_keys=False)
+        text = _with_claims_on(text, storage_class)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-platform" / "kustomize-overlays"
     dest = base / f"{Path(overlay).name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     if not (dest / "kustomization.yaml").is_file() or (dest / "kustomization.yaml").read_text() != text:
@@ -82,6 +79,25 @@ def local_kustomize(overlay: Path, storage_class: Optional[str] = None) -> Optio
             tmp.write(text)
         os.replace(tmp.name, dest / "kustomization.yaml")  # whole or not at all: two programs may write it at once
     return str(dest)
+
+
+# The overlays are the package's own files, the same text in every run of the program: parsed and written once per
+# process (PyYAML's parser and emitter were 4 % of a program run under preflight). Written by PyYAML's own emitter
+# still: the text names the folder, which a second `up` must find unchanged.
+@functools.lru_cache(maxsize=64)
+def _remote_targets(text: str) -> tuple[str, ...]:
+    import yaml
+
+    return tuple((yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get("resources") or ())
+
+
+@functools.lru_cache(maxsize=64)
+def _with_claims_on(text: str, storage_class: str) -> str:
+    import yaml
+
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    doc["patches"] = [*(doc.get("patches") or []), claims_on(storage_class)]
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def helm_release(name: str, chart: Chart, namespace: str, values: Any, opts: pulumi.ResourceOptions, *,
