@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import gzip
 import hashlib
 import ipaddress
@@ -1596,6 +1597,13 @@ _BlockDumper.add_representer(str, _str_representer)
 
 def cloud_config(hostname: str, files: Sequence[File], commands: Sequence[str]) -> str:
     """A #cloud-config document (validated by `cloud-init schema` in the tests)."""
+    return _cloud_config(hostname, tuple(files), tuple(commands))
+
+
+# PyYAML's emitter takes tens of milliseconds for a node's document (scripts and PEM blocks): a process that runs the
+# program again with the same nodes (preflight's tests, the differential check) writes each document once.
+@functools.lru_cache(maxsize=32)
+def _cloud_config(hostname: str, files: tuple[File, ...], commands: tuple[str, ...]) -> str:
     doc = {
         "hostname": hostname,
         "preserve_hostname": False,
