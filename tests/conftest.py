@@ -10,7 +10,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -28,7 +28,10 @@ if sys.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE"):
     sys.dont_write_bytecode = False
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-from gpu_platform.preflight.runner import Plan, load_stack, run_program, stack_input_from_mapping  # noqa: E402
+# Preflight's runner (the Pulumi SDK, the config's models) is imported where a plan is made: the small suites of
+# tests/test_suite_layout.py load this file in a dozen pytest processes of their own that make none.
+if TYPE_CHECKING:
+    from gpu_platform.preflight.runner import Plan
 
 # Version support moves with the calendar: tests judge the shipped stacks on the day they were reviewed, so a
 # later run does not fail for the date alone (preflight and `pulumi up` use the real date).
@@ -95,6 +98,8 @@ def stack_config(stack: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=None)
 def shipped_plan(stack: str, today: str | None = None) -> Plan:
     """The shipped stack's plan, computed once per test process (and date): shared, read it only."""
+    from gpu_platform.preflight.runner import load_stack, run_program
+
     return run_program(load_stack(stack))
 
 
@@ -107,6 +112,8 @@ def plan_stack(stack: str) -> Plan:
 
 def plan_config(config: dict[str, Any], stack: str = "test") -> Plan:
     """Run the program for a config mapping written like a stack file's `config:`."""
+    from gpu_platform.preflight.runner import run_program, stack_input_from_mapping
+
     return run_program(stack_input_from_mapping(stack, config))
 
 

@@ -31,18 +31,24 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from gpu_platform.config.stack import parse_config
-from gpu_platform.preflight.fit.run import run_fit
-from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
-from gpu_platform.rehearsal.run import ALL_SCENARIOS, Rehearsal, StackCluster, write_report
-from gpu_platform.rehearsal.standins import restore_rendered_secrets
 from tests.conftest import HEAVY_SLOTS_DIR_ENV, ROOT, heavy_slots, plan_stack
-from tests.fit_support import CHARTS, need_charts
+
+if TYPE_CHECKING:
+    from gpu_platform.rehearsal.run import Rehearsal, StackCluster
+
+# The rehearsal and preflight modules are imported where they are used, not here: tests/test_suite_layout.py's small
+# suites import this module for its slots and cluster registry in a dozen pytest processes of their own (a second of
+# CPU each to import the rehearsal).
 
 
 def _prepare(stack: str, config: Optional[dict], out: Path, example: Optional[Path] = None):
+    from gpu_platform.config.stack import parse_config
+    from gpu_platform.preflight.fit.run import run_fit
+    from gpu_platform.preflight.runner import load_stack, run_program, stack_input_from_mapping
+    from tests.fit_support import CHARTS, need_charts
+
     need_charts()
     stack_input = stack_input_from_mapping(stack, config) if config is not None else load_stack(stack)
     cfg = parse_config(stack_input.raw, stack)
@@ -87,6 +93,8 @@ class Shared:
 
     @property
     def shipped(self) -> Rehearsal:
+        from gpu_platform.rehearsal.run import ALL_SCENARIOS
+
         if self._shipped is None:
             self._shipped = self.cluster.run(ALL_SCENARIOS)
         return self._shipped
@@ -182,6 +190,8 @@ def shared(stack: str) -> Shared:
     """The stack's cluster of this test process, installed. One at a time: the tests come ordered by
     stack, so asking for another stack means the previous one's tests are done."""
     if stack not in _OPEN:
+        from gpu_platform.rehearsal.run import StackCluster
+
         close_all()
         cfg, plan, fit = prepared(stack)
         out = Path(tempfile.mkdtemp(prefix=f"rehearsal-{stack}-"))
@@ -206,6 +216,8 @@ def close_all() -> None:
 
 def _subset(result: Rehearsal, scenarios) -> Rehearsal:
     """The shipped run's result with only `scenarios` (ALL_SCENARIOS' functions, results in that order)."""
+    from gpu_platform.rehearsal.run import ALL_SCENARIOS
+
     if result.error is None and len(result.scenarios) != len(ALL_SCENARIOS):
         raise AssertionError(f"the shipped run has {len(result.scenarios)} scenario results for {len(ALL_SCENARIOS)} scenarios")
     wanted = [ALL_SCENARIOS.index(fn) for fn in scenarios]
@@ -219,6 +231,10 @@ def rehearse(stack: str, tmp_path: Path, config: Optional[dict] = None,
     """The stack's rehearsal with `scenarios` (all by default): read from the shipped run when nothing is
     planted; otherwise run on the shared cluster with `config`'s render and/or `mutate`'s change planted.
     The result's report goes to tmp_path/out/rehearsal.json."""
+    from gpu_platform.rehearsal.run import ALL_SCENARIOS, write_report
+    from gpu_platform.rehearsal.standins import restore_rendered_secrets
+    from tests.fit_support import CHARTS
+
     entry = shared(stack)
     if config is None and mutate is None:
         result = _subset(entry.shipped, scenarios or ALL_SCENARIOS)
