@@ -18,11 +18,42 @@ from typing import Optional
 _REFUSED: set[str] = set()  # folders already named on stderr, this process
 
 
-def user_cache_home() -> Path:
+def user_cache_home() -> Optional[Path]:
     """$XDG_CACHE_HOME, or ~/.cache where it is unset, empty or relative (the XDG Base Directory spec: a relative
-    path there is invalid and is ignored)."""
+    path there is invalid and is ignored); None where there is no home to find (no $HOME and no passwd entry, as a
+    container's arbitrary user)."""
     env = os.environ.get("XDG_CACHE_HOME")
-    return Path(env) if env and os.path.isabs(env) else Path.home() / ".cache"
+    if env and os.path.isabs(env):
+        return Path(env)
+    try:
+        return Path.home() / ".cache"
+    except (RuntimeError, KeyError):
+        return None
+
+
+def open_private_folder(folder: Optional[Path]) -> Optional[int]:
+    """A descriptor of `folder` (made if missing) when it is this user's own and only this user can write to it (made
+    0700 if it is not yet); else None. What is then read, written and removed goes through the descriptor (`dir_fd`):
+    the folder that was checked, even if a path above it, or the folder's own name, is swapped for a link meanwhile.
+    The folder itself is not followed if it is a link."""
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o7700)
+            st = os.fstat(fd)
+        if st.st_uid == os.getuid() and not st.st_mode & 0o022:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def private_folder(folder: Optional[Path], refusal: Optional[str] = None) -> Optional[Path]:
@@ -57,28 +88,31 @@ def private_folder(folder: Optional[Path], refusal: Optional[str] = None) -> Opt
     return None
 
 
-def write_private(path: Path, text: str) -> bool:
-    """`text` into `path` whole or not at all, readable by this user only; False where the disk refuses."""
+def write_private(path: Path, text: str, dir_fd: Optional[int] = None) -> bool:
+    """`text` into `path` (a name in the folder `dir_fd` opens, where given) whole or not at all, readable by this
+    user only; False where the disk refuses."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{os.urandom(4).hex()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, path)
+        os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return True
     except OSError:  # a read-only or full disk only costs speed
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         return False
 
 
-def read_private(path: Path, limit: int) -> Optional[str]:
-    """The text of `path` if it is this user's own regular file, writable by nobody else, of at most `limit` bytes
-    (not a link, a pipe or a device: a file planted there must not hang or exhaust the process); else None."""
+def read_private(path: Path, limit: int, dir_fd: Optional[int] = None) -> Optional[str]:
+    """The text of `path` (a name in the folder `dir_fd` opens, where given) if it is this user's own regular file,
+    writable by nobody else, of at most `limit` bytes (not a link, a pipe or a device: a file planted there must not
+    hang or exhaust the process); else None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None
     try:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -68,12 +70,14 @@ def test_a_file_outside_the_packages_catalog_is_not_kept(tmp_path, monkeypatch):
 
 def _doctored(kept: Path) -> str:
     doc = json.loads(kept.read_text())
-    doc["instances"][0]["onDemand"]["usdPerHour"] = 0.0001
+    doc["document"]["instances"][0]["onDemand"]["usdPerHour"] = 0.0001
     return json.dumps(doc)
 
 
-@pytest.mark.parametrize("how", ["group-writable", "a link", "not json", "not a mapping"])
-def test_a_kept_copy_anyone_else_could_have_written_or_that_does_not_read_is_not_used(catalogs, tmp_path, how):
+@pytest.mark.parametrize("how", ["group-writable", "a link", "not json", "not a mapping", "another user's",
+                                 "another file's copy", "over the size bound"])
+def test_a_kept_copy_anyone_else_could_have_written_or_that_does_not_read_is_not_used(catalogs, tmp_path, how,
+                                                                                         monkeypatch):
     real = catalog.read_document(catalogs / "linode.yaml")
     [kept] = _kept(tmp_path)
     if how == "group-writable":
@@ -84,9 +88,73 @@ def test_a_kept_copy_anyone_else_could_have_written_or_that_does_not_read_is_not
         planted.write_text(_doctored(kept))
         kept.unlink()
         kept.symlink_to(planted)
+    elif how == "another user's":
+        kept.write_text(_doctored(kept))
+        real_uid = os.getuid()
+        real_fstat = os.fstat
+        # The file reads as another user's; the folder (a directory) still as this user's.
+        monkeypatch.setattr(os, "fstat", lambda fd: _as_owned_by(real_fstat(fd), real_uid + 1)
+                            if not stat.S_ISDIR(real_fstat(fd).st_mode) else real_fstat(fd))
+    elif how == "another file's copy":  # a kept copy of another catalog, renamed to this file's name
+        (catalogs / "other.yaml").write_text("cloud: linode\ninstances: []\n")
+        catalog.read_document(catalogs / "other.yaml")
+        other = catalog._parsed_key((catalogs / "other.yaml").read_bytes()) + ".json"
+        os.replace(kept.parent / other, kept)
+    elif how == "over the size bound":
+        kept.write_text(_doctored(kept))
+        monkeypatch.setattr(catalog, "PARSED_LIMIT", kept.stat().st_size - 1)
     else:
         kept.write_text("{not json" if how == "not json" else "[1, 2]")
     assert catalog.read_document(catalogs / "linode.yaml") == real
+
+
+def _as_owned_by(st: os.stat_result, uid: int) -> os.stat_result:
+    fields = list(st)
+    fields[stat.ST_UID] = uid
+    return os.stat_result(fields)
+
+
+def test_a_cache_folder_that_is_a_link_is_not_followed(catalogs, tmp_path):
+    """Someone who can write above the folder links it to a folder of theirs (or swaps it after the check): nothing
+    is read from there or written there, and nothing of the user's there is removed."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    mine = [elsewhere / f"report-{i}.json" for i in range(20)]
+    for p in mine:
+        p.write_text("{}")
+    (tmp_path / "cache" / "gpu-platform").mkdir(parents=True)
+    (tmp_path / "cache" / "gpu-platform" / "catalog").symlink_to(elsewhere)
+    catalog.read_document(catalogs / "linode.yaml")
+    assert sorted(elsewhere.iterdir()) == sorted(mine)
+
+
+def test_the_bound_removes_only_copies_this_code_named(catalogs, tmp_path, monkeypatch):
+    monkeypatch.setattr(catalog, "PARSED_KEPT", 1)
+    folder = tmp_path / "cache" / "gpu-platform" / "catalog"
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "notes.json").write_text("{}")
+    for i in range(3):
+        (catalogs / f"c{i}.yaml").write_text(f"cloud: linode\nn: {i}\n")
+        catalog.read_document(catalogs / f"c{i}.yaml")
+    assert (folder / "notes.json").exists() and len(_kept(tmp_path)) == 2  # notes.json and the newest copy
+
+
+def test_the_parser_is_part_of_the_key(catalogs, tmp_path, monkeypatch):
+    catalog.read_document(catalogs / "linode.yaml")
+    monkeypatch.setattr(catalog.yaml, "__version__", "0.0-other")
+    catalog.read_document(catalogs / "linode.yaml")
+    assert len(_kept(tmp_path)) == 2
+
+
+def test_without_a_home_the_catalog_is_read_and_nothing_kept(catalogs, tmp_path, monkeypatch):
+    """A container's arbitrary user: no $HOME and no passwd entry (Path.home() raises)."""
+    monkeypatch.delenv("XDG_CACHE_HOME")
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert catalog.read_document(catalogs / "linode.yaml")["cloud"] == "linode"
+    assert private_files.user_cache_home() is None
 
 
 def test_another_users_cache_folder_is_not_used(catalogs, tmp_path, monkeypatch):
@@ -113,10 +181,11 @@ def test_the_least_recently_used_copies_go_past_the_bound(catalogs, tmp_path, mo
     paths = [catalogs / f"c{i}.yaml" for i in range(4)]
     for i, path in enumerate(paths):
         path.write_text(f"cloud: linode\nn: {i}\n")
-    kept = [catalog._parsed_path(folder, path.read_bytes()) for path in paths]
-    for hours, path in zip((3, 2, 1), paths):  # c0 used three hours ago, c1 two, c2 one
+    kept = [folder / (catalog._parsed_key(path.read_bytes()) + ".json") for path in paths]
+    now = time.time()
+    for hours, path, copy in zip((3, 2, 1), paths, kept):  # c0 used three hours ago, c1 two, c2 one
         catalog.read_document(path)
-        os.utime(kept[paths.index(path)], (kept[0].stat().st_atime, kept[0].stat().st_mtime - 3600 * hours))
+        os.utime(copy, (now - 3600 * hours, now - 3600 * hours))
     catalog.read_document(paths[0])  # read back: used now
     catalog.read_document(paths[3])  # a fourth: the least recently used, c1, goes
     assert [p.exists() for p in kept] == [True, False, True, True]

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from gpu_platform.private_files import private_folder, read_private, user_cache_home, write_private
+from gpu_platform.private_files import open_private_folder, read_private, user_cache_home, write_private
 from gpu_platform.project import python_m
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
@@ -491,55 +491,60 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # A catalog file parsed once is kept as JSON in the user's cache, under the hash of its bytes and of the parser, for
 # the next process: every preflight and every policy pack it starts read the three clouds' files (850 kB of YAML,
 # 0.15 CPU-seconds to parse with libyaml's scanner and PyYAML's Python constructor; the JSON reads in 10 ms). Kept
-# only where the JSON reads back as the same document (no dates, no keys other than strings, no NaN); read only
-# from this user's own files in a folder only this user can write to (gpu_platform/private_files.py): the prices
-# decide the policy verdict. The newest PARSED_KEPT files stay; older catalogs go as new ones are written.
-PARSED_FORMAT = "catalog-json-1"
+# only where the JSON reads back as the same document (no dates, no keys other than strings, no NaN). The prices
+# decide the policy verdict, so a copy is read only from this user's own files in a folder only this user can write
+# to, through a descriptor of that folder (gpu_platform/private_files.py), and only where it names the hash it was
+# kept under (a copy renamed to another file's name is refused). The newest PARSED_KEPT copies stay; older ones go
+# as new ones are written (only files named as this code names them).
+PARSED_FORMAT = "catalog-json-2"
 PARSED_KEPT = 12
 PARSED_LIMIT = 64 * 1024 * 1024
+_PARSED_NAME = re.compile(r"[0-9a-f]{64}\.json")
 
 
-def parsed_cache_folder() -> Path:
-    return user_cache_home() / "gpu-platform" / "catalog"
+def parsed_cache_folder() -> Optional[Path]:
+    home = user_cache_home()
+    return None if home is None else home / "gpu-platform" / "catalog"
 
 
-def _parsed_path(folder: Path, data: bytes) -> Path:
+def _parsed_key(data: bytes) -> str:
     h = hashlib.sha256(f"{PARSED_FORMAT}\0{yaml.__version__}\0{_YAML_LOADER.__name__}\0".encode())
     h.update(data)
-    return folder / f"{h.hexdigest()}.json"
+    return h.hexdigest()
 
 
-def _kept_document(path: Path) -> Optional[dict[str, Any]]:
-    text = read_private(path, PARSED_LIMIT)
+def _kept_document(folder: int, key: str) -> Optional[dict[str, Any]]:
+    text = read_private(f"{key}.json", PARSED_LIMIT, dir_fd=folder)
     if text is None:
         return None
     try:
-        doc = json.loads(text)
+        kept = json.loads(text)
     except (ValueError, RecursionError, MemoryError):
         return None
-    if not isinstance(doc, dict):
+    if not (isinstance(kept, dict) and kept.get("key") == key and isinstance(kept.get("document"), dict)):
         return None
     try:
-        os.utime(path)  # used now: the last to go
+        os.utime(f"{key}.json", dir_fd=folder, follow_symlinks=False)  # used now: the last to go
     except OSError:
         pass
-    return doc
+    return kept["document"]
 
 
-def _keep_document(folder: Path, path: Path, doc: Any) -> None:
+def _keep_document(folder: int, key: str, doc: Any) -> None:
     try:
         text = json.dumps(doc, allow_nan=False)
         if json.loads(text) != doc:  # keys other than strings (JSON makes them strings)
             return
     except (TypeError, ValueError, RecursionError):  # a date, NaN: not JSON
         return
-    if not write_private(path, text):
+    if not write_private(f"{key}.json", f'{{"key": "{key}", "document": {text}}}', dir_fd=folder):
         return
     try:
-        kept = sorted((e.stat(follow_symlinks=False).st_mtime_ns, e.path) for e in os.scandir(folder)
-                      if e.name.endswith(".json") and e.is_file(follow_symlinks=False))
+        with os.scandir(folder) as entries:
+            kept = sorted((e.stat(follow_symlinks=False).st_mtime_ns, e.name) for e in entries
+                          if _PARSED_NAME.fullmatch(e.name) and e.is_file(follow_symlinks=False))
         for _, old in kept[:-PARSED_KEPT]:
-            os.unlink(old)
+            os.unlink(old, dir_fd=folder)
     except OSError:
         pass
 
@@ -548,16 +553,21 @@ def read_document(path: Path) -> dict[str, Any]:
     """A catalog or override-set file, parsed; one of the package's own (CATALOG_DIR, what every process reads) is
     read back from what a process before kept of it where it can be."""
     data = Path(path).read_bytes()
-    folder = private_folder(parsed_cache_folder()) if Path(path).resolve().parent == CATALOG_DIR.resolve() else None
-    kept_path = None if folder is None else _parsed_path(folder, data)
-    if kept_path is not None:
-        doc = _kept_document(kept_path)
-        if doc is not None:
-            return doc
-    doc = yaml.load(data.decode("utf-8"), Loader=_YAML_LOADER)
-    if kept_path is not None:
-        _keep_document(folder, kept_path, doc)
-    return doc
+    ours = Path(path).resolve().parent == CATALOG_DIR.resolve()
+    folder = open_private_folder(parsed_cache_folder()) if ours else None
+    try:
+        key = _parsed_key(data)
+        if folder is not None:
+            doc = _kept_document(folder, key)
+            if doc is not None:
+                return doc
+        doc = yaml.load(data.decode("utf-8"), Loader=_YAML_LOADER)
+        if folder is not None:
+            _keep_document(folder, key, doc)
+        return doc
+    finally:
+        if folder is not None:
+            os.close(folder)
 
 
 def parse_document(doc: Mapping[str, Any], name: str = "catalog") -> tuple[dict[str, InstanceType], dict[str, Price]]:
