@@ -8,12 +8,13 @@ hang or exhaust the process), and written whole or not at all, readable by this 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 _REFUSED: set[str] = set()  # folders already named on stderr, this process
 
@@ -126,3 +127,15 @@ def read_private(path: Path, limit: int, dir_fd: Optional[int] = None) -> Option
         return None
     finally:
         os.close(fd)
+
+
+def read_private_json(path: Path, limit: int, dir_fd: Optional[int] = None) -> tuple[Optional[str], Any]:
+    """read_private's text and what it parses to as JSON; (None, None) where there is none or it does not parse (a
+    kept file is only ever a cache: the caller computes it again)."""
+    text = read_private(path, limit, dir_fd=dir_fd)
+    if text is None:
+        return None, None
+    try:
+        return text, json.loads(text)
+    except (ValueError, RecursionError, MemoryError):
+        return None, None

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from gpu_platform.private_files import open_private_folder, read_private, user_cache_home, write_private
+from gpu_platform.private_files import open_private_folder, read_private_json, user_cache_home, write_private
 from gpu_platform.project import python_m
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
@@ -514,13 +514,7 @@ def _parsed_key(data: bytes) -> str:
 
 
 def _kept_document(folder: int, key: str) -> Optional[dict[str, Any]]:
-    text = read_private(f"{key}.json", PARSED_LIMIT, dir_fd=folder)
-    if text is None:
-        return None
-    try:
-        kept = json.loads(text)
-    except (ValueError, RecursionError, MemoryError):
-        return None
+    _, kept = read_private_json(f"{key}.json", PARSED_LIMIT, dir_fd=folder)
     if not (isinstance(kept, dict) and kept.get("key") == key and isinstance(kept.get("document"), dict)):
         return None
     try:

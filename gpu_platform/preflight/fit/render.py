@@ -28,7 +28,7 @@ import yaml
 from gpu_platform import private_files
 from gpu_platform.data.chart import kustomize_file_name  # noqa: F401 (also pull.py's, through this module)
 from gpu_platform.preflight.fit.errors import ChartError
-from gpu_platform.private_files import read_private, write_private  # noqa: F401 (tests reach them here)
+from gpu_platform.private_files import read_private, read_private_json, write_private  # noqa: F401 (tests reach them)
 from gpu_platform.preflight.runner import (SECRET_SIG, SIG_KEY, RESOURCE_SIG, UNKNOWN, Plan, PlannedResource,
                                            whole_numbers)
 
@@ -440,13 +440,7 @@ def _disk_get(folder: Optional[Path], key: Optional[str]) -> Optional[tuple[list
     if folder is None or key is None:
         return None
     path = _disk_path(folder, key)
-    text = read_private(path, RENDER_MEMO_BYTES)
-    if text is None:
-        return None
-    try:
-        kept = json.loads(text)
-    except (ValueError, RecursionError, MemoryError):
-        return None
+    text, kept = read_private_json(path, RENDER_MEMO_BYTES)
     if not (isinstance(kept, list) and len(kept) == 2 and all(isinstance(part, list) for part in kept)
             and len(kept[0]) == len(kept[1]) and all(t is None or isinstance(t, str) for t in kept[1])
             and all(isinstance(o, dict) for o in kept[0])):
