@@ -14,7 +14,7 @@ import stat
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 _REFUSED: set[str] = set()  # folders already named on stderr, this process
 
@@ -32,6 +32,27 @@ def user_cache_home() -> Optional[Path]:
         return None
 
 
+def _made_private(stat_of: Callable[[], os.stat_result], chmod: Callable[[int], None]) -> os.stat_result:
+    """A folder's status, after closing it to group and others where it is this user's own (an earlier version made
+    it 0755, its files 0644 with chart-generated passwords in them, or 0775 under a umask of 002)."""
+    st = stat_of()
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        chmod(stat.S_IMODE(st.st_mode) & 0o7700)
+        st = stat_of()
+    return st
+
+
+def _why_not_private(st: os.stat_result) -> Optional[str]:
+    """Why a folder with this status may not be used, or None: it is this user's, and nobody else can write to it."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid != os.getuid():
+        return "another user's folder"
+    if st.st_mode & 0o022:
+        return "others can write to it"
+    return None
+
+
 def open_private_folder(folder: Optional[Path]) -> Optional[int]:
     """A descriptor of `folder` (made if missing) when it is this user's own and only this user can write to it (made
     0700 if it is not yet); else None. What is then read, written and removed goes through the descriptor (`dir_fd`):
@@ -45,11 +66,7 @@ def open_private_folder(folder: Optional[Path]) -> Optional[int]:
     except OSError:
         return None
     try:
-        st = os.fstat(fd)
-        if st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
-            os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o7700)
-            st = os.fstat(fd)
-        if st.st_uid == os.getuid() and not st.st_mode & 0o022:
+        if _why_not_private(_made_private(lambda: os.fstat(fd), lambda mode: os.fchmod(fd, mode))) is None:
             return fd
     except OSError:
         pass
@@ -65,22 +82,11 @@ def private_folder(folder: Optional[Path], refusal: Optional[str] = None) -> Opt
     files."""
     if folder is None:
         return None
-    why = None
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.stat(folder)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077:
-            os.chmod(folder, stat.S_IMODE(st.st_mode) & 0o7700)
-            st = os.stat(folder)
+        why = _why_not_private(_made_private(lambda: os.stat(folder), lambda mode: os.chmod(folder, mode)))
     except OSError as exc:
         why = "not a folder" if isinstance(exc, (FileExistsError, NotADirectoryError)) else (exc.strerror or str(exc))
-    else:
-        if not stat.S_ISDIR(st.st_mode):
-            why = "not a folder"
-        elif st.st_uid != os.getuid():
-            why = "another user's folder"
-        elif st.st_mode & 0o022:
-            why = "others can write to it"
     if why is None:
         return folder
     if refusal is not None and str(folder) not in _REFUSED:

@@ -84,18 +84,22 @@ def local_kustomize(overlay: Path, storage_class: Optional[str] = None) -> Optio
 # The overlays are the package's own files, the same text in every run of the program: parsed and written once per
 # process (PyYAML's parser and emitter were 4 % of a program run under preflight). Written by PyYAML's own emitter
 # still: the text names the folder, which a second `up` must find unchanged.
-@functools.lru_cache(maxsize=64)
-def _remote_targets(text: str) -> tuple[str, ...]:
+def _parsed(text: str) -> Any:
     import yaml
 
-    return tuple((yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get("resources") or ())
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+@functools.lru_cache(maxsize=64)
+def _remote_targets(text: str) -> tuple[str, ...]:
+    return tuple((_parsed(text) or {}).get("resources") or ())
 
 
 @functools.lru_cache(maxsize=64)
 def _with_claims_on(text: str, storage_class: str) -> str:
     import yaml
 
-    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    doc = _parsed(text)
     doc["patches"] = [*(doc.get("patches") or []), claims_on(storage_class)]
     return yaml.safe_dump(doc, sort_keys=False)
 

@@ -550,7 +550,7 @@ def read_document(path: Path) -> dict[str, Any]:
     ours = Path(path).resolve().parent == CATALOG_DIR.resolve()
     folder = open_private_folder(parsed_cache_folder()) if ours else None
     try:
-        key = _parsed_key(data)
+        key = _parsed_key(data) if folder is not None else ""
         if folder is not None:
             doc = _kept_document(folder, key)
             if doc is not None:
