@@ -136,10 +136,11 @@ CHECK_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 1) + 1 )); [ $$n -l
 TEST_WORKERS ?= 4
 
 ## The quick lane for every edit (target: under 3 minutes on 2 cores): the whole suite except the rehearsal
-## (Go components) and the tools in their own virtualenvs (checkov, the training program, JupyterHub); property
+## (Go components), the tests that compile Go (`gobuild`: over a minute of a first run on a fresh machine, Go's build
+## cache empty) and the tools in their own virtualenvs (checkov, the training program, JupyterHub); property
 ## tests draw a quarter of their examples (GPU_PLATFORM_TEST_LANE, tests/conftest.py lane_examples).
 check: venv
-	GPU_PLATFORM_TEST_LANE=check $(PYTEST) -n $(CHECK_WORKERS) -m "not live and not rehearsal and not sidevenv" tests
+	GPU_PLATFORM_TEST_LANE=check $(PYTEST) -n $(CHECK_WORKERS) -m "not live and not rehearsal and not sidevenv and not gobuild" tests
 
 ## The whole offline test suite, what CI runs (target: under 20 minutes on 2 cores with the components and
 ## virtualenvs built; live cloud tests are skipped without credentials). The 25 slowest tests are listed last.

@@ -395,6 +395,7 @@ def source_comp(tmp_path, monkeypatch):
     return comp, sources / "ca" / "ca-9.9.9.tar.gz"
 
 
+@pytest.mark.gobuild
 def test_a_source_component_builds_from_its_tarball_with_its_tags_and_downloads_nothing(source_comp, tmp_path, monkeypatch):
     """A real `go build` of the tarball with the module proxy switched off (GOPROXY=off; GOFLAGS=-mod=mod,
     which would let go edit go.mod, is overridden by the command's -mod=readonly): the binary runs the

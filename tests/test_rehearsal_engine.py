@@ -485,6 +485,7 @@ def lang_comp(tmp_path, monkeypatch):
     return comp, root
 
 
+@pytest.mark.gobuild
 def test_a_tarball_builds_with_its_overlay_and_installs_its_files_offline(lang_comp, monkeypatch):
     """A real `go build` with the proxy off: the tarball's go.mod (a replace into a missing repository) would
     fail; the overlay's builds; the shim lands beside the binary, executable, and counts in the cache check."""
@@ -562,6 +563,7 @@ GENERATED = {
 }
 
 
+@pytest.mark.gobuild
 def test_a_generated_embed_is_written_by_go_generate_in_a_copy_and_built_offline(tmp_path, monkeypatch):
     """As pulumi-kubernetes' main package: it embeds a file only its `go generate` writes (absent from the
     module). The package is copied out of the (read-only) module cache into a copy of the wrapper, generated

@@ -10,6 +10,7 @@ twice, with every test still passing. These tests run the real pytest and pytest
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -107,11 +108,52 @@ def test_a_shared_cluster_stops_after_its_groups_last_test_and_boots_once(tmp_pa
     assert sum(seen.count("test s2") for seen in by_worker.values()) == 3
 
 
-@pytest.mark.parametrize("marker", ["rehearsal", "sidevenv"])
+@pytest.mark.parametrize("marker", ["rehearsal", "sidevenv", "gobuild"])
 def test_make_check_leaves_out_what_needs_go_or_a_side_virtualenv(marker: str) -> None:
     make = (ROOT / "Makefile").read_text()
     check = re.search(r"^check:.*\n\t(.*)$", make, re.M)
     assert check and f"not {marker}" in check.group(1) and "pytest" in make
+
+
+def _marks(func: ast.FunctionDef) -> set[str]:
+    """The names of a test function's `@pytest.mark.NAME` decorators."""
+    names = set()
+    for deco in func.decorator_list:
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "pytest.mark":
+            names.add(target.attr)
+    return names
+
+
+def _compiles_go(func: ast.FunctionDef) -> bool:
+    """Whether the test expects a real `go build` to succeed: `build.build_all(..., ENV, ...) == 0` with ENV
+    Go's own environment (`build.go_env()`, directly or through a name assigned from it)."""
+    from_go_env = {node.targets[0].id for node in ast.walk(func)
+                   if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                   and ast.unparse(node.value) == "build.go_env()"}
+    for node in ast.walk(func):
+        if (isinstance(node, ast.Compare) and isinstance(node.left, ast.Call)
+                and ast.unparse(node.left.func) == "build.build_all" and len(node.left.args) > 1
+                and [ast.unparse(c) for c in node.comparators] == ["0"]):
+            env = node.left.args[1]
+            if ast.unparse(env) == "build.go_env()" or (isinstance(env, ast.Name) and env.id in from_go_env):
+                return True
+    return False
+
+
+def test_every_test_that_compiles_go_is_marked_gobuild() -> None:
+    """`make check` needs no Go and runs in minutes: a test that compiles with the real toolchain (over 30 s each
+    on a fresh machine, Go's build cache empty; two of them were over a minute of `make check`'s first run) is
+    marked `gobuild`, so that it runs in `make test` only."""
+    compiling, unmarked = [], []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for func in ast.parse(path.read_text()).body:
+            if isinstance(func, ast.FunctionDef) and func.name.startswith("test_") and _compiles_go(func):
+                compiling.append(func.name)
+                if "gobuild" not in _marks(func):
+                    unmarked.append(f"{path.name}::{func.name}")
+    assert len(compiling) >= 3, compiling  # the finder still finds the known ones
+    assert not unmarked, f"compile Go without @pytest.mark.gobuild: {unmarked}"
 
 
 HEAVY_TEST = (
