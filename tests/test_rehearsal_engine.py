@@ -526,13 +526,19 @@ def test_the_language_host_tarball_is_refused_when_it_is_not_the_pinned_one(tmp_
     assert not any((root / "bin").glob("pulumi-language-python*"))
 
 
-def test_files_and_overlay_lock_errors_name_the_component(lang_comp, tmp_path):
+@pytest.mark.gobuild
+def test_a_file_to_install_from_outside_the_tarball_fails_the_build_and_installs_nothing(lang_comp, tmp_path):
+    """The package builds (a real `go build`); installing `files` that climb out of the unpacked tarball is refused."""
+    if shutil.which("go") is None:
+        pytest.skip("go is not on PATH")
     comp, root = lang_comp
     escaping = dict(comp, files=["../../../../outside"])
     (tmp_path / "outside").write_text("not part of the tarball")
-    if shutil.which("go") is not None:
-        assert build.build_all([escaping], build.go_env(), root, set(), jobs=1) == 1
-        assert not (root / "bin" / "outside").exists()
+    assert build.build_all([escaping], build.go_env(), root, set(), jobs=1) == 1
+    assert not (root / "bin" / "outside").exists()
+
+
+def test_files_and_overlay_lock_errors_name_the_component(tmp_path):
     lock = tmp_path / "components.lock.toml"
     head = ('[[component]]\nname = "lang"\nmodule = "example.com/lang"\nversion = "v1.0.0"\npackage = "example.com/lang"\n'
             f'pin = "x"\nldflags_x = {{}}\nsource = "lang-1.0.0.tar.gz"\nsha256 = "{"a" * 64}"\ntags = []\n')

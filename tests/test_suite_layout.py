@@ -115,45 +115,94 @@ def test_make_check_leaves_out_what_needs_go_or_a_side_virtualenv(marker: str) -
     assert check and f"not {marker}" in check.group(1) and "pytest" in make
 
 
-def _marks(func: ast.FunctionDef) -> set[str]:
-    """The names of a test function's `@pytest.mark.NAME` decorators."""
+def _mark_names(decorators: list[ast.expr]) -> set[str]:
+    """The NAMEs of `pytest.mark.NAME` or `pytest.mark.NAME(...)` among decorators (or a `pytestmark` value)."""
     names = set()
-    for deco in func.decorator_list:
+    for deco in decorators:
         target = deco.func if isinstance(deco, ast.Call) else deco
         if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "pytest.mark":
             names.add(target.attr)
     return names
 
 
-def _compiles_go(func: ast.FunctionDef) -> bool:
-    """Whether the test expects a real `go build` to succeed: `build.build_all(..., ENV, ...) == 0` with ENV
-    Go's own environment (`build.go_env()`, directly or through a name assigned from it)."""
-    from_go_env = {node.targets[0].id for node in ast.walk(func)
-                   if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-                   and ast.unparse(node.value) == "build.go_env()"}
+def _module_marks(tree: ast.Module) -> set[str]:
+    """The marks of a module's `pytestmark = pytest.mark.X` (or a list of them)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            value = node.value
+            return _mark_names(list(value.elts) if isinstance(value, (ast.List, ast.Tuple)) else [value])
+    return set()
+
+
+GO_COMPILES = {"build", "generate", "install", "run", "test", "vet"}  # `go` subcommands that compile
+
+
+def _compiles_go(func: ast.AST) -> bool:
+    """Whether a test runs the real Go toolchain on code: the build's entry points (`build.build_all`,
+    `build.build`, `build.main`) given Go's own environment (an argument or keyword that is or contains
+    `build.go_env()`, directly or through a name assigned from it), or a command line `["go", "build", ...]`."""
+    from_go_env = set()
     for node in ast.walk(func):
-        if (isinstance(node, ast.Compare) and isinstance(node.left, ast.Call)
-                and ast.unparse(node.left.func) == "build.build_all" and len(node.left.args) > 1
-                and [ast.unparse(c) for c in node.comparators] == ["0"]):
-            env = node.left.args[1]
-            if ast.unparse(env) == "build.go_env()" or (isinstance(env, ast.Name) and env.id in from_go_env):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if targets and node.value is not None and "build.go_env()" in ast.unparse(node.value):
+            from_go_env |= {t.id for t in targets if isinstance(t, ast.Name)}
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Call):
+            continue
+        if ast.unparse(node.func) in ("build.build_all", "build.build", "build.main"):
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                text = ast.unparse(arg)
+                if "build.go_env()" in text or (isinstance(arg, ast.Name) and arg.id in from_go_env):
+                    return True
+        for arg in node.args[:1]:
+            if (isinstance(arg, (ast.List, ast.Tuple)) and len(arg.elts) > 1
+                    and all(isinstance(e, ast.Constant) for e in arg.elts[:2])
+                    and arg.elts[0].value == "go" and arg.elts[1].value in GO_COMPILES):
                 return True
     return False
 
 
+def _tests_that_compile_go(tree: ast.Module) -> list[tuple[str, set[str]]]:
+    """(name, marks) of each test function, in a class or not, that compiles Go."""
+    found = []
+    for node in tree.body:
+        scope_marks = set()
+        funcs = [node]
+        if isinstance(node, ast.ClassDef):
+            scope_marks, funcs = _mark_names(node.decorator_list), node.body
+        for func in funcs:
+            if (isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name.startswith("test_")
+                    and _compiles_go(func)):
+                found.append((func.name, _mark_names(func.decorator_list) | scope_marks))
+    return found
+
+
+@pytest.mark.parametrize("source, compiles", [
+    ("def test_a():\n    env = build.go_env()\n    rc = build.build_all([c], env, r, set(), jobs=1)\n    assert rc == 1\n", True),
+    ("def test_a():\n    assert not build.build_all([c], env={**build.go_env()}, root=r)\n", True),
+    ("def test_a():\n    env: dict = build.go_env()\n    build.build(c, env, r)\n", True),
+    ("async def test_a():\n    subprocess.run(['go', 'build', './...'], check=True)\n", True),
+    ("class TestA:\n    def test_a(self):\n        build.main(['--env', build.go_env()])\n", True),
+    ("def test_a():\n    subprocess.run(['go', 'mod', 'edit', '-json'])\n", False),
+    ("def test_a():\n    assert build.build_all([c], ENV, r, set(), jobs=1) == 1\n", False),
+])
+def test_the_go_compile_finder_sees_each_way_a_test_can_compile(source: str, compiles: bool) -> None:
+    assert bool(_tests_that_compile_go(ast.parse(source))) == compiles
+
+
 def test_every_test_that_compiles_go_is_marked_gobuild() -> None:
-    """`make check` needs no Go and runs in minutes: a test that compiles with the real toolchain (over 30 s each
-    on a fresh machine, Go's build cache empty; two of them were over a minute of `make check`'s first run) is
-    marked `gobuild`, so that it runs in `make test` only."""
+    """`make check` needs no Go and runs in minutes: a test that compiles with the real toolchain (17 to 37 s each
+    on a fresh machine, Go's build cache empty) is marked `gobuild`, so that it runs in `make test` only."""
     compiling, unmarked = [], []
     for path in sorted((ROOT / "tests").glob("test_*.py")):
-        for func in ast.parse(path.read_text()).body:
-            if isinstance(func, ast.FunctionDef) and func.name.startswith("test_") and _compiles_go(func):
-                compiling.append(func.name)
-                if "gobuild" not in _marks(func):
-                    unmarked.append(f"{path.name}::{func.name}")
-    assert len(compiling) >= 3, compiling  # the finder still finds the known ones
-    assert not unmarked, f"compile Go without @pytest.mark.gobuild: {unmarked}"
+        tree = ast.parse(path.read_text())
+        module_marks = _module_marks(tree)
+        for name, marks in _tests_that_compile_go(tree):
+            compiling.append(name)
+            if not {"gobuild", "rehearsal"} & (marks | module_marks):
+                unmarked.append(f"{path.name}::{name}")
+    assert len(compiling) >= 4, f"the finder no longer sees the known Go builds (found {compiling}): see _compiles_go"
+    assert not unmarked, f"compile Go without @pytest.mark.gobuild (make check would run them): {unmarked}"
 
 
 HEAVY_TEST = (
